@@ -1,0 +1,73 @@
+use openraft::{AnyError, ErrorSubject, ErrorVerb, NodeId, StorageError, StorageIOError};
+
+/// Everything that can go wrong below openraft: sled I/O, encoding, and records we refuse to
+/// interpret.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+
+    #[error("encoding {what}: {source}")]
+    Encode {
+        what: &'static str,
+        source: bincode::error::EncodeError,
+    },
+
+    #[error("decoding {what}: {source}")]
+    Decode {
+        what: &'static str,
+        source: bincode::error::DecodeError,
+    },
+
+    #[error("{what} record is {len} bytes, shorter than its header")]
+    Truncated { what: &'static str, len: usize },
+
+    #[error(
+        "{what} record has format version {found}, this build reads format version {supported}: \
+         it was written by a different Leasehold version and is refused rather than misread"
+    )]
+    UnsupportedFormat {
+        what: &'static str,
+        found: u8,
+        supported: u8,
+    },
+
+    #[error(
+        "{what} record failed its checksum (stored {stored:#010x}, computed {computed:#010x}): \
+         the data is corrupt"
+    )]
+    Corrupt {
+        what: &'static str,
+        stored: u32,
+        computed: u32,
+    },
+
+    #[error("{what} record has {trailing} bytes after its value: the data is corrupt")]
+    TrailingBytes { what: &'static str, trailing: usize },
+
+    #[error(
+        "the data directory holds state machine schema {found}, this build uses schema \
+         {expected}: refusing to read it"
+    )]
+    SchemaMismatch { found: u32, expected: u32 },
+
+    #[error("snapshot covers {payload:?} but was offered as {offered:?}")]
+    SnapshotMismatch { payload: String, offered: String },
+
+    #[error("the group-commit flusher has stopped")]
+    FlusherStopped,
+
+    #[error("the log store needs a running tokio runtime for its group-commit flusher")]
+    NoRuntime,
+}
+
+impl StoreError {
+    /// Wraps this error for openraft, which treats any storage error as fatal for the node.
+    pub(crate) fn into_storage<NID: NodeId>(
+        self,
+        subject: ErrorSubject<NID>,
+        verb: ErrorVerb,
+    ) -> StorageError<NID> {
+        StorageIOError::new(subject, verb, AnyError::new(&self)).into()
+    }
+}

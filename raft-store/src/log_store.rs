@@ -1,0 +1,416 @@
+//! The Raft log and vote on sled ([`RaftLogStorage`]).
+//!
+//! Entries live in their own tree keyed by big-endian index so sled's key order is log order.
+//! Durability is acknowledged through a completion callback only after a sled flush that covers
+//! the entries. With group commit on, `append` only queues its callback for a flusher task: every
+//! append that arrives while a flush is in progress shares the next one, so the Raft core never
+//! waits for an fsync per entry.
+
+use std::fmt::Debug;
+use std::io;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    Entry, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, RaftTypeConfig,
+    StorageError, Vote,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::codec::{decode, encode};
+use crate::error::StoreError;
+
+/// Tree holding log entries, key = index as big-endian u64.
+pub const LOG_TREE: &str = "raft_log";
+/// Tree holding the vote, the committed log id and the last purged log id.
+pub const META_TREE: &str = "raft_meta";
+
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_LAST_PURGED: &[u8] = b"last_purged";
+
+/// Upper bound on callbacks completed by one flush, so one slow flush cannot grow a batch
+/// without limit.
+const MAX_CALLBACKS_PER_FLUSH: usize = 4096;
+
+/// Called once the entries of one append are durable, or with the error that made them not so.
+pub type OnDurable = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
+
+/// How the log store makes appends durable.
+#[derive(Debug, Clone)]
+pub struct LogStoreConfig {
+    /// Share one flush among all appends that arrive while a flush is running. Off: every append
+    /// flushes before it returns (kept for benchmarks and as a fallback).
+    pub group_commit: bool,
+    /// Appends whose flush has not started yet; when full, `append` waits (back-pressure on the
+    /// Raft core instead of unbounded memory).
+    pub flush_queue_capacity: usize,
+}
+
+impl Default for LogStoreConfig {
+    fn default() -> Self {
+        Self {
+            group_commit: true,
+            flush_queue_capacity: 1024,
+        }
+    }
+}
+
+/// Counters for benchmarks and metrics.
+#[derive(Debug, Default)]
+pub struct LogStoreStats {
+    /// sled flushes (fsyncs) performed for appends.
+    pub append_flushes: AtomicU64,
+    /// Appends acknowledged as durable.
+    pub appends_acknowledged: AtomicU64,
+}
+
+/// The Raft log and vote of one replica. Cheap to clone: clones share the trees and the flusher,
+/// which is how openraft's replication tasks get their readers.
+pub struct SledLogStore<C> {
+    db: sled::Db,
+    log: sled::Tree,
+    meta: sled::Tree,
+    flusher: Option<mpsc::Sender<OnDurable>>,
+    stats: Arc<LogStoreStats>,
+    _config: PhantomData<C>,
+}
+
+impl<C> Clone for SledLogStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            db: self.db.clone(),
+            log: self.log.clone(),
+            meta: self.meta.clone(),
+            flusher: self.flusher.clone(),
+            stats: self.stats.clone(),
+            _config: PhantomData,
+        }
+    }
+}
+
+impl<C> Debug for SledLogStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledLogStore")
+            .field("entries", &self.log.len())
+            .field("group_commit", &self.flusher.is_some())
+            .finish()
+    }
+}
+
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn to_io(error: &sled::Error) -> io::Error {
+    io::Error::other(error.to_string())
+}
+
+impl<C> SledLogStore<C>
+where
+    C: RaftTypeConfig<Entry = Entry<C>>,
+    Entry<C>: Serialize + DeserializeOwned,
+{
+    /// Opens the log on `db`. With group commit this spawns the flusher on the current tokio
+    /// runtime, so it must be called from within one.
+    pub fn open(db: &sled::Db, config: LogStoreConfig) -> Result<Self, StoreError> {
+        let log = db.open_tree(LOG_TREE)?;
+        let meta = db.open_tree(META_TREE)?;
+        let stats = Arc::new(LogStoreStats::default());
+        let flusher = if config.group_commit {
+            let runtime =
+                tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+            let (sender, receiver) = mpsc::channel(config.flush_queue_capacity.max(1));
+            runtime.spawn(run_flusher(db.clone(), receiver, stats.clone()));
+            Some(sender)
+        } else {
+            None
+        };
+        let store = Self {
+            db: db.clone(),
+            log,
+            meta,
+            flusher,
+            stats,
+            _config: PhantomData,
+        };
+        store.remove_entries_left_by_interrupted_purge()?;
+        Ok(store)
+    }
+
+    pub fn stats(&self) -> Arc<LogStoreStats> {
+        self.stats.clone()
+    }
+
+    /// A purge persists the last purged id before it deletes entries; a crash in between leaves
+    /// entries at or below it, which nothing may read any more.
+    fn remove_entries_left_by_interrupted_purge(&self) -> Result<(), StoreError> {
+        if let Some(last_purged) = self.read_meta::<LogId<C::NodeId>>(KEY_LAST_PURGED)? {
+            self.remove_range(..=last_purged.index)?;
+        }
+        Ok(())
+    }
+
+    fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StoreError> {
+        self.meta
+            .get(key)?
+            .map(|bytes| decode(meta_name(key), &bytes))
+            .transpose()
+    }
+
+    fn write_meta<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StoreError> {
+        self.meta.insert(key, encode(meta_name(key), value)?)?;
+        Ok(())
+    }
+
+    fn remove_range<R: RangeBounds<u64>>(&self, range: R) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.log.range(key_range(&range)) {
+            batch.remove(key?.0);
+        }
+        self.log.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn last_entry_log_id(&self) -> Result<Option<LogId<C::NodeId>>, StoreError> {
+        match self.log.last()? {
+            Some((_, bytes)) => Ok(Some(decode::<Entry<C>>("log entry", &bytes)?.log_id)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads the entries whose index is in `range`, in order.
+    pub fn read_entries<R: RangeBounds<u64>>(&self, range: R) -> Result<Vec<Entry<C>>, StoreError> {
+        self.log
+            .range(key_range(&range))
+            .map(|item| {
+                let (_, bytes) = item?;
+                decode("log entry", &bytes)
+            })
+            .collect()
+    }
+
+    /// Writes `entries` (atomically, as one sled batch, so a crash never leaves a hole inside
+    /// one append) and arranges for `on_durable` to run once they are flushed to disk.
+    ///
+    /// The entries are readable when this returns; `on_durable` may run before or after.
+    pub async fn append_with<I>(
+        &mut self,
+        entries: I,
+        on_durable: OnDurable,
+    ) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = Entry<C>>,
+    {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            batch.insert(&index_key(entry.log_id.index), encode("log entry", &entry)?);
+        }
+        self.log.apply_batch(batch)?;
+
+        match &self.flusher {
+            Some(flusher) => {
+                if let Err(mpsc::error::SendError(on_durable)) = flusher.send(on_durable).await {
+                    on_durable(Err(io::Error::other(
+                        StoreError::FlusherStopped.to_string(),
+                    )));
+                    return Err(StoreError::FlusherStopped);
+                }
+            }
+            None => {
+                let flushed = flush(&self.db).await;
+                self.stats.append_flushes.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .appends_acknowledged
+                    .fetch_add(1, Ordering::Relaxed);
+                let result = flushed.as_ref().map(|_| ()).map_err(to_io);
+                on_durable(result);
+                flushed?;
+            }
+        }
+        Ok(())
+    }
+
+    fn io_error(error: StoreError, verb: ErrorVerb) -> StorageError<C::NodeId> {
+        error.into_storage(ErrorSubject::Logs, verb)
+    }
+}
+
+/// Makes every write issued so far durable. sled's `flush` is a blocking fsync, so it runs on
+/// tokio's blocking pool.
+pub(crate) async fn flush(db: &sled::Db) -> sled::Result<usize> {
+    let db = db.clone();
+    match tokio::task::spawn_blocking(move || db.flush()).await {
+        Ok(flushed) => flushed,
+        Err(join) => Err(sled::Error::Io(io::Error::other(join.to_string()))),
+    }
+}
+
+fn meta_name(key: &[u8]) -> &'static str {
+    match key {
+        KEY_VOTE => "vote",
+        KEY_COMMITTED => "committed log id",
+        KEY_LAST_PURGED => "last purged log id",
+        _ => "log metadata",
+    }
+}
+
+fn key_range<R: RangeBounds<u64>>(range: &R) -> (Bound<[u8; 8]>, Bound<[u8; 8]>) {
+    let map = |bound: Bound<&u64>| match bound {
+        Bound::Included(index) => Bound::Included(index_key(*index)),
+        Bound::Excluded(index) => Bound::Excluded(index_key(*index)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (map(range.start_bound()), map(range.end_bound()))
+}
+
+/// Completes queued callbacks in groups: everything queued when a flush starts is covered by it,
+/// because each callback is queued only after its entries were written to sled.
+async fn run_flusher(
+    db: sled::Db,
+    mut queued: mpsc::Receiver<OnDurable>,
+    stats: Arc<LogStoreStats>,
+) {
+    let mut group = Vec::with_capacity(MAX_CALLBACKS_PER_FLUSH);
+    while queued.recv_many(&mut group, MAX_CALLBACKS_PER_FLUSH).await > 0 {
+        let flushed = flush(&db).await;
+        stats.append_flushes.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = &flushed {
+            tracing::error!(%error, appends = group.len(), "log flush failed");
+        }
+        stats
+            .appends_acknowledged
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        for on_durable in group.drain(..) {
+            on_durable(flushed.as_ref().map(|_| ()).map_err(to_io));
+        }
+    }
+}
+
+impl<C> RaftLogReader<C> for SledLogStore<C>
+where
+    C: RaftTypeConfig<Entry = Entry<C>>,
+    Entry<C>: Serialize + DeserializeOwned,
+{
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
+        self.read_entries(range)
+            .map_err(|e| Self::io_error(e, ErrorVerb::Read))
+    }
+}
+
+impl<C> RaftLogStorage<C> for SledLogStore<C>
+where
+    C: RaftTypeConfig<Entry = Entry<C>>,
+    Entry<C>: Serialize + DeserializeOwned,
+{
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<C::NodeId>> {
+        let read = || -> Result<LogState<C>, StoreError> {
+            let last_purged_log_id = self.read_meta::<LogId<C::NodeId>>(KEY_LAST_PURGED)?;
+            let last_log_id = std::cmp::max(self.last_entry_log_id()?, last_purged_log_id.clone());
+            Ok(LogState {
+                last_purged_log_id,
+                last_log_id,
+            })
+        };
+        read().map_err(|e| Self::io_error(e, ErrorVerb::Read))
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        let result = async {
+            self.write_meta(KEY_VOTE, vote)?;
+            // A vote must be on disk before it is acted upon (Raft §5.2 safety).
+            flush(&self.db).await?;
+            Ok::<_, StoreError>(())
+        };
+        result
+            .await
+            .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Write))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
+        self.read_meta(KEY_VOTE)
+            .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))
+    }
+
+    /// Not flushed here: losing the newest committed id in a crash only means re-applying less on
+    /// restart, and the next flush (append, vote, purge) carries it anyway.
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<C::NodeId>>,
+    ) -> Result<(), StorageError<C::NodeId>> {
+        self.write_meta(KEY_COMMITTED, &committed)
+            .map_err(|e| Self::io_error(e, ErrorVerb::Write))
+    }
+
+    /// Never reports more than the log holds: openraft re-applies up to this id on start-up.
+    async fn read_committed(
+        &mut self,
+    ) -> Result<Option<LogId<C::NodeId>>, StorageError<C::NodeId>> {
+        let read = || -> Result<Option<LogId<C::NodeId>>, StoreError> {
+            let committed = self
+                .read_meta::<Option<LogId<C::NodeId>>>(KEY_COMMITTED)?
+                .flatten();
+            let last = std::cmp::max(
+                self.last_entry_log_id()?,
+                self.read_meta::<LogId<C::NodeId>>(KEY_LAST_PURGED)?,
+            );
+            Ok(std::cmp::min(committed, last))
+        };
+        read().map_err(|e| Self::io_error(e, ErrorVerb::Read))
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<C>,
+    ) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let on_durable: OnDurable = Box::new(move |result| callback.log_io_completed(result));
+        self.append_with(entries, on_durable)
+            .await
+            .map_err(|e| Self::io_error(e, ErrorVerb::Write))
+    }
+
+    async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        let result = async {
+            self.remove_range(log_id.index..)?;
+            // Flushed so a crash cannot resurrect conflicting entries beneath later appends.
+            flush(&self.db).await?;
+            Ok::<_, StoreError>(())
+        };
+        result
+            .await
+            .map_err(|e| Self::io_error(e, ErrorVerb::Delete))
+    }
+
+    async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        let result = async {
+            // The purge point is durable before any entry goes, so the log never has a hole
+            // that the log state does not account for.
+            self.write_meta(KEY_LAST_PURGED, &log_id)?;
+            flush(&self.db).await?;
+            self.remove_range(..=log_id.index)?;
+            Ok::<_, StoreError>(())
+        };
+        result
+            .await
+            .map_err(|e| Self::io_error(e, ErrorVerb::Delete))
+    }
+}

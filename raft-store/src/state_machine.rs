@@ -1,0 +1,419 @@
+//! Hosts a deterministic [`StateMachine`] for openraft ([`RaftStateMachine`]) and keeps its
+//! snapshot in sled.
+//!
+//! The state lives in memory; only snapshots are persisted (PROTOCOL P2.5: snapshots replace
+//! compaction). On start-up the state is restored from the latest snapshot and openraft re-applies
+//! the committed log after it, so `apply` never waits for disk.
+
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder,
+    RaftTypeConfig, SnapshotMeta, StorageError, StoredMembership,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{decode, encode};
+use crate::error::StoreError;
+
+/// Tree holding the current snapshot: its metadata and its data, written together.
+pub const SNAPSHOT_TREE: &str = "raft_snapshot";
+const KEY_SNAPSHOT_META: &[u8] = b"meta";
+const KEY_SNAPSHOT_DATA: &[u8] = b"data";
+
+/// The application logic a replica runs: the lease state machine in the manager, a key-value map
+/// in this crate's tests.
+///
+/// Implementations must be deterministic (PROTOCOL P2.2): the same commands in the same order
+/// give the same state and responses on every replica, so `apply` must not read a clock, a
+/// random source or the network. Time arrives inside the command.
+pub trait StateMachine<C: RaftTypeConfig>:
+    Clone + Default + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// Identifies the shape of the commands and of the state. A data directory written with
+    /// another schema is refused when opened, and a snapshot of another schema is refused when
+    /// installed, instead of being misread.
+    const SCHEMA_VERSION: u32;
+
+    /// Applies one committed command; `log_index` is the index of the entry carrying it.
+    fn apply(&mut self, log_index: u64, command: &C::D) -> C::R;
+}
+
+/// The applied state and the Raft bookkeeping that goes with it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(bound(serialize = "S: Serialize", deserialize = "S: DeserializeOwned"))]
+pub struct Applied<C: RaftTypeConfig, S> {
+    pub last_applied: Option<LogId<C::NodeId>>,
+    pub last_membership: StoredMembership<C::NodeId, C::Node>,
+    pub state: S,
+}
+
+/// Shared read access to the applied state, for inspection endpoints and the leader loop. Reads
+/// never block `apply` for long: hold the guard only to copy out what you need.
+pub struct StateHandle<C: RaftTypeConfig, S> {
+    applied: Arc<RwLock<Applied<C, S>>>,
+}
+
+impl<C: RaftTypeConfig, S> Clone for StateHandle<C, S> {
+    fn clone(&self) -> Self {
+        Self {
+            applied: self.applied.clone(),
+        }
+    }
+}
+
+impl<C: RaftTypeConfig, S> Debug for StateHandle<C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateHandle").finish_non_exhaustive()
+    }
+}
+
+impl<C: RaftTypeConfig, S> StateHandle<C, S> {
+    /// Runs `read` against the applied state.
+    pub fn read<R>(&self, read: impl FnOnce(&Applied<C, S>) -> R) -> R {
+        read(&self.read_guard())
+    }
+
+    fn read_guard(&self) -> RwLockReadGuard<'_, Applied<C, S>> {
+        // A panic while applying would already have taken the replica down; the data behind a
+        // poisoned lock is still the last consistent state we have.
+        self.applied
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write_guard(&self) -> RwLockWriteGuard<'_, Applied<C, S>> {
+        self.applied
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What a snapshot's data holds: self-contained, so it can be verified and restored without
+/// anything else (and saved to a file for backup).
+#[derive(Serialize, Deserialize)]
+#[serde(bound(serialize = "S: Serialize", deserialize = "S: DeserializeOwned"))]
+struct SnapshotPayload<C: RaftTypeConfig, S> {
+    schema_version: u32,
+    applied: Applied<C, S>,
+}
+
+/// Decodes and checks snapshot data produced by [`SledStateMachine`].
+fn decode_snapshot<C, S>(data: &[u8]) -> Result<Applied<C, S>, StoreError>
+where
+    C: RaftTypeConfig,
+    S: StateMachine<C>,
+{
+    let payload: SnapshotPayload<C, S> = decode("snapshot", data)?;
+    if payload.schema_version != S::SCHEMA_VERSION {
+        return Err(StoreError::SchemaMismatch {
+            found: payload.schema_version,
+            expected: S::SCHEMA_VERSION,
+        });
+    }
+    Ok(payload.applied)
+}
+
+type MetaOf<C> = SnapshotMeta<<C as RaftTypeConfig>::NodeId, <C as RaftTypeConfig>::Node>;
+
+/// A snapshot as stored: its metadata and its encoded data.
+struct StoredSnapshot<C: RaftTypeConfig> {
+    meta: MetaOf<C>,
+    data: Vec<u8>,
+}
+
+/// Writes snapshots only forwards: a slow build of an older state must never replace a newer
+/// snapshot that was installed meanwhile.
+struct SnapshotStore {
+    db: sled::Db,
+    tree: sled::Tree,
+    write_lock: Mutex<()>,
+}
+
+impl SnapshotStore {
+    fn read_meta<C: RaftTypeConfig>(&self) -> Result<Option<MetaOf<C>>, StoreError> {
+        self.tree
+            .get(KEY_SNAPSHOT_META)?
+            .map(|bytes| decode("snapshot meta", &bytes))
+            .transpose()
+    }
+
+    fn read<C: RaftTypeConfig>(&self) -> Result<Option<StoredSnapshot<C>>, StoreError> {
+        let Some(meta) = self.read_meta::<C>()? else {
+            return Ok(None);
+        };
+        let data = self
+            .tree
+            .get(KEY_SNAPSHOT_DATA)?
+            .ok_or(StoreError::Truncated {
+                what: "snapshot",
+                len: 0,
+            })?;
+        Ok(Some(StoredSnapshot {
+            meta,
+            data: data.to_vec(),
+        }))
+    }
+
+    /// Stores the snapshot unless a newer one is already stored; returns whether it stored it.
+    async fn store_if_newer<C: RaftTypeConfig>(
+        &self,
+        meta: &SnapshotMeta<C::NodeId, C::Node>,
+        data: &[u8],
+    ) -> Result<bool, StoreError> {
+        {
+            let _serialised = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(current) = self.read_meta::<C>()? {
+                if current.last_log_id > meta.last_log_id {
+                    return Ok(false);
+                }
+            }
+            // One batch: metadata and data can never disagree after a crash.
+            let mut batch = sled::Batch::default();
+            batch.insert(KEY_SNAPSHOT_META, encode("snapshot meta", meta)?);
+            batch.insert(KEY_SNAPSHOT_DATA, data);
+            self.tree.apply_batch(batch)?;
+        }
+        // Durable before openraft is told, because it purges the log behind the snapshot next.
+        crate::log_store::flush(&self.db).await?;
+        Ok(true)
+    }
+}
+
+/// The state machine side of a replica's storage.
+pub struct SledStateMachine<C: RaftTypeConfig, S> {
+    handle: StateHandle<C, S>,
+    snapshots: Arc<SnapshotStore>,
+}
+
+impl<C: RaftTypeConfig, S> Debug for SledStateMachine<C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStateMachine").finish_non_exhaustive()
+    }
+}
+
+impl<C, S> SledStateMachine<C, S>
+where
+    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
+    S: StateMachine<C>,
+{
+    /// Opens the state machine on `db`, restoring the latest snapshot if there is one.
+    pub fn open(db: &sled::Db) -> Result<Self, StoreError> {
+        let snapshots = SnapshotStore {
+            db: db.clone(),
+            tree: db.open_tree(SNAPSHOT_TREE)?,
+            write_lock: Mutex::new(()),
+        };
+        let applied = match snapshots.read::<C>()? {
+            Some(StoredSnapshot { meta, data }) => {
+                let applied = decode_snapshot::<C, S>(&data)?;
+                if applied.last_applied != meta.last_log_id {
+                    return Err(StoreError::SnapshotMismatch {
+                        payload: format!("{:?}", applied.last_applied),
+                        offered: format!("{:?}", meta.last_log_id),
+                    });
+                }
+                applied
+            }
+            None => Applied::default(),
+        };
+        Ok(Self {
+            handle: StateHandle {
+                applied: Arc::new(RwLock::new(applied)),
+            },
+            snapshots: Arc::new(snapshots),
+        })
+    }
+
+    /// A read handle on the applied state that stays valid across snapshot installs.
+    pub fn handle(&self) -> StateHandle<C, S> {
+        self.handle.clone()
+    }
+}
+
+fn snapshot_error<C: RaftTypeConfig>(
+    error: StoreError,
+    meta: Option<&SnapshotMeta<C::NodeId, C::Node>>,
+    verb: ErrorVerb,
+) -> StorageError<C::NodeId> {
+    let subject = match meta {
+        Some(meta) => ErrorSubject::Snapshot(Some(meta.signature())),
+        None => ErrorSubject::Snapshot(None),
+    };
+    error.into_storage(subject, verb)
+}
+
+impl<C, S> RaftStateMachine<C> for SledStateMachine<C, S>
+where
+    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
+    C::R: Default,
+    S: StateMachine<C>,
+{
+    type SnapshotBuilder = SnapshotBuilder<C, S>;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (
+            Option<LogId<C::NodeId>>,
+            StoredMembership<C::NodeId, C::Node>,
+        ),
+        StorageError<C::NodeId>,
+    > {
+        Ok(self.handle.read(|applied| {
+            (
+                applied.last_applied.clone(),
+                applied.last_membership.clone(),
+            )
+        }))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<C::R>, StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut applied = self.handle.write_guard();
+        let responses = entries
+            .into_iter()
+            .map(|entry| {
+                let log_index = entry.log_id.index;
+                applied.last_applied = Some(entry.log_id.clone());
+                match entry.payload {
+                    EntryPayload::Blank => C::R::default(),
+                    EntryPayload::Normal(command) => applied.state.apply(log_index, &command),
+                    EntryPayload::Membership(membership) => {
+                        applied.last_membership =
+                            StoredMembership::new(Some(entry.log_id), membership);
+                        C::R::default()
+                    }
+                }
+            })
+            .collect();
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            applied: self.handle.read(Applied::clone),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<C::SnapshotData>, StorageError<C::NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<C::NodeId, C::Node>,
+        snapshot: Box<C::SnapshotData>,
+    ) -> Result<(), StorageError<C::NodeId>> {
+        let data = snapshot.into_inner();
+        let install = async {
+            let applied = decode_snapshot::<C, S>(&data)?;
+            if applied.last_applied != meta.last_log_id {
+                return Err(StoreError::SnapshotMismatch {
+                    payload: format!("{:?}", applied.last_applied),
+                    offered: format!("{:?}", meta.last_log_id),
+                });
+            }
+            self.snapshots.store_if_newer::<C>(meta, &data).await?;
+            // Swapped in whole under the write lock: readers see the old state or the new one.
+            *self.handle.write_guard() = applied;
+            Ok(())
+        };
+        install
+            .await
+            .map_err(|e| snapshot_error::<C>(e, Some(meta), ErrorVerb::Write))
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<C>>, StorageError<C::NodeId>> {
+        let current = self
+            .snapshots
+            .read::<C>()
+            .map_err(|e| snapshot_error::<C>(e, None, ErrorVerb::Read))?;
+        Ok(current.map(|StoredSnapshot { meta, data }| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
+
+/// Builds a snapshot from a copy of the state taken when openraft asked for the builder, so
+/// applying goes on while the copy is encoded and written.
+pub struct SnapshotBuilder<C: RaftTypeConfig, S> {
+    applied: Applied<C, S>,
+    snapshots: Arc<SnapshotStore>,
+}
+
+impl<C: RaftTypeConfig, S> Debug for SnapshotBuilder<C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotBuilder")
+            .field("last_applied", &self.applied.last_applied)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, S> RaftSnapshotBuilder<C> for SnapshotBuilder<C, S>
+where
+    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
+    S: StateMachine<C>,
+{
+    async fn build_snapshot(&mut self) -> Result<Snapshot<C>, StorageError<C::NodeId>> {
+        let applied = std::mem::take(&mut self.applied);
+        let meta = SnapshotMeta {
+            last_log_id: applied.last_applied.clone(),
+            last_membership: applied.last_membership.clone(),
+            snapshot_id: snapshot_id::<C>(applied.last_applied.as_ref()),
+        };
+        // Encoding a large state is CPU-bound; keep it off the async workers.
+        let encoded = tokio::task::spawn_blocking(move || {
+            encode(
+                "snapshot",
+                &SnapshotPayload::<C, S> {
+                    schema_version: S::SCHEMA_VERSION,
+                    applied,
+                },
+            )
+        })
+        .await
+        .map_err(|join| StoreError::Encode {
+            what: "snapshot",
+            source: bincode::error::EncodeError::OtherString(join.to_string()),
+        });
+        let build = async {
+            let data = encoded??;
+            self.snapshots.store_if_newer::<C>(&meta, &data).await?;
+            Ok::<_, StoreError>(data)
+        };
+        let data = build
+            .await
+            .map_err(|e| snapshot_error::<C>(e, Some(&meta), ErrorVerb::Write))?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+/// Unique per build: two builds at the same log id (e.g. forced twice) still get distinct ids.
+fn snapshot_id<C: RaftTypeConfig>(last_applied: Option<&LogId<C::NodeId>>) -> String {
+    let built_at_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    match last_applied {
+        Some(log_id) => format!("{}-{}-{built_at_ns}", log_id.leader_id, log_id.index),
+        None => format!("empty-{built_at_ns}"),
+    }
+}

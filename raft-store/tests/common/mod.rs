@@ -1,0 +1,104 @@
+//! A small key-value state machine and helpers shared by the raft-store tests and benchmark.
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Cursor;
+use std::path::Path;
+
+use leasehold_raft_store::{LogStoreConfig, SledLogStore, SledStateMachine, StateMachine};
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvCommand {
+    Set { key: String, value: String },
+    Delete { key: String },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvResponse {
+    pub previous: Option<String>,
+}
+
+openraft::declare_raft_types!(
+    pub KvConfig:
+        D = KvCommand,
+        R = KvResponse,
+);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvState {
+    pub entries: BTreeMap<String, String>,
+    /// The index of the last command applied, to check that re-application is exact.
+    pub last_command_index: u64,
+}
+
+impl StateMachine<KvConfig> for KvState {
+    const SCHEMA_VERSION: u32 = 1;
+
+    fn apply(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
+        self.last_command_index = log_index;
+        let previous = match command {
+            KvCommand::Set { key, value } => self.entries.insert(key.clone(), value.clone()),
+            KvCommand::Delete { key } => self.entries.remove(key),
+        };
+        KvResponse { previous }
+    }
+}
+
+pub type LogStore = SledLogStore<KvConfig>;
+pub type Machine = SledStateMachine<KvConfig, KvState>;
+
+pub fn log_id(term: u64, index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+/// The value written at `index`: deterministic, of varying length, so a reader can check it.
+pub fn value_for(index: u64) -> String {
+    format!("value-{index}-{}", "x".repeat((index % 97) as usize))
+}
+
+pub fn set_entry(term: u64, index: u64) -> Entry<KvConfig> {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(KvCommand::Set {
+            key: format!("key-{}", index % 13),
+            value: value_for(index),
+        }),
+    }
+}
+
+pub fn membership_entry(term: u64, index: u64, voters: &[u64]) -> Entry<KvConfig> {
+    let voters: BTreeSet<u64> = voters.iter().copied().collect();
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(Membership::new(vec![voters], None)),
+    }
+}
+
+pub fn open_db(dir: &Path) -> sled::Db {
+    sled::open(dir).expect("open sled")
+}
+
+pub fn open_stores(db: &sled::Db, config: LogStoreConfig) -> (LogStore, Machine) {
+    leasehold_raft_store::open::<KvConfig, KvState>(db, config).expect("open stores")
+}
+
+/// Appends and waits until the store reports the entries durable.
+pub async fn append_durably(store: &mut LogStore, entries: Vec<Entry<KvConfig>>) {
+    let (durable_tx, durable_rx) = oneshot::channel();
+    store
+        .append_with(
+            entries,
+            Box::new(move |result| {
+                let _ = durable_tx.send(result);
+            }),
+        )
+        .await
+        .expect("append");
+    durable_rx
+        .await
+        .expect("callback dropped")
+        .expect("flush failed");
+}

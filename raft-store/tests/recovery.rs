@@ -1,0 +1,462 @@
+//! What openraft's suite does not cover: recovery across close and reopen, snapshots and purge,
+//! refusing corrupt or foreign records, and group commit.
+//!
+//! Each "process lifetime" runs in its own tokio runtime that is dropped at the end, the way a
+//! process exit ends the flusher task and releases sled's lock on the directory.
+
+mod common;
+
+use std::future::Future;
+
+use common::*;
+use leasehold_raft_store::{LogStoreConfig, StateMachine, StoreError, LOG_TREE, SNAPSHOT_TREE};
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::{RaftLogReader, RaftSnapshotBuilder, Vote};
+use tempfile::TempDir;
+
+/// Runs `phase` as one process lifetime: its own runtime and its own sled handle.
+fn lifetime<T>(dir: &TempDir, phase: impl AsyncFnOnce(sled::Db) -> T) -> T {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let db = open_db(dir.path());
+    let result = runtime.block_on(phase(db));
+    drop(runtime);
+    result
+}
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
+/// Reference state: what applying entries `1..=upto` of [`fill`] gives.
+fn expected_state(upto: u64) -> KvState {
+    let mut state = KvState::default();
+    for index in 2..=upto {
+        if let openraft::EntryPayload::Normal(command) = set_entry(1, index).payload {
+            state.apply(index, &command);
+        }
+    }
+    state
+}
+
+/// Entry 1 is a membership change, 2..=last are key-value sets.
+fn fill(last: u64) -> Vec<openraft::Entry<KvConfig>> {
+    std::iter::once(membership_entry(1, 1, &[1, 2, 3]))
+        .chain((2..=last).map(|index| set_entry(1, index)))
+        .collect()
+}
+
+#[test]
+fn close_and_reopen_recovers_vote_log_committed_purge_snapshot_and_state() {
+    let dir = TempDir::new().unwrap();
+    let before = lifetime(&dir, async |db| {
+        let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        log.save_vote(&Vote::new_committed(3, 2)).await.unwrap();
+        append_durably(&mut log, fill(100)).await;
+        let entries = log.try_get_log_entries(1..=80).await.unwrap();
+        machine.apply(entries).await.unwrap();
+        log.save_committed(Some(log_id(1, 80))).await.unwrap();
+        let snapshot = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        log.purge(log_id(1, 50)).await.unwrap();
+        (
+            snapshot.meta,
+            machine.applied_state().await.unwrap(),
+            machine.handle().read(|a| a.state.clone()),
+        )
+    });
+    let (snapshot_meta, applied_state, state) = before;
+    assert_eq!(state, expected_state(80));
+
+    lifetime(&dir, async |db| {
+        let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        assert_eq!(
+            log.read_vote().await.unwrap(),
+            Some(Vote::new_committed(3, 2))
+        );
+        let log_state = log.get_log_state().await.unwrap();
+        assert_eq!(log_state.last_purged_log_id, Some(log_id(1, 50)));
+        assert_eq!(log_state.last_log_id, Some(log_id(1, 100)));
+        assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 80)));
+        assert!(
+            log.try_get_log_entries(1..=50).await.unwrap().is_empty(),
+            "purged entries are gone"
+        );
+        let kept = log.try_get_log_entries(51..).await.unwrap();
+        assert_eq!(
+            kept,
+            fill(100)[50..].to_vec(),
+            "entries after the purge point survive intact"
+        );
+
+        let current = machine
+            .get_current_snapshot()
+            .await
+            .unwrap()
+            .expect("snapshot survives");
+        assert_eq!(current.meta, snapshot_meta);
+        assert_eq!(machine.applied_state().await.unwrap(), applied_state);
+        assert_eq!(
+            machine.handle().read(|a| a.state.clone()),
+            expected_state(80)
+        );
+    });
+}
+
+#[test]
+fn snapshot_purge_reopen_then_reapplying_the_committed_log_gives_identical_state() {
+    let dir = TempDir::new().unwrap();
+    let state_at_commit = lifetime(&dir, async |db| {
+        let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        append_durably(&mut log, fill(300)).await;
+        machine
+            .apply(log.try_get_log_entries(1..=200).await.unwrap())
+            .await
+            .unwrap();
+        machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        log.purge(log_id(1, 150)).await.unwrap();
+        machine
+            .apply(log.try_get_log_entries(201..=260).await.unwrap())
+            .await
+            .unwrap();
+        log.save_committed(Some(log_id(1, 260))).await.unwrap();
+        machine.handle().read(|a| a.state.clone())
+    });
+    assert_eq!(state_at_commit, expected_state(260));
+
+    lifetime(&dir, async |db| {
+        let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        // What openraft does on start-up: from the snapshot's last applied up to the committed id.
+        let (last_applied, _) = machine.applied_state().await.unwrap();
+        assert_eq!(last_applied, Some(log_id(1, 200)));
+        let committed = log.read_committed().await.unwrap().unwrap();
+        let replay = log
+            .try_get_log_entries(201..=committed.index)
+            .await
+            .unwrap();
+        machine.apply(replay).await.unwrap();
+        assert_eq!(machine.handle().read(|a| a.state.clone()), state_at_commit);
+        assert_eq!(
+            machine.applied_state().await.unwrap().0,
+            Some(log_id(1, 260))
+        );
+    });
+}
+
+#[test]
+fn an_installed_snapshot_replaces_state_and_survives_reopen() {
+    let leader_dir = TempDir::new().unwrap();
+    let follower_dir = TempDir::new().unwrap();
+    let (meta, data) = lifetime(&leader_dir, async |db| {
+        let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        append_durably(&mut log, fill(40)).await;
+        machine.apply(fill(40)).await.unwrap();
+        let snapshot = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        (snapshot.meta, snapshot.snapshot.into_inner())
+    });
+
+    lifetime(&follower_dir, async |db| {
+        let (_log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        // The follower has diverging state of its own before the install.
+        machine.apply(vec![set_entry(1, 1)]).await.unwrap();
+        let mut incoming = machine.begin_receiving_snapshot().await.unwrap();
+        incoming.get_mut().extend_from_slice(&data);
+        machine.install_snapshot(&meta, incoming).await.unwrap();
+        assert_eq!(
+            machine.handle().read(|a| a.state.clone()),
+            expected_state(40)
+        );
+    });
+
+    lifetime(&follower_dir, async |db| {
+        let (_log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        assert_eq!(
+            machine.handle().read(|a| a.state.clone()),
+            expected_state(40)
+        );
+        assert_eq!(
+            machine.get_current_snapshot().await.unwrap().unwrap().meta,
+            meta
+        );
+    });
+}
+
+#[test]
+fn a_corrupt_snapshot_offered_for_install_is_refused_and_changes_nothing() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        append_durably(&mut log, fill(30)).await;
+        machine.apply(fill(30)).await.unwrap();
+        let good = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let mut damaged = good.snapshot.into_inner();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0x40;
+
+        let before_state = machine.handle().read(|a| a.state.clone());
+        let before_applied = machine.applied_state().await.unwrap();
+        let mut incoming = machine.begin_receiving_snapshot().await.unwrap();
+        incoming.get_mut().extend_from_slice(&damaged);
+        let err = machine
+            .install_snapshot(&good.meta, incoming)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        assert_eq!(machine.handle().read(|a| a.state.clone()), before_state);
+        assert_eq!(machine.applied_state().await.unwrap(), before_applied);
+        let stored = machine.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(stored.meta, good.meta);
+    });
+}
+
+#[test]
+fn a_slow_build_of_older_state_never_replaces_a_newer_installed_snapshot() {
+    let source_dir = TempDir::new().unwrap();
+    let (newer_meta, newer_data) = lifetime(&source_dir, async |db| {
+        let (_log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        machine.apply(fill(60)).await.unwrap();
+        let snapshot = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        (snapshot.meta, snapshot.snapshot.into_inner())
+    });
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let (_log, mut machine) = open_stores(&db, LogStoreConfig::default());
+        machine.apply(fill(20)).await.unwrap();
+        let mut older_builder = machine.get_snapshot_builder().await;
+        let mut incoming = machine.begin_receiving_snapshot().await.unwrap();
+        incoming.get_mut().extend_from_slice(&newer_data);
+        machine
+            .install_snapshot(&newer_meta, incoming)
+            .await
+            .unwrap();
+        older_builder.build_snapshot().await.unwrap();
+        let current = machine.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(
+            current.meta, newer_meta,
+            "the stored snapshot moved backwards"
+        );
+    });
+}
+
+/// Rewrites one stored record in place, as a bit rot or a future version would leave it.
+fn tamper(dir: &TempDir, tree: &str, key: &[u8], change: impl FnOnce(&mut Vec<u8>)) {
+    let db = open_db(dir.path());
+    let tree = db.open_tree(tree).unwrap();
+    let mut record = tree.get(key).unwrap().expect("record exists").to_vec();
+    change(&mut record);
+    tree.insert(key, record).unwrap();
+    db.flush().unwrap();
+}
+
+#[test]
+fn a_corrupt_or_future_version_log_entry_is_reported_not_misread() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let (mut log, _) = open_stores(&db, LogStoreConfig::default());
+        append_durably(&mut log, fill(10)).await;
+    });
+
+    tamper(&dir, LOG_TREE, &7u64.to_be_bytes(), |record| {
+        let last = record.len() - 1;
+        record[last] ^= 0x01;
+    });
+    tamper(&dir, LOG_TREE, &9u64.to_be_bytes(), |record| record[0] = 2);
+
+    lifetime(&dir, async |db| {
+        let (mut log, _) = open_stores(&db, LogStoreConfig::default());
+        assert_eq!(
+            log.try_get_log_entries(1..=6).await.unwrap().len(),
+            6,
+            "untouched entries read fine"
+        );
+        let corrupt = log
+            .try_get_log_entries(7..=7)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(corrupt.contains("checksum"), "{corrupt}");
+        let future = log
+            .try_get_log_entries(9..=9)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(future.contains("format version 2"), "{future}");
+        // The last entry decides the log state, and it is still intact.
+        assert_eq!(
+            log.get_log_state().await.unwrap().last_log_id,
+            Some(log_id(1, 10))
+        );
+    });
+}
+
+#[test]
+fn a_corrupt_stored_snapshot_is_reported_at_open() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let (_, mut machine) = open_stores(&db, LogStoreConfig::default());
+        machine.apply(fill(10)).await.unwrap();
+        machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+    });
+    tamper(&dir, SNAPSHOT_TREE, b"data", |record| {
+        let middle = record.len() / 2;
+        record[middle] ^= 0x10;
+    });
+    let db = open_db(dir.path());
+    let opened = block_on(async {
+        leasehold_raft_store::open::<KvConfig, KvState>(&db, LogStoreConfig::default())
+    });
+    let err = opened.expect_err("a corrupt snapshot must not be restored");
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                what: "snapshot",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// The same commands under a newer schema: a data directory of schema 1 must not be read by it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct KvStateV2(KvState);
+
+impl StateMachine<KvConfig> for KvStateV2 {
+    const SCHEMA_VERSION: u32 = 2;
+
+    fn apply(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
+        self.0.apply(log_index, command)
+    }
+}
+
+#[test]
+fn a_data_directory_of_another_schema_is_refused() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        open_stores(&db, LogStoreConfig::default());
+    });
+    let db = open_db(dir.path());
+    let opened = block_on(async {
+        leasehold_raft_store::open::<KvConfig, KvStateV2>(&db, LogStoreConfig::default())
+    });
+    let err = opened.expect_err("schema 2 must refuse a schema 1 directory");
+    assert!(
+        matches!(
+            err,
+            StoreError::SchemaMismatch {
+                found: 1,
+                expected: 2
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// Appends queued while no flush is running all complete with one flush; without group commit
+/// every append pays its own.
+#[test]
+fn appends_that_arrive_together_share_one_flush() {
+    for (group_commit, expect_flushes) in [(true, 1u64), (false, 64u64)] {
+        let dir = TempDir::new().unwrap();
+        // Single-threaded: the flusher task cannot run until the test awaits, so all 64 appends
+        // are queued before the first flush starts.
+        block_on(async {
+            let db = open_db(dir.path());
+            let config = LogStoreConfig {
+                group_commit,
+                ..LogStoreConfig::default()
+            };
+            let (mut log, _) = open_stores(&db, config);
+            let stats = log.stats();
+            let mut durable = Vec::new();
+            for index in 1..=64 {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                log.append_with(
+                    vec![set_entry(1, index)],
+                    Box::new(move |r| drop(tx.send(r))),
+                )
+                .await
+                .unwrap();
+                durable.push(rx);
+            }
+            for rx in durable {
+                rx.await.unwrap().unwrap();
+            }
+            let flushes = stats
+                .append_flushes
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(flushes, expect_flushes, "group_commit={group_commit}");
+            assert_eq!(
+                stats
+                    .appends_acknowledged
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                64
+            );
+        });
+    }
+}
+
+#[test]
+fn an_interrupted_purge_leaves_no_readable_entry_behind_the_purge_point() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let (mut log, _) = open_stores(&db, LogStoreConfig::default());
+        append_durably(&mut log, fill(20)).await;
+    });
+    // A crash between persisting the purge point and deleting entries leaves both on disk.
+    {
+        let db = open_db(dir.path());
+        let meta = db.open_tree(leasehold_raft_store::META_TREE).unwrap();
+        meta.insert(
+            b"last_purged",
+            leasehold_raft_store::codec::encode("last purged log id", &log_id(1, 12)).unwrap(),
+        )
+        .unwrap();
+        db.flush().unwrap();
+    }
+    lifetime(&dir, async |db| {
+        let (mut log, _) = open_stores(&db, LogStoreConfig::default());
+        assert!(log.try_get_log_entries(..=12).await.unwrap().is_empty());
+        assert_eq!(log.try_get_log_entries(13..).await.unwrap().len(), 8);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 12)));
+        assert_eq!(state.last_log_id, Some(log_id(1, 20)));
+    });
+}
