@@ -1,0 +1,902 @@
+//! Typed HTTP client for the manager API: leader following and P7.1 patience.
+//!
+//! Every call goes through one retry loop (the private `Client::send`). It decides from the
+//! shape of each failure whether retrying is safe:
+//!
+//! | failure | any call | idempotent call (P7.2) |
+//! |---|---|---|
+//! | connection never made (refused, DNS, connect timeout) | retry, next endpoint | retry |
+//! | `not_leader`, `no_leader`, `sharding_not_ready` (P7.1) | retry | retry |
+//! | outcome unknown (timeout or reset after sending, `timeout`/`unavailable`, bare 502–504) | return | retry |
+//! | anything else | return | return |
+//!
+//! Retries stop once [`ClientConfig::patience`] is spent; the last error is then wrapped in
+//! [`ClientError::PatienceExhausted`]. No attempt starts after the deadline, so a call takes at
+//! most `patience + request_timeout`. Dropping the future cancels the call.
+
+use std::error::Error as StdError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::problem::{ErrorCode, Problem, LEADER_HEADER, REQUEST_ID_HEADER};
+use crate::wire::{
+    AddNodeRequest, ClusterInfo, Grant, RegisterRequest, ReleaseRequest, RenewRequest,
+};
+
+/// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
+/// partitioned replica (packets dropped, no RST) costs about a second of the patience budget
+/// before the next endpoint is tried, not the whole request timeout.
+const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(1);
+
+/// Largest reply body read into memory; bounds what a confused or hostile peer can make us
+/// allocate. Far above the biggest legitimate reply (`/v1/state` of a large cluster).
+const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// How much of an unexpected body is kept in [`ClientError::Unexpected`]; enough to recognise
+/// a proxy's error page, short enough to log.
+const MAX_ERROR_BODY_CHARS: usize = 1024;
+
+/// What the client accepts back: JSON on success, problem+json on error (§9).
+const ACCEPT_VALUE: &str = "application/json, application/problem+json";
+
+/// Timing knobs. The defaults are PROTOCOL §11's client patience.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Bound on one attempt, from connecting to reading the whole reply.
+    pub request_timeout: Duration,
+    /// Total time spent retrying refusals and re-resolving the leader before giving up (P7.1).
+    pub patience: Duration,
+    /// Pause between retries that cannot be served elsewhere at once (P7.1: 250 ms).
+    pub retry_interval: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout: Duration::from_secs(5),
+            patience: Duration::from_secs(8),
+            retry_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// An endpoint is not an `http(s)://host[:port]` URL, or the list is empty.
+    #[error("invalid endpoint: {0}")]
+    InvalidEndpoint(String),
+    /// A [`ClientConfig`] value cannot work (e.g. a zero timeout).
+    #[error("invalid client configuration: {0}")]
+    InvalidConfig(String),
+    /// Refused client-side before anything was sent (e.g. an executor id containing '/').
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The server answered with a problem document.
+    #[error("server refused: {0}")]
+    Problem(Problem),
+    /// The server answered with a status this call does not expect and no problem document.
+    #[error("unexpected reply {status}: {body}")]
+    Unexpected {
+        /// HTTP status received.
+        status: u16,
+        /// Start of the body, for diagnosis.
+        body: String,
+    },
+    /// The server could not be reached or the connection failed mid-call.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// A success reply whose body is not what the API promises.
+    #[error("cannot decode reply: {0}")]
+    Decode(String),
+    /// Retries did not succeed within [`ClientConfig::patience`]; `last` is the final attempt's
+    /// error.
+    #[error("gave up after retrying for the configured patience; last error: {last}")]
+    PatienceExhausted {
+        /// Error of the last attempt.
+        last: Box<ClientError>,
+    },
+}
+
+impl ClientError {
+    /// The problem code behind this error, looking through [`ClientError::PatienceExhausted`].
+    /// Client-side request validation reports [`ErrorCode::InvalidRequest`] like the server
+    /// would.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Problem(problem) => Some(problem.code),
+            ClientError::InvalidRequest(_) => Some(ErrorCode::InvalidRequest),
+            ClientError::PatienceExhausted { last } => last.code(),
+            _ => None,
+        }
+    }
+
+    /// The server's problem document, looking through [`ClientError::PatienceExhausted`].
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            ClientError::Problem(problem) => Some(problem),
+            ClientError::PatienceExhausted { last } => last.problem(),
+            _ => None,
+        }
+    }
+
+    /// Short label for logs and metrics.
+    fn label(&self) -> &'static str {
+        match self {
+            ClientError::Problem(problem) => problem.code.as_str(),
+            ClientError::InvalidEndpoint(_) => "invalid_endpoint",
+            ClientError::InvalidConfig(_) => "invalid_config",
+            ClientError::InvalidRequest(_) => "invalid_request",
+            ClientError::Unexpected { .. } => "unexpected_status",
+            ClientError::Transport(_) => "transport",
+            ClientError::Decode(_) => "decode",
+            ClientError::PatienceExhausted { .. } => "patience_exhausted",
+        }
+    }
+}
+
+/// Whether repeating a request whose outcome is unknown is harmless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Idempotency {
+    /// Reads, and writes carrying their own idempotency key (register by incarnation, renew,
+    /// release, deregister: P7.2).
+    Safe,
+    /// A repeat could act twice; only P7.1 refusals and unsent requests are retried.
+    Unsafe,
+}
+
+/// One failed attempt, classified by what a retry could do.
+#[derive(Debug)]
+enum Failure {
+    /// Nothing reached the server; any request may go elsewhere at once.
+    NotSent(ClientError),
+    /// A P7.1 refusal: nothing was applied.
+    Refused(ErrorCode, ClientError),
+    /// The server may have applied the request; only idempotent requests may repeat it.
+    Unknown(ClientError),
+    /// Repeating cannot help.
+    Final(ClientError),
+}
+
+impl Failure {
+    fn into_error(self) -> ClientError {
+        match self {
+            Failure::NotSent(e)
+            | Failure::Refused(_, e)
+            | Failure::Unknown(e)
+            | Failure::Final(e) => e,
+        }
+    }
+}
+
+/// A 2xx reply.
+#[derive(Debug)]
+struct Reply {
+    status: StatusCode,
+    body: Vec<u8>,
+}
+
+/// Where the next request goes.
+#[derive(Debug, Default)]
+struct Route {
+    /// Last leader named by a server (§9 header or problem body); tried first.
+    leader: Option<String>,
+    /// Index into the configured endpoints of the one to try when no leader is known.
+    cursor: usize,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// One connection pool for every call and clone (STYLE: no client per RPC).
+    http: reqwest::Client,
+    /// Normalised base URLs, no trailing slash.
+    endpoints: Vec<String>,
+    config: ClientConfig,
+    /// Shared by clones so one discovered leader serves every caller.
+    route: Mutex<Route>,
+    /// Per-client random-ish prefix so request ids from two processes do not collide in logs.
+    request_id_prefix: String,
+    next_request_id: AtomicU64,
+}
+
+/// Async client for the manager API. Cloning is cheap and clones share the connection pool and
+/// the leader hint.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    /// A client with the default [`ClientConfig`].
+    pub fn new(endpoints: Vec<String>) -> Result<Self, ClientError> {
+        Self::with_config(endpoints, ClientConfig::default())
+    }
+
+    /// A client for the given manager base URLs (`http(s)://host:port`).
+    pub fn with_config(endpoints: Vec<String>, config: ClientConfig) -> Result<Self, ClientError> {
+        if endpoints.is_empty() {
+            return Err(ClientError::InvalidEndpoint(
+                "no endpoints given".to_owned(),
+            ));
+        }
+        let endpoints = endpoints
+            .iter()
+            .map(|raw| normalize_endpoint(raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        if config.request_timeout.is_zero() {
+            return Err(ClientError::InvalidConfig(
+                "request_timeout must be positive".to_owned(),
+            ));
+        }
+        if config.retry_interval.is_zero() {
+            // A zero pause would turn the retry loop into a busy loop for the whole patience.
+            return Err(ClientError::InvalidConfig(
+                "retry_interval must be positive".to_owned(),
+            ));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout.min(CONNECT_TIMEOUT_MAX))
+            // Managers and executors talk directly: a proxy would turn "connection refused"
+            // (safe to retry anywhere) into an opaque 502 and hide which replica answered.
+            .no_proxy()
+            .build()
+            .map_err(|e| ClientError::InvalidConfig(format!("http client: {}", error_chain(&e))))?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                endpoints,
+                config,
+                route: Mutex::new(Route::default()),
+                request_id_prefix: request_id_prefix(),
+                next_request_id: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The configured endpoints, normalised.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The leader address the next request will try first, if one is known.
+    pub fn leader_hint(&self) -> Option<String> {
+        self.route().leader.clone()
+    }
+
+    /// `POST /v1/executors`: register (P4.4). Retried on unknown outcome: the incarnation is the
+    /// idempotency key, so a retry returns the same executor (P7.2).
+    pub async fn register(&self, request: &RegisterRequest) -> Result<Grant, ClientError> {
+        let body = encode(request)?;
+        let reply = self
+            .send(Method::POST, "/v1/executors", Some(body), Idempotency::Safe)
+            .await?;
+        decode(&reply)
+    }
+
+    /// `POST /v1/executors/{id}/renew`. A renewal is a `max` on the manager (P3.4), so a repeat is
+    /// harmless.
+    pub async fn renew(
+        &self,
+        executor_id: &str,
+        request: &RenewRequest,
+    ) -> Result<Grant, ClientError> {
+        let path = format!("/v1/executors/{}/renew", path_segment(executor_id)?);
+        let body = encode(request)?;
+        let reply = self
+            .send(Method::POST, &path, Some(body), Idempotency::Safe)
+            .await?;
+        decode(&reply)
+    }
+
+    /// `POST /v1/executors/{id}/release`: acknowledge a revoke. Names its handoff (P5.2), so a
+    /// repeat for a handoff already settled is ignored by the manager.
+    pub async fn release(
+        &self,
+        executor_id: &str,
+        request: &ReleaseRequest,
+    ) -> Result<(), ClientError> {
+        let path = format!("/v1/executors/{}/release", path_segment(executor_id)?);
+        let body = encode(request)?;
+        self.send(Method::POST, &path, Some(body), Idempotency::Safe)
+            .await?;
+        Ok(())
+    }
+
+    /// `DELETE /v1/executors/{id}` (P3.7). A repeat after a lost reply still succeeds through the
+    /// manager's tombstone (P7.2); an id that never existed is `404 not_found`/`unknown_executor`.
+    pub async fn deregister(&self, executor_id: &str) -> Result<(), ClientError> {
+        let path = format!("/v1/executors/{}", path_segment(executor_id)?);
+        let reply = self
+            .send(Method::DELETE, &path, None, Idempotency::Safe)
+            .await?;
+        expect_status(&reply, StatusCode::NO_CONTENT)
+    }
+
+    /// `GET /v1/cluster` from whichever replica answers, following the leader.
+    pub async fn cluster_info(&self) -> Result<ClusterInfo, ClientError> {
+        let reply = self
+            .send(Method::GET, "/v1/cluster", None, Idempotency::Safe)
+            .await?;
+        decode(&reply)
+    }
+
+    /// `GET /v1/cluster` from exactly `endpoint`: one attempt, no failover, no retry, so tests
+    /// and operators can see each replica's own view.
+    pub async fn cluster_info_from(&self, endpoint: &str) -> Result<ClusterInfo, ClientError> {
+        let base = normalize_endpoint(endpoint)?;
+        let request_id = self.next_request_id();
+        let reply = self
+            .attempt(&base, &Method::GET, "/v1/cluster", None, &request_id)
+            .await
+            .map_err(Failure::into_error)?;
+        decode(&reply)
+    }
+
+    /// `POST /v1/cluster/init`. Initialisation is safe to repeat (§10).
+    pub async fn init_cluster(&self) -> Result<serde_json::Value, ClientError> {
+        let reply = self
+            .send(Method::POST, "/v1/cluster/init", None, Idempotency::Safe)
+            .await?;
+        decode_optional_json(&reply)
+    }
+
+    /// `POST /v1/cluster/nodes`: add a learner and promote it. Not repeated on unknown outcome:
+    /// a membership change is not known to be idempotent.
+    pub async fn add_node(
+        &self,
+        request: &AddNodeRequest,
+    ) -> Result<serde_json::Value, ClientError> {
+        let body = encode(request)?;
+        let reply = self
+            .send(
+                Method::POST,
+                "/v1/cluster/nodes",
+                Some(body),
+                Idempotency::Unsafe,
+            )
+            .await?;
+        decode_optional_json(&reply)
+    }
+
+    /// `DELETE /v1/cluster/nodes/{id}`.
+    pub async fn remove_node(&self, node_id: u64) -> Result<serde_json::Value, ClientError> {
+        let path = format!("/v1/cluster/nodes/{node_id}");
+        let reply = self
+            .send(Method::DELETE, &path, None, Idempotency::Unsafe)
+            .await?;
+        decode_optional_json(&reply)
+    }
+
+    /// `POST /v1/cluster/snapshot`: ask the serving replica to snapshot now (P2.5).
+    pub async fn trigger_snapshot(&self) -> Result<serde_json::Value, ClientError> {
+        let reply = self
+            .send(
+                Method::POST,
+                "/v1/cluster/snapshot",
+                None,
+                Idempotency::Unsafe,
+            )
+            .await?;
+        decode_optional_json(&reply)
+    }
+
+    /// Generic inspection `GET` (e.g. `/v1/state`, `/v1/routing?key=k`); `path` starts with `/`
+    /// and may carry a query string.
+    pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        validate_path(path)?;
+        let reply = self
+            .send(Method::GET, path, None, Idempotency::Safe)
+            .await?;
+        decode_optional_json(&reply)
+    }
+
+    /// The retry loop every call goes through (see the module docs for the policy).
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        idempotency: Idempotency,
+    ) -> Result<Reply, ClientError> {
+        let config = self.inner.config;
+        let deadline = Instant::now() + config.patience;
+        // The same id on every retry, so server logs show one call, not several.
+        let request_id = self.next_request_id();
+        // Back-to-back attempts (no pause) are allowed only while moving to another replica,
+        // and at most once per endpoint between pauses, so a cluster that refuses every
+        // connection is still polled at `retry_interval`, not in a busy loop.
+        let max_quick_attempts = self.inner.endpoints.len();
+        let mut quick_attempts = 0;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt = attempt.saturating_add(1);
+            let target = self.target();
+            let failure = match self
+                .attempt(&target, &method, path, body.as_deref(), &request_id)
+                .await
+            {
+                Ok(reply) => return Ok(reply),
+                Err(failure) => failure,
+            };
+            let (error, quick) = match failure {
+                Failure::Final(error) => return Err(error),
+                Failure::Unknown(error) if idempotency == Idempotency::Unsafe => return Err(error),
+                Failure::Unknown(error) => {
+                    self.mark_failed(&target);
+                    (error, false)
+                }
+                Failure::NotSent(error) => {
+                    self.mark_failed(&target);
+                    (error, true)
+                }
+                // Not a routing problem: the same replica will be ready first.
+                Failure::Refused(ErrorCode::ShardingNotReady, error) => (error, false),
+                Failure::Refused(_, error) => {
+                    let redirected = self.target() != target;
+                    if !redirected {
+                        self.mark_failed(&target);
+                    }
+                    // Following a named leader is immediate; "no leader anywhere" waits.
+                    (error, redirected)
+                }
+            };
+            let pause = if quick && quick_attempts < max_quick_attempts {
+                quick_attempts += 1;
+                Duration::ZERO
+            } else {
+                quick_attempts = 0;
+                config.retry_interval
+            };
+            if Instant::now() + pause > deadline {
+                debug!(attempt, endpoint = %target, code = error.label(), "giving up: patience spent");
+                return Err(ClientError::PatienceExhausted {
+                    last: Box::new(error),
+                });
+            }
+            debug!(
+                attempt,
+                endpoint = %target,
+                code = error.label(),
+                pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                "retrying request"
+            );
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+
+    /// One request to one replica, classified. Records any leader the reply names.
+    async fn attempt(
+        &self,
+        base: &str,
+        method: &Method,
+        path: &str,
+        body: Option<&[u8]>,
+        request_id: &str,
+    ) -> Result<Reply, Failure> {
+        let url = format!("{base}{path}");
+        let mut request = self
+            .inner
+            .http
+            .request(method.clone(), &url)
+            .header(ACCEPT, ACCEPT_VALUE)
+            .header(REQUEST_ID_HEADER, request_id);
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.to_vec());
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| classify_send_error(&url, &e))?;
+
+        let header_leader = response
+            .headers()
+            .get(LEADER_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        if let Some(leader) = &header_leader {
+            self.record_leader(leader);
+        }
+
+        let status = response.status();
+        let body = read_body(&mut response).await?;
+        if status.is_success() {
+            return Ok(Reply { status, body });
+        }
+        match serde_json::from_slice::<Problem>(&body) {
+            Ok(problem) => {
+                if header_leader.is_none() {
+                    if let Some(leader) = &problem.leader {
+                        self.record_leader(leader);
+                    }
+                }
+                let code = problem.code;
+                let error = ClientError::Problem(problem);
+                Err(if code.retryable_without_side_effects() {
+                    Failure::Refused(code, error)
+                } else if matches!(code, ErrorCode::Timeout | ErrorCode::Unavailable) {
+                    // The server stopped waiting, not necessarily working: the write may
+                    // still commit.
+                    Failure::Unknown(error)
+                } else {
+                    Failure::Final(error)
+                })
+            }
+            Err(_) => {
+                let error = unexpected(status, &body);
+                Err(match status {
+                    // A gateway or load balancer between us and the replica; outcome unknown.
+                    StatusCode::BAD_GATEWAY
+                    | StatusCode::SERVICE_UNAVAILABLE
+                    | StatusCode::GATEWAY_TIMEOUT => Failure::Unknown(error),
+                    _ => Failure::Final(error),
+                })
+            }
+        }
+    }
+
+    fn route(&self) -> std::sync::MutexGuard<'_, Route> {
+        // The route is a hint; a panic elsewhere while holding it cannot leave it harmful.
+        self.inner
+            .route
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The known leader, else the current endpoint.
+    fn target(&self) -> String {
+        let route = self.route();
+        match &route.leader {
+            Some(leader) => leader.clone(),
+            None => self.inner.endpoints[route.cursor % self.inner.endpoints.len()].clone(),
+        }
+    }
+
+    /// `target` failed: forget it as leader and move past it. Compares before changing so
+    /// concurrent calls failing on the same replica advance the cursor once, not once each.
+    fn mark_failed(&self, target: &str) {
+        let endpoint_count = self.inner.endpoints.len();
+        let mut route = self.route();
+        if route.leader.as_deref() == Some(target) {
+            route.leader = None;
+        }
+        if self.inner.endpoints[route.cursor % endpoint_count] == target {
+            route.cursor = (route.cursor + 1) % endpoint_count;
+        }
+    }
+
+    /// Remember a leader named by a server; ignore values that are not usable base URLs.
+    fn record_leader(&self, raw: &str) {
+        match normalize_endpoint(raw) {
+            Ok(leader) => self.route().leader = Some(leader),
+            Err(error) => debug!(leader = raw, %error, "ignoring unusable leader hint"),
+        }
+    }
+
+    fn next_request_id(&self) -> String {
+        let n = self.inner.next_request_id.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.inner.request_id_prefix)
+    }
+}
+
+/// Prefix for request ids: time and pid, enough to tell processes apart in logs (not a
+/// security token, so no random source is needed).
+fn request_id_prefix() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("lh{:x}{:08x}", std::process::id(), nanos)
+}
+
+/// Check an endpoint is `http(s)://host[:port][/prefix]` and strip the trailing slash so
+/// endpoints and leader hints compare equal when they name the same replica.
+fn normalize_endpoint(raw: &str) -> Result<String, ClientError> {
+    let invalid = |why: &str| ClientError::InvalidEndpoint(format!("{raw:?}: {why}"));
+    let url = Url::parse(raw).map_err(|e| invalid(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("missing host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("must not carry a query or fragment"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// Percent-encode one path segment. Ids are manager-minted and opaque, but an id containing
+/// '/' or whitespace can only be a caller bug, and '.'/'..' would be collapsed by URL
+/// normalisation into another path, so those are refused instead of encoded.
+fn path_segment(id: &str) -> Result<String, ClientError> {
+    if id.is_empty()
+        || id == "."
+        || id == ".."
+        || id
+            .chars()
+            .any(|c| c == '/' || c.is_whitespace() || c.is_control())
+    {
+        return Err(ClientError::InvalidRequest(format!(
+            "{id:?} is not a valid path segment (empty, '.', '..', or contains '/', whitespace or control characters)"
+        )));
+    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut encoded = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push('%');
+            encoded.push(char::from(HEX[usize::from(byte >> 4)]));
+            encoded.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+    Ok(encoded)
+}
+
+/// A caller-supplied path for [`Client::get_json`] must stay on the replica it is sent to.
+fn validate_path(path: &str) -> Result<(), ClientError> {
+    if !path.starts_with('/')
+        || path.starts_with("//")
+        || path.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ClientError::InvalidRequest(format!(
+            "{path:?} must start with a single '/' and contain no whitespace"
+        )));
+    }
+    Ok(())
+}
+
+fn classify_send_error(url: &str, error: &reqwest::Error) -> Failure {
+    let message = format!("{url}: {}", error_chain(error));
+    if error.is_builder() {
+        Failure::Final(ClientError::InvalidRequest(message))
+    } else if error.is_connect() {
+        // Covers refused, DNS failure and connect timeout: no byte of the request was sent.
+        Failure::NotSent(ClientError::Transport(message))
+    } else {
+        // Timeout or reset after the request may have been written.
+        Failure::Unknown(ClientError::Transport(message))
+    }
+}
+
+async fn read_body(response: &mut reqwest::Response) -> Result<Vec<u8>, Failure> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| Failure::Unknown(ClientError::Transport(error_chain(&e))))?
+    {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(Failure::Final(ClientError::Decode(format!(
+                "reply body exceeds {MAX_RESPONSE_BYTES} bytes"
+            ))));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn unexpected(status: StatusCode, body: &[u8]) -> ClientError {
+    let text = String::from_utf8_lossy(body);
+    ClientError::Unexpected {
+        status: status.as_u16(),
+        body: text.chars().take(MAX_ERROR_BODY_CHARS).collect(),
+    }
+}
+
+fn expect_status(reply: &Reply, expected: StatusCode) -> Result<(), ClientError> {
+    if reply.status == expected {
+        Ok(())
+    } else {
+        Err(unexpected(reply.status, &reply.body))
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ClientError> {
+    serde_json::to_vec(value)
+        .map_err(|e| ClientError::InvalidRequest(format!("cannot encode body: {e}")))
+}
+
+fn decode<T: DeserializeOwned>(reply: &Reply) -> Result<T, ClientError> {
+    serde_json::from_slice(&reply.body).map_err(|e| {
+        let start: String = String::from_utf8_lossy(&reply.body)
+            .chars()
+            .take(MAX_ERROR_BODY_CHARS)
+            .collect();
+        ClientError::Decode(format!("{e} in {start:?}"))
+    })
+}
+
+/// Administrative replies are not pinned by the protocol; an empty body reads as `null`.
+fn decode_optional_json(reply: &Reply) -> Result<serde_json::Value, ClientError> {
+    if reply.body.iter().all(u8::is_ascii_whitespace) {
+        Ok(serde_json::Value::Null)
+    } else {
+        decode(reply)
+    }
+}
+
+/// reqwest's top-level message is terse ("error sending request"); the cause is in the chain.
+fn error_chain(error: &dyn StdError) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    // Bounded: real chains are a handful deep.
+    for _ in 0..8 {
+        let Some(cause) = source else { break };
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_validated_and_normalised() {
+        assert_eq!(
+            normalize_endpoint("http://127.0.0.1:7001/").unwrap(),
+            "http://127.0.0.1:7001"
+        );
+        assert_eq!(
+            normalize_endpoint("http://127.0.0.1:7001").unwrap(),
+            "http://127.0.0.1:7001"
+        );
+        assert_eq!(
+            normalize_endpoint("https://m1.example:443/").unwrap(),
+            "https://m1.example"
+        );
+        assert_eq!(
+            normalize_endpoint("http://h:1/prefix/").unwrap(),
+            "http://h:1/prefix"
+        );
+        for bad in [
+            "",
+            "127.0.0.1:7001",
+            "ftp://h:1",
+            "http://",
+            "http://h:1/?q=1",
+            "http://h:1/#f",
+            "not a url",
+        ] {
+            assert!(
+                matches!(
+                    normalize_endpoint(bad),
+                    Err(ClientError::InvalidEndpoint(_))
+                ),
+                "accepted {bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn new_rejects_empty_and_bad_endpoint_lists() {
+        assert!(matches!(
+            Client::new(vec![]),
+            Err(ClientError::InvalidEndpoint(_))
+        ));
+        assert!(matches!(
+            Client::new(vec!["http://127.0.0.1:1".into(), "mailto:x@y".into()]),
+            Err(ClientError::InvalidEndpoint(_))
+        ));
+        let client = Client::new(vec!["http://127.0.0.1:1/".into()]).unwrap();
+        assert_eq!(client.endpoints(), ["http://127.0.0.1:1"]);
+        assert_eq!(client.config(), &ClientConfig::default());
+    }
+
+    #[test]
+    fn new_rejects_zero_durations() {
+        let zero_interval = ClientConfig {
+            retry_interval: Duration::ZERO,
+            ..ClientConfig::default()
+        };
+        assert!(matches!(
+            Client::with_config(vec!["http://h:1".into()], zero_interval),
+            Err(ClientError::InvalidConfig(_))
+        ));
+        let zero_timeout = ClientConfig {
+            request_timeout: Duration::ZERO,
+            ..ClientConfig::default()
+        };
+        assert!(matches!(
+            Client::with_config(vec!["http://h:1".into()], zero_timeout),
+            Err(ClientError::InvalidConfig(_))
+        ));
+    }
+
+    #[test]
+    fn defaults_match_protocol_section_11() {
+        let config = ClientConfig::default();
+        assert_eq!(config.patience, Duration::from_secs(8));
+        assert_eq!(config.retry_interval, Duration::from_millis(250));
+        assert_eq!(config.request_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn path_segments_are_encoded_or_refused() {
+        assert_eq!(path_segment("ex-1_a.b~c").unwrap(), "ex-1_a.b~c");
+        assert_eq!(path_segment("ex:1%?#").unwrap(), "ex%3A1%25%3F%23");
+        assert_eq!(path_segment("é").unwrap(), "%C3%A9");
+        for bad in ["", ".", "..", "a/b", "a b", "a\tb", "a\nb", "a\u{7f}"] {
+            assert!(
+                matches!(path_segment(bad), Err(ClientError::InvalidRequest(_))),
+                "accepted {bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn inspection_paths_are_validated() {
+        assert!(validate_path("/v1/state").is_ok());
+        assert!(validate_path("/v1/routing?key=abc").is_ok());
+        for bad in ["v1/state", "//evil.example/x", "/v1/a b", "http://h/v1"] {
+            assert!(validate_path(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn code_looks_through_patience_exhausted() {
+        let refused = ClientError::Problem(Problem::new(ErrorCode::NoLeader, "electing"));
+        assert_eq!(refused.code(), Some(ErrorCode::NoLeader));
+        let exhausted = ClientError::PatienceExhausted {
+            last: Box::new(refused),
+        };
+        assert_eq!(exhausted.code(), Some(ErrorCode::NoLeader));
+        assert_eq!(exhausted.problem().map(|p| p.status), Some(503));
+        assert_eq!(ClientError::Transport("x".into()).code(), None);
+        assert_eq!(
+            ClientError::InvalidRequest("x".into()).code(),
+            Some(ErrorCode::InvalidRequest)
+        );
+    }
+
+    #[test]
+    fn mark_failed_rotates_endpoints_and_drops_a_failed_leader() {
+        let client = Client::new(vec!["http://a:1".into(), "http://b:1".into()]).unwrap();
+        assert_eq!(client.target(), "http://a:1");
+        client.mark_failed("http://a:1");
+        assert_eq!(client.target(), "http://b:1");
+        // A second report of the same failure must not skip b.
+        client.mark_failed("http://a:1");
+        assert_eq!(client.target(), "http://b:1");
+
+        client.record_leader("http://c:1/");
+        assert_eq!(client.target(), "http://c:1");
+        assert_eq!(client.leader_hint().as_deref(), Some("http://c:1"));
+        client.mark_failed("http://c:1");
+        assert_eq!(client.leader_hint(), None);
+        assert_eq!(client.target(), "http://b:1");
+
+        client.record_leader("not a url");
+        assert_eq!(client.leader_hint(), None, "unusable hints are ignored");
+    }
+
+    #[test]
+    fn clones_share_the_leader_hint() {
+        let client = Client::new(vec!["http://a:1".into()]).unwrap();
+        let clone = client.clone();
+        client.record_leader("http://b:2");
+        assert_eq!(clone.leader_hint().as_deref(), Some("http://b:2"));
+    }
+}

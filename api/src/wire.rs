@@ -1,0 +1,342 @@
+//! JSON bodies of the HTTP surface (PROTOCOL §9).
+//!
+//! Request types (bodies a peer sends *to* us) reject unknown fields so a misspelt field is a
+//! `400 invalid_request` instead of a silently ignored claim (I6). Reply types accept unknown
+//! fields so a newer server can add information without breaking older clients.
+//!
+//! These types only describe shape; range checks (a shard below the shard count, a sane address)
+//! belong to the receiver, which knows the limits.
+
+use serde::{Deserialize, Serialize};
+
+/// One shard together with its ownership generation (P2.1), the fencing token downstream storage
+/// can compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+// Part of request bodies (renew claims, assignment pushes), so it is as strict as they are.
+#[serde(deny_unknown_fields)]
+pub struct ShardEpoch {
+    /// Shard number, `0..shard_count`.
+    pub shard: u32,
+    /// Advanced when and only when the shard gets a new owner.
+    pub epoch: u64,
+}
+
+/// `POST /v1/executors`: register an executor (P4.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// Random id picked at process start; the idempotency key that makes a retried
+    /// registration return the same executor (P4.4, P7.2).
+    pub incarnation: String,
+    /// Advertised base URL the manager pushes assignments and revokes to (P8.1).
+    pub address: String,
+    /// Human-friendly label for operators; carries no meaning for the protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Reply to register and renew: a grant, the only message that moves the lease clock (P3.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Manager-minted id; opaque to the executor.
+    pub executor_id: String,
+    /// Lease remaining, never an absolute time (P3.1); the executor anchors it at the instant
+    /// it sent the request (P3.2).
+    pub lease_ttl_ms: u64,
+    /// Raft log index the set was read from; orders this set against pushes (P4.1).
+    pub revision: u64,
+    /// Needed to map keys to shards (`crate::shard_for_key`).
+    pub shard_count: u32,
+    /// The full set the manager records for this executor (P4.2).
+    pub shards: Vec<ShardEpoch>,
+}
+
+/// `POST /v1/executors/{id}/renew`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// What the executor believes it holds, so the manager can spot lost pushes (P4.2) and
+    /// count a dropped claim as a revoke acknowledgement (P5.2).
+    pub claims: Vec<ShardEpoch>,
+    /// Revision of the last set the executor applied (P4.1).
+    pub revision: u64,
+}
+
+/// `POST /v1/executors/{id}/release`: acknowledge a revoke out of band.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// Shards the executor no longer admits work for.
+    pub shards: Vec<u32>,
+    /// Revision of the revoke being answered: an acknowledgement names the handoff it answers,
+    /// so one for a handoff that is no longer current is ignored (P5.2).
+    pub revoke_revision: u64,
+}
+
+/// `PUT /v1/assignment` on the executor: full replacement of its set (P4.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssignmentPush {
+    /// Applied only if at least the last revision applied (P4.1).
+    pub revision: u64,
+    /// Repeated so a push alone is enough to route keys.
+    pub shard_count: u32,
+    /// The complete set; a push never carries a lease (P3.3).
+    pub shards: Vec<ShardEpoch>,
+}
+
+/// `POST /v1/revoke` on the executor: stop admitting these shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokePush {
+    /// Revision the revoke was committed at; older than the last applied delivery means stale
+    /// and ignored (P4.1).
+    pub revision: u64,
+    /// Shards to stop admitting.
+    pub shards: Vec<u32>,
+}
+
+/// Executor's answer to a [`RevokePush`], sent only after admission really stopped (§9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeReply {
+    /// Echo of the revoke's revision, so the acknowledgement names its handoff (P5.2).
+    pub revision: u64,
+    /// Shards that no longer admit work; the only ones the manager may hand on.
+    pub released: Vec<u32>,
+    /// True when the revoke was stale and nothing was released: answered as ignored, never as
+    /// done (P5.2).
+    pub ignored: bool,
+}
+
+/// `GET /v1/health` on the executor: lets the manager check an address still belongs to the
+/// executor (and process incarnation) it thinks it does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorHealth {
+    /// The id this process registered under.
+    pub executor_id: String,
+    /// Distinguishes a restarted process on the same address.
+    pub incarnation: String,
+}
+
+/// A Raft voter or learner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Raft node id.
+    pub node_id: u64,
+    /// Advertised base URL of that manager.
+    pub address: String,
+}
+
+/// Latest snapshot a replica holds (P2.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// Last log index the snapshot covers; `None` for a snapshot of an empty log.
+    pub last_log_index: Option<u64>,
+    /// Opaque id, to tell two snapshots at the same index apart.
+    pub snapshot_id: String,
+}
+
+/// `GET /v1/cluster`: one replica's view of the Raft group, for operators and tests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    /// The replica that answered.
+    pub node_id: u64,
+    /// `None` while an election is under way.
+    pub leader_id: Option<u64>,
+    /// Where clients should send writes.
+    pub leader_address: Option<String>,
+    /// Current Raft term.
+    pub term: u64,
+    /// Members that vote.
+    pub voters: Vec<Member>,
+    /// Members that replicate but do not vote yet.
+    pub learners: Vec<Member>,
+    /// `None` on an empty log.
+    pub last_log_index: Option<u64>,
+    /// `None` before anything committed.
+    pub committed_index: Option<u64>,
+    /// `None` before anything applied.
+    pub applied_index: Option<u64>,
+    /// `None` before the first snapshot.
+    pub snapshot: Option<SnapshotInfo>,
+}
+
+/// `POST /v1/cluster/nodes`: add a manager as learner, then promote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddNodeRequest {
+    /// Raft node id of the new manager.
+    pub node_id: u64,
+    /// Its advertised base URL.
+    pub address: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn register_request_omits_absent_name() {
+        let req = RegisterRequest {
+            incarnation: "inc-1".into(),
+            address: "http://127.0.0.1:9000".into(),
+            name: None,
+        };
+        let value = serde_json::to_value(&req).unwrap();
+        assert_eq!(
+            value,
+            json!({"incarnation": "inc-1", "address": "http://127.0.0.1:9000"})
+        );
+        let back: RegisterRequest = serde_json::from_value(value).unwrap();
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn register_request_with_name_round_trips() {
+        let req = RegisterRequest {
+            incarnation: "inc-1".into(),
+            address: "http://127.0.0.1:9000".into(),
+            name: Some("worker-a".into()),
+        };
+        let text = serde_json::to_string(&req).unwrap();
+        assert_eq!(serde_json::from_str::<RegisterRequest>(&text).unwrap(), req);
+    }
+
+    /// I6: every request type refuses a field it does not know.
+    #[test]
+    fn request_types_reject_unknown_fields() {
+        fn rejects<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: serde_json::Value) {
+            let err = serde_json::from_value::<T>(value.clone())
+                .expect_err(&format!("accepted unknown field: {value}"));
+            assert!(err.to_string().contains("unknown field"), "{err}");
+        }
+        rejects::<RegisterRequest>(json!({"incarnation": "i", "address": "a", "extra": 1}));
+        rejects::<RenewRequest>(json!({"claims": [], "revision": 1, "lease_ttl_ms": 5}));
+        rejects::<RenewRequest>(
+            json!({"claims": [{"shard": 1, "epoch": 1, "owner": "x"}], "revision": 1}),
+        );
+        rejects::<ReleaseRequest>(json!({"shards": [1], "revoke_revision": 3, "x": true}));
+        rejects::<AssignmentPush>(
+            json!({"revision": 1, "shard_count": 4, "shards": [], "lease_ttl_ms": 1}),
+        );
+        rejects::<RevokePush>(json!({"revision": 1, "shards": [], "epoch": 1}));
+        rejects::<AddNodeRequest>(json!({"node_id": 4, "address": "http://h:1", "voter": true}));
+    }
+
+    /// I6: wrong types and out-of-range numbers are decode errors, not silent coercions.
+    #[test]
+    fn request_types_reject_wrong_types() {
+        assert!(
+            serde_json::from_value::<RenewRequest>(json!({"claims": [], "revision": "7"})).is_err()
+        );
+        assert!(
+            serde_json::from_value::<RenewRequest>(json!({"claims": {}, "revision": 7})).is_err()
+        );
+        assert!(
+            serde_json::from_value::<RenewRequest>(json!({"claims": [], "revision": -1})).is_err()
+        );
+        assert!(serde_json::from_value::<RegisterRequest>(
+            json!({"incarnation": 5, "address": "a"})
+        )
+        .is_err());
+        assert!(serde_json::from_value::<ReleaseRequest>(
+            json!({"shards": [4294967296u64], "revoke_revision": 1})
+        )
+        .is_err());
+        assert!(serde_json::from_value::<ReleaseRequest>(
+            json!({"shards": [1.5], "revoke_revision": 1})
+        )
+        .is_err());
+        assert!(
+            serde_json::from_value::<AddNodeRequest>(json!({"node_id": null, "address": "a"}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn request_types_reject_missing_fields() {
+        assert!(serde_json::from_value::<RegisterRequest>(json!({"incarnation": "i"})).is_err());
+        assert!(serde_json::from_value::<RenewRequest>(json!({"claims": []})).is_err());
+        assert!(serde_json::from_value::<ReleaseRequest>(json!({"shards": [1]})).is_err());
+    }
+
+    #[test]
+    fn grant_has_the_documented_shape() {
+        let grant = Grant {
+            executor_id: "ex-1".into(),
+            lease_ttl_ms: 60_000,
+            revision: 42,
+            shard_count: 8,
+            shards: vec![ShardEpoch { shard: 3, epoch: 2 }],
+        };
+        let value = serde_json::to_value(&grant).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "executor_id": "ex-1",
+                "lease_ttl_ms": 60000,
+                "revision": 42,
+                "shard_count": 8,
+                "shards": [{"shard": 3, "epoch": 2}],
+            })
+        );
+        assert_eq!(serde_json::from_value::<Grant>(value).unwrap(), grant);
+    }
+
+    #[test]
+    fn reply_types_tolerate_new_fields() {
+        let grant: Grant = serde_json::from_value(json!({
+            "executor_id": "ex-1", "lease_ttl_ms": 1, "revision": 1, "shard_count": 1,
+            "shards": [], "added_in_a_later_version": true,
+        }))
+        .unwrap();
+        assert_eq!(grant.executor_id, "ex-1");
+    }
+
+    #[test]
+    fn cluster_info_round_trips_with_and_without_optionals() {
+        let full = ClusterInfo {
+            node_id: 1,
+            leader_id: Some(2),
+            leader_address: Some("http://127.0.0.1:7002".into()),
+            term: 3,
+            voters: vec![Member {
+                node_id: 1,
+                address: "http://127.0.0.1:7001".into(),
+            }],
+            learners: vec![],
+            last_log_index: Some(10),
+            committed_index: Some(9),
+            applied_index: Some(9),
+            snapshot: Some(SnapshotInfo {
+                last_log_index: Some(5),
+                snapshot_id: "1-5-0".into(),
+            }),
+        };
+        let text = serde_json::to_string(&full).unwrap();
+        assert_eq!(serde_json::from_str::<ClusterInfo>(&text).unwrap(), full);
+
+        let sparse: ClusterInfo = serde_json::from_value(json!({
+            "node_id": 1, "term": 0, "voters": [], "learners": [],
+        }))
+        .unwrap();
+        assert_eq!(sparse.leader_id, None);
+        assert_eq!(sparse.snapshot, None);
+    }
+
+    #[test]
+    fn revoke_reply_round_trips() {
+        let reply = RevokeReply {
+            revision: 9,
+            released: vec![],
+            ignored: true,
+        };
+        let value = serde_json::to_value(&reply).unwrap();
+        assert_eq!(
+            value,
+            json!({"revision": 9, "released": [], "ignored": true})
+        );
+        assert_eq!(serde_json::from_value::<RevokeReply>(value).unwrap(), reply);
+    }
+}

@@ -1,0 +1,586 @@
+//! The client against in-process fake managers on 127.0.0.1: leader following, P7.1 patience,
+//! P7.2 retries of idempotent calls, and the replies each typed call expects.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use leasehold_api::{
+    AddNodeRequest, Client, ClientConfig, ClientError, ClusterInfo, ErrorCode, Grant, Problem,
+    RegisterRequest, ReleaseRequest, RenewRequest, ShardEpoch, LEADER_HEADER, PROBLEM_CONTENT_TYPE,
+    REQUEST_ID_HEADER,
+};
+
+/// Short timings so failure paths finish quickly; the protocol defaults are tested elsewhere.
+fn fast_config() -> ClientConfig {
+    ClientConfig {
+        request_timeout: Duration::from_millis(500),
+        patience: Duration::from_secs(5),
+        retry_interval: Duration::from_millis(50),
+    }
+}
+
+fn client(endpoints: &[&str], config: ClientConfig) -> Client {
+    Client::with_config(endpoints.iter().map(|e| e.to_string()).collect(), config).unwrap()
+}
+
+async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A base URL where nothing listens: bind, note the port, close.
+async fn dead_endpoint() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
+
+fn problem(code: ErrorCode, leader: Option<&str>) -> Response {
+    let mut problem = Problem::new(code, format!("fake manager says {code}"));
+    if let Some(leader) = leader {
+        problem = problem.with_leader(leader);
+    }
+    let status = StatusCode::from_u16(problem.status).unwrap();
+    let body = serde_json::to_string(&problem).unwrap();
+    (status, [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)], body).into_response()
+}
+
+fn grant(executor_id: &str) -> Grant {
+    Grant {
+        executor_id: executor_id.to_owned(),
+        lease_ttl_ms: 60_000,
+        revision: 7,
+        shard_count: 4,
+        shards: vec![ShardEpoch { shard: 1, epoch: 3 }],
+    }
+}
+
+fn register_request() -> RegisterRequest {
+    RegisterRequest {
+        incarnation: "inc-1".into(),
+        address: "http://127.0.0.1:9000".into(),
+        name: None,
+    }
+}
+
+fn renew_request() -> RenewRequest {
+    RenewRequest {
+        claims: vec![ShardEpoch { shard: 1, epoch: 3 }],
+        revision: 7,
+    }
+}
+
+fn cluster_info(node_id: u64) -> ClusterInfo {
+    ClusterInfo {
+        node_id,
+        leader_id: Some(2),
+        leader_address: None,
+        term: 1,
+        voters: vec![],
+        learners: vec![],
+        last_log_index: None,
+        committed_index: None,
+        applied_index: None,
+        snapshot: None,
+    }
+}
+
+/// A counter shared between a fake handler and the test.
+#[derive(Clone, Default)]
+struct Hits(Arc<AtomicUsize>);
+
+impl Hits {
+    /// Count a request and return its 1-based number.
+    fn bump(&self) -> usize {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A fake manager whose register endpoint answers with `respond(n)` for the n-th request.
+async fn register_server(
+    respond: impl Fn(usize) -> Response + Clone + Send + Sync + 'static,
+) -> (String, Hits) {
+    let hits = Hits::default();
+    let counter = hits.clone();
+    let router = Router::new().route(
+        "/v1/executors",
+        post(move |Json(_): Json<RegisterRequest>| {
+            let respond = respond.clone();
+            let n = counter.bump();
+            async move { respond(n) }
+        }),
+    );
+    (serve(router).await, hits)
+}
+
+#[tokio::test]
+async fn leader_header_is_followed_on_the_next_request() {
+    let leader_hits = Hits::default();
+    let counter = leader_hits.clone();
+    let leader = serve(Router::new().route(
+        "/v1/cluster",
+        get(move || {
+            counter.bump();
+            async { Json(cluster_info(2)) }
+        }),
+    ))
+    .await;
+
+    let follower_hits = Hits::default();
+    let counter = follower_hits.clone();
+    let leader_url = leader.clone();
+    let follower = serve(Router::new().route(
+        "/v1/cluster",
+        get(move || {
+            counter.bump();
+            let leader_url = leader_url.clone();
+            async move { ([(LEADER_HEADER, leader_url)], Json(cluster_info(1))) }
+        }),
+    ))
+    .await;
+
+    let client = client(&[&follower], fast_config());
+    assert_eq!(client.cluster_info().await.unwrap().node_id, 1);
+    assert_eq!(client.leader_hint().as_deref(), Some(leader.as_str()));
+    assert_eq!(client.cluster_info().await.unwrap().node_id, 2);
+    assert_eq!((follower_hits.get(), leader_hits.get()), (1, 1));
+}
+
+#[tokio::test]
+async fn not_leader_refusal_is_retried_on_another_endpoint() {
+    let (refusing, refusing_hits) = register_server(|_| problem(ErrorCode::NotLeader, None)).await;
+    let (serving, serving_hits) = register_server(|_| Json(grant("ex-1")).into_response()).await;
+
+    let client = client(&[&refusing, &serving], fast_config());
+    let got = client.register(&register_request()).await.unwrap();
+    assert_eq!(got, grant("ex-1"));
+    assert_eq!((refusing_hits.get(), serving_hits.get()), (1, 1));
+}
+
+#[tokio::test]
+async fn not_leader_naming_the_leader_in_the_body_is_followed() {
+    let (leader, leader_hits) = register_server(|_| Json(grant("ex-1")).into_response()).await;
+    let named = leader.clone();
+    let (refusing, refusing_hits) =
+        register_server(move |_| problem(ErrorCode::NotLeader, Some(&named))).await;
+
+    // The leader is not among the configured endpoints: only the refusal names it.
+    let client = client(&[&refusing], fast_config());
+    assert_eq!(
+        client.register(&register_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!((refusing_hits.get(), leader_hits.get()), (1, 1));
+}
+
+#[tokio::test]
+async fn no_leader_is_retried_until_a_leader_answers() {
+    let (server, hits) = register_server(|n| {
+        if n <= 3 {
+            problem(ErrorCode::NoLeader, None)
+        } else {
+            Json(grant("ex-1")).into_response()
+        }
+    })
+    .await;
+
+    let client = client(&[&server], fast_config());
+    assert_eq!(
+        client.register(&register_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!(hits.get(), 4);
+}
+
+#[tokio::test]
+async fn patience_exhausted_returns_the_last_refusal() {
+    let (server, hits) = register_server(|_| problem(ErrorCode::NoLeader, None)).await;
+    let config = ClientConfig {
+        patience: Duration::from_millis(600),
+        retry_interval: Duration::from_millis(50),
+        ..fast_config()
+    };
+    let client = client(&[&server], config);
+
+    let error = client.register(&register_request()).await.unwrap_err();
+    match &error {
+        ClientError::PatienceExhausted { last } => {
+            assert!(matches!(**last, ClientError::Problem(ref p) if p.code == ErrorCode::NoLeader));
+        }
+        other => panic!("expected PatienceExhausted, got {other:?}"),
+    }
+    assert_eq!(error.code(), Some(ErrorCode::NoLeader));
+    assert!(hits.get() > 1, "gave up after {} attempt(s)", hits.get());
+}
+
+#[tokio::test]
+async fn non_retryable_problem_is_returned_after_one_attempt() {
+    let (server, hits) = register_server(|_| problem(ErrorCode::InvalidRequest, None)).await;
+    let client = client(&[&server], fast_config());
+
+    let error = client.register(&register_request()).await.unwrap_err();
+    let ClientError::Problem(problem) = &error else {
+        panic!("expected a problem, got {error:?}");
+    };
+    assert_eq!(problem.code, ErrorCode::InvalidRequest);
+    assert_eq!(problem.status, 400);
+    assert_eq!(
+        problem.type_,
+        "https://leasehold.dev/problems/invalid_request"
+    );
+    assert_eq!(hits.get(), 1);
+}
+
+#[tokio::test]
+async fn unreachable_endpoint_is_skipped_for_a_live_one() {
+    let dead = dead_endpoint().await;
+    let (live, hits) = register_server(|_| Json(grant("ex-1")).into_response()).await;
+
+    let client = client(&[&dead, &live], fast_config());
+    assert_eq!(
+        client.register(&register_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!(hits.get(), 1);
+}
+
+/// A refused connection sent nothing, so even a non-idempotent call may go elsewhere.
+#[tokio::test]
+async fn unreachable_endpoint_is_skipped_even_for_non_idempotent_calls() {
+    let dead = dead_endpoint().await;
+    let hits = Hits::default();
+    let counter = hits.clone();
+    let live = serve(Router::new().route(
+        "/v1/cluster/nodes",
+        post(move |Json(body): Json<AddNodeRequest>| {
+            counter.bump();
+            async move { Json(serde_json::json!({"added": body.node_id})) }
+        }),
+    ))
+    .await;
+
+    let client = client(&[&dead, &live], fast_config());
+    let request = AddNodeRequest {
+        node_id: 4,
+        address: "http://127.0.0.1:7004".into(),
+    };
+    assert_eq!(
+        client.add_node(&request).await.unwrap(),
+        serde_json::json!({"added": 4})
+    );
+    assert_eq!(hits.get(), 1);
+}
+
+#[tokio::test]
+async fn all_endpoints_unreachable_exhausts_patience() {
+    let config = ClientConfig {
+        patience: Duration::from_millis(300),
+        ..fast_config()
+    };
+    let client = client(&[&dead_endpoint().await, &dead_endpoint().await], config);
+    let error = client.cluster_info().await.unwrap_err();
+    let ClientError::PatienceExhausted { last } = error else {
+        panic!("expected PatienceExhausted, got {error:?}");
+    };
+    assert!(matches!(*last, ClientError::Transport(_)), "{last:?}");
+}
+
+/// P7.2: a renewal whose outcome is unknown (server timed out) is repeated; an add-node is not.
+#[tokio::test]
+async fn unknown_outcome_is_retried_only_for_idempotent_calls() {
+    let renew_hits = Hits::default();
+    let add_hits = Hits::default();
+    let (renew_counter, add_counter) = (renew_hits.clone(), add_hits.clone());
+    let server = serve(
+        Router::new()
+            .route(
+                "/v1/executors/{id}/renew",
+                post(move |Path(id): Path<String>, Json(_): Json<RenewRequest>| {
+                    let n = renew_counter.bump();
+                    async move {
+                        if n == 1 {
+                            problem(ErrorCode::Timeout, None)
+                        } else {
+                            Json(grant(&id)).into_response()
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/v1/cluster/nodes",
+                post(move || {
+                    add_counter.bump();
+                    async { problem(ErrorCode::Timeout, None) }
+                }),
+            ),
+    )
+    .await;
+
+    let client = client(&[&server], fast_config());
+    assert_eq!(
+        client.renew("ex-1", &renew_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!(renew_hits.get(), 2);
+
+    let request = AddNodeRequest {
+        node_id: 4,
+        address: "http://127.0.0.1:7004".into(),
+    };
+    let error = client.add_node(&request).await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::Timeout));
+    assert_eq!(add_hits.get(), 1);
+}
+
+/// A client-side timeout after sending: repeated for renew (P7.2), returned for a snapshot.
+#[tokio::test]
+async fn request_timeout_after_sending_is_retried_only_for_idempotent_calls() {
+    let renew_hits = Hits::default();
+    let snapshot_hits = Hits::default();
+    let (renew_counter, snapshot_counter) = (renew_hits.clone(), snapshot_hits.clone());
+    let server = serve(
+        Router::new()
+            .route(
+                "/v1/executors/{id}/renew",
+                post(move |Path(id): Path<String>| {
+                    let n = renew_counter.bump();
+                    async move {
+                        if n == 1 {
+                            tokio::time::sleep(Duration::from_millis(800)).await;
+                        }
+                        Json(grant(&id))
+                    }
+                }),
+            )
+            .route(
+                "/v1/cluster/snapshot",
+                post(move || {
+                    snapshot_counter.bump();
+                    async {
+                        tokio::time::sleep(Duration::from_millis(800)).await;
+                        StatusCode::OK
+                    }
+                }),
+            ),
+    )
+    .await;
+
+    let config = ClientConfig {
+        request_timeout: Duration::from_millis(200),
+        ..fast_config()
+    };
+    let client = client(&[&server], config);
+    assert_eq!(
+        client.renew("ex-1", &renew_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!(renew_hits.get(), 2);
+
+    let error = client.trigger_snapshot().await.unwrap_err();
+    assert!(matches!(error, ClientError::Transport(_)), "{error:?}");
+    assert_eq!(snapshot_hits.get(), 1);
+}
+
+#[tokio::test]
+async fn sharding_not_ready_is_retried() {
+    let (server, hits) = register_server(|n| {
+        if n == 1 {
+            problem(ErrorCode::ShardingNotReady, None)
+        } else {
+            Json(grant("ex-1")).into_response()
+        }
+    })
+    .await;
+    let client = client(&[&server], fast_config());
+    assert_eq!(
+        client.register(&register_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!(hits.get(), 2);
+}
+
+#[tokio::test]
+async fn deregister_expects_204() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = seen.clone();
+    let server = serve(Router::new().route(
+        "/v1/executors/{id}",
+        delete(move |Path(id): Path<String>| {
+            recorder.lock().unwrap().push(id.clone());
+            async move {
+                match id.as_str() {
+                    "wrong-status" => StatusCode::OK.into_response(),
+                    "never-existed" => problem(ErrorCode::NotFound, None),
+                    _ => StatusCode::NO_CONTENT.into_response(),
+                }
+            }
+        }),
+    ))
+    .await;
+    let client = client(&[&server], fast_config());
+
+    client.deregister("ex-1").await.unwrap();
+    let error = client.deregister("wrong-status").await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::Unexpected { status: 200, .. }),
+        "{error:?}"
+    );
+    let error = client.deregister("never-existed").await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::NotFound));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["ex-1", "wrong-status", "never-existed"]
+    );
+}
+
+#[tokio::test]
+async fn executor_ids_are_percent_encoded_and_bad_ones_refused_locally() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = seen.clone();
+    let server = serve(Router::new().route(
+        "/v1/executors/{id}/release",
+        post(
+            move |Path(id): Path<String>, Json(body): Json<ReleaseRequest>| {
+                recorder.lock().unwrap().push((id, body));
+                async { StatusCode::NO_CONTENT }
+            },
+        ),
+    ))
+    .await;
+    let client = client(&[&server], fast_config());
+    let release = ReleaseRequest {
+        shards: vec![1, 2],
+        revoke_revision: 9,
+    };
+
+    client.release("ex:1%?", &release).await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("ex:1%?".to_owned(), release.clone())]
+    );
+
+    for bad in ["a/b", "a b", ""] {
+        let error = client.release(bad, &release).await.unwrap_err();
+        assert!(
+            matches!(error, ClientError::InvalidRequest(_)),
+            "{bad:?}: {error:?}"
+        );
+        assert_eq!(error.code(), Some(ErrorCode::InvalidRequest));
+    }
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "refused ids never reach the server"
+    );
+}
+
+/// Retries of one call carry one request id, and bodies go out as JSON.
+#[tokio::test]
+async fn retries_reuse_the_request_id_and_send_json() {
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let recorder = ids.clone();
+    let server = serve(Router::new().route(
+        "/v1/executors",
+        post(
+            move |headers: HeaderMap, Json(body): Json<RegisterRequest>| {
+                let mut ids = recorder.lock().unwrap();
+                assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+                assert_eq!(body, register_request());
+                ids.push(headers[REQUEST_ID_HEADER].to_str().unwrap().to_owned());
+                let first = ids.len() == 1;
+                async move {
+                    if first {
+                        problem(ErrorCode::NoLeader, None)
+                    } else {
+                        Json(grant("ex-1")).into_response()
+                    }
+                }
+            },
+        ),
+    ))
+    .await;
+    let client = client(&[&server], fast_config());
+    client.register(&register_request()).await.unwrap();
+    client.register(&register_request()).await.unwrap();
+
+    let ids = ids.lock().unwrap();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], ids[1], "a retry keeps its call's id");
+    assert_ne!(ids[1], ids[2], "a new call gets a new id");
+}
+
+#[tokio::test]
+async fn non_problem_error_is_unexpected() {
+    let (server, hits) =
+        register_server(|_| (StatusCode::IM_A_TEAPOT, "short and stout").into_response()).await;
+    let client = client(&[&server], fast_config());
+    let error = client.register(&register_request()).await.unwrap_err();
+    assert_eq!(
+        error,
+        ClientError::Unexpected {
+            status: 418,
+            body: "short and stout".into()
+        }
+    );
+    assert_eq!(error.code(), None);
+    assert_eq!(hits.get(), 1);
+}
+
+#[tokio::test]
+async fn malformed_success_body_is_a_decode_error() {
+    let (server, _) =
+        register_server(|_| Json(serde_json::json!({"executor_id": 5})).into_response()).await;
+    let client = client(&[&server], fast_config());
+    let error = client.register(&register_request()).await.unwrap_err();
+    assert!(matches!(error, ClientError::Decode(_)), "{error:?}");
+}
+
+#[tokio::test]
+async fn cluster_info_from_asks_exactly_one_node() {
+    let (down, up) = (
+        dead_endpoint().await,
+        serve(Router::new().route("/v1/cluster", get(|| async { Json(cluster_info(3)) }))).await,
+    );
+    let client = client(&[&up], fast_config());
+    assert_eq!(client.cluster_info_from(&up).await.unwrap().node_id, 3);
+    let error = client.cluster_info_from(&down).await.unwrap_err();
+    assert!(matches!(error, ClientError::Transport(_)), "{error:?}");
+    assert!(matches!(
+        client.cluster_info_from("not a url").await,
+        Err(ClientError::InvalidEndpoint(_))
+    ));
+}
+
+#[tokio::test]
+async fn get_json_reads_inspection_paths() {
+    let server = serve(Router::new().route(
+        "/v1/routing",
+        get(
+            |axum::extract::RawQuery(query): axum::extract::RawQuery| async move {
+                Json(serde_json::json!({"query": query}))
+            },
+        ),
+    ))
+    .await;
+    let client = client(&[&server], fast_config());
+    assert_eq!(
+        client.get_json("/v1/routing?key=k1").await.unwrap(),
+        serde_json::json!({"query": "key=k1"})
+    );
+    assert!(matches!(
+        client.get_json("v1/routing").await,
+        Err(ClientError::InvalidRequest(_))
+    ));
+}
