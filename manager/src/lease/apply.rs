@@ -1,0 +1,758 @@
+//! Applying committed commands (P2.2, P2.4, P3, P4.4, P5, P7.2).
+//!
+//! Each handler either refuses without touching anything, or changes the state and stamps the
+//! entry's log index as the revision (and as the assignment revision when owners, handoffs or
+//! membership changed). Times are saturating: no input can overflow or panic.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{
+    ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff, LeaseState, Move,
+    Outcome, RefusalReason, RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone,
+    TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+};
+
+/// Pushes collected while one command applies, turned into [`Effects`] at the end.
+#[derive(Debug, Default)]
+struct EffectsBuilder {
+    revokes: BTreeMap<ExecutorId, BTreeSet<ShardId>>,
+    assignments: BTreeSet<ExecutorId>,
+}
+
+impl EffectsBuilder {
+    /// Keeps only executors still present when the command finished applying (one removed later
+    /// in the same command needs no push), and stamps revokes with the entry's log index.
+    fn finish(self, state: &LeaseState, log_index: u64) -> Effects {
+        let revokes = self
+            .revokes
+            .into_iter()
+            .filter(|(executor_id, shards)| {
+                !shards.is_empty() && state.executors.contains_key(executor_id)
+            })
+            .map(|(executor_id, shards)| Revoke {
+                executor_id,
+                shards: shards.into_iter().collect(),
+                revision: log_index,
+            })
+            .collect();
+        let assignments = self
+            .assignments
+            .into_iter()
+            .filter(|executor_id| state.executors.contains_key(executor_id))
+            .collect();
+        Effects {
+            revokes,
+            assignments,
+        }
+    }
+}
+
+fn refused(reason: RefusalReason) -> Outcome {
+    Outcome::Refused { reason }
+}
+
+fn invalid(detail: impl Into<String>) -> Outcome {
+    refused(RefusalReason::Invalid {
+        detail: detail.into(),
+    })
+}
+
+fn shard_index(shard: ShardId) -> Option<usize> {
+    usize::try_from(shard).ok()
+}
+
+/// Checks a `Register` text field: present when required, and bounded (I6).
+fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), Outcome> {
+    if required && value.is_empty() {
+        return Err(invalid(format!("{field} must not be empty")));
+    }
+    if value.len() > MAX_TEXT_FIELD_BYTES {
+        return Err(invalid(format!(
+            "{field} is {} bytes, at most {MAX_TEXT_FIELD_BYTES} allowed",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+impl LeaseState {
+    /// Applies one committed command. `log_index` is the Raft index of the entry (the revision,
+    /// §1). Deterministic (P2.2): the result depends only on the state, the index and the command.
+    ///
+    /// An entry whose index is not after the current revision has already been applied and is
+    /// refused, so a replay can never mint an executor id twice.
+    #[must_use = "the outcome carries the reply and the pushes to fan out"]
+    pub fn apply(&mut self, log_index: u64, command: &Command) -> Outcome {
+        if log_index <= self.revision {
+            return refused(RefusalReason::LogIndexNotAfterRevision {
+                log_index,
+                revision: self.revision,
+            });
+        }
+        let Some(config) = self.config else {
+            return match command {
+                Command::Init {
+                    shard_count,
+                    lease_duration_ms,
+                    ..
+                } => self.apply_init(log_index, *shard_count, *lease_duration_ms),
+                _ => refused(RefusalReason::NotInitialised),
+            };
+        };
+        match command {
+            // Initialised already: a repeat is a no-op, other values a conflict.
+            Command::Init {
+                shard_count,
+                lease_duration_ms,
+                ..
+            } => self.apply_init(log_index, *shard_count, *lease_duration_ms),
+            Command::SetLeaseDuration {
+                lease_duration_ms, ..
+            } => self.apply_set_lease_duration(log_index, config, *lease_duration_ms),
+            Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+            } => self.apply_register(
+                log_index,
+                config,
+                *now_ms,
+                incarnation,
+                address,
+                name.as_deref(),
+            ),
+            Command::Renew { now_ms, renewals } => {
+                self.apply_renew(log_index, config, *now_ms, renewals)
+            }
+            Command::Deregister {
+                now_ms,
+                executor_id,
+            } => self.apply_deregister(log_index, *now_ms, executor_id),
+            Command::Reap {
+                now_ms,
+                executor_ids,
+            } => self.apply_reap(log_index, *now_ms, executor_ids),
+            Command::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            } => self.apply_rebalance(log_index, *now_ms, *planned_at, moves),
+            Command::Release {
+                executor_id,
+                shards,
+                revoke_revision,
+                ..
+            } => self.apply_release(log_index, executor_id, shards, *revoke_revision),
+            Command::CompleteHandoffs { now_ms } => {
+                self.apply_complete_handoffs(log_index, *now_ms)
+            }
+        }
+    }
+
+    /// Records that the entry at `log_index` changed the state.
+    fn touch(&mut self, log_index: u64) {
+        self.revision = log_index;
+    }
+
+    /// Records that the entry at `log_index` changed owners, handoffs or membership, which makes
+    /// plans computed before it stale (P2.4).
+    fn touch_assignment(&mut self, log_index: u64) {
+        self.revision = log_index;
+        self.assignment_revision = log_index;
+    }
+
+    /// `Init`: exactly one initialisation, safe to repeat (§10).
+    fn apply_init(&mut self, log_index: u64, shard_count: u32, lease_duration_ms: u64) -> Outcome {
+        if let Some(existing) = self.config {
+            if existing.shard_count == shard_count
+                && existing.lease_duration_ms == lease_duration_ms
+            {
+                return Outcome::Initialised {
+                    config: existing,
+                    already_initialised: true,
+                };
+            }
+            return refused(RefusalReason::ConfigConflict { existing });
+        }
+        if shard_count == 0 || shard_count > MAX_SHARD_COUNT {
+            return invalid(format!(
+                "shard count {shard_count} is outside 1..={MAX_SHARD_COUNT}"
+            ));
+        }
+        if lease_duration_ms == 0 {
+            return invalid("lease duration must be positive");
+        }
+        let config = ClusterConfig {
+            shard_count,
+            lease_duration_ms,
+        };
+        self.config = Some(config);
+        self.shards = (0..shard_count)
+            .map(|id| Shard {
+                id,
+                owner: None,
+                epoch: 0,
+                handoff: None,
+            })
+            .collect();
+        self.touch_assignment(log_index);
+        Outcome::Initialised {
+            config,
+            already_initialised: false,
+        }
+    }
+
+    /// `SetLeaseDuration`: affects grants from now on; existing expiries are kept, since an
+    /// executor may already hold them (P3.4).
+    fn apply_set_lease_duration(
+        &mut self,
+        log_index: u64,
+        config: ClusterConfig,
+        lease_duration_ms: u64,
+    ) -> Outcome {
+        if lease_duration_ms == 0 {
+            return invalid("lease duration must be positive");
+        }
+        let previous_lease_duration_ms = config.lease_duration_ms;
+        if previous_lease_duration_ms != lease_duration_ms {
+            self.config = Some(ClusterConfig {
+                lease_duration_ms,
+                ..config
+            });
+            self.touch(log_index);
+        }
+        Outcome::LeaseDurationSet {
+            previous_lease_duration_ms,
+            lease_duration_ms,
+        }
+    }
+
+    /// `Register`: idempotent per incarnation (P4.4, P7.2). The same incarnation while its
+    /// executor is present gets the same id and its current grant, and nothing changes (not the
+    /// lease: a retry is not a renewal, so a lapsed executor's retry gets a zero ttl and must
+    /// renew; nor the address or name of the retry). Otherwise a new executor is minted with an
+    /// empty set;
+    /// the leader's next plan gives it shards (P5.4). An incarnation whose executor was removed
+    /// gets a new executor: the old one's shards have moved on and its id answers 404.
+    fn apply_register(
+        &mut self,
+        log_index: u64,
+        config: ClusterConfig,
+        now_ms: u64,
+        incarnation: &str,
+        address: &str,
+        name: Option<&str>,
+    ) -> Outcome {
+        let checks = check_text_field("incarnation", incarnation, true)
+            .and_then(|()| check_text_field("address", address, true))
+            .and_then(|()| check_text_field("name", name.unwrap_or_default(), false));
+        if let Err(refusal) = checks {
+            return refusal;
+        }
+        if let Some(existing) = self.executor_by_incarnation(incarnation) {
+            return Outcome::Registered {
+                grant: self.grant_of(existing, config.shard_count, now_ms),
+                already_registered: true,
+            };
+        }
+        let executor_id: ExecutorId = format!("ex-{log_index}");
+        let lease_expiry_ms = now_ms.saturating_add(config.lease_duration_ms);
+        let executor = Executor {
+            id: executor_id.clone(),
+            incarnation: incarnation.to_owned(),
+            name: name.map(str::to_owned),
+            address: address.to_owned(),
+            lease_expiry_ms,
+            lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
+            registered_revision: log_index,
+            owned_shards: BTreeSet::new(),
+        };
+        let grant = Grant {
+            executor_id: executor_id.clone(),
+            lease_ttl_ms: executor.lease_ttl_told_ms,
+            revision: log_index,
+            shard_count: config.shard_count,
+            shards: Vec::new(),
+        };
+        self.executors.insert(executor_id, executor);
+        self.touch_assignment(log_index);
+        Outcome::Registered {
+            grant,
+            already_registered: false,
+        }
+    }
+
+    /// `Renew`: group-committed renewals. For each known executor: `expiry = max(expiry, now +
+    /// lease_duration)` (P3.4: a shorter lease configured since can never shorten a deadline the
+    /// executor may already hold); the ttl it is told is recorded (P2.1); and its claims
+    /// acknowledge revokes (P5.2). A releasing shard counts as acknowledged only if the claims
+    /// omit it AND the renewal's revision is at or after the handoff's revoke revision: claims
+    /// read before the executor saw the revoke may predate an assign push still in flight, which
+    /// could yet make it admit the shard. A revision beyond this state's is impossible for an
+    /// honest executor and acknowledges nothing.
+    fn apply_renew(
+        &mut self,
+        log_index: u64,
+        config: ClusterConfig,
+        now_ms: u64,
+        renewals: &[Renewal],
+    ) -> Outcome {
+        let prior_revision = self.revision;
+        // Mismatch is judged against the set recorded before this entry (P4.2), i.e. against
+        // what the pushes so far should have delivered.
+        let mismatches: Vec<bool> = renewals
+            .iter()
+            .map(|renewal| {
+                let claimed: BTreeSet<(ShardId, Epoch)> = renewal.claims.iter().copied().collect();
+                let recorded: BTreeSet<(ShardId, Epoch)> = self
+                    .delivered_set(&renewal.executor_id)
+                    .into_iter()
+                    .collect();
+                claimed != recorded
+            })
+            .collect();
+        let mut effects = EffectsBuilder::default();
+        let mut acknowledged_per_renewal: Vec<Vec<ShardId>> = Vec::with_capacity(renewals.len());
+        let mut any_known = false;
+        let mut any_acknowledged = false;
+        let renewed_expiry_ms = now_ms.saturating_add(config.lease_duration_ms);
+        for renewal in renewals {
+            let Some(executor) = self.executors.get_mut(&renewal.executor_id) else {
+                acknowledged_per_renewal.push(Vec::new());
+                continue;
+            };
+            any_known = true;
+            executor.lease_expiry_ms = executor.lease_expiry_ms.max(renewed_expiry_ms);
+            executor.lease_ttl_told_ms = executor.lease_remaining_ms(now_ms);
+            let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
+            for &shard in &acknowledged {
+                any_acknowledged |= self.complete_handoff(shard, &mut effects);
+            }
+            acknowledged_per_renewal.push(acknowledged);
+        }
+        if any_acknowledged {
+            self.touch_assignment(log_index);
+        } else if any_known {
+            self.touch(log_index);
+        }
+        let results = renewals
+            .iter()
+            .zip(mismatches)
+            .zip(acknowledged_per_renewal)
+            .map(|((renewal, claims_mismatch), acknowledged)| {
+                match self.executors.get(&renewal.executor_id) {
+                    Some(executor) => RenewResult::Renewed {
+                        grant: self.grant_of(executor, config.shard_count, now_ms),
+                        claims_mismatch,
+                        acknowledged,
+                    },
+                    None => RenewResult::UnknownExecutor {
+                        executor_id: renewal.executor_id.clone(),
+                    },
+                }
+            })
+            .collect();
+        Outcome::Renewed {
+            results,
+            effects: effects.finish(self, log_index),
+        }
+    }
+
+    /// Releasing shards of the renewing executor that its claims acknowledge (P5.2), ascending.
+    fn acknowledged_by_claims(&self, renewal: &Renewal, prior_revision: u64) -> Vec<ShardId> {
+        if renewal.revision > prior_revision {
+            return Vec::new();
+        }
+        let Some(executor) = self.executors.get(&renewal.executor_id) else {
+            return Vec::new();
+        };
+        let claimed: BTreeSet<ShardId> = renewal.claims.iter().map(|&(shard, _)| shard).collect();
+        executor
+            .owned_shards
+            .iter()
+            .copied()
+            .filter(|shard| !claimed.contains(shard))
+            .filter(|&shard| {
+                self.shard(shard)
+                    .and_then(|entry| entry.handoff.as_ref())
+                    .is_some_and(|handoff| handoff.revoke_revision <= renewal.revision)
+            })
+            .collect()
+    }
+
+    /// `Deregister`: a graceful stop (P3.7). The executor stopped admitting before asking, so its
+    /// shards become unowned at once and handoffs from it complete at once. A retry finds the
+    /// tombstone and succeeds without change; an id never seen is not found (P7.2).
+    fn apply_deregister(&mut self, log_index: u64, now_ms: u64, executor_id: &str) -> Outcome {
+        if self.executors.contains_key(executor_id) {
+            let mut effects = EffectsBuilder::default();
+            self.remove_executor(
+                executor_id,
+                TombstoneReason::Deregistered,
+                log_index,
+                now_ms,
+                &mut effects,
+            );
+            self.touch_assignment(log_index);
+            return Outcome::Deregistered {
+                already_gone: false,
+                effects: effects.finish(self, log_index),
+            };
+        }
+        if self.tombstones.contains_key(executor_id) {
+            return Outcome::Deregistered {
+                already_gone: true,
+                effects: Effects::default(),
+            };
+        }
+        Outcome::NotFound
+    }
+
+    /// `Reap`: removes the candidates whose lease has lapsed at the command's `now_ms`, re-checked
+    /// here rather than trusted from the proposal (P2.4): one that renewed since is skipped. A
+    /// reaped executor's grants have all expired, so its shards become unowned and handoffs from
+    /// it complete (P3.8).
+    fn apply_reap(&mut self, log_index: u64, now_ms: u64, executor_ids: &[ExecutorId]) -> Outcome {
+        let mut effects = EffectsBuilder::default();
+        let mut reaped = BTreeSet::new();
+        let mut skipped = Vec::new();
+        for executor_id in executor_ids {
+            if reaped.contains(executor_id) {
+                continue;
+            }
+            let lapsed = self
+                .executors
+                .get(executor_id)
+                .is_some_and(|executor| executor.lease_lapsed(now_ms));
+            if lapsed {
+                self.remove_executor(
+                    executor_id,
+                    TombstoneReason::Reaped,
+                    log_index,
+                    now_ms,
+                    &mut effects,
+                );
+                reaped.insert(executor_id.clone());
+            } else {
+                skipped.push(executor_id.clone());
+            }
+        }
+        if !reaped.is_empty() {
+            self.touch_assignment(log_index);
+        }
+        Outcome::Reaped {
+            reaped: reaped.into_iter().collect(),
+            skipped,
+            effects: effects.finish(self, log_index),
+        }
+    }
+
+    /// `Rebalance`: applies a plan only if the assignment has not changed since the revision it
+    /// was planned on, and refuses it whole otherwise (P2.4, P5.1); a malformed plan is refused
+    /// whole too. Epochs are minted in this same write (P5.1). Per move:
+    /// - an unowned shard is granted at once, epoch + 1 (I2);
+    /// - an owned shard is marked releasing (P5.2): it leaves the owner's delivered set now, a
+    ///   revoke is pushed, and the target gets it only on acknowledgement or when the owner's
+    ///   current grant (its expiry at this instant) has run out (at once if it already has: the
+    ///   planner never moves a lapsed owner's shards, but a plan may commit just after a lapse);
+    /// - a releasing shard moved to another target is retargeted (the revoke already sent still
+    ///   stands, and the target has not seen the shard);
+    /// - a releasing shard moved back to its old owner cancels the handoff: the owner keeps the
+    ///   shard at the same epoch, since no one else held it in between.
+    fn apply_rebalance(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        planned_at: u64,
+        moves: &[Move],
+    ) -> Outcome {
+        if planned_at > self.revision {
+            return invalid(format!(
+                "plan claims revision {planned_at}, beyond the state's {}",
+                self.revision
+            ));
+        }
+        if planned_at < self.assignment_revision {
+            return refused(RefusalReason::StalePlan {
+                planned_at,
+                assignment_revision: self.assignment_revision,
+            });
+        }
+        if let Err(refusal) = self.check_moves(moves) {
+            return refusal;
+        }
+        let mut effects = EffectsBuilder::default();
+        let mut granted = BTreeSet::new();
+        let mut releasing = BTreeSet::new();
+        let mut cancelled = BTreeSet::new();
+        for step in moves {
+            let Some(index) = shard_index(step.shard) else {
+                continue;
+            };
+            let Some(entry) = self.shards.get(index) else {
+                continue;
+            };
+            match (entry.owner.clone(), entry.handoff.is_some()) {
+                (None, _) => {
+                    self.give_to(step.shard, &step.to, &mut effects);
+                    granted.insert(step.shard);
+                }
+                (Some(owner), false) => {
+                    // The owner's expiry bounds every grant it was told that included the shard;
+                    // an owner missing would be a corrupt state, and then nothing bounds a grant
+                    // beyond now.
+                    let from_grant_expiry_ms = self
+                        .executors
+                        .get(&owner)
+                        .map_or(now_ms, |executor| executor.lease_expiry_ms);
+                    if let Some(entry) = self.shards.get_mut(index) {
+                        entry.handoff = Some(Handoff {
+                            to: Some(step.to.clone()),
+                            revoke_revision: log_index,
+                            from_grant_expiry_ms,
+                        });
+                    }
+                    effects.revokes.entry(owner).or_default().insert(step.shard);
+                    releasing.insert(step.shard);
+                }
+                (Some(owner), true) if owner == step.to => {
+                    if let Some(entry) = self.shards.get_mut(index) {
+                        entry.handoff = None;
+                    }
+                    effects.assignments.insert(owner);
+                    cancelled.insert(step.shard);
+                }
+                (Some(_), true) => {
+                    if let Some(handoff) = self
+                        .shards
+                        .get_mut(index)
+                        .and_then(|entry| entry.handoff.as_mut())
+                    {
+                        handoff.to = Some(step.to.clone());
+                    }
+                    releasing.insert(step.shard);
+                }
+            }
+        }
+        if !moves.is_empty() {
+            self.touch_assignment(log_index);
+        }
+        Outcome::Rebalanced {
+            granted: granted.into_iter().collect(),
+            releasing: releasing.into_iter().collect(),
+            cancelled: cancelled.into_iter().collect(),
+            effects: effects.finish(self, log_index),
+        }
+    }
+
+    /// Refuses a plan that names a shard out of range or twice, an unknown target, or a move that
+    /// would change nothing (the planner never makes one; it signals a plan for another state).
+    fn check_moves(&self, moves: &[Move]) -> Result<(), Outcome> {
+        let mut seen = BTreeSet::new();
+        for step in moves {
+            let Some(entry) = self.shard(step.shard) else {
+                return Err(invalid(format!(
+                    "plan moves shard {}, which is out of range",
+                    step.shard
+                )));
+            };
+            if !seen.insert(step.shard) {
+                return Err(invalid(format!("plan moves shard {} twice", step.shard)));
+            }
+            if !self.executors.contains_key(&step.to) {
+                return Err(invalid(format!(
+                    "plan moves shard {} to unknown executor {}",
+                    step.shard, step.to
+                )));
+            }
+            let already_there = match (&entry.owner, &entry.handoff) {
+                (Some(owner), None) => *owner == step.to,
+                (_, Some(handoff)) => handoff.to.as_ref() == Some(&step.to),
+                (None, None) => false,
+            };
+            if already_there {
+                return Err(invalid(format!(
+                    "plan moves shard {} to {}, which already has or receives it",
+                    step.shard, step.to
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `Release`: an acknowledgement of a revoke. It counts only for shards whose current handoff
+    /// is exactly the one it names (this shard, this old owner, this revoke revision); anything
+    /// else answers a handoff that is no longer current and is ignored (P5.2). A valid one hands
+    /// the shard to its target at epoch + 1, or leaves it unowned if the target has left.
+    fn apply_release(
+        &mut self,
+        log_index: u64,
+        executor_id: &str,
+        shards: &[ShardId],
+        revoke_revision: u64,
+    ) -> Outcome {
+        if !self.executors.contains_key(executor_id) {
+            return Outcome::NotFound;
+        }
+        let named: BTreeSet<ShardId> = shards.iter().copied().collect();
+        let mut effects = EffectsBuilder::default();
+        let mut completed = Vec::new();
+        let mut ignored = Vec::new();
+        for shard in named {
+            let current = self.shard(shard).is_some_and(|entry| {
+                entry.owner.as_deref() == Some(executor_id)
+                    && entry
+                        .handoff
+                        .as_ref()
+                        .is_some_and(|handoff| handoff.revoke_revision == revoke_revision)
+            });
+            if current && self.complete_handoff(shard, &mut effects) {
+                completed.push(shard);
+            } else {
+                ignored.push(shard);
+            }
+        }
+        if !completed.is_empty() {
+            self.touch_assignment(log_index);
+        }
+        Outcome::Released {
+            completed,
+            ignored,
+            effects: effects.finish(self, log_index),
+        }
+    }
+
+    /// `CompleteHandoffs`: hands on every releasing shard whose old owner's last grant including
+    /// it has expired at the command's `now_ms` (P5.2), re-checked here (P2.4).
+    fn apply_complete_handoffs(&mut self, log_index: u64, now_ms: u64) -> Outcome {
+        let due: Vec<ShardId> = self
+            .shards
+            .iter()
+            .filter(|entry| {
+                entry
+                    .handoff
+                    .as_ref()
+                    .is_some_and(|handoff| handoff.from_grant_expiry_ms <= now_ms)
+            })
+            .map(|entry| entry.id)
+            .collect();
+        let mut effects = EffectsBuilder::default();
+        let mut completed = Vec::new();
+        for shard in due {
+            if self.complete_handoff(shard, &mut effects) {
+                completed.push(shard);
+            }
+        }
+        if !completed.is_empty() {
+            self.touch_assignment(log_index);
+        }
+        Outcome::HandoffsCompleted {
+            completed,
+            effects: effects.finish(self, log_index),
+        }
+    }
+
+    /// Ends a handoff: the shard leaves its old owner and goes to the target (epoch + 1), or is
+    /// left unowned if the target has gone. Returns false if the shard was not releasing.
+    fn complete_handoff(&mut self, shard: ShardId, effects: &mut EffectsBuilder) -> bool {
+        let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {
+            return false;
+        };
+        let Some(handoff) = entry.handoff.take() else {
+            return false;
+        };
+        if let Some(old_owner) = entry.owner.take() {
+            if let Some(executor) = self.executors.get_mut(&old_owner) {
+                executor.owned_shards.remove(&shard);
+            }
+        }
+        if let Some(target) = handoff.to {
+            self.give_to(shard, &target, effects);
+        }
+        true
+    }
+
+    /// Gives an unowned shard to `new_owner` with a new epoch (I2: the epoch advances when and
+    /// only when the shard gets a new owner) and queues a push of the owner's set. Leaves the
+    /// shard unowned if `new_owner` is not registered.
+    fn give_to(&mut self, shard: ShardId, new_owner: &ExecutorId, effects: &mut EffectsBuilder) {
+        let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {
+            return;
+        };
+        let Some(executor) = self.executors.get_mut(new_owner) else {
+            return;
+        };
+        executor.owned_shards.insert(shard);
+        entry.owner = Some(new_owner.clone());
+        entry.epoch = entry.epoch.saturating_add(1);
+        entry.handoff = None;
+        effects.assignments.insert(new_owner.clone());
+    }
+
+    /// Removes an executor (deregistered or reaped): shards it owned become unowned, handoffs from
+    /// it complete (it no longer admits anything), handoffs to it lose their target, and a
+    /// tombstone remembers it (P2.1, P7.2).
+    fn remove_executor(
+        &mut self,
+        executor_id: &str,
+        reason: TombstoneReason,
+        log_index: u64,
+        now_ms: u64,
+        effects: &mut EffectsBuilder,
+    ) {
+        let Some(executor) = self.executors.remove(executor_id) else {
+            return;
+        };
+        for &shard in &executor.owned_shards {
+            let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))
+            else {
+                continue;
+            };
+            entry.owner = None;
+            if let Some(Handoff {
+                to: Some(target), ..
+            }) = entry.handoff.take()
+            {
+                self.give_to(shard, &target, effects);
+            }
+        }
+        for entry in &mut self.shards {
+            if let Some(handoff) = entry.handoff.as_mut() {
+                if handoff.to.as_deref() == Some(executor_id) {
+                    handoff.to = None;
+                }
+            }
+        }
+        self.tombstones.insert(
+            executor.id.clone(),
+            Tombstone {
+                executor_id: executor.id,
+                incarnation: executor.incarnation,
+                reason,
+                removed_revision: log_index,
+                removed_at_ms: now_ms,
+            },
+        );
+        self.prune_tombstones();
+    }
+
+    /// Drops the oldest tombstones (by removing entry, then id) beyond [`MAX_TOMBSTONES`].
+    fn prune_tombstones(&mut self) {
+        while self.tombstones.len() > MAX_TOMBSTONES {
+            let oldest = self
+                .tombstones
+                .values()
+                .min_by(|a, b| {
+                    (a.removed_revision, &a.executor_id).cmp(&(b.removed_revision, &b.executor_id))
+                })
+                .map(|tombstone| tombstone.executor_id.clone());
+            match oldest {
+                Some(executor_id) => {
+                    self.tombstones.remove(&executor_id);
+                }
+                None => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Commands: what the leader proposes into the Raft log.
+//!
+//! Every command carries the `now_ms` the leader stamped when proposing it (P2.2, P2.3), and is
+//! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
+//! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
+//! tags or skipped fields), and a variant or field is never reordered or removed in place.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Epoch, ExecutorId, ShardId};
+
+/// One executor's renewal inside a group-committed [`Command::Renew`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewal {
+    /// The renewing executor.
+    pub executor_id: ExecutorId,
+    /// What it believes it holds (P4.2); a releasing shard missing from the claims acknowledges
+    /// the revoke, provided `revision` shows the executor saw the revoke (P5.2).
+    pub claims: Vec<(ShardId, Epoch)>,
+    /// The revision of the last delivery the executor applied (P4.1).
+    pub revision: u64,
+}
+
+/// One step of a rebalance plan: give `shard` to `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// The shard to move.
+    pub shard: ShardId,
+    /// Its new (prospective) owner.
+    pub to: ExecutorId,
+}
+
+/// A command of the lease state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Sets the configuration once: shards `0..shard_count`, unowned at epoch 0. Repeating it
+    /// with identical values succeeds and changes nothing ("exactly one initialisation, safe to
+    /// repeat", §10); different values are refused as a conflict.
+    Init {
+        /// Leader clock.
+        now_ms: u64,
+        /// `1..=MAX_SHARD_COUNT`; never changes afterwards.
+        shard_count: u32,
+        /// Non-zero.
+        lease_duration_ms: u64,
+    },
+    /// Changes the lease length for grants from now on (a duration changed across a restart).
+    /// Existing expiries are untouched, and renewals never shorten them (P3.4).
+    SetLeaseDuration {
+        /// Leader clock.
+        now_ms: u64,
+        /// Non-zero.
+        lease_duration_ms: u64,
+    },
+    /// Registers an executor, idempotent per incarnation (P4.4, P7.2). Gives no shards: the
+    /// leader's next plan does (P5.4).
+    Register {
+        /// Leader clock; the new lease ends `lease_duration_ms` after it.
+        now_ms: u64,
+        /// The idempotency key; non-empty.
+        incarnation: String,
+        /// Advertised push address; non-empty.
+        address: String,
+        /// Operator label.
+        name: Option<String>,
+    },
+    /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
+    /// may acknowledge revokes through its claims (P5.2).
+    Renew {
+        /// Leader clock.
+        now_ms: u64,
+        /// Answered one result per renewal, in this order.
+        renewals: Vec<Renewal>,
+    },
+    /// A graceful stop (P3.7): the executor already stopped admitting, so its shards move at once.
+    Deregister {
+        /// Leader clock.
+        now_ms: u64,
+        /// The leaving executor.
+        executor_id: ExecutorId,
+    },
+    /// Removes executors whose lease lapsed (P3.8), re-checking each at apply time (P2.4).
+    Reap {
+        /// Leader clock; an executor is reaped only if its expiry is at or before it.
+        now_ms: u64,
+        /// Candidates, as listed by `overdue_executors` when the leader proposed this.
+        executor_ids: Vec<ExecutorId>,
+    },
+    /// A plan from [`super::plan_rebalance`], conditional on the state it was planned on: refused
+    /// whole if owners, handoffs or membership changed since (P2.4, P5.1).
+    Rebalance {
+        /// Leader clock.
+        now_ms: u64,
+        /// The state revision the plan was computed from.
+        planned_at: u64,
+        /// Each shard at most once.
+        moves: Vec<Move>,
+    },
+    /// An acknowledgement of a revoke, naming the handoff it answers (P5.2).
+    Release {
+        /// Leader clock.
+        now_ms: u64,
+        /// The old owner acknowledging.
+        executor_id: ExecutorId,
+        /// Shards it no longer admits.
+        shards: Vec<ShardId>,
+        /// The revision of the revoke it answers.
+        revoke_revision: u64,
+    },
+    /// Hands on every releasing shard whose old owner's last grant including it has expired
+    /// (P5.2), re-checked at apply time.
+    CompleteHandoffs {
+        /// Leader clock.
+        now_ms: u64,
+    },
+}
+
+impl Command {
+    /// The leader clock stamped into the command (P2.3).
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Command::Init { now_ms, .. }
+            | Command::SetLeaseDuration { now_ms, .. }
+            | Command::Register { now_ms, .. }
+            | Command::Renew { now_ms, .. }
+            | Command::Deregister { now_ms, .. }
+            | Command::Reap { now_ms, .. }
+            | Command::Rebalance { now_ms, .. }
+            | Command::Release { now_ms, .. }
+            | Command::CompleteHandoffs { now_ms } => *now_ms,
+        }
+    }
+}

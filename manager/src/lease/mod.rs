@@ -1,0 +1,63 @@
+//! The pure lease state machine and rebalance planner (PROTOCOL §2–§5, invariants I1–I2).
+//!
+//! Everything in this module is deterministic (P2.2): no clock, no random source, no network.
+//! Time enters only as the `now_ms` the leader stamps into each [`Command`] when it proposes it
+//! (P2.3), on the leader's monotonic-anchored clock, and every expiry is stored as an absolute
+//! millisecond on that clock so a new leader can read it.
+//!
+//! The pieces:
+//! - [`LeaseState`] (in `state.rs`): the replicated state (P2.1) and its read-only views for the
+//!   HTTP handlers and the leader loop.
+//! - [`LeaseState::apply`] (in `apply.rs`): applies one committed [`Command`] and returns an
+//!   [`Outcome`] that carries everything the caller needs to answer and to fan out pushes
+//!   ([`Effects`]), so no caller re-derives anything from the state.
+//! - [`plan_rebalance`] (in `planner.rs`): the leader's even-spread, fewest-moves plan (P5.4),
+//!   proposed as a conditional [`Command::Rebalance`] (P2.4, P5.1).
+//!
+//! Every command is idempotent or conditional (P2.4), so a retried or duplicated entry is
+//! harmless; a refused command changes nothing at all, not even the revision (P5.1).
+//!
+//! Collections are `BTreeMap`/`BTreeSet`/`Vec` only, so iteration order, and therefore every
+//! outcome and every encoded snapshot, is the same on every replica.
+
+mod apply;
+mod command;
+mod outcome;
+mod planner;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+pub use command::{Command, Move, Renewal};
+pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
+pub use planner::plan_rebalance;
+pub use state::{
+    ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,
+};
+
+/// Manager-minted executor identity, `ex-{log_index}` of the entry that registered it: unique
+/// because log indexes are, and deterministic because the log index is replicated (P2.2).
+pub type ExecutorId = String;
+
+/// A shard number, `0..shard_count` (§1).
+pub type ShardId = u32;
+
+/// A shard's ownership generation: advanced when and only when the shard gets a new owner (I2).
+pub type Epoch = u64;
+
+/// Most tombstones kept (P2.1, P7.2). The oldest (by the log index that created them) are pruned
+/// first, so the state cannot grow without bound under executor churn. A deregister retried after
+/// its tombstone was pruned is answered "not found": that needs thousands of executors to leave in
+/// between, far beyond any client's retry patience (P7.1: 8 s).
+pub const MAX_TOMBSTONES: usize = 4096;
+
+/// Largest shard count `Init` accepts. The shard table is allocated in full at initialisation, so
+/// an absurd count in a bad request must be refused rather than exhaust memory (I6); the default
+/// is 1024 (§11).
+pub const MAX_SHARD_COUNT: u32 = 1 << 16;
+
+/// Longest incarnation, address or name accepted by `Register`, in bytes. These strings live in
+/// the replicated state and in every snapshot, so their size is bounded here as well as by the
+/// HTTP layer's body limit (I6).
+pub const MAX_TEXT_FIELD_BYTES: usize = 1024;

@@ -1,0 +1,365 @@
+//! The replicated state (P2.1) and its read-only views.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Epoch, ExecutorId, ShardId, MAX_TOMBSTONES};
+
+/// Fixed at initialisation (`Init`); only the lease duration may change later
+/// (`SetLeaseDuration`), the shard count never does (§11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// Shards are `0..shard_count`.
+    pub shard_count: u32,
+    /// Length of a lease granted or renewed from now on (P3.4).
+    pub lease_duration_ms: u64,
+}
+
+/// One registered executor (P2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Executor {
+    /// Minted by the state machine at registration.
+    pub id: ExecutorId,
+    /// The idempotency key of its registration (P4.4).
+    pub incarnation: String,
+    /// Operator label, no protocol meaning.
+    pub name: Option<String>,
+    /// Advertised base URL pushes go to (P8.1).
+    pub address: String,
+    /// Absolute expiry on the leader clock (P2.3). Only ever moves forwards (P3.4).
+    pub lease_expiry_ms: u64,
+    /// The lease remaining it was told in its last grant (P2.1).
+    pub lease_ttl_told_ms: u64,
+    /// Log index of the entry that registered it.
+    pub registered_revision: u64,
+    /// Every shard whose `owner` is this executor, including shards releasing from it. The shard
+    /// table is the authority; this index is kept equal to it so an executor's set is read
+    /// without scanning every shard ([`LeaseState::consistency_violations`] checks the two agree).
+    pub owned_shards: BTreeSet<ShardId>,
+}
+
+impl Executor {
+    /// Lease time left at `now_ms`, zero once lapsed; what a grant carries (P3.1).
+    pub fn lease_remaining_ms(&self, now_ms: u64) -> u64 {
+        self.lease_expiry_ms.saturating_sub(now_ms)
+    }
+
+    /// Whether the lease has lapsed on the manager clock: the expiry instant itself counts as
+    /// lapsed, matching the executor, which admits only while its copy is strictly in the future.
+    pub fn lease_lapsed(&self, now_ms: u64) -> bool {
+        self.lease_expiry_ms <= now_ms
+    }
+}
+
+/// A shard being taken from a live owner (P5.2). The old owner is the shard's `owner` for as
+/// long as the handoff lasts (so the two can never disagree); it no longer sees the shard in its
+/// delivered set, and the target does not see it until it is granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// Who receives the shard once released; `None` when the target left before that (the shard
+    /// then becomes unowned on release, or is retargeted by the next plan).
+    pub to: Option<ExecutorId>,
+    /// Log index of the entry that marked the shard releasing, which is the revision the revoke
+    /// push carries; an acknowledgement must name it (P5.2).
+    pub revoke_revision: u64,
+    /// The old owner's lease expiry when the shard was marked releasing: every grant that
+    /// included the shard ends by then, so after it the shard may be handed on without an
+    /// acknowledgement (P5.2). Later renewals do not move it, since their sets exclude the shard.
+    pub from_grant_expiry_ms: u64,
+}
+
+/// One shard's ownership (P2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// Its number; equal to its index in [`LeaseState::shards`].
+    pub id: ShardId,
+    /// Current owner; during a handoff, the old owner.
+    pub owner: Option<ExecutorId>,
+    /// Epoch of the current (or, when unowned, the last) owner; 0 for never owned (I2).
+    pub epoch: Epoch,
+    /// Set while the shard is releasing from `owner` (P5.2).
+    pub handoff: Option<Handoff>,
+}
+
+/// Why an executor left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TombstoneReason {
+    /// It deregistered (P3.7).
+    Deregistered,
+    /// Its lease lapsed and the leader reaped it (P3.8).
+    Reaped,
+}
+
+/// Record of a recently removed executor, so a retried request can be told "already done"
+/// (P2.1, P2.4, P7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    /// The removed executor.
+    pub executor_id: ExecutorId,
+    /// Its incarnation, for operators tracing a process.
+    pub incarnation: String,
+    /// Why it left.
+    pub reason: TombstoneReason,
+    /// Log index of the entry that removed it; tombstones are pruned oldest first by it.
+    pub removed_revision: u64,
+    /// Leader clock when it was removed.
+    pub removed_at_ms: u64,
+}
+
+/// What a register or renew reply carries (§9): the only message that moves an executor's lease
+/// clock (P3.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The executor the grant is for.
+    pub executor_id: ExecutorId,
+    /// Lease remaining, never an absolute time (P3.1); anchored by the executor at its send
+    /// instant (P3.2).
+    pub lease_ttl_ms: u64,
+    /// The revision the set was read from (P4.1).
+    pub revision: u64,
+    /// Needed to map keys to shards.
+    pub shard_count: u32,
+    /// The executor's delivered set: shards it owns that are not releasing from it, ascending.
+    pub shards: Vec<(ShardId, Epoch)>,
+}
+
+/// The replicated lease state (P2.1). Fields are private: it changes only through
+/// [`LeaseState::apply`], which keeps the shard table and the executors' indexes in agreement.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeaseState {
+    /// `None` until the first `Init`; every other command is refused before it.
+    pub(super) config: Option<ClusterConfig>,
+    /// Log index of the last entry that changed the state (the revision, §1).
+    pub(super) revision: u64,
+    /// Log index of the last entry that changed owners, handoffs or executor membership. A plan
+    /// is stale only if this moved past the revision it was planned on (P2.4, P5.1), so renewals,
+    /// which only extend leases, do not make every plan stale under load.
+    pub(super) assignment_revision: u64,
+    /// Registered executors by id.
+    pub(super) executors: BTreeMap<ExecutorId, Executor>,
+    /// `shard_count` entries, index = shard number.
+    pub(super) shards: Vec<Shard>,
+    /// Recently removed executors, at most [`MAX_TOMBSTONES`].
+    pub(super) tombstones: BTreeMap<ExecutorId, Tombstone>,
+}
+
+impl LeaseState {
+    /// The cluster configuration, `None` before `Init`.
+    pub fn config(&self) -> Option<&ClusterConfig> {
+        self.config.as_ref()
+    }
+
+    /// Log index of the last entry that changed anything (§1); what deliveries carry (P4.1).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Log index of the last entry that changed owners, handoffs or membership; a plan made at
+    /// or after it is still current (P2.4).
+    pub fn assignment_revision(&self) -> u64 {
+        self.assignment_revision
+    }
+
+    /// All executors, ascending by id.
+    pub fn executors(&self) -> impl Iterator<Item = &Executor> {
+        self.executors.values()
+    }
+
+    /// One executor, if registered and not removed.
+    pub fn executor(&self, executor_id: &str) -> Option<&Executor> {
+        self.executors.get(executor_id)
+    }
+
+    /// The executor registered under `incarnation`, if it is still present (P4.4).
+    pub fn executor_by_incarnation(&self, incarnation: &str) -> Option<&Executor> {
+        self.executors
+            .values()
+            .find(|executor| executor.incarnation == incarnation)
+    }
+
+    /// The shard table, index = shard number; empty before `Init`.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// One shard, if `shard < shard_count`.
+    pub fn shard(&self, shard: ShardId) -> Option<&Shard> {
+        usize::try_from(shard)
+            .ok()
+            .and_then(|index| self.shards.get(index))
+    }
+
+    /// The tombstone of a recently removed executor (P7.2).
+    pub fn tombstone(&self, executor_id: &str) -> Option<&Tombstone> {
+        self.tombstones.get(executor_id)
+    }
+
+    /// All kept tombstones, ascending by executor id.
+    pub fn tombstones(&self) -> impl Iterator<Item = &Tombstone> {
+        self.tombstones.values()
+    }
+
+    /// The executor's delivered set: shards it owns that are not releasing from it, with epochs,
+    /// ascending. Empty for an unknown executor.
+    pub fn delivered_set(&self, executor_id: &str) -> Vec<(ShardId, Epoch)> {
+        let Some(executor) = self.executors.get(executor_id) else {
+            return Vec::new();
+        };
+        executor
+            .owned_shards
+            .iter()
+            .filter_map(|&shard| self.shard(shard))
+            .filter(|shard| shard.handoff.is_none())
+            .map(|shard| (shard.id, shard.epoch))
+            .collect()
+    }
+
+    /// What a register or renew reply to `executor_id` carries at `now_ms` (§9, P3.1, P4.1):
+    /// lease remaining, this state's revision and the delivered set. `None` for an unknown
+    /// executor or before `Init`.
+    pub fn grant_for(&self, executor_id: &str, now_ms: u64) -> Option<Grant> {
+        let config = self.config.as_ref()?;
+        let executor = self.executors.get(executor_id)?;
+        Some(self.grant_of(executor, config.shard_count, now_ms))
+    }
+
+    /// The grant for a present executor (see [`LeaseState::grant_for`]).
+    pub(super) fn grant_of(&self, executor: &Executor, shard_count: u32, now_ms: u64) -> Grant {
+        Grant {
+            executor_id: executor.id.clone(),
+            lease_ttl_ms: executor.lease_remaining_ms(now_ms),
+            revision: self.revision,
+            shard_count,
+            shards: self.delivered_set(&executor.id),
+        }
+    }
+
+    /// Executors whose lease has lapsed on the manager clock at `now_ms`, ascending: the
+    /// candidates for a `Reap` (P3.8), which re-checks each at apply time (P2.4).
+    pub fn overdue_executors(&self, now_ms: u64) -> Vec<ExecutorId> {
+        self.executors
+            .values()
+            .filter(|executor| executor.lease_lapsed(now_ms))
+            .map(|executor| executor.id.clone())
+            .collect()
+    }
+
+    /// Whether some releasing shard's old grant has expired at `now_ms`, so `CompleteHandoffs`
+    /// would hand it on (P5.2).
+    pub fn handoffs_due(&self, now_ms: u64) -> bool {
+        self.shards.iter().any(|shard| {
+            shard
+                .handoff
+                .as_ref()
+                .is_some_and(|handoff| handoff.from_grant_expiry_ms <= now_ms)
+        })
+    }
+
+    /// Earliest instant at which a releasing shard may be handed on without an acknowledgement,
+    /// so the leader loop can wake for it; `None` when nothing is releasing.
+    pub fn next_handoff_due_ms(&self) -> Option<u64> {
+        self.shards
+            .iter()
+            .filter_map(|shard| shard.handoff.as_ref())
+            .map(|handoff| handoff.from_grant_expiry_ms)
+            .min()
+    }
+
+    /// Number of shards currently releasing.
+    pub fn releasing_count(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|shard| shard.handoff.is_some())
+            .count()
+    }
+
+    /// Checks the structural invariants `apply` maintains; empty when they hold. Meant for tests
+    /// and for a manager to verify a decoded snapshot before serving from it:
+    /// - the shard table has `shard_count` entries, each numbered by its index;
+    /// - a shard's owner is a present executor whose `owned_shards` lists it, and every shard an
+    ///   executor lists names it as owner;
+    /// - a handoff has an owner (the old owner) and a target that is present and not the owner;
+    /// - an owned shard's epoch is at least 1 (I2: the first owner gets epoch 1);
+    /// - revisions are ordered and tombstones bounded and disjoint from live executors.
+    pub fn consistency_violations(&self) -> Vec<String> {
+        let mut violations = Vec::new();
+        let expected_shards = self.config.map_or(0, |config| {
+            usize::try_from(config.shard_count).unwrap_or(usize::MAX)
+        });
+        if self.shards.len() != expected_shards {
+            violations.push(format!(
+                "shard table has {} entries, config says {expected_shards}",
+                self.shards.len()
+            ));
+        }
+        for (index, shard) in self.shards.iter().enumerate() {
+            if usize::try_from(shard.id).ok() != Some(index) {
+                violations.push(format!("shard at index {index} is numbered {}", shard.id));
+            }
+            match &shard.owner {
+                Some(owner) => {
+                    match self.executors.get(owner) {
+                        Some(executor) if executor.owned_shards.contains(&shard.id) => {}
+                        Some(_) => violations.push(format!(
+                            "shard {} names owner {owner}, whose set lacks it",
+                            shard.id
+                        )),
+                        None => violations.push(format!(
+                            "shard {} names owner {owner}, who is not registered",
+                            shard.id
+                        )),
+                    }
+                    if shard.epoch == 0 {
+                        violations.push(format!("shard {} is owned at epoch 0", shard.id));
+                    }
+                }
+                None if shard.handoff.is_some() => {
+                    violations.push(format!("shard {} is releasing but unowned", shard.id));
+                }
+                None => {}
+            }
+            if let Some(Handoff {
+                to: Some(target), ..
+            }) = &shard.handoff
+            {
+                if !self.executors.contains_key(target) {
+                    violations.push(format!(
+                        "shard {} is releasing to {target}, who is not registered",
+                        shard.id
+                    ));
+                }
+                if shard.owner.as_ref() == Some(target) {
+                    violations.push(format!(
+                        "shard {} is releasing to its own owner {target}",
+                        shard.id
+                    ));
+                }
+            }
+        }
+        for executor in self.executors.values() {
+            for &shard in &executor.owned_shards {
+                let owner = self.shard(shard).and_then(|entry| entry.owner.as_ref());
+                if owner != Some(&executor.id) {
+                    violations.push(format!(
+                        "executor {} lists shard {shard}, whose owner is {owner:?}",
+                        executor.id
+                    ));
+                }
+            }
+            if self.tombstones.contains_key(&executor.id) {
+                violations.push(format!("executor {} is also tombstoned", executor.id));
+            }
+        }
+        if self.assignment_revision > self.revision {
+            violations.push(format!(
+                "assignment revision {} is ahead of revision {}",
+                self.assignment_revision, self.revision
+            ));
+        }
+        if self.tombstones.len() > MAX_TOMBSTONES {
+            violations.push(format!("{} tombstones kept", self.tombstones.len()));
+        }
+        violations
+    }
+}

@@ -1,0 +1,222 @@
+//! The state, commands and outcomes travel in Raft log entries and snapshots as bincode 2, which
+//! is not self-describing: these round trips catch a serde attribute that only a
+//! self-describing format supports (P2.5).
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::super::{
+    Command, Effects, Grant, LeaseState, Move, Outcome, RefusalReason, RenewResult, Renewal, Revoke,
+};
+use super::{register_command, Harness, LEASE_MS};
+
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T) {
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(value, config).expect("encodes");
+    let (decoded, read): (T, usize) =
+        bincode::serde::decode_from_slice(&bytes, config).expect("decodes");
+    assert_eq!(read, bytes.len(), "trailing bytes for {value:?}");
+    assert_eq!(&decoded, value);
+}
+
+/// A state with every kind of entry: delivered, releasing (with and without a target), unowned
+/// shards, tombstones of both kinds, a named executor.
+fn busy_state() -> LeaseState {
+    let mut harness = Harness::initialised(8, LEASE_MS);
+    let a = harness.register(0, "a");
+    harness.apply(Command::Register {
+        now_ms: 0,
+        incarnation: "named".into(),
+        address: "http://named.test".into(),
+        name: Some("worker".into()),
+    });
+    harness.rebalance(0);
+    let c = harness.register(1_000, "c");
+    let d = harness.register(1_000, "d");
+    harness.rebalance(1_000);
+    harness.apply(Command::Deregister {
+        now_ms: 1_500,
+        executor_id: d,
+    });
+    harness.renew_in_sync(2_000, &a);
+    harness.renew_in_sync(2_000, &c);
+    let gone = harness.register(2_000, "gone");
+    harness.apply(Command::Reap {
+        now_ms: 2_000 + LEASE_MS,
+        executor_ids: vec![gone],
+    });
+    let state = harness.state;
+    assert!(state.releasing_count() > 0);
+    assert!(state.tombstones().count() == 2);
+    state
+}
+
+#[test]
+fn bincode_round_trips_the_state() {
+    round_trip(&LeaseState::default());
+    round_trip(&Harness::initialised(4, LEASE_MS).state);
+    round_trip(&busy_state());
+}
+
+#[test]
+fn bincode_round_trips_every_command_variant() {
+    let commands = vec![
+        Command::Init {
+            now_ms: 1,
+            shard_count: 1024,
+            lease_duration_ms: LEASE_MS,
+        },
+        Command::SetLeaseDuration {
+            now_ms: 2,
+            lease_duration_ms: 30_000,
+        },
+        register_command(3, "inc"),
+        Command::Register {
+            now_ms: 3,
+            incarnation: "inc".into(),
+            address: "http://x".into(),
+            name: Some("n".into()),
+        },
+        Command::Renew {
+            now_ms: 4,
+            renewals: vec![
+                Renewal {
+                    executor_id: "ex-1".into(),
+                    claims: vec![(0, 1), (5, u64::MAX)],
+                    revision: 9,
+                },
+                Renewal {
+                    executor_id: "ex-2".into(),
+                    claims: vec![],
+                    revision: 0,
+                },
+            ],
+        },
+        Command::Deregister {
+            now_ms: 5,
+            executor_id: "ex-1".into(),
+        },
+        Command::Reap {
+            now_ms: u64::MAX,
+            executor_ids: vec!["ex-1".into(), "ex-2".into()],
+        },
+        Command::Rebalance {
+            now_ms: 7,
+            planned_at: 6,
+            moves: vec![Move {
+                shard: u32::MAX,
+                to: "ex-1".into(),
+            }],
+        },
+        Command::Release {
+            now_ms: 8,
+            executor_id: "ex-1".into(),
+            shards: vec![1, 2],
+            revoke_revision: 7,
+        },
+        Command::CompleteHandoffs { now_ms: 9 },
+    ];
+    for command in &commands {
+        round_trip(command);
+    }
+}
+
+#[test]
+fn bincode_round_trips_every_outcome_variant() {
+    let grant = Grant {
+        executor_id: "ex-1".into(),
+        lease_ttl_ms: LEASE_MS,
+        revision: 3,
+        shard_count: 4,
+        shards: vec![(0, 1), (3, 2)],
+    };
+    let effects = Effects {
+        revokes: vec![Revoke {
+            executor_id: "ex-1".into(),
+            shards: vec![2],
+            revision: 5,
+        }],
+        assignments: vec!["ex-2".into()],
+    };
+    let mut outcomes = vec![
+        Outcome::Nothing,
+        Outcome::Initialised {
+            config: super::super::ClusterConfig {
+                shard_count: 4,
+                lease_duration_ms: LEASE_MS,
+            },
+            already_initialised: true,
+        },
+        Outcome::LeaseDurationSet {
+            previous_lease_duration_ms: 1,
+            lease_duration_ms: 2,
+        },
+        Outcome::Registered {
+            grant: grant.clone(),
+            already_registered: false,
+        },
+        Outcome::Renewed {
+            results: vec![
+                RenewResult::Renewed {
+                    grant,
+                    claims_mismatch: true,
+                    acknowledged: vec![2],
+                },
+                RenewResult::UnknownExecutor {
+                    executor_id: "ex-9".into(),
+                },
+            ],
+            effects: effects.clone(),
+        },
+        Outcome::Deregistered {
+            already_gone: false,
+            effects: effects.clone(),
+        },
+        Outcome::NotFound,
+        Outcome::Reaped {
+            reaped: vec!["ex-1".into()],
+            skipped: vec!["ex-2".into()],
+            effects: effects.clone(),
+        },
+        Outcome::Rebalanced {
+            granted: vec![0],
+            releasing: vec![1],
+            cancelled: vec![2],
+            effects: effects.clone(),
+        },
+        Outcome::Released {
+            completed: vec![1],
+            ignored: vec![2],
+            effects: effects.clone(),
+        },
+        Outcome::HandoffsCompleted {
+            completed: vec![1],
+            effects,
+        },
+    ];
+    let reasons = [
+        RefusalReason::NotInitialised,
+        RefusalReason::ConfigConflict {
+            existing: super::super::ClusterConfig {
+                shard_count: 4,
+                lease_duration_ms: 1,
+            },
+        },
+        RefusalReason::Invalid {
+            detail: "why".into(),
+        },
+        RefusalReason::StalePlan {
+            planned_at: 1,
+            assignment_revision: 2,
+        },
+        RefusalReason::LogIndexNotAfterRevision {
+            log_index: 1,
+            revision: 2,
+        },
+    ];
+    outcomes.extend(reasons.map(|reason| Outcome::Refused { reason }));
+    for outcome in &outcomes {
+        round_trip(outcome);
+    }
+    assert_eq!(Outcome::default(), Outcome::Nothing);
+}

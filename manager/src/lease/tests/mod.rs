@@ -1,0 +1,170 @@
+//! Tests of the lease state machine and planner, named after the rules they pin (PROTOCOL.md).
+//!
+//! - `rules`: a table test per rule against `apply`, with explicit `now_ms`.
+//! - `planner`: the even-spread, fewest-moves planner (P5.4), including a property test against
+//!   a brute-force optimum.
+//! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
+//! - `model`: a property test of whole executor fleets (lost and reordered deliveries, crashes,
+//!   retries, replays) checking I1 and I2 after every step.
+
+mod encoding;
+mod model;
+mod planner;
+mod rules;
+
+use super::{
+    Command, Effects, Epoch, ExecutorId, LeaseState, Outcome, RenewResult, Renewal, ShardId,
+};
+
+/// The default lease (§11), used by most tests.
+pub(super) const LEASE_MS: u64 = 60_000;
+
+/// Applies commands at consecutive log indexes, as Raft would, and checks the structural
+/// invariants after every one.
+#[derive(Debug, Clone)]
+pub(super) struct Harness {
+    pub(super) state: LeaseState,
+    next_index: u64,
+}
+
+impl Harness {
+    /// An uninitialised state; the first command gets log index 1.
+    pub(super) fn new() -> Self {
+        Self {
+            state: LeaseState::default(),
+            next_index: 1,
+        }
+    }
+
+    /// A state initialised at time 0.
+    pub(super) fn initialised(shard_count: u32, lease_duration_ms: u64) -> Self {
+        let mut harness = Self::new();
+        let outcome = harness.apply(Command::Init {
+            now_ms: 0,
+            shard_count,
+            lease_duration_ms,
+        });
+        assert!(
+            matches!(
+                outcome,
+                Outcome::Initialised {
+                    already_initialised: false,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        harness
+    }
+
+    /// The log index the next command will get.
+    pub(super) fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// Applies `command` at the next log index.
+    pub(super) fn apply(&mut self, command: Command) -> Outcome {
+        let index = self.next_index;
+        self.next_index += 1;
+        let outcome = self.state.apply(index, &command);
+        assert_eq!(
+            self.state.consistency_violations(),
+            Vec::<String>::new(),
+            "after {command:?}"
+        );
+        outcome
+    }
+
+    /// Applies `command` and asserts that it changed nothing at all, revision included (P5.1).
+    pub(super) fn apply_expecting_no_change(&mut self, command: Command) -> Outcome {
+        let before = self.state.clone();
+        let outcome = self.apply(command.clone());
+        assert_eq!(
+            self.state, before,
+            "{command:?} changed the state: {outcome:?}"
+        );
+        outcome
+    }
+
+    /// Registers a new incarnation and returns the minted executor id.
+    pub(super) fn register(&mut self, now_ms: u64, incarnation: &str) -> ExecutorId {
+        match self.apply(register_command(now_ms, incarnation)) {
+            Outcome::Registered { grant, .. } => grant.executor_id,
+            other => panic!("register {incarnation} failed: {other:?}"),
+        }
+    }
+
+    /// One renewal in its own entry.
+    pub(super) fn renew(
+        &mut self,
+        now_ms: u64,
+        executor_id: &str,
+        claims: Vec<(ShardId, Epoch)>,
+        revision: u64,
+    ) -> (RenewResult, Effects) {
+        let outcome = self.apply(Command::Renew {
+            now_ms,
+            renewals: vec![Renewal {
+                executor_id: executor_id.to_owned(),
+                claims,
+                revision,
+            }],
+        });
+        match outcome {
+            Outcome::Renewed {
+                mut results,
+                effects,
+            } if results.len() == 1 => (results.remove(0), effects),
+            other => panic!("renew of {executor_id} gave {other:?}"),
+        }
+    }
+
+    /// A renewal from an executor whose view is exactly the recorded state (every push landed).
+    pub(super) fn renew_in_sync(
+        &mut self,
+        now_ms: u64,
+        executor_id: &str,
+    ) -> (RenewResult, Effects) {
+        let claims = self.state.delivered_set(executor_id);
+        let revision = self.state.revision();
+        self.renew(now_ms, executor_id, claims, revision)
+    }
+
+    /// Plans at `now_ms` and applies the plan; panics if there was nothing to plan.
+    pub(super) fn rebalance(&mut self, now_ms: u64) -> Outcome {
+        let plan = super::plan_rebalance(&self.state, now_ms)
+            .unwrap_or_else(|| panic!("nothing to plan at {now_ms}"));
+        self.apply(plan)
+    }
+
+    /// The shard's owner (the old owner while releasing).
+    pub(super) fn owner(&self, shard: ShardId) -> Option<&str> {
+        self.state
+            .shard(shard)
+            .and_then(|entry| entry.owner.as_deref())
+    }
+
+    /// The shard's epoch.
+    pub(super) fn epoch(&self, shard: ShardId) -> Epoch {
+        self.state.shard(shard).map_or(0, |entry| entry.epoch)
+    }
+
+    /// The shards in an executor's delivered set.
+    pub(super) fn delivered_shards(&self, executor_id: &str) -> Vec<ShardId> {
+        self.state
+            .delivered_set(executor_id)
+            .into_iter()
+            .map(|(shard, _)| shard)
+            .collect()
+    }
+}
+
+/// A `Register` for `incarnation` with a derived address.
+pub(super) fn register_command(now_ms: u64, incarnation: &str) -> Command {
+    Command::Register {
+        now_ms,
+        incarnation: incarnation.to_owned(),
+        address: format!("http://{incarnation}.test"),
+        name: None,
+    }
+}

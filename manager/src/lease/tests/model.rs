@@ -1,0 +1,1087 @@
+//! A property test of whole fleets: the state machine driven by a leader loop and by model
+//! executors that behave as the protocol allows, through lost, delayed and reordered deliveries,
+//! late (held up or retried) acknowledgements, crashes, graceful stops, retried registrations, duplicated (replayed)
+//! commands, stale plans and reaps, and lease duration changes.
+//!
+//! The model executor (one process, one incarnation):
+//! - anchors a grant at the instant its request was sent: copy expiry = `sent_at + lease_ttl_ms`
+//!   (P3.2); only grants move it, and every grant moves it (P3.3); pushes carry no lease;
+//! - applies a delivered set only if its revision is at least the last one applied (P4.1); a
+//!   revoke is applied under the same rule (and raises the last applied revision), answered with
+//!   an acknowledgement only if applied (P5.2);
+//! - admits a shard at an instant iff it is running, its copy is strictly after that instant and
+//!   the shard is in its last applied set (P3.6);
+//! - claims its applied set and last applied revision when renewing (P4.2).
+//!
+//! One clock serves the manager and the executors (the docs assume rate error far below the
+//! lease, P5.2), and a request is applied at the instant it is sent, which makes an executor's
+//! copy as long as it can ever be: the worst case for exclusivity.
+//!
+//! After every step: no two processes admit one shard at the current instant (I1); every admitted
+//! (shard, epoch) was minted for that process's executor (I2); per shard, epochs never decrease,
+//! a new holder always has a larger epoch and no epoch is ever given to two executors (I2); the
+//! shard table and the executors' sets agree. When the fleet is stable (every executor live, no
+//! handoff pending, nothing to plan) shards are spread within one. At the end the fleet is run
+//! healthy for a while and must converge: all shards owned, spread within one, every running
+//! process admitting exactly its recorded set.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+use super::super::{
+    plan_rebalance, Command, Effects, Epoch, ExecutorId, Grant, LeaseState, Outcome, RefusalReason,
+    RenewResult, Renewal, ShardId,
+};
+use super::register_command;
+
+/// Lease durations the leader may be (re)configured with; the first is the initial one.
+const LEASE_CHOICES_MS: [u64; 3] = [1_000, 300, 1_500];
+/// Most processes ever started in one case.
+const MAX_PROCESSES: usize = 6;
+/// Healthy rounds (a third of a lease each) run at the end; enough for any zombie or crashed
+/// executor to lapse and be reaped, and for every handoff to complete.
+const SETTLE_ROUNDS: usize = 30;
+
+/// How often the interesting situations were reached, summed over all cases: the test fails if
+/// any stays at zero, so a model that silently stopped exercising a guard cannot pass.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Coverage {
+    handoffs_started: usize,
+    acknowledged_by_release: usize,
+    acknowledged_by_claims: usize,
+    completed_by_expiry: usize,
+    handoffs_cancelled: usize,
+    acknowledgements_ignored: usize,
+    stale_plans_refused: usize,
+    reap_candidates_skipped: usize,
+    executors_reaped: usize,
+    registrations_retried: usize,
+    claims_mismatches: usize,
+    stale_revokes_ignored: usize,
+    shards_admitted: usize,
+}
+
+impl Coverage {
+    fn add(&mut self, other: &Coverage) {
+        self.handoffs_started += other.handoffs_started;
+        self.acknowledged_by_release += other.acknowledged_by_release;
+        self.acknowledged_by_claims += other.acknowledged_by_claims;
+        self.completed_by_expiry += other.completed_by_expiry;
+        self.handoffs_cancelled += other.handoffs_cancelled;
+        self.acknowledgements_ignored += other.acknowledgements_ignored;
+        self.stale_plans_refused += other.stale_plans_refused;
+        self.reap_candidates_skipped += other.reap_candidates_skipped;
+        self.executors_reaped += other.executors_reaped;
+        self.registrations_retried += other.registrations_retried;
+        self.claims_mismatches += other.claims_mismatches;
+        self.stale_revokes_ignored += other.stale_revokes_ignored;
+        self.shards_admitted += other.shards_admitted;
+    }
+
+    fn unreached(&self) -> Vec<&'static str> {
+        [
+            ("handoffs_started", self.handoffs_started),
+            ("acknowledged_by_release", self.acknowledged_by_release),
+            ("acknowledged_by_claims", self.acknowledged_by_claims),
+            ("completed_by_expiry", self.completed_by_expiry),
+            ("handoffs_cancelled", self.handoffs_cancelled),
+            ("acknowledgements_ignored", self.acknowledgements_ignored),
+            ("stale_plans_refused", self.stale_plans_refused),
+            ("reap_candidates_skipped", self.reap_candidates_skipped),
+            ("executors_reaped", self.executors_reaped),
+            ("registrations_retried", self.registrations_retried),
+            ("claims_mismatches", self.claims_mismatches),
+            ("stale_revokes_ignored", self.stale_revokes_ignored),
+            ("shards_admitted", self.shards_admitted),
+        ]
+        .into_iter()
+        .filter(|(_, count)| *count == 0)
+        .map(|(name, _)| name)
+        .collect()
+    }
+
+    fn record(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Rebalanced {
+                releasing,
+                cancelled,
+                ..
+            } => {
+                self.handoffs_started += releasing.len();
+                self.handoffs_cancelled += cancelled.len();
+            }
+            Outcome::Released {
+                completed, ignored, ..
+            } => {
+                self.acknowledged_by_release += completed.len();
+                self.acknowledgements_ignored += ignored.len();
+            }
+            Outcome::Renewed { results, .. } => {
+                for result in results {
+                    if let RenewResult::Renewed {
+                        claims_mismatch,
+                        acknowledged,
+                        ..
+                    } = result
+                    {
+                        self.acknowledged_by_claims += acknowledged.len();
+                        self.claims_mismatches += usize::from(*claims_mismatch);
+                    }
+                }
+            }
+            Outcome::HandoffsCompleted { completed, .. } => {
+                self.completed_by_expiry += completed.len();
+            }
+            Outcome::Refused {
+                reason: RefusalReason::StalePlan { .. },
+            } => self.stale_plans_refused += 1,
+            Outcome::Reaped {
+                reaped, skipped, ..
+            } => {
+                self.executors_reaped += reaped.len();
+                self.reap_candidates_skipped += skipped.len();
+            }
+            Outcome::Registered {
+                already_registered: true,
+                ..
+            } => self.registrations_retried += 1,
+            _ => {}
+        }
+    }
+}
+
+/// What happens to a reply.
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Delivered,
+    Lost,
+    Delayed,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Time passes.
+    Advance {
+        ms: u64,
+    },
+    /// A new process starts and registers; `deaf` processes never receive pushes (P5.3).
+    Spawn {
+        reply: Fate,
+        deaf: bool,
+    },
+    /// A process retries its registration (same incarnation).
+    RetryRegister {
+        who: usize,
+        reply: Fate,
+    },
+    /// Processes renew, group-committed in one entry.
+    Renew {
+        who: Vec<usize>,
+        reply: Fate,
+    },
+    /// A process receives one message from its inbox (any, so deliveries reorder).
+    Deliver {
+        who: usize,
+        which: usize,
+        ack_delayed: bool,
+    },
+    /// A message is lost.
+    Drop {
+        who: usize,
+        which: usize,
+    },
+    /// Graceful stop: stop admitting, then deregister (P3.7).
+    Deregister {
+        who: usize,
+    },
+    /// The process dies silently.
+    Crash {
+        who: usize,
+    },
+    /// The leader tick (P3.8): reap overdue, plan, complete due handoffs.
+    Tick,
+    /// The leader reads reap candidates and a plan now, to propose them later (stale).
+    Stash,
+    ApplyStashedReap,
+    ApplyStashedPlan,
+    /// A command from the past is committed again (a duplicated proposal, P2.4).
+    Replay {
+        which: usize,
+    },
+    /// An acknowledgement arrives late: one held up in flight, or a retry of one already
+    /// applied (P5.2).
+    LateRelease {
+        which: usize,
+    },
+    SetLeaseDuration {
+        choice: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Message {
+    Assign {
+        revision: u64,
+        shards: Vec<(ShardId, Epoch)>,
+    },
+    Revoke {
+        revision: u64,
+        shards: Vec<ShardId>,
+    },
+    Reply {
+        sent_at_ms: u64,
+        grant: Grant,
+    },
+}
+
+#[derive(Debug)]
+struct Process {
+    incarnation: String,
+    executor_id: Option<ExecutorId>,
+    /// Ids this process learnt are gone (a 404); replies for them are discarded.
+    retired_ids: BTreeSet<ExecutorId>,
+    running: bool,
+    deaf: bool,
+    lease_expiry_ms: Option<u64>,
+    last_applied_revision: u64,
+    applied: BTreeMap<ShardId, Epoch>,
+    inbox: Vec<Message>,
+}
+
+impl Process {
+    fn new(incarnation: String, deaf: bool) -> Self {
+        Self {
+            incarnation,
+            executor_id: None,
+            retired_ids: BTreeSet::new(),
+            running: true,
+            deaf,
+            lease_expiry_ms: None,
+            last_applied_revision: 0,
+            applied: BTreeMap::new(),
+            inbox: Vec::new(),
+        }
+    }
+
+    fn admits(&self, shard: ShardId, now_ms: u64) -> Option<Epoch> {
+        let lease_valid = self.lease_expiry_ms.is_some_and(|expiry| expiry > now_ms);
+        if self.running && lease_valid {
+            self.applied.get(&shard).copied()
+        } else {
+            None
+        }
+    }
+
+    /// P4.1: a set older than the last applied delivery is ignored.
+    fn apply_set(&mut self, revision: u64, shards: &[(ShardId, Epoch)]) {
+        if revision >= self.last_applied_revision {
+            self.applied = shards.iter().copied().collect();
+            self.last_applied_revision = revision;
+        }
+    }
+
+    /// P3.2, P3.3: every grant moves the lease clock, anchored at the send instant.
+    fn receive_reply(&mut self, sent_at_ms: u64, grant: &Grant) {
+        if self.retired_ids.contains(&grant.executor_id) {
+            return;
+        }
+        if self
+            .executor_id
+            .as_ref()
+            .is_some_and(|id| *id != grant.executor_id)
+        {
+            return;
+        }
+        self.executor_id = Some(grant.executor_id.clone());
+        self.lease_expiry_ms = Some(sent_at_ms.saturating_add(grant.lease_ttl_ms));
+        self.apply_set(grant.revision, &grant.shards);
+    }
+
+    /// P4.1, P5.2: a stale revoke is ignored and not acknowledged; otherwise the shards stop
+    /// being admitted and the acknowledgement lists them.
+    fn receive_revoke(&mut self, revision: u64, shards: &[ShardId]) -> Option<Vec<ShardId>> {
+        if revision < self.last_applied_revision {
+            return None;
+        }
+        for shard in shards {
+            self.applied.remove(shard);
+        }
+        self.last_applied_revision = revision;
+        Some(shards.to_vec())
+    }
+
+    fn renewal(&self) -> Option<Renewal> {
+        let executor_id = self.executor_id.clone()?;
+        self.running.then(|| Renewal {
+            executor_id,
+            claims: self.applied.iter().map(|(&s, &e)| (s, e)).collect(),
+            revision: self.last_applied_revision,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct World {
+    state: LeaseState,
+    next_index: u64,
+    now_ms: u64,
+    processes: Vec<Process>,
+    history: Vec<Command>,
+    holder_of_epoch: BTreeMap<(ShardId, Epoch), ExecutorId>,
+    last_holder: BTreeMap<ShardId, (ExecutorId, Epoch)>,
+    stashed_reap: Option<Command>,
+    stashed_plan: Option<Command>,
+    /// Acknowledgements sent but held up in flight.
+    delayed_acks: Vec<Command>,
+    coverage: Coverage,
+}
+
+impl World {
+    fn new(shard_count: u32) -> Self {
+        let mut world = Self {
+            state: LeaseState::default(),
+            next_index: 1,
+            now_ms: 0,
+            processes: Vec::new(),
+            history: Vec::new(),
+            holder_of_epoch: BTreeMap::new(),
+            last_holder: BTreeMap::new(),
+            stashed_reap: None,
+            stashed_plan: None,
+            delayed_acks: Vec::new(),
+            coverage: Coverage::default(),
+        };
+        let outcome = world.apply(Command::Init {
+            now_ms: 0,
+            shard_count,
+            lease_duration_ms: LEASE_CHOICES_MS[0],
+        });
+        assert!(matches!(outcome, Outcome::Initialised { .. }));
+        world
+    }
+
+    fn lease_duration_ms(&self) -> u64 {
+        self.state
+            .config()
+            .map_or(1, |config| config.lease_duration_ms)
+    }
+
+    /// Commits a command, checks the state invariants and I2, and fans out its pushes.
+    fn apply(&mut self, command: Command) -> Outcome {
+        let index = self.next_index;
+        self.next_index += 1;
+        let outcome = self.state.apply(index, &command);
+        assert_eq!(
+            self.state.consistency_violations(),
+            Vec::<String>::new(),
+            "after {command:?}"
+        );
+        self.history.push(command);
+        self.coverage.record(&outcome);
+        self.check_epochs();
+        if let Some(effects) = outcome.effects() {
+            self.fan_out(effects);
+        }
+        outcome
+    }
+
+    /// The leader's pushes after a commit (P5.1): revokes as committed, assignments of the
+    /// full set read now (P4.1, P4.3). A push reaches the process behind the executor's address.
+    fn fan_out(&mut self, effects: &Effects) {
+        for revoke in &effects.revokes {
+            let message = Message::Revoke {
+                revision: revoke.revision,
+                shards: revoke.shards.clone(),
+            };
+            self.push(&revoke.executor_id, message);
+        }
+        for executor_id in &effects.assignments {
+            if let Some(grant) = self.state.grant_for(executor_id, self.now_ms) {
+                let message = Message::Assign {
+                    revision: grant.revision,
+                    shards: grant.shards,
+                };
+                self.push(executor_id, message);
+            }
+        }
+    }
+
+    fn push(&mut self, executor_id: &str, message: Message) {
+        let Some(incarnation) = self
+            .state
+            .executor(executor_id)
+            .map(|e| e.incarnation.clone())
+        else {
+            return;
+        };
+        if let Some(process) = self
+            .processes
+            .iter_mut()
+            .find(|p| p.incarnation == incarnation && p.running && !p.deaf)
+        {
+            process.inbox.push(message);
+        }
+    }
+
+    /// I2 on the replicated state, after every commit.
+    fn check_epochs(&mut self) {
+        for shard in self.state.shards() {
+            if let Some((_, last_epoch)) = self.last_holder.get(&shard.id) {
+                assert!(
+                    shard.epoch >= *last_epoch,
+                    "shard {} epoch went back",
+                    shard.id
+                );
+            }
+            let Some(owner) = &shard.owner else {
+                continue;
+            };
+            let minted_for = self
+                .holder_of_epoch
+                .entry((shard.id, shard.epoch))
+                .or_insert_with(|| owner.clone());
+            assert_eq!(
+                minted_for, owner,
+                "shard {} epoch {} given to two executors",
+                shard.id, shard.epoch
+            );
+            if let Some((last_owner, last_epoch)) = self.last_holder.get(&shard.id) {
+                if last_owner != owner {
+                    assert!(
+                        shard.epoch > *last_epoch,
+                        "shard {} passed from {last_owner} to {owner} without a new epoch",
+                        shard.id
+                    );
+                }
+            }
+            self.last_holder
+                .insert(shard.id, (owner.clone(), shard.epoch));
+        }
+    }
+
+    /// I1 and the executor side of I2, at the current instant.
+    fn check_admission(&mut self) {
+        for shard in self.state.shards() {
+            let admitting: Vec<(&Process, Epoch)> = self
+                .processes
+                .iter()
+                .filter_map(|p| p.admits(shard.id, self.now_ms).map(|epoch| (p, epoch)))
+                .collect();
+            assert!(
+                admitting.len() <= 1,
+                "I1: shard {} admitted by {:?} at {}",
+                shard.id,
+                admitting
+                    .iter()
+                    .map(|(p, epoch)| (&p.incarnation, &p.executor_id, epoch))
+                    .collect::<Vec<_>>(),
+                self.now_ms
+            );
+            self.coverage.shards_admitted += admitting.len();
+            for (process, epoch) in admitting {
+                assert_eq!(
+                    self.holder_of_epoch.get(&(shard.id, epoch)),
+                    process.executor_id.as_ref(),
+                    "I2: {} admits shard {} at an epoch minted for someone else",
+                    process.incarnation,
+                    shard.id
+                );
+            }
+        }
+    }
+
+    fn pick(&self, who: usize) -> Option<usize> {
+        (!self.processes.is_empty()).then(|| who % self.processes.len())
+    }
+
+    fn deliver_reply(&mut self, process: usize, sent_at_ms: u64, grant: Grant, fate: Fate) {
+        let Some(target) = self.processes.get_mut(process) else {
+            return;
+        };
+        match fate {
+            Fate::Delivered => target.receive_reply(sent_at_ms, &grant),
+            Fate::Lost => {}
+            Fate::Delayed => target.inbox.push(Message::Reply { sent_at_ms, grant }),
+        }
+    }
+
+    fn register(&mut self, process: usize, fate: Fate) {
+        let Some(target) = self.processes.get(process).filter(|p| p.running) else {
+            return;
+        };
+        let command = register_command(self.now_ms, &target.incarnation);
+        let sent_at_ms = self.now_ms;
+        if let Outcome::Registered { grant, .. } = self.apply(command) {
+            self.deliver_reply(process, sent_at_ms, grant, fate);
+        }
+    }
+
+    fn renew(&mut self, processes: &[usize], fate: Fate) {
+        let mut renewing: Vec<(usize, Renewal)> = Vec::new();
+        for &process in processes {
+            if renewing.iter().any(|(p, _)| *p == process) {
+                continue;
+            }
+            if let Some(renewal) = self.processes.get(process).and_then(Process::renewal) {
+                renewing.push((process, renewal));
+            }
+        }
+        if renewing.is_empty() {
+            return;
+        }
+        let sent_at_ms = self.now_ms;
+        let outcome = self.apply(Command::Renew {
+            now_ms: sent_at_ms,
+            renewals: renewing
+                .iter()
+                .map(|(_, renewal)| renewal.clone())
+                .collect(),
+        });
+        let Outcome::Renewed { results, .. } = outcome else {
+            panic!("renew refused: {outcome:?}");
+        };
+        for ((process, _), result) in renewing.into_iter().zip(results) {
+            match result {
+                RenewResult::Renewed { grant, .. } => {
+                    self.deliver_reply(process, sent_at_ms, grant, fate);
+                }
+                RenewResult::UnknownExecutor { executor_id } => {
+                    if matches!(fate, Fate::Delivered) {
+                        if let Some(target) = self.processes.get_mut(process) {
+                            target.retired_ids.insert(executor_id);
+                            target.executor_id = None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, process: usize, which: usize, ack_delayed: bool) {
+        let Some(target) = self.processes.get_mut(process) else {
+            return;
+        };
+        if target.inbox.is_empty() {
+            return;
+        }
+        let message = target.inbox.remove(which % target.inbox.len());
+        if !target.running {
+            return;
+        }
+        match message {
+            Message::Assign { revision, shards } => target.apply_set(revision, &shards),
+            Message::Reply { sent_at_ms, grant } => target.receive_reply(sent_at_ms, &grant),
+            Message::Revoke { revision, shards } => {
+                let released = target.receive_revoke(revision, &shards);
+                self.coverage.stale_revokes_ignored += usize::from(released.is_none());
+                if let (Some(released), Some(executor_id)) = (released, target.executor_id.clone())
+                {
+                    let ack = Command::Release {
+                        now_ms: self.now_ms,
+                        executor_id,
+                        shards: released,
+                        revoke_revision: revision,
+                    };
+                    if ack_delayed {
+                        self.delayed_acks.push(ack);
+                    } else {
+                        self.apply(ack);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The leader tick (P3.8): reap, plan, complete due handoffs. A plan read and proposed at
+    /// once must be accepted.
+    fn tick(&mut self) {
+        let overdue = self.state.overdue_executors(self.now_ms);
+        if !overdue.is_empty() {
+            let outcome = self.apply(Command::Reap {
+                now_ms: self.now_ms,
+                executor_ids: overdue.clone(),
+            });
+            assert!(
+                matches!(&outcome, Outcome::Reaped { reaped, .. } if *reaped == overdue),
+                "{outcome:?}"
+            );
+        }
+        if let Some(plan) = plan_rebalance(&self.state, self.now_ms) {
+            let outcome = self.apply(plan);
+            assert!(
+                outcome.refusal().is_none(),
+                "fresh plan refused: {outcome:?}"
+            );
+        }
+        // Proposed whenever anything is releasing, relying on the apply-time re-check (P2.4),
+        // which must agree with `handoffs_due`.
+        if self.state.releasing_count() > 0 {
+            let due = self.state.handoffs_due(self.now_ms);
+            let outcome = self.apply(Command::CompleteHandoffs {
+                now_ms: self.now_ms,
+            });
+            assert!(
+                matches!(&outcome, Outcome::HandoffsCompleted { completed, .. } if completed.is_empty() != due),
+                "handoffs_due said {due}: {outcome:?}"
+            );
+        }
+        if self.stable() {
+            self.check_even_spread();
+        }
+    }
+
+    /// Every executor live, no handoff pending, nothing to plan.
+    fn stable(&self) -> bool {
+        self.state.executors().next().is_some()
+            && self
+                .state
+                .executors()
+                .all(|executor| !executor.lease_lapsed(self.now_ms))
+            && self.state.releasing_count() == 0
+            && plan_rebalance(&self.state, self.now_ms).is_none()
+    }
+
+    /// P5.4: all shards owned, owners within one shard of each other.
+    fn check_even_spread(&self) {
+        let counts: Vec<usize> = self
+            .state
+            .executors()
+            .map(|executor| executor.owned_shards.len())
+            .collect();
+        let max = counts.iter().max().copied().unwrap_or(0);
+        let min = counts.iter().min().copied().unwrap_or(0);
+        assert!(max - min <= 1, "uneven when stable: {counts:?}");
+        assert!(
+            self.state
+                .shards()
+                .iter()
+                .all(|shard| shard.owner.is_some()),
+            "unowned shard when stable"
+        );
+    }
+
+    fn step(&mut self, step: &Step) {
+        match step {
+            Step::Advance { ms } => self.now_ms = self.now_ms.saturating_add(*ms),
+            Step::Spawn { reply, deaf } => {
+                if self.processes.len() < MAX_PROCESSES {
+                    let incarnation = format!("inc-{}", self.processes.len());
+                    self.processes.push(Process::new(incarnation, *deaf));
+                    self.register(self.processes.len() - 1, *reply);
+                }
+            }
+            Step::RetryRegister { who, reply } => {
+                if let Some(process) = self.pick(*who) {
+                    self.register(process, *reply);
+                }
+            }
+            Step::Renew { who, reply } => {
+                let processes: Vec<usize> = who.iter().filter_map(|w| self.pick(*w)).collect();
+                self.renew(&processes, *reply);
+            }
+            Step::Deliver {
+                who,
+                which,
+                ack_delayed,
+            } => {
+                if let Some(process) = self.pick(*who) {
+                    self.deliver(process, *which, *ack_delayed);
+                }
+            }
+            Step::Drop { who, which } => {
+                if let Some(process) = self.pick(*who).and_then(|p| self.processes.get_mut(p)) {
+                    if !process.inbox.is_empty() {
+                        let index = which % process.inbox.len();
+                        process.inbox.remove(index);
+                    }
+                }
+            }
+            Step::Deregister { who } => {
+                let Some(process) = self.pick(*who).and_then(|p| self.processes.get_mut(p)) else {
+                    return;
+                };
+                if !process.running {
+                    return;
+                }
+                process.running = false;
+                if let Some(executor_id) = process.executor_id.clone() {
+                    let outcome = self.apply(Command::Deregister {
+                        now_ms: self.now_ms,
+                        executor_id,
+                    });
+                    assert!(
+                        matches!(outcome, Outcome::Deregistered { .. }),
+                        "{outcome:?}"
+                    );
+                }
+            }
+            Step::Crash { who } => {
+                if let Some(process) = self.pick(*who).and_then(|p| self.processes.get_mut(p)) {
+                    process.running = false;
+                }
+            }
+            Step::Tick => self.tick(),
+            Step::Stash => {
+                let overdue = self.state.overdue_executors(self.now_ms);
+                self.stashed_reap = (!overdue.is_empty()).then_some(Command::Reap {
+                    now_ms: self.now_ms,
+                    executor_ids: overdue,
+                });
+                self.stashed_plan = plan_rebalance(&self.state, self.now_ms);
+            }
+            Step::ApplyStashedReap => {
+                if let Some(command) = self.stashed_reap.take() {
+                    self.apply(command);
+                }
+            }
+            Step::ApplyStashedPlan => {
+                if let Some(command) = self.stashed_plan.take() {
+                    self.apply(command);
+                }
+            }
+            Step::Replay { which } => {
+                if !self.history.is_empty() {
+                    let command = self.history[which % self.history.len()].clone();
+                    self.apply(command);
+                }
+            }
+            Step::LateRelease { which } => {
+                let applied = self
+                    .history
+                    .iter()
+                    .filter(|command| matches!(command, Command::Release { .. }));
+                let candidates: Vec<Command> =
+                    self.delayed_acks.iter().chain(applied).cloned().collect();
+                if !candidates.is_empty() {
+                    let command = candidates[which % candidates.len()].clone();
+                    self.apply(command);
+                }
+            }
+            Step::SetLeaseDuration { choice } => {
+                let lease_duration_ms = LEASE_CHOICES_MS[choice % LEASE_CHOICES_MS.len()];
+                self.apply(Command::SetLeaseDuration {
+                    now_ms: self.now_ms,
+                    lease_duration_ms,
+                });
+            }
+        }
+    }
+
+    /// Every inbox delivered in order, acknowledgements delivered, until nothing is in flight.
+    fn drain_inboxes(&mut self) {
+        for _ in 0..16 {
+            let busy: Vec<usize> = (0..self.processes.len())
+                .filter(|&p| !self.processes[p].inbox.is_empty())
+                .collect();
+            if busy.is_empty() {
+                return;
+            }
+            for process in busy {
+                while !self.processes[process].inbox.is_empty() {
+                    self.deliver(process, 0, false);
+                    self.check_admission();
+                }
+            }
+        }
+    }
+
+    /// A healthy stretch: every running process renews (or registers) each third of a lease and
+    /// receives everything; the leader ticks. Then the fleet must have converged.
+    fn settle(&mut self) {
+        for _ in 0..SETTLE_ROUNDS {
+            self.now_ms = self
+                .now_ms
+                .saturating_add((self.lease_duration_ms() / 3).max(1));
+            self.check_admission();
+            for process in 0..self.processes.len() {
+                if !self.processes[process].running {
+                    continue;
+                }
+                if self.processes[process].executor_id.is_some() {
+                    self.renew(&[process], Fate::Delivered);
+                } else {
+                    self.register(process, Fate::Delivered);
+                }
+                self.check_admission();
+            }
+            self.drain_inboxes();
+            self.tick();
+            self.check_admission();
+        }
+        assert_eq!(self.state.releasing_count(), 0, "handoffs still pending");
+        assert!(
+            plan_rebalance(&self.state, self.now_ms).is_none(),
+            "not balanced"
+        );
+        let running: BTreeSet<&ExecutorId> = self
+            .processes
+            .iter()
+            .filter(|p| p.running)
+            .filter_map(|p| p.executor_id.as_ref())
+            .collect();
+        let present: BTreeSet<&ExecutorId> = self.state.executors().map(|e| &e.id).collect();
+        assert_eq!(
+            present, running,
+            "executors without a running process survived"
+        );
+        if !running.is_empty() {
+            self.check_even_spread();
+        }
+        // One more in-sync round: every running process admits exactly its recorded set.
+        let all: Vec<usize> = (0..self.processes.len()).collect();
+        self.renew(&all, Fate::Delivered);
+        self.drain_inboxes();
+        for process in self.processes.iter().filter(|p| p.running) {
+            let Some(executor_id) = &process.executor_id else {
+                continue;
+            };
+            let recorded: BTreeMap<ShardId, Epoch> =
+                self.state.delivered_set(executor_id).into_iter().collect();
+            assert_eq!(process.applied, recorded, "{executor_id} out of sync");
+            for shard in recorded.keys() {
+                assert!(
+                    process.admits(*shard, self.now_ms).is_some(),
+                    "{executor_id} not admitting shard {shard}"
+                );
+            }
+        }
+    }
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![
+        3 => Just(Fate::Delivered),
+        1 => Just(Fate::Lost),
+        1 => Just(Fate::Delayed),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let who = 0usize..MAX_PROCESSES;
+    let which = 0usize..8;
+    prop_oneof![
+        5 => (0u64..=700).prop_map(|ms| Step::Advance { ms }),
+        2 => (fate(), proptest::bool::weighted(0.2))
+            .prop_map(|(reply, deaf)| Step::Spawn { reply, deaf }),
+        1 => (who.clone(), fate()).prop_map(|(who, reply)| Step::RetryRegister { who, reply }),
+        5 => (proptest::collection::vec(who.clone(), 1..=3), fate())
+            .prop_map(|(who, reply)| Step::Renew { who, reply }),
+        6 => (who.clone(), which.clone(), proptest::bool::weighted(0.3))
+            .prop_map(|(who, which, ack_delayed)| Step::Deliver { who, which, ack_delayed }),
+        1 => (who.clone(), which.clone()).prop_map(|(who, which)| Step::Drop { who, which }),
+        1 => who.clone().prop_map(|who| Step::Deregister { who }),
+        1 => who.prop_map(|who| Step::Crash { who }),
+        4 => Just(Step::Tick),
+        1 => Just(Step::Stash),
+        1 => Just(Step::ApplyStashedReap),
+        1 => Just(Step::ApplyStashedPlan),
+        1 => (0usize..256).prop_map(|which| Step::Replay { which }),
+        2 => (0usize..256).prop_map(|which| Step::LateRelease { which }),
+        2 => (0usize..LEASE_CHOICES_MS.len()).prop_map(|choice| Step::SetLeaseDuration { choice }),
+    ]
+}
+
+/// Runs one generated case to the end; any violated invariant panics.
+fn run_case(shard_count: u32, initial_processes: usize, steps: &[Step]) -> Coverage {
+    let mut world = World::new(shard_count);
+    for _ in 0..initial_processes {
+        world.step(&Step::Spawn {
+            reply: Fate::Delivered,
+            deaf: false,
+        });
+    }
+    world.tick();
+    world.check_admission();
+    for step in steps {
+        world.step(step);
+        world.check_admission();
+    }
+    world.settle();
+    world.coverage
+}
+
+/// I1, I2 and P5.4 under the model, with every guard of P2.4, P3.4 and P5.2 in play: 256
+/// random fleets of up to 6 processes over up to 10 shards, up to 99 steps each, then a settle.
+#[test]
+fn i1_i2_fleet_model_keeps_exclusivity_and_fencing() {
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let total = RefCell::new(Coverage::default());
+    let cases = (
+        1u32..=10,
+        1usize..=3,
+        proptest::collection::vec(step(), 1..100),
+    );
+    let result = runner.run(&cases, |(shard_count, initial_processes, steps)| {
+        let coverage = run_case(shard_count, initial_processes, &steps);
+        total.borrow_mut().add(&coverage);
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    let total = total.into_inner();
+    eprintln!("fleet model coverage over 256 cases: {total:?}");
+    assert_eq!(total.unreached(), Vec::<&str>::new(), "{total:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scripted schedules: each one leads the same model fleet to a moment where a single guard is
+// all that stands between two processes admitting one shard. They run with the same checks as
+// the random fleets (I1 and I2 after every step, convergence at the end).
+
+fn run_script(shard_count: u32, script: &[Step]) -> World {
+    let mut world = World::new(shard_count);
+    for step in script {
+        world.step(step);
+        world.check_admission();
+    }
+    world.settle();
+    world
+}
+
+const SPAWN: Step = Step::Spawn {
+    reply: Fate::Delivered,
+    deaf: false,
+};
+
+fn deliver(who: usize) -> Step {
+    Step::Deliver {
+        who,
+        which: 0,
+        ack_delayed: false,
+    }
+}
+
+fn renew(who: usize, reply: Fate) -> Step {
+    Step::Renew {
+        who: vec![who],
+        reply,
+    }
+}
+
+/// P5.2 (release wait, handoff expiry bound, apply-time re-check of `CompleteHandoffs`): A
+/// admits shard 1 and its revoke has not landed, so B must not be granted it, neither by the
+/// rebalance itself nor by an early `CompleteHandoffs`.
+#[test]
+fn i1_model_revoked_shard_is_not_granted_while_the_old_owner_may_admit() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,      // A registers
+            Step::Tick, // A is granted shards 0 and 1
+            deliver(0), // A admits both
+            SPAWN,      // B registers
+            Step::Tick, // shard 1 releasing from A to B; its revoke stays in A's inbox
+            deliver(1), // whatever B was pushed lands
+        ],
+    );
+    assert_eq!(world.coverage.handoffs_started, 1);
+}
+
+/// P5.2 (claims-revision check): A was granted shards 0 and 1 but the assign push is still in
+/// flight when shard 1 is moved to B. A renews claiming nothing, at a revision before the revoke:
+/// that must not count as an acknowledgement, or the late assign would make A admit shard 1
+/// alongside B.
+#[test]
+fn i1_model_claims_older_than_the_revoke_do_not_acknowledge_it() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,                // A registers
+            Step::Tick,           // A is granted 0 and 1; the assign waits in A's inbox
+            SPAWN,                // B registers
+            Step::Tick,           // shard 1 releasing from A to B
+            renew(0, Fate::Lost), // A claims {} at its registration revision; reply lost
+            deliver(1),           // whatever B was pushed lands
+            deliver(0),           // A's late assign lands
+        ],
+    );
+    assert!(world.coverage.claims_mismatches >= 1);
+}
+
+/// P2.4 (reap re-check): the leader lists A as overdue, A renews before the reap commits; the
+/// reap must skip A, or its shards go to B while A, whose renewal was answered, admits them.
+#[test]
+fn i1_model_stale_reap_of_a_renewed_executor_is_skipped() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,                       // A registers at 0: lease to 1 000
+            Step::Tick,                  // A is granted 0 and 1
+            deliver(0),                  // A admits both
+            Step::Advance { ms: 1_000 }, // A's lease lapses
+            Step::Stash,                 // the leader reads "reap A"
+            renew(0, Fate::Delivered),   // A renews in time and resumes (P3.6)
+            SPAWN,                       // B registers
+            Step::ApplyStashedReap,      // the stale reap commits
+            Step::Tick,                  // plan
+            deliver(1),                  // whatever B was pushed lands
+        ],
+    );
+    assert!(world.coverage.reap_candidates_skipped >= 1);
+}
+
+/// P3.4 (renewal `max`): A holds a 1 500 ms deadline; the lease is cut to 300 ms and A renews,
+/// but the reply is lost, so A still holds the long deadline. The manager must not bring its
+/// own deadline earlier and reap A under it.
+#[test]
+fn i1_model_shortened_lease_does_not_shorten_a_held_deadline() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,                                // A registers at 0
+            Step::Tick,                           // A is granted 0 and 1
+            deliver(0),                           // A admits both
+            Step::SetLeaseDuration { choice: 2 }, // 1 500 ms
+            renew(0, Fate::Delivered),            // A holds a deadline at 1 500
+            Step::SetLeaseDuration { choice: 1 }, // 300 ms
+            Step::Advance { ms: 100 },
+            renew(0, Fate::Lost), // manager: max(1 500, 400); A keeps 1 500
+            SPAWN,                // B registers at 100
+            Step::Advance { ms: 300 },
+            renew(1, Fate::Delivered), // B stays live
+            Step::Tick,                // A must not be overdue at 400
+            deliver(1),                // whatever B was pushed lands
+        ],
+    );
+    assert_eq!(world.coverage.executors_reaped, 0);
+}
+
+/// P5.2 (acknowledgement names its handoff): A's acknowledgement of a first revoke is held up;
+/// meanwhile that handoff is cancelled (A gets the shard back and admits it) and a second handoff
+/// to C starts. The late acknowledgement must be ignored, or C is granted the shard while A,
+/// whose second revoke has not landed, still admits it.
+#[test]
+fn i1_model_late_ack_for_a_cancelled_handoff_is_ignored() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,      // A registers
+            Step::Tick, // A is granted 0 and 1
+            deliver(0), // A admits both
+            SPAWN,      // B registers
+            Step::Tick, // shard 1 releasing from A to B
+            Step::Deliver {
+                who: 0,
+                which: 0,
+                ack_delayed: true,
+            }, // A drops shard 1; its acknowledgement is held up
+            Step::Deregister { who: 1 }, // B leaves: the handoff loses its target
+            Step::Tick, // the plan gives shard 1 back to A (cancelled)
+            deliver(0), // A admits shard 1 again, same epoch
+            SPAWN,      // C registers
+            Step::Tick, // shard 1 releasing from A to C, a new revoke
+            Step::LateRelease { which: 0 }, // the first acknowledgement finally arrives
+            deliver(2), // whatever C was pushed lands
+        ],
+    );
+    assert_eq!(world.coverage.handoffs_cancelled, 1);
+    assert_eq!(world.coverage.acknowledgements_ignored, 1);
+}

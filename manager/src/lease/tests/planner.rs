@@ -1,0 +1,446 @@
+//! The planner (P5.4): even spread, fewest moves, joiners served at once, lapsed executors left
+//! alone, deterministic.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::super::planner::plan_moves;
+use super::super::{plan_rebalance, Command, ExecutorId, LeaseState, Move, Outcome, ShardId};
+use super::{Harness, LEASE_MS};
+
+/// The instant plans are made at in these tests: after every initial lease (60 s) has lapsed, so
+/// only executors renewed at this instant are live.
+const PLAN_AT_MS: u64 = 100_000;
+
+/// A state built through `apply`: `owners[shard]` is the index of the executor owning it (or
+/// `None`), `targets[shard]` the index of the executor it is releasing to (ignored when it is the
+/// owner or the shard is unowned), `lapsed[executor]` whether its lease has lapsed at
+/// [`PLAN_AT_MS`] (it is left unrenewed).
+#[derive(Debug, Clone)]
+struct Layout {
+    shard_count: u32,
+    owners: Vec<Option<usize>>,
+    targets: Vec<Option<usize>>,
+    lapsed: Vec<bool>,
+}
+
+fn build(layout: &Layout) -> (Harness, Vec<ExecutorId>) {
+    let mut harness = Harness::initialised(layout.shard_count, LEASE_MS);
+    let ids: Vec<ExecutorId> = (0..layout.lapsed.len())
+        .map(|n| harness.register(0, &format!("inc-{n}")))
+        .collect();
+    let grants: Vec<Move> = layout
+        .owners
+        .iter()
+        .zip(0..)
+        .filter_map(|(owner, shard)| {
+            owner.map(|o| Move {
+                shard,
+                to: ids[o].clone(),
+            })
+        })
+        .collect();
+    if !grants.is_empty() {
+        let outcome = harness.apply(Command::Rebalance {
+            now_ms: 0,
+            planned_at: harness.state.revision(),
+            moves: grants,
+        });
+        assert!(outcome.refusal().is_none(), "{outcome:?}");
+    }
+    let handoffs: Vec<Move> = layout
+        .owners
+        .iter()
+        .zip(&layout.targets)
+        .zip(0..)
+        .filter_map(|((owner, target), shard)| match (owner, target) {
+            (Some(o), Some(t)) if o != t => Some(Move {
+                shard,
+                to: ids[*t].clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    if !handoffs.is_empty() {
+        let outcome = harness.apply(Command::Rebalance {
+            now_ms: 0,
+            planned_at: harness.state.revision(),
+            moves: handoffs,
+        });
+        assert!(outcome.refusal().is_none(), "{outcome:?}");
+    }
+    // Live executors renew claiming everything they own, releasing shards included, so the
+    // renewal acknowledges no handoff.
+    for (id, lapsed) in ids.iter().zip(&layout.lapsed) {
+        if !lapsed {
+            let claims = harness
+                .state
+                .shards()
+                .iter()
+                .filter(|shard| shard.owner.as_ref() == Some(id))
+                .map(|shard| (shard.id, shard.epoch))
+                .collect();
+            let revision = harness.state.revision();
+            harness.renew(PLAN_AT_MS, id, claims, revision);
+        }
+    }
+    (harness, ids)
+}
+
+/// Prospective load of each live executor: delivered shards plus shards releasing to it.
+fn prospective_loads(state: &LeaseState, now_ms: u64) -> BTreeMap<ExecutorId, usize> {
+    let mut loads: BTreeMap<ExecutorId, usize> = state
+        .executors()
+        .filter(|e| !e.lease_lapsed(now_ms))
+        .map(|e| (e.id.clone(), 0))
+        .collect();
+    for shard in state.shards() {
+        let holder = match (&shard.owner, &shard.handoff) {
+            (Some(owner), None) => Some(owner),
+            (Some(_), Some(handoff)) => handoff.to.as_ref(),
+            (None, _) => None,
+        };
+        if let Some(load) = holder.and_then(|h| loads.get_mut(h)) {
+            *load += 1;
+        }
+    }
+    loads
+}
+
+/// Shards a lapsed owner keeps (not distributable).
+fn pinned_shards(state: &LeaseState, now_ms: u64) -> Vec<ShardId> {
+    state
+        .shards()
+        .iter()
+        .filter(|shard| shard.handoff.is_none())
+        .filter(|shard| {
+            shard
+                .owner
+                .as_ref()
+                .and_then(|owner| state.executor(owner))
+                .is_some_and(|owner| owner.lease_lapsed(now_ms))
+        })
+        .map(|shard| shard.id)
+        .collect()
+}
+
+/// The fewest moves any even spread needs, by brute force over which executors get the `ceil`
+/// quota: every shard not kept by its prospective holder must move.
+fn fewest_moves_by_brute_force(loads: &[usize], distributable: usize) -> usize {
+    let executor_count = loads.len();
+    let base = distributable / executor_count;
+    let ceil_slots = distributable % executor_count;
+    let mut best_kept = 0;
+    for subset in 0u32..(1 << executor_count) {
+        if usize::try_from(subset.count_ones()).ok() != Some(ceil_slots) {
+            continue;
+        }
+        let kept: usize = loads
+            .iter()
+            .enumerate()
+            .map(|(n, &load)| load.min(base + usize::from(subset & (1 << n) != 0)))
+            .sum();
+        best_kept = best_kept.max(kept);
+    }
+    distributable - best_kept
+}
+
+/// Acknowledges every handoff, as if every revoke landed and was answered.
+fn acknowledge_all(harness: &mut Harness) {
+    let handoffs: Vec<(ExecutorId, ShardId, u64)> = harness
+        .state
+        .shards()
+        .iter()
+        .filter_map(|shard| {
+            let handoff = shard.handoff.as_ref()?;
+            Some((shard.owner.clone()?, shard.id, handoff.revoke_revision))
+        })
+        .collect();
+    for (owner, shard, revoke_revision) in handoffs {
+        harness.apply(Command::Release {
+            now_ms: PLAN_AT_MS,
+            executor_id: owner,
+            shards: vec![shard],
+            revoke_revision,
+        });
+    }
+}
+
+fn spread(loads: &BTreeMap<ExecutorId, usize>) -> usize {
+    let max = loads.values().max().copied().unwrap_or(0);
+    let min = loads.values().min().copied().unwrap_or(0);
+    max - min
+}
+
+fn owned_by(owners: &[(u32, Option<usize>)], shard_count: u32) -> Vec<Option<usize>> {
+    let mut layout = vec![None; usize::try_from(shard_count).unwrap_or(0)];
+    for &(shard, owner) in owners {
+        if let Some(slot) = usize::try_from(shard).ok().and_then(|s| layout.get_mut(s)) {
+            *slot = owner;
+        }
+    }
+    layout
+}
+
+/// Layout where executor `n` owns `counts[n]` consecutive shards and the rest are unowned.
+fn contiguous(shard_count: u32, counts: &[usize], joining: usize) -> Layout {
+    let mut owners = Vec::new();
+    for (executor, &count) in counts.iter().enumerate() {
+        owners.extend(std::iter::repeat_n(Some(executor), count));
+    }
+    owners.resize(usize::try_from(shard_count).unwrap_or(0), None);
+    Layout {
+        shard_count,
+        targets: vec![None; owners.len()],
+        owners,
+        lapsed: vec![false; counts.len() + joining],
+    }
+}
+
+#[test]
+fn p5_4_spread_even_and_fewest_moves() {
+    // (description, shard count, shards per existing executor, joining executors, fewest moves)
+    let table: [(&str, u32, Vec<usize>, usize, usize); 9] = [
+        ("one joins one", 8, vec![8], 1, 4),
+        ("three join one", 8, vec![8], 3, 6),
+        ("one joins two", 10, vec![5, 5], 1, 3),
+        ("already even", 7, vec![4, 3], 0, 0),
+        ("lopsided pair", 7, vec![7, 0], 0, 3),
+        ("unowned shards and a joiner", 12, vec![6, 3], 1, 5),
+        ("more executors than shards", 3, vec![3, 0, 0, 0, 0], 0, 2),
+        ("all unowned", 5, vec![0, 0], 0, 5),
+        ("uneven remainder", 11, vec![6, 5, 0], 0, 3),
+    ];
+    for (description, shard_count, counts, joining, fewest) in table {
+        let layout = contiguous(shard_count, &counts, joining);
+        let (mut harness, _) = build(&layout);
+        let moves = plan_moves(&harness.state, PLAN_AT_MS);
+        assert_eq!(moves.len(), fewest, "{description}: {moves:?}");
+        if fewest == 0 {
+            assert_eq!(
+                plan_rebalance(&harness.state, PLAN_AT_MS),
+                None,
+                "{description}"
+            );
+            continue;
+        }
+        let outcome = harness.rebalance(PLAN_AT_MS);
+        assert!(
+            matches!(outcome, Outcome::Rebalanced { .. }),
+            "{description}: {outcome:?}"
+        );
+        assert!(
+            spread(&prospective_loads(&harness.state, PLAN_AT_MS)) <= 1,
+            "{description}"
+        );
+        assert_eq!(
+            plan_rebalance(&harness.state, PLAN_AT_MS),
+            None,
+            "{description}: stable"
+        );
+        acknowledge_all(&mut harness);
+        let loads = prospective_loads(&harness.state, PLAN_AT_MS);
+        assert!(spread(&loads) <= 1, "{description}: {loads:?}");
+        assert_eq!(
+            loads.values().sum::<usize>(),
+            usize::try_from(shard_count).unwrap_or(0)
+        );
+        assert_eq!(
+            plan_rebalance(&harness.state, PLAN_AT_MS),
+            None,
+            "{description}: settled"
+        );
+    }
+}
+
+#[test]
+fn p5_4_owners_keep_their_shards_and_the_heaviest_get_the_ceil_slots() {
+    // 10 shards over A (5), B (5), C (0): quotas 4, 3, 3 with the ceil slot going to A (ties by
+    // id). A gives its highest shard, B its two highest, all to C.
+    let (harness, ids) = build(&contiguous(10, &[5, 5], 1));
+    let moves = plan_moves(&harness.state, PLAN_AT_MS);
+    let expected: Vec<Move> = [4, 8, 9]
+        .into_iter()
+        .map(|shard| Move {
+            shard,
+            to: ids[2].clone(),
+        })
+        .collect();
+    assert_eq!(moves, expected);
+}
+
+#[test]
+fn p5_4_joining_executor_gets_shards_at_once() {
+    // A owns 4 of 6 shards, 2 are unowned; B joins. B's three come from the very next plan: the
+    // two unowned ones granted at once, one released by A then granted.
+    let layout = Layout {
+        shard_count: 6,
+        owners: owned_by(&[(0, Some(0)), (1, Some(0)), (2, Some(0)), (3, Some(0))], 6),
+        targets: vec![None; 6],
+        lapsed: vec![false, false],
+    };
+    let (mut harness, ids) = build(&layout);
+    let outcome = harness.rebalance(PLAN_AT_MS);
+    let Outcome::Rebalanced {
+        granted,
+        releasing,
+        cancelled,
+        ..
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(
+        (granted, releasing, cancelled),
+        (vec![4, 5], vec![3], vec![])
+    );
+    assert_eq!(harness.delivered_shards(&ids[1]), vec![4, 5]);
+    // A's renewal after it dropped shard 3 acknowledges it; B then holds its full share.
+    harness.renew_in_sync(PLAN_AT_MS + 1, &ids[0]);
+    assert_eq!(harness.delivered_shards(&ids[1]), vec![3, 4, 5]);
+    assert_eq!(harness.delivered_shards(&ids[0]), vec![0, 1, 2]);
+}
+
+#[test]
+fn p5_4_lapsed_executor_receives_nothing_and_keeps_its_shards_until_reaped() {
+    // A and B own two shards each; B's lease has lapsed (not yet reaped); C is new.
+    let layout = Layout {
+        shard_count: 4,
+        owners: owned_by(&[(0, Some(0)), (1, Some(0)), (2, Some(1)), (3, Some(1))], 4),
+        targets: vec![None; 4],
+        lapsed: vec![false, true, false],
+    };
+    let (mut harness, ids) = build(&layout);
+    let moves = plan_moves(&harness.state, PLAN_AT_MS);
+    assert_eq!(
+        moves,
+        vec![Move {
+            shard: 1,
+            to: ids[2].clone()
+        }]
+    );
+    assert_eq!(pinned_shards(&harness.state, PLAN_AT_MS), vec![2, 3]);
+    harness.rebalance(PLAN_AT_MS);
+    harness.renew_in_sync(PLAN_AT_MS, &ids[0]);
+    // Once reaped, its shards are distributable again.
+    harness.apply(Command::Reap {
+        now_ms: PLAN_AT_MS,
+        executor_ids: vec![ids[1].clone()],
+    });
+    harness.rebalance(PLAN_AT_MS);
+    assert_eq!(harness.delivered_shards(&ids[0]), vec![0, 2]);
+    assert_eq!(harness.delivered_shards(&ids[2]), vec![1, 3]);
+}
+
+#[test]
+fn p5_4_handoff_to_a_lapsed_target_is_retargeted() {
+    // Shard 1 is releasing from A to B; B lapses. The plan retargets it to the live C.
+    let layout = Layout {
+        shard_count: 2,
+        owners: owned_by(&[(0, Some(0)), (1, Some(0))], 2),
+        targets: owned_by(&[(1, Some(1))], 2),
+        lapsed: vec![false, true, false],
+    };
+    let (harness, ids) = build(&layout);
+    assert_eq!(
+        plan_moves(&harness.state, PLAN_AT_MS),
+        vec![Move {
+            shard: 1,
+            to: ids[2].clone()
+        }]
+    );
+}
+
+#[test]
+fn p5_4_no_plan_without_live_executors_or_when_balanced() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    assert_eq!(plan_rebalance(&harness.state, 0), None, "no executors");
+    harness.register(0, "a");
+    assert_eq!(
+        plan_rebalance(&harness.state, LEASE_MS),
+        None,
+        "only a lapsed one"
+    );
+    harness.rebalance(0);
+    assert_eq!(plan_rebalance(&harness.state, 0), None, "balanced");
+    let plan = plan_rebalance(&Harness::initialised(4, LEASE_MS).state, 0);
+    assert_eq!(plan, None);
+}
+
+#[test]
+fn p5_4_plan_is_deterministic() {
+    let layout = contiguous(16, &[9, 4, 3], 2);
+    let (first, _) = build(&layout);
+    let (second, _) = build(&layout);
+    let plan = plan_rebalance(&first.state, PLAN_AT_MS);
+    assert!(plan.is_some());
+    assert_eq!(plan, plan_rebalance(&second.state, PLAN_AT_MS));
+    assert_eq!(plan, plan_rebalance(&first.state, PLAN_AT_MS));
+}
+
+fn layouts() -> impl Strategy<Value = Layout> {
+    (1usize..=6, 1u32..=24).prop_flat_map(|(executors, shard_count)| {
+        let shards = usize::try_from(shard_count).unwrap_or(0);
+        // Index `executors` stands for "nobody".
+        let someone = move || (0..=executors).prop_map(move |n| (n < executors).then_some(n));
+        (
+            Just(shard_count),
+            proptest::collection::vec(someone(), shards),
+            proptest::collection::vec(someone(), shards),
+            proptest::collection::vec(proptest::bool::weighted(0.25), executors),
+        )
+            .prop_map(|(shard_count, owners, targets, lapsed)| Layout {
+                shard_count,
+                owners,
+                targets,
+                lapsed,
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// P5.4 on arbitrary states (owned, unowned, releasing, lapsed): the plan is accepted, leaves
+    /// every live executor at floor or ceil, moves exactly the brute-force minimum, never touches
+    /// what a lapsed owner keeps, and is stable (planning again gives nothing), before and after
+    /// every handoff completes.
+    #[test]
+    fn p5_4_plan_reaches_even_spread_with_fewest_moves(layout in layouts()) {
+        let (mut harness, _) = build(&layout);
+        let loads_before = prospective_loads(&harness.state, PLAN_AT_MS);
+        let pinned = pinned_shards(&harness.state, PLAN_AT_MS);
+        let shard_count = usize::try_from(layout.shard_count).unwrap_or(0);
+        let distributable = shard_count - pinned.len();
+        let moves = plan_moves(&harness.state, PLAN_AT_MS);
+        if loads_before.is_empty() {
+            prop_assert!(moves.is_empty());
+            return Ok(());
+        }
+        let loads: Vec<usize> = loads_before.values().copied().collect();
+        prop_assert_eq!(moves.len(), fewest_moves_by_brute_force(&loads, distributable));
+        prop_assert!(moves.iter().all(|m| !pinned.contains(&m.shard)));
+        prop_assert!(moves.iter().all(|m| loads_before.contains_key(&m.to)));
+        let before = harness.state.clone();
+        if let Some(plan) = plan_rebalance(&harness.state, PLAN_AT_MS) {
+            let outcome = harness.apply(plan);
+            prop_assert!(outcome.refusal().is_none(), "{:?}", outcome);
+        }
+        for shard in &pinned {
+            prop_assert_eq!(harness.state.shard(*shard), before.shard(*shard));
+        }
+        let loads_after = prospective_loads(&harness.state, PLAN_AT_MS);
+        prop_assert!(spread(&loads_after) <= 1, "{:?}", loads_after);
+        prop_assert_eq!(loads_after.values().sum::<usize>(), distributable);
+        prop_assert_eq!(plan_rebalance(&harness.state, PLAN_AT_MS), None);
+        acknowledge_all(&mut harness);
+        let loads_settled = prospective_loads(&harness.state, PLAN_AT_MS);
+        prop_assert_eq!(&loads_settled, &loads_after);
+        prop_assert_eq!(plan_rebalance(&harness.state, PLAN_AT_MS), None);
+    }
+}
