@@ -171,6 +171,97 @@ pub struct AddNodeRequest {
     pub address: String,
 }
 
+// ---- Inspection views (`GET /v1/state`, `/v1/executors`, `/v1/shards`, `/v1/routing`) ----
+// Replies, so unknown fields are tolerated: a newer server may add some.
+
+/// One executor as the manager records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorView {
+    pub executor_id: String,
+    pub incarnation: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub address: String,
+    /// Time left on the lease by the answering manager's clock (P3.1: time remaining, never an
+    /// absolute time). Zero once lapsed.
+    pub lease_remaining_ms: u64,
+    /// The log index at which it registered.
+    pub registered_revision: u64,
+    /// The set the executor is told it holds (owned shards not being released).
+    pub shards: Vec<ShardEpoch>,
+}
+
+/// A shard being handed from its owner to another executor (P5.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Revision of the revoke the old owner must acknowledge.
+    pub revoke_revision: u64,
+    /// Time until the old owner's last grant that included the shard expires (then the handoff
+    /// completes without an acknowledgement).
+    pub completes_by_expiry_in_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardView {
+    pub shard: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    pub epoch: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffView>,
+}
+
+/// `GET /v1/state`: everything, read at one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateView {
+    pub revision: u64,
+    /// Zero before the cluster's configuration is written.
+    pub shard_count: u32,
+    pub lease_duration_ms: u64,
+    pub executors: Vec<ExecutorView>,
+    pub shards: Vec<ShardView>,
+}
+
+/// Where to send work for one shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    pub shard: u32,
+    /// Absent while the shard is unowned or between owners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub epoch: u64,
+}
+
+/// `GET /v1/routing`: the whole table; `?key=K` answers with one [`Route`] plus the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutingTable {
+    pub revision: u64,
+    pub shard_count: u32,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRoute {
+    pub key: String,
+    pub revision: u64,
+    #[serde(flatten)]
+    pub route: Route,
+}
+
+/// Reply to `POST /v1/executors/{id}/release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseReply {
+    /// Shards whose handoff this acknowledgement completed.
+    pub completed: Vec<u32>,
+    /// Shards whose handoff was not current (already done, cancelled, or never revoked): nothing
+    /// changed for them.
+    pub ignored: Vec<u32>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,25 @@
 //! The Leasehold manager replica.
 //!
-//! This crate will hold the pure lease state machine (PROTOCOL §2–§6), the openraft node that
-//! hosts it on `leasehold-raft-store`, the leader loop and the HTTP server. Its dependencies on
-//! the wire types (`leasehold-api`) and the storage layer (`leasehold-raft-store`) are declared
-//! here so the workspace builds them together from the start.
+//! | module | role |
+//! |---|---|
+//! | `lease` | the pure lease state machine and planner (PROTOCOL §2–§6): no I/O, no clock |
+//! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity |
+//! | `clock` | the leader's clock (P2.3) |
+//! | `node` | one replica: Raft handle, applied state, leader resolution, proposing |
+//! | `bootstrap` | forming, rejoining and joining a cluster (§10) |
+//! | `renewals` | group commit of renewals into one Raft entry |
+//! | `observe` | background duties that follow Raft metrics |
+//! | `http` | the axum server: public API, Raft RPC, health, metrics |
+//! | `server` | start-up and graceful stop (§8) |
+//! | `config` | flags and their validation |
+
+pub mod bootstrap;
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod lease;
+pub mod node;
+pub mod observe;
+pub mod raft;
+pub mod renewals;
+pub mod server;

@@ -1,0 +1,272 @@
+//! `leasehold-manager` flags (PROTOCOL §10), each also a `LEASEHOLD_*` environment variable.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
+
+/// Shard counts above this would make one snapshot too large to move comfortably.
+pub const MAX_SHARD_COUNT: u32 = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "leasehold-manager",
+    version,
+    about = "A Leasehold manager replica"
+)]
+pub struct Args {
+    /// This node's Raft id (unique in the cluster, fixed for the life of its data directory).
+    #[arg(long, env = "LEASEHOLD_ID")]
+    pub id: NodeId,
+
+    /// Address to bind the HTTP listener to (public API and Raft RPC).
+    #[arg(long, env = "LEASEHOLD_LISTEN")]
+    pub listen: SocketAddr,
+
+    /// URL other nodes and clients use to reach this node; defaults to http://<listen>.
+    #[arg(long, env = "LEASEHOLD_ADVERTISE")]
+    pub advertise: Option<String>,
+
+    /// Directory for the Raft log, snapshots and identity (one sled database).
+    #[arg(long, env = "LEASEHOLD_DATA_DIR")]
+    pub data_dir: PathBuf,
+
+    /// The founding members: `1=http://10.0.0.1:7000,2=...`. Used on first start only.
+    #[arg(long, env = "LEASEHOLD_INITIAL_CLUSTER", value_parser = parse_initial_cluster)]
+    pub initial_cluster: Option<InitialCluster>,
+
+    /// Join a running cluster through this member's URL (instead of --initial-cluster).
+    #[arg(long, env = "LEASEHOLD_JOIN", conflicts_with = "initial_cluster")]
+    pub join: Option<String>,
+
+    /// Number of shards, fixed when the cluster is initialised.
+    #[arg(long, env = "LEASEHOLD_SHARD_COUNT", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
+    pub shard_count: u32,
+
+    /// Lease duration, e.g. `60s`; at least 3 × the maximum election timeout.
+    #[arg(long, env = "LEASEHOLD_LEASE_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+
+    /// Raft heartbeat interval.
+    #[arg(long, env = "LEASEHOLD_HEARTBEAT", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub heartbeat: Duration,
+
+    /// Minimum Raft election timeout; the maximum is twice this.
+    #[arg(long, env = "LEASEHOLD_ELECTION_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub election_timeout: Duration,
+
+    /// Take a snapshot every this many log entries.
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_EVERY", default_value_t = 5_000)]
+    pub snapshot_every: u64,
+
+    /// Log entries kept behind a snapshot (for followers slightly behind).
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_KEEP", default_value_t = 1_000)]
+    pub snapshot_keep: u64,
+
+    /// Log output format.
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialCluster(pub BTreeMap<NodeId, String>);
+
+fn parse_initial_cluster(value: &str) -> Result<InitialCluster, String> {
+    let mut members = BTreeMap::new();
+    for member in value.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        let (id, url) = member
+            .split_once('=')
+            .ok_or_else(|| format!("{member:?} is not ID=URL"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{id:?} is not a node id"))?;
+        validate_url(url.trim())?;
+        if members
+            .insert(id, url.trim().trim_end_matches('/').to_string())
+            .is_some()
+        {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("the initial cluster lists no members".to_string());
+    }
+    Ok(InitialCluster(members))
+}
+
+fn validate_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(format!("{url:?} must be an http(s) URL with a host"));
+    }
+    Ok(())
+}
+
+/// Everything the server needs, validated.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    pub id: NodeId,
+    pub listen: SocketAddr,
+    pub advertise: String,
+    pub data_dir: PathBuf,
+    pub initial_cluster: BTreeMap<NodeId, String>,
+    pub join: Option<String>,
+    pub shard_count: u32,
+    pub lease_duration_ms: u64,
+    pub timings: RaftTimings,
+    pub snapshots: SnapshotSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl TryFrom<Args> for ManagerConfig {
+    type Error = ConfigError;
+
+    fn try_from(args: Args) -> Result<Self, ConfigError> {
+        let advertise = match args.advertise {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None if args.listen.ip().is_unspecified() => {
+                return Err(ConfigError(format!(
+                "--listen {} binds every interface; say which address others use with --advertise",
+                args.listen
+            )))
+            }
+            None => format!("http://{}", args.listen),
+        };
+        validate_url(&advertise).map_err(ConfigError)?;
+        if let Some(join) = &args.join {
+            validate_url(join).map_err(ConfigError)?;
+        }
+        let initial_cluster = args.initial_cluster.map(|c| c.0).unwrap_or_default();
+        if args.join.is_none() && !initial_cluster.contains_key(&args.id) {
+            return Err(ConfigError(format!(
+                "--initial-cluster must list this node ({}) unless --join is given",
+                args.id
+            )));
+        }
+        let timings = RaftTimings::with_election_timeout(
+            args.heartbeat.as_millis() as u64,
+            args.election_timeout.as_millis() as u64,
+        );
+        if timings.heartbeat_ms == 0 || timings.heartbeat_ms * 3 > timings.election_timeout_min_ms {
+            return Err(ConfigError(format!(
+                "--heartbeat ({} ms) must be positive and at most a third of --election-timeout ({} ms)",
+                timings.heartbeat_ms, timings.election_timeout_min_ms
+            )));
+        }
+        let lease_duration_ms = args.lease_duration.as_millis() as u64;
+        if lease_duration_ms < 3 * timings.election_timeout_max_ms {
+            return Err(ConfigError(format!(
+                "--lease-duration ({lease_duration_ms} ms) must be at least 3 × the maximum election \
+                 timeout ({} ms), so a leader change fits well inside one lease",
+                timings.election_timeout_max_ms
+            )));
+        }
+        if args.snapshot_every == 0 {
+            return Err(ConfigError("--snapshot-every must be positive".to_string()));
+        }
+        Ok(Self {
+            id: args.id,
+            listen: args.listen,
+            advertise,
+            data_dir: args.data_dir,
+            initial_cluster,
+            join: args.join,
+            shard_count: args.shard_count,
+            lease_duration_ms,
+            timings,
+            snapshots: SnapshotSettings {
+                every_entries: args.snapshot_every,
+                keep_entries: args.snapshot_keep,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<ManagerConfig, String> {
+        let mut argv = vec![
+            "leasehold-manager",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:7001",
+            "--data-dir",
+            "/tmp/x",
+        ];
+        argv.extend_from_slice(extra);
+        let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+        ManagerConfig::try_from(args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_valid_initial_cluster_parses_and_defaults_follow_protocol_section_11() {
+        let config = args(&[
+            "--initial-cluster",
+            "1=http://127.0.0.1:7001,2=http://127.0.0.1:7002/",
+        ])
+        .unwrap();
+        assert_eq!(config.initial_cluster.len(), 2);
+        assert_eq!(config.initial_cluster[&2], "http://127.0.0.1:7002");
+        assert_eq!(config.advertise, "http://127.0.0.1:7001");
+        assert_eq!(config.shard_count, 1024);
+        assert_eq!(config.lease_duration_ms, 60_000);
+        assert_eq!(config.snapshots, SnapshotSettings::default());
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_a_reason() {
+        for (flags, expect) in [
+            (
+                vec!["--initial-cluster", "2=http://127.0.0.1:7002"],
+                "must list this node",
+            ),
+            (vec!["--initial-cluster", "1=ftp://x"], "http(s)"),
+            (
+                vec!["--initial-cluster", "1=http://a:1,1=http://b:2"],
+                "twice",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--lease-duration",
+                    "5s",
+                ],
+                "at least 3",
+            ),
+            (
+                vec!["--initial-cluster", "1=http://a:1", "--shard-count", "0"],
+                "0",
+            ),
+            (
+                vec!["--initial-cluster", "1=http://a:1", "--heartbeat", "1s"],
+                "third",
+            ),
+            (
+                vec!["--initial-cluster", "1=http://a:1", "--join", "http://a:1"],
+                "cannot be used with",
+            ),
+        ] {
+            let err = args(&flags).unwrap_err();
+            assert!(err.contains(expect), "{flags:?}: {err}");
+        }
+    }
+}

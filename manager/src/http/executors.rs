@@ -1,0 +1,227 @@
+//! Executor-facing endpoints (PROTOCOL §9): register, renew, release, deregister. All are leader
+//! writes; each is answered only after the command carrying it is committed (P4.4).
+
+use std::collections::BTreeSet;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::wire::{
+    Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest, ShardEpoch,
+};
+
+use super::cluster::validate_node_address;
+use super::{ApiError, ApiJson, AppState};
+use crate::lease::{self, Command, Outcome, RefusalReason, RenewResult, Renewal};
+use crate::renewals::{self, RenewError};
+
+/// Longest incarnation accepted; it is an idempotency key, not a payload.
+const MAX_INCARNATION_BYTES: usize = 128;
+const MAX_NAME_BYTES: usize = 256;
+
+pub(crate) fn wire_grant(grant: lease::Grant) -> Grant {
+    Grant {
+        executor_id: grant.executor_id,
+        lease_ttl_ms: grant.lease_ttl_ms,
+        revision: grant.revision,
+        shard_count: grant.shard_count,
+        shards: grant
+            .shards
+            .into_iter()
+            .map(|(shard, epoch)| ShardEpoch { shard, epoch })
+            .collect(),
+    }
+}
+
+fn refusal(reason: RefusalReason) -> ApiError {
+    match reason {
+        RefusalReason::NotInitialised => ApiError::new(
+            ErrorCode::ShardingNotReady,
+            "the cluster's shard configuration is not written yet; retry shortly",
+        ),
+        RefusalReason::Invalid { detail } => ApiError::invalid(detail),
+        other => ApiError::conflict(format!("refused: {other:?}")),
+    }
+}
+
+fn unexpected(outcome: &Outcome) -> ApiError {
+    ApiError::internal("unexpected state machine outcome", format!("{outcome:?}"))
+}
+
+fn unknown_executor(executor_id: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::UnknownExecutor,
+        format!(
+            "executor {executor_id} is not registered (never was, or was reaped or deregistered)"
+        ),
+    )
+}
+
+/// Executor ids are minted as `ex-<log index>`; anything else is malformed, not unknown.
+pub(crate) fn validate_executor_id(executor_id: &str) -> Result<(), ApiError> {
+    let well_formed = executor_id.strip_prefix("ex-").is_some_and(|digits| {
+        !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit())
+    });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "{executor_id:?} is not an executor id (ex-<number>)"
+        )))
+    }
+}
+
+fn shard_count(node: &AppState) -> Result<u32, ApiError> {
+    node.state
+        .read(|applied| applied.state.config().map(|config| config.shard_count))
+        .ok_or_else(|| refusal(RefusalReason::NotInitialised))
+}
+
+fn validate_shards(
+    shards: impl IntoIterator<Item = u32>,
+    shard_count: u32,
+) -> Result<(), ApiError> {
+    let mut seen = BTreeSet::new();
+    for shard in shards {
+        if shard >= shard_count {
+            return Err(ApiError::invalid(format!(
+                "shard {shard} is out of range (shard count {shard_count})"
+            )));
+        }
+        if !seen.insert(shard) {
+            return Err(ApiError::invalid(format!("shard {shard} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
+pub async fn register(
+    State(node): State<AppState>,
+    ApiJson(request): ApiJson<RegisterRequest>,
+) -> Result<Json<Grant>, ApiError> {
+    if request.incarnation.is_empty() || request.incarnation.len() > MAX_INCARNATION_BYTES {
+        return Err(ApiError::invalid(format!(
+            "incarnation must be 1 to {MAX_INCARNATION_BYTES} bytes"
+        )));
+    }
+    if request
+        .name
+        .as_ref()
+        .is_some_and(|name| name.len() > MAX_NAME_BYTES)
+    {
+        return Err(ApiError::invalid(format!(
+            "name must be at most {MAX_NAME_BYTES} bytes"
+        )));
+    }
+    validate_node_address(&request.address)?;
+    let command = Command::Register {
+        now_ms: node.clock.now_ms(),
+        incarnation: request.incarnation,
+        address: request.address,
+        name: request.name,
+    };
+    match node.propose(command).await?.1 {
+        Outcome::Registered {
+            grant,
+            already_registered,
+        } => {
+            tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
+            Ok(Json(wire_grant(grant)))
+        }
+        Outcome::Refused { reason } => Err(refusal(reason)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+pub async fn renew(
+    State(node): State<AppState>,
+    Path(executor_id): Path<String>,
+    ApiJson(request): ApiJson<RenewRequest>,
+) -> Result<Json<Grant>, ApiError> {
+    validate_executor_id(&executor_id)?;
+    validate_shards(
+        request.claims.iter().map(|claim| claim.shard),
+        shard_count(&node)?,
+    )?;
+    let renewal = Renewal {
+        executor_id: executor_id.clone(),
+        claims: request
+            .claims
+            .iter()
+            .map(|claim| (claim.shard, claim.epoch))
+            .collect(),
+        revision: request.revision,
+    };
+    match renewals::renew(&node.renewals, renewal).await {
+        Ok(RenewResult::Renewed {
+            grant,
+            claims_mismatch,
+            acknowledged,
+        }) => {
+            if claims_mismatch {
+                // P4.2: the executor held another set than recorded; pushes are not landing.
+                tracing::warn!(%executor_id, revision = grant.revision, "renewal claims differ from the recorded set; corrected in the reply");
+                metrics::counter!("leasehold_renewal_claims_mismatch_total").increment(1);
+            }
+            if !acknowledged.is_empty() {
+                tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
+            }
+            Ok(Json(wire_grant(grant)))
+        }
+        Ok(RenewResult::UnknownExecutor { .. }) => Err(unknown_executor(&executor_id)),
+        Err(RenewError::Propose(error)) => Err(error.into()),
+        Err(RenewError::Refused(reason)) => Err(refusal(reason)),
+        Err(error) => Err(ApiError::internal("renewal failed", error)),
+    }
+}
+
+pub async fn release(
+    State(node): State<AppState>,
+    Path(executor_id): Path<String>,
+    ApiJson(request): ApiJson<ReleaseRequest>,
+) -> Result<Json<ReleaseReply>, ApiError> {
+    validate_executor_id(&executor_id)?;
+    validate_shards(request.shards.iter().copied(), shard_count(&node)?)?;
+    let command = Command::Release {
+        now_ms: node.clock.now_ms(),
+        executor_id: executor_id.clone(),
+        shards: request.shards,
+        revoke_revision: request.revoke_revision,
+    };
+    match node.propose(command).await?.1 {
+        Outcome::Released {
+            completed,
+            ignored,
+            effects: _,
+        } => Ok(Json(ReleaseReply { completed, ignored })),
+        Outcome::NotFound => Err(unknown_executor(&executor_id)),
+        Outcome::Refused { reason } => Err(refusal(reason)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// P7.2: deregistering an executor that existed succeeds, also when retried after it is gone;
+/// an id that never existed is 404.
+pub async fn deregister(
+    State(node): State<AppState>,
+    Path(executor_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    validate_executor_id(&executor_id)?;
+    let command = Command::Deregister {
+        now_ms: node.clock.now_ms(),
+        executor_id: executor_id.clone(),
+    };
+    match node.propose(command).await?.1 {
+        Outcome::Deregistered {
+            already_gone,
+            effects: _,
+        } => {
+            tracing::info!(%executor_id, already_gone, "deregistered");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Outcome::NotFound => Err(unknown_executor(&executor_id)),
+        Outcome::Refused { reason } => Err(refusal(reason)),
+        other => Err(unexpected(&other)),
+    }
+}

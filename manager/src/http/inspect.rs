@@ -1,0 +1,183 @@
+//! Read-only views of the lease state (PROTOCOL §9). Served by any replica from its applied
+//! state; `?consistent=true` reads through the leader. Lease times are remaining times on the
+//! answering node's clock (P3.1).
+
+use std::num::NonZeroU32;
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use leasehold_api::wire::{
+    ExecutorView, HandoffView, KeyRoute, Route, RoutingTable, ShardEpoch, ShardView, StateView,
+};
+use serde::Deserialize;
+
+use super::executors::validate_executor_id;
+use super::{ApiError, AppState};
+use crate::lease::{Executor, LeaseState, Shard};
+
+/// Longest routing key accepted in a query string.
+const MAX_KEY_BYTES: usize = 1024;
+
+fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> ExecutorView {
+    ExecutorView {
+        executor_id: executor.id.clone(),
+        incarnation: executor.incarnation.clone(),
+        name: executor.name.clone(),
+        address: executor.address.clone(),
+        lease_remaining_ms: executor.lease_remaining_ms(now_ms),
+        registered_revision: executor.registered_revision,
+        shards: state
+            .delivered_set(&executor.id)
+            .into_iter()
+            .map(|(shard, epoch)| ShardEpoch { shard, epoch })
+            .collect(),
+    }
+}
+
+fn shard_view(shard: &Shard, now_ms: u64) -> ShardView {
+    ShardView {
+        shard: shard.id,
+        owner: shard.owner.clone(),
+        epoch: shard.epoch,
+        handoff: shard.handoff.as_ref().map(|handoff| HandoffView {
+            to: handoff.to.clone(),
+            revoke_revision: handoff.revoke_revision,
+            completes_by_expiry_in_ms: handoff.from_grant_expiry_ms.saturating_sub(now_ms),
+        }),
+    }
+}
+
+fn route(state: &LeaseState, shard: &Shard) -> Route {
+    // Between owners (releasing) nobody may be sent work for it yet.
+    let owner = shard.owner.as_ref().filter(|_| shard.handoff.is_none());
+    Route {
+        shard: shard.id,
+        executor_id: owner.cloned(),
+        address: owner
+            .and_then(|id| state.executor(id))
+            .map(|e| e.address.clone()),
+        epoch: shard.epoch,
+    }
+}
+
+pub async fn state(State(node): State<AppState>) -> Json<StateView> {
+    let now_ms = node.clock.now_ms();
+    Json(node.state.read(|applied| {
+        let state = &applied.state;
+        StateView {
+            revision: state.revision(),
+            shard_count: state.config().map_or(0, |c| c.shard_count),
+            lease_duration_ms: state.config().map_or(0, |c| c.lease_duration_ms),
+            executors: state
+                .executors()
+                .map(|e| executor_view(state, e, now_ms))
+                .collect(),
+            shards: state
+                .shards()
+                .iter()
+                .map(|s| shard_view(s, now_ms))
+                .collect(),
+        }
+    }))
+}
+
+pub async fn executors(State(node): State<AppState>) -> Json<Vec<ExecutorView>> {
+    let now_ms = node.clock.now_ms();
+    Json(node.state.read(|applied| {
+        let state = &applied.state;
+        state
+            .executors()
+            .map(|e| executor_view(state, e, now_ms))
+            .collect()
+    }))
+}
+
+pub async fn executor(
+    State(node): State<AppState>,
+    Path(executor_id): Path<String>,
+) -> Result<Json<ExecutorView>, ApiError> {
+    validate_executor_id(&executor_id)?;
+    let now_ms = node.clock.now_ms();
+    node.state
+        .read(|applied| {
+            let state = &applied.state;
+            state
+                .executor(&executor_id)
+                .map(|e| executor_view(state, e, now_ms))
+        })
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                leasehold_api::problem::ErrorCode::UnknownExecutor,
+                format!("executor {executor_id} is not registered"),
+            )
+        })
+}
+
+pub async fn shards(State(node): State<AppState>) -> Json<Vec<ShardView>> {
+    let now_ms = node.clock.now_ms();
+    Json(node.state.read(|applied| {
+        applied
+            .state
+            .shards()
+            .iter()
+            .map(|s| shard_view(s, now_ms))
+            .collect()
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingQuery {
+    key: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)] // read by the consistent-read layer
+    consistent: bool,
+}
+
+/// The routing table, or the route for one key (shard = `leasehold_api::shard_for_key`).
+pub async fn routing(
+    State(node): State<AppState>,
+    Query(query): Query<RoutingQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    node.state
+        .read(|applied| {
+            let state = &applied.state;
+            let shard_count = state.config().map_or(0, |c| c.shard_count);
+            match &query.key {
+                None => serde_json::to_value(RoutingTable {
+                    revision: state.revision(),
+                    shard_count,
+                    routes: state.shards().iter().map(|s| route(state, s)).collect(),
+                }),
+                Some(key) => {
+                    if key.len() > MAX_KEY_BYTES {
+                        return Ok(Err(ApiError::invalid(format!(
+                            "key is longer than {MAX_KEY_BYTES} bytes"
+                        ))));
+                    }
+                    let Some(count) = NonZeroU32::new(shard_count) else {
+                        return Ok(Err(ApiError::new(
+                            leasehold_api::problem::ErrorCode::ShardingNotReady,
+                            "the cluster's shard configuration is not written yet",
+                        )));
+                    };
+                    let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
+                    let Some(found) = state.shard(shard) else {
+                        return Ok(Err(ApiError::internal(
+                            "routing",
+                            format!("shard {shard} missing"),
+                        )));
+                    };
+                    serde_json::to_value(KeyRoute {
+                        key: key.clone(),
+                        revision: state.revision(),
+                        route: route(state, found),
+                    })
+                }
+            }
+            .map(Ok)
+        })
+        .map_err(|e| ApiError::internal("encoding the routing table", e))?
+        .map(Json)
+}

@@ -1,0 +1,253 @@
+//! The manager's HTTP server: public API under `/v1`, Raft RPC under `/raft`, health and metrics.
+//!
+//! Routing of requests (PROTOCOL §9): writes are served by the leader; a write that reaches a
+//! follower is forwarded to the leader in one hop and answered as the leader answered; reads are
+//! local unless `?consistent=true`. Every reply names the leader in `X-Leasehold-Leader`.
+
+mod cluster;
+mod error;
+mod executors;
+mod health;
+mod inspect;
+mod raft_rpc;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use leasehold_api::problem::{ErrorCode, LEADER_HEADER, REQUEST_ID_HEADER};
+use serde::de::DeserializeOwned;
+
+pub use error::ApiError;
+
+use crate::node::{Leader, ManagerNode};
+
+/// Marks a request forwarded by a follower, so it is never forwarded twice.
+pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
+/// Largest public API request body.
+pub const MAX_API_BODY_BYTES: usize = 1 << 20;
+/// Largest Raft RPC body: an append batch or one snapshot chunk, with room to spare.
+pub const MAX_RAFT_BODY_BYTES: usize = 64 << 20;
+/// Bound on one forwarded request, including the leader's commit.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub type AppState = Arc<ManagerNode>;
+
+/// JSON body extractor whose rejections are problem+json.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
+        Ok(Self(value))
+    }
+}
+
+pub fn router(node: AppState) -> Router {
+    let leader_writes = Router::new()
+        .route("/v1/executors", post(executors::register))
+        .route("/v1/executors/{executor_id}/renew", post(executors::renew))
+        .route(
+            "/v1/executors/{executor_id}/release",
+            post(executors::release),
+        )
+        .route(
+            "/v1/executors/{executor_id}",
+            axum::routing::delete(executors::deregister),
+        )
+        .route("/v1/cluster/nodes", post(cluster::add_node))
+        .route(
+            "/v1/cluster/nodes/{node_id}",
+            axum::routing::delete(cluster::remove_node),
+        )
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            route_to_leader,
+        ));
+
+    let reads = Router::new()
+        .route("/v1/cluster", get(cluster::info))
+        .route("/v1/state", get(inspect::state))
+        .route("/v1/executors", get(inspect::executors))
+        .route("/v1/executors/{executor_id}", get(inspect::executor))
+        .route("/v1/shards", get(inspect::shards))
+        .route("/v1/routing", get(inspect::routing))
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            consistent_reads,
+        ));
+
+    let local = Router::new()
+        .route("/v1/cluster/init", post(cluster::init))
+        .route("/v1/cluster/snapshot", post(cluster::snapshot))
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics));
+
+    let public = leader_writes
+        .merge(reads)
+        .merge(local)
+        .layer(DefaultBodyLimit::max(MAX_API_BODY_BYTES));
+
+    let raft = Router::new()
+        .route("/raft/append", post(raft_rpc::append))
+        .route("/raft/vote", post(raft_rpc::vote))
+        .route("/raft/snapshot", post(raft_rpc::snapshot))
+        .route("/raft/identity", get(raft_rpc::identity))
+        .layer(DefaultBodyLimit::max(MAX_RAFT_BODY_BYTES));
+
+    public
+        .merge(raft)
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(middleware::from_fn_with_state(
+            node.clone(),
+            name_the_leader,
+        ))
+        .with_state(node)
+}
+
+/// Adds `X-Leasehold-Leader` to every reply that does not carry one already (a forwarded reply
+/// carries the leader's own).
+async fn name_the_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if !response.headers().contains_key(LEADER_HEADER) {
+        if let Some(value) = node
+            .leader_address()
+            .and_then(|a| HeaderValue::from_str(&a).ok())
+        {
+            response.headers_mut().insert(LEADER_HEADER, value);
+        }
+    }
+    response
+}
+
+/// Serves writes on the leader, forwards them from a follower (one hop), refuses without one.
+async fn route_to_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
+    match node.leader() {
+        Leader::Local => next.run(request).await,
+        Leader::Remote { address, .. } if !request.headers().contains_key(FORWARDED_HEADER) => {
+            forward(&node, &address, request).await
+        }
+        Leader::Remote { address, .. } => ApiError::not_leader(Some(address)).into_response(),
+        Leader::Unknown => ApiError::no_leader().into_response(),
+    }
+}
+
+/// `?consistent=true` reads go through the leader's read index (linearizable); others are local.
+async fn consistent_reads(State(node): State<AppState>, request: Request, next: Next) -> Response {
+    let consistent = request
+        .uri()
+        .query()
+        .is_some_and(|query| query.split('&').any(|pair| pair == "consistent=true"));
+    if !consistent {
+        return next.run(request).await;
+    }
+    match node.leader() {
+        Leader::Local => match node.raft.ensure_linearizable().await {
+            Ok(_) => next.run(request).await,
+            Err(error) => {
+                tracing::info!(%error, "linearizable read refused");
+                ApiError::not_leader(node.leader_address()).into_response()
+            }
+        },
+        Leader::Remote { address, .. } if !request.headers().contains_key(FORWARDED_HEADER) => {
+            forward(&node, &address, request).await
+        }
+        Leader::Remote { address, .. } => ApiError::not_leader(Some(address)).into_response(),
+        Leader::Unknown => ApiError::no_leader().into_response(),
+    }
+}
+
+/// Relays `request` to the leader and its reply back unchanged.
+async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_API_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
+                .into_response()
+        }
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let url = format!("{}{path}", leader_address.trim_end_matches('/'));
+    let mut outgoing = node
+        .http
+        .request(parts.method.clone(), url)
+        .timeout(FORWARD_TIMEOUT)
+        .header(FORWARDED_HEADER, node.id.to_string())
+        .body(body);
+    for name in [
+        axum::http::header::CONTENT_TYPE,
+        axum::http::header::ACCEPT,
+        HeaderName::from_static(REQUEST_ID_HEADER),
+    ] {
+        if let Some(value) = parts.headers.get(&name) {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    match outgoing.send().await {
+        Ok(reply) => {
+            let status = reply.status();
+            let headers = reply.headers().clone();
+            match reply.bytes().await {
+                Ok(bytes) => {
+                    let mut response = Response::new(Body::from(bytes));
+                    *response.status_mut() = status;
+                    for (name, value) in headers.iter() {
+                        if is_end_to_end(name) {
+                            response.headers_mut().insert(name.clone(), value.clone());
+                        }
+                    }
+                    response
+                }
+                Err(error) => ApiError::new(
+                    ErrorCode::Timeout,
+                    format!("the leader's reply was lost: {error}"),
+                )
+                .into_response(),
+            }
+        }
+        // Nothing reached the leader: safe to retry.
+        Err(error) if error.is_connect() => {
+            tracing::info!(%error, leader = leader_address, "leader unreachable for forwarding");
+            ApiError::no_leader().into_response()
+        }
+        // The leader may have applied it: the outcome is unknown.
+        Err(error) => ApiError::new(
+            ErrorCode::Timeout,
+            format!("forwarding to the leader failed: {error}"),
+        )
+        .into_response(),
+    }
+}
+
+/// Headers that describe the reply itself and may be relayed (RFC 9110 §7.6.1: not hop-by-hop).
+fn is_end_to_end(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "content-length"
+    )
+}

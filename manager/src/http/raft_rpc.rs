@@ -1,0 +1,95 @@
+//! Raft RPC endpoints. Bodies are raft-store envelopes (bincode); a reply carries the whole
+//! `Result` so openraft's own errors travel back typed. The sender's storage identity is checked
+//! before the message reaches Raft.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use leasehold_raft_store::codec;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{ApiError, AppState};
+use crate::raft::identity::{IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER};
+use crate::raft::network::RAFT_CONTENT_TYPE;
+
+fn with_identity(node: &AppState, mut response: Response) -> Response {
+    if let Ok(value) = HeaderValue::from_str(node.identity.storage_id()) {
+        response.headers_mut().insert(STORAGE_ID_HEADER, value);
+    }
+    response
+        .headers_mut()
+        .insert(NODE_ID_HEADER, HeaderValue::from(node.id));
+    response
+}
+
+/// Decodes the request after checking who sent it.
+fn accept<T: DeserializeOwned>(
+    node: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let sender: u64 = header(NODE_ID_HEADER)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| ApiError::invalid(format!("missing or malformed {NODE_ID_HEADER}")))?;
+    let storage_id = header(STORAGE_ID_HEADER)
+        .ok_or_else(|| ApiError::invalid(format!("missing {STORAGE_ID_HEADER}")))?;
+    node.identity
+        .verify_peer(sender, storage_id)
+        .map_err(|error| {
+            tracing::error!(sender, %error, "refusing raft message");
+            ApiError::conflict(error.to_string())
+        })?;
+    codec::decode("raft request", body).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+fn reply<T: Serialize>(node: &AppState, result: &T) -> Response {
+    let response = match codec::encode("raft reply", result) {
+        Ok(bytes) => (StatusCode::OK, [(CONTENT_TYPE, RAFT_CONTENT_TYPE)], bytes).into_response(),
+        Err(error) => ApiError::internal("encoding raft reply", error).into_response(),
+    };
+    with_identity(node, response)
+}
+
+pub async fn append(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match accept(&node, &headers, &body) {
+        Ok(request) => reply(&node, &node.raft.append_entries(request).await),
+        Err(error) => with_identity(&node, error.into_response()),
+    }
+}
+
+pub async fn vote(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match accept(&node, &headers, &body) {
+        Ok(request) => reply(&node, &node.raft.vote(request).await),
+        Err(error) => with_identity(&node, error.into_response()),
+    }
+}
+
+pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match accept(&node, &headers, &body) {
+        Ok(request) => reply(&node, &node.raft.install_snapshot(request).await),
+        Err(error) => with_identity(&node, error.into_response()),
+    }
+}
+
+/// Who this node is and which peers it has pinned; asked by a node starting on a fresh data
+/// directory before it takes part in Raft.
+pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
+    let initialized = node
+        .metrics_snapshot()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .next()
+        .is_some();
+    Json(IdentityReport {
+        node_id: node.id,
+        storage_id: node.identity.storage_id().to_string(),
+        initialized,
+        pins: node.identity.pins(),
+    })
+}

@@ -1,0 +1,198 @@
+//! One manager replica: the Raft handle, the applied lease state and what handlers need around
+//! them (leader resolution, proposing, cluster inspection).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use leasehold_api::wire::{ClusterInfo, Member, SnapshotInfo};
+use metrics_exporter_prometheus::PrometheusHandle;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, RaftMetrics, ServerState};
+
+use crate::clock::LeaderClock;
+use crate::lease::{Command, Outcome};
+use crate::raft::identity::Identity;
+use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
+use crate::renewals::RenewalQueue;
+
+/// Cluster-wide settings this node was started with.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// `--initial-cluster`: node id → advertised URL (empty when started with `--join`).
+    pub initial_cluster: BTreeMap<NodeId, String>,
+    pub shard_count: u32,
+    pub lease_duration_ms: u64,
+    pub timings: RaftTimings,
+}
+
+/// Who serves writes right now, as far as this node knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leader {
+    Local,
+    Remote { id: NodeId, address: String },
+    Unknown,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not the leader")]
+    NotLeader { leader_address: Option<String> },
+    #[error("this node is stepping down")]
+    SteppingDown,
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+pub struct ManagerNode {
+    pub id: NodeId,
+    /// The URL others use to reach this node (P8.1 `--advertise`).
+    pub advertise: String,
+    pub raft: ManagerRaft,
+    pub state: LeaseStateHandle,
+    pub identity: Arc<Identity>,
+    /// Shared client for forwarding and peer probes (one pool per process).
+    pub http: reqwest::Client,
+    pub clock: LeaderClock,
+    pub settings: ClusterSettings,
+    pub metrics: Option<PrometheusHandle>,
+    /// Renewals waiting to be group-committed (see `renewals`).
+    pub renewals: RenewalQueue,
+    /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
+    stepping_down: AtomicBool,
+}
+
+impl std::fmt::Debug for ManagerNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagerNode")
+            .field("id", &self.id)
+            .field("advertise", &self.advertise)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ManagerNode {
+    #[allow(clippy::too_many_arguments)] // one constructor, called once from `server::run`
+    pub fn new(
+        id: NodeId,
+        advertise: String,
+        raft: ManagerRaft,
+        state: LeaseStateHandle,
+        identity: Arc<Identity>,
+        http: reqwest::Client,
+        settings: ClusterSettings,
+        metrics: Option<PrometheusHandle>,
+        renewals: RenewalQueue,
+    ) -> Self {
+        Self {
+            id,
+            advertise,
+            raft,
+            state,
+            identity,
+            http,
+            clock: LeaderClock::new(),
+            settings,
+            metrics,
+            renewals,
+            stepping_down: AtomicBool::new(false),
+        }
+    }
+
+    pub fn metrics_snapshot(&self) -> RaftMetrics<NodeId, BasicNode> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    pub fn leader(&self) -> Leader {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        match metrics.current_leader {
+            Some(id) if id == self.id => {
+                if self.is_stepping_down() || metrics.state != ServerState::Leader {
+                    Leader::Unknown
+                } else {
+                    Leader::Local
+                }
+            }
+            Some(id) => match metrics.membership_config.membership().get_node(&id) {
+                Some(node) => Leader::Remote {
+                    id,
+                    address: node.addr.clone(),
+                },
+                None => Leader::Unknown,
+            },
+            None => Leader::Unknown,
+        }
+    }
+
+    /// The leader's advertised URL for the `X-Leasehold-Leader` header.
+    pub fn leader_address(&self) -> Option<String> {
+        match self.leader() {
+            Leader::Local => Some(self.advertise.clone()),
+            Leader::Remote { address, .. } => Some(address),
+            Leader::Unknown => None,
+        }
+    }
+
+    pub fn is_stepping_down(&self) -> bool {
+        self.stepping_down.load(Ordering::Acquire)
+    }
+
+    pub fn begin_step_down(&self) {
+        self.stepping_down.store(true, Ordering::Release);
+    }
+
+    /// Commits `command` and returns the log index it was applied at with its outcome. Nothing is
+    /// acknowledged before it is committed.
+    pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), ProposeError> {
+        if self.is_stepping_down() {
+            return Err(ProposeError::SteppingDown);
+        }
+        match self.raft.client_write(command).await {
+            Ok(response) => Ok((response.log_id.index, response.data)),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(ProposeError::NotLeader {
+                    leader_address: forward.leader_node.map(|node| node.addr),
+                })
+            }
+            Err(other) => Err(ProposeError::Raft(other.to_string())),
+        }
+    }
+
+    pub async fn committed_index(&self) -> Option<u64> {
+        self.raft
+            .with_raft_state(|state| state.committed.map(|log_id| log_id.index))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    pub async fn cluster_info(&self) -> ClusterInfo {
+        let metrics = self.metrics_snapshot();
+        let membership = metrics.membership_config.membership();
+        let member = |(id, node): (&NodeId, &BasicNode)| Member {
+            node_id: *id,
+            address: node.addr.clone(),
+        };
+        let voter_ids: Vec<NodeId> = membership.voter_ids().collect();
+        let (voters, learners): (Vec<Member>, Vec<Member>) = membership
+            .nodes()
+            .map(member)
+            .partition(|m| voter_ids.contains(&m.node_id));
+        ClusterInfo {
+            node_id: self.id,
+            leader_id: metrics.current_leader,
+            leader_address: self.leader_address(),
+            term: metrics.current_term,
+            voters,
+            learners,
+            last_log_index: metrics.last_log_index,
+            committed_index: self.committed_index().await,
+            applied_index: metrics.last_applied.map(|log_id| log_id.index),
+            snapshot: metrics.snapshot.map(|log_id| SnapshotInfo {
+                last_log_index: Some(log_id.index),
+                snapshot_id: log_id.to_string(),
+            }),
+        }
+    }
+}

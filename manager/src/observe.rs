@@ -1,0 +1,152 @@
+//! Background duties that follow the Raft metrics: Prometheus gauges, the leader clock's term
+//! anchor (P2.3), peer storage identities and the cluster's lease configuration.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use tokio::sync::watch;
+
+use crate::lease::Command;
+use crate::node::{Leader, ManagerNode};
+
+/// How often unpinned peers are asked for their storage identity.
+const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+const IDENTITY_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Follows Raft metrics until shutdown: gauges, clock anchoring, pins of departed members, and
+/// making sure the replicated lease configuration matches this leader's flags.
+pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
+    let mut metrics = node.raft.metrics();
+    let mut members_seen = BTreeSet::new();
+    loop {
+        let snapshot = metrics.borrow_and_update().clone();
+        export_gauges(&snapshot);
+        if snapshot.state == ServerState::Leader {
+            node.clock.begin_term(snapshot.current_term);
+            ensure_lease_config(&node).await;
+        }
+        let members: BTreeSet<u64> = snapshot
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        if members != members_seen && !members.is_empty() {
+            if let Err(error) = node.identity.retain_members(&members) {
+                tracing::error!(%error, "updating peer pins");
+            }
+            members_seen = members;
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+fn export_gauges(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+    metrics::gauge!("leasehold_raft_term").set(metrics.current_term as f64);
+    metrics::gauge!("leasehold_raft_is_leader")
+        .set(f64::from(u8::from(metrics.state == ServerState::Leader)));
+    metrics::gauge!("leasehold_raft_leader_id")
+        .set(metrics.current_leader.map_or(-1.0, |id| id as f64));
+    metrics::gauge!("leasehold_raft_last_log_index")
+        .set(metrics.last_log_index.map_or(0.0, |i| i as f64));
+    metrics::gauge!("leasehold_raft_applied_index")
+        .set(metrics.last_applied.map_or(0.0, |l| l.index as f64));
+    metrics::gauge!("leasehold_raft_snapshot_index")
+        .set(metrics.snapshot.map_or(0.0, |l| l.index as f64));
+    metrics::gauge!("leasehold_raft_purged_index")
+        .set(metrics.purged.map_or(0.0, |l| l.index as f64));
+    if let Some(replication) = &metrics.replication {
+        let last = metrics.last_log_index.unwrap_or(0);
+        for (follower, matched) in replication {
+            let matched = matched.map_or(0, |l| l.index);
+            metrics::gauge!("leasehold_raft_replication_lag_entries", "follower" => follower.to_string())
+                .set(last.saturating_sub(matched) as f64);
+        }
+    }
+}
+
+/// The leader writes the cluster's shard count and lease duration once, and the lease duration
+/// again when this leader was started with another one (the seed-000 case: a lease shortened
+/// across a restart; P3.4 keeps deadlines already granted).
+async fn ensure_lease_config(node: &ManagerNode) {
+    let wanted = (node.settings.shard_count, node.settings.lease_duration_ms);
+    let current = node.state.read(|applied| {
+        applied
+            .state
+            .config()
+            .map(|config| (config.shard_count, config.lease_duration_ms))
+    });
+    let command = match current {
+        None => Command::Init {
+            now_ms: node.clock.now_ms(),
+            shard_count: wanted.0,
+            lease_duration_ms: wanted.1,
+        },
+        Some((_, lease_duration_ms)) if lease_duration_ms != wanted.1 => {
+            Command::SetLeaseDuration {
+                now_ms: node.clock.now_ms(),
+                lease_duration_ms: wanted.1,
+            }
+        }
+        Some(_) => return,
+    };
+    if node.leader() != Leader::Local {
+        return;
+    }
+    match node.propose(command).await {
+        Ok((index, outcome)) => {
+            tracing::info!(index, ?outcome, "wrote the cluster lease configuration")
+        }
+        Err(error) => tracing::warn!(%error, "writing the cluster lease configuration"),
+    }
+}
+
+/// Pins the storage identity of every member not pinned yet, so that a member wiped later is
+/// recognised by every peer, not only by those it happened to exchange Raft messages with.
+pub async fn probe_peer_identities(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let pinned = node.identity.pins();
+        let unpinned: Vec<(u64, String)> = node
+            .metrics_snapshot()
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != node.id && !pinned.contains_key(id))
+            .map(|(id, member)| (*id, member.addr.clone()))
+            .collect();
+        for (peer, address) in unpinned {
+            let url = format!("{}/raft/identity", address.trim_end_matches('/'));
+            let report = async {
+                let reply = node
+                    .http
+                    .get(url)
+                    .timeout(IDENTITY_PROBE_TIMEOUT)
+                    .send()
+                    .await
+                    .ok()?;
+                reply
+                    .error_for_status()
+                    .ok()?
+                    .json::<crate::raft::identity::IdentityReport>()
+                    .await
+                    .ok()
+            };
+            if let Some(report) = report.await {
+                if report.node_id != peer {
+                    tracing::error!(peer, answered_as = report.node_id, %address, "member address answers as another node");
+                } else if let Err(error) = node.identity.verify_peer(peer, &report.storage_id) {
+                    tracing::error!(%error, "peer identity check failed");
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(IDENTITY_PROBE_INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}

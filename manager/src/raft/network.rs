@@ -1,0 +1,157 @@
+//! Raft RPC between managers: bincode bodies (the raft-store envelope) over HTTP POST to
+//! `/raft/{append,vote,snapshot}`, on one shared reqwest client.
+//!
+//! A connection that could not be made maps to openraft's `Unreachable` (openraft backs off);
+//! every RPC is bounded by openraft's per-RPC deadline; both directions carry storage identities
+//! (see [`super::identity`]).
+
+use std::sync::Arc;
+
+use leasehold_raft_store::codec;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::identity::{Identity, NODE_ID_HEADER, STORAGE_ID_HEADER};
+use super::{NodeId, TypeConfig};
+
+pub const RAFT_CONTENT_TYPE: &str = "application/octet-stream";
+
+/// Creates one connection per target; all share the HTTP client and its connection pool.
+#[derive(Debug, Clone)]
+pub struct HttpNetworkFactory {
+    client: reqwest::Client,
+    identity: Arc<Identity>,
+}
+
+impl HttpNetworkFactory {
+    pub fn new(client: reqwest::Client, identity: Arc<Identity>) -> Self {
+        Self { client, identity }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
+    type Network = HttpConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> HttpConnection {
+        HttpConnection {
+            client: self.client.clone(),
+            identity: self.identity.clone(),
+            target,
+            base_url: node.addr.trim_end_matches('/').to_string(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct HttpConnection {
+    client: reqwest::Client,
+    identity: Arc<Identity>,
+    target: NodeId,
+    base_url: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl HttpConnection {
+    async fn call<Req, Resp, E>(
+        &self,
+        endpoint: &str,
+        request: &Req,
+        option: &RPCOption,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + Serialize + DeserializeOwned,
+    {
+        let network =
+            |message: String| RPCError::Network(NetworkError::new(&TransportError(message)));
+        let body = codec::encode("raft request", request).map_err(|e| network(e.to_string()))?;
+        let response = self
+            .client
+            .post(format!("{}/raft/{endpoint}", self.base_url))
+            .timeout(option.hard_ttl())
+            .header(reqwest::header::CONTENT_TYPE, RAFT_CONTENT_TYPE)
+            .header(NODE_ID_HEADER, self.identity.node_id().to_string())
+            .header(STORAGE_ID_HEADER, self.identity.storage_id())
+            .body(body)
+            .send()
+            .await
+            .map_err(|error| {
+                if error.is_connect() {
+                    RPCError::Unreachable(Unreachable::new(&error))
+                } else {
+                    network(format!("{endpoint} to node {}: {error}", self.target))
+                }
+            })?;
+
+        let presented = response
+            .headers()
+            .get(STORAGE_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        if let Err(error) = self.identity.verify_peer(self.target, &presented) {
+            // A reply from a replaced data directory must not count: not as a vote, not as an ack.
+            tracing::error!(target_node = self.target, %error, "refusing raft reply");
+            return Err(RPCError::Unreachable(Unreachable::new(&error)));
+        }
+
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| {
+            network(format!(
+                "reading {endpoint} reply from node {}: {e}",
+                self.target
+            ))
+        })?;
+        if !status.is_success() {
+            return Err(network(format!(
+                "{endpoint} to node {} answered {status}: {}",
+                self.target,
+                String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
+            )));
+        }
+        let reply: Result<Resp, RaftError<NodeId, E>> =
+            codec::decode("raft reply", &bytes).map_err(|e| network(e.to_string()))?;
+        reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for HttpConnection {
+    async fn append_entries(
+        &mut self,
+        request: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call("append", &request, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        request: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call("snapshot", &request, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        request: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call("vote", &request, &option).await
+    }
+}

@@ -1,0 +1,91 @@
+//! Group commit of renewals: every renewal that arrives while the previous batch is being
+//! committed goes into the next single `Renew` entry. No renewal is answered before the entry
+//! carrying it is committed and applied.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::lease::{Command, Outcome, RefusalReason, RenewResult, Renewal};
+use crate::node::{ManagerNode, ProposeError};
+
+/// Renewals waiting for a batch; a full queue makes renew handlers wait (back-pressure).
+pub const RENEWAL_QUEUE_CAPACITY: usize = 8192;
+/// Upper bound on renewals in one Raft entry, which bounds entry size (~100 B per renewal plus
+/// its claims).
+pub const MAX_RENEWALS_PER_ENTRY: usize = 2048;
+
+/// Why a queued renewal got no result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RenewError {
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+    #[error("renewal refused: {0:?}")]
+    Refused(RefusalReason),
+    #[error("unexpected outcome for a renewal batch: {0}")]
+    Unexpected(String),
+    #[error("the renewal batcher has stopped")]
+    Stopped,
+}
+
+#[derive(Debug)]
+pub struct PendingRenewal {
+    renewal: Renewal,
+    reply: oneshot::Sender<Result<RenewResult, RenewError>>,
+}
+
+pub type RenewalQueue = mpsc::Sender<PendingRenewal>;
+
+pub fn queue() -> (RenewalQueue, mpsc::Receiver<PendingRenewal>) {
+    mpsc::channel(RENEWAL_QUEUE_CAPACITY)
+}
+
+/// Queues one renewal and waits for the result of the entry that carried it.
+pub async fn renew(queue: &RenewalQueue, renewal: Renewal) -> Result<RenewResult, RenewError> {
+    let (reply, result) = oneshot::channel();
+    queue
+        .send(PendingRenewal { renewal, reply })
+        .await
+        .map_err(|_| RenewError::Stopped)?;
+    result.await.map_err(|_| RenewError::Stopped)?
+}
+
+/// Drains the queue in batches until shutdown.
+pub async fn run_batcher(
+    node: Arc<ManagerNode>,
+    mut pending: mpsc::Receiver<PendingRenewal>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut batch = Vec::with_capacity(MAX_RENEWALS_PER_ENTRY);
+    loop {
+        tokio::select! {
+            received = pending.recv_many(&mut batch, MAX_RENEWALS_PER_ENTRY) => if received == 0 { return },
+            _ = shutdown.changed() => return,
+        }
+        metrics::histogram!("leasehold_renewal_batch_size").record(batch.len() as f64);
+        let renewals = batch.iter().map(|p| p.renewal.clone()).collect();
+        let command = Command::Renew {
+            now_ms: node.clock.now_ms(),
+            renewals,
+        };
+        let outcome = node.propose(command).await;
+        let mut results: Vec<Result<RenewResult, RenewError>> = match outcome {
+            Ok((
+                _,
+                Outcome::Renewed {
+                    results,
+                    effects: _,
+                },
+            )) if results.len() == batch.len() => results.into_iter().map(Ok).collect(),
+            Ok((_, Outcome::Refused { reason })) => {
+                vec![Err(RenewError::Refused(reason)); batch.len()]
+            }
+            Ok((_, other)) => vec![Err(RenewError::Unexpected(format!("{other:?}"))); batch.len()],
+            Err(error) => vec![Err(RenewError::Propose(error)); batch.len()],
+        };
+        for (waiting, result) in batch.drain(..).zip(results.drain(..)) {
+            // The handler may have given up (client gone); the result is simply dropped then.
+            let _ = waiting.reply.send(result);
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Starts and stops one manager replica (PROTOCOL §8, §10).
+//!
+//! Start: open the data directory, bind the listener (P8.1: before Raft starts, so peers and
+//! clients can reach this node as soon as it takes part), start Raft, serve, and form or join
+//! the cluster beside the server.
+//! Stop (P8.2): keep answering while leadership moves elsewhere (stop heartbeats, refuse new
+//! writes as retryable, forward once another leader is known), then stop accepting, drain
+//! in-flight requests, shut Raft down and flush.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_raft_store::LogStoreConfig;
+use metrics_exporter_prometheus::PrometheusHandle;
+use openraft::{Raft, ServerState};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+use crate::bootstrap::{self, BootstrapError};
+use crate::config::ManagerConfig;
+use crate::lease::LeaseState;
+use crate::node::{ClusterSettings, ManagerNode};
+use crate::raft::identity::{Identity, IdentityError};
+use crate::raft::network::HttpNetworkFactory;
+use crate::raft::{openraft_config, TypeConfig};
+use crate::{http, observe, renewals};
+
+/// Bound on establishing a connection to a peer.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("data directory: {0}")]
+    DataDir(#[from] std::io::Error),
+    #[error("opening the data directory: {0}")]
+    Sled(#[from] sled::Error),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("storage: {0}")]
+    Store(#[from] leasehold_raft_store::StoreError),
+    #[error("raft configuration: {0}")]
+    RaftConfig(#[from] Box<openraft::ConfigError>),
+    #[error("starting raft: {0}")]
+    Raft(String),
+    #[error("http client: {0}")]
+    HttpClient(#[from] reqwest::Error),
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+}
+
+/// Runs the replica until `shutdown` resolves (then stops gracefully) or a fatal start-up error.
+pub async fn run(
+    config: ManagerConfig,
+    metrics: Option<PrometheusHandle>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let db = sled::open(&config.data_dir)?;
+    let identity = Arc::new(Identity::open(&db, config.id)?);
+    let (log_store, state_machine) =
+        leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, LogStoreConfig::default())?;
+    let state = state_machine.handle();
+
+    let listener = TcpListener::bind(config.listen).await?;
+    tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
+
+    let http_client = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .build()?;
+    let raft = Raft::new(
+        config.id,
+        openraft_config(config.timings, config.snapshots)?,
+        HttpNetworkFactory::new(http_client.clone(), identity.clone()),
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
+
+    let (renewal_queue, pending_renewals) = renewals::queue();
+    let node = Arc::new(ManagerNode::new(
+        config.id,
+        config.advertise.clone(),
+        raft,
+        state,
+        identity,
+        http_client,
+        ClusterSettings {
+            initial_cluster: config.initial_cluster.clone(),
+            shard_count: config.shard_count,
+            lease_duration_ms: config.lease_duration_ms,
+            timings: config.timings,
+        },
+        metrics,
+        renewal_queue,
+    ));
+
+    let (stop_tasks, tasks_stopped) = watch::channel(false);
+    tokio::spawn(observe::follow_raft(node.clone(), tasks_stopped.clone()));
+    tokio::spawn(observe::probe_peer_identities(
+        node.clone(),
+        tasks_stopped.clone(),
+    ));
+    tokio::spawn(renewals::run_batcher(
+        node.clone(),
+        pending_renewals,
+        tasks_stopped.clone(),
+    ));
+
+    // Forming or joining needs this node to be reachable, so it runs beside the server; a fatal
+    // outcome stops the server.
+    let (fatal_tx, fatal_rx) = oneshot::channel::<BootstrapError>();
+    {
+        let node = node.clone();
+        let join = config.join.clone();
+        let tasks_stopped = tasks_stopped.clone();
+        tokio::spawn(async move {
+            let outcome = match join {
+                Some(url) => bootstrap::join(&node, &url).await,
+                None => bootstrap::form_or_await(&node, tasks_stopped).await,
+            };
+            match outcome {
+                Ok(()) | Err(BootstrapError::Stopped) => {}
+                Err(error) => {
+                    tracing::error!(%error, "cannot become part of the cluster");
+                    let _ = fatal_tx.send(error);
+                }
+            }
+        });
+    }
+
+    let (fatal_seen_tx, fatal_seen_rx) = oneshot::channel::<BootstrapError>();
+    let stop_serving = {
+        let node = node.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {
+                    tracing::info!("shutdown requested");
+                    step_down(&node).await;
+                }
+                Ok(error) = fatal_rx => {
+                    let _ = fatal_seen_tx.send(error);
+                }
+            }
+        }
+    };
+    axum::serve(listener, http::router(node.clone()))
+        .with_graceful_shutdown(stop_serving)
+        .await?;
+
+    let _ = stop_tasks.send(true);
+    if let Err(error) = node.raft.shutdown().await {
+        tracing::warn!(%error, "raft shutdown");
+    }
+    db.flush_async().await?;
+    tracing::info!("stopped");
+    match fatal_seen_rx.await {
+        Ok(error) => Err(error.into()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// P8.2: stops taking writes and, when leading, stops heartbeats so the followers elect a new
+/// leader while this node still answers (forwarding to the new leader once it is known).
+async fn step_down(node: &ManagerNode) {
+    node.begin_step_down();
+    let metrics = node.metrics_snapshot();
+    let other_voters = metrics
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|id| id != node.id);
+    if metrics.state != ServerState::Leader || !other_voters {
+        return;
+    }
+    tracing::info!(
+        term = metrics.current_term,
+        "handing leadership over before stopping"
+    );
+    node.raft.runtime_config().heartbeat(false);
+    let handover_bound =
+        Duration::from_millis(2 * node.settings.timings.election_timeout_max_ms + 1_000);
+    let me = node.id;
+    match node
+        .raft
+        .wait(Some(handover_bound))
+        .metrics(
+            |m| m.current_leader.is_some_and(|leader| leader != me),
+            "another leader",
+        )
+        .await
+    {
+        Ok(metrics) => {
+            tracing::info!(new_leader = ?metrics.current_leader, "leadership handed over")
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no new leader before stopping; followers will elect one")
+        }
+    }
+}
