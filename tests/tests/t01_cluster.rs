@@ -1,0 +1,339 @@
+//! Manager cluster over real processes (PROTOCOL §8–§10): formation, forwarding, failover,
+//! restart, membership changes and a wiped data directory.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use leasehold_api::problem::{ErrorCode, LEADER_HEADER};
+use leasehold_api::wire::RegisterRequest;
+use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
+
+const LEADER_BOUND: Duration = Duration::from_secs(20);
+const CATCH_UP_BOUND: Duration = Duration::from_secs(30);
+const STOP_BOUND: Duration = Duration::from_secs(20);
+
+fn register_request(name: &str) -> RegisterRequest {
+    RegisterRequest {
+        incarnation: format!("incarnation-{name}"),
+        address: "http://127.0.0.1:1".to_string(),
+        name: Some(name.to_string()),
+    }
+}
+
+/// Registers through the typed client (which retries with patience) and returns the revision.
+async fn write(cluster: &Cluster, name: &str) -> u64 {
+    cluster
+        .client()
+        .register(&register_request(name))
+        .await
+        .unwrap_or_else(|e| panic!("register {name}: {e}"))
+        .revision
+}
+
+/// `/v1/state` of one node without what moves with time (remaining lease times) or with the
+/// revision of later writes (I3: acknowledged writes survive a full restart).
+async fn durable_view(cluster: &Cluster, id: u64) -> serde_json::Value {
+    let mut state: serde_json::Value = cluster
+        .http
+        .get(format!("{}/v1/state", cluster.url(id)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for executor in state["executors"].as_array_mut().unwrap() {
+        executor
+            .as_object_mut()
+            .unwrap()
+            .remove("lease_remaining_ms");
+    }
+    for shard in state["shards"].as_array_mut().unwrap() {
+        if let Some(handoff) = shard.get_mut("handoff").and_then(|h| h.as_object_mut()) {
+            handoff.remove("completes_by_expiry_in_ms");
+        }
+    }
+    state
+}
+
+fn voter_ids(info: &leasehold_api::wire::ClusterInfo) -> BTreeSet<u64> {
+    info.voters.iter().map(|m| m.node_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_one_cluster_and_a_write_sent_to_a_follower_is_applied_on_all() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let follower = *cluster.managers.keys().find(|&&id| id != leader).unwrap();
+
+    // Straight to the follower, no client-side failover: the follower forwards in one hop.
+    let reply = cluster
+        .http
+        .post(format!("{}/v1/executors", cluster.url(follower)))
+        .json(&register_request("via-follower"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let named_leader = reply
+        .headers()
+        .get(LEADER_HEADER)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        named_leader,
+        cluster.url(leader),
+        "the reply names the serving leader"
+    );
+    let body: serde_json::Value = reply.json().await.unwrap();
+    let revision = body["revision"].as_u64().expect("revision in reply");
+
+    for id in [1, 2, 3] {
+        cluster.wait_applied(id, revision, CATCH_UP_BOUND).await;
+        let info = cluster.cluster_info(id).await.unwrap();
+        assert_eq!(info.leader_id, Some(leader));
+        assert_eq!(voter_ids(&info), BTreeSet::from([1, 2, 3]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_without_a_leader_are_refused_503_no_leader_with_retry_after() {
+    let _serial = one_cluster_at_a_time().await;
+    // Only one of three founding members runs: the cluster cannot form, no leader exists.
+    let mut cluster = Cluster::new(ClusterOptions::default());
+    cluster.manager(1).start();
+    let url = cluster.url(1);
+    let http = cluster.http.clone();
+    let reply = poll_until("node 1 to answer", LEADER_BOUND, || {
+        let request = http
+            .post(format!("{url}/v1/executors"))
+            .json(&register_request("no-leader"));
+        async move { request.send().await.map_err(|e| e.to_string()) }
+    })
+    .await;
+    assert_eq!(reply.status(), 503);
+    assert!(reply.headers().contains_key("retry-after"));
+    assert_eq!(reply.headers()["content-type"], "application/problem+json");
+    let problem: leasehold_api::problem::Problem = reply.json().await.unwrap();
+    assert_eq!(problem.code, ErrorCode::NoLeader);
+    assert!(problem.retryable);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_the_leader_five_times_writes_resume_and_the_killed_node_catches_up() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    let mut leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    for round in 0..5 {
+        let before = write(&cluster, &format!("before-{round}")).await;
+        cluster.manager(leader).kill();
+        let new_leader = cluster.wait_for_leader(LEADER_BOUND).await;
+        assert_ne!(
+            new_leader, leader,
+            "round {round}: a killed node cannot lead"
+        );
+        let after = write(&cluster, &format!("after-{round}")).await;
+        assert!(after > before);
+
+        cluster.manager(leader).start();
+        cluster.wait_applied(leader, after, CATCH_UP_BOUND).await;
+        leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_cluster_stop_and_restart_keeps_the_log_and_state() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let mut last = 0;
+    for n in 0..5 {
+        last = write(&cluster, &format!("durable-{n}")).await;
+    }
+    for id in [1, 2, 3] {
+        cluster.wait_applied(id, last, CATCH_UP_BOUND).await;
+    }
+    let before = durable_view(&cluster, 1).await;
+    assert_eq!(
+        before["executors"].as_array().map(Vec::len),
+        Some(5),
+        "{before}"
+    );
+    for id in [1, 2, 3] {
+        let status = cluster.manager(id).terminate(STOP_BOUND).unwrap();
+        assert!(status.success(), "manager {id} stopped with {status}");
+    }
+    for id in [1, 2, 3] {
+        cluster.manager(id).start();
+    }
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    for id in [1, 2, 3] {
+        cluster.wait_applied(id, last, CATCH_UP_BOUND).await;
+        let info = cluster.cluster_info(id).await.unwrap();
+        assert_eq!(voter_ids(&info), BTreeSet::from([1, 2, 3]));
+        assert_eq!(
+            durable_view(&cluster, id).await,
+            before,
+            "node {id}: state after the restart"
+        );
+    }
+    // Writes go on after the restart, at higher revisions.
+    assert!(write(&cluster, "after-restart").await > last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_node_joins_by_snapshot_install_and_then_a_node_is_removed() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let mut last = 0;
+    for n in 0..10 {
+        last = write(&cluster, &format!("before-join-{n}")).await;
+    }
+    // Snapshot and purge everywhere, so the newcomer cannot be sent the log from its start.
+    for id in [1, 2, 3] {
+        cluster.wait_applied(id, last, CATCH_UP_BOUND).await;
+        let reply = cluster
+            .http
+            .post(format!(
+                "{}/v1/cluster/snapshot?purge=true",
+                cluster.url(id)
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            reply.status(),
+            200,
+            "snapshot on node {id}: {}",
+            reply.text().await.unwrap()
+        );
+    }
+    let leader_url = cluster.url(leader);
+    cluster.add_joiner(4).start_joining(&leader_url);
+    let this = &cluster;
+    poll_until(
+        "node 4 to become a voter",
+        Duration::from_secs(60),
+        || async move {
+            let info = this.cluster_info(leader).await?;
+            let voters = voter_ids(&info);
+            voters
+                .contains(&4)
+                .then_some(())
+                .ok_or(format!("voters {voters:?}"))
+        },
+    )
+    .await;
+    cluster.wait_applied(4, last, CATCH_UP_BOUND).await;
+    let joined = cluster.cluster_info(4).await.unwrap();
+    let snapshot = joined
+        .snapshot
+        .expect("node 4 was brought up by a snapshot install");
+    assert!(snapshot.last_log_index.unwrap() >= last);
+    assert!(write(&cluster, "after-join").await > last);
+
+    let removed = cluster
+        .client()
+        .remove_node(4)
+        .await
+        .expect("remove node 4");
+    assert_eq!(
+        removed["voters"].as_array().map(Vec::len),
+        Some(3),
+        "{removed}"
+    );
+    let info = cluster.cluster_info(leader).await.unwrap();
+    assert_eq!(voter_ids(&info), BTreeSet::from([1, 2, 3]));
+    assert!(info.learners.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_data_dir_was_wiped_cannot_rejoin_as_its_old_self() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let wiped = *cluster.managers.keys().find(|&&id| id != leader).unwrap();
+    let mut last = 0;
+    for n in 0..3 {
+        last = write(&cluster, &format!("before-wipe-{n}")).await;
+    }
+    for id in [1, 2, 3] {
+        cluster.wait_applied(id, last, CATCH_UP_BOUND).await;
+    }
+    // Every node pins every other node's storage identity within a few seconds of forming.
+    let this = &cluster;
+    poll_until(
+        "all storage identities pinned",
+        CATCH_UP_BOUND,
+        || async move {
+            let mut missing = Vec::new();
+            for id in [1u64, 2, 3] {
+                let report: serde_json::Value = this
+                    .http
+                    .get(format!("{}/raft/identity", this.url(id)))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .json()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let pins = report["pins"].as_object().map(|p| p.len()).unwrap_or(0);
+                if pins < 2 {
+                    missing.push(id);
+                }
+            }
+            missing
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("nodes with fewer than 2 pins: {missing:?}"))
+        },
+    )
+    .await;
+
+    cluster.manager(wiped).terminate(STOP_BOUND);
+    cluster.manager(wiped).wipe_data_dir();
+    cluster.manager(wiped).start();
+    let status = cluster.manager(wiped).wait_exit(Duration::from_secs(30));
+    assert!(
+        !status.success(),
+        "a wiped node must refuse to start as its old self"
+    );
+    let log = cluster.managers[&wiped].log();
+    assert!(
+        log.contains("data directory is new"),
+        "the refusal says why:\n{log}"
+    );
+
+    // The two others still hold a quorum and every committed entry.
+    let after = write(&cluster, "while-wiped-node-is-out").await;
+    assert!(after > last);
+
+    // The documented way back: remove the member, then join with the new directory.
+    cluster
+        .client()
+        .remove_node(wiped)
+        .await
+        .expect("remove the wiped node");
+    cluster.manager(wiped).wipe_data_dir();
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let leader_url = cluster.url(leader);
+    cluster.manager(wiped).start_joining(&leader_url);
+    let this = &cluster;
+    poll_until(
+        "the re-added node to be a voter again",
+        Duration::from_secs(60),
+        || async move {
+            let info = this.cluster_info(leader).await?;
+            let voters = voter_ids(&info);
+            (voters.len() == 3 && voters.contains(&wiped))
+                .then_some(())
+                .ok_or(format!("voters {voters:?}"))
+        },
+    )
+    .await;
+    cluster.wait_applied(wiped, after, CATCH_UP_BOUND).await;
+}
