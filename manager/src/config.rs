@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::leader::core::GuardConfig;
 use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
 
-/// Shard counts above this would make one snapshot too large to move comfortably.
-pub const MAX_SHARD_COUNT: u32 = 1 << 20;
+use crate::lease::MAX_SHARD_COUNT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -74,6 +74,15 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_KEEP", default_value_t = 1_000)]
     pub snapshot_keep: u64,
 
+    /// Defer reaping while the leader cannot rule out its own stall (P6.3); `=false` restores
+    /// plain expiry.
+    #[arg(long, env = "LEASEHOLD_MASS_EXPIRY_GUARD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub mass_expiry_guard: bool,
+
+    /// Longest deferral of the mass-expiry guard.
+    #[arg(long, env = "LEASEHOLD_MASS_EXPIRY_GRACE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub mass_expiry_grace: Duration,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -127,6 +136,7 @@ pub struct ManagerConfig {
     pub lease_duration_ms: u64,
     pub timings: RaftTimings,
     pub snapshots: SnapshotSettings,
+    pub guard: GuardConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +202,10 @@ impl TryFrom<Args> for ManagerConfig {
             snapshots: SnapshotSettings {
                 every_entries: args.snapshot_every,
                 keep_entries: args.snapshot_keep,
+            },
+            guard: GuardConfig {
+                enabled: args.mass_expiry_guard,
+                grace_ms: args.mass_expiry_grace.as_millis() as u64,
             },
         })
     }

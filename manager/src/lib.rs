@@ -3,6 +3,7 @@
 //! | module | role |
 //! |---|---|
 //! | `lease` | the pure lease state machine and planner (PROTOCOL §2–§6): no I/O, no clock |
+//! | `leader` | the leader loop: reap, handoffs, rebalance, deliveries; its time rules are a pure core |
 //! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity |
 //! | `clock` | the leader's clock (P2.3) |
 //! | `node` | one replica: Raft handle, applied state, leader resolution, proposing |
@@ -17,6 +18,7 @@ pub mod bootstrap;
 pub mod clock;
 pub mod config;
 pub mod http;
+pub mod leader;
 pub mod lease;
 pub mod node;
 pub mod observe;

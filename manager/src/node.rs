@@ -11,6 +11,8 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, RaftMetrics, ServerState};
 
 use crate::clock::LeaderClock;
+use crate::leader::core::GuardConfig;
+use crate::leader::signals::LeaderSignals;
 use crate::lease::{Command, Outcome};
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
@@ -24,6 +26,8 @@ pub struct ClusterSettings {
     pub shard_count: u32,
     pub lease_duration_ms: u64,
     pub timings: RaftTimings,
+    /// The mass-expiry guard (P6.3).
+    pub guard: GuardConfig,
 }
 
 /// Who serves writes right now, as far as this node knows.
@@ -56,6 +60,8 @@ pub struct ManagerNode {
     pub clock: LeaderClock,
     pub settings: ClusterSettings,
     pub metrics: Option<PrometheusHandle>,
+    /// What committed writes tell the leader loop.
+    pub signals: LeaderSignals,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
     /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
@@ -95,6 +101,7 @@ impl ManagerNode {
             settings,
             metrics,
             renewals,
+            signals: LeaderSignals::default(),
             stepping_down: AtomicBool::new(false),
         }
     }
@@ -148,8 +155,12 @@ impl ManagerNode {
         if self.is_stepping_down() {
             return Err(ProposeError::SteppingDown);
         }
+        let now_ms = command.now_ms();
         match self.raft.client_write(command).await {
-            Ok(response) => Ok((response.log_id.index, response.data)),
+            Ok(response) => {
+                self.signals.after_commit(now_ms, &response.data);
+                Ok((response.log_id.index, response.data))
+            }
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                 Err(ProposeError::NotLeader {
                     leader_address: forward.leader_node.map(|node| node.addr),

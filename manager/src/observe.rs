@@ -24,7 +24,6 @@ pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<b
         let snapshot = metrics.borrow_and_update().clone();
         export_gauges(&snapshot);
         if snapshot.state == ServerState::Leader {
-            node.clock.begin_term(snapshot.current_term);
             ensure_lease_config(&node).await;
         }
         let members: BTreeSet<u64> = snapshot

@@ -24,7 +24,7 @@ use crate::node::{ClusterSettings, ManagerNode};
 use crate::raft::identity::{Identity, IdentityError};
 use crate::raft::network::HttpNetworkFactory;
 use crate::raft::{openraft_config, TypeConfig};
-use crate::{http, observe, renewals};
+use crate::{http, leader, observe, renewals};
 
 /// Bound on establishing a connection to a peer.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -92,6 +92,7 @@ pub async fn run(
             shard_count: config.shard_count,
             lease_duration_ms: config.lease_duration_ms,
             timings: config.timings,
+            guard: config.guard,
         },
         metrics,
         renewal_queue,
@@ -103,6 +104,7 @@ pub async fn run(
         node.clone(),
         tasks_stopped.clone(),
     ));
+    tokio::spawn(leader::run(node.clone(), tasks_stopped.clone()));
     tokio::spawn(renewals::run_batcher(
         node.clone(),
         pending_renewals,

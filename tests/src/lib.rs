@@ -8,6 +8,8 @@
 //! Timing: tests poll for conditions with generous bounds ([`poll_until`]); nothing sleeps for a
 //! fixed time and then asserts.
 
+pub mod fake_executor;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::future::Future;
@@ -134,6 +136,14 @@ impl Manager {
         assert!(!self.is_running(), "manager {} already running", self.id);
         let extra: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         self.spawn(&extra);
+    }
+
+    /// Changes a flag for the next start (e.g. a lease duration changed across a restart).
+    pub fn set_flag(&mut self, flag: &str, value: &str) {
+        match self.args.iter().position(|arg| arg == flag) {
+            Some(at) => self.args[at + 1] = value.to_string(),
+            None => self.args.extend([flag.to_string(), value.to_string()]),
+        }
     }
 
     /// Starts with `--join URL` instead of `--initial-cluster` (a new member, or a member whose

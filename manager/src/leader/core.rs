@@ -1,0 +1,227 @@
+//! The leader's decisions about time, as a pure core: which overdue executors to reap now, whether
+//! expiry-based handoffs may complete, and the mass-expiry guard. No clock is read here: the shell
+//! passes the leader clock's `now_ms` (P2.3) into every step, so the rules are table-tested with
+//! explicit times.
+//!
+//! - P3.8: the shell steps at least every tick (a third of the lease); a lapsed lease is reaped at
+//!   the first step after its expiry.
+//! - P6.1: a new leader reaps nothing, and completes no handoff on expiry, until one full lease
+//!   (the longest lease any executor may hold) has passed on its own clock since it took office:
+//!   the expiries it reads were stamped by an earlier leader's clock.
+//! - P6.3: reaping is deferred while the leader cannot rule out that the silence is its own stall:
+//!   a step that came late by more than a tick, or no renewal applied from any executor in the
+//!   window where live executors must have renewed, while it tracks two or more executors. An
+//!   episode lasts until no executor is overdue or the grace runs out (then the overdue are
+//!   reaped). One executor dying while others renew is reaped after one lease, not the grace.
+
+use crate::lease::{ExecutorId, LeaseState};
+
+/// The mass-expiry guard's settings (`--mass-expiry-guard`, `--mass-expiry-grace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardConfig {
+    pub enabled: bool,
+    pub grace_ms: u64,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            grace_ms: 60_000,
+        }
+    }
+}
+
+/// Why reaping is held back this step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deferral {
+    /// P6.1: this leader has not been in office for a full lease yet.
+    NewLeader { remaining_ms: u64 },
+    /// P6.3: an episode is running; `reason` says what started it.
+    MassExpiryGuard {
+        reason: GuardReason,
+        episode_age_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardReason {
+    /// This step came `late_by_ms` after the previous one plus a tick: the leader itself stalled.
+    LateStep { late_by_ms: u64 },
+    /// No renewal applied since `window_start_ms`, although live executors renew every tick.
+    NoRenewals { window_start_ms: u64 },
+}
+
+/// Something worth logging or counting that happened in a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardEvent {
+    /// An episode began: warn (P6.3).
+    EpisodeStarted { reason: GuardReason, overdue: usize },
+    /// The grace ran out; the overdue are reaped now: error (P6.3).
+    GraceExhausted { overdue: usize, grace_ms: u64 },
+    /// Every overdue executor renewed (or was removed): the episode is over.
+    EpisodeEnded,
+}
+
+/// What the shell does in this step.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepDecision {
+    /// Executors to reap, as its own write before anything else (P3.8).
+    pub reap: Vec<ExecutorId>,
+    /// Whether handoffs whose old grant expired may be completed (not before P6.1's grace).
+    pub complete_expired_handoffs: bool,
+    pub deferral: Option<Deferral>,
+    pub events: Vec<GuardEvent>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Episode {
+    started_ms: u64,
+    reason: GuardReason,
+}
+
+/// The decisions of one leader for one term.
+#[derive(Debug, Clone)]
+pub struct LeaderCore {
+    took_office_ms: u64,
+    guard: GuardConfig,
+    last_step_ms: Option<u64>,
+    episode: Option<Episode>,
+}
+
+/// The leader tick: a third of the lease (P3.8, §11).
+pub fn tick_ms(lease_duration_ms: u64) -> u64 {
+    (lease_duration_ms / 3).max(1)
+}
+
+impl LeaderCore {
+    pub fn new(took_office_ms: u64, guard: GuardConfig) -> Self {
+        Self {
+            took_office_ms,
+            guard,
+            last_step_ms: None,
+            episode: None,
+        }
+    }
+
+    /// The longest lease any executor may still hold from an earlier leader: the configured
+    /// duration, or longer if someone was told more (a lease shortened across a restart, P3.4).
+    fn longest_lease_ms(state: &LeaseState) -> u64 {
+        let configured = state.config().map_or(0, |c| c.lease_duration_ms);
+        state
+            .executors()
+            .map(|e| e.lease_ttl_told_ms)
+            .fold(configured, u64::max)
+    }
+
+    /// One step at `now_ms`. `last_renewal_applied_ms` is when this leader last applied a renewal
+    /// from any executor (None: none since it took office).
+    pub fn step(
+        &mut self,
+        now_ms: u64,
+        state: &LeaseState,
+        last_renewal_applied_ms: Option<u64>,
+    ) -> StepDecision {
+        let Some(config) = state.config() else {
+            self.last_step_ms = Some(now_ms);
+            return StepDecision::default();
+        };
+        let tick = tick_ms(config.lease_duration_ms);
+        let late_by_ms = self
+            .last_step_ms
+            .map(|last| now_ms.saturating_sub(last).saturating_sub(tick))
+            .filter(|late| *late > tick);
+        self.last_step_ms = Some(now_ms);
+
+        let mut decision = StepDecision::default();
+        let office_grace_end = self
+            .took_office_ms
+            .saturating_add(Self::longest_lease_ms(state));
+        if now_ms < office_grace_end {
+            decision.deferral = Some(Deferral::NewLeader {
+                remaining_ms: office_grace_end - now_ms,
+            });
+            return decision;
+        }
+        decision.complete_expired_handoffs = true;
+
+        let overdue = state.overdue_executors(now_ms);
+        if overdue.is_empty() {
+            if self.episode.take().is_some() {
+                decision.events.push(GuardEvent::EpisodeEnded);
+            }
+            return decision;
+        }
+        if !self.guard.enabled {
+            decision.reap = overdue;
+            return decision;
+        }
+        if let Some(episode) = self.episode {
+            let age = now_ms.saturating_sub(episode.started_ms);
+            if age >= self.guard.grace_ms {
+                decision.events.push(GuardEvent::GraceExhausted {
+                    overdue: overdue.len(),
+                    grace_ms: self.guard.grace_ms,
+                });
+                self.episode = None;
+                decision.reap = overdue;
+            } else {
+                decision.deferral = Some(Deferral::MassExpiryGuard {
+                    reason: episode.reason,
+                    episode_age_ms: age,
+                });
+            }
+            return decision;
+        }
+
+        let reason = match late_by_ms {
+            Some(late_by_ms) => Some(GuardReason::LateStep { late_by_ms }),
+            None => self.no_renewals(now_ms, state, &overdue, tick, last_renewal_applied_ms),
+        };
+        match reason {
+            Some(reason) => {
+                self.episode = Some(Episode {
+                    started_ms: now_ms,
+                    reason,
+                });
+                decision.events.push(GuardEvent::EpisodeStarted {
+                    reason,
+                    overdue: overdue.len(),
+                });
+                decision.deferral = Some(Deferral::MassExpiryGuard {
+                    reason,
+                    episode_age_ms: 0,
+                });
+            }
+            None => decision.reap = overdue,
+        }
+        decision
+    }
+
+    /// P6.3's second trigger. Live executors renew every third of their lease, so with two or more
+    /// executors tracked, some renewal must have been applied in the two ticks before the newest
+    /// overdue expiry; if none was, the silence may be this leader's own.
+    fn no_renewals(
+        &self,
+        now_ms: u64,
+        state: &LeaseState,
+        overdue: &[ExecutorId],
+        tick: u64,
+        last_renewal_applied_ms: Option<u64>,
+    ) -> Option<GuardReason> {
+        if state.executors().count() < 2 {
+            return None;
+        }
+        let newest_overdue_ms = overdue
+            .iter()
+            .filter_map(|id| state.executor(id))
+            .map(|e| e.lease_expiry_ms)
+            .max()?;
+        let window_start_ms = newest_overdue_ms
+            .saturating_sub(2 * tick)
+            .max(self.took_office_ms);
+        let renewed_in_window =
+            last_renewal_applied_ms.is_some_and(|at| at >= window_start_ms && at <= now_ms);
+        (!renewed_in_window).then_some(GuardReason::NoRenewals { window_start_ms })
+    }
+}

@@ -1,0 +1,274 @@
+//! Rule tests for the leader core, on explicit leader-clock times.
+
+use super::core::*;
+use crate::lease::{Command, LeaseState, Outcome, Renewal};
+
+const LEASE_MS: u64 = 30_000;
+const TICK_MS: u64 = LEASE_MS / 3;
+const GRACE_MS: u64 = 60_000;
+
+/// A state whose executors registered at `registered_at_ms` (so each expires at that + lease).
+struct World {
+    state: LeaseState,
+    next_index: u64,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut world = Self {
+            state: LeaseState::default(),
+            next_index: 1,
+        };
+        world.apply(Command::Init {
+            now_ms: 0,
+            shard_count: 8,
+            lease_duration_ms: LEASE_MS,
+        });
+        world
+    }
+
+    fn apply(&mut self, command: Command) -> Outcome {
+        let outcome = self.state.apply(self.next_index, &command);
+        self.next_index += 1;
+        outcome
+    }
+
+    fn register(&mut self, name: &str, now_ms: u64) -> String {
+        match self.apply(Command::Register {
+            now_ms,
+            incarnation: name.to_string(),
+            address: format!("http://{name}:1"),
+            name: None,
+        }) {
+            Outcome::Registered { grant, .. } => grant.executor_id,
+            other => panic!("register: {other:?}"),
+        }
+    }
+
+    fn renew(&mut self, executor_id: &str, now_ms: u64) {
+        let revision = self.state.revision();
+        self.apply(Command::Renew {
+            now_ms,
+            renewals: vec![Renewal {
+                executor_id: executor_id.to_string(),
+                claims: Vec::new(),
+                revision,
+            }],
+        });
+    }
+}
+
+fn guard() -> GuardConfig {
+    GuardConfig {
+        enabled: true,
+        grace_ms: GRACE_MS,
+    }
+}
+
+#[test]
+fn p3_8_tick_is_a_third_of_the_lease() {
+    assert_eq!(tick_ms(60_000), 20_000);
+    assert_eq!(tick_ms(0), 1);
+}
+
+#[test]
+fn p6_1_new_leader_reaps_nothing_and_completes_no_expired_handoff_for_one_lease() {
+    let mut world = World::new();
+    let dead = world.register("dead", 0);
+    // Office taken long after the executor lapsed (at 30 s).
+    let took_office = 100_000;
+    let mut core = LeaderCore::new(took_office, guard());
+    for now in [
+        took_office,
+        took_office + TICK_MS,
+        took_office + LEASE_MS - 1,
+    ] {
+        let decision = core.step(now, &world.state, None);
+        assert!(decision.reap.is_empty(), "at {now}");
+        assert!(!decision.complete_expired_handoffs, "at {now}");
+        assert!(matches!(
+            decision.deferral,
+            Some(Deferral::NewLeader { .. })
+        ));
+    }
+    let decision = core.step(took_office + LEASE_MS, &world.state, None);
+    assert_eq!(decision.reap, vec![dead]);
+    assert!(decision.complete_expired_handoffs);
+}
+
+#[test]
+fn p6_1_grace_covers_the_longest_lease_told_not_only_the_configured_one() {
+    let mut world = World::new();
+    world.register("long", 0);
+    world.apply(Command::SetLeaseDuration {
+        now_ms: 1,
+        lease_duration_ms: 10_000,
+    });
+    let mut core = LeaderCore::new(0, guard());
+    let decision = core.step(10_000, &world.state, None);
+    assert!(
+        matches!(
+            decision.deferral,
+            Some(Deferral::NewLeader {
+                remaining_ms: 20_000
+            })
+        ),
+        "an executor told 30 s may hold its grant that long: {decision:?}"
+    );
+}
+
+#[test]
+fn p6_3_one_executor_dying_while_others_renew_is_reaped_after_one_lease() {
+    let mut world = World::new();
+    let dead = world.register("dead", 0);
+    let alive = world.register("alive", 0);
+    let mut core = LeaderCore::new(0, guard());
+    let mut last_renewal = None;
+    let mut reaped_at = None;
+    // Steps every tick; `alive` renews every tick, `dead` never does.
+    for step in 1..=12 {
+        let now = step * TICK_MS;
+        world.renew(&alive, now - 100);
+        last_renewal = Some(now - 100);
+        let decision = core.step(now, &world.state, last_renewal);
+        if !decision.reap.is_empty() {
+            assert_eq!(decision.reap, vec![dead.clone()]);
+            reaped_at = Some(now);
+            break;
+        }
+    }
+    let reaped_at = reaped_at.expect("the dead executor is reaped");
+    assert!(
+        reaped_at <= LEASE_MS + TICK_MS,
+        "reaped at {reaped_at}, lease + tick = {}",
+        LEASE_MS + TICK_MS
+    );
+    let _ = last_renewal;
+}
+
+#[test]
+fn p6_3_a_late_step_defers_reaping_until_the_overdue_renew() {
+    let mut world = World::new();
+    let a = world.register("a", 0);
+    let b = world.register("b", 0);
+    let mut core = LeaderCore::new(0, guard());
+    assert!(core.step(TICK_MS, &world.state, None).reap.is_empty());
+    // The leader stalls for two leases: both executors look overdue.
+    let resumed = TICK_MS + 2 * LEASE_MS;
+    let decision = core.step(resumed, &world.state, None);
+    assert!(decision.reap.is_empty(), "{decision:?}");
+    assert!(matches!(
+        decision.events.as_slice(),
+        [GuardEvent::EpisodeStarted {
+            reason: GuardReason::LateStep { .. },
+            overdue: 2
+        }]
+    ));
+    // `a` renews soon after; `b` a little later, still within the grace: nobody is reaped,
+    // even though the steps in between are on time and renewals are flowing again.
+    world.renew(&a, resumed + 500);
+    let decision = core.step(resumed + TICK_MS, &world.state, Some(resumed + 500));
+    assert!(
+        decision.reap.is_empty(),
+        "b renews within the grace: {decision:?}"
+    );
+    world.renew(&b, resumed + TICK_MS + 500);
+    let decision = core.step(
+        resumed + 2 * TICK_MS,
+        &world.state,
+        Some(resumed + TICK_MS + 500),
+    );
+    assert!(decision.reap.is_empty());
+    assert_eq!(decision.events, vec![GuardEvent::EpisodeEnded]);
+}
+
+#[test]
+fn p6_3_no_renewals_from_anyone_defers_then_the_grace_runs_out() {
+    let mut world = World::new();
+    let a = world.register("a", 0);
+    let b = world.register("b", 0);
+    let mut core = LeaderCore::new(0, guard());
+    let mut now = 0;
+    let mut first_deferral = None;
+    while now <= LEASE_MS + GRACE_MS + 2 * TICK_MS {
+        now += TICK_MS;
+        let decision = core.step(now, &world.state, None);
+        let guard_deferral = matches!(decision.deferral, Some(Deferral::MassExpiryGuard { .. }));
+        if guard_deferral && first_deferral.is_none() {
+            first_deferral = Some(now);
+            assert!(matches!(
+                decision.events.as_slice(),
+                [GuardEvent::EpisodeStarted {
+                    reason: GuardReason::NoRenewals { .. },
+                    ..
+                }]
+            ));
+        }
+        if !decision.reap.is_empty() {
+            let started = first_deferral.expect("deferred before reaping");
+            assert!(
+                now - started >= GRACE_MS,
+                "reaped {} ms into the grace",
+                now - started
+            );
+            assert!(matches!(
+                decision.events.as_slice(),
+                [GuardEvent::GraceExhausted { overdue: 2, .. }]
+            ));
+            let mut expected = vec![a, b];
+            expected.sort();
+            assert_eq!(decision.reap, expected);
+            return;
+        }
+    }
+    panic!("never reaped after the grace");
+}
+
+#[test]
+fn p6_3_guard_off_restores_plain_expiry() {
+    let mut world = World::new();
+    let a = world.register("a", 0);
+    world.register("b", 0);
+    let mut core = LeaderCore::new(
+        0,
+        GuardConfig {
+            enabled: false,
+            grace_ms: GRACE_MS,
+        },
+    );
+    core.step(TICK_MS, &world.state, None);
+    let decision = core.step(TICK_MS + 2 * LEASE_MS, &world.state, None);
+    assert_eq!(
+        decision.reap.len(),
+        2,
+        "late step and no renewals, yet the guard is off"
+    );
+    assert!(decision.reap.contains(&a));
+}
+
+#[test]
+fn p6_3_a_single_tracked_executor_is_not_held_by_the_no_renewal_rule() {
+    let mut world = World::new();
+    let only = world.register("only", 0);
+    let mut core = LeaderCore::new(0, guard());
+    let mut now = 0;
+    loop {
+        now += TICK_MS;
+        let decision = core.step(now, &world.state, None);
+        if !decision.reap.is_empty() {
+            assert_eq!(decision.reap, vec![only]);
+            assert!(now <= LEASE_MS + TICK_MS);
+            return;
+        }
+        assert!(now < 10 * LEASE_MS, "never reaped");
+    }
+}
+
+#[test]
+fn uninitialised_state_decides_nothing() {
+    let mut core = LeaderCore::new(0, guard());
+    assert_eq!(
+        core.step(1_000_000, &LeaseState::default(), None),
+        StepDecision::default()
+    );
+}

@@ -1,0 +1,295 @@
+//! Fans deliveries out to executors while this node leads (PROTOCOL §4, §5).
+//!
+//! - Full-set pushes (`PUT /v1/assignment`) to executors whose set changed, carrying the revision
+//!   the set was read at and no lease (P3.3). A failed push is repaired forwards: the executor stays
+//!   queued for a full push of the set it is recorded as holding, retried with backoff, and its
+//!   next renewal reply carries the same set anyway (P5.3).
+//! - Revokes (`POST /v1/revoke`) are derived from the state, not queued: every shard releasing
+//!   from a live owner is revoked (again every second) until the handoff completes. A reply that
+//!   released shards is committed as a `Release` acknowledgement naming the handoff (P5.2).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::wire::{AssignmentPush, RevokePush, RevokeReply, ShardEpoch};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::lease::{Command, ExecutorId, Outcome, ShardId};
+use crate::node::ManagerNode;
+
+/// Bound on one delivery, connection included.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// A round runs at least this often, to resend revokes and retry failed pushes.
+const ROUND_INTERVAL: Duration = Duration::from_millis(500);
+/// An unacknowledged revoke is sent again after this long.
+const REVOKE_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+const PUSH_RETRY_FIRST: Duration = Duration::from_millis(250);
+const PUSH_RETRY_MAX: Duration = Duration::from_secs(5);
+/// Deliveries in flight at once.
+const MAX_DELIVERIES_PER_ROUND: usize = 64;
+
+#[derive(Debug)]
+enum Delivery {
+    Push {
+        executor_id: ExecutorId,
+        address: String,
+        body: AssignmentPush,
+    },
+    Revoke {
+        executor_id: ExecutorId,
+        address: String,
+        body: RevokePush,
+    },
+}
+
+#[derive(Debug)]
+enum Delivered {
+    Pushed {
+        executor_id: ExecutorId,
+        ok: bool,
+    },
+    Revoked {
+        executor_id: ExecutorId,
+        requested: Vec<ShardId>,
+        revision: u64,
+        reply: Option<RevokeReply>,
+    },
+}
+
+/// Per-executor retry state for failed pushes.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    next_attempt: Instant,
+    delay: Duration,
+}
+
+pub async fn run(node: Arc<ManagerNode>, term: u64, mut stopped: watch::Receiver<bool>) {
+    let mut push_backoff: BTreeMap<ExecutorId, Backoff> = BTreeMap::new();
+    let mut revoke_sent: BTreeMap<(ExecutorId, u64), Instant> = BTreeMap::new();
+    loop {
+        let deliveries = plan_round(&node, &mut push_backoff, &mut revoke_sent);
+        let mut in_flight = JoinSet::new();
+        for delivery in deliveries.into_iter().take(MAX_DELIVERIES_PER_ROUND) {
+            in_flight.spawn(send(node.http.clone(), delivery));
+        }
+        while let Some(joined) = in_flight.join_next().await {
+            let Ok(delivered) = joined else { continue };
+            settle(&node, term, delivered, &mut push_backoff).await;
+        }
+        tokio::select! {
+            _ = node.signals.deliveries.notified() => {}
+            _ = tokio::time::sleep(ROUND_INTERVAL) => {}
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+    }
+}
+
+/// Chooses this round's deliveries from the queued pushes and the state's handoffs.
+fn plan_round(
+    node: &ManagerNode,
+    push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
+    revoke_sent: &mut BTreeMap<(ExecutorId, u64), Instant>,
+) -> Vec<Delivery> {
+    let now = Instant::now();
+    let queued = node.signals.take_pushes();
+    node.state.read(|applied| {
+        let state = &applied.state;
+        let shard_count = state.config().map_or(0, |c| c.shard_count);
+        let mut deliveries = Vec::new();
+        for executor_id in queued {
+            let Some(executor) = state.executor(&executor_id) else {
+                push_backoff.remove(&executor_id);
+                continue;
+            };
+            if push_backoff
+                .get(&executor_id)
+                .is_some_and(|b| b.next_attempt > now)
+            {
+                node.signals.mark_for_push([executor_id]);
+                continue;
+            }
+            let shards = state
+                .delivered_set(&executor_id)
+                .into_iter()
+                .map(|(shard, epoch)| ShardEpoch { shard, epoch })
+                .collect();
+            deliveries.push(Delivery::Push {
+                address: executor.address.clone(),
+                executor_id,
+                body: AssignmentPush {
+                    revision: state.revision(),
+                    shard_count,
+                    shards,
+                },
+            });
+        }
+        let mut revokes: BTreeMap<(ExecutorId, u64), Vec<ShardId>> = BTreeMap::new();
+        for shard in state.shards() {
+            if let (Some(owner), Some(handoff)) = (&shard.owner, &shard.handoff) {
+                revokes
+                    .entry((owner.clone(), handoff.revoke_revision))
+                    .or_default()
+                    .push(shard.id);
+            }
+        }
+        revoke_sent.retain(|key, _| revokes.contains_key(key));
+        for ((executor_id, revision), shards) in revokes {
+            let key = (executor_id.clone(), revision);
+            if revoke_sent
+                .get(&key)
+                .is_some_and(|sent| now.duration_since(*sent) < REVOKE_RESEND_INTERVAL)
+            {
+                continue;
+            }
+            let Some(executor) = state.executor(&executor_id) else {
+                continue;
+            };
+            revoke_sent.insert(key, now);
+            deliveries.push(Delivery::Revoke {
+                address: executor.address.clone(),
+                executor_id,
+                body: RevokePush { revision, shards },
+            });
+        }
+        deliveries
+    })
+}
+
+async fn send(http: reqwest::Client, delivery: Delivery) -> Delivered {
+    match delivery {
+        Delivery::Push {
+            executor_id,
+            address,
+            body,
+        } => {
+            let url = format!("{}/v1/assignment", address.trim_end_matches('/'));
+            let result = http
+                .put(url)
+                .timeout(DELIVERY_TIMEOUT)
+                .json(&body)
+                .send()
+                .await;
+            let ok = matches!(&result, Ok(reply) if reply.status().is_success());
+            if !ok {
+                tracing::info!(%executor_id, revision = body.revision, outcome = ?result.map(|r| r.status()), "assignment push failed");
+            }
+            Delivered::Pushed { executor_id, ok }
+        }
+        Delivery::Revoke {
+            executor_id,
+            address,
+            body,
+        } => {
+            let url = format!("{}/v1/revoke", address.trim_end_matches('/'));
+            let reply = async {
+                let reply = http
+                    .post(url)
+                    .timeout(DELIVERY_TIMEOUT)
+                    .json(&body)
+                    .send()
+                    .await
+                    .ok()?;
+                reply
+                    .error_for_status()
+                    .ok()?
+                    .json::<RevokeReply>()
+                    .await
+                    .ok()
+            }
+            .await;
+            Delivered::Revoked {
+                executor_id,
+                requested: body.shards,
+                revision: body.revision,
+                reply,
+            }
+        }
+    }
+}
+
+async fn settle(
+    node: &ManagerNode,
+    term: u64,
+    delivered: Delivered,
+    push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
+) {
+    match delivered {
+        Delivered::Pushed {
+            executor_id,
+            ok: true,
+        } => {
+            if push_backoff.remove(&executor_id).is_some() {
+                metrics::counter!("leasehold_delivery_repairs_total").increment(1);
+                tracing::info!(%executor_id, "assignment push repaired");
+            }
+        }
+        Delivered::Pushed {
+            executor_id,
+            ok: false,
+        } => {
+            metrics::counter!("leasehold_delivery_failures_total", "kind" => "assignment")
+                .increment(1);
+            let delay = push_backoff
+                .get(&executor_id)
+                .map_or(PUSH_RETRY_FIRST, |b| (b.delay * 2).min(PUSH_RETRY_MAX));
+            push_backoff.insert(
+                executor_id.clone(),
+                Backoff {
+                    next_attempt: Instant::now() + delay,
+                    delay,
+                },
+            );
+            node.signals.mark_for_push([executor_id]);
+        }
+        Delivered::Revoked {
+            executor_id,
+            reply: None,
+            revision,
+            ..
+        } => {
+            metrics::counter!("leasehold_delivery_failures_total", "kind" => "revoke").increment(1);
+            tracing::info!(%executor_id, revision, "revoke not delivered; resent until the handoff completes");
+        }
+        Delivered::Revoked {
+            executor_id,
+            requested,
+            revision,
+            reply: Some(reply),
+        } => {
+            // An ignored (stale) revoke is never an acknowledgement (P5.2); only shards the
+            // executor says it stopped, and that we asked for, count.
+            let released: Vec<ShardId> = reply
+                .released
+                .into_iter()
+                .filter(|s| requested.contains(s))
+                .collect();
+            if reply.ignored || released.is_empty() {
+                return;
+            }
+            let command = Command::Release {
+                now_ms: node.clock.now_ms(),
+                executor_id: executor_id.clone(),
+                shards: released,
+                revoke_revision: revision,
+            };
+            match node.propose(command).await {
+                Ok((
+                    _,
+                    Outcome::Released {
+                        completed, ignored, ..
+                    },
+                )) => {
+                    tracing::info!(%executor_id, term, ?completed, ?ignored, "revoke acknowledged");
+                }
+                Ok((_, other)) => tracing::info!(%executor_id, ?other, "release"),
+                Err(error) => tracing::info!(%executor_id, %error, "release not committed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The leader loop (PROTOCOL §3.8, §5, §6): runs only on the leader, in a term of its own.
+//!
+//! Each step, at least every tick (a third of the lease) and at once when something changed the
+//! membership: reap (its own write, P3.8) → complete handoffs whose old grant expired → plan and
+//! commit a rebalance (P5.1, committed before any of it is sent). Deliveries (revokes and full-set
+//! pushes) are fanned out by [`deliver`], repaired forwards when they fail (P5.3).
+//! Time decisions live in the pure [`core`].
+
+pub mod core;
+#[cfg(test)]
+mod core_tests;
+pub mod deliver;
+pub mod signals;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use tokio::sync::watch;
+
+use self::core::{tick_ms, Deferral, GuardEvent, LeaderCore};
+use crate::lease::{plan_rebalance, Command, Outcome};
+use crate::node::{Leader, ManagerNode};
+
+/// How often the loop checks for leadership while not leading.
+const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
+
+/// Runs for the life of the process: leads while this node is leader, idles otherwise.
+pub async fn run(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
+    let mut metrics = node.raft.metrics();
+    loop {
+        let (state, term) = {
+            let m = metrics.borrow_and_update();
+            (m.state, m.current_term)
+        };
+        if state == ServerState::Leader && node.leader() == Leader::Local {
+            lead_term(&node, term, &mut shutdown).await;
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = metrics.changed() => {}
+            _ = tokio::time::sleep(NOT_LEADER_POLL) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+fn still_leading(node: &ManagerNode, term: u64) -> bool {
+    let metrics = node.raft.metrics();
+    let m = metrics.borrow();
+    m.state == ServerState::Leader && m.current_term == term && !node.is_stepping_down()
+}
+
+async fn lead_term(node: &Arc<ManagerNode>, term: u64, shutdown: &mut watch::Receiver<bool>) {
+    node.clock.begin_term(term);
+    let took_office_ms = node.clock.now_ms();
+    tracing::info!(
+        term,
+        took_office_ms,
+        "leading: reaping waits one lease (P6.1)"
+    );
+    let mut core = LeaderCore::new(took_office_ms, node.settings.guard);
+    node.signals.reset_for_new_term();
+    // P6.2: push each executor its full set once; revokes of unfinished handoffs are derived from
+    // the state by the delivery task.
+    let executors: Vec<String> = node
+        .state
+        .read(|a| a.state.executors().map(|e| e.id.clone()).collect());
+    node.signals.mark_for_push(executors);
+    let (stop_delivery, delivery_stopped) = watch::channel(false);
+    let delivery = tokio::spawn(deliver::run(node.clone(), term, delivery_stopped));
+
+    while still_leading(node, term) && !*shutdown.borrow() {
+        step(node, &mut core).await;
+        let lease_ms = node
+            .state
+            .read(|a| a.state.config().map(|c| c.lease_duration_ms));
+        let tick = Duration::from_millis(lease_ms.map_or(1_000, tick_ms));
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = node.signals.replan.notified() => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+    let _ = stop_delivery.send(true);
+    let _ = delivery.await;
+    tracing::info!(term, "no longer leading");
+}
+
+/// One step: reap, complete expired handoffs, plan. Each is its own committed write.
+async fn step(node: &ManagerNode, core: &mut LeaderCore) {
+    let now_ms = node.clock.now_ms();
+    let decision = node.state.read(|applied| {
+        core.step(
+            now_ms,
+            &applied.state,
+            node.signals.last_renewal_applied_ms(),
+        )
+    });
+    for event in &decision.events {
+        match event {
+            GuardEvent::EpisodeStarted { reason, overdue } => {
+                metrics::counter!("leasehold_mass_expiry_episodes_total").increment(1);
+                tracing::warn!(
+                    ?reason,
+                    overdue,
+                    "mass-expiry guard: deferring reaping (P6.3)"
+                );
+            }
+            GuardEvent::GraceExhausted { overdue, grace_ms } => {
+                tracing::error!(
+                    overdue,
+                    grace_ms,
+                    "mass-expiry guard: grace ran out, reaping (P6.3)"
+                );
+            }
+            GuardEvent::EpisodeEnded => {
+                tracing::info!("mass-expiry guard: episode over, nobody reaped")
+            }
+        }
+    }
+    if let Some(Deferral::MassExpiryGuard { .. }) = &decision.deferral {
+        metrics::counter!("leasehold_expiries_deferred_total").increment(1);
+    }
+    if !decision.reap.is_empty() {
+        let command = Command::Reap {
+            now_ms,
+            executor_ids: decision.reap.clone(),
+        };
+        match node.propose(command).await {
+            Ok((
+                _,
+                Outcome::Reaped {
+                    reaped, skipped, ..
+                },
+            )) => {
+                metrics::counter!("leasehold_reaped_total").increment(reaped.len() as u64);
+                tracing::info!(?reaped, ?skipped, "reaped lapsed executors");
+            }
+            Ok((_, other)) => tracing::warn!(?other, "reap"),
+            Err(error) => {
+                tracing::info!(%error, "reap not committed");
+                return;
+            }
+        }
+    }
+    let now_ms = node.clock.now_ms();
+    if decision.complete_expired_handoffs && node.state.read(|a| a.state.handoffs_due(now_ms)) {
+        match node.propose(Command::CompleteHandoffs { now_ms }).await {
+            Ok((_, Outcome::HandoffsCompleted { completed, .. })) => {
+                tracing::info!(
+                    ?completed,
+                    "handoffs completed on the old owner's expiry (P5.2)"
+                );
+            }
+            Ok((_, other)) => tracing::warn!(?other, "complete handoffs"),
+            Err(error) => {
+                tracing::info!(%error, "handoff completion not committed");
+                return;
+            }
+        }
+    }
+    let now_ms = node.clock.now_ms();
+    let Some(plan) = node.state.read(|a| plan_rebalance(&a.state, now_ms)) else {
+        return;
+    };
+    match node.propose(plan).await {
+        Ok((
+            _,
+            Outcome::Rebalanced {
+                granted,
+                releasing,
+                cancelled,
+                ..
+            },
+        )) => {
+            metrics::counter!("leasehold_rebalances_total").increment(1);
+            metrics::counter!("leasehold_shard_moves_total")
+                .increment((granted.len() + releasing.len()) as u64);
+            tracing::info!(
+                granted = granted.len(),
+                releasing = releasing.len(),
+                cancelled = cancelled.len(),
+                "rebalanced"
+            );
+        }
+        Ok((_, Outcome::Refused { reason })) => {
+            tracing::debug!(?reason, "plan refused; replanning next step")
+        }
+        Ok((_, other)) => tracing::warn!(?other, "rebalance"),
+        Err(error) => tracing::info!(%error, "rebalance not committed"),
+    }
+}

@@ -1,0 +1,78 @@
+//! What committed writes tell the leader loop: replan now, push these executors their sets, and
+//! when a renewal was last applied (for the mass-expiry guard, P6.3). Every committed outcome
+//! passes through [`LeaderSignals::after_commit`], so no handler has to remember to do it.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+use crate::lease::{ExecutorId, Outcome, RenewResult};
+
+#[derive(Debug, Default)]
+pub struct LeaderSignals {
+    /// Wakes the leader loop for an immediate step (membership changed).
+    pub replan: Notify,
+    /// Wakes the delivery task.
+    pub deliveries: Notify,
+    /// Executors owed a full-set push; a set, so bounded by the number of executors.
+    pending_pushes: Mutex<BTreeSet<ExecutorId>>,
+    /// Leader-clock ms of the last applied renewal, plus one (0: none this term).
+    last_renewal_applied_plus_one: AtomicU64,
+}
+
+impl LeaderSignals {
+    pub fn mark_for_push(&self, executors: impl IntoIterator<Item = ExecutorId>) {
+        let mut pending = self
+            .pending_pushes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        pending.extend(executors);
+    }
+
+    pub fn take_pushes(&self) -> BTreeSet<ExecutorId> {
+        std::mem::take(
+            &mut *self
+                .pending_pushes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    pub fn last_renewal_applied_ms(&self) -> Option<u64> {
+        self.last_renewal_applied_plus_one
+            .load(Ordering::Acquire)
+            .checked_sub(1)
+    }
+
+    /// A new term tracks renewals afresh: what an earlier term applied says nothing about now.
+    pub fn reset_for_new_term(&self) {
+        self.last_renewal_applied_plus_one
+            .store(0, Ordering::Release);
+        self.take_pushes();
+    }
+
+    /// Called with every outcome this node committed as leader, stamped `now_ms`.
+    pub fn after_commit(&self, now_ms: u64, outcome: &Outcome) {
+        match outcome {
+            Outcome::Registered { .. } => self.replan.notify_one(),
+            Outcome::Deregistered { .. } | Outcome::Reaped { .. } => self.replan.notify_one(),
+            Outcome::Renewed { results, .. }
+                if results
+                    .iter()
+                    .any(|r| matches!(r, RenewResult::Renewed { .. })) =>
+            {
+                self.last_renewal_applied_plus_one
+                    .fetch_max(now_ms.saturating_add(1), Ordering::AcqRel);
+            }
+            _ => {}
+        }
+        if let Some(effects) = outcome.effects() {
+            if !effects.is_empty() {
+                self.mark_for_push(effects.assignments.iter().cloned());
+                self.deliveries.notify_one();
+            }
+        }
+    }
+}
