@@ -337,3 +337,48 @@ async fn a_node_whose_data_dir_was_wiped_cannot_rejoin_as_its_old_self() {
     .await;
     cluster.wait_applied(wiped, after, CATCH_UP_BOUND).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p8_2_sigterm_on_the_leader_hands_over_while_writes_keep_succeeding() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let client = cluster.client();
+    let (stop_writing, mut writing_stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(async move {
+        let mut revisions = Vec::new();
+        for n in 0.. {
+            if *writing_stopped.borrow_and_update() {
+                break;
+            }
+            let grant = client
+                .register(&register_request(&format!("during-handover-{n}")))
+                .await
+                .unwrap_or_else(|e| panic!("write {n} failed during the handover: {e}"));
+            revisions.push(grant.revision);
+        }
+        revisions
+    });
+    let status = cluster.manager(leader).terminate(STOP_BOUND).unwrap();
+    assert!(status.success(), "the leader stopped with {status}");
+    let log = cluster.managers[&leader].log();
+    assert!(
+        log.contains("leadership handed over"),
+        "the leader handed over before stopping:\n{log}"
+    );
+    let new_leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    assert_ne!(new_leader, leader);
+    write(&cluster, "after-handover").await;
+    stop_writing.send(true).unwrap();
+    // The writer panics on any failed write: writes refused during the handover are refused as
+    // retryable (no_leader) and the client's patience carries them to the new leader (P7.1).
+    let revisions = writer.await.expect("no write failed during the handover");
+    assert!(
+        !revisions.is_empty(),
+        "the writer wrote across the handover"
+    );
+    assert!(
+        revisions.windows(2).all(|w| w[0] < w[1]),
+        "acknowledged writes are ordered: {revisions:?}"
+    );
+}
