@@ -72,7 +72,8 @@ fn is_initialized(node: &ManagerNode) -> bool {
         .is_some()
 }
 
-async fn probe_peer(node: &ManagerNode, address: &str) -> Option<IdentityReport> {
+/// Asks the node at `address` who it is (`GET /raft/identity`); None if it does not answer in time.
+pub(crate) async fn probe_peer(node: &ManagerNode, address: &str) -> Option<IdentityReport> {
     let url = format!("{}/raft/identity", address.trim_end_matches('/'));
     let reply = node
         .http

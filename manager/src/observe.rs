@@ -13,7 +13,6 @@ use crate::node::{Leader, ManagerNode};
 
 /// How often unpinned peers are asked for their storage identity.
 const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
-const IDENTITY_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Follows Raft metrics until shutdown: gauges, clock anchoring, pins of departed members, and
 /// making sure the replicated lease configuration matches this leader's flags.
@@ -119,22 +118,7 @@ pub async fn probe_peer_identities(node: Arc<ManagerNode>, mut shutdown: watch::
             .map(|(id, member)| (*id, member.addr.clone()))
             .collect();
         for (peer, address) in unpinned {
-            let url = format!("{}/raft/identity", address.trim_end_matches('/'));
-            let report = async {
-                let reply = node
-                    .http
-                    .get(url)
-                    .timeout(IDENTITY_PROBE_TIMEOUT)
-                    .send()
-                    .await
-                    .ok()?;
-                reply
-                    .error_for_status()
-                    .ok()?
-                    .json::<crate::raft::identity::IdentityReport>()
-                    .await
-                    .ok()
-            };
+            let report = crate::bootstrap::probe_peer(&node, &address);
             if let Some(report) = report.await {
                 if report.node_id != peer {
                     tracing::error!(peer, answered_as = report.node_id, %address, "member address answers as another node");

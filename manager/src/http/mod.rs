@@ -138,11 +138,7 @@ async fn name_the_leader(State(node): State<AppState>, request: Request, next: N
 async fn route_to_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
     match node.leader() {
         Leader::Local => next.run(request).await,
-        Leader::Remote { address, .. } if !request.headers().contains_key(FORWARDED_HEADER) => {
-            forward(&node, &address, request).await
-        }
-        Leader::Remote { address, .. } => ApiError::not_leader(Some(address)).into_response(),
-        Leader::Unknown => ApiError::no_leader().into_response(),
+        elsewhere => forward_or_refuse(&node, elsewhere, request).await,
     }
 }
 
@@ -163,11 +159,19 @@ async fn consistent_reads(State(node): State<AppState>, request: Request, next: 
                 ApiError::not_leader(node.leader_address()).into_response()
             }
         },
+        elsewhere => forward_or_refuse(&node, elsewhere, request).await,
+    }
+}
+
+/// For a request the leader must serve, on a node that is not the leader: forward it once, or
+/// refuse it as retryable (a request that was already forwarded is never forwarded again).
+async fn forward_or_refuse(node: &ManagerNode, leader: Leader, request: Request) -> Response {
+    match leader {
         Leader::Remote { address, .. } if !request.headers().contains_key(FORWARDED_HEADER) => {
-            forward(&node, &address, request).await
+            forward(node, &address, request).await
         }
         Leader::Remote { address, .. } => ApiError::not_leader(Some(address)).into_response(),
-        Leader::Unknown => ApiError::no_leader().into_response(),
+        Leader::Local | Leader::Unknown => ApiError::no_leader().into_response(),
     }
 }
 
