@@ -105,13 +105,12 @@ impl LeaderCore {
     }
 
     /// The longest lease any executor may still hold from an earlier leader: the configured
-    /// duration, or longer if someone was told more (a lease shortened across a restart, P3.4).
+    /// duration, or longer if any grant ever told more (a lease shortened since, P3.4; a grant
+    /// told by a leader whose clock was behind). The state keeps that figure never decreasing,
+    /// because this leader's own renewals overwrite each executor's "last told".
     fn longest_lease_ms(state: &LeaseState) -> u64 {
         let configured = state.config().map_or(0, |c| c.lease_duration_ms);
-        state
-            .executors()
-            .map(|e| e.lease_ttl_told_ms)
-            .fold(configured, u64::max)
+        configured.max(state.longest_lease_told_ms())
     }
 
     /// One step at `now_ms`. `last_renewal_applied_ms` is when this leader last applied a renewal

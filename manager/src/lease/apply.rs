@@ -251,8 +251,11 @@ impl LeaseState {
             return refusal;
         }
         if let Some(existing) = self.executor_by_incarnation(incarnation) {
+            let grant = self.grant_of(existing, config.shard_count, now_ms);
+            // A retried register changes nothing else, but what it tells counts (P6.1).
+            self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
             return Outcome::Registered {
-                grant: self.grant_of(existing, config.shard_count, now_ms),
+                grant,
                 already_registered: true,
             };
         }
@@ -275,6 +278,7 @@ impl LeaseState {
             shard_count: config.shard_count,
             shards: Vec::new(),
         };
+        self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
         self.executors.insert(executor_id, executor);
         self.touch_assignment(log_index);
         Outcome::Registered {
@@ -325,6 +329,7 @@ impl LeaseState {
             any_known = true;
             executor.lease_expiry_ms = executor.lease_expiry_ms.max(renewed_expiry_ms);
             executor.lease_ttl_told_ms = executor.lease_remaining_ms(now_ms);
+            self.longest_lease_told_ms = self.longest_lease_told_ms.max(executor.lease_ttl_told_ms);
             let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
             for &shard in &acknowledged {
                 any_acknowledged |= self.complete_handoff(shard, &mut effects);

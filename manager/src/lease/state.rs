@@ -142,9 +142,19 @@ pub struct LeaseState {
     pub(super) shards: Vec<Shard>,
     /// Recently removed executors, at most [`MAX_TOMBSTONES`].
     pub(super) tombstones: BTreeMap<ExecutorId, Tombstone>,
+    /// The longest `lease_ttl_ms` any grant has carried, never decreasing. A new leader must not
+    /// reap or hand on before this much time has passed on its own clock (P6.1): a grant from an
+    /// earlier leader (clock skewed, lease since shortened, reply lost and retried) can run that
+    /// long, and the per-executor "last told" is overwritten by the new leader's own grants.
+    pub(super) longest_lease_told_ms: u64,
 }
 
 impl LeaseState {
+    /// The longest lease any grant has carried (see the field).
+    pub fn longest_lease_told_ms(&self) -> u64 {
+        self.longest_lease_told_ms
+    }
+
     /// The cluster configuration, `None` before `Init`.
     pub fn config(&self) -> Option<&ClusterConfig> {
         self.config.as_ref()

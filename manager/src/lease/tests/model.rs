@@ -1,7 +1,8 @@
 //! A property test of whole fleets: the state machine driven by a leader loop and by model
 //! executors that behave as the protocol allows, through lost, delayed and reordered deliveries,
 //! late (held up or retried) acknowledgements, crashes, graceful stops, retried registrations, duplicated (replayed)
-//! commands, stale plans and reaps, and lease duration changes.
+//! commands, stale plans and reaps, lease duration changes, and leader changes to a leader whose
+//! clock is skewed against the old one's.
 //!
 //! The model executor (one process, one incarnation):
 //! - anchors a grant at the instant its request was sent: copy expiry = `sent_at + lease_ttl_ms`
@@ -13,17 +14,31 @@
 //!   the shard is in its last applied set (P3.6);
 //! - claims its applied set and last applied revision when renewing (P4.2).
 //!
-//! One clock serves the manager and the executors (the docs assume rate error far below the
-//! lease, P5.2), and a request is applied at the instant it is sent, which makes an executor's
-//! copy as long as it can ever be: the worst case for exclusivity.
+//! Time: one true clock runs at one rate for everybody (the docs assume rate error far below the
+//! lease, P5.2). Executors keep their lease copies on it (their own monotonic clock, P3.2). The
+//! leader stamps commands with its own clock (P2.3): the true clock plus an offset fixed for its
+//! term, the error of the wall clock it read when it took office. A leader change draws a new
+//! offset: the new clock reads up to 2 s ahead of or behind the old one (and no leader's clock is
+//! more than 2 s off the true one). A request is applied at the instant it is sent, which makes an
+//! executor's copy as long as it can ever be: the worst case for exclusivity.
+//!
+//! The leader's decisions about time go through the real [`LeaderCore`] of each term, as the
+//! leader loop's do: whom to reap, whether handoffs may complete on expiry (P6.1's new-leader
+//! grace, P6.3's mass-expiry guard, each term drawing its guard settings). `last_renewal_applied_ms`
+//! is tracked from the renewals committed in the term, as the leader's signals track it. Only the
+//! current term's commands are replayed: Raft applies an old leader's entries before any of the
+//! new leader's, so a stale stamp from another clock never lands after the new leader's writes.
 //!
 //! After every step: no two processes admit one shard at the current instant (I1); every admitted
 //! (shard, epoch) was minted for that process's executor (I2); per shard, epochs never decrease,
 //! a new holder always has a larger epoch and no epoch is ever given to two executors (I2); the
-//! shard table and the executors' sets agree. When the fleet is stable (every executor live, no
-//! handoff pending, nothing to plan) shards are spread within one. At the end the fleet is run
-//! healthy for a while and must converge: all shards owned, spread within one, every running
-//! process admitting exactly its recorded set.
+//! shard table and the executors' sets agree. At every commit that reaps an executor, no grant
+//! its process holds or has in flight is still running; at every commit that completes a handoff
+//! on the old grant's expiry, the old owner no longer admits the shard (I1 at its source: no
+//! leader, however its clock is skewed, takes a shard from a grant that is still running). When
+//! the fleet is stable (every executor live, no handoff pending, nothing to plan) shards are
+//! spread within one. At the end the fleet is run healthy for a while and must converge: all
+//! shards owned, spread within one, every running process admitting exactly its recorded set.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,14 +51,29 @@ use super::super::{
     RenewResult, Renewal, ShardId,
 };
 use super::register_command;
+use crate::leader::core::{tick_ms, Deferral, GuardConfig, LeaderCore, StepDecision};
 
 /// Lease durations the leader may be (re)configured with; the first is the initial one.
 const LEASE_CHOICES_MS: [u64; 3] = [1_000, 300, 1_500];
 /// Most processes ever started in one case.
 const MAX_PROCESSES: usize = 6;
-/// Healthy rounds (a third of a lease each) run at the end; enough for any zombie or crashed
-/// executor to lapse and be reaped, and for every handoff to complete.
+/// Healthy rounds (a third of a lease each) run at the end, at least; enough for any zombie or
+/// crashed executor to lapse and be reaped, and for every handoff to complete, unless a new
+/// leader's grace (P6.1) or a mass-expiry episode (P6.3) holds them back: then the rounds go on
+/// until the fleet converged or `SETTLE_LIMIT_MS` passed.
 const SETTLE_ROUNDS: usize = 30;
+/// Bound on the settle phase in true time: the longest lease ever told (1.5 s, plus up to 4 s of
+/// skew between two leaders' clocks), a new leader's grace of as long, the longest mass-expiry
+/// grace and a few leases to finish the handoffs.
+const SETTLE_LIMIT_MS: u64 = 20_000;
+/// The true clock starts here. The first leader's clock reads the true one and it took office at
+/// 0, well before the cluster was initialised, so P6.1 holds nothing back in the first term.
+const START_MS: u64 = 10_000;
+/// No leader's clock is further than this from the true clock, and a new leader's clock differs
+/// from the old one's by at most this much (far below the production lease, §11).
+const MAX_SKEW_MS: i64 = 2_000;
+/// Longest mass-expiry grace drawn (P6.3).
+const MAX_GRACE_MS: u64 = 3_000;
 
 /// How often the interesting situations were reached, summed over all cases: the test fails if
 /// any stays at zero, so a model that silently stopped exercising a guard cannot pass.
@@ -62,6 +92,15 @@ struct Coverage {
     claims_mismatches: usize,
     stale_revokes_ignored: usize,
     shards_admitted: usize,
+    leader_changes: usize,
+    /// A step of a new leader (after a change) found overdue executors and reaped none (P6.1).
+    reaps_deferred_by_new_leader: usize,
+    /// ... and one of those overdue executors' processes was still admitting under an old grant:
+    /// the grace was all that stood between the skewed clock and an I1 violation.
+    deferred_reaps_of_admitting_executors: usize,
+    /// A step of a new leader found a handoff due on its clock and completed none (P6.1).
+    expired_handoffs_deferred_by_new_leader: usize,
+    reaps_deferred_by_mass_expiry_guard: usize,
 }
 
 impl Coverage {
@@ -79,6 +118,12 @@ impl Coverage {
         self.claims_mismatches += other.claims_mismatches;
         self.stale_revokes_ignored += other.stale_revokes_ignored;
         self.shards_admitted += other.shards_admitted;
+        self.leader_changes += other.leader_changes;
+        self.reaps_deferred_by_new_leader += other.reaps_deferred_by_new_leader;
+        self.deferred_reaps_of_admitting_executors += other.deferred_reaps_of_admitting_executors;
+        self.expired_handoffs_deferred_by_new_leader +=
+            other.expired_handoffs_deferred_by_new_leader;
+        self.reaps_deferred_by_mass_expiry_guard += other.reaps_deferred_by_mass_expiry_guard;
     }
 
     fn unreached(&self) -> Vec<&'static str> {
@@ -96,6 +141,23 @@ impl Coverage {
             ("claims_mismatches", self.claims_mismatches),
             ("stale_revokes_ignored", self.stale_revokes_ignored),
             ("shards_admitted", self.shards_admitted),
+            ("leader_changes", self.leader_changes),
+            (
+                "reaps_deferred_by_new_leader",
+                self.reaps_deferred_by_new_leader,
+            ),
+            (
+                "deferred_reaps_of_admitting_executors",
+                self.deferred_reaps_of_admitting_executors,
+            ),
+            (
+                "expired_handoffs_deferred_by_new_leader",
+                self.expired_handoffs_deferred_by_new_leader,
+            ),
+            (
+                "reaps_deferred_by_mass_expiry_guard",
+                self.reaps_deferred_by_mass_expiry_guard,
+            ),
         ]
         .into_iter()
         .filter(|(_, count)| *count == 0)
@@ -201,9 +263,11 @@ enum Step {
     Crash {
         who: usize,
     },
-    /// The leader tick (P3.8): reap overdue, plan, complete due handoffs.
+    /// The leader tick (P3.8): a step of its core, then reap what it says, plan, complete due
+    /// handoffs if it allows.
     Tick,
-    /// The leader reads reap candidates and a plan now, to propose them later (stale).
+    /// The leader steps its core and reads a plan now, to propose the reap and the plan later
+    /// (stale).
     Stash,
     ApplyStashedReap,
     ApplyStashedPlan,
@@ -218,6 +282,17 @@ enum Step {
     },
     SetLeaseDuration {
         choice: usize,
+    },
+    /// Another manager becomes leader (P2.3, P6.1, P6.2). Its clock reads `skew_ms` ahead of the
+    /// old leader's (behind if negative; clamped so it stays within 2 s of the true clock), it
+    /// steps a fresh core with its own guard settings, pushes every executor its set and every
+    /// unfinished handoff's revoke again, and takes its first step at once, as the leader loop
+    /// does. The old leader's stashed proposals are committed first (they reached the new
+    /// leader's log) or lost.
+    LeaderChange {
+        skew_ms: i64,
+        guard: GuardConfig,
+        tail_committed: bool,
     },
 }
 
@@ -248,6 +323,9 @@ struct Process {
     lease_expiry_ms: Option<u64>,
     last_applied_revision: u64,
     applied: BTreeMap<ShardId, Epoch>,
+    /// Revision of the delivery that gave each applied shard at its epoch (as the executor
+    /// crate's `AssignmentState` keeps it), for stale grants.
+    gained_at: BTreeMap<ShardId, u64>,
     inbox: Vec<Message>,
 }
 
@@ -262,6 +340,7 @@ impl Process {
             lease_expiry_ms: None,
             last_applied_revision: 0,
             applied: BTreeMap::new(),
+            gained_at: BTreeMap::new(),
             inbox: Vec::new(),
         }
     }
@@ -278,7 +357,14 @@ impl Process {
     /// P4.1: a set older than the last applied delivery is ignored.
     fn apply_set(&mut self, revision: u64, shards: &[(ShardId, Epoch)]) {
         if revision >= self.last_applied_revision {
-            self.applied = shards.iter().copied().collect();
+            let next: BTreeMap<ShardId, Epoch> = shards.iter().copied().collect();
+            self.gained_at.retain(|shard, _| next.contains_key(shard));
+            for (shard, epoch) in &next {
+                if self.applied.get(shard) != Some(epoch) {
+                    self.gained_at.insert(*shard, revision);
+                }
+            }
+            self.applied = next;
             self.last_applied_revision = revision;
         }
     }
@@ -296,6 +382,18 @@ impl Process {
             return;
         }
         self.executor_id = Some(grant.executor_id.clone());
+        if grant.revision < self.last_applied_revision {
+            // The executor's rule for a stale grant: its lease does not cover shards already
+            // taken from this executor at the grant's revision (gained no later, not in its set).
+            let gained_at = &self.gained_at;
+            self.applied.retain(|shard, _| {
+                grant.shards.iter().any(|(s, _)| s == shard)
+                    || gained_at.get(shard).is_some_and(|&at| at > grant.revision)
+            });
+            let applied = &self.applied;
+            self.gained_at
+                .retain(|shard, _| applied.contains_key(shard));
+        }
         self.lease_expiry_ms = Some(sent_at_ms.saturating_add(grant.lease_ttl_ms));
         self.apply_set(grant.revision, &grant.shards);
     }
@@ -308,9 +406,23 @@ impl Process {
         }
         for shard in shards {
             self.applied.remove(shard);
+            self.gained_at.remove(shard);
         }
         self.last_applied_revision = revision;
         Some(shards.to_vec())
+    }
+
+    /// When the last grant for its executor that it holds, or that is in flight to it, runs out.
+    fn grants_run_until(&self) -> Option<u64> {
+        let in_flight = self.inbox.iter().filter_map(|message| match message {
+            Message::Reply { sent_at_ms, grant }
+                if self.executor_id.as_ref() == Some(&grant.executor_id) =>
+            {
+                Some(sent_at_ms.saturating_add(grant.lease_ttl_ms))
+            }
+            _ => None,
+        });
+        self.lease_expiry_ms.into_iter().chain(in_flight).max()
     }
 
     fn renewal(&self) -> Option<Renewal> {
@@ -323,11 +435,28 @@ impl Process {
     }
 }
 
+/// The current leader's term.
+#[derive(Debug)]
+struct Term {
+    /// 0 for the first leader, then one more per leader change.
+    number: u64,
+    /// This leader's clock minus the true clock: its wall clock's error when it took office
+    /// (P2.3: wall time at the start of the term plus monotonic time since).
+    offset_ms: i64,
+    core: LeaderCore,
+    /// When this leader last committed a renewal, on its clock (the leader's signals, P6.3).
+    last_renewal_applied_ms: Option<u64>,
+    /// Where this term's commands start in `World::history`.
+    first_command: usize,
+}
+
 #[derive(Debug)]
 struct World {
     state: LeaseState,
     next_index: u64,
-    now_ms: u64,
+    /// The true clock: executors' lease copies and admission (I1) are on it.
+    true_ms: u64,
+    leader: Term,
     processes: Vec<Process>,
     history: Vec<Command>,
     holder_of_epoch: BTreeMap<(ShardId, Epoch), ExecutorId>,
@@ -340,11 +469,18 @@ struct World {
 }
 
 impl World {
-    fn new(shard_count: u32) -> Self {
+    fn new(shard_count: u32, guard: GuardConfig) -> Self {
         let mut world = Self {
             state: LeaseState::default(),
             next_index: 1,
-            now_ms: 0,
+            true_ms: START_MS,
+            leader: Term {
+                number: 0,
+                offset_ms: 0,
+                core: LeaderCore::new(0, guard),
+                last_renewal_applied_ms: None,
+                first_command: 0,
+            },
             processes: Vec::new(),
             history: Vec::new(),
             holder_of_epoch: BTreeMap::new(),
@@ -355,7 +491,7 @@ impl World {
             coverage: Coverage::default(),
         };
         let outcome = world.apply(Command::Init {
-            now_ms: 0,
+            now_ms: world.now_ms(),
             shard_count,
             lease_duration_ms: LEASE_CHOICES_MS[0],
         });
@@ -369,23 +505,104 @@ impl World {
             .map_or(1, |config| config.lease_duration_ms)
     }
 
-    /// Commits a command, checks the state invariants and I2, and fans out its pushes.
+    /// The leader's clock: what it stamps into commands (P2.2, P2.3) and steps its core with.
+    fn now_ms(&self) -> u64 {
+        self.true_ms
+            .checked_add_signed(self.leader.offset_ms)
+            .expect("the true clock starts far enough from zero")
+    }
+
+    /// Commits a command, checks the state invariants, I2 and I1 at its source, fans out its
+    /// pushes, and notes a committed renewal for the leader's core (P6.3).
     fn apply(&mut self, command: Command) -> Outcome {
         let index = self.next_index;
         self.next_index += 1;
+        let releasing_from: BTreeMap<ShardId, ExecutorId> = self
+            .state
+            .shards()
+            .iter()
+            .filter(|shard| shard.handoff.is_some())
+            .filter_map(|shard| shard.owner.clone().map(|owner| (shard.id, owner)))
+            .collect();
         let outcome = self.state.apply(index, &command);
         assert_eq!(
             self.state.consistency_violations(),
             Vec::<String>::new(),
             "after {command:?}"
         );
+        let stamped_ms = command.now_ms();
         self.history.push(command);
         self.coverage.record(&outcome);
         self.check_epochs();
+        match &outcome {
+            Outcome::Reaped { reaped, .. } => {
+                for executor_id in reaped {
+                    self.check_reaped(executor_id);
+                }
+            }
+            Outcome::HandoffsCompleted { completed, .. } => {
+                for shard in completed {
+                    if let Some(old_owner) = releasing_from.get(shard) {
+                        self.check_handed_on(old_owner, *shard);
+                    }
+                }
+            }
+            Outcome::Renewed { results, .. }
+                if results
+                    .iter()
+                    .any(|result| matches!(result, RenewResult::Renewed { .. })) =>
+            {
+                let last = &mut self.leader.last_renewal_applied_ms;
+                *last = Some(last.map_or(stamped_ms, |at| at.max(stamped_ms)));
+            }
+            _ => {}
+        }
         if let Some(effects) = outcome.effects() {
             self.fan_out(effects);
         }
         outcome
+    }
+
+    /// I1 at its source, for a reap: every grant the executor holds or has in flight to it has
+    /// run out on the true clock, whichever leader's clock stamped the reap, so its process (if
+    /// it runs at all) can no longer admit anything, now or after a late delivery, when its
+    /// shards move on.
+    fn check_reaped(&self, executor_id: &ExecutorId) {
+        for process in &self.processes {
+            if !process.running || process.executor_id.as_ref() != Some(executor_id) {
+                continue;
+            }
+            let grants_run_until = process.grants_run_until();
+            assert!(
+                grants_run_until.is_none_or(|until| until <= self.true_ms),
+                "I1: {executor_id} reaped at leader clock {} (term {}, clock {:+} ms off) while \
+                 it may admit under a grant until {grants_run_until:?}, true clock {}",
+                self.now_ms(),
+                self.leader.number,
+                self.leader.offset_ms,
+                self.true_ms
+            );
+        }
+    }
+
+    /// I1 at its source, for a handoff completed on the old grant's expiry: the old owner no
+    /// longer admits the shard when it moves on.
+    fn check_handed_on(&self, old_owner: &ExecutorId, shard: ShardId) {
+        for process in &self.processes {
+            if process.executor_id.as_ref() != Some(old_owner) {
+                continue;
+            }
+            assert!(
+                process.admits(shard, self.true_ms).is_none(),
+                "I1: shard {shard} handed on from {old_owner} on expiry at leader clock {} \
+                 (term {}, clock {:+} ms off) while {old_owner} admits it until {:?}, true clock {}",
+                self.now_ms(),
+                self.leader.number,
+                self.leader.offset_ms,
+                process.lease_expiry_ms,
+                self.true_ms
+            );
+        }
     }
 
     /// The leader's pushes after a commit (P5.1): revokes as committed, assignments of the
@@ -399,7 +616,7 @@ impl World {
             self.push(&revoke.executor_id, message);
         }
         for executor_id in &effects.assignments {
-            if let Some(grant) = self.state.grant_for(executor_id, self.now_ms) {
+            if let Some(grant) = self.state.grant_for(executor_id, self.now_ms()) {
                 let message = Message::Assign {
                     revision: grant.revision,
                     shards: grant.shards,
@@ -468,7 +685,7 @@ impl World {
             let admitting: Vec<(&Process, Epoch)> = self
                 .processes
                 .iter()
-                .filter_map(|p| p.admits(shard.id, self.now_ms).map(|epoch| (p, epoch)))
+                .filter_map(|p| p.admits(shard.id, self.true_ms).map(|epoch| (p, epoch)))
                 .collect();
             assert!(
                 admitting.len() <= 1,
@@ -478,7 +695,7 @@ impl World {
                     .iter()
                     .map(|(p, epoch)| (&p.incarnation, &p.executor_id, epoch))
                     .collect::<Vec<_>>(),
-                self.now_ms
+                self.true_ms
             );
             self.coverage.shards_admitted += admitting.len();
             for (process, epoch) in admitting {
@@ -512,8 +729,8 @@ impl World {
         let Some(target) = self.processes.get(process).filter(|p| p.running) else {
             return;
         };
-        let command = register_command(self.now_ms, &target.incarnation);
-        let sent_at_ms = self.now_ms;
+        let command = register_command(self.now_ms(), &target.incarnation);
+        let sent_at_ms = self.true_ms;
         if let Outcome::Registered { grant, .. } = self.apply(command) {
             self.deliver_reply(process, sent_at_ms, grant, fate);
         }
@@ -532,9 +749,9 @@ impl World {
         if renewing.is_empty() {
             return;
         }
-        let sent_at_ms = self.now_ms;
+        let sent_at_ms = self.true_ms;
         let outcome = self.apply(Command::Renew {
-            now_ms: sent_at_ms,
+            now_ms: self.now_ms(),
             renewals: renewing
                 .iter()
                 .map(|(_, renewal)| renewal.clone())
@@ -580,7 +797,7 @@ impl World {
                 if let (Some(released), Some(executor_id)) = (released, target.executor_id.clone())
                 {
                     let ack = Command::Release {
-                        now_ms: self.now_ms,
+                        now_ms: self.now_ms(),
                         executor_id,
                         shards: released,
                         revoke_revision: revision,
@@ -595,34 +812,69 @@ impl World {
         }
     }
 
-    /// The leader tick (P3.8): reap, plan, complete due handoffs. A plan read and proposed at
+    /// One step of the leader's core at its clock, counting what it held back.
+    fn leader_step(&mut self) -> StepDecision {
+        let now_ms = self.now_ms();
+        let decision =
+            self.leader
+                .core
+                .step(now_ms, &self.state, self.leader.last_renewal_applied_ms);
+        match decision.deferral {
+            Some(Deferral::NewLeader { .. }) if self.leader.number > 0 => {
+                let overdue = self.state.overdue_executors(now_ms);
+                if !overdue.is_empty() {
+                    self.coverage.reaps_deferred_by_new_leader += 1;
+                    let admitting = self.processes.iter().any(|process| {
+                        process
+                            .executor_id
+                            .as_ref()
+                            .is_some_and(|id| overdue.contains(id))
+                            && process
+                                .applied
+                                .keys()
+                                .any(|shard| process.admits(*shard, self.true_ms).is_some())
+                    });
+                    self.coverage.deferred_reaps_of_admitting_executors += usize::from(admitting);
+                }
+                self.coverage.expired_handoffs_deferred_by_new_leader +=
+                    usize::from(self.state.handoffs_due(now_ms));
+            }
+            Some(Deferral::MassExpiryGuard { .. }) => {
+                self.coverage.reaps_deferred_by_mass_expiry_guard += 1;
+            }
+            _ => {}
+        }
+        decision
+    }
+
+    /// The leader tick (P3.8): a step of the core, then reap what it says, plan, and complete
+    /// due handoffs if it allows (P6.1). A reap the core asks for and a plan read and proposed at
     /// once must be accepted.
     fn tick(&mut self) {
-        let overdue = self.state.overdue_executors(self.now_ms);
-        if !overdue.is_empty() {
+        let decision = self.leader_step();
+        let now_ms = self.now_ms();
+        if !decision.reap.is_empty() {
             let outcome = self.apply(Command::Reap {
-                now_ms: self.now_ms,
-                executor_ids: overdue.clone(),
+                now_ms,
+                executor_ids: decision.reap.clone(),
             });
             assert!(
-                matches!(&outcome, Outcome::Reaped { reaped, .. } if *reaped == overdue),
+                matches!(&outcome, Outcome::Reaped { reaped, .. } if *reaped == decision.reap),
                 "{outcome:?}"
             );
         }
-        if let Some(plan) = plan_rebalance(&self.state, self.now_ms) {
+        if let Some(plan) = plan_rebalance(&self.state, now_ms) {
             let outcome = self.apply(plan);
             assert!(
                 outcome.refusal().is_none(),
                 "fresh plan refused: {outcome:?}"
             );
         }
-        // Proposed whenever anything is releasing, relying on the apply-time re-check (P2.4),
-        // which must agree with `handoffs_due`.
-        if self.state.releasing_count() > 0 {
-            let due = self.state.handoffs_due(self.now_ms);
-            let outcome = self.apply(Command::CompleteHandoffs {
-                now_ms: self.now_ms,
-            });
+        // Proposed whenever anything is releasing and the core allows it, relying on the
+        // apply-time re-check (P2.4), which must agree with `handoffs_due`.
+        if decision.complete_expired_handoffs && self.state.releasing_count() > 0 {
+            let due = self.state.handoffs_due(now_ms);
+            let outcome = self.apply(Command::CompleteHandoffs { now_ms });
             assert!(
                 matches!(&outcome, Outcome::HandoffsCompleted { completed, .. } if completed.is_empty() != due),
                 "handoffs_due said {due}: {outcome:?}"
@@ -633,15 +885,66 @@ impl World {
         }
     }
 
+    /// A new leader takes office (P2.3, P6.1, P6.2); see [`Step::LeaderChange`].
+    fn change_leader(&mut self, skew_ms: i64, guard: GuardConfig, tail_committed: bool) {
+        let tail = [self.stashed_reap.take(), self.stashed_plan.take()];
+        if tail_committed {
+            for command in tail.into_iter().flatten() {
+                self.apply(command);
+            }
+        }
+        let offset_ms = self
+            .leader
+            .offset_ms
+            .saturating_add(skew_ms)
+            .clamp(-MAX_SKEW_MS, MAX_SKEW_MS);
+        let took_office_ms = self
+            .true_ms
+            .checked_add_signed(offset_ms)
+            .expect("the true clock starts far enough from zero");
+        self.leader = Term {
+            number: self.leader.number + 1,
+            offset_ms,
+            core: LeaderCore::new(took_office_ms, guard),
+            last_renewal_applied_ms: None,
+            first_command: self.history.len(),
+        };
+        self.coverage.leader_changes += 1;
+        // P6.2: every executor its full set, every unfinished handoff's revoke again.
+        let revokes: Vec<(ExecutorId, Message)> = self
+            .state
+            .shards()
+            .iter()
+            .filter_map(|shard| {
+                let handoff = shard.handoff.as_ref()?;
+                let message = Message::Revoke {
+                    revision: handoff.revoke_revision,
+                    shards: vec![shard.id],
+                };
+                Some((shard.owner.clone()?, message))
+            })
+            .collect();
+        for (executor_id, message) in revokes {
+            self.push(&executor_id, message);
+        }
+        let assignments = self.state.executors().map(|e| e.id.clone()).collect();
+        self.fan_out(&Effects {
+            revokes: Vec::new(),
+            assignments,
+        });
+        // The leader loop steps at once when a term starts.
+        self.tick();
+    }
+
     /// Every executor live, no handoff pending, nothing to plan.
     fn stable(&self) -> bool {
         self.state.executors().next().is_some()
             && self
                 .state
                 .executors()
-                .all(|executor| !executor.lease_lapsed(self.now_ms))
+                .all(|executor| !executor.lease_lapsed(self.now_ms()))
             && self.state.releasing_count() == 0
-            && plan_rebalance(&self.state, self.now_ms).is_none()
+            && plan_rebalance(&self.state, self.now_ms()).is_none()
     }
 
     /// P5.4: all shards owned, owners within one shard of each other.
@@ -665,7 +968,7 @@ impl World {
 
     fn step(&mut self, step: &Step) {
         match step {
-            Step::Advance { ms } => self.now_ms = self.now_ms.saturating_add(*ms),
+            Step::Advance { ms } => self.true_ms = self.true_ms.saturating_add(*ms),
             Step::Spawn { reply, deaf } => {
                 if self.processes.len() < MAX_PROCESSES {
                     let incarnation = format!("inc-{}", self.processes.len());
@@ -709,7 +1012,7 @@ impl World {
                 process.running = false;
                 if let Some(executor_id) = process.executor_id.clone() {
                     let outcome = self.apply(Command::Deregister {
-                        now_ms: self.now_ms,
+                        now_ms: self.now_ms(),
                         executor_id,
                     });
                     assert!(
@@ -725,12 +1028,13 @@ impl World {
             }
             Step::Tick => self.tick(),
             Step::Stash => {
-                let overdue = self.state.overdue_executors(self.now_ms);
-                self.stashed_reap = (!overdue.is_empty()).then_some(Command::Reap {
-                    now_ms: self.now_ms,
-                    executor_ids: overdue,
+                let decision = self.leader_step();
+                let now_ms = self.now_ms();
+                self.stashed_reap = (!decision.reap.is_empty()).then_some(Command::Reap {
+                    now_ms,
+                    executor_ids: decision.reap,
                 });
-                self.stashed_plan = plan_rebalance(&self.state, self.now_ms);
+                self.stashed_plan = plan_rebalance(&self.state, now_ms);
             }
             Step::ApplyStashedReap => {
                 if let Some(command) = self.stashed_reap.take() {
@@ -743,8 +1047,9 @@ impl World {
                 }
             }
             Step::Replay { which } => {
-                if !self.history.is_empty() {
-                    let command = self.history[which % self.history.len()].clone();
+                let term = &self.history[self.leader.first_command..];
+                if !term.is_empty() {
+                    let command = term[which % term.len()].clone();
                     self.apply(command);
                 }
             }
@@ -756,17 +1061,26 @@ impl World {
                 let candidates: Vec<Command> =
                     self.delayed_acks.iter().chain(applied).cloned().collect();
                 if !candidates.is_empty() {
-                    let command = candidates[which % candidates.len()].clone();
+                    // Whichever leader receives it stamps it (the stamp plays no part in it).
+                    let mut command = candidates[which % candidates.len()].clone();
+                    if let Command::Release { now_ms, .. } = &mut command {
+                        *now_ms = self.now_ms();
+                    }
                     self.apply(command);
                 }
             }
             Step::SetLeaseDuration { choice } => {
                 let lease_duration_ms = LEASE_CHOICES_MS[choice % LEASE_CHOICES_MS.len()];
                 self.apply(Command::SetLeaseDuration {
-                    now_ms: self.now_ms,
+                    now_ms: self.now_ms(),
                     lease_duration_ms,
                 });
             }
+            Step::LeaderChange {
+                skew_ms,
+                guard,
+                tail_committed,
+            } => self.change_leader(*skew_ms, *guard, *tail_committed),
         }
     }
 
@@ -788,13 +1102,35 @@ impl World {
         }
     }
 
+    /// The running processes' executors: every one registered, and nobody else.
+    fn running_executors(&self) -> BTreeSet<&ExecutorId> {
+        self.processes
+            .iter()
+            .filter(|p| p.running)
+            .filter_map(|p| p.executor_id.as_ref())
+            .collect()
+    }
+
+    /// Nothing pending: no handoff, nothing to plan, exactly the running processes registered.
+    fn converged(&self) -> bool {
+        let present: BTreeSet<&ExecutorId> = self.state.executors().map(|e| &e.id).collect();
+        self.state.releasing_count() == 0
+            && plan_rebalance(&self.state, self.now_ms()).is_none()
+            && present == self.running_executors()
+    }
+
     /// A healthy stretch: every running process renews (or registers) each third of a lease and
     /// receives everything; the leader ticks. Then the fleet must have converged.
     fn settle(&mut self) {
-        for _ in 0..SETTLE_ROUNDS {
-            self.now_ms = self
-                .now_ms
-                .saturating_add((self.lease_duration_ms() / 3).max(1));
+        let started_ms = self.true_ms;
+        for round in 0.. {
+            let limit_reached = self.true_ms - started_ms >= SETTLE_LIMIT_MS;
+            if round >= SETTLE_ROUNDS && (limit_reached || self.converged()) {
+                break;
+            }
+            self.true_ms = self
+                .true_ms
+                .saturating_add(tick_ms(self.lease_duration_ms()));
             self.check_admission();
             for process in 0..self.processes.len() {
                 if !self.processes[process].running {
@@ -813,15 +1149,10 @@ impl World {
         }
         assert_eq!(self.state.releasing_count(), 0, "handoffs still pending");
         assert!(
-            plan_rebalance(&self.state, self.now_ms).is_none(),
+            plan_rebalance(&self.state, self.now_ms()).is_none(),
             "not balanced"
         );
-        let running: BTreeSet<&ExecutorId> = self
-            .processes
-            .iter()
-            .filter(|p| p.running)
-            .filter_map(|p| p.executor_id.as_ref())
-            .collect();
+        let running = self.running_executors();
         let present: BTreeSet<&ExecutorId> = self.state.executors().map(|e| &e.id).collect();
         assert_eq!(
             present, running,
@@ -843,7 +1174,7 @@ impl World {
             assert_eq!(process.applied, recorded, "{executor_id} out of sync");
             for shard in recorded.keys() {
                 assert!(
-                    process.admits(*shard, self.now_ms).is_some(),
+                    process.admits(*shard, self.true_ms).is_some(),
                     "{executor_id} not admitting shard {shard}"
                 );
             }
@@ -857,6 +1188,12 @@ fn fate() -> impl Strategy<Value = Fate> {
         1 => Just(Fate::Lost),
         1 => Just(Fate::Delayed),
     ]
+}
+
+/// A term's mass-expiry guard settings (P6.3): on or off, and a grace of up to a few leases.
+fn guard() -> impl Strategy<Value = GuardConfig> {
+    (proptest::bool::ANY, 0u64..=MAX_GRACE_MS)
+        .prop_map(|(enabled, grace_ms)| GuardConfig { enabled, grace_ms })
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -881,12 +1218,24 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..256).prop_map(|which| Step::Replay { which }),
         2 => (0usize..256).prop_map(|which| Step::LateRelease { which }),
         2 => (0usize..LEASE_CHOICES_MS.len()).prop_map(|choice| Step::SetLeaseDuration { choice }),
+        1 => (-MAX_SKEW_MS..=MAX_SKEW_MS, guard(), proptest::bool::ANY).prop_map(
+            |(skew_ms, guard, tail_committed)| Step::LeaderChange {
+                skew_ms,
+                guard,
+                tail_committed,
+            }
+        ),
     ]
 }
 
 /// Runs one generated case to the end; any violated invariant panics.
-fn run_case(shard_count: u32, initial_processes: usize, steps: &[Step]) -> Coverage {
-    let mut world = World::new(shard_count);
+fn run_case(
+    shard_count: u32,
+    guard: GuardConfig,
+    initial_processes: usize,
+    steps: &[Step],
+) -> Coverage {
+    let mut world = World::new(shard_count, guard);
     for _ in 0..initial_processes {
         world.step(&Step::Spawn {
             reply: Fate::Delivered,
@@ -903,8 +1252,9 @@ fn run_case(shard_count: u32, initial_processes: usize, steps: &[Step]) -> Cover
     world.coverage
 }
 
-/// I1, I2 and P5.4 under the model, with every guard of P2.4, P3.4 and P5.2 in play: 256
-/// random fleets of up to 6 processes over up to 10 shards, up to 99 steps each, then a settle.
+/// I1, I2 and P5.4 under the model, with every guard of P2.4, P3.4, P5.2, P6.1 and P6.3 in play:
+/// 256 random fleets of up to 6 processes over up to 10 shards, up to 99 steps each (leader
+/// changes with skewed clocks among them), then a settle.
 #[test]
 fn i1_i2_fleet_model_keeps_exclusivity_and_fencing() {
     let mut runner = TestRunner::new(ProptestConfig {
@@ -915,16 +1265,21 @@ fn i1_i2_fleet_model_keeps_exclusivity_and_fencing() {
     let total = RefCell::new(Coverage::default());
     let cases = (
         1u32..=10,
+        guard(),
         1usize..=3,
         proptest::collection::vec(step(), 1..100),
     );
-    let result = runner.run(&cases, |(shard_count, initial_processes, steps)| {
-        let coverage = run_case(shard_count, initial_processes, &steps);
+    let result = runner.run(&cases, |(shard_count, guard, initial_processes, steps)| {
+        let coverage = run_case(shard_count, guard, initial_processes, &steps);
         total.borrow_mut().add(&coverage);
         Ok(())
     });
-    if let Err(failure) = result {
-        panic!("{failure}");
+    match result {
+        Ok(()) => {}
+        Err(proptest::test_runner::TestError::Fail(reason, case)) => {
+            panic!("{reason}\nminimal failing case (shard count, guard, initial processes, steps): {case:#?}")
+        }
+        Err(failure) => panic!("{failure}"),
     }
     let total = total.into_inner();
     eprintln!("fleet model coverage over 256 cases: {total:?}");
@@ -934,10 +1289,17 @@ fn i1_i2_fleet_model_keeps_exclusivity_and_fencing() {
 // ---------------------------------------------------------------------------------------------
 // Scripted schedules: each one leads the same model fleet to a moment where a single guard is
 // all that stands between two processes admitting one shard. They run with the same checks as
-// the random fleets (I1 and I2 after every step, convergence at the end).
+// the random fleets (I1 and I2 after every step, convergence at the end). The mass-expiry guard
+// (P6.3) is off in every term, so it holds nothing back that the schedule is about.
+
+/// Plain expiry (P6.3's guard off).
+const NO_MASS_EXPIRY_GUARD: GuardConfig = GuardConfig {
+    enabled: false,
+    grace_ms: 0,
+};
 
 fn run_script(shard_count: u32, script: &[Step]) -> World {
-    let mut world = World::new(shard_count);
+    let mut world = World::new(shard_count, NO_MASS_EXPIRY_GUARD);
     for step in script {
         world.step(step);
         world.check_admission();
@@ -1013,7 +1375,7 @@ fn i1_model_stale_reap_of_a_renewed_executor_is_skipped() {
     let world = run_script(
         2,
         &[
-            SPAWN,                       // A registers at 0: lease to 1 000
+            SPAWN,                       // A registers: lease for 1 000
             Step::Tick,                  // A is granted 0 and 1
             deliver(0),                  // A admits both
             Step::Advance { ms: 1_000 }, // A's lease lapses
@@ -1036,18 +1398,18 @@ fn i1_model_shortened_lease_does_not_shorten_a_held_deadline() {
     let world = run_script(
         2,
         &[
-            SPAWN,                                // A registers at 0
+            SPAWN,                                // A registers at t
             Step::Tick,                           // A is granted 0 and 1
             deliver(0),                           // A admits both
             Step::SetLeaseDuration { choice: 2 }, // 1 500 ms
-            renew(0, Fate::Delivered),            // A holds a deadline at 1 500
+            renew(0, Fate::Delivered),            // A holds a deadline at t + 1 500
             Step::SetLeaseDuration { choice: 1 }, // 300 ms
             Step::Advance { ms: 100 },
-            renew(0, Fate::Lost), // manager: max(1 500, 400); A keeps 1 500
-            SPAWN,                // B registers at 100
+            renew(0, Fate::Lost), // manager: max(t + 1 500, t + 400); A keeps t + 1 500
+            SPAWN,                // B registers at t + 100
             Step::Advance { ms: 300 },
             renew(1, Fate::Delivered), // B stays live
-            Step::Tick,                // A must not be overdue at 400
+            Step::Tick,                // A must not be overdue at t + 400
             deliver(1),                // whatever B was pushed lands
         ],
     );
@@ -1084,4 +1446,156 @@ fn i1_model_late_ack_for_a_cancelled_handoff_is_ignored() {
     );
     assert_eq!(world.coverage.handoffs_cancelled, 1);
     assert_eq!(world.coverage.acknowledgements_ignored, 1);
+}
+
+/// A new leader whose clock reads `skew_ms` ahead of the old leader's, with plain expiry.
+fn leader_change(skew_ms: i64) -> Step {
+    Step::LeaderChange {
+        skew_ms,
+        guard: NO_MASS_EXPIRY_GUARD,
+        tail_committed: false,
+    }
+}
+
+/// P6.1 (no reaping for a lease after taking office): A's copy of its last grant runs to
+/// t + 1 500 on the true clock; the new leader's clock reads 2 s ahead, so on it A looks overdue
+/// from the moment it takes office. Reaping A then would hand its shards to B while A admits them.
+#[test]
+fn i1_model_new_leader_with_a_clock_ahead_does_not_reap_under_an_old_grant() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,      // A registers at t
+            Step::Tick, // A is granted shards 0 and 1
+            deliver(0), // A admits both
+            Step::Advance { ms: 500 },
+            renew(0, Fate::Delivered), // A's copy runs to t + 1 500
+            leader_change(2_000),      // the new clock reads t + 2 500: A looks overdue
+            SPAWN,                     // B registers
+            Step::Tick,                // still within the new leader's first lease
+            deliver(1),                // whatever B was pushed lands
+        ],
+    );
+    assert!(world.coverage.deferred_reaps_of_admitting_executors >= 1);
+    assert_eq!(world.coverage.executors_reaped, 0);
+}
+
+/// P6.1 (no handoff completed on expiry for a lease after taking office): shard 1 is releasing
+/// from A, bounded by A's grant to t + 1 000, and the revoke has not landed. A renews but the
+/// reply is lost, so A still admits shard 1 under that grant. The new leader's clock reads 600 ms
+/// ahead: on it the handoff is due at once, though A may admit shard 1 for another 500 ms.
+#[test]
+fn i1_model_new_leader_with_a_clock_ahead_does_not_hand_on_under_an_old_grant() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,      // A registers at t: lease to t + 1 000
+            Step::Tick, // A is granted 0 and 1
+            deliver(0), // A admits both
+            SPAWN,      // B registers
+            Step::Tick, // shard 1 releasing from A to B until t + 1 000; the revoke waits in A's inbox
+            Step::Advance { ms: 500 },
+            renew(0, Fate::Lost), // A's lease runs to t + 1 500 on the manager; A keeps t + 1 000
+            renew(1, Fate::Delivered), // B stays live
+            leader_change(600),   // the new clock reads t + 1 100: the handoff looks due
+            deliver(1),           // whatever B was pushed lands
+        ],
+    );
+    assert!(world.coverage.expired_handoffs_deferred_by_new_leader >= 1);
+}
+
+/// P6.1 with a lease shortened (P3.4): the old leader told A 1 000 ms, to t + 1 000 on the true
+/// clock; the lease is cut to 300 ms and a new leader, its clock 600 ms ahead, renews A. The
+/// renewal keeps the deadline (`max`) but re-expresses it on the new clock as 400 ms left, and its
+/// reply is lost, so A still holds the old grant. The new leader's grace must still cover that
+/// grant: the longest lease an executor may hold from the old leader is 1 000 ms, not the 400 ms
+/// the state records as told since.
+#[test]
+fn i1_model_new_leader_grace_covers_an_old_grant_after_a_shortened_lease() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,                                // A registers at t: told 1 000, to t + 1 000
+            Step::Tick,                           // A is granted 0 and 1
+            deliver(0),                           // A admits both
+            Step::SetLeaseDuration { choice: 1 }, // 300 ms from now on
+            leader_change(600),                   // the new clock reads t + 600
+            renew(0, Fate::Lost), // max(t + 1 000, t + 900): told 400 ms on the new clock; lost
+            Step::Advance { ms: 400 }, // the new clock reads t + 1 000, the true one t + 400
+            SPAWN,                // B registers
+            Step::Tick,           // A admits until t + 1 000 (true): it must not be reaped
+            deliver(1),           // whatever B was pushed lands
+        ],
+    );
+    assert_eq!(world.coverage.executors_reaped, 0);
+}
+
+/// P6.1 across two leader changes, with a retried registration: the first new leader's clock
+/// reads 1 s behind, so the lease A was told by the old leader (to t + 1 000 on the true clock)
+/// is, on that clock, 2 000 ms away, and the reply to A's retried registration tells it so: A now
+/// holds a grant to t + 2 000. A retry changes nothing in the state, so the state still records
+/// 1 000 ms as the lease A was told. The next leader's clock reads 1 s ahead of that one (the true
+/// time): one recorded lease after taking office it sees A lapsed, at t + 1 000, while A may admit
+/// until t + 2 000. Its grace must cover every grant an earlier leader gave.
+#[test]
+fn i1_model_new_leader_grace_covers_a_grant_told_by_a_retried_registration() {
+    let world = run_script(
+        2,
+        &[
+            SPAWN,                 // A registers at t: told 1 000, to t + 1 000
+            Step::Tick,            // A is granted 0 and 1
+            deliver(0),            // A admits both
+            leader_change(-1_000), // the new clock reads t - 1 000
+            Step::RetryRegister {
+                who: 0,
+                reply: Fate::Delivered,
+            }, // told 2 000 ms left: A's copy runs to t + 2 000; recorded told stays 1 000
+            leader_change(1_000),  // the next leader's clock reads t
+            Step::Advance { ms: 1_000 }, // its clock reads t + 1 000: A's expiry, and one recorded lease in office
+            SPAWN,                       // B registers
+            Step::Tick,                  // A admits until t + 2 000: it must not be reaped
+            deliver(1),                  // whatever B was pushed lands
+        ],
+    );
+    assert_eq!(world.coverage.executors_reaped, 0);
+}
+
+/// P5.2 with a stale grant (P3.3, P4.1), one leader, no skew: shard X is releasing from A to B,
+/// bounded by A's grant to t + 1 000, and its revoke is still in flight. A renews at t + 500; the
+/// reply (its set without X) is held up. Another shard, Y, is then moved from A to C, and that
+/// later revoke lands first: A drops Y and raises its applied revision past the reply's. When
+/// the reply lands, its set is stale and ignored, but it still moves A's lease clock to
+/// t + 1 500, over a held set that still contains X. At t + 1 000 the manager hands X to B on
+/// the expiry of A's last grant that included it, while A may admit X until t + 1 500.
+#[test]
+fn i1_model_stale_grant_does_not_extend_a_shard_whose_revoke_is_pending() {
+    let world = run_script(
+        3,
+        &[
+            SPAWN,      // A registers at t: lease to t + 1 000
+            Step::Tick, // A is granted 0, 1 and 2
+            deliver(0), // A admits all three
+            SPAWN,      // B registers
+            Step::Tick, // X releasing from A to B until t + 1 000; revoke X waits in A's inbox
+            Step::Advance { ms: 500 },
+            renew(0, Fate::Delayed), // A's lease to t + 1 500; the reply (without X) waits
+            renew(1, Fate::Delivered), // B stays live
+            SPAWN,                   // C registers
+            Step::Tick,              // Y releasing from A to C; revoke Y waits behind the reply
+            Step::Deliver {
+                who: 0,
+                which: 2,
+                ack_delayed: false,
+            }, // revoke Y lands first: A drops Y, acknowledges, applied revision past the reply's
+            Step::Deliver {
+                who: 0,
+                which: 1,
+                ack_delayed: false,
+            }, // the reply lands: set stale, lease clock to t + 1 500; A still holds X
+            Step::Advance { ms: 500 },
+            Step::Tick, // X handed to B at t + 1 000: A may admit it until t + 1 500
+            deliver(1), // B admits X
+        ],
+    );
+    assert!(world.coverage.completed_by_expiry >= 1);
 }
