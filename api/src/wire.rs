@@ -77,6 +77,9 @@ pub struct ReleaseRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AssignmentPush {
+    /// The executor this push is for. An executor refuses a push naming another (a new process
+    /// reusing a dead executor's address must not take its shards while that lease runs, I1).
+    pub executor_id: String,
     /// Applied only if at least the last revision applied (P4.1).
     pub revision: u64,
     /// Repeated so a push alone is enough to route keys.
@@ -89,6 +92,8 @@ pub struct AssignmentPush {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RevokePush {
+    /// The executor this revoke is for (see [`AssignmentPush::executor_id`]).
+    pub executor_id: String,
     /// Revision the revoke was committed at; older than the last applied delivery means stale
     /// and ignored (P4.1).
     pub revision: u64,
@@ -309,9 +314,11 @@ mod tests {
         );
         rejects::<ReleaseRequest>(json!({"shards": [1], "revoke_revision": 3, "x": true}));
         rejects::<AssignmentPush>(
-            json!({"revision": 1, "shard_count": 4, "shards": [], "lease_ttl_ms": 1}),
+            json!({"executor_id": "ex-1", "revision": 1, "shard_count": 4, "shards": [], "lease_ttl_ms": 1}),
         );
-        rejects::<RevokePush>(json!({"revision": 1, "shards": [], "epoch": 1}));
+        rejects::<RevokePush>(
+            json!({"executor_id": "ex-1", "revision": 1, "shards": [], "epoch": 1}),
+        );
         rejects::<AddNodeRequest>(json!({"node_id": 4, "address": "http://h:1", "voter": true}));
     }
 

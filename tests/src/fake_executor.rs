@@ -112,9 +112,13 @@ fn lock(view: &Shared) -> std::sync::MutexGuard<'_, View> {
 async fn assignment(
     State(view): State<Shared>,
     Json(push): Json<AssignmentPush>,
-) -> Json<serde_json::Value> {
-    lock(&view).adopt(push.revision, &push.shards, Instant::now());
-    Json(serde_json::json!({}))
+) -> Result<Json<serde_json::Value>, axum::http::StatusCode> {
+    let mut view = lock(&view);
+    if push.executor_id != view.executor_id {
+        return Err(axum::http::StatusCode::CONFLICT);
+    }
+    view.adopt(push.revision, &push.shards, Instant::now());
+    Ok(Json(serde_json::json!({})))
 }
 
 async fn revoke(
@@ -122,7 +126,7 @@ async fn revoke(
     Json(push): Json<RevokePush>,
 ) -> Result<Json<RevokeReply>, axum::http::StatusCode> {
     let mut view = lock(&view);
-    if view.refuse_revokes {
+    if view.refuse_revokes || push.executor_id != view.executor_id {
         return Err(axum::http::StatusCode::SERVICE_UNAVAILABLE);
     }
     if push.revision < view.applied_revision {

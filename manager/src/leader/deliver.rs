@@ -121,8 +121,9 @@ fn plan_round(
                 .collect();
             deliveries.push(Delivery::Push {
                 address: executor.address.clone(),
-                executor_id,
+                executor_id: executor_id.clone(),
                 body: AssignmentPush {
+                    executor_id,
                     revision: state.revision(),
                     shard_count,
                     shards,
@@ -153,8 +154,12 @@ fn plan_round(
             revoke_sent.insert(key, now);
             deliveries.push(Delivery::Revoke {
                 address: executor.address.clone(),
+                body: RevokePush {
+                    executor_id: executor_id.clone(),
+                    revision,
+                    shards,
+                },
                 executor_id,
-                body: RevokePush { revision, shards },
             });
         }
         deliveries

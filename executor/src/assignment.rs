@@ -1,0 +1,440 @@
+//! The set of shards the executor holds and the order deliveries apply in (PROTOCOL §4). Pure:
+//! no clock, no I/O; it says which shards a delivery drops and gains, and the admission core
+//! ([`crate::admission`]) turns that into admission starts and stops.
+//!
+//! Ordering (P4.1): every delivered set (register reply, renew reply, assign push) carries the
+//! revision it was read from and applies only if that revision is at least the last one
+//! applied. A revoke carries the revision it was committed at, applies under the same rule, and
+//! applying it raises the last applied revision to its own: an assign push read before the
+//! revoke (hence with a lower revision) that arrives after it can then no longer bring the shard
+//! back. The handoff's exclusivity (P5.2) rests on this, because the revoke reply tells the
+//! manager the shard may go to its next owner.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU32;
+
+use leasehold_api::wire::ShardEpoch;
+
+/// Why a delivery was refused as malformed (I6). A refused delivery changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// A shard count of zero cannot map any key.
+    #[error("shard_count must be positive")]
+    ZeroShardCount,
+    /// The shard count is fixed for the life of a cluster (§11); another value means the
+    /// delivery is meant for another cluster.
+    #[error("shard_count {got} does not match this executor's {expected}")]
+    ShardCountMismatch {
+        /// What this executor learned first.
+        expected: u32,
+        /// What the delivery says.
+        got: u32,
+    },
+    /// `shard >= shard_count`.
+    #[error("shard {shard} is out of range (shard count {shard_count})")]
+    ShardOutOfRange {
+        /// The offending shard.
+        shard: u32,
+        /// The cluster's shard count.
+        shard_count: u32,
+    },
+    /// A set or revoke naming one shard twice is ambiguous (two epochs for one shard).
+    #[error("shard {shard} is listed twice")]
+    DuplicateShard {
+        /// The shard listed twice.
+        shard: u32,
+    },
+}
+
+/// What a set delivery did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// Applied (P4.3): `dropped` shards left the set, then `gained` ones joined it. A shard whose
+    /// epoch changed is in both: it left under its old epoch and came back under the new one.
+    Applied {
+        /// Shards (with the epochs they were held at) that left the set, ascending.
+        dropped: Vec<ShardEpoch>,
+        /// Shards (with their new epochs) that joined the set, ascending.
+        gained: Vec<ShardEpoch>,
+    },
+    /// Older than the last delivery applied (P4.1): nothing changed.
+    Stale {
+        /// The delivery's revision.
+        revision: u64,
+        /// The last revision applied, which the delivery is older than.
+        applied_revision: u64,
+    },
+}
+
+/// What a revoke did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    /// Applied: none of the revoked shards is held any more.
+    Applied {
+        /// Shards (with epochs) that were held and left the set, ascending.
+        dropped: Vec<ShardEpoch>,
+        /// Every shard the revoke named, ascending: none of them is held now, whether it was
+        /// before or not, so all may be handed on (the revoke reply's `released`).
+        released: Vec<u32>,
+    },
+    /// Older than the last delivery applied (P4.1): nothing changed and nothing may be reported
+    /// as released (P5.2: answered as ignored, never as done).
+    Ignored {
+        /// The revoke's revision.
+        revision: u64,
+        /// The last revision applied, which the revoke is older than.
+        applied_revision: u64,
+    },
+}
+
+/// The held set and the revision order of deliveries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AssignmentState {
+    /// Learned from the first delivery; fixed for the life of the cluster (§11).
+    shard_count: Option<NonZeroU32>,
+    /// Shard → epoch of every shard the last applied delivery gave this executor.
+    held: BTreeMap<u32, u64>,
+    /// Shard → revision of the delivery that gave it at its current epoch: tells a shard the
+    /// manager had already taken away at an older grant's revision from one gained after it.
+    gained_at: BTreeMap<u32, u64>,
+    /// Revision of the last delivery applied, raised by applied revokes too (P4.1). Kept
+    /// across re-registration: log indices only grow, so every delivery meant for the new
+    /// executor is newer than anything meant for the old one.
+    revision: u64,
+}
+
+impl AssignmentState {
+    /// The cluster's shard count, once a delivery has told it.
+    pub fn shard_count(&self) -> Option<NonZeroU32> {
+        self.shard_count
+    }
+
+    /// Revision of the last delivery applied (what renewals report, P4.1/P5.2).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The epoch `shard` is held at, if held.
+    pub fn epoch_of(&self, shard: u32) -> Option<u64> {
+        self.held.get(&shard).copied()
+    }
+
+    /// The held set, ascending: the executor's renewal claims (P4.2).
+    pub fn held(&self) -> Vec<ShardEpoch> {
+        self.held
+            .iter()
+            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
+            .collect()
+    }
+
+    /// Whether `(shard, epoch)` is held.
+    pub fn holds(&self, shard: u32, epoch: u64) -> bool {
+        self.held.get(&shard) == Some(&epoch)
+    }
+
+    /// Checks a shard count against the one already known.
+    fn check_shard_count(&self, shard_count: u32) -> Result<NonZeroU32, DeliveryError> {
+        let count = NonZeroU32::new(shard_count).ok_or(DeliveryError::ZeroShardCount)?;
+        match self.shard_count {
+            Some(known) if known != count => Err(DeliveryError::ShardCountMismatch {
+                expected: known.get(),
+                got: shard_count,
+            }),
+            _ => Ok(count),
+        }
+    }
+
+    /// Checks that every shard is in range and listed once.
+    fn check_shards(
+        shard_count: NonZeroU32,
+        shards: impl IntoIterator<Item = u32>,
+    ) -> Result<(), DeliveryError> {
+        let mut seen = BTreeSet::new();
+        for shard in shards {
+            if shard >= shard_count.get() {
+                return Err(DeliveryError::ShardOutOfRange {
+                    shard,
+                    shard_count: shard_count.get(),
+                });
+            }
+            if !seen.insert(shard) {
+                return Err(DeliveryError::DuplicateShard { shard });
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates a set delivery without applying it.
+    pub fn validate_set(
+        &self,
+        shard_count: u32,
+        shards: &[ShardEpoch],
+    ) -> Result<(), DeliveryError> {
+        let count = self.check_shard_count(shard_count)?;
+        Self::check_shards(count, shards.iter().map(|s| s.shard))
+    }
+
+    /// Applies a full set (register reply, renew reply or assign push) if its revision is at
+    /// least the last applied (P4.1). Malformed input is refused whole, stale or not.
+    pub fn apply_set(
+        &mut self,
+        revision: u64,
+        shard_count: u32,
+        shards: &[ShardEpoch],
+    ) -> Result<SetOutcome, DeliveryError> {
+        self.validate_set(shard_count, shards)?;
+        let count = self.check_shard_count(shard_count)?;
+        if revision < self.revision {
+            return Ok(SetOutcome::Stale {
+                revision,
+                applied_revision: self.revision,
+            });
+        }
+        let next: BTreeMap<u32, u64> = shards.iter().map(|s| (s.shard, s.epoch)).collect();
+        let dropped = self
+            .held
+            .iter()
+            .filter(|&(shard, epoch)| next.get(shard) != Some(epoch))
+            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
+            .collect();
+        let gained: Vec<ShardEpoch> = next
+            .iter()
+            .filter(|&(shard, epoch)| self.held.get(shard) != Some(epoch))
+            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
+            .collect();
+        self.shard_count = Some(count);
+        self.gained_at.retain(|shard, _| next.contains_key(shard));
+        for gained in &gained {
+            self.gained_at.insert(gained.shard, revision);
+        }
+        self.held = next;
+        self.revision = revision;
+        Ok(SetOutcome::Applied { dropped, gained })
+    }
+
+    /// Applies a revoke if its revision is at least the last applied (P4.1), and raises the
+    /// last applied revision to the revoke's so an older assign push arriving later is stale.
+    pub fn apply_revoke(
+        &mut self,
+        revision: u64,
+        shards: &[u32],
+    ) -> Result<RevokeOutcome, DeliveryError> {
+        match self.shard_count {
+            Some(count) => Self::check_shards(count, shards.iter().copied())?,
+            // Before any delivery the range is unknown; duplicates are still refused.
+            None => Self::check_shards(NonZeroU32::MAX, shards.iter().copied())?,
+        }
+        if revision < self.revision {
+            return Ok(RevokeOutcome::Ignored {
+                revision,
+                applied_revision: self.revision,
+            });
+        }
+        let mut released: Vec<u32> = shards.to_vec();
+        released.sort_unstable();
+        let dropped = released
+            .iter()
+            .filter_map(|&shard| {
+                self.gained_at.remove(&shard);
+                self.held
+                    .remove(&shard)
+                    .map(|epoch| ShardEpoch { shard, epoch })
+            })
+            .collect();
+        self.revision = revision;
+        Ok(RevokeOutcome::Applied { dropped, released })
+    }
+
+    /// Drops the whole set: the manager no longer knows this executor (`unknown_executor`), so
+    /// it holds nothing. The revision is kept (see the field).
+    pub fn clear(&mut self) -> Vec<ShardEpoch> {
+        let dropped = self.held();
+        self.held.clear();
+        self.gained_at.clear();
+        dropped
+    }
+
+    /// For a grant older than the last applied delivery (its set is stale, P4.1, but its lease
+    /// still counts, P3.3): drops the held shards that the manager had already taken from this
+    /// executor at the grant's revision, i.e. missing from the grant's set and gained no later
+    /// than it. Their handoff deadline was fixed before this grant, so the grant's lease must not
+    /// cover them (I1). Shards gained by newer deliveries are kept. Returns what was dropped.
+    pub fn drop_taken_by(
+        &mut self,
+        grant_revision: u64,
+        grant_shards: &[ShardEpoch],
+    ) -> Vec<ShardEpoch> {
+        let taken: Vec<u32> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|shard| !grant_shards.iter().any(|s| s.shard == *shard))
+            .filter(|shard| {
+                self.gained_at
+                    .get(shard)
+                    .is_none_or(|&at| at <= grant_revision)
+            })
+            .collect();
+        taken
+            .into_iter()
+            .filter_map(|shard| {
+                self.gained_at.remove(&shard);
+                self.held
+                    .remove(&shard)
+                    .map(|epoch| ShardEpoch { shard, epoch })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(pairs: &[(u32, u64)]) -> Vec<ShardEpoch> {
+        pairs
+            .iter()
+            .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
+            .collect()
+    }
+
+    fn applied(dropped: &[(u32, u64)], gained: &[(u32, u64)]) -> SetOutcome {
+        SetOutcome::Applied {
+            dropped: set(dropped),
+            gained: set(gained),
+        }
+    }
+
+    #[test]
+    fn p4_1_set_applies_at_equal_or_newer_revision_only() {
+        let mut state = AssignmentState::default();
+        assert_eq!(
+            state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])),
+            Ok(applied(&[], &[(1, 1), (2, 1)]))
+        );
+        assert_eq!(
+            state.apply_set(9, 8, &set(&[])),
+            Ok(SetOutcome::Stale {
+                revision: 9,
+                applied_revision: 10
+            })
+        );
+        assert_eq!(state.held(), set(&[(1, 1), (2, 1)]));
+        assert_eq!(
+            state.apply_set(10, 8, &set(&[(2, 1), (3, 4)])),
+            Ok(applied(&[(1, 1)], &[(3, 4)]))
+        );
+        assert_eq!(state.revision(), 10);
+    }
+
+    /// I1 with a stale grant (P3.3, P4.1): X was taken at revision 12 (the revoke is still in
+    /// flight), Y's revoke at 14 landed first. A grant read at 13 (without X) arrives last: its
+    /// lease counts, so X, already taken at 13, must go; Z, gained at 15, stays.
+    #[test]
+    fn i1_a_stale_grant_drops_shards_already_taken_at_its_revision_and_keeps_newer_ones() {
+        let mut state = AssignmentState::default();
+        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap(); // X = 1, Y = 2
+        state.apply_revoke(14, &[2]).unwrap();
+        state.apply_set(15, 8, &set(&[(1, 1), (3, 4)])).unwrap(); // a push adds Z = 3
+        let dropped = state.drop_taken_by(13, &set(&[(2, 1)]));
+        assert_eq!(dropped, set(&[(1, 1)]));
+        assert_eq!(state.held(), set(&[(3, 4)]));
+    }
+
+    #[test]
+    fn p4_3_epoch_change_is_a_drop_then_a_gain() {
+        let mut state = AssignmentState::default();
+        state.apply_set(1, 8, &set(&[(5, 1)])).unwrap();
+        assert_eq!(
+            state.apply_set(2, 8, &set(&[(5, 3)])),
+            Ok(applied(&[(5, 1)], &[(5, 3)]))
+        );
+    }
+
+    #[test]
+    fn p4_1_stale_revoke_is_ignored_and_keeps_the_shard() {
+        let mut state = AssignmentState::default();
+        state.apply_set(20, 8, &set(&[(1, 2)])).unwrap();
+        assert_eq!(
+            state.apply_revoke(19, &[1]),
+            Ok(RevokeOutcome::Ignored {
+                revision: 19,
+                applied_revision: 20
+            })
+        );
+        assert!(state.holds(1, 2));
+    }
+
+    #[test]
+    fn p4_1_revoke_raises_the_applied_revision_so_an_older_push_is_stale() {
+        let mut state = AssignmentState::default();
+        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap();
+        assert_eq!(
+            state.apply_revoke(15, &[2, 7]),
+            Ok(RevokeOutcome::Applied {
+                dropped: set(&[(2, 1)]),
+                released: vec![2, 7],
+            })
+        );
+        assert_eq!(state.revision(), 15);
+        // An assign push read at 12 (before the revoke) that still carries shard 2.
+        assert_eq!(
+            state.apply_set(12, 8, &set(&[(1, 1), (2, 1)])),
+            Ok(SetOutcome::Stale {
+                revision: 12,
+                applied_revision: 15
+            })
+        );
+        assert!(!state.holds(2, 1));
+    }
+
+    #[test]
+    fn i6_malformed_deliveries_are_refused_whole() {
+        let mut state = AssignmentState::default();
+        assert_eq!(
+            state.apply_set(1, 0, &[]),
+            Err(DeliveryError::ZeroShardCount)
+        );
+        assert_eq!(
+            state.apply_set(1, 8, &set(&[(8, 1)])),
+            Err(DeliveryError::ShardOutOfRange {
+                shard: 8,
+                shard_count: 8
+            })
+        );
+        assert_eq!(
+            state.apply_set(1, 8, &set(&[(3, 1), (3, 2)])),
+            Err(DeliveryError::DuplicateShard { shard: 3 })
+        );
+        state.apply_set(1, 8, &set(&[(3, 1)])).unwrap();
+        assert_eq!(
+            state.apply_set(2, 16, &set(&[])),
+            Err(DeliveryError::ShardCountMismatch {
+                expected: 8,
+                got: 16
+            })
+        );
+        assert_eq!(
+            state.apply_revoke(3, &[9]),
+            Err(DeliveryError::ShardOutOfRange {
+                shard: 9,
+                shard_count: 8
+            })
+        );
+        assert_eq!(
+            state.apply_revoke(3, &[1, 1]),
+            Err(DeliveryError::DuplicateShard { shard: 1 })
+        );
+        assert_eq!(state.revision(), 1, "refusals change nothing");
+        assert_eq!(state.held(), set(&[(3, 1)]));
+    }
+
+    #[test]
+    fn clear_keeps_the_revision() {
+        let mut state = AssignmentState::default();
+        state.apply_set(7, 8, &set(&[(0, 1)])).unwrap();
+        assert_eq!(state.clear(), set(&[(0, 1)]));
+        assert_eq!(state.revision(), 7);
+        assert!(state.held().is_empty());
+    }
+}

@@ -1,0 +1,47 @@
+//! What an embedder (or the `leasehold-executor` binary) configures.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default bound on a graceful stop's deregistration (P3.7).
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Default bound on one HTTP attempt to a manager.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How an executor finds its managers and presents itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Manager base URLs (`http://host:port`); the client follows `X-Leasehold-Leader` and
+    /// fails over across them (§9, P7.1).
+    pub managers: Vec<String>,
+    /// `HOST:PORT` to bind the push listener to; port 0 picks a free one.
+    pub listen: String,
+    /// The base URL managers push to (P8.1); defaults to `http://<bound address>`. Required
+    /// when binding a wildcard address, which is no address others can use.
+    pub advertise: Option<String>,
+    /// A label for operators; carries no meaning for the protocol.
+    pub name: Option<String>,
+    /// Where to append the admission log (§9); none when `None`.
+    pub event_log: Option<PathBuf>,
+    /// Bound on a graceful stop after admission stopped: the deregistration must fit in it
+    /// (P3.7). If it does not, the shards move after the lease instead.
+    pub shutdown_grace: Duration,
+    /// Bound on one HTTP attempt to a manager.
+    pub request_timeout: Duration,
+}
+
+impl ExecutorConfig {
+    /// A configuration with the defaults for everything but the managers and the listener.
+    pub fn new(managers: Vec<String>, listen: impl Into<String>) -> Self {
+        Self {
+            managers,
+            listen: listen.into(),
+            advertise: None,
+            name: None,
+            event_log: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}

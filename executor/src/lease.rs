@@ -1,0 +1,278 @@
+//! The executor's own copy of its lease, and when to renew it (PROTOCOL §3). Pure: every
+//! function takes the instant it reasons about, nothing here reads a clock or does I/O.
+//!
+//! The rules it keeps:
+//! - P3.1/P3.2: a grant carries the time remaining (`lease_ttl_ms`); the executor anchors it at
+//!   the instant read just before the request that earned it was sent, so its expiry is
+//!   `sent_at + lease_ttl_ms`. The manager granted after that instant, so transit and the
+//!   manager's write time make this copy shorter than the manager's, never longer (the seed 000
+//!   review: a reply sent at t=20 with 40 s left that lands at t=25 must still expire at t=60).
+//! - P3.3: only grants move the clock, and every grant does; pushes carry no lease, so there is
+//!   no function here that a push could call.
+//! - P3.5: renew after a third of the remaining lease; on failure back off exponentially with
+//!   each retry capped so it lands before expiry; keep trying after a lapse.
+//!
+//! Clocks: [`tokio::time::Instant`] is monotonic (CLOCK_MONOTONIC on Linux) and can be paused
+//! in tests. Anchoring removes every delay term from the lease but not clock *rate* error: the
+//! design assumes the executor's and the manager's clocks advance at rates that differ by far
+//! less than the lease (ntp/chrony discipline keeps it near 500 ppm, about 30 ms on a 60 s
+//! lease); P5.2 states the same assumption.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Longest lease the executor will hold from one grant. The manager never grants anything
+/// near this; a larger `lease_ttl_ms` can only be a corrupt reply, and clamping it keeps the
+/// executor's copy shorter than the manager's (safe) while making `sent_at + ttl` impossible to
+/// overflow, so decoding a grant is total and never yields a lease that does not expire.
+pub const MAX_LEASE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// First retry delay after a failed grant request; P7.1's retry interval.
+pub const RETRY_DELAY_INITIAL: Duration = Duration::from_millis(250);
+/// Largest retry delay, also the pace of retries once the lease has lapsed (P3.5: keep trying;
+/// a lapsed executor that renews resumes, P3.6).
+pub const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
+/// Smallest retry delay: keeps a nearly expired lease (where "half of what is left" tends to
+/// zero) from turning the retry loop into a busy loop.
+pub const RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
+
+/// The executor's copy of its lease: one per executor, not per shard (§1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseClock {
+    /// `sent_at + lease_ttl_ms` of the last grant applied (P3.2); `None` before the first grant
+    /// and after the executor was forgotten by the manager (`unknown_executor`).
+    expiry: Option<Instant>,
+}
+
+impl LeaseClock {
+    /// Applies a grant: `expiry = sent_at + lease_ttl_ms` (P3.2), where `sent_at` was read
+    /// just before the request that earned the grant was sent.
+    ///
+    /// This is a set, not a max (P3.3: every grant moves the clock). A grant anchored earlier
+    /// than the one before it (an older reply overtaken by a newer one) can therefore shorten
+    /// the copy; that only ever errs on the safe side, since each anchored expiry is at most the
+    /// manager's expiry at the moment it granted, and the manager's expiry never decreases
+    /// (P3.4).
+    pub fn apply_grant(&mut self, sent_at: Instant, lease_ttl_ms: u64) -> Instant {
+        let lease_ttl = Duration::from_millis(lease_ttl_ms.min(MAX_LEASE_TTL_MS));
+        // `checked_add` can only fail for an instant near the end of the clock's range; then
+        // the lease is treated as ending at `sent_at`, i.e. already lapsed (safe).
+        let expiry = sent_at.checked_add(lease_ttl).unwrap_or(sent_at);
+        self.expiry = Some(expiry);
+        expiry
+    }
+
+    /// Forgets the lease: the manager no longer knows this executor (its reply was
+    /// `unknown_executor`), so no grant it made still stands.
+    pub fn clear(&mut self) {
+        self.expiry = None;
+    }
+
+    /// When the lease ends (exclusive: the lease is live strictly before this instant).
+    pub fn expiry(&self) -> Option<Instant> {
+        self.expiry
+    }
+
+    /// Whether the lease is live at `now` (P3.6: a lapsed lease admits nothing).
+    pub fn is_live(&self, now: Instant) -> bool {
+        self.expiry.is_some_and(|expiry| now < expiry)
+    }
+
+    /// Time left at `now`; zero once lapsed or before any grant.
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.expiry.map_or(Duration::ZERO, |expiry| {
+            expiry.saturating_duration_since(now)
+        })
+    }
+
+    /// When to send the next renewal after a successful one applied at `now`: once a third of
+    /// the remaining lease has passed (P3.5, about 20 s on the 60 s default). A lapsed lease
+    /// renews at once.
+    pub fn next_renewal_at(&self, now: Instant) -> Instant {
+        now + self.remaining(now) / 3
+    }
+}
+
+/// Exponential backoff for failed register and renew attempts (P3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryBackoff {
+    /// Delay the next failure will wait before being capped by the lease.
+    next_delay: Duration,
+}
+
+impl Default for RetryBackoff {
+    fn default() -> Self {
+        Self {
+            next_delay: RETRY_DELAY_INITIAL,
+        }
+    }
+}
+
+impl RetryBackoff {
+    /// The instant to retry after a failure observed at `now`, and doubles the delay for the
+    /// failure after it (up to [`RETRY_DELAY_MAX`]).
+    ///
+    /// While the lease is live the delay is capped at half of what is left, so the retry
+    /// lands before expiry (P3.5) and a run of failures keeps probing ever closer to the
+    /// deadline instead of sleeping through it. Once less than `2 × RETRY_DELAY_MIN` is left no
+    /// request could complete in time anyway, and the retry waits [`RETRY_DELAY_MIN`] (landing
+    /// at most that long after the expiry). Once lapsed the executor keeps trying at the
+    /// uncapped pace: a renewal that succeeds resumes admission (P3.6).
+    pub fn next_retry_at(&mut self, now: Instant, lease: &LeaseClock) -> Instant {
+        let mut delay = self.next_delay;
+        self.next_delay = self.next_delay.saturating_mul(2).min(RETRY_DELAY_MAX);
+        if lease.is_live(now) {
+            delay = delay.min(lease.remaining(now) / 2);
+        }
+        now + delay.max(RETRY_DELAY_MIN)
+    }
+
+    /// A request succeeded: the next failure starts again from [`RETRY_DELAY_INITIAL`].
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// The seed 000 review example: the manager's expiry is t=60; the request that earns the
+    /// grant leaves at t=20, the manager answers with 40 s left, the reply lands at t=25. The
+    /// executor's copy must end at t=60, not t=65.
+    #[test]
+    fn p3_2_delayed_grant_never_extends_past_send_plus_ttl() {
+        let t0 = Instant::now();
+        let sent_at = t0 + secs(20);
+        let received_at = t0 + secs(25);
+        let mut lease = LeaseClock::default();
+        let expiry = lease.apply_grant(sent_at, 40_000);
+        assert_eq!(expiry, t0 + secs(60));
+        assert!(lease.is_live(t0 + secs(60) - Duration::from_nanos(1)));
+        assert!(
+            !lease.is_live(t0 + secs(60)),
+            "still live at the manager's expiry"
+        );
+        assert_eq!(lease.remaining(received_at), secs(35));
+    }
+
+    proptest! {
+        /// P3.2 over a grid of transits and manager write times: the executor's hold never
+        /// outlives the manager's expiry.
+        #[test]
+        fn p3_2_executor_expiry_never_exceeds_the_managers(
+            transit_to_manager_ms in 0u64..30_000,
+            manager_write_ms in 0u64..30_000,
+            transit_back_ms in 0u64..30_000,
+            lease_duration_ms in 1u64..120_000,
+        ) {
+            let sent_at = Instant::now();
+            // The manager stamps `now` after the request arrived and before it answers.
+            let granted_at = sent_at + Duration::from_millis(transit_to_manager_ms);
+            let manager_expiry = granted_at + Duration::from_millis(lease_duration_ms);
+            // It tells the time remaining when the reply leaves, after its write.
+            let reply_leaves = granted_at + Duration::from_millis(manager_write_ms);
+            let lease_ttl_ms = u64::try_from(
+                manager_expiry.saturating_duration_since(reply_leaves).as_millis(),
+            ).unwrap_or(u64::MAX);
+            let _received_at = reply_leaves + Duration::from_millis(transit_back_ms);
+            let mut lease = LeaseClock::default();
+            let expiry = lease.apply_grant(sent_at, lease_ttl_ms);
+            prop_assert!(expiry <= manager_expiry);
+        }
+    }
+
+    #[test]
+    fn p3_3_every_grant_sets_the_expiry_even_when_it_shortens_it() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0 + secs(10), 60_000);
+        // An older reply overtaken by the newer one still moves the clock; it errs short.
+        lease.apply_grant(t0 + secs(5), 60_000);
+        assert_eq!(lease.expiry(), Some(t0 + secs(65)));
+    }
+
+    #[test]
+    fn p3_1_absurd_ttl_is_clamped_and_never_overflows() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        let expiry = lease.apply_grant(t0, u64::MAX);
+        assert_eq!(expiry, t0 + Duration::from_millis(MAX_LEASE_TTL_MS));
+        let zero = lease.apply_grant(t0, 0);
+        assert_eq!(zero, t0);
+        assert!(!lease.is_live(t0), "a zero ttl is lapsed at once");
+    }
+
+    #[test]
+    fn p3_5_next_renewal_after_a_third_of_the_remaining_lease() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, 60_000);
+        assert_eq!(lease.next_renewal_at(t0), t0 + secs(20));
+        // Applied late (the reply took 3 s): a third of what is left, not of the full lease.
+        assert_eq!(lease.next_renewal_at(t0 + secs(3)), t0 + secs(3 + 19));
+        // Lapsed or never granted: renew at once.
+        assert_eq!(lease.next_renewal_at(t0 + secs(61)), t0 + secs(61));
+        assert_eq!(LeaseClock::default().next_renewal_at(t0), t0);
+    }
+
+    #[test]
+    fn p3_5_backoff_doubles_and_each_retry_lands_before_expiry() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, 4_000);
+        let mut backoff = RetryBackoff::default();
+        let mut now = t0 + Duration::from_millis(1_333);
+        let mut delays = Vec::new();
+        while lease.is_live(now) && delays.len() < 50 {
+            let at = backoff.next_retry_at(now, &lease);
+            if lease.remaining(now) >= RETRY_DELAY_MIN * 2 {
+                assert!(
+                    at < t0 + secs(4),
+                    "retry at {:?} lands after expiry",
+                    at - t0
+                );
+            } else {
+                assert!(at <= t0 + secs(4) + RETRY_DELAY_MIN);
+            }
+            delays.push((at - now).as_millis());
+            now = at;
+        }
+        assert!(delays.len() < 50, "converges on the expiry: {delays:?}");
+        // 250, 500, then 1000 capped at half of the 1917 ms left, then halving on.
+        assert_eq!(&delays[..3], &[250, 500, 958]);
+        assert!(delays[3] <= 480, "{delays:?}");
+        assert!(delays.iter().all(|&d| d >= 10), "{delays:?}");
+    }
+
+    #[test]
+    fn p3_5_keeps_trying_after_a_lapse_at_the_capped_pace() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, 1_000);
+        let mut backoff = RetryBackoff::default();
+        let mut now = t0 + secs(2);
+        let mut delays = Vec::new();
+        for _ in 0..8 {
+            let at = backoff.next_retry_at(now, &lease);
+            delays.push(at - now);
+            now = at;
+        }
+        assert_eq!(
+            delays,
+            [250, 500, 1_000, 2_000, 4_000, 5_000, 5_000, 5_000].map(Duration::from_millis)
+        );
+        backoff.reset();
+        assert_eq!(
+            backoff.next_retry_at(now, &lease),
+            now + RETRY_DELAY_INITIAL
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! The executor's calls to the manager, behind a seam so the lease loop can be tested against
+//! a fake manager under a paused clock.
+//!
+//! The real implementation uses two [`Client`]s over the same managers:
+//! - grants (register, renew) with a short patience. The lease is anchored at the instant read
+//!   just before the call (P3.2); the client's retries inside one call (failover to another
+//!   replica, following a named leader) all start after that instant, so the anchor still
+//!   precedes the attempt that earned the grant, and it errs short by at most the patience. The
+//!   lease loop owns the longer backoff (P3.5).
+//! - everything else (deregister, routing lookups) with the protocol's default patience (P7.1),
+//!   bounded by the caller.
+
+use std::future::Future;
+use std::time::Duration;
+
+use leasehold_api::client::{Client, ClientConfig, ClientError};
+use leasehold_api::wire::{Grant, KeyRoute, RegisterRequest, RenewRequest};
+
+/// Patience of one register or renew call: how stale the lease anchor can get before the
+/// attempt that earns the grant is sent.
+pub const GRANT_CALL_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Longest routing key the manager accepts in `GET /v1/routing?key=K`.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// The manager calls the lease loop makes.
+pub(crate) trait ManagerApi: Send + Sync + 'static {
+    /// `POST /v1/executors` (P4.4): idempotent per incarnation (P7.2).
+    fn register(
+        &self,
+        request: &RegisterRequest,
+    ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
+
+    /// `POST /v1/executors/{id}/renew`.
+    fn renew(
+        &self,
+        executor_id: &str,
+        request: &RenewRequest,
+    ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
+
+    /// `DELETE /v1/executors/{id}` (P3.7); a retry after a lost reply succeeds (P7.2).
+    fn deregister(&self, executor_id: &str)
+        -> impl Future<Output = Result<(), ClientError>> + Send;
+}
+
+/// The real manager connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ManagerLink {
+    /// Register and renew: short patience (see the module docs).
+    grants: Client,
+    /// Deregister and lookups: P7.1 patience.
+    patient: Client,
+}
+
+impl ManagerLink {
+    pub(crate) fn new(
+        managers: Vec<String>,
+        request_timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let patient_config = ClientConfig {
+            request_timeout,
+            ..ClientConfig::default()
+        };
+        let grants_config = ClientConfig {
+            patience: GRANT_CALL_PATIENCE,
+            ..patient_config
+        };
+        Ok(Self {
+            grants: Client::with_config(managers.clone(), grants_config)?,
+            patient: Client::with_config(managers, patient_config)?,
+        })
+    }
+
+    /// A client with the default patience, for embedders' own lookups.
+    pub(crate) fn client(&self) -> &Client {
+        &self.patient
+    }
+
+    /// `GET /v1/routing?key=K` with the short patience: the answer is for a request waiting on
+    /// it.
+    pub(crate) async fn route_for_key(&self, key: &str) -> Result<KeyRoute, ClientError> {
+        let path = format!("/v1/routing?key={}", percent_encode(key));
+        let value = self.grants.get_json(&path).await?;
+        serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+}
+
+impl ManagerApi for ManagerLink {
+    fn register(
+        &self,
+        request: &RegisterRequest,
+    ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
+        self.grants.register(request)
+    }
+
+    fn renew(
+        &self,
+        executor_id: &str,
+        request: &RenewRequest,
+    ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
+        self.grants.renew(executor_id, request)
+    }
+
+    fn deregister(
+        &self,
+        executor_id: &str,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send {
+        self.patient.deregister(executor_id)
+    }
+}
+
+/// Percent-encodes a query value: everything but RFC 3986 unreserved characters.
+pub(crate) fn percent_encode(value: &str) -> String {
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(percent_encode("order-17_a.b~c"), "order-17_a.b~c");
+        assert_eq!(percent_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    }
+
+    #[test]
+    fn link_rejects_bad_endpoints() {
+        assert!(ManagerLink::new(vec![], Duration::from_secs(1)).is_err());
+        assert!(ManagerLink::new(vec!["ftp://x".into()], Duration::from_secs(1)).is_err());
+        assert!(
+            ManagerLink::new(vec!["http://127.0.0.1:1".into()], Duration::from_secs(1)).is_ok()
+        );
+    }
+}

@@ -1,0 +1,305 @@
+//! The push endpoints, health and status over the router, without a socket (§9, I6, P5.2).
+
+use std::sync::Arc;
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use leasehold_api::problem::PROBLEM_CONTENT_TYPE;
+use leasehold_api::wire::Grant;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use super::set;
+use crate::admission::{AdmitError, Permit};
+use crate::runtime::Shared;
+use crate::server;
+
+const SHARD_COUNT: u32 = 8;
+
+/// An executor registered as ex-1 at revision 10, holding shards 1 and 2 at epoch 1.
+fn registered() -> Arc<Shared> {
+    let shared = Arc::new(Shared::new("http://127.0.0.1:9".into(), None, None));
+    shared
+        .apply_grant(
+            Instant::now(),
+            &Grant {
+                executor_id: "ex-1".into(),
+                lease_ttl_ms: 60_000,
+                revision: 10,
+                shard_count: SHARD_COUNT,
+                shards: set(&[(1, 1), (2, 1)]),
+            },
+        )
+        .unwrap();
+    shared
+}
+
+fn app(shared: &Arc<Shared>) -> Router {
+    server::app(Arc::clone(shared), Router::new())
+}
+
+async fn call(
+    app: Router,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Option<String>, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    let body = match body {
+        Some(value) => {
+            request = request.header("content-type", "application/json");
+            Body::from(value.to_string())
+        }
+        None => Body::empty(),
+    };
+    let response = app.oneshot(request.body(body).unwrap()).await.unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (status, content_type, value)
+}
+
+fn assert_problem(reply: &(StatusCode, Option<String>, Value), status: u16, code: &str) {
+    assert_eq!(reply.0.as_u16(), status, "{reply:?}");
+    assert_eq!(reply.1.as_deref(), Some(PROBLEM_CONTENT_TYPE), "{reply:?}");
+    assert_eq!(reply.2["code"], code, "{reply:?}");
+    assert_eq!(reply.2["status"], status, "{reply:?}");
+}
+
+#[tokio::test]
+async fn p4_3_assignment_push_replaces_the_set() {
+    let shared = registered();
+    let reply = call(
+        app(&shared),
+        "PUT",
+        "/v1/assignment",
+        Some(json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [{"shard": 2, "epoch": 1}, {"shard": 5, "epoch": 3}]})),
+    )
+    .await;
+    assert_eq!(reply.0, StatusCode::NO_CONTENT, "{reply:?}");
+    assert_eq!(shared.admit(1), Err(AdmitError::NotOwner));
+    assert_eq!(shared.admit(5), Ok(Permit { shard: 5, epoch: 3 }));
+}
+
+#[tokio::test]
+async fn p4_1_stale_push_is_accepted_and_ignored() {
+    let shared = registered();
+    let reply = call(
+        app(&shared),
+        "PUT",
+        "/v1/assignment",
+        Some(
+            json!({"executor_id": "ex-1", "revision": 9, "shard_count": SHARD_COUNT, "shards": []}),
+        ),
+    )
+    .await;
+    assert_eq!(reply.0, StatusCode::NO_CONTENT);
+    assert_eq!(shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+}
+
+#[tokio::test]
+async fn p5_2_revoke_is_answered_released_after_admission_stopped() {
+    let shared = registered();
+    let reply = call(
+        app(&shared),
+        "POST",
+        "/v1/revoke",
+        Some(json!({"executor_id": "ex-1", "revision": 12, "shards": [2]})),
+    )
+    .await;
+    assert_eq!(reply.0, StatusCode::OK);
+    assert_eq!(
+        reply.2,
+        json!({"revision": 12, "released": [2], "ignored": false})
+    );
+    assert_eq!(shared.admit(2), Err(AdmitError::NotOwner));
+}
+
+#[tokio::test]
+async fn p5_2_stale_revoke_is_answered_ignored_never_as_done() {
+    let shared = registered();
+    let reply = call(
+        app(&shared),
+        "POST",
+        "/v1/revoke",
+        Some(json!({"executor_id": "ex-1", "revision": 9, "shards": [2]})),
+    )
+    .await;
+    assert_eq!(reply.0, StatusCode::OK);
+    assert_eq!(
+        reply.2,
+        json!({"revision": 9, "released": [], "ignored": true})
+    );
+    assert_eq!(shared.admit(2), Ok(Permit { shard: 2, epoch: 1 }));
+}
+
+#[tokio::test]
+async fn i6_bad_pushes_are_4xx_problems_and_change_nothing() {
+    let shared = registered();
+    let cases = [
+        (
+            json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [], "lease_ttl_ms": 5}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [{"shard": 8, "epoch": 1}]}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [{"shard": 1, "epoch": 1}, {"shard": 1, "epoch": 2}]}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": 11, "shard_count": 16, "shards": []}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": 11, "shard_count": 0, "shards": []}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": -1, "shard_count": SHARD_COUNT, "shards": []}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": "11", "shard_count": SHARD_COUNT, "shards": []}),
+            "invalid_request",
+        ),
+        (
+            json!({"shard_count": SHARD_COUNT, "shards": []}),
+            "invalid_request",
+        ),
+        (
+            json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [{"shard": 1, "epoch": 1, "owner": "x"}]}),
+            "invalid_request",
+        ),
+    ];
+    for (body, code) in cases {
+        let reply = call(app(&shared), "PUT", "/v1/assignment", Some(body.clone())).await;
+        assert_problem(&reply, 400, code);
+    }
+    let revokes = [
+        json!({"executor_id": "ex-1", "revision": 11, "shards": [8]}),
+        json!({"executor_id": "ex-1", "revision": 11, "shards": [1, 1]}),
+        json!({"executor_id": "ex-1", "revision": 11, "shards": [1], "epoch": 3}),
+        json!({"executor_id": "ex-1", "revision": 11, "shards": [4294967296u64]}),
+    ];
+    for body in revokes {
+        let reply = call(app(&shared), "POST", "/v1/revoke", Some(body)).await;
+        assert_problem(&reply, 400, "invalid_request");
+    }
+    let status = shared.status();
+    assert_eq!(status.revision, 10, "nothing changed");
+    assert_eq!(status.shards, set(&[(1, 1), (2, 1)]));
+}
+
+#[tokio::test]
+async fn i6_transport_level_errors_are_problems() {
+    let shared = registered();
+    // Not JSON.
+    let response = app(&shared)
+        .oneshot(
+            Request::builder()
+                .method("PUT")
+                .uri("/v1/assignment")
+                .header("content-type", "application/json")
+                .body(Body::from("{not json"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    // Wrong media type.
+    let response = app(&shared)
+        .oneshot(
+            Request::builder()
+                .method("POST")
+                .uri("/v1/revoke")
+                .header("content-type", "text/plain")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // Too large.
+    let huge = format!(
+        "{{\"revision\": 1, \"shards\": [{}]}}",
+        "1,".repeat(server::MAX_BODY_BYTES / 2) + "1"
+    );
+    let response = app(&shared)
+        .oneshot(
+            Request::builder()
+                .method("POST")
+                .uri("/v1/revoke")
+                .header("content-type", "application/json")
+                .body(Body::from(huge))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_problem(
+        &call(app(&shared), "GET", "/v1/nowhere", None).await,
+        404,
+        "not_found",
+    );
+    assert_problem(
+        &call(app(&shared), "GET", "/v1/assignment", None).await,
+        405,
+        "method_not_allowed",
+    );
+}
+
+#[tokio::test]
+async fn push_before_registration_is_refused_as_not_ready() {
+    let shared = Arc::new(Shared::new("http://127.0.0.1:9".into(), None, None));
+    let reply = call(
+        app(&shared),
+        "PUT",
+        "/v1/assignment",
+        Some(json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [{"shard": 1, "epoch": 1}]})),
+    )
+    .await;
+    assert_problem(&reply, 503, "sharding_not_ready");
+    assert!(shared.status().shards.is_empty());
+    assert_problem(
+        &call(app(&shared), "GET", "/v1/health", None).await,
+        503,
+        "sharding_not_ready",
+    );
+}
+
+#[tokio::test]
+async fn health_and_status_describe_the_executor() {
+    let shared = registered();
+    let (status, _, health) = call(app(&shared), "GET", "/v1/health", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["executor_id"], "ex-1");
+    assert_eq!(health["incarnation"].as_str().unwrap().len(), 32);
+    let (status, _, view) = call(app(&shared), "GET", "/v1/status", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(view["executor_id"], "ex-1");
+    assert_eq!(view["admission"], "admitting");
+    assert_eq!(view["revision"], 10);
+    assert_eq!(view["shard_count"], SHARD_COUNT);
+    assert_eq!(
+        view["shards"],
+        json!([{"shard": 1, "epoch": 1}, {"shard": 2, "epoch": 1}])
+    );
+    assert_eq!(view["address"], "http://127.0.0.1:9");
+    assert_eq!(view["stopping"], false);
+    let remaining = view["lease_remaining_ms"].as_u64().unwrap();
+    assert!(remaining > 59_000 && remaining <= 60_000, "{remaining}");
+    assert!(view["monotonic_ns"].as_u64().unwrap() > 0);
+}

@@ -1,0 +1,453 @@
+//! The lease loop, lapse watcher and graceful stop under a paused clock (P3.2, P3.5, P3.6,
+//! P3.7, P4.4, P7.2).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, sleep_until, Instant};
+
+use super::{set, Call, FakeManager, Script};
+use crate::admission::{AdmissionReason, AdmissionState, AdmitError, Permit};
+use crate::admission_log::AdmissionLog;
+use crate::runtime::{run_lease_loop, watch_lapses, RunState, ShardEvent, Shared, ShutdownSignal};
+
+const GRACE: Duration = Duration::from_secs(5);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// One executor shell (lease loop + lapse watcher) against a fake manager.
+struct Harness {
+    shared: Arc<Shared>,
+    fake: Arc<FakeManager>,
+    shutdown_tx: watch::Sender<bool>,
+    lease: JoinHandle<RunState>,
+    watcher: JoinHandle<()>,
+    events: broadcast::Receiver<ShardEvent>,
+    /// When the loop started (the first registration is sent at this instant).
+    t0: Instant,
+    log_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn start(script: Script) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log_path = dir.path().join("events.jsonl");
+        let log = AdmissionLog::open(&log_path).unwrap();
+        let shared = Arc::new(Shared::new(
+            "http://127.0.0.1:9".into(),
+            Some("test".into()),
+            Some(log),
+        ));
+        let events = shared.subscribe_events();
+        let fake = FakeManager::new(script);
+        fake.observe(&shared);
+        let (shutdown_tx, shutdown) = ShutdownSignal::new();
+        let t0 = Instant::now();
+        let lease = tokio::spawn(run_lease_loop(
+            Arc::clone(&shared),
+            Arc::clone(&fake),
+            shutdown.clone(),
+            GRACE,
+        ));
+        let watcher = tokio::spawn(watch_lapses(Arc::clone(&shared), shutdown));
+        Self {
+            shared,
+            fake,
+            shutdown_tx,
+            lease,
+            watcher,
+            events,
+            t0,
+            log_path,
+            _dir: dir,
+        }
+    }
+
+    /// Lets the spawned tasks run without moving the clock much.
+    async fn settle(&self) {
+        sleep(ms(1)).await;
+    }
+
+    async fn stop(self) -> (RunState, Arc<FakeManager>, Vec<serde_json::Value>) {
+        self.shutdown_tx.send_replace(true);
+        let state = self.lease.await.unwrap();
+        self.watcher.await.unwrap();
+        let log = std::fs::read_to_string(&self.log_path)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        (state, self.fake, log)
+    }
+
+    fn drain_events(&mut self) -> Vec<ShardEvent> {
+        let mut events = Vec::new();
+        while let Ok(event) = self.events.try_recv() {
+            events.push(event);
+        }
+        events
+    }
+}
+
+fn log_summary(log: &[serde_json::Value]) -> Vec<(u64, String, String)> {
+    log.iter()
+        .map(|line| {
+            (
+                line["shard"].as_u64().unwrap(),
+                line["event"].as_str().unwrap().to_owned(),
+                line["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn p3_5_renews_after_a_third_of_the_remaining_lease() {
+    let harness = Harness::start(Script {
+        lease_ttl_ms: 30_000,
+        shards: set(&[(1, 1)]),
+        ..Script::default()
+    });
+    sleep(secs(61)).await;
+    let offsets: Vec<Duration> = harness
+        .fake
+        .renew_instants()
+        .into_iter()
+        .map(|at| at - harness.t0)
+        .collect();
+    assert_eq!(offsets, [10, 20, 30, 40, 50, 60].map(secs));
+    // Every renewal claims the held set at the last applied revision (P4.1, P4.2).
+    for call in harness.fake.calls() {
+        if let Call::Renew {
+            request,
+            executor_id,
+            ..
+        } = call
+        {
+            assert_eq!(executor_id, "ex-1");
+            assert_eq!(request.claims, set(&[(1, 1)]));
+            assert_eq!(request.revision, 1);
+        }
+    }
+    harness.stop().await;
+}
+
+/// Seed 000: the grant's ttl is read on arrival at the manager and the reply takes 5 s to come
+/// back. The executor's lease must end at send + ttl, the manager's expiry, not 5 s later.
+#[tokio::test(start_paused = true)]
+async fn p3_2_delayed_grant_reply_anchors_at_send_not_receipt() {
+    let harness = Harness::start(Script {
+        lease_ttl_ms: 30_000,
+        reply_delay: secs(5),
+        shards: set(&[(3, 2)]),
+        ..Script::default()
+    });
+    sleep(secs(6)).await;
+    assert_eq!(
+        harness.shared.status().lease_remaining_ms,
+        24_000,
+        "expiry is t0 + 30 s, seen at t0 + 6 s"
+    );
+    harness.fake.script(|script| script.fail_renewals = true);
+    sleep_until(harness.t0 + secs(30) - ms(1)).await;
+    assert_eq!(harness.shared.admit(3), Ok(Permit { shard: 3, epoch: 2 }));
+    sleep_until(harness.t0 + secs(30)).await;
+    assert_eq!(harness.shared.admit(3), Err(AdmitError::NotReady));
+    harness.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn p3_2_delayed_renewal_reply_anchors_at_its_own_send() {
+    let harness = Harness::start(Script {
+        lease_ttl_ms: 30_000,
+        shards: set(&[(3, 2)]),
+        ..Script::default()
+    });
+    harness.settle().await;
+    // The first renewal leaves at t0 + 10 s and its reply lands 4 s later.
+    harness.fake.script(|script| script.reply_delay = secs(4));
+    sleep_until(harness.t0 + secs(14) + ms(1)).await;
+    harness.fake.script(|script| script.fail_renewals = true);
+    let expiry = harness.shared.subscribe_assignment().borrow().lease_expiry;
+    assert_eq!(expiry, Some(harness.t0 + secs(40)));
+    harness.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn p3_5_failed_renewals_back_off_and_each_lands_before_expiry() {
+    let harness = Harness::start(Script {
+        lease_ttl_ms: 4_000,
+        fail_renewals: true,
+        shards: set(&[(1, 1)]),
+        ..Script::default()
+    });
+    sleep(secs(20)).await;
+    let expiry = harness.t0 + secs(4);
+    let attempts = harness.fake.renew_instants();
+    // A third of the 4 s lease, rounded up to the timer's millisecond.
+    assert_eq!(attempts[0], harness.t0 + ms(1_334));
+    let before: Vec<Duration> = attempts
+        .iter()
+        .take_while(|&&at| at < expiry)
+        .map(|&at| at - harness.t0)
+        .collect();
+    assert!(before.len() >= 6, "few retries before expiry: {before:?}");
+    // Exponential at first: 250 ms, then 500 ms after the first retry.
+    assert_eq!(attempts[1] - attempts[0], ms(250));
+    assert_eq!(attempts[2] - attempts[1], ms(500));
+    for pair in attempts.windows(2) {
+        let (sent, next) = (pair[0], pair[1]);
+        if sent + crate::lease::RETRY_DELAY_MIN * 2 <= expiry {
+            assert!(
+                next < expiry,
+                "retry after {:?} lands after expiry",
+                sent - harness.t0
+            );
+        }
+        // Keeps trying after the lapse, never slower than the cap.
+        assert!(next - sent <= crate::lease::RETRY_DELAY_MAX);
+    }
+    let after = attempts.iter().filter(|&&at| at > expiry).count();
+    assert!(after >= 3, "stopped trying after the lapse: {attempts:?}");
+    harness.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn p3_6_lapse_fences_and_a_later_renewal_resumes_without_reacquire() {
+    let mut harness = Harness::start(Script {
+        lease_ttl_ms: 4_000,
+        shards: set(&[(1, 1), (2, 5)]),
+        ..Script::default()
+    });
+    harness.settle().await;
+    assert_eq!(
+        harness.drain_events(),
+        [
+            ShardEvent::Gained {
+                shard: 1,
+                epoch: 1,
+                reason: AdmissionReason::Assigned
+            },
+            ShardEvent::Gained {
+                shard: 2,
+                epoch: 5,
+                reason: AdmissionReason::Assigned
+            },
+        ]
+    );
+    harness.fake.script(|script| script.fail_renewals = true);
+    let expiry = harness.t0 + secs(4);
+    sleep_until(expiry).await;
+    harness.settle().await;
+    // The watcher records the lapse at the expiry, with no other trigger.
+    assert_eq!(
+        harness.shared.subscribe_assignment().borrow().admission,
+        AdmissionState::Fenced
+    );
+    assert_eq!(harness.shared.admit(1), Err(AdmitError::NotReady));
+    assert_eq!(
+        harness.drain_events(),
+        [
+            ShardEvent::Dropped {
+                shard: 1,
+                epoch: 1,
+                reason: AdmissionReason::LeaseLapsed
+            },
+            ShardEvent::Dropped {
+                shard: 2,
+                epoch: 5,
+                reason: AdmissionReason::LeaseLapsed
+            },
+        ]
+    );
+    // The manager still knows the executor; renewals get through again.
+    harness.fake.script(|script| script.fail_renewals = false);
+    sleep(secs(6)).await;
+    assert_eq!(harness.shared.admit(2), Ok(Permit { shard: 2, epoch: 5 }));
+    assert_eq!(
+        harness.drain_events(),
+        [
+            ShardEvent::Gained {
+                shard: 1,
+                epoch: 1,
+                reason: AdmissionReason::Resumed
+            },
+            ShardEvent::Gained {
+                shard: 2,
+                epoch: 5,
+                reason: AdmissionReason::Resumed
+            },
+        ]
+    );
+    let registers = harness
+        .fake
+        .calls()
+        .iter()
+        .filter(|call| matches!(call, Call::Register { .. }))
+        .count();
+    assert_eq!(
+        registers, 1,
+        "resumed without re-registering or re-acquiring"
+    );
+    let (_, _, log) = harness.stop().await;
+    assert_eq!(
+        log_summary(&log)[..6],
+        [
+            (1, "start".into(), "assigned".into()),
+            (2, "start".into(), "assigned".into()),
+            (1, "stop".into(), "lease_lapsed".into()),
+            (2, "stop".into(), "lease_lapsed".into()),
+            (1, "start".into(), "resumed".into()),
+            (2, "start".into(), "resumed".into()),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_executor_triggers_reregistration_with_a_new_incarnation() {
+    let mut harness = Harness::start(Script {
+        lease_ttl_ms: 30_000,
+        shards: set(&[(4, 1)]),
+        ..Script::default()
+    });
+    harness.settle().await;
+    let first = harness.shared.health().unwrap();
+    assert_eq!(first.executor_id, "ex-1");
+    harness.fake.script(|script| {
+        script.forget_executor = true;
+        script.shards = set(&[(4, 2)]);
+    });
+    sleep(secs(10)).await;
+    harness.settle().await;
+    let second = harness.shared.health().unwrap();
+    assert_eq!(second.executor_id, "ex-2");
+    assert_ne!(second.incarnation, first.incarnation, "a fresh incarnation");
+    let calls = harness.fake.calls();
+    assert!(
+        matches!(&calls[0], Call::Register { incarnation, .. } if *incarnation == first.incarnation)
+    );
+    assert!(matches!(&calls[1], Call::Renew { executor_id, .. } if executor_id == "ex-1"));
+    assert!(
+        matches!(&calls[2], Call::Register { incarnation, .. } if *incarnation == second.incarnation)
+    );
+    assert_eq!(
+        harness.drain_events(),
+        [
+            ShardEvent::Gained {
+                shard: 4,
+                epoch: 1,
+                reason: AdmissionReason::Assigned
+            },
+            ShardEvent::Dropped {
+                shard: 4,
+                epoch: 1,
+                reason: AdmissionReason::UnknownExecutor
+            },
+            ShardEvent::Gained {
+                shard: 4,
+                epoch: 2,
+                reason: AdmissionReason::Assigned
+            },
+        ]
+    );
+    harness.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn p3_7_shutdown_stops_admission_then_deregisters() {
+    let harness = Harness::start(Script {
+        shards: set(&[(1, 1), (2, 1)]),
+        ..Script::default()
+    });
+    sleep(secs(1)).await;
+    assert!(harness.shared.admit(1).is_ok());
+    let (state, fake, log) = harness.stop().await;
+    assert_eq!(state, RunState::Stopped);
+    assert!(
+        matches!(fake.calls().last(), Some(Call::Deregister { executor_id, .. }) if executor_id == "ex-1")
+    );
+    // When the deregistration reached the manager, nothing was admitted any more.
+    assert_eq!(
+        fake.admission_at_deregister(),
+        [Err(AdmitError::NotReady), Err(AdmitError::NotReady)]
+    );
+    assert_eq!(
+        log_summary(&log)[2..],
+        [
+            (1, "stop".into(), "shutdown".into()),
+            (2, "stop".into(), "shutdown".into())
+        ]
+    );
+}
+
+/// P7.2: the register reply was lost, so the executor never learned its id; the graceful stop
+/// registers again under the same incarnation to find it, and deregisters it.
+#[tokio::test(start_paused = true)]
+async fn p3_7_shutdown_after_a_lost_register_reply_still_deregisters() {
+    let harness = Harness::start(Script {
+        lose_first_register_reply: true,
+        ..Script::default()
+    });
+    sleep(secs(2)).await;
+    assert!(harness.shared.health().is_none());
+    let (state, fake, _) = harness.stop().await;
+    assert_eq!(state, RunState::Stopped);
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    let (
+        Call::Register {
+            incarnation: first, ..
+        },
+        Call::Register {
+            incarnation: again, ..
+        },
+    ) = (&calls[0], &calls[1])
+    else {
+        panic!("expected two registers: {calls:?}");
+    };
+    assert_eq!(first, again, "same idempotency key");
+    assert!(matches!(&calls[2], Call::Deregister { executor_id, .. } if executor_id == "ex-1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn p3_7_shutdown_is_bounded_by_the_grace() {
+    let harness = Harness::start(Script {
+        hang_deregister: true,
+        shards: set(&[(1, 1)]),
+        ..Script::default()
+    });
+    sleep(secs(1)).await;
+    let asked = Instant::now();
+    let (state, _, _) = tokio::time::timeout(GRACE * 2, harness.stop())
+        .await
+        .expect("the graceful stop overran its grace");
+    assert_eq!(state, RunState::Stopped);
+    assert_eq!(Instant::now() - asked, GRACE);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hopeless_registration_fails_the_executor() {
+    let harness = Harness::start(Script {
+        refuse_register: true,
+        ..Script::default()
+    });
+    harness.settle().await;
+    assert!(harness.lease.is_finished());
+    let (state, fake, _) = harness.stop().await;
+    assert!(matches!(state, RunState::Failed(_)), "{state:?}");
+    assert_eq!(
+        fake.calls().len(),
+        1,
+        "no retries of a request the manager calls invalid"
+    );
+}

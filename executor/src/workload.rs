@@ -1,0 +1,133 @@
+//! The `leasehold-executor` binary's demo workload: `GET /v1/work?key=K` shows how an embedder
+//! gates work on admission.
+//!
+//! - `200 {shard, epoch}`: the key's shard is held and admitted; the epoch is the fencing token
+//!   the work would hand to downstream storage.
+//! - `421` (problem+json, code `conflict`, plus `shard`, `owner_executor_id`, `owner_address`,
+//!   `epoch`): another executor owns the shard, per the manager's `GET /v1/routing?key=K`.
+//! - `503 sharding_not_ready`: self-fenced (P3.6), or the shard is between owners; retry.
+//! - `503 unavailable`: the owner could not be looked up.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use leasehold_api::problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
+use leasehold_api::wire::ShardEpoch;
+use serde::{Deserialize, Serialize};
+use tracing::debug;
+
+use crate::admission::AdmitError;
+use crate::manager::MAX_KEY_BYTES;
+use crate::runtime::ExecutorHandle;
+use crate::server::HttpError;
+
+/// `?key=K`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkQuery {
+    key: String,
+}
+
+/// The 421 body: a problem document with the owner as extension members (RFC 9457 §3.2).
+#[derive(Debug, Serialize)]
+struct Misdirected {
+    #[serde(flatten)]
+    problem: Problem,
+    shard: u32,
+    owner_executor_id: String,
+    owner_address: String,
+    epoch: u64,
+}
+
+impl IntoResponse for Misdirected {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (StatusCode::MISDIRECTED_REQUEST, body).into_response();
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+        response
+    }
+}
+
+/// The demo route, to merge into the executor's listener
+/// ([`crate::Executor::start_with_routes`]).
+pub fn router(handle: ExecutorHandle) -> Router {
+    Router::new()
+        .route("/v1/work", get(work))
+        .with_state(handle)
+}
+
+async fn work(
+    State(handle): State<ExecutorHandle>,
+    query: Result<Query<WorkQuery>, QueryRejection>,
+) -> Result<Json<ShardEpoch>, Response> {
+    let Query(WorkQuery { key }) =
+        query.map_err(|rejection| HttpError::invalid(rejection.body_text()).into_response())?;
+    if key.len() > MAX_KEY_BYTES {
+        return Err(
+            HttpError::invalid(format!("key is longer than {MAX_KEY_BYTES} bytes")).into_response(),
+        );
+    }
+    match handle.admit_key(key.as_bytes()) {
+        Ok(permit) => Ok(Json(ShardEpoch {
+            shard: permit.shard,
+            epoch: permit.epoch,
+        })),
+        Err(AdmitError::NotReady) => Err(HttpError::new(
+            ErrorCode::ShardingNotReady,
+            "this executor is not admitting work right now (lease lapsed, not registered, or stopping)",
+        )
+        .into_response()),
+        Err(AdmitError::NotOwner) => Err(misdirected(&handle, &key).await),
+    }
+}
+
+/// Looks up the owner of `key` and answers 421 with it, or 503 when there is none to name.
+async fn misdirected(handle: &ExecutorHandle, key: &str) -> Response {
+    let route = match handle.route_for_key(key).await {
+        Ok(route) => route,
+        Err(error) => {
+            debug!(%error, "routing lookup failed");
+            return HttpError::new(
+                ErrorCode::Unavailable,
+                "this executor does not hold the key's shard and cannot look up its owner now",
+            )
+            .into_response();
+        }
+    };
+    let own_id = handle.health().map(|health| health.executor_id);
+    match (route.route.executor_id, route.route.address) {
+        (Some(owner), Some(address)) if Some(&owner) != own_id.as_ref() => {
+            let mut problem = Problem::new(
+                ErrorCode::Conflict,
+                format!(
+                    "shard {} is owned by executor {owner} at {address}",
+                    route.route.shard
+                ),
+            );
+            problem.status = StatusCode::MISDIRECTED_REQUEST.as_u16();
+            Misdirected {
+                problem,
+                shard: route.route.shard,
+                owner_executor_id: owner,
+                owner_address: address,
+                epoch: route.route.epoch,
+            }
+            .into_response()
+        }
+        // Unowned, between owners, or on its way here (a push still in flight): retry shortly.
+        _ => HttpError::new(
+            ErrorCode::ShardingNotReady,
+            format!(
+                "shard {} has no admitting owner right now; retry shortly",
+                route.route.shard
+            ),
+        )
+        .into_response(),
+    }
+}
