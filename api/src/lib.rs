@@ -18,6 +18,7 @@ use std::num::NonZeroU32;
 
 pub mod client;
 pub mod problem;
+pub mod process;
 pub mod wire;
 
 pub use client::{Client, ClientConfig, ClientError};

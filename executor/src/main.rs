@@ -4,20 +4,13 @@
 //! once the listener answers (P8.1), and on SIGTERM or Ctrl-C stops admitting and deregisters
 //! within `--shutdown-grace` (P3.7).
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use leasehold_api::process::{init_tracing, shutdown_signal, LogFormat};
 use leasehold_executor::{workload, Executor, ExecutorConfig, RunState};
-use tracing_subscriber::EnvFilter;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -64,40 +57,10 @@ struct Args {
     log_format: LogFormat,
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour codes only for a terminal, not for log files and collectors.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut sigterm) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = sigterm.recv() => {}
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; stopping on Ctrl-C only");
-            let _ = ctrl_c.await;
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
-    init_tracing(args.log_format);
+    init_tracing(args.log_format, "info");
     let config = ExecutorConfig {
         managers: args.managers,
         listen: args.listen,

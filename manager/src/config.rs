@@ -5,18 +5,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use leasehold_api::process::LogFormat;
 
 use crate::leader::core::GuardConfig;
 use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
 
 use crate::lease::MAX_SHARD_COUNT;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
 
 #[derive(Debug, Clone, Parser)]
 #[command(
