@@ -8,16 +8,14 @@
 //! handed to two executors (I2).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::{binary, free_port, Cluster};
+use crate::{binary, free_port, print_log_tail, ChildProcess, Cluster};
 
 /// Graceful-stop bound passed to executors (P3.7).
 pub const EXECUTOR_SHUTDOWN_GRACE: &str = "5s";
@@ -33,7 +31,7 @@ pub struct ExecutorProcess {
     pub event_log: PathBuf,
     /// stderr of the process.
     log_path: PathBuf,
-    child: Option<Child>,
+    process: ChildProcess,
     http: reqwest::Client,
 }
 
@@ -45,32 +43,29 @@ impl ExecutorProcess {
         let port = free_port();
         let event_log = dir.join(format!("executor-{name}.events.jsonl"));
         let log_path = dir.join(format!("executor-{name}.log"));
-        let log = File::create(&log_path).expect("create executor log");
-        let child = Command::new(binary("leasehold-executor"))
-            .args([
-                "--managers",
-                &cluster.urls().join(","),
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--name",
-                name,
-                "--event-log",
-                &event_log.display().to_string(),
-                "--shutdown-grace",
-                EXECUTOR_SHUTDOWN_GRACE,
-            ])
-            .env("RUST_LOG", "info")
-            .env_remove("RUST_BACKTRACE")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn leasehold-executor");
+        let process = ChildProcess::spawn(
+            Command::new(binary("leasehold-executor"))
+                .args([
+                    "--managers",
+                    &cluster.urls().join(","),
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--name",
+                    name,
+                    "--event-log",
+                    &event_log.display().to_string(),
+                    "--shutdown-grace",
+                    EXECUTOR_SHUTDOWN_GRACE,
+                ])
+                .env("RUST_LOG", "info"),
+            &log_path,
+        );
         Self {
             name: name.to_string(),
             port,
             event_log,
             log_path,
-            child: Some(child),
+            process,
             http: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(5))
@@ -85,13 +80,7 @@ impl ExecutorProcess {
     }
 
     pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(child) => child
-                .try_wait()
-                .map(|status| status.is_none())
-                .unwrap_or(false),
-            None => false,
-        }
+        self.process.is_running()
     }
 
     /// `GET /v1/status`.
@@ -134,33 +123,19 @@ impl ExecutorProcess {
 
     /// Sends SIGTERM (graceful stop, P3.7) without waiting.
     pub fn signal_terminate(&self) {
-        if let Some(child) = &self.child {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-        }
+        self.process.signal(Signal::SIGTERM);
     }
 
     /// Waits for the process to exit (after [`ExecutorProcess::signal_terminate`]); SIGKILL and
     /// panic after `bound`.
     pub async fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
-        let mut child = self.child.take().expect("executor was started");
-        let deadline = Instant::now() + bound;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("executor {} did not exit within {bound:?}", self.name);
+        let what = format!("executor {}", self.name);
+        self.process.wait_exit(&what, bound).await
     }
 
     /// SIGKILL: no chance to stop admission or deregister. Returns once the process is gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// The process's stderr so far.
@@ -178,17 +153,7 @@ impl Drop for ExecutorProcess {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(40)..];
-            eprintln!(
-                "----- executor {} log (last {} lines) -----",
-                self.name,
-                tail.len()
-            );
-            for line in tail {
-                eprintln!("{line}");
-            }
+            print_log_tail(&format!("executor {}", self.name), &self.log_path);
         }
     }
 }

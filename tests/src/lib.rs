@@ -83,21 +83,23 @@ where
     panic!("timed out after {bound:?} waiting for {what}; last observation: {last}");
 }
 
-/// One manager process and everything needed to restart it.
-#[derive(Debug)]
-pub struct Manager {
-    pub id: u64,
-    pub port: u16,
-    pub data_dir: PathBuf,
-    log_path: PathBuf,
-    args: Vec<String>,
+/// A spawned test process: stdout discarded, stderr to a log file; signalled, waited for within a
+/// bound, and killed when dropped.
+#[derive(Debug, Default)]
+pub struct ChildProcess {
     child: Option<Child>,
-    restarts: u32,
 }
 
-impl Manager {
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+impl ChildProcess {
+    pub fn spawn(command: &mut Command, log_path: &Path) -> Self {
+        let log = File::create(log_path).expect("create process log");
+        let child = command
+            .env_remove("RUST_BACKTRACE")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+        Self { child: Some(child) }
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -110,20 +112,87 @@ impl Manager {
         }
     }
 
+    pub fn signal(&self, signal: Signal) {
+        if let Some(child) = &self.child {
+            let _ = kill(Pid::from_raw(child.id() as i32), signal);
+        }
+    }
+
+    /// Waits for the process to exit on its own; kills it and panics naming `what` after `bound`.
+    pub async fn wait_exit(&mut self, what: &str, bound: Duration) -> ExitStatus {
+        let mut child = self
+            .child
+            .take()
+            .unwrap_or_else(|| panic!("{what} was not started"));
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what} did not exit within {bound:?}");
+    }
+
+    /// SIGKILL; returns once the process is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Prints the last lines of a process log to stderr (for a failing test's output).
+pub fn print_log_tail(label: &str, log_path: &Path) {
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(40)..];
+    eprintln!("----- {label} log (last {} lines) -----", tail.len());
+    for line in tail {
+        eprintln!("{line}");
+    }
+}
+
+/// One manager process and everything needed to restart it.
+#[derive(Debug)]
+pub struct Manager {
+    pub id: u64,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    log_path: PathBuf,
+    args: Vec<String>,
+    process: ChildProcess,
+    restarts: u32,
+}
+
+impl Manager {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.process.is_running()
+    }
+
     fn spawn(&mut self, extra_args: &[String]) {
         let log_name = format!("manager-{}-{}.log", self.id, self.restarts);
         self.log_path = self.log_path.with_file_name(log_name);
-        let log = File::create(&self.log_path).expect("create log");
-        let child = Command::new(binary("leasehold-manager"))
-            .args(&self.args)
-            .args(extra_args)
-            .env("RUST_LOG", "info,openraft=warn")
-            .env_remove("RUST_BACKTRACE")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn leasehold-manager");
-        self.child = Some(child);
+        self.process = ChildProcess::spawn(
+            Command::new(binary("leasehold-manager"))
+                .args(&self.args)
+                .args(extra_args)
+                .env("RUST_LOG", "info,openraft=warn"),
+            &self.log_path,
+        );
         self.restarts += 1;
     }
 
@@ -169,44 +238,19 @@ impl Manager {
 
     /// SIGKILL: no chance to flush or hand over.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
-    /// SIGTERM and wait for a graceful exit (bounded; SIGKILL after `bound`).
-    pub fn terminate(&mut self, bound: Duration) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + bound;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "manager {} did not stop within {bound:?} of SIGTERM",
-            self.id
-        );
+    /// SIGTERM and wait for a graceful exit (SIGKILL and panic after `bound`).
+    pub async fn terminate(&mut self, bound: Duration) -> ExitStatus {
+        self.process.signal(Signal::SIGTERM);
+        self.wait_exit(bound).await
     }
 
     /// Waits for the process to exit on its own (e.g. a refused start), bounded.
-    pub fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
-        let mut child = self.child.take().expect("manager was started");
-        let deadline = Instant::now() + bound;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("manager {} was expected to exit within {bound:?}", self.id);
+    pub async fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
+        let what = format!("manager {}", self.id);
+        self.process.wait_exit(&what, bound).await
     }
 
     pub fn wipe_data_dir(&mut self) {
@@ -314,7 +358,7 @@ impl Cluster {
             data_dir,
             log_path: dir.path().join(format!("manager-{id}-0.log")),
             args,
-            child: None,
+            process: ChildProcess::default(),
             restarts: 0,
         }
     }
@@ -416,17 +460,7 @@ impl Drop for Cluster {
         for manager in self.managers.values_mut() {
             manager.kill();
             if panicking {
-                let log = manager.log();
-                let lines: Vec<&str> = log.lines().collect();
-                let tail = &lines[lines.len().saturating_sub(40)..];
-                eprintln!(
-                    "----- manager {} log (last {} lines) -----",
-                    manager.id,
-                    tail.len()
-                );
-                for line in tail {
-                    eprintln!("{line}");
-                }
+                print_log_tail(&format!("manager {}", manager.id), &manager.log_path);
             }
         }
     }

@@ -163,7 +163,7 @@ async fn full_cluster_stop_and_restart_keeps_the_log_and_state() {
         "{before}"
     );
     for id in [1, 2, 3] {
-        let status = cluster.manager(id).terminate(STOP_BOUND).unwrap();
+        let status = cluster.manager(id).terminate(STOP_BOUND).await;
         assert!(status.success(), "manager {id} stopped with {status}");
     }
     for id in [1, 2, 3] {
@@ -294,10 +294,13 @@ async fn a_node_whose_data_dir_was_wiped_cannot_rejoin_as_its_old_self() {
     )
     .await;
 
-    cluster.manager(wiped).terminate(STOP_BOUND);
+    cluster.manager(wiped).terminate(STOP_BOUND).await;
     cluster.manager(wiped).wipe_data_dir();
     cluster.manager(wiped).start();
-    let status = cluster.manager(wiped).wait_exit(Duration::from_secs(30));
+    let status = cluster
+        .manager(wiped)
+        .wait_exit(Duration::from_secs(30))
+        .await;
     assert!(
         !status.success(),
         "a wiped node must refuse to start as its old self"
@@ -359,7 +362,7 @@ async fn p8_2_sigterm_on_the_leader_hands_over_while_writes_keep_succeeding() {
         }
         revisions
     });
-    let status = cluster.manager(leader).terminate(STOP_BOUND).unwrap();
+    let status = cluster.manager(leader).terminate(STOP_BOUND).await;
     assert!(status.success(), "the leader stopped with {status}");
     let log = cluster.managers[&leader].log();
     assert!(

@@ -209,7 +209,7 @@ async fn p3_4_a_lease_shortened_across_a_full_restart_does_not_shorten_a_deadlin
     let epochs = executor.held();
 
     for id in [1, 2, 3] {
-        cluster.manager(id).terminate(STOP_BOUND);
+        cluster.manager(id).terminate(STOP_BOUND).await;
     }
     for id in [1, 2, 3] {
         cluster.manager(id).set_flag("--lease-duration", "4s");
@@ -257,7 +257,7 @@ async fn p6_1_the_whole_cluster_stopped_longer_than_the_lease_evicts_nobody_who_
     let (held_a, held_b) = (a.held(), b.held());
 
     for id in [1, 2, 3] {
-        cluster.manager(id).terminate(STOP_BOUND);
+        cluster.manager(id).terminate(STOP_BOUND).await;
     }
     // The outage outlasts the lease: every expiry recorded in the state is in the past when the
     // managers come back. (A setup step, not an assertion.)
