@@ -272,29 +272,30 @@ impl Shared {
         sent_at: Instant,
         grant: &Grant,
     ) -> Result<GrantApplied, ForeignGrant> {
-        self.apply(|core, now| match core.apply_grant(sent_at, grant, now) {
-            Ok(applied) => {
-                let events = applied.events.clone();
-                (Ok(applied), events)
-            }
-            Err(error) => (Err(error), Vec::new()),
-        })
+        self.apply_delivery(
+            |core, now| core.apply_grant(sent_at, grant, now),
+            |a| &a.events,
+        )
     }
 
     pub(crate) fn apply_push(&self, push: &AssignmentPush) -> Result<PushApplied, PushError> {
-        self.apply(|core, now| match core.apply_push(push, now) {
-            Ok(applied) => {
-                let events = applied.events.clone();
-                (Ok(applied), events)
-            }
-            Err(error) => (Err(error), Vec::new()),
-        })
+        self.apply_delivery(|core, now| core.apply_push(push, now), |a| &a.events)
     }
 
     pub(crate) fn apply_revoke(&self, revoke: &RevokePush) -> Result<RevokeApplied, PushError> {
-        self.apply(|core, now| match core.apply_revoke(revoke, now) {
+        self.apply_delivery(|core, now| core.apply_revoke(revoke, now), |a| &a.events)
+    }
+
+    /// [`Shared::apply`] for a delivery that may be refused: a refused one changed nothing and
+    /// records no events; an applied one records the events it carries.
+    fn apply_delivery<T, E>(
+        &self,
+        delivery: impl FnOnce(&mut AdmissionCore, Instant) -> Result<T, E>,
+        events_of: impl FnOnce(&T) -> &Vec<AdmissionEvent>,
+    ) -> Result<T, E> {
+        self.apply(|core, now| match delivery(core, now) {
             Ok(applied) => {
-                let events = applied.events.clone();
+                let events = events_of(&applied).clone();
                 (Ok(applied), events)
             }
             Err(error) => (Err(error), Vec::new()),
