@@ -63,7 +63,8 @@ pub enum Formation {
     Waiting(String),
 }
 
-fn is_initialized(node: &ManagerNode) -> bool {
+/// Whether this node's Raft state holds a membership (the cluster was formed).
+pub(crate) fn is_initialized(node: &ManagerNode) -> bool {
     node.metrics_snapshot()
         .membership_config
         .membership()

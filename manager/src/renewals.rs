@@ -63,29 +63,30 @@ pub async fn run_batcher(
             _ = shutdown.changed() => return,
         }
         metrics::histogram!("leasehold_renewal_batch_size").record(batch.len() as f64);
-        let renewals = batch.iter().map(|p| p.renewal.clone()).collect();
+        let (renewals, replies): (Vec<Renewal>, Vec<_>) = batch
+            .drain(..)
+            .map(|pending| (pending.renewal, pending.reply))
+            .unzip();
+        let count = renewals.len();
         let command = Command::Renew {
             now_ms: node.clock.now_ms(),
             renewals,
         };
-        let outcome = node.propose(command).await;
-        let mut results: Vec<Result<RenewResult, RenewError>> = match outcome {
+        let results: Vec<Result<RenewResult, RenewError>> = match node.propose(command).await {
             Ok((
                 _,
                 Outcome::Renewed {
                     results,
                     effects: _,
                 },
-            )) if results.len() == batch.len() => results.into_iter().map(Ok).collect(),
-            Ok((_, Outcome::Refused { reason })) => {
-                vec![Err(RenewError::Refused(reason)); batch.len()]
-            }
-            Ok((_, other)) => vec![Err(RenewError::Unexpected(format!("{other:?}"))); batch.len()],
-            Err(error) => vec![Err(RenewError::Propose(error)); batch.len()],
+            )) if results.len() == count => results.into_iter().map(Ok).collect(),
+            Ok((_, Outcome::Refused { reason })) => vec![Err(RenewError::Refused(reason)); count],
+            Ok((_, other)) => vec![Err(RenewError::Unexpected(format!("{other:?}"))); count],
+            Err(error) => vec![Err(RenewError::Propose(error)); count],
         };
-        for (waiting, result) in batch.drain(..).zip(results.drain(..)) {
+        for (reply, result) in replies.into_iter().zip(results) {
             // The handler may have given up (client gone); the result is simply dropped then.
-            let _ = waiting.reply.send(result);
+            let _ = reply.send(result);
         }
     }
 }

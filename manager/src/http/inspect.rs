@@ -5,6 +5,7 @@
 use std::num::NonZeroU32;
 
 use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use leasehold_api::wire::{
     ExecutorView, HandoffView, KeyRoute, Route, RoutingTable, ShardEpoch, ShardView, StateView,
@@ -139,45 +140,42 @@ pub struct RoutingQuery {
 pub async fn routing(
     State(node): State<AppState>,
     Query(query): Query<RoutingQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    node.state
-        .read(|applied| {
-            let state = &applied.state;
-            let shard_count = state.config().map_or(0, |c| c.shard_count);
-            match &query.key {
-                None => serde_json::to_value(RoutingTable {
-                    revision: state.revision(),
-                    shard_count,
-                    routes: state.shards().iter().map(|s| route(state, s)).collect(),
-                }),
-                Some(key) => {
-                    if key.len() > MAX_KEY_BYTES {
-                        return Ok(Err(ApiError::invalid(format!(
-                            "key is longer than {MAX_KEY_BYTES} bytes"
-                        ))));
-                    }
-                    let Some(count) = NonZeroU32::new(shard_count) else {
-                        return Ok(Err(ApiError::new(
-                            leasehold_api::problem::ErrorCode::ShardingNotReady,
-                            "the cluster's shard configuration is not written yet",
-                        )));
-                    };
-                    let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
-                    let Some(found) = state.shard(shard) else {
-                        return Ok(Err(ApiError::internal(
-                            "routing",
-                            format!("shard {shard} missing"),
-                        )));
-                    };
-                    serde_json::to_value(KeyRoute {
-                        key: key.clone(),
-                        revision: state.revision(),
-                        route: route(state, found),
-                    })
-                }
-            }
-            .map(Ok)
+) -> Result<Response, ApiError> {
+    if query
+        .key
+        .as_ref()
+        .is_some_and(|key| key.len() > MAX_KEY_BYTES)
+    {
+        return Err(ApiError::invalid(format!(
+            "key is longer than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    node.state.read(|applied| {
+        let state = &applied.state;
+        let shard_count = state.config().map_or(0, |c| c.shard_count);
+        let Some(key) = &query.key else {
+            return Ok(Json(RoutingTable {
+                revision: state.revision(),
+                shard_count,
+                routes: state.shards().iter().map(|s| route(state, s)).collect(),
+            })
+            .into_response());
+        };
+        let count = NonZeroU32::new(shard_count).ok_or_else(|| {
+            ApiError::new(
+                leasehold_api::problem::ErrorCode::ShardingNotReady,
+                "the cluster's shard configuration is not written yet",
+            )
+        })?;
+        let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
+        let found = state
+            .shard(shard)
+            .ok_or_else(|| ApiError::internal("routing", format!("shard {shard} missing")))?;
+        Ok(Json(KeyRoute {
+            key: key.clone(),
+            revision: state.revision(),
+            route: route(state, found),
         })
-        .map_err(|e| ApiError::internal("encoding the routing table", e))?
-        .map(Json)
+        .into_response())
+    })
 }

@@ -79,13 +79,7 @@ pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: By
 /// Who this node is and which peers it has pinned; asked by a node starting on a fresh data
 /// directory before it takes part in Raft.
 pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
-    let initialized = node
-        .metrics_snapshot()
-        .membership_config
-        .membership()
-        .voter_ids()
-        .next()
-        .is_some();
+    let initialized = crate::bootstrap::is_initialized(&node);
     Json(IdentityReport {
         node_id: node.id,
         storage_id: node.identity.storage_id().to_string(),
