@@ -11,12 +11,18 @@
 //!   with the patience of P7.1.
 //! - [`shard_for_key`]: the stable key → shard mapping (PROTOCOL §1).
 //!
-//! The crate holds no server code and no web framework: the manager and executor turn a
-//! [`Problem`] into a response themselves.
+//! - `http` (feature `axum`): the one HTTP error type and the extractors, fallbacks and
+//!   middleware both servers use, so every rejection is problem+json the same way.
+//! - `openapi` (feature `utoipa`): schemas of the wire types and the problem responses every
+//!   operation documents, for the servers' `/v1/openapi.json`.
 
 use std::num::NonZeroU32;
 
 pub mod client;
+#[cfg(feature = "axum")]
+pub mod http;
+#[cfg(feature = "utoipa")]
+pub mod openapi;
 pub mod problem;
 pub mod process;
 pub mod wire;

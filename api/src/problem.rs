@@ -22,7 +22,8 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 const PROBLEM_TYPE_BASE: &str = "https://leasehold.dev/problems/";
 
 /// Machine-readable reason a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// This replica is not the leader and could not forward; nothing was applied.
@@ -147,6 +148,7 @@ impl fmt::Display for ErrorCode {
 ///
 /// Unknown members are accepted on decode: RFC 9457 lets servers add extensions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// URI identifying the problem type; derived from `code`.
     #[serde(rename = "type")]

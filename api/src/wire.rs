@@ -9,9 +9,44 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Longest register `incarnation`: an idempotency key, not a payload.
+pub const MAX_INCARNATION_BYTES: usize = 128;
+/// Longest register `name`.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest advertised base URL (register `address`, add-node `address`).
+pub const MAX_ADDRESS_BYTES: usize = 2048;
+
+/// Checks an advertised base URL (a register or add-node `address`): `http` or `https`, a host,
+/// no credentials, query or fragment, and no path beyond `/`, because peers append `/v1/...` to
+/// it. At most [`MAX_ADDRESS_BYTES`]. The error says what is wrong, for a `400` detail.
+pub fn validate_base_url(address: &str) -> Result<(), String> {
+    if address.len() > MAX_ADDRESS_BYTES {
+        return Err(format!("address is longer than {MAX_ADDRESS_BYTES} bytes"));
+    }
+    let parsed = reqwest::Url::parse(address)
+        .map_err(|e| format!("address {address:?} is not a URL: {e}"))?;
+    let base_only = parsed.username().is_empty()
+        && parsed.password().is_none()
+        && parsed.query().is_none()
+        && parsed.fragment().is_none()
+        && matches!(parsed.path(), "" | "/");
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(format!(
+            "address {address:?} must be an http(s) URL with a host"
+        ));
+    }
+    if !base_only {
+        return Err(format!(
+            "address {address:?} must be a base URL: no credentials, path, query or fragment"
+        ));
+    }
+    Ok(())
+}
+
 /// One shard together with its ownership generation (P2.1), the fencing token downstream storage
 /// can compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 // Part of request bodies (renew claims, assignment pushes), so it is as strict as they are.
 #[serde(deny_unknown_fields)]
 pub struct ShardEpoch {
@@ -23,20 +58,29 @@ pub struct ShardEpoch {
 
 /// `POST /v1/executors`: register an executor (P4.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
     /// Random id picked at process start; the idempotency key that makes a retried
     /// registration return the same executor (P4.4, P7.2).
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 128))]
     pub incarnation: String,
-    /// Advertised base URL the manager pushes assignments and revokes to (P8.1).
+    /// Advertised base URL the manager pushes assignments and revokes to (P8.1): `http(s)`,
+    /// a host, no path, query or fragment (see [`validate_base_url`]).
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(min_length = 1, max_length = 2048, pattern = r"^https?://[^/?#@]+/?$")
+    )]
     pub address: String,
     /// Human-friendly label for operators; carries no meaning for the protocol.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(max_length = 256))]
     pub name: Option<String>,
 }
 
 /// Reply to register and renew: a grant, the only message that moves the lease clock (P3.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Grant {
     /// Manager-minted id; opaque to the executor.
     pub executor_id: String,
@@ -53,6 +97,7 @@ pub struct Grant {
 
 /// `POST /v1/executors/{id}/renew`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RenewRequest {
     /// What the executor believes it holds, so the manager can spot lost pushes (P4.2) and
@@ -64,6 +109,7 @@ pub struct RenewRequest {
 
 /// `POST /v1/executors/{id}/release`: acknowledge a revoke out of band.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
     /// Shards the executor no longer admits work for.
@@ -75,6 +121,7 @@ pub struct ReleaseRequest {
 
 /// `PUT /v1/assignment` on the executor: full replacement of its set (P4.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AssignmentPush {
     /// The executor this push is for. An executor refuses a push naming another (a new process
@@ -90,6 +137,7 @@ pub struct AssignmentPush {
 
 /// `POST /v1/revoke` on the executor: stop admitting these shards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RevokePush {
     /// The executor this revoke is for (see [`AssignmentPush::executor_id`]).
@@ -103,6 +151,7 @@ pub struct RevokePush {
 
 /// Executor's answer to a [`RevokePush`], sent only after admission really stopped (§9).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RevokeReply {
     /// Echo of the revoke's revision, so the acknowledgement names its handoff (P5.2).
     pub revision: u64,
@@ -116,6 +165,7 @@ pub struct RevokeReply {
 /// `GET /v1/health` on the executor: lets the manager check an address still belongs to the
 /// executor (and process incarnation) it thinks it does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ExecutorHealth {
     /// The id this process registered under.
     pub executor_id: String,
@@ -125,6 +175,7 @@ pub struct ExecutorHealth {
 
 /// A Raft voter or learner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Member {
     /// Raft node id.
     pub node_id: u64,
@@ -134,6 +185,7 @@ pub struct Member {
 
 /// Latest snapshot a replica holds (P2.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct SnapshotInfo {
     /// Last log index the snapshot covers; `None` for a snapshot of an empty log.
     pub last_log_index: Option<u64>,
@@ -143,6 +195,7 @@ pub struct SnapshotInfo {
 
 /// `GET /v1/cluster`: one replica's view of the Raft group, for operators and tests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ClusterInfo {
     /// The replica that answered.
     pub node_id: u64,
@@ -168,11 +221,16 @@ pub struct ClusterInfo {
 
 /// `POST /v1/cluster/nodes`: add a manager as learner, then promote it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AddNodeRequest {
     /// Raft node id of the new manager.
     pub node_id: u64,
-    /// Its advertised base URL.
+    /// Its advertised base URL (see [`validate_base_url`]).
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(min_length = 1, max_length = 2048, pattern = r"^https?://[^/?#@]+/?$")
+    )]
     pub address: String,
 }
 
@@ -181,6 +239,7 @@ pub struct AddNodeRequest {
 
 /// One executor as the manager records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ExecutorView {
     pub executor_id: String,
     pub incarnation: String,
@@ -198,6 +257,7 @@ pub struct ExecutorView {
 
 /// A shard being handed from its owner to another executor (P5.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct HandoffView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
@@ -209,6 +269,7 @@ pub struct HandoffView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ShardView {
     pub shard: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +281,7 @@ pub struct ShardView {
 
 /// `GET /v1/state`: everything, read at one revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct StateView {
     pub revision: u64,
     /// Zero before the cluster's configuration is written.
@@ -231,6 +293,7 @@ pub struct StateView {
 
 /// Where to send work for one shard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Route {
     pub shard: u32,
     /// Absent while the shard is unowned or between owners.
@@ -243,6 +306,7 @@ pub struct Route {
 
 /// `GET /v1/routing`: the whole table; `?key=K` answers with one [`Route`] plus the key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RoutingTable {
     pub revision: u64,
     pub shard_count: u32,
@@ -250,6 +314,7 @@ pub struct RoutingTable {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct KeyRoute {
     pub key: String,
     pub revision: u64,
@@ -259,12 +324,75 @@ pub struct KeyRoute {
 
 /// Reply to `POST /v1/executors/{id}/release`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ReleaseReply {
     /// Shards whose handoff this acknowledgement completed.
     pub completed: Vec<u32>,
     /// Shards whose handoff was not current (already done, cancelled, or never revoked): nothing
     /// changed for them.
     pub ignored: Vec<u32>,
+}
+
+/// `GET /v1/routing`: the whole table, or with `?key=K` the key's route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum RoutingAnswer {
+    /// `?key=K`.
+    Key(KeyRoute),
+    /// No key.
+    Table(RoutingTable),
+}
+
+/// Reply to `POST /v1/cluster/init`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct InitReply {
+    /// The cluster is formed.
+    pub initialized: bool,
+    /// This call formed it (false: it was formed already).
+    pub formed_now: bool,
+}
+
+/// Reply to `POST /v1/cluster/snapshot`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SnapshotReply {
+    /// Last log index the node's snapshot covers now.
+    pub snapshot_index: Option<u64>,
+    /// Log purged up to here (inclusive), if ever.
+    pub purged_index: Option<u64>,
+}
+
+/// `GET /livez`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Liveness {
+    /// Always `ok`: the process answers.
+    pub status: String,
+}
+
+/// `GET /readyz`: `200` when every check passes, `503` otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Readiness {
+    /// Every check passed.
+    pub ready: bool,
+    /// Each check, with `?verbose`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Vec<ReadinessCheck>>,
+}
+
+/// One readiness check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ReadinessCheck {
+    /// What is checked (`leader`, `applied`, `running`, `lease_config`).
+    pub name: String,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What was observed.
+    pub detail: String,
 }
 
 #[cfg(test)]
@@ -357,6 +485,32 @@ mod tests {
         assert!(serde_json::from_value::<RegisterRequest>(json!({"incarnation": "i"})).is_err());
         assert!(serde_json::from_value::<RenewRequest>(json!({"claims": []})).is_err());
         assert!(serde_json::from_value::<ReleaseRequest>(json!({"shards": [1]})).is_err());
+    }
+
+    #[test]
+    fn base_urls_are_plain_http_origins() {
+        for good in [
+            "http://127.0.0.1:9000",
+            "https://exec-1.internal:443/",
+            "http://[::1]:1",
+        ] {
+            assert_eq!(validate_base_url(good), Ok(()), "{good}");
+        }
+        let too_long = format!("http://{}.example", "a".repeat(MAX_ADDRESS_BYTES));
+        for bad in [
+            "",
+            "not a url",
+            "127.0.0.1:9000",
+            "ftp://127.0.0.1:9000",
+            "http://127.0.0.1:9000/push",
+            "http://127.0.0.1:9000/?x=1",
+            "http://127.0.0.1:9000/#f",
+            "http://user:pw@127.0.0.1:9000",
+            "unix:/var/run/x.sock",
+            too_long.as_str(),
+        ] {
+            assert!(validate_base_url(bad).is_err(), "accepted {bad:?}");
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub enum AdmitError {
 }
 
 /// Whether the executor admits work right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AdmissionState {
     /// Registered, lease live, not stopping: held shards admit work.

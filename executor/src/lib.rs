@@ -28,6 +28,8 @@
 //!   [`Executor`] and [`ExecutorHandle`].
 //! - [`server`]: the push endpoints, health and status (§9).
 //! - [`workload`]: the binary's demo `GET /v1/work`.
+//! - [`metrics`]: Prometheus counters and gauges, and the binary's `GET /metrics`.
+//! - [`openapi`]: the executor's OpenAPI document, `GET /v1/openapi.json`.
 //!
 //! Assumption (P5.2): the executor's and manager's clocks advance at rates that differ by far
 //! less than the lease; anchoring removes every delay term but not rate error.
@@ -38,6 +40,8 @@ pub mod assignment;
 pub mod config;
 pub mod lease;
 mod manager;
+pub mod metrics;
+pub mod openapi;
 mod runtime;
 pub mod server;
 pub mod workload;

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use leasehold_api::process::{init_tracing, shutdown_signal, LogFormat};
-use leasehold_executor::{workload, Executor, ExecutorConfig, RunState};
+use leasehold_executor::{metrics, workload, Executor, ExecutorConfig, RunState};
+use metrics_exporter_prometheus::PrometheusBuilder;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -70,8 +72,13 @@ async fn main() -> anyhow::Result<ExitCode> {
         shutdown_grace: args.shutdown_grace,
         request_timeout: args.request_timeout,
     };
-    let executor =
-        Executor::start_with_routes(config, |handle| workload::router(handle.clone())).await?;
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let executor = Executor::start_with_routes(config, |handle| {
+        workload::router(handle.clone()).merge(metrics::router(handle.clone(), prometheus))
+    })
+    .await?;
     let outcome = tokio::select! {
         () = shutdown_signal() => {
             tracing::info!("stop signal: stopping admission, then deregistering (P3.7)");

@@ -86,7 +86,7 @@ impl From<&AdmissionEvent> for ShardEvent {
 }
 
 /// `GET /v1/status` and [`ExecutorHandle::status`]: the executor's own view (§9).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ExecutorStatus {
     /// `None` until registered.
     pub executor_id: Option<String>,
@@ -401,6 +401,7 @@ fn log_transitions(events: &[AdmissionEvent]) {
     };
     let lapsed = count(AdmissionChange::Stop, AdmissionReason::LeaseLapsed);
     if lapsed > 0 {
+        metrics::counter!("leasehold_executor_lapses_total").increment(1);
         warn!(
             shards = lapsed,
             "lease lapsed: self-fenced, admitting nothing until a renewal succeeds (P3.6)"
@@ -418,6 +419,10 @@ fn log_transitions(events: &[AdmissionEvent]) {
         .filter(|e| e.change == AdmissionChange::Start)
         .count();
     let stopped = events.len() - started;
+    metrics::counter!("leasehold_executor_admission_changes_total", "change" => "start")
+        .increment(started as u64);
+    metrics::counter!("leasehold_executor_admission_changes_total", "change" => "stop")
+        .increment(stopped as u64);
     debug!(started, stopped, "admission changed");
 }
 
@@ -526,7 +531,12 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
                 let request = shared.register_request(true);
                 // P3.2: read just before the request leaves.
                 let sent_at = Instant::now();
-                match manager.register(&request).await {
+                let result = manager.register(&request).await;
+                crate::metrics::count_lease_call(
+                    "register",
+                    if result.is_ok() { "granted" } else { "failed" },
+                );
+                match result {
                     Ok(grant) => match take_grant(shared, sent_at, &grant, "registered") {
                         Ok(()) => {
                             info!(executor_id = %grant.executor_id, lease_ttl_ms = grant.lease_ttl_ms, shards = grant.shards.len(), "registered");
@@ -551,7 +561,18 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
             }
             Some((executor_id, request)) => {
                 let sent_at = Instant::now();
-                match manager.renew(&executor_id, &request).await {
+                let result = manager.renew(&executor_id, &request).await;
+                crate::metrics::count_lease_call(
+                    "renew",
+                    match &result {
+                        Ok(_) => "granted",
+                        Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
+                            "unknown_executor"
+                        }
+                        Err(_) => "failed",
+                    },
+                );
+                match result {
                     Ok(grant) => match take_grant(shared, sent_at, &grant, "renewed") {
                         Ok(()) => {
                             backoff.reset();

@@ -14,94 +14,32 @@
 //! wrong types, `shard >= shard_count`, duplicates) is a 4xx and changes nothing (I6).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::middleware;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use leasehold_api::problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
+use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{AssignmentPush, ExecutorHealth, RevokePush, RevokeReply};
-use serde::de::DeserializeOwned;
+use tower_http::catch_panic::CatchPanicLayer;
 use tracing::{debug, info, warn};
 
 use crate::admission::PushError;
 use crate::assignment::SetOutcome;
 use crate::runtime::{ExecutorStatus, Shared};
 
+pub use leasehold_api::http::{ApiJson, HttpError};
+
 /// Largest request body: a full set of the manager's maximum 65 536 shards is about 2 MiB of
 /// JSON.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
-/// Seconds a refused (P7.1-retryable) caller should wait.
-const RETRY_AFTER_SECS: u64 = 1;
-
-/// An error answer: a problem document (§9).
-#[derive(Debug)]
-pub struct HttpError(pub Problem);
-
-impl HttpError {
-    /// A problem whose status follows from `code`.
-    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
-        Self(Problem::new(code, detail))
-    }
-
-    /// `400 invalid_request`.
-    pub fn invalid(detail: impl Into<String>) -> Self {
-        Self::new(ErrorCode::InvalidRequest, detail)
-    }
-}
-
-impl IntoResponse for HttpError {
-    fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self.0).unwrap_or_default();
-        let mut response = (status, body).into_response();
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
-        if self.0.retryable {
-            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        }
-        response
-    }
-}
-
-impl From<JsonRejection> for HttpError {
-    fn from(rejection: JsonRejection) -> Self {
-        match rejection {
-            JsonRejection::MissingJsonContentType(_) => Self::new(
-                ErrorCode::UnsupportedMediaType,
-                "expected Content-Type: application/json",
-            ),
-            JsonRejection::BytesRejection(bytes)
-                if bytes.status() == StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                Self::new(ErrorCode::PayloadTooLarge, "request body is too large")
-            }
-            other => Self::invalid(other.body_text()),
-        }
-    }
-}
-
-/// JSON body extractor whose rejections are problem documents.
-#[derive(Debug)]
-pub struct ProblemJson<T>(pub T);
-
-impl<T, S> FromRequest<S> for ProblemJson<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = HttpError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let Json(value) = Json::<T>::from_request(request, state).await?;
-        Ok(Self(value))
-    }
-}
+/// Bound on one request. Pushes and revokes are applied in memory (and the admission log
+/// line is flushed), so anything near this is a stuck handler; the manager's own delivery bound
+/// is shorter and it retries.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The executor's routes, without fallback (so embedders' routes can be merged in).
 pub(crate) fn routes(shared: Arc<Shared>) -> Router {
@@ -110,28 +48,48 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
         .route("/v1/revoke", post(post_revoke))
         .route("/v1/health", get(health))
         .route("/v1/status", get(status))
+        .route("/v1/openapi.json", get(crate::openapi::serve))
         .with_state(shared)
 }
 
-/// The whole app: the executor's routes, `extra` routes, problem+json fallbacks, body limit.
+/// The whole app: the executor's routes, `extra` routes, problem+json fallbacks, body limit,
+/// request timeout, panic catcher and the request-id span (the same plumbing as the manager's,
+/// from `leasehold_api::http`).
 pub(crate) fn app(shared: Arc<Shared>, extra: Router) -> Router {
     routes(shared)
         .merge(extra)
-        .fallback(|| async { HttpError::new(ErrorCode::NotFound, "no such endpoint") })
-        .method_not_allowed_fallback(|| async {
-            HttpError::new(
-                ErrorCode::MethodNotAllowed,
-                "this endpoint does not take that method",
-            )
-        })
+        .route_layer(middleware::from_fn_with_state(
+            REQUEST_TIMEOUT,
+            leasehold_api::http::request_timeout,
+        ))
+        .fallback(leasehold_api::http::not_found)
+        .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
+        .layer(middleware::from_fn(leasehold_api::http::request_id))
 }
 
-async fn put_assignment(
+/// Full replace of the held set (P4.3); never carries a lease (P3.3).
+#[utoipa::path(
+    put, path = "/v1/assignment", tag = "deliveries", request_body = AssignmentPush,
+    responses(
+        (status = 204, description = "Applied, or stale (older than the last applied delivery, P4.1) and ignored."),
+        (status = 409, description = "`conflict`: the push names another executor."),
+        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet; the next grant carries its set."),
+    ),
+)]
+pub(crate) async fn put_assignment(
     State(shared): State<Arc<Shared>>,
-    ProblemJson(push): ProblemJson<AssignmentPush>,
+    ApiJson(push): ApiJson<AssignmentPush>,
 ) -> Result<StatusCode, HttpError> {
-    match shared.apply_push(&push) {
+    let applied = shared.apply_push(&push);
+    crate::metrics::count_delivery(
+        "assignment",
+        &applied
+            .as_ref()
+            .map(|a| matches!(a.set, SetOutcome::Stale { .. })),
+    );
+    match applied {
         Ok(applied) => {
             match applied.set {
                 SetOutcome::Applied { dropped, gained } => info!(
@@ -176,11 +134,22 @@ fn push_refusal(error: PushError, what: &str) -> HttpError {
     }
 }
 
-async fn post_revoke(
+/// Stops admission for the shards, then answers (P5.2).
+#[utoipa::path(
+    post, path = "/v1/revoke", tag = "deliveries", request_body = RevokePush,
+    responses(
+        (status = 200, description = "Admission for `released` has stopped; `ignored` when the revoke was stale.", body = RevokeReply),
+        (status = 409, description = "`conflict`: the revoke names another executor."),
+        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet."),
+    ),
+)]
+pub(crate) async fn post_revoke(
     State(shared): State<Arc<Shared>>,
-    ProblemJson(revoke): ProblemJson<RevokePush>,
+    ApiJson(revoke): ApiJson<RevokePush>,
 ) -> Result<Json<RevokeReply>, HttpError> {
-    match shared.apply_revoke(&revoke) {
+    let applied = shared.apply_revoke(&revoke);
+    crate::metrics::count_delivery("revoke", &applied.as_ref().map(|a| a.reply.ignored));
+    match applied {
         // The stops are recorded (log and state) before `apply_revoke` returned: only now may
         // the manager hand the shards on (P5.2).
         Ok(applied) => {
@@ -198,7 +167,17 @@ async fn post_revoke(
     }
 }
 
-async fn health(State(shared): State<Arc<Shared>>) -> Result<Json<ExecutorHealth>, HttpError> {
+/// Which executor and incarnation this address is.
+#[utoipa::path(
+    get, path = "/v1/health", tag = "status",
+    responses(
+        (status = 200, description = "Registered as this executor id and incarnation.", body = ExecutorHealth),
+        (status = 503, description = "`sharding_not_ready`: not registered yet."),
+    ),
+)]
+pub(crate) async fn health(
+    State(shared): State<Arc<Shared>>,
+) -> Result<Json<ExecutorHealth>, HttpError> {
     shared.health().map(Json).ok_or_else(|| {
         HttpError::new(
             ErrorCode::ShardingNotReady,
@@ -207,6 +186,11 @@ async fn health(State(shared): State<Arc<Shared>>) -> Result<Json<ExecutorHealth
     })
 }
 
-async fn status(State(shared): State<Arc<Shared>>) -> Json<ExecutorStatus> {
+/// The executor's own view: lease remaining, revision, shards, admitting or fenced.
+#[utoipa::path(
+    get, path = "/v1/status", tag = "status",
+    responses((status = 200, description = "The executor's view now.", body = ExecutorStatus)),
+)]
+pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> Json<ExecutorStatus> {
     Json(shared.status())
 }

@@ -26,9 +26,12 @@ use crate::runtime::ExecutorHandle;
 use crate::server::HttpError;
 
 /// `?key=K`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-struct WorkQuery {
+pub(crate) struct WorkQuery {
+    /// The work's routing key (its UTF-8 bytes are hashed, `shard_for_key`).
+    #[param(max_length = 1024)]
     key: String,
 }
 
@@ -62,7 +65,16 @@ pub fn router(handle: ExecutorHandle) -> Router {
         .with_state(handle)
 }
 
-async fn work(
+/// Admits the key's work here if this executor holds its shard (the binary's demo workload).
+#[utoipa::path(
+    get, path = "/v1/work", tag = "workload", params(WorkQuery),
+    responses(
+        (status = 200, description = "Admitted: the shard and the epoch that fences the work.", body = ShardEpoch),
+        (status = 421, description = "`conflict`: another executor owns the key's shard; the body names it (`shard`, `owner_executor_id`, `owner_address`, `epoch`)."),
+        (status = 503, description = "`sharding_not_ready`: fenced or between owners, retry; `unavailable`: the owner could not be looked up."),
+    ),
+)]
+pub(crate) async fn work(
     State(handle): State<ExecutorHandle>,
     query: Result<Query<WorkQuery>, QueryRejection>,
 ) -> Result<Json<ShardEpoch>, Response> {

@@ -83,6 +83,12 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
+/// Longest `--lease-duration` and `--mass-expiry-grace`: a lease is a failure detector, and a day
+/// without one is no lease. Also keeps every millisecond count far inside u64.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Longest `--heartbeat` and `--election-timeout`.
+pub const MAX_RAFT_TIMING: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitialCluster(pub BTreeMap<NodeId, String>);
 
@@ -162,6 +168,24 @@ impl TryFrom<Args> for ManagerConfig {
                 "--initial-cluster must list this node ({}) unless --join is given",
                 args.id
             )));
+        }
+        for (flag, value, max) in [
+            ("--lease-duration", args.lease_duration, MAX_LEASE_DURATION),
+            ("--heartbeat", args.heartbeat, MAX_RAFT_TIMING),
+            ("--election-timeout", args.election_timeout, MAX_RAFT_TIMING),
+            (
+                "--mass-expiry-grace",
+                args.mass_expiry_grace,
+                MAX_LEASE_DURATION,
+            ),
+        ] {
+            if value > max {
+                return Err(ConfigError(format!(
+                    "{flag} ({}) is longer than the {} this manager accepts",
+                    humantime::format_duration(value),
+                    humantime::format_duration(max)
+                )));
+            }
         }
         let timings = RaftTimings::with_election_timeout(
             args.heartbeat.as_millis() as u64,
@@ -243,6 +267,46 @@ mod tests {
     #[test]
     fn bad_flags_are_refused_with_a_reason() {
         for (flags, expect) in [
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--lease-duration",
+                    "100years",
+                ],
+                "--lease-duration",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--election-timeout",
+                    "2h",
+                ],
+                "--election-timeout",
+            ),
+            (
+                vec!["--initial-cluster", "1=http://a:1", "--heartbeat", "0s"],
+                "--heartbeat",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--mass-expiry-grace",
+                    "400days",
+                ],
+                "--mass-expiry-grace",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--lease-duration",
+                    "-5s",
+                ],
+                "lease-duration",
+            ),
             (
                 vec!["--initial-cluster", "2=http://127.0.0.1:7002"],
                 "must list this node",

@@ -20,6 +20,7 @@ pub mod config;
 pub mod http;
 pub mod leader;
 pub mod lease;
+pub mod metrics;
 pub mod node;
 pub mod observe;
 pub mod raft;

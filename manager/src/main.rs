@@ -4,14 +4,14 @@ use anyhow::Context;
 use clap::Parser;
 use leasehold_api::process::{init_tracing, shutdown_signal};
 use leasehold_manager::config::{Args, ManagerConfig};
-use metrics_exporter_prometheus::PrometheusBuilder;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(args.log_format, "info,openraft=warn");
     let config = ManagerConfig::try_from(args)?;
-    let metrics = PrometheusBuilder::new()
+    let metrics = leasehold_manager::metrics::prometheus_builder()
+        .context("configuring the metrics exporter")?
         .install_recorder()
         .context("installing the metrics recorder")?;
     leasehold_manager::server::run(config, Some(metrics), shutdown_signal())

@@ -10,6 +10,7 @@
 
 pub mod executor;
 pub mod fake_executor;
+pub mod http_checks;
 
 use std::collections::BTreeMap;
 use std::fs::File;

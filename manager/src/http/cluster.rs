@@ -3,30 +3,49 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::Json;
-use leasehold_api::wire::{AddNodeRequest, ClusterInfo};
+use leasehold_api::wire::{AddNodeRequest, ClusterInfo, InitReply, SnapshotReply};
 use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 
-use super::{ApiError, ApiJson, AppState};
+use super::inspect::ReadQuery;
+use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::bootstrap::{self, Formation};
 
 /// Bound on waiting for a requested snapshot (and purge) to be done.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 
-pub async fn info(State(node): State<AppState>) -> Json<ClusterInfo> {
+/// This replica's view of the Raft group.
+#[utoipa::path(
+    get, path = "/v1/cluster", tag = "cluster", params(ReadQuery),
+    responses((status = 200, description = "This node, the leader, term, members, log and snapshot positions.", body = ClusterInfo)),
+)]
+pub async fn info(
+    State(node): State<AppState>,
+    ApiQuery(_): ApiQuery<ReadQuery>,
+) -> Json<ClusterInfo> {
     Json(node.cluster_info().await)
 }
 
-pub async fn init(State(node): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+/// Forms the cluster from `--initial-cluster` now (normally automatic; safe to repeat).
+#[utoipa::path(
+    post, path = "/v1/cluster/init", tag = "cluster",
+    responses(
+        (status = 200, description = "Formed now or already formed.", body = InitReply),
+        (status = 409, description = "`conflict`: not every founding member answers yet, or this node does not found the cluster."),
+    ),
+)]
+pub async fn init(State(node): State<AppState>) -> Result<Json<InitReply>, ApiError> {
     match bootstrap::try_form(&node).await {
-        Ok(Formation::Formed) => Ok(Json(
-            serde_json::json!({ "initialized": true, "formed_now": true }),
-        )),
-        Ok(Formation::AlreadyFormed) => Ok(Json(
-            serde_json::json!({ "initialized": true, "formed_now": false }),
-        )),
+        Ok(Formation::Formed) => Ok(Json(InitReply {
+            initialized: true,
+            formed_now: true,
+        })),
+        Ok(Formation::AlreadyFormed) => Ok(Json(InitReply {
+            initialized: true,
+            formed_now: false,
+        })),
         Ok(Formation::Waiting(reason)) => Err(ApiError::conflict(format!(
             "cannot initialise yet: {reason}"
         ))),
@@ -35,14 +54,7 @@ pub async fn init(State(node): State<AppState>) -> Result<Json<serde_json::Value
 }
 
 pub(crate) fn validate_node_address(address: &str) -> Result<(), ApiError> {
-    let parsed = reqwest::Url::parse(address)
-        .map_err(|e| ApiError::invalid(format!("address {address:?} is not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(ApiError::invalid(format!(
-            "address {address:?} must be an http(s) URL with a host"
-        )));
-    }
-    Ok(())
+    leasehold_api::wire::validate_base_url(address).map_err(ApiError::invalid)
 }
 
 fn membership_error(error: impl std::fmt::Display) -> ApiError {
@@ -50,6 +62,13 @@ fn membership_error(error: impl std::fmt::Display) -> ApiError {
 }
 
 /// Adds a learner, waits until it has caught up (by log or snapshot install), then promotes it.
+#[utoipa::path(
+    post, path = "/v1/cluster/nodes", tag = "cluster", request_body = AddNodeRequest,
+    responses(
+        (status = 200, description = "The member was added and promoted; the group as it is now.", body = ClusterInfo),
+        (status = 409, description = "`conflict`: already a voter, or the membership change was refused."),
+    ),
+)]
 pub async fn add_node(
     State(node): State<AppState>,
     ApiJson(request): ApiJson<AddNodeRequest>,
@@ -82,6 +101,16 @@ pub async fn add_node(
     Ok(Json(node.cluster_info().await))
 }
 
+/// Removes a voter or learner from the group.
+#[utoipa::path(
+    delete, path = "/v1/cluster/nodes/{node_id}", tag = "cluster",
+    params(("node_id" = u64, Path, description = "Raft node id of the member to remove.")),
+    responses(
+        (status = 200, description = "Removed; the group as it is now.", body = ClusterInfo),
+        (status = 404, description = "`not_found`: no such member."),
+        (status = 409, description = "`conflict`: the membership change was refused."),
+    ),
+)]
 pub async fn remove_node(
     State(node): State<AppState>,
     Path(node_id): Path<String>,
@@ -108,7 +137,8 @@ pub async fn remove_node(
     Ok(Json(node.cluster_info().await))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotQuery {
     /// Also purge the log up to the snapshot, so a new member must be sent the snapshot.
@@ -117,10 +147,14 @@ pub struct SnapshotQuery {
 }
 
 /// Builds a snapshot on this node now (and optionally purges the log behind it).
+#[utoipa::path(
+    post, path = "/v1/cluster/snapshot", tag = "cluster", params(SnapshotQuery),
+    responses((status = 200, description = "The snapshot (and purge) positions now.", body = SnapshotReply)),
+)]
 pub async fn snapshot(
     State(node): State<AppState>,
-    Query(query): Query<SnapshotQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    ApiQuery(query): ApiQuery<SnapshotQuery>,
+) -> Result<Json<SnapshotReply>, ApiError> {
     let applied = node.metrics_snapshot().last_applied;
     node.raft
         .trigger()
@@ -151,8 +185,8 @@ pub async fn snapshot(
                 .purged;
         }
     }
-    Ok(Json(serde_json::json!({
-        "snapshot_index": snapshot.map(|l| l.index),
-        "purged_index": purged.map(|l| l.index),
-    })))
+    Ok(Json(SnapshotReply {
+        snapshot_index: snapshot.map(|l| l.index),
+        purged_index: purged.map(|l| l.index),
+    }))
 }

@@ -16,9 +16,7 @@ use super::{ApiError, ApiJson, AppState};
 use crate::lease::{self, Command, Outcome, RefusalReason, RenewResult, Renewal};
 use crate::renewals::{self, RenewError};
 
-/// Longest incarnation accepted; it is an idempotency key, not a payload.
-const MAX_INCARNATION_BYTES: usize = 128;
-const MAX_NAME_BYTES: usize = 256;
+use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
 
 pub(crate) fn wire_grant(grant: lease::Grant) -> Grant {
     Grant {
@@ -96,6 +94,14 @@ fn validate_shards(
     Ok(())
 }
 
+/// Registers an executor (idempotent on `incarnation`, P4.4) and answers with its first grant.
+#[utoipa::path(
+    post, path = "/v1/executors", tag = "executors", request_body = RegisterRequest,
+    responses(
+        (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
+        (status = 503, description = "`sharding_not_ready`: the shard configuration is not written yet; `no_leader`."),
+    ),
+)]
 pub async fn register(
     State(node): State<AppState>,
     ApiJson(request): ApiJson<RegisterRequest>,
@@ -134,6 +140,15 @@ pub async fn register(
     }
 }
 
+/// Renews an executor's lease (P3.4) with its claims (P4.2) and answers with a grant.
+#[utoipa::path(
+    post, path = "/v1/executors/{executor_id}/renew", tag = "executors", request_body = RenewRequest,
+    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    responses(
+        (status = 200, description = "Renewed: lease remaining, revision and the full set.", body = Grant),
+        (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered; register again."),
+    ),
+)]
 pub async fn renew(
     State(node): State<AppState>,
     Path(executor_id): Path<String>,
@@ -144,6 +159,7 @@ pub async fn renew(
         request.claims.iter().map(|claim| claim.shard),
         shard_count(&node)?,
     )?;
+    let started = std::time::Instant::now();
     let renewal = Renewal {
         executor_id: executor_id.clone(),
         claims: request
@@ -153,7 +169,17 @@ pub async fn renew(
             .collect(),
         revision: request.revision,
     };
-    match renewals::renew(&node.renewals, renewal).await {
+    let result = renewals::renew(&node.renewals, renewal).await;
+    let counted = match &result {
+        Ok(RenewResult::Renewed { .. }) => "renewed",
+        Ok(RenewResult::UnknownExecutor { .. }) => "unknown_executor",
+        Err(RenewError::Refused(_)) => "refused",
+        Err(_) => "failed",
+    };
+    metrics::counter!("leasehold_renewals_total", "result" => counted).increment(1);
+    metrics::histogram!("leasehold_renewal_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
+    match result {
         Ok(RenewResult::Renewed {
             grant,
             claims_mismatch,
@@ -176,6 +202,15 @@ pub async fn renew(
     }
 }
 
+/// Acknowledges a revoke out of band (P5.2); the revoke reply acknowledges too.
+#[utoipa::path(
+    post, path = "/v1/executors/{executor_id}/release", tag = "executors", request_body = ReleaseRequest,
+    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    responses(
+        (status = 200, description = "Which handoffs this completed and which it did not concern.", body = ReleaseReply),
+        (status = 404, description = "`unknown_executor`."),
+    ),
+)]
 pub async fn release(
     State(node): State<AppState>,
     Path(executor_id): Path<String>,
@@ -203,6 +238,14 @@ pub async fn release(
 
 /// P7.2: deregistering an executor that existed succeeds, also when retried after it is gone;
 /// an id that never existed is 404.
+#[utoipa::path(
+    delete, path = "/v1/executors/{executor_id}", tag = "executors",
+    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    responses(
+        (status = 204, description = "Deregistered, now or before (a retry, P7.2)."),
+        (status = 404, description = "`unknown_executor`: the id never existed."),
+    ),
+)]
 pub async fn deregister(
     State(node): State<AppState>,
     Path(executor_id): Path<String>,

@@ -1,58 +1,96 @@
-//! `/livez` (the process answers), `/readyz` (this replica can serve: a leader is known and it
-//! has applied everything committed) and `/metrics` (Prometheus text).
+//! `/livez` (the process answers), `/readyz` (this replica can serve: a leader is known, it has
+//! applied everything committed, it is not stopping, and the cluster's shard configuration is
+//! written) and `/metrics` (Prometheus text).
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::wire::{Liveness, Readiness, ReadinessCheck};
+use serde::Deserialize;
 
-use super::AppState;
+use super::{ApiError, ApiQuery, AppState};
 
-pub async fn livez() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// The process answers.
+#[utoipa::path(
+    get, path = "/livez", tag = "health",
+    responses((status = 200, description = "Alive.", body = Liveness)),
+)]
+pub async fn livez() -> Json<Liveness> {
+    Json(Liveness {
+        status: "ok".to_string(),
+    })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ReadyQuery {
+    /// Present (any value, or none): list each check with what it saw.
     verbose: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-struct Check {
-    name: &'static str,
-    ok: bool,
-    detail: String,
-}
-
-pub async fn readyz(State(node): State<AppState>, Query(query): Query<ReadyQuery>) -> Response {
+/// Readiness: a leader is known, everything committed is applied, Raft runs and this node is not
+/// stepping down, and the shard configuration is written.
+#[utoipa::path(
+    get, path = "/readyz", tag = "health", params(ReadyQuery),
+    responses(
+        (status = 200, description = "Ready.", body = Readiness),
+        (status = 503, description = "Not ready: which checks failed, with `?verbose`.", body = Readiness),
+    ),
+)]
+pub async fn readyz(
+    State(node): State<AppState>,
+    ApiQuery(query): ApiQuery<ReadyQuery>,
+) -> Response {
     let metrics = node.metrics_snapshot();
     let committed = node.committed_index().await;
     let applied = metrics.last_applied.map(|log_id| log_id.index);
-    let checks = [
-        Check {
-            name: "leader",
-            ok: metrics.current_leader.is_some(),
-            detail: match metrics.current_leader {
+    let shard_config = node.state.read(|applied| {
+        applied
+            .state
+            .config()
+            .map(|c| (c.shard_count, c.lease_duration_ms))
+    });
+    let check = |name: &str, ok: bool, detail: String| ReadinessCheck {
+        name: name.to_string(),
+        ok,
+        detail,
+    };
+    let checks = vec![
+        check(
+            "leader",
+            metrics.current_leader.is_some(),
+            match metrics.current_leader {
                 Some(id) => format!("node {id} leads term {}", metrics.current_term),
                 None => "no leader known".to_string(),
             },
-        },
-        Check {
-            name: "applied",
-            ok: applied >= committed,
-            detail: format!("applied {applied:?}, committed {committed:?}"),
-        },
-        Check {
-            name: "running",
-            ok: metrics.running_state.is_ok() && !node.is_stepping_down(),
-            detail: match (&metrics.running_state, node.is_stepping_down()) {
+        ),
+        check(
+            "applied",
+            applied >= committed,
+            format!("applied {applied:?}, committed {committed:?}"),
+        ),
+        check(
+            "running",
+            metrics.running_state.is_ok() && !node.is_stepping_down(),
+            match (&metrics.running_state, node.is_stepping_down()) {
                 (Err(fatal), _) => format!("raft stopped: {fatal}"),
                 (Ok(()), true) => "stepping down".to_string(),
                 (Ok(()), false) => "running".to_string(),
             },
-        },
+        ),
+        check(
+            "shard_config",
+            shard_config.is_some(),
+            match shard_config {
+                Some((shards, lease_ms)) => {
+                    format!("{shards} shards, lease {lease_ms} ms")
+                }
+                None => "the shard configuration is not written yet".to_string(),
+            },
+        ),
     ];
     let ready = checks.iter().all(|check| check.ok);
     let status = if ready {
@@ -60,27 +98,32 @@ pub async fn readyz(State(node): State<AppState>, Query(query): Query<ReadyQuery
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    if query.verbose.is_some() {
-        (
-            status,
-            Json(serde_json::json!({ "ready": ready, "checks": checks })),
-        )
-            .into_response()
-    } else {
-        (status, Json(serde_json::json!({ "ready": ready }))).into_response()
-    }
+    let checks = query.verbose.is_some().then_some(checks);
+    (status, Json(Readiness { ready, checks })).into_response()
 }
 
+/// Prometheus text exposition: the protocol and Raft metrics (docs/OPERATIONS.md, "Metrics
+/// reference").
+#[utoipa::path(
+    get, path = "/metrics", tag = "health",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4.", body = String, content_type = "text/plain"),
+        (status = 503, description = "`unavailable`: metrics are not enabled in this process."),
+    ),
+)]
 pub async fn metrics(State(node): State<AppState>) -> Response {
     match &node.metrics {
-        Some(handle) => (
-            StatusCode::OK,
-            [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
-        None => super::ApiError::new(
-            leasehold_api::problem::ErrorCode::Unavailable,
+        Some(handle) => {
+            crate::metrics::record_state_gauges(&node);
+            (
+                StatusCode::OK,
+                [(CONTENT_TYPE, "text/plain; version=0.0.4")],
+                handle.render(),
+            )
+                .into_response()
+        }
+        None => ApiError::new(
+            ErrorCode::Unavailable,
             "metrics are not enabled in this process",
         )
         .into_response(),

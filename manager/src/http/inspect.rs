@@ -4,16 +4,28 @@
 
 use std::num::NonZeroU32;
 
-use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{Path, State};
 use axum::Json;
 use leasehold_api::wire::{
-    ExecutorView, HandoffView, KeyRoute, Route, RoutingTable, ShardEpoch, ShardView, StateView,
+    ExecutorView, HandoffView, KeyRoute, Route, RoutingAnswer, RoutingTable, ShardEpoch, ShardView,
+    StateView,
 };
 use serde::Deserialize;
 
 use super::executors::validate_executor_id;
-use super::{ApiError, AppState};
+use super::{ApiError, ApiQuery, AppState};
+
+/// The query every inspection read takes; anything else in the query string is refused (I6).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ReadQuery {
+    /// Read through the leader's read index (linearizable) instead of this replica's applied
+    /// state. Acted on by the consistent-read layer before the handler runs.
+    #[serde(default)]
+    #[allow(dead_code)]
+    consistent: bool,
+}
 use crate::lease::{Executor, LeaseState, Shard};
 
 /// Longest routing key accepted in a query string.
@@ -61,7 +73,15 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
     }
 }
 
-pub async fn state(State(node): State<AppState>) -> Json<StateView> {
+/// Everything, read at one revision.
+#[utoipa::path(
+    get, path = "/v1/state", tag = "inspection", params(ReadQuery),
+    responses((status = 200, description = "Revision, configuration, executors and shards.", body = StateView)),
+)]
+pub async fn state(
+    State(node): State<AppState>,
+    ApiQuery(_): ApiQuery<ReadQuery>,
+) -> Json<StateView> {
     let now_ms = node.clock.now_ms();
     Json(node.state.read(|applied| {
         let state = &applied.state;
@@ -82,7 +102,15 @@ pub async fn state(State(node): State<AppState>) -> Json<StateView> {
     }))
 }
 
-pub async fn executors(State(node): State<AppState>) -> Json<Vec<ExecutorView>> {
+/// Every registered executor.
+#[utoipa::path(
+    get, path = "/v1/executors", tag = "inspection", params(ReadQuery),
+    responses((status = 200, description = "Registered executors, ascending by id.", body = Vec<ExecutorView>)),
+)]
+pub async fn executors(
+    State(node): State<AppState>,
+    ApiQuery(_): ApiQuery<ReadQuery>,
+) -> Json<Vec<ExecutorView>> {
     let now_ms = node.clock.now_ms();
     Json(node.state.read(|applied| {
         let state = &applied.state;
@@ -93,9 +121,19 @@ pub async fn executors(State(node): State<AppState>) -> Json<Vec<ExecutorView>> 
     }))
 }
 
+/// One registered executor.
+#[utoipa::path(
+    get, path = "/v1/executors/{executor_id}", tag = "inspection",
+    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23), ReadQuery),
+    responses(
+        (status = 200, description = "The executor.", body = ExecutorView),
+        (status = 404, description = "`unknown_executor`: not registered."),
+    ),
+)]
 pub async fn executor(
     State(node): State<AppState>,
     Path(executor_id): Path<String>,
+    ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Result<Json<ExecutorView>, ApiError> {
     validate_executor_id(&executor_id)?;
     let now_ms = node.clock.now_ms();
@@ -115,7 +153,15 @@ pub async fn executor(
         })
 }
 
-pub async fn shards(State(node): State<AppState>) -> Json<Vec<ShardView>> {
+/// Every shard with its owner, epoch and handoff.
+#[utoipa::path(
+    get, path = "/v1/shards", tag = "inspection", params(ReadQuery),
+    responses((status = 200, description = "Shards, ascending.", body = Vec<ShardView>)),
+)]
+pub async fn shards(
+    State(node): State<AppState>,
+    ApiQuery(_): ApiQuery<ReadQuery>,
+) -> Json<Vec<ShardView>> {
     let now_ms = node.clock.now_ms();
     Json(node.state.read(|applied| {
         applied
@@ -127,20 +173,31 @@ pub async fn shards(State(node): State<AppState>) -> Json<Vec<ShardView>> {
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingQuery {
+    /// Answer the route of this key only (its UTF-8 bytes hashed, `shard_for_key`).
+    #[param(max_length = 1024)]
     key: Option<String>,
+    /// As for every read: through the leader's read index.
     #[serde(default)]
     #[allow(dead_code)] // read by the consistent-read layer
     consistent: bool,
 }
 
 /// The routing table, or the route for one key (shard = `leasehold_api::shard_for_key`).
+#[utoipa::path(
+    get, path = "/v1/routing", tag = "inspection", params(RoutingQuery),
+    responses(
+        (status = 200, description = "The whole table, or with `key` that key's route.", body = RoutingAnswer),
+        (status = 503, description = "`sharding_not_ready`: a key was asked before the shard configuration was written; `no_leader`."),
+    ),
+)]
 pub async fn routing(
     State(node): State<AppState>,
-    Query(query): Query<RoutingQuery>,
-) -> Result<Response, ApiError> {
+    ApiQuery(query): ApiQuery<RoutingQuery>,
+) -> Result<Json<RoutingAnswer>, ApiError> {
     if query
         .key
         .as_ref()
@@ -154,12 +211,11 @@ pub async fn routing(
         let state = &applied.state;
         let shard_count = state.config().map_or(0, |c| c.shard_count);
         let Some(key) = &query.key else {
-            return Ok(Json(RoutingTable {
+            return Ok(Json(RoutingAnswer::Table(RoutingTable {
                 revision: state.revision(),
                 shard_count,
                 routes: state.shards().iter().map(|s| route(state, s)).collect(),
-            })
-            .into_response());
+            })));
         };
         let count = NonZeroU32::new(shard_count).ok_or_else(|| {
             ApiError::new(
@@ -171,11 +227,10 @@ pub async fn routing(
         let found = state
             .shard(shard)
             .ok_or_else(|| ApiError::internal("routing", format!("shard {shard} missing")))?;
-        Ok(Json(KeyRoute {
+        Ok(Json(RoutingAnswer::Key(KeyRoute {
             key: key.clone(),
             revision: state.revision(),
             route: route(state, found),
-        })
-        .into_response())
+        })))
     })
 }

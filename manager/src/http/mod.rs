@@ -9,22 +9,25 @@ mod error;
 mod executors;
 mod health;
 mod inspect;
+pub mod openapi;
 mod raft_rpc;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use leasehold_api::http::request_timeout;
 use leasehold_api::problem::{ErrorCode, LEADER_HEADER, REQUEST_ID_HEADER};
-use serde::de::DeserializeOwned;
+use tower_http::catch_panic::CatchPanicLayer;
 
 pub use error::ApiError;
+pub use leasehold_api::http::{ApiJson, ApiQuery};
 
 use crate::node::{Leader, ManagerNode};
 
@@ -36,27 +39,17 @@ pub const MAX_API_BODY_BYTES: usize = 1 << 20;
 pub const MAX_RAFT_BODY_BYTES: usize = 64 << 20;
 /// Bound on one forwarded request, including the leader's commit.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on one executor-facing or inspection request, above the forward bound so a follower
+/// answers a slow forward itself (`504 timeout`, outcome unknown) rather than being cut off.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bound on an administrative request: adding a member waits for it to catch up, a snapshot for
+/// it to be built (each itself bounded below this).
+pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(150);
 
 pub type AppState = Arc<ManagerNode>;
 
-/// JSON body extractor whose rejections are problem+json.
-#[derive(Debug)]
-pub struct ApiJson<T>(pub T);
-
-impl<T, S> FromRequest<S> for ApiJson<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
-        Ok(Self(value))
-    }
-}
-
 pub fn router(node: AppState) -> Router {
+    let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
     let leader_writes = Router::new()
         .route("/v1/executors", post(executors::register))
         .route("/v1/executors/{executor_id}/renew", post(executors::renew))
@@ -68,6 +61,13 @@ pub fn router(node: AppState) -> Router {
             "/v1/executors/{executor_id}",
             axum::routing::delete(executors::deregister),
         )
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            route_to_leader,
+        ))
+        .route_layer(timeout(REQUEST_TIMEOUT));
+
+    let leader_admin = Router::new()
         .route("/v1/cluster/nodes", post(cluster::add_node))
         .route(
             "/v1/cluster/nodes/{node_id}",
@@ -76,7 +76,8 @@ pub fn router(node: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
             route_to_leader,
-        ));
+        ))
+        .route_layer(timeout(ADMIN_REQUEST_TIMEOUT));
 
     let reads = Router::new()
         .route("/v1/cluster", get(cluster::info))
@@ -88,18 +89,26 @@ pub fn router(node: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
             consistent_reads,
-        ));
+        ))
+        .route_layer(timeout(REQUEST_TIMEOUT));
 
     let local = Router::new()
-        .route("/v1/cluster/init", post(cluster::init))
-        .route("/v1/cluster/snapshot", post(cluster::snapshot))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics));
+        .route("/metrics", get(health::metrics))
+        .route("/v1/openapi.json", get(openapi::serve))
+        .route_layer(timeout(REQUEST_TIMEOUT));
+
+    let local_admin = Router::new()
+        .route("/v1/cluster/init", post(cluster::init))
+        .route("/v1/cluster/snapshot", post(cluster::snapshot))
+        .route_layer(timeout(ADMIN_REQUEST_TIMEOUT));
 
     let public = leader_writes
+        .merge(leader_admin)
         .merge(reads)
         .merge(local)
+        .merge(local_admin)
         .layer(DefaultBodyLimit::max(MAX_API_BODY_BYTES));
 
     let raft = Router::new()
@@ -111,11 +120,14 @@ pub fn router(node: AppState) -> Router {
 
     public
         .merge(raft)
-        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .fallback(leasehold_api::http::not_found)
+        .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
         .layer(middleware::from_fn_with_state(
             node.clone(),
             name_the_leader,
         ))
+        .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
+        .layer(middleware::from_fn(leasehold_api::http::request_id))
         .with_state(node)
 }
 

@@ -136,7 +136,6 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
                     reaped, skipped, ..
                 },
             )) => {
-                metrics::counter!("leasehold_reaped_total").increment(reaped.len() as u64);
                 tracing::info!(?reaped, ?skipped, "reaped lapsed executors");
             }
             Ok((_, other)) => tracing::warn!(?other, "reap"),
@@ -176,9 +175,6 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
                 ..
             },
         )) => {
-            metrics::counter!("leasehold_rebalances_total").increment(1);
-            metrics::counter!("leasehold_shard_moves_total")
-                .increment((granted.len() + releasing.len()) as u64);
             tracing::info!(
                 granted = granted.len(),
                 releasing = releasing.len(),

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use crate::lease::{ExecutorId, Outcome, RenewResult};
+use crate::metrics::CommitMetrics;
 
 #[derive(Debug, Default)]
 pub struct LeaderSignals {
@@ -20,6 +21,8 @@ pub struct LeaderSignals {
     pending_pushes: Mutex<BTreeSet<ExecutorId>>,
     /// Leader-clock ms of the last applied renewal, plus one (0: none this term).
     last_renewal_applied_plus_one: AtomicU64,
+    /// Protocol counters counted from committed outcomes.
+    pub metrics: CommitMetrics,
 }
 
 impl LeaderSignals {
@@ -51,10 +54,12 @@ impl LeaderSignals {
         self.last_renewal_applied_plus_one
             .store(0, Ordering::Release);
         self.take_pushes();
+        self.metrics.reset_for_new_term();
     }
 
     /// Called with every outcome this node committed as leader, stamped `now_ms`.
     pub fn after_commit(&self, now_ms: u64, outcome: &Outcome) {
+        self.metrics.observe(now_ms, outcome);
         match outcome {
             Outcome::Registered { .. } => self.replan.notify_one(),
             Outcome::Deregistered { .. } | Outcome::Reaped { .. } => self.replan.notify_one(),

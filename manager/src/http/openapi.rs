@@ -1,0 +1,141 @@
+//! The manager's OpenAPI document, `GET /v1/openapi.json`: generated from the handlers'
+//! `#[utoipa::path]` annotations and the `leasehold_api` wire types, with the problem responses
+//! every operation can give added by [`leasehold_api::openapi::document_problems`]. The Raft RPC
+//! under `/raft/` is internal and not part of it.
+//!
+//! The document is checked in as `docs/openapi/manager.json`; the test below fails when the code
+//! and that file drift apart (regenerate with `UPDATE_OPENAPI=1 cargo test --workspace openapi`).
+
+use std::sync::OnceLock;
+
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use leasehold_api::openapi::{document_problems, to_pretty_json, ProblemCodes};
+use leasehold_api::problem::{ErrorCode, Problem};
+use utoipa::OpenApi;
+
+use super::{cluster, executors, health, inspect};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Leasehold manager API",
+        description = "Shard and lease manager (PROTOCOL §9). Writes go to the leader; a follower \
+forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; every error is \
+`application/problem+json` with a machine-readable `code`.",
+    ),
+    paths(
+        executors::register,
+        executors::renew,
+        executors::release,
+        executors::deregister,
+        inspect::state,
+        inspect::executors,
+        inspect::executor,
+        inspect::shards,
+        inspect::routing,
+        cluster::info,
+        cluster::init,
+        cluster::add_node,
+        cluster::remove_node,
+        cluster::snapshot,
+        health::livez,
+        health::readyz,
+        health::metrics,
+        serve,
+    ),
+    components(schemas(Problem, ErrorCode)),
+    tags(
+        (name = "executors", description = "Executor-facing writes, served by the leader."),
+        (name = "inspection", description = "Reads of the lease state, from any replica."),
+        (name = "cluster", description = "The Raft group: inspection and administration."),
+        (name = "health", description = "Liveness, readiness, metrics and this document."),
+    ),
+)]
+struct ManagerApi;
+
+/// Under `/v1/` every route is served by the leader (writes) or may read through it
+/// (`?consistent=true`), so it can be refused as misdirected or leaderless.
+fn leader_routed(path: &str) -> bool {
+    path.starts_with("/v1/") && path != "/v1/openapi.json"
+}
+
+/// The manager's public API document.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let mut doc = ManagerApi::openapi();
+    document_problems(
+        &mut doc,
+        ProblemCodes {
+            everywhere: &[ErrorCode::Internal, ErrorCode::Timeout],
+            with_body: &[
+                ErrorCode::InvalidRequest,
+                ErrorCode::PayloadTooLarge,
+                ErrorCode::UnsupportedMediaType,
+            ],
+            by_path: &[(
+                leader_routed,
+                &[
+                    ErrorCode::InvalidRequest,
+                    ErrorCode::NotLeader,
+                    ErrorCode::NoLeader,
+                ],
+            )],
+        },
+    );
+    doc
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/v1/openapi.json", tag = "health",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API.", body = Object)),
+)]
+pub async fn serve() -> impl IntoResponse {
+    static JSON: OnceLock<String> = OnceLock::new();
+    let body = JSON.get_or_init(|| to_pretty_json(&document()));
+    ([(CONTENT_TYPE, "application/json")], body.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The checked-in document is what the code generates.
+    #[test]
+    fn openapi_document_matches_the_checked_in_file() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/manager.json");
+        if let Err(message) =
+            leasehold_api::openapi::check_or_update(&to_pretty_json(&document()), &path)
+        {
+            panic!("{message}");
+        }
+    }
+
+    #[test]
+    fn raft_rpc_is_not_documented_and_every_error_is_problem_json() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        assert!(paths.keys().all(|path| !path.starts_with("/raft")));
+        assert!(paths.contains_key("/v1/executors/{executor_id}/renew"));
+        for (path, item) in paths {
+            for (method, operation) in item.as_object().unwrap() {
+                let responses = operation["responses"].as_object().unwrap();
+                assert!(responses.contains_key("500"), "{method} {path}");
+                for (status, response) in responses {
+                    if status.starts_with('4') || status.starts_with('5') {
+                        let content = response["content"].as_object();
+                        let is_readiness = path == "/readyz";
+                        assert!(
+                            is_readiness
+                                || content
+                                    .is_some_and(|c| c.contains_key("application/problem+json")),
+                            "{method} {path} {status}: {response}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

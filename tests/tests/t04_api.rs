@@ -1,0 +1,673 @@
+//! I6 against the real binaries: every class of bad input gets a 4xx problem+json answer with
+//! its `code`, and changes nothing (PROTOCOL §9, §12). Also: the served OpenAPI documents are
+//! the checked-in ones, and `X-Request-Id` round-trips and names the request in JSON logs.
+//!
+//! The manager cases run against a cluster with a long lease and one registered executor that
+//! never renews, so the state's revision moves only if a request is applied: each case asserts
+//! the revision (and at the end the whole state) is unchanged. Every case is sent to a follower
+//! (which forwards writes, §9) and to the leader. The executor cases run against the real
+//! `leasehold-executor`, asserting its held set, its id and its admission log are unchanged.
+
+use std::time::Duration;
+
+use leasehold_api::problem::ErrorCode;
+use leasehold_tests::executor::ExecutorProcess;
+use leasehold_tests::http_checks::{send, RawRequest};
+use leasehold_tests::{free_port, one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const SHARDS: u32 = 8;
+const LEADER_BOUND: Duration = Duration::from_secs(20);
+const SETTLE_BOUND: Duration = Duration::from_secs(60);
+
+/// One bad request and what it must get.
+struct Case {
+    class: &'static str,
+    request: RawRequest,
+    code: ErrorCode,
+}
+
+fn case(class: &'static str, request: RawRequest, code: ErrorCode) -> Case {
+    Case {
+        class,
+        request,
+        code,
+    }
+}
+
+fn post(path: &str, body: Value) -> RawRequest {
+    RawRequest::new(Method::POST, path).json(body.to_string())
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("http client")
+}
+
+/// The leader's state read through the read index, without the fields that move with time.
+async fn state_without_clock(http: &reqwest::Client, base: &str) -> Value {
+    let mut state: Value = http
+        .get(format!("{base}/v1/state?consistent=true"))
+        .send()
+        .await
+        .expect("GET /v1/state")
+        .json()
+        .await
+        .expect("state JSON");
+    for executor in state["executors"].as_array_mut().into_iter().flatten() {
+        executor["lease_remaining_ms"] = Value::Null;
+    }
+    for shard in state["shards"].as_array_mut().into_iter().flatten() {
+        if let Some(handoff) = shard.get_mut("handoff").filter(|h| h.is_object()) {
+            handoff["completes_by_expiry_in_ms"] = Value::Null;
+        }
+    }
+    state
+}
+
+fn manager_cases(executor_id: &str) -> Vec<Case> {
+    let renew = format!("/v1/executors/{executor_id}/renew");
+    let release = format!("/v1/executors/{executor_id}/release");
+    let register = |body: Value| post("/v1/executors", body);
+    let good_address = "http://127.0.0.1:9";
+    let oversized = vec![b' '; 2 << 20];
+    use ErrorCode::*;
+    vec![
+        // Unknown fields (I6): top level and nested.
+        case(
+            "unknown field",
+            register(json!({"incarnation": "x", "address": good_address, "extra": 1})),
+            InvalidRequest,
+        ),
+        case(
+            "unknown nested field",
+            post(
+                &renew,
+                json!({"claims": [{"shard": 1, "epoch": 1, "owner": "x"}], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "unknown field in add-node",
+            post(
+                "/v1/cluster/nodes",
+                json!({"node_id": 9, "address": good_address, "voter": true}),
+            ),
+            InvalidRequest,
+        ),
+        // Wrong types, missing fields, malformed JSON.
+        case(
+            "wrong type",
+            post(&renew, json!({"claims": [], "revision": "7"})),
+            InvalidRequest,
+        ),
+        case(
+            "negative number",
+            post(&renew, json!({"claims": [], "revision": -1})),
+            InvalidRequest,
+        ),
+        case(
+            "fraction",
+            post(&release, json!({"shards": [1.5], "revoke_revision": 1})),
+            InvalidRequest,
+        ),
+        case(
+            "missing field",
+            register(json!({"incarnation": "x"})),
+            InvalidRequest,
+        ),
+        case(
+            "malformed JSON",
+            RawRequest::new(Method::POST, "/v1/executors").json("{\"incarnation\": "),
+            InvalidRequest,
+        ),
+        case(
+            "empty body",
+            RawRequest::new(Method::POST, &renew).json(""),
+            InvalidRequest,
+        ),
+        case(
+            "JSON array for an object",
+            RawRequest::new(Method::POST, "/v1/executors").json("[]"),
+            InvalidRequest,
+        ),
+        // Content type and size.
+        case(
+            "text/plain body",
+            RawRequest::new(Method::POST, "/v1/executors").body(
+                Some("text/plain"),
+                br#"{"incarnation":"x","address":"http://127.0.0.1:9"}"#.to_vec(),
+            ),
+            UnsupportedMediaType,
+        ),
+        case(
+            "no content type",
+            RawRequest::new(Method::POST, &renew)
+                .body(None, br#"{"claims":[],"revision":1}"#.to_vec()),
+            UnsupportedMediaType,
+        ),
+        case(
+            "oversized body",
+            RawRequest::new(Method::POST, "/v1/executors")
+                .body(Some("application/json"), oversized),
+            PayloadTooLarge,
+        ),
+        // Out-of-range values.
+        case(
+            "claim shard = shard count",
+            post(
+                &renew,
+                json!({"claims": [{"shard": SHARDS, "epoch": 1}], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "release shard = shard count",
+            post(&release, json!({"shards": [SHARDS], "revoke_revision": 1})),
+            InvalidRequest,
+        ),
+        case(
+            "shard beyond u32",
+            post(
+                &release,
+                json!({"shards": [4_294_967_296u64], "revoke_revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "revision beyond u64",
+            RawRequest::new(Method::POST, &renew)
+                .json(r#"{"claims": [], "revision": 18446744073709551616}"#),
+            InvalidRequest,
+        ),
+        case(
+            "shard listed twice",
+            post(&release, json!({"shards": [1, 1], "revoke_revision": 1})),
+            InvalidRequest,
+        ),
+        case(
+            "empty incarnation",
+            register(json!({"incarnation": "", "address": good_address})),
+            InvalidRequest,
+        ),
+        case(
+            "oversized incarnation",
+            register(json!({"incarnation": "i".repeat(129), "address": good_address})),
+            InvalidRequest,
+        ),
+        case(
+            "oversized name",
+            register(json!({"incarnation": "x", "address": good_address, "name": "n".repeat(257)})),
+            InvalidRequest,
+        ),
+        // Malformed URLs (the register address is pushed to, §9).
+        case(
+            "address not a URL",
+            register(json!({"incarnation": "x", "address": "not a url"})),
+            InvalidRequest,
+        ),
+        case(
+            "address without scheme",
+            register(json!({"incarnation": "x", "address": "127.0.0.1:9"})),
+            InvalidRequest,
+        ),
+        case(
+            "address with another scheme",
+            register(json!({"incarnation": "x", "address": "ftp://127.0.0.1:9"})),
+            InvalidRequest,
+        ),
+        case(
+            "address with a path",
+            register(json!({"incarnation": "x", "address": "http://127.0.0.1:9/push"})),
+            InvalidRequest,
+        ),
+        case(
+            "address with a query",
+            register(json!({"incarnation": "x", "address": "http://127.0.0.1:9/?a=b"})),
+            InvalidRequest,
+        ),
+        case(
+            "address with credentials",
+            register(json!({"incarnation": "x", "address": "http://u:p@127.0.0.1:9"})),
+            InvalidRequest,
+        ),
+        case(
+            "oversized address",
+            register(
+                json!({"incarnation": "x", "address": format!("http://{}.example", "a".repeat(2100))}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "add-node address not a URL",
+            post(
+                "/v1/cluster/nodes",
+                json!({"node_id": 9, "address": "nope"}),
+            ),
+            InvalidRequest,
+        ),
+        // Malformed ids.
+        case(
+            "executor id without prefix",
+            RawRequest::new(Method::DELETE, "/v1/executors/42"),
+            InvalidRequest,
+        ),
+        case(
+            "executor id with letters",
+            post(
+                "/v1/executors/ex-abc/renew",
+                json!({"claims": [], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "executor id too long",
+            RawRequest::new(Method::GET, "/v1/executors/ex-123456789012345678901"),
+            InvalidRequest,
+        ),
+        case(
+            "node id not a number",
+            RawRequest::new(Method::DELETE, "/v1/cluster/nodes/one"),
+            InvalidRequest,
+        ),
+        // Queries.
+        case(
+            "consistent not a bool",
+            RawRequest::new(Method::GET, "/v1/state?consistent=maybe"),
+            InvalidRequest,
+        ),
+        case(
+            "unknown query parameter",
+            RawRequest::new(Method::GET, "/v1/routing?shard=3"),
+            InvalidRequest,
+        ),
+        case(
+            "oversized routing key",
+            RawRequest::new(Method::GET, format!("/v1/routing?key={}", "k".repeat(1025))),
+            InvalidRequest,
+        ),
+        case(
+            "purge not a bool",
+            RawRequest::new(Method::POST, "/v1/cluster/snapshot?purge=yes"),
+            InvalidRequest,
+        ),
+        // Unknown routes and wrong methods.
+        case(
+            "unknown route",
+            RawRequest::new(Method::GET, "/v1/nothing-here"),
+            NotFound,
+        ),
+        case(
+            "unknown version",
+            post("/v2/executors", json!({})),
+            NotFound,
+        ),
+        case(
+            "wrong method on a collection",
+            RawRequest::new(Method::PUT, "/v1/executors").json("{}"),
+            MethodNotAllowed,
+        ),
+        case(
+            "wrong method on renew",
+            RawRequest::new(Method::GET, &renew),
+            MethodNotAllowed,
+        ),
+        case(
+            "wrong method on state",
+            RawRequest::new(Method::DELETE, "/v1/state"),
+            MethodNotAllowed,
+        ),
+    ]
+}
+
+/// I6 on the manager: each class of bad input, to a follower and to the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        // Long enough that nothing expires while the cases run: the revision is then still.
+        lease: "120s".to_string(),
+        ..ClusterOptions::default()
+    });
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let follower = *cluster.managers.keys().find(|id| **id != leader).unwrap();
+    let (leader_url, follower_url) = (cluster.url(leader), cluster.url(follower));
+    let http = http();
+
+    // One executor that never renews (nothing listens at its address, so pushes fail and are
+    // retried without changing the state).
+    let address = format!("http://127.0.0.1:{}", free_port());
+    let executor_id = poll_until("registration", SETTLE_BOUND, || {
+        let (http, leader_url, address) = (&http, &leader_url, &address);
+        async move {
+            let reply = send(
+                http,
+                leader_url,
+                &post(
+                    "/v1/executors",
+                    json!({"incarnation": "t04", "address": address}),
+                ),
+            )
+            .await;
+            match reply.status {
+                200 => Ok(reply.json()?["executor_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()),
+                status => Err(format!(
+                    "{status}: {}",
+                    String::from_utf8_lossy(&reply.body)
+                )),
+            }
+        }
+    })
+    .await;
+    let settled = poll_until(
+        "every shard owned by the executor",
+        SETTLE_BOUND,
+        || async {
+            let state = state_without_clock(&http, &leader_url).await;
+            let shards = state["shards"].as_array().cloned().unwrap_or_default();
+            let owned = shards
+                .iter()
+                .filter(|s| s["owner"] == executor_id.as_str() && s.get("handoff").is_none())
+                .count();
+            if owned == SHARDS as usize {
+                Ok(state)
+            } else {
+                Err(format!("{owned} of {SHARDS} owned"))
+            }
+        },
+    )
+    .await;
+    let revision = settled["revision"].as_u64().expect("revision");
+
+    for case in manager_cases(&executor_id) {
+        for (role, base) in [("follower", &follower_url), ("leader", &leader_url)] {
+            let what = format!("{} (to the {role})", case.class);
+            send(&http, base, &case.request)
+                .await
+                .expect_problem(&what, case.code);
+            let now = state_without_clock(&http, &leader_url).await;
+            assert_eq!(
+                now["revision"].as_u64(),
+                Some(revision),
+                "{what}: the revision moved"
+            );
+        }
+    }
+    assert_eq!(
+        state_without_clock(&http, &leader_url).await,
+        settled,
+        "a rejected request changed the state"
+    );
+}
+
+/// I6 on the executor: bad pushes and revokes are refused and change nothing it holds or admits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_executor_rejections_are_problem_json_and_change_nothing() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let executor = ExecutorProcess::start(&cluster, "a");
+    let status = poll_until(
+        "the executor to admit every shard",
+        SETTLE_BOUND,
+        || async {
+            let status = executor.status().await?;
+            let admitting = status["admission"] == "admitting";
+            let held = status["shards"].as_array().map_or(0, Vec::len);
+            if admitting && held == SHARDS as usize {
+                Ok(status)
+            } else {
+                Err(format!("{status}"))
+            }
+        },
+    )
+    .await;
+    let executor_id = status["executor_id"]
+        .as_str()
+        .expect("registered")
+        .to_string();
+    let held_before = status["shards"].clone();
+    let log_before = executor.admission_log().expect("admission log").len();
+    let http = http();
+    let push = |body: Value| RawRequest::new(Method::PUT, "/v1/assignment").json(body.to_string());
+    let revoke = |body: Value| post("/v1/revoke", body);
+    use ErrorCode::*;
+    let cases = vec![
+        case(
+            "unknown field",
+            push(
+                json!({"executor_id": executor_id, "revision": 1, "shard_count": SHARDS, "shards": [], "lease_ttl_ms": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "unknown nested field",
+            push(
+                json!({"executor_id": executor_id, "revision": 1, "shard_count": SHARDS, "shards": [{"shard": 0, "epoch": 1, "x": 1}]}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "wrong type",
+            revoke(json!({"executor_id": executor_id, "revision": "9", "shards": [0]})),
+            InvalidRequest,
+        ),
+        case(
+            "missing field",
+            revoke(json!({"executor_id": executor_id, "shards": [0]})),
+            InvalidRequest,
+        ),
+        case(
+            "malformed JSON",
+            RawRequest::new(Method::POST, "/v1/revoke").json("{"),
+            InvalidRequest,
+        ),
+        case(
+            "text/plain body",
+            RawRequest::new(Method::POST, "/v1/revoke").body(Some("text/plain"), b"{}".to_vec()),
+            UnsupportedMediaType,
+        ),
+        case(
+            "oversized body",
+            RawRequest::new(Method::PUT, "/v1/assignment")
+                .body(Some("application/json"), vec![b' '; 5 << 20]),
+            PayloadTooLarge,
+        ),
+        case(
+            "shard = shard count",
+            push(
+                json!({"executor_id": executor_id, "revision": u64::MAX, "shard_count": SHARDS, "shards": [{"shard": SHARDS, "epoch": 1}]}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "revoke shard = shard count",
+            revoke(json!({"executor_id": executor_id, "revision": u64::MAX, "shards": [SHARDS]})),
+            InvalidRequest,
+        ),
+        case(
+            "shard listed twice",
+            revoke(json!({"executor_id": executor_id, "revision": u64::MAX, "shards": [0, 0]})),
+            InvalidRequest,
+        ),
+        case(
+            "zero shard count",
+            push(
+                json!({"executor_id": executor_id, "revision": u64::MAX, "shard_count": 0, "shards": []}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "another shard count",
+            push(
+                json!({"executor_id": executor_id, "revision": u64::MAX, "shard_count": SHARDS + 1, "shards": []}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "push for another executor",
+            push(
+                json!({"executor_id": "ex-999999", "revision": u64::MAX, "shard_count": SHARDS, "shards": []}),
+            ),
+            Conflict,
+        ),
+        case(
+            "revoke for another executor",
+            revoke(json!({"executor_id": "ex-999999", "revision": u64::MAX, "shards": [0]})),
+            Conflict,
+        ),
+        case(
+            "work without a key",
+            RawRequest::new(Method::GET, "/v1/work"),
+            InvalidRequest,
+        ),
+        case(
+            "oversized work key",
+            RawRequest::new(Method::GET, format!("/v1/work?key={}", "k".repeat(1025))),
+            InvalidRequest,
+        ),
+        case(
+            "unknown route",
+            RawRequest::new(Method::GET, "/v1/nothing-here"),
+            NotFound,
+        ),
+        case(
+            "wrong method",
+            RawRequest::new(Method::GET, "/v1/revoke"),
+            MethodNotAllowed,
+        ),
+    ];
+    for case in cases {
+        send(&http, &executor.url(), &case.request)
+            .await
+            .expect_problem(case.class, case.code);
+        let now = executor.status().await.expect("status");
+        assert_eq!(
+            now["executor_id"].as_str(),
+            Some(executor_id.as_str()),
+            "{}",
+            case.class
+        );
+        assert_eq!(
+            now["shards"], held_before,
+            "{}: the held set changed",
+            case.class
+        );
+        assert_eq!(now["admission"], "admitting", "{}", case.class);
+        let log_now = executor.admission_log().expect("admission log").len();
+        assert_eq!(
+            log_now, log_before,
+            "{}: admission started or stopped",
+            case.class
+        );
+    }
+}
+
+/// The documents served at `/v1/openapi.json` are the checked-in ones; `X-Request-Id` comes
+/// back as sent (or replaced when malformed), and with `--log-format json` the leader's log line
+/// for a forwarded register carries the id in its request span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_is_served_and_request_ids_name_requests_in_json_logs() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        extra_args: vec!["--log-format".to_string(), "json".to_string()],
+        ..ClusterOptions::default()
+    });
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let follower = *cluster.managers.keys().find(|id| **id != leader).unwrap();
+    let executor = ExecutorProcess::start(&cluster, "a");
+    poll_until("the executor to answer", SETTLE_BOUND, || executor.status()).await;
+    let http = http();
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi");
+    for (base, file) in [
+        (cluster.url(follower), "manager.json"),
+        (executor.url(), "executor.json"),
+    ] {
+        let reply = send(
+            &http,
+            &base,
+            &RawRequest::new(Method::GET, "/v1/openapi.json"),
+        )
+        .await;
+        assert_eq!(reply.status, 200);
+        let checked_in: Value =
+            serde_json::from_str(&std::fs::read_to_string(format!("{docs}/{file}")).unwrap())
+                .unwrap();
+        assert_eq!(
+            reply.json().unwrap(),
+            checked_in,
+            "{base} serves another {file}"
+        );
+    }
+
+    // Round trip on both servers, on successes and errors.
+    for (base, path) in [
+        (cluster.url(follower), "/v1/cluster"),
+        (cluster.url(leader), "/v1/nothing"),
+        (executor.url(), "/v1/status"),
+        (executor.url(), "/v1/nothing"),
+    ] {
+        let mut request = RawRequest::new(Method::GET, path);
+        request.request_id = Some("t04-round-trip.1:a_b".to_string());
+        let reply = send(&http, &base, &request).await;
+        assert_eq!(
+            reply.request_id.as_deref(),
+            Some("t04-round-trip.1:a_b"),
+            "{base}{path}"
+        );
+        request.request_id = Some("has spaces and {braces}".to_string());
+        let replaced = send(&http, &base, &request)
+            .await
+            .request_id
+            .unwrap_or_default();
+        assert!(
+            replaced.len() == 32 && replaced.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{base}{path}: malformed id not replaced: {replaced:?}"
+        );
+    }
+
+    // A register sent to a follower is forwarded; the leader logs "registered" inside the span.
+    let mut register = post(
+        "/v1/executors",
+        json!({"incarnation": "t04-json-log", "address": format!("http://127.0.0.1:{}", free_port())}),
+    );
+    register.request_id = Some("t04-register-42".to_string());
+    let reply = poll_until("a register through the follower", SETTLE_BOUND, || {
+        let (http, base, register) = (&http, cluster.url(follower), &register);
+        async move {
+            let reply = send(http, &base, register).await;
+            if reply.status == 200 {
+                Ok(reply)
+            } else {
+                Err(format!("{}", reply.status))
+            }
+        }
+    })
+    .await;
+    assert_eq!(reply.request_id.as_deref(), Some("t04-register-42"));
+    let line = poll_until("the leader's JSON log line", SETTLE_BOUND, || async {
+        cluster.managers[&leader]
+            .log()
+            .lines()
+            .find(|line| line.contains("t04-register-42") && line.contains("\"registered\""))
+            .map(str::to_string)
+            .ok_or_else(|| "not logged yet".to_string())
+    })
+    .await;
+    let entry: Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(entry["span"]["name"], "http_request", "{entry}");
+    assert_eq!(entry["span"]["request_id"], "t04-register-42", "{entry}");
+    assert_eq!(entry["span"]["path"], "/v1/executors", "{entry}");
+}
