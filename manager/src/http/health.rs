@@ -2,6 +2,8 @@
 //! applied everything committed, it is not stopping, and the cluster's shard configuration is
 //! written) and `/metrics` (Prometheus text).
 
+use std::time::Duration;
+
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -12,6 +14,9 @@ use leasehold_api::wire::{Liveness, Readiness, ReadinessCheck};
 use serde::Deserialize;
 
 use super::{ApiError, ApiQuery, AppState};
+
+/// How long `/readyz` lets the applied index catch up with the committed one it just read.
+const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 
 /// The process answers.
 #[utoipa::path(
@@ -44,8 +49,18 @@ pub async fn readyz(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<ReadyQuery>,
 ) -> Response {
-    let metrics = node.metrics_snapshot();
     let committed = node.committed_index().await;
+    // Applying trails committing by a moment on a busy replica; readiness asks whether it keeps
+    // up, so it waits that moment out (bounded) instead of flapping.
+    let metrics = match node
+        .raft
+        .wait(Some(APPLY_CATCH_UP_WAIT))
+        .applied_index_at_least(committed, "applied up to the commit")
+        .await
+    {
+        Ok(metrics) => metrics,
+        Err(_) => node.metrics_snapshot(),
+    };
     let applied = metrics.last_applied.map(|log_id| log_id.index);
     let shard_config = node.state.read(|applied| {
         applied
