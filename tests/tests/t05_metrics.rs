@@ -1,0 +1,275 @@
+//! The protocol metrics move as the protocol does: a scripted scenario against a real cluster and
+//! real executors, with `/metrics` scraped between the steps (docs/OPERATIONS.md, "Metrics
+//! reference").
+//!
+//! Counters are counted by the manager that led when the event happened, so they are summed over
+//! the three managers: the totals are then exact whatever the leader was. The scenario, on 16
+//! shards: A registers and gets all 16 (16 grants); B joins and takes 8 from A (8 handoffs, P5.2,
+//! P5.4); B stops gracefully (a deregistration, P3.7; 8 grants back to A); C joins and takes 8
+//! (8 handoffs); C is killed and expires (one reap, P3.8; 8 grants back to A); A stops.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold_tests::executor::{wait_for_even_split, AdmissionEdge, ExecutorProcess};
+use leasehold_tests::http_checks::{parse_prometheus, summed};
+use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
+
+const SHARDS: u32 = 16;
+const HALF: f64 = (SHARDS / 2) as f64;
+const LEADER_BOUND: Duration = Duration::from_secs(20);
+/// Registration, planning, pushes, handoffs and expiry on a loaded machine.
+const STEP_BOUND: Duration = Duration::from_secs(90);
+const EXIT_BOUND: Duration = Duration::from_secs(20);
+
+async fn scrape(http: &reqwest::Client, base: &str) -> BTreeMap<String, f64> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {base}/metrics: {e}"))
+        .text()
+        .await
+        .expect("metrics text");
+    parse_prometheus(&text)
+}
+
+async fn scrape_managers(cluster: &Cluster, http: &reqwest::Client) -> Vec<BTreeMap<String, f64>> {
+    let mut scrapes = Vec::new();
+    for url in cluster.urls() {
+        scrapes.push(scrape(http, &url).await);
+    }
+    scrapes
+}
+
+async fn wait_for_all(executor: &ExecutorProcess) {
+    poll_until(
+        &format!("executor {} to admit all {SHARDS} shards", executor.name),
+        STEP_BOUND,
+        || async {
+            let held = executor.admitted_shards().await?.len();
+            if held == SHARDS as usize {
+                Ok(())
+            } else {
+                Err(format!("{held} admitted"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until the managers' summed `series` reaches `want` (counters may be bumped a moment
+/// after the state they describe is visible), then checks it did not overshoot.
+async fn expect_total(cluster: &Cluster, http: &reqwest::Client, series: &str, want: f64) {
+    let got = poll_until(&format!("{series} to reach {want}"), STEP_BOUND, || async {
+        let got = summed(&scrape_managers(cluster, http).await, series);
+        if got >= want {
+            Ok(got)
+        } else {
+            Err(format!("{series} = {got}"))
+        }
+    })
+    .await;
+    assert_eq!(got, want, "{series}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_metrics_count_the_scripted_scenario() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        lease: "6s".to_string(),
+        ..ClusterOptions::default()
+    });
+    let first_leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("http client");
+
+    // A registers and is granted every shard.
+    let mut a = ExecutorProcess::start(&cluster, "a");
+    wait_for_all(&a).await;
+    expect_total(&cluster, &http, "leasehold_registrations_total", 1.0).await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_total{kind="grant"}"#,
+        SHARDS as f64,
+    )
+    .await;
+    let leader = scrape(&http, &cluster.url(first_leader)).await;
+    assert_eq!(leader.get("leasehold_executors"), Some(&1.0));
+    assert_eq!(
+        leader.get(r#"leasehold_shards{state="owned"}"#),
+        Some(&(SHARDS as f64))
+    );
+    assert_eq!(
+        leader.get(r#"leasehold_shards{state="unowned"}"#),
+        Some(&0.0)
+    );
+    assert_eq!(
+        leader.get(r#"leasehold_shards{state="releasing"}"#),
+        Some(&0.0)
+    );
+    assert!(
+        leader.get("leasehold_raft_is_leader") == Some(&1.0),
+        "scraped the leader"
+    );
+
+    // B joins: half the shards are handed over, each handoff completed once.
+    let mut b = ExecutorProcess::start(&cluster, "b");
+    wait_for_even_split(&[&a, &b], SHARDS, STEP_BOUND).await;
+    expect_total(&cluster, &http, "leasehold_registrations_total", 2.0).await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_total{kind="handoff"}"#,
+        HALF,
+    )
+    .await;
+    let scrapes = scrape_managers(&cluster, &http).await;
+    let completed = summed(
+        &scrapes,
+        r#"leasehold_handoffs_completed_total{via="acknowledged"}"#,
+    ) + summed(
+        &scrapes,
+        r#"leasehold_handoffs_completed_total{via="expiry"}"#,
+    );
+    assert_eq!(completed, HALF, "every handoff completed exactly once");
+    let timed = summed(
+        &scrapes,
+        r#"leasehold_handoff_duration_seconds_count{via="acknowledged"}"#,
+    ) + summed(
+        &scrapes,
+        r#"leasehold_handoff_duration_seconds_count{via="expiry"}"#,
+    );
+    assert!(
+        timed <= completed,
+        "durations recorded {timed}, completed {completed}"
+    );
+    if cluster.wait_for_leader(LEADER_BOUND).await == first_leader {
+        assert_eq!(
+            timed, completed,
+            "one duration per handoff begun under this leader"
+        );
+    }
+    let b_metrics = scrape(&http, &b.url()).await;
+    assert!(
+        b_metrics
+            .get(r#"leasehold_executor_deliveries_total{kind="assignment",outcome="applied"}"#)
+            .is_some_and(|n| *n >= 1.0),
+        "B was pushed its set: {b_metrics:?}"
+    );
+
+    // B stops gracefully: deregistered, its shards granted back to A at once.
+    b.signal_terminate();
+    b.wait_exit(EXIT_BOUND).await;
+    wait_for_all(&a).await;
+    expect_total(&cluster, &http, "leasehold_deregistrations_total", 1.0).await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_total{kind="grant"}"#,
+        SHARDS as f64 + HALF,
+    )
+    .await;
+
+    // C joins, takes half, and is killed: it expires and is reaped; its shards go back to A.
+    let mut c = ExecutorProcess::start(&cluster, "c");
+    wait_for_even_split(&[&a, &c], SHARDS, STEP_BOUND).await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_total{kind="handoff"}"#,
+        2.0 * HALF,
+    )
+    .await;
+    c.kill();
+    wait_for_all(&a).await;
+    expect_total(&cluster, &http, "leasehold_reaped_total", 1.0).await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_total{kind="grant"}"#,
+        SHARDS as f64 + 2.0 * HALF,
+    )
+    .await;
+    expect_total(&cluster, &http, "leasehold_registrations_total", 3.0).await;
+
+    // A's own metrics agree with its admission log, and its gauges with its status.
+    let a_metrics = scrape(&http, &a.url()).await;
+    let log = a.admission_log().expect("admission log");
+    let starts = log
+        .iter()
+        .filter(|r| r.event == AdmissionEdge::Start)
+        .count() as f64;
+    let stops = log.len() as f64 - starts;
+    assert_eq!(
+        a_metrics.get(r#"leasehold_executor_admission_changes_total{change="start"}"#),
+        Some(&starts)
+    );
+    assert_eq!(
+        a_metrics.get(r#"leasehold_executor_admission_changes_total{change="stop"}"#),
+        Some(&stops)
+    );
+    assert_eq!(
+        a_metrics.get("leasehold_executor_shards_admitting"),
+        Some(&(SHARDS as f64))
+    );
+    assert_eq!(
+        a_metrics.get("leasehold_executor_shards_held"),
+        Some(&(SHARDS as f64))
+    );
+    assert_eq!(a_metrics.get("leasehold_executor_fenced"), Some(&0.0));
+    let remaining = a_metrics["leasehold_executor_lease_remaining_seconds"];
+    assert!(
+        remaining > 0.0 && remaining <= 6.0,
+        "lease remaining {remaining}"
+    );
+    assert_eq!(
+        a_metrics.get(r#"leasehold_executor_lease_calls_total{call="register",result="granted"}"#),
+        Some(&1.0)
+    );
+    assert!(
+        a_metrics[r#"leasehold_executor_lease_calls_total{call="renew",result="granted"}"#] >= 1.0
+    );
+    assert!(
+        a_metrics[r#"leasehold_executor_deliveries_total{kind="revoke",outcome="applied"}"#] >= 1.0
+    );
+
+    // A stops: no renewal is in flight after its deregistration, so the renewal counts settle.
+    a.signal_terminate();
+    a.wait_exit(EXIT_BOUND).await;
+    expect_total(&cluster, &http, "leasehold_deregistrations_total", 2.0).await;
+    let scrapes = scrape_managers(&cluster, &http).await;
+    let renewals: f64 = ["renewed", "unknown_executor", "refused", "failed"]
+        .iter()
+        .map(|result| {
+            summed(
+                &scrapes,
+                &format!("leasehold_renewals_total{{result=\"{result}\"}}"),
+            )
+        })
+        .sum();
+    assert!(summed(&scrapes, r#"leasehold_renewals_total{result="renewed"}"#) >= 3.0);
+    assert_eq!(
+        summed(&scrapes, "leasehold_renewal_duration_seconds_count"),
+        renewals,
+        "one latency observation per renewal"
+    );
+    assert_eq!(
+        summed(&scrapes, "leasehold_renewal_batch_size_sum"),
+        renewals,
+        "every renewal went through exactly one batch"
+    );
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let leader_metrics = scrape(&http, &cluster.url(leader)).await;
+    assert_eq!(leader_metrics.get("leasehold_executors"), Some(&0.0));
+    assert_eq!(
+        leader_metrics.get(r#"leasehold_shards{state="unowned"}"#),
+        Some(&(SHARDS as f64))
+    );
+    assert!(leader_metrics["leasehold_raft_term"] >= 1.0);
+}
