@@ -18,6 +18,9 @@ use utoipa::openapi::{
 
 use crate::problem::{ErrorCode, PROBLEM_CONTENT_TYPE, REQUEST_ID_HEADER};
 
+/// Operations on paths `.0` accepts can answer the codes `.1`.
+pub type CodesOnPaths<'a> = (fn(&str) -> bool, &'a [ErrorCode]);
+
 /// Which problem codes an operation can answer, beyond those its annotation lists.
 #[derive(Debug, Clone, Copy)]
 pub struct ProblemCodes<'a> {
@@ -27,7 +30,7 @@ pub struct ProblemCodes<'a> {
     pub with_body: &'a [ErrorCode],
     /// Operations whose path matches `predicate` get `codes` too (e.g. leader-served routes get
     /// `not_leader` and `no_leader`).
-    pub by_path: &'a [(fn(&str) -> bool, &'a [ErrorCode])],
+    pub by_path: &'a [CodesOnPaths<'a>],
 }
 
 /// Adds the problem responses of `codes` to every operation of `doc`, a problem+json body to every
@@ -47,14 +50,14 @@ pub fn document_problems(doc: &mut OpenApi, codes: ProblemCodes<'_>) {
             let responses = &mut operation.responses.responses;
             for code in &wanted {
                 let status = code.status().to_string();
-                if !responses.contains_key(&status) {
+                responses.entry(status).or_insert_with(|| {
                     let codes_here: Vec<ErrorCode> = wanted
                         .iter()
                         .copied()
                         .filter(|c| c.status() == code.status())
                         .collect();
-                    responses.insert(status, RefOr::T(problem_response(&describe(&codes_here))));
-                }
+                    RefOr::T(problem_response(&describe(&codes_here)))
+                });
             }
             for (status, response) in responses.iter_mut() {
                 if let RefOr::T(response) = response {

@@ -299,12 +299,7 @@ mod tests {
                 "--mass-expiry-grace",
             ),
             (
-                vec![
-                    "--initial-cluster",
-                    "1=http://a:1",
-                    "--lease-duration",
-                    "-5s",
-                ],
+                vec!["--initial-cluster", "1=http://a:1", "--lease-duration=-5s"],
                 "lease-duration",
             ),
             (

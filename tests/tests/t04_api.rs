@@ -74,7 +74,9 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
     let release = format!("/v1/executors/{executor_id}/release");
     let register = |body: Value| post("/v1/executors", body);
     let good_address = "http://127.0.0.1:9";
-    let oversized = vec![b' '; 2 << 20];
+    // Above the manager's 1 MiB limit and below axum's default 2 MiB, so it is this server's
+    // limit that refuses it.
+    let oversized = vec![b' '; 3 << 19];
     use ErrorCode::*;
     vec![
         // Unknown fields (I6): top level and nested.
@@ -548,6 +550,26 @@ async fn i6_executor_rejections_are_problem_json_and_change_nothing() {
             MethodNotAllowed,
         ),
     ];
+    // A push near the size of a full 65 536-shard set (about 2 MiB, above axum's default
+    // limit) is within the executor's limit: this one is stale (revision 0), so it is accepted
+    // and ignored (P4.1), changing nothing.
+    let mut large =
+        json!({"executor_id": executor_id, "revision": 0, "shard_count": SHARDS, "shards": []})
+            .to_string()
+            .into_bytes();
+    large.extend(std::iter::repeat_n(b' ', 3 << 20));
+    let reply = send(
+        &http,
+        &executor.url(),
+        &RawRequest::new(Method::PUT, "/v1/assignment").body(Some("application/json"), large),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        204,
+        "a 3 MiB push: {}",
+        String::from_utf8_lossy(&reply.body)
+    );
     for case in cases {
         send(&http, &executor.url(), &case.request)
             .await
