@@ -162,7 +162,14 @@ async fn send_large(base: &str, request: &RawRequest) -> RawReply {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP reply head in {:?}", String::from_utf8_lossy(&raw)));
+        .unwrap_or_else(|| {
+            panic!(
+                "{} {}: no HTTP reply head in {:?}",
+                request.method,
+                request.path,
+                String::from_utf8_lossy(&raw)
+            )
+        });
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.lines();
     let status = lines
