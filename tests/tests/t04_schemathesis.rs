@@ -26,7 +26,7 @@
 //! `LEASEHOLD_SCHEMATHESIS_EXAMPLES` (default 25 per operation) and `LEASEHOLD_SCHEMATHESIS_SEED`
 //! (default fixed, for reproducible CI runs) tune the run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leasehold_tests::executor::ExecutorProcess;
@@ -67,7 +67,15 @@ struct RunSummary {
 /// Operations of the manager's document left out of every run (see the module comment).
 const MANAGER_EXCLUDED_PATHS: &str = "^/v1/cluster/nodes";
 
-async fn run(tool: &PathBuf, label: &'static str, base: &str, mode: &str) -> RunSummary {
+/// Runs schemathesis in `workdir` (it keeps a cache of found failures in the working directory,
+/// which belongs in the test's temporary directory, not in the repository).
+async fn run(
+    tool: &PathBuf,
+    workdir: &Path,
+    label: &'static str,
+    base: &str,
+    mode: &str,
+) -> RunSummary {
     let seed = std::env::var("LEASEHOLD_SCHEMATHESIS_SEED").unwrap_or_else(|_| DEFAULT_SEED.into());
     let examples = std::env::var("LEASEHOLD_SCHEMATHESIS_EXAMPLES")
         .unwrap_or_else(|_| DEFAULT_EXAMPLES.into());
@@ -78,6 +86,7 @@ async fn run(tool: &PathBuf, label: &'static str, base: &str, mode: &str) -> Run
         .args(["--phases", "examples,coverage,fuzzing", "--checks", CHECKS])
         .args(["--workers", "1", "--request-timeout", "30", "--no-color"])
         .env("NO_COLOR", "1")
+        .current_dir(workdir)
         .kill_on_drop(true);
     if label == "manager" {
         command.args(["--exclude-path-regex", MANAGER_EXCLUDED_PATHS]);
@@ -195,7 +204,7 @@ async fn schemathesis_finds_no_server_errors_schema_violations_or_applied_reject
 
     let mut summaries = Vec::new();
     let before = manager_fingerprint(&http, &cluster.url(leader)).await;
-    summaries.push(run(&tool, "manager", &manager, "negative").await);
+    summaries.push(run(&tool, cluster.dir.path(), "manager", &manager, "negative").await);
     assert_eq!(
         manager_fingerprint(&http, &cluster.url(leader)).await,
         before,
@@ -203,7 +212,16 @@ async fn schemathesis_finds_no_server_errors_schema_violations_or_applied_reject
     );
 
     let log_before = executor.admission_log().expect("admission log").len();
-    summaries.push(run(&tool, "executor", &executor.url(), "negative").await);
+    summaries.push(
+        run(
+            &tool,
+            cluster.dir.path(),
+            "executor",
+            &executor.url(),
+            "negative",
+        )
+        .await,
+    );
     let after = executor.status().await.expect("executor status");
     assert_eq!(after["executor_id"], settled["executor_id"]);
     assert_eq!(
@@ -219,8 +237,17 @@ async fn schemathesis_finds_no_server_errors_schema_violations_or_applied_reject
     // The executor before the manager: the manager's positive run registers executors that take
     // shards from the live one, after which `GET /v1/work` rightly answers `503
     // sharding_not_ready` for keys whose shard is between owners.
-    summaries.push(run(&tool, "executor", &executor.url(), "all").await);
-    summaries.push(run(&tool, "manager", &manager, "all").await);
+    summaries.push(
+        run(
+            &tool,
+            cluster.dir.path(),
+            "executor",
+            &executor.url(),
+            "all",
+        )
+        .await,
+    );
+    summaries.push(run(&tool, cluster.dir.path(), "manager", &manager, "all").await);
     for summary in &summaries {
         eprintln!(
             "schemathesis summary: {} ({}): {}",
