@@ -99,6 +99,7 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         SHARDS as f64,
     )
     .await;
+    // State gauges describe the answering replica's applied state; the leader has applied it.
     let leader = scrape(&http, &cluster.url(first_leader)).await;
     assert_eq!(leader.get("leasehold_executors"), Some(&1.0));
     assert_eq!(
