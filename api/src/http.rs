@@ -8,6 +8,8 @@
 //!   header when the problem names one.
 //! - [`ApiJson`], [`ApiQuery`]: extractors whose rejections are [`HttpError`]s.
 //! - [`not_found`], [`method_not_allowed`]: router fallbacks.
+//! - [`limit_body`]: the request body limit, answered `413 payload_too_large` after draining
+//!   what the client still sends (bounded), so it reads the answer instead of a reset.
 //! - [`request_timeout`]: a deadline on a handler, answered `504 timeout`.
 //! - [`request_id`]: one tracing span per request carrying its `X-Request-Id` (taken from the
 //!   request when well formed, generated otherwise) and the same id on the response.
@@ -16,9 +18,10 @@
 use std::any::Any;
 use std::time::{Duration, Instant};
 
+use axum::body::{Body, HttpBody};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -211,6 +214,88 @@ pub async fn method_not_allowed() -> HttpError {
     )
 }
 
+/// A body over the limit is read and discarded up to this many times the limit before the
+/// connection is closed (an HTTP/1 server that closes with unread data resets the connection, and
+/// the client loses the `413` it was sent).
+const DRAIN_FACTOR: usize = 4;
+/// Bound on draining an oversized body.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// The largest request body a route group accepts, for [`limit_body`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimit {
+    /// Bytes.
+    pub max_bytes: usize,
+}
+
+/// Middleware (`from_fn_with_state(BodyLimit { max_bytes }, limit_body)`): buffers the request
+/// body up to the limit and hands it on; a larger one is answered `413 payload_too_large` with
+/// `Connection: close`, after reading and discarding what the client still sends, up to
+/// [`DRAIN_FACTOR`] times the limit and [`DRAIN_TIME`] (nginx's lingering close), so the client
+/// gets the answer rather than a connection reset. A declared `Content-Length` beyond that is
+/// answered at once.
+pub async fn limit_body(State(limit): State<BodyLimit>, request: Request, next: Next) -> Response {
+    let (parts, mut body) = request.into_parts();
+    let drain_cap = limit.max_bytes.saturating_mul(DRAIN_FACTOR);
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > drain_cap as u64) {
+        return payload_too_large(limit);
+    }
+    let mut kept = Vec::new();
+    let mut received = 0usize;
+    let drain_deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    loop {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
+        let frame = if received > limit.max_bytes {
+            match tokio::time::timeout_at(drain_deadline, frame).await {
+                Ok(frame) => frame,
+                Err(_) => break,
+            }
+        } else {
+            frame.await
+        };
+        let Some(frame) = frame else { break };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(error) => {
+                return HttpError::invalid(format!("reading the request body: {error}"))
+                    .into_response()
+            }
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        received = received.saturating_add(data.len());
+        if received > limit.max_bytes {
+            kept = Vec::new();
+            if received > drain_cap {
+                break;
+            }
+        } else {
+            kept.extend_from_slice(&data);
+        }
+    }
+    if received > limit.max_bytes {
+        return payload_too_large(limit);
+    }
+    next.run(Request::from_parts(parts, Body::from(kept))).await
+}
+
+fn payload_too_large(limit: BodyLimit) -> Response {
+    let mut response = HttpError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("request body is larger than {} bytes", limit.max_bytes),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// Middleware (`from_fn_with_state(limit, request_timeout)`): a handler still running after
 /// `limit` is dropped and answered `504 timeout`. For a write the outcome is then unknown, which
 /// is what the code says; clients retry idempotent requests only.
@@ -355,6 +440,10 @@ mod tests {
             )
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
+            .layer(middleware::from_fn_with_state(
+                BodyLimit { max_bytes: 64 },
+                limit_body,
+            ))
             .layer(DefaultBodyLimit::max(64))
             .layer(middleware::from_fn(request_id))
     }
@@ -446,6 +535,28 @@ mod tests {
             ErrorCode::MethodNotAllowed,
         )
         .await;
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_drained_and_answered_413_with_connection_close() {
+        let (status, response) = call(post_json(&format!(
+            r#"{{"n": 1, "pad": "{}"}}"#,
+            "x".repeat(200)
+        )))
+        .await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(response.headers()[CONNECTION], "close");
+        // Declared far beyond what is worth draining: answered without reading.
+        let declared = Request::post("/write")
+            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_LENGTH, "1000000")
+            .body(Body::from("{}"))
+            .unwrap();
+        expect(declared, ErrorCode::PayloadTooLarge).await;
+        // At the limit exactly: handed on whole.
+        let at_limit = format!(r#"{{"n": 1{}}}"#, " ".repeat(64 - 8));
+        assert_eq!(at_limit.len(), 64);
+        assert_eq!(call(post_json(&at_limit)).await.0, StatusCode::NO_CONTENT);
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,6 +21,7 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use leasehold_api::http::{limit_body, BodyLimit};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{AssignmentPush, ExecutorHealth, RevokePush, RevokeReply};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -65,6 +66,12 @@ pub(crate) fn app(shared: Arc<Shared>, extra: Router) -> Router {
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            BodyLimit {
+                max_bytes: MAX_BODY_BYTES,
+            },
+            limit_body,
+        ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
 }

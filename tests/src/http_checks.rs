@@ -46,6 +46,8 @@ pub struct RawReply {
     pub status: u16,
     pub content_type: Option<String>,
     pub request_id: Option<String>,
+    /// The `Connection` header.
+    pub connection: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -81,6 +83,15 @@ impl RawReply {
             self.request_id.as_deref().is_some_and(|id| !id.is_empty()),
             "{what}: X-Request-Id missing"
         );
+        if code == ErrorCode::PayloadTooLarge {
+            // The limit drains what the client sends and closes (`limit_body`), so the client
+            // reads the answer rather than a reset.
+            assert_eq!(
+                self.connection.as_deref(),
+                Some("close"),
+                "{what}: Connection"
+            );
+        }
     }
 }
 
@@ -115,11 +126,13 @@ pub async fn send(http: &reqwest::Client, base: &str, request: &RawRequest) -> R
     let status = reply.status().as_u16();
     let content_type = header("content-type");
     let request_id = header(REQUEST_ID_HEADER);
+    let connection = header("connection");
     let body = reply.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
     RawReply {
         status,
         content_type,
         request_id,
+        connection,
         body,
     }
 }
@@ -155,6 +168,9 @@ async fn send_large(base: &str, request: &RawRequest) -> RawReply {
         if writer.write_all(head.as_bytes()).await.is_ok() {
             let _ = writer.write_all(&body).await;
         }
+        // Handed back rather than dropped: dropping it would half-close the connection, which a
+        // server may take for a client that went away before its answer.
+        writer
     });
     let mut raw = Vec::new();
     let _ = reader.read_to_end(&mut raw).await;
@@ -189,6 +205,7 @@ async fn send_large(base: &str, request: &RawRequest) -> RawReply {
         status,
         content_type: header("content-type"),
         request_id: header(REQUEST_ID_HEADER),
+        connection: header("connection"),
         body: raw[split + 4..].to_vec(),
     }
 }

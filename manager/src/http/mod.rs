@@ -22,7 +22,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use leasehold_api::http::request_timeout;
+use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::problem::{ErrorCode, LEADER_HEADER, REQUEST_ID_HEADER};
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -109,7 +109,13 @@ pub fn router(node: AppState) -> Router {
         .merge(reads)
         .merge(local)
         .merge(local_admin)
-        .layer(DefaultBodyLimit::max(MAX_API_BODY_BYTES));
+        .layer(DefaultBodyLimit::max(MAX_API_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            BodyLimit {
+                max_bytes: MAX_API_BODY_BYTES,
+            },
+            limit_body,
+        ));
 
     let raft = Router::new()
         .route("/raft/append", post(raft_rpc::append))
