@@ -65,7 +65,8 @@ pub(crate) fn app(shared: Arc<Shared>, extra: Router) -> Router {
         ))
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // `limit_body` enforces MAX_BODY_BYTES, above axum's own default limit.
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(
             BodyLimit {
                 max_bytes: MAX_BODY_BYTES,

@@ -109,7 +109,6 @@ pub fn router(node: AppState) -> Router {
         .merge(reads)
         .merge(local)
         .merge(local_admin)
-        .layer(DefaultBodyLimit::max(MAX_API_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             BodyLimit {
                 max_bytes: MAX_API_BODY_BYTES,
