@@ -57,7 +57,9 @@ impl LeaderSignals {
     pub fn after_commit(&self, now_ms: u64, outcome: &Outcome) {
         match outcome {
             Outcome::Registered { .. } => self.replan.notify_one(),
-            Outcome::Deregistered { .. } | Outcome::Reaped { .. } => self.replan.notify_one(),
+            Outcome::Deregistered { .. }
+            | Outcome::Reaped { .. }
+            | Outcome::DrainingSet { changed: true, .. } => self.replan.notify_one(),
             Outcome::Renewed { results, .. }
                 if results
                     .iter()
