@@ -4,12 +4,15 @@
 //! follower is forwarded to the leader in one hop and answered as the leader answered; reads are
 //! local unless `?consistent=true`. Every reply names the leader in `X-Leasehold-Leader`.
 
+mod backup;
 mod cluster;
+mod drain;
 mod error;
 mod executors;
 mod health;
 mod inspect;
 mod raft_rpc;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +71,10 @@ pub fn router(node: AppState) -> Router {
             "/v1/executors/{executor_id}",
             axum::routing::delete(executors::deregister),
         )
+        .route(
+            "/v1/executors/{executor_id}/drain",
+            post(drain::drain).delete(drain::undrain),
+        )
         .route("/v1/cluster/nodes", post(cluster::add_node))
         .route(
             "/v1/cluster/nodes/{node_id}",
@@ -85,6 +92,7 @@ pub fn router(node: AppState) -> Router {
         .route("/v1/executors/{executor_id}", get(inspect::executor))
         .route("/v1/shards", get(inspect::shards))
         .route("/v1/routing", get(inspect::routing))
+        .route("/v1/backup", get(backup::backup))
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
             consistent_reads,
@@ -93,6 +101,7 @@ pub fn router(node: AppState) -> Router {
     let local = Router::new()
         .route("/v1/cluster/init", post(cluster::init))
         .route("/v1/cluster/snapshot", post(cluster::snapshot))
+        .route("/v1/watch", get(watch::watch))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics));
