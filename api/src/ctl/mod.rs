@@ -91,6 +91,8 @@ pub enum Noun {
         #[command(subcommand)]
         verb: ShardVerb,
     },
+    /// The whole state at one revision: a summary, or with `-o json` everything (`/v1/state`).
+    State,
     /// Where to send work for a key (shard = FNV-1a 64 of the key mod the shard count).
     Route {
         /// The key, as UTF-8 bytes.
@@ -392,6 +394,11 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
                 }
             }
         }
+        Noun::State => {
+            let client = cli.client(cli.request_timeout)?;
+            let state = client.state(consistent).await?;
+            out.show(&state, render_state_summary)
+        }
         Noun::Route { key } => {
             let client = cli.client(cli.request_timeout)?;
             let route = client.route_key(key, consistent).await?;
@@ -452,6 +459,11 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
 
 async fn run_watch(client: &Client, wait: Duration, out: &mut Out<'_>) -> Result<(), CtlError> {
     let mut current: StateView = client.watch(0, Duration::from_millis(1)).await?.state;
+    // On stderr, so stdout carries only events (and stays valid JSON lines).
+    eprintln!(
+        "watching from revision {} (Ctrl-C to stop)",
+        current.revision
+    );
     loop {
         let reply = client.watch(current.revision, wait).await?;
         if reply.state.revision <= current.revision {
@@ -673,6 +685,35 @@ fn render_shard(view: &ShardView, state: &StateView) -> String {
         ));
     }
     fields(&pairs)
+}
+
+fn render_state_summary(state: &StateView) -> String {
+    let count = |wanted: &str| {
+        state
+            .shards
+            .iter()
+            .filter(|s| shard_state(s) == wanted)
+            .count()
+            .to_string()
+    };
+    fields(&[
+        ("revision", state.revision.to_string()),
+        ("shard count", state.shard_count.to_string()),
+        ("lease duration", human_ms(state.lease_duration_ms)),
+        ("executors", state.executors.len().to_string()),
+        (
+            "draining",
+            state
+                .executors
+                .iter()
+                .filter(|e| e.draining)
+                .count()
+                .to_string(),
+        ),
+        ("shards serving", count("serving")),
+        ("shards releasing", count("releasing")),
+        ("shards unowned", count("unowned")),
+    ])
 }
 
 fn render_backup_header(
