@@ -290,3 +290,93 @@ impl Drop for ProcessGroup {
         }
     }
 }
+
+/// The example deployment (deploy/: systemd units, env files, compose file) only sets variables
+/// the binaries read: each `LEASEHOLD_*` name it uses is one `--help` lists for that binary, and
+/// each flag on an `ExecStart`/`command` line is one the binary accepts. (`systemd-analyze verify`
+/// and `docker compose config` need tools CI does not have; docs/OPERATIONS.md records running
+/// them.)
+#[test]
+fn deploy_files_use_only_settings_the_binaries_accept() {
+    let deploy = repo_root().join("deploy");
+    let help = |binary_name: &str| {
+        let output = Command::new(leasehold_tests::binary(binary_name))
+            .arg("--help")
+            .output()
+            .expect("run --help");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let manager_help = help("leasehold-manager");
+    let executor_help = help("leasehold-executor");
+    let env_names = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+            .filter(|word| word.starts_with("LEASEHOLD_") && word.len() > "LEASEHOLD_".len())
+            .map(str::to_owned)
+            .collect()
+    };
+    let flags = |text: &str| -> Vec<String> {
+        text.split(|c: char| c.is_whitespace() || matches!(c, '"' | ',' | '[' | ']'))
+            .filter(|word| word.starts_with("--"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let check = |file: &str, text: &str, help: &str| {
+        let text: String = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#'))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let text = text.as_str();
+        for name in env_names(text) {
+            assert!(
+                help.contains(&format!("[env: {name}=")),
+                "{file}: {name} is not a setting of this binary"
+            );
+        }
+        for flag in flags(text) {
+            assert!(
+                help.contains(&flag),
+                "{file}: {flag} is not a flag of this binary"
+            );
+        }
+    };
+    let read = |name: &str| {
+        std::fs::read_to_string(deploy.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    for file in [
+        "systemd/manager-1.env",
+        "systemd/manager-2.env",
+        "systemd/manager-3.env",
+        "systemd/leasehold-manager.service",
+    ] {
+        check(file, &read(file), &manager_help);
+    }
+    for file in ["systemd/executor.env", "systemd/leasehold-executor.service"] {
+        check(file, &read(file), &executor_help);
+    }
+    let compose = read("docker-compose.yml");
+    let (managers, executors) = compose
+        .split_once("x-executor:")
+        .expect("the compose file defines managers, then executors");
+    let (executor_anchor, services) = executors.split_once("services:").expect("services");
+    let (manager_services, executor_services) = services
+        .split_once("executor-1:")
+        .expect("executor services");
+    check(
+        "docker-compose.yml (managers)",
+        &format!("{managers}{manager_services}"),
+        &manager_help,
+    );
+    check(
+        "docker-compose.yml (executors)",
+        &format!("{executor_anchor}{executor_services}"),
+        &executor_help,
+    );
+    for id in 1..=3 {
+        let env = read(&format!("systemd/manager-{id}.env"));
+        assert!(
+            env.contains(&format!("LEASEHOLD_ID={id}\n")),
+            "manager-{id}.env"
+        );
+    }
+}

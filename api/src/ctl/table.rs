@@ -68,7 +68,7 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
     for (name, value) in pairs {
         let label = format!("{name}:");
         let value = if value.is_empty() { NONE } else { value };
-        out.push_str(&format!("{label:<width$}  {value}").trim_end().to_owned());
+        out.push_str(format!("{label:<width$}  {value}").trim_end());
         out.push('\n');
     }
     out
