@@ -254,6 +254,40 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     assert_eq!(info.voters.len(), 3);
     assert_eq!(info.leader_id, Some(leader));
 
+    // member add and remove, by hand (etcd's flow): a fourth manager started with the full
+    // member list waits to be added; `member add` makes it a learner, catches it up, promotes it.
+    let joiner_url = cluster.add_joiner(4).url();
+    let members = format!(
+        "{},4={joiner_url}",
+        (1u64..=3)
+            .map(|id| format!("{id}={}", cluster.url(id)))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    cluster
+        .manager(4)
+        .start_with(&["--initial-cluster", &members]);
+    let run = leaseholdctl(&urls, &["member", "add", "4", &joiner_url])
+        .await
+        .ok();
+    assert_aligned(&run);
+    assert_eq!(run.rows().len(), 5, "{}", run.stdout);
+    assert_eq!(
+        run.rows()[4][..3],
+        ["4".to_string(), joiner_url.clone(), "voter".to_string()]
+    );
+    assert_eq!(
+        leaseholdctl(&urls, &["member", "add", "4", &joiner_url])
+            .await
+            .code,
+        Some(1),
+        "adding a voter twice is a conflict"
+    );
+    let run = leaseholdctl(&urls, &["member", "remove", "4"]).await.ok();
+    assert_eq!(run.rows().len(), 4, "{}", run.stdout);
+    assert!(run.rows().iter().all(|row| row[0] != "4"));
+    cluster.manager(4).kill();
+
     // executor list
     let run = leaseholdctl(&urls, &["executor", "list"]).await.ok();
     assert_aligned(&run);
