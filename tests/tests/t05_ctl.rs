@@ -1065,3 +1065,87 @@ fn table_cells_split_on_column_gaps() {
     assert_eq!(cells("ID  ADDRESS      ROLE"), ["ID", "ADDRESS", "ROLE"]);
     assert_eq!(cells("1   http://h:1   -"), ["1", "http://h:1", "-"]);
 }
+
+/// `GET /v1/watch` is a blocking query: with nothing changing it waits out `wait` and answers
+/// with the same revision; a write wakes it well before its wait ends; a wait over the maximum
+/// or an unknown parameter is a 400 problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_blocks_until_the_state_moves_past_the_revision() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        size: 1,
+        shard_count: SHARDS,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let client = leasehold_api::Client::with_config(
+        cluster.urls(),
+        leasehold_api::ClientConfig {
+            request_timeout: Duration::from_secs(120),
+            ..leasehold_api::ClientConfig::default()
+        },
+    )
+    .unwrap();
+    let state = poll_until("the shard configuration", LEADER_BOUND, || async {
+        let state = client.state(false).await.map_err(|e| e.to_string())?;
+        if state.shard_count == SHARDS {
+            Ok(state)
+        } else {
+            Err(format!("{state:?}"))
+        }
+    })
+    .await;
+
+    // Nothing changes (no executors): the query waits out its wait.
+    let started = std::time::Instant::now();
+    let reply = client
+        .watch(state.revision, Duration::from_millis(1_500))
+        .await
+        .unwrap();
+    assert_eq!(reply.state.revision, state.revision);
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_400),
+        "returned after {:?}",
+        started.elapsed()
+    );
+
+    // A write wakes a query that would otherwise wait a minute.
+    let waiting = {
+        let client = client.clone();
+        let revision = state.revision;
+        tokio::spawn(async move { client.watch(revision, Duration::from_secs(60)).await })
+    };
+    let grant = client
+        .register(&leasehold_api::RegisterRequest {
+            incarnation: "watch-test".into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+        })
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the write wakes the watch long before its 60 s wait")
+        .unwrap()
+        .unwrap();
+    assert!(reply.state.revision > state.revision);
+    assert!(reply
+        .state
+        .executors
+        .iter()
+        .any(|e| e.executor_id == grant.executor_id));
+
+    // Bounded, and strict about its parameters.
+    for query in ["revision=1&wait=301s", "revision=x", "since=1"] {
+        let response = cluster
+            .http
+            .get(format!("{}/v1/watch?{query}", cluster.url(1)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{query}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["code"], "invalid_request", "{query}");
+    }
+    cluster.manager(1).kill();
+}
