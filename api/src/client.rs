@@ -28,7 +28,8 @@ use tracing::debug;
 
 use crate::problem::{ErrorCode, Problem, LEADER_HEADER, REQUEST_ID_HEADER};
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, Grant, RegisterRequest, ReleaseRequest, RenewRequest,
+    AddNodeRequest, ClusterInfo, ExecutorView, Grant, KeyRoute, RegisterRequest, ReleaseRequest,
+    RenewRequest, RoutingTable, ShardView, StateView, WatchReply,
 };
 
 /// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
@@ -404,6 +405,96 @@ impl Client {
         decode_optional_json(&reply)
     }
 
+    /// `GET /v1/state`: executors, leases and shards at one revision. `consistent` reads through
+    /// the leader (linearizable); otherwise the answering replica's applied state.
+    pub async fn state(&self, consistent: bool) -> Result<StateView, ClientError> {
+        self.get_typed(&with_consistency("/v1/state", consistent))
+            .await
+    }
+
+    /// `GET /v1/executors`.
+    pub async fn executors(&self, consistent: bool) -> Result<Vec<ExecutorView>, ClientError> {
+        self.get_typed(&with_consistency("/v1/executors", consistent))
+            .await
+    }
+
+    /// `GET /v1/executors/{id}`; an unknown id is `404 unknown_executor`.
+    pub async fn executor(
+        &self,
+        executor_id: &str,
+        consistent: bool,
+    ) -> Result<ExecutorView, ClientError> {
+        let path = format!("/v1/executors/{}", path_segment(executor_id)?);
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
+    /// `GET /v1/shards`.
+    pub async fn shards(&self, consistent: bool) -> Result<Vec<ShardView>, ClientError> {
+        self.get_typed(&with_consistency("/v1/shards", consistent))
+            .await
+    }
+
+    /// `GET /v1/routing`: the whole routing table.
+    pub async fn routing(&self, consistent: bool) -> Result<RoutingTable, ClientError> {
+        self.get_typed(&with_consistency("/v1/routing", consistent))
+            .await
+    }
+
+    /// `GET /v1/routing?key=K`: where to send work for one key.
+    pub async fn route_key(&self, key: &str, consistent: bool) -> Result<KeyRoute, ClientError> {
+        let path = format!("/v1/routing?key={}", query_value(key));
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
+    /// `POST /v1/executors/{id}/drain`: no new shards for it, and its shards move to others
+    /// through the normal handoff. Setting a flag is idempotent, so a repeat is harmless.
+    pub async fn drain(&self, executor_id: &str) -> Result<ExecutorView, ClientError> {
+        let path = format!("/v1/executors/{}/drain", path_segment(executor_id)?);
+        let reply = self
+            .send(Method::POST, &path, None, Idempotency::Safe)
+            .await?;
+        decode(&reply)
+    }
+
+    /// `DELETE /v1/executors/{id}/drain`: cancel a drain.
+    pub async fn undrain(&self, executor_id: &str) -> Result<ExecutorView, ClientError> {
+        let path = format!("/v1/executors/{}/drain", path_segment(executor_id)?);
+        let reply = self
+            .send(Method::DELETE, &path, None, Idempotency::Safe)
+            .await?;
+        decode(&reply)
+    }
+
+    /// `GET /v1/watch?revision=N&wait=W`: returns once the state's revision is above `revision`,
+    /// or when `wait` has passed. The request timeout must be longer than `wait`.
+    pub async fn watch(&self, revision: u64, wait: Duration) -> Result<WatchReply, ClientError> {
+        let path = format!("/v1/watch?revision={revision}&wait={}ms", wait.as_millis());
+        self.get_typed(&path).await
+    }
+
+    /// `GET /v1/backup?consistent=true`: the leader's current state as a backup file
+    /// ([`crate::backup`]), checked before it is returned.
+    pub async fn backup(&self) -> Result<Vec<u8>, ClientError> {
+        let reply = self
+            .send(
+                Method::GET,
+                "/v1/backup?consistent=true",
+                None,
+                Idempotency::Safe,
+            )
+            .await?;
+        crate::backup::parse_backup(&reply.body)
+            .map_err(|e| ClientError::Decode(format!("backup from the server: {e}")))?;
+        Ok(reply.body)
+    }
+
+    async fn get_typed<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let reply = self
+            .send(Method::GET, path, None, Idempotency::Safe)
+            .await?;
+        decode(&reply)
+    }
+
     /// The retry loop every call goes through (see the module docs for the policy).
     async fn send(
         &self,
@@ -638,9 +729,23 @@ fn path_segment(id: &str) -> Result<String, ClientError> {
             "{id:?} is not a valid path segment (empty, '.', '..', or contains '/', whitespace or control characters)"
         )));
     }
+    Ok(query_value(id))
+}
+
+fn with_consistency(path: &str, consistent: bool) -> String {
+    match (consistent, path.contains('?')) {
+        (false, _) => path.to_owned(),
+        (true, false) => format!("{path}?consistent=true"),
+        (true, true) => format!("{path}&consistent=true"),
+    }
+}
+
+/// Percent-encodes a path segment or query value: RFC 3986 unreserved characters pass as they
+/// are, every other byte becomes `%XX`.
+fn query_value(value: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut encoded = String::with_capacity(id.len());
-    for byte in id.bytes() {
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
             encoded.push(char::from(byte));
         } else {
@@ -649,7 +754,7 @@ fn path_segment(id: &str) -> Result<String, ClientError> {
             encoded.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
     }
-    Ok(encoded)
+    encoded
 }
 
 /// A caller-supplied path for [`Client::get_json`] must stay on the replica it is sent to.
@@ -844,6 +949,21 @@ mod tests {
                 "accepted {bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(query_value("user-42"), "user-42");
+        assert_eq!(query_value("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+        assert_eq!(
+            with_consistency("/v1/routing?key=a", true),
+            "/v1/routing?key=a&consistent=true"
+        );
+        assert_eq!(
+            with_consistency("/v1/state", true),
+            "/v1/state?consistent=true"
+        );
+        assert_eq!(with_consistency("/v1/state", false), "/v1/state");
     }
 
     #[test]

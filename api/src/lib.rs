@@ -9,6 +9,9 @@
 //!   names the surface uses.
 //! - [`client`]: a typed async client for the manager API that follows the leader and retries
 //!   with the patience of P7.1.
+//! - [`backup`]: the self-describing, checksummed backup file (`GET /v1/backup`,
+//!   `leaseholdctl snapshot save|restore`).
+//! - [`ctl`]: `leaseholdctl`, the operator CLI (its binary is `src/bin/leaseholdctl.rs`).
 //! - [`shard_for_key`]: the stable key → shard mapping (PROTOCOL §1).
 //!
 //! - `http` (feature `axum`): the one HTTP error type and the extractors, fallbacks and
@@ -18,7 +21,9 @@
 
 use std::num::NonZeroU32;
 
+pub mod backup;
 pub mod client;
+pub mod ctl;
 #[cfg(feature = "axum")]
 pub mod http;
 #[cfg(feature = "utoipa")]

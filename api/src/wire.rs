@@ -253,6 +253,10 @@ pub struct ExecutorView {
     pub registered_revision: u64,
     /// The set the executor is told it holds (owned shards not being released).
     pub shards: Vec<ShardEpoch>,
+    /// Marked draining by an operator: it gets no new shards and its shards are being moved to
+    /// others through the normal handoff. Absent from older servers, hence the default.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// A shard being handed from its owner to another executor (P5.2).
@@ -393,6 +397,40 @@ pub struct ReadinessCheck {
     pub ok: bool,
     /// What was observed.
     pub detail: String,
+}
+
+/// Why an executor left the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum DepartureReason {
+    /// It deregistered (graceful stop, P3.7).
+    Deregistered,
+    /// Its lease lapsed and the leader reaped it (P3.8).
+    Reaped,
+}
+
+/// A recently removed executor (the manager keeps a bounded record of them, P7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct DepartedExecutor {
+    pub executor_id: String,
+    pub incarnation: String,
+    pub reason: DepartureReason,
+    /// The revision (log index) at which it was removed.
+    pub removed_revision: u64,
+}
+
+/// `GET /v1/watch?revision=N&wait=30s`: a blocking query. Answers as soon as the state's revision
+/// is above `N`, or with the unchanged state when the wait runs out (then `state.revision <= N`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct WatchReply {
+    /// The whole state at its current revision.
+    pub state: StateView,
+    /// Executors removed after revision `N`, ascending by id, so a watcher can tell a deregister
+    /// from an expiry.
+    pub departed: Vec<DepartedExecutor>,
 }
 
 #[cfg(test)]

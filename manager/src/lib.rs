@@ -11,6 +11,7 @@
 //! | `renewals` | group commit of renewals into one Raft entry |
 //! | `observe` | background duties that follow Raft metrics |
 //! | `http` | the axum server: public API, Raft RPC, health, metrics |
+//! | `restore` | importing a backup prepared by `leaseholdctl snapshot restore` on first start |
 //! | `server` | start-up and graceful stop (§8) |
 //! | `config` | flags and their validation |
 
@@ -25,4 +26,5 @@ pub mod node;
 pub mod observe;
 pub mod raft;
 pub mod renewals;
+pub mod restore;
 pub mod server;

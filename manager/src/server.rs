@@ -47,6 +47,8 @@ pub enum ServerError {
     HttpClient(#[from] reqwest::Error),
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
+    #[error("restoring a backup: {0}")]
+    Restore(#[from] crate::restore::RestoreError),
 }
 
 /// Runs the replica until `shutdown` resolves (then stops gracefully) or a fatal start-up error.
@@ -58,8 +60,10 @@ pub async fn run(
     std::fs::create_dir_all(&config.data_dir)?;
     let db = sled::open(&config.data_dir)?;
     let identity = Arc::new(Identity::open(&db, config.id)?);
-    let (log_store, state_machine) =
+    let (mut log_store, mut state_machine) =
         leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, LogStoreConfig::default())?;
+    // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
+    crate::restore::import_if_prepared(&config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();
 
     let listener = TcpListener::bind(config.listen).await?;

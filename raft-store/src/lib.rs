@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 pub use error::StoreError;
 pub use log_store::{LogStoreConfig, LogStoreStats, OnDurable, SledLogStore, LOG_TREE, META_TREE};
 pub use state_machine::{
-    Applied, SledStateMachine, SnapshotBuilder, StateHandle, StateMachine, SNAPSHOT_TREE,
+    encode_snapshot_data, Applied, SledStateMachine, SnapshotBuilder, StateHandle, StateMachine,
+    SNAPSHOT_TREE,
 };
 
 /// Tree holding the data directory's format marker.

@@ -103,6 +103,23 @@ struct SnapshotPayload<C: RaftTypeConfig, S> {
     applied: Applied<C, S>,
 }
 
+/// Encodes `applied` as snapshot data in the format [`SledStateMachine`] builds and installs, so a
+/// state restored from a backup can be installed as a replica's first snapshot (through
+/// `RaftStateMachine::install_snapshot`, which checks it like any other).
+pub fn encode_snapshot_data<C, S>(applied: Applied<C, S>) -> Result<Vec<u8>, StoreError>
+where
+    C: RaftTypeConfig,
+    S: StateMachine<C>,
+{
+    encode(
+        "snapshot",
+        &SnapshotPayload::<C, S> {
+            schema_version: S::SCHEMA_VERSION,
+            applied,
+        },
+    )
+}
+
 /// Decodes and checks snapshot data produced by [`SledStateMachine`].
 fn decode_snapshot<C, S>(data: &[u8]) -> Result<Applied<C, S>, StoreError>
 where
@@ -377,20 +394,12 @@ where
             snapshot_id: snapshot_id::<C>(applied.last_applied.as_ref()),
         };
         // Encoding a large state is CPU-bound; keep it off the async workers.
-        let encoded = tokio::task::spawn_blocking(move || {
-            encode(
-                "snapshot",
-                &SnapshotPayload::<C, S> {
-                    schema_version: S::SCHEMA_VERSION,
-                    applied,
-                },
-            )
-        })
-        .await
-        .map_err(|join| StoreError::Encode {
-            what: "snapshot",
-            source: bincode::error::EncodeError::OtherString(join.to_string()),
-        });
+        let encoded = tokio::task::spawn_blocking(move || encode_snapshot_data::<C, S>(applied))
+            .await
+            .map_err(|join| StoreError::Encode {
+                what: "snapshot",
+                source: bincode::error::EncodeError::OtherString(join.to_string()),
+            });
         let build = async {
             let data = encoded??;
             self.snapshots.store_if_newer::<C>(&meta, &data).await?;

@@ -8,6 +8,7 @@
 //! Timing: tests poll for conditions with generous bounds ([`poll_until`]); nothing sleeps for a
 //! fixed time and then asserts.
 
+pub mod ctl;
 pub mod executor;
 pub mod fake_executor;
 pub mod http_checks;

@@ -32,7 +32,7 @@ pub(crate) fn wire_grant(grant: lease::Grant) -> Grant {
     }
 }
 
-fn refusal(reason: RefusalReason) -> ApiError {
+pub(super) fn refusal(reason: RefusalReason) -> ApiError {
     match reason {
         RefusalReason::NotInitialised => ApiError::new(
             ErrorCode::ShardingNotReady,
@@ -43,11 +43,11 @@ fn refusal(reason: RefusalReason) -> ApiError {
     }
 }
 
-fn unexpected(outcome: &Outcome) -> ApiError {
+pub(super) fn unexpected(outcome: &Outcome) -> ApiError {
     ApiError::internal("unexpected state machine outcome", format!("{outcome:?}"))
 }
 
-fn unknown_executor(executor_id: &str) -> ApiError {
+pub(super) fn unknown_executor(executor_id: &str) -> ApiError {
     ApiError::new(
         ErrorCode::UnknownExecutor,
         format!(

@@ -31,7 +31,7 @@ use crate::lease::{Executor, LeaseState, Shard};
 /// Longest routing key accepted in a query string.
 const MAX_KEY_BYTES: usize = 1024;
 
-fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> ExecutorView {
+pub(super) fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> ExecutorView {
     ExecutorView {
         executor_id: executor.id.clone(),
         incarnation: executor.incarnation.clone(),
@@ -44,6 +44,7 @@ fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> Execut
             .into_iter()
             .map(|(shard, epoch)| ShardEpoch { shard, epoch })
             .collect(),
+        draining: executor.draining,
     }
 }
 
@@ -73,6 +74,24 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
     }
 }
 
+/// The whole state as `GET /v1/state` shows it, lease times on this node's clock at `now_ms`.
+pub(super) fn state_view(state: &LeaseState, now_ms: u64) -> StateView {
+    StateView {
+        revision: state.revision(),
+        shard_count: state.config().map_or(0, |c| c.shard_count),
+        lease_duration_ms: state.config().map_or(0, |c| c.lease_duration_ms),
+        executors: state
+            .executors()
+            .map(|e| executor_view(state, e, now_ms))
+            .collect(),
+        shards: state
+            .shards()
+            .iter()
+            .map(|s| shard_view(s, now_ms))
+            .collect(),
+    }
+}
+
 /// Everything, read at one revision.
 #[utoipa::path(
     get, path = "/v1/state", tag = "inspection", params(ReadQuery),
@@ -83,23 +102,10 @@ pub async fn state(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<StateView> {
     let now_ms = node.clock.now_ms();
-    Json(node.state.read(|applied| {
-        let state = &applied.state;
-        StateView {
-            revision: state.revision(),
-            shard_count: state.config().map_or(0, |c| c.shard_count),
-            lease_duration_ms: state.config().map_or(0, |c| c.lease_duration_ms),
-            executors: state
-                .executors()
-                .map(|e| executor_view(state, e, now_ms))
-                .collect(),
-            shards: state
-                .shards()
-                .iter()
-                .map(|s| shard_view(s, now_ms))
-                .collect(),
-        }
-    }))
+    Json(
+        node.state
+            .read(|applied| state_view(&applied.state, now_ms)),
+    )
 }
 
 /// Every registered executor.

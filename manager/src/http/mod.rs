@@ -4,13 +4,16 @@
 //! follower is forwarded to the leader in one hop and answered as the leader answered; reads are
 //! local unless `?consistent=true`. Every reply names the leader in `X-Leasehold-Leader`.
 
+mod backup;
 mod cluster;
+mod drain;
 mod error;
 mod executors;
 mod health;
 mod inspect;
 pub mod openapi;
 mod raft_rpc;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +64,10 @@ pub fn router(node: AppState) -> Router {
             "/v1/executors/{executor_id}",
             axum::routing::delete(executors::deregister),
         )
+        .route(
+            "/v1/executors/{executor_id}/drain",
+            post(drain::drain).delete(drain::undrain),
+        )
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
             route_to_leader,
@@ -86,6 +93,7 @@ pub fn router(node: AppState) -> Router {
         .route("/v1/executors/{executor_id}", get(inspect::executor))
         .route("/v1/shards", get(inspect::shards))
         .route("/v1/routing", get(inspect::routing))
+        .route("/v1/backup", get(backup::backup))
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
             consistent_reads,
@@ -99,6 +107,11 @@ pub fn router(node: AppState) -> Router {
         .route("/v1/openapi.json", get(openapi::serve))
         .route_layer(timeout(REQUEST_TIMEOUT));
 
+    // A blocking query holds its request for up to its own bounded wait.
+    let watch = Router::new()
+        .route("/v1/watch", get(watch::watch))
+        .route_layer(timeout(watch::MAX_WATCH_WAIT + REQUEST_TIMEOUT));
+
     let local_admin = Router::new()
         .route("/v1/cluster/init", post(cluster::init))
         .route("/v1/cluster/snapshot", post(cluster::snapshot))
@@ -108,6 +121,7 @@ pub fn router(node: AppState) -> Router {
         .merge(leader_admin)
         .merge(reads)
         .merge(local)
+        .merge(watch)
         .merge(local_admin)
         .layer(middleware::from_fn_with_state(
             BodyLimit {

@@ -14,7 +14,7 @@ use leasehold_api::openapi::{document_problems, to_pretty_json, ProblemCodes};
 use leasehold_api::problem::{ErrorCode, Problem};
 use utoipa::OpenApi;
 
-use super::{cluster, executors, health, inspect};
+use super::{backup, cluster, drain, executors, health, inspect, watch};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -29,11 +29,15 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         executors::renew,
         executors::release,
         executors::deregister,
+        drain::drain,
+        drain::undrain,
         inspect::state,
         inspect::executors,
         inspect::executor,
         inspect::shards,
         inspect::routing,
+        watch::watch,
+        backup::backup,
         cluster::info,
         cluster::init,
         cluster::add_node,

@@ -62,7 +62,9 @@ impl LeaderSignals {
         self.metrics.observe(now_ms, outcome);
         match outcome {
             Outcome::Registered { .. } => self.replan.notify_one(),
-            Outcome::Deregistered { .. } | Outcome::Reaped { .. } => self.replan.notify_one(),
+            Outcome::Deregistered { .. }
+            | Outcome::Reaped { .. }
+            | Outcome::DrainingSet { changed: true, .. } => self.replan.notify_one(),
             Outcome::Renewed { results, .. }
                 if results
                     .iter()

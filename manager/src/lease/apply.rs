@@ -147,6 +147,11 @@ impl LeaseState {
             Command::CompleteHandoffs { now_ms } => {
                 self.apply_complete_handoffs(log_index, *now_ms)
             }
+            Command::SetDraining {
+                executor_id,
+                draining,
+                ..
+            } => self.apply_set_draining(log_index, executor_id, *draining),
         }
     }
 
@@ -270,6 +275,7 @@ impl LeaseState {
             lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
             registered_revision: log_index,
             owned_shards: BTreeSet::new(),
+            draining: false,
         };
         let grant = Grant {
             executor_id: executor_id.clone(),
@@ -551,6 +557,26 @@ impl LeaseState {
         }
     }
 
+    /// `SetDraining`: flips an executor's draining flag. A change counts as an assignment change,
+    /// so a plan computed before it (which may target the executor) is refused as stale (P2.4).
+    /// Nothing moves here: the leader's next plan moves the shards (P5.4, P5.2). An unknown id is
+    /// not found.
+    fn apply_set_draining(&mut self, log_index: u64, executor_id: &str, draining: bool) -> Outcome {
+        let Some(executor) = self.executors.get_mut(executor_id) else {
+            return Outcome::NotFound;
+        };
+        let changed = executor.draining != draining;
+        if changed {
+            executor.draining = draining;
+            self.touch_assignment(log_index);
+        }
+        Outcome::DrainingSet {
+            executor_id: executor_id.to_owned(),
+            draining,
+            changed,
+        }
+    }
+
     /// Refuses a plan that names a shard out of range or twice, an unknown target, or a move that
     /// would change nothing (the planner never makes one; it signals a plan for another state).
     fn check_moves(&self, moves: &[Move]) -> Result<(), Outcome> {
@@ -565,11 +591,22 @@ impl LeaseState {
             if !seen.insert(step.shard) {
                 return Err(invalid(format!("plan moves shard {} twice", step.shard)));
             }
-            if !self.executors.contains_key(&step.to) {
-                return Err(invalid(format!(
-                    "plan moves shard {} to unknown executor {}",
-                    step.shard, step.to
-                )));
+            match self.executors.get(&step.to) {
+                None => {
+                    return Err(invalid(format!(
+                        "plan moves shard {} to unknown executor {}",
+                        step.shard, step.to
+                    )))
+                }
+                // The planner never targets a draining executor; a plan that does was made for
+                // another state.
+                Some(target) if target.draining => {
+                    return Err(invalid(format!(
+                        "plan moves shard {} to draining executor {}",
+                        step.shard, step.to
+                    )))
+                }
+                Some(_) => {}
             }
             let already_there = match (&entry.owner, &entry.handoff) {
                 (Some(owner), None) => *owner == step.to,

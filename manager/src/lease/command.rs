@@ -113,6 +113,17 @@ pub enum Command {
         /// Leader clock.
         now_ms: u64,
     },
+    /// Marks an executor draining (or no longer draining): a draining executor is given no new
+    /// shards, and the planner moves the ones it holds to others through the normal handoff
+    /// (P5.2, P5.4). Idempotent (P2.4): setting the flag it already has changes nothing.
+    SetDraining {
+        /// Leader clock.
+        now_ms: u64,
+        /// The executor.
+        executor_id: ExecutorId,
+        /// The flag wanted.
+        draining: bool,
+    },
 }
 
 impl Command {
@@ -127,7 +138,8 @@ impl Command {
             | Command::Reap { now_ms, .. }
             | Command::Rebalance { now_ms, .. }
             | Command::Release { now_ms, .. }
-            | Command::CompleteHandoffs { now_ms } => *now_ms,
+            | Command::CompleteHandoffs { now_ms }
+            | Command::SetDraining { now_ms, .. } => *now_ms,
         }
     }
 }

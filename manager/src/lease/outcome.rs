@@ -171,6 +171,15 @@ pub enum Outcome {
         /// Assignments for the targets.
         effects: Effects,
     },
+    /// `SetDraining` applied (or found the flag already set as asked, `changed` false).
+    DrainingSet {
+        /// The executor.
+        executor_id: ExecutorId,
+        /// The flag now in force.
+        draining: bool,
+        /// False for a repeat that changed nothing.
+        changed: bool,
+    },
     /// `CompleteHandoffs` applied.
     HandoffsCompleted {
         /// Shards handed on, ascending.
@@ -195,6 +204,7 @@ impl Outcome {
             | Outcome::Initialised { .. }
             | Outcome::LeaseDurationSet { .. }
             | Outcome::Registered { .. }
+            | Outcome::DrainingSet { .. }
             | Outcome::NotFound => None,
         }
     }

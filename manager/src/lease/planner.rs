@@ -18,6 +18,10 @@
 //! - A releasing shard placed back with its own old owner cancels the handoff: no revoke, no new
 //!   epoch. Otherwise pool shards fill the deficits in executor-id order, ascending shards.
 //!
+//! - A draining executor takes no part either: it is given nothing, a shard releasing to it goes
+//!   back in the pool, and its delivered shards are distributable (they leave through the normal
+//!   handoff, P5.2). Unlike a lapsed one, it is alive and still serving until each revoke lands.
+//!
 //! A joining executor is under quota, so it gets shards from the very next plan (P5.4): unowned
 //! ones at once, others as their owners release them.
 
@@ -62,7 +66,7 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
     }
     let mut live: BTreeMap<&str, Holdings> = state
         .executors()
-        .filter(|executor| !executor.lease_lapsed(now_ms))
+        .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
         .map(|executor| (executor.id.as_str(), Holdings::default()))
         .collect();
     if live.is_empty() {
@@ -75,10 +79,16 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
                 pool.insert(shard.id);
             }
             (Some(owner), None) => {
-                // A lapsed owner keeps its shards until it is reaped: not distributable.
                 if let Some(holdings) = live.get_mut(owner.as_str()) {
                     holdings.delivered.push(shard.id);
+                } else if state
+                    .executor(owner)
+                    .is_some_and(|executor| executor.draining && !executor.lease_lapsed(now_ms))
+                {
+                    // A live draining owner hands its shards on.
+                    pool.insert(shard.id);
                 }
+                // A lapsed owner keeps its shards until it is reaped: not distributable.
             }
             (Some(_), Some(handoff)) => {
                 match handoff

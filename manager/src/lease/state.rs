@@ -37,6 +37,9 @@ pub struct Executor {
     /// table is the authority; this index is kept equal to it so an executor's set is read
     /// without scanning every shard ([`LeaseState::consistency_violations`] checks the two agree).
     pub owned_shards: BTreeSet<ShardId>,
+    /// Set by an operator (`SetDraining`): the planner gives it nothing and moves its shards to
+    /// others through the normal handoff; it keeps its lease and renews as usual.
+    pub draining: bool,
 }
 
 impl Executor {

@@ -33,8 +33,9 @@ pub type StateMachineStore = SledStateMachine<TypeConfig, LeaseState>;
 pub type LeaseStateHandle = StateHandle<TypeConfig, LeaseState>;
 
 impl StateMachine<TypeConfig> for LeaseState {
-    /// Bump when `Command`, `Outcome` or `LeaseState` change shape.
-    const SCHEMA_VERSION: u32 = 1;
+    /// Bump when `Command`, `Outcome` or `LeaseState` change shape. 2: executors carry
+    /// `draining`, `Command::SetDraining` and `Outcome::DrainingSet`.
+    const SCHEMA_VERSION: u32 = 2;
 
     fn apply(&mut self, log_index: u64, command: &Command) -> Outcome {
         LeaseState::apply(self, log_index, command)

@@ -45,7 +45,13 @@ fn busy_state() -> LeaseState {
         now_ms: 2_000 + LEASE_MS,
         executor_ids: vec![gone],
     });
+    harness.apply(Command::SetDraining {
+        now_ms: 2_500,
+        executor_id: c,
+        draining: true,
+    });
     let state = harness.state;
+    assert!(state.executors().any(|e| e.draining));
     assert!(state.releasing_count() > 0);
     assert!(state.tombstones().count() == 2);
     state
@@ -115,6 +121,11 @@ fn bincode_round_trips_every_command_variant() {
             revoke_revision: 7,
         },
         Command::CompleteHandoffs { now_ms: 9 },
+        Command::SetDraining {
+            now_ms: 10,
+            executor_id: "ex-1".into(),
+            draining: true,
+        },
     ];
     for command in &commands {
         round_trip(command);
@@ -192,6 +203,11 @@ fn bincode_round_trips_every_outcome_variant() {
         Outcome::HandoffsCompleted {
             completed: vec![1],
             effects,
+        },
+        Outcome::DrainingSet {
+            executor_id: "ex-1".into(),
+            draining: true,
+            changed: false,
         },
     ];
     let reasons = [

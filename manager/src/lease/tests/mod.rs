@@ -3,10 +3,12 @@
 //! - `rules`: a table test per rule against `apply`, with explicit `now_ms`.
 //! - `planner`: the even-spread, fewest-moves planner (P5.4), including a property test against
 //!   a brute-force optimum.
+//! - `drain`: draining executors (the flag, and how the planner moves their shards).
 //! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
 //! - `model`: a property test of whole executor fleets (lost and reordered deliveries, crashes,
 //!   retries, replays) checking I1 and I2 after every step.
 
+mod drain;
 mod encoding;
 mod model;
 mod planner;

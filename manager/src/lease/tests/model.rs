@@ -101,6 +101,8 @@ struct Coverage {
     /// A step of a new leader found a handoff due on its clock and completed none (P6.1).
     expired_handoffs_deferred_by_new_leader: usize,
     reaps_deferred_by_mass_expiry_guard: usize,
+    /// Executors marked draining (a change, not a repeat).
+    drains_started: usize,
 }
 
 impl Coverage {
@@ -124,6 +126,7 @@ impl Coverage {
         self.expired_handoffs_deferred_by_new_leader +=
             other.expired_handoffs_deferred_by_new_leader;
         self.reaps_deferred_by_mass_expiry_guard += other.reaps_deferred_by_mass_expiry_guard;
+        self.drains_started += other.drains_started;
     }
 
     fn unreached(&self) -> Vec<&'static str> {
@@ -138,6 +141,7 @@ impl Coverage {
             ("reap_candidates_skipped", self.reap_candidates_skipped),
             ("executors_reaped", self.executors_reaped),
             ("registrations_retried", self.registrations_retried),
+            ("drains_started", self.drains_started),
             ("claims_mismatches", self.claims_mismatches),
             ("stale_revokes_ignored", self.stale_revokes_ignored),
             ("shards_admitted", self.shards_admitted),
@@ -194,6 +198,11 @@ impl Coverage {
                     }
                 }
             }
+            Outcome::DrainingSet {
+                draining: true,
+                changed: true,
+                ..
+            } => self.drains_started += 1,
             Outcome::HandoffsCompleted { completed, .. } => {
                 self.completed_by_expiry += completed.len();
             }
@@ -282,6 +291,12 @@ enum Step {
     },
     SetLeaseDuration {
         choice: usize,
+    },
+    /// An operator drains a process's executor (or cancels the drain): its shards leave through
+    /// the normal handoff and it gets no new ones.
+    Drain {
+        who: usize,
+        draining: bool,
     },
     /// Another manager becomes leader (P2.3, P6.1, P6.2). Its clock reads `skew_ms` ahead of the
     /// old leader's (behind if negative; clamped so it stays within 2 s of the true clock), it
@@ -947,11 +962,26 @@ impl World {
             && plan_rebalance(&self.state, self.now_ms()).is_none()
     }
 
-    /// P5.4: all shards owned, owners within one shard of each other.
+    /// P5.4: all shards owned, owners that are not draining within one shard of each other, and
+    /// draining executors holding nothing (when anyone else can take their shards).
     fn check_even_spread(&self) {
-        let counts: Vec<usize> = self
+        let (draining, takers): (Vec<_>, Vec<_>) = self
             .state
             .executors()
+            .partition(|executor| executor.draining);
+        if takers.is_empty() {
+            return;
+        }
+        for executor in draining {
+            assert!(
+                executor.owned_shards.is_empty(),
+                "draining {} still owns {:?} when stable",
+                executor.id,
+                executor.owned_shards
+            );
+        }
+        let counts: Vec<usize> = takers
+            .iter()
             .map(|executor| executor.owned_shards.len())
             .collect();
         let max = counts.iter().max().copied().unwrap_or(0);
@@ -1025,6 +1055,24 @@ impl World {
                 if let Some(process) = self.pick(*who).and_then(|p| self.processes.get_mut(p)) {
                     process.running = false;
                 }
+            }
+            Step::Drain { who, draining } => {
+                let Some(executor_id) = self
+                    .pick(*who)
+                    .and_then(|p| self.processes.get(p))
+                    .and_then(|process| process.executor_id.clone())
+                else {
+                    return;
+                };
+                let outcome = self.apply(Command::SetDraining {
+                    now_ms: self.now_ms(),
+                    executor_id,
+                    draining: *draining,
+                });
+                assert!(
+                    matches!(outcome, Outcome::DrainingSet { .. } | Outcome::NotFound),
+                    "{outcome:?}"
+                );
             }
             Step::Tick => self.tick(),
             Step::Stash => {
@@ -1210,7 +1258,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(who, which, ack_delayed)| Step::Deliver { who, which, ack_delayed }),
         1 => (who.clone(), which.clone()).prop_map(|(who, which)| Step::Drop { who, which }),
         1 => who.clone().prop_map(|who| Step::Deregister { who }),
-        1 => who.prop_map(|who| Step::Crash { who }),
+        1 => who.clone().prop_map(|who| Step::Crash { who }),
         4 => Just(Step::Tick),
         1 => Just(Step::Stash),
         1 => Just(Step::ApplyStashedReap),
@@ -1218,6 +1266,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..256).prop_map(|which| Step::Replay { which }),
         2 => (0usize..256).prop_map(|which| Step::LateRelease { which }),
         2 => (0usize..LEASE_CHOICES_MS.len()).prop_map(|choice| Step::SetLeaseDuration { choice }),
+        1 => (who, proptest::bool::weighted(0.6))
+            .prop_map(|(who, draining)| Step::Drain { who, draining }),
         1 => (-MAX_SKEW_MS..=MAX_SKEW_MS, guard(), proptest::bool::ANY).prop_map(
             |(skew_ms, guard, tail_committed)| Step::LeaderChange {
                 skew_ms,

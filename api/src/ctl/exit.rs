@@ -1,0 +1,173 @@
+//! `leaseholdctl` errors and the exit code each one maps to. Scripts branch on the code, so the
+//! mapping is part of the CLI's contract (documented in `--help` and docs/OPERATIONS.md).
+
+use std::path::PathBuf;
+
+use crate::backup::BackupError;
+use crate::client::ClientError;
+use crate::problem::ErrorCode;
+
+/// Exit codes. 0 is success; 2 is also what clap exits with on a usage error.
+pub mod code {
+    /// Anything not listed below (server error, undecodable reply, local I/O failure).
+    pub const OTHER: u8 = 1;
+    /// Bad input: usage error, malformed argument, request refused as invalid, bad backup file,
+    /// non-empty restore directory.
+    pub const BAD_INPUT: u8 = 2;
+    /// The cluster has no leader (election under way or quorum lost) for a command that needs one.
+    pub const NO_LEADER: u8 = 3;
+    /// The executor, shard or member named does not exist.
+    pub const NOT_FOUND: u8 = 4;
+    /// No manager could be reached (every endpoint refused or timed out).
+    pub const UNREACHABLE: u8 = 5;
+}
+
+/// The exit codes as `--help` shows them.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  other error (server error, undecodable reply, local I/O failure)
+  2  bad input (usage, invalid argument or request, bad backup file, non-empty data dir)
+  3  no leader (election under way or quorum lost)
+  4  not found (executor, shard or member)
+  5  unreachable (no manager answered)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    BadInput(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{path}: {reason}")]
+    BadBackup { path: PathBuf, reason: BackupError },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Some of the work was done and printed, but part of the cluster did not answer.
+    #[error("{0}")]
+    PartlyUnreachable(String),
+}
+
+impl CtlError {
+    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CtlError::Io {
+            what,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CtlError::Client(error) => client_exit_code(error),
+            CtlError::BadInput(_) | CtlError::BadBackup { .. } => code::BAD_INPUT,
+            CtlError::NotFound(_) => code::NOT_FOUND,
+            CtlError::PartlyUnreachable(_) => code::UNREACHABLE,
+            CtlError::Io { .. } => code::OTHER,
+        }
+    }
+}
+
+/// The exit code for a client error, looking through retries to the last attempt's failure.
+pub fn client_exit_code(error: &ClientError) -> u8 {
+    match error {
+        ClientError::PatienceExhausted { last } => client_exit_code(last),
+        ClientError::InvalidEndpoint(_)
+        | ClientError::InvalidConfig(_)
+        | ClientError::InvalidRequest(_) => code::BAD_INPUT,
+        ClientError::Transport(_) => code::UNREACHABLE,
+        ClientError::Problem(problem) => match problem.code {
+            ErrorCode::NoLeader | ErrorCode::NotLeader => code::NO_LEADER,
+            ErrorCode::NotFound | ErrorCode::UnknownExecutor => code::NOT_FOUND,
+            ErrorCode::InvalidRequest
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::UnsupportedMediaType
+            | ErrorCode::MethodNotAllowed => code::BAD_INPUT,
+            ErrorCode::ShardingNotReady
+            | ErrorCode::Conflict
+            | ErrorCode::Timeout
+            | ErrorCode::Internal
+            | ErrorCode::Unavailable => code::OTHER,
+        },
+        ClientError::Unexpected { .. } | ClientError::Decode(_) => code::OTHER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::Problem;
+
+    fn problem(code: ErrorCode) -> ClientError {
+        ClientError::Problem(Problem::new(code, "x"))
+    }
+
+    #[test]
+    fn each_failure_class_has_its_own_code() {
+        assert_eq!(client_exit_code(&problem(ErrorCode::NoLeader)), 3);
+        assert_eq!(client_exit_code(&problem(ErrorCode::NotLeader)), 3);
+        assert_eq!(client_exit_code(&problem(ErrorCode::UnknownExecutor)), 4);
+        assert_eq!(client_exit_code(&problem(ErrorCode::NotFound)), 4);
+        assert_eq!(client_exit_code(&problem(ErrorCode::InvalidRequest)), 2);
+        assert_eq!(client_exit_code(&problem(ErrorCode::Internal)), 1);
+        assert_eq!(client_exit_code(&problem(ErrorCode::Conflict)), 1);
+        assert_eq!(
+            client_exit_code(&ClientError::Transport("refused".into())),
+            5
+        );
+        assert_eq!(
+            client_exit_code(&ClientError::InvalidEndpoint("x".into())),
+            2
+        );
+        assert_eq!(client_exit_code(&ClientError::Decode("x".into())), 1);
+    }
+
+    #[test]
+    fn retries_are_looked_through() {
+        let exhausted = |last: ClientError| ClientError::PatienceExhausted {
+            last: Box::new(last),
+        };
+        assert_eq!(
+            client_exit_code(&exhausted(problem(ErrorCode::NoLeader))),
+            3
+        );
+        assert_eq!(
+            client_exit_code(&exhausted(ClientError::Transport("x".into()))),
+            5
+        );
+    }
+
+    #[test]
+    fn every_problem_code_maps_to_a_documented_exit_code() {
+        for error_code in ErrorCode::ALL {
+            let exit = client_exit_code(&problem(error_code));
+            assert!((1..=5).contains(&exit), "{error_code}: {exit}");
+            assert!(EXIT_CODES_HELP.contains(&format!("  {exit}  ")));
+        }
+    }
+
+    #[test]
+    fn local_errors_map_too() {
+        assert_eq!(CtlError::BadInput("x".into()).exit_code(), 2);
+        assert_eq!(CtlError::NotFound("x".into()).exit_code(), 4);
+        assert_eq!(CtlError::PartlyUnreachable("x".into()).exit_code(), 5);
+        assert_eq!(
+            CtlError::BadBackup {
+                path: "f".into(),
+                reason: BackupError::BadMagic
+            }
+            .exit_code(),
+            2
+        );
+        assert_eq!(
+            CtlError::io("reading", "f", std::io::Error::other("x")).exit_code(),
+            1
+        );
+    }
+}

@@ -1,0 +1,912 @@
+//! `leaseholdctl`: inspect and operate a Leasehold cluster, in the manner of `etcdctl`.
+//!
+//! Every command talks to the managers through the typed [`Client`] (leader following, P7.1
+//! patience). `-o table` (the default) prints aligned columns in a stable order; `-o json` prints
+//! the wire types as they come from the API (one JSON document, or one JSON line per event for
+//! `watch`). Failures map to distinct exit codes ([`exit::code`]).
+
+pub mod exit;
+pub mod snapshot;
+pub mod table;
+pub mod watch;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+pub use self::exit::{CtlError, EXIT_CODES_HELP};
+use self::table::{fields, human_ms, opt, shard_ranges, Table, NONE};
+use crate::client::{Client, ClientConfig};
+use crate::wire::{AddNodeRequest, ClusterInfo, ExecutorView, ShardView, StateView};
+
+/// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
+pub const DEFAULT_ENDPOINTS: &str =
+    "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003";
+
+/// Longest `watch --wait` the manager accepts per blocking query.
+pub const MAX_WATCH_WAIT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    Table,
+    /// The API's JSON, for scripts (JSON lines for `watch`).
+    Json,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leaseholdctl",
+    version,
+    about = "Inspect and operate a Leasehold cluster",
+    after_help = EXIT_CODES_HELP
+)]
+pub struct Cli {
+    /// Manager URLs, comma-separated; any member will do (the CLI follows the leader).
+    #[arg(long, env = "LEASEHOLD_ENDPOINTS", value_delimiter = ',', default_value = DEFAULT_ENDPOINTS, global = true)]
+    pub endpoints: Vec<String>,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table, global = true)]
+    pub output: OutputFormat,
+
+    /// Bound on one HTTP request (e.g. `5s`, `500ms`).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, global = true)]
+    pub request_timeout: Duration,
+
+    /// How long to keep retrying while no leader is known or a manager is unreachable (P7.1).
+    #[arg(long, default_value = "8s", value_parser = humantime::parse_duration, global = true)]
+    pub patience: Duration,
+
+    /// Read through the leader (linearizable) instead of from whichever manager answers.
+    #[arg(long, global = true)]
+    pub consistent: bool,
+
+    #[command(subcommand)]
+    pub command: Noun,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Noun {
+    /// The Raft group.
+    Cluster {
+        #[command(subcommand)]
+        verb: ClusterVerb,
+    },
+    /// Manager membership.
+    Member {
+        #[command(subcommand)]
+        verb: MemberVerb,
+    },
+    /// Executors: list, show, drain.
+    Executor {
+        #[command(subcommand)]
+        verb: ExecutorVerb,
+    },
+    /// Shards: owners, epochs, handoffs.
+    Shard {
+        #[command(subcommand)]
+        verb: ShardVerb,
+    },
+    /// The whole state at one revision: a summary, or with `-o json` everything (`/v1/state`).
+    State,
+    /// Where to send work for a key (shard = FNV-1a 64 of the key mod the shard count).
+    Route {
+        /// The key, as UTF-8 bytes.
+        key: String,
+    },
+    /// Executor leases.
+    Lease {
+        #[command(subcommand)]
+        verb: LeaseVerb,
+    },
+    /// Print changes as they happen (executors joining and leaving, drains, shard moves) until
+    /// Ctrl-C.
+    Watch {
+        /// Longest wait of one blocking query before it is renewed.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        wait: Duration,
+    },
+    /// Backups: save from a live cluster, restore into a new one.
+    Snapshot {
+        #[command(subcommand)]
+        verb: SnapshotVerb,
+    },
+    /// Print a shell completion script (e.g. `leaseholdctl completion bash > /etc/bash_completion.d/leaseholdctl`).
+    Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterVerb {
+    /// Every member's own view: role, leader, term, log positions and lag behind the leader.
+    /// Exits 5 if any member did not answer (the others are still printed).
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemberVerb {
+    /// Voters and learners.
+    List,
+    /// Add a manager (started with `--join`, or not yet started): it is added as a learner,
+    /// caught up, then promoted to voter.
+    Add {
+        /// Its Raft node id.
+        node_id: u64,
+        /// Its advertised URL.
+        address: String,
+    },
+    /// Remove a manager from the Raft group.
+    Remove { node_id: u64 },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutorVerb {
+    /// All registered executors.
+    List,
+    /// One executor.
+    Show { executor_id: String },
+    /// Move an executor's shards to the others (through the normal release handoff) and give it
+    /// no new ones; `--cancel` (or `undrain`) reverses it.
+    Drain {
+        executor_id: String,
+        /// Cancel a drain instead.
+        #[arg(long)]
+        cancel: bool,
+    },
+    /// Cancel a drain.
+    Undrain { executor_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardVerb {
+    /// Every shard's owner, epoch and handoff.
+    List,
+    /// One shard, with its route.
+    Show { shard: u32 },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeaseVerb {
+    /// Every executor's lease: time remaining on the answering manager's clock.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotVerb {
+    /// Save the leader's current state to FILE (checksummed; written atomically).
+    Save { file: PathBuf },
+    /// Check FILE and print its header.
+    Inspect { file: PathBuf },
+    /// Check FILE and prepare the empty DATA_DIR so that a manager started on it comes up with
+    /// the backed-up state. Restore the same file into every member's data directory of a new
+    /// cluster, then start the members with their usual flags (docs/OPERATIONS.md).
+    Restore {
+        file: PathBuf,
+        /// The new manager's data directory (absent or empty).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+}
+
+/// One member in `cluster status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub node_id: u64,
+    pub address: String,
+    pub voter: bool,
+    /// That member's own `/v1/cluster`; absent when it did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<ClusterInfo>,
+    /// Entries it has still to apply compared with the leader's last log index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where output goes and in which form.
+struct Out<'a> {
+    format: OutputFormat,
+    writer: &'a mut dyn Write,
+}
+
+impl Out<'_> {
+    fn text(&mut self, text: &str) -> Result<(), CtlError> {
+        self.writer
+            .write_all(text.as_bytes())
+            .and_then(|()| self.writer.flush())
+            .map_err(|e| CtlError::io("writing", "standard output", e))
+    }
+
+    fn json<T: Serialize>(&mut self, value: &T, pretty: bool) -> Result<(), CtlError> {
+        let mut text = if pretty {
+            serde_json::to_string_pretty(value)
+        } else {
+            serde_json::to_string(value)
+        }
+        .map_err(|e| CtlError::BadInput(format!("cannot encode output: {e}")))?;
+        text.push('\n');
+        self.text(&text)
+    }
+
+    /// JSON of `value`, or the table `render` makes of it.
+    fn show<T: Serialize>(
+        &mut self,
+        value: &T,
+        render: impl FnOnce(&T) -> String,
+    ) -> Result<(), CtlError> {
+        match self.format {
+            OutputFormat::Json => self.json(value, true),
+            OutputFormat::Table => {
+                let text = render(value);
+                self.text(&text)
+            }
+        }
+    }
+}
+
+impl Cli {
+    fn client(&self, request_timeout: Duration) -> Result<Client, CtlError> {
+        let config = ClientConfig {
+            request_timeout,
+            patience: self.patience,
+            ..ClientConfig::default()
+        };
+        Ok(Client::with_config(self.endpoints.clone(), config)?)
+    }
+}
+
+/// Runs one command, writing its output to `writer`. `watch` runs until its future is dropped.
+pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
+    let mut out = Out {
+        format: cli.output,
+        writer,
+    };
+    let consistent = cli.consistent;
+    match &cli.command {
+        Noun::Completion { shell } => {
+            let mut command = Cli::command();
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut command, "leaseholdctl", &mut script);
+            out.writer
+                .write_all(&script)
+                .map_err(|e| CtlError::io("writing", "standard output", e))
+        }
+        Noun::Snapshot {
+            verb: SnapshotVerb::Inspect { file },
+        } => {
+            let (header, _) = snapshot::read_verified(file)?;
+            out.show(&header, |h| render_backup_header(h, None))
+        }
+        Noun::Snapshot {
+            verb: SnapshotVerb::Restore { file, data_dir },
+        } => {
+            let prepared = snapshot::prepare_restore(file, data_dir)?;
+            out.show(&prepared, |p| {
+                let mut text = render_backup_header(&p.header, None);
+                text.push_str(&format!(
+                    "\nPrepared {}. Restore the same file into every member's empty data \
+                     directory, then start the members with their usual flags (the same \
+                     --initial-cluster and --shard-count {}); each imports it on first start.\n",
+                    p.prepared_file.display(),
+                    p.header.shard_count
+                ));
+                text
+            })
+        }
+        Noun::Snapshot {
+            verb: SnapshotVerb::Save { file },
+        } => {
+            let client = cli.client(cli.request_timeout)?;
+            let bytes = client.backup().await?;
+            let header = snapshot::verify(file, &bytes)?;
+            snapshot::write_atomically(file, &bytes)?;
+            out.show(&header, |h| render_backup_header(h, Some(file)))
+        }
+        Noun::Cluster {
+            verb: ClusterVerb::Status,
+        } => {
+            let client = cli.client(cli.request_timeout)?;
+            let statuses = cluster_status(&client).await?;
+            out.show(&statuses, |s| render_cluster_status(s))?;
+            let silent: Vec<String> = statuses
+                .iter()
+                .filter(|s| s.info.is_none())
+                .map(|s| s.node_id.to_string())
+                .collect();
+            if silent.is_empty() {
+                Ok(())
+            } else {
+                Err(CtlError::PartlyUnreachable(format!(
+                    "members {} did not answer",
+                    silent.join(", ")
+                )))
+            }
+        }
+        Noun::Member { verb } => {
+            let client = cli.client(cli.request_timeout)?;
+            let info: ClusterInfo = match verb {
+                MemberVerb::List => client.cluster_info().await?,
+                MemberVerb::Add { node_id, address } => decode_info(
+                    client
+                        .add_node(&AddNodeRequest {
+                            node_id: *node_id,
+                            address: address.clone(),
+                        })
+                        .await?,
+                )?,
+                MemberVerb::Remove { node_id } => decode_info(client.remove_node(*node_id).await?)?,
+            };
+            out.show(&info, render_members)
+        }
+        Noun::Executor { verb } => {
+            let client = cli.client(cli.request_timeout)?;
+            match verb {
+                ExecutorVerb::List => {
+                    let executors = client.executors(consistent).await?;
+                    out.show(&executors, |e| render_executors(e))
+                }
+                ExecutorVerb::Show { executor_id } => {
+                    let executor = client.executor(executor_id, consistent).await?;
+                    out.show(&executor, render_executor)
+                }
+                ExecutorVerb::Drain {
+                    executor_id,
+                    cancel: false,
+                } => {
+                    let executor = client.drain(executor_id).await?;
+                    out.show(&executor, render_executor)
+                }
+                ExecutorVerb::Drain {
+                    executor_id,
+                    cancel: true,
+                }
+                | ExecutorVerb::Undrain { executor_id } => {
+                    let executor = client.undrain(executor_id).await?;
+                    out.show(&executor, render_executor)
+                }
+            }
+        }
+        Noun::Shard { verb } => {
+            let client = cli.client(cli.request_timeout)?;
+            match verb {
+                ShardVerb::List => {
+                    let shards = client.shards(consistent).await?;
+                    out.show(&shards, |s| render_shards(s))
+                }
+                ShardVerb::Show { shard } => {
+                    let state = client.state(consistent).await?;
+                    let view = state
+                        .shards
+                        .iter()
+                        .find(|s| s.shard == *shard)
+                        .cloned()
+                        .ok_or_else(|| {
+                            CtlError::NotFound(format!(
+                                "shard {shard} does not exist (shard count {})",
+                                state.shard_count
+                            ))
+                        })?;
+                    out.show(&view, |v| render_shard(v, &state))
+                }
+            }
+        }
+        Noun::State => {
+            let client = cli.client(cli.request_timeout)?;
+            let state = client.state(consistent).await?;
+            out.show(&state, render_state_summary)
+        }
+        Noun::Route { key } => {
+            let client = cli.client(cli.request_timeout)?;
+            let route = client.route_key(key, consistent).await?;
+            out.show(&route, |r| {
+                let mut table =
+                    Table::new(&["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION"]);
+                table.push(vec![
+                    r.key.clone(),
+                    r.route.shard.to_string(),
+                    opt(r.route.executor_id.as_deref()),
+                    opt(r.route.address.as_deref()),
+                    r.route.epoch.to_string(),
+                    r.revision.to_string(),
+                ]);
+                table.render()
+            })
+        }
+        Noun::Lease {
+            verb: LeaseVerb::List,
+        } => {
+            let client = cli.client(cli.request_timeout)?;
+            let state = client.state(consistent).await?;
+            out.show(&state.executors, |executors| {
+                let mut table = Table::new(&[
+                    "EXECUTOR",
+                    "NAME",
+                    "REMAINING",
+                    "DURATION",
+                    "SHARDS",
+                    "DRAINING",
+                ]);
+                for e in executors {
+                    table.push(vec![
+                        e.executor_id.clone(),
+                        opt(e.name.as_deref()),
+                        human_ms(e.lease_remaining_ms),
+                        human_ms(state.lease_duration_ms),
+                        e.shards.len().to_string(),
+                        yes_no(e.draining),
+                    ]);
+                }
+                table.render()
+            })
+        }
+        Noun::Watch { wait } => {
+            if wait.is_zero() || *wait > MAX_WATCH_WAIT {
+                return Err(CtlError::BadInput(format!(
+                    "--wait must be between 1ms and {}s",
+                    MAX_WATCH_WAIT.as_secs()
+                )));
+            }
+            // A blocking query may take the whole wait: the request bound must exceed it.
+            let client = cli.client(*wait + cli.request_timeout)?;
+            run_watch(&client, *wait, &mut out).await
+        }
+    }
+}
+
+async fn run_watch(client: &Client, wait: Duration, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let mut current: StateView = client.watch(0, Duration::from_millis(1)).await?.state;
+    // On stderr, so stdout carries only events (and stays valid JSON lines).
+    eprintln!(
+        "watching from revision {} (Ctrl-C to stop)",
+        current.revision
+    );
+    loop {
+        let reply = client.watch(current.revision, wait).await?;
+        if reply.state.revision <= current.revision {
+            continue;
+        }
+        for event in watch::diff(&current, &reply.state, &reply.departed) {
+            match out.format {
+                OutputFormat::Json => out.json(&event, false)?,
+                OutputFormat::Table => {
+                    let mut line = event.to_line();
+                    line.push('\n');
+                    out.text(&line)?;
+                }
+            }
+        }
+        current = reply.state;
+    }
+}
+
+fn decode_info(value: serde_json::Value) -> Result<ClusterInfo, CtlError> {
+    serde_json::from_value(value).map_err(|e| {
+        CtlError::Client(crate::client::ClientError::Decode(format!(
+            "membership reply: {e}"
+        )))
+    })
+}
+
+/// Asks every member (voters and learners, as the cluster knows them) for its own view.
+async fn cluster_status(client: &Client) -> Result<Vec<MemberStatus>, CtlError> {
+    let view = client.cluster_info().await?;
+    let members = view
+        .voters
+        .iter()
+        .map(|m| (m, true))
+        .chain(view.learners.iter().map(|m| (m, false)));
+    let mut statuses = Vec::new();
+    for (member, voter) in members {
+        let (info, error) = match client.cluster_info_from(&member.address).await {
+            Ok(info) => (Some(info), None),
+            Err(error) => (None, Some(error.to_string())),
+        };
+        statuses.push(MemberStatus {
+            node_id: member.node_id,
+            address: member.address.clone(),
+            voter,
+            info,
+            lag: None,
+            error,
+        });
+    }
+    statuses.sort_by_key(|s| s.node_id);
+    let leader_last_log = statuses
+        .iter()
+        .filter_map(|s| s.info.as_ref())
+        .find(|info| info.leader_id == Some(info.node_id))
+        .and_then(|info| info.last_log_index);
+    for status in &mut statuses {
+        status.lag = match (leader_last_log, status.info.as_ref()) {
+            (Some(last), Some(info)) => Some(last.saturating_sub(info.applied_index.unwrap_or(0))),
+            _ => None,
+        };
+    }
+    Ok(statuses)
+}
+
+fn yes_no(flag: bool) -> String {
+    if flag { "yes" } else { "no" }.to_owned()
+}
+
+fn render_cluster_status(statuses: &[MemberStatus]) -> String {
+    let mut table = Table::new(&[
+        "ID",
+        "ADDRESS",
+        "ROLE",
+        "STATE",
+        "LEADER",
+        "TERM",
+        "LAST_LOG",
+        "COMMITTED",
+        "APPLIED",
+        "LAG",
+    ]);
+    for status in statuses {
+        let role = if status.voter { "voter" } else { "learner" };
+        let row = match &status.info {
+            Some(info) => {
+                let state = match info.leader_id {
+                    Some(leader) if leader == info.node_id => "leader",
+                    Some(_) => "follower",
+                    None => "candidate",
+                };
+                vec![
+                    status.node_id.to_string(),
+                    status.address.clone(),
+                    role.to_owned(),
+                    state.to_owned(),
+                    opt(info.leader_id),
+                    info.term.to_string(),
+                    opt(info.last_log_index),
+                    opt(info.committed_index),
+                    opt(info.applied_index),
+                    opt(status.lag),
+                ]
+            }
+            None => vec![
+                status.node_id.to_string(),
+                status.address.clone(),
+                role.to_owned(),
+                "unreachable".to_owned(),
+            ],
+        };
+        table.push(row);
+    }
+    table.render()
+}
+
+fn render_members(info: &ClusterInfo) -> String {
+    let mut table = Table::new(&["ID", "ADDRESS", "ROLE", "LEADER"]);
+    let mut members: Vec<(&crate::wire::Member, &str)> = info
+        .voters
+        .iter()
+        .map(|m| (m, "voter"))
+        .chain(info.learners.iter().map(|m| (m, "learner")))
+        .collect();
+    members.sort_by_key(|(m, _)| m.node_id);
+    for (member, role) in members {
+        table.push(vec![
+            member.node_id.to_string(),
+            member.address.clone(),
+            role.to_owned(),
+            yes_no(info.leader_id == Some(member.node_id)),
+        ]);
+    }
+    table.render()
+}
+
+fn render_executors(executors: &[ExecutorView]) -> String {
+    let mut table = Table::new(&[
+        "EXECUTOR",
+        "NAME",
+        "ADDRESS",
+        "LEASE",
+        "SHARDS",
+        "DRAINING",
+        "REGISTERED",
+    ]);
+    for e in executors {
+        table.push(vec![
+            e.executor_id.clone(),
+            opt(e.name.as_deref()),
+            e.address.clone(),
+            human_ms(e.lease_remaining_ms),
+            e.shards.len().to_string(),
+            yes_no(e.draining),
+            e.registered_revision.to_string(),
+        ]);
+    }
+    table.render()
+}
+
+fn render_executor(e: &ExecutorView) -> String {
+    fields(&[
+        ("executor", e.executor_id.clone()),
+        ("name", opt(e.name.as_deref())),
+        ("address", e.address.clone()),
+        ("incarnation", e.incarnation.clone()),
+        ("lease remaining", human_ms(e.lease_remaining_ms)),
+        ("draining", yes_no(e.draining)),
+        ("registered", format!("revision {}", e.registered_revision)),
+        ("shard count", e.shards.len().to_string()),
+        ("shards", shard_ranges(e.shards.iter().map(|s| s.shard))),
+    ])
+}
+
+fn shard_state(view: &ShardView) -> &'static str {
+    match (&view.owner, &view.handoff) {
+        (None, _) => "unowned",
+        (Some(_), None) => "serving",
+        (Some(_), Some(_)) => "releasing",
+    }
+}
+
+fn render_shards(shards: &[ShardView]) -> String {
+    let mut table = Table::new(&["SHARD", "OWNER", "EPOCH", "STATE", "HANDOFF_TO"]);
+    for s in shards {
+        table.push(vec![
+            s.shard.to_string(),
+            opt(s.owner.as_deref()),
+            s.epoch.to_string(),
+            shard_state(s).to_owned(),
+            s.handoff
+                .as_ref()
+                .map_or_else(|| NONE.to_owned(), |h| opt(h.to.as_deref())),
+        ]);
+    }
+    table.render()
+}
+
+fn render_shard(view: &ShardView, state: &StateView) -> String {
+    let address = view
+        .owner
+        .as_ref()
+        .filter(|_| view.handoff.is_none())
+        .and_then(|owner| state.executors.iter().find(|e| &e.executor_id == owner))
+        .map(|e| e.address.clone());
+    let mut pairs = vec![
+        ("shard", view.shard.to_string()),
+        ("owner", opt(view.owner.as_deref())),
+        ("epoch", view.epoch.to_string()),
+        ("state", shard_state(view).to_owned()),
+        ("route", opt(address)),
+    ];
+    if let Some(handoff) = &view.handoff {
+        pairs.push(("handoff to", opt(handoff.to.as_deref())));
+        pairs.push(("revoke revision", handoff.revoke_revision.to_string()));
+        pairs.push((
+            "completes by expiry in",
+            human_ms(handoff.completes_by_expiry_in_ms),
+        ));
+    }
+    fields(&pairs)
+}
+
+fn render_state_summary(state: &StateView) -> String {
+    let count = |wanted: &str| {
+        state
+            .shards
+            .iter()
+            .filter(|s| shard_state(s) == wanted)
+            .count()
+            .to_string()
+    };
+    fields(&[
+        ("revision", state.revision.to_string()),
+        ("shard count", state.shard_count.to_string()),
+        ("lease duration", human_ms(state.lease_duration_ms)),
+        ("executors", state.executors.len().to_string()),
+        (
+            "draining",
+            state
+                .executors
+                .iter()
+                .filter(|e| e.draining)
+                .count()
+                .to_string(),
+        ),
+        ("shards serving", count("serving")),
+        ("shards releasing", count("releasing")),
+        ("shards unowned", count("unowned")),
+    ])
+}
+
+fn render_backup_header(
+    header: &crate::backup::BackupHeader,
+    saved_to: Option<&PathBuf>,
+) -> String {
+    let mut pairs = Vec::new();
+    if let Some(path) = saved_to {
+        pairs.push(("saved", path.display().to_string()));
+    }
+    pairs.extend([
+        ("revision", header.revision.to_string()),
+        ("shard count", header.shard_count.to_string()),
+        ("state schema", header.state_schema_version.to_string()),
+        ("format", header.format_version.to_string()),
+        (
+            "created at (unix ms)",
+            header.created_at_unix_ms.to_string(),
+        ),
+        ("source node", header.source_node_id.to_string()),
+        ("payload bytes", header.payload_length.to_string()),
+        ("sha256", header.payload_sha256.clone()),
+    ]);
+    fields(&pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{HandoffView, Member, ShardEpoch};
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_documents_the_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        for line in [
+            "3  no leader",
+            "4  not found",
+            "5  unreachable",
+            "2  bad input",
+        ] {
+            assert!(help.contains(line), "{help}");
+        }
+    }
+
+    #[test]
+    fn endpoints_are_a_comma_list_and_output_a_choice() {
+        let cli = Cli::try_parse_from([
+            "leaseholdctl",
+            "--endpoints",
+            "http://a:1,http://b:2",
+            "executor",
+            "list",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.endpoints, ["http://a:1", "http://b:2"]);
+        assert_eq!(cli.output, OutputFormat::Json);
+        let bad = Cli::try_parse_from(["leaseholdctl", "-o", "yaml", "shard", "list"]).unwrap_err();
+        assert_eq!(bad.exit_code(), 2);
+    }
+
+    fn info(node_id: u64, leader: Option<u64>) -> ClusterInfo {
+        ClusterInfo {
+            node_id,
+            leader_id: leader,
+            leader_address: None,
+            term: 3,
+            voters: vec![
+                Member {
+                    node_id: 1,
+                    address: "http://m1:1".into(),
+                },
+                Member {
+                    node_id: 2,
+                    address: "http://m2:1".into(),
+                },
+            ],
+            learners: vec![Member {
+                node_id: 3,
+                address: "http://m3:1".into(),
+            }],
+            last_log_index: Some(20),
+            committed_index: Some(20),
+            applied_index: Some(18),
+            snapshot: None,
+        }
+    }
+
+    #[test]
+    fn cluster_status_table_shows_roles_states_and_unreachable_members() {
+        let statuses = vec![
+            MemberStatus {
+                node_id: 1,
+                address: "http://m1:1".into(),
+                voter: true,
+                info: Some(info(1, Some(1))),
+                lag: Some(2),
+                error: None,
+            },
+            MemberStatus {
+                node_id: 2,
+                address: "http://m2:1".into(),
+                voter: true,
+                info: None,
+                lag: None,
+                error: Some("refused".into()),
+            },
+        ];
+        assert_eq!(
+            render_cluster_status(&statuses),
+            "ID  ADDRESS      ROLE   STATE        LEADER  TERM  LAST_LOG  COMMITTED  APPLIED  LAG\n\
+             1   http://m1:1  voter  leader       1       3     20        20         18       2\n\
+             2   http://m2:1  voter  unreachable  -       -     -         -          -        -\n"
+        );
+    }
+
+    #[test]
+    fn member_table_lists_voters_and_learners_by_id() {
+        assert_eq!(
+            render_members(&info(2, Some(2))),
+            "ID  ADDRESS      ROLE     LEADER\n\
+             1   http://m1:1  voter    no\n\
+             2   http://m2:1  voter    yes\n\
+             3   http://m3:1  learner  no\n"
+        );
+    }
+
+    #[test]
+    fn shard_tables_name_the_state() {
+        let shards = vec![
+            ShardView {
+                shard: 0,
+                owner: Some("ex-4".into()),
+                epoch: 2,
+                handoff: None,
+            },
+            ShardView {
+                shard: 1,
+                owner: Some("ex-4".into()),
+                epoch: 1,
+                handoff: Some(HandoffView {
+                    to: Some("ex-9".into()),
+                    revoke_revision: 30,
+                    completes_by_expiry_in_ms: 2_500,
+                }),
+            },
+            ShardView {
+                shard: 2,
+                owner: None,
+                epoch: 0,
+                handoff: None,
+            },
+        ];
+        assert_eq!(
+            render_shards(&shards),
+            "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO\n\
+             0      ex-4   2      serving    -\n\
+             1      ex-4   1      releasing  ex-9\n\
+             2      -      0      unowned    -\n"
+        );
+    }
+
+    #[test]
+    fn executor_details_collapse_shards_into_ranges() {
+        let executor = ExecutorView {
+            executor_id: "ex-4".into(),
+            incarnation: "inc".into(),
+            name: None,
+            address: "http://e:1".into(),
+            lease_remaining_ms: 3_200,
+            registered_revision: 4,
+            shards: [0, 1, 2, 5]
+                .map(|shard| ShardEpoch { shard, epoch: 1 })
+                .to_vec(),
+            draining: true,
+        };
+        assert_eq!(
+            render_executor(&executor),
+            "executor:         ex-4\n\
+             name:             -\n\
+             address:          http://e:1\n\
+             incarnation:      inc\n\
+             lease remaining:  3.2s\n\
+             draining:         yes\n\
+             registered:       revision 4\n\
+             shard count:      4\n\
+             shards:           0-2,5\n"
+        );
+    }
+}

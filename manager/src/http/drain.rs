@@ -1,0 +1,77 @@
+//! `POST /v1/executors/{id}/drain` and `DELETE /v1/executors/{id}/drain`: an operator takes an
+//! executor out of the spread (or puts it back). Leader writes: the flag is committed through
+//! `Command::SetDraining`, after which the leader's next plan moves the executor's shards through
+//! the normal release handoff (P5.2, P5.4). Answered with the executor as it is after the commit.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use leasehold_api::wire::ExecutorView;
+
+use super::executors::{refusal, unexpected, unknown_executor, validate_executor_id};
+use super::inspect::executor_view;
+use super::{ApiError, AppState};
+use crate::lease::{Command, Outcome};
+
+/// Marks an executor draining: it gets no new shards and its shards move away (P5.2).
+#[utoipa::path(
+    post, path = "/v1/executors/{executor_id}/drain", tag = "executors",
+    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    responses(
+        (status = 200, description = "Draining (now or already): the executor as committed.", body = ExecutorView),
+        (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
+    ),
+)]
+pub async fn drain(
+    State(node): State<AppState>,
+    Path(executor_id): Path<String>,
+) -> Result<Json<ExecutorView>, ApiError> {
+    set_draining(&node, executor_id, true).await
+}
+
+/// Puts a draining executor back into the spread.
+#[utoipa::path(
+    delete, path = "/v1/executors/{executor_id}/drain", tag = "executors",
+    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    responses(
+        (status = 200, description = "Not draining (now or already): the executor as committed.", body = ExecutorView),
+        (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
+    ),
+)]
+pub async fn undrain(
+    State(node): State<AppState>,
+    Path(executor_id): Path<String>,
+) -> Result<Json<ExecutorView>, ApiError> {
+    set_draining(&node, executor_id, false).await
+}
+
+async fn set_draining(
+    node: &AppState,
+    executor_id: String,
+    draining: bool,
+) -> Result<Json<ExecutorView>, ApiError> {
+    validate_executor_id(&executor_id)?;
+    let command = Command::SetDraining {
+        now_ms: node.clock.now_ms(),
+        executor_id: executor_id.clone(),
+        draining,
+    };
+    match node.propose(command).await?.1 {
+        Outcome::DrainingSet { changed, .. } => {
+            tracing::info!(%executor_id, draining, changed, "drain flag set");
+            let now_ms = node.clock.now_ms();
+            node.state
+                .read(|applied| {
+                    let state = &applied.state;
+                    state
+                        .executor(&executor_id)
+                        .map(|executor| executor_view(state, executor, now_ms))
+                })
+                .map(Json)
+                // Removed between the commit and this read (reaped or deregistered).
+                .ok_or_else(|| unknown_executor(&executor_id))
+        }
+        Outcome::NotFound => Err(unknown_executor(&executor_id)),
+        Outcome::Refused { reason } => Err(refusal(reason)),
+        other => Err(unexpected(&other)),
+    }
+}

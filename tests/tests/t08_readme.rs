@@ -1,0 +1,382 @@
+//! The README's two commands, run from a fresh clone of this repository at HEAD.
+//!
+//! 1. `./scripts/dev-cluster` (live status off): the three managers and three executors come up,
+//!    leaseholdctl sees them, and Ctrl-C (SIGINT to the script's process group, as a terminal
+//!    sends it) stops every process and removes the temporary data.
+//! 2. `./scripts/test`, run non-recursively as `./scripts/test -- --list`: it builds every binary
+//!    and every test of the clone and lists the suite without running it. Running the whole suite
+//!    from inside one of its own tests would run this test again (recursion) and double the
+//!    suite's time on a 2-core machine; `--list` still proves the command works on a fresh clone:
+//!    the build is `--locked` and every test target compiles.
+//!
+//! Both commands build in the clone. `CARGO_TARGET_DIR` points at this test's own target
+//! directory so the registry dependencies are reused and only the workspace crates compile (the
+//! clone's sources are at other paths, so they are rebuilt from the clone, not reused).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use leasehold_api::wire::ExecutorView;
+use leasehold_tests::ctl::leaseholdctl;
+use leasehold_tests::{bin_dir, one_cluster_at_a_time, poll_until};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+/// The clone builds its workspace crates from scratch (registry crates are shared).
+const BUILD_BOUND: Duration = Duration::from_secs(1_800);
+const CLUSTER_BOUND: Duration = Duration::from_secs(120);
+const STOP_BOUND: Duration = Duration::from_secs(90);
+const DEV_SHARDS: usize = 1024;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the repository")
+        .to_path_buf()
+}
+
+fn git(args: &[&str], dir: &Path) -> String {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// The commands of the README's first code block, in order.
+fn readme_commands(readme: &str) -> Vec<String> {
+    let block = readme
+        .split("```sh")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README starts with a sh code block");
+    block
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A port base whose manager and executor ports are free now.
+fn free_port_base() -> u16 {
+    (0..200)
+        .map(|n| 20_000 + 500 * (n % 80) + (std::process::id() % 400) as u16)
+        .find(|&base| {
+            [1, 2, 3, 101, 102, 103]
+                .iter()
+                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
+        })
+        .expect("a free port range")
+}
+
+fn port_closed(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_commands_work_from_a_fresh_clone() {
+    let _serial = one_cluster_at_a_time().await;
+    let root = repo_root();
+    let commands = readme_commands(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    assert_eq!(
+        commands,
+        ["./scripts/dev-cluster", "./scripts/test"],
+        "the README's two commands"
+    );
+
+    let head = git(&["rev-parse", "HEAD"], &root);
+    let temp = tempfile::tempdir().unwrap();
+    let clone = temp.path().join("leasehold");
+    git(
+        &[
+            "clone",
+            "--quiet",
+            &root.display().to_string(),
+            &clone.display().to_string(),
+        ],
+        temp.path(),
+    );
+    git(&["checkout", "--quiet", &head], &clone);
+    // target/debug → target
+    let target_dir = bin_dir().parent().expect("target dir").to_path_buf();
+
+    // 1. The dev cluster.
+    let base = free_port_base();
+    let stdout_path = temp.path().join("dev-cluster.out");
+    let log_path = temp.path().join("dev-cluster.err");
+    let child = Command::new(&commands[0])
+        .current_dir(&clone)
+        .env("LEASEHOLD_DEV_STATUS", "0")
+        .env("LEASEHOLD_DEV_PORT_BASE", base.to_string())
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        // Its own process group, like a shell job: Ctrl-C goes to the whole group.
+        .process_group(0)
+        .spawn()
+        .expect("start scripts/dev-cluster");
+    let mut dev_cluster = ProcessGroup(Some(child));
+    let printed = poll_until(
+        "the dev cluster to print its endpoints",
+        BUILD_BOUND,
+        || async {
+            let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+            if out.contains("Ctrl-C stops everything.") {
+                Ok(out)
+            } else {
+                Err(format!(
+                    "{out}\n{}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                ))
+            }
+        },
+    )
+    .await;
+    let data_dir = printed
+        .split("data and logs in ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .map(PathBuf::from)
+        .expect("the script names its data directory");
+    assert!(data_dir.is_dir());
+    assert!(
+        printed.contains("leaseholdctl cluster status"),
+        "example commands: {printed}"
+    );
+    let managers: Vec<String> = (1..=3)
+        .map(|i| format!("http://127.0.0.1:{}", base + i))
+        .collect();
+    assert!(printed.contains(&managers.join(",")), "{printed}");
+
+    // Inspect it with leaseholdctl until all three executors hold shards.
+    let executors: Vec<ExecutorView> = poll_until(
+        "three executors sharing every shard",
+        CLUSTER_BOUND,
+        || async {
+            let run = leaseholdctl(
+                &managers,
+                &["--consistent", "-o", "json", "executor", "list"],
+            )
+            .await;
+            if run.code != Some(0) {
+                return Err(format!("{run:?}"));
+            }
+            let executors: Vec<ExecutorView> = run.json();
+            let owned: usize = executors.iter().map(|e| e.shards.len()).sum();
+            if executors.len() == 3
+                && owned == DEV_SHARDS
+                && executors.iter().all(|e| !e.shards.is_empty())
+            {
+                Ok(executors)
+            } else {
+                Err(format!(
+                    "{} executors, {owned} shards owned",
+                    executors.len()
+                ))
+            }
+        },
+    )
+    .await;
+    let names: Vec<_> = executors.iter().filter_map(|e| e.name.clone()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["executor-1", "executor-2", "executor-3"]);
+    let status = leaseholdctl(&managers, &["cluster", "status"]).await.ok();
+    assert_eq!(status.rows().len(), 4, "{}", status.stdout);
+    assert_eq!(
+        status.rows()[1..]
+            .iter()
+            .filter(|row| row[3] == "leader")
+            .count(),
+        1,
+        "{}",
+        status.stdout
+    );
+
+    // Ctrl-C.
+    dev_cluster.signal(Signal::SIGINT);
+    let exit = dev_cluster.wait_exit(STOP_BOUND).await;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    assert!(
+        out.contains("stopped; data removed"),
+        "exit {exit:?}: {out}"
+    );
+    assert!(
+        !data_dir.exists(),
+        "the temporary data directory is removed"
+    );
+    for offset in [1, 2, 3, 101, 102, 103] {
+        let port = base + offset;
+        poll_until(
+            &format!("port {port} to close"),
+            STOP_BOUND,
+            || async move {
+                if port_closed(port) {
+                    Ok(())
+                } else {
+                    Err("still accepting".to_string())
+                }
+            },
+        )
+        .await;
+    }
+
+    // 2. The test suite, listed (see the module docs for why not run).
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(&commands[1])
+            .args(["--", "--list"])
+            .current_dir(&clone)
+            .env("CARGO_TARGET_DIR", &target_dir)
+            .stdin(Stdio::null())
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("run scripts/test");
+    let listed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "scripts/test -- --list failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for test in [
+        "readme_commands_work_from_a_fresh_clone: test",
+        "ctl_commands_print_pinned_tables_and_the_wire_types_as_json: test",
+    ] {
+        assert!(listed.contains(test), "the suite lists {test}");
+    }
+}
+
+/// The dev-cluster script, leader of its own process group; the whole group is killed if the
+/// test ends without a clean stop, so no manager or executor outlives a failed test.
+struct ProcessGroup(Option<std::process::Child>);
+
+impl ProcessGroup {
+    fn signal(&self, signal: Signal) {
+        if let Some(child) = &self.0 {
+            let _ = killpg(Pid::from_raw(child.id() as i32), signal);
+        }
+    }
+
+    async fn wait_exit(&mut self, bound: Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + bound;
+        let child = self.0.as_mut().expect("dev-cluster running");
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.0 = None;
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("dev-cluster did not stop within {bound:?} of Ctrl-C");
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The example deployment (deploy/: systemd units, env files, compose file) only sets variables
+/// the binaries read: each `LEASEHOLD_*` name it uses is one `--help` lists for that binary, and
+/// each flag on an `ExecStart`/`command` line is one the binary accepts. (`systemd-analyze verify`
+/// and `docker compose config` need tools CI does not have; docs/OPERATIONS.md records running
+/// them.)
+#[test]
+fn deploy_files_use_only_settings_the_binaries_accept() {
+    let deploy = repo_root().join("deploy");
+    let help = |binary_name: &str| {
+        let output = Command::new(leasehold_tests::binary(binary_name))
+            .arg("--help")
+            .output()
+            .expect("run --help");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let manager_help = help("leasehold-manager");
+    let executor_help = help("leasehold-executor");
+    let env_names = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+            .filter(|word| word.starts_with("LEASEHOLD_") && word.len() > "LEASEHOLD_".len())
+            .map(str::to_owned)
+            .collect()
+    };
+    let flags = |text: &str| -> Vec<String> {
+        text.split(|c: char| c.is_whitespace() || matches!(c, '"' | ',' | '[' | ']'))
+            .filter(|word| word.starts_with("--"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let check = |file: &str, text: &str, help: &str| {
+        let text: String = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#'))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let text = text.as_str();
+        for name in env_names(text) {
+            assert!(
+                help.contains(&format!("[env: {name}=")),
+                "{file}: {name} is not a setting of this binary"
+            );
+        }
+        for flag in flags(text) {
+            assert!(
+                help.contains(&flag),
+                "{file}: {flag} is not a flag of this binary"
+            );
+        }
+    };
+    let read = |name: &str| {
+        std::fs::read_to_string(deploy.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    for file in [
+        "systemd/manager-1.env",
+        "systemd/manager-2.env",
+        "systemd/manager-3.env",
+        "systemd/leasehold-manager.service",
+    ] {
+        check(file, &read(file), &manager_help);
+    }
+    for file in ["systemd/executor.env", "systemd/leasehold-executor.service"] {
+        check(file, &read(file), &executor_help);
+    }
+    let compose = read("docker-compose.yml");
+    let (managers, executors) = compose
+        .split_once("x-executor:")
+        .expect("the compose file defines managers, then executors");
+    let (executor_anchor, services) = executors.split_once("services:").expect("services");
+    let (manager_services, executor_services) = services
+        .split_once("executor-1:")
+        .expect("executor services");
+    check(
+        "docker-compose.yml (managers)",
+        &format!("{managers}{manager_services}"),
+        &manager_help,
+    );
+    check(
+        "docker-compose.yml (executors)",
+        &format!("{executor_anchor}{executor_services}"),
+        &executor_help,
+    );
+    for id in 1..=3 {
+        let env = read(&format!("systemd/manager-{id}.env"));
+        assert!(
+            env.contains(&format!("LEASEHOLD_ID={id}\n")),
+            "manager-{id}.env"
+        );
+    }
+}
