@@ -8,7 +8,7 @@ use std::sync::Arc;
 use leasehold_api::wire::{ClusterInfo, Member, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, RaftMetrics, ServerState};
+use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
 use crate::leader::core::GuardConfig;
@@ -66,7 +66,30 @@ pub struct ManagerNode {
     pub renewals: RenewalQueue,
     /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
     stepping_down: AtomicBool,
+    /// This node's last log index when it started. openraft 0.9 puts a node whose persisted vote
+    /// is committed for itself straight back into office in the same term, without a blank entry
+    /// of its own, and takes its committed index (not flushed on every commit, so it can be older
+    /// than before a crash) as the read-index floor. Entries up to here may have been committed
+    /// and acknowledged before the restart, so linearizable reads also wait for them
+    /// ([`Self::linearizable_read`]).
+    last_log_index_at_start: u64,
+    /// The vote this node restored when it started: only a leader still holding it can be the
+    /// restored-in-office leader above (a leader elected later commits a blank entry of its own
+    /// term, which covers everything committed before).
+    vote_at_start: Vote<NodeId>,
 }
+
+/// Why a linearizable read could not be served here.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadBarrierError {
+    #[error("not the leader: {0}")]
+    NotLeader(String),
+    #[error("entries up to index {index} from before this node restarted are not applied yet")]
+    RestartedLogNotApplied { index: u64 },
+}
+
+/// Longest a linearizable read waits for the entries a restarted leader had before it started.
+const RESTARTED_LOG_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for ManagerNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,6 +112,7 @@ impl ManagerNode {
         settings: ClusterSettings,
         metrics: Option<PrometheusHandle>,
         renewals: RenewalQueue,
+        (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
     ) -> Self {
         Self {
             id,
@@ -103,7 +127,33 @@ impl ManagerNode {
             renewals,
             signals: LeaderSignals::default(),
             stepping_down: AtomicBool::new(false),
+            last_log_index_at_start,
+            vote_at_start,
         }
+    }
+
+    /// The barrier in front of a linearizable read on the leader: openraft's read index (the
+    /// leader's commit, confirmed by a quorum), then everything this node had logged when it
+    /// started, which a leader restored in office may not count as committed yet (see
+    /// `last_log_index_at_start`). Found by `t06_faults::full_cluster_stop_and_start`.
+    pub async fn linearizable_read(&self) -> Result<(), ReadBarrierError> {
+        self.raft
+            .ensure_linearizable()
+            .await
+            .map_err(|e| ReadBarrierError::NotLeader(e.to_string()))?;
+        let index = self.last_log_index_at_start;
+        let metrics = self.metrics_snapshot();
+        if metrics.vote != self.vote_at_start
+            || metrics.last_applied.map_or(0, |id| id.index) >= index
+        {
+            return Ok(());
+        }
+        self.raft
+            .wait(Some(RESTARTED_LOG_APPLY_WAIT))
+            .applied_index_at_least(Some(index), "entries logged before the restart")
+            .await
+            .map(|_| ())
+            .map_err(|_| ReadBarrierError::RestartedLogNotApplied { index })
     }
 
     pub fn metrics_snapshot(&self) -> RaftMetrics<NodeId, BasicNode> {

@@ -65,6 +65,19 @@ pub async fn run(
     // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
     crate::restore::import_if_prepared(&config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();
+    let log_at_start = {
+        use openraft::storage::RaftLogStorage;
+        let log_state = log_store
+            .get_log_state()
+            .await
+            .map_err(|e| ServerError::Raft(e.to_string()))?;
+        let vote = log_store
+            .read_vote()
+            .await
+            .map_err(|e| ServerError::Raft(e.to_string()))?
+            .unwrap_or_default();
+        (log_state.last_log_id.map_or(0, |id| id.index), vote)
+    };
 
     let listener = TcpListener::bind(config.listen).await?;
     tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
@@ -100,6 +113,7 @@ pub async fn run(
         },
         metrics,
         renewal_queue,
+        log_at_start,
     ));
 
     let (stop_tasks, tasks_stopped) = watch::channel(false);

@@ -32,7 +32,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub use error::ApiError;
 pub use leasehold_api::http::{ApiJson, ApiQuery};
 
-use crate::node::{Leader, ManagerNode};
+use crate::node::{Leader, ManagerNode, ReadBarrierError};
 
 /// Marks a request forwarded by a follower, so it is never forwarded twice.
 pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
@@ -183,11 +183,15 @@ async fn consistent_reads(State(node): State<AppState>, request: Request, next: 
         return next.run(request).await;
     }
     match node.leader() {
-        Leader::Local => match node.raft.ensure_linearizable().await {
-            Ok(_) => next.run(request).await,
-            Err(error) => {
+        Leader::Local => match node.linearizable_read().await {
+            Ok(()) => next.run(request).await,
+            Err(error @ ReadBarrierError::NotLeader(_)) => {
                 tracing::info!(%error, "linearizable read refused");
                 ApiError::not_leader(node.leader_address()).into_response()
+            }
+            Err(error @ ReadBarrierError::RestartedLogNotApplied { .. }) => {
+                tracing::info!(%error, "linearizable read refused");
+                ApiError::new(ErrorCode::Unavailable, error.to_string()).into_response()
             }
         },
         elsewhere => forward_or_refuse(&node, elsewhere, request).await,
