@@ -43,6 +43,10 @@ pub struct LeaseClock {
     /// `sent_at + lease_ttl_ms` of the last grant applied (P3.2); `None` before the first grant
     /// and after the executor was forgotten by the manager (`unknown_executor`).
     expiry: Option<Instant>,
+    /// The lease length the manager last told (kept across `clear`): once lapsed, retries are
+    /// paced by it, so a short lease is not outwaited by the fixed backoff cap (P6.1 gives a
+    /// lapsed executor one lease to come back).
+    last_lease_ttl: Option<Duration>,
 }
 
 impl LeaseClock {
@@ -60,6 +64,7 @@ impl LeaseClock {
         // the lease is treated as ending at `sent_at`, i.e. already lapsed (safe).
         let expiry = sent_at.checked_add(lease_ttl).unwrap_or(sent_at);
         self.expiry = Some(expiry);
+        self.last_lease_ttl = Some(lease_ttl);
         expiry
     }
 
@@ -77,6 +82,11 @@ impl LeaseClock {
     /// Whether the lease is live at `now` (P3.6: a lapsed lease admits nothing).
     pub fn is_live(&self, now: Instant) -> bool {
         self.expiry.is_some_and(|expiry| now < expiry)
+    }
+
+    /// The lease length of the last grant, if any grant was applied.
+    pub fn last_lease_ttl(&self) -> Option<Duration> {
+        self.last_lease_ttl
     }
 
     /// Time left at `now`; zero once lapsed or before any grant.
@@ -117,13 +127,16 @@ impl RetryBackoff {
     /// lands before expiry (P3.5) and a run of failures keeps probing ever closer to the
     /// deadline instead of sleeping through it. Once less than `2 × RETRY_DELAY_MIN` is left no
     /// request could complete in time anyway, and the retry waits [`RETRY_DELAY_MIN`] (landing
-    /// at most that long after the expiry). Once lapsed the executor keeps trying at the
-    /// uncapped pace: a renewal that succeeds resumes admission (P3.6).
+    /// at most that long after the expiry). Once lapsed the executor keeps trying, at most a
+    /// third of the last lease length apart: a new leader keeps a lapsed executor for one lease
+    /// (P6.1), and a renewal that lands within it resumes admission (P3.6).
     pub fn next_retry_at(&mut self, now: Instant, lease: &LeaseClock) -> Instant {
         let mut delay = self.next_delay;
         self.next_delay = self.next_delay.saturating_mul(2).min(RETRY_DELAY_MAX);
         if lease.is_live(now) {
             delay = delay.min(lease.remaining(now) / 2);
+        } else if let Some(lease_ttl) = lease.last_lease_ttl() {
+            delay = delay.min(lease_ttl / 3);
         }
         now + delay.max(RETRY_DELAY_MIN)
     }
@@ -256,9 +269,9 @@ mod tests {
     fn p3_5_keeps_trying_after_a_lapse_at_the_capped_pace() {
         let t0 = Instant::now();
         let mut lease = LeaseClock::default();
-        lease.apply_grant(t0, 1_000);
+        lease.apply_grant(t0, 60_000);
         let mut backoff = RetryBackoff::default();
-        let mut now = t0 + secs(2);
+        let mut now = t0 + secs(61);
         let mut delays = Vec::new();
         for _ in 0..8 {
             let at = backoff.next_retry_at(now, &lease);
@@ -273,6 +286,41 @@ mod tests {
         assert_eq!(
             backoff.next_retry_at(now, &lease),
             now + RETRY_DELAY_INITIAL
+        );
+    }
+
+    /// P6.1 keeps a lapsed executor for one lease: with a lease shorter than the backoff cap,
+    /// lapsed retries come at most a third of the lease apart, so at least two land within it
+    /// (the fault suite saw executors with 3 s leases reaped while retrying 4-5 s apart). Also
+    /// after the manager forgot the executor (`clear`).
+    #[test]
+    fn p6_1_lapsed_retries_are_paced_by_a_short_lease() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, 3_000);
+        let mut backoff = RetryBackoff::default();
+        let mut now = t0 + secs(3);
+        let mut delays = Vec::new();
+        for _ in 0..6 {
+            let at = backoff.next_retry_at(now, &lease);
+            delays.push(at - now);
+            now = at;
+        }
+        assert_eq!(
+            delays,
+            [250, 500, 1_000, 1_000, 1_000, 1_000].map(Duration::from_millis)
+        );
+        lease.clear();
+        assert_eq!(backoff.next_retry_at(now, &lease), now + secs(1));
+        // Before any grant there is no lease to pace by: the plain backoff.
+        let mut fresh = RetryBackoff::default();
+        let never_granted = LeaseClock::default();
+        let delays: Vec<_> = (0..6)
+            .map(|_| fresh.next_retry_at(now, &never_granted) - now)
+            .collect();
+        assert_eq!(
+            delays,
+            [250, 500, 1_000, 2_000, 4_000, 5_000].map(Duration::from_millis)
         );
     }
 }
