@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -209,15 +210,23 @@ impl LeaseholdFleet {
             let _ = axum::serve(listener, app).await;
         });
         let client = Client::with_config(managers, config)?;
-        let run = std::process::id();
+        // Incarnations are idempotency keys (P4.4): unique per process and fleet, or a second
+        // fleet would be handed the first one's executors.
+        static FLEETS: AtomicU64 = AtomicU64::new(0);
+        let run = format!(
+            "{}-{}",
+            std::process::id(),
+            FLEETS.fetch_add(1, Ordering::Relaxed)
+        );
         let executors = setup_all(count, |index| {
             let client = client.clone();
             let registry = registry.clone();
             let address = address.clone();
+            let incarnation = format!("bench-{run}-{index}");
             async move {
                 let grant = client
                     .register(&RegisterRequest {
-                        incarnation: format!("bench-{run}-{index}"),
+                        incarnation,
                         address,
                         name: None,
                     })
@@ -254,6 +263,20 @@ impl LeaseholdFleet {
             counts.iter().copied().min().unwrap_or(0),
             counts.iter().copied().max().unwrap_or(0),
         )
+    }
+
+    /// Renews every executor once (at most [`SETUP_CONCURRENCY`] at a time); returns how many
+    /// failed.
+    pub async fn renew_all(self: &Arc<Self>) -> usize {
+        let renewed = setup_all(self.executors.len(), |index| {
+            let fleet = self.clone();
+            async move { Ok(fleet.renew(index).await.is_err()) }
+        })
+        .await;
+        match renewed {
+            Ok(failed) => failed.into_iter().filter(|&f| f).count(),
+            Err(_) => self.executors.len(),
+        }
     }
 
     /// Deregisters every executor (P3.7).

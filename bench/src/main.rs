@@ -39,6 +39,10 @@ struct Cli {
     #[arg(long, global = true)]
     etcd_bin: Option<PathBuf>,
 
+    /// Run the Leasehold half only (e.g. for a profiling run).
+    #[arg(long, global = true)]
+    skip_etcd: bool,
+
     /// Keep data directories and process logs here instead of a temporary directory.
     #[arg(long, global = true)]
     work_dir: Option<PathBuf>,
@@ -56,7 +60,7 @@ enum Scenario {
         #[arg(long, default_value_t = 1024)]
         shards: u32,
         /// First offered rate (renewals/s over the whole fleet).
-        #[arg(long, default_value_t = 500.0)]
+        #[arg(long, default_value_t = 100.0)]
         start_rate: f64,
         /// Each step offers this much more than the last.
         #[arg(long, default_value_t = 1.5)]
@@ -85,6 +89,12 @@ enum Scenario {
         /// Lease holders renewing at the protocol's cadence throughout (checked for eviction).
         #[arg(long, default_value_t = 100)]
         executors: usize,
+        /// Leasehold runs, one per minimum election timeout (heartbeat 100 ms as etcd's). 1s is
+        /// etcd's nominal setting; openraft refuses votes until the maximum (2 × min) has passed
+        /// since the last heartbeat, so 500ms gives the same 1 s vote lease as etcd's
+        /// check-quorum.
+        #[arg(long, value_delimiter = ',', default_value = "1s,500ms")]
+        election_timeouts: Vec<String>,
     },
     /// Executor SIGKILL → all its shards owned elsewhere, per shard count.
     B4 {
@@ -133,6 +143,7 @@ fn main() -> Result<()> {
     if cli.etcd_bin.is_some() && etcd_bin.is_none() {
         bail!("--etcd-bin does not name a file");
     }
+    let etcd_bin = etcd_bin.filter(|_| !cli.skip_etcd);
     let temp = tempfile::Builder::new()
         .prefix("leasehold-loadgen-")
         .tempdir()?;
@@ -160,7 +171,16 @@ fn main() -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run(&env, cli.scenario))
+    runtime.block_on(async {
+        // Stopped by a signal, the scenario is dropped, and with it every process it started.
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            result = run(&env, cli.scenario) => result,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+            _ = terminate.recv() => bail!("terminated"),
+        }
+    })
 }
 
 async fn run(env: &Env, scenario: Scenario) -> Result<()> {
@@ -195,7 +215,13 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             scenarios::b1(env, &args).await?.print()?;
         }
         Scenario::B2 { duration } => scenarios::b2(env, duration).await?.print()?,
-        Scenario::B3 { runs, executors } => scenarios::b3(env, runs, executors).await?.print()?,
+        Scenario::B3 {
+            runs,
+            executors,
+            election_timeouts,
+        } => scenarios::b3(env, runs, executors, &election_timeouts)
+            .await?
+            .print()?,
         Scenario::B4 { shards } => scenarios::b4(env, &shards).await?.print()?,
         Scenario::B5 { executors, shards } => {
             scenarios::b5(env, executors, shards).await?.print()?

@@ -76,6 +76,9 @@ pub fn load_average() -> String {
 #[derive(Debug)]
 pub struct ChildProc {
     child: Child,
+    /// Dropped with SIGTERM first (and up to a minute to exit), so a profiler wrapping the
+    /// process can write its output.
+    graceful_drop: bool,
 }
 
 impl ChildProc {
@@ -88,7 +91,10 @@ impl ChildProc {
             .stderr(log)
             .spawn()
             .with_context(|| format!("spawn {command:?}"))?;
-        Ok(Self { child })
+        Ok(Self {
+            child,
+            graceful_drop: false,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -123,7 +129,37 @@ impl ChildProc {
 
 impl Drop for ChildProc {
     fn drop(&mut self) {
+        if self.graceful_drop {
+            if let Ok(pid) = i32::try_from(self.child.id()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(POLL_INTERVAL);
+            }
+        }
         self.kill();
+    }
+}
+
+/// Environment variable naming a command to run every manager under, for profiling (e.g.
+/// `valgrind --tool=callgrind --callgrind-out-file=/tmp/callgrind.%p`); split on whitespace.
+pub const MANAGER_WRAPPER_ENV: &str = "LEASEHOLD_BENCH_MANAGER_WRAPPER";
+
+/// `binary`, or the profiler command of [`MANAGER_WRAPPER_ENV`] with `binary` as its argument.
+fn wrapped(binary: &Path) -> Command {
+    let wrapper = std::env::var(MANAGER_WRAPPER_ENV).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(binary);
+            command
+        }
+        None => Command::new(binary),
     }
 }
 
@@ -234,7 +270,7 @@ impl LeaseholdCluster {
             .nodes
             .get_mut(&id)
             .ok_or_else(|| anyhow!("no manager {id}"))?;
-        let mut command = Command::new(&self.binary);
+        let mut command = wrapped(&self.binary);
         command
             .arg("--id")
             .arg(id.to_string())
@@ -257,7 +293,9 @@ impl LeaseholdCluster {
             None => command.arg("--initial-cluster").arg(&self.initial_cluster),
         };
         let log = self.dir.join(format!("manager-{id}-{}.log", node.starts));
-        node.process = Some(ChildProc::spawn(&mut command, &log)?);
+        let mut process = ChildProc::spawn(&mut command, &log)?;
+        process.graceful_drop = std::env::var_os(MANAGER_WRAPPER_ENV).is_some();
+        node.process = Some(process);
         node.starts += 1;
         Ok(())
     }

@@ -32,8 +32,16 @@ pub struct Env {
 }
 
 impl Env {
+    /// A fresh directory for one cluster. An existing one is refused: managers started on an
+    /// earlier run's data would rejoin that run's cluster instead of forming a new one.
     fn dir(&self, name: &str) -> Result<PathBuf> {
         let dir = self.work_dir.join(name);
+        if dir.exists() {
+            bail!(
+                "{} exists (from an earlier run?): remove it or choose another --work-dir",
+                dir.display()
+            );
+        }
         std::fs::create_dir_all(&dir)?;
         Ok(dir)
     }
@@ -41,7 +49,7 @@ impl Env {
     fn etcd_or_skip(&self, scenario: &str) -> Option<&Path> {
         if self.etcd_bin.is_none() {
             eprintln!(
-                "{scenario}: etcd skipped: no etcd binary on PATH (apt-get install etcd-server, or --etcd-bin)"
+                "{scenario}: etcd skipped: --skip-etcd, or no etcd binary on PATH (apt-get install etcd-server, or --etcd-bin)"
             );
         }
         self.etcd_bin.as_deref()
@@ -73,19 +81,61 @@ async fn etcd_cluster(binary: &Path, env: &Env, name: &str) -> Result<EtcdCluste
     Ok(cluster)
 }
 
-/// Waits until every shard is delivered to some simulated executor and the spread is even
-/// (P5.4): the cluster has stopped moving shards.
-async fn settle(fleet: &LeaseholdFleet, shard_count: u32, bound: Duration) -> Result<()> {
+/// Waits until the leader records every executor with every shard delivered and the spread
+/// even (P5.4), i.e. the cluster has stopped moving shards; then renews every executor once, as
+/// real executors would within a third of a lease, so each adopts its recorded set (P4.2) even
+/// where a push arrived out of order and was ignored as stale (P4.1).
+async fn settle(
+    cluster: &mut LeaseholdCluster,
+    fleet: &Arc<LeaseholdFleet>,
+    shard_count: u32,
+    bound: Duration,
+) -> Result<()> {
     let shards = usize::try_from(shard_count)?;
-    poll_until("every shard delivered, evenly", bound, || async {
-        let (total, fewest, most) = fleet.held_spread();
-        if total == shards && most - fewest <= 1 {
-            Ok(())
-        } else {
-            Err(format!("held {total} of {shards}, spread {fewest}..{most}"))
+    let executors = fleet.size();
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    poll_until("every shard delivered, evenly", bound, || {
+        let report = last_report.elapsed() >= Duration::from_secs(10);
+        if report {
+            last_report = Instant::now();
+        }
+        let cluster = &*cluster;
+        async move {
+            let view = executors_view(cluster, leader).await?;
+            let counts: Vec<usize> = view.iter().map(|e| e.shards.len()).collect();
+            let total: usize = counts.iter().sum();
+            let fewest = counts.iter().copied().min().unwrap_or(0);
+            let most = counts.iter().copied().max().unwrap_or(0);
+            if view.len() == executors && total == shards && most - fewest <= 1 {
+                return Ok(());
+            }
+            let observation = format!(
+                "{} executors, {total} of {shards} shards delivered, spread {fewest}..{most}",
+                view.len()
+            );
+            if report {
+                eprintln!(
+                    "  settling for {:.0} s: {observation}",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Err(observation)
         }
     })
-    .await
+    .await?;
+    let failures = fleet.renew_all().await;
+    if failures > 0 {
+        bail!("{failures} of {executors} executors could not renew after settling");
+    }
+    let (total, fewest, most) = fleet.held_spread();
+    if total != shards || most - fewest > 1 {
+        bail!(
+            "after renewing, the fleet holds {total} of {shards} shards, spread {fewest}..{most}"
+        );
+    }
+    Ok(())
 }
 
 fn per_holder_shards(shard_count: u32, holders: usize) -> u32 {
@@ -110,10 +160,10 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
 
     let load = load_average();
     eprintln!("B1 leasehold: {n} executors, {} shards", args.shards);
-    let cluster =
+    let mut cluster =
         leasehold_cluster(env, "b1-leasehold", LeaseholdOptions::defaults(args.shards)).await?;
     let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), n, executor_client()).await?);
-    settle(&fleet, args.shards, SETTLE_BOUND).await?;
+    settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
     let (_, best) = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
     results.push((
         "Leasehold (renew, group commit)".into(),
@@ -213,11 +263,12 @@ pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
     let mut rows: Vec<(String, drive::Samples, String)> = Vec::new();
 
     let load = load_average();
-    let cluster = leasehold_cluster(env, "b2-leasehold", LeaseholdOptions::defaults(1024)).await?;
-    let fleet = LeaseholdFleet::start(cluster.urls(), 1, executor_client()).await?;
-    settle(&fleet, 1024, SETTLE_BOUND).await?;
-    drive::closed_loop(&fleet, 0, warmup).await;
-    let samples = drive::closed_loop(&fleet, 0, duration).await;
+    let mut cluster =
+        leasehold_cluster(env, "b2-leasehold", LeaseholdOptions::defaults(1024)).await?;
+    let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 1, executor_client()).await?);
+    settle(&mut cluster, &fleet, 1024, SETTLE_BOUND).await?;
+    drive::closed_loop(fleet.as_ref(), 0, warmup).await;
+    let samples = drive::closed_loop(fleet.as_ref(), 0, duration).await;
     rows.push((
         "Leasehold renew".into(),
         samples,
@@ -318,23 +369,35 @@ fn fmt_runs(values: &[f64]) -> String {
         .join(", ")
 }
 
-pub async fn b3(env: &Env, runs: usize, executors: usize) -> Result<Table> {
-    let mut table = Table::new(&[
-        "B3",
-        "system",
-        "leader SIGKILL → first successful renewal, per run (s)",
-        "median",
-        "holders evicted",
-        "load avg",
-    ]);
+/// Retries `attempt` every 100 ms for up to 10 s: the "before the kill" probes, which may meet a
+/// member restarted a moment ago that is still catching up.
+async fn before_kill<F, Fut>(what: &str, mut attempt: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, crate::fleet::RenewFailure>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match attempt().await {
+            Ok(_) => return Ok(()),
+            Err(error) if Instant::now() > deadline => bail!("{what} before the kill: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
 
-    let load = load_average();
-    let mut cluster = leasehold_cluster(
-        env,
-        "b3-leasehold",
-        LeaseholdOptions::etcd_timing(64, SHORT_LEASE),
-    )
-    .await?;
+/// B3 for Leasehold at one election timeout: `runs` leader kills, each timed from SIGKILL to the
+/// probe's first successful renewal. Returns the times and the evictions among `executors`.
+async fn b3_leasehold(
+    env: &Env,
+    runs: usize,
+    executors: usize,
+    election_timeout: &str,
+) -> Result<(Vec<f64>, u64)> {
+    let mut options = LeaseholdOptions::etcd_timing(64, SHORT_LEASE);
+    options.election_timeout = election_timeout.to_owned();
+    let mut cluster =
+        leasehold_cluster(env, &format!("b3-leasehold-{election_timeout}"), options).await?;
     let fleet =
         Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
     let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
@@ -357,10 +420,7 @@ pub async fn b3(env: &Env, runs: usize, executors: usize) -> Result<Table> {
             cluster.wait_ready(id, FORM_BOUND).await?;
         }
         tokio::time::sleep(BEFORE_KILL).await;
-        probe
-            .renew(0)
-            .await
-            .map_err(|e| anyhow!("probe before kill: {e}"))?;
+        before_kill("probe", || probe.renew(0)).await?;
         let killed_at = Instant::now();
         cluster.kill(leader);
         probe
@@ -369,7 +429,7 @@ pub async fn b3(env: &Env, runs: usize, executors: usize) -> Result<Table> {
             .map_err(|e| anyhow!("probe after kill: {e}"))?;
         let took = killed_at.elapsed().as_secs_f64();
         eprintln!(
-            "B3 leasehold run {}: killed leader {leader}, renewed after {took:.2} s",
+            "B3 leasehold (election timeout {election_timeout}) run {}: killed leader {leader}, renewed after {took:.2} s",
             run + 1
         );
         times.push(took);
@@ -382,21 +442,45 @@ pub async fn b3(env: &Env, runs: usize, executors: usize) -> Result<Table> {
         .await
         .map_err(|e| anyhow!(e))?;
     let missing = (executors + 1).saturating_sub(registered.len());
-    let evicted = counters
-        .evictions
-        .load(Ordering::Relaxed)
-        .max(missing as u64);
-    table.row(vec![
-        "B3".into(),
-        format!("Leasehold ({executors} executors, heartbeat 100 ms, election 1–2 s, lease 6 s)"),
-        fmt_runs(&times),
-        format!("{:.2} s", median(&mut times.clone())),
-        evicted.to_string(),
-        format!("{load} → {}", load_average()),
+    Ok((
+        times,
+        counters
+            .evictions
+            .load(Ordering::Relaxed)
+            .max(missing as u64),
+    ))
+}
+
+pub async fn b3(
+    env: &Env,
+    runs: usize,
+    executors: usize,
+    election_timeouts: &[String],
+) -> Result<Table> {
+    let mut table = Table::new(&[
+        "B3",
+        "system",
+        "leader SIGKILL → first successful renewal, per run (s)",
+        "median",
+        "holders evicted",
+        "load avg",
     ]);
-    drop(probe);
-    drop(fleet);
-    drop(cluster);
+    for election_timeout in election_timeouts {
+        let load = load_average();
+        let (mut times, evicted) = b3_leasehold(env, runs, executors, election_timeout).await?;
+        let min_ms = humantime::parse_duration(election_timeout)?.as_millis();
+        table.row(vec![
+            "B3".into(),
+            format!(
+                "Leasehold ({executors} executors, heartbeat 100 ms, election timeout {min_ms}–{} ms, lease 6 s)",
+                2 * min_ms
+            ),
+            fmt_runs(&times),
+            format!("{:.2} s", median(&mut times)),
+            evicted.to_string(),
+            format!("{load} → {}", load_average()),
+        ]);
+    }
 
     if let Some(etcd) = env.etcd_or_skip("B3") {
         let load = load_average();
@@ -411,10 +495,7 @@ pub async fn b3(env: &Env, runs: usize, executors: usize) -> Result<Table> {
         for run in 0..runs {
             let leader = cluster.wait_for_leader(FORM_BOUND).await?;
             tokio::time::sleep(BEFORE_KILL).await;
-            probe
-                .renew(0)
-                .await
-                .map_err(|e| anyhow!("etcd probe before kill: {e}"))?;
+            before_kill("etcd probe", || probe.renew(0)).await?;
             let killed_at = Instant::now();
             cluster.kill(leader);
             loop {
@@ -654,7 +735,7 @@ pub async fn b5(env: &Env, executors: usize, shards: u32) -> Result<Table> {
         "B5: {executors} registered after {:.1} s; settling",
         setup.elapsed().as_secs_f64()
     );
-    settle(&fleet, shards, Duration::from_secs(1800)).await?;
+    settle(&mut cluster, &fleet, shards, Duration::from_secs(1800)).await?;
     eprintln!("B5: settled after {:.1} s", setup.elapsed().as_secs_f64());
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     let leader_rss = cluster.pid(leader).and_then(rss_bytes).unwrap_or(0);
@@ -744,7 +825,7 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let mut cluster = leasehold_cluster(env, "b6", options).await?;
     let fleet =
         Arc::new(LeaseholdFleet::start(cluster.urls(), args.executors, executor_client()).await?);
-    settle(&fleet, args.shards, SETTLE_BOUND).await?;
+    settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
     let load_task = tokio::spawn(drive::open_loop(
         fleet.clone(),
         args.rate_per_s,
@@ -869,11 +950,11 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
     let measure = Duration::from_secs(2);
     let rate = 50.0;
     {
-        let cluster =
+        let mut cluster =
             leasehold_cluster(env, "smoke-leasehold", LeaseholdOptions::defaults(shards)).await?;
         let fleet =
             Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
-        settle(&fleet, shards, SETTLE_BOUND).await?;
+        settle(&mut cluster, &fleet, shards, SETTLE_BOUND).await?;
         let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
         steps.row(step_row("leasehold", &step));
         fleet.deregister_all().await?;
