@@ -65,7 +65,7 @@ enum Scenario {
         /// Each step offers this much more than the last.
         #[arg(long, default_value_t = 1.5)]
         factor: f64,
-        #[arg(long, default_value_t = 12)]
+        #[arg(long, default_value_t = 16)]
         max_steps: usize,
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         warmup: Duration,

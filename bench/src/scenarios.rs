@@ -12,7 +12,7 @@ use leasehold_api::client::ClientConfig;
 use leasehold_api::wire::ExecutorView;
 use tokio::time::Instant;
 
-use crate::drive::{self, Cadence, Ramp, StepResult};
+use crate::drive::{self, Cadence, Ramp, RampResult, StepResult};
 use crate::fleet::{
     claims_payload, etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet, LeaseholdFleet, Renewer,
 };
@@ -55,6 +55,10 @@ impl Env {
         self.etcd_bin.as_deref()
     }
 }
+
+/// TTL of the leases etcd shape (a) attaches its puts to. A put does not extend its lease, so
+/// the lease must outlive the whole run, or late puts fail with "lease not found".
+const PUT_LEASE_TTL_S: i64 = 24 * 3600;
 
 /// Bounds for setting clusters up; generous, since the machine may be loaded.
 const FORM_BOUND: Duration = Duration::from_secs(120);
@@ -155,7 +159,7 @@ pub struct B1 {
 }
 
 pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
-    let mut results: Vec<(String, Option<StepResult>, String)> = Vec::new();
+    let mut results: Vec<(String, RampResult, String)> = Vec::new();
     let n = args.executors;
 
     let load = load_average();
@@ -164,10 +168,10 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
         leasehold_cluster(env, "b1-leasehold", LeaseholdOptions::defaults(args.shards)).await?;
     let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), n, executor_client()).await?);
     settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
-    let (_, best) = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
+    let found = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
     results.push((
-        "Leasehold (renew, group commit)".into(),
-        best,
+        "Leasehold renew (group commit)".into(),
+        found,
         format!("{load} → {}", load_average()),
     ));
     drop(fleet);
@@ -184,11 +188,11 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
             Duration::from_secs(5),
         )
         .await?;
-        let fleet = Arc::new(EtcdPutFleet::start(clients, n, 60, value).await?);
-        let (_, best) = drive::ramp(fleet.clone(), args.ramp, "etcd put").await;
+        let fleet = Arc::new(EtcdPutFleet::start(clients, n, PUT_LEASE_TTL_S, value).await?);
+        let found = drive::ramp(fleet.clone(), args.ramp, "etcd put").await;
         results.push((
             "etcd (a) put with lease".into(),
-            best,
+            found,
             format!("{load} → {}", load_average()),
         ));
         drop(fleet);
@@ -204,51 +208,54 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
         )
         .await?;
         let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, n, 60).await?);
-        let (_, best) = drive::ramp(fleet.clone(), args.ramp, "etcd keepalive").await;
+        let found = drive::ramp(fleet.clone(), args.ramp, "etcd keepalive").await;
         results.push((
             "etcd (b) keepalive stream".into(),
-            best,
+            found,
             format!("{load} → {}", load_average()),
         ));
     }
 
-    let ours = results
-        .first()
-        .and_then(|(_, best, _)| best.as_ref())
-        .map(|b| b.achieved_per_s);
+    let ours = results.first().map(|(_, found, _)| found.clone());
+    let ratio = |ours: Option<&StepResult>, theirs: Option<&StepResult>| match (ours, theirs) {
+        (Some(o), Some(t)) => format!("{:.2}×", o.achieved_per_s / t.achieved_per_s),
+        _ => "-".to_owned(),
+    };
+    let at = |step: Option<&StepResult>| match step {
+        Some(step) => format!(
+            "{} (p50 {}, p99 {})",
+            fmt_rate(step.achieved_per_s),
+            fmt_ms(step.p50_ms),
+            fmt_ms(step.p99_ms)
+        ),
+        None => format!("< {}", fmt_rate(args.ramp.start_per_s)),
+    };
     let mut table = Table::new(&[
         "B1",
         "system",
         "executors",
         &format!("renewals/s at p99 ≤ {} ms", args.ramp.p99_bound_ms),
-        "p50",
-        "p99",
+        "Leasehold ÷ this",
+        "highest renewals/s kept up",
         "Leasehold ÷ this",
         "load avg",
     ]);
-    for (system, best, load) in results {
-        let (rate, p50, p99, ratio) = match &best {
-            Some(step) => (
-                fmt_rate(step.achieved_per_s),
-                fmt_ms(step.p50_ms),
-                fmt_ms(step.p99_ms),
-                ours.map_or("-".into(), |o| format!("{:.2}×", o / step.achieved_per_s)),
-            ),
-            None => (
-                format!("< {}", fmt_rate(args.ramp.start_per_s)),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ),
-        };
+    for (system, found, load) in results {
+        let ours = ours.as_ref();
         table.row(vec![
             "B1".into(),
             system,
             n.to_string(),
-            rate,
-            p50,
-            p99,
-            ratio,
+            at(found.within_bound.as_ref()),
+            ratio(
+                ours.and_then(|o| o.within_bound.as_ref()),
+                found.within_bound.as_ref(),
+            ),
+            at(found.kept_up.as_ref()),
+            ratio(
+                ours.and_then(|o| o.kept_up.as_ref()),
+                found.kept_up.as_ref(),
+            ),
             load,
         ]);
     }
@@ -281,7 +288,8 @@ pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
         let load = load_average();
         let cluster = etcd_cluster(etcd, env, "b2-etcd").await?;
         let clients = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(5)).await?;
-        let put = EtcdPutFleet::start(clients.clone(), 1, 60, claims_payload(1024)).await?;
+        let put =
+            EtcdPutFleet::start(clients.clone(), 1, PUT_LEASE_TTL_S, claims_payload(1024)).await?;
         drive::closed_loop(&put, 0, warmup).await;
         let samples = drive::closed_loop(&put, 0, duration).await;
         rows.push((
@@ -490,7 +498,8 @@ pub async fn b3(
         let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, executors, ttl_s).await?);
         let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
         let probe_client = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(1)).await?;
-        let probe = EtcdPutFleet::start(probe_client, 1, 600, claims_payload(1)).await?;
+        let probe =
+            EtcdPutFleet::start(probe_client, 1, PUT_LEASE_TTL_S, claims_payload(1)).await?;
         let mut times = Vec::new();
         for run in 0..runs {
             let leader = cluster.wait_for_leader(FORM_BOUND).await?;
@@ -962,8 +971,15 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
     if let Some(etcd) = env.etcd_or_skip("smoke") {
         let cluster = etcd_cluster(etcd, env, "smoke-etcd").await?;
         let clients = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(5)).await?;
-        let put =
-            Arc::new(EtcdPutFleet::start(clients.clone(), executors, 60, claims_payload(4)).await?);
+        let put = Arc::new(
+            EtcdPutFleet::start(
+                clients.clone(),
+                executors,
+                PUT_LEASE_TTL_S,
+                claims_payload(4),
+            )
+            .await?,
+        );
         let step = drive::open_loop(put, rate, warmup, measure).await;
         steps.row(step_row("etcd-put", &step));
         let keepalive = Arc::new(EtcdKeepAliveFleet::start(clients, executors, 60).await?);
