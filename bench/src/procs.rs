@@ -24,7 +24,21 @@ pub fn free_port() -> Result<u16> {
 
 /// Polls `check` until it yields a value or `bound` passes; the error names `what` and the last
 /// observation.
-pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, mut check: F) -> Result<T>
+pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    poll_every(what, bound, POLL_INTERVAL, check).await
+}
+
+/// [`poll_until`] with its own interval, for checks that are expensive to answer.
+pub async fn poll_every<T, F, Fut>(
+    what: &str,
+    bound: Duration,
+    interval: Duration,
+    mut check: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
@@ -36,7 +50,7 @@ where
             Ok(value) => return Ok(value),
             Err(observation) => last = observation,
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(interval).await;
     }
     bail!("timed out after {bound:?} waiting for {what}; last observation: {last}")
 }

@@ -17,8 +17,8 @@ use crate::fleet::{
     claims_payload, etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet, LeaseholdFleet, Renewer,
 };
 use crate::procs::{
-    dir_bytes, load_average, poll_until, rss_bytes, ChildProc, EtcdCluster, LeaseholdCluster,
-    LeaseholdOptions,
+    dir_bytes, load_average, poll_every, poll_until, rss_bytes, ChildProc, EtcdCluster,
+    LeaseholdCluster, LeaseholdOptions,
 };
 use crate::report::{fmt_bytes, fmt_ms, fmt_rate, Table};
 
@@ -100,7 +100,9 @@ async fn settle(
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     let started = Instant::now();
     let mut last_report = Instant::now();
-    poll_until("every shard delivered, evenly", bound, || {
+    // The leader serialises every executor's set for each check: about 25 bytes per shard.
+    let interval = Duration::from_millis(200).max(Duration::from_micros(u64::from(shard_count)));
+    poll_every("every shard delivered, evenly", bound, interval, || {
         let report = last_report.elapsed() >= Duration::from_secs(10);
         if report {
             last_report = Instant::now();
