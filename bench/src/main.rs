@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use crate::drive::Ramp;
-use crate::procs::EtcdCluster;
+use crate::procs::{EtcdCluster, LeaseholdOptions};
 use crate::scenarios::{Env, B1, B6};
 
 #[derive(Debug, Parser)]
@@ -107,6 +107,13 @@ enum Scenario {
         executors: usize,
         #[arg(long, default_value_t = 1_000_000)]
         shards: u32,
+        /// Manager heartbeat. openraft drops an AppendEntries that takes longer than one
+        /// heartbeat, and a rebalance of many shards is one large entry.
+        #[arg(long, default_value = "250ms")]
+        heartbeat: String,
+        /// Manager minimum election timeout (at least 3 heartbeats).
+        #[arg(long, default_value = "2s")]
+        election_timeout: String,
     },
     /// Renewal soak: data directory size over time against the snapshot size.
     B6 {
@@ -223,8 +230,16 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             .await?
             .print()?,
         Scenario::B4 { shards } => scenarios::b4(env, &shards).await?.print()?,
-        Scenario::B5 { executors, shards } => {
-            scenarios::b5(env, executors, shards).await?.print()?
+        Scenario::B5 {
+            executors,
+            shards,
+            heartbeat,
+            election_timeout,
+        } => {
+            let mut options = LeaseholdOptions::defaults(shards);
+            options.heartbeat = heartbeat;
+            options.election_timeout = election_timeout;
+            scenarios::b5(env, executors, options).await?.print()?
         }
         Scenario::B6 {
             duration,

@@ -735,9 +735,11 @@ async fn snapshot_size_and_restart(
 // ---------------------------------------------------------------------------------------------
 // B5
 
-pub async fn b5(env: &Env, executors: usize, shards: u32) -> Result<Table> {
+pub async fn b5(env: &Env, executors: usize, options: LeaseholdOptions) -> Result<Table> {
     let load = load_average();
-    let mut cluster = leasehold_cluster(env, "b5", LeaseholdOptions::defaults(shards)).await?;
+    let shards = options.shard_count;
+    let heartbeat = options.heartbeat.clone();
+    let mut cluster = leasehold_cluster(env, "b5", options).await?;
     let setup = Instant::now();
     let fleet =
         Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
@@ -786,6 +788,7 @@ pub async fn b5(env: &Env, executors: usize, shards: u32) -> Result<Table> {
         "B5",
         "executors",
         "shards",
+        "heartbeat",
         "snapshot size",
         "bytes per shard",
         "snapshot build (leader, POST /v1/cluster/snapshot)",
@@ -799,6 +802,7 @@ pub async fn b5(env: &Env, executors: usize, shards: u32) -> Result<Table> {
         "B5".into(),
         executors.to_string(),
         shards.to_string(),
+        heartbeat,
         fmt_bytes(snapshot),
         format!("{per_shard:.1} B"),
         format!("{:.2} s", build.as_secs_f64()),
