@@ -26,7 +26,6 @@ pub struct Samples {
     /// that falls behind with work it finishes after the window.)
     pub completed_in_window: u64,
     pub errors: u64,
-    pub evictions: u64,
     pub first_error: Option<String>,
 }
 
@@ -38,9 +37,6 @@ impl Samples {
                 .push(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)),
             Err(failure) => {
                 self.errors += 1;
-                if failure == RenewFailure::Evicted {
-                    self.evictions += 1;
-                }
                 if self.first_error.is_none() {
                     self.first_error = Some(failure.to_string());
                 }
@@ -52,7 +48,6 @@ impl Samples {
         self.latencies_us.extend(other.latencies_us);
         self.completed_in_window += other.completed_in_window;
         self.errors += other.errors;
-        self.evictions += other.evictions;
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
