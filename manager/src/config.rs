@@ -265,6 +265,18 @@ mod tests {
     }
 
     #[test]
+    fn a_million_shards_are_accepted() {
+        let config = args(&[
+            "--initial-cluster",
+            "1=http://127.0.0.1:7001",
+            "--shard-count",
+            "1000000",
+        ])
+        .unwrap();
+        assert_eq!(config.shard_count, 1_000_000);
+    }
+
+    #[test]
     fn bad_flags_are_refused_with_a_reason() {
         for (flags, expect) in [
             (
@@ -323,6 +335,15 @@ mod tests {
             (
                 vec!["--initial-cluster", "1=http://a:1", "--shard-count", "0"],
                 "0",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--shard-count",
+                    "1048577",
+                ],
+                "1048577",
             ),
             (
                 vec!["--initial-cluster", "1=http://a:1", "--heartbeat", "1s"],

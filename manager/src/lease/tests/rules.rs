@@ -145,6 +145,28 @@ fn i6_init_with_zero_or_oversized_values_is_refused() {
     }
 }
 
+/// The largest accepted table (B5 in docs/BENCHMARKS.md runs one million shards) is allocated in
+/// full and every shard starts unowned at epoch 0.
+#[test]
+fn init_accepts_the_largest_shard_count() {
+    let mut state = LeaseState::default();
+    let outcome = state.apply(
+        1,
+        &Command::Init {
+            now_ms: 0,
+            shard_count: MAX_SHARD_COUNT,
+            lease_duration_ms: LEASE_MS,
+        },
+    );
+    assert!(
+        matches!(outcome, Outcome::Initialised { .. }),
+        "{outcome:?}"
+    );
+    const { assert!(MAX_SHARD_COUNT >= 1_000_000) };
+    assert_eq!(state.shards().len(), MAX_SHARD_COUNT as usize);
+    assert!(state.consistency_violations().is_empty());
+}
+
 #[test]
 fn commands_before_init_are_refused_as_not_initialised_and_change_nothing() {
     let commands = vec![

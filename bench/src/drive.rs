@@ -1,0 +1,311 @@
+//! Load shapes over any [`Renewer`]: an open-loop rate step (and a ramp of them), a closed loop
+//! of one holder, and the protocol's own cadence (renew a third into the lease).
+//!
+//! Open loop: every holder renews on its own fixed schedule (period = holders / rate, phases
+//! spread evenly), whether or not the system keeps up. Latency is measured from the scheduled
+//! instant, not from when the request finally went out, so a system that falls behind shows it in
+//! its latency instead of silently lowering the offered load (no coordinated omission). Each
+//! holder has at most one renewal in flight, as a real executor does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::fleet::{RenewFailure, Renewer};
+
+/// Latencies of successful renewals plus the failures, of one measured window.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    pub latencies_us: Vec<u64>,
+    /// Successful renewals that completed inside the measured window, whenever scheduled: the
+    /// throughput. (Counting the renewals scheduled in the window instead would credit a system
+    /// that falls behind with work it finishes after the window.)
+    pub completed_in_window: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl Samples {
+    fn record(&mut self, result: Result<Duration, RenewFailure>) {
+        match result {
+            Ok(latency) => self
+                .latencies_us
+                .push(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)),
+            Err(failure) => {
+                self.errors += 1;
+                if self.first_error.is_none() {
+                    self.first_error = Some(failure.to_string());
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, other: Samples) {
+        self.latencies_us.extend(other.latencies_us);
+        self.completed_in_window += other.completed_in_window;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
+    pub fn ok(&self) -> u64 {
+        self.latencies_us.len() as u64
+    }
+
+    /// The `q` quantile (0..=1) in milliseconds, nearest rank; 0 without samples.
+    pub fn quantile_ms(&mut self, q: f64) -> f64 {
+        if self.latencies_us.is_empty() {
+            return 0.0;
+        }
+        self.latencies_us.sort_unstable();
+        let rank = ((q * self.latencies_us.len() as f64).ceil() as usize)
+            .clamp(1, self.latencies_us.len());
+        self.latencies_us[rank - 1] as f64 / 1000.0
+    }
+}
+
+/// One open-loop step.
+#[derive(Debug, Clone)]
+pub struct StepResult {
+    pub offered_per_s: f64,
+    pub achieved_per_s: f64,
+    pub ok: u64,
+    pub errors: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub first_error: Option<String>,
+}
+
+impl StepResult {
+    /// Whether the system kept up: no errors, and at least 95 % of the offered renewals done.
+    pub fn keeps_up(&self) -> bool {
+        self.errors == 0 && self.achieved_per_s >= 0.95 * self.offered_per_s
+    }
+}
+
+/// How long after the window a straggling renewal may still finish before it counts as failed.
+const STRAGGLER_GRACE: Duration = Duration::from_secs(5);
+
+/// Offers `rate_per_s` renewals per second spread over every holder for `warmup + measure`.
+/// Latency and errors are those of the renewals scheduled inside the measured window; the
+/// achieved rate counts the renewals that completed inside it.
+pub async fn open_loop<R: Renewer>(
+    fleet: Arc<R>,
+    rate_per_s: f64,
+    warmup: Duration,
+    measure: Duration,
+) -> StepResult {
+    let holders = fleet.size().max(1);
+    let period = Duration::from_secs_f64(holders as f64 / rate_per_s.max(0.001));
+    let start = Instant::now() + Duration::from_millis(100);
+    let window_start = start + warmup;
+    let window_end = window_start + measure;
+    let hard_end = window_end + STRAGGLER_GRACE;
+    let mut tasks = JoinSet::new();
+    for index in 0..holders {
+        let fleet = fleet.clone();
+        let phase = Duration::from_secs_f64(index as f64 / rate_per_s.max(0.001));
+        tasks.spawn(async move {
+            let mut samples = Samples::default();
+            let mut scheduled = start + phase;
+            while scheduled < window_end {
+                tokio::time::sleep_until(scheduled).await;
+                let result = match tokio::time::timeout_at(hard_end, fleet.renew(index)).await {
+                    Ok(Ok(_)) => Ok(Instant::now() - scheduled),
+                    Ok(Err(failure)) => Err(failure),
+                    Err(_) => Err(RenewFailure::Other("not done by the end".to_owned())),
+                };
+                let done = Instant::now();
+                if result.is_ok() && done >= window_start && done <= window_end {
+                    samples.completed_in_window += 1;
+                }
+                if scheduled >= window_start {
+                    samples.record(result);
+                }
+                scheduled += period;
+            }
+            samples
+        });
+    }
+    let mut all = Samples::default();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(samples) = joined {
+            all.merge(samples);
+        }
+    }
+    let measured_s = measure.as_secs_f64();
+    StepResult {
+        offered_per_s: rate_per_s,
+        achieved_per_s: all.completed_in_window as f64 / measured_s,
+        ok: all.ok(),
+        errors: all.errors,
+        p50_ms: all.quantile_ms(0.50),
+        p99_ms: all.quantile_ms(0.99),
+        max_ms: all.quantile_ms(1.0),
+        first_error: all.first_error,
+    }
+}
+
+/// Ramp settings for the highest rate that keeps p99 within a bound.
+#[derive(Debug, Clone, Copy)]
+pub struct Ramp {
+    pub start_per_s: f64,
+    pub factor: f64,
+    pub max_steps: usize,
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub p99_bound_ms: f64,
+}
+
+/// What a ramp found.
+#[derive(Debug, Clone, Default)]
+pub struct RampResult {
+    /// The highest step that kept up with its p99 within the bound (the B1 figure).
+    pub within_bound: Option<StepResult>,
+    /// The highest step that kept up at all (achieved ≥ 95 % of offered, no errors), whatever
+    /// its latency: the capacity, which a loaded machine disturbs less than the p99.
+    pub kept_up: Option<StepResult>,
+}
+
+/// Steps the offered rate up by `factor` while the system keeps up (at most `max_steps` steps).
+pub async fn ramp<R: Renewer>(fleet: Arc<R>, ramp: Ramp, label: &str) -> RampResult {
+    let mut result = RampResult::default();
+    let mut rate = ramp.start_per_s;
+    for _ in 0..ramp.max_steps {
+        let step = open_loop(fleet.clone(), rate, ramp.warmup, ramp.measure).await;
+        report_step(label, &step);
+        if !step.keeps_up() {
+            break;
+        }
+        if step.p99_ms <= ramp.p99_bound_ms {
+            result.within_bound = Some(step.clone());
+        }
+        result.kept_up = Some(step);
+        rate *= ramp.factor;
+    }
+    result
+}
+
+fn report_step(label: &str, step: &StepResult) {
+    eprintln!(
+        "  {label}: offered {:.0}/s achieved {:.0}/s p50 {:.2} ms p99 {:.2} ms max {:.1} ms errors {}{}",
+        step.offered_per_s,
+        step.achieved_per_s,
+        step.p50_ms,
+        step.p99_ms,
+        step.max_ms,
+        step.errors,
+        step.first_error
+            .as_ref()
+            .map(|e| format!(" (first: {e})"))
+            .unwrap_or_default()
+    );
+}
+
+/// Holder `index` renews back to back for `duration` (one executor, one request at a time).
+pub async fn closed_loop<R: Renewer>(fleet: &R, index: usize, duration: Duration) -> Samples {
+    let mut samples = Samples::default();
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        let sent = Instant::now();
+        let result = fleet.renew(index).await.map(|_| sent.elapsed());
+        samples.record(result);
+    }
+    samples
+}
+
+/// Counters of a [`Cadence`] run.
+#[derive(Debug, Default)]
+pub struct CadenceCounters {
+    pub ok: AtomicU64,
+    pub errors: AtomicU64,
+    pub evictions: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl CadenceCounters {
+    pub fn first_error(&self) -> Option<String> {
+        self.first_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Every holder renews as the protocol schedules it (P3.5): a third into the lease it was just
+/// told, retrying every 250 ms while failing, until stopped. `fallback_ttl` is used when a
+/// system's renewal reports no time left (etcd puts).
+#[derive(Debug)]
+pub struct Cadence {
+    pub counters: Arc<CadenceCounters>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+/// Pause after a failed renewal before the next attempt.
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+impl Cadence {
+    pub fn start<R: Renewer>(fleet: Arc<R>, fallback_ttl: Duration) -> Self {
+        let counters = Arc::new(CadenceCounters::default());
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let holders = fleet.size();
+        let third = fallback_ttl / 3;
+        for index in 0..holders {
+            let fleet = fleet.clone();
+            let counters = counters.clone();
+            let mut stopped = stopped.clone();
+            // Spread the first renewals over a third of the lease, as executors started at
+            // different times would be.
+            let mut wait = third.mul_f64(index as f64 / holders.max(1) as f64);
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stopped.changed() => return,
+                    }
+                    match fleet.renew(index).await {
+                        Ok(ttl_ms) => {
+                            counters.ok.fetch_add(1, Ordering::Relaxed);
+                            wait = if ttl_ms == 0 {
+                                third
+                            } else {
+                                Duration::from_millis(ttl_ms / 3)
+                            };
+                        }
+                        Err(failure) => {
+                            counters.errors.fetch_add(1, Ordering::Relaxed);
+                            if failure == RenewFailure::Evicted {
+                                counters.evictions.fetch_add(1, Ordering::Relaxed);
+                            }
+                            counters
+                                .first_error
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .get_or_insert_with(|| failure.to_string());
+                            wait = RETRY_PAUSE;
+                        }
+                    }
+                }
+            });
+        }
+        Self {
+            counters,
+            stop,
+            tasks,
+        }
+    }
+
+    pub async fn stop(mut self) -> Arc<CadenceCounters> {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+        self.counters
+    }
+}

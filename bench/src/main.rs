@@ -1,0 +1,273 @@
+//! `leasehold-loadgen`: drives simulated executors against a three-node Leasehold cluster and the
+//! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
+//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B6), plus `smoke`, the
+//! short run CI executes.
+//!
+//! The systems run as real processes: `leasehold-manager` from `--bin-dir` (by default the
+//! directory this binary is in, so `target/release/leasehold-loadgen` runs the release managers)
+//! and `etcd` from PATH or `--etcd-bin`. Without etcd, the etcd half of a scenario is skipped
+//! with a message naming the reason.
+
+mod drive;
+mod fleet;
+mod procs;
+mod report;
+mod scenarios;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::drive::Ramp;
+use crate::procs::{EtcdCluster, LeaseholdOptions};
+use crate::scenarios::{Env, B1, B6};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold-loadgen",
+    version,
+    about = "Benchmarks Leasehold against etcd on loopback (docs/BENCHMARKS.md)"
+)]
+struct Cli {
+    /// Directory holding leasehold-manager and leasehold-executor; defaults to this binary's.
+    #[arg(long, global = true)]
+    bin_dir: Option<PathBuf>,
+
+    /// The etcd binary; defaults to `etcd` on PATH.
+    #[arg(long, global = true)]
+    etcd_bin: Option<PathBuf>,
+
+    /// Run the Leasehold half only (e.g. for a profiling run).
+    #[arg(long, global = true)]
+    skip_etcd: bool,
+
+    /// Keep data directories and process logs here instead of a temporary directory.
+    #[arg(long, global = true)]
+    work_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// Highest renewals/s with p99 within a bound: open-loop ramp, Leasehold vs etcd (a) and (b).
+    B1 {
+        #[arg(long, default_value_t = 1000)]
+        executors: usize,
+        #[arg(long, default_value_t = 1024)]
+        shards: u32,
+        /// First offered rate (renewals/s over the whole fleet).
+        #[arg(long, default_value_t = 100.0)]
+        start_rate: f64,
+        /// Each step offers this much more than the last.
+        #[arg(long, default_value_t = 1.5)]
+        factor: f64,
+        #[arg(long, default_value_t = 16)]
+        max_steps: usize,
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        warmup: Duration,
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        measure: Duration,
+        #[arg(long, default_value_t = 25.0)]
+        p99_ms: f64,
+        /// etcd client connections the fleet shares (each over all three endpoints).
+        #[arg(long, default_value_t = 4)]
+        etcd_connections: usize,
+    },
+    /// One executor's renewal latency vs one etcd client's put (and keepalive).
+    B2 {
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+    /// Leader SIGKILL → first successful renewal, several runs, both systems.
+    B3 {
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Lease holders renewing at the protocol's cadence throughout (checked for eviction).
+        #[arg(long, default_value_t = 100)]
+        executors: usize,
+        /// Leasehold runs, one per minimum election timeout (heartbeat 100 ms as etcd's). 1s is
+        /// etcd's nominal setting; openraft refuses votes until the maximum (2 × min) has passed
+        /// since the last heartbeat, so 500ms gives the same 1 s vote lease as etcd's
+        /// check-quorum.
+        #[arg(long, value_delimiter = ',', default_value = "1s,500ms")]
+        election_timeouts: Vec<String>,
+    },
+    /// Executor SIGKILL → all its shards owned elsewhere, per shard count.
+    B4 {
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        shards: Vec<u32>,
+    },
+    /// Scale: snapshot size, build, install on a joining node, restart, leader RSS.
+    B5 {
+        #[arg(long, default_value_t = 10_000)]
+        executors: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        shards: u32,
+        /// Manager heartbeat. openraft drops an AppendEntries that takes longer than one
+        /// heartbeat, and a rebalance of many shards is one large entry.
+        #[arg(long, default_value = "250ms")]
+        heartbeat: String,
+        /// Manager minimum election timeout (at least 3 heartbeats).
+        #[arg(long, default_value = "2s")]
+        election_timeout: String,
+    },
+    /// Renewal soak: data directory size over time against the snapshot size.
+    B6 {
+        #[arg(long, default_value = "60m", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        sample_every: Duration,
+        #[arg(long, default_value_t = 1000)]
+        executors: usize,
+        /// Renewals/s over the fleet (the protocol's own cadence for 1000 executors and a 60 s
+        /// lease is 50/s; this compresses hours of log into the run).
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 1024)]
+        shards: u32,
+    },
+    /// The short version CI runs: seconds per system, small N, a short soak.
+    Smoke {
+        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        soak: Duration,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let bin_dir = match cli.bin_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()?
+            .parent()
+            .context("this binary has no directory")?
+            .to_path_buf(),
+    };
+    let etcd_bin = EtcdCluster::find_binary(cli.etcd_bin.as_deref());
+    if cli.etcd_bin.is_some() && etcd_bin.is_none() {
+        bail!("--etcd-bin does not name a file");
+    }
+    let etcd_bin = etcd_bin.filter(|_| !cli.skip_etcd);
+    let temp = tempfile::Builder::new()
+        .prefix("leasehold-loadgen-")
+        .tempdir()?;
+    let work_dir = match &cli.work_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.clone()
+        }
+        None => temp.path().to_path_buf(),
+    };
+    eprintln!(
+        "managers from {}; etcd: {}; work dir {}",
+        bin_dir.display(),
+        etcd_bin
+            .as_ref()
+            .map(|b| format!("{} ({})", b.display(), EtcdCluster::version(b)))
+            .unwrap_or_else(|| "not found".to_owned()),
+        work_dir.display()
+    );
+    let env = Env {
+        bin_dir,
+        etcd_bin,
+        work_dir,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        // Stopped by a signal, the scenario is dropped, and with it every process it started.
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            result = run(&env, cli.scenario) => result,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+            _ = terminate.recv() => bail!("terminated"),
+        }
+    })
+}
+
+async fn run(env: &Env, scenario: Scenario) -> Result<()> {
+    match scenario {
+        Scenario::B1 {
+            executors,
+            shards,
+            start_rate,
+            factor,
+            max_steps,
+            warmup,
+            measure,
+            p99_ms,
+            etcd_connections,
+        } => {
+            if factor <= 1.0 || start_rate <= 0.0 {
+                bail!("--factor must exceed 1 and --start-rate must be positive");
+            }
+            let args = B1 {
+                executors,
+                shards,
+                ramp: Ramp {
+                    start_per_s: start_rate,
+                    factor,
+                    max_steps,
+                    warmup,
+                    measure,
+                    p99_bound_ms: p99_ms,
+                },
+                etcd_connections,
+            };
+            scenarios::b1(env, &args).await?.print()?;
+        }
+        Scenario::B2 { duration } => scenarios::b2(env, duration).await?.print()?,
+        Scenario::B3 {
+            runs,
+            executors,
+            election_timeouts,
+        } => scenarios::b3(env, runs, executors, &election_timeouts)
+            .await?
+            .print()?,
+        Scenario::B4 { shards } => scenarios::b4(env, &shards).await?.print()?,
+        Scenario::B5 {
+            executors,
+            shards,
+            heartbeat,
+            election_timeout,
+        } => {
+            let mut options = LeaseholdOptions::defaults(shards);
+            options.heartbeat = heartbeat;
+            options.election_timeout = election_timeout;
+            scenarios::b5(env, executors, options).await?.print()?
+        }
+        Scenario::B6 {
+            duration,
+            sample_every,
+            executors,
+            rate,
+            shards,
+        } => {
+            let (series, summary) = scenarios::b6(
+                env,
+                &B6 {
+                    duration,
+                    sample_every,
+                    executors,
+                    rate_per_s: rate,
+                    shards,
+                    manager_args: Vec::new(),
+                },
+            )
+            .await?;
+            series.print()?;
+            summary.print()?;
+        }
+        Scenario::Smoke { soak } => {
+            for table in scenarios::smoke(env, soak).await? {
+                table.print()?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,1013 @@
+//! The scenarios of docs/BENCHMARKS.md (B1–B6) and the short CI run. Each prints a markdown
+//! table on stdout; progress goes to stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use leasehold_api::client::ClientConfig;
+use leasehold_api::wire::ExecutorView;
+use tokio::time::Instant;
+
+use crate::drive::{self, Cadence, Ramp, RampResult, StepResult};
+use crate::fleet::{
+    claims_payload, etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet, LeaseholdFleet, Renewer,
+};
+use crate::procs::{
+    dir_bytes, load_average, poll_every, poll_until, rss_bytes, ChildProc, EtcdCluster,
+    LeaseholdCluster, LeaseholdOptions,
+};
+use crate::report::{fmt_bytes, fmt_ms, fmt_rate, Table};
+
+/// Where binaries and scratch space are, shared by every scenario.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub bin_dir: PathBuf,
+    /// `None`: etcd is not installed; the etcd half of each scenario is skipped (and says so).
+    pub etcd_bin: Option<PathBuf>,
+    pub work_dir: PathBuf,
+}
+
+impl Env {
+    /// A fresh directory for one cluster. An existing one is refused: managers started on an
+    /// earlier run's data would rejoin that run's cluster instead of forming a new one.
+    fn dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.work_dir.join(name);
+        if dir.exists() {
+            bail!(
+                "{} exists (from an earlier run?): remove it or choose another --work-dir",
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    fn etcd_or_skip(&self, scenario: &str) -> Option<&Path> {
+        if self.etcd_bin.is_none() {
+            eprintln!(
+                "{scenario}: etcd skipped: --skip-etcd, or no etcd binary on PATH (apt-get install etcd-server, or --etcd-bin)"
+            );
+        }
+        self.etcd_bin.as_deref()
+    }
+}
+
+/// TTL of the leases etcd shape (a) attaches its puts to. A put does not extend its lease, so
+/// the lease must outlive the whole run, or late puts fail with "lease not found".
+const PUT_LEASE_TTL_S: i64 = 24 * 3600;
+
+/// Bounds for setting clusters up; generous, since the machine may be loaded.
+const FORM_BOUND: Duration = Duration::from_secs(120);
+const SETTLE_BOUND: Duration = Duration::from_secs(900);
+
+/// A client configuration for simulated executors: the protocol's patience (P7.1).
+fn executor_client() -> ClientConfig {
+    ClientConfig::default()
+}
+
+async fn leasehold_cluster(
+    env: &Env,
+    name: &str,
+    options: LeaseholdOptions,
+) -> Result<LeaseholdCluster> {
+    let mut cluster = LeaseholdCluster::start(&env.bin_dir, &env.dir(name)?, options)?;
+    cluster.wait_for_leader(FORM_BOUND).await?;
+    Ok(cluster)
+}
+
+async fn etcd_cluster(binary: &Path, env: &Env, name: &str) -> Result<EtcdCluster> {
+    let mut cluster = EtcdCluster::start(binary, &env.dir(name)?)?;
+    cluster.wait_for_leader(FORM_BOUND).await?;
+    Ok(cluster)
+}
+
+/// Waits until the leader records every executor with every shard delivered and the spread
+/// even (P5.4), i.e. the cluster has stopped moving shards; then renews every executor once, as
+/// real executors would within a third of a lease, so each adopts its recorded set (P4.2) even
+/// where a push arrived out of order and was ignored as stale (P4.1).
+async fn settle(
+    cluster: &mut LeaseholdCluster,
+    fleet: &Arc<LeaseholdFleet>,
+    shard_count: u32,
+    bound: Duration,
+) -> Result<()> {
+    let shards = usize::try_from(shard_count)?;
+    let executors = fleet.size();
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    // The leader serialises every executor's set for each check: about 25 bytes per shard.
+    let interval = Duration::from_millis(200).max(Duration::from_micros(u64::from(shard_count)));
+    poll_every("every shard delivered, evenly", bound, interval, || {
+        let report = last_report.elapsed() >= Duration::from_secs(10);
+        if report {
+            last_report = Instant::now();
+        }
+        let cluster = &*cluster;
+        async move {
+            let view = executors_view(cluster, leader).await?;
+            let counts: Vec<usize> = view.iter().map(|e| e.shards.len()).collect();
+            let total: usize = counts.iter().sum();
+            let fewest = counts.iter().copied().min().unwrap_or(0);
+            let most = counts.iter().copied().max().unwrap_or(0);
+            if view.len() == executors && total == shards && most - fewest <= 1 {
+                return Ok(());
+            }
+            let observation = format!(
+                "{} executors, {total} of {shards} shards delivered, spread {fewest}..{most}",
+                view.len()
+            );
+            if report {
+                eprintln!(
+                    "  settling for {:.0} s: {observation}",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Err(observation)
+        }
+    })
+    .await?;
+    let failures = fleet.renew_all().await;
+    if failures > 0 {
+        bail!("{failures} of {executors} executors could not renew after settling");
+    }
+    let (total, fewest, most) = fleet.held_spread();
+    if total != shards || most - fewest > 1 {
+        bail!(
+            "after renewing, the fleet holds {total} of {shards} shards, spread {fewest}..{most}"
+        );
+    }
+    Ok(())
+}
+
+fn per_holder_shards(shard_count: u32, holders: usize) -> u32 {
+    let holders = u32::try_from(holders.max(1)).unwrap_or(u32::MAX);
+    shard_count.div_ceil(holders)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B1
+
+#[derive(Debug, Clone)]
+pub struct B1 {
+    pub executors: usize,
+    pub shards: u32,
+    pub ramp: Ramp,
+    pub etcd_connections: usize,
+}
+
+pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
+    let mut results: Vec<(String, RampResult, String)> = Vec::new();
+    let n = args.executors;
+
+    let load = load_average();
+    eprintln!("B1 leasehold: {n} executors, {} shards", args.shards);
+    let mut cluster =
+        leasehold_cluster(env, "b1-leasehold", LeaseholdOptions::defaults(args.shards)).await?;
+    let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), n, executor_client()).await?);
+    settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
+    let found = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
+    results.push((
+        "Leasehold renew (group commit)".into(),
+        found,
+        format!("{load} → {}", load_average()),
+    ));
+    drop(fleet);
+    drop(cluster);
+
+    if let Some(etcd) = env.etcd_or_skip("B1") {
+        let value = claims_payload(per_holder_shards(args.shards, n));
+        let load = load_average();
+        eprintln!("B1 etcd (a) put with lease: {n} holders");
+        let cluster = etcd_cluster(etcd, env, "b1-etcd-put").await?;
+        let clients = etcd_clients(
+            &cluster.client_urls(),
+            args.etcd_connections,
+            Duration::from_secs(5),
+        )
+        .await?;
+        let fleet = Arc::new(EtcdPutFleet::start(clients, n, PUT_LEASE_TTL_S, value).await?);
+        let found = drive::ramp(fleet.clone(), args.ramp, "etcd put").await;
+        results.push((
+            "etcd (a) put with lease".into(),
+            found,
+            format!("{load} → {}", load_average()),
+        ));
+        drop(fleet);
+        drop(cluster);
+
+        let load = load_average();
+        eprintln!("B1 etcd (b) keepalive streams: {n} holders");
+        let cluster = etcd_cluster(etcd, env, "b1-etcd-keepalive").await?;
+        let clients = etcd_clients(
+            &cluster.client_urls(),
+            args.etcd_connections,
+            Duration::from_secs(5),
+        )
+        .await?;
+        let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, n, 60).await?);
+        let found = drive::ramp(fleet.clone(), args.ramp, "etcd keepalive").await;
+        results.push((
+            "etcd (b) keepalive stream".into(),
+            found,
+            format!("{load} → {}", load_average()),
+        ));
+    }
+
+    let ours = results.first().map(|(_, found, _)| found.clone());
+    let ratio = |ours: Option<&StepResult>, theirs: Option<&StepResult>| match (ours, theirs) {
+        (Some(o), Some(t)) => format!("{:.2}×", o.achieved_per_s / t.achieved_per_s),
+        _ => "-".to_owned(),
+    };
+    let at = |step: Option<&StepResult>| match step {
+        Some(step) => format!(
+            "{} (p50 {}, p99 {})",
+            fmt_rate(step.achieved_per_s),
+            fmt_ms(step.p50_ms),
+            fmt_ms(step.p99_ms)
+        ),
+        None => format!("< {}", fmt_rate(args.ramp.start_per_s)),
+    };
+    let mut table = Table::new(&[
+        "B1",
+        "system",
+        "executors",
+        &format!("renewals/s at p99 ≤ {} ms", args.ramp.p99_bound_ms),
+        "Leasehold ÷ this",
+        "highest renewals/s kept up",
+        "Leasehold ÷ this",
+        "load avg",
+    ]);
+    for (system, found, load) in results {
+        let ours = ours.as_ref();
+        table.row(vec![
+            "B1".into(),
+            system,
+            n.to_string(),
+            at(found.within_bound.as_ref()),
+            ratio(
+                ours.and_then(|o| o.within_bound.as_ref()),
+                found.within_bound.as_ref(),
+            ),
+            at(found.kept_up.as_ref()),
+            ratio(
+                ours.and_then(|o| o.kept_up.as_ref()),
+                found.kept_up.as_ref(),
+            ),
+            load,
+        ]);
+    }
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B2
+
+pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
+    let warmup = Duration::from_secs(1);
+    let mut rows: Vec<(String, drive::Samples, String)> = Vec::new();
+
+    let load = load_average();
+    let mut cluster =
+        leasehold_cluster(env, "b2-leasehold", LeaseholdOptions::defaults(1024)).await?;
+    let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 1, executor_client()).await?);
+    settle(&mut cluster, &fleet, 1024, SETTLE_BOUND).await?;
+    drive::closed_loop(fleet.as_ref(), 0, warmup).await;
+    let samples = drive::closed_loop(fleet.as_ref(), 0, duration).await;
+    rows.push((
+        "Leasehold renew".into(),
+        samples,
+        format!("{load} → {}", load_average()),
+    ));
+    drop(fleet);
+    drop(cluster);
+
+    if let Some(etcd) = env.etcd_or_skip("B2") {
+        let load = load_average();
+        let cluster = etcd_cluster(etcd, env, "b2-etcd").await?;
+        let clients = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(5)).await?;
+        let put =
+            EtcdPutFleet::start(clients.clone(), 1, PUT_LEASE_TTL_S, claims_payload(1024)).await?;
+        drive::closed_loop(&put, 0, warmup).await;
+        let samples = drive::closed_loop(&put, 0, duration).await;
+        rows.push((
+            "etcd (a) put with lease".into(),
+            samples,
+            format!("{load} → {}", load_average()),
+        ));
+        let load = load_average();
+        let keepalive = EtcdKeepAliveFleet::start(clients, 1, 60).await?;
+        drive::closed_loop(&keepalive, 0, warmup).await;
+        let samples = drive::closed_loop(&keepalive, 0, duration).await;
+        rows.push((
+            "etcd (b) keepalive stream".into(),
+            samples,
+            format!("{load} → {}", load_average()),
+        ));
+    }
+
+    let mut quantiles: Vec<(String, u64, u64, f64, f64, String)> = rows
+        .into_iter()
+        .map(|(system, mut samples, load)| {
+            let p50 = samples.quantile_ms(0.5);
+            let p99 = samples.quantile_ms(0.99);
+            (system, samples.ok(), samples.errors, p50, p99, load)
+        })
+        .collect();
+    let put = quantiles
+        .iter()
+        .find(|row| row.0.starts_with("etcd (a)"))
+        .map(|row| (row.3, row.4));
+    let mut table = Table::new(&[
+        "B2",
+        "system (one executor, one request at a time)",
+        "renewals",
+        "errors",
+        "p50",
+        "p99",
+        "÷ etcd put (p50 / p99)",
+        "load avg",
+    ]);
+    for (system, ok, errors, p50, p99, load) in quantiles.drain(..) {
+        let ratio = put.map_or("-".into(), |(put50, put99)| {
+            format!("{:.2}× / {:.2}×", p50 / put50, p99 / put99)
+        });
+        table.row(vec![
+            "B2".into(),
+            system,
+            ok.to_string(),
+            errors.to_string(),
+            fmt_ms(p50),
+            fmt_ms(p99),
+            ratio,
+            load,
+        ]);
+    }
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B3
+
+/// Lease for the failover and re-homing scenarios: the shortest the manager accepts with etcd's
+/// timing (3 × the 2 s maximum election timeout), so an eviction would show within the run.
+const SHORT_LEASE: &str = "6s";
+const SHORT_LEASE_DURATION: Duration = Duration::from_secs(6);
+/// Pause between attempts of the failover probes of both systems.
+const PROBE_RETRY: Duration = Duration::from_millis(20);
+/// Quiet time before each kill, so every holder has renewed under the current leader.
+const BEFORE_KILL: Duration = Duration::from_secs(3);
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn fmt_runs(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Retries `attempt` every 100 ms for up to 10 s: the "before the kill" probes, which may meet a
+/// member restarted a moment ago that is still catching up.
+async fn before_kill<F, Fut>(what: &str, mut attempt: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, crate::fleet::RenewFailure>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match attempt().await {
+            Ok(_) => return Ok(()),
+            Err(error) if Instant::now() > deadline => bail!("{what} before the kill: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// B3 for Leasehold at one election timeout: `runs` leader kills, each timed from SIGKILL to the
+/// probe's first successful renewal. Returns the times and the evictions among `executors`.
+async fn b3_leasehold(
+    env: &Env,
+    runs: usize,
+    executors: usize,
+    election_timeout: &str,
+) -> Result<(Vec<f64>, u64)> {
+    let mut options = LeaseholdOptions::etcd_timing(64, SHORT_LEASE);
+    options.election_timeout = election_timeout.to_owned();
+    let mut cluster =
+        leasehold_cluster(env, &format!("b3-leasehold-{election_timeout}"), options).await?;
+    let fleet =
+        Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+    let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
+    // The probe retries every 20 ms (like the etcd probe) instead of the protocol's 250 ms, so
+    // the figure resolves the failover itself rather than the retry interval.
+    let probe = LeaseholdFleet::start(
+        cluster.urls(),
+        1,
+        ClientConfig {
+            request_timeout: Duration::from_secs(1),
+            patience: Duration::from_secs(60),
+            retry_interval: PROBE_RETRY,
+        },
+    )
+    .await?;
+    let mut times = Vec::new();
+    for run in 0..runs {
+        let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+        for id in cluster.nodes.keys().copied().collect::<Vec<_>>() {
+            cluster.wait_ready(id, FORM_BOUND).await?;
+        }
+        tokio::time::sleep(BEFORE_KILL).await;
+        before_kill("probe", || probe.renew(0)).await?;
+        let killed_at = Instant::now();
+        cluster.kill(leader);
+        probe
+            .renew(0)
+            .await
+            .map_err(|e| anyhow!("probe after kill: {e}"))?;
+        let took = killed_at.elapsed().as_secs_f64();
+        eprintln!(
+            "B3 leasehold (election timeout {election_timeout}) run {}: killed leader {leader}, renewed after {took:.2} s",
+            run + 1
+        );
+        times.push(took);
+        cluster.restart(leader)?;
+        cluster.wait_for_leader(FORM_BOUND).await?;
+    }
+    let counters = cadence.stop().await;
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let registered = executors_view(&cluster, leader)
+        .await
+        .map_err(|e| anyhow!(e))?;
+    let missing = (executors + 1).saturating_sub(registered.len());
+    Ok((
+        times,
+        counters
+            .evictions
+            .load(Ordering::Relaxed)
+            .max(missing as u64),
+    ))
+}
+
+pub async fn b3(
+    env: &Env,
+    runs: usize,
+    executors: usize,
+    election_timeouts: &[String],
+) -> Result<Table> {
+    let mut table = Table::new(&[
+        "B3",
+        "system",
+        "leader SIGKILL → first successful renewal, per run (s)",
+        "median",
+        "holders evicted",
+        "load avg",
+    ]);
+    for election_timeout in election_timeouts {
+        let load = load_average();
+        let (mut times, evicted) = b3_leasehold(env, runs, executors, election_timeout).await?;
+        let min_ms = humantime::parse_duration(election_timeout)?.as_millis();
+        table.row(vec![
+            "B3".into(),
+            format!(
+                "Leasehold ({executors} executors, heartbeat 100 ms, election timeout {min_ms}–{} ms, lease 6 s)",
+                2 * min_ms
+            ),
+            fmt_runs(&times),
+            format!("{:.2} s", median(&mut times)),
+            evicted.to_string(),
+            format!("{load} → {}", load_average()),
+        ]);
+    }
+
+    if let Some(etcd) = env.etcd_or_skip("B3") {
+        let load = load_average();
+        let mut cluster = etcd_cluster(etcd, env, "b3-etcd").await?;
+        let clients = etcd_clients(&cluster.client_urls(), 2, Duration::from_secs(2)).await?;
+        let ttl_s = i64::try_from(SHORT_LEASE_DURATION.as_secs())?;
+        let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, executors, ttl_s).await?);
+        let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
+        let probe_client = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(1)).await?;
+        let probe =
+            EtcdPutFleet::start(probe_client, 1, PUT_LEASE_TTL_S, claims_payload(1)).await?;
+        let mut times = Vec::new();
+        for run in 0..runs {
+            let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+            tokio::time::sleep(BEFORE_KILL).await;
+            before_kill("etcd probe", || probe.renew(0)).await?;
+            let killed_at = Instant::now();
+            cluster.kill(leader);
+            loop {
+                match tokio::time::timeout(Duration::from_secs(1), probe.renew(0)).await {
+                    Ok(Ok(_)) => break,
+                    _ if killed_at.elapsed() > Duration::from_secs(60) => {
+                        bail!("etcd did not take a write within 60 s of the leader kill")
+                    }
+                    _ => tokio::time::sleep(PROBE_RETRY).await,
+                }
+            }
+            let took = killed_at.elapsed().as_secs_f64();
+            eprintln!(
+                "B3 etcd run {}: killed member {leader}, put after {took:.2} s",
+                run + 1
+            );
+            times.push(took);
+            cluster.restart(leader)?;
+            cluster.wait_for_leader(FORM_BOUND).await?;
+        }
+        let counters = cadence.stop().await;
+        let expired = fleet.expired_leases().await?;
+        let evicted = counters
+            .evictions
+            .load(Ordering::Relaxed)
+            .max(expired as u64);
+        table.row(vec![
+            "B3".into(),
+            format!("etcd 3.4 ({executors} keepalive leases, heartbeat 100 ms, election 1 s, TTL 6 s; probe: put)"),
+            fmt_runs(&times),
+            format!("{:.2} s", median(&mut times.clone())),
+            evicted.to_string(),
+            format!("{load} → {}", load_average()),
+        ]);
+    }
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B4
+
+async fn executors_view(cluster: &LeaseholdCluster, id: u64) -> Result<Vec<ExecutorView>, String> {
+    let reply = cluster
+        .http()
+        .get(format!("{}/v1/executors", cluster.url(id)))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    reply.json().await.map_err(|e| e.to_string())
+}
+
+pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
+    let mut table = Table::new(&[
+        "B4",
+        "shards",
+        "shards on the killed executor",
+        "executor SIGKILL → all its shards owned elsewhere",
+        "target lease + tick + 1 s",
+        "load avg",
+    ]);
+    let executor_bin = env.bin_dir.join("leasehold-executor");
+    if !executor_bin.is_file() {
+        bail!("{} not found", executor_bin.display());
+    }
+    for &shards in shard_counts {
+        let load = load_average();
+        eprintln!("B4: {shards} shards");
+        let mut cluster = leasehold_cluster(
+            env,
+            &format!("b4-{shards}"),
+            LeaseholdOptions::etcd_timing(shards, SHORT_LEASE),
+        )
+        .await?;
+        let formed = Instant::now();
+        let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 3, executor_client()).await?);
+        let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
+        let port = crate::procs::free_port()?;
+        let address = format!("http://127.0.0.1:{port}");
+        let mut victim = ChildProc::spawn(
+            Command::new(&executor_bin)
+                .arg("--managers")
+                .arg(cluster.urls().join(","))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .env("RUST_LOG", "info"),
+            &env.dir(&format!("b4-{shards}"))?.join("executor.log"),
+        )?;
+        let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+        let (victim_id, victim_shards) = poll_until(
+            "four executors holding every shard, evenly",
+            SETTLE_BOUND,
+            || async {
+                let view = executors_view(&cluster, leader).await?;
+                let total: usize = view.iter().map(|e| e.shards.len()).sum();
+                let victim = view.iter().find(|e| e.address == address);
+                match victim {
+                    Some(v)
+                        if view.len() == 4
+                            && total == shards as usize
+                            && v.shards.len() + 1 >= shards as usize / 4 =>
+                    {
+                        Ok((v.executor_id.clone(), v.shards.len()))
+                    }
+                    _ => Err(format!(
+                        "{} executors, {total} shards delivered",
+                        view.len()
+                    )),
+                }
+            },
+        )
+        .await?;
+        // P6.1: a leader reaps nothing in its first lease; start the clock only after it.
+        let in_office = SHORT_LEASE_DURATION + Duration::from_secs(1);
+        if formed.elapsed() < in_office {
+            tokio::time::sleep(in_office - formed.elapsed()).await;
+        }
+        let killed_at = Instant::now();
+        victim.kill();
+        let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+        poll_until(
+            "the killed executor's shards owned elsewhere",
+            SETTLE_BOUND,
+            || async {
+                let view = executors_view(&cluster, leader).await?;
+                let total: usize = view.iter().map(|e| e.shards.len()).sum();
+                if view.iter().all(|e| e.executor_id != victim_id) && total == shards as usize {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{} executors, {total} shards delivered",
+                        view.len()
+                    ))
+                }
+            },
+        )
+        .await?;
+        let took = killed_at.elapsed().as_secs_f64();
+        let counters = cadence.stop().await;
+        if counters.evictions.load(Ordering::Relaxed) > 0 {
+            bail!(
+                "a live simulated executor was evicted during B4: {}",
+                counters.first_error().unwrap_or_default()
+            );
+        }
+        let target = SHORT_LEASE_DURATION.as_secs_f64() * (1.0 + 1.0 / 3.0) + 1.0;
+        table.row(vec![
+            "B4".into(),
+            shards.to_string(),
+            victim_shards.to_string(),
+            format!("{took:.2} s"),
+            format!("{target:.0} s (lease 6 s, tick 2 s)"),
+            format!("{load} → {}", load_average()),
+        ]);
+        drop(fleet);
+        cluster.kill(1);
+        cluster.kill(2);
+        cluster.kill(3);
+    }
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B5 and B6 helpers
+
+/// Size of the snapshot a stopped manager holds on disk (the `raft_snapshot` tree's `data`
+/// record: envelope + bincode state), read from its sled directory.
+fn snapshot_bytes(data_dir: &Path) -> Result<u64> {
+    let db = sled::open(data_dir).with_context(|| format!("open {}", data_dir.display()))?;
+    let tree = db.open_tree("raft_snapshot")?;
+    let data = tree
+        .get(b"data")?
+        .ok_or_else(|| anyhow!("{} holds no snapshot", data_dir.display()))?;
+    Ok(data.len() as u64)
+}
+
+async fn post_snapshot(cluster: &LeaseholdCluster, id: u64, purge: bool) -> Result<Duration> {
+    let started = Instant::now();
+    let reply = cluster
+        .http()
+        .post(format!(
+            "{}/v1/cluster/snapshot{}",
+            cluster.url(id),
+            if purge { "?purge=true" } else { "" }
+        ))
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await?;
+    if !reply.status().is_success() {
+        bail!(
+            "snapshot on manager {id}: {} {}",
+            reply.status(),
+            reply.text().await.unwrap_or_default()
+        );
+    }
+    Ok(started.elapsed())
+}
+
+/// Takes a snapshot on follower `id`, stops it gracefully and reads its snapshot size; then
+/// restarts it and returns (snapshot bytes, restart → ready and caught up).
+async fn snapshot_size_and_restart(
+    cluster: &mut LeaseholdCluster,
+    id: u64,
+) -> Result<(u64, Duration)> {
+    post_snapshot(cluster, id, false).await?;
+    cluster.terminate(id).await?;
+    let data_dir = cluster
+        .data_dir(id)
+        .ok_or_else(|| anyhow!("no manager {id}"))?
+        .to_path_buf();
+    let bytes = tokio::task::spawn_blocking(move || snapshot_bytes(&data_dir)).await??;
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let target = cluster
+        .cluster_info(leader)
+        .await
+        .map_err(|e| anyhow!(e))?
+        .committed_index
+        .unwrap_or(0);
+    let started = Instant::now();
+    cluster.restart(id)?;
+    cluster.wait_ready(id, SETTLE_BOUND).await?;
+    cluster.wait_applied(id, target, SETTLE_BOUND).await?;
+    Ok((bytes, started.elapsed()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// B5
+
+pub async fn b5(env: &Env, executors: usize, options: LeaseholdOptions) -> Result<Table> {
+    let load = load_average();
+    let shards = options.shard_count;
+    let heartbeat = options.heartbeat.clone();
+    let mut cluster = leasehold_cluster(env, "b5", options).await?;
+    let setup = Instant::now();
+    let fleet =
+        Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+    let cadence = Cadence::start(fleet.clone(), Duration::from_secs(60));
+    eprintln!(
+        "B5: {executors} registered after {:.1} s; settling",
+        setup.elapsed().as_secs_f64()
+    );
+    settle(&mut cluster, &fleet, shards, Duration::from_secs(1800)).await?;
+    eprintln!("B5: settled after {:.1} s", setup.elapsed().as_secs_f64());
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let leader_rss = cluster.pid(leader).and_then(rss_bytes).unwrap_or(0);
+    let build = post_snapshot(&cluster, leader, false).await?;
+    let follower = cluster
+        .nodes
+        .keys()
+        .copied()
+        .find(|&id| id != leader)
+        .ok_or_else(|| anyhow!("no follower"))?;
+    let (snapshot, restart) = snapshot_size_and_restart(&mut cluster, follower).await?;
+
+    // Join: purge the leader's log behind a fresh snapshot, so the new node must install it.
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    post_snapshot(&cluster, leader, true).await?;
+    let target = cluster
+        .cluster_info(leader)
+        .await
+        .map_err(|e| anyhow!(e))?
+        .committed_index
+        .unwrap_or(0);
+    let joined_at = Instant::now();
+    cluster.join_new(4, &cluster.url(leader))?;
+    poll_until("node 4 a caught-up voter", SETTLE_BOUND, || async {
+        let info = cluster.cluster_info(4).await?;
+        let voter = info.voters.iter().any(|m| m.node_id == 4);
+        match info.applied_index {
+            Some(applied) if voter && applied >= target => Ok(()),
+            other => Err(format!("voter {voter}, applied {other:?} of {target}")),
+        }
+    })
+    .await?;
+    let join = joined_at.elapsed();
+    let counters = cadence.stop().await;
+    let per_shard = snapshot as f64 / f64::from(shards);
+    let mut table = Table::new(&[
+        "B5",
+        "executors",
+        "shards",
+        "heartbeat",
+        "snapshot size",
+        "bytes per shard",
+        "snapshot build (leader, POST /v1/cluster/snapshot)",
+        "join: start → caught-up voter (snapshot install)",
+        "follower restart → ready and caught up",
+        "leader RSS",
+        "renewals ok / failed during the run",
+        "load avg",
+    ]);
+    table.row(vec![
+        "B5".into(),
+        executors.to_string(),
+        shards.to_string(),
+        heartbeat,
+        fmt_bytes(snapshot),
+        format!("{per_shard:.1} B"),
+        format!("{:.2} s", build.as_secs_f64()),
+        format!("{:.2} s", join.as_secs_f64()),
+        format!("{:.2} s", restart.as_secs_f64()),
+        fmt_bytes(leader_rss),
+        format!(
+            "{} / {}",
+            counters.ok.load(Ordering::Relaxed),
+            counters.errors.load(Ordering::Relaxed)
+        ),
+        format!("{load} → {}", load_average()),
+    ]);
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B6
+
+#[derive(Debug, Clone)]
+pub struct B6 {
+    pub duration: Duration,
+    pub sample_every: Duration,
+    pub executors: usize,
+    pub rate_per_s: f64,
+    pub shards: u32,
+    /// Extra manager flags (the CI run snapshots more often so a short soak sees compaction).
+    pub manager_args: Vec<String>,
+}
+
+pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
+    let load = load_average();
+    let mut options = LeaseholdOptions::defaults(args.shards);
+    options.extra_args = args.manager_args.clone();
+    let mut cluster = leasehold_cluster(env, "b6", options).await?;
+    let fleet =
+        Arc::new(LeaseholdFleet::start(cluster.urls(), args.executors, executor_client()).await?);
+    settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
+    let load_task = tokio::spawn(drive::open_loop(
+        fleet.clone(),
+        args.rate_per_s,
+        Duration::ZERO,
+        args.duration,
+    ));
+    let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
+    let mut series = Table::new(&["B6", "elapsed", "data dir per manager", "last log index"]);
+    let started = Instant::now();
+    let mut largest = 0u64;
+    let mut index_at_start = None;
+    loop {
+        let elapsed = started.elapsed();
+        let sizes: Vec<u64> = ids
+            .iter()
+            .filter_map(|&id| cluster.data_dir(id).map(dir_bytes))
+            .collect();
+        largest = largest.max(sizes.iter().copied().max().unwrap_or(0));
+        let last_log = cluster
+            .cluster_info(ids[0])
+            .await
+            .ok()
+            .and_then(|i| i.last_log_index)
+            .unwrap_or(0);
+        index_at_start.get_or_insert(last_log);
+        series.row(vec![
+            "B6".into(),
+            format!("{:.0} s", elapsed.as_secs_f64()),
+            sizes
+                .iter()
+                .map(|&b| fmt_bytes(b))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            last_log.to_string(),
+        ]);
+        if elapsed >= args.duration {
+            break;
+        }
+        tokio::time::sleep(args.sample_every.min(args.duration.saturating_sub(elapsed))).await;
+    }
+    let step = load_task.await?;
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let follower = ids
+        .iter()
+        .copied()
+        .find(|&id| id != leader)
+        .ok_or_else(|| anyhow!("no follower"))?;
+    let entries = cluster
+        .cluster_info(leader)
+        .await
+        .ok()
+        .and_then(|i| i.last_log_index)
+        .unwrap_or(0)
+        .saturating_sub(index_at_start.unwrap_or(0));
+    let (snapshot, _) = snapshot_size_and_restart(&mut cluster, follower).await?;
+    let mut summary = Table::new(&[
+        "B6",
+        "duration",
+        "executors",
+        "renewals/s offered / done",
+        "renewals ok / failed",
+        "p50 / p99",
+        "log entries written",
+        "largest data dir",
+        "snapshot size",
+        "largest ÷ snapshot",
+        "load avg",
+    ]);
+    summary.row(vec![
+        "B6".into(),
+        humantime::format_duration(args.duration).to_string(),
+        args.executors.to_string(),
+        format!(
+            "{} / {}",
+            fmt_rate(step.offered_per_s),
+            fmt_rate(step.achieved_per_s)
+        ),
+        format!("{} / {}", step.ok, step.errors),
+        format!("{} / {}", fmt_ms(step.p50_ms), fmt_ms(step.p99_ms)),
+        entries.to_string(),
+        fmt_bytes(largest),
+        fmt_bytes(snapshot),
+        format!("{:.1}×", largest as f64 / snapshot.max(1) as f64),
+        format!("{load} → {}", load_average()),
+    ]);
+    Ok((series, summary))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The short CI version
+
+/// A few seconds of each system at a small N and a short soak: checks that the tool runs end to
+/// end and reports numbers, asserts nothing about them.
+pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
+    let executors = 20;
+    let shards = 64;
+    let mut steps = Table::new(&[
+        "smoke",
+        "system",
+        "executors",
+        "offered/s",
+        "achieved/s",
+        "ok",
+        "errors",
+        "p50",
+        "p99",
+    ]);
+    let step_row = |system: &str, step: &StepResult| {
+        vec![
+            "smoke".to_owned(),
+            system.to_owned(),
+            executors.to_string(),
+            fmt_rate(step.offered_per_s),
+            fmt_rate(step.achieved_per_s),
+            step.ok.to_string(),
+            step.errors.to_string(),
+            fmt_ms(step.p50_ms),
+            fmt_ms(step.p99_ms),
+        ]
+    };
+    let warmup = Duration::from_millis(500);
+    let measure = Duration::from_secs(2);
+    let rate = 50.0;
+    {
+        let mut cluster =
+            leasehold_cluster(env, "smoke-leasehold", LeaseholdOptions::defaults(shards)).await?;
+        let fleet =
+            Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+        settle(&mut cluster, &fleet, shards, SETTLE_BOUND).await?;
+        let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
+        steps.row(step_row("leasehold", &step));
+        fleet.deregister_all().await?;
+    }
+    if let Some(etcd) = env.etcd_or_skip("smoke") {
+        let cluster = etcd_cluster(etcd, env, "smoke-etcd").await?;
+        let clients = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(5)).await?;
+        let put = Arc::new(
+            EtcdPutFleet::start(
+                clients.clone(),
+                executors,
+                PUT_LEASE_TTL_S,
+                claims_payload(4),
+            )
+            .await?,
+        );
+        let step = drive::open_loop(put, rate, warmup, measure).await;
+        steps.row(step_row("etcd-put", &step));
+        let keepalive = Arc::new(EtcdKeepAliveFleet::start(clients, executors, 60).await?);
+        let step = drive::open_loop(keepalive, rate, warmup, measure).await;
+        steps.row(step_row("etcd-keepalive", &step));
+    }
+    let (series, summary) = b6(
+        env,
+        &B6 {
+            duration: soak,
+            sample_every: soak / 4,
+            executors,
+            rate_per_s: rate,
+            shards,
+            manager_args: vec![
+                "--snapshot-every".into(),
+                "100".into(),
+                "--snapshot-keep".into(),
+                "20".into(),
+            ],
+        },
+    )
+    .await?;
+    Ok(vec![steps, series, summary])
+}

@@ -1,0 +1,115 @@
+//! The short version of the benchmarks, run by `cargo test --workspace` (and so by CI): the load
+//! generator runs end to end against a real three-manager cluster and, when the etcd binary is
+//! installed, a three-member etcd cluster, and prints well-formed tables. It asserts nothing
+//! about performance (that is docs/BENCHMARKS.md's job), only that the output is sane.
+//!
+//! The managers are the ones `cargo build --workspace --bins` put next to this test's loadgen
+//! binary (scripts/test builds them first).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn loadgen() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_leasehold-loadgen"))
+}
+
+/// Data rows (header rows excluded) of the tables whose first cell is `label`, split into cells.
+fn rows<'a>(output: &'a str, label: &str) -> Vec<Vec<&'a str>> {
+    let lines: Vec<&str> = output.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(at, line)| {
+            let is_header = lines
+                .get(at + 1)
+                .is_some_and(|next| next.starts_with("| ---"));
+            line.starts_with(&format!("| {label} |")) && !is_header
+        })
+        .map(|(_, line)| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(str::trim)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The number a cell starts with ("12.5 ms", "3.0×", "1.2 MiB").
+fn number(cell: &str) -> f64 {
+    let digits: String = cell
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("{cell:?} does not start with a number"))
+}
+
+fn etcd_installed() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("etcd").is_file()))
+}
+
+#[test]
+fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
+    let bin_dir = loadgen()
+        .parent()
+        .expect("the loadgen binary has a directory")
+        .to_path_buf();
+    assert!(
+        bin_dir.join("leasehold-manager").is_file(),
+        "leasehold-manager not found in {}: build the workspace's binaries first \
+         (cargo build --workspace --bins; scripts/test does)",
+        bin_dir.display()
+    );
+    let with_etcd = etcd_installed();
+    if !with_etcd {
+        eprintln!(
+            "etcd is not installed (no `etcd` on PATH): running the Leasehold half only. \
+             CI installs it (apt-get install etcd-server)."
+        );
+    }
+    let output = Command::new(loadgen())
+        .args(["smoke", "--soak", "20s"])
+        .output()
+        .expect("run leasehold-loadgen");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "leasehold-loadgen smoke failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    // One open-loop step per system: | smoke | system | executors | offered/s | achieved/s |
+    // ok | errors | p50 | p99 |
+    let steps = rows(&stdout, "smoke");
+    let systems: Vec<&str> = steps.iter().map(|r| r[1]).collect();
+    let mut expected = vec!["leasehold"];
+    if with_etcd {
+        expected.extend(["etcd-put", "etcd-keepalive"]);
+    }
+    assert_eq!(systems, expected, "{stdout}");
+    for step in &steps {
+        assert_eq!(step.len(), 9, "{step:?}");
+        let ok = number(step[5]);
+        let (p50, p99) = (number(step[7]), number(step[8]));
+        assert!(ok > 0.0, "no renewal succeeded: {step:?}");
+        assert!(p50 > 0.0 && p50 <= p99, "quantiles out of order: {step:?}");
+    }
+
+    // The soak: samples of every manager's data directory, then a summary against the
+    // snapshot size.
+    let soak = rows(&stdout, "B6");
+    assert!(
+        soak.len() >= 3,
+        "expected soak samples and a summary: {stdout}"
+    );
+    for sample in &soak[..soak.len() - 1] {
+        let sizes: Vec<&str> = sample[2].split(" / ").collect();
+        assert_eq!(sizes.len(), 3, "one size per manager: {sample:?}");
+        assert!(sizes.iter().all(|s| number(s) > 0.0), "{sample:?}");
+    }
+    let summary = soak.last().expect("summary row");
+    assert!(number(summary[8]) > 0.0, "snapshot size: {summary:?}");
+    assert!(number(summary[9]) > 0.0, "ratio: {summary:?}");
+}
