@@ -325,6 +325,7 @@ async fn executor_sigstop_longer_than_its_lease() {
     )
     .await;
     wait_for_even_split(&fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
+    fleet.check(SCENARIO);
 
     // Its lapse stops were stamped at its expiry: after the pause began, before it woke.
     let records = fleet.get(paused).admission_log().unwrap();
@@ -345,7 +346,6 @@ async fn executor_sigstop_longer_than_its_lease() {
             record.t_ns
         );
     }
-    fleet.check(SCENARIO);
 }
 
 /// I5 (seed 004): all three managers paused (SIGSTOP) for twice the lease, then resumed: no
