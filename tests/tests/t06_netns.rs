@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use leasehold_tests::checker::monotonic_now_ns;
 use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
 use leasehold_tests::faults::{
     fault_client, fault_cluster_options, fault_executor_args, probe_write, report_figure,
@@ -123,11 +124,20 @@ async fn executor_cut_until_rehomed(scenario: &str, cut: Cut) {
     let victim = executors[slot];
     let others: Vec<usize> = executors.iter().copied().filter(|&i| i != victim).collect();
     let cut_at = Instant::now();
+    let cut_at_ns = monotonic_now_ns();
     net.lab.cut(net.node_of(victim), cut).unwrap();
-    // The victim cannot renew: its own lease lapses and it fences (P3.6); the test still
-    // reaches it.
+    wait_for_even_split(&net.fleet.refs(&others), FAULT_SHARDS, SETTLE_BOUND).await;
+    let rehomed = cut_at.elapsed();
+    report_figure(scenario, "cut -> shards re-homed", rehomed);
+    assert!(
+        rehomed < FAULT_LEASE + FAULT_TICK + Duration::from_secs(20),
+        "I4: re-homing took {rehomed:?}"
+    );
+    // The others admit its shards: it must have fenced itself before they started (I1), which
+    // the checker sees from its lapse stops, stamped at its own expiry (P3.6).
+    net.fleet.check(scenario);
     poll_until(
-        "the cut-off executor to fence itself",
+        "the cut-off executor to report itself fenced",
         SETTLE_BOUND,
         || async {
             let status = net.fleet.get(victim).status().await?;
@@ -137,23 +147,23 @@ async fn executor_cut_until_rehomed(scenario: &str, cut: Cut) {
         },
     )
     .await;
-    report_figure(scenario, "cut-off executor fenced", cut_at.elapsed());
-    wait_for_even_split(&net.fleet.refs(&others), FAULT_SHARDS, SETTLE_BOUND).await;
-    let rehomed = cut_at.elapsed();
-    report_figure(scenario, "its shards re-homed", rehomed);
-    assert!(
-        rehomed < FAULT_LEASE + FAULT_TICK + Duration::from_secs(20),
-        "I4: re-homing took {rehomed:?}"
-    );
-    let lapses = net
+    let lapse_stamps: Vec<u64> = net
         .fleet
-        .reasons(victim)
-        .get("lease_lapsed")
-        .copied()
-        .unwrap_or(0);
-    assert!(
-        lapses > 0,
-        "{scenario}: the cut-off executor never logged its lapse"
+        .get(victim)
+        .admission_log()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.reason == "lease_lapsed")
+        .map(|r| r.t_ns)
+        .collect();
+    let fenced_ns = lapse_stamps
+        .iter()
+        .max()
+        .unwrap_or_else(|| panic!("{scenario}: the cut-off executor never logged its lapse"));
+    report_figure(
+        scenario,
+        "cut -> fenced (lapse stamp)",
+        Duration::from_nanos(fenced_ns.saturating_sub(cut_at_ns)),
     );
 
     net.lab.heal(net.node_of(victim)).unwrap();
