@@ -101,8 +101,11 @@ impl NetLab {
         }
     }
 
-    /// Creates the hub, its bridge, and the test's link (198.18.N.254/24) into it.
+    /// Creates the hub, its bridge, and the test's link (198.18.N.254/24) into it, after removing
+    /// what labs of test processes that no longer exist left behind (a killed test cannot clean
+    /// up).
     pub fn new() -> Result<Self, String> {
+        remove_abandoned_labs();
         let pid = std::process::id();
         let sequence = LAB_SEQUENCE.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("lh{}x{}", pid % 1_000_000, sequence % 100);
@@ -333,6 +336,41 @@ impl NetLab {
     }
 }
 
+/// The pid a lab name (`lh<pid>x<n>...`) was made by.
+fn lab_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("lh")?;
+    let (pid, _) = rest.split_once('x')?;
+    pid.parse().ok()
+}
+
+/// Deletes namespaces and test links of labs whose process is gone.
+fn remove_abandoned_labs() {
+    let abandoned = |name: &str| {
+        lab_owner(name).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+    };
+    if let Ok(namespaces) = ip(&["netns", "list"]) {
+        for name in namespaces
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+        {
+            if abandoned(name) {
+                let _ = ip(&["netns", "del", name]);
+            }
+        }
+    }
+    if let Ok(links) = ip(&["-o", "link", "show"]) {
+        for line in links.lines() {
+            // "7: lh123x0t@if6: <...>"
+            let Some(name) = line.split(": ").nth(1).and_then(|n| n.split('@').next()) else {
+                continue;
+            };
+            if abandoned(name) {
+                let _ = ip(&["link", "del", "dev", name]);
+            }
+        }
+    }
+}
+
 impl Drop for NetLab {
     fn drop(&mut self) {
         // Deleting a namespace deletes its veth ends, and with them their peers.
@@ -341,5 +379,18 @@ impl Drop for NetLab {
         }
         let _ = ip(&["link", "del", "dev", &self.test_link]);
         let _ = ip(&["netns", "del", &self.hub]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lab_names_carry_their_owner() {
+        assert_eq!(lab_owner("lh4242x3-hub"), Some(4242));
+        assert_eq!(lab_owner("lh4242x3t"), Some(4242));
+        assert_eq!(lab_owner("lhprobe4242"), None);
+        assert_eq!(lab_owner("eth0"), None);
     }
 }
