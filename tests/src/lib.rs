@@ -1,5 +1,7 @@
-//! Harness for multi-process tests: starts the real `leasehold-manager` binary (and later the
-//! executor) on 127.0.0.1, drives them over HTTP, kills and restarts them.
+//! Harness for multi-process tests: starts the real `leasehold-manager` and `leasehold-executor`
+//! binaries (on 127.0.0.1, or each in its own network namespace, [`netns`]), drives them over
+//! HTTP, kills, pauses and restarts them. The fault suite's harness is [`faults`], its invariant
+//! checker [`checker`] (docs/TESTING.md).
 //!
 //! The binaries are built by `cargo build --workspace --bins` (the first step of
 //! `scripts/test`); the harness finds them next to the test executable, or in
@@ -134,11 +136,6 @@ impl ChildProcess {
         if let Some(child) = &self.child {
             let _ = kill(Pid::from_raw(child.id() as i32), signal);
         }
-    }
-
-    /// The process id, while the process is held.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
     }
 
     /// Waits for the process to exit on its own; kills it and panics naming `what` after `bound`.
