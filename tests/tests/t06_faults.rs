@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use leasehold_api::wire::ClusterInfo;
 use leasehold_tests::executor::{
     status_shards, wait_for_even_split, AdmissionEdge, AdmissionRecord, ExecutorSpec,
 };
@@ -36,6 +37,15 @@ async fn start_executors(
         ids.push(wait_registered(fleet.get(index)).await);
     }
     (indices, ids)
+}
+
+/// Every running manager's `/v1/cluster` (for failure reports).
+async fn cluster_infos(cluster: &Cluster) -> Vec<Result<ClusterInfo, String>> {
+    let mut infos = Vec::new();
+    for &id in cluster.managers.keys() {
+        infos.push(cluster.cluster_info(id).await);
+    }
+    infos
 }
 
 fn executor_urls(fleet: &Fleet, indices: &[usize]) -> Vec<String> {
@@ -193,6 +203,7 @@ async fn full_cluster_stop_and_start() {
 
     let client = fault_client(cluster.urls());
     let before = consistent_state(&client).await.unwrap();
+    let infos_before = cluster_infos(&cluster).await;
     let stopped_at = Instant::now();
     for id in [1, 2, 3] {
         if seed.pick(0..=1) == 0 {
@@ -214,9 +225,13 @@ async fn full_cluster_stop_and_start() {
     let after = consistent_state(&client).await.unwrap();
     assert!(
         after.revision >= before.revision,
-        "{SCENARIO}: I3: revision went back from {} to {}",
+        "{SCENARIO}: I3/§9: a consistent read after the restart shows revision {}, older than \
+         the {} a consistent read showed before the stop\nreplicas before the stop: \
+         {infos_before:#?}\nafter the restart: {:#?}\nstate before: {before:?}\nstate after: \
+         {after:?}",
+        after.revision,
         before.revision,
-        after.revision
+        cluster_infos(&cluster).await
     );
     wait_for_even_split(&fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
     report_figure(
