@@ -9,23 +9,57 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::{binary, free_port, print_log_tail, ChildProcess, Cluster};
+use crate::{binary, command_in, free_port, print_log_tail, ChildProcess, Cluster};
 
 /// Graceful-stop bound passed to executors (P3.7).
 pub const EXECUTOR_SHUTDOWN_GRACE: &str = "5s";
+
+/// How to start one executor: its label, where it listens and runs, and which managers it uses.
+#[derive(Debug, Clone)]
+pub struct ExecutorSpec {
+    /// Operator label (`--name`), also used in file names: unique per process started.
+    pub name: String,
+    /// Manager base URLs (`--managers`).
+    pub managers: Vec<String>,
+    /// Host to listen on.
+    pub host: String,
+    pub port: u16,
+    /// `--advertise`; `None`: the listen address.
+    pub advertise: Option<String>,
+    /// Network namespace to run in; `None`: the test's own.
+    pub netns: Option<String>,
+    /// Further flags, e.g. `--request-timeout 1s`.
+    pub extra_args: Vec<String>,
+}
+
+impl ExecutorSpec {
+    /// On 127.0.0.1, against every manager of `cluster`.
+    pub fn local(cluster: &Cluster, name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            managers: cluster.urls(),
+            host: "127.0.0.1".to_string(),
+            port: free_port(),
+            advertise: None,
+            netns: None,
+            extra_args: Vec::new(),
+        }
+    }
+}
 
 /// One `leasehold-executor` process.
 #[derive(Debug)]
 pub struct ExecutorProcess {
     /// Operator label (`--name`), also used in file names.
     pub name: String,
-    /// The push listener / workload port on 127.0.0.1.
+    /// Where the push listener / workload listens.
+    pub host: String,
     pub port: u16,
     /// The admission log (`--event-log`).
     pub event_log: PathBuf,
@@ -39,29 +73,47 @@ impl ExecutorProcess {
     /// Starts an executor against every manager of `cluster`, with its admission log and
     /// process log in the cluster's temporary directory.
     pub fn start(cluster: &Cluster, name: &str) -> Self {
-        let dir = cluster.dir.path();
-        let port = free_port();
+        Self::start_spec(cluster.dir.path(), ExecutorSpec::local(cluster, name))
+    }
+
+    /// Starts an executor as `spec` says, with its admission log and process log in `dir`.
+    pub fn start_spec(dir: &Path, spec: ExecutorSpec) -> Self {
+        let ExecutorSpec {
+            name,
+            managers,
+            host,
+            port,
+            advertise,
+            netns,
+            extra_args,
+        } = spec;
         let event_log = dir.join(format!("executor-{name}.events.jsonl"));
         let log_path = dir.join(format!("executor-{name}.log"));
-        let process = ChildProcess::spawn(
-            Command::new(binary("leasehold-executor"))
-                .args([
-                    "--managers",
-                    &cluster.urls().join(","),
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--name",
-                    name,
-                    "--event-log",
-                    &event_log.display().to_string(),
-                    "--shutdown-grace",
-                    EXECUTOR_SHUTDOWN_GRACE,
-                ])
-                .env("RUST_LOG", "info"),
-            &log_path,
-        );
+        let mut command = command_in(netns.as_deref(), &binary("leasehold-executor"));
+        command
+            .args([
+                "--managers",
+                &managers.join(","),
+                "--listen",
+                &format!("{host}:{port}"),
+                "--name",
+                &name,
+                "--event-log",
+                &event_log.display().to_string(),
+                "--shutdown-grace",
+                EXECUTOR_SHUTDOWN_GRACE,
+            ])
+            .args(
+                advertise
+                    .iter()
+                    .flat_map(|url| ["--advertise", url.as_str()]),
+            )
+            .args(&extra_args)
+            .env("RUST_LOG", "info");
+        let process = ChildProcess::spawn(&mut command, &log_path);
         Self {
-            name: name.to_string(),
+            name,
+            host,
             port,
             event_log,
             log_path,
@@ -76,7 +128,7 @@ impl ExecutorProcess {
 
     /// Base URL of the executor's listener.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -124,6 +176,11 @@ impl ExecutorProcess {
     /// Sends SIGTERM (graceful stop, P3.7) without waiting.
     pub fn signal_terminate(&self) {
         self.process.signal(Signal::SIGTERM);
+    }
+
+    /// Sends `signal` (e.g. SIGSTOP / SIGCONT) without waiting.
+    pub fn signal(&self, signal: Signal) {
+        self.process.signal(signal);
     }
 
     /// Waits for the process to exit (after [`ExecutorProcess::signal_terminate`]); SIGKILL and
@@ -264,12 +321,6 @@ pub struct AdmissionInterval {
     pub end_ns: Option<u64>,
 }
 
-impl AdmissionInterval {
-    fn end_or_forever(&self) -> u64 {
-        self.end_ns.unwrap_or(u64::MAX)
-    }
-}
-
 /// Pairs starts and stops into intervals. A stop without a start, a second start without a
 /// stop, or a stop at another epoch than its start is malformed.
 pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval>, String> {
@@ -338,75 +389,15 @@ pub struct ExclusivityReport {
     pub handoffs: usize,
 }
 
-/// I1 and I2 over the admission logs of every executor that ran: per shard, no two intervals
-/// overlap, successive holders have strictly increasing epochs (one holder resuming after a
-/// lapse keeps its epoch), and no epoch is held by two executors.
+/// I1 and I2 over the admission logs of every executor that ran (the rules are in
+/// [`crate::checker`]): `Err` lists every violation.
 pub fn check_admission_exclusivity(logs: &[ExecutorLog]) -> Result<ExclusivityReport, String> {
-    let mut by_shard: BTreeMap<u32, Vec<AdmissionInterval>> = BTreeMap::new();
-    for interval in admission_intervals(logs)? {
-        by_shard.entry(interval.shard).or_default().push(interval);
-    }
-    let mut report = ExclusivityReport {
-        shards: by_shard.len(),
-        ..ExclusivityReport::default()
-    };
-    for (shard, mut intervals) in by_shard {
-        intervals.sort_by_key(|interval| (interval.start_ns, interval.end_or_forever()));
-        report.intervals += intervals.len();
-        let mut holder_of_epoch: BTreeMap<u64, &str> = BTreeMap::new();
-        for interval in &intervals {
-            let holder = holder_of_epoch
-                .entry(interval.epoch)
-                .or_insert(&interval.executor_id);
-            if *holder != interval.executor_id {
-                return Err(format!(
-                    "I2: shard {shard} epoch {} was held by {holder} and by {}",
-                    interval.epoch, interval.executor_id
-                ));
-            }
-        }
-        // Sorted by start, an overlap always shows against the latest-ending interval so far.
-        let mut latest: Option<&AdmissionInterval> = None;
-        for pair in intervals.windows(2) {
-            let (previous, next) = (&pair[0], &pair[1]);
-            if previous.executor_id != next.executor_id {
-                report.handoffs += 1;
-                if next.epoch <= previous.epoch {
-                    return Err(format!(
-                        "I2: shard {shard} went from {} at epoch {} to {} at epoch {}",
-                        previous.executor_id, previous.epoch, next.executor_id, next.epoch
-                    ));
-                }
-            } else if next.epoch < previous.epoch {
-                return Err(format!(
-                    "I2: shard {shard} epoch went back from {} to {} on {}",
-                    previous.epoch, next.epoch, next.executor_id
-                ));
-            }
-        }
-        for interval in &intervals {
-            if let Some(earlier) = latest {
-                if interval.start_ns < earlier.end_or_forever() {
-                    return Err(format!(
-                        "I1: shard {shard} admitted by {} (epoch {}) from {} to {:?} and by {} \
-                         (epoch {}) from {} to {:?}",
-                        earlier.executor_id,
-                        earlier.epoch,
-                        earlier.start_ns,
-                        earlier.end_ns,
-                        interval.executor_id,
-                        interval.epoch,
-                        interval.start_ns,
-                        interval.end_ns
-                    ));
-                }
-            }
-            if latest.is_none_or(|earlier| interval.end_or_forever() > earlier.end_or_forever()) {
-                latest = Some(interval);
-            }
-        }
-    }
-    Ok(report)
+    let report = crate::checker::check(logs)?.into_result()?;
+    Ok(ExclusivityReport {
+        intervals: report.intervals,
+        shards: report.shards,
+        handoffs: report.handoffs,
+    })
 }
 
 /// Waits until `executors` together admit every shard in `0..shard_count`, each exactly once,

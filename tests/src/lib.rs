@@ -1,5 +1,7 @@
-//! Harness for multi-process tests: starts the real `leasehold-manager` binary (and later the
-//! executor) on 127.0.0.1, drives them over HTTP, kills and restarts them.
+//! Harness for multi-process tests: starts the real `leasehold-manager` and `leasehold-executor`
+//! binaries (on 127.0.0.1, or each in its own network namespace, [`netns`]), drives them over
+//! HTTP, kills, pauses and restarts them. The fault suite's harness is [`faults`], its invariant
+//! checker [`checker`] (docs/TESTING.md).
 //!
 //! The binaries are built by `cargo build --workspace --bins` (the first step of
 //! `scripts/test`); the harness finds them next to the test executable, or in
@@ -8,10 +10,14 @@
 //! Timing: tests poll for conditions with generous bounds ([`poll_until`]); nothing sleeps for a
 //! fixed time and then asserts.
 
+pub mod checker;
 pub mod ctl;
 pub mod executor;
 pub mod fake_executor;
+pub mod faults;
 pub mod http_checks;
+pub mod netns;
+pub mod proxy;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -64,6 +70,20 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("bind 127.0.0.1:0")
+}
+
+/// A command for `program`, run inside network namespace `netns` when one is given (through
+/// `ip netns exec`, which execs the program: the child's pid is the program's, so signals reach
+/// it directly).
+pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
+    match netns {
+        Some(netns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", netns]).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
 }
 
 /// Polls `check` every 100 ms until it yields a value or `bound` passes, then panics with
@@ -168,7 +188,11 @@ pub fn print_log_tail(label: &str, log_path: &Path) {
 #[derive(Debug)]
 pub struct Manager {
     pub id: u64,
+    /// Where it listens: `127.0.0.1` unless placed elsewhere ([`ManagerPlacement`]).
+    pub host: String,
     pub port: u16,
+    /// The network namespace it runs in; `None`: the test's own.
+    pub netns: Option<String>,
     pub data_dir: PathBuf,
     log_path: PathBuf,
     args: Vec<String>,
@@ -178,18 +202,23 @@ pub struct Manager {
 
 impl Manager {
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
     }
 
+    /// Sends `signal` (e.g. SIGSTOP / SIGCONT to pause and resume it) without waiting.
+    pub fn signal(&self, signal: Signal) {
+        self.process.signal(signal);
+    }
+
     fn spawn(&mut self, extra_args: &[String]) {
         let log_name = format!("manager-{}-{}.log", self.id, self.restarts);
         self.log_path = self.log_path.with_file_name(log_name);
         self.process = ChildProcess::spawn(
-            Command::new(binary("leasehold-manager"))
+            command_in(self.netns.as_deref(), &binary("leasehold-manager"))
                 .args(&self.args)
                 .args(extra_args)
                 .env("RUST_LOG", "info,openraft=warn"),
@@ -289,6 +318,25 @@ impl Default for ClusterOptions {
     }
 }
 
+/// Where one manager listens and runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagerPlacement {
+    pub host: String,
+    pub port: u16,
+    pub netns: Option<String>,
+}
+
+impl ManagerPlacement {
+    /// On 127.0.0.1 in the test's own namespace, on a port that was free a moment ago.
+    pub fn local() -> Self {
+        Self {
+            host: "127.0.0.1".to_string(),
+            port: free_port(),
+            netns: None,
+        }
+    }
+}
+
 /// A local cluster of manager processes in a temporary directory, killed on drop. When a test
 /// panics, the tail of every manager's log is printed.
 #[derive(Debug)]
@@ -302,19 +350,30 @@ pub struct Cluster {
 impl Cluster {
     /// Creates the cluster's processes without starting them.
     pub fn new(options: ClusterOptions) -> Self {
+        let placements = (1..=options.size)
+            .map(|id| (id, ManagerPlacement::local()))
+            .collect();
+        Self::new_placed(options, placements)
+    }
+
+    /// [`Cluster::new`] with each manager's address and namespace chosen by the caller (e.g.
+    /// one network namespace per manager, for partitions).
+    pub fn new_placed(
+        options: ClusterOptions,
+        placements: BTreeMap<u64, ManagerPlacement>,
+    ) -> Self {
         let dir = TempDir::new().expect("temp dir");
-        let ports: BTreeMap<u64, u16> = (1..=options.size).map(|id| (id, free_port())).collect();
-        let initial_cluster = ports
+        let initial_cluster = placements
             .iter()
-            .map(|(id, port)| format!("{id}=http://127.0.0.1:{port}"))
+            .map(|(id, at)| format!("{id}=http://{}:{}", at.host, at.port))
             .collect::<Vec<_>>()
             .join(",");
-        let managers = ports
-            .iter()
-            .map(|(&id, &port)| {
+        let managers = placements
+            .into_iter()
+            .map(|(id, placement)| {
                 let mut args = vec!["--initial-cluster".to_string(), initial_cluster.clone()];
                 args.extend(options.extra_args.iter().cloned());
-                (id, Self::new_manager(&dir, &options, id, port, args))
+                (id, Self::new_manager(&dir, &options, id, placement, args))
             })
             .collect();
         Self {
@@ -333,15 +392,16 @@ impl Cluster {
         dir: &TempDir,
         options: &ClusterOptions,
         id: u64,
-        port: u16,
+        placement: ManagerPlacement,
         extra: Vec<String>,
     ) -> Manager {
         let data_dir = dir.path().join(format!("manager-{id}"));
+        let ManagerPlacement { host, port, netns } = placement;
         let mut args = vec![
             "--id".to_string(),
             id.to_string(),
             "--listen".to_string(),
-            format!("127.0.0.1:{port}"),
+            format!("{host}:{port}"),
             "--data-dir".to_string(),
             data_dir.display().to_string(),
             "--lease-duration".to_string(),
@@ -356,7 +416,9 @@ impl Cluster {
         args.extend(extra);
         Manager {
             id,
+            host,
             port,
+            netns,
             data_dir,
             log_path: dir.path().join(format!("manager-{id}-0.log")),
             args,
@@ -376,7 +438,13 @@ impl Cluster {
 
     /// Adds a manager that is not part of the initial cluster; start it with `--join`.
     pub fn add_joiner(&mut self, id: u64) -> &mut Manager {
-        let manager = Self::new_manager(&self.dir, &self.options, id, free_port(), Vec::new());
+        let manager = Self::new_manager(
+            &self.dir,
+            &self.options,
+            id,
+            ManagerPlacement::local(),
+            Vec::new(),
+        );
         self.managers.insert(id, manager);
         self.managers.get_mut(&id).expect("just inserted")
     }

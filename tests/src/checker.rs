@@ -1,0 +1,496 @@
+//! The invariant checker over executors' admission logs (PROTOCOL §9, §12).
+//!
+//! Every executor started by a test writes `--event-log` on this machine, each line stamped on
+//! CLOCK_MONOTONIC, which every process here shares (network namespaces do not change it), so
+//! the logs of all executors merge into one timeline per shard. Over that timeline:
+//!
+//! - **I1** (P5.2): no two admission intervals of one shard overlap. A stop is stamped no
+//!   earlier than admission really ended (for a lapse: the lease expiry itself), a start no later
+//!   than it began, so an overlap in the log is an overlap in fact. An executor that fenced
+//!   itself while paused (SIGSTOP) logs its stop at the expiry instant when it wakes, so its stop
+//!   must still come before the next holder's start.
+//! - **I2** (fencing): successive holders of a shard have strictly increasing epochs, one
+//!   executor's epochs never go back, and no epoch is held by two executors.
+//!
+//! A process killed with SIGKILL cannot log its stops; its open intervals end at an upper bound
+//! on its death the test supplies ([`ExecutorLog::ended_at_ns`]). An executor still running has
+//! open intervals that last forever: anything after them overlaps.
+//!
+//! The checker reports every violation it finds, not only the first, so one broken run shows
+//! the whole picture.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::executor::{admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog};
+
+/// Which invariant a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rule {
+    /// Two admission intervals of one shard overlap.
+    I1Overlap,
+    /// The next holder's epoch is not above the previous holder's.
+    I2EpochNotIncreasing,
+    /// One executor's epoch for a shard went back.
+    I2EpochWentBack,
+    /// One epoch held by two executors.
+    I2EpochSharedByTwo,
+}
+
+impl Rule {
+    /// `I1` or `I2`.
+    pub fn invariant(self) -> &'static str {
+        match self {
+            Rule::I1Overlap => "I1",
+            Rule::I2EpochNotIncreasing | Rule::I2EpochWentBack | Rule::I2EpochSharedByTwo => "I2",
+        }
+    }
+}
+
+/// One broken rule, with what shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub rule: Rule,
+    pub shard: u32,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({:?}): shard {}: {}",
+            self.rule.invariant(),
+            self.rule,
+            self.shard,
+            self.detail
+        )
+    }
+}
+
+/// What the checker saw and what it found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    pub intervals: usize,
+    pub shards: usize,
+    /// Successive intervals of one shard held by different executors.
+    pub handoffs: usize,
+    pub violations: Vec<Violation>,
+}
+
+impl CheckReport {
+    /// `Err` listing every violation (each line starts with its invariant, `I1` or `I2`).
+    pub fn into_result(self) -> Result<Self, String> {
+        if self.violations.is_empty() {
+            Ok(self)
+        } else {
+            Err(self
+                .violations
+                .iter()
+                .map(Violation::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"))
+        }
+    }
+
+    /// Violations of one rule.
+    pub fn of(&self, rule: Rule) -> usize {
+        self.violations.iter().filter(|v| v.rule == rule).count()
+    }
+}
+
+fn describe(interval: &AdmissionInterval) -> String {
+    let end = interval
+        .end_ns
+        .map_or_else(|| "still admitting".to_string(), |end| end.to_string());
+    format!(
+        "{} (epoch {}) from {} to {end}",
+        interval.executor_id, interval.epoch, interval.start_ns
+    )
+}
+
+fn end_or_forever(interval: &AdmissionInterval) -> u64 {
+    interval.end_ns.unwrap_or(u64::MAX)
+}
+
+/// I1 and I2 over the merged admission logs of every executor that ran. A malformed log (a
+/// stop without a start, a second start, a stop at another epoch) is an error, not a violation:
+/// the executor wrote something the format does not allow.
+pub fn check(logs: &[ExecutorLog]) -> Result<CheckReport, String> {
+    let mut by_shard: BTreeMap<u32, Vec<AdmissionInterval>> = BTreeMap::new();
+    for interval in admission_intervals(logs)? {
+        by_shard.entry(interval.shard).or_default().push(interval);
+    }
+    let mut report = CheckReport {
+        shards: by_shard.len(),
+        ..CheckReport::default()
+    };
+    for (shard, mut intervals) in by_shard {
+        intervals.sort_by_key(|interval| (interval.start_ns, end_or_forever(interval)));
+        report.intervals += intervals.len();
+        let mut violation = |rule: Rule, detail: String| {
+            report.violations.push(Violation {
+                rule,
+                shard,
+                detail,
+            })
+        };
+
+        // I2: one epoch, one executor.
+        let mut holder_of_epoch: BTreeMap<u64, &AdmissionInterval> = BTreeMap::new();
+        for interval in &intervals {
+            let first = *holder_of_epoch.entry(interval.epoch).or_insert(interval);
+            if first.executor_id != interval.executor_id {
+                violation(
+                    Rule::I2EpochSharedByTwo,
+                    format!(
+                        "epoch {} held by {} and by {}",
+                        interval.epoch,
+                        describe(first),
+                        describe(interval)
+                    ),
+                );
+            }
+        }
+
+        // I2: epochs rise between holders, never fall within one.
+        let mut last_of_executor: BTreeMap<&str, &AdmissionInterval> = BTreeMap::new();
+        for pair in intervals.windows(2) {
+            let (previous, next) = (&pair[0], &pair[1]);
+            if previous.executor_id != next.executor_id {
+                report.handoffs += 1;
+                if next.epoch <= previous.epoch {
+                    violation(
+                        Rule::I2EpochNotIncreasing,
+                        format!("held by {}, then by {}", describe(previous), describe(next)),
+                    );
+                }
+            }
+        }
+        for interval in &intervals {
+            if let Some(earlier) = last_of_executor.insert(&interval.executor_id, interval) {
+                if interval.epoch < earlier.epoch {
+                    violation(
+                        Rule::I2EpochWentBack,
+                        format!("{}, then {}", describe(earlier), describe(interval)),
+                    );
+                }
+            }
+        }
+
+        // I1: sorted by start, an overlap always shows against the latest-ending interval so
+        // far.
+        let mut latest: Option<&AdmissionInterval> = None;
+        for interval in &intervals {
+            if let Some(earlier) = latest {
+                if interval.start_ns < end_or_forever(earlier) {
+                    violation(
+                        Rule::I1Overlap,
+                        format!(
+                            "{} overlaps {} by {}",
+                            describe(earlier),
+                            describe(interval),
+                            overlap_text(earlier, interval)
+                        ),
+                    );
+                }
+            }
+            if latest.is_none_or(|earlier| end_or_forever(interval) > end_or_forever(earlier)) {
+                latest = Some(interval);
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn overlap_text(earlier: &AdmissionInterval, later: &AdmissionInterval) -> String {
+    match earlier.end_ns {
+        Some(end) => {
+            let overlap_ns = end.min(end_or_forever(later)) - later.start_ns;
+            format!("{:.3} ms", overlap_ns as f64 / 1e6)
+        }
+        None => "an open-ended interval".to_string(),
+    }
+}
+
+/// One executor process's admission log file and, when it was killed without logging its stops,
+/// an upper bound on its death (CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventLogFile {
+    pub path: PathBuf,
+    pub ended_at_ns: Option<u64>,
+}
+
+/// Reads and merges the admission logs of every executor process a test ran, then checks them.
+pub fn check_files(files: &[EventLogFile]) -> Result<CheckReport, String> {
+    let logs = files
+        .iter()
+        .map(|file| {
+            Ok(ExecutorLog {
+                records: read_admission_log(&file.path)?,
+                ended_at_ns: file.ended_at_ns,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    check(&logs)
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds: the admission logs' clock, for bounds the test itself
+/// observes (e.g. when a killed process was reaped).
+pub fn monotonic_now_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always readable");
+    u64::try_from(now.tv_sec()).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(now.tv_nsec()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{AdmissionEdge, AdmissionRecord};
+
+    use AdmissionEdge::{Start, Stop};
+
+    fn record(
+        executor: &str,
+        shard: u32,
+        epoch: u64,
+        event: AdmissionEdge,
+        t_ns: u64,
+    ) -> AdmissionRecord {
+        AdmissionRecord {
+            t_ns,
+            executor_id: executor.to_string(),
+            shard,
+            epoch,
+            event,
+            reason: "test".to_string(),
+        }
+    }
+
+    fn log(records: Vec<AdmissionRecord>, ended_at_ns: Option<u64>) -> ExecutorLog {
+        ExecutorLog {
+            records,
+            ended_at_ns,
+        }
+    }
+
+    /// A realistic valid history: three executors, a join with handoffs, a lapse and resume at
+    /// one epoch, a SIGKILL bounded by the reap, re-homing with epoch + 1.
+    fn valid_history() -> Vec<ExecutorLog> {
+        let a = log(
+            vec![
+                record("ex-1", 0, 1, Start, 100),
+                record("ex-1", 1, 1, Start, 100),
+                // handoff of shard 1 to ex-2 (revoke acknowledged)
+                record("ex-1", 1, 1, Stop, 200),
+                // lapse and resume of shard 0 at the same epoch (P3.6)
+                record("ex-1", 0, 1, Stop, 300),
+                record("ex-1", 0, 1, Start, 350),
+            ],
+            // SIGKILLed; reaped by 400
+            Some(400),
+        );
+        let b = log(
+            vec![
+                record("ex-2", 1, 2, Start, 210),
+                record("ex-2", 1, 2, Stop, 500),
+            ],
+            None,
+        );
+        let c = log(
+            vec![
+                record("ex-3", 0, 2, Start, 4_000),
+                record("ex-3", 1, 3, Start, 600),
+            ],
+            None,
+        );
+        vec![a, b, c]
+    }
+
+    #[test]
+    fn a_valid_history_has_no_violation() {
+        let report = check(&valid_history()).unwrap();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.shards, 2);
+        assert_eq!(report.intervals, 6);
+        // shard 0: ex-1, ex-1, ex-3 (one handoff); shard 1: ex-1, ex-2, ex-3 (two)
+        assert_eq!(report.handoffs, 3);
+    }
+
+    #[test]
+    fn i1_fires_on_an_overlap_and_reports_its_length() {
+        let mut logs = valid_history();
+        // ex-2 starts shard 1 10 ns before ex-1 stopped it.
+        logs[1].records[0].t_ns = 190;
+        let report = check(&logs).unwrap();
+        assert_eq!(report.of(Rule::I1Overlap), 1, "{:?}", report.violations);
+        assert_eq!(report.violations.len(), 1);
+        assert!(report.violations[0].detail.contains("0.000 ms"));
+        assert!(report.into_result().unwrap_err().starts_with("I1"));
+    }
+
+    #[test]
+    fn i1_fires_when_a_paused_executor_logged_its_lapse_after_the_next_start() {
+        // ex-1 was paused; it logs its lapse stop at its expiry (1000) only when it wakes, but
+        // ex-2 started at 900: a broken fence shows as an overlap.
+        let a = log(
+            vec![
+                record("ex-1", 5, 1, Start, 100),
+                record("ex-1", 5, 1, Stop, 1_000),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 5, 2, Start, 900)], None);
+        let report = check(&[a.clone(), b]).unwrap();
+        assert_eq!(report.of(Rule::I1Overlap), 1);
+        // Fenced at 1000, re-homed at 1001: fine.
+        let b = log(vec![record("ex-2", 5, 2, Start, 1_001)], None);
+        assert!(check(&[a, b]).unwrap().violations.is_empty());
+    }
+
+    #[test]
+    fn i1_fires_against_a_killed_executor_only_before_its_death_bound() {
+        let mut logs = valid_history();
+        // ex-3 takes shard 0 at 390, before ex-1 (killed, reaped by 400) is known to be dead.
+        logs[2].records[0].t_ns = 390;
+        assert_eq!(check(&logs).unwrap().of(Rule::I1Overlap), 1);
+        // Without a death bound the killed executor's interval never ends.
+        let mut logs = valid_history();
+        logs[0].ended_at_ns = None;
+        assert_eq!(check(&logs).unwrap().of(Rule::I1Overlap), 1);
+    }
+
+    #[test]
+    fn i2_fires_when_the_next_holder_reuses_or_lowers_the_epoch() {
+        let mut logs = valid_history();
+        // ex-3 takes shard 1 at epoch 2, the epoch ex-2 held.
+        logs[2].records[1].epoch = 2;
+        let report = check(&logs).unwrap();
+        assert_eq!(
+            report.of(Rule::I2EpochNotIncreasing),
+            1,
+            "{:?}",
+            report.violations
+        );
+        assert_eq!(report.of(Rule::I2EpochSharedByTwo), 1);
+        assert_eq!(report.of(Rule::I1Overlap), 0);
+        let mut logs = valid_history();
+        logs[2].records[1].epoch = 1;
+        let report = check(&logs).unwrap();
+        assert_eq!(report.of(Rule::I2EpochNotIncreasing), 1);
+        // epoch 1 of shard 1 was ex-1's
+        assert_eq!(report.of(Rule::I2EpochSharedByTwo), 1);
+    }
+
+    #[test]
+    fn i2_fires_when_one_epoch_is_held_by_two_executors_apart_in_time() {
+        // ex-1 holds epoch 4, ex-2 epoch 5, then ex-3 epoch 4 again: successive pairs do not
+        // both show it, the epoch map does.
+        let logs = vec![
+            log(
+                vec![
+                    record("ex-1", 9, 4, Start, 10),
+                    record("ex-1", 9, 4, Stop, 20),
+                ],
+                None,
+            ),
+            log(
+                vec![
+                    record("ex-2", 9, 5, Start, 30),
+                    record("ex-2", 9, 5, Stop, 40),
+                ],
+                None,
+            ),
+            log(vec![record("ex-3", 9, 4, Start, 50)], None),
+        ];
+        let report = check(&logs).unwrap();
+        assert_eq!(
+            report.of(Rule::I2EpochSharedByTwo),
+            1,
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn i2_fires_when_one_executor_goes_back_to_an_older_epoch() {
+        let logs = vec![log(
+            vec![
+                record("ex-1", 2, 7, Start, 10),
+                record("ex-1", 2, 7, Stop, 20),
+                record("ex-1", 2, 6, Start, 30),
+            ],
+            None,
+        )];
+        let report = check(&logs).unwrap();
+        assert_eq!(
+            report.of(Rule::I2EpochWentBack),
+            1,
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn every_violation_is_reported_not_only_the_first() {
+        let logs = vec![
+            log(vec![record("ex-1", 1, 1, Start, 10)], None),
+            log(vec![record("ex-2", 1, 2, Start, 20)], None),
+            log(vec![record("ex-1", 2, 1, Start, 10)], None),
+            log(vec![record("ex-2", 2, 1, Start, 20)], None),
+        ];
+        let report = check(&logs).unwrap();
+        assert_eq!(report.of(Rule::I1Overlap), 2);
+        assert_eq!(report.of(Rule::I2EpochNotIncreasing), 1);
+        assert_eq!(report.of(Rule::I2EpochSharedByTwo), 1);
+        let text = report.into_result().unwrap_err();
+        assert_eq!(text.lines().count(), 4, "{text}");
+    }
+
+    #[test]
+    fn files_are_merged_and_a_missing_file_is_an_empty_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.events.jsonl");
+        let b = dir.path().join("b.events.jsonl");
+        std::fs::write(
+            &a,
+            concat!(
+                r#"{"t_ns":10,"executor_id":"ex-1","shard":3,"epoch":1,"event":"start","reason":"assigned"}"#,
+                "\n",
+                r#"{"t_ns":20,"executor_id":"ex-1","shard":3,"epoch":1,"event":"stop","reason":"revoked"}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            &b,
+            r#"{"t_ns":15,"executor_id":"ex-2","shard":3,"epoch":2,"event":"start","reason":"assigned"}"#,
+        )
+        .unwrap();
+        let files = |b_path: PathBuf| {
+            vec![
+                EventLogFile {
+                    path: a.clone(),
+                    ended_at_ns: None,
+                },
+                EventLogFile {
+                    path: b_path,
+                    ended_at_ns: None,
+                },
+            ]
+        };
+        let report = check_files(&files(b.clone())).unwrap();
+        assert_eq!(report.of(Rule::I1Overlap), 1);
+        let report = check_files(&files(dir.path().join("never-written.jsonl"))).unwrap();
+        assert!(report.violations.is_empty());
+    }
+
+    #[test]
+    fn the_monotonic_clock_moves_forward() {
+        let first = monotonic_now_ns();
+        let second = monotonic_now_ns();
+        assert!(second >= first && first > 0);
+    }
+}

@@ -1,0 +1,500 @@
+//! A small HTTP/1.1 fault proxy for the fault tests: placed between executors and managers (as
+//! an executor's `--managers` entry, or as its `--advertise` address so pushes pass through
+//! it), it forwards each request to its upstream and can
+//!
+//! - drop the reply to a matching request once, after the upstream answered it: the write
+//!   happened, the client never hears of it and must retry with the same idempotency key (P7.2);
+//! - delay requests and replies by a random time (seeded), which reorders concurrent messages;
+//! - duplicate requests: the upstream receives the same request twice (P2.4, P4.1: every command
+//!   and every push must be harmless to apply again).
+//!
+//! It serves one request per connection (every reply says `Connection: close`) and rewrites the
+//! `X-Leasehold-Leader` header from upstream URLs to the matching proxy URLs, so a client that
+//! follows the leader keeps going through the proxies. These kernels may lack `sch_netem`; the
+//! proxy gives delay and duplication without it, and without root.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use leasehold_api::problem::LEADER_HEADER;
+
+/// Bound on each read, write and upstream exchange.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest request or reply head, and largest body, the proxy accepts.
+const MAX_HEAD_BYTES: usize = 64 << 10;
+const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Random delay and duplication, from a seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Impairment {
+    /// Each request waits a uniform delay in this range (ms) before it is forwarded, and its
+    /// reply another before it is returned.
+    pub delay_ms: (u64, u64),
+    /// Percentage of requests sent upstream twice (the second reply is discarded).
+    pub duplicate_percent: u32,
+}
+
+/// What went through a proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    /// `METHOD path` of every request received, in order.
+    pub requests: Vec<String>,
+    /// Requests whose reply was dropped after the upstream answered.
+    pub dropped_replies: Vec<String>,
+    /// Requests sent upstream twice.
+    pub duplicated: usize,
+    /// Requests the upstream could not be reached for (the client saw its connection closed).
+    pub upstream_failures: usize,
+}
+
+#[derive(Debug)]
+struct DropReply {
+    method: String,
+    path: String,
+    matching: PathMatch,
+}
+
+impl DropReply {
+    fn matches(&self, method: &str, path: &str) -> bool {
+        self.method == method
+            && match self.matching {
+                PathMatch::Exact => path == self.path,
+                PathMatch::Prefix => path.starts_with(&self.path),
+            }
+    }
+}
+
+#[derive(Debug)]
+struct ProxyState {
+    drop_replies: Vec<DropReply>,
+    impairment: Option<Impairment>,
+    rng: StdRng,
+    /// Upstream URL → proxy URL, for the leader header.
+    rewrites: BTreeMap<String, String>,
+    stats: ProxyStats,
+}
+
+/// What to do with one request, decided under the lock.
+#[derive(Debug, Default)]
+struct Plan {
+    drop_reply: bool,
+    duplicate: bool,
+    request_delay: Duration,
+    reply_delay: Duration,
+}
+
+/// How a dropped reply's request path is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathMatch {
+    Exact,
+    Prefix,
+}
+
+/// Proxies in front of a set of upstreams (e.g. one per manager), sharing one fault plan: a
+/// reply dropped "once" is dropped once across the set, whichever proxy the client used. The
+/// leader header is rewritten from each upstream to its proxy. Stops when dropped.
+#[derive(Debug)]
+pub struct ProxySet {
+    proxies: Vec<(SocketAddr, String)>,
+    state: Arc<Mutex<ProxyState>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ProxySet {
+    /// One proxy on 127.0.0.1 (a free port) per upstream (`http://host:port`); `seed` drives
+    /// the impairment's randomness.
+    pub async fn start(upstreams: &[String], seed: u64) -> Self {
+        let state = Arc::new(Mutex::new(ProxyState {
+            drop_replies: Vec::new(),
+            impairment: None,
+            rng: StdRng::seed_from_u64(seed),
+            rewrites: BTreeMap::new(),
+            stats: ProxyStats::default(),
+        }));
+        let mut proxies = Vec::new();
+        let mut tasks = Vec::new();
+        for upstream in upstreams {
+            let upstream = upstream.trim_end_matches('/').to_string();
+            let authority = upstream
+                .strip_prefix("http://")
+                .unwrap_or_else(|| panic!("proxy upstream {upstream:?} must be http://host:port"))
+                .to_string();
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind a proxy");
+            let address = listener.local_addr().expect("proxy address");
+            tasks.push(tokio::spawn(accept_loop(
+                listener,
+                authority,
+                Arc::clone(&state),
+            )));
+            proxies.push((address, upstream));
+        }
+        let set = Self {
+            proxies,
+            state,
+            tasks,
+        };
+        set.lock().rewrites = set
+            .proxies
+            .iter()
+            .map(|(address, upstream)| (upstream.clone(), format!("http://{address}")))
+            .collect();
+        set
+    }
+
+    /// The proxies' base URLs, in the order of the upstreams.
+    pub fn urls(&self) -> Vec<String> {
+        self.proxies
+            .iter()
+            .map(|(address, _)| format!("http://{address}"))
+            .collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ProxyState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next request (through any proxy of the set) with this method and a path matching
+    /// `path` is forwarded and answered upstream, but its reply is dropped: the client's
+    /// connection closes unanswered.
+    pub fn drop_reply_once(&self, method: &str, path: &str, matching: PathMatch) {
+        self.lock().drop_replies.push(DropReply {
+            method: method.to_string(),
+            path: path.to_string(),
+            matching,
+        });
+    }
+
+    /// Delay and duplicate from now on (`None`: forward faithfully).
+    pub fn impair(&self, impairment: Option<Impairment>) {
+        self.lock().impairment = impairment;
+    }
+
+    pub fn stats(&self) -> ProxyStats {
+        self.lock().stats.clone()
+    }
+}
+
+impl Drop for ProxySet {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: String, state: Arc<Mutex<ProxyState>>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(serve(client, upstream.clone(), Arc::clone(&state)));
+    }
+}
+
+/// One HTTP message: the head (request or status line and headers, without the blank line)
+/// and the body.
+#[derive(Debug)]
+struct Message {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Message {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(name)
+                .then_some(value.trim())
+        })
+    }
+
+    /// The same message with `Connection: close` and `header` values rewritten by `rewrite`.
+    fn to_bytes(&self, rewrite: impl Fn(&str, &str) -> Option<String>) -> Vec<u8> {
+        let mut lines = self.head.lines();
+        let mut out = String::new();
+        out.push_str(lines.next().unwrap_or_default());
+        out.push_str("\r\n");
+        for line in lines {
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let key = key.trim();
+            if key.eq_ignore_ascii_case("connection") || key.eq_ignore_ascii_case("keep-alive") {
+                continue;
+            }
+            let value = rewrite(key, value.trim()).unwrap_or_else(|| value.trim().to_string());
+            out.push_str(&format!("{key}: {value}\r\n"));
+        }
+        out.push_str("Connection: close\r\n\r\n");
+        let mut bytes = out.into_bytes();
+        bytes.extend_from_slice(&self.body);
+        bytes
+    }
+}
+
+/// Reads a head (up to the blank line) and, for a request, a `Content-Length` body; for a
+/// reply (`until_eof`), everything up to the end of the stream.
+async fn read_message(
+    stream: &mut (impl AsyncRead + Unpin),
+    until_eof: bool,
+) -> Result<Message, String> {
+    let mut buffer = Vec::new();
+    let head_end = loop {
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        if buffer.len() > MAX_HEAD_BYTES {
+            return Err("head too long".into());
+        }
+        let mut chunk = [0u8; 4096];
+        let read = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if read == 0 {
+            return Err("closed before the end of the head".into());
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8(buffer[..head_end].to_vec()).map_err(|e| e.to_string())?;
+    let mut body = buffer[head_end + 4..].to_vec();
+    let message = Message {
+        head,
+        body: Vec::new(),
+    };
+    if until_eof {
+        stream
+            .take(MAX_BODY_BYTES as u64)
+            .read_to_end(&mut body)
+            .await
+            .map_err(|e| e.to_string())?;
+    } else {
+        if message.header("transfer-encoding").is_some() {
+            return Err("chunked requests are not supported".into());
+        }
+        let length: usize = match message.header("content-length") {
+            Some(value) => value.parse().map_err(|_| "bad content-length")?,
+            None => 0,
+        };
+        if length > MAX_BODY_BYTES {
+            return Err("body too long".into());
+        }
+        while body.len() < length {
+            let mut chunk = vec![0u8; (length - body.len()).min(64 << 10)];
+            let read = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+            if read == 0 {
+                return Err("closed before the end of the body".into());
+            }
+            body.extend_from_slice(&chunk[..read]);
+        }
+        body.truncate(length);
+    }
+    Ok(Message { body, ..message })
+}
+
+/// Sends `request` to `upstream` on a fresh connection and reads the whole reply.
+async fn exchange(upstream: &str, request: &[u8]) -> Result<Message, String> {
+    let attempt = async {
+        let mut stream = TcpStream::connect(upstream)
+            .await
+            .map_err(|e| e.to_string())?;
+        stream.write_all(request).await.map_err(|e| e.to_string())?;
+        read_message(&mut stream, true).await
+    };
+    tokio::time::timeout(IO_TIMEOUT, attempt)
+        .await
+        .map_err(|_| "upstream timed out".to_string())?
+}
+
+async fn serve(mut client: TcpStream, upstream: String, state: Arc<Mutex<ProxyState>>) {
+    let Ok(Ok(request)) = tokio::time::timeout(IO_TIMEOUT, read_message(&mut client, false)).await
+    else {
+        return;
+    };
+    let mut request_line = request.head.lines().next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_string();
+    let path = request_line.next().unwrap_or_default().to_string();
+    let label = format!("{method} {path}");
+    let plan = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.stats.requests.push(label.clone());
+        let mut plan = Plan::default();
+        if let Some(at) = state
+            .drop_replies
+            .iter()
+            .position(|d| d.matches(&method, &path))
+        {
+            state.drop_replies.remove(at);
+            plan.drop_reply = true;
+        }
+        if let Some(impairment) = state.impairment {
+            let (low, high) = impairment.delay_ms;
+            plan.request_delay = Duration::from_millis(state.rng.random_range(low..=high));
+            plan.reply_delay = Duration::from_millis(state.rng.random_range(low..=high));
+            plan.duplicate = state.rng.random_range(0..100) < impairment.duplicate_percent;
+            if plan.duplicate {
+                state.stats.duplicated += 1;
+            }
+        }
+        plan
+    };
+    let forwarded = request.to_bytes(|_, _| None);
+    tokio::time::sleep(plan.request_delay).await;
+    if plan.duplicate {
+        let upstream = upstream.clone();
+        let copy = forwarded.clone();
+        tokio::spawn(async move {
+            let _ = exchange(&upstream, &copy).await;
+        });
+    }
+    let reply = match exchange(&upstream, &forwarded).await {
+        Ok(reply) => reply,
+        Err(_) => {
+            state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stats
+                .upstream_failures += 1;
+            return;
+        }
+    };
+    let rewrites = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        if plan.drop_reply {
+            state.stats.dropped_replies.push(label);
+            // The write happened upstream; the client's connection closes unanswered.
+            return;
+        }
+        state.rewrites.clone()
+    };
+    let bytes = reply.to_bytes(|key, value| {
+        key.eq_ignore_ascii_case(LEADER_HEADER)
+            .then(|| rewrites.get(value.trim_end_matches('/')).cloned())
+            .flatten()
+    });
+    tokio::time::sleep(plan.reply_delay).await;
+    let _ = tokio::time::timeout(IO_TIMEOUT, client.write_all(&bytes)).await;
+    let _ = client.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-shot upstream that answers every request with `reply` and counts requests.
+    async fn upstream(reply: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen_by_task = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let seen = Arc::clone(&seen_by_task);
+                tokio::spawn(async move {
+                    let request = read_message(&mut stream, false).await.unwrap();
+                    seen.lock().unwrap().push(format!(
+                        "{} {}",
+                        request.head.lines().next().unwrap(),
+                        String::from_utf8_lossy(&request.body)
+                    ));
+                    stream.write_all(reply.as_bytes()).await.unwrap();
+                    stream.shutdown().await.unwrap();
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    const REPLY: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Leasehold-Leader: http://10.0.0.1:1\r\nConnection: close\r\n\r\nok";
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder().no_proxy().build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn forwards_and_rewrites_the_leader_header() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        // The upstream names 10.0.0.1:1 as leader; a second proxy fronts that one.
+        let proxy = ProxySet::start(&[upstream_url.clone(), "http://10.0.0.1:1".into()], 1).await;
+        let reply = client()
+            .post(format!("{}/v1/executors", proxy.urls()[0]))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.headers()[LEADER_HEADER], proxy.urls()[1].as_str());
+        assert_eq!(reply.text().await.unwrap(), "ok");
+        assert_eq!(
+            seen.lock().unwrap().as_slice(),
+            ["POST /v1/executors HTTP/1.1 {}"]
+        );
+        assert_eq!(proxy.stats().requests, ["POST /v1/executors"]);
+    }
+
+    #[tokio::test]
+    async fn drops_one_reply_after_the_upstream_answered() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url.clone(), upstream_url], 1).await;
+        proxy.drop_reply_once("DELETE", "/v1/executors/", PathMatch::Prefix);
+        proxy.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
+        // Not the register path: answered.
+        let renew = client()
+            .post(format!("{}/v1/executors/ex-3/renew", proxy.urls()[1]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(renew.status(), 200);
+        let url = format!("{}/v1/executors/ex-3", proxy.urls()[1]);
+        let first = client().delete(&url).send().await;
+        assert!(first.is_err(), "the first reply is dropped: {first:?}");
+        // Once across the set: the other proxy answers the retry.
+        let retry = format!("{}/v1/executors/ex-3", proxy.urls()[0]);
+        let second = client().delete(&retry).send().await.unwrap();
+        assert_eq!(second.status(), 200);
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            3,
+            "every request reached the upstream"
+        );
+        assert_eq!(proxy.stats().dropped_replies, ["DELETE /v1/executors/ex-3"]);
+    }
+
+    #[tokio::test]
+    async fn duplicates_requests_upstream() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 7).await;
+        proxy.impair(Some(Impairment {
+            delay_ms: (0, 5),
+            duplicate_percent: 100,
+        }));
+        let reply = client()
+            .put(format!("{}/v1/assignment", proxy.urls()[0]))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200);
+        crate::poll_until(
+            "the duplicate to arrive",
+            Duration::from_secs(5),
+            || async {
+                let count = seen.lock().unwrap().len();
+                (count == 2)
+                    .then_some(())
+                    .ok_or(format!("{count} requests"))
+            },
+        )
+        .await;
+        assert_eq!(proxy.stats().duplicated, 1);
+    }
+}
