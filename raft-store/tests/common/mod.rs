@@ -77,8 +77,26 @@ pub fn membership_entry(term: u64, index: u64, voters: &[u64]) -> Entry<KvConfig
     }
 }
 
+/// Opens the database of a test's next "process lifetime". sled's background flusher thread
+/// can still hold the directory lock for a moment after the previous lifetime dropped its last
+/// handle (a real restart is a new process, so this wait exists only in tests); other errors
+/// fail at once.
 pub fn open_db(dir: &Path) -> sled::Db {
-    sled::open(dir).expect("open sled")
+    const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+    const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(sled::Error::Io(error))
+                if error.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(LOCK_RETRY)
+            }
+            Err(error) => panic!("open sled: {error:?}"),
+        }
+    }
 }
 
 pub fn open_stores(db: &sled::Db, config: LogStoreConfig) -> (LogStore, Machine) {
