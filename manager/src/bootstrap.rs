@@ -102,6 +102,17 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
             silent.push(peer);
             continue;
         };
+        if report.node_id != peer {
+            // The address reaches another manager: node `peer` has not answered.
+            tracing::warn!(
+                peer,
+                address,
+                answered_as = report.node_id,
+                "the address of a peer answers as another node; check --initial-cluster"
+            );
+            silent.push(peer);
+            continue;
+        }
         if let Some(pinned) = report.pins.get(&node.id) {
             if pinned != node.identity.storage_id() {
                 return Err(BootstrapError::KnownWithOtherStorage {

@@ -13,7 +13,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{ApiError, AppState};
-use crate::raft::identity::{IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER};
+use crate::raft::identity::{
+    IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER,
+};
 use crate::raft::network::RAFT_CONTENT_TYPE;
 
 fn with_identity(node: &AppState, mut response: Response) -> Response {
@@ -38,6 +40,19 @@ fn accept<T: DeserializeOwned>(
         .ok_or_else(|| ApiError::invalid(format!("missing or malformed {NODE_ID_HEADER}")))?;
     let storage_id = header(STORAGE_ID_HEADER)
         .ok_or_else(|| ApiError::invalid(format!("missing {STORAGE_ID_HEADER}")))?;
+    let target = header(TARGET_NODE_ID_HEADER).and_then(|v| v.parse::<u64>().ok());
+    if sender == node.id || target.is_some_and(|target| target != node.id) {
+        // Misrouted: sent by this node to itself, or meant for another node.
+        tracing::error!(
+            sender,
+            ?target,
+            "refusing raft message meant for another node"
+        );
+        return Err(ApiError::conflict(format!(
+            "this is node {}; the message from node {sender} was meant for node {target:?}",
+            node.id
+        )));
+    }
     node.identity
         .verify_peer(sender, storage_id)
         .map_err(|error| {

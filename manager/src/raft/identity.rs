@@ -16,6 +16,10 @@ use super::NodeId;
 
 pub const NODE_ID_HEADER: &str = "x-leasehold-node-id";
 pub const STORAGE_ID_HEADER: &str = "x-leasehold-storage-id";
+/// The node a Raft RPC is meant for: a node that is not it refuses the message, so an address
+/// that reaches the wrong manager (a duplicated URL in `--initial-cluster`, a stale DNS entry, a
+/// port taken over by another process) never feeds one node's Raft with another's messages.
+pub const TARGET_NODE_ID_HEADER: &str = "x-leasehold-target-node-id";
 
 const IDENTITY_TREE: &str = "node_identity";
 const PINS_TREE: &str = "peer_storage_ids";

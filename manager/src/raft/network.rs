@@ -20,7 +20,7 @@ use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::identity::{Identity, NODE_ID_HEADER, STORAGE_ID_HEADER};
+use super::identity::{Identity, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER};
 use super::{NodeId, TypeConfig};
 
 pub const RAFT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -87,6 +87,7 @@ impl HttpConnection {
             .header(reqwest::header::CONTENT_TYPE, RAFT_CONTENT_TYPE)
             .header(NODE_ID_HEADER, self.identity.node_id().to_string())
             .header(STORAGE_ID_HEADER, self.identity.storage_id())
+            .header(TARGET_NODE_ID_HEADER, self.target.to_string())
             .body(body)
             .send()
             .await
@@ -97,6 +98,22 @@ impl HttpConnection {
                     network(format!("{endpoint} to node {}: {error}", self.target))
                 }
             })?;
+
+        let answered_as = response
+            .headers()
+            .get(NODE_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<NodeId>().ok());
+        if answered_as != Some(self.target) {
+            // Another node (or no manager) answers at this address: its reply is not the target's
+            // and must not be pinned or counted.
+            let error = TransportError(format!(
+                "{} answered as node {answered_as:?}, not node {}",
+                self.base_url, self.target
+            ));
+            tracing::error!(target_node = self.target, %error, "refusing raft reply");
+            return Err(RPCError::Unreachable(Unreachable::new(&error)));
+        }
 
         let presented = response
             .headers()
@@ -153,5 +170,93 @@ impl RaftNetwork<TypeConfig> for HttpConnection {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         self.call("vote", &request, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::HeaderMap;
+    use axum::routing::post;
+    use openraft::{CommittedLeaderId, LogId, Vote};
+
+    use super::*;
+
+    /// A server at the target's address that answers as `node_id`, and the headers it was sent.
+    async fn impostor(node_id: NodeId) -> (String, tokio::sync::mpsc::Receiver<HeaderMap>) {
+        let (seen_tx, seen_rx) = tokio::sync::mpsc::channel(4);
+        let reply = codec::encode(
+            "raft reply",
+            &Ok::<_, RaftError<NodeId>>(VoteResponse::new(
+                Vote::new(1, node_id),
+                Some(LogId::new(CommittedLeaderId::new(1, node_id), 1)),
+                true,
+            )),
+        )
+        .unwrap();
+        let app = axum::Router::new().route(
+            "/raft/vote",
+            post(move |headers: HeaderMap| {
+                let seen_tx = seen_tx.clone();
+                let reply = reply.clone();
+                async move {
+                    let _ = seen_tx.send(headers).await;
+                    (
+                        [
+                            (NODE_ID_HEADER, node_id.to_string()),
+                            (STORAGE_ID_HEADER, "impostor-storage".to_string()),
+                        ],
+                        reply,
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (address, seen_rx)
+    }
+
+    async fn vote_to(
+        target: NodeId,
+        address: &str,
+        identity: Arc<Identity>,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        let mut factory = HttpNetworkFactory::new(reqwest::Client::new(), identity);
+        let mut connection = factory.new_client(target, &BasicNode::new(address)).await;
+        connection
+            .vote(
+                VoteRequest::new(Vote::new(2, 1), None),
+                RPCOption::new(Duration::from_secs(5)),
+            )
+            .await
+    }
+
+    /// A reply from another node at the target's address is neither counted nor pinned (the
+    /// fault suite saw a manager's Raft core fail after its RPCs to a peer reached another
+    /// manager through a port taken over by a proxy).
+    #[tokio::test]
+    async fn a_reply_from_another_node_at_the_address_is_unreachable_and_not_pinned() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let identity = Arc::new(Identity::open(&db, 1).unwrap());
+        let (address, mut seen) = impostor(3).await;
+
+        let result = vote_to(2, &address, identity.clone()).await;
+        assert!(
+            matches!(result, Err(RPCError::Unreachable(_))),
+            "{result:?}"
+        );
+        assert!(identity.pins().is_empty(), "{:?}", identity.pins());
+        let headers = seen.recv().await.unwrap();
+        assert_eq!(headers[TARGET_NODE_ID_HEADER], "2");
+
+        // The same server, asked as the node it is, answers normally.
+        let result = vote_to(3, &address, identity.clone()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            identity.pins().get(&3).map(String::as_str),
+            Some("impostor-storage")
+        );
     }
 }
