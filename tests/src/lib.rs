@@ -64,12 +64,29 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A port that was free a moment ago (the OS does not reuse it at once).
+/// Ports handed to the processes a test starts come from below Linux's ephemeral range
+/// (32768-60999), so a port the OS picks later for an outgoing connection or a `:0` listener
+/// (the fault proxy) can never be one a manager is about to bind (a soak run lost a manager that
+/// way, seed 9008006).
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port below the ephemeral range that was free a moment ago, not handed out before by this
+/// process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind 127.0.0.1:0")
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..10_000 {
+        let port = rand::random_range(TEST_PORTS);
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?} after 10 000 tries");
 }
 
 /// A command for `program`, run inside network namespace `netns` when one is given (through
