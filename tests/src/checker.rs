@@ -248,33 +248,10 @@ pub fn monotonic_now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::{AdmissionEdge, AdmissionRecord};
+    use crate::executor::synthetic::{log, record};
+    use crate::executor::AdmissionEdge;
 
     use AdmissionEdge::{Start, Stop};
-
-    fn record(
-        executor: &str,
-        shard: u32,
-        epoch: u64,
-        event: AdmissionEdge,
-        t_ns: u64,
-    ) -> AdmissionRecord {
-        AdmissionRecord {
-            t_ns,
-            executor_id: executor.to_string(),
-            shard,
-            epoch,
-            event,
-            reason: "test".to_string(),
-        }
-    }
-
-    fn log(records: Vec<AdmissionRecord>, ended_at_ns: Option<u64>) -> ExecutorLog {
-        ExecutorLog {
-            records,
-            ended_at_ns,
-        }
-    }
 
     /// A realistic valid history: three executors, a join with handoffs, a lapse and resume at
     /// one epoch, a SIGKILL bounded by the reap, re-homing with epoch + 1.

@@ -432,11 +432,12 @@ pub async fn wait_for_even_split(
     .await
 }
 
+/// Builders for synthetic admission logs, shared by this module's and the checker's unit tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod synthetic {
+    use super::{AdmissionEdge, AdmissionRecord, ExecutorLog};
 
-    fn record(
+    pub(crate) fn record(
         executor: &str,
         shard: u32,
         epoch: u64,
@@ -453,12 +454,18 @@ mod tests {
         }
     }
 
-    fn log(records: Vec<AdmissionRecord>, ended_at_ns: Option<u64>) -> ExecutorLog {
+    pub(crate) fn log(records: Vec<AdmissionRecord>, ended_at_ns: Option<u64>) -> ExecutorLog {
         ExecutorLog {
             records,
             ended_at_ns,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::synthetic::{log, record};
+    use super::*;
 
     use AdmissionEdge::{Start, Stop};
 

@@ -8,7 +8,7 @@ use axum::Json;
 use leasehold_api::wire::ExecutorView;
 
 use super::executors::{refusal, unexpected, unknown_executor, validate_executor_id};
-use super::inspect::executor_view;
+use super::inspect::current_executor_view;
 use super::{ApiError, AppState};
 use crate::lease::{Command, Outcome};
 
@@ -58,14 +58,7 @@ async fn set_draining(
     match node.propose(command).await?.1 {
         Outcome::DrainingSet { changed, .. } => {
             tracing::info!(%executor_id, draining, changed, "drain flag set");
-            let now_ms = node.clock.now_ms();
-            node.state
-                .read(|applied| {
-                    let state = &applied.state;
-                    state
-                        .executor(&executor_id)
-                        .map(|executor| executor_view(state, executor, now_ms))
-                })
+            current_executor_view(node, &executor_id)
                 .map(Json)
                 // Removed between the commit and this read (reaped or deregistered).
                 .ok_or_else(|| unknown_executor(&executor_id))

@@ -31,7 +31,7 @@ use crate::lease::{Executor, LeaseState, Shard};
 /// Longest routing key accepted in a query string.
 const MAX_KEY_BYTES: usize = 1024;
 
-pub(super) fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> ExecutorView {
+fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> ExecutorView {
     ExecutorView {
         executor_id: executor.id.clone(),
         incarnation: executor.incarnation.clone(),
@@ -72,6 +72,17 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
             .map(|e| e.address.clone()),
         epoch: shard.epoch,
     }
+}
+
+/// `executor_id` as this replica's applied state has it now, if registered.
+pub(super) fn current_executor_view(node: &AppState, executor_id: &str) -> Option<ExecutorView> {
+    let now_ms = node.clock.now_ms();
+    node.state.read(|applied| {
+        let state = &applied.state;
+        state
+            .executor(executor_id)
+            .map(|executor| executor_view(state, executor, now_ms))
+    })
 }
 
 /// The whole state as `GET /v1/state` shows it, lease times on this node's clock at `now_ms`.
@@ -142,14 +153,7 @@ pub async fn executor(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Result<Json<ExecutorView>, ApiError> {
     validate_executor_id(&executor_id)?;
-    let now_ms = node.clock.now_ms();
-    node.state
-        .read(|applied| {
-            let state = &applied.state;
-            state
-                .executor(&executor_id)
-                .map(|e| executor_view(state, e, now_ms))
-        })
+    current_executor_view(&node, &executor_id)
         .map(Json)
         .ok_or_else(|| {
             ApiError::new(
