@@ -15,6 +15,14 @@ pub const MAX_INCARNATION_BYTES: usize = 128;
 pub const MAX_NAME_BYTES: usize = 256;
 /// Longest advertised base URL (register `address`, add-node `address`).
 pub const MAX_ADDRESS_BYTES: usize = 2048;
+/// Most shards a cluster can have (`shard_count` is `1..=MAX_SHARD_COUNT`). 2^20 admits the
+/// one-million-shard cluster of docs/BENCHMARKS.md (B5).
+pub const MAX_SHARD_COUNT: u32 = 1 << 20;
+/// Largest body that lists shards one entry each (renewal claims, a release, a full-set push, a
+/// revoke): one executor may hold every shard, and one entry is at most ~50 bytes of JSON
+/// (`{"shard":1048575,"epoch":18446744073709551615},`), so 64 bytes per shard leaves room for
+/// whitespace and the rest of the body. Other bodies stay far smaller.
+pub const MAX_SHARD_LIST_BODY_BYTES: usize = MAX_SHARD_COUNT as usize * 64;
 
 /// Checks an advertised base URL (a register or add-node `address`): `http` or `https`, a host,
 /// no credentials, query or fragment, and no path beyond `/`, because peers append `/v1/...` to

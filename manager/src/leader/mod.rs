@@ -2,7 +2,8 @@
 //!
 //! Each step, at least every tick (a third of the lease) and at once when something changed the
 //! membership: reap (its own write, P3.8) → complete handoffs whose old grant expired → plan and
-//! commit a rebalance (P5.1, committed before any of it is sent). Deliveries (revokes and full-set
+//! commit a rebalance (P5.1, committed before any of it is sent; a plan cut at
+//! `MAX_MOVES_PER_PLAN` is followed by another step at once). Deliveries (revokes and full-set
 //! pushes) are fanned out by [`deliver`], repaired forwards when they fail (P5.3).
 //! Time decisions live in the pure [`core`].
 
@@ -19,7 +20,7 @@ use openraft::ServerState;
 use tokio::sync::watch;
 
 use self::core::{tick_ms, Deferral, GuardEvent, LeaderCore};
-use crate::lease::{plan_rebalance, Command, Outcome};
+use crate::lease::{plan_rebalance, Command, Outcome, MAX_MOVES_PER_PLAN};
 use crate::node::{Leader, ManagerNode};
 
 /// How often the loop checks for leadership while not leading.
@@ -165,6 +166,8 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
     let Some(plan) = node.state.read(|a| plan_rebalance(&a.state, now_ms)) else {
         return;
     };
+    let capped =
+        matches!(&plan, Command::Rebalance { moves, .. } if moves.len() >= MAX_MOVES_PER_PLAN);
     match node.propose(plan).await {
         Ok((
             _,
@@ -179,8 +182,14 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
                 granted = granted.len(),
                 releasing = releasing.len(),
                 cancelled = cancelled.len(),
+                capped,
                 "rebalanced"
             );
+            if capped {
+                // The plan was cut at the cap: the rest is planned on the state this one left,
+                // at once rather than a tick later.
+                node.signals.replan.notify_one();
+            }
         }
         Ok((_, Outcome::Refused { reason })) => {
             tracing::debug!(?reason, "plan refused; replanning next step")

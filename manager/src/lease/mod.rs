@@ -31,7 +31,7 @@ mod tests;
 
 pub use command::{Command, Move, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
-pub use planner::plan_rebalance;
+pub use planner::{plan_rebalance, MAX_MOVES_PER_PLAN};
 pub use state::{
     ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,
 };
@@ -55,8 +55,9 @@ pub const MAX_TOMBSTONES: usize = 4096;
 /// Largest shard count `Init` accepts. The shard table is allocated in full at initialisation, so
 /// an absurd count in a bad request must be refused rather than exhaust memory (I6); the default
 /// is 1024 (§11). 2^20 admits the one-million-shard cluster measured in docs/BENCHMARKS.md (B5);
-/// its empty table is under 100 MB per replica, well within a manager's memory.
-pub const MAX_SHARD_COUNT: u32 = 1 << 20;
+/// its empty table is under 100 MB per replica, well within a manager's memory. The wire's body
+/// limits are sized from the same constant.
+pub const MAX_SHARD_COUNT: u32 = leasehold_api::wire::MAX_SHARD_COUNT;
 
 /// Longest incarnation, address or name accepted by `Register`, in bytes. These strings live in
 /// the replicated state and in every snapshot, so their size is bounded here as well as by the

@@ -24,16 +24,40 @@
 //!
 //! A joining executor is under quota, so it gets shards from the very next plan (P5.4): unowned
 //! ones at once, others as their owners release them.
+//!
+//! One plan is one log entry, replicated to every follower inside one AppendEntries, so a plan
+//! carries at most [`MAX_MOVES_PER_PLAN`] moves whatever the shard count: at a million shards an
+//! uncapped plan is megabytes and outlasts the replication timeout (docs/BENCHMARKS.md, B5). A
+//! capped plan takes the cheapest moves first (cancelled handoffs, then unowned grants, then
+//! retargeted handoffs, then revokes), and the leader plans again as soon as it commits: every
+//! step is a subset of the fewest-moves plan for its state, so the steps together make as many
+//! moves as one uncapped plan would and end at the same even spread.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::{Command, LeaseState, Move, ShardId};
 
-/// Plans a rebalance at `now_ms`, or `None` when the state is already balanced (or there is no
-/// live executor, or the cluster is not initialised).
+/// Most moves in one [`Command::Rebalance`]: about 120 KB of log entry (a move is a shard number
+/// and an `ex-{index}` id), which a follower receives, decodes and syncs well inside one
+/// heartbeat interval.
+pub const MAX_MOVES_PER_PLAN: usize = 8_192;
+
+/// Plans a rebalance at `now_ms` of at most [`MAX_MOVES_PER_PLAN`] moves, or `None` when the
+/// state is already balanced (or there is no live executor, or the cluster is not initialised).
+/// The leader plans again after committing one: a capped plan leaves moves for the next.
 #[must_use = "a plan does nothing until it is proposed"]
 pub fn plan_rebalance(state: &LeaseState, now_ms: u64) -> Option<Command> {
-    let moves = plan_moves(state, now_ms);
+    plan_rebalance_at_most(state, now_ms, MAX_MOVES_PER_PLAN)
+}
+
+/// [`plan_rebalance`] with the cap as a parameter, so tests can make many capped steps of a
+/// small state.
+pub(super) fn plan_rebalance_at_most(
+    state: &LeaseState,
+    now_ms: u64,
+    max_moves: usize,
+) -> Option<Command> {
+    let moves = cheapest_moves(state, plan_moves(state, now_ms), max_moves);
     if moves.is_empty() {
         return None;
     }
@@ -42,6 +66,43 @@ pub fn plan_rebalance(state: &LeaseState, now_ms: u64) -> Option<Command> {
         planned_at: state.revision(),
         moves,
     })
+}
+
+/// What a move costs the shard's availability, cheapest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum MoveCost {
+    /// A releasing shard placed back with its old owner: no revoke, no new epoch, nothing stops.
+    CancelHandoff,
+    /// An unowned shard: served as soon as the grant lands.
+    GrantUnowned,
+    /// A releasing shard given another target: its revoke is already under way.
+    Retarget,
+    /// A delivered shard: its owner stops serving it until the handoff completes (P5.2).
+    Revoke,
+}
+
+fn move_cost(state: &LeaseState, step: &Move) -> MoveCost {
+    match state.shard(step.shard) {
+        Some(entry) => match (&entry.owner, &entry.handoff) {
+            (None, _) => MoveCost::GrantUnowned,
+            (Some(owner), Some(_)) if *owner == step.to => MoveCost::CancelHandoff,
+            (Some(_), Some(_)) => MoveCost::Retarget,
+            (Some(_), None) => MoveCost::Revoke,
+        },
+        // `plan_moves` only names shards of the state.
+        None => MoveCost::Revoke,
+    }
+}
+
+/// The `max_moves` cheapest moves of a plan (ties by shard), ascending by shard.
+fn cheapest_moves(state: &LeaseState, mut moves: Vec<Move>, max_moves: usize) -> Vec<Move> {
+    if moves.len() <= max_moves {
+        return moves;
+    }
+    moves.sort_by_cached_key(|step| (move_cost(state, step), step.shard));
+    moves.truncate(max_moves);
+    moves.sort_by_key(|step| step.shard);
+    moves
 }
 
 /// What one live executor holds prospectively.
@@ -72,12 +133,12 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
     if live.is_empty() {
         return Vec::new();
     }
-    let mut pool: BTreeSet<ShardId> = BTreeSet::new();
+    // A vector, sorted once below: at a million shards this is most of a plan's cost, and a
+    // shard enters the pool at most once (from the scan, or as its live holder's excess).
+    let mut pool: Vec<ShardId> = Vec::new();
     for shard in state.shards() {
         match (&shard.owner, &shard.handoff) {
-            (None, _) => {
-                pool.insert(shard.id);
-            }
+            (None, _) => pool.push(shard.id),
             (Some(owner), None) => {
                 if let Some(holdings) = live.get_mut(owner.as_str()) {
                     holdings.delivered.push(shard.id);
@@ -86,7 +147,7 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
                     .is_some_and(|executor| executor.draining && !executor.lease_lapsed(now_ms))
                 {
                     // A live draining owner hands its shards on.
-                    pool.insert(shard.id);
+                    pool.push(shard.id);
                 }
                 // A lapsed owner keeps its shards until it is reaped: not distributable.
             }
@@ -97,9 +158,7 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
                     .and_then(|target| live.get_mut(target))
                 {
                     Some(holdings) => holdings.incoming.push(shard.id),
-                    None => {
-                        pool.insert(shard.id);
-                    }
+                    None => pool.push(shard.id),
                 }
             }
         }
@@ -130,6 +189,7 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
         pool.extend(keep_order.skip(quota).copied());
         deficits.insert(executor_id, quota.saturating_sub(holdings.load()));
     }
+    pool.sort_unstable();
 
     let mut moves = Vec::with_capacity(pool.len());
     let mut unplaced = Vec::with_capacity(pool.len());

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::super::planner::plan_moves;
-use super::super::{plan_rebalance, Command, ExecutorId, LeaseState, Move, Outcome, ShardId};
+use super::super::planner::{plan_moves, plan_rebalance_at_most};
+use super::super::{
+    plan_rebalance, Command, ExecutorId, LeaseState, Move, Outcome, ShardId, MAX_MOVES_PER_PLAN,
+};
 use super::{Harness, LEASE_MS};
 
 /// The instant plans are made at in these tests: after every initial lease (60 s) has lapsed, so
@@ -379,6 +381,113 @@ fn p5_4_plan_is_deterministic() {
     assert_eq!(plan, plan_rebalance(&first.state, PLAN_AT_MS));
 }
 
+/// The moves of a (possibly capped) plan.
+fn moves_of(plan: &Command) -> &[Move] {
+    match plan {
+        Command::Rebalance { moves, .. } => moves,
+        other => panic!("not a plan: {other:?}"),
+    }
+}
+
+/// Plans and applies capped steps until nothing is left to plan; returns each step's move count.
+fn plan_in_steps(harness: &mut Harness, max_moves: usize) -> Vec<usize> {
+    let mut steps = Vec::new();
+    while let Some(plan) = plan_rebalance_at_most(&harness.state, PLAN_AT_MS, max_moves) {
+        steps.push(moves_of(&plan).len());
+        let outcome = harness.apply(plan);
+        assert!(
+            outcome.refusal().is_none(),
+            "step {}: {outcome:?}",
+            steps.len()
+        );
+        let shard_count = harness.state.shards().len();
+        assert!(steps.len() <= shard_count + 1, "no convergence: {steps:?}");
+    }
+    steps
+}
+
+#[test]
+fn p5_4_a_capped_plan_takes_the_cheapest_moves_first() {
+    // 12 shards: A owns 0..8 with shard 7 releasing to B, 8..12 are unowned; B and C are live and
+    // hold nothing else. Quotas are 4 each, so the plan grants the four unowned shards and
+    // revokes three more of A's. Capped at 4, the first step is the four grants: nobody stops
+    // serving anything for them.
+    let layout = Layout {
+        shard_count: 12,
+        owners: owned_by(
+            &(0..8).map(|shard| (shard, Some(0))).collect::<Vec<_>>(),
+            12,
+        ),
+        targets: owned_by(&[(7, Some(1))], 12),
+        lapsed: vec![false, false, false],
+    };
+    let (mut harness, _) = build(&layout);
+    let uncapped = plan_moves(&harness.state, PLAN_AT_MS);
+    assert!(uncapped.len() > 4, "{uncapped:?}");
+    let first = plan_rebalance_at_most(&harness.state, PLAN_AT_MS, 4).expect("a plan");
+    let shards: Vec<ShardId> = moves_of(&first).iter().map(|m| m.shard).collect();
+    assert_eq!(shards, vec![8, 9, 10, 11]);
+    let Outcome::Rebalanced {
+        granted, releasing, ..
+    } = harness.apply(first)
+    else {
+        panic!("first step refused");
+    };
+    assert_eq!((granted.len(), releasing.len()), (4, 0));
+    // The rest follows in further steps and adds up to the uncapped plan.
+    let rest = plan_in_steps(&mut harness, 4);
+    assert_eq!(4 + rest.iter().sum::<usize>(), uncapped.len(), "{rest:?}");
+    assert!(spread(&prospective_loads(&harness.state, PLAN_AT_MS)) <= 1);
+}
+
+#[test]
+fn p5_4_a_cancelled_handoff_comes_before_a_grant_when_capped() {
+    // A owns 0..4 with 2 and 3 releasing to B, who has lapsed; shards 4 and 5 are unowned; C is
+    // live. Quotas 3/3: A takes 2 back (its handoff cancelled), 3 is retargeted to C, and C is
+    // granted 4 and 5. Capped at 2: the cancellation, then the lowest grant; the retarget waits.
+    let layout = Layout {
+        shard_count: 6,
+        owners: owned_by(&[(0, Some(0)), (1, Some(0)), (2, Some(0)), (3, Some(0))], 6),
+        targets: owned_by(&[(2, Some(1)), (3, Some(1))], 6),
+        lapsed: vec![false, true, false],
+    };
+    let (harness, ids) = build(&layout);
+    assert_eq!(plan_moves(&harness.state, PLAN_AT_MS).len(), 4);
+    let first = plan_rebalance_at_most(&harness.state, PLAN_AT_MS, 2).expect("a plan");
+    let expected = vec![
+        Move {
+            shard: 2,
+            to: ids[0].clone(),
+        },
+        Move {
+            shard: 4,
+            to: ids[2].clone(),
+        },
+    ];
+    assert_eq!(moves_of(&first), expected.as_slice());
+}
+
+#[test]
+fn p5_4_plans_are_capped_at_max_moves_per_plan() {
+    let shard_count = u32::try_from(MAX_MOVES_PER_PLAN * 2 + 5).unwrap_or(u32::MAX);
+    let mut harness = Harness::initialised(shard_count, LEASE_MS);
+    harness.register(0, "a");
+    let steps = plan_in_steps_at(&mut harness, 0);
+    assert_eq!(steps, vec![MAX_MOVES_PER_PLAN, MAX_MOVES_PER_PLAN, 5]);
+}
+
+/// [`plan_in_steps`] with the production cap, through `plan_rebalance`, at `now_ms`.
+fn plan_in_steps_at(harness: &mut Harness, now_ms: u64) -> Vec<usize> {
+    let mut steps = Vec::new();
+    while let Some(plan) = plan_rebalance(&harness.state, now_ms) {
+        steps.push(moves_of(&plan).len());
+        let outcome = harness.apply(plan);
+        assert!(outcome.refusal().is_none(), "{outcome:?}");
+        assert!(steps.len() < 10, "no convergence: {steps:?}");
+    }
+    steps
+}
+
 fn layouts() -> impl Strategy<Value = Layout> {
     (1usize..=6, 1u32..=24).prop_flat_map(|(executors, shard_count)| {
         let shards = usize::try_from(shard_count).unwrap_or(0);
@@ -441,6 +550,39 @@ proptest! {
         acknowledge_all(&mut harness);
         let loads_settled = prospective_loads(&harness.state, PLAN_AT_MS);
         prop_assert_eq!(&loads_settled, &loads_after);
+        prop_assert_eq!(plan_rebalance(&harness.state, PLAN_AT_MS), None);
+    }
+
+    /// P5.4 under the per-entry cap: planning and applying capped steps (each at most the cap,
+    /// each accepted) ends at the even spread with exactly the brute-force minimum of moves in
+    /// total, leaves what a lapsed owner keeps alone, and is stable.
+    #[test]
+    fn p5_4_capped_steps_reach_the_even_spread_with_the_fewest_moves_in_total(
+        layout in layouts(),
+        max_moves in 1usize..=4,
+    ) {
+        let (mut harness, _) = build(&layout);
+        let loads_before = prospective_loads(&harness.state, PLAN_AT_MS);
+        if loads_before.is_empty() {
+            return Ok(());
+        }
+        let pinned = pinned_shards(&harness.state, PLAN_AT_MS);
+        let before = harness.state.clone();
+        let distributable = usize::try_from(layout.shard_count).unwrap_or(0) - pinned.len();
+        let loads: Vec<usize> = loads_before.values().copied().collect();
+        let steps = plan_in_steps(&mut harness, max_moves);
+        prop_assert!(steps.iter().all(|&n| n >= 1 && n <= max_moves), "{:?}", steps);
+        prop_assert_eq!(
+            steps.iter().sum::<usize>(),
+            fewest_moves_by_brute_force(&loads, distributable),
+            "steps {:?}", steps
+        );
+        for shard in &pinned {
+            prop_assert_eq!(harness.state.shard(*shard), before.shard(*shard));
+        }
+        let loads_after = prospective_loads(&harness.state, PLAN_AT_MS);
+        prop_assert!(spread(&loads_after) <= 1, "{:?}", loads_after);
+        prop_assert_eq!(loads_after.values().sum::<usize>(), distributable);
         prop_assert_eq!(plan_rebalance(&harness.state, PLAN_AT_MS), None);
     }
 }
