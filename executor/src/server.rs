@@ -33,9 +33,9 @@ use crate::runtime::{ExecutorStatus, Shared};
 
 pub use leasehold_api::http::{ApiJson, HttpError};
 
-/// Largest request body: a full set of the manager's maximum 65 536 shards is about 2 MiB of
-/// JSON.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// Largest request body: a push or revoke may list every shard of the largest cluster, since one
+/// executor may hold them all. Routes an embedder merges in get the same bound.
+pub const MAX_BODY_BYTES: usize = leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
 
 /// Bound on one request. Pushes and revokes are applied in memory (and the admission log
 /// line is flushed), so anything near this is a stuck handler; the manager's own delivery bound

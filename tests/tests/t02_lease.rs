@@ -297,3 +297,56 @@ async fn p6_1_the_whole_cluster_stopped_longer_than_the_lease_evicts_nobody_who_
     assert_eq!(b.held(), held_b);
     assert_exclusive(&[&a, &b]);
 }
+
+/// P5.4 at scale: a plan of more moves than one entry carries (`MAX_MOVES_PER_PLAN`, 8 192) is
+/// committed as several entries, each followed at once by the next rather than a leader tick
+/// later; and a renewal claiming all 50 000 shards (about 1.3 MB of JSON, above the 1 MiB bound
+/// of bodies that do not list shards) is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p5_4_a_plan_above_the_per_entry_cap_is_committed_in_steps_without_waiting_for_a_tick() {
+    const MANY_SHARDS: u32 = 50_000;
+    // A tick is a third of the lease: 20 s, so a second step that waited for one would come
+    // after the bound below.
+    const LONG_LEASE_MS: u64 = 60_000;
+    const STEPS_BOUND: Duration = Duration::from_secs(15);
+    const RENEWAL_BOUND: Duration = Duration::from_secs(60);
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        lease: format!("{LONG_LEASE_MS}ms"),
+        shard_count: MANY_SHARDS,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let executor = FakeExecutor::start(cluster.urls(), "only").await;
+    let executor_ref = &executor;
+    poll_until(
+        "the only executor to hold every shard, granted in capped steps",
+        STEPS_BOUND,
+        || async move {
+            let held = executor_ref.held().len();
+            (held == MANY_SHARDS as usize)
+                .then_some(())
+                .ok_or(format!("holds {held}"))
+        },
+    )
+    .await;
+    let state = state(&cluster).await.expect("state");
+    assert!(state
+        .shards
+        .iter()
+        .all(|s| s.owner.as_deref() == Some(executor.executor_id.as_str()) && s.handoff.is_none()));
+    // Its renewal a third into the lease claims all of them (P4.2).
+    let granted_until = executor.lease_expiry();
+    poll_until(
+        "a renewal claiming every shard to be accepted",
+        RENEWAL_BOUND,
+        || async move {
+            (executor_ref.lease_expiry() > granted_until)
+                .then_some(())
+                .ok_or("lease not extended yet".to_string())
+        },
+    )
+    .await;
+    assert_eq!(executor.held().len(), MANY_SHARDS as usize);
+    assert_exclusive(&[&executor]);
+}

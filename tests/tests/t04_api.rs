@@ -40,6 +40,14 @@ fn post(path: &str, body: Value) -> RawRequest {
     RawRequest::new(Method::POST, path).json(body.to_string())
 }
 
+/// `body` followed by 3 MiB of whitespace: above the 1 MiB bound of bodies that do not list
+/// shards, far below the bound of those that do.
+fn padded(body: Value) -> Vec<u8> {
+    let mut bytes = body.to_string().into_bytes();
+    bytes.extend(std::iter::repeat_n(b' ', 3 << 20));
+    bytes
+}
+
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
@@ -164,6 +172,22 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             post(
                 &renew,
                 json!({"claims": [{"shard": SHARDS, "epoch": 1}], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "claim shard = shard count, in a 3 MiB body (read: claims may list every shard)",
+            RawRequest::new(Method::POST, &renew).body(
+                Some("application/json"),
+                padded(json!({"claims": [{"shard": SHARDS, "epoch": 1}], "revision": 1})),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "release shard = shard count, in a 3 MiB body",
+            RawRequest::new(Method::POST, &release).body(
+                Some("application/json"),
+                padded(json!({"shards": [SHARDS], "revoke_revision": 1})),
             ),
             InvalidRequest,
         ),
@@ -482,8 +506,10 @@ async fn i6_executor_rejections_are_problem_json_and_change_nothing() {
         ),
         case(
             "oversized body",
-            RawRequest::new(Method::PUT, "/v1/assignment")
-                .body(Some("application/json"), vec![b' '; 5 << 20]),
+            RawRequest::new(Method::PUT, "/v1/assignment").body(
+                Some("application/json"),
+                vec![b' '; leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES + 1],
+            ),
             PayloadTooLarge,
         ),
         case(
@@ -550,9 +576,9 @@ async fn i6_executor_rejections_are_problem_json_and_change_nothing() {
             MethodNotAllowed,
         ),
     ];
-    // A push near the size of a full 65 536-shard set (about 2 MiB, above axum's default
-    // limit) is within the executor's limit: this one is stale (revision 0), so it is accepted
-    // and ignored (P4.1), changing nothing.
+    // A push larger than axum's default limit (a full set of the largest cluster is tens of MiB)
+    // is within the executor's limit: this one is stale (revision 0), so it is accepted and
+    // ignored (P4.1), changing nothing.
     let mut large =
         json!({"executor_id": executor_id, "revision": 0, "shard_count": SHARDS, "shards": []})
             .to_string()

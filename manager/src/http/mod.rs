@@ -36,8 +36,10 @@ use crate::node::{Leader, ManagerNode, ReadBarrierError};
 
 /// Marks a request forwarded by a follower, so it is never forwarded twice.
 pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
-/// Largest public API request body.
+/// Largest public API request body, but for the routes that list shards.
 pub const MAX_API_BODY_BYTES: usize = 1 << 20;
+/// Largest renew or release body: claims for every shard of the largest cluster.
+pub const MAX_SHARD_LIST_BODY_BYTES: usize = leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
 /// Largest Raft RPC body: an append batch or one snapshot chunk, with room to spare.
 pub const MAX_RAFT_BODY_BYTES: usize = 64 << 20;
 /// Bound on one forwarded request, including the leader's commit.
@@ -53,13 +55,26 @@ pub type AppState = Arc<ManagerNode>;
 
 pub fn router(node: AppState) -> Router {
     let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
-    let leader_writes = Router::new()
-        .route("/v1/executors", post(executors::register))
+    let body_limit =
+        |max_bytes: usize| middleware::from_fn_with_state(BodyLimit { max_bytes }, limit_body);
+    // Renewal claims and releases list shards, and one executor may hold every shard: their
+    // bound comes from the largest shard count, not from the other bodies' 1 MiB.
+    let shard_list_writes = Router::new()
         .route("/v1/executors/{executor_id}/renew", post(executors::renew))
         .route(
             "/v1/executors/{executor_id}/release",
             post(executors::release),
         )
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            route_to_leader,
+        ))
+        .route_layer(timeout(REQUEST_TIMEOUT))
+        .route_layer(DefaultBodyLimit::disable())
+        .route_layer(body_limit(MAX_SHARD_LIST_BODY_BYTES));
+
+    let leader_writes = Router::new()
+        .route("/v1/executors", post(executors::register))
         .route(
             "/v1/executors/{executor_id}",
             axum::routing::delete(executors::deregister),
@@ -123,12 +138,8 @@ pub fn router(node: AppState) -> Router {
         .merge(local)
         .merge(watch)
         .merge(local_admin)
-        .layer(middleware::from_fn_with_state(
-            BodyLimit {
-                max_bytes: MAX_API_BODY_BYTES,
-            },
-            limit_body,
-        ));
+        .route_layer(body_limit(MAX_API_BODY_BYTES))
+        .merge(shard_list_writes);
 
     let raft = Router::new()
         .route("/raft/append", post(raft_rpc::append))
@@ -213,7 +224,8 @@ async fn forward_or_refuse(node: &ManagerNode, leader: Leader, request: Request)
 /// Relays `request` to the leader and its reply back unchanged.
 async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_API_BODY_BYTES).await {
+    // The route's own limit has bounded the body already; this is the largest of them.
+    let body = match axum::body::to_bytes(body, MAX_SHARD_LIST_BODY_BYTES).await {
         Ok(bytes) => bytes,
         Err(_) => {
             return ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
