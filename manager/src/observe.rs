@@ -13,6 +13,11 @@ use crate::node::{Leader, ManagerNode};
 
 /// How often unpinned peers are asked for their storage identity.
 const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// Least time between two passes of [`follow_raft`]. Raft publishes new metrics on every append,
+/// commit and apply; cloning them and setting every gauge each time cost ~8 % of a busy leader's
+/// CPU (docs/BENCHMARKS.md). Nothing here needs to be quicker than this: a scrape is seconds
+/// apart, the lease configuration is written once per term, pins change with membership.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Follows Raft metrics until shutdown: gauges, clock anchoring, pins of departed members, and
 /// making sure the replicated lease configuration matches this leader's flags.
@@ -39,6 +44,11 @@ pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<b
         }
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        // Changes in the meantime are coalesced: the next pass reads the latest.
+        tokio::select! {
+            _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
             _ = shutdown.changed() => return,
         }
     }
