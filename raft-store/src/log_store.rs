@@ -5,6 +5,11 @@
 //! the entries. With group commit on, `append` only queues its callback for a flusher task: every
 //! append that arrives while a flush is in progress shares the next one, so the Raft core never
 //! waits for an fsync per entry.
+//!
+//! A purge makes its point durable and returns; the entries behind it are deleted by a blocking
+//! task (one at a time) while the Raft core goes on: deleting a few thousand entries took the
+//! core 20–45 ms per snapshot, long enough to show in renewal p99 (docs/BENCHMARKS.md, B1).
+//! Reads never return an entry at or below the purge point, deleted yet or not.
 
 use std::fmt::Debug;
 use std::io;
@@ -78,6 +83,11 @@ pub struct SledLogStore<C> {
     meta: sled::Tree,
     flusher: Option<mpsc::Sender<OnDurable>>,
     stats: Arc<LogStoreStats>,
+    /// Lowest index reads may return: one past the last purged index (0 before any purge).
+    readable_from: Arc<AtomicU64>,
+    /// The deletion behind the last purge, still running or finished; the next purge waits for
+    /// it, so at most one runs.
+    deletion: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     _config: PhantomData<C>,
 }
 
@@ -89,6 +99,8 @@ impl<C> Clone for SledLogStore<C> {
             meta: self.meta.clone(),
             flusher: self.flusher.clone(),
             stats: self.stats.clone(),
+            readable_from: self.readable_from.clone(),
+            deletion: self.deletion.clone(),
             _config: PhantomData,
         }
     }
@@ -137,6 +149,8 @@ where
             meta,
             flusher,
             stats,
+            readable_from: Arc::new(AtomicU64::new(0)),
+            deletion: Arc::new(tokio::sync::Mutex::new(None)),
             _config: PhantomData,
         };
         store.remove_entries_left_by_interrupted_purge()?;
@@ -151,6 +165,8 @@ where
     /// entries at or below it, which nothing may read any more.
     fn remove_entries_left_by_interrupted_purge(&self) -> Result<(), StoreError> {
         if let Some(last_purged) = self.read_meta::<LogId<C::NodeId>>(KEY_LAST_PURGED)? {
+            self.readable_from
+                .store(last_purged.index.saturating_add(1), Ordering::Release);
             self.remove_range(..=last_purged.index)?;
         }
         Ok(())
@@ -169,12 +185,7 @@ where
     }
 
     fn remove_range<R: RangeBounds<u64>>(&self, range: R) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for key in self.log.range(key_range(&range)) {
-            batch.remove(key?.0);
-        }
-        self.log.apply_batch(batch)?;
-        Ok(())
+        remove_log_range(&self.log, range)
     }
 
     fn last_entry_log_id(&self) -> Result<Option<LogId<C::NodeId>>, StoreError> {
@@ -186,6 +197,23 @@ where
 
     /// Reads the entries whose index is in `range`, in order.
     pub fn read_entries<R: RangeBounds<u64>>(&self, range: R) -> Result<Vec<Entry<C>>, StoreError> {
+        let readable_from = self.readable_from.load(Ordering::Acquire);
+        let start = match range.start_bound() {
+            Bound::Included(&index) => Bound::Included(index.max(readable_from)),
+            Bound::Excluded(&index) if index >= readable_from => Bound::Excluded(index),
+            Bound::Excluded(_) | Bound::Unbounded => Bound::Included(readable_from),
+        };
+        let end = range.end_bound().cloned();
+        let empty = match (start, end) {
+            (Bound::Included(from), Bound::Included(to)) => from > to,
+            (Bound::Included(from) | Bound::Excluded(from), Bound::Excluded(to))
+            | (Bound::Excluded(from), Bound::Included(to)) => from >= to,
+            _ => false,
+        };
+        if empty {
+            return Ok(Vec::new());
+        }
+        let range = (start, end);
         self.log
             .range(key_range(&range))
             .map(|item| {
@@ -258,6 +286,15 @@ fn meta_name(key: &[u8]) -> &'static str {
         KEY_LAST_PURGED => "last purged log id",
         _ => "log metadata",
     }
+}
+
+fn remove_log_range<R: RangeBounds<u64>>(log: &sled::Tree, range: R) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    for key in log.range(key_range(&range)).keys() {
+        batch.remove(key?);
+    }
+    log.apply_batch(batch)?;
+    Ok(())
 }
 
 fn key_range<R: RangeBounds<u64>>(range: &R) -> (Bound<[u8; 8]>, Bound<[u8; 8]>) {
@@ -406,7 +443,21 @@ where
             // that the log state does not account for.
             self.write_meta(KEY_LAST_PURGED, &log_id)?;
             flush(&self.db).await?;
-            self.remove_range(..=log_id.index)?;
+            self.readable_from
+                .fetch_max(log_id.index.saturating_add(1), Ordering::AcqRel);
+            let mut deletion = self.deletion.lock().await;
+            if let Some(previous) = deletion.take() {
+                // Normally long finished: purges are a snapshot interval apart.
+                let _ = previous.await;
+            }
+            let log = self.log.clone();
+            let upto = log_id.index;
+            *deletion = Some(tokio::task::spawn_blocking(move || {
+                // Left behind on failure: the next purge's range or the next start covers it.
+                if let Err(error) = remove_log_range(&log, ..=upto) {
+                    tracing::warn!(%error, upto, "deleting purged log entries");
+                }
+            }));
             Ok::<_, StoreError>(())
         };
         result
