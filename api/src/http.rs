@@ -18,7 +18,7 @@
 use std::any::Any;
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, HttpBody};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
@@ -178,8 +178,42 @@ where
     type Rejection = HttpError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
-        Ok(Self(value))
+        if !json_content_type(request.headers()) {
+            // axum's extractor refuses it (415), worded as every other refusal.
+            let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
+            return Ok(Self(value));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| HttpError::from(JsonRejection::BytesRejection(rejection)))?;
+        // serde_json alone first: axum's parser tracks the path of every element for its error
+        // message, which was a third of the CPU of a 1 024-claim renewal (docs/BENCHMARKS.md,
+        // B2). Only a body that fails is parsed again, by axum, for that message.
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(Self(value)),
+            Err(_) => {
+                let axum::Json(value) = axum::Json::<T>::from_bytes(&bytes)?;
+                Ok(Self(value))
+            }
+        }
+    }
+}
+
+/// `application/json` or `application/<anything>+json`, parameters aside: what axum's `Json`
+/// accepts.
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match essence.split_once('/') {
+        Some(("application", subtype)) => subtype == "json" || subtype.ends_with("+json"),
+        _ => false,
     }
 }
 
@@ -488,6 +522,50 @@ mod tests {
             .body(Body::empty())
             .unwrap();
         assert_eq!(call(read).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn json_bodies_are_taken_with_any_json_content_type_and_refused_otherwise() {
+        let with_type = |content_type: Option<&str>| {
+            let mut request = Request::post("/write");
+            if let Some(content_type) = content_type {
+                request = request.header(CONTENT_TYPE, content_type);
+            }
+            request.body(Body::from(r#"{"n": 1}"#)).unwrap()
+        };
+        for accepted in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/problem+json",
+        ] {
+            assert_eq!(
+                call(with_type(Some(accepted))).await.0,
+                StatusCode::NO_CONTENT,
+                "{accepted}"
+            );
+        }
+        for refused in [
+            Some("text/plain"),
+            Some("application/jsonl"),
+            Some("text/json"),
+            None,
+        ] {
+            expect(with_type(refused), ErrorCode::UnsupportedMediaType).await;
+        }
+    }
+
+    /// The fast path parses with serde_json alone; a body it refuses is parsed again by axum, so
+    /// the detail still names the field at fault.
+    #[tokio::test]
+    async fn a_refused_body_names_the_field_at_fault() {
+        let (_, response) = call(post_json(r#"{"n": "1"}"#)).await;
+        let problem = problem_of(response).await;
+        assert!(
+            problem.detail.contains("n: invalid type"),
+            "{}",
+            problem.detail
+        );
     }
 
     #[tokio::test]
