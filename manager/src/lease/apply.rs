@@ -310,16 +310,16 @@ impl LeaseState {
     ) -> Outcome {
         let prior_revision = self.revision;
         // Mismatch is judged against the set recorded before this entry (P4.2), i.e. against
-        // what the pushes so far should have delivered.
+        // what the pushes so far should have delivered. Both sides as sorted, deduplicated
+        // vectors (the recorded set already is one; claims arrive sorted from our executor, so
+        // sorting them is a linear pass): set semantics without building sets per renewal.
         let mismatches: Vec<bool> = renewals
             .iter()
             .map(|renewal| {
-                let claimed: BTreeSet<(ShardId, Epoch)> = renewal.claims.iter().copied().collect();
-                let recorded: BTreeSet<(ShardId, Epoch)> = self
-                    .delivered_set(&renewal.executor_id)
-                    .into_iter()
-                    .collect();
-                claimed != recorded
+                let mut claimed: Vec<(ShardId, Epoch)> = renewal.claims.clone();
+                claimed.sort_unstable();
+                claimed.dedup();
+                claimed != self.delivered_set(&renewal.executor_id)
             })
             .collect();
         let mut effects = EffectsBuilder::default();
@@ -378,12 +378,13 @@ impl LeaseState {
         let Some(executor) = self.executors.get(&renewal.executor_id) else {
             return Vec::new();
         };
-        let claimed: BTreeSet<ShardId> = renewal.claims.iter().map(|&(shard, _)| shard).collect();
+        let mut claimed: Vec<ShardId> = renewal.claims.iter().map(|&(shard, _)| shard).collect();
+        claimed.sort_unstable();
         executor
             .owned_shards
             .iter()
             .copied()
-            .filter(|shard| !claimed.contains(shard))
+            .filter(|shard| claimed.binary_search(shard).is_err())
             .filter(|&shard| {
                 self.shard(shard)
                     .and_then(|entry| entry.handoff.as_ref())
