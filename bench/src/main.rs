@@ -132,7 +132,7 @@ enum Scenario {
     },
     /// The short version CI runs: seconds per system, small N, a short soak.
     Smoke {
-        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
         soak: Duration,
     },
 }

@@ -470,6 +470,8 @@ pub struct EtcdCluster {
     dir: PathBuf,
     initial_cluster: String,
     members: Vec<EtcdMember>,
+    /// More flags for every member (e.g. auto-compaction for the soak).
+    extra_args: Vec<String>,
 }
 
 impl EtcdCluster {
@@ -499,6 +501,11 @@ impl EtcdCluster {
     }
 
     pub fn start(binary: &Path, dir: &Path) -> Result<Self> {
+        Self::start_with(binary, dir, Vec::new())
+    }
+
+    /// [`EtcdCluster::start`] with `extra_args` on every member.
+    pub fn start_with(binary: &Path, dir: &Path, extra_args: Vec<String>) -> Result<Self> {
         let mut members = Vec::new();
         for index in 1..=3 {
             members.push(EtcdMember {
@@ -520,6 +527,7 @@ impl EtcdCluster {
             dir: dir.to_path_buf(),
             initial_cluster,
             members,
+            extra_args,
         };
         for index in 0..3 {
             cluster.spawn(index)?;
@@ -555,7 +563,8 @@ impl EtcdCluster {
             .arg("--initial-cluster-token")
             .arg("leasehold-bench")
             .arg("--logger")
-            .arg("zap");
+            .arg("zap")
+            .args(&self.extra_args);
         let log = self
             .dir
             .join(format!("{}-{}.log", member.name, member.starts));
@@ -569,6 +578,44 @@ impl EtcdCluster {
             .iter()
             .map(|m| format!("http://127.0.0.1:{}", m.client_port))
             .collect()
+    }
+
+    /// Every member's data directory, in member order.
+    pub fn data_dirs(&self) -> Vec<PathBuf> {
+        self.members.iter().map(|m| m.data_dir.clone()).collect()
+    }
+
+    /// The bytes `etcdctl snapshot save` would write, streamed from member `index`.
+    pub async fn snapshot_bytes(&self, index: usize) -> Result<u64> {
+        let url = self
+            .client_urls()
+            .get(index)
+            .cloned()
+            .ok_or_else(|| anyhow!("no etcd member {index}"))?;
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(600));
+        let mut client = etcd_client::Client::connect([url.as_str()], Some(options)).await?;
+        let mut stream = client.snapshot().await?;
+        let mut bytes = 0u64;
+        while let Some(chunk) = stream.message().await? {
+            bytes += u64::try_from(chunk.blob().len())?;
+        }
+        Ok(bytes)
+    }
+
+    /// The raft index member `index` reports.
+    pub async fn raft_index(&self, index: usize) -> Result<u64> {
+        let url = self
+            .client_urls()
+            .get(index)
+            .cloned()
+            .ok_or_else(|| anyhow!("no etcd member {index}"))?;
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_timeout(Duration::from_secs(2));
+        let mut client = etcd_client::Client::connect([url.as_str()], Some(options)).await?;
+        Ok(client.status().await?.raft_index())
     }
 
     pub fn kill(&mut self, index: usize) {

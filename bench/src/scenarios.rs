@@ -833,6 +833,17 @@ pub struct B6 {
     pub manager_args: Vec<String>,
 }
 
+/// etcd's flags in the soak: revisions compacted every five minutes, as Kubernetes' API server
+/// does. Without compaction etcd keeps every put's revision and its database only grows.
+const ETCD_SOAK_ARGS: [&str; 4] = [
+    "--auto-compaction-mode",
+    "periodic",
+    "--auto-compaction-retention",
+    "5m",
+];
+
+/// Both systems side by side for the whole soak: a Leasehold fleet renewing and an etcd (a)
+/// fleet putting the same claims at the same rate, on the same two cores at the same time.
 pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let load = load_average();
     let mut options = LeaseholdOptions::defaults(args.shards);
@@ -841,23 +852,67 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let fleet =
         Arc::new(LeaseholdFleet::start(cluster.urls(), args.executors, executor_client()).await?);
     settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
+    let etcd = match env.etcd_or_skip("B6") {
+        Some(binary) => {
+            let mut etcd = EtcdCluster::start_with(
+                binary,
+                &env.dir("b6-etcd")?,
+                ETCD_SOAK_ARGS.map(String::from).to_vec(),
+            )?;
+            etcd.wait_for_leader(FORM_BOUND).await?;
+            let clients = etcd_clients(&etcd.client_urls(), 4, Duration::from_secs(5)).await?;
+            let value = claims_payload(per_holder_shards(args.shards, args.executors));
+            let holders = Arc::new(
+                EtcdPutFleet::start(clients, args.executors, PUT_LEASE_TTL_S, value).await?,
+            );
+            Some((etcd, holders))
+        }
+        None => None,
+    };
     let load_task = tokio::spawn(drive::open_loop(
         fleet.clone(),
         args.rate_per_s,
         Duration::ZERO,
         args.duration,
     ));
+    let etcd_task = etcd.as_ref().map(|(_, holders)| {
+        tokio::spawn(drive::open_loop(
+            holders.clone(),
+            args.rate_per_s,
+            Duration::ZERO,
+            args.duration,
+        ))
+    });
     let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
-    let mut series = Table::new(&["B6", "elapsed", "data dir per manager", "last log index"]);
+    let mut series = Table::new(&[
+        "B6",
+        "elapsed",
+        "Leasehold data dir per manager",
+        "Leasehold last log index",
+        "etcd data dir per member",
+        "etcd raft index",
+    ]);
+    let sizes_of = |dirs: &[PathBuf]| -> Vec<u64> { dirs.iter().map(|d| dir_bytes(d)).collect() };
+    let joined = |sizes: &[u64]| {
+        sizes
+            .iter()
+            .map(|&b| fmt_bytes(b))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
     let started = Instant::now();
     let mut largest = 0u64;
+    let mut etcd_largest = 0u64;
     let mut index_at_start = None;
+    let mut etcd_index_at_start = None;
+    let mut etcd_index = 0;
     loop {
         let elapsed = started.elapsed();
-        let sizes: Vec<u64> = ids
+        let dirs: Vec<PathBuf> = ids
             .iter()
-            .filter_map(|&id| cluster.data_dir(id).map(dir_bytes))
+            .filter_map(|&id| cluster.data_dir(id).map(|dir| dir.to_path_buf()))
             .collect();
+        let sizes = sizes_of(&dirs);
         largest = largest.max(sizes.iter().copied().max().unwrap_or(0));
         let last_log = cluster
             .cluster_info(ids[0])
@@ -866,15 +921,23 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
             .and_then(|i| i.last_log_index)
             .unwrap_or(0);
         index_at_start.get_or_insert(last_log);
+        let (etcd_sizes, etcd_index_cell) = match &etcd {
+            Some((etcd, _)) => {
+                let sizes = sizes_of(&etcd.data_dirs());
+                etcd_largest = etcd_largest.max(sizes.iter().copied().max().unwrap_or(0));
+                etcd_index = etcd.raft_index(0).await.unwrap_or(etcd_index);
+                etcd_index_at_start.get_or_insert(etcd_index);
+                (joined(&sizes), etcd_index.to_string())
+            }
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         series.row(vec![
             "B6".into(),
             format!("{:.0} s", elapsed.as_secs_f64()),
-            sizes
-                .iter()
-                .map(|&b| fmt_bytes(b))
-                .collect::<Vec<_>>()
-                .join(" / "),
+            joined(&sizes),
             last_log.to_string(),
+            etcd_sizes,
+            etcd_index_cell,
         ]);
         if elapsed >= args.duration {
             break;
@@ -882,6 +945,10 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
         tokio::time::sleep(args.sample_every.min(args.duration.saturating_sub(elapsed))).await;
     }
     let step = load_task.await?;
+    let etcd_step = match etcd_task {
+        Some(task) => Some(task.await?),
+        None => None,
+    };
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     let follower = ids
         .iter()
@@ -898,6 +965,7 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let (snapshot, _) = snapshot_size_and_restart(&mut cluster, follower).await?;
     let mut summary = Table::new(&[
         "B6",
+        "system",
         "duration",
         "executors",
         "renewals/s offered / done",
@@ -909,23 +977,39 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
         "largest ÷ snapshot",
         "load avg",
     ]);
-    summary.row(vec![
-        "B6".into(),
-        humantime::format_duration(args.duration).to_string(),
-        args.executors.to_string(),
-        format!(
-            "{} / {}",
-            fmt_rate(step.offered_per_s),
-            fmt_rate(step.achieved_per_s)
-        ),
-        format!("{} / {}", step.ok, step.errors),
-        format!("{} / {}", fmt_ms(step.p50_ms), fmt_ms(step.p99_ms)),
-        entries.to_string(),
-        fmt_bytes(largest),
-        fmt_bytes(snapshot),
-        format!("{:.1}×", largest as f64 / snapshot.max(1) as f64),
-        format!("{load} → {}", load_average()),
-    ]);
+    let load = format!("{load} → {}", load_average());
+    let row = |system: &str, step: &StepResult, entries: u64, largest: u64, snapshot: u64| {
+        vec![
+            "B6".into(),
+            system.to_owned(),
+            humantime::format_duration(args.duration).to_string(),
+            args.executors.to_string(),
+            format!(
+                "{} / {}",
+                fmt_rate(step.offered_per_s),
+                fmt_rate(step.achieved_per_s)
+            ),
+            format!("{} / {}", step.ok, step.errors),
+            format!("{} / {}", fmt_ms(step.p50_ms), fmt_ms(step.p99_ms)),
+            entries.to_string(),
+            fmt_bytes(largest),
+            fmt_bytes(snapshot),
+            format!("{:.1}×", largest as f64 / snapshot.max(1) as f64),
+            load.clone(),
+        ]
+    };
+    summary.row(row("Leasehold", &step, entries, largest, snapshot));
+    if let (Some((etcd, _)), Some(etcd_step)) = (&etcd, etcd_step) {
+        let etcd_snapshot = etcd.snapshot_bytes(0).await?;
+        let etcd_entries = etcd_index.saturating_sub(etcd_index_at_start.unwrap_or(etcd_index));
+        summary.row(row(
+            "etcd (a) put with lease, compacted every 5 min",
+            &etcd_step,
+            etcd_entries,
+            etcd_largest,
+            etcd_snapshot,
+        ));
+    }
     Ok((series, summary))
 }
 

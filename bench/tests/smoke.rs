@@ -70,7 +70,7 @@ fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
         );
     }
     let output = Command::new(loadgen())
-        .args(["smoke", "--soak", "20s"])
+        .args(["smoke", "--soak", "2m"])
         .output()
         .expect("run leasehold-loadgen");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -97,19 +97,24 @@ fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
         assert!(p50 > 0.0 && p50 <= p99, "quantiles out of order: {step:?}");
     }
 
-    // The soak: samples of every manager's data directory, then a summary against the
-    // snapshot size.
+    // The soak: samples of every manager's (and etcd member's) data directory, then one summary
+    // row per system against its snapshot size.
     let soak = rows(&stdout, "B6");
-    assert!(
-        soak.len() >= 3,
-        "expected soak samples and a summary: {stdout}"
-    );
-    for sample in &soak[..soak.len() - 1] {
-        let sizes: Vec<&str> = sample[2].split(" / ").collect();
-        assert_eq!(sizes.len(), 3, "one size per manager: {sample:?}");
-        assert!(sizes.iter().all(|s| number(s) > 0.0), "{sample:?}");
+    let (samples, summaries): (Vec<_>, Vec<_>) = soak.iter().partition(|row| row.len() == 6);
+    assert!(samples.len() >= 2, "expected soak samples: {stdout}");
+    for sample in &samples {
+        for column in if with_etcd { &[2, 4][..] } else { &[2][..] } {
+            let sizes: Vec<&str> = sample[*column].split(" / ").collect();
+            assert_eq!(sizes.len(), 3, "one size per member: {sample:?}");
+            assert!(sizes.iter().all(|s| number(s) > 0.0), "{sample:?}");
+        }
     }
-    let summary = soak.last().expect("summary row");
-    assert!(number(summary[8]) > 0.0, "snapshot size: {summary:?}");
-    assert!(number(summary[9]) > 0.0, "ratio: {summary:?}");
+    let systems: Vec<&str> = summaries.iter().map(|row| row[1]).collect();
+    assert_eq!(systems.len(), if with_etcd { 2 } else { 1 }, "{stdout}");
+    assert_eq!(systems[0], "Leasehold", "{stdout}");
+    for summary in &summaries {
+        assert_eq!(summary.len(), 12, "{summary:?}");
+        assert!(number(summary[9]) > 0.0, "snapshot size: {summary:?}");
+        assert!(number(summary[10]) > 0.0, "ratio: {summary:?}");
+    }
 }
