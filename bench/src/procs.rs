@@ -585,17 +585,24 @@ impl EtcdCluster {
         self.members.iter().map(|m| m.data_dir.clone()).collect()
     }
 
-    /// The bytes `etcdctl snapshot save` would write, streamed from member `index`.
-    pub async fn snapshot_bytes(&self, index: usize) -> Result<u64> {
+    /// A client of member `index` alone.
+    async fn member_client(&self, index: usize, timeout: Duration) -> Result<etcd_client::Client> {
         let url = self
             .client_urls()
             .get(index)
             .cloned()
             .ok_or_else(|| anyhow!("no etcd member {index}"))?;
         let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(Duration::from_secs(600));
-        let mut client = etcd_client::Client::connect([url.as_str()], Some(options)).await?;
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_timeout(timeout);
+        etcd_client::Client::connect([url.as_str()], Some(options))
+            .await
+            .with_context(|| format!("connecting to {url}"))
+    }
+
+    /// The bytes `etcdctl snapshot save` would write, streamed from member `index`.
+    pub async fn snapshot_bytes(&self, index: usize) -> Result<u64> {
+        let mut client = self.member_client(index, Duration::from_secs(600)).await?;
         let mut stream = client.snapshot().await?;
         let mut bytes = 0u64;
         while let Some(chunk) = stream.message().await? {
@@ -606,15 +613,7 @@ impl EtcdCluster {
 
     /// The raft index member `index` reports.
     pub async fn raft_index(&self, index: usize) -> Result<u64> {
-        let url = self
-            .client_urls()
-            .get(index)
-            .cloned()
-            .ok_or_else(|| anyhow!("no etcd member {index}"))?;
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(Duration::from_secs(2));
-        let mut client = etcd_client::Client::connect([url.as_str()], Some(options)).await?;
+        let mut client = self.member_client(index, Duration::from_secs(2)).await?;
         Ok(client.status().await?.raft_index())
     }
 
@@ -643,18 +642,15 @@ impl EtcdCluster {
 
     /// (member id, leader id) as member `index` reports them.
     async fn status_of(&self, index: usize) -> Result<(u64, u64), String> {
-        let url = &self.client_urls()[index];
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(Duration::from_secs(2));
-        let mut client = etcd_client::Client::connect([url.as_str()], Some(options))
+        let mut client = self
+            .member_client(index, Duration::from_secs(2))
             .await
-            .map_err(|e| format!("{url}: {e}"))?;
-        let status = client.status().await.map_err(|e| format!("{url}: {e}"))?;
+            .map_err(|e| format!("{e:#}"))?;
+        let status = client.status().await.map_err(|e| e.to_string())?;
         let member_id = status
             .header()
             .map(|h| h.member_id())
-            .ok_or_else(|| format!("{url}: status without header"))?;
+            .ok_or_else(|| format!("member {index}: status without header"))?;
         Ok((member_id, status.leader()))
     }
 
