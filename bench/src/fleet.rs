@@ -381,6 +381,10 @@ fn etcd_failure(error: &etcd_client::Error) -> RenewFailure {
     }
 }
 
+/// Bound on retries of one lease query after a member restart, and the pause between them.
+const LEASE_QUERY_ATTEMPTS: u32 = 20;
+const LEASE_QUERY_RETRY: Duration = Duration::from_millis(250);
+
 /// etcd shape (a): one lease per executor, each renewal a put of its claims attached to it.
 pub struct EtcdPutFleet {
     clients: Vec<etcd_client::Client>,
@@ -474,7 +478,20 @@ impl EtcdKeepAliveFleet {
         let mut client = self.clients[0].clone();
         let mut expired = 0;
         for &lease in &self.leases {
-            if client.lease_time_to_live(lease, None).await?.ttl() <= 0 {
+            let mut attempts = 0;
+            let ttl = loop {
+                match client.lease_time_to_live(lease, None).await {
+                    Ok(response) => break response.ttl(),
+                    // A member restarted a moment ago may still refuse on one of the channel's
+                    // endpoints until it is reconnected.
+                    Err(_) if attempts < LEASE_QUERY_ATTEMPTS => {
+                        attempts += 1;
+                        tokio::time::sleep(LEASE_QUERY_RETRY).await;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            };
+            if ttl <= 0 {
                 expired += 1;
             }
         }
