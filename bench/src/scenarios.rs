@@ -593,7 +593,8 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{port}"))
                 .env("RUST_LOG", "info"),
-            &env.dir(&format!("b4-{shards}-executor"))?.join("executor.log"),
+            &env.dir(&format!("b4-{shards}-executor"))?
+                .join("executor.log"),
         )?;
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
         let (victim_id, victim_shards) = poll_until(
