@@ -203,17 +203,8 @@ where
             Bound::Excluded(&index) if index >= readable_from => Bound::Excluded(index),
             Bound::Excluded(_) | Bound::Unbounded => Bound::Included(readable_from),
         };
-        let end = range.end_bound().cloned();
-        let empty = match (start, end) {
-            (Bound::Included(from), Bound::Included(to)) => from > to,
-            (Bound::Included(from) | Bound::Excluded(from), Bound::Excluded(to))
-            | (Bound::Excluded(from), Bound::Included(to)) => from >= to,
-            _ => false,
-        };
-        if empty {
-            return Ok(Vec::new());
-        }
-        let range = (start, end);
+        // A start clamped past the end is a collapsed range, which sled iterates as empty.
+        let range = (start, range.end_bound().cloned());
         self.log
             .range(key_range(&range))
             .map(|item| {
