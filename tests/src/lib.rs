@@ -103,6 +103,21 @@ pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
     }
 }
 
+/// A `/v1/state` document without the fields that move with the clock alone (each lease's time
+/// remaining, each handoff's time to its owner's expiry), so two reads of an unchanged state
+/// compare equal.
+pub fn without_lease_clocks(mut state: serde_json::Value) -> serde_json::Value {
+    for executor in state["executors"].as_array_mut().into_iter().flatten() {
+        executor["lease_remaining_ms"] = serde_json::Value::Null;
+    }
+    for shard in state["shards"].as_array_mut().into_iter().flatten() {
+        if let Some(handoff) = shard.get_mut("handoff").filter(|h| h.is_object()) {
+            handoff["completes_by_expiry_in_ms"] = serde_json::Value::Null;
+        }
+    }
+    state
+}
+
 /// Polls `check` every 100 ms until it yields a value or `bound` passes, then panics with
 /// `what` and the last observation.
 pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, mut check: F) -> T

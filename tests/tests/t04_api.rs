@@ -13,7 +13,9 @@ use std::time::Duration;
 use leasehold_api::problem::ErrorCode;
 use leasehold_tests::executor::ExecutorProcess;
 use leasehold_tests::http_checks::{send, RawRequest};
-use leasehold_tests::{free_port, one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
+use leasehold_tests::{
+    free_port, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -58,7 +60,7 @@ fn http() -> reqwest::Client {
 
 /// The leader's state read through the read index, without the fields that move with time.
 async fn state_without_clock(http: &reqwest::Client, base: &str) -> Value {
-    let mut state: Value = http
+    let state: Value = http
         .get(format!("{base}/v1/state?consistent=true"))
         .send()
         .await
@@ -66,15 +68,7 @@ async fn state_without_clock(http: &reqwest::Client, base: &str) -> Value {
         .json()
         .await
         .expect("state JSON");
-    for executor in state["executors"].as_array_mut().into_iter().flatten() {
-        executor["lease_remaining_ms"] = Value::Null;
-    }
-    for shard in state["shards"].as_array_mut().into_iter().flatten() {
-        if let Some(handoff) = shard.get_mut("handoff").filter(|h| h.is_object()) {
-            handoff["completes_by_expiry_in_ms"] = Value::Null;
-        }
-    }
-    state
+    without_lease_clocks(state)
 }
 
 fn manager_cases(executor_id: &str) -> Vec<Case> {

@@ -14,7 +14,8 @@ use leasehold_api::wire::{ClusterInfo, ExecutorView, KeyRoute, ShardView, StateV
 use leasehold_tests::ctl::{cells, field_pairs, leaseholdctl, CtlRun};
 use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
 use leasehold_tests::{
-    binary, free_port, one_cluster_at_a_time, poll_until, Cluster, ClusterOptions,
+    binary, free_port, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster,
+    ClusterOptions,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -58,16 +59,9 @@ fn is_duration(cell: &str) -> bool {
 }
 
 /// `/v1/state` without what moves on its own: the revision (renewals) and lease times.
-fn without_time(mut state: Value) -> Value {
+fn without_time(state: Value) -> Value {
+    let mut state = without_lease_clocks(state);
     state["revision"] = Value::Null;
-    for executor in state["executors"].as_array_mut().into_iter().flatten() {
-        executor["lease_remaining_ms"] = Value::Null;
-    }
-    for shard in state["shards"].as_array_mut().into_iter().flatten() {
-        if let Some(handoff) = shard.get_mut("handoff").filter(|h| h.is_object()) {
-            handoff["completes_by_expiry_in_ms"] = Value::Null;
-        }
-    }
     state
 }
 
