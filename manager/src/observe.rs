@@ -46,12 +46,21 @@ pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<b
             changed = metrics.changed() => if changed.is_err() { return },
             _ = shutdown.changed() => return,
         }
-        // Changes in the meantime are coalesced: the next pass reads the latest.
-        tokio::select! {
-            _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
-            _ = shutdown.changed() => return,
+        // A new role or term is acted on at once: a new leader writes the lease configuration
+        // before it can serve a registration, so waiting here would answer the cluster's first
+        // writes with `sharding_not_ready`. Other changes in the meantime are coalesced: the next
+        // pass reads the latest.
+        if role_of(&metrics.borrow()) == role_of(&snapshot) {
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+                _ = shutdown.changed() => return,
+            }
         }
     }
+}
+
+fn role_of(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) -> (ServerState, u64) {
+    (metrics.state, metrics.current_term)
 }
 
 fn export_gauges(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) {

@@ -508,8 +508,24 @@ impl Cluster {
         reply.json().await.map_err(|e| format!("node {id}: {e}"))
     }
 
+    async fn leader_ready(&self, id: u64) -> Result<(), String> {
+        let reply = self
+            .http
+            .get(format!("{}/readyz?verbose", self.url(id)))
+            .send()
+            .await
+            .map_err(|e| format!("node {id}: {e}"))?;
+        if reply.status().is_success() {
+            return Ok(());
+        }
+        let status = reply.status();
+        let body = reply.text().await.unwrap_or_default();
+        Err(format!("leader {id} not ready ({status}): {body}"))
+    }
+
     /// Waits until every running manager names the same running leader in the same term (a
-    /// killed leader stays named until the survivors' election timeout); returns it.
+    /// killed leader stays named until the survivors' election timeout), and that leader is
+    /// ready to serve writes (`/readyz`: the shard configuration is written); returns it.
     pub async fn wait_for_leader(&mut self, bound: Duration) -> u64 {
         let running: Vec<u64> = self
             .managers
@@ -530,6 +546,7 @@ impl Cluster {
                         if running.contains(&leader)
                             && seen.iter().all(|s| *s == (Some(leader), term)) =>
                     {
+                        this.leader_ready(leader).await?;
                         Ok(leader)
                     }
                     _ => Err(format!("(leader, term) per node: {seen:?}")),
