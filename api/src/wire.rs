@@ -24,6 +24,54 @@ pub const MAX_SHARD_COUNT: u32 = 1 << 20;
 /// whitespace and the rest of the body. Other bodies stay far smaller.
 pub const MAX_SHARD_LIST_BODY_BYTES: usize = MAX_SHARD_COUNT as usize * 64;
 
+/// Why a list of shards is malformed (I6); its message is a `400` detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardListError {
+    /// `shard >= shard_count`.
+    #[error("shard {shard} is out of range (shard count {shard_count})")]
+    OutOfRange {
+        /// The offending shard.
+        shard: u32,
+        /// The cluster's shard count.
+        shard_count: u32,
+    },
+    /// One shard listed twice is ambiguous (two epochs for one shard).
+    #[error("shard {shard} is listed twice")]
+    Duplicate {
+        /// The shard listed twice.
+        shard: u32,
+    },
+}
+
+/// Checks that every shard of a list (claims, a release, a delivered set, a revoke) is below
+/// `shard_count` and listed once. Lists are normally ascending (grants and pushes list shards
+/// so, and executors claim what they hold in that order), and then the duplicate check is one
+/// comparison per shard; a list in any other order is checked with a set.
+pub fn check_shard_list<I>(shards: I, shard_count: u32) -> Result<(), ShardListError>
+where
+    I: IntoIterator<Item = u32>,
+    I::IntoIter: Clone,
+{
+    let shards = shards.into_iter();
+    let mut ascending = true;
+    let mut previous: Option<u32> = None;
+    for shard in shards.clone() {
+        if shard >= shard_count {
+            return Err(ShardListError::OutOfRange { shard, shard_count });
+        }
+        ascending &= previous.is_none_or(|previous| previous < shard);
+        previous = Some(shard);
+    }
+    if ascending {
+        return Ok(());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    match shards.into_iter().find(|&shard| !seen.insert(shard)) {
+        Some(shard) => Err(ShardListError::Duplicate { shard }),
+        None => Ok(()),
+    }
+}
+
 /// Checks an advertised base URL (a register or add-node `address`): `http` or `https`, a host,
 /// no credentials, query or fragment, and no path beyond `/`, because peers append `/v1/...` to
 /// it. At most [`MAX_ADDRESS_BYTES`]. The error says what is wrong, for a `400` detail.
@@ -444,6 +492,41 @@ pub struct WatchReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn i6_shard_lists_in_any_order_are_checked_for_range_and_duplicates() {
+        use ShardListError::{Duplicate, OutOfRange};
+        let cases: &[(&[u32], Result<(), ShardListError>)] = &[
+            (&[], Ok(())),
+            (&[0, 1, 7], Ok(())),
+            (&[7, 0, 3], Ok(())),
+            (&[3, 3], Err(Duplicate { shard: 3 })),
+            (&[1, 2, 2, 5], Err(Duplicate { shard: 2 })),
+            (&[5, 2, 7, 2], Err(Duplicate { shard: 2 })),
+            (&[6, 1, 6], Err(Duplicate { shard: 6 })),
+            (
+                &[0, 8],
+                Err(OutOfRange {
+                    shard: 8,
+                    shard_count: 8,
+                }),
+            ),
+            (
+                &[9, 1, 1],
+                Err(OutOfRange {
+                    shard: 9,
+                    shard_count: 8,
+                }),
+            ),
+        ];
+        for (shards, expected) in cases {
+            assert_eq!(
+                &check_shard_list(shards.iter().copied(), 8),
+                expected,
+                "{shards:?}"
+            );
+        }
+    }
     use serde_json::json;
 
     #[test]

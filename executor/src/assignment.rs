@@ -10,10 +10,10 @@
 //! back. The handoff's exclusivity (P5.2) rests on this, because the revoke reply tells the
 //! manager the shard may go to its next owner.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
-use leasehold_api::wire::ShardEpoch;
+use leasehold_api::wire::{check_shard_list, ShardEpoch, ShardListError};
 
 /// Why a delivery was refused as malformed (I6). A refused delivery changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,23 +145,17 @@ impl AssignmentState {
     }
 
     /// Checks that every shard is in range and listed once.
-    fn check_shards(
-        shard_count: NonZeroU32,
-        shards: impl IntoIterator<Item = u32>,
-    ) -> Result<(), DeliveryError> {
-        let mut seen = BTreeSet::new();
-        for shard in shards {
-            if shard >= shard_count.get() {
-                return Err(DeliveryError::ShardOutOfRange {
-                    shard,
-                    shard_count: shard_count.get(),
-                });
+    fn check_shards<I>(shard_count: NonZeroU32, shards: I) -> Result<(), DeliveryError>
+    where
+        I: IntoIterator<Item = u32>,
+        I::IntoIter: Clone,
+    {
+        check_shard_list(shards, shard_count.get()).map_err(|error| match error {
+            ShardListError::OutOfRange { shard, shard_count } => {
+                DeliveryError::ShardOutOfRange { shard, shard_count }
             }
-            if !seen.insert(shard) {
-                return Err(DeliveryError::DuplicateShard { shard });
-            }
-        }
-        Ok(())
+            ShardListError::Duplicate { shard } => DeliveryError::DuplicateShard { shard },
+        })
     }
 
     /// Validates a set delivery without applying it.
@@ -188,6 +182,24 @@ impl AssignmentState {
             return Ok(SetOutcome::Stale {
                 revision,
                 applied_revision: self.revision,
+            });
+        }
+        // Most deliveries (every renewal's grant) repeat the held set: only the revision moves.
+        // Held shards are iterated ascending, as sets are listed, so one pass tells.
+        let unchanged = self.held.len() == shards.len()
+            && self
+                .held
+                .iter()
+                .zip(shards)
+                .all(|((&shard, &epoch), delivered)| {
+                    delivered.shard == shard && delivered.epoch == epoch
+                });
+        if unchanged {
+            self.shard_count = Some(count);
+            self.revision = revision;
+            return Ok(SetOutcome::Applied {
+                dropped: Vec::new(),
+                gained: Vec::new(),
             });
         }
         let next: BTreeMap<u32, u64> = shards.iter().map(|s| (s.shard, s.epoch)).collect();
@@ -339,6 +351,47 @@ mod tests {
         let dropped = state.drop_taken_by(13, &set(&[(2, 1)]));
         assert_eq!(dropped, set(&[(1, 1)]));
         assert_eq!(state.held(), set(&[(3, 4)]));
+    }
+
+    /// A renewal's grant usually repeats the held set: it applies as a change of revision only,
+    /// in whatever order it lists the shards, and keeps when each shard was gained, which a
+    /// later stale grant still needs (I1).
+    #[test]
+    fn p4_1_a_repeated_set_moves_only_the_revision_and_keeps_when_shards_were_gained() {
+        let mut state = AssignmentState::default();
+        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap();
+        state
+            .apply_set(15, 8, &set(&[(1, 1), (2, 1), (3, 4)]))
+            .unwrap();
+        for (revision, repeated) in [
+            (16, set(&[(1, 1), (2, 1), (3, 4)])),
+            (17, set(&[(3, 4), (1, 1), (2, 1)])),
+        ] {
+            assert_eq!(
+                state.apply_set(revision, 8, &repeated),
+                Ok(applied(&[], &[]))
+            );
+            assert_eq!(state.revision(), revision);
+            assert_eq!(state.held(), set(&[(1, 1), (2, 1), (3, 4)]));
+        }
+        assert_eq!(
+            state.apply_set(16, 8, &set(&[(1, 1), (2, 1), (3, 4)])),
+            Ok(SetOutcome::Stale {
+                revision: 16,
+                applied_revision: 17
+            })
+        );
+        assert_eq!(
+            state.apply_set(18, 16, &set(&[(1, 1), (2, 1), (3, 4)])),
+            Err(DeliveryError::ShardCountMismatch {
+                expected: 8,
+                got: 16
+            })
+        );
+        // A grant read at 13 without shard 1: shard 1 (gained at 10) was taken by then, shard 3
+        // (gained at 15) was not.
+        assert_eq!(state.drop_taken_by(13, &set(&[(2, 1)])), set(&[(1, 1)]));
+        assert_eq!(state.held(), set(&[(2, 1), (3, 4)]));
     }
 
     #[test]

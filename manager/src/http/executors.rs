@@ -1,14 +1,13 @@
 //! Executor-facing endpoints (PROTOCOL §9): register, renew, release, deregister. All are leader
 //! writes; each is answered only after the command carrying it is committed (P4.4).
 
-use std::collections::BTreeSet;
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
-    Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest, ShardEpoch,
+    check_shard_list, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
+    ShardEpoch,
 };
 
 use super::cluster::validate_node_address;
@@ -76,22 +75,12 @@ fn shard_count(node: &AppState) -> Result<u32, ApiError> {
         .ok_or_else(|| refusal(RefusalReason::NotInitialised))
 }
 
-fn validate_shards(
-    shards: impl IntoIterator<Item = u32>,
-    shard_count: u32,
-) -> Result<(), ApiError> {
-    let mut seen = BTreeSet::new();
-    for shard in shards {
-        if shard >= shard_count {
-            return Err(ApiError::invalid(format!(
-                "shard {shard} is out of range (shard count {shard_count})"
-            )));
-        }
-        if !seen.insert(shard) {
-            return Err(ApiError::invalid(format!("shard {shard} is listed twice")));
-        }
-    }
-    Ok(())
+fn validate_shards<I>(shards: I, shard_count: u32) -> Result<(), ApiError>
+where
+    I: IntoIterator<Item = u32>,
+    I::IntoIter: Clone,
+{
+    check_shard_list(shards, shard_count).map_err(|error| ApiError::invalid(error.to_string()))
 }
 
 /// Registers an executor (idempotent on `incarnation`, P4.4) and answers with its first grant.
