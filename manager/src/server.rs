@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use leasehold_raft_store::LogStoreConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
@@ -166,6 +167,13 @@ pub async fn run(
             }
         }
     };
+    // Replies go out whole at once; without TCP_NODELAY a reply's last segment can wait on
+    // the peer's delayed ACK (Nagle), which would sit on every Raft round trip and renewal.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "setting TCP_NODELAY on an accepted connection");
+        }
+    });
     axum::serve(listener, http::router(node.clone()))
         .with_graceful_shutdown(stop_serving)
         .await?;
