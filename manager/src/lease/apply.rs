@@ -310,16 +310,21 @@ impl LeaseState {
     ) -> Outcome {
         let prior_revision = self.revision;
         // Mismatch is judged against the set recorded before this entry (P4.2), i.e. against
-        // what the pushes so far should have delivered. Both sides as sorted, deduplicated
-        // vectors (the recorded set already is one; claims arrive sorted from our executor, so
-        // sorting them is a linear pass): set semantics without building sets per renewal.
+        // what the pushes so far should have delivered, with set semantics. The recorded set is
+        // ascending; claims from our executor are too, and are then compared as they are, with
+        // no copy. Claims in another order or repeated are sorted and deduplicated first.
         let mismatches: Vec<bool> = renewals
             .iter()
             .map(|renewal| {
-                let mut claimed: Vec<(ShardId, Epoch)> = renewal.claims.clone();
-                claimed.sort_unstable();
-                claimed.dedup();
-                claimed != self.delivered_set(&renewal.executor_id)
+                let delivered = self.delivered(&renewal.executor_id);
+                if renewal.claims.is_sorted_by(|a, b| a < b) {
+                    !renewal.claims.iter().copied().eq(delivered)
+                } else {
+                    let mut claimed: Vec<(ShardId, Epoch)> = renewal.claims.clone();
+                    claimed.sort_unstable();
+                    claimed.dedup();
+                    !claimed.into_iter().eq(delivered)
+                }
             })
             .collect();
         let mut effects = EffectsBuilder::default();
@@ -378,18 +383,25 @@ impl LeaseState {
         let Some(executor) = self.executors.get(&renewal.executor_id) else {
             return Vec::new();
         };
-        let mut claimed: Vec<ShardId> = renewal.claims.iter().map(|&(shard, _)| shard).collect();
-        claimed.sort_unstable();
-        executor
+        // Releasing shards are few and found by index; the claims are searched only for them.
+        let releasing: Vec<ShardId> = executor
             .owned_shards
             .iter()
             .copied()
-            .filter(|shard| claimed.binary_search(shard).is_err())
             .filter(|&shard| {
                 self.shard(shard)
                     .and_then(|entry| entry.handoff.as_ref())
                     .is_some_and(|handoff| handoff.revoke_revision <= renewal.revision)
             })
+            .collect();
+        if releasing.is_empty() {
+            return releasing;
+        }
+        let mut claimed: Vec<ShardId> = renewal.claims.iter().map(|&(shard, _)| shard).collect();
+        claimed.sort_unstable();
+        releasing
+            .into_iter()
+            .filter(|shard| claimed.binary_search(shard).is_err())
             .collect()
     }
 

@@ -216,16 +216,21 @@ impl LeaseState {
     /// The executor's delivered set: shards it owns that are not releasing from it, with epochs,
     /// ascending. Empty for an unknown executor.
     pub fn delivered_set(&self, executor_id: &str) -> Vec<(ShardId, Epoch)> {
-        let Some(executor) = self.executors.get(executor_id) else {
-            return Vec::new();
-        };
-        executor
-            .owned_shards
-            .iter()
+        self.delivered(executor_id).collect()
+    }
+
+    /// [`LeaseState::delivered_set`], ascending, without collecting it.
+    pub(super) fn delivered<'a>(
+        &'a self,
+        executor_id: &str,
+    ) -> impl Iterator<Item = (ShardId, Epoch)> + 'a {
+        self.executors
+            .get(executor_id)
+            .into_iter()
+            .flat_map(|executor| executor.owned_shards.iter())
             .filter_map(|&shard| self.shard(shard))
             .filter(|shard| shard.handoff.is_none())
             .map(|shard| (shard.id, shard.epoch))
-            .collect()
     }
 
     /// What a register or renew reply to `executor_id` carries at `now_ms` (§9, P3.1, P4.1):

@@ -1153,11 +1153,15 @@ fn p4_2_renewal_reports_claims_mismatch_and_replies_with_the_recorded_set() {
     harness.rebalance(0);
     let revision = harness.state.revision();
     // (claims, mismatch)
-    let table: [(Vec<(u32, u64)>, bool); 5] = [
+    // Ascending claims are compared as they are; others are sorted and deduplicated first.
+    let table: [(Vec<(u32, u64)>, bool); 8] = [
         (vec![(0, 1), (1, 1)], false),
         (vec![(1, 1), (0, 1), (0, 1)], false),
+        (vec![(0, 1), (0, 1), (1, 1)], false),
         (vec![], true),
+        (vec![(0, 1)], true),
         (vec![(0, 1), (1, 2)], true),
+        (vec![(1, 1), (0, 2)], true),
         (vec![(0, 1), (1, 1), (7, 1)], true),
     ];
     for (claims, expected_mismatch) in table {
