@@ -177,6 +177,9 @@ fn wrapped(binary: &Path) -> Command {
     }
 }
 
+/// The lease of [`LeaseholdOptions::defaults`] (docs/OPERATIONS.md's default).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
+
 /// Manager flags for one benchmark cluster.
 #[derive(Debug, Clone)]
 pub struct LeaseholdOptions {
@@ -193,7 +196,7 @@ impl LeaseholdOptions {
     pub fn defaults(shard_count: u32) -> Self {
         Self {
             shard_count,
-            lease: "60s".to_owned(),
+            lease: format!("{}s", DEFAULT_LEASE_DURATION.as_secs()),
             heartbeat: "250ms".to_owned(),
             election_timeout: "2s".to_owned(),
             extra_args: Vec::new(),

@@ -18,7 +18,7 @@ use crate::fleet::{
 };
 use crate::procs::{
     dir_bytes, load_average, poll_every, poll_until, rss_bytes, ChildProc, EtcdCluster,
-    LeaseholdCluster, LeaseholdOptions,
+    LeaseholdCluster, LeaseholdOptions, DEFAULT_LEASE_DURATION,
 };
 use crate::report::{fmt_bytes, fmt_ms, fmt_rate, Table};
 
@@ -85,6 +85,17 @@ async fn etcd_cluster(binary: &Path, env: &Env, name: &str) -> Result<EtcdCluste
     Ok(cluster)
 }
 
+/// Who keeps the fleet renewing while [`settle`] waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewing {
+    /// The caller already runs a [`Cadence`].
+    ByCaller,
+    /// Nobody yet: `settle` renews at the protocol's cadence while it waits, as live executors
+    /// would. A slow settle (a handoff whose revoke push was lost waits for the old owner's
+    /// grant to end, P5.2) must not outlast the fleet's leases.
+    WhileSettling,
+}
+
 /// Waits until the leader records every executor with every shard delivered and the spread
 /// even (P5.4), i.e. the cluster has stopped moving shards; then renews every executor once, as
 /// real executors would within a third of a lease, so each adopts its recorded set (P4.2) even
@@ -94,7 +105,10 @@ async fn settle(
     fleet: &Arc<LeaseholdFleet>,
     shard_count: u32,
     bound: Duration,
+    renewing: Renewing,
 ) -> Result<()> {
+    let cadence = (renewing == Renewing::WhileSettling)
+        .then(|| Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION));
     let shards = usize::try_from(shard_count)?;
     let executors = fleet.size();
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
@@ -131,6 +145,16 @@ async fn settle(
         }
     })
     .await?;
+    if let Some(cadence) = cadence {
+        let counters = cadence.stop().await;
+        let evicted = counters.evictions.load(Ordering::Relaxed);
+        if evicted > 0 {
+            bail!(
+                "{evicted} executors were evicted while settling (first error: {})",
+                counters.first_error().unwrap_or_default()
+            );
+        }
+    }
     let failures = fleet.renew_all().await;
     if failures > 0 {
         bail!("{failures} of {executors} executors could not renew after settling");
@@ -169,7 +193,14 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
     let mut cluster =
         leasehold_cluster(env, "b1-leasehold", LeaseholdOptions::defaults(args.shards)).await?;
     let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), n, executor_client()).await?);
-    settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
+    settle(
+        &mut cluster,
+        &fleet,
+        args.shards,
+        SETTLE_BOUND,
+        Renewing::WhileSettling,
+    )
+    .await?;
     let found = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
     results.push((
         "Leasehold renew (group commit)".into(),
@@ -275,7 +306,14 @@ pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
     let mut cluster =
         leasehold_cluster(env, "b2-leasehold", LeaseholdOptions::defaults(1024)).await?;
     let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 1, executor_client()).await?);
-    settle(&mut cluster, &fleet, 1024, SETTLE_BOUND).await?;
+    settle(
+        &mut cluster,
+        &fleet,
+        1024,
+        SETTLE_BOUND,
+        Renewing::WhileSettling,
+    )
+    .await?;
     drive::closed_loop(fleet.as_ref(), 0, warmup).await;
     let samples = drive::closed_loop(fleet.as_ref(), 0, duration).await;
     rows.push((
@@ -744,12 +782,19 @@ pub async fn b5(env: &Env, executors: usize, options: LeaseholdOptions) -> Resul
     let setup = Instant::now();
     let fleet =
         Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
-    let cadence = Cadence::start(fleet.clone(), Duration::from_secs(60));
+    let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
     eprintln!(
         "B5: {executors} registered after {:.1} s; settling",
         setup.elapsed().as_secs_f64()
     );
-    settle(&mut cluster, &fleet, shards, Duration::from_secs(1800)).await?;
+    settle(
+        &mut cluster,
+        &fleet,
+        shards,
+        Duration::from_secs(1800),
+        Renewing::ByCaller,
+    )
+    .await?;
     eprintln!("B5: settled after {:.1} s", setup.elapsed().as_secs_f64());
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     let leader_rss = cluster.pid(leader).and_then(rss_bytes).unwrap_or(0);
@@ -852,7 +897,14 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let mut cluster = leasehold_cluster(env, "b6", options).await?;
     let fleet =
         Arc::new(LeaseholdFleet::start(cluster.urls(), args.executors, executor_client()).await?);
-    settle(&mut cluster, &fleet, args.shards, SETTLE_BOUND).await?;
+    settle(
+        &mut cluster,
+        &fleet,
+        args.shards,
+        SETTLE_BOUND,
+        Renewing::WhileSettling,
+    )
+    .await?;
     let etcd = match env.etcd_or_skip("B6") {
         Some(binary) => {
             let mut etcd = EtcdCluster::start_with(
@@ -1054,7 +1106,14 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
             leasehold_cluster(env, "smoke-leasehold", LeaseholdOptions::defaults(shards)).await?;
         let fleet =
             Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
-        settle(&mut cluster, &fleet, shards, SETTLE_BOUND).await?;
+        settle(
+            &mut cluster,
+            &fleet,
+            shards,
+            SETTLE_BOUND,
+            Renewing::WhileSettling,
+        )
+        .await?;
         let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
         steps.row(step_row("leasehold", &step));
         fleet.deregister_all().await?;
