@@ -168,6 +168,26 @@ async fn settle(
     Ok(())
 }
 
+/// Registers `executors` simulated executors and waits, renewing, until they have settled (see
+/// [`settle`]).
+async fn settled_fleet(
+    cluster: &mut LeaseholdCluster,
+    executors: usize,
+    shard_count: u32,
+) -> Result<Arc<LeaseholdFleet>> {
+    let fleet =
+        Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+    settle(
+        cluster,
+        &fleet,
+        shard_count,
+        SETTLE_BOUND,
+        Renewing::WhileSettling,
+    )
+    .await?;
+    Ok(fleet)
+}
+
 fn per_holder_shards(shard_count: u32, holders: usize) -> u32 {
     let holders = u32::try_from(holders.max(1)).unwrap_or(u32::MAX);
     shard_count.div_ceil(holders)
@@ -192,15 +212,7 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
     eprintln!("B1 leasehold: {n} executors, {} shards", args.shards);
     let mut cluster =
         leasehold_cluster(env, "b1-leasehold", LeaseholdOptions::defaults(args.shards)).await?;
-    let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), n, executor_client()).await?);
-    settle(
-        &mut cluster,
-        &fleet,
-        args.shards,
-        SETTLE_BOUND,
-        Renewing::WhileSettling,
-    )
-    .await?;
+    let fleet = settled_fleet(&mut cluster, n, args.shards).await?;
     let found = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
     results.push((
         "Leasehold renew (group commit)".into(),
@@ -305,15 +317,7 @@ pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
     let load = load_average();
     let mut cluster =
         leasehold_cluster(env, "b2-leasehold", LeaseholdOptions::defaults(1024)).await?;
-    let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 1, executor_client()).await?);
-    settle(
-        &mut cluster,
-        &fleet,
-        1024,
-        SETTLE_BOUND,
-        Renewing::WhileSettling,
-    )
-    .await?;
+    let fleet = settled_fleet(&mut cluster, 1, 1024).await?;
     drive::closed_loop(fleet.as_ref(), 0, warmup).await;
     let samples = drive::closed_loop(fleet.as_ref(), 0, duration).await;
     rows.push((
@@ -895,16 +899,7 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let mut options = LeaseholdOptions::defaults(args.shards);
     options.extra_args = args.manager_args.clone();
     let mut cluster = leasehold_cluster(env, "b6", options).await?;
-    let fleet =
-        Arc::new(LeaseholdFleet::start(cluster.urls(), args.executors, executor_client()).await?);
-    settle(
-        &mut cluster,
-        &fleet,
-        args.shards,
-        SETTLE_BOUND,
-        Renewing::WhileSettling,
-    )
-    .await?;
+    let fleet = settled_fleet(&mut cluster, args.executors, args.shards).await?;
     let etcd = match env.etcd_or_skip("B6") {
         Some(binary) => {
             let mut etcd = EtcdCluster::start_with(
@@ -1104,16 +1099,7 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
     {
         let mut cluster =
             leasehold_cluster(env, "smoke-leasehold", LeaseholdOptions::defaults(shards)).await?;
-        let fleet =
-            Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
-        settle(
-            &mut cluster,
-            &fleet,
-            shards,
-            SETTLE_BOUND,
-            Renewing::WhileSettling,
-        )
-        .await?;
+        let fleet = settled_fleet(&mut cluster, executors, shards).await?;
         let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
         steps.row(step_row("leasehold", &step));
         fleet.deregister_all().await?;
