@@ -27,6 +27,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::problem::{ErrorCode, LEADER_HEADER, REQUEST_ID_HEADER};
+use leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use error::ApiError;
@@ -38,8 +39,6 @@ use crate::node::{Leader, ManagerNode, ReadBarrierError};
 pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
 /// Largest public API request body, but for the routes that list shards.
 pub const MAX_API_BODY_BYTES: usize = 1 << 20;
-/// Largest renew or release body: claims for every shard of the largest cluster.
-pub const MAX_SHARD_LIST_BODY_BYTES: usize = leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
 /// Largest Raft RPC body: an append batch or one snapshot chunk, with room to spare.
 pub const MAX_RAFT_BODY_BYTES: usize = 64 << 20;
 /// Bound on one forwarded request, including the leader's commit.
