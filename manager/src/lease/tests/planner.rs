@@ -169,6 +169,25 @@ fn acknowledge_all(harness: &mut Harness) {
     }
 }
 
+/// P5.4's end state after planning from `before`: the shards a lapsed owner keeps (`pinned`) are
+/// untouched, the `distributable` rest is spread evenly over the live executors, and nothing is
+/// left to plan. Returns the prospective loads.
+fn assert_settled(
+    state: &LeaseState,
+    before: &LeaseState,
+    pinned: &[ShardId],
+    distributable: usize,
+) -> Result<BTreeMap<ExecutorId, usize>, TestCaseError> {
+    for shard in pinned {
+        prop_assert_eq!(state.shard(*shard), before.shard(*shard));
+    }
+    let loads = prospective_loads(state, PLAN_AT_MS);
+    prop_assert!(spread(&loads) <= 1, "{:?}", loads);
+    prop_assert_eq!(loads.values().sum::<usize>(), distributable);
+    prop_assert_eq!(plan_rebalance(state, PLAN_AT_MS), None);
+    Ok(loads)
+}
+
 fn spread(loads: &BTreeMap<ExecutorId, usize>) -> usize {
     let max = loads.values().max().copied().unwrap_or(0);
     let min = loads.values().min().copied().unwrap_or(0);
@@ -391,8 +410,21 @@ fn moves_of(plan: &Command) -> &[Move] {
 
 /// Plans and applies capped steps until nothing is left to plan; returns each step's move count.
 fn plan_in_steps(harness: &mut Harness, max_moves: usize) -> Vec<usize> {
+    let max_steps = harness.state.shards().len() + 1;
+    plan_and_apply_until_done(harness, max_steps, |state| {
+        plan_rebalance_at_most(state, PLAN_AT_MS, max_moves)
+    })
+}
+
+/// Applies what `plan` gives until it gives nothing, failing after more than `max_steps`
+/// plans; returns each step's move count.
+fn plan_and_apply_until_done(
+    harness: &mut Harness,
+    max_steps: usize,
+    plan: impl Fn(&LeaseState) -> Option<Command>,
+) -> Vec<usize> {
     let mut steps = Vec::new();
-    while let Some(plan) = plan_rebalance_at_most(&harness.state, PLAN_AT_MS, max_moves) {
+    while let Some(plan) = plan(&harness.state) {
         steps.push(moves_of(&plan).len());
         let outcome = harness.apply(plan);
         assert!(
@@ -400,8 +432,7 @@ fn plan_in_steps(harness: &mut Harness, max_moves: usize) -> Vec<usize> {
             "step {}: {outcome:?}",
             steps.len()
         );
-        let shard_count = harness.state.shards().len();
-        assert!(steps.len() <= shard_count + 1, "no convergence: {steps:?}");
+        assert!(steps.len() <= max_steps, "no convergence: {steps:?}");
     }
     steps
 }
@@ -472,20 +503,9 @@ fn p5_4_plans_are_capped_at_max_moves_per_plan() {
     let shard_count = u32::try_from(MAX_MOVES_PER_PLAN * 2 + 5).unwrap_or(u32::MAX);
     let mut harness = Harness::initialised(shard_count, LEASE_MS);
     harness.register(0, "a");
-    let steps = plan_in_steps_at(&mut harness, 0);
+    // Through `plan_rebalance`, so the production cap is the one exercised.
+    let steps = plan_and_apply_until_done(&mut harness, 9, |state| plan_rebalance(state, 0));
     assert_eq!(steps, vec![MAX_MOVES_PER_PLAN, MAX_MOVES_PER_PLAN, 5]);
-}
-
-/// [`plan_in_steps`] with the production cap, through `plan_rebalance`, at `now_ms`.
-fn plan_in_steps_at(harness: &mut Harness, now_ms: u64) -> Vec<usize> {
-    let mut steps = Vec::new();
-    while let Some(plan) = plan_rebalance(&harness.state, now_ms) {
-        steps.push(moves_of(&plan).len());
-        let outcome = harness.apply(plan);
-        assert!(outcome.refusal().is_none(), "{outcome:?}");
-        assert!(steps.len() < 10, "no convergence: {steps:?}");
-    }
-    steps
 }
 
 fn layouts() -> impl Strategy<Value = Layout> {
@@ -540,13 +560,7 @@ proptest! {
             let outcome = harness.apply(plan);
             prop_assert!(outcome.refusal().is_none(), "{:?}", outcome);
         }
-        for shard in &pinned {
-            prop_assert_eq!(harness.state.shard(*shard), before.shard(*shard));
-        }
-        let loads_after = prospective_loads(&harness.state, PLAN_AT_MS);
-        prop_assert!(spread(&loads_after) <= 1, "{:?}", loads_after);
-        prop_assert_eq!(loads_after.values().sum::<usize>(), distributable);
-        prop_assert_eq!(plan_rebalance(&harness.state, PLAN_AT_MS), None);
+        let loads_after = assert_settled(&harness.state, &before, &pinned, distributable)?;
         acknowledge_all(&mut harness);
         let loads_settled = prospective_loads(&harness.state, PLAN_AT_MS);
         prop_assert_eq!(&loads_settled, &loads_after);
@@ -577,12 +591,6 @@ proptest! {
             fewest_moves_by_brute_force(&loads, distributable),
             "steps {:?}", steps
         );
-        for shard in &pinned {
-            prop_assert_eq!(harness.state.shard(*shard), before.shard(*shard));
-        }
-        let loads_after = prospective_loads(&harness.state, PLAN_AT_MS);
-        prop_assert!(spread(&loads_after) <= 1, "{:?}", loads_after);
-        prop_assert_eq!(loads_after.values().sum::<usize>(), distributable);
-        prop_assert_eq!(plan_rebalance(&harness.state, PLAN_AT_MS), None);
+        assert_settled(&harness.state, &before, &pinned, distributable)?;
     }
 }
