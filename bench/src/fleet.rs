@@ -6,23 +6,19 @@
 //!   whole fleet. Each executor keeps its set in the executor crate's own [`AssignmentState`]
 //!   (P4.1 ordering), and one push server answers the manager's assignment pushes and revokes for
 //!   all of them, dispatching on the `executor_id` the pushes carry.
-//! - [`EtcdPutFleet`]: the same executors against etcd, shape (a): a lease per executor and each
-//!   renewal a put of the executor's claims attached to it, a replicated write.
-//! - [`EtcdKeepAliveFleet`]: shape (b): each renewal one keepalive on the executor's long-lived
-//!   keepalive stream; etcd answers these from the leader's memory without a log write.
+//!
+//! The same load against etcd lives in [`crate::etcd`].
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::{post, put};
 use axum::{Json, Router};
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper, PutOptions};
 use leasehold_api::client::{Client, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
@@ -62,7 +58,7 @@ pub trait Renewer: Send + Sync + 'static {
 }
 
 /// Runs `make(i)` for `0..count` with at most [`SETUP_CONCURRENCY`] in flight; results in order.
-async fn setup_all<T, F, Fut>(count: usize, make: F) -> Result<Vec<T>>
+pub(crate) async fn setup_all<T, F, Fut>(count: usize, make: F) -> Result<Vec<T>>
 where
     T: Send + 'static,
     F: Fn(usize) -> Fut,
@@ -153,8 +149,7 @@ async fn assignment_push(
     Ok(Json(serde_json::json!({})))
 }
 
-/// `POST /v1/revoke`: answered after the shards left the set; a stale revoke is answered as
-/// ignored, never as done (P5.2).
+/// `POST /v1/revoke`: answered as the executor library answers it (`RevokeOutcome::reply`, P5.2).
 async fn revoke_push(
     State(registry): State<Arc<Registry>>,
     Json(push): Json<RevokePush>,
@@ -166,18 +161,7 @@ async fn revoke_push(
         .assignment()
         .apply_revoke(push.revision, &push.shards)
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    Ok(Json(match outcome {
-        RevokeOutcome::Applied { released, .. } => RevokeReply {
-            revision: push.revision,
-            released,
-            ignored: false,
-        },
-        RevokeOutcome::Ignored { .. } => RevokeReply {
-            revision: push.revision,
-            released: Vec::new(),
-            ignored: true,
-        },
-    }))
+    Ok(Json(outcome.reply(push.revision)))
 }
 
 /// Simulated Leasehold executors.
@@ -339,204 +323,5 @@ fn short_error(error: &ClientError) -> String {
     match error.code() {
         Some(code) => code.as_str().to_owned(),
         None => error.to_string().chars().take(160).collect(),
-    }
-}
-
-/// Connects `connections` etcd clients, each over every endpoint (its own HTTP/2 connections).
-pub async fn etcd_clients(
-    endpoints: &[String],
-    connections: usize,
-    request_timeout: Duration,
-) -> Result<Vec<etcd_client::Client>> {
-    let mut clients = Vec::new();
-    for _ in 0..connections.max(1) {
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(request_timeout);
-        clients.push(etcd_client::Client::connect(endpoints, Some(options)).await?);
-    }
-    Ok(clients)
-}
-
-/// Grants one lease of `ttl_s` seconds per holder.
-async fn grant_leases(
-    clients: &[etcd_client::Client],
-    count: usize,
-    ttl_s: i64,
-) -> Result<Vec<i64>> {
-    setup_all(count, |index| {
-        let mut client = clients[index % clients.len()].clone();
-        async move { Ok(client.lease_grant(ttl_s, None).await?.id()) }
-    })
-    .await
-}
-
-fn etcd_failure(error: &etcd_client::Error) -> RenewFailure {
-    let text = error.to_string();
-    // A put or keepalive naming an expired lease: etcd's "requested lease not found".
-    if text.contains("lease not found") {
-        RenewFailure::Evicted
-    } else {
-        RenewFailure::Other(text.chars().take(160).collect())
-    }
-}
-
-/// Bound on retries of one lease query after a member restart, and the pause between them.
-const LEASE_QUERY_ATTEMPTS: u32 = 20;
-const LEASE_QUERY_RETRY: Duration = Duration::from_millis(250);
-
-/// etcd shape (a): one lease per executor, each renewal a put of its claims attached to it.
-pub struct EtcdPutFleet {
-    clients: Vec<etcd_client::Client>,
-    leases: Vec<i64>,
-    value: Vec<u8>,
-}
-
-impl EtcdPutFleet {
-    pub async fn start(
-        clients: Vec<etcd_client::Client>,
-        count: usize,
-        ttl_s: i64,
-        value: Vec<u8>,
-    ) -> Result<Self> {
-        let leases = grant_leases(&clients, count, ttl_s).await?;
-        Ok(Self {
-            clients,
-            leases,
-            value,
-        })
-    }
-
-    pub fn lease(&self, index: usize) -> Option<i64> {
-        self.leases.get(index).copied()
-    }
-}
-
-impl Renewer for EtcdPutFleet {
-    fn size(&self) -> usize {
-        self.leases.len()
-    }
-
-    async fn renew(&self, index: usize) -> Result<u64, RenewFailure> {
-        let lease = self
-            .lease(index)
-            .ok_or_else(|| RenewFailure::Other(format!("no holder {index}")))?;
-        let mut client = self.clients[index % self.clients.len()].clone();
-        client
-            .put(
-                format!("/leasehold-bench/executors/{index}"),
-                self.value.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )
-            .await
-            .map_err(|e| etcd_failure(&e))?;
-        Ok(0)
-    }
-}
-
-#[derive(Debug)]
-struct KeepAliveStream {
-    keeper: LeaseKeeper,
-    stream: LeaseKeepAliveStream,
-}
-
-/// etcd shape (b): one lease per executor kept alive on its own long-lived stream.
-pub struct EtcdKeepAliveFleet {
-    clients: Vec<etcd_client::Client>,
-    leases: Vec<i64>,
-    streams: Vec<tokio::sync::Mutex<Option<KeepAliveStream>>>,
-}
-
-impl EtcdKeepAliveFleet {
-    pub async fn start(
-        clients: Vec<etcd_client::Client>,
-        count: usize,
-        ttl_s: i64,
-    ) -> Result<Self> {
-        let leases = grant_leases(&clients, count, ttl_s).await?;
-        let opened = setup_all(count, |index| {
-            let mut client = clients[index % clients.len()].clone();
-            let lease = leases[index];
-            async move {
-                let (keeper, stream) = client.lease_keep_alive(lease).await?;
-                Ok(KeepAliveStream { keeper, stream })
-            }
-        })
-        .await?;
-        Ok(Self {
-            clients,
-            leases,
-            streams: opened
-                .into_iter()
-                .map(|s| tokio::sync::Mutex::new(Some(s)))
-                .collect(),
-        })
-    }
-
-    /// Number of leases whose time to live is over (expired or revoked).
-    pub async fn expired_leases(&self) -> Result<usize> {
-        let mut client = self.clients[0].clone();
-        let mut expired = 0;
-        for &lease in &self.leases {
-            let mut attempts = 0;
-            let ttl = loop {
-                match client.lease_time_to_live(lease, None).await {
-                    Ok(response) => break response.ttl(),
-                    // A member restarted a moment ago may still refuse on one of the channel's
-                    // endpoints until it is reconnected.
-                    Err(_) if attempts < LEASE_QUERY_ATTEMPTS => {
-                        attempts += 1;
-                        tokio::time::sleep(LEASE_QUERY_RETRY).await;
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            };
-            if ttl <= 0 {
-                expired += 1;
-            }
-        }
-        Ok(expired)
-    }
-}
-
-impl Renewer for EtcdKeepAliveFleet {
-    fn size(&self) -> usize {
-        self.leases.len()
-    }
-
-    async fn renew(&self, index: usize) -> Result<u64, RenewFailure> {
-        let slot = self
-            .streams
-            .get(index)
-            .ok_or_else(|| RenewFailure::Other(format!("no holder {index}")))?;
-        let mut slot = slot.lock().await;
-        // Taken out while in use: a renewal cancelled half-way (timeout) leaves no stream with an
-        // unread reply behind, and the next renewal opens a fresh one.
-        let mut open = match slot.take() {
-            Some(open) => open,
-            None => {
-                // The stream broke (its member died): open another, as etcd's own clients do.
-                let mut client = self.clients[index % self.clients.len()].clone();
-                let (keeper, stream) = client
-                    .lease_keep_alive(self.leases[index])
-                    .await
-                    .map_err(|e| etcd_failure(&e))?;
-                KeepAliveStream { keeper, stream }
-            }
-        };
-        let answer = async {
-            open.keeper.keep_alive().await?;
-            open.stream.message().await
-        }
-        .await;
-        match answer {
-            Ok(Some(reply)) if reply.ttl() > 0 => {
-                *slot = Some(open);
-                Ok(u64::try_from(reply.ttl()).unwrap_or(0) * 1000)
-            }
-            Ok(Some(_)) => Err(RenewFailure::Evicted),
-            Ok(None) => Err(RenewFailure::Other("keepalive stream ended".to_owned())),
-            Err(error) => Err(etcd_failure(&error)),
-        }
     }
 }

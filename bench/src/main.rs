@@ -5,10 +5,11 @@
 //!
 //! The systems run as real processes: `leasehold-manager` from `--bin-dir` (by default the
 //! directory this binary is in, so `target/release/leasehold-loadgen` runs the release managers)
-//! and `etcd` from PATH or `--etcd-bin`. Without etcd, the etcd half of a scenario is skipped
-//! with a message naming the reason.
+//! and `etcd` from PATH or `--etcd-bin`. Without etcd, or in a build without the `etcd` feature
+//! (src/etcd.rs), the etcd half of a scenario is skipped with a message naming the reason.
 
 mod drive;
+mod etcd;
 mod fleet;
 mod procs;
 mod report;
@@ -150,7 +151,8 @@ fn main() -> Result<()> {
     if cli.etcd_bin.is_some() && etcd_bin.is_none() {
         bail!("--etcd-bin does not name a file");
     }
-    let etcd_bin = etcd_bin.filter(|_| !cli.skip_etcd);
+    // A build without the etcd client runs the Leasehold half of every scenario (crate::etcd).
+    let etcd_bin = etcd_bin.filter(|_| !cli.skip_etcd && etcd::built());
     let temp = tempfile::Builder::new()
         .prefix("leasehold-loadgen-")
         .tempdir()?;
@@ -167,7 +169,11 @@ fn main() -> Result<()> {
         etcd_bin
             .as_ref()
             .map(|b| format!("{} ({})", b.display(), EtcdCluster::version(b)))
-            .unwrap_or_else(|| "not found".to_owned()),
+            .unwrap_or_else(|| if etcd::built() {
+                "not found".to_owned()
+            } else {
+                etcd::NOT_BUILT.to_owned()
+            }),
         work_dir.display()
     );
     let env = Env {

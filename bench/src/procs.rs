@@ -588,38 +588,6 @@ impl EtcdCluster {
         self.members.iter().map(|m| m.data_dir.clone()).collect()
     }
 
-    /// A client of member `index` alone.
-    async fn member_client(&self, index: usize, timeout: Duration) -> Result<etcd_client::Client> {
-        let url = self
-            .client_urls()
-            .get(index)
-            .cloned()
-            .ok_or_else(|| anyhow!("no etcd member {index}"))?;
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(timeout);
-        etcd_client::Client::connect([url.as_str()], Some(options))
-            .await
-            .with_context(|| format!("connecting to {url}"))
-    }
-
-    /// The bytes `etcdctl snapshot save` would write, streamed from member `index`.
-    pub async fn snapshot_bytes(&self, index: usize) -> Result<u64> {
-        let mut client = self.member_client(index, Duration::from_secs(600)).await?;
-        let mut stream = client.snapshot().await?;
-        let mut bytes = 0u64;
-        while let Some(chunk) = stream.message().await? {
-            bytes += u64::try_from(chunk.blob().len())?;
-        }
-        Ok(bytes)
-    }
-
-    /// The raft index member `index` reports.
-    pub async fn raft_index(&self, index: usize) -> Result<u64> {
-        let mut client = self.member_client(index, Duration::from_secs(2)).await?;
-        Ok(client.status().await?.raft_index())
-    }
-
     pub fn kill(&mut self, index: usize) {
         if let Some(mut process) = self.members.get_mut(index).and_then(|m| m.process.take()) {
             process.kill();
@@ -641,20 +609,6 @@ impl EtcdCluster {
                     .then_some(index)
             })
             .collect()
-    }
-
-    /// (member id, leader id) as member `index` reports them.
-    async fn status_of(&self, index: usize) -> Result<(u64, u64), String> {
-        let mut client = self
-            .member_client(index, Duration::from_secs(2))
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-        let status = client.status().await.map_err(|e| e.to_string())?;
-        let member_id = status
-            .header()
-            .map(|h| h.member_id())
-            .ok_or_else(|| format!("member {index}: status without header"))?;
-        Ok((member_id, status.leader()))
     }
 
     /// Waits until every running member names the same running leader; returns its index.

@@ -13,9 +13,8 @@ use leasehold_api::wire::ExecutorView;
 use tokio::time::Instant;
 
 use crate::drive::{self, Cadence, Ramp, RampResult, StepResult};
-use crate::fleet::{
-    claims_payload, etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet, LeaseholdFleet, Renewer,
-};
+use crate::etcd::{etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet};
+use crate::fleet::{claims_payload, LeaseholdFleet, Renewer};
 use crate::procs::{
     dir_bytes, load_average, poll_every, poll_until, rss_bytes, ChildProc, EtcdCluster,
     LeaseholdCluster, LeaseholdOptions, DEFAULT_LEASE_DURATION,
@@ -47,7 +46,9 @@ impl Env {
     }
 
     fn etcd_or_skip(&self, scenario: &str) -> Option<&Path> {
-        if self.etcd_bin.is_none() {
+        if !crate::etcd::built() {
+            eprintln!("{scenario}: etcd skipped: {}", crate::etcd::NOT_BUILT);
+        } else if self.etcd_bin.is_none() {
             eprintln!(
                 "{scenario}: etcd skipped: --skip-etcd, or no etcd binary on PATH (apt-get install etcd-server, or --etcd-bin)"
             );
