@@ -44,3 +44,76 @@ pub async fn shutdown_signal() {
         }
     }
 }
+
+/// Exit status of a binary refused its configuration: the same as clap's for a usage error, so
+/// scripts tell "fix the flags" from "it failed while running" (1).
+pub const EXIT_CONFIG_ERROR: u8 = 2;
+
+/// Reports a configuration error as one line on stderr (`program: error: cause: ...`) and
+/// returns [`EXIT_CONFIG_ERROR`]. Never a backtrace: `RUST_BACKTRACE=1` is set on many machines,
+/// and a wrong flag is the operator's to fix, not a program fault.
+pub fn config_error(
+    program: &str,
+    error: &(dyn std::error::Error + 'static),
+) -> std::process::ExitCode {
+    eprintln!("{program}: {}", error_chain(error));
+    std::process::ExitCode::from(EXIT_CONFIG_ERROR)
+}
+
+/// Reports a failure while running as one line on stderr, with every cause, and returns exit
+/// status 1. For a binary's `main` in place of returning the error, which would print a
+/// backtrace under `RUST_BACKTRACE=1`.
+pub fn run_error(
+    program: &str,
+    error: &(dyn std::error::Error + 'static),
+) -> std::process::ExitCode {
+    eprintln!("{program}: {}", error_chain(error));
+    std::process::ExitCode::FAILURE
+}
+
+/// `error: cause: cause`, each cause once (a wrapper that repeats its source's text in its own
+/// message is not printed twice).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("inner\nsecond line")]
+    struct Inner;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapped: {0}")]
+    struct Repeats(#[source] Inner2);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the cause")]
+    struct Inner2;
+
+    #[test]
+    fn an_error_and_its_causes_print_as_one_line() {
+        assert_eq!(error_chain(&Outer(Inner)), "outer: inner second line");
+    }
+
+    #[test]
+    fn a_cause_already_in_its_wrapper_message_is_not_repeated() {
+        assert_eq!(error_chain(&Repeats(Inner2)), "wrapped: the cause");
+    }
+}

@@ -3,14 +3,16 @@
 //! Serves the push endpoints and `GET /v1/work?key=K` on `--listen`, registers with the managers
 //! once the listener answers (P8.1), and on SIGTERM or Ctrl-C stops admitting and deregisters
 //! within `--shutdown-grace` (P3.7).
+//!
+//! Exit status: 0 after a clean stop, 2 when the configuration is refused (one line on stderr
+//! naming the flag), 1 when it fails.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
-use leasehold_api::process::{init_tracing, shutdown_signal, LogFormat};
+use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal, LogFormat};
 use leasehold_executor::{metrics, workload, Executor, ExecutorConfig, RunState};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
@@ -59,8 +61,10 @@ struct Args {
     log_format: LogFormat,
 }
 
+const PROGRAM: &str = "leasehold-executor";
+
 #[tokio::main]
-async fn main() -> anyhow::Result<ExitCode> {
+async fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing(args.log_format, "info");
     let config = ExecutorConfig {
@@ -72,13 +76,19 @@ async fn main() -> anyhow::Result<ExitCode> {
         shutdown_grace: args.shutdown_grace,
         request_timeout: args.request_timeout,
     };
-    let prometheus = PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
-    let executor = Executor::start_with_routes(config, |handle| {
+    let prometheus = match PrometheusBuilder::new().install_recorder() {
+        Ok(prometheus) => prometheus,
+        Err(error) => return run_error(PROGRAM, &error),
+    };
+    let started = Executor::start_with_routes(config, |handle| {
         workload::router(handle.clone()).merge(metrics::router(handle.clone(), prometheus))
     })
-    .await?;
+    .await;
+    let executor = match started {
+        Ok(executor) => executor,
+        Err(error) if error.is_config_error() => return config_error(PROGRAM, &error),
+        Err(error) => return run_error(PROGRAM, &error),
+    };
     let outcome = tokio::select! {
         () = shutdown_signal() => {
             tracing::info!("stop signal: stopping admission, then deregistering (P3.7)");
@@ -90,10 +100,10 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
     };
     match outcome {
-        RunState::Stopped | RunState::Running => Ok(ExitCode::SUCCESS),
+        RunState::Stopped | RunState::Running => ExitCode::SUCCESS,
         RunState::Failed(reason) => {
             tracing::error!(%reason, "executor failed");
-            Ok(ExitCode::FAILURE)
+            ExitCode::FAILURE
         }
     }
 }

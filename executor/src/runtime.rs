@@ -162,6 +162,23 @@ pub enum StartError {
     },
 }
 
+impl StartError {
+    /// Whether the configuration itself is at fault (a value that can never work, such as a
+    /// malformed URL), rather than the environment (a port in use, a file that cannot be opened).
+    pub fn is_config_error(&self) -> bool {
+        match self {
+            StartError::InvalidConfig(_) => true,
+            StartError::Managers(error) => matches!(
+                error,
+                ClientError::InvalidEndpoint(_) | ClientError::InvalidConfig(_)
+            ),
+            // `--listen` that is no socket address at all, as opposed to one in use.
+            StartError::Bind { source, .. } => source.kind() == std::io::ErrorKind::InvalidInput,
+            StartError::EventLog { .. } | StartError::ListenerNotServing { .. } => false,
+        }
+    }
+}
+
 /// State shared by the lease loop, the lapse watcher, the push server and the handle.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -715,17 +732,9 @@ fn advertised_address(config: &ExecutorConfig, bound: SocketAddr) -> Result<Stri
     match &config.advertise {
         Some(url) => {
             let trimmed = url.trim_end_matches('/');
-            let has_scheme = trimmed.starts_with("http://") || trimmed.starts_with("https://");
-            let has_host = trimmed
-                .split_once("://")
-                .is_some_and(|(_, rest)| !rest.is_empty() && !rest.starts_with('/'));
-            if has_scheme && has_host {
-                Ok(trimmed.to_owned())
-            } else {
-                Err(StartError::InvalidConfig(format!(
-                    "advertise address {url:?} must be an http(s) URL with a host"
-                )))
-            }
+            leasehold_api::wire::validate_base_url(trimmed)
+                .map_err(|reason| StartError::InvalidConfig(format!("--advertise: {reason}")))?;
+            Ok(trimmed.to_owned())
         }
         None if bound.ip().is_unspecified() => Err(StartError::InvalidConfig(format!(
             "listening on the wildcard address {bound} needs --advertise: managers cannot push to it"
@@ -779,7 +788,7 @@ impl Executor {
     ) -> Result<ExecutorHandle, StartError> {
         if config.shutdown_grace.is_zero() {
             return Err(StartError::InvalidConfig(
-                "shutdown grace must be positive".into(),
+                "the shutdown grace (--shutdown-grace) must be positive".into(),
             ));
         }
         let manager = ManagerLink::new(config.managers.clone(), config.request_timeout)?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use leasehold_api::process::LogFormat;
+use leasehold_api::wire::validate_base_url;
 
 use crate::leader::core::GuardConfig;
 use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
@@ -102,7 +103,7 @@ fn parse_initial_cluster(value: &str) -> Result<InitialCluster, String> {
             .trim()
             .parse()
             .map_err(|_| format!("{id:?} is not a node id"))?;
-        validate_url(url.trim())?;
+        validate_base_url(url.trim())?;
         if members
             .insert(id, url.trim().trim_end_matches('/').to_string())
             .is_some()
@@ -114,14 +115,6 @@ fn parse_initial_cluster(value: &str) -> Result<InitialCluster, String> {
         return Err("the initial cluster lists no members".to_string());
     }
     Ok(InitialCluster(members))
-}
-
-fn validate_url(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("{url:?} must be an http(s) URL with a host"));
-    }
-    Ok(())
 }
 
 /// Everything the server needs, validated.
@@ -158,9 +151,9 @@ impl TryFrom<Args> for ManagerConfig {
             }
             None => format!("http://{}", args.listen),
         };
-        validate_url(&advertise).map_err(ConfigError)?;
+        validate_base_url(&advertise).map_err(|e| ConfigError(format!("--advertise: {e}")))?;
         if let Some(join) = &args.join {
-            validate_url(join).map_err(ConfigError)?;
+            validate_base_url(join).map_err(|e| ConfigError(format!("--join: {e}")))?;
         }
         let initial_cluster = args.initial_cluster.map(|c| c.0).unwrap_or_default();
         if args.join.is_none() && !initial_cluster.contains_key(&args.id) {

@@ -1,20 +1,36 @@
 //! `leasehold-manager`: one manager replica.
+//!
+//! Exit status: 0 after a clean stop, 2 when the configuration is refused (one line on stderr
+//! naming the flag), 1 when the manager fails while running.
+
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use leasehold_api::process::{init_tracing, shutdown_signal};
+use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal};
 use leasehold_manager::config::{Args, ManagerConfig};
 
+const PROGRAM: &str = "leasehold-manager";
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing(args.log_format, "info,openraft=warn");
-    let config = ManagerConfig::try_from(args)?;
+    let config = match ManagerConfig::try_from(args) {
+        Ok(config) => config,
+        Err(error) => return config_error(PROGRAM, &error),
+    };
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => run_error(PROGRAM, error.as_ref()),
+    }
+}
+
+async fn run(config: ManagerConfig) -> anyhow::Result<()> {
     let metrics = leasehold_manager::metrics::prometheus_builder()
         .context("configuring the metrics exporter")?
         .install_recorder()
         .context("installing the metrics recorder")?;
-    leasehold_manager::server::run(config, Some(metrics), shutdown_signal())
-        .await
-        .context("leasehold-manager")
+    leasehold_manager::server::run(config, Some(metrics), shutdown_signal()).await?;
+    Ok(())
 }

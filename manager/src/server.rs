@@ -32,8 +32,18 @@ const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("data directory: {0}")]
-    DataDir(#[from] std::io::Error),
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {listen}: {source}")]
+    Bind {
+        listen: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("serving HTTP: {0}")]
+    Serve(#[source] std::io::Error),
     #[error("opening the data directory: {0}")]
     Sled(#[from] sled::Error),
     #[error(transparent)]
@@ -58,7 +68,10 @@ pub async fn run(
     metrics: Option<PrometheusHandle>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    std::fs::create_dir_all(&config.data_dir)?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
     let db = sled::open(&config.data_dir)?;
     let identity = Arc::new(Identity::open(&db, config.id)?);
     let (mut log_store, mut state_machine) =
@@ -80,7 +93,12 @@ pub async fn run(
         (log_state.last_log_id.map_or(0, |id| id.index), vote)
     };
 
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            listen: config.listen,
+            source,
+        })?;
     tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
 
     let http_client = reqwest::Client::builder()
@@ -176,7 +194,8 @@ pub async fn run(
     });
     axum::serve(listener, http::router(node.clone()))
         .with_graceful_shutdown(stop_serving)
-        .await?;
+        .await
+        .map_err(ServerError::Serve)?;
 
     let _ = stop_tasks.send(true);
     if let Err(error) = node.raft.shutdown().await {
