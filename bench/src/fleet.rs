@@ -24,7 +24,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     AssignmentPush, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
 };
-use leasehold_executor::assignment::{AssignmentState, RevokeOutcome, SetOutcome};
+use leasehold_executor::assignment::{AssignmentState, SetOutcome};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 

@@ -515,9 +515,10 @@ impl AdmissionCore {
         Ok(PushApplied { set, events })
     }
 
-    /// Applies a revoke push (P4.1, P5.2). The reply is `released` only for a revoke applied,
-    /// after admission for its shards stopped (the returned events); a stale one is answered
-    /// `ignored`, never as done.
+    /// Applies a revoke push (P4.1, P5.2). The reply lists as `released` only shards that no
+    /// longer admit work: for a revoke applied, after admission for its shards stopped (the
+    /// returned events); for one a newer delivery overtook, the shards that delivery already
+    /// took away. A stale revoke whose shards all came back is answered `ignored`, never as done.
     pub fn apply_revoke(
         &mut self,
         revoke: &RevokePush,
@@ -530,30 +531,19 @@ impl AdmissionCore {
         let outcome = self
             .assignment
             .apply_revoke(revoke.revision, &revoke.shards)?;
-        let reply = match outcome {
-            RevokeOutcome::Applied { dropped, released } => {
-                if admitting {
-                    for shard in dropped {
-                        events.extend(self.event(
-                            shard,
-                            AdmissionChange::Stop,
-                            now,
-                            AdmissionReason::Revoked,
-                        ));
-                    }
-                }
-                RevokeReply {
-                    revision: revoke.revision,
-                    released,
-                    ignored: false,
+        let reply = outcome.reply(revoke.revision);
+        if let RevokeOutcome::Applied { dropped, .. } = outcome {
+            if admitting {
+                for shard in dropped {
+                    events.extend(self.event(
+                        shard,
+                        AdmissionChange::Stop,
+                        now,
+                        AdmissionReason::Revoked,
+                    ));
                 }
             }
-            RevokeOutcome::Ignored { .. } => RevokeReply {
-                revision: revoke.revision,
-                released: Vec::new(),
-                ignored: true,
-            },
-        };
+        }
         Ok(RevokeApplied { reply, events })
     }
 

@@ -4,16 +4,18 @@
 //!
 //! Ordering (P4.1): every delivered set (register reply, renew reply, assign push) carries the
 //! revision it was read from and applies only if that revision is at least the last one
-//! applied. A revoke carries the revision it was committed at, applies under the same rule, and
-//! applying it raises the last applied revision to its own: an assign push read before the
-//! revoke (hence with a lower revision) that arrives after it can then no longer bring the shard
-//! back. The handoff's exclusivity (P5.2) rests on this, because the revoke reply tells the
-//! manager the shard may go to its next owner.
+//! applied. A revoke carries the revision it was committed at and applies unless a set read
+//! after it was applied; applying it raises the last applied revision to at least its own: an
+//! assign push read before the revoke (hence with a lower revision) that arrives after it can
+//! then no longer bring the shard back. The handoff's exclusivity (P5.2) rests on this, because
+//! the revoke reply tells the manager the shard may go to its next owner. A revoke overtaken by
+//! a newer set is answered released for the shards that set no longer lists (they are not
+//! admitted) and ignored for the ones it lists again.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
-use leasehold_api::wire::{check_shard_list, ShardEpoch, ShardListError};
+use leasehold_api::wire::{check_shard_list, RevokeReply, ShardEpoch, ShardListError};
 
 /// Why a delivery was refused as malformed (I6). A refused delivery changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,14 +79,42 @@ pub enum RevokeOutcome {
         /// before or not, so all may be handed on (the revoke reply's `released`).
         released: Vec<u32>,
     },
-    /// Older than the last delivery applied (P4.1): nothing changed and nothing may be reported
-    /// as released (P5.2: answered as ignored, never as done).
-    Ignored {
+    /// Older than the last set applied (P4.1): a set read after it overtook it, and the state
+    /// is unchanged. The revoke's shards that the set no longer holds are not admitted, so they
+    /// are reported `released` (P5.2): the newer delivery already did what the revoke asks. The
+    /// ones it holds again came back in that newer delivery; they stay, and are not released.
+    Overtaken {
         /// The revoke's revision.
         revision: u64,
-        /// The last revision applied, which the revoke is older than.
+        /// The revision of the last set applied, which the revoke is older than.
         applied_revision: u64,
+        /// The revoke's shards not held, ascending: none of them is admitted.
+        released: Vec<u32>,
+        /// The revoke's shards held again, ascending.
+        still_held: Vec<u32>,
     },
+}
+
+impl RevokeOutcome {
+    /// The answer to the revoke at `revision` (§9). An overtaken revoke that released nothing
+    /// (every shard came back) is answered ignored, never as done (P5.2).
+    pub fn reply(&self, revision: u64) -> RevokeReply {
+        let released = match self {
+            RevokeOutcome::Applied { released, .. } | RevokeOutcome::Overtaken { released, .. } => {
+                released.clone()
+            }
+        };
+        RevokeReply {
+            revision,
+            ignored: released.is_empty() && matches!(self, RevokeOutcome::Overtaken { .. }),
+            released,
+        }
+    }
+}
+
+fn sorted(mut shards: Vec<u32>) -> Vec<u32> {
+    shards.sort_unstable();
+    shards
 }
 
 /// The held set and the revision order of deliveries.
@@ -101,6 +131,10 @@ pub struct AssignmentState {
     /// across re-registration: log indices only grow, so every delivery meant for the new
     /// executor is newer than anything meant for the old one.
     revision: u64,
+    /// Revision of the last set applied (revokes leave it alone). Revokes are ordered against
+    /// sets only: a revoke older than a newer revoke of other shards still applies to its own,
+    /// and only a set read after it (which would list a shard that came back) overtakes it.
+    set_revision: u64,
 }
 
 impl AssignmentState {
@@ -197,6 +231,7 @@ impl AssignmentState {
         if unchanged {
             self.shard_count = Some(count);
             self.revision = revision;
+            self.set_revision = revision;
             return Ok(SetOutcome::Applied {
                 dropped: Vec::new(),
                 gained: Vec::new(),
@@ -221,11 +256,17 @@ impl AssignmentState {
         }
         self.held = next;
         self.revision = revision;
+        self.set_revision = revision;
         Ok(SetOutcome::Applied { dropped, gained })
     }
 
-    /// Applies a revoke if its revision is at least the last applied (P4.1), and raises the
-    /// last applied revision to the revoke's so an older assign push arriving later is stale.
+    /// Applies a revoke unless a set read after it was applied (P4.1), and raises the last
+    /// applied revision to the revoke's so an older assign push arriving later is stale.
+    ///
+    /// Revokes of one executor's handoffs are sent concurrently, so a newer one often lands
+    /// first; it names other shards and says nothing about the older one's, which still applies.
+    /// A set read after the revoke does overtake it: the shards that set no longer lists are not
+    /// admitted (reported released), and the ones it lists came back and stay (P5.2).
     pub fn apply_revoke(
         &mut self,
         revision: u64,
@@ -236,14 +277,21 @@ impl AssignmentState {
             // Before any delivery the range is unknown; duplicates are still refused.
             None => Self::check_shards(NonZeroU32::MAX, shards.iter().copied())?,
         }
-        if revision < self.revision {
-            return Ok(RevokeOutcome::Ignored {
+        if revision < self.set_revision {
+            // A shard the set does not hold is one this executor does not admit, whatever
+            // delivery took it away: acknowledging it cannot let two owners admit at once. The
+            // manager accepts the acknowledgement only while the handoff it names is current.
+            let (still_held, released): (Vec<u32>, Vec<u32>) = shards
+                .iter()
+                .partition(|shard| self.held.contains_key(shard));
+            return Ok(RevokeOutcome::Overtaken {
                 revision,
-                applied_revision: self.revision,
+                applied_revision: self.set_revision,
+                released: sorted(released),
+                still_held: sorted(still_held),
             });
         }
-        let mut released: Vec<u32> = shards.to_vec();
-        released.sort_unstable();
+        let released = sorted(shards.to_vec());
         let dropped = released
             .iter()
             .filter_map(|&shard| {
@@ -253,7 +301,7 @@ impl AssignmentState {
                     .map(|epoch| ShardEpoch { shard, epoch })
             })
             .collect();
-        self.revision = revision;
+        self.revision = self.revision.max(revision);
         Ok(RevokeOutcome::Applied { dropped, released })
     }
 
@@ -405,17 +453,102 @@ mod tests {
     }
 
     #[test]
-    fn p4_1_stale_revoke_is_ignored_and_keeps_the_shard() {
+    fn p4_1_stale_revoke_of_a_shard_that_came_back_keeps_it_and_is_answered_ignored() {
         let mut state = AssignmentState::default();
         state.apply_set(20, 8, &set(&[(1, 2)])).unwrap();
+        let before = state.clone();
+        let outcome = state.apply_revoke(19, &[1]).unwrap();
         assert_eq!(
-            state.apply_revoke(19, &[1]),
-            Ok(RevokeOutcome::Ignored {
+            outcome,
+            RevokeOutcome::Overtaken {
                 revision: 19,
-                applied_revision: 20
+                applied_revision: 20,
+                released: vec![],
+                still_held: vec![1],
+            }
+        );
+        assert_eq!(state, before, "a stale revoke changes nothing");
+        assert_eq!(
+            outcome.reply(19),
+            RevokeReply {
+                revision: 19,
+                released: vec![],
+                ignored: true
+            },
+            "never answered as done (P5.2)"
+        );
+    }
+
+    /// The push at 14 (the next plan) overtook the revoke at 12: it no longer lists shard 2, so
+    /// the executor stopped admitting 2 when it applied it. The late revoke is answered
+    /// released for 2, naming its own revision, and changes nothing (P5.2).
+    #[test]
+    fn p5_2_a_revoke_overtaken_by_a_set_without_the_shard_is_answered_released() {
+        let mut state = AssignmentState::default();
+        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap();
+        state.apply_set(14, 8, &set(&[(1, 1)])).unwrap();
+        let before = state.clone();
+        let outcome = state.apply_revoke(12, &[2]).unwrap();
+        assert_eq!(
+            outcome.reply(12),
+            RevokeReply {
+                revision: 12,
+                released: vec![2],
+                ignored: false
+            }
+        );
+        assert_eq!(state, before, "a stale revoke changes nothing");
+    }
+
+    /// Only shards the set does not hold are released: one that a newer delivery gave back is
+    /// admitted again and must not be reported released.
+    #[test]
+    fn p5_2_an_overtaken_revoke_releases_only_the_shards_not_held() {
+        let mut state = AssignmentState::default();
+        state
+            .apply_set(10, 8, &set(&[(1, 1), (2, 1), (3, 1)]))
+            .unwrap();
+        // At 14 shard 2 has gone and shard 3 is back at a new epoch.
+        state.apply_set(14, 8, &set(&[(1, 1), (3, 2)])).unwrap();
+        let outcome = state.apply_revoke(12, &[3, 2]).unwrap();
+        assert_eq!(
+            outcome,
+            RevokeOutcome::Overtaken {
+                revision: 12,
+                applied_revision: 14,
+                released: vec![2],
+                still_held: vec![3],
+            }
+        );
+        assert_eq!(outcome.reply(12).released, vec![2]);
+        assert!(!outcome.reply(12).ignored);
+        assert!(state.holds(3, 2));
+    }
+
+    /// Revokes of two handoffs, sent together, land newest first. The older one still names a
+    /// shard no set has given back since it was committed, so it applies: the shard stops and
+    /// is released, and the revision stays at the newer revoke's.
+    #[test]
+    fn p5_2_an_older_revoke_landing_after_a_newer_one_still_applies_to_its_shards() {
+        let mut state = AssignmentState::default();
+        state
+            .apply_set(3, 8, &set(&[(1, 1), (2, 1), (3, 1)]))
+            .unwrap();
+        state.apply_revoke(8, &[2]).unwrap();
+        assert_eq!(
+            state.apply_revoke(6, &[1]),
+            Ok(RevokeOutcome::Applied {
+                dropped: set(&[(1, 1)]),
+                released: vec![1],
             })
         );
-        assert!(state.holds(1, 2));
+        assert_eq!(state.held(), set(&[(3, 1)]));
+        assert_eq!(state.revision(), 8, "never lowered");
+        // A push read at 7, before the revoke at 8, stays stale.
+        assert!(matches!(
+            state.apply_set(7, 8, &set(&[(1, 1), (2, 1), (3, 1)])),
+            Ok(SetOutcome::Stale { .. })
+        ));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!   P4.3). `204` once applied or found stale (P4.1); `503 sharding_not_ready` while no
 //!   registration stands (the next grant carries the set, P5.3).
 //! - `POST /v1/revoke` ([`RevokePush`] → [`RevokeReply`]): answered only after admission for the
-//!   shards stopped; a stale revoke is answered `ignored: true`, never as done (P5.2).
+//!   shards stopped. A revoke overtaken by a newer set is answered released for the shards that
+//!   set took away, and `ignored: true` when every one of them came back, never as done (P5.2).
 //! - `GET /v1/health` ([`ExecutorHealth`]): which executor and incarnation this address is.
 //! - `GET /v1/status` ([`crate::ExecutorStatus`]): lease remaining, revision, shards with
 //!   epochs, admitting or fenced.
@@ -146,7 +147,7 @@ fn push_refusal(error: PushError, what: &str) -> HttpError {
 #[utoipa::path(
     post, path = "/v1/revoke", tag = "deliveries", request_body = RevokePush,
     responses(
-        (status = 200, description = "Admission for `released` has stopped; `ignored` when the revoke was stale.", body = RevokeReply),
+        (status = 200, description = "Admission for `released` has stopped; `ignored` when a newer set gave every shard back (P5.2).", body = RevokeReply),
         (status = 409, description = "`conflict`: the revoke names another executor."),
         (status = 503, description = "`sharding_not_ready`: this executor is not registered yet."),
     ),
@@ -164,7 +165,7 @@ pub(crate) async fn post_revoke(
             if applied.reply.ignored {
                 info!(
                     revision = revoke.revision,
-                    "stale revoke answered ignored (P4.1, P5.2)"
+                    "revoke overtaken by a set that holds its shards again: answered ignored (P4.1, P5.2)"
                 );
             } else {
                 info!(revision = revoke.revision, released = ?applied.reply.released, "revoke applied");

@@ -1,9 +1,10 @@
 //! A minimal executor that speaks the manager's HTTP API, for testing the manager's lease
-//! protocol without the real executor: registers, renews at a third of its lease with its claims
-//! and last applied revision, applies deliveries in revision order (P4.1; a revoke raises the
-//! applied revision), answers revokes after it stopped admitting, and records when it admitted
-//! each shard on the test process's monotonic clock, so the intervals of several fake executors
-//! can be checked for overlap (I1).
+//! protocol without the real executor's process: registers, renews at a third of its lease with
+//! its claims and last applied revision (or never, for tests of pushes and revokes alone), and
+//! records when it admitted each shard on the test process's monotonic clock, so the intervals of
+//! several fake executors can be checked for overlap (I1). The delivery rules are the executor
+//! library's own [`AssignmentState`] (revision order P4.1, revoke answers P5.2, stale grants),
+//! not a copy of them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
 };
+use leasehold_executor::assignment::{AssignmentState, RevokeOutcome, SetOutcome};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -35,8 +37,7 @@ pub struct Interval {
 #[derive(Debug)]
 struct View {
     executor_id: String,
-    applied_revision: u64,
-    held: BTreeMap<u32, u64>,
+    assignment: AssignmentState,
     /// The lease as P3.2 allows: send instant of the granting request + ttl.
     lease_expiry: Instant,
     intervals: Vec<Interval>,
@@ -68,27 +69,50 @@ impl View {
         }
     }
 
-    /// The one receipt path for a delivered set (P4.3).
-    fn adopt(&mut self, revision: u64, shards: &[ShardEpoch], now: Instant) {
-        if revision < self.applied_revision {
-            return;
-        }
-        self.applied_revision = revision;
-        let next: BTreeMap<u32, u64> = shards.iter().map(|s| (s.shard, s.epoch)).collect();
-        let dropped: Vec<u32> = self
-            .held
-            .iter()
-            .filter(|(shard, epoch)| next.get(shard) != Some(epoch))
-            .map(|(shard, _)| *shard)
-            .collect();
-        for shard in dropped {
-            self.held.remove(&shard);
-            self.close(shard, now);
-        }
-        for (shard, epoch) in next {
-            if self.held.insert(shard, epoch).is_none() {
-                self.open(shard, epoch, now);
+    /// The one receipt path for a delivered set (P4.3): a push, or a grant's set.
+    fn adopt(&mut self, revision: u64, shard_count: u32, shards: &[ShardEpoch], now: Instant) {
+        // A malformed set changes nothing (I6); the manager never sends one.
+        if let Ok(SetOutcome::Applied { dropped, gained }) =
+            self.assignment.apply_set(revision, shard_count, shards)
+        {
+            for shard in dropped {
+                self.close(shard.shard, now);
             }
+            for shard in gained {
+                self.open(shard.shard, shard.epoch, now);
+            }
+        }
+    }
+
+    /// A grant: its lease always counts (P3.3), its set only in revision order; a stale one
+    /// still stops shards the manager had taken by its revision, as the library does (I1).
+    fn adopt_grant(&mut self, grant: &Grant, sent_at: Instant, now: Instant) {
+        self.lease_expiry = sent_at + Duration::from_millis(grant.lease_ttl_ms);
+        if grant.revision < self.assignment.revision() {
+            for shard in self.assignment.drop_taken_by(grant.revision, &grant.shards) {
+                self.close(shard.shard, now);
+            }
+        }
+        self.adopt(grant.revision, grant.shard_count, &grant.shards, now);
+    }
+
+    fn revoke(&mut self, push: &RevokePush, now: Instant) -> Option<RevokeReply> {
+        let outcome = self
+            .assignment
+            .apply_revoke(push.revision, &push.shards)
+            .ok()?;
+        if let RevokeOutcome::Applied { dropped, .. } = &outcome {
+            for shard in dropped {
+                self.close(shard.shard, now);
+            }
+        }
+        Some(outcome.reply(push.revision))
+    }
+
+    /// Stops admitting everything, stamped `at`.
+    fn stop_all(&mut self, at: Instant) {
+        for shard in self.assignment.clear() {
+            self.close(shard.shard, at);
         }
     }
 }
@@ -117,7 +141,12 @@ async fn assignment(
     if push.executor_id != view.executor_id {
         return Err(axum::http::StatusCode::CONFLICT);
     }
-    view.adopt(push.revision, &push.shards, Instant::now());
+    view.adopt(
+        push.revision,
+        push.shard_count,
+        &push.shards,
+        Instant::now(),
+    );
     Ok(Json(serde_json::json!({})))
 }
 
@@ -129,30 +158,32 @@ async fn revoke(
     if view.refuse_revokes || push.executor_id != view.executor_id {
         return Err(axum::http::StatusCode::SERVICE_UNAVAILABLE);
     }
-    if push.revision < view.applied_revision {
-        return Ok(Json(RevokeReply {
-            revision: push.revision,
-            released: Vec::new(),
-            ignored: true,
-        }));
+    view.revoke(&push, Instant::now())
+        .map(Json)
+        .ok_or(axum::http::StatusCode::BAD_REQUEST)
+}
+
+/// How a fake executor behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct FakeOptions {
+    /// Renew at a third of the lease (P3.5); without it only pushes and revokes move shards.
+    pub renew: bool,
+}
+
+impl Default for FakeOptions {
+    fn default() -> Self {
+        Self { renew: true }
     }
-    view.applied_revision = push.revision;
-    let now = Instant::now();
-    for shard in &push.shards {
-        if view.held.remove(shard).is_some() {
-            view.close(*shard, now);
-        }
-    }
-    Ok(Json(RevokeReply {
-        revision: push.revision,
-        released: push.shards,
-        ignored: false,
-    }))
 }
 
 impl FakeExecutor {
     /// Binds its push endpoint, then registers (P8.1), then renews until stopped.
     pub async fn start(managers: Vec<String>, name: &str) -> Self {
+        Self::start_with(managers, name, FakeOptions::default()).await
+    }
+
+    /// [`FakeExecutor::start`] with `options`.
+    pub async fn start_with(managers: Vec<String>, name: &str, options: FakeOptions) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -176,13 +207,12 @@ impl FakeExecutor {
             .expect("register");
         let mut view = View {
             executor_id: grant.executor_id.clone(),
-            applied_revision: 0,
-            held: BTreeMap::new(),
-            lease_expiry: sent_at + Duration::from_millis(grant.lease_ttl_ms),
+            assignment: AssignmentState::default(),
+            lease_expiry: sent_at,
             intervals: Vec::new(),
             refuse_revokes: false,
         };
-        view.adopt(grant.revision, &grant.shards, Instant::now());
+        view.adopt_grant(&grant, sent_at, Instant::now());
         let view = Arc::new(Mutex::new(view));
         let (stop, stopped) = watch::channel(false);
         let app = Router::new()
@@ -197,7 +227,15 @@ impl FakeExecutor {
                 })
                 .await;
         });
-        let renewer = tokio::spawn(renew_loop(client, view.clone(), grant, stopped));
+        let mut tasks = vec![server];
+        if options.renew {
+            tasks.push(tokio::spawn(renew_loop(
+                client,
+                view.clone(),
+                grant,
+                stopped,
+            )));
+        }
         Self {
             executor_id: view
                 .lock()
@@ -206,12 +244,22 @@ impl FakeExecutor {
             address,
             view,
             stop,
-            tasks: vec![server, renewer],
+            tasks,
         }
     }
 
     pub fn held(&self) -> BTreeMap<u32, u64> {
-        lock(&self.view).held.clone()
+        lock(&self.view)
+            .assignment
+            .held()
+            .into_iter()
+            .map(|s| (s.shard, s.epoch))
+            .collect()
+    }
+
+    /// The revision of the last delivery applied (P4.1).
+    pub fn revision(&self) -> u64 {
+        lock(&self.view).assignment.revision()
     }
 
     pub fn intervals(&self) -> Vec<Interval> {
@@ -236,11 +284,7 @@ impl FakeExecutor {
         }
         let mut view = lock(&self.view);
         let expiry = view.lease_expiry;
-        let held: Vec<u32> = view.held.keys().copied().collect();
-        for shard in held {
-            view.close(shard, expiry);
-        }
-        view.held.clear();
+        view.stop_all(expiry);
     }
 }
 
@@ -275,35 +319,22 @@ async fn renew_loop(
         }
         let (executor_id, request) = {
             let view = lock(&view);
-            let claims = view
-                .held
-                .iter()
-                .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
-                .collect();
             (
                 view.executor_id.clone(),
                 RenewRequest {
-                    claims,
-                    revision: view.applied_revision,
+                    claims: view.assignment.held(),
+                    revision: view.assignment.revision(),
                 },
             )
         };
         let sent_at = Instant::now();
         match client.renew(&executor_id, &request).await {
             Ok(grant) => {
-                let mut view = lock(&view);
-                view.lease_expiry = sent_at + Duration::from_millis(grant.lease_ttl_ms);
-                view.adopt(grant.revision, &grant.shards, Instant::now());
+                lock(&view).adopt_grant(&grant, sent_at, Instant::now());
                 wait = Duration::from_millis(grant.lease_ttl_ms / 3);
             }
             Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
-                let mut view = lock(&view);
-                let now = Instant::now();
-                let held: Vec<u32> = view.held.keys().copied().collect();
-                for shard in held {
-                    view.close(shard, now);
-                }
-                view.held.clear();
+                lock(&view).stop_all(Instant::now());
                 return;
             }
             Err(ClientError::PatienceExhausted { .. }) | Err(_) => {

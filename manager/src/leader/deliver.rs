@@ -28,8 +28,9 @@ const ROUND_INTERVAL: Duration = Duration::from_millis(500);
 const REVOKE_RESEND_INTERVAL: Duration = Duration::from_secs(1);
 const PUSH_RETRY_FIRST: Duration = Duration::from_millis(250);
 const PUSH_RETRY_MAX: Duration = Duration::from_secs(5);
-/// Deliveries in flight at once.
-const MAX_DELIVERIES_PER_ROUND: usize = 64;
+/// Deliveries in flight at once. A bound on what is in flight, not on what a round delivers:
+/// a round sends everything it planned, this many at a time.
+const MAX_DELIVERIES_IN_FLIGHT: usize = 64;
 
 #[derive(Debug)]
 enum Delivery {
@@ -71,14 +72,7 @@ pub async fn run(node: Arc<ManagerNode>, term: u64, mut stopped: watch::Receiver
     let mut revoke_sent: BTreeMap<(ExecutorId, u64), Instant> = BTreeMap::new();
     loop {
         let deliveries = plan_round(&node, &mut push_backoff, &mut revoke_sent);
-        let mut in_flight = JoinSet::new();
-        for delivery in deliveries.into_iter().take(MAX_DELIVERIES_PER_ROUND) {
-            in_flight.spawn(send(node.http.clone(), delivery));
-        }
-        while let Some(joined) = in_flight.join_next().await {
-            let Ok(delivered) = joined else { continue };
-            settle(&node, term, delivered, &mut push_backoff).await;
-        }
+        deliver_all(&node, term, deliveries, &mut push_backoff).await;
         tokio::select! {
             _ = node.signals.deliveries.notified() => {}
             _ = tokio::time::sleep(ROUND_INTERVAL) => {}
@@ -87,6 +81,32 @@ pub async fn run(node: Arc<ManagerNode>, term: u64, mut stopped: watch::Receiver
         if *stopped.borrow() {
             return;
         }
+    }
+}
+
+/// Sends every delivery, at most [`MAX_DELIVERIES_IN_FLIGHT`] at once, and settles each as it
+/// completes. Nothing planned is left out: a rebalance that changes hundreds of sets pushes every
+/// one of them in this round, so a new owner does not wait for its next renewal to learn a grant.
+async fn deliver_all(
+    node: &ManagerNode,
+    term: u64,
+    deliveries: Vec<Delivery>,
+    push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
+) {
+    let mut waiting = deliveries.into_iter();
+    let mut in_flight = JoinSet::new();
+    loop {
+        while in_flight.len() < MAX_DELIVERIES_IN_FLIGHT {
+            let Some(delivery) = waiting.next() else {
+                break;
+            };
+            in_flight.spawn(send(node.http.clone(), delivery));
+        }
+        let Some(joined) = in_flight.join_next().await else {
+            return;
+        };
+        let Ok(delivered) = joined else { continue };
+        settle(node, term, delivered, push_backoff).await;
     }
 }
 
@@ -275,6 +295,7 @@ async fn settle(
                 .filter(|s| requested.contains(s))
                 .collect();
             if reply.ignored || released.is_empty() {
+                warn_if_still_current(node, &executor_id, &requested, revision);
                 return;
             }
             let command = Command::Release {
@@ -296,5 +317,41 @@ async fn settle(
                 Err(error) => tracing::info!(%executor_id, %error, "release not committed"),
             }
         }
+    }
+}
+
+/// An executor answers a revoke ignored only when every shard it names came back to it in a
+/// newer delivery (P5.2), and then the handoff is no longer current. An ignored answer for a
+/// handoff that still is means the executor and this leader disagree about its set (or the
+/// executor predates the overtaken-revoke rule): counted and logged, and the handoff waits for
+/// the executor's claims or the lease expiry.
+fn warn_if_still_current(
+    node: &ManagerNode,
+    executor_id: &ExecutorId,
+    requested: &[ShardId],
+    revoke_revision: u64,
+) {
+    let current = node.state.read(|applied| {
+        requested
+            .iter()
+            .filter(|&&shard| {
+                applied.state.shard(shard).is_some_and(|record| {
+                    record.owner.as_ref() == Some(executor_id)
+                        && record
+                            .handoff
+                            .as_ref()
+                            .is_some_and(|h| h.revoke_revision == revoke_revision)
+                })
+            })
+            .count()
+    });
+    if current > 0 {
+        metrics::counter!("leasehold_revokes_ignored_total").increment(1);
+        tracing::warn!(
+            %executor_id,
+            revoke_revision,
+            shards = current,
+            "revoke answered ignored for a handoff still in progress; it completes on the executor's claims or its lease expiry"
+        );
     }
 }

@@ -20,7 +20,7 @@ use openraft::ServerState;
 use tokio::sync::watch;
 
 use self::core::{tick_ms, Deferral, GuardEvent, LeaderCore};
-use crate::lease::{plan_rebalance, Command, Outcome, MAX_MOVES_PER_PLAN};
+use crate::lease::{plan_rebalance, Command, Outcome, RefusalReason, MAX_MOVES_PER_PLAN};
 use crate::node::{Leader, ManagerNode};
 
 /// How often the loop checks for leadership while not leading.
@@ -191,8 +191,22 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
                 node.signals.replan.notify_one();
             }
         }
+        Ok((
+            _,
+            Outcome::Refused {
+                reason: reason @ RefusalReason::StalePlan { .. },
+            },
+        )) => {
+            // Another change to the assignment (a registration, a release completing a
+            // handoff) was committed while this plan was in flight. Plan again on the state it
+            // left, at once: waiting for the next tick would leave a joiner without shards (and
+            // releasing shards without a new owner) for up to a third of a lease. Each refusal
+            // follows a committed change, so this repeats only while others make progress.
+            tracing::debug!(?reason, "plan refused as stale; replanning at once");
+            node.signals.replan.notify_one();
+        }
         Ok((_, Outcome::Refused { reason })) => {
-            tracing::debug!(?reason, "plan refused; replanning next step")
+            tracing::warn!(?reason, "plan refused; replanning next step")
         }
         Ok((_, other)) => tracing::warn!(?other, "rebalance"),
         Err(error) => tracing::info!(%error, "rebalance not committed"),

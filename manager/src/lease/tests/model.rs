@@ -7,9 +7,10 @@
 //! The model executor (one process, one incarnation):
 //! - anchors a grant at the instant its request was sent: copy expiry = `sent_at + lease_ttl_ms`
 //!   (P3.2); only grants move it, and every grant moves it (P3.3); pushes carry no lease;
-//! - applies a delivered set only if its revision is at least the last one applied (P4.1); a
-//!   revoke is applied under the same rule (and raises the last applied revision), answered with
-//!   an acknowledgement only if applied (P5.2);
+//! - keeps its set in the executor library's own `AssignmentState`: a delivered set applies only
+//!   if its revision is at least the last one applied (P4.1); a revoke applies unless a newer set
+//!   overtook it, and is acknowledged for the shards it no longer admits (P5.2); a stale grant
+//!   drops the shards already taken at its revision;
 //! - admits a shard at an instant iff it is running, its copy is strictly after that instant and
 //!   the shard is in its last applied set (P3.6);
 //! - claims its applied set and last applied revision when renewing (P4.2).
@@ -52,6 +53,8 @@ use super::super::{
 };
 use super::register_command;
 use crate::leader::core::{tick_ms, Deferral, GuardConfig, LeaderCore, StepDecision};
+use leasehold_api::wire::{RevokeReply, ShardEpoch};
+use leasehold_executor::assignment::{AssignmentState, RevokeOutcome};
 
 /// Lease durations the leader may be (re)configured with; the first is the initial one.
 const LEASE_CHOICES_MS: [u64; 3] = [1_000, 300, 1_500];
@@ -91,6 +94,7 @@ struct Coverage {
     registrations_retried: usize,
     claims_mismatches: usize,
     stale_revokes_ignored: usize,
+    overtaken_revokes_released: usize,
     shards_admitted: usize,
     leader_changes: usize,
     /// A step of a new leader (after a change) found overdue executors and reaped none (P6.1).
@@ -119,6 +123,7 @@ impl Coverage {
         self.registrations_retried += other.registrations_retried;
         self.claims_mismatches += other.claims_mismatches;
         self.stale_revokes_ignored += other.stale_revokes_ignored;
+        self.overtaken_revokes_released += other.overtaken_revokes_released;
         self.shards_admitted += other.shards_admitted;
         self.leader_changes += other.leader_changes;
         self.reaps_deferred_by_new_leader += other.reaps_deferred_by_new_leader;
@@ -144,6 +149,10 @@ impl Coverage {
             ("drains_started", self.drains_started),
             ("claims_mismatches", self.claims_mismatches),
             ("stale_revokes_ignored", self.stale_revokes_ignored),
+            (
+                "overtaken_revokes_released",
+                self.overtaken_revokes_released,
+            ),
             ("shards_admitted", self.shards_admitted),
             ("leader_changes", self.leader_changes),
             (
@@ -336,16 +345,28 @@ struct Process {
     running: bool,
     deaf: bool,
     lease_expiry_ms: Option<u64>,
-    last_applied_revision: u64,
-    applied: BTreeMap<ShardId, Epoch>,
-    /// Revision of the delivery that gave each applied shard at its epoch (as the executor
-    /// crate's `AssignmentState` keeps it), for stale grants.
-    gained_at: BTreeMap<ShardId, u64>,
+    shard_count: u32,
+    /// The executor crate's own delivery rules: revision order (P4.1), revoke answers (P5.2),
+    /// stale grants.
+    assignment: AssignmentState,
     inbox: Vec<Message>,
 }
 
+/// What a revoke did to a model process: the executor library's answer.
+struct RevokeAnswer {
+    reply: RevokeReply,
+    overtaken: bool,
+}
+
+fn shard_epochs(shards: &[(ShardId, Epoch)]) -> Vec<ShardEpoch> {
+    shards
+        .iter()
+        .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
+        .collect()
+}
+
 impl Process {
-    fn new(incarnation: String, deaf: bool) -> Self {
+    fn new(incarnation: String, deaf: bool, shard_count: u32) -> Self {
         Self {
             incarnation,
             executor_id: None,
@@ -353,17 +374,25 @@ impl Process {
             running: true,
             deaf,
             lease_expiry_ms: None,
-            last_applied_revision: 0,
-            applied: BTreeMap::new(),
-            gained_at: BTreeMap::new(),
+            shard_count,
+            assignment: AssignmentState::default(),
             inbox: Vec::new(),
         }
+    }
+
+    /// The applied set.
+    fn applied(&self) -> BTreeMap<ShardId, Epoch> {
+        self.assignment
+            .held()
+            .into_iter()
+            .map(|s| (s.shard, s.epoch))
+            .collect()
     }
 
     fn admits(&self, shard: ShardId, now_ms: u64) -> Option<Epoch> {
         let lease_valid = self.lease_expiry_ms.is_some_and(|expiry| expiry > now_ms);
         if self.running && lease_valid {
-            self.applied.get(&shard).copied()
+            self.assignment.epoch_of(shard)
         } else {
             None
         }
@@ -371,17 +400,13 @@ impl Process {
 
     /// P4.1: a set older than the last applied delivery is ignored.
     fn apply_set(&mut self, revision: u64, shards: &[(ShardId, Epoch)]) {
-        if revision >= self.last_applied_revision {
-            let next: BTreeMap<ShardId, Epoch> = shards.iter().copied().collect();
-            self.gained_at.retain(|shard, _| next.contains_key(shard));
-            for (shard, epoch) in &next {
-                if self.applied.get(shard) != Some(epoch) {
-                    self.gained_at.insert(*shard, revision);
-                }
-            }
-            self.applied = next;
-            self.last_applied_revision = revision;
-        }
+        let applied = self
+            .assignment
+            .apply_set(revision, self.shard_count, &shard_epochs(shards));
+        assert!(
+            applied.is_ok(),
+            "the leader delivered a malformed set: {applied:?}"
+        );
     }
 
     /// P3.2, P3.3: every grant moves the lease clock, anchored at the send instant.
@@ -397,34 +422,27 @@ impl Process {
             return;
         }
         self.executor_id = Some(grant.executor_id.clone());
-        if grant.revision < self.last_applied_revision {
+        if grant.revision < self.assignment.revision() {
             // The executor's rule for a stale grant: its lease does not cover shards already
             // taken from this executor at the grant's revision (gained no later, not in its set).
-            let gained_at = &self.gained_at;
-            self.applied.retain(|shard, _| {
-                grant.shards.iter().any(|(s, _)| s == shard)
-                    || gained_at.get(shard).is_some_and(|&at| at > grant.revision)
-            });
-            let applied = &self.applied;
-            self.gained_at
-                .retain(|shard, _| applied.contains_key(shard));
+            self.assignment
+                .drop_taken_by(grant.revision, &shard_epochs(&grant.shards));
         }
         self.lease_expiry_ms = Some(sent_at_ms.saturating_add(grant.lease_ttl_ms));
         self.apply_set(grant.revision, &grant.shards);
     }
 
-    /// P4.1, P5.2: a stale revoke is ignored and not acknowledged; otherwise the shards stop
-    /// being admitted and the acknowledgement lists them.
-    fn receive_revoke(&mut self, revision: u64, shards: &[ShardId]) -> Option<Vec<ShardId>> {
-        if revision < self.last_applied_revision {
-            return None;
+    /// P4.1, P5.2, as the executor library answers a revoke: applied, the shards stop being
+    /// admitted and are released; overtaken by a newer set, the shards that set took away are
+    /// released and the ones it gave back are not.
+    fn receive_revoke(&mut self, revision: u64, shards: &[ShardId]) -> RevokeAnswer {
+        match self.assignment.apply_revoke(revision, shards) {
+            Ok(outcome) => RevokeAnswer {
+                reply: outcome.reply(revision),
+                overtaken: matches!(outcome, RevokeOutcome::Overtaken { .. }),
+            },
+            Err(error) => panic!("the leader sent a malformed revoke: {error}"),
         }
-        for shard in shards {
-            self.applied.remove(shard);
-            self.gained_at.remove(shard);
-        }
-        self.last_applied_revision = revision;
-        Some(shards.to_vec())
     }
 
     /// When the last grant for its executor that it holds, or that is in flight to it, runs out.
@@ -444,8 +462,13 @@ impl Process {
         let executor_id = self.executor_id.clone()?;
         self.running.then(|| Renewal {
             executor_id,
-            claims: self.applied.iter().map(|(&s, &e)| (s, e)).collect(),
-            revision: self.last_applied_revision,
+            claims: self
+                .assignment
+                .held()
+                .into_iter()
+                .map(|s| (s.shard, s.epoch))
+                .collect(),
+            revision: self.assignment.revision(),
         })
     }
 }
@@ -484,6 +507,10 @@ struct World {
 }
 
 impl World {
+    fn shard_count(&self) -> u32 {
+        self.state.config().map_or(0, |config| config.shard_count)
+    }
+
     fn new(shard_count: u32, guard: GuardConfig) -> Self {
         let mut world = Self {
             state: LeaseState::default(),
@@ -807,8 +834,12 @@ impl World {
             Message::Assign { revision, shards } => target.apply_set(revision, &shards),
             Message::Reply { sent_at_ms, grant } => target.receive_reply(sent_at_ms, &grant),
             Message::Revoke { revision, shards } => {
-                let released = target.receive_revoke(revision, &shards);
-                self.coverage.stale_revokes_ignored += usize::from(released.is_none());
+                let answer = target.receive_revoke(revision, &shards);
+                self.coverage.stale_revokes_ignored += usize::from(answer.reply.ignored);
+                self.coverage.overtaken_revokes_released +=
+                    usize::from(answer.overtaken && !answer.reply.released.is_empty());
+                let released = (!answer.reply.ignored && !answer.reply.released.is_empty())
+                    .then_some(answer.reply.released);
                 if let (Some(released), Some(executor_id)) = (released, target.executor_id.clone())
                 {
                     let ack = Command::Release {
@@ -845,7 +876,7 @@ impl World {
                             .as_ref()
                             .is_some_and(|id| overdue.contains(id))
                             && process
-                                .applied
+                                .applied()
                                 .keys()
                                 .any(|shard| process.admits(*shard, self.true_ms).is_some())
                     });
@@ -1002,7 +1033,8 @@ impl World {
             Step::Spawn { reply, deaf } => {
                 if self.processes.len() < MAX_PROCESSES {
                     let incarnation = format!("inc-{}", self.processes.len());
-                    self.processes.push(Process::new(incarnation, *deaf));
+                    self.processes
+                        .push(Process::new(incarnation, *deaf, self.shard_count()));
                     self.register(self.processes.len() - 1, *reply);
                 }
             }
@@ -1219,7 +1251,7 @@ impl World {
             };
             let recorded: BTreeMap<ShardId, Epoch> =
                 self.state.delivered_set(executor_id).into_iter().collect();
-            assert_eq!(process.applied, recorded, "{executor_id} out of sync");
+            assert_eq!(process.applied(), recorded, "{executor_id} out of sync");
             for shard in recorded.keys() {
                 assert!(
                     process.admits(*shard, self.true_ms).is_some(),
