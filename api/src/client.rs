@@ -28,8 +28,8 @@ use tracing::debug;
 
 use crate::problem::{ErrorCode, Problem, LEADER_HEADER, REQUEST_ID_HEADER};
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, ExecutorView, Grant, KeyRoute, RegisterRequest, ReleaseRequest,
-    RenewRequest, RoutingTable, ShardView, StateView, WatchReply,
+    AddNodeRequest, ClusterInfo, ExecutorView, Grant, InitReply, KeyRoute, RegisterRequest,
+    ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply, StateView, WatchReply,
 };
 
 /// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
@@ -348,19 +348,17 @@ impl Client {
     }
 
     /// `POST /v1/cluster/init`. Initialisation is safe to repeat (§10).
-    pub async fn init_cluster(&self) -> Result<serde_json::Value, ClientError> {
+    pub async fn init_cluster(&self) -> Result<InitReply, ClientError> {
         let reply = self
             .send(Method::POST, "/v1/cluster/init", None, Idempotency::Safe)
             .await?;
-        decode_optional_json(&reply)
+        decode(&reply)
     }
 
     /// `POST /v1/cluster/nodes`: add a learner and promote it. Not repeated on unknown outcome:
     /// a membership change is not known to be idempotent.
-    pub async fn add_node(
-        &self,
-        request: &AddNodeRequest,
-    ) -> Result<serde_json::Value, ClientError> {
+    /// Answers with the membership as it stands once the node was promoted.
+    pub async fn add_node(&self, request: &AddNodeRequest) -> Result<ClusterInfo, ClientError> {
         let body = encode(request)?;
         let reply = self
             .send(
@@ -370,20 +368,20 @@ impl Client {
                 Idempotency::Unsafe,
             )
             .await?;
-        decode_optional_json(&reply)
+        decode(&reply)
     }
 
-    /// `DELETE /v1/cluster/nodes/{id}`.
-    pub async fn remove_node(&self, node_id: u64) -> Result<serde_json::Value, ClientError> {
+    /// `DELETE /v1/cluster/nodes/{id}`: answers with the membership without it.
+    pub async fn remove_node(&self, node_id: u64) -> Result<ClusterInfo, ClientError> {
         let path = format!("/v1/cluster/nodes/{node_id}");
         let reply = self
             .send(Method::DELETE, &path, None, Idempotency::Unsafe)
             .await?;
-        decode_optional_json(&reply)
+        decode(&reply)
     }
 
     /// `POST /v1/cluster/snapshot`: ask the serving replica to snapshot now (P2.5).
-    pub async fn trigger_snapshot(&self) -> Result<serde_json::Value, ClientError> {
+    pub async fn trigger_snapshot(&self) -> Result<SnapshotReply, ClientError> {
         let reply = self
             .send(
                 Method::POST,
@@ -392,7 +390,7 @@ impl Client {
                 Idempotency::Unsafe,
             )
             .await?;
-        decode_optional_json(&reply)
+        decode(&reply)
     }
 
     /// Generic inspection `GET` (e.g. `/v1/state`, `/v1/routing?key=k`); `path` starts with `/`

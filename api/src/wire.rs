@@ -13,8 +13,15 @@ use serde::{Deserialize, Serialize};
 pub const MAX_INCARNATION_BYTES: usize = 128;
 /// Longest register `name`.
 pub const MAX_NAME_BYTES: usize = 256;
-/// Longest advertised base URL (register `address`, add-node `address`).
-pub const MAX_ADDRESS_BYTES: usize = 2048;
+/// Longest advertised base URL (register `address`, add-node `address`). The largest of the
+/// text limits: the state machine bounds every text field it stores by it
+/// ([`MAX_TEXT_FIELD_BYTES`]), so a request the edge accepts is never refused after its commit.
+pub const MAX_ADDRESS_BYTES: usize = 1024;
+/// The bound the state machine applies to every text field it stores (incarnation, name,
+/// address): the largest edge limit, so the edge's checks are the ones that refuse.
+pub const MAX_TEXT_FIELD_BYTES: usize = MAX_ADDRESS_BYTES;
+const _: () = assert!(MAX_INCARNATION_BYTES <= MAX_TEXT_FIELD_BYTES);
+const _: () = assert!(MAX_NAME_BYTES <= MAX_TEXT_FIELD_BYTES);
 /// Most shards a cluster can have (`shard_count` is `1..=MAX_SHARD_COUNT`). 2^20 admits the
 /// one-million-shard cluster of docs/BENCHMARKS.md (B5).
 pub const MAX_SHARD_COUNT: u32 = 1 << 20;
@@ -125,7 +132,7 @@ pub struct RegisterRequest {
     /// a host, no path, query or fragment (see [`validate_base_url`]).
     #[cfg_attr(
         feature = "utoipa",
-        schema(min_length = 1, max_length = 2048, pattern = r"^https?://[^/?#@]+/?$")
+        schema(min_length = 1, max_length = 1024, pattern = r"^https?://[^/?#@]+/?$")
     )]
     pub address: String,
     /// Human-friendly label for operators; carries no meaning for the protocol.
@@ -198,8 +205,8 @@ pub struct AssignmentPush {
 pub struct RevokePush {
     /// The executor this revoke is for (see [`AssignmentPush::executor_id`]).
     pub executor_id: String,
-    /// Revision the revoke was committed at; older than the last applied delivery means stale
-    /// and ignored (P4.1).
+    /// Revision the revoke was committed at. It applies unless the executor applied a set read
+    /// after it (P4.1); then only the shards that set took away are reported released.
     pub revision: u64,
     /// Shards to stop admitting.
     pub shards: Vec<u32>,
@@ -213,8 +220,8 @@ pub struct RevokeReply {
     pub revision: u64,
     /// Shards that no longer admit work; the only ones the manager may hand on.
     pub released: Vec<u32>,
-    /// True when the revoke was stale and nothing was released: answered as ignored, never as
-    /// done (P5.2).
+    /// True when a set read after the revoke gave back every shard it names, so nothing was
+    /// released: answered as ignored, never as done (P5.2).
     pub ignored: bool,
 }
 
@@ -285,7 +292,7 @@ pub struct AddNodeRequest {
     /// Its advertised base URL (see [`validate_base_url`]).
     #[cfg_attr(
         feature = "utoipa",
-        schema(min_length = 1, max_length = 2048, pattern = r"^https?://[^/?#@]+/?$")
+        schema(min_length = 1, max_length = 1024, pattern = r"^https?://[^/?#@]+/?$")
     )]
     pub address: String,
 }
@@ -476,6 +483,10 @@ pub struct DepartedExecutor {
     /// The revision (log index) at which it was removed.
     pub removed_revision: u64,
 }
+
+/// Longest `wait` one `GET /v1/watch` may ask for; the manager refuses a longer one (400) rather
+/// than shorten it silently.
+pub const MAX_WATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// `GET /v1/watch?revision=N&wait=30s`: a blocking query. Answers as soon as the state's revision
 /// is above `N`, or with the unchanged state when the wait runs out (then `state.revision <= N`).

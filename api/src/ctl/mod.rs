@@ -26,8 +26,7 @@ use crate::wire::{AddNodeRequest, ClusterInfo, ExecutorView, ShardView, StateVie
 pub const DEFAULT_ENDPOINTS: &str =
     "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003";
 
-/// Longest `watch --wait` the manager accepts per blocking query.
-pub const MAX_WATCH_WAIT: Duration = Duration::from_secs(300);
+use crate::wire::MAX_WATCH_WAIT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -330,15 +329,15 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             let client = cli.client(cli.request_timeout)?;
             let info: ClusterInfo = match verb {
                 MemberVerb::List => client.cluster_info().await?,
-                MemberVerb::Add { node_id, address } => decode_info(
+                MemberVerb::Add { node_id, address } => {
                     client
                         .add_node(&AddNodeRequest {
                             node_id: *node_id,
                             address: address.clone(),
                         })
-                        .await?,
-                )?,
-                MemberVerb::Remove { node_id } => decode_info(client.remove_node(*node_id).await?)?,
+                        .await?
+                }
+                MemberVerb::Remove { node_id } => client.remove_node(*node_id).await?,
             };
             out.show(&info, render_members)
         }
@@ -481,14 +480,6 @@ async fn run_watch(client: &Client, wait: Duration, out: &mut Out<'_>) -> Result
         }
         current = reply.state;
     }
-}
-
-fn decode_info(value: serde_json::Value) -> Result<ClusterInfo, CtlError> {
-    serde_json::from_value(value).map_err(|e| {
-        CtlError::Client(crate::client::ClientError::Decode(format!(
-            "membership reply: {e}"
-        )))
-    })
 }
 
 /// Asks every member (voters and learners, as the cluster knows them) for its own view.

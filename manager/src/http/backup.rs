@@ -13,7 +13,7 @@ use leasehold_api::backup::{encode_backup, BackupSource};
 use leasehold_raft_store::StateMachine;
 
 use super::inspect::ReadQuery;
-use super::{ApiError, ApiQuery, AppState};
+use super::{ApiQuery, AppState, HttpError};
 use crate::lease::LeaseState;
 use crate::raft::TypeConfig;
 
@@ -25,7 +25,7 @@ use crate::raft::TypeConfig;
 pub async fn backup(
     State(node): State<AppState>,
     ApiQuery(_): ApiQuery<ReadQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let (payload, revision, shard_count) = node.state.read(|applied| {
         let state = &applied.state;
         (
@@ -34,7 +34,7 @@ pub async fn backup(
             state.config().map_or(0, |c| c.shard_count),
         )
     });
-    let payload = payload.map_err(|e| ApiError::internal("encoding the backup", e))?;
+    let payload = payload.map_err(|e| HttpError::internal("encoding the backup", e))?;
     let created_at_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));

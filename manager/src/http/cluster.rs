@@ -10,7 +10,7 @@ use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 
 use super::inspect::ReadQuery;
-use super::{ApiError, ApiJson, ApiQuery, AppState};
+use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, Formation};
 
 /// Bound on waiting for a requested snapshot (and purge) to be done.
@@ -36,7 +36,7 @@ pub async fn info(
         (status = 409, description = "`conflict`: not every founding member answers yet, or this node does not found the cluster."),
     ),
 )]
-pub async fn init(State(node): State<AppState>) -> Result<Json<InitReply>, ApiError> {
+pub async fn init(State(node): State<AppState>) -> Result<Json<InitReply>, HttpError> {
     match bootstrap::try_form(&node).await {
         Ok(Formation::Formed) => Ok(Json(InitReply {
             initialized: true,
@@ -46,19 +46,19 @@ pub async fn init(State(node): State<AppState>) -> Result<Json<InitReply>, ApiEr
             initialized: true,
             formed_now: false,
         })),
-        Ok(Formation::Waiting(reason)) => Err(ApiError::conflict(format!(
+        Ok(Formation::Waiting(reason)) => Err(HttpError::conflict(format!(
             "cannot initialise yet: {reason}"
         ))),
-        Err(error) => Err(ApiError::conflict(error.to_string())),
+        Err(error) => Err(HttpError::conflict(error.to_string())),
     }
 }
 
-pub(crate) fn validate_node_address(address: &str) -> Result<(), ApiError> {
-    leasehold_api::wire::validate_base_url(address).map_err(ApiError::invalid)
+pub(crate) fn validate_node_address(address: &str) -> Result<(), HttpError> {
+    leasehold_api::wire::validate_base_url(address).map_err(HttpError::invalid)
 }
 
-fn membership_error(error: impl std::fmt::Display) -> ApiError {
-    ApiError::conflict(format!("membership change refused: {error}"))
+fn membership_error(error: impl std::fmt::Display) -> HttpError {
+    HttpError::conflict(format!("membership change refused: {error}"))
 }
 
 /// Adds a learner, waits until it has caught up (by log or snapshot install), then promotes it.
@@ -72,12 +72,12 @@ fn membership_error(error: impl std::fmt::Display) -> ApiError {
 pub async fn add_node(
     State(node): State<AppState>,
     ApiJson(request): ApiJson<AddNodeRequest>,
-) -> Result<Json<ClusterInfo>, ApiError> {
+) -> Result<Json<ClusterInfo>, HttpError> {
     validate_node_address(&request.address)?;
     let metrics = node.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     if membership.voter_ids().any(|id| id == request.node_id) {
-        return Err(ApiError::conflict(format!(
+        return Err(HttpError::conflict(format!(
             "node {} is already a voter; to replace its data directory remove it first",
             request.node_id
         )));
@@ -114,9 +114,9 @@ pub async fn add_node(
 pub async fn remove_node(
     State(node): State<AppState>,
     Path(node_id): Path<String>,
-) -> Result<Json<ClusterInfo>, ApiError> {
+) -> Result<Json<ClusterInfo>, HttpError> {
     let node_id: u64 = node_id.parse().map_err(|_| {
-        ApiError::invalid(format!("node id {node_id:?} is not a non-negative integer"))
+        HttpError::invalid(format!("node id {node_id:?} is not a non-negative integer"))
     })?;
     let metrics = node.metrics_snapshot();
     let membership = metrics.membership_config.membership();
@@ -125,7 +125,7 @@ pub async fn remove_node(
     } else if membership.get_node(&node_id).is_some() {
         ChangeMembers::RemoveNodes(BTreeSet::from([node_id]))
     } else {
-        return Err(ApiError::not_found(format!(
+        return Err(HttpError::not_found(format!(
             "node {node_id} is not a member"
         )));
     };
@@ -154,19 +154,19 @@ pub struct SnapshotQuery {
 pub async fn snapshot(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<SnapshotQuery>,
-) -> Result<Json<SnapshotReply>, ApiError> {
+) -> Result<Json<SnapshotReply>, HttpError> {
     let applied = node.metrics_snapshot().last_applied;
     node.raft
         .trigger()
         .snapshot()
         .await
-        .map_err(|e| ApiError::internal("triggering a snapshot", e))?;
+        .map_err(|e| HttpError::internal("triggering a snapshot", e))?;
     let metrics = node
         .raft
         .wait(Some(SNAPSHOT_WAIT))
         .metrics(|m| m.snapshot >= applied, "snapshot covers the applied log")
         .await
-        .map_err(|e| ApiError::internal("waiting for the snapshot", e))?;
+        .map_err(|e| HttpError::internal("waiting for the snapshot", e))?;
     let snapshot = metrics.snapshot;
     let mut purged = metrics.purged;
     if query.purge {
@@ -175,13 +175,13 @@ pub async fn snapshot(
                 .trigger()
                 .purge_log(upto.index)
                 .await
-                .map_err(|e| ApiError::internal("purging the log", e))?;
+                .map_err(|e| HttpError::internal("purging the log", e))?;
             purged = node
                 .raft
                 .wait(Some(SNAPSHOT_WAIT))
                 .metrics(|m| m.purged >= Some(upto), "log purged up to the snapshot")
                 .await
-                .map_err(|e| ApiError::internal("waiting for the purge", e))?
+                .map_err(|e| HttpError::internal("waiting for the purge", e))?
                 .purged;
         }
     }

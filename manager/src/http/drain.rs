@@ -3,19 +3,19 @@
 //! `Command::SetDraining`, after which the leader's next plan moves the executor's shards through
 //! the normal release handoff (P5.2, P5.4). Answered with the executor as it is after the commit.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::ExecutorView;
 
-use super::executors::{refusal, unexpected, unknown_executor, validate_executor_id};
+use super::executors::{refusal, unexpected, unknown_executor, ExecutorIdPath};
 use super::inspect::current_executor_view;
-use super::{ApiError, AppState};
+use super::{AppState, HttpError};
 use crate::lease::{Command, Outcome};
 
 /// Marks an executor draining: it gets no new shards and its shards move away (P5.2).
 #[utoipa::path(
     post, path = "/v1/executors/{executor_id}/drain", tag = "executors",
-    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    params(ExecutorIdPath),
     responses(
         (status = 200, description = "Draining (now or already): the executor as committed.", body = ExecutorView),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
@@ -23,15 +23,15 @@ use crate::lease::{Command, Outcome};
 )]
 pub async fn drain(
     State(node): State<AppState>,
-    Path(executor_id): Path<String>,
-) -> Result<Json<ExecutorView>, ApiError> {
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
+) -> Result<Json<ExecutorView>, HttpError> {
     set_draining(&node, executor_id, true).await
 }
 
 /// Puts a draining executor back into the spread.
 #[utoipa::path(
     delete, path = "/v1/executors/{executor_id}/drain", tag = "executors",
-    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    params(ExecutorIdPath),
     responses(
         (status = 200, description = "Not draining (now or already): the executor as committed.", body = ExecutorView),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
@@ -39,8 +39,8 @@ pub async fn drain(
 )]
 pub async fn undrain(
     State(node): State<AppState>,
-    Path(executor_id): Path<String>,
-) -> Result<Json<ExecutorView>, ApiError> {
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
+) -> Result<Json<ExecutorView>, HttpError> {
     set_draining(&node, executor_id, false).await
 }
 
@@ -48,8 +48,7 @@ async fn set_draining(
     node: &AppState,
     executor_id: String,
     draining: bool,
-) -> Result<Json<ExecutorView>, ApiError> {
-    validate_executor_id(&executor_id)?;
+) -> Result<Json<ExecutorView>, HttpError> {
     let command = Command::SetDraining {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),

@@ -3,16 +3,16 @@
 //! same way in the manager and the executor. Internal details are logged, never sent. This module
 //! adds only what is the manager's own: how a refused Raft write is answered.
 
-pub use leasehold_api::http::HttpError as ApiError;
+pub use leasehold_api::http::HttpError;
 
 use crate::node::ProposeError;
 
-impl From<ProposeError> for ApiError {
+impl From<ProposeError> for HttpError {
     fn from(error: ProposeError) -> Self {
         match error {
-            ProposeError::NotLeader { leader_address } => ApiError::not_leader(leader_address),
-            ProposeError::SteppingDown => ApiError::no_leader(),
-            ProposeError::Raft(message) => ApiError::internal("raft write failed", message),
+            ProposeError::NotLeader { leader_address } => HttpError::not_leader(leader_address),
+            ProposeError::SteppingDown => HttpError::no_leader(),
+            ProposeError::Raft(message) => HttpError::internal("raft write failed", message),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Executor-facing endpoints (PROTOCOL §9): register, renew, release, deregister. All are leader
 //! writes; each is answered only after the command carrying it is committed (P4.4).
 
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
@@ -11,7 +12,7 @@ use leasehold_api::wire::{
 };
 
 use super::cluster::validate_node_address;
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiJson, AppState, HttpError};
 use crate::lease::{self, Command, Outcome, RefusalReason, RenewResult, Renewal};
 use crate::renewals::{self, RenewError};
 
@@ -31,23 +32,23 @@ pub(crate) fn wire_grant(grant: lease::Grant) -> Grant {
     }
 }
 
-pub(super) fn refusal(reason: RefusalReason) -> ApiError {
+pub(super) fn refusal(reason: RefusalReason) -> HttpError {
     match reason {
-        RefusalReason::NotInitialised => ApiError::new(
+        RefusalReason::NotInitialised => HttpError::new(
             ErrorCode::ShardingNotReady,
             "the cluster's shard configuration is not written yet; retry shortly",
         ),
-        RefusalReason::Invalid { detail } => ApiError::invalid(detail),
-        other => ApiError::conflict(format!("refused: {other:?}")),
+        RefusalReason::Invalid { detail } => HttpError::invalid(detail),
+        other => HttpError::conflict(format!("refused: {other:?}")),
     }
 }
 
-pub(super) fn unexpected(outcome: &Outcome) -> ApiError {
-    ApiError::internal("unexpected state machine outcome", format!("{outcome:?}"))
+pub(super) fn unexpected(outcome: &Outcome) -> HttpError {
+    HttpError::internal("unexpected state machine outcome", format!("{outcome:?}"))
 }
 
-pub(super) fn unknown_executor(executor_id: &str) -> ApiError {
-    ApiError::new(
+pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
+    HttpError::new(
         ErrorCode::UnknownExecutor,
         format!(
             "executor {executor_id} is not registered (never was, or was reaped or deregistered)"
@@ -55,32 +56,53 @@ pub(super) fn unknown_executor(executor_id: &str) -> ApiError {
     )
 }
 
+/// The `{executor_id}` path parameter, extracted, checked and documented in one place.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ExecutorIdPath {
+    /// The executor id, `ex-<number>`.
+    #[param(pattern = r"^ex-[0-9]{1,20}$", max_length = 23)]
+    pub executor_id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutorIdPath {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let Path(executor_id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| HttpError::invalid(rejection.body_text()))?;
+        validate_executor_id(&executor_id)?;
+        Ok(Self { executor_id })
+    }
+}
+
 /// Executor ids are minted as `ex-<log index>`; anything else is malformed, not unknown.
-pub(crate) fn validate_executor_id(executor_id: &str) -> Result<(), ApiError> {
+fn validate_executor_id(executor_id: &str) -> Result<(), HttpError> {
     let well_formed = executor_id.strip_prefix("ex-").is_some_and(|digits| {
         !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit())
     });
     if well_formed {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!(
+        Err(HttpError::invalid(format!(
             "{executor_id:?} is not an executor id (ex-<number>)"
         )))
     }
 }
 
-fn shard_count(node: &AppState) -> Result<u32, ApiError> {
+fn shard_count(node: &AppState) -> Result<u32, HttpError> {
     node.state
         .read(|applied| applied.state.config().map(|config| config.shard_count))
         .ok_or_else(|| refusal(RefusalReason::NotInitialised))
 }
 
-fn validate_shards<I>(shards: I, shard_count: u32) -> Result<(), ApiError>
+fn validate_shards<I>(shards: I, shard_count: u32) -> Result<(), HttpError>
 where
     I: IntoIterator<Item = u32>,
     I::IntoIter: Clone,
 {
-    check_shard_list(shards, shard_count).map_err(|error| ApiError::invalid(error.to_string()))
+    check_shard_list(shards, shard_count).map_err(|error| HttpError::invalid(error.to_string()))
 }
 
 /// Registers an executor (idempotent on `incarnation`, P4.4) and answers with its first grant.
@@ -94,9 +116,9 @@ where
 pub async fn register(
     State(node): State<AppState>,
     ApiJson(request): ApiJson<RegisterRequest>,
-) -> Result<Json<Grant>, ApiError> {
+) -> Result<Json<Grant>, HttpError> {
     if request.incarnation.is_empty() || request.incarnation.len() > MAX_INCARNATION_BYTES {
-        return Err(ApiError::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "incarnation must be 1 to {MAX_INCARNATION_BYTES} bytes"
         )));
     }
@@ -105,7 +127,7 @@ pub async fn register(
         .as_ref()
         .is_some_and(|name| name.len() > MAX_NAME_BYTES)
     {
-        return Err(ApiError::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "name must be at most {MAX_NAME_BYTES} bytes"
         )));
     }
@@ -132,7 +154,7 @@ pub async fn register(
 /// Renews an executor's lease (P3.4) with its claims (P4.2) and answers with a grant.
 #[utoipa::path(
     post, path = "/v1/executors/{executor_id}/renew", tag = "executors", request_body = RenewRequest,
-    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    params(ExecutorIdPath),
     responses(
         (status = 200, description = "Renewed: lease remaining, revision and the full set.", body = Grant),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered; register again."),
@@ -140,10 +162,9 @@ pub async fn register(
 )]
 pub async fn renew(
     State(node): State<AppState>,
-    Path(executor_id): Path<String>,
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
     ApiJson(request): ApiJson<RenewRequest>,
-) -> Result<Json<Grant>, ApiError> {
-    validate_executor_id(&executor_id)?;
+) -> Result<Json<Grant>, HttpError> {
     validate_shards(
         request.claims.iter().map(|claim| claim.shard),
         shard_count(&node)?,
@@ -187,14 +208,14 @@ pub async fn renew(
         Ok(RenewResult::UnknownExecutor { .. }) => Err(unknown_executor(&executor_id)),
         Err(RenewError::Propose(error)) => Err(error.into()),
         Err(RenewError::Refused(reason)) => Err(refusal(reason)),
-        Err(error) => Err(ApiError::internal("renewal failed", error)),
+        Err(error) => Err(HttpError::internal("renewal failed", error)),
     }
 }
 
 /// Acknowledges a revoke out of band (P5.2); the revoke reply acknowledges too.
 #[utoipa::path(
     post, path = "/v1/executors/{executor_id}/release", tag = "executors", request_body = ReleaseRequest,
-    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    params(ExecutorIdPath),
     responses(
         (status = 200, description = "Which handoffs this completed and which it did not concern.", body = ReleaseReply),
         (status = 404, description = "`unknown_executor`."),
@@ -202,10 +223,9 @@ pub async fn renew(
 )]
 pub async fn release(
     State(node): State<AppState>,
-    Path(executor_id): Path<String>,
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
     ApiJson(request): ApiJson<ReleaseRequest>,
-) -> Result<Json<ReleaseReply>, ApiError> {
-    validate_executor_id(&executor_id)?;
+) -> Result<Json<ReleaseReply>, HttpError> {
     validate_shards(request.shards.iter().copied(), shard_count(&node)?)?;
     let command = Command::Release {
         now_ms: node.clock.now_ms(),
@@ -229,7 +249,7 @@ pub async fn release(
 /// an id that never existed is 404.
 #[utoipa::path(
     delete, path = "/v1/executors/{executor_id}", tag = "executors",
-    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23)),
+    params(ExecutorIdPath),
     responses(
         (status = 204, description = "Deregistered, now or before (a retry, P7.2)."),
         (status = 404, description = "`unknown_executor`: the id never existed."),
@@ -237,9 +257,8 @@ pub async fn release(
 )]
 pub async fn deregister(
     State(node): State<AppState>,
-    Path(executor_id): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    validate_executor_id(&executor_id)?;
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
+) -> Result<StatusCode, HttpError> {
     let command = Command::Deregister {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),

@@ -13,7 +13,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{Liveness, Readiness, ReadinessCheck};
 use serde::Deserialize;
 
-use super::{ApiError, ApiQuery, AppState};
+use super::{ApiQuery, AppState, HttpError};
 
 /// How long `/readyz` lets the applied index catch up with the committed one it just read.
 const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
@@ -137,7 +137,7 @@ pub async fn metrics(State(node): State<AppState>) -> Response {
             )
                 .into_response()
         }
-        None => ApiError::new(
+        None => HttpError::new(
             ErrorCode::Unavailable,
             "metrics are not enabled in this process",
         )

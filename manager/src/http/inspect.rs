@@ -4,7 +4,7 @@
 
 use std::num::NonZeroU32;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::{
     ExecutorView, HandoffView, KeyRoute, Route, RoutingAnswer, RoutingTable, ShardEpoch, ShardView,
@@ -12,8 +12,8 @@ use leasehold_api::wire::{
 };
 use serde::Deserialize;
 
-use super::executors::validate_executor_id;
-use super::{ApiError, ApiQuery, AppState};
+use super::executors::ExecutorIdPath;
+use super::{ApiQuery, AppState, HttpError};
 
 /// The query every inspection read takes; anything else in the query string is refused (I6).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -141,7 +141,7 @@ pub async fn executors(
 /// One registered executor.
 #[utoipa::path(
     get, path = "/v1/executors/{executor_id}", tag = "inspection",
-    params(("executor_id" = String, Path, description = "The executor id, `ex-<number>`.", pattern = r"^ex-[0-9]{1,20}$", max_length = 23), ReadQuery),
+    params(ExecutorIdPath, ReadQuery),
     responses(
         (status = 200, description = "The executor.", body = ExecutorView),
         (status = 404, description = "`unknown_executor`: not registered."),
@@ -149,14 +149,13 @@ pub async fn executors(
 )]
 pub async fn executor(
     State(node): State<AppState>,
-    Path(executor_id): Path<String>,
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
     ApiQuery(_): ApiQuery<ReadQuery>,
-) -> Result<Json<ExecutorView>, ApiError> {
-    validate_executor_id(&executor_id)?;
+) -> Result<Json<ExecutorView>, HttpError> {
     current_executor_view(&node, &executor_id)
         .map(Json)
         .ok_or_else(|| {
-            ApiError::new(
+            HttpError::new(
                 leasehold_api::problem::ErrorCode::UnknownExecutor,
                 format!("executor {executor_id} is not registered"),
             )
@@ -207,13 +206,13 @@ pub struct RoutingQuery {
 pub async fn routing(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<RoutingQuery>,
-) -> Result<Json<RoutingAnswer>, ApiError> {
+) -> Result<Json<RoutingAnswer>, HttpError> {
     if query
         .key
         .as_ref()
         .is_some_and(|key| key.len() > MAX_KEY_BYTES)
     {
-        return Err(ApiError::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "key is longer than {MAX_KEY_BYTES} bytes"
         )));
     }
@@ -228,7 +227,7 @@ pub async fn routing(
             })));
         };
         let count = NonZeroU32::new(shard_count).ok_or_else(|| {
-            ApiError::new(
+            HttpError::new(
                 leasehold_api::problem::ErrorCode::ShardingNotReady,
                 "the cluster's shard configuration is not written yet",
             )
@@ -236,7 +235,7 @@ pub async fn routing(
         let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
         let found = state
             .shard(shard)
-            .ok_or_else(|| ApiError::internal("routing", format!("shard {shard} missing")))?;
+            .ok_or_else(|| HttpError::internal("routing", format!("shard {shard} missing")))?;
         Ok(Json(RoutingAnswer::Key(KeyRoute {
             key: key.clone(),
             revision: state.revision(),

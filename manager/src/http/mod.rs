@@ -30,7 +30,7 @@ use leasehold_api::problem::{ErrorCode, LEADER_HEADER, REQUEST_ID_HEADER};
 use leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub use error::ApiError;
+pub use error::HttpError;
 pub use leasehold_api::http::{ApiJson, ApiQuery};
 
 use crate::node::{Leader, ManagerNode, ReadBarrierError};
@@ -124,7 +124,9 @@ pub fn router(node: AppState) -> Router {
     // A blocking query holds its request for up to its own bounded wait.
     let watch = Router::new()
         .route("/v1/watch", get(watch::watch))
-        .route_layer(timeout(watch::MAX_WATCH_WAIT + REQUEST_TIMEOUT));
+        .route_layer(timeout(
+            leasehold_api::wire::MAX_WATCH_WAIT + REQUEST_TIMEOUT,
+        ));
 
     let local_admin = Router::new()
         .route("/v1/cluster/init", post(cluster::init))
@@ -197,11 +199,11 @@ async fn consistent_reads(State(node): State<AppState>, request: Request, next: 
             Ok(()) => next.run(request).await,
             Err(error @ ReadBarrierError::NotLeader(_)) => {
                 tracing::info!(%error, "linearizable read refused");
-                ApiError::not_leader(node.leader_address()).into_response()
+                HttpError::not_leader(node.leader_address()).into_response()
             }
             Err(error @ ReadBarrierError::RestartedLogNotApplied { .. }) => {
                 tracing::info!(%error, "linearizable read refused");
-                ApiError::new(ErrorCode::Unavailable, error.to_string()).into_response()
+                HttpError::new(ErrorCode::Unavailable, error.to_string()).into_response()
             }
         },
         elsewhere => forward_or_refuse(&node, elsewhere, request).await,
@@ -215,8 +217,8 @@ async fn forward_or_refuse(node: &ManagerNode, leader: Leader, request: Request)
         Leader::Remote { address, .. } if !request.headers().contains_key(FORWARDED_HEADER) => {
             forward(node, &address, request).await
         }
-        Leader::Remote { address, .. } => ApiError::not_leader(Some(address)).into_response(),
-        Leader::Local | Leader::Unknown => ApiError::no_leader().into_response(),
+        Leader::Remote { address, .. } => HttpError::not_leader(Some(address)).into_response(),
+        Leader::Local | Leader::Unknown => HttpError::no_leader().into_response(),
     }
 }
 
@@ -227,7 +229,7 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
     let body = match axum::body::to_bytes(body, MAX_SHARD_LIST_BODY_BYTES).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            return ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
+            return HttpError::new(ErrorCode::PayloadTooLarge, "request body is too large")
                 .into_response()
         }
     };
@@ -267,7 +269,7 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
                     }
                     response
                 }
-                Err(error) => ApiError::new(
+                Err(error) => HttpError::new(
                     ErrorCode::Timeout,
                     format!("the leader's reply was lost: {error}"),
                 )
@@ -277,10 +279,10 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
         // Nothing reached the leader: safe to retry.
         Err(error) if error.is_connect() => {
             tracing::info!(%error, leader = leader_address, "leader unreachable for forwarding");
-            ApiError::no_leader().into_response()
+            HttpError::no_leader().into_response()
         }
         // The leader may have applied it: the outcome is unknown.
-        Err(error) => ApiError::new(
+        Err(error) => HttpError::new(
             ErrorCode::Timeout,
             format!("forwarding to the leader failed: {error}"),
         )

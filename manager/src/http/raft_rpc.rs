@@ -12,7 +12,7 @@ use leasehold_raft_store::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{ApiError, AppState};
+use super::{AppState, HttpError};
 use crate::raft::identity::{
     IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER,
 };
@@ -33,13 +33,13 @@ fn accept<T: DeserializeOwned>(
     node: &AppState,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<T, ApiError> {
+) -> Result<T, HttpError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let sender: u64 = header(NODE_ID_HEADER)
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| ApiError::invalid(format!("missing or malformed {NODE_ID_HEADER}")))?;
+        .ok_or_else(|| HttpError::invalid(format!("missing or malformed {NODE_ID_HEADER}")))?;
     let storage_id = header(STORAGE_ID_HEADER)
-        .ok_or_else(|| ApiError::invalid(format!("missing {STORAGE_ID_HEADER}")))?;
+        .ok_or_else(|| HttpError::invalid(format!("missing {STORAGE_ID_HEADER}")))?;
     let target = header(TARGET_NODE_ID_HEADER).and_then(|v| v.parse::<u64>().ok());
     if sender == node.id || target.is_some_and(|target| target != node.id) {
         // Misrouted: sent by this node to itself, or meant for another node.
@@ -48,7 +48,7 @@ fn accept<T: DeserializeOwned>(
             ?target,
             "refusing raft message meant for another node"
         );
-        return Err(ApiError::conflict(format!(
+        return Err(HttpError::conflict(format!(
             "this is node {}; the message from node {sender} was meant for node {target:?}",
             node.id
         )));
@@ -57,15 +57,15 @@ fn accept<T: DeserializeOwned>(
         .verify_peer(sender, storage_id)
         .map_err(|error| {
             tracing::error!(sender, %error, "refusing raft message");
-            ApiError::conflict(error.to_string())
+            HttpError::conflict(error.to_string())
         })?;
-    codec::decode("raft request", body).map_err(|e| ApiError::invalid(e.to_string()))
+    codec::decode("raft request", body).map_err(|e| HttpError::invalid(e.to_string()))
 }
 
 fn reply<T: Serialize>(node: &AppState, result: &T) -> Response {
     let response = match codec::encode("raft reply", result) {
         Ok(bytes) => (StatusCode::OK, [(CONTENT_TYPE, RAFT_CONTENT_TYPE)], bytes).into_response(),
-        Err(error) => ApiError::internal("encoding raft reply", error).into_response(),
+        Err(error) => HttpError::internal("encoding raft reply", error).into_response(),
     };
     with_identity(node, response)
 }

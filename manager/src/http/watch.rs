@@ -14,11 +14,10 @@ use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchReply};
 use tokio::time::Instant;
 
 use super::inspect::state_view;
-use super::{ApiError, AppState};
+use super::{AppState, HttpError};
 use crate::lease::{LeaseState, TombstoneReason};
 
-/// Longest wait one query may ask for; longer waits are refused (400), not shortened silently.
-pub const MAX_WATCH_WAIT: Duration = Duration::from_secs(300);
+use leasehold_api::wire::MAX_WATCH_WAIT;
 /// Used when the query names no wait.
 const DEFAULT_WATCH_WAIT: Duration = Duration::from_secs(30);
 /// How often a waiting query checks whether this replica is stopping, so a stop (P8.2) is not
@@ -31,7 +30,7 @@ struct WatchQuery {
     wait: Duration,
 }
 
-fn parse_query(raw: Option<&str>) -> Result<WatchQuery, ApiError> {
+fn parse_query(raw: Option<&str>) -> Result<WatchQuery, HttpError> {
     let mut query = WatchQuery {
         revision: 0,
         wait: DEFAULT_WATCH_WAIT,
@@ -41,22 +40,22 @@ fn parse_query(raw: Option<&str>) -> Result<WatchQuery, ApiError> {
         match name {
             "revision" => {
                 query.revision = value.parse().map_err(|_| {
-                    ApiError::invalid(format!("revision {value:?} is not a non-negative integer"))
+                    HttpError::invalid(format!("revision {value:?} is not a non-negative integer"))
                 })?
             }
             "wait" => {
                 query.wait = humantime::parse_duration(value).map_err(|e| {
-                    ApiError::invalid(format!("wait {value:?} is not a duration like 30s: {e}"))
+                    HttpError::invalid(format!("wait {value:?} is not a duration like 30s: {e}"))
                 })?;
                 if query.wait > MAX_WATCH_WAIT {
-                    return Err(ApiError::invalid(format!(
+                    return Err(HttpError::invalid(format!(
                         "wait {value} is longer than the maximum {}s",
                         MAX_WATCH_WAIT.as_secs()
                     )));
                 }
             }
             other => {
-                return Err(ApiError::invalid(format!(
+                return Err(HttpError::invalid(format!(
                     "unknown query parameter {other:?} (expected revision, wait)"
                 )))
             }
@@ -93,7 +92,7 @@ fn departed_since(state: &LeaseState, revision: u64) -> Vec<DepartedExecutor> {
 pub async fn watch(
     State(node): State<AppState>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<WatchReply>, ApiError> {
+) -> Result<Json<WatchReply>, HttpError> {
     let query = parse_query(raw.as_deref())?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.

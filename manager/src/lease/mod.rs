@@ -60,6 +60,7 @@ pub const MAX_TOMBSTONES: usize = 4096;
 pub const MAX_SHARD_COUNT: u32 = leasehold_api::wire::MAX_SHARD_COUNT;
 
 /// Longest incarnation, address or name accepted by `Register`, in bytes. These strings live in
-/// the replicated state and in every snapshot, so their size is bounded here as well as by the
-/// HTTP layer's body limit (I6).
-pub const MAX_TEXT_FIELD_BYTES: usize = 1024;
+/// the replicated state and in every snapshot, so the state machine bounds them too (I6); the
+/// bound is the wire's largest text limit, so the HTTP layer's own checks refuse first and
+/// nothing is committed only to be refused.
+pub const MAX_TEXT_FIELD_BYTES: usize = leasehold_api::wire::MAX_TEXT_FIELD_BYTES;
