@@ -10,6 +10,7 @@
 //! Timing: tests poll for conditions with generous bounds ([`poll_until`]); nothing sleeps for a
 //! fixed time and then asserts.
 
+pub mod browser;
 pub mod checker;
 pub mod ctl;
 pub mod executor;

@@ -1,4 +1,5 @@
-//! The manager's HTTP server: public API under `/v1`, Raft RPC under `/raft`, health and metrics.
+//! The manager's HTTP server: public API under `/v1`, Raft RPC under `/raft`, health and metrics,
+//! and the read-only web console under `/ui/`.
 //!
 //! Routing of requests (PROTOCOL §9): writes are served by the leader; a write that reaches a
 //! follower is forwarded to the leader in one hop and answered as the leader answered; reads are
@@ -13,6 +14,7 @@ mod health;
 mod inspect;
 pub mod openapi;
 mod raft_rpc;
+mod ui;
 mod watch;
 
 use std::sync::Arc;
@@ -139,6 +141,7 @@ pub fn router(node: AppState) -> Router {
         .merge(local)
         .merge(watch)
         .merge(local_admin)
+        .merge(ui::router())
         .route_layer(body_limit(MAX_API_BODY_BYTES))
         .merge(shard_list_writes);
 

@@ -1,0 +1,648 @@
+// Leasehold web console: a read-only view of the manager that served this page.
+//
+// - One loop follows GET /v1/watch: one blocking request at a time, the next sent no sooner than
+//   MIN_WATCH_GAP_MS after a reply (longer for a big state: BUSY_FACTOR times what the last reply
+//   took to parse and draw, so following the cluster never takes over the page). On an error it
+//   shows the banner, waits a growing delay (BACKOFF_FIRST_MS doubling up to BACKOFF_MAX_MS) and
+//   resumes from the revision it last saw.
+// - Membership comes from GET /ui/members (every member's own /v1/cluster), refreshed after a
+//   watch wake-up at most once per MEMBERS_MIN_GAP_MS, and after MEMBERS_IDLE_MS without one.
+// - The feed is derived by diffing successive states (and the leader of successive members).
+// - The shard grid is built once per shard count as one HTML string; later states touch only the
+//   cells whose owner, epoch or handoff changed, so 65 536 shards stay cheap.
+// - Lease bars count down between states from lease_remaining_ms and the local clock.
+'use strict';
+
+(() => {
+  const WATCH_WAIT = '30s';
+  /** A watch reply is due within WATCH_WAIT; a connection that hangs longer is cut. */
+  const WATCH_ABORT_MS = 45000;
+  const MEMBERS_ABORT_MS = 5000;
+  const MIN_WATCH_GAP_MS = 250;
+  const MAX_WATCH_GAP_MS = 2000;
+  const BUSY_FACTOR = 4;
+  const BACKOFF_FIRST_MS = 250;
+  const BACKOFF_MAX_MS = 5000;
+  const MEMBERS_MIN_GAP_MS = 1000;
+  const MEMBERS_IDLE_MS = 5000;
+  const FEED_MAX = 200;
+  /** Shards named in one feed line; the rest are counted. */
+  const FEED_SAMPLE = 8;
+  /** Names of departed executors remembered for the feed, beyond twice the registered ones. */
+  const NAMES_KEPT = 256;
+  /** Owner colours (console.css .o0 … .o11). */
+  const PALETTE = 12;
+  /** Lease bars redraw at most this often. */
+  const BAR_FRAME_MS = 100;
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    grid: $('grid'),
+    detail: $('shard-detail'),
+    members: $('members').tBodies[0],
+    membersNote: $('members-note'),
+    executors: $('executors').tBodies[0],
+    changes: $('changes'),
+    legend: $('legend'),
+    shardStats: $('shard-stats'),
+    banner: $('banner'),
+    bannerText: $('banner-text'),
+    link: $('link'),
+    linkText: $('link-text'),
+    leader: $('leader'),
+    term: $('term'),
+    revision: $('revision'),
+    executorCount: $('executor-count'),
+    shardCount: $('shard-count'),
+    lease: $('lease'),
+    servedBy: $('served-by'),
+  };
+
+  /** What the page shows now. */
+  const shown = {
+    view: null, // the last StateView
+    viewAt: 0, // performance.now() when it arrived: lease clocks count down from here
+    count: -1, // shard count the grid was built for
+    cells: [],
+    owners: [], // per shard: owner id, '' when unowned
+    epochs: [],
+    handoffs: [], // per shard: handoff target id, '' when none
+    executors: new Map(), // id → ExecutorView
+    names: new Map(), // id → label, kept after it left, for the feed
+    colours: new Map(), // id → palette slot
+    bars: [], // lease bars of the executor rows
+    leaderId: undefined, // undefined before the first members reply
+    focus: 0, // the grid cell that takes the keyboard focus (roving tabindex)
+    pointed: -1, // the cell the detail line describes
+  };
+
+  /** Read by tests and scripts. */
+  const stats = {
+    watchRequests: 0,
+    membersRequests: 0,
+    revision: null,
+    renderMs: null, // first state: parse + build the page
+    firstFrameMs: null, // first state: parse to the first frame painted
+  };
+  window.__console = stats;
+
+  // ---- helpers -------------------------------------------------------------------------------
+
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  function escapeAttr(text) {
+    return String(text).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
+  }
+
+  function node(tag, className, text) {
+    const element = document.createElement(tag);
+    if (className) element.className = className;
+    if (text !== undefined && text !== null) element.textContent = String(text);
+    return element;
+  }
+
+  function label(id) {
+    return shown.names.get(id) || id;
+  }
+
+  function labelWithId(id) {
+    const name = label(id);
+    return name === id ? id : name + ' (' + id + ')';
+  }
+
+  function seconds(ms) {
+    return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + ' s';
+  }
+
+  function opt(value) {
+    return value === null || value === undefined ? '—' : String(value);
+  }
+
+  /**
+   * GET `url` within `timeoutMs` (headers and body) and return its text, for the caller to parse
+   * (and time); an error answer's problem detail goes into the error.
+   */
+  async function fetchText(url, timeoutMs) {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
+    try {
+      const reply = await fetch(url, { cache: 'no-store', signal: abort.signal, headers: { accept: 'application/json' } });
+      const text = await reply.text();
+      if (!reply.ok) {
+        let detail = '';
+        try {
+          detail = JSON.parse(text).detail || '';
+        } catch (_) {
+          // not a problem document
+        }
+        throw new Error('HTTP ' + reply.status + (detail ? ': ' + detail : ''));
+      }
+      return { text, receivedAt: performance.now() };
+    } catch (error) {
+      if (error.name === 'AbortError') throw new Error('no answer within ' + seconds(timeoutMs));
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  // ---- colours -------------------------------------------------------------------------------
+
+  /** A palette slot per executor, kept while it is registered or owns a shard. */
+  function colourOf(id) {
+    let slot = shown.colours.get(id);
+    if (slot === undefined) {
+      const used = new Set(shown.colours.values());
+      slot = 0;
+      while (slot < PALETTE && used.has(slot)) slot++;
+      if (slot === PALETTE) slot = shown.colours.size % PALETTE;
+      shown.colours.set(id, slot);
+    }
+    return slot;
+  }
+
+  function cellClass(owner, handoff) {
+    if (!owner) return 'u';
+    return 'o' + colourOf(owner) + (handoff !== '' ? ' h' : '');
+  }
+
+  // ---- shard grid ----------------------------------------------------------------------------
+
+  function density(count) {
+    if (count <= 256) return 'xl';
+    if (count <= 1024) return 'l';
+    if (count <= 4096) return 'm';
+    if (count <= 16384) return 's';
+    return 'xs';
+  }
+
+  /** Builds every cell in one string: the only time the grid is rebuilt. */
+  function buildGrid(shards, count) {
+    const owners = new Array(count).fill('');
+    const epochs = new Array(count).fill(0);
+    const handoffs = new Array(count).fill('');
+    for (const s of shards) {
+      if (s.shard >= count) continue;
+      owners[s.shard] = s.owner || '';
+      epochs[s.shard] = s.epoch;
+      handoffs[s.shard] = s.handoff ? s.handoff.to || '?' : '';
+    }
+    const html = new Array(count);
+    for (let i = 0; i < count; i++) {
+      html[i] = '<i data-shard="' + i + '" data-owner="' + escapeAttr(owners[i]) + '" class="' + cellClass(owners[i], handoffs[i]) + '"></i>';
+    }
+    ui.grid.dataset.density = density(count);
+    ui.grid.innerHTML = html.join('');
+    shown.cells = Array.from(ui.grid.children);
+    shown.owners = owners;
+    shown.epochs = epochs;
+    shown.handoffs = handoffs;
+    shown.count = count;
+    shown.focus = 0;
+    shown.pointed = -1;
+    if (count > 0) shown.cells[0].tabIndex = 0;
+  }
+
+  /**
+   * Applies a new shard list to the grid, touching only changed cells. Returns the changes
+   * grouped for the feed: key "kind|from|to" → shards.
+   */
+  function updateGrid(shards) {
+    const groups = new Map();
+    const note = (kind, from, to, shard) => {
+      const key = kind + '|' + from + '|' + to;
+      const list = groups.get(key);
+      if (list) list.push(shard);
+      else groups.set(key, [shard]);
+    };
+    for (const s of shards) {
+      const i = s.shard;
+      if (i >= shown.count) continue;
+      const owner = s.owner || '';
+      const handoff = s.handoff ? s.handoff.to || '?' : '';
+      const wasOwner = shown.owners[i];
+      const wasHandoff = shown.handoffs[i];
+      if (owner === wasOwner && handoff === wasHandoff && s.epoch === shown.epochs[i]) continue;
+      if (wasHandoff === '' && handoff !== '') note('handoff', owner, handoff, i);
+      else if (wasHandoff !== '' && handoff === '') {
+        if (owner !== wasOwner && owner !== '') note('done', wasOwner, owner, i);
+        else if (owner === '') note('unown', wasOwner, '', i);
+        else note('cancel', owner, '', i);
+      } else if (owner !== wasOwner) {
+        if (wasOwner === '') note('assign', '', owner, i);
+        else if (owner === '') note('unown', wasOwner, '', i);
+        else note('move', wasOwner, owner, i);
+      }
+      const cell = shown.cells[i];
+      if (owner !== wasOwner) cell.dataset.owner = owner;
+      shown.owners[i] = owner;
+      shown.epochs[i] = s.epoch;
+      shown.handoffs[i] = handoff;
+      cell.className = cellClass(owner, handoff);
+      if (i === shown.pointed) describe(i);
+    }
+    return groups;
+  }
+
+  function describe(i) {
+    shown.pointed = i;
+    const owner = shown.owners[i];
+    const handoff = shown.handoffs[i];
+    let text = 'shard ' + i + ' · epoch ' + shown.epochs[i] + ' · ';
+    text += owner ? 'owner ' + labelWithId(owner) : 'unowned: no executor may serve it';
+    if (handoff) text += ' · handing off to ' + (handoff === '?' ? 'the pool' : labelWithId(handoff));
+    const cell = shown.cells[i];
+    if (cell) cell.title = text;
+    ui.detail.textContent = text;
+  }
+
+  function cellIndex(target) {
+    if (!target || target.parentNode !== ui.grid) return -1;
+    const index = Number(target.dataset.shard);
+    return Number.isInteger(index) ? index : -1;
+  }
+
+  /** Cells per row, read from the layout (the grid wraps). */
+  function rowLength() {
+    const cells = shown.cells;
+    if (cells.length < 2) return 1;
+    const top = cells[0].offsetTop;
+    let n = 1;
+    while (n < cells.length && cells[n].offsetTop === top) n++;
+    return n;
+  }
+
+  function moveFocus(to) {
+    const cells = shown.cells;
+    if (!cells.length) return;
+    const index = Math.max(0, Math.min(cells.length - 1, to));
+    if (cells[shown.focus]) cells[shown.focus].removeAttribute('tabindex');
+    shown.focus = index;
+    cells[index].tabIndex = 0;
+    cells[index].focus();
+  }
+
+  ui.grid.addEventListener('mouseover', (event) => {
+    const i = cellIndex(event.target);
+    if (i >= 0) describe(i);
+  });
+  ui.grid.addEventListener('focusin', (event) => {
+    const i = cellIndex(event.target);
+    if (i >= 0) describe(i);
+  });
+  ui.grid.addEventListener('click', (event) => {
+    const i = cellIndex(event.target);
+    if (i >= 0) moveFocus(i);
+  });
+  ui.grid.addEventListener('keydown', (event) => {
+    const i = cellIndex(event.target);
+    if (i < 0) return;
+    const rows = { ArrowUp: -1, ArrowDown: 1, PageUp: -8, PageDown: 8 }[event.key];
+    const step = rows !== undefined ? rows * rowLength() : { ArrowLeft: -1, ArrowRight: 1, Home: -i, End: shown.cells.length }[event.key];
+    if (step === undefined) return;
+    event.preventDefault();
+    moveFocus(i + step);
+  });
+
+  // ---- executors, legend, summary ------------------------------------------------------------
+
+  function renderExecutors(view, owned) {
+    const list = [...view.executors].sort((a, b) => a.registered_revision - b.registered_revision);
+    const rows = document.createDocumentFragment();
+    shown.bars = [];
+    for (const e of list) {
+      const tr = node('tr');
+      tr.dataset.executor = e.executor_id;
+      tr.dataset.name = e.name || '';
+      if (e.draining) tr.className = 'draining';
+      const name = node('td', 'name');
+      const who = node('span', 'who');
+      who.append(node('span', 'sw o' + colourOf(e.executor_id)), node('span', null, e.name || e.executor_id));
+      name.append(who);
+      const lease = node('td', 'lease-col');
+      const bar = node('span', 'bar');
+      const fill = node('span', 'fill');
+      bar.append(fill);
+      const left = node('span', 'remaining');
+      lease.append(bar, left);
+      shown.bars.push({ bar, fill, left, remaining: e.lease_remaining_ms });
+      const delivered = e.shards.length;
+      const releasing = (owned.get(e.executor_id) || 0) - delivered;
+      const shards = node('td', 'num', delivered);
+      if (releasing > 0) shards.append(node('small', 'releasing', ' +' + releasing + ' releasing'));
+      const draining = node('td');
+      draining.append(e.draining ? node('span', 'badge warn', 'draining') : node('span', 'muted', 'no'));
+      tr.append(name, node('td', 'mono wide', e.executor_id), node('td', 'mono wide', e.address), lease, shards, draining);
+      rows.append(tr);
+    }
+    if (!list.length) {
+      const tr = node('tr', 'empty');
+      const td = node('td', null, 'no executors registered');
+      td.colSpan = 6;
+      tr.append(td);
+      rows.append(tr);
+    }
+    ui.executors.replaceChildren(rows);
+    drawBars(performance.now());
+  }
+
+  function renderLegend(view, owned, handoffs, unowned) {
+    const items = document.createDocumentFragment();
+    const ids = [...owned.keys()].sort((a, b) => label(a).localeCompare(label(b)));
+    for (const id of ids) {
+      const li = node('li');
+      li.append(node('span', 'sw o' + colourOf(id)), node('span', null, label(id) + ' · ' + owned.get(id)));
+      items.append(li);
+    }
+    const handoff = node('li');
+    handoff.append(node('span', 'sw o0 h'), node('span', null, 'handoff in flight · ' + handoffs));
+    const none = node('li');
+    none.append(node('span', 'sw u'), node('span', null, 'unowned · ' + unowned));
+    items.append(handoff, none);
+    ui.legend.replaceChildren(items);
+    const count = view.shard_count;
+    ui.shardStats.textContent = count + ' shards · ' + (count - unowned) + ' owned · ' + handoffs + ' in handoff · ' + unowned + ' unowned';
+  }
+
+  function renderSummary(view) {
+    ui.revision.textContent = view.revision;
+    ui.executorCount.textContent = view.executors.length;
+    ui.shardCount.textContent = view.shard_count;
+    ui.lease.textContent = view.lease_duration_ms ? seconds(view.lease_duration_ms) : '—';
+  }
+
+  let lastBarFrame = 0;
+  function drawBars(now) {
+    lastBarFrame = now;
+    const total = (shown.view && shown.view.lease_duration_ms) || 1;
+    const elapsed = now - shown.viewAt;
+    for (const b of shown.bars) {
+      const left = Math.max(0, b.remaining - elapsed);
+      const fraction = Math.min(1, left / total);
+      b.fill.style.width = (fraction * 100).toFixed(1) + '%';
+      b.bar.className = 'bar' + (left === 0 ? ' lapsed' : fraction < 0.34 ? ' low' : fraction < 0.67 ? ' mid' : '');
+      b.left.textContent = left === 0 ? 'lapsed' : seconds(left);
+    }
+  }
+  function animateBars(now) {
+    if (now - lastBarFrame >= BAR_FRAME_MS) drawBars(now);
+    requestAnimationFrame(animateBars);
+  }
+  requestAnimationFrame(animateBars);
+
+  // ---- feed ----------------------------------------------------------------------------------
+
+  /** The feed's short tag per kind of change (the kind is also its CSS class). */
+  const TAGS = { online: 'link', offline: 'link', joined: 'join', left: 'left', move: 'move', handoff: 'handoff', unowned: 'unowned', leader: 'leader', drain: 'drain', config: 'config' };
+
+  function feed(kind, text) {
+    const placeholder = ui.changes.querySelector('.empty');
+    if (placeholder) placeholder.remove();
+    const li = node('li');
+    li.dataset.kind = kind;
+    const time = node('time', null, new Date().toLocaleTimeString([], { hour12: false }));
+    li.append(time, node('span', 'tag ' + kind, TAGS[kind] || kind), node('span', 'text', text));
+    ui.changes.prepend(li);
+    while (ui.changes.children.length > FEED_MAX) ui.changes.lastElementChild.remove();
+  }
+
+  function shardList(shards) {
+    const named = shards.slice(0, FEED_SAMPLE).join(', ');
+    return shards.length > FEED_SAMPLE ? named + ' … (+' + (shards.length - FEED_SAMPLE) + ')' : named;
+  }
+
+  function plural(n, word) {
+    return n + ' ' + word + (n === 1 ? '' : 's');
+  }
+
+  function feedShardChanges(groups) {
+    for (const [key, shards] of groups) {
+      const [kind, from, to] = key.split('|');
+      const n = plural(shards.length, 'shard');
+      const which = ' [' + shardList(shards) + ']';
+      switch (kind) {
+        case 'handoff':
+          feed('handoff', 'handoff started: ' + n + ' ' + label(from) + ' → ' + (to === '?' ? 'pool' : label(to)) + which);
+          break;
+        case 'done':
+          feed('handoff', 'handoff completed: ' + n + ' now on ' + label(to) + which);
+          break;
+        case 'cancel':
+          feed('handoff', 'handoff cancelled: ' + n + ' stay on ' + label(from) + which);
+          break;
+        case 'assign':
+          feed('move', n + ' assigned to ' + label(to) + which);
+          break;
+        case 'unown':
+          feed('unowned', n + ' unowned (were ' + label(from) + "'s)" + which);
+          break;
+        default:
+          feed('move', n + ' moved ' + label(from) + ' → ' + label(to) + which);
+      }
+    }
+  }
+
+  function feedExecutorChanges(previous, current, departed) {
+    const reasons = new Map(departed.map((d) => [d.executor_id, d.reason]));
+    for (const [id, e] of current) {
+      const before = previous.get(id);
+      if (!before) feed('joined', labelWithId(id) + ' joined from ' + e.address);
+      else if (before.draining !== e.draining) feed('drain', label(id) + (e.draining ? ' is draining' : ' is no longer draining'));
+    }
+    for (const id of previous.keys()) {
+      if (current.has(id)) continue;
+      const reason = reasons.get(id);
+      if (reason === 'reaped') feed('left', labelWithId(id) + ' reaped: its lease lapsed');
+      else if (reason === 'deregistered') feed('left', labelWithId(id) + ' deregistered');
+      else feed('left', labelWithId(id) + ' left');
+    }
+  }
+
+  // ---- one state -----------------------------------------------------------------------------
+
+  function applyState(reply, receivedAt) {
+    const view = reply.state;
+    const first = shown.view === null;
+    const executors = new Map(view.executors.map((e) => [e.executor_id, e]));
+    for (const e of view.executors) shown.names.set(e.executor_id, e.name || e.executor_id);
+    if (!first) feedExecutorChanges(shown.executors, executors, reply.departed || []);
+    let groups = new Map();
+    if (view.shard_count !== shown.count) {
+      if (!first) feed('config', 'shard count ' + view.shard_count + ': the map is redrawn');
+      buildGrid(view.shards, view.shard_count);
+    } else {
+      groups = updateGrid(view.shards);
+    }
+    feedShardChanges(groups);
+    shown.view = view;
+    shown.viewAt = receivedAt;
+    shown.executors = executors;
+
+    const owned = new Map();
+    let handoffs = 0;
+    let unowned = 0;
+    for (let i = 0; i < shown.count; i++) {
+      const owner = shown.owners[i];
+      if (owner === '') unowned++;
+      else owned.set(owner, (owned.get(owner) || 0) + 1);
+      if (shown.handoffs[i] !== '') handoffs++;
+    }
+    for (const id of [...shown.colours.keys()]) {
+      if (!executors.has(id) && !owned.has(id)) shown.colours.delete(id);
+    }
+    // Names of executors that left are kept for the feed, but not without bound.
+    if (shown.names.size > 2 * executors.size + NAMES_KEPT) {
+      for (const id of [...shown.names.keys()]) if (!executors.has(id)) shown.names.delete(id);
+    }
+    renderExecutors(view, owned);
+    renderLegend(view, owned, handoffs, unowned);
+    renderSummary(view);
+    stats.revision = view.revision;
+    if (first) feed('online', 'watching revision ' + view.revision + ': ' + plural(view.executors.length, 'executor') + ', ' + plural(view.shard_count, 'shard'));
+  }
+
+  // ---- members -------------------------------------------------------------------------------
+
+  function memberState(info) {
+    if (!info) return 'unreachable';
+    if (info.leader_id === info.node_id) return 'leader';
+    return info.leader_id === null || info.leader_id === undefined ? 'candidate' : 'follower';
+  }
+
+  function renderMembers(reply) {
+    const rows = document.createDocumentFragment();
+    const own = reply.members.find((m) => m.node_id === reply.node_id);
+    const ownInfo = own && own.info;
+    for (const m of reply.members) {
+      const info = m.info;
+      const state = memberState(info);
+      const tr = node('tr', state);
+      tr.dataset.node = m.node_id;
+      tr.dataset.state = state;
+      const id = node('td', 'mono', m.node_id);
+      if (m.node_id === reply.node_id) id.append(node('small', 'badge self', 'this page'));
+      const stateCell = node('td');
+      stateCell.append(node('span', 'badge ' + state, state));
+      if (!info && m.error) stateCell.title = m.error;
+      const release = (info && info.release) || (m.node_id === reply.node_id ? reply.release : null);
+      tr.append(
+        id,
+        node('td', 'mono wide', m.address),
+        node('td', 'wide', m.voter ? 'voter' : 'learner'),
+        stateCell,
+        node('td', 'num', info ? info.term : '—'),
+        node('td', 'num wide', info ? opt(info.last_log_index) : '—'),
+        node('td', 'num wide', info ? opt(info.committed_index) : '—'),
+        node('td', 'num', info ? opt(info.applied_index) : '—'),
+        node('td', 'num' + (m.lag > 0 ? ' lagging' : ''), opt(m.lag)),
+        node('td', 'mono wide', opt(release)),
+      );
+      rows.append(tr);
+    }
+    ui.members.replaceChildren(rows);
+    ui.members.parentNode.classList.remove('stale');
+    ui.membersNote.textContent = '';
+    ui.servedBy.textContent = 'manager ' + reply.node_id + (reply.release ? ' · ' + reply.release : '');
+
+    const leaderId = ownInfo ? ownInfo.leader_id : null;
+    const term = ownInfo ? ownInfo.term : null;
+    ui.term.textContent = opt(term);
+    ui.leader.dataset.leaderId = leaderId === null || leaderId === undefined ? '' : String(leaderId);
+    ui.leader.textContent = leaderId === null || leaderId === undefined ? 'none (election)' : 'manager ' + leaderId;
+    ui.leader.classList.toggle('none', leaderId === null || leaderId === undefined);
+    if (shown.leaderId !== undefined && leaderId !== shown.leaderId) {
+      if (leaderId === null || leaderId === undefined) feed('leader', 'no leader: an election is under way (term ' + opt(term) + ')');
+      else if (shown.leaderId === null) feed('leader', 'manager ' + leaderId + ' leads (term ' + opt(term) + ')');
+      else feed('leader', 'leader changed: manager ' + shown.leaderId + ' → manager ' + leaderId + ' (term ' + opt(term) + ')');
+    }
+    shown.leaderId = leaderId === undefined ? null : leaderId;
+  }
+
+  const members = { inFlight: false, wanted: false, lastAt: -Infinity, timer: 0 };
+
+  /** Asks for the members now, or as soon as the gap since the last ask allows (never two at once). */
+  function refreshMembers() {
+    if (members.inFlight) {
+      members.wanted = true;
+      return;
+    }
+    if (members.timer) return;
+    const wait = members.lastAt + MEMBERS_MIN_GAP_MS - performance.now();
+    if (wait > 0) {
+      members.timer = setTimeout(() => {
+        members.timer = 0;
+        refreshMembers();
+      }, wait);
+      return;
+    }
+    members.inFlight = true;
+    members.wanted = false;
+    members.lastAt = performance.now();
+    stats.membersRequests++;
+    fetchText('members', MEMBERS_ABORT_MS)
+      .then(({ text }) => renderMembers(JSON.parse(text)))
+      .catch((error) => {
+        ui.members.parentNode.classList.add('stale');
+        ui.membersNote.textContent = 'not refreshed: ' + error.message;
+      })
+      .finally(() => {
+        members.inFlight = false;
+        if (members.wanted) refreshMembers();
+      });
+  }
+  setInterval(() => {
+    if (performance.now() - members.lastAt >= MEMBERS_IDLE_MS) refreshMembers();
+  }, 1000);
+
+  // ---- connection ----------------------------------------------------------------------------
+
+  function setLink(state, text) {
+    ui.link.dataset.state = state;
+    ui.linkText.textContent = text;
+  }
+
+  async function follow() {
+    let revision = 0;
+    let backoff = BACKOFF_FIRST_MS;
+    let failures = 0;
+    for (;;) {
+      try {
+        stats.watchRequests++;
+        const { text, receivedAt } = await fetchText('../v1/watch?revision=' + revision + '&wait=' + WATCH_WAIT, WATCH_ABORT_MS);
+        const first = shown.view === null;
+        const started = performance.now();
+        const reply = JSON.parse(text);
+        applyState(reply, receivedAt);
+        const busyMs = performance.now() - started;
+        if (first) {
+          stats.renderMs = Math.round(busyMs);
+          window.__consoleRenderMs = stats.renderMs;
+          requestAnimationFrame(() => setTimeout(() => {
+            stats.firstFrameMs = Math.round(performance.now() - started);
+          }, 0));
+        }
+        revision = reply.state.revision;
+        if (failures > 0) feed('online', 'reconnected after ' + plural(failures, 'failed attempt') + ', at revision ' + revision);
+        failures = 0;
+        backoff = BACKOFF_FIRST_MS;
+        ui.banner.hidden = true;
+        setLink('live', 'live · revision ' + revision);
+        refreshMembers();
+        await sleep(Math.min(MAX_WATCH_GAP_MS, Math.max(MIN_WATCH_GAP_MS, BUSY_FACTOR * busyMs)));
+      } catch (error) {
+        failures++;
+        if (failures === 1) feed('offline', 'lost the watch: ' + error.message);
+        ui.bannerText.textContent = '— ' + error.message + '; next try in ' + seconds(backoff) + ' (attempt ' + failures + ')';
+        ui.banner.hidden = false;
+        setLink('retrying', 'retrying');
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+      }
+    }
+  }
+
+  const placeholder = node('li', 'empty', 'No changes seen yet.');
+  ui.changes.append(placeholder);
+  refreshMembers();
+  follow();
+})();
