@@ -45,6 +45,21 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Sets the standard process metrics every Prometheus exporter has (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...) on the
+/// installed `metrics` recorder. Called by each `/metrics` handler just before it renders, so
+/// the figures are read at scrape time; without a recorder it does nothing.
+pub fn record_process_metrics() {
+    static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
+    COLLECTOR
+        .get_or_init(|| {
+            let collector = metrics_process::Collector::default();
+            collector.describe();
+            collector
+        })
+        .collect();
+}
+
 /// Exit status of a binary refused its configuration: the same as clap's for a usage error, so
 /// scripts tell "fix the flags" from "it failed while running" (1).
 pub const EXIT_CONFIG_ERROR: u8 = 2;

@@ -118,6 +118,20 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         leader.get("leasehold_raft_is_leader") == Some(&1.0),
         "scraped the leader"
     );
+    // The process metrics every Prometheus exporter has.
+    for series in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "process_threads",
+    ] {
+        assert!(
+            leader.get(series).is_some_and(|value| *value > 0.0),
+            "{series} missing or zero: {:?}",
+            leader.get(series)
+        );
+    }
+    assert!(leader.contains_key("process_cpu_seconds_total"));
 
     // B joins: half the shards are handed over, each handoff completed once.
     let mut b = ExecutorProcess::start(&cluster, "b");

@@ -130,6 +130,7 @@ pub async fn metrics(State(node): State<AppState>) -> Response {
     match &node.metrics {
         Some(handle) => {
             crate::metrics::record_state_gauges(&node);
+            leasehold_api::process::record_process_metrics();
             (
                 StatusCode::OK,
                 [(CONTENT_TYPE, "text/plain; version=0.0.4")],
