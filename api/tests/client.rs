@@ -1,6 +1,9 @@
 //! The client against in-process fake managers on 127.0.0.1: leader following, P7.1 patience,
 //! P7.2 retries of idempotent calls, and the replies each typed call expects.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo bench -p leasehold-raft-store --bench append` (LEASEHOLD_BENCH_SECONDS sets the
 //! time per configuration, default 5). Figures are recorded in docs/BENCHMARKS.md.
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::print_stdout)] // the report is the benchmark's output
 
 #[path = "../tests/common/mod.rs"]

@@ -4,6 +4,9 @@
 //! Each "process lifetime" runs in its own tokio runtime that is dropped at the end, the way a
 //! process exit ends the flusher task and releases sled's lock on the directory.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::future::Future;

@@ -10,6 +10,9 @@
 //! Timing: tests poll for conditions with generous bounds ([`poll_until`]); nothing sleeps for a
 //! fixed time and then asserts.
 
+// Test support, used only by tests: a failed expectation here is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod browser;
 pub mod checker;
 pub mod ctl;

@@ -1,6 +1,9 @@
 //! Manager cluster over real processes (PROTOCOL §8–§10): formation, forwarding, failover,
 //! restart, membership changes and a wiped data directory.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

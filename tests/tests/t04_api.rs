@@ -8,6 +8,9 @@
 //! (which forwards writes, §9) and to the leader. The executor cases run against the real
 //! `leasehold-executor`, asserting its held set, its id and its admission log are unchanged.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use leasehold_api::problem::ErrorCode;

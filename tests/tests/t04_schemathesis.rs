@@ -28,6 +28,9 @@
 //! `LEASEHOLD_SCHEMATHESIS_EXAMPLES` (default 25 per operation) and `LEASEHOLD_SCHEMATHESIS_SEED`
 //! (default fixed, for reproducible CI runs) tune the run.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -4,6 +4,9 @@
 //! backup → restore into a fresh cluster (same `/v1/state` apart from revision and lease times),
 //! with corrupt backups refused before anything is touched.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;

@@ -8,6 +8,9 @@
 //! P5.4); B stops gracefully (a deregistration, P3.7; 8 grants back to A); C joins and takes 8
 //! (8 handoffs); C is killed and expires (one reap, P3.8; 8 grants back to A); A stops.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -6,6 +6,9 @@
 //! These need root and `ip netns`; without them each test prints why it skips and passes. CI
 //! runs them as root (`.ci/run` installs iproute2).
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

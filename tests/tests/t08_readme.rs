@@ -13,6 +13,9 @@
 //! directory so the registry dependencies are reused and only the workspace crates compile (the
 //! clone's sources are at other paths, so they are rebuilt from the clone, not reused).
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -24,6 +24,9 @@
 //! Chromium is Debian's `chromium` package. Without it this test says why and passes, unless
 //! `LEASEHOLD_REQUIRE_CHROMIUM=1` (set by `.ci/run`) makes a missing browser a failure.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,4 +1,7 @@
 //! A small key-value state machine and helpers shared by the raft-store tests and benchmark.
+
+// Test support: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::collections::{BTreeMap, BTreeSet};
