@@ -88,8 +88,8 @@ fn export_gauges(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
 }
 
 /// The leader writes the cluster's shard count and lease duration once, and the lease duration
-/// again when this leader was started with another one (the seed-000 case: a lease shortened
-/// across a restart; P3.4 keeps deadlines already granted).
+/// again when this leader was started with another one (a lease shortened across a restart
+/// applies to new grants only: P3.4 keeps deadlines already granted).
 async fn ensure_lease_config(node: &ManagerNode) {
     let wanted = (node.settings.shard_count, node.settings.lease_duration_ms);
     let current = node.state.read(|applied| {

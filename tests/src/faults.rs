@@ -112,8 +112,8 @@ impl Drop for FaultSeed {
         if std::thread::panicking() {
             eprintln!(
                 "[fault] scenario {} FAILED with LEASEHOLD_FAULT_SEED={}; reproduce with:\n  \
-                 LEASEHOLD_FAULT_SEED={} cargo test -p leasehold-tests --test t06_faults --test \
-                 t06_netns -- --exact {}",
+                 LEASEHOLD_FAULT_SEED={} cargo test -p leasehold-tests --test faults --test \
+                 partitions -- --exact {}",
                 self.scenario, self.seed, self.seed, self.scenario
             );
         }

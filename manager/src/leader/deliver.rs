@@ -84,8 +84,8 @@ pub async fn run(node: Arc<ManagerNode>, term: u64, mut stopped: watch::Receiver
     }
 }
 
-/// Sends every delivery, at most [`MAX_DELIVERIES_IN_FLIGHT`] at once, and settles each as it
-/// completes. Nothing planned is left out: a rebalance that changes hundreds of sets pushes every
+/// Sends every delivery, at most [`MAX_DELIVERIES_IN_FLIGHT`] at once, and records the outcome
+/// of each as it completes. Nothing planned is left out: a rebalance that changes hundreds of sets pushes every
 /// one of them in this round, so a new owner does not wait for its next renewal to learn a grant.
 async fn deliver_all(
     node: &ManagerNode,
@@ -106,7 +106,7 @@ async fn deliver_all(
             return;
         };
         let Ok(delivered) = joined else { continue };
-        settle(node, term, delivered, push_backoff).await;
+        record_delivered(node, term, delivered, push_backoff).await;
     }
 }
 
@@ -238,7 +238,7 @@ async fn send(http: reqwest::Client, delivery: Delivery) -> Delivered {
     }
 }
 
-async fn settle(
+async fn record_delivered(
     node: &ManagerNode,
     term: u64,
     delivered: Delivered,

@@ -17,10 +17,10 @@
 //!    last.
 //!
 //! Excluded everywhere: `/v1/cluster/nodes` (adding a learner at a fuzzed address, or removing a
-//! real member, changes the Raft group itself; those endpoints are covered by t01_cluster and the
-//! rejection cases of t04_api) and `/v1/watch` (a valid blocking query holds its request for up
+//! real member, changes the Raft group itself; those endpoints are covered by cluster and the
+//! rejection cases of bad_input) and `/v1/watch` (a valid blocking query holds its request for up
 //! to 300 s by design, longer than a fuzzing request may take; its bounds are unit-tested in
-//! `manager/src/http/watch.rs` and it is exercised by t05_ctl).
+//! `manager/src/http/watch.rs` and it is exercised by ctl).
 //!
 //! Schemathesis comes from PyPI (`.ci/run` installs the pinned version in a venv and points
 //! `LEASEHOLD_SCHEMATHESIS` at it). Without it this test says why and passes, unless

@@ -2,7 +2,7 @@
 //! managers with a 3 s lease and 0.5–1 s elections, executors with admission logs, and ends by
 //! checking every admission log together for I1 (no overlapping admission) and I2 (epochs) with
 //! `leasehold_tests::checker`. Randomness comes from `LEASEHOLD_FAULT_SEED` (printed; see
-//! docs/TESTING.md). Partition scenarios, which need root, are in `t06_netns.rs`.
+//! docs/TESTING.md). Partition scenarios, which need root, are in `partitions.rs`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
