@@ -116,6 +116,14 @@ enum Scenario {
         #[arg(long, default_value = "2s")]
         election_timeout: String,
     },
+    /// A whole fleet starting at once: registration, then every shard delivered and spread
+    /// even, per shard count.
+    B9 {
+        #[arg(long, default_value_t = 10_000)]
+        executors: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1024,1000000")]
+        shards: Vec<u32>,
+    },
     /// Renewal soak: data directory size over time against the snapshot size.
     B6 {
         #[arg(long, default_value = "60m", value_parser = humantime::parse_duration)]
@@ -246,6 +254,9 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             options.heartbeat = heartbeat;
             options.election_timeout = election_timeout;
             scenarios::b5(env, executors, options).await?.print()?
+        }
+        Scenario::B9 { executors, shards } => {
+            scenarios::b9(env, executors, &shards).await?.print()?
         }
         Scenario::B6 {
             duration,

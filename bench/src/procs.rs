@@ -217,7 +217,7 @@ impl LeaseholdOptions {
 }
 
 #[derive(Debug)]
-pub struct ManagerNode {
+pub struct ManagerProcess {
     pub port: u16,
     pub data_dir: PathBuf,
     process: Option<ChildProc>,
@@ -231,7 +231,7 @@ pub struct LeaseholdCluster {
     dir: PathBuf,
     initial_cluster: String,
     options: LeaseholdOptions,
-    pub nodes: BTreeMap<u64, ManagerNode>,
+    pub nodes: BTreeMap<u64, ManagerProcess>,
     http: reqwest::Client,
 }
 
@@ -250,7 +250,7 @@ impl LeaseholdCluster {
             let port = free_port()?;
             nodes.insert(
                 id,
-                ManagerNode {
+                ManagerProcess {
                     port,
                     data_dir: dir.join(format!("manager-{id}")),
                     process: None,
@@ -441,7 +441,7 @@ impl LeaseholdCluster {
         let port = free_port()?;
         self.nodes.insert(
             id,
-            ManagerNode {
+            ManagerProcess {
                 port,
                 data_dir: self.dir.join(format!("manager-{id}")),
                 process: None,
@@ -453,6 +453,23 @@ impl LeaseholdCluster {
 
     pub fn http(&self) -> &reqwest::Client {
         &self.http
+    }
+
+    /// Lines containing `needle` in every log any manager of this cluster wrote (every start).
+    pub fn log_lines_containing(&self, needle: &str) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter(|entry| {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("manager-") && name.ends_with(".log")
+            })
+            .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+            .map(|text| text.lines().filter(|line| line.contains(needle)).count())
+            .sum()
     }
 }
 

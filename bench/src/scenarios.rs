@@ -1063,6 +1063,75 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// B9
+
+/// `executors` simulated executors start at once (registrations 64 at a time, as fast as the
+/// cluster takes them) against a fresh cluster with the production defaults; timed until every
+/// shard is delivered and the spread is even. They renew at the protocol's cadence from their
+/// registration on, as real executors would. The leader logs say how the handoffs completed: by
+/// the old owner's release (the revoke answer or its claims) or on its lease expiry (P5.2).
+pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Table> {
+    let mut table = Table::new(&[
+        "B9",
+        "executors",
+        "shards",
+        "all registered after",
+        "settled after (from the first registration)",
+        "revokes acknowledged (log lines)",
+        "handoffs completed on expiry (log lines)",
+        "load avg",
+    ]);
+    for &shards in shard_counts {
+        let load = load_average();
+        let mut cluster = leasehold_cluster(
+            env,
+            &format!("b9-{shards}"),
+            LeaseholdOptions::defaults(shards),
+        )
+        .await?;
+        let started = Instant::now();
+        let fleet =
+            Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+        let registered = started.elapsed();
+        let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
+        eprintln!(
+            "B9: {executors} executors registered after {:.1} s ({shards} shards); settling",
+            registered.as_secs_f64()
+        );
+        settle(
+            &mut cluster,
+            &fleet,
+            shards,
+            SETTLE_BOUND,
+            Renewing::ByCaller,
+        )
+        .await?;
+        let settled = started.elapsed();
+        let counters = cadence.stop().await;
+        let evicted = counters.evictions.load(Ordering::Relaxed);
+        if evicted > 0 {
+            bail!("B9: {evicted} executors were evicted while settling");
+        }
+        table.row(vec![
+            "B9".into(),
+            executors.to_string(),
+            shards.to_string(),
+            format!("{:.1} s", registered.as_secs_f64()),
+            format!("{:.1} s", settled.as_secs_f64()),
+            cluster
+                .log_lines_containing("revoke acknowledged")
+                .to_string(),
+            cluster
+                .log_lines_containing("handoffs completed on the old owner's expiry")
+                .to_string(),
+            format!("{load} → {}", load_average()),
+        ]);
+        fleet.deregister_all().await?;
+    }
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
 // The short CI version
 
 /// A few seconds of each system at a small N and a short soak: checks that the tool runs end to
