@@ -5,8 +5,8 @@
 //! - P3.1/P3.2: a grant carries the time remaining (`lease_ttl_ms`); the executor anchors it at
 //!   the instant read just before the request that earned it was sent, so its expiry is
 //!   `sent_at + lease_ttl_ms`. The manager granted after that instant, so transit and the
-//!   manager's write time make this copy shorter than the manager's, never longer (the seed 000
-//!   review: a reply sent at t=20 with 40 s left that lands at t=25 must still expire at t=60).
+//!   manager's write time make this copy shorter than the manager's, never longer (a reply sent
+//!   at t=20 with 40 s left that lands at t=25 must still expire at t=60).
 //! - P3.3: only grants move the clock, and every grant does; pushes carry no lease, so there is
 //!   no function here that a push could call.
 //! - P3.5: renew after a third of the remaining lease; on failure back off exponentially with
@@ -157,7 +157,7 @@ mod tests {
         Duration::from_secs(n)
     }
 
-    /// The seed 000 review example: the manager's expiry is t=60; the request that earns the
+    /// The manager's expiry is t=60; the request that earns the
     /// grant leaves at t=20, the manager answers with 40 s left, the reply lands at t=25. The
     /// executor's copy must end at t=60, not t=65.
     #[test]

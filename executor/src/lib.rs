@@ -16,7 +16,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout: pure cores inside thin tokio shells.
+//! Layout: pure cores inside thin tokio shells, one noun per file.
 //! - [`lease`]: the executor's copy of its lease, anchored at the request's send instant
 //!   (P3.2), and the renewal schedule and backoff (P3.5). Pure.
 //! - [`assignment`]: the held set and the revision order of deliveries; revokes raise the
@@ -24,12 +24,25 @@
 //! - [`admission`]: both combined into the admission state machine; outputs admission
 //!   start/stop events (P3.6, P4.3, P5.2). Pure.
 //! - [`admission_log`]: the JSON-lines admission log on CLOCK_MONOTONIC (§9).
-//! - `runtime`: the shell: lease loop, lapse watcher, start-up (P8.1), graceful stop (P3.7),
-//!   [`Executor`] and [`ExecutorHandle`].
-//! - [`server`]: the push endpoints, health and status (§9).
-//! - [`workload`]: the binary's demo `GET /v1/work`.
-//! - [`metrics`]: Prometheus counters and gauges, and the binary's `GET /metrics`.
-//! - [`openapi`]: the executor's OpenAPI document, `GET /v1/openapi.json`.
+//! - [`config`]: [`ExecutorConfig`], what an embedder configures.
+//! - `manager`: the calls to the manager, behind a seam the shell tests fake.
+//! - `status`: the public values a running executor reports: [`ExecutorStatus`],
+//!   [`ShardEvent`], [`RunState`].
+//! - `shared`: the shared state: the admission core and the log under one std mutex, and the
+//!   channels that publish its changes.
+//! - `shutdown`: the cancellation signal the tasks select on.
+//! - `lease_loop`: the lease loop (register, renew, back off, re-register) around a pure
+//!   "what next" decision, the graceful stop (P3.7) and the lapse watcher (P3.6).
+//! - [`server`]: the HTTP handlers: push endpoints, health and status (§9).
+//! - [`openapi`]: the library's OpenAPI document and its handler, `GET /v1/openapi.json`.
+//! - `routes`: the one router: every route above, an embedder's, and the request plumbing.
+//! - [`metrics`]: Prometheus counters and gauges, and the mountable `GET /metrics`.
+//! - `handle`: [`ExecutorHandle`], what an embedder holds; owns the tasks until shutdown.
+//! - `startup`: [`Executor`]`::start*` (bind, serve, self-probe (P8.1), then the lease loop)
+//!   and [`StartError`].
+//!
+//! The `leasehold-executor` binary (`main.rs`, and `main/` for its own modules) adds the demo
+//! `GET /v1/work` workload and `GET /metrics`; neither is part of this library's surface.
 //!
 //! Assumption (P5.2): the executor's and manager's clocks advance at rates that differ by far
 //! less than the lease; anchoring removes every delay term but not rate error.
@@ -38,21 +51,26 @@ pub mod admission;
 pub mod admission_log;
 pub mod assignment;
 pub mod config;
+mod handle;
 pub mod lease;
+mod lease_loop;
 mod manager;
 pub mod metrics;
 pub mod openapi;
-mod runtime;
+mod routes;
 pub mod server;
-pub mod workload;
+mod shared;
+mod shutdown;
+mod startup;
+mod status;
 
 #[cfg(test)]
 mod tests;
 
 pub use admission::{AdmissionReason, AdmissionState, AdmitError, Assignment, Permit};
 pub use config::ExecutorConfig;
+pub use handle::ExecutorHandle;
 pub use manager::{GRANT_CALL_PATIENCE, MAX_KEY_BYTES};
-pub use runtime::{
-    Executor, ExecutorHandle, ExecutorStatus, RunState, ShardEvent, StartError,
-    EVENT_CHANNEL_CAPACITY,
-};
+pub use shared::EVENT_CHANNEL_CAPACITY;
+pub use startup::{Executor, StartError};
+pub use status::{ExecutorStatus, RunState, ShardEvent};

@@ -6,15 +6,25 @@
 //!
 //! Exit status: 0 after a clean stop, 2 when the configuration is refused (one line on stderr
 //! naming the flag), 1 when it fails.
+//!
+//! The binary is the library plus the routes below ([`extra_routes`], documented by
+//! [`extra_paths`]); its own modules are under `main/`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use axum::Router;
 use clap::Parser;
 use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal, LogFormat};
-use leasehold_executor::{metrics, workload, Executor, ExecutorConfig, RunState};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use leasehold_executor::{metrics, Executor, ExecutorConfig, ExecutorHandle, RunState};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+#[cfg(test)]
+#[path = "main/end_to_end.rs"]
+mod end_to_end;
+#[path = "main/workload.rs"]
+mod workload;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -63,6 +73,20 @@ struct Args {
 
 const PROGRAM: &str = "leasehold-executor";
 
+/// What the binary serves beside the library's routes: the demo `GET /v1/work` and `GET
+/// /metrics`.
+fn extra_routes(handle: &ExecutorHandle, prometheus: PrometheusHandle) -> Router {
+    workload::router(handle.clone()).merge(metrics::router(handle.clone(), prometheus))
+}
+
+/// The OpenAPI paths of [`extra_routes`]. With the library's, they make the document the
+/// binary serves at `GET /v1/openapi.json`, checked in as `docs/openapi/executor.json`.
+fn extra_paths() -> utoipa::openapi::OpenApi {
+    let mut paths = workload::document();
+    paths.merge(metrics::document());
+    paths
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -80,8 +104,8 @@ async fn main() -> ExitCode {
         Ok(prometheus) => prometheus,
         Err(error) => return run_error(PROGRAM, &error),
     };
-    let started = Executor::start_with_routes(config, |handle| {
-        workload::router(handle.clone()).merge(metrics::router(handle.clone(), prometheus))
+    let started = Executor::start_with_documented_routes(config, extra_paths(), |handle| {
+        extra_routes(handle, prometheus)
     })
     .await;
     let executor = match started {
@@ -110,9 +134,63 @@ async fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use leasehold_api::openapi::{check_or_update, to_pretty_json};
     use leasehold_executor::config::{DEFAULT_REQUEST_TIMEOUT, DEFAULT_SHUTDOWN_GRACE};
+    use leasehold_executor::openapi;
 
     use super::*;
+
+    /// What the binary serves at `GET /v1/openapi.json`.
+    fn document() -> utoipa::openapi::OpenApi {
+        openapi::document_with(extra_paths())
+    }
+
+    /// The checked-in document is what the binary serves.
+    #[test]
+    fn openapi_document_matches_the_checked_in_file() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/executor.json");
+        if let Err(message) = check_or_update(&to_pretty_json(&document()), &path) {
+            panic!("{message}");
+        }
+    }
+
+    /// The binary documents the library's routes, the workload and `/metrics`, each operation
+    /// under its own id (client generators name methods after them).
+    #[test]
+    fn openapi_binary_document_has_every_route_and_unique_operation_ids() {
+        let doc = document();
+        let paths: Vec<&str> = doc.paths.paths.keys().map(String::as_str).collect();
+        assert_eq!(
+            paths,
+            [
+                "/metrics",
+                "/v1/assignment",
+                "/v1/health",
+                "/v1/openapi.json",
+                "/v1/revoke",
+                "/v1/status",
+                "/v1/work"
+            ]
+        );
+        let ids: Vec<String> = doc
+            .paths
+            .paths
+            .values()
+            .flat_map(|item| [&item.get, &item.put, &item.post, &item.delete])
+            .flatten()
+            .map(|operation| operation.operation_id.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(ids.len(), paths.len(), "one operation per path: {ids:?}");
+        let unique: BTreeSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "shared operation ids: {ids:?}");
+        assert!(
+            !unique.contains(&String::new()),
+            "an operation without an id"
+        );
+    }
 
     #[test]
     fn flag_defaults_match_the_library_defaults() {

@@ -1,7 +1,8 @@
 //! The executor's Prometheus metrics (docs/OPERATIONS.md, "Metrics reference"). The library
 //! records counters through the `metrics` facade (free when no recorder is installed); the
 //! `leasehold-executor` binary installs the Prometheus recorder and mounts [`router`], which sets
-//! the gauges from the executor's status at scrape time, so they are exact when read.
+//! the gauges from the executor's status at scrape time, so they are exact when read, and
+//! documents it with [`document`].
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
@@ -9,9 +10,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
+use utoipa::OpenApi;
 
 use crate::admission::AdmissionState;
-use crate::runtime::{ExecutorHandle, ExecutorStatus};
+use crate::handle::ExecutorHandle;
+use crate::status::ExecutorStatus;
 
 /// Counts one push or revoke: `Ok(stale)` applied or stale, `Err` refused.
 pub(crate) fn count_delivery<E>(kind: &'static str, result: &Result<bool, E>) {
@@ -52,20 +55,30 @@ pub(crate) struct Scrape {
 }
 
 /// `GET /metrics`, to merge into the executor's listener
-/// ([`crate::Executor::start_with_routes`]).
+/// ([`crate::Executor::start_with_documented_routes`], with [`document`]).
 pub fn router(handle: ExecutorHandle, prometheus: PrometheusHandle) -> Router {
     Router::new()
-        .route("/metrics", get(serve))
+        .route("/metrics", get(get_metrics))
         .with_state(Scrape { handle, prometheus })
+}
+
+#[derive(OpenApi)]
+#[openapi(paths(get_metrics))]
+struct MetricsApi;
+
+/// The OpenAPI paths of [`router`]: `GET /metrics`, under the executor document's `health` tag.
+pub fn document() -> utoipa::openapi::OpenApi {
+    MetricsApi::openapi()
 }
 
 /// Prometheus text exposition of the executor's metrics.
 #[utoipa::path(
-    get, path = "/metrics", tag = "health",
+    get, path = "/metrics", tag = "health", operation_id = "get_metrics",
     responses((status = 200, description = "Prometheus text format 0.0.4.", body = String, content_type = "text/plain")),
 )]
-pub(crate) async fn serve(State(scrape): State<Scrape>) -> impl IntoResponse {
+pub(crate) async fn get_metrics(State(scrape): State<Scrape>) -> impl IntoResponse {
     record_status_gauges(&scrape.handle.status());
+    leasehold_api::process::record_process_metrics();
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
         scrape.prometheus.render(),

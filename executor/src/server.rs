@@ -1,5 +1,6 @@
-//! The executor's HTTP surface (PROTOCOL §9, executor side): the manager's push target and the
-//! executor's status.
+//! The executor's HTTP handlers (PROTOCOL §9, executor side): the manager's push target and the
+//! executor's status, over the shared state. The router that serves them, with the OpenAPI
+//! document and any routes an embedder merges in, is assembled in one place (`routes.rs`).
 //!
 //! - `PUT /v1/assignment` ([`AssignmentPush`]): full replace of the held set, no lease (P3.3,
 //!   P4.3). `204` once applied or found stale (P4.1); `503 sharding_not_ready` while no
@@ -17,20 +18,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::middleware;
-use axum::routing::{get, post, put};
-use axum::{Json, Router};
-use leasehold_api::http::{limit_body, BodyLimit};
+use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{AssignmentPush, ExecutorHealth, RevokePush, RevokeReply};
-use tower_http::catch_panic::CatchPanicLayer;
 use tracing::{debug, info, warn};
 
 use crate::admission::PushError;
 use crate::assignment::SetOutcome;
-use crate::runtime::{ExecutorStatus, Shared};
+use crate::metrics::count_delivery;
+use crate::shared::Shared;
+use crate::status::ExecutorStatus;
 
 pub use leasehold_api::http::{ApiJson, HttpError};
 
@@ -43,44 +42,9 @@ pub const MAX_BODY_BYTES: usize = leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES
 /// is shorter and it retries.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The executor's routes, without fallback (so embedders' routes can be merged in).
-pub(crate) fn routes(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/v1/assignment", put(put_assignment))
-        .route("/v1/revoke", post(post_revoke))
-        .route("/v1/health", get(health))
-        .route("/v1/status", get(status))
-        .route("/v1/openapi.json", get(crate::openapi::serve))
-        .with_state(shared)
-}
-
-/// The whole app: the executor's routes, `extra` routes, problem+json fallbacks, body limit,
-/// request timeout, panic catcher and the request-id span (the same plumbing as the manager's,
-/// from `leasehold_api::http`).
-pub(crate) fn app(shared: Arc<Shared>, extra: Router) -> Router {
-    routes(shared)
-        .merge(extra)
-        .route_layer(middleware::from_fn_with_state(
-            REQUEST_TIMEOUT,
-            leasehold_api::http::request_timeout,
-        ))
-        .fallback(leasehold_api::http::not_found)
-        .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
-        // `limit_body` enforces MAX_BODY_BYTES, above axum's own default limit.
-        .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn_with_state(
-            BodyLimit {
-                max_bytes: MAX_BODY_BYTES,
-            },
-            limit_body,
-        ))
-        .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
-        .layer(middleware::from_fn(leasehold_api::http::request_id))
-}
-
 /// Full replace of the held set (P4.3); never carries a lease (P3.3).
 #[utoipa::path(
-    put, path = "/v1/assignment", tag = "deliveries", request_body = AssignmentPush,
+    put, path = "/v1/assignment", tag = "deliveries", operation_id = "put_assignment", request_body = AssignmentPush,
     responses(
         (status = 204, description = "Applied, or stale (older than the last applied delivery, P4.1) and ignored."),
         (status = 409, description = "`conflict`: the push names another executor."),
@@ -92,7 +56,7 @@ pub(crate) async fn put_assignment(
     ApiJson(push): ApiJson<AssignmentPush>,
 ) -> Result<StatusCode, HttpError> {
     let applied = shared.apply_push(&push);
-    crate::metrics::count_delivery(
+    count_delivery(
         "assignment",
         &applied
             .as_ref()
@@ -145,7 +109,7 @@ fn push_refusal(error: PushError, what: &str) -> HttpError {
 
 /// Stops admission for the shards, then answers (P5.2).
 #[utoipa::path(
-    post, path = "/v1/revoke", tag = "deliveries", request_body = RevokePush,
+    post, path = "/v1/revoke", tag = "deliveries", operation_id = "post_revoke", request_body = RevokePush,
     responses(
         (status = 200, description = "Admission for `released` has stopped; `ignored` when a newer set gave every shard back (P5.2).", body = RevokeReply),
         (status = 409, description = "`conflict`: the revoke names another executor."),
@@ -157,7 +121,7 @@ pub(crate) async fn post_revoke(
     ApiJson(revoke): ApiJson<RevokePush>,
 ) -> Result<Json<RevokeReply>, HttpError> {
     let applied = shared.apply_revoke(&revoke);
-    crate::metrics::count_delivery("revoke", &applied.as_ref().map(|a| a.reply.ignored));
+    count_delivery("revoke", &applied.as_ref().map(|a| a.reply.ignored));
     match applied {
         // The stops are recorded (log and state) before `apply_revoke` returned: only now may
         // the manager hand the shards on (P5.2).
@@ -178,7 +142,7 @@ pub(crate) async fn post_revoke(
 
 /// Which executor and incarnation this address is.
 #[utoipa::path(
-    get, path = "/v1/health", tag = "status",
+    get, path = "/v1/health", tag = "status", operation_id = "health",
     responses(
         (status = 200, description = "Registered as this executor id and incarnation.", body = ExecutorHealth),
         (status = 503, description = "`sharding_not_ready`: not registered yet."),
@@ -197,7 +161,7 @@ pub(crate) async fn health(
 
 /// The executor's own view: lease remaining, revision, shards, admitting or fenced.
 #[utoipa::path(
-    get, path = "/v1/status", tag = "status",
+    get, path = "/v1/status", tag = "status", operation_id = "status",
     responses((status = 200, description = "The executor's view now.", body = ExecutorStatus)),
 )]
 pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> Json<ExecutorStatus> {

@@ -13,8 +13,8 @@ use tower::ServiceExt;
 
 use super::set;
 use crate::admission::{AdmitError, Permit};
-use crate::runtime::Shared;
-use crate::server;
+use crate::shared::Shared;
+use crate::{openapi, routes, server};
 
 const SHARD_COUNT: u32 = 8;
 
@@ -36,8 +36,9 @@ fn registered() -> Arc<Shared> {
     shared
 }
 
+/// The library's app, as [`crate::Executor::start`] serves it.
 fn app(shared: &Arc<Shared>) -> Router {
-    server::app(Arc::clone(shared), Router::new())
+    routes::app(Arc::clone(shared), &openapi::document(), Router::new())
 }
 
 async fn call(
@@ -302,4 +303,40 @@ async fn health_and_status_describe_the_executor() {
     let remaining = view["lease_remaining_ms"].as_u64().unwrap();
     assert!(remaining > 59_000 && remaining <= 60_000, "{remaining}");
     assert!(view["monotonic_ns"].as_u64().unwrap() > 0);
+}
+
+/// The library's app serves every route its document lists, and nothing of the binary's: an
+/// embedder's listener has no `/v1/work` (nor `/metrics` unless it mounts it), and its
+/// `GET /v1/openapi.json` says so.
+#[tokio::test]
+async fn the_library_serves_what_its_document_lists_and_not_the_workload() {
+    let shared = registered();
+    let document = openapi::document();
+    for (path, item) in &document.paths.paths {
+        let methods = [
+            ("GET", item.get.is_some()),
+            ("PUT", item.put.is_some()),
+            ("POST", item.post.is_some()),
+        ];
+        for (method, _) in methods.into_iter().filter(|(_, present)| *present) {
+            let reply = call(app(&shared), method, path, Some(json!({}))).await;
+            assert_ne!(reply.0, StatusCode::NOT_FOUND, "{method} {path}: {reply:?}");
+            assert_ne!(
+                reply.0,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}: {reply:?}"
+            );
+        }
+    }
+    for path in ["/v1/work?key=a", "/metrics"] {
+        assert_problem(
+            &call(app(&shared), "GET", path, None).await,
+            404,
+            "not_found",
+        );
+    }
+    let (status, _, served) = call(app(&shared), "GET", "/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(served, serde_json::to_value(&document).unwrap());
+    assert!(served["paths"].get("/v1/work").is_none());
 }

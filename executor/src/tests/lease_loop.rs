@@ -12,7 +12,10 @@ use tokio::time::{sleep, sleep_until, Instant};
 use super::{set, Call, FakeManager, Script};
 use crate::admission::{AdmissionReason, AdmissionState, AdmitError, Permit};
 use crate::admission_log::AdmissionLog;
-use crate::runtime::{run_lease_loop, watch_lapses, RunState, ShardEvent, Shared, ShutdownSignal};
+use crate::lease_loop::{run_lease_loop, watch_lapses};
+use crate::shared::Shared;
+use crate::shutdown::ShutdownSignal;
+use crate::status::{RunState, ShardEvent};
 
 const GRACE: Duration = Duration::from_secs(5);
 

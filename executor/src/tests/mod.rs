@@ -1,10 +1,11 @@
 //! Shell tests: the lease loop, the lapse watcher and the graceful stop against a scripted fake
-//! manager, under a paused clock (so timings are exact), plus the HTTP surface and an
-//! end-to-end run over real sockets.
+//! manager, under a paused clock (so timings are exact), plus the HTTP surface and start-up
+//! over real sockets. The end-to-end run with the demo workload is the binary's
+//! (`main/end_to_end.rs`), since the workload is.
 
-mod end_to_end;
 mod http;
 mod lease_loop;
+mod startup;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -18,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmitError, Permit};
 use crate::manager::ManagerApi;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// One call the fake saw, with the (paused) instant it arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! `Executor::start` over real sockets against an in-process fake manager (P8.1, P3.7, §9, the
-//! demo workload).
+//! demo workload). A test of the binary because the demo workload is the binary's; everything
+//! else it uses is the library's public API, as an embedder sees it.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{workload, AdmissionState, Executor, ExecutorConfig, RunState, StartError};
+use leasehold_executor::{AdmissionState, Executor, ExecutorConfig, RunState};
+
+use crate::workload;
 
 const SHARD_COUNT: u32 = 8;
 const LEASE_TTL_MS: u64 = 30_000;
@@ -244,44 +247,4 @@ async fn p8_1_registers_once_serving_then_admits_pushed_shards_and_p3_7_deregist
     assert!(lines[0]["t_ns"].as_u64() < lines[1]["t_ns"].as_u64());
     // A second shutdown is harmless.
     assert_eq!(executor.shutdown().await, RunState::Stopped);
-}
-
-#[tokio::test]
-async fn start_refuses_configurations_that_cannot_work() {
-    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let in_use = ExecutorConfig::new(
-        vec!["http://127.0.0.1:1".into()],
-        taken.local_addr().unwrap().to_string(),
-    );
-    assert!(matches!(
-        Executor::start(in_use).await,
-        Err(StartError::Bind { .. })
-    ));
-    let wildcard = ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "0.0.0.0:0");
-    assert!(matches!(
-        Executor::start(wildcard).await,
-        Err(StartError::InvalidConfig(_))
-    ));
-    let no_managers = ExecutorConfig::new(vec![], "127.0.0.1:0");
-    assert!(matches!(
-        Executor::start(no_managers).await,
-        Err(StartError::Managers(_))
-    ));
-    let bad_advertise = ExecutorConfig {
-        advertise: Some("not a url".into()),
-        ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
-    };
-    assert!(matches!(
-        Executor::start(bad_advertise).await,
-        Err(StartError::InvalidConfig(_))
-    ));
-    let dir = tempfile::tempdir().unwrap();
-    let unwritable = ExecutorConfig {
-        event_log: Some(dir.path().join("missing").join("events.jsonl")),
-        ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
-    };
-    assert!(matches!(
-        Executor::start(unwritable).await,
-        Err(StartError::EventLog { .. })
-    ));
 }

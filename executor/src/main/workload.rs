@@ -1,5 +1,7 @@
 //! The `leasehold-executor` binary's demo workload: `GET /v1/work?key=K` shows how an embedder
-//! gates work on admission.
+//! gates work on admission. The binary's own (declared in `main.rs`, not in the library): it
+//! uses only the library's public API, as an embedder's routes would, and documents itself with
+//! [`document`] for the binary's OpenAPI document.
 //!
 //! - `200 {shard, epoch}`: the key's shard is held and admitted; the epoch is the fencing token
 //!   the work would hand to downstream storage.
@@ -15,15 +17,14 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use leasehold_api::openapi::{document_problems, ProblemCodes};
 use leasehold_api::problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
 use leasehold_api::wire::ShardEpoch;
+use leasehold_executor::server::HttpError;
+use leasehold_executor::{AdmitError, ExecutorHandle, MAX_KEY_BYTES};
 use serde::{Deserialize, Serialize};
 use tracing::debug;
-
-use crate::admission::AdmitError;
-use crate::manager::MAX_KEY_BYTES;
-use crate::runtime::ExecutorHandle;
-use crate::server::HttpError;
+use utoipa::OpenApi;
 
 /// `?key=K`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -58,16 +59,39 @@ impl IntoResponse for Misdirected {
 }
 
 /// The demo route, to merge into the executor's listener
-/// ([`crate::Executor::start_with_routes`]).
-pub fn router(handle: ExecutorHandle) -> Router {
+/// ([`leasehold_executor::Executor::start_with_documented_routes`], with [`document`]).
+pub(crate) fn router(handle: ExecutorHandle) -> Router {
     Router::new()
         .route("/v1/work", get(work))
         .with_state(handle)
 }
 
+#[derive(OpenApi)]
+#[openapi(
+    paths(work),
+    tags((name = "workload", description = "The binary's demo workload.")),
+)]
+struct WorkloadApi;
+
+/// The OpenAPI paths of [`router`]. A malformed or missing `?key=` is answered `400
+/// invalid_request`; the listener's own problem responses are added when the executor's
+/// document takes these paths in (`leasehold_executor::openapi::document_with`).
+pub(crate) fn document() -> utoipa::openapi::OpenApi {
+    let mut doc = WorkloadApi::openapi();
+    document_problems(
+        &mut doc,
+        ProblemCodes {
+            everywhere: &[ErrorCode::InvalidRequest],
+            with_body: &[],
+            by_path: &[],
+        },
+    );
+    doc
+}
+
 /// Admits the key's work here if this executor holds its shard (the binary's demo workload).
 #[utoipa::path(
-    get, path = "/v1/work", tag = "workload", params(WorkQuery),
+    get, path = "/v1/work", tag = "workload", operation_id = "work", params(WorkQuery),
     responses(
         (status = 200, description = "Admitted: the shard and the epoch that fences the work.", body = ShardEpoch),
         (status = 421, description = "`conflict`: another executor owns the key's shard; the body names it (`shard`, `owner_executor_id`, `owner_address`, `epoch`)."),

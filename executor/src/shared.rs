@@ -1,0 +1,303 @@
+//! The state one executor's tasks share: the admission core and the admission log under one
+//! lock, and the channels that publish its changes. The lease loop, the lapse watcher, the push
+//! handlers and every [`crate::ExecutorHandle`] hold an `Arc<Shared>`; nothing else holds the
+//! core.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use leasehold_api::wire::{
+    AssignmentPush, ExecutorHealth, Grant, RegisterRequest, RenewRequest, RevokePush,
+};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use crate::admission::{
+    AdmissionChange, AdmissionCore, AdmissionEvent, AdmissionReason, AdmitError, Assignment,
+    ForeignGrant, GrantApplied, Permit, PushApplied, PushError, RevokeApplied,
+};
+use crate::admission_log::{AdmissionLog, MonotonicReading};
+use crate::lease::LeaseClock;
+use crate::status::{ExecutorStatus, ShardEvent};
+
+/// Capacity of the [`ShardEvent`] broadcast. A lapse of an executor holding every shard of a
+/// 1024-shard cluster emits 1024 events at once; a receiver further behind than this gets
+/// `Lagged` and should re-read [`crate::ExecutorHandle::assignment`].
+pub const EVENT_CHANNEL_CAPACITY: usize = 4096;
+
+/// State shared by the lease loop, the lapse watcher, the push server and the handle.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The core and the log, under one lock: admission decisions and the log lines recording
+    /// their changes are serialized, so a `start` line is written before any permit it allows
+    /// and a `stop` line after the last permit before it (§9).
+    ///
+    /// A `std::sync::Mutex`, not a tokio one: no section holding it awaits (nothing in this
+    /// file is `async`), and every section is short: a core operation in memory, then, when
+    /// admission changed, one `write` per change to the admission log (page cache, no fsync)
+    /// and a channel send. The log write has to stay inside the lock for the ordering above, and
+    /// a tokio mutex would not make it any less blocking; it only pays off for locks held across
+    /// `.await`.
+    inner: Mutex<Inner>,
+    /// Latest [`Assignment`], republished after every change: the lapse watcher sleeps on it,
+    /// embedders watch it.
+    assignment_tx: watch::Sender<Assignment>,
+    /// Admission changes for embedders.
+    events_tx: broadcast::Sender<ShardEvent>,
+    /// The advertised push address (P8.1): sent in every register request.
+    address: String,
+    /// Operator label: sent in every register request.
+    name: Option<String>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    core: AdmissionCore,
+    /// `None` without `--event-log`.
+    log: Option<AdmissionLog>,
+    /// Random per process start, and again per re-registration after `unknown_executor`: the
+    /// registration's idempotency key (P4.4, P7.2).
+    incarnation: String,
+    /// A register request under `incarnation` may have reached the manager: a graceful stop
+    /// must then find and deregister that executor even if the reply never arrived (P7.2).
+    register_sent: bool,
+}
+
+/// A fresh random incarnation.
+fn new_incarnation() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+impl Shared {
+    pub(crate) fn new(address: String, name: Option<String>, log: Option<AdmissionLog>) -> Self {
+        let core = AdmissionCore::default();
+        let (assignment_tx, _) = watch::channel(core.view(Instant::now()));
+        let (events_tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
+        Self {
+            inner: Mutex::new(Inner {
+                core,
+                log,
+                incarnation: new_incarnation(),
+                register_sent: false,
+            }),
+            assignment_tx,
+            events_tx,
+            address,
+            name,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every critical section leaves the core consistent before anything can panic (the
+        // core's operations do not panic), so a poisoned lock still guards valid state.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one core operation at the current instant, records its admission changes (log
+    /// first, while still holding the lock; then the broadcast) and republishes the view.
+    fn apply<T>(
+        &self,
+        operation: impl FnOnce(&mut AdmissionCore, Instant) -> (T, Vec<AdmissionEvent>),
+    ) -> T {
+        let mut inner = self.lock();
+        let now = Instant::now();
+        let (value, events) = operation(&mut inner.core, now);
+        if !events.is_empty() {
+            if let Some(log) = inner.log.as_mut() {
+                if let Err(error) = log.record(&events) {
+                    // The log is an audit trail; admission does not depend on it. Say loudly
+                    // that it is now incomplete.
+                    error!(%error, path = %log.path().display(), "cannot write the admission log");
+                }
+            }
+            for event in &events {
+                // No receivers is fine: embedders subscribe only if they care.
+                let _ = self.events_tx.send(ShardEvent::from(event));
+            }
+            log_transitions(&events);
+        }
+        let view = inner.core.view(now);
+        self.assignment_tx.send_if_modified(|current| {
+            if *current == view {
+                false
+            } else {
+                *current = view;
+                true
+            }
+        });
+        value
+    }
+
+    pub(crate) fn admit(&self, shard: u32) -> Result<Permit, AdmitError> {
+        let inner = self.lock();
+        inner.core.admit(shard, Instant::now())
+    }
+
+    pub(crate) fn admit_key(&self, key: &[u8]) -> Result<Permit, AdmitError> {
+        let inner = self.lock();
+        inner.core.admit_key(key, Instant::now())
+    }
+
+    pub(crate) fn apply_grant(
+        &self,
+        sent_at: Instant,
+        grant: &Grant,
+    ) -> Result<GrantApplied, ForeignGrant> {
+        self.apply_delivery(
+            |core, now| core.apply_grant(sent_at, grant, now),
+            |a| &a.events,
+        )
+    }
+
+    pub(crate) fn apply_push(&self, push: &AssignmentPush) -> Result<PushApplied, PushError> {
+        self.apply_delivery(|core, now| core.apply_push(push, now), |a| &a.events)
+    }
+
+    pub(crate) fn apply_revoke(&self, revoke: &RevokePush) -> Result<RevokeApplied, PushError> {
+        self.apply_delivery(|core, now| core.apply_revoke(revoke, now), |a| &a.events)
+    }
+
+    /// [`Shared::apply`] for a delivery that may be refused: a refused one changed nothing and
+    /// records no events; an applied one records the events it carries.
+    fn apply_delivery<T, E>(
+        &self,
+        delivery: impl FnOnce(&mut AdmissionCore, Instant) -> Result<T, E>,
+        events_of: impl FnOnce(&T) -> &Vec<AdmissionEvent>,
+    ) -> Result<T, E> {
+        self.apply(|core, now| match delivery(core, now) {
+            Ok(applied) => {
+                let events = events_of(&applied).clone();
+                (Ok(applied), events)
+            }
+            Err(error) => (Err(error), Vec::new()),
+        })
+    }
+
+    /// Records a lapse, if one happened (the lapse watcher calls this at the expiry).
+    pub(crate) fn settle(&self) {
+        self.apply(|core, now| ((), core.settle(now)));
+    }
+
+    /// `unknown_executor`: stop admitting everything, forget the registration, and pick a new
+    /// incarnation for the next one.
+    pub(crate) fn forget_executor(&self) {
+        self.apply(|core, now| ((), core.forget_executor(now)));
+        let mut inner = self.lock();
+        inner.incarnation = new_incarnation();
+        inner.register_sent = false;
+    }
+
+    /// P3.7, first step.
+    pub(crate) fn stop_admission(&self) {
+        self.apply(|core, now| ((), core.stop_admission(now)));
+    }
+
+    pub(crate) fn lease(&self) -> LeaseClock {
+        *self.lock().core.lease()
+    }
+
+    pub(crate) fn renewal(&self) -> Option<(String, RenewRequest)> {
+        self.lock().core.renewal()
+    }
+
+    pub(crate) fn executor_id(&self) -> Option<String> {
+        self.lock().core.executor_id().map(str::to_owned)
+    }
+
+    /// The register request for the current incarnation; `mark_sent` records that it may reach
+    /// the manager.
+    pub(crate) fn register_request(&self, mark_sent: bool) -> RegisterRequest {
+        let mut inner = self.lock();
+        if mark_sent {
+            inner.register_sent = true;
+        }
+        RegisterRequest {
+            incarnation: inner.incarnation.clone(),
+            address: self.address.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    pub(crate) fn register_sent(&self) -> bool {
+        self.lock().register_sent
+    }
+
+    /// The advertised push address (P8.1).
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub(crate) fn health(&self) -> Option<ExecutorHealth> {
+        let inner = self.lock();
+        Some(ExecutorHealth {
+            executor_id: inner.core.executor_id()?.to_owned(),
+            incarnation: inner.incarnation.clone(),
+        })
+    }
+
+    pub(crate) fn status(&self) -> ExecutorStatus {
+        let inner = self.lock();
+        let now = Instant::now();
+        let view = inner.core.view(now);
+        let monotonic_ns = MonotonicReading::now()
+            .map(|reading| reading.monotonic_ns())
+            .unwrap_or(0);
+        ExecutorStatus {
+            executor_id: view.executor_id.clone(),
+            incarnation: inner.incarnation.clone(),
+            name: self.name.clone(),
+            address: self.address.clone(),
+            admission: view.admission,
+            lease_remaining_ms: u64::try_from(view.lease_remaining(now).as_millis())
+                .unwrap_or(u64::MAX),
+            revision: view.revision,
+            shard_count: view.shard_count,
+            shards: view.shards,
+            stopping: view.stopping,
+            monotonic_ns,
+        }
+    }
+
+    pub(crate) fn subscribe_assignment(&self) -> watch::Receiver<Assignment> {
+        self.assignment_tx.subscribe()
+    }
+
+    pub(crate) fn subscribe_events(&self) -> broadcast::Receiver<ShardEvent> {
+        self.events_tx.subscribe()
+    }
+}
+
+/// Operator-facing logs for admission transitions: one line per operation, not per shard.
+fn log_transitions(events: &[AdmissionEvent]) {
+    let count = |change: AdmissionChange, reason: AdmissionReason| {
+        events
+            .iter()
+            .filter(|e| e.change == change && e.reason == reason)
+            .count()
+    };
+    let lapsed = count(AdmissionChange::Stop, AdmissionReason::LeaseLapsed);
+    if lapsed > 0 {
+        metrics::counter!("leasehold_executor_lapses_total").increment(1);
+        warn!(
+            shards = lapsed,
+            "lease lapsed: self-fenced, admitting nothing until a renewal succeeds (P3.6)"
+        );
+    }
+    let resumed = count(AdmissionChange::Start, AdmissionReason::Resumed);
+    if resumed > 0 {
+        info!(
+            shards = resumed,
+            "lease renewed after a lapse: admission resumed (P3.6)"
+        );
+    }
+    let started = events
+        .iter()
+        .filter(|e| e.change == AdmissionChange::Start)
+        .count();
+    let stopped = events.len() - started;
+    metrics::counter!("leasehold_executor_admission_changes_total", "change" => "start")
+        .increment(started as u64);
+    metrics::counter!("leasehold_executor_admission_changes_total", "change" => "stop")
+        .increment(stopped as u64);
+    debug!(started, stopped, "admission changed");
+}

@@ -1,0 +1,258 @@
+//! Starting an executor ([`Executor`]): check the configuration, bind the push listener, serve
+//! it, make sure it answers (P8.1), and only then start the lease loop and the lapse watcher.
+//! [`StartError`] says why a start failed; nothing keeps running after one.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use leasehold_api::client::ClientError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::timeout;
+use tracing::{error, info};
+
+use crate::admission_log::AdmissionLog;
+use crate::config::ExecutorConfig;
+use crate::handle::{ExecutorHandle, Tasks};
+use crate::lease_loop::{run_lease_loop, watch_lapses};
+use crate::manager::ManagerLink;
+use crate::openapi;
+use crate::routes;
+use crate::shared::Shared;
+use crate::shutdown::ShutdownSignal;
+
+/// Bound on the P8.1 self-check: the push listener must answer within this after binding.
+const LISTENER_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why [`Executor::start`] failed. Nothing keeps running after an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A configuration value cannot work.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The manager list cannot be used.
+    #[error("manager endpoints: {0}")]
+    Managers(#[from] ClientError),
+    /// The admission log cannot be opened.
+    #[error("cannot open the admission log {path}: {source}")]
+    EventLog {
+        /// The configured path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The push listener cannot be bound.
+    #[error("cannot listen on {listen}: {source}")]
+    Bind {
+        /// The configured listen address.
+        listen: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The push listener was bound but does not answer (P8.1: the executor registers only
+    /// once it does).
+    #[error("the push listener on {address} does not answer: {detail}")]
+    ListenerNotServing {
+        /// The bound address.
+        address: SocketAddr,
+        /// Why.
+        detail: String,
+    },
+}
+
+impl StartError {
+    /// Whether the configuration itself is at fault (a value that can never work, such as a
+    /// malformed URL), rather than the environment (a port in use, a file that cannot be opened).
+    pub fn is_config_error(&self) -> bool {
+        match self {
+            StartError::InvalidConfig(_) => true,
+            StartError::Managers(error) => matches!(
+                error,
+                ClientError::InvalidEndpoint(_) | ClientError::InvalidConfig(_)
+            ),
+            // `--listen` that is no socket address at all, as opposed to one in use.
+            StartError::Bind { source, .. } => source.kind() == std::io::ErrorKind::InvalidInput,
+            StartError::EventLog { .. } | StartError::ListenerNotServing { .. } => false,
+        }
+    }
+}
+
+/// Entry point: starts an executor.
+#[derive(Debug)]
+pub struct Executor;
+
+impl Executor {
+    /// Binds the push listener, starts serving it, and once it answers (P8.1) starts the lease
+    /// loop in the background, which registers with a fresh incarnation and keeps the lease.
+    /// Returns without waiting for the registration: watch [`ExecutorHandle::assignment`].
+    pub async fn start(config: ExecutorConfig) -> Result<ExecutorHandle, StartError> {
+        Self::start_with_routes(config, |_| Router::new()).await
+    }
+
+    /// [`Executor::start`], serving `routes(handle)` on the same listener as the push
+    /// endpoints. The routes must not reuse the executor's paths (`/v1/assignment`,
+    /// `/v1/revoke`, `/v1/health`, `/v1/status`, `/v1/openapi.json`); axum panics at start-up
+    /// on an overlap, a programming error. `GET /v1/openapi.json` documents the executor's own
+    /// routes only ([`openapi::document`]); to document yours too, use
+    /// [`Executor::start_with_documented_routes`].
+    pub async fn start_with_routes(
+        config: ExecutorConfig,
+        routes: impl FnOnce(&ExecutorHandle) -> Router,
+    ) -> Result<ExecutorHandle, StartError> {
+        Self::serve(config, openapi::document(), routes).await
+    }
+
+    /// [`Executor::start_with_routes`], with `paths` documenting the routes: the OpenAPI
+    /// operations, tags and schemas of what `routes` serves (a `#[derive(utoipa::OpenApi)]`
+    /// document of its handlers, e.g. [`crate::metrics::document`] for
+    /// [`crate::metrics::router`]). `GET /v1/openapi.json` then serves
+    /// [`openapi::document_with`]`(paths)`. The `leasehold-executor` binary starts this way, with
+    /// its demo workload and `GET /metrics`.
+    pub async fn start_with_documented_routes(
+        config: ExecutorConfig,
+        paths: utoipa::openapi::OpenApi,
+        routes: impl FnOnce(&ExecutorHandle) -> Router,
+    ) -> Result<ExecutorHandle, StartError> {
+        Self::serve(config, openapi::document_with(paths), routes).await
+    }
+
+    /// Start-up proper, serving `document` at `GET /v1/openapi.json`.
+    async fn serve(
+        config: ExecutorConfig,
+        document: utoipa::openapi::OpenApi,
+        routes: impl FnOnce(&ExecutorHandle) -> Router,
+    ) -> Result<ExecutorHandle, StartError> {
+        if config.shutdown_grace.is_zero() {
+            return Err(StartError::InvalidConfig(
+                "the shutdown grace (--shutdown-grace) must be positive".into(),
+            ));
+        }
+        let manager = ManagerLink::new(config.managers.clone(), config.request_timeout)?;
+        let log = match &config.event_log {
+            Some(path) => {
+                Some(
+                    AdmissionLog::open(path).map_err(|source| StartError::EventLog {
+                        path: path.display().to_string(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let listener =
+            TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    listen: config.listen.clone(),
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+            listen: config.listen.clone(),
+            source,
+        })?;
+        let address = advertised_address(&config, local_addr)?;
+        let shared = Arc::new(Shared::new(address, config.name.clone(), log));
+
+        let (shutdown_tx, shutdown) = ShutdownSignal::new();
+        let (server_stop_tx, mut server_stop) = ShutdownSignal::new();
+        let handle = ExecutorHandle::new(
+            Arc::clone(&shared),
+            manager.clone(),
+            local_addr,
+            config.shutdown_grace,
+            shutdown_tx,
+            server_stop_tx,
+        );
+        let app = routes::app(Arc::clone(&shared), &document, routes(&handle));
+        let server = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { server_stop.wait().await })
+                .await;
+            if let Err(error) = served {
+                error!(%error, "push listener failed");
+            }
+        });
+        if let Err(detail) = check_listener_serves(local_addr).await {
+            server.abort();
+            return Err(StartError::ListenerNotServing {
+                address: local_addr,
+                detail,
+            });
+        }
+        info!(%local_addr, address = %shared.address(), "push listener serving; registering (P8.1)");
+        let lease = {
+            let run = run_lease_loop(
+                Arc::clone(&shared),
+                Arc::new(manager),
+                shutdown.clone(),
+                config.shutdown_grace,
+            );
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let state = run.await;
+                handle.report_failure(&state);
+                state
+            })
+        };
+        let lapse_watcher = tokio::spawn(watch_lapses(Arc::clone(&shared), shutdown));
+        handle
+            .hold(Tasks {
+                lease,
+                lapse_watcher,
+                server,
+            })
+            .await;
+        Ok(handle)
+    }
+}
+
+/// P8.1: the push listener answers HTTP before the executor makes itself known. One request to
+/// `GET /v1/health` on the bound address; any HTTP status line will do.
+async fn check_listener_serves(address: SocketAddr) -> Result<(), String> {
+    let probe_address = if address.ip().is_unspecified() {
+        let loopback = if address.is_ipv4() {
+            std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST)
+        } else {
+            std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+        };
+        SocketAddr::new(loopback, address.port())
+    } else {
+        address
+    };
+    let probe = async {
+        let mut stream = TcpStream::connect(probe_address).await?;
+        stream
+            .write_all(b"GET /v1/health HTTP/1.1\r\nHost: self-check\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(head)
+    };
+    match timeout(LISTENER_CHECK_TIMEOUT, probe).await {
+        Ok(Ok(head)) if head.starts_with(b"HTTP/1.") => Ok(()),
+        Ok(Ok(head)) => Err(format!(
+            "unexpected reply {:?}",
+            String::from_utf8_lossy(&head)
+        )),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {LISTENER_CHECK_TIMEOUT:?}")),
+    }
+}
+
+/// The advertised address: `--advertise`, else `http://<bound address>` (P8.1).
+fn advertised_address(config: &ExecutorConfig, bound: SocketAddr) -> Result<String, StartError> {
+    match &config.advertise {
+        Some(url) => {
+            let trimmed = url.trim_end_matches('/');
+            leasehold_api::wire::validate_base_url(trimmed)
+                .map_err(|reason| StartError::InvalidConfig(format!("--advertise: {reason}")))?;
+            Ok(trimmed.to_owned())
+        }
+        None if bound.ip().is_unspecified() => Err(StartError::InvalidConfig(format!(
+            "listening on the wildcard address {bound} needs --advertise: managers cannot push to it"
+        ))),
+        None => Ok(format!("http://{bound}")),
+    }
+}

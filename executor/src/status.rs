@@ -1,0 +1,92 @@
+//! What a running executor tells about itself: its own view ([`ExecutorStatus`], `GET
+//! /v1/status`), its admission changes as they happen ([`ShardEvent`]), and how its background
+//! work ended ([`RunState`]). Plain values: built by the shared state, the lease loop and the
+//! handle, read by embedders, the status endpoint and the metrics.
+
+use leasehold_api::wire::ShardEpoch;
+use serde::Serialize;
+
+use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, AdmissionState};
+
+/// Admission started or stopped for a shard: what [`crate::ExecutorHandle::events`] delivers,
+/// one per admission log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShardEvent {
+    /// Work for `shard` is admitted from now on, fenced by `epoch`.
+    Gained {
+        /// The shard.
+        shard: u32,
+        /// Its epoch, the fencing token for downstream storage.
+        epoch: u64,
+        /// Assigned, or resumed after a lapse (P3.6).
+        reason: AdmissionReason,
+    },
+    /// No new work for `shard` is admitted from now on; running work is not interrupted.
+    Dropped {
+        /// The shard.
+        shard: u32,
+        /// The epoch it was held at.
+        epoch: u64,
+        /// Unassigned, revoked, lease lapsed, unknown executor or shutdown.
+        reason: AdmissionReason,
+    },
+}
+
+impl From<&AdmissionEvent> for ShardEvent {
+    fn from(event: &AdmissionEvent) -> Self {
+        match event.change {
+            AdmissionChange::Start => ShardEvent::Gained {
+                shard: event.shard,
+                epoch: event.epoch,
+                reason: event.reason,
+            },
+            AdmissionChange::Stop => ShardEvent::Dropped {
+                shard: event.shard,
+                epoch: event.epoch,
+                reason: event.reason,
+            },
+        }
+    }
+}
+
+// No doc link in the doc comment: it is also the schema's description in the OpenAPI document.
+/// `GET /v1/status` and `ExecutorHandle::status`: the executor's own view (§9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ExecutorStatus {
+    /// `None` until registered.
+    pub executor_id: Option<String>,
+    /// This process's current incarnation (P4.4).
+    pub incarnation: String,
+    /// Operator label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The advertised push address (P8.1).
+    pub address: String,
+    /// Admitting or fenced (P3.6).
+    pub admission: AdmissionState,
+    /// The executor's own lease time left (P3.2), zero once lapsed.
+    pub lease_remaining_ms: u64,
+    /// Revision of the last delivery applied (P4.1).
+    pub revision: u64,
+    /// The cluster's shard count, once known.
+    pub shard_count: Option<u32>,
+    /// Held shards with epochs.
+    pub shards: Vec<ShardEpoch>,
+    /// A graceful stop has begun (P3.7).
+    pub stopping: bool,
+    /// CLOCK_MONOTONIC (ns) when this status was read: places it on the admission log's
+    /// timeline (§9).
+    pub monotonic_ns: u64,
+}
+
+/// How the executor's background work ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunState {
+    /// Registered or trying to.
+    Running,
+    /// Stopped by [`crate::ExecutorHandle::shutdown`].
+    Stopped,
+    /// Gave up: the manager refused the registration in a way retrying cannot fix (e.g. an
+    /// advertised address it rejects).
+    Failed(String),
+}

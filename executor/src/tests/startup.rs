@@ -1,0 +1,45 @@
+//! `Executor::start` refusing what cannot work, over real sockets (P8.1).
+
+use tokio::net::TcpListener;
+
+use crate::{Executor, ExecutorConfig, StartError};
+
+#[tokio::test]
+async fn start_refuses_configurations_that_cannot_work() {
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let in_use = ExecutorConfig::new(
+        vec!["http://127.0.0.1:1".into()],
+        taken.local_addr().unwrap().to_string(),
+    );
+    assert!(matches!(
+        Executor::start(in_use).await,
+        Err(StartError::Bind { .. })
+    ));
+    let wildcard = ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "0.0.0.0:0");
+    assert!(matches!(
+        Executor::start(wildcard).await,
+        Err(StartError::InvalidConfig(_))
+    ));
+    let no_managers = ExecutorConfig::new(vec![], "127.0.0.1:0");
+    assert!(matches!(
+        Executor::start(no_managers).await,
+        Err(StartError::Managers(_))
+    ));
+    let bad_advertise = ExecutorConfig {
+        advertise: Some("not a url".into()),
+        ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
+    };
+    assert!(matches!(
+        Executor::start(bad_advertise).await,
+        Err(StartError::InvalidConfig(_))
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let unwritable = ExecutorConfig {
+        event_log: Some(dir.path().join("missing").join("events.jsonl")),
+        ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
+    };
+    assert!(matches!(
+        Executor::start(unwritable).await,
+        Err(StartError::EventLog { .. })
+    ));
+}
