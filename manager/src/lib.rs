@@ -6,7 +6,8 @@
 //! | `leader` | the leader loop: reap, handoffs, rebalance, deliveries; its time rules are a pure core |
 //! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity |
 //! | `clock` | the leader's clock (P2.3) |
-//! | `node` | one replica: Raft handle, applied state, leader resolution, proposing |
+//! | `node` | one replica: Raft handle, applied state, leader resolution |
+//! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |
 //! | `bootstrap` | forming, rejoining and joining a cluster (§10) |
 //! | `renewals` | group commit of renewals into one Raft entry |
 //! | `observe` | background duties that follow Raft metrics |
@@ -24,6 +25,7 @@ pub mod lease;
 pub mod metrics;
 pub mod node;
 pub mod observe;
+pub mod proposer;
 pub mod raft;
 pub mod renewals;
 pub mod restore;

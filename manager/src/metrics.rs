@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 use crate::lease::{Outcome, RenewResult, ShardId};
-use crate::node::ManagerNode;
+use crate::raft::LeaseStateHandle;
 
 /// Buckets of `leasehold_renewal_duration_seconds`: a group commit on a healthy cluster takes a
 /// few ms; anything near the lease is trouble.
@@ -53,10 +53,9 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
     Ok(builder)
 }
 
-/// Sets the gauges that describe this replica's applied state.
-pub fn record_state_gauges(node: &ManagerNode) {
-    let now_ms = node.clock.now_ms();
-    node.state.read(|applied| {
+/// Sets the gauges that describe this replica's applied state, leases judged at `now_ms`.
+pub fn record_state_gauges(state: &LeaseStateHandle, now_ms: u64) {
+    state.read(|applied| {
         let state = &applied.state;
         let (mut executors, mut lapsed) = (0u64, 0u64);
         for executor in state.executors() {

@@ -2,18 +2,18 @@
 //! them (leader resolution, proposing, cluster inspection).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use leasehold_api::wire::{ClusterInfo, Member, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
 use crate::leader::core::GuardConfig;
 use crate::leader::signals::LeaderSignals;
 use crate::lease::{Command, Outcome};
+pub use crate::proposer::ProposeError;
+use crate::proposer::Proposer;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
 use crate::renewals::RenewalQueue;
@@ -38,16 +38,6 @@ pub enum Leader {
     Unknown,
 }
 
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ProposeError {
-    #[error("not the leader")]
-    NotLeader { leader_address: Option<String> },
-    #[error("this node is stepping down")]
-    SteppingDown,
-    #[error("raft: {0}")]
-    Raft(String),
-}
-
 pub struct ManagerNode {
     pub id: NodeId,
     /// The URL others use to reach this node (P8.1 `--advertise`).
@@ -57,15 +47,16 @@ pub struct ManagerNode {
     pub identity: Arc<Identity>,
     /// Shared client for forwarding and peer probes (one pool per process).
     pub http: reqwest::Client,
-    pub clock: LeaderClock,
+    /// The leader's clock (P2.3), shared with the tasks that stamp commands.
+    pub clock: Arc<LeaderClock>,
     pub settings: ClusterSettings,
     pub metrics: Option<PrometheusHandle>,
     /// What committed writes tell the leader loop.
-    pub signals: LeaderSignals,
+    pub signals: Arc<LeaderSignals>,
+    /// Commits commands; the handle the writing tasks share.
+    pub proposer: Proposer,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
-    /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
-    stepping_down: AtomicBool,
     /// This node's last log index when it started. openraft 0.9 puts a node whose persisted vote
     /// is committed for itself straight back into office in the same term, without a blank entry
     /// of its own, and takes its committed index (not flushed on every commit, so it can be older
@@ -114,6 +105,8 @@ impl ManagerNode {
         renewals: RenewalQueue,
         (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
     ) -> Self {
+        let signals = Arc::new(LeaderSignals::default());
+        let proposer = Proposer::new(raft.clone(), signals.clone());
         Self {
             id,
             advertise,
@@ -121,12 +114,12 @@ impl ManagerNode {
             state,
             identity,
             http,
-            clock: LeaderClock::new(),
+            clock: Arc::new(LeaderClock::new()),
             settings,
             metrics,
             renewals,
-            signals: LeaderSignals::default(),
-            stepping_down: AtomicBool::new(false),
+            signals,
+            proposer,
             last_log_index_at_start,
             vote_at_start,
         }
@@ -192,32 +185,16 @@ impl ManagerNode {
     }
 
     pub fn is_stepping_down(&self) -> bool {
-        self.stepping_down.load(Ordering::Acquire)
+        self.proposer.is_stepping_down()
     }
 
     pub fn begin_step_down(&self) {
-        self.stepping_down.store(true, Ordering::Release);
+        self.proposer.begin_step_down();
     }
 
-    /// Commits `command` and returns the log index it was applied at with its outcome. Nothing is
-    /// acknowledged before it is committed.
+    /// [`Proposer::propose`].
     pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), ProposeError> {
-        if self.is_stepping_down() {
-            return Err(ProposeError::SteppingDown);
-        }
-        let now_ms = command.now_ms();
-        match self.raft.client_write(command).await {
-            Ok(response) => {
-                self.signals.after_commit(now_ms, &response.data);
-                Ok((response.log_id.index, response.data))
-            }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(ProposeError::NotLeader {
-                    leader_address: forward.leader_node.map(|node| node.addr),
-                })
-            }
-            Err(other) => Err(ProposeError::Raft(other.to_string())),
-        }
+        self.proposer.propose(command).await
     }
 
     pub async fn committed_index(&self) -> Option<u64> {

@@ -1,5 +1,6 @@
 //! Background duties that follow the Raft metrics: Prometheus gauges, the leader clock's term
-//! anchor (P2.3), peer storage identities and the cluster's lease configuration.
+//! anchor (P2.3), peer storage identities, and (on a leader) the leader's configuration writes
+//! ([`crate::leader::config_writes`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,8 +9,7 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use crate::lease::Command;
-use crate::node::{Leader, ManagerNode};
+use crate::node::ManagerNode;
 
 /// How often unpinned peers are asked for their storage identity.
 const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -28,7 +28,7 @@ pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<b
         let snapshot = metrics.borrow_and_update().clone();
         export_gauges(&snapshot);
         if snapshot.state == ServerState::Leader {
-            ensure_lease_config(&node).await;
+            crate::leader::config_writes::ensure_lease_config(&node).await;
         }
         let members: BTreeSet<u64> = snapshot
             .membership_config
@@ -84,42 +84,6 @@ fn export_gauges(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
             metrics::gauge!("leasehold_raft_replication_lag_entries", "follower" => follower.to_string())
                 .set(last.saturating_sub(matched) as f64);
         }
-    }
-}
-
-/// The leader writes the cluster's shard count and lease duration once, and the lease duration
-/// again when this leader was started with another one (a lease shortened across a restart
-/// applies to new grants only: P3.4 keeps deadlines already granted).
-async fn ensure_lease_config(node: &ManagerNode) {
-    let wanted = (node.settings.shard_count, node.settings.lease_duration_ms);
-    let current = node.state.read(|applied| {
-        applied
-            .state
-            .config()
-            .map(|config| (config.shard_count, config.lease_duration_ms))
-    });
-    let command = match current {
-        None => Command::Init {
-            now_ms: node.clock.now_ms(),
-            shard_count: wanted.0,
-            lease_duration_ms: wanted.1,
-        },
-        Some((_, lease_duration_ms)) if lease_duration_ms != wanted.1 => {
-            Command::SetLeaseDuration {
-                now_ms: node.clock.now_ms(),
-                lease_duration_ms: wanted.1,
-            }
-        }
-        Some(_) => return,
-    };
-    if node.leader() != Leader::Local {
-        return;
-    }
-    match node.propose(command).await {
-        Ok((index, outcome)) => {
-            tracing::info!(index, ?outcome, "wrote the cluster lease configuration")
-        }
-        Err(error) => tracing::warn!(%error, "writing the cluster lease configuration"),
     }
 }
 

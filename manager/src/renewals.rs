@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::lease::{Command, Outcome, RefusalReason, RenewResult, Renewal};
-use crate::node::{ManagerNode, ProposeError};
+use crate::clock::LeaderClock;
+use crate::lease::answer::Renewed;
+use crate::lease::{Answer, Command, RefusalReason, RenewResult, Renewal};
+use crate::proposer::{ProposeError, Proposer};
 
 /// Renewals waiting for a batch; a full queue makes renew handlers wait (back-pressure).
 pub const RENEWAL_QUEUE_CAPACITY: usize = 8192;
@@ -50,9 +52,11 @@ pub async fn renew(queue: &RenewalQueue, renewal: Renewal) -> Result<RenewResult
     result.await.map_err(|_| RenewError::Stopped)?
 }
 
-/// Drains the queue in batches until shutdown.
+/// Drains the queue in batches until shutdown: each batch one `Renew` command stamped by the
+/// leader's clock.
 pub async fn run_batcher(
-    node: Arc<ManagerNode>,
+    proposer: Proposer,
+    clock: Arc<LeaderClock>,
     mut pending: mpsc::Receiver<PendingRenewal>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -69,21 +73,21 @@ pub async fn run_batcher(
             .unzip();
         let count = renewals.len();
         let command = Command::Renew {
-            now_ms: node.clock.now_ms(),
+            now_ms: clock.now_ms(),
             renewals,
         };
-        let results: Vec<Result<RenewResult, RenewError>> = match node.propose(command).await {
-            Ok((
-                _,
-                Outcome::Renewed {
-                    results,
-                    effects: _,
-                },
-            )) if results.len() == count => results.into_iter().map(Ok).collect(),
-            Ok((_, Outcome::Refused { reason })) => vec![Err(RenewError::Refused(reason)); count],
-            Ok((_, other)) => vec![Err(RenewError::Unexpected(format!("{other:?}"))); count],
-            Err(error) => vec![Err(RenewError::Propose(error)); count],
-        };
+        let results: Vec<Result<RenewResult, RenewError>> =
+            match proposer.propose_as::<Renewed>(command).await {
+                Ok((_, Answer::Done(Renewed { results, .. }))) if results.len() == count => {
+                    results.into_iter().map(Ok).collect()
+                }
+                Ok((_, Answer::Done(Renewed { results, .. }))) => {
+                    let unexpected = format!("{} results for {count} renewals", results.len());
+                    vec![Err(RenewError::Unexpected(unexpected)); count]
+                }
+                Ok((_, Answer::Refused(reason))) => vec![Err(RenewError::Refused(reason)); count],
+                Err(error) => vec![Err(RenewError::Propose(error)); count],
+            };
         for (reply, result) in replies.into_iter().zip(results) {
             // The handler may have given up (client gone); the result is simply dropped then.
             let _ = reply.send(result);

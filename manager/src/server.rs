@@ -143,7 +143,8 @@ pub async fn run(
     ));
     tokio::spawn(leader::run(node.clone(), tasks_stopped.clone()));
     tokio::spawn(renewals::run_batcher(
-        node.clone(),
+        node.proposer.clone(),
+        node.clock.clone(),
         pending_renewals,
         tasks_stopped.clone(),
     ));

@@ -53,8 +53,15 @@ pub struct Applied<C: RaftTypeConfig, S> {
     pub state: S,
 }
 
-/// Shared read access to the applied state, for inspection endpoints and the leader loop. Reads
-/// never block `apply` for long: hold the guard only to copy out what you need.
+/// Shared read access to the applied state, for inspection endpoints and the leader loop.
+///
+/// A read holds the lock for as long as its closure runs, and `apply` waits for it. The closure
+/// cannot await (it is a plain `FnOnce`), so a read is a computation over the applied state and
+/// nothing else: no I/O, no waiting on other tasks. Its cost is bounded by the state's size, and
+/// some reads do scan all of it (a rebalance plan, a delivery round deriving revokes from every
+/// shard, a full state view), which at a million shards is milliseconds of `apply` waiting; keep
+/// new reads to copying out what they need, and make those scans proportional to what changed
+/// (indexes in the state) rather than to its size when they show up in a profile.
 pub struct StateHandle<C: RaftTypeConfig, S> {
     applied: Arc<RwLock<Applied<C, S>>>,
 }

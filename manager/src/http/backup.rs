@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use leasehold_api::backup::{encode_backup, BackupSource};
 use leasehold_raft_store::StateMachine;
 
-use super::inspect::ReadQuery;
+use super::params::ReadQuery;
 use super::{ApiQuery, AppState, HttpError};
 use crate::lease::LeaseState;
 use crate::raft::TypeConfig;

@@ -9,7 +9,7 @@ use leasehold_api::wire::{AddNodeRequest, ClusterInfo, InitReply, SnapshotReply}
 use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 
-use super::inspect::ReadQuery;
+use super::params::{validate_node_address, ReadQuery};
 use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, Formation};
 
@@ -51,10 +51,6 @@ pub async fn init(State(node): State<AppState>) -> Result<Json<InitReply>, HttpE
         ))),
         Err(error) => Err(HttpError::conflict(error.to_string())),
     }
-}
-
-pub(crate) fn validate_node_address(address: &str) -> Result<(), HttpError> {
-    leasehold_api::wire::validate_base_url(address).map_err(HttpError::invalid)
 }
 
 fn membership_error(error: impl std::fmt::Display) -> HttpError {

@@ -7,10 +7,12 @@ use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::ExecutorView;
 
-use super::executors::{refusal, unexpected, unknown_executor, ExecutorIdPath};
+use super::executors::{refusal, unknown_executor};
 use super::inspect::current_executor_view;
+use super::params::ExecutorIdPath;
 use super::{AppState, HttpError};
-use crate::lease::{Command, Outcome};
+use crate::lease::answer::DrainingSet;
+use crate::lease::{Command, ExecutorAnswer};
 
 /// Marks an executor draining: it gets no new shards and its shards move away (P5.2).
 #[utoipa::path(
@@ -54,16 +56,15 @@ async fn set_draining(
         executor_id: executor_id.clone(),
         draining,
     };
-    match node.propose(command).await?.1 {
-        Outcome::DrainingSet { changed, .. } => {
+    match node.proposer.propose_as::<DrainingSet>(command).await?.1 {
+        ExecutorAnswer::Done(DrainingSet { changed, .. }) => {
             tracing::info!(%executor_id, draining, changed, "drain flag set");
             current_executor_view(node, &executor_id)
                 .map(Json)
                 // Removed between the commit and this read (reaped or deregistered).
                 .ok_or_else(|| unknown_executor(&executor_id))
         }
-        Outcome::NotFound => Err(unknown_executor(&executor_id)),
-        Outcome::Refused { reason } => Err(refusal(reason)),
-        other => Err(unexpected(&other)),
+        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
     }
 }

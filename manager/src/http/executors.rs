@@ -1,8 +1,7 @@
 //! Executor-facing endpoints (PROTOCOL §9): register, renew, release, deregister. All are leader
 //! writes; each is answered only after the command carrying it is committed (P4.4).
 
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
@@ -11,9 +10,10 @@ use leasehold_api::wire::{
     ShardEpoch,
 };
 
-use super::cluster::validate_node_address;
+use super::params::{validate_node_address, ExecutorIdPath};
 use super::{ApiJson, AppState, HttpError};
-use crate::lease::{self, Command, Outcome, RefusalReason, RenewResult, Renewal};
+use crate::lease::answer::{Deregistered, Registered, Released};
+use crate::lease::{self, Answer, Command, ExecutorAnswer, RefusalReason, RenewResult, Renewal};
 use crate::renewals::{self, RenewError};
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
@@ -43,10 +43,6 @@ pub(super) fn refusal(reason: RefusalReason) -> HttpError {
     }
 }
 
-pub(super) fn unexpected(outcome: &Outcome) -> HttpError {
-    HttpError::internal("unexpected state machine outcome", format!("{outcome:?}"))
-}
-
 pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
     HttpError::new(
         ErrorCode::UnknownExecutor,
@@ -54,41 +50,6 @@ pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
             "executor {executor_id} is not registered (never was, or was reaped or deregistered)"
         ),
     )
-}
-
-/// The `{executor_id}` path parameter, extracted, checked and documented in one place.
-#[derive(Debug, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub(crate) struct ExecutorIdPath {
-    /// The executor id, `ex-<number>`.
-    #[param(pattern = r"^ex-[0-9]{1,20}$", max_length = 23)]
-    pub executor_id: String,
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ExecutorIdPath {
-    type Rejection = HttpError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
-        let Path(executor_id) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| HttpError::invalid(rejection.body_text()))?;
-        validate_executor_id(&executor_id)?;
-        Ok(Self { executor_id })
-    }
-}
-
-/// Executor ids are minted as `ex-<log index>`; anything else is malformed, not unknown.
-fn validate_executor_id(executor_id: &str) -> Result<(), HttpError> {
-    let well_formed = executor_id.strip_prefix("ex-").is_some_and(|digits| {
-        !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit())
-    });
-    if well_formed {
-        Ok(())
-    } else {
-        Err(HttpError::invalid(format!(
-            "{executor_id:?} is not an executor id (ex-<number>)"
-        )))
-    }
 }
 
 fn shard_count(node: &AppState) -> Result<u32, HttpError> {
@@ -138,16 +99,15 @@ pub async fn register(
         address: request.address,
         name: request.name,
     };
-    match node.propose(command).await?.1 {
-        Outcome::Registered {
+    match node.proposer.propose_as::<Registered>(command).await?.1 {
+        Answer::Done(Registered {
             grant,
             already_registered,
-        } => {
+        }) => {
             tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
             Ok(Json(wire_grant(grant)))
         }
-        Outcome::Refused { reason } => Err(refusal(reason)),
-        other => Err(unexpected(&other)),
+        Answer::Refused(reason) => Err(refusal(reason)),
     }
 }
 
@@ -233,15 +193,12 @@ pub async fn release(
         shards: request.shards,
         revoke_revision: request.revoke_revision,
     };
-    match node.propose(command).await?.1 {
-        Outcome::Released {
-            completed,
-            ignored,
-            effects: _,
-        } => Ok(Json(ReleaseReply { completed, ignored })),
-        Outcome::NotFound => Err(unknown_executor(&executor_id)),
-        Outcome::Refused { reason } => Err(refusal(reason)),
-        other => Err(unexpected(&other)),
+    match node.proposer.propose_as::<Released>(command).await?.1 {
+        ExecutorAnswer::Done(Released {
+            completed, ignored, ..
+        }) => Ok(Json(ReleaseReply { completed, ignored })),
+        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
     }
 }
 
@@ -263,16 +220,12 @@ pub async fn deregister(
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),
     };
-    match node.propose(command).await?.1 {
-        Outcome::Deregistered {
-            already_gone,
-            effects: _,
-        } => {
+    match node.proposer.propose_as::<Deregistered>(command).await?.1 {
+        ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
             tracing::info!(%executor_id, already_gone, "deregistered");
             Ok(StatusCode::NO_CONTENT)
         }
-        Outcome::NotFound => Err(unknown_executor(&executor_id)),
-        Outcome::Refused { reason } => Err(refusal(reason)),
-        other => Err(unexpected(&other)),
+        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
     }
 }

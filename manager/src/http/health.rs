@@ -129,7 +129,7 @@ pub async fn readyz(
 pub async fn metrics(State(node): State<AppState>) -> Response {
     match &node.metrics {
         Some(handle) => {
-            crate::metrics::record_state_gauges(&node);
+            crate::metrics::record_state_gauges(&node.state, node.clock.now_ms());
             leasehold_api::process::record_process_metrics();
             (
                 StatusCode::OK,

@@ -12,20 +12,9 @@ use leasehold_api::wire::{
 };
 use serde::Deserialize;
 
-use super::executors::ExecutorIdPath;
+use super::params::{ExecutorIdPath, ReadQuery};
 use super::{ApiQuery, AppState, HttpError};
 
-/// The query every inspection read takes; anything else in the query string is refused (I6).
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ReadQuery {
-    /// Read through the leader's read index (linearizable) instead of this replica's applied
-    /// state. Acted on by the consistent-read layer before the handler runs.
-    #[serde(default)]
-    #[allow(dead_code)]
-    consistent: bool,
-}
 use crate::lease::{Executor, LeaseState, Shard};
 
 /// Longest routing key accepted in a query string.

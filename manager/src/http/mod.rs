@@ -13,6 +13,7 @@ mod executors;
 mod health;
 mod inspect;
 pub mod openapi;
+mod params;
 mod raft_rpc;
 mod ui;
 mod watch;

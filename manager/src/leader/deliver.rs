@@ -17,8 +17,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::lease::{Command, ExecutorId, Outcome, ShardId};
-use crate::node::ManagerNode;
+use crate::clock::LeaderClock;
+use crate::leader::signals::LeaderSignals;
+use crate::lease::answer::Released;
+use crate::lease::{Command, ExecutorAnswer, ExecutorId, ShardId};
+use crate::proposer::Proposer;
+use crate::raft::LeaseStateHandle;
 
 /// Bound on one delivery, connection included.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -67,7 +71,19 @@ struct Backoff {
     delay: Duration,
 }
 
-pub async fn run(node: Arc<ManagerNode>, term: u64, mut stopped: watch::Receiver<bool>) {
+/// What the delivery task reads and writes, and nothing else of the node: the applied state it
+/// plans from, the signals that queue pushes and wake it, the one HTTP client, the leader's
+/// clock and the proposer it commits acknowledgements with.
+#[derive(Debug, Clone)]
+pub struct DeliveryHandle {
+    pub state: LeaseStateHandle,
+    pub signals: Arc<LeaderSignals>,
+    pub http: reqwest::Client,
+    pub clock: Arc<LeaderClock>,
+    pub proposer: Proposer,
+}
+
+pub async fn run(node: DeliveryHandle, term: u64, mut stopped: watch::Receiver<bool>) {
     let mut push_backoff: BTreeMap<ExecutorId, Backoff> = BTreeMap::new();
     let mut revoke_sent: BTreeMap<(ExecutorId, u64), Instant> = BTreeMap::new();
     loop {
@@ -88,7 +104,7 @@ pub async fn run(node: Arc<ManagerNode>, term: u64, mut stopped: watch::Receiver
 /// of each as it completes. Nothing planned is left out: a rebalance that changes hundreds of sets pushes every
 /// one of them in this round, so a new owner does not wait for its next renewal to learn a grant.
 async fn deliver_all(
-    node: &ManagerNode,
+    node: &DeliveryHandle,
     term: u64,
     deliveries: Vec<Delivery>,
     push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
@@ -112,7 +128,7 @@ async fn deliver_all(
 
 /// Chooses this round's deliveries from the queued pushes and the state's handoffs.
 fn plan_round(
-    node: &ManagerNode,
+    node: &DeliveryHandle,
     push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
     revoke_sent: &mut BTreeMap<(ExecutorId, u64), Instant>,
 ) -> Vec<Delivery> {
@@ -239,7 +255,7 @@ async fn send(http: reqwest::Client, delivery: Delivery) -> Delivered {
 }
 
 async fn record_delivered(
-    node: &ManagerNode,
+    node: &DeliveryHandle,
     term: u64,
     delivered: Delivered,
     push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
@@ -304,16 +320,21 @@ async fn record_delivered(
                 shards: released,
                 revoke_revision: revision,
             };
-            match node.propose(command).await {
+            match node.proposer.propose_as::<Released>(command).await {
                 Ok((
                     _,
-                    Outcome::Released {
+                    ExecutorAnswer::Done(Released {
                         completed, ignored, ..
-                    },
+                    }),
                 )) => {
                     tracing::info!(%executor_id, term, ?completed, ?ignored, "revoke acknowledged");
                 }
-                Ok((_, other)) => tracing::info!(%executor_id, ?other, "release"),
+                Ok((_, ExecutorAnswer::UnknownExecutor)) => {
+                    tracing::info!(%executor_id, "release: the executor is gone")
+                }
+                Ok((_, ExecutorAnswer::Refused(reason))) => {
+                    tracing::info!(%executor_id, ?reason, "release refused")
+                }
                 Err(error) => tracing::info!(%executor_id, %error, "release not committed"),
             }
         }
@@ -326,7 +347,7 @@ async fn record_delivered(
 /// executor predates the overtaken-revoke rule): counted and logged, and the handoff waits for
 /// the executor's claims or the lease expiry.
 fn warn_if_still_current(
-    node: &ManagerNode,
+    node: &DeliveryHandle,
     executor_id: &ExecutorId,
     requested: &[ShardId],
     revoke_revision: u64,

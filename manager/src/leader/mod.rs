@@ -7,6 +7,7 @@
 //! pushes) are fanned out by [`deliver`], repaired forwards when they fail (P5.3).
 //! Time decisions live in the pure [`core`].
 
+pub mod config_writes;
 pub mod core;
 #[cfg(test)]
 mod core_tests;
@@ -20,7 +21,8 @@ use openraft::ServerState;
 use tokio::sync::watch;
 
 use self::core::{tick_ms, Deferral, GuardEvent, LeaderCore};
-use crate::lease::{plan_rebalance, Command, Outcome, RefusalReason, MAX_MOVES_PER_PLAN};
+use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
+use crate::lease::{plan_rebalance, Answer, Command, RefusalReason, MAX_MOVES_PER_PLAN};
 use crate::node::{Leader, ManagerNode};
 
 /// How often the loop checks for leadership while not leading.
@@ -71,7 +73,14 @@ async fn lead_term(node: &Arc<ManagerNode>, term: u64, shutdown: &mut watch::Rec
         .read(|a| a.state.executors().map(|e| e.id.clone()).collect());
     node.signals.mark_for_push(executors);
     let (stop_delivery, delivery_stopped) = watch::channel(false);
-    let delivery = tokio::spawn(deliver::run(node.clone(), term, delivery_stopped));
+    let handle = deliver::DeliveryHandle {
+        state: node.state.clone(),
+        signals: node.signals.clone(),
+        http: node.http.clone(),
+        clock: node.clock.clone(),
+        proposer: node.proposer.clone(),
+    };
+    let delivery = tokio::spawn(deliver::run(handle, term, delivery_stopped));
 
     while still_leading(node, term) && !*shutdown.borrow() {
         step(node, &mut core).await;
@@ -130,16 +139,16 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
             now_ms,
             executor_ids: decision.reap.clone(),
         };
-        match node.propose(command).await {
+        match node.proposer.propose_as::<Reaped>(command).await {
             Ok((
                 _,
-                Outcome::Reaped {
+                Answer::Done(Reaped {
                     reaped, skipped, ..
-                },
+                }),
             )) => {
                 tracing::info!(?reaped, ?skipped, "reaped lapsed executors");
             }
-            Ok((_, other)) => tracing::warn!(?other, "reap"),
+            Ok((_, Answer::Refused(reason))) => tracing::warn!(?reason, "reap refused"),
             Err(error) => {
                 tracing::info!(%error, "reap not committed");
                 return;
@@ -148,14 +157,17 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
     }
     let now_ms = node.clock.now_ms();
     if decision.complete_expired_handoffs && node.state.read(|a| a.state.handoffs_due(now_ms)) {
-        match node.propose(Command::CompleteHandoffs { now_ms }).await {
-            Ok((_, Outcome::HandoffsCompleted { completed, .. })) => {
+        let command = Command::CompleteHandoffs { now_ms };
+        match node.proposer.propose_as::<HandoffsCompleted>(command).await {
+            Ok((_, Answer::Done(HandoffsCompleted { completed, .. }))) => {
                 tracing::info!(
                     ?completed,
                     "handoffs completed on the old owner's expiry (P5.2)"
                 );
             }
-            Ok((_, other)) => tracing::warn!(?other, "complete handoffs"),
+            Ok((_, Answer::Refused(reason))) => {
+                tracing::warn!(?reason, "handoff completion refused")
+            }
             Err(error) => {
                 tracing::info!(%error, "handoff completion not committed");
                 return;
@@ -168,15 +180,15 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
     };
     let capped =
         matches!(&plan, Command::Rebalance { moves, .. } if moves.len() >= MAX_MOVES_PER_PLAN);
-    match node.propose(plan).await {
+    match node.proposer.propose_as::<Rebalanced>(plan).await {
         Ok((
             _,
-            Outcome::Rebalanced {
+            Answer::Done(Rebalanced {
                 granted,
                 releasing,
                 cancelled,
                 ..
-            },
+            }),
         )) => {
             tracing::info!(
                 granted = granted.len(),
@@ -191,12 +203,7 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
                 node.signals.replan.notify_one();
             }
         }
-        Ok((
-            _,
-            Outcome::Refused {
-                reason: reason @ RefusalReason::StalePlan { .. },
-            },
-        )) => {
+        Ok((_, Answer::Refused(reason @ RefusalReason::StalePlan { .. }))) => {
             // Another change to the assignment (a registration, a release completing a
             // handoff) was committed while this plan was in flight. Plan again on the state it
             // left, at once: waiting for the next tick would leave a joiner without shards (and
@@ -205,10 +212,9 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
             tracing::debug!(?reason, "plan refused as stale; replanning at once");
             node.signals.replan.notify_one();
         }
-        Ok((_, Outcome::Refused { reason })) => {
+        Ok((_, Answer::Refused(reason))) => {
             tracing::warn!(?reason, "plan refused; replanning next step")
         }
-        Ok((_, other)) => tracing::warn!(?other, "rebalance"),
         Err(error) => tracing::info!(%error, "rebalance not committed"),
     }
 }

@@ -20,6 +20,7 @@
 //! Collections are `BTreeMap`/`BTreeSet`/`Vec` only, so iteration order, and therefore every
 //! outcome and every encoded snapshot, is the same on every replica.
 
+pub mod answer;
 mod apply;
 mod command;
 mod outcome;
@@ -29,6 +30,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use command::{Command, Move, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
 pub use planner::{plan_rebalance, MAX_MOVES_PER_PLAN};

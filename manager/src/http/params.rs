@@ -1,0 +1,60 @@
+//! Request parameters shared by several handlers, each extracted, checked and documented in
+//! one place: the inspection query, the `{executor_id}` path parameter and advertised addresses.
+
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use serde::Deserialize;
+
+use super::HttpError;
+
+/// The query every inspection read takes; anything else in the query string is refused (I6).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ReadQuery {
+    /// Read through the leader's read index (linearizable) instead of this replica's applied
+    /// state. Acted on by the consistent-read layer before the handler runs.
+    #[serde(default)]
+    #[allow(dead_code)]
+    consistent: bool,
+}
+
+/// The `{executor_id}` path parameter, extracted, checked and documented in one place.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ExecutorIdPath {
+    /// The executor id, `ex-<number>`.
+    #[param(pattern = r"^ex-[0-9]{1,20}$", max_length = 23)]
+    pub executor_id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutorIdPath {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let Path(executor_id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| HttpError::invalid(rejection.body_text()))?;
+        validate_executor_id(&executor_id)?;
+        Ok(Self { executor_id })
+    }
+}
+
+/// Executor ids are minted as `ex-<log index>`; anything else is malformed, not unknown.
+fn validate_executor_id(executor_id: &str) -> Result<(), HttpError> {
+    let well_formed = executor_id.strip_prefix("ex-").is_some_and(|digits| {
+        !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit())
+    });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(HttpError::invalid(format!(
+            "{executor_id:?} is not an executor id (ex-<number>)"
+        )))
+    }
+}
+
+/// An advertised base URL in a request body (register, add-node): the wire's one check.
+pub(crate) fn validate_node_address(address: &str) -> Result<(), HttpError> {
+    leasehold_api::wire::validate_base_url(address).map_err(HttpError::invalid)
+}

@@ -1,0 +1,93 @@
+//! The one way a command is committed: through Raft, refused while this node hands leadership
+//! over (P8.2), and told to the leader's signals once applied, so the leader loop and the
+//! commit metrics see every outcome exactly once.
+//!
+//! A narrow handle: the renewal batcher, the leader loop, the delivery task and the handlers
+//! each hold a clone and nothing else of the node to write with.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, RaftError};
+
+use crate::leader::signals::LeaderSignals;
+use crate::lease::{answer, Command, CommandAnswer, Mismatch, Outcome};
+use crate::raft::ManagerRaft;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not the leader")]
+    NotLeader { leader_address: Option<String> },
+    #[error("this node is stepping down")]
+    SteppingDown,
+    #[error("raft: {0}")]
+    Raft(String),
+    /// The state machine answered a command with an outcome it cannot produce: a bug.
+    #[error(transparent)]
+    Mismatch(#[from] Mismatch),
+}
+
+#[derive(Clone)]
+pub struct Proposer {
+    raft: ManagerRaft,
+    signals: Arc<LeaderSignals>,
+    /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
+    stepping_down: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Proposer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proposer")
+            .field("stepping_down", &self.is_stepping_down())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proposer {
+    pub fn new(raft: ManagerRaft, signals: Arc<LeaderSignals>) -> Self {
+        Self {
+            raft,
+            signals,
+            stepping_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn is_stepping_down(&self) -> bool {
+        self.stepping_down.load(Ordering::Acquire)
+    }
+
+    pub fn begin_step_down(&self) {
+        self.stepping_down.store(true, Ordering::Release);
+    }
+
+    /// Commits `command` and returns the log index it was applied at with its outcome. Nothing is
+    /// acknowledged before it is committed.
+    pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), ProposeError> {
+        if self.is_stepping_down() {
+            return Err(ProposeError::SteppingDown);
+        }
+        let now_ms = command.now_ms();
+        match self.raft.client_write(command).await {
+            Ok(response) => {
+                self.signals.after_commit(now_ms, &response.data);
+                Ok((response.log_id.index, response.data))
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(ProposeError::NotLeader {
+                    leader_address: forward.leader_node.map(|node| node.addr),
+                })
+            }
+            Err(other) => Err(ProposeError::Raft(other.to_string())),
+        }
+    }
+
+    /// [`Proposer::propose`], with the outcome typed for the command: `T` is the answer type of
+    /// `command`'s kind (e.g. [`crate::lease::answer::Registered`] for `Register`).
+    pub async fn propose_as<T: CommandAnswer>(
+        &self,
+        command: Command,
+    ) -> Result<(u64, T::Answer), ProposeError> {
+        let (index, outcome) = self.propose(command).await?;
+        Ok((index, answer::<T>(outcome)?))
+    }
+}
