@@ -23,6 +23,7 @@ use std::num::NonZeroU32;
 
 pub mod backup;
 pub mod client;
+#[cfg(feature = "cli")]
 pub mod ctl;
 #[cfg(feature = "axum")]
 pub mod http;

@@ -1,12 +1,16 @@
 //! Process plumbing shared by the Leasehold binaries (`leasehold-manager`, `leasehold-executor`,
-//! and the CLI): the log format flag, the tracing subscriber, and the stop signal. Libraries never
-//! call these; only a binary's `main` sets up the subscriber.
+//! and the CLI): the log format flag and the tracing subscriber (feature `cli`), the stop signal,
+//! one-line error reports with their exit status, and the process metrics. Libraries never set
+//! up a subscriber; only a binary's `main` does.
 
+#[cfg(feature = "cli")]
 use std::io::IsTerminal;
 
+#[cfg(feature = "cli")]
 use tracing_subscriber::EnvFilter;
 
 /// `--log-format`.
+#[cfg(feature = "cli")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -14,6 +18,7 @@ pub enum LogFormat {
 }
 
 /// Installs the global tracing subscriber on stderr. `RUST_LOG` overrides `default_filter`.
+#[cfg(feature = "cli")]
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));

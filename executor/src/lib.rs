@@ -2,6 +2,10 @@
 //! of shards with epochs, admits work only while the lease is live, and fences itself when it
 //! lapses (PROTOCOL §3, §4, §5.2, §8, §9).
 //!
+//! Depend on it with `default-features = false`: the default `bin` feature is the
+//! `leasehold-executor` binary's (its flags and log setup), and without it the library compiles
+//! no CLI crates (no clap, no tracing subscriber).
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use leasehold_executor::{Executor, ExecutorConfig};
