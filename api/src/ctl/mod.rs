@@ -206,6 +206,29 @@ pub struct MemberStatus {
     pub error: Option<String>,
 }
 
+impl MemberStatus {
+    /// Sorts by node id and sets each answering member's lag: entries the leader has logged
+    /// that it has not applied yet (the leader is the member that names itself leader). Also the
+    /// web console's members table.
+    pub fn sorted_with_lag(mut statuses: Vec<MemberStatus>) -> Vec<MemberStatus> {
+        statuses.sort_by_key(|s| s.node_id);
+        let leader_last_log = statuses
+            .iter()
+            .filter_map(|s| s.info.as_ref())
+            .find(|info| info.leader_id == Some(info.node_id))
+            .and_then(|info| info.last_log_index);
+        for status in &mut statuses {
+            status.lag = match (leader_last_log, status.info.as_ref()) {
+                (Some(last), Some(info)) => {
+                    Some(last.saturating_sub(info.applied_index.unwrap_or(0)))
+                }
+                _ => None,
+            };
+        }
+        statuses
+    }
+}
+
 /// Where output goes and in which form.
 struct Out<'a> {
     format: OutputFormat,
@@ -505,19 +528,7 @@ async fn cluster_status(client: &Client) -> Result<Vec<MemberStatus>, CtlError> 
             error,
         });
     }
-    statuses.sort_by_key(|s| s.node_id);
-    let leader_last_log = statuses
-        .iter()
-        .filter_map(|s| s.info.as_ref())
-        .find(|info| info.leader_id == Some(info.node_id))
-        .and_then(|info| info.last_log_index);
-    for status in &mut statuses {
-        status.lag = match (leader_last_log, status.info.as_ref()) {
-            (Some(last), Some(info)) => Some(last.saturating_sub(info.applied_index.unwrap_or(0))),
-            _ => None,
-        };
-    }
-    Ok(statuses)
+    Ok(MemberStatus::sorted_with_lag(statuses))
 }
 
 fn yes_no(flag: bool) -> String {

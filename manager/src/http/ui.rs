@@ -164,7 +164,7 @@ async fn members(State(node): State<AppState>) -> Json<MembersReply> {
     Json(MembersReply {
         node_id: node.id,
         release: env!("CARGO_PKG_VERSION"),
-        members: with_lag(statuses),
+        members: MemberStatus::sorted_with_lag(statuses),
     })
 }
 
@@ -182,24 +182,6 @@ async fn ask_member(http: &reqwest::Client, url: &str) -> Result<ClusterInfo, St
         .json::<ClusterInfo>()
         .await
         .map_err(|e| format!("unreadable answer: {e}"))
-}
-
-/// Sorts by node id and sets each answering member's lag: entries the leader has logged that it
-/// has not applied yet (the leader is the member that names itself leader).
-fn with_lag(mut statuses: Vec<MemberStatus>) -> Vec<MemberStatus> {
-    statuses.sort_by_key(|s| s.node_id);
-    let leader_last_log = statuses
-        .iter()
-        .filter_map(|s| s.info.as_ref())
-        .find(|info| info.leader_id == Some(info.node_id))
-        .and_then(|info| info.last_log_index);
-    for status in &mut statuses {
-        status.lag = match (leader_last_log, status.info.as_ref()) {
-            (Some(last), Some(info)) => Some(last.saturating_sub(info.applied_index.unwrap_or(0))),
-            _ => None,
-        };
-    }
-    statuses
 }
 
 #[cfg(test)]
@@ -317,7 +299,7 @@ mod tests {
 
     #[test]
     fn lag_is_what_each_member_has_still_to_apply_of_the_leaders_log() {
-        let statuses = with_lag(vec![
+        let statuses = MemberStatus::sorted_with_lag(vec![
             status(3, None),
             status(2, Some((Some(1), 40, 37))),
             status(1, Some((Some(1), 42, 42))),
@@ -325,7 +307,7 @@ mod tests {
         let lags: Vec<_> = statuses.iter().map(|s| (s.node_id, s.lag)).collect();
         assert_eq!(lags, [(1, Some(0)), (2, Some(5)), (3, None)]);
         // Without a member that names itself leader, there is nothing to measure against.
-        let statuses = with_lag(vec![status(2, Some((None, 40, 37)))]);
+        let statuses = MemberStatus::sorted_with_lag(vec![status(2, Some((None, 40, 37)))]);
         assert_eq!(statuses[0].lag, None);
     }
 }
