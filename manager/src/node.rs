@@ -128,7 +128,7 @@ impl ManagerNode {
     /// The barrier in front of a linearizable read on the leader: openraft's read index (the
     /// leader's commit, confirmed by a quorum), then everything this node had logged when it
     /// started, which a leader restored in office may not count as committed yet (see
-    /// `last_log_index_at_start`). Found by `faults::full_cluster_stop_and_start`.
+    /// `last_log_index_at_start`); `faults::full_cluster_stop_and_start` pins it.
     pub async fn linearizable_read(&self) -> Result<(), ReadBarrierError> {
         self.raft
             .ensure_linearizable()

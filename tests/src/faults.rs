@@ -1,4 +1,4 @@
-//! The fault-scenario harness (issue 6, PROTOCOL §12): seeded randomness, a fleet of executor
+//! The fault-scenario harness (PROTOCOL §12): seeded randomness, a fleet of executor
 //! processes whose admission logs are checked together at the end, a workload driving them, a
 //! probe writer whose acknowledged registers and deregisters must survive recovery (I3), and
 //! the timing figures (I4) each scenario prints.

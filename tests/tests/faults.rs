@@ -1,4 +1,4 @@
-//! Fault scenarios over the real binaries on 127.0.0.1 (issue 6; PROTOCOL §12). Each runs three
+//! Fault scenarios over the real binaries on 127.0.0.1 (PROTOCOL §12). Each runs three
 //! managers with a 3 s lease and 0.5–1 s elections, executors with admission logs, and ends by
 //! checking every admission log together for I1 (no overlapping admission) and I2 (epochs) with
 //! `leasehold_tests::checker`. Randomness comes from `LEASEHOLD_FAULT_SEED` (printed; see

@@ -1,4 +1,4 @@
-//! Network partitions (issue 6; PROTOCOL §12): every manager and executor runs in its own network
+//! Network partitions (PROTOCOL §12): every manager and executor runs in its own network
 //! namespace with a veth into one bridge (`leasehold_tests::netns`), and a partition is a routing
 //! change in one node's namespace that makes its packets vanish. Each scenario ends with the
 //! admission-log checker (I1, I2) over every executor that ran.

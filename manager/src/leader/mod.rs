@@ -10,7 +10,7 @@
 pub mod config_writes;
 pub mod core;
 #[cfg(test)]
-mod core_tests;
+mod tests;
 pub mod deliver;
 pub mod signals;
 

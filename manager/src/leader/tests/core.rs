@@ -1,6 +1,6 @@
 //! Rule tests for the leader core, on explicit leader-clock times.
 
-use super::core::*;
+use crate::leader::core::*;
 use crate::lease::{Command, LeaseState, Outcome, Renewal};
 
 const LEASE_MS: u64 = 30_000;

@@ -1,0 +1,3 @@
+//! The leader loop's unit tests too large to sit in their module's file.
+
+mod core;
