@@ -3,10 +3,11 @@
 //! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B6), plus `smoke`, the
 //! short run CI executes.
 //!
-//! The systems run as real processes: `leasehold-manager` from `--bin-dir` (by default the
-//! directory this binary is in, so `target/release/leasehold-loadgen` runs the release managers)
-//! and `etcd` from PATH or `--etcd-bin`. Without etcd, or in a build without the `etcd` feature
-//! (src/etcd.rs), the etcd half of a scenario is skipped with a message naming the reason.
+//! The systems run as real processes: `leasehold-manager` from `--bin-dir` (by default
+//! `LEASEHOLD_BIN_DIR`, else the directory this binary is in, so
+//! `target/release/leasehold-loadgen` runs the release managers) and `etcd` from PATH or
+//! `--etcd-bin`. Without etcd, or in a build without the `etcd` feature (src/etcd.rs), the etcd
+//! half of a scenario is skipped with a message naming the reason.
 
 mod drive;
 mod etcd;
@@ -18,11 +19,11 @@ mod scenarios;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 
 use crate::drive::Ramp;
-use crate::procs::{EtcdCluster, LeaseholdOptions};
+use crate::procs::{default_flags, EtcdCluster};
 use crate::scenarios::{Env, B1, B6};
 
 #[derive(Debug, Parser)]
@@ -32,7 +33,8 @@ use crate::scenarios::{Env, B1, B6};
     about = "Benchmarks Leasehold against etcd on loopback (docs/BENCHMARKS.md)"
 )]
 struct Cli {
-    /// Directory holding leasehold-manager and leasehold-executor; defaults to this binary's.
+    /// Directory holding leasehold-manager and leasehold-executor; defaults to LEASEHOLD_BIN_DIR,
+    /// else this binary's.
     #[arg(long, global = true)]
     bin_dir: Option<PathBuf>,
 
@@ -150,10 +152,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let bin_dir = match cli.bin_dir {
         Some(dir) => dir,
-        None => std::env::current_exe()?
-            .parent()
-            .context("this binary has no directory")?
-            .to_path_buf(),
+        None => leasehold_harness::bin_dir()?,
     };
     let etcd_bin = EtcdCluster::find_binary(cli.etcd_bin.as_deref());
     if cli.etcd_bin.is_some() && etcd_bin.is_none() {
@@ -250,7 +249,7 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             heartbeat,
             election_timeout,
         } => {
-            let mut options = LeaseholdOptions::defaults(shards);
+            let mut options = default_flags(shards);
             options.heartbeat = heartbeat;
             options.election_timeout = election_timeout;
             scenarios::b5(env, executors, options).await?.print()?

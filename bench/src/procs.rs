@@ -1,59 +1,23 @@
-//! The systems under test as real processes on 127.0.0.1: three `leasehold-manager` replicas or
-//! three etcd members, each with its own data directory and log file, killed when dropped.
+//! The systems under test as real processes on 127.0.0.1: three `leasehold-manager` replicas
+//! (a `leasehold-harness` [`ManagerCluster`]) or three etcd members, each with its own data
+//! directory and log file, killed when dropped.
 
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
-use leasehold_api::wire::ClusterInfo;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use anyhow::{anyhow, Context, Result};
+use leasehold_harness::{
+    binary_in, free_port, poll_every, ChildProcess, ClusterConfig, Launcher, ManagerCluster,
+    ManagerFlags, Placement,
+};
 
-/// How often conditions are polled while waiting.
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// What a missing binary's error adds for the load generator.
+pub const BIN_DIR_HINT: &str = "the binaries to benchmark (choose their directory with --bin-dir)";
 
-/// A port that was free a moment ago.
-pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Polls `check` until it yields a value or `bound` passes; the error names `what` and the last
-/// observation.
-pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    poll_every(what, bound, POLL_INTERVAL, check).await
-}
-
-/// [`poll_until`] with its own interval, for checks that are expensive to answer.
-pub async fn poll_every<T, F, Fut>(
-    what: &str,
-    bound: Duration,
-    interval: Duration,
-    mut check: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + bound;
-    let mut last = String::from("never checked");
-    while Instant::now() < deadline {
-        match check().await {
-            Ok(value) => return Ok(value),
-            Err(observation) => last = observation,
-        }
-        tokio::time::sleep(interval).await;
-    }
-    bail!("timed out after {bound:?} waiting for {what}; last observation: {last}")
-}
+/// How often conditions are polled while waiting (finer than the tests' 100 ms: several
+/// figures are timed to the end of a wait).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Total size of the files under `dir`, in bytes (what `du --apparent-size` reports).
 pub fn dir_bytes(dir: &Path) -> u64 {
@@ -86,391 +50,91 @@ pub fn load_average() -> String {
         .unwrap_or_else(|| "?".to_owned())
 }
 
-/// A spawned process: stdout discarded, stderr to a log file, SIGKILLed when dropped.
-#[derive(Debug)]
-pub struct ChildProc {
-    child: Child,
-    /// Dropped with SIGTERM first (and up to a minute to exit), so a profiler wrapping the
-    /// process can write its output.
-    graceful_drop: bool,
-}
-
-impl ChildProc {
-    pub fn spawn(command: &mut Command, log_path: &Path) -> Result<Self> {
-        let log =
-            File::create(log_path).with_context(|| format!("create log {}", log_path.display()))?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawn {command:?}"))?;
-        Ok(Self {
-            child,
-            graceful_drop: false,
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// SIGKILL, returning once the process is gone.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then waits up to `bound` for a graceful exit (SIGKILL after that).
-    pub async fn terminate(&mut self, bound: Duration) -> Result<()> {
-        let pid = i32::try_from(self.child.id()).context("pid out of range")?;
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-        let deadline = Instant::now() + bound;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return Ok(());
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-        self.kill();
-        bail!("process {pid} did not exit within {bound:?} of SIGTERM")
-    }
-}
-
-impl Drop for ChildProc {
-    fn drop(&mut self) {
-        if self.graceful_drop {
-            if let Ok(pid) = i32::try_from(self.child.id()) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(POLL_INTERVAL);
-            }
-        }
-        self.kill();
-    }
-}
-
 /// Environment variable naming a command to run every manager under, for profiling (e.g.
 /// `valgrind --tool=callgrind --callgrind-out-file=/tmp/callgrind.%p`); split on whitespace.
 pub const MANAGER_WRAPPER_ENV: &str = "LEASEHOLD_BENCH_MANAGER_WRAPPER";
 
-/// `binary`, or the profiler command of [`MANAGER_WRAPPER_ENV`] with `binary` as its argument.
-fn wrapped(binary: &Path) -> Command {
-    let wrapper = std::env::var(MANAGER_WRAPPER_ENV).unwrap_or_default();
-    let mut words = wrapper.split_whitespace();
-    match words.next() {
-        Some(program) => {
-            let mut command = Command::new(program);
-            command.args(words).arg(binary);
-            command
-        }
-        None => Command::new(binary),
-    }
+/// How long a manager under [`MANAGER_WRAPPER_ENV`] gets to exit after SIGTERM when its cluster
+/// is dropped, so the profiler can write its output.
+const WRAPPED_DROP_GRACE: Duration = Duration::from_secs(60);
+
+/// How long [`ManagerCluster`]'s probes (`/v1/cluster`, `/readyz`) wait for a loaded manager.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a manager gets to stop gracefully (P8.2).
+pub const TERMINATE_BOUND: Duration = Duration::from_secs(30);
+
+/// The profiler command of [`MANAGER_WRAPPER_ENV`], if any.
+fn wrapper() -> Option<Launcher> {
+    let wrapper = std::env::var(MANAGER_WRAPPER_ENV).ok()?;
+    let words: Vec<&str> = wrapper.split_whitespace().collect();
+    (!words.is_empty()).then(|| Launcher::prefixed(words))
 }
 
-/// The lease of [`LeaseholdOptions::defaults`] (docs/OPERATIONS.md's default).
+/// On 127.0.0.1, on a free port, under [`MANAGER_WRAPPER_ENV`]'s profiler when one is set.
+pub fn manager_placement() -> Result<Placement> {
+    Ok(Placement {
+        launcher: wrapper().unwrap_or_default(),
+        ..Placement::local()?
+    })
+}
+
+/// The lease of [`default_flags`] (docs/OPERATIONS.md's default).
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
 
-/// Manager flags for one benchmark cluster.
-#[derive(Debug, Clone)]
-pub struct LeaseholdOptions {
-    pub shard_count: u32,
-    pub lease: String,
-    pub heartbeat: String,
-    pub election_timeout: String,
-    /// More flags for every node (e.g. `--snapshot-every`).
-    pub extra_args: Vec<String>,
+/// The production defaults of docs/OPERATIONS.md, except the shard count.
+pub fn default_flags(shard_count: u32) -> ManagerFlags {
+    let lease = format!("{}s", DEFAULT_LEASE_DURATION.as_secs());
+    ManagerFlags::new(shard_count, &lease, "250ms", "2s")
 }
 
-impl LeaseholdOptions {
-    /// The production defaults of docs/OPERATIONS.md, except the shard count.
-    pub fn defaults(shard_count: u32) -> Self {
-        Self {
-            shard_count,
-            lease: format!("{}s", DEFAULT_LEASE_DURATION.as_secs()),
-            heartbeat: "250ms".to_owned(),
-            election_timeout: "2s".to_owned(),
-            extra_args: Vec::new(),
-        }
-    }
-
-    /// etcd's default Raft timing (100 ms heartbeat, 1 s election timeout) so failover figures
-    /// compare like with like; the lease is the shortest the manager accepts with it.
-    pub fn etcd_timing(shard_count: u32, lease: &str) -> Self {
-        Self {
-            shard_count,
-            lease: lease.to_owned(),
-            heartbeat: "100ms".to_owned(),
-            election_timeout: "1s".to_owned(),
-            extra_args: Vec::new(),
-        }
-    }
+/// etcd's default Raft timing (100 ms heartbeat, 1 s election timeout) so failover figures
+/// compare like with like; the lease is the shortest the manager accepts with it.
+pub fn etcd_timing(shard_count: u32, lease: &str) -> ManagerFlags {
+    ManagerFlags::new(shard_count, lease, "100ms", "1s")
 }
 
-#[derive(Debug)]
-pub struct ManagerProcess {
-    pub port: u16,
-    pub data_dir: PathBuf,
-    process: Option<ChildProc>,
-    starts: u32,
+/// Starts three managers with `flags` and empty data directories under `dir`.
+pub fn start_managers(bin_dir: &Path, dir: &Path, flags: ManagerFlags) -> Result<ManagerCluster> {
+    let binary = binary_in(bin_dir, "leasehold-manager").context(BIN_DIR_HINT)?;
+    let config = ClusterConfig {
+        // The scenarios' own requests set their timeouts; a minute is the backstop.
+        http_timeout: Duration::from_secs(60),
+        probe_timeout: PROBE_TIMEOUT,
+        poll_interval: POLL_INTERVAL,
+        drop_grace: wrapper().map(|_| WRAPPED_DROP_GRACE),
+        ..ClusterConfig::new(binary, dir, flags)
+    };
+    let placements = (1..=3)
+        .map(|id| Ok((id, manager_placement()?)))
+        .collect::<Result<_>>()?;
+    let mut cluster = ManagerCluster::new(config, placements)?;
+    cluster.start_all()?;
+    Ok(cluster)
 }
 
-/// Three (or more, after joins) manager processes on loopback.
-#[derive(Debug)]
-pub struct LeaseholdCluster {
-    binary: PathBuf,
-    dir: PathBuf,
-    initial_cluster: String,
-    options: LeaseholdOptions,
-    pub nodes: BTreeMap<u64, ManagerProcess>,
-    http: reqwest::Client,
+/// Starts a new member `id` on an empty data directory with `--join URL`.
+pub fn join_new(cluster: &mut ManagerCluster, id: u64, via: &str) -> Result<()> {
+    let placement = manager_placement()?;
+    cluster.add_joiner(id, placement).start_joining(via)?;
+    Ok(())
 }
 
-impl LeaseholdCluster {
-    /// Starts three managers with empty data directories under `dir`.
-    pub fn start(bin_dir: &Path, dir: &Path, options: LeaseholdOptions) -> Result<Self> {
-        let binary = bin_dir.join("leasehold-manager");
-        if !binary.is_file() {
-            bail!(
-                "{} not found: build it (cargo build --release --bins) or pass --bin-dir",
-                binary.display()
-            );
-        }
-        let mut nodes = BTreeMap::new();
-        for id in 1..=3u64 {
-            let port = free_port()?;
-            nodes.insert(
-                id,
-                ManagerProcess {
-                    port,
-                    data_dir: dir.join(format!("manager-{id}")),
-                    process: None,
-                    starts: 0,
-                },
-            );
-        }
-        let initial_cluster = nodes
-            .iter()
-            .map(|(id, node)| format!("{id}=http://127.0.0.1:{}", node.port))
-            .collect::<Vec<_>>()
-            .join(",");
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(60))
-            .build()?;
-        let mut cluster = Self {
-            binary,
-            dir: dir.to_path_buf(),
-            initial_cluster,
-            options,
-            nodes,
-            http,
-        };
-        for id in 1..=3 {
-            cluster.spawn(id, None)?;
-        }
-        Ok(cluster)
-    }
-
-    fn spawn(&mut self, id: u64, join: Option<&str>) -> Result<()> {
-        let options = &self.options;
-        let node = self
-            .nodes
-            .get_mut(&id)
-            .ok_or_else(|| anyhow!("no manager {id}"))?;
-        let mut command = wrapped(&self.binary);
-        command
-            .arg("--id")
-            .arg(id.to_string())
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", node.port))
-            .arg("--data-dir")
-            .arg(&node.data_dir)
-            .arg("--shard-count")
-            .arg(options.shard_count.to_string())
-            .arg("--lease-duration")
-            .arg(&options.lease)
-            .arg("--heartbeat")
-            .arg(&options.heartbeat)
-            .arg("--election-timeout")
-            .arg(&options.election_timeout)
-            .args(&options.extra_args)
-            .env("RUST_LOG", "info,openraft=warn");
-        match join {
-            Some(url) => command.arg("--join").arg(url),
-            None => command.arg("--initial-cluster").arg(&self.initial_cluster),
-        };
-        let log = self.dir.join(format!("manager-{id}-{}.log", node.starts));
-        let mut process = ChildProc::spawn(&mut command, &log)?;
-        process.graceful_drop = std::env::var_os(MANAGER_WRAPPER_ENV).is_some();
-        node.process = Some(process);
-        node.starts += 1;
-        Ok(())
-    }
-
-    pub fn url(&self, id: u64) -> String {
-        self.nodes
-            .get(&id)
-            .map(|node| format!("http://127.0.0.1:{}", node.port))
-            .unwrap_or_default()
-    }
-
-    pub fn urls(&self) -> Vec<String> {
-        self.nodes.keys().map(|&id| self.url(id)).collect()
-    }
-
-    pub fn pid(&self, id: u64) -> Option<u32> {
-        self.nodes.get(&id)?.process.as_ref().map(ChildProc::pid)
-    }
-
-    pub fn data_dir(&self, id: u64) -> Option<&Path> {
-        self.nodes.get(&id).map(|node| node.data_dir.as_path())
-    }
-
-    fn running(&mut self) -> Vec<u64> {
-        self.nodes
-            .iter_mut()
-            .filter_map(|(&id, node)| {
-                node.process
-                    .as_mut()
-                    .is_some_and(ChildProc::is_running)
-                    .then_some(id)
-            })
-            .collect()
-    }
-
-    pub async fn cluster_info(&self, id: u64) -> Result<ClusterInfo, String> {
-        let reply = self
-            .http
-            .get(format!("{}/v1/cluster", self.url(id)))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .map_err(|e| format!("node {id}: {e}"))?;
-        reply.json().await.map_err(|e| format!("node {id}: {e}"))
-    }
-
-    /// Waits until every running manager names the same running leader in the same term.
-    pub async fn wait_for_leader(&mut self, bound: Duration) -> Result<u64> {
-        let running = self.running();
-        let this = &*self;
-        poll_until("one leader named by every running manager", bound, || {
-            let running = running.clone();
-            async move {
-                let mut seen = Vec::new();
-                for &id in &running {
-                    let info = this.cluster_info(id).await?;
-                    seen.push((info.leader_id, info.term));
-                }
-                match seen.first() {
-                    Some(&(Some(leader), term))
-                        if running.contains(&leader)
-                            && seen.iter().all(|s| *s == (Some(leader), term)) =>
-                    {
-                        Ok(leader)
-                    }
-                    _ => Err(format!("(leader, term) per node: {seen:?}")),
-                }
-            }
+/// Lines containing `needle` in every log any manager of `cluster` wrote (every start).
+pub fn log_lines_containing(cluster: &ManagerCluster, needle: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(cluster.dir()) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("manager-") && name.ends_with(".log")
         })
-        .await
-    }
-
-    /// Waits until manager `id` answers `/readyz` with 200 (leader known, commit applied).
-    pub async fn wait_ready(&self, id: u64, bound: Duration) -> Result<()> {
-        let url = format!("{}/readyz", self.url(id));
-        poll_until(&format!("manager {id} ready"), bound, || async {
-            match self
-                .http
-                .get(&url)
-                .timeout(Duration::from_secs(2))
-                .send()
-                .await
-            {
-                Ok(reply) if reply.status().is_success() => Ok(()),
-                Ok(reply) => Err(format!("status {}", reply.status())),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await
-    }
-
-    /// Waits until manager `id` has applied at least `index`.
-    pub async fn wait_applied(&self, id: u64, index: u64, bound: Duration) -> Result<()> {
-        poll_until(&format!("manager {id} to apply {index}"), bound, || async {
-            let info = self.cluster_info(id).await?;
-            match info.applied_index {
-                Some(applied) if applied >= index => Ok(()),
-                other => Err(format!("applied {other:?}")),
-            }
-        })
-        .await
-    }
-
-    /// SIGKILL: no flush, no handover.
-    pub fn kill(&mut self, id: u64) {
-        if let Some(mut process) = self.nodes.get_mut(&id).and_then(|n| n.process.take()) {
-            process.kill();
-        }
-    }
-
-    /// SIGTERM and wait for the graceful exit (P8.2).
-    pub async fn terminate(&mut self, id: u64) -> Result<()> {
-        if let Some(mut process) = self.nodes.get_mut(&id).and_then(|n| n.process.take()) {
-            process.terminate(Duration::from_secs(30)).await?;
-        }
-        Ok(())
-    }
-
-    /// Starts a stopped member again on its data directory.
-    pub fn restart(&mut self, id: u64) -> Result<()> {
-        self.spawn(id, None)
-    }
-
-    /// Starts a new member on an empty data directory with `--join URL`.
-    pub fn join_new(&mut self, id: u64, via: &str) -> Result<()> {
-        let port = free_port()?;
-        self.nodes.insert(
-            id,
-            ManagerProcess {
-                port,
-                data_dir: self.dir.join(format!("manager-{id}")),
-                process: None,
-                starts: 0,
-            },
-        );
-        self.spawn(id, Some(via))
-    }
-
-    pub fn http(&self) -> &reqwest::Client {
-        &self.http
-    }
-
-    /// Lines containing `needle` in every log any manager of this cluster wrote (every start).
-    pub fn log_lines_containing(&self, needle: &str) -> usize {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return 0;
-        };
-        entries
-            .filter_map(Result::ok)
-            .filter(|entry| {
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                name.starts_with("manager-") && name.ends_with(".log")
-            })
-            .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
-            .map(|text| text.lines().filter(|line| line.contains(needle)).count())
-            .sum()
-    }
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .map(|text| text.lines().filter(|line| line.contains(needle)).count())
+        .sum()
 }
 
 #[derive(Debug)]
@@ -479,7 +143,7 @@ struct EtcdMember {
     client_port: u16,
     peer_port: u16,
     data_dir: PathBuf,
-    process: Option<ChildProc>,
+    process: ChildProcess,
     starts: u32,
 }
 
@@ -533,7 +197,7 @@ impl EtcdCluster {
                 client_port: free_port()?,
                 peer_port: free_port()?,
                 data_dir: dir.join(format!("etcd-{index}")),
-                process: None,
+                process: ChildProcess::default(),
                 starts: 0,
             });
         }
@@ -588,7 +252,7 @@ impl EtcdCluster {
         let log = self
             .dir
             .join(format!("{}-{}.log", member.name, member.starts));
-        member.process = Some(ChildProc::spawn(&mut command, &log)?);
+        member.process = ChildProcess::spawn(&mut command, &log)?;
         member.starts += 1;
         Ok(())
     }
@@ -606,8 +270,8 @@ impl EtcdCluster {
     }
 
     pub fn kill(&mut self, index: usize) {
-        if let Some(mut process) = self.members.get_mut(index).and_then(|m| m.process.take()) {
-            process.kill();
+        if let Some(member) = self.members.get_mut(index) {
+            member.process.kill();
         }
     }
 
@@ -619,12 +283,7 @@ impl EtcdCluster {
         self.members
             .iter_mut()
             .enumerate()
-            .filter_map(|(index, m)| {
-                m.process
-                    .as_mut()
-                    .is_some_and(ChildProc::is_running)
-                    .then_some(index)
-            })
+            .filter_map(|(index, m)| m.process.is_running().then_some(index))
             .collect()
     }
 
@@ -632,9 +291,10 @@ impl EtcdCluster {
     pub async fn wait_for_leader(&mut self, bound: Duration) -> Result<usize> {
         let running = self.running();
         let this = &*self;
-        poll_until(
+        let leader = poll_every(
             "one etcd leader named by every running member",
             bound,
+            POLL_INTERVAL,
             || {
                 let running = running.clone();
                 async move {
@@ -651,6 +311,7 @@ impl EtcdCluster {
                 }
             },
         )
-        .await
+        .await?;
+        Ok(leader)
     }
 }

@@ -10,14 +10,17 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use leasehold_api::client::ClientConfig;
 use leasehold_api::wire::ExecutorView;
+use leasehold_harness::{
+    binary_in, free_port, poll_every, ChildProcess, Manager, ManagerCluster, ManagerFlags,
+};
 use tokio::time::Instant;
 
 use crate::drive::{self, Cadence, Ramp, RampResult, StepResult};
 use crate::etcd::{etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet};
 use crate::fleet::{claims_payload, LeaseholdFleet, Renewer};
 use crate::procs::{
-    dir_bytes, load_average, poll_every, poll_until, rss_bytes, ChildProc, EtcdCluster,
-    LeaseholdCluster, LeaseholdOptions, DEFAULT_LEASE_DURATION,
+    self, default_flags, dir_bytes, etcd_timing, load_average, log_lines_containing, rss_bytes,
+    EtcdCluster, DEFAULT_LEASE_DURATION, POLL_INTERVAL, TERMINATE_BOUND,
 };
 use crate::report::{fmt_bytes, fmt_ms, fmt_rate, Table};
 
@@ -70,12 +73,8 @@ fn executor_client() -> ClientConfig {
     ClientConfig::default()
 }
 
-async fn leasehold_cluster(
-    env: &Env,
-    name: &str,
-    options: LeaseholdOptions,
-) -> Result<LeaseholdCluster> {
-    let mut cluster = LeaseholdCluster::start(&env.bin_dir, &env.dir(name)?, options)?;
+async fn leasehold_cluster(env: &Env, name: &str, options: ManagerFlags) -> Result<ManagerCluster> {
+    let mut cluster = procs::start_managers(&env.bin_dir, &env.dir(name)?, options)?;
     cluster.wait_for_leader(FORM_BOUND).await?;
     Ok(cluster)
 }
@@ -102,7 +101,7 @@ enum Renewing {
 /// real executors would within a third of a lease, so each adopts its recorded set (P4.2) even
 /// where a push arrived out of order and was ignored as stale (P4.1).
 async fn settle(
-    cluster: &mut LeaseholdCluster,
+    cluster: &mut ManagerCluster,
     fleet: &Arc<LeaseholdFleet>,
     shard_count: u32,
     bound: Duration,
@@ -172,7 +171,7 @@ async fn settle(
 /// Registers `executors` simulated executors and waits, renewing, until they have settled (see
 /// [`settle`]).
 async fn settled_fleet(
-    cluster: &mut LeaseholdCluster,
+    cluster: &mut ManagerCluster,
     executors: usize,
     shard_count: u32,
 ) -> Result<Arc<LeaseholdFleet>> {
@@ -211,8 +210,7 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
 
     let load = load_average();
     eprintln!("B1 leasehold: {n} executors, {} shards", args.shards);
-    let mut cluster =
-        leasehold_cluster(env, "b1-leasehold", LeaseholdOptions::defaults(args.shards)).await?;
+    let mut cluster = leasehold_cluster(env, "b1-leasehold", default_flags(args.shards)).await?;
     let fleet = settled_fleet(&mut cluster, n, args.shards).await?;
     let found = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
     results.push((
@@ -316,8 +314,7 @@ pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
     let mut rows: Vec<(String, drive::Samples, String)> = Vec::new();
 
     let load = load_average();
-    let mut cluster =
-        leasehold_cluster(env, "b2-leasehold", LeaseholdOptions::defaults(1024)).await?;
+    let mut cluster = leasehold_cluster(env, "b2-leasehold", default_flags(1024)).await?;
     let fleet = settled_fleet(&mut cluster, 1, 1024).await?;
     drive::closed_loop(fleet.as_ref(), 0, warmup).await;
     let samples = drive::closed_loop(fleet.as_ref(), 0, duration).await;
@@ -447,7 +444,7 @@ async fn b3_leasehold(
     executors: usize,
     election_timeout: &str,
 ) -> Result<(Vec<f64>, u64)> {
-    let mut options = LeaseholdOptions::etcd_timing(64, SHORT_LEASE);
+    let mut options = etcd_timing(64, SHORT_LEASE);
     options.election_timeout = election_timeout.to_owned();
     let mut cluster =
         leasehold_cluster(env, &format!("b3-leasehold-{election_timeout}"), options).await?;
@@ -469,13 +466,13 @@ async fn b3_leasehold(
     let mut times = Vec::new();
     for run in 0..runs {
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-        for id in cluster.nodes.keys().copied().collect::<Vec<_>>() {
+        for id in cluster.managers.keys().copied().collect::<Vec<_>>() {
             cluster.wait_ready(id, FORM_BOUND).await?;
         }
         tokio::time::sleep(BEFORE_KILL).await;
         before_kill("probe", || probe.renew(0)).await?;
         let killed_at = Instant::now();
-        cluster.kill(leader);
+        cluster.manager(leader)?.kill();
         probe
             .renew(0)
             .await
@@ -486,7 +483,7 @@ async fn b3_leasehold(
             run + 1
         );
         times.push(took);
-        cluster.restart(leader)?;
+        cluster.manager(leader)?.start()?;
         cluster.wait_for_leader(FORM_BOUND).await?;
     }
     let counters = cadence.stop().await;
@@ -591,10 +588,11 @@ pub async fn b3(
 // ---------------------------------------------------------------------------------------------
 // B4
 
-async fn executors_view(cluster: &LeaseholdCluster, id: u64) -> Result<Vec<ExecutorView>, String> {
+async fn executors_view(cluster: &ManagerCluster, id: u64) -> Result<Vec<ExecutorView>, String> {
+    let url = cluster.url(id).map_err(|e| e.to_string())?;
     let reply = cluster
-        .http()
-        .get(format!("{}/v1/executors", cluster.url(id)))
+        .http
+        .get(format!("{url}/v1/executors"))
         .timeout(Duration::from_secs(10))
         .send()
         .await
@@ -611,25 +609,23 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
         "target lease + tick + 1 s",
         "load avg",
     ]);
-    let executor_bin = env.bin_dir.join("leasehold-executor");
-    if !executor_bin.is_file() {
-        bail!("{} not found", executor_bin.display());
-    }
+    let executor_bin =
+        binary_in(&env.bin_dir, "leasehold-executor").context(procs::BIN_DIR_HINT)?;
     for &shards in shard_counts {
         let load = load_average();
         eprintln!("B4: {shards} shards");
         let mut cluster = leasehold_cluster(
             env,
             &format!("b4-{shards}"),
-            LeaseholdOptions::etcd_timing(shards, SHORT_LEASE),
+            etcd_timing(shards, SHORT_LEASE),
         )
         .await?;
         let formed = Instant::now();
         let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 3, executor_client()).await?);
         let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
-        let port = crate::procs::free_port()?;
+        let port = free_port()?;
         let address = format!("http://127.0.0.1:{port}");
-        let mut victim = ChildProc::spawn(
+        let mut victim = ChildProcess::spawn(
             Command::new(&executor_bin)
                 .arg("--managers")
                 .arg(cluster.urls().join(","))
@@ -640,9 +636,10 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
                 .join("executor.log"),
         )?;
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-        let (victim_id, victim_shards) = poll_until(
+        let (victim_id, victim_shards) = poll_every(
             "four executors holding every shard, evenly",
             SETTLE_BOUND,
+            POLL_INTERVAL,
             || async {
                 let view = executors_view(&cluster, leader).await?;
                 let total: usize = view.iter().map(|e| e.shards.len()).sum();
@@ -671,9 +668,10 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
         let killed_at = Instant::now();
         victim.kill();
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-        poll_until(
+        poll_every(
             "the killed executor's shards owned elsewhere",
             SETTLE_BOUND,
+            POLL_INTERVAL,
             || async {
                 let view = executors_view(&cluster, leader).await?;
                 let total: usize = view.iter().map(|e| e.shards.len()).sum();
@@ -706,9 +704,7 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
             format!("{load} → {}", load_average()),
         ]);
         drop(fleet);
-        cluster.kill(1);
-        cluster.kill(2);
-        cluster.kill(3);
+        cluster.kill_all();
     }
     Ok(table)
 }
@@ -727,13 +723,13 @@ fn snapshot_bytes(data_dir: &Path) -> Result<u64> {
     Ok(data.len() as u64)
 }
 
-async fn post_snapshot(cluster: &LeaseholdCluster, id: u64, purge: bool) -> Result<Duration> {
+async fn post_snapshot(cluster: &ManagerCluster, id: u64, purge: bool) -> Result<Duration> {
     let started = Instant::now();
     let reply = cluster
-        .http()
+        .http
         .post(format!(
             "{}/v1/cluster/snapshot{}",
-            cluster.url(id),
+            cluster.url(id)?,
             if purge { "?purge=true" } else { "" }
         ))
         .timeout(Duration::from_secs(300))
@@ -752,15 +748,12 @@ async fn post_snapshot(cluster: &LeaseholdCluster, id: u64, purge: bool) -> Resu
 /// Takes a snapshot on follower `id`, stops it gracefully and reads its snapshot size; then
 /// restarts it and returns (snapshot bytes, restart → ready and caught up).
 async fn snapshot_size_and_restart(
-    cluster: &mut LeaseholdCluster,
+    cluster: &mut ManagerCluster,
     id: u64,
 ) -> Result<(u64, Duration)> {
     post_snapshot(cluster, id, false).await?;
-    cluster.terminate(id).await?;
-    let data_dir = cluster
-        .data_dir(id)
-        .ok_or_else(|| anyhow!("no manager {id}"))?
-        .to_path_buf();
+    cluster.manager(id)?.terminate(TERMINATE_BOUND).await?;
+    let data_dir = cluster.manager(id)?.data_dir.clone();
     let bytes = tokio::task::spawn_blocking(move || snapshot_bytes(&data_dir)).await??;
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     let target = cluster
@@ -770,7 +763,7 @@ async fn snapshot_size_and_restart(
         .committed_index
         .unwrap_or(0);
     let started = Instant::now();
-    cluster.restart(id)?;
+    cluster.manager(id)?.start()?;
     cluster.wait_ready(id, SETTLE_BOUND).await?;
     cluster.wait_applied(id, target, SETTLE_BOUND).await?;
     Ok((bytes, started.elapsed()))
@@ -779,7 +772,7 @@ async fn snapshot_size_and_restart(
 // ---------------------------------------------------------------------------------------------
 // B5
 
-pub async fn b5(env: &Env, executors: usize, options: LeaseholdOptions) -> Result<Table> {
+pub async fn b5(env: &Env, executors: usize, options: ManagerFlags) -> Result<Table> {
     let load = load_average();
     let shards = options.shard_count;
     let heartbeat = options.heartbeat.clone();
@@ -802,10 +795,15 @@ pub async fn b5(env: &Env, executors: usize, options: LeaseholdOptions) -> Resul
     .await?;
     eprintln!("B5: settled after {:.1} s", setup.elapsed().as_secs_f64());
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-    let leader_rss = cluster.pid(leader).and_then(rss_bytes).unwrap_or(0);
+    let leader_rss = cluster
+        .managers
+        .get(&leader)
+        .and_then(Manager::pid)
+        .and_then(rss_bytes)
+        .unwrap_or(0);
     let build = post_snapshot(&cluster, leader, false).await?;
     let follower = cluster
-        .nodes
+        .managers
         .keys()
         .copied()
         .find(|&id| id != leader)
@@ -822,15 +820,21 @@ pub async fn b5(env: &Env, executors: usize, options: LeaseholdOptions) -> Resul
         .committed_index
         .unwrap_or(0);
     let joined_at = Instant::now();
-    cluster.join_new(4, &cluster.url(leader))?;
-    poll_until("node 4 a caught-up voter", SETTLE_BOUND, || async {
-        let info = cluster.cluster_info(4).await?;
-        let voter = info.voters.iter().any(|m| m.node_id == 4);
-        match info.applied_index {
-            Some(applied) if voter && applied >= target => Ok(()),
-            other => Err(format!("voter {voter}, applied {other:?} of {target}")),
-        }
-    })
+    let via = cluster.url(leader)?;
+    procs::join_new(&mut cluster, 4, &via)?;
+    poll_every(
+        "node 4 a caught-up voter",
+        SETTLE_BOUND,
+        POLL_INTERVAL,
+        || async {
+            let info = cluster.cluster_info(4).await?;
+            let voter = info.voters.iter().any(|m| m.node_id == 4);
+            match info.applied_index {
+                Some(applied) if voter && applied >= target => Ok(()),
+                other => Err(format!("voter {voter}, applied {other:?} of {target}")),
+            }
+        },
+    )
     .await?;
     let join = joined_at.elapsed();
     let counters = cadence.stop().await;
@@ -897,7 +901,7 @@ const ETCD_SOAK_ARGS: [&str; 4] = [
 /// fleet putting the same claims at the same rate, on the same two cores at the same time.
 pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let load = load_average();
-    let mut options = LeaseholdOptions::defaults(args.shards);
+    let mut options = default_flags(args.shards);
     options.extra_args = args.manager_args.clone();
     let mut cluster = leasehold_cluster(env, "b6", options).await?;
     let fleet = settled_fleet(&mut cluster, args.executors, args.shards).await?;
@@ -932,7 +936,7 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
             args.duration,
         ))
     });
-    let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
+    let ids: Vec<u64> = cluster.managers.keys().copied().collect();
     let mut series = Table::new(&[
         "B6",
         "elapsed",
@@ -959,7 +963,7 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
         let elapsed = started.elapsed();
         let dirs: Vec<PathBuf> = ids
             .iter()
-            .filter_map(|&id| cluster.data_dir(id).map(|dir| dir.to_path_buf()))
+            .filter_map(|&id| cluster.managers.get(&id).map(|m| m.data_dir.clone()))
             .collect();
         let sizes = sizes_of(&dirs);
         largest = largest.max(sizes.iter().copied().max().unwrap_or(0));
@@ -1083,12 +1087,8 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
     ]);
     for &shards in shard_counts {
         let load = load_average();
-        let mut cluster = leasehold_cluster(
-            env,
-            &format!("b9-{shards}"),
-            LeaseholdOptions::defaults(shards),
-        )
-        .await?;
+        let mut cluster =
+            leasehold_cluster(env, &format!("b9-{shards}"), default_flags(shards)).await?;
         let started = Instant::now();
         let fleet =
             Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
@@ -1118,11 +1118,8 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
             shards.to_string(),
             format!("{:.1} s", registered.as_secs_f64()),
             format!("{:.1} s", settled.as_secs_f64()),
-            cluster
-                .log_lines_containing("revoke acknowledged")
-                .to_string(),
-            cluster
-                .log_lines_containing("handoffs completed on the old owner's expiry")
+            log_lines_containing(&cluster, "revoke acknowledged").to_string(),
+            log_lines_containing(&cluster, "handoffs completed on the old owner's expiry")
                 .to_string(),
             format!("{load} → {}", load_average()),
         ]);
@@ -1167,8 +1164,7 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
     let measure = Duration::from_secs(2);
     let rate = 50.0;
     {
-        let mut cluster =
-            leasehold_cluster(env, "smoke-leasehold", LeaseholdOptions::defaults(shards)).await?;
+        let mut cluster = leasehold_cluster(env, "smoke-leasehold", default_flags(shards)).await?;
         let fleet = settled_fleet(&mut cluster, executors, shards).await?;
         let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
         steps.row(step_row("leasehold", &step));

@@ -15,7 +15,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::{binary, command_in, free_port, print_log_tail, ChildProcess, Cluster};
+use leasehold_harness::ChildProcess;
+
+use crate::{binary, command_in, free_port, must, print_log_tail, Cluster};
 
 /// Graceful-stop bound passed to executors (P3.7).
 pub const EXECUTOR_SHUTDOWN_GRACE: &str = "5s";
@@ -110,7 +112,7 @@ impl ExecutorProcess {
             )
             .args(&extra_args)
             .env("RUST_LOG", "info");
-        let process = ChildProcess::spawn(&mut command, &log_path);
+        let process = must(ChildProcess::spawn(&mut command, &log_path));
         Self {
             name,
             host,
@@ -187,7 +189,7 @@ impl ExecutorProcess {
     /// panic after `bound`.
     pub async fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
         let what = format!("executor {}", self.name);
-        self.process.wait_exit(&what, bound).await
+        must(self.process.wait_exit(&what, bound).await)
     }
 
     /// SIGKILL: no chance to stop admission or deregister. Returns once the process is gone.

@@ -141,9 +141,7 @@ pub fn use_fault_timing(cluster: &mut Cluster) {
 pub async fn start_fault_cluster() -> Cluster {
     let mut cluster = Cluster::new(fault_cluster_options());
     use_fault_timing(&mut cluster);
-    for manager in cluster.managers.values_mut() {
-        manager.start();
-    }
+    cluster.start_all();
     cluster.wait_for_leader(LEADER_BOUND).await;
     cluster
 }

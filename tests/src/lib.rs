@@ -9,6 +9,11 @@
 //!
 //! Timing: tests poll for conditions with generous bounds ([`poll_until`]); nothing sleeps for a
 //! fixed time and then asserts.
+//!
+//! The process handling itself (child processes, ports, binaries, manager clusters) is the
+//! `leasehold-harness` crate, shared with the load generator; this crate adds what only the
+//! tests need (network namespaces, panics with the harness's message, log tails of a failed
+//! test, one cluster at a time).
 
 // Test support, used only by tests: a failed expectation here is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -24,18 +29,17 @@ pub mod netns;
 pub mod proxy;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
 use leasehold_api::client::{Client, ClientConfig};
-use leasehold_api::wire::ClusterInfo;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use leasehold_harness::{
+    ClusterConfig, HarnessError, Launcher, ManagerCluster, ManagerFlags, Placement,
+};
 use tempfile::TempDir;
 
 /// Raft timing for tests: fast failover, still tolerant of a loaded 2-core machine.
@@ -44,67 +48,44 @@ pub const TEST_ELECTION_TIMEOUT: &str = "600ms";
 /// At least 3 × the maximum election timeout (1.2 s), as the manager requires.
 pub const TEST_LEASE: &str = "4s";
 
-/// Where the workspace's binaries are.
-pub fn bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("LEASEHOLD_BIN_DIR") {
-        return PathBuf::from(dir);
+/// A harness result in a test: the value, or a panic with the harness's message.
+#[track_caller]
+pub fn must<T>(result: Result<T, HarnessError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("{error}"),
     }
-    // target/<profile>/deps/<test binary> → target/<profile>
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps")
-        .to_path_buf()
 }
 
+/// Where the workspace's binaries are ([`leasehold_harness::bin_dir`]).
+pub fn bin_dir() -> PathBuf {
+    must(leasehold_harness::bin_dir())
+}
+
+/// The workspace binary `name`; panics with instructions when it was not built.
 pub fn binary(name: &str) -> PathBuf {
-    let path = bin_dir().join(name);
-    assert!(
-        path.is_file(),
-        "{} not found. Multi-process tests run the real binaries: build them first with \
-         `cargo build --workspace --bins` (scripts/test does), or point LEASEHOLD_BIN_DIR at them",
-        path.display()
-    );
-    path
+    must(leasehold_harness::binary(name))
 }
-
-/// Ports handed to the processes a test starts come from below Linux's ephemeral range
-/// (32768-60999), so a port the OS picks later for an outgoing connection or a `:0` listener
-/// (the fault proxy) can never be one a manager is about to bind (a soak run lost a manager that
-/// way, seed 9008006).
-const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// A port below the ephemeral range that was free a moment ago, not handed out before by this
-/// process.
+/// process ([`leasehold_harness::free_port`]).
 pub fn free_port() -> u16 {
-    use std::sync::Mutex;
-    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..10_000 {
-        let port = rand::random_range(TEST_PORTS);
-        if handed_out.contains(&port) {
-            continue;
-        }
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            handed_out.push(port);
-            return port;
-        }
-    }
-    panic!("no free port in {TEST_PORTS:?} after 10 000 tries");
+    must(leasehold_harness::free_port())
 }
 
-/// A command for `program`, run inside network namespace `netns` when one is given (through
-/// `ip netns exec`, which execs the program: the child's pid is the program's, so signals reach
-/// it directly).
-pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
+/// What runs a program inside network namespace `netns` when one is given: `ip netns exec`,
+/// which execs the program, so the child's pid is the program's and signals reach it directly.
+pub fn in_netns(netns: Option<&str>) -> Launcher {
     match netns {
-        Some(netns) => {
-            let mut command = Command::new("ip");
-            command.args(["netns", "exec", netns]).arg(program);
-            command
-        }
-        None => Command::new(program),
+        Some(netns) => Launcher::prefixed(["ip", "netns", "exec", netns]),
+        None => Launcher::direct(),
     }
+}
+
+/// A command for `program`, run inside network namespace `netns` when one is given
+/// ([`in_netns`]).
+pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
+    in_netns(netns).command(program)
 }
 
 /// A `/v1/state` document without the fields that move with the clock alone (each lease's time
@@ -123,90 +104,13 @@ pub fn without_lease_clocks(mut state: serde_json::Value) -> serde_json::Value {
 }
 
 /// Polls `check` every 100 ms until it yields a value or `bound` passes, then panics with
-/// `what` and the last observation.
-pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, mut check: F) -> T
+/// `what` and the last observation ([`leasehold_harness::poll_until`]).
+pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
-    let deadline = Instant::now() + bound;
-    let mut last = String::from("never checked");
-    while Instant::now() < deadline {
-        match check().await {
-            Ok(value) => return value,
-            Err(observation) => last = observation,
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out after {bound:?} waiting for {what}; last observation: {last}");
-}
-
-/// A spawned test process: stdout discarded, stderr to a log file; signalled, waited for within a
-/// bound, and killed when dropped.
-#[derive(Debug, Default)]
-pub struct ChildProcess {
-    child: Option<Child>,
-}
-
-impl ChildProcess {
-    pub fn spawn(command: &mut Command, log_path: &Path) -> Self {
-        let log = File::create(log_path).expect("create process log");
-        let child = command
-            .env_remove("RUST_BACKTRACE")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
-        Self { child: Some(child) }
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(child) => child
-                .try_wait()
-                .map(|status| status.is_none())
-                .unwrap_or(false),
-            None => false,
-        }
-    }
-
-    pub fn signal(&self, signal: Signal) {
-        if let Some(child) = &self.child {
-            let _ = kill(Pid::from_raw(child.id() as i32), signal);
-        }
-    }
-
-    /// Waits for the process to exit on its own; kills it and panics naming `what` after `bound`.
-    pub async fn wait_exit(&mut self, what: &str, bound: Duration) -> ExitStatus {
-        let mut child = self
-            .child
-            .take()
-            .unwrap_or_else(|| panic!("{what} was not started"));
-        let deadline = Instant::now() + bound;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("{what} did not exit within {bound:?}");
-    }
-
-    /// SIGKILL; returns once the process is gone.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
+    must(leasehold_harness::poll_until(what, bound, check).await)
 }
 
 /// Prints the last lines of a process log to stderr (for a failing test's output).
@@ -217,120 +121,6 @@ pub fn print_log_tail(label: &str, log_path: &Path) {
     eprintln!("----- {label} log (last {} lines) -----", tail.len());
     for line in tail {
         eprintln!("{line}");
-    }
-}
-
-/// One manager process and everything needed to restart it.
-#[derive(Debug)]
-pub struct Manager {
-    pub id: u64,
-    /// Where it listens: `127.0.0.1` unless placed elsewhere ([`ManagerPlacement`]).
-    pub host: String,
-    pub port: u16,
-    /// The network namespace it runs in; `None`: the test's own.
-    pub netns: Option<String>,
-    pub data_dir: PathBuf,
-    log_path: PathBuf,
-    args: Vec<String>,
-    process: ChildProcess,
-    restarts: u32,
-}
-
-impl Manager {
-    pub fn url(&self) -> String {
-        format!("http://{}:{}", self.host, self.port)
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Sends `signal` (e.g. SIGSTOP / SIGCONT to pause and resume it) without waiting.
-    pub fn signal(&self, signal: Signal) {
-        self.process.signal(signal);
-    }
-
-    fn spawn(&mut self, extra_args: &[String]) {
-        let log_name = format!("manager-{}-{}.log", self.id, self.restarts);
-        self.log_path = self.log_path.with_file_name(log_name);
-        self.process = ChildProcess::spawn(
-            command_in(self.netns.as_deref(), &binary("leasehold-manager"))
-                .args(&self.args)
-                .args(extra_args)
-                .env("RUST_LOG", "info,openraft=warn"),
-            &self.log_path,
-        );
-        self.restarts += 1;
-    }
-
-    pub fn start(&mut self) {
-        assert!(!self.is_running(), "manager {} already running", self.id);
-        self.spawn(&[]);
-    }
-
-    /// Starts with extra flags (e.g. `--join URL` after the data directory was replaced).
-    pub fn start_with(&mut self, extra_args: &[&str]) {
-        assert!(!self.is_running(), "manager {} already running", self.id);
-        let extra: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        self.spawn(&extra);
-    }
-
-    /// Changes a flag for the next start (e.g. a lease duration changed across a restart).
-    pub fn set_flag(&mut self, flag: &str, value: &str) {
-        match self.args.iter().position(|arg| arg == flag) {
-            Some(at) => self.args[at + 1] = value.to_string(),
-            None => self.args.extend([flag.to_string(), value.to_string()]),
-        }
-    }
-
-    /// Starts with `--join URL` instead of `--initial-cluster` (a new member, or a member whose
-    /// data directory was replaced after it was removed).
-    pub fn start_joining(&mut self, url: &str) {
-        assert!(!self.is_running(), "manager {} already running", self.id);
-        let mut args = Vec::new();
-        let mut skip_value = false;
-        for arg in &self.args {
-            if skip_value {
-                skip_value = false;
-            } else if arg == "--initial-cluster" {
-                skip_value = true;
-            } else {
-                args.push(arg.clone());
-            }
-        }
-        let saved = std::mem::replace(&mut self.args, args);
-        self.spawn(&["--join".to_string(), url.to_string()]);
-        self.args = saved;
-    }
-
-    /// SIGKILL: no chance to flush or hand over.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// SIGTERM and wait for a graceful exit (SIGKILL and panic after `bound`).
-    pub async fn terminate(&mut self, bound: Duration) -> ExitStatus {
-        self.process.signal(Signal::SIGTERM);
-        self.wait_exit(bound).await
-    }
-
-    /// Waits for the process to exit on its own (e.g. a refused start), bounded.
-    pub async fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
-        let what = format!("manager {}", self.id);
-        self.process.wait_exit(&what, bound).await
-    }
-
-    pub fn wipe_data_dir(&mut self) {
-        assert!(
-            !self.is_running(),
-            "stop manager {} before wiping its data",
-            self.id
-        );
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 }
 
@@ -354,6 +144,21 @@ impl Default for ClusterOptions {
     }
 }
 
+impl ClusterOptions {
+    /// Every manager's flags: these options with the tests' Raft timing.
+    fn flags(&self) -> ManagerFlags {
+        ManagerFlags {
+            extra_args: self.extra_args.clone(),
+            ..ManagerFlags::new(
+                self.shard_count,
+                &self.lease,
+                TEST_HEARTBEAT,
+                TEST_ELECTION_TIMEOUT,
+            )
+        }
+    }
+}
+
 /// Where one manager listens and runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagerPlacement {
@@ -371,16 +176,42 @@ impl ManagerPlacement {
             netns: None,
         }
     }
+
+    fn into_placement(self) -> Placement {
+        Placement {
+            launcher: in_netns(self.netns.as_deref()),
+            host: self.host,
+            port: self.port,
+        }
+    }
 }
 
 /// A local cluster of manager processes in a temporary directory, killed on drop. When a test
 /// panics, the tail of every manager's log is printed.
+///
+/// It dereferences to the harness's [`ManagerCluster`] (`managers`, `http`, `urls`,
+/// `cluster_info`, ...); the lookups and waits defined here panic where the harness returns an
+/// error.
 #[derive(Debug)]
 pub struct Cluster {
-    pub managers: BTreeMap<u64, Manager>,
+    inner: ManagerCluster,
     pub options: ClusterOptions,
+    /// Holds the managers' data directories and logs; removed after they are killed.
     pub dir: TempDir,
-    pub http: reqwest::Client,
+}
+
+impl Deref for Cluster {
+    type Target = ManagerCluster;
+
+    fn deref(&self) -> &ManagerCluster {
+        &self.inner
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut ManagerCluster {
+        &mut self.inner
+    }
 }
 
 impl Cluster {
@@ -399,102 +230,42 @@ impl Cluster {
         placements: BTreeMap<u64, ManagerPlacement>,
     ) -> Self {
         let dir = TempDir::new().expect("temp dir");
-        let initial_cluster = placements
-            .iter()
-            .map(|(id, at)| format!("{id}=http://{}:{}", at.host, at.port))
-            .collect::<Vec<_>>()
-            .join(",");
-        let managers = placements
+        let config = ClusterConfig::new(binary("leasehold-manager"), dir.path(), options.flags());
+        let placements = placements
             .into_iter()
-            .map(|(id, placement)| {
-                let mut args = vec!["--initial-cluster".to_string(), initial_cluster.clone()];
-                args.extend(options.extra_args.iter().cloned());
-                (id, Self::new_manager(&dir, &options, id, placement, args))
-            })
+            .map(|(id, placement)| (id, placement.into_placement()))
             .collect();
         Self {
-            managers,
+            inner: must(ManagerCluster::new(config, placements)),
             options,
             dir,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .expect("http client"),
-        }
-    }
-
-    fn new_manager(
-        dir: &TempDir,
-        options: &ClusterOptions,
-        id: u64,
-        placement: ManagerPlacement,
-        extra: Vec<String>,
-    ) -> Manager {
-        let data_dir = dir.path().join(format!("manager-{id}"));
-        let ManagerPlacement { host, port, netns } = placement;
-        let mut args = vec![
-            "--id".to_string(),
-            id.to_string(),
-            "--listen".to_string(),
-            format!("{host}:{port}"),
-            "--data-dir".to_string(),
-            data_dir.display().to_string(),
-            "--lease-duration".to_string(),
-            options.lease.clone(),
-            "--heartbeat".to_string(),
-            TEST_HEARTBEAT.to_string(),
-            "--election-timeout".to_string(),
-            TEST_ELECTION_TIMEOUT.to_string(),
-            "--shard-count".to_string(),
-            options.shard_count.to_string(),
-        ];
-        args.extend(extra);
-        Manager {
-            id,
-            host,
-            port,
-            netns,
-            data_dir,
-            log_path: dir.path().join(format!("manager-{id}-0.log")),
-            args,
-            process: ChildProcess::default(),
-            restarts: 0,
         }
     }
 
     /// Creates and starts every manager at the same moment.
     pub fn start(options: ClusterOptions) -> Self {
         let mut cluster = Self::new(options);
-        for manager in cluster.managers.values_mut() {
-            manager.start();
-        }
+        cluster.start_all();
         cluster
     }
 
-    /// Adds a manager that is not part of the initial cluster; start it with `--join`.
-    pub fn add_joiner(&mut self, id: u64) -> &mut Manager {
-        let manager = Self::new_manager(
-            &self.dir,
-            &self.options,
-            id,
-            ManagerPlacement::local(),
-            Vec::new(),
-        );
-        self.managers.insert(id, manager);
-        self.managers.get_mut(&id).expect("just inserted")
+    /// Starts every manager.
+    pub fn start_all(&mut self) {
+        must(self.inner.start_all());
     }
 
-    pub fn manager(&mut self, id: u64) -> &mut Manager {
-        self.managers.get_mut(&id).expect("no such manager")
+    /// Adds a manager that is not part of the initial cluster; start it with `--join`.
+    pub fn add_joiner(&mut self, id: u64) -> ManagerMut<'_> {
+        let placement = ManagerPlacement::local().into_placement();
+        ManagerMut(self.inner.add_joiner(id, placement))
+    }
+
+    pub fn manager(&mut self, id: u64) -> ManagerMut<'_> {
+        ManagerMut(must(self.inner.manager(id)))
     }
 
     pub fn url(&self, id: u64) -> String {
-        self.managers[&id].url()
-    }
-
-    pub fn urls(&self) -> Vec<String> {
-        self.managers.values().map(Manager::url).collect()
+        must(self.inner.url(id))
     }
 
     /// A typed client over every manager, with the protocol's default patience.
@@ -502,90 +273,77 @@ impl Cluster {
         Client::with_config(self.urls(), ClientConfig::default()).expect("client")
     }
 
-    pub async fn cluster_info(&self, id: u64) -> Result<ClusterInfo, String> {
-        let reply = self
-            .http
-            .get(format!("{}/v1/cluster", self.url(id)))
-            .send()
-            .await
-            .map_err(|e| format!("node {id}: {e}"))?;
-        reply.json().await.map_err(|e| format!("node {id}: {e}"))
-    }
-
-    async fn leader_ready(&self, id: u64) -> Result<(), String> {
-        let reply = self
-            .http
-            .get(format!("{}/readyz?verbose", self.url(id)))
-            .send()
-            .await
-            .map_err(|e| format!("node {id}: {e}"))?;
-        if reply.status().is_success() {
-            return Ok(());
-        }
-        let status = reply.status();
-        let body = reply.text().await.unwrap_or_default();
-        Err(format!("leader {id} not ready ({status}): {body}"))
-    }
-
-    /// Waits until every running manager names the same running leader in the same term (a
-    /// killed leader stays named until the survivors' election timeout), and that leader is
-    /// ready to serve writes (`/readyz`: the shard configuration is written); returns it.
+    /// [`ManagerCluster::wait_for_leader`]: every running manager names the same running and
+    /// ready leader; returns it.
     pub async fn wait_for_leader(&mut self, bound: Duration) -> u64 {
-        let running: Vec<u64> = self
-            .managers
-            .iter_mut()
-            .filter_map(|(id, manager)| manager.is_running().then_some(*id))
-            .collect();
-        let this = &*self;
-        poll_until("one leader named by every running manager", bound, || {
-            let running = running.clone();
-            async move {
-                let mut seen = Vec::new();
-                for &id in &running {
-                    let info = this.cluster_info(id).await?;
-                    seen.push((info.leader_id, info.term));
-                }
-                match seen.first() {
-                    Some(&(Some(leader), term))
-                        if running.contains(&leader)
-                            && seen.iter().all(|s| *s == (Some(leader), term)) =>
-                    {
-                        this.leader_ready(leader).await?;
-                        Ok(leader)
-                    }
-                    _ => Err(format!("(leader, term) per node: {seen:?}")),
-                }
-            }
-        })
-        .await
+        must(self.inner.wait_for_leader(bound).await)
     }
 
     /// Waits until manager `id` has applied at least `index`.
     pub async fn wait_applied(&self, id: u64, index: u64, bound: Duration) {
-        poll_until(
-            &format!("node {id} to apply index {index}"),
-            bound,
-            || async move {
-                let info = self.cluster_info(id).await?;
-                match info.applied_index {
-                    Some(applied) if applied >= index => Ok(()),
-                    other => Err(format!("applied {other:?}")),
-                }
-            },
-        )
-        .await
+        must(self.inner.wait_applied(id, index, bound).await)
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         let panicking = std::thread::panicking();
-        for manager in self.managers.values_mut() {
+        for manager in self.inner.managers.values_mut() {
             manager.kill();
             if panicking {
-                print_log_tail(&format!("manager {}", manager.id), &manager.log_path);
+                print_log_tail(&format!("manager {}", manager.id), manager.log_path());
             }
         }
+    }
+}
+
+/// One manager of a [`Cluster`] ([`leasehold_harness::Manager`], which it dereferences to):
+/// starting and stopping it panics here with the harness's message instead of returning it.
+#[derive(Debug)]
+pub struct ManagerMut<'a>(&'a mut leasehold_harness::Manager);
+
+impl Deref for ManagerMut<'_> {
+    type Target = leasehold_harness::Manager;
+
+    fn deref(&self) -> &leasehold_harness::Manager {
+        self.0
+    }
+}
+
+impl DerefMut for ManagerMut<'_> {
+    fn deref_mut(&mut self) -> &mut leasehold_harness::Manager {
+        self.0
+    }
+}
+
+impl ManagerMut<'_> {
+    pub fn start(&mut self) {
+        must(self.0.start());
+    }
+
+    /// Starts with extra flags (e.g. `--join URL` after the data directory was replaced).
+    pub fn start_with(&mut self, extra_args: &[&str]) {
+        must(self.0.start_with(extra_args));
+    }
+
+    /// Starts with `--join URL` instead of `--initial-cluster` (a new member, or a member whose
+    /// data directory was replaced after it was removed).
+    pub fn start_joining(&mut self, url: &str) {
+        must(self.0.start_joining(url));
+    }
+
+    /// SIGTERM and wait for a graceful exit (SIGKILL and panic after `bound`).
+    pub async fn terminate(&mut self, bound: Duration) -> ExitStatus {
+        must(self.0.terminate(bound).await)
+    }
+
+    /// Waits for the process to exit on its own (e.g. a refused start), bounded.
+    pub async fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
+        must(self.0.wait_exit(bound).await)
+    }
+
+    pub fn wipe_data_dir(&mut self) {
+        must(self.0.wipe_data_dir());
     }
 }
 

@@ -847,9 +847,7 @@ async fn backup_of_a_live_cluster_restores_into_a_fresh_cluster_with_the_same_st
         assert!(run.stdout.contains("Prepared"), "{}", run.stdout);
         assert!(manager.data_dir.join(RESTORE_FILE_NAME).is_file());
     }
-    for manager in fresh.managers.values_mut() {
-        manager.start();
-    }
+    fresh.start_all();
     let new_leader = fresh.wait_for_leader(LEADER_BOUND).await;
     let restored = poll_until(
         "every member to serve the restored state",

@@ -58,9 +58,7 @@ impl NetScenario {
         }
         let mut cluster = Cluster::new_placed(fault_cluster_options(), placements);
         use_fault_timing(&mut cluster);
-        for manager in cluster.managers.values_mut() {
-            manager.start();
-        }
+        cluster.start_all();
         cluster.wait_for_leader(LEADER_BOUND).await;
         let fleet = Fleet::new(cluster.dir.path().to_path_buf());
         Some(Self {

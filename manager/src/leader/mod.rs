@@ -9,10 +9,10 @@
 
 pub mod config_writes;
 pub mod core;
-#[cfg(test)]
-mod tests;
 pub mod deliver;
 pub mod signals;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;

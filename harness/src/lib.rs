@@ -1,0 +1,230 @@
+//! The process harness the multi-process tests (`tests/`) and the load generator (`bench/`)
+//! share: child processes with a log file each ([`ChildProcess`]), ports for them
+//! ([`free_port`]), bounded polling ([`poll_until`]), the workspace's binaries ([`binary`]) and
+//! clusters of `leasehold-manager` processes ([`ManagerCluster`]).
+//!
+//! Nothing here panics: every failure is a [`HarnessError`] naming what was awaited or started.
+//! The tests turn them into panics, the load generator into its errors.
+
+mod cluster;
+mod process;
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub use cluster::{ClusterConfig, Manager, ManagerCluster, ManagerFlags, Placement};
+pub use process::{ChildProcess, Launcher};
+
+/// What went wrong starting, stopping or waiting for a process.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("timed out after {bound:?} waiting for {what}; last observation: {last}")]
+    TimedOut {
+        what: String,
+        bound: Duration,
+        last: String,
+    },
+    #[error("{what} did not exit within {bound:?}")]
+    DidNotExit { what: String, bound: Duration },
+    #[error("{what} was not started")]
+    NotStarted { what: String },
+    #[error("{what} already running")]
+    AlreadyRunning { what: String },
+    #[error("stop {what} before wiping its data")]
+    StillRunning { what: String },
+    #[error("no manager {0}")]
+    NoSuchManager(u64),
+    #[error("spawn {command}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no free port in {PORTS:?} after {PORT_TRIES} tries")]
+    NoFreePort,
+    #[error(
+        "{} not found. The multi-process tests and the load generator run the real binaries: \
+         build them first with `cargo build --workspace --bins` (scripts/test does), or point \
+         {BIN_DIR_ENV} at them",
+        path.display()
+    )]
+    MissingBinary { path: PathBuf },
+    #[error("cannot tell where the binaries are ({reason}): set {BIN_DIR_ENV}")]
+    NoBinDir { reason: String },
+    #[error("HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+/// How often [`poll_until`] checks.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Polls `check` every [`POLL_INTERVAL`] until it yields a value or `bound` passes; the error
+/// names `what` and the last observation (`check`'s last `Err`).
+pub async fn poll_until<T, F, Fut>(what: &str, bound: Duration, check: F) -> Result<T, HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    poll_every(what, bound, POLL_INTERVAL, check).await
+}
+
+/// [`poll_until`] with its own interval (e.g. longer, for checks that are expensive to answer).
+pub async fn poll_every<T, F, Fut>(
+    what: &str,
+    bound: Duration,
+    interval: Duration,
+    mut check: F,
+) -> Result<T, HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + bound;
+    let mut last = String::from("never checked");
+    while Instant::now() < deadline {
+        match check().await {
+            Ok(value) => return Ok(value),
+            Err(observation) => last = observation,
+        }
+        tokio::time::sleep(interval).await;
+    }
+    Err(HarnessError::TimedOut {
+        what: what.to_string(),
+        bound,
+        last,
+    })
+}
+
+/// Ports handed to the processes started here come from below Linux's ephemeral range
+/// (32768-60999), so a port the OS picks later for an outgoing connection or a `:0` listener
+/// (the tests' fault proxy) can never be one a manager is about to bind (a soak run lost a
+/// manager that way, seed 9008006).
+pub const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+const PORT_TRIES: u32 = 10_000;
+
+/// A port in [`PORTS`] that was free on 127.0.0.1 a moment ago, not handed out before by this
+/// process.
+pub fn free_port() -> Result<u16, HarnessError> {
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..PORT_TRIES {
+        let port = rand::random_range(PORTS);
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::NoFreePort)
+}
+
+/// Environment variable naming the directory of the workspace's binaries.
+pub const BIN_DIR_ENV: &str = "LEASEHOLD_BIN_DIR";
+
+/// Where the workspace's binaries are: [`BIN_DIR_ENV`], else the directory of the running
+/// executable (for a test executable in `target/<profile>/deps`, `target/<profile>`).
+pub fn bin_dir() -> Result<PathBuf, HarnessError> {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
+        return Ok(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().map_err(|e| HarnessError::NoBinDir {
+        reason: format!("current_exe: {e}"),
+    })?;
+    let dir = exe.parent().ok_or_else(|| HarnessError::NoBinDir {
+        reason: format!("{} has no directory", exe.display()),
+    })?;
+    let dir = match dir.parent() {
+        Some(profile) if dir.file_name().is_some_and(|name| name == "deps") => profile,
+        _ => dir,
+    };
+    Ok(dir.to_path_buf())
+}
+
+/// The workspace binary `name` in [`bin_dir`]; an error with instructions when it is missing.
+pub fn binary(name: &str) -> Result<PathBuf, HarnessError> {
+    binary_in(&bin_dir()?, name)
+}
+
+/// The binary `name` in `dir`; an error with instructions when it is missing.
+pub fn binary_in(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
+    let path = dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::MissingBinary { path })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() {
+        let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        assert!(ports.iter().all(|port| PORTS.contains(port)), "{ports:?}");
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len());
+    }
+
+    #[tokio::test]
+    async fn poll_until_returns_the_value_or_names_what_it_waited_for() {
+        let mut calls = 0;
+        let value = poll_until("the third call", Duration::from_secs(5), || {
+            calls += 1;
+            let calls = calls;
+            async move {
+                if calls >= 3 {
+                    Ok(calls)
+                } else {
+                    Err(format!("call {calls}"))
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(value, 3);
+
+        let error = poll_every(
+            "never",
+            Duration::from_millis(50),
+            Duration::from_millis(10),
+            || async { Err::<(), _>("still no".to_string()) },
+        )
+        .await
+        .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("timed out after 50ms waiting for never"),
+            "{message}"
+        );
+        assert!(message.ends_with("last observation: still no"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_binary_names_the_path_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let message = binary_in(dir.path(), "leasehold-nothing")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("leasehold-nothing not found"), "{message}");
+        assert!(
+            message.contains("cargo build --workspace --bins"),
+            "{message}"
+        );
+        assert!(message.contains(BIN_DIR_ENV), "{message}");
+    }
+}
