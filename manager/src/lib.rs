@@ -10,6 +10,7 @@
 //! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |
 //! | `bootstrap` | forming, rejoining and joining a cluster (§10) |
 //! | `renewals` | group commit of renewals into one Raft entry |
+//! | `signals` | what committed outcomes tell the leader loop (pushes owed, replan, renewals seen) |
 //! | `observe` | background duties that follow Raft metrics |
 //! | `http` | the axum server: public API, Raft RPC, health, metrics |
 //! | `restore` | importing a backup prepared by `leaseholdctl snapshot restore` on first start |
@@ -30,3 +31,4 @@ pub mod raft;
 pub mod renewals;
 pub mod restore;
 pub mod server;
+pub mod signals;

@@ -9,14 +9,13 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
-use crate::leader::core::GuardConfig;
-use crate::leader::signals::LeaderSignals;
 use crate::lease::{Command, Outcome};
 pub use crate::proposer::ProposeError;
 use crate::proposer::Proposer;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
 use crate::renewals::RenewalQueue;
+use crate::signals::LeaderSignals;
 
 /// Cluster-wide settings this node was started with.
 #[derive(Debug, Clone)]
@@ -26,8 +25,6 @@ pub struct ClusterSettings {
     pub shard_count: u32,
     pub lease_duration_ms: u64,
     pub timings: RaftTimings,
-    /// The mass-expiry guard (P6.3).
-    pub guard: GuardConfig,
 }
 
 /// Who serves writes right now, as far as this node knows.

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
 
-use crate::leader::signals::LeaderSignals;
 use crate::lease::{answer, Command, CommandAnswer, Mismatch, Outcome};
 use crate::raft::ManagerRaft;
+use crate::signals::LeaderSignals;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProposeError {

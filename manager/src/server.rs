@@ -128,7 +128,6 @@ pub async fn run(
             shard_count: config.shard_count,
             lease_duration_ms: config.lease_duration_ms,
             timings: config.timings,
-            guard: config.guard,
         },
         metrics,
         renewal_queue,
@@ -141,7 +140,11 @@ pub async fn run(
         node.clone(),
         tasks_stopped.clone(),
     ));
-    tokio::spawn(leader::run(node.clone(), tasks_stopped.clone()));
+    tokio::spawn(leader::run(
+        node.clone(),
+        config.guard,
+        tasks_stopped.clone(),
+    ));
     tokio::spawn(renewals::run_batcher(
         node.proposer.clone(),
         node.clock.clone(),

@@ -18,11 +18,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::clock::LeaderClock;
-use crate::leader::signals::LeaderSignals;
 use crate::lease::answer::Released;
 use crate::lease::{Command, ExecutorAnswer, ExecutorId, ShardId};
 use crate::proposer::Proposer;
 use crate::raft::LeaseStateHandle;
+use crate::signals::LeaderSignals;
 
 /// Bound on one delivery, connection included.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);

@@ -10,7 +10,7 @@
 pub mod config_writes;
 pub mod core;
 pub mod deliver;
-pub mod signals;
+
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +20,7 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use self::core::{tick_ms, Deferral, GuardEvent, LeaderCore};
+use self::core::{tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore};
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{plan_rebalance, Answer, Command, RefusalReason, MAX_MOVES_PER_PLAN};
 use crate::node::{Leader, ManagerNode};
@@ -28,8 +28,9 @@ use crate::node::{Leader, ManagerNode};
 /// How often the loop checks for leadership while not leading.
 const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
 
-/// Runs for the life of the process: leads while this node is leader, idles otherwise.
-pub async fn run(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
+/// Runs for the life of the process: leads while this node is leader, idles otherwise. `guard`
+/// is the mass-expiry guard's configuration (P6.3) every term's core starts with.
+pub async fn run(node: Arc<ManagerNode>, guard: GuardConfig, mut shutdown: watch::Receiver<bool>) {
     let mut metrics = node.raft.metrics();
     loop {
         let (state, term) = {
@@ -37,7 +38,7 @@ pub async fn run(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
             (m.state, m.current_term)
         };
         if state == ServerState::Leader && node.leader() == Leader::Local {
-            lead_term(&node, term, &mut shutdown).await;
+            lead_term(&node, guard, term, &mut shutdown).await;
         }
         if *shutdown.borrow() {
             return;
@@ -56,7 +57,12 @@ fn still_leading(node: &ManagerNode, term: u64) -> bool {
     m.state == ServerState::Leader && m.current_term == term && !node.is_stepping_down()
 }
 
-async fn lead_term(node: &Arc<ManagerNode>, term: u64, shutdown: &mut watch::Receiver<bool>) {
+async fn lead_term(
+    node: &Arc<ManagerNode>,
+    guard: GuardConfig,
+    term: u64,
+    shutdown: &mut watch::Receiver<bool>,
+) {
     node.clock.begin_term(term);
     let took_office_ms = node.clock.now_ms();
     tracing::info!(
@@ -64,7 +70,7 @@ async fn lead_term(node: &Arc<ManagerNode>, term: u64, shutdown: &mut watch::Rec
         took_office_ms,
         "leading: reaping waits one lease (P6.1)"
     );
-    let mut core = LeaderCore::new(took_office_ms, node.settings.guard);
+    let mut core = LeaderCore::new(took_office_ms, guard);
     node.signals.reset_for_new_term();
     // P6.2: push each executor its full set once; revokes of unfinished handoffs are derived from
     // the state by the delivery task.
