@@ -51,10 +51,11 @@ pub async fn shutdown_signal() {
 }
 
 /// Sets the standard process metrics every Prometheus exporter has (`process_cpu_seconds_total`,
-/// `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...) on the
-/// installed `metrics` recorder. Called by each `/metrics` handler just before it renders, so
+/// `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...) and
+/// `leasehold_build_info{release}` (always 1) on the installed `metrics` recorder. Called by each `/metrics` handler just before it renders, so
 /// the figures are read at scrape time; without a recorder it does nothing.
 pub fn record_process_metrics() {
+    metrics::gauge!("leasehold_build_info", "release" => crate::RELEASE).set(1.0);
     static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
     COLLECTOR
         .get_or_init(|| {

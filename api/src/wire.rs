@@ -280,6 +280,10 @@ pub struct ClusterInfo {
     pub applied_index: Option<u64>,
     /// `None` before the first snapshot.
     pub snapshot: Option<SnapshotInfo>,
+    /// The answering replica's release ([`crate::RELEASE`]); absent from managers of 0.1.0,
+    /// which did not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
 }
 
 /// `POST /v1/cluster/nodes`: add a manager as learner, then promote it.
@@ -705,6 +709,7 @@ mod tests {
                 last_log_index: Some(5),
                 snapshot_id: "1-5-0".into(),
             }),
+            release: Some("0.1.0".into()),
         };
         let text = serde_json::to_string(&full).unwrap();
         assert_eq!(serde_json::from_str::<ClusterInfo>(&text).unwrap(), full);
@@ -715,6 +720,7 @@ mod tests {
         .unwrap();
         assert_eq!(sparse.leader_id, None);
         assert_eq!(sparse.snapshot, None);
+        assert_eq!(sparse.release, None, "a 0.1.0 manager reports no release");
     }
 
     #[test]

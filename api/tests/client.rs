@@ -94,6 +94,7 @@ fn cluster_info(node_id: u64) -> ClusterInfo {
         committed_index: None,
         applied_index: None,
         snapshot: None,
+        release: None,
     }
 }
 

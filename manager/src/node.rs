@@ -228,6 +228,7 @@ impl ManagerNode {
                 last_log_index: Some(log_id.index),
                 snapshot_id: log_id.to_string(),
             }),
+            release: Some(leasehold_api::RELEASE.to_owned()),
         }
     }
 }

@@ -135,6 +135,16 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         );
     }
     assert!(leader.contains_key("process_cpu_seconds_total"));
+    let build_info = format!(
+        r#"leasehold_build_info{{release="{}"}}"#,
+        leasehold_api::RELEASE
+    );
+    assert_eq!(leader.get(&build_info), Some(&1.0), "{build_info}");
+    let info = cluster
+        .cluster_info(first_leader)
+        .await
+        .expect("cluster info");
+    assert_eq!(info.release.as_deref(), Some(leasehold_api::RELEASE));
 
     // B joins: half the shards are handed over, each handoff completed once.
     let mut b = ExecutorProcess::start(&cluster, "b");

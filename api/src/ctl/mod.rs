@@ -807,6 +807,7 @@ mod tests {
             committed_index: Some(20),
             applied_index: Some(18),
             snapshot: None,
+            release: None,
         }
     }
 

@@ -163,7 +163,7 @@ async fn members(State(node): State<AppState>) -> Json<MembersReply> {
     }
     Json(MembersReply {
         node_id: node.id,
-        release: env!("CARGO_PKG_VERSION"),
+        release: leasehold_api::RELEASE,
         members: MemberStatus::sorted_with_lag(statuses),
     })
 }
@@ -291,6 +291,7 @@ mod tests {
                 committed_index: Some(applied),
                 applied_index: Some(applied),
                 snapshot: None,
+                release: None,
             }),
             lag: None,
             error: answer.is_none().then(|| "unreachable".to_string()),
