@@ -1,0 +1,151 @@
+//! Nothing is lost across versions (PROTOCOL P14.1, I8): a data directory and a backup written by
+//! an earlier release (tests/fixtures/<release>/, made by `scripts/make-compat-fixtures` with
+//! that release's binaries) open with this release and serve the same `/v1/state`: the same
+//! executors (ids, incarnations, names, addresses, drain flags, sets) and the same shards
+//! (owners, epochs, handoffs). Only the revision and the lease clocks may differ.
+//!
+//! The fixture is a one-manager cluster of 16 shards with three executors, one of them
+//! draining, stopped cleanly with the executors still registered. Its manager ran on a fixed
+//! port, which its data directory records as its address, so the test runs it on the same port.
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use leasehold_tests::ctl::leaseholdctl;
+use leasehold_tests::{
+    one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+    ManagerPlacement,
+};
+use serde_json::Value;
+
+const LEADER_BOUND: Duration = Duration::from_secs(60);
+/// Releases whose fixtures are checked in; every one must keep opening.
+const RELEASES: [&str; 1] = ["0.1.0"];
+
+fn fixture_dir(release: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(release)
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (scripts/make-compat-fixtures writes it)",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The state as this test compares it: without the revision and the lease clocks.
+fn comparable(state: Value) -> Value {
+    let mut state = without_lease_clocks(state);
+    state["revision"] = Value::Null;
+    state
+}
+
+/// A one-manager cluster for the fixture of `release`, not started, on the fixture's port.
+fn fixture_cluster(meta: &Value) -> Cluster {
+    let placement = ManagerPlacement {
+        host: "127.0.0.1".to_string(),
+        port: u16::try_from(meta["port"].as_u64().unwrap()).unwrap(),
+        netns: None,
+    };
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", placement.port)).is_ok(),
+        "port {} (the fixture's manager address) is in use",
+        placement.port
+    );
+    let node_id = meta["node_id"].as_u64().unwrap();
+    Cluster::new_placed(
+        ClusterOptions {
+            size: 1,
+            lease: meta["lease_duration"].as_str().unwrap().to_string(),
+            shard_count: u32::try_from(meta["shard_count"].as_u64().unwrap()).unwrap(),
+            extra_args: Vec::new(),
+        },
+        BTreeMap::from([(node_id, placement)]),
+    )
+}
+
+async fn served_state(cluster: &Cluster, id: u64) -> Value {
+    poll_until("the manager to serve its state", LEADER_BOUND, || async {
+        let reply = cluster
+            .http
+            .get(format!("{}/v1/state", cluster.url(id)))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        reply.json::<Value>().await.map_err(|e| e.to_string())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p14_1_data_directories_of_earlier_releases_open_with_the_same_state() {
+    let _serial = one_cluster_at_a_time().await;
+    for release in RELEASES {
+        let fixtures = fixture_dir(release);
+        let meta = read_json(&fixtures.join("meta.json"));
+        let expected = comparable(read_json(&fixtures.join("state.json")));
+        let mut cluster = fixture_cluster(&meta);
+        let id = meta["node_id"].as_u64().unwrap();
+        let data_dir = cluster.manager(id).data_dir.clone();
+        let parent = data_dir.parent().unwrap();
+        let untar = Command::new("tar")
+            .arg("-xzf")
+            .arg(fixtures.join("data-dir.tgz"))
+            .arg("-C")
+            .arg(parent)
+            .status()
+            .expect("run tar");
+        assert!(untar.success(), "tar -xzf {}", fixtures.display());
+        std::fs::rename(parent.join(format!("manager-{id}")), &data_dir).ok();
+        assert!(data_dir.is_dir(), "{} from the fixture", data_dir.display());
+
+        cluster.start_all();
+        cluster.wait_for_leader(LEADER_BOUND).await;
+        let state = served_state(&cluster, id).await;
+        assert_eq!(
+            comparable(state),
+            expected,
+            "release {release}'s data directory opens with the state it had"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p14_1_backups_of_earlier_releases_restore_with_the_same_state() {
+    let _serial = one_cluster_at_a_time().await;
+    for release in RELEASES {
+        let fixtures = fixture_dir(release);
+        let meta = read_json(&fixtures.join("meta.json"));
+        let expected = comparable(read_json(&fixtures.join("state.json")));
+        let mut cluster = fixture_cluster(&meta);
+        let id = meta["node_id"].as_u64().unwrap();
+        let data_dir = cluster.manager(id).data_dir.display().to_string();
+        let backup = fixtures.join("backup").display().to_string();
+        let run = leaseholdctl(
+            &[],
+            &["snapshot", "restore", &backup, "--data-dir", &data_dir],
+        )
+        .await
+        .ok();
+        assert!(run.stdout.contains("Prepared"), "{}", run.stdout);
+
+        cluster.start_all();
+        cluster.wait_for_leader(LEADER_BOUND).await;
+        let state = served_state(&cluster, id).await;
+        assert_eq!(
+            comparable(state),
+            expected,
+            "release {release}'s backup restores with the state it had"
+        );
+    }
+}
