@@ -6,10 +6,10 @@
 //! Admission for a held shard is on exactly while the executor is registered, its own copy of
 //! the lease is live (P3.6) and it is not stopping (P3.7). [`AdmissionCore::admit`] decides that
 //! from the instant it is given, so a lapse takes effect at the expiry instant itself even if
-//! nothing notices until later; [`AdmissionCore::settle`] then records the stop stamped with
+//! nothing notices until later; [`AdmissionCore::record_lapse`] then records the stop stamped with
 //! that expiry.
 //!
-//! Every operation first settles a lapse, then changes state in the order of P4.3: stop
+//! Every operation first records a lapse, then changes state in the order of P4.3: stop
 //! admitting dropped shards, start gained ones; the caller reports afterwards. Events are
 //! stamped with the instant the operation was applied at, which the shell reads while holding
 //! the lock that [`AdmissionCore::admit`] also takes: a `start` is stamped no later than the
@@ -233,7 +233,7 @@ pub struct AdmissionCore {
     /// Held set and delivery order (P4.1).
     assignment: AssignmentState,
     /// Whether a `start` has been recorded for every held shard and no `stop` since: the
-    /// admission state the log shows. It can lag a lapse (until [`AdmissionCore::settle`]), but
+    /// admission state the log shows. It can lag a lapse (until [`AdmissionCore::record_lapse`]), but
     /// [`AdmissionCore::admit`] also checks the lease itself.
     admitting: bool,
     /// Set by a graceful stop (P3.7) and never cleared: a stopping executor admits nothing
@@ -299,7 +299,7 @@ impl AdmissionCore {
     }
 
     /// Decides whether work for `shard` may start at `now` (P3.6). Read-only: a lapse the core
-    /// has not settled yet is still refused, from the expiry instant on.
+    /// has not been recorded yet is still refused, from the expiry instant on.
     pub fn admit(&self, shard: u32, now: Instant) -> Result<Permit, AdmitError> {
         if !self.admits_at(now) {
             return Err(AdmitError::NotReady);
@@ -319,13 +319,13 @@ impl AdmissionCore {
 
     /// Records a lapse noticed at `now`: every held shard stops, stamped with the expiry
     /// instant (§9: the instant admission really ended, even if noticed later).
-    pub fn settle(&mut self, now: Instant) -> Vec<AdmissionEvent> {
+    pub fn record_lapse(&mut self, now: Instant) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.settle_into(now, &mut events);
+        self.record_lapse_into(now, &mut events);
         events
     }
 
-    fn settle_into(&mut self, now: Instant, events: &mut Vec<AdmissionEvent>) {
+    fn record_lapse_into(&mut self, now: Instant, events: &mut Vec<AdmissionEvent>) {
         if self.admitting && !self.lease.is_live(now) {
             // `admit` refused from the expiry on; never stamp later than `now`.
             let ended_at = self.lease.expiry().map_or(now, |expiry| expiry.min(now));
@@ -438,7 +438,7 @@ impl AdmissionCore {
             }
         }
         let mut events = Vec::new();
-        self.settle_into(now, &mut events);
+        self.record_lapse_into(now, &mut events);
         // A stale grant still moves the lease (P3.3), but only over what the manager recorded
         // for this executor at the grant's revision: shards already taken from it by then stop
         // now rather than ride on the new lease past their handoff deadline (I1).
@@ -504,7 +504,7 @@ impl AdmissionCore {
             .validate_set(push.shard_count, &push.shards)?;
         self.check_addressee(&push.executor_id)?;
         let mut events = Vec::new();
-        self.settle_into(now, &mut events);
+        self.record_lapse_into(now, &mut events);
         let set = self.apply_set_into(
             push.revision,
             push.shard_count,
@@ -526,7 +526,7 @@ impl AdmissionCore {
     ) -> Result<RevokeApplied, PushError> {
         self.check_addressee(&revoke.executor_id)?;
         let mut events = Vec::new();
-        self.settle_into(now, &mut events);
+        self.record_lapse_into(now, &mut events);
         let admitting = self.admitting;
         let outcome = self
             .assignment
@@ -551,7 +551,7 @@ impl AdmissionCore {
     /// registration, its lease and its set; the shell registers anew.
     pub fn forget_executor(&mut self, now: Instant) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.settle_into(now, &mut events);
+        self.record_lapse_into(now, &mut events);
         self.stop_all(now, AdmissionReason::UnknownExecutor, &mut events);
         self.assignment.clear();
         self.lease.clear();
@@ -563,7 +563,7 @@ impl AdmissionCore {
     /// the shell's next step.
     pub fn stop_admission(&mut self, now: Instant) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.settle_into(now, &mut events);
+        self.record_lapse_into(now, &mut events);
         self.stopping = true;
         self.stop_all(now, AdmissionReason::Shutdown, &mut events);
         events
@@ -658,7 +658,7 @@ mod tests {
         );
         assert_eq!(core.admit(3, t0 + secs(60)), Err(AdmitError::NotReady));
         assert_eq!(
-            summary(&core.settle(t0 + secs(70))),
+            summary(&core.record_lapse(t0 + secs(70))),
             [(3, 1, Stop, t0 + secs(60), LeaseLapsed)]
         );
     }

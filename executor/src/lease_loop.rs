@@ -350,7 +350,7 @@ pub(crate) async fn watch_lapses(shared: Arc<Shared>, mut shutdown: ShutdownSign
             }
         };
         tokio::select! {
-            () = sleep_until(wake_at.unwrap_or_else(Instant::now)), if wake_at.is_some() => shared.settle(),
+            () = sleep_until(wake_at.unwrap_or_else(Instant::now)), if wake_at.is_some() => shared.record_lapse(),
             changed = assignment.changed() => {
                 if changed.is_err() {
                     return;

@@ -174,8 +174,8 @@ impl Shared {
     }
 
     /// Records a lapse, if one happened (the lapse watcher calls this at the expiry).
-    pub(crate) fn settle(&self) {
-        self.apply(|core, now| ((), core.settle(now)));
+    pub(crate) fn record_lapse(&self) {
+        self.apply(|core, now| ((), core.record_lapse(now)));
     }
 
     /// `unknown_executor`: stop admitting everything, forget the registration, and pick a new

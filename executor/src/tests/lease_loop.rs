@@ -77,7 +77,7 @@ impl Harness {
     }
 
     /// Lets the spawned tasks run without moving the clock much.
-    async fn settle(&self) {
+    async fn let_tasks_run(&self) {
         sleep(ms(1)).await;
     }
 
@@ -176,7 +176,7 @@ async fn p3_2_delayed_renewal_reply_anchors_at_its_own_send() {
         shards: set(&[(3, 2)]),
         ..Script::default()
     });
-    harness.settle().await;
+    harness.let_tasks_run().await;
     // The first renewal leaves at t0 + 10 s and its reply lands 4 s later.
     harness.fake.script(|script| script.reply_delay = secs(4));
     sleep_until(harness.t0 + secs(14) + ms(1)).await;
@@ -232,7 +232,7 @@ async fn p3_6_lapse_fences_and_a_later_renewal_resumes_without_reacquire() {
         shards: set(&[(1, 1), (2, 5)]),
         ..Script::default()
     });
-    harness.settle().await;
+    harness.let_tasks_run().await;
     assert_eq!(
         harness.drain_events(),
         [
@@ -251,7 +251,7 @@ async fn p3_6_lapse_fences_and_a_later_renewal_resumes_without_reacquire() {
     harness.fake.script(|script| script.fail_renewals = true);
     let expiry = harness.t0 + secs(4);
     sleep_until(expiry).await;
-    harness.settle().await;
+    harness.let_tasks_run().await;
     // The watcher records the lapse at the expiry, with no other trigger.
     assert_eq!(
         harness.shared.subscribe_assignment().borrow().admission,
@@ -323,7 +323,7 @@ async fn unknown_executor_triggers_reregistration_with_a_new_incarnation() {
         shards: set(&[(4, 1)]),
         ..Script::default()
     });
-    harness.settle().await;
+    harness.let_tasks_run().await;
     let first = harness.shared.health().unwrap();
     assert_eq!(first.executor_id, "ex-1");
     harness.fake.script(|script| {
@@ -331,7 +331,7 @@ async fn unknown_executor_triggers_reregistration_with_a_new_incarnation() {
         script.shards = set(&[(4, 2)]);
     });
     sleep(secs(10)).await;
-    harness.settle().await;
+    harness.let_tasks_run().await;
     let second = harness.shared.health().unwrap();
     assert_eq!(second.executor_id, "ex-2");
     assert_ne!(second.incarnation, first.incarnation, "a fresh incarnation");
@@ -444,7 +444,7 @@ async fn hopeless_registration_fails_the_executor() {
         refuse_register: true,
         ..Script::default()
     });
-    harness.settle().await;
+    harness.let_tasks_run().await;
     assert!(harness.lease.is_finished());
     let (state, fake, _) = harness.stop().await;
     assert!(matches!(state, RunState::Failed(_)), "{state:?}");
