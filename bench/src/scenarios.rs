@@ -204,6 +204,40 @@ pub struct B1 {
     pub etcd_connections: usize,
 }
 
+/// One B1 ramp against a fresh etcd cluster of its own: `fleet` makes the holders from the
+/// cluster's clients. Returns the row: system, what the ramp found, the load average before and
+/// after.
+async fn ramp_on_fresh_etcd<F, Fut, R>(
+    env: &Env,
+    etcd: &Path,
+    args: &B1,
+    system: &str,
+    cluster_name: &str,
+    fleet: F,
+) -> Result<(String, RampResult, String)>
+where
+    F: FnOnce(Vec<crate::etcd::EtcdClient>) -> Fut,
+    Fut: std::future::Future<Output = Result<R>>,
+    R: Renewer,
+{
+    let load = load_average();
+    eprintln!("B1 {system}: {} holders", args.executors);
+    let cluster = etcd_cluster(etcd, env, cluster_name).await?;
+    let clients = etcd_clients(
+        &cluster.client_urls(),
+        args.etcd_connections,
+        Duration::from_secs(5),
+    )
+    .await?;
+    let holders = Arc::new(fleet(clients).await?);
+    let found = drive::ramp(holders, args.ramp, system).await;
+    Ok((
+        system.to_owned(),
+        found,
+        format!("{load} → {}", load_average()),
+    ))
+}
+
 pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
     let mut results: Vec<(String, RampResult, String)> = Vec::new();
     let n = args.executors;
@@ -223,41 +257,30 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
 
     if let Some(etcd) = env.etcd_or_skip("B1") {
         let value = claims_payload(per_holder_shards(args.shards, n));
-        let load = load_average();
-        eprintln!("B1 etcd (a) put with lease: {n} holders");
-        let cluster = etcd_cluster(etcd, env, "b1-etcd-put").await?;
-        let clients = etcd_clients(
-            &cluster.client_urls(),
-            args.etcd_connections,
-            Duration::from_secs(5),
-        )
-        .await?;
-        let fleet = Arc::new(EtcdPutFleet::start(clients, n, PUT_LEASE_TTL_S, value).await?);
-        let found = drive::ramp(fleet.clone(), args.ramp, "etcd put").await;
-        results.push((
-            "etcd (a) put with lease".into(),
-            found,
-            format!("{load} → {}", load_average()),
-        ));
-        drop(fleet);
-        drop(cluster);
-
-        let load = load_average();
-        eprintln!("B1 etcd (b) keepalive streams: {n} holders");
-        let cluster = etcd_cluster(etcd, env, "b1-etcd-keepalive").await?;
-        let clients = etcd_clients(
-            &cluster.client_urls(),
-            args.etcd_connections,
-            Duration::from_secs(5),
-        )
-        .await?;
-        let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, n, 60).await?);
-        let found = drive::ramp(fleet.clone(), args.ramp, "etcd keepalive").await;
-        results.push((
-            "etcd (b) keepalive stream".into(),
-            found,
-            format!("{load} → {}", load_average()),
-        ));
+        let put = |clients| EtcdPutFleet::start(clients, n, PUT_LEASE_TTL_S, value);
+        results.push(
+            ramp_on_fresh_etcd(
+                env,
+                etcd,
+                args,
+                "etcd (a) put with lease",
+                "b1-etcd-put",
+                put,
+            )
+            .await?,
+        );
+        let keepalive = |clients| EtcdKeepAliveFleet::start(clients, n, 60);
+        results.push(
+            ramp_on_fresh_etcd(
+                env,
+                etcd,
+                args,
+                "etcd (b) keepalive stream",
+                "b1-etcd-keepalive",
+                keepalive,
+            )
+            .await?,
+        );
     }
 
     let ours = results.first().map(|(_, found, _)| found.clone());

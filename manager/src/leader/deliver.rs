@@ -83,14 +83,14 @@ pub struct DeliveryHandle {
     pub proposer: Proposer,
 }
 
-pub async fn run(node: DeliveryHandle, term: u64, mut stopped: watch::Receiver<bool>) {
+pub async fn run(handle: DeliveryHandle, term: u64, mut stopped: watch::Receiver<bool>) {
     let mut push_backoff: BTreeMap<ExecutorId, Backoff> = BTreeMap::new();
     let mut revoke_sent: BTreeMap<(ExecutorId, u64), Instant> = BTreeMap::new();
     loop {
-        let deliveries = plan_round(&node, &mut push_backoff, &mut revoke_sent);
-        deliver_all(&node, term, deliveries, &mut push_backoff).await;
+        let deliveries = plan_round(&handle, &mut push_backoff, &mut revoke_sent);
+        deliver_all(&handle, term, deliveries, &mut push_backoff).await;
         tokio::select! {
-            _ = node.signals.deliveries.notified() => {}
+            _ = handle.signals.deliveries.notified() => {}
             _ = tokio::time::sleep(ROUND_INTERVAL) => {}
             _ = stopped.changed() => return,
         }
@@ -101,10 +101,11 @@ pub async fn run(node: DeliveryHandle, term: u64, mut stopped: watch::Receiver<b
 }
 
 /// Sends every delivery, at most [`MAX_DELIVERIES_IN_FLIGHT`] at once, and records the outcome
-/// of each as it completes. Nothing planned is left out: a rebalance that changes hundreds of sets pushes every
-/// one of them in this round, so a new owner does not wait for its next renewal to learn a grant.
+/// of each as it completes. Nothing planned is left out: a rebalance that changes hundreds of
+/// sets pushes every one of them in this round, so a new owner does not wait for its next
+/// renewal to learn a grant.
 async fn deliver_all(
-    node: &DeliveryHandle,
+    handle: &DeliveryHandle,
     term: u64,
     deliveries: Vec<Delivery>,
     push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
@@ -116,25 +117,25 @@ async fn deliver_all(
             let Some(delivery) = waiting.next() else {
                 break;
             };
-            in_flight.spawn(send(node.http.clone(), delivery));
+            in_flight.spawn(send(handle.http.clone(), delivery));
         }
         let Some(joined) = in_flight.join_next().await else {
             return;
         };
         let Ok(delivered) = joined else { continue };
-        record_delivered(node, term, delivered, push_backoff).await;
+        record_delivered(handle, term, delivered, push_backoff).await;
     }
 }
 
 /// Chooses this round's deliveries from the queued pushes and the state's handoffs.
 fn plan_round(
-    node: &DeliveryHandle,
+    handle: &DeliveryHandle,
     push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
     revoke_sent: &mut BTreeMap<(ExecutorId, u64), Instant>,
 ) -> Vec<Delivery> {
     let now = Instant::now();
-    let queued = node.signals.take_pushes();
-    node.state.read(|applied| {
+    let queued = handle.signals.take_pushes();
+    handle.state.read(|applied| {
         let state = &applied.state;
         let shard_count = state.config().map_or(0, |c| c.shard_count);
         let mut deliveries = Vec::new();
@@ -147,7 +148,7 @@ fn plan_round(
                 .get(&executor_id)
                 .is_some_and(|b| b.next_attempt > now)
             {
-                node.signals.mark_for_push([executor_id]);
+                handle.signals.mark_for_push([executor_id]);
                 continue;
             }
             let shards = state
@@ -255,7 +256,7 @@ async fn send(http: reqwest::Client, delivery: Delivery) -> Delivered {
 }
 
 async fn record_delivered(
-    node: &DeliveryHandle,
+    handle: &DeliveryHandle,
     term: u64,
     delivered: Delivered,
     push_backoff: &mut BTreeMap<ExecutorId, Backoff>,
@@ -286,7 +287,7 @@ async fn record_delivered(
                     delay,
                 },
             );
-            node.signals.mark_for_push([executor_id]);
+            handle.signals.mark_for_push([executor_id]);
         }
         Delivered::Revoked {
             executor_id,
@@ -311,16 +312,16 @@ async fn record_delivered(
                 .filter(|s| requested.contains(s))
                 .collect();
             if reply.ignored || released.is_empty() {
-                warn_if_still_current(node, &executor_id, &requested, revision);
+                warn_if_still_current(handle, &executor_id, &requested, revision);
                 return;
             }
             let command = Command::Release {
-                now_ms: node.clock.now_ms(),
+                now_ms: handle.clock.now_ms(),
                 executor_id: executor_id.clone(),
                 shards: released,
                 revoke_revision: revision,
             };
-            match node.proposer.propose_as::<Released>(command).await {
+            match handle.proposer.propose_as::<Released>(command).await {
                 Ok((
                     _,
                     ExecutorAnswer::Done(Released {
@@ -347,12 +348,12 @@ async fn record_delivered(
 /// executor predates the overtaken-revoke rule): counted and logged, and the handoff waits for
 /// the executor's claims or the lease expiry.
 fn warn_if_still_current(
-    node: &DeliveryHandle,
+    handle: &DeliveryHandle,
     executor_id: &ExecutorId,
     requested: &[ShardId],
     revoke_revision: u64,
 ) {
-    let current = node.state.read(|applied| {
+    let current = handle.state.read(|applied| {
         requested
             .iter()
             .filter(|&&shard| {
