@@ -12,6 +12,7 @@ mod process;
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,12 @@ pub enum HarnessError {
     NoBinDir { reason: String },
     #[error("HTTP client: {0}")]
     Http(#[from] reqwest::Error),
+    #[error("building release {release} from {commit}: {detail}")]
+    ReleaseBuild {
+        release: String,
+        commit: String,
+        detail: String,
+    },
 }
 
 /// How often [`poll_until`] checks.
@@ -149,6 +156,73 @@ pub fn bin_dir() -> Result<PathBuf, HarnessError> {
         _ => dir,
     };
     Ok(dir.to_path_buf())
+}
+
+/// The binaries an earlier release was cut as (its commit, CHANGELOG.md), for the tests that
+/// run it beside this one (PROTOCOL §14). Built once from that commit in a git worktree under
+/// `target/releases/<release>/` and cached there: the manager, the executor and `leaseholdctl`.
+/// Blocks while it builds (a few minutes the first time).
+pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessError> {
+    let failed = |detail: String| HarnessError::ReleaseBuild {
+        release: release.to_owned(),
+        commit: commit.to_owned(),
+        detail,
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or_else(|| failed("the harness crate has no workspace directory".to_owned()))?;
+    let cache = root.join("target").join("releases").join(release);
+    let bin = cache.join("target").join("debug");
+    let names = ["leasehold-manager", "leasehold-executor", "leaseholdctl"];
+    if names.iter().all(|name| bin.join(name).is_file()) {
+        return Ok(bin);
+    }
+    let source = cache.join("src");
+    if !source.join("Cargo.toml").is_file() {
+        run_to_end(
+            Command::new("git")
+                .arg("-C")
+                .arg(root)
+                .args(["worktree", "add", "--force", "--detach"])
+                .arg(&source)
+                .arg(commit),
+        )
+        .map_err(failed)?;
+    }
+    run_to_end(
+        Command::new("cargo")
+            .current_dir(&source)
+            .args(["build", "--locked", "--bins"])
+            .args([
+                "-p",
+                "leasehold-manager",
+                "-p",
+                "leasehold-executor",
+                "-p",
+                "leasehold-api",
+            ])
+            .env("CARGO_TARGET_DIR", cache.join("target")),
+    )
+    .map_err(failed)?;
+    Ok(bin)
+}
+
+/// Runs `command` to its end; its stderr's tail when it fails.
+fn run_to_end(command: &mut Command) -> Result<(), String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{command:?}: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+    Err(format!(
+        "{command:?} exited with {}: {}",
+        output.status,
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    ))
 }
 
 /// The workspace binary `name` in [`bin_dir`]; an error with instructions when it is missing.

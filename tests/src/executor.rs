@@ -38,6 +38,9 @@ pub struct ExecutorSpec {
     pub netns: Option<String>,
     /// Further flags, e.g. `--request-timeout 1s`.
     pub extra_args: Vec<String>,
+    /// The executor binary; `None`: this release's (an earlier release's comes from
+    /// `leasehold_harness::release_bin_dir`).
+    pub binary: Option<PathBuf>,
 }
 
 impl ExecutorSpec {
@@ -51,6 +54,7 @@ impl ExecutorSpec {
             advertise: None,
             netns: None,
             extra_args: Vec::new(),
+            binary: None,
         }
     }
 }
@@ -88,10 +92,12 @@ impl ExecutorProcess {
             advertise,
             netns,
             extra_args,
+            binary: executor_binary,
         } = spec;
         let event_log = dir.join(format!("executor-{name}.events.jsonl"));
         let log_path = dir.join(format!("executor-{name}.log"));
-        let mut command = command_in(netns.as_deref(), &binary("leasehold-executor"));
+        let executor_binary = executor_binary.unwrap_or_else(|| binary("leasehold-executor"));
+        let mut command = command_in(netns.as_deref(), &executor_binary);
         command
             .args([
                 "--managers",

@@ -4,6 +4,10 @@
 //! executors (ids, incarnations, names, addresses, drain flags, sets) and the same shards
 //! (owners, epochs, handoffs). Only the revision and the lease clocks may differ.
 //!
+//! And executors of the previous release keep working against this release's managers, beside
+//! this release's executors (P14.3): the previous release's binaries are built from its commit
+//! (CHANGELOG.md) by `leasehold_harness::release_bin_dir`, cached under `target/releases/`.
+//!
 //! The fixture is a one-manager cluster of 16 shards with three executors, one of them
 //! draining, stopped cleanly with the executors still registered. Its manager ran on a fixed
 //! port, which its data directory records as its address, so the test runs it on the same port.
@@ -17,6 +21,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use leasehold_tests::ctl::leaseholdctl;
+use leasehold_tests::executor::{
+    check_admission_exclusivity, wait_for_even_split, ExecutorLog, ExecutorProcess, ExecutorSpec,
+};
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
     ManagerPlacement,
@@ -26,6 +33,10 @@ use serde_json::Value;
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 /// Releases whose fixtures are checked in; every one must keep opening.
 const RELEASES: [&str; 1] = ["0.1.0"];
+/// The previous release and its commit (CHANGELOG.md).
+const PREVIOUS: (&str, &str) = ("0.1.0", "80161b3");
+/// The previous release's first build takes minutes on a loaded 2-core machine.
+const SETTLE_BOUND: Duration = Duration::from_secs(90);
 
 fn fixture_dir(release: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -148,4 +159,47 @@ async fn p14_1_backups_of_earlier_releases_restore_with_the_same_state() {
             "release {release}'s backup restores with the state it had"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p14_3_an_executor_of_the_previous_release_works_beside_this_releases() {
+    let (release, commit) = PREVIOUS;
+    let previous =
+        tokio::task::spawn_blocking(move || leasehold_harness::release_bin_dir(release, commit))
+            .await
+            .expect("build task")
+            .unwrap_or_else(|e| panic!("{e}"));
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: 16,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let mut old = ExecutorProcess::start_spec(
+        cluster.dir.path(),
+        ExecutorSpec {
+            binary: Some(previous.join("leasehold-executor")),
+            ..ExecutorSpec::local(&cluster, "previous-release")
+        },
+    );
+    let new = ExecutorProcess::start(&cluster, "this-release");
+    wait_for_even_split(&[&old, &new], 16, SETTLE_BOUND).await;
+
+    // The previous release's executor dies: its shards move to this release's (P3.8).
+    old.kill();
+    // CLOCK_MONOTONIC after the process was reaped: an upper bound on when it stopped admitting.
+    let dead_by_ns = leasehold_tests::checker::monotonic_now_ns();
+    wait_for_even_split(&[&new], 16, SETTLE_BOUND).await;
+    let log = |executor: &ExecutorProcess, ended_at_ns| ExecutorLog {
+        records: executor
+            .admission_log()
+            .unwrap_or_else(|e| panic!("admission log of {}: {e}", executor.name)),
+        ended_at_ns,
+    };
+    let logs = [log(&old, Some(dead_by_ns)), log(&new, None)];
+    let report = check_admission_exclusivity(&logs).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        report.handoffs > 0,
+        "shards moved between the releases: {report:?}"
+    );
 }

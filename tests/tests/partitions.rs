@@ -83,6 +83,7 @@ impl NetScenario {
             advertise: None,
             netns: Some(node.netns.clone()),
             extra_args: fault_executor_args(),
+            binary: None,
         });
         self.executor_nodes.insert(index, node);
         index
