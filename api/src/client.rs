@@ -838,23 +838,55 @@ fn decode_optional_json(reply: &Reply) -> Result<serde_json::Value, ClientError>
     }
 }
 
-/// reqwest's top-level message is terse ("error sending request"); the cause is in the chain.
-fn error_chain(error: &dyn StdError) -> String {
+/// An error and its causes on one line, `error: cause: cause`: reqwest's top-level message is
+/// terse ("error sending request") and the cause is in the chain, and the binaries report their
+/// errors this way (`process`). A cause whose text its wrapper already ends with is not repeated,
+/// and line breaks become spaces.
+pub(crate) fn error_chain(error: &dyn StdError) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     // Bounded: real chains are a handful deep.
     for _ in 0..8 {
         let Some(cause) = source else { break };
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
+        let cause_text = cause.to_string();
+        if !message.ends_with(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
         source = cause.source();
     }
-    message
+    message.replace('\n', " ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("inner\nsecond line")]
+    struct Inner;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapped: {0}")]
+    struct Repeats(#[source] Inner2);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the cause")]
+    struct Inner2;
+
+    #[test]
+    fn an_error_and_its_causes_print_as_one_line() {
+        assert_eq!(error_chain(&Outer(Inner)), "outer: inner second line");
+    }
+
+    #[test]
+    fn a_cause_already_in_its_wrapper_message_is_not_repeated() {
+        assert_eq!(error_chain(&Repeats(Inner2)), "wrapped: the cause");
+    }
 
     #[test]
     fn endpoints_are_validated_and_normalised() {

@@ -40,11 +40,11 @@ pub use wire::{
     ReleaseRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch, SnapshotInfo,
 };
 
-/// FNV-1a 64-bit offset basis.
 /// This build's release: the workspace version, recorded with its commit in CHANGELOG.md. Every
 /// binary reports it (`--version`, `GET /v1/cluster`, `leasehold_build_info`).
 pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
+/// FNV-1a 64-bit offset basis.
 pub const FNV1A_64_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 /// FNV-1a 64-bit prime (2^40 + 2^8 + 0xb3).
 pub const FNV1A_64_PRIME: u64 = 0x0000_0100_0000_01b3;

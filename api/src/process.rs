@@ -6,6 +6,8 @@
 #[cfg(feature = "cli")]
 use std::io::IsTerminal;
 
+use crate::client::error_chain;
+
 #[cfg(feature = "cli")]
 use tracing_subscriber::EnvFilter;
 
@@ -52,8 +54,9 @@ pub async fn shutdown_signal() {
 
 /// Sets the standard process metrics every Prometheus exporter has (`process_cpu_seconds_total`,
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...) and
-/// `leasehold_build_info{release}` (always 1) on the installed `metrics` recorder. Called by each `/metrics` handler just before it renders, so
-/// the figures are read at scrape time; without a recorder it does nothing.
+/// `leasehold_build_info{release}` (always 1) on the installed `metrics` recorder. Called by
+/// each `/metrics` handler just before it renders, so the figures are read at scrape time;
+/// without a recorder it does nothing.
 pub fn record_process_metrics() {
     metrics::gauge!("leasehold_build_info", "release" => crate::RELEASE).set(1.0);
     static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
@@ -90,51 +93,4 @@ pub fn run_error(
 ) -> std::process::ExitCode {
     eprintln!("{program}: {}", error_chain(error));
     std::process::ExitCode::FAILURE
-}
-
-/// `error: cause: cause`, each cause once (a wrapper that repeats its source's text in its own
-/// message is not printed twice).
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text.replace('\n', " ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] Inner);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("inner\nsecond line")]
-    struct Inner;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("wrapped: {0}")]
-    struct Repeats(#[source] Inner2);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("the cause")]
-    struct Inner2;
-
-    #[test]
-    fn an_error_and_its_causes_print_as_one_line() {
-        assert_eq!(error_chain(&Outer(Inner)), "outer: inner second line");
-    }
-
-    #[test]
-    fn a_cause_already_in_its_wrapper_message_is_not_repeated() {
-        assert_eq!(error_chain(&Repeats(Inner2)), "wrapped: the cause");
-    }
 }

@@ -20,13 +20,13 @@ use serde::{Deserialize, Serialize};
 pub use self::exit::{CtlError, EXIT_CODES_HELP};
 use self::table::{fields, human_ms, opt, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
-use crate::wire::{AddNodeRequest, ClusterInfo, ExecutorView, ShardView, StateView};
+use crate::wire::{
+    AddNodeRequest, ClusterInfo, ExecutorView, ShardView, StateView, MAX_WATCH_WAIT,
+};
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
 pub const DEFAULT_ENDPOINTS: &str =
     "http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003";
-
-use crate::wire::MAX_WATCH_WAIT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
