@@ -261,7 +261,8 @@ impl AssignmentState {
     }
 
     /// Applies a revoke unless a set read after it was applied (P4.1), and raises the last
-    /// applied revision to the revoke's so an older assign push arriving later is stale.
+    /// applied revision to at least the revoke's so an older assign push arriving later is
+    /// stale.
     ///
     /// Revokes of one executor's handoffs are sent concurrently, so a newer one often lands
     /// first; it names other shards and says nothing about the older one's, which still applies.

@@ -9,8 +9,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
-use crate::lease::{Command, Outcome};
-pub use crate::proposer::ProposeError;
 use crate::proposer::Proposer;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
@@ -187,11 +185,6 @@ impl ManagerNode {
 
     pub fn begin_step_down(&self) {
         self.proposer.begin_step_down();
-    }
-
-    /// [`Proposer::propose`].
-    pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), ProposeError> {
-        self.proposer.propose(command).await
     }
 
     pub async fn committed_index(&self) -> Option<u64> {

@@ -5,7 +5,7 @@
 
 pub use leasehold_api::http::HttpError;
 
-use crate::node::ProposeError;
+use crate::proposer::ProposeError;
 
 impl From<ProposeError> for HttpError {
     fn from(error: ProposeError) -> Self {

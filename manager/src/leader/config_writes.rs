@@ -49,7 +49,7 @@ pub async fn ensure_lease_config(node: &ManagerNode) {
     if node.leader() != Leader::Local {
         return;
     }
-    match node.propose(command).await {
+    match node.proposer.propose(command).await {
         Ok((index, outcome)) => {
             tracing::info!(index, ?outcome, "wrote the cluster lease configuration")
         }
