@@ -397,6 +397,20 @@ pub struct ExclusivityReport {
     pub handoffs: usize,
 }
 
+/// Each executor's admission log, for [`check_admission_exclusivity`]: with the instant it was
+/// dead by (an upper bound on when it stopped admitting), or `None` while it still runs.
+pub fn admission_logs(executors: &[(&ExecutorProcess, Option<u64>)]) -> Vec<ExecutorLog> {
+    executors
+        .iter()
+        .map(|(executor, ended_at_ns)| ExecutorLog {
+            records: executor
+                .admission_log()
+                .unwrap_or_else(|e| panic!("admission log of {}: {e}", executor.name)),
+            ended_at_ns: *ended_at_ns,
+        })
+        .collect()
+}
+
 /// I1 and I2 over the admission logs of every executor that ran (the rules are in
 /// [`crate::checker`]): `Err` lists every violation.
 pub fn check_admission_exclusivity(logs: &[ExecutorLog]) -> Result<ExclusivityReport, String> {

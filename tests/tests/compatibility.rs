@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use leasehold_tests::ctl::leaseholdctl;
 use leasehold_tests::executor::{
-    check_admission_exclusivity, wait_for_even_split, ExecutorLog, ExecutorProcess, ExecutorSpec,
+    admission_logs, check_admission_exclusivity, wait_for_even_split, ExecutorProcess, ExecutorSpec,
 };
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
@@ -61,28 +61,66 @@ fn comparable(state: Value) -> Value {
     state
 }
 
-/// A one-manager cluster for the fixture of `release`, not started, on the fixture's port.
-fn fixture_cluster(meta: &Value) -> Cluster {
-    let placement = ManagerPlacement {
-        host: "127.0.0.1".to_string(),
-        port: u16::try_from(meta["port"].as_u64().unwrap()).unwrap(),
-        netns: None,
-    };
-    assert!(
-        std::net::TcpListener::bind(("127.0.0.1", placement.port)).is_ok(),
-        "port {} (the fixture's manager address) is in use",
-        placement.port
-    );
-    let node_id = meta["node_id"].as_u64().unwrap();
-    Cluster::new_placed(
-        ClusterOptions {
-            size: 1,
-            lease: meta["lease_duration"].as_str().unwrap().to_string(),
-            shard_count: u32::try_from(meta["shard_count"].as_u64().unwrap()).unwrap(),
-            extra_args: Vec::new(),
-        },
-        BTreeMap::from([(node_id, placement)]),
-    )
+/// One release's fixture and a one-manager cluster for it, not started, on the fixture's port.
+struct Fixture {
+    release: &'static str,
+    dir: PathBuf,
+    /// The fixture's state, as [`comparable`] has it.
+    expected: Value,
+    cluster: Cluster,
+    id: u64,
+}
+
+impl Fixture {
+    fn load(release: &'static str) -> Self {
+        let dir = fixture_dir(release);
+        let meta = read_json(&dir.join("meta.json"));
+        let expected = comparable(read_json(&dir.join("state.json")));
+        let placement = ManagerPlacement {
+            host: "127.0.0.1".to_string(),
+            port: u16::try_from(meta["port"].as_u64().unwrap()).unwrap(),
+            netns: None,
+        };
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", placement.port)).is_ok(),
+            "port {} (the fixture's manager address) is in use",
+            placement.port
+        );
+        let id = meta["node_id"].as_u64().unwrap();
+        let cluster = Cluster::new_placed(
+            ClusterOptions {
+                size: 1,
+                lease: meta["lease_duration"].as_str().unwrap().to_string(),
+                shard_count: u32::try_from(meta["shard_count"].as_u64().unwrap()).unwrap(),
+                extra_args: Vec::new(),
+            },
+            BTreeMap::from([(id, placement)]),
+        );
+        Self {
+            release,
+            dir,
+            expected,
+            cluster,
+            id,
+        }
+    }
+
+    fn data_dir(&mut self) -> PathBuf {
+        self.cluster.manager(self.id).data_dir.clone()
+    }
+
+    /// Starts the manager and checks it serves the fixture's state; `what` names the source.
+    async fn assert_serves_the_fixtures_state(mut self, what: &str) {
+        self.cluster.start_all();
+        self.cluster.wait_for_leader(LEADER_BOUND).await;
+        let state = served_state(&self.cluster, self.id).await;
+        assert_eq!(
+            comparable(state),
+            self.expected,
+            "release {}'s {what} opens with the state it had",
+            self.release
+        );
+    }
 }
 
 async fn served_state(cluster: &Cluster, id: u64) -> Value {
@@ -102,32 +140,22 @@ async fn served_state(cluster: &Cluster, id: u64) -> Value {
 async fn p14_1_data_directories_of_earlier_releases_open_with_the_same_state() {
     let _serial = one_cluster_at_a_time().await;
     for release in RELEASES {
-        let fixtures = fixture_dir(release);
-        let meta = read_json(&fixtures.join("meta.json"));
-        let expected = comparable(read_json(&fixtures.join("state.json")));
-        let mut cluster = fixture_cluster(&meta);
-        let id = meta["node_id"].as_u64().unwrap();
-        let data_dir = cluster.manager(id).data_dir.clone();
+        let mut fixture = Fixture::load(release);
+        let data_dir = fixture.data_dir();
         let parent = data_dir.parent().unwrap();
         let untar = Command::new("tar")
             .arg("-xzf")
-            .arg(fixtures.join("data-dir.tgz"))
+            .arg(fixture.dir.join("data-dir.tgz"))
             .arg("-C")
             .arg(parent)
             .status()
             .expect("run tar");
-        assert!(untar.success(), "tar -xzf {}", fixtures.display());
-        std::fs::rename(parent.join(format!("manager-{id}")), &data_dir).ok();
+        assert!(untar.success(), "tar -xzf {}", fixture.dir.display());
+        std::fs::rename(parent.join(format!("manager-{}", fixture.id)), &data_dir).ok();
         assert!(data_dir.is_dir(), "{} from the fixture", data_dir.display());
-
-        cluster.start_all();
-        cluster.wait_for_leader(LEADER_BOUND).await;
-        let state = served_state(&cluster, id).await;
-        assert_eq!(
-            comparable(state),
-            expected,
-            "release {release}'s data directory opens with the state it had"
-        );
+        fixture
+            .assert_serves_the_fixtures_state("data directory")
+            .await;
     }
 }
 
@@ -135,13 +163,9 @@ async fn p14_1_data_directories_of_earlier_releases_open_with_the_same_state() {
 async fn p14_1_backups_of_earlier_releases_restore_with_the_same_state() {
     let _serial = one_cluster_at_a_time().await;
     for release in RELEASES {
-        let fixtures = fixture_dir(release);
-        let meta = read_json(&fixtures.join("meta.json"));
-        let expected = comparable(read_json(&fixtures.join("state.json")));
-        let mut cluster = fixture_cluster(&meta);
-        let id = meta["node_id"].as_u64().unwrap();
-        let data_dir = cluster.manager(id).data_dir.display().to_string();
-        let backup = fixtures.join("backup").display().to_string();
+        let mut fixture = Fixture::load(release);
+        let data_dir = fixture.data_dir().display().to_string();
+        let backup = fixture.dir.join("backup").display().to_string();
         let run = leaseholdctl(
             &[],
             &["snapshot", "restore", &backup, "--data-dir", &data_dir],
@@ -149,15 +173,7 @@ async fn p14_1_backups_of_earlier_releases_restore_with_the_same_state() {
         .await
         .ok();
         assert!(run.stdout.contains("Prepared"), "{}", run.stdout);
-
-        cluster.start_all();
-        cluster.wait_for_leader(LEADER_BOUND).await;
-        let state = served_state(&cluster, id).await;
-        assert_eq!(
-            comparable(state),
-            expected,
-            "release {release}'s backup restores with the state it had"
-        );
+        fixture.assert_serves_the_fixtures_state("backup").await;
     }
 }
 
@@ -190,13 +206,7 @@ async fn p14_3_an_executor_of_the_previous_release_works_beside_this_releases() 
     // CLOCK_MONOTONIC after the process was reaped: an upper bound on when it stopped admitting.
     let dead_by_ns = leasehold_tests::checker::monotonic_now_ns();
     wait_for_even_split(&[&new], 16, SETTLE_BOUND).await;
-    let log = |executor: &ExecutorProcess, ended_at_ns| ExecutorLog {
-        records: executor
-            .admission_log()
-            .unwrap_or_else(|e| panic!("admission log of {}: {e}", executor.name)),
-        ended_at_ns,
-    };
-    let logs = [log(&old, Some(dead_by_ns)), log(&new, None)];
+    let logs = admission_logs(&[(&old, Some(dead_by_ns)), (&new, None)]);
     let report = check_admission_exclusivity(&logs).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         report.handoffs > 0,

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::executor::{
-    check_admission_exclusivity, status_shards, wait_for_even_split, ExecutorLog, ExecutorProcess,
+    admission_logs, check_admission_exclusivity, status_shards, wait_for_even_split,
+    ExecutorProcess,
 };
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
 
@@ -50,18 +51,6 @@ async fn wait_for_all_shards(
     .await
 }
 
-fn logs_of(executors: &[(&ExecutorProcess, Option<u64>)]) -> Vec<ExecutorLog> {
-    executors
-        .iter()
-        .map(|(executor, ended_at_ns)| ExecutorLog {
-            records: executor
-                .admission_log()
-                .unwrap_or_else(|e| panic!("admission log of {}: {e}", executor.name)),
-            ended_at_ns: *ended_at_ns,
-        })
-        .collect()
-}
-
 /// P5.4: two executors end up with 32 shards each, the second joining without waiting for a
 /// lease to lapse; the shards it takes from the first are handed over through revokes with no
 /// overlap in admission (P5.2, I1) and a new epoch (I2).
@@ -101,7 +90,7 @@ async fn p5_4_two_executors_split_the_shards_evenly_without_overlap() {
     let owner = if status_a == 200 { &first } else { &second };
     assert_eq!(misdirected["owner_address"], owner.url(), "{misdirected}");
 
-    let report = check_admission_exclusivity(&logs_of(&[(&first, None), (&second, None)]))
+    let report = check_admission_exclusivity(&admission_logs(&[(&first, None), (&second, None)]))
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("admission logs: {report:?}");
     assert_eq!(report.shards, SHARDS as usize);
@@ -143,8 +132,9 @@ async fn p3_7_sigterm_moves_shards_to_the_survivor_at_once() {
         .map(|r| r.shard)
         .collect();
     assert_eq!(stopped_for_shutdown, leaving_shards);
-    let report = check_admission_exclusivity(&logs_of(&[(&leaving, None), (&staying, None)]))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let report =
+        check_admission_exclusivity(&admission_logs(&[(&leaving, None), (&staying, None)]))
+            .unwrap_or_else(|e| panic!("{e}"));
     assert!(report.handoffs >= leaving_shards.len(), "{report:?}");
 }
 
@@ -173,7 +163,7 @@ async fn i4_sigkill_moves_shards_after_the_lease() {
         "shards moved {took:?} after the kill, before the lease could have lapsed"
     );
 
-    let report = check_admission_exclusivity(&logs_of(&[
+    let report = check_admission_exclusivity(&admission_logs(&[
         (&crashing, Some(dead_by_ns)),
         (&surviving, None),
     ]))
