@@ -37,7 +37,7 @@ pub use client::{Client, ClientConfig, ClientError};
 pub use problem::{ErrorCode, Problem, LEADER_HEADER, PROBLEM_CONTENT_TYPE, REQUEST_ID_HEADER};
 pub use wire::{
     AddNodeRequest, AssignmentPush, ClusterInfo, ExecutorHealth, Grant, Member, RegisterRequest,
-    ReleaseRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch, SnapshotInfo,
+    ReleaseRequest, RenewRequest, RevokePush, RevokeReply, SchemaRange, ShardEpoch, SnapshotInfo,
 };
 
 /// This build's release: the workspace version, recorded with its commit in CHANGELOG.md. Every

@@ -244,6 +244,23 @@ pub struct Member {
     pub node_id: u64,
     /// Advertised base URL of that manager.
     pub address: String,
+    /// The member's release, as the answering replica last heard it (`0.1.0` for a member of
+    /// 0.1.0, which does not report it); absent while it has not answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+    /// The newest state schema the member can apply (PROTOCOL P14.3); absent while it has not
+    /// answered. The cluster version rises only when every member's is at least the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_schema: Option<u32>,
+}
+
+/// The state schemas a replica reads (PROTOCOL P14.1): it opens data directories, snapshots and
+/// backups of every schema from `oldest` to `newest`, and can apply commands of `newest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SchemaRange {
+    pub oldest: u32,
+    pub newest: u32,
 }
 
 /// Latest snapshot a replica holds (P2.5).
@@ -284,6 +301,40 @@ pub struct ClusterInfo {
     /// which did not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,
+    /// The committed cluster version (PROTOCOL P14.3): the state schema every voter can apply,
+    /// raised by the leader when the last voter is upgraded. Commands and request fields of a
+    /// newer schema are used only once it is reached. Absent from managers of 0.1.0 (schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_version: Option<u32>,
+    /// The schemas the answering replica reads; absent from managers of 0.1.0 (2 to 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<SchemaRange>,
+}
+
+/// The only release whose managers report neither their release nor their schemas: a reply
+/// without them is from it.
+pub const FIRST_RELEASE: &str = "0.1.0";
+/// Release 0.1.0's state schema (it had no cluster version: its clusters are at this one).
+pub const FIRST_RELEASE_SCHEMA: u32 = 2;
+
+impl ClusterInfo {
+    /// The answering replica's release; [`FIRST_RELEASE`] for a replica that does not say.
+    pub fn reported_release(&self) -> &str {
+        self.release.as_deref().unwrap_or(FIRST_RELEASE)
+    }
+
+    /// The schemas the answering replica reads; 0.1.0's for a replica that does not say.
+    pub fn reported_schemas(&self) -> SchemaRange {
+        self.schemas.unwrap_or(SchemaRange {
+            oldest: FIRST_RELEASE_SCHEMA,
+            newest: FIRST_RELEASE_SCHEMA,
+        })
+    }
+
+    /// The committed cluster version; 0.1.0's schema for a replica that does not say.
+    pub fn reported_cluster_version(&self) -> u32 {
+        self.cluster_version.unwrap_or(FIRST_RELEASE_SCHEMA)
+    }
 }
 
 /// `POST /v1/cluster/nodes`: add a manager as learner, then promote it.
@@ -700,6 +751,8 @@ mod tests {
             voters: vec![Member {
                 node_id: 1,
                 address: "http://127.0.0.1:7001".into(),
+                release: Some("0.2.0".into()),
+                newest_schema: Some(3),
             }],
             learners: vec![],
             last_log_index: Some(10),
@@ -709,7 +762,12 @@ mod tests {
                 last_log_index: Some(5),
                 snapshot_id: "1-5-0".into(),
             }),
-            release: Some("0.1.0".into()),
+            release: Some("0.2.0".into()),
+            cluster_version: Some(3),
+            schemas: Some(SchemaRange {
+                oldest: 2,
+                newest: 3,
+            }),
         };
         let text = serde_json::to_string(&full).unwrap();
         assert_eq!(serde_json::from_str::<ClusterInfo>(&text).unwrap(), full);
@@ -721,6 +779,16 @@ mod tests {
         assert_eq!(sparse.leader_id, None);
         assert_eq!(sparse.snapshot, None);
         assert_eq!(sparse.release, None, "a 0.1.0 manager reports no release");
+        // What a 0.1.0 reply means (P14.3): release 0.1.0, schema 2, cluster version 2.
+        assert_eq!(sparse.reported_release(), FIRST_RELEASE);
+        assert_eq!(
+            sparse.reported_schemas(),
+            SchemaRange {
+                oldest: 2,
+                newest: 2
+            }
+        );
+        assert_eq!(sparse.reported_cluster_version(), 2);
     }
 
     #[test]

@@ -95,6 +95,8 @@ fn cluster_info(node_id: u64) -> ClusterInfo {
         applied_index: None,
         snapshot: None,
         release: None,
+        cluster_version: None,
+        schemas: None,
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod bootstrap;
 pub mod clock;
+pub mod cluster_version;
 pub mod config;
 pub mod http;
 pub mod leader;

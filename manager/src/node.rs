@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use leasehold_api::wire::{ClusterInfo, Member, SnapshotInfo};
+use leasehold_api::wire::{ClusterInfo, Member, SchemaRange, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
+use crate::cluster_version::MemberVersions;
+use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
 use crate::proposer::Proposer;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
@@ -52,6 +54,8 @@ pub struct ManagerNode {
     pub proposer: Proposer,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
+    /// Each member's release and newest schema, as the last probe round heard them (P14.3).
+    pub member_versions: Arc<MemberVersions>,
     /// This node's last log index when it started. openraft 0.9 puts a node whose persisted vote
     /// is committed for itself straight back into office in the same term, without a blank entry
     /// of its own, and takes its committed index (not flushed on every commit, so it can be older
@@ -101,7 +105,7 @@ impl ManagerNode {
         (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
     ) -> Self {
         let signals = Arc::new(LeaderSignals::default());
-        let proposer = Proposer::new(raft.clone(), signals.clone());
+        let proposer = Proposer::new(raft.clone(), signals.clone(), state.clone());
         Self {
             id,
             advertise,
@@ -113,6 +117,7 @@ impl ManagerNode {
             settings,
             metrics,
             renewals,
+            member_versions: Arc::new(MemberVersions::default()),
             signals,
             proposer,
             last_log_index_at_start,
@@ -198,9 +203,14 @@ impl ManagerNode {
     pub async fn cluster_info(&self) -> ClusterInfo {
         let metrics = self.metrics_snapshot();
         let membership = metrics.membership_config.membership();
-        let member = |(id, node): (&NodeId, &BasicNode)| Member {
-            node_id: *id,
-            address: node.addr.clone(),
+        let member = |(id, node): (&NodeId, &BasicNode)| {
+            let version = self.member_versions.get(*id);
+            Member {
+                node_id: *id,
+                address: node.addr.clone(),
+                release: version.as_ref().map(|v| v.release.clone()),
+                newest_schema: version.map(|v| v.newest_schema),
+            }
         };
         let voter_ids: Vec<NodeId> = membership.voter_ids().collect();
         let (voters, learners): (Vec<Member>, Vec<Member>) = membership
@@ -222,6 +232,11 @@ impl ManagerNode {
                 snapshot_id: log_id.to_string(),
             }),
             release: Some(leasehold_api::RELEASE.to_owned()),
+            cluster_version: Some(self.state.read(|applied| applied.state.cluster_version())),
+            schemas: Some(SchemaRange {
+                oldest: OLDEST_SCHEMA,
+                newest: NEWEST_SCHEMA,
+            }),
         }
     }
 }

@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
 
+use crate::lease::schema::{check_proposable, NotYetEnabled};
 use crate::lease::{answer, Command, CommandAnswer, Mismatch, Outcome};
-use crate::raft::ManagerRaft;
+use crate::raft::{LeaseStateHandle, ManagerRaft};
 use crate::signals::LeaderSignals;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -25,12 +26,18 @@ pub enum ProposeError {
     /// The state machine answered a command with an outcome it cannot produce: a bug.
     #[error(transparent)]
     Mismatch(#[from] Mismatch),
+    /// The command needs a newer schema than the cluster version (P14.3): some voter could not
+    /// apply it yet.
+    #[error(transparent)]
+    NotYetEnabled(#[from] NotYetEnabled),
 }
 
 #[derive(Clone)]
 pub struct Proposer {
     raft: ManagerRaft,
     signals: Arc<LeaderSignals>,
+    /// Read for the cluster version a command must not be newer than.
+    state: LeaseStateHandle,
     /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
     stepping_down: Arc<AtomicBool>,
 }
@@ -44,10 +51,11 @@ impl std::fmt::Debug for Proposer {
 }
 
 impl Proposer {
-    pub fn new(raft: ManagerRaft, signals: Arc<LeaderSignals>) -> Self {
+    pub fn new(raft: ManagerRaft, signals: Arc<LeaderSignals>, state: LeaseStateHandle) -> Self {
         Self {
             raft,
             signals,
+            state,
             stepping_down: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -66,6 +74,8 @@ impl Proposer {
         if self.is_stepping_down() {
             return Err(ProposeError::SteppingDown);
         }
+        let cluster_version = self.state.read(|applied| applied.state.cluster_version());
+        check_proposable(&command, cluster_version)?;
         let now_ms = command.now_ms();
         match self.raft.client_write(command).await {
             Ok(response) => {

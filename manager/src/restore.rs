@@ -20,12 +20,13 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use leasehold_api::backup::{parse_backup, BackupError, RESTORED_FILE_NAME, RESTORE_FILE_NAME};
-use leasehold_raft_store::{encode_snapshot_data, Applied, StateMachine};
+use leasehold_raft_store::{encode_snapshot_data, Applied};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership};
 
 use crate::config::ManagerConfig;
 use crate::lease::LeaseState;
+use crate::raft::versions::{state_from_backup, BackupSchemaError};
 use crate::raft::{LogStore, NodeId, StateMachineStore, TypeConfig};
 
 #[derive(Debug, thiserror::Error)]
@@ -37,8 +38,8 @@ pub enum RestoreError {
     },
     #[error("the prepared backup {path} is unusable: {reason}")]
     Backup { path: PathBuf, reason: BackupError },
-    #[error("the prepared backup holds state schema {found}; this manager runs schema {expected}")]
-    Schema { found: u32, expected: u32 },
+    #[error("the prepared backup cannot be read: {0}")]
+    Schema(#[from] BackupSchemaError),
     #[error("the prepared backup's state is invalid: {0}")]
     InvalidState(String),
     #[error(
@@ -76,15 +77,7 @@ fn validate(path: &Path, config: &ManagerConfig) -> Result<LeaseState, RestoreEr
         path: path.to_owned(),
         reason,
     })?;
-    let expected = <LeaseState as StateMachine<TypeConfig>>::SCHEMA_VERSION;
-    if header.state_schema_version != expected {
-        return Err(RestoreError::Schema {
-            found: header.state_schema_version,
-            expected,
-        });
-    }
-    let state: LeaseState = serde_json::from_slice(payload)
-        .map_err(|e| RestoreError::InvalidState(format!("the payload does not decode: {e}")))?;
+    let state = state_from_backup(header.state_schema_version, payload)?;
     let violations = state.consistency_violations();
     if !violations.is_empty() {
         return Err(RestoreError::InvalidState(violations.join("; ")));
@@ -155,7 +148,7 @@ pub async fn import_if_prepared(
             last_membership: membership.clone(),
             snapshot_id: format!("restored-{revision}"),
         };
-        let data = encode_snapshot_data::<TypeConfig, LeaseState>(Applied {
+        let data = encode_snapshot_data::<TypeConfig, LeaseState>(&Applied {
             last_applied: Some(log_id),
             last_membership: membership,
             state,

@@ -140,6 +140,10 @@ pub async fn run(
         node.clone(),
         tasks_stopped.clone(),
     ));
+    tokio::spawn(crate::cluster_version::run(
+        node.clone(),
+        tasks_stopped.clone(),
+    ));
     tokio::spawn(leader::run(
         node.clone(),
         config.guard,

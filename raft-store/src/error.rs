@@ -23,8 +23,9 @@ pub enum StoreError {
     Truncated { what: &'static str, len: usize },
 
     #[error(
-        "{what} record has format version {found}, this build reads format version {supported}: \
-         it was written by a different Leasehold version and is refused rather than misread"
+        "{what} record has format version {found}, this build reads format versions 1 to \
+         {supported}: it was written by a different Leasehold version and is refused rather than \
+         misread"
     )]
     UnsupportedFormat {
         what: &'static str,
@@ -46,10 +47,37 @@ pub enum StoreError {
     TrailingBytes { what: &'static str, trailing: usize },
 
     #[error(
-        "the data directory holds state machine schema {found}, this build uses schema \
-         {expected}: refusing to read it"
+        "{what} is of state schema {found}{written_by}, newer than this build reads: this is \
+         Leasehold {release}, which reads schemas {oldest} to {newest}. Run a release that \
+         reads schema {found} (docs/OPERATIONS.md, \"Upgrades\")",
+        written_by = written_by.as_deref().map(|r| format!(" (written by Leasehold {r})")).unwrap_or_default()
     )]
-    SchemaMismatch { found: u32, expected: u32 },
+    NewerSchema {
+        what: &'static str,
+        found: u32,
+        written_by: Option<String>,
+        release: &'static str,
+        oldest: u32,
+        newest: u32,
+    },
+
+    #[error(
+        "{what} is of state schema {found}{written_by}, older than this build reads: this is \
+         Leasehold {release}, which reads schemas {oldest} to {newest}. Upgrade through an \
+         intermediate release first (CHANGELOG.md names the schemas of each)",
+        written_by = written_by.as_deref().map(|r| format!(" (written by Leasehold {r})")).unwrap_or_default()
+    )]
+    OlderSchema {
+        what: &'static str,
+        found: u32,
+        written_by: Option<String>,
+        release: &'static str,
+        oldest: u32,
+        newest: u32,
+    },
+
+    #[error("{what}: {detail}")]
+    NotExpressible { what: &'static str, detail: String },
 
     #[error("snapshot covers {payload:?} but was offered as {offered:?}")]
     SnapshotMismatch { payload: String, offered: String },

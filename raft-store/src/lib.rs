@@ -6,7 +6,10 @@
 //!   machine) in memory and keeps its latest snapshot in sled. Snapshots replace compaction
 //!   (PROTOCOL P2.5).
 //! - Every record is a versioned, checksummed bincode 2 envelope ([`codec`]), so a future format
-//!   or a corrupt record is reported and never misread.
+//!   or a corrupt record is reported and never misread. Log entries and snapshots name the
+//!   application schema they were written at and are read through the application's per-schema
+//!   types ([`SchemaCodec`], [`StateMachine`]); each is written at the oldest schema that can
+//!   express it ([`schema`]).
 //!
 //! [`open`] is the one way in: it checks the data directory's format marker and opens both halves
 //! on the process's single `sled::Db`.
@@ -14,34 +17,21 @@
 pub mod codec;
 mod error;
 mod log_store;
+pub mod schema;
 mod state_machine;
 
 use std::io::Cursor;
 
-use openraft::{Entry, RaftTypeConfig};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-
 pub use error::StoreError;
 pub use log_store::{LogStoreConfig, LogStoreStats, OnDurable, SledLogStore, LOG_TREE, META_TREE};
+pub use schema::{SchemaCodec, FORMAT_TREE};
 pub use state_machine::{
-    encode_snapshot_data, Applied, SledStateMachine, SnapshotBuilder, StateHandle, StateMachine,
-    SNAPSHOT_TREE,
+    decode_snapshot_data, encode_snapshot_data, Applied, SledStateMachine, SnapshotBuilder,
+    StateHandle, StateMachine, SNAPSHOT_TREE,
 };
 
-/// Tree holding the data directory's format marker.
-pub const FORMAT_TREE: &str = "leasehold_format";
-const KEY_FORMAT: &[u8] = b"format";
-
-/// What a data directory was written with: the envelope format and the state machine schema.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct FormatMarker {
-    envelope: u8,
-    schema: u32,
-}
-
-/// Opens a replica's log store and state machine on `db`, after checking that the directory was
-/// written with this build's formats (a fresh directory is stamped with them).
+/// Opens a replica's log store and state machine on `db`, after checking that this build reads
+/// the schema the directory was written with (a fresh directory is stamped with the oldest).
 ///
 /// Must be called inside a tokio runtime when group commit is on.
 pub fn open<C, S>(
@@ -49,36 +39,11 @@ pub fn open<C, S>(
     config: LogStoreConfig,
 ) -> Result<(SledLogStore<C>, SledStateMachine<C, S>), StoreError>
 where
-    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
-    Entry<C>: Serialize + DeserializeOwned,
+    C: SchemaCodec<SnapshotData = Cursor<Vec<u8>>>,
     S: StateMachine<C>,
 {
-    check_format_marker(db, S::SCHEMA_VERSION)?;
-    let log_store = SledLogStore::open(db, config)?;
-    let state_machine = SledStateMachine::open(db)?;
+    let marker = schema::SchemaMarker::open::<C>(db)?;
+    let log_store = SledLogStore::open(db, config, marker.clone())?;
+    let state_machine = SledStateMachine::open(db, marker)?;
     Ok((log_store, state_machine))
-}
-
-fn check_format_marker(db: &sled::Db, schema: u32) -> Result<(), StoreError> {
-    let tree = db.open_tree(FORMAT_TREE)?;
-    let ours = FormatMarker {
-        envelope: codec::FORMAT_VERSION,
-        schema,
-    };
-    match tree.get(KEY_FORMAT)? {
-        Some(bytes) => {
-            let found: FormatMarker = codec::decode("format marker", &bytes)?;
-            if found.schema != ours.schema {
-                return Err(StoreError::SchemaMismatch {
-                    found: found.schema,
-                    expected: ours.schema,
-                });
-            }
-        }
-        None => {
-            tree.insert(KEY_FORMAT, codec::encode("format marker", &ours)?)?;
-            db.flush()?;
-        }
-    }
-    Ok(())
 }

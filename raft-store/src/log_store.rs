@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
-    Entry, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, RaftTypeConfig,
-    StorageError, Vote,
+    Entry, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, StorageError, Vote,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -29,6 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::codec::{decode, encode};
 use crate::error::StoreError;
+use crate::schema::{decode_entry_record, encode_entry_record, SchemaCodec, SchemaMarker};
 
 /// Tree holding log entries, key = index as big-endian u64.
 pub const LOG_TREE: &str = "raft_log";
@@ -88,6 +88,8 @@ pub struct SledLogStore<C> {
     /// The deletion behind the last purge, still running or finished; the next purge waits for
     /// it, so at most one runs.
     deletion: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    /// Raised before the first entry of a newer schema is written.
+    marker: Arc<SchemaMarker>,
     _config: PhantomData<C>,
 }
 
@@ -101,6 +103,7 @@ impl<C> Clone for SledLogStore<C> {
             stats: self.stats.clone(),
             readable_from: self.readable_from.clone(),
             deletion: self.deletion.clone(),
+            marker: self.marker.clone(),
             _config: PhantomData,
         }
     }
@@ -123,14 +126,14 @@ fn to_io(error: &sled::Error) -> io::Error {
     io::Error::other(error.to_string())
 }
 
-impl<C> SledLogStore<C>
-where
-    C: RaftTypeConfig<Entry = Entry<C>>,
-    Entry<C>: Serialize + DeserializeOwned,
-{
+impl<C: SchemaCodec> SledLogStore<C> {
     /// Opens the log on `db`. With group commit this spawns the flusher on the current tokio
     /// runtime, so it must be called from within one.
-    pub fn open(db: &sled::Db, config: LogStoreConfig) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        db: &sled::Db,
+        config: LogStoreConfig,
+        marker: Arc<SchemaMarker>,
+    ) -> Result<Self, StoreError> {
         let log = db.open_tree(LOG_TREE)?;
         let meta = db.open_tree(META_TREE)?;
         let stats = Arc::new(LogStoreStats::default());
@@ -151,6 +154,7 @@ where
             stats,
             readable_from: Arc::new(AtomicU64::new(0)),
             deletion: Arc::new(tokio::sync::Mutex::new(None)),
+            marker,
             _config: PhantomData,
         };
         store.remove_entries_left_by_interrupted_purge()?;
@@ -190,7 +194,7 @@ where
 
     fn last_entry_log_id(&self) -> Result<Option<LogId<C::NodeId>>, StoreError> {
         match self.log.last()? {
-            Some((_, bytes)) => Ok(Some(decode::<Entry<C>>("log entry", &bytes)?.log_id)),
+            Some((_, bytes)) => Ok(Some(decode_entry_record::<C>(&bytes)?.log_id)),
             None => Ok(None),
         }
     }
@@ -209,7 +213,7 @@ where
             .range(key_range(&range))
             .map(|item| {
                 let (_, bytes) = item?;
-                decode("log entry", &bytes)
+                decode_entry_record::<C>(&bytes)
             })
             .collect()
     }
@@ -227,9 +231,13 @@ where
         I: IntoIterator<Item = Entry<C>>,
     {
         let mut batch = sled::Batch::default();
+        let mut newest_schema = 0;
         for entry in entries {
-            batch.insert(&index_key(entry.log_id.index), encode("log entry", &entry)?);
+            let (schema, record) = encode_entry_record::<C>(&entry)?;
+            newest_schema = newest_schema.max(schema);
+            batch.insert(&index_key(entry.log_id.index), record);
         }
+        self.marker.cover(newest_schema).await?;
         self.log.apply_batch(batch)?;
 
         match &self.flusher {
@@ -320,11 +328,7 @@ async fn run_flusher(
     }
 }
 
-impl<C> RaftLogReader<C> for SledLogStore<C>
-where
-    C: RaftTypeConfig<Entry = Entry<C>>,
-    Entry<C>: Serialize + DeserializeOwned,
-{
+impl<C: SchemaCodec> RaftLogReader<C> for SledLogStore<C> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -334,11 +338,7 @@ where
     }
 }
 
-impl<C> RaftLogStorage<C> for SledLogStore<C>
-where
-    C: RaftTypeConfig<Entry = Entry<C>>,
-    Entry<C>: Serialize + DeserializeOwned,
-{
+impl<C: SchemaCodec> RaftLogStorage<C> for SledLogStore<C> {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<C::NodeId>> {

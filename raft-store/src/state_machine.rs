@@ -12,14 +12,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
-    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder,
+    EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder,
     RaftTypeConfig, SnapshotMeta, StorageError, StoredMembership,
 };
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode, encode};
+use crate::codec::{self, decode, encode};
 use crate::error::StoreError;
+use crate::schema::{check_readable, SchemaCodec, SchemaMarker};
 
 /// Tree holding the current snapshot: its metadata and its data, written together.
 pub const SNAPSHOT_TREE: &str = "raft_snapshot";
@@ -32,21 +32,20 @@ const KEY_SNAPSHOT_DATA: &[u8] = b"data";
 /// Implementations must be deterministic (PROTOCOL P2.2): the same commands in the same order
 /// give the same state and responses on every replica, so `apply` must not read a clock, a
 /// random source or the network. Time arrives inside the command.
-pub trait StateMachine<C: RaftTypeConfig>:
-    Clone + Default + Serialize + DeserializeOwned + Send + Sync + 'static
-{
-    /// Identifies the shape of the commands and of the state. A data directory written with
-    /// another schema is refused when opened, and a snapshot of another schema is refused when
-    /// installed, instead of being misread.
-    const SCHEMA_VERSION: u32;
-
+pub trait StateMachine<C: SchemaCodec>: Clone + Default + Send + Sync + 'static {
     /// Applies one committed command; `log_index` is the index of the entry carrying it.
     fn apply(&mut self, log_index: u64, command: &C::D) -> C::R;
+
+    /// Encodes the state at the oldest schema that can express it: `(schema, bincode payload)`.
+    fn encode_state(&self) -> Result<(u32, Vec<u8>), StoreError>;
+
+    /// Decodes a state written at `schema` (already checked to be one this build reads) and
+    /// converts it to this build's types. The payload must be consumed whole.
+    fn decode_state(schema: u32, payload: &[u8]) -> Result<Self, StoreError>;
 }
 
 /// The applied state and the Raft bookkeeping that goes with it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(bound(serialize = "S: Serialize", deserialize = "S: DeserializeOwned"))]
+#[derive(Debug, Clone, Default)]
 pub struct Applied<C: RaftTypeConfig, S> {
     pub last_applied: Option<LogId<C::NodeId>>,
     pub last_membership: StoredMembership<C::NodeId, C::Node>,
@@ -101,46 +100,74 @@ impl<C: RaftTypeConfig, S> StateHandle<C, S> {
     }
 }
 
-/// What a snapshot's data holds: self-contained, so it can be verified and restored without
-/// anything else (and saved to a file for backup).
+/// The start of a snapshot's data: its schema and the Raft bookkeeping, followed by the state
+/// encoded at that schema. Self-contained, so it can be verified and restored without anything
+/// else. Byte for byte the layout of release 0.1.0, whose snapshot was this header and the state
+/// encoded as one struct.
 #[derive(Serialize, Deserialize)]
-#[serde(bound(serialize = "S: Serialize", deserialize = "S: DeserializeOwned"))]
-struct SnapshotPayload<C: RaftTypeConfig, S> {
+struct SnapshotHeader<C: RaftTypeConfig> {
     schema_version: u32,
-    applied: Applied<C, S>,
+    last_applied: Option<LogId<C::NodeId>>,
+    last_membership: StoredMembership<C::NodeId, C::Node>,
 }
 
 /// Encodes `applied` as snapshot data in the format [`SledStateMachine`] builds and installs, so a
 /// state restored from a backup can be installed as a replica's first snapshot (through
 /// `RaftStateMachine::install_snapshot`, which checks it like any other).
-pub fn encode_snapshot_data<C, S>(applied: Applied<C, S>) -> Result<Vec<u8>, StoreError>
+pub fn encode_snapshot_data<C, S>(applied: &Applied<C, S>) -> Result<Vec<u8>, StoreError>
 where
-    C: RaftTypeConfig,
+    C: SchemaCodec,
     S: StateMachine<C>,
 {
-    encode(
-        "snapshot",
-        &SnapshotPayload::<C, S> {
-            schema_version: S::SCHEMA_VERSION,
-            applied,
-        },
-    )
+    Ok(encode_snapshot::<C, S>(applied)?.1)
 }
 
-/// Decodes and checks snapshot data produced by [`SledStateMachine`].
-fn decode_snapshot<C, S>(data: &[u8]) -> Result<Applied<C, S>, StoreError>
+/// The snapshot data and the schema its state was written at.
+fn encode_snapshot<C, S>(applied: &Applied<C, S>) -> Result<(u32, Vec<u8>), StoreError>
 where
-    C: RaftTypeConfig,
+    C: SchemaCodec,
     S: StateMachine<C>,
 {
-    let payload: SnapshotPayload<C, S> = decode("snapshot", data)?;
-    if payload.schema_version != S::SCHEMA_VERSION {
-        return Err(StoreError::SchemaMismatch {
-            found: payload.schema_version,
-            expected: S::SCHEMA_VERSION,
+    let (schema, state) = applied.state.encode_state()?;
+    let mut payload = codec::encode_payload(
+        "snapshot",
+        &SnapshotHeader::<C> {
+            schema_version: schema,
+            last_applied: applied.last_applied.clone(),
+            last_membership: applied.last_membership.clone(),
+        },
+    )?;
+    payload.extend_from_slice(&state);
+    Ok((schema, codec::seal(None, &payload)))
+}
+
+/// Decodes and checks snapshot data of any schema this build reads; returns the schema too.
+pub fn decode_snapshot_data<C, S>(data: &[u8]) -> Result<(u32, Applied<C, S>), StoreError>
+where
+    C: SchemaCodec,
+    S: StateMachine<C>,
+{
+    let opened = codec::open("snapshot", data)?;
+    if opened.schema.is_some() {
+        // Snapshots name their schema inside; their envelope is always format 1.
+        return Err(StoreError::UnsupportedFormat {
+            what: "snapshot",
+            found: codec::TAGGED_FORMAT_VERSION,
+            supported: codec::FORMAT_VERSION,
         });
     }
-    Ok(payload.applied)
+    let (header, read): (SnapshotHeader<C>, usize) =
+        codec::decode_prefix("snapshot", opened.payload)?;
+    check_readable::<C>("snapshot", header.schema_version, None)?;
+    let state = S::decode_state(header.schema_version, &opened.payload[read..])?;
+    Ok((
+        header.schema_version,
+        Applied {
+            last_applied: header.last_applied,
+            last_membership: header.last_membership,
+            state,
+        },
+    ))
 }
 
 type MetaOf<C> = SnapshotMeta<<C as RaftTypeConfig>::NodeId, <C as RaftTypeConfig>::Node>;
@@ -157,6 +184,7 @@ struct SnapshotStore {
     db: sled::Db,
     tree: sled::Tree,
     write_lock: Mutex<()>,
+    marker: Arc<SchemaMarker>,
 }
 
 impl SnapshotStore {
@@ -188,8 +216,10 @@ impl SnapshotStore {
     async fn store_if_newer<C: RaftTypeConfig>(
         &self,
         meta: &SnapshotMeta<C::NodeId, C::Node>,
+        schema: u32,
         data: &[u8],
     ) -> Result<bool, StoreError> {
+        self.marker.cover(schema).await?;
         {
             let _serialised = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(current) = self.read_meta::<C>()? {
@@ -223,19 +253,20 @@ impl<C: RaftTypeConfig, S> Debug for SledStateMachine<C, S> {
 
 impl<C, S> SledStateMachine<C, S>
 where
-    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
+    C: SchemaCodec<SnapshotData = Cursor<Vec<u8>>>,
     S: StateMachine<C>,
 {
     /// Opens the state machine on `db`, restoring the latest snapshot if there is one.
-    pub fn open(db: &sled::Db) -> Result<Self, StoreError> {
+    pub(crate) fn open(db: &sled::Db, marker: Arc<SchemaMarker>) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore {
             db: db.clone(),
             tree: db.open_tree(SNAPSHOT_TREE)?,
             write_lock: Mutex::new(()),
+            marker,
         };
         let applied = match snapshots.read::<C>()? {
             Some(StoredSnapshot { meta, data }) => {
-                let applied = decode_snapshot::<C, S>(&data)?;
+                let (_, applied) = decode_snapshot_data::<C, S>(&data)?;
                 if applied.last_applied != meta.last_log_id {
                     return Err(StoreError::SnapshotMismatch {
                         payload: format!("{:?}", applied.last_applied),
@@ -274,7 +305,7 @@ fn snapshot_error<C: RaftTypeConfig>(
 
 impl<C, S> RaftStateMachine<C> for SledStateMachine<C, S>
 where
-    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
+    C: SchemaCodec<SnapshotData = Cursor<Vec<u8>>>,
     C::R: Default,
     S: StateMachine<C>,
 {
@@ -342,14 +373,16 @@ where
     ) -> Result<(), StorageError<C::NodeId>> {
         let data = snapshot.into_inner();
         let install = async {
-            let applied = decode_snapshot::<C, S>(&data)?;
+            let (schema, applied) = decode_snapshot_data::<C, S>(&data)?;
             if applied.last_applied != meta.last_log_id {
                 return Err(StoreError::SnapshotMismatch {
                     payload: format!("{:?}", applied.last_applied),
                     offered: format!("{:?}", meta.last_log_id),
                 });
             }
-            self.snapshots.store_if_newer::<C>(meta, &data).await?;
+            self.snapshots
+                .store_if_newer::<C>(meta, schema, &data)
+                .await?;
             // Swapped in whole under the write lock: readers see the old state or the new one.
             *self.handle.write_guard() = applied;
             Ok(())
@@ -390,7 +423,7 @@ impl<C: RaftTypeConfig, S> Debug for SnapshotBuilder<C, S> {
 
 impl<C, S> RaftSnapshotBuilder<C> for SnapshotBuilder<C, S>
 where
-    C: RaftTypeConfig<Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>,
+    C: SchemaCodec<SnapshotData = Cursor<Vec<u8>>>,
     S: StateMachine<C>,
 {
     async fn build_snapshot(&mut self) -> Result<Snapshot<C>, StorageError<C::NodeId>> {
@@ -401,15 +434,17 @@ where
             snapshot_id: snapshot_id::<C>(applied.last_applied.as_ref()),
         };
         // Encoding a large state is CPU-bound; keep it off the async workers.
-        let encoded = tokio::task::spawn_blocking(move || encode_snapshot_data::<C, S>(applied))
+        let encoded = tokio::task::spawn_blocking(move || encode_snapshot::<C, S>(&applied))
             .await
             .map_err(|join| StoreError::Encode {
                 what: "snapshot",
                 source: bincode::error::EncodeError::OtherString(join.to_string()),
             });
         let build = async {
-            let data = encoded??;
-            self.snapshots.store_if_newer::<C>(&meta, &data).await?;
+            let (schema, data) = encoded??;
+            self.snapshots
+                .store_if_newer::<C>(&meta, schema, &data)
+                .await?;
             Ok::<_, StoreError>(data)
         };
         let data = build

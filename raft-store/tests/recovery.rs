@@ -12,9 +12,9 @@ mod common;
 use std::future::Future;
 
 use common::*;
-use leasehold_raft_store::{LogStoreConfig, StateMachine, StoreError, LOG_TREE, SNAPSHOT_TREE};
+use leasehold_raft_store::{LogStoreConfig, StoreError, LOG_TREE, SNAPSHOT_TREE};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
-use openraft::{RaftLogReader, RaftSnapshotBuilder, Vote};
+use openraft::{Entry, EntryPayload, RaftLogReader, RaftSnapshotBuilder, Vote};
 use tempfile::TempDir;
 
 /// Runs `phase` as one process lifetime: its own runtime and its own sled handle.
@@ -42,15 +42,15 @@ fn block_on<F: Future>(future: F) -> F::Output {
 fn expected_state(upto: u64) -> KvState {
     let mut state = KvState::default();
     for index in 2..=upto {
-        if let openraft::EntryPayload::Normal(command) = set_entry(1, index).payload {
-            state.apply(index, &command);
+        if let EntryPayload::Normal(command) = set_entry(1, index).payload {
+            state.apply_command(index, &command);
         }
     }
     state
 }
 
 /// Entry 1 is a membership change, 2..=last are key-value sets.
-fn fill(last: u64) -> Vec<openraft::Entry<KvConfig>> {
+fn fill(last: u64) -> Vec<Entry<KvConfig>> {
     std::iter::once(membership_entry(1, 1, &[1, 2, 3]))
         .chain((2..=last).map(|index| set_entry(1, index)))
         .collect()
@@ -294,7 +294,7 @@ fn a_corrupt_or_future_version_log_entry_is_reported_not_misread() {
         let last = record.len() - 1;
         record[last] ^= 0x01;
     });
-    tamper(&dir, LOG_TREE, &9u64.to_be_bytes(), |record| record[0] = 2);
+    tamper(&dir, LOG_TREE, &9u64.to_be_bytes(), |record| record[0] = 3);
 
     lifetime(&dir, async |db| {
         let (mut log, _) = open_stores(&db, LogStoreConfig::default());
@@ -314,7 +314,7 @@ fn a_corrupt_or_future_version_log_entry_is_reported_not_misread() {
             .await
             .unwrap_err()
             .to_string();
-        assert!(future.contains("format version 2"), "{future}");
+        assert!(future.contains("format version 3"), "{future}");
         // The last entry decides the log state, and it is still intact.
         assert_eq!(
             log.get_log_state().await.unwrap().last_log_id,
@@ -357,39 +357,79 @@ fn a_corrupt_stored_snapshot_is_reported_at_open() {
     );
 }
 
-/// The same commands under a newer schema: a data directory of schema 1 must not be read by it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct KvStateV2(KvState);
-
-impl StateMachine<KvConfig> for KvStateV2 {
-    const SCHEMA_VERSION: u32 = 2;
-
-    fn apply(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
-        self.0.apply(log_index, command)
-    }
-}
-
+/// P14.1: a directory is written at the oldest schema that can express each record, so the
+/// previous build keeps reading it until the first record of a newer schema; from then on the
+/// previous build refuses it, naming both releases, instead of misreading it.
 #[test]
-fn a_data_directory_of_another_schema_is_refused() {
+fn a_directory_stays_readable_by_the_previous_build_until_a_newer_record_is_written() {
     let dir = TempDir::new().unwrap();
+    let next_entry = |index: u64, payload| Entry::<KvNextConfig> {
+        log_id: log_id(1, index),
+        payload,
+    };
     lifetime(&dir, async |db| {
-        open_stores(&db, LogStoreConfig::default());
+        let (mut log, _) =
+            leasehold_raft_store::open::<KvNextConfig, KvState>(&db, LogStoreConfig::default())
+                .unwrap();
+        let set = KvCommand::Set {
+            key: "k".into(),
+            value: "v".into(),
+        };
+        append_durably(&mut log, vec![next_entry(1, EntryPayload::Normal(set))]).await;
+    });
+    // Only schema 1 was written: the previous build opens it and reads the entry.
+    lifetime(&dir, async |db| {
+        let (log, _) = open_stores(&db, LogStoreConfig::default());
+        assert_eq!(log.read_entries(..).unwrap().len(), 1);
+    });
+    lifetime(&dir, async |db| {
+        let (mut log, _) =
+            leasehold_raft_store::open::<KvNextConfig, KvState>(&db, LogStoreConfig::default())
+                .unwrap();
+        let delete = KvCommand::Delete { key: "k".into() };
+        append_durably(&mut log, vec![next_entry(2, EntryPayload::Normal(delete))]).await;
+        let entries = log.read_entries(..).unwrap();
+        assert!(matches!(
+            entries[1].payload,
+            EntryPayload::Normal(KvCommand::Delete { .. })
+        ));
     });
     let db = open_db(dir.path());
     let opened = block_on(async {
-        leasehold_raft_store::open::<KvConfig, KvStateV2>(&db, LogStoreConfig::default())
+        leasehold_raft_store::open::<KvConfig, KvState>(&db, LogStoreConfig::default())
     });
-    let err = opened.expect_err("schema 2 must refuse a schema 1 directory");
+    let err = opened.expect_err("the previous build must refuse a schema 2 directory");
     assert!(
         matches!(
-            err,
-            StoreError::SchemaMismatch {
-                found: 1,
-                expected: 2
-            }
+            &err,
+            StoreError::NewerSchema { found: 2, newest: 1, written_by: Some(by), .. } if by == "kv-2"
         ),
         "{err}"
     );
+    let message = err.to_string();
+    assert!(
+        message.contains("kv-1") && message.contains("kv-2") && message.contains("schema 2"),
+        "the refusal names both releases and the schema: {message}"
+    );
+}
+
+/// A generic log reader: the tagged record of schema 2 is refused by the previous build even
+/// when read past the marker (a record copied in by hand, a marker lost), never misread.
+#[test]
+fn a_record_of_a_newer_schema_is_refused_not_misread() {
+    let entry = Entry::<KvNextConfig> {
+        log_id: log_id(1, 1),
+        payload: EntryPayload::Normal(KvCommand::Delete { key: "k".into() }),
+    };
+    let (schema, record) = leasehold_raft_store::schema::encode_entry_record(&entry).unwrap();
+    assert_eq!(schema, 2);
+    let err = leasehold_raft_store::schema::decode_entry_record::<KvConfig>(&record).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 2, .. }),
+        "{err}"
+    );
+    let back = leasehold_raft_store::schema::decode_entry_record::<KvNextConfig>(&record).unwrap();
+    assert_eq!(back.log_id, entry.log_id);
 }
 
 /// Appends queued while no flush is running all complete with one flush; without group commit

@@ -110,8 +110,13 @@ impl Fixture {
     }
 
     /// Starts the manager and checks it serves the fixture's state; `what` names the source.
-    async fn assert_serves_the_fixtures_state(mut self, what: &str) {
+    async fn assert_serves_the_fixtures_state(mut self, what: &str) -> Self {
         self.cluster.start_all();
+        self.assert_same_state(what).await;
+        self
+    }
+
+    async fn assert_same_state(&mut self, what: &str) {
         self.cluster.wait_for_leader(LEADER_BOUND).await;
         let state = served_state(&self.cluster, self.id).await;
         assert_eq!(
@@ -120,6 +125,17 @@ impl Fixture {
             "release {}'s {what} opens with the state it had",
             self.release
         );
+    }
+
+    async fn cluster_info(&self) -> Value {
+        let reply = self
+            .cluster
+            .http
+            .get(format!("{}/v1/cluster", self.cluster.url(self.id)))
+            .send()
+            .await
+            .expect("GET /v1/cluster");
+        reply.json().await.expect("cluster info")
     }
 }
 
@@ -153,9 +169,47 @@ async fn p14_1_data_directories_of_earlier_releases_open_with_the_same_state() {
         assert!(untar.success(), "tar -xzf {}", fixture.dir.display());
         std::fs::rename(parent.join(format!("manager-{}", fixture.id)), &data_dir).ok();
         assert!(data_dir.is_dir(), "{} from the fixture", data_dir.display());
-        fixture
+        let mut fixture = fixture
             .assert_serves_the_fixtures_state("data directory")
             .await;
+        // The state came from the fixture's snapshot (and the log after it, the drain).
+        let info = fixture.cluster_info().await;
+        assert!(
+            info["snapshot"].is_object(),
+            "the fixture holds a snapshot of {release}: {info}"
+        );
+
+        // Its only member runs this release, so the cluster version rises (P14.3) and the
+        // directory is written at the new schema from then on: a snapshot of it, then a restart
+        // on it, still serve the same state.
+        let raised = poll_until("the cluster version to rise", LEADER_BOUND, || async {
+            let info = fixture.cluster_info().await;
+            match info["cluster_version"].as_u64() {
+                Some(version) if version > 2 => Ok(version),
+                _ => Err(format!("{info}")),
+            }
+        })
+        .await;
+        let snapshot = fixture
+            .cluster
+            .http
+            .post(format!("{}/v1/cluster/snapshot", fixture.cluster.url(fixture.id)))
+            .send()
+            .await
+            .expect("POST /v1/cluster/snapshot");
+        assert!(snapshot.status().is_success(), "{}", snapshot.status());
+        let id = fixture.id;
+        let stopped = fixture.cluster.manager(id).terminate(LEADER_BOUND).await;
+        assert!(stopped.success(), "clean stop: {stopped:?}");
+        fixture.cluster.manager(id).start();
+        fixture
+            .assert_same_state("data directory, migrated to the new schema and reopened,")
+            .await;
+        assert_eq!(
+            fixture.cluster_info().await["cluster_version"].as_u64(),
+            Some(raised),
+            "the raised cluster version survives a restart"
+        );
     }
 }
 

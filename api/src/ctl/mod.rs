@@ -21,7 +21,7 @@ pub use self::exit::{CtlError, EXIT_CODES_HELP};
 use self::table::{fields, human_ms, opt, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, ExecutorView, ShardView, StateView, MAX_WATCH_WAIT,
+    AddNodeRequest, ClusterInfo, ExecutorView, SchemaRange, ShardView, StateView, MAX_WATCH_WAIT,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
@@ -547,6 +547,8 @@ fn render_cluster_status(statuses: &[MemberStatus]) -> String {
         "COMMITTED",
         "APPLIED",
         "LAG",
+        "RELEASE",
+        "SCHEMAS",
     ]);
     for status in statuses {
         let role = if status.voter { "voter" } else { "learner" };
@@ -568,6 +570,11 @@ fn render_cluster_status(statuses: &[MemberStatus]) -> String {
                     opt(info.committed_index),
                     opt(info.applied_index),
                     opt(status.lag),
+                    info.reported_release().to_owned(),
+                    match info.reported_schemas() {
+                        SchemaRange { oldest, newest } if oldest == newest => oldest.to_string(),
+                        SchemaRange { oldest, newest } => format!("{oldest}-{newest}"),
+                    },
                 ]
             }
             None => vec![
@@ -579,7 +586,19 @@ fn render_cluster_status(statuses: &[MemberStatus]) -> String {
         };
         table.push(row);
     }
-    table.render()
+    let mut rendered = table.render();
+    // The leader's applied state is the authority; any member's is at most an entry behind.
+    let leader = statuses
+        .iter()
+        .filter_map(|s| s.info.as_ref())
+        .find(|info| info.leader_id == Some(info.node_id));
+    if let Some(leader) = leader {
+        rendered.push_str(&format!(
+            "cluster version: {} (PROTOCOL P14.3: state schema every voter can apply)\n",
+            leader.reported_cluster_version()
+        ));
+    }
+    rendered
 }
 
 fn render_members(info: &ClusterInfo) -> String {
@@ -793,21 +812,32 @@ mod tests {
                 Member {
                     node_id: 1,
                     address: "http://m1:1".into(),
+                    release: None,
+                    newest_schema: None,
                 },
                 Member {
                     node_id: 2,
                     address: "http://m2:1".into(),
+                    release: None,
+                    newest_schema: None,
                 },
             ],
             learners: vec![Member {
                 node_id: 3,
                 address: "http://m3:1".into(),
+                release: None,
+                newest_schema: None,
             }],
             last_log_index: Some(20),
             committed_index: Some(20),
             applied_index: Some(18),
             snapshot: None,
-            release: None,
+            release: Some("0.2.0".into()),
+            cluster_version: Some(3),
+            schemas: Some(SchemaRange {
+                oldest: 2,
+                newest: 3,
+            }),
         }
     }
 
@@ -833,9 +863,10 @@ mod tests {
         ];
         assert_eq!(
             render_cluster_status(&statuses),
-            "ID  ADDRESS      ROLE   STATE        LEADER  TERM  LAST_LOG  COMMITTED  APPLIED  LAG\n\
-             1   http://m1:1  voter  leader       1       3     20        20         18       2\n\
-             2   http://m2:1  voter  unreachable  -       -     -         -          -        -\n"
+            "ID  ADDRESS      ROLE   STATE        LEADER  TERM  LAST_LOG  COMMITTED  APPLIED  LAG  RELEASE  SCHEMAS\n\
+             1   http://m1:1  voter  leader       1       3     20        20         18       2    0.2.0    2-3\n\
+             2   http://m2:1  voter  unreachable  -       -     -         -          -        -    -        -\n\
+             cluster version: 3 (PROTOCOL P14.3: state schema every voter can apply)\n"
         );
     }
 

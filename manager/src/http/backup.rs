@@ -10,12 +10,10 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use leasehold_api::backup::{encode_backup, BackupSource};
-use leasehold_raft_store::StateMachine;
 
 use super::params::ReadQuery;
 use super::{ApiQuery, AppState, HttpError};
-use crate::lease::LeaseState;
-use crate::raft::TypeConfig;
+use crate::raft::versions::backup_payload;
 
 /// The applied lease state as a checksummed backup file.
 #[utoipa::path(
@@ -29,18 +27,19 @@ pub async fn backup(
     let (payload, revision, shard_count) = node.state.read(|applied| {
         let state = &applied.state;
         (
-            serde_json::to_vec(state),
+            backup_payload(state),
             state.revision(),
             state.config().map_or(0, |c| c.shard_count),
         )
     });
-    let payload = payload.map_err(|e| HttpError::internal("encoding the backup", e))?;
+    let (state_schema_version, payload) =
+        payload.map_err(|e| HttpError::internal("encoding the backup", e))?;
     let created_at_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let file = encode_backup(
         BackupSource {
-            state_schema_version: <LeaseState as StateMachine<TypeConfig>>::SCHEMA_VERSION,
+            state_schema_version,
             revision,
             shard_count,
             created_at_unix_ms,

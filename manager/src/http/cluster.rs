@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::params::{validate_node_address, ReadQuery};
 use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, Formation};
+use crate::cluster_version::MemberVersion;
 
 /// Bound on waiting for a requested snapshot (and purge) to be done.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
@@ -78,6 +79,7 @@ pub async fn add_node(
             request.node_id
         )));
     }
+    check_can_apply_cluster_version(&node, &request).await?;
     tracing::info!(node_id = request.node_id, address = %request.address, "adding learner");
     node.raft
         .add_learner(request.node_id, BasicNode::new(&request.address), true)
@@ -95,6 +97,35 @@ pub async fn add_node(
         .await
         .map_err(membership_error)?;
     Ok(Json(node.cluster_info().await))
+}
+
+/// A member must apply every entry from the committed cluster version on (P14.3), so a manager
+/// of an older release is refused before it becomes a learner; one that cannot be asked is too.
+async fn check_can_apply_cluster_version(
+    node: &AppState,
+    request: &AddNodeRequest,
+) -> Result<(), HttpError> {
+    let cluster_version = node.state.read(|applied| applied.state.cluster_version());
+    let report = bootstrap::probe_peer(node, &request.address)
+        .await
+        .filter(|report| report.node_id == request.node_id)
+        .ok_or_else(|| {
+            HttpError::conflict(format!(
+                "node {} does not answer at {} (GET /raft/identity): start it with --join before \
+                 adding it",
+                request.node_id, request.address
+            ))
+        })?;
+    let version = MemberVersion::of(&report);
+    if version.newest_schema < cluster_version {
+        return Err(HttpError::conflict(format!(
+            "node {} runs Leasehold {}, which applies state schemas up to {}; the cluster version \
+             is {cluster_version} (PROTOCOL P14.3): run a release that applies schema \
+             {cluster_version} on it",
+            request.node_id, version.release, version.newest_schema
+        )));
+    }
+    Ok(())
 }
 
 /// Removes a voter or learner from the group.

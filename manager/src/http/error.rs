@@ -13,6 +13,7 @@ impl From<ProposeError> for HttpError {
             ProposeError::NotLeader { leader_address } => HttpError::not_leader(leader_address),
             ProposeError::SteppingDown => HttpError::no_leader(),
             ProposeError::Raft(message) => HttpError::internal("raft write failed", message),
+            ProposeError::NotYetEnabled(error) => HttpError::conflict(error.to_string()),
             ProposeError::Mismatch(mismatch) => {
                 HttpError::internal("unexpected state machine outcome", mismatch.to_string())
             }

@@ -13,10 +13,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{AppState, HttpError};
+use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
 use crate::raft::identity::{
     IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER,
 };
 use crate::raft::network::RAFT_CONTENT_TYPE;
+use crate::raft::versions::decode_append;
+use leasehold_api::wire::SchemaRange;
 
 fn with_identity(node: &AppState, mut response: Response) -> Response {
     if let Ok(value) = HeaderValue::from_str(node.identity.storage_id()) {
@@ -34,6 +37,12 @@ fn accept<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<T, HttpError> {
+    check_sender(node, headers)?;
+    codec::decode("raft request", body).map_err(|e| HttpError::invalid(e.to_string()))
+}
+
+/// Refuses a message not meant for this node or from a peer whose storage id is not the pinned one.
+fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let sender: u64 = header(NODE_ID_HEADER)
         .and_then(|v| v.parse().ok())
@@ -58,8 +67,7 @@ fn accept<T: DeserializeOwned>(
         .map_err(|error| {
             tracing::error!(sender, %error, "refusing raft message");
             HttpError::conflict(error.to_string())
-        })?;
-    codec::decode("raft request", body).map_err(|e| HttpError::invalid(e.to_string()))
+        })
 }
 
 fn reply<T: Serialize>(node: &AppState, result: &T) -> Response {
@@ -71,7 +79,11 @@ fn reply<T: Serialize>(node: &AppState, result: &T) -> Response {
 }
 
 pub async fn append(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    match accept(&node, &headers, &body) {
+    let request = check_sender(&node, &headers).and_then(|()| {
+        // Entries of any schema this build reads; a newer one is refused with both named.
+        decode_append(&body).map_err(|e| HttpError::invalid(e.to_string()))
+    });
+    match request {
         Ok(request) => reply(&node, &node.raft.append_entries(request).await),
         Err(error) => with_identity(&node, error.into_response()),
     }
@@ -100,5 +112,10 @@ pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
         storage_id: node.identity.storage_id().to_string(),
         initialized,
         pins: node.identity.pins(),
+        release: Some(leasehold_api::RELEASE.to_owned()),
+        schemas: Some(SchemaRange {
+            oldest: OLDEST_SCHEMA,
+            newest: NEWEST_SCHEMA,
+        }),
     })
 }

@@ -292,6 +292,8 @@ mod tests {
                 applied_index: Some(applied),
                 snapshot: None,
                 release: None,
+                cluster_version: None,
+                schemas: None,
             }),
             lag: None,
             error: answer.is_none().then(|| "unreachable".to_string()),

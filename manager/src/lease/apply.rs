@@ -89,6 +89,12 @@ impl LeaseState {
                 revision: self.revision,
             });
         }
+        if let Command::SetClusterVersion {
+            cluster_version, ..
+        } = command
+        {
+            return self.apply_set_cluster_version(log_index, *cluster_version);
+        }
         let Some(config) = self.config else {
             return match command {
                 Command::Init {
@@ -152,6 +158,22 @@ impl LeaseState {
                 draining,
                 ..
             } => self.apply_set_draining(log_index, executor_id, *draining),
+            Command::SetClusterVersion {
+                cluster_version, ..
+            } => self.apply_set_cluster_version(log_index, *cluster_version),
+        }
+    }
+
+    /// `SetClusterVersion`: raises, never lowers (P14.3), so replays and stale raises are no-ops.
+    fn apply_set_cluster_version(&mut self, log_index: u64, cluster_version: u32) -> Outcome {
+        let previous = self.cluster_version;
+        if cluster_version > previous {
+            self.cluster_version = cluster_version;
+            self.touch(log_index);
+        }
+        Outcome::ClusterVersionSet {
+            previous,
+            cluster_version: self.cluster_version,
         }
     }
 

@@ -3,7 +3,9 @@
 //! Every command carries the `now_ms` the leader stamped when proposing it (P2.2, P2.3), and is
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
-//! tags or skipped fields), and a variant or field is never reordered or removed in place.
+//! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
+//! older schemas are read through their own frozen types ([`super::v2`]), so a change here is a
+//! new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
 
@@ -124,6 +126,16 @@ pub enum Command {
         /// The flag wanted.
         draining: bool,
     },
+    /// Raises the cluster version (P14.3): from the entry after it on, commands of schema
+    /// `cluster_version` may be proposed. Proposed by the leader only once every voter reports
+    /// it can apply that schema; never lowers it, so a repeat or a stale raise changes nothing.
+    /// Accepted before `Init`: it concerns the replicas, not the lease configuration.
+    SetClusterVersion {
+        /// Leader clock.
+        now_ms: u64,
+        /// The schema every voter can apply.
+        cluster_version: u32,
+    },
 }
 
 impl Command {
@@ -139,7 +151,8 @@ impl Command {
             | Command::Rebalance { now_ms, .. }
             | Command::Release { now_ms, .. }
             | Command::CompleteHandoffs { now_ms }
-            | Command::SetDraining { now_ms, .. } => *now_ms,
+            | Command::SetDraining { now_ms, .. }
+            | Command::SetClusterVersion { now_ms, .. } => *now_ms,
         }
     }
 }

@@ -25,7 +25,9 @@ mod apply;
 mod command;
 mod outcome;
 mod planner;
+pub mod schema;
 mod state;
+pub mod v2;
 
 #[cfg(test)]
 mod tests;

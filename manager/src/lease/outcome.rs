@@ -180,6 +180,13 @@ pub enum Outcome {
         /// False for a repeat that changed nothing.
         changed: bool,
     },
+    /// `SetClusterVersion` applied; `previous == cluster_version` when it changed nothing.
+    ClusterVersionSet {
+        /// The cluster version before this command.
+        previous: u32,
+        /// The cluster version now in force.
+        cluster_version: u32,
+    },
     /// `CompleteHandoffs` applied.
     HandoffsCompleted {
         /// Shards handed on, ascending.
@@ -205,6 +212,7 @@ impl Outcome {
             | Outcome::LeaseDurationSet { .. }
             | Outcome::Registered { .. }
             | Outcome::DrainingSet { .. }
+            | Outcome::ClusterVersionSet { .. }
             | Outcome::NotFound => None,
         }
     }

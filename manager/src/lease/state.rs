@@ -129,7 +129,7 @@ pub struct Grant {
 
 /// The replicated lease state (P2.1). Fields are private: it changes only through
 /// [`LeaseState::apply`], which keeps the shard table and the executors' indexes in agreement.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseState {
     /// `None` until the first `Init`; every other command is refused before it.
     pub(super) config: Option<ClusterConfig>,
@@ -150,9 +150,32 @@ pub struct LeaseState {
     /// earlier leader (clock skewed, lease since shortened, reply lost and retried) can run that
     /// long, and the per-executor "last told" is overwritten by the new leader's own grants.
     pub(super) longest_lease_told_ms: u64,
+    /// The committed cluster version (P14.3): the newest schema every voter can apply, raised by
+    /// `SetClusterVersion`, never lowered. A cluster formed by 0.1.0 replicas is at schema 2.
+    pub(super) cluster_version: u32,
+}
+
+impl Default for LeaseState {
+    fn default() -> Self {
+        Self {
+            config: None,
+            revision: 0,
+            assignment_revision: 0,
+            executors: BTreeMap::new(),
+            shards: Vec::new(),
+            tombstones: BTreeMap::new(),
+            longest_lease_told_ms: 0,
+            cluster_version: super::schema::OLDEST_SCHEMA,
+        }
+    }
 }
 
 impl LeaseState {
+    /// The committed cluster version (see the field).
+    pub fn cluster_version(&self) -> u32 {
+        self.cluster_version
+    }
+
     /// The longest lease any grant has carried (see the field).
     pub fn longest_lease_told_ms(&self) -> u64 {
         self.longest_lease_told_ms

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use leasehold_api::wire::SchemaRange;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
@@ -54,6 +55,12 @@ pub struct IdentityReport {
     /// Whether this node's Raft log holds a membership (the cluster was formed).
     pub initialized: bool,
     pub pins: BTreeMap<NodeId, String>,
+    /// This node's release (PROTOCOL P14.3); absent from 0.1.0, which did not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+    /// The state schemas it reads and the newest it can apply; absent from 0.1.0 (schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<SchemaRange>,
 }
 
 #[derive(Debug)]

@@ -3,12 +3,13 @@
 
 pub mod identity;
 pub mod network;
+pub mod versions;
 
 use std::io::Cursor;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_raft_store::{SledLogStore, SledStateMachine, StateHandle, StateMachine};
+use leasehold_raft_store::{SledLogStore, SledStateMachine, StateHandle};
 use openraft::{BasicNode, SnapshotPolicy};
 
 use crate::lease::{Command, LeaseState, Outcome};
@@ -31,16 +32,6 @@ pub type ManagerRaft = openraft::Raft<TypeConfig>;
 pub type LogStore = SledLogStore<TypeConfig>;
 pub type StateMachineStore = SledStateMachine<TypeConfig, LeaseState>;
 pub type LeaseStateHandle = StateHandle<TypeConfig, LeaseState>;
-
-impl StateMachine<TypeConfig> for LeaseState {
-    /// Bump when `Command`, `Outcome` or `LeaseState` change shape. 2: executors carry
-    /// `draining`, `Command::SetDraining` and `Outcome::DrainingSet`.
-    const SCHEMA_VERSION: u32 = 2;
-
-    fn apply(&mut self, log_index: u64, command: &Command) -> Outcome {
-        LeaseState::apply(self, log_index, command)
-    }
-}
 
 /// Raft timing. Defaults are chosen for a loaded 2-core machine: a heartbeat every 250 ms and an
 /// election timeout of 2–4 s tolerate scheduling stalls of well over a second without a spurious

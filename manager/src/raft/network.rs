@@ -1,5 +1,6 @@
 //! Raft RPC between managers: bincode bodies (the raft-store envelope) over HTTP POST to
-//! `/raft/{append,vote,snapshot}`, on one shared reqwest client.
+//! `/raft/{append,vote,snapshot}`, on one shared reqwest client. AppendEntries bodies carry log
+//! entries and are written at the oldest schema that can express them ([`versions`]).
 //!
 //! A connection that could not be made maps to openraft's `Unreachable` (openraft backs off);
 //! every RPC is bounded by openraft's per-RPC deadline; both directions carry storage identities
@@ -7,7 +8,7 @@
 
 use std::sync::Arc;
 
-use leasehold_raft_store::codec;
+use leasehold_raft_store::{codec, StoreError};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -21,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::identity::{Identity, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER};
-use super::{NodeId, TypeConfig};
+use super::{versions, NodeId, TypeConfig};
 
 pub const RAFT_CONTENT_TYPE: &str = "application/octet-stream";
 
@@ -66,20 +67,19 @@ struct TransportError(String);
 type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
 impl HttpConnection {
-    async fn call<Req, Resp, E>(
+    async fn call<Resp, E>(
         &self,
         endpoint: &str,
-        request: &Req,
+        body: Result<Vec<u8>, StoreError>,
         option: &RPCOption,
     ) -> RpcResult<Resp, E>
     where
-        Req: Serialize,
         Resp: DeserializeOwned,
         E: std::error::Error + Serialize + DeserializeOwned,
     {
         let network =
             |message: String| RPCError::Network(NetworkError::new(&TransportError(message)));
-        let body = codec::encode("raft request", request).map_err(|e| network(e.to_string()))?;
+        let body = body.map_err(|e| network(e.to_string()))?;
         let response = self
             .client
             .post(format!("{}/raft/{endpoint}", self.base_url))
@@ -153,7 +153,9 @@ impl RaftNetwork<TypeConfig> for HttpConnection {
         request: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call("append", &request, &option).await
+        // Written at the oldest schema that can express the entries, so 0.1.0 followers read it.
+        self.call("append", versions::encode_append(&request), &option)
+            .await
     }
 
     async fn install_snapshot(
@@ -161,7 +163,8 @@ impl RaftNetwork<TypeConfig> for HttpConnection {
         request: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call("snapshot", &request, &option).await
+        self.call("snapshot", codec::encode("raft request", &request), &option)
+            .await
     }
 
     async fn vote(
@@ -169,7 +172,8 @@ impl RaftNetwork<TypeConfig> for HttpConnection {
         request: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
-        self.call("vote", &request, &option).await
+        self.call("vote", codec::encode("raft request", &request), &option)
+            .await
     }
 }
 

@@ -8,7 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::Path;
 
-use leasehold_raft_store::{LogStoreConfig, SledLogStore, SledStateMachine, StateMachine};
+use leasehold_raft_store::codec::{decode_payload, encode_payload};
+use leasehold_raft_store::{
+    LogStoreConfig, SchemaCodec, SledLogStore, SledStateMachine, StateMachine, StoreError,
+};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -37,16 +40,85 @@ pub struct KvState {
     pub last_command_index: u64,
 }
 
-impl StateMachine<KvConfig> for KvState {
-    const SCHEMA_VERSION: u32 = 1;
+/// One schema: every record untagged, as release 0.1.0 wrote them.
+impl SchemaCodec for KvConfig {
+    const UNTAGGED_SCHEMA: u32 = 1;
+    const OLDEST_SCHEMA: u32 = 1;
+    const NEWEST_SCHEMA: u32 = 1;
+    const RELEASE: &'static str = "kv-1";
 
-    fn apply(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
+    fn encode_entry(entry: &Entry<Self>) -> Result<(u32, Vec<u8>), StoreError> {
+        Ok((1, encode_payload("log entry", entry)?))
+    }
+
+    fn decode_entry(_schema: u32, payload: &[u8]) -> Result<Entry<Self>, StoreError> {
+        decode_payload("log entry", payload)
+    }
+}
+
+impl KvState {
+    pub fn apply_command(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
         self.last_command_index = log_index;
         let previous = match command {
             KvCommand::Set { key, value } => self.entries.insert(key.clone(), value.clone()),
             KvCommand::Delete { key } => self.entries.remove(key),
         };
         KvResponse { previous }
+    }
+}
+
+impl StateMachine<KvConfig> for KvState {
+    fn apply(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
+        self.apply_command(log_index, command)
+    }
+
+    fn encode_state(&self) -> Result<(u32, Vec<u8>), StoreError> {
+        Ok((1, encode_payload("state", self)?))
+    }
+
+    fn decode_state(_schema: u32, payload: &[u8]) -> Result<Self, StoreError> {
+        decode_payload("state", payload)
+    }
+}
+
+openraft::declare_raft_types!(
+    /// The next "release" of the key-value machine: it reads schema 1 and introduces schema 2, in
+    /// which `Delete` first appears (so an entry of it is the first record that needs schema 2).
+    pub KvNextConfig:
+        D = KvCommand,
+        R = KvResponse,
+);
+
+impl SchemaCodec for KvNextConfig {
+    const UNTAGGED_SCHEMA: u32 = 1;
+    const OLDEST_SCHEMA: u32 = 1;
+    const NEWEST_SCHEMA: u32 = 2;
+    const RELEASE: &'static str = "kv-2";
+
+    fn encode_entry(entry: &Entry<Self>) -> Result<(u32, Vec<u8>), StoreError> {
+        let schema = match &entry.payload {
+            EntryPayload::Normal(KvCommand::Delete { .. }) => 2,
+            _ => 1,
+        };
+        Ok((schema, encode_payload("log entry", entry)?))
+    }
+
+    fn decode_entry(_schema: u32, payload: &[u8]) -> Result<Entry<Self>, StoreError> {
+        decode_payload("log entry", payload)
+    }
+}
+
+impl StateMachine<KvNextConfig> for KvState {
+    fn apply(&mut self, log_index: u64, command: &KvCommand) -> KvResponse {
+        self.apply_command(log_index, command)
+    }
+
+    fn encode_state(&self) -> Result<(u32, Vec<u8>), StoreError> {
+        Ok((1, encode_payload("state", self)?))
+    }
+
+    fn decode_state(_schema: u32, payload: &[u8]) -> Result<Self, StoreError> {
+        decode_payload("state", payload)
     }
 }
 
@@ -107,7 +179,7 @@ pub fn open_stores(db: &sled::Db, config: LogStoreConfig) -> (LogStore, Machine)
 }
 
 /// Appends and waits until the store reports the entries durable.
-pub async fn append_durably(store: &mut LogStore, entries: Vec<Entry<KvConfig>>) {
+pub async fn append_durably<C: SchemaCodec>(store: &mut SledLogStore<C>, entries: Vec<Entry<C>>) {
     let (durable_tx, durable_rx) = oneshot::channel();
     store
         .append_with(
