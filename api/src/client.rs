@@ -15,7 +15,7 @@
 //! most `patience + request_timeout`. Dropping the future cancels the call.
 
 use std::error::Error as StdError;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,10 +26,13 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tracing::debug;
 
-use crate::problem::{ErrorCode, Problem, LEADER_HEADER, REQUEST_ID_HEADER};
+use crate::problem::{
+    ErrorCode, Problem, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER,
+};
 use crate::wire::{
     AddNodeRequest, ClusterInfo, ExecutorView, Grant, InitReply, KeyRoute, RegisterRequest,
     ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply, StateView, WatchReply,
+    FIRST_RELEASE_SCHEMA,
 };
 
 /// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
@@ -206,6 +209,8 @@ struct Inner {
     /// Per-client random-ish prefix so request ids from two processes do not collide in logs.
     request_id_prefix: String,
     next_request_id: AtomicU64,
+    /// The cluster version the last reply stated ([`CLUSTER_VERSION_HEADER`]).
+    cluster_version: AtomicU32,
 }
 
 /// Async client for the manager API. Cloning is cheap and clones share the connection pool and
@@ -257,6 +262,7 @@ impl Client {
                 endpoints,
                 config,
                 route: Mutex::new(Route::default()),
+                cluster_version: AtomicU32::new(FIRST_RELEASE_SCHEMA),
                 request_id_prefix: request_id_prefix(),
                 next_request_id: AtomicU64::new(1),
             }),
@@ -603,6 +609,16 @@ impl Client {
         if let Some(leader) = &header_leader {
             self.record_leader(leader);
         }
+        // A reply without it is from a manager of 0.1.0, whose cluster is at 0.1.0's schema.
+        let cluster_version = response
+            .headers()
+            .get(CLUSTER_VERSION_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(FIRST_RELEASE_SCHEMA);
+        self.inner
+            .cluster_version
+            .store(cluster_version, Ordering::Relaxed);
 
         let status = response.status();
         let body = read_body(&mut response).await?;
@@ -672,6 +688,13 @@ impl Client {
     }
 
     /// Remember a leader named by a server; ignore values that are not usable base URLs.
+    /// The committed cluster version as the last manager to answer stated it (0.1.0's schema
+    /// before any reply, or after one from a 0.1.0 manager). A caller sends a request field of a
+    /// newer schema only when this is at least that schema (docs/PROTOCOL.md, "Versions").
+    pub fn cluster_version(&self) -> u32 {
+        self.inner.cluster_version.load(Ordering::Relaxed)
+    }
+
     fn record_leader(&self, raw: &str) {
         match normalize_endpoint(raw) {
             Ok(leader) => self.route().leader = Some(leader),

@@ -34,7 +34,10 @@ pub mod process;
 pub mod wire;
 
 pub use client::{Client, ClientConfig, ClientError};
-pub use problem::{ErrorCode, Problem, LEADER_HEADER, PROBLEM_CONTENT_TYPE, REQUEST_ID_HEADER};
+pub use problem::{
+    ErrorCode, Problem, CLUSTER_VERSION_HEADER, LEADER_HEADER, PROBLEM_CONTENT_TYPE,
+    REQUEST_ID_HEADER,
+};
 pub use wire::{
     AddNodeRequest, AssignmentPush, ClusterInfo, ExecutorHealth, Grant, Member, RegisterRequest,
     ReleaseRequest, RenewRequest, RevokePush, RevokeReply, SchemaRange, ShardEpoch, SnapshotInfo,

@@ -14,6 +14,10 @@ pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 /// Response header naming the serving leader's address, so a client can go direct next time
 /// (§9). Present on successes and errors alike.
 pub const LEADER_HEADER: &str = "x-leasehold-leader";
+/// On every manager reply: the committed cluster version as the answering manager has applied it
+/// (PROTOCOL P14.3). A client sends a request field introduced with schema N only to a manager
+/// whose reply said N or more; a reply without it is from 0.1.0 (schema 2).
+pub const CLUSTER_VERSION_HEADER: &str = "x-leasehold-cluster-version";
 
 /// Correlates a client call (all of its retries) with server logs.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";

@@ -599,3 +599,31 @@ async fn get_json_reads_inspection_paths() {
         Err(ClientError::InvalidRequest(_))
     ));
 }
+
+/// P14.3: the client knows the cluster version the last manager stated, so a caller can hold back
+/// a request field of a newer schema; a manager that states none is of 0.1.0 (schema 2).
+#[tokio::test]
+async fn the_client_reports_the_cluster_version_the_last_reply_stated() {
+    let new = serve(Router::new().route(
+        "/v1/cluster",
+        get(|| async {
+            (
+                [(leasehold_api::CLUSTER_VERSION_HEADER, "3")],
+                Json(cluster_info(1)),
+            )
+        }),
+    ))
+    .await;
+    let old = serve(Router::new().route("/v1/cluster", get(|| async { Json(cluster_info(2)) })))
+        .await;
+    let client = client(&[&new], fast_config());
+    assert_eq!(client.cluster_version(), 2, "nothing heard yet: 0.1.0's");
+    client.cluster_info().await.unwrap();
+    assert_eq!(client.cluster_version(), 3);
+    client.cluster_info_from(&old).await.unwrap();
+    assert_eq!(
+        client.cluster_version(),
+        2,
+        "a manager of 0.1.0 answered: its cluster is at schema 2"
+    );
+}

@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
-use leasehold_api::problem::{ErrorCode, LEADER_HEADER, REQUEST_ID_HEADER};
+use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
 use leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -166,8 +166,8 @@ pub fn router(node: AppState) -> Router {
         .with_state(node)
 }
 
-/// Adds `X-Leasehold-Leader` to every reply that does not carry one already (a forwarded reply
-/// carries the leader's own).
+/// Adds `X-Leasehold-Leader` and `X-Leasehold-Cluster-Version` (P14.3) to every reply that does
+/// not carry them already (a forwarded reply carries the leader's own).
 async fn name_the_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     if !response.headers().contains_key(LEADER_HEADER) {
@@ -177,6 +177,12 @@ async fn name_the_leader(State(node): State<AppState>, request: Request, next: N
         {
             response.headers_mut().insert(LEADER_HEADER, value);
         }
+    }
+    if !response.headers().contains_key(CLUSTER_VERSION_HEADER) {
+        let cluster_version = node.state.read(|applied| applied.state.cluster_version());
+        response
+            .headers_mut()
+            .insert(CLUSTER_VERSION_HEADER, HeaderValue::from(cluster_version));
     }
     response
 }

@@ -198,3 +198,124 @@ pub fn state_from_backup(schema: u32, payload: &[u8]) -> Result<LeaseState, Back
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use leasehold_raft_store::codec::{self, TAGGED_FORMAT_VERSION};
+    use leasehold_raft_store::schema::{decode_entry_record, encode_entry_record};
+    use openraft::{CommittedLeaderId, LogId, Vote};
+
+    use super::*;
+    use crate::lease::schema::SCHEMA_CLUSTER_VERSION;
+
+    fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(command),
+        }
+    }
+
+    fn register() -> Command {
+        Command::Register {
+            now_ms: 5,
+            incarnation: "inc".into(),
+            address: "http://127.0.0.1:1".into(),
+            name: None,
+        }
+    }
+
+    fn raise() -> Command {
+        Command::SetClusterVersion {
+            now_ms: 6,
+            cluster_version: SCHEMA_CLUSTER_VERSION,
+        }
+    }
+
+    /// P14.1: an entry of 0.1.0's commands is written exactly as 0.1.0 wrote it (untagged, its
+    /// types), so a 0.1.0 replica reads it; only an entry that needs schema 3 is tagged.
+    #[test]
+    fn an_entry_is_written_at_the_oldest_schema_that_expresses_it() {
+        let old = entry(1, register());
+        let (schema, record) = encode_entry_record::<TypeConfig>(&old).unwrap();
+        assert_eq!(schema, SCHEMA_0_1_0);
+        let as_0_1_0 = codec::encode("log entry", &entry_to_v2(&old).unwrap()).unwrap();
+        assert_eq!(record, as_0_1_0, "byte for byte what 0.1.0 writes");
+        assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), old);
+
+        let new = entry(2, raise());
+        let (schema, record) = encode_entry_record::<TypeConfig>(&new).unwrap();
+        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(record[0], TAGGED_FORMAT_VERSION);
+        assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), new);
+        // 0.1.0 reads untagged records only: it refuses this one instead of misreading it.
+        assert!(codec::decode::<Entry<V2Config>>("log entry", &record).is_err());
+    }
+
+    #[test]
+    fn an_entry_of_a_newer_schema_is_refused_naming_both() {
+        let payload = encode_payload("log entry", &entry(1, register())).unwrap();
+        let record = codec::seal(Some(NEWEST_SCHEMA + 1), &payload);
+        let error = decode_entry_record::<TypeConfig>(&record).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("schema {}", NEWEST_SCHEMA + 1))
+                && message.contains(leasehold_api::RELEASE),
+            "{message}"
+        );
+    }
+
+    fn append(entries: Vec<Entry<TypeConfig>>) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), 3)),
+            entries,
+            leader_commit: Some(LogId::new(CommittedLeaderId::new(1, 1), 2)),
+        }
+    }
+
+    /// A 0.1.0 follower decodes a body of this build's leader as long as every entry in it is of
+    /// schema 2, which the cluster version guarantees while any voter runs 0.1.0 (P14.3).
+    #[test]
+    fn an_append_is_what_0_1_0_sends_until_an_entry_needs_more() {
+        let old = append(vec![entry(4, register())]);
+        let body = encode_append(&old).unwrap();
+        let as_0_1_0: AppendEntriesRequest<V2Config> =
+            codec::decode("raft request", &body).expect("a 0.1.0 follower decodes it");
+        assert_eq!(as_0_1_0.entries.len(), 1);
+        assert_eq!(decode_append(&body).unwrap().entries, old.entries);
+
+        let new = append(vec![entry(4, register()), entry(5, raise())]);
+        let body = encode_append(&new).unwrap();
+        assert!(codec::decode::<AppendEntriesRequest<V2Config>>("raft request", &body).is_err());
+        assert_eq!(decode_append(&body).unwrap().entries, new.entries);
+    }
+
+    #[test]
+    fn the_state_and_its_backup_are_written_at_schema_2_until_the_raise() {
+        let mut state = LeaseState::default();
+        let (schema, payload) = state.encode_state().unwrap();
+        assert_eq!(schema, SCHEMA_0_1_0);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
+        let (schema, json) = backup_payload(&state).unwrap();
+        assert_eq!(schema, SCHEMA_0_1_0);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), state);
+
+        let _ = state.apply(1, &raise());
+        let (schema, payload) = state.encode_state().unwrap();
+        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
+        assert!(
+            LeaseState::decode_state(SCHEMA_0_1_0, &payload).is_err(),
+            "schema 3 bytes are not a schema 2 state"
+        );
+        let (schema, json) = backup_payload(&state).unwrap();
+        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), state);
+        assert!(matches!(
+            state_from_backup(NEWEST_SCHEMA + 1, &json),
+            Err(BackupSchemaError::Unreadable(
+                StoreError::NewerSchema { .. }
+            ))
+        ));
+    }
+}

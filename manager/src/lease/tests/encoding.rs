@@ -21,7 +21,7 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(val
 
 /// A state with every kind of entry: delivered, releasing (with and without a target), unowned
 /// shards, tombstones of both kinds, a named executor.
-fn busy_state() -> LeaseState {
+pub(super) fn busy_state() -> LeaseState {
     let mut harness = Harness::initialised(8, LEASE_MS);
     let a = harness.register(0, "a");
     harness.apply(Command::Register {
@@ -64,9 +64,9 @@ fn bincode_round_trips_the_state() {
     round_trip(&busy_state());
 }
 
-#[test]
-fn bincode_round_trips_every_command_variant() {
-    let commands = vec![
+/// One of every command variant, with edge values.
+pub(super) fn every_command() -> Vec<Command> {
+    vec![
         Command::Init {
             now_ms: 1,
             shard_count: 1024,
@@ -126,8 +126,16 @@ fn bincode_round_trips_every_command_variant() {
             executor_id: "ex-1".into(),
             draining: true,
         },
-    ];
-    for command in &commands {
+        Command::SetClusterVersion {
+            now_ms: 11,
+            cluster_version: 3,
+        },
+    ]
+}
+
+#[test]
+fn bincode_round_trips_every_command_variant() {
+    for command in &every_command() {
         round_trip(command);
     }
 }
@@ -208,6 +216,10 @@ fn bincode_round_trips_every_outcome_variant() {
             executor_id: "ex-1".into(),
             draining: true,
             changed: false,
+        },
+        Outcome::ClusterVersionSet {
+            previous: 2,
+            cluster_version: 3,
         },
     ];
     let reasons = [

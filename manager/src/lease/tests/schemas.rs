@@ -1,0 +1,243 @@
+//! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
+//! (release 0.1.0, `lease::v2`) and this build's types, the gate in front of proposals, and a
+//! property test that a state migrated at any point behaves exactly as the state it came from.
+
+use proptest::prelude::*;
+
+use super::super::schema::{check_proposable, NEWEST_SCHEMA, SCHEMA_0_1_0};
+use super::super::{v2, Command, LeaseState, Outcome, Renewal};
+use super::encoding::{busy_state, every_command};
+use super::{Harness, LEASE_MS};
+
+fn bincode_round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(value, config).expect("encodes");
+    let (back, read) = bincode::serde::decode_from_slice(&bytes, config).expect("decodes");
+    assert_eq!(read, bytes.len());
+    back
+}
+
+/// What a restart on a directory of schema 2 does: down to schema 2's types, through its bytes,
+/// and up again.
+fn migrated(state: &LeaseState) -> LeaseState {
+    let old = v2::LeaseState::try_from(state).expect("expressible in schema 2");
+    bincode_round_trip(&old).into()
+}
+
+#[test]
+fn every_schema_2_command_converts_up_and_back_unchanged() {
+    for command in every_command() {
+        match v2::Command::try_from(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(Command::from(old), command, "schema 2 keeps {command:?}");
+                assert_eq!(command.required_schema(), SCHEMA_0_1_0);
+            }
+            Err(_) => assert!(
+                matches!(command, Command::SetClusterVersion { .. }),
+                "only commands of schema 3 are refused by schema 2: {command:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_state_below_the_raise_converts_to_schema_2_and_back_unchanged() {
+    for state in [
+        LeaseState::default(),
+        Harness::initialised(4, LEASE_MS).state,
+        busy_state(),
+    ] {
+        assert_eq!(state.cluster_version(), SCHEMA_0_1_0);
+        assert_eq!(migrated(&state), state);
+        assert_eq!(state.required_schema(), SCHEMA_0_1_0);
+    }
+}
+
+#[test]
+fn a_state_after_the_raise_is_not_expressible_in_schema_2() {
+    let mut harness = Harness {
+        state: busy_state(),
+        next_index: 1_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 3_000,
+        cluster_version: 3,
+    });
+    assert_eq!(harness.state.required_schema(), 3);
+    assert!(v2::LeaseState::try_from(&harness.state).is_err());
+}
+
+#[test]
+fn the_cluster_version_only_rises_and_may_be_raised_before_init() {
+    let mut harness = Harness::new();
+    let raise = |cluster_version| Command::SetClusterVersion {
+        now_ms: 1,
+        cluster_version,
+    };
+    assert_eq!(
+        harness.apply(raise(3)),
+        Outcome::ClusterVersionSet {
+            previous: 2,
+            cluster_version: 3
+        },
+        "accepted before Init: it concerns the replicas"
+    );
+    assert_eq!(harness.state.revision(), 1);
+    // A stale or repeated raise changes nothing (P2.4), not even the revision.
+    for stale in [3, 2] {
+        let outcome = harness.apply_expecting_no_change(raise(stale));
+        assert_eq!(
+            outcome,
+            Outcome::ClusterVersionSet {
+                previous: 3,
+                cluster_version: 3
+            }
+        );
+    }
+    assert_eq!(harness.state.cluster_version(), 3);
+}
+
+#[test]
+fn a_command_is_proposed_only_once_the_cluster_version_reaches_its_schema() {
+    let register = super::register_command(0, "a");
+    assert!(check_proposable(&register, SCHEMA_0_1_0).is_ok());
+    let refused = check_proposable(&register, SCHEMA_0_1_0 - 1).unwrap_err();
+    assert_eq!(refused.needed, SCHEMA_0_1_0);
+    assert!(refused.to_string().contains("P14.3"), "{refused}");
+    // The raise is checked against what this build can apply, whatever the cluster is at now.
+    let raise = |cluster_version| Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version,
+    };
+    assert!(check_proposable(&raise(NEWEST_SCHEMA), SCHEMA_0_1_0).is_ok());
+    assert!(check_proposable(&raise(NEWEST_SCHEMA + 1), SCHEMA_0_1_0).is_err());
+}
+
+/// A step of a fleet's life, interpreted against the current state.
+#[derive(Debug, Clone)]
+enum Step {
+    Register(u8),
+    RenewAll { after_ms: u64 },
+    Rebalance { after_ms: u64 },
+    Deregister(u8),
+    Reap { after_ms: u64 },
+    Drain(u8, bool),
+    ReleaseAll(u8),
+    CompleteHandoffs { after_ms: u64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0u8..6).prop_map(Step::Register),
+        3 => (0u64..30_000).prop_map(|after_ms| Step::RenewAll { after_ms }),
+        3 => (0u64..5_000).prop_map(|after_ms| Step::Rebalance { after_ms }),
+        1 => (0u8..6).prop_map(Step::Deregister),
+        1 => (0u64..90_000).prop_map(|after_ms| Step::Reap { after_ms }),
+        1 => ((0u8..6), any::<bool>()).prop_map(|(e, d)| Step::Drain(e, d)),
+        2 => (0u8..6).prop_map(Step::ReleaseAll),
+        1 => (0u64..90_000).prop_map(|after_ms| Step::CompleteHandoffs { after_ms }),
+    ]
+}
+
+/// The schema 2 command `step` stands for at `now_ms`, if there is one to make.
+fn command_for(state: &LeaseState, step: &Step, now_ms: &mut u64) -> Option<v2::Command> {
+    let executor = |index: u8| {
+        let ids: Vec<String> = state.executors().map(|e| e.id.clone()).collect();
+        (!ids.is_empty()).then(|| ids[usize::from(index) % ids.len()].clone())
+    };
+    let command = match step {
+        Step::Register(n) => super::register_command(*now_ms, &format!("inc-{n}")),
+        Step::RenewAll { after_ms } => {
+            *now_ms += after_ms;
+            Command::Renew {
+                now_ms: *now_ms,
+                renewals: state
+                    .executors()
+                    .map(|e| Renewal {
+                        executor_id: e.id.clone(),
+                        claims: state.delivered_set(&e.id),
+                        revision: state.revision(),
+                    })
+                    .collect(),
+            }
+        }
+        Step::Rebalance { after_ms } => {
+            *now_ms += after_ms;
+            super::super::plan_rebalance(state, *now_ms)?
+        }
+        Step::Deregister(index) => Command::Deregister {
+            now_ms: *now_ms,
+            executor_id: executor(*index)?,
+        },
+        Step::Reap { after_ms } => {
+            *now_ms += after_ms;
+            Command::Reap {
+                now_ms: *now_ms,
+                executor_ids: state.executors().map(|e| e.id.clone()).collect(),
+            }
+        }
+        Step::Drain(index, draining) => Command::SetDraining {
+            now_ms: *now_ms,
+            executor_id: executor(*index)?,
+            draining: *draining,
+        },
+        Step::ReleaseAll(index) => {
+            let executor_id = executor(*index)?;
+            let releasing: Vec<_> = state
+                .shards()
+                .iter()
+                .filter(|s| s.owner.as_deref() == Some(executor_id.as_str()))
+                .filter_map(|s| s.handoff.as_ref().map(|h| (s.id, h.revoke_revision)))
+                .collect();
+            let revoke_revision = releasing.first()?.1;
+            Command::Release {
+                now_ms: *now_ms,
+                executor_id,
+                shards: releasing
+                    .iter()
+                    .filter(|(_, r)| *r == revoke_revision)
+                    .map(|(s, _)| *s)
+                    .collect(),
+                revoke_revision,
+            }
+        }
+        Step::CompleteHandoffs { after_ms } => {
+            *now_ms += after_ms;
+            Command::CompleteHandoffs { now_ms: *now_ms }
+        }
+    };
+    Some(v2::Command::try_from(&command).expect("a schema 2 command"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// P14.1: any state of schema 2, converted to schema 3, applies every command of schema 2 to
+    /// the same outcome and the same state as the state it came from, at every point of a fleet's
+    /// life; and the result is still expressible in schema 2, so a 0.1.0 follower holds the same.
+    #[test]
+    fn a_migrated_state_applies_every_schema_2_command_as_the_original(
+        shard_count in 1u32..12,
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        let mut original = Harness::initialised(shard_count, LEASE_MS);
+        let mut now_ms = 0;
+        for step in &steps {
+            let Some(old) = command_for(&original.state, step, &mut now_ms) else {
+                continue;
+            };
+            let command = Command::from(old);
+            let mut migrated_harness = Harness {
+                state: migrated(&original.state),
+                next_index: original.next_index(),
+            };
+            prop_assert_eq!(&migrated_harness.state, &original.state);
+            let expected = original.apply(command.clone());
+            let outcome = migrated_harness.apply(command);
+            prop_assert_eq!(outcome, expected);
+            prop_assert_eq!(&migrated_harness.state, &original.state);
+            prop_assert_eq!(migrated(&original.state), original.state.clone());
+        }
+    }
+}
