@@ -10,7 +10,7 @@
 //! ```
 //!
 //! The payload is the manager's replicated lease state as JSON; only the manager decodes it in
-//! full (it knows the state's shape and checks it against `state_schema_version`). Everyone else
+//! full (it knows each schema's shape and decodes the payload at `state_schema_version`). Everyone else
 //! checks the envelope: magic, container format, declared length, SHA-256, and that the payload
 //! is a JSON object whose `revision` is the header's.
 
@@ -41,7 +41,8 @@ pub const RESTORED_FILE_NAME: &str = "leasehold-restore.imported";
 pub struct BackupHeader {
     /// [`BACKUP_FORMAT_VERSION`] of the writer.
     pub format_version: u32,
-    /// The manager's lease state schema (`SCHEMA_VERSION`); a manager imports only its own.
+    /// The lease state schema the payload is written at (the oldest that expresses it); a
+    /// manager imports every schema it reads (PROTOCOL P14.1).
     pub state_schema_version: u32,
     /// The state's revision (log index of its last change) when it was read.
     pub revision: u64,
