@@ -244,6 +244,17 @@ impl Manager {
         }
     }
 
+    /// Changes the binary for the next start (e.g. another release's, for an upgrade on the
+    /// same data directory).
+    pub fn set_binary(&mut self, binary: PathBuf) {
+        self.binary = binary;
+    }
+
+    /// The binary of the next (or current) start.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
     /// SIGKILL: no chance to flush or hand over. Returns once the process is gone.
     pub fn kill(&mut self) {
         self.process.kill();
