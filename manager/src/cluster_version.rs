@@ -104,7 +104,8 @@ pub async fn run(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-async fn probe_and_raise(node: &ManagerNode) {
+/// One probe round and, on the leader, the raise it calls for.
+pub(crate) async fn probe_and_raise(node: &ManagerNode) {
     let members: Vec<(NodeId, String)> = node
         .metrics_snapshot()
         .membership_config

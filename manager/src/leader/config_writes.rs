@@ -49,6 +49,12 @@ pub async fn ensure_lease_config(node: &ManagerNode) {
     if node.leader() != Leader::Local {
         return;
     }
+    if current.is_none() {
+        // A new cluster: raise its cluster version first (P14.3), so that from the first
+        // executor on, its state is at the newest schema its founding members all apply,
+        // rather than rising under them a moment later.
+        crate::cluster_version::probe_and_raise(node).await;
+    }
     match node.proposer.propose(command).await {
         Ok((index, outcome)) => {
             tracing::info!(index, ?outcome, "wrote the cluster lease configuration")
