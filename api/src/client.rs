@@ -30,9 +30,9 @@ use crate::problem::{
     ErrorCode, Problem, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER,
 };
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, ExecutorView, Grant, InitReply, KeyRoute, RegisterRequest,
-    ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply, StateView, WatchReply,
-    FIRST_RELEASE_SCHEMA,
+    AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute,
+    RegisterRequest, ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply,
+    StateView, WatchReply, FIRST_RELEASE_SCHEMA,
 };
 
 /// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
@@ -296,15 +296,23 @@ impl Client {
 
     /// `POST /v1/executors/{id}/renew`. A renewal is a `max` on the manager (P3.4), so a repeat is
     /// harmless.
+    /// `credential` is the one the executor registered with, if it did (P13.4).
     pub async fn renew(
         &self,
         executor_id: &str,
+        credential: Option<&Credential>,
         request: &RenewRequest,
     ) -> Result<Grant, ClientError> {
         let path = format!("/v1/executors/{}/renew", path_segment(executor_id)?);
         let body = encode(request)?;
         let reply = self
-            .send(Method::POST, &path, Some(body), Idempotency::Safe)
+            .send_as(
+                Method::POST,
+                &path,
+                Some(body),
+                Idempotency::Safe,
+                credential,
+            )
             .await?;
         decode(&reply)
     }
@@ -314,21 +322,32 @@ impl Client {
     pub async fn release(
         &self,
         executor_id: &str,
+        credential: Option<&Credential>,
         request: &ReleaseRequest,
     ) -> Result<(), ClientError> {
         let path = format!("/v1/executors/{}/release", path_segment(executor_id)?);
         let body = encode(request)?;
-        self.send(Method::POST, &path, Some(body), Idempotency::Safe)
-            .await?;
+        self.send_as(
+            Method::POST,
+            &path,
+            Some(body),
+            Idempotency::Safe,
+            credential,
+        )
+        .await?;
         Ok(())
     }
 
     /// `DELETE /v1/executors/{id}` (P3.7). A repeat after a lost reply still succeeds through the
     /// manager's tombstone (P7.2); an id that never existed is `404 not_found`/`unknown_executor`.
-    pub async fn deregister(&self, executor_id: &str) -> Result<(), ClientError> {
+    pub async fn deregister(
+        &self,
+        executor_id: &str,
+        credential: Option<&Credential>,
+    ) -> Result<(), ClientError> {
         let path = format!("/v1/executors/{}", path_segment(executor_id)?);
         let reply = self
-            .send(Method::DELETE, &path, None, Idempotency::Safe)
+            .send_as(Method::DELETE, &path, None, Idempotency::Safe, credential)
             .await?;
         expect_status(&reply, StatusCode::NO_CONTENT)
     }
@@ -347,7 +366,7 @@ impl Client {
         let base = normalize_endpoint(endpoint)?;
         let request_id = self.next_request_id();
         let reply = self
-            .attempt(&base, &Method::GET, "/v1/cluster", None, &request_id)
+            .attempt(&base, &Method::GET, "/v1/cluster", None, &request_id, None)
             .await
             .map_err(Failure::into_error)?;
         decode(&reply)
@@ -507,6 +526,18 @@ impl Client {
         body: Option<Vec<u8>>,
         idempotency: Idempotency,
     ) -> Result<Reply, ClientError> {
+        self.send_as(method, path, body, idempotency, None).await
+    }
+
+    /// [`Client::send`], presenting `credential` as `Authorization: Bearer` (P13.4).
+    async fn send_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        idempotency: Idempotency,
+        credential: Option<&Credential>,
+    ) -> Result<Reply, ClientError> {
         let config = self.inner.config;
         let deadline = Instant::now() + config.patience;
         // The same id on every retry, so server logs show one call, not several.
@@ -521,7 +552,14 @@ impl Client {
             attempt = attempt.saturating_add(1);
             let target = self.target();
             let failure = match self
-                .attempt(&target, &method, path, body.as_deref(), &request_id)
+                .attempt(
+                    &target,
+                    &method,
+                    path,
+                    body.as_deref(),
+                    &request_id,
+                    credential,
+                )
                 .await
             {
                 Ok(reply) => return Ok(reply),
@@ -583,6 +621,7 @@ impl Client {
         path: &str,
         body: Option<&[u8]>,
         request_id: &str,
+        credential: Option<&Credential>,
     ) -> Result<Reply, Failure> {
         let url = format!("{base}{path}");
         let mut request = self
@@ -591,6 +630,9 @@ impl Client {
             .request(method.clone(), &url)
             .header(ACCEPT, ACCEPT_VALUE)
             .header(REQUEST_ID_HEADER, request_id);
+        if let Some(credential) = credential {
+            request = request.bearer_auth(credential.expose());
+        }
         if let Some(body) = body {
             request = request
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))

@@ -39,8 +39,9 @@ pub use problem::{
     REQUEST_ID_HEADER,
 };
 pub use wire::{
-    AddNodeRequest, AssignmentPush, ClusterInfo, ExecutorHealth, Grant, Member, RegisterRequest,
-    ReleaseRequest, RenewRequest, RevokePush, RevokeReply, SchemaRange, ShardEpoch, SnapshotInfo,
+    AddNodeRequest, AssignmentPush, ClusterInfo, Credential, ExecutorHealth, Grant, Member,
+    RegisterRequest, ReleaseRequest, RenewRequest, RevokePush, RevokeReply, SchemaRange,
+    ShardEpoch, SnapshotInfo,
 };
 
 /// This build's release: the workspace version, recorded with its commit in CHANGELOG.md. Every

@@ -57,11 +57,14 @@ pub enum ErrorCode {
     Internal,
     /// The server cannot serve now (shutting down, storage unavailable).
     Unavailable,
+    /// No credential, or not the one the executor registered with (PROTOCOL P13.4); nothing
+    /// was applied.
+    Unauthenticated,
 }
 
 impl ErrorCode {
     /// Every code, for exhaustive tests and documentation generators.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::NotLeader,
         ErrorCode::NoLeader,
         ErrorCode::UnknownExecutor,
@@ -75,6 +78,7 @@ impl ErrorCode {
         ErrorCode::Timeout,
         ErrorCode::Internal,
         ErrorCode::Unavailable,
+        ErrorCode::Unauthenticated,
     ];
 
     /// The refusals of P7.1: the server applied nothing, so any request, idempotent or not, may
@@ -92,6 +96,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => 400,
             ErrorCode::UnknownExecutor | ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::Unauthenticated => 401,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
@@ -119,6 +124,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "timeout",
             ErrorCode::Internal => "internal",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Unauthenticated => "unauthenticated",
         }
     }
 
@@ -138,6 +144,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "Timeout",
             ErrorCode::Internal => "Internal error",
             ErrorCode::Unavailable => "Unavailable",
+            ErrorCode::Unauthenticated => "Unauthenticated",
         }
     }
 }

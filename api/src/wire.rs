@@ -7,6 +7,8 @@
 //! These types only describe shape; range checks (a shard below the shard count, a sane address)
 //! belong to the receiver, which knows the limits.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 /// Longest register `incarnation`: an idempotency key, not a payload.
@@ -139,6 +141,76 @@ pub struct RegisterRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(max_length = 256))]
     pub name: Option<String>,
+    /// The executor's secret (PROTOCOL P13.4): every later renew and deregister of this
+    /// executor must present it as `Authorization: Bearer <credential>`. The manager keeps only
+    /// its SHA-256. Sent only to managers stating cluster version [`CREDENTIALS_SCHEMA`] or
+    /// later (docs/PROTOCOL.md, "Versions"); absent from executors of 0.1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(value_type = Option<String>, min_length = 32, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")
+    )]
+    pub credential: Option<Credential>,
+}
+
+/// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).
+pub const CREDENTIALS_SCHEMA: u32 = 3;
+/// Shortest credential accepted: 32 hex digits are 128 bits (P13.4's floor).
+pub const MIN_CREDENTIAL_BYTES: usize = 32;
+/// Longest credential accepted.
+pub const MAX_CREDENTIAL_BYTES: usize = 128;
+
+/// An executor's secret (PROTOCOL P13.4): 32 to 128 characters of `A-Z a-z 0-9 _ -` (hex or
+/// unpadded base64url), at least 128 bits of randomness when made by [`Credential::from_random`].
+/// `Debug` never shows it; only [`Credential::expose`] does, for the `Authorization` header.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Credential(String);
+
+impl Credential {
+    /// A credential from 32 random bytes (256 bits), hex-encoded.
+    pub fn from_random(bytes: [u8; 32]) -> Self {
+        Self(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Checks the shape of a credential received on the wire.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if !(MIN_CREDENTIAL_BYTES..=MAX_CREDENTIAL_BYTES).contains(&text.len()) {
+            return Err(format!(
+                "a credential is {MIN_CREDENTIAL_BYTES} to {MAX_CREDENTIAL_BYTES} characters, not {}",
+                text.len()
+            ));
+        }
+        if !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err("a credential is made of A-Z, a-z, 0-9, '_' and '-' only".to_owned());
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    /// Checks a credential decoded from JSON (serde does not run [`Credential::parse`]).
+    pub fn validate(&self) -> Result<(), String> {
+        Self::parse(&self.0).map(|_| ())
+    }
+
+    /// The secret itself, for the `Authorization: Bearer` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// What the manager stores and compares (P13.4): SHA-256 of the credential's bytes.
+    pub fn sha256(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(self.0.as_bytes()).into()
+    }
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Credential(<redacted>)")
+    }
 }
 
 /// Reply to register and renew: a grant, the only message that moves the lease clock (P3.3).
@@ -601,6 +673,7 @@ mod tests {
             incarnation: "inc-1".into(),
             address: "http://127.0.0.1:9000".into(),
             name: None,
+            credential: None,
         };
         let value = serde_json::to_value(&req).unwrap();
         assert_eq!(
@@ -617,15 +690,46 @@ mod tests {
             incarnation: "inc-1".into(),
             address: "http://127.0.0.1:9000".into(),
             name: Some("worker-a".into()),
+            credential: Some(Credential::from_random([7; 32])),
         };
         let text = serde_json::to_string(&req).unwrap();
         assert_eq!(serde_json::from_str::<RegisterRequest>(&text).unwrap(), req);
     }
 
+    /// P13.4: the secret never shows in a `Debug` (logs format requests with it); its shape is
+    /// checked; the manager keeps its SHA-256.
+    #[test]
+    fn a_credential_is_redacted_checked_and_hashed() {
+        let credential = Credential::from_random([0xab; 32]);
+        assert_eq!(credential.expose().len(), 64);
+        let request = RegisterRequest {
+            incarnation: "i".into(),
+            address: "http://a:1".into(),
+            name: None,
+            credential: Some(credential.clone()),
+        };
+        let debug = format!("{request:?}");
+        assert!(!debug.contains(credential.expose()), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+        assert!(Credential::parse(credential.expose()).is_ok());
+        assert!(Credential::parse(&"a".repeat(MIN_CREDENTIAL_BYTES - 1)).is_err());
+        assert!(Credential::parse(&"a".repeat(MAX_CREDENTIAL_BYTES + 1)).is_err());
+        assert!(Credential::parse(&format!("{}!", "a".repeat(40))).is_err());
+        let decoded: Credential = serde_json::from_value(json!("short")).unwrap();
+        assert!(
+            decoded.validate().is_err(),
+            "serde alone does not check the shape"
+        );
+        assert_ne!(
+            credential.sha256(),
+            Credential::from_random([0xac; 32]).sha256()
+        );
+    }
+
     /// I6: every request type refuses a field it does not know.
     #[test]
     fn request_types_reject_unknown_fields() {
-        fn rejects<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: serde_json::Value) {
+        fn rejects<T: serde::de::DeserializeOwned + fmt::Debug>(value: serde_json::Value) {
             let err = serde_json::from_value::<T>(value.clone())
                 .expect_err(&format!("accepted unknown field: {value}"));
             assert!(err.to_string().contains("unknown field"), "{err}");

@@ -72,6 +72,7 @@ fn register_request() -> RegisterRequest {
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
         name: None,
+        credential: None,
     }
 }
 
@@ -345,7 +346,7 @@ async fn unknown_outcome_is_retried_only_for_idempotent_calls() {
 
     let client = client(&[&server], fast_config());
     assert_eq!(
-        client.renew("ex-1", &renew_request()).await.unwrap(),
+        client.renew("ex-1", None, &renew_request()).await.unwrap(),
         grant("ex-1")
     );
     assert_eq!(renew_hits.get(), 2);
@@ -398,7 +399,7 @@ async fn request_timeout_after_sending_is_retried_only_for_idempotent_calls() {
     };
     let client = client(&[&server], config);
     assert_eq!(
-        client.renew("ex-1", &renew_request()).await.unwrap(),
+        client.renew("ex-1", None, &renew_request()).await.unwrap(),
         grant("ex-1")
     );
     assert_eq!(renew_hits.get(), 2);
@@ -446,13 +447,13 @@ async fn deregister_expects_204() {
     .await;
     let client = client(&[&server], fast_config());
 
-    client.deregister("ex-1").await.unwrap();
-    let error = client.deregister("wrong-status").await.unwrap_err();
+    client.deregister("ex-1", None).await.unwrap();
+    let error = client.deregister("wrong-status", None).await.unwrap_err();
     assert!(
         matches!(error, ClientError::Unexpected { status: 200, .. }),
         "{error:?}"
     );
-    let error = client.deregister("never-existed").await.unwrap_err();
+    let error = client.deregister("never-existed", None).await.unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::NotFound));
     assert_eq!(
         *seen.lock().unwrap(),
@@ -480,14 +481,14 @@ async fn executor_ids_are_percent_encoded_and_bad_ones_refused_locally() {
         revoke_revision: 9,
     };
 
-    client.release("ex:1%?", &release).await.unwrap();
+    client.release("ex:1%?", None, &release).await.unwrap();
     assert_eq!(
         *seen.lock().unwrap(),
         [("ex:1%?".to_owned(), release.clone())]
     );
 
     for bad in ["a/b", "a b", ""] {
-        let error = client.release(bad, &release).await.unwrap_err();
+        let error = client.release(bad, None, &release).await.unwrap_err();
         assert!(
             matches!(error, ClientError::InvalidRequest(_)),
             "{bad:?}: {error:?}"
@@ -614,8 +615,8 @@ async fn the_client_reports_the_cluster_version_the_last_reply_stated() {
         }),
     ))
     .await;
-    let old = serve(Router::new().route("/v1/cluster", get(|| async { Json(cluster_info(2)) })))
-        .await;
+    let old =
+        serve(Router::new().route("/v1/cluster", get(|| async { Json(cluster_info(2)) }))).await;
     let client = client(&[&new], fast_config());
     assert_eq!(client.cluster_version(), 2, "nothing heard yet: 0.1.0's");
     client.cluster_info().await.unwrap();

@@ -213,6 +213,7 @@ impl LeaseholdFleet {
                         incarnation,
                         address,
                         name: None,
+                        credential: None,
                     })
                     .await?;
                 let mut assignment = AssignmentState::default();
@@ -274,7 +275,7 @@ impl LeaseholdFleet {
         setup_all(ids.len(), |index| {
             let client = client.clone();
             let id = ids[index].clone();
-            async move { Ok(client.deregister(&id).await?) }
+            async move { Ok(client.deregister(&id, None).await?) }
         })
         .await?;
         Ok(())
@@ -300,7 +301,7 @@ impl Renewer for LeaseholdFleet {
         };
         let grant = self
             .client
-            .renew(&executor.executor_id, &request)
+            .renew(&executor.executor_id, None, &request)
             .await
             .map_err(|error| match error.code() {
                 Some(ErrorCode::UnknownExecutor) => RenewFailure::Evicted,

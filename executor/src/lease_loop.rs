@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use leasehold_api::client::ClientError;
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{Grant, RenewRequest};
+use leasehold_api::wire::{Credential, Grant, RenewRequest};
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, error, info, warn};
 
@@ -153,8 +153,13 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
         sleep_until(next_call_at).await;
         let next = match shared.renewal() {
             None => register(shared, manager, &mut schedule).await,
-            Some((executor_id, request)) => {
-                renew(shared, manager, &mut schedule, &executor_id, &request).await
+            Some((executor_id, credential, request)) => {
+                let call = RenewCall {
+                    executor_id: &executor_id,
+                    credential: &credential,
+                    request: &request,
+                };
+                renew(shared, manager, &mut schedule, call).await
             }
         };
         next_call_at = match next {
@@ -209,16 +214,27 @@ async fn register<M: ManagerApi>(
     next
 }
 
-/// One renew call for `executor_id`, and the step after it.
+/// What one renewal sends.
+struct RenewCall<'a> {
+    executor_id: &'a str,
+    credential: &'a Credential,
+    request: &'a RenewRequest,
+}
+
+/// One renew call, and the step after it.
 async fn renew<M: ManagerApi>(
     shared: &Shared,
     manager: &M,
     schedule: &mut LeaseSchedule,
-    executor_id: &str,
-    request: &RenewRequest,
+    call: RenewCall<'_>,
 ) -> Next {
+    let RenewCall {
+        executor_id,
+        credential,
+        request,
+    } = call;
     let sent_at = Instant::now();
-    let result = manager.renew(executor_id, request).await;
+    let result = manager.renew(executor_id, credential, request).await;
     count_lease_call(
         "renew",
         match &result {
@@ -308,7 +324,7 @@ async fn stop_gracefully<M: ManagerApi>(shared: &Shared, manager: &M, grace: Dur
             }
             None => return Ok(None),
         };
-        match manager.deregister(&executor_id).await {
+        match manager.deregister(&executor_id, &shared.credential()).await {
             Ok(()) => Ok(Some(executor_id)),
             // Already gone (reaped, or an earlier attempt succeeded): nothing left to hand back.
             Err(error)

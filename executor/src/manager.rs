@@ -14,7 +14,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use leasehold_api::client::{Client, ClientConfig, ClientError};
-use leasehold_api::wire::{Grant, KeyRoute, RegisterRequest, RenewRequest};
+use leasehold_api::wire::{
+    Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CREDENTIALS_SCHEMA,
+};
 
 /// Patience of one register or renew call: how stale the lease anchor can get before the
 /// attempt that earns the grant is sent.
@@ -31,16 +33,20 @@ pub(crate) trait ManagerApi: Send + Sync + 'static {
         request: &RegisterRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
 
-    /// `POST /v1/executors/{id}/renew`.
+    /// `POST /v1/executors/{id}/renew`, presenting the executor's credential (P13.4).
     fn renew(
         &self,
         executor_id: &str,
+        credential: &Credential,
         request: &RenewRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
 
     /// `DELETE /v1/executors/{id}` (P3.7); a retry after a lost reply succeeds (P7.2).
-    fn deregister(&self, executor_id: &str)
-        -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn deregister(
+        &self,
+        executor_id: &str,
+        credential: &Credential,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
 }
 
 /// The real manager connection.
@@ -86,26 +92,41 @@ impl ManagerLink {
 }
 
 impl ManagerApi for ManagerLink {
+    /// The credential goes only to managers whose cluster takes it (docs/PROTOCOL.md,
+    /// "Versions"): a manager of 0.1.0, or a cluster still at its schema, would refuse the
+    /// field. The cluster version is asked first if no manager has stated one yet.
     fn register(
         &self,
         request: &RegisterRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
-        self.grants.register(request)
+        let mut request = request.clone();
+        async move {
+            if request.credential.is_some() && self.grants.cluster_version() < CREDENTIALS_SCHEMA {
+                // Any reply states it; a failure here leaves the older assumption in place.
+                let _ = self.grants.cluster_info().await;
+            }
+            if self.grants.cluster_version() < CREDENTIALS_SCHEMA {
+                request.credential = None;
+            }
+            self.grants.register(&request).await
+        }
     }
 
     fn renew(
         &self,
         executor_id: &str,
+        credential: &Credential,
         request: &RenewRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
-        self.grants.renew(executor_id, request)
+        self.grants.renew(executor_id, Some(credential), request)
     }
 
     fn deregister(
         &self,
         executor_id: &str,
+        credential: &Credential,
     ) -> impl Future<Output = Result<(), ClientError>> + Send {
-        self.patient.deregister(executor_id)
+        self.patient.deregister(executor_id, Some(credential))
     }
 }
 

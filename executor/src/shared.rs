@@ -6,7 +6,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use leasehold_api::wire::{
-    AssignmentPush, ExecutorHealth, Grant, RegisterRequest, RenewRequest, RevokePush,
+    AssignmentPush, Credential, ExecutorHealth, Grant, RegisterRequest, RenewRequest, RevokePush,
 };
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -58,6 +58,9 @@ struct Inner {
     /// Random per process start, and again per re-registration after `unknown_executor`: the
     /// registration's idempotency key (P4.4, P7.2).
     incarnation: String,
+    /// This incarnation's secret (P13.4): sent with its registration when the managers take
+    /// one, and on every renew and deregister. New with every incarnation.
+    credential: Credential,
     /// A register request under `incarnation` may have reached the manager: a graceful stop
     /// must then find and deregister that executor even if the reply never arrived (P7.2).
     register_sent: bool,
@@ -66,6 +69,11 @@ struct Inner {
 /// A fresh random incarnation.
 fn new_incarnation() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// A fresh credential: 256 random bits.
+fn new_credential() -> Credential {
+    Credential::from_random(rand::random())
 }
 
 impl Shared {
@@ -78,6 +86,7 @@ impl Shared {
                 core,
                 log,
                 incarnation: new_incarnation(),
+                credential: new_credential(),
                 register_sent: false,
             }),
             assignment_tx,
@@ -184,6 +193,7 @@ impl Shared {
         self.apply(|core, now| ((), core.forget_executor(now)));
         let mut inner = self.lock();
         inner.incarnation = new_incarnation();
+        inner.credential = new_credential();
         inner.register_sent = false;
     }
 
@@ -196,8 +206,11 @@ impl Shared {
         *self.lock().core.lease()
     }
 
-    pub(crate) fn renewal(&self) -> Option<(String, RenewRequest)> {
-        self.lock().core.renewal()
+    /// The renewal due, with the credential of the incarnation it renews (P13.4).
+    pub(crate) fn renewal(&self) -> Option<(String, Credential, RenewRequest)> {
+        let inner = self.lock();
+        let (executor_id, request) = inner.core.renewal()?;
+        Some((executor_id, inner.credential.clone(), request))
     }
 
     pub(crate) fn executor_id(&self) -> Option<String> {
@@ -215,7 +228,13 @@ impl Shared {
             incarnation: inner.incarnation.clone(),
             address: self.address.clone(),
             name: self.name.clone(),
+            credential: Some(inner.credential.clone()),
         }
+    }
+
+    /// The current incarnation's credential, presented on renew and deregister (P13.4).
+    pub(crate) fn credential(&self) -> Credential {
+        self.lock().credential.clone()
     }
 
     pub(crate) fn register_sent(&self) -> bool {

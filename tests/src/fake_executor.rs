@@ -202,6 +202,7 @@ impl FakeExecutor {
                 incarnation: format!("{name}-{}", rand_suffix()),
                 address: address.clone(),
                 name: Some(name.to_string()),
+                credential: None,
             })
             .await
             .expect("register");
@@ -328,7 +329,7 @@ async fn renew_loop(
             )
         };
         let sent_at = Instant::now();
-        match client.renew(&executor_id, &request).await {
+        match client.renew(&executor_id, None, &request).await {
             Ok(grant) => {
                 lock(&view).adopt_grant(&grant, sent_at, Instant::now());
                 wait = Duration::from_millis(grant.lease_ttl_ms / 3);

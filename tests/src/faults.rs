@@ -425,7 +425,7 @@ impl ProbeWriter {
                                 l.registered.insert(incarnation.clone(), id.clone());
                                 l.acked_at.push(Instant::now());
                             });
-                            match client.deregister(&id).await {
+                            match client.deregister(&id, None).await {
                                 Ok(()) => record(&|l| {
                                     l.deregistered.insert(id.clone());
                                     l.acked_at.push(Instant::now());
@@ -501,7 +501,7 @@ pub async fn verify_probes(client: &Client, ledger: &ProbeLedger, scenario: &str
         );
     }
     for (incarnation, id) in &ledger.registered {
-        match client.deregister(id).await {
+        match client.deregister(id, None).await {
             Ok(()) => {}
             Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => panic!(
                 "{scenario}: I3: the acknowledged registration of {incarnation} as {id} was lost"
@@ -521,6 +521,7 @@ pub async fn register_probe(client: &Client) -> Result<(String, String), ClientE
             incarnation: incarnation.clone(),
             address: PROBE_ADDRESS.to_string(),
             name: Some(format!("probe-{number}")),
+            credential: None,
         })
         .await?;
     Ok((incarnation, grant.executor_id))
@@ -532,7 +533,7 @@ pub async fn probe_write(client: &Client, ledger: &mut ProbeLedger) -> Result<()
     let (incarnation, id) = register_probe(client).await?;
     ledger.registered.insert(incarnation, id.clone());
     ledger.acked_at.push(Instant::now());
-    client.deregister(&id).await?;
+    client.deregister(&id, None).await?;
     ledger.deregistered.insert(id);
     ledger.acked_at.push(Instant::now());
     Ok(())

@@ -20,6 +20,7 @@ fn register_request(name: &str) -> RegisterRequest {
         incarnation: format!("incarnation-{name}"),
         address: "http://127.0.0.1:1".to_string(),
         name: Some(name.to_string()),
+        credential: None,
     }
 }
 

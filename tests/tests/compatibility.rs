@@ -193,7 +193,10 @@ async fn p14_1_data_directories_of_earlier_releases_open_with_the_same_state() {
         let snapshot = fixture
             .cluster
             .http
-            .post(format!("{}/v1/cluster/snapshot", fixture.cluster.url(fixture.id)))
+            .post(format!(
+                "{}/v1/cluster/snapshot",
+                fixture.cluster.url(fixture.id)
+            ))
             .send()
             .await
             .expect("POST /v1/cluster/snapshot");

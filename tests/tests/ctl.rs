@@ -1115,6 +1115,7 @@ async fn watch_blocks_until_the_state_moves_past_the_revision() {
             incarnation: "watch-test".into(),
             address: "http://127.0.0.1:9".into(),
             name: None,
+            credential: None,
         })
         .await
         .unwrap();

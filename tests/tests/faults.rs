@@ -260,7 +260,7 @@ async fn full_cluster_stop_and_start() {
     verify_probes(&client, &probe_ledger, SCENARIO).await;
     for id in &ids {
         client
-            .deregister(id)
+            .deregister(id, None)
             .await
             .unwrap_or_else(|e| panic!("{SCENARIO}: I3: registration {id} lost: {e}"));
     }

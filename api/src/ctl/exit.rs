@@ -93,7 +93,8 @@ pub fn client_exit_code(error: &ClientError) -> u8 {
             | ErrorCode::Conflict
             | ErrorCode::Timeout
             | ErrorCode::Internal
-            | ErrorCode::Unavailable => code::OTHER,
+            | ErrorCode::Unavailable
+            | ErrorCode::Unauthenticated => code::OTHER,
         },
         ClientError::Unexpected { .. } | ClientError::Decode(_) => code::OTHER,
     }

@@ -549,6 +549,7 @@ fn render_cluster_status(statuses: &[MemberStatus]) -> String {
         "LAG",
         "RELEASE",
         "SCHEMAS",
+        "CLUSTER_VERSION",
     ]);
     for status in statuses {
         let role = if status.voter { "voter" } else { "learner" };
@@ -575,6 +576,8 @@ fn render_cluster_status(statuses: &[MemberStatus]) -> String {
                         SchemaRange { oldest, newest } if oldest == newest => oldest.to_string(),
                         SchemaRange { oldest, newest } => format!("{oldest}-{newest}"),
                     },
+                    // As this member applied it (P14.3): a lagging member shows the raise late.
+                    info.reported_cluster_version().to_string(),
                 ]
             }
             None => vec![
@@ -586,19 +589,7 @@ fn render_cluster_status(statuses: &[MemberStatus]) -> String {
         };
         table.push(row);
     }
-    let mut rendered = table.render();
-    // The leader's applied state is the authority; any member's is at most an entry behind.
-    let leader = statuses
-        .iter()
-        .filter_map(|s| s.info.as_ref())
-        .find(|info| info.leader_id == Some(info.node_id));
-    if let Some(leader) = leader {
-        rendered.push_str(&format!(
-            "cluster version: {} (PROTOCOL P14.3: state schema every voter can apply)\n",
-            leader.reported_cluster_version()
-        ));
-    }
-    rendered
+    table.render()
 }
 
 fn render_members(info: &ClusterInfo) -> String {
@@ -863,10 +854,9 @@ mod tests {
         ];
         assert_eq!(
             render_cluster_status(&statuses),
-            "ID  ADDRESS      ROLE   STATE        LEADER  TERM  LAST_LOG  COMMITTED  APPLIED  LAG  RELEASE  SCHEMAS\n\
-             1   http://m1:1  voter  leader       1       3     20        20         18       2    0.2.0    2-3\n\
-             2   http://m2:1  voter  unreachable  -       -     -         -          -        -    -        -\n\
-             cluster version: 3 (PROTOCOL P14.3: state schema every voter can apply)\n"
+            "ID  ADDRESS      ROLE   STATE        LEADER  TERM  LAST_LOG  COMMITTED  APPLIED  LAG  RELEASE  SCHEMAS  CLUSTER_VERSION\n\
+             1   http://m1:1  voter  leader       1       3     20        20         18       2    0.2.0    2-3      3\n\
+             2   http://m2:1  voter  unreachable  -       -     -         -          -        -    -        -        -\n"
         );
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use leasehold_api::client::ClientError;
 use leasehold_api::problem::{ErrorCode, Problem};
-use leasehold_api::wire::{Grant, RegisterRequest, RenewRequest, ShardEpoch};
+use leasehold_api::wire::{Credential, Grant, RegisterRequest, RenewRequest, ShardEpoch};
 use tokio::time::Instant;
 
 use crate::admission::{AdmitError, Permit};
@@ -84,6 +84,9 @@ struct FakeState {
     calls: Vec<Call>,
     /// incarnation → executor id (P4.4: idempotent per incarnation).
     executors: BTreeMap<String, String>,
+    /// executor id → the credential it registered with; renew and deregister must present it,
+    /// as the real manager checks (P13.4).
+    credentials: BTreeMap<String, Credential>,
     next_id: u64,
     registers_seen: u32,
     /// What `admit` said for every held shard when deregister arrived (P3.7 ordering).
@@ -157,6 +160,7 @@ impl ManagerApi for FakeManager {
         request: &RegisterRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let incarnation = request.incarnation.clone();
+        let credential = request.credential.clone();
         async move {
             let (reply, delay, lose) = {
                 let mut state = self.state.lock().unwrap();
@@ -177,6 +181,9 @@ impl ManagerApi for FakeManager {
                 if executor_id == format!("ex-{next_id}") {
                     state.next_id += 1;
                 }
+                if let Some(credential) = credential {
+                    state.credentials.insert(executor_id.clone(), credential);
+                }
                 let lose = state.script.lose_first_register_reply && state.registers_seen == 1;
                 (
                     Self::grant(&state.script, &executor_id),
@@ -195,13 +202,22 @@ impl ManagerApi for FakeManager {
     fn renew(
         &self,
         executor_id: &str,
+        credential: &Credential,
         request: &RenewRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let executor_id = executor_id.to_owned();
+        let credential = credential.clone();
         let request = request.clone();
         async move {
             let (reply, delay) = {
                 let mut state = self.state.lock().unwrap();
+                if state
+                    .credentials
+                    .get(&executor_id)
+                    .is_some_and(|stored| *stored != credential)
+                {
+                    return Err(problem(ErrorCode::Unauthenticated));
+                }
                 state.calls.push(Call::Renew {
                     executor_id: executor_id.clone(),
                     request,
@@ -231,9 +247,21 @@ impl ManagerApi for FakeManager {
     fn deregister(
         &self,
         executor_id: &str,
+        credential: &Credential,
     ) -> impl Future<Output = Result<(), ClientError>> + Send {
         let executor_id = executor_id.to_owned();
+        let credential = credential.clone();
         async move {
+            let stored = self
+                .state
+                .lock()
+                .unwrap()
+                .credentials
+                .get(&executor_id)
+                .cloned();
+            if stored.is_some_and(|stored| stored != credential) {
+                return Err(problem(ErrorCode::Unauthenticated));
+            }
             let probe = self.probe.lock().unwrap().clone();
             let hang = {
                 let mut state = self.state.lock().unwrap();

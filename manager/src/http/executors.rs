@@ -1,15 +1,18 @@
 //! Executor-facing endpoints (PROTOCOL §9): register, renew, release, deregister. All are leader
-//! writes; each is answered only after the command carrying it is committed (P4.4).
+//! writes; each is answered only after the command carrying it is committed (P4.4). Renew,
+//! release and deregister of an executor that registered with a credential must present it
+//! (P13.4, `credentials`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
-    check_shard_list, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
-    ShardEpoch,
+    check_shard_list, Credential, Grant, RegisterRequest, ReleaseReply, ReleaseRequest,
+    RenewRequest, ShardEpoch,
 };
 
+use super::credentials::{authenticate, Bearer};
 use super::params::{validate_node_address, ExecutorIdPath};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Deregistered, Registered, Released};
@@ -39,6 +42,9 @@ pub(super) fn refusal(reason: RefusalReason) -> HttpError {
             "the cluster's shard configuration is not written yet; retry shortly",
         ),
         RefusalReason::Invalid { detail } => HttpError::invalid(detail),
+        RefusalReason::CredentialMismatch { executor_id } => HttpError::conflict(format!(
+            "this incarnation is registered as {executor_id} with another credential (P13.4)"
+        )),
         other => HttpError::conflict(format!("refused: {other:?}")),
     }
 }
@@ -93,11 +99,16 @@ pub async fn register(
         )));
     }
     validate_node_address(&request.address)?;
+    if let Some(credential) = &request.credential {
+        credential.validate().map_err(HttpError::invalid)?;
+    }
     let command = Command::Register {
         now_ms: node.clock.now_ms(),
         incarnation: request.incarnation,
         address: request.address,
         name: request.name,
+        // Only the hash is replicated (P13.4); the request, and the secret, end here.
+        credential_sha256: request.credential.as_ref().map(Credential::sha256),
     };
     match node.proposer.propose_as::<Registered>(command).await?.1 {
         Answer::Done(Registered {
@@ -123,8 +134,10 @@ pub async fn register(
 pub async fn renew(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
+    bearer: Bearer,
     ApiJson(request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
+    authenticate(&node, &executor_id, &bearer)?;
     validate_shards(
         request.claims.iter().map(|claim| claim.shard),
         shard_count(&node)?,
@@ -184,8 +197,10 @@ pub async fn renew(
 pub async fn release(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
+    bearer: Bearer,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<Json<ReleaseReply>, HttpError> {
+    authenticate(&node, &executor_id, &bearer)?;
     validate_shards(request.shards.iter().copied(), shard_count(&node)?)?;
     let command = Command::Release {
         now_ms: node.clock.now_ms(),
@@ -215,7 +230,9 @@ pub async fn release(
 pub async fn deregister(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
+    bearer: Bearer,
 ) -> Result<StatusCode, HttpError> {
+    authenticate(&node, &executor_id, &bearer)?;
     let command = Command::Deregister {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),

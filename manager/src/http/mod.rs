@@ -7,6 +7,7 @@
 
 mod backup;
 mod cluster;
+mod credentials;
 mod drain;
 mod error;
 mod executors;

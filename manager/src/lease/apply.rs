@@ -75,6 +75,14 @@ fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), Outc
     Ok(())
 }
 
+/// What a `Register` asks for.
+struct Registration<'a> {
+    incarnation: &'a str,
+    address: &'a str,
+    name: Option<&'a str>,
+    credential_sha256: Option<[u8; 32]>,
+}
+
 impl LeaseState {
     /// Applies one committed command. `log_index` is the Raft index of the entry (the revision,
     /// §1). Deterministic (P2.2): the result depends only on the state, the index and the command.
@@ -120,13 +128,17 @@ impl LeaseState {
                 incarnation,
                 address,
                 name,
+                credential_sha256,
             } => self.apply_register(
                 log_index,
                 config,
                 *now_ms,
-                incarnation,
-                address,
-                name.as_deref(),
+                Registration {
+                    incarnation,
+                    address,
+                    name: name.as_deref(),
+                    credential_sha256: *credential_sha256,
+                },
             ),
             Command::Renew { now_ms, renewals } => {
                 self.apply_renew(log_index, config, *now_ms, renewals)
@@ -267,10 +279,14 @@ impl LeaseState {
         log_index: u64,
         config: ClusterConfig,
         now_ms: u64,
-        incarnation: &str,
-        address: &str,
-        name: Option<&str>,
+        registration: Registration<'_>,
     ) -> Outcome {
+        let Registration {
+            incarnation,
+            address,
+            name,
+            credential_sha256,
+        } = registration;
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
             .and_then(|()| check_text_field("name", name.unwrap_or_default(), false));
@@ -278,6 +294,13 @@ impl LeaseState {
             return refusal;
         }
         if let Some(existing) = self.executor_by_incarnation(incarnation) {
+            // P13.4: only the holder of the credential gets the grant again. Hashes, so equal
+            // length; the values are public to every replica, so no timing to protect here.
+            if existing.credential_sha256 != credential_sha256 {
+                return refused(RefusalReason::CredentialMismatch {
+                    executor_id: existing.id.clone(),
+                });
+            }
             let grant = self.grant_of(existing, config.shard_count, now_ms);
             // A retried register changes nothing else, but what it tells counts (P6.1).
             self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
@@ -298,6 +321,7 @@ impl LeaseState {
             registered_revision: log_index,
             owned_shards: BTreeSet::new(),
             draining: false,
+            credential_sha256,
         };
         let grant = Grant {
             executor_id: executor_id.clone(),

@@ -65,6 +65,9 @@ pub enum Command {
         address: String,
         /// Operator label.
         name: Option<String>,
+        /// SHA-256 of the executor's credential (P13.4), never the credential itself; `None`
+        /// for an executor that sent none (0.1.0's, in plaintext, P13.5). Schema 3.
+        credential_sha256: Option<[u8; 32]>,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
     /// may acknowledge revokes through its claims (P5.2).

@@ -89,6 +89,12 @@ pub enum RefusalReason {
         /// The state's revision.
         revision: u64,
     },
+    /// A retried registration (same incarnation) with another credential, or none where the
+    /// executor registered with one (P13.4): `409`, and the executor is left as it was.
+    CredentialMismatch {
+        /// The executor registered under that incarnation.
+        executor_id: ExecutorId,
+    },
 }
 
 /// What applying a command produced.

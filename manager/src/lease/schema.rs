@@ -11,8 +11,9 @@ use super::{Command, LeaseState};
 /// Release 0.1.0's schema: no cluster version; its records carry no schema number.
 pub const SCHEMA_0_1_0: u32 = leasehold_api::wire::FIRST_RELEASE_SCHEMA;
 /// Release 0.2.0's: adds the committed cluster version (`Command::SetClusterVersion` and the
-/// state's `cluster_version`). CHANGELOG.md names each release's schema.
-pub const SCHEMA_CLUSTER_VERSION: u32 = 3;
+/// state's `cluster_version`) and executor credentials (P13.4: `Register::credential_sha256`,
+/// `Executor::credential_sha256`). CHANGELOG.md names each release's schema.
+pub const SCHEMA_CLUSTER_VERSION: u32 = leasehold_api::wire::CREDENTIALS_SCHEMA;
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = SCHEMA_0_1_0;
@@ -29,10 +30,17 @@ impl Command {
     /// it, so it is proposed only once the cluster version reaches it (P14.3).
     pub fn required_schema(&self) -> u32 {
         match self {
-            Command::SetClusterVersion { .. } => SCHEMA_CLUSTER_VERSION,
+            Command::SetClusterVersion { .. }
+            | Command::Register {
+                credential_sha256: Some(_),
+                ..
+            } => SCHEMA_CLUSTER_VERSION,
             Command::Init { .. }
             | Command::SetLeaseDuration { .. }
-            | Command::Register { .. }
+            | Command::Register {
+                credential_sha256: None,
+                ..
+            }
             | Command::Renew { .. }
             | Command::Deregister { .. }
             | Command::Reap { .. }

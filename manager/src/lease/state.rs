@@ -40,6 +40,9 @@ pub struct Executor {
     /// Set by an operator (`SetDraining`): the planner gives it nothing and moves its shards to
     /// others through the normal handoff; it keeps its lease and renews as usual.
     pub draining: bool,
+    /// SHA-256 of the credential it registered with (P13.4); its renew, release and deregister
+    /// must present the credential. `None`: it registered without one (schema 2, P13.5).
+    pub credential_sha256: Option<[u8; 32]>,
 }
 
 impl Executor {

@@ -186,6 +186,8 @@ impl From<Command> for super::Command {
                 incarnation,
                 address,
                 name,
+                // Schema 2 had no credentials: its executors registered without (P13.5).
+                credential_sha256: None,
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -262,6 +264,7 @@ impl From<LeaseState> for super::LeaseState {
                         registered_revision: e.registered_revision,
                         owned_shards: e.owned_shards,
                         draining: e.draining,
+                        credential_sha256: None,
                     };
                     (id, executor)
                 })
@@ -348,10 +351,19 @@ impl TryFrom<&super::Command> for Command {
                 lease_duration_ms,
             },
             Now::Register {
+                credential_sha256: Some(_),
+                ..
+            } => {
+                return Err(NotExpressible(
+                    "a registration with a credential first appears in schema 3",
+                ))
+            }
+            Now::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
+                credential_sha256: None,
             } => Command::Register {
                 now_ms,
                 incarnation,
@@ -422,6 +434,15 @@ impl TryFrom<&super::LeaseState> for LeaseState {
         if state.cluster_version > SCHEMA_0_1_0 {
             return Err(NotExpressible(
                 "a cluster version above 2 is not expressible in schema 2",
+            ));
+        }
+        if state
+            .executors
+            .values()
+            .any(|e| e.credential_sha256.is_some())
+        {
+            return Err(NotExpressible(
+                "an executor with a credential is not expressible in schema 2",
             ));
         }
         Ok(LeaseState {

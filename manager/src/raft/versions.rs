@@ -221,6 +221,7 @@ mod tests {
             incarnation: "inc".into(),
             address: "http://127.0.0.1:1".into(),
             name: None,
+            credential_sha256: None,
         }
     }
 

@@ -39,6 +39,7 @@ impl World {
             incarnation: name.to_string(),
             address: format!("http://{name}:1"),
             name: None,
+            credential_sha256: None,
         }) {
             Outcome::Registered { grant, .. } => grant.executor_id,
             other => panic!("register: {other:?}"),

@@ -29,6 +29,7 @@ pub(super) fn busy_state() -> LeaseState {
         incarnation: "named".into(),
         address: "http://named.test".into(),
         name: Some("worker".into()),
+        credential_sha256: None,
     });
     harness.rebalance(0);
     let c = harness.register(1_000, "c");
@@ -82,6 +83,7 @@ pub(super) fn every_command() -> Vec<Command> {
             incarnation: "inc".into(),
             address: "http://x".into(),
             name: Some("n".into()),
+            credential_sha256: None,
         },
         Command::Renew {
             now_ms: 4,

@@ -170,5 +170,6 @@ pub(super) fn register_command(now_ms: u64, incarnation: &str) -> Command {
         incarnation: incarnation.to_owned(),
         address: format!("http://{incarnation}.test"),
         name: None,
+        credential_sha256: None,
     }
 }

@@ -371,6 +371,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:7001".into(),
         name: Some("worker-1".into()),
+        credential_sha256: None,
     });
     let Outcome::Registered {
         grant,
@@ -393,6 +394,42 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
     assert_eq!(executor.lease_expiry_ms, 65_000);
     assert_eq!(executor.name.as_deref(), Some("worker-1"));
     assert_eq!(harness.state.assignment_revision(), index);
+}
+
+/// P13.4: a retried registration gets the same answer only with the credential the executor
+/// registered with; another one, or none, is refused and changes nothing.
+#[test]
+fn p13_4_a_retried_registration_needs_the_same_credential() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let with = |credential_sha256| Command::Register {
+        now_ms: 1_000,
+        incarnation: "inc-1".into(),
+        address: "http://127.0.0.1:7001".into(),
+        name: None,
+        credential_sha256,
+    };
+    let Outcome::Registered { grant, .. } = harness.apply(with(Some([1; 32]))) else {
+        panic!("registered");
+    };
+    let executor = harness.state.executor(&grant.executor_id).unwrap();
+    assert_eq!(executor.credential_sha256, Some([1; 32]));
+    assert!(matches!(
+        harness.apply(with(Some([1; 32]))),
+        Outcome::Registered {
+            already_registered: true,
+            ..
+        }
+    ));
+    for other in [Some([2; 32]), None] {
+        let outcome = harness.apply_expecting_no_change(with(other));
+        assert_eq!(
+            outcome.refusal(),
+            Some(&RefusalReason::CredentialMismatch {
+                executor_id: grant.executor_id.clone()
+            }),
+            "{other:?}"
+        );
+    }
 }
 
 #[test]
@@ -1273,6 +1310,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         incarnation: incarnation.into(),
         address: address.into(),
         name: name.map(str::to_owned),
+        credential_sha256: None,
     };
     let planned_at = harness.state.revision();
     let cases: Vec<(&str, Command)> = vec![

@@ -98,6 +98,37 @@ fn the_cluster_version_only_rises_and_may_be_raised_before_init() {
     assert_eq!(harness.state.cluster_version(), 3);
 }
 
+/// P13.4 through P14.3: a registration with a credential is schema 3, refused by schema 2's
+/// types, and proposed only once the cluster version is 3; the state holding one is schema 3.
+#[test]
+fn a_credential_needs_schema_3_everywhere() {
+    let mut with_credential = super::register_command(0, "a");
+    if let Command::Register {
+        credential_sha256, ..
+    } = &mut with_credential
+    {
+        *credential_sha256 = Some([9; 32]);
+    }
+    assert_eq!(with_credential.required_schema(), 3);
+    assert!(v2::Command::try_from(&with_credential).is_err());
+    let refused = check_proposable(&with_credential, SCHEMA_0_1_0).unwrap_err();
+    assert_eq!((refused.needed, refused.cluster_version), (3, 2));
+    assert!(check_proposable(&with_credential, 3).is_ok());
+
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: 3,
+    });
+    harness.apply(with_credential);
+    let mut lowered = harness.state.clone();
+    lowered.cluster_version = SCHEMA_0_1_0;
+    assert!(
+        v2::LeaseState::try_from(&lowered).is_err(),
+        "a credential is not expressible in schema 2 whatever the cluster version says"
+    );
+}
+
 #[test]
 fn a_command_is_proposed_only_once_the_cluster_version_reaches_its_schema() {
     let register = super::register_command(0, "a");

@@ -1,0 +1,254 @@
+//! Executor credentials (PROTOCOL P13.4), against real managers in plaintext (P13.5: roles are
+//! not checked without TLS, credentials are). An executor that registered with a credential is
+//! renewed, released and deregistered only by a request presenting it; every other request is
+//! `401 unauthenticated` and changes nothing, so a forged release can no longer hand a shard on
+//! while its owner still admits it (I1). A replayed registration with another credential is
+//! `409`. The secret never appears in a log, a reply, `/v1/state`, `/metrics` or a backup.
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use leasehold_api::wire::{Credential, RegisterRequest};
+use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
+use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const LEADER_BOUND: Duration = Duration::from_secs(60);
+const SETTLE_BOUND: Duration = Duration::from_secs(90);
+const SHARDS: u32 = 8;
+
+/// One request of the table: what it is, and how it presents itself.
+struct Forged {
+    what: &'static str,
+    method: Method,
+    path: String,
+    body: Option<Value>,
+    authorization: Option<String>,
+}
+
+async fn send(cluster: &Cluster, request: &Forged) -> (u16, Value) {
+    let mut builder = cluster.http.request(
+        request.method.clone(),
+        format!("{}{}", cluster.url(1), request.path),
+    );
+    if let Some(body) = &request.body {
+        builder = builder.json(body);
+    }
+    if let Some(authorization) = &request.authorization {
+        builder = builder.header("authorization", authorization);
+    }
+    let reply = builder.send().await.expect("the manager answers");
+    let status = reply.status().as_u16();
+    (status, reply.json().await.unwrap_or(Value::Null))
+}
+
+/// The parts of `/v1/state` a refused request must leave as they were: the executors (ids,
+/// incarnations, sets) and the shards (owners, epochs, handoffs). Lease clocks tick and the
+/// real executor keeps renewing, so neither they nor the revision are compared.
+async fn assignment(cluster: &Cluster) -> Value {
+    let state: Value = cluster
+        .http
+        .get(format!("{}/v1/state?consistent=true", cluster.url(1)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut executors = state["executors"].as_array().cloned().unwrap_or_default();
+    for executor in &mut executors {
+        executor
+            .as_object_mut()
+            .unwrap()
+            .remove("lease_remaining_ms");
+    }
+    let mut shards = state["shards"].as_array().cloned().unwrap_or_default();
+    for shard in &mut shards {
+        if let Some(handoff) = shard.get_mut("handoff").and_then(Value::as_object_mut) {
+            handoff.remove("completes_by_expiry_in_ms");
+        }
+    }
+    json!({"executors": executors, "shards": shards})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_deregister_it() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    // A real executor registers with a credential of its own and renews with it.
+    let holder = ExecutorProcess::start(&cluster, "holder");
+    wait_for_even_split(&[&holder], SHARDS, SETTLE_BOUND).await;
+
+    let client = cluster.client();
+    let secret = Credential::from_random(rand::random());
+    let other = Credential::from_random(rand::random());
+    let grant = client
+        .register(&RegisterRequest {
+            incarnation: "credential-test".into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: Some(secret.clone()),
+        })
+        .await
+        .expect("a registration with a credential (cluster version 3)");
+    let id = grant.executor_id.clone();
+    // Shards move to it (pushes to its address fail, which does not matter here), so a forged
+    // release has something to hand on.
+    let mine = poll_until("the test executor to hold shards", SETTLE_BOUND, || async {
+        let state = assignment(&cluster).await;
+        let held: Vec<u64> = state["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["owner"] == id.as_str() && s.get("handoff").is_none())
+            .map(|s| s["shard"].as_u64().unwrap())
+            .collect();
+        if held.is_empty() {
+            Err(format!("{state}"))
+        } else {
+            Ok(held)
+        }
+    })
+    .await;
+
+    let bearer = |credential: &Credential| Some(format!("Bearer {}", credential.expose()));
+    let renew = json!({"claims": [], "revision": 0});
+    let release = json!({"shards": mine, "revoke_revision": grant.revision});
+    let mut table = Vec::new();
+    for (who, authorization) in [
+        ("no credential", None),
+        ("another credential", bearer(&other)),
+        (
+            "a malformed header",
+            Some(format!("Basic {}", secret.expose())),
+        ),
+    ] {
+        table.push(Forged {
+            what: "renew",
+            method: Method::POST,
+            path: format!("/v1/executors/{id}/renew"),
+            body: Some(renew.clone()),
+            authorization: authorization.clone(),
+        });
+        table.push(Forged {
+            what: "release",
+            method: Method::POST,
+            path: format!("/v1/executors/{id}/release"),
+            body: Some(release.clone()),
+            authorization: authorization.clone(),
+        });
+        table.push(Forged {
+            what: "deregister",
+            method: Method::DELETE,
+            path: format!("/v1/executors/{id}"),
+            body: None,
+            authorization,
+        });
+        let before = assignment(&cluster).await;
+        for request in table.drain(..) {
+            let (status, problem) = send(&cluster, &request).await;
+            assert_eq!(
+                (status, problem["code"].as_str()),
+                (401, Some("unauthenticated")),
+                "P13.4: {} of {id} with {who}: {problem}",
+                request.what
+            );
+            let after = assignment(&cluster).await;
+            assert_eq!(
+                after, before,
+                "P13.4: a refused {} with {who} changes nothing",
+                request.what
+            );
+        }
+    }
+
+    // A replayed registration: with another credential 409, with the same the same executor.
+    let replay = |credential: Option<Credential>| RegisterRequest {
+        incarnation: "credential-test".into(),
+        address: "http://127.0.0.1:9".into(),
+        name: None,
+        credential,
+    };
+    let error = client
+        .register(&replay(Some(other.clone())))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.code(),
+        Some(leasehold_api::ErrorCode::Conflict),
+        "P13.4: {error}"
+    );
+    let error = client.register(&replay(None)).await.unwrap_err();
+    assert_eq!(
+        error.code(),
+        Some(leasehold_api::ErrorCode::Conflict),
+        "{error}"
+    );
+    let again = client
+        .register(&replay(Some(secret.clone())))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.executor_id, id,
+        "P7.2: the holder gets the same answer"
+    );
+
+    // The holder itself: renew and deregister work.
+    let renewed = client
+        .renew(
+            &id,
+            Some(&secret),
+            &leasehold_api::RenewRequest {
+                claims: Vec::new(),
+                revision: 0,
+            },
+        )
+        .await
+        .expect("the holder renews");
+    assert_eq!(renewed.executor_id, id);
+
+    // The secret is nowhere: replies, state, metrics, a backup, any manager's log.
+    let mut seen = Vec::new();
+    for path in [
+        "/v1/state",
+        "/v1/executors",
+        "/metrics",
+        "/v1/backup",
+        "/v1/cluster",
+    ] {
+        let body = cluster
+            .http
+            .get(format!("{}{path}", cluster.url(1)))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        seen.push((path.to_string(), body));
+    }
+    client
+        .deregister(&id, Some(&secret))
+        .await
+        .expect("the holder deregisters");
+    for manager in [1, 2, 3] {
+        seen.push((
+            format!("manager {manager}'s log"),
+            cluster.manager(manager).log(),
+        ));
+    }
+    seen.push(("the executor's log".into(), holder.log()));
+    for (where_, text) in &seen {
+        assert!(
+            !text.contains(secret.expose()),
+            "P13.4: the credential appears in {where_}"
+        );
+    }
+}
