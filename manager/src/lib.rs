@@ -24,6 +24,7 @@ pub mod config;
 pub mod http;
 pub mod leader;
 pub mod lease;
+pub mod member_versions;
 pub mod metrics;
 pub mod node;
 pub mod observe;

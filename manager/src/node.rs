@@ -9,8 +9,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
-use crate::cluster_version::MemberVersions;
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
+use crate::member_versions::MemberVersions;
 use crate::proposer::Proposer;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::params::{validate_node_address, ReadQuery};
 use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, Formation};
-use crate::cluster_version::MemberVersion;
+use crate::member_versions::MemberVersion;
 
 /// Bound on waiting for a requested snapshot (and purge) to be done.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
