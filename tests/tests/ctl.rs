@@ -192,7 +192,10 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "LAST_LOG",
             "COMMITTED",
             "APPLIED",
-            "LAG"
+            "LAG",
+            "RELEASE",
+            "SCHEMAS",
+            "CLUSTER_VERSION"
         ]
     );
     assert_eq!(rows.len(), 4, "{}", run.stdout);
@@ -208,7 +211,9 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
                 leader.to_string()
             ]
         );
-        assert!(row[5..].iter().all(|cell| is_number(cell)), "{row:?}");
+        assert!(row[5..10].iter().all(|cell| is_number(cell)), "{row:?}");
+        // P14.3: every member runs this release, reads schemas 2 to 3, and the cluster is at 3.
+        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-3", "3"], "{row:?}");
     }
     let json: Vec<MemberStatus> = leaseholdctl(&urls, &["-o", "json", "cluster", "status"])
         .await

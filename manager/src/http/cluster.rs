@@ -14,6 +14,10 @@ use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, Formation};
 use crate::member_versions::MemberVersion;
 
+/// How long adding a member waits for it to answer its identity probe, and how often it asks.
+const ADD_NODE_PROBE_PATIENCE: Duration = Duration::from_secs(15);
+const ADD_NODE_PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Bound on waiting for a requested snapshot (and purge) to be done.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 
@@ -106,16 +110,20 @@ async fn check_can_apply_cluster_version(
     request: &AddNodeRequest,
 ) -> Result<(), HttpError> {
     let cluster_version = node.state.read(|applied| applied.state.cluster_version());
-    let report = bootstrap::probe_peer(node, &request.address)
-        .await
-        .filter(|report| report.node_id == request.node_id)
-        .ok_or_else(|| {
-            HttpError::conflict(format!(
-                "node {} does not answer at {} (GET /raft/identity): start it with --join before \
-                 adding it",
-                request.node_id, request.address
-            ))
-        })?;
+    // The new manager may have been started a moment ago (etcd's flow: start it, then add it).
+    let deadline = tokio::time::Instant::now() + ADD_NODE_PROBE_PATIENCE;
+    let report = loop {
+        match bootstrap::probe_peer(node, &request.address).await {
+            Some(report) if report.node_id == request.node_id => break report,
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(HttpError::conflict(format!(
+                    "node {} does not answer at {} (GET /raft/identity): start it before adding it",
+                    request.node_id, request.address
+                )))
+            }
+            _ => tokio::time::sleep(ADD_NODE_PROBE_INTERVAL).await,
+        }
+    };
     let version = MemberVersion::of(&report);
     if version.newest_schema < cluster_version {
         return Err(HttpError::conflict(format!(
