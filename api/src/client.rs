@@ -29,6 +29,7 @@ use tracing::debug;
 use crate::problem::{
     ErrorCode, Problem, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER,
 };
+use crate::tls::TlsConfig;
 use crate::wire::{
     AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute,
     RegisterRequest, ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply,
@@ -213,6 +214,19 @@ struct Inner {
     cluster_version: AtomicU32,
 }
 
+/// The one HTTP client builder of every Leasehold process: no proxy (managers and executors
+/// talk directly: a proxy would turn "connection refused", safe to retry anywhere, into an opaque
+/// 502 and hide which replica answered), no redirects followed (P13.6), and with `tls` the
+/// process's certificate and only the cluster's CA trusted (P13.2). Timeouts are the caller's.
+pub fn http_client_builder(tls: Option<&TlsConfig>) -> reqwest::ClientBuilder {
+    let builder = match tls {
+        // The peer's certificate on every response, so a caller can check who answered.
+        Some(tls) => tls.reqwest_builder().tls_info(true),
+        None => reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()),
+    };
+    builder.no_proxy()
+}
+
 /// Async client for the manager API. Cloning is cheap and clones share the connection pool and
 /// the leader hint.
 #[derive(Clone, Debug)]
@@ -228,6 +242,16 @@ impl Client {
 
     /// A client for the given manager base URLs (`http(s)://host:port`).
     pub fn with_config(endpoints: Vec<String>, config: ClientConfig) -> Result<Self, ClientError> {
+        Self::with_tls(endpoints, config, None)
+    }
+
+    /// A client that, with `tls`, presents the process's certificate and trusts only the
+    /// cluster's CA (P13.2); every endpoint must then be `https://`.
+    pub fn with_tls(
+        endpoints: Vec<String>,
+        config: ClientConfig,
+        tls: Option<&TlsConfig>,
+    ) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::InvalidEndpoint(
                 "no endpoints given".to_owned(),
@@ -248,12 +272,16 @@ impl Client {
                 "retry_interval must be positive".to_owned(),
             ));
         }
-        let http = reqwest::Client::builder()
+        if tls.is_some() {
+            if let Some(plain) = endpoints.iter().find(|e| !e.starts_with("https://")) {
+                return Err(ClientError::InvalidEndpoint(format!(
+                    "{plain}: with TLS every endpoint is https:// (P13.2)"
+                )));
+            }
+        }
+        let http = http_client_builder(tls)
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout.min(CONNECT_TIMEOUT_MAX))
-            // Managers and executors talk directly: a proxy would turn "connection refused"
-            // (safe to retry anywhere) into an opaque 502 and hide which replica answered.
-            .no_proxy()
             .build()
             .map_err(|e| ClientError::InvalidConfig(format!("http client: {}", error_chain(&e))))?;
         Ok(Client {

@@ -12,6 +12,8 @@
 //! - [`backup`]: the self-describing, checksummed backup file (`GET /v1/backup`,
 //!   `leaseholdctl snapshot save|restore`).
 //! - [`ctl`]: `leaseholdctl`, the operator CLI (its binary is `src/bin/leaseholdctl.rs`).
+//! - [`tls`]: the TLS files, server and client configurations and the role a certificate proves
+//!   (PROTOCOL §13).
 //! - [`shard_for_key`]: the stable key → shard mapping (PROTOCOL §1).
 //!
 //! - `http` (feature `axum`): the one HTTP error type and the extractors, fallbacks and
@@ -31,6 +33,9 @@ pub mod http;
 pub mod openapi;
 pub mod problem;
 pub mod process;
+#[cfg(feature = "axum")]
+pub mod serve;
+pub mod tls;
 pub mod wire;
 
 pub use client::{Client, ClientConfig, ClientError};
@@ -38,6 +43,7 @@ pub use problem::{
     ErrorCode, Problem, CLUSTER_VERSION_HEADER, LEADER_HEADER, PROBLEM_CONTENT_TYPE,
     REQUEST_ID_HEADER,
 };
+pub use tls::{Role, TlsConfig, TlsError, TlsFiles};
 pub use wire::{
     AddNodeRequest, AssignmentPush, ClusterInfo, Credential, ExecutorHealth, Grant, Member,
     RegisterRequest, ReleaseRequest, RenewRequest, RevokePush, RevokeReply, SchemaRange,

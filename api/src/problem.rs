@@ -60,11 +60,13 @@ pub enum ErrorCode {
     /// No credential, or not the one the executor registered with (PROTOCOL P13.4); nothing
     /// was applied.
     Unauthenticated,
+    /// The client certificate's role may not do this (PROTOCOL P13.3); nothing was applied.
+    Forbidden,
 }
 
 impl ErrorCode {
     /// Every code, for exhaustive tests and documentation generators.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::NotLeader,
         ErrorCode::NoLeader,
         ErrorCode::UnknownExecutor,
@@ -79,6 +81,7 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::Unavailable,
         ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
     ];
 
     /// The refusals of P7.1: the server applied nothing, so any request, idempotent or not, may
@@ -97,6 +100,7 @@ impl ErrorCode {
             ErrorCode::UnknownExecutor | ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
@@ -125,6 +129,7 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 
@@ -145,6 +150,7 @@ impl ErrorCode {
             ErrorCode::Internal => "Internal error",
             ErrorCode::Unavailable => "Unavailable",
             ErrorCode::Unauthenticated => "Unauthenticated",
+            ErrorCode::Forbidden => "Forbidden",
         }
     }
 }

@@ -94,3 +94,82 @@ pub fn run_error(
     eprintln!("{program}: {}", error_chain(error));
     std::process::ExitCode::FAILURE
 }
+
+/// `--cert-file`, `--key-file`, `--trusted-ca-file` (PROTOCOL P13.2) and `--insecure` (P13.5):
+/// the same flags, with the same environment variables, on every server binary.
+#[cfg(feature = "cli")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct TlsArgs {
+    /// This process's certificate (PEM, from `leaseholdctl certs init` or your CA). With the key
+    /// and the CA, every listener speaks only TLS and requires a client certificate of the CA,
+    /// and every outgoing call presents this one.
+    #[arg(long, env = "LEASEHOLD_CERT_FILE", requires_all = ["key_file", "trusted_ca_file"])]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The private key of `--cert-file` (PEM).
+    #[arg(long, env = "LEASEHOLD_KEY_FILE", requires_all = ["cert_file", "trusted_ca_file"])]
+    pub key_file: Option<std::path::PathBuf>,
+    /// The cluster's CA certificate (PEM): the only issuer trusted, for servers and clients.
+    #[arg(long, env = "LEASEHOLD_TRUSTED_CA_FILE", requires_all = ["cert_file", "key_file"])]
+    pub trusted_ca_file: Option<std::path::PathBuf>,
+    /// Serve plaintext on a non-loopback address anyway (P13.5). Anyone who can reach the port
+    /// can then act as any role; a warning is logged at start.
+    #[arg(long, env = "LEASEHOLD_INSECURE")]
+    pub insecure: bool,
+}
+
+#[cfg(feature = "cli")]
+impl TlsArgs {
+    /// The three files, when given (clap has checked they come together).
+    pub fn files(&self) -> Option<crate::tls::TlsFiles> {
+        Some(crate::tls::TlsFiles {
+            cert_file: self.cert_file.clone()?,
+            key_file: self.key_file.clone()?,
+            trusted_ca_file: self.trusted_ca_file.clone()?,
+        })
+    }
+}
+
+/// P13.5: without TLS a process serves plaintext only on a loopback address, unless the
+/// operator said `--insecure`. `Ok(true)`: plaintext on a non-loopback address, allowed by
+/// `--insecure` (the caller logs the warning once the subscriber is up).
+pub fn check_plaintext_listener(
+    listen: std::net::IpAddr,
+    tls: bool,
+    insecure: bool,
+) -> Result<bool, String> {
+    if tls || listen.is_loopback() {
+        return Ok(false);
+    }
+    if insecure {
+        return Ok(true);
+    }
+    Err(format!(
+        "--listen {listen} is not a loopback address and no TLS is configured: give --cert-file, \
+         --key-file and --trusted-ca-file (PROTOCOL P13.2), or --insecure to serve plaintext \
+         anyway (P13.5)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p13_5_plaintext_is_loopback_only_unless_insecure() {
+        let loopback = "127.0.0.1".parse().unwrap();
+        let v6_loopback = "::1".parse().unwrap();
+        let public = "10.1.2.3".parse().unwrap();
+        let any = "0.0.0.0".parse().unwrap();
+        assert_eq!(check_plaintext_listener(loopback, false, false), Ok(false));
+        assert_eq!(
+            check_plaintext_listener(v6_loopback, false, false),
+            Ok(false)
+        );
+        assert_eq!(check_plaintext_listener(public, true, false), Ok(false));
+        assert!(check_plaintext_listener(public, false, false)
+            .unwrap_err()
+            .contains("--insecure"));
+        assert!(check_plaintext_listener(any, false, false).is_err());
+        assert_eq!(check_plaintext_listener(public, false, true), Ok(true));
+    }
+}

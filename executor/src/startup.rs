@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::Router;
 use leasehold_api::client::ClientError;
+use leasehold_api::serve::ListenerLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -167,9 +168,14 @@ impl Executor {
         );
         let app = routes::app(Arc::clone(&shared), &document, routes(&handle));
         let server = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_stop.wait().await })
-                .await;
+            let served = leasehold_api::serve::serve(
+                listener,
+                app,
+                None,
+                ListenerLimits::default(),
+                async move { server_stop.wait().await },
+            )
+            .await;
             if let Err(error) = served {
                 error!(%error, "push listener failed");
             }

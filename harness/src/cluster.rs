@@ -80,6 +80,10 @@ pub struct ClusterConfig {
     pub poll_interval: Duration,
     /// [`ChildProcess::set_drop_grace`] of every manager process (none by default).
     pub drop_grace: Option<Duration>,
+    /// A directory written by `leaseholdctl certs init` (PROTOCOL P13.1): every manager then
+    /// serves TLS with its `manager-<id>` certificate, URLs are `https://`, and
+    /// [`ManagerCluster::http`] presents the `admin` certificate. `None`: plaintext.
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -92,8 +96,37 @@ impl ClusterConfig {
             probe_timeout: Duration::from_secs(10),
             poll_interval: POLL_INTERVAL,
             drop_grace: None,
+            tls_dir: None,
         }
     }
+
+    /// `https` with [`ClusterConfig::tls_dir`], else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls_dir.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The TLS files of `name` (`manager-1`, `admin`, `executor`) in [`ClusterConfig::tls_dir`].
+    pub fn tls_files(&self, name: &str) -> Option<leasehold_api::tls::TlsFiles> {
+        self.tls_dir
+            .as_ref()
+            .map(|dir| leasehold_api::tls::TlsFiles {
+                cert_file: dir.join(format!("{name}.pem")),
+                key_file: dir.join(format!("{name}-key.pem")),
+                trusted_ca_file: dir.join("ca.pem"),
+            })
+    }
+}
+
+/// Whether `host` (an IP address or `localhost`) is a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// One manager process and everything needed to start it again.
@@ -104,6 +137,8 @@ pub struct Manager {
     pub host: String,
     pub port: u16,
     pub data_dir: PathBuf,
+    /// `http` or `https` ([`ClusterConfig::scheme`]).
+    scheme: &'static str,
     binary: PathBuf,
     launcher: Launcher,
     /// The flags of every start ([`Manager::set_flag`] changes them).
@@ -149,12 +184,26 @@ impl Manager {
         if let Some(members) = initial_cluster {
             args.extend(["--initial-cluster".to_string(), members.to_string()]);
         }
+        match config.tls_files(&format!("manager-{id}")) {
+            Some(files) => args.extend([
+                "--cert-file".to_string(),
+                files.cert_file.display().to_string(),
+                "--key-file".to_string(),
+                files.key_file.display().to_string(),
+                "--trusted-ca-file".to_string(),
+                files.trusted_ca_file.display().to_string(),
+            ]),
+            // Plaintext off loopback (network-namespace hosts) needs saying so (P13.5).
+            None if !is_loopback(&host) => args.push("--insecure".to_string()),
+            None => {}
+        }
         args.extend(flags.extra_args.iter().cloned());
         Self {
             id,
             host,
             port,
             data_dir,
+            scheme: config.scheme(),
             binary: config.binary.clone(),
             launcher,
             args,
@@ -172,7 +221,7 @@ impl Manager {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}:{}", self.host, self.port)
+        format!("{}://{}:{}", self.scheme, self.host, self.port)
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -317,7 +366,7 @@ impl ManagerCluster {
     ) -> Result<Self, HarnessError> {
         let initial_cluster = placements
             .iter()
-            .map(|(id, at)| format!("{id}=http://{}:{}", at.host, at.port))
+            .map(|(id, at)| format!("{id}={}://{}:{}", config.scheme(), at.host, at.port))
             .collect::<Vec<_>>()
             .join(",");
         let managers = placements
@@ -327,8 +376,14 @@ impl ManagerCluster {
                 (id, manager)
             })
             .collect();
-        let http = reqwest::Client::builder()
-            .no_proxy()
+        let tls = match config.tls_files("admin") {
+            Some(files) => Some(
+                leasehold_api::tls::TlsConfig::load(&files)
+                    .map_err(|e| HarnessError::Tls(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let http = leasehold_api::client::http_client_builder(tls.as_ref())
             .timeout(config.http_timeout)
             .build()?;
         Ok(Self {

@@ -38,6 +38,8 @@ pub enum HarnessError {
     StillRunning { what: String },
     #[error("no manager {0}")]
     NoSuchManager(u64),
+    #[error("TLS: {0}")]
+    Tls(String),
     #[error("spawn {command}: {source}")]
     Spawn {
         command: String,

@@ -199,7 +199,7 @@ pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
         url: url.to_string(),
         reason,
     };
-    let client = Client::with_config(vec![url.to_string()], config)
+    let client = Client::with_tls(vec![url.to_string()], config, node.settings.tls.as_ref())
         .map_err(|e| join_error(e.to_string()))?;
     let request = AddNodeRequest {
         node_id: node.id,

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use leasehold_api::process::LogFormat;
+use leasehold_api::process::{check_plaintext_listener, LogFormat, TlsArgs};
+use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
 use leasehold_api::wire::validate_base_url;
 
 use crate::leader::core::GuardConfig;
@@ -82,6 +83,9 @@ pub struct Args {
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// Longest `--lease-duration` and `--mass-expiry-grace`: a lease is a failure detector, and a day
@@ -131,16 +135,41 @@ pub struct ManagerConfig {
     pub timings: RaftTimings,
     pub snapshots: SnapshotSettings,
     pub guard: GuardConfig,
+    /// The process's TLS identity (P13.2), loaded and checked at start; `None` serves plaintext.
+    pub tls: Option<TlsConfig>,
+    /// Plaintext on a non-loopback address, allowed by `--insecure` (P13.5): warned about at start.
+    pub insecure_plaintext: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("invalid configuration: {0}")]
 pub struct ConfigError(pub String);
 
+/// Loads the TLS files and checks the certificate is this manager's own (P13.1): a peer checks
+/// that a Raft message's sender is the manager its certificate names.
+fn load_manager_tls(files: &TlsFiles, id: NodeId) -> Result<TlsConfig, ConfigError> {
+    let tls = TlsConfig::load(files).map_err(|e| ConfigError(e.to_string()))?;
+    match tls.role() {
+        Role::Manager { node_id } if node_id == id => Ok(tls),
+        role => Err(ConfigError(format!(
+            "--cert-file {}: the certificate is {role}'s, not manager {id}'s",
+            files.cert_file.display()
+        ))),
+    }
+}
+
 impl TryFrom<Args> for ManagerConfig {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
+        let tls = match args.tls.files() {
+            Some(files) => Some(load_manager_tls(&files, args.id)?),
+            None => None,
+        };
+        let insecure_plaintext =
+            check_plaintext_listener(args.listen.ip(), tls.is_some(), args.tls.insecure)
+                .map_err(ConfigError)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let advertise = match args.advertise {
             Some(url) => url.trim_end_matches('/').to_string(),
             None if args.listen.ip().is_unspecified() => {
@@ -149,13 +178,33 @@ impl TryFrom<Args> for ManagerConfig {
                 args.listen
             )))
             }
-            None => format!("http://{}", args.listen),
+            None => format!("{scheme}://{}", args.listen),
         };
         validate_base_url(&advertise).map_err(|e| ConfigError(format!("--advertise: {e}")))?;
         if let Some(join) = &args.join {
             validate_base_url(join).map_err(|e| ConfigError(format!("--join: {e}")))?;
         }
         let initial_cluster = args.initial_cluster.map(|c| c.0).unwrap_or_default();
+        // Under TLS every peer is reached over TLS, and without it none can be (P13.2).
+        let urls = std::iter::once(("--advertise", advertise.as_str()))
+            .chain(args.join.as_deref().map(|join| ("--join", join)))
+            .chain(
+                initial_cluster
+                    .values()
+                    .map(|url| ("--initial-cluster", url.as_str())),
+            );
+        for (flag, url) in urls {
+            if !url.starts_with(&format!("{scheme}://")) {
+                return Err(ConfigError(format!(
+                    "{flag} {url}: {}",
+                    if tls.is_some() {
+                        "with TLS every manager URL is https:// (PROTOCOL P13.2)"
+                    } else {
+                        "https:// needs --cert-file, --key-file and --trusted-ca-file (P13.2)"
+                    }
+                )));
+            }
+        }
         if args.join.is_none() && !initial_cluster.contains_key(&args.id) {
             return Err(ConfigError(format!(
                 "--initial-cluster must list this node ({}) unless --join is given",
@@ -219,6 +268,8 @@ impl TryFrom<Args> for ManagerConfig {
                 enabled: args.mass_expiry_guard,
                 grace_ms: args.mass_expiry_grace.as_millis() as u64,
             },
+            tls,
+            insecure_plaintext,
         })
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{ClusterInfo, Member, SchemaRange, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
@@ -25,6 +26,9 @@ pub struct ClusterSettings {
     pub shard_count: u32,
     pub lease_duration_ms: u64,
     pub timings: RaftTimings,
+    /// With it, listeners speak TLS, callers are checked for their roles and every outgoing call
+    /// presents this manager's certificate (P13.2, P13.3).
+    pub tls: Option<TlsConfig>,
 }
 
 /// Who serves writes right now, as far as this node knows.

@@ -11,7 +11,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
+use leasehold_api::serve::ListenerLimits;
+use leasehold_api::tls::TlsConfig;
 use leasehold_raft_store::LogStoreConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
@@ -101,8 +102,10 @@ pub async fn run(
         })?;
     tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
 
-    let http_client = reqwest::Client::builder()
-        .no_proxy()
+    if config.insecure_plaintext {
+        tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
+    }
+    let http_client = leasehold_api::client::http_client_builder(config.tls.as_ref())
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .build()?;
     let raft = Raft::new(
@@ -128,6 +131,7 @@ pub async fn run(
             shard_count: config.shard_count,
             lease_duration_ms: config.lease_duration_ms,
             timings: config.timings,
+            tls: config.tls.clone(),
         },
         metrics,
         renewal_queue,
@@ -193,17 +197,15 @@ pub async fn run(
             }
         }
     };
-    // Replies go out whole at once; without TCP_NODELAY a reply's last segment can wait on
-    // the peer's delayed ACK (Nagle), which would sit on every Raft round trip and renewal.
-    let listener = listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "setting TCP_NODELAY on an accepted connection");
-        }
-    });
-    axum::serve(listener, http::router(node.clone()))
-        .with_graceful_shutdown(stop_serving)
-        .await
-        .map_err(ServerError::Serve)?;
+    leasehold_api::serve::serve(
+        listener,
+        http::router(node.clone()),
+        config.tls.as_ref().map(TlsConfig::server_config),
+        ListenerLimits::default(),
+        stop_serving,
+    )
+    .await
+    .map_err(ServerError::Serve)?;
 
     let _ = stop_tasks.send(true);
     if let Err(error) = node.raft.shutdown().await {

@@ -124,6 +124,33 @@ pub fn print_log_tail(label: &str, log_path: &Path) {
     }
 }
 
+/// The TLS files of `name` (`manager-1`, `executor`, `admin`) in a `certs init` directory.
+pub fn tls_files(dir: &Path, name: &str) -> leasehold_api::tls::TlsFiles {
+    leasehold_api::tls::TlsFiles {
+        cert_file: dir.join(format!("{name}.pem")),
+        key_file: dir.join(format!("{name}-key.pem")),
+        trusted_ca_file: dir.join("ca.pem"),
+    }
+}
+
+/// Runs `leaseholdctl certs init` into a new directory (PROTOCOL P13.1) for a cluster of
+/// `managers` managers on 127.0.0.1.
+pub fn tls_certificates(managers: u64) -> TempDir {
+    let dir = TempDir::new().expect("temp dir");
+    let output = Command::new(binary("leaseholdctl"))
+        .args(["certs", "init", "--dir"])
+        .arg(dir.path())
+        .args(["--managers", &managers.to_string()])
+        .output()
+        .expect("run leaseholdctl certs init");
+    assert!(
+        output.status.success(),
+        "leaseholdctl certs init: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir
+}
+
 /// Options for a test cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -131,6 +158,9 @@ pub struct ClusterOptions {
     pub lease: String,
     pub shard_count: u32,
     pub extra_args: Vec<String>,
+    /// Certificates from `leaseholdctl certs init` ([`tls_certificates`]): the managers serve
+    /// TLS (PROTOCOL P13.2) and the test's clients present the `admin` certificate.
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -140,6 +170,7 @@ impl Default for ClusterOptions {
             lease: TEST_LEASE.to_string(),
             shard_count: 64,
             extra_args: Vec::new(),
+            tls_dir: None,
         }
     }
 }
@@ -230,7 +261,10 @@ impl Cluster {
         placements: BTreeMap<u64, ManagerPlacement>,
     ) -> Self {
         let dir = TempDir::new().expect("temp dir");
-        let config = ClusterConfig::new(binary("leasehold-manager"), dir.path(), options.flags());
+        let config = ClusterConfig {
+            tls_dir: options.tls_dir.clone(),
+            ..ClusterConfig::new(binary("leasehold-manager"), dir.path(), options.flags())
+        };
         let placements = placements
             .into_iter()
             .map(|(id, placement)| (id, placement.into_placement()))
@@ -269,8 +303,18 @@ impl Cluster {
     }
 
     /// A typed client over every manager, with the protocol's default patience.
+    /// A typed client of the managers; under TLS it presents the `admin` certificate.
     pub fn client(&self) -> Client {
-        Client::with_config(self.urls(), ClientConfig::default()).expect("client")
+        self.client_as("admin")
+    }
+
+    /// A typed client presenting the certificate `name` of the cluster's TLS directory
+    /// (`admin`, `executor`, `manager-1`); plaintext without TLS.
+    pub fn client_as(&self, name: &str) -> Client {
+        let tls = self.options.tls_dir.as_ref().map(|dir| {
+            leasehold_api::tls::TlsConfig::load(&tls_files(dir, name)).expect("TLS files")
+        });
+        Client::with_tls(self.urls(), ClientConfig::default(), tls.as_ref()).expect("client")
     }
 
     /// [`ManagerCluster::wait_for_leader`]: every running manager names the same running and

@@ -92,7 +92,7 @@ impl Fixture {
                 size: 1,
                 lease: meta["lease_duration"].as_str().unwrap().to_string(),
                 shard_count: u32::try_from(meta["shard_count"].as_u64().unwrap()).unwrap(),
-                extra_args: Vec::new(),
+                ..ClusterOptions::default()
             },
             BTreeMap::from([(id, placement)]),
         );

@@ -94,7 +94,8 @@ pub fn client_exit_code(error: &ClientError) -> u8 {
             | ErrorCode::Timeout
             | ErrorCode::Internal
             | ErrorCode::Unavailable
-            | ErrorCode::Unauthenticated => code::OTHER,
+            | ErrorCode::Unauthenticated
+            | ErrorCode::Forbidden => code::OTHER,
         },
         ClientError::Unexpected { .. } | ClientError::Decode(_) => code::OTHER,
     }

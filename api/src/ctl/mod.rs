@@ -5,6 +5,7 @@
 //! the wire types as they come from the API (one JSON document, or one JSON line per event for
 //! `watch`). Failures map to distinct exit codes ([`exit::code`]).
 
+pub mod certs;
 pub mod exit;
 pub mod snapshot;
 pub mod table;
@@ -114,8 +115,37 @@ pub enum Noun {
         #[command(subcommand)]
         verb: SnapshotVerb,
     },
+    /// Certificates for TLS and roles (PROTOCOL §13).
+    Certs {
+        #[command(subcommand)]
+        verb: CertsVerb,
+    },
     /// Print a shell completion script (e.g. `leaseholdctl completion bash > /etc/bash_completion.d/leaseholdctl`).
     Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsVerb {
+    /// Write a new CA and one certificate per role into DIR.
+    ///
+    /// The files: `ca.pem`, `ca-key.pem`, `manager-<id>.pem` and `manager-<id>-key.pem` for ids
+    /// 1..N, `executor.pem`, `executor-key.pem`, `admin.pem`, `admin-key.pem`. Each certificate
+    /// is valid for 127.0.0.1, localhost and each --host. Existing files are not replaced without
+    /// --force.
+    Init {
+        /// Where to write the files (created, mode 0700, if absent).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Issue manager certificates for node ids 1..=N.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=certs::MAX_MANAGERS))]
+        managers: u64,
+        /// Another name (IP address or DNS name) every certificate is valid for; repeatable.
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
+        /// Replace existing files instead of refusing.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -296,6 +326,23 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             out.writer
                 .write_all(&script)
                 .map_err(|e| CtlError::io("writing", "standard output", e))
+        }
+        Noun::Certs {
+            verb:
+                CertsVerb::Init {
+                    dir,
+                    managers,
+                    hosts,
+                    force,
+                },
+        } => {
+            let report = certs::init(&certs::InitOptions {
+                dir: dir.clone(),
+                managers: *managers,
+                hosts: hosts.clone(),
+                force: *force,
+            })?;
+            out.show(&report, certs::render)
         }
         Noun::Snapshot {
             verb: SnapshotVerb::Inspect { file },

@@ -5,13 +5,16 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
+use leasehold_api::tls::Role;
 use leasehold_api::wire::{
     check_shard_list, Credential, Grant, RegisterRequest, ReleaseReply, ReleaseRequest,
     RenewRequest, ShardEpoch,
 };
 
+use super::authorize::CallerRole;
 use super::credentials::{authenticate, Bearer};
 use super::params::{validate_node_address, ExecutorIdPath};
 use super::{ApiJson, AppState, HttpError};
@@ -230,9 +233,14 @@ pub async fn release(
 pub async fn deregister(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
+    caller: Option<Extension<CallerRole>>,
     bearer: Bearer,
 ) -> Result<StatusCode, HttpError> {
-    authenticate(&node, &executor_id, &bearer)?;
+    // An operator (admin certificate, P13.3) deregisters without the executor's credential.
+    let operator = caller.is_some_and(|Extension(CallerRole(role))| role == Role::Admin);
+    if !operator {
+        authenticate(&node, &executor_id, &bearer)?;
+    }
     let command = Command::Deregister {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),

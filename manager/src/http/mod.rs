@@ -5,6 +5,7 @@
 //! follower is forwarded to the leader in one hop and answered as the leader answered; reads are
 //! local unless `?consistent=true`. Every reply names the leader in `X-Leasehold-Leader`.
 
+mod authorize;
 mod backup;
 mod cluster;
 mod credentials;
@@ -158,6 +159,12 @@ pub fn router(node: AppState) -> Router {
         .merge(raft)
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
+        // Outside every route's own layers: who may call what is decided before a body is read
+        // or a request forwarded (P13.3).
+        .layer(middleware::from_fn_with_state(
+            node.clone(),
+            authorize::authorize,
+        ))
         .layer(middleware::from_fn_with_state(
             node.clone(),
             name_the_leader,

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use leasehold_api::tls::Role;
 use leasehold_raft_store::{codec, StoreError};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -18,6 +19,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use rustls_pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -99,6 +101,21 @@ impl HttpConnection {
                 }
             })?;
 
+        // Under TLS the certificate decides who answered (P13.3): it must be the manager this
+        // message was meant for. The headers below are then a second, weaker check.
+        if let Some(tls_info) = response.extensions().get::<reqwest::tls::TlsInfo>() {
+            let role = tls_info
+                .peer_certificate()
+                .map(|der| Role::of_certificate(&CertificateDer::from(der.to_vec())));
+            if !matches!(role, Some(Ok(Role::Manager { node_id })) if node_id == self.target) {
+                let error = TransportError(format!(
+                    "{} answered with a certificate that is not manager {}'s: {role:?}",
+                    self.base_url, self.target
+                ));
+                tracing::error!(target_node = self.target, %error, "refusing raft reply");
+                return Err(RPCError::Unreachable(Unreachable::new(&error)));
+            }
+        }
         let answered_as = response
             .headers()
             .get(NODE_ID_HEADER)

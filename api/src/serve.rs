@@ -1,0 +1,322 @@
+//! The one server builder both binaries use: an axum router behind a TCP listener, optionally
+//! TLS with client certificates (PROTOCOL P13.2), with the limits of P13.6 applied before any
+//! request reaches a handler:
+//! - a TLS handshake must finish within [`ListenerLimits::handshake_timeout`];
+//! - a request's headers must arrive within [`ListenerLimits::header_read_timeout`] (HTTP/1.1
+//!   only: a slow client cannot hold a connection by trickling headers);
+//! - at most [`ListenerLimits::max_connections`] connections are open; past it the listener
+//!   stops accepting (the kernel backlog holds the rest) instead of spawning without bound.
+//!
+//! The TLS peer's certificate chain is handed to the router as a [`PeerCertificates`] request
+//! extension, so authorization is one layer that reads it, not a check in every handler.
+//! Bodies are bounded by each router's own limits and request timeouts.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::rustls::pki_types::CertificateDer;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+/// Bounds applied to every connection before a handler runs (P13.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerLimits {
+    pub handshake_timeout: Duration,
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            // Far above what a manager serves (executors keep one connection each per client),
+            // far below a file-descriptor limit of 64k.
+            max_connections: 16_384,
+        }
+    }
+}
+
+/// The verified certificate chain of the TLS peer, leaf first; absent on plaintext listeners.
+#[derive(Debug, Clone)]
+pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+
+impl PeerCertificates {
+    /// The peer's own certificate.
+    pub fn leaf(&self) -> Option<&CertificateDer<'static>> {
+        self.0.first()
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then lets open requests finish
+/// (connections are told to close after their current request) and returns once every
+/// connection has closed. With `tls`, only TLS is spoken and the handshake's client
+/// verification (the config's verifier) decides who may connect at all.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<ServerConfig>>,
+    limits: ListenerLimits,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let tls = tls.map(|config| TlsAcceptor::from(with_http1_alpn(&config)));
+    let max_connections = limits.max_connections.max(1);
+    let connections = Arc::new(Semaphore::new(max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer_addr) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let router = router.clone();
+        let tls = tls.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            serve_connection(stream, router, tls, limits, stop).await;
+            tracing::trace!(%peer_addr, "connection closed");
+            drop(permit);
+        });
+    }
+    let _ = stop_tx.send(true);
+    // Every connection holds a permit until it closes: all of them back means all closed.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    let _closed = connections.acquire_many(all).await;
+    Ok(())
+}
+
+/// HTTP/1.1 only: its header-read timeout is what keeps a slow client from holding a connection.
+fn with_http1_alpn(config: &Arc<ServerConfig>) -> Arc<ServerConfig> {
+    let mut config = ServerConfig::clone(config);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+    limits: ListenerLimits,
+    stop: watch::Receiver<bool>,
+) {
+    // Replies go out whole; without TCP_NODELAY a reply's last segment can wait on the peer's
+    // delayed ACK (Nagle), which would sit on every Raft round trip and renewal.
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "setting TCP_NODELAY");
+    }
+    match tls {
+        None => serve_http(TokioIo::new(stream), router, None, limits, stop).await,
+        Some(acceptor) => {
+            let handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream));
+            let stream = match handshake.await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "TLS handshake refused");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(
+                        timeout_ms = limits.handshake_timeout.as_millis(),
+                        "TLS handshake not finished in time; closing"
+                    );
+                    return;
+                }
+            };
+            let peer = stream.get_ref().1.peer_certificates().map(|chain| {
+                PeerCertificates(Arc::new(
+                    chain.iter().map(|c| c.clone().into_owned()).collect(),
+                ))
+            });
+            serve_http(TokioIo::new(stream), router, peer, limits, stop).await;
+        }
+    }
+}
+
+async fn serve_http<I>(
+    io: TokioIo<I>,
+    router: Router,
+    peer: Option<PeerCertificates>,
+    limits: ListenerLimits,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = router.map_request(move |mut request: Request<Incoming>| {
+        if let Some(peer) = &peer {
+            request.extensions_mut().insert(peer.clone());
+        }
+        request
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    let connection = builder
+        .serve_connection(io, TowerToHyperService::new(service))
+        .with_upgrades();
+    tokio::pin!(connection);
+    let stopped = async {
+        if !*stop.borrow_and_update() {
+            let _ = stop.changed().await;
+        }
+    };
+    tokio::select! {
+        result = connection.as_mut() => log_connection_end(result),
+        () = stopped => {
+            connection.as_mut().graceful_shutdown();
+            log_connection_end(connection.await);
+        }
+    }
+}
+
+fn log_connection_end(result: Result<(), hyper::Error>) {
+    if let Err(error) = result {
+        // Clients going away mid-request and header-read timeouts end here; neither is ours.
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    async fn start(limits: ListenerLimits) -> (std::net::SocketAddr, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        tokio::spawn(serve(listener, router, None, limits, async move {
+            let _ = stop_rx.changed().await;
+        }));
+        (address, stop_tx)
+    }
+
+    async fn get_root(address: std::net::SocketAddr) -> String {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        reply
+    }
+
+    #[tokio::test]
+    async fn serves_requests() {
+        let (address, _stop) = start(ListenerLimits::default()).await;
+        assert!(get_root(address).await.ends_with("ok"));
+    }
+
+    /// P13.6: a client that never finishes its headers is disconnected at the header timeout.
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+        let limits = ListenerLimits {
+            header_read_timeout: Duration::from_millis(300),
+            ..ListenerLimits::default()
+        };
+        let (address, _stop) = start(limits).await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let mut buffer = [0u8; 256];
+        // The server closes (EOF, possibly after a 408) rather than waiting for the rest.
+        let closed = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "still open after {:?}", started.elapsed());
+    }
+
+    /// P13.6: past the bound, connections wait to be accepted instead of being served.
+    #[tokio::test]
+    async fn at_most_max_connections_are_served_at_once() {
+        let limits = ListenerLimits {
+            max_connections: 1,
+            ..ListenerLimits::default()
+        };
+        let (address, _stop) = start(limits).await;
+        // The first connection holds the only slot (an idle keep-alive connection).
+        let mut first = TcpStream::connect(address).await.unwrap();
+        first
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buffer = [0u8; 256];
+        let read = first.read(&mut buffer).await.unwrap();
+        assert!(read > 0);
+        let second = tokio::spawn(get_root(address));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!second.is_finished(), "served past the bound");
+        drop(first);
+        let reply = tokio::time::timeout(Duration::from_secs(20), second)
+            .await
+            .expect("served once the first closed")
+            .unwrap();
+        assert!(reply.ends_with("ok"));
+    }
+
+    #[tokio::test]
+    async fn shutdown_waits_for_open_connections_then_returns() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let served = tokio::spawn(serve(
+            listener,
+            router,
+            None,
+            ListenerLimits::default(),
+            async move {
+                let _ = stop_rx.changed().await;
+            },
+        ));
+        assert!(get_root(address).await.ends_with("ok"));
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), served)
+            .await
+            .expect("serve returns after shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -1,0 +1,238 @@
+//! Who may call what (PROTOCOL P13.3), checked in one layer in front of every route, before a
+//! body is read, anything is applied, or a request is forwarded to the leader.
+//!
+//! With TLS every caller is one of `manager` (with its node id), `executor` or `admin`, proved by
+//! the client certificate the handshake verified against the cluster's CA (P13.1). Without TLS
+//! roles are not checked (P13.5: plaintext is loopback-only unless `--insecure`); executor
+//! credentials are checked either way (P13.4, `credentials`).
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::serve::PeerCertificates;
+use leasehold_api::tls::Role;
+
+use super::{AppState, HttpError};
+use crate::raft::identity::NODE_ID_HEADER;
+
+/// A role without its node id: what a route asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleKind {
+    Manager,
+    Executor,
+    Admin,
+}
+
+impl RoleKind {
+    fn of(role: &Role) -> Self {
+        match role {
+            Role::Manager { .. } => RoleKind::Manager,
+            Role::Executor => RoleKind::Executor,
+            Role::Admin => RoleKind::Admin,
+        }
+    }
+}
+
+/// What a route requires of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requirement {
+    /// Health checks: anyone who can connect, certificate or not.
+    Anyone,
+    /// Reads: any certificate of the cluster.
+    AnyRole,
+    /// One of these roles.
+    OneOf(&'static [RoleKind]),
+    /// Raft RPCs: a manager whose certificate names the node the message claims to come from,
+    /// and which is a member (or, before formation, listed in `--initial-cluster`).
+    RaftPeer,
+}
+
+const ADMIN: &[RoleKind] = &[RoleKind::Admin];
+const EXECUTOR: &[RoleKind] = &[RoleKind::Executor];
+const EXECUTOR_OR_ADMIN: &[RoleKind] = &[RoleKind::Executor, RoleKind::Admin];
+
+/// The requirement of `method path` (P13.3). Pure, so the table is tested on its own; a path
+/// no route serves asks for any role, and the router answers it 404 or 405.
+pub fn requirement(method: &Method, path: &str) -> Requirement {
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    match (method, segments.as_slice()) {
+        (_, ["livez"] | ["readyz"]) => Requirement::Anyone,
+        (_, ["raft", ..]) => Requirement::RaftPeer,
+        (&Method::POST, ["v1", "executors"]) => Requirement::OneOf(EXECUTOR_OR_ADMIN),
+        (&Method::POST, ["v1", "executors", _, "renew" | "release"]) => {
+            Requirement::OneOf(EXECUTOR)
+        }
+        // The executor's own (with its credential), or an operator's.
+        (&Method::DELETE, ["v1", "executors", _]) => Requirement::OneOf(EXECUTOR_OR_ADMIN),
+        (_, ["v1", "executors", _, "drain"]) => Requirement::OneOf(ADMIN),
+        (_, ["v1", "cluster", "init" | "nodes" | "snapshot", ..]) if method != Method::GET => {
+            Requirement::OneOf(ADMIN)
+        }
+        (&Method::GET, ["v1", "backup"]) => Requirement::OneOf(ADMIN),
+        _ => Requirement::AnyRole,
+    }
+}
+
+/// The caller's role, for handlers that treat an operator differently (an admin's deregister
+/// needs no executor credential). Present only with TLS.
+#[derive(Debug, Clone)]
+pub struct CallerRole(pub Role);
+
+fn forbidden(detail: String) -> Response {
+    HttpError::new(ErrorCode::Forbidden, detail).into_response()
+}
+
+fn unauthenticated(detail: &str) -> Response {
+    HttpError::new(ErrorCode::Unauthenticated, detail.to_owned()).into_response()
+}
+
+/// The layer: on a TLS listener, refuses a caller whose certificate does not carry what the
+/// route requires (401 without a certificate, 403 with the wrong role), and hands the role on.
+pub async fn authorize(State(node): State<AppState>, mut request: Request, next: Next) -> Response {
+    if node.settings.tls.is_none() {
+        return next.run(request).await;
+    }
+    let required = requirement(request.method(), request.uri().path());
+    if required == Requirement::Anyone {
+        return next.run(request).await;
+    }
+    let Some(leaf) = request
+        .extensions()
+        .get::<PeerCertificates>()
+        .and_then(|peer| peer.leaf().cloned())
+    else {
+        return unauthenticated("a client certificate of the cluster's CA is required (P13.3)");
+    };
+    let role = match Role::of_certificate(&leaf) {
+        Ok(role) => role,
+        Err(error) => return forbidden(format!("the client certificate carries no role: {error}")),
+    };
+    let allowed = match required {
+        Requirement::Anyone | Requirement::AnyRole => Ok(()),
+        Requirement::OneOf(kinds) if kinds.contains(&RoleKind::of(&role)) => Ok(()),
+        Requirement::OneOf(kinds) => Err(format!(
+            "this needs the {} role; the certificate is {role}",
+            kinds
+                .iter()
+                .map(|kind| format!("{kind:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )),
+        Requirement::RaftPeer => raft_peer_allowed(&node, &role, &request),
+    };
+    if let Err(detail) = allowed {
+        tracing::warn!(path = request.uri().path(), %role, "refused: {detail}");
+        return forbidden(detail);
+    }
+    request.extensions_mut().insert(CallerRole(role));
+    next.run(request).await
+}
+
+/// A Raft message must come from the manager its certificate names, and that manager must be
+/// a member (before formation: in `--initial-cluster`).
+fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<(), String> {
+    let Role::Manager { node_id } = role else {
+        return Err(format!(
+            "raft messages come from managers; the certificate is {role}"
+        ));
+    };
+    let claimed = request
+        .headers()
+        .get(NODE_ID_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    // `/raft/identity` is asked before a node knows who answers; it names no sender.
+    if let Some(claimed) = claimed {
+        if claimed != *node_id {
+            return Err(format!(
+                "the certificate is manager {node_id}'s, the message claims to be from node {claimed}"
+            ));
+        }
+    }
+    let member = node
+        .metrics_snapshot()
+        .membership_config
+        .membership()
+        .get_node(node_id)
+        .is_some()
+        || node.settings.initial_cluster.contains_key(node_id);
+    if member {
+        Ok(())
+    } else {
+        Err(format!("manager {node_id} is not a member of this cluster"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p13_3_every_route_asks_for_its_role() {
+        let cases = [
+            (Method::GET, "/livez", Requirement::Anyone),
+            (Method::GET, "/readyz", Requirement::Anyone),
+            (Method::POST, "/raft/append", Requirement::RaftPeer),
+            (Method::POST, "/raft/vote", Requirement::RaftPeer),
+            (Method::POST, "/raft/snapshot", Requirement::RaftPeer),
+            (Method::GET, "/raft/identity", Requirement::RaftPeer),
+            (
+                Method::POST,
+                "/v1/executors",
+                Requirement::OneOf(EXECUTOR_OR_ADMIN),
+            ),
+            (
+                Method::POST,
+                "/v1/executors/ex-3/renew",
+                Requirement::OneOf(EXECUTOR),
+            ),
+            (
+                Method::POST,
+                "/v1/executors/ex-3/release",
+                Requirement::OneOf(EXECUTOR),
+            ),
+            (
+                Method::DELETE,
+                "/v1/executors/ex-3",
+                Requirement::OneOf(EXECUTOR_OR_ADMIN),
+            ),
+            (
+                Method::POST,
+                "/v1/executors/ex-3/drain",
+                Requirement::OneOf(ADMIN),
+            ),
+            (
+                Method::DELETE,
+                "/v1/executors/ex-3/drain",
+                Requirement::OneOf(ADMIN),
+            ),
+            (Method::POST, "/v1/cluster/init", Requirement::OneOf(ADMIN)),
+            (Method::POST, "/v1/cluster/nodes", Requirement::OneOf(ADMIN)),
+            (
+                Method::DELETE,
+                "/v1/cluster/nodes/2",
+                Requirement::OneOf(ADMIN),
+            ),
+            (
+                Method::POST,
+                "/v1/cluster/snapshot",
+                Requirement::OneOf(ADMIN),
+            ),
+            (Method::GET, "/v1/backup", Requirement::OneOf(ADMIN)),
+            (Method::GET, "/v1/cluster", Requirement::AnyRole),
+            (Method::GET, "/v1/state", Requirement::AnyRole),
+            (Method::GET, "/v1/executors", Requirement::AnyRole),
+            (Method::GET, "/v1/executors/ex-3", Requirement::AnyRole),
+            (Method::GET, "/v1/shards", Requirement::AnyRole),
+            (Method::GET, "/v1/routing", Requirement::AnyRole),
+            (Method::GET, "/v1/watch", Requirement::AnyRole),
+            (Method::GET, "/metrics", Requirement::AnyRole),
+            (Method::GET, "/ui/", Requirement::AnyRole),
+        ];
+        for (method, path, expected) in cases {
+            assert_eq!(requirement(&method, path), expected, "{method} {path}");
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Who may say what (PROTOCOL §13, I7), against a three-manager cluster serving TLS with real
+//! certificates made by `leaseholdctl certs init` in the test (P13.1, P13.2). Each refusal of
+//! P13.3 is a row of one table: the caller's certificate, the request, and what must come back;
+//! after every row the replicated state is what it was.
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold_api::client::http_client_builder;
+use leasehold_api::tls::TlsConfig;
+use leasehold_tests::{
+    one_cluster_at_a_time, poll_until, tls_certificates, tls_files, Cluster, ClusterOptions,
+};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const LEADER_BOUND: Duration = Duration::from_secs(60);
+
+/// A client presenting `name`'s certificate from `dir` (`admin`, `executor`, `manager-2`).
+fn client_as(dir: &Path, name: &str) -> reqwest::Client {
+    let tls = TlsConfig::load(&tls_files(dir, name)).expect("TLS files");
+    http_client_builder(Some(&tls))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// The replicated state as the leader has it, revision included: a refused request changes
+/// nothing at all.
+async fn state(cluster: &Cluster) -> Value {
+    let admin = cluster.http.clone();
+    let reply = admin
+        .get(format!("{}/v1/state?consistent=true", cluster.url(1)))
+        .send()
+        .await
+        .unwrap();
+    let mut state: Value = reply.json().await.unwrap();
+    for executor in state["executors"].as_array_mut().unwrap() {
+        executor
+            .as_object_mut()
+            .unwrap()
+            .remove("lease_remaining_ms");
+    }
+    state
+}
+
+struct Row {
+    caller: &'static str,
+    method: Method,
+    path: &'static str,
+    headers: Vec<(&'static str, String)>,
+    body: Option<Value>,
+    status: u16,
+    code: &'static str,
+}
+
+fn row(caller: &'static str, method: Method, path: &'static str, status: u16) -> Row {
+    Row {
+        caller,
+        method,
+        path,
+        headers: Vec::new(),
+        body: None,
+        status,
+        code: if status == 401 {
+            "unauthenticated"
+        } else {
+            "forbidden"
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_3_every_role_may_do_only_what_it_is_for() {
+    let _serial = one_cluster_at_a_time().await;
+    let certs = tls_certificates(3);
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: 8,
+        // Long enough that nothing lapses while the table runs: every change is the table's.
+        lease: "60s".into(),
+        tls_dir: Some(certs.path().to_owned()),
+        ..ClusterOptions::default()
+    });
+    // The cluster forms over TLS: Raft between managers presents their certificates.
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    assert!(cluster.url(1).starts_with("https://"));
+
+    let executor = client_as(certs.path(), "executor");
+    // An executor certificate may register (P13.3).
+    let registered = executor
+        .post(format!("{}/v1/executors", cluster.url(1)))
+        .json(&json!({"incarnation": "tls-test", "address": "https://127.0.0.1:9"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 200, "{:?}", registered.text().await);
+    // The planner gives it every shard; from then on only the table's requests could change
+    // anything.
+    poll_until(
+        "the registered executor to hold every shard",
+        LEADER_BOUND,
+        || async {
+            let state = state(&cluster).await;
+            let held = state["executors"][0]["shards"]
+                .as_array()
+                .map_or(0, Vec::len);
+            if held == 8 {
+                Ok(())
+            } else {
+                Err(format!("{state}"))
+            }
+        },
+    )
+    .await;
+
+    let raft_from = |node: u64| {
+        vec![
+            ("x-leasehold-node-id", node.to_string()),
+            ("x-leasehold-storage-id", "s".into()),
+        ]
+    };
+    let mut table = vec![
+        // Raft: only managers, and only as themselves.
+        Row {
+            headers: raft_from(2),
+            ..row("executor", Method::POST, "/raft/append", 403)
+        },
+        Row {
+            headers: raft_from(2),
+            ..row("admin", Method::POST, "/raft/vote", 403)
+        },
+        Row {
+            headers: raft_from(3),
+            ..row("manager-2", Method::POST, "/raft/vote", 403)
+        },
+        // Administration: admin only.
+        row("executor", Method::POST, "/v1/cluster/init", 403),
+        Row {
+            body: Some(json!({"node_id": 9, "address": "https://127.0.0.1:9"})),
+            ..row("executor", Method::POST, "/v1/cluster/nodes", 403)
+        },
+        row("executor", Method::DELETE, "/v1/cluster/nodes/3", 403),
+        row("executor", Method::POST, "/v1/cluster/snapshot", 403),
+        row("executor", Method::GET, "/v1/backup", 403),
+        row("executor", Method::POST, "/v1/executors/ex-1/drain", 403),
+        row("manager-2", Method::DELETE, "/v1/cluster/nodes/3", 403),
+        // Renewals are the executors' own (with their credential, P13.4).
+        Row {
+            body: Some(json!({"claims": [], "revision": 0})),
+            ..row("admin", Method::POST, "/v1/executors/ex-1/renew", 403)
+        },
+    ];
+    for row in table.drain(..) {
+        let before = state(&cluster).await;
+        let client = client_as(certs.path(), row.caller);
+        let mut request = client.request(
+            row.method.clone(),
+            format!("{}{}", cluster.url(1), row.path),
+        );
+        for (name, value) in &row.headers {
+            request = request.header(*name, value);
+        }
+        if let Some(body) = &row.body {
+            request = request.json(body);
+        }
+        let reply = request.send().await.unwrap();
+        let status = reply.status().as_u16();
+        let problem: Value = reply.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (row.status, Some(row.code)),
+            "P13.3: {} {} as {}: {problem}",
+            row.method,
+            row.path,
+            row.caller
+        );
+        assert_eq!(
+            state(&cluster).await,
+            before,
+            "P13.3: the refused {} {} changed nothing",
+            row.method,
+            row.path
+        );
+    }
+
+    // Reads are open to every role.
+    for caller in ["executor", "admin", "manager-2"] {
+        let reply = client_as(certs.path(), caller)
+            .get(format!("{}/v1/state", cluster.url(2)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200, "{caller} reads");
+    }
+
+    // Below HTTP: no certificate, a certificate of another CA, plaintext: no answer at all.
+    let other_ca = tls_certificates(3);
+    let strangers = [
+        (
+            "no client certificate",
+            reqwest::Client::builder()
+                .tls_certs_only([reqwest::Certificate::from_pem(
+                    &std::fs::read(certs.path().join("ca.pem")).unwrap(),
+                )
+                .unwrap()])
+                .build()
+                .unwrap(),
+            cluster.url(1),
+        ),
+        (
+            "a certificate of another CA",
+            client_as(other_ca.path(), "admin"),
+            cluster.url(1),
+        ),
+        (
+            "plaintext",
+            reqwest::Client::new(),
+            cluster.url(1).replace("https://", "http://"),
+        ),
+    ];
+    for (who, client, url) in strangers {
+        let before = state(&cluster).await;
+        let reply = client
+            .post(format!("{url}/v1/executors"))
+            .json(&json!({"incarnation": "stranger", "address": "https://127.0.0.1:9"}))
+            .send()
+            .await;
+        assert!(
+            reply.is_err() || reply.as_ref().is_ok_and(|r| !r.status().is_success()),
+            "P13.2: {who} is refused: {reply:?}"
+        );
+        assert_eq!(state(&cluster).await, before, "{who} changed nothing");
+    }
+}
