@@ -935,7 +935,7 @@ fn decode_optional_json(reply: &Reply) -> Result<serde_json::Value, ClientError>
 /// terse ("error sending request") and the cause is in the chain, and the binaries report their
 /// errors this way (`process`). A cause whose text its wrapper already ends with is not repeated,
 /// and line breaks become spaces.
-pub(crate) fn error_chain(error: &dyn StdError) -> String {
+pub fn error_chain(error: &dyn StdError) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     // Bounded: real chains are a handful deep.

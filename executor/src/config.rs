@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold_api::tls::TlsFiles;
+
 /// Default bound on a graceful stop's deregistration (P3.7).
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -29,6 +31,12 @@ pub struct ExecutorConfig {
     pub shutdown_grace: Duration,
     /// Bound on one HTTP attempt to a manager.
     pub request_timeout: Duration,
+    /// The executor's certificate, key and the cluster's CA (PROTOCOL P13.2): the push listener
+    /// then speaks only TLS and accepts pushes only from manager certificates, and every call to
+    /// the managers presents the executor certificate. `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+    /// Serve plaintext on a non-loopback address anyway (P13.5; logged as a warning).
+    pub insecure: bool,
 }
 
 impl ExecutorConfig {
@@ -42,6 +50,8 @@ impl ExecutorConfig {
             event_log: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            tls: None,
+            insecure: false,
         }
     }
 }

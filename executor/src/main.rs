@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use axum::Router;
 use clap::Parser;
-use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal, LogFormat};
+use leasehold_api::process::{
+    config_error, init_tracing, run_error, shutdown_signal, LogFormat, TlsArgs,
+};
 use leasehold_executor::{metrics, Executor, ExecutorConfig, ExecutorHandle, RunState};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -46,7 +48,7 @@ struct Args {
     #[arg(long, env = "LEASEHOLD_LISTEN")]
     listen: String,
 
-    /// URL managers push to; defaults to http://<bound address>.
+    /// URL managers push to; defaults to http(s)://<bound address>.
     #[arg(long, env = "LEASEHOLD_ADVERTISE")]
     advertise: Option<String>,
 
@@ -69,6 +71,9 @@ struct Args {
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 const PROGRAM: &str = "leasehold-executor";
@@ -99,6 +104,8 @@ async fn main() -> ExitCode {
         event_log: args.event_log,
         shutdown_grace: args.shutdown_grace,
         request_timeout: args.request_timeout,
+        tls: args.tls.files(),
+        insecure: args.tls.insecure,
     };
     let prometheus = match PrometheusBuilder::new().install_recorder() {
         Ok(prometheus) => prometheus,

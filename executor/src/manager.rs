@@ -14,6 +14,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use leasehold_api::client::{Client, ClientConfig, ClientError};
+use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
     Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CREDENTIALS_SCHEMA,
 };
@@ -62,6 +63,7 @@ impl ManagerLink {
     pub(crate) fn new(
         managers: Vec<String>,
         request_timeout: Duration,
+        tls: Option<&TlsConfig>,
     ) -> Result<Self, ClientError> {
         let patient_config = ClientConfig {
             request_timeout,
@@ -72,8 +74,8 @@ impl ManagerLink {
             ..patient_config
         };
         Ok(Self {
-            grants: Client::with_config(managers.clone(), grants_config)?,
-            patient: Client::with_config(managers, patient_config)?,
+            grants: Client::with_tls(managers.clone(), grants_config, tls)?,
+            patient: Client::with_tls(managers, patient_config, tls)?,
         })
     }
 
@@ -155,10 +157,13 @@ mod tests {
 
     #[test]
     fn link_rejects_bad_endpoints() {
-        assert!(ManagerLink::new(vec![], Duration::from_secs(1)).is_err());
-        assert!(ManagerLink::new(vec!["ftp://x".into()], Duration::from_secs(1)).is_err());
-        assert!(
-            ManagerLink::new(vec!["http://127.0.0.1:1".into()], Duration::from_secs(1)).is_ok()
-        );
+        assert!(ManagerLink::new(vec![], Duration::from_secs(1), None).is_err());
+        assert!(ManagerLink::new(vec!["ftp://x".into()], Duration::from_secs(1), None).is_err());
+        assert!(ManagerLink::new(
+            vec!["http://127.0.0.1:1".into()],
+            Duration::from_secs(1),
+            None
+        )
+        .is_ok());
     }
 }

@@ -4,11 +4,15 @@
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
-use axum::middleware;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use leasehold_api::http::{limit_body, BodyLimit};
+use leasehold_api::http::{limit_body, BodyLimit, HttpError};
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::serve::PeerCertificates;
+use leasehold_api::tls::Role;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::openapi::{self, RenderedDocument};
@@ -22,10 +26,17 @@ pub(crate) fn app(
     shared: Arc<Shared>,
     document: &utoipa::openapi::OpenApi,
     extra: Router,
+    tls: bool,
 ) -> Router {
-    Router::new()
+    // P13.3: only managers push. Under TLS the handshake proved a certificate of the cluster's
+    // CA; this checks it is a manager's, before the body is read.
+    let pushes = Router::new()
         .route("/v1/assignment", put(server::put_assignment))
         .route("/v1/revoke", post(server::post_revoke))
+        .route_layer(middleware::from_fn_with_state(tls, managers_only))
+        .with_state(shared.clone());
+    Router::new()
+        .merge(pushes)
         .route("/v1/health", get(server::health))
         .route("/v1/status", get(server::status))
         .with_state(shared)
@@ -50,4 +61,35 @@ pub(crate) fn app(
         ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
+}
+
+/// Refuses a push whose TLS peer is not a manager (403), or that came without a certificate
+/// on a TLS listener (401). Plaintext listeners check nothing (P13.5).
+async fn managers_only(State(tls): State<bool>, request: Request, next: Next) -> Response {
+    if !tls {
+        return next.run(request).await;
+    }
+    let role = request
+        .extensions()
+        .get::<PeerCertificates>()
+        .and_then(PeerCertificates::leaf)
+        .map(Role::of_certificate);
+    match role {
+        Some(Ok(Role::Manager { .. })) => next.run(request).await,
+        Some(Ok(role)) => HttpError::new(
+            ErrorCode::Forbidden,
+            format!("only managers push assignments and revokes; the certificate is {role}"),
+        )
+        .into_response(),
+        Some(Err(error)) => HttpError::new(
+            ErrorCode::Forbidden,
+            format!("the client certificate carries no role: {error}"),
+        )
+        .into_response(),
+        None => HttpError::new(
+            ErrorCode::Unauthenticated,
+            "a manager's client certificate is required (P13.3)",
+        )
+        .into_response(),
+    }
 }

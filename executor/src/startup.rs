@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use leasehold_api::client::ClientError;
+use leasehold_api::client::{http_client_builder, ClientError};
+use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::time::timeout;
+use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
+use tokio::net::TcpListener;
 use tracing::{error, info};
 
 use crate::admission_log::AdmissionLog;
@@ -130,7 +130,15 @@ impl Executor {
                 "the shutdown grace (--shutdown-grace) must be positive".into(),
             ));
         }
-        let manager = ManagerLink::new(config.managers.clone(), config.request_timeout)?;
+        let tls = match &config.tls {
+            Some(files) => Some(load_executor_tls(files)?),
+            None => None,
+        };
+        let manager = ManagerLink::new(
+            config.managers.clone(),
+            config.request_timeout,
+            tls.as_ref(),
+        )?;
         let log = match &config.event_log {
             Some(path) => {
                 Some(
@@ -153,7 +161,12 @@ impl Executor {
             listen: config.listen.clone(),
             source,
         })?;
-        let address = advertised_address(&config, local_addr)?;
+        let insecure = check_plaintext_listener(local_addr.ip(), tls.is_some(), config.insecure)
+            .map_err(StartError::InvalidConfig)?;
+        if insecure {
+            tracing::warn!(%local_addr, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can push assignments (PROTOCOL P13.5)");
+        }
+        let address = advertised_address(&config, local_addr, tls.is_some())?;
         let shared = Arc::new(Shared::new(address, config.name.clone(), log));
 
         let (shutdown_tx, shutdown) = ShutdownSignal::new();
@@ -166,12 +179,18 @@ impl Executor {
             shutdown_tx,
             server_stop_tx,
         );
-        let app = routes::app(Arc::clone(&shared), &document, routes(&handle));
+        let app = routes::app(
+            Arc::clone(&shared),
+            &document,
+            routes(&handle),
+            tls.is_some(),
+        );
+        let server_tls = tls.as_ref().map(TlsConfig::server_config);
         let server = tokio::spawn(async move {
             let served = leasehold_api::serve::serve(
                 listener,
                 app,
-                None,
+                server_tls,
                 ListenerLimits::default(),
                 async move { server_stop.wait().await },
             )
@@ -180,7 +199,7 @@ impl Executor {
                 error!(%error, "push listener failed");
             }
         });
-        if let Err(detail) = check_listener_serves(local_addr).await {
+        if let Err(detail) = check_listener_serves(local_addr, tls.as_ref()).await {
             server.abort();
             return Err(StartError::ListenerNotServing {
                 address: local_addr,
@@ -216,7 +235,7 @@ impl Executor {
 
 /// P8.1: the push listener answers HTTP before the executor makes itself known. One request to
 /// `GET /v1/health` on the bound address; any HTTP status line will do.
-async fn check_listener_serves(address: SocketAddr) -> Result<(), String> {
+async fn check_listener_serves(address: SocketAddr, tls: Option<&TlsConfig>) -> Result<(), String> {
     let probe_address = if address.ip().is_unspecified() {
         let loopback = if address.is_ipv4() {
             std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST)
@@ -227,38 +246,62 @@ async fn check_listener_serves(address: SocketAddr) -> Result<(), String> {
     } else {
         address
     };
-    let probe = async {
-        let mut stream = TcpStream::connect(probe_address).await?;
-        stream
-            .write_all(b"GET /v1/health HTTP/1.1\r\nHost: self-check\r\nConnection: close\r\n\r\n")
-            .await?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await?;
-        Ok::<_, std::io::Error>(head)
-    };
-    match timeout(LISTENER_CHECK_TIMEOUT, probe).await {
-        Ok(Ok(head)) if head.starts_with(b"HTTP/1.") => Ok(()),
-        Ok(Ok(head)) => Err(format!(
-            "unexpected reply {:?}",
-            String::from_utf8_lossy(&head)
-        )),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("no answer within {LISTENER_CHECK_TIMEOUT:?}")),
+    // The process's own client, so the probe speaks what the managers will: TLS with this
+    // executor's certificate when configured (any role may read `/v1/health`).
+    let client = http_client_builder(tls)
+        .timeout(LISTENER_CHECK_TIMEOUT)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    match client
+        .get(format!("{scheme}://{probe_address}/v1/health"))
+        .send()
+        .await
+    {
+        // Any answer is HTTP from this listener; what the health says is the lease loop's.
+        Ok(_) => Ok(()),
+        Err(error) if error.is_timeout() => {
+            Err(format!("no answer within {LISTENER_CHECK_TIMEOUT:?}"))
+        }
+        Err(error) => Err(leasehold_api::client::error_chain(&error)),
     }
 }
 
-/// The advertised address: `--advertise`, else `http://<bound address>` (P8.1).
-fn advertised_address(config: &ExecutorConfig, bound: SocketAddr) -> Result<String, StartError> {
+/// Loads the TLS files; the certificate must be an executor's (P13.1), which is what managers
+/// accept registrations from.
+fn load_executor_tls(files: &TlsFiles) -> Result<TlsConfig, StartError> {
+    let tls = TlsConfig::load(files).map_err(|e| StartError::InvalidConfig(e.to_string()))?;
+    match tls.role() {
+        Role::Executor => Ok(tls),
+        role => Err(StartError::InvalidConfig(format!(
+            "--cert-file {}: the certificate is {role}'s, not an executor's",
+            files.cert_file.display()
+        ))),
+    }
+}
+
+/// The advertised address: `--advertise`, else `http(s)://<bound address>` (P8.1).
+fn advertised_address(
+    config: &ExecutorConfig,
+    bound: SocketAddr,
+    tls: bool,
+) -> Result<String, StartError> {
+    let scheme = if tls { "https" } else { "http" };
     match &config.advertise {
         Some(url) => {
             let trimmed = url.trim_end_matches('/');
             leasehold_api::wire::validate_base_url(trimmed)
                 .map_err(|reason| StartError::InvalidConfig(format!("--advertise: {reason}")))?;
+            if !trimmed.starts_with(&format!("{scheme}://")) {
+                return Err(StartError::InvalidConfig(format!(
+                    "--advertise {trimmed}: managers push to {scheme}:// here (PROTOCOL P13.2)"
+                )));
+            }
             Ok(trimmed.to_owned())
         }
         None if bound.ip().is_unspecified() => Err(StartError::InvalidConfig(format!(
             "listening on the wildcard address {bound} needs --advertise: managers cannot push to it"
         ))),
-        None => Ok(format!("http://{bound}")),
+        None => Ok(format!("{scheme}://{bound}")),
     }
 }

@@ -41,6 +41,9 @@ pub struct ExecutorSpec {
     /// The executor binary; `None`: this release's (an earlier release's comes from
     /// `leasehold_harness::release_bin_dir`).
     pub binary: Option<PathBuf>,
+    /// A `leaseholdctl certs init` directory: the executor serves and calls with TLS, presenting
+    /// its `executor` certificate, and the test talks to it with the `admin` one.
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl ExecutorSpec {
@@ -55,6 +58,7 @@ impl ExecutorSpec {
             netns: None,
             extra_args: Vec::new(),
             binary: None,
+            tls_dir: cluster.options.tls_dir.clone(),
         }
     }
 }
@@ -73,6 +77,8 @@ pub struct ExecutorProcess {
     log_path: PathBuf,
     process: ChildProcess,
     http: reqwest::Client,
+    /// `https` under TLS.
+    scheme: &'static str,
 }
 
 impl ExecutorProcess {
@@ -93,7 +99,30 @@ impl ExecutorProcess {
             netns,
             extra_args,
             binary: executor_binary,
+            tls_dir,
         } = spec;
+        let mut tls_args = Vec::new();
+        match &tls_dir {
+            Some(dir) => {
+                let files = crate::tls_files(dir, "executor");
+                for (flag, path) in [
+                    ("--cert-file", files.cert_file),
+                    ("--key-file", files.key_file),
+                    ("--trusted-ca-file", files.trusted_ca_file),
+                ] {
+                    tls_args.push(flag.to_string());
+                    tls_args.push(path.display().to_string());
+                }
+            }
+            // Plaintext off loopback (network-namespace hosts) needs saying so (P13.5).
+            None if !host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()) =>
+            {
+                tls_args.push("--insecure".to_string());
+            }
+            None => {}
+        }
         let event_log = dir.join(format!("executor-{name}.events.jsonl"));
         let log_path = dir.join(format!("executor-{name}.log"));
         let executor_binary = executor_binary.unwrap_or_else(|| binary("leasehold-executor"));
@@ -116,6 +145,7 @@ impl ExecutorProcess {
                     .iter()
                     .flat_map(|url| ["--advertise", url.as_str()]),
             )
+            .args(&tls_args)
             .args(&extra_args)
             .env("RUST_LOG", "info");
         let process = must(ChildProcess::spawn(&mut command, &log_path));
@@ -126,17 +156,25 @@ impl ExecutorProcess {
             event_log,
             log_path,
             process,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .expect("http client"),
+            http: leasehold_api::client::http_client_builder(
+                tls_dir
+                    .as_ref()
+                    .map(|dir| {
+                        leasehold_api::tls::TlsConfig::load(&crate::tls_files(dir, "admin"))
+                            .expect("TLS files")
+                    })
+                    .as_ref(),
+            )
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("http client"),
+            scheme: if tls_dir.is_some() { "https" } else { "http" },
         }
     }
 
     /// Base URL of the executor's listener.
     pub fn url(&self) -> String {
-        format!("http://{}:{}", self.host, self.port)
+        format!("{}://{}:{}", self.scheme, self.host, self.port)
     }
 
     pub fn is_running(&mut self) -> bool {

@@ -84,6 +84,7 @@ impl NetScenario {
             netns: Some(node.netns.clone()),
             extra_args: fault_executor_args(),
             binary: None,
+            tls_dir: None,
         });
         self.executor_nodes.insert(index, node);
         index

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use leasehold_api::client::http_client_builder;
 use leasehold_api::tls::TlsConfig;
+use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, tls_certificates, tls_files, Cluster, ClusterOptions,
 };
@@ -233,5 +234,56 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
             "P13.2: {who} is refused: {reply:?}"
         );
         assert_eq!(state(&cluster).await, before, "{who} changed nothing");
+    }
+}
+
+/// P13.2, P13.3 for executors: a real executor over TLS registers with its `executor`
+/// certificate, the managers push to it with theirs, and a push from any other certificate is
+/// refused (403) without touching what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_3_an_executor_over_tls_takes_pushes_from_managers_only() {
+    let _serial = one_cluster_at_a_time().await;
+    let certs = tls_certificates(3);
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: 8,
+        lease: "60s".into(),
+        tls_dir: Some(certs.path().to_owned()),
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let executor = ExecutorProcess::start(&cluster, "tls-executor");
+    assert!(executor.url().starts_with("https://"));
+    let held = wait_for_even_split(&[&executor], 8, LEADER_BOUND).await;
+
+    for caller in ["admin", "executor"] {
+        let reply = client_as(certs.path(), caller)
+            .put(format!("{}/v1/assignment", executor.url()))
+            .json(&json!({"revision": 1u64 << 62, "shards": [{"shard": 0, "epoch": 99}]}))
+            .send()
+            .await
+            .unwrap();
+        let status = reply.status().as_u16();
+        let problem: Value = reply.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (403, Some("forbidden")),
+            "P13.3: a push from an {caller} certificate: {problem}"
+        );
+        let revoke = client_as(certs.path(), caller)
+            .post(format!("{}/v1/revoke", executor.url()))
+            .json(&json!({"revision": 1u64 << 62, "shards": [0, 1, 2]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            revoke.status().as_u16(),
+            403,
+            "P13.3: a revoke from {caller}"
+        );
+        assert_eq!(
+            executor.admitted_shards().await.unwrap(),
+            held[0],
+            "the refused push from {caller} changed nothing the executor holds"
+        );
     }
 }

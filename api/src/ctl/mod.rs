@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use self::exit::{CtlError, EXIT_CODES_HELP};
 use self::table::{fields, human_ms, opt, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
+use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
     AddNodeRequest, ClusterInfo, ExecutorView, SchemaRange, ShardView, StateView, MAX_WATCH_WAIT,
 };
@@ -64,6 +65,19 @@ pub struct Cli {
     /// Read through the leader (linearizable) instead of from whichever manager answers.
     #[arg(long, global = true)]
     pub consistent: bool,
+
+    /// The cluster's CA certificate (PEM); with --cert and --key, every call is TLS with that
+    /// client certificate (PROTOCOL P13.2) and the endpoints are https://.
+    #[arg(long, env = "LEASEHOLD_CACERT", global = true, requires_all = ["cert", "tls_key"])]
+    pub cacert: Option<PathBuf>,
+
+    /// This client's certificate (PEM), e.g. `admin.pem` from `leaseholdctl certs init`.
+    #[arg(long, env = "LEASEHOLD_CERT", global = true, requires_all = ["cacert", "tls_key"])]
+    pub cert: Option<PathBuf>,
+
+    /// The private key of --cert (PEM).
+    #[arg(long = "key", env = "LEASEHOLD_KEY", global = true, requires_all = ["cacert", "cert"])]
+    pub tls_key: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Noun,
@@ -307,7 +321,22 @@ impl Cli {
             patience: self.patience,
             ..ClientConfig::default()
         };
-        Ok(Client::with_config(self.endpoints.clone(), config)?)
+        let tls = match (&self.cacert, &self.cert, &self.tls_key) {
+            (Some(cacert), Some(cert), Some(key)) => Some(
+                TlsConfig::load(&TlsFiles {
+                    cert_file: cert.clone(),
+                    key_file: key.clone(),
+                    trusted_ca_file: cacert.clone(),
+                })
+                .map_err(|e| CtlError::BadInput(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        Ok(Client::with_tls(
+            self.endpoints.clone(),
+            config,
+            tls.as_ref(),
+        )?)
     }
 }
 

@@ -38,7 +38,12 @@ fn registered() -> Arc<Shared> {
 
 /// The library's app, as [`crate::Executor::start`] serves it.
 fn app(shared: &Arc<Shared>) -> Router {
-    routes::app(Arc::clone(shared), &openapi::document(), Router::new())
+    routes::app(
+        Arc::clone(shared),
+        &openapi::document(),
+        Router::new(),
+        false,
+    )
 }
 
 async fn call(
