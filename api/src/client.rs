@@ -493,7 +493,7 @@ impl Client {
 
     /// `GET /v1/routing?key=K`: where to send work for one key.
     pub async fn route_key(&self, key: &str, consistent: bool) -> Result<KeyRoute, ClientError> {
-        let path = format!("/v1/routing?key={}", query_value(key));
+        let path = format!("/v1/routing?key={}", percent_encode(key));
         self.get_typed(&with_consistency(&path, consistent)).await
     }
 
@@ -820,7 +820,7 @@ fn path_segment(id: &str) -> Result<String, ClientError> {
             "{id:?} is not a valid path segment (empty, '.', '..', or contains '/', whitespace or control characters)"
         )));
     }
-    Ok(query_value(id))
+    Ok(percent_encode(id))
 }
 
 fn with_consistency(path: &str, consistent: bool) -> String {
@@ -832,8 +832,8 @@ fn with_consistency(path: &str, consistent: bool) -> String {
 }
 
 /// Percent-encodes a path segment or query value: RFC 3986 unreserved characters pass as they
-/// are, every other byte becomes `%XX`.
-fn query_value(value: &str) -> String {
+/// are, every other byte becomes `%XX`. The one encoder of every Leasehold client.
+pub fn percent_encode(value: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut encoded = String::with_capacity(value.len());
     for byte in value.bytes() {
@@ -1075,9 +1075,9 @@ mod tests {
     }
 
     #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(query_value("user-42"), "user-42");
-        assert_eq!(query_value("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    fn values_are_percent_encoded() {
+        assert_eq!(percent_encode("user-42"), "user-42");
+        assert_eq!(percent_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
         assert_eq!(
             with_consistency("/v1/routing?key=a", true),
             "/v1/routing?key=a&consistent=true"

@@ -33,6 +33,7 @@ pub mod http;
 pub mod openapi;
 pub mod problem;
 pub mod process;
+pub mod routing;
 #[cfg(feature = "axum")]
 pub mod serve;
 pub mod tls;
@@ -43,6 +44,7 @@ pub use problem::{
     ErrorCode, Problem, CLUSTER_VERSION_HEADER, LEADER_HEADER, PROBLEM_CONTENT_TYPE,
     REQUEST_ID_HEADER,
 };
+pub use routing::{RoutingClient, RoutingConfig, RoutingError, RoutingStats};
 pub use tls::{Role, TlsConfig, TlsError, TlsFiles};
 pub use wire::{
     AddNodeRequest, AssignmentPush, ClusterInfo, Credential, ExecutorHealth, Grant, Member,

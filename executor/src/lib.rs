@@ -53,6 +53,8 @@
 
 pub mod admission;
 pub mod admission_log;
+#[cfg(feature = "bin")]
+pub mod args;
 pub mod assignment;
 pub mod config;
 mod handle;
@@ -72,6 +74,8 @@ mod status;
 mod tests;
 
 pub use admission::{AdmissionReason, AdmissionState, AdmitError, Assignment, Permit};
+#[cfg(feature = "bin")]
+pub use args::ExecutorArgs;
 pub use config::ExecutorConfig;
 pub use handle::ExecutorHandle;
 pub use manager::{GRANT_CALL_PATIENCE, MAX_KEY_BYTES};

@@ -10,16 +10,12 @@
 //! The binary is the library plus the routes below ([`extra_routes`], documented by
 //! [`extra_paths`]); its own modules are under `main/`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use axum::Router;
 use clap::Parser;
-use leasehold_api::process::{
-    config_error, init_tracing, run_error, shutdown_signal, LogFormat, TlsArgs,
-};
-use leasehold_executor::{metrics, Executor, ExecutorConfig, ExecutorHandle, RunState};
+use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal};
+use leasehold_executor::{metrics, Executor, ExecutorArgs, ExecutorHandle, RunState};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 #[cfg(test)]
@@ -35,45 +31,8 @@ mod workload;
     about = "A Leasehold executor with a demo workload"
 )]
 struct Args {
-    /// Manager base URLs, comma-separated; the executor follows the leader among them.
-    #[arg(
-        long,
-        env = "LEASEHOLD_MANAGERS",
-        value_delimiter = ',',
-        required = true
-    )]
-    managers: Vec<String>,
-
-    /// HOST:PORT to bind the push listener and the workload to.
-    #[arg(long, env = "LEASEHOLD_LISTEN")]
-    listen: String,
-
-    /// URL managers push to; defaults to http(s)://<bound address>.
-    #[arg(long, env = "LEASEHOLD_ADVERTISE")]
-    advertise: Option<String>,
-
-    /// A label for operators.
-    #[arg(long, env = "LEASEHOLD_NAME")]
-    name: Option<String>,
-
-    /// Append the admission log (JSON lines, CLOCK_MONOTONIC stamps) to this file.
-    #[arg(long, env = "LEASEHOLD_EVENT_LOG")]
-    event_log: Option<PathBuf>,
-
-    /// Bound on deregistering after a stop signal, e.g. `5s`.
-    #[arg(long, env = "LEASEHOLD_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
-    shutdown_grace: Duration,
-
-    /// Bound on one HTTP attempt to a manager, e.g. `5s`.
-    #[arg(long, env = "LEASEHOLD_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
-    request_timeout: Duration,
-
-    /// Log output format.
-    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-
     #[command(flatten)]
-    tls: TlsArgs,
+    executor: ExecutorArgs,
 }
 
 const PROGRAM: &str = "leasehold-executor";
@@ -94,18 +53,11 @@ fn extra_paths() -> utoipa::openapi::OpenApi {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse().executor;
     init_tracing(args.log_format, "info");
-    let config = ExecutorConfig {
-        managers: args.managers,
-        listen: args.listen,
-        advertise: args.advertise,
-        name: args.name,
-        event_log: args.event_log,
-        shutdown_grace: args.shutdown_grace,
-        request_timeout: args.request_timeout,
-        tls: args.tls.files(),
-        insecure: args.tls.insecure,
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(error) => return config_error(PROGRAM, &error),
     };
     let prometheus = match PrometheusBuilder::new().install_recorder() {
         Ok(prometheus) => prometheus,
@@ -209,10 +161,13 @@ mod tests {
             "127.0.0.1:0",
         ])
         .unwrap();
-        assert_eq!(args.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
-        assert_eq!(args.request_timeout, DEFAULT_REQUEST_TIMEOUT);
-        assert_eq!(args.managers.len(), 2);
-        assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(args.executor.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
+        assert_eq!(args.executor.request_timeout, DEFAULT_REQUEST_TIMEOUT);
+        assert_eq!(args.executor.managers.len(), 2);
+        assert_eq!(
+            args.executor.log_format,
+            leasehold_api::process::LogFormat::Text
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold_api::client::{Client, ClientConfig, ClientError};
+use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
     Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CREDENTIALS_SCHEMA,
@@ -132,28 +132,9 @@ impl ManagerApi for ManagerLink {
     }
 }
 
-/// Percent-encodes a query value: everything but RFC 3986 unreserved characters.
-pub(crate) fn percent_encode(value: &str) -> String {
-    let mut encoded = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(percent_encode("order-17_a.b~c"), "order-17_a.b~c");
-        assert_eq!(percent_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
-    }
 
     #[test]
     fn link_rejects_bad_endpoints() {

@@ -1,0 +1,77 @@
+//! The flags of an executor process (PROTOCOL §10, §13), for the `leasehold-executor` binary
+//! and every binary built on the library (the fencing example): one definition of each flag and
+//! its `LEASEHOLD_*` variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold_api::process::{LogFormat, TlsArgs};
+
+use crate::config::ExecutorConfig;
+use crate::startup::StartError;
+
+/// Flatten into a binary's `clap::Parser`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExecutorArgs {
+    /// Manager base URLs, comma-separated; the executor follows the leader among them.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MANAGERS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub managers: Vec<String>,
+
+    /// HOST:PORT to bind the push listener (and the binary's own routes) to.
+    // An `Option` only so a binary whose subcommands need no listener can negate the
+    // requirement; `ExecutorArgs::config` refuses its absence.
+    #[arg(long, env = "LEASEHOLD_LISTEN", required = true)]
+    pub listen: Option<String>,
+
+    /// URL managers push to; defaults to http(s)://<bound address>.
+    #[arg(long, env = "LEASEHOLD_ADVERTISE")]
+    pub advertise: Option<String>,
+
+    /// A label for operators.
+    #[arg(long, env = "LEASEHOLD_NAME")]
+    pub name: Option<String>,
+
+    /// Append the admission log (JSON lines, CLOCK_MONOTONIC stamps) to this file.
+    #[arg(long, env = "LEASEHOLD_EVENT_LOG")]
+    pub event_log: Option<PathBuf>,
+
+    /// Bound on deregistering after a stop signal, e.g. `5s`.
+    #[arg(long, env = "LEASEHOLD_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Bound on one HTTP attempt to a manager, e.g. `5s`.
+    #[arg(long, env = "LEASEHOLD_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Log output format.
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+impl ExecutorArgs {
+    /// The library's configuration from these flags; settings without a flag keep the
+    /// library's defaults.
+    pub fn config(&self) -> Result<ExecutorConfig, StartError> {
+        let listen = self
+            .listen
+            .clone()
+            .ok_or_else(|| StartError::InvalidConfig("--listen is required".to_owned()))?;
+        let mut config = ExecutorConfig::new(self.managers.clone(), listen);
+        config.advertise = self.advertise.clone();
+        config.name = self.name.clone();
+        config.event_log = self.event_log.clone();
+        config.shutdown_grace = self.shutdown_grace;
+        config.request_timeout = self.request_timeout;
+        config.tls = self.tls.files();
+        config.insecure = self.tls.insecure;
+        Ok(config)
+    }
+}
