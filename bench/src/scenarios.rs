@@ -9,9 +9,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use leasehold_api::client::ClientConfig;
+use leasehold_api::routing::{RouteTable, RoutingClient, RoutingConfig};
 use leasehold_api::wire::ExecutorView;
+use leasehold_api::wire::RoutingTable;
 use leasehold_harness::{
-    binary_in, free_port, poll_every, ChildProcess, Manager, ManagerCluster, ManagerFlags,
+    binary_in, free_port, poll_every, poll_until, ChildProcess, Manager, ManagerCluster,
+    ManagerFlags,
 };
 use tokio::time::Instant;
 
@@ -1097,6 +1100,20 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
 /// shard is delivered and the spread is even. They renew at the protocol's cadence from their
 /// registration on, as real executors would. The leader logs say how the handoffs completed: by
 /// the old owner's release (the revoke answer or its claims) or on its lease expiry (P5.2).
+/// The routing table as the leader has it now (`GET /v1/routing?consistent=true`).
+async fn cluster_routing_table(cluster: &ManagerCluster) -> Result<RouteTable> {
+    let url = cluster.url(1)?;
+    let table: RoutingTable = cluster
+        .http
+        .get(format!("{url}/v1/routing?consistent=true"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    RouteTable::from_routing(&table).map_err(|e| anyhow!("the cluster's routing table: {e}"))
+}
+
 pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Table> {
     let mut table = Table::new(&[
         "B9",
@@ -1106,12 +1123,20 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
         "settled after (from the first registration)",
         "revokes acknowledged (log lines)",
         "handoffs completed on expiry (log lines)",
+        "routing client current after settling",
+        "routing tables adopted / watch replies",
         "load avg",
     ]);
     for &shards in shard_counts {
         let load = load_average();
         let mut cluster =
             leasehold_cluster(env, &format!("b9-{shards}"), default_flags(shards)).await?;
+        // A client routing by key throughout, as a service's callers would (issue 21): it
+        // follows `/v1/watch` while the fleet settles; how long after the cluster settled its
+        // table shows the final owners is what a caller waits to reach them.
+        let routing = RoutingClient::connect(cluster.urls(), RoutingConfig::default())
+            .await
+            .context("B9: the routing client")?;
         let started = Instant::now();
         let fleet =
             Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
@@ -1130,6 +1155,31 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
         )
         .await?;
         let settled = started.elapsed();
+        let final_table = cluster_routing_table(&cluster).await?;
+        let routed_at = poll_until(
+            "B9: the routing client's table to show the final owners",
+            SETTLE_BOUND,
+            || {
+                let routing = routing.clone();
+                let final_table = final_table.clone();
+                async move {
+                    let table = routing.table();
+                    if table.revision() >= final_table.revision()
+                        && table.routes() == final_table.routes()
+                    {
+                        Ok(started.elapsed())
+                    } else {
+                        Err(format!(
+                            "client at revision {}, cluster at {}",
+                            table.revision(),
+                            final_table.revision()
+                        ))
+                    }
+                }
+            },
+        )
+        .await?;
+        let routing_stats = routing.stats();
         let counters = cadence.stop().await;
         let evicted = counters.evictions.load(Ordering::Relaxed);
         if evicted > 0 {
@@ -1144,6 +1194,11 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
             log_lines_containing(&cluster, "revoke acknowledged").to_string(),
             log_lines_containing(&cluster, "handoffs completed on the old owner's expiry")
                 .to_string(),
+            format!("{:.2} s", routed_at.saturating_sub(settled).as_secs_f64()),
+            format!(
+                "{} / {}",
+                routing_stats.tables_adopted, routing_stats.watch_replies
+            ),
             format!("{load} → {}", load_average()),
         ]);
         fleet.deregister_all().await?;
