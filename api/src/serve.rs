@@ -296,6 +296,51 @@ mod tests {
         assert!(reply.ends_with("ok"));
     }
 
+    /// P13.6: a connection that never starts its TLS handshake is closed at the handshake
+    /// timeout, before anything reaches HTTP.
+    #[tokio::test]
+    async fn a_connection_that_never_handshakes_is_closed() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = ServerConfig::builder_with_provider(crate::tls::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![certificate.der().clone()],
+                tokio_rustls::rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
+                    .unwrap(),
+            )
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let limits = ListenerLimits {
+            handshake_timeout: Duration::from_millis(300),
+            ..ListenerLimits::default()
+        };
+        let (_stop, mut stop_rx) = watch::channel(false);
+        tokio::spawn(serve(
+            listener,
+            router,
+            Some(Arc::new(config)),
+            limits,
+            async move {
+                let _ = stop_rx.changed().await;
+            },
+        ));
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let mut buffer = [0u8; 64];
+        let closed = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buffer)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+            "still open: {closed:?}"
+        );
+    }
+
     #[tokio::test]
     async fn shutdown_waits_for_open_connections_then_returns() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
