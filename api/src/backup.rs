@@ -16,6 +16,7 @@
 
 use std::fmt::Write as _;
 
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -56,6 +57,11 @@ pub struct BackupHeader {
     pub payload_length: u64,
     /// Lower-case hex SHA-256 of the payload.
     pub payload_sha256: String,
+    /// `hmac-sha256:<hex>` of the header line without this field and the payload, by the
+    /// manager's `--backup-key-file` (PROTOCOL P13.6); absent from an unsealed backup. A
+    /// manager with a key restores only a backup its key sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 /// Why a backup file was refused. Nothing is touched before a file passes every check.
@@ -77,6 +83,95 @@ pub enum BackupError {
     ChecksumMismatch { declared: String, actual: String },
     #[error("the payload does not decode: {0}")]
     InvalidPayload(String),
+    #[error("the backup is not sealed, and this manager restores only backups its --backup-key-file sealed (P13.6)")]
+    Unsealed,
+    #[error("the backup's seal is not this manager's --backup-key-file's: it was altered, or sealed with another key (P13.6)")]
+    BadSeal,
+}
+
+/// The key of `--backup-key-file` (PROTOCOL P13.6): a backup it seals carries an HMAC-SHA-256
+/// of its header and payload, and a manager holding it restores nothing else. `Debug` never
+/// shows it.
+#[derive(Clone)]
+pub struct BackupKey(Hmac<Sha256>);
+
+/// Shortest key accepted: 32 bytes, SHA-256's own size.
+pub const MIN_BACKUP_KEY_BYTES: usize = 32;
+
+const SEAL_PREFIX: &str = "hmac-sha256:";
+
+impl std::fmt::Debug for BackupKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BackupKey(<redacted>)")
+    }
+}
+
+impl BackupKey {
+    /// The key is the file's bytes, with trailing line breaks removed (an editor adds one).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+        let end = bytes
+            .iter()
+            .rposition(|b| !matches!(b, b'\n' | b'\r'))
+            .map_or(0, |last| last + 1);
+        let key = &bytes[..end];
+        if key.len() < MIN_BACKUP_KEY_BYTES {
+            return Err(format!(
+                "a backup key is at least {MIN_BACKUP_KEY_BYTES} bytes, this one is {}",
+                key.len()
+            ));
+        }
+        <Hmac<Sha256> as Mac>::new_from_slice(key)
+            .map(Self)
+            .map_err(|e| format!("not a usable HMAC key: {e}"))
+    }
+
+    fn mac(&self, header: &BackupHeader, payload: &[u8]) -> Hmac<Sha256> {
+        let unsealed = BackupHeader {
+            seal: None,
+            ..header.clone()
+        };
+        // The header always serialises.
+        let mut mac = self.0.clone();
+        mac.update(&serde_json::to_vec(&unsealed).unwrap_or_default());
+        mac.update(b"\n");
+        mac.update(payload);
+        mac
+    }
+
+    fn seal(&self, header: &BackupHeader, payload: &[u8]) -> String {
+        let tag = self.mac(header, payload).finalize().into_bytes();
+        format!("{SEAL_PREFIX}{}", hex(&tag))
+    }
+
+    /// Whether `header`'s seal is this key's over `header` and `payload` (constant time).
+    pub fn check(&self, header: &BackupHeader, payload: &[u8]) -> Result<(), BackupError> {
+        let seal = header.seal.as_deref().ok_or(BackupError::Unsealed)?;
+        let tag = seal
+            .strip_prefix(SEAL_PREFIX)
+            .and_then(unhex)
+            .ok_or(BackupError::BadSeal)?;
+        self.mac(header, payload)
+            .verify_slice(&tag)
+            .map_err(|_| BackupError::BadSeal)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
@@ -100,8 +195,8 @@ pub struct BackupSource {
     pub source_node_id: u64,
 }
 
-/// The complete file for `payload`.
-pub fn encode_backup(source: BackupSource, payload: &[u8]) -> Vec<u8> {
+/// The complete file for `payload`, sealed when `key` is given.
+pub fn encode_backup(source: BackupSource, payload: &[u8], key: Option<&BackupKey>) -> Vec<u8> {
     let header = BackupHeader {
         format_version: BACKUP_FORMAT_VERSION,
         state_schema_version: source.state_schema_version,
@@ -111,8 +206,16 @@ pub fn encode_backup(source: BackupSource, payload: &[u8]) -> Vec<u8> {
         source_node_id: source.source_node_id,
         payload_length: payload.len() as u64,
         payload_sha256: sha256_hex(payload),
+        seal: None,
     };
-    // A struct of integers and a hex string always serialises.
+    let header = match key {
+        Some(key) => BackupHeader {
+            seal: Some(key.seal(&header, payload)),
+            ..header
+        },
+        None => header,
+    };
+    // A struct of integers and strings always serialises.
     let header_line = serde_json::to_vec(&header).unwrap_or_default();
     let mut file = Vec::with_capacity(BACKUP_MAGIC.len() + header_line.len() + 1 + payload.len());
     file.extend_from_slice(BACKUP_MAGIC);
@@ -205,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_backup_round_trips_and_is_self_describing() {
-        let file = encode_backup(source(), PAYLOAD);
+        let file = encode_backup(source(), PAYLOAD, None);
         assert!(file.starts_with(b"LEASEHOLD-BACKUP\n{\"format_version\":1,"));
         let (header, payload) = parse_backup(&file).unwrap();
         assert_eq!(payload, PAYLOAD);
@@ -218,7 +321,7 @@ mod tests {
 
     #[test]
     fn every_single_bit_flip_in_the_payload_is_refused() {
-        let file = encode_backup(source(), PAYLOAD);
+        let file = encode_backup(source(), PAYLOAD, None);
         let payload_start = file.len() - PAYLOAD.len();
         for byte in payload_start..file.len() {
             for bit in 0..8 {
@@ -237,7 +340,7 @@ mod tests {
 
     #[test]
     fn damaged_envelopes_are_refused_with_the_reason() {
-        let file = encode_backup(source(), PAYLOAD);
+        let file = encode_backup(source(), PAYLOAD, None);
         assert_eq!(parse_backup(b"hello"), Err(BackupError::BadMagic));
         assert_eq!(
             parse_backup(b"LEASEHOLD-BACKUP\n{\"format_version\":1"),
@@ -278,15 +381,41 @@ mod tests {
 
     #[test]
     fn a_payload_that_is_not_the_headers_state_is_refused() {
-        let wrong_revision = encode_backup(source(), br#"{"revision":41}"#);
+        let wrong_revision = encode_backup(source(), br#"{"revision":41}"#, None);
         assert!(matches!(
             parse_backup(&wrong_revision),
             Err(BackupError::InvalidPayload(_))
         ));
-        let not_json = encode_backup(source(), b"\x00\x01binary");
+        let not_json = encode_backup(source(), b"\x00\x01binary", None);
         assert!(matches!(
             parse_backup(&not_json),
             Err(BackupError::InvalidPayload(_))
         ));
+    }
+
+    /// P13.6: a sealed backup is accepted by its key only; altering any byte of the header or
+    /// the payload, or another key, or no seal at all, is refused.
+    #[test]
+    fn a_sealed_backup_opens_with_its_key_only() {
+        let key = BackupKey::from_bytes(&[7u8; 40]).unwrap();
+        let other = BackupKey::from_bytes(&[8u8; 40]).unwrap();
+        let file = encode_backup(source(), PAYLOAD, Some(&key));
+        let (header, payload) = parse_backup(&file).unwrap();
+        assert!(header.seal.as_deref().unwrap().starts_with("hmac-sha256:"));
+        assert_eq!(key.check(&header, payload), Ok(()));
+        assert_eq!(other.check(&header, payload), Err(BackupError::BadSeal));
+        let altered = BackupHeader {
+            created_at_unix_ms: header.created_at_unix_ms + 1,
+            ..header.clone()
+        };
+        assert_eq!(key.check(&altered, payload), Err(BackupError::BadSeal));
+        let mut tampered = payload.to_vec();
+        tampered[0] ^= 1;
+        assert_eq!(key.check(&header, &tampered), Err(BackupError::BadSeal));
+        let unsealed = encode_backup(source(), PAYLOAD, None);
+        let (header, payload) = parse_backup(&unsealed).unwrap();
+        assert_eq!(key.check(&header, payload), Err(BackupError::Unsealed));
+        assert!(BackupKey::from_bytes(b"short\n").is_err());
+        assert!(!format!("{key:?}").contains('7'), "the key never shows");
     }
 }

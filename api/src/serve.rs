@@ -209,6 +209,7 @@ mod tests {
 
     use axum::routing::get;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::PrivateKeyDer;
 
     use super::*;
 
@@ -311,8 +312,7 @@ mod tests {
             .with_no_client_auth()
             .with_single_cert(
                 vec![certificate.der().clone()],
-                tokio_rustls::rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
-                    .unwrap(),
+                PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
             )
             .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

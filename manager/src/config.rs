@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use leasehold_api::backup::BackupKey;
 use leasehold_api::process::{check_plaintext_listener, LogFormat, TlsArgs};
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
 use leasehold_api::wire::validate_base_url;
@@ -86,6 +87,11 @@ pub struct Args {
 
     #[command(flatten)]
     pub tls: TlsArgs,
+
+    /// Seal every backup (`GET /v1/backup`) with an HMAC-SHA-256 by this key, a file of at least
+    /// 32 bytes, and restore only backups it sealed (PROTOCOL P13.6).
+    #[arg(long, env = "LEASEHOLD_BACKUP_KEY_FILE")]
+    pub backup_key_file: Option<PathBuf>,
 }
 
 /// Longest `--lease-duration` and `--mass-expiry-grace`: a lease is a failure detector, and a day
@@ -139,6 +145,8 @@ pub struct ManagerConfig {
     pub tls: Option<TlsConfig>,
     /// Plaintext on a non-loopback address, allowed by `--insecure` (P13.5): warned about at start.
     pub insecure_plaintext: bool,
+    /// `--backup-key-file`, read at start (P13.6).
+    pub backup_key: Option<BackupKey>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +178,17 @@ impl TryFrom<Args> for ManagerConfig {
             check_plaintext_listener(args.listen.ip(), tls.is_some(), args.tls.insecure)
                 .map_err(ConfigError)?;
         let scheme = if tls.is_some() { "https" } else { "http" };
+        let backup_key = match &args.backup_key_file {
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    ConfigError(format!("--backup-key-file {}: {e}", path.display()))
+                })?;
+                Some(BackupKey::from_bytes(&bytes).map_err(|e| {
+                    ConfigError(format!("--backup-key-file {}: {e}", path.display()))
+                })?)
+            }
+            None => None,
+        };
         let advertise = match args.advertise {
             Some(url) => url.trim_end_matches('/').to_string(),
             None if args.listen.ip().is_unspecified() => {
@@ -270,6 +289,7 @@ impl TryFrom<Args> for ManagerConfig {
             },
             tls,
             insecure_plaintext,
+            backup_key,
         })
     }
 }

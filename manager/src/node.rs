@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use leasehold_api::backup::BackupKey;
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{ClusterInfo, Member, SchemaRange, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -29,6 +30,8 @@ pub struct ClusterSettings {
     /// With it, listeners speak TLS, callers are checked for their roles and every outgoing call
     /// presents this manager's certificate (P13.2, P13.3).
     pub tls: Option<TlsConfig>,
+    /// Seals backups and is required of restored ones (P13.6).
+    pub backup_key: Option<BackupKey>,
 }
 
 /// Who serves writes right now, as far as this node knows.

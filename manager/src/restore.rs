@@ -77,6 +77,13 @@ fn validate(path: &Path, config: &ManagerConfig) -> Result<LeaseState, RestoreEr
         path: path.to_owned(),
         reason,
     })?;
+    if let Some(key) = &config.backup_key {
+        key.check(&header, payload)
+            .map_err(|reason| RestoreError::Backup {
+                path: path.to_owned(),
+                reason,
+            })?;
+    }
     let state = state_from_backup(header.state_schema_version, payload)?;
     let violations = state.consistency_violations();
     if !violations.is_empty() {

@@ -132,6 +132,7 @@ pub async fn run(
             lease_duration_ms: config.lease_duration_ms,
             timings: config.timings,
             tls: config.tls.clone(),
+            backup_key: config.backup_key.clone(),
         },
         metrics,
         renewal_queue,

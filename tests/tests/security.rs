@@ -287,3 +287,94 @@ async fn p13_3_an_executor_over_tls_takes_pushes_from_managers_only() {
         );
     }
 }
+
+/// P13.6: with `--backup-key-file` a manager seals every backup, and a manager with the key
+/// restores only what it sealed: an unsealed backup, or one sealed by another key, stops it at
+/// start with the reason, before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_6_a_manager_with_a_backup_key_restores_only_backups_it_sealed() {
+    let _serial = one_cluster_at_a_time().await;
+    let keys = tempfile::TempDir::new().unwrap();
+    let write_key = |name: &str, byte: u8| {
+        let path = keys.path().join(name);
+        std::fs::write(&path, [byte; 48]).unwrap();
+        path.display().to_string()
+    };
+    let key = write_key("key", 1);
+    let other_key = write_key("other", 2);
+    let options = |key: Option<&str>| ClusterOptions {
+        size: 1,
+        shard_count: 8,
+        extra_args: key
+            .map(|key| vec!["--backup-key-file".to_string(), key.to_string()])
+            .unwrap_or_default(),
+        ..ClusterOptions::default()
+    };
+    let backup_of = |cluster: &Cluster| {
+        let http = cluster.http.clone();
+        let url = cluster.url(1);
+        async move {
+            let reply = http.get(format!("{url}/v1/backup")).send().await.unwrap();
+            assert_eq!(reply.status(), 200);
+            reply.bytes().await.unwrap().to_vec()
+        }
+    };
+    let mut source = Cluster::start(options(Some(&key)));
+    source.wait_for_leader(LEADER_BOUND).await;
+    source
+        .client()
+        .register(&leasehold_api::RegisterRequest {
+            incarnation: "sealed".into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: None,
+        })
+        .await
+        .unwrap();
+    let sealed = backup_of(&source).await;
+    let header = String::from_utf8_lossy(&sealed[..sealed.len().min(600)]).to_string();
+    assert!(header.contains("\"seal\":\"hmac-sha256:"), "{header}");
+    let mut plain_source = Cluster::start(options(None));
+    plain_source.wait_for_leader(LEADER_BOUND).await;
+    let unsealed = backup_of(&plain_source).await;
+
+    for (what, file, restorer_key, accepted) in [
+        ("its own sealed backup", &sealed, &key, true),
+        ("an unsealed backup", &unsealed, &key, false),
+        ("a backup sealed by another key", &sealed, &other_key, false),
+    ] {
+        let mut target = Cluster::new(options(Some(restorer_key)));
+        let path = target.dir.path().join("restore.backup");
+        std::fs::write(&path, file).unwrap();
+        let data_dir = target.manager(1).data_dir.display().to_string();
+        let run = leasehold_tests::ctl::leaseholdctl(
+            &[],
+            &[
+                "snapshot",
+                "restore",
+                &path.display().to_string(),
+                "--data-dir",
+                &data_dir,
+            ],
+        )
+        .await
+        .ok();
+        assert!(run.stdout.contains("Prepared"), "{}", run.stdout);
+        target.start_all();
+        if accepted {
+            target.wait_for_leader(LEADER_BOUND).await;
+            let state = state(&target).await;
+            assert_eq!(
+                state["executors"][0]["incarnation"], "sealed",
+                "{what}: {state}"
+            );
+        } else {
+            let status = target.manager(1).wait_exit(LEADER_BOUND).await;
+            let log = target.manager(1).log();
+            assert!(
+                !status.success() && log.contains("P13.6"),
+                "P13.6: {what} is refused at start: {status}\n{log}"
+            );
+        }
+    }
+}

@@ -115,6 +115,7 @@ mod tests {
                 source_node_id: 1,
             },
             br#"{"revision":7}"#,
+            None,
         )
     }
 

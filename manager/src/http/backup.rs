@@ -46,6 +46,7 @@ pub async fn backup(
             source_node_id: node.id,
         },
         &payload,
+        node.settings.backup_key.as_ref(),
     );
     tracing::info!(revision, bytes = file.len(), "backup served");
     let mut response = file.into_response();
