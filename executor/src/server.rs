@@ -47,6 +47,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
     put, path = "/v1/assignment", tag = "deliveries", operation_id = "put_assignment", request_body = AssignmentPush,
     responses(
         (status = 204, description = "Applied, or stale (older than the last applied delivery, P4.1) and ignored."),
+        (status = 403, description = "`forbidden` (TLS): only managers push (P13.3)."),
         (status = 409, description = "`conflict`: the push names another executor."),
         (status = 503, description = "`sharding_not_ready`: this executor is not registered yet; the next grant carries its set."),
     ),
@@ -112,6 +113,7 @@ fn push_refusal(error: PushError, what: &str) -> HttpError {
     post, path = "/v1/revoke", tag = "deliveries", operation_id = "post_revoke", request_body = RevokePush,
     responses(
         (status = 200, description = "Admission for `released` has stopped; `ignored` when a newer set gave every shard back (P5.2).", body = RevokeReply),
+        (status = 403, description = "`forbidden` (TLS): only managers revoke (P13.3)."),
         (status = 409, description = "`conflict`: the revoke names another executor."),
         (status = 503, description = "`sharding_not_ready`: this executor is not registered yet."),
     ),

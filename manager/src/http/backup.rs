@@ -18,7 +18,10 @@ use crate::raft::versions::backup_payload;
 /// The applied lease state as a checksummed backup file.
 #[utoipa::path(
     get, path = "/v1/backup", tag = "cluster", params(ReadQuery),
-    responses((status = 200, description = "The backup file: a magic line, a JSON header line (versions, revision, shard count, payload length, SHA-256), then the state.", content_type = "application/octet-stream", body = Vec<u8>)),
+    responses(
+        (status = 200, description = "The backup file: a magic line, a JSON header line (versions, revision, shard count, payload length, SHA-256, and the seal with --backup-key-file), then the state.", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+    ),
 )]
 pub async fn backup(
     State(node): State<AppState>,

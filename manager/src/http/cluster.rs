@@ -38,6 +38,7 @@ pub async fn info(
     post, path = "/v1/cluster/init", tag = "cluster",
     responses(
         (status = 200, description = "Formed now or already formed.", body = InitReply),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
         (status = 409, description = "`conflict`: not every founding member answers yet, or this node does not found the cluster."),
     ),
 )]
@@ -67,6 +68,7 @@ fn membership_error(error: impl std::fmt::Display) -> HttpError {
     post, path = "/v1/cluster/nodes", tag = "cluster", request_body = AddNodeRequest,
     responses(
         (status = 200, description = "The member was added and promoted; the group as it is now.", body = ClusterInfo),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
         (status = 409, description = "`conflict`: already a voter, or the membership change was refused."),
     ),
 )]
@@ -142,6 +144,7 @@ async fn check_can_apply_cluster_version(
     params(("node_id" = u64, Path, description = "Raft node id of the member to remove.")),
     responses(
         (status = 200, description = "Removed; the group as it is now.", body = ClusterInfo),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
         (status = 404, description = "`not_found`: no such member."),
         (status = 409, description = "`conflict`: the membership change was refused."),
     ),
@@ -184,7 +187,10 @@ pub struct SnapshotQuery {
 /// Builds a snapshot on this node now (and optionally purges the log behind it).
 #[utoipa::path(
     post, path = "/v1/cluster/snapshot", tag = "cluster", params(SnapshotQuery),
-    responses((status = 200, description = "The snapshot (and purge) positions now.", body = SnapshotReply)),
+    responses(
+        (status = 200, description = "The snapshot (and purge) positions now.", body = SnapshotReply),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+    ),
 )]
 pub async fn snapshot(
     State(node): State<AppState>,

@@ -20,6 +20,7 @@ use crate::lease::{Command, ExecutorAnswer};
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "Draining (now or already): the executor as committed.", body = ExecutorView),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
     ),
 )]
@@ -36,6 +37,7 @@ pub async fn drain(
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "Not draining (now or already): the executor as committed.", body = ExecutorView),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
     ),
 )]

@@ -80,6 +80,8 @@ where
     post, path = "/v1/executors", tag = "executors", request_body = RegisterRequest,
     responses(
         (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
+        (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3)."),
+        (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential yet (P14.3)."),
         (status = 503, description = "`sharding_not_ready`: the shard configuration is not written yet; `no_leader`."),
     ),
 )]
@@ -131,6 +133,8 @@ pub async fn register(
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "Renewed: lease remaining, revision and the full set.", body = Grant),
+        (status = 401, description = "`unauthenticated`: the executor registered with a credential and this request does not present it (P13.4)."),
+        (status = 403, description = "`forbidden` (TLS): not an executor's certificate (P13.3)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered; register again."),
     ),
 )]
@@ -194,6 +198,8 @@ pub async fn renew(
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "Which handoffs this completed and which it did not concern.", body = ReleaseReply),
+        (status = 401, description = "`unauthenticated`: the executor's credential is missing or wrong (P13.4)."),
+        (status = 403, description = "`forbidden` (TLS): not an executor's certificate (P13.3)."),
         (status = 404, description = "`unknown_executor`."),
     ),
 )]
@@ -227,6 +233,8 @@ pub async fn release(
     params(ExecutorIdPath),
     responses(
         (status = 204, description = "Deregistered, now or before (a retry, P7.2)."),
+        (status = 401, description = "`unauthenticated`: the executor's credential is missing or wrong; an admin certificate needs none (P13.4)."),
+        (status = 403, description = "`forbidden` (TLS): neither an executor's nor an admin's certificate (P13.3)."),
         (status = 404, description = "`unknown_executor`: the id never existed."),
     ),
 )]
