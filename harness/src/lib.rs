@@ -160,6 +160,28 @@ pub fn bin_dir() -> Result<PathBuf, HarnessError> {
     Ok(dir.to_path_buf())
 }
 
+/// The repository this build is of: the harness crate's parent directory when it still exists,
+/// else the one holding the target directory the running binary is in. The second covers a test
+/// binary rebuilt from a temporary clone into the same target directory (the README test builds
+/// a fresh clone there, and the clone is gone by the time later tests run).
+fn repository_root() -> Result<PathBuf, HarnessError> {
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    if let Some(root) = built_from.filter(|root| root.join("Cargo.toml").is_file()) {
+        return Ok(root.to_path_buf());
+    }
+    let bin = bin_dir()?;
+    bin.parent()
+        .and_then(Path::parent)
+        .filter(|root| root.join("Cargo.toml").is_file())
+        .map(Path::to_path_buf)
+        .ok_or_else(|| HarnessError::NoBinDir {
+            reason: format!(
+                "no repository holds {} (and the one this was built from is gone)",
+                bin.display()
+            ),
+        })
+}
+
 /// The binaries an earlier release was cut as (its commit, CHANGELOG.md), for the tests that
 /// run it beside this one (PROTOCOL §14). Built once from that commit in a git worktree under
 /// `target/releases/<release>/` and cached there: the manager, the executor and `leaseholdctl`.
@@ -170,9 +192,8 @@ pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessEr
         commit: commit.to_owned(),
         detail,
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or_else(|| failed("the harness crate has no workspace directory".to_owned()))?;
+    let root = repository_root().map_err(|e| failed(e.to_string()))?;
+    let root = root.as_path();
     let cache = root.join("target").join("releases").join(release);
     let bin = cache.join("target").join("debug");
     let names = ["leasehold-manager", "leasehold-executor", "leaseholdctl"];
