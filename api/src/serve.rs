@@ -7,7 +7,7 @@
 //! - at most [`ListenerLimits::max_connections`] connections are open; past it the listener
 //!   stops accepting (the kernel backlog holds the rest) instead of spawning without bound.
 //!
-//! The TLS peer's certificate chain is handed to the router as a [`PeerCertificates`] request
+//! The role of the TLS peer's certificate is handed to the router as a [`PeerRole`] request
 //! extension, so authorization is one layer that reads it, not a check in every handler.
 //! Bodies are bounded by each router's own limits and request timeouts.
 
@@ -26,6 +26,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
+
+use crate::tls::Role;
 use tower::ServiceExt;
 
 /// Bounds applied to every connection before a handler runs (P13.6).
@@ -48,14 +50,19 @@ impl Default for ListenerLimits {
     }
 }
 
-/// The verified certificate chain of the TLS peer, leaf first; absent on plaintext listeners.
+/// The role the TLS peer's verified certificate carries (P13.1), or why it carries none; absent
+/// on plaintext listeners and for a peer without a certificate. Read once per connection, when
+/// the handshake verified the certificate, not once per request.
 #[derive(Debug, Clone)]
-pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+pub struct PeerRole(Result<Role, Arc<str>>);
 
-impl PeerCertificates {
-    /// The peer's own certificate.
-    pub fn leaf(&self) -> Option<&CertificateDer<'static>> {
-        self.0.first()
+impl PeerRole {
+    fn of(leaf: &CertificateDer<'_>) -> Self {
+        Self(Role::of_certificate(leaf).map_err(|e| Arc::from(e.to_string())))
+    }
+
+    pub fn role(&self) -> Result<Role, &str> {
+        self.0.as_ref().copied().map_err(|e| &**e)
     }
 }
 
@@ -148,11 +155,11 @@ async fn serve_connection(
                     return;
                 }
             };
-            let peer = stream.get_ref().1.peer_certificates().map(|chain| {
-                PeerCertificates(Arc::new(
-                    chain.iter().map(|c| c.clone().into_owned()).collect(),
-                ))
-            });
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first().map(PeerRole::of));
             serve_http(TokioIo::new(stream), router, peer, limits, stop).await;
         }
     }
@@ -161,7 +168,7 @@ async fn serve_connection(
 async fn serve_http<I>(
     io: TokioIo<I>,
     router: Router,
-    peer: Option<PeerCertificates>,
+    peer: Option<PeerRole>,
     limits: ListenerLimits,
     mut stop: watch::Receiver<bool>,
 ) where

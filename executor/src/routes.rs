@@ -11,7 +11,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use leasehold_api::http::{limit_body, BodyLimit, HttpError};
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::serve::PeerCertificates;
+use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -69,11 +69,7 @@ async fn managers_only(State(tls): State<bool>, request: Request, next: Next) ->
     if !tls {
         return next.run(request).await;
     }
-    let role = request
-        .extensions()
-        .get::<PeerCertificates>()
-        .and_then(PeerCertificates::leaf)
-        .map(Role::of_certificate);
+    let role = request.extensions().get::<PeerRole>().map(PeerRole::role);
     match role {
         Some(Ok(Role::Manager { .. })) => next.run(request).await,
         Some(Ok(role)) => HttpError::new(

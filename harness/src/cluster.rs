@@ -111,18 +111,23 @@ impl ClusterConfig {
 
     /// The TLS files of `name` (`manager-1`, `admin`, `executor`) in [`ClusterConfig::tls_dir`].
     pub fn tls_files(&self, name: &str) -> Option<leasehold_api::tls::TlsFiles> {
-        self.tls_dir
-            .as_ref()
-            .map(|dir| leasehold_api::tls::TlsFiles {
-                cert_file: dir.join(format!("{name}.pem")),
-                key_file: dir.join(format!("{name}-key.pem")),
-                trusted_ca_file: dir.join("ca.pem"),
-            })
+        self.tls_dir.as_deref().map(|dir| tls_files(dir, name))
     }
 }
 
-/// Whether `host` (an IP address or `localhost`) is a loopback address.
-fn is_loopback(host: &str) -> bool {
+/// The TLS files of `name` (`manager-1`, `executor`, `admin`) in a `leaseholdctl certs init`
+/// directory.
+pub fn tls_files(dir: &Path, name: &str) -> leasehold_api::tls::TlsFiles {
+    leasehold_api::tls::TlsFiles {
+        cert_file: dir.join(format!("{name}.pem")),
+        key_file: dir.join(format!("{name}-key.pem")),
+        trusted_ca_file: dir.join("ca.pem"),
+    }
+}
+
+/// Whether `host` (an IP address or `localhost`) is a loopback address: plaintext anywhere else
+/// needs `--insecure` (P13.5).
+pub fn is_loopback(host: &str) -> bool {
     host == "localhost"
         || host
             .parse::<std::net::IpAddr>()

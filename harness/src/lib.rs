@@ -16,7 +16,9 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub use cluster::{ClusterConfig, Manager, ManagerCluster, ManagerFlags, Placement};
+pub use cluster::{
+    is_loopback, tls_files, ClusterConfig, Manager, ManagerCluster, ManagerFlags, Placement,
+};
 pub use process::{ChildProcess, Launcher};
 
 /// What went wrong starting, stopping or waiting for a process.

@@ -115,10 +115,7 @@ impl ExecutorProcess {
                 }
             }
             // Plaintext off loopback (network-namespace hosts) needs saying so (P13.5).
-            None if !host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback()) =>
-            {
+            None if !leasehold_harness::is_loopback(&host) => {
                 tls_args.push("--insecure".to_string());
             }
             None => {}

@@ -42,6 +42,9 @@ use leasehold_harness::{
 };
 use tempfile::TempDir;
 
+/// The TLS files of a `certs init` directory, as the harness names them.
+pub use leasehold_harness::tls_files;
+
 /// Raft timing for tests: fast failover, still tolerant of a loaded 2-core machine.
 pub const TEST_HEARTBEAT: &str = "100ms";
 pub const TEST_ELECTION_TIMEOUT: &str = "600ms";
@@ -121,15 +124,6 @@ pub fn print_log_tail(label: &str, log_path: &Path) {
     eprintln!("----- {label} log (last {} lines) -----", tail.len());
     for line in tail {
         eprintln!("{line}");
-    }
-}
-
-/// The TLS files of `name` (`manager-1`, `executor`, `admin`) in a `certs init` directory.
-pub fn tls_files(dir: &Path, name: &str) -> leasehold_api::tls::TlsFiles {
-    leasehold_api::tls::TlsFiles {
-        cert_file: dir.join(format!("{name}.pem")),
-        key_file: dir.join(format!("{name}-key.pem")),
-        trusted_ca_file: dir.join("ca.pem"),
     }
 }
 

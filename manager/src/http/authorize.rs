@@ -11,7 +11,7 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::serve::PeerCertificates;
+use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
 
 use super::{AppState, HttpError};
@@ -98,16 +98,14 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
     if required == Requirement::Anyone {
         return next.run(request).await;
     }
-    let Some(leaf) = request
-        .extensions()
-        .get::<PeerCertificates>()
-        .and_then(|peer| peer.leaf().cloned())
-    else {
-        return unauthenticated("a client certificate of the cluster's CA is required (P13.3)");
-    };
-    let role = match Role::of_certificate(&leaf) {
-        Ok(role) => role,
-        Err(error) => return forbidden(format!("the client certificate carries no role: {error}")),
+    let role = match request.extensions().get::<PeerRole>().map(PeerRole::role) {
+        Some(Ok(role)) => role,
+        Some(Err(error)) => {
+            return forbidden(format!("the client certificate carries no role: {error}"))
+        }
+        None => {
+            return unauthenticated("a client certificate of the cluster's CA is required (P13.3)")
+        }
     };
     let allowed = match required {
         Requirement::Anyone | Requirement::AnyRole => Ok(()),
