@@ -7,6 +7,11 @@
 //! `LEASEHOLD_FAULT_SEED` if set, else a fresh one. The seed is printed at the start and again
 //! if the scenario fails, with the command that reproduces it (`scripts/soak` sets a different
 //! seed per run).
+//!
+//! With `LEASEHOLD_FAULT_TLS=1` every scenario runs under mutual TLS (PROTOCOL §13): the cluster
+//! makes its certificates, executors, clients and the workload present theirs, executors
+//! register with credentials, and the fault proxies terminate TLS and call on as the same role.
+//! CI runs the whole suite once so.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_api::client::{Client, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{RegisterRequest, StateView};
+use leasehold_api::wire::{Credential, RegisterRequest, StateView};
 use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -71,7 +76,14 @@ impl FaultSeed {
                 nanos ^ u64::from(std::process::id()).rotate_left(32)
             }
         };
-        eprintln!("[fault] scenario {scenario}: LEASEHOLD_FAULT_SEED={seed}");
+        eprintln!(
+            "[fault] scenario {scenario}: LEASEHOLD_FAULT_SEED={seed}{}",
+            if fault_tls() {
+                " LEASEHOLD_FAULT_TLS=1"
+            } else {
+                ""
+            }
+        );
         Self {
             seed,
             scenario: scenario.to_string(),
@@ -120,11 +132,27 @@ impl Drop for FaultSeed {
     }
 }
 
-/// A cluster with the fault scenarios' timing, not started.
+/// Set to `1` to run the fault scenarios under mutual TLS.
+pub const FAULT_TLS_ENV: &str = "LEASEHOLD_FAULT_TLS";
+
+/// Whether the scenarios run under TLS ([`FAULT_TLS_ENV`]).
+pub fn fault_tls() -> bool {
+    match std::env::var(FAULT_TLS_ENV) {
+        Ok(value) => match value.trim() {
+            "1" => true,
+            "" | "0" => false,
+            other => panic!("{FAULT_TLS_ENV}={other:?}: expected 1 or 0"),
+        },
+        Err(_) => false,
+    }
+}
+
+/// A cluster with the fault scenarios' timing (and TLS under [`FAULT_TLS_ENV`]), not started.
 pub fn fault_cluster_options() -> ClusterOptions {
     ClusterOptions {
         lease: format!("{}ms", FAULT_LEASE.as_millis()),
         shard_count: FAULT_SHARDS,
+        make_certificates: fault_tls(),
         ..ClusterOptions::default()
     }
 }
@@ -296,17 +324,16 @@ pub fn ownership(state: &StateView) -> BTreeMap<u32, (Option<String>, u64)> {
         .collect()
 }
 
-/// A client over `urls` with short request timeouts (a partitioned manager costs a second, not
-/// five) and the protocol's patience.
-pub fn fault_client(urls: Vec<String>) -> Client {
-    Client::with_config(
+/// A client over `urls` (managers of `cluster`, or proxies in front of them) with short request
+/// timeouts (a partitioned manager costs a second, not five) and the protocol's patience.
+pub fn fault_client(cluster: &Cluster, urls: Vec<String>) -> Client {
+    cluster.client_over(
         urls,
         ClientConfig {
             request_timeout: Duration::from_secs(2),
             ..ClientConfig::default()
         },
     )
-    .expect("client")
 }
 
 /// Counts of what the workload's requests got.
@@ -332,11 +359,12 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn start(executor_urls: Vec<String>, seed: u64) -> Self {
+    /// Load on `executor_urls`, executors of `cluster` (under TLS the workload presents the
+    /// `admin` certificate).
+    pub fn start(cluster: &Cluster, executor_urls: Vec<String>, seed: u64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Mutex::new(WorkloadCounts::default()));
-        let http = reqwest::Client::builder()
-            .no_proxy()
+        let http = leasehold_api::client::http_client_builder(cluster.tls_as("admin").as_ref())
             .timeout(Duration::from_millis(500))
             .build()
             .expect("http client");
@@ -405,6 +433,12 @@ pub struct ProbeWriter {
 /// An address nobody answers on (TCP discard port on loopback: refused at once).
 pub const PROBE_ADDRESS: &str = "http://127.0.0.1:9";
 
+/// Every probe's credential (PROTOCOL P13.4): under TLS a registration needs one, and a probe's
+/// deregistration, checked after recovery too, presents it.
+pub fn probe_credential() -> Credential {
+    Credential::from_random([0x9e; 32])
+}
+
 static PROBE_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 impl ProbeWriter {
@@ -425,7 +459,7 @@ impl ProbeWriter {
                                 l.registered.insert(incarnation.clone(), id.clone());
                                 l.acked_at.push(Instant::now());
                             });
-                            match client.deregister(&id, None).await {
+                            match client.deregister(&id, Some(&probe_credential())).await {
                                 Ok(()) => record(&|l| {
                                     l.deregistered.insert(id.clone());
                                     l.acked_at.push(Instant::now());
@@ -501,7 +535,7 @@ pub async fn verify_probes(client: &Client, ledger: &ProbeLedger, scenario: &str
         );
     }
     for (incarnation, id) in &ledger.registered {
-        match client.deregister(id, None).await {
+        match client.deregister(id, Some(&probe_credential())).await {
             Ok(()) => {}
             Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => panic!(
                 "{scenario}: I3: the acknowledged registration of {incarnation} as {id} was lost"
@@ -521,7 +555,7 @@ pub async fn register_probe(client: &Client) -> Result<(String, String), ClientE
             incarnation: incarnation.clone(),
             address: PROBE_ADDRESS.to_string(),
             name: Some(format!("probe-{number}")),
-            credential: None,
+            credential: Some(probe_credential()),
         })
         .await?;
     Ok((incarnation, grant.executor_id))
@@ -533,7 +567,7 @@ pub async fn probe_write(client: &Client, ledger: &mut ProbeLedger) -> Result<()
     let (incarnation, id) = register_probe(client).await?;
     ledger.registered.insert(incarnation, id.clone());
     ledger.acked_at.push(Instant::now());
-    client.deregister(&id, None).await?;
+    client.deregister(&id, Some(&probe_credential())).await?;
     ledger.deregistered.insert(id);
     ledger.acked_at.push(Instant::now());
     Ok(())

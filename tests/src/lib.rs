@@ -51,6 +51,10 @@ pub const TEST_ELECTION_TIMEOUT: &str = "600ms";
 /// At least 3 × the maximum election timeout (1.2 s), as the manager requires.
 pub const TEST_LEASE: &str = "4s";
 
+/// Manager ids beyond a cluster's size that [`ClusterOptions::make_certificates`] issues
+/// certificates for, so a test can add members.
+const SPARE_MANAGER_CERTIFICATES: u64 = 2;
+
 /// A harness result in a test: the value, or a panic with the harness's message.
 #[track_caller]
 pub fn must<T>(result: Result<T, HarnessError>) -> T {
@@ -130,11 +134,18 @@ pub fn print_log_tail(label: &str, log_path: &Path) {
 /// Runs `leaseholdctl certs init` into a new directory (PROTOCOL P13.1) for a cluster of
 /// `managers` managers on 127.0.0.1.
 pub fn tls_certificates(managers: u64) -> TempDir {
+    tls_certificates_for(managers, &[])
+}
+
+/// [`tls_certificates`], valid for `hosts` (e.g. network-namespace addresses) as well as
+/// 127.0.0.1 and localhost.
+pub fn tls_certificates_for(managers: u64, hosts: &[String]) -> TempDir {
     let dir = TempDir::new().expect("temp dir");
     let output = Command::new(binary("leaseholdctl"))
         .args(["certs", "init", "--dir"])
         .arg(dir.path())
         .args(["--managers", &managers.to_string()])
+        .args(hosts.iter().flat_map(|host| ["--host", host.as_str()]))
         .output()
         .expect("run leaseholdctl certs init");
     assert!(
@@ -155,6 +166,13 @@ pub struct ClusterOptions {
     /// Certificates from `leaseholdctl certs init` ([`tls_certificates`]): the managers serve
     /// TLS (PROTOCOL P13.2) and the test's clients present the `admin` certificate.
     pub tls_dir: Option<PathBuf>,
+    /// Without `tls_dir`: make a certificate directory for this cluster (valid for every
+    /// manager's host, with spare manager ids for joiners), kept as long as the cluster, and
+    /// serve TLS with it.
+    pub make_certificates: bool,
+    /// More hosts the certificates of `make_certificates` are valid for, besides the managers'
+    /// (e.g. executors' addresses in network namespaces).
+    pub certificate_hosts: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -165,6 +183,8 @@ impl Default for ClusterOptions {
             shard_count: 64,
             extra_args: Vec::new(),
             tls_dir: None,
+            make_certificates: false,
+            certificate_hosts: Vec::new(),
         }
     }
 }
@@ -223,6 +243,8 @@ pub struct Cluster {
     pub options: ClusterOptions,
     /// Holds the managers' data directories and logs; removed after they are killed.
     pub dir: TempDir,
+    /// The certificates of [`ClusterOptions::make_certificates`], removed with the cluster.
+    _certificates: Option<TempDir>,
 }
 
 impl Deref for Cluster {
@@ -251,10 +273,22 @@ impl Cluster {
     /// [`Cluster::new`] with each manager's address and namespace chosen by the caller (e.g.
     /// one network namespace per manager, for partitions).
     pub fn new_placed(
-        options: ClusterOptions,
+        mut options: ClusterOptions,
         placements: BTreeMap<u64, ManagerPlacement>,
     ) -> Self {
         let dir = TempDir::new().expect("temp dir");
+        let certificates = (options.make_certificates && options.tls_dir.is_none()).then(|| {
+            let hosts: Vec<String> = placements
+                .values()
+                .map(|placement| placement.host.clone())
+                .chain(options.certificate_hosts.iter().cloned())
+                .filter(|host| !leasehold_harness::is_loopback(host))
+                .collect();
+            tls_certificates_for(options.size + SPARE_MANAGER_CERTIFICATES, &hosts)
+        });
+        if let Some(certificates) = &certificates {
+            options.tls_dir = Some(certificates.path().to_owned());
+        }
         let config = ClusterConfig {
             tls_dir: options.tls_dir.clone(),
             ..ClusterConfig::new(binary("leasehold-manager"), dir.path(), options.flags())
@@ -267,6 +301,7 @@ impl Cluster {
             inner: must(ManagerCluster::new(config, placements)),
             options,
             dir,
+            _certificates: certificates,
         }
     }
 
@@ -305,10 +340,35 @@ impl Cluster {
     /// A typed client presenting the certificate `name` of the cluster's TLS directory
     /// (`admin`, `executor`, `manager-1`); plaintext without TLS.
     pub fn client_as(&self, name: &str) -> Client {
-        let tls = self.options.tls_dir.as_ref().map(|dir| {
+        Client::with_tls(
+            self.urls(),
+            ClientConfig::default(),
+            self.tls_as(name).as_ref(),
+        )
+        .expect("client")
+    }
+
+    /// A typed client of `urls` (the managers, or proxies in front of them) with `config`,
+    /// presenting the `admin` certificate under TLS.
+    pub fn client_over(&self, urls: Vec<String>, config: ClientConfig) -> Client {
+        Client::with_tls(urls, config, self.tls_as("admin").as_ref()).expect("client")
+    }
+
+    /// The TLS identity `name` (`admin`, `executor`, `manager-1`) of the cluster's certificate
+    /// directory; `None` in plaintext.
+    pub fn tls_as(&self, name: &str) -> Option<leasehold_api::tls::TlsConfig> {
+        self.options.tls_dir.as_ref().map(|dir| {
             leasehold_api::tls::TlsConfig::load(&tls_files(dir, name)).expect("TLS files")
-        });
-        Client::with_tls(self.urls(), ClientConfig::default(), tls.as_ref()).expect("client")
+        })
+    }
+
+    /// `https` under TLS, else `http`: the scheme of every URL of this cluster and its executors.
+    pub fn scheme(&self) -> &'static str {
+        if self.options.tls_dir.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// [`ManagerCluster::wait_for_leader`]: every running manager names the same running and

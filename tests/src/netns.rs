@@ -160,10 +160,16 @@ impl NetLab {
 
     /// Adds a node `name` with address 198.18.N.`host` in its own namespace, plus its dead-end
     /// veth and routing table for cuts.
+    /// The address host `host` (1..127) gets from [`NetLab::add_node`], known before the node
+    /// exists (e.g. for certificates).
+    pub fn address_of(&self, host: u8) -> String {
+        format!("{}.{host}", self.subnet)
+    }
+
     pub fn add_node(&mut self, name: &str, host: u8) -> Result<NetNode, String> {
         assert!(host != TEST_HOST && host < 128, "hosts are 1..127");
         let netns = format!("{}-{name}", self.prefix);
-        let node_ip = format!("{}.{host}", self.subnet);
+        let node_ip = self.address_of(host);
         ip(&["netns", "add", &netns])?;
         ip(&["-n", &netns, "link", "set", "dev", "lo", "up"])?;
         ip(&[

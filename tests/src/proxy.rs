@@ -12,9 +12,16 @@
 //! `X-Leasehold-Leader` header from upstream URLs to the matching proxy URLs, so a client that
 //! follows the leader keeps going through the proxies. These kernels may lack `sch_netem`; the
 //! proxy gives delay and duplication without it, and without root.
+//!
+//! Under TLS ([`ProxyTls`]) it terminates the caller's TLS and calls its upstream over TLS as
+//! the same role (an executor's request goes on with the executor certificate, manager 2's push
+//! with manager 2's), so what the upstream authorizes is what it would without the proxy, and
+//! every fault above works on the requests themselves.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -23,8 +30,11 @@ use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use leasehold_api::problem::LEADER_HEADER;
+use leasehold_api::tls::{Role, TlsConfig};
 
 /// Bound on each read, write and upstream exchange.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +64,9 @@ pub struct ProxyStats {
     pub duplicated: usize,
     /// Requests the upstream could not be reached for (the client saw its connection closed).
     pub upstream_failures: usize,
+    /// Every `Authorization: Bearer` credential seen (PROTOCOL P13.4), so a test can look for
+    /// an executor's own secret where it must not be.
+    pub bearer_credentials: std::collections::BTreeSet<String>,
 }
 
 #[derive(Debug)]
@@ -92,6 +105,75 @@ struct Plan {
     reply_delay: Duration,
 }
 
+/// TLS for a [`ProxySet`]: the identity it accepts with, and one to call upstream with per role.
+#[derive(Clone)]
+pub struct ProxyTls {
+    acceptor: TlsAcceptor,
+    /// The caller's role → the identity the proxy calls its upstream with.
+    upstream_identities: Vec<(Role, TlsConnector)>,
+}
+
+impl fmt::Debug for ProxyTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let roles: Vec<Role> = self.upstream_identities.iter().map(|(r, _)| *r).collect();
+        f.debug_struct("ProxyTls").field("roles", &roles).finish()
+    }
+}
+
+impl ProxyTls {
+    /// Every identity of a `leaseholdctl certs init` directory (`admin`, `executor`,
+    /// `manager-<id>`): the proxy accepts with the `admin` one (clients check only the CA and
+    /// the address) and calls on as whichever role called it.
+    pub fn from_dir(dir: &Path) -> Self {
+        let load = |name: &str| {
+            TlsConfig::load(&crate::tls_files(dir, name))
+                .unwrap_or_else(|e| panic!("proxy TLS identity {name}: {e}"))
+        };
+        let server = load("admin");
+        let mut names = vec!["admin".to_string(), "executor".to_string()];
+        names.extend(
+            (1..)
+                .map(|id| format!("manager-{id}"))
+                .take_while(|name| dir.join(format!("{name}.pem")).exists()),
+        );
+        let upstream_identities = names
+            .iter()
+            .map(|name| {
+                let identity = load(name);
+                (
+                    identity.role(),
+                    TlsConnector::from(Arc::new(identity.client_config())),
+                )
+            })
+            .collect();
+        Self {
+            acceptor: TlsAcceptor::from(server.server_config()),
+            upstream_identities,
+        }
+    }
+
+    /// [`ProxyTls::from_dir`] of the cluster's certificates; `None` for a plaintext cluster.
+    pub fn for_cluster(cluster: &crate::Cluster) -> Option<Self> {
+        cluster.options.tls_dir.as_deref().map(Self::from_dir)
+    }
+
+    fn connector_for(&self, role: Role) -> Option<TlsConnector> {
+        self.upstream_identities
+            .iter()
+            .find(|(r, _)| *r == role)
+            .map(|(_, connector)| connector.clone())
+    }
+}
+
+/// Where one proxy forwards to.
+#[derive(Debug, Clone)]
+struct Upstream {
+    /// `host:port`.
+    authority: String,
+    /// The host, for the TLS server name.
+    host: String,
+}
+
 /// How a dropped reply's request path is matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathMatch {
@@ -105,14 +187,16 @@ pub enum PathMatch {
 #[derive(Debug)]
 pub struct ProxySet {
     proxies: Vec<(SocketAddr, String)>,
+    /// `http`, or `https` under TLS.
+    scheme: &'static str,
     state: Arc<Mutex<ProxyState>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl ProxySet {
-    /// One proxy on 127.0.0.1 (a free port) per upstream (`http://host:port`); `seed` drives
-    /// the impairment's randomness.
-    pub async fn start(upstreams: &[String], seed: u64) -> Self {
+    /// One proxy on 127.0.0.1 (a free port) per upstream (`http://host:port`, or
+    /// `https://host:port` with `tls`); `seed` drives the impairment's randomness.
+    pub async fn start(upstreams: &[String], seed: u64, tls: Option<ProxyTls>) -> Self {
         let state = Arc::new(Mutex::new(ProxyState {
             drop_replies: Vec::new(),
             impairment: None,
@@ -120,13 +204,21 @@ impl ProxySet {
             rewrites: BTreeMap::new(),
             stats: ProxyStats::default(),
         }));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let tls = tls.map(Arc::new);
         let mut proxies = Vec::new();
         let mut tasks = Vec::new();
-        for upstream in upstreams {
-            let upstream = upstream.trim_end_matches('/').to_string();
-            let authority = upstream
-                .strip_prefix("http://")
-                .unwrap_or_else(|| panic!("proxy upstream {upstream:?} must be http://host:port"))
+        for upstream_url in upstreams {
+            let upstream_url = upstream_url.trim_end_matches('/').to_string();
+            let authority = upstream_url
+                .strip_prefix(&format!("{scheme}://"))
+                .unwrap_or_else(|| {
+                    panic!("proxy upstream {upstream_url:?} must be {scheme}://host:port")
+                })
+                .to_string();
+            let host = authority
+                .rsplit_once(':')
+                .map_or(authority.as_str(), |(host, _)| host)
                 .to_string();
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -134,20 +226,22 @@ impl ProxySet {
             let address = listener.local_addr().expect("proxy address");
             tasks.push(tokio::spawn(accept_loop(
                 listener,
-                authority,
+                Upstream { authority, host },
                 Arc::clone(&state),
+                tls.clone(),
             )));
-            proxies.push((address, upstream));
+            proxies.push((address, upstream_url));
         }
         let set = Self {
             proxies,
+            scheme,
             state,
             tasks,
         };
         set.lock().rewrites = set
             .proxies
             .iter()
-            .map(|(address, upstream)| (upstream.clone(), format!("http://{address}")))
+            .map(|(address, upstream)| (upstream.clone(), format!("{scheme}://{address}")))
             .collect();
         set
     }
@@ -156,7 +250,7 @@ impl ProxySet {
     pub fn urls(&self) -> Vec<String> {
         self.proxies
             .iter()
-            .map(|(address, _)| format!("http://{address}"))
+            .map(|(address, _)| format!("{}://{address}", self.scheme))
             .collect()
     }
 
@@ -193,12 +287,38 @@ impl Drop for ProxySet {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: String, state: Arc<Mutex<ProxyState>>) {
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: Upstream,
+    state: Arc<Mutex<ProxyState>>,
+    tls: Option<Arc<ProxyTls>>,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
-        tokio::spawn(serve(client, upstream.clone(), Arc::clone(&state)));
+        let (upstream, state, tls) = (upstream.clone(), Arc::clone(&state), tls.clone());
+        tokio::spawn(async move {
+            let Some(tls) = tls else {
+                return serve(client, upstream, None, state).await;
+            };
+            let Ok(Ok(client)) =
+                tokio::time::timeout(IO_TIMEOUT, tls.acceptor.accept(client)).await
+            else {
+                return;
+            };
+            let role = client
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|certificate| Role::of_certificate(certificate).ok());
+            // A caller whose role the proxy holds no identity for is refused, as the upstream
+            // would refuse it.
+            if let Some(connector) = role.and_then(|role| tls.connector_for(role)) {
+                serve(client, upstream, Some(connector), state).await;
+            }
+        });
     }
 }
 
@@ -272,11 +392,16 @@ async fn read_message(
         body: Vec::new(),
     };
     if until_eof {
-        stream
+        match stream
             .take(MAX_BODY_BYTES as u64)
             .read_to_end(&mut body)
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(_) => {}
+            // A TLS peer that closes without close_notify: the reply still ended there.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+            Err(e) => return Err(e.to_string()),
+        }
     } else {
         if message.header("transfer-encoding").is_some() {
             return Err("chunked requests are not supported".into());
@@ -301,21 +426,49 @@ async fn read_message(
     Ok(Message { body, ..message })
 }
 
-/// Sends `request` to `upstream` on a fresh connection and reads the whole reply.
-async fn exchange(upstream: &str, request: &[u8]) -> Result<Message, String> {
+/// Sends `request` to `upstream` on a fresh connection (TLS with `connector`) and reads the
+/// whole reply.
+async fn exchange(
+    upstream: &Upstream,
+    connector: Option<&TlsConnector>,
+    request: &[u8],
+) -> Result<Message, String> {
+    async fn over(
+        mut stream: impl AsyncRead + AsyncWriteExt + Unpin,
+        request: &[u8],
+    ) -> Result<Message, String> {
+        stream.write_all(request).await.map_err(|e| e.to_string())?;
+        stream.flush().await.map_err(|e| e.to_string())?;
+        read_message(&mut stream, true).await
+    }
     let attempt = async {
-        let mut stream = TcpStream::connect(upstream)
+        let stream = TcpStream::connect(&upstream.authority)
             .await
             .map_err(|e| e.to_string())?;
-        stream.write_all(request).await.map_err(|e| e.to_string())?;
-        read_message(&mut stream, true).await
+        match connector {
+            None => over(stream, request).await,
+            Some(connector) => {
+                let name =
+                    ServerName::try_from(upstream.host.clone()).map_err(|e| e.to_string())?;
+                let stream = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                over(stream, request).await
+            }
+        }
     };
     tokio::time::timeout(IO_TIMEOUT, attempt)
         .await
         .map_err(|_| "upstream timed out".to_string())?
 }
 
-async fn serve(mut client: TcpStream, upstream: String, state: Arc<Mutex<ProxyState>>) {
+async fn serve(
+    mut client: impl AsyncRead + AsyncWriteExt + Unpin,
+    upstream: Upstream,
+    connector: Option<TlsConnector>,
+    state: Arc<Mutex<ProxyState>>,
+) {
     let Ok(Ok(request)) = tokio::time::timeout(IO_TIMEOUT, read_message(&mut client, false)).await
     else {
         return;
@@ -327,6 +480,12 @@ async fn serve(mut client: TcpStream, upstream: String, state: Arc<Mutex<ProxySt
     let plan = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         state.stats.requests.push(label.clone());
+        if let Some(credential) = request
+            .header("authorization")
+            .and_then(|value| value.strip_prefix("Bearer "))
+        {
+            state.stats.bearer_credentials.insert(credential.to_owned());
+        }
         let mut plan = Plan::default();
         if let Some(at) = state
             .drop_replies
@@ -350,13 +509,13 @@ async fn serve(mut client: TcpStream, upstream: String, state: Arc<Mutex<ProxySt
     let forwarded = request.to_bytes(|_, _| None);
     tokio::time::sleep(plan.request_delay).await;
     if plan.duplicate {
-        let upstream = upstream.clone();
+        let (upstream, connector) = (upstream.clone(), connector.clone());
         let copy = forwarded.clone();
         tokio::spawn(async move {
-            let _ = exchange(&upstream, &copy).await;
+            let _ = exchange(&upstream, connector.as_ref(), &copy).await;
         });
     }
-    let reply = match exchange(&upstream, &forwarded).await {
+    let reply = match exchange(&upstream, connector.as_ref(), &forwarded).await {
         Ok(reply) => reply,
         Err(_) => {
             state
@@ -425,7 +584,8 @@ mod tests {
     async fn forwards_and_rewrites_the_leader_header() {
         let (upstream_url, seen) = upstream(REPLY).await;
         // The upstream names 10.0.0.1:1 as leader; a second proxy fronts that one.
-        let proxy = ProxySet::start(&[upstream_url.clone(), "http://10.0.0.1:1".into()], 1).await;
+        let proxy =
+            ProxySet::start(&[upstream_url.clone(), "http://10.0.0.1:1".into()], 1, None).await;
         let reply = client()
             .post(format!("{}/v1/executors", proxy.urls()[0]))
             .body("{}")
@@ -444,7 +604,7 @@ mod tests {
     #[tokio::test]
     async fn drops_one_reply_after_the_upstream_answered() {
         let (upstream_url, seen) = upstream(REPLY).await;
-        let proxy = ProxySet::start(&[upstream_url.clone(), upstream_url], 1).await;
+        let proxy = ProxySet::start(&[upstream_url.clone(), upstream_url], 1, None).await;
         proxy.drop_reply_once("DELETE", "/v1/executors/", PathMatch::Prefix);
         proxy.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
         // Not the register path: answered.
@@ -472,7 +632,7 @@ mod tests {
     #[tokio::test]
     async fn duplicates_requests_upstream() {
         let (upstream_url, seen) = upstream(REPLY).await;
-        let proxy = ProxySet::start(&[upstream_url], 7).await;
+        let proxy = ProxySet::start(&[upstream_url], 7, None).await;
         proxy.impair(Some(Impairment {
             delay_ms: (0, 5),
             duplicate_percent: 100,

@@ -3,7 +3,8 @@
 //! renewed, released and deregistered only by a request presenting it; every other request is
 //! `401 unauthenticated` and changes nothing, so a forged release can no longer hand a shard on
 //! while its owner still admits it (I1). A replayed registration with another credential is
-//! `409`. The secret never appears in a log, a reply, `/v1/state`, `/metrics` or a backup.
+//! `409`. The secret never appears in a log (`--log-format json`), a reply, `/v1/state`,
+//! `/metrics` or a backup, neither the test's nor the one a real executor made for itself.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,7 +12,8 @@
 use std::time::Duration;
 
 use leasehold_api::wire::{Credential, RegisterRequest};
-use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
+use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess, ExecutorSpec};
+use leasehold_tests::proxy::ProxySet;
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -79,12 +81,31 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
     let _serial = one_cluster_at_a_time().await;
     let mut cluster = Cluster::start(ClusterOptions {
         shard_count: SHARDS,
+        extra_args: json_logs(),
         ..ClusterOptions::default()
     });
     cluster.wait_for_leader(LEADER_BOUND).await;
-    // A real executor registers with a credential of its own and renews with it.
-    let holder = ExecutorProcess::start(&cluster, "holder");
+    // A real executor registers with a credential of its own and renews with it, through a
+    // proxy that shows the test that credential.
+    let proxies = ProxySet::start(&cluster.urls(), 1, None).await;
+    let mut spec = ExecutorSpec::local(&cluster, "holder");
+    spec.managers = proxies.urls();
+    spec.extra_args = json_logs();
+    let mut holder = ExecutorProcess::start_spec(cluster.dir.path(), spec);
     wait_for_even_split(&[&holder], SHARDS, SETTLE_BOUND).await;
+    let holders_own = poll_until(
+        "the holder to renew with its credential",
+        SETTLE_BOUND,
+        || {
+            let seen = proxies.stats().bearer_credentials;
+            async move {
+                (!seen.is_empty())
+                    .then_some(seen)
+                    .ok_or("no renewal with a credential yet".to_string())
+            }
+        },
+    )
+    .await;
 
     let client = cluster.client();
     let secret = Credential::from_random(rand::random());
@@ -214,6 +235,24 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
         .expect("the holder renews");
     assert_eq!(renewed.executor_id, id);
 
+    // A follower forwards the credential with the request it forwards: the leader checks it.
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let follower = [1, 2, 3].into_iter().find(|&m| m != leader).unwrap();
+    let forwarded = cluster
+        .http
+        .post(format!("{}/v1/executors/{id}/renew", cluster.url(follower)))
+        .bearer_auth(secret.expose())
+        .json(&json!({"claims": [], "revision": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        forwarded.status(),
+        200,
+        "P13.4: a renewal with its credential through follower {follower}: {:?}",
+        forwarded.text().await
+    );
+
     // The secret is nowhere: replies, state, metrics, a backup, any manager's log.
     let mut seen = Vec::new();
     for path in [
@@ -238,17 +277,45 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
         .deregister(&id, Some(&secret))
         .await
         .expect("the holder deregisters");
+    // The real executor deregisters too (SIGTERM), so its log covers the whole life of its
+    // credential.
+    holder.signal_terminate();
+    let exit = holder.wait_exit(SETTLE_BOUND).await;
+    assert!(exit.success(), "the holder stopped with {exit:?}");
+    let mut logs = Vec::new();
     for manager in [1, 2, 3] {
-        seen.push((
+        logs.push((
             format!("manager {manager}'s log"),
             cluster.manager(manager).log(),
         ));
     }
-    seen.push(("the executor's log".into(), holder.log()));
-    for (where_, text) in &seen {
+    logs.push(("the executor's log".into(), holder.log()));
+    for (where_, text) in &logs {
+        // What is scanned is the JSON output operators ship to their log stores.
+        let lines: Vec<&str> = text.lines().filter(|line| line.starts_with('{')).collect();
         assert!(
-            !text.contains(secret.expose()),
-            "P13.4: the credential appears in {where_}"
+            lines.len() > 5,
+            "{where_} has JSON log lines to scan:\n{text}"
         );
+        for line in &lines {
+            serde_json::from_str::<Value>(line)
+                .unwrap_or_else(|e| panic!("{where_}: not a JSON log line ({e}): {line}"));
+        }
     }
+    seen.extend(logs);
+    let mut secrets = vec![secret.expose().to_owned()];
+    secrets.extend(holders_own);
+    for (where_, text) in &seen {
+        for (n, credential) in secrets.iter().enumerate() {
+            assert!(
+                !text.contains(credential.as_str()),
+                "P13.4: credential {n} appears in {where_}"
+            );
+        }
+    }
+}
+
+/// `--log-format json` for managers and executors: the secret scan reads that output.
+fn json_logs() -> Vec<String> {
+    vec!["--log-format".to_string(), "json".to_string()]
 }

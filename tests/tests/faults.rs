@@ -17,7 +17,7 @@ use leasehold_tests::faults::{
     ProbeWriter, Workload, EXIT_BOUND, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND,
     SETTLE_BOUND,
 };
-use leasehold_tests::proxy::{Impairment, PathMatch, ProxySet};
+use leasehold_tests::proxy::{Impairment, PathMatch, ProxySet, ProxyTls};
 use leasehold_tests::{free_port, one_cluster_at_a_time, poll_until, Cluster};
 use nix::sys::signal::Signal;
 
@@ -82,8 +82,11 @@ async fn leader_sigkill_repeatedly_under_executor_load() {
     let mut cluster = start_fault_cluster().await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(executor_urls(&fleet, &executors), seed.derive());
-    let probes = ProbeWriter::start(fault_client(cluster.urls()), Duration::from_millis(200));
+    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
+    let probes = ProbeWriter::start(
+        fault_client(&cluster, cluster.urls()),
+        Duration::from_millis(200),
+    );
 
     for round in 1..=3 {
         tokio::time::sleep(seed.jitter(Duration::from_millis(300), Duration::from_millis(1500)))
@@ -116,7 +119,7 @@ async fn leader_sigkill_repeatedly_under_executor_load() {
         probe_ledger.registered.len(), probe_ledger.deregistered.len(), probe_ledger.unacknowledged);
     assert!(counts.admitted > 0, "{counts:?}");
 
-    let client = fault_client(cluster.urls());
+    let client = fault_client(&cluster, cluster.urls());
     let checked = verify_probes(&client, &probe_ledger, SCENARIO).await;
     assert!(
         checked >= 3,
@@ -137,8 +140,11 @@ async fn rolling_restart_of_every_manager() {
     let mut cluster = start_fault_cluster().await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(executor_urls(&fleet, &executors), seed.derive());
-    let probes = ProbeWriter::start(fault_client(cluster.urls()), Duration::from_millis(200));
+    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
+    let probes = ProbeWriter::start(
+        fault_client(&cluster, cluster.urls()),
+        Duration::from_millis(200),
+    );
 
     let mut order = vec![1u64, 2, 3];
     seed.shuffle(&mut order);
@@ -171,7 +177,7 @@ async fn rolling_restart_of_every_manager() {
     let counts = workload.stop().await;
     eprintln!("[fault] {SCENARIO}: workload {counts:?}, probes {} registered / {} deregistered / {} unacknowledged",
         probe_ledger.registered.len(), probe_ledger.deregistered.len(), probe_ledger.unacknowledged);
-    let client = fault_client(cluster.urls());
+    let client = fault_client(&cluster, cluster.urls());
     verify_probes(&client, &probe_ledger, SCENARIO).await;
     wait_admitting_as(&fleet, &executors, &ids, SETTLE_BOUND).await;
     assert_none_evicted(&fleet, &executors, SCENARIO);
@@ -196,12 +202,15 @@ async fn full_cluster_stop_and_start() {
     let mut cluster = start_fault_cluster().await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(executor_urls(&fleet, &executors), seed.derive());
-    let probes = ProbeWriter::start(fault_client(cluster.urls()), Duration::from_millis(100));
+    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
+    let probes = ProbeWriter::start(
+        fault_client(&cluster, cluster.urls()),
+        Duration::from_millis(100),
+    );
     probes.first_ack_after(Instant::now(), LEADER_BOUND).await;
     tokio::time::sleep(seed.jitter(Duration::from_millis(200), Duration::from_millis(1000))).await;
 
-    let client = fault_client(cluster.urls());
+    let client = fault_client(&cluster, cluster.urls());
     let before = consistent_state(&client).await.unwrap();
     let infos_before = cluster_infos(&cluster).await;
     let stopped_at = Instant::now();
@@ -284,7 +293,7 @@ async fn executor_sigkill() {
     let cluster = start_fault_cluster().await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let (executors, _) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(executor_urls(&fleet, &executors), seed.derive());
+    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let victim = executors[seed.index(executors.len())];
@@ -390,7 +399,7 @@ async fn all_managers_sigstop_twice_the_lease() {
     let mut cluster = start_fault_cluster().await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let client = fault_client(cluster.urls());
+    let client = fault_client(&cluster, cluster.urls());
     let before = ownership(&consistent_state(&client).await.unwrap());
 
     let leader_before = cluster.wait_for_leader(LEADER_BOUND).await;
@@ -448,7 +457,12 @@ async fn lost_register_and_deregister_replies_are_retried() {
     let _serial = one_cluster_at_a_time().await;
     let mut seed = FaultSeed::from_env(SCENARIO);
     let cluster = start_fault_cluster().await;
-    let proxies = ProxySet::start(&cluster.urls(), seed.derive()).await;
+    let proxies = ProxySet::start(
+        &cluster.urls(),
+        seed.derive(),
+        ProxyTls::for_cluster(&cluster),
+    )
+    .await;
     proxies.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let mut spec = ExecutorSpec::local(&cluster, "behind-proxy");
@@ -469,7 +483,7 @@ async fn lost_register_and_deregister_replies_are_retried() {
         registers >= 2,
         "{SCENARIO}: the register was not retried: {stats:?}"
     );
-    let client = fault_client(cluster.urls());
+    let client = fault_client(&cluster, cluster.urls());
     let state = consistent_state(&client).await.unwrap();
     let registered: Vec<&str> = state
         .executors
@@ -524,15 +538,21 @@ async fn delayed_reordered_and_duplicated_messages() {
         delay_ms: (0, 150),
         duplicate_percent: 25,
     });
-    let to_managers = ProxySet::start(&cluster.urls(), seed.derive()).await;
+    let to_managers = ProxySet::start(
+        &cluster.urls(),
+        seed.derive(),
+        ProxyTls::for_cluster(&cluster),
+    )
+    .await;
     to_managers.impair(impairment);
     let names = ["a", "b", "c", "d"];
     let ports: Vec<u16> = names.iter().map(|_| free_port()).collect();
     let upstreams: Vec<String> = ports
         .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
+        .map(|p| format!("{}://127.0.0.1:{p}", cluster.scheme()))
         .collect();
-    let to_executors = ProxySet::start(&upstreams, seed.derive()).await;
+    let to_executors =
+        ProxySet::start(&upstreams, seed.derive(), ProxyTls::for_cluster(&cluster)).await;
     to_executors.impair(impairment);
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let start = |fleet: &mut Fleet, slot: usize| {
@@ -582,7 +602,7 @@ async fn delayed_reordered_and_duplicated_messages() {
         stats.0.duplicated + stats.1.duplicated > 0,
         "{SCENARIO}: the proxies duplicated nothing"
     );
-    let client = fault_client(cluster.urls());
+    let client = fault_client(&cluster, cluster.urls());
     let state = consistent_state(&client).await.unwrap();
     assert_eq!(
         state.executors.len(),

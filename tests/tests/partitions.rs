@@ -20,10 +20,14 @@ use leasehold_tests::faults::{
     ProbeLedger, Workload, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND, SETTLE_BOUND,
 };
 use leasehold_tests::netns::{Cut, NetLab, NetNode};
-use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ManagerPlacement};
+use leasehold_tests::{
+    one_cluster_at_a_time, poll_until, Cluster, ClusterOptions, ManagerPlacement,
+};
 
 const MANAGER_PORT: u16 = 7000;
 const EXECUTOR_PORT: u16 = 7100;
+/// The host numbers of executors a, b, c and the joiner d in the lab's subnet.
+const EXECUTOR_HOSTS: [u8; 4] = [11, 12, 13, 14];
 
 /// A lab, its cluster and executors. Fields drop in order: processes first, the lab last.
 struct NetScenario {
@@ -56,7 +60,12 @@ impl NetScenario {
                 },
             );
         }
-        let mut cluster = Cluster::new_placed(fault_cluster_options(), placements);
+        let options = ClusterOptions {
+            // Under TLS the executors' certificate must name their addresses too.
+            certificate_hosts: EXECUTOR_HOSTS.map(|host| lab.address_of(host)).to_vec(),
+            ..fault_cluster_options()
+        };
+        let mut cluster = Cluster::new_placed(options, placements);
         use_fault_timing(&mut cluster);
         cluster.start_all();
         cluster.wait_for_leader(LEADER_BOUND).await;
@@ -84,7 +93,7 @@ impl NetScenario {
             netns: Some(node.netns.clone()),
             extra_args: fault_executor_args(),
             binary: None,
-            tls_dir: None,
+            tls_dir: self.cluster.options.tls_dir.clone(),
         });
         self.executor_nodes.insert(index, node);
         index
@@ -94,7 +103,7 @@ impl NetScenario {
     async fn start_three(&mut self) -> (Vec<usize>, Vec<String>) {
         let indices: Vec<usize> = ["a", "b", "c"]
             .iter()
-            .zip(11u8..)
+            .zip(EXECUTOR_HOSTS)
             .map(|(name, host)| self.start_executor(name, host))
             .collect();
         wait_for_even_split(&self.fleet.refs(&indices), FAULT_SHARDS, SETTLE_BOUND).await;
@@ -120,7 +129,7 @@ async fn executor_cut_until_rehomed(scenario: &str, cut: Cut) {
     };
     let (executors, ids) = net.start_three().await;
     let urls = executors.iter().map(|&i| net.fleet.get(i).url()).collect();
-    let workload = Workload::start(urls, seed.derive());
+    let workload = Workload::start(&net.cluster, urls, seed.derive());
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let slot = seed.index(executors.len());
@@ -237,7 +246,7 @@ async fn executor_pushes_from_managers_cut() {
         )
         .unwrap();
     let joined_at = Instant::now();
-    let joiner = net.start_executor("d", 14);
+    let joiner = net.start_executor("d", EXECUTOR_HOSTS[3]);
     let mut all = executors.clone();
     all.push(joiner);
     wait_for_even_split(&net.fleet.refs(&all), FAULT_SHARDS, SETTLE_BOUND).await;
@@ -271,7 +280,7 @@ async fn leader_cut_off_into_a_minority() {
     };
     let (executors, ids) = net.start_three().await;
     let urls = executors.iter().map(|&i| net.fleet.get(i).url()).collect();
-    let workload = Workload::start(urls, seed.derive());
+    let workload = Workload::start(&net.cluster, urls, seed.derive());
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
@@ -279,7 +288,10 @@ async fn leader_cut_off_into_a_minority() {
         .into_iter()
         .filter(|&id| id != old_leader)
         .collect();
-    let majority_client = fault_client(majority.iter().map(|&id| net.cluster.url(id)).collect());
+    let majority_client = fault_client(
+        &net.cluster,
+        majority.iter().map(|&id| net.cluster.url(id)).collect(),
+    );
     let cut_at = Instant::now();
     net.lab
         .cut(&format!("m{old_leader}"), Cut::BothWays)
@@ -345,7 +357,12 @@ async fn leader_cut_off_into_a_minority() {
     );
     let counts = workload.stop().await;
     eprintln!("[fault] {SCENARIO}: workload {counts:?}");
-    verify_probes(&fault_client(net.cluster.urls()), &ledger, SCENARIO).await;
+    verify_probes(
+        &fault_client(&net.cluster, net.cluster.urls()),
+        &ledger,
+        SCENARIO,
+    )
+    .await;
     for &index in &executors {
         let reasons = net.fleet.reasons(index);
         assert!(
@@ -382,7 +399,7 @@ async fn netem_delay_loss_and_duplication() {
     seed.shuffle(&mut trio);
     net.fleet.kill(trio[0]);
     net.fleet.get(trio[1]).signal_terminate();
-    let joiner = net.start_executor("d", 14);
+    let joiner = net.start_executor("d", EXECUTOR_HOSTS[3]);
     let changed_at = Instant::now();
     wait_for_even_split(
         &net.fleet.refs(&[trio[2], joiner]),

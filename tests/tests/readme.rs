@@ -260,6 +260,143 @@ async fn readme_commands_work_from_a_fresh_clone() {
     }
 }
 
+/// `scripts/dev-cluster --tls` (PROTOCOL §13, the README tour's next step): it makes
+/// certificates, serves only mutual TLS, and what it prints to paste (`export ...`) is enough
+/// for leaseholdctl to see every executor and shard; Ctrl-C removes the data and the keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cluster_tls_serves_mutual_tls_with_what_it_prints() {
+    let _serial = one_cluster_at_a_time().await;
+    let root = repo_root();
+    let temp = tempfile::tempdir().unwrap();
+    let base = free_port_base();
+    let stdout_path = temp.path().join("dev-cluster.out");
+    let log_path = temp.path().join("dev-cluster.err");
+    let child = Command::new(root.join("scripts/dev-cluster"))
+        .arg("--tls")
+        .current_dir(&root)
+        .env("LEASEHOLD_DEV_STATUS", "0")
+        .env("LEASEHOLD_DEV_PORT_BASE", base.to_string())
+        .env("LEASEHOLD_BIN_DIR", bin_dir())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .process_group(0)
+        .spawn()
+        .expect("start scripts/dev-cluster --tls");
+    let mut dev_cluster = ProcessGroup(Some(child));
+    let printed = poll_until(
+        "the TLS dev cluster to print its endpoints",
+        CLUSTER_BOUND,
+        || async {
+            let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+            if out.contains("Ctrl-C stops everything.") {
+                Ok(out)
+            } else {
+                Err(format!(
+                    "{out}\n{}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                ))
+            }
+        },
+    )
+    .await;
+    let managers: Vec<String> = (1..=3)
+        .map(|i| format!("https://127.0.0.1:{}", base + i))
+        .collect();
+    assert!(printed.contains(&managers.join(",")), "{printed}");
+    assert!(
+        printed.contains(&format!("Web console: {}/ui/", managers[0])),
+        "{printed}"
+    );
+    // The line to paste: `export NAME=value ...`.
+    let exports: Vec<(String, String)> = printed
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("export "))
+        .expect("an export line for leaseholdctl")
+        .split_whitespace()
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').expect("NAME=value");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect();
+    let names: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "LEASEHOLD_ENDPOINTS",
+            "LEASEHOLD_CACERT",
+            "LEASEHOLD_CERT",
+            "LEASEHOLD_KEY"
+        ]
+    );
+    let ctl = |args: &'static [&'static str]| {
+        let exports = exports.clone();
+        async move {
+            let output = tokio::process::Command::new(leasehold_tests::binary("leaseholdctl"))
+                .args(args)
+                .envs(exports)
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .output()
+                .await
+                .expect("run leaseholdctl");
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+    };
+    poll_until(
+        "three executors sharing every shard over TLS",
+        CLUSTER_BOUND,
+        || async {
+            let (code, stdout, stderr) =
+                ctl(&["--consistent", "-o", "json", "executor", "list"]).await;
+            if code != Some(0) {
+                return Err(format!("{code:?}: {stderr}"));
+            }
+            let executors: Vec<ExecutorView> =
+                serde_json::from_str(&stdout).map_err(|e| e.to_string())?;
+            let owned: usize = executors.iter().map(|e| e.shards.len()).sum();
+            if executors.len() == 3 && owned == DEV_SHARDS {
+                Ok(())
+            } else {
+                Err(format!("{} executors, {owned} shards", executors.len()))
+            }
+        },
+    )
+    .await;
+    // Plaintext gets no answer from any of its ports (P13.2).
+    for offset in [1, 101] {
+        let plaintext = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{}/v1/state", base + offset))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        assert!(
+            plaintext
+                .as_ref()
+                .map_or(true, |r| !r.status().is_success()),
+            "P13.2: port {} answered plaintext: {plaintext:?}",
+            base + offset
+        );
+    }
+
+    dev_cluster.signal(Signal::SIGINT);
+    let exit = dev_cluster.wait_exit(STOP_BOUND).await;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    assert!(
+        out.contains("stopped; data removed"),
+        "exit {exit:?}: {out}"
+    );
+    let certs = &exports[1].1;
+    assert!(
+        !Path::new(certs).exists(),
+        "the certificates and keys are removed with the data: {certs}"
+    );
+}
+
 /// The dev-cluster script, leader of its own process group; the whole group is killed if the
 /// test ends without a clean stop, so no manager or executor outlives a failed test.
 struct ProcessGroup(Option<std::process::Child>);

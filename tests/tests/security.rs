@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use leasehold_api::client::http_client_builder;
 use leasehold_api::tls::TlsConfig;
+use leasehold_api::wire::Credential;
 use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, tls_certificates, tls_files, Cluster, ClusterOptions,
@@ -27,6 +28,15 @@ fn client_as(dir: &Path, name: &str) -> reqwest::Client {
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap()
+}
+
+/// The one registered executor's id.
+async fn registered_id(cluster: &Cluster) -> String {
+    let state = state(cluster).await;
+    state["executors"][0]["executor_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("one executor: {state}"))
+        .to_string()
 }
 
 /// The replicated state as the leader has it, revision included: a refused request changes
@@ -90,10 +100,15 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
     assert!(cluster.url(1).starts_with("https://"));
 
     let executor = client_as(certs.path(), "executor");
-    // An executor certificate may register (P13.3).
+    let credential = Credential::from_random([0x5a; 32]);
+    // An executor certificate may register (P13.3), with a credential (P13.5).
     let registered = executor
         .post(format!("{}/v1/executors", cluster.url(1)))
-        .json(&json!({"incarnation": "tls-test", "address": "https://127.0.0.1:9"}))
+        .json(&json!({
+            "incarnation": "tls-test",
+            "address": "https://127.0.0.1:9",
+            "credential": credential.expose(),
+        }))
         .send()
         .await
         .unwrap();
@@ -121,6 +136,12 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
         vec![
             ("x-leasehold-node-id", node.to_string()),
             ("x-leasehold-storage-id", "s".into()),
+        ]
+    };
+    let forwarded = |by: u64, role: &str| {
+        vec![
+            ("x-leasehold-forwarded-by", by.to_string()),
+            ("x-leasehold-forwarded-role", role.to_string()),
         ]
     };
     let mut table = vec![
@@ -152,6 +173,21 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
         Row {
             body: Some(json!({"claims": [], "revision": 0})),
             ..row("admin", Method::POST, "/v1/executors/ex-1/renew", 403)
+        },
+        // Over TLS a registration carries a credential (P13.5).
+        Row {
+            body: Some(json!({"incarnation": "no-credential", "address": "https://127.0.0.1:9"})),
+            ..row("executor", Method::POST, "/v1/executors", 401)
+        },
+        // Only a manager forwards, and only as itself: a forwarded role from anyone else is
+        // refused, whichever manager it reaches.
+        Row {
+            headers: forwarded(2, "urn:leasehold:admin"),
+            ..row("executor", Method::DELETE, "/v1/cluster/nodes/3", 403)
+        },
+        Row {
+            headers: forwarded(3, "urn:leasehold:admin"),
+            ..row("manager-2", Method::DELETE, "/v1/cluster/nodes/3", 403)
         },
     ];
     for row in table.drain(..) {
@@ -196,6 +232,58 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
             .unwrap();
         assert_eq!(reply.status(), 200, "{caller} reads");
     }
+
+    // Through a follower: it forwards as itself, naming the caller's role, and the leader
+    // decides with that role and the executor's credential, which travels with the request.
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let executor_id = registered_id(&cluster).await;
+    let renewed = executor
+        .post(format!(
+            "{}/v1/executors/{executor_id}/renew",
+            cluster.url(follower)
+        ))
+        .bearer_auth(credential.expose())
+        .json(&json!({"claims": [], "revision": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        renewed.status(),
+        200,
+        "P13.3: an executor's renewal forwarded by follower {follower}: {:?}",
+        renewed.text().await
+    );
+    let before = state(&cluster).await;
+    let refused = executor
+        .post(format!(
+            "{}/v1/executors/{executor_id}/renew",
+            cluster.url(follower)
+        ))
+        .json(&json!({"claims": [], "revision": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status(),
+        401,
+        "P13.4: forwarded without the credential"
+    );
+    assert_eq!(state(&cluster).await, before);
+    let deregistered = client_as(certs.path(), "admin")
+        .delete(format!(
+            "{}/v1/executors/{executor_id}",
+            cluster.url(follower)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        deregistered.status(),
+        204,
+        "P13.3: an operator's deregistration forwarded by follower {follower}: {:?}",
+        deregistered.text().await
+    );
 
     // Below HTTP: no certificate, a certificate of another CA, plaintext: no answer at all.
     let other_ca = tls_certificates(3);

@@ -14,8 +14,9 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
 
-use super::{AppState, HttpError};
+use super::{AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER};
 use crate::raft::identity::NODE_ID_HEADER;
+use axum::http::HeaderMap;
 
 /// A role without its node id: what a route asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,13 +99,20 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
     if required == Requirement::Anyone {
         return next.run(request).await;
     }
-    let role = match request.extensions().get::<PeerRole>().map(PeerRole::role) {
+    let peer = match request.extensions().get::<PeerRole>().map(PeerRole::role) {
         Some(Ok(role)) => role,
         Some(Err(error)) => {
             return forbidden(format!("the client certificate carries no role: {error}"))
         }
         None => {
             return unauthenticated("a client certificate of the cluster's CA is required (P13.3)")
+        }
+    };
+    let role = match effective_role(peer, request.headers()) {
+        Ok(role) => role,
+        Err(detail) => {
+            tracing::warn!(path = request.uri().path(), %peer, "refused: {detail}");
+            return forbidden(detail);
         }
     };
     let allowed = match required {
@@ -126,6 +134,34 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
     }
     request.extensions_mut().insert(CallerRole(role));
     next.run(request).await
+}
+
+/// Whose request this is: the certificate's role, or, for a request a follower forwarded, the
+/// role of the caller that follower authorized. Only a manager forwards, and only under its own
+/// name: the forwarded role is believed from the manager whose certificate matches the
+/// forwarded-by header, and refused from anyone else (an executor cannot claim to be an admin).
+pub fn effective_role(peer: Role, headers: &HeaderMap) -> Result<Role, String> {
+    let Some(forwarded_role) = headers.get(FORWARDED_ROLE_HEADER) else {
+        return Ok(peer);
+    };
+    let Role::Manager { node_id } = peer else {
+        return Err(format!(
+            "only a manager forwards requests ({FORWARDED_ROLE_HEADER}); the certificate is {peer}"
+        ));
+    };
+    let forwarded_by = headers
+        .get(FORWARDED_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if forwarded_by != Some(node_id) {
+        return Err(format!(
+            "the certificate is manager {node_id}'s, the request says it was forwarded by {forwarded_by:?}"
+        ));
+    }
+    forwarded_role
+        .to_str()
+        .map_err(|_| format!("{FORWARDED_ROLE_HEADER} is not text"))
+        .and_then(|uri| Role::from_san_uri(uri).map_err(|e| e.to_string()))
 }
 
 /// A Raft message must come from the manager its certificate names, and that manager must be
@@ -231,6 +267,78 @@ mod tests {
         ];
         for (method, path, expected) in cases {
             assert_eq!(requirement(&method, path), expected, "{method} {path}");
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn p13_3_a_forwarded_role_is_believed_only_from_the_manager_that_forwarded() {
+        let manager_2 = Role::Manager { node_id: 2 };
+        let executor_uri = Role::Executor.san_uri();
+        let admin_uri = Role::Admin.san_uri();
+        let cases: [(&str, Role, HeaderMap, Result<Role, ()>); 7] = [
+            (
+                "not forwarded",
+                Role::Executor,
+                headers(&[]),
+                Ok(Role::Executor),
+            ),
+            (
+                "forwarded-by alone changes nothing",
+                Role::Executor,
+                headers(&[(FORWARDED_HEADER, "2")]),
+                Ok(Role::Executor),
+            ),
+            (
+                "a follower forwarding an executor's request",
+                manager_2,
+                headers(&[
+                    (FORWARDED_HEADER, "2"),
+                    (FORWARDED_ROLE_HEADER, &executor_uri),
+                ]),
+                Ok(Role::Executor),
+            ),
+            (
+                "a follower forwarding an operator's request",
+                manager_2,
+                headers(&[(FORWARDED_HEADER, "2"), (FORWARDED_ROLE_HEADER, &admin_uri)]),
+                Ok(Role::Admin),
+            ),
+            (
+                "an executor claiming to forward an operator's request",
+                Role::Executor,
+                headers(&[(FORWARDED_HEADER, "2"), (FORWARDED_ROLE_HEADER, &admin_uri)]),
+                Err(()),
+            ),
+            (
+                "a manager forwarding under another manager's name",
+                manager_2,
+                headers(&[(FORWARDED_HEADER, "3"), (FORWARDED_ROLE_HEADER, &admin_uri)]),
+                Err(()),
+            ),
+            (
+                "a forwarded role that is no role",
+                manager_2,
+                headers(&[
+                    (FORWARDED_HEADER, "2"),
+                    (FORWARDED_ROLE_HEADER, "urn:other"),
+                ]),
+                Err(()),
+            ),
+        ];
+        for (what, peer, headers, expected) in cases {
+            assert_eq!(
+                effective_role(peer, &headers).map_err(|_| ()),
+                expected,
+                "{what}"
+            );
         }
     }
 }

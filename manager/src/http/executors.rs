@@ -80,6 +80,7 @@ where
     post, path = "/v1/executors", tag = "executors", request_body = RegisterRequest,
     responses(
         (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
+        (status = 401, description = "`unauthenticated` (TLS): the registration carries no credential (P13.4, P13.5)."),
         (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3)."),
         (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential yet (P14.3)."),
         (status = 503, description = "`sharding_not_ready`: the shard configuration is not written yet; `no_leader`."),
@@ -104,8 +105,17 @@ pub async fn register(
         )));
     }
     validate_node_address(&request.address)?;
-    if let Some(credential) = &request.credential {
-        credential.validate().map_err(HttpError::invalid)?;
+    match &request.credential {
+        Some(credential) => credential.validate().map_err(HttpError::invalid)?,
+        // Every executor that speaks TLS is new enough to make a credential; only plaintext
+        // serves executors from before credentials (P13.5).
+        None if node.settings.tls.is_some() => {
+            return Err(HttpError::new(
+                ErrorCode::Unauthenticated,
+                "a registration over TLS carries a credential (P13.4, P13.5)".to_owned(),
+            ))
+        }
+        None => {}
     }
     let command = Command::Register {
         now_ms: node.clock.now_ms(),

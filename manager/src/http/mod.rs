@@ -42,6 +42,10 @@ use crate::node::{Leader, ManagerNode, ReadBarrierError};
 
 /// Marks a request forwarded by a follower, so it is never forwarded twice.
 pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
+/// On a request forwarded under TLS: the role (its certificate URI) of the caller the follower
+/// authorized. The leader believes it only from the manager `FORWARDED_HEADER` names, proved by
+/// that manager's certificate (P13.3, `authorize::effective_role`).
+pub const FORWARDED_ROLE_HEADER: &str = "x-leasehold-forwarded-role";
 /// Largest public API request body, but for the routes that list shards.
 pub const MAX_API_BODY_BYTES: usize = 1 << 20;
 /// Largest Raft RPC body: an append batch or one snapshot chunk, with room to spare.
@@ -263,9 +267,15 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
         .timeout(FORWARD_TIMEOUT)
         .header(FORWARDED_HEADER, node.id.to_string())
         .body(body);
+    // The leader decides with the caller's role, not this node's certificate (P13.3).
+    if let Some(authorize::CallerRole(role)) = parts.extensions.get::<authorize::CallerRole>() {
+        outgoing = outgoing.header(FORWARDED_ROLE_HEADER, role.san_uri());
+    }
+    // The executor's credential travels with its request: the leader checks it (P13.4).
     for name in [
         axum::http::header::CONTENT_TYPE,
         axum::http::header::ACCEPT,
+        axum::http::header::AUTHORIZATION,
         HeaderName::from_static(REQUEST_ID_HEADER),
     ] {
         if let Some(value) = parts.headers.get(&name) {

@@ -65,7 +65,7 @@ fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
     node.identity
         .verify_peer(sender, storage_id)
         .map_err(|error| {
-            tracing::error!(sender, %error, "refusing raft message");
+            error.log_ids();
             HttpError::conflict(error.to_string())
         })
 }

@@ -29,8 +29,10 @@ const KEY_NODE_ID: &[u8] = b"node_id";
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
+    /// The message is a reply body (409), so it names no storage id: they are kept for wipe
+    /// detection only (PROTOCOL P13.3) and go to this node's log instead ([`Self::log_ids`]).
     #[error(
-        "node {peer} presented storage id {presented}, but this node knows it as {pinned}: its data \
+        "node {peer} presented another storage id than the one this node pinned for it: its data \
          directory was replaced. Remove node {peer} (DELETE /v1/cluster/nodes/{peer}) and add it \
          back with --join"
     )]
@@ -45,6 +47,25 @@ pub enum IdentityError {
     Unreadable(String),
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
+}
+
+impl IdentityError {
+    /// Logs the refusal with both storage ids, for the operator comparing data directories.
+    pub fn log_ids(&self) {
+        match self {
+            IdentityError::Replaced {
+                peer,
+                pinned,
+                presented,
+            } => tracing::error!(
+                peer,
+                pinned_storage_id = %pinned,
+                presented_storage_id = %presented,
+                "refusing raft message: {self}"
+            ),
+            other => tracing::error!(error = %other, "refusing raft message"),
+        }
+    }
 }
 
 /// What `GET /raft/identity` reports, for peers deciding whether a fresh node is really new.
@@ -200,6 +221,12 @@ mod tests {
         assert!(
             matches!(err, IdentityError::Replaced { peer: 2, .. }),
             "{err}"
+        );
+        // The message is a 409 body: it publishes neither storage id (P13.3).
+        let message = err.to_string();
+        assert!(
+            !message.contains("aaaa") && !message.contains("bbbb"),
+            "{message}"
         );
         identity.retain_members(&BTreeSet::from([1, 3])).unwrap();
         identity.verify_peer(2, "bbbb").unwrap();
