@@ -254,6 +254,10 @@ pub async fn method_not_allowed() -> HttpError {
 const DRAIN_FACTOR: usize = 4;
 /// Bound on draining an oversized body.
 const DRAIN_TIME: Duration = Duration::from_secs(5);
+/// Bound on receiving a whole request body (PROTOCOL P13.6): with the listener's header-read
+/// bound, a client that trickles its request holds a connection for at most the two. Generous
+/// for the largest body (a renewal listing a million shards is about 8 MB).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest request body a route group accepts, for [`limit_body`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,7 +271,8 @@ pub struct BodyLimit {
 /// `Connection: close`, after reading and discarding what the client still sends, up to
 /// [`DRAIN_FACTOR`] times the limit and [`DRAIN_TIME`] (nginx's lingering close), so the client
 /// gets the answer rather than a connection reset. A declared `Content-Length` beyond that is
-/// answered at once.
+/// answered at once. A body that has not arrived whole within [`BODY_READ_TIMEOUT`] is answered
+/// `408 request_timeout` with `Connection: close`.
 pub async fn limit_body(State(limit): State<BodyLimit>, request: Request, next: Next) -> Response {
     let (parts, mut body) = request.into_parts();
     let drain_cap = limit.max_bytes.saturating_mul(DRAIN_FACTOR);
@@ -281,6 +286,7 @@ pub async fn limit_body(State(limit): State<BodyLimit>, request: Request, next: 
     let mut kept = Vec::new();
     let mut received = 0usize;
     let drain_deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    let read_deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
     loop {
         let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
         let frame = if received > limit.max_bytes {
@@ -289,7 +295,10 @@ pub async fn limit_body(State(limit): State<BodyLimit>, request: Request, next: 
                 Err(_) => break,
             }
         } else {
-            frame.await
+            match tokio::time::timeout_at(read_deadline, frame).await {
+                Ok(frame) => frame,
+                Err(_) => return body_too_slow(),
+            }
         };
         let Some(frame) = frame else { break };
         let frame = match frame {
@@ -316,6 +325,21 @@ pub async fn limit_body(State(limit): State<BodyLimit>, request: Request, next: 
         return payload_too_large(limit);
     }
     next.run(Request::from_parts(parts, Body::from(kept))).await
+}
+
+fn body_too_slow() -> Response {
+    let mut response = HttpError::new(
+        ErrorCode::RequestTimeout,
+        format!(
+            "the request body did not arrive within {} s",
+            BODY_READ_TIMEOUT.as_secs()
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn payload_too_large(limit: BodyLimit) -> Response {
@@ -472,6 +496,7 @@ mod tests {
                     request_timeout,
                 )),
             )
+            .route("/upload", post(|_: Bytes| async { "read" }))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(
@@ -644,6 +669,24 @@ mod tests {
             ErrorCode::Timeout,
         )
         .await;
+    }
+
+    /// P13.6: a client that starts a body and never finishes it is answered `408` at the
+    /// body-read bound and the connection closed, instead of holding it forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_ends_is_cut_at_the_body_read_bound() {
+        let never_ends = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+        let started = tokio::time::Instant::now();
+        let (status, response) = call(
+            Request::post("/upload")
+                .body(Body::from_stream(never_ends))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(response.headers()[CONNECTION], "close");
+        assert_eq!(problem_of(response).await.code, ErrorCode::RequestTimeout);
+        assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
     }
 
     #[tokio::test]

@@ -62,11 +62,14 @@ pub enum ErrorCode {
     Unauthenticated,
     /// The client certificate's role may not do this (PROTOCOL P13.3); nothing was applied.
     Forbidden,
+    /// The request's body did not arrive within the server's body-read bound (PROTOCOL P13.6);
+    /// nothing was applied.
+    RequestTimeout,
 }
 
 impl ErrorCode {
     /// Every code, for exhaustive tests and documentation generators.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::NotLeader,
         ErrorCode::NoLeader,
         ErrorCode::UnknownExecutor,
@@ -82,6 +85,7 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
+        ErrorCode::RequestTimeout,
     ];
 
     /// The refusals of P7.1: the server applied nothing, so any request, idempotent or not, may
@@ -101,6 +105,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden => 403,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
@@ -130,6 +135,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Unauthenticated => "unauthenticated",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 
@@ -151,6 +157,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "Unavailable",
             ErrorCode::Unauthenticated => "Unauthenticated",
             ErrorCode::Forbidden => "Forbidden",
+            ErrorCode::RequestTimeout => "Request timeout",
         }
     }
 }

@@ -3,9 +3,12 @@
 //! request reaches a handler:
 //! - a TLS handshake must finish within [`ListenerLimits::handshake_timeout`];
 //! - a request's headers must arrive within [`ListenerLimits::header_read_timeout`] (HTTP/1.1
-//!   only: a slow client cannot hold a connection by trickling headers);
+//!   only: a slow client cannot hold a connection by trickling headers); the same bound closes a
+//!   keep-alive connection idle that long, since hyper starts it when it waits for a request;
 //! - at most [`ListenerLimits::max_connections`] connections are open; past it the listener
 //!   stops accepting (the kernel backlog holds the rest) instead of spawning without bound.
+//!
+//! [`bind`] makes the listener with a backlog for a fleet connecting at once.
 //!
 //! The role of the TLS peer's certificate is handed to the router as a [`PeerRole`] request
 //! extension, so authorization is one layer that reads it, not a check in every handler.
@@ -42,7 +45,11 @@ impl Default for ListenerLimits {
     fn default() -> Self {
         Self {
             handshake_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(10),
+            // Also the idle bound of a keep-alive connection (hyper starts it while waiting for
+            // the next request), so it is above the renewal interval at the default lease (60 s
+            // / 3): an executor keeps its connection, and under TLS its session, between
+            // renewals instead of paying a handshake for each one.
+            header_read_timeout: Duration::from_secs(30),
             // Far above what a manager serves (executors keep one connection each per client),
             // far below a file-descriptor limit of 64k.
             max_connections: 16_384,
@@ -64,6 +71,41 @@ impl PeerRole {
     pub fn role(&self) -> Result<Role, &str> {
         self.0.as_ref().copied().map_err(|e| &**e)
     }
+}
+
+/// Connections the kernel queues for [`serve`] to accept. A whole fleet connecting at once (a
+/// new leader, a restart) would overflow a default backlog of 128: the kernel drops the rest and
+/// each client retries only after a one-second SYN timeout. The kernel caps it at
+/// `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: u32 = 4_096;
+
+/// Binds a listener for [`serve`] on the first address `address` resolves to that can be bound,
+/// with [`LISTEN_BACKLOG`] and `SO_REUSEADDR` (as the standard library sets it, so a restarted
+/// process can bind while old connections are in TIME_WAIT).
+pub async fn bind(address: impl tokio::net::ToSocketAddrs) -> io::Result<TcpListener> {
+    let mut last_error = None;
+    for candidate in tokio::net::lookup_host(address).await? {
+        let socket = if candidate.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        };
+        let bound = socket.and_then(|socket| {
+            socket.set_reuseaddr(true)?;
+            socket.bind(candidate)?;
+            socket.listen(LISTEN_BACKLOG)
+        });
+        match bound {
+            Ok(listener) => return Ok(listener),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then lets open requests finish
@@ -174,6 +216,8 @@ async fn serve_http<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    // A peer certificate is there exactly on TLS connections (the handshake requires one).
+    let tls = peer.is_some();
     let service = router.map_request(move |mut request: Request<Incoming>| {
         if let Some(peer) = &peer {
             request.extensions_mut().insert(peer.clone());
@@ -184,7 +228,10 @@ async fn serve_http<I>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .keep_alive(true);
+        .keep_alive(true)
+        // A reply's head and body flattened into one buffer become one TLS record and one
+        // write, instead of a record per piece.
+        .writev(!tls);
     let connection = builder
         .serve_connection(io, TowerToHyperService::new(service))
         .with_upgrades();
@@ -274,6 +321,40 @@ mod tests {
         })
         .await;
         assert!(closed.is_ok(), "still open after {:?}", started.elapsed());
+    }
+
+    /// A keep-alive connection idle for longer than the renewal interval at the default lease
+    /// (20 s) is still served: executors keep their connections (and TLS sessions) between
+    /// renewals.
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_connection_idle_between_renewals_is_kept() {
+        let (address, _stop) = start(ListenerLimits::default()).await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let mut buffer = [0u8; 256];
+        for attempt in 0..2 {
+            stream
+                .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let read = stream.read(&mut buffer).await.unwrap();
+            let reply = String::from_utf8_lossy(&buffer[..read]);
+            assert!(reply.ends_with("ok"), "request {attempt}: {reply:?}");
+            tokio::time::sleep(Duration::from_secs(25)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn bind_listens_with_the_large_backlog() {
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        // More connections than a default backlog of 128 complete their handshake before one
+        // is accepted.
+        let mut clients = Vec::new();
+        for _ in 0..300 {
+            let connect = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(address));
+            clients.push(connect.await.expect("queued, not dropped").unwrap());
+        }
+        assert!(bind("no-such-host.invalid:0").await.is_err());
     }
 
     /// P13.6: past the bound, connections wait to be accepted instead of being served.

@@ -11,7 +11,6 @@ use leasehold_api::client::{http_client_builder, ClientError};
 use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
-use tokio::net::TcpListener;
 use tracing::{error, info};
 
 use crate::admission_log::AdmissionLog;
@@ -150,13 +149,12 @@ impl Executor {
             }
             None => None,
         };
-        let listener =
-            TcpListener::bind(&config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    listen: config.listen.clone(),
-                    source,
-                })?;
+        let listener = leasehold_api::serve::bind(config.listen.as_str())
+            .await
+            .map_err(|source| StartError::Bind {
+                listen: config.listen.clone(),
+                source,
+            })?;
         let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
             listen: config.listen.clone(),
             source,

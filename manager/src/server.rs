@@ -16,7 +16,6 @@ use leasehold_api::tls::TlsConfig;
 use leasehold_raft_store::LogStoreConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
-use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::bootstrap::{self, BootstrapError};
@@ -94,7 +93,7 @@ pub async fn run(
         (log_state.last_log_id.map_or(0, |id| id.index), vote)
     };
 
-    let listener = TcpListener::bind(config.listen)
+    let listener = leasehold_api::serve::bind(config.listen)
         .await
         .map_err(|source| ServerError::Bind {
             listen: config.listen,

@@ -1,7 +1,7 @@
 //! Who may say what (PROTOCOL §13, I7), against a three-manager cluster serving TLS with real
 //! certificates made by `leaseholdctl certs init` in the test (P13.1, P13.2). Each refusal of
-//! P13.3 is a row of one table: the caller's certificate, the request, and what must come back;
-//! after every row the replicated state is what it was.
+//! P13.3, and of P13.4 under TLS, is a row of one table: the caller's certificate, the request,
+//! and what must come back; after every row the replicated state is what it was.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -61,18 +61,18 @@ async fn state(cluster: &Cluster) -> Value {
 struct Row {
     caller: &'static str,
     method: Method,
-    path: &'static str,
+    path: String,
     headers: Vec<(&'static str, String)>,
     body: Option<Value>,
     status: u16,
     code: &'static str,
 }
 
-fn row(caller: &'static str, method: Method, path: &'static str, status: u16) -> Row {
+fn row(caller: &'static str, method: Method, path: &str, status: u16) -> Row {
     Row {
         caller,
         method,
-        path,
+        path: path.to_owned(),
         headers: Vec::new(),
         body: None,
         status,
@@ -138,6 +138,11 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
             ("x-leasehold-storage-id", "s".into()),
         ]
     };
+    let executor_id = registered_id(&cluster).await;
+    let other = Credential::from_random([0xa5; 32]);
+    let bearer = |credential: &Credential| {
+        vec![("authorization", format!("Bearer {}", credential.expose()))]
+    };
     let forwarded = |by: u64, role: &str| {
         vec![
             ("x-leasehold-forwarded-by", by.to_string()),
@@ -167,12 +172,22 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
         row("executor", Method::DELETE, "/v1/cluster/nodes/3", 403),
         row("executor", Method::POST, "/v1/cluster/snapshot", 403),
         row("executor", Method::GET, "/v1/backup", 403),
-        row("executor", Method::POST, "/v1/executors/ex-1/drain", 403),
+        row(
+            "executor",
+            Method::POST,
+            &format!("/v1/executors/{executor_id}/drain"),
+            403,
+        ),
         row("manager-2", Method::DELETE, "/v1/cluster/nodes/3", 403),
         // Renewals are the executors' own (with their credential, P13.4).
         Row {
             body: Some(json!({"claims": [], "revision": 0})),
-            ..row("admin", Method::POST, "/v1/executors/ex-1/renew", 403)
+            ..row(
+                "admin",
+                Method::POST,
+                &format!("/v1/executors/{executor_id}/renew"),
+                403,
+            )
         },
         // Over TLS a registration carries a credential (P13.5).
         Row {
@@ -188,6 +203,63 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
         Row {
             headers: forwarded(3, "urn:leasehold:admin"),
             ..row("manager-2", Method::DELETE, "/v1/cluster/nodes/3", 403)
+        },
+        // P13.4 under TLS: the executor certificate is every executor's, so which executor is
+        // speaking is its credential; without it, or with another, nothing is renewed, released
+        // or deregistered.
+        Row {
+            body: Some(json!({"claims": [], "revision": 0})),
+            ..row(
+                "executor",
+                Method::POST,
+                &format!("/v1/executors/{executor_id}/renew"),
+                401,
+            )
+        },
+        Row {
+            headers: bearer(&other),
+            body: Some(json!({"claims": [], "revision": 0})),
+            ..row(
+                "executor",
+                Method::POST,
+                &format!("/v1/executors/{executor_id}/renew"),
+                401,
+            )
+        },
+        Row {
+            headers: bearer(&other),
+            body: Some(json!({"shards": [0], "revoke_revision": 1})),
+            ..row(
+                "executor",
+                Method::POST,
+                &format!("/v1/executors/{executor_id}/release"),
+                401,
+            )
+        },
+        row(
+            "executor",
+            Method::DELETE,
+            &format!("/v1/executors/{executor_id}"),
+            401,
+        ),
+        Row {
+            headers: bearer(&other),
+            ..row(
+                "executor",
+                Method::DELETE,
+                &format!("/v1/executors/{executor_id}"),
+                401,
+            )
+        },
+        // A replayed registration with another credential.
+        Row {
+            body: Some(json!({
+                "incarnation": "tls-test",
+                "address": "https://127.0.0.1:9",
+                "credential": other.expose(),
+            })),
+            code: "conflict",
+            ..row("executor", Method::POST, "/v1/executors", 409)
         },
     ];
     for row in table.drain(..) {
@@ -237,7 +309,6 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
     // decides with that role and the executor's credential, which travels with the request.
     let leader = cluster.wait_for_leader(LEADER_BOUND).await;
     let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
-    let executor_id = registered_id(&cluster).await;
     let renewed = executor
         .post(format!(
             "{}/v1/executors/{executor_id}/renew",
@@ -465,4 +536,58 @@ async fn p13_6_a_manager_with_a_backup_key_restores_only_backups_it_sealed() {
             );
         }
     }
+}
+
+/// P13.6: a body that stops arriving is cut, on the public API (`408 request_timeout` at
+/// `api::http::BODY_READ_TIMEOUT`) and on `/raft/*` (at the Raft message bound), so a slow
+/// client cannot hold a manager's connection or a handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_6_a_body_that_stops_arriving_is_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let address = cluster
+        .url(leader)
+        .trim_start_matches("http://")
+        .to_string();
+    let trickle = |path: &'static str| {
+        let address = address.clone();
+        async move {
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+                 content-length: 100\r\nx-leasehold-node-id: 2\r\n\
+                 x-leasehold-storage-id: s\r\n\r\n{{\"incarnation\""
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let started = std::time::Instant::now();
+            let mut reply = Vec::new();
+            // Bounded well above the server's bounds, so a missing bound fails here.
+            let read =
+                tokio::time::timeout(Duration::from_secs(90), stream.read_to_end(&mut reply)).await;
+            (
+                read.is_ok(),
+                String::from_utf8_lossy(&reply).into_owned(),
+                started.elapsed(),
+            )
+        }
+    };
+    let (public, raft) = tokio::join!(trickle("/v1/executors"), trickle("/raft/append"));
+    assert!(
+        public.0,
+        "P13.6: the public API kept a stalled body open for {:?}",
+        public.2
+    );
+    assert!(
+        public.1.starts_with("HTTP/1.1 408") && public.1.contains("request_timeout"),
+        "{}",
+        public.1
+    );
+    assert!(
+        raft.0,
+        "P13.6: /raft/append kept a stalled body open for {:?}",
+        raft.2
+    );
+    assert!(raft.1.starts_with("HTTP/1.1 504"), "{}", raft.1);
 }

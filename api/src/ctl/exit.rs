@@ -88,7 +88,8 @@ pub fn client_exit_code(error: &ClientError) -> u8 {
             ErrorCode::InvalidRequest
             | ErrorCode::PayloadTooLarge
             | ErrorCode::UnsupportedMediaType
-            | ErrorCode::MethodNotAllowed => code::BAD_INPUT,
+            | ErrorCode::MethodNotAllowed
+            | ErrorCode::RequestTimeout => code::BAD_INPUT,
             ErrorCode::ShardingNotReady
             | ErrorCode::Conflict
             | ErrorCode::Timeout

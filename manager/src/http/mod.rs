@@ -157,6 +157,8 @@ pub fn router(node: AppState) -> Router {
         .route("/raft/vote", post(raft_rpc::vote))
         .route("/raft/snapshot", post(raft_rpc::snapshot))
         .route("/raft/identity", get(raft_rpc::identity))
+        // The body is read inside this bound (P13.6): no sender waits longer for one message.
+        .route_layer(timeout(crate::raft::SNAPSHOT_CHUNK_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_RAFT_BODY_BYTES));
 
     public
