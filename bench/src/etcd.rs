@@ -27,30 +27,60 @@ pub const fn built() -> bool {
 
 #[cfg(feature = "etcd")]
 mod with_client {
+    use std::path::Path;
     use std::time::Duration;
 
     use anyhow::{anyhow, Context, Result};
-    use etcd_client::{LeaseKeepAliveStream, LeaseKeeper, PutOptions};
+    use etcd_client::{
+        Certificate, ConnectOptions, Identity, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+        TlsOptions,
+    };
 
     use crate::fleet::{setup_all, RenewFailure, Renewer};
     use crate::procs::EtcdCluster;
 
     pub type EtcdClient = etcd_client::Client;
 
-    /// Connects `connections` etcd clients, each over every endpoint (its own HTTP/2 connections).
-    pub async fn etcd_clients(
-        endpoints: &[String],
-        connections: usize,
-        request_timeout: Duration,
-    ) -> Result<Vec<EtcdClient>> {
-        let mut clients = Vec::new();
-        for _ in 0..connections.max(1) {
-            let options = etcd_client::ConnectOptions::new()
-                .with_connect_timeout(Duration::from_secs(2))
-                .with_timeout(request_timeout);
-            clients.push(etcd_client::Client::connect(endpoints, Some(options)).await?);
+    impl EtcdCluster {
+        /// Connects `connections` clients, each over every member (its own HTTP/2 connections).
+        pub async fn clients(
+            &self,
+            connections: usize,
+            request_timeout: Duration,
+        ) -> Result<Vec<EtcdClient>> {
+            let endpoints = self.client_urls();
+            let mut clients = Vec::new();
+            for _ in 0..connections.max(1) {
+                let options = self.connect_options(Duration::from_secs(2), request_timeout)?;
+                clients.push(etcd_client::Client::connect(&endpoints, Some(options)).await?);
+            }
+            Ok(clients)
         }
-        Ok(clients)
+
+        /// Timeouts, and under TLS the CA to trust and the `executor` certificate to present.
+        fn connect_options(
+            &self,
+            connect_timeout: Duration,
+            request_timeout: Duration,
+        ) -> Result<ConnectOptions> {
+            let options = ConnectOptions::new()
+                .with_connect_timeout(connect_timeout)
+                .with_timeout(request_timeout);
+            let Some(certs) = self.security().certs() else {
+                return Ok(options);
+            };
+            let files = certs.files("executor");
+            let read = |path: &Path| {
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+            };
+            let tls = TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(read(&files.trusted_ca_file)?))
+                .identity(Identity::from_pem(
+                    read(&files.cert_file)?,
+                    read(&files.key_file)?,
+                ));
+            Ok(options.with_tls(tls))
+        }
     }
 
     /// Grants one lease of `ttl_s` seconds per holder.
@@ -250,9 +280,7 @@ mod with_client {
                 .get(index)
                 .cloned()
                 .ok_or_else(|| anyhow!("no etcd member {index}"))?;
-            let options = etcd_client::ConnectOptions::new()
-                .with_connect_timeout(Duration::from_secs(1))
-                .with_timeout(timeout);
+            let options = self.connect_options(Duration::from_secs(1), timeout)?;
             etcd_client::Client::connect([url.as_str()], Some(options))
                 .await
                 .with_context(|| format!("connecting to {url}"))
@@ -291,14 +319,6 @@ mod without_client {
 
     #[derive(Debug, Clone)]
     pub enum EtcdClient {}
-
-    pub async fn etcd_clients(
-        _endpoints: &[String],
-        _connections: usize,
-        _request_timeout: Duration,
-    ) -> Result<Vec<EtcdClient>> {
-        Err(anyhow!(super::NOT_BUILT))
-    }
 
     pub enum EtcdPutFleet {}
 
@@ -352,6 +372,14 @@ mod without_client {
     }
 
     impl EtcdCluster {
+        pub async fn clients(
+            &self,
+            _connections: usize,
+            _request_timeout: Duration,
+        ) -> Result<Vec<EtcdClient>> {
+            Err(anyhow!(super::NOT_BUILT))
+        }
+
         pub async fn snapshot_bytes(&self, _index: usize) -> Result<u64> {
             Err(anyhow!(super::NOT_BUILT))
         }

@@ -5,7 +5,10 @@
 //!   real executor does. One client, hence one connection pool and one leader hint, serves the
 //!   whole fleet. Each executor keeps its set in the executor crate's own [`AssignmentState`]
 //!   (P4.1 ordering), and one push server answers the manager's assignment pushes and revokes for
-//!   all of them, dispatching on the `executor_id` the pushes carry.
+//!   all of them, dispatching on the `executor_id` the pushes carry. Each registers with its own
+//!   credential and presents it on every renewal (P13.4), as the executor library does. Under
+//!   TLS the client presents the executor certificate and the push server speaks TLS only, taking
+//!   pushes from manager certificates only (P13.2, P13.3).
 //!
 //! The same load against etcd lives in [`crate::etcd`].
 
@@ -18,11 +21,13 @@ use anyhow::{anyhow, Context, Result};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::{post, put};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use leasehold_api::client::{Client, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
+use leasehold_api::serve::{ListenerLimits, PeerRole};
+use leasehold_api::tls::{Role, TlsConfig};
 use leasehold_api::wire::{
-    AssignmentPush, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
+    AssignmentPush, Credential, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
 };
 use leasehold_executor::assignment::{AssignmentState, SetOutcome};
 use tokio::sync::Semaphore;
@@ -98,6 +103,8 @@ pub fn claims_payload(shards: u32) -> Vec<u8> {
 #[derive(Debug)]
 struct SimExecutor {
     executor_id: String,
+    /// Registered with, and presented on every renewal and deregistration (P13.4).
+    credential: Credential,
     assignment: Mutex<AssignmentState>,
 }
 
@@ -113,9 +120,25 @@ impl SimExecutor {
 #[derive(Debug, Default)]
 struct Registry {
     by_id: RwLock<HashMap<String, Arc<SimExecutor>>>,
+    /// Under TLS only managers may push (P13.3).
+    tls: bool,
+    /// Pushes and revokes answered.
+    pushes: AtomicU64,
 }
 
 impl Registry {
+    /// Who may push (P13.3): anyone in plaintext; under TLS, a manager's certificate only.
+    fn admit(&self, peer: Option<&PeerRole>) -> Result<(), StatusCode> {
+        if !self.tls {
+            return Ok(());
+        }
+        match peer.map(PeerRole::role) {
+            Some(Ok(Role::Manager { .. })) => Ok(()),
+            Some(_) => Err(StatusCode::FORBIDDEN),
+            None => Err(StatusCode::UNAUTHORIZED),
+        }
+    }
+
     fn get(&self, executor_id: &str) -> Option<Arc<SimExecutor>> {
         self.by_id
             .read()
@@ -135,8 +158,10 @@ impl Registry {
 /// `PUT /v1/assignment` for every simulated executor (P4.1, P4.3).
 async fn assignment_push(
     State(registry): State<Arc<Registry>>,
+    peer: Option<Extension<PeerRole>>,
     Json(push): Json<AssignmentPush>,
 ) -> Result<Json<serde_json::Value>, StatusCode> {
+    registry.admit(peer.as_deref())?;
     // Not registered here yet (its register reply is still on the way): 409, and the manager
     // repairs forwards (P5.3).
     let executor = registry
@@ -146,14 +171,17 @@ async fn assignment_push(
         .assignment()
         .apply_set(push.revision, push.shard_count, &push.shards)
         .map_err(|_| StatusCode::BAD_REQUEST)?;
+    registry.pushes.fetch_add(1, Ordering::Relaxed);
     Ok(Json(serde_json::json!({})))
 }
 
 /// `POST /v1/revoke`: answered as the executor library answers it (`RevokeOutcome::reply`, P5.2).
 async fn revoke_push(
     State(registry): State<Arc<Registry>>,
+    peer: Option<Extension<PeerRole>>,
     Json(push): Json<RevokePush>,
 ) -> Result<Json<RevokeReply>, StatusCode> {
+    registry.admit(peer.as_deref())?;
     let executor = registry
         .get(&push.executor_id)
         .ok_or(StatusCode::SERVICE_UNAVAILABLE)?;
@@ -161,6 +189,7 @@ async fn revoke_push(
         .assignment()
         .apply_revoke(push.revision, &push.shards)
         .map_err(|_| StatusCode::BAD_REQUEST)?;
+    registry.pushes.fetch_add(1, Ordering::Relaxed);
     Ok(Json(outcome.reply(push.revision)))
 }
 
@@ -169,6 +198,7 @@ async fn revoke_push(
 pub struct LeaseholdFleet {
     client: Client,
     executors: Vec<Arc<SimExecutor>>,
+    registry: Arc<Registry>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -179,21 +209,42 @@ impl Drop for LeaseholdFleet {
 }
 
 impl LeaseholdFleet {
-    /// Binds the push endpoint (P8.1), then registers `count` executors.
-    pub async fn start(managers: Vec<String>, count: usize, config: ClientConfig) -> Result<Self> {
+    /// Binds the push endpoint (P8.1), then registers `count` executors. With `tls` (an
+    /// executor certificate) the push endpoint speaks TLS, advertised as `https://`, and the
+    /// client presents the certificate.
+    pub async fn start(
+        managers: Vec<String>,
+        count: usize,
+        config: ClientConfig,
+        tls: Option<&TlsConfig>,
+    ) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = format!("http://{}", listener.local_addr()?);
-        let registry = Arc::new(Registry::default());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let address = format!("{scheme}://{}", listener.local_addr()?);
+        let registry = Arc::new(Registry {
+            tls: tls.is_some(),
+            ..Registry::default()
+        });
         let app = Router::new()
             .route("/v1/assignment", put(assignment_push))
             .route("/v1/revoke", post(revoke_push))
             // A push during a large cluster's first rebalances can name many shards.
             .layer(DefaultBodyLimit::disable())
             .with_state(registry.clone());
+        // The executor library's own server builder, so plaintext and TLS pushes are served the
+        // same way (and as a real executor serves them).
+        let server_tls = tls.map(TlsConfig::server_config);
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = leasehold_api::serve::serve(
+                listener,
+                app,
+                server_tls,
+                ListenerLimits::default(),
+                std::future::pending(),
+            )
+            .await;
         });
-        let client = Client::with_config(managers, config)?;
+        let client = Client::with_tls(managers, config, tls)?;
         // Incarnations are idempotency keys (P4.4): unique per process and fleet, or a second
         // fleet would be handed the first one's executors.
         static FLEETS: AtomicU64 = AtomicU64::new(0);
@@ -207,13 +258,14 @@ impl LeaseholdFleet {
             let registry = registry.clone();
             let address = address.clone();
             let incarnation = format!("bench-{run}-{index}");
+            let credential = Credential::from_random(rand::random());
             async move {
                 let grant = client
                     .register(&RegisterRequest {
                         incarnation,
                         address,
                         name: None,
-                        credential: None,
+                        credential: Some(credential.clone()),
                     })
                     .await?;
                 let mut assignment = AssignmentState::default();
@@ -222,6 +274,7 @@ impl LeaseholdFleet {
                     .map_err(|e| anyhow!("register reply: {e}"))?;
                 let executor = Arc::new(SimExecutor {
                     executor_id: grant.executor_id,
+                    credential,
                     assignment: Mutex::new(assignment),
                 });
                 registry.insert(executor.clone());
@@ -232,8 +285,14 @@ impl LeaseholdFleet {
         Ok(Self {
             client,
             executors,
+            registry,
             server,
         })
+    }
+
+    /// Assignment pushes and revokes the push endpoint has answered.
+    pub fn pushes_answered(&self) -> u64 {
+        self.registry.pushes.load(Ordering::Relaxed)
     }
 
     /// (total, fewest, most) shards held across the fleet.
@@ -267,15 +326,14 @@ impl LeaseholdFleet {
     /// Deregisters every executor (P3.7).
     pub async fn deregister_all(&self) -> Result<()> {
         let client = self.client.clone();
-        let ids: Vec<String> = self
-            .executors
-            .iter()
-            .map(|e| e.executor_id.clone())
-            .collect();
-        setup_all(ids.len(), |index| {
+        setup_all(self.executors.len(), |index| {
             let client = client.clone();
-            let id = ids[index].clone();
-            async move { Ok(client.deregister(&id, None).await?) }
+            let executor = self.executors[index].clone();
+            async move {
+                Ok(client
+                    .deregister(&executor.executor_id, Some(&executor.credential))
+                    .await?)
+            }
         })
         .await?;
         Ok(())
@@ -301,7 +359,7 @@ impl Renewer for LeaseholdFleet {
         };
         let grant = self
             .client
-            .renew(&executor.executor_id, None, &request)
+            .renew(&executor.executor_id, Some(&executor.credential), &request)
             .await
             .map_err(|error| match error.code() {
                 Some(ErrorCode::UnknownExecutor) => RenewFailure::Evicted,

@@ -7,7 +7,8 @@
 //! `LEASEHOLD_BIN_DIR`, else the directory this binary is in, so
 //! `target/release/leasehold-loadgen` runs the release managers) and `etcd` from PATH or
 //! `--etcd-bin`. Without etcd, or in a build without the `etcd` feature (src/etcd.rs), the etcd
-//! half of a scenario is skipped with a message naming the reason.
+//! half of a scenario is skipped with a message naming the reason. `--tls` runs both systems
+//! with mutual TLS (src/tls.rs).
 
 mod drive;
 mod etcd;
@@ -15,16 +16,19 @@ mod fleet;
 mod procs;
 mod report;
 mod scenarios;
+mod tls;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
 use crate::procs::{default_flags, EtcdCluster};
 use crate::scenarios::{Env, B1, B6};
+use crate::tls::{Certs, Security};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,8 +54,32 @@ struct Cli {
     #[arg(long, global = true)]
     work_dir: Option<PathBuf>,
 
+    /// Mutual TLS for both systems, on certificates made in the work directory (`tls/`).
+    /// `--tls` (`--tls=on`): every system runs under TLS. `--tls=compare` (B1 and B2): each
+    /// system runs in plaintext and then under TLS, and the table gives TLS's cost.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        num_args = 0..=1,
+        require_equals = true,
+        default_value_t = TlsMode::Off,
+        default_missing_value = "on"
+    )]
+    tls: TlsMode,
+
     #[command(subcommand)]
     scenario: Scenario,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TlsMode {
+    /// Plaintext (loopback only, as the managers allow it).
+    Off,
+    /// Mutual TLS.
+    On,
+    /// Plaintext, then mutual TLS, per system (B1 and B2 only).
+    Compare,
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,6 +178,10 @@ enum Scenario {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    let comparable = matches!(cli.scenario, Scenario::B1 { .. } | Scenario::B2 { .. });
+    if cli.tls == TlsMode::Compare && !comparable {
+        bail!("--tls=compare is for b1 and b2; use --tls to run the others under TLS");
+    }
     let bin_dir = match cli.bin_dir {
         Some(dir) => dir,
         None => leasehold_harness::bin_dir()?,
@@ -170,8 +202,14 @@ fn main() -> Result<()> {
         }
         None => temp.path().to_path_buf(),
     };
+    let security = match cli.tls {
+        TlsMode::Off => Security::Plaintext,
+        TlsMode::On | TlsMode::Compare => {
+            Security::Tls(Arc::new(Certs::make(&work_dir.join("tls"))?))
+        }
+    };
     eprintln!(
-        "managers from {}; etcd: {}; work dir {}",
+        "managers from {}; etcd: {}; work dir {}; {}",
         bin_dir.display(),
         etcd_bin
             .as_ref()
@@ -181,12 +219,19 @@ fn main() -> Result<()> {
             } else {
                 etcd::NOT_BUILT.to_owned()
             }),
-        work_dir.display()
+        work_dir.display(),
+        match cli.tls {
+            TlsMode::Off => "plaintext",
+            TlsMode::On => "mutual TLS",
+            TlsMode::Compare => "plaintext, then mutual TLS",
+        }
     );
     let env = Env {
         bin_dir,
         etcd_bin,
         work_dir,
+        security,
+        compare_tls: cli.tls == TlsMode::Compare,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,6 +1,6 @@
 //! The systems under test as real processes on 127.0.0.1: three `leasehold-manager` replicas
 //! (a `leasehold-harness` [`ManagerCluster`]) or three etcd members, each with its own data
-//! directory and log file, killed when dropped.
+//! directory and log file, killed when dropped; plaintext or mutual TLS ([`Security`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,6 +11,8 @@ use leasehold_harness::{
     binary_in, free_port, poll_every, ChildProcess, ClusterConfig, Launcher, ManagerCluster,
     ManagerFlags, Placement,
 };
+
+use crate::tls::Security;
 
 /// What a missing binary's error adds for the load generator.
 pub const BIN_DIR_HINT: &str = "the binaries to benchmark (choose their directory with --bin-dir)";
@@ -94,8 +96,14 @@ pub fn etcd_timing(shard_count: u32, lease: &str) -> ManagerFlags {
     ManagerFlags::new(shard_count, lease, "100ms", "1s")
 }
 
-/// Starts three managers with `flags` and empty data directories under `dir`.
-pub fn start_managers(bin_dir: &Path, dir: &Path, flags: ManagerFlags) -> Result<ManagerCluster> {
+/// Starts three managers with `flags` and empty data directories under `dir`; under TLS each
+/// serves its `manager-<id>` certificate and the cluster's own client presents `admin`'s.
+pub fn start_managers(
+    bin_dir: &Path,
+    dir: &Path,
+    flags: ManagerFlags,
+    security: &Security,
+) -> Result<ManagerCluster> {
     let binary = binary_in(bin_dir, "leasehold-manager").context(BIN_DIR_HINT)?;
     let config = ClusterConfig {
         // The scenarios' own requests set their timeouts; a minute is the backstop.
@@ -103,6 +111,7 @@ pub fn start_managers(bin_dir: &Path, dir: &Path, flags: ManagerFlags) -> Result
         probe_timeout: PROBE_TIMEOUT,
         poll_interval: POLL_INTERVAL,
         drop_grace: wrapper().map(|_| WRAPPED_DROP_GRACE),
+        tls_dir: security.certs().map(|certs| certs.dir().to_path_buf()),
         ..ClusterConfig::new(binary, dir, flags)
     };
     let placements = (1..=3)
@@ -148,6 +157,8 @@ struct EtcdMember {
 }
 
 /// Three etcd members on loopback with etcd's default timing (100 ms heartbeat, 1 s election).
+/// Under TLS, member `i` serves `manager-<i>`'s certificate on its client and peer listeners,
+/// and both require a client certificate of the CA.
 #[derive(Debug)]
 pub struct EtcdCluster {
     binary: PathBuf,
@@ -156,6 +167,7 @@ pub struct EtcdCluster {
     members: Vec<EtcdMember>,
     /// More flags for every member (e.g. auto-compaction for the soak).
     extra_args: Vec<String>,
+    security: Security,
 }
 
 impl EtcdCluster {
@@ -184,12 +196,15 @@ impl EtcdCluster {
             .unwrap_or_else(|| "unknown".to_owned())
     }
 
-    pub fn start(binary: &Path, dir: &Path) -> Result<Self> {
-        Self::start_with(binary, dir, Vec::new())
-    }
-
-    /// [`EtcdCluster::start`] with `extra_args` on every member.
-    pub fn start_with(binary: &Path, dir: &Path, extra_args: Vec<String>) -> Result<Self> {
+    /// Starts three members with empty data directories under `dir` and `extra_args` (e.g.
+    /// auto-compaction for the soak) on each.
+    pub fn start(
+        binary: &Path,
+        dir: &Path,
+        security: &Security,
+        extra_args: Vec<String>,
+    ) -> Result<Self> {
+        let scheme = security.scheme();
         let mut members = Vec::new();
         for index in 1..=3 {
             members.push(EtcdMember {
@@ -203,7 +218,7 @@ impl EtcdCluster {
         }
         let initial_cluster = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}={scheme}://127.0.0.1:{}", m.name, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Self {
@@ -212,6 +227,7 @@ impl EtcdCluster {
             initial_cluster,
             members,
             extra_args,
+            security: security.clone(),
         };
         for index in 0..3 {
             cluster.spawn(index)?;
@@ -220,12 +236,13 @@ impl EtcdCluster {
     }
 
     fn spawn(&mut self, index: usize) -> Result<()> {
+        let scheme = self.security.scheme();
         let member = self
             .members
             .get_mut(index)
             .ok_or_else(|| anyhow!("no etcd member {index}"))?;
-        let client_url = format!("http://127.0.0.1:{}", member.client_port);
-        let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
+        let client_url = format!("{scheme}://127.0.0.1:{}", member.client_port);
+        let peer_url = format!("{scheme}://127.0.0.1:{}", member.peer_port);
         let mut command = Command::new(&self.binary);
         command
             .arg("--name")
@@ -249,6 +266,19 @@ impl EtcdCluster {
             .arg("--logger")
             .arg("zap")
             .args(&self.extra_args);
+        if let Some(certs) = self.security.certs() {
+            let own = certs.files(&format!("manager-{}", index + 1));
+            for prefix in ["--", "--peer-"] {
+                command
+                    .arg(format!("{prefix}cert-file"))
+                    .arg(&own.cert_file)
+                    .arg(format!("{prefix}key-file"))
+                    .arg(&own.key_file)
+                    .arg(format!("{prefix}trusted-ca-file"))
+                    .arg(&own.trusted_ca_file)
+                    .arg(format!("{prefix}client-cert-auth"));
+            }
+        }
         let log = self
             .dir
             .join(format!("{}-{}.log", member.name, member.starts));
@@ -258,10 +288,18 @@ impl EtcdCluster {
     }
 
     pub fn client_urls(&self) -> Vec<String> {
+        let scheme = self.security.scheme();
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .map(|m| format!("{scheme}://127.0.0.1:{}", m.client_port))
             .collect()
+    }
+
+    /// Plaintext, or the certificates its members serve and its clients present (read by the
+    /// etcd client, src/etcd.rs).
+    #[cfg(feature = "etcd")]
+    pub fn security(&self) -> &Security {
+        &self.security
     }
 
     /// Every member's data directory, in member order.

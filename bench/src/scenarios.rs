@@ -19,13 +19,14 @@ use leasehold_harness::{
 use tokio::time::Instant;
 
 use crate::drive::{self, Cadence, Ramp, RampResult, StepResult};
-use crate::etcd::{etcd_clients, EtcdKeepAliveFleet, EtcdPutFleet};
+use crate::etcd::{EtcdKeepAliveFleet, EtcdPutFleet};
 use crate::fleet::{claims_payload, LeaseholdFleet, Renewer};
 use crate::procs::{
     self, default_flags, dir_bytes, etcd_timing, load_average, log_lines_containing, rss_bytes,
     EtcdCluster, DEFAULT_LEASE_DURATION, POLL_INTERVAL, TERMINATE_BOUND,
 };
 use crate::report::{fmt_bytes, fmt_ms, fmt_rate, Table};
+use crate::tls::{check_refuses_unauthenticated, Security};
 
 /// Where binaries and scratch space are, shared by every scenario.
 #[derive(Debug, Clone)]
@@ -34,9 +35,23 @@ pub struct Env {
     /// `None`: etcd is not installed; the etcd half of each scenario is skipped (and says so).
     pub etcd_bin: Option<PathBuf>,
     pub work_dir: PathBuf,
+    /// Plaintext, or mutual TLS (`--tls`) for both systems.
+    pub security: Security,
+    /// `--tls=compare`: B1 and B2 measure each system in plaintext and then under TLS
+    /// ([`Env::security`]), one after the other.
+    pub compare_tls: bool,
 }
 
 impl Env {
+    /// The transports B1 and B2 measure each system under, in order.
+    fn securities(&self) -> Vec<Security> {
+        if self.compare_tls {
+            vec![Security::Plaintext, self.security.clone()]
+        } else {
+            vec![self.security.clone()]
+        }
+    }
+
     /// A fresh directory for one cluster. An existing one is refused: managers started on an
     /// earlier run's data would rejoin that run's cluster instead of forming a new one.
     fn dir(&self, name: &str) -> Result<PathBuf> {
@@ -76,16 +91,51 @@ fn executor_client() -> ClientConfig {
     ClientConfig::default()
 }
 
-async fn leasehold_cluster(env: &Env, name: &str, options: ManagerFlags) -> Result<ManagerCluster> {
-    let mut cluster = procs::start_managers(&env.bin_dir, &env.dir(name)?, options)?;
+/// Three managers, formed; under TLS, each checked to refuse plaintext and clients without a
+/// certificate.
+async fn leasehold_cluster(
+    env: &Env,
+    security: &Security,
+    name: &str,
+    options: ManagerFlags,
+) -> Result<ManagerCluster> {
+    let mut cluster = procs::start_managers(&env.bin_dir, &env.dir(name)?, options, security)?;
     cluster.wait_for_leader(FORM_BOUND).await?;
+    if let Some(certs) = security.certs() {
+        for url in cluster.urls() {
+            check_refuses_unauthenticated(certs, &url, "/v1/cluster").await?;
+        }
+    }
     Ok(cluster)
 }
 
-async fn etcd_cluster(binary: &Path, env: &Env, name: &str) -> Result<EtcdCluster> {
-    let mut cluster = EtcdCluster::start(binary, &env.dir(name)?)?;
+/// Three etcd members with `extra_args`, formed; under TLS, each checked as in
+/// [`leasehold_cluster`].
+async fn etcd_cluster(
+    binary: &Path,
+    env: &Env,
+    security: &Security,
+    name: &str,
+    extra_args: Vec<String>,
+) -> Result<EtcdCluster> {
+    let mut cluster = EtcdCluster::start(binary, &env.dir(name)?, security, extra_args)?;
     cluster.wait_for_leader(FORM_BOUND).await?;
+    if let Some(certs) = security.certs() {
+        for url in cluster.client_urls() {
+            check_refuses_unauthenticated(certs, &url, "/version").await?;
+        }
+    }
     Ok(cluster)
+}
+
+/// `count` simulated executors against `cluster`, over `security`.
+async fn leasehold_fleet(
+    cluster: &ManagerCluster,
+    security: &Security,
+    count: usize,
+    config: ClientConfig,
+) -> Result<LeaseholdFleet> {
+    LeaseholdFleet::start(cluster.urls(), count, config, security.executor_tls()).await
 }
 
 /// Who keeps the fleet renewing while [`settle`] waits.
@@ -175,11 +225,11 @@ async fn settle(
 /// [`settle`]).
 async fn settled_fleet(
     cluster: &mut ManagerCluster,
+    security: &Security,
     executors: usize,
     shard_count: u32,
 ) -> Result<Arc<LeaseholdFleet>> {
-    let fleet =
-        Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+    let fleet = Arc::new(leasehold_fleet(cluster, security, executors, executor_client()).await?);
     settle(
         cluster,
         &fleet,
@@ -197,6 +247,53 @@ fn per_holder_shards(shard_count: u32, holders: usize) -> u32 {
 }
 
 // ---------------------------------------------------------------------------------------------
+// B1 and B2: each system under every transport of the run
+
+/// One system's result under one transport, for the B1 and B2 tables.
+#[derive(Debug)]
+struct Measured<T> {
+    system: &'static str,
+    security: Security,
+    result: T,
+    /// The 1-minute load average before → after.
+    load: String,
+}
+
+impl<T> Measured<T> {
+    /// The result of `system` under the transport `tls` says, among `rows`.
+    fn of<'a>(rows: &'a [Measured<T>], system: &str, tls: bool) -> Option<&'a T> {
+        rows.iter()
+            .find(|row| row.system == system && row.security.is_tls() == tls)
+            .map(|row| &row.result)
+    }
+
+    /// The plaintext result of this row's system, for a TLS row (the TLS cost's baseline).
+    fn plaintext_of<'a>(&self, rows: &'a [Measured<T>]) -> Option<&'a T> {
+        if self.security.is_tls() {
+            Self::of(rows, self.system, false)
+        } else {
+            None
+        }
+    }
+}
+
+/// `ours ÷ theirs` as `1.23×`, or `-` without both.
+fn fmt_ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
+    match (ours, theirs) {
+        (Some(o), Some(t)) if t > 0.0 => format!("{:.2}×", o / t),
+        _ => "-".to_owned(),
+    }
+}
+
+/// How much TLS moved a figure against plaintext, as a signed percentage of the plaintext one.
+fn fmt_change(tls: Option<f64>, plaintext: Option<f64>) -> String {
+    match (tls, plaintext) {
+        (Some(t), Some(p)) if p > 0.0 => format!("{:+.0} %", (t / p - 1.0) * 100.0),
+        _ => "-".to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // B1
 
 #[derive(Debug, Clone)]
@@ -207,90 +304,97 @@ pub struct B1 {
     pub etcd_connections: usize,
 }
 
+const LEASEHOLD_RENEW: &str = "Leasehold renew (group commit)";
+const ETCD_PUT: &str = "etcd (a) put with lease";
+const ETCD_KEEPALIVE: &str = "etcd (b) keepalive stream";
+
+/// What `system` did under `security`, with the load average around `work`.
+async fn measured<T>(
+    system: &'static str,
+    security: &Security,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<Measured<T>> {
+    let load = load_average();
+    let result = work.await?;
+    Ok(Measured {
+        system,
+        security: security.clone(),
+        result,
+        load: format!("{load} → {}", load_average()),
+    })
+}
+
+/// One B1 ramp against a fresh Leasehold cluster of its own.
+async fn b1_leasehold(env: &Env, security: &Security, args: &B1) -> Result<RampResult> {
+    let label = format!("leasehold, {}", security.label());
+    eprintln!(
+        "B1 {label}: {} executors, {} shards",
+        args.executors, args.shards
+    );
+    let name = format!("b1-leasehold-{}", security.scheme());
+    let mut cluster = leasehold_cluster(env, security, &name, default_flags(args.shards)).await?;
+    let fleet = settled_fleet(&mut cluster, security, args.executors, args.shards).await?;
+    Ok(drive::ramp(fleet, args.ramp, &label).await)
+}
+
 /// One B1 ramp against a fresh etcd cluster of its own: `fleet` makes the holders from the
-/// cluster's clients. Returns the row: system, what the ramp found, the load average before and
-/// after.
-async fn ramp_on_fresh_etcd<F, Fut, R>(
+/// cluster's clients.
+async fn b1_etcd<F, Fut, R>(
     env: &Env,
     etcd: &Path,
+    security: &Security,
     args: &B1,
     system: &str,
     cluster_name: &str,
     fleet: F,
-) -> Result<(String, RampResult, String)>
+) -> Result<RampResult>
 where
     F: FnOnce(Vec<crate::etcd::EtcdClient>) -> Fut,
     Fut: std::future::Future<Output = Result<R>>,
     R: Renewer,
 {
-    let load = load_average();
-    eprintln!("B1 {system}: {} holders", args.executors);
-    let cluster = etcd_cluster(etcd, env, cluster_name).await?;
-    let clients = etcd_clients(
-        &cluster.client_urls(),
-        args.etcd_connections,
-        Duration::from_secs(5),
-    )
-    .await?;
+    let label = format!("{system}, {}", security.label());
+    eprintln!("B1 {label}: {} holders", args.executors);
+    let name = format!("{cluster_name}-{}", security.scheme());
+    let cluster = etcd_cluster(etcd, env, security, &name, Vec::new()).await?;
+    let clients = cluster
+        .clients(args.etcd_connections, Duration::from_secs(5))
+        .await?;
     let holders = Arc::new(fleet(clients).await?);
-    let found = drive::ramp(holders, args.ramp, system).await;
-    Ok((
-        system.to_owned(),
-        found,
-        format!("{load} → {}", load_average()),
-    ))
+    Ok(drive::ramp(holders, args.ramp, &label).await)
 }
 
 pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
-    let mut results: Vec<(String, RampResult, String)> = Vec::new();
     let n = args.executors;
-
-    let load = load_average();
-    eprintln!("B1 leasehold: {n} executors, {} shards", args.shards);
-    let mut cluster = leasehold_cluster(env, "b1-leasehold", default_flags(args.shards)).await?;
-    let fleet = settled_fleet(&mut cluster, n, args.shards).await?;
-    let found = drive::ramp(fleet.clone(), args.ramp, "leasehold").await;
-    results.push((
-        "Leasehold renew (group commit)".into(),
-        found,
-        format!("{load} → {}", load_average()),
-    ));
-    drop(fleet);
-    drop(cluster);
-
+    let mut rows: Vec<Measured<RampResult>> = Vec::new();
+    for security in env.securities() {
+        let work = b1_leasehold(env, &security, args);
+        rows.push(measured(LEASEHOLD_RENEW, &security, work).await?);
+    }
     if let Some(etcd) = env.etcd_or_skip("B1") {
         let value = claims_payload(per_holder_shards(args.shards, n));
-        let put = |clients| EtcdPutFleet::start(clients, n, PUT_LEASE_TTL_S, value);
-        results.push(
-            ramp_on_fresh_etcd(
+        for security in env.securities() {
+            let put = |clients| EtcdPutFleet::start(clients, n, PUT_LEASE_TTL_S, value.clone());
+            let work = b1_etcd(env, etcd, &security, args, ETCD_PUT, "b1-etcd-put", put);
+            rows.push(measured(ETCD_PUT, &security, work).await?);
+        }
+        for security in env.securities() {
+            let keepalive = |clients| EtcdKeepAliveFleet::start(clients, n, 60);
+            let work = b1_etcd(
                 env,
                 etcd,
+                &security,
                 args,
-                "etcd (a) put with lease",
-                "b1-etcd-put",
-                put,
-            )
-            .await?,
-        );
-        let keepalive = |clients| EtcdKeepAliveFleet::start(clients, n, 60);
-        results.push(
-            ramp_on_fresh_etcd(
-                env,
-                etcd,
-                args,
-                "etcd (b) keepalive stream",
+                ETCD_KEEPALIVE,
                 "b1-etcd-keepalive",
                 keepalive,
-            )
-            .await?,
-        );
+            );
+            rows.push(measured(ETCD_KEEPALIVE, &security, work).await?);
+        }
     }
 
-    let ours = results.first().map(|(_, found, _)| found.clone());
-    let ratio = |ours: Option<&StepResult>, theirs: Option<&StepResult>| match (ours, theirs) {
-        (Some(o), Some(t)) => format!("{:.2}×", o.achieved_per_s / t.achieved_per_s),
-        _ => "-".to_owned(),
-    };
+    let within = |found: &RampResult| found.within_bound.as_ref().map(|s| s.achieved_per_s);
+    let kept = |found: &RampResult| found.kept_up.as_ref().map(|s| s.achieved_per_s);
     let at = |step: Option<&StepResult>| match step {
         Some(step) => format!(
             "{} (p50 {}, p99 {})",
@@ -300,34 +404,45 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
         ),
         None => format!("< {}", fmt_rate(args.ramp.start_per_s)),
     };
-    let mut table = Table::new(&[
+    let bound = format!("renewals/s at p99 ≤ {} ms", args.ramp.p99_bound_ms);
+    let mut header = vec![
         "B1",
         "system",
+        "transport",
         "executors",
-        &format!("renewals/s at p99 ≤ {} ms", args.ramp.p99_bound_ms),
+        &bound,
         "Leasehold ÷ this",
         "highest renewals/s kept up",
         "Leasehold ÷ this",
-        "load avg",
-    ]);
-    for (system, found, load) in results {
-        let ours = ours.as_ref();
-        table.row(vec![
+    ];
+    if env.compare_tls {
+        header.push("TLS vs plaintext (at p99 bound / kept up)");
+    }
+    header.push("load avg");
+    let mut table = Table::new(&header);
+    for row in &rows {
+        // Leasehold under the same transport as this row.
+        let ours = Measured::of(&rows, LEASEHOLD_RENEW, row.security.is_tls());
+        let mut cells = vec![
             "B1".into(),
-            system,
+            row.system.to_owned(),
+            row.security.label().to_owned(),
             n.to_string(),
-            at(found.within_bound.as_ref()),
-            ratio(
-                ours.and_then(|o| o.within_bound.as_ref()),
-                found.within_bound.as_ref(),
-            ),
-            at(found.kept_up.as_ref()),
-            ratio(
-                ours.and_then(|o| o.kept_up.as_ref()),
-                found.kept_up.as_ref(),
-            ),
-            load,
-        ]);
+            at(row.result.within_bound.as_ref()),
+            fmt_ratio(ours.and_then(within), within(&row.result)),
+            at(row.result.kept_up.as_ref()),
+            fmt_ratio(ours.and_then(kept), kept(&row.result)),
+        ];
+        if env.compare_tls {
+            let plaintext = row.plaintext_of(&rows);
+            cells.push(format!(
+                "{} / {}",
+                fmt_change(within(&row.result), plaintext.and_then(within)),
+                fmt_change(kept(&row.result), plaintext.and_then(kept))
+            ));
+        }
+        cells.push(row.load.clone());
+        table.row(cells);
     }
     Ok(table)
 }
@@ -335,87 +450,115 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
 // ---------------------------------------------------------------------------------------------
 // B2
 
+/// p50 and p99 of one closed loop, in milliseconds, and its renewals and errors.
+#[derive(Debug, Clone, Copy)]
+struct Latency {
+    ok: u64,
+    errors: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Holder 0 of `holders` renews back to back for `warmup` (not counted), then for `duration`.
+async fn closed_loop_latency<R: Renewer>(
+    holders: &R,
+    warmup: Duration,
+    duration: Duration,
+) -> Latency {
+    drive::closed_loop(holders, 0, warmup).await;
+    let mut samples = drive::closed_loop(holders, 0, duration).await;
+    Latency {
+        ok: samples.ok(),
+        errors: samples.errors,
+        p50_ms: samples.quantile_ms(0.5),
+        p99_ms: samples.quantile_ms(0.99),
+    }
+}
+
 pub async fn b2(env: &Env, duration: Duration) -> Result<Table> {
     let warmup = Duration::from_secs(1);
-    let mut rows: Vec<(String, drive::Samples, String)> = Vec::new();
+    let mut rows: Vec<Measured<Latency>> = Vec::new();
 
-    let load = load_average();
-    let mut cluster = leasehold_cluster(env, "b2-leasehold", default_flags(1024)).await?;
-    let fleet = settled_fleet(&mut cluster, 1, 1024).await?;
-    drive::closed_loop(fleet.as_ref(), 0, warmup).await;
-    let samples = drive::closed_loop(fleet.as_ref(), 0, duration).await;
-    rows.push((
-        "Leasehold renew".into(),
-        samples,
-        format!("{load} → {}", load_average()),
-    ));
-    drop(fleet);
-    drop(cluster);
-
-    if let Some(etcd) = env.etcd_or_skip("B2") {
-        let load = load_average();
-        let cluster = etcd_cluster(etcd, env, "b2-etcd").await?;
-        let clients = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(5)).await?;
-        let put =
-            EtcdPutFleet::start(clients.clone(), 1, PUT_LEASE_TTL_S, claims_payload(1024)).await?;
-        drive::closed_loop(&put, 0, warmup).await;
-        let samples = drive::closed_loop(&put, 0, duration).await;
-        rows.push((
-            "etcd (a) put with lease".into(),
-            samples,
-            format!("{load} → {}", load_average()),
-        ));
-        let load = load_average();
-        let keepalive = EtcdKeepAliveFleet::start(clients, 1, 60).await?;
-        drive::closed_loop(&keepalive, 0, warmup).await;
-        let samples = drive::closed_loop(&keepalive, 0, duration).await;
-        rows.push((
-            "etcd (b) keepalive stream".into(),
-            samples,
-            format!("{load} → {}", load_average()),
-        ));
+    for security in env.securities() {
+        let work = async {
+            let name = format!("b2-leasehold-{}", security.scheme());
+            let mut cluster = leasehold_cluster(env, &security, &name, default_flags(1024)).await?;
+            let fleet = settled_fleet(&mut cluster, &security, 1, 1024).await?;
+            Ok(closed_loop_latency(fleet.as_ref(), warmup, duration).await)
+        };
+        rows.push(measured("Leasehold renew", &security, work).await?);
     }
 
-    let mut quantiles: Vec<(String, u64, u64, f64, f64, String)> = rows
-        .into_iter()
-        .map(|(system, mut samples, load)| {
-            let p50 = samples.quantile_ms(0.5);
-            let p99 = samples.quantile_ms(0.99);
-            (system, samples.ok(), samples.errors, p50, p99, load)
-        })
-        .collect();
-    let put = quantiles
-        .iter()
-        .find(|row| row.0.starts_with("etcd (a)"))
-        .map(|row| (row.3, row.4));
-    let mut table = Table::new(&[
+    if let Some(etcd) = env.etcd_or_skip("B2") {
+        let mut etcd_rows = Vec::new();
+        for security in env.securities() {
+            let name = format!("b2-etcd-{}", security.scheme());
+            let cluster = etcd_cluster(etcd, env, &security, &name, Vec::new()).await?;
+            let clients = cluster.clients(1, Duration::from_secs(5)).await?;
+            let work = async {
+                let put =
+                    EtcdPutFleet::start(clients.clone(), 1, PUT_LEASE_TTL_S, claims_payload(1024))
+                        .await?;
+                Ok(closed_loop_latency(&put, warmup, duration).await)
+            };
+            etcd_rows.push(measured(ETCD_PUT, &security, work).await?);
+            let work = async {
+                let keepalive = EtcdKeepAliveFleet::start(clients, 1, 60).await?;
+                Ok(closed_loop_latency(&keepalive, warmup, duration).await)
+            };
+            etcd_rows.push(measured(ETCD_KEEPALIVE, &security, work).await?);
+        }
+        // One system's rows together: plaintext, then TLS.
+        etcd_rows.sort_by_key(|row| row.system != ETCD_PUT);
+        rows.extend(etcd_rows);
+    }
+
+    let mut header = vec![
         "B2",
         "system (one executor, one request at a time)",
+        "transport",
         "renewals",
         "errors",
         "p50",
         "p99",
         "÷ etcd put (p50 / p99)",
-        "load avg",
-    ]);
-    for (system, ok, errors, p50, p99, load) in quantiles.drain(..) {
-        let ratio = put.map_or("-".into(), |(put50, put99)| {
-            format!("{:.2}× / {:.2}×", p50 / put50, p99 / put99)
-        });
-        table.row(vec![
+    ];
+    if env.compare_tls {
+        header.push("TLS vs plaintext (p50 / p99)");
+    }
+    header.push("load avg");
+    let mut table = Table::new(&header);
+    for row in &rows {
+        let latency = row.result;
+        // etcd's put under the same transport as this row.
+        let put = Measured::of(&rows, ETCD_PUT, row.security.is_tls());
+        let mut cells = vec![
             "B2".into(),
-            system,
-            ok.to_string(),
-            errors.to_string(),
-            fmt_ms(p50),
-            fmt_ms(p99),
-            ratio,
-            load,
-        ]);
+            row.system.to_owned(),
+            row.security.label().to_owned(),
+            latency.ok.to_string(),
+            latency.errors.to_string(),
+            fmt_ms(latency.p50_ms),
+            fmt_ms(latency.p99_ms),
+            format!(
+                "{} / {}",
+                fmt_ratio(Some(latency.p50_ms), put.map(|p| p.p50_ms)),
+                fmt_ratio(Some(latency.p99_ms), put.map(|p| p.p99_ms))
+            ),
+        ];
+        if env.compare_tls {
+            let plaintext = row.plaintext_of(&rows);
+            cells.push(format!(
+                "{} / {}",
+                fmt_change(Some(latency.p50_ms), plaintext.map(|p| p.p50_ms)),
+                fmt_change(Some(latency.p99_ms), plaintext.map(|p| p.p99_ms))
+            ));
+        }
+        cells.push(row.load.clone());
+        table.row(cells);
     }
     Ok(table)
 }
-
 // ---------------------------------------------------------------------------------------------
 // B3
 
@@ -472,15 +615,16 @@ async fn b3_leasehold(
 ) -> Result<(Vec<f64>, u64)> {
     let mut options = etcd_timing(64, SHORT_LEASE);
     options.election_timeout = election_timeout.to_owned();
-    let mut cluster =
-        leasehold_cluster(env, &format!("b3-leasehold-{election_timeout}"), options).await?;
-    let fleet =
-        Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+    let security = &env.security;
+    let name = format!("b3-leasehold-{election_timeout}");
+    let mut cluster = leasehold_cluster(env, security, &name, options).await?;
+    let fleet = Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
     let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
     // The probe retries every 20 ms (like the etcd probe) instead of the protocol's 250 ms, so
     // the figure resolves the failover itself rather than the retry interval.
-    let probe = LeaseholdFleet::start(
-        cluster.urls(),
+    let probe = leasehold_fleet(
+        &cluster,
+        security,
         1,
         ClientConfig {
             request_timeout: Duration::from_secs(1),
@@ -547,10 +691,10 @@ pub async fn b3(
         let min_ms = humantime::parse_duration(election_timeout)?.as_millis();
         table.row(vec![
             "B3".into(),
-            format!(
+            env.security.tagged(&format!(
                 "Leasehold ({executors} executors, heartbeat 100 ms, election timeout {min_ms}–{} ms, lease 6 s)",
                 2 * min_ms
-            ),
+            )),
             fmt_runs(&times),
             format!("{:.2} s", median(&mut times)),
             evicted.to_string(),
@@ -560,12 +704,12 @@ pub async fn b3(
 
     if let Some(etcd) = env.etcd_or_skip("B3") {
         let load = load_average();
-        let mut cluster = etcd_cluster(etcd, env, "b3-etcd").await?;
-        let clients = etcd_clients(&cluster.client_urls(), 2, Duration::from_secs(2)).await?;
+        let mut cluster = etcd_cluster(etcd, env, &env.security, "b3-etcd", Vec::new()).await?;
+        let clients = cluster.clients(2, Duration::from_secs(2)).await?;
         let ttl_s = i64::try_from(SHORT_LEASE_DURATION.as_secs())?;
         let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, executors, ttl_s).await?);
         let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
-        let probe_client = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(1)).await?;
+        let probe_client = cluster.clients(1, Duration::from_secs(1)).await?;
         let probe =
             EtcdPutFleet::start(probe_client, 1, PUT_LEASE_TTL_S, claims_payload(1)).await?;
         let mut times = Vec::new();
@@ -601,7 +745,7 @@ pub async fn b3(
             .max(expired as u64);
         table.row(vec![
             "B3".into(),
-            format!("etcd 3.4 ({executors} keepalive leases, heartbeat 100 ms, election 1 s, TTL 6 s; probe: put)"),
+            env.security.tagged(&format!("etcd 3.4 ({executors} keepalive leases, heartbeat 100 ms, election 1 s, TTL 6 s; probe: put)")),
             fmt_runs(&times),
             format!("{:.2} s", median(&mut times.clone())),
             evicted.to_string(),
@@ -640,24 +784,38 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
     for &shards in shard_counts {
         let load = load_average();
         eprintln!("B4: {shards} shards");
+        let security = &env.security;
         let mut cluster = leasehold_cluster(
             env,
+            security,
             &format!("b4-{shards}"),
             etcd_timing(shards, SHORT_LEASE),
         )
         .await?;
         let formed = Instant::now();
-        let fleet = Arc::new(LeaseholdFleet::start(cluster.urls(), 3, executor_client()).await?);
+        let fleet = Arc::new(leasehold_fleet(&cluster, security, 3, executor_client()).await?);
         let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
         let port = free_port()?;
-        let address = format!("http://127.0.0.1:{port}");
+        let address = format!("{}://127.0.0.1:{port}", security.scheme());
+        let mut command = Command::new(&executor_bin);
+        command
+            .arg("--managers")
+            .arg(cluster.urls().join(","))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info");
+        if let Some(certs) = security.certs() {
+            let files = certs.files("executor");
+            command
+                .arg("--cert-file")
+                .arg(&files.cert_file)
+                .arg("--key-file")
+                .arg(&files.key_file)
+                .arg("--trusted-ca-file")
+                .arg(&files.trusted_ca_file);
+        }
         let mut victim = ChildProcess::spawn(
-            Command::new(&executor_bin)
-                .arg("--managers")
-                .arg(cluster.urls().join(","))
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .env("RUST_LOG", "info"),
+            &mut command,
             &env.dir(&format!("b4-{shards}-executor"))?
                 .join("executor.log"),
         )?;
@@ -802,10 +960,10 @@ pub async fn b5(env: &Env, executors: usize, options: ManagerFlags) -> Result<Ta
     let load = load_average();
     let shards = options.shard_count;
     let heartbeat = options.heartbeat.clone();
-    let mut cluster = leasehold_cluster(env, "b5", options).await?;
+    let security = &env.security;
+    let mut cluster = leasehold_cluster(env, security, "b5", options).await?;
     let setup = Instant::now();
-    let fleet =
-        Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+    let fleet = Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
     let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
     eprintln!(
         "B5: {executors} registered after {:.1} s; settling",
@@ -929,17 +1087,14 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
     let load = load_average();
     let mut options = default_flags(args.shards);
     options.extra_args = args.manager_args.clone();
-    let mut cluster = leasehold_cluster(env, "b6", options).await?;
-    let fleet = settled_fleet(&mut cluster, args.executors, args.shards).await?;
+    let security = &env.security;
+    let mut cluster = leasehold_cluster(env, security, "b6", options).await?;
+    let fleet = settled_fleet(&mut cluster, security, args.executors, args.shards).await?;
     let etcd = match env.etcd_or_skip("B6") {
         Some(binary) => {
-            let mut etcd = EtcdCluster::start_with(
-                binary,
-                &env.dir("b6-etcd")?,
-                ETCD_SOAK_ARGS.map(String::from).to_vec(),
-            )?;
-            etcd.wait_for_leader(FORM_BOUND).await?;
-            let clients = etcd_clients(&etcd.client_urls(), 4, Duration::from_secs(5)).await?;
+            let soak_args = ETCD_SOAK_ARGS.map(String::from).to_vec();
+            let etcd = etcd_cluster(binary, env, security, "b6-etcd", soak_args).await?;
+            let clients = etcd.clients(4, Duration::from_secs(5)).await?;
             let value = claims_payload(per_holder_shards(args.shards, args.executors));
             let holders = Arc::new(
                 EtcdPutFleet::start(clients, args.executors, PUT_LEASE_TTL_S, value).await?,
@@ -1077,12 +1232,18 @@ pub async fn b6(env: &Env, args: &B6) -> Result<(Table, Table)> {
             load.clone(),
         ]
     };
-    summary.row(row("Leasehold", &step, entries, largest, snapshot));
+    summary.row(row(
+        &security.tagged("Leasehold"),
+        &step,
+        entries,
+        largest,
+        snapshot,
+    ));
     if let (Some((etcd, _)), Some(etcd_step)) = (&etcd, etcd_step) {
         let etcd_snapshot = etcd.snapshot_bytes(0).await?;
         let etcd_entries = etcd_index.saturating_sub(etcd_index_at_start.unwrap_or(etcd_index));
         summary.row(row(
-            "etcd (a) put with lease, compacted every 5 min",
+            &security.tagged("etcd (a) put with lease, compacted every 5 min"),
             &etcd_step,
             etcd_entries,
             etcd_largest,
@@ -1129,17 +1290,22 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
     ]);
     for &shards in shard_counts {
         let load = load_average();
-        let mut cluster =
-            leasehold_cluster(env, &format!("b9-{shards}"), default_flags(shards)).await?;
+        let security = &env.security;
+        let name = format!("b9-{shards}");
+        let mut cluster = leasehold_cluster(env, security, &name, default_flags(shards)).await?;
         // A client routing by key throughout, as a service's callers would (issue 21): it
         // follows `/v1/watch` while the fleet settles; how long after the cluster settled its
         // table shows the final owners is what a caller waits to reach them.
-        let routing = RoutingClient::connect(cluster.urls(), RoutingConfig::default())
-            .await
-            .context("B9: the routing client")?;
+        let routing = RoutingClient::connect_with_tls(
+            cluster.urls(),
+            RoutingConfig::default(),
+            security.executor_tls(),
+        )
+        .await
+        .context("B9: the routing client")?;
         let started = Instant::now();
         let fleet =
-            Arc::new(LeaseholdFleet::start(cluster.urls(), executors, executor_client()).await?);
+            Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
         let registered = started.elapsed();
         let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
         eprintln!(
@@ -1241,16 +1407,22 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
     let warmup = Duration::from_millis(500);
     let measure = Duration::from_secs(2);
     let rate = 50.0;
+    let security = &env.security;
     {
-        let mut cluster = leasehold_cluster(env, "smoke-leasehold", default_flags(shards)).await?;
-        let fleet = settled_fleet(&mut cluster, executors, shards).await?;
+        let mut cluster =
+            leasehold_cluster(env, security, "smoke-leasehold", default_flags(shards)).await?;
+        let fleet = settled_fleet(&mut cluster, security, executors, shards).await?;
+        // Twenty executors joining one by one move shards between them: pushes and revokes.
+        if fleet.pushes_answered() == 0 {
+            bail!("no assignment push or revoke reached the fleet's push listener");
+        }
         let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
-        steps.row(step_row("leasehold", &step));
+        steps.row(step_row(&security.tagged("leasehold"), &step));
         fleet.deregister_all().await?;
     }
     if let Some(etcd) = env.etcd_or_skip("smoke") {
-        let cluster = etcd_cluster(etcd, env, "smoke-etcd").await?;
-        let clients = etcd_clients(&cluster.client_urls(), 1, Duration::from_secs(5)).await?;
+        let cluster = etcd_cluster(etcd, env, security, "smoke-etcd", Vec::new()).await?;
+        let clients = cluster.clients(1, Duration::from_secs(5)).await?;
         let put = Arc::new(
             EtcdPutFleet::start(
                 clients.clone(),
@@ -1261,10 +1433,10 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
             .await?,
         );
         let step = drive::open_loop(put, rate, warmup, measure).await;
-        steps.row(step_row("etcd-put", &step));
+        steps.row(step_row(&security.tagged("etcd-put"), &step));
         let keepalive = Arc::new(EtcdKeepAliveFleet::start(clients, executors, 60).await?);
         let step = drive::open_loop(keepalive, rate, warmup, measure).await;
-        steps.row(step_row("etcd-keepalive", &step));
+        steps.row(step_row(&security.tagged("etcd-keepalive"), &step));
     }
     let (series, summary) = b6(
         env,

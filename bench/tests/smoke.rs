@@ -1,7 +1,8 @@
 //! The short version of the benchmarks, run by `cargo test --workspace` (and so by CI): the load
 //! generator runs end to end against a real three-manager cluster and, when the etcd binary is
 //! installed, a three-member etcd cluster, and prints well-formed tables. It asserts nothing
-//! about performance (that is docs/BENCHMARKS.md's job), only that the output is sane.
+//! about performance (that is docs/BENCHMARKS.md's job), only that the output is sane. It runs
+//! twice: in plaintext, and under mutual TLS (`--tls`, issue 16) with a shorter soak.
 //!
 //! The managers are the ones `cargo build --workspace --bins` put next to this test's loadgen
 //! binary (scripts/test builds them first).
@@ -52,10 +53,40 @@ fn etcd_installed() -> bool {
 
 #[test]
 fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
-    let bin_dir = loadgen()
-        .parent()
-        .expect("the loadgen binary has a directory")
-        .to_path_buf();
+    run_smoke(Transport::Plaintext, "2m");
+}
+
+/// Under `--tls` the load generator makes a CA and certificates, runs both systems TLS-only with
+/// client certificates required, and checks every cluster it starts refuses plaintext and TLS
+/// clients without a certificate; the fleet registers, renews and takes pushes over TLS. Any
+/// of that failing fails the run, and every row must say it ran under TLS. The soak only has to
+/// show it works under TLS, so it is short (the whole run is about 25 s).
+#[test]
+fn the_short_benchmark_runs_both_systems_under_mutual_tls() {
+    run_smoke(Transport::MutualTls, "10s");
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Plaintext,
+    MutualTls,
+}
+
+impl Transport {
+    /// A system as the load generator's rows name it under this transport.
+    fn tagged(self, system: &str) -> String {
+        match self {
+            Transport::Plaintext => system.to_owned(),
+            Transport::MutualTls => format!("{system}, mutual TLS"),
+        }
+    }
+}
+
+fn run_smoke(transport: Transport, soak: &str) {
+    let loadgen = loadgen();
+    let Some(bin_dir) = loadgen.parent() else {
+        panic!("{} has no directory", loadgen.display());
+    };
     assert!(
         bin_dir.join("leasehold-manager").is_file(),
         "leasehold-manager not found in {}: build the workspace's binaries first \
@@ -79,15 +110,19 @@ fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
         assert!(!require_etcd, "LEASEHOLD_REQUIRE_ETCD=1, but {reason}");
         eprintln!("SKIPPED (etcd half): {reason}; running the Leasehold half only.");
     }
-    let output = Command::new(loadgen())
-        .args(["smoke", "--soak", "2m"])
+    let mut command = Command::new(&loadgen);
+    if transport == Transport::MutualTls {
+        command.arg("--tls");
+    }
+    let output = command
+        .args(["smoke", "--soak", soak])
         .output()
-        .expect("run leasehold-loadgen");
+        .unwrap_or_else(|e| panic!("run {}: {e}", loadgen.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "leasehold-loadgen smoke failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        "leasehold-loadgen smoke ({transport:?}) failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
 
     // One open-loop step per system: | smoke | system | executors | offered/s | achieved/s |
@@ -98,6 +133,7 @@ fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
     if with_etcd {
         expected.extend(["etcd-put", "etcd-keepalive"]);
     }
+    let expected: Vec<String> = expected.into_iter().map(|s| transport.tagged(s)).collect();
     assert_eq!(systems, expected, "{stdout}");
     for step in &steps {
         assert_eq!(step.len(), 9, "{step:?}");
@@ -121,7 +157,11 @@ fn the_short_benchmark_runs_both_systems_and_prints_sane_tables() {
     }
     let systems: Vec<&str> = summaries.iter().map(|row| row[1]).collect();
     assert_eq!(systems.len(), if with_etcd { 2 } else { 1 }, "{stdout}");
-    assert_eq!(systems[0], "Leasehold", "{stdout}");
+    assert_eq!(systems[0], transport.tagged("Leasehold"), "{stdout}");
+    if with_etcd {
+        let etcd = transport.tagged("etcd (a) put with lease, compacted every 5 min");
+        assert_eq!(systems[1], etcd, "{stdout}");
+    }
     for summary in &summaries {
         assert_eq!(summary.len(), 12, "{summary:?}");
         assert!(number(summary[9]) > 0.0, "snapshot size: {summary:?}");
