@@ -129,17 +129,18 @@ impl ProxyTls {
             TlsConfig::load(&crate::tls_files(dir, name))
                 .unwrap_or_else(|e| panic!("proxy TLS identity {name}: {e}"))
         };
-        let server = load("admin");
         let mut names = vec!["admin".to_string(), "executor".to_string()];
         names.extend(
             (1..)
                 .map(|id| format!("manager-{id}"))
                 .take_while(|name| dir.join(format!("{name}.pem")).exists()),
         );
-        let upstream_identities = names
+        let identities: Vec<TlsConfig> = names.iter().map(|name| load(name)).collect();
+        // `admin` is first.
+        let acceptor = TlsAcceptor::from(identities[0].server_config());
+        let upstream_identities = identities
             .iter()
-            .map(|name| {
-                let identity = load(name);
+            .map(|identity| {
                 (
                     identity.role(),
                     TlsConnector::from(Arc::new(identity.client_config())),
@@ -147,7 +148,7 @@ impl ProxyTls {
             })
             .collect();
         Self {
-            acceptor: TlsAcceptor::from(server.server_config()),
+            acceptor,
             upstream_identities,
         }
     }

@@ -114,37 +114,12 @@ async fn readme_commands_work_from_a_fresh_clone() {
 
     // 1. The dev cluster.
     let base = free_port_base();
-    let stdout_path = temp.path().join("dev-cluster.out");
-    let log_path = temp.path().join("dev-cluster.err");
-    let child = Command::new(&commands[0])
+    let mut script = Command::new(&commands[0]);
+    script
         .current_dir(&clone)
-        .env("LEASEHOLD_DEV_STATUS", "0")
-        .env("LEASEHOLD_DEV_PORT_BASE", base.to_string())
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        // Its own process group, like a shell job: Ctrl-C goes to the whole group.
-        .process_group(0)
-        .spawn()
-        .expect("start scripts/dev-cluster");
-    let mut dev_cluster = ProcessGroup(Some(child));
-    let printed = poll_until(
-        "the dev cluster to print its endpoints",
-        BUILD_BOUND,
-        || async {
-            let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
-            if out.contains("Ctrl-C stops everything.") {
-                Ok(out)
-            } else {
-                Err(format!(
-                    "{out}\n{}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                ))
-            }
-        },
-    )
-    .await;
+        .env("CARGO_TARGET_DIR", &target_dir);
+    let mut dev_cluster = DevCluster::start(script, temp.path(), base, BUILD_BOUND).await;
+    let printed = dev_cluster.printed.clone();
     let data_dir = printed
         .split("data and logs in ")
         .nth(1)
@@ -206,14 +181,7 @@ async fn readme_commands_work_from_a_fresh_clone() {
         status.stdout
     );
 
-    // Ctrl-C.
-    dev_cluster.signal(Signal::SIGINT);
-    let exit = dev_cluster.wait_exit(STOP_BOUND).await;
-    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
-    assert!(
-        out.contains("stopped; data removed"),
-        "exit {exit:?}: {out}"
-    );
+    dev_cluster.interrupt().await;
     assert!(
         !data_dir.exists(),
         "the temporary data directory is removed"
@@ -269,37 +237,13 @@ async fn dev_cluster_tls_serves_mutual_tls_with_what_it_prints() {
     let root = repo_root();
     let temp = tempfile::tempdir().unwrap();
     let base = free_port_base();
-    let stdout_path = temp.path().join("dev-cluster.out");
-    let log_path = temp.path().join("dev-cluster.err");
-    let child = Command::new(root.join("scripts/dev-cluster"))
+    let mut script = Command::new(root.join("scripts/dev-cluster"));
+    script
         .arg("--tls")
         .current_dir(&root)
-        .env("LEASEHOLD_DEV_STATUS", "0")
-        .env("LEASEHOLD_DEV_PORT_BASE", base.to_string())
-        .env("LEASEHOLD_BIN_DIR", bin_dir())
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .process_group(0)
-        .spawn()
-        .expect("start scripts/dev-cluster --tls");
-    let mut dev_cluster = ProcessGroup(Some(child));
-    let printed = poll_until(
-        "the TLS dev cluster to print its endpoints",
-        CLUSTER_BOUND,
-        || async {
-            let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
-            if out.contains("Ctrl-C stops everything.") {
-                Ok(out)
-            } else {
-                Err(format!(
-                    "{out}\n{}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                ))
-            }
-        },
-    )
-    .await;
+        .env("LEASEHOLD_BIN_DIR", bin_dir());
+    let mut dev_cluster = DevCluster::start(script, temp.path(), base, CLUSTER_BOUND).await;
+    let printed = dev_cluster.printed.clone();
     let managers: Vec<String> = (1..=3)
         .map(|i| format!("https://127.0.0.1:{}", base + i))
         .collect();
@@ -383,18 +327,69 @@ async fn dev_cluster_tls_serves_mutual_tls_with_what_it_prints() {
         );
     }
 
-    dev_cluster.signal(Signal::SIGINT);
-    let exit = dev_cluster.wait_exit(STOP_BOUND).await;
-    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
-    assert!(
-        out.contains("stopped; data removed"),
-        "exit {exit:?}: {out}"
-    );
+    dev_cluster.interrupt().await;
     let certs = &exports[1].1;
     assert!(
         !Path::new(certs).exists(),
         "the certificates and keys are removed with the data: {certs}"
     );
+}
+
+/// `scripts/dev-cluster` with its live status off, started by [`DevCluster::start`], and what
+/// it printed once it was up.
+struct DevCluster {
+    group: ProcessGroup,
+    stdout_path: PathBuf,
+    printed: String,
+}
+
+impl DevCluster {
+    /// Runs `script` (the script with its arguments, directory and environment) on the ports
+    /// from `base`, its output in `dir`, in its own process group like a shell job, and waits up
+    /// to `bound` for it to print its endpoints.
+    async fn start(mut script: Command, dir: &Path, base: u16, bound: Duration) -> Self {
+        let stdout_path = dir.join("dev-cluster.out");
+        let log_path = dir.join("dev-cluster.err");
+        let child = script
+            .env("LEASEHOLD_DEV_STATUS", "0")
+            .env("LEASEHOLD_DEV_PORT_BASE", base.to_string())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout_path).unwrap())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            // Its own process group, like a shell job: Ctrl-C goes to the whole group.
+            .process_group(0)
+            .spawn()
+            .expect("start scripts/dev-cluster");
+        let group = ProcessGroup(Some(child));
+        let printed = poll_until("the dev cluster to print its endpoints", bound, || async {
+            let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+            if out.contains("Ctrl-C stops everything.") {
+                Ok(out)
+            } else {
+                Err(format!(
+                    "{out}\n{}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                ))
+            }
+        })
+        .await;
+        Self {
+            group,
+            stdout_path,
+            printed,
+        }
+    }
+
+    /// Ctrl-C: the script stops everything and says it removed the data.
+    async fn interrupt(&mut self) {
+        self.group.signal(Signal::SIGINT);
+        let exit = self.group.wait_exit(STOP_BOUND).await;
+        let out = std::fs::read_to_string(&self.stdout_path).unwrap_or_default();
+        assert!(
+            out.contains("stopped; data removed"),
+            "exit {exit:?}: {out}"
+        );
+    }
 }
 
 /// The dev-cluster script, leader of its own process group; the whole group is killed if the
