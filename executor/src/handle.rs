@@ -167,6 +167,22 @@ impl ExecutorHandle {
         result.unwrap_or(RunState::Stopped)
     }
 
+    /// Runs until `stop` resolves (a stop signal, for a binary), then stops gracefully
+    /// ([`ExecutorHandle::shutdown`]); or until the executor ends on its own, which is then
+    /// shut down too. The final state either way.
+    pub async fn run_until(&self, stop: impl std::future::Future<Output = ()>) -> RunState {
+        tokio::select! {
+            () = stop => {
+                tracing::info!("stop signal: stopping admission, then deregistering (P3.7)");
+                self.shutdown().await
+            }
+            state = self.terminated() => {
+                self.shutdown().await;
+                state
+            }
+        }
+    }
+
     /// Graceful stop (P3.7): stop admission, deregister within the grace, then close the push
     /// listener. Bounded by the grace plus a small margin; safe to call more than once and from
     /// several clones (later calls wait for the first).

@@ -72,16 +72,7 @@ async fn main() -> ExitCode {
         Err(error) if error.is_config_error() => return config_error(PROGRAM, &error),
         Err(error) => return run_error(PROGRAM, &error),
     };
-    let outcome = tokio::select! {
-        () = shutdown_signal() => {
-            tracing::info!("stop signal: stopping admission, then deregistering (P3.7)");
-            executor.shutdown().await
-        }
-        state = executor.terminated() => {
-            executor.shutdown().await;
-            state
-        }
-    };
+    let outcome = executor.run_until(shutdown_signal()).await;
     match outcome {
         RunState::Stopped | RunState::Running => ExitCode::SUCCESS,
         RunState::Failed(reason) => {

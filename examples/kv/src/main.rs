@@ -157,16 +157,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
     // The routes were built, so the service exists; the raise-on-arrival task runs until exit.
     let raising = service.map(|kv| tokio::spawn(kv.raise_on_arrival()));
     tracing::info!(store_dir = %store_dir.display(), address = executor.advertised_address(), "serving the key-value service");
-    let outcome = tokio::select! {
-        () = shutdown_signal() => {
-            tracing::info!("stop signal: stopping admission, then deregistering (P3.7)");
-            executor.shutdown().await
-        }
-        state = executor.terminated() => {
-            executor.shutdown().await;
-            state
-        }
-    };
+    let outcome = executor.run_until(shutdown_signal()).await;
     if let Some(task) = raising {
         task.abort();
     }
