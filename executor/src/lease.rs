@@ -20,6 +20,8 @@
 
 use std::time::Duration;
 
+use leasehold_api::client::ClientError;
+use leasehold_api::problem::ErrorCode;
 use tokio::time::Instant;
 
 /// Longest lease the executor will hold from one grant. The manager never grants anything
@@ -144,6 +146,101 @@ impl RetryBackoff {
     /// A request succeeded: the next failure starts again from [`RETRY_DELAY_INITIAL`].
     pub fn reset(&mut self) {
         *self = Self::default();
+    }
+}
+
+/// What came of one register or renew call: all the next step depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// A grant for this executor, applied: the lease moved.
+    Granted,
+    /// A grant for another executor, ignored: nothing moved.
+    ForeignGrant,
+    /// A renewal answered `unknown_executor`: the manager no longer knows this executor (reaped
+    /// or removed), so no grant it made still stands (P4.4).
+    UnknownExecutor,
+    /// A registration refused in a way retrying cannot fix; carries why.
+    Hopeless(String),
+    /// Anything else (transport, timeout, no leader, a refusal worth retrying): retried.
+    Failed,
+}
+
+impl CallOutcome {
+    /// A failed register: hopeless when the request itself is wrong, else retried.
+    pub fn of_register_error(error: &ClientError) -> Self {
+        let hopeless = match error {
+            ClientError::InvalidEndpoint(_)
+            | ClientError::InvalidConfig(_)
+            | ClientError::InvalidRequest(_) => true,
+            other => matches!(
+                other.code(),
+                Some(
+                    ErrorCode::InvalidRequest
+                        | ErrorCode::PayloadTooLarge
+                        | ErrorCode::UnsupportedMediaType
+                        | ErrorCode::NotFound
+                        | ErrorCode::MethodNotAllowed
+                )
+            ),
+        };
+        if hopeless {
+            CallOutcome::Hopeless(error.to_string())
+        } else {
+            CallOutcome::Failed
+        }
+    }
+
+    /// A failed renew: `unknown_executor` re-registers; everything else is retried (the
+    /// registration stands, so no renewal refusal is hopeless).
+    pub fn of_renew_error(error: &ClientError) -> Self {
+        if error.code() == Some(ErrorCode::UnknownExecutor) {
+            CallOutcome::UnknownExecutor
+        } else {
+            CallOutcome::Failed
+        }
+    }
+}
+
+/// The lease loop's next step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextCall {
+    /// Make the next call (register or renew, whichever the state then asks for) at this
+    /// instant.
+    CallAt(Instant),
+    /// Forget the registration (stop all admission, pick a new incarnation) and register again
+    /// at once (P4.4).
+    Reregister,
+    /// Give up: the executor fails with this reason.
+    GiveUp(String),
+}
+
+/// The lease loop's decisions (P3.5): renew after a third of the remaining lease, back off
+/// exponentially on failure with each retry landing before the expiry, keep trying after a
+/// lapse. Pure: the caller passes the lease and the instant.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseSchedule {
+    /// Grows with each failure in a row; a grant or a fresh registration resets it.
+    backoff: RetryBackoff,
+}
+
+impl LeaseSchedule {
+    /// The step after a call that ended in `outcome` at `now`, with `lease` the lease clock
+    /// after the call's grant (if any) was applied.
+    pub fn after(&mut self, outcome: CallOutcome, lease: &LeaseClock, now: Instant) -> NextCall {
+        match outcome {
+            CallOutcome::Granted => {
+                self.backoff.reset();
+                NextCall::CallAt(lease.next_renewal_at(now))
+            }
+            CallOutcome::ForeignGrant | CallOutcome::Failed => {
+                NextCall::CallAt(self.backoff.next_retry_at(now, lease))
+            }
+            CallOutcome::UnknownExecutor => {
+                self.backoff.reset();
+                NextCall::Reregister
+            }
+            CallOutcome::Hopeless(reason) => NextCall::GiveUp(reason),
+        }
     }
 }
 
@@ -321,6 +418,187 @@ mod tests {
         assert_eq!(
             delays,
             [250, 500, 1_000, 2_000, 4_000, 5_000].map(Duration::from_millis)
+        );
+    }
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    //! The schedule alone, at explicit instants (P3.5, P4.4). The shell around it is tested
+    //! against a scripted manager under a paused clock in `crate::tests::lease_loop`.
+
+    use leasehold_api::problem::Problem;
+
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn problem(code: ErrorCode) -> ClientError {
+        ClientError::Problem(Problem::new(code, "scripted"))
+    }
+
+    /// A lease granted at `t0` for `ttl_ms`.
+    fn lease_from(t0: Instant, ttl_ms: u64) -> LeaseClock {
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, ttl_ms);
+        lease
+    }
+
+    #[test]
+    fn p3_5_a_grant_renews_after_a_third_of_what_is_left() {
+        let t0 = Instant::now();
+        let lease = lease_from(t0, 30_000);
+        let mut schedule = LeaseSchedule::default();
+        assert_eq!(
+            schedule.after(CallOutcome::Granted, &lease, t0),
+            NextCall::CallAt(t0 + secs(10))
+        );
+        // Applied 3 s after it was sent: a third of the 27 s left.
+        assert_eq!(
+            schedule.after(CallOutcome::Granted, &lease, t0 + secs(3)),
+            NextCall::CallAt(t0 + secs(3 + 9))
+        );
+    }
+
+    #[test]
+    fn p3_5_failures_back_off_and_a_grant_resets_the_backoff() {
+        let t0 = Instant::now();
+        let lease = lease_from(t0, 30_000);
+        let mut schedule = LeaseSchedule::default();
+        let mut now = t0 + secs(10);
+        let mut delays = Vec::new();
+        for outcome in [
+            CallOutcome::Failed,
+            CallOutcome::ForeignGrant,
+            CallOutcome::Failed,
+        ] {
+            let NextCall::CallAt(at) = schedule.after(outcome, &lease, now) else {
+                panic!("a failure is retried");
+            };
+            delays.push(at - now);
+            now = at;
+        }
+        // A grant for another executor moved nothing, so it backs off like a failure.
+        assert_eq!(delays, [ms(250), ms(500), ms(1_000)]);
+        assert!(matches!(
+            schedule.after(CallOutcome::Granted, &lease, now),
+            NextCall::CallAt(_)
+        ));
+        assert_eq!(
+            schedule.after(CallOutcome::Failed, &lease, now),
+            NextCall::CallAt(now + RETRY_DELAY_INITIAL),
+            "the first failure after a grant starts again from the initial delay"
+        );
+    }
+
+    #[test]
+    fn p3_5_retries_land_before_expiry_and_go_on_after_a_lapse() {
+        let t0 = Instant::now();
+        let lease = lease_from(t0, 4_000);
+        let expiry = t0 + secs(4);
+        let mut schedule = LeaseSchedule::default();
+        let mut now = t0 + ms(1_334);
+        let mut after_lapse = 0;
+        for _ in 0..40 {
+            let NextCall::CallAt(at) = schedule.after(CallOutcome::Failed, &lease, now) else {
+                panic!("a failure is retried");
+            };
+            if now + RETRY_DELAY_MIN * 2 <= expiry {
+                assert!(at < expiry, "retry after {:?} lands after expiry", now - t0);
+            }
+            assert!(at - now <= RETRY_DELAY_MAX);
+            assert!(at - now >= RETRY_DELAY_MIN);
+            if now >= expiry {
+                after_lapse += 1;
+            }
+            now = at;
+        }
+        assert!(after_lapse >= 3, "stopped trying after the lapse");
+    }
+
+    #[test]
+    fn p4_4_unknown_executor_reregisters_at_once_with_a_fresh_backoff() {
+        let t0 = Instant::now();
+        let lease = lease_from(t0, 30_000);
+        let mut schedule = LeaseSchedule::default();
+        for _ in 0..3 {
+            schedule.after(CallOutcome::Failed, &lease, t0);
+        }
+        assert_eq!(
+            schedule.after(CallOutcome::UnknownExecutor, &lease, t0),
+            NextCall::Reregister
+        );
+        // The registration that follows fails: it starts from the initial delay.
+        assert_eq!(
+            schedule.after(CallOutcome::Failed, &LeaseClock::default(), t0),
+            NextCall::CallAt(t0 + RETRY_DELAY_INITIAL)
+        );
+    }
+
+    #[test]
+    fn a_hopeless_registration_gives_up_with_its_reason() {
+        let mut schedule = LeaseSchedule::default();
+        assert_eq!(
+            schedule.after(
+                CallOutcome::Hopeless("bad address".into()),
+                &LeaseClock::default(),
+                Instant::now()
+            ),
+            NextCall::GiveUp("bad address".into())
+        );
+    }
+
+    /// Which refusals end the executor: only a register the manager calls malformed. A renewal
+    /// is never hopeless (its registration stands), and `unknown_executor` means re-register.
+    #[test]
+    fn errors_are_classified_by_call() {
+        let hopeless = [
+            problem(ErrorCode::InvalidRequest),
+            problem(ErrorCode::PayloadTooLarge),
+            problem(ErrorCode::UnsupportedMediaType),
+            problem(ErrorCode::NotFound),
+            problem(ErrorCode::MethodNotAllowed),
+            ClientError::InvalidRequest("x".into()),
+        ];
+        for error in &hopeless {
+            assert!(
+                matches!(
+                    CallOutcome::of_register_error(error),
+                    CallOutcome::Hopeless(_)
+                ),
+                "{error}"
+            );
+            assert_eq!(
+                CallOutcome::of_renew_error(error),
+                CallOutcome::Failed,
+                "{error}"
+            );
+        }
+        let retried = [
+            ClientError::Transport("partition".into()),
+            problem(ErrorCode::Unavailable),
+            problem(ErrorCode::UnknownExecutor),
+        ];
+        for error in &retried {
+            assert_eq!(
+                CallOutcome::of_register_error(error),
+                CallOutcome::Failed,
+                "{error}"
+            );
+        }
+        assert_eq!(
+            CallOutcome::of_renew_error(&problem(ErrorCode::UnknownExecutor)),
+            CallOutcome::UnknownExecutor
+        );
+        assert_eq!(
+            CallOutcome::of_renew_error(&ClientError::Transport("partition".into())),
+            CallOutcome::Failed
         );
     }
 }

@@ -1,16 +1,14 @@
 //! The lease's background work: the loop that registers and renews (P3.5, P4.4), the graceful
 //! stop it ends with (P3.7), and the lapse watcher (P3.6).
 //!
-//! What to do after each register or renew call is a pure decision, [`LeaseSchedule::after`]:
-//! the call's [`Outcome`], the lease clock and the instant go in, the [`Next`] step comes out.
-//! It holds the backoff and reads no clock, so it is table-tested with explicit instants; the
-//! renewal and retry instants themselves come from [`crate::lease`]. The tokio shell around it
-//! makes the calls, applies the grants to the shared state, logs, counts and sleeps.
+//! What to do after each register or renew call is the pure [`LeaseSchedule::after`] in
+//! [`crate::lease`]: the call's [`CallOutcome`], the lease clock and the instant go in, the
+//! [`NextCall`] step comes out. This module is the tokio shell around it: it makes the calls,
+//! applies the grants to the shared state, logs, counts and sleeps.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::client::ClientError;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{Credential, Grant, RenewRequest};
 use tokio::time::{sleep_until, timeout_at, Instant};
@@ -18,107 +16,12 @@ use tracing::{debug, error, info, warn};
 
 use crate::admission::{AdmissionState, ForeignGrant};
 use crate::assignment::SetOutcome;
-use crate::lease::{LeaseClock, RetryBackoff};
+use crate::lease::{CallOutcome, LeaseSchedule, NextCall};
 use crate::manager::ManagerApi;
 use crate::metrics::count_lease_call;
 use crate::shared::Shared;
 use crate::shutdown::ShutdownSignal;
 use crate::status::RunState;
-
-/// What came of one register or renew call: all the next step depends on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// A grant for this executor, applied: the lease moved.
-    Granted,
-    /// A grant for another executor, ignored: nothing moved.
-    ForeignGrant,
-    /// A renewal answered `unknown_executor`: the manager no longer knows this executor (reaped
-    /// or removed), so no grant it made still stands (P4.4).
-    UnknownExecutor,
-    /// A registration refused in a way retrying cannot fix; carries why.
-    Hopeless(String),
-    /// Anything else (transport, timeout, no leader, a refusal worth retrying): retried.
-    Failed,
-}
-
-impl Outcome {
-    /// A failed register: hopeless when the request itself is wrong, else retried.
-    pub(crate) fn of_register_error(error: &ClientError) -> Self {
-        let hopeless = match error {
-            ClientError::InvalidEndpoint(_)
-            | ClientError::InvalidConfig(_)
-            | ClientError::InvalidRequest(_) => true,
-            other => matches!(
-                other.code(),
-                Some(
-                    ErrorCode::InvalidRequest
-                        | ErrorCode::PayloadTooLarge
-                        | ErrorCode::UnsupportedMediaType
-                        | ErrorCode::NotFound
-                        | ErrorCode::MethodNotAllowed
-                )
-            ),
-        };
-        if hopeless {
-            Outcome::Hopeless(error.to_string())
-        } else {
-            Outcome::Failed
-        }
-    }
-
-    /// A failed renew: `unknown_executor` re-registers; everything else is retried (the
-    /// registration stands, so no renewal refusal is hopeless).
-    pub(crate) fn of_renew_error(error: &ClientError) -> Self {
-        if error.code() == Some(ErrorCode::UnknownExecutor) {
-            Outcome::UnknownExecutor
-        } else {
-            Outcome::Failed
-        }
-    }
-}
-
-/// The lease loop's next step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// Make the next call (register or renew, whichever the state then asks for) at this
-    /// instant.
-    CallAt(Instant),
-    /// Forget the registration (stop all admission, pick a new incarnation) and register again
-    /// at once (P4.4).
-    Reregister,
-    /// Give up: the executor fails with this reason.
-    GiveUp(String),
-}
-
-/// The lease loop's decisions (P3.5): renew after a third of the remaining lease, back off
-/// exponentially on failure with each retry landing before the expiry, keep trying after a
-/// lapse. Pure: the caller passes the lease and the instant.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LeaseSchedule {
-    /// Grows with each failure in a row; a grant or a fresh registration resets it.
-    backoff: RetryBackoff,
-}
-
-impl LeaseSchedule {
-    /// The step after a call that ended in `outcome` at `now`, with `lease` the lease clock
-    /// after the call's grant (if any) was applied.
-    pub(crate) fn after(&mut self, outcome: Outcome, lease: &LeaseClock, now: Instant) -> Next {
-        match outcome {
-            Outcome::Granted => {
-                self.backoff.reset();
-                Next::CallAt(lease.next_renewal_at(now))
-            }
-            Outcome::ForeignGrant | Outcome::Failed => {
-                Next::CallAt(self.backoff.next_retry_at(now, lease))
-            }
-            Outcome::UnknownExecutor => {
-                self.backoff.reset();
-                Next::Reregister
-            }
-            Outcome::Hopeless(reason) => Next::GiveUp(reason),
-        }
-    }
-}
 
 /// The lease loop: register, then renew after a third of the remaining lease, back off on
 /// failure, re-register after `unknown_executor` (P3.5, P4.4). Ends when `shutdown` fires,
@@ -163,12 +66,12 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
             }
         };
         next_call_at = match next {
-            Next::CallAt(at) => at,
-            Next::Reregister => {
+            NextCall::CallAt(at) => at,
+            NextCall::Reregister => {
                 shared.forget_executor();
                 Instant::now()
             }
-            Next::GiveUp(reason) => return RunState::Failed(reason),
+            NextCall::GiveUp(reason) => return RunState::Failed(reason),
         };
     }
 }
@@ -178,7 +81,7 @@ async fn register<M: ManagerApi>(
     shared: &Shared,
     manager: &M,
     schedule: &mut LeaseSchedule,
-) -> Next {
+) -> NextCall {
     let request = shared.register_request(true);
     // P3.2: read just before the request leaves.
     let sent_at = Instant::now();
@@ -191,22 +94,22 @@ async fn register<M: ManagerApi>(
         Ok(grant) => match take_grant(shared, sent_at, grant, "registered") {
             Ok(()) => {
                 info!(executor_id = %grant.executor_id, lease_ttl_ms = grant.lease_ttl_ms, shards = grant.shards.len(), "registered");
-                Outcome::Granted
+                CallOutcome::Granted
             }
             Err(error) => {
                 warn!(%error, "ignoring a registration reply for another executor");
-                Outcome::ForeignGrant
+                CallOutcome::ForeignGrant
             }
         },
-        Err(error) => Outcome::of_register_error(error),
+        Err(error) => CallOutcome::of_register_error(error),
     };
     let now = Instant::now();
     let next = schedule.after(outcome, &shared.lease(), now);
     match (&result, &next) {
-        (Err(error), Next::GiveUp(_)) => {
+        (Err(error), NextCall::GiveUp(_)) => {
             error!(%error, "the manager refused the registration; giving up");
         }
-        (Err(error), Next::CallAt(at)) => {
+        (Err(error), NextCall::CallAt(at)) => {
             warn!(%error, retry_in_ms = millis(at.saturating_duration_since(now)), "registration failed; retrying");
         }
         _ => {}
@@ -227,7 +130,7 @@ async fn renew<M: ManagerApi>(
     manager: &M,
     schedule: &mut LeaseSchedule,
     call: RenewCall<'_>,
-) -> Next {
+) -> NextCall {
     let RenewCall {
         executor_id,
         credential,
@@ -245,22 +148,22 @@ async fn renew<M: ManagerApi>(
     );
     let outcome = match &result {
         Ok(grant) => match take_grant(shared, sent_at, grant, "renewed") {
-            Ok(()) => Outcome::Granted,
+            Ok(()) => CallOutcome::Granted,
             Err(error) => {
                 warn!(%error, "ignoring a renewal reply for another executor");
-                Outcome::ForeignGrant
+                CallOutcome::ForeignGrant
             }
         },
-        Err(error) => Outcome::of_renew_error(error),
+        Err(error) => CallOutcome::of_renew_error(error),
     };
     let now = Instant::now();
     let lease = shared.lease();
     let next = schedule.after(outcome, &lease, now);
     match (&result, &next) {
-        (Err(_), Next::Reregister) => {
+        (Err(_), NextCall::Reregister) => {
             warn!(%executor_id, "the manager no longer knows this executor (reaped or removed): stopping all admission and registering anew");
         }
-        (Err(error), Next::CallAt(at)) => {
+        (Err(error), NextCall::CallAt(at)) => {
             warn!(%error, %executor_id, lease_remaining_ms = millis(lease.remaining(now)), retry_in_ms = millis(*at - now), "renewal failed; retrying before the lease ends (P3.5)");
         }
         _ => {}
@@ -374,176 +277,5 @@ pub(crate) async fn watch_lapses(shared: Arc<Shared>, mut shutdown: ShutdownSign
             }
             () = shutdown.wait() => return,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The schedule alone, at explicit instants (P3.5, P4.4). The shell around it is tested
-    //! against a scripted manager under a paused clock in `crate::tests::lease_loop`.
-
-    use leasehold_api::problem::Problem;
-
-    use super::*;
-    use crate::lease::{RETRY_DELAY_INITIAL, RETRY_DELAY_MAX, RETRY_DELAY_MIN};
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn secs(n: u64) -> Duration {
-        Duration::from_secs(n)
-    }
-
-    fn problem(code: ErrorCode) -> ClientError {
-        ClientError::Problem(Problem::new(code, "scripted"))
-    }
-
-    /// A lease granted at `t0` for `ttl_ms`.
-    fn lease_from(t0: Instant, ttl_ms: u64) -> LeaseClock {
-        let mut lease = LeaseClock::default();
-        lease.apply_grant(t0, ttl_ms);
-        lease
-    }
-
-    #[test]
-    fn p3_5_a_grant_renews_after_a_third_of_what_is_left() {
-        let t0 = Instant::now();
-        let lease = lease_from(t0, 30_000);
-        let mut schedule = LeaseSchedule::default();
-        assert_eq!(
-            schedule.after(Outcome::Granted, &lease, t0),
-            Next::CallAt(t0 + secs(10))
-        );
-        // Applied 3 s after it was sent: a third of the 27 s left.
-        assert_eq!(
-            schedule.after(Outcome::Granted, &lease, t0 + secs(3)),
-            Next::CallAt(t0 + secs(3 + 9))
-        );
-    }
-
-    #[test]
-    fn p3_5_failures_back_off_and_a_grant_resets_the_backoff() {
-        let t0 = Instant::now();
-        let lease = lease_from(t0, 30_000);
-        let mut schedule = LeaseSchedule::default();
-        let mut now = t0 + secs(10);
-        let mut delays = Vec::new();
-        for outcome in [Outcome::Failed, Outcome::ForeignGrant, Outcome::Failed] {
-            let Next::CallAt(at) = schedule.after(outcome, &lease, now) else {
-                panic!("a failure is retried");
-            };
-            delays.push(at - now);
-            now = at;
-        }
-        // A grant for another executor moved nothing, so it backs off like a failure.
-        assert_eq!(delays, [ms(250), ms(500), ms(1_000)]);
-        assert!(matches!(
-            schedule.after(Outcome::Granted, &lease, now),
-            Next::CallAt(_)
-        ));
-        assert_eq!(
-            schedule.after(Outcome::Failed, &lease, now),
-            Next::CallAt(now + RETRY_DELAY_INITIAL),
-            "the first failure after a grant starts again from the initial delay"
-        );
-    }
-
-    #[test]
-    fn p3_5_retries_land_before_expiry_and_go_on_after_a_lapse() {
-        let t0 = Instant::now();
-        let lease = lease_from(t0, 4_000);
-        let expiry = t0 + secs(4);
-        let mut schedule = LeaseSchedule::default();
-        let mut now = t0 + ms(1_334);
-        let mut after_lapse = 0;
-        for _ in 0..40 {
-            let Next::CallAt(at) = schedule.after(Outcome::Failed, &lease, now) else {
-                panic!("a failure is retried");
-            };
-            if now + RETRY_DELAY_MIN * 2 <= expiry {
-                assert!(at < expiry, "retry after {:?} lands after expiry", now - t0);
-            }
-            assert!(at - now <= RETRY_DELAY_MAX);
-            assert!(at - now >= RETRY_DELAY_MIN);
-            if now >= expiry {
-                after_lapse += 1;
-            }
-            now = at;
-        }
-        assert!(after_lapse >= 3, "stopped trying after the lapse");
-    }
-
-    #[test]
-    fn p4_4_unknown_executor_reregisters_at_once_with_a_fresh_backoff() {
-        let t0 = Instant::now();
-        let lease = lease_from(t0, 30_000);
-        let mut schedule = LeaseSchedule::default();
-        for _ in 0..3 {
-            schedule.after(Outcome::Failed, &lease, t0);
-        }
-        assert_eq!(
-            schedule.after(Outcome::UnknownExecutor, &lease, t0),
-            Next::Reregister
-        );
-        // The registration that follows fails: it starts from the initial delay.
-        assert_eq!(
-            schedule.after(Outcome::Failed, &LeaseClock::default(), t0),
-            Next::CallAt(t0 + RETRY_DELAY_INITIAL)
-        );
-    }
-
-    #[test]
-    fn a_hopeless_registration_gives_up_with_its_reason() {
-        let mut schedule = LeaseSchedule::default();
-        assert_eq!(
-            schedule.after(
-                Outcome::Hopeless("bad address".into()),
-                &LeaseClock::default(),
-                Instant::now()
-            ),
-            Next::GiveUp("bad address".into())
-        );
-    }
-
-    /// Which refusals end the executor: only a register the manager calls malformed. A renewal
-    /// is never hopeless (its registration stands), and `unknown_executor` means re-register.
-    #[test]
-    fn errors_are_classified_by_call() {
-        let hopeless = [
-            problem(ErrorCode::InvalidRequest),
-            problem(ErrorCode::PayloadTooLarge),
-            problem(ErrorCode::UnsupportedMediaType),
-            problem(ErrorCode::NotFound),
-            problem(ErrorCode::MethodNotAllowed),
-            ClientError::InvalidRequest("x".into()),
-        ];
-        for error in &hopeless {
-            assert!(
-                matches!(Outcome::of_register_error(error), Outcome::Hopeless(_)),
-                "{error}"
-            );
-            assert_eq!(Outcome::of_renew_error(error), Outcome::Failed, "{error}");
-        }
-        let retried = [
-            ClientError::Transport("partition".into()),
-            problem(ErrorCode::Unavailable),
-            problem(ErrorCode::UnknownExecutor),
-        ];
-        for error in &retried {
-            assert_eq!(
-                Outcome::of_register_error(error),
-                Outcome::Failed,
-                "{error}"
-            );
-        }
-        assert_eq!(
-            Outcome::of_renew_error(&problem(ErrorCode::UnknownExecutor)),
-            Outcome::UnknownExecutor
-        );
-        assert_eq!(
-            Outcome::of_renew_error(&ClientError::Transport("partition".into())),
-            Outcome::Failed
-        );
     }
 }

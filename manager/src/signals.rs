@@ -60,26 +60,52 @@ impl LeaderSignals {
     /// Called with every outcome this node committed as leader, stamped `now_ms`.
     pub fn after_commit(&self, now_ms: u64, outcome: &Outcome) {
         self.metrics.observe(now_ms, outcome);
+        let signal = CommitSignal::of(outcome);
+        if signal.replan {
+            self.replan.notify_one();
+        }
+        if signal.renewal_applied {
+            self.last_renewal_applied_plus_one
+                .fetch_max(now_ms.saturating_add(1), Ordering::AcqRel);
+        }
+        if signal.deliver {
+            self.mark_for_push(signal.pushes);
+            self.deliveries.notify_one();
+        }
+    }
+}
+
+/// What one committed outcome asks of the leader: a step at once (the membership changed), a
+/// renewal seen (P6.3), a delivery round at once (revokes or pushes are owed) and the executors
+/// owed a push of their new sets. Pure, so the simulator
+/// signals its leader exactly as production does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitSignal {
+    pub replan: bool,
+    pub renewal_applied: bool,
+    pub deliver: bool,
+    pub pushes: BTreeSet<ExecutorId>,
+}
+
+impl CommitSignal {
+    pub fn of(outcome: &Outcome) -> Self {
+        let mut signal = CommitSignal::default();
         match outcome {
-            Outcome::Registered { .. } => self.replan.notify_one(),
-            Outcome::Deregistered { .. }
+            Outcome::Registered { .. }
+            | Outcome::Deregistered { .. }
             | Outcome::Reaped { .. }
-            | Outcome::DrainingSet { changed: true, .. } => self.replan.notify_one(),
-            Outcome::Renewed { results, .. }
-                if results
+            | Outcome::DrainingSet { changed: true, .. } => signal.replan = true,
+            Outcome::Renewed { results, .. } => {
+                signal.renewal_applied = results
                     .iter()
-                    .any(|r| matches!(r, RenewResult::Renewed { .. })) =>
-            {
-                self.last_renewal_applied_plus_one
-                    .fetch_max(now_ms.saturating_add(1), Ordering::AcqRel);
+                    .any(|r| matches!(r, RenewResult::Renewed { .. }));
             }
             _ => {}
         }
         if let Some(effects) = outcome.effects() {
-            if !effects.is_empty() {
-                self.mark_for_push(effects.assignments.iter().cloned());
-                self.deliveries.notify_one();
-            }
+            signal.deliver = !effects.is_empty();
+            signal.pushes.extend(effects.assignments.iter().cloned());
         }
+        signal
     }
 }

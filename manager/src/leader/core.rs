@@ -14,7 +14,7 @@
 //!   episode lasts until no executor is overdue or the grace runs out (then the overdue are
 //!   reaped). One executor dying while others renew is reaped after one lease, not the grace.
 
-use crate::lease::{ExecutorId, LeaseState};
+use crate::lease::{plan_rebalance, Command, ExecutorId, LeaseState};
 
 /// The mass-expiry guard's settings (`--mass-expiry-guard`, `--mass-expiry-grace`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,5 +222,77 @@ impl LeaderCore {
         let renewed_in_window =
             last_renewal_applied_ms.is_some_and(|at| at >= window_start_ms && at <= now_ms);
         (!renewed_in_window).then_some(GuardReason::NoRenewals { window_start_ms })
+    }
+}
+
+/// One of a step's writes, in the order a step makes them (P3.8): reaping is its own write
+/// ahead of anything else, then handoffs whose old grant expired complete, then the rebalance
+/// is planned on the state those left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StepWrite {
+    Reap,
+    CompleteHandoffs,
+    Rebalance,
+}
+
+/// A step's writes as a pure sequence: the shell (and the simulator) asks for the next command
+/// with the state the previous one left and the clock's reading at that moment, commits it and
+/// asks again, so the order is fixed here rather than in each caller. A write that was not
+/// committed ends the step; the next step starts over from the state as it then is.
+#[derive(Debug, Clone)]
+pub struct StepWrites {
+    decision: StepDecision,
+    next: Option<StepWrite>,
+}
+
+impl StepWrites {
+    pub fn new(decision: StepDecision) -> Self {
+        Self {
+            decision,
+            next: Some(StepWrite::Reap),
+        }
+    }
+
+    /// What the step decided about time (deferrals and guard events, for logs and metrics).
+    pub fn decision(&self) -> &StepDecision {
+        &self.decision
+    }
+
+    /// The next write this step makes on `state` at `now_ms`, skipping those with nothing to
+    /// do; `None` when the step is over.
+    pub fn next_command(
+        &mut self,
+        state: &LeaseState,
+        now_ms: u64,
+    ) -> Option<(StepWrite, Command)> {
+        while let Some(write) = self.next {
+            self.next = match write {
+                StepWrite::Reap => Some(StepWrite::CompleteHandoffs),
+                StepWrite::CompleteHandoffs => Some(StepWrite::Rebalance),
+                StepWrite::Rebalance => None,
+            };
+            let command = match write {
+                StepWrite::Reap if !self.decision.reap.is_empty() => Some(Command::Reap {
+                    now_ms,
+                    executor_ids: self.decision.reap.clone(),
+                }),
+                StepWrite::CompleteHandoffs
+                    if self.decision.complete_expired_handoffs && state.handoffs_due(now_ms) =>
+                {
+                    Some(Command::CompleteHandoffs { now_ms })
+                }
+                StepWrite::Rebalance => plan_rebalance(state, now_ms),
+                _ => None,
+            };
+            if let Some(command) = command {
+                return Some((write, command));
+            }
+        }
+        None
+    }
+
+    /// Ends the step early: a write was not committed (the leader may be deposed).
+    pub fn abandon(&mut self) {
+        self.next = None;
     }
 }

@@ -5,11 +5,13 @@
 //! commit a rebalance (P5.1, committed before any of it is sent; a plan cut at
 //! `MAX_MOVES_PER_PLAN` is followed by another step at once). Deliveries (revokes and full-set
 //! pushes) are fanned out by [`deliver`], repaired forwards when they fail (P5.3).
-//! Time decisions live in the pure [`core`].
+//! Time decisions and the order of a step's writes live in the pure [`core`] ([`StepWrites`]),
+//! which the simulator (`sim/`) drives too.
 
 pub mod config_writes;
 pub mod core;
 pub mod deliver;
+pub mod delivery_plan;
 
 #[cfg(test)]
 mod tests;
@@ -20,9 +22,11 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use self::core::{tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore};
+use self::core::{
+    tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision, StepWrite, StepWrites,
+};
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
-use crate::lease::{plan_rebalance, Answer, Command, RefusalReason, MAX_MOVES_PER_PLAN};
+use crate::lease::{Answer, Command, RefusalReason, MAX_MOVES_PER_PLAN};
 use crate::node::{Leader, ManagerNode};
 
 /// How often the loop checks for leadership while not leading.
@@ -105,7 +109,8 @@ async fn lead_term(
     tracing::info!(term, "no longer leading");
 }
 
-/// One step: reap, complete expired handoffs, plan. Each is its own committed write.
+/// One step: the writes of [`StepWrites`] in its order (reap, complete expired handoffs, plan),
+/// each its own committed write on the state the previous one left.
 async fn step(node: &ManagerNode, core: &mut LeaderCore) {
     let now_ms = node.clock.now_ms();
     let decision = node.state.read(|applied| {
@@ -115,6 +120,28 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
             node.signals.last_renewal_applied_ms(),
         )
     });
+    log_decision(&decision);
+    let mut writes = StepWrites::new(decision);
+    loop {
+        let now_ms = node.clock.now_ms();
+        let Some((write, command)) = node
+            .state
+            .read(|applied| writes.next_command(&applied.state, now_ms))
+        else {
+            return;
+        };
+        let committed = match write {
+            StepWrite::Reap => reap(node, command).await,
+            StepWrite::CompleteHandoffs => complete_handoffs(node, command).await,
+            StepWrite::Rebalance => rebalance(node, command).await,
+        };
+        if !committed {
+            writes.abandon();
+        }
+    }
+}
+
+fn log_decision(decision: &StepDecision) {
     for event in &decision.events {
         match event {
             GuardEvent::EpisodeStarted { reason, overdue } => {
@@ -140,50 +167,46 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
     if let Some(Deferral::MassExpiryGuard { .. }) = &decision.deferral {
         metrics::counter!("leasehold_expiries_deferred_total").increment(1);
     }
-    if !decision.reap.is_empty() {
-        let command = Command::Reap {
-            now_ms,
-            executor_ids: decision.reap.clone(),
-        };
-        match node.proposer.propose_as::<Reaped>(command).await {
-            Ok((
-                _,
-                Answer::Done(Reaped {
-                    reaped, skipped, ..
-                }),
-            )) => {
-                tracing::info!(?reaped, ?skipped, "reaped lapsed executors");
-            }
-            Ok((_, Answer::Refused(reason))) => tracing::warn!(?reason, "reap refused"),
-            Err(error) => {
-                tracing::info!(%error, "reap not committed");
-                return;
-            }
+}
+
+/// Each write below commits one command of the step and says whether it was committed.
+async fn reap(node: &ManagerNode, command: Command) -> bool {
+    match node.proposer.propose_as::<Reaped>(command).await {
+        Ok((
+            _,
+            Answer::Done(Reaped {
+                reaped, skipped, ..
+            }),
+        )) => tracing::info!(?reaped, ?skipped, "reaped lapsed executors"),
+        Ok((_, Answer::Refused(reason))) => tracing::warn!(?reason, "reap refused"),
+        Err(error) => {
+            tracing::info!(%error, "reap not committed");
+            return false;
         }
     }
-    let now_ms = node.clock.now_ms();
-    if decision.complete_expired_handoffs && node.state.read(|a| a.state.handoffs_due(now_ms)) {
-        let command = Command::CompleteHandoffs { now_ms };
-        match node.proposer.propose_as::<HandoffsCompleted>(command).await {
-            Ok((_, Answer::Done(HandoffsCompleted { completed, .. }))) => {
-                tracing::info!(
-                    ?completed,
-                    "handoffs completed on the old owner's expiry (P5.2)"
-                );
-            }
-            Ok((_, Answer::Refused(reason))) => {
-                tracing::warn!(?reason, "handoff completion refused")
-            }
-            Err(error) => {
-                tracing::info!(%error, "handoff completion not committed");
-                return;
-            }
+    true
+}
+
+async fn complete_handoffs(node: &ManagerNode, command: Command) -> bool {
+    match node.proposer.propose_as::<HandoffsCompleted>(command).await {
+        Ok((_, Answer::Done(HandoffsCompleted { completed, .. }))) => {
+            tracing::info!(
+                ?completed,
+                "handoffs completed on the old owner's expiry (P5.2)"
+            );
+        }
+        Ok((_, Answer::Refused(reason))) => {
+            tracing::warn!(?reason, "handoff completion refused")
+        }
+        Err(error) => {
+            tracing::info!(%error, "handoff completion not committed");
+            return false;
         }
     }
-    let now_ms = node.clock.now_ms();
-    let Some(plan) = node.state.read(|a| plan_rebalance(&a.state, now_ms)) else {
-        return;
-    };
+    true
+}
+
+async fn rebalance(node: &ManagerNode, plan: Command) -> bool {
     let capped =
         matches!(&plan, Command::Rebalance { moves, .. } if moves.len() >= MAX_MOVES_PER_PLAN);
     match node.proposer.propose_as::<Rebalanced>(plan).await {
@@ -221,6 +244,10 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
         Ok((_, Answer::Refused(reason))) => {
             tracing::warn!(?reason, "plan refused; replanning next step")
         }
-        Err(error) => tracing::info!(%error, "rebalance not committed"),
+        Err(error) => {
+            tracing::info!(%error, "rebalance not committed");
+            return false;
+        }
     }
+    true
 }

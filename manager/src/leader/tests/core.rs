@@ -273,3 +273,48 @@ fn uninitialised_state_decides_nothing() {
         StepDecision::default()
     );
 }
+
+/// P3.8: a step's first write is the reap, on its own; the rebalance is planned on the state
+/// the reap left (the dead executor's shards go to the live one), and nothing is written twice.
+#[test]
+fn p3_8_a_step_reaps_first_then_plans_on_what_the_reap_left() {
+    let mut world = World::new();
+    let dead = world.register("dead", 0);
+    let live = world.register("live", 0);
+    // Both own shards: give them the initial plan.
+    let plan = crate::lease::plan_rebalance(&world.state, 1).expect("initial plan");
+    world.apply(plan);
+    world.renew(&live, LEASE_MS - 1);
+    let now = LEASE_MS + 1;
+    let mut core = LeaderCore::new(0, guard());
+    let decision = core.step(now, &world.state, Some(LEASE_MS - 1));
+    assert_eq!(decision.reap, vec![dead.clone()]);
+    let mut writes = StepWrites::new(decision);
+    let (first, reap) = writes.next_command(&world.state, now).expect("a reap");
+    assert_eq!(first, StepWrite::Reap);
+    assert!(
+        matches!(&reap, Command::Reap { executor_ids, .. } if *executor_ids == vec![dead.clone()])
+    );
+    world.apply(reap);
+    let (second, plan) = writes.next_command(&world.state, now).expect("a plan");
+    assert_eq!(second, StepWrite::Rebalance, "no handoff is due");
+    match &plan {
+        Command::Rebalance { moves, .. } => {
+            assert!(!moves.is_empty());
+            assert!(moves.iter().all(|m| m.to == live), "{moves:?}");
+        }
+        other => panic!("expected a plan: {other:?}"),
+    }
+    world.apply(plan);
+    assert!(writes.next_command(&world.state, now).is_none());
+}
+
+#[test]
+fn an_abandoned_step_writes_nothing_more() {
+    let mut world = World::new();
+    world.register("only", 0);
+    let mut core = LeaderCore::new(0, guard());
+    let mut writes = StepWrites::new(core.step(1, &world.state, None));
+    writes.abandon();
+    assert!(writes.next_command(&world.state, 1).is_none());
+}
