@@ -11,7 +11,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::tls::Role;
 use leasehold_api::wire::{
     check_shard_list, Credential, Grant, RegisterRequest, ReleaseReply, ReleaseRequest,
-    RenewRequest, ShardEpoch,
+    RenewRequest,
 };
 
 use super::authorize::CallerRole;
@@ -19,24 +19,10 @@ use super::credentials::{authenticate, Bearer};
 use super::params::{validate_node_address, ExecutorIdPath};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Deregistered, Registered, Released};
-use crate::lease::{self, Answer, Command, ExecutorAnswer, RefusalReason, RenewResult, Renewal};
+use crate::lease::{Answer, Command, ExecutorAnswer, RefusalReason, RenewResult, Renewal};
 use crate::renewals::{self, RenewError};
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
-
-pub(crate) fn wire_grant(grant: lease::Grant) -> Grant {
-    Grant {
-        executor_id: grant.executor_id,
-        lease_ttl_ms: grant.lease_ttl_ms,
-        revision: grant.revision,
-        shard_count: grant.shard_count,
-        shards: grant
-            .shards
-            .into_iter()
-            .map(|(shard, epoch)| ShardEpoch { shard, epoch })
-            .collect(),
-    }
-}
 
 pub(super) fn refusal(reason: RefusalReason) -> HttpError {
     match reason {
@@ -131,7 +117,7 @@ pub async fn register(
             already_registered,
         }) => {
             tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
-            Ok(Json(wire_grant(grant)))
+            Ok(Json(grant.into()))
         }
         Answer::Refused(reason) => Err(refusal(reason)),
     }
@@ -160,15 +146,7 @@ pub async fn renew(
         shard_count(&node)?,
     )?;
     let started = std::time::Instant::now();
-    let renewal = Renewal {
-        executor_id: executor_id.clone(),
-        claims: request
-            .claims
-            .iter()
-            .map(|claim| (claim.shard, claim.epoch))
-            .collect(),
-        revision: request.revision,
-    };
+    let renewal = Renewal::from_request(executor_id.clone(), &request);
     let result = renewals::renew(&node.renewals, renewal).await;
     let counted = match &result {
         Ok(RenewResult::Renewed { .. }) => "renewed",
@@ -193,7 +171,7 @@ pub async fn renew(
             if !acknowledged.is_empty() {
                 tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
             }
-            Ok(Json(wire_grant(grant)))
+            Ok(Json(grant.into()))
         }
         Ok(RenewResult::UnknownExecutor { .. }) => Err(unknown_executor(&executor_id)),
         Err(RenewError::Propose(error)) => Err(error.into()),

@@ -14,7 +14,7 @@
 //!   episode lasts until no executor is overdue or the grace runs out (then the overdue are
 //!   reaped). One executor dying while others renew is reaped after one lease, not the grace.
 
-use crate::lease::{plan_rebalance, Command, ExecutorId, LeaseState};
+use crate::lease::{plan_rebalance_at_most, Command, ExecutorId, LeaseState, MAX_MOVES_PER_PLAN};
 
 /// The mass-expiry guard's settings (`--mass-expiry-guard`, `--mass-expiry-grace`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,14 +243,27 @@ pub enum StepWrite {
 pub struct StepWrites {
     decision: StepDecision,
     next: Option<StepWrite>,
+    max_moves: usize,
 }
 
 impl StepWrites {
     pub fn new(decision: StepDecision) -> Self {
+        Self::with_plan_cap(decision, MAX_MOVES_PER_PLAN)
+    }
+
+    /// A step whose plan moves at most `max_moves` shards (production: [`MAX_MOVES_PER_PLAN`]).
+    pub fn with_plan_cap(decision: StepDecision, max_moves: usize) -> Self {
         Self {
             decision,
             next: Some(StepWrite::Reap),
+            max_moves,
         }
+    }
+
+    /// Whether `plan` was cut at the cap, so the rest is planned at once rather than a tick
+    /// later.
+    pub fn plan_was_capped(&self, plan: &Command) -> bool {
+        matches!(plan, Command::Rebalance { moves, .. } if moves.len() >= self.max_moves)
     }
 
     /// What the step decided about time (deferrals and guard events, for logs and metrics).
@@ -281,7 +294,7 @@ impl StepWrites {
                 {
                     Some(Command::CompleteHandoffs { now_ms })
                 }
-                StepWrite::Rebalance => plan_rebalance(state, now_ms),
+                StepWrite::Rebalance => plan_rebalance_at_most(state, now_ms, self.max_moves),
                 _ => None,
             };
             if let Some(command) = command {

@@ -26,7 +26,7 @@ use self::core::{
     tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision, StepWrite, StepWrites,
 };
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
-use crate::lease::{Answer, Command, RefusalReason, MAX_MOVES_PER_PLAN};
+use crate::lease::{Answer, Command, RefusalReason};
 use crate::node::{Leader, ManagerNode};
 
 /// How often the loop checks for leadership while not leading.
@@ -133,7 +133,10 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
         let committed = match write {
             StepWrite::Reap => reap(node, command).await,
             StepWrite::CompleteHandoffs => complete_handoffs(node, command).await,
-            StepWrite::Rebalance => rebalance(node, command).await,
+            StepWrite::Rebalance => {
+                let capped = writes.plan_was_capped(&command);
+                rebalance(node, command, capped).await
+            }
         };
         if !committed {
             writes.abandon();
@@ -206,9 +209,7 @@ async fn complete_handoffs(node: &ManagerNode, command: Command) -> bool {
     true
 }
 
-async fn rebalance(node: &ManagerNode, plan: Command) -> bool {
-    let capped =
-        matches!(&plan, Command::Rebalance { moves, .. } if moves.len() >= MAX_MOVES_PER_PLAN);
+async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> bool {
     match node.proposer.propose_as::<Rebalanced>(plan).await {
         Ok((
             _,

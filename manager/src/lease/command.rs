@@ -23,6 +23,24 @@ pub struct Renewal {
     pub revision: u64,
 }
 
+impl Renewal {
+    /// The renewal an executor's `POST /v1/executors/{id}/renew` asks for.
+    pub fn from_request(
+        executor_id: ExecutorId,
+        request: &leasehold_api::wire::RenewRequest,
+    ) -> Self {
+        Self {
+            executor_id,
+            claims: request
+                .claims
+                .iter()
+                .map(|claim| (claim.shard, claim.epoch))
+                .collect(),
+            revision: request.revision,
+        }
+    }
+}
+
 /// One step of a rebalance plan: give `shard` to `to`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {

@@ -35,7 +35,7 @@ mod tests;
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use command::{Command, Move, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
-pub use planner::{plan_rebalance, MAX_MOVES_PER_PLAN};
+pub use planner::{plan_rebalance, plan_rebalance_at_most, MAX_MOVES_PER_PLAN};
 pub use state::{
     ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,
 };

@@ -50,9 +50,9 @@ pub fn plan_rebalance(state: &LeaseState, now_ms: u64) -> Option<Command> {
     plan_rebalance_at_most(state, now_ms, MAX_MOVES_PER_PLAN)
 }
 
-/// [`plan_rebalance`] with the cap as a parameter, so tests can make many capped steps of a
-/// small state.
-pub(super) fn plan_rebalance_at_most(
+/// [`plan_rebalance`] with the cap as a parameter, so tests and the simulator can make many
+/// capped steps of a small state.
+pub fn plan_rebalance_at_most(
     state: &LeaseState,
     now_ms: u64,
     max_moves: usize,

@@ -130,6 +130,22 @@ pub struct Grant {
     pub shards: Vec<(ShardId, Epoch)>,
 }
 
+impl From<Grant> for leasehold_api::wire::Grant {
+    fn from(grant: Grant) -> Self {
+        Self {
+            executor_id: grant.executor_id,
+            lease_ttl_ms: grant.lease_ttl_ms,
+            revision: grant.revision,
+            shard_count: grant.shard_count,
+            shards: grant
+                .shards
+                .into_iter()
+                .map(|(shard, epoch)| leasehold_api::wire::ShardEpoch { shard, epoch })
+                .collect(),
+        }
+    }
+}
+
 /// The replicated lease state (P2.1). Fields are private: it changes only through
 /// [`LeaseState::apply`], which keeps the shard table and the executors' indexes in agreement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,263 @@
+//! One seed's run: chaos, then a healed network until the fleet converges, then the liveness
+//! probes (I4 re-homing time, P5.4 fewest moves on a join, I5 no eviction after a stall).
+
+use std::collections::BTreeMap;
+
+use leasehold_manager::leader::core::tick_ms;
+
+use crate::checks::Violation;
+use crate::scenario::{Scenario, LEASE_CHOICES_MS};
+use crate::world::{Coverage, World};
+
+/// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
+/// leader's grace of the longest lease, the longest retry backoff and a few leases more.
+const SETTLE_LIMIT_US: u64 = 60_000_000;
+/// Settling is checked this often.
+const POLL_US: u64 = 20_000;
+/// The operator retries undoing drains this often while the fleet settles.
+const UNDRAIN_EVERY_US: u64 = 500_000;
+
+/// What one seed's run found.
+#[derive(Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub result: Result<(), Violation>,
+    pub coverage: Coverage,
+    pub trace: Vec<String>,
+    pub final_dump: String,
+}
+
+/// Runs one seed; with `trace`, every event is recorded.
+pub fn simulate(seed: u64, trace: bool) -> RunReport {
+    let scenario = Scenario::draw(seed);
+    let mut world = World::new(scenario, trace);
+    let result = drive(&mut world);
+    RunReport {
+        seed,
+        result,
+        coverage: world.coverage,
+        trace: world.trace_lines().to_vec(),
+        final_dump: world.dump(),
+    }
+}
+
+fn drive(world: &mut World) -> Result<(), Violation> {
+    let chaos_end_us = world.scenario.chaos_ms * 1_000;
+    world.run_until(chaos_end_us)?;
+    settle(world, "after the chaos")?;
+    // Let any new leader's grace (P6.1) and guard episode (P6.3) run out before timing things.
+    let longest_lease_us = LEASE_CHOICES_MS[LEASE_CHOICES_MS.len() - 1] * 1_000;
+    let quiet_until = world.now_us + 2 * longest_lease_us;
+    world.run_until(quiet_until)?;
+    settle(world, "before the probes")?;
+    if world.processes.len() >= 2 {
+        i4_rehoming_probe(world)?;
+    }
+    join_probe(world)?;
+    if world.scenario.guard.enabled {
+        i5_stall_probe(world)?;
+    }
+    Ok(())
+}
+
+/// Runs until the fleet converged: a leader leads, every slot's process is registered and
+/// renewing, the state knows exactly those executors, every shard is owned and none releasing,
+/// the spread is within one (P5.4), and each process admits exactly its recorded set.
+fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
+    let start = world.now_us;
+    loop {
+        if let Some(why_not) = not_converged(world) {
+            if world.now_us - start > SETTLE_LIMIT_US {
+                return Err(Violation {
+                    invariant: "liveness",
+                    detail: format!(
+                        "did not converge {when} within {} s: {why_not}\n{}",
+                        SETTLE_LIMIT_US / 1_000_000,
+                        world.dump()
+                    ),
+                    at_us: world.now_us,
+                });
+            }
+            if world.now_us % UNDRAIN_EVERY_US < POLL_US {
+                world.undrain_all();
+            }
+            let next = world.now_us + POLL_US;
+            world.run_until(next)?;
+        } else {
+            return Ok(world.now_us - start);
+        }
+    }
+}
+
+fn not_converged(world: &World) -> Option<String> {
+    if world.leader_is_stalled() {
+        return Some("the leader is stalled".into());
+    }
+    let Some(state) = world.leader_state() else {
+        return Some("no leader".into());
+    };
+    let mut live = BTreeMap::new();
+    for (slot, process) in world.processes.iter().enumerate() {
+        let Some(process) = process.as_ref().filter(|p| p.admits()) else {
+            continue;
+        };
+        let Some(executor_id) = process.core.executor_id() else {
+            return Some(format!("slot {slot} is not registered"));
+        };
+        live.insert(executor_id.to_owned(), slot);
+    }
+    let known: Vec<&str> = state.executors().map(|e| e.id.as_str()).collect();
+    if known.len() != live.len() || known.iter().any(|id| !live.contains_key(*id)) {
+        return Some(format!(
+            "the state knows {known:?}, the live processes are {live:?}"
+        ));
+    }
+    if let Some(shard) = state
+        .shards()
+        .iter()
+        .find(|s| s.owner.is_none() || s.handoff.is_some())
+    {
+        return Some(format!("shard {} is unowned or releasing", shard.id));
+    }
+    let counts: Vec<usize> = state.executors().map(|e| e.owned_shards.len()).collect();
+    if let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) {
+        if max - min > 1 {
+            return Some(format!("uneven spread {counts:?}"));
+        }
+    }
+    for (executor_id, slot) in &live {
+        let Some(now) = world.process_now(*slot) else {
+            continue;
+        };
+        let Some(process) = world.processes[*slot].as_ref() else {
+            continue;
+        };
+        let expected = state.delivered_set(executor_id);
+        let admitted: Vec<(u32, u64)> = process
+            .core
+            .assignment()
+            .held()
+            .into_iter()
+            .filter(|held| process.core.admit(held.shard, now).is_ok())
+            .map(|held| (held.shard, held.epoch))
+            .collect();
+        if admitted != expected {
+            return Some(format!(
+                "slot {slot} ({executor_id}) admits {admitted:?}, recorded {expected:?}"
+            ));
+        }
+    }
+    None
+}
+
+/// The slack on top of lease + tick for the writes and the push to land on a healed network:
+/// the previous step's write, the reap, one plan per `plan_cap` shards moved, and two transits
+/// at their longest, plus 20 ms of rounding in the renewal schedule.
+fn delivery_slack_us(scenario: &Scenario, shards_moved: usize) -> u64 {
+    let plans = shards_moved.div_ceil(scenario.plan_cap.max(1)) as u64;
+    (2 + plans) * scenario.commit_latency_us
+        + 2 * (crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us)
+        + 20_000
+}
+
+/// I4: a crashed executor's shards are re-homed within lease + tick.
+fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
+    world.coverage.i4_probes += 1;
+    let lease_ms = world
+        .leader_state()
+        .and_then(|s| s.config())
+        .map_or(world.scenario.lease_ms, |c| c.lease_duration_ms);
+    let slot = world.processes.len() - 1;
+    let shards_moved = world.processes[slot]
+        .as_ref()
+        .map_or(0, |p| p.core.assignment().held().len());
+    world.kill(slot);
+    let took = settle(world, "after the I4 kill")?;
+    let bound =
+        (lease_ms + tick_ms(lease_ms)) * 1_000 + delivery_slack_us(&world.scenario, shards_moved);
+    if took > bound {
+        return Err(Violation {
+            invariant: "I4",
+            detail: format!(
+                "a killed executor's shards were re-homed after {:.1} ms, bound lease + tick + slack = {:.1} ms",
+                took as f64 / 1_000.0,
+                bound as f64 / 1_000.0
+            ),
+            at_us: world.now_us,
+        });
+    }
+    // The slot comes back for the next probe.
+    world.restart(slot);
+    settle(world, "after the I4 restart")?;
+    Ok(())
+}
+
+/// P5.4: a joining executor gets shards at once, and the rebalance moves the fewest shards
+/// that reach an even spread.
+fn join_probe(world: &mut World) -> Result<(), Violation> {
+    world.coverage.join_probes += 1;
+    let Some(before) = world.leader_state().cloned() else {
+        return Ok(());
+    };
+    let mut counts: Vec<usize> = before.executors().map(|e| e.owned_shards.len()).collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    let shards = before.shards().len();
+    let owners = counts.len() + 1;
+    let (quota, extra) = (shards / owners, shards % owners);
+    let fewest: usize = counts
+        .iter()
+        .enumerate()
+        .map(|(rank, &count)| count.saturating_sub(quota + usize::from(rank < extra)))
+        .sum();
+    world.add_slot();
+    settle(world, "after a join")?;
+    let Some(after) = world.leader_state() else {
+        return Ok(());
+    };
+    let moved: u64 = after
+        .shards()
+        .iter()
+        .zip(before.shards())
+        .map(|(a, b)| a.epoch - b.epoch)
+        .sum();
+    if moved != fewest as u64 {
+        return Err(Violation {
+            invariant: "P5.4",
+            detail: format!(
+                "a join moved {moved} shards (new epochs), the fewest that reach an even spread is {fewest}"
+            ),
+            at_us: world.now_us,
+        });
+    }
+    Ok(())
+}
+
+/// I5: the leader stalls for longer than the lease, then resumes: nobody that renews within
+/// the grace is evicted.
+fn i5_stall_probe(world: &mut World) -> Result<(), Violation> {
+    let lease_ms = world
+        .leader_state()
+        .and_then(|s| s.config())
+        .map_or(world.scenario.lease_ms, |c| c.lease_duration_ms);
+    let before: Vec<String> = world
+        .leader_state()
+        .map(|s| s.executors().map(|e| e.id.clone()).collect())
+        .unwrap_or_default();
+    world.stall_leader(2 * lease_ms + lease_ms / 2);
+    settle(world, "after a leader stall")?;
+    let after: Vec<String> = world
+        .leader_state()
+        .map(|s| s.executors().map(|e| e.id.clone()).collect())
+        .unwrap_or_default();
+    if before != after {
+        return Err(Violation {
+            invariant: "I5",
+            detail: format!(
+                "a leader stall of {} ms evicted live executors: before {before:?}, after {after:?}",
+                2 * lease_ms + lease_ms / 2
+            ),
+            at_us: world.now_us,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! Everything a run does, drawn from its seed before it starts: the fleet, the network's
+//! behaviour and the faults with their timing. One seed, one run: nothing else is random.
+
+use leasehold_manager::leader::core::GuardConfig;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Lease durations a run may start with or change to (ms). Short, so a run covers many leases.
+pub const LEASE_CHOICES_MS: [u64; 4] = [600, 1_000, 2_000, 3_000];
+/// Most executor slots in a run.
+pub const MAX_EXECUTORS: usize = 8;
+/// Most shards in a run.
+pub const MAX_SHARDS: u32 = 64;
+/// Managers in the simulated cluster.
+pub const MANAGERS: usize = 3;
+/// The shortest one-way transit (µs). The clock-rate bound below keeps `rate error × lease`
+/// under it, which is what "rate error far below the lease" (P5.2) means at these leases.
+pub const MIN_TRANSIT_US: u64 = 1_000;
+/// Largest clock-rate error of any executor or leader (parts per million): 100 ppm of the
+/// longest lease (3 s) is 0.3 ms, under [`MIN_TRANSIT_US`].
+pub const MAX_RATE_ERROR_PPM: i64 = 100;
+/// Largest offset between two leaders' clocks (the wall clock each read on taking office, P2.3).
+pub const MAX_CLOCK_OFFSET_MS: i64 = 2_000;
+
+/// One fault, injected at its drawn instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL: the process is gone; its slot stays empty until a restart.
+    Kill { slot: usize },
+    /// A new process with a new incarnation at the same address (the old one killed first).
+    Restart { slot: usize },
+    /// SIGSTOP for `for_ms`, often past its lease; then it carries on where it was.
+    Pause { slot: usize, for_ms: u64 },
+    /// SIGTERM: stop admitting, deregister within the grace, exit (P3.7).
+    GracefulStop { slot: usize },
+    /// The link between the managers and one executor fails for `for_ms`, in one direction or
+    /// both.
+    Partition {
+        slot: usize,
+        to_managers: bool,
+        from_managers: bool,
+        for_ms: u64,
+    },
+    /// The leader loses office; its uncommitted tail is committed by the next leader or lost;
+    /// it may go on pushing from its stale state for `deposed_pushes_ms`.
+    LeaderChange {
+        keep_tail: bool,
+        deposed_pushes_ms: u64,
+        election_ms: u64,
+    },
+    /// The leader process stalls for `for_ms` (GC, swap, SIGSTOP) while the followers still hear
+    /// from it, so nobody else takes office (P6.3, I5).
+    LeaderStall { for_ms: u64 },
+    /// A follower restarts from its snapshot (a bincode round trip of its state).
+    ManagerRestart,
+    /// An operator sets a new lease duration (P3.4).
+    SetLease { lease_ms: u64 },
+    /// An operator drains an executor, or undrains it.
+    Drain { slot: usize, draining: bool },
+}
+
+/// A run's whole configuration.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub seed: u64,
+    pub slots: usize,
+    pub shards: u32,
+    pub lease_ms: u64,
+    pub guard: GuardConfig,
+    /// Most moves in one plan (production: 8 192).
+    pub plan_cap: usize,
+    /// Deliveries in flight at once in the leader's delivery shell.
+    pub max_deliveries_in_flight: usize,
+    /// Per mille of messages lost during the chaos phase.
+    pub drop_per_mille: u32,
+    /// Per mille of messages delivered twice during the chaos phase.
+    pub duplicate_per_mille: u32,
+    /// Typical one-way transit beyond the minimum (µs); a tail of up to 30× that is drawn for
+    /// one message in twenty, which also reorders.
+    pub typical_delay_us: u64,
+    /// Commit latency (µs): from the first proposal of a batch to its commit.
+    pub commit_latency_us: u64,
+    /// Clock-rate error per executor slot (ppm).
+    pub executor_rate_ppm: Vec<i64>,
+    /// How long faults are injected (ms); then the network heals and the fleet settles.
+    pub chaos_ms: u64,
+    /// The faults, ascending by instant (ms since the start).
+    pub faults: Vec<(u64, Fault)>,
+}
+
+impl Scenario {
+    pub fn draw(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let slots = rng.random_range(1..=MAX_EXECUTORS);
+        let shards = rng.random_range(1..=MAX_SHARDS);
+        let lease_ms = LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())];
+        let guard = GuardConfig {
+            enabled: rng.random_bool(0.8),
+            // Long enough that an executor that was live before a stall renews within it: its
+            // retries back off to at most 5 s (P3.5, RETRY_DELAY_MAX).
+            grace_ms: rng.random_range(8_000..=20_000),
+        };
+        let plan_cap = [1, 2, 3, 8_192][rng.random_range(0..4)];
+        let max_deliveries_in_flight = [1, 2, 64][rng.random_range(0..3)];
+        let calm = rng.random_bool(0.15);
+        let drop_per_mille = if calm { 0 } else { rng.random_range(0..=300) };
+        let duplicate_per_mille = if calm { 0 } else { rng.random_range(0..=100) };
+        let typical_delay_us = rng.random_range(0..=20_000);
+        let commit_latency_us = rng.random_range(200..=5_000);
+        let executor_rate_ppm = (0..slots)
+            .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
+            .collect();
+        let chaos_ms = lease_ms * rng.random_range(8..=20);
+        let fault_count = if calm { 0 } else { rng.random_range(0..=12) };
+        let mut faults: Vec<(u64, Fault)> = (0..fault_count)
+            .map(|_| {
+                let at = rng.random_range(0..chaos_ms);
+                (at, draw_fault(&mut rng, slots, lease_ms))
+            })
+            .collect();
+        faults.sort_by_key(|(at, _)| *at);
+        Self {
+            seed,
+            slots,
+            shards,
+            lease_ms,
+            guard,
+            plan_cap,
+            max_deliveries_in_flight,
+            drop_per_mille,
+            duplicate_per_mille,
+            typical_delay_us,
+            commit_latency_us,
+            executor_rate_ppm,
+            chaos_ms,
+            faults,
+        }
+    }
+}
+
+fn draw_fault(rng: &mut ChaCha8Rng, slots: usize, lease_ms: u64) -> Fault {
+    let slot = rng.random_range(0..slots);
+    match rng.random_range(0..100) {
+        0..12 => Fault::Kill { slot },
+        12..24 => Fault::Restart { slot },
+        24..36 => Fault::Pause {
+            slot,
+            for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
+        },
+        36..44 => Fault::GracefulStop { slot },
+        44..58 => {
+            let direction = rng.random_range(0..3);
+            Fault::Partition {
+                slot,
+                to_managers: direction != 1,
+                from_managers: direction != 0,
+                for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
+            }
+        }
+        58..72 => Fault::LeaderChange {
+            keep_tail: rng.random_bool(0.5),
+            deposed_pushes_ms: if rng.random_bool(0.5) {
+                rng.random_range(0..=lease_ms * 2)
+            } else {
+                0
+            },
+            election_ms: rng.random_range(50..=1_500),
+        },
+        72..80 => Fault::LeaderStall {
+            for_ms: rng.random_range(lease_ms / 2..=lease_ms * 3),
+        },
+        80..86 => Fault::ManagerRestart,
+        86..92 => Fault::SetLease {
+            lease_ms: LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())],
+        },
+        _ => Fault::Drain {
+            slot,
+            draining: rng.random_bool(0.7),
+        },
+    }
+}

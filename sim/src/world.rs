@@ -1,0 +1,1923 @@
+//! The simulated cluster: one event queue on one simulated clock, managers with a Raft log each
+//! (a shared committed prefix, the leader's uncommitted tail, snapshots as a round trip of the
+//! real codec), the leader's loop and delivery shell, and executor processes, all driving the
+//! real cores:
+//!
+//! - the state machine, [`LeaseState::apply`], on every replica;
+//! - the leader's time rules and the order of a step's writes ([`LeaderCore`], [`StepWrites`]);
+//! - the delivery decisions ([`DeliveryPlanner`], [`acknowledgement`]) and what a commit asks of
+//!   the leader ([`CommitSignal`]);
+//! - per executor the admission core ([`AdmissionCore`]: lease anchoring, the delivery order,
+//!   the stale-grant rule) and the renewal schedule with its backoff ([`LeaseSchedule`]).
+//!
+//! What is simulated rather than run: the network (loss, duplication, heavy-tailed delay and so
+//! reordering, partitions), the processes (kill, pause, restart, graceful stop), Raft itself
+//! (commit order is the log order; an election moves office to another replica, which first
+//! applies the whole committed log) and clocks (per-term leader offsets, per-process rate
+//! error). Checks run after every event; see [`crate::checks`].
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use leasehold_api::wire::{
+    AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply,
+};
+use leasehold_executor::admission::AdmissionCore;
+use leasehold_executor::lease::{CallOutcome, LeaseSchedule, NextCall};
+use leasehold_manager::leader::core::{tick_ms, LeaderCore, StepWrite, StepWrites};
+use leasehold_manager::leader::delivery_plan::{
+    acknowledgement, Delivery, DeliveryPlanner, ROUND_INTERVAL_MS,
+};
+use leasehold_manager::lease::{Command, LeaseState, Outcome, RefusalReason, RenewResult, Renewal};
+use leasehold_manager::signals::CommitSignal;
+use leasehold_raft_store::StateMachine;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::time::Instant;
+
+use crate::checks::{Checker, Violation};
+use crate::scenario::{
+    Fault, Scenario, MANAGERS, MAX_CLOCK_OFFSET_MS, MAX_RATE_ERROR_PPM, MIN_TRANSIT_US,
+};
+
+/// A delivery unanswered after this long failed (the shell's `DELIVERY_TIMEOUT`).
+const DELIVERY_TIMEOUT_US: u64 = 2_000_000;
+/// A register or renew call unanswered after this long failed (`GRANT_CALL_PATIENCE`).
+const CALL_PATIENCE_US: u64 = leasehold_executor::GRANT_CALL_PATIENCE.as_micros() as u64;
+/// A graceful stop gives up deregistering after this long and exits (P3.7).
+const STOP_GRACE_US: u64 = 2_000_000;
+/// What every leader clock reads at the start, give or take its offset: far enough from zero
+/// that no offset clamps it (a wall clock is never near its epoch).
+const LEADER_CLOCK_START_MS: i64 = 1_000_000;
+/// Followers apply the committed log this often.
+const FOLLOWER_APPLY_US: u64 = 250_000;
+
+pub type Slot = usize;
+
+/// What a manager receives from an executor.
+#[derive(Debug, Clone)]
+enum Request {
+    Register {
+        call: u64,
+        request: RegisterRequest,
+    },
+    Renew {
+        call: u64,
+        executor_id: String,
+        request: RenewRequest,
+    },
+    Deregister {
+        call: u64,
+        executor_id: String,
+    },
+    PushReply {
+        delivery: u64,
+        ok: bool,
+    },
+    RevokeReply {
+        delivery: u64,
+        reply: Option<RevokeReply>,
+    },
+}
+
+/// What an executor receives from a manager.
+#[derive(Debug, Clone)]
+enum Message {
+    Granted { call: u64, grant: Grant },
+    UnknownExecutor { call: u64 },
+    CallFailed { call: u64 },
+    Deregistered { call: u64 },
+    Push { delivery: u64, push: AssignmentPush },
+    Revoke { delivery: u64, revoke: RevokePush },
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    /// The executor's lease loop wakes for its next call.
+    Call {
+        slot: Slot,
+        process: u64,
+    },
+    CallTimeout {
+        slot: Slot,
+        process: u64,
+        call: u64,
+    },
+    /// A message reaches the managers (whoever leads when it arrives).
+    ToManagers {
+        slot: Slot,
+        process: u64,
+        request: Request,
+    },
+    ToExecutor {
+        slot: Slot,
+        message: Message,
+    },
+    Commit {
+        term: u64,
+    },
+    LeaderStep {
+        term: u64,
+    },
+    DeliveryRound {
+        term: u64,
+    },
+    DeliveryTimeout {
+        term: u64,
+        delivery: u64,
+    },
+    /// The deposed leader of `term` sends another round from its stale state.
+    DeposedRound {
+        term: u64,
+    },
+    FollowerApply,
+    Elected {
+        manager: usize,
+    },
+    StallOver {
+        term: u64,
+    },
+    Resume {
+        slot: Slot,
+        process: u64,
+    },
+    StopDeadline {
+        slot: Slot,
+        process: u64,
+    },
+    PartitionHealed {
+        slot: Slot,
+        to_managers: bool,
+        from_managers: bool,
+    },
+    Fault(Fault),
+    EndChaos,
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    at_us: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.seq) == (other.at_us, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at_us, self.seq).cmp(&(other.at_us, other.seq))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    Running,
+    Paused {
+        until_us: u64,
+    },
+    /// A graceful stop is under way (admission already off).
+    Stopping,
+    Dead,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CallKind {
+    Register,
+    Renew,
+    Deregister,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    id: u64,
+    kind: CallKind,
+    sent_at: Instant,
+}
+
+/// One executor process: the real admission core and schedule, and what the shell keeps.
+#[derive(Debug)]
+pub struct Process {
+    pub id: u64,
+    pub core: AdmissionCore,
+    schedule: LeaseSchedule,
+    pub life: Life,
+    incarnation: String,
+    incarnations: u64,
+    call: Option<Call>,
+    rate_ppm: i64,
+    /// A register was sent under the current incarnation (P7.2): a stop deregisters it.
+    register_sent: bool,
+}
+
+impl Process {
+    pub fn admits(&self) -> bool {
+        self.life != Life::Dead
+    }
+}
+
+/// A proposal waiting in the leader's uncommitted tail, and whom its outcome answers.
+#[derive(Debug, Clone)]
+enum ReplyTo {
+    Nobody,
+    Register { slot: Slot, call: u64 },
+    Renew(Vec<(Slot, u64)>),
+    Deregister { slot: Slot, call: u64 },
+    StepWrite,
+}
+
+#[derive(Debug, Clone)]
+struct Proposal {
+    command: Command,
+    reply_to: ReplyTo,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    kind: InflightKind,
+}
+
+#[derive(Debug)]
+enum InflightKind {
+    Push {
+        executor_id: String,
+    },
+    Revoke {
+        executor_id: String,
+        requested: Vec<u32>,
+        revision: u64,
+    },
+}
+
+/// The leader of one term: its clock, its loop's core, its delivery shell.
+#[derive(Debug)]
+struct Leader {
+    term: u64,
+    manager: usize,
+    /// Leader clock = true clock × (1 + rate) + offset (P2.3: the wall clock read on taking office,
+    /// then monotonic time).
+    offset_ms: i64,
+    rate_ppm: i64,
+    core: LeaderCore,
+    writes: Option<StepWrites>,
+    step_again: bool,
+    planner: DeliveryPlanner,
+    pending_pushes: BTreeSet<String>,
+    last_renewal_applied_ms: Option<u64>,
+    tail: Vec<Proposal>,
+    commit_scheduled: bool,
+    round_waiting: Vec<Delivery>,
+    round_in_flight: BTreeMap<u64, Inflight>,
+    round_again: bool,
+    round_scheduled: bool,
+    stalled_until_us: Option<u64>,
+}
+
+/// A deposed leader that has not noticed yet: it pushes from its frozen state.
+#[derive(Debug)]
+struct Deposed {
+    term: u64,
+    state: LeaseState,
+    planner: DeliveryPlanner,
+    offset_ms: i64,
+    rate_ppm: i64,
+    until_us: u64,
+}
+
+/// Counts of what a run reached, summed over seeds by the caller: a simulator that silently
+/// stopped reaching a situation shows up as a zero.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Coverage {
+    pub commits: u64,
+    pub handoffs_completed_by_release: u64,
+    pub handoffs_completed_by_claims: u64,
+    pub handoffs_completed_by_expiry: u64,
+    pub executors_reaped: u64,
+    pub reaps_deferred_by_guard: u64,
+    pub leader_changes: u64,
+    pub snapshot_restarts: u64,
+    pub stale_grants: u64,
+    pub pushes_refused: u64,
+    pub i4_probes: u64,
+    pub join_probes: u64,
+}
+
+impl Coverage {
+    pub fn add(&mut self, other: &Coverage) {
+        self.commits += other.commits;
+        self.handoffs_completed_by_release += other.handoffs_completed_by_release;
+        self.handoffs_completed_by_claims += other.handoffs_completed_by_claims;
+        self.handoffs_completed_by_expiry += other.handoffs_completed_by_expiry;
+        self.executors_reaped += other.executors_reaped;
+        self.reaps_deferred_by_guard += other.reaps_deferred_by_guard;
+        self.leader_changes += other.leader_changes;
+        self.snapshot_restarts += other.snapshot_restarts;
+        self.stale_grants += other.stale_grants;
+        self.pushes_refused += other.pushes_refused;
+        self.i4_probes += other.i4_probes;
+        self.join_probes += other.join_probes;
+    }
+
+    pub fn unreached(&self) -> Vec<&'static str> {
+        [
+            ("commits", self.commits),
+            (
+                "handoffs_completed_by_release",
+                self.handoffs_completed_by_release,
+            ),
+            (
+                "handoffs_completed_by_claims",
+                self.handoffs_completed_by_claims,
+            ),
+            (
+                "handoffs_completed_by_expiry",
+                self.handoffs_completed_by_expiry,
+            ),
+            ("executors_reaped", self.executors_reaped),
+            ("reaps_deferred_by_guard", self.reaps_deferred_by_guard),
+            ("leader_changes", self.leader_changes),
+            ("snapshot_restarts", self.snapshot_restarts),
+            ("stale_grants", self.stale_grants),
+            ("pushes_refused", self.pushes_refused),
+            ("i4_probes", self.i4_probes),
+            ("join_probes", self.join_probes),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(name, _)| name)
+        .collect()
+    }
+}
+
+/// The simulated cluster.
+#[derive(Debug)]
+pub struct World {
+    pub scenario: Scenario,
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    seq: u64,
+    pub now_us: u64,
+    base: Instant,
+    /// The committed log (Raft's guarantee: every replica's log agrees on this prefix).
+    log: Vec<Command>,
+    replicas: Vec<LeaseState>,
+    applied: Vec<usize>,
+    manager_rate_ppm: Vec<i64>,
+    leader: Option<Leader>,
+    deposed: Vec<Deposed>,
+    next_term: u64,
+    pub processes: Vec<Option<Process>>,
+    next_process: u64,
+    next_call: u64,
+    next_delivery: u64,
+    /// Active partitions per slot: (to managers, from managers) counters.
+    cut_to_managers: Vec<u32>,
+    cut_from_managers: Vec<u32>,
+    pub chaos: bool,
+    pub checker: Checker,
+    pub coverage: Coverage,
+    trace: Option<Vec<String>>,
+}
+
+impl World {
+    pub fn new(scenario: Scenario, trace: bool) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed);
+        rng.set_stream(1);
+        let manager_rate_ppm = (0..MANAGERS)
+            .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
+            .collect();
+        let slots = scenario.slots;
+        let mut world = Self {
+            checker: Checker::new(&scenario),
+            scenario,
+            rng,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            now_us: 0,
+            base: Instant::now(),
+            log: Vec::new(),
+            replicas: vec![LeaseState::default(); MANAGERS],
+            applied: vec![0; MANAGERS],
+            manager_rate_ppm,
+            leader: None,
+            deposed: Vec::new(),
+            next_term: 1,
+            processes: (0..slots).map(|_| None).collect(),
+            next_process: 1,
+            next_call: 1,
+            next_delivery: 1,
+            cut_to_managers: vec![0; slots],
+            cut_from_managers: vec![0; slots],
+            chaos: true,
+            coverage: Coverage::default(),
+            trace: trace.then(Vec::new),
+        };
+        // The cluster is initialised before anything else, as `leaseholdctl init` does.
+        world.take_office(0, 0);
+        let init = Command::Init {
+            now_ms: world.leader_now_ms().unwrap_or(0),
+            shard_count: world.scenario.shards,
+            lease_duration_ms: world.scenario.lease_ms,
+        };
+        world.propose(init, ReplyTo::Nobody);
+        // Committed before any fault can touch it: the operator's `init` succeeded.
+        world.commit(1);
+        for slot in 0..slots {
+            world.start_process(slot);
+        }
+        for (at_ms, fault) in world.scenario.faults.clone() {
+            world.schedule(at_ms * 1_000, Event::Fault(fault));
+        }
+        world.schedule(world.scenario.chaos_ms * 1_000, Event::EndChaos);
+        world.schedule(FOLLOWER_APPLY_US, Event::FollowerApply);
+        world
+    }
+
+    pub fn trace_lines(&self) -> &[String] {
+        self.trace.as_deref().unwrap_or_default()
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            let at = self.now_us;
+            let line = line();
+            trace.push(format!("{:>9.3} ms  {line}", at as f64 / 1_000.0));
+        }
+    }
+
+    fn schedule(&mut self, at_us: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            at_us: at_us.max(self.now_us),
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    /// Runs events until `until_us`; stops at the first violation.
+    pub fn run_until(&mut self, until_us: u64) -> Result<(), Violation> {
+        while let Some(Reverse(next)) = self.queue.peek() {
+            if next.at_us > until_us {
+                break;
+            }
+            let Some(Reverse(next)) = self.queue.pop() else {
+                break;
+            };
+            self.now_us = next.at_us;
+            self.handle(next.event);
+            self.check_after_event()?;
+        }
+        self.now_us = self.now_us.max(until_us);
+        Ok(())
+    }
+
+    // ---- clocks ----------------------------------------------------------------------------
+
+    fn local_instant(&self, rate_ppm: i64) -> Instant {
+        self.base + Duration::from_micros(scaled(self.now_us, rate_ppm))
+    }
+
+    /// The true instant at which a process whose clock runs at `rate_ppm` reads `instant`.
+    fn true_us_of(&self, instant: Instant, rate_ppm: i64) -> u64 {
+        let local_us = instant.saturating_duration_since(self.base).as_micros() as u64;
+        // Inverse of `scaled`, rounded up so a timer never fires early.
+        let denominator = 1_000_000 + rate_ppm;
+        (u128::from(local_us) * 1_000_000).div_ceil(denominator.max(1) as u128) as u64
+    }
+
+    pub fn process_now(&self, slot: Slot) -> Option<Instant> {
+        self.processes[slot]
+            .as_ref()
+            .map(|p| self.local_instant(p.rate_ppm))
+    }
+
+    fn leader_clock_ms(&self, offset_ms: i64, rate_ppm: i64) -> u64 {
+        clock_ms(self.now_us, offset_ms, rate_ppm)
+    }
+
+    pub fn leader_now_ms(&self) -> Option<u64> {
+        self.leader
+            .as_ref()
+            .map(|l| self.leader_clock_ms(l.offset_ms, l.rate_ppm))
+    }
+
+    // ---- the network -----------------------------------------------------------------------
+
+    fn transit_us(&mut self) -> u64 {
+        let typical = self.scenario.typical_delay_us;
+        // The heavy tail (up to 30× typical, as long as a short lease) is a fault: a healed
+        // network's transit stays within the typical delay.
+        let extra = if typical == 0 {
+            0
+        } else if self.chaos && self.rng.random_ratio(1, 20) {
+            self.rng.random_range(0..=typical * 30)
+        } else {
+            self.rng.random_range(0..=typical)
+        };
+        MIN_TRANSIT_US + extra
+    }
+
+    /// How many copies of a message the network delivers (0: lost).
+    fn copies(&mut self) -> usize {
+        if !self.chaos {
+            return 1;
+        }
+        if self.rng.random_ratio(self.scenario.drop_per_mille, 1_000) {
+            return 0;
+        }
+        if self
+            .rng
+            .random_ratio(self.scenario.duplicate_per_mille, 1_000)
+        {
+            return 2;
+        }
+        1
+    }
+
+    fn send_to_managers(&mut self, slot: Slot, process: u64, request: Request) {
+        if self.cut_to_managers[slot] > 0 {
+            return;
+        }
+        for _ in 0..self.copies() {
+            let at = self.now_us + self.transit_us();
+            self.schedule(
+                at,
+                Event::ToManagers {
+                    slot,
+                    process,
+                    request: request.clone(),
+                },
+            );
+        }
+    }
+
+    fn send_to_executor(&mut self, slot: Slot, message: Message) {
+        if self.cut_from_managers[slot] > 0 {
+            return;
+        }
+        for _ in 0..self.copies() {
+            let at = self.now_us + self.transit_us();
+            self.schedule(
+                at,
+                Event::ToExecutor {
+                    slot,
+                    message: message.clone(),
+                },
+            );
+        }
+    }
+
+    /// The slot an executor address names (`http://sN:1`, the same across restarts).
+    fn slot_of(address: &str) -> Option<Slot> {
+        address
+            .strip_prefix("http://s")?
+            .split(':')
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    // ---- Raft ------------------------------------------------------------------------------
+
+    fn take_office(&mut self, manager: usize, offset_ms: i64) {
+        // Raft: a new leader holds the whole committed log and applies it before it leads.
+        self.catch_up(manager);
+        let term = self.next_term;
+        self.next_term += 1;
+        let rate_ppm = self.manager_rate_ppm[manager];
+        let took_office_ms = self.leader_clock_ms(offset_ms, rate_ppm);
+        let mut leader = Leader {
+            term,
+            manager,
+            offset_ms,
+            rate_ppm,
+            core: LeaderCore::new(took_office_ms, self.scenario.guard),
+            writes: None,
+            step_again: false,
+            planner: DeliveryPlanner::default(),
+            pending_pushes: BTreeSet::new(),
+            last_renewal_applied_ms: None,
+            tail: Vec::new(),
+            commit_scheduled: false,
+            round_waiting: Vec::new(),
+            round_in_flight: BTreeMap::new(),
+            round_again: false,
+            round_scheduled: false,
+            stalled_until_us: None,
+        };
+        // P6.2: push each executor its full set once.
+        leader.pending_pushes = self.replicas[manager]
+            .executors()
+            .map(|e| e.id.clone())
+            .collect();
+        self.leader = Some(leader);
+        self.note(|| format!("term {term}: manager {manager} leads, clock offset {offset_ms} ms, took office at {took_office_ms}"));
+        self.schedule(self.now_us, Event::LeaderStep { term });
+        self.schedule(self.now_us, Event::DeliveryRound { term });
+    }
+
+    fn catch_up(&mut self, manager: usize) {
+        while self.applied[manager] < self.log.len() {
+            let index = self.applied[manager];
+            let command = self.log[index].clone();
+            let _ = self.replicas[manager].apply(index as u64 + 1, &command);
+            self.applied[manager] += 1;
+        }
+    }
+
+    fn propose(&mut self, command: Command, reply_to: ReplyTo) {
+        let Some(leader) = &mut self.leader else {
+            return;
+        };
+        // Group commit: renewals arriving while a batch waits join the pending `Renew` entry.
+        if let (Command::Renew { renewals, .. }, ReplyTo::Renew(replies)) = (&command, &reply_to) {
+            if let Some(Proposal {
+                command: Command::Renew {
+                    renewals: batch, ..
+                },
+                reply_to: ReplyTo::Renew(batch_replies),
+            }) = leader.tail.last_mut()
+            {
+                batch.extend(renewals.iter().cloned());
+                batch_replies.extend(replies.iter().cloned());
+                return;
+            }
+        }
+        leader.tail.push(Proposal { command, reply_to });
+        if !leader.commit_scheduled && leader.stalled_until_us.is_none() {
+            leader.commit_scheduled = true;
+            let term = leader.term;
+            let at = self.now_us + self.scenario.commit_latency_us;
+            self.schedule(at, Event::Commit { term });
+        }
+    }
+
+    fn commit(&mut self, term: u64) {
+        let Some(leader) = &mut self.leader else {
+            return;
+        };
+        if leader.term != term {
+            return;
+        }
+        leader.commit_scheduled = false;
+        let tail = std::mem::take(&mut leader.tail);
+        let manager = leader.manager;
+        for proposal in tail {
+            self.commit_one(manager, proposal);
+        }
+    }
+
+    /// Appends one entry to the committed log and applies it on the leader's replica.
+    fn commit_one(&mut self, manager: usize, proposal: Proposal) -> Option<Outcome> {
+        self.catch_up(manager);
+        self.log.push(proposal.command.clone());
+        let index = self.log.len() as u64;
+        let before = self.replicas[manager].clone();
+        let outcome = self.replicas[manager].apply(index, &proposal.command);
+        self.applied[manager] += 1;
+        self.coverage.commits += 1;
+        let now_ms = proposal.command.now_ms();
+        self.note(|| {
+            format!(
+                "commit #{index}: {} -> {}",
+                describe_command(&proposal.command),
+                describe_outcome(&outcome)
+            )
+        });
+        self.observe_commit(&before, manager, &proposal.command, &outcome);
+        let signal = CommitSignal::of(&outcome);
+        if let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) {
+            let term = leader.term;
+            if signal.renewal_applied {
+                leader.last_renewal_applied_ms =
+                    Some(leader.last_renewal_applied_ms.unwrap_or(0).max(now_ms));
+            }
+            leader.pending_pushes.extend(signal.pushes.iter().cloned());
+            if signal.replan {
+                self.schedule(self.now_us, Event::LeaderStep { term });
+            }
+            if signal.deliver {
+                self.schedule(self.now_us, Event::DeliveryRound { term });
+            }
+        }
+        self.answer(manager, proposal.reply_to, &outcome);
+        Some(outcome)
+    }
+
+    fn observe_commit(
+        &mut self,
+        before: &LeaseState,
+        manager: usize,
+        command: &Command,
+        outcome: &Outcome,
+    ) {
+        let after = &self.replicas[manager];
+        match outcome {
+            Outcome::Released { completed, .. } if !completed.is_empty() => {
+                self.coverage.handoffs_completed_by_release += 1
+            }
+            Outcome::Renewed { results, .. }
+                if results.iter().any(|r| {
+                    matches!(r, RenewResult::Renewed { acknowledged, .. } if !acknowledged.is_empty())
+                }) =>
+            {
+                self.coverage.handoffs_completed_by_claims += 1
+            }
+            Outcome::Reaped { reaped, .. } => self.coverage.executors_reaped += reaped.len() as u64,
+            _ => {}
+        }
+        if matches!(command, Command::CompleteHandoffs { .. }) {
+            self.coverage.handoffs_completed_by_expiry += 1;
+        }
+        let processes = &self.processes;
+        let instants: Vec<Option<Instant>> =
+            (0..processes.len()).map(|s| self.process_now(s)).collect();
+        self.checker.after_commit(
+            before,
+            after,
+            command,
+            outcome,
+            processes,
+            &instants,
+            self.now_us,
+        );
+    }
+
+    /// Sends the outcome of a committed proposal to whoever asked.
+    fn answer(&mut self, manager: usize, reply_to: ReplyTo, outcome: &Outcome) {
+        match reply_to {
+            ReplyTo::Nobody => {}
+            ReplyTo::StepWrite => self.continue_step(manager, outcome),
+            ReplyTo::Register { slot, call, .. } => {
+                let message = match outcome {
+                    Outcome::Registered { grant, .. } => Message::Granted {
+                        call,
+                        grant: grant.clone().into(),
+                    },
+                    _ => Message::CallFailed { call },
+                };
+                self.send_to_executor(slot, message);
+            }
+            ReplyTo::Renew(replies) => {
+                let results = match outcome {
+                    Outcome::Renewed { results, .. } => results.clone(),
+                    _ => Vec::new(),
+                };
+                for (index, (slot, call)) in replies.into_iter().enumerate() {
+                    let message = match results.get(index) {
+                        Some(RenewResult::Renewed { grant, .. }) => Message::Granted {
+                            call,
+                            grant: grant.clone().into(),
+                        },
+                        Some(RenewResult::UnknownExecutor { .. }) => {
+                            Message::UnknownExecutor { call }
+                        }
+                        None => Message::CallFailed { call },
+                    };
+                    self.send_to_executor(slot, message);
+                }
+            }
+            ReplyTo::Deregister { slot, call, .. } => {
+                let message = match outcome {
+                    Outcome::Deregistered { .. } | Outcome::NotFound => {
+                        Message::Deregistered { call }
+                    }
+                    _ => Message::CallFailed { call },
+                };
+                self.send_to_executor(slot, message);
+            }
+        }
+    }
+
+    fn lose_office(&mut self, keep_tail: bool, deposed_pushes_ms: u64) {
+        let Some(mut leader) = self.leader.take() else {
+            return;
+        };
+        self.coverage.leader_changes += 1;
+        let term = leader.term;
+        let tail = std::mem::take(&mut leader.tail);
+        self.note(|| {
+            format!(
+                "term {term} ends: {} uncommitted entries {}",
+                tail.len(),
+                if keep_tail { "kept" } else { "lost" }
+            )
+        });
+        if keep_tail {
+            // The next leader commits them; their answers are lost with the old connections.
+            for proposal in tail {
+                let manager = leader.manager;
+                self.catch_up(manager);
+                self.log.push(proposal.command.clone());
+                let index = self.log.len() as u64;
+                let before = self.replicas[manager].clone();
+                let outcome = self.replicas[manager].apply(index, &proposal.command);
+                self.applied[manager] += 1;
+                self.observe_commit(&before, manager, &proposal.command, &outcome);
+            }
+        }
+        if deposed_pushes_ms > 0 {
+            self.deposed.push(Deposed {
+                term,
+                state: self.replicas[leader.manager].clone(),
+                planner: std::mem::take(&mut leader.planner),
+                offset_ms: leader.offset_ms,
+                rate_ppm: leader.rate_ppm,
+                until_us: self.now_us + deposed_pushes_ms * 1_000,
+            });
+            self.schedule(self.now_us, Event::DeposedRound { term });
+        }
+    }
+
+    // ---- the leader loop -------------------------------------------------------------------
+
+    fn leader_step(&mut self, term: u64) {
+        let now_ms = match self.leader.as_ref() {
+            Some(l) if l.term == term && l.stalled_until_us.is_none() => {
+                self.leader_clock_ms(l.offset_ms, l.rate_ppm)
+            }
+            _ => return,
+        };
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        if leader.writes.is_some() {
+            // A step is waiting for its write to commit; step again when it is over.
+            leader.step_again = true;
+            return;
+        }
+        let manager = leader.manager;
+        let state = &self.replicas[manager];
+        let decision = leader
+            .core
+            .step(now_ms, state, leader.last_renewal_applied_ms);
+        if matches!(
+            decision.deferral,
+            Some(leasehold_manager::leader::core::Deferral::MassExpiryGuard { .. })
+        ) {
+            self.coverage.reaps_deferred_by_guard += 1;
+        }
+        leader.writes = Some(StepWrites::with_plan_cap(decision, self.scenario.plan_cap));
+        self.next_step_write(manager);
+    }
+
+    /// Proposes the step's next write, or ends the step and schedules the next tick.
+    fn next_step_write(&mut self, manager: usize) {
+        let now_us = self.now_us;
+        let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let term = leader.term;
+        let next = leader
+            .writes
+            .as_mut()
+            .and_then(|w| w.next_command(&self.replicas[manager], now_ms));
+        match next {
+            Some((write, command)) => {
+                if write == StepWrite::Rebalance
+                    && leader
+                        .writes
+                        .as_ref()
+                        .is_some_and(|w| w.plan_was_capped(&command))
+                {
+                    leader.step_again = true;
+                }
+                self.propose(command, ReplyTo::StepWrite);
+            }
+            None => {
+                leader.writes = None;
+                let lease_ms = self.replicas[manager]
+                    .config()
+                    .map_or(1_000, |c| c.lease_duration_ms);
+                let again = std::mem::take(&mut leader.step_again);
+                let at = if again {
+                    self.now_us
+                } else {
+                    self.now_us + tick_ms(lease_ms) * 1_000
+                };
+                self.schedule(at, Event::LeaderStep { term });
+            }
+        }
+    }
+
+    fn continue_step(&mut self, manager: usize, outcome: &Outcome) {
+        if let Outcome::Refused {
+            reason: RefusalReason::StalePlan { .. },
+        } = outcome
+        {
+            if let Some(leader) = self.leader.as_mut() {
+                leader.step_again = true;
+            }
+        }
+        self.next_step_write(manager);
+    }
+
+    // ---- deliveries ------------------------------------------------------------------------
+
+    fn delivery_round(&mut self, term: u64) {
+        let now_us = self.now_us;
+        let Some(leader) = active(&mut self.leader, term) else {
+            return;
+        };
+        leader.round_scheduled = false;
+        if !leader.round_in_flight.is_empty() || !leader.round_waiting.is_empty() {
+            leader.round_again = true;
+            return;
+        }
+        let manager = leader.manager;
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let queued = std::mem::take(&mut leader.pending_pushes);
+        let round = leader
+            .planner
+            .plan_round(&self.replicas[manager], queued, now_ms);
+        leader.pending_pushes.extend(round.deferred_pushes);
+        leader.round_waiting = round.deliveries;
+        leader.round_waiting.reverse();
+        self.fill_round(term);
+    }
+
+    /// Sends waiting deliveries up to the in-flight bound; when the round is done, schedules
+    /// the next one.
+    fn fill_round(&mut self, term: u64) {
+        let cap = self.scenario.max_deliveries_in_flight;
+        loop {
+            let Some(leader) = active(&mut self.leader, term) else {
+                return;
+            };
+            if leader.round_in_flight.len() >= cap {
+                return;
+            }
+            let Some(delivery) = leader.round_waiting.pop() else {
+                break;
+            };
+            self.send_delivery(term, delivery);
+        }
+        let now_us = self.now_us;
+        let Some(leader) = active(&mut self.leader, term) else {
+            return;
+        };
+        if leader.round_in_flight.is_empty() && !leader.round_scheduled {
+            leader.round_scheduled = true;
+            let again = std::mem::take(&mut leader.round_again);
+            let at = if again {
+                now_us
+            } else {
+                now_us + ROUND_INTERVAL_MS * 1_000
+            };
+            self.schedule(at, Event::DeliveryRound { term });
+        }
+    }
+
+    fn send_delivery(&mut self, term: u64, delivery: Delivery) {
+        let id = self.next_delivery;
+        self.next_delivery += 1;
+        let (address, kind, message) = match delivery {
+            Delivery::Push {
+                executor_id,
+                address,
+                body,
+            } => (
+                address,
+                InflightKind::Push { executor_id },
+                Message::Push {
+                    delivery: id,
+                    push: body,
+                },
+            ),
+            Delivery::Revoke {
+                executor_id,
+                address,
+                body,
+            } => (
+                address,
+                InflightKind::Revoke {
+                    executor_id,
+                    requested: body.shards.clone(),
+                    revision: body.revision,
+                },
+                Message::Revoke {
+                    delivery: id,
+                    revoke: body,
+                },
+            ),
+        };
+        let Some(slot) = Self::slot_of(&address) else {
+            return;
+        };
+        if let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) {
+            leader.round_in_flight.insert(id, Inflight { kind });
+        }
+        self.send_to_executor(slot, message);
+        self.schedule(
+            self.now_us + DELIVERY_TIMEOUT_US,
+            Event::DeliveryTimeout { term, delivery: id },
+        );
+    }
+
+    /// A delivery's answer (or its timeout, `None` for both fields).
+    fn delivered(
+        &mut self,
+        term: u64,
+        delivery: u64,
+        push_ok: Option<bool>,
+        revoke: Option<Option<RevokeReply>>,
+    ) {
+        let now_us = self.now_us;
+        let Some(leader) = active(&mut self.leader, term) else {
+            return;
+        };
+        let Some(inflight) = leader.round_in_flight.remove(&delivery) else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        match inflight.kind {
+            InflightKind::Push { executor_id } => {
+                let ok = push_ok.unwrap_or(false);
+                if let leasehold_manager::leader::delivery_plan::PushRecord::Failed { .. } =
+                    leader.planner.push_outcome(&executor_id, ok, now_ms)
+                {
+                    leader.pending_pushes.insert(executor_id);
+                }
+            }
+            InflightKind::Revoke {
+                executor_id,
+                requested,
+                revision,
+            } => {
+                if let Some(Some(reply)) = revoke {
+                    if let Some(command) =
+                        acknowledgement(&executor_id, &requested, revision, &reply, now_ms)
+                    {
+                        self.propose(command, ReplyTo::Nobody);
+                    }
+                }
+            }
+        }
+        self.fill_round(term);
+    }
+
+    fn deposed_round(&mut self, term: u64) {
+        let now_us = self.now_us;
+        let Some(position) = self.deposed.iter().position(|d| d.term == term) else {
+            return;
+        };
+        if self.deposed[position].until_us <= now_us {
+            self.deposed.remove(position);
+            return;
+        }
+        let (offset_ms, rate_ppm) = (
+            self.deposed[position].offset_ms,
+            self.deposed[position].rate_ppm,
+        );
+        let now_ms = self.leader_clock_ms(offset_ms, rate_ppm);
+        let deposed = &mut self.deposed[position];
+        let everyone: Vec<String> = deposed.state.executors().map(|e| e.id.clone()).collect();
+        let round = deposed.planner.plan_round(&deposed.state, everyone, now_ms);
+        for delivery in round.deliveries {
+            // Its answers go nowhere: the deposed leader can no longer commit anything.
+            let id = self.next_delivery;
+            self.next_delivery += 1;
+            let (address, message) = match delivery {
+                Delivery::Push { address, body, .. } => (
+                    address,
+                    Message::Push {
+                        delivery: id,
+                        push: body,
+                    },
+                ),
+                Delivery::Revoke { address, body, .. } => (
+                    address,
+                    Message::Revoke {
+                        delivery: id,
+                        revoke: body,
+                    },
+                ),
+            };
+            if let Some(slot) = Self::slot_of(&address) {
+                self.send_to_executor(slot, message);
+            }
+        }
+        self.schedule(
+            now_us + ROUND_INTERVAL_MS * 1_000,
+            Event::DeposedRound { term },
+        );
+    }
+
+    // ---- manager request handling ---------------------------------------------------------
+
+    fn manager_receives(&mut self, slot: Slot, process: u64, request: Request) {
+        let Some(leader) = &self.leader else {
+            // No leader: requests fail (503 no_leader); deliveries' answers are lost.
+            if let Some(call) = request_call(&request) {
+                self.send_to_executor(slot, Message::CallFailed { call });
+            }
+            return;
+        };
+        if let Some(until) = leader.stalled_until_us {
+            // A stalled leader reads the request when it resumes (it sits in the socket).
+            self.schedule(
+                until,
+                Event::ToManagers {
+                    slot,
+                    process,
+                    request,
+                },
+            );
+            return;
+        }
+        let term = leader.term;
+        let now_ms = self.leader_clock_ms(leader.offset_ms, leader.rate_ppm);
+        match request {
+            Request::Register { call, request } => {
+                let command = Command::Register {
+                    now_ms,
+                    incarnation: request.incarnation,
+                    address: request.address,
+                    name: request.name,
+                    credential_sha256: None,
+                };
+                self.propose(command, ReplyTo::Register { slot, call });
+            }
+            Request::Renew {
+                call,
+                executor_id,
+                request,
+            } => {
+                let command = Command::Renew {
+                    now_ms,
+                    renewals: vec![Renewal::from_request(executor_id, &request)],
+                };
+                self.propose(command, ReplyTo::Renew(vec![(slot, call)]));
+            }
+            Request::Deregister { call, executor_id } => {
+                let command = Command::Deregister {
+                    now_ms,
+                    executor_id,
+                };
+                self.propose(command, ReplyTo::Deregister { slot, call });
+            }
+            Request::PushReply { delivery, ok } => self.delivered(term, delivery, Some(ok), None),
+            Request::RevokeReply { delivery, reply } => {
+                self.delivered(term, delivery, None, Some(reply))
+            }
+        }
+    }
+
+    // ---- executors -------------------------------------------------------------------------
+
+    fn start_process(&mut self, slot: Slot) {
+        let id = self.next_process;
+        self.next_process += 1;
+        let rate_ppm = self.scenario.executor_rate_ppm[slot];
+        self.processes[slot] = Some(Process {
+            id,
+            core: AdmissionCore::default(),
+            schedule: LeaseSchedule::default(),
+            life: Life::Running,
+            incarnation: format!("s{slot}-p{id}-i1"),
+            incarnations: 1,
+            call: None,
+            rate_ppm,
+            register_sent: false,
+        });
+        self.note(|| format!("slot {slot}: process {id} starts"));
+        self.schedule(self.now_us, Event::Call { slot, process: id });
+    }
+
+    fn process_mut(&mut self, slot: Slot, process: u64) -> Option<&mut Process> {
+        self.processes[slot].as_mut().filter(|p| p.id == process)
+    }
+
+    /// The lease loop's next call: register when not registered, else renew.
+    fn call(&mut self, slot: Slot, process: u64) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let call_id = self.next_call;
+        let address = format!("http://s{slot}:1");
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        if let Life::Paused { until_us } = p.life {
+            self.schedule(until_us, Event::Call { slot, process });
+            return;
+        }
+        if p.life != Life::Running || p.call.is_some() {
+            return;
+        }
+        let request = match p.core.renewal() {
+            Some((executor_id, request)) => {
+                p.call = Some(Call {
+                    id: call_id,
+                    kind: CallKind::Renew,
+                    sent_at: now,
+                });
+                Request::Renew {
+                    call: call_id,
+                    executor_id,
+                    request,
+                }
+            }
+            None => {
+                p.register_sent = true;
+                p.call = Some(Call {
+                    id: call_id,
+                    kind: CallKind::Register,
+                    sent_at: now,
+                });
+                Request::Register {
+                    call: call_id,
+                    request: RegisterRequest {
+                        incarnation: p.incarnation.clone(),
+                        address,
+                        name: None,
+                        credential: None,
+                    },
+                }
+            }
+        };
+        self.next_call += 1;
+        self.send_to_managers(slot, process, request);
+        self.schedule(
+            self.now_us + CALL_PATIENCE_US,
+            Event::CallTimeout {
+                slot,
+                process,
+                call: call_id,
+            },
+        );
+    }
+
+    /// Applies the schedule's verdict on the call that just ended.
+    fn after_call(&mut self, slot: Slot, process: u64, outcome: CallOutcome) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        let next = p.schedule.after(outcome, p.core.lease(), now);
+        let rate = p.rate_ppm;
+        match next {
+            NextCall::CallAt(at) => {
+                let at_us = self.true_us_of(at, rate);
+                self.schedule(at_us, Event::Call { slot, process });
+            }
+            NextCall::Reregister => {
+                p.incarnations += 1;
+                p.incarnation = format!("s{slot}-p{process}-i{}", p.incarnations);
+                p.register_sent = false;
+                self.schedule(self.now_us, Event::Call { slot, process });
+            }
+            NextCall::GiveUp(reason) => {
+                p.life = Life::Dead;
+                self.note(|| format!("slot {slot}: gives up: {reason}"));
+            }
+        }
+    }
+
+    fn executor_receives(&mut self, slot: Slot, message: Message) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let now_us = self.now_us;
+        let Some(p) = self.processes[slot].as_mut() else {
+            // Connection refused: deliveries fail by timeout, calls were the dead process's.
+            return;
+        };
+        let process = p.id;
+        match p.life {
+            Life::Dead => return,
+            Life::Paused { until_us } => {
+                // Read from the socket once the process runs again.
+                self.schedule(until_us.max(now_us), Event::ToExecutor { slot, message });
+                return;
+            }
+            Life::Running | Life::Stopping => {}
+        }
+        match message {
+            Message::Granted { call, grant } => {
+                let Some(current) = p.call.filter(|c| c.id == call) else {
+                    return;
+                };
+                p.call = None;
+                if matches!(current.kind, CallKind::Deregister) {
+                    return;
+                }
+                if grant.revision < p.core.assignment().revision() {
+                    self.coverage.stale_grants += 1;
+                }
+                let outcome = match p.core.apply_grant(current.sent_at, &grant, now) {
+                    Ok(_) => CallOutcome::Granted,
+                    Err(_) => CallOutcome::ForeignGrant,
+                };
+                if p.life == Life::Stopping {
+                    return;
+                }
+                self.after_call(slot, process, outcome);
+            }
+            Message::UnknownExecutor { call } => {
+                if p.call.filter(|c| c.id == call).is_none() {
+                    return;
+                }
+                p.call = None;
+                p.core.forget_executor(now);
+                if p.life == Life::Stopping {
+                    return;
+                }
+                self.after_call(slot, process, CallOutcome::UnknownExecutor);
+            }
+            Message::CallFailed { call } => {
+                let Some(current) = p.call.filter(|c| c.id == call) else {
+                    return;
+                };
+                p.call = None;
+                if matches!(current.kind, CallKind::Deregister) {
+                    self.schedule(now_us + 100_000, Event::StopDeadline { slot, process });
+                    return;
+                }
+                if p.life == Life::Stopping {
+                    return;
+                }
+                self.after_call(slot, process, CallOutcome::Failed);
+            }
+            Message::Deregistered { call } => {
+                if p.call.filter(|c| c.id == call).is_some() {
+                    p.life = Life::Dead;
+                    self.note(|| format!("slot {slot}: deregistered and exits (P3.7)"));
+                }
+            }
+            Message::Push { delivery, push } => {
+                let ok = p.core.apply_push(&push, now).is_ok();
+                if !ok {
+                    self.coverage.pushes_refused += 1;
+                }
+                self.send_to_managers(slot, process, Request::PushReply { delivery, ok });
+            }
+            Message::Revoke { delivery, revoke } => {
+                let reply = p
+                    .core
+                    .apply_revoke(&revoke, now)
+                    .ok()
+                    .map(|applied| applied.reply);
+                self.send_to_managers(slot, process, Request::RevokeReply { delivery, reply });
+            }
+        }
+    }
+
+    fn call_timeout(&mut self, slot: Slot, process: u64, call: u64) {
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        if p.call.is_none_or(|c| c.id != call) {
+            return;
+        }
+        if let Life::Paused { until_us } = p.life {
+            // The timer fires when the process runs again.
+            self.schedule(
+                until_us,
+                Event::CallTimeout {
+                    slot,
+                    process,
+                    call,
+                },
+            );
+            return;
+        }
+        let kind = p.call.map(|c| c.kind);
+        p.call = None;
+        match (kind, p.life) {
+            (Some(CallKind::Deregister), _) => self.deregister(slot, process),
+            (_, Life::Stopping) => self.deregister(slot, process),
+            _ => self.after_call(slot, process, CallOutcome::Failed),
+        }
+    }
+
+    /// A graceful stop's deregister call (P3.7), retried until the grace ends.
+    fn deregister(&mut self, slot: Slot, process: u64) {
+        let call_id = self.next_call;
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        if p.life != Life::Stopping || p.call.is_some() {
+            return;
+        }
+        let Some(executor_id) = p.core.executor_id().map(str::to_owned) else {
+            // Never registered (or forgotten): nothing to deregister. A register whose reply was
+            // lost is left to lapse; the production shell registers again to find it (P7.2).
+            p.life = Life::Dead;
+            return;
+        };
+        p.call = Some(Call {
+            id: call_id,
+            kind: CallKind::Deregister,
+            sent_at: now,
+        });
+        self.next_call += 1;
+        self.send_to_managers(
+            slot,
+            process,
+            Request::Deregister {
+                call: call_id,
+                executor_id,
+            },
+        );
+        self.schedule(
+            self.now_us + CALL_PATIENCE_US,
+            Event::CallTimeout {
+                slot,
+                process,
+                call: call_id,
+            },
+        );
+    }
+
+    // ---- faults ----------------------------------------------------------------------------
+
+    fn fault(&mut self, fault: Fault) {
+        if !self.chaos {
+            return;
+        }
+        self.note(|| format!("fault: {fault:?}"));
+        match fault {
+            Fault::Kill { slot } => {
+                if let Some(p) = self.processes[slot].as_mut() {
+                    p.life = Life::Dead;
+                }
+            }
+            Fault::Restart { slot } => self.restart(slot),
+            Fault::Pause { slot, for_ms } => {
+                let until_us = self.now_us + for_ms * 1_000;
+                if let Some(p) = self.processes[slot]
+                    .as_mut()
+                    .filter(|p| p.life == Life::Running)
+                {
+                    p.life = Life::Paused { until_us };
+                    let process = p.id;
+                    self.schedule(until_us, Event::Resume { slot, process });
+                }
+            }
+            Fault::GracefulStop { slot } => {
+                let Some(now) = self.process_now(slot) else {
+                    return;
+                };
+                if let Some(p) = self.processes[slot]
+                    .as_mut()
+                    .filter(|p| p.life == Life::Running)
+                {
+                    p.core.stop_admission(now);
+                    p.life = Life::Stopping;
+                    let process = p.id;
+                    let in_call = p.call.is_some();
+                    self.schedule(
+                        self.now_us + STOP_GRACE_US,
+                        Event::StopDeadline { slot, process },
+                    );
+                    if !in_call {
+                        self.deregister(slot, process);
+                    }
+                }
+            }
+            Fault::Partition {
+                slot,
+                to_managers,
+                from_managers,
+                for_ms,
+            } => {
+                if to_managers {
+                    self.cut_to_managers[slot] += 1;
+                }
+                if from_managers {
+                    self.cut_from_managers[slot] += 1;
+                }
+                self.schedule(
+                    self.now_us + for_ms * 1_000,
+                    Event::PartitionHealed {
+                        slot,
+                        to_managers,
+                        from_managers,
+                    },
+                );
+            }
+            Fault::LeaderChange {
+                keep_tail,
+                deposed_pushes_ms,
+                election_ms,
+            } => {
+                let Some(old) = self.leader.as_ref().map(|l| l.manager) else {
+                    return;
+                };
+                self.lose_office(keep_tail, deposed_pushes_ms);
+                let next = (old + 1 + self.rng.random_range(0..MANAGERS - 1)) % MANAGERS;
+                self.schedule(
+                    self.now_us + election_ms * 1_000,
+                    Event::Elected { manager: next },
+                );
+            }
+            Fault::LeaderStall { for_ms } => self.stall_leader(for_ms),
+            Fault::ManagerRestart => {
+                let leader = self.leader.as_ref().map(|l| l.manager);
+                let Some(manager) = (0..MANAGERS).find(|m| Some(*m) != leader) else {
+                    return;
+                };
+                self.restart_from_snapshot(manager);
+            }
+            Fault::SetLease { lease_ms } => {
+                if let Some(now_ms) = self.leader_now_ms() {
+                    self.propose(
+                        Command::SetLeaseDuration {
+                            now_ms,
+                            lease_duration_ms: lease_ms,
+                        },
+                        ReplyTo::Nobody,
+                    );
+                }
+            }
+            Fault::Drain { slot, draining } => {
+                let executor_id = self.processes[slot]
+                    .as_ref()
+                    .and_then(|p| p.core.executor_id().map(str::to_owned));
+                if let (Some(now_ms), Some(executor_id)) = (self.leader_now_ms(), executor_id) {
+                    self.propose(
+                        Command::SetDraining {
+                            now_ms,
+                            executor_id,
+                            draining,
+                        },
+                        ReplyTo::Nobody,
+                    );
+                }
+            }
+        }
+    }
+
+    /// A replica restarts from its snapshot: the state goes through the real codec and must
+    /// come back equal, then the replica catches up from the log.
+    fn restart_from_snapshot(&mut self, manager: usize) {
+        self.coverage.snapshot_restarts += 1;
+        let state = &self.replicas[manager];
+        let restored = state
+            .encode_state()
+            .and_then(|(schema, payload)| LeaseState::decode_state(schema, &payload));
+        match restored {
+            Ok(restored) if restored == *state => self.replicas[manager] = restored,
+            Ok(_) => self
+                .checker
+                .fail("a snapshot round trip changed the state".to_owned()),
+            Err(error) => self
+                .checker
+                .fail(format!("snapshot round trip failed: {error}")),
+        }
+    }
+
+    fn follower_apply(&mut self) {
+        let leader = self.leader.as_ref().map(|l| l.manager);
+        for manager in 0..MANAGERS {
+            if Some(manager) == leader {
+                continue;
+            }
+            self.catch_up(manager);
+            if let Some(leader) = leader {
+                if self.applied[manager] == self.applied[leader]
+                    && self.replicas[manager] != self.replicas[leader]
+                {
+                    self.checker.fail(format!(
+                        "replica {manager} differs from the leader's at log index {} (P2.2)",
+                        self.applied[manager]
+                    ));
+                }
+            }
+        }
+        self.schedule(self.now_us + FOLLOWER_APPLY_US, Event::FollowerApply);
+    }
+
+    /// The instant a stalled leader of `term` runs again, if it is stalled: its timers and its
+    /// commits wait until then.
+    fn stalled_term_until(&self, term: u64) -> Option<u64> {
+        self.leader
+            .as_ref()
+            .filter(|l| l.term == term)
+            .and_then(|l| l.stalled_until_us)
+    }
+
+    fn handle(&mut self, event: Event) {
+        if let Event::Commit { term }
+        | Event::LeaderStep { term }
+        | Event::DeliveryRound { term }
+        | Event::DeliveryTimeout { term, .. } = &event
+        {
+            if let Some(until) = self.stalled_term_until(*term) {
+                self.schedule(until, event);
+                return;
+            }
+        }
+        match event {
+            Event::Call { slot, process } => self.call(slot, process),
+            Event::CallTimeout {
+                slot,
+                process,
+                call,
+            } => self.call_timeout(slot, process, call),
+            Event::ToManagers {
+                slot,
+                process,
+                request,
+            } => self.manager_receives(slot, process, request),
+            Event::ToExecutor { slot, message } => self.executor_receives(slot, message),
+            Event::Commit { term } => self.commit(term),
+            Event::LeaderStep { term } => self.leader_step(term),
+            Event::DeliveryRound { term } => self.delivery_round(term),
+            Event::DeliveryTimeout { term, delivery } => self.delivered(term, delivery, None, None),
+            Event::DeposedRound { term } => self.deposed_round(term),
+            Event::FollowerApply => self.follower_apply(),
+            Event::Elected { manager } => {
+                if self.leader.is_none() {
+                    let offset = self
+                        .rng
+                        .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS);
+                    self.take_office(manager, offset);
+                }
+            }
+            Event::StallOver { term } => {
+                if let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) {
+                    leader.stalled_until_us = None;
+                    let pending = !leader.tail.is_empty() && !leader.commit_scheduled;
+                    if pending {
+                        leader.commit_scheduled = true;
+                    }
+                    let at = self.now_us + self.scenario.commit_latency_us;
+                    if pending {
+                        self.schedule(at, Event::Commit { term });
+                    }
+                    // The loop's timers fire late, all at once, as after a real stall.
+                    self.schedule(self.now_us, Event::LeaderStep { term });
+                    self.schedule(self.now_us, Event::DeliveryRound { term });
+                }
+            }
+            Event::Resume { slot, process } => {
+                if let Some(p) = self.process_mut(slot, process) {
+                    if matches!(p.life, Life::Paused { .. }) {
+                        p.life = Life::Running;
+                    }
+                }
+            }
+            Event::StopDeadline { slot, process } => {
+                if let Some(p) = self.process_mut(slot, process) {
+                    if p.life == Life::Stopping {
+                        if p.call.is_none() {
+                            self.deregister(slot, process);
+                        }
+                        // The grace is over either way: the process exits.
+                        if let Some(p) = self.process_mut(slot, process) {
+                            p.life = Life::Dead;
+                        }
+                    }
+                }
+            }
+            Event::PartitionHealed {
+                slot,
+                to_managers,
+                from_managers,
+            } => {
+                if to_managers {
+                    self.cut_to_managers[slot] = self.cut_to_managers[slot].saturating_sub(1);
+                }
+                if from_managers {
+                    self.cut_from_managers[slot] = self.cut_from_managers[slot].saturating_sub(1);
+                }
+            }
+            Event::Fault(fault) => self.fault(fault),
+            Event::EndChaos => self.end_chaos(),
+        }
+    }
+
+    /// The network heals, every slot gets a running process, and a leader is in office.
+    fn end_chaos(&mut self) {
+        self.chaos = false;
+        self.note(|| "chaos ends: the network heals".to_owned());
+        self.cut_to_managers.iter_mut().for_each(|c| *c = 0);
+        self.cut_from_managers.iter_mut().for_each(|c| *c = 0);
+        for slot in 0..self.scenario.slots {
+            let alive = self.processes[slot]
+                .as_ref()
+                .is_some_and(|p| p.life != Life::Dead && p.life != Life::Stopping);
+            if !alive {
+                self.start_process(slot);
+            }
+        }
+        if self.leader.is_none()
+            && !self
+                .queue
+                .iter()
+                .any(|s| matches!(s.0.event, Event::Elected { .. }))
+        {
+            self.take_office(0, 0);
+        }
+        self.undrain_all();
+    }
+
+    /// The operator undoes every drain (after the chaos, so the end state is comparable);
+    /// repeated until it sticks, as an operator would.
+    pub fn undrain_all(&mut self) {
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        let drained: Vec<String> = self.leader_state().map_or_else(Vec::new, |s| {
+            s.executors()
+                .filter(|e| e.draining)
+                .map(|e| e.id.clone())
+                .collect()
+        });
+        for executor_id in drained {
+            self.propose(
+                Command::SetDraining {
+                    now_ms,
+                    executor_id,
+                    draining: false,
+                },
+                ReplyTo::Nobody,
+            );
+        }
+    }
+
+    pub fn leader_state(&self) -> Option<&LeaseState> {
+        self.leader.as_ref().map(|l| &self.replicas[l.manager])
+    }
+
+    pub fn leader_is_stalled(&self) -> bool {
+        self.leader
+            .as_ref()
+            .is_some_and(|l| l.stalled_until_us.is_some())
+    }
+
+    fn check_after_event(&mut self) -> Result<(), Violation> {
+        let instants: Vec<Option<Instant>> = (0..self.processes.len())
+            .map(|s| self.process_now(s))
+            .collect();
+        self.checker
+            .after_event(&self.processes, &instants, self.now_us)
+    }
+
+    /// A new process with a new incarnation at the slot's address; the old one is killed.
+    pub fn restart(&mut self, slot: Slot) {
+        if let Some(p) = self.processes[slot].as_mut() {
+            p.life = Life::Dead;
+        }
+        self.start_process(slot);
+    }
+
+    /// The leader process stalls for `for_ms` while the followers still hear from it: nothing
+    /// it would do happens until then (P6.3).
+    pub fn stall_leader(&mut self, for_ms: u64) {
+        let until = self.now_us + for_ms * 1_000;
+        if let Some(leader) = self
+            .leader
+            .as_mut()
+            .filter(|l| l.stalled_until_us.is_none())
+        {
+            leader.stalled_until_us = Some(until);
+            let term = leader.term;
+            self.note(|| format!("term {term}: the leader stalls for {for_ms} ms"));
+            self.schedule(until, Event::StallOver { term });
+        }
+    }
+
+    /// Kills the process in `slot` at once (the I4 probe).
+    pub fn kill(&mut self, slot: Slot) {
+        self.note(|| format!("probe: kill slot {slot}"));
+        if let Some(p) = self.processes[slot].as_mut() {
+            p.life = Life::Dead;
+        }
+    }
+
+    /// Adds a slot with a fresh process (the join probe).
+    pub fn add_slot(&mut self) -> Slot {
+        let slot = self.processes.len();
+        self.processes.push(None);
+        self.cut_to_managers.push(0);
+        self.cut_from_managers.push(0);
+        self.scenario.executor_rate_ppm.push(0);
+        self.start_process(slot);
+        slot
+    }
+
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        if let Some(state) = self.leader_state() {
+            for e in state.executors() {
+                let _ = writeln!(
+                    out,
+                    "  {} {} expiry {} owns {:?}{}",
+                    e.id,
+                    e.incarnation,
+                    e.lease_expiry_ms,
+                    e.owned_shards,
+                    if e.draining { " draining" } else { "" }
+                );
+            }
+            for s in state.shards() {
+                if s.handoff.is_some() || s.owner.is_none() {
+                    let _ = writeln!(
+                        out,
+                        "  shard {} owner {:?} epoch {} handoff {:?}",
+                        s.id, s.owner, s.epoch, s.handoff
+                    );
+                }
+            }
+        }
+        for (slot, p) in self.processes.iter().enumerate() {
+            if let Some(p) = p {
+                let now = self.local_instant(p.rate_ppm);
+                let _ = writeln!(
+                    out,
+                    "  slot {slot}: process {} {:?} {:?} held {:?}",
+                    p.id,
+                    p.life,
+                    p.core.executor_id(),
+                    p.core
+                        .view(now)
+                        .shards
+                        .iter()
+                        .map(|s| s.shard)
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+        out
+    }
+}
+
+/// The leader of `term` if it is still in office and running.
+fn active(leader: &mut Option<Leader>, term: u64) -> Option<&mut Leader> {
+    leader
+        .as_mut()
+        .filter(|l| l.term == term && l.stalled_until_us.is_none())
+}
+
+/// A leader clock's reading at true instant `now_us`: its offset plus true time at its rate.
+fn clock_ms(now_us: u64, offset_ms: i64, rate_ppm: i64) -> u64 {
+    let local_ms = (scaled(now_us, rate_ppm) / 1_000) as i64;
+    (LEADER_CLOCK_START_MS + local_ms + offset_ms).max(0) as u64
+}
+
+/// `us` on a clock whose rate is off by `rate_ppm`.
+fn scaled(us: u64, rate_ppm: i64) -> u64 {
+    let us = us as i128;
+    (us + us * rate_ppm as i128 / 1_000_000).max(0) as u64
+}
+
+fn request_call(request: &Request) -> Option<u64> {
+    match request {
+        Request::Register { call, .. }
+        | Request::Renew { call, .. }
+        | Request::Deregister { call, .. } => Some(*call),
+        Request::PushReply { .. } | Request::RevokeReply { .. } => None,
+    }
+}
+
+fn describe_command(command: &Command) -> String {
+    match command {
+        Command::Renew { now_ms, renewals } => format!(
+            "Renew@{now_ms} {:?}",
+            renewals
+                .iter()
+                .map(|r| (&r.executor_id, r.revision, r.claims.len()))
+                .collect::<Vec<_>>()
+        ),
+        Command::Rebalance {
+            now_ms,
+            planned_at,
+            moves,
+        } => format!(
+            "Rebalance@{now_ms} planned_at {planned_at} {:?}",
+            moves.iter().map(|m| (m.shard, &m.to)).collect::<Vec<_>>()
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+fn describe_outcome(outcome: &Outcome) -> String {
+    let text = format!("{outcome:?}");
+    if text.len() > 240 {
+        format!(
+            "{}…",
+            &text[..text.char_indices().nth(240).map_or(text.len(), |(i, _)| i)]
+        )
+    } else {
+        text
+    }
+}
