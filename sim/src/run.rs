@@ -150,14 +150,15 @@ fn not_converged(world: &World) -> Option<String> {
     None
 }
 
-/// The slack on top of lease + tick for the writes and the push to land on a healed network:
-/// the previous step's write, the reap, one plan per `plan_cap` shards moved, and two transits
-/// at their longest, plus 20 ms of rounding in the renewal schedule.
-fn delivery_slack_us(scenario: &Scenario, shards_moved: usize) -> u64 {
+/// The slack on top of lease + tick for the writes and the pushes to land on a healed network:
+/// the previous step's write, the reap, one plan per `plan_cap` shards moved; the pushes to
+/// every receiver, `max_deliveries_in_flight` at a time, behind a round already under way, each
+/// a round trip at the longest transit; and one poll of [`settle`].
+fn delivery_slack_us(scenario: &Scenario, shards_moved: usize, receivers: usize) -> u64 {
     let plans = shards_moved.div_ceil(scenario.plan_cap.max(1)) as u64;
-    (2 + plans) * scenario.commit_latency_us
-        + 2 * (crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us)
-        + 20_000
+    let push_rounds = receivers.div_ceil(scenario.max_deliveries_in_flight.max(1)) as u64 + 1;
+    let round_trip_us = 2 * (crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us);
+    (2 + plans) * scenario.commit_latency_us + push_rounds * round_trip_us + POLL_US
 }
 
 /// I4: a crashed executor's shards are re-homed within lease + tick.
@@ -173,8 +174,8 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
         .map_or(0, |p| p.core.assignment().held().len());
     world.kill(slot);
     let took = settle(world, "after the I4 kill")?;
-    let bound =
-        (lease_ms + tick_ms(lease_ms)) * 1_000 + delivery_slack_us(&world.scenario, shards_moved);
+    let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
+        + delivery_slack_us(&world.scenario, shards_moved, world.processes.len() - 1);
     if took > bound {
         return Err(Violation {
             invariant: "I4",

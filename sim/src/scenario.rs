@@ -94,10 +94,18 @@ impl Scenario {
         let slots = rng.random_range(1..=MAX_EXECUTORS);
         let shards = rng.random_range(1..=MAX_SHARDS);
         let lease_ms = LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())];
+        // Most runs take the guard as the manager ships it; the rest as an operator who turned
+        // it off or on explicitly.
+        let guard_flag = match rng.random_range(0..10) {
+            0..7 => None,
+            7..9 => Some(false),
+            _ => Some(true),
+        };
         let guard = GuardConfig {
-            enabled: rng.random_bool(0.8),
-            // Long enough that an executor that was live before a stall renews within it: its
-            // retries back off to at most 5 s (P3.5, RETRY_DELAY_MAX).
+            enabled: shipped_guard_enabled(guard_flag),
+            // Shorter than the shipped 60 s so a run settles quickly, and long enough that an
+            // executor that was live before a stall renews within it: its retries back off to
+            // at most 5 s (P3.5, RETRY_DELAY_MAX).
             grace_ms: rng.random_range(8_000..=20_000),
         };
         let plan_cap = [1, 2, 3, 8_192][rng.random_range(0..4)];
@@ -135,6 +143,27 @@ impl Scenario {
             chaos_ms,
             faults,
         }
+    }
+}
+
+/// Whether the manager's flags enable the mass-expiry guard (P6.3), with `--mass-expiry-guard`
+/// given as `flag` or left at its default.
+fn shipped_guard_enabled(flag: Option<bool>) -> bool {
+    use clap::Parser;
+    let mut argv = vec![
+        "leasehold-manager".to_owned(),
+        "--id=1".to_owned(),
+        "--listen=127.0.0.1:7000".to_owned(),
+        "--data-dir=/nonexistent".to_owned(),
+    ];
+    if let Some(enabled) = flag {
+        argv.push(format!("--mass-expiry-guard={enabled}"));
+    }
+    match leasehold_manager::config::Args::try_parse_from(argv) {
+        Ok(args) => args.mass_expiry_guard,
+        // The flags above are the minimal valid set; a manager that refuses them is a broken
+        // build, and the guard off is the unsafe answer that makes the probes say so.
+        Err(_) => false,
     }
 }
 

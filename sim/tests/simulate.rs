@@ -3,8 +3,9 @@
 //! - `LEASEHOLD_SIM_SEED=N cargo test -p leasehold-sim --test simulate` replays seed N alone and
 //!   prints its event trace.
 //! - Otherwise every seed in `sim/regressions.txt` runs first, then a fixed range, then a range
-//!   from a logged random start; `LEASEHOLD_SIM_SEEDS` sets how many of each range (default 5 000
-//!   in release builds, 200 in debug builds).
+//!   from a logged random start. `LEASEHOLD_SIM_SEEDS` sets how many of each range (default 5 000
+//!   in release builds, 200 in debug builds); `LEASEHOLD_SIM_RANDOM_SEEDS` the random range's
+//!   alone (0 makes a run fully reproducible, as `scripts/sim-mutants` needs).
 //! - A failure prints its seed and the command that replays it. The seeds are split over the
 //!   test threads so both cores work.
 
@@ -26,6 +27,13 @@ fn seeds_per_range() -> u64 {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(if cfg!(debug_assertions) { 200 } else { 5_000 })
+}
+
+fn random_seeds(per_range: u64) -> u64 {
+    std::env::var("LEASEHOLD_SIM_RANDOM_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(per_range)
 }
 
 fn regressions() -> Vec<u64> {
@@ -109,11 +117,12 @@ fn simulated_seeds_keep_every_invariant() {
     let mut seeds = regressions();
     let regression_count = seeds.len();
     seeds.extend(FIXED_START..FIXED_START + per_range);
-    seeds.extend(random_start..random_start + per_range);
+    let random_count = random_seeds(per_range);
+    seeds.extend(random_start..random_start + random_count);
     let started = Instant::now();
     let (failures, coverage) = run_all(&seeds);
     println!(
-        "simulated {} seeds, {} failures ({} regressions, {per_range} fixed from {FIXED_START}, {per_range} random from {random_start}) in {:.1} s",
+        "simulated {} seeds, {} failures ({} regressions, {per_range} fixed from {FIXED_START}, {random_count} random from {random_start}) in {:.1} s",
         seeds.len(),
         failures.len(),
         regression_count,
