@@ -4,23 +4,21 @@
 //! broken by executor id and shard number. The plan is proposed as a [`Command::Rebalance`]
 //! conditional on the revision it was read at (P2.4, P5.1).
 //!
-//! How shards are counted:
-//! - A shard's *prospective holder* is its owner, or, while it is releasing, its handoff target:
-//!   shards releasing TO an executor count towards its load, shards releasing FROM it do not.
-//! - Only live executors (lease not lapsed at `now_ms`) take part. A lapsed but not yet reaped
-//!   executor receives nothing and keeps what it owns until the reap (P3.8), so its shards are
-//!   left out of the count; a shard releasing to it goes back in the pool to be retargeted.
-//! - The distributable shards (all but those a lapsed owner keeps) are split so every live
-//!   executor gets `floor(S/E)` or `ceil(S/E)`. The `ceil` slots go to the executors holding
-//!   most now (ties by id), which is what minimises moves: each executor keeps up to its quota
-//!   (delivered shards first, so a move rather retargets a pending handoff than revokes a shard
-//!   being served), and only the excess, unowned, targetless shards move.
-//! - A releasing shard placed back with its own old owner cancels the handoff: no revoke, no new
-//!   epoch. Otherwise pool shards fill the deficits in executor-id order, ascending shards.
-//!
-//! - A draining executor takes no part either: it is given nothing, a shard releasing to it goes
-//!   back in the pool, and its delivered shards are distributable (they leave through the normal
-//!   handoff, P5.2). Unlike a lapsed one, it is alive and still serving until each revoke lands.
+//! What is minimised is the number of shards that change hands (each a new epoch, I2):
+//! - A live executor (lease not lapsed at `now_ms`, not draining) *owns* its delivered shards
+//!   and its releasing ones (shards releasing FROM it): it can keep either at no cost, a
+//!   releasing one by cancelling the handoff (no revoke, no new epoch).
+//! - A lapsed but not yet reaped executor receives nothing and keeps what it owns until the reap
+//!   (P3.8), so its shards are left out of the count, except those already releasing from it.
+//! - A draining executor receives nothing; its delivered shards leave through the normal
+//!   handoff (P5.2). Unlike a lapsed one, it is alive and still serving until each revoke lands.
+//! - The distributable shards are split so every live executor gets `floor(S/E)` or
+//!   `ceil(S/E)`. The `ceil` slots go to the executors owning most now (ties by id), and each
+//!   keeps what it owns up to its quota, delivered shards first: every other distributable
+//!   shard must change hands, and no plan can keep more in place.
+//! - Shards that must move fill the deficits: a releasing shard stays with the target its
+//!   handoff names while that target has room (no entry in the plan); the rest go in
+//!   executor-id order, ascending shards (grants of unowned shards, retargets, revokes).
 //!
 //! A joining executor is under quota, so it gets shards from the very next plan (P5.4): unowned
 //! ones at once, others as their owners release them.
@@ -105,22 +103,36 @@ fn cheapest_moves(state: &LeaseState, mut moves: Vec<Move>, max_moves: usize) ->
     moves
 }
 
-/// What one live executor holds prospectively.
+/// What one live executor owns: the shards it would keep at no cost.
 #[derive(Debug, Default)]
 struct Holdings {
     /// Owned, not releasing: being served now.
     delivered: Vec<ShardId>,
-    /// Releasing to it from another owner.
-    incoming: Vec<ShardId>,
+    /// Owned and releasing to another executor: kept by cancelling the handoff, which mints no
+    /// epoch and stops nothing that is not stopped already.
+    releasing: Vec<ShardId>,
+    /// Releasing to it from another owner: it gets them when their handoffs complete.
+    incoming: usize,
 }
 
 impl Holdings {
-    fn load(&self) -> usize {
-        self.delivered.len().saturating_add(self.incoming.len())
+    fn owned(&self) -> usize {
+        self.delivered.len().saturating_add(self.releasing.len())
+    }
+
+    /// What it will hold once the handoffs under way complete.
+    fn prospective(&self) -> usize {
+        self.delivered.len().saturating_add(self.incoming)
     }
 }
 
 /// The moves of the plan, ascending by shard.
+///
+/// The count that is minimised is the shards that change hands (each a new epoch, I2), not the
+/// entries of the plan: a live executor keeps what it owns up to its quota, delivered shards
+/// first, then its releasing ones (their handoffs cancelled); every other distributable shard
+/// goes to a live executor under quota, a releasing one preferably to the target its handoff
+/// already names (no new revoke, no entry in the plan).
 pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
     if state.config().is_none() {
         return Vec::new();
@@ -134,82 +146,100 @@ pub(super) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
         return Vec::new();
     }
     // A vector, sorted once below: at a million shards this is most of a plan's cost, and a
-    // shard enters the pool at most once (from the scan, or as its live holder's excess).
+    // shard enters the pool at most once (from the scan, or as its live owner's excess).
     let mut pool: Vec<ShardId> = Vec::new();
+    let mut distributable = 0usize;
     for shard in state.shards() {
-        match (&shard.owner, &shard.handoff) {
-            (None, _) => pool.push(shard.id),
-            (Some(owner), None) => {
-                if let Some(holdings) = live.get_mut(owner.as_str()) {
-                    holdings.delivered.push(shard.id);
-                } else if state
+        if let Some(target) = shard
+            .handoff
+            .as_ref()
+            .and_then(|handoff| handoff.to.as_deref())
+            .and_then(|target| live.get_mut(target))
+        {
+            target.incoming += 1;
+        }
+        let owner_holdings = shard.owner.as_deref().and_then(|owner| live.get_mut(owner));
+        match (owner_holdings, &shard.owner, &shard.handoff) {
+            (Some(holdings), _, None) => holdings.delivered.push(shard.id),
+            (Some(holdings), _, Some(_)) => holdings.releasing.push(shard.id),
+            (None, None, _) => pool.push(shard.id),
+            (None, Some(owner), handoff) => {
+                let owner_is_live_draining = state
                     .executor(owner)
-                    .is_some_and(|executor| executor.draining && !executor.lease_lapsed(now_ms))
-                {
-                    // A live draining owner hands its shards on.
+                    .is_some_and(|executor| executor.draining && !executor.lease_lapsed(now_ms));
+                if owner_is_live_draining || handoff.is_some() {
+                    // A live draining owner hands its shards on; a shard releasing from a
+                    // lapsed owner goes on to a live holder (it completes on the expiry).
                     pool.push(shard.id);
-                }
-                // A lapsed owner keeps its shards until it is reaped: not distributable.
-            }
-            (Some(_), Some(handoff)) => {
-                match handoff
-                    .to
-                    .as_deref()
-                    .and_then(|target| live.get_mut(target))
-                {
-                    Some(holdings) => holdings.incoming.push(shard.id),
-                    None => pool.push(shard.id),
+                } else {
+                    // A lapsed owner keeps its shards until it is reaped: not distributable.
+                    continue;
                 }
             }
         }
+        distributable += 1;
     }
 
-    let distributable = live
-        .values()
-        .map(Holdings::load)
-        .fold(pool.len(), usize::saturating_add);
     let executor_count = live.len();
     let base_quota = distributable / executor_count;
     let ceil_slots = distributable % executor_count;
-    let mut by_load: Vec<(&str, usize)> = live
+    // A `ceil` quota keeps one more shard in place only for an executor owning more than the
+    // floor: those get the `ceil` slots first. Any other assignment of the rest keeps as many;
+    // they go to the executors holding most prospectively, which is how the last plan left
+    // them, so planning again moves nothing (ties by id).
+    let mut ranked: Vec<(&str, bool, usize)> = live
         .iter()
-        .map(|(&executor_id, holdings)| (executor_id, holdings.load()))
+        .map(|(&executor_id, holdings)| {
+            (
+                executor_id,
+                holdings.owned() > base_quota,
+                holdings.prospective(),
+            )
+        })
         .collect();
-    by_load.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-    let quotas: BTreeMap<&str, usize> = by_load
+    ranked.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| b.2.cmp(&a.2))
+            .then_with(|| a.0.cmp(b.0))
+    });
+    let quotas: BTreeMap<&str, usize> = ranked
         .iter()
         .enumerate()
-        .map(|(rank, &(executor_id, _))| (executor_id, base_quota + usize::from(rank < ceil_slots)))
+        .map(|(rank, &(executor_id, ..))| {
+            (executor_id, base_quota + usize::from(rank < ceil_slots))
+        })
         .collect();
 
+    let mut moves = Vec::with_capacity(pool.len());
     let mut deficits: BTreeMap<&str, usize> = BTreeMap::new();
     for (&executor_id, holdings) in &live {
         let quota = quotas.get(executor_id).copied().unwrap_or(base_quota);
-        let keep_order = holdings.delivered.iter().chain(holdings.incoming.iter());
-        pool.extend(keep_order.skip(quota).copied());
-        deficits.insert(executor_id, quota.saturating_sub(holdings.load()));
+        let kept_delivered = holdings.delivered.len().min(quota);
+        pool.extend(holdings.delivered.iter().skip(kept_delivered).copied());
+        let room = quota - kept_delivered;
+        let cancel_handoff = holdings.releasing.len().min(room);
+        for &shard in holdings.releasing.iter().take(cancel_handoff) {
+            moves.push(Move {
+                shard,
+                to: executor_id.to_owned(),
+            });
+        }
+        pool.extend(holdings.releasing.iter().skip(cancel_handoff).copied());
+        deficits.insert(executor_id, room - cancel_handoff);
     }
     pool.sort_unstable();
 
-    let mut moves = Vec::with_capacity(pool.len());
+    // A releasing shard stays with the target its handoff names while that target has room:
+    // its revoke is already under way and the plan needs no entry for it.
     let mut unplaced = Vec::with_capacity(pool.len());
     for shard in pool {
-        let old_owner_with_room = state.shard(shard).and_then(|entry| {
-            entry.handoff.as_ref()?;
-            let owner = entry.owner.as_deref()?;
-            deficits.get(owner).filter(|deficit| **deficit > 0)?;
-            Some(owner)
+        let current_target_with_room = state.shard(shard).and_then(|entry| {
+            let target = entry.handoff.as_ref()?.to.as_deref()?;
+            deficits.get(target).filter(|deficit| **deficit > 0)?;
+            Some(target)
         });
-        match old_owner_with_room {
-            Some(owner) => {
-                if let Some(deficit) = deficits.get_mut(owner) {
-                    *deficit -= 1;
-                }
-                moves.push(Move {
-                    shard,
-                    to: owner.to_owned(),
-                });
-            }
+        match current_target_with_room.and_then(|target| deficits.get_mut(target)) {
+            Some(deficit) => *deficit -= 1,
             None => unplaced.push(shard),
         }
     }
