@@ -7,7 +7,8 @@ use leasehold_manager::leader::core::tick_ms;
 
 use crate::checks::Violation;
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
-use crate::world::{Coverage, World};
+use crate::world::{Coverage, Slot, World};
+use leasehold_manager::lease::{plan_rebalance, LeaseState};
 
 /// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
 /// leader's grace of the longest lease, the longest retry backoff and a few leases more.
@@ -54,7 +55,12 @@ fn drive(world: &mut World) -> Result<(), Violation> {
         i4_rehoming_probe(world)?;
     }
     join_probe(world)?;
-    if world.scenario.guard.enabled {
+    drain_join_probe(world)?;
+    drain_cancel_probe(world)?;
+    p6_1_shortened_lease_probe(world)?;
+    // I5 is promised unless the operator turned the guard off (P6.3): a build that ships it
+    // off fails here.
+    if world.scenario.guard_flag != Some(false) {
         i5_stall_probe(world)?;
     }
     Ok(())
@@ -64,9 +70,14 @@ fn drive(world: &mut World) -> Result<(), Violation> {
 /// renewing, the state knows exactly those executors, every shard is owned and none releasing,
 /// the spread is within one (P5.4), and each process admits exactly its recorded set.
 fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
+    settle_with(world, when, true)
+}
+
+/// [`settle`]; with `undrain`, the operator keeps undoing drains meanwhile.
+fn settle_with(world: &mut World, when: &str, undrain: bool) -> Result<u64, Violation> {
     let start = world.now_us;
     loop {
-        if let Some(why_not) = not_converged(world) {
+        if let Some(why_not) = not_converged(world, undrain) {
             if world.now_us - start > SETTLE_LIMIT_US {
                 return Err(Violation {
                     invariant: "liveness",
@@ -78,7 +89,7 @@ fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
                     at_us: world.now_us,
                 });
             }
-            if world.now_us % UNDRAIN_EVERY_US < POLL_US {
+            if undrain && world.now_us % UNDRAIN_EVERY_US < POLL_US {
                 world.undrain_all();
             }
             let next = world.now_us + POLL_US;
@@ -89,13 +100,23 @@ fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
     }
 }
 
-fn not_converged(world: &World) -> Option<String> {
+/// Why the fleet has not converged yet, if it has not; with `undrained`, a draining executor
+/// counts as not converged (the operator is undoing it).
+fn not_converged(world: &World, undrained: bool) -> Option<String> {
     if world.leader_is_stalled() {
         return Some("the leader is stalled".into());
     }
     let Some(state) = world.leader_state() else {
         return Some("no leader".into());
     };
+    if world.leader_is_busy() {
+        return Some("the leader has writes in flight".into());
+    }
+    if let Some(now_ms) = world.leader_now_ms() {
+        if plan_rebalance(state, now_ms).is_some() {
+            return Some("a rebalance is due".into());
+        }
+    }
     let mut live = BTreeMap::new();
     for (slot, process) in world.processes.iter().enumerate() {
         let Some(process) = process.as_ref().filter(|p| p.admits()) else {
@@ -119,7 +140,17 @@ fn not_converged(world: &World) -> Option<String> {
     {
         return Some(format!("shard {} is unowned or releasing", shard.id));
     }
-    let counts: Vec<usize> = state.executors().map(|e| e.owned_shards.len()).collect();
+    if let Some(drained) = state
+        .executors()
+        .find(|e| e.draining && (undrained || !e.owned_shards.is_empty()))
+    {
+        return Some(format!("{} is still draining", drained.id));
+    }
+    let counts: Vec<usize> = state
+        .executors()
+        .filter(|e| !e.draining)
+        .map(|e| e.owned_shards.len())
+        .collect();
     if let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) {
         if max - min > 1 {
             return Some(format!("uneven spread {counts:?}"));
@@ -193,6 +224,73 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
     Ok(())
 }
 
+/// The fewest shards that must move from `before` to an even spread over `owners` (P5.4):
+/// every shard of an executor that is not an owner any more moves once, and each owner above
+/// its quota gives up the surplus, the larger quotas going to the owners holding most.
+fn fewest_moves(before: &LeaseState, owners: &[String]) -> u64 {
+    let shards = before.shards().len();
+    if owners.is_empty() {
+        return 0;
+    }
+    let held = |id: &str| before.executor(id).map_or(0, |e| e.owned_shards.len());
+    let removed: usize = before
+        .executors()
+        .filter(|e| !owners.contains(&e.id))
+        .map(|e| e.owned_shards.len())
+        .sum();
+    let mut counts: Vec<usize> = owners.iter().map(|id| held(id)).collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    let (quota, extra) = (shards / owners.len(), shards % owners.len());
+    let surplus: usize = counts
+        .iter()
+        .enumerate()
+        .map(|(rank, &count)| count.saturating_sub(quota + usize::from(rank < extra)))
+        .sum();
+    (removed + surplus) as u64
+}
+
+/// New epochs minted between two states of the shard table: one per shard that changed hands.
+fn epochs_minted(before: &LeaseState, after: &LeaseState) -> u64 {
+    after
+        .shards()
+        .iter()
+        .zip(before.shards())
+        .map(|(a, b)| a.epoch - b.epoch)
+        .sum()
+}
+
+fn owners_at_the_end(world: &World) -> Vec<String> {
+    world.leader_state().map_or_else(Vec::new, |state| {
+        state
+            .executors()
+            .filter(|e| !e.draining)
+            .map(|e| e.id.clone())
+            .collect()
+    })
+}
+
+fn check_moves(
+    world: &World,
+    before: &LeaseState,
+    expected: u64,
+    what: &str,
+) -> Result<(), Violation> {
+    let Some(after) = world.leader_state() else {
+        return Ok(());
+    };
+    let moved = epochs_minted(before, after);
+    if moved != expected {
+        return Err(Violation {
+            invariant: "P5.4",
+            detail: format!(
+                "{what} moved {moved} shards (new epochs), the fewest that reach an even spread is {expected}"
+            ),
+            at_us: world.now_us,
+        });
+    }
+    Ok(())
+}
+
 /// P5.4: a joining executor gets shards at once, and the rebalance moves the fewest shards
 /// that reach an even spread.
 fn join_probe(world: &mut World) -> Result<(), Violation> {
@@ -200,36 +298,122 @@ fn join_probe(world: &mut World) -> Result<(), Violation> {
     let Some(before) = world.leader_state().cloned() else {
         return Ok(());
     };
-    let mut counts: Vec<usize> = before.executors().map(|e| e.owned_shards.len()).collect();
-    counts.sort_unstable_by(|a, b| b.cmp(a));
-    let shards = before.shards().len();
-    let owners = counts.len() + 1;
-    let (quota, extra) = (shards / owners, shards % owners);
-    let fewest: usize = counts
-        .iter()
-        .enumerate()
-        .map(|(rank, &count)| count.saturating_sub(quota + usize::from(rank < extra)))
-        .sum();
     world.add_slot();
     settle(world, "after a join")?;
-    let Some(after) = world.leader_state() else {
+    let expected = fewest_moves(&before, &owners_at_the_end(world));
+    check_moves(world, &before, expected, "a join")
+}
+
+/// The slot whose process holds the most shards, if any holds one.
+fn fullest_slot(world: &World) -> Option<Slot> {
+    (0..world.processes.len())
+        .filter_map(|slot| {
+            let held = world.processes[slot]
+                .as_ref()?
+                .core
+                .assignment()
+                .held()
+                .len();
+            (held > 0).then_some((held, slot))
+        })
+        .max()
+        .map(|(_, slot)| slot)
+}
+
+/// P5.4 with handoffs under way: an owner drained while it cannot answer (paused, shorter than
+/// its lease), then an executor joins before the handoffs complete. The plan retargets the
+/// pending handoffs rather than revoking more, so the total moved is still the fewest.
+fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
+    let Some(drained) = fullest_slot(world) else {
         return Ok(());
     };
-    let moved: u64 = after
-        .shards()
-        .iter()
-        .zip(before.shards())
-        .map(|(a, b)| a.epoch - b.epoch)
-        .sum();
-    if moved != fewest as u64 {
-        return Err(Violation {
-            invariant: "P5.4",
-            detail: format!(
-                "a join moved {moved} shards (new epochs), the fewest that reach an even spread is {fewest}"
-            ),
-            at_us: world.now_us,
-        });
+    let Some(before) = world.leader_state().cloned() else {
+        return Ok(());
+    };
+    let lease_ms = current_lease_ms(world);
+    world.pause(drained, lease_ms / 2);
+    world.set_draining(drained, true);
+    let plans_committed = world.now_us + 30_000;
+    world.run_until(plans_committed)?;
+    world.add_slot();
+    settle_with(world, "after a drain and a join", false)?;
+    let expected = fewest_moves(&before, &owners_at_the_end(world));
+    check_moves(world, &before, expected, "a drain and a join")?;
+    world.set_draining(drained, false);
+    settle(world, "after the undrain")?;
+    Ok(())
+}
+
+/// P5.4: a drain undone while its handoffs are pending (the owner paused, shorter than its
+/// lease, so it has not acknowledged) gives every shard back to its owner: nothing moves.
+fn drain_cancel_probe(world: &mut World) -> Result<(), Violation> {
+    let Some(drained) = fullest_slot(world) else {
+        return Ok(());
+    };
+    let Some(before) = world.leader_state().cloned() else {
+        return Ok(());
+    };
+    let lease_ms = current_lease_ms(world);
+    world.pause(drained, lease_ms / 2);
+    world.set_draining(drained, true);
+    let plans_committed = world.now_us + 30_000;
+    world.run_until(plans_committed)?;
+    world.set_draining(drained, false);
+    settle(world, "after a drain undone")?;
+    check_moves(
+        world,
+        &before,
+        0,
+        "a drain undone before its handoffs completed",
+    )
+}
+
+fn current_lease_ms(world: &World) -> u64 {
+    world
+        .leader_state()
+        .and_then(|s| s.config())
+        .map_or(world.scenario.lease_ms, |c| c.lease_duration_ms)
+}
+
+/// P6.1 with a lease lengthened, renewed under, then shortened: a new leader whose clock runs
+/// ahead of the old one's must still wait out the longest lease any executor was told, or it
+/// reaps an executor (paused, so it cannot renew) whose grant still runs. The I1-at-source
+/// check at the reap commit catches it.
+fn p6_1_shortened_lease_probe(world: &mut World) -> Result<(), Violation> {
+    let Some(paused) = fullest_slot(world) else {
+        return Ok(());
+    };
+    let Some(state) = world.leader_state() else {
+        return Ok(());
+    };
+    let small_ms = current_lease_ms(world);
+    let long_ms = 2 * state.longest_lease_told_ms().max(small_ms) + 1_000;
+    world.set_lease(long_ms);
+    // Wait for the executor to renew under the long lease.
+    let Some(executor_id) = world.executor_id_of(paused) else {
+        return Ok(());
+    };
+    let deadline = world.now_us + 3 * small_ms * 1_000;
+    while world.now_us < deadline {
+        let told = world
+            .leader_state()
+            .and_then(|s| s.executor(&executor_id))
+            .map_or(0, |e| e.lease_ttl_told_ms);
+        if told + tick_ms(small_ms) >= long_ms {
+            break;
+        }
+        let next = world.now_us + POLL_US;
+        world.run_until(next)?;
     }
+    world.set_lease(small_ms);
+    let committed = world.now_us + 30_000;
+    world.run_until(committed)?;
+    world.pause(paused, long_ms);
+    let ahead = world.leader_offset_ms().unwrap_or(0) + crate::scenario::MAX_CLOCK_OFFSET_MS;
+    world.change_leader(true, 0, 50, Some(ahead));
+    let past_the_grant = world.now_us + (long_ms + 2_000) * 1_000;
+    world.run_until(past_the_grant)?;
+    settle(world, "after the shortened-lease leader change")?;
     Ok(())
 }
 

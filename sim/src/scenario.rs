@@ -67,6 +67,8 @@ pub struct Scenario {
     pub shards: u32,
     pub lease_ms: u64,
     pub guard: GuardConfig,
+    /// `--mass-expiry-guard` as the operator gave it (`None`: the shipped default).
+    pub guard_flag: Option<bool>,
     /// Most moves in one plan (production: 8 192).
     pub plan_cap: usize,
     /// Deliveries in flight at once in the leader's delivery shell.
@@ -119,11 +121,25 @@ impl Scenario {
             .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
             .collect();
         let chaos_ms = lease_ms * rng.random_range(8..=20);
-        let fault_count = if calm { 0 } else { rng.random_range(0..=12) };
+        // Swarm testing: each run turns on a random subset of the fault kinds, with a random
+        // weight each, so rare combinations (a lease changed twice around a leader change, a
+        // drain during a pause) come up often across seeds instead of almost never.
+        let weights: [u32; FAULT_KINDS] = std::array::from_fn(|_| {
+            if rng.random_bool(0.5) {
+                rng.random_range(1..=10)
+            } else {
+                0
+            }
+        });
+        let fault_count = if calm || weights.iter().all(|w| *w == 0) {
+            0
+        } else {
+            rng.random_range(0..=20)
+        };
         let mut faults: Vec<(u64, Fault)> = (0..fault_count)
             .map(|_| {
                 let at = rng.random_range(0..chaos_ms);
-                (at, draw_fault(&mut rng, slots, lease_ms))
+                (at, draw_fault(&mut rng, &weights, slots, lease_ms))
             })
             .collect();
         faults.sort_by_key(|(at, _)| *at);
@@ -133,6 +149,7 @@ impl Scenario {
             shards,
             lease_ms,
             guard,
+            guard_flag,
             plan_cap,
             max_deliveries_in_flight,
             drop_per_mille,
@@ -167,17 +184,38 @@ fn shipped_guard_enabled(flag: Option<bool>) -> bool {
     }
 }
 
-fn draw_fault(rng: &mut ChaCha8Rng, slots: usize, lease_ms: u64) -> Fault {
+/// How many kinds [`draw_fault`] chooses from.
+const FAULT_KINDS: usize = 10;
+
+fn draw_fault(
+    rng: &mut ChaCha8Rng,
+    weights: &[u32; FAULT_KINDS],
+    slots: usize,
+    lease_ms: u64,
+) -> Fault {
+    let total: u32 = weights.iter().sum();
+    let mut pick = rng.random_range(0..total);
+    let kind = weights
+        .iter()
+        .position(|&weight| {
+            if pick < weight {
+                true
+            } else {
+                pick -= weight;
+                false
+            }
+        })
+        .unwrap_or(0);
     let slot = rng.random_range(0..slots);
-    match rng.random_range(0..100) {
-        0..12 => Fault::Kill { slot },
-        12..24 => Fault::Restart { slot },
-        24..36 => Fault::Pause {
+    match kind {
+        0 => Fault::Kill { slot },
+        1 => Fault::Restart { slot },
+        2 => Fault::Pause {
             slot,
             for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
         },
-        36..44 => Fault::GracefulStop { slot },
-        44..58 => {
+        3 => Fault::GracefulStop { slot },
+        4 => {
             let direction = rng.random_range(0..3);
             Fault::Partition {
                 slot,
@@ -186,7 +224,7 @@ fn draw_fault(rng: &mut ChaCha8Rng, slots: usize, lease_ms: u64) -> Fault {
                 for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
             }
         }
-        58..72 => Fault::LeaderChange {
+        5 => Fault::LeaderChange {
             keep_tail: rng.random_bool(0.5),
             deposed_pushes_ms: if rng.random_bool(0.5) {
                 rng.random_range(0..=lease_ms * 2)
@@ -195,11 +233,11 @@ fn draw_fault(rng: &mut ChaCha8Rng, slots: usize, lease_ms: u64) -> Fault {
             },
             election_ms: rng.random_range(50..=1_500),
         },
-        72..80 => Fault::LeaderStall {
+        6 => Fault::LeaderStall {
             for_ms: rng.random_range(lease_ms / 2..=lease_ms * 3),
         },
-        80..86 => Fault::ManagerRestart,
-        86..92 => Fault::SetLease {
+        7 => Fault::ManagerRestart,
+        8 => Fault::SetLease {
             lease_ms: LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())],
         },
         _ => Fault::Drain {

@@ -135,6 +135,8 @@ enum Event {
     FollowerApply,
     Elected {
         manager: usize,
+        /// The new leader's clock offset; drawn when `None`.
+        offset_ms: Option<i64>,
     },
     StallOver {
         term: u64,
@@ -1460,17 +1462,7 @@ impl World {
                 }
             }
             Fault::Restart { slot } => self.restart(slot),
-            Fault::Pause { slot, for_ms } => {
-                let until_us = self.now_us + for_ms * 1_000;
-                if let Some(p) = self.processes[slot]
-                    .as_mut()
-                    .filter(|p| p.life == Life::Running)
-                {
-                    p.life = Life::Paused { until_us };
-                    let process = p.id;
-                    self.schedule(until_us, Event::Resume { slot, process });
-                }
-            }
+            Fault::Pause { slot, for_ms } => self.pause(slot, for_ms),
             Fault::GracefulStop { slot } => {
                 let Some(now) = self.process_now(slot) else {
                     return;
@@ -1517,17 +1509,7 @@ impl World {
                 keep_tail,
                 deposed_pushes_ms,
                 election_ms,
-            } => {
-                let Some(old) = self.leader.as_ref().map(|l| l.manager) else {
-                    return;
-                };
-                self.lose_office(keep_tail, deposed_pushes_ms);
-                let next = (old + 1 + self.rng.random_range(0..MANAGERS - 1)) % MANAGERS;
-                self.schedule(
-                    self.now_us + election_ms * 1_000,
-                    Event::Elected { manager: next },
-                );
-            }
+            } => self.change_leader(keep_tail, deposed_pushes_ms, election_ms, None),
             Fault::LeaderStall { for_ms } => self.stall_leader(for_ms),
             Fault::ManagerRestart => {
                 let leader = self.leader.as_ref().map(|l| l.manager);
@@ -1536,32 +1518,8 @@ impl World {
                 };
                 self.restart_from_snapshot(manager);
             }
-            Fault::SetLease { lease_ms } => {
-                if let Some(now_ms) = self.leader_now_ms() {
-                    self.propose(
-                        Command::SetLeaseDuration {
-                            now_ms,
-                            lease_duration_ms: lease_ms,
-                        },
-                        ReplyTo::Nobody,
-                    );
-                }
-            }
-            Fault::Drain { slot, draining } => {
-                let executor_id = self.processes[slot]
-                    .as_ref()
-                    .and_then(|p| p.core.executor_id().map(str::to_owned));
-                if let (Some(now_ms), Some(executor_id)) = (self.leader_now_ms(), executor_id) {
-                    self.propose(
-                        Command::SetDraining {
-                            now_ms,
-                            executor_id,
-                            draining,
-                        },
-                        ReplyTo::Nobody,
-                    );
-                }
-            }
+            Fault::SetLease { lease_ms } => self.set_lease(lease_ms),
+            Fault::Drain { slot, draining } => self.set_draining(slot, draining),
         }
     }
 
@@ -1644,11 +1602,12 @@ impl World {
             Event::DeliveryTimeout { term, delivery } => self.delivered(term, delivery, None, None),
             Event::DeposedRound { term } => self.deposed_round(term),
             Event::FollowerApply => self.follower_apply(),
-            Event::Elected { manager } => {
+            Event::Elected { manager, offset_ms } => {
                 if self.leader.is_none() {
-                    let offset = self
-                        .rng
-                        .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS);
+                    let offset = offset_ms.unwrap_or_else(|| {
+                        self.rng
+                            .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS)
+                    });
                     self.take_office(manager, offset);
                 }
             }
@@ -1758,6 +1717,18 @@ impl World {
         self.leader.as_ref().map(|l| &self.replicas[l.manager])
     }
 
+    /// The current leader's clock offset (P2.3), if a leader is in office.
+    pub fn leader_offset_ms(&self) -> Option<i64> {
+        self.leader.as_ref().map(|l| l.offset_ms)
+    }
+
+    /// Whether the leader has proposals not yet committed or a step under way.
+    pub fn leader_is_busy(&self) -> bool {
+        self.leader
+            .as_ref()
+            .is_some_and(|l| !l.tail.is_empty() || l.writes.is_some())
+    }
+
     pub fn leader_is_stalled(&self) -> bool {
         self.leader
             .as_ref()
@@ -1770,6 +1741,76 @@ impl World {
             .collect();
         self.checker
             .after_event(&self.processes, &instants, self.now_us)
+    }
+
+    /// SIGSTOP for `for_ms`, then it carries on; only a running process pauses.
+    pub fn pause(&mut self, slot: Slot, for_ms: u64) {
+        let until_us = self.now_us + for_ms * 1_000;
+        if let Some(p) = self.processes[slot]
+            .as_mut()
+            .filter(|p| p.life == Life::Running)
+        {
+            p.life = Life::Paused { until_us };
+            let process = p.id;
+            self.schedule(until_us, Event::Resume { slot, process });
+        }
+    }
+
+    /// The leader loses office and another replica takes it after `election_ms`, its clock
+    /// `offset_ms` from the true one (drawn when `None`).
+    pub fn change_leader(
+        &mut self,
+        keep_tail: bool,
+        deposed_pushes_ms: u64,
+        election_ms: u64,
+        offset_ms: Option<i64>,
+    ) {
+        let Some(old) = self.leader.as_ref().map(|l| l.manager) else {
+            return;
+        };
+        self.lose_office(keep_tail, deposed_pushes_ms);
+        let next = (old + 1 + self.rng.random_range(0..MANAGERS - 1)) % MANAGERS;
+        self.schedule(
+            self.now_us + election_ms * 1_000,
+            Event::Elected {
+                manager: next,
+                offset_ms,
+            },
+        );
+    }
+
+    /// An operator sets the lease duration (P3.4).
+    pub fn set_lease(&mut self, lease_ms: u64) {
+        if let Some(now_ms) = self.leader_now_ms() {
+            self.propose(
+                Command::SetLeaseDuration {
+                    now_ms,
+                    lease_duration_ms: lease_ms,
+                },
+                ReplyTo::Nobody,
+            );
+        }
+    }
+
+    /// An operator drains (or undrains) the executor in `slot`.
+    pub fn set_draining(&mut self, slot: Slot, draining: bool) {
+        let executor_id = self.executor_id_of(slot);
+        if let (Some(now_ms), Some(executor_id)) = (self.leader_now_ms(), executor_id) {
+            self.propose(
+                Command::SetDraining {
+                    now_ms,
+                    executor_id,
+                    draining,
+                },
+                ReplyTo::Nobody,
+            );
+        }
+    }
+
+    pub fn executor_id_of(&self, slot: Slot) -> Option<String> {
+        self.processes[slot]
+            .as_ref()
+            .and_then(|p| p.core.executor_id().map(str::to_owned))
     }
 
     /// A new process with a new incarnation at the slot's address; the old one is killed.
