@@ -57,6 +57,9 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     join_probe(world)?;
     drain_join_probe(world)?;
     drain_cancel_probe(world)?;
+    if world.processes.len() >= 2 {
+        drain_undone_while_one_leaves_probe(world)?;
+    }
     p6_1_shortened_lease_probe(world)?;
     // I5 is promised unless the operator turned the guard off (P6.3): a build that ships it
     // off fails here.
@@ -373,6 +376,49 @@ fn current_lease_ms(world: &World) -> u64 {
         .leader_state()
         .and_then(|s| s.config())
         .map_or(world.scenario.lease_ms, |c| c.lease_duration_ms)
+}
+
+/// P5.4 with a drain undone after another executor left: the drained owner (paused, so its
+/// handoffs are pending) keeps its shards by cancelling them, however the deficits the leaver
+/// opened are filled; counted from the state the undrain is planned on.
+fn drain_undone_while_one_leaves_probe(world: &mut World) -> Result<(), Violation> {
+    let Some(drained) = fullest_slot(world) else {
+        return Ok(());
+    };
+    let Some(leaver) = (0..world.processes.len())
+        .filter(|&slot| slot != drained)
+        .find(|&slot| {
+            world.processes[slot]
+                .as_ref()
+                .is_some_and(|p| !p.core.assignment().held().is_empty())
+        })
+    else {
+        return Ok(());
+    };
+    let lease_ms = current_lease_ms(world);
+    world.pause(drained, lease_ms / 2);
+    world.set_draining(drained, true);
+    let plans_committed = world.now_us + 30_000;
+    world.run_until(plans_committed)?;
+    world.stop_gracefully(leaver);
+    let deregistered = world.now_us + 60_000;
+    world.run_until(deregistered)?;
+    // Counted from here: what was granted while the drain stood had to move then.
+    let Some(before) = world.leader_state().cloned() else {
+        return Ok(());
+    };
+    world.set_draining(drained, false);
+    settle(world, "after a drain undone while one left")?;
+    let expected = fewest_moves(&before, &owners_at_the_end(world));
+    check_moves(
+        world,
+        &before,
+        expected,
+        "a drain undone while another executor left",
+    )?;
+    world.restart(leaver);
+    settle(world, "after the leaver came back")?;
+    Ok(())
 }
 
 /// P6.1 with a lease lengthened, renewed under, then shortened: a new leader whose clock runs

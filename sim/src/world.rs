@@ -51,6 +51,9 @@ const STOP_GRACE_US: u64 = 2_000_000;
 /// What every leader clock reads at the start, give or take its offset: far enough from zero
 /// that no offset clamps it (a wall clock is never near its epoch).
 const LEADER_CLOCK_START_MS: i64 = 1_000_000;
+/// A run's whole budget of events; healthy runs use a few tens of thousands (the busiest
+/// seeds of 10 000 stay under 200 000).
+const MAX_EVENTS_PER_RUN: u64 = 2_000_000;
 /// Followers apply the committed log this often.
 const FOLLOWER_APPLY_US: u64 = 250_000;
 
@@ -368,6 +371,8 @@ pub struct World {
     rng: ChaCha8Rng,
     queue: BinaryHeap<Reverse<Scheduled>>,
     seq: u64,
+    /// Events handled so far.
+    pub events: u64,
     pub now_us: u64,
     base: Instant,
     /// The committed log (Raft's guarantee: every replica's log agrees on this prefix).
@@ -405,6 +410,7 @@ impl World {
             rng,
             queue: BinaryHeap::new(),
             seq: 0,
+            events: 0,
             now_us: 0,
             base: Instant::now(),
             log: Vec::new(),
@@ -476,6 +482,17 @@ impl World {
                 break;
             };
             self.now_us = next.at_us;
+            self.events += 1;
+            if self.events > MAX_EVENTS_PER_RUN {
+                return Err(Violation {
+                    invariant: "liveness",
+                    detail: format!(
+                        "more than {MAX_EVENTS_PER_RUN} events: the cluster is busy without end \
+                         (a plan that never settles, a retry without backoff)"
+                    ),
+                    at_us: self.now_us,
+                });
+            }
             self.handle(next.event);
             self.check_after_event()?;
         }
@@ -1463,27 +1480,7 @@ impl World {
             }
             Fault::Restart { slot } => self.restart(slot),
             Fault::Pause { slot, for_ms } => self.pause(slot, for_ms),
-            Fault::GracefulStop { slot } => {
-                let Some(now) = self.process_now(slot) else {
-                    return;
-                };
-                if let Some(p) = self.processes[slot]
-                    .as_mut()
-                    .filter(|p| p.life == Life::Running)
-                {
-                    p.core.stop_admission(now);
-                    p.life = Life::Stopping;
-                    let process = p.id;
-                    let in_call = p.call.is_some();
-                    self.schedule(
-                        self.now_us + STOP_GRACE_US,
-                        Event::StopDeadline { slot, process },
-                    );
-                    if !in_call {
-                        self.deregister(slot, process);
-                    }
-                }
-            }
+            Fault::GracefulStop { slot } => self.stop_gracefully(slot),
             Fault::Partition {
                 slot,
                 to_managers,
@@ -1753,6 +1750,29 @@ impl World {
             p.life = Life::Paused { until_us };
             let process = p.id;
             self.schedule(until_us, Event::Resume { slot, process });
+        }
+    }
+
+    /// SIGTERM: stop admitting, deregister within the grace, exit (P3.7).
+    pub fn stop_gracefully(&mut self, slot: Slot) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        if let Some(p) = self.processes[slot]
+            .as_mut()
+            .filter(|p| p.life == Life::Running)
+        {
+            p.core.stop_admission(now);
+            p.life = Life::Stopping;
+            let process = p.id;
+            let in_call = p.call.is_some();
+            self.schedule(
+                self.now_us + STOP_GRACE_US,
+                Event::StopDeadline { slot, process },
+            );
+            if !in_call {
+                self.deregister(slot, process);
+            }
         }
     }
 
