@@ -480,6 +480,26 @@ mod tests {
         );
     }
 
+    /// P4.1: only a set read *after* a revoke overtakes it. A set at the revoke's own revision
+    /// (read from the same entry) does not: the revoke applies and its shards stop. The manager
+    /// never sends such a set with the revoked shard in it (the entry that marks a shard
+    /// releasing also takes it out of its owner's delivered set), so the simulator cannot tell
+    /// `<` from `<=` here; this test can (tests/mutants/p4_1_revoke_at_set_revision_overtaken.patch).
+    #[test]
+    fn p4_1_a_revoke_at_the_revision_of_the_last_set_applies() {
+        let mut state = AssignmentState::default();
+        state.apply_set(12, 8, &set(&[(1, 1), (2, 1)])).unwrap();
+        let outcome = state.apply_revoke(12, &[2]).unwrap();
+        assert_eq!(
+            outcome,
+            RevokeOutcome::Applied {
+                dropped: set(&[(2, 1)]),
+                released: vec![2],
+            }
+        );
+        assert_eq!(state.held(), set(&[(1, 1)]));
+    }
+
     /// The push at 14 (the next plan) overtook the revoke at 12: it no longer lists shard 2, so
     /// the executor stopped admitting 2 when it applied it. The late revoke is answered
     /// released for 2, naming its own revision, and changes nothing (P5.2).
