@@ -7,7 +7,7 @@ use leasehold_manager::leader::core::tick_ms;
 
 use crate::checks::Violation;
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
-use crate::world::{Coverage, Slot, World};
+use crate::world::{Coverage, Life, Slot, World};
 use leasehold_manager::lease::{plan_rebalance, LeaseState};
 
 /// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
@@ -15,6 +15,15 @@ use leasehold_manager::lease::{plan_rebalance, LeaseState};
 const SETTLE_LIMIT_US: u64 = 60_000_000;
 /// Settling is checked this often.
 const POLL_US: u64 = 20_000;
+/// A converged fleet's leases have at least this many tenths left.
+const FRESH_LEASE_TENTHS: u64 = 6;
+
+/// How long the drain probes pause an owner: short of its lease by the fresh margin and more,
+/// so it comes back, renews and is not reaped.
+fn paused_ms(lease_ms: u64) -> u64 {
+    lease_ms * 2 / 5
+}
+
 /// The operator retries undoing drains this often while the fleet settles.
 const UNDRAIN_EVERY_US: u64 = 500_000;
 
@@ -120,6 +129,13 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
             return Some("a rebalance is due".into());
         }
     }
+    if let Some(slot) = (0..world.processes.len()).find(|&slot| {
+        world.processes[slot]
+            .as_ref()
+            .is_some_and(|p| matches!(p.life, Life::Paused { .. }))
+    }) {
+        return Some(format!("slot {slot} is paused"));
+    }
     let mut live = BTreeMap::new();
     for (slot, process) in world.processes.iter().enumerate() {
         let Some(process) = process.as_ref().filter(|p| p.admits()) else {
@@ -166,6 +182,15 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
         let Some(process) = world.processes[*slot].as_ref() else {
             continue;
         };
+        // Every lease fresh, as renewing executors keep it (P3.5: at least two thirds left,
+        // less a round trip), so a probe that pauses one starts from a known margin.
+        let lease_ms = state.config().map_or(0, |c| c.lease_duration_ms);
+        let remaining_ms = process.core.lease().remaining(now).as_millis() as u64;
+        if remaining_ms * 10 < lease_ms * FRESH_LEASE_TENTHS {
+            return Some(format!(
+                "slot {slot}'s lease has {remaining_ms} ms of {lease_ms} ms left"
+            ));
+        }
         let expected = state.delivered_set(executor_id);
         let admitted: Vec<(u32, u64)> = process
             .core
@@ -197,6 +222,7 @@ fn delivery_slack_us(scenario: &Scenario, shards_moved: usize, receivers: usize)
 
 /// I4: a crashed executor's shards are re-homed within lease + tick.
 fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: i4_rehoming_probe".to_owned());
     world.coverage.i4_probes += 1;
     let lease_ms = world
         .leader_state()
@@ -297,6 +323,7 @@ fn check_moves(
 /// P5.4: a joining executor gets shards at once, and the rebalance moves the fewest shards
 /// that reach an even spread.
 fn join_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: join_probe".to_owned());
     world.coverage.join_probes += 1;
     let Some(before) = world.leader_state().cloned() else {
         return Ok(());
@@ -327,6 +354,7 @@ fn fullest_slot(world: &World) -> Option<Slot> {
 /// its lease), then an executor joins before the handoffs complete. The plan retargets the
 /// pending handoffs rather than revoking more, so the total moved is still the fewest.
 fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: drain_join_probe".to_owned());
     let Some(drained) = fullest_slot(world) else {
         return Ok(());
     };
@@ -334,7 +362,7 @@ fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
         return Ok(());
     };
     let lease_ms = current_lease_ms(world);
-    world.pause(drained, lease_ms / 2);
+    world.pause(drained, paused_ms(lease_ms));
     world.set_draining(drained, true);
     let plans_committed = world.now_us + 30_000;
     world.run_until(plans_committed)?;
@@ -350,6 +378,7 @@ fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
 /// P5.4: a drain undone while its handoffs are pending (the owner paused, shorter than its
 /// lease, so it has not acknowledged) gives every shard back to its owner: nothing moves.
 fn drain_cancel_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: drain_cancel_probe".to_owned());
     let Some(drained) = fullest_slot(world) else {
         return Ok(());
     };
@@ -357,18 +386,45 @@ fn drain_cancel_probe(world: &mut World) -> Result<(), Violation> {
         return Ok(());
     };
     let lease_ms = current_lease_ms(world);
-    world.pause(drained, lease_ms / 2);
+    world.pause(drained, paused_ms(lease_ms));
+    let resumes_at = world.now_us + paused_ms(lease_ms) * 1_000;
     world.set_draining(drained, true);
     let plans_committed = world.now_us + 30_000;
     world.run_until(plans_committed)?;
     world.set_draining(drained, false);
+    // The premise: the undrain is planned through while the owner is still paused. With capped
+    // plans and long commits it may not be, and then the probe is moot, not failed.
+    let quiet = run_until_quiet(world, resumes_at)?;
     settle(world, "after a drain undone")?;
+    if !quiet {
+        return Ok(());
+    }
     check_moves(
         world,
         &before,
         0,
         "a drain undone before its handoffs completed",
     )
+}
+
+/// Runs until the leader has nothing in flight and nothing left to plan, or `deadline_us`;
+/// says whether it got there.
+fn run_until_quiet(world: &mut World, deadline_us: u64) -> Result<bool, Violation> {
+    loop {
+        let quiet = !world.leader_is_busy()
+            && match (world.leader_state(), world.leader_now_ms()) {
+                (Some(state), Some(now_ms)) => plan_rebalance(state, now_ms).is_none(),
+                _ => false,
+            };
+        if quiet {
+            return Ok(true);
+        }
+        if world.now_us >= deadline_us {
+            return Ok(false);
+        }
+        let next = (world.now_us + 1_000).min(deadline_us);
+        world.run_until(next)?;
+    }
 }
 
 fn current_lease_ms(world: &World) -> u64 {
@@ -382,6 +438,7 @@ fn current_lease_ms(world: &World) -> u64 {
 /// handoffs are pending) keeps its shards by cancelling them, however the deficits the leaver
 /// opened are filled; counted from the state the undrain is planned on.
 fn drain_undone_while_one_leaves_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: drain_undone_while_one_leaves_probe".to_owned());
     let Some(drained) = fullest_slot(world) else {
         return Ok(());
     };
@@ -396,26 +453,37 @@ fn drain_undone_while_one_leaves_probe(world: &mut World) -> Result<(), Violatio
         return Ok(());
     };
     let lease_ms = current_lease_ms(world);
-    world.pause(drained, lease_ms / 2);
+    world.pause(drained, paused_ms(lease_ms));
+    let resumes_at = world.now_us + paused_ms(lease_ms) * 1_000;
     world.set_draining(drained, true);
     let plans_committed = world.now_us + 30_000;
     world.run_until(plans_committed)?;
     world.stop_gracefully(leaver);
-    let deregistered = world.now_us + 60_000;
-    world.run_until(deregistered)?;
-    // Counted from here: what was granted while the drain stood had to move then.
+    // Counted from the state the undrain is planned on, once the leader has planned everything
+    // the departure asked for: what it granted while the drain stood had to move then. The
+    // premise needs the drained owner still paused; a slow fleet (capped plans, long commits)
+    // that cannot get there first makes the probe moot, not failed.
+    if !run_until_quiet(world, resumes_at)? {
+        world.set_draining(drained, false);
+        world.restart(leaver);
+        settle(world, "after a drain undone while one left (moot)")?;
+        return Ok(());
+    }
     let Some(before) = world.leader_state().cloned() else {
         return Ok(());
     };
     world.set_draining(drained, false);
+    let quiet = run_until_quiet(world, resumes_at)?;
     settle(world, "after a drain undone while one left")?;
-    let expected = fewest_moves(&before, &owners_at_the_end(world));
-    check_moves(
-        world,
-        &before,
-        expected,
-        "a drain undone while another executor left",
-    )?;
+    if quiet {
+        let expected = fewest_moves(&before, &owners_at_the_end(world));
+        check_moves(
+            world,
+            &before,
+            expected,
+            "a drain undone while another executor left",
+        )?;
+    }
     world.restart(leaver);
     settle(world, "after the leaver came back")?;
     Ok(())
@@ -426,6 +494,7 @@ fn drain_undone_while_one_leaves_probe(world: &mut World) -> Result<(), Violatio
 /// reaps an executor (paused, so it cannot renew) whose grant still runs. The I1-at-source
 /// check at the reap commit catches it.
 fn p6_1_shortened_lease_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: p6_1_shortened_lease_probe".to_owned());
     let Some(paused) = fullest_slot(world) else {
         return Ok(());
     };
@@ -466,6 +535,7 @@ fn p6_1_shortened_lease_probe(world: &mut World) -> Result<(), Violation> {
 /// I5: the leader stalls for longer than the lease, then resumes: nobody that renews within
 /// the grace is evicted.
 fn i5_stall_probe(world: &mut World) -> Result<(), Violation> {
+    world.note(|| "probe: i5_stall_probe".to_owned());
     let lease_ms = world
         .leader_state()
         .and_then(|s| s.config())

@@ -455,7 +455,7 @@ impl World {
         self.trace.as_deref().unwrap_or_default()
     }
 
-    fn note(&mut self, line: impl FnOnce() -> String) {
+    pub fn note(&mut self, line: impl FnOnce() -> String) {
         if let Some(trace) = &mut self.trace {
             let at = self.now_us;
             let line = line();
@@ -1628,6 +1628,7 @@ impl World {
                 if let Some(p) = self.process_mut(slot, process) {
                     if matches!(p.life, Life::Paused { .. }) {
                         p.life = Life::Running;
+                        self.note(|| format!("slot {slot}: resumes"));
                     }
                 }
             }
@@ -1749,6 +1750,7 @@ impl World {
         {
             p.life = Life::Paused { until_us };
             let process = p.id;
+            self.note(|| format!("slot {slot}: paused for {for_ms} ms"));
             self.schedule(until_us, Event::Resume { slot, process });
         }
     }
