@@ -11,7 +11,7 @@
 
 #![allow(clippy::expect_used, clippy::print_stdout)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -52,9 +52,13 @@ fn replay_command(seed: u64) -> String {
     format!("LEASEHOLD_SIM_SEED={seed} cargo test --release -p leasehold-sim --test simulate -- --nocapture")
 }
 
-/// Runs `seeds` on every available core and returns the failures.
+/// Runs `seeds` on every available core and returns the failures; with
+/// `LEASEHOLD_SIM_STOP_AT_FIRST=1` no further seed starts once one failed (a broken build needs
+/// only one to be caught, `scripts/sim-mutants`).
 fn run_all(seeds: &[u64]) -> (Vec<RunReport>, Coverage) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let stop_at_first = std::env::var("LEASEHOLD_SIM_STOP_AT_FIRST").is_ok_and(|v| v == "1");
+    let failed = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let coverage = Mutex::new(Coverage::default());
@@ -63,6 +67,9 @@ fn run_all(seeds: &[u64]) -> (Vec<RunReport>, Coverage) {
             scope.spawn(|| {
                 let mut local = Coverage::default();
                 loop {
+                    if stop_at_first && failed.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let index = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(index) else {
                         break;
@@ -70,6 +77,7 @@ fn run_all(seeds: &[u64]) -> (Vec<RunReport>, Coverage) {
                     let report = simulate(seed, false);
                     local.add(&report.coverage);
                     if report.result.is_err() {
+                        failed.store(true, Ordering::Relaxed);
                         failures
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
