@@ -350,22 +350,40 @@ fn fullest_slot(world: &World) -> Option<Slot> {
         .map(|(_, slot)| slot)
 }
 
+/// An owner drained while it cannot answer: the fullest slot paused for [`paused_ms`], then
+/// drained, and 30 ms for the plans to commit. Its handoffs stay pending until it resumes.
+struct PausedDrain {
+    slot: Slot,
+    resumes_at_us: u64,
+}
+
+fn drain_while_paused(world: &mut World) -> Result<Option<PausedDrain>, Violation> {
+    let Some(slot) = fullest_slot(world) else {
+        return Ok(None);
+    };
+    let paused = paused_ms(current_lease_ms(world));
+    world.pause(slot, paused);
+    let resumes_at_us = world.now_us + paused * 1_000;
+    world.set_draining(slot, true);
+    let plans_committed = world.now_us + 30_000;
+    world.run_until(plans_committed)?;
+    Ok(Some(PausedDrain {
+        slot,
+        resumes_at_us,
+    }))
+}
+
 /// P5.4 with handoffs under way: an owner drained while it cannot answer (paused, shorter than
 /// its lease), then an executor joins before the handoffs complete. The plan retargets the
 /// pending handoffs rather than revoking more, so the total moved is still the fewest.
 fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
     world.note(|| "probe: drain_join_probe".to_owned());
-    let Some(drained) = fullest_slot(world) else {
-        return Ok(());
-    };
     let Some(before) = world.leader_state().cloned() else {
         return Ok(());
     };
-    let lease_ms = current_lease_ms(world);
-    world.pause(drained, paused_ms(lease_ms));
-    world.set_draining(drained, true);
-    let plans_committed = world.now_us + 30_000;
-    world.run_until(plans_committed)?;
+    let Some(PausedDrain { slot: drained, .. }) = drain_while_paused(world)? else {
+        return Ok(());
+    };
     world.add_slot();
     settle_with(world, "after a drain and a join", false)?;
     let expected = fewest_moves(&before, &owners_at_the_end(world));
@@ -379,18 +397,16 @@ fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
 /// lease, so it has not acknowledged) gives every shard back to its owner: nothing moves.
 fn drain_cancel_probe(world: &mut World) -> Result<(), Violation> {
     world.note(|| "probe: drain_cancel_probe".to_owned());
-    let Some(drained) = fullest_slot(world) else {
-        return Ok(());
-    };
     let Some(before) = world.leader_state().cloned() else {
         return Ok(());
     };
-    let lease_ms = current_lease_ms(world);
-    world.pause(drained, paused_ms(lease_ms));
-    let resumes_at = world.now_us + paused_ms(lease_ms) * 1_000;
-    world.set_draining(drained, true);
-    let plans_committed = world.now_us + 30_000;
-    world.run_until(plans_committed)?;
+    let Some(PausedDrain {
+        slot: drained,
+        resumes_at_us: resumes_at,
+    }) = drain_while_paused(world)?
+    else {
+        return Ok(());
+    };
     world.set_draining(drained, false);
     // The premise: the undrain is planned through while the owner is still paused. With capped
     // plans and long commits it may not be, and then the probe is moot, not failed.
@@ -452,12 +468,13 @@ fn drain_undone_while_one_leaves_probe(world: &mut World) -> Result<(), Violatio
     else {
         return Ok(());
     };
-    let lease_ms = current_lease_ms(world);
-    world.pause(drained, paused_ms(lease_ms));
-    let resumes_at = world.now_us + paused_ms(lease_ms) * 1_000;
-    world.set_draining(drained, true);
-    let plans_committed = world.now_us + 30_000;
-    world.run_until(plans_committed)?;
+    let Some(PausedDrain {
+        resumes_at_us: resumes_at,
+        ..
+    }) = drain_while_paused(world)?
+    else {
+        return Ok(());
+    };
     world.stop_gracefully(leaver);
     // Counted from the state the undrain is planned on, once the leader has planned everything
     // the departure asked for: what it granted while the drain stood had to move then. The

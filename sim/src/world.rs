@@ -564,35 +564,31 @@ impl World {
     }
 
     fn send_to_managers(&mut self, slot: Slot, process: u64, request: Request) {
-        if self.cut_to_managers[slot] > 0 {
-            return;
-        }
-        for _ in 0..self.copies() {
-            let at = self.now_us + self.transit_us();
-            self.schedule(
-                at,
-                Event::ToManagers {
-                    slot,
-                    process,
-                    request: request.clone(),
-                },
-            );
-        }
+        let cut = self.cut_to_managers[slot] > 0;
+        self.send(cut, || Event::ToManagers {
+            slot,
+            process,
+            request: request.clone(),
+        });
     }
 
     fn send_to_executor(&mut self, slot: Slot, message: Message) {
-        if self.cut_from_managers[slot] > 0 {
+        let cut = self.cut_from_managers[slot] > 0;
+        self.send(cut, || Event::ToExecutor {
+            slot,
+            message: message.clone(),
+        });
+    }
+
+    /// One message over a link that is `cut` or not: lost, delivered once or twice, each copy
+    /// after its own transit.
+    fn send(&mut self, cut: bool, arrival: impl Fn() -> Event) {
+        if cut {
             return;
         }
         for _ in 0..self.copies() {
             let at = self.now_us + self.transit_us();
-            self.schedule(
-                at,
-                Event::ToExecutor {
-                    slot,
-                    message: message.clone(),
-                },
-            );
+            self.schedule(at, arrival());
         }
     }
 

@@ -641,7 +641,12 @@ fn p5_4_a_drain_undone_before_its_handoffs_complete_moves_nothing() {
     let before = harness.state.clone();
     let drained = ids
         .iter()
-        .find(|id| harness.state.executor(id).is_some_and(|e| e.owned_shards.len() == 3))
+        .find(|id| {
+            harness
+                .state
+                .executor(id)
+                .is_some_and(|e| e.owned_shards.len() == 3)
+        })
         .cloned()
         .expect("an executor with the ceil quota");
     for draining in [true, false] {
