@@ -17,7 +17,7 @@ use leasehold_manager::lease::{Command, LeaseState, Outcome, ShardId};
 use tokio::time::Instant;
 
 use crate::scenario::Scenario;
-use crate::world::Process;
+use leasehold_executor::admission::AdmissionCore;
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,14 @@ impl std::fmt::Display for Violation {
             self.detail
         )
     }
+}
+
+/// What the checks read of one live executor process: its admission core and the instant its
+/// own clock reads now. A slot without a live process has none.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessView<'a> {
+    pub core: &'a AdmissionCore,
+    pub now: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -69,8 +77,7 @@ impl Checker {
 
     pub fn after_event(
         &mut self,
-        processes: &[Option<Process>],
-        instants: &[Option<Instant>],
+        processes: &[Option<ProcessView<'_>>],
         now_us: u64,
     ) -> Result<(), Violation> {
         if let Some(mut violation) = self.pending.take() {
@@ -81,17 +88,14 @@ impl Checker {
         }
         let mut admitted_by: BTreeMap<ShardId, (usize, String, u64)> = BTreeMap::new();
         for (slot, process) in processes.iter().enumerate() {
-            let (Some(process), Some(now)) = (process, instants[slot]) else {
+            let Some(ProcessView { core, now }) = *process else {
                 continue;
             };
-            if !process.admits() {
-                continue;
-            }
-            let Some(executor_id) = process.core.executor_id() else {
+            let Some(executor_id) = core.executor_id() else {
                 continue;
             };
-            for held in process.core.assignment().held() {
-                let Ok(permit) = process.core.admit(held.shard, now) else {
+            for held in core.assignment().held() {
+                let Ok(permit) = core.admit(held.shard, now) else {
                     continue;
                 };
                 match self.minted.get(&(permit.shard, permit.epoch)) {
@@ -131,8 +135,7 @@ impl Checker {
         after: &LeaseState,
         command: &Command,
         _outcome: &Outcome,
-        processes: &[Option<Process>],
-        instants: &[Option<Instant>],
+        processes: &[Option<ProcessView<'_>>],
         now_us: u64,
     ) {
         let violations = after.consistency_violations();
@@ -186,7 +189,7 @@ impl Checker {
             }
             // I1 at its source: the old owner no longer admits a shard taken from it.
             if let Some(old_owner) = old_owner.filter(|o| shard.owner.as_ref() != Some(o)) {
-                if let Some(slot) = admitting_slot(processes, instants, &old_owner, shard.id) {
+                if let Some(slot) = admitting_slot(processes, &old_owner, shard.id) {
                     self.report(
                         "I1",
                         format!(
@@ -203,18 +206,13 @@ impl Checker {
 }
 
 fn admitting_slot(
-    processes: &[Option<Process>],
-    instants: &[Option<Instant>],
+    processes: &[Option<ProcessView<'_>>],
     executor_id: &str,
     shard: ShardId,
 ) -> Option<usize> {
     processes.iter().enumerate().find_map(|(slot, process)| {
-        let process = process.as_ref()?;
-        let now = instants[slot]?;
-        (process.admits()
-            && process.core.executor_id() == Some(executor_id)
-            && process.core.admit(shard, now).is_ok())
-        .then_some(slot)
+        let ProcessView { core, now } = (*process)?;
+        (core.executor_id() == Some(executor_id) && core.admit(shard, now).is_ok()).then_some(slot)
     })
 }
 

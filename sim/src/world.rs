@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::time::Instant;
 
-use crate::checks::{Checker, Violation};
+use crate::checks::{Checker, ProcessView, Violation};
 use crate::scenario::{
     Fault, Scenario, MANAGERS, MAX_CLOCK_OFFSET_MS, MAX_RATE_ERROR_PPM, MIN_TRANSIT_US,
 };
@@ -503,7 +503,7 @@ impl World {
     // ---- clocks ----------------------------------------------------------------------------
 
     fn local_instant(&self, rate_ppm: i64) -> Instant {
-        self.base + Duration::from_micros(scaled(self.now_us, rate_ppm))
+        instant_at(self.base, self.now_us, rate_ppm)
     }
 
     /// The true instant at which a process whose clock runs at `rate_ppm` reads `instant`.
@@ -754,18 +754,9 @@ impl World {
         if matches!(command, Command::CompleteHandoffs { .. }) {
             self.coverage.handoffs_completed_by_expiry += 1;
         }
-        let processes = &self.processes;
-        let instants: Vec<Option<Instant>> =
-            (0..processes.len()).map(|s| self.process_now(s)).collect();
-        self.checker.after_commit(
-            before,
-            after,
-            command,
-            outcome,
-            processes,
-            &instants,
-            self.now_us,
-        );
+        let views = process_views(&self.processes, self.base, self.now_us);
+        self.checker
+            .after_commit(before, after, command, outcome, &views, self.now_us);
     }
 
     /// Sends the outcome of a committed proposal to whoever asked.
@@ -1730,11 +1721,8 @@ impl World {
     }
 
     fn check_after_event(&mut self) -> Result<(), Violation> {
-        let instants: Vec<Option<Instant>> = (0..self.processes.len())
-            .map(|s| self.process_now(s))
-            .collect();
-        self.checker
-            .after_event(&self.processes, &instants, self.now_us)
+        let views = process_views(&self.processes, self.base, self.now_us);
+        self.checker.after_event(&views, self.now_us)
     }
 
     /// SIGSTOP for `for_ms`, then it carries on; only a running process pauses.
@@ -1918,6 +1906,29 @@ impl World {
         }
         out
     }
+}
+
+/// What a process whose clock runs at `rate_ppm` reads at true instant `now_us`.
+fn instant_at(base: Instant, now_us: u64, rate_ppm: i64) -> Instant {
+    base + Duration::from_micros(scaled(now_us, rate_ppm))
+}
+
+/// The checks' view of every slot: the live processes' admission cores, each at its own clock.
+fn process_views(
+    processes: &[Option<Process>],
+    base: Instant,
+    now_us: u64,
+) -> Vec<Option<ProcessView<'_>>> {
+    processes
+        .iter()
+        .map(|process| {
+            let process = process.as_ref().filter(|p| p.admits())?;
+            Some(ProcessView {
+                core: &process.core,
+                now: instant_at(base, now_us, process.rate_ppm),
+            })
+        })
+        .collect()
 }
 
 /// The leader of `term` if it is still in office and running.
