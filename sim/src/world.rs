@@ -692,15 +692,25 @@ impl World {
         }
     }
 
-    /// Appends one entry to the committed log and applies it on the leader's replica.
-    fn commit_one(&mut self, manager: usize, proposal: Proposal) -> Option<Outcome> {
+    /// Appends `command` to the committed log, applies it on `manager`'s replica and checks the
+    /// commit; returns the outcome.
+    fn append_and_apply(&mut self, manager: usize, command: &Command) -> Outcome {
         self.catch_up(manager);
-        self.log.push(proposal.command.clone());
+        self.log.push(command.clone());
         let index = self.log.len() as u64;
         let before = self.replicas[manager].clone();
-        let outcome = self.replicas[manager].apply(index, &proposal.command);
+        let outcome = self.replicas[manager].apply(index, command);
         self.applied[manager] += 1;
         self.coverage.commits += 1;
+        self.observe_commit(&before, manager, command, &outcome);
+        outcome
+    }
+
+    /// Commits one proposal of the leader's tail: applies it, signals the leader as production
+    /// does, and answers whoever asked.
+    fn commit_one(&mut self, manager: usize, proposal: Proposal) {
+        let outcome = self.append_and_apply(manager, &proposal.command);
+        let index = self.log.len() as u64;
         let now_ms = proposal.command.now_ms();
         self.note(|| {
             format!(
@@ -709,7 +719,6 @@ impl World {
                 describe_outcome(&outcome)
             )
         });
-        self.observe_commit(&before, manager, &proposal.command, &outcome);
         let signal = CommitSignal::of(&outcome);
         if let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) {
             let term = leader.term;
@@ -726,7 +735,6 @@ impl World {
             }
         }
         self.answer(manager, proposal.reply_to, &outcome);
-        Some(outcome)
     }
 
     fn observe_commit(
@@ -822,14 +830,7 @@ impl World {
         if keep_tail {
             // The next leader commits them; their answers are lost with the old connections.
             for proposal in tail {
-                let manager = leader.manager;
-                self.catch_up(manager);
-                self.log.push(proposal.command.clone());
-                let index = self.log.len() as u64;
-                let before = self.replicas[manager].clone();
-                let outcome = self.replicas[manager].apply(index, &proposal.command);
-                self.applied[manager] += 1;
-                self.observe_commit(&before, manager, &proposal.command, &outcome);
+                self.append_and_apply(leader.manager, &proposal.command);
             }
         }
         if deposed_pushes_ms > 0 {
