@@ -1,63 +1,12 @@
 //! Rule tests for the leader core, on explicit leader-clock times.
 
+use super::World;
 use crate::leader::core::*;
-use crate::lease::{Command, LeaseState, Outcome, Renewal};
+use crate::lease::{Command, LeaseState};
 
 const LEASE_MS: u64 = 30_000;
 const TICK_MS: u64 = LEASE_MS / 3;
 const GRACE_MS: u64 = 60_000;
-
-/// A state whose executors registered at `registered_at_ms` (so each expires at that + lease).
-struct World {
-    state: LeaseState,
-    next_index: u64,
-}
-
-impl World {
-    fn new() -> Self {
-        let mut world = Self {
-            state: LeaseState::default(),
-            next_index: 1,
-        };
-        world.apply(Command::Init {
-            now_ms: 0,
-            shard_count: 8,
-            lease_duration_ms: LEASE_MS,
-        });
-        world
-    }
-
-    fn apply(&mut self, command: Command) -> Outcome {
-        let outcome = self.state.apply(self.next_index, &command);
-        self.next_index += 1;
-        outcome
-    }
-
-    fn register(&mut self, name: &str, now_ms: u64) -> String {
-        match self.apply(Command::Register {
-            now_ms,
-            incarnation: name.to_string(),
-            address: format!("http://{name}:1"),
-            name: None,
-            credential_sha256: None,
-        }) {
-            Outcome::Registered { grant, .. } => grant.executor_id,
-            other => panic!("register: {other:?}"),
-        }
-    }
-
-    fn renew(&mut self, executor_id: &str, now_ms: u64) {
-        let revision = self.state.revision();
-        self.apply(Command::Renew {
-            now_ms,
-            renewals: vec![Renewal {
-                executor_id: executor_id.to_string(),
-                claims: Vec::new(),
-                revision,
-            }],
-        });
-    }
-}
 
 fn guard() -> GuardConfig {
     GuardConfig {
@@ -74,7 +23,7 @@ fn p3_8_tick_is_a_third_of_the_lease() {
 
 #[test]
 fn p6_1_new_leader_reaps_nothing_and_completes_no_expired_handoff_for_one_lease() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let dead = world.register("dead", 0);
     // Office taken long after the executor lapsed (at 30 s).
     let took_office = 100_000;
@@ -99,7 +48,7 @@ fn p6_1_new_leader_reaps_nothing_and_completes_no_expired_handoff_for_one_lease(
 
 #[test]
 fn p6_1_grace_covers_the_longest_lease_told_not_only_the_configured_one() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     world.register("long", 0);
     world.apply(Command::SetLeaseDuration {
         now_ms: 1,
@@ -120,7 +69,7 @@ fn p6_1_grace_covers_the_longest_lease_told_not_only_the_configured_one() {
 
 #[test]
 fn p6_3_one_executor_dying_while_others_renew_is_reaped_after_one_lease() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let dead = world.register("dead", 0);
     let alive = world.register("alive", 0);
     let mut core = LeaderCore::new(0, guard());
@@ -149,7 +98,7 @@ fn p6_3_one_executor_dying_while_others_renew_is_reaped_after_one_lease() {
 
 #[test]
 fn p6_3_a_late_step_defers_reaping_until_the_overdue_renew() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let a = world.register("a", 0);
     let b = world.register("b", 0);
     let mut core = LeaderCore::new(0, guard());
@@ -185,7 +134,7 @@ fn p6_3_a_late_step_defers_reaping_until_the_overdue_renew() {
 
 #[test]
 fn p6_3_no_renewals_from_anyone_defers_then_the_grace_runs_out() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let a = world.register("a", 0);
     let b = world.register("b", 0);
     let mut core = LeaderCore::new(0, guard());
@@ -227,7 +176,7 @@ fn p6_3_no_renewals_from_anyone_defers_then_the_grace_runs_out() {
 
 #[test]
 fn p6_3_guard_off_restores_plain_expiry() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let a = world.register("a", 0);
     world.register("b", 0);
     let mut core = LeaderCore::new(
@@ -249,7 +198,7 @@ fn p6_3_guard_off_restores_plain_expiry() {
 
 #[test]
 fn p6_3_a_single_tracked_executor_is_not_held_by_the_no_renewal_rule() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let only = world.register("only", 0);
     let mut core = LeaderCore::new(0, guard());
     let mut now = 0;
@@ -278,7 +227,7 @@ fn uninitialised_state_decides_nothing() {
 /// the reap left (the dead executor's shards go to the live one), and nothing is written twice.
 #[test]
 fn p3_8_a_step_reaps_first_then_plans_on_what_the_reap_left() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     let dead = world.register("dead", 0);
     let live = world.register("live", 0);
     // Both own shards: give them the initial plan.
@@ -311,7 +260,7 @@ fn p3_8_a_step_reaps_first_then_plans_on_what_the_reap_left() {
 
 #[test]
 fn an_abandoned_step_writes_nothing_more() {
-    let mut world = World::new();
+    let mut world = World::new(8, LEASE_MS);
     world.register("only", 0);
     let mut core = LeaderCore::new(0, guard());
     let mut writes = StepWrites::new(core.step(1, &world.state, None));

@@ -2,51 +2,18 @@
 
 use leasehold_api::wire::RevokeReply;
 
+use super::World;
 use crate::leader::delivery_plan::*;
-use crate::lease::{plan_rebalance, Command, LeaseState, Outcome};
+use crate::lease::{plan_rebalance, Command};
 
-struct World {
-    state: LeaseState,
-    next_index: u64,
+/// Every shard planned onto the executors registered so far.
+fn plan(world: &mut World) {
+    let plan = plan_rebalance(&world.state, 2).expect("a plan");
+    world.apply(plan);
 }
 
-impl World {
-    fn new() -> Self {
-        let mut world = Self {
-            state: LeaseState::default(),
-            next_index: 1,
-        };
-        world.apply(Command::Init {
-            now_ms: 0,
-            shard_count: 4,
-            lease_duration_ms: 30_000,
-        });
-        world
-    }
-
-    fn apply(&mut self, command: Command) -> Outcome {
-        let outcome = self.state.apply(self.next_index, &command);
-        self.next_index += 1;
-        outcome
-    }
-
-    fn register(&mut self, name: &str) -> String {
-        match self.apply(Command::Register {
-            now_ms: 1,
-            incarnation: name.to_string(),
-            address: format!("http://{name}:1"),
-            name: None,
-            credential_sha256: None,
-        }) {
-            Outcome::Registered { grant, .. } => grant.executor_id,
-            other => panic!("register: {other:?}"),
-        }
-    }
-
-    fn plan(&mut self) {
-        let plan = plan_rebalance(&self.state, 2).expect("a plan");
-        self.apply(plan);
-    }
+fn world() -> World {
+    World::new(4, 30_000)
 }
 
 fn revokes(round: &Round) -> Vec<(String, u64, Vec<u32>)> {
@@ -64,9 +31,9 @@ fn revokes(round: &Round) -> Vec<(String, u64, Vec<u32>)> {
 
 #[test]
 fn p5_3_a_queued_push_carries_the_recorded_set_at_the_state_revision() {
-    let mut world = World::new();
-    let a = world.register("a");
-    world.plan();
+    let mut world = world();
+    let a = world.register("a", 1);
+    plan(&mut world);
     let mut planner = DeliveryPlanner::default();
     let round = planner.plan_round(&world.state, [a.clone(), "ex-gone".to_string()], 10);
     assert!(round.deferred_pushes.is_empty());
@@ -84,8 +51,8 @@ fn p5_3_a_queued_push_carries_the_recorded_set_at_the_state_revision() {
 
 #[test]
 fn p5_3_failed_pushes_back_off_exponentially_up_to_the_cap() {
-    let mut world = World::new();
-    let a = world.register("a");
+    let mut world = world();
+    let a = world.register("a", 1);
     let mut planner = DeliveryPlanner::default();
     let mut now = 0;
     let mut delays = Vec::new();
@@ -109,11 +76,11 @@ fn p5_3_failed_pushes_back_off_exponentially_up_to_the_cap() {
 
 #[test]
 fn p5_2_a_revoke_is_resent_each_interval_until_the_handoff_completes() {
-    let mut world = World::new();
-    let a = world.register("a");
-    world.plan();
-    world.register("b");
-    world.plan();
+    let mut world = world();
+    let a = world.register("a", 1);
+    plan(&mut world);
+    world.register("b", 1);
+    plan(&mut world);
     let mut planner = DeliveryPlanner::default();
     let first = revokes(&planner.plan_round(&world.state, [], 100));
     assert_eq!(first.len(), 1, "{first:?}");

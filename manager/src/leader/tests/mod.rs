@@ -2,3 +2,58 @@
 
 mod core;
 mod delivery_plan;
+
+use crate::lease::{Command, LeaseState, Outcome, Renewal};
+
+/// A lease state driven by commands at consecutive log indexes, as Raft would apply them.
+pub(super) struct World {
+    pub(super) state: LeaseState,
+    next_index: u64,
+}
+
+impl World {
+    /// An initialised state with `shard_count` shards and a lease of `lease_ms`.
+    pub(super) fn new(shard_count: u32, lease_ms: u64) -> Self {
+        let mut world = Self {
+            state: LeaseState::default(),
+            next_index: 1,
+        };
+        world.apply(Command::Init {
+            now_ms: 0,
+            shard_count,
+            lease_duration_ms: lease_ms,
+        });
+        world
+    }
+
+    pub(super) fn apply(&mut self, command: Command) -> Outcome {
+        let outcome = self.state.apply(self.next_index, &command);
+        self.next_index += 1;
+        outcome
+    }
+
+    pub(super) fn register(&mut self, name: &str, now_ms: u64) -> String {
+        match self.apply(Command::Register {
+            now_ms,
+            incarnation: name.to_string(),
+            address: format!("http://{name}:1"),
+            name: None,
+            credential_sha256: None,
+        }) {
+            Outcome::Registered { grant, .. } => grant.executor_id,
+            other => panic!("register: {other:?}"),
+        }
+    }
+
+    pub(super) fn renew(&mut self, executor_id: &str, now_ms: u64) {
+        let revision = self.state.revision();
+        self.apply(Command::Renew {
+            now_ms,
+            renewals: vec![Renewal {
+                executor_id: executor_id.to_string(),
+                claims: Vec::new(),
+                revision,
+            }],
+        });
+    }
+}
