@@ -81,7 +81,7 @@ fn drive(world: &mut World) -> Result<(), Violation> {
 /// Runs until the fleet converged: a leader leads, every slot's process is registered and
 /// renewing, the state knows exactly those executors, every shard is owned and none releasing,
 /// the spread is within one (P5.4), and each process admits exactly its recorded set.
-fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
+pub(crate) fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
     settle_with(world, when, true)
 }
 

@@ -1,5 +1,6 @@
 //! Everything a run does, drawn from its seed before it starts: the fleet, the network's
-//! behaviour and the faults with their timing. One seed, one run: nothing else is random.
+//! behaviour and the faults with their timing. One seed, one run: nothing else is random. A
+//! script's run has a fixed, quiet configuration instead ([`Scenario::scripted`]).
 
 use leasehold_manager::leader::core::GuardConfig;
 use rand::{Rng, SeedableRng};
@@ -159,6 +160,35 @@ impl Scenario {
             executor_rate_ppm,
             chaos_ms,
             faults,
+        }
+    }
+}
+
+impl Scenario {
+    /// A script's cluster (`crate::script`): `shards` shards, a lease of `lease_ms`, no
+    /// executor until the script spawns one, no fault, no loss, no delay, commits at once, every
+    /// plan whole, and plain expiry (P6.3's guard off: the scripts are about what stands
+    /// between two owners when a lease does run out, not about deferring it).
+    pub fn scripted(shards: u32, lease_ms: u64) -> Self {
+        Self {
+            seed: 0,
+            slots: 0,
+            shards,
+            lease_ms,
+            guard: GuardConfig {
+                enabled: false,
+                grace_ms: 0,
+            },
+            guard_flag: Some(false),
+            plan_cap: leasehold_manager::lease::MAX_MOVES_PER_PLAN,
+            max_deliveries_in_flight: 64,
+            drop_per_mille: 0,
+            duplicate_per_mille: 0,
+            typical_delay_us: 0,
+            commit_latency_us: 0,
+            executor_rate_ppm: Vec::new(),
+            chaos_ms: 0,
+            faults: Vec::new(),
         }
     }
 }

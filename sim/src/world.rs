@@ -15,6 +15,10 @@
 //! (commit order is the log order; an election moves office to another replica, which first
 //! applies the whole committed log) and clocks (per-term leader offsets, per-process rate
 //! error). Checks run after every event; see [`crate::checks`].
+//!
+//! A seed drives the world: every loop runs on its own timers and a random network carries the
+//! messages. A script ([`crate::script`]) drives the same world instead: the loops' timers fire
+//! when it says, and its network holds every message until it delivers or drops it.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -86,6 +90,17 @@ enum Request {
     },
 }
 
+impl Request {
+    fn kind(&self) -> LetterKind {
+        match self {
+            Request::Register { .. } | Request::Renew { .. } | Request::Deregister { .. } => {
+                LetterKind::Call
+            }
+            Request::PushReply { .. } | Request::RevokeReply { .. } => LetterKind::Ack,
+        }
+    }
+}
+
 /// What an executor receives from a manager.
 #[derive(Debug, Clone)]
 enum Message {
@@ -95,6 +110,83 @@ enum Message {
     Deregistered { call: u64 },
     Push { delivery: u64, push: AssignmentPush },
     Revoke { delivery: u64, revoke: RevokePush },
+}
+
+impl Message {
+    fn kind(&self) -> LetterKind {
+        match self {
+            Message::Push { .. } => LetterKind::Push,
+            Message::Revoke { .. } => LetterKind::Revoke,
+            Message::Granted { .. }
+            | Message::UnknownExecutor { .. }
+            | Message::CallFailed { .. }
+            | Message::Deregistered { .. } => LetterKind::Reply,
+        }
+    }
+}
+
+/// What a message in a script's network is, as a script names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LetterKind {
+    /// Manager to executor: a full-set push (P4.3).
+    Push,
+    /// Manager to executor: a revoke (P5.2).
+    Revoke,
+    /// Manager to executor: the answer to a register, renew or deregister call.
+    Reply,
+    /// Executor to managers: a register, renew or deregister call.
+    Call,
+    /// Executor to managers: the answer to a push or a revoke (a revoke's is its
+    /// acknowledgement, P5.2).
+    Ack,
+}
+
+/// A message a script's network holds until the script delivers or drops it.
+#[derive(Debug, Clone)]
+pub struct Letter {
+    pub id: u64,
+    /// The executor slot it comes from or goes to.
+    pub slot: Slot,
+    pub kind: LetterKind,
+    arrival: Event,
+}
+
+impl std::fmt::Display for Letter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, direction) = match self.kind {
+            LetterKind::Push => ("push", "to"),
+            LetterKind::Revoke => ("revoke", "to"),
+            LetterKind::Reply => ("reply", "to"),
+            LetterKind::Call => ("call", "from"),
+            LetterKind::Ack => ("answer", "from"),
+        };
+        write!(f, "{kind} {direction} slot {}", self.slot)
+    }
+}
+
+/// Who decides when things happen.
+#[derive(Debug)]
+enum Driver {
+    /// The seed: every loop runs on its own timers and a random network carries the messages.
+    Seed,
+    /// A script ([`crate::script`]): the loops' timers wait for the script to fire them, the
+    /// network holds every message until the script delivers or drops it, and the leader's
+    /// proposals commit at once unless the script holds them (Raft replication stalled).
+    Script {
+        mailbox: Vec<Letter>,
+        next_letter: u64,
+        commits_held: bool,
+    },
+}
+
+/// One of the loops' own timers, which a script fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// The leader loop's tick (P3.8): a step of its core and the step's writes.
+    LeaderStep,
+    /// The lease loop of the executor in the slot: its next call, a renewal, or a registration
+    /// (same incarnation, P7.2) when none stands.
+    ExecutorCall(Slot),
 }
 
 #[derive(Debug, Clone)]
@@ -551,15 +643,37 @@ pub struct World {
     pub checker: Checker,
     pub coverage: Coverage,
     trace: Option<Vec<String>>,
+    driver: Driver,
 }
 
 impl World {
+    /// A world the seed drives: its faults, its network and every loop's own timers.
     pub fn new(scenario: Scenario, trace: bool) -> Self {
+        Self::build(scenario, Driver::Seed, trace)
+    }
+
+    /// A world a script drives ([`crate::script`]): no faults, every clock at the true rate, the
+    /// loops' timers and the network under the script's control until [`World::go_live`].
+    pub fn scripted(scenario: Scenario, trace: bool) -> Self {
+        let driver = Driver::Script {
+            mailbox: Vec::new(),
+            next_letter: 1,
+            commits_held: false,
+        };
+        Self::build(scenario, driver, trace)
+    }
+
+    fn build(scenario: Scenario, driver: Driver, trace: bool) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed);
         rng.set_stream(1);
-        let manager_rate_ppm = (0..MANAGERS)
-            .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
-            .collect();
+        // A script times its steps to the millisecond on the leaders' clocks.
+        let manager_rate_ppm = match driver {
+            Driver::Seed => (0..MANAGERS)
+                .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
+                .collect(),
+            Driver::Script { .. } => vec![0; MANAGERS],
+        };
+        let chaos = matches!(driver, Driver::Seed);
         let slots = scenario.slots;
         let mut world = Self {
             checker: Checker::new(&scenario),
@@ -583,9 +697,10 @@ impl World {
             next_delivery: 1,
             cut_to_managers: vec![0; slots],
             cut_from_managers: vec![0; slots],
-            chaos: true,
+            chaos,
             coverage: Coverage::default(),
             trace: trace.then(Vec::new),
+            driver,
         };
         // The cluster is initialised before anything else, as `leaseholdctl init` does.
         world.take_office(0, 0);
@@ -603,8 +718,10 @@ impl World {
         for (at_ms, fault) in world.scenario.faults.clone() {
             world.schedule(at_ms * 1_000, Event::Fault(fault));
         }
-        world.schedule(world.scenario.chaos_ms * 1_000, Event::EndChaos);
-        world.schedule(FOLLOWER_APPLY_US, Event::FollowerApply);
+        if chaos {
+            world.schedule(world.scenario.chaos_ms * 1_000, Event::EndChaos);
+        }
+        world.schedule_timer(FOLLOWER_APPLY_US, Event::FollowerApply);
         world
     }
 
@@ -627,6 +744,17 @@ impl World {
             seq: self.seq,
             event,
         }));
+    }
+
+    /// Schedules one of the loops' own timers: the leader's tick, the delivery round's interval,
+    /// an executor's next call, the followers' apply. Under a script they wait for the script
+    /// to fire them ([`World::fire`]); what a loop does at once in reaction to an event (a step
+    /// after a commit that changed the membership, a round after a commit that owes pushes) is
+    /// scheduled as any event is.
+    fn schedule_timer(&mut self, at_us: u64, event: Event) {
+        if matches!(self.driver, Driver::Seed) {
+            self.schedule(at_us, event);
+        }
     }
 
     /// Runs events until `until_us`; stops at the first violation.
@@ -722,7 +850,8 @@ impl World {
 
     fn send_to_managers(&mut self, slot: Slot, process: u64, request: Request) {
         let cut = self.cut_to_managers[slot] > 0;
-        self.send(cut, || Event::ToManagers {
+        let kind = request.kind();
+        self.send(cut, slot, kind, || Event::ToManagers {
             slot,
             process,
             request: request.clone(),
@@ -731,16 +860,32 @@ impl World {
 
     fn send_to_executor(&mut self, slot: Slot, message: Message) {
         let cut = self.cut_from_managers[slot] > 0;
-        self.send(cut, || Event::ToExecutor {
+        let kind = message.kind();
+        self.send(cut, slot, kind, || Event::ToExecutor {
             slot,
             message: message.clone(),
         });
     }
 
     /// One message over a link that is `cut` or not: lost, delivered once or twice, each copy
-    /// after its own transit.
-    fn send(&mut self, cut: bool, arrival: impl Fn() -> Event) {
+    /// after its own transit; under a script, held in its mailbox.
+    fn send(&mut self, cut: bool, slot: Slot, kind: LetterKind, arrival: impl Fn() -> Event) {
         if cut {
+            return;
+        }
+        if let Driver::Script {
+            mailbox,
+            next_letter,
+            ..
+        } = &mut self.driver
+        {
+            mailbox.push(Letter {
+                id: *next_letter,
+                slot,
+                kind,
+                arrival: arrival(),
+            });
+            *next_letter += 1;
             return;
         }
         for _ in 0..self.copies() {
@@ -808,6 +953,7 @@ impl World {
     }
 
     fn propose(&mut self, command: Command, reply_to: ReplyTo) {
+        let commits_held = self.commits_held();
         let Some(leader) = &mut self.leader else {
             return;
         };
@@ -826,7 +972,7 @@ impl World {
             }
         }
         leader.tail.push(Proposal { command, reply_to });
-        if !leader.commit_scheduled && leader.stalled_until_us.is_none() {
+        if !leader.commit_scheduled && leader.stalled_until_us.is_none() && !commits_held {
             leader.commit_scheduled = true;
             let term = leader.term;
             let at = self.now_us + self.scenario.commit_latency_us;
@@ -1051,13 +1197,12 @@ impl World {
                 let lease_ms = self.replicas[manager]
                     .config()
                     .map_or(1_000, |c| c.lease_duration_ms);
-                let again = std::mem::take(&mut leader.step_again);
-                let at = if again {
-                    self.now_us
+                if std::mem::take(&mut leader.step_again) {
+                    self.schedule(self.now_us, Event::LeaderStep { term });
                 } else {
-                    self.now_us + tick_ms(lease_ms) * 1_000
-                };
-                self.schedule(at, Event::LeaderStep { term });
+                    let at = self.now_us + tick_ms(lease_ms) * 1_000;
+                    self.schedule_timer(at, Event::LeaderStep { term });
+                }
             }
         }
     }
@@ -1120,13 +1265,12 @@ impl World {
         };
         if leader.round_in_flight.is_empty() && !leader.round_scheduled {
             leader.round_scheduled = true;
-            let again = std::mem::take(&mut leader.round_again);
-            let at = if again {
-                now_us
+            if std::mem::take(&mut leader.round_again) {
+                self.schedule(now_us, Event::DeliveryRound { term });
             } else {
-                now_us + ROUND_INTERVAL_MS * 1_000
-            };
-            self.schedule(at, Event::DeliveryRound { term });
+                let at = now_us + ROUND_INTERVAL_MS * 1_000;
+                self.schedule_timer(at, Event::DeliveryRound { term });
+            }
         }
     }
 
@@ -1259,7 +1403,7 @@ impl World {
                 self.send_to_executor(slot, message);
             }
         }
-        self.schedule(
+        self.schedule_timer(
             now_us + ROUND_INTERVAL_MS * 1_000,
             Event::DeposedRound { term },
         );
@@ -1343,7 +1487,7 @@ impl World {
             register_sent: false,
         });
         self.note(|| format!("slot {slot}: process {id} starts"));
-        self.schedule(self.now_us, Event::Call { slot, process: id });
+        self.schedule_timer(self.now_us, Event::Call { slot, process: id });
     }
 
     fn process_mut(&mut self, slot: Slot, process: u64) -> Option<&mut Process> {
@@ -1361,7 +1505,7 @@ impl World {
             return;
         };
         if let Life::Paused { until_us } = p.life {
-            self.schedule(until_us, Event::Call { slot, process });
+            self.schedule_timer(until_us, Event::Call { slot, process });
             return;
         }
         if p.life != Life::Running || p.call.is_some() {
@@ -1423,13 +1567,13 @@ impl World {
         match next {
             NextCall::CallAt(at) => {
                 let at_us = self.true_us_of(at, rate);
-                self.schedule(at_us, Event::Call { slot, process });
+                self.schedule_timer(at_us, Event::Call { slot, process });
             }
             NextCall::Reregister => {
                 p.incarnations += 1;
                 p.incarnation = format!("s{slot}-p{process}-i{}", p.incarnations);
                 p.register_sent = false;
-                self.schedule(self.now_us, Event::Call { slot, process });
+                self.schedule_timer(self.now_us, Event::Call { slot, process });
             }
             NextCall::GiveUp(reason) => {
                 p.life = Life::Dead;
@@ -1702,7 +1846,7 @@ impl World {
                 }
             }
         }
-        self.schedule(self.now_us + FOLLOWER_APPLY_US, Event::FollowerApply);
+        self.schedule_timer(self.now_us + FOLLOWER_APPLY_US, Event::FollowerApply);
     }
 
     /// The instant a stalled leader of `term` runs again, if it is stalled: its timers and its
@@ -1881,6 +2025,124 @@ impl World {
     fn check_after_event(&mut self) -> Result<(), Violation> {
         let views = process_views(&self.processes, self.base, self.now_us);
         self.checker.after_event(&views, self.now_us)
+    }
+
+    // ---- what a script drives ----------------------------------------------------------------
+
+    /// Checks the invariants now, as after every event.
+    pub fn check(&mut self) -> Result<(), Violation> {
+        self.check_after_event()
+    }
+
+    /// When the next queued event is due, if any is.
+    pub fn next_event_at(&self) -> Option<u64> {
+        self.queue.peek().map(|next| next.0.at_us)
+    }
+
+    /// The messages a script's network holds, oldest first (none under a seed).
+    pub fn letters(&self) -> &[Letter] {
+        match &self.driver {
+            Driver::Script { mailbox, .. } => mailbox,
+            Driver::Seed => &[],
+        }
+    }
+
+    /// Takes a held message out of the network: to deliver it, or to lose it.
+    fn take_letter(&mut self, id: u64) -> Option<Letter> {
+        let Driver::Script { mailbox, .. } = &mut self.driver else {
+            return None;
+        };
+        let position = mailbox.iter().position(|letter| letter.id == id)?;
+        Some(mailbox.remove(position))
+    }
+
+    /// The held message arrives now (handled by the next [`World::run_until`]).
+    pub fn deliver_letter(&mut self, id: u64) {
+        if let Some(letter) = self.take_letter(id) {
+            self.note(|| format!("{letter} arrives"));
+            self.schedule(self.now_us, letter.arrival);
+        }
+    }
+
+    /// The held message is lost; its sender finds out by its own timeout.
+    pub fn drop_letter(&mut self, id: u64) {
+        if let Some(letter) = self.take_letter(id) {
+            self.note(|| format!("{letter} is lost"));
+        }
+    }
+
+    /// Whether a script holds the leader's proposals uncommitted.
+    pub fn commits_held(&self) -> bool {
+        matches!(
+            self.driver,
+            Driver::Script {
+                commits_held: true,
+                ..
+            }
+        )
+    }
+
+    /// Holds the leader's proposals uncommitted in its tail (Raft replication stalls; reads
+    /// still see the applied state), or commits the tail now and every proposal at once again.
+    pub fn hold_commits(&mut self, held: bool) {
+        if let Driver::Script { commits_held, .. } = &mut self.driver {
+            *commits_held = held;
+        }
+        if held {
+            return;
+        }
+        let now_us = self.now_us;
+        if let Some(leader) = self
+            .leader
+            .as_mut()
+            .filter(|l| !l.tail.is_empty() && !l.commit_scheduled)
+        {
+            leader.commit_scheduled = true;
+            let term = leader.term;
+            self.schedule(now_us, Event::Commit { term });
+        }
+    }
+
+    /// Fires one of the loops' timers now.
+    pub fn fire(&mut self, timer: Timer) {
+        match timer {
+            Timer::LeaderStep => {
+                if let Some(term) = self.leader.as_ref().map(|l| l.term) {
+                    self.schedule(self.now_us, Event::LeaderStep { term });
+                }
+            }
+            Timer::ExecutorCall(slot) => {
+                if let Some(process) = self.processes[slot].as_ref().map(|p| p.id) {
+                    self.schedule(self.now_us, Event::Call { slot, process });
+                }
+            }
+        }
+    }
+
+    /// The script is over and the seed's rules take over: the network delivers what it held,
+    /// every loop runs on its own timers again, and nothing is lost or delayed past the typical
+    /// transit (no chaos).
+    pub fn go_live(&mut self) {
+        let Driver::Script { mailbox, .. } = std::mem::replace(&mut self.driver, Driver::Seed)
+        else {
+            return;
+        };
+        self.note(|| format!("the script ends: {} held messages arrive", mailbox.len()));
+        for letter in mailbox {
+            self.schedule(self.now_us, letter.arrival);
+        }
+        self.schedule(self.now_us, Event::FollowerApply);
+        self.hold_commits(false);
+        if let Some(term) = self.leader.as_ref().map(|l| l.term) {
+            self.schedule(self.now_us, Event::LeaderStep { term });
+            self.schedule(self.now_us, Event::DeliveryRound { term });
+        }
+        for slot in 0..self.processes.len() {
+            if let Some(process) = self.processes[slot].as_ref().filter(|p| p.admits()) {
+                let process = process.id;
+                self.schedule(self.now_us, Event::Call { slot, process });
+            }
+        }
     }
 
     /// SIGSTOP for `for_ms`, then it carries on; only a running process pauses.
