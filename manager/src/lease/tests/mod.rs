@@ -5,13 +5,10 @@
 //!   a brute-force optimum.
 //! - `drain`: draining executors (the flag, and how the planner moves their shards).
 //! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
-//! - `model`: a property test of whole executor fleets (lost and reordered deliveries, crashes,
-//!   retries, replays) checking I1 and I2 after every step.
 //! - `schemas`: the conversions between state schemas and the cluster version (P14.1, P14.3).
 
 mod drain;
 mod encoding;
-mod model;
 mod planner;
 mod rules;
 mod schemas;
