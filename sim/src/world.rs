@@ -2271,7 +2271,7 @@ impl World {
         }
     }
 
-    /// Adds a slot with a fresh process (the join probe).
+    /// Adds a slot with a fresh process: a new executor joins (the join probes, a script's spawn).
     pub fn add_slot(&mut self) -> Slot {
         let slot = self.processes.len();
         self.processes.push(None);

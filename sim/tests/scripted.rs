@@ -100,7 +100,8 @@ fn i1_claims_older_than_the_revoke_do_not_acknowledge_it() {
         2,
         1_000,
         &[
-            SPAWN,                // A registers; the plan gives it 0 and 1; the push waits in the network
+            // A registers; the plan gives it 0 and 1; the push waits in the network.
+            SPAWN,
             SPAWN, // B registers: shard 1 releasing from A to B; the round waits on A's push
             renew(A, Fate::Lost), // A claims {} at its registration revision; the reply is lost
             renew(B, Fate::Delivered), // B's reply carries whatever B was granted
@@ -185,7 +186,8 @@ fn i1_late_ack_for_a_cancelled_handoff_is_ignored() {
                 answer: Fate::Held,
             }, // A stops admitting shard 1; its answer is held up
             Step::Stop { slot: B },       // B leaves: the plan gives shard 1 back to A (cancelled)
-            renew(A, Fate::Delivered), // pushes wait behind the held answer; A's reply gives shard 1 back, same epoch
+            // Pushes wait behind the held answer; A's reply gives shard 1 back, same epoch.
+            renew(A, Fate::Delivered),
             SPAWN, // C registers: shard 1 releasing from A to C, a new revoke (not sent yet)
             deliver(A, LetterKind::Ack), // the first answer finally reaches the leader
         ],
@@ -292,14 +294,16 @@ fn i1_new_leader_grace_covers_a_grant_told_by_a_retried_registration() {
         2,
         1_000,
         &[
-            Step::Spawn { reply: Fate::Lost }, // A registers at t: told 1 000; the plan gives it 0 and 1
-            leader_change(-2_000),             // the new clock reads t - 2 000
-            advance(1_000),                    // A's register call runs out of patience
-            renew(A, Fate::Delivered), // A registers again: told 2 000 ms, to t + 3 000; admits 0 and 1
-            leader_change(2_000),      // the next clock reads the true time, t + 1 000
-            advance(1_000),            // t + 2 000: one recorded lease in office
-            SPAWN,                     // B registers: a step
-            Step::Tick,                // A admits until t + 3 000: it must not be reaped
+            // A registers at t: told 1 000; the plan gives it 0 and 1.
+            Step::Spawn { reply: Fate::Lost },
+            leader_change(-2_000), // the new clock reads t - 2 000
+            advance(1_000),        // A's register call runs out of patience
+            // A registers again: told 2 000 ms, to t + 3 000; it admits 0 and 1.
+            renew(A, Fate::Delivered),
+            leader_change(2_000), // the next clock reads the true time, t + 1 000
+            advance(1_000),       // t + 2 000: one recorded lease in office
+            SPAWN,                // B registers: a step
+            Step::Tick,           // A admits until t + 3 000: it must not be reaped
         ],
     );
     assert!(ran.reached.registrations_retried >= 1);
