@@ -155,6 +155,34 @@ pub struct RegisterRequest {
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).
 pub const CREDENTIALS_SCHEMA: u32 = 3;
+/// The state schema that introduced executor capacities (PROTOCOL P15.1, P14.3).
+pub const CAPACITY_SCHEMA: u32 = 4;
+
+/// The capacity of an executor that states none (every executor of an earlier release): all
+/// executors equal, as P5.4 spreads them.
+pub const DEFAULT_CAPACITY: u32 = 1;
+/// Largest capacity accepted. A capacity is a relative weight, so a million to one between the
+/// largest and the smallest executor is beyond any real fleet; and at most 2^20 shards times a
+/// million stays below 2^53, so a planner's sums and products of capacities and shard counts
+/// are exact in `u64` and in `f64`.
+pub const MAX_CAPACITY: u32 = 1_000_000;
+
+/// Why a capacity is refused (I6); its message is a `400` detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("capacity {capacity} is outside 1..={MAX_CAPACITY} (PROTOCOL P15.1)")]
+pub struct CapacityError {
+    /// The refused capacity.
+    pub capacity: u32,
+}
+
+/// Checks a capacity (P15.1): positive and at most [`MAX_CAPACITY`]. The manager's edge and its
+/// state machine both refuse with it, and the executor at start.
+pub fn check_capacity(capacity: u32) -> Result<(), CapacityError> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return Err(CapacityError { capacity });
+    }
+    Ok(())
+}
 /// Shortest credential accepted: 32 hex digits are 128 bits (P13.4's floor).
 pub const MIN_CREDENTIAL_BYTES: usize = 32;
 /// Longest credential accepted.
@@ -666,6 +694,19 @@ mod tests {
         }
     }
     use serde_json::json;
+
+    /// P15.1, I6: a capacity is a positive weight up to `MAX_CAPACITY`.
+    #[test]
+    fn p15_1_capacities_outside_one_to_the_maximum_are_refused() {
+        for good in [1, 2, DEFAULT_CAPACITY, MAX_CAPACITY] {
+            assert_eq!(check_capacity(good), Ok(()), "{good}");
+        }
+        for bad in [0, MAX_CAPACITY + 1, u32::MAX] {
+            let error = check_capacity(bad).unwrap_err();
+            assert_eq!(error, CapacityError { capacity: bad });
+            assert!(error.to_string().contains("P15.1"), "{error}");
+        }
+    }
 
     #[test]
     fn register_request_omits_absent_name() {

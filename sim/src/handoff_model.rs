@@ -1568,6 +1568,7 @@ fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
             incarnation,
             name: None,
             credential_sha256: None,
+            capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
         };
         let mut core = AdmissionCore::default();
         match state.apply(&register) {

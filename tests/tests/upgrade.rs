@@ -9,9 +9,10 @@
 //! time. Throughout: no acknowledged registration is lost (I3), nobody is reaped, and the
 //! admission logs of every executor that ran, real or fake, keep I1 and I2.
 //!
-//! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to 3 by
-//! the leader once the last one runs this release. After that a 0.1.0 binary must refuse the
-//! data directory rather than misread it; this release's binary then rejoins on it.
+//! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to this
+//! release's newest schema (4) by the leader once the last one runs this release. After that a
+//! 0.1.0 binary must refuse the data directory rather than misread it; this release's binary then
+//! rejoins on it.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -39,7 +40,7 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-const THIS_SCHEMA: u64 = 3;
+const THIS_SCHEMA: u64 = 4;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -308,8 +309,8 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
                     "P14.3: manager {new} reports cluster version 2 while a voter runs 0.1.0: \
                      {view}"
                 );
-                // Nobody may take a 0.1.0 voter for one that can apply schema 3 (the fields are
-                // optional: absent until the answering node has learnt them).
+                // Nobody may take a 0.1.0 voter for one that can apply a newer schema (the fields
+                // are optional: absent until the answering node has learnt them).
                 for member in view["voters"].as_array().unwrap() {
                     if upgraded.contains(&member["node_id"].as_u64().unwrap()) {
                         continue;
@@ -367,8 +368,10 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
     // The cluster version rises only now, after the last voter (P14.3), and on its own. Each
     // node learns the members' releases by asking them every few seconds, so a follower may
     // show a just-upgraded member's old release for a moment: the poll waits that out too.
-    let what = "every manager to show cluster version 3 and every voter at this release (P14.3)";
-    poll_until(what, VERSION_BOUND, || async {
+    let what = format!(
+        "every manager to show cluster version {THIS_SCHEMA} and every voter at this release (P14.3)"
+    );
+    poll_until(&what, VERSION_BOUND, || async {
         let mut seen = Vec::new();
         for id in MANAGERS {
             let view = up.get(id, "/v1/cluster").await?;
@@ -392,8 +395,8 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
         }
     })
     .await;
-    up.register_fake("cluster-version-3").await;
-    up.wait_for_split("cluster version 3").await;
+    up.register_fake("cluster-version-raised").await;
+    up.wait_for_split("cluster version raised").await;
 
     // Then the executors, one at a time (P14.2).
     for n in 0..3 {
@@ -417,9 +420,10 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
     up.cluster.manager(id).start();
     let status = up.cluster.manager(id).wait_exit(STOP_BOUND).await;
     let log = up.cluster.manager(id).log();
+    let newest = format!("schema {THIS_SCHEMA}");
     assert!(
-        !status.success() && log.contains("schema 3") && log.contains("schema 2"),
-        "P14.1: 0.1.0 refuses manager {id}'s schema-3 data directory, naming both schemas \
+        !status.success() && log.contains(&newest) && log.contains("schema 2"),
+        "P14.1: 0.1.0 refuses manager {id}'s {newest} data directory, naming both schemas \
          ({status}): {log}"
     );
     // The other two keep serving: a leader, every shard held, and writes commit.

@@ -110,6 +110,7 @@ pub async fn register(
         name: request.name,
         // Only the hash is replicated (P13.4); the request, and the secret, end here.
         credential_sha256: request.credential.as_ref().map(Credential::sha256),
+        capacity: crate::lease::DEFAULT_CAPACITY,
     };
     match node.proposer.propose_as::<Registered>(command).await?.1 {
         Answer::Done(Registered {

@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use leasehold_api::wire::check_capacity;
+
 use super::{
     ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff, LeaseState, Move,
     Outcome, RefusalReason, RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone,
@@ -81,6 +83,7 @@ struct Registration<'a> {
     address: &'a str,
     name: Option<&'a str>,
     credential_sha256: Option<[u8; 32]>,
+    capacity: u32,
 }
 
 impl LeaseState {
@@ -129,6 +132,7 @@ impl LeaseState {
                 address,
                 name,
                 credential_sha256,
+                capacity,
             } => self.apply_register(
                 log_index,
                 config,
@@ -138,6 +142,7 @@ impl LeaseState {
                     address,
                     name: name.as_deref(),
                     credential_sha256: *credential_sha256,
+                    capacity: *capacity,
                 },
             ),
             Command::Renew { now_ms, renewals } => {
@@ -270,8 +275,8 @@ impl LeaseState {
     /// `Register`: idempotent per incarnation (P4.4, P7.2). The same incarnation while its
     /// executor is present gets the same id and its current grant, and nothing changes (not the
     /// lease: a retry is not a renewal, so a lapsed executor's retry gets a zero ttl and must
-    /// renew; nor the address or name of the retry). Otherwise a new executor is minted with an
-    /// empty set;
+    /// renew; nor the address, name or capacity of the retry). Otherwise a new executor is minted
+    /// with an empty set;
     /// the leader's next plan gives it shards (P5.4). An incarnation whose executor was removed
     /// gets a new executor: the old one's shards have moved on and its id answers 404.
     fn apply_register(
@@ -286,10 +291,12 @@ impl LeaseState {
             address,
             name,
             credential_sha256,
+            capacity,
         } = registration;
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
-            .and_then(|()| check_text_field("name", name.unwrap_or_default(), false));
+            .and_then(|()| check_text_field("name", name.unwrap_or_default(), false))
+            .and_then(|()| check_capacity(capacity).map_err(|error| invalid(error.to_string())));
         if let Err(refusal) = checks {
             return refusal;
         }
@@ -322,6 +329,7 @@ impl LeaseState {
             owned_shards: BTreeSet::new(),
             draining: false,
             credential_sha256,
+            capacity,
         };
         let grant = Grant {
             executor_id: executor_id.clone(),

@@ -43,6 +43,10 @@ pub struct Executor {
     /// SHA-256 of the credential it registered with (P13.4); its renew, release and deregister
     /// must present the credential. `None`: it registered without one (schema 2, P13.5).
     pub credential_sha256: Option<[u8; 32]>,
+    /// Its capacity (P15.1), a positive weight: the planner gives it a share of the shards, or
+    /// of the load, in proportion. Set at registration, never changed (a retried registration
+    /// keeps the first); [`super::DEFAULT_CAPACITY`] for one registered without (schemas 2, 3).
+    pub capacity: u32,
 }
 
 impl Executor {

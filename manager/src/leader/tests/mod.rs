@@ -39,6 +39,7 @@ impl World {
             address: format!("http://{name}:1"),
             name: None,
             credential_sha256: None,
+            capacity: crate::lease::DEFAULT_CAPACITY,
         }) {
             Outcome::Registered { grant, .. } => grant.executor_id,
             other => panic!("register: {other:?}"),

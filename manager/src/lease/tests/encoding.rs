@@ -30,6 +30,7 @@ pub(super) fn busy_state() -> LeaseState {
         address: "http://named.test".into(),
         name: Some("worker".into()),
         credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
     });
     harness.rebalance(0);
     let c = harness.register(1_000, "c");
@@ -84,6 +85,7 @@ pub(super) fn every_command() -> Vec<Command> {
             address: "http://x".into(),
             name: Some("n".into()),
             credential_sha256: None,
+            capacity: crate::lease::DEFAULT_CAPACITY,
         },
         Command::Renew {
             now_ms: 4,
@@ -131,6 +133,26 @@ pub(super) fn every_command() -> Vec<Command> {
         Command::SetClusterVersion {
             now_ms: 11,
             cluster_version: 3,
+        },
+        Command::Register {
+            now_ms: 12,
+            incarnation: "credentialed".into(),
+            address: "http://y".into(),
+            name: None,
+            credential_sha256: Some([0xff; 32]),
+            capacity: crate::lease::DEFAULT_CAPACITY,
+        },
+        Command::Register {
+            now_ms: 13,
+            incarnation: "weighty".into(),
+            address: "http://z".into(),
+            name: None,
+            credential_sha256: Some([1; 32]),
+            capacity: leasehold_api::wire::MAX_CAPACITY,
+        },
+        Command::SetClusterVersion {
+            now_ms: 14,
+            cluster_version: 4,
         },
     ]
 }

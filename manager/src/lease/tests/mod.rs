@@ -168,5 +168,6 @@ pub(super) fn register_command(now_ms: u64, incarnation: &str) -> Command {
         address: format!("http://{incarnation}.test"),
         name: None,
         credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
     }
 }

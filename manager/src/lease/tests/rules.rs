@@ -6,6 +6,7 @@ use super::super::{
     MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 use super::{register_command, Harness, LEASE_MS};
+use leasehold_api::wire::MAX_CAPACITY;
 
 /// Four shards; A registered at 0 and given all four (epoch 1); B registered at 1 000 and a plan
 /// at 1 000 marks shards 2 and 3 releasing from A to B. Returns the revoke revision.
@@ -372,6 +373,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
         address: "http://127.0.0.1:7001".into(),
         name: Some("worker-1".into()),
         credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
     });
     let Outcome::Registered {
         grant,
@@ -407,6 +409,7 @@ fn p13_4_a_retried_registration_needs_the_same_credential() {
         address: "http://127.0.0.1:7001".into(),
         name: None,
         credential_sha256,
+        capacity: crate::lease::DEFAULT_CAPACITY,
     };
     let Outcome::Registered { grant, .. } = harness.apply(with(Some([1; 32]))) else {
         panic!("registered");
@@ -430,6 +433,82 @@ fn p13_4_a_retried_registration_needs_the_same_credential() {
             "{other:?}"
         );
     }
+}
+
+/// A `Register` for `incarnation` with `capacity`.
+fn register_with_capacity(now_ms: u64, incarnation: &str, capacity: u32) -> Command {
+    let mut command = register_command(now_ms, incarnation);
+    if let Command::Register {
+        capacity: field, ..
+    } = &mut command
+    {
+        *field = capacity;
+    }
+    command
+}
+
+/// P15.1: an executor keeps the capacity it registered with; a retried registration (same
+/// incarnation, P4.4) gets the same answer and keeps the first capacity, whatever it says.
+#[test]
+fn p15_1_an_executor_keeps_the_capacity_of_its_first_registration() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let Outcome::Registered { grant, .. } =
+        harness.apply(register_with_capacity(1_000, "inc-1", 3))
+    else {
+        panic!("registered");
+    };
+    let capacity = |harness: &Harness| harness.state.executor(&grant.executor_id).unwrap().capacity;
+    assert_eq!(capacity(&harness), 3);
+    for retried in [3, 1, 7, MAX_CAPACITY] {
+        let outcome =
+            harness.apply_expecting_no_change(register_with_capacity(2_000, "inc-1", retried));
+        assert!(
+            matches!(
+                &outcome,
+                Outcome::Registered {
+                    grant: again,
+                    already_registered: true,
+                } if again.executor_id == grant.executor_id
+            ),
+            "retried with {retried}: {outcome:?}"
+        );
+        assert_eq!(capacity(&harness), 3, "retried with {retried}");
+    }
+    let other = harness.register(2_000, "inc-2");
+    assert_eq!(
+        harness.state.executor(&other).unwrap().capacity,
+        crate::lease::DEFAULT_CAPACITY
+    );
+}
+
+/// P15.1, I6: the state machine refuses a capacity of 0 or above `MAX_CAPACITY` (the edge
+/// refuses first; this is the second line), for a new incarnation and for a retried one, and
+/// nothing changes.
+#[test]
+fn p15_1_i6_a_capacity_outside_one_to_the_maximum_is_refused_and_changes_nothing() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.register(0, "existing");
+    for (incarnation, capacity) in [
+        ("new", 0),
+        ("new", MAX_CAPACITY + 1),
+        ("new", u32::MAX),
+        ("existing", 0),
+        ("existing", MAX_CAPACITY + 1),
+    ] {
+        let outcome =
+            harness.apply_expecting_no_change(register_with_capacity(1_000, incarnation, capacity));
+        assert!(
+            matches!(
+                outcome.refusal(),
+                Some(RefusalReason::Invalid { detail }) if detail.contains("capacity")
+            ),
+            "{incarnation} with capacity {capacity}: {outcome:?}"
+        );
+    }
+    assert!(matches!(
+        harness.apply(register_with_capacity(1_000, "new", MAX_CAPACITY)),
+        Outcome::Registered { .. }
+    ));
 }
 
 #[test]
@@ -1311,6 +1390,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         address: address.into(),
         name: name.map(str::to_owned),
         credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
     };
     let planned_at = harness.state.revision();
     let cases: Vec<(&str, Command)> = vec![
