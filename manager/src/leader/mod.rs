@@ -12,6 +12,7 @@ pub mod config_writes;
 pub mod core;
 pub mod deliver;
 pub mod delivery_plan;
+pub mod placement;
 
 #[cfg(test)]
 mod tests;

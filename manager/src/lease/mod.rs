@@ -36,7 +36,10 @@ mod tests;
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use command::{Command, Move, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
-pub use planner::{plan_rebalance, plan_rebalance_at_most, MAX_MOVES_PER_PLAN};
+pub use planner::{
+    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, Loads, MoveReason,
+    PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
+};
 pub use state::{
     ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,
 };
