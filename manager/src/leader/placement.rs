@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::lease::{capacity_of, ExecutorId, LeaseState, Loads, PlacementInputs, ShardId};
+use crate::lease::{capacity_of, ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId};
 
 /// Weight of a new report in a shard's smoothed load. Small, so that noise in the reports (a
 /// rate measured over one renewal interval) is averaged over about twenty renewals and an
@@ -340,6 +340,35 @@ pub fn placement_inputs(
         balance_moves_allowed: ledger
             .allowed(now_ms, settings.balance_moves_per_minute(shard_count)),
         cooling: ledger.cooling(now_ms),
+    }
+}
+
+/// One leader term's placement soft state: what the leader loop (and the simulator's leader)
+/// keeps between steps. A new term starts with a new one (P15.1: loads are relearned).
+#[derive(Debug, Clone)]
+pub struct TermPlacement {
+    pub settings: PlacementSettings,
+    pub tracker: LoadTracker,
+    pub ledger: BalanceLedger,
+}
+
+impl TermPlacement {
+    pub fn new(settings: PlacementSettings) -> Self {
+        Self {
+            settings,
+            tracker: LoadTracker::new(),
+            ledger: BalanceLedger::new(),
+        }
+    }
+
+    /// What the next plan at `now_ms` goes by.
+    pub fn inputs(&self, state: &LeaseState, now_ms: u64) -> PlacementInputs {
+        placement_inputs(&self.settings, &self.tracker, &self.ledger, state, now_ms)
+    }
+
+    /// A plan was committed at `now_ms`: its balance moves are charged to the budget and cool.
+    pub fn committed(&mut self, now_ms: u64, plan: &Plan) {
+        self.ledger.record(now_ms, &plan.balance_shards());
     }
 }
 
