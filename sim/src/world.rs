@@ -1251,6 +1251,7 @@ impl World {
                         address,
                         name: None,
                         credential: None,
+                        capacity: None,
                     },
                 }
             }
