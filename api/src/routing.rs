@@ -967,6 +967,7 @@ mod tests {
             registered_revision: 1,
             shards: Vec::new(),
             draining: false,
+            capacity: crate::wire::DEFAULT_CAPACITY,
         }
     }
 

@@ -294,6 +294,8 @@ impl AdmissionCore {
             RenewRequest {
                 claims: self.assignment.held(),
                 revision: self.assignment.revision(),
+                // The shell adds the loads (P15.1): they are measured outside this core.
+                loads: None,
             },
         ))
     }

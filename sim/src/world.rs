@@ -1539,6 +1539,7 @@ impl World {
                         address,
                         name: None,
                         credential: None,
+                        capacity: None,
                     },
                 }
             }

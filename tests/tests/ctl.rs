@@ -1121,6 +1121,7 @@ async fn watch_blocks_until_the_state_moves_past_the_revision() {
             address: "http://127.0.0.1:9".into(),
             name: None,
             credential: None,
+            capacity: None,
         })
         .await
         .unwrap();

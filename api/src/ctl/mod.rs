@@ -995,6 +995,7 @@ mod tests {
                 .map(|shard| ShardEpoch { shard, epoch: 1 })
                 .to_vec(),
             draining: true,
+            capacity: crate::wire::DEFAULT_CAPACITY,
         };
         assert_eq!(
             render_executor(&executor),

@@ -276,6 +276,7 @@ mod tests {
             registered_revision: 1,
             shards: vec![ShardEpoch { shard: 0, epoch: 1 }],
             draining,
+            capacity: crate::wire::DEFAULT_CAPACITY,
         }
     }
 

@@ -34,6 +34,7 @@ fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> Execut
             .map(|(shard, epoch)| ShardEpoch { shard, epoch })
             .collect(),
         draining: executor.draining,
+        capacity: executor.capacity,
     }
 }
 

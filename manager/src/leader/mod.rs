@@ -77,6 +77,9 @@ async fn lead_term(
     );
     let mut core = LeaderCore::new(took_office_ms, guard);
     node.signals.reset_for_new_term();
+    // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
+    // is stale, and every executor reports again within a renewal period.
+    node.load_reports.clear();
     // P6.2: push each executor its full set once; revokes of unfinished handoffs are derived from
     // the state by the delivery task.
     let executors: Vec<String> = node
