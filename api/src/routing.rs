@@ -968,6 +968,8 @@ mod tests {
             shards: Vec::new(),
             draining: false,
             capacity: crate::wire::DEFAULT_CAPACITY,
+            load: None,
+            utilisation: None,
         }
     }
 
@@ -990,6 +992,8 @@ mod tests {
                     owner: owner.map(|index| executors[index].0.to_owned()),
                     epoch: 1 + u64::from(owner.is_some()),
                     handoff: None,
+                    load: None,
+                    hot: false,
                 })
                 .collect(),
         }

@@ -543,7 +543,7 @@ pub struct AddNodeRequest {
 // Replies, so unknown fields are tolerated: a newer server may add some.
 
 /// One executor as the manager records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ExecutorView {
     pub executor_id: String,
@@ -566,6 +566,14 @@ pub struct ExecutorView {
     /// before schema 4, where every executor counts as [`DEFAULT_CAPACITY`].
     #[serde(default = "default_capacity")]
     pub capacity: u32,
+    /// The load it carries (PROTOCOL P15.1): the sum of the smoothed loads its shards were
+    /// reported with. Only the leader knows loads, so only a reply the leader served (or a
+    /// `?consistent=true` read) has it; absent while nothing is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// `load ÷ capacity`, what placement balances (P15.2); present with `load`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<f64>,
 }
 
 /// Serde's default for a capacity a reply leaves out.
@@ -586,7 +594,7 @@ pub struct HandoffView {
     pub completes_by_expiry_in_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ShardView {
     pub shard: u32,
@@ -595,10 +603,18 @@ pub struct ShardView {
     pub epoch: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffView>,
+    /// Its smoothed load as last reported by its holder (PROTOCOL P15.1); only in replies the
+    /// leader served, and only once some holder reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// Its own load exceeds the fair share of the smallest executor (P15.4): it is placed where
+    /// it fits best and not moved back and forth. Only in replies the leader served.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hot: bool,
 }
 
 /// `GET /v1/state`: everything, read at one revision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct StateView {
     pub revision: u64,
@@ -741,7 +757,7 @@ pub const MAX_WATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(3
 
 /// `GET /v1/watch?revision=N&wait=30s`: a blocking query. Answers as soon as the state's revision
 /// is above `N`, or with the unchanged state when the wait runs out (then `state.revision <= N`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct WatchReply {
     /// The whole state at its current revision.

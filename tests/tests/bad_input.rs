@@ -17,7 +17,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_tests::executor::ExecutorProcess;
 use leasehold_tests::http_checks::{send, RawRequest};
 use leasehold_tests::{
-    free_port, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+    free_port, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -71,7 +71,7 @@ async fn state_without_clock(http: &reqwest::Client, base: &str) -> Value {
         .json()
         .await
         .expect("state JSON");
-    without_lease_clocks(state)
+    replicated_view(state)
 }
 
 /// A renewal (claiming nothing) whose `loads` are `loads`.

@@ -25,8 +25,7 @@ use leasehold_tests::executor::{
     admission_logs, check_admission_exclusivity, wait_for_even_split, ExecutorProcess, ExecutorSpec,
 };
 use leasehold_tests::{
-    one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
-    ManagerPlacement,
+    one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions, ManagerPlacement,
 };
 use serde_json::Value;
 
@@ -61,7 +60,7 @@ fn read_json(path: &Path) -> Value {
 
 /// The state as this test compares it: without the revision and the lease clocks.
 fn comparable(state: Value) -> Value {
-    let mut state = without_lease_clocks(state);
+    let mut state = replicated_view(state);
     state["revision"] = Value::Null;
     state
 }

@@ -31,7 +31,7 @@ use leasehold_tests::executor::{
 };
 use leasehold_tests::fake_executor::{FakeExecutor, Interval};
 use leasehold_tests::{
-    binary, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+    binary, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -254,7 +254,7 @@ impl Upgrade {
 
 /// `/v1/state` as two replicas of one state compare: without the revision and the lease clocks.
 fn comparable(state: Value) -> Value {
-    let mut state = without_lease_clocks(state);
+    let mut state = replicated_view(state);
     state["revision"] = Value::Null;
     state
 }

@@ -187,7 +187,17 @@ pub async fn renew(
                 tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
             }
             match request.loads {
-                Some(loads) => node.load_reports.record(&executor_id, loads),
+                Some(loads) => {
+                    let claimed: std::collections::BTreeSet<u32> =
+                        request.claims.iter().map(|claim| claim.shard).collect();
+                    let measured = grant
+                        .shards
+                        .iter()
+                        .map(|&(shard, _)| shard)
+                        .filter(|shard| claimed.contains(shard))
+                        .collect();
+                    node.load_reports.record(&executor_id, measured, loads);
+                }
                 None => node.load_reports.record_not_reporting(&executor_id),
             }
             Ok(Json(grant.into()))

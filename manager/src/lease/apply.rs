@@ -465,7 +465,7 @@ impl LeaseState {
     fn apply_deregister(&mut self, log_index: u64, now_ms: u64, executor_id: &str) -> Outcome {
         if self.executors.contains_key(executor_id) {
             let mut effects = EffectsBuilder::default();
-            self.remove_executor(
+            let freed = self.remove_executor(
                 executor_id,
                 TombstoneReason::Deregistered,
                 log_index,
@@ -475,12 +475,14 @@ impl LeaseState {
             self.touch_assignment(log_index);
             return Outcome::Deregistered {
                 already_gone: false,
+                freed,
                 effects: effects.finish(self, log_index),
             };
         }
         if self.tombstones.contains_key(executor_id) {
             return Outcome::Deregistered {
                 already_gone: true,
+                freed: Vec::new(),
                 effects: Effects::default(),
             };
         }
@@ -809,21 +811,22 @@ impl LeaseState {
         log_index: u64,
         now_ms: u64,
         effects: &mut EffectsBuilder,
-    ) {
+    ) -> Vec<ShardId> {
         let Some(executor) = self.executors.remove(executor_id) else {
-            return;
+            return Vec::new();
         };
+        let mut freed = Vec::new();
         for &shard in &executor.owned_shards {
             let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))
             else {
                 continue;
             };
             entry.owner = None;
-            if let Some(Handoff {
-                to: Some(target), ..
-            }) = entry.handoff.take()
-            {
-                self.give_to(shard, &target, effects);
+            match entry.handoff.take() {
+                Some(Handoff {
+                    to: Some(target), ..
+                }) => self.give_to(shard, &target, effects),
+                _ => freed.push(shard),
             }
         }
         for entry in &mut self.shards {
@@ -844,6 +847,7 @@ impl LeaseState {
             },
         );
         self.prune_tombstones();
+        freed
     }
 
     /// Drops the oldest tombstones (by removing entry, then id) beyond [`MAX_TOMBSTONES`].

@@ -213,6 +213,7 @@ fn bincode_round_trips_every_outcome_variant() {
         },
         Outcome::Deregistered {
             already_gone: false,
+            freed: vec![1, 4],
             effects: effects.clone(),
         },
         Outcome::NotFound,

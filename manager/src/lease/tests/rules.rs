@@ -560,6 +560,7 @@ fn p7_2_deregister_twice_reports_success_and_unknown_is_not_found() {
         first,
         Outcome::Deregistered {
             already_gone: false,
+            freed: Vec::new(),
             effects: Effects::default()
         }
     );
@@ -570,6 +571,7 @@ fn p7_2_deregister_twice_reports_success_and_unknown_is_not_found() {
             a.clone(),
             Outcome::Deregistered {
                 already_gone: true,
+                freed: Vec::new(),
                 effects: Effects::default(),
             },
         ),
@@ -598,6 +600,7 @@ fn p3_7_deregister_frees_shards_at_once_and_completes_handoffs_from_it() {
         outcome,
         Outcome::Deregistered {
             already_gone: false,
+            freed: vec![0, 1],
             effects: Effects {
                 revokes: vec![],
                 assignments: vec![b.clone()],
