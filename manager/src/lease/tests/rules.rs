@@ -1191,8 +1191,9 @@ fn p4_2_renewal_reports_claims_mismatch_and_replies_with_the_recorded_set() {
     let revision = harness.state.revision();
     // (claims, mismatch)
     // Ascending claims are compared as they are; others are sorted and deduplicated first.
-    let table: [(Vec<(u32, u64)>, bool); 8] = [
+    let table: [(Vec<(u32, u64)>, bool); 9] = [
         (vec![(0, 1), (1, 1)], false),
+        (vec![(1, 1), (0, 1)], false),
         (vec![(1, 1), (0, 1), (0, 1)], false),
         (vec![(0, 1), (0, 1), (1, 1)], false),
         (vec![], true),
@@ -1214,6 +1215,53 @@ fn p4_2_renewal_reports_claims_mismatch_and_replies_with_the_recorded_set() {
         assert_eq!(claims_mismatch, expected_mismatch, "{claims:?}");
         assert_eq!(grant.shards, vec![(0, 1), (1, 1)]);
     }
+}
+
+/// A claim repeated is one claim (P4.2 compares sets): an executor holding one shard that lists
+/// it twice is in sync.
+#[test]
+fn p4_2_a_repeated_claim_of_the_one_shard_held_is_no_mismatch() {
+    let mut harness = Harness::initialised(1, LEASE_MS);
+    let a = harness.register(0, "a");
+    harness.rebalance(0);
+    let revision = harness.state.revision();
+    let (result, _) = harness.renew(1_000, &a, vec![(0, 1), (0, 1)], revision);
+    let RenewResult::Renewed {
+        claims_mismatch, ..
+    } = result
+    else {
+        panic!("{result:?}");
+    };
+    assert!(!claims_mismatch);
+}
+
+/// A renewal whose claims acknowledge a revoke completes the handoff, which changes owners: it
+/// moves the assignment revision, so a plan made before it is stale (P2.4, P5.2).
+#[test]
+fn p2_4_a_renewal_that_acknowledges_a_revoke_makes_earlier_plans_stale() {
+    let HandoffScenario {
+        mut harness,
+        a,
+        b,
+        revoke_revision,
+    } = handoff_scenario();
+    let planned_at = harness.state.revision();
+    let index = harness.next_index();
+    let (result, _) = harness.renew(5_000, &a, vec![(0, 1), (1, 1)], revoke_revision);
+    assert_eq!(acknowledged(&result), vec![2, 3]);
+    assert_eq!(harness.state.assignment_revision(), index);
+    let outcome = harness.apply_expecting_no_change(Command::Rebalance {
+        now_ms: 5_000,
+        planned_at,
+        moves: vec![Move { shard: 0, to: b }],
+    });
+    assert_eq!(
+        outcome.refusal(),
+        Some(&RefusalReason::StalePlan {
+            planned_at,
+            assignment_revision: index,
+        })
+    );
 }
 
 #[test]
@@ -1393,6 +1441,32 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
             "{description}: {outcome:?}"
         );
     }
+}
+
+/// The bound is inclusive: the wire accepts a text field of exactly `MAX_TEXT_FIELD_BYTES`, so
+/// the state machine must too, or a request the HTTP layer let through would be committed only
+/// to be refused.
+#[test]
+fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let longest = "x".repeat(MAX_TEXT_FIELD_BYTES);
+    let outcome = harness.apply(Command::Register {
+        now_ms: 0,
+        incarnation: longest.clone(),
+        address: longest.clone(),
+        name: Some(longest),
+        credential_sha256: None,
+    });
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Registered {
+                already_registered: false,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
 }
 
 #[test]
