@@ -2,8 +2,8 @@
 
 use super::super::{
     ClusterConfig, Command, Effects, Epoch, ExecutorId, Handoff, LeaseState, Move, Outcome,
-    RefusalReason, RenewResult, Renewal, Revoke, ShardId, TombstoneReason, MAX_SHARD_COUNT,
-    MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    RefusalReason, RenewResult, Renewal, Revoke, ShardId, Tombstone, TombstoneReason,
+    MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 use super::{register_command, Harness, LEASE_MS};
 
@@ -1542,4 +1542,141 @@ fn state_views_before_init_are_empty() {
     assert!(!state.handoffs_due(u64::MAX));
     assert_eq!(super::super::plan_rebalance(&state, 0), None);
     assert!(state.consistency_violations().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// P2.1 structural invariants: what `consistency_violations` reports (a restored snapshot that
+// breaks one is refused, manager/src/restore.rs)
+
+/// A state no command can produce, one corruption at a time, each reported by name. The base is
+/// the handoff scenario (A owns 0 and 1, and 2 and 3 are releasing from A to B).
+#[test]
+fn p2_1_each_broken_structural_invariant_is_reported() {
+    let HandoffScenario { harness, a, b, .. } = handoff_scenario();
+    let base = harness.state;
+    assert_eq!(base.consistency_violations(), Vec::<String>::new());
+    let tombstone = |executor_id: &str, removed_revision: u64| Tombstone {
+        executor_id: executor_id.to_owned(),
+        incarnation: format!("incarnation-of-{executor_id}"),
+        reason: TombstoneReason::Deregistered,
+        removed_revision,
+        removed_at_ms: 0,
+    };
+    type Corruption = Box<dyn Fn(&mut LeaseState)>;
+    let (a2, b2, a3, a4) = (a.clone(), b.clone(), a.clone(), a.clone());
+    let cases: Vec<(&str, Corruption, &str)> = vec![
+        (
+            "a shard missing from the table",
+            Box::new(|state| {
+                state.shards.pop();
+            }),
+            "shard table has 3 entries, config says 4",
+        ),
+        (
+            "a shard numbered off its index",
+            Box::new(|state| state.shards[1].id = 7),
+            "shard at index 1 is numbered 7",
+        ),
+        (
+            "an owner whose set lacks the shard",
+            Box::new(move |state| {
+                if let Some(executor) = state.executors.get_mut(&a2) {
+                    executor.owned_shards.remove(&0);
+                }
+            }),
+            "shard 0 names owner",
+        ),
+        (
+            "an owner not registered",
+            Box::new(|state| state.shards[0].owner = Some("ex-404".to_owned())),
+            "shard 0 names owner ex-404, who is not registered",
+        ),
+        (
+            "an owned shard at epoch 0",
+            Box::new(|state| state.shards[1].epoch = 0),
+            "shard 1 is owned at epoch 0",
+        ),
+        (
+            "a releasing shard without an owner",
+            Box::new(move |state| {
+                state.shards[2].owner = None;
+                if let Some(executor) = state.executors.get_mut(&a3) {
+                    executor.owned_shards.remove(&2);
+                }
+            }),
+            "shard 2 is releasing but unowned",
+        ),
+        (
+            "a handoff to an executor not registered",
+            Box::new(|state| {
+                if let Some(handoff) = state.shards[3].handoff.as_mut() {
+                    handoff.to = Some("ex-404".to_owned());
+                }
+            }),
+            "shard 3 is releasing to ex-404, who is not registered",
+        ),
+        (
+            "a handoff to its own owner",
+            Box::new(move |state| {
+                if let Some(handoff) = state.shards[3].handoff.as_mut() {
+                    handoff.to = Some(a4.clone());
+                }
+            }),
+            "shard 3 is releasing to its own owner",
+        ),
+        (
+            "an executor listing a shard it does not own",
+            Box::new(move |state| {
+                if let Some(executor) = state.executors.get_mut(&b2) {
+                    executor.owned_shards.insert(0);
+                }
+            }),
+            "lists shard 0, whose owner is",
+        ),
+        (
+            "an executor also tombstoned",
+            Box::new(move |state| {
+                state.tombstones.insert(b.clone(), tombstone(&b, 1));
+            }),
+            "is also tombstoned",
+        ),
+        (
+            "the assignment revision ahead of the revision",
+            Box::new(|state| state.assignment_revision = state.revision + 1),
+            "assignment revision",
+        ),
+        (
+            "more tombstones than kept",
+            Box::new(move |state| {
+                for n in 0..=MAX_TOMBSTONES {
+                    let id = format!("ex-gone-{n}");
+                    state.tombstones.insert(id.clone(), tombstone(&id, 1));
+                }
+            }),
+            "tombstones kept",
+        ),
+    ];
+    for (description, corrupt, expected) in cases {
+        let mut state = base.clone();
+        corrupt(&mut state);
+        let violations = state.consistency_violations();
+        assert!(
+            violations
+                .iter()
+                .any(|violation| violation.contains(expected)),
+            "{description}: expected a violation containing {expected:?}, got {violations:?}"
+        );
+    }
+    let mut at_the_bound = base;
+    for n in 0..MAX_TOMBSTONES {
+        let id = format!("ex-gone-{n}");
+        at_the_bound
+            .tombstones
+            .insert(id.clone(), tombstone(&id, 1));
+    }
+    assert_eq!(
+        at_the_bound.consistency_violations(),
+        Vec::<String>::new(),
+        "exactly MAX_TOMBSTONES tombstones are within the bound"
+    );
 }
