@@ -1076,6 +1076,28 @@ fn p5_2_renewal_claims_ack_only_at_or_after_revoke_revision() {
     }
 }
 
+/// The delivery task is woken by a commit whose effects are not empty (`CommitSignal::of`): a
+/// revoke alone, as a plan that only marks shards releasing makes, or a push alone is work
+/// (P5.2, P4.3).
+#[test]
+fn p5_2_a_revoke_alone_or_a_push_alone_is_something_to_deliver() {
+    let revoke_only = Effects {
+        revokes: vec![Revoke {
+            executor_id: "ex-1".into(),
+            shards: vec![0],
+            revision: 3,
+        }],
+        assignments: vec![],
+    };
+    let push_only = Effects {
+        revokes: vec![],
+        assignments: vec!["ex-2".into()],
+    };
+    assert!(!revoke_only.is_empty());
+    assert!(!push_only.is_empty());
+    assert!(Effects::default().is_empty());
+}
+
 #[test]
 fn p5_2_handoff_completes_when_old_grant_expires() {
     let HandoffScenario {
