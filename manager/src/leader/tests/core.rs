@@ -132,6 +132,40 @@ fn p6_3_a_late_step_defers_reaping_until_the_overdue_renew() {
     assert_eq!(decision.events, vec![GuardEvent::EpisodeEnded]);
 }
 
+/// A step is late only when it comes more than a tick after the step a tick was due (P6.3):
+/// two ticks after the previous step is on the bound and reaps; a millisecond more is a stall.
+#[test]
+fn p6_3_a_step_two_ticks_after_the_last_is_not_late_and_one_later_is() {
+    for (gap, late) in [(2 * TICK_MS, false), (2 * TICK_MS + 1, true)] {
+        let mut world = World::new(8, LEASE_MS);
+        let dead = world.register("dead", 0);
+        let alive = world.register("alive", 0);
+        let mut core = LeaderCore::new(0, guard());
+        let first = 2 * TICK_MS;
+        core.step(first, &world.state, None);
+        // `alive` renews in the window where live executors must have, so only lateness can
+        // hold the reap back.
+        world.renew(&alive, LEASE_MS + 5_000);
+        let decision = core.step(first + gap, &world.state, Some(LEASE_MS + 5_000));
+        if late {
+            assert!(decision.reap.is_empty(), "gap {gap}: {decision:?}");
+            assert!(
+                matches!(
+                    decision.deferral,
+                    Some(Deferral::MassExpiryGuard {
+                        reason: GuardReason::LateStep { late_by_ms: 10_001 },
+                        ..
+                    })
+                ),
+                "gap {gap}: {decision:?}"
+            );
+        } else {
+            assert_eq!(decision.reap, vec![dead], "gap {gap}: {decision:?}");
+            assert_eq!(decision.deferral, None, "gap {gap}");
+        }
+    }
+}
+
 #[test]
 fn p6_3_no_renewals_from_anyone_defers_then_the_grace_runs_out() {
     let mut world = World::new(8, LEASE_MS);
