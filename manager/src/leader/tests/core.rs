@@ -168,18 +168,34 @@ fn p6_3_a_step_two_ticks_after_the_last_is_not_late_and_one_later_is() {
 
 /// The no-renewal window reaches back two ticks before the newest overdue expiry (P6.3): a live
 /// executor renews every tick, so one renewal at the window's very start shows the leader is not
-/// the one stalled, and the overdue executor is reaped.
+/// the one stalled, and the overdue executor is reaped; the last renewal a millisecond before it
+/// shows nothing, and the guard holds the reap back.
 #[test]
-fn p6_3_a_renewal_two_ticks_before_the_newest_overdue_expiry_counts() {
-    let mut world = World::new(8, LEASE_MS);
-    let dead = world.register("dead", 0);
-    let alive = world.register("alive", 0);
-    let renewed_at = LEASE_MS - 2 * TICK_MS;
-    world.renew(&alive, renewed_at);
-    let mut core = LeaderCore::new(0, guard());
-    let decision = core.step(LEASE_MS + TICK_MS / 2, &world.state, Some(renewed_at));
-    assert_eq!(decision.reap, vec![dead], "{decision:?}");
-    assert_eq!(decision.deferral, None);
+fn p6_3_the_no_renewal_window_starts_two_ticks_before_the_newest_overdue_expiry() {
+    let window_start = LEASE_MS - 2 * TICK_MS;
+    for (renewed_at, counts) in [(window_start, true), (window_start - 1, false)] {
+        let mut world = World::new(8, LEASE_MS);
+        let dead = world.register("dead", 0);
+        let alive = world.register("alive", 0);
+        world.renew(&alive, renewed_at);
+        let mut core = LeaderCore::new(0, guard());
+        let decision = core.step(LEASE_MS + TICK_MS / 2, &world.state, Some(renewed_at));
+        if counts {
+            assert_eq!(decision.reap, vec![dead], "{decision:?}");
+            assert_eq!(decision.deferral, None);
+        } else {
+            assert!(decision.reap.is_empty(), "{decision:?}");
+            assert_eq!(
+                decision.deferral,
+                Some(Deferral::MassExpiryGuard {
+                    reason: GuardReason::NoRenewals {
+                        window_start_ms: window_start
+                    },
+                    episode_age_ms: 0,
+                })
+            );
+        }
+    }
 }
 
 #[test]
