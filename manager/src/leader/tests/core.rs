@@ -333,3 +333,41 @@ fn an_abandoned_step_writes_nothing_more() {
     writes.abandon();
     assert!(writes.next_command(&world.state, 1).is_none());
 }
+
+/// A plan cut at the cap is continued at once rather than a tick later, so a joiner does not wait
+/// ticks for the rest of its shards (P5.4); a plan under the cap is whole and waits for the next
+/// step.
+#[test]
+fn p5_4_only_a_plan_cut_at_the_cap_is_continued_at_once() {
+    let writes = StepWrites::with_plan_cap(StepDecision::default(), 2);
+    let plan = |moves: usize| Command::Rebalance {
+        now_ms: 0,
+        planned_at: 0,
+        moves: (0..moves)
+            .map(|shard| crate::lease::Move {
+                shard: u32::try_from(shard).unwrap_or(u32::MAX),
+                to: "ex-1".to_owned(),
+            })
+            .collect(),
+    };
+    assert!(!writes.plan_was_capped(&plan(1)));
+    assert!(writes.plan_was_capped(&plan(2)));
+    assert!(!writes.plan_was_capped(&Command::CompleteHandoffs { now_ms: 0 }));
+}
+
+/// The shell logs and counts a step's guard events and deferrals from the decision the step
+/// keeps (P6.3: warn when an episode starts, error when the grace runs out, counted in metrics).
+#[test]
+fn p6_3_a_step_keeps_its_decision_for_the_logs_and_metrics() {
+    let reason = GuardReason::LateStep { late_by_ms: 1 };
+    let decision = StepDecision {
+        reap: Vec::new(),
+        complete_expired_handoffs: true,
+        deferral: Some(Deferral::MassExpiryGuard {
+            reason,
+            episode_age_ms: 0,
+        }),
+        events: vec![GuardEvent::EpisodeStarted { reason, overdue: 2 }],
+    };
+    assert_eq!(StepWrites::new(decision.clone()).decision(), &decision);
+}
