@@ -320,6 +320,21 @@ mod tests {
         assert!(!lease.is_live(t0), "a zero ttl is lapsed at once");
     }
 
+    /// The clamp is for corrupt replies only: any lease a manager can be configured with, up to
+    /// a day, is held in full (P3.2), or the executor would lapse and renew early.
+    #[test]
+    fn p3_2_a_lease_of_up_to_a_day_is_held_in_full() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        let day_ms = 24 * 60 * 60 * 1000;
+        for ttl_ms in [60_000, 23 * 60 * 60 * 1000, day_ms] {
+            let expiry = lease.apply_grant(t0, ttl_ms);
+            assert_eq!(expiry, t0 + Duration::from_millis(ttl_ms), "{ttl_ms} ms");
+        }
+        let expiry = lease.apply_grant(t0, day_ms + 1);
+        assert_eq!(expiry, t0 + Duration::from_millis(day_ms));
+    }
+
     #[test]
     fn p3_5_next_renewal_after_a_third_of_the_remaining_lease() {
         let t0 = Instant::now();
