@@ -335,6 +335,20 @@ mod tests {
         assert_eq!(expiry, t0 + Duration::from_millis(day_ms));
     }
 
+    /// `unknown_executor`: no grant the manager made still stands, so the cleared lease has no
+    /// expiry and is not live, while its length still paces the retries (P4.4, P6.1).
+    #[test]
+    fn p4_4_a_cleared_lease_has_no_expiry_and_keeps_its_length() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, 60_000);
+        lease.clear();
+        assert_eq!(lease.expiry(), None);
+        assert!(!lease.is_live(t0));
+        assert_eq!(lease.remaining(t0), Duration::ZERO);
+        assert_eq!(lease.last_lease_ttl(), Some(secs(60)));
+    }
+
     #[test]
     fn p3_5_next_renewal_after_a_third_of_the_remaining_lease() {
         let t0 = Instant::now();
