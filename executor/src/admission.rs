@@ -926,6 +926,26 @@ mod tests {
         assert!(core.renewal().is_none());
     }
 
+    /// A reason displays as the name the admission log writes for it (§9), so what an
+    /// embedder prints from an event matches the log line.
+    #[test]
+    fn a_reason_displays_as_its_admission_log_name() {
+        let names = [
+            (Assigned, "assigned"),
+            (Resumed, "resumed"),
+            (Unassigned, "unassigned"),
+            (Revoked, "revoked"),
+            (LeaseLapsed, "lease_lapsed"),
+            (UnknownExecutor, "unknown_executor"),
+            (Shutdown, "shutdown"),
+        ];
+        for (reason, name) in names {
+            assert_eq!(reason.to_string(), name);
+            assert_eq!(reason.as_str(), name);
+            assert_eq!(serde_json::to_value(reason).unwrap(), name);
+        }
+    }
+
     #[test]
     fn admit_key_maps_keys_with_the_api_hash() {
         let t0 = Instant::now();
