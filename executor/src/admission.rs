@@ -1005,10 +1005,12 @@ mod tests {
     fn p3_7_stop_admission_is_for_good() {
         let t0 = Instant::now();
         let mut core = registered(t0, 10_000, 1, &[(1, 1)]);
+        assert!(!core.is_stopping());
         assert_eq!(
             summary(&core.stop_admission(t0 + secs(1))),
             [(1, 1, Stop, t0 + secs(1), Shutdown)]
         );
+        assert!(core.is_stopping());
         let applied = core
             .apply_grant(t0 + secs(2), &grant(10_000, 2, &[(1, 1)]), t0 + secs(2))
             .unwrap();
