@@ -27,32 +27,25 @@ fn env_or(name: &str, default: usize) -> usize {
 fn fleet(executors: usize, shards: u32) -> (LeaseState, u64) {
     let mut state = LeaseState::default();
     let mut index = 1;
-    let mut apply = |state: &mut LeaseState, command: Command| {
-        state.apply(index, &command);
+    let mut commands = vec![Command::Init {
+        now_ms: 0,
+        shard_count: shards,
+        lease_duration_ms: 60_000,
+    }];
+    // An executor's id is `ex-{the log index of its registration}`: entries 2, 3, ...
+    let ids: Vec<String> = (0..executors).map(|n| format!("ex-{}", n + 2)).collect();
+    commands.extend((0..executors).map(|n| Command::Register {
+        now_ms: 0,
+        incarnation: format!("inc-{n}"),
+        address: format!("http://10.0.{}.{}:7000", n / 256, n % 256),
+        name: None,
+        credential_sha256: None,
+        capacity: DEFAULT_CAPACITY,
+    }));
+    for command in commands {
+        let outcome = state.apply(index, &command);
+        assert!(outcome.refusal().is_none(), "{outcome:?}");
         index += 1;
-    };
-    apply(
-        &mut state,
-        Command::Init {
-            now_ms: 0,
-            shard_count: shards,
-            lease_duration_ms: 60_000,
-        },
-    );
-    let mut ids = Vec::with_capacity(executors);
-    for n in 0..executors {
-        ids.push(format!("ex-{}", index));
-        apply(
-            &mut state,
-            Command::Register {
-                now_ms: 0,
-                incarnation: format!("inc-{n}"),
-                address: format!("http://10.0.{}.{}:7000", n / 256, n % 256),
-                name: None,
-                credential_sha256: None,
-                capacity: DEFAULT_CAPACITY,
-            },
-        );
     }
     let moves: Vec<Move> = (0..shards)
         .map(|shard| Move {
@@ -62,15 +55,19 @@ fn fleet(executors: usize, shards: u32) -> (LeaseState, u64) {
         .collect();
     for chunk in moves.chunks(8_192) {
         let planned_at = state.revision();
-        apply(
-            &mut state,
-            Command::Rebalance {
-                now_ms: 0,
-                planned_at,
-                moves: chunk.to_vec(),
-            },
-        );
+        let plan = Command::Rebalance {
+            now_ms: 0,
+            planned_at,
+            moves: chunk.to_vec(),
+        };
+        let outcome = state.apply(index, &plan);
+        assert!(outcome.refusal().is_none(), "{outcome:?}");
+        index += 1;
     }
+    assert!(
+        state.executors().all(|e| !e.owned_shards.is_empty()),
+        "every executor holds shards"
+    );
     (state, index)
 }
 
@@ -100,13 +97,14 @@ fn main() {
                     revision: state.revision(),
                 })
                 .collect();
-            state.apply(
+            let outcome = state.apply(
                 index,
                 &Command::Renew {
                     now_ms: 1_000,
                     renewals,
                 },
             );
+            assert!(outcome.refusal().is_none(), "{outcome:?}");
             index += 1;
         }
     });
