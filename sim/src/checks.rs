@@ -53,6 +53,8 @@ pub struct Checker {
     minted: BTreeMap<(ShardId, u64), String>,
     /// The first violation found inside a commit or a fault, reported after the event.
     pending: Option<Violation>,
+    /// Scratch for [`Checker::after_event`]: the slot and epoch admitting each shard.
+    admitted_by: Vec<Option<(usize, u64)>>,
 }
 
 impl Checker {
@@ -86,7 +88,10 @@ impl Checker {
             }
             return Err(violation);
         }
-        let mut admitted_by: BTreeMap<ShardId, (usize, String, u64)> = BTreeMap::new();
+        // Who admits each shard (slot, epoch), by shard: reused from event to event, since this
+        // runs after every one.
+        let admitted_by = &mut self.admitted_by;
+        admitted_by.iter_mut().for_each(|entry| *entry = None);
         for (slot, process) in processes.iter().enumerate() {
             let Some(ProcessView { core, now }) = *process else {
                 continue;
@@ -111,9 +116,16 @@ impl Checker {
                         })
                     }
                 }
-                if let Some((other_slot, other_id, other_epoch)) =
-                    admitted_by.insert(permit.shard, (slot, executor_id.to_owned(), permit.epoch))
+                let index = permit.shard as usize;
+                if admitted_by.len() <= index {
+                    admitted_by.resize(index + 1, None);
+                }
+                if let Some((other_slot, other_epoch)) =
+                    admitted_by[index].replace((slot, permit.epoch))
                 {
+                    let other_id = processes[other_slot]
+                        .and_then(|view| view.core.executor_id())
+                        .unwrap_or_default();
                     return Err(Violation {
                         invariant: "I1",
                         detail: format!(
