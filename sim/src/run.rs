@@ -1,5 +1,6 @@
-//! One seed's run: chaos, then a healed network until the fleet converges, then the liveness
-//! probes (I4 re-homing time, P5.4 fewest moves on a join, I5 no eviction after a stall).
+//! One seed's run: chaos, then a healed network until the fleet converges, then with loads off
+//! the liveness probes (I4 re-homing time, P5.4 fewest moves on a join, I5 no eviction after a
+//! stall).
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,7 @@ use leasehold_manager::leader::core::tick_ms;
 use crate::checks::Violation;
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
 use crate::world::{Coverage, Life, Slot, World};
-use leasehold_manager::lease::{plan_rebalance, LeaseState};
+use leasehold_manager::lease::{capacity_of, LeaseState, Loads, MoveReason};
 
 /// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
 /// leader's grace of the longest lease, the longest retry backoff and a few leases more.
@@ -60,6 +61,10 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     let quiet_until = world.now_us + 2 * longest_lease_us;
     world.run_until(quiet_until)?;
     settle(world, "before the probes")?;
+    // The probes below count moves against P5.4, which is about counts: placement by load
+    // moves what balance needs, so they run with loads off (P15.2: placement by count).
+    world.turn_loads_off(true);
+    settle(world, "with loads off")?;
     if world.processes.len() >= 2 {
         i4_rehoming_probe(world)?;
     }
@@ -78,9 +83,12 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     Ok(())
 }
 
-/// Runs until the fleet converged: a leader leads, every slot's process is registered and
-/// renewing, the state knows exactly those executors, every shard is owned and none releasing,
-/// the spread is within one (P5.4), and each process admits exactly its recorded set.
+/// Runs until the fleet converged: a leader leads, knows the loads it places by, and has nothing
+/// to move but for balance (P15.3 spreads those over minutes); every slot's process is
+/// registered and renewing, the state knows exactly those executors, every shard is owned and
+/// none releasing, when placing by count each executor holds the floor or the ceiling of its
+/// share by capacity (P15.2; within one when capacities are equal, P5.4), and each process
+/// admits exactly its recorded set.
 pub(crate) fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
     settle_with(world, when, true)
 }
@@ -124,9 +132,20 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
     if world.leader_is_busy() {
         return Some("the leader has writes in flight".into());
     }
-    if let Some(now_ms) = world.leader_now_ms() {
-        if plan_rebalance(state, now_ms).is_some() {
-            return Some("a rebalance is due".into());
+    let Some(inputs) = world.leader_inputs() else {
+        return Some("no leader".into());
+    };
+    if inputs.loads == Loads::Learning {
+        return Some("the leader is still learning the loads".into());
+    }
+    if world.load.off() && matches!(inputs.loads, Loads::Reported(_)) {
+        return Some("loads are off, and the leader still places by those it was told".into());
+    }
+    if let Some(plan) = world.leader_plan() {
+        let mut due = plan.counts_by_reason();
+        due.remove(&MoveReason::Balance);
+        if !due.is_empty() {
+            return Some(format!("a rebalance is due: {due:?}"));
         }
     }
     if let Some(slot) = (0..world.processes.len()).find(|&slot| {
@@ -165,14 +184,22 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
     {
         return Some(format!("{} is still draining", drained.id));
     }
-    let counts: Vec<usize> = state
-        .executors()
-        .filter(|e| !e.draining)
-        .map(|e| e.owned_shards.len())
-        .collect();
-    if let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) {
-        if max - min > 1 {
-            return Some(format!("uneven spread {counts:?}"));
+    if inputs.loads == Loads::Counts {
+        let owners: Vec<(String, u64)> = state
+            .executors()
+            .filter(|e| !e.draining)
+            .map(|e| (e.id.clone(), capacity_of(e)))
+            .collect();
+        let shards = state.shards().len() as u64;
+        for (id, (floor, ceiling)) in shares_by_capacity(shards, &owners) {
+            let held = state
+                .executor(&id)
+                .map_or(0, |e| e.owned_shards.len() as u64);
+            if held < floor || held > ceiling {
+                return Some(format!(
+                    "{id} holds {held} shards, its share by capacity is {floor}..={ceiling}"
+                ));
+            }
         }
     }
     for (executor_id, slot) in &live {
@@ -253,29 +280,54 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
     Ok(())
 }
 
-/// The fewest shards that must move from `before` to an even spread over `owners` (P5.4):
-/// every shard of an executor that is not an owner any more moves once, and each owner above
-/// its quota gives up the surplus, the larger quotas going to the owners holding most.
-fn fewest_moves(before: &LeaseState, owners: &[String]) -> u64 {
-    let shards = before.shards().len();
+/// Each owner's share by count of `shards` (P15.2): the floor and the ceiling of
+/// `shards × capacity ÷ total capacity`; with equal capacities `shards ÷ owners` rounded down
+/// and up (P5.4).
+fn shares_by_capacity(shards: u64, owners: &[(String, u64)]) -> BTreeMap<String, (u64, u64)> {
+    let total: u64 = owners.iter().map(|(_, capacity)| capacity).sum();
+    owners
+        .iter()
+        .map(|(id, capacity)| {
+            let weighted = shards * capacity;
+            let floor = weighted / total.max(1);
+            let ceiling = floor + u64::from(!weighted.is_multiple_of(total.max(1)));
+            (id.clone(), (floor, ceiling))
+        })
+        .collect()
+}
+
+/// The fewest shards that must move from `before` to a spread by capacity over `owners` (their
+/// capacities; P15.2, P5.4): every shard of an executor that is not an owner any more moves
+/// once; each owner keeps what it holds up to its quota, the floor or the ceiling of its share;
+/// the shards the floors leave over are ceilings, and a ceiling keeps one more shard in place
+/// only for an owner holding more than its floor.
+fn fewest_moves(before: &LeaseState, owners: &[(String, u64)]) -> u64 {
     if owners.is_empty() {
         return 0;
     }
-    let held = |id: &str| before.executor(id).map_or(0, |e| e.owned_shards.len());
-    let removed: usize = before
+    let shards = before.shards().len() as u64;
+    let held = |id: &str| {
+        before
+            .executor(id)
+            .map_or(0, |e| e.owned_shards.len() as u64)
+    };
+    let removed: u64 = before
         .executors()
-        .filter(|e| !owners.contains(&e.id))
-        .map(|e| e.owned_shards.len())
+        .filter(|e| !owners.iter().any(|(id, _)| *id == e.id))
+        .map(|e| e.owned_shards.len() as u64)
         .sum();
-    let mut counts: Vec<usize> = owners.iter().map(|id| held(id)).collect();
-    counts.sort_unstable_by(|a, b| b.cmp(a));
-    let (quota, extra) = (shards / owners.len(), shards % owners.len());
-    let surplus: usize = counts
+    let shares = shares_by_capacity(shards, owners);
+    let floors: u64 = shares.values().map(|(floor, _)| floor).sum();
+    let ceilings = shards - floors;
+    let surplus: u64 = shares
         .iter()
-        .enumerate()
-        .map(|(rank, &count)| count.saturating_sub(quota + usize::from(rank < extra)))
+        .map(|(id, (floor, _))| held(id).saturating_sub(*floor))
         .sum();
-    (removed + surplus) as u64
+    let kept_by_a_ceiling = shares
+        .iter()
+        .filter(|(id, (floor, ceiling))| ceiling > floor && held(id) > *floor)
+        .count() as u64;
+    removed + surplus - ceilings.min(kept_by_a_ceiling)
 }
 
 /// New epochs minted between two states of the shard table: one per shard that changed hands.
@@ -288,12 +340,13 @@ fn epochs_minted(before: &LeaseState, after: &LeaseState) -> u64 {
         .sum()
 }
 
-fn owners_at_the_end(world: &World) -> Vec<String> {
+/// The executors that own shards at the end, with their capacities.
+fn owners_at_the_end(world: &World) -> Vec<(String, u64)> {
     world.leader_state().map_or_else(Vec::new, |state| {
         state
             .executors()
             .filter(|e| !e.draining)
-            .map(|e| e.id.clone())
+            .map(|e| (e.id.clone(), capacity_of(e)))
             .collect()
     })
 }
@@ -312,7 +365,7 @@ fn check_moves(
         return Err(Violation {
             invariant: "P5.4",
             detail: format!(
-                "{what} moved {moved} shards (new epochs), the fewest that reach an even spread is {expected}"
+                "{what} moved {moved} shards (new epochs), the fewest that reach a spread by capacity is {expected}"
             ),
             at_us: world.now_us,
         });
@@ -428,10 +481,8 @@ fn drain_cancel_probe(world: &mut World) -> Result<(), Violation> {
 fn run_until_quiet(world: &mut World, deadline_us: u64) -> Result<bool, Violation> {
     loop {
         let quiet = !world.leader_is_busy()
-            && match (world.leader_state(), world.leader_now_ms()) {
-                (Some(state), Some(now_ms)) => plan_rebalance(state, now_ms).is_none(),
-                _ => false,
-            };
+            && world.leader_state().is_some()
+            && world.leader_plan().is_none();
         if quiet {
             return Ok(true);
         }
