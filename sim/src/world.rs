@@ -482,10 +482,16 @@ pub struct Coverage {
     pub capacity_restarts: u64,
     /// Shifts of the hot set.
     pub hot_set_shifts: u64,
+    /// Runs of the leader on steady reported loads after convergence (`run::load_phase`).
+    pub load_phases: u64,
+    /// ... of which the lower bound allowed the band, and the band was checked at the end.
+    pub band_checks: u64,
+    /// ... of which a liar was lying, and the starvation and count checks ran.
+    pub liar_checks: u64,
 }
 
 impl Coverage {
-    fn counts(&self) -> [(&'static str, u64); 32] {
+    fn counts(&self) -> [(&'static str, u64); 35] {
         [
             ("commits", self.commits),
             ("handoffs_started", self.handoffs_started),
@@ -543,6 +549,9 @@ impl Coverage {
             ("lying_reports", self.lying_reports),
             ("capacity_restarts", self.capacity_restarts),
             ("hot_set_shifts", self.hot_set_shifts),
+            ("load_phases", self.load_phases),
+            ("band_checks", self.band_checks),
+            ("liar_checks", self.liar_checks),
         ]
     }
 
@@ -580,6 +589,9 @@ impl Coverage {
         self.lying_reports += other.lying_reports;
         self.capacity_restarts += other.capacity_restarts;
         self.hot_set_shifts += other.hot_set_shifts;
+        self.load_phases += other.load_phases;
+        self.band_checks += other.band_checks;
+        self.liar_checks += other.liar_checks;
     }
 
     pub fn unreached(&self) -> Vec<&'static str> {
@@ -708,6 +720,19 @@ pub struct World {
     driver: Driver,
     /// What the shards really carry and how each slot reports it.
     pub load: LoadModel,
+    /// Every balance move a leader committed, oldest first.
+    pub balance_moves: Vec<BalanceMove>,
+}
+
+/// A shard moved for balance by a committed plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceMove {
+    pub term: u64,
+    /// When it was committed (true µs).
+    pub at_us: u64,
+    pub shard: ShardId,
+    pub from: String,
+    pub to: String,
 }
 
 impl World {
@@ -767,6 +792,7 @@ impl World {
             trace: trace.then(Vec::new),
             driver,
             load,
+            balance_moves: Vec::new(),
         };
         // The cluster is initialised before anything else, as `leaseholdctl init` does.
         world.take_office(0, 0);
@@ -1095,6 +1121,21 @@ impl World {
     /// Commits one proposal of the leader's tail: applies it, signals the leader as production
     /// does, and answers whoever asked.
     fn commit_one(&mut self, manager: usize, proposal: Proposal) {
+        // Who each shard of a plan leaves, for the record of balance moves.
+        let leaving: Vec<Option<String>> = match &proposal.command {
+            Command::Rebalance { moves, .. } => {
+                self.catch_up(manager);
+                moves
+                    .iter()
+                    .map(|step| {
+                        self.replicas[manager]
+                            .shard(step.shard)
+                            .and_then(|shard| shard.owner.clone())
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let outcome = self.append_and_apply(manager, &proposal.command);
         let index = self.log.len() as u64;
         let now_ms = proposal.command.now_ms();
@@ -1119,7 +1160,7 @@ impl World {
             if signal.deliver {
                 self.schedule(self.now_us, Event::DeliveryRound { term });
             }
-            self.placement_after_commit(manager, &proposal, &outcome);
+            self.placement_after_commit(manager, &proposal, &outcome, leaving);
         }
         self.answer(manager, proposal.reply_to, &outcome);
     }
@@ -1128,7 +1169,13 @@ impl World {
     /// does: every renewal applied feeds the load tracker what it reported and the set it holds
     /// after the renewal (P15.1); a committed plan of its step charges the budget and starts the
     /// cooldown of its balance moves (P15.3, P15.4).
-    fn placement_after_commit(&mut self, manager: usize, proposal: &Proposal, outcome: &Outcome) {
+    fn placement_after_commit(
+        &mut self,
+        manager: usize,
+        proposal: &Proposal,
+        outcome: &Outcome,
+        leaving: Vec<Option<String>>,
+    ) {
         let now_us = self.now_us;
         let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
             return;
@@ -1177,16 +1224,25 @@ impl World {
                     }
                 }
             }
-            (Command::Rebalance { .. }, ReplyTo::StepWrite, Outcome::Rebalanced { .. }) => {
+            (Command::Rebalance { moves, .. }, ReplyTo::StepWrite, Outcome::Rebalanced { .. }) => {
                 let Some(plan) = leader.writes.as_ref().and_then(|w| w.plan()) else {
                     return;
                 };
                 leader.placement.committed(now_ms, plan);
                 let balance = plan.balance_shards();
                 let by_load = matches!(leader.step_loads, Loads::Reported(_));
-                for reason in &plan.reasons {
+                for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
                     match reason {
-                        MoveReason::Balance => self.coverage.balance_moves += 1,
+                        MoveReason::Balance => {
+                            self.coverage.balance_moves += 1;
+                            self.balance_moves.push(BalanceMove {
+                                term: leader.term,
+                                at_us: now_us,
+                                shard: step.shard,
+                                from: from.unwrap_or_default(),
+                                to: step.to.clone(),
+                            });
+                        }
                         MoveReason::Join if by_load => self.coverage.joins_under_load += 1,
                         _ => {}
                     }
