@@ -682,6 +682,7 @@ impl HandoffModel {
                 let request = RenewRequest {
                     claims: claims.clone(),
                     revision: *revision,
+                    loads: None,
                 };
                 self.manager_renew(state, *from, *sent_tick, &request);
             }

@@ -1816,6 +1816,7 @@ impl World {
                         address,
                         name: None,
                         credential: None,
+                        capacity: None,
                     },
                     capacity: p.capacity,
                 }

@@ -21,6 +21,7 @@ fn register_request(name: &str) -> RegisterRequest {
         address: "http://127.0.0.1:1".to_string(),
         name: Some(name.to_string()),
         credential: None,
+        capacity: None,
     }
 }
 

@@ -12,7 +12,8 @@
 //! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to this
 //! release's newest schema (4) by the leader once the last one runs this release. After that a
 //! 0.1.0 binary must refuse the data directory rather than misread it; this release's binary then
-//! rejoins on it.
+//! rejoins on it. Just before the raise, with this release's leader and the last 0.1.0 voter
+//! stopped, a registration with a capacity is refused by the proposal gate (P14.3, P15.1).
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,6 +22,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::RegisterRequest;
 use leasehold_tests::checker::monotonic_now_ns;
 use leasehold_tests::executor::{
     admission_logs, check_admission_exclusivity, AdmissionEdge, AdmissionRecord, ExecutorLog,
@@ -28,7 +31,7 @@ use leasehold_tests::executor::{
 };
 use leasehold_tests::fake_executor::{FakeExecutor, Interval};
 use leasehold_tests::{
-    binary, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+    binary, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -110,6 +113,33 @@ impl Upgrade {
             }
         })
         .await;
+    }
+
+    /// P14.3, P15.1: with this release's leader and a 0.1.0 voter (stopped, so the cluster
+    /// version stays 2), a registration with a capacity other than 1 is refused by the proposal
+    /// gate, `409` and nothing registered; the executor library never sends one then.
+    async fn capacity_is_refused_below_its_schema(&self, leader: u64) {
+        let incarnation = "capacity-before-the-raise";
+        let request = RegisterRequest {
+            incarnation: incarnation.into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: None,
+            capacity: Some(2),
+        };
+        let error = self
+            .cluster
+            .client()
+            .register(&request)
+            .await
+            .expect_err("P14.3: a capacity before the cluster version reaches 4");
+        assert_eq!(error.code(), Some(ErrorCode::Conflict), "{error}");
+        assert!(error.to_string().contains("P14.3"), "{error}");
+        let executors = self.get(leader, "/v1/executors").await.unwrap();
+        assert!(
+            !executors.to_string().contains(incarnation),
+            "the refused registration changed nothing: {executors}"
+        );
     }
 
     async fn get(&self, id: u64, path: &str) -> Result<Value, String> {
@@ -224,7 +254,7 @@ impl Upgrade {
 
 /// `/v1/state` as two replicas of one state compare: without the revision and the lease clocks.
 fn comparable(state: Value) -> Value {
-    let mut state = without_lease_clocks(state);
+    let mut state = replicated_view(state);
     state["revision"] = Value::Null;
     state
 }
@@ -290,8 +320,11 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
         );
         // A write while only two of three voters run, in mixed versions: the restarted manager
         // must catch up on it under its new binary (I3).
-        up.cluster.wait_for_leader(LEADER_BOUND).await;
+        let leader = up.cluster.wait_for_leader(LEADER_BOUND).await;
         up.register_fake(&format!("manager-{id}-down")).await;
+        if upgraded.len() + 1 == MANAGERS.len() {
+            up.capacity_is_refused_below_its_schema(leader).await;
+        }
         up.cluster.manager(id).set_binary(this_manager.clone());
         up.cluster.manager(id).start();
         up.wait_caught_up(id).await;

@@ -326,7 +326,7 @@ impl LeaseState {
             lease_expiry_ms,
             lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
             registered_revision: log_index,
-            owned_shards: BTreeSet::new(),
+            owned_shards: imbl::OrdSet::new(),
             draining: false,
             credential_sha256,
             capacity,
@@ -465,7 +465,7 @@ impl LeaseState {
     fn apply_deregister(&mut self, log_index: u64, now_ms: u64, executor_id: &str) -> Outcome {
         if self.executors.contains_key(executor_id) {
             let mut effects = EffectsBuilder::default();
-            self.remove_executor(
+            let freed = self.remove_executor(
                 executor_id,
                 TombstoneReason::Deregistered,
                 log_index,
@@ -475,12 +475,14 @@ impl LeaseState {
             self.touch_assignment(log_index);
             return Outcome::Deregistered {
                 already_gone: false,
+                freed,
                 effects: effects.finish(self, log_index),
             };
         }
         if self.tombstones.contains_key(executor_id) {
             return Outcome::Deregistered {
                 already_gone: true,
+                freed: Vec::new(),
                 effects: Effects::default(),
             };
         }
@@ -809,28 +811,45 @@ impl LeaseState {
         log_index: u64,
         now_ms: u64,
         effects: &mut EffectsBuilder,
-    ) {
+    ) -> Vec<ShardId> {
         let Some(executor) = self.executors.remove(executor_id) else {
-            return;
+            return Vec::new();
         };
+        let mut freed = Vec::new();
         for &shard in &executor.owned_shards {
             let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))
             else {
                 continue;
             };
             entry.owner = None;
-            if let Some(Handoff {
-                to: Some(target), ..
-            }) = entry.handoff.take()
-            {
-                self.give_to(shard, &target, effects);
+            match entry.handoff.take() {
+                Some(Handoff {
+                    to: Some(target), ..
+                }) => self.give_to(shard, &target, effects),
+                _ => freed.push(shard),
             }
         }
-        for entry in &mut self.shards {
-            if let Some(handoff) = entry.handoff.as_mut() {
-                if handoff.to.as_deref() == Some(executor_id) {
-                    handoff.to = None;
-                }
+        // Found first and then changed one by one: the shard table shares its structure with
+        // earlier copies (a snapshot being written), so touching every entry would copy it all.
+        let targeted: Vec<usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| {
+                entry
+                    .handoff
+                    .as_ref()
+                    .is_some_and(|handoff| handoff.to.as_deref() == Some(executor_id))
+            })
+            .map(|(index, _)| index)
+            .collect();
+        for index in targeted {
+            if let Some(handoff) = self
+                .shards
+                .get_mut(index)
+                .and_then(|entry| entry.handoff.as_mut())
+            {
+                handoff.to = None;
             }
         }
         self.tombstones.insert(
@@ -844,6 +863,7 @@ impl LeaseState {
             },
         );
         self.prune_tombstones();
+        freed
     }
 
     /// Drops the oldest tombstones (by removing entry, then id) beyond [`MAX_TOMBSTONES`].
