@@ -15,8 +15,7 @@ use leasehold_manager::lease::ShardId;
 use crate::scenario::{shuffle, Lie, LoadScenario, MAX_SHARD_LOAD};
 
 /// What one renewal says of loads: `(shard, load)` per claimed shard, or `None` for an executor
-/// that does not report. Carried beside the wire request until `RenewRequest` has its `loads`
-/// field (then this is that field).
+/// that does not report; it travels as the request's `RenewRequest::loads`.
 pub type Report = Option<Vec<(ShardId, f64)>>;
 
 /// The truth about loads, and each slot's way of reporting it.

@@ -29,7 +29,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use leasehold_api::wire::{
-    AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply,
+    check_shard_loads, AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush,
+    RevokeReply, ShardLoad, DEFAULT_CAPACITY,
 };
 use leasehold_executor::admission::AdmissionCore;
 use leasehold_executor::assignment::RevokeOutcome;
@@ -80,15 +81,11 @@ enum Request {
     Register {
         call: u64,
         request: RegisterRequest,
-        /// The capacity it states (P15.1): `RegisterRequest::capacity` once it is on the wire.
-        capacity: u32,
     },
     Renew {
         call: u64,
         executor_id: String,
         request: RenewRequest,
-        /// The loads it reports (P15.1): `RenewRequest::loads` once it is on the wire.
-        loads: Report,
     },
     Deregister {
         call: u64,
@@ -1702,11 +1699,9 @@ impl World {
         let term = leader.term;
         let now_ms = self.leader_clock_ms(leader.offset_ms, leader.rate_ppm);
         match request {
-            Request::Register {
-                call,
-                request,
-                capacity,
-            } => {
+            Request::Register { call, request } => {
+                // As the registration handler: no capacity stated is the default one.
+                let capacity = request.capacity.unwrap_or(DEFAULT_CAPACITY);
                 let command = Command::Register {
                     now_ms,
                     incarnation: request.incarnation,
@@ -1721,8 +1716,20 @@ impl World {
                 call,
                 executor_id,
                 request,
-                loads,
             } => {
+                // The renewal handler refuses loads it cannot take (I6) before anything is
+                // proposed; what the simulated executors report always passes.
+                if let Some(reported) = &request.loads {
+                    if let Err(error) = check_shard_loads(reported, self.scenario.shards) {
+                        panic!("a simulated executor reported loads the wire refuses: {error}");
+                    }
+                }
+                let loads: Report = request.loads.as_ref().map(|reported| {
+                    reported
+                        .iter()
+                        .map(|report| (report.shard, report.load))
+                        .collect()
+                });
                 let command = Command::Renew {
                     now_ms,
                     renewals: vec![Renewal::from_request(executor_id, &request)],
@@ -1798,8 +1805,6 @@ impl World {
                     call: call_id,
                     executor_id,
                     request,
-                    // What it reports of the shards it claims: below, once the call is made.
-                    loads: None,
                 }
             }
             None => {
@@ -1816,16 +1821,20 @@ impl World {
                         address,
                         name: None,
                         credential: None,
-                        capacity: None,
+                        capacity: Some(p.capacity),
                     },
-                    capacity: p.capacity,
                 }
             }
         };
         let mut request = request;
-        if let Request::Renew { request, loads, .. } = &mut request {
+        if let Request::Renew { request, .. } = &mut request {
             let claims: Vec<ShardId> = request.claims.iter().map(|claim| claim.shard).collect();
-            *loads = self.load.report(slot, &claims);
+            request.loads = self.load.report(slot, &claims).map(|reported| {
+                reported
+                    .into_iter()
+                    .map(|(shard, load)| ShardLoad { shard, load })
+                    .collect()
+            });
         }
         self.next_call += 1;
         self.send_to_managers(slot, process, request);
