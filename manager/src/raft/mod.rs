@@ -1,6 +1,7 @@
 //! The manager's Raft node: the openraft type configuration, the lease state machine hosted on
 //! `leasehold-raft-store`, the HTTP transport between replicas and storage identity pinning.
 
+pub mod failover;
 pub mod identity;
 pub mod network;
 pub mod versions;
@@ -37,7 +38,8 @@ pub type LeaseStateHandle = StateHandle<TypeConfig, LeaseState>;
 /// its own random draw from `[min, max)` without a message from the leader before it stands, so
 /// the defaults (heartbeat 100 ms, election timeout 0.5–1 s) take 1.5–2 s of silence to start an
 /// election: ten heartbeats or more, enough for the scheduling and flush stalls of a loaded
-/// 2-core machine. docs/OPERATIONS.md "Raft timing" has the reasoning and the measurements.
+/// 2-core machine. A leader whose process is gone is replaced sooner, once the 1 s lease is over
+/// ([`failover`]). docs/OPERATIONS.md "Raft timing" has the reasoning and the measurements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RaftTimings {
     pub heartbeat_ms: u64,
