@@ -148,13 +148,13 @@ enum Scenario {
         executors: usize,
         #[arg(long, default_value_t = 1_000_000)]
         shards: u32,
-        /// Manager heartbeat. openraft drops an AppendEntries that takes longer than one
-        /// heartbeat, and a rebalance of many shards is one large entry.
-        #[arg(long, default_value = "250ms")]
-        heartbeat: String,
-        /// Manager minimum election timeout (at least 3 heartbeats).
-        #[arg(long, default_value = "2s")]
-        election_timeout: String,
+        /// Manager heartbeat [default: the manager's]. openraft drops an AppendEntries that
+        /// takes longer than one heartbeat, and a rebalance of many shards is a large entry.
+        #[arg(long)]
+        heartbeat: Option<String>,
+        /// Manager minimum election timeout (at least 3 heartbeats) [default: the manager's].
+        #[arg(long)]
+        election_timeout: Option<String>,
     },
     /// A whole fleet starting at once: registration, then every shard delivered and spread
     /// even, per shard count.
@@ -320,8 +320,8 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             election_timeout,
         } => {
             let mut options = default_flags(shards);
-            options.heartbeat = Some(heartbeat);
-            options.election_timeout = Some(election_timeout);
+            options.heartbeat = heartbeat;
+            options.election_timeout = election_timeout;
             scenarios::b5(env, executors, options).await?.print()?
         }
         Scenario::B9 { executors, shards } => {

@@ -1094,7 +1094,7 @@ pub async fn b5(env: &Env, executors: usize, options: ManagerFlags) -> Result<Ta
     let heartbeat = options
         .heartbeat
         .clone()
-        .unwrap_or_else(|| "the default".to_owned());
+        .unwrap_or_else(|| "default".to_owned());
     let security = &env.security;
     let mut cluster = leasehold_cluster(env, security, "b5", options).await?;
     let setup = Instant::now();
