@@ -49,7 +49,7 @@ pub use tls::{Role, TlsConfig, TlsError, TlsFiles};
 pub use wire::{
     AddNodeRequest, AssignmentPush, ClusterInfo, Credential, ExecutorHealth, Grant, Member,
     RegisterRequest, ReleaseRequest, RenewRequest, RevokePush, RevokeReply, SchemaRange,
-    ShardEpoch, SnapshotInfo,
+    ShardEpoch, ShardLoad, SnapshotInfo,
 };
 
 /// This build's release: the workspace version, recorded with its commit in CHANGELOG.md. Every

@@ -967,6 +967,9 @@ mod tests {
             registered_revision: 1,
             shards: Vec::new(),
             draining: false,
+            capacity: crate::wire::DEFAULT_CAPACITY,
+            load: None,
+            utilisation: None,
         }
     }
 
@@ -989,6 +992,8 @@ mod tests {
                     owner: owner.map(|index| executors[index].0.to_owned()),
                     epoch: 1 + u64::from(owner.is_some()),
                     handoff: None,
+                    load: None,
+                    hot: false,
                 })
                 .collect(),
         }

@@ -32,6 +32,10 @@ pub const MAX_SHARD_COUNT: u32 = 1 << 20;
 /// (`{"shard":1048575,"epoch":18446744073709551615},`), so 64 bytes per shard leaves room for
 /// whitespace and the rest of the body. Other bodies stay far smaller.
 pub const MAX_SHARD_LIST_BODY_BYTES: usize = MAX_SHARD_COUNT as usize * 64;
+/// Largest renewal body: its claims and its loads (PROTOCOL P15.1) may each list every shard,
+/// and a load entry is no longer than a claim (`{"shard":1048575,"load":1.2345678901234567e11},`
+/// is 47 bytes), so twice the bound of one list. The largest body any manager route takes.
+pub const MAX_RENEW_BODY_BYTES: usize = 2 * MAX_SHARD_LIST_BODY_BYTES;
 
 /// Why a list of shards is malformed (I6); its message is a `400` detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,10 +155,48 @@ pub struct RegisterRequest {
         schema(value_type = Option<String>, min_length = 32, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")
     )]
     pub credential: Option<Credential>,
+    /// The executor's capacity (PROTOCOL P15.1): a positive weight, `1..=`[`MAX_CAPACITY`]; the
+    /// planner gives executors shares in proportion to it. Absent means
+    /// [`DEFAULT_CAPACITY`]. Sent only to managers stating cluster version [`CAPACITY_SCHEMA`]
+    /// or later (docs/PROTOCOL.md, "Versions"); absent from executors of earlier releases. A
+    /// retried registration (same incarnation) keeps the capacity of the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 1000000))]
+    pub capacity: Option<u32>,
 }
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).
 pub const CREDENTIALS_SCHEMA: u32 = 3;
+/// The state schema that introduced executor capacities and load reports (PROTOCOL P15.1,
+/// P14.3): `RegisterRequest::capacity` and `RenewRequest::loads` are sent only to managers
+/// stating this cluster version or later.
+pub const CAPACITY_SCHEMA: u32 = 4;
+
+/// The capacity of an executor that states none (every executor of an earlier release): all
+/// executors equal, as P5.4 spreads them.
+pub const DEFAULT_CAPACITY: u32 = 1;
+/// Largest capacity accepted. A capacity is a relative weight, so a million to one between the
+/// largest and the smallest executor is beyond any real fleet; and at most 2^20 shards times a
+/// million stays below 2^53, so a planner's sums and products of capacities and shard counts
+/// are exact in `u64` and in `f64`.
+pub const MAX_CAPACITY: u32 = 1_000_000;
+
+/// Why a capacity is refused (I6); its message is a `400` detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("capacity {capacity} is outside 1..={MAX_CAPACITY} (PROTOCOL P15.1)")]
+pub struct CapacityError {
+    /// The refused capacity.
+    pub capacity: u32,
+}
+
+/// Checks a capacity (P15.1): positive and at most [`MAX_CAPACITY`]. The manager's edge and its
+/// state machine both refuse with it, and the executor at start.
+pub fn check_capacity(capacity: u32) -> Result<(), CapacityError> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return Err(CapacityError { capacity });
+    }
+    Ok(())
+}
 /// Shortest credential accepted: 32 hex digits are 128 bits (P13.4's floor).
 pub const MIN_CREDENTIAL_BYTES: usize = 32;
 /// Longest credential accepted.
@@ -231,7 +273,7 @@ pub struct Grant {
 }
 
 /// `POST /v1/executors/{id}/renew`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RenewRequest {
@@ -240,6 +282,79 @@ pub struct RenewRequest {
     pub claims: Vec<ShardEpoch>,
     /// Revision of the last set the executor applied (P4.1).
     pub revision: u64,
+    /// The executor's load per held shard (PROTOCOL P15.1), checked by [`check_shard_loads`]:
+    /// present means it reports loads, and a held shard it does not list has load 0; absent
+    /// means it reports none. Soft state on the leader, never replicated. Sent only to managers
+    /// stating cluster version [`CAPACITY_SCHEMA`] or later (docs/PROTOCOL.md, "Versions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loads: Option<Vec<ShardLoad>>,
+}
+
+/// One shard's load as its executor reports it (PROTOCOL P15.1): a non-negative number in units
+/// the service chooses (requests per second, bytes per second), at most [`MAX_SHARD_LOAD`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+// Part of a request body (renew), so it is as strict as one.
+#[serde(deny_unknown_fields)]
+pub struct ShardLoad {
+    /// Shard number, `0..shard_count`, held by the reporting executor.
+    pub shard: u32,
+    /// The shard's load, `0..=1e12`.
+    #[cfg_attr(feature = "utoipa", schema(minimum = 0, maximum = 1e12))]
+    pub load: f64,
+}
+
+/// Largest load one shard may report. Units are the service's own, so the bound only has to
+/// keep arithmetic sound: 10^12 (a terabyte per second, a trillion requests per second) is
+/// beyond any one shard, and a leader summing the loads of all 2^20 shards stays near 10^18,
+/// far from `f64`'s overflow, so no sum or mean of reported loads is ever infinite.
+pub const MAX_SHARD_LOAD: f64 = 1e12;
+
+/// Why a renewal's `loads` are refused (I6); its message is a `400` detail.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ShardLoadError {
+    /// More entries than shards: some shard is listed twice, or does not exist.
+    #[error("{count} loads listed, more than the {shard_count} shards")]
+    TooMany {
+        /// Entries listed.
+        count: usize,
+        /// The cluster's shard count.
+        shard_count: u32,
+    },
+    /// A shard out of range or listed twice.
+    #[error("loads: {0}")]
+    Shard(#[from] ShardListError),
+    /// Not a finite number in `0..=MAX_SHARD_LOAD`.
+    #[error("the load of shard {shard} is {load}, outside 0..={MAX_SHARD_LOAD}")]
+    OutOfRange {
+        /// The shard.
+        shard: u32,
+        /// Its refused load.
+        load: f64,
+    },
+}
+
+/// Checks a renewal's `loads` (P15.1, I6): at most one entry per shard, every shard below
+/// `shard_count` and listed once, every load finite, non-negative and at most
+/// [`MAX_SHARD_LOAD`]. JSON cannot carry NaN or infinities, but a caller in Rust can.
+pub fn check_shard_loads(loads: &[ShardLoad], shard_count: u32) -> Result<(), ShardLoadError> {
+    if loads.len() > usize::try_from(shard_count).unwrap_or(usize::MAX) {
+        return Err(ShardLoadError::TooMany {
+            count: loads.len(),
+            shard_count,
+        });
+    }
+    check_shard_list(loads.iter().map(|entry| entry.shard), shard_count)?;
+    match loads
+        .iter()
+        .find(|entry| !(0.0..=MAX_SHARD_LOAD).contains(&entry.load))
+    {
+        Some(entry) => Err(ShardLoadError::OutOfRange {
+            shard: entry.shard,
+            load: entry.load,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `POST /v1/executors/{id}/release`: acknowledge a revoke out of band.
@@ -428,7 +543,7 @@ pub struct AddNodeRequest {
 // Replies, so unknown fields are tolerated: a newer server may add some.
 
 /// One executor as the manager records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ExecutorView {
     pub executor_id: String,
@@ -447,6 +562,23 @@ pub struct ExecutorView {
     /// others through the normal handoff. Absent from older servers, hence the default.
     #[serde(default)]
     pub draining: bool,
+    /// Its capacity (PROTOCOL P15.1), the weight the planner gives it. Absent from servers
+    /// before schema 4, where every executor counts as [`DEFAULT_CAPACITY`].
+    #[serde(default = "default_capacity")]
+    pub capacity: u32,
+    /// The load it carries (PROTOCOL P15.1): the sum of the smoothed loads its shards were
+    /// reported with. Only the leader knows loads, so only a reply the leader served (or a
+    /// `?consistent=true` read) has it; absent while nothing is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// `load ÷ capacity`, what placement balances (P15.2); present with `load`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<f64>,
+}
+
+/// Serde's default for a capacity a reply leaves out.
+fn default_capacity() -> u32 {
+    DEFAULT_CAPACITY
 }
 
 /// A shard being handed from its owner to another executor (P5.2).
@@ -462,7 +594,7 @@ pub struct HandoffView {
     pub completes_by_expiry_in_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ShardView {
     pub shard: u32,
@@ -471,10 +603,18 @@ pub struct ShardView {
     pub epoch: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffView>,
+    /// Its smoothed load as last reported by its holder (PROTOCOL P15.1); only in replies the
+    /// leader served, and only once some holder reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// Its own load exceeds the fair share of the smallest executor (P15.4): it is placed where
+    /// it fits best and not moved back and forth. Only in replies the leader served.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hot: bool,
 }
 
 /// `GET /v1/state`: everything, read at one revision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct StateView {
     pub revision: u64,
@@ -617,7 +757,7 @@ pub const MAX_WATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(3
 
 /// `GET /v1/watch?revision=N&wait=30s`: a blocking query. Answers as soon as the state's revision
 /// is above `N`, or with the unchanged state when the wait runs out (then `state.revision <= N`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct WatchReply {
     /// The whole state at its current revision.
@@ -667,6 +807,124 @@ mod tests {
     }
     use serde_json::json;
 
+    /// P15.1, I6: a capacity is a positive weight up to `MAX_CAPACITY`.
+    #[test]
+    fn p15_1_capacities_outside_one_to_the_maximum_are_refused() {
+        for good in [1, 2, DEFAULT_CAPACITY, MAX_CAPACITY] {
+            assert_eq!(check_capacity(good), Ok(()), "{good}");
+        }
+        for bad in [0, MAX_CAPACITY + 1, u32::MAX] {
+            let error = check_capacity(bad).unwrap_err();
+            assert_eq!(error, CapacityError { capacity: bad });
+            assert!(error.to_string().contains("P15.1"), "{error}");
+        }
+    }
+
+    fn loads(entries: &[(u32, f64)]) -> Vec<ShardLoad> {
+        entries
+            .iter()
+            .map(|&(shard, load)| ShardLoad { shard, load })
+            .collect()
+    }
+
+    /// P15.1, I6: a renewal's loads name each shard once, below the shard count, with a finite
+    /// load in `0..=MAX_SHARD_LOAD`, and list no more entries than there are shards.
+    #[test]
+    fn p15_1_i6_shard_loads_are_checked_for_shards_values_and_length() {
+        for good in [
+            vec![],
+            loads(&[(0, 0.0), (7, MAX_SHARD_LOAD)]),
+            loads(&[(5, 1.5), (2, -0.0), (3, 1e-300)]),
+            loads(&(0..8).map(|shard| (shard, 1.0)).collect::<Vec<_>>()),
+        ] {
+            assert_eq!(check_shard_loads(&good, 8), Ok(()), "{good:?}");
+        }
+        let out_of_range = |shard, load| ShardLoadError::OutOfRange { shard, load };
+        let cases: Vec<(Vec<ShardLoad>, ShardLoadError)> = vec![
+            (
+                loads(&[(8, 1.0)]),
+                ShardListError::OutOfRange {
+                    shard: 8,
+                    shard_count: 8,
+                }
+                .into(),
+            ),
+            (
+                loads(&[(3, 1.0), (1, 2.0), (3, 1.0)]),
+                ShardListError::Duplicate { shard: 3 }.into(),
+            ),
+            (loads(&[(1, -1.0)]), out_of_range(1, -1.0)),
+            (
+                loads(&[(1, 1.0), (2, MAX_SHARD_LOAD * 2.0)]),
+                out_of_range(2, MAX_SHARD_LOAD * 2.0),
+            ),
+            (loads(&[(4, f64::INFINITY)]), out_of_range(4, f64::INFINITY)),
+            (
+                loads(&(0..9).map(|shard| (shard % 8, 1.0)).collect::<Vec<_>>()),
+                ShardLoadError::TooMany {
+                    count: 9,
+                    shard_count: 8,
+                },
+            ),
+        ];
+        for (bad, expected) in cases {
+            assert_eq!(check_shard_loads(&bad, 8), Err(expected), "{bad:?}");
+        }
+        // NaN is unequal to itself, so it is matched rather than compared.
+        assert!(matches!(
+            check_shard_loads(&loads(&[(0, 1.0), (6, f64::NAN)]), 8),
+            Err(ShardLoadError::OutOfRange { shard: 6, load }) if load.is_nan()
+        ));
+    }
+
+    /// P15.1 through "Versions": `loads` is optional, absent unless set, and strict inside.
+    #[test]
+    fn renew_request_loads_are_optional_and_strict() {
+        let without: RenewRequest =
+            serde_json::from_value(json!({"claims": [], "revision": 3})).unwrap();
+        assert_eq!(without.loads, None, "absent: the executor reports no loads");
+        assert_eq!(
+            serde_json::to_value(&without).unwrap(),
+            json!({"claims": [], "revision": 3}),
+            "an executor not reporting sends what 0.1.0 sent"
+        );
+        let with = RenewRequest {
+            loads: Some(loads(&[(1, 2.5)])),
+            ..without
+        };
+        let value = serde_json::to_value(&with).unwrap();
+        assert_eq!(value["loads"], json!([{"shard": 1, "load": 2.5}]));
+        assert_eq!(serde_json::from_value::<RenewRequest>(value).unwrap(), with);
+        for bad in [
+            json!({"claims": [], "revision": 1, "loads": [{"shard": 1, "load": "NaN"}]}),
+            json!({"claims": [], "revision": 1, "loads": [{"shard": 1}]}),
+            json!({"claims": [], "revision": 1, "loads": [{"shard": -1, "load": 1}]}),
+            json!({"claims": [], "revision": 1, "loads": [{"shard": 1, "load": 1, "unit": "rps"}]}),
+            json!({"claims": [], "revision": 1, "loads": {"1": 1.0}}),
+        ] {
+            assert!(
+                serde_json::from_value::<RenewRequest>(bad.clone()).is_err(),
+                "accepted {bad}"
+            );
+        }
+        // JSON has no literal for a number beyond f64: a huge one is a decode error, not inf.
+        assert!(serde_json::from_str::<RenewRequest>(
+            r#"{"claims": [], "revision": 1, "loads": [{"shard": 1, "load": 1e400}]}"#
+        )
+        .is_err());
+    }
+
+    /// A reply of a server before schema 4 has no capacity: every executor counts as 1.
+    #[test]
+    fn executor_view_capacity_defaults_to_one() {
+        let view: ExecutorView = serde_json::from_value(json!({
+            "executor_id": "ex-1", "incarnation": "i", "address": "http://a:1",
+            "lease_remaining_ms": 1, "registered_revision": 1, "shards": [],
+        }))
+        .unwrap();
+        assert_eq!(view.capacity, DEFAULT_CAPACITY);
+    }
+
     #[test]
     fn register_request_omits_absent_name() {
         let req = RegisterRequest {
@@ -674,6 +932,7 @@ mod tests {
             address: "http://127.0.0.1:9000".into(),
             name: None,
             credential: None,
+            capacity: None,
         };
         let value = serde_json::to_value(&req).unwrap();
         assert_eq!(
@@ -691,6 +950,7 @@ mod tests {
             address: "http://127.0.0.1:9000".into(),
             name: Some("worker-a".into()),
             credential: Some(Credential::from_random([7; 32])),
+            capacity: Some(3),
         };
         let text = serde_json::to_string(&req).unwrap();
         assert_eq!(serde_json::from_str::<RegisterRequest>(&text).unwrap(), req);
@@ -707,6 +967,7 @@ mod tests {
             address: "http://a:1".into(),
             name: None,
             credential: Some(credential.clone()),
+            capacity: None,
         };
         let debug = format!("{request:?}");
         assert!(!debug.contains(credential.expose()), "{debug}");
@@ -765,6 +1026,15 @@ mod tests {
             json!({"incarnation": 5, "address": "a"})
         )
         .is_err());
+        for capacity in [json!("2"), json!(-1), json!(1.5), json!(4_294_967_296u64)] {
+            assert!(
+                serde_json::from_value::<RegisterRequest>(
+                    json!({"incarnation": "i", "address": "a", "capacity": capacity})
+                )
+                .is_err(),
+                "capacity {capacity}"
+            );
+        }
         assert!(serde_json::from_value::<ReleaseRequest>(
             json!({"shards": [4294967296u64], "revoke_revision": 1})
         )

@@ -73,6 +73,7 @@ fn register_request() -> RegisterRequest {
         address: "http://127.0.0.1:9000".into(),
         name: None,
         credential: None,
+        capacity: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn renew_request() -> RenewRequest {
     RenewRequest {
         claims: vec![ShardEpoch { shard: 1, epoch: 3 }],
         revision: 7,
+        loads: None,
     }
 }
 

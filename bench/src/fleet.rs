@@ -96,6 +96,7 @@ pub fn claims_payload(shards: u32) -> Vec<u8> {
             .map(|shard| ShardEpoch { shard, epoch: 1 })
             .collect(),
         revision: 1_000_000,
+        loads: None,
     };
     serde_json::to_vec(&request).unwrap_or_default()
 }
@@ -266,6 +267,7 @@ impl LeaseholdFleet {
                         address,
                         name: None,
                         credential: Some(credential.clone()),
+                        capacity: None,
                     })
                     .await?;
                 let mut assignment = AssignmentState::default();
@@ -355,6 +357,7 @@ impl Renewer for LeaseholdFleet {
             RenewRequest {
                 claims: assignment.held(),
                 revision: assignment.revision(),
+                loads: None,
             }
         };
         let grant = self

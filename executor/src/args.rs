@@ -48,6 +48,11 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 
+    /// This executor's capacity (PROTOCOL P15.1): a positive weight, at most 1000000; the
+    /// planner gives executors shares in proportion to it.
+    #[arg(long, env = "LEASEHOLD_CAPACITY", default_value_t = leasehold_api::wire::DEFAULT_CAPACITY)]
+    pub capacity: u32,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -72,6 +77,7 @@ impl ExecutorArgs {
         config.request_timeout = self.request_timeout;
         config.tls = self.tls.files();
         config.insecure = self.tls.insecure;
+        config.capacity = self.capacity;
         Ok(config)
     }
 }

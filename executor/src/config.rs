@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold_api::tls::TlsFiles;
+use leasehold_api::wire::DEFAULT_CAPACITY;
 
 /// Default bound on a graceful stop's deregistration (P3.7).
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -37,6 +38,15 @@ pub struct ExecutorConfig {
     pub tls: Option<TlsFiles>,
     /// Serve plaintext on a non-loopback address anyway (P13.5; logged as a warning).
     pub insecure: bool,
+    /// This executor's capacity (PROTOCOL P15.1): a positive weight, at most
+    /// `leasehold_api::wire::MAX_CAPACITY`; the planner gives executors shares in proportion to
+    /// it. Registered only with clusters at cluster version 4 or later; below, the executor
+    /// registers with the default and says so in a warning.
+    pub capacity: u32,
+    /// Renewals carry the loads of the held shards, as measured by the
+    /// [`crate::ExecutorHandle::load_meter`] (P15.1). Off: the executor does not report (not
+    /// the same as reporting zeros), so turn it on only when the embedder records its work.
+    pub report_loads: bool,
 }
 
 impl ExecutorConfig {
@@ -52,6 +62,8 @@ impl ExecutorConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             tls: None,
             insecure: false,
+            capacity: DEFAULT_CAPACITY,
+            report_loads: false,
         }
     }
 }

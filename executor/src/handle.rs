@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use crate::admission::{AdmitError, Assignment, Permit};
+use crate::load_meter::LoadMeter;
 use crate::manager::ManagerLink;
 use crate::shared::Shared;
 use crate::status::{ExecutorStatus, RunState, ShardEvent};
@@ -120,6 +121,12 @@ impl ExecutorHandle {
     /// Admission changes as they happen (bounded: see [`crate::EVENT_CHANNEL_CAPACITY`]).
     pub fn events(&self) -> broadcast::Receiver<ShardEvent> {
         self.shared.subscribe_events()
+    }
+
+    /// The meter whose loads this executor's renewals report (PROTOCOL P15.1) when
+    /// [`crate::ExecutorConfig::report_loads`] is on: record work per shard, or set a gauge.
+    pub fn load_meter(&self) -> LoadMeter {
+        self.shared.load_meter().clone()
     }
 
     /// The executor's own view, as `GET /v1/status` shows it.

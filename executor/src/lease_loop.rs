@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{Credential, Grant, RenewRequest};
+use leasehold_api::wire::{Grant, CAPACITY_SCHEMA};
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, error, info, warn};
 
@@ -19,7 +19,7 @@ use crate::assignment::SetOutcome;
 use crate::lease::{CallOutcome, LeaseSchedule, NextCall};
 use crate::manager::ManagerApi;
 use crate::metrics::count_lease_call;
-use crate::shared::Shared;
+use crate::shared::{DueRenewal, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::status::RunState;
 
@@ -54,16 +54,10 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
     let mut next_call_at = Instant::now();
     loop {
         sleep_until(next_call_at).await;
-        let next = match shared.renewal() {
+        let cluster_takes_loads = manager.cluster_version() >= CAPACITY_SCHEMA;
+        let next = match shared.renewal(cluster_takes_loads) {
             None => register(shared, manager, &mut schedule).await,
-            Some((executor_id, credential, request)) => {
-                let call = RenewCall {
-                    executor_id: &executor_id,
-                    credential: &credential,
-                    request: &request,
-                };
-                renew(shared, manager, &mut schedule, call).await
-            }
+            Some(due) => renew(shared, manager, &mut schedule, &due).await,
         };
         next_call_at = match next {
             NextCall::CallAt(at) => at,
@@ -117,27 +111,18 @@ async fn register<M: ManagerApi>(
     next
 }
 
-/// What one renewal sends.
-struct RenewCall<'a> {
-    executor_id: &'a str,
-    credential: &'a Credential,
-    request: &'a RenewRequest,
-}
-
 /// One renew call, and the step after it.
 async fn renew<M: ManagerApi>(
     shared: &Shared,
     manager: &M,
     schedule: &mut LeaseSchedule,
-    call: RenewCall<'_>,
+    due: &DueRenewal,
 ) -> NextCall {
-    let RenewCall {
-        executor_id,
-        credential,
-        request,
-    } = call;
+    let executor_id = due.executor_id.as_str();
     let sent_at = Instant::now();
-    let result = manager.renew(executor_id, credential, request).await;
+    let result = manager
+        .renew(executor_id, &due.credential, &due.request)
+        .await;
     count_lease_call(
         "renew",
         match &result {
@@ -148,7 +133,10 @@ async fn renew<M: ManagerApi>(
     );
     let outcome = match &result {
         Ok(grant) => match take_grant(shared, sent_at, grant, "renewed") {
-            Ok(()) => CallOutcome::Granted,
+            Ok(()) => {
+                shared.renewal_granted(due);
+                CallOutcome::Granted
+            }
             Err(error) => {
                 warn!(%error, "ignoring a renewal reply for another executor");
                 CallOutcome::ForeignGrant

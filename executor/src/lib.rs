@@ -28,6 +28,8 @@
 //! - [`admission`]: both combined into the admission state machine; outputs admission
 //!   start/stop events (P3.6, P4.3, P5.2). Pure.
 //! - [`admission_log`]: the JSON-lines admission log on CLOCK_MONOTONIC (§9).
+//! - [`load_meter`]: [`LoadMeter`], what an embedder records its work per shard into, and the
+//!   pure arithmetic that turns it into the loads renewals report (P15.1).
 //! - [`config`]: [`ExecutorConfig`], what an embedder configures.
 //! - `manager`: the calls to the manager, behind a seam the shell tests fake.
 //! - `status`: the public values a running executor reports: [`ExecutorStatus`],
@@ -60,6 +62,7 @@ pub mod config;
 mod handle;
 pub mod lease;
 mod lease_loop;
+pub mod load_meter;
 mod manager;
 pub mod metrics;
 pub mod openapi;
@@ -78,6 +81,7 @@ pub use admission::{AdmissionReason, AdmissionState, AdmitError, Assignment, Per
 pub use args::ExecutorArgs;
 pub use config::ExecutorConfig;
 pub use handle::ExecutorHandle;
+pub use load_meter::{LoadMeter, LoadMeterError};
 pub use manager::{GRANT_CALL_PATIENCE, MAX_KEY_BYTES};
 pub use shared::EVENT_CHANNEL_CAPACITY;
 pub use startup::{Executor, StartError};

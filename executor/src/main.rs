@@ -1,8 +1,9 @@
 //! `leasehold-executor`: a Leasehold executor process with a demo workload (PROTOCOL §10).
 //!
 //! Serves the push endpoints and `GET /v1/work?key=K` on `--listen`, registers with the managers
-//! once the listener answers (P8.1), and on SIGTERM or Ctrl-C stops admitting and deregisters
-//! within `--shutdown-grace` (P3.7).
+//! once the listener answers (P8.1), reports the rate of work it admits per shard in its renewals
+//! (P15.1), and on SIGTERM or Ctrl-C stops admitting and deregisters within `--shutdown-grace`
+//! (P3.7).
 //!
 //! Exit status: 0 after a clean stop, 2 when the configuration is refused (one line on stderr
 //! naming the flag), 1 when it fails.
@@ -15,7 +16,9 @@ use std::process::ExitCode;
 use axum::Router;
 use clap::Parser;
 use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal};
-use leasehold_executor::{metrics, Executor, ExecutorArgs, ExecutorHandle, RunState};
+use leasehold_executor::{
+    metrics, Executor, ExecutorArgs, ExecutorConfig, ExecutorHandle, RunState, StartError,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 #[cfg(test)]
@@ -51,11 +54,20 @@ fn extra_paths() -> utoipa::openapi::OpenApi {
     paths
 }
 
+/// The library's configuration from the flags, with the binary's own choice: the demo workload
+/// records every request it admits (`workload.rs`), so its renewals report its request rate per
+/// shard (P15.1).
+fn binary_config(args: &ExecutorArgs) -> Result<ExecutorConfig, StartError> {
+    let mut config = args.config()?;
+    config.report_loads = true;
+    Ok(config)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse().executor;
     init_tracing(args.log_format, "info");
-    let config = match args.config() {
+    let config = match binary_config(&args) {
         Ok(config) => config,
         Err(error) => return config_error(PROGRAM, &error),
     };
@@ -153,12 +165,36 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.executor.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
+        let config = binary_config(&args.executor).unwrap();
+        assert_eq!(
+            config.capacity,
+            ExecutorConfig::new(vec![], "127.0.0.1:0").capacity
+        );
+        assert!(
+            config.report_loads,
+            "P15.1: the binary reports its request rate"
+        );
         assert_eq!(args.executor.request_timeout, DEFAULT_REQUEST_TIMEOUT);
         assert_eq!(args.executor.managers.len(), 2);
         assert_eq!(
             args.executor.log_format,
             leasehold_api::process::LogFormat::Text
         );
+    }
+
+    #[test]
+    fn the_capacity_flag_sets_the_capacity() {
+        let args = Args::try_parse_from([
+            "leasehold-executor",
+            "--managers",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--capacity",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(binary_config(&args.executor).unwrap().capacity, 3);
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //!   bounded by the caller.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
-    Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CREDENTIALS_SCHEMA,
+    Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
 };
 
 /// Patience of one register or renew call: how stale the lease anchor can get before the
@@ -48,6 +50,10 @@ pub(crate) trait ManagerApi: Send + Sync + 'static {
         executor_id: &str,
         credential: &Credential,
     ) -> impl Future<Output = Result<(), ClientError>> + Send;
+
+    /// The cluster version the managers' last reply stated (P14.3; schema 2 before any did):
+    /// which request fields they take (docs/PROTOCOL.md, "Versions").
+    fn cluster_version(&self) -> u32;
 }
 
 /// The real manager connection.
@@ -57,6 +63,9 @@ pub(crate) struct ManagerLink {
     grants: Client,
     /// Deregister and lookups: P7.1 patience.
     patient: Client,
+    /// The warning that a cluster below [`CAPACITY_SCHEMA`] ignores the capacity was logged;
+    /// it is said once, not at every re-registration.
+    capacity_ignored_warned: Arc<AtomicBool>,
 }
 
 impl ManagerLink {
@@ -76,6 +85,7 @@ impl ManagerLink {
         Ok(Self {
             grants: Client::with_tls(managers.clone(), grants_config, tls)?,
             patient: Client::with_tls(managers, patient_config, tls)?,
+            capacity_ignored_warned: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -93,22 +103,53 @@ impl ManagerLink {
     }
 }
 
+/// Leaves out of `request` the fields a cluster at `cluster_version` does not take
+/// (docs/PROTOCOL.md, "Versions"): a manager of an earlier release refuses an unknown field, and
+/// the leader of a cluster still below the field's schema refuses its value (the proposal gate,
+/// P14.3). Returns the capacity it left out, if it was not the default.
+fn fields_for_cluster_version(request: &mut RegisterRequest, cluster_version: u32) -> Option<u32> {
+    if cluster_version < CREDENTIALS_SCHEMA {
+        request.credential = None;
+    }
+    if cluster_version < CAPACITY_SCHEMA {
+        return request.capacity.take();
+    }
+    None
+}
+
 impl ManagerApi for ManagerLink {
-    /// The credential goes only to managers whose cluster takes it (docs/PROTOCOL.md,
-    /// "Versions"): a manager of 0.1.0, or a cluster still at its schema, would refuse the
-    /// field. The cluster version is asked first if no manager has stated one yet.
+    /// The credential and the capacity go only to managers whose cluster takes them
+    /// ([`fields_for_cluster_version`]). The cluster version is asked first if no manager has
+    /// stated one new enough yet.
     fn register(
         &self,
         request: &RegisterRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let mut request = request.clone();
         async move {
-            if request.credential.is_some() && self.grants.cluster_version() < CREDENTIALS_SCHEMA {
+            let newest_field_schema = if request.capacity.is_some() {
+                CAPACITY_SCHEMA
+            } else if request.credential.is_some() {
+                CREDENTIALS_SCHEMA
+            } else {
+                0
+            };
+            if self.grants.cluster_version() < newest_field_schema {
                 // Any reply states it; a failure here leaves the older assumption in place.
                 let _ = self.grants.cluster_info().await;
             }
-            if self.grants.cluster_version() < CREDENTIALS_SCHEMA {
-                request.credential = None;
+            let cluster_version = self.grants.cluster_version();
+            if let Some(capacity) = fields_for_cluster_version(&mut request, cluster_version) {
+                if !self.capacity_ignored_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        capacity,
+                        cluster_version,
+                        needed = CAPACITY_SCHEMA,
+                        "the cluster does not take a capacity until its upgrade finishes \
+                         (PROTOCOL P14.3, P15.1): registering with capacity 1; restart this \
+                         executor after the upgrade to register with its own"
+                    );
+                }
             }
             self.grants.register(&request).await
         }
@@ -130,11 +171,50 @@ impl ManagerApi for ManagerLink {
     ) -> impl Future<Output = Result<(), ClientError>> + Send {
         self.patient.deregister(executor_id, Some(credential))
     }
+
+    fn cluster_version(&self) -> u32 {
+        self.grants.cluster_version()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(capacity: Option<u32>) -> RegisterRequest {
+        RegisterRequest {
+            incarnation: "inc".into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: Some(Credential::from_random([1; 32])),
+            capacity,
+        }
+    }
+
+    /// docs/PROTOCOL.md "Versions", P15.1: the capacity goes only to a cluster at cluster
+    /// version 4 or later (an older manager would refuse the field, an older cluster the value),
+    /// and the credential only from 3; what is left out is said.
+    #[test]
+    fn p15_1_the_capacity_is_sent_only_to_clusters_that_take_it() {
+        for (cluster_version, credential, capacity, left_out) in [
+            (2, false, None, Some(5)),
+            (3, true, None, Some(5)),
+            (4, true, Some(5), None),
+            (5, true, Some(5), None),
+        ] {
+            let mut sent = request(Some(5));
+            let dropped = fields_for_cluster_version(&mut sent, cluster_version);
+            assert_eq!(dropped, left_out, "cluster version {cluster_version}");
+            assert_eq!(sent.capacity, capacity, "cluster version {cluster_version}");
+            assert_eq!(
+                sent.credential.is_some(),
+                credential,
+                "cluster version {cluster_version}"
+            );
+        }
+        let mut default = request(None);
+        assert_eq!(fields_for_cluster_version(&mut default, 3), None);
+    }
 
     #[test]
     fn link_rejects_bad_endpoints() {

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use leasehold_api::wire::{
     AssignmentPush, Credential, ExecutorHealth, Grant, RegisterRequest, RenewRequest, RevokePush,
+    DEFAULT_CAPACITY,
 };
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -18,6 +19,7 @@ use crate::admission::{
 };
 use crate::admission_log::{AdmissionLog, MonotonicReading};
 use crate::lease::LeaseClock;
+use crate::load_meter::{LoadMeter, PendingReport};
 use crate::status::{ExecutorStatus, ShardEvent};
 
 /// Capacity of the [`ShardEvent`] broadcast. A lapse of an executor holding every shard of a
@@ -48,6 +50,38 @@ pub(crate) struct Shared {
     address: String,
     /// Operator label: sent in every register request.
     name: Option<String>,
+    /// Capacity and load reporting (P15.1).
+    load: LoadSettings,
+    /// What the embedder measures; each renewal takes a report from it.
+    meter: LoadMeter,
+}
+
+/// What an executor says about its capacity and its load (PROTOCOL P15.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LoadSettings {
+    /// Sent in every register request to clusters that take it.
+    pub(crate) capacity: u32,
+    /// Renewals carry the meter's loads (to clusters that take them).
+    pub(crate) report_loads: bool,
+}
+
+impl Default for LoadSettings {
+    fn default() -> Self {
+        Self {
+            capacity: DEFAULT_CAPACITY,
+            report_loads: false,
+        }
+    }
+}
+
+/// A renewal to send: for whom, with which credential (P13.4), the request, and the load report
+/// it was made with, to take in once granted.
+#[derive(Debug, Clone)]
+pub(crate) struct DueRenewal {
+    pub(crate) executor_id: String,
+    pub(crate) credential: Credential,
+    pub(crate) request: RenewRequest,
+    pub(crate) report: PendingReport,
 }
 
 #[derive(Debug)]
@@ -77,11 +111,18 @@ fn new_credential() -> Credential {
 }
 
 impl Shared {
-    pub(crate) fn new(address: String, name: Option<String>, log: Option<AdmissionLog>) -> Self {
+    pub(crate) fn new(
+        address: String,
+        name: Option<String>,
+        log: Option<AdmissionLog>,
+        load: LoadSettings,
+    ) -> Self {
         let core = AdmissionCore::default();
-        let (assignment_tx, _) = watch::channel(core.view(Instant::now()));
+        let (assignment_tx, assignment) = watch::channel(core.view(Instant::now()));
         let (events_tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
         Self {
+            load,
+            meter: LoadMeter::new(assignment),
             inner: Mutex::new(Inner {
                 core,
                 log,
@@ -206,11 +247,41 @@ impl Shared {
         *self.lock().core.lease()
     }
 
-    /// The renewal due, with the credential of the incarnation it renews (P13.4).
-    pub(crate) fn renewal(&self) -> Option<(String, Credential, RenewRequest)> {
-        let inner = self.lock();
-        let (executor_id, request) = inner.core.renewal()?;
-        Some((executor_id, inner.credential.clone(), request))
+    /// The renewal due, with the credential of the incarnation it renews (P13.4). It carries the
+    /// meter's loads for the held shards when reporting is on and `cluster_takes_loads` (the
+    /// managers stated cluster version `CAPACITY_SCHEMA` or later, docs/PROTOCOL.md
+    /// "Versions"); the report is made either way, so the interval of the next one starts at this
+    /// renewal.
+    pub(crate) fn renewal(&self, cluster_takes_loads: bool) -> Option<DueRenewal> {
+        let (executor_id, mut request, credential) = {
+            let inner = self.lock();
+            let (executor_id, request) = inner.core.renewal()?;
+            (executor_id, request, inner.credential.clone())
+        };
+        let report = self.meter.report(
+            request.claims.iter().map(|claim| claim.shard),
+            Instant::now(),
+        );
+        if self.load.report_loads && cluster_takes_loads {
+            request.loads = Some(report.loads.clone());
+        }
+        Some(DueRenewal {
+            executor_id,
+            credential,
+            request,
+            report,
+        })
+    }
+
+    /// Takes in the load report of a granted renewal (P15.1).
+    pub(crate) fn renewal_granted(&self, renewal: &DueRenewal) {
+        self.meter
+            .commit(&renewal.report, renewal.request.loads.is_some());
+    }
+
+    /// The load meter embedders record into.
+    pub(crate) fn load_meter(&self) -> &LoadMeter {
+        &self.meter
     }
 
     pub(crate) fn executor_id(&self) -> Option<String> {
@@ -229,6 +300,8 @@ impl Shared {
             address: self.address.clone(),
             name: self.name.clone(),
             credential: Some(inner.credential.clone()),
+            // Absent means the default (P15.1), which every release understands.
+            capacity: (self.load.capacity != DEFAULT_CAPACITY).then_some(self.load.capacity),
         }
     }
 
@@ -274,6 +347,8 @@ impl Shared {
             shards: view.shards,
             stopping: view.stopping,
             monotonic_ns,
+            capacity: self.load.capacity,
+            reported_loads: self.meter.last_reported(),
         }
     }
 

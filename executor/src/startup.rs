@@ -11,6 +11,7 @@ use leasehold_api::client::{http_client_builder, ClientError};
 use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
+use leasehold_api::wire::check_capacity;
 use tracing::{error, info};
 
 use crate::admission_log::AdmissionLog;
@@ -20,7 +21,7 @@ use crate::lease_loop::{run_lease_loop, watch_lapses};
 use crate::manager::ManagerLink;
 use crate::openapi;
 use crate::routes;
-use crate::shared::Shared;
+use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
 
 /// Bound on the P8.1 self-check: the push listener must answer within this after binding.
@@ -129,6 +130,9 @@ impl Executor {
                 "the shutdown grace (--shutdown-grace) must be positive".into(),
             ));
         }
+        check_capacity(config.capacity).map_err(|error| {
+            StartError::InvalidConfig(format!("the capacity (--capacity) is refused: {error}"))
+        })?;
         let tls = match &config.tls {
             Some(files) => Some(load_executor_tls(files)?),
             None => None,
@@ -165,7 +169,11 @@ impl Executor {
             tracing::warn!(%local_addr, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can push assignments (PROTOCOL P13.5)");
         }
         let address = advertised_address(&config, local_addr, tls.is_some())?;
-        let shared = Arc::new(Shared::new(address, config.name.clone(), log));
+        let load = LoadSettings {
+            capacity: config.capacity,
+            report_loads: config.report_loads,
+        };
+        let shared = Arc::new(Shared::new(address, config.name.clone(), log, load));
 
         let (shutdown_tx, shutdown) = ShutdownSignal::new();
         let (server_stop_tx, mut server_stop) = ShutdownSignal::new();

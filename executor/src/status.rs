@@ -3,7 +3,7 @@
 //! work ended ([`RunState`]). Plain values: built by the shared state, the lease loop and the
 //! handle, read by embedders, the status endpoint and the metrics.
 
-use leasehold_api::wire::ShardEpoch;
+use leasehold_api::wire::{ShardEpoch, ShardLoad};
 use serde::Serialize;
 
 use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, AdmissionState};
@@ -51,7 +51,7 @@ impl From<&AdmissionEvent> for ShardEvent {
 
 // No doc link in the doc comment: it is also the schema's description in the OpenAPI document.
 /// `GET /v1/status` and `ExecutorHandle::status`: the executor's own view (§9).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ExecutorStatus {
     /// `None` until registered.
     pub executor_id: Option<String>,
@@ -77,6 +77,11 @@ pub struct ExecutorStatus {
     /// CLOCK_MONOTONIC (ns) when this status was read: places it on the admission log's
     /// timeline (§9).
     pub monotonic_ns: u64,
+    /// The capacity it registers with (P15.1); a cluster below cluster version 4 records 1.
+    pub capacity: u32,
+    /// The loads (P15.1) its last granted renewal carried; absent until one carried loads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_loads: Option<Vec<ShardLoad>>,
 }
 
 /// How the executor's background work ended.

@@ -12,6 +12,7 @@ use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
 use leasehold_api::wire::validate_base_url;
 
 use crate::leader::core::GuardConfig;
+use crate::leader::placement::PlacementSettings;
 use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
 
 use crate::lease::MAX_SHARD_COUNT;
@@ -82,6 +83,22 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_MASS_EXPIRY_GRACE", default_value = "60s", value_parser = humantime::parse_duration)]
     pub mass_expiry_grace: Duration,
 
+    /// Place shards by the loads executors report (PROTOCOL §15); `=false` spreads shard counts
+    /// in proportion to capacity only.
+    #[arg(long, env = "LEASEHOLD_LOAD_PLACEMENT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub load_placement: bool,
+
+    /// How far an executor's load ÷ capacity may stray from the cluster's mean before shards
+    /// move for balance (P15.2): a fraction (`0.1`) or a percentage (`10%`).
+    #[arg(long, env = "LEASEHOLD_BALANCE_TOLERANCE", default_value = "10%", value_parser = parse_tolerance)]
+    pub balance_tolerance: f64,
+
+    /// Most shards moved for balance per minute (P15.3); expiry, drain and deregistration are
+    /// not limited. Default: 1 % of the shard count, at least 1.
+    #[arg(long, env = "LEASEHOLD_MAX_BALANCE_MOVES",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
+    pub max_balance_moves: Option<u32>,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -100,6 +117,25 @@ pub struct Args {
 pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// Longest `--heartbeat` and `--election-timeout`.
 pub const MAX_RAFT_TIMING: Duration = Duration::from_secs(60);
+
+/// Parses `--balance-tolerance`: a fraction in `(0, 1]` or a percentage in `(0 %, 100 %]`.
+fn parse_tolerance(value: &str) -> Result<f64, String> {
+    let trimmed = value.trim();
+    let (number, scale) = match trimmed.strip_suffix('%') {
+        Some(percent) => (percent.trim(), 100.0),
+        None => (trimmed, 1.0),
+    };
+    let parsed: f64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a number or a percentage"))?;
+    let tolerance = parsed / scale;
+    if !(tolerance > 0.0 && tolerance <= 1.0) {
+        return Err(format!(
+            "{value:?} is outside (0, 1] (or (0 %, 100 %]): a band of zero moves shards forever"
+        ));
+    }
+    Ok(tolerance)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitialCluster(pub BTreeMap<NodeId, String>);
@@ -142,6 +178,8 @@ pub struct ManagerConfig {
     pub timings: RaftTimings,
     pub snapshots: SnapshotSettings,
     pub guard: GuardConfig,
+    /// Placement by load (`--load-placement`, `--balance-tolerance`, `--max-balance-moves`).
+    pub placement: PlacementSettings,
     /// The process's TLS identity (P13.2), loaded and checked at start; `None` serves plaintext.
     pub tls: Option<TlsConfig>,
     /// Plaintext on a non-loopback address, allowed by `--insecure` (P13.5): warned about at start.
@@ -288,6 +326,13 @@ impl TryFrom<Args> for ManagerConfig {
                 enabled: args.mass_expiry_guard,
                 grace_ms: args.mass_expiry_grace.as_millis() as u64,
             },
+            placement: PlacementSettings {
+                by_load: args.load_placement,
+                tolerance: args.balance_tolerance,
+                max_balance_moves_per_minute: args
+                    .max_balance_moves
+                    .and_then(|moves| usize::try_from(moves).ok()),
+            },
             tls,
             insecure_plaintext,
             backup_key,
@@ -335,6 +380,7 @@ mod tests {
                 election_timeout_max_ms: 1_000,
             }
         );
+        assert_eq!(config.placement, PlacementSettings::default());
     }
 
     #[test]
@@ -366,6 +412,36 @@ mod tests {
             let err = args(&flags).unwrap_err();
             assert!(err.contains("at least 3"), "{flags:?}: {err}");
         }
+    }
+
+    #[test]
+    fn p15_placement_flags_parse() {
+        let config = args(&[
+            "--initial-cluster",
+            "1=http://127.0.0.1:7001",
+            "--load-placement=false",
+            "--balance-tolerance",
+            "25%",
+            "--max-balance-moves",
+            "7",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.placement,
+            PlacementSettings {
+                by_load: false,
+                tolerance: 0.25,
+                max_balance_moves_per_minute: Some(7),
+            }
+        );
+        let fraction = args(&[
+            "--initial-cluster",
+            "1=http://127.0.0.1:7001",
+            "--balance-tolerance",
+            "0.05",
+        ])
+        .unwrap();
+        assert_eq!(fraction.placement.tolerance, 0.05);
     }
 
     #[test]
@@ -456,6 +532,51 @@ mod tests {
             (
                 vec!["--initial-cluster", "1=http://a:1", "--join", "http://a:1"],
                 "cannot be used with",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--balance-tolerance",
+                    "0",
+                ],
+                "outside (0, 1]",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--balance-tolerance",
+                    "150%",
+                ],
+                "outside (0, 1]",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--balance-tolerance",
+                    "NaN",
+                ],
+                "outside (0, 1]",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--balance-tolerance",
+                    "ten",
+                ],
+                "not a number",
+            ),
+            (
+                vec![
+                    "--initial-cluster",
+                    "1=http://a:1",
+                    "--max-balance-moves",
+                    "0",
+                ],
+                "max-balance-moves",
             ),
         ] {
             let err = args(&flags).unwrap_err();

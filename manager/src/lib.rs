@@ -10,6 +10,7 @@
 //! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |
 //! | `bootstrap` | forming, rejoining and joining a cluster (§10) |
 //! | `renewals` | group commit of renewals into one Raft entry |
+//! | `load_reports` | the loads executors report in renewals (P15.1), soft state for the leader |
 //! | `signals` | what committed outcomes tell the leader loop (pushes owed, replan, renewals seen) |
 //! | `observe` | background duties that follow Raft metrics |
 //! | `http` | the axum server: public API, Raft RPC, health, metrics |
@@ -24,6 +25,7 @@ pub mod config;
 pub mod http;
 pub mod leader;
 pub mod lease;
+pub mod load_reports;
 pub mod member_versions;
 pub mod metrics;
 pub mod node;

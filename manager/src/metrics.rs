@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
-use crate::lease::{Outcome, RenewResult, ShardId};
+use crate::lease::{Command, MoveReason, Outcome, Plan, RenewResult, ShardId};
 use crate::raft::LeaseStateHandle;
 
 /// Buckets of `leasehold_renewal_duration_seconds`: a group commit on a healthy cluster takes a
@@ -84,6 +84,9 @@ pub fn record_state_gauges(state: &LeaseStateHandle, now_ms: u64) {
 /// Counters and the handoff-duration histogram, from the outcomes this node commits as leader.
 #[derive(Debug, Default)]
 pub struct CommitMetrics {
+    /// Shards a deregistration left unowned, until a plan places them: their moves are counted
+    /// as made for the deregistration. Bounded by the shard count.
+    freed_by_deregistration: Mutex<std::collections::BTreeSet<ShardId>>,
     /// Leader-clock ms at which each shard's current handoff was committed by this leader. Keyed
     /// by shard, so bounded by the shard count; a handoff begun under an earlier leader has no
     /// entry and its duration is not recorded (that leader's clock is not this one's, P2.3).
@@ -94,6 +97,35 @@ impl CommitMetrics {
     /// A new term starts with no handoff start times.
     pub fn reset_for_new_term(&self) {
         self.started().clear();
+        self.freed().clear();
+    }
+
+    fn freed(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<ShardId>> {
+        self.freed_by_deregistration
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts the moves of a plan this node committed and applied as leader, by reason
+    /// (`leasehold_shard_moves_by_reason_total`, §15). A cancelled handoff moves nothing.
+    pub fn count_plan(&self, plan: &Plan) {
+        let Command::Rebalance { moves, .. } = &plan.command else {
+            return;
+        };
+        let mut freed = self.freed();
+        for (step, reason) in moves.iter().zip(&plan.reasons) {
+            let label = match reason {
+                MoveReason::Balance => "balance",
+                MoveReason::Expiry => "expiry",
+                MoveReason::Drain => "drain",
+                MoveReason::Join => "join",
+                MoveReason::Departure if freed.remove(&step.shard) => "deregister",
+                MoveReason::Departure => "expiry",
+                MoveReason::Cancel => continue,
+            };
+            metrics::counter!("leasehold_shard_moves_by_reason_total", "reason" => label)
+                .increment(1);
+        }
     }
 
     fn started(&self) -> std::sync::MutexGuard<'_, BTreeMap<ShardId, u64>> {
@@ -126,8 +158,12 @@ impl CommitMetrics {
             } => metrics::counter!("leasehold_registrations_total").increment(1),
             Outcome::Deregistered {
                 already_gone: false,
+                freed,
                 ..
-            } => metrics::counter!("leasehold_deregistrations_total").increment(1),
+            } => {
+                metrics::counter!("leasehold_deregistrations_total").increment(1);
+                self.freed().extend(freed.iter().copied());
+            }
             Outcome::Reaped { reaped, .. } if !reaped.is_empty() => {
                 metrics::counter!("leasehold_reaped_total").increment(reaped.len() as u64)
             }

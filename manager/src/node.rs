@@ -12,6 +12,7 @@ use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
+use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::member_versions::MemberVersions;
 use crate::proposer::Proposer;
 use crate::raft::failover::LeaderContact;
@@ -62,6 +63,11 @@ pub struct ManagerNode {
     pub proposer: Proposer,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
+    /// The loads executors reported in their renewals (P15.1), soft state for the leader: the
+    /// renew handler records them, the leader reads them.
+    pub load_reports: LoadReports,
+    /// What the leader concluded from them at its last step (empty off the leader).
+    pub published_loads: PublishedLoads,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
@@ -127,6 +133,8 @@ impl ManagerNode {
             settings,
             metrics,
             renewals,
+            load_reports: LoadReports::default(),
+            published_loads: PublishedLoads::default(),
             member_versions: Arc::new(MemberVersions::default()),
             leader_contact: LeaderContact::default(),
             signals,

@@ -155,6 +155,7 @@ pub async fn run(
     tokio::spawn(leader::run(
         node.clone(),
         config.guard,
+        config.placement,
         tasks_stopped.clone(),
     ));
     tokio::spawn(renewals::run_batcher(

@@ -682,6 +682,7 @@ impl HandoffModel {
                 let request = RenewRequest {
                     claims: claims.clone(),
                     revision: *revision,
+                    loads: None,
                 };
                 self.manager_renew(state, *from, *sent_tick, &request);
             }
@@ -1568,6 +1569,7 @@ fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
             incarnation,
             name: None,
             credential_sha256: None,
+            capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
         };
         let mut core = AdmissionCore::default();
         match state.apply(&register) {

@@ -1441,6 +1441,7 @@ impl World {
                     address: request.address,
                     name: request.name,
                     credential_sha256: None,
+                    capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
                 };
                 self.propose(command, ReplyTo::Register { slot, call });
             }
@@ -1538,6 +1539,7 @@ impl World {
                         address,
                         name: None,
                         credential: None,
+                        capacity: None,
                     },
                 }
             }

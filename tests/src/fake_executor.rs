@@ -203,6 +203,7 @@ impl FakeExecutor {
                 address: address.clone(),
                 name: Some(name.to_string()),
                 credential: None,
+                capacity: None,
             })
             .await
             .expect("register");
@@ -325,6 +326,7 @@ async fn renew_loop(
                 RenewRequest {
                     claims: view.assignment.held(),
                     revision: view.assignment.revision(),
+                    loads: None,
                 },
             )
         };

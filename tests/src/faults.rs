@@ -556,6 +556,7 @@ pub async fn register_probe(client: &Client) -> Result<(String, String), ClientE
             address: PROBE_ADDRESS.to_string(),
             name: Some(format!("probe-{number}")),
             credential: Some(probe_credential()),
+            capacity: None,
         })
         .await?;
     Ok((incarnation, grant.executor_id))

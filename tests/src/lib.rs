@@ -95,16 +95,25 @@ pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
     in_netns(netns).command(program)
 }
 
-/// A `/v1/state` document without the fields that move with the clock alone (each lease's time
-/// remaining, each handoff's time to its owner's expiry), so two reads of an unchanged state
-/// compare equal.
-pub fn without_lease_clocks(mut state: serde_json::Value) -> serde_json::Value {
+/// A `/v1/state` document as every member holds it: without the fields that move with the clock
+/// alone (each lease's time remaining, each handoff's time to its owner's expiry) and without the
+/// leader's soft state (loads, utilisation and hot shards, PROTOCOL P15.1: only the leader shows
+/// them), so two reads of an unchanged state compare equal whichever member answered.
+pub fn replicated_view(mut state: serde_json::Value) -> serde_json::Value {
     for executor in state["executors"].as_array_mut().into_iter().flatten() {
         executor["lease_remaining_ms"] = serde_json::Value::Null;
+        if let Some(fields) = executor.as_object_mut() {
+            fields.remove("load");
+            fields.remove("utilisation");
+        }
     }
     for shard in state["shards"].as_array_mut().into_iter().flatten() {
         if let Some(handoff) = shard.get_mut("handoff").filter(|h| h.is_object()) {
             handoff["completes_by_expiry_in_ms"] = serde_json::Value::Null;
+        }
+        if let Some(fields) = shard.as_object_mut() {
+            fields.remove("load");
+            fields.remove("hot");
         }
     }
     state

@@ -17,7 +17,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_tests::executor::ExecutorProcess;
 use leasehold_tests::http_checks::{send, RawRequest};
 use leasehold_tests::{
-    free_port, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+    free_port, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -71,7 +71,12 @@ async fn state_without_clock(http: &reqwest::Client, base: &str) -> Value {
         .json()
         .await
         .expect("state JSON");
-    without_lease_clocks(state)
+    replicated_view(state)
+}
+
+/// A renewal (claiming nothing) whose `loads` are `loads`.
+fn renew_with_loads(loads: Value) -> Value {
+    json!({"claims": [], "revision": 1, "loads": loads})
 }
 
 fn manager_cases(executor_id: &str) -> Vec<Case> {
@@ -225,6 +230,112 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
         case(
             "oversized name",
             register(json!({"incarnation": "x", "address": good_address, "name": "n".repeat(257)})),
+            InvalidRequest,
+        ),
+        // Capacities (P15.1): a positive weight up to `MAX_CAPACITY`.
+        case(
+            "capacity 0",
+            register(json!({"incarnation": "x", "address": good_address, "capacity": 0})),
+            InvalidRequest,
+        ),
+        case(
+            "capacity above the maximum",
+            register(json!({
+                "incarnation": "x",
+                "address": good_address,
+                "capacity": leasehold_api::wire::MAX_CAPACITY + 1,
+            })),
+            InvalidRequest,
+        ),
+        case(
+            "capacity beyond u32",
+            register(
+                json!({"incarnation": "x", "address": good_address, "capacity": 4_294_967_296u64}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "capacity of the wrong type",
+            register(json!({"incarnation": "x", "address": good_address, "capacity": "2"})),
+            InvalidRequest,
+        ),
+        case(
+            "negative capacity",
+            register(json!({"incarnation": "x", "address": good_address, "capacity": -1})),
+            InvalidRequest,
+        ),
+        // Loads (P15.1): the renewal is refused whole, so its lease does not move either.
+        case(
+            "negative load",
+            post(
+                &renew,
+                renew_with_loads(json!([{"shard": 1, "load": -1.0}])),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "load NaN, as a string (JSON has no NaN)",
+            post(
+                &renew,
+                renew_with_loads(json!([{"shard": 1, "load": "NaN"}])),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "load above the maximum",
+            post(
+                &renew,
+                renew_with_loads(
+                    json!([{"shard": 1, "load": leasehold_api::wire::MAX_SHARD_LOAD * 10.0}]),
+                ),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "load beyond f64",
+            RawRequest::new(Method::POST, &renew)
+                .json(r#"{"claims": [], "revision": 1, "loads": [{"shard": 1, "load": 1e400}]}"#),
+            InvalidRequest,
+        ),
+        case(
+            "load's shard listed twice",
+            post(
+                &renew,
+                renew_with_loads(json!([{"shard": 1, "load": 1.0}, {"shard": 1, "load": 2.0}])),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "load's shard = shard count",
+            post(
+                &renew,
+                renew_with_loads(json!([{"shard": SHARDS, "load": 1.0}])),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "more loads than shards",
+            post(
+                &renew,
+                renew_with_loads(Value::Array(
+                    (0..=SHARDS)
+                        .map(|shard| json!({"shard": shard % SHARDS, "load": 1.0}))
+                        .collect(),
+                )),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "unknown field in a load",
+            post(
+                &renew,
+                renew_with_loads(json!([{"shard": 1, "load": 1.0, "unit": "rps"}])),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "loads not a list",
+            post(&renew, renew_with_loads(json!({"1": 1.0}))),
             InvalidRequest,
         ),
         // Malformed URLs (the register address is pushed to, §9).

@@ -25,8 +25,7 @@ use leasehold_tests::executor::{
     admission_logs, check_admission_exclusivity, wait_for_even_split, ExecutorProcess, ExecutorSpec,
 };
 use leasehold_tests::{
-    one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
-    ManagerPlacement,
+    one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions, ManagerPlacement,
 };
 use serde_json::Value;
 
@@ -37,6 +36,11 @@ const RELEASES: [&str; 1] = ["0.1.0"];
 const PREVIOUS: (&str, &str) = ("0.1.0", "80161b3");
 /// The previous release's first build takes minutes on a loaded 2-core machine.
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
+/// This release's newest state schema, the cluster version a cluster of its managers reaches.
+const THIS_SCHEMA: u64 = 4;
+/// Three leases of `leasehold_tests::TEST_LEASE` (4 s): an executor whose renewals were refused
+/// would have been reaped by then.
+const THREE_TEST_LEASES: Duration = Duration::from_secs(12);
 
 fn fixture_dir(release: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -56,8 +60,21 @@ fn read_json(path: &Path) -> Value {
 
 /// The state as this test compares it: without the revision and the lease clocks.
 fn comparable(state: Value) -> Value {
-    let mut state = without_lease_clocks(state);
+    let mut state = replicated_view(state);
     state["revision"] = Value::Null;
+    state
+}
+
+/// A state an earlier release served, as this release shows the same state: replies gain fields
+/// (docs/PROTOCOL.md, "Versions"), and a field this release adds to an executor is shown at the
+/// value an executor of that release is read with, so the comparison checks it too. Every
+/// executor of schemas 2 and 3 has capacity 1 (P15.1).
+fn shown_by_this_release(mut state: Value) -> Value {
+    for executor in state["executors"].as_array_mut().into_iter().flatten() {
+        if let Some(fields) = executor.as_object_mut() {
+            fields.entry("capacity").or_insert(Value::from(1));
+        }
+    }
     state
 }
 
@@ -75,7 +92,7 @@ impl Fixture {
     fn load(release: &'static str) -> Self {
         let dir = fixture_dir(release);
         let meta = read_json(&dir.join("meta.json"));
-        let expected = comparable(read_json(&dir.join("state.json")));
+        let expected = shown_by_this_release(comparable(read_json(&dir.join("state.json"))));
         let placement = ManagerPlacement {
             host: "127.0.0.1".to_string(),
             port: u16::try_from(meta["port"].as_u64().unwrap()).unwrap(),
@@ -185,7 +202,7 @@ async fn p14_1_data_directories_of_earlier_releases_open_with_the_same_state() {
         let raised = poll_until("the cluster version to rise", LEADER_BOUND, || async {
             let info = fixture.cluster_info().await;
             match info["cluster_version"].as_u64() {
-                Some(version) if version > 2 => Ok(version),
+                Some(THIS_SCHEMA) => Ok(THIS_SCHEMA),
                 _ => Err(format!("{info}")),
             }
         })
@@ -256,6 +273,51 @@ async fn p14_3_an_executor_of_the_previous_release_works_beside_this_releases() 
         },
     );
     let new = ExecutorProcess::start(&cluster, "this-release");
+    wait_for_even_split(&[&old, &new], 16, SETTLE_BOUND).await;
+
+    // It registered without a capacity and renews without loads, neither of which it knows
+    // (P15.1): it counts as capacity 1, and keeps its registration and its shards for several
+    // leases, which only renewals this release accepted can do.
+    let previous_id = old.status().await.unwrap()["executor_id"].clone();
+    let registered = |executors: &Value| {
+        executors.as_array().and_then(|all| {
+            all.iter()
+                .find(|e| e["executor_id"] == previous_id)
+                .cloned()
+        })
+    };
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let executors_url = format!("{}/v1/executors", cluster.url(leader));
+    let executors: Value = cluster
+        .http
+        .get(&executors_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let view = registered(&executors).unwrap_or_else(|| panic!("{executors}"));
+    assert_eq!(view["capacity"], 1, "{view}");
+    assert_eq!(cluster.options.lease, leasehold_tests::TEST_LEASE);
+    tokio::time::sleep(THREE_TEST_LEASES).await;
+    let executors: Value = cluster
+        .http
+        .get(&executors_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let view = registered(&executors).unwrap_or_else(|| {
+        panic!("P3.4: the 0.1.0 executor renewed for three leases: {executors}")
+    });
+    assert!(
+        view["lease_remaining_ms"].as_u64() > Some(0)
+            && !view["shards"].as_array().unwrap().is_empty(),
+        "{view}"
+    );
     wait_for_even_split(&[&old, &new], 16, SETTLE_BOUND).await;
 
     // The previous release's executor dies: its shards move to this release's (P3.8).

@@ -134,6 +134,31 @@ fn a_refused_configuration_is_one_line_and_exit_status_2() {
             ],
             vec!["not-an-address"],
         ),
+        // P15.1: a capacity is a positive weight, at most `MAX_CAPACITY`.
+        (
+            "leasehold-executor",
+            vec![
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--capacity",
+                "0",
+            ],
+            vec!["--capacity", "capacity 0"],
+        ),
+        (
+            "leasehold-executor",
+            vec![
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--capacity",
+                "1000001",
+            ],
+            vec!["--capacity", "capacity 1000001"],
+        ),
     ];
     for (program, args, expected) in cases {
         let (code, stderr) = run(program, &args);

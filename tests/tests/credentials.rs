@@ -116,6 +116,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
             address: "http://127.0.0.1:9".into(),
             name: None,
             credential: Some(secret.clone()),
+            capacity: None,
         })
         .await
         .expect("a registration with a credential (cluster version 3)");
@@ -196,6 +197,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
         address: "http://127.0.0.1:9".into(),
         name: None,
         credential,
+        capacity: None,
     };
     let error = client
         .register(&replay(Some(other.clone())))
@@ -229,6 +231,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
             &leasehold_api::RenewRequest {
                 claims: Vec::new(),
                 revision: 0,
+                loads: None,
             },
         )
         .await

@@ -17,8 +17,7 @@ use leasehold_api::wire::{ClusterInfo, ExecutorView, KeyRoute, ShardView, StateV
 use leasehold_tests::ctl::{cells, field_pairs, leaseholdctl, CtlRun};
 use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
 use leasehold_tests::{
-    binary, free_port, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster,
-    ClusterOptions,
+    binary, free_port, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -63,7 +62,7 @@ fn is_duration(cell: &str) -> bool {
 
 /// `/v1/state` without what moves on its own: the revision (renewals) and lease times.
 fn without_time(state: Value) -> Value {
-    let mut state = without_lease_clocks(state);
+    let mut state = replicated_view(state);
     state["revision"] = Value::Null;
     state
 }
@@ -213,7 +212,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         );
         assert!(row[5..10].iter().all(|cell| is_number(cell)), "{row:?}");
         // P14.3: every member runs this release, reads schemas 2 to 3, and the cluster is at 3.
-        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-3", "3"], "{row:?}");
+        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-4", "4"], "{row:?}");
     }
     let json: Vec<MemberStatus> = leaseholdctl(&urls, &["-o", "json", "cluster", "status"])
         .await
@@ -302,6 +301,9 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "ADDRESS",
             "LEASE",
             "SHARDS",
+            "CAPACITY",
+            "LOAD",
+            "UTILISATION",
             "DRAINING",
             "REGISTERED"
         ]
@@ -313,9 +315,14 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         names.insert(row[1].clone());
         assert_eq!(row[2], executor.url());
         assert!(row[0].starts_with("ex-") && is_duration(&row[3]), "{row:?}");
-        assert_eq!(row[4..6], ["4", "no"]);
+        assert_eq!(row[4..6], ["4", "1"]);
+        // Loads come from the leader only (P15.1): a follower shows `-`.
+        for figure in &row[6..8] {
+            assert!(figure == "-" || is_number(figure), "{row:?}");
+        }
+        assert_eq!(row[8], "no");
         assert_eq!(
-            row[6],
+            row[9],
             row[0].trim_start_matches("ex-"),
             "registered at the id's index"
         );
@@ -339,7 +346,18 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     {
         l["lease_remaining_ms"] = r["lease_remaining_ms"].clone();
     }
-    assert_eq!(listed_value, api, "-o json is the API's wire type");
+    assert_eq!(
+        replicated_view(serde_json::json!({ "executors": listed_value })),
+        replicated_view(serde_json::json!({ "executors": api })),
+        "-o json is the API's wire type"
+    );
+    // Through the leader, the loads: the executors report, and nobody sent them work.
+    let run = leaseholdctl(&urls, &["--consistent", "executor", "list"])
+        .await
+        .ok();
+    for row in &run.rows()[1..] {
+        assert_eq!(row[6..8], ["0", "0"], "{row:?}");
+    }
 
     // executor show
     let run = leaseholdctl(&urls, &["executor", "show", &ids[0]])
@@ -356,6 +374,9 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "incarnation",
             "lease remaining",
             "draining",
+            "capacity",
+            "load",
+            "utilisation",
             "registered",
             "shard count",
             "shards"
@@ -364,7 +385,8 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     assert_eq!(pairs[0].1, ids[0]);
     assert_eq!(pairs[1].1, settled.executors[0].name.clone().unwrap());
     assert_eq!(pairs[5].1, "no");
-    assert_eq!(pairs[7].1, "4");
+    assert_eq!(pairs[6].1, "1");
+    assert_eq!(pairs[10].1, "4");
     let shown: ExecutorView = leaseholdctl(&urls, &["-o", "json", "executor", "show", &ids[0]])
         .await
         .ok()
@@ -375,12 +397,25 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     let run = leaseholdctl(&urls, &["shard", "list"]).await.ok();
     assert_aligned(&run);
     let rows = run.rows();
-    assert_eq!(rows[0], ["SHARD", "OWNER", "EPOCH", "STATE", "HANDOFF_TO"]);
+    assert_eq!(
+        rows[0],
+        [
+            "SHARD",
+            "OWNER",
+            "EPOCH",
+            "STATE",
+            "HANDOFF_TO",
+            "LOAD",
+            "HOT"
+        ]
+    );
     assert_eq!(rows.len(), SHARDS as usize + 1);
     for (row, shard) in rows[1..].iter().zip(0u32..) {
         assert_eq!(row[0], shard.to_string());
         assert!(ids.contains(&row[1]) && is_number(&row[2]), "{row:?}");
-        assert_eq!(row[3..], ["serving", "-"]);
+        assert_eq!(row[3..5], ["serving", "-"]);
+        assert!(row[5] == "-" || row[5] == "0", "{row:?}");
+        assert_eq!(row[6], "no");
     }
     let shards: Vec<ShardView> = leaseholdctl(&urls, &["-o", "json", "shard", "list"])
         .await
@@ -391,7 +426,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     let pairs = field_pairs(&run.stdout);
     assert_eq!(
         pairs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["shard", "owner", "epoch", "state", "route"]
+        ["shard", "owner", "epoch", "state", "route", "load", "hot"]
     );
     let owner = &pairs[1].1;
     let owner_url = settled
@@ -1121,6 +1156,7 @@ async fn watch_blocks_until_the_state_moves_past_the_revision() {
             address: "http://127.0.0.1:9".into(),
             name: None,
             credential: None,
+            capacity: None,
         })
         .await
         .unwrap();

@@ -6,7 +6,8 @@
 //! the three managers: the totals are then exact whatever the leader was. The scenario, on 16
 //! shards: A registers and gets all 16 (16 grants); B joins and takes 8 from A (8 handoffs, P5.2,
 //! P5.4); B stops gracefully (a deregistration, P3.7; 8 grants back to A); C joins and takes 8
-//! (8 handoffs); C is killed and expires (one reap, P3.8; 8 grants back to A); A stops.
+//! (8 handoffs); C is killed and expires (one reap, P3.8; 8 grants back to A); A stops. The moves
+//! are counted by reason too (§15): join, deregister, expiry.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -102,6 +103,14 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         SHARDS as f64,
     )
     .await;
+    // By reason (PROTOCOL §15): never-owned shards placed for the first time count as a join.
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_by_reason_total{reason="join"}"#,
+        SHARDS as f64,
+    )
+    .await;
     // State gauges describe the answering replica's applied state; the leader has applied it.
     let leader = scrape(&http, &cluster.url(first_leader)).await;
     assert_eq!(leader.get("leasehold_executors"), Some(&1.0));
@@ -157,6 +166,13 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         HALF,
     )
     .await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_by_reason_total{reason="join"}"#,
+        SHARDS as f64 + HALF,
+    )
+    .await;
     let scrapes = scrape_managers(&cluster, &http).await;
     let completed = summed(
         &scrapes,
@@ -203,6 +219,13 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         SHARDS as f64 + HALF,
     )
     .await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_by_reason_total{reason="deregister"}"#,
+        HALF,
+    )
+    .await;
 
     // C joins, takes half, and is killed: it expires and is reaped; its shards go back to A.
     let mut c = ExecutorProcess::start(&cluster, "c");
@@ -222,6 +245,13 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         &http,
         r#"leasehold_shard_moves_total{kind="grant"}"#,
         SHARDS as f64 + 2.0 * HALF,
+    )
+    .await;
+    expect_total(
+        &cluster,
+        &http,
+        r#"leasehold_shard_moves_by_reason_total{reason="expiry"}"#,
+        HALF,
     )
     .await;
     expect_total(&cluster, &http, "leasehold_registrations_total", 3.0).await;

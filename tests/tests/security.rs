@@ -487,6 +487,7 @@ async fn p13_6_a_manager_with_a_backup_key_restores_only_backups_it_sealed() {
             address: "http://127.0.0.1:9".into(),
             name: None,
             credential: None,
+            capacity: None,
         })
         .await
         .unwrap();

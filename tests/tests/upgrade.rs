@@ -9,9 +9,11 @@
 //! time. Throughout: no acknowledged registration is lost (I3), nobody is reaped, and the
 //! admission logs of every executor that ran, real or fake, keep I1 and I2.
 //!
-//! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to 3 by
-//! the leader once the last one runs this release. After that a 0.1.0 binary must refuse the
-//! data directory rather than misread it; this release's binary then rejoins on it.
+//! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to this
+//! release's newest schema (4) by the leader once the last one runs this release. After that a
+//! 0.1.0 binary must refuse the data directory rather than misread it; this release's binary then
+//! rejoins on it. Just before the raise, with this release's leader and the last 0.1.0 voter
+//! stopped, a registration with a capacity is refused by the proposal gate (P14.3, P15.1).
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -20,6 +22,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::RegisterRequest;
 use leasehold_tests::checker::monotonic_now_ns;
 use leasehold_tests::executor::{
     admission_logs, check_admission_exclusivity, AdmissionEdge, AdmissionRecord, ExecutorLog,
@@ -27,7 +31,7 @@ use leasehold_tests::executor::{
 };
 use leasehold_tests::fake_executor::{FakeExecutor, Interval};
 use leasehold_tests::{
-    binary, one_cluster_at_a_time, poll_until, without_lease_clocks, Cluster, ClusterOptions,
+    binary, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -39,7 +43,7 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-const THIS_SCHEMA: u64 = 3;
+const THIS_SCHEMA: u64 = 4;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -109,6 +113,33 @@ impl Upgrade {
             }
         })
         .await;
+    }
+
+    /// P14.3, P15.1: with this release's leader and a 0.1.0 voter (stopped, so the cluster
+    /// version stays 2), a registration with a capacity other than 1 is refused by the proposal
+    /// gate, `409` and nothing registered; the executor library never sends one then.
+    async fn capacity_is_refused_below_its_schema(&self, leader: u64) {
+        let incarnation = "capacity-before-the-raise";
+        let request = RegisterRequest {
+            incarnation: incarnation.into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: None,
+            capacity: Some(2),
+        };
+        let error = self
+            .cluster
+            .client()
+            .register(&request)
+            .await
+            .expect_err("P14.3: a capacity before the cluster version reaches 4");
+        assert_eq!(error.code(), Some(ErrorCode::Conflict), "{error}");
+        assert!(error.to_string().contains("P14.3"), "{error}");
+        let executors = self.get(leader, "/v1/executors").await.unwrap();
+        assert!(
+            !executors.to_string().contains(incarnation),
+            "the refused registration changed nothing: {executors}"
+        );
     }
 
     async fn get(&self, id: u64, path: &str) -> Result<Value, String> {
@@ -223,7 +254,7 @@ impl Upgrade {
 
 /// `/v1/state` as two replicas of one state compare: without the revision and the lease clocks.
 fn comparable(state: Value) -> Value {
-    let mut state = without_lease_clocks(state);
+    let mut state = replicated_view(state);
     state["revision"] = Value::Null;
     state
 }
@@ -289,8 +320,11 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
         );
         // A write while only two of three voters run, in mixed versions: the restarted manager
         // must catch up on it under its new binary (I3).
-        up.cluster.wait_for_leader(LEADER_BOUND).await;
+        let leader = up.cluster.wait_for_leader(LEADER_BOUND).await;
         up.register_fake(&format!("manager-{id}-down")).await;
+        if upgraded.len() + 1 == MANAGERS.len() {
+            up.capacity_is_refused_below_its_schema(leader).await;
+        }
         up.cluster.manager(id).set_binary(this_manager.clone());
         up.cluster.manager(id).start();
         up.wait_caught_up(id).await;
@@ -308,8 +342,8 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
                     "P14.3: manager {new} reports cluster version 2 while a voter runs 0.1.0: \
                      {view}"
                 );
-                // Nobody may take a 0.1.0 voter for one that can apply schema 3 (the fields are
-                // optional: absent until the answering node has learnt them).
+                // Nobody may take a 0.1.0 voter for one that can apply a newer schema (the fields
+                // are optional: absent until the answering node has learnt them).
                 for member in view["voters"].as_array().unwrap() {
                     if upgraded.contains(&member["node_id"].as_u64().unwrap()) {
                         continue;
@@ -367,8 +401,10 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
     // The cluster version rises only now, after the last voter (P14.3), and on its own. Each
     // node learns the members' releases by asking them every few seconds, so a follower may
     // show a just-upgraded member's old release for a moment: the poll waits that out too.
-    let what = "every manager to show cluster version 3 and every voter at this release (P14.3)";
-    poll_until(what, VERSION_BOUND, || async {
+    let what = format!(
+        "every manager to show cluster version {THIS_SCHEMA} and every voter at this release (P14.3)"
+    );
+    poll_until(&what, VERSION_BOUND, || async {
         let mut seen = Vec::new();
         for id in MANAGERS {
             let view = up.get(id, "/v1/cluster").await?;
@@ -392,8 +428,8 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
         }
     })
     .await;
-    up.register_fake("cluster-version-3").await;
-    up.wait_for_split("cluster version 3").await;
+    up.register_fake("cluster-version-raised").await;
+    up.wait_for_split("cluster version raised").await;
 
     // Then the executors, one at a time (P14.2).
     for n in 0..3 {
@@ -417,9 +453,10 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
     up.cluster.manager(id).start();
     let status = up.cluster.manager(id).wait_exit(STOP_BOUND).await;
     let log = up.cluster.manager(id).log();
+    let newest = format!("schema {THIS_SCHEMA}");
     assert!(
-        !status.success() && log.contains("schema 3") && log.contains("schema 2"),
-        "P14.1: 0.1.0 refuses manager {id}'s schema-3 data directory, naming both schemas \
+        !status.success() && log.contains(&newest) && log.contains("schema 2"),
+        "P14.1: 0.1.0 refuses manager {id}'s {newest} data directory, naming both schemas \
          ({status}): {log}"
     );
     // The other two keep serving: a leader, every shard held, and writes commit.

@@ -19,7 +19,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 pub use self::exit::{CtlError, EXIT_CODES_HELP};
-use self::table::{fields, human_ms, opt, shard_ranges, Table, NONE};
+use self::table::{fields, human_load, human_ms, opt, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
@@ -695,6 +695,9 @@ fn render_executors(executors: &[ExecutorView]) -> String {
         "ADDRESS",
         "LEASE",
         "SHARDS",
+        "CAPACITY",
+        "LOAD",
+        "UTILISATION",
         "DRAINING",
         "REGISTERED",
     ]);
@@ -705,6 +708,9 @@ fn render_executors(executors: &[ExecutorView]) -> String {
             e.address.clone(),
             human_ms(e.lease_remaining_ms),
             e.shards.len().to_string(),
+            e.capacity.to_string(),
+            human_load(e.load),
+            human_load(e.utilisation),
             yes_no(e.draining),
             e.registered_revision.to_string(),
         ]);
@@ -720,6 +726,9 @@ fn render_executor(e: &ExecutorView) -> String {
         ("incarnation", e.incarnation.clone()),
         ("lease remaining", human_ms(e.lease_remaining_ms)),
         ("draining", yes_no(e.draining)),
+        ("capacity", e.capacity.to_string()),
+        ("load", human_load(e.load)),
+        ("utilisation", human_load(e.utilisation)),
         ("registered", format!("revision {}", e.registered_revision)),
         ("shard count", e.shards.len().to_string()),
         ("shards", shard_ranges(e.shards.iter().map(|s| s.shard))),
@@ -735,7 +744,15 @@ fn shard_state(view: &ShardView) -> &'static str {
 }
 
 fn render_shards(shards: &[ShardView]) -> String {
-    let mut table = Table::new(&["SHARD", "OWNER", "EPOCH", "STATE", "HANDOFF_TO"]);
+    let mut table = Table::new(&[
+        "SHARD",
+        "OWNER",
+        "EPOCH",
+        "STATE",
+        "HANDOFF_TO",
+        "LOAD",
+        "HOT",
+    ]);
     for s in shards {
         table.push(vec![
             s.shard.to_string(),
@@ -745,6 +762,8 @@ fn render_shards(shards: &[ShardView]) -> String {
             s.handoff
                 .as_ref()
                 .map_or_else(|| NONE.to_owned(), |h| opt(h.to.as_deref())),
+            human_load(s.load),
+            yes_no(s.hot),
         ]);
     }
     table.render()
@@ -763,6 +782,8 @@ fn render_shard(view: &ShardView, state: &StateView) -> String {
         ("epoch", view.epoch.to_string()),
         ("state", shard_state(view).to_owned()),
         ("route", opt(address)),
+        ("load", human_load(view.load)),
+        ("hot", yes_no(view.hot)),
     ];
     if let Some(handoff) = &view.handoff {
         pairs.push(("handoff to", opt(handoff.to.as_deref())));
@@ -955,6 +976,8 @@ mod tests {
                 owner: Some("ex-4".into()),
                 epoch: 2,
                 handoff: None,
+                load: Some(41.666),
+                hot: true,
             },
             ShardView {
                 shard: 1,
@@ -965,20 +988,24 @@ mod tests {
                     revoke_revision: 30,
                     completes_by_expiry_in_ms: 2_500,
                 }),
+                load: Some(0.0031249),
+                hot: false,
             },
             ShardView {
                 shard: 2,
                 owner: None,
                 epoch: 0,
                 handoff: None,
+                load: None,
+                hot: false,
             },
         ];
         assert_eq!(
             render_shards(&shards),
-            "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO\n\
-             0      ex-4   2      serving    -\n\
-             1      ex-4   1      releasing  ex-9\n\
-             2      -      0      unowned    -\n"
+            "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO  LOAD     HOT\n\
+             0      ex-4   2      serving    -           41.7     yes\n\
+             1      ex-4   1      releasing  ex-9        0.00312  no\n\
+             2      -      0      unowned    -           -        no\n"
         );
     }
 
@@ -995,6 +1022,9 @@ mod tests {
                 .map(|shard| ShardEpoch { shard, epoch: 1 })
                 .to_vec(),
             draining: true,
+            capacity: 2,
+            load: Some(1250.4),
+            utilisation: Some(625.2),
         };
         assert_eq!(
             render_executor(&executor),
@@ -1004,6 +1034,9 @@ mod tests {
              incarnation:      inc\n\
              lease remaining:  3.2s\n\
              draining:         yes\n\
+             capacity:         2\n\
+             load:             1250\n\
+             utilisation:      625\n\
              registered:       revision 4\n\
              shard count:      4\n\
              shards:           0-2,5\n"

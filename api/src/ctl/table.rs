@@ -88,6 +88,22 @@ pub fn opt<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| NONE.to_owned(), |v| v.to_string())
 }
 
+/// A load or utilisation for people: three significant figures (`0.00312`, `41.7`, `1250`), or
+/// [`NONE`] when the answering manager does not know it (only the leader knows loads).
+pub fn human_load(value: Option<f64>) -> String {
+    match value {
+        None => NONE.to_owned(),
+        Some(0.0) => "0".to_owned(),
+        Some(value) => {
+            let digits = 2 - value.abs().log10().floor().clamp(-9.0, 2.0) as i32;
+            format!(
+                "{value:.prec$}",
+                prec = usize::try_from(digits).unwrap_or(0)
+            )
+        }
+    }
+}
+
 /// Compact shard list: `0-3,7,9-10`.
 pub fn shard_ranges(shards: impl IntoIterator<Item = u32>) -> String {
     let mut sorted: Vec<u32> = shards.into_iter().collect();

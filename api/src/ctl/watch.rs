@@ -276,6 +276,9 @@ mod tests {
             registered_revision: 1,
             shards: vec![ShardEpoch { shard: 0, epoch: 1 }],
             draining,
+            capacity: crate::wire::DEFAULT_CAPACITY,
+            load: None,
+            utilisation: None,
         }
     }
 
@@ -289,6 +292,8 @@ mod tests {
                 revoke_revision: 5,
                 completes_by_expiry_in_ms: 100,
             }),
+            load: None,
+            hot: false,
         }
     }
 

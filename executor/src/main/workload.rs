@@ -4,7 +4,8 @@
 //! [`document`] for the binary's OpenAPI document.
 //!
 //! - `200 {shard, epoch}`: the key's shard is held and admitted; the epoch is the fencing token
-//!   the work would hand to downstream storage.
+//!   the work would hand to downstream storage. Each is one unit of the shard's load, which the
+//!   binary's renewals report as a rate (P15.1).
 //! - `421` (problem+json, code `conflict`, plus `shard`, `owner_executor_id`, `owner_address`,
 //!   `epoch`): another executor owns the shard, per the manager's `GET /v1/routing?key=K`.
 //! - `503 sharding_not_ready`: self-fenced (P3.6), or the shard is between owners; retry.
@@ -23,7 +24,7 @@ use leasehold_api::wire::ShardEpoch;
 use leasehold_executor::server::HttpError;
 use leasehold_executor::{AdmitError, ExecutorHandle, MAX_KEY_BYTES};
 use serde::{Deserialize, Serialize};
-use tracing::debug;
+use tracing::{debug, warn};
 use utoipa::OpenApi;
 
 /// `?key=K`.
@@ -110,10 +111,17 @@ pub(crate) async fn work(
         );
     }
     match handle.admit_key(key.as_bytes()) {
-        Ok(permit) => Ok(Json(ShardEpoch {
-            shard: permit.shard,
-            epoch: permit.epoch,
-        })),
+        Ok(permit) => {
+            // One unit per admitted request: the binary reports its request rate (P15.1). The
+            // shard was just admitted, so it is in range; a refusal would be a bug worth a line.
+            if let Err(error) = handle.load_meter().record(permit.shard, 1.0) {
+                warn!(%error, shard = permit.shard, "the admitted request was not metered");
+            }
+            Ok(Json(ShardEpoch {
+                shard: permit.shard,
+                epoch: permit.epoch,
+            }))
+        }
         Err(AdmitError::NotReady) => Err(HttpError::new(
             ErrorCode::ShardingNotReady,
             "this executor is not admitting work right now (lease lapsed, not registered, or stopping)",

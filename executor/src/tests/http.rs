@@ -13,14 +13,19 @@ use tower::ServiceExt;
 
 use super::set;
 use crate::admission::{AdmitError, Permit};
-use crate::shared::Shared;
+use crate::shared::{LoadSettings, Shared};
 use crate::{openapi, routes, server};
 
 const SHARD_COUNT: u32 = 8;
 
 /// An executor registered as ex-1 at revision 10, holding shards 1 and 2 at epoch 1.
 fn registered() -> Arc<Shared> {
-    let shared = Arc::new(Shared::new("http://127.0.0.1:9".into(), None, None));
+    let shared = Arc::new(Shared::new(
+        "http://127.0.0.1:9".into(),
+        None,
+        None,
+        LoadSettings::default(),
+    ));
     shared
         .apply_grant(
             Instant::now(),
@@ -269,7 +274,12 @@ async fn i6_transport_level_errors_are_problems() {
 
 #[tokio::test]
 async fn push_before_registration_is_refused_as_not_ready() {
-    let shared = Arc::new(Shared::new("http://127.0.0.1:9".into(), None, None));
+    let shared = Arc::new(Shared::new(
+        "http://127.0.0.1:9".into(),
+        None,
+        None,
+        LoadSettings::default(),
+    ));
     let reply = call(
         app(&shared),
         "PUT",

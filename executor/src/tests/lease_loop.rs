@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_api::wire::{ShardLoad, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
@@ -13,7 +14,7 @@ use super::{set, Call, FakeManager, Script};
 use crate::admission::{AdmissionReason, AdmissionState, AdmitError, Permit};
 use crate::admission_log::AdmissionLog;
 use crate::lease_loop::{run_lease_loop, watch_lapses};
-use crate::shared::Shared;
+use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::status::{RunState, ShardEvent};
 
@@ -43,6 +44,10 @@ struct Harness {
 
 impl Harness {
     fn start(script: Script) -> Self {
+        Self::start_with(script, LoadSettings::default())
+    }
+
+    fn start_with(script: Script, load: LoadSettings) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log_path = dir.path().join("events.jsonl");
         let log = AdmissionLog::open(&log_path).unwrap();
@@ -50,6 +55,7 @@ impl Harness {
             "http://127.0.0.1:9".into(),
             Some("test".into()),
             Some(log),
+            load,
         ));
         let events = shared.subscribe_events();
         let fake = FakeManager::new(script);
@@ -453,4 +459,134 @@ async fn hopeless_registration_fails_the_executor() {
         1,
         "no retries of a request the manager calls invalid"
     );
+}
+
+/// The loads each renewal carried, in order.
+fn renewal_loads(fake: &FakeManager) -> Vec<Option<Vec<ShardLoad>>> {
+    fake.calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::Renew { request, .. } => Some(request.loads),
+            _ => None,
+        })
+        .collect()
+}
+
+fn loads(entries: &[(u32, f64)]) -> Vec<ShardLoad> {
+    entries
+        .iter()
+        .map(|&(shard, load)| ShardLoad { shard, load })
+        .collect()
+}
+
+const REPORTING: LoadSettings = LoadSettings {
+    capacity: 3,
+    report_loads: true,
+};
+
+/// P15.1: with reporting on, each renewal to a cluster at cluster version 4 carries a load per
+/// held shard: the work recorded since the previous granted renewal, per second; and the status
+/// shows the capacity and the loads last reported.
+#[tokio::test(start_paused = true)]
+async fn p15_1_renewals_carry_the_recorded_rate_per_held_shard() {
+    let harness = Harness::start_with(
+        Script {
+            lease_ttl_ms: 30_000,
+            shards: set(&[(1, 1), (4, 1)]),
+            ..Script::default()
+        },
+        REPORTING,
+    );
+    harness.let_tasks_run().await;
+    let meter = harness.shared.load_meter().clone();
+    for _ in 0..50 {
+        meter.record(4, 1.0).unwrap();
+    }
+    // The first renewal, 10 s after the registration the meter's interval started with.
+    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    meter.record(1, 30.0).unwrap();
+    sleep_until(harness.t0 + secs(20) + ms(1)).await;
+    assert_eq!(
+        renewal_loads(&harness.fake),
+        [
+            Some(loads(&[(1, 0.0), (4, 5.0)])),
+            Some(loads(&[(1, 3.0), (4, 0.0)])),
+        ]
+    );
+    let status = harness.shared.status();
+    assert_eq!(status.capacity, 3);
+    assert_eq!(status.reported_loads, Some(loads(&[(1, 3.0), (4, 0.0)])));
+    let registered_with = harness
+        .fake
+        .calls()
+        .into_iter()
+        .find_map(|call| match call {
+            Call::Register { capacity, .. } => Some(capacity),
+            _ => None,
+        });
+    assert_eq!(registered_with, Some(Some(3)));
+    harness.stop().await;
+}
+
+/// docs/PROTOCOL.md "Versions": a cluster below cluster version 4 is never sent `loads` (its
+/// managers would refuse the field), and neither is any cluster when reporting is off (the
+/// manager then counts the executor as not reporting, not as idle).
+#[tokio::test(start_paused = true)]
+async fn p15_1_loads_go_only_to_clusters_that_take_them_and_only_when_reporting() {
+    for (cluster_version, load) in [
+        (CREDENTIALS_SCHEMA, REPORTING),
+        (CAPACITY_SCHEMA, LoadSettings::default()),
+    ] {
+        let harness = Harness::start_with(
+            Script {
+                lease_ttl_ms: 30_000,
+                shards: set(&[(2, 1)]),
+                cluster_version,
+                ..Script::default()
+            },
+            load,
+        );
+        harness.let_tasks_run().await;
+        harness.shared.load_meter().record(2, 10.0).unwrap();
+        sleep_until(harness.t0 + secs(20) + ms(1)).await;
+        assert_eq!(
+            renewal_loads(&harness.fake),
+            [None, None],
+            "cluster version {cluster_version}, {load:?}"
+        );
+        assert_eq!(harness.shared.status().reported_loads, None);
+        harness.stop().await;
+    }
+}
+
+/// A renewal that failed reported nothing: the next one counts the work of both intervals.
+#[tokio::test(start_paused = true)]
+async fn p15_1_a_failed_renewal_loses_no_measured_work() {
+    let harness = Harness::start_with(
+        Script {
+            lease_ttl_ms: 30_000,
+            shards: set(&[(0, 1)]),
+            ..Script::default()
+        },
+        REPORTING,
+    );
+    harness.let_tasks_run().await;
+    harness.shared.load_meter().record(0, 40.0).unwrap();
+    harness.fake.script(|script| script.fail_renewals = true);
+    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    harness.fake.script(|script| script.fail_renewals = false);
+    let failed = harness.fake.renew_instants().len();
+    assert_eq!(failed, 1);
+    // The retry lands within the lease; its report covers t0 .. retry.
+    sleep_until(harness.t0 + secs(19)).await;
+    let instants = harness.fake.renew_instants();
+    assert!(instants.len() >= 2, "{instants:?}");
+    let retried_at = (instants[1] - harness.t0).as_secs_f64();
+    let reported = renewal_loads(&harness.fake);
+    assert_eq!(reported[1], Some(loads(&[(0, 40.0 / retried_at)])));
+    assert_eq!(
+        harness.shared.status().reported_loads,
+        Some(loads(&[(0, 40.0 / retried_at)]))
+    );
+    harness.stop().await;
 }

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use leasehold_api::client::ClientError;
 use leasehold_api::problem::{ErrorCode, Problem};
-use leasehold_api::wire::{Credential, Grant, RegisterRequest, RenewRequest, ShardEpoch};
+use leasehold_api::wire::{
+    Credential, Grant, RegisterRequest, RenewRequest, ShardEpoch, CAPACITY_SCHEMA,
+};
 use tokio::time::Instant;
 
 use crate::admission::{AdmitError, Permit};
@@ -22,10 +24,11 @@ use crate::manager::ManagerApi;
 use crate::shared::Shared;
 
 /// One call the fake saw, with the (paused) instant it arrived.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Call {
     Register {
         incarnation: String,
+        capacity: Option<u32>,
         at: Instant,
     },
     Renew {
@@ -59,6 +62,8 @@ pub(crate) struct Script {
     pub hang_deregister: bool,
     /// Register answers `400 invalid_request`.
     pub refuse_register: bool,
+    /// The cluster version the fake's replies state (P14.3).
+    pub cluster_version: u32,
 }
 
 impl Default for Script {
@@ -74,6 +79,7 @@ impl Default for Script {
             lose_first_register_reply: false,
             hang_deregister: false,
             refuse_register: false,
+            cluster_version: CAPACITY_SCHEMA,
         }
     }
 }
@@ -161,11 +167,13 @@ impl ManagerApi for FakeManager {
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let incarnation = request.incarnation.clone();
         let credential = request.credential.clone();
+        let capacity = request.capacity;
         async move {
             let (reply, delay, lose) = {
                 let mut state = self.state.lock().unwrap();
                 state.calls.push(Call::Register {
                     incarnation: incarnation.clone(),
+                    capacity,
                     at: Instant::now(),
                 });
                 state.registers_seen += 1;
@@ -284,6 +292,10 @@ impl ManagerApi for FakeManager {
             }
             Ok(())
         }
+    }
+
+    fn cluster_version(&self) -> u32 {
+        self.state.lock().unwrap().script.cluster_version
     }
 }
 

@@ -43,3 +43,21 @@ async fn start_refuses_configurations_that_cannot_work() {
         Err(StartError::EventLog { .. })
     ));
 }
+
+/// P15.1: a capacity of 0 or above `MAX_CAPACITY` is refused before anything starts, naming the
+/// flag, as a configuration error (the binary exits 2).
+#[tokio::test]
+async fn start_refuses_a_capacity_out_of_range() {
+    for capacity in [0, leasehold_api::wire::MAX_CAPACITY + 1] {
+        let config = ExecutorConfig {
+            capacity,
+            ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
+        };
+        let error = Executor::start(config).await.unwrap_err();
+        assert!(error.is_config_error(), "{capacity}: {error}");
+        assert!(
+            matches!(&error, StartError::InvalidConfig(detail) if detail.contains("--capacity")),
+            "{capacity}: {error}"
+        );
+    }
+}

@@ -10,8 +10,8 @@ use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::tls::Role;
 use leasehold_api::wire::{
-    check_shard_list, Credential, Grant, RegisterRequest, ReleaseReply, ReleaseRequest,
-    RenewRequest,
+    check_capacity, check_shard_list, check_shard_loads, Credential, Grant, RegisterRequest,
+    ReleaseReply, ReleaseRequest, RenewRequest, DEFAULT_CAPACITY,
 };
 
 use super::authorize::CallerRole;
@@ -68,7 +68,7 @@ where
         (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
         (status = 401, description = "`unauthenticated` (TLS): the registration carries no credential (P13.4, P13.5)."),
         (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3)."),
-        (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential yet (P14.3)."),
+        (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential, or a capacity other than 1, yet (P14.3, P15.1)."),
         (status = 503, description = "`sharding_not_ready`: the shard configuration is not written yet; `no_leader`."),
     ),
 )]
@@ -76,6 +76,24 @@ pub async fn register(
     State(node): State<AppState>,
     ApiJson(request): ApiJson<RegisterRequest>,
 ) -> Result<Json<Grant>, HttpError> {
+    let command = registration(request, node.clock.now_ms(), node.settings.tls.is_some())?;
+    match node.proposer.propose_as::<Registered>(command).await?.1 {
+        Answer::Done(Registered {
+            grant,
+            already_registered,
+        }) => {
+            tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
+            Ok(Json(grant.into()))
+        }
+        Answer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+/// The `Register` a registration asks for, checked at the edge (I6): text lengths, the push
+/// address, the capacity (P15.1) and the credential (P13.4; required over TLS, where every
+/// executor is new enough to send one, P13.5). A refusal reaches no proposal. The state machine
+/// checks the text and the capacity again, with the same limits.
+fn registration(request: RegisterRequest, now_ms: u64, tls: bool) -> Result<Command, HttpError> {
     if request.incarnation.is_empty() || request.incarnation.len() > MAX_INCARNATION_BYTES {
         return Err(HttpError::invalid(format!(
             "incarnation must be 1 to {MAX_INCARNATION_BYTES} bytes"
@@ -91,11 +109,11 @@ pub async fn register(
         )));
     }
     validate_node_address(&request.address)?;
+    let capacity = request.capacity.unwrap_or(DEFAULT_CAPACITY);
+    check_capacity(capacity).map_err(|error| HttpError::invalid(error.to_string()))?;
     match &request.credential {
         Some(credential) => credential.validate().map_err(HttpError::invalid)?,
-        // Every executor that speaks TLS is new enough to make a credential; only plaintext
-        // serves executors from before credentials (P13.5).
-        None if node.settings.tls.is_some() => {
+        None if tls => {
             return Err(HttpError::new(
                 ErrorCode::Unauthenticated,
                 "a registration over TLS carries a credential (P13.4, P13.5)".to_owned(),
@@ -103,27 +121,22 @@ pub async fn register(
         }
         None => {}
     }
-    let command = Command::Register {
-        now_ms: node.clock.now_ms(),
+    Ok(Command::Register {
+        now_ms,
+        // Only the hash is replicated (P13.4); the request, and the secret, end here.
+        credential_sha256: request.credential.as_ref().map(Credential::sha256),
         incarnation: request.incarnation,
         address: request.address,
         name: request.name,
-        // Only the hash is replicated (P13.4); the request, and the secret, end here.
-        credential_sha256: request.credential.as_ref().map(Credential::sha256),
-    };
-    match node.proposer.propose_as::<Registered>(command).await?.1 {
-        Answer::Done(Registered {
-            grant,
-            already_registered,
-        }) => {
-            tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
-            Ok(Json(grant.into()))
-        }
-        Answer::Refused(reason) => Err(refusal(reason)),
-    }
+        // Below cluster version 4 a capacity other than 1 is refused by the proposal gate
+        // (P14.3): no replica of an older schema could apply it.
+        capacity,
+    })
 }
 
-/// Renews an executor's lease (P3.4) with its claims (P4.2) and answers with a grant.
+/// Renews an executor's lease (P3.4) with its claims (P4.2) and answers with a grant. Its loads
+/// (P15.1) are checked with the claims, before anything is proposed, and handed to the leader's
+/// load reports once the renewal committed; they are never replicated.
 #[utoipa::path(
     post, path = "/v1/executors/{executor_id}/renew", tag = "executors", request_body = RenewRequest,
     params(ExecutorIdPath),
@@ -141,10 +154,12 @@ pub async fn renew(
     ApiJson(request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
     authenticate(&node, &executor_id, &bearer)?;
-    validate_shards(
-        request.claims.iter().map(|claim| claim.shard),
-        shard_count(&node)?,
-    )?;
+    let shard_count = shard_count(&node)?;
+    validate_shards(request.claims.iter().map(|claim| claim.shard), shard_count)?;
+    if let Some(loads) = &request.loads {
+        check_shard_loads(loads, shard_count)
+            .map_err(|error| HttpError::invalid(error.to_string()))?;
+    }
     let started = std::time::Instant::now();
     let renewal = Renewal::from_request(executor_id.clone(), &request);
     let result = renewals::renew(&node.renewals, renewal).await;
@@ -171,9 +186,26 @@ pub async fn renew(
             if !acknowledged.is_empty() {
                 tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
             }
+            match request.loads {
+                Some(loads) => {
+                    let claimed: std::collections::BTreeSet<u32> =
+                        request.claims.iter().map(|claim| claim.shard).collect();
+                    let measured = grant
+                        .shards
+                        .iter()
+                        .map(|&(shard, _)| shard)
+                        .filter(|shard| claimed.contains(shard))
+                        .collect();
+                    node.load_reports.record(&executor_id, measured, loads);
+                }
+                None => node.load_reports.record_not_reporting(&executor_id),
+            }
             Ok(Json(grant.into()))
         }
-        Ok(RenewResult::UnknownExecutor { .. }) => Err(unknown_executor(&executor_id)),
+        Ok(RenewResult::UnknownExecutor { .. }) => {
+            node.load_reports.remove(&executor_id);
+            Err(unknown_executor(&executor_id))
+        }
         Err(RenewError::Propose(error)) => Err(error.into()),
         Err(RenewError::Refused(reason)) => Err(refusal(reason)),
         Err(error) => Err(HttpError::internal("renewal failed", error)),
@@ -243,10 +275,59 @@ pub async fn deregister(
     };
     match node.proposer.propose_as::<Deregistered>(command).await?.1 {
         ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
+            node.load_reports.remove(&executor_id);
             tracing::info!(%executor_id, already_gone, "deregistered");
             Ok(StatusCode::NO_CONTENT)
         }
         ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
         ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(capacity: Option<u32>) -> RegisterRequest {
+        RegisterRequest {
+            incarnation: "inc".into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: None,
+            capacity,
+        }
+    }
+
+    /// P15.1, I6: the edge refuses a capacity of 0 or above `MAX_CAPACITY` before anything is
+    /// proposed; an absent one is the default.
+    #[test]
+    fn p15_1_i6_a_registration_with_a_capacity_out_of_range_is_refused_at_the_edge() {
+        use leasehold_api::wire::MAX_CAPACITY;
+        for bad in [0, MAX_CAPACITY + 1, u32::MAX] {
+            let refused = registration(request(Some(bad)), 1, false).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad}");
+            assert!(refused.problem().detail.contains("capacity"), "{bad}");
+        }
+        for (asked, registered) in [
+            (None, DEFAULT_CAPACITY),
+            (Some(1), 1),
+            (Some(MAX_CAPACITY), MAX_CAPACITY),
+        ] {
+            let Ok(Command::Register { capacity, .. }) = registration(request(asked), 1, false)
+            else {
+                panic!("{asked:?} refused");
+            };
+            assert_eq!(capacity, registered, "{asked:?}");
+        }
+    }
+
+    /// P13.5: over TLS a registration must carry a credential.
+    #[test]
+    fn p13_5_a_registration_over_tls_needs_a_credential() {
+        let refused = registration(request(None), 1, true).unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Unauthenticated);
+        let mut with = request(None);
+        with.credential = Some(Credential::from_random([5; 32]));
+        assert!(registration(with, 1, true).is_ok());
     }
 }

@@ -15,12 +15,26 @@ use serde::Deserialize;
 use super::params::{ExecutorIdPath, ReadQuery};
 use super::{ApiQuery, AppState, HttpError};
 
+use std::sync::Arc;
+
 use crate::lease::{Executor, LeaseState, Shard};
+use crate::load_reports::LoadPicture;
 
 /// Longest routing key accepted in a query string.
 const MAX_KEY_BYTES: usize = 1024;
 
-fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> ExecutorView {
+/// What the leader knows of loads, if this node is leading (PROTOCOL §15).
+fn loads_known(node: &AppState) -> Option<Arc<LoadPicture>> {
+    node.published_loads.latest()
+}
+
+fn executor_view(
+    state: &LeaseState,
+    executor: &Executor,
+    now_ms: u64,
+    loads: Option<&LoadPicture>,
+) -> ExecutorView {
+    let load = loads.and_then(|picture| picture.summary.executors.get(&executor.id));
     ExecutorView {
         executor_id: executor.id.clone(),
         incarnation: executor.incarnation.clone(),
@@ -34,10 +48,14 @@ fn executor_view(state: &LeaseState, executor: &Executor, now_ms: u64) -> Execut
             .map(|(shard, epoch)| ShardEpoch { shard, epoch })
             .collect(),
         draining: executor.draining,
+        capacity: executor.capacity,
+        load: load.map(|known| known.load),
+        utilisation: load.map(|known| known.utilisation),
     }
 }
 
-fn shard_view(shard: &Shard, now_ms: u64) -> ShardView {
+fn shard_view(shard: &Shard, now_ms: u64, loads: Option<&LoadPicture>) -> ShardView {
+    let index = usize::try_from(shard.id).ok();
     ShardView {
         shard: shard.id,
         owner: shard.owner.clone(),
@@ -47,6 +65,10 @@ fn shard_view(shard: &Shard, now_ms: u64) -> ShardView {
             revoke_revision: handoff.revoke_revision,
             completes_by_expiry_in_ms: handoff.from_grant_expiry_ms.saturating_sub(now_ms),
         }),
+        load: loads
+            .zip(index)
+            .and_then(|(picture, index)| picture.shard_loads.get(index).copied()),
+        hot: loads.is_some_and(|picture| picture.summary.hot.contains(&shard.id)),
     }
 }
 
@@ -66,28 +88,34 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
 /// `executor_id` as this replica's applied state has it now, if registered.
 pub(super) fn current_executor_view(node: &AppState, executor_id: &str) -> Option<ExecutorView> {
     let now_ms = node.clock.now_ms();
+    let loads = loads_known(node);
     node.state.read(|applied| {
         let state = &applied.state;
         state
             .executor(executor_id)
-            .map(|executor| executor_view(state, executor, now_ms))
+            .map(|executor| executor_view(state, executor, now_ms, loads.as_deref()))
     })
 }
 
-/// The whole state as `GET /v1/state` shows it, lease times on this node's clock at `now_ms`.
-pub(super) fn state_view(state: &LeaseState, now_ms: u64) -> StateView {
+/// The whole state as `GET /v1/state` shows it, lease times on this node's clock at `now_ms`,
+/// loads as the leader knows them (`None` off the leader).
+pub(super) fn state_view(
+    state: &LeaseState,
+    now_ms: u64,
+    loads: Option<&LoadPicture>,
+) -> StateView {
     StateView {
         revision: state.revision(),
         shard_count: state.config().map_or(0, |c| c.shard_count),
         lease_duration_ms: state.config().map_or(0, |c| c.lease_duration_ms),
         executors: state
             .executors()
-            .map(|e| executor_view(state, e, now_ms))
+            .map(|e| executor_view(state, e, now_ms, loads))
             .collect(),
         shards: state
             .shards()
             .iter()
-            .map(|s| shard_view(s, now_ms))
+            .map(|s| shard_view(s, now_ms, loads))
             .collect(),
     }
 }
@@ -102,9 +130,10 @@ pub async fn state(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<StateView> {
     let now_ms = node.clock.now_ms();
+    let loads = loads_known(&node);
     Json(
         node.state
-            .read(|applied| state_view(&applied.state, now_ms)),
+            .read(|applied| state_view(&applied.state, now_ms, loads.as_deref())),
     )
 }
 
@@ -118,11 +147,12 @@ pub async fn executors(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<Vec<ExecutorView>> {
     let now_ms = node.clock.now_ms();
+    let loads = loads_known(&node);
     Json(node.state.read(|applied| {
         let state = &applied.state;
         state
             .executors()
-            .map(|e| executor_view(state, e, now_ms))
+            .map(|e| executor_view(state, e, now_ms, loads.as_deref()))
             .collect()
     }))
 }
@@ -161,12 +191,13 @@ pub async fn shards(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<Vec<ShardView>> {
     let now_ms = node.clock.now_ms();
+    let loads = loads_known(&node);
     Json(node.state.read(|applied| {
         applied
             .state
             .shards()
             .iter()
-            .map(|s| shard_view(s, now_ms))
+            .map(|s| shard_view(s, now_ms, loads.as_deref()))
             .collect()
     }))
 }

@@ -32,7 +32,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
-use leasehold_api::wire::MAX_SHARD_LIST_BODY_BYTES;
+use leasehold_api::wire::{MAX_RENEW_BODY_BYTES, MAX_SHARD_LIST_BODY_BYTES};
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use error::HttpError;
@@ -65,21 +65,29 @@ pub fn router(node: AppState) -> Router {
     let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
     let body_limit =
         |max_bytes: usize| middleware::from_fn_with_state(BodyLimit { max_bytes }, limit_body);
-    // Renewal claims and releases list shards, and one executor may hold every shard: their
-    // bound comes from the largest shard count, not from the other bodies' 1 MiB.
-    let shard_list_writes = Router::new()
-        .route("/v1/executors/{executor_id}/renew", post(executors::renew))
-        .route(
-            "/v1/executors/{executor_id}/release",
-            post(executors::release),
-        )
-        .route_layer(middleware::from_fn_with_state(
-            node.clone(),
-            route_to_leader,
-        ))
-        .route_layer(timeout(REQUEST_TIMEOUT))
-        .route_layer(DefaultBodyLimit::disable())
-        .route_layer(body_limit(MAX_SHARD_LIST_BODY_BYTES));
+    // Renewal claims and loads and releases list shards, and one executor may hold every shard:
+    // their bound comes from the largest shard count, not from the other bodies' 1 MiB.
+    let shard_list_writes = |path, handler, max_bytes| {
+        Router::new()
+            .route(path, handler)
+            .route_layer(middleware::from_fn_with_state(
+                node.clone(),
+                route_to_leader,
+            ))
+            .route_layer(timeout(REQUEST_TIMEOUT))
+            .route_layer(DefaultBodyLimit::disable())
+            .route_layer(body_limit(max_bytes))
+    };
+    let renew = shard_list_writes(
+        "/v1/executors/{executor_id}/renew",
+        post(executors::renew),
+        MAX_RENEW_BODY_BYTES,
+    );
+    let release = shard_list_writes(
+        "/v1/executors/{executor_id}/release",
+        post(executors::release),
+        MAX_SHARD_LIST_BODY_BYTES,
+    );
 
     let leader_writes = Router::new()
         .route("/v1/executors", post(executors::register))
@@ -150,7 +158,8 @@ pub fn router(node: AppState) -> Router {
         .merge(local_admin)
         .merge(ui::router())
         .route_layer(body_limit(MAX_API_BODY_BYTES))
-        .merge(shard_list_writes);
+        .merge(renew)
+        .merge(release);
 
     let raft = Router::new()
         .route("/raft/append", post(raft_rpc::append))
@@ -250,7 +259,7 @@ async fn forward_or_refuse(node: &ManagerNode, leader: Leader, request: Request)
 async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     // The route's own limit has bounded the body already; this is the largest of them.
-    let body = match axum::body::to_bytes(body, MAX_SHARD_LIST_BODY_BYTES).await {
+    let body = match axum::body::to_bytes(body, MAX_RENEW_BODY_BYTES).await {
         Ok(bytes) => bytes,
         Err(_) => {
             return HttpError::new(ErrorCode::PayloadTooLarge, "request body is too large")

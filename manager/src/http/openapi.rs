@@ -117,6 +117,26 @@ mod tests {
         }
     }
 
+    /// The document's bounds are written as literals (utoipa takes no constants): they must be
+    /// the limits `api::wire` defines, which the handlers and the state machine enforce (P15.1).
+    #[test]
+    fn documented_bounds_are_the_wire_limits() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let capacity = &schemas["RegisterRequest"]["properties"]["capacity"];
+        assert_eq!(
+            capacity["maximum"].as_f64(),
+            Some(f64::from(leasehold_api::wire::MAX_CAPACITY))
+        );
+        assert_eq!(capacity["minimum"].as_f64(), Some(1.0));
+        let load = &schemas["ShardLoad"]["properties"]["load"];
+        assert_eq!(
+            load["maximum"].as_f64(),
+            Some(leasehold_api::wire::MAX_SHARD_LOAD)
+        );
+        assert_eq!(load["minimum"].as_f64(), Some(0.0));
+    }
+
     #[test]
     fn raft_rpc_is_not_documented_and_every_error_is_problem_json() {
         let doc = serde_json::to_value(document()).unwrap();

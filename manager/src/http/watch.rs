@@ -115,8 +115,9 @@ pub async fn watch(
         }
     }
     let now_ms = node.clock.now_ms();
+    let loads = node.published_loads.latest();
     Ok(Json(node.state.read(|a| WatchReply {
-        state: state_view(&a.state, now_ms),
+        state: state_view(&a.state, now_ms, loads.as_deref()),
         departed: departed_since(&a.state, query.revision),
     })))
 }

@@ -14,7 +14,9 @@
 //!   episode lasts until no executor is overdue or the grace runs out (then the overdue are
 //!   reaped). One executor dying while others renew is reaped after one lease, not the grace.
 
-use crate::lease::{plan_rebalance_at_most, Command, ExecutorId, LeaseState, MAX_MOVES_PER_PLAN};
+use crate::lease::{
+    plan_placement, Command, ExecutorId, LeaseState, PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
+};
 
 /// The mass-expiry guard's settings (`--mass-expiry-guard`, `--mass-expiry-grace`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,19 +246,34 @@ pub struct StepWrites {
     decision: StepDecision,
     next: Option<StepWrite>,
     max_moves: usize,
+    placement: PlacementInputs,
+    plan: Option<Plan>,
 }
 
 impl StepWrites {
+    /// A step that places by count (no loads known).
     pub fn new(decision: StepDecision) -> Self {
-        Self::with_plan_cap(decision, MAX_MOVES_PER_PLAN)
+        Self::with_placement(decision, MAX_MOVES_PER_PLAN, PlacementInputs::by_count())
     }
 
-    /// A step whose plan moves at most `max_moves` shards (production: [`MAX_MOVES_PER_PLAN`]).
+    /// A step that places by count, with at most `max_moves` moves in its plan.
     pub fn with_plan_cap(decision: StepDecision, max_moves: usize) -> Self {
+        Self::with_placement(decision, max_moves, PlacementInputs::by_count())
+    }
+
+    /// A step whose plan moves at most `max_moves` shards (production: [`MAX_MOVES_PER_PLAN`])
+    /// and places with `placement`: the loads, budget and cooling shards the leader knows now.
+    pub fn with_placement(
+        decision: StepDecision,
+        max_moves: usize,
+        placement: PlacementInputs,
+    ) -> Self {
         Self {
             decision,
             next: Some(StepWrite::Reap),
             max_moves,
+            placement,
+            plan: None,
         }
     }
 
@@ -264,6 +281,12 @@ impl StepWrites {
     /// later.
     pub fn plan_was_capped(&self, plan: &Command) -> bool {
         matches!(plan, Command::Rebalance { moves, .. } if moves.len() >= self.max_moves)
+    }
+
+    /// The plan behind the last [`StepWrite::Rebalance`] this step returned: why each move is
+    /// made, so the shell can charge the budget and count moves once it is committed.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
     }
 
     /// What the step decided about time (deferrals and guard events, for logs and metrics).
@@ -294,7 +317,10 @@ impl StepWrites {
                 {
                     Some(Command::CompleteHandoffs { now_ms })
                 }
-                StepWrite::Rebalance => plan_rebalance_at_most(state, now_ms, self.max_moves),
+                StepWrite::Rebalance => {
+                    self.plan = plan_placement(state, now_ms, &self.placement, self.max_moves);
+                    self.plan.as_ref().map(|plan| plan.command.clone())
+                }
                 _ => None,
             };
             if let Some(command) = command {

@@ -6,12 +6,15 @@
 //! `MAX_MOVES_PER_PLAN` is followed by another step at once). Deliveries (revokes and full-set
 //! pushes) are fanned out by [`deliver`], repaired forwards when they fail (P5.3).
 //! Time decisions and the order of a step's writes live in the pure [`core`] ([`StepWrites`]),
-//! which the simulator (`sim/`) drives too.
+//! which the simulator (`sim/`) drives too. Placement by load (PROTOCOL §15) keeps one
+//! [`placement::TermPlacement`] per term: each step takes in the loads reported since the last
+//! one, plans with what it knows, and charges a committed plan's balance moves to the budget.
 
 pub mod config_writes;
 pub mod core;
 pub mod deliver;
 pub mod delivery_plan;
+pub mod placement;
 
 #[cfg(test)]
 mod tests;
@@ -22,19 +25,31 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
+use leasehold_api::wire::MAX_SHARD_LOAD;
+
 use self::core::{
     tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision, StepWrite, StepWrites,
 };
+use self::placement::{LoadSummary, PlacementSettings, TermPlacement};
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
-use crate::lease::{Answer, Command, RefusalReason};
+use crate::lease::{
+    Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
+};
+use crate::load_reports::{LoadPicture, ReportedLoads};
 use crate::node::{Leader, ManagerNode};
 
 /// How often the loop checks for leadership while not leading.
 const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
 
 /// Runs for the life of the process: leads while this node is leader, idles otherwise. `guard`
-/// is the mass-expiry guard's configuration (P6.3) every term's core starts with.
-pub async fn run(node: Arc<ManagerNode>, guard: GuardConfig, mut shutdown: watch::Receiver<bool>) {
+/// is the mass-expiry guard's configuration (P6.3) every term's core starts with, `placement`
+/// how every term places shards (§15).
+pub async fn run(
+    node: Arc<ManagerNode>,
+    guard: GuardConfig,
+    placement: PlacementSettings,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut metrics = node.raft.metrics();
     loop {
         let (state, term) = {
@@ -42,7 +57,7 @@ pub async fn run(node: Arc<ManagerNode>, guard: GuardConfig, mut shutdown: watch
             (m.state, m.current_term)
         };
         if state == ServerState::Leader && node.leader() == Leader::Local {
-            lead_term(&node, guard, term, &mut shutdown).await;
+            lead_term(&node, guard, placement, term, &mut shutdown).await;
         }
         if *shutdown.borrow() {
             return;
@@ -64,6 +79,7 @@ fn still_leading(node: &ManagerNode, term: u64) -> bool {
 async fn lead_term(
     node: &Arc<ManagerNode>,
     guard: GuardConfig,
+    placement_settings: PlacementSettings,
     term: u64,
     shutdown: &mut watch::Receiver<bool>,
 ) {
@@ -75,7 +91,12 @@ async fn lead_term(
         "leading: reaping waits one lease (P6.1)"
     );
     let mut core = LeaderCore::new(took_office_ms, guard);
+    let mut placement = TermPlacement::new(placement_settings);
+    let mut reports_taken = 0;
     node.signals.reset_for_new_term();
+    // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
+    // is stale, and every executor reports again within a renewal period.
+    node.load_reports.clear();
     // P6.2: push each executor its full set once; revokes of unfinished handoffs are derived from
     // the state by the delivery task.
     let executors: Vec<String> = node
@@ -93,7 +114,7 @@ async fn lead_term(
     let delivery = tokio::spawn(deliver::run(handle, term, delivery_stopped));
 
     while still_leading(node, term) && !*shutdown.borrow() {
-        step(node, &mut core).await;
+        step(node, &mut core, &mut placement, &mut reports_taken).await;
         let lease_ms = node
             .state
             .read(|a| a.state.config().map(|c| c.lease_duration_ms));
@@ -106,22 +127,29 @@ async fn lead_term(
     }
     let _ = stop_delivery.send(true);
     let _ = delivery.await;
+    node.published_loads.withdraw();
     tracing::info!(term, "no longer leading");
 }
 
 /// One step: the writes of [`StepWrites`] in its order (reap, complete expired handoffs, plan),
-/// each its own committed write on the state the previous one left.
-async fn step(node: &ManagerNode, core: &mut LeaderCore) {
+/// each its own committed write on the state the previous one left. The plan goes by the loads
+/// reported up to now (P15.1).
+async fn step(
+    node: &ManagerNode,
+    core: &mut LeaderCore,
+    placement: &mut TermPlacement,
+    reports_taken: &mut u64,
+) {
     let now_ms = node.clock.now_ms();
-    let decision = node.state.read(|applied| {
-        core.step(
-            now_ms,
-            &applied.state,
-            node.signals.last_renewal_applied_ms(),
-        )
+    let (decision, inputs) = node.state.read(|applied| {
+        let state = &applied.state;
+        take_reports(node, placement, state, reports_taken);
+        publish_loads(node, placement, state, now_ms);
+        let decision = core.step(now_ms, state, node.signals.last_renewal_applied_ms());
+        (decision, placement.inputs(state, now_ms))
     });
     log_decision(&decision);
-    let mut writes = StepWrites::new(decision);
+    let mut writes = StepWrites::with_placement(decision, MAX_MOVES_PER_PLAN, inputs);
     loop {
         let now_ms = node.clock.now_ms();
         let Some((write, command)) = node
@@ -135,7 +163,12 @@ async fn step(node: &ManagerNode, core: &mut LeaderCore) {
             StepWrite::CompleteHandoffs => complete_handoffs(node, command).await,
             StepWrite::Rebalance => {
                 let capped = writes.plan_was_capped(&command);
-                rebalance(node, command, capped).await
+                let applied = rebalance(node, command, capped).await;
+                if let (Written::Applied, Some(plan)) = (applied, writes.plan()) {
+                    placement.committed(plan.command.now_ms(), plan);
+                    node.signals.metrics.count_plan(plan);
+                }
+                applied != Written::NotCommitted
             }
         };
         if !committed {
@@ -209,7 +242,18 @@ async fn complete_handoffs(node: &ManagerNode, command: Command) -> bool {
     true
 }
 
-async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> bool {
+/// What became of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Committed and applied.
+    Applied,
+    /// Committed, and refused by the state machine (it changed nothing).
+    Refused,
+    /// Not committed (this node may be deposed).
+    NotCommitted,
+}
+
+async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> Written {
     match node.proposer.propose_as::<Rebalanced>(plan).await {
         Ok((
             _,
@@ -232,6 +276,7 @@ async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> bool {
                 // at once rather than a tick later.
                 node.signals.replan.notify_one();
             }
+            Written::Applied
         }
         Ok((_, Answer::Refused(reason @ RefusalReason::StalePlan { .. }))) => {
             // Another change to the assignment (a registration, a release completing a
@@ -241,14 +286,71 @@ async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> bool {
             // follows a committed change, so this repeats only while others make progress.
             tracing::debug!(?reason, "plan refused as stale; replanning at once");
             node.signals.replan.notify_one();
+            Written::Refused
         }
         Ok((_, Answer::Refused(reason))) => {
-            tracing::warn!(?reason, "plan refused; replanning next step")
+            tracing::warn!(?reason, "plan refused; replanning next step");
+            Written::Refused
         }
         Err(error) => {
             tracing::info!(%error, "rebalance not committed");
-            return false;
+            Written::NotCommitted
         }
     }
-    true
+}
+
+/// Takes in the loads reported since the last step (each report once, P15.1) and forgets
+/// executors that left, in the tracker and in the reports.
+fn take_reports(
+    node: &ManagerNode,
+    placement: &mut TermPlacement,
+    state: &LeaseState,
+    reports_taken: &mut u64,
+) {
+    let shard_count = state.config().map_or(0, |config| config.shard_count);
+    for (executor_id, report) in node.load_reports.since(*reports_taken) {
+        *reports_taken = (*reports_taken).max(report.sequence);
+        match report.loads {
+            ReportedLoads::NotReporting => {
+                placement
+                    .tracker
+                    .record(&executor_id, shard_count, &[], None, MAX_SHARD_LOAD)
+            }
+            ReportedLoads::PerShard { measured, loads } => {
+                let loads: Vec<(ShardId, f64)> = loads
+                    .iter()
+                    .map(|entry| (entry.shard, entry.load))
+                    .collect();
+                placement.tracker.record(
+                    &executor_id,
+                    shard_count,
+                    &measured,
+                    Some(&loads),
+                    MAX_SHARD_LOAD,
+                );
+            }
+        }
+    }
+    placement.tracker.retain_executors(state);
+    node.load_reports
+        .retain(|executor_id| state.executor(executor_id).is_some());
+}
+
+/// Publishes what the tracker knows for the inspection views, and sets the placement gauges.
+fn publish_loads(node: &ManagerNode, placement: &TermPlacement, state: &LeaseState, now_ms: u64) {
+    let shard_loads = placement.tracker.shard_loads(state);
+    let summary = LoadSummary::of(state, now_ms, &shard_loads);
+    let inputs_by_load = matches!(placement.inputs(state, now_ms).loads, Loads::Reported(_));
+    metrics::gauge!("leasehold_placement_by_load").set(if inputs_by_load { 1.0 } else { 0.0 });
+    metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));
+    metrics::gauge!("leasehold_hot_shards").set(summary.hot.len() as f64);
+    let shard_count = state.config().map_or(0, |config| config.shard_count);
+    metrics::gauge!("leasehold_balance_moves_available").set(placement.ledger.allowed(
+        now_ms,
+        placement.settings.balance_moves_per_minute(shard_count),
+    ) as f64);
+    node.published_loads.publish(LoadPicture {
+        shard_loads,
+        summary,
+    });
 }

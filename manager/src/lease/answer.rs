@@ -153,6 +153,7 @@ impl CommandAnswer for Deregistered {
             Outcome::Deregistered {
                 already_gone,
                 effects,
+                ..
             } => Ok(ExecutorAnswer::Done(Self {
                 already_gone,
                 effects,

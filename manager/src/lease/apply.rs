@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use leasehold_api::wire::check_capacity;
+
 use super::{
     ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff, LeaseState, Move,
     Outcome, RefusalReason, RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone,
@@ -81,6 +83,7 @@ struct Registration<'a> {
     address: &'a str,
     name: Option<&'a str>,
     credential_sha256: Option<[u8; 32]>,
+    capacity: u32,
 }
 
 impl LeaseState {
@@ -129,6 +132,7 @@ impl LeaseState {
                 address,
                 name,
                 credential_sha256,
+                capacity,
             } => self.apply_register(
                 log_index,
                 config,
@@ -138,6 +142,7 @@ impl LeaseState {
                     address,
                     name: name.as_deref(),
                     credential_sha256: *credential_sha256,
+                    capacity: *capacity,
                 },
             ),
             Command::Renew { now_ms, renewals } => {
@@ -270,8 +275,8 @@ impl LeaseState {
     /// `Register`: idempotent per incarnation (P4.4, P7.2). The same incarnation while its
     /// executor is present gets the same id and its current grant, and nothing changes (not the
     /// lease: a retry is not a renewal, so a lapsed executor's retry gets a zero ttl and must
-    /// renew; nor the address or name of the retry). Otherwise a new executor is minted with an
-    /// empty set;
+    /// renew; nor the address, name or capacity of the retry). Otherwise a new executor is minted
+    /// with an empty set;
     /// the leader's next plan gives it shards (P5.4). An incarnation whose executor was removed
     /// gets a new executor: the old one's shards have moved on and its id answers 404.
     fn apply_register(
@@ -286,10 +291,12 @@ impl LeaseState {
             address,
             name,
             credential_sha256,
+            capacity,
         } = registration;
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
-            .and_then(|()| check_text_field("name", name.unwrap_or_default(), false));
+            .and_then(|()| check_text_field("name", name.unwrap_or_default(), false))
+            .and_then(|()| check_capacity(capacity).map_err(|error| invalid(error.to_string())));
         if let Err(refusal) = checks {
             return refusal;
         }
@@ -319,9 +326,10 @@ impl LeaseState {
             lease_expiry_ms,
             lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
             registered_revision: log_index,
-            owned_shards: BTreeSet::new(),
+            owned_shards: imbl::OrdSet::new(),
             draining: false,
             credential_sha256,
+            capacity,
         };
         let grant = Grant {
             executor_id: executor_id.clone(),
@@ -457,7 +465,7 @@ impl LeaseState {
     fn apply_deregister(&mut self, log_index: u64, now_ms: u64, executor_id: &str) -> Outcome {
         if self.executors.contains_key(executor_id) {
             let mut effects = EffectsBuilder::default();
-            self.remove_executor(
+            let freed = self.remove_executor(
                 executor_id,
                 TombstoneReason::Deregistered,
                 log_index,
@@ -467,12 +475,14 @@ impl LeaseState {
             self.touch_assignment(log_index);
             return Outcome::Deregistered {
                 already_gone: false,
+                freed,
                 effects: effects.finish(self, log_index),
             };
         }
         if self.tombstones.contains_key(executor_id) {
             return Outcome::Deregistered {
                 already_gone: true,
+                freed: Vec::new(),
                 effects: Effects::default(),
             };
         }
@@ -801,28 +811,45 @@ impl LeaseState {
         log_index: u64,
         now_ms: u64,
         effects: &mut EffectsBuilder,
-    ) {
+    ) -> Vec<ShardId> {
         let Some(executor) = self.executors.remove(executor_id) else {
-            return;
+            return Vec::new();
         };
+        let mut freed = Vec::new();
         for &shard in &executor.owned_shards {
             let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))
             else {
                 continue;
             };
             entry.owner = None;
-            if let Some(Handoff {
-                to: Some(target), ..
-            }) = entry.handoff.take()
-            {
-                self.give_to(shard, &target, effects);
+            match entry.handoff.take() {
+                Some(Handoff {
+                    to: Some(target), ..
+                }) => self.give_to(shard, &target, effects),
+                _ => freed.push(shard),
             }
         }
-        for entry in &mut self.shards {
-            if let Some(handoff) = entry.handoff.as_mut() {
-                if handoff.to.as_deref() == Some(executor_id) {
-                    handoff.to = None;
-                }
+        // Found first and then changed one by one: the shard table shares its structure with
+        // earlier copies (a snapshot being written), so touching every entry would copy it all.
+        let targeted: Vec<usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| {
+                entry
+                    .handoff
+                    .as_ref()
+                    .is_some_and(|handoff| handoff.to.as_deref() == Some(executor_id))
+            })
+            .map(|(index, _)| index)
+            .collect();
+        for index in targeted {
+            if let Some(handoff) = self
+                .shards
+                .get_mut(index)
+                .and_then(|entry| entry.handoff.as_mut())
+            {
+                handoff.to = None;
             }
         }
         self.tombstones.insert(
@@ -836,6 +863,7 @@ impl LeaseState {
             },
         );
         self.prune_tombstones();
+        freed
     }
 
     /// Drops the oldest tombstones (by removing entry, then id) beyond [`MAX_TOMBSTONES`].

@@ -4,8 +4,8 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`]), so a change here is a
-//! new schema (docs/PROTOCOL.md, "Versions").
+//! older schemas are read through their own frozen types ([`super::v2`], [`super::v3`]), so a
+//! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +86,9 @@ pub enum Command {
         /// SHA-256 of the executor's credential (P13.4), never the credential itself; `None`
         /// for an executor that sent none (0.1.0's, in plaintext, P13.5). Schema 3.
         credential_sha256: Option<[u8; 32]>,
+        /// The executor's capacity (P15.1), `1..=MAX_CAPACITY` (`leasehold_api::wire`);
+        /// [`super::DEFAULT_CAPACITY`] for one that stated none. Schema 4 unless it is that.
+        capacity: u32,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
     /// may acknowledge revokes through its claims (P5.2).

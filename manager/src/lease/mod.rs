@@ -28,6 +28,7 @@ mod planner;
 pub mod schema;
 mod state;
 pub mod v2;
+pub mod v3;
 
 #[cfg(test)]
 mod tests;
@@ -35,7 +36,10 @@ mod tests;
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use command::{Command, Move, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
-pub use planner::{plan_rebalance, plan_rebalance_at_most, MAX_MOVES_PER_PLAN};
+pub use planner::{
+    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, Loads, MoveReason,
+    PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
+};
 pub use state::{
     ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,
 };
@@ -68,3 +72,7 @@ pub const MAX_SHARD_COUNT: u32 = leasehold_api::wire::MAX_SHARD_COUNT;
 /// bound is the wire's largest text limit, so the HTTP layer's own checks refuse first and
 /// nothing is committed only to be refused.
 pub const MAX_TEXT_FIELD_BYTES: usize = leasehold_api::wire::MAX_TEXT_FIELD_BYTES;
+
+/// The capacity of an executor that registered without one (P15.1): what every executor of
+/// schemas 2 and 3 has.
+pub const DEFAULT_CAPACITY: u32 = leasehold_api::wire::DEFAULT_CAPACITY;

@@ -140,6 +140,9 @@ pub enum Outcome {
     Deregistered {
         /// True when the executor had already gone (a retry, P7.2); nothing changed.
         already_gone: bool,
+        /// Shards it owned that are now unowned, ascending: the next plan places them, and the
+        /// leader counts those moves as made for the deregistration.
+        freed: Vec<ShardId>,
         /// Assignments for targets of handoffs from it, completed at once.
         effects: Effects,
     },

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::schema::{NotExpressible, SCHEMA_0_1_0};
-use super::{Epoch, ExecutorId, ShardId};
+use super::{Epoch, ExecutorId, ShardId, DEFAULT_CAPACITY};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Renewal {
@@ -188,6 +188,7 @@ impl From<Command> for super::Command {
                 name,
                 // Schema 2 had no credentials: its executors registered without (P13.5).
                 credential_sha256: None,
+                capacity: DEFAULT_CAPACITY,
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -241,13 +242,49 @@ impl From<Command> for super::Command {
     }
 }
 
+impl From<ClusterConfig> for super::ClusterConfig {
+    fn from(c: ClusterConfig) -> Self {
+        Self {
+            shard_count: c.shard_count,
+            lease_duration_ms: c.lease_duration_ms,
+        }
+    }
+}
+
+impl From<Shard> for super::Shard {
+    fn from(s: Shard) -> Self {
+        Self {
+            id: s.id,
+            owner: s.owner,
+            epoch: s.epoch,
+            handoff: s.handoff.map(|h| super::Handoff {
+                to: h.to,
+                revoke_revision: h.revoke_revision,
+                from_grant_expiry_ms: h.from_grant_expiry_ms,
+            }),
+        }
+    }
+}
+
+impl From<Tombstone> for super::Tombstone {
+    fn from(t: Tombstone) -> Self {
+        Self {
+            executor_id: t.executor_id,
+            incarnation: t.incarnation,
+            reason: match t.reason {
+                TombstoneReason::Deregistered => super::TombstoneReason::Deregistered,
+                TombstoneReason::Reaped => super::TombstoneReason::Reaped,
+            },
+            removed_revision: t.removed_revision,
+            removed_at_ms: t.removed_at_ms,
+        }
+    }
+}
+
 impl From<LeaseState> for super::LeaseState {
     fn from(state: LeaseState) -> Self {
         super::LeaseState {
-            config: state.config.map(|c| super::ClusterConfig {
-                shard_count: c.shard_count,
-                lease_duration_ms: c.lease_duration_ms,
-            }),
+            config: state.config.map(Into::into),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -262,43 +299,20 @@ impl From<LeaseState> for super::LeaseState {
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
                         registered_revision: e.registered_revision,
-                        owned_shards: e.owned_shards,
+                        owned_shards: e.owned_shards.into_iter().collect(),
                         draining: e.draining,
                         credential_sha256: None,
+                        // Schema 2 had no capacities: every executor counted the same (P5.4).
+                        capacity: DEFAULT_CAPACITY,
                     };
                     (id, executor)
                 })
                 .collect(),
-            shards: state
-                .shards
-                .into_iter()
-                .map(|s| super::Shard {
-                    id: s.id,
-                    owner: s.owner,
-                    epoch: s.epoch,
-                    handoff: s.handoff.map(|h| super::Handoff {
-                        to: h.to,
-                        revoke_revision: h.revoke_revision,
-                        from_grant_expiry_ms: h.from_grant_expiry_ms,
-                    }),
-                })
-                .collect(),
+            shards: state.shards.into_iter().map(Into::into).collect(),
             tombstones: state
                 .tombstones
                 .into_iter()
-                .map(|(id, t)| {
-                    let tombstone = super::Tombstone {
-                        executor_id: t.executor_id,
-                        incarnation: t.incarnation,
-                        reason: match t.reason {
-                            TombstoneReason::Deregistered => super::TombstoneReason::Deregistered,
-                            TombstoneReason::Reaped => super::TombstoneReason::Reaped,
-                        },
-                        removed_revision: t.removed_revision,
-                        removed_at_ms: t.removed_at_ms,
-                    };
-                    (id, tombstone)
-                })
+                .map(|(id, t)| (id, super::Tombstone::from(t)))
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             // Schema 2 had no cluster version: a cluster of 0.1.0 replicas was at schema 2.
@@ -358,12 +372,18 @@ impl TryFrom<&super::Command> for Command {
                     "a registration with a credential first appears in schema 3",
                 ))
             }
+            Now::Register { capacity, .. } if capacity != DEFAULT_CAPACITY => {
+                return Err(NotExpressible(
+                    "a registration with a capacity other than 1 first appears in schema 4",
+                ))
+            }
             Now::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
                 credential_sha256: None,
+                capacity: _,
             } => Command::Register {
                 now_ms,
                 incarnation,
@@ -445,11 +465,17 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                 "an executor with a credential is not expressible in schema 2",
             ));
         }
+        if state
+            .executors
+            .values()
+            .any(|e| e.capacity != DEFAULT_CAPACITY)
+        {
+            return Err(NotExpressible(
+                "an executor with a capacity other than 1 is not expressible in schema 2",
+            ));
+        }
         Ok(LeaseState {
-            config: state.config.map(|c| ClusterConfig {
-                shard_count: c.shard_count,
-                lease_duration_ms: c.lease_duration_ms,
-            }),
+            config: state.config.as_ref().map(Into::into),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -464,44 +490,58 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
                         registered_revision: e.registered_revision,
-                        owned_shards: e.owned_shards.clone(),
+                        owned_shards: e.owned_shards.iter().copied().collect(),
                         draining: e.draining,
                     };
                     (id.clone(), executor)
                 })
                 .collect(),
-            shards: state
-                .shards
-                .iter()
-                .map(|s| Shard {
-                    id: s.id,
-                    owner: s.owner.clone(),
-                    epoch: s.epoch,
-                    handoff: s.handoff.as_ref().map(|h| Handoff {
-                        to: h.to.clone(),
-                        revoke_revision: h.revoke_revision,
-                        from_grant_expiry_ms: h.from_grant_expiry_ms,
-                    }),
-                })
-                .collect(),
+            shards: state.shards.iter().map(Into::into).collect(),
             tombstones: state
                 .tombstones
                 .iter()
-                .map(|(id, t)| {
-                    let tombstone = Tombstone {
-                        executor_id: t.executor_id.clone(),
-                        incarnation: t.incarnation.clone(),
-                        reason: match t.reason {
-                            super::TombstoneReason::Deregistered => TombstoneReason::Deregistered,
-                            super::TombstoneReason::Reaped => TombstoneReason::Reaped,
-                        },
-                        removed_revision: t.removed_revision,
-                        removed_at_ms: t.removed_at_ms,
-                    };
-                    (id.clone(), tombstone)
-                })
+                .map(|(id, t)| (id.clone(), t.into()))
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
         })
+    }
+}
+
+impl From<&super::ClusterConfig> for ClusterConfig {
+    fn from(c: &super::ClusterConfig) -> Self {
+        Self {
+            shard_count: c.shard_count,
+            lease_duration_ms: c.lease_duration_ms,
+        }
+    }
+}
+
+impl From<&super::Shard> for Shard {
+    fn from(s: &super::Shard) -> Self {
+        Self {
+            id: s.id,
+            owner: s.owner.clone(),
+            epoch: s.epoch,
+            handoff: s.handoff.as_ref().map(|h| Handoff {
+                to: h.to.clone(),
+                revoke_revision: h.revoke_revision,
+                from_grant_expiry_ms: h.from_grant_expiry_ms,
+            }),
+        }
+    }
+}
+
+impl From<&super::Tombstone> for Tombstone {
+    fn from(t: &super::Tombstone) -> Self {
+        Self {
+            executor_id: t.executor_id.clone(),
+            incarnation: t.incarnation.clone(),
+            reason: match t.reason {
+                super::TombstoneReason::Deregistered => TombstoneReason::Deregistered,
+                super::TombstoneReason::Reaped => TombstoneReason::Reaped,
+            },
+            removed_revision: t.removed_revision,
+            removed_at_ms: t.removed_at_ms,
+        }
     }
 }

@@ -1,20 +1,25 @@
 //! How the lease state machine's records are written and read at each schema (PROTOCOL P14.1):
 //! log entries on disk and in AppendEntries, snapshots, backups.
 //!
-//! Each record is written at the oldest schema that can express it. Until the cluster version
-//! rises past schema 2 nothing needs more, so every byte this build writes (and sends) is what
-//! release 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go
-//! back to 0.1.0 binaries. A record of schema 3 or later names its schema (`codec` format 2).
+//! Each record is written at the oldest schema that can express it: schema 2 (release 0.1.0's
+//! types, untagged), else schema 3 (`lease::v3`, tagged), else this build's. Until the cluster
+//! version rises past schema 2 nothing needs more, so every byte this build writes (and sends) is
+//! what release 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory
+//! can go back to 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica
+//! of schema 3 decodes everything. A record of schema 3 or later names its schema (`codec`
+//! format 2).
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
 use leasehold_raft_store::schema::{check_readable, open_versioned, seal_at};
 use leasehold_raft_store::{SchemaCodec, StateMachine, StoreError};
 use openraft::raft::AppendEntriesRequest;
-use openraft::{BasicNode, Entry, EntryPayload};
+use openraft::{BasicNode, Entry, EntryPayload, RaftTypeConfig};
 
 use super::TypeConfig;
-use crate::lease::schema::{NotExpressible, NEWEST_SCHEMA, OLDEST_SCHEMA, SCHEMA_0_1_0};
-use crate::lease::{v2, Command, LeaseState, Outcome};
+use crate::lease::schema::{
+    NotExpressible, NEWEST_SCHEMA, OLDEST_SCHEMA, SCHEMA_0_1_0, SCHEMA_CLUSTER_VERSION,
+};
+use crate::lease::{v2, v3, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -29,6 +34,90 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+openraft::declare_raft_types!(
+    /// Schema 3's type configuration: the same Raft types around schema 3's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V3Config:
+        D = v3::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V3Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A frozen schema's Raft type configuration and how its commands convert to and from this
+/// build's: what writing a record at that schema, and reading one, needs.
+trait FrozenSchema: RaftTypeConfig<NodeId = u64, Node = BasicNode, Entry = Entry<Self>> {
+    /// This build's command in the schema's types, if the schema can express it.
+    fn command_down(command: &Command) -> Result<Self::D, NotExpressible>;
+    /// The schema's command in this build's types.
+    fn command_up(command: Self::D) -> Command;
+}
+
+impl FrozenSchema for V2Config {
+    fn command_down(command: &Command) -> Result<v2::Command, NotExpressible> {
+        v2::Command::try_from(command)
+    }
+    fn command_up(command: v2::Command) -> Command {
+        command.into()
+    }
+}
+
+impl FrozenSchema for V3Config {
+    fn command_down(command: &Command) -> Result<v3::Command, NotExpressible> {
+        v3::Command::try_from(command)
+    }
+    fn command_up(command: v3::Command) -> Command {
+        command.into()
+    }
+}
+
+/// `entry` in a frozen schema's types, if that schema can express it.
+fn entry_down<F: FrozenSchema>(entry: &Entry<TypeConfig>) -> Result<Entry<F>, NotExpressible> {
+    Ok(Entry {
+        log_id: entry.log_id,
+        payload: match &entry.payload {
+            EntryPayload::Blank => EntryPayload::Blank,
+            EntryPayload::Normal(command) => EntryPayload::Normal(F::command_down(command)?),
+            EntryPayload::Membership(membership) => EntryPayload::Membership(membership.clone()),
+        },
+    })
+}
+
+/// An entry of a frozen schema in this build's types.
+fn entry_up<F: FrozenSchema>(entry: Entry<F>) -> Entry<TypeConfig> {
+    Entry {
+        log_id: entry.log_id,
+        payload: match entry.payload {
+            EntryPayload::Blank => EntryPayload::Blank,
+            EntryPayload::Normal(command) => EntryPayload::Normal(F::command_up(command)),
+            EntryPayload::Membership(membership) => EntryPayload::Membership(membership),
+        },
+    }
+}
+
+/// `entry` in schema 2's types, if schema 2 can express it.
+pub fn entry_to_v2(entry: &Entry<TypeConfig>) -> Result<Entry<V2Config>, NotExpressible> {
+    entry_down(entry)
+}
+
+/// A schema 2 entry in this build's types.
+pub fn entry_from_v2(entry: Entry<V2Config>) -> Entry<TypeConfig> {
+    entry_up(entry)
+}
+
+/// `entry` in schema 3's types, if schema 3 can express it.
+pub fn entry_to_v3(entry: &Entry<TypeConfig>) -> Result<Entry<V3Config>, NotExpressible> {
+    entry_down(entry)
+}
+
+/// A schema 3 entry in this build's types.
+pub fn entry_from_v3(entry: Entry<V3Config>) -> Entry<TypeConfig> {
+    entry_up(entry)
+}
+
 impl SchemaCodec for TypeConfig {
     const UNTAGGED_SCHEMA: u32 = SCHEMA_0_1_0;
     const OLDEST_SCHEMA: u32 = OLDEST_SCHEMA;
@@ -36,20 +125,23 @@ impl SchemaCodec for TypeConfig {
     const RELEASE: &'static str = leasehold_api::RELEASE;
 
     fn encode_entry(entry: &Entry<TypeConfig>) -> Result<(u32, Vec<u8>), StoreError> {
-        match entry_to_v2(entry) {
-            Ok(old) => Ok((SCHEMA_0_1_0, encode_payload("log entry", &old)?)),
-            Err(_) => Ok((NEWEST_SCHEMA, encode_payload("log entry", entry)?)),
+        const WHAT: &str = "log entry";
+        if let Ok(old) = entry_to_v2(entry) {
+            return Ok((SCHEMA_0_1_0, encode_payload(WHAT, &old)?));
         }
+        if let Ok(old) = entry_to_v3(entry) {
+            return Ok((SCHEMA_CLUSTER_VERSION, encode_payload(WHAT, &old)?));
+        }
+        Ok((NEWEST_SCHEMA, encode_payload(WHAT, entry)?))
     }
 
     fn decode_entry(schema: u32, payload: &[u8]) -> Result<Entry<TypeConfig>, StoreError> {
+        const WHAT: &str = "log entry";
         match schema {
-            SCHEMA_0_1_0 => Ok(entry_from_v2(decode_payload::<Entry<V2Config>>(
-                "log entry",
-                payload,
-            )?)),
-            NEWEST_SCHEMA => decode_payload("log entry", payload),
-            other => Err(no_decoder("log entry", other)),
+            SCHEMA_0_1_0 => Ok(entry_from_v2(decode_payload(WHAT, payload)?)),
+            SCHEMA_CLUSTER_VERSION => Ok(entry_from_v3(decode_payload(WHAT, payload)?)),
+            NEWEST_SCHEMA => decode_payload(WHAT, payload),
+            other => Err(no_decoder(WHAT, other)),
         }
     }
 }
@@ -60,17 +152,23 @@ impl StateMachine<TypeConfig> for LeaseState {
     }
 
     fn encode_state(&self) -> Result<(u32, Vec<u8>), StoreError> {
-        match v2::LeaseState::try_from(self) {
-            Ok(old) => Ok((SCHEMA_0_1_0, encode_payload("lease state", &old)?)),
-            Err(_) => Ok((NEWEST_SCHEMA, encode_payload("lease state", self)?)),
+        const WHAT: &str = "lease state";
+        if let Ok(old) = v2::LeaseState::try_from(self) {
+            return Ok((SCHEMA_0_1_0, encode_payload(WHAT, &old)?));
         }
+        if let Ok(old) = v3::LeaseState::try_from(self) {
+            return Ok((SCHEMA_CLUSTER_VERSION, encode_payload(WHAT, &old)?));
+        }
+        Ok((NEWEST_SCHEMA, encode_payload(WHAT, self)?))
     }
 
     fn decode_state(schema: u32, payload: &[u8]) -> Result<Self, StoreError> {
+        const WHAT: &str = "lease state";
         match schema {
-            SCHEMA_0_1_0 => Ok(decode_payload::<v2::LeaseState>("lease state", payload)?.into()),
-            NEWEST_SCHEMA => decode_payload("lease state", payload),
-            other => Err(no_decoder("lease state", other)),
+            SCHEMA_0_1_0 => Ok(decode_payload::<v2::LeaseState>(WHAT, payload)?.into()),
+            SCHEMA_CLUSTER_VERSION => Ok(decode_payload::<v3::LeaseState>(WHAT, payload)?.into()),
+            NEWEST_SCHEMA => decode_payload(WHAT, payload),
+            other => Err(no_decoder(WHAT, other)),
         }
     }
 }
@@ -86,77 +184,65 @@ fn no_decoder(what: &'static str, schema: u32) -> StoreError {
         })
 }
 
-fn payload_to_v2(
-    payload: &EntryPayload<TypeConfig>,
-) -> Result<EntryPayload<V2Config>, NotExpressible> {
-    Ok(match payload {
-        EntryPayload::Blank => EntryPayload::Blank,
-        EntryPayload::Normal(command) => EntryPayload::Normal(v2::Command::try_from(command)?),
-        EntryPayload::Membership(membership) => EntryPayload::Membership(membership.clone()),
-    })
-}
-
-/// `entry` in schema 2's types, if schema 2 can express it.
-pub fn entry_to_v2(entry: &Entry<TypeConfig>) -> Result<Entry<V2Config>, NotExpressible> {
-    Ok(Entry {
-        log_id: entry.log_id,
-        payload: payload_to_v2(&entry.payload)?,
-    })
-}
-
-/// A schema 2 entry in this build's types.
-pub fn entry_from_v2(entry: Entry<V2Config>) -> Entry<TypeConfig> {
-    Entry {
-        log_id: entry.log_id,
-        payload: match entry.payload {
-            EntryPayload::Blank => EntryPayload::Blank,
-            EntryPayload::Normal(command) => EntryPayload::Normal(command.into()),
-            EntryPayload::Membership(membership) => EntryPayload::Membership(membership),
-        },
-    }
-}
-
 const APPEND: &str = "raft append request";
 
-/// An AppendEntries body: schema 2 (exactly what a 0.1.0 leader sends) when every entry in it
-/// is expressible there, else tagged with this build's schema, which only a follower of this
-/// build or newer decodes. The cluster version keeps the second kind from being proposed while
-/// any voter runs 0.1.0 (P14.3).
-pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, StoreError> {
-    let old_entries: Result<Vec<_>, _> = request.entries.iter().map(entry_to_v2).collect();
-    match old_entries {
-        Ok(entries) => {
-            let old = AppendEntriesRequest::<V2Config> {
-                vote: request.vote,
-                prev_log_id: request.prev_log_id,
-                entries,
-                leader_commit: request.leader_commit,
-            };
-            Ok(seal_at::<TypeConfig>(
-                SCHEMA_0_1_0,
-                &encode_payload(APPEND, &old)?,
-            ))
-        }
-        Err(_) => Ok(seal_at::<TypeConfig>(
-            NEWEST_SCHEMA,
-            &encode_payload(APPEND, request)?,
-        )),
+/// `request` with its entries in a frozen schema's types, if that schema expresses every one.
+fn append_down<F: FrozenSchema>(
+    request: &AppendEntriesRequest<TypeConfig>,
+) -> Result<AppendEntriesRequest<F>, NotExpressible> {
+    Ok(AppendEntriesRequest {
+        vote: request.vote,
+        prev_log_id: request.prev_log_id,
+        entries: request
+            .entries
+            .iter()
+            .map(entry_down::<F>)
+            .collect::<Result<_, _>>()?,
+        leader_commit: request.leader_commit,
+    })
+}
+
+/// A request of a frozen schema in this build's types.
+fn append_up<F: FrozenSchema>(
+    request: AppendEntriesRequest<F>,
+) -> AppendEntriesRequest<TypeConfig> {
+    AppendEntriesRequest {
+        vote: request.vote,
+        prev_log_id: request.prev_log_id,
+        entries: request.entries.into_iter().map(entry_up::<F>).collect(),
+        leader_commit: request.leader_commit,
     }
+}
+
+/// An AppendEntries body at the oldest schema that expresses every entry in it: schema 2 (exactly
+/// what a 0.1.0 leader sends), else schema 3, else this build's, which only a follower of this
+/// build or newer decodes. The cluster version keeps a newer kind from being proposed while any
+/// voter runs an older schema (P14.3).
+pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, StoreError> {
+    if let Ok(old) = append_down::<V2Config>(request) {
+        return Ok(seal_at::<TypeConfig>(
+            SCHEMA_0_1_0,
+            &encode_payload(APPEND, &old)?,
+        ));
+    }
+    if let Ok(old) = append_down::<V3Config>(request) {
+        return Ok(seal_at::<TypeConfig>(
+            SCHEMA_CLUSTER_VERSION,
+            &encode_payload(APPEND, &old)?,
+        ));
+    }
+    Ok(seal_at::<TypeConfig>(
+        NEWEST_SCHEMA,
+        &encode_payload(APPEND, request)?,
+    ))
 }
 
 /// Decodes an AppendEntries body of any schema this build reads.
 pub fn decode_append(body: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, StoreError> {
     let (schema, payload) = open_versioned::<TypeConfig>(APPEND, body)?;
     match schema {
-        SCHEMA_0_1_0 => {
-            let old: AppendEntriesRequest<V2Config> = decode_payload(APPEND, payload)?;
-            Ok(AppendEntriesRequest {
-                vote: old.vote,
-                prev_log_id: old.prev_log_id,
-                entries: old.entries.into_iter().map(entry_from_v2).collect(),
-                leader_commit: old.leader_commit,
-            })
-        }
+        SCHEMA_0_1_0 => Ok(append_up::<V2Config>(decode_payload(APPEND, payload)?)),
+        SCHEMA_CLUSTER_VERSION => Ok(append_up::<V3Config>(decode_payload(APPEND, payload)?)),
         NEWEST_SCHEMA => decode_payload(APPEND, payload),
         other => Err(no_decoder(APPEND, other)),
     }
@@ -164,12 +250,15 @@ pub fn decode_append(body: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, St
 
 /// A backup's payload: the state as JSON at the oldest schema that can express it, and that
 /// schema (the header's `state_schema_version`), so a backup taken before the cluster version
-/// rose restores on 0.1.0 too.
+/// rose restores on 0.1.0 too, and one taken before it rose past 3 on a build of schema 3.
 pub fn backup_payload(state: &LeaseState) -> Result<(u32, Vec<u8>), serde_json::Error> {
-    match v2::LeaseState::try_from(state) {
-        Ok(old) => Ok((SCHEMA_0_1_0, serde_json::to_vec(&old)?)),
-        Err(_) => Ok((NEWEST_SCHEMA, serde_json::to_vec(state)?)),
+    if let Ok(old) = v2::LeaseState::try_from(state) {
+        return Ok((SCHEMA_0_1_0, serde_json::to_vec(&old)?));
     }
+    if let Ok(old) = v3::LeaseState::try_from(state) {
+        return Ok((SCHEMA_CLUSTER_VERSION, serde_json::to_vec(&old)?));
+    }
+    Ok((NEWEST_SCHEMA, serde_json::to_vec(state)?))
 }
 
 /// Why a backup's payload is not a state this build can restore.
@@ -191,6 +280,9 @@ pub fn state_from_backup(schema: u32, payload: &[u8]) -> Result<LeaseState, Back
         SCHEMA_0_1_0 => Ok(serde_json::from_slice::<v2::LeaseState>(payload)
             .map_err(decode_error)?
             .into()),
+        SCHEMA_CLUSTER_VERSION => Ok(serde_json::from_slice::<v3::LeaseState>(payload)
+            .map_err(decode_error)?
+            .into()),
         NEWEST_SCHEMA => serde_json::from_slice(payload).map_err(decode_error),
         other => Err(BackupSchemaError::Unreadable(no_decoder(
             "the backup",
@@ -206,7 +298,8 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, Vote};
 
     use super::*;
-    use crate::lease::schema::SCHEMA_CLUSTER_VERSION;
+    use crate::lease::schema::SCHEMA_CAPACITY;
+    use crate::lease::DEFAULT_CAPACITY;
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
         Entry {
@@ -222,6 +315,19 @@ mod tests {
             address: "http://127.0.0.1:1".into(),
             name: None,
             credential_sha256: None,
+            capacity: DEFAULT_CAPACITY,
+        }
+    }
+
+    /// A registration of schema 3 (a credential), with `capacity`.
+    fn register_with(capacity: u32) -> Command {
+        Command::Register {
+            now_ms: 5,
+            incarnation: "inc-3".into(),
+            address: "http://127.0.0.1:3".into(),
+            name: Some("three".into()),
+            credential_sha256: Some([3; 32]),
+            capacity,
         }
     }
 
@@ -318,5 +424,171 @@ mod tests {
                 StoreError::NewerSchema { .. }
             ))
         ));
+    }
+
+    /// A state at cluster version 3 holding a credentialed executor: what a build of schema 3
+    /// snapshots and backs up.
+    fn schema_3_state() -> LeaseState {
+        let mut state = LeaseState::default();
+        for (index, command) in [
+            raise(),
+            Command::Init {
+                now_ms: 1,
+                shard_count: 4,
+                lease_duration_ms: 10_000,
+            },
+            register_with(DEFAULT_CAPACITY),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let _ = state.apply(index as u64 + 1, command);
+        }
+        assert_eq!(state.executors().count(), 1);
+        state
+    }
+
+    /// P14.1, P15.1: a log entry a build of schema 3 wrote (through the frozen `v3` types, tagged
+    /// 3) decodes into this build with the default capacity; this build writes a registration of
+    /// capacity 1 at schema 3 still, so such a build reads it, and one of another capacity at 4.
+    #[test]
+    fn p14_1_a_schema_3_entry_reads_with_capacity_1_and_a_capacity_needs_schema_4() {
+        let written_by_schema_3 = Entry::<V3Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 7),
+            payload: EntryPayload::Normal(v3::Command::Register {
+                now_ms: 5,
+                incarnation: "inc-3".into(),
+                address: "http://127.0.0.1:3".into(),
+                name: Some("three".into()),
+                credential_sha256: Some([3; 32]),
+            }),
+        };
+        let record = codec::seal(
+            Some(SCHEMA_CLUSTER_VERSION),
+            &encode_payload("log entry", &written_by_schema_3).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        assert_eq!(read, entry(7, register_with(DEFAULT_CAPACITY)));
+        // And this build writes that entry back exactly so.
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (SCHEMA_CLUSTER_VERSION, record)
+        );
+
+        let with_capacity = entry(8, register_with(2));
+        let (schema, record) = encode_entry_record::<TypeConfig>(&with_capacity).unwrap();
+        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert_eq!(
+            decode_entry_record::<TypeConfig>(&record).unwrap(),
+            with_capacity
+        );
+        assert!(entry_to_v3(&with_capacity).is_err());
+        assert!(entry_to_v2(&with_capacity).is_err());
+        // A build of schema 3 decodes tagged records of its own schema only.
+        let opened = codec::open("log entry", &record).unwrap();
+        assert_eq!(opened.schema, Some(SCHEMA_CAPACITY));
+        assert!(decode_payload::<Entry<V3Config>>("log entry", opened.payload).is_err());
+    }
+
+    /// P14.3: the raise to 4 is itself written at 4, so the data directory is marked 4 from the
+    /// raise on and a build of schema 3 refuses it then, not at some later record.
+    #[test]
+    fn p14_3_the_raise_to_schema_4_is_written_at_schema_4() {
+        let raise_to_4 = entry(
+            9,
+            Command::SetClusterVersion {
+                now_ms: 6,
+                cluster_version: SCHEMA_CAPACITY,
+            },
+        );
+        let (schema, _) = encode_entry_record::<TypeConfig>(&raise_to_4).unwrap();
+        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert!(entry_to_v3(&raise_to_4).is_err());
+        let (schema, _) = encode_entry_record::<TypeConfig>(&entry(9, raise())).unwrap();
+        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+    }
+
+    /// P14.1, P15.1: a snapshot's state and a backup a build of schema 3 wrote decode into this
+    /// build with every executor at capacity 1; this build writes such a state at schema 3.
+    #[test]
+    fn p14_1_a_schema_3_state_and_backup_read_with_capacity_1() {
+        let state = schema_3_state();
+        let as_schema_3 = v3::LeaseState::try_from(&state).expect("expressible in schema 3");
+        let payload = encode_payload("lease state", &as_schema_3).unwrap();
+        let read = LeaseState::decode_state(SCHEMA_CLUSTER_VERSION, &payload).unwrap();
+        assert_eq!(read, state);
+        assert!(read
+            .executors()
+            .all(|e| e.capacity == DEFAULT_CAPACITY && e.credential_sha256 == Some([3; 32])));
+        assert_eq!(
+            state.encode_state().unwrap(),
+            (SCHEMA_CLUSTER_VERSION, payload)
+        );
+
+        let json = serde_json::to_vec(&as_schema_3).unwrap();
+        let restored = state_from_backup(SCHEMA_CLUSTER_VERSION, &json).unwrap();
+        assert_eq!(restored, state);
+        assert_eq!(
+            backup_payload(&state).unwrap(),
+            (SCHEMA_CLUSTER_VERSION, json)
+        );
+    }
+
+    /// P14.1, P15.1: a state holding a capacity other than 1 is written at schema 4 (its bytes
+    /// are no schema 3 state), on disk and in a backup, whose header then says 4.
+    #[test]
+    fn a_state_with_a_capacity_is_written_at_schema_4() {
+        let mut state = schema_3_state();
+        let _ = state.apply(
+            4,
+            &Command::SetClusterVersion {
+                now_ms: 6,
+                cluster_version: SCHEMA_CAPACITY,
+            },
+        );
+        let mut heavy = register_with(5);
+        if let Command::Register { incarnation, .. } = &mut heavy {
+            *incarnation = "heavy".into();
+        }
+        let _ = state.apply(5, &heavy);
+        assert!(state.executors().any(|e| e.capacity == 5));
+
+        let (schema, payload) = state.encode_state().unwrap();
+        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
+        assert!(LeaseState::decode_state(SCHEMA_CLUSTER_VERSION, &payload).is_err());
+        let (schema, json) = backup_payload(&state).unwrap();
+        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), state);
+    }
+
+    /// An append is written at schema 3 while its entries are all expressible there (a follower
+    /// of schema 3 decodes it), and at 4 as soon as one needs a capacity.
+    #[test]
+    fn an_append_is_written_at_schema_3_until_an_entry_needs_a_capacity() {
+        let three = append(vec![
+            entry(4, register_with(DEFAULT_CAPACITY)),
+            entry(5, raise()),
+        ]);
+        let body = encode_append(&three).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(SCHEMA_CLUSTER_VERSION));
+        let as_schema_3: AppendEntriesRequest<V3Config> =
+            decode_payload("raft request", opened.payload).expect("a schema 3 follower decodes it");
+        assert_eq!(as_schema_3.entries.len(), 2);
+        assert_eq!(decode_append(&body).unwrap().entries, three.entries);
+
+        let four = append(vec![
+            entry(4, register_with(DEFAULT_CAPACITY)),
+            entry(5, register_with(3)),
+        ]);
+        let body = encode_append(&four).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(SCHEMA_CAPACITY));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V3Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, four.entries);
     }
 }

@@ -2,6 +2,7 @@
 
 mod core;
 mod delivery_plan;
+mod placement;
 
 use crate::lease::{Command, LeaseState, Outcome, Renewal};
 
@@ -33,12 +34,23 @@ impl World {
     }
 
     pub(super) fn register(&mut self, name: &str, now_ms: u64) -> String {
+        self.register_with_capacity(name, now_ms, crate::lease::DEFAULT_CAPACITY)
+    }
+
+    /// Registers an executor with a placement capacity (P15.1).
+    pub(super) fn register_with_capacity(
+        &mut self,
+        name: &str,
+        now_ms: u64,
+        capacity: u32,
+    ) -> String {
         match self.apply(Command::Register {
             now_ms,
             incarnation: name.to_string(),
             address: format!("http://{name}:1"),
             name: None,
             credential_sha256: None,
+            capacity,
         }) {
             Outcome::Registered { grant, .. } => grant.executor_id,
             other => panic!("register: {other:?}"),

@@ -5,10 +5,12 @@
 //!   a brute-force optimum.
 //! - `drain`: draining executors (the flag, and how the planner moves their shards).
 //! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
+//! - `placement`: placement by load and capacity (P15.1–P15.4), rule by rule and as properties.
 //! - `schemas`: the conversions between state schemas and the cluster version (P14.1, P14.3).
 
 mod drain;
 mod encoding;
+mod placement;
 mod planner;
 mod rules;
 mod schemas;
@@ -162,11 +164,21 @@ impl Harness {
 
 /// A `Register` for `incarnation` with a derived address.
 pub(super) fn register_command(now_ms: u64, incarnation: &str) -> Command {
+    register_command_with_capacity(now_ms, incarnation, crate::lease::DEFAULT_CAPACITY)
+}
+
+/// A `Register` for `incarnation` with a placement capacity (P15.1).
+pub(super) fn register_command_with_capacity(
+    now_ms: u64,
+    incarnation: &str,
+    capacity: u32,
+) -> Command {
     Command::Register {
         now_ms,
         incarnation: incarnation.to_owned(),
         address: format!("http://{incarnation}.test"),
         name: None,
         credential_sha256: None,
+        capacity,
     }
 }

@@ -1,11 +1,14 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
-//! (release 0.1.0, `lease::v2`) and this build's types, the gate in front of proposals, and a
-//! property test that a state migrated at any point behaves exactly as the state it came from.
+//! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`) and this build's types, the gate in
+//! front of proposals, and a property test that a state migrated at any point behaves exactly as
+//! the state it came from.
 
 use proptest::prelude::*;
 
-use super::super::schema::{check_proposable, NEWEST_SCHEMA, SCHEMA_0_1_0};
-use super::super::{v2, Command, LeaseState, Outcome, Renewal};
+use super::super::schema::{
+    check_proposable, NEWEST_SCHEMA, SCHEMA_0_1_0, SCHEMA_CAPACITY, SCHEMA_CLUSTER_VERSION,
+};
+use super::super::{v2, v3, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
 use super::encoding::{busy_state, every_command};
 use super::{Harness, LEASE_MS};
 
@@ -24,6 +27,12 @@ fn migrated(state: &LeaseState) -> LeaseState {
     bincode_round_trip(&old).into()
 }
 
+/// The same through schema 3's types.
+fn migrated_through_schema_3(state: &LeaseState) -> LeaseState {
+    let old = v3::LeaseState::try_from(state).expect("expressible in schema 3");
+    bincode_round_trip(&old).into()
+}
+
 #[test]
 fn every_schema_2_command_converts_up_and_back_unchanged() {
     for command in every_command() {
@@ -34,11 +43,36 @@ fn every_schema_2_command_converts_up_and_back_unchanged() {
                 assert_eq!(command.required_schema(), SCHEMA_0_1_0);
             }
             Err(_) => assert!(
-                matches!(command, Command::SetClusterVersion { .. }),
-                "only commands of schema 3 are refused by schema 2: {command:?}"
+                command.required_schema() > SCHEMA_0_1_0,
+                "only commands of later schemas are refused by schema 2: {command:?}"
             ),
         }
     }
+}
+
+/// P14.1: every command schema 3 can express converts to it and back unchanged, and only
+/// those that need schema 4 are refused.
+#[test]
+fn every_schema_3_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match v3::Command::try_from(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(Command::from(old), command, "schema 3 keeps {command:?}");
+                assert!(command.required_schema() <= SCHEMA_CLUSTER_VERSION);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    SCHEMA_CAPACITY,
+                    "only commands of schema 4 are refused by schema 3: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(refused, 2, "a capacity and a raise to 4");
 }
 
 #[test]
@@ -50,6 +84,7 @@ fn a_state_below_the_raise_converts_to_schema_2_and_back_unchanged() {
     ] {
         assert_eq!(state.cluster_version(), SCHEMA_0_1_0);
         assert_eq!(migrated(&state), state);
+        assert_eq!(migrated_through_schema_3(&state), state);
         assert_eq!(state.required_schema(), SCHEMA_0_1_0);
     }
 }
@@ -66,6 +101,11 @@ fn a_state_after_the_raise_is_not_expressible_in_schema_2() {
     });
     assert_eq!(harness.state.required_schema(), 3);
     assert!(v2::LeaseState::try_from(&harness.state).is_err());
+    assert_eq!(
+        migrated_through_schema_3(&harness.state),
+        harness.state,
+        "a state of schema 3 reads back from schema 3's types unchanged, capacities 1"
+    );
 }
 
 #[test]
@@ -127,6 +167,76 @@ fn a_credential_needs_schema_3_everywhere() {
         v2::LeaseState::try_from(&lowered).is_err(),
         "a credential is not expressible in schema 2 whatever the cluster version says"
     );
+}
+
+/// P15.1 through P14.3: a registration with a capacity other than 1 is schema 4, refused by
+/// schema 2's and 3's types, and proposed only once the cluster version is 4; a state holding
+/// one is not expressible in either, whatever its cluster version says. Capacity 1 (what every
+/// earlier executor has) needs nothing new.
+#[test]
+fn p15_1_a_capacity_needs_schema_4_everywhere() {
+    let with_capacity = |capacity| {
+        let mut command = super::register_command(0, "a");
+        if let Command::Register {
+            capacity: field, ..
+        } = &mut command
+        {
+            *field = capacity;
+        }
+        command
+    };
+    assert_eq!(
+        with_capacity(DEFAULT_CAPACITY).required_schema(),
+        SCHEMA_0_1_0
+    );
+    let heavy = with_capacity(2);
+    assert_eq!(heavy.required_schema(), SCHEMA_CAPACITY);
+    assert!(v2::Command::try_from(&heavy).is_err());
+    assert!(v3::Command::try_from(&heavy).is_err());
+    for below in [SCHEMA_0_1_0, SCHEMA_CLUSTER_VERSION] {
+        let refused = check_proposable(&heavy, below).unwrap_err();
+        assert_eq!(
+            (refused.needed, refused.cluster_version),
+            (SCHEMA_CAPACITY, below)
+        );
+    }
+    assert!(check_proposable(&heavy, SCHEMA_CAPACITY).is_ok());
+
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: SCHEMA_CAPACITY,
+    });
+    assert!(
+        v3::LeaseState::try_from(&harness.state).is_err(),
+        "cluster version 4"
+    );
+    harness.apply(heavy);
+    let mut lowered = harness.state.clone();
+    lowered.cluster_version = SCHEMA_CLUSTER_VERSION;
+    assert!(
+        v3::LeaseState::try_from(&lowered).is_err(),
+        "a capacity is not expressible in schema 3 whatever the cluster version says"
+    );
+    lowered.cluster_version = SCHEMA_0_1_0;
+    assert!(v2::LeaseState::try_from(&lowered).is_err());
+}
+
+/// A raise is written at the schema it raises to (`required_schema`), and only a build that
+/// applies that schema proposes it.
+#[test]
+fn a_raise_needs_the_schema_it_raises_to() {
+    let raise = |cluster_version| Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version,
+    };
+    assert_eq!(
+        raise(SCHEMA_CLUSTER_VERSION).required_schema(),
+        SCHEMA_CLUSTER_VERSION
+    );
+    assert_eq!(raise(SCHEMA_CAPACITY).required_schema(), SCHEMA_CAPACITY);
+    assert!(v3::Command::try_from(&raise(SCHEMA_CLUSTER_VERSION)).is_ok());
+    assert!(v3::Command::try_from(&raise(SCHEMA_CAPACITY)).is_err());
 }
 
 #[test]
@@ -269,6 +379,10 @@ proptest! {
             prop_assert_eq!(outcome, expected);
             prop_assert_eq!(&migrated_harness.state, &original.state);
             prop_assert_eq!(migrated(&original.state), original.state.clone());
+            prop_assert_eq!(
+                migrated_through_schema_3(&original.state),
+                original.state.clone()
+            );
         }
     }
 }

@@ -1,0 +1,469 @@
+//! The leader's soft state for placement by load (PROTOCOL §15), as pure cores: time comes in as
+//! the leader clock's `now_ms`.
+//!
+//! - [`LoadTracker`]: the loads executors report in their renewals (P15.1), clamped and smoothed
+//!   per shard, and whether every live executor has been heard from. It is never replicated: a
+//!   new leader starts empty and relearns every load within one renewal period, planning
+//!   meanwhile as [`Loads::Learning`] (nothing that has a live holder moves).
+//! - [`BalanceLedger`]: the moves made for balance, for the churn budget (P15.3: at most
+//!   `--max-balance-moves` a minute) and the cooldown that keeps a shard from moving back and
+//!   forth (P15.4).
+//! - [`LoadSummary`]: utilisation per executor, the imbalance and the hot shards, for
+//!   `/v1/executors`, `/v1/shards` and the metrics.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::lease::{capacity_of, ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId};
+
+/// Weight of a new report in a shard's smoothed load. Small, so that noise in the reports (a
+/// rate measured over one renewal interval) is averaged over about twenty renewals and an
+/// executor inside the band is not carried out of it by noise alone; a real change of load is
+/// taken at once instead ([`SUSTAINED_CHANGE_FACTOR`]).
+pub const NEW_REPORT_WEIGHT: f64 = 0.05;
+
+/// Two reports in a row at more than this factor above the smoothed load (or below it by the
+/// same factor) are a real change, not noise: the shard's load becomes the latest report. A load
+/// flapping between two values every renewal never qualifies, so it is seen near its mean.
+pub const SUSTAINED_CHANGE_FACTOR: f64 = 2.0;
+
+/// A smoothed load below this is zero: the remains of a load that stopped, which would
+/// otherwise decay for hours without ever reaching zero.
+pub const NEGLIGIBLE_LOAD: f64 = 1e-9;
+
+/// Moves for balance are counted over this window for `--max-balance-moves` (per minute).
+pub const BUDGET_WINDOW_MS: u64 = 60_000;
+
+/// A shard moved for balance is not moved for balance again for this long (P15.4): longer than
+/// the smoothing needs to settle after its move (a few renewals at the default 20 s), so a plan
+/// never reacts to the dip and spike the move itself causes in the reports.
+pub const BALANCE_COOLDOWN_MS: u64 = 5 * 60_000;
+
+/// How placement is configured (`--load-placement`, `--balance-tolerance`,
+/// `--max-balance-moves`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlacementSettings {
+    /// Place by load when loads are reported (P15.2); off places by count only.
+    pub by_load: bool,
+    /// The band around the mean utilisation, as a fraction.
+    pub tolerance: f64,
+    /// Moves for balance per minute; `None`: 1 % of the shard count, at least 1 (P15.3).
+    pub max_balance_moves_per_minute: Option<usize>,
+}
+
+impl Default for PlacementSettings {
+    fn default() -> Self {
+        Self {
+            by_load: true,
+            tolerance: crate::lease::DEFAULT_BALANCE_TOLERANCE,
+            max_balance_moves_per_minute: None,
+        }
+    }
+}
+
+impl PlacementSettings {
+    /// The budget for a cluster of `shard_count` shards.
+    pub fn balance_moves_per_minute(&self, shard_count: u32) -> usize {
+        self.max_balance_moves_per_minute.unwrap_or_else(|| {
+            usize::try_from(shard_count / 100)
+                .unwrap_or(usize::MAX)
+                .max(1)
+        })
+    }
+}
+
+/// What an executor said about loads in its last renewal this term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reporting {
+    Loads,
+    NoLoads,
+}
+
+/// One shard's load as the tracker keeps it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ShardLoad {
+    /// Who reported it last (a number from `reporters`).
+    reporter: u64,
+    smoothed: f64,
+    /// Whether the last report was a jump ([`SUSTAINED_CHANGE_FACTOR`]) and which way: up
+    /// (`Some(true)`) or down.
+    last_jump_up: Option<bool>,
+}
+
+impl ShardLoad {
+    fn first(reporter: u64, value: f64) -> Self {
+        Self {
+            reporter,
+            smoothed: value,
+            last_jump_up: None,
+        }
+    }
+
+    /// Takes one more report from the same holder.
+    fn update(&mut self, value: f64) {
+        let jump_up = if value > self.smoothed * SUSTAINED_CHANGE_FACTOR {
+            Some(true)
+        } else if value * SUSTAINED_CHANGE_FACTOR < self.smoothed {
+            Some(false)
+        } else {
+            None
+        };
+        if jump_up.is_some() && jump_up == self.last_jump_up {
+            self.smoothed = value;
+            self.last_jump_up = None;
+            return;
+        }
+        self.smoothed += NEW_REPORT_WEIGHT * (value - self.smoothed);
+        self.last_jump_up = jump_up;
+    }
+}
+
+/// The loads reported this term, smoothed per shard (P15.1).
+#[derive(Debug, Clone, Default)]
+pub struct LoadTracker {
+    /// Per shard (index = shard number): its smoothed load and who reported it last; `None`
+    /// until some holder reported it. A report from a new holder starts the shard afresh, so
+    /// what one executor said of a shard (a bug, or a lie) is forgotten as soon as the shard
+    /// leaves it.
+    smoothed: Vec<Option<ShardLoad>>,
+    /// A small number for each executor heard from, so `smoothed` need not hold ids.
+    reporters: BTreeMap<ExecutorId, u64>,
+    next_reporter: u64,
+    /// Whether each executor heard from this term reports loads. At most one entry per
+    /// registered executor: departed ones are forgotten ([`LoadTracker::retain_executors`]).
+    reporting: BTreeMap<ExecutorId, Reporting>,
+}
+
+impl LoadTracker {
+    /// A tracker for a new term: nothing known.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one renewal: the executor holds `held` (its delivered set after the renewal)
+    /// and reported `loads` (`None`: it does not report loads; a held shard missing from the
+    /// list has load 0). Loads for shards it does not hold are ignored: ownership may have
+    /// moved under the report. Each value is clamped to `0..=max_shard_load` (a value that is
+    /// not a number counts as 0) before smoothing.
+    pub fn record(
+        &mut self,
+        executor_id: &str,
+        shard_count: u32,
+        held: &[ShardId],
+        loads: Option<&[(ShardId, f64)]>,
+        max_shard_load: f64,
+    ) {
+        let Some(loads) = loads else {
+            self.reporting
+                .insert(executor_id.to_owned(), Reporting::NoLoads);
+            return;
+        };
+        self.reporting
+            .insert(executor_id.to_owned(), Reporting::Loads);
+        let reporter = match self.reporters.get(executor_id) {
+            Some(&number) => number,
+            None => {
+                let number = self.next_reporter;
+                self.next_reporter += 1;
+                self.reporters.insert(executor_id.to_owned(), number);
+                number
+            }
+        };
+        let size = usize::try_from(shard_count).unwrap_or(0);
+        if self.smoothed.len() != size {
+            self.smoothed = vec![None; size];
+        }
+        let reported: BTreeMap<ShardId, f64> = loads.iter().copied().collect();
+        for &shard in held {
+            let Some(slot) = usize::try_from(shard)
+                .ok()
+                .and_then(|index| self.smoothed.get_mut(index))
+            else {
+                continue;
+            };
+            let value = reported.get(&shard).copied().unwrap_or(0.0);
+            let value = if value.is_nan() {
+                0.0
+            } else {
+                value.clamp(0.0, max_shard_load)
+            };
+            let mut load = match *slot {
+                Some(mut load) if load.reporter == reporter => {
+                    load.update(value);
+                    load
+                }
+                _ => ShardLoad::first(reporter, value),
+            };
+            if load.smoothed < NEGLIGIBLE_LOAD {
+                load.smoothed = 0.0;
+            }
+            *slot = Some(load);
+        }
+    }
+
+    /// Forgets executors that are no longer registered, so the tracker stays bounded by the
+    /// executors the state holds.
+    pub fn retain_executors(&mut self, state: &LeaseState) {
+        self.reporting
+            .retain(|executor_id, _| state.executor(executor_id).is_some());
+        self.reporters
+            .retain(|executor_id, _| state.executor(executor_id).is_some());
+    }
+
+    /// The smoothed load of `shard`, if any holder reported it this term.
+    pub fn shard_load(&self, shard: ShardId) -> Option<f64> {
+        usize::try_from(shard)
+            .ok()
+            .and_then(|index| self.smoothed.get(index))
+            .copied()
+            .flatten()
+            .map(|load| load.smoothed)
+    }
+
+    /// Every shard's smoothed load, index = shard (0 when never reported), sized to the state.
+    pub fn shard_loads(&self, state: &LeaseState) -> Vec<f64> {
+        let size = state.shards().len();
+        (0..size)
+            .map(|index| {
+                self.smoothed
+                    .get(index)
+                    .copied()
+                    .flatten()
+                    .map_or(0.0, |load| load.smoothed)
+            })
+            .collect()
+    }
+
+    /// What placement may go by at `now_ms`:
+    /// - [`Loads::Learning`] while some live executor that holds shards has not renewed this
+    ///   term (its loads are unknown, so a balanced fleet cannot be told from an unbalanced one);
+    /// - [`Loads::Counts`] when some live executor does not report loads, or no load is positive;
+    /// - [`Loads::Reported`] otherwise.
+    ///
+    /// An executor that holds nothing and has not renewed yet (one that just registered)
+    /// carries no load, so it does not hold placement back.
+    pub fn loads(&self, state: &LeaseState, now_ms: u64) -> Loads {
+        let mut holding: BTreeSet<&str> = BTreeSet::new();
+        for shard in state.shards() {
+            let holder = match &shard.handoff {
+                Some(handoff) => handoff.to.as_deref(),
+                None => shard.owner.as_deref(),
+            };
+            if let Some(holder) = holder {
+                holding.insert(holder);
+            }
+        }
+        for executor in state
+            .executors()
+            .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
+        {
+            match self.reporting.get(&executor.id) {
+                Some(Reporting::NoLoads) => return Loads::Counts,
+                Some(Reporting::Loads) => {}
+                None if holding.contains(executor.id.as_str()) => return Loads::Learning,
+                None => {}
+            }
+        }
+        let loads = self.shard_loads(state);
+        if loads.iter().any(|load| *load > 0.0) {
+            Loads::Reported(loads)
+        } else {
+            Loads::Counts
+        }
+    }
+}
+
+/// Moves made for balance, for the budget and the cooldown (P15.3, P15.4). Bounded: entries
+/// older than the cooldown are dropped, and no more than the budget enters per minute.
+#[derive(Debug, Clone, Default)]
+pub struct BalanceLedger {
+    /// Leader-clock ms of each committed balance move and its shard, oldest first.
+    moves: VecDeque<(u64, ShardId)>,
+}
+
+impl BalanceLedger {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves for balance still allowed at `now_ms` under a budget of `per_minute`.
+    pub fn allowed(&self, now_ms: u64, per_minute: usize) -> usize {
+        let window_start = now_ms.saturating_sub(BUDGET_WINDOW_MS);
+        let used = self
+            .moves
+            .iter()
+            .filter(|(at_ms, _)| *at_ms > window_start)
+            .count();
+        per_minute.saturating_sub(used)
+    }
+
+    /// Shards moved for balance within the cooldown before `now_ms`.
+    pub fn cooling(&self, now_ms: u64) -> BTreeSet<ShardId> {
+        let cooldown_start = now_ms.saturating_sub(BALANCE_COOLDOWN_MS);
+        self.moves
+            .iter()
+            .filter(|(at_ms, _)| *at_ms > cooldown_start)
+            .map(|(_, shard)| *shard)
+            .collect()
+    }
+
+    /// Records the balance moves of a plan committed at `now_ms`.
+    pub fn record(&mut self, now_ms: u64, shards: &[ShardId]) {
+        let cooldown_start = now_ms.saturating_sub(BALANCE_COOLDOWN_MS);
+        while self
+            .moves
+            .front()
+            .is_some_and(|(at_ms, _)| *at_ms <= cooldown_start)
+        {
+            self.moves.pop_front();
+        }
+        self.moves
+            .extend(shards.iter().map(|&shard| (now_ms, shard)));
+    }
+}
+
+/// The inputs of one plan at `now_ms`: what the tracker knows, the budget left, the cooling
+/// shards. With load placement off, placement goes by count alone.
+pub fn placement_inputs(
+    settings: &PlacementSettings,
+    tracker: &LoadTracker,
+    ledger: &BalanceLedger,
+    state: &LeaseState,
+    now_ms: u64,
+) -> PlacementInputs {
+    if !settings.by_load {
+        return PlacementInputs::by_count();
+    }
+    let shard_count = state.config().map_or(0, |config| config.shard_count);
+    PlacementInputs {
+        loads: tracker.loads(state, now_ms),
+        tolerance: settings.tolerance,
+        balance_moves_allowed: ledger
+            .allowed(now_ms, settings.balance_moves_per_minute(shard_count)),
+        cooling: ledger.cooling(now_ms),
+    }
+}
+
+/// One leader term's placement soft state: what the leader loop (and the simulator's leader)
+/// keeps between steps. A new term starts with a new one (P15.1: loads are relearned).
+#[derive(Debug, Clone)]
+pub struct TermPlacement {
+    pub settings: PlacementSettings,
+    pub tracker: LoadTracker,
+    pub ledger: BalanceLedger,
+}
+
+impl TermPlacement {
+    pub fn new(settings: PlacementSettings) -> Self {
+        Self {
+            settings,
+            tracker: LoadTracker::new(),
+            ledger: BalanceLedger::new(),
+        }
+    }
+
+    /// What the next plan at `now_ms` goes by.
+    pub fn inputs(&self, state: &LeaseState, now_ms: u64) -> PlacementInputs {
+        placement_inputs(&self.settings, &self.tracker, &self.ledger, state, now_ms)
+    }
+
+    /// A plan was committed at `now_ms`: its balance moves are charged to the budget and cool.
+    pub fn committed(&mut self, now_ms: u64, plan: &Plan) {
+        self.ledger.record(now_ms, &plan.balance_shards());
+    }
+}
+
+/// One executor's load as the leader sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExecutorLoad {
+    /// Sum of the smoothed loads of its delivered shards.
+    pub load: f64,
+    /// Load ÷ capacity.
+    pub utilisation: f64,
+}
+
+/// Loads, utilisation and hot shards at one instant, for inspection and metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadSummary {
+    /// Every live executor that takes shards, by id.
+    pub executors: BTreeMap<ExecutorId, ExecutorLoad>,
+    /// Highest utilisation ÷ mean utilisation over those executors (1 when perfectly even);
+    /// `None` when there is no load.
+    pub imbalance: Option<f64>,
+    /// Shards whose own load exceeds the fair share of the smallest live executor (P15.4).
+    pub hot: BTreeSet<ShardId>,
+}
+
+impl LoadSummary {
+    /// Summarises `loads` (index = shard) over the state at `now_ms`.
+    pub fn of(state: &LeaseState, now_ms: u64, loads: &[f64]) -> Self {
+        let mut executors: BTreeMap<ExecutorId, (f64, f64)> = state
+            .executors()
+            .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
+            .map(|executor| (executor.id.clone(), (0.0, capacity_of(executor) as f64)))
+            .collect();
+        let mut total = 0.0;
+        for shard in state.shards() {
+            let load = usize::try_from(shard.id)
+                .ok()
+                .and_then(|index| loads.get(index))
+                .copied()
+                .unwrap_or(0.0);
+            total += load;
+            if shard.handoff.is_some() {
+                continue;
+            }
+            if let Some(entry) = shard
+                .owner
+                .as_ref()
+                .and_then(|owner| executors.get_mut(owner))
+            {
+                entry.0 += load;
+            }
+        }
+        let total_capacity: f64 = executors.values().map(|(_, capacity)| capacity).sum();
+        let smallest_capacity = executors
+            .values()
+            .map(|(_, capacity)| *capacity)
+            .fold(f64::INFINITY, f64::min);
+        let mean = if total_capacity > 0.0 {
+            total / total_capacity
+        } else {
+            0.0
+        };
+        let executors: BTreeMap<ExecutorId, ExecutorLoad> = executors
+            .into_iter()
+            .map(|(id, (load, capacity))| {
+                (
+                    id,
+                    ExecutorLoad {
+                        load,
+                        utilisation: load / capacity,
+                    },
+                )
+            })
+            .collect();
+        let imbalance = (mean > 0.0).then(|| {
+            executors
+                .values()
+                .map(|e| e.utilisation)
+                .fold(0.0, f64::max)
+                / mean
+        });
+        let fair_share_of_smallest = mean * smallest_capacity;
+        let hot = if mean > 0.0 {
+            loads
+                .iter()
+                .zip(0..)
+                .filter(|(load, _)| **load > fair_share_of_smallest)
+                .map(|(_, shard)| shard)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        Self {
+            executors,
+            imbalance,
+            hot,
+        }
+    }
+}

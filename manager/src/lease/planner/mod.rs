@@ -1,0 +1,320 @@
+//! The placement planner (P5.4, P15.1–P15.4): which shard goes to which executor, proposed as a
+//! conditional [`Command::Rebalance`] (P2.4, P5.1) and carried out through the P5.2 handoff.
+//!
+//! Pure and deterministic: the same state, inputs and `now_ms` give the same plan, with ties
+//! broken by executor id and shard number. What it knows beyond the replicated state comes in as
+//! [`PlacementInputs`]: the leader's smoothed loads (soft state, P15.1), the churn budget left
+//! (P15.3) and the shards recently moved for balance.
+//!
+//! Two ways to spread, chosen by what the leader knows of the loads ([`Loads`]):
+//! - **By count** ([`count`]): shard counts in proportion to capacity, reached with the fewest
+//!   shards changing hands (P15.2's second half; P5.4 when all capacities are equal). Used when
+//!   some live executor reports no loads, or every reported load is zero. Every move it makes
+//!   answers a change of membership or capacity (a join), so none is limited by the budget.
+//! - **By load** ([`load`]): load ÷ capacity within the tolerance band around the mean when that
+//!   is possible (P15.2), moving at most the budget for balance (P15.3), hot shards placed where
+//!   they fit best and never moved back and forth (P15.4). Shards without a live holder and
+//!   executors that just joined are served at once, outside the budget.
+//!
+//! While a new leader has not heard from every live executor it knows nothing of their loads
+//! ([`Loads::Learning`]): it places shards that have no live holder and fills executors that
+//! hold nothing, and moves nothing else, so a leader change never reshuffles a balanced fleet.
+//!
+//! One plan is one log entry, replicated to every follower inside one AppendEntries, so a plan
+//! carries at most [`MAX_MOVES_PER_PLAN`] moves whatever the shard count: at a million shards an
+//! uncapped plan is megabytes and outlasts the replication timeout (docs/BENCHMARKS.md, B5). A
+//! capped plan takes the cheapest moves first (cancelled handoffs, then unowned grants, then
+//! retargeted handoffs, then revokes), and the leader plans again as soon as it commits.
+
+pub(super) mod count;
+mod load;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Command, Executor, LeaseState, Move, ShardId};
+
+pub(in crate::lease) use count::plan_moves;
+
+/// Most moves in one [`Command::Rebalance`]: about 120 KB of log entry (a move is a shard number
+/// and an `ex-{index}` id), which a follower receives, decodes and syncs well inside one
+/// heartbeat interval.
+pub const MAX_MOVES_PER_PLAN: usize = 8_192;
+
+/// Default of `--balance-tolerance` (P15.2): every executor's load ÷ capacity within 10 % of the
+/// cluster's mean.
+pub const DEFAULT_BALANCE_TOLERANCE: f64 = 0.10;
+
+/// What the leader knows of the loads when it plans (P15.1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Loads {
+    /// Some live executor reports no loads, or all reported loads are zero: spread counts in
+    /// proportion to capacity (P15.2).
+    Counts,
+    /// This leader has not yet heard from every live executor since it took office, so it
+    /// cannot tell a balanced fleet from an unbalanced one: place only what has no live holder
+    /// and fill executors that hold nothing.
+    Learning,
+    /// Every live executor reports, and some load is positive: the smoothed load of every shard,
+    /// index = shard number (a shard nobody reported has load 0). Every value is finite and
+    /// non-negative.
+    Reported(Vec<f64>),
+}
+
+/// Everything placement needs besides the replicated state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementInputs {
+    pub loads: Loads,
+    /// `--balance-tolerance`: the band around the mean utilisation inside which nothing moves
+    /// for balance, as a fraction (0.10 = 10 %).
+    pub tolerance: f64,
+    /// Moves for balance the churn budget still allows now (P15.3).
+    pub balance_moves_allowed: usize,
+    /// Shards moved for balance recently: not moved for balance again until they cool down
+    /// (P15.4), so no shard goes back and forth while loads are noisy.
+    pub cooling: BTreeSet<ShardId>,
+}
+
+impl PlacementInputs {
+    /// Placement by count alone (P5.4, capacity-weighted): no loads, no budget needed.
+    pub fn by_count() -> Self {
+        Self {
+            loads: Loads::Counts,
+            tolerance: DEFAULT_BALANCE_TOLERANCE,
+            balance_moves_allowed: 0,
+            cooling: BTreeSet::new(),
+        }
+    }
+}
+
+/// Why a shard moves, as the leader counts it (`leasehold_shard_moves_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MoveReason {
+    /// Load balance between live executors (P15.2), the only reason the budget limits (P15.3).
+    Balance,
+    /// Its owner's lease lapsed; it goes on to a live holder (P5.2).
+    Expiry,
+    /// Its owner is draining.
+    Drain,
+    /// An executor joined (or holds less than its share by count): spread to it (P5.4), or a
+    /// shard never owned is placed for the first time.
+    Join,
+    /// It has no owner because its last owner left (deregistered or reaped: the leader tells
+    /// which), or the handoff it was in lost its target.
+    Departure,
+    /// A handoff cancelled: the shard stays with its owner. Nothing changes hands.
+    Cancel,
+}
+
+/// A plan and why each of its moves is made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The [`Command::Rebalance`] to propose.
+    pub command: Command,
+    /// One reason per move of the command, in the same order.
+    pub reasons: Vec<MoveReason>,
+}
+
+impl Plan {
+    /// The shards this plan moves for balance, which the churn budget is charged for.
+    pub fn balance_shards(&self) -> Vec<ShardId> {
+        match &self.command {
+            Command::Rebalance { moves, .. } => moves
+                .iter()
+                .zip(&self.reasons)
+                .filter(|(_, reason)| **reason == MoveReason::Balance)
+                .map(|(step, _)| step.shard)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// How many moves were made for each reason.
+    pub fn counts_by_reason(&self) -> BTreeMap<MoveReason, usize> {
+        let mut counts = BTreeMap::new();
+        for reason in &self.reasons {
+            *counts.entry(*reason).or_insert(0) += 1;
+        }
+        counts
+    }
+}
+
+/// An executor's placement weight (P15.1): a positive capacity, 1 by default.
+pub fn capacity_of(executor: &Executor) -> u64 {
+    u64::from(executor.capacity.max(1))
+}
+
+/// Whether an executor takes part in placement at `now_ms`: its lease is live and it is not
+/// draining. A lapsed one keeps what it owns until it is reaped (P3.8); a draining one hands
+/// its shards on (P5.2) and receives nothing.
+pub(super) fn takes_shards(executor: &Executor, now_ms: u64) -> bool {
+    !executor.lease_lapsed(now_ms) && !executor.draining
+}
+
+/// Plans by count at `now_ms` with at most [`MAX_MOVES_PER_PLAN`] moves, or `None` when nothing
+/// needs to move (or there is no live executor, or the cluster is not initialised).
+#[must_use = "a plan does nothing until it is proposed"]
+pub fn plan_rebalance(state: &LeaseState, now_ms: u64) -> Option<Command> {
+    plan_rebalance_at_most(state, now_ms, MAX_MOVES_PER_PLAN)
+}
+
+/// [`plan_rebalance`] with the cap as a parameter, so tests and the simulator can make many
+/// capped steps of a small state.
+pub fn plan_rebalance_at_most(
+    state: &LeaseState,
+    now_ms: u64,
+    max_moves: usize,
+) -> Option<Command> {
+    plan_placement(state, now_ms, &PlacementInputs::by_count(), max_moves).map(|plan| plan.command)
+}
+
+/// Plans at `now_ms` with what the leader knows (`inputs`), at most `max_moves` moves, or
+/// `None` when nothing needs to move. A capped plan leaves moves for the next one.
+#[must_use = "a plan does nothing until it is proposed"]
+pub fn plan_placement(
+    state: &LeaseState,
+    now_ms: u64,
+    inputs: &PlacementInputs,
+    max_moves: usize,
+) -> Option<Plan> {
+    let moves: Vec<(Move, MoveReason)> = match &inputs.loads {
+        Loads::Counts => classify(state, now_ms, plan_moves(state, now_ms)),
+        Loads::Learning => {
+            let newcomers = executors_holding_nothing(state);
+            classify(state, now_ms, plan_moves(state, now_ms))
+                .into_iter()
+                .filter(|(step, reason)| {
+                    *reason != MoveReason::Join || newcomers.contains(step.to.as_str())
+                })
+                .collect()
+        }
+        Loads::Reported(loads) => load::plan_moves(state, now_ms, inputs, loads, max_moves),
+    };
+    let moves = cheapest_moves(state, moves, max_moves);
+    if moves.is_empty() {
+        return None;
+    }
+    let (moves, reasons) = moves.into_iter().unzip();
+    Some(Plan {
+        command: Command::Rebalance {
+            now_ms,
+            planned_at: state.revision(),
+            moves,
+        },
+        reasons,
+    })
+}
+
+/// Executors that own nothing and have nothing coming: those that just joined.
+fn executors_holding_nothing(state: &LeaseState) -> BTreeSet<&str> {
+    let mut newcomers: BTreeSet<&str> = state
+        .executors()
+        .filter(|executor| executor.owned_shards.is_empty())
+        .map(|executor| executor.id.as_str())
+        .collect();
+    for shard in state.shards() {
+        if let Some(target) = shard.handoff.as_ref().and_then(|h| h.to.as_deref()) {
+            newcomers.remove(target);
+        }
+    }
+    newcomers
+}
+
+/// Why each move of a plan by count is made, from the state of its shard.
+fn classify(state: &LeaseState, now_ms: u64, moves: Vec<Move>) -> Vec<(Move, MoveReason)> {
+    moves
+        .into_iter()
+        .map(|step| {
+            let reason = reason_for(state, now_ms, step.shard, &step.to);
+            (step, reason)
+        })
+        .collect()
+}
+
+/// Why `shard` goes to `to`, when it is not for load balance: a cancelled handoff when `to` is
+/// its owner, else why it is moving at all ([`why_it_moves`]).
+pub(super) fn reason_for(state: &LeaseState, now_ms: u64, shard: ShardId, to: &str) -> MoveReason {
+    let owned_by_receiver = state
+        .shard(shard)
+        .and_then(|entry| entry.owner.as_deref())
+        .is_some_and(|owner| owner == to);
+    if owned_by_receiver {
+        MoveReason::Cancel
+    } else {
+        why_it_moves(state, now_ms, shard)
+    }
+}
+
+/// Why `shard` must move when it is not for balance: it was never owned (a first placement
+/// counts as a join), its owner left or its handoff's target did, its owner lapsed or is
+/// draining; a shard of a live owner moves to spread counts to a joiner.
+pub(super) fn why_it_moves(state: &LeaseState, now_ms: u64, shard: ShardId) -> MoveReason {
+    let Some(entry) = state.shard(shard) else {
+        return MoveReason::Join;
+    };
+    let Some(owner) = entry.owner.as_deref() else {
+        return if entry.epoch == 0 {
+            MoveReason::Join
+        } else {
+            MoveReason::Departure
+        };
+    };
+    match state.executor(owner) {
+        Some(executor) if executor.lease_lapsed(now_ms) => MoveReason::Expiry,
+        Some(executor) if executor.draining => MoveReason::Drain,
+        Some(_) => {
+            let target_gone = entry.handoff.as_ref().is_some_and(|handoff| {
+                handoff
+                    .to
+                    .as_deref()
+                    .and_then(|target| state.executor(target))
+                    .is_none_or(|target| !takes_shards(target, now_ms))
+            });
+            if target_gone {
+                MoveReason::Departure
+            } else {
+                MoveReason::Join
+            }
+        }
+        None => MoveReason::Departure,
+    }
+}
+
+/// What a move costs the shard's availability, cheapest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum MoveCost {
+    /// A releasing shard placed back with its old owner: no revoke, no new epoch, nothing stops.
+    CancelHandoff,
+    /// An unowned shard: served as soon as the grant lands.
+    GrantUnowned,
+    /// A releasing shard given another target: its revoke is already under way.
+    Retarget,
+    /// A delivered shard: its owner stops serving it until the handoff completes (P5.2).
+    Revoke,
+}
+
+fn move_cost(state: &LeaseState, step: &Move) -> MoveCost {
+    match state.shard(step.shard) {
+        Some(entry) => match (&entry.owner, &entry.handoff) {
+            (None, _) => MoveCost::GrantUnowned,
+            (Some(owner), Some(_)) if *owner == step.to => MoveCost::CancelHandoff,
+            (Some(_), Some(_)) => MoveCost::Retarget,
+            (Some(_), None) => MoveCost::Revoke,
+        },
+        // The planners only name shards of the state.
+        None => MoveCost::Revoke,
+    }
+}
+
+/// The `max_moves` cheapest moves of a plan (ties by shard), ascending by shard.
+fn cheapest_moves(
+    state: &LeaseState,
+    mut moves: Vec<(Move, MoveReason)>,
+    max_moves: usize,
+) -> Vec<(Move, MoveReason)> {
+    if moves.len() > max_moves {
+        moves.sort_by_cached_key(|(step, _)| (move_cost(state, step), step.shard));
+        moves.truncate(max_moves);
+    }
+    moves.sort_by_key(|(step, _)| step.shard);
+    moves
+}
