@@ -15,9 +15,12 @@
 //!    move between an executor above the mean and one below it, one of them outside the band,
 //!    that removes the most of what lies outside the *inner* band (half as wide): a move aims
 //!    well inside the band, so noise in the reports does not carry an executor straight back
-//!    out, and two executors inside the inner band never trade. Nothing moves for balance when every executor is inside the
-//!    band. Nobody is given more than four times its share by count this way, so an executor
-//!    that reports no load for what it holds cannot be handed the whole fleet.
+//!    out, and two executors inside the inner band never trade. Before those, a hot shard
+//!    (P15.4) that alone takes its holder above the band moves to an executor of larger
+//!    capacity that can carry it alone inside the band. Nothing moves for balance when every
+//!    executor is inside the band. Nobody is given more than four times its share by count this
+//!    way, so an executor that reports no load for what it holds cannot be handed the whole
+//!    fleet.
 //!
 //! Imbalance is `Σ capacity × (utilisation − mean)²`. Moving load `l` from `a` to `b` removes
 //! `2l(u_a − u_b) − l²(1/c_a + 1/c_b)` of it: largest for `l = (u_a − u_b) ÷ (1/c_a + 1/c_b)`,
@@ -423,12 +426,59 @@ impl Fleet<'_> {
 
     fn balance(&mut self, mut allowed: usize, max_moves: usize) {
         while allowed > 0 && self.moves.len() < max_moves {
-            let Some(candidate) = self.best_balance_move() else {
+            let Some(candidate) = self.best_hot_move().or_else(|| self.best_balance_move()) else {
                 return;
             };
             self.apply(candidate, MoveReason::Balance);
             allowed -= 1;
         }
+    }
+
+    /// P15.4: a shard that alone takes its holder above the band, while an executor of larger
+    /// capacity could carry it alone inside the band, goes to the larger executor it leaves the
+    /// least utilised. No single balance move does this when the holder is only a little above
+    /// the band: moving the shard would take the receiver further from the mean than the giver
+    /// was, so the holder would shed everything else and stay above the band with the shard
+    /// alone, while the lower bound allows the band. The balance moves after it even the pair
+    /// out (the receiver gives lighter shards, the giver takes some). A shard moves this way
+    /// only to a larger capacity, where it fits alone, so never back and forth, and only from
+    /// an executor that holds something else.
+    fn best_hot_move(&self) -> Option<Candidate> {
+        self.by_utilisation
+            .iter()
+            .rev()
+            .take_while(|(utilisation, _)| utilisation.0 > self.high)
+            .find_map(|&(_, giver)| {
+                let a = &self.members[giver];
+                let &(Ordered(load), shard) = a.movable.iter().next_back()?;
+                // A hot shard alone on its executor stays (P15.4): moving it would leave its
+                // holder empty, a joiner to fill, and an executor that claims nothing for what
+                // it holds would draw every honest executor's only shard that way.
+                if load <= self.high * a.capacity || a.count < 2 {
+                    return None;
+                }
+                let after = |index: usize| {
+                    let member = &self.members[index];
+                    (member.load + load) / member.capacity
+                };
+                let receiver = (0..self.members.len())
+                    .filter(|&index| {
+                        let member = &self.members[index];
+                        index != giver
+                            && member.capacity > a.capacity
+                            && load <= self.high * member.capacity
+                            && (member.count + 1) as f64
+                                <= COUNT_CEILING_OF_SHARE * self.count_share(index)
+                    })
+                    .min_by(|&x, &y| Ordered(after(x)).cmp(&Ordered(after(y))).then(x.cmp(&y)))?;
+                Some(Candidate {
+                    giver,
+                    receiver,
+                    shard,
+                    load,
+                    gain: 0.0,
+                })
+            })
     }
 
     /// The move that removes the most imbalance while some member is outside the band.

@@ -395,6 +395,43 @@ fn p15_4_a_hot_shard_alone_on_an_executor_is_not_moved_back_and_forth() {
 }
 
 #[test]
+fn p15_4_a_hot_shard_too_big_for_its_small_executor_moves_to_a_larger_one_and_the_band_is_met() {
+    // Capacities 1, 1, 2, 2 (total 6) over 60 shards, a mean of 10 per unit of capacity. One
+    // shard carries 13: alone it takes an executor of capacity 1 to 1.3 times the mean, outside
+    // the band, and one of capacity 2 to 0.65. Placed by count it starts on a capacity-1
+    // executor whose nine other shards are light (0.2 each), so that executor is only a little
+    // above the band and no single move of the hot shard removes imbalance. Settled by load, the
+    // hot shard must end on a capacity-2 executor with every executor inside the band (the lower
+    // bound allows it), and then nothing more moves.
+    let mut fleet = Fleet::new(60, &[1, 1, 2, 2]);
+    let small = fleet.ids[0].clone();
+    let held = fleet.harness.delivered_shards(&small);
+    assert_eq!(held.len(), 10);
+    let hot = held[0];
+    let mut loads = vec![(60.0 - 13.0 - 9.0 * 0.2) / 50.0; 60];
+    for &shard in &held[1..] {
+        loads[shard as usize] = 0.2;
+    }
+    loads[hot as usize] = 13.0;
+    let average = mean(&loads, 6.0);
+    assert!((average - 10.0).abs() < 1e-9);
+    fleet.settle(&by_load(&loads, usize::MAX));
+    let owner = fleet.harness.owner(hot).expect("owned").to_owned();
+    assert!(
+        owner == fleet.ids[2] || owner == fleet.ids[3],
+        "the hot shard is on {owner}, not on a capacity-2 executor"
+    );
+    for (id, utilisation) in fleet.utilisations(&loads) {
+        assert!(
+            (utilisation - average).abs() <= 0.10 * average + 1e-9,
+            "{id} at {utilisation}, mean {average}: {:?}",
+            fleet.utilisations(&loads)
+        );
+    }
+    assert_eq!(fleet.plan(&by_load(&loads, usize::MAX)), None);
+}
+
+#[test]
 fn p15_4_cooling_shards_are_not_moved_for_balance() {
     let fleet = Fleet::new(64, &[1, 1, 1, 1]);
     let loads = loads_heavy_on(&fleet, 0, 64);
