@@ -738,6 +738,47 @@ mod tests {
         );
     }
 
+    /// A stale grant's lease covers only what the manager recorded at its revision (I1): a held
+    /// shard missing from its set and gained no later than it stops at once, as unassigned; a
+    /// shard gained by a newer delivery stays.
+    #[test]
+    fn i1_a_stale_grant_stops_the_shards_taken_by_its_revision() {
+        let t0 = Instant::now();
+        let mut core = registered(t0, 30_000, 1, &[(1, 1), (2, 1)]);
+        core.apply_push(&push(5, &[(1, 1), (2, 1), (3, 1)]), t0 + secs(1))
+            .unwrap();
+        // Read at revision 3, after shard 2 was marked releasing and before shard 3 was given.
+        let applied = core
+            .apply_grant(t0 + secs(2), &grant(30_000, 3, &[(1, 1)]), t0 + secs(3))
+            .unwrap();
+        assert_eq!(
+            summary(&applied.events),
+            [(2, 1, Stop, t0 + secs(3), Unassigned)]
+        );
+        assert_eq!(core.assignment().held(), set(&[(1, 1), (3, 1)]));
+        assert_eq!(core.admit(2, t0 + secs(3)), Err(AdmitError::NotOwner));
+    }
+
+    /// A grant at the revision already applied is not stale: its set is applied as a delivery,
+    /// after the lease it carries. When that lease has already run out on arrival, everything
+    /// held stops as lapsed (P3.6), the shard its set leaves out included.
+    #[test]
+    fn p3_6_a_current_grant_already_lapsed_stops_everything_as_lapsed() {
+        let t0 = Instant::now();
+        let mut core = registered(t0, 30_000, 4, &[(1, 1), (2, 1)]);
+        let applied = core
+            .apply_grant(t0 + secs(1), &grant(1_000, 4, &[(1, 1)]), t0 + secs(3))
+            .unwrap();
+        assert_eq!(
+            summary(&applied.events),
+            [
+                (1, 1, Stop, t0 + secs(3), LeaseLapsed),
+                (2, 1, Stop, t0 + secs(3), LeaseLapsed)
+            ]
+        );
+        assert_eq!(core.assignment().held(), set(&[(1, 1)]));
+    }
+
     #[test]
     fn p4_1_stale_push_is_ignored() {
         let t0 = Instant::now();
@@ -928,6 +969,26 @@ mod tests {
         assert!(core.renewal().is_none());
     }
 
+    /// A reason displays as the name the admission log writes for it (§9), so what an
+    /// embedder prints from an event matches the log line.
+    #[test]
+    fn a_reason_displays_as_its_admission_log_name() {
+        let names = [
+            (Assigned, "assigned"),
+            (Resumed, "resumed"),
+            (Unassigned, "unassigned"),
+            (Revoked, "revoked"),
+            (LeaseLapsed, "lease_lapsed"),
+            (UnknownExecutor, "unknown_executor"),
+            (Shutdown, "shutdown"),
+        ];
+        for (reason, name) in names {
+            assert_eq!(reason.to_string(), name);
+            assert_eq!(reason.as_str(), name);
+            assert_eq!(serde_json::to_value(reason).unwrap(), name);
+        }
+    }
+
     #[test]
     fn admit_key_maps_keys_with_the_api_hash() {
         let t0 = Instant::now();
@@ -987,10 +1048,12 @@ mod tests {
     fn p3_7_stop_admission_is_for_good() {
         let t0 = Instant::now();
         let mut core = registered(t0, 10_000, 1, &[(1, 1)]);
+        assert!(!core.is_stopping());
         assert_eq!(
             summary(&core.stop_admission(t0 + secs(1))),
             [(1, 1, Stop, t0 + secs(1), Shutdown)]
         );
+        assert!(core.is_stopping());
         let applied = core
             .apply_grant(t0 + secs(2), &grant(10_000, 2, &[(1, 1)]), t0 + secs(2))
             .unwrap();

@@ -320,6 +320,35 @@ mod tests {
         assert!(!lease.is_live(t0), "a zero ttl is lapsed at once");
     }
 
+    /// The clamp is for corrupt replies only: any lease a manager can be configured with, up to
+    /// a day, is held in full (P3.2), or the executor would lapse and renew early.
+    #[test]
+    fn p3_2_a_lease_of_up_to_a_day_is_held_in_full() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        let day_ms = 24 * 60 * 60 * 1000;
+        for ttl_ms in [60_000, 23 * 60 * 60 * 1000, day_ms] {
+            let expiry = lease.apply_grant(t0, ttl_ms);
+            assert_eq!(expiry, t0 + Duration::from_millis(ttl_ms), "{ttl_ms} ms");
+        }
+        let expiry = lease.apply_grant(t0, day_ms + 1);
+        assert_eq!(expiry, t0 + Duration::from_millis(day_ms));
+    }
+
+    /// `unknown_executor`: no grant the manager made still stands, so the cleared lease has no
+    /// expiry and is not live, while its length still paces the retries (P4.4, P6.1).
+    #[test]
+    fn p4_4_a_cleared_lease_has_no_expiry_and_keeps_its_length() {
+        let t0 = Instant::now();
+        let mut lease = LeaseClock::default();
+        lease.apply_grant(t0, 60_000);
+        lease.clear();
+        assert_eq!(lease.expiry(), None);
+        assert!(!lease.is_live(t0));
+        assert_eq!(lease.remaining(t0), Duration::ZERO);
+        assert_eq!(lease.last_lease_ttl(), Some(secs(60)));
+    }
+
     #[test]
     fn p3_5_next_renewal_after_a_third_of_the_remaining_lease() {
         let t0 = Instant::now();

@@ -132,6 +132,72 @@ fn p6_3_a_late_step_defers_reaping_until_the_overdue_renew() {
     assert_eq!(decision.events, vec![GuardEvent::EpisodeEnded]);
 }
 
+/// A step is late only when it comes more than a tick after the step a tick was due (P6.3):
+/// two ticks after the previous step is on the bound and reaps; a millisecond more is a stall.
+#[test]
+fn p6_3_a_step_two_ticks_after_the_last_is_not_late_and_one_later_is() {
+    for (gap, late) in [(2 * TICK_MS, false), (2 * TICK_MS + 1, true)] {
+        let mut world = World::new(8, LEASE_MS);
+        let dead = world.register("dead", 0);
+        let alive = world.register("alive", 0);
+        let mut core = LeaderCore::new(0, guard());
+        let first = 2 * TICK_MS;
+        core.step(first, &world.state, None);
+        // `alive` renews in the window where live executors must have, so only lateness can
+        // hold the reap back.
+        world.renew(&alive, LEASE_MS + 5_000);
+        let decision = core.step(first + gap, &world.state, Some(LEASE_MS + 5_000));
+        if late {
+            assert!(decision.reap.is_empty(), "gap {gap}: {decision:?}");
+            assert!(
+                matches!(
+                    decision.deferral,
+                    Some(Deferral::MassExpiryGuard {
+                        reason: GuardReason::LateStep { late_by_ms: 10_001 },
+                        ..
+                    })
+                ),
+                "gap {gap}: {decision:?}"
+            );
+        } else {
+            assert_eq!(decision.reap, vec![dead], "gap {gap}: {decision:?}");
+            assert_eq!(decision.deferral, None, "gap {gap}");
+        }
+    }
+}
+
+/// The no-renewal window reaches back two ticks before the newest overdue expiry (P6.3): a live
+/// executor renews every tick, so one renewal at the window's very start shows the leader is not
+/// the one stalled, and the overdue executor is reaped; the last renewal a millisecond before it
+/// shows nothing, and the guard holds the reap back.
+#[test]
+fn p6_3_the_no_renewal_window_starts_two_ticks_before_the_newest_overdue_expiry() {
+    let window_start = LEASE_MS - 2 * TICK_MS;
+    for (renewed_at, counts) in [(window_start, true), (window_start - 1, false)] {
+        let mut world = World::new(8, LEASE_MS);
+        let dead = world.register("dead", 0);
+        let alive = world.register("alive", 0);
+        world.renew(&alive, renewed_at);
+        let mut core = LeaderCore::new(0, guard());
+        let decision = core.step(LEASE_MS + TICK_MS / 2, &world.state, Some(renewed_at));
+        if counts {
+            assert_eq!(decision.reap, vec![dead], "{decision:?}");
+            assert_eq!(decision.deferral, None);
+        } else {
+            assert!(decision.reap.is_empty(), "{decision:?}");
+            assert_eq!(
+                decision.deferral,
+                Some(Deferral::MassExpiryGuard {
+                    reason: GuardReason::NoRenewals {
+                        window_start_ms: window_start
+                    },
+                    episode_age_ms: 0,
+                })
+            );
+        }
+    }
+}
+
 #[test]
 fn p6_3_no_renewals_from_anyone_defers_then_the_grace_runs_out() {
     let mut world = World::new(8, LEASE_MS);
@@ -266,4 +332,42 @@ fn an_abandoned_step_writes_nothing_more() {
     let mut writes = StepWrites::new(core.step(1, &world.state, None));
     writes.abandon();
     assert!(writes.next_command(&world.state, 1).is_none());
+}
+
+/// A plan cut at the cap is continued at once rather than a tick later, so a joiner does not wait
+/// ticks for the rest of its shards (P5.4); a plan under the cap is whole and waits for the next
+/// step.
+#[test]
+fn p5_4_only_a_plan_cut_at_the_cap_is_continued_at_once() {
+    let writes = StepWrites::with_plan_cap(StepDecision::default(), 2);
+    let plan = |moves: usize| Command::Rebalance {
+        now_ms: 0,
+        planned_at: 0,
+        moves: (0..moves)
+            .map(|shard| crate::lease::Move {
+                shard: u32::try_from(shard).unwrap_or(u32::MAX),
+                to: "ex-1".to_owned(),
+            })
+            .collect(),
+    };
+    assert!(!writes.plan_was_capped(&plan(1)));
+    assert!(writes.plan_was_capped(&plan(2)));
+    assert!(!writes.plan_was_capped(&Command::CompleteHandoffs { now_ms: 0 }));
+}
+
+/// The shell logs and counts a step's guard events and deferrals from the decision the step
+/// keeps (P6.3: warn when an episode starts, error when the grace runs out, counted in metrics).
+#[test]
+fn p6_3_a_step_keeps_its_decision_for_the_logs_and_metrics() {
+    let reason = GuardReason::LateStep { late_by_ms: 1 };
+    let decision = StepDecision {
+        reap: Vec::new(),
+        complete_expired_handoffs: true,
+        deferral: Some(Deferral::MassExpiryGuard {
+            reason,
+            episode_age_ms: 0,
+        }),
+        events: vec![GuardEvent::EpisodeStarted { reason, overdue: 2 }],
+    };
+    assert_eq!(StepWrites::new(decision.clone()).decision(), &decision);
 }

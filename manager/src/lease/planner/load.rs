@@ -32,7 +32,9 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::{LeaseState, Move, ShardId};
-use super::{capacity_of, count, reason_for, takes_shards, MoveReason, PlacementInputs};
+use super::{
+    capacity_of, count, reason_for, takes_shards, why_it_moves, MoveReason, PlacementInputs,
+};
 
 /// How many of the most and least utilised executors each balance move considers as giver and
 /// receiver. The best move almost always involves the extremes; a few more find one when the
@@ -235,7 +237,7 @@ fn survey<'a>(
         }
         let reason = match owner_member {
             Some(_) => MoveReason::Departure,
-            None => reason_for(state, now_ms, shard.id, ""),
+            None => why_it_moves(state, now_ms, shard.id),
         };
         homeless.push(Homeless {
             shard: shard.id,

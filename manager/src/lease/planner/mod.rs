@@ -230,8 +230,24 @@ fn classify(state: &LeaseState, now_ms: u64, moves: Vec<Move>) -> Vec<(Move, Mov
         .collect()
 }
 
-/// Why `shard` goes to `to`, when it is not for load balance.
+/// Why `shard` goes to `to`, when it is not for load balance: a cancelled handoff when `to` is
+/// its owner, else why it is moving at all ([`why_it_moves`]).
 pub(super) fn reason_for(state: &LeaseState, now_ms: u64, shard: ShardId, to: &str) -> MoveReason {
+    let owned_by_receiver = state
+        .shard(shard)
+        .and_then(|entry| entry.owner.as_deref())
+        .is_some_and(|owner| owner == to);
+    if owned_by_receiver {
+        MoveReason::Cancel
+    } else {
+        why_it_moves(state, now_ms, shard)
+    }
+}
+
+/// Why `shard` must move when it is not for balance: it was never owned (a first placement
+/// counts as a join), its owner left or its handoff's target did, its owner lapsed or is
+/// draining; a shard of a live owner moves to spread counts to a joiner.
+pub(super) fn why_it_moves(state: &LeaseState, now_ms: u64, shard: ShardId) -> MoveReason {
     let Some(entry) = state.shard(shard) else {
         return MoveReason::Join;
     };
@@ -242,9 +258,6 @@ pub(super) fn reason_for(state: &LeaseState, now_ms: u64, shard: ShardId, to: &s
             MoveReason::Departure
         };
     };
-    if owner == to {
-        return MoveReason::Cancel;
-    }
     match state.executor(owner) {
         Some(executor) if executor.lease_lapsed(now_ms) => MoveReason::Expiry,
         Some(executor) if executor.draining => MoveReason::Drain,

@@ -2,8 +2,8 @@
 
 use super::super::{
     ClusterConfig, Command, Effects, Epoch, ExecutorId, Handoff, LeaseState, Move, Outcome,
-    RefusalReason, RenewResult, Renewal, Revoke, ShardId, TombstoneReason, MAX_SHARD_COUNT,
-    MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    RefusalReason, RenewResult, Renewal, Revoke, ShardId, Tombstone, TombstoneReason,
+    MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 use super::{register_command, Harness, LEASE_MS};
 use leasehold_api::wire::MAX_CAPACITY;
@@ -1158,6 +1158,28 @@ fn p5_2_renewal_claims_ack_only_at_or_after_revoke_revision() {
     }
 }
 
+/// The delivery task is woken by a commit whose effects are not empty (`CommitSignal::of`): a
+/// revoke alone, as a plan that only marks shards releasing makes, or a push alone is work
+/// (P5.2, P4.3).
+#[test]
+fn p5_2_a_revoke_alone_or_a_push_alone_is_something_to_deliver() {
+    let revoke_only = Effects {
+        revokes: vec![Revoke {
+            executor_id: "ex-1".into(),
+            shards: vec![0],
+            revision: 3,
+        }],
+        assignments: vec![],
+    };
+    let push_only = Effects {
+        revokes: vec![],
+        assignments: vec!["ex-2".into()],
+    };
+    assert!(!revoke_only.is_empty());
+    assert!(!push_only.is_empty());
+    assert!(Effects::default().is_empty());
+}
+
 #[test]
 fn p5_2_handoff_completes_when_old_grant_expires() {
     let HandoffScenario {
@@ -1273,8 +1295,9 @@ fn p4_2_renewal_reports_claims_mismatch_and_replies_with_the_recorded_set() {
     let revision = harness.state.revision();
     // (claims, mismatch)
     // Ascending claims are compared as they are; others are sorted and deduplicated first.
-    let table: [(Vec<(u32, u64)>, bool); 8] = [
+    let table: [(Vec<(u32, u64)>, bool); 9] = [
         (vec![(0, 1), (1, 1)], false),
+        (vec![(1, 1), (0, 1)], false),
         (vec![(1, 1), (0, 1), (0, 1)], false),
         (vec![(0, 1), (0, 1), (1, 1)], false),
         (vec![], true),
@@ -1296,6 +1319,53 @@ fn p4_2_renewal_reports_claims_mismatch_and_replies_with_the_recorded_set() {
         assert_eq!(claims_mismatch, expected_mismatch, "{claims:?}");
         assert_eq!(grant.shards, vec![(0, 1), (1, 1)]);
     }
+}
+
+/// A claim repeated is one claim (P4.2 compares sets): an executor holding one shard that lists
+/// it twice is in sync.
+#[test]
+fn p4_2_a_repeated_claim_of_the_one_shard_held_is_no_mismatch() {
+    let mut harness = Harness::initialised(1, LEASE_MS);
+    let a = harness.register(0, "a");
+    harness.rebalance(0);
+    let revision = harness.state.revision();
+    let (result, _) = harness.renew(1_000, &a, vec![(0, 1), (0, 1)], revision);
+    let RenewResult::Renewed {
+        claims_mismatch, ..
+    } = result
+    else {
+        panic!("{result:?}");
+    };
+    assert!(!claims_mismatch);
+}
+
+/// A renewal whose claims acknowledge a revoke completes the handoff, which changes owners: it
+/// moves the assignment revision, so a plan made before it is stale (P2.4, P5.2).
+#[test]
+fn p2_4_a_renewal_that_acknowledges_a_revoke_makes_earlier_plans_stale() {
+    let HandoffScenario {
+        mut harness,
+        a,
+        b,
+        revoke_revision,
+    } = handoff_scenario();
+    let planned_at = harness.state.revision();
+    let index = harness.next_index();
+    let (result, _) = harness.renew(5_000, &a, vec![(0, 1), (1, 1)], revoke_revision);
+    assert_eq!(acknowledged(&result), vec![2, 3]);
+    assert_eq!(harness.state.assignment_revision(), index);
+    let outcome = harness.apply_expecting_no_change(Command::Rebalance {
+        now_ms: 5_000,
+        planned_at,
+        moves: vec![Move { shard: 0, to: b }],
+    });
+    assert_eq!(
+        outcome.refusal(),
+        Some(&RefusalReason::StalePlan {
+            planned_at,
+            assignment_revision: index,
+        })
+    );
 }
 
 #[test]
@@ -1478,6 +1548,33 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
     }
 }
 
+/// The bound is inclusive: the wire accepts a text field of exactly `MAX_TEXT_FIELD_BYTES`, so
+/// the state machine must too, or a request the HTTP layer let through would be committed only
+/// to be refused.
+#[test]
+fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let longest = "x".repeat(MAX_TEXT_FIELD_BYTES);
+    let outcome = harness.apply(Command::Register {
+        now_ms: 0,
+        incarnation: longest.clone(),
+        address: longest.clone(),
+        name: Some(longest),
+        credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
+    });
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Registered {
+                already_registered: false,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
 #[test]
 fn i6_out_of_range_claims_are_flagged_and_acknowledge_nothing_extra() {
     let HandoffScenario {
@@ -1551,4 +1648,141 @@ fn state_views_before_init_are_empty() {
     assert!(!state.handoffs_due(u64::MAX));
     assert_eq!(super::super::plan_rebalance(&state, 0), None);
     assert!(state.consistency_violations().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// P2.1 structural invariants: what `consistency_violations` reports (a restored snapshot that
+// breaks one is refused, manager/src/restore.rs)
+
+/// A state no command can produce, one corruption at a time, each reported by name. The base is
+/// the handoff scenario (A owns 0 and 1, and 2 and 3 are releasing from A to B).
+#[test]
+fn p2_1_each_broken_structural_invariant_is_reported() {
+    let HandoffScenario { harness, a, b, .. } = handoff_scenario();
+    let base = harness.state;
+    assert_eq!(base.consistency_violations(), Vec::<String>::new());
+    let tombstone = |executor_id: &str, removed_revision: u64| Tombstone {
+        executor_id: executor_id.to_owned(),
+        incarnation: format!("incarnation-of-{executor_id}"),
+        reason: TombstoneReason::Deregistered,
+        removed_revision,
+        removed_at_ms: 0,
+    };
+    type Corruption = Box<dyn Fn(&mut LeaseState)>;
+    let (a2, b2, a3, a4) = (a.clone(), b.clone(), a.clone(), a.clone());
+    let cases: Vec<(&str, Corruption, &str)> = vec![
+        (
+            "a shard missing from the table",
+            Box::new(|state| {
+                state.shards.pop_back();
+            }),
+            "shard table has 3 entries, config says 4",
+        ),
+        (
+            "a shard numbered off its index",
+            Box::new(|state| state.shards[1].id = 7),
+            "shard at index 1 is numbered 7",
+        ),
+        (
+            "an owner whose set lacks the shard",
+            Box::new(move |state| {
+                if let Some(executor) = state.executors.get_mut(&a2) {
+                    executor.owned_shards.remove(&0);
+                }
+            }),
+            "shard 0 names owner",
+        ),
+        (
+            "an owner not registered",
+            Box::new(|state| state.shards[0].owner = Some("ex-404".to_owned())),
+            "shard 0 names owner ex-404, who is not registered",
+        ),
+        (
+            "an owned shard at epoch 0",
+            Box::new(|state| state.shards[1].epoch = 0),
+            "shard 1 is owned at epoch 0",
+        ),
+        (
+            "a releasing shard without an owner",
+            Box::new(move |state| {
+                state.shards[2].owner = None;
+                if let Some(executor) = state.executors.get_mut(&a3) {
+                    executor.owned_shards.remove(&2);
+                }
+            }),
+            "shard 2 is releasing but unowned",
+        ),
+        (
+            "a handoff to an executor not registered",
+            Box::new(|state| {
+                if let Some(handoff) = state.shards[3].handoff.as_mut() {
+                    handoff.to = Some("ex-404".to_owned());
+                }
+            }),
+            "shard 3 is releasing to ex-404, who is not registered",
+        ),
+        (
+            "a handoff to its own owner",
+            Box::new(move |state| {
+                if let Some(handoff) = state.shards[3].handoff.as_mut() {
+                    handoff.to = Some(a4.clone());
+                }
+            }),
+            "shard 3 is releasing to its own owner",
+        ),
+        (
+            "an executor listing a shard it does not own",
+            Box::new(move |state| {
+                if let Some(executor) = state.executors.get_mut(&b2) {
+                    executor.owned_shards.insert(0);
+                }
+            }),
+            "lists shard 0, whose owner is",
+        ),
+        (
+            "an executor also tombstoned",
+            Box::new(move |state| {
+                state.tombstones.insert(b.clone(), tombstone(&b, 1));
+            }),
+            "is also tombstoned",
+        ),
+        (
+            "the assignment revision ahead of the revision",
+            Box::new(|state| state.assignment_revision = state.revision + 1),
+            "assignment revision",
+        ),
+        (
+            "more tombstones than kept",
+            Box::new(move |state| {
+                for n in 0..=MAX_TOMBSTONES {
+                    let id = format!("ex-gone-{n}");
+                    state.tombstones.insert(id.clone(), tombstone(&id, 1));
+                }
+            }),
+            "tombstones kept",
+        ),
+    ];
+    for (description, corrupt, expected) in cases {
+        let mut state = base.clone();
+        corrupt(&mut state);
+        let violations = state.consistency_violations();
+        assert!(
+            violations
+                .iter()
+                .any(|violation| violation.contains(expected)),
+            "{description}: expected a violation containing {expected:?}, got {violations:?}"
+        );
+    }
+    let mut at_the_bound = base;
+    for n in 0..MAX_TOMBSTONES {
+        let id = format!("ex-gone-{n}");
+        at_the_bound
+            .tombstones
+            .insert(id.clone(), tombstone(&id, 1));
+    }
+    assert_eq!(
+        at_the_bound.consistency_violations(),
+        Vec::<String>::new(),
+        "exactly MAX_TOMBSTONES tombstones are within the bound"
+    );
 }
