@@ -1,5 +1,5 @@
-//! The scenarios of docs/BENCHMARKS.md (B1–B6, B9; B7 is in src/b7.rs) and the short CI run. Each prints a markdown
-//! table on stdout; progress goes to stderr.
+//! The scenarios of docs/BENCHMARKS.md (B1–B6, B9; B7 is in src/b7.rs) and the short CI run.
+//! Each prints a markdown table on stdout; progress goes to stderr.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
