@@ -299,9 +299,11 @@ pub struct Observation {
     pub max_over_mean: f64,
     /// Shards that changed hands since the last sample, by the fleet's own view.
     pub moves: usize,
-    /// The leader's `leasehold_shard_moves_by_reason_total`, cumulative.
+    /// `leasehold_shard_moves_by_reason_total` summed over the managers (each counts the
+    /// moves it made as leader), cumulative.
     pub reasons: BTreeMap<String, u64>,
-    /// The leader's `leasehold_load_imbalance_ratio`: its own estimate of max ÷ mean.
+    /// The current leader's `leasehold_load_imbalance_ratio`: its own estimate of max ÷ mean
+    /// (`None` while no manager says it leads).
     pub leader_imbalance: Option<f64>,
 }
 
@@ -326,7 +328,6 @@ struct Side {
     cluster: ManagerCluster,
     fleet: Arc<LeaseholdFleet>,
     cadence: Option<Cadence>,
-    leader: u64,
     last_holder: Vec<Option<usize>>,
 }
 
@@ -378,7 +379,6 @@ impl Side {
             cluster,
             fleet,
             cadence: Some(cadence),
-            leader,
             last_holder: vec![None; shards],
         })
     }
@@ -388,17 +388,27 @@ impl Side {
         let utilisations = relative_utilisations(&held, capacities, rates);
         let max_over_mean = utilisations.iter().copied().fold(0.0, f64::max);
         let moves = count_moves(&mut self.last_holder, &held);
-        let metrics = match self.metrics().await {
-            Ok(text) => text,
-            Err(error) => {
-                eprintln!("B7: the leader's metrics: {error}; looking for the leader again");
-                if let Ok(leader) = self.cluster.wait_for_leader(FORM_BOUND).await {
-                    self.leader = leader;
+        // Every manager's page: each counts the moves it made as leader, so the cluster's moves
+        // are the sum (a deposed leader keeps its counts and still answers), and the estimate
+        // is the current leader's.
+        let mut reasons = BTreeMap::new();
+        let mut leader_imbalance = None;
+        for (id, url) in self.cluster.urls().into_iter().enumerate() {
+            let text = match self.metrics(&url).await {
+                Ok(text) => text,
+                Err(error) => {
+                    eprintln!("B7: manager {}'s metrics: {error}", id + 1);
+                    continue;
                 }
-                self.metrics().await.unwrap_or_default()
+            };
+            let page = parse_metrics(&text);
+            for (reason, count) in page.reasons {
+                *reasons.entry(reason).or_insert(0) += count;
             }
-        };
-        let (reasons, leader_imbalance) = parse_metrics(&metrics);
+            if page.is_leader {
+                leader_imbalance = page.imbalance;
+            }
+        }
         Observation {
             utilisations,
             max_over_mean,
@@ -408,8 +418,7 @@ impl Side {
         }
     }
 
-    async fn metrics(&self) -> Result<String> {
-        let url = self.cluster.url(self.leader)?;
+    async fn metrics(&self, url: &str) -> Result<String> {
         Ok(self
             .cluster
             .http
@@ -441,22 +450,35 @@ impl Side {
     }
 }
 
-/// The moves-by-reason counters and the imbalance gauge from a Prometheus text page.
-pub fn parse_metrics(text: &str) -> (BTreeMap<String, u64>, Option<f64>) {
-    let mut reasons = BTreeMap::new();
-    let mut imbalance = None;
+/// What B7 reads from one manager's Prometheus text page.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsPage {
+    /// `leasehold_shard_moves_by_reason_total`: the moves this manager made as leader.
+    pub reasons: BTreeMap<String, u64>,
+    /// `leasehold_load_imbalance_ratio`, meaningful on the leader only.
+    pub imbalance: Option<f64>,
+    /// `leasehold_raft_is_leader` is 1.
+    pub is_leader: bool,
+}
+
+/// The moves-by-reason counters, the imbalance gauge and whether the manager leads, from its
+/// Prometheus text page.
+pub fn parse_metrics(text: &str) -> MetricsPage {
+    let mut page = MetricsPage::default();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("leasehold_shard_moves_by_reason_total{reason=\"") {
             if let Some((reason, value)) = rest.split_once("\"} ") {
                 if let Ok(value) = value.trim().parse::<f64>() {
-                    reasons.insert(reason.to_owned(), value as u64);
+                    page.reasons.insert(reason.to_owned(), value as u64);
                 }
             }
         } else if let Some(value) = line.strip_prefix("leasehold_load_imbalance_ratio ") {
-            imbalance = value.trim().parse().ok();
+            page.imbalance = value.trim().parse().ok();
+        } else if let Some(value) = line.strip_prefix("leasehold_raft_is_leader ") {
+            page.is_leader = value.trim().parse::<f64>().is_ok_and(|v| v == 1.0);
         }
     }
-    (reasons, imbalance)
+    page
 }
 
 /// Runs B7 and returns its samples (for the tables) after writing them to
@@ -949,11 +971,17 @@ mod tests {
             leasehold_shard_moves_by_reason_total{reason=\"balance\"} 12\n\
             leasehold_shard_moves_by_reason_total{reason=\"join\"} 3\n\
             leasehold_load_imbalance_ratio 1.25\n\
-            leasehold_load_imbalance_ratio_other 9\n";
-        let (reasons, imbalance) = parse_metrics(text);
-        assert_eq!(reasons.get("balance"), Some(&12));
-        assert_eq!(reasons.get("join"), Some(&3));
-        assert_eq!(imbalance, Some(1.25));
+            leasehold_load_imbalance_ratio_other 9\n\
+            leasehold_raft_is_leader 1\n";
+        let page = parse_metrics(text);
+        assert_eq!(page.reasons.get("balance"), Some(&12));
+        assert_eq!(page.reasons.get("join"), Some(&3));
+        assert_eq!(page.imbalance, Some(1.25));
+        assert!(page.is_leader);
+        let follower =
+            parse_metrics("leasehold_raft_is_leader 0\nleasehold_load_imbalance_ratio 2\n");
+        assert!(!follower.is_leader);
+        assert!(follower.reasons.is_empty());
     }
 
     fn sample(at_s: u64, by_load: f64, moves: usize) -> Sample {
