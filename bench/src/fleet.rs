@@ -8,7 +8,8 @@
 //!   all of them, dispatching on the `executor_id` the pushes carry. Each registers with its own
 //!   credential and presents it on every renewal (P13.4), as the executor library does. Under
 //!   TLS the client presents the executor certificate and the push server speaks TLS only, taking
-//!   pushes from manager certificates only (P13.2, P13.3).
+//!   pushes from manager certificates only (P13.2, P13.3). A [`FleetSpec`] can give executors
+//!   capacities and have their renewals report loads for the shards they hold (P15.1).
 //!
 //! The same load against etcd lives in [`crate::etcd`].
 
@@ -28,6 +29,7 @@ use leasehold_api::serve::{ListenerLimits, PeerRole};
 use leasehold_api::tls::{Role, TlsConfig};
 use leasehold_api::wire::{
     AssignmentPush, Credential, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
+    ShardLoad,
 };
 use leasehold_executor::assignment::{AssignmentState, SetOutcome};
 use tokio::sync::Semaphore;
@@ -101,11 +103,61 @@ pub fn claims_payload(shards: u32) -> Vec<u8> {
     serde_json::to_vec(&request).unwrap_or_default()
 }
 
+/// The loads a fleet's executors report in their renewals (P15.1).
+pub trait LoadReports: std::fmt::Debug + Send + Sync + 'static {
+    /// What executor `index` reports on its `renewal`-th renewal (counted from 0) for the
+    /// shards it holds, `held`.
+    fn loads(&self, index: usize, renewal: u64, held: &[ShardEpoch]) -> Vec<ShardLoad>;
+}
+
+/// Every held shard reports the same load: the cost of carrying load reports (B1
+/// `--report-loads`) without giving the planner anything to move, since equal loads on equal
+/// executors are already balanced.
+#[derive(Debug, Clone, Copy)]
+pub struct UniformLoad(pub f64);
+
+impl LoadReports for UniformLoad {
+    fn loads(&self, _index: usize, _renewal: u64, held: &[ShardEpoch]) -> Vec<ShardLoad> {
+        held.iter()
+            .map(|claim| ShardLoad {
+                shard: claim.shard,
+                load: self.0,
+            })
+            .collect()
+    }
+}
+
+/// Who a fleet's executors are: how many, the capacity each registers with and the loads each
+/// reports.
+#[derive(Debug, Clone)]
+pub struct FleetSpec {
+    pub count: usize,
+    /// Capacity of executor `i` (P15.1), sent when present. Executors past its end, and every
+    /// executor when it is empty, send none and count as capacity 1, as executors of earlier
+    /// releases do.
+    pub capacities: Vec<u32>,
+    /// `None`: renewals carry no `loads`, so the leader places by count.
+    pub loads: Option<Arc<dyn LoadReports>>,
+}
+
+impl FleetSpec {
+    /// `count` executors that state no capacity and report no loads.
+    pub fn plain(count: usize) -> Self {
+        Self {
+            count,
+            capacities: Vec::new(),
+            loads: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct SimExecutor {
     executor_id: String,
     /// Registered with, and presented on every renewal and deregistration (P13.4).
     credential: Credential,
+    /// Renewals sent so far: the report number [`LoadReports`] is given.
+    renewals: AtomicU64,
     assignment: Mutex<AssignmentState>,
 }
 
@@ -199,6 +251,7 @@ async fn revoke_push(
 pub struct LeaseholdFleet {
     client: Client,
     executors: Vec<Arc<SimExecutor>>,
+    loads: Option<Arc<dyn LoadReports>>,
     registry: Arc<Registry>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -210,12 +263,14 @@ impl Drop for LeaseholdFleet {
 }
 
 impl LeaseholdFleet {
-    /// Binds the push endpoint (P8.1), then registers `count` executors. With `tls` (an
-    /// executor certificate) the push endpoint speaks TLS, advertised as `https://`, and the
-    /// client presents the certificate.
+    /// Binds the push endpoint (P8.1), then registers the executors `spec` describes. With
+    /// `tls` (an executor certificate) the push endpoint speaks TLS, advertised as `https://`,
+    /// and the client presents the certificate. The managers are fresh clusters at the newest
+    /// cluster version, so capacities and loads are sent as they are (the executor library
+    /// leaves them out for clusters before version 4).
     pub async fn start(
         managers: Vec<String>,
-        count: usize,
+        spec: FleetSpec,
         config: ClientConfig,
         tls: Option<&TlsConfig>,
     ) -> Result<Self> {
@@ -254,12 +309,13 @@ impl LeaseholdFleet {
             std::process::id(),
             FLEETS.fetch_add(1, Ordering::Relaxed)
         );
-        let executors = setup_all(count, |index| {
+        let executors = setup_all(spec.count, |index| {
             let client = client.clone();
             let registry = registry.clone();
             let address = address.clone();
             let incarnation = format!("bench-{run}-{index}");
             let credential = Credential::from_random(rand::random());
+            let capacity = spec.capacities.get(index).copied();
             async move {
                 let grant = client
                     .register(&RegisterRequest {
@@ -267,7 +323,7 @@ impl LeaseholdFleet {
                         address,
                         name: None,
                         credential: Some(credential.clone()),
-                        capacity: None,
+                        capacity,
                     })
                     .await?;
                 let mut assignment = AssignmentState::default();
@@ -277,6 +333,7 @@ impl LeaseholdFleet {
                 let executor = Arc::new(SimExecutor {
                     executor_id: grant.executor_id,
                     credential,
+                    renewals: AtomicU64::new(0),
                     assignment: Mutex::new(assignment),
                 });
                 registry.insert(executor.clone());
@@ -287,9 +344,19 @@ impl LeaseholdFleet {
         Ok(Self {
             client,
             executors,
+            loads: spec.loads,
             registry,
             server,
         })
+    }
+
+    /// The shards each executor holds now, by its own view (what it would serve), in executor
+    /// order.
+    pub fn held_sets(&self) -> Vec<Vec<u32>> {
+        self.executors
+            .iter()
+            .map(|e| e.assignment().held().iter().map(|c| c.shard).collect())
+            .collect()
     }
 
     /// Assignment pushes and revokes the push endpoint has answered.
@@ -354,10 +421,15 @@ impl Renewer for LeaseholdFleet {
             .ok_or_else(|| RenewFailure::Other(format!("no executor {index}")))?;
         let request = {
             let assignment = executor.assignment();
+            let claims = assignment.held();
+            let renewal = executor.renewals.fetch_add(1, Ordering::Relaxed);
             RenewRequest {
-                claims: assignment.held(),
+                loads: self
+                    .loads
+                    .as_ref()
+                    .map(|loads| loads.loads(index, renewal, &claims)),
+                claims,
                 revision: assignment.revision(),
-                loads: None,
             }
         };
         let grant = self

@@ -1,7 +1,8 @@
 //! `leasehold-loadgen`: drives simulated executors against a three-node Leasehold cluster and the
 //! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
-//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B6), plus `smoke`, the
-//! short run CI executes.
+//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B7, B9), plus `smoke`, the
+//! short run CI executes. B7 compares Leasehold with itself (placement by load and by count), so
+//! it has no etcd half.
 //!
 //! The systems run as real processes: `leasehold-manager` from `--bin-dir` (by default
 //! `LEASEHOLD_BIN_DIR`, else the directory this binary is in, so
@@ -10,6 +11,7 @@
 //! half of a scenario is skipped with a message naming the reason. `--tls` runs both systems
 //! with mutual TLS (src/tls.rs).
 
+mod b7;
 mod drive;
 mod etcd;
 mod fleet;
@@ -26,7 +28,7 @@ use anyhow::{bail, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
-use crate::procs::{default_flags, EtcdCluster};
+use crate::procs::{default_flags, load_average, EtcdCluster};
 use crate::scenarios::{Env, B1, B3, B6};
 use crate::tls::{Certs, Security};
 
@@ -107,6 +109,11 @@ enum Scenario {
         /// etcd client connections the fleet shares (each over all three endpoints).
         #[arg(long, default_value_t = 4)]
         etcd_connections: usize,
+        /// Also ramp Leasehold with every renewal reporting a load for each shard it holds
+        /// (P15.1), after the same ramp without, and give the difference (B7's cost of load
+        /// reporting).
+        #[arg(long)]
+        report_loads: bool,
     },
     /// One executor's renewal latency vs one etcd client's put (and keepalive).
     B2 {
@@ -163,6 +170,52 @@ enum Scenario {
         executors: usize,
         #[arg(long, value_delimiter = ',', default_value = "1024,1000000")]
         shards: Vec<u32>,
+    },
+    /// Placement by load against placement by count and the offline optimum's lower bound: two
+    /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
+    /// re-permuted every shift).
+    B7 {
+        /// Length of the measured run, in minutes [default: 30; 2 with --short].
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// The hot set is re-permuted this often [default: 5m; 30s with --short].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        shift_every: Option<Duration>,
+        #[arg(long, default_value_t = 16)]
+        executors: usize,
+        /// How many executors have --big-capacity; the others have capacity 1.
+        #[arg(long, default_value_t = 4)]
+        big: usize,
+        #[arg(long, default_value_t = 2)]
+        big_capacity: u32,
+        #[arg(long, default_value_t = 1024)]
+        shards: u32,
+        /// Zipf exponent of the per-shard request rates (rank k gets k^-s).
+        #[arg(long, default_value_t = 1.1)]
+        zipf: f64,
+        /// Seeds the hot sets (the permutations of ranks) and the measurement noise.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Sample both clusters this often [default: 10s; 2s with --short].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        sample_every: Option<Duration>,
+        /// One time-series row per this much [default: 1m; 10s with --short].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        row_every: Option<Duration>,
+        /// The last this-much of every window is its steady state [default: 2m; 12s with
+        /// --short].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        steady: Option<Duration>,
+        /// Multiplicative noise on every reported load: ×(1 ± this), uniform, from the seed.
+        #[arg(long, default_value_t = 0.05)]
+        noise: f64,
+        /// The managers' lease [default: 60s, production's; 6s with --short].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        lease: Option<Duration>,
+        /// A smoke check: 2 minutes, a shift every 30 s, a 6 s lease (renewals and plans every
+        /// 2 s), unless the flags above say otherwise.
+        #[arg(long)]
+        short: bool,
     },
     /// Renewal soak: data directory size over time against the snapshot size.
     B6 {
@@ -270,6 +323,7 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             measure,
             p99_ms,
             etcd_connections,
+            report_loads,
         } => {
             if factor <= 1.0 || start_rate <= 0.0 {
                 bail!("--factor must exceed 1 and --start-rate must be positive");
@@ -286,6 +340,7 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
                     p99_bound_ms: p99_ms,
                 },
                 etcd_connections,
+                report_loads,
             };
             scenarios::b1(env, &args).await?.print()?;
         }
@@ -323,6 +378,63 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             options.heartbeat = heartbeat;
             options.election_timeout = election_timeout;
             scenarios::b5(env, executors, options).await?.print()?
+        }
+        Scenario::B7 {
+            minutes,
+            shift_every,
+            executors,
+            big,
+            big_capacity,
+            shards,
+            zipf,
+            seed,
+            sample_every,
+            row_every,
+            steady,
+            noise,
+            lease,
+            short,
+        } => {
+            let pick = |given: Option<Duration>, long: u64, short_ms: u64| {
+                given.unwrap_or(if short {
+                    Duration::from_millis(short_ms)
+                } else {
+                    Duration::from_secs(long)
+                })
+            };
+            let minutes = minutes.unwrap_or(if short { 2.0 } else { 30.0 });
+            if !(minutes > 0.0 && minutes.is_finite() && (0.0..1.0).contains(&noise)) {
+                bail!("--minutes must be positive and --noise in [0, 1)");
+            }
+            if big > executors || big_capacity == 0 || shards == 0 || zipf < 0.0 {
+                bail!(
+                    "--big at most --executors, --big-capacity and --shards positive, --zipf ≥ 0"
+                );
+            }
+            let args = b7::B7 {
+                duration: Duration::from_secs_f64(minutes * 60.0),
+                shift_every: pick(shift_every, 300, 30_000),
+                executors,
+                big,
+                big_capacity,
+                shards,
+                zipf,
+                seed,
+                sample_every: pick(sample_every, 10, 2_000),
+                row_every: pick(row_every, 60, 10_000),
+                steady: pick(steady, 120, 12_000),
+                noise,
+                lease: pick(lease, 60, 6_000),
+            };
+            if args.sample_every.is_zero() || args.shift_every.is_zero() {
+                bail!("--sample-every and --shift-every must be positive");
+            }
+            let load = load_average();
+            let samples = b7::run(env, &args).await?;
+            let load = format!("{load} → {}", load_average());
+            b7::series_table(&args, &samples).print()?;
+            b7::shifts_table(&args, &samples).print()?;
+            b7::summary_table(&args, &samples, &load).print()?;
         }
         Scenario::B9 { executors, shards } => {
             scenarios::b9(env, executors, &shards).await?.print()?

@@ -1,5 +1,5 @@
-//! The scenarios of docs/BENCHMARKS.md (B1–B6) and the short CI run. Each prints a markdown
-//! table on stdout; progress goes to stderr.
+//! The scenarios of docs/BENCHMARKS.md (B1–B6, B9; B7 is in src/b7.rs) and the short CI run.
+//! Each prints a markdown table on stdout; progress goes to stderr.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::drive::{self, Cadence, Ramp, RampResult, StepResult};
 use crate::etcd::{EtcdKeepAliveFleet, EtcdPutFleet};
-use crate::fleet::{claims_payload, LeaseholdFleet, Renewer};
+use crate::fleet::{claims_payload, FleetSpec, LeaseholdFleet, Renewer, UniformLoad};
 use crate::procs::{
     self, default_flags, dir_bytes, etcd_timing, load_average, log_lines_containing, rss_bytes,
     EtcdCluster, DEFAULT_LEASE_DURATION, POLL_INTERVAL, TERMINATE_BOUND,
@@ -83,17 +83,17 @@ impl Env {
 const PUT_LEASE_TTL_S: i64 = 24 * 3600;
 
 /// Bounds for setting clusters up; generous, since the machine may be loaded.
-const FORM_BOUND: Duration = Duration::from_secs(120);
-const SETTLE_BOUND: Duration = Duration::from_secs(900);
+pub(crate) const FORM_BOUND: Duration = Duration::from_secs(120);
+pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(900);
 
 /// A client configuration for simulated executors: the protocol's patience (P7.1).
-fn executor_client() -> ClientConfig {
+pub(crate) fn executor_client() -> ClientConfig {
     ClientConfig::default()
 }
 
 /// Three managers, formed; under TLS, each checked to refuse plaintext and clients without a
 /// certificate.
-async fn leasehold_cluster(
+pub(crate) async fn leasehold_cluster(
     env: &Env,
     security: &Security,
     name: &str,
@@ -135,7 +135,17 @@ async fn leasehold_fleet(
     count: usize,
     config: ClientConfig,
 ) -> Result<LeaseholdFleet> {
-    LeaseholdFleet::start(cluster.urls(), count, config, security.executor_tls()).await
+    leasehold_fleet_spec(cluster, security, FleetSpec::plain(count), config).await
+}
+
+/// The simulated executors `spec` describes against `cluster`, over `security`.
+async fn leasehold_fleet_spec(
+    cluster: &ManagerCluster,
+    security: &Security,
+    spec: FleetSpec,
+    config: ClientConfig,
+) -> Result<LeaseholdFleet> {
+    LeaseholdFleet::start(cluster.urls(), spec, config, security.executor_tls()).await
 }
 
 /// Who keeps the fleet renewing while [`settle`] waits.
@@ -229,7 +239,17 @@ async fn settled_fleet(
     executors: usize,
     shard_count: u32,
 ) -> Result<Arc<LeaseholdFleet>> {
-    let fleet = Arc::new(leasehold_fleet(cluster, security, executors, executor_client()).await?);
+    settled_fleet_spec(cluster, security, FleetSpec::plain(executors), shard_count).await
+}
+
+/// [`settled_fleet`] for the executors `spec` describes.
+async fn settled_fleet_spec(
+    cluster: &mut ManagerCluster,
+    security: &Security,
+    spec: FleetSpec,
+    shard_count: u32,
+) -> Result<Arc<LeaseholdFleet>> {
+    let fleet = Arc::new(leasehold_fleet_spec(cluster, security, spec, executor_client()).await?);
     settle(
         cluster,
         &fleet,
@@ -285,10 +305,11 @@ fn fmt_ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
     }
 }
 
-/// How much TLS moved a figure against plaintext, as a signed percentage of the plaintext one.
-fn fmt_change(tls: Option<f64>, plaintext: Option<f64>) -> String {
-    match (tls, plaintext) {
-        (Some(t), Some(p)) if p > 0.0 => format!("{:+.0} %", (t / p - 1.0) * 100.0),
+/// How much a figure moved against its baseline (TLS against plaintext, loads reported against
+/// none), as a signed percentage of the baseline.
+fn fmt_change(measured: Option<f64>, baseline: Option<f64>) -> String {
+    match (measured, baseline) {
+        (Some(m), Some(b)) if b > 0.0 => format!("{:+.0} %", (m / b - 1.0) * 100.0),
         _ => "-".to_owned(),
     }
 }
@@ -302,9 +323,18 @@ pub struct B1 {
     pub shards: u32,
     pub ramp: Ramp,
     pub etcd_connections: usize,
+    /// Leasehold is also measured with every renewal reporting a load for each shard it
+    /// holds (P15.1), beside the same ramp without, to price load reporting (B7).
+    pub report_loads: bool,
 }
 
 const LEASEHOLD_RENEW: &str = "Leasehold renew (group commit)";
+const LEASEHOLD_RENEW_LOADS: &str = "Leasehold renew (group commit), loads reported";
+
+/// The load every shard reports in B1 `--report-loads`: one value for all, so equal executors
+/// stay balanced and the planner moves nothing, and the ramp measures what carrying, checking
+/// and tracking the reports costs. Not round, so it is encoded as a measured rate would be.
+const B1_SHARD_LOAD: f64 = 251.37;
 const ETCD_PUT: &str = "etcd (a) put with lease";
 const ETCD_KEEPALIVE: &str = "etcd (b) keepalive stream";
 
@@ -324,16 +354,31 @@ async fn measured<T>(
     })
 }
 
-/// One B1 ramp against a fresh Leasehold cluster of its own.
-async fn b1_leasehold(env: &Env, security: &Security, args: &B1) -> Result<RampResult> {
-    let label = format!("leasehold, {}", security.label());
+/// One B1 ramp against a fresh Leasehold cluster of its own; with `report_loads`, every
+/// renewal carries a load for each shard it claims.
+async fn b1_leasehold(
+    env: &Env,
+    security: &Security,
+    args: &B1,
+    report_loads: bool,
+) -> Result<RampResult> {
+    let loads = if report_loads { ", loads reported" } else { "" };
+    let label = format!("leasehold, {}{loads}", security.label());
     eprintln!(
         "B1 {label}: {} executors, {} shards",
         args.executors, args.shards
     );
-    let name = format!("b1-leasehold-{}", security.scheme());
+    let name = format!(
+        "b1-leasehold-{}{}",
+        security.scheme(),
+        if report_loads { "-loads" } else { "" }
+    );
     let mut cluster = leasehold_cluster(env, security, &name, default_flags(args.shards)).await?;
-    let fleet = settled_fleet(&mut cluster, security, args.executors, args.shards).await?;
+    let mut spec = FleetSpec::plain(args.executors);
+    if report_loads {
+        spec.loads = Some(Arc::new(UniformLoad(B1_SHARD_LOAD)));
+    }
+    let fleet = settled_fleet_spec(&mut cluster, security, spec, args.shards).await?;
     Ok(drive::ramp(fleet, args.ramp, &label).await)
 }
 
@@ -368,8 +413,12 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
     let n = args.executors;
     let mut rows: Vec<Measured<RampResult>> = Vec::new();
     for security in env.securities() {
-        let work = b1_leasehold(env, &security, args);
+        let work = b1_leasehold(env, &security, args, false);
         rows.push(measured(LEASEHOLD_RENEW, &security, work).await?);
+        if args.report_loads {
+            let work = b1_leasehold(env, &security, args, true);
+            rows.push(measured(LEASEHOLD_RENEW_LOADS, &security, work).await?);
+        }
     }
     if let Some(etcd) = env.etcd_or_skip("B1") {
         let value = claims_payload(per_holder_shards(args.shards, n));
@@ -418,6 +467,9 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
     if env.compare_tls {
         header.push("TLS vs plaintext (at p99 bound / kept up)");
     }
+    if args.report_loads {
+        header.push("loads reported vs not (at p99 bound / kept up)");
+    }
     header.push("load avg");
     let mut table = Table::new(&header);
     for row in &rows {
@@ -439,6 +491,23 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
                 "{} / {}",
                 fmt_change(within(&row.result), plaintext.and_then(within)),
                 fmt_change(kept(&row.result), plaintext.and_then(kept))
+            ));
+        }
+        if args.report_loads {
+            // The same transport's ramp without loads is the baseline of a ramp with them.
+            let without = (row.system == LEASEHOLD_RENEW_LOADS)
+                .then(|| Measured::of(&rows, LEASEHOLD_RENEW, row.security.is_tls()))
+                .flatten();
+            cells.push(format!(
+                "{} / {}",
+                fmt_change(
+                    without.map(|_| &row.result).and_then(within),
+                    without.and_then(within)
+                ),
+                fmt_change(
+                    without.map(|_| &row.result).and_then(kept),
+                    without.and_then(kept)
+                )
             ));
         }
         cells.push(row.load.clone());
@@ -890,7 +959,10 @@ pub async fn b3(env: &Env, args: &B3) -> Result<Table> {
 // ---------------------------------------------------------------------------------------------
 // B4
 
-async fn executors_view(cluster: &ManagerCluster, id: u64) -> Result<Vec<ExecutorView>, String> {
+pub(crate) async fn executors_view(
+    cluster: &ManagerCluster,
+    id: u64,
+) -> Result<Vec<ExecutorView>, String> {
     let url = cluster.url(id).map_err(|e| e.to_string())?;
     let reply = cluster
         .http
