@@ -432,6 +432,35 @@ fn p15_4_a_hot_shard_too_big_for_its_small_executor_moves_to_a_larger_one_and_th
 }
 
 #[test]
+fn p15_2_an_executor_above_the_band_sheds_its_light_shards_when_its_heavy_ones_cannot_move() {
+    // Capacities 1, 1, 2, 2 (total 6) over 120 shards, a mean of 10 per unit of capacity. A
+    // capacity-2 executor holds a hot shard (11), a heavy one (8) and 38 light ones (0.09 each):
+    // 1.12 times the mean, just above the band. Either heavy shard would take any receiver
+    // further from the mean than the giver is, so only the light ones can bring it inside, each
+    // removing little (found by B7 at s = 0.8, where 66 such shards held an executor at 1.25).
+    let mut fleet = Fleet::new(120, &[1, 1, 2, 2]);
+    let big = fleet.ids[2].clone();
+    let held = fleet.harness.delivered_shards(&big);
+    assert_eq!(held.len(), 40);
+    let mut loads = vec![(60.0 - 11.0 - 8.0 - 38.0 * 0.09) / 80.0; 120];
+    loads[held[0] as usize] = 11.0;
+    loads[held[1] as usize] = 8.0;
+    for &shard in &held[2..] {
+        loads[shard as usize] = 0.09;
+    }
+    let average = mean(&loads, 6.0);
+    assert!((average - 10.0).abs() < 1e-9);
+    fleet.settle(&by_load(&loads, usize::MAX));
+    for (id, utilisation) in fleet.utilisations(&loads) {
+        assert!(
+            (utilisation - average).abs() <= 0.10 * average + 1e-9,
+            "{id} at {utilisation}, mean {average}: {:?}",
+            fleet.utilisations(&loads)
+        );
+    }
+}
+
+#[test]
 fn p15_4_cooling_shards_are_not_moved_for_balance() {
     let fleet = Fleet::new(64, &[1, 1, 1, 1]);
     let loads = loads_heavy_on(&fleet, 0, 64);
