@@ -303,6 +303,27 @@ fn p5_4_spread_even_and_fewest_moves() {
 }
 
 #[test]
+fn p5_4_the_ceil_slot_goes_to_the_owner_holding_more_once_its_handoffs_complete() {
+    // 7 shards over A (shard 0 delivered, 1 and 2 releasing to C), B (3, 4, 5) and C (6): floors
+    // of 2 and one ceil slot, and A and B both own more than their floor. The slot goes to B,
+    // which will hold 3 once the handoffs complete, where A will hold 1: A keeps one releasing
+    // shard (its handoff cancelled), the other goes on to C, and nothing else moves. Given to A
+    // (by id), A would cancel both handoffs and B revoke a shard it serves: three entries, one
+    // of them stopping work, for the same shards changing hands.
+    let layout = Layout {
+        shard_count: 7,
+        owners: vec![Some(0), Some(0), Some(0), Some(1), Some(1), Some(1), Some(2)],
+        targets: vec![None, Some(2), Some(2), None, None, None, None],
+        lapsed: vec![false; 3],
+    };
+    let (harness, ids) = build(&layout);
+    let moves = plan_moves(&harness.state, PLAN_AT_MS);
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0].to, ids[0], "{moves:?}");
+    assert!([1, 2].contains(&moves[0].shard), "{moves:?}");
+}
+
+#[test]
 fn p5_4_owners_keep_their_shards_and_the_heaviest_get_the_ceil_slots() {
     // 10 shards over A (5), B (5), C (0): quotas 4, 3, 3 with the ceil slot going to A (ties by
     // id). A gives its highest shard, B its two highest, all to C.
