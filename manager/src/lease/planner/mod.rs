@@ -179,11 +179,16 @@ pub fn plan_placement(
     let moves: Vec<(Move, MoveReason)> = match &inputs.loads {
         Loads::Counts => classify(state, now_ms, plan_moves(state, now_ms)),
         Loads::Learning => {
+            // Only what has no live holder moves, and joiners that hold nothing are served: a
+            // shard never owned is placed (a first placement counts as a join), but a live
+            // owner's shard goes only to a newcomer.
             let newcomers = executors_holding_nothing(state);
             classify(state, now_ms, plan_moves(state, now_ms))
                 .into_iter()
                 .filter(|(step, reason)| {
-                    *reason != MoveReason::Join || newcomers.contains(step.to.as_str())
+                    *reason != MoveReason::Join
+                        || newcomers.contains(step.to.as_str())
+                        || state.shard(step.shard).is_some_and(|shard| shard.owner.is_none())
                 })
                 .collect()
         }

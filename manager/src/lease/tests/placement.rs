@@ -509,6 +509,31 @@ fn p5_4_a_joiner_under_load_is_filled_outside_the_budget() {
 }
 
 #[test]
+fn p15_1_a_new_leader_learning_the_loads_places_every_unowned_shard_in_capped_steps() {
+    // A new cluster: one executor, 40 shards never owned, plans cut at 16 moves. The first plan
+    // gives it 16; while the leader is still learning the loads every later plan must go on
+    // placing the rest (they have no live holder), though the executor no longer holds nothing.
+    let mut harness = Harness::initialised(40, LEASE_MS);
+    let only = match harness.apply(register_command_with_capacity(NOW_MS, "only", 1)) {
+        Outcome::Registered { grant, .. } => grant.executor_id,
+        other => panic!("register: {other:?}"),
+    };
+    let learning = PlacementInputs {
+        loads: Loads::Learning,
+        ..by_load(&[], usize::MAX)
+    };
+    let mut steps = 0;
+    while let Some(plan) = plan_placement(&harness.state, NOW_MS, &learning, 16) {
+        let outcome = harness.apply(plan.command.clone());
+        assert!(outcome.refusal().is_none(), "{outcome:?}");
+        steps += 1;
+        assert!(steps < 10, "placement does not end");
+    }
+    assert_eq!(steps, 3);
+    assert_eq!(harness.delivered_shards(&only).len(), 40);
+}
+
+#[test]
 fn p15_1_a_new_leader_learning_the_loads_moves_only_what_has_no_live_holder() {
     let mut fleet = Fleet::new(64, &[1, 1, 1, 1]);
     let loads = loads_heavy_on(&fleet, 0, 64);
