@@ -188,7 +188,9 @@ pub fn plan_placement(
                 .filter(|(step, reason)| {
                     *reason != MoveReason::Join
                         || newcomers.contains(step.to.as_str())
-                        || state.shard(step.shard).is_some_and(|shard| shard.owner.is_none())
+                        || state
+                            .shard(step.shard)
+                            .is_some_and(|shard| shard.owner.is_none())
                 })
                 .collect()
         }

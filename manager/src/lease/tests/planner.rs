@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::super::planner::{plan_moves, plan_rebalance_at_most};
+use super::super::planner::{plan_moves, plan_rebalance_at_most, why_it_moves};
 use super::super::{
-    plan_rebalance, Command, ExecutorId, LeaseState, Move, Outcome, ShardId, MAX_MOVES_PER_PLAN,
+    plan_rebalance, Command, ExecutorId, LeaseState, Move, MoveReason, Outcome, ShardId,
+    MAX_MOVES_PER_PLAN,
 };
 use super::{Harness, LEASE_MS};
 
@@ -312,7 +313,15 @@ fn p5_4_the_ceil_slot_goes_to_the_owner_holding_more_once_its_handoffs_complete(
     // of them stopping work, for the same shards changing hands.
     let layout = Layout {
         shard_count: 7,
-        owners: vec![Some(0), Some(0), Some(0), Some(1), Some(1), Some(1), Some(2)],
+        owners: vec![
+            Some(0),
+            Some(0),
+            Some(0),
+            Some(1),
+            Some(1),
+            Some(1),
+            Some(2),
+        ],
         targets: vec![None, Some(2), Some(2), None, None, None, None],
         lapsed: vec![false; 3],
     };
@@ -321,6 +330,32 @@ fn p5_4_the_ceil_slot_goes_to_the_owner_holding_more_once_its_handoffs_complete(
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!(moves[0].to, ids[0], "{moves:?}");
     assert!([1, 2].contains(&moves[0].shard), "{moves:?}");
+}
+
+#[test]
+fn a_releasing_shard_moves_for_a_join_while_its_target_takes_shards_and_for_a_departure_after() {
+    // Shard 1 is releasing from A to C. While C takes shards, moving it (to C or elsewhere) is
+    // part of a join; once C's lease lapsed, its target is gone (what the moves-by-reason metric
+    // and a learning leader's filter go by).
+    let live = Layout {
+        shard_count: 3,
+        owners: vec![Some(0), Some(0), Some(1)],
+        targets: vec![None, Some(2), None],
+        lapsed: vec![false, false, false],
+    };
+    let (harness, _) = build(&live);
+    assert_eq!(
+        why_it_moves(&harness.state, PLAN_AT_MS, 1),
+        MoveReason::Join
+    );
+    let (harness, _) = build(&Layout {
+        lapsed: vec![false, false, true],
+        ..live
+    });
+    assert_eq!(
+        why_it_moves(&harness.state, PLAN_AT_MS, 1),
+        MoveReason::Departure
+    );
 }
 
 #[test]
