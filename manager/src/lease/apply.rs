@@ -326,7 +326,7 @@ impl LeaseState {
             lease_expiry_ms,
             lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
             registered_revision: log_index,
-            owned_shards: BTreeSet::new(),
+            owned_shards: imbl::OrdSet::new(),
             draining: false,
             credential_sha256,
             capacity,
@@ -829,11 +829,27 @@ impl LeaseState {
                 _ => freed.push(shard),
             }
         }
-        for entry in &mut self.shards {
-            if let Some(handoff) = entry.handoff.as_mut() {
-                if handoff.to.as_deref() == Some(executor_id) {
-                    handoff.to = None;
-                }
+        // Found first and then changed one by one: the shard table shares its structure with
+        // earlier copies (a snapshot being written), so touching every entry would copy it all.
+        let targeted: Vec<usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| {
+                entry
+                    .handoff
+                    .as_ref()
+                    .is_some_and(|handoff| handoff.to.as_deref() == Some(executor_id))
+            })
+            .map(|(index, _)| index)
+            .collect();
+        for index in targeted {
+            if let Some(handoff) = self
+                .shards
+                .get_mut(index)
+                .and_then(|entry| entry.handoff.as_mut())
+            {
+                handoff.to = None;
             }
         }
         self.tombstones.insert(

@@ -1,7 +1,6 @@
 //! The replicated state (P2.1) and its read-only views.
 
-use std::collections::{BTreeMap, BTreeSet};
-
+use imbl::{OrdMap, OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
 use super::{Epoch, ExecutorId, ShardId, MAX_TOMBSTONES};
@@ -36,7 +35,7 @@ pub struct Executor {
     /// Every shard whose `owner` is this executor, including shards releasing from it. The shard
     /// table is the authority; this index is kept equal to it so an executor's set is read
     /// without scanning every shard ([`LeaseState::consistency_violations`] checks the two agree).
-    pub owned_shards: BTreeSet<ShardId>,
+    pub owned_shards: OrdSet<ShardId>,
     /// Set by an operator (`SetDraining`): the planner gives it nothing and moves its shards to
     /// others through the normal handoff; it keeps its lease and renews as usual.
     pub draining: bool,
@@ -163,11 +162,11 @@ pub struct LeaseState {
     /// which only extend leases, do not make every plan stale under load.
     pub(super) assignment_revision: u64,
     /// Registered executors by id.
-    pub(super) executors: BTreeMap<ExecutorId, Executor>,
+    pub(super) executors: OrdMap<ExecutorId, Executor>,
     /// `shard_count` entries, index = shard number.
-    pub(super) shards: Vec<Shard>,
+    pub(super) shards: Vector<Shard>,
     /// Recently removed executors, at most [`MAX_TOMBSTONES`].
-    pub(super) tombstones: BTreeMap<ExecutorId, Tombstone>,
+    pub(super) tombstones: OrdMap<ExecutorId, Tombstone>,
     /// The longest `lease_ttl_ms` any grant has carried, never decreasing. A new leader must not
     /// reap or hand on before this much time has passed on its own clock (P6.1): a grant from an
     /// earlier leader (clock skewed, lease since shortened, reply lost and retried) can run that
@@ -184,9 +183,9 @@ impl Default for LeaseState {
             config: None,
             revision: 0,
             assignment_revision: 0,
-            executors: BTreeMap::new(),
-            shards: Vec::new(),
-            tombstones: BTreeMap::new(),
+            executors: OrdMap::new(),
+            shards: Vector::new(),
+            tombstones: OrdMap::new(),
             longest_lease_told_ms: 0,
             cluster_version: super::schema::OLDEST_SCHEMA,
         }
@@ -238,7 +237,7 @@ impl LeaseState {
     }
 
     /// The shard table, index = shard number; empty before `Init`.
-    pub fn shards(&self) -> &[Shard] {
+    pub fn shards(&self) -> &Vector<Shard> {
         &self.shards
     }
 

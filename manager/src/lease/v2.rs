@@ -299,7 +299,7 @@ impl From<LeaseState> for super::LeaseState {
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
                         registered_revision: e.registered_revision,
-                        owned_shards: e.owned_shards,
+                        owned_shards: e.owned_shards.into_iter().collect(),
                         draining: e.draining,
                         credential_sha256: None,
                         // Schema 2 had no capacities: every executor counted the same (P5.4).
@@ -312,7 +312,7 @@ impl From<LeaseState> for super::LeaseState {
             tombstones: state
                 .tombstones
                 .into_iter()
-                .map(|(id, t)| (id, t.into()))
+                .map(|(id, t)| (id, super::Tombstone::from(t)))
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             // Schema 2 had no cluster version: a cluster of 0.1.0 replicas was at schema 2.
@@ -490,7 +490,7 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
                         registered_revision: e.registered_revision,
-                        owned_shards: e.owned_shards.clone(),
+                        owned_shards: e.owned_shards.iter().copied().collect(),
                         draining: e.draining,
                     };
                     (id.clone(), executor)

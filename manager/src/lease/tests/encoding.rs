@@ -66,6 +66,96 @@ fn bincode_round_trips_the_state() {
     round_trip(&busy_state());
 }
 
+/// The state as std collections hold it, field for field: what every release before the state
+/// moved to persistent collections encoded.
+mod std_collections {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde::{Deserialize, Serialize};
+
+    use super::super::super::{ClusterConfig, ExecutorId, Shard, ShardId, Tombstone};
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    pub(super) struct Executor {
+        pub id: ExecutorId,
+        pub incarnation: String,
+        pub name: Option<String>,
+        pub address: String,
+        pub lease_expiry_ms: u64,
+        pub lease_ttl_told_ms: u64,
+        pub registered_revision: u64,
+        pub owned_shards: BTreeSet<ShardId>,
+        pub draining: bool,
+        pub credential_sha256: Option<[u8; 32]>,
+        pub capacity: u32,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    pub(super) struct LeaseState {
+        pub config: Option<ClusterConfig>,
+        pub revision: u64,
+        pub assignment_revision: u64,
+        pub executors: BTreeMap<ExecutorId, Executor>,
+        pub shards: Vec<Shard>,
+        pub tombstones: BTreeMap<ExecutorId, Tombstone>,
+        pub longest_lease_told_ms: u64,
+        pub cluster_version: u32,
+    }
+
+    pub(super) fn of(state: &super::LeaseState) -> LeaseState {
+        LeaseState {
+            config: state.config,
+            revision: state.revision,
+            assignment_revision: state.assignment_revision,
+            executors: state
+                .executors
+                .iter()
+                .map(|(id, e)| {
+                    let executor = Executor {
+                        id: e.id.clone(),
+                        incarnation: e.incarnation.clone(),
+                        name: e.name.clone(),
+                        address: e.address.clone(),
+                        lease_expiry_ms: e.lease_expiry_ms,
+                        lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        registered_revision: e.registered_revision,
+                        owned_shards: e.owned_shards.iter().copied().collect(),
+                        draining: e.draining,
+                        credential_sha256: e.credential_sha256,
+                        capacity: e.capacity,
+                    };
+                    (id.clone(), executor)
+                })
+                .collect(),
+            shards: state.shards.iter().cloned().collect(),
+            tombstones: state
+                .tombstones
+                .iter()
+                .map(|(id, t)| (id.clone(), t.clone()))
+                .collect(),
+            longest_lease_told_ms: state.longest_lease_told_ms,
+            cluster_version: state.cluster_version,
+        }
+    }
+}
+
+/// The state's persistent collections (shared structure, so a snapshot's copy is O(1)) encode
+/// byte for byte as the std collections did, and those bytes decode into them: the collections
+/// are not part of the schema (P14.1).
+#[test]
+fn p14_1_persistent_collections_encode_as_std_collections_do() {
+    let config = bincode::config::standard();
+    for state in [LeaseState::default(), busy_state()] {
+        let mirror = std_collections::of(&state);
+        let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
+        let theirs = bincode::serde::encode_to_vec(&mirror, config).expect("encodes");
+        assert_eq!(ours, theirs);
+        let (decoded, _): (LeaseState, usize) =
+            bincode::serde::decode_from_slice(&theirs, config).expect("decodes");
+        assert_eq!(decoded, state);
+    }
+}
+
 /// One of every command variant, with edge values.
 pub(super) fn every_command() -> Vec<Command> {
     vec![

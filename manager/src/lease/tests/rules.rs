@@ -1561,6 +1561,7 @@ fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
         address: longest.clone(),
         name: Some(longest),
         credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
     });
     assert!(
         matches!(
@@ -1673,7 +1674,7 @@ fn p2_1_each_broken_structural_invariant_is_reported() {
         (
             "a shard missing from the table",
             Box::new(|state| {
-                state.shards.pop();
+                state.shards.pop_back();
             }),
             "shard table has 3 entries, config says 4",
         ),
