@@ -235,6 +235,20 @@ impl Browser {
         .map(drop)
     }
 
+    /// Clicks the left mouse button at (`x`, `y`) CSS pixels of the viewport, as a person would:
+    /// the pointer moves there, presses and releases.
+    pub async fn click(&mut self, x: f64, y: f64) -> Result<(), String> {
+        self.move_mouse(x, y).await?;
+        for kind in ["mousePressed", "mouseReleased"] {
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({ "type": kind, "x": x, "y": y, "button": "left", "clickCount": 1 }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Waits until the page has drawn two more frames (after a resize, say).
     pub async fn next_frames(&mut self) -> Result<(), String> {
         self.evaluate(

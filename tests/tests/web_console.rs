@@ -15,11 +15,19 @@
 //!    Throughout, the page's own counters show one watch request at a time, not a storm, and the
 //!    members asked for at most about once a second.
 //! 2. One manager with 65 536 shards and two executors: every cell is rendered, the map matches
-//!    the API and the page answers a trivial evaluation promptly. The first render time is
-//!    printed.
+//!    the API and the page answers a trivial evaluation promptly, also coloured by load (every
+//!    cell then shows the leader's load of 0). The first render time is printed.
+//! 3. Coloured by load (issue 19): three managers, two executors and `/v1/work` traffic on three
+//!    shards, one of them hot. Switched to "load", the page served by a follower shows every
+//!    cell's `data-load` and `data-hot` as the leader's `/v1/shards?consistent=true` has them,
+//!    the busy shards brighter than every idle one (luminance of the computed colours), hot
+//!    shards ringed, and each executor's capacity and utilisation as the leader's
+//!    `/v1/executors?consistent=true`. Switched back, every cell has its owner's colour again and
+//!    the load requests stop. With no leader to ask, the panel says no load is known.
 //!
 //! Screenshots are written to the test's temporary directory; with `LEASEHOLD_SAVE_SCREENSHOTS=1`
-//! also to `docs/img/` (`console.png` at 1280 × 900, `console-narrow.png` at 420 px wide).
+//! also to `docs/img/` (`console.png` at 1280 × 900, `console-narrow.png` at 420 px wide,
+//! `console-load.png` at 1280 × 900).
 //!
 //! Chromium is Debian's `chromium` package. Without it this test says why and passes, unless
 //! `LEASEHOLD_REQUIRE_CHROMIUM=1` (set by `.ci/run`) makes a missing browser a failure.
@@ -31,6 +39,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use leasehold_api::ctl::table::human_load;
 use leasehold_api::wire::{ExecutorView, ShardView};
 use leasehold_tests::browser::{self, Browser};
 use leasehold_tests::executor::ExecutorProcess;
@@ -54,6 +67,23 @@ const BIG_SHARDS: u32 = 65_536;
 const BIG_RENDER_BOUND: Duration = Duration::from_secs(60);
 /// A trivial evaluation must come back within this while the page follows 65 536 shards.
 const RESPONSIVE_BOUND: Duration = Duration::from_secs(3);
+
+/// The load test's lease. The leader takes in reported loads once a step (a third of the lease),
+/// and the test compares the page with the leader only when the leader's loads were the same
+/// before and after the page asked: a long step leaves most tries between two steps.
+const LOAD_LEASE: &str = "15s";
+/// Loads reach the leader: a renewal with traffic, a second one to confirm the jump (a change
+/// by more than a factor of two is taken at once), and the step after, each a third of the
+/// lease; generous for a loaded machine.
+const LOADS_BOUND: Duration = Duration::from_secs(120);
+/// One round of the page's load requests, from the moment it is due (console.js LOAD_GAP_MS
+/// is 2 s).
+const LOAD_ROUND_BOUND: Duration = Duration::from_secs(15);
+/// Work requests for the hot shard per round of traffic; the two warm shards get one each, so
+/// the hot one carries two thirds of the load, more than the fair share of either of the two
+/// executors (P15.4).
+const HOT_WEIGHT: usize = 4;
+const WORK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Chromium, or `None` after saying why the test is skipped.
 fn chromium_or_skip() -> Option<PathBuf> {
@@ -230,7 +260,20 @@ async fn check_shard_details(browser: &mut Browser, cluster: &Cluster, id: u64) 
     const SHOWN: &str = "[document.activeElement.dataset.shard ?? null, \
         document.activeElement.title, document.getElementById('shard-detail').textContent]";
 
-    // The map is the page's only tab stop; Tab lands on its first cell.
+    // The page's tab stops are the map's colour toggle (its two buttons), then the map, where
+    // Tab lands on the first cell.
+    for button in ["colour-owner", "colour-load"] {
+        browser.press_key("Tab", 9).await.expect("Tab");
+        let focused = browser
+            .evaluate("[document.activeElement.id, document.activeElement.outerHTML.slice(0, 200)]")
+            .await
+            .expect("focused element");
+        assert_eq!(
+            focused[0], button,
+            "the colour toggle comes before the map; focused: {}",
+            focused[1]
+        );
+    }
     browser.press_key("Tab", 9).await.expect("Tab");
     browser
         .press_key("ArrowRight", 39)
@@ -567,19 +610,53 @@ async fn the_console_renders_65536_shards_and_stays_responsive() {
     );
 
     // Responsive while it follows the cluster: trivial evaluations come straight back.
-    let mut slowest = Duration::ZERO;
-    for _ in 0..10 {
-        let started = Instant::now();
-        let value = tokio::time::timeout(RESPONSIVE_BOUND, browser.evaluate("1 + 1"))
-            .await
-            .expect("the page answers a trivial evaluation within the bound")
-            .expect("evaluate");
-        assert_eq!(value, 2);
-        slowest = slowest.max(started.elapsed());
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let slowest = slowest_evaluation(&mut browser).await;
     eprintln!("65 536 shards: slowest trivial evaluation {slowest:?}");
-    assert!(slowest < RESPONSIVE_BOUND);
+
+    // Coloured by load (the leader's own page: a consistent read it answers itself), every cell
+    // shows the leader's load, 0 without traffic, and the page stays responsive while it polls
+    // the 65 536 loads.
+    click_on(&mut browser, "#colour-load").await;
+    {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        poll_until(
+            "every cell to show the leader's load of 0",
+            BIG_RENDER_BOUND,
+            || async {
+                let value = browser
+                    .lock()
+                    .await
+                    .evaluate(
+                        "({ zero: document.querySelectorAll('[data-load=\"0\"]').length, \
+                         rounds: window.__console.loadRounds, \
+                         note: document.getElementById('load-note').textContent })",
+                    )
+                    .await?;
+                let note = value["note"].as_str().unwrap_or_default();
+                (value["zero"].as_u64() == Some(u64::from(BIG_SHARDS))
+                    && note.starts_with("Every shard’s load is 0"))
+                .then_some(())
+                .ok_or_else(|| format!("{value}"))
+            },
+        )
+        .await;
+    }
+    let slowest = slowest_evaluation(&mut browser).await;
+    eprintln!("65 536 shards coloured by load: slowest trivial evaluation {slowest:?}");
+    let png = browser.screenshot_png().await.expect("screenshot");
+    save_screenshot(cluster.dir.path(), "console-65536-load.png", &png, false);
+    click_on(&mut browser, "#colour-owner").await;
+    let loads_left = browser
+        .evaluate(
+            "document.querySelectorAll('#grid [data-load], #grid [data-hot], #grid .nl, \
+             #grid [class^=\"heat-\"]').length",
+        )
+        .await
+        .expect("cells");
+    assert_eq!(
+        loads_left, 0,
+        "coloured by owner again, no cell shows a load"
+    );
 
     // And the map is right: cell for cell what the API says, once both executors hold shards.
     {
@@ -616,4 +693,617 @@ async fn the_console_renders_65536_shards_and_stays_responsive() {
     }
     let png = browser.screenshot_png().await.expect("screenshot");
     save_screenshot(cluster.dir.path(), "console-65536.png", &png, false);
+}
+
+/// Ten trivial evaluations, 300 ms apart, each answered within [`RESPONSIVE_BOUND`]; the
+/// slowest's time.
+async fn slowest_evaluation(browser: &mut Browser) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let value = tokio::time::timeout(RESPONSIVE_BOUND, browser.evaluate("1 + 1"))
+            .await
+            .expect("the page answers a trivial evaluation within the bound")
+            .expect("evaluate");
+        assert_eq!(value, 2);
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    slowest
+}
+
+/// A key for `shard` of [`SHARDS`], by `leasehold_api::shard_for_key`.
+fn key_for(shard: u32) -> String {
+    let count = NonZeroU32::new(SHARDS).unwrap();
+    (0..)
+        .map(|n| format!("key-{n}"))
+        .find(|key| leasehold_api::shard_for_key(key.as_bytes(), count) == shard)
+        .unwrap()
+}
+
+/// Clicks the middle of the element `selector` names, scrolled into view first.
+async fn click_on(browser: &mut Browser, selector: &str) {
+    let centre = browser
+        .evaluate(&format!(
+            "(() => {{ const e = document.querySelector({selector:?}); \
+             e.scrollIntoView({{ block: 'center' }}); const r = e.getBoundingClientRect(); \
+             return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{selector}: {e}"));
+    browser
+        .click(
+            centre[0].as_f64().unwrap_or_default(),
+            centre[1].as_f64().unwrap_or_default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("click {selector}: {e}"));
+}
+
+/// What the leader knows of loads, read through manager `id` (`?consistent=true`): per shard
+/// (shard, load, hot), per executor (id, capacity, utilisation).
+#[derive(Debug, PartialEq)]
+struct LeaderLoads {
+    shards: Vec<(u32, Option<f64>, bool)>,
+    executors: Vec<(String, u32, Option<f64>)>,
+}
+
+async fn leader_loads(cluster: &Cluster, id: u64) -> Result<LeaderLoads, String> {
+    let shards: Vec<ShardView> = get(cluster, id, "/v1/shards?consistent=true").await?;
+    let executors: Vec<ExecutorView> = get(cluster, id, "/v1/executors?consistent=true").await?;
+    Ok(LeaderLoads {
+        shards: shards.iter().map(|s| (s.shard, s.load, s.hot)).collect(),
+        executors: executors
+            .into_iter()
+            .map(|e| (e.executor_id, e.capacity, e.utilisation))
+            .collect(),
+    })
+}
+
+/// The map and the executors table as the page shows them, with its load counters.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LoadPage {
+    cells: Vec<LoadCell>,
+    executors: Vec<LoadRow>,
+    /// `aria-pressed` of the "owner" and "load" buttons.
+    pressed: (String, String),
+    /// The owner legend is shown.
+    owner_legend: bool,
+    /// The load legend's text, when shown.
+    load_legend: Option<String>,
+    /// The panel's line about loads, when shown.
+    note: Option<String>,
+    load_requests: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct LoadCell {
+    shard: u32,
+    owner: String,
+    /// `data-load`, absent when no load is shown.
+    load: Option<String>,
+    /// `data-hot="true"`.
+    hot: bool,
+    /// Computed `background-color` and `box-shadow`.
+    colour: String,
+    ring: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LoadRow {
+    id: String,
+    capacity: String,
+    /// `data-utilisation` of its utilisation cell, and the cell's text.
+    utilisation: Option<String>,
+    utilisation_text: String,
+    /// The computed colour of its owner swatch.
+    swatch: String,
+}
+
+const READ_LOAD_PAGE: &str = r#"(() => {
+  const shown = (id) => { const e = document.getElementById(id); return e.hidden ? null : e.textContent; };
+  return {
+    cells: Array.from(document.querySelectorAll('[data-shard]'), (cell) => {
+      const style = getComputedStyle(cell);
+      return { shard: Number(cell.dataset.shard), owner: cell.dataset.owner,
+        load: cell.dataset.load ?? null, hot: cell.dataset.hot === 'true',
+        colour: style.backgroundColor, ring: style.boxShadow };
+    }),
+    executors: Array.from(document.querySelectorAll('[data-executor]'), (row) => {
+      const utilisation = row.querySelector('.utilisation');
+      return { id: row.dataset.executor, capacity: row.querySelector('.capacity').textContent,
+        utilisation: utilisation.dataset.utilisation ?? null,
+        utilisationText: utilisation.textContent,
+        swatch: getComputedStyle(row.querySelector('.sw')).backgroundColor };
+    }),
+    pressed: [document.getElementById('colour-owner').getAttribute('aria-pressed'),
+      document.getElementById('colour-load').getAttribute('aria-pressed')],
+    ownerLegend: !document.getElementById('legend').hidden,
+    loadLegend: shown('load-legend'),
+    note: shown('load-note'),
+    loadRequests: window.__console.loadRequests,
+  };
+})()"#;
+
+async fn read_load_page(browser: &mut Browser) -> Result<LoadPage, String> {
+    let value = browser.evaluate(READ_LOAD_PAGE).await?;
+    serde_json::from_value(value).map_err(|e| format!("page view: {e}"))
+}
+
+// The page's `data-load` and `data-utilisation` are the digits the leader's JSON had (both ends
+// write a number's shortest round-trip form), so they are read with serde_json, as the API's
+// reply is: its float parsing can differ from `str::parse` in the last bit.
+
+/// Relative luminance (WCAG) of a computed CSS colour, `rgb(r, g, b)` or `rgba(r, g, b, a)`.
+fn luminance(colour: &str) -> Result<f64, String> {
+    let channels: Vec<f64> = colour
+        .trim_start_matches("rgba(")
+        .trim_start_matches("rgb(")
+        .trim_end_matches(')')
+        .split(',')
+        .map(|part| part.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("colour {colour:?}: {e}"))?;
+    let [r, g, b, ..] = channels[..] else {
+        return Err(format!("colour {colour:?}"));
+    };
+    let linear = |c: f64| {
+        let c = c / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    Ok(0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b))
+}
+
+/// The leader's loads and the page's view of them after a round of load requests that the page
+/// started after the leader was first asked, when the leader's loads were the same when asked
+/// again afterwards: then the page was shown exactly those. An error when they changed in
+/// between (a step took in new reports), for the caller to try again.
+async fn page_and_leader_loads(
+    browser: &mut Browser,
+    cluster: &Cluster,
+    id: u64,
+) -> Result<(LoadPage, LeaderLoads), String> {
+    let before = leader_loads(cluster, id).await?;
+    let started = browser
+        .evaluate("window.__console.loadRequests")
+        .await?
+        .as_u64()
+        .ok_or("no load request counter")?;
+    // Rounds run one at a time, so once more have been applied than had started, one that
+    // started after `before` was read has been applied.
+    let deadline = Instant::now() + LOAD_ROUND_BOUND;
+    loop {
+        let rounds = browser
+            .evaluate("window.__console.loadRounds")
+            .await?
+            .as_u64()
+            .ok_or("no load round counter")?;
+        if rounds > started {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no round of load requests applied within {LOAD_ROUND_BOUND:?} ({rounds} of {started})"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = read_load_page(browser).await?;
+    let after = leader_loads(cluster, id).await?;
+    if before != after {
+        return Err("the leader's loads changed while the page asked; again".to_string());
+    }
+    Ok((page, after))
+}
+
+/// The page shows the leader's loads: every cell's `data-load` and `data-hot` are the leader's,
+/// cells are brighter the busier they are (the busy shards brighter than every other, the
+/// busiest the brightest), hot cells ringed and no other, and every executor's capacity and
+/// utilisation are the leader's.
+fn check_load_colouring(
+    page: &LoadPage,
+    leader: &LeaderLoads,
+    hot_shard: u32,
+    warm: [u32; 2],
+) -> Result<(), String> {
+    // The traffic's picture first: until the leader shows it, there is nothing to compare.
+    let load_of = |shard: u32| leader.shards.get(shard as usize).and_then(|s| s.1);
+    if !leader.shards.get(hot_shard as usize).is_some_and(|s| s.2) {
+        return Err(format!(
+            "the leader does not show shard {hot_shard} hot yet"
+        ));
+    }
+    if let Some(cold) = warm.iter().find(|&&s| !load_of(s).is_some_and(|l| l > 0.0)) {
+        return Err(format!("the leader shows no load on shard {cold} yet"));
+    }
+    if page.cells.len() != leader.shards.len() {
+        return Err(format!(
+            "{} cells, {} shards",
+            page.cells.len(),
+            leader.shards.len()
+        ));
+    }
+    let mut lit = Vec::with_capacity(page.cells.len());
+    for (cell, &(shard, load, hot)) in page.cells.iter().zip(&leader.shards) {
+        let shown = cell
+            .load
+            .as_deref()
+            .map(serde_json::from_str::<f64>)
+            .transpose()
+            .map_err(|e| format!("shard {shard}: data-load {:?}: {e}", cell.load))?;
+        if cell.shard != shard || shown != load || cell.hot != hot {
+            return Err(format!(
+                "shard {shard}: the page shows load {:?} hot {}, the leader {load:?} hot {hot}",
+                cell.load, cell.hot
+            ));
+        }
+        let ringed = cell.ring != "none";
+        if ringed != hot {
+            return Err(format!(
+                "shard {shard} (hot {hot}) has box-shadow {:?}",
+                cell.ring
+            ));
+        }
+        lit.push((shard, load.unwrap_or(0.0), luminance(&cell.colour)?));
+    }
+    // The busy shards are the most intense cells, the hottest the most of all.
+    let busy = [hot_shard, warm[0], warm[1]];
+    let dimmest_busy = lit
+        .iter()
+        .filter(|(shard, ..)| busy.contains(shard))
+        .map(|&(_, _, lum)| lum)
+        .fold(f64::INFINITY, f64::min);
+    if let Some(brighter) = lit
+        .iter()
+        .find(|(shard, _, lum)| !busy.contains(shard) && *lum >= dimmest_busy)
+    {
+        return Err(format!(
+            "shard {} (load {}) is as bright as a busy shard: {brighter:?}",
+            brighter.0, brighter.1
+        ));
+    }
+    let brightest = lit.iter().map(|&(_, _, lum)| lum).fold(0.0, f64::max);
+    if lit[hot_shard as usize].2 < brightest {
+        return Err(format!(
+            "the hot shard {hot_shard} is not the brightest: {:?}",
+            lit[hot_shard as usize]
+        ));
+    }
+    // The hot shard carries about four times a warm one's load: a visibly brighter step.
+    if let Some(warm) = warm
+        .iter()
+        .find(|&&shard| lit[shard as usize].2 >= lit[hot_shard as usize].2)
+    {
+        return Err(format!(
+            "the hot shard {:?} is no brighter than the warm one {:?}",
+            lit[hot_shard as usize], lit[*warm as usize]
+        ));
+    }
+    // And throughout: more load is never dimmer.
+    let mut by_load = lit.clone();
+    by_load.sort_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some(pair) = by_load
+        .windows(2)
+        .find(|pair| pair[1].1 > pair[0].1 && pair[1].2 < pair[0].2)
+    {
+        return Err(format!("more load, dimmer: {pair:?}"));
+    }
+    for (id, capacity, utilisation) in &leader.executors {
+        let row = page
+            .executors
+            .iter()
+            .find(|row| &row.id == id)
+            .ok_or_else(|| format!("no row for {id}"))?;
+        let shown = row
+            .utilisation
+            .as_deref()
+            .map(serde_json::from_str::<f64>)
+            .transpose()
+            .map_err(|e| format!("{id}: data-utilisation: {e}"))?;
+        if row.capacity != capacity.to_string()
+            || shown != *utilisation
+            || row.utilisation_text != human_load(*utilisation)
+        {
+            return Err(format!(
+                "{id}: the page shows capacity {} utilisation {:?} ({}), the leader \
+                 {capacity} {utilisation:?}",
+                row.capacity, row.utilisation, row.utilisation_text
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Colours by owner exactly as before: no cell shows a load or a ring, every cell has its
+/// owner's colour (its executor row's swatch) and the map is manager `id`'s.
+async fn check_owner_colouring(
+    browser: &mut Browser,
+    cluster: &Cluster,
+    id: u64,
+) -> Result<LoadPage, String> {
+    let page = read_load_page(browser).await?;
+    if page.pressed != ("true".to_string(), "false".to_string())
+        || !page.owner_legend
+        || page.load_legend.is_some()
+        || page.note.is_some()
+    {
+        return Err(format!(
+            "pressed {:?}, owner legend {}, load legend {:?}, note {:?}",
+            page.pressed, page.owner_legend, page.load_legend, page.note
+        ));
+    }
+    let api = api_owners(cluster, id).await?;
+    let shown: Vec<(u32, String)> = page
+        .cells
+        .iter()
+        .map(|c| (c.shard, c.owner.clone()))
+        .collect();
+    if shown != api {
+        return Err("the page's owners differ from the API's".to_string());
+    }
+    for cell in &page.cells {
+        let swatch = page
+            .executors
+            .iter()
+            .find(|row| row.id == cell.owner)
+            .map(|row| row.swatch.as_str());
+        if cell.load.is_some() || cell.hot || cell.ring != "none" || swatch != Some(&cell.colour) {
+            return Err(format!(
+                "shard {} shows load {:?}, hot {}, ring {:?}, colour {:?} (its owner's: {swatch:?})",
+                cell.shard, cell.load, cell.hot, cell.ring, cell.colour
+            ));
+        }
+    }
+    Ok(page)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_colours_the_map_by_the_leaders_loads_on_request() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        lease: LOAD_LEASE.to_string(),
+        shard_count: SHARDS,
+        ..ClusterOptions::default()
+    });
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let names = ["load-1", "load-2"];
+    let executors: Vec<ExecutorProcess> = names
+        .iter()
+        .map(|name| ExecutorProcess::start(&cluster, name))
+        .collect();
+    // Served by a follower: its own state has no loads, so the page must ask the leader.
+    let page_node = *cluster
+        .managers
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let url = format!("{}/ui/", cluster.url(page_node));
+    let mut browser = Browser::launch(&chromium, &url, WINDOW, cluster.dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("chromium: {e}"));
+    wait_settled(&mut browser, &cluster, page_node, &names).await;
+    let page = check_owner_colouring(&mut browser, &cluster, page_node)
+        .await
+        .expect("coloured by owner at first");
+    for row in &page.executors {
+        assert_eq!(row.capacity, "1", "{row:?}");
+        // A follower's own state has no loads.
+        assert_eq!(row.utilisation_text, "—", "{row:?}");
+    }
+
+    // Traffic on three shards: the hot one on load-1, two warm ones on load-2. Placement by load
+    // has nothing to improve by moving them (moving a warm one over would only widen the gap),
+    // so they stay put. Every request goes to both executors; only the owner admits it.
+    let registered: Vec<ExecutorView> = get(&cluster, page_node, "/v1/executors")
+        .await
+        .expect("executors");
+    let holds = |name: &str| -> Vec<u32> {
+        registered
+            .iter()
+            .find(|e| e.name.as_deref() == Some(name))
+            .map(|e| e.shards.iter().map(|s| s.shard).collect())
+            .unwrap_or_default()
+    };
+    let hot_shard = holds("load-1")[0];
+    let warm = [holds("load-2")[0], holds("load-2")[1]];
+    let mut keys = vec![key_for(hot_shard); HOT_WEIGHT];
+    keys.extend(warm.iter().map(|&shard| key_for(shard)));
+    eprintln!("traffic: shard {hot_shard} ×{HOT_WEIGHT}, shards {warm:?} ×1");
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let stop = stop.clone();
+        let urls: Vec<String> = executors.iter().map(ExecutorProcess::url).collect();
+        let http = reqwest::Client::new();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for key in &keys {
+                    for url in &urls {
+                        let _ = http.get(format!("{url}/v1/work?key={key}")).send().await;
+                    }
+                }
+                tokio::time::sleep(WORK_INTERVAL).await;
+            }
+        })
+    };
+
+    // Switched to load: every cell as the leader has it.
+    let switched_at = Instant::now();
+    let requests_before = read_load_page(&mut browser)
+        .await
+        .expect("page")
+        .load_requests;
+    click_on(&mut browser, "#colour-load").await;
+    {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        let cluster = &cluster;
+        // A try between two steps is what tells; a timeout reports the last such comparison.
+        let last_compared = std::sync::Mutex::new("none yet".to_string());
+        poll_until(
+            "the page to colour every shard by the leader's load",
+            LOADS_BOUND,
+            || async {
+                let mut browser = browser.lock().await;
+                let (page, leader) = page_and_leader_loads(&mut browser, cluster, page_node)
+                    .await
+                    .map_err(|e| {
+                        format!("{e}; last comparison: {}", last_compared.lock().unwrap())
+                    })?;
+                let compared = if page.pressed != ("false".to_string(), "true".to_string())
+                    || page.owner_legend
+                    || page.load_legend.is_none()
+                {
+                    Err(format!(
+                        "pressed {:?}, owner legend {}, load legend {:?}",
+                        page.pressed, page.owner_legend, page.load_legend
+                    ))
+                } else {
+                    check_load_colouring(&page, &leader, hot_shard, warm)
+                };
+                if let Err(mismatch) = &compared {
+                    mismatch.clone_into(&mut last_compared.lock().unwrap());
+                }
+                compared
+            },
+        )
+        .await;
+    }
+    let page = read_load_page(&mut browser).await.expect("page");
+    eprintln!(
+        "coloured by load {:?} after the switch; load legend {:?}",
+        switched_at.elapsed(),
+        page.load_legend
+    );
+    assert_eq!(page.note, None, "loads are known: nothing to say");
+    // One round at a time, every few seconds: no storm.
+    let elapsed_s = switched_at.elapsed().as_secs_f64();
+    let rounds = page.load_requests - requests_before;
+    assert!(
+        (rounds as f64) < elapsed_s / 1.5 + 2.0,
+        "{rounds} rounds of load requests in {elapsed_s:.1} s"
+    );
+
+    // The hot cell's description says its load and that it is hot.
+    let selector = format!("[data-shard=\"{hot_shard}\"]");
+    let centre = browser
+        .evaluate(&format!(
+            "(() => {{ const r = document.querySelector({selector:?}).getBoundingClientRect(); \
+             return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
+        ))
+        .await
+        .expect("cell position");
+    browser
+        .move_mouse(
+            centre[0].as_f64().unwrap_or_default(),
+            centre[1].as_f64().unwrap_or_default(),
+        )
+        .await
+        .expect("hover");
+    let described = browser
+        .evaluate(&format!(
+            "[document.querySelector({selector:?}).title, \
+             document.getElementById('shard-detail').textContent]"
+        ))
+        .await
+        .expect("hovered cell");
+    for text in [&described[0], &described[1]] {
+        let text = text.as_str().unwrap_or_default();
+        assert!(
+            text.starts_with(&format!("shard {hot_shard} ·"))
+                && text.contains(" · load ")
+                && text.ends_with(" · hot"),
+            "the hot cell's description: {text:?}"
+        );
+    }
+    let png = page_screenshot(&mut browser, WINDOW.0).await;
+    save_screenshot(cluster.dir.path(), "console-load.png", &png, true);
+    browser
+        .set_viewport(WINDOW.0, WINDOW.1)
+        .await
+        .expect("viewport");
+    stop.store(true, Ordering::Relaxed);
+    traffic.await.unwrap();
+
+    // Switched back: owner colours, exactly as before, and no more load requests.
+    click_on(&mut browser, "#colour-owner").await;
+    {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        let cluster = &cluster;
+        poll_until(
+            "the page to colour every shard by its owner again",
+            SETTLE_BOUND,
+            || async {
+                check_owner_colouring(&mut **browser.lock().await, cluster, page_node).await
+            },
+        )
+        .await;
+    }
+    let page = read_load_page(&mut browser).await.expect("page");
+    assert!(
+        page.executors.iter().all(|row| row.utilisation_text == "—"),
+        "back to the follower's own state, which has no utilisation: {:?}",
+        page.executors
+    );
+    let requests = page.load_requests;
+    // Three times the gap between rounds.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let page = read_load_page(&mut browser).await.expect("page");
+    assert_eq!(
+        page.load_requests, requests,
+        "no load requests once coloured by owner"
+    );
+
+    // No leader to ask: the page says no load is known rather than colour by stale loads.
+    click_on(&mut browser, "#colour-load").await;
+    {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        poll_until("the page to show loads again", LOADS_BOUND, || async {
+            let page = read_load_page(&mut **browser.lock().await).await?;
+            page.cells
+                .iter()
+                .all(|cell| cell.load.is_some())
+                .then_some(())
+                .ok_or_else(|| format!("note {:?}", page.note))
+        })
+        .await;
+    }
+    let others: Vec<u64> = cluster
+        .managers
+        .keys()
+        .copied()
+        .filter(|&id| id != page_node)
+        .collect();
+    for id in others {
+        cluster.manager(id).kill();
+    }
+    let page = {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        poll_until("the page to say no load is known", LEADER_BOUND, || async {
+            let page = read_load_page(&mut **browser.lock().await).await?;
+            let uncoloured = page
+                .cells
+                .iter()
+                .all(|cell| cell.load.is_none() && !cell.hot);
+            match &page.note {
+                Some(note) if note.starts_with("No load known") && uncoloured => Ok(page),
+                _ => Err(format!("note {:?}, uncoloured {uncoloured}", page.note)),
+            }
+        })
+        .await
+    };
+    eprintln!("without a leader the page says: {:?}", page.note);
+    assert!(
+        page.executors.iter().all(|row| row.utilisation_text == "—"),
+        "{:?}",
+        page.executors
+    );
+    assert!(browser.is_running(), "{}", browser.log());
 }

@@ -1,13 +1,17 @@
 //! The read-only web console, `GET /ui/` (`/` and `/ui` redirect there): the members of the Raft
-//! group, the executors with their leases, a map of every shard coloured by owner (handoffs and
-//! unowned shards marked) and a feed of the changes the page has seen.
+//! group, the executors with their leases, capacities and utilisation, a map of every shard
+//! coloured by owner (handoffs and unowned shards marked) or, on request, by load (hot shards
+//! marked), and a feed of the changes the page has seen.
 //!
 //! Every manager serves it; the page reads only from the manager that served it, so it works on
 //! an isolated network and never needs the leader. It follows the state with the blocking query
 //! `GET /v1/watch` (one request at a time, PROTOCOL §9) and derives the feed by diffing successive
 //! states. Membership comes from [`members`], which asks every member for its own
 //! `GET /v1/cluster` (the same view `leaseholdctl cluster status` prints), because a page may only
-//! talk to its own origin.
+//! talk to its own origin. Loads are soft state only the leader has (PROTOCOL §15), so while the
+//! map is coloured by load the page polls `GET /v1/shards?consistent=true` and
+//! `GET /v1/executors?consistent=true`, which a follower forwards to the leader; that is the one
+//! thing the page needs a leader for, and without one it says that no load is known.
 //!
 //! The HTML, CSS and JavaScript under `ui/` are compiled into the binary; nothing is loaded from
 //! anywhere else. The page is sent with a strict `Content-Security-Policy` (scripts, styles and

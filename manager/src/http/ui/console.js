@@ -10,6 +10,13 @@
 // - The feed is derived by diffing successive states (and the leader of successive members).
 // - The shard grid is built once per shard count as one HTML string; later states touch only the
 //   cells whose owner, epoch or handoff changed, so 65 536 shards stay cheap.
+// - Coloured by load (the map's "load" button), the page asks GET /v1/shards?consistent=true and
+//   then GET /v1/executors?consistent=true, one request at a time, the next round no sooner than
+//   LOAD_GAP_MS after the last (BUSY_FACTOR times the work of a big reply, as for the watch), with
+//   a growing delay after an error; switching back to "owner" aborts the request in flight and
+//   ends the loop. Only the leader knows loads and a follower's own replies carry none, hence the
+//   consistent reads, which a follower forwards to the leader. Cells are touched only where a
+//   load, heat step or hot mark changed.
 // - Lease bars count down between states from lease_remaining_ms and the local clock.
 'use strict';
 
@@ -34,10 +41,35 @@
   const PALETTE = 12;
   /** Lease bars redraw at most this often. */
   const BAR_FRAME_MS = 100;
+  /**
+   * Load colouring: the shortest gap between two rounds of load requests. The leader takes in
+   * reported loads once a step (a third of the lease, seconds), so asking more often shows
+   * nothing new.
+   */
+  const LOAD_GAP_MS = 2000;
+  const LOAD_MAX_GAP_MS = 10000;
+  const LOAD_ABORT_MS = 10000;
+  const LOAD_BACKOFF_FIRST_MS = 1000;
+  const LOAD_BACKOFF_MAX_MS = 15000;
+  /**
+   * The heat scale (console.css .heat-1 … .heat-9; .heat-0 is a load of 0): logarithmic, relative
+   * to the busiest shard, HEAT_STEPS steps over HEAT_DECADES decades, so a third of a decade
+   * (a factor of about 2.15) a step and anything below a thousandth of the busiest in the first.
+   * Shard loads are typically skewed (Zipf-like: the k-th busiest carries about 1/k of the
+   * busiest); on a linear scale everything but the few busiest shards would look idle, while a
+   * log scale gives each factor of load the same visual step. A rank scale would spread even a
+   * perfectly uniform fleet over every colour; relative to the busiest, it stays one colour.
+   */
+  const HEAT_STEPS = 9;
+  const HEAT_DECADES = 3;
 
   const $ = (id) => document.getElementById(id);
   const ui = {
     grid: $('grid'),
+    colourOwner: $('colour-owner'),
+    colourLoad: $('colour-load'),
+    loadLegend: $('load-legend'),
+    loadNote: $('load-note'),
     detail: $('shard-detail'),
     members: $('members').tBodies[0],
     membersNote: $('members-note'),
@@ -74,6 +106,12 @@
     leaderId: undefined, // undefined before the first members reply
     focus: 0, // the grid cell that takes the keyboard focus (roving tabindex)
     pointed: -1, // the cell the detail line describes
+    mode: 'owner', // what colours the map: 'owner' or 'load'
+    classes: [], // per shard: the class its cell has now, so unchanged cells are not touched
+    loads: [], // per shard, coloured by load: the leader's load, null when unknown
+    hot: [], // per shard, coloured by load: marked hot by the leader (P15.4)
+    polled: new Map(), // id → ExecutorView of the last /v1/executors?consistent=true, by load only
+    utilisationCells: new Map(), // id → its row's utilisation cell
   };
 
   /** Read by tests and scripts. */
@@ -83,6 +121,8 @@
     revision: null,
     renderMs: null, // first state: parse + build the page
     firstFrameMs: null, // first state: parse to the first frame painted
+    loadRequests: 0, // rounds of load requests started (each asks for the shards, then executors)
+    loadRounds: 0, // rounds whose both answers were applied
   };
   window.__console = stats;
 
@@ -119,12 +159,26 @@
   }
 
   /**
+   * A load or utilisation for people: three significant figures (0.00312, 41.7, 1250), as
+   * leaseholdctl prints them (api/src/ctl/table.rs human_load), or '—' when unknown.
+   */
+  function formatLoad(value) {
+    if (typeof value !== 'number') return '—';
+    if (value === 0) return '0';
+    const digits = 2 - Math.max(-9, Math.min(2, Math.floor(Math.log10(Math.abs(value)))));
+    return value.toFixed(digits);
+  }
+
+  /**
    * GET `url` within `timeoutMs` (headers and body) and return its text, for the caller to parse
    * (and time); an error answer's problem detail goes into the error.
    */
-  async function fetchText(url, timeoutMs) {
+  async function fetchText(url, timeoutMs, cancel) {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
+    // The caller's own cancellation (load colouring switched off) ends the request too.
+    const onCancel = () => abort.abort();
+    if (cancel) cancel.addEventListener('abort', onCancel);
     try {
       const reply = await fetch(url, { cache: 'no-store', signal: abort.signal, headers: { accept: 'application/json' } });
       const text = await reply.text();
@@ -139,10 +193,13 @@
       }
       return { text, receivedAt: performance.now() };
     } catch (error) {
-      if (error.name === 'AbortError') throw new Error('no answer within ' + seconds(timeoutMs));
+      if (error.name === 'AbortError') {
+        throw new Error(cancel && cancel.aborted ? 'cancelled' : 'no answer within ' + seconds(timeoutMs));
+      }
       throw error;
     } finally {
       clearTimeout(timer);
+      if (cancel) cancel.removeEventListener('abort', onCancel);
     }
   }
 
@@ -166,6 +223,27 @@
     return 'o' + colourOf(owner) + (handoff !== '' ? ' h' : '');
   }
 
+  /** The heat step of `load`: 0 for no load, else 1 … HEAT_STEPS on the log scale above. */
+  function heatStep(load, busiest) {
+    if (!(load > 0) || !(busiest > 0)) return 0;
+    const decadesBelow = Math.log10(busiest / load);
+    return Math.max(1, HEAT_STEPS - Math.floor((decadesBelow * HEAT_STEPS) / HEAT_DECADES));
+  }
+
+  /** Shard i's class coloured by load: its heat step and hot mark, or 'nl' when unknown. */
+  function loadClass(i, busiest) {
+    const load = shown.loads[i];
+    if (load === null || load === undefined) return 'nl';
+    return 'heat-' + heatStep(load, busiest) + (shown.hot[i] ? ' hot' : '');
+  }
+
+  /** Sets shard i's class, touching the cell only when it changes. */
+  function setClass(i, className) {
+    if (shown.classes[i] === className) return;
+    shown.classes[i] = className;
+    shown.cells[i].className = className;
+  }
+
   // ---- shard grid ----------------------------------------------------------------------------
 
   function density(count) {
@@ -187,10 +265,16 @@
       epochs[s.shard] = s.epoch;
       handoffs[s.shard] = s.handoff ? s.handoff.to || '?' : '';
     }
+    // A new shard count: no load is known for the new map until the next answer.
+    shown.loads = new Array(count).fill(null);
+    shown.hot = new Array(count).fill(false);
+    const classes = new Array(count);
     const html = new Array(count);
     for (let i = 0; i < count; i++) {
-      html[i] = '<i data-shard="' + i + '" data-owner="' + escapeAttr(owners[i]) + '" class="' + cellClass(owners[i], handoffs[i]) + '"></i>';
+      classes[i] = shown.mode === 'load' ? 'nl' : cellClass(owners[i], handoffs[i]);
+      html[i] = '<i data-shard="' + i + '" data-owner="' + escapeAttr(owners[i]) + '" class="' + classes[i] + '"></i>';
     }
+    shown.classes = classes;
     ui.grid.dataset.density = density(count);
     ui.grid.innerHTML = html.join('');
     shown.cells = Array.from(ui.grid.children);
@@ -238,7 +322,8 @@
       shown.owners[i] = owner;
       shown.epochs[i] = s.epoch;
       shown.handoffs[i] = handoff;
-      cell.className = cellClass(owner, handoff);
+      // Coloured by load, a new owner changes nothing until the leader's loads say so.
+      if (shown.mode === 'owner') setClass(i, cellClass(owner, handoff));
       if (i === shown.pointed) describe(i);
     }
     return groups;
@@ -251,6 +336,11 @@
     let text = 'shard ' + i + ' · epoch ' + shown.epochs[i] + ' · ';
     text += owner ? 'owner ' + labelWithId(owner) : 'unowned: no executor may serve it';
     if (handoff) text += ' · handing off to ' + (handoff === '?' ? 'the pool' : labelWithId(handoff));
+    if (shown.mode === 'load') {
+      const load = shown.loads[i];
+      text += load === null || load === undefined ? ' · load unknown' : ' · load ' + formatLoad(load);
+      if (shown.hot[i]) text += ' · hot';
+    }
     const cell = shown.cells[i];
     if (cell) cell.title = text;
     ui.detail.textContent = text;
@@ -310,6 +400,7 @@
     const list = [...view.executors].sort((a, b) => a.registered_revision - b.registered_revision);
     const rows = document.createDocumentFragment();
     shown.bars = [];
+    shown.utilisationCells = new Map();
     for (const e of list) {
       const tr = node('tr');
       tr.dataset.executor = e.executor_id;
@@ -332,18 +423,54 @@
       if (releasing > 0) shards.append(node('small', 'releasing', ' +' + releasing + ' releasing'));
       const draining = node('td');
       draining.append(e.draining ? node('span', 'badge warn', 'draining') : node('span', 'muted', 'no'));
-      tr.append(name, node('td', 'mono wide', e.executor_id), node('td', 'mono wide', e.address), lease, shards, draining);
+      const capacity = node('td', 'num capacity wide', e.capacity === undefined ? 1 : e.capacity);
+      const utilisation = node('td', 'num utilisation');
+      shown.utilisationCells.set(e.executor_id, utilisation);
+      showUtilisation(utilisation, utilisationSource(e));
+      tr.append(name, node('td', 'mono wide', e.executor_id), node('td', 'mono wide', e.address), lease, shards, capacity, utilisation, draining);
       rows.append(tr);
     }
     if (!list.length) {
       const tr = node('tr', 'empty');
       const td = node('td', null, 'no executors registered');
-      td.colSpan = 6;
+      td.colSpan = 8;
       tr.append(td);
       rows.append(tr);
     }
     ui.executors.replaceChildren(rows);
     drawBars(performance.now());
+  }
+
+  /**
+   * Where an executor's utilisation comes from: coloured by load, the last consistent read (so
+   * the table and the map show the same moment); otherwise the watched state, which has it only
+   * when the leader answered (a follower's own state has no loads).
+   */
+  function utilisationSource(e) {
+    if (shown.mode === 'load') {
+      const polled = shown.polled.get(e.executor_id);
+      if (polled) return polled;
+    }
+    return e;
+  }
+
+  function showUtilisation(cell, e) {
+    cell.textContent = formatLoad(e.utilisation);
+    if (typeof e.utilisation === 'number') {
+      cell.dataset.utilisation = String(e.utilisation);
+      cell.title = 'load ' + formatLoad(e.load) + ' ÷ capacity ' + (e.capacity === undefined ? 1 : e.capacity);
+    } else {
+      delete cell.dataset.utilisation;
+      cell.title = 'unknown: only the leader knows loads';
+    }
+  }
+
+  /** Redraws the utilisation column in place (after a load round, or a change of colouring). */
+  function refreshUtilisation() {
+    for (const [id, cell] of shown.utilisationCells) {
+      const e = shown.executors.get(id);
+      if (e) showUtilisation(cell, utilisationSource(e));
+    }
   }
 
   function renderLegend(view, owned, handoffs, unowned) {
@@ -500,6 +627,190 @@
     stats.revision = view.revision;
     if (first) feed('online', 'watching revision ' + view.revision + ': ' + plural(view.executors.length, 'executor') + ', ' + plural(view.shard_count, 'shard'));
   }
+
+  // ---- load colouring -----------------------------------------------------------------------
+
+  /**
+   * Colours the map by the loads in a /v1/shards reply, touching only the cells whose load, hot
+   * mark or heat step changed. Returns what the legend and the note need.
+   */
+  function applyLoads(shards) {
+    const count = shown.count;
+    const loads = new Array(count).fill(null);
+    const hot = new Array(count).fill(false);
+    let known = 0;
+    let busiest = 0;
+    let hotCount = 0;
+    for (const s of shards) {
+      const i = s.shard;
+      if (!(i >= 0 && i < count)) continue;
+      if (typeof s.load === 'number') {
+        loads[i] = s.load;
+        known++;
+        if (s.load > busiest) busiest = s.load;
+      }
+      if (s.hot === true) {
+        hot[i] = true;
+        hotCount++;
+      }
+    }
+    for (let i = 0; i < count; i++) {
+      const cell = shown.cells[i];
+      if (loads[i] !== shown.loads[i]) {
+        shown.loads[i] = loads[i];
+        if (loads[i] === null) delete cell.dataset.load;
+        else cell.dataset.load = String(loads[i]);
+      }
+      if (hot[i] !== shown.hot[i]) {
+        shown.hot[i] = hot[i];
+        if (hot[i]) cell.dataset.hot = 'true';
+        else delete cell.dataset.hot;
+      }
+      setClass(i, loadClass(i, busiest));
+      if (i === shown.pointed) describe(i);
+    }
+    return { known, busiest, hotCount };
+  }
+
+  /** No load is known (an error, a leader that has none yet): the map says so, uncoloured. */
+  function forgetLoads(why) {
+    for (let i = 0; i < shown.count; i++) {
+      const cell = shown.cells[i];
+      if (shown.loads[i] !== null) {
+        shown.loads[i] = null;
+        delete cell.dataset.load;
+      }
+      if (shown.hot[i]) {
+        shown.hot[i] = false;
+        delete cell.dataset.hot;
+      }
+      setClass(i, 'nl');
+    }
+    if (shown.pointed >= 0) describe(shown.pointed);
+    sayAboutLoads(why);
+  }
+
+  /** The panel's line about loads: why none are shown, or that they are all 0; hidden otherwise. */
+  function sayAboutLoads(text) {
+    ui.loadNote.textContent = text || '';
+    ui.loadNote.hidden = !text;
+  }
+
+  function renderLoadLegend(summary) {
+    const items = document.createDocumentFragment();
+    const idle = node('li');
+    idle.append(node('span', 'sw heat-0'), node('span', null, 'idle (0)'));
+    const scale = node('li', 'scale-item');
+    const steps = node('span', 'scale');
+    steps.setAttribute('aria-hidden', 'true');
+    for (let step = 1; step <= HEAT_STEPS; step++) steps.append(node('span', 'sw heat-' + step));
+    scale.append(
+      node('span', null, '≤ 1/1000'),
+      steps,
+      node('span', null, 'busiest · ' + formatLoad(summary.busiest)),
+      node('span', 'muted', '(log scale: a step is ×2.15 of load)'),
+    );
+    const hot = node('li');
+    hot.append(node('span', 'sw heat-' + HEAT_STEPS + ' hot'), node('span', null, 'hot · ' + summary.hotCount));
+    const unknown = node('li');
+    unknown.append(node('span', 'sw nl'), node('span', null, 'no load known'));
+    items.append(idle, scale, hot, unknown);
+    ui.loadLegend.replaceChildren(items);
+  }
+
+  const loadPoll = { generation: 0, cancel: null, wake: null };
+
+  /** Waits `ms`, or less if the colouring is switched meanwhile (loadPoll.wake ends the wait). */
+  function pause(ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        loadPoll.wake = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      loadPoll.wake = done;
+    });
+  }
+
+  /** One round at a time while this generation of load colouring lasts. */
+  async function pollLoads(generation, cancel) {
+    const current = () => generation === loadPoll.generation;
+    let backoff = LOAD_BACKOFF_FIRST_MS;
+    while (current()) {
+      try {
+        stats.loadRequests++;
+        const shardsReply = await fetchText('../v1/shards?consistent=true', LOAD_ABORT_MS, cancel);
+        if (!current()) return;
+        let started = performance.now();
+        const summary = applyLoads(JSON.parse(shardsReply.text));
+        let busyMs = performance.now() - started;
+        if (summary.known === 0) {
+          // A leader that has not published loads yet (just elected): nothing to colour by.
+          forgetLoads('No load known: the leader has none yet (no executor has reported since it was elected).');
+        } else {
+          renderLoadLegend(summary);
+          sayAboutLoads(summary.busiest === 0 ? 'Every shard’s load is 0: no executor reports any work.' : '');
+        }
+        const executorsReply = await fetchText('../v1/executors?consistent=true', LOAD_ABORT_MS, cancel);
+        if (!current()) return;
+        started = performance.now();
+        shown.polled = new Map(JSON.parse(executorsReply.text).map((e) => [e.executor_id, e]));
+        refreshUtilisation();
+        busyMs += performance.now() - started;
+        stats.loadRounds++;
+        backoff = LOAD_BACKOFF_FIRST_MS;
+        await pause(Math.min(LOAD_MAX_GAP_MS, Math.max(LOAD_GAP_MS, BUSY_FACTOR * busyMs)));
+      } catch (error) {
+        if (!current()) return;
+        shown.polled = new Map();
+        refreshUtilisation();
+        forgetLoads('No load known: ' + error.message + ' (only the leader knows loads); next try in ' + seconds(backoff) + '.');
+        await pause(backoff);
+        backoff = Math.min(backoff * 2, LOAD_BACKOFF_MAX_MS);
+      }
+    }
+  }
+
+  /** Switches the map's colouring; 'owner' leaves the page exactly as without load colouring. */
+  function colourBy(mode) {
+    if (mode === shown.mode) return;
+    shown.mode = mode;
+    ui.colourOwner.setAttribute('aria-pressed', String(mode === 'owner'));
+    ui.colourLoad.setAttribute('aria-pressed', String(mode === 'load'));
+    // The running loop, if any, ends: its request is aborted and its wait cut short.
+    loadPoll.generation++;
+    if (loadPoll.cancel) loadPoll.cancel.abort();
+    loadPoll.cancel = null;
+    if (loadPoll.wake) loadPoll.wake();
+    ui.legend.hidden = mode === 'load';
+    ui.loadLegend.hidden = mode === 'owner';
+    if (mode === 'load') {
+      ui.loadLegend.replaceChildren();
+      forgetLoads('Asking the leader for loads…');
+      const cancel = new AbortController();
+      loadPoll.cancel = cancel;
+      const generation = loadPoll.generation;
+      // After the aborted request has settled, so never two at once.
+      setTimeout(() => pollLoads(generation, cancel.signal), 0);
+    } else {
+      for (let i = 0; i < shown.count; i++) {
+        const cell = shown.cells[i];
+        if (shown.loads[i] !== null) delete cell.dataset.load;
+        if (shown.hot[i]) delete cell.dataset.hot;
+        shown.loads[i] = null;
+        shown.hot[i] = false;
+        setClass(i, cellClass(shown.owners[i], shown.handoffs[i]));
+      }
+      shown.polled = new Map();
+      refreshUtilisation();
+      sayAboutLoads('');
+      if (shown.pointed >= 0) describe(shown.pointed);
+    }
+  }
+
+  ui.colourOwner.addEventListener('click', () => colourBy('owner'));
+  ui.colourLoad.addEventListener('click', () => colourBy('load'));
 
   // ---- members -------------------------------------------------------------------------------
 
