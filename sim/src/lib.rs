@@ -1,22 +1,25 @@
 //! Deterministic simulation of Leasehold on its real protocol cores.
 //!
-//! One seed draws a fleet, a network and a list of faults ([`scenario`]); the [`world`] runs
-//! managers, the leader and executors on one simulated clock, driving the production cores;
-//! [`checks`] holds the invariants checked after every event; [`run`] is one seed's run with
-//! its liveness probes; [`script`] drives the same world by a hand-written schedule instead of a
-//! seed. `handoff_model` is an exhaustive model check of the handoff.
+//! One seed draws a fleet, its capacities and loads, a network and a list of faults
+//! ([`scenario`]); the [`world`] runs managers, the leader and executors on one simulated clock,
+//! driving the production cores; [`checks`] holds the invariants checked after every event;
+//! [`run`] is one seed's run with its liveness probes and its run on steady loads; [`script`]
+//! drives the same world by a hand-written schedule instead of a seed. `handoff_model` is an
+//! exhaustive model check of the handoff.
 //!
 //! | module | role |
 //! |---|---|
 //! | `scenario` | everything a seed draws |
 //! | `world` | the simulated cluster and its event loop |
-//! | `checks` | I1, I2 and the state's consistency, after every event and commit |
-//! | `run` | one seed: chaos, settle, the I4 / P5.4 / I5 probes |
+//! | `loads` | what the shards really carry, and what each executor reports of it (P15.1) |
+//! | `checks` | I1, I2 and the state's consistency, after every event and commit; placement (§15) on every plan, commit and renewal of the leader |
+//! | `run` | one seed: chaos, settle, with loads off the I4 / P5.4 / I5 probes, then the leader on steady loads (P15.2-P15.4) |
 //! | `script` | a hand-written schedule of steps on the same world, checks and convergence |
 //! | `handoff_model` | exhaustive model check of P5.2 and P3.2 with stateright on a tiny fleet |
 
 pub mod checks;
 pub mod handoff_model;
+pub mod loads;
 pub mod run;
 pub mod scenario;
 pub mod script;

@@ -1,14 +1,15 @@
-//! One seed's run: chaos, then a healed network until the fleet converges, then the liveness
-//! probes (I4 re-homing time, P5.4 fewest moves on a join, I5 no eviction after a stall).
+//! One seed's run: chaos, then a healed network until the fleet converges, then the leader on
+//! steady loads (P15.2-P15.4), then with loads off the liveness probes (I4 re-homing time, P5.4
+//! fewest moves on a join, I5 no eviction after a stall).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_manager::leader::core::tick_ms;
 
-use crate::checks::Violation;
+use crate::checks::{utilisations, Violation, COUNT_CEILING_OF_SHARE, MINUTE_MS};
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
 use crate::world::{Coverage, Life, Slot, World};
-use leasehold_manager::lease::{plan_rebalance, LeaseState};
+use leasehold_manager::lease::{capacity_of, LeaseState, Loads, MoveReason};
 
 /// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
 /// leader's grace of the longest lease, the longest retry backoff and a few leases more.
@@ -55,7 +56,12 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     let chaos_end_us = world.scenario.chaos_ms * 1_000;
     world.run_until(chaos_end_us)?;
     settle(world, "after the chaos")?;
-    // Let any new leader's grace (P6.1) and guard episode (P6.3) run out before timing things.
+    // The probes below count moves against P5.4, which is about counts: placement by load
+    // moves what balance needs, so they run with loads off (P15.2: placement by count).
+    world.turn_loads_off(true);
+    settle(world, "with loads off")?;
+    // Let any new leader's grace (P6.1) and guard episode (P6.3), and the delivery backoff of a
+    // push refused while the fleet settled, run out before timing things.
     let longest_lease_us = LEASE_CHOICES_MS[LEASE_CHOICES_MS.len() - 1] * 1_000;
     let quiet_until = world.now_us + 2 * longest_lease_us;
     world.run_until(quiet_until)?;
@@ -75,12 +81,15 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     if world.scenario.guard_flag != Some(false) {
         i5_stall_probe(world)?;
     }
-    Ok(())
+    load_phase(world)
 }
 
-/// Runs until the fleet converged: a leader leads, every slot's process is registered and
-/// renewing, the state knows exactly those executors, every shard is owned and none releasing,
-/// the spread is within one (P5.4), and each process admits exactly its recorded set.
+/// Runs until the fleet converged: a leader leads, knows the loads it places by, and has nothing
+/// to move but for balance (P15.3 spreads those over minutes); every slot's process is
+/// registered and renewing, the state knows exactly those executors, every shard is owned and
+/// none releasing, when placing by count each executor holds the floor or the ceiling of its
+/// share by capacity (P15.2; within one when capacities are equal, P5.4), and each process
+/// admits exactly its recorded set.
 pub(crate) fn settle(world: &mut World, when: &str) -> Result<u64, Violation> {
     settle_with(world, when, true)
 }
@@ -124,9 +133,20 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
     if world.leader_is_busy() {
         return Some("the leader has writes in flight".into());
     }
-    if let Some(now_ms) = world.leader_now_ms() {
-        if plan_rebalance(state, now_ms).is_some() {
-            return Some("a rebalance is due".into());
+    let Some(inputs) = world.leader_inputs() else {
+        return Some("no leader".into());
+    };
+    if inputs.loads == Loads::Learning {
+        return Some("the leader is still learning the loads".into());
+    }
+    if world.load.off() && matches!(inputs.loads, Loads::Reported(_)) {
+        return Some("loads are off, and the leader still places by those it was told".into());
+    }
+    if let Some(plan) = world.leader_plan() {
+        let mut due = plan.counts_by_reason();
+        due.remove(&MoveReason::Balance);
+        if !due.is_empty() {
+            return Some(format!("a rebalance is due: {due:?}"));
         }
     }
     if let Some(slot) = (0..world.processes.len()).find(|&slot| {
@@ -165,14 +185,22 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
     {
         return Some(format!("{} is still draining", drained.id));
     }
-    let counts: Vec<usize> = state
-        .executors()
-        .filter(|e| !e.draining)
-        .map(|e| e.owned_shards.len())
-        .collect();
-    if let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) {
-        if max - min > 1 {
-            return Some(format!("uneven spread {counts:?}"));
+    if inputs.loads == Loads::Counts {
+        let owners: Vec<(String, u64)> = state
+            .executors()
+            .filter(|e| !e.draining)
+            .map(|e| (e.id.clone(), capacity_of(e)))
+            .collect();
+        let shards = state.shards().len() as u64;
+        for (id, (floor, ceiling)) in shares_by_capacity(shards, &owners) {
+            let held = state
+                .executor(&id)
+                .map_or(0, |e| e.owned_shards.len() as u64);
+            if held < floor || held > ceiling {
+                return Some(format!(
+                    "{id} holds {held} shards, its share by capacity is {floor}..={ceiling}"
+                ));
+            }
         }
     }
     for (executor_id, slot) in &live {
@@ -253,29 +281,54 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
     Ok(())
 }
 
-/// The fewest shards that must move from `before` to an even spread over `owners` (P5.4):
-/// every shard of an executor that is not an owner any more moves once, and each owner above
-/// its quota gives up the surplus, the larger quotas going to the owners holding most.
-fn fewest_moves(before: &LeaseState, owners: &[String]) -> u64 {
-    let shards = before.shards().len();
+/// Each owner's share by count of `shards` (P15.2): the floor and the ceiling of
+/// `shards × capacity ÷ total capacity`; with equal capacities `shards ÷ owners` rounded down
+/// and up (P5.4).
+fn shares_by_capacity(shards: u64, owners: &[(String, u64)]) -> BTreeMap<String, (u64, u64)> {
+    let total: u64 = owners.iter().map(|(_, capacity)| capacity).sum();
+    owners
+        .iter()
+        .map(|(id, capacity)| {
+            let weighted = shards * capacity;
+            let floor = weighted / total.max(1);
+            let ceiling = floor + u64::from(!weighted.is_multiple_of(total.max(1)));
+            (id.clone(), (floor, ceiling))
+        })
+        .collect()
+}
+
+/// The fewest shards that must move from `before` to a spread by capacity over `owners` (their
+/// capacities; P15.2, P5.4): every shard of an executor that is not an owner any more moves
+/// once; each owner keeps what it holds up to its quota, the floor or the ceiling of its share;
+/// the shards the floors leave over are ceilings, and a ceiling keeps one more shard in place
+/// only for an owner holding more than its floor.
+fn fewest_moves(before: &LeaseState, owners: &[(String, u64)]) -> u64 {
     if owners.is_empty() {
         return 0;
     }
-    let held = |id: &str| before.executor(id).map_or(0, |e| e.owned_shards.len());
-    let removed: usize = before
+    let shards = before.shards().len() as u64;
+    let held = |id: &str| {
+        before
+            .executor(id)
+            .map_or(0, |e| e.owned_shards.len() as u64)
+    };
+    let removed: u64 = before
         .executors()
-        .filter(|e| !owners.contains(&e.id))
-        .map(|e| e.owned_shards.len())
+        .filter(|e| !owners.iter().any(|(id, _)| *id == e.id))
+        .map(|e| e.owned_shards.len() as u64)
         .sum();
-    let mut counts: Vec<usize> = owners.iter().map(|id| held(id)).collect();
-    counts.sort_unstable_by(|a, b| b.cmp(a));
-    let (quota, extra) = (shards / owners.len(), shards % owners.len());
-    let surplus: usize = counts
+    let shares = shares_by_capacity(shards, owners);
+    let floors: u64 = shares.values().map(|(floor, _)| floor).sum();
+    let ceilings = shards - floors;
+    let surplus: u64 = shares
         .iter()
-        .enumerate()
-        .map(|(rank, &count)| count.saturating_sub(quota + usize::from(rank < extra)))
+        .map(|(id, (floor, _))| held(id).saturating_sub(*floor))
         .sum();
-    (removed + surplus) as u64
+    let kept_by_a_ceiling = shares
+        .iter()
+        .filter(|(id, (floor, ceiling))| ceiling > floor && held(id) > *floor)
+        .count() as u64;
+    removed + surplus - ceilings.min(kept_by_a_ceiling)
 }
 
 /// New epochs minted between two states of the shard table: one per shard that changed hands.
@@ -288,12 +341,13 @@ fn epochs_minted(before: &LeaseState, after: &LeaseState) -> u64 {
         .sum()
 }
 
-fn owners_at_the_end(world: &World) -> Vec<String> {
+/// The executors that own shards at the end, with their capacities.
+fn owners_at_the_end(world: &World) -> Vec<(String, u64)> {
     world.leader_state().map_or_else(Vec::new, |state| {
         state
             .executors()
             .filter(|e| !e.draining)
-            .map(|e| e.id.clone())
+            .map(|e| (e.id.clone(), capacity_of(e)))
             .collect()
     })
 }
@@ -312,7 +366,7 @@ fn check_moves(
         return Err(Violation {
             invariant: "P5.4",
             detail: format!(
-                "{what} moved {moved} shards (new epochs), the fewest that reach an even spread is {expected}"
+                "{what} moved {moved} shards (new epochs), the fewest that reach a spread by capacity is {expected}"
             ),
             at_us: world.now_us,
         });
@@ -428,10 +482,8 @@ fn drain_cancel_probe(world: &mut World) -> Result<(), Violation> {
 fn run_until_quiet(world: &mut World, deadline_us: u64) -> Result<bool, Violation> {
     loop {
         let quiet = !world.leader_is_busy()
-            && match (world.leader_state(), world.leader_now_ms()) {
-                (Some(state), Some(now_ms)) => plan_rebalance(state, now_ms).is_none(),
-                _ => false,
-            };
+            && world.leader_state().is_some()
+            && world.leader_plan().is_none();
         if quiet {
             return Ok(true);
         }
@@ -573,6 +625,303 @@ fn i5_stall_probe(world: &mut World) -> Result<(), Violation> {
             detail: format!(
                 "a leader stall of {} ms evicted live executors: before {before:?}, after {after:?}",
                 2 * lease_ms + lease_ms / 2
+            ),
+            at_us: world.now_us,
+        });
+    }
+    Ok(())
+}
+
+/// How long the leader runs on steady loads after convergence, in budget windows (P15.3's
+/// minutes): long enough to balance at a budget of a move or more a minute and then be seen
+/// to stay settled for a whole window.
+const LOAD_PHASE_WINDOWS: u64 = 4;
+
+/// The lease the operator sets for the load phase. The budget (per minute) and the cooldown
+/// (minutes) are the leader's own constants, so the phase lasts minutes whatever the lease;
+/// a renewal every 5 s (P3.5) still reports each load a dozen times a minute, and costs a
+/// fraction of the events of the seeds' sub-second renewals.
+const LOAD_PHASE_LEASE_MS: u64 = 15_000;
+
+/// The load phase looks at the fleet this often.
+const LOAD_POLL_US: u64 = 250_000;
+
+/// The leader on steady true loads, once the fleet converged, in a seed whose leader places by
+/// reported loads: it runs [`LOAD_PHASE_WINDOWS`] minutes with nothing else happening. Every plan
+/// and commit is checked as always (the budget and the cooldown per term, the band trigger and
+/// the count ceiling per plan, the tracker per renewal, `crate::checks`); over the phase:
+///
+/// - P15.4: no shard moves for balance back to an executor it left;
+/// - P15.3: once settled, nothing moves for balance. Settled: a minute without a balance move,
+///   and every executor's true utilisation inside the band by more than the report noise can
+///   carry, so that whatever the leader was told, it sees everyone inside the band;
+/// - P15.2: when the lower bound allows it (every shard, as the leader may have been told it,
+///   fits in the band's width on the smallest executor) and the leader has stopped moving for a
+///   minute, every executor's true utilisation is inside the band, widened by the noise;
+/// - with a liar: no honest executor that has a share is starved while the liar holds more than
+///   its share, and the liar never ends above four times its share by count.
+fn load_phase(world: &mut World) -> Result<(), Violation> {
+    if !world.load.fleet_reports() {
+        // Some executor does not report: placement goes by count (P15.2), checked above.
+        return Ok(());
+    }
+    world.set_lease(LOAD_PHASE_LEASE_MS);
+    world.turn_loads_off(false);
+    // Every executor renews with its loads within a third of a lease, and the leader then
+    // places by them, unless every load is zero.
+    let deadline_us = world.now_us + LOAD_PHASE_LEASE_MS * 1_000;
+    loop {
+        let next = world.now_us + POLL_US;
+        world.run_until(next)?;
+        if matches!(
+            world.leader_inputs().map(|inputs| inputs.loads),
+            Some(Loads::Reported(_))
+        ) {
+            break;
+        }
+        if world.now_us > deadline_us {
+            return Ok(());
+        }
+    }
+    settle(world, "with loads on again")?;
+    let Some(term) = world.leader_term() else {
+        return Ok(());
+    };
+    let fleet = world.leader_state().map_or_else(String::new, |state| {
+        state
+            .executors()
+            .map(|e| format!("{} (capacity {}) {:?}", e.id, e.capacity, e.owned_shards))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let truth = world.load.true_loads().to_vec();
+    world.note(|| {
+        format!("load phase: the leader runs on steady loads; true loads {truth:.1?}; {fleet}")
+    });
+    world.coverage.load_phases += 1;
+    let start_us = world.now_us;
+    let end_us = start_us + LOAD_PHASE_WINDOWS * MINUTE_MS * 1_000;
+    let first_move = world.balance_moves.len();
+    let liar = world.liar();
+    let liar_count_at_start = liar.as_ref().map_or(0, |(_, id, _)| held_count(world, id));
+    let noise = world.load.noise();
+    let tolerance = world.scenario.load.tolerance;
+    let mut settled_at_us: Option<u64> = None;
+    while world.now_us < end_us {
+        let next = (world.now_us + LOAD_POLL_US).min(end_us);
+        world.run_until(next)?;
+        if world.leader_term() != Some(term) {
+            // Nothing in this phase changes the leader; should one, the phase says nothing.
+            return Ok(());
+        }
+        if settled_at_us.is_none() && liar.is_none() {
+            let last_move_us = world.balance_moves[first_move..]
+                .last()
+                .map_or(start_us, |m| m.at_us);
+            let quiet = world.now_us >= last_move_us + MINUTE_MS * 1_000;
+            if quiet && inside_band(world, tolerance, noise, Margin::Narrowed) == Ok(()) {
+                settled_at_us = Some(world.now_us);
+            }
+        }
+    }
+    // Whatever the leader does outside the budget (filling an executor left with nothing) is
+    // done before the fleet is judged.
+    settle(world, "at the end of the load phase")?;
+    if world.leader_term() != Some(term) {
+        return Ok(());
+    }
+    let moves = world.balance_moves[first_move..].to_vec();
+    let mut left: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
+    for step in &moves {
+        let earlier = left.entry(step.shard).or_default();
+        if earlier.contains(step.to.as_str()) {
+            return Err(Violation {
+                invariant: "P15.4",
+                detail: format!(
+                    "shard {} moved for balance back to {}, which it left earlier on steady loads: {moves:?}",
+                    step.shard, step.to
+                ),
+                at_us: step.at_us,
+            });
+        }
+        earlier.insert(step.from.as_str());
+    }
+    if let Some(settled_at_us) = settled_at_us {
+        if let Some(late) = moves.iter().find(|m| m.at_us > settled_at_us) {
+            return Err(Violation {
+                invariant: "P15.3",
+                detail: format!(
+                    "shard {} moved for balance from {} to {} after the fleet settled at {:.3} ms \
+                     (every executor's true utilisation inside the band by more than the noise \
+                     of {noise:.3})",
+                    late.shard,
+                    late.from,
+                    late.to,
+                    settled_at_us as f64 / 1_000.0
+                ),
+                at_us: late.at_us,
+            });
+        }
+    }
+    let quiet_at_the_end = moves
+        .last()
+        .is_none_or(|m| m.at_us + MINUTE_MS * 1_000 <= world.now_us);
+    if liar.is_none() && quiet_at_the_end && lower_bound_allows_the_band(world, tolerance, noise) {
+        world.coverage.band_checks += 1;
+        if let Err(detail) = inside_band(world, tolerance, noise, Margin::Widened) {
+            return Err(Violation {
+                invariant: "P15.2",
+                detail: format!(
+                    "the leader stopped moving for balance with an executor outside the band \
+                     ({:.0} % widened by the noise of {noise:.3}) though every shard fits in it: \
+                     {detail}",
+                    tolerance * 100.0
+                ),
+                at_us: world.now_us,
+            });
+        }
+    }
+    if let Some((_, liar_id, lie)) = liar {
+        world.coverage.liar_checks += 1;
+        liar_checks(world, &liar_id, lie, liar_count_at_start)?;
+    }
+    Ok(())
+}
+
+/// How [`inside_band`] allows for the noise of the reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Margin {
+    /// The band narrowed by what the noise can carry: however the leader was told the loads,
+    /// it sees everyone inside the band.
+    Narrowed,
+    /// The band widened by it: what the leader may see inside the band, on the true loads.
+    Widened,
+}
+
+/// Whether every executor's true utilisation is inside the band around the true mean, narrowed
+/// or widened by the noise: an honest report is the truth times `1 ± noise`, so the leader's
+/// estimate of every shard's load, a mean of reports, is too, and so are its estimates of each
+/// executor's load and of the mean.
+fn inside_band(world: &World, tolerance: f64, noise: f64, margin: Margin) -> Result<(), String> {
+    let (Some(state), Some(now_ms)) = (world.leader_state(), world.leader_now_ms()) else {
+        return Ok(());
+    };
+    let truth = world.load.true_loads();
+    let load_of = |shard: u32| truth.get(shard as usize).copied().unwrap_or(0.0);
+    let Some((utilisations, mean)) = utilisations(state, now_ms, load_of) else {
+        return Ok(());
+    };
+    let spread = (1.0 + noise) / (1.0 - noise);
+    let (low, high) = match margin {
+        Margin::Narrowed => ((1.0 - tolerance) * spread, (1.0 + tolerance) / spread),
+        Margin::Widened => ((1.0 - tolerance) / spread, (1.0 + tolerance) * spread),
+    };
+    let slack = 1e-9 * mean;
+    match utilisations
+        .iter()
+        .find(|(_, u)| **u < low * mean - slack || **u > high * mean + slack)
+    {
+        Some((id, u)) => Err(format!(
+            "{id} at {u:.3}, band {:.3}..={:.3} around the mean {mean:.3}: {utilisations:?}",
+            low * mean,
+            high * mean
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether the band can be met on any loads the leader may have been told (P15.2's "when that
+/// is possible"): every shard's load, as high as the noise can report it, fits within the
+/// band's width on the smallest executor at the lowest the mean can be reported.
+fn lower_bound_allows_the_band(world: &World, tolerance: f64, noise: f64) -> bool {
+    let (Some(state), Some(now_ms)) = (world.leader_state(), world.leader_now_ms()) else {
+        return false;
+    };
+    let truth = world.load.true_loads();
+    let load_of = |shard: u32| truth.get(shard as usize).copied().unwrap_or(0.0);
+    let Some((_, mean)) = utilisations(state, now_ms, load_of) else {
+        return false;
+    };
+    let smallest = state
+        .executors()
+        .filter(|e| !e.lease_lapsed(now_ms) && !e.draining)
+        .map(capacity_of)
+        .min()
+        .unwrap_or(1) as f64;
+    mean > 0.0
+        && truth
+            .iter()
+            .all(|load| load * (1.0 + noise) <= tolerance * mean * (1.0 - noise) * smallest)
+}
+
+/// Shards `executor_id` holds or is receiving.
+fn held_count(world: &World, executor_id: &str) -> usize {
+    world.leader_state().map_or(0, |state| {
+        state
+            .shards()
+            .iter()
+            .filter(|shard| {
+                let holder = match &shard.handoff {
+                    Some(handoff) => handoff.to.as_deref(),
+                    None => shard.owner.as_deref(),
+                };
+                holder == Some(executor_id)
+            })
+            .count()
+    })
+}
+
+/// With a liar at the end of the load phase: no honest executor whose share by count is at
+/// least a shard holds none while the liar holds more than the ceiling of its share, and the
+/// liar holds no more than four times its share (or what it held when the phase began).
+fn liar_checks(
+    world: &World,
+    liar_id: &str,
+    lie: crate::scenario::Lie,
+    liar_count_at_start: usize,
+) -> Result<(), Violation> {
+    let (Some(state), Some(now_ms)) = (world.leader_state(), world.leader_now_ms()) else {
+        return Ok(());
+    };
+    let owners: Vec<(String, u64)> = state
+        .executors()
+        .filter(|e| !e.lease_lapsed(now_ms) && !e.draining)
+        .map(|e| (e.id.clone(), capacity_of(e)))
+        .collect();
+    let shards = state.shards().len() as u64;
+    let total: u64 = owners.iter().map(|(_, capacity)| capacity).sum();
+    let Some(&(_, liar_capacity)) = owners.iter().find(|(id, _)| id == liar_id) else {
+        return Ok(());
+    };
+    let liar_share = (shards * liar_capacity) as f64 / total.max(1) as f64;
+    let liar_count = held_count(world, liar_id);
+    let counts: BTreeMap<&str, usize> = owners
+        .iter()
+        .map(|(id, _)| (id.as_str(), held_count(world, id)))
+        .collect();
+    if liar_count as f64 > liar_share.ceil() {
+        for (id, capacity) in &owners {
+            let share = (shards * capacity) as f64 / total.max(1) as f64;
+            if id != liar_id && share >= 1.0 && counts.get(id.as_str()) == Some(&0) {
+                return Err(Violation {
+                    invariant: "P15.2",
+                    detail: format!(
+                        "{id} (share {share:.2}) holds nothing while the liar {liar_id} ({lie:?}) \
+                         holds {liar_count}, above its share of {liar_share:.2}: {counts:?}"
+                    ),
+                    at_us: world.now_us,
+                });
+            }
+        }
+    }
+    let ceiling = (COUNT_CEILING_OF_SHARE * liar_share).max(liar_count_at_start as f64);
+    if liar_count as f64 > ceiling + 1e-9 {
+        return Err(Violation {
+            invariant: "count ceiling",
+            detail: format!(
+                "the liar {liar_id} ({lie:?}) holds {liar_count} shards, more than \
+                 {COUNT_CEILING_OF_SHARE} times its share of {liar_share:.2} (it held \
+                 {liar_count_at_start} when the phase began): {counts:?}"
             ),
             at_us: world.now_us,
         });

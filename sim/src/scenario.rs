@@ -1,6 +1,7 @@
 //! Everything a run does, drawn from its seed before it starts: the fleet, the network's
-//! behaviour and the faults with their timing. One seed, one run: nothing else is random. A
-//! script's run has a fixed, quiet configuration instead ([`Scenario::scripted`]).
+//! behaviour, the loads (PROTOCOL §15) and the faults with their timing. One seed, one run:
+//! nothing else is random. A script's run has a fixed, quiet configuration instead
+//! ([`Scenario::scripted`]).
 
 use leasehold_manager::leader::core::GuardConfig;
 use rand::{Rng, SeedableRng};
@@ -58,6 +59,173 @@ pub enum Fault {
     SetLease { lease_ms: u64 },
     /// An operator drains an executor, or undrains it.
     Drain { slot: usize, draining: bool },
+    /// The executor in `slot` starts lying about its loads (P15.1), and its slot's processes lie
+    /// for the rest of the run (a bug in the binary, or a hostile one). A run has at most one
+    /// liar: every such fault names [`LoadScenario::liar`].
+    Lie { slot: usize, lie: Lie },
+    /// A new process with a new incarnation at the same address that states another capacity
+    /// (P15.1), as an operator restarting an executor with `--capacity` changed does.
+    RestartWithCapacity { slot: usize, capacity: u32 },
+}
+
+/// How a lying executor reports the load of every shard it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lie {
+    /// Near the largest load the leader accepts ([`MAX_SHARD_LOAD`]), every time.
+    Huge,
+    /// Huge and zero in turn, one renewal each.
+    Flapping,
+    /// Zero, whatever it serves.
+    Zero,
+}
+
+/// The most a report may say of one shard's load: the leader clamps every value to it (P15.1).
+/// `leasehold_api::wire::MAX_SHARD_LOAD` once loads are on the wire (the `load-inputs` branch);
+/// the simulator carries loads beside the request until then.
+pub const MAX_SHARD_LOAD: f64 = 1e12;
+
+/// Most capacity a simulated executor states (P15.1): small weights, so shares by count stay
+/// whole numbers of shards often enough for count placement to be exact.
+pub const MAX_SIM_CAPACITY: u32 = 4;
+
+/// How the true loads of the shards were drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LoadShape {
+    /// Rank r (shuffled over the shards) carries `100 ÷ r^exponent`: a few hot shards.
+    Zipf { exponent: f64 },
+    /// Every shard carries between 50 and 150.
+    Uniform,
+}
+
+/// Capacities and loads (PROTOCOL §15): what each executor states and reports, what the shards
+/// really carry, and how the leader is configured to place them.
+#[derive(Debug, Clone)]
+pub struct LoadScenario {
+    /// The capacity each slot's executor states when it registers (1..=[`MAX_SIM_CAPACITY`]).
+    pub capacities: Vec<u32>,
+    /// The capacity of an executor a probe adds.
+    pub joiner_capacity: u32,
+    /// Whether each slot's executor reports loads in its renewals (P15.1). Some seeds all
+    /// report, some none, some a mix (and then placement goes by count, P15.2).
+    pub reports: Vec<bool>,
+    /// What each shard really carries at the start (index = shard); a few may carry nothing.
+    pub true_loads: Vec<f64>,
+    pub shape: LoadShape,
+    /// Each report is the true load times a factor drawn from `1 ± noise` (a rate measured over
+    /// one renewal interval).
+    pub noise: f64,
+    /// When the hot set shifts during the chaos (ms): the true loads are re-permuted over the
+    /// shards.
+    pub shifts: Vec<u64>,
+    /// `--balance-tolerance` (P15.2).
+    pub tolerance: f64,
+    /// `--max-balance-moves` (P15.3); `None`: the default, 1 % of the shards, at least 1.
+    pub max_balance_moves_per_minute: Option<usize>,
+    /// The slot that lies once a [`Fault::Lie`] fires, and how.
+    pub liar: (usize, Lie),
+}
+
+impl LoadScenario {
+    /// A fleet that states no capacity, reports no loads and carries nothing (the scripts').
+    pub fn quiet(slots: usize, shards: u32) -> Self {
+        Self {
+            capacities: vec![leasehold_manager::lease::DEFAULT_CAPACITY; slots],
+            joiner_capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
+            reports: vec![false; slots],
+            true_loads: vec![0.0; shards as usize],
+            shape: LoadShape::Uniform,
+            noise: 0.0,
+            shifts: Vec::new(),
+            tolerance: leasehold_manager::lease::DEFAULT_BALANCE_TOLERANCE,
+            max_balance_moves_per_minute: None,
+            liar: (0, Lie::Zero),
+        }
+    }
+
+    /// The churn budget the operator set, or P15.3's default: 1 % of the shards, at least 1.
+    pub fn budget_per_minute(&self, shards: u32) -> usize {
+        self.max_balance_moves_per_minute
+            .unwrap_or_else(|| (shards as usize / 100).max(1))
+    }
+
+    /// Draws capacities, reporting, true loads and the placement flags from `rng`.
+    fn draw(rng: &mut ChaCha8Rng, slots: usize, shards: u32, chaos_ms: u64) -> Self {
+        let capacity = |rng: &mut ChaCha8Rng| rng.random_range(1..=MAX_SIM_CAPACITY);
+        let capacities = if rng.random_bool(0.3) {
+            vec![capacity(rng); slots]
+        } else {
+            (0..slots).map(|_| capacity(rng)).collect()
+        };
+        let joiner_capacity = capacity(rng);
+        let reports = match rng.random_range(0..10) {
+            0..5 => vec![true; slots],
+            5..7 => vec![false; slots],
+            _ => (0..slots).map(|_| rng.random_bool(0.5)).collect(),
+        };
+        let (shape, mut true_loads): (LoadShape, Vec<f64>) = if rng.random_bool(0.6) {
+            let exponent: f64 = rng.random_range(0.3..=1.5);
+            let mut ranks: Vec<u32> = (1..=shards).collect();
+            shuffle(rng, &mut ranks);
+            let loads = ranks
+                .into_iter()
+                .map(|rank| 100.0 / f64::from(rank).powf(exponent))
+                .collect();
+            (LoadShape::Zipf { exponent }, loads)
+        } else {
+            let loads = (0..shards)
+                .map(|_| rng.random_range(50.0..=150.0))
+                .collect();
+            (LoadShape::Uniform, loads)
+        };
+        if rng.random_bool(0.4) {
+            for _ in 0..rng.random_range(1..=(shards / 10).max(1)) {
+                let shard = rng.random_range(0..shards) as usize;
+                true_loads[shard] = 0.0;
+            }
+        }
+        let noise = if rng.random_bool(0.3) {
+            0.0
+        } else {
+            rng.random_range(0.0..=0.3)
+        };
+        let shifts = if rng.random_bool(0.3) {
+            let mut shifts: Vec<u64> = (0..rng.random_range(1..=3))
+                .map(|_| rng.random_range(0..chaos_ms))
+                .collect();
+            shifts.sort_unstable();
+            shifts
+        } else {
+            Vec::new()
+        };
+        let tolerance = if rng.random_bool(0.3) {
+            leasehold_manager::lease::DEFAULT_BALANCE_TOLERANCE
+        } else {
+            rng.random_range(0.05..=0.5)
+        };
+        let max_balance_moves_per_minute = rng.random_bool(0.7).then(|| rng.random_range(1..=6));
+        let lie = [Lie::Huge, Lie::Flapping, Lie::Zero][rng.random_range(0..3)];
+        let liar = (rng.random_range(0..slots), lie);
+        Self {
+            capacities,
+            joiner_capacity,
+            reports,
+            true_loads,
+            shape,
+            noise,
+            shifts,
+            tolerance,
+            max_balance_moves_per_minute,
+            liar,
+        }
+    }
+}
+
+/// Fisher-Yates with the seed's generator.
+pub fn shuffle<T>(rng: &mut ChaCha8Rng, items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        let j = rng.random_range(0..=i);
+        items.swap(i, j);
+    }
 }
 
 /// A run's whole configuration.
@@ -89,6 +257,8 @@ pub struct Scenario {
     pub chaos_ms: u64,
     /// The faults, ascending by instant (ms since the start).
     pub faults: Vec<(u64, Fault)>,
+    /// Capacities, loads and placement by load.
+    pub load: LoadScenario,
 }
 
 impl Scenario {
@@ -122,6 +292,11 @@ impl Scenario {
             .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
             .collect();
         let chaos_ms = lease_ms * rng.random_range(8..=20);
+        // Capacities and loads come from a stream of their own, so the draws above and the
+        // network's keep their order whatever is drawn here.
+        let mut load_rng = ChaCha8Rng::seed_from_u64(seed);
+        load_rng.set_stream(2);
+        let load = LoadScenario::draw(&mut load_rng, slots, shards, chaos_ms);
         // Swarm testing: each run turns on a random subset of the fault kinds, with a random
         // weight each, so rare combinations (a lease changed twice around a leader change, a
         // drain during a pause) come up often across seeds instead of almost never.
@@ -140,7 +315,7 @@ impl Scenario {
         let mut faults: Vec<(u64, Fault)> = (0..fault_count)
             .map(|_| {
                 let at = rng.random_range(0..chaos_ms);
-                (at, draw_fault(&mut rng, &weights, slots, lease_ms))
+                (at, draw_fault(&mut rng, &weights, slots, lease_ms, &load))
             })
             .collect();
         faults.sort_by_key(|(at, _)| *at);
@@ -160,6 +335,7 @@ impl Scenario {
             executor_rate_ppm,
             chaos_ms,
             faults,
+            load,
         }
     }
 }
@@ -189,6 +365,7 @@ impl Scenario {
             executor_rate_ppm: Vec::new(),
             chaos_ms: 0,
             faults: Vec::new(),
+            load: LoadScenario::quiet(0, shards),
         }
     }
 }
@@ -215,13 +392,14 @@ fn shipped_guard_enabled(flag: Option<bool>) -> bool {
 }
 
 /// How many kinds [`draw_fault`] chooses from.
-const FAULT_KINDS: usize = 10;
+const FAULT_KINDS: usize = 12;
 
 fn draw_fault(
     rng: &mut ChaCha8Rng,
     weights: &[u32; FAULT_KINDS],
     slots: usize,
     lease_ms: u64,
+    load: &LoadScenario,
 ) -> Fault {
     let total: u32 = weights.iter().sum();
     let mut pick = rng.random_range(0..total);
@@ -270,9 +448,22 @@ fn draw_fault(
         8 => Fault::SetLease {
             lease_ms: LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())],
         },
-        _ => Fault::Drain {
+        9 => Fault::Drain {
             slot,
             draining: rng.random_bool(0.7),
         },
+        10 => Fault::Lie {
+            slot: load.liar.0,
+            lie: load.liar.1,
+        },
+        _ => {
+            // Another capacity than the one the slot started with.
+            let other = rng.random_range(1..MAX_SIM_CAPACITY);
+            let first = load.capacities[slot];
+            Fault::RestartWithCapacity {
+                slot,
+                capacity: if other >= first { other + 1 } else { other },
+            }
+        }
     }
 }

@@ -8,7 +8,10 @@
 //! - the delivery decisions ([`DeliveryPlanner`], [`acknowledgement`]) and what a commit asks of
 //!   the leader ([`CommitSignal`]);
 //! - per executor the admission core ([`AdmissionCore`]: lease anchoring, the delivery order,
-//!   the stale-grant rule) and the renewal schedule with its backoff ([`LeaseSchedule`]).
+//!   the stale-grant rule) and the renewal schedule with its backoff ([`LeaseSchedule`]);
+//! - the leader's placement soft state per term ([`TermPlacement`]: the load tracker its
+//!   renewals feed, the budget and cooldown ledger its committed plans charge) and the planner
+//!   it plans with ([`StepWrites::with_placement`]).
 //!
 //! What is simulated rather than run: the network (loss, duplication, heavy-tailed delay and so
 //! reordering, partitions), the processes (kill, pause, restart, graceful stop), Raft itself
@@ -26,7 +29,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use leasehold_api::wire::{
-    AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply,
+    check_shard_loads, AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush,
+    RevokeReply, ShardLoad, DEFAULT_CAPACITY,
 };
 use leasehold_executor::admission::AdmissionCore;
 use leasehold_executor::assignment::RevokeOutcome;
@@ -35,7 +39,12 @@ use leasehold_manager::leader::core::{tick_ms, Deferral, LeaderCore, StepWrite, 
 use leasehold_manager::leader::delivery_plan::{
     acknowledgement, Delivery, DeliveryPlanner, ROUND_INTERVAL_MS,
 };
-use leasehold_manager::lease::{Command, LeaseState, Outcome, RefusalReason, RenewResult, Renewal};
+use leasehold_manager::leader::placement::{LoadSummary, PlacementSettings, TermPlacement};
+use leasehold_manager::lease::schema::NEWEST_SCHEMA;
+use leasehold_manager::lease::{
+    plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
+    RefusalReason, RenewResult, Renewal, ShardId,
+};
 use leasehold_manager::signals::CommitSignal;
 use leasehold_raft_store::StateMachine;
 use rand::{Rng, SeedableRng};
@@ -43,8 +52,10 @@ use rand_chacha::ChaCha8Rng;
 use tokio::time::Instant;
 
 use crate::checks::{Checker, ProcessView, Violation};
+use crate::loads::{LoadModel, Report};
 use crate::scenario::{
-    Fault, Scenario, MANAGERS, MAX_CLOCK_OFFSET_MS, MAX_RATE_ERROR_PPM, MIN_TRANSIT_US,
+    Fault, Lie, Scenario, MANAGERS, MAX_CLOCK_OFFSET_MS, MAX_RATE_ERROR_PPM, MAX_SHARD_LOAD,
+    MIN_TRANSIT_US,
 };
 
 /// A delivery unanswered after this long failed (the shell's `DELIVERY_TIMEOUT`).
@@ -250,6 +261,8 @@ enum Event {
         to_managers: bool,
         from_managers: bool,
     },
+    /// The true loads are re-permuted over the shards.
+    HotSetShift,
     Fault(Fault),
     EndChaos,
 }
@@ -316,6 +329,8 @@ pub struct Process {
     rate_ppm: i64,
     /// A register was sent under the current incarnation (P7.2): a stop deregisters it.
     register_sent: bool,
+    /// The capacity it states when it registers (P15.1).
+    capacity: u32,
 }
 
 impl Process {
@@ -329,9 +344,17 @@ impl Process {
 enum ReplyTo {
     Nobody,
     Register { slot: Slot, call: u64 },
-    Renew(Vec<(Slot, u64)>),
+    Renew(Vec<Renewer>),
     Deregister { slot: Slot, call: u64 },
     StepWrite,
+}
+
+/// One renewal of a batch: whom its outcome answers and what it said of loads.
+#[derive(Debug, Clone)]
+struct Renewer {
+    slot: Slot,
+    call: u64,
+    loads: Report,
 }
 
 #[derive(Debug, Clone)]
@@ -379,6 +402,10 @@ struct Leader {
     round_again: bool,
     round_scheduled: bool,
     stalled_until_us: Option<u64>,
+    /// This term's placement soft state (P15.1, P15.3, P15.4): a new term starts a new one.
+    placement: TermPlacement,
+    /// What the step under way places by (`StepWrites` holds it; the checks need the loads).
+    step_loads: Loads,
 }
 
 /// A deposed leader that has not noticed yet: it pushes from its frozen state.
@@ -437,10 +464,31 @@ pub struct Coverage {
     pub overtaken_revokes_released: u64,
     pub i4_probes: u64,
     pub join_probes: u64,
+    /// Shards moved for balance in committed plans (P15.2, P15.3).
+    pub balance_moves: u64,
+    /// Shards moved to a joiner in committed plans made on reported loads (P5.4 under load).
+    pub joins_under_load: u64,
+    /// Leader steps that planned on reported loads with a hot shard among them (P15.4).
+    pub hot_shard_steps: u64,
+    /// Steps of a leader after a leader change that placed while still learning the loads
+    /// (P15.1).
+    pub learning_after_leader_change: u64,
+    /// Renewals the leader recorded from a lying executor.
+    pub lying_reports: u64,
+    /// Executors restarted with another capacity (P15.1).
+    pub capacity_restarts: u64,
+    /// Shifts of the hot set.
+    pub hot_set_shifts: u64,
+    /// Runs of the leader on steady reported loads after convergence (`run::load_phase`).
+    pub load_phases: u64,
+    /// ... of which the lower bound allowed the band, and the band was checked at the end.
+    pub band_checks: u64,
+    /// ... of which a liar was lying, and the starvation and count checks ran.
+    pub liar_checks: u64,
 }
 
 impl Coverage {
-    fn counts(&self) -> [(&'static str, u64); 25] {
+    fn counts(&self) -> [(&'static str, u64); 35] {
         [
             ("commits", self.commits),
             ("handoffs_started", self.handoffs_started),
@@ -488,6 +536,19 @@ impl Coverage {
             ),
             ("i4_probes", self.i4_probes),
             ("join_probes", self.join_probes),
+            ("balance_moves", self.balance_moves),
+            ("joins_under_load", self.joins_under_load),
+            ("hot_shard_steps", self.hot_shard_steps),
+            (
+                "learning_after_leader_change",
+                self.learning_after_leader_change,
+            ),
+            ("lying_reports", self.lying_reports),
+            ("capacity_restarts", self.capacity_restarts),
+            ("hot_set_shifts", self.hot_set_shifts),
+            ("load_phases", self.load_phases),
+            ("band_checks", self.band_checks),
+            ("liar_checks", self.liar_checks),
         ]
     }
 
@@ -518,6 +579,16 @@ impl Coverage {
         self.overtaken_revokes_released += other.overtaken_revokes_released;
         self.i4_probes += other.i4_probes;
         self.join_probes += other.join_probes;
+        self.balance_moves += other.balance_moves;
+        self.joins_under_load += other.joins_under_load;
+        self.hot_shard_steps += other.hot_shard_steps;
+        self.learning_after_leader_change += other.learning_after_leader_change;
+        self.lying_reports += other.lying_reports;
+        self.capacity_restarts += other.capacity_restarts;
+        self.hot_set_shifts += other.hot_set_shifts;
+        self.load_phases += other.load_phases;
+        self.band_checks += other.band_checks;
+        self.liar_checks += other.liar_checks;
     }
 
     pub fn unreached(&self) -> Vec<&'static str> {
@@ -644,6 +715,21 @@ pub struct World {
     pub coverage: Coverage,
     trace: Option<Vec<String>>,
     driver: Driver,
+    /// What the shards really carry and how each slot reports it.
+    pub load: LoadModel,
+    /// Every balance move a leader committed, oldest first.
+    pub balance_moves: Vec<BalanceMove>,
+}
+
+/// A shard moved for balance by a committed plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceMove {
+    pub term: u64,
+    /// When it was committed (true µs).
+    pub at_us: u64,
+    pub shard: ShardId,
+    pub from: String,
+    pub to: String,
 }
 
 impl World {
@@ -675,6 +761,7 @@ impl World {
         };
         let chaos = matches!(driver, Driver::Seed);
         let slots = scenario.slots;
+        let load = LoadModel::new(&scenario.load, scenario.seed);
         let mut world = Self {
             checker: Checker::new(&scenario),
             scenario,
@@ -701,6 +788,8 @@ impl World {
             coverage: Coverage::default(),
             trace: trace.then(Vec::new),
             driver,
+            load,
+            balance_moves: Vec::new(),
         };
         // The cluster is initialised before anything else, as `leaseholdctl init` does.
         world.take_office(0, 0);
@@ -710,6 +799,16 @@ impl World {
             lease_duration_ms: world.scenario.lease_ms,
         };
         world.propose(init, ReplyTo::Nobody);
+        if chaos {
+            // Every manager runs this build, so the leader raised the cluster version to its
+            // schema (P14.3) before any executor registered: registrations may state a capacity
+            // (P15.1). A script's cluster keeps the version `Init` leaves, as they were written.
+            let raise = Command::SetClusterVersion {
+                now_ms: world.leader_now_ms().unwrap_or(0),
+                cluster_version: NEWEST_SCHEMA,
+            };
+            world.propose(raise, ReplyTo::Nobody);
+        }
         // Committed before any fault can touch it: the operator's `init` succeeded.
         world.commit(1);
         for slot in 0..slots {
@@ -717,6 +816,9 @@ impl World {
         }
         for (at_ms, fault) in world.scenario.faults.clone() {
             world.schedule(at_ms * 1_000, Event::Fault(fault));
+        }
+        for at_ms in world.scenario.load.shifts.clone() {
+            world.schedule(at_ms * 1_000, Event::HotSetShift);
         }
         if chaos {
             world.schedule(world.scenario.chaos_ms * 1_000, Event::EndChaos);
@@ -931,7 +1033,11 @@ impl World {
             round_again: false,
             round_scheduled: false,
             stalled_until_us: None,
+            // P15.1: a new leader knows no loads; it relearns them from the renewals.
+            placement: TermPlacement::new(self.placement_settings()),
+            step_loads: Loads::Counts,
         };
+        self.checker.new_term();
         // P6.2: push each executor its full set once.
         leader.pending_pushes = self.replicas[manager]
             .executors()
@@ -1012,6 +1118,21 @@ impl World {
     /// Commits one proposal of the leader's tail: applies it, signals the leader as production
     /// does, and answers whoever asked.
     fn commit_one(&mut self, manager: usize, proposal: Proposal) {
+        // Who each shard of a plan leaves, for the record of balance moves.
+        let leaving: Vec<Option<String>> = match &proposal.command {
+            Command::Rebalance { moves, .. } => {
+                self.catch_up(manager);
+                moves
+                    .iter()
+                    .map(|step| {
+                        self.replicas[manager]
+                            .shard(step.shard)
+                            .and_then(|shard| shard.owner.clone())
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let outcome = self.append_and_apply(manager, &proposal.command);
         let index = self.log.len() as u64;
         let now_ms = proposal.command.now_ms();
@@ -1036,8 +1157,110 @@ impl World {
             if signal.deliver {
                 self.schedule(self.now_us, Event::DeliveryRound { term });
             }
+            self.placement_after_commit(manager, &proposal, &outcome, leaving);
         }
         self.answer(manager, proposal.reply_to, &outcome);
+    }
+
+    /// What the leader's placement soft state takes from one of its commits, as the leader loop
+    /// does: every renewal applied feeds the load tracker what it reported and the set it holds
+    /// after the renewal (P15.1); a committed plan of its step charges the budget and starts the
+    /// cooldown of its balance moves (P15.3, P15.4).
+    fn placement_after_commit(
+        &mut self,
+        manager: usize,
+        proposal: &Proposal,
+        outcome: &Outcome,
+        leaving: Vec<Option<String>>,
+    ) {
+        let now_us = self.now_us;
+        let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let state = &self.replicas[manager];
+        match (&proposal.command, &proposal.reply_to, outcome) {
+            (
+                Command::Renew { renewals, .. },
+                ReplyTo::Renew(renewers),
+                Outcome::Renewed { results, .. },
+            ) => {
+                let shard_count = state.config().map_or(0, |c| c.shard_count);
+                let liar = self.load.liar().and_then(|(slot, _)| {
+                    self.processes[slot]
+                        .as_ref()
+                        .and_then(|p| p.core.executor_id().map(str::to_owned))
+                });
+                for ((renewal, renewer), result) in renewals.iter().zip(renewers).zip(results) {
+                    if !matches!(result, RenewResult::Renewed { .. }) {
+                        continue;
+                    }
+                    let held: Vec<ShardId> = state
+                        .delivered_set(&renewal.executor_id)
+                        .into_iter()
+                        .map(|(shard, _)| shard)
+                        .collect();
+                    let loads = renewer.loads.as_deref();
+                    leader.placement.tracker.record(
+                        &renewal.executor_id,
+                        shard_count,
+                        &held,
+                        loads,
+                        MAX_SHARD_LOAD,
+                    );
+                    self.checker.after_record(
+                        &renewal.executor_id,
+                        &held,
+                        loads,
+                        &leader.placement.tracker,
+                        MAX_SHARD_LOAD,
+                        now_us,
+                    );
+                    if loads.is_some() && liar.as_deref() == Some(renewal.executor_id.as_str()) {
+                        self.coverage.lying_reports += 1;
+                    }
+                }
+            }
+            (Command::Rebalance { moves, .. }, ReplyTo::StepWrite, Outcome::Rebalanced { .. }) => {
+                let Some(plan) = leader.writes.as_ref().and_then(|w| w.plan()) else {
+                    return;
+                };
+                leader.placement.committed(now_ms, plan);
+                let balance = plan.balance_shards();
+                let by_load = matches!(leader.step_loads, Loads::Reported(_));
+                for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
+                    match reason {
+                        MoveReason::Balance => {
+                            self.coverage.balance_moves += 1;
+                            self.balance_moves.push(BalanceMove {
+                                term: leader.term,
+                                at_us: now_us,
+                                shard: step.shard,
+                                from: from.unwrap_or_default(),
+                                to: step.to.clone(),
+                            });
+                        }
+                        MoveReason::Join if by_load => self.coverage.joins_under_load += 1,
+                        _ => {}
+                    }
+                }
+                if !balance.is_empty() {
+                    let budget = self.scenario.load.budget_per_minute(self.scenario.shards);
+                    self.checker
+                        .after_balance_commit(now_ms, &balance, budget, now_us);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// How the leader is configured to place (`--balance-tolerance`, `--max-balance-moves`).
+    fn placement_settings(&self) -> PlacementSettings {
+        PlacementSettings {
+            by_load: true,
+            tolerance: self.scenario.load.tolerance,
+            max_balance_moves_per_minute: self.scenario.load.max_balance_moves_per_minute,
+        }
     }
 
     fn observe_commit(
@@ -1074,7 +1297,7 @@ impl World {
                     Outcome::Renewed { results, .. } => results.clone(),
                     _ => Vec::new(),
                 };
-                for (index, (slot, call)) in replies.into_iter().enumerate() {
+                for (index, Renewer { slot, call, .. }) in replies.into_iter().enumerate() {
                     let message = match results.get(index) {
                         Some(RenewResult::Renewed { grant, .. }) => Message::Granted {
                             call,
@@ -1164,7 +1387,22 @@ impl World {
             }
             None => {}
         }
-        leader.writes = Some(StepWrites::with_plan_cap(decision, self.scenario.plan_cap));
+        // What this step places by: the loads this term's renewals reported, the budget left,
+        // the shards cooling (P15.1-P15.4), as the leader loop reads them at each step.
+        let inputs = leader.placement.inputs(state, now_ms);
+        match &inputs.loads {
+            Loads::Learning if leader.term > 1 => self.coverage.learning_after_leader_change += 1,
+            Loads::Reported(loads) if !LoadSummary::of(state, now_ms, loads).hot.is_empty() => {
+                self.coverage.hot_shard_steps += 1;
+            }
+            _ => {}
+        }
+        leader.step_loads = inputs.loads.clone();
+        leader.writes = Some(StepWrites::with_placement(
+            decision,
+            self.scenario.plan_cap,
+            inputs,
+        ));
         self.next_step_write(manager);
     }
 
@@ -1189,6 +1427,33 @@ impl World {
                         .is_some_and(|w| w.plan_was_capped(&command))
                 {
                     leader.step_again = true;
+                }
+                if let Some(plan) = leader
+                    .writes
+                    .as_ref()
+                    .and_then(|w| w.plan())
+                    .filter(|_| write == StepWrite::Rebalance)
+                {
+                    if let Some(trace) = &mut self.trace {
+                        let by = match &leader.step_loads {
+                            Loads::Counts => "count".to_owned(),
+                            Loads::Learning => "learning".to_owned(),
+                            Loads::Reported(loads) => format!("load {loads:.1?}"),
+                        };
+                        trace.push(format!(
+                            "{:>9.3} ms  plan by {by}: {:?}",
+                            now_us as f64 / 1_000.0,
+                            plan.counts_by_reason()
+                        ));
+                    }
+                    self.checker.after_plan(
+                        &self.replicas[manager],
+                        now_ms,
+                        plan,
+                        &leader.step_loads,
+                        self.scenario.load.tolerance,
+                        now_us,
+                    );
                 }
                 self.propose(command, ReplyTo::StepWrite);
             }
@@ -1435,13 +1700,15 @@ impl World {
         let now_ms = self.leader_clock_ms(leader.offset_ms, leader.rate_ppm);
         match request {
             Request::Register { call, request } => {
+                // As the registration handler: no capacity stated is the default one.
+                let capacity = request.capacity.unwrap_or(DEFAULT_CAPACITY);
                 let command = Command::Register {
                     now_ms,
                     incarnation: request.incarnation,
                     address: request.address,
                     name: request.name,
                     credential_sha256: None,
-                    capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
+                    capacity,
                 };
                 self.propose(command, ReplyTo::Register { slot, call });
             }
@@ -1450,11 +1717,24 @@ impl World {
                 executor_id,
                 request,
             } => {
+                // The renewal handler refuses loads it cannot take (I6) before anything is
+                // proposed; what the simulated executors report always passes.
+                if let Some(reported) = &request.loads {
+                    if let Err(error) = check_shard_loads(reported, self.scenario.shards) {
+                        panic!("a simulated executor reported loads the wire refuses: {error}");
+                    }
+                }
+                let loads: Report = request.loads.as_ref().map(|reported| {
+                    reported
+                        .iter()
+                        .map(|report| (report.shard, report.load))
+                        .collect()
+                });
                 let command = Command::Renew {
                     now_ms,
                     renewals: vec![Renewal::from_request(executor_id, &request)],
                 };
-                self.propose(command, ReplyTo::Renew(vec![(slot, call)]));
+                self.propose(command, ReplyTo::Renew(vec![Renewer { slot, call, loads }]));
             }
             Request::Deregister { call, executor_id } => {
                 let command = Command::Deregister {
@@ -1476,6 +1756,7 @@ impl World {
         let id = self.next_process;
         self.next_process += 1;
         let rate_ppm = self.scenario.executor_rate_ppm[slot];
+        let capacity = self.load.capacity(slot);
         self.processes[slot] = Some(Process {
             id,
             core: AdmissionCore::default(),
@@ -1486,6 +1767,7 @@ impl World {
             call: None,
             rate_ppm,
             register_sent: false,
+            capacity,
         });
         self.note(|| format!("slot {slot}: process {id} starts"));
         self.schedule_timer(self.now_us, Event::Call { slot, process: id });
@@ -1539,11 +1821,21 @@ impl World {
                         address,
                         name: None,
                         credential: None,
-                        capacity: None,
+                        capacity: Some(p.capacity),
                     },
                 }
             }
         };
+        let mut request = request;
+        if let Request::Renew { request, .. } = &mut request {
+            let claims: Vec<ShardId> = request.claims.iter().map(|claim| claim.shard).collect();
+            request.loads = self.load.report(slot, &claims).map(|reported| {
+                reported
+                    .into_iter()
+                    .map(|(shard, load)| ShardLoad { shard, load })
+                    .collect()
+            });
+        }
         self.next_call += 1;
         self.send_to_managers(slot, process, request);
         self.schedule(
@@ -1808,6 +2100,12 @@ impl World {
             }
             Fault::SetLease { lease_ms } => self.set_lease(lease_ms),
             Fault::Drain { slot, draining } => self.set_draining(slot, draining),
+            Fault::Lie { slot, lie } => self.load.start_lying(slot, lie),
+            Fault::RestartWithCapacity { slot, capacity } => {
+                self.coverage.capacity_restarts += 1;
+                self.load.set_capacity(slot, capacity);
+                self.restart(slot);
+            }
         }
     }
 
@@ -1948,6 +2246,13 @@ impl World {
                     self.cut_from_managers[slot] = self.cut_from_managers[slot].saturating_sub(1);
                 }
             }
+            Event::HotSetShift => {
+                if self.chaos {
+                    self.coverage.hot_set_shifts += 1;
+                    self.load.shift();
+                    self.note(|| "the hot set shifts".to_owned());
+                }
+            }
             Event::Fault(fault) => self.fault(fault),
             Event::EndChaos => self.end_chaos(),
         }
@@ -2004,6 +2309,42 @@ impl World {
 
     pub fn leader_state(&self) -> Option<&LeaseState> {
         self.leader.as_ref().map(|l| &self.replicas[l.manager])
+    }
+
+    /// The term of the leader in office.
+    pub fn leader_term(&self) -> Option<u64> {
+        self.leader.as_ref().map(|l| l.term)
+    }
+
+    /// What the leader would place by if it stepped now (its term's loads, budget and cooling).
+    pub fn leader_inputs(&self) -> Option<PlacementInputs> {
+        let leader = self.leader.as_ref()?;
+        let now_ms = self.leader_now_ms()?;
+        Some(
+            leader
+                .placement
+                .inputs(&self.replicas[leader.manager], now_ms),
+        )
+    }
+
+    /// The whole plan the leader would make if it stepped now, uncapped, if anything is to move.
+    pub fn leader_plan(&self) -> Option<Plan> {
+        let inputs = self.leader_inputs()?;
+        let now_ms = self.leader_now_ms()?;
+        plan_placement(self.leader_state()?, now_ms, &inputs, usize::MAX)
+    }
+
+    /// The liar's slot and the executor its process registered as, once the lie started.
+    pub fn liar(&self) -> Option<(Slot, String, Lie)> {
+        let (slot, lie) = self.load.liar()?;
+        Some((slot, self.executor_id_of(slot)?, lie))
+    }
+
+    /// Executors stop reporting loads, so the leader places by count (P15.2): the probes that
+    /// count moves against P5.4 run so. With `off` false, they report again.
+    pub fn turn_loads_off(&mut self, off: bool) {
+        self.note(|| format!("loads {}", if off { "off" } else { "on again" }));
+        self.load.set_off(off);
     }
 
     /// The current leader's clock offset (P2.3), if a leader is in office.
@@ -2280,6 +2621,7 @@ impl World {
         self.cut_to_managers.push(0);
         self.cut_from_managers.push(0);
         self.scenario.executor_rate_ppm.push(0);
+        self.load.add_slot();
         self.start_process(slot);
         slot
     }

@@ -1,4 +1,5 @@
-//! The deterministic simulator over many seeds (issue 18 §1; PROTOCOL §12 I1, I2, I4, I5, P5.4).
+//! The deterministic simulator over many seeds (issues 18 §1 and 19; PROTOCOL §12 I1, I2, I4,
+//! I5, P5.4, and §15 P15.1-P15.4).
 //!
 //! - `LEASEHOLD_SIM_SEED=N cargo test -p leasehold-sim --test simulate` replays seed N alone and
 //!   prints its event trace.

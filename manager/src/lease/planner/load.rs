@@ -27,6 +27,12 @@
 //! move a plan makes removes imbalance, so with steady loads successive plans settle; shards
 //! moved for balance recently are left alone ([`PlacementInputs::cooling`]), so noisy loads
 //! cannot move a shard back and forth either.
+//!
+//! No move for balance or for a joiner leaves its giver a joiner (below the band and short of
+//! its share by count). A joiner is filled outside the budget, so a giver made one would take a
+//! shard back outside the budget too: an executor that claims a huge load for what it is given
+//! would trade a shard with an honest one at every plan, and one that claims nothing would
+//! empty honest executors it then gives nothing back (it is below the mean, so never a giver).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -377,6 +383,15 @@ impl Fleet<'_> {
             && (member.count as f64) < tolerance_of_share * self.count_share(index)
     }
 
+    /// Whether giving up a shard of `load` would leave `giver` a joiner.
+    fn leaves_a_joiner(&self, giver: usize, load: f64) -> bool {
+        let member = &self.members[giver];
+        // `low / mean` is `1 − tolerance`, as for the joiners themselves.
+        (member.load - load) / member.capacity < self.low
+            && (member.count.saturating_sub(1) as f64)
+                < self.low / self.mean * self.count_share(giver)
+    }
+
     fn fill_joiners(&mut self, max_moves: usize) {
         // `low / mean` is `1 − tolerance`.
         let share_fraction = self.low / self.mean;
@@ -465,7 +480,7 @@ impl Fleet<'_> {
     /// no move serves it. Every move must also remove imbalance and bring the pair closer to the
     /// mean: the larger of their two distances from it shrinks, so no move overshoots into a
     /// worse imbalance than it cured (and a hot shard alone on its executor, which would only
-    /// carry the excess across, never moves).
+    /// carry the excess across, never moves); and the giver must not be left a joiner.
     fn best_shard(&self, giver: usize, receiver: usize, objective: Objective) -> Option<Candidate> {
         let (a, b) = (&self.members[giver], &self.members[receiver]);
         let (u_a, u_b) = (a.utilisation(), b.utilisation());
@@ -511,6 +526,7 @@ impl Fleet<'_> {
         tried
             .into_iter()
             .filter(|(load, _)| load.0 >= self.min_balance_load && load.0 < limit)
+            .filter(|(load, _)| !self.leaves_a_joiner(giver, load.0))
             .filter_map(|(load, shard)| {
                 let load = load.0;
                 let imbalance_removed = 2.0 * load * (u_a - u_b) - load * load * inverse_capacities;

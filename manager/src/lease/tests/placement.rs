@@ -621,3 +621,116 @@ proptest! {
         let _ = fleet.held();
     }
 }
+
+/// One round of a fleet with a liar, as the leader sees it: every shard the liar holds is
+/// reported as `lie`, every other shard at its `truth`; one plan with `tolerance` and a budget of
+/// `budget`, committed and settled. Returns each move: (shard, from, to, reason).
+fn round_with_a_liar(
+    fleet: &mut Fleet,
+    liar: &str,
+    lie: f64,
+    truth: &[f64],
+    tolerance: f64,
+    budget: usize,
+) -> Vec<(ShardId, ExecutorId, ExecutorId, MoveReason)> {
+    let held_by_liar: BTreeSet<ShardId> =
+        fleet.harness.delivered_shards(liar).into_iter().collect();
+    let loads: Vec<f64> = (0..truth.len() as ShardId)
+        .map(|shard| {
+            if held_by_liar.contains(&shard) {
+                lie
+            } else {
+                truth[shard as usize]
+            }
+        })
+        .collect();
+    let inputs = PlacementInputs {
+        tolerance,
+        ..by_load(&loads, budget)
+    };
+    let Some(plan) = fleet.plan(&inputs) else {
+        return Vec::new();
+    };
+    let Command::Rebalance { moves, .. } = &plan.command else {
+        panic!("{plan:?}")
+    };
+    let moved = moves
+        .iter()
+        .zip(&plan.reasons)
+        .map(|(step, reason)| {
+            let from = fleet
+                .harness
+                .owner(step.shard)
+                .unwrap_or_default()
+                .to_owned();
+            (step.shard, from, step.to.clone(), *reason)
+        })
+        .collect();
+    fleet.commit(&plan);
+    moved
+}
+
+#[test]
+fn p15_4_a_liar_claiming_huge_loads_and_a_joiner_do_not_trade_shards_back_and_forth() {
+    // Found by the simulator (seed 4326417188486422731): a liar that joins empty is filled
+    // (outside the budget), then claims a huge load for what it got; the mean soars, an honest
+    // executor one shard short of its share is now below the band and short by count, a
+    // "joiner", and takes the shard back (outside the budget again); the liar, empty, is a
+    // joiner again... A shard went back and forth every plan, forever.
+    let mut fleet = Fleet::new(8, &[2, 2]);
+    let liar = match fleet
+        .harness
+        .apply(register_command_with_capacity(NOW_MS, "liar", 1))
+    {
+        Outcome::Registered { grant, .. } => grant.executor_id,
+        other => panic!("{other:?}"),
+    };
+    fleet.ids.push(liar.clone());
+    let truth = vec![1.0; 8];
+    let mut moves = Vec::new();
+    for _ in 0..12 {
+        moves.extend(round_with_a_liar(&mut fleet, &liar, 1e11, &truth, 0.05, 1));
+    }
+    let mut left: BTreeMap<ShardId, BTreeSet<ExecutorId>> = BTreeMap::new();
+    for (shard, from, to, reason) in &moves {
+        let earlier = left.entry(*shard).or_default();
+        assert!(
+            !earlier.contains(to),
+            "shard {shard} went back to {to} ({reason:?}): {moves:?}"
+        );
+        earlier.insert(from.clone());
+    }
+}
+
+#[test]
+fn p15_2_a_liar_claiming_zero_does_not_starve_an_executor_with_a_share() {
+    // Found by the simulator (seed 4326417188486422883): six shards over capacities 4 (the
+    // liar, claiming zero for everything), 2, 2 and 4. Each capacity-2 executor holds one
+    // shard, hot beside the small total the liar leaves visible; moving it to the liar, which
+    // looks idle, removed imbalance as the leader saw it, and left the honest executor with
+    // nothing while the liar held four shards, twice its share, and no joiner fill could give
+    // it one back (the liar is below the mean, so it gives nothing).
+    let mut fleet = Fleet::new(6, &[4, 2, 2, 4]);
+    let held = fleet.held();
+    let liar = fleet.ids[0].clone();
+    let mut truth = vec![0.0; 6];
+    for (n, loads) in [(0, [28.9, 42.8]), (3, [0.0, 25.1])] {
+        for (&shard, load) in held[&fleet.ids[n]].iter().zip(loads) {
+            truth[shard as usize] = load;
+        }
+    }
+    for (n, load) in [(1, 100.0), (2, 34.3)] {
+        assert_eq!(held[&fleet.ids[n]].len(), 1, "{held:?}");
+        truth[held[&fleet.ids[n]][0] as usize] = load;
+    }
+    for _ in 0..12 {
+        round_with_a_liar(&mut fleet, &liar, 0.0, &truth, 0.10, 1);
+    }
+    for id in &fleet.ids[1..] {
+        assert!(
+            !fleet.harness.delivered_shards(id).is_empty(),
+            "{id} starved: {:?}",
+            fleet.held()
+        );
+    }
+}
