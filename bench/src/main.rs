@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
 use crate::procs::{default_flags, EtcdCluster};
-use crate::scenarios::{Env, B1, B6};
+use crate::scenarios::{Env, B1, B3, B6};
 use crate::tls::{Certs, Security};
 
 #[derive(Debug, Parser)]
@@ -115,17 +115,27 @@ enum Scenario {
     },
     /// Leader SIGKILL → first successful renewal, several runs, both systems.
     B3 {
+        /// Fresh clusters per system.
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Leader kills in a row per cluster, the killed member restarted after each and the
+        /// next kill as soon as every member names the new leader (as a new user trying failover
+        /// would); the table then has a row per kill.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        kills: u64,
         /// Lease holders renewing at the protocol's cadence throughout (checked for eviction).
         #[arg(long, default_value_t = 100)]
         executors: usize,
-        /// Leasehold runs, one per minimum election timeout (heartbeat 100 ms as etcd's). 1s is
-        /// etcd's nominal setting; openraft refuses votes until the maximum (2 × min) has passed
-        /// since the last heartbeat, so 500ms gives the same 1 s vote lease as etcd's
-        /// check-quorum.
-        #[arg(long, value_delimiter = ',', default_value = "1s,500ms")]
-        election_timeouts: Vec<String>,
+        /// Leasehold runs, one per minimum election timeout (heartbeat 100 ms as etcd's, the
+        /// maximum twice the minimum) [default: 1s,500ms; none with --defaults].
+        #[arg(long, value_delimiter = ',')]
+        election_timeouts: Option<Vec<String>>,
+        /// Both systems at the defaults they ship with, no timing flags for either: Leasehold
+        /// without --heartbeat, --election-timeout or --lease-duration (instead of the
+        /// --election-timeouts rows, unless those are given too), etcd as always without timing
+        /// flags; the holders on the 60 s default lease.
+        #[arg(long)]
+        defaults: bool,
     },
     /// Executor SIGKILL → all its shards owned elsewhere, per shard count.
     B4 {
@@ -138,13 +148,13 @@ enum Scenario {
         executors: usize,
         #[arg(long, default_value_t = 1_000_000)]
         shards: u32,
-        /// Manager heartbeat. openraft drops an AppendEntries that takes longer than one
-        /// heartbeat, and a rebalance of many shards is one large entry.
-        #[arg(long, default_value = "250ms")]
-        heartbeat: String,
-        /// Manager minimum election timeout (at least 3 heartbeats).
-        #[arg(long, default_value = "2s")]
-        election_timeout: String,
+        /// Manager heartbeat [default: the manager's]. openraft drops an AppendEntries that
+        /// takes longer than one heartbeat, and a rebalance of many shards is a large entry.
+        #[arg(long)]
+        heartbeat: Option<String>,
+        /// Manager minimum election timeout (at least 3 heartbeats) [default: the manager's].
+        #[arg(long)]
+        election_timeout: Option<String>,
     },
     /// A whole fleet starting at once: registration, then every shard delivered and spread
     /// even, per shard count.
@@ -282,11 +292,26 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
         Scenario::B2 { duration } => scenarios::b2(env, duration).await?.print()?,
         Scenario::B3 {
             runs,
+            kills,
             executors,
             election_timeouts,
-        } => scenarios::b3(env, runs, executors, &election_timeouts)
-            .await?
-            .print()?,
+            defaults,
+        } => {
+            let args = B3 {
+                runs,
+                kills: usize::try_from(kills)?,
+                executors,
+                election_timeouts: election_timeouts.unwrap_or_else(|| {
+                    if defaults {
+                        Vec::new()
+                    } else {
+                        vec!["1s".to_owned(), "500ms".to_owned()]
+                    }
+                }),
+                shipped: defaults,
+            };
+            scenarios::b3(env, &args).await?.print()?
+        }
         Scenario::B4 { shards } => scenarios::b4(env, &shards).await?.print()?,
         Scenario::B5 {
             executors,

@@ -21,12 +21,12 @@ const MANAGER_LOG_FILTER: &str = "info,openraft=warn";
 pub struct ManagerFlags {
     /// `--shard-count`
     pub shard_count: u32,
-    /// `--lease-duration`
-    pub lease: String,
-    /// `--heartbeat`
-    pub heartbeat: String,
-    /// `--election-timeout`
-    pub election_timeout: String,
+    /// `--lease-duration`; `None`: no flag, the manager's default.
+    pub lease: Option<String>,
+    /// `--heartbeat`; `None`: no flag, the manager's default.
+    pub heartbeat: Option<String>,
+    /// `--election-timeout`; `None`: no flag, the manager's default.
+    pub election_timeout: Option<String>,
     /// More flags, after the others (e.g. `--snapshot-every 100`, `--log-format json`).
     pub extra_args: Vec<String>,
 }
@@ -35,9 +35,21 @@ impl ManagerFlags {
     pub fn new(shard_count: u32, lease: &str, heartbeat: &str, election_timeout: &str) -> Self {
         Self {
             shard_count,
-            lease: lease.to_string(),
-            heartbeat: heartbeat.to_string(),
-            election_timeout: election_timeout.to_string(),
+            lease: Some(lease.to_string()),
+            heartbeat: Some(heartbeat.to_string()),
+            election_timeout: Some(election_timeout.to_string()),
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// No lease or Raft timing flag: the managers run at the defaults they ship with, as a user
+    /// who passes none would (the failover benchmark measures those, docs/BENCHMARKS.md B3).
+    pub fn shipped(shard_count: u32) -> Self {
+        Self {
+            shard_count,
+            lease: None,
+            heartbeat: None,
+            election_timeout: None,
             extra_args: Vec::new(),
         }
     }
@@ -177,15 +189,17 @@ impl Manager {
             format!("{host}:{port}"),
             "--data-dir".to_string(),
             data_dir.display().to_string(),
-            "--lease-duration".to_string(),
-            flags.lease.clone(),
-            "--heartbeat".to_string(),
-            flags.heartbeat.clone(),
-            "--election-timeout".to_string(),
-            flags.election_timeout.clone(),
-            "--shard-count".to_string(),
-            flags.shard_count.to_string(),
         ];
+        for (flag, value) in [
+            ("--lease-duration", &flags.lease),
+            ("--heartbeat", &flags.heartbeat),
+            ("--election-timeout", &flags.election_timeout),
+        ] {
+            if let Some(value) = value {
+                args.extend([flag.to_string(), value.clone()]);
+            }
+        }
+        args.extend(["--shard-count".to_string(), flags.shard_count.to_string()]);
         if let Some(members) = initial_cluster {
             args.extend(["--initial-cluster".to_string(), members.to_string()]);
         }
@@ -608,6 +622,30 @@ mod tests {
             cluster.manager(4),
             Err(HarnessError::NoSuchManager(4))
         ));
+    }
+
+    #[test]
+    fn shipped_flags_leave_lease_and_raft_timing_to_the_manager() {
+        let dir = tempfile::tempdir().unwrap();
+        let shipped = ClusterConfig::new(
+            PathBuf::from("/bin/leasehold-manager"),
+            dir.path(),
+            ManagerFlags::shipped(8),
+        );
+        let cluster = ManagerCluster::new(shipped, [(1, placement(21001))].into()).unwrap();
+        let args = cluster.managers[&1].args.join(" ");
+        for flag in ["--lease-duration", "--heartbeat", "--election-timeout"] {
+            assert!(!args.contains(flag), "{args}");
+        }
+        assert!(args.contains("--shard-count 8"), "{args}");
+
+        let timed =
+            ManagerCluster::new(config(dir.path()), [(1, placement(21001))].into()).unwrap();
+        let args = timed.managers[&1].args.join(" ");
+        assert!(
+            args.contains("--lease-duration 4s --heartbeat 100ms --election-timeout 600ms"),
+            "{args}"
+        );
     }
 
     #[tokio::test]

@@ -75,14 +75,17 @@ pub(crate) fn is_initialized(node: &ManagerNode) -> bool {
 
 /// Asks the node at `address` who it is (`GET /raft/identity`); None if it does not answer in time.
 pub(crate) async fn probe_peer(node: &ManagerNode, address: &str) -> Option<IdentityReport> {
+    probe_peer_within(node, address, PEER_PROBE_TIMEOUT).await
+}
+
+/// [`probe_peer`] with its own bound (the dead-leader check cannot wait a second per peer).
+pub(crate) async fn probe_peer_within(
+    node: &ManagerNode,
+    address: &str,
+    timeout: Duration,
+) -> Option<IdentityReport> {
     let url = format!("{}/raft/identity", address.trim_end_matches('/'));
-    let reply = node
-        .http
-        .get(url)
-        .timeout(PEER_PROBE_TIMEOUT)
-        .send()
-        .await
-        .ok()?;
+    let reply = node.http.get(url).timeout(timeout).send().await.ok()?;
     reply.error_for_status().ok()?.json().await.ok()
 }
 

@@ -58,11 +58,12 @@ pub struct Args {
     pub lease_duration: Duration,
 
     /// Raft heartbeat interval.
-    #[arg(long, env = "LEASEHOLD_HEARTBEAT", default_value = "250ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEASEHOLD_HEARTBEAT", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
 
-    /// Minimum Raft election timeout; the maximum is twice this.
-    #[arg(long, env = "LEASEHOLD_ELECTION_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    /// Minimum Raft election timeout; the maximum, which is also the leader lease during which
+    /// a voter refuses other candidates, is twice this (docs/OPERATIONS.md "Raft timing").
+    #[arg(long, env = "LEASEHOLD_ELECTION_TIMEOUT", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub election_timeout: Duration,
 
     /// Take a snapshot every this many log entries.
@@ -371,7 +372,46 @@ mod tests {
         assert_eq!(config.shard_count, 1024);
         assert_eq!(config.lease_duration_ms, 60_000);
         assert_eq!(config.snapshots, SnapshotSettings::default());
+        assert_eq!(
+            config.timings,
+            RaftTimings {
+                heartbeat_ms: 100,
+                election_timeout_min_ms: 500,
+                election_timeout_max_ms: 1_000,
+            }
+        );
         assert_eq!(config.placement, PlacementSettings::default());
+    }
+
+    #[test]
+    fn the_shortest_lease_is_three_longest_election_timeouts() {
+        let config = args(&[
+            "--initial-cluster",
+            "1=http://a:1",
+            "--lease-duration",
+            "3s",
+        ])
+        .unwrap();
+        assert_eq!(config.lease_duration_ms, 3_000);
+        let config = args(&[
+            "--initial-cluster",
+            "1=http://a:1",
+            "--election-timeout",
+            "2s",
+            "--lease-duration",
+            "12s",
+        ])
+        .unwrap();
+        assert_eq!(config.timings.election_timeout_max_ms, 4_000);
+        for refused in [
+            vec!["--lease-duration", "2999ms"],
+            vec!["--election-timeout", "2s", "--lease-duration", "11999ms"],
+        ] {
+            let mut flags = vec!["--initial-cluster", "1=http://a:1"];
+            flags.extend(refused.iter().copied());
+            let err = args(&flags).unwrap_err();
+            assert!(err.contains("at least 3"), "{flags:?}: {err}");
+        }
     }
 
     #[test]
@@ -468,7 +508,7 @@ mod tests {
                     "--initial-cluster",
                     "1=http://a:1",
                     "--lease-duration",
-                    "5s",
+                    "2s",
                 ],
                 "at least 3",
             ),

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `lease` | the pure lease state machine and planner (PROTOCOL §2–§6): no I/O, no clock |
 //! | `leader` | the leader loop: reap, handoffs, rebalance, deliveries; its time rules are a pure core |
-//! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity |
+//! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity, elections against a dead leader |
 //! | `clock` | the leader's clock (P2.3) |
 //! | `node` | one replica: Raft handle, applied state, leader resolution |
 //! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |

@@ -121,6 +121,8 @@ mod tests {
             pins: BTreeMap::new(),
             release: None,
             schemas: None,
+            last_log: None,
+            lease_silence_ms: None,
         };
         assert_eq!(
             MemberVersion::of(&report),

@@ -9,7 +9,7 @@
 //!   scraped (executors, shards by state), so they are exact at scrape time on every replica.
 //! - Counters at the place the event happens: renewals and their latency in the renew handler,
 //!   deliveries in `leader/deliver.rs`, the mass-expiry guard in `leader/mod.rs`, Raft gauges in
-//!   `observe.rs`.
+//!   `observe.rs`, the dead-leader check in `raft/failover.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

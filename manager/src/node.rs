@@ -15,6 +15,7 @@ use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
 use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::member_versions::MemberVersions;
 use crate::proposer::Proposer;
+use crate::raft::failover::LeaderContact;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
 use crate::renewals::RenewalQueue;
@@ -69,6 +70,8 @@ pub struct ManagerNode {
     pub published_loads: PublishedLoads,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
+    /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
+    pub leader_contact: LeaderContact,
     /// This node's last log index when it started. openraft 0.9 puts a node whose persisted vote
     /// is committed for itself straight back into office in the same term, without a blank entry
     /// of its own, and takes its committed index (not flushed on every commit, so it can be older
@@ -133,6 +136,7 @@ impl ManagerNode {
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),
             member_versions: Arc::new(MemberVersions::default()),
+            leader_contact: LeaderContact::default(),
             signals,
             proposer,
             last_log_index_at_start,

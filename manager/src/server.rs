@@ -148,6 +148,10 @@ pub async fn run(
         node.clone(),
         tasks_stopped.clone(),
     ));
+    tokio::spawn(crate::raft::failover::watch_leader(
+        node.clone(),
+        tasks_stopped.clone(),
+    ));
     tokio::spawn(leader::run(
         node.clone(),
         config.guard,

@@ -23,6 +23,11 @@ const REGRESSIONS: &str = include_str!("../regressions.txt");
 /// The fixed range starts here; the random range starts at a logged random seed above 2^32.
 const FIXED_START: u64 = 1;
 
+/// A run of at least this many fixed and random seeds (a debug build's default) must reach every
+/// situation `Coverage` counts; the rarest (a band check of the load phase) comes up about once
+/// in fifty seeds.
+const COVERAGE_MIN_SEEDS: u64 = 400;
+
 fn seeds_per_range() -> u64 {
     std::env::var("LEASEHOLD_SIM_SEEDS")
         .ok()
@@ -153,6 +158,12 @@ fn simulated_seeds_keep_every_invariant() {
         failures.len()
     );
     let unreached = coverage.unreached();
+    if per_range + random_count < COVERAGE_MIN_SEEDS {
+        // A short run (scripts/cargo-mutants' 40 seeds) judges a mutant by the invariants; some
+        // situations come up only once in hundreds of seeds.
+        println!("a run of fewer than {COVERAGE_MIN_SEEDS} seeds did not reach {unreached:?}");
+        return;
+    }
     assert!(
         unreached.is_empty(),
         "the simulator never reached {unreached:?}: a fault or a path stopped being exercised"

@@ -148,11 +148,18 @@ pub fn fault_tls() -> bool {
 }
 
 /// A cluster with the fault scenarios' timing (and TLS under [`FAULT_TLS_ENV`]), not started.
+///
+/// Its leader places by count (`--load-placement=false`, PROTOCOL P15.2): a scenario judges
+/// re-homing after its fault by P5.4's even split, and its traffic, light and uneven, is there to
+/// be admitted, not balanced; placed by load, the executors settle inside the load band with
+/// uneven counts. Placement by load under faults is the simulator's (every seed) and
+/// `tests/tests/placement.rs`'s.
 pub fn fault_cluster_options() -> ClusterOptions {
     ClusterOptions {
         lease: format!("{}ms", FAULT_LEASE.as_millis()),
         shard_count: FAULT_SHARDS,
         make_certificates: fault_tls(),
+        extra_args: vec!["--load-placement=false".to_string()],
         ..ClusterOptions::default()
     }
 }

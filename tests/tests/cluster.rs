@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use leasehold_api::problem::{ErrorCode, LEADER_HEADER};
 use leasehold_api::wire::RegisterRequest;
+use leasehold_tests::http_checks::{parse_prometheus, summed};
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
+use nix::sys::signal::Signal;
 
 const LEADER_BOUND: Duration = Duration::from_secs(20);
 const CATCH_UP_BOUND: Duration = Duration::from_secs(30);
@@ -140,6 +142,153 @@ async fn sigkill_the_leader_five_times_writes_resume_and_the_killed_node_catches
         cluster.wait_applied(leader, after, CATCH_UP_BOUND).await;
         leader = cluster.wait_for_leader(LEADER_BOUND).await;
     }
+}
+
+/// The dead-leader check (manager/src/raft/failover.rs) runs with an election timeout of 1 s:
+/// the leader lease is then 2 s, and openraft's own timer stands a follower only after 3–4 s of
+/// silence, so which of the two replaced the leader shows in the check's counter.
+const SLOW_TIMER_ELECTION_TIMEOUT: &str = "1s";
+/// At least 3 × the 2 s longest election timeout, as the manager requires.
+const SLOW_TIMER_LEASE: &str = "6s";
+const DEAD_LEADER_ELECTIONS: &str = "leasehold_raft_dead_leader_elections_total";
+const LEADER_SILENCE: &str = "leasehold_raft_leader_silence_seconds";
+
+fn slow_timer_cluster() -> Cluster {
+    let mut cluster = Cluster::new(ClusterOptions {
+        lease: SLOW_TIMER_LEASE.to_string(),
+        ..ClusterOptions::default()
+    });
+    for id in 1..=3 {
+        cluster
+            .manager(id)
+            .set_flag("--election-timeout", SLOW_TIMER_ELECTION_TIMEOUT);
+    }
+    cluster.start_all();
+    cluster
+}
+
+async fn scrape(cluster: &Cluster, id: u64) -> std::collections::BTreeMap<String, f64> {
+    let text = cluster
+        .http
+        .get(format!("{}/metrics", cluster.url(id)))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET /metrics of manager {id}: {e}"))
+        .text()
+        .await
+        .unwrap();
+    parse_prometheus(&text)
+}
+
+/// `GET /raft/identity` of manager `id` (roles are not checked in plaintext, P13.5).
+async fn raft_identity(cluster: &Cluster, id: u64) -> serde_json::Value {
+    cluster
+        .http
+        .get(format!("{}/raft/identity", cluster.url(id)))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET /raft/identity of manager {id}: {e}"))
+        .json()
+        .await
+        .unwrap()
+}
+
+/// `series` summed over `ids` (absent counts as zero).
+async fn summed_over(cluster: &Cluster, ids: &[u64], series: &str) -> f64 {
+    let mut scrapes = Vec::new();
+    for id in ids {
+        scrapes.push(scrape(cluster, *id).await);
+    }
+    summed(&scrapes, series)
+}
+
+/// Waits until the managers `ids` name one leader that is not `old` (the old one may not answer).
+async fn wait_for_leader_other_than(cluster: &Cluster, ids: &[u64], old: u64) -> u64 {
+    poll_until(
+        &format!("managers {ids:?} to agree on a leader other than {old}"),
+        LEADER_BOUND,
+        || async {
+            let mut leaders = BTreeSet::new();
+            for id in ids {
+                let info = cluster.cluster_info(*id).await?;
+                leaders.insert(info.leader_id);
+            }
+            match leaders.into_iter().collect::<Vec<_>>()[..] {
+                [Some(leader)] if leader != old => Ok(leader),
+                ref seen => Err(format!("leaders named: {seen:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// I4: a follower that finds the dead leader's port closed stands once the leader lease has
+/// passed instead of waiting its election timer too; until then it hears the leader (the silence
+/// it counts stays far below the time the cluster has run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_by_a_follower_that_finds_its_port_closed() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = slow_timer_cluster();
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let before = write(&cluster, "before").await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &followers {
+        cluster.wait_applied(*id, before, CATCH_UP_BOUND).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for id in &followers {
+        let silence = scrape(&cluster, *id).await.get(LEADER_SILENCE).copied();
+        let silence = silence.expect("the dead-leader check runs and exports the silence");
+        assert!(
+            silence < 5.0,
+            "manager {id} counts {silence} s without its leader after 10 s of a healthy cluster"
+        );
+        // What the other follower reads before it stands: this one's log and lease.
+        let identity = raft_identity(&cluster, *id).await;
+        assert!(
+            identity["last_log"]["index"].as_u64() >= Some(before),
+            "{identity}"
+        );
+        let lease_silence = identity["lease_silence_ms"].as_u64();
+        assert!(lease_silence.is_some_and(|ms| ms < 5_000), "{identity}");
+    }
+    let identity = raft_identity(&cluster, leader).await;
+    assert!(
+        identity.get("lease_silence_ms").is_none(),
+        "a leader follows no lease: {identity}"
+    );
+    assert_eq!(
+        summed_over(&cluster, &followers, DEAD_LEADER_ELECTIONS).await,
+        0.0
+    );
+
+    cluster.manager(leader).kill();
+    let new_leader = wait_for_leader_other_than(&cluster, &followers, leader).await;
+    assert!(
+        summed_over(&cluster, &followers, DEAD_LEADER_ELECTIONS).await >= 1.0,
+        "the new leader ({new_leader}) was elected by openraft's timer alone"
+    );
+    let after = write(&cluster, "after").await;
+    assert!(after > before);
+}
+
+/// A stopped (SIGSTOP) leader still has its connections accepted by the kernel: it may be alive,
+/// so the dead-leader check does not stand, and openraft's timer replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_replaced_by_the_election_timer_not_by_the_port_check() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = slow_timer_cluster();
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    cluster.manager(leader).signal(Signal::SIGSTOP);
+    let new_leader = wait_for_leader_other_than(&cluster, &followers, leader).await;
+    let stood = summed_over(&cluster, &followers, DEAD_LEADER_ELECTIONS).await;
+    cluster.manager(leader).signal(Signal::SIGCONT);
+    assert_eq!(
+        stood, 0.0,
+        "a follower stood against a paused leader (new leader {new_leader})"
+    );
+    write(&cluster, "after").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

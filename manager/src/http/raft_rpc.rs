@@ -14,12 +14,16 @@ use serde::Serialize;
 
 use super::{AppState, HttpError};
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
+use crate::raft::failover::LogTip;
 use crate::raft::identity::{
     IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER,
 };
 use crate::raft::network::RAFT_CONTENT_TYPE;
 use crate::raft::versions::decode_append;
+use crate::raft::TypeConfig;
 use leasehold_api::wire::SchemaRange;
+use openraft::raft::{AppendEntriesResponse, InstallSnapshotRequest};
+use openraft::ServerState;
 
 fn with_identity(node: &AppState, mut response: Response) -> Response {
     if let Ok(value) = HeaderValue::from_str(node.identity.storage_id()) {
@@ -84,7 +88,15 @@ pub async fn append(State(node): State<AppState>, headers: HeaderMap, body: Byte
         decode_append(&body).map_err(|e| HttpError::invalid(e.to_string()))
     });
     match request {
-        Ok(request) => reply(&node, &node.raft.append_entries(request).await),
+        Ok(request) => {
+            let result = node.raft.append_entries(request).await;
+            if matches!(&result, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
+            {
+                // Raft accepted the sender as its leader (and renewed its lease).
+                node.leader_contact.heard();
+            }
+            reply(&node, &result)
+        }
         Err(error) => with_identity(&node, error.into_response()),
     }
 }
@@ -97,8 +109,16 @@ pub async fn vote(State(node): State<AppState>, headers: HeaderMap, body: Bytes)
 }
 
 pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    match accept(&node, &headers, &body) {
-        Ok(request) => reply(&node, &node.raft.install_snapshot(request).await),
+    match accept::<InstallSnapshotRequest<TypeConfig>>(&node, &headers, &body) {
+        Ok(request) => {
+            let sender = request.vote;
+            let result = node.raft.install_snapshot(request).await;
+            if matches!(&result, Ok(response) if response.vote == sender) {
+                // A snapshot stream stands in for heartbeats; Raft renewed the sender's lease.
+                node.leader_contact.heard();
+            }
+            reply(&node, &result)
+        }
         Err(error) => with_identity(&node, error.into_response()),
     }
 }
@@ -107,6 +127,14 @@ pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: By
 /// directory before it takes part in Raft.
 pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
     let initialized = crate::bootstrap::is_initialized(&node);
+    let following = {
+        let metrics = node.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state == ServerState::Follower
+            && metrics
+                .current_leader
+                .is_some_and(|leader| leader != node.id)
+    };
     Json(IdentityReport {
         node_id: node.id,
         storage_id: node.identity.storage_id().to_string(),
@@ -116,6 +144,11 @@ pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
         schemas: Some(SchemaRange {
             oldest: OLDEST_SCHEMA,
             newest: NEWEST_SCHEMA,
+        }),
+        last_log: node.raft.data_metrics().borrow().last_log.map(LogTip::from),
+        lease_silence_ms: following.then(|| {
+            let silence = node.leader_contact.since(tokio::time::Instant::now());
+            u64::try_from(silence.as_millis()).unwrap_or(u64::MAX)
         }),
     })
 }

@@ -82,6 +82,15 @@ pub struct IdentityReport {
     /// The state schemas it reads and the newest it can apply; absent from 0.1.0 (schema 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schemas: Option<SchemaRange>,
+    /// Its log's last entry, so that a dead leader's followers know which of them can win the
+    /// election ([`super::failover`]); absent for an empty log and from releases before 0.2.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_log: Option<super::failover::LogTip>,
+    /// How long ago it last renewed a leader's lease, while it follows a leader: it refuses
+    /// other candidates until that is the lease ([`super::failover`]). Absent otherwise and from
+    /// releases before 0.2.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_silence_ms: Option<u64>,
 }
 
 #[derive(Debug)]

@@ -1,6 +1,7 @@
 //! The manager's Raft node: the openraft type configuration, the lease state machine hosted on
 //! `leasehold-raft-store`, the HTTP transport between replicas and storage identity pinning.
 
+pub mod failover;
 pub mod identity;
 pub mod network;
 pub mod versions;
@@ -33,9 +34,12 @@ pub type LogStore = SledLogStore<TypeConfig>;
 pub type StateMachineStore = SledStateMachine<TypeConfig, LeaseState>;
 pub type LeaseStateHandle = StateHandle<TypeConfig, LeaseState>;
 
-/// Raft timing. Defaults are chosen for a loaded 2-core machine: a heartbeat every 250 ms and an
-/// election timeout of 2–4 s tolerate scheduling stalls of well over a second without a spurious
-/// election, yet a dead leader is replaced in about 2–5 s (see docs/OPERATIONS.md).
+/// Raft timing. openraft 0.9 makes a follower wait its leader lease (`election_timeout_max`) plus
+/// its own random draw from `[min, max)` without a message from the leader before it stands, so
+/// the defaults (heartbeat 100 ms, election timeout 0.5–1 s) take 1.5–2 s of silence to start an
+/// election: ten heartbeats or more, enough for the scheduling and flush stalls of a loaded
+/// 2-core machine. A leader whose process is gone is replaced sooner, once the 1 s lease is over
+/// ([`failover`]). docs/OPERATIONS.md "Raft timing" has the reasoning and the measurements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RaftTimings {
     pub heartbeat_ms: u64,
@@ -45,11 +49,7 @@ pub struct RaftTimings {
 
 impl Default for RaftTimings {
     fn default() -> Self {
-        Self {
-            heartbeat_ms: 250,
-            election_timeout_min_ms: 2_000,
-            election_timeout_max_ms: 4_000,
-        }
+        Self::with_election_timeout(100, 500)
     }
 }
 

@@ -1,0 +1,380 @@
+//! An election as soon as a dead leader's lease has passed (docs/OPERATIONS.md "Raft timing").
+//!
+//! openraft 0.9 starts an election on a follower only once its leader lease
+//! (`election_timeout_max`) *and* its own random election timeout have passed since it last heard
+//! from the leader, and a voter refuses every candidate while its lease runs. Only the lease has
+//! to pass before a candidate can win; the extra timeout only spreads candidates apart, and it
+//! costs a whole timeout more when the first candidate is refused (a log behind, or two
+//! candidates of one term, which openraft's vote order cannot compare).
+//!
+//! When the leader's address refuses connections, nothing listens there: its process is gone.
+//! A leader that is stalled, overloaded or slow to answer still has its connections accepted by
+//! the kernel, so this is never a guess from timing. Then, once the lease has passed here and at
+//! the other voters (each says in `/raft/identity` how long ago it renewed its own; for one that
+//! does not, this node's silence plus [`Settings::margin`] stands in), the voter with the most
+//! complete log asks for votes at once, through `Raft::trigger().elect()`; voters whose log is as
+//! complete but whose id is higher wait [`Settings::stagger`] so that two candidates of one term
+//! do not refuse each other. One election per leader and term: whatever this does not decide (a
+//! candidate refused, a leader that does not answer at all, a peer with a longer log) is left to
+//! openraft's own timer, as without this module.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{NodeId, RaftTimings};
+use crate::node::ManagerNode;
+
+/// A log's last entry: the order of openraft's `LogId` (term, then index), which decides votes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LogTip {
+    pub term: u64,
+    pub index: u64,
+}
+
+impl From<openraft::LogId<NodeId>> for LogTip {
+    fn from(id: openraft::LogId<NodeId>) -> Self {
+        Self {
+            term: id.leader_id.term,
+            index: id.index,
+        }
+    }
+}
+
+/// When this node last accepted a message from a leader: an AppendEntries (heartbeats included)
+/// or a snapshot chunk whose term it did not refuse. openraft dates its leader lease from the
+/// same messages. Start-up counts as contact, as openraft dates a restarted node's vote at
+/// start-up, so a node that never heard from the leader waits one lease from its start.
+#[derive(Debug)]
+pub struct LeaderContact {
+    last: Mutex<Instant>,
+}
+
+impl Default for LeaderContact {
+    fn default() -> Self {
+        Self {
+            last: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl LeaderContact {
+    pub fn heard(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    pub fn since(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(*self.last.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The timing of the checks, from the Raft timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// openraft's leader lease: `election_timeout_max`.
+    pub lease: Duration,
+    /// Past the lease before asking the votes of a voter that does not say when its own lease
+    /// was renewed: it may have been up to one heartbeat round later than here (openraft's leader
+    /// sends heartbeats on its tick, every 1.5 heartbeat intervals; a restarted voter dates its
+    /// lease from its start).
+    pub margin: Duration,
+    /// How long a voter whose log is as complete as a lower id's leaves that one to stand.
+    pub stagger: Duration,
+    /// How often the conditions are checked.
+    pub check_every: Duration,
+    /// Bound on the connection attempt to the leader and on each peer's answer. A refusal comes
+    /// back at once; this only bounds an address that does not answer (no acceleration then) and
+    /// a peer too busy to say its log (not counted then).
+    pub probe_timeout: Duration,
+}
+
+impl Settings {
+    pub fn new(timings: RaftTimings) -> Self {
+        let heartbeat = Duration::from_millis(timings.heartbeat_ms);
+        Self {
+            lease: Duration::from_millis(timings.election_timeout_max_ms),
+            margin: 2 * heartbeat,
+            // Four of the lower id's checks, each on its own phase, and its vote round trip.
+            stagger: 2 * heartbeat,
+            check_every: heartbeat / 2,
+            probe_timeout: Duration::from_millis(timings.election_timeout_max_ms) / 2,
+        }
+    }
+}
+
+/// What this node's Raft says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    pub me: NodeId,
+    pub state: ServerState,
+    pub term: u64,
+    /// The leader this node follows (openraft names one only for a committed vote).
+    pub leader: Option<NodeId>,
+    /// Every voter with its advertised URL.
+    pub voters: Vec<(NodeId, String)>,
+    pub last_log: Option<LogTip>,
+}
+
+/// What a peer voter said about itself (`GET /raft/identity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerReport {
+    /// Its log's last entry; `None` for an empty log, or from a release that does not say.
+    pub log: Option<LogTip>,
+    /// How long ago it last renewed a leader's lease ([`LeaderContact`]), while it follows one;
+    /// `None` otherwise, or from a release that does not say.
+    pub lease_silence: Option<Duration>,
+}
+
+/// The I/O the checks need; the manager's is [`NodeSurroundings`].
+pub(crate) trait Surroundings {
+    fn view(&self) -> View;
+    /// Time since this node last heard from a leader ([`LeaderContact`]).
+    fn silence(&self) -> Duration;
+    /// True only when connecting to `address` was refused: nothing listens there.
+    async fn refuses_connections(&self, address: &str) -> bool;
+    /// `None`: no answer in time, or another node answered at its address.
+    async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport>;
+    /// Stands for election now.
+    async fn elect(&self);
+}
+
+/// What one check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Not a voter following another node's leadership (leading, standing, learning, or no
+    /// leader known): openraft's business.
+    NotFollowing,
+    /// This node already stood once while following this leader in this term.
+    AlreadyStood,
+    /// The leader was heard from within its lease.
+    LeaseRunning,
+    /// The leader's address accepts connections (or does not answer at all): it may be alive.
+    LeaderMayLive,
+    /// A peer's log is more complete: it is the one that can win.
+    PeerLogLonger(NodeId),
+    /// A peer's lease may still run, so it would refuse this node's candidacy.
+    PeerLeaseRunning(NodeId),
+    /// A peer with as complete a log and a lower id stands first.
+    Staggered(NodeId),
+    /// Stood for election.
+    Stood,
+}
+
+/// The state between checks: which leadership this node already stood against, and since when
+/// it has been leaving a peer to stand first.
+#[derive(Debug)]
+pub(crate) struct Detector {
+    settings: Settings,
+    stood_against: Option<(NodeId, u64)>,
+    staggered_since: Option<((NodeId, u64), Instant)>,
+}
+
+impl Detector {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            stood_against: None,
+            staggered_since: None,
+        }
+    }
+
+    pub(crate) async fn check<S: Surroundings>(&mut self, around: &S) -> Check {
+        let found = self.examine(around).await;
+        if found == Check::NotFollowing {
+            // Only a follower waits for a leader; a stale reading would look like a silent one.
+            metrics::gauge!("leasehold_raft_leader_silence_seconds").set(0.0);
+        }
+        if !matches!(found, Check::Staggered(_)) {
+            // A wait that was interrupted (the leader was heard from again) starts over.
+            self.staggered_since = None;
+        }
+        found
+    }
+
+    async fn examine<S: Surroundings>(&mut self, around: &S) -> Check {
+        let view = around.view();
+        let Some(leader) = view.leader else {
+            return Check::NotFollowing;
+        };
+        let is_voter = view.voters.iter().any(|(id, _)| *id == view.me);
+        if view.state != ServerState::Follower || leader == view.me || !is_voter {
+            return Check::NotFollowing;
+        }
+        let silence = around.silence();
+        metrics::gauge!("leasehold_raft_leader_silence_seconds").set(silence.as_secs_f64());
+        let episode = (leader, view.term);
+        if self.stood_against == Some(episode) {
+            return Check::AlreadyStood;
+        }
+        if silence < self.settings.lease {
+            return Check::LeaseRunning;
+        }
+        // A leader removed from the voters has no address here; openraft's timer handles it.
+        let Some((_, address)) = view.voters.iter().find(|(id, _)| *id == leader) else {
+            return Check::LeaderMayLive;
+        };
+        if !around.refuses_connections(address).await {
+            return Check::LeaderMayLive;
+        }
+        let mut first = None;
+        for (peer, address) in &view.voters {
+            if *peer == view.me || *peer == leader {
+                continue;
+            }
+            let report = around.peer_report(*peer, address).await;
+            let log = report.and_then(|r| r.log);
+            // Votes go to the most complete log (Raft §5.4.1): a candidate behind a peer is
+            // refused, and its term then blocks the peer's candidacy of the same term.
+            if log.is_some() && log > view.last_log {
+                return Check::PeerLogLonger(*peer);
+            }
+            if log.is_some() && log == view.last_log && *peer < view.me {
+                first = first.or(Some(*peer));
+            }
+            // A voter refuses every candidate while its own lease runs. One that says when it
+            // last renewed it is believed; for any other, this node's own silence stands in,
+            // with the margin for a voter renewed up to a tick later.
+            let lease_over = match report.and_then(|r| r.lease_silence) {
+                Some(peer_silence) => peer_silence >= self.settings.lease,
+                None => silence >= self.settings.lease + self.settings.margin,
+            };
+            if !lease_over {
+                return Check::PeerLeaseRunning(*peer);
+            }
+        }
+        if let Some(peer) = first {
+            let now = Instant::now();
+            let since = match self.staggered_since {
+                Some((seen, since)) if seen == episode => since,
+                _ => {
+                    self.staggered_since = Some((episode, now));
+                    now
+                }
+            };
+            if now.saturating_duration_since(since) < self.settings.stagger {
+                return Check::Staggered(peer);
+            }
+        }
+        self.stood_against = Some(episode);
+        tracing::warn!(
+            leader,
+            term = view.term,
+            silent_ms = silence.as_millis() as u64,
+            "the leader's address refuses connections and its lease has passed: standing for \
+             election now"
+        );
+        metrics::counter!("leasehold_raft_dead_leader_elections_total").increment(1);
+        around.elect().await;
+        Check::Stood
+    }
+}
+
+/// True when every address `url` resolves to refused a connection within `timeout`.
+pub async fn refuses_connections(url: &str, timeout: Duration) -> bool {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
+        return false;
+    };
+    // An IPv6 literal keeps its brackets in the URL, not in a socket address.
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let attempt = async {
+        let addresses: Vec<_> = tokio::net::lookup_host((host, port)).await.ok()?.collect();
+        let mut refused = !addresses.is_empty();
+        for address in addresses {
+            match TcpStream::connect(address).await {
+                Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                _ => refused = false,
+            }
+        }
+        Some(refused)
+    };
+    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(true)))
+}
+
+/// Checks every [`Settings::check_every`] until `shutdown`.
+pub(crate) async fn run<S: Surroundings>(
+    around: S,
+    settings: Settings,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut detector = Detector::new(settings);
+    let mut ticks = tokio::time::interval(settings.check_every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let found = detector.check(&around).await;
+        tracing::trace!(?found, "dead leader check");
+    }
+}
+
+/// The manager's own [`Surroundings`]: its Raft, its contact with the leader, its peers.
+pub(crate) struct NodeSurroundings {
+    node: Arc<ManagerNode>,
+    probe_timeout: Duration,
+}
+
+impl Surroundings for NodeSurroundings {
+    fn view(&self) -> View {
+        let last_log = self.node.raft.data_metrics().borrow().last_log;
+        let metrics = self.node.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        View {
+            me: self.node.id,
+            state: metrics.state,
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            voters: membership
+                .voter_ids()
+                .filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone())))
+                .collect(),
+            last_log: last_log.map(LogTip::from),
+        }
+    }
+
+    fn silence(&self) -> Duration {
+        self.node.leader_contact.since(Instant::now())
+    }
+
+    async fn refuses_connections(&self, address: &str) -> bool {
+        refuses_connections(address, self.probe_timeout).await
+    }
+
+    async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport> {
+        let report =
+            crate::bootstrap::probe_peer_within(&self.node, address, self.probe_timeout).await?;
+        (report.node_id == peer).then(|| PeerReport {
+            log: report.last_log,
+            lease_silence: report.lease_silence_ms.map(Duration::from_millis),
+        })
+    }
+
+    async fn elect(&self) {
+        if let Err(error) = self.node.raft.trigger().elect().await {
+            tracing::warn!(%error, "standing for election");
+        }
+    }
+}
+
+/// Runs the checks for `node` until `shutdown`.
+pub async fn watch_leader(node: Arc<ManagerNode>, shutdown: watch::Receiver<bool>) {
+    let settings = Settings::new(node.settings.timings);
+    let around = NodeSurroundings {
+        node,
+        probe_timeout: settings.probe_timeout,
+    };
+    run(around, settings, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests;
