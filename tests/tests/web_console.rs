@@ -491,6 +491,18 @@ async fn the_console_follows_executors_shards_and_managers_live() {
     }
     cluster.manager(page_node).start();
     cluster.wait_for_leader(LEADER_BOUND).await;
+    // The map may be what it was before the kill, so a settled map alone does not show that the
+    // page reconnected: its next try comes after a backoff of up to 5 s.
+    {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        poll_until("the page to reconnect", SETTLE_BOUND, || async {
+            let page = read_page(&mut **browser.lock().await).await?;
+            (!page.banner)
+                .then_some(())
+                .ok_or_else(|| "the banner still shows".to_string())
+        })
+        .await;
+    }
     let page = wait_settled(
         &mut browser,
         &cluster,
