@@ -849,8 +849,11 @@ mod tests {
         let s = setup(None);
         let task = tokio::spawn(s.service.clone().raise_on_arrival());
         s.ownership.hold(&[(0, 2), (2, 7)]);
+        // Done when the service has recorded both raises, not when the store shows them: the
+        // store is written on a blocking thread, before the task that records the raise runs on.
         for _ in 0..500 {
-            if s.store.fence_epoch(0).unwrap() == 2 && s.store.fence_epoch(2).unwrap() == 7 {
+            let opened = s.service.opened().clone();
+            if opened.get(&0) == Some(&2) && opened.get(&2) == Some(&7) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
