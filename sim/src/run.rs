@@ -438,10 +438,25 @@ fn drain_join_probe(world: &mut World) -> Result<(), Violation> {
     let Some(PausedDrain { slot: drained, .. }) = drain_while_paused(world)? else {
         return Ok(());
     };
+    // The premise: the drain's plan moves only the drained owner's shards, whose handoffs wait
+    // while it is paused, so the joiner's plan can retarget them. A plan that also moved another
+    // owner's shard (a share that reaches a whole shard once the drained executor's capacity is
+    // gone) completes that move before the joiner arrives, and no plan can take it back: then
+    // the fewest from before to the end is out of reach and the probe is moot, not failed.
+    let drained_id = world.executor_id_of(drained);
+    let only_the_drained_owner_moved = world.leader_state().is_some_and(|now| {
+        now.shards().iter().zip(before.shards()).all(|(now, was)| {
+            let unchanged =
+                now.epoch == was.epoch && now.owner == was.owner && now.handoff.is_none();
+            unchanged || (was.owner.is_some() && was.owner == drained_id)
+        })
+    });
     world.add_slot();
     settle_with(world, "after a drain and a join", false)?;
-    let expected = fewest_moves(&before, &owners_at_the_end(world));
-    check_moves(world, &before, expected, "a drain and a join")?;
+    if only_the_drained_owner_moved {
+        let expected = fewest_moves(&before, &owners_at_the_end(world));
+        check_moves(world, &before, expected, "a drain and a join")?;
+    }
     world.set_draining(drained, false);
     settle(world, "after the undrain")?;
     Ok(())
