@@ -119,6 +119,17 @@ impl Fleet {
             })
             .collect()
     }
+
+    /// Every live executor's utilisation within the default tolerance (10 %) of `average`.
+    fn assert_inside_the_band(&self, loads: &[f64], average: f64) {
+        let utilisations = self.utilisations(loads);
+        for (id, utilisation) in &utilisations {
+            assert!(
+                (utilisation - average).abs() <= 0.10 * average + 1e-9,
+                "{id} at {utilisation}, mean {average}: {utilisations:?}"
+            );
+        }
+    }
 }
 
 /// Inputs with `loads`, a budget of `allowed` balance moves and the default tolerance.
@@ -184,12 +195,7 @@ fn p15_2_skewed_loads_are_brought_within_the_band() {
     assert!(before[&fleet.ids[0]] > average * 1.1, "{before:?}");
     let plans = fleet.settle(&by_load(&loads, usize::MAX));
     assert!(!plans.is_empty());
-    for (id, utilisation) in fleet.utilisations(&loads) {
-        assert!(
-            (utilisation - average).abs() <= average * 0.10 + 1e-9,
-            "{id} at {utilisation}, mean {average}"
-        );
-    }
+    fleet.assert_inside_the_band(&loads, average);
     for plan in &plans {
         assert_eq!(
             reasons(plan).keys().copied().collect::<Vec<_>>(),
@@ -421,13 +427,7 @@ fn p15_4_a_hot_shard_too_big_for_its_small_executor_moves_to_a_larger_one_and_th
         owner == fleet.ids[2] || owner == fleet.ids[3],
         "the hot shard is on {owner}, not on a capacity-2 executor"
     );
-    for (id, utilisation) in fleet.utilisations(&loads) {
-        assert!(
-            (utilisation - average).abs() <= 0.10 * average + 1e-9,
-            "{id} at {utilisation}, mean {average}: {:?}",
-            fleet.utilisations(&loads)
-        );
-    }
+    fleet.assert_inside_the_band(&loads, average);
     assert_eq!(fleet.plan(&by_load(&loads, usize::MAX)), None);
 }
 
@@ -451,13 +451,7 @@ fn p15_2_an_executor_above_the_band_sheds_its_light_shards_when_its_heavy_ones_c
     let average = mean(&loads, 6.0);
     assert!((average - 10.0).abs() < 1e-9);
     fleet.settle(&by_load(&loads, usize::MAX));
-    for (id, utilisation) in fleet.utilisations(&loads) {
-        assert!(
-            (utilisation - average).abs() <= 0.10 * average + 1e-9,
-            "{id} at {utilisation}, mean {average}: {:?}",
-            fleet.utilisations(&loads)
-        );
-    }
+    fleet.assert_inside_the_band(&loads, average);
 }
 
 #[test]
