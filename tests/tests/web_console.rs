@@ -317,6 +317,23 @@ fn options() -> ClusterOptions {
     }
 }
 
+/// Waits until the page shows the disconnected banner (`shown`) or has reconnected (not).
+async fn wait_for_banner(browser: &mut Browser, shown: bool, bound: Duration) {
+    let what = if shown {
+        "the disconnected banner"
+    } else {
+        "the page to reconnect"
+    };
+    let browser = tokio::sync::Mutex::new(browser);
+    poll_until(what, bound, || async {
+        let page = read_page(&mut **browser.lock().await).await?;
+        (page.banner == shown)
+            .then_some(())
+            .ok_or_else(|| format!("banner shown: {}", page.banner))
+    })
+    .await;
+}
+
 /// Waits until the page lists exactly `names` and its map equals manager `id`'s with every shard
 /// owned and no handoff in flight.
 async fn wait_settled(browser: &mut Browser, cluster: &Cluster, id: u64, names: &[&str]) -> Page {
@@ -479,30 +496,12 @@ async fn the_console_follows_executors_shards_and_managers_live() {
     // follows the state again.
     cluster.wait_for_leader(LEADER_BOUND).await;
     cluster.manager(page_node).kill();
-    {
-        let browser = tokio::sync::Mutex::new(&mut browser);
-        poll_until("the disconnected banner", BANNER_BOUND, || async {
-            let page = read_page(&mut **browser.lock().await).await?;
-            page.banner
-                .then_some(())
-                .ok_or_else(|| "no banner".to_string())
-        })
-        .await;
-    }
+    wait_for_banner(&mut browser, true, BANNER_BOUND).await;
     cluster.manager(page_node).start();
     cluster.wait_for_leader(LEADER_BOUND).await;
     // The map may be what it was before the kill, so a settled map alone does not show that the
     // page reconnected: its next try comes after a backoff of up to 5 s.
-    {
-        let browser = tokio::sync::Mutex::new(&mut browser);
-        poll_until("the page to reconnect", SETTLE_BOUND, || async {
-            let page = read_page(&mut **browser.lock().await).await?;
-            (!page.banner)
-                .then_some(())
-                .ok_or_else(|| "the banner still shows".to_string())
-        })
-        .await;
-    }
+    wait_for_banner(&mut browser, false, SETTLE_BOUND).await;
     let page = wait_settled(
         &mut browser,
         &cluster,
