@@ -116,8 +116,8 @@ impl DeliveryPlanner {
             });
         }
         let mut revokes: BTreeMap<(ExecutorId, u64), Vec<ShardId>> = BTreeMap::new();
-        for shard in state.shards() {
-            if let (Some(owner), Some(handoff)) = (&shard.owner, &shard.handoff) {
+        for (shard, handoff) in state.releasing() {
+            if let Some(owner) = &shard.owner {
                 revokes
                     .entry((owner.clone(), handoff.revoke_revision))
                     .or_default()

@@ -242,16 +242,15 @@ impl LoadTracker {
     /// An executor that holds nothing and has not renewed yet (one that just registered)
     /// carries no load, so it does not hold placement back.
     pub fn loads(&self, state: &LeaseState, now_ms: u64) -> Loads {
-        let mut holding: BTreeSet<&str> = BTreeSet::new();
-        for shard in state.shards() {
-            let holder = match &shard.handoff {
-                Some(handoff) => handoff.to.as_deref(),
-                None => shard.owner.as_deref(),
-            };
-            if let Some(holder) = holder {
-                holding.insert(holder);
-            }
-        }
+        // A shard's holder is the target of its handoff while it is releasing, else its owner.
+        // Found from the releasing index and each executor's own set, not a scan of the shard
+        // table: this runs every leader step, at a million shards too.
+        let targets: BTreeSet<&str> = state
+            .releasing()
+            .filter_map(|(_, handoff)| handoff.to.as_deref())
+            .collect();
+        let holds =
+            |executor_id: &str| targets.contains(executor_id) || state.has_delivered(executor_id);
         for executor in state
             .executors()
             .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
@@ -259,7 +258,7 @@ impl LoadTracker {
             match self.reporting.get(&executor.id) {
                 Some(Reporting::NoLoads) => return Loads::Counts,
                 Some(Reporting::Loads) => {}
-                None if holding.contains(executor.id.as_str()) => return Loads::Learning,
+                None if holds(&executor.id) => return Loads::Learning,
                 None => {}
             }
         }
@@ -396,30 +395,27 @@ pub struct LoadSummary {
 impl LoadSummary {
     /// Summarises `loads` (index = shard) over the state at `now_ms`.
     pub fn of(state: &LeaseState, now_ms: u64, loads: &[f64]) -> Self {
-        let mut executors: BTreeMap<ExecutorId, (f64, f64)> = state
-            .executors()
-            .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
-            .map(|executor| (executor.id.clone(), (0.0, capacity_of(executor) as f64)))
-            .collect();
-        let mut total = 0.0;
-        for shard in state.shards() {
-            let load = usize::try_from(shard.id)
+        let load_of = |shard: ShardId| {
+            usize::try_from(shard)
                 .ok()
                 .and_then(|index| loads.get(index))
                 .copied()
-                .unwrap_or(0.0);
-            total += load;
-            if shard.handoff.is_some() {
-                continue;
-            }
-            if let Some(entry) = shard
-                .owner
-                .as_ref()
-                .and_then(|owner| executors.get_mut(owner))
-            {
-                entry.0 += load;
-            }
-        }
+                .unwrap_or(0.0)
+        };
+        // Each executor's load over its delivered set (a releasing shard counts for nobody), from
+        // its own set rather than a lookup by owner for every shard in the table.
+        let executors: BTreeMap<ExecutorId, (f64, f64)> = state
+            .executors()
+            .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
+            .map(|executor| {
+                let load = state
+                    .delivered(&executor.id)
+                    .map(|(shard, _)| load_of(shard))
+                    .sum::<f64>();
+                (executor.id.clone(), (load, capacity_of(executor) as f64))
+            })
+            .collect();
+        let total: f64 = loads.iter().take(state.shards().len()).sum();
         let total_capacity: f64 = executors.values().map(|(_, capacity)| capacity).sum();
         let smallest_capacity = executors
             .values()

@@ -240,6 +240,7 @@ impl LeaseState {
                 handoff: None,
             })
             .collect();
+        self.releasing.clear();
         self.touch_assignment(log_index);
         Outcome::Initialised {
             config,
@@ -438,10 +439,14 @@ impl LeaseState {
             return Vec::new();
         };
         // Releasing shards are few and found by index; the claims are searched only for them.
+        if self.releasing.is_empty() {
+            return Vec::new();
+        }
         let releasing: Vec<ShardId> = executor
             .owned_shards
             .iter()
             .copied()
+            .filter(|shard| self.releasing.contains(shard))
             .filter(|&shard| {
                 self.shard(shard)
                     .and_then(|entry| entry.handoff.as_ref())
@@ -592,6 +597,7 @@ impl LeaseState {
                             revoke_revision: log_index,
                             from_grant_expiry_ms,
                         });
+                        self.releasing.insert(step.shard);
                     }
                     effects.revokes.entry(owner).or_default().insert(step.shard);
                     releasing.insert(step.shard);
@@ -599,6 +605,7 @@ impl LeaseState {
                 (Some(owner), true) if owner == step.to => {
                     if let Some(entry) = self.shards.get_mut(index) {
                         entry.handoff = None;
+                        self.releasing.remove(&step.shard);
                     }
                     effects.assignments.insert(owner);
                     cancelled.insert(step.shard);
@@ -738,15 +745,9 @@ impl LeaseState {
     /// it has expired at the command's `now_ms` (P5.2), re-checked here (P2.4).
     fn apply_complete_handoffs(&mut self, log_index: u64, now_ms: u64) -> Outcome {
         let due: Vec<ShardId> = self
-            .shards
-            .iter()
-            .filter(|entry| {
-                entry
-                    .handoff
-                    .as_ref()
-                    .is_some_and(|handoff| handoff.from_grant_expiry_ms <= now_ms)
-            })
-            .map(|entry| entry.id)
+            .releasing()
+            .filter(|(_, handoff)| handoff.from_grant_expiry_ms <= now_ms)
+            .map(|(entry, _)| entry.id)
             .collect();
         let mut effects = EffectsBuilder::default();
         let mut completed = Vec::new();
@@ -773,6 +774,7 @@ impl LeaseState {
         let Some(handoff) = entry.handoff.take() else {
             return false;
         };
+        self.releasing.remove(&shard);
         if let Some(old_owner) = entry.owner.take() {
             if let Some(executor) = self.executors.get_mut(&old_owner) {
                 executor.owned_shards.remove(&shard);
@@ -798,6 +800,7 @@ impl LeaseState {
         entry.owner = Some(new_owner.clone());
         entry.epoch = entry.epoch.saturating_add(1);
         entry.handoff = None;
+        self.releasing.remove(&shard);
         effects.assignments.insert(new_owner.clone());
     }
 
@@ -822,6 +825,7 @@ impl LeaseState {
                 continue;
             };
             entry.owner = None;
+            self.releasing.remove(&shard);
             match entry.handoff.take() {
                 Some(Handoff {
                     to: Some(target), ..
@@ -831,22 +835,14 @@ impl LeaseState {
         }
         // Found first and then changed one by one: the shard table shares its structure with
         // earlier copies (a snapshot being written), so touching every entry would copy it all.
-        let targeted: Vec<usize> = self
-            .shards
-            .iter()
-            .enumerate()
-            .filter(|(_, entry)| {
-                entry
-                    .handoff
-                    .as_ref()
-                    .is_some_and(|handoff| handoff.to.as_deref() == Some(executor_id))
-            })
-            .map(|(index, _)| index)
+        let targeted: Vec<ShardId> = self
+            .releasing()
+            .filter(|(_, handoff)| handoff.to.as_deref() == Some(executor_id))
+            .map(|(entry, _)| entry.id)
             .collect();
-        for index in targeted {
-            if let Some(handoff) = self
-                .shards
-                .get_mut(index)
+        for shard in targeted {
+            if let Some(handoff) = shard_index(shard)
+                .and_then(|index| self.shards.get_mut(index))
                 .and_then(|entry| entry.handoff.as_mut())
             {
                 handoff.to = None;

@@ -150,8 +150,9 @@ impl From<Grant> for leasehold_api::wire::Grant {
 }
 
 /// The replicated lease state (P2.1). Fields are private: it changes only through
-/// [`LeaseState::apply`], which keeps the shard table and the executors' indexes in agreement.
+/// [`LeaseState::apply`], which keeps the shard table and the indexes in agreement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "StoredLeaseState")]
 pub struct LeaseState {
     /// `None` until the first `Init`; every other command is refused before it.
     pub(super) config: Option<ClusterConfig>,
@@ -175,6 +176,53 @@ pub struct LeaseState {
     /// The committed cluster version (P14.3): the newest schema every voter can apply, raised by
     /// `SetClusterVersion`, never lowered. A cluster formed by 0.1.0 replicas is at schema 2.
     pub(super) cluster_version: u32,
+    /// The shards with a handoff, ascending. Derived from the shard table and never stored (a
+    /// decoded state rebuilds it), so the schema is unchanged. Delivery rounds, leader steps
+    /// and removals read it, so their work is proportional to the handoffs in flight, not to
+    /// the shard count.
+    #[serde(skip)]
+    pub(super) releasing: OrdSet<ShardId>,
+}
+
+/// [`LeaseState`] as encoded: every field but the derived index, in the same order (bincode
+/// encodes a struct as its fields in sequence). Decoding goes through it to rebuild the index.
+#[derive(Deserialize)]
+struct StoredLeaseState {
+    config: Option<ClusterConfig>,
+    revision: u64,
+    assignment_revision: u64,
+    executors: OrdMap<ExecutorId, Executor>,
+    shards: Vector<Shard>,
+    tombstones: OrdMap<ExecutorId, Tombstone>,
+    longest_lease_told_ms: u64,
+    cluster_version: u32,
+}
+
+impl From<StoredLeaseState> for LeaseState {
+    fn from(stored: StoredLeaseState) -> Self {
+        let mut state = Self {
+            config: stored.config,
+            revision: stored.revision,
+            assignment_revision: stored.assignment_revision,
+            executors: stored.executors,
+            shards: stored.shards,
+            tombstones: stored.tombstones,
+            longest_lease_told_ms: stored.longest_lease_told_ms,
+            cluster_version: stored.cluster_version,
+            releasing: OrdSet::new(),
+        };
+        state.rebuild_indexes();
+        state
+    }
+}
+
+/// The shards of `table` with a handoff: what [`LeaseState::releasing`] indexes.
+fn releasing_in(table: &Vector<Shard>) -> OrdSet<ShardId> {
+    table
+        .iter()
+        .filter(|shard| shard.handoff.is_some())
+        .map(|shard| shard.id)
+        .collect()
 }
 
 impl Default for LeaseState {
@@ -188,6 +236,7 @@ impl Default for LeaseState {
             tombstones: OrdMap::new(),
             longest_lease_told_ms: 0,
             cluster_version: super::schema::OLDEST_SCHEMA,
+            releasing: OrdSet::new(),
         }
     }
 }
@@ -265,7 +314,7 @@ impl LeaseState {
     }
 
     /// [`LeaseState::delivered_set`], ascending, without collecting it.
-    pub(super) fn delivered<'a>(
+    pub fn delivered<'a>(
         &'a self,
         executor_id: &str,
     ) -> impl Iterator<Item = (ShardId, Epoch)> + 'a {
@@ -276,6 +325,11 @@ impl LeaseState {
             .filter_map(|&shard| self.shard(shard))
             .filter(|shard| shard.handoff.is_none())
             .map(|shard| (shard.id, shard.epoch))
+    }
+
+    /// Whether the executor's delivered set is not empty.
+    pub fn has_delivered(&self, executor_id: &str) -> bool {
+        self.delivered(executor_id).next().is_some()
     }
 
     /// What a register or renew reply to `executor_id` carries at `now_ms` (§9, P3.1, P4.1):
@@ -308,33 +362,45 @@ impl LeaseState {
             .collect()
     }
 
+    /// Rebuilds the derived indexes from the shard table (after decoding).
+    pub(super) fn rebuild_indexes(&mut self) {
+        self.releasing = releasing_in(&self.shards);
+    }
+
+    /// The shards releasing from their owners (P5.2), ascending, with their handoffs.
+    pub fn releasing(&self) -> impl Iterator<Item = (&Shard, &Handoff)> {
+        self.releasing.iter().filter_map(|&id| {
+            let shard = self.shard(id)?;
+            Some((shard, shard.handoff.as_ref()?))
+        })
+    }
+
     /// Whether some releasing shard's old grant has expired at `now_ms`, so `CompleteHandoffs`
     /// would hand it on (P5.2).
     pub fn handoffs_due(&self, now_ms: u64) -> bool {
-        self.shards.iter().any(|shard| {
-            shard
-                .handoff
-                .as_ref()
-                .is_some_and(|handoff| handoff.from_grant_expiry_ms <= now_ms)
-        })
+        self.releasing()
+            .any(|(_, handoff)| handoff.from_grant_expiry_ms <= now_ms)
     }
 
     /// Earliest instant at which a releasing shard may be handed on without an acknowledgement,
     /// so the leader loop can wake for it; `None` when nothing is releasing.
     pub fn next_handoff_due_ms(&self) -> Option<u64> {
-        self.shards
-            .iter()
-            .filter_map(|shard| shard.handoff.as_ref())
-            .map(|handoff| handoff.from_grant_expiry_ms)
+        self.releasing()
+            .map(|(_, handoff)| handoff.from_grant_expiry_ms)
             .min()
     }
 
     /// Number of shards currently releasing.
     pub fn releasing_count(&self) -> usize {
-        self.shards
-            .iter()
-            .filter(|shard| shard.handoff.is_some())
-            .count()
+        self.releasing.len()
+    }
+
+    /// Number of shards with an owner, releasing ones included.
+    pub fn owned_count(&self) -> usize {
+        self.executors
+            .values()
+            .map(|executor| executor.owned_shards.len())
+            .sum()
     }
 
     /// Checks the structural invariants `apply` maintains; empty when they hold. Meant for tests
@@ -399,6 +465,14 @@ impl LeaseState {
                     ));
                 }
             }
+        }
+        let releasing = releasing_in(&self.shards);
+        if releasing != self.releasing {
+            violations.push(format!(
+                "the releasing index lists {:?}, the shard table {:?}",
+                self.releasing.iter().take(8).collect::<Vec<_>>(),
+                releasing.iter().take(8).collect::<Vec<_>>()
+            ));
         }
         for executor in self.executors.values() {
             for &shard in &executor.owned_shards {

@@ -283,7 +283,7 @@ impl From<Tombstone> for super::Tombstone {
 
 impl From<LeaseState> for super::LeaseState {
     fn from(state: LeaseState) -> Self {
-        super::LeaseState {
+        let mut migrated = super::LeaseState {
             config: state.config.map(Into::into),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
@@ -317,7 +317,10 @@ impl From<LeaseState> for super::LeaseState {
             longest_lease_told_ms: state.longest_lease_told_ms,
             // Schema 2 had no cluster version: a cluster of 0.1.0 replicas was at schema 2.
             cluster_version: SCHEMA_0_1_0,
-        }
+            releasing: Default::default(),
+        };
+        migrated.rebuild_indexes();
+        migrated
     }
 }
 

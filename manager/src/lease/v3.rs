@@ -195,7 +195,7 @@ impl From<Command> for super::Command {
 
 impl From<LeaseState> for super::LeaseState {
     fn from(state: LeaseState) -> Self {
-        super::LeaseState {
+        let mut migrated = super::LeaseState {
             config: state.config.map(Into::into),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
@@ -227,7 +227,10 @@ impl From<LeaseState> for super::LeaseState {
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
-        }
+            releasing: Default::default(),
+        };
+        migrated.rebuild_indexes();
+        migrated
     }
 }
 

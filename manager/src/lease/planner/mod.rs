@@ -218,8 +218,8 @@ fn executors_holding_nothing(state: &LeaseState) -> BTreeSet<&str> {
         .filter(|executor| executor.owned_shards.is_empty())
         .map(|executor| executor.id.as_str())
         .collect();
-    for shard in state.shards() {
-        if let Some(target) = shard.handoff.as_ref().and_then(|h| h.to.as_deref()) {
+    for (_, handoff) in state.releasing() {
+        if let Some(target) = handoff.to.as_deref() {
             newcomers.remove(target);
         }
     }

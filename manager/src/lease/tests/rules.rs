@@ -1740,6 +1740,13 @@ fn p2_1_each_broken_structural_invariant_is_reported() {
             "lists shard 0, whose owner is",
         ),
         (
+            "the releasing index out of step with the shard table",
+            Box::new(|state| {
+                state.releasing.remove(&2);
+            }),
+            "the releasing index lists",
+        ),
+        (
             "an executor also tombstoned",
             Box::new(move |state| {
                 state.tombstones.insert(b.clone(), tombstone(&b, 1));
