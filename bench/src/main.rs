@@ -1,6 +1,6 @@
 //! `leasehold-loadgen`: drives simulated executors against a three-node Leasehold cluster and the
 //! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
-//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B7, B9), plus `smoke`, the
+//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B7, B9, B10), plus `smoke`, the
 //! short run CI executes. B7 compares Leasehold with itself (placement by load and by count), so
 //! it has no etcd half.
 //!
@@ -170,6 +170,19 @@ enum Scenario {
         executors: usize,
         #[arg(long, value_delimiter = ',', default_value = "1024,1000000")]
         shards: Vec<u32>,
+    },
+    /// An idle leader: the fleet renews at the protocol's cadence, nothing changes; CPU of every
+    /// manager over a window.
+    B10 {
+        #[arg(long, default_value_t = 10_000)]
+        executors: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1000000")]
+        shards: Vec<u32>,
+        /// After settling, renew this long before measuring.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+        quiet: Duration,
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+        window: Duration,
     },
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
@@ -439,6 +452,22 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
         Scenario::B9 { executors, shards } => {
             scenarios::b9(env, executors, &shards).await?.print()?
         }
+        Scenario::B10 {
+            executors,
+            shards,
+            quiet,
+            window,
+        } => scenarios::b10(
+            env,
+            &scenarios::B10Options {
+                executors,
+                shard_counts: shards,
+                quiet,
+                window,
+            },
+        )
+        .await?
+        .print()?,
         Scenario::B6 {
             duration,
             sample_every,

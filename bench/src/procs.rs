@@ -44,6 +44,25 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// CPU time a process has used so far (user + system), from /proc; `None` once it is gone.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    // utime and stime are fields 14 and 15, so the 12th and 13th after the name.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|ticks| u64::try_from(ticks).ok())
+        .filter(|&ticks| ticks > 0)?;
+    Some(Duration::from_secs_f64(
+        (utime + stime) as f64 / ticks_per_second as f64,
+    ))
+}
+
 /// The 1-minute load average, to record the machine's load beside every figure.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")

@@ -1,4 +1,4 @@
-//! The scenarios of docs/BENCHMARKS.md (B1–B6, B9; B7 is in src/b7.rs) and the short CI run.
+//! The scenarios of docs/BENCHMARKS.md (B1–B6, B9, B10; B7 is in src/b7.rs) and the short CI run.
 //! Each prints a markdown table on stdout; progress goes to stderr.
 
 use std::path::{Path, PathBuf};
@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use leasehold_api::client::ClientConfig;
 use leasehold_api::routing::{RouteTable, RoutingClient, RoutingConfig};
-use leasehold_api::wire::ExecutorView;
 use leasehold_api::wire::RoutingTable;
+use leasehold_api::wire::{ClusterInfo, ExecutorView};
 use leasehold_harness::{
     binary_in, free_port, poll_every, poll_until, ChildProcess, Manager, ManagerCluster,
     ManagerFlags,
@@ -1575,6 +1575,150 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
             format!("{load} → {}", load_average()),
         ]);
         fleet.deregister_all().await?;
+    }
+    Ok(table)
+}
+
+// ---------------------------------------------------------------------------------------------
+// B10
+
+/// What B10 measures over its window, per shard count.
+pub struct B10Options {
+    pub executors: usize,
+    pub shard_counts: Vec<u32>,
+    /// After settling, how long the fleet renews before the window opens, so the last pushes,
+    /// revokes and plans are behind it.
+    pub quiet: Duration,
+    pub window: Duration,
+}
+
+/// An idle leader: the fleet renews at the protocol's cadence and nothing else changes. CPU
+/// time of every manager over the window, from /proc, as a share of one core.
+pub async fn b10(env: &Env, options: &B10Options) -> Result<Table> {
+    let mut table = Table::new(&[
+        "B10",
+        "executors",
+        "shards",
+        "window",
+        "renewals/s in the window",
+        "Raft entries/s",
+        "leader CPU (share of one core)",
+        "followers' CPU",
+        "load generator's CPU",
+        "owner changes in the window",
+        "leader RSS",
+        "load avg",
+    ]);
+    let executors = options.executors;
+    for &shards in &options.shard_counts {
+        let load = load_average();
+        let security = &env.security;
+        let mut cluster = leasehold_cluster(
+            env,
+            security,
+            &format!("b10-{shards}"),
+            default_flags(shards),
+        )
+        .await?;
+        let started = Instant::now();
+        let fleet =
+            Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
+        let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
+        settle(
+            &mut cluster,
+            &fleet,
+            shards,
+            SETTLE_BOUND,
+            Renewing::ByCaller,
+        )
+        .await?;
+        eprintln!(
+            "B10: {executors} executors, {shards} shards settled after {:.1} s; quiet for {:?}",
+            started.elapsed().as_secs_f64(),
+            options.quiet
+        );
+        tokio::time::sleep(options.quiet).await;
+        let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+        let pids: Vec<(u64, u32)> = cluster
+            .managers
+            .iter()
+            .filter_map(|(&id, manager)| manager.pid().map(|pid| (id, pid)))
+            .collect();
+        let own_pid = std::process::id();
+        let cpu_now = || -> Result<Vec<Duration>> {
+            pids.iter()
+                .map(|&(_, pid)| pid)
+                .chain([own_pid])
+                .map(|pid| procs::cpu_time(pid).with_context(|| format!("B10: /proc/{pid}/stat")))
+                .collect()
+        };
+        let routes_before = cluster_routing_table(&cluster).await?;
+        let committed = |info: ClusterInfo| info.committed_index.unwrap_or(0);
+        let committed_before =
+            committed(cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?);
+        let ok_before = cadence.counters.ok.load(Ordering::Relaxed);
+        let cpu_before = cpu_now()?;
+        let window_started = Instant::now();
+        eprintln!("B10: measuring for {:?}", options.window);
+        tokio::time::sleep(options.window).await;
+        let cpu_after = cpu_now()?;
+        let elapsed = window_started.elapsed();
+        let ok_after = cadence.counters.ok.load(Ordering::Relaxed);
+        let committed_after =
+            committed(cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?);
+        let routes_after = cluster_routing_table(&cluster).await?;
+        let still_leader = cluster.wait_for_leader(FORM_BOUND).await?;
+        if still_leader != leader {
+            bail!("B10: the leader changed during the window ({leader} → {still_leader})");
+        }
+        let share = |index: usize| {
+            let used = cpu_after[index].saturating_sub(cpu_before[index]);
+            format!(
+                "{:.1} %",
+                100.0 * used.as_secs_f64() / elapsed.as_secs_f64()
+            )
+        };
+        let leader_index = pids
+            .iter()
+            .position(|&(id, _)| id == leader)
+            .context("B10: the leader's process")?;
+        let followers: Vec<String> = (0..pids.len())
+            .filter(|&index| index != leader_index)
+            .map(share)
+            .collect();
+        let leader_rss = rss_bytes(pids[leader_index].1).unwrap_or(0);
+        let counters = cadence.stop().await;
+        let evicted = counters.evictions.load(Ordering::Relaxed);
+        if evicted > 0 {
+            bail!("B10: {evicted} executors were evicted");
+        }
+        table.row(vec![
+            "B10".into(),
+            executors.to_string(),
+            shards.to_string(),
+            format!("{:.0} s", elapsed.as_secs_f64()),
+            format!(
+                "{:.0}",
+                (ok_after - ok_before) as f64 / elapsed.as_secs_f64()
+            ),
+            format!(
+                "{:.0}",
+                committed_after.saturating_sub(committed_before) as f64 / elapsed.as_secs_f64()
+            ),
+            share(leader_index),
+            followers.join(", "),
+            share(pids.len()),
+            if routes_after.routes() == routes_before.routes() {
+                "none".into()
+            } else {
+                "owners changed".into()
+            },
+            fmt_bytes(leader_rss),
+            format!("{load} → {}", load_average()),
+        ]);
+        // The cluster is dropped with its managers; deregistering 10 000 executors one by one
+        // would only measure something else.
+        eprint!("{}", table.render());
     }
     Ok(table)
 }
