@@ -326,6 +326,15 @@ impl EtcdCluster {
         self.members.iter().map(|m| m.data_dir.clone()).collect()
     }
 
+    /// The process id of each running member, by index.
+    pub fn pids(&self) -> Vec<(usize, u32)> {
+        self.members
+            .iter()
+            .enumerate()
+            .filter_map(|(index, member)| member.process.pid().map(|pid| (index, pid)))
+            .collect()
+    }
+
     pub fn kill(&mut self, index: usize) {
         if let Some(member) = self.members.get_mut(index) {
             member.process.kill();
