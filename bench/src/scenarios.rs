@@ -261,6 +261,34 @@ async fn settled_fleet_spec(
     Ok(fleet)
 }
 
+/// A fleet that keeps renewing: registers `executors` simulated executors, starts their
+/// [`Cadence`] (which the caller stops), and waits until they have settled (see [`settle`]).
+/// Returns how long registration took, from the first request. `label` prefixes the progress
+/// lines.
+async fn renewing_settled_fleet(
+    label: &str,
+    cluster: &mut ManagerCluster,
+    security: &Security,
+    executors: usize,
+    shards: u32,
+    settle_bound: Duration,
+) -> Result<(Arc<LeaseholdFleet>, Cadence, Duration)> {
+    let started = Instant::now();
+    let fleet = Arc::new(leasehold_fleet(cluster, security, executors, executor_client()).await?);
+    let registered = started.elapsed();
+    let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
+    eprintln!(
+        "{label}: {executors} executors registered after {:.1} s ({shards} shards); settling",
+        registered.as_secs_f64()
+    );
+    settle(cluster, &fleet, shards, settle_bound, Renewing::ByCaller).await?;
+    eprintln!(
+        "{label}: settled after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok((fleet, cadence, registered))
+}
+
 fn per_holder_shards(shard_count: u32, holders: usize) -> u32 {
     let holders = u32::try_from(holders.max(1)).unwrap_or(u32::MAX);
     shard_count.div_ceil(holders)
@@ -1169,22 +1197,15 @@ pub async fn b5(env: &Env, executors: usize, options: ManagerFlags) -> Result<Ta
         .unwrap_or_else(|| "default".to_owned());
     let security = &env.security;
     let mut cluster = leasehold_cluster(env, security, "b5", options).await?;
-    let setup = Instant::now();
-    let fleet = Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
-    let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
-    eprintln!(
-        "B5: {executors} registered after {:.1} s; settling",
-        setup.elapsed().as_secs_f64()
-    );
-    settle(
+    let (_fleet, cadence, _) = renewing_settled_fleet(
+        "B5",
         &mut cluster,
-        &fleet,
+        security,
+        executors,
         shards,
         Duration::from_secs(1800),
-        Renewing::ByCaller,
     )
     .await?;
-    eprintln!("B5: settled after {:.1} s", setup.elapsed().as_secs_f64());
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     let leader_rss = cluster
         .managers
@@ -1511,20 +1532,13 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
         .await
         .context("B9: the routing client")?;
         let started = Instant::now();
-        let fleet =
-            Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
-        let registered = started.elapsed();
-        let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
-        eprintln!(
-            "B9: {executors} executors registered after {:.1} s ({shards} shards); settling",
-            registered.as_secs_f64()
-        );
-        settle(
+        let (fleet, cadence, registered) = renewing_settled_fleet(
+            "B9",
             &mut cluster,
-            &fleet,
+            security,
+            executors,
             shards,
             SETTLE_BOUND,
-            Renewing::ByCaller,
         )
         .await?;
         let settled = started.elapsed();
@@ -1661,23 +1675,16 @@ pub async fn b10(env: &Env, options: &B10Options) -> Result<Table> {
             default_flags(shards),
         )
         .await?;
-        let started = Instant::now();
-        let fleet =
-            Arc::new(leasehold_fleet(&cluster, security, executors, executor_client()).await?);
-        let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
-        settle(
+        let (_fleet, cadence, _) = renewing_settled_fleet(
+            "B10",
             &mut cluster,
-            &fleet,
+            security,
+            executors,
             shards,
             SETTLE_BOUND,
-            Renewing::ByCaller,
         )
         .await?;
-        eprintln!(
-            "B10: {executors} executors, {shards} shards settled after {:.1} s; quiet for {:?}",
-            started.elapsed().as_secs_f64(),
-            options.quiet
-        );
+        eprintln!("B10: quiet for {:?}", options.quiet);
         tokio::time::sleep(options.quiet).await;
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
         let (ids, pids): (Vec<u64>, Vec<u32>) = cluster
