@@ -33,7 +33,7 @@ use crate::tls::TlsConfig;
 use crate::wire::{
     AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute,
     RegisterRequest, ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply,
-    StateView, WatchReply, FIRST_RELEASE_SCHEMA,
+    StateView, WatchReply, COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA,
 };
 
 /// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
@@ -325,6 +325,9 @@ impl Client {
     /// `POST /v1/executors/{id}/renew`. A renewal is a `max` on the manager (P3.4), so a repeat is
     /// harmless.
     /// `credential` is the one the executor registered with, if it did (P13.4).
+    /// Claims go as runs to a manager that stated cluster version [`COMPACT_SHARDS_SCHEMA`] or
+    /// later (docs/PROTOCOL.md, "Versions"), as a list otherwise; either way the grant returned
+    /// lists its set in `shards`.
     pub async fn renew(
         &self,
         executor_id: &str,
@@ -332,7 +335,12 @@ impl Client {
         request: &RenewRequest,
     ) -> Result<Grant, ClientError> {
         let path = format!("/v1/executors/{}/renew", path_segment(executor_id)?);
-        let body = encode(request)?;
+        let body =
+            if request.claim_runs.is_none() && self.cluster_version() >= COMPACT_SHARDS_SCHEMA {
+                encode(&request.clone().into_claim_runs())?
+            } else {
+                encode(request)?
+            };
         let reply = self
             .send_as(
                 Method::POST,
@@ -342,7 +350,9 @@ impl Client {
                 credential,
             )
             .await?;
-        decode(&reply)
+        decode::<Grant>(&reply)?
+            .expand_shard_runs()
+            .map_err(|error| ClientError::Decode(format!("the grant's shard runs: {error}")))
     }
 
     /// `POST /v1/executors/{id}/release`: acknowledge a revoke. Names its handoff (P5.2), so a

@@ -56,6 +56,29 @@ pub enum ShardListError {
     },
 }
 
+/// Why a shard list in runs ([`ShardRun`]) is malformed (I6); its message is a `400` detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardRunError {
+    /// A run reaching past the shard count.
+    #[error(transparent)]
+    List(#[from] ShardListError),
+    /// A run of no shards says nothing and is refused rather than skipped.
+    #[error("the run starting at shard {first} is empty (a run's count is at least 1)")]
+    EmptyRun {
+        /// Where the empty run starts.
+        first: u32,
+    },
+    /// Runs are ascending and disjoint, so each shard is listed once.
+    #[error("the run starting at shard {first} overlaps or comes before the run preceding it (runs are ascending and disjoint)")]
+    RunOutOfOrder {
+        /// Where the misplaced run starts.
+        first: u32,
+    },
+    /// A list given both as entries and as runs: the two could disagree.
+    #[error("the shards are given both as a list and as runs; send one of the two")]
+    BothForms,
+}
+
 /// Checks that every shard of a list (claims, a release, a delivered set, a revoke) is below
 /// `shard_count` and listed once. Lists are normally ascending (grants and pushes list shards
 /// so, and executors claim what they hold in that order), and then the duplicate check is one
@@ -125,6 +148,103 @@ pub struct ShardEpoch {
     pub epoch: u64,
 }
 
+/// Consecutive shards sharing one epoch: shards `first..first + count`, each at `epoch`. The
+/// compact form of a shard list on the wire (`RenewRequest::claim_runs`, `Grant::shard_runs`):
+/// an executor's set is a few blocks of shards, mostly minted in the same rebalance, so its runs
+/// are far fewer than its shards. Encoded as a JSON array `[first, count, epoch]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u32, u32, u64)", into = "(u32, u32, u64)")]
+pub struct ShardRun {
+    /// The run's lowest shard.
+    pub first: u32,
+    /// How many consecutive shards it spans; at least 1.
+    pub count: u32,
+    /// The epoch of every shard in it.
+    pub epoch: u64,
+}
+
+impl From<(u32, u32, u64)> for ShardRun {
+    fn from((first, count, epoch): (u32, u32, u64)) -> Self {
+        Self {
+            first,
+            count,
+            epoch,
+        }
+    }
+}
+
+impl From<ShardRun> for (u32, u32, u64) {
+    fn from(run: ShardRun) -> Self {
+        (run.first, run.count, run.epoch)
+    }
+}
+
+/// `shards` as runs ([`ShardRun`]): each maximal stretch of consecutive shards at one epoch is
+/// one run. Sets are listed ascending (grants, pushes and an executor's claims are); a list in
+/// another order is sorted first, since the runs of a set are ascending by rule.
+pub fn shard_runs(shards: &[ShardEpoch]) -> Vec<ShardRun> {
+    let sorted;
+    let shards = if shards.is_sorted_by_key(|entry| entry.shard) {
+        shards
+    } else {
+        let mut copy = shards.to_vec();
+        copy.sort_unstable();
+        sorted = copy;
+        &sorted
+    };
+    let mut runs: Vec<ShardRun> = Vec::new();
+    for entry in shards {
+        match runs.last_mut() {
+            Some(run)
+                if run.epoch == entry.epoch
+                    && u64::from(run.first) + u64::from(run.count) == u64::from(entry.shard) =>
+            {
+                run.count += 1;
+            }
+            _ => runs.push(ShardRun {
+                first: entry.shard,
+                count: 1,
+                epoch: entry.epoch,
+            }),
+        }
+    }
+    runs
+}
+
+/// The shard list `runs` stand for, ascending, after checking them (I6): every run non-empty,
+/// inside `0..shard_count`, after the one before it and not overlapping it. Nothing is allocated
+/// before the runs are known to fit, so the list is at most `shard_count` long whatever they say.
+pub fn expand_shard_runs(
+    runs: &[ShardRun],
+    shard_count: u32,
+) -> Result<Vec<ShardEpoch>, ShardRunError> {
+    let mut lowest_free: u64 = 0;
+    for run in runs {
+        if run.count == 0 {
+            return Err(ShardRunError::EmptyRun { first: run.first });
+        }
+        if u64::from(run.first) < lowest_free {
+            return Err(ShardRunError::RunOutOfOrder { first: run.first });
+        }
+        let end = u64::from(run.first) + u64::from(run.count);
+        if end > u64::from(shard_count) {
+            let shard = u32::try_from(end - 1).unwrap_or(u32::MAX).max(shard_count);
+            return Err(ShardListError::OutOfRange { shard, shard_count }.into());
+        }
+        lowest_free = end;
+    }
+    // Disjoint and inside `0..shard_count`, so the total is at most `shard_count`.
+    let total: u64 = runs.iter().map(|run| u64::from(run.count)).sum();
+    let mut shards = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    for run in runs {
+        shards.extend((run.first..run.first + run.count).map(|shard| ShardEpoch {
+            shard,
+            epoch: run.epoch,
+        }));
+    }
+    Ok(shards)
+}
+
 /// `POST /v1/executors`: register an executor (P4.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
@@ -171,6 +291,10 @@ pub const CREDENTIALS_SCHEMA: u32 = 3;
 /// P14.3): `RegisterRequest::capacity` and `RenewRequest::loads` are sent only to managers
 /// stating this cluster version or later.
 pub const CAPACITY_SCHEMA: u32 = 4;
+/// The cluster version from which renewals may carry their claims as runs and get their set back
+/// so (`RenewRequest::claim_runs`, `Grant::shard_runs`): a wire form only, brought by the
+/// release that brought schema 4, so every manager stating it reads the runs.
+pub const COMPACT_SHARDS_SCHEMA: u32 = CAPACITY_SCHEMA;
 
 /// The capacity of an executor that states none (every executor of an earlier release): all
 /// executors equal, as P5.4 spreads them.
@@ -268,8 +392,37 @@ pub struct Grant {
     pub revision: u64,
     /// Needed to map keys to shards (`crate::shard_for_key`).
     pub shard_count: u32,
-    /// The full set the manager records for this executor (P4.2).
+    /// The full set the manager records for this executor (P4.2). Empty in the compact form,
+    /// where `shard_runs` carries the set.
     pub shards: Vec<ShardEpoch>,
+    /// The same set as runs, in reply to a renewal that sent `claim_runs` (and only then, so a
+    /// client that never asks never sees it); `shards` is then empty. Clients of this crate
+    /// expand it ([`Grant::expand_shard_runs`]) before handing the grant on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<Vec<Vec<u64>>>))]
+    pub shard_runs: Option<Vec<ShardRun>>,
+}
+
+impl Grant {
+    /// This grant with its set as runs in `shard_runs` instead of `shards`: the reply to a
+    /// renewal that sent `claim_runs`.
+    pub fn into_shard_runs(mut self) -> Self {
+        self.shard_runs = Some(shard_runs(&self.shards));
+        self.shards = Vec::new();
+        self
+    }
+
+    /// This grant with a `shard_runs` set expanded into `shards`, checked against its own shard
+    /// count; a grant that lists both is refused, since the two could disagree.
+    pub fn expand_shard_runs(mut self) -> Result<Self, ShardRunError> {
+        if let Some(runs) = self.shard_runs.take() {
+            if !self.shards.is_empty() {
+                return Err(ShardRunError::BothForms);
+            }
+            self.shards = expand_shard_runs(&runs, self.shard_count)?;
+        }
+        Ok(self)
+    }
 }
 
 /// `POST /v1/executors/{id}/renew`.
@@ -278,8 +431,16 @@ pub struct Grant {
 #[serde(deny_unknown_fields)]
 pub struct RenewRequest {
     /// What the executor believes it holds, so the manager can spot lost pushes (P4.2) and
-    /// count a dropped claim as a revoke acknowledgement (P5.2).
+    /// count a dropped claim as a revoke acknowledgement (P5.2). Empty when `claim_runs` is
+    /// present.
     pub claims: Vec<ShardEpoch>,
+    /// The claims as runs ([`ShardRun`], `[first, count, epoch]`, ascending and disjoint) instead
+    /// of `claims`, which must then be empty; the grant in reply then carries its set as
+    /// `shard_runs` too. Sent only to managers stating cluster version [`COMPACT_SHARDS_SCHEMA`]
+    /// or later (docs/PROTOCOL.md, "Versions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<Vec<Vec<u64>>>))]
+    pub claim_runs: Option<Vec<ShardRun>>,
     /// Revision of the last set the executor applied (P4.1).
     pub revision: u64,
     /// The executor's load per held shard (PROTOCOL P15.1), checked by [`check_shard_loads`]:
@@ -288,6 +449,35 @@ pub struct RenewRequest {
     /// stating cluster version [`CAPACITY_SCHEMA`] or later (docs/PROTOCOL.md, "Versions").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loads: Option<Vec<ShardLoad>>,
+}
+
+impl RenewRequest {
+    /// This request with its claims as `claim_runs` instead of `claims`: what a client sends a
+    /// manager stating cluster version [`COMPACT_SHARDS_SCHEMA`] or later.
+    pub fn into_claim_runs(mut self) -> Self {
+        self.claim_runs = Some(shard_runs(&self.claims));
+        self.claims = Vec::new();
+        self
+    }
+
+    /// The claims, from whichever form the request used, checked against `shard_count` (I6):
+    /// each below it and listed once; `claims` and `claim_runs` together are refused.
+    pub fn checked_claims(
+        &self,
+        shard_count: u32,
+    ) -> Result<std::borrow::Cow<'_, [ShardEpoch]>, ShardRunError> {
+        match &self.claim_runs {
+            None => {
+                check_shard_list(self.claims.iter().map(|claim| claim.shard), shard_count)?;
+                Ok(std::borrow::Cow::Borrowed(&self.claims))
+            }
+            Some(_) if !self.claims.is_empty() => Err(ShardRunError::BothForms),
+            Some(runs) => Ok(std::borrow::Cow::Owned(expand_shard_runs(
+                runs,
+                shard_count,
+            )?)),
+        }
+    }
 }
 
 /// One shard's load as its executor reports it (PROTOCOL P15.1): a non-negative number in units
@@ -1082,6 +1272,169 @@ mod tests {
         }
     }
 
+    fn entries(pairs: &[(u32, u64)]) -> Vec<ShardEpoch> {
+        pairs
+            .iter()
+            .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
+            .collect()
+    }
+
+    fn run(first: u32, count: u32, epoch: u64) -> ShardRun {
+        ShardRun {
+            first,
+            count,
+            epoch,
+        }
+    }
+
+    /// "Versions": a run is `[first, count, epoch]`, one per stretch of consecutive shards at
+    /// one epoch, and expands back to the same list.
+    #[test]
+    fn shard_runs_are_stretches_of_one_epoch_and_expand_back() {
+        let all: Vec<ShardEpoch> = (0..1024)
+            .map(|shard| ShardEpoch { shard, epoch: 1 })
+            .collect();
+        assert_eq!(shard_runs(&all), vec![run(0, 1024, 1)]);
+        assert_eq!(
+            serde_json::to_value(shard_runs(&all)).unwrap(),
+            json!([[0, 1024, 1]])
+        );
+        // A gap, an epoch change inside a stretch, a lone shard.
+        let mixed = entries(&[(2, 5), (3, 5), (4, 6), (5, 6), (9, 6), (u32::MAX, 1)]);
+        let runs = shard_runs(&mixed);
+        assert_eq!(
+            runs,
+            vec![
+                run(2, 2, 5),
+                run(4, 2, 6),
+                run(9, 1, 6),
+                run(u32::MAX, 1, 1)
+            ]
+        );
+        assert_eq!(expand_shard_runs(&runs[..3], 10).unwrap(), mixed[..5]);
+        // A list out of order has the runs of its set.
+        let mut shuffled = mixed[..5].to_vec();
+        shuffled.reverse();
+        assert_eq!(shard_runs(&shuffled), runs[..3]);
+        assert_eq!(shard_runs(&[]), vec![]);
+        assert_eq!(expand_shard_runs(&[], 10).unwrap(), vec![]);
+        let decoded: Vec<ShardRun> = serde_json::from_value(json!([[4, 2, 6]])).unwrap();
+        assert_eq!(decoded, vec![run(4, 2, 6)]);
+    }
+
+    /// I6: runs that are empty, overlapping, out of order or past the shard count are refused,
+    /// and none of them allocates more than the shard count.
+    #[test]
+    fn malformed_shard_runs_are_refused() {
+        let cases = [
+            (vec![run(3, 0, 1)], ShardRunError::EmptyRun { first: 3 }),
+            (
+                vec![run(0, 4, 1), run(3, 2, 1)],
+                ShardRunError::RunOutOfOrder { first: 3 },
+            ),
+            (
+                vec![run(5, 1, 1), run(2, 1, 1)],
+                ShardRunError::RunOutOfOrder { first: 2 },
+            ),
+            (
+                vec![run(6, 3, 1)],
+                ShardListError::OutOfRange {
+                    shard: 8,
+                    shard_count: 8,
+                }
+                .into(),
+            ),
+            (
+                vec![run(u32::MAX, u32::MAX, 1)],
+                ShardListError::OutOfRange {
+                    shard: u32::MAX,
+                    shard_count: 8,
+                }
+                .into(),
+            ),
+            // Each run fits by itself; the total would be 2^32 shards.
+            (
+                vec![run(0, u32::MAX, 1), run(0, u32::MAX, 1)],
+                ShardListError::OutOfRange {
+                    shard: u32::MAX - 1,
+                    shard_count: 8,
+                }
+                .into(),
+            ),
+        ];
+        for (runs, expected) in cases {
+            assert_eq!(expand_shard_runs(&runs, 8), Err(expected), "{runs:?}");
+        }
+        for bad in [json!([[1, 2]]), json!([[1, 2, 3, 4]]), json!([[-1, 2, 3]])] {
+            assert!(
+                serde_json::from_value::<Vec<ShardRun>>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    /// "Versions": a renewal's claims come from either form, checked the same way, and a
+    /// request carrying both is refused; the grant goes back in the form the claims came in.
+    #[test]
+    fn renewal_claims_and_grants_in_either_form() {
+        let held = entries(&[(0, 2), (1, 2), (2, 2), (5, 3)]);
+        let full = RenewRequest {
+            claims: held.clone(),
+            claim_runs: None,
+            revision: 7,
+            loads: None,
+        };
+        let compact = full.clone().into_claim_runs();
+        let value = serde_json::to_value(&compact).unwrap();
+        assert_eq!(
+            value,
+            json!({"claims": [], "claim_runs": [[0, 3, 2], [5, 1, 3]], "revision": 7})
+        );
+        let decoded: RenewRequest = serde_json::from_value(value).unwrap();
+        assert_eq!(decoded.checked_claims(8).unwrap().as_ref(), held.as_slice());
+        assert_eq!(full.checked_claims(8).unwrap().as_ref(), held.as_slice());
+        assert_eq!(
+            full.checked_claims(5),
+            Err(ShardListError::OutOfRange {
+                shard: 5,
+                shard_count: 5
+            }
+            .into())
+        );
+        let both = RenewRequest {
+            claims: held.clone(),
+            ..compact.clone()
+        };
+        assert_eq!(both.checked_claims(8), Err(ShardRunError::BothForms));
+
+        let grant = Grant {
+            executor_id: "ex-1".into(),
+            lease_ttl_ms: 60_000,
+            revision: 42,
+            shard_count: 8,
+            shards: held.clone(),
+            shard_runs: None,
+        };
+        let compact_grant = grant.clone().into_shard_runs();
+        assert_eq!(
+            serde_json::to_value(&compact_grant).unwrap()["shard_runs"],
+            json!([[0, 3, 2], [5, 1, 3]])
+        );
+        assert_eq!(compact_grant.shards, vec![]);
+        assert_eq!(compact_grant.clone().expand_shard_runs().unwrap(), grant);
+        assert_eq!(grant.clone().expand_shard_runs().unwrap(), grant);
+        let both = Grant {
+            shards: held,
+            ..compact_grant.clone()
+        };
+        assert_eq!(both.expand_shard_runs(), Err(ShardRunError::BothForms));
+        let past_the_end = Grant {
+            shard_count: 4,
+            ..compact_grant
+        };
+        assert!(past_the_end.expand_shard_runs().is_err());
+    }
+
     #[test]
     fn grant_has_the_documented_shape() {
         let grant = Grant {
@@ -1090,6 +1443,7 @@ mod tests {
             revision: 42,
             shard_count: 8,
             shards: vec![ShardEpoch { shard: 3, epoch: 2 }],
+            shard_runs: None,
         };
         let value = serde_json::to_value(&grant).unwrap();
         assert_eq!(

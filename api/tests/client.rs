@@ -59,6 +59,7 @@ fn problem(code: ErrorCode, leader: Option<&str>) -> Response {
 
 fn grant(executor_id: &str) -> Grant {
     Grant {
+        shard_runs: None,
         executor_id: executor_id.to_owned(),
         lease_ttl_ms: 60_000,
         revision: 7,
@@ -79,6 +80,7 @@ fn register_request() -> RegisterRequest {
 
 fn renew_request() -> RenewRequest {
     RenewRequest {
+        claim_runs: None,
         claims: vec![ShardEpoch { shard: 1, epoch: 3 }],
         revision: 7,
         loads: None,
@@ -629,4 +631,60 @@ async fn the_client_reports_the_cluster_version_the_last_reply_stated() {
         2,
         "a manager of 0.1.0 answered: its cluster is at schema 2"
     );
+}
+
+/// "Versions": the client sends a renewal's claims as runs only to a manager that stated cluster
+/// version 4 or later (a manager before it refuses the field), and hands on the grant with its
+/// set listed, whichever form it came back in.
+#[tokio::test]
+async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
+    let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let hits = Hits::default();
+    let (seen, counter) = (bodies.clone(), hits.clone());
+    let held: Vec<ShardEpoch> = (0..3).map(|shard| ShardEpoch { shard, epoch: 5 }).collect();
+    let set = held.clone();
+    let router = Router::new().route(
+        "/v1/executors/{id}/renew",
+        post(move |Json(body): Json<serde_json::Value>| {
+            let n = counter.bump();
+            seen.lock().unwrap().push(body.clone());
+            let mut grant = grant("ex-1");
+            grant.shards = set.clone();
+            if body.get("claim_runs").is_some() {
+                grant = grant.into_shard_runs();
+            }
+            // The first reply states 3, every later one 4.
+            let stated = if n == 1 { "3" } else { "4" };
+            async move {
+                (
+                    [(leasehold_api::CLUSTER_VERSION_HEADER, stated)],
+                    Json(grant),
+                )
+            }
+        }),
+    );
+    let base = serve(router).await;
+    let client = client(&[&base], fast_config());
+    let request = RenewRequest {
+        claims: held.clone(),
+        ..renew_request()
+    };
+    for _ in 0..3 {
+        let grant = client.renew("ex-1", None, &request).await.unwrap();
+        assert_eq!(grant.shards, held, "the grant lists its set");
+        assert_eq!(grant.shard_runs, None);
+    }
+    let bodies = bodies.lock().unwrap().clone();
+    let full = serde_json::json!({
+        "claims": [{"shard": 0, "epoch": 5}, {"shard": 1, "epoch": 5}, {"shard": 2, "epoch": 5}],
+        "revision": 7,
+    });
+    assert_eq!(bodies[0], full, "nothing heard yet: the form 0.1.0 reads");
+    assert_eq!(bodies[1], full, "cluster version 3 does not read runs");
+    assert_eq!(
+        bodies[2],
+        serde_json::json!({"claims": [], "claim_runs": [[0, 3, 5]], "revision": 7}),
+        "cluster version 4: runs"
+    );
+    assert_eq!(hits.get(), 3);
 }

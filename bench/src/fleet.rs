@@ -90,17 +90,19 @@ where
     Ok(results.into_iter().flatten().collect())
 }
 
-/// The claims a renewal of an executor holding `shards` shards carries, JSON-encoded: what etcd
-/// shape (a) writes, so both systems move the same bytes per renewal.
+/// The body of a renewal of an executor holding `shards` shards, as the client sends it to a
+/// cluster at the newest cluster version (claims as runs): what etcd shape (a) writes, so both
+/// systems move the same bytes per renewal.
 pub fn claims_payload(shards: u32) -> Vec<u8> {
     let request = RenewRequest {
+        claim_runs: None,
         claims: (0..shards)
             .map(|shard| ShardEpoch { shard, epoch: 1 })
             .collect(),
         revision: 1_000_000,
         loads: None,
     };
-    serde_json::to_vec(&request).unwrap_or_default()
+    serde_json::to_vec(&request.into_claim_runs()).unwrap_or_default()
 }
 
 /// The loads a fleet's executors report in their renewals (P15.1).
@@ -424,6 +426,7 @@ impl Renewer for LeaseholdFleet {
             let claims = assignment.held();
             let renewal = executor.renewals.fetch_add(1, Ordering::Relaxed);
             RenewRequest {
+                claim_runs: None,
                 loads: self
                     .loads
                     .as_ref()

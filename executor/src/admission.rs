@@ -293,6 +293,8 @@ impl AdmissionCore {
             executor_id,
             RenewRequest {
                 claims: self.assignment.held(),
+                // The client picks the wire form (`Client::renew`).
+                claim_runs: None,
                 revision: self.assignment.revision(),
                 // The shell adds the loads (P15.1): they are measured outside this core.
                 loads: None,
@@ -596,6 +598,7 @@ mod tests {
 
     fn grant(lease_ttl_ms: u64, revision: u64, shards: &[(u32, u64)]) -> Grant {
         Grant {
+            shard_runs: None,
             executor_id: EXECUTOR.into(),
             lease_ttl_ms,
             revision,

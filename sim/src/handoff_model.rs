@@ -498,7 +498,11 @@ impl HandoffModel {
         let before = state.handoffs();
         let command = Command::Renew {
             now_ms: state.leader.clock_ms(state.tick),
-            renewals: vec![Renewal::from_request(self.executor_id(from), request)],
+            renewals: vec![Renewal::from_claims(
+                self.executor_id(from),
+                &request.claims,
+                request.revision,
+            )],
         };
         match state.apply(&command) {
             Outcome::Renewed { results, effects } => {
@@ -597,6 +601,7 @@ impl HandoffModel {
             return;
         };
         let grant = wire::Grant {
+            shard_runs: None,
             executor_id: self.executor_id(*to),
             lease_ttl_ms: *lease_ttl_ms,
             revision: *revision,
@@ -680,6 +685,7 @@ impl HandoffModel {
                 revision,
             } => {
                 let request = RenewRequest {
+                    claim_runs: None,
                     claims: claims.clone(),
                     revision: *revision,
                     loads: None,

@@ -1730,9 +1730,15 @@ impl World {
                         .map(|report| (report.shard, report.load))
                         .collect()
                 });
+                let claims = match request.checked_claims(self.scenario.shards) {
+                    Ok(claims) => claims,
+                    Err(error) => {
+                        panic!("a simulated executor claimed shards the wire refuses: {error}")
+                    }
+                };
                 let command = Command::Renew {
                     now_ms,
-                    renewals: vec![Renewal::from_request(executor_id, &request)],
+                    renewals: vec![Renewal::from_claims(executor_id, &claims, request.revision)],
                 };
                 self.propose(command, ReplyTo::Renew(vec![Renewer { slot, call, loads }]));
             }

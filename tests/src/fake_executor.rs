@@ -325,6 +325,7 @@ async fn renew_loop(
                 view.executor_id.clone(),
                 RenewRequest {
                     claims: view.assignment.held(),
+                    claim_runs: None,
                     revision: view.assignment.revision(),
                     loads: None,
                 },

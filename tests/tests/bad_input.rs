@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use leasehold_api::problem::ErrorCode;
+use leasehold_api::wire::{Grant, RenewRequest, ShardEpoch};
 use leasehold_tests::executor::ExecutorProcess;
 use leasehold_tests::http_checks::{send, RawRequest};
 use leasehold_tests::{
@@ -262,6 +263,47 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
         case(
             "negative capacity",
             register(json!({"incarnation": "x", "address": good_address, "capacity": -1})),
+            InvalidRequest,
+        ),
+        // Claims as runs ("Versions"): refused whole, like a bad list.
+        case(
+            "claims both as a list and as runs",
+            post(
+                &renew,
+                json!({"claims": [{"shard": 1, "epoch": 1}], "claim_runs": [[1, 1, 1]], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "an empty claim run",
+            post(
+                &renew,
+                json!({"claims": [], "claim_runs": [[1, 0, 1]], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "overlapping claim runs",
+            post(
+                &renew,
+                json!({"claims": [], "claim_runs": [[0, 3, 1], [2, 1, 1]], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a claim run past the shard count",
+            post(
+                &renew,
+                json!({"claims": [], "claim_runs": [[SHARDS - 1, 2, 1]], "revision": 1}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a claim run of the wrong shape",
+            post(
+                &renew,
+                json!({"claims": [], "claim_runs": [[1, 1]], "revision": 1}),
+            ),
             InvalidRequest,
         ),
         // Loads (P15.1): the renewal is refused whole, so its lease does not move either.
@@ -540,6 +582,51 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
         settled,
         "a rejected request changed the state"
     );
+
+    // The same renewal in both wire forms ("Versions"): the set comes back in the form the
+    // claims went in, and it is the same set.
+    let held: Vec<ShardEpoch> = settled["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .map(|shard| ShardEpoch {
+            shard: shard["shard"].as_u64().expect("shard") as u32,
+            epoch: shard["epoch"].as_u64().expect("epoch"),
+        })
+        .collect();
+    let renew = format!("/v1/executors/{executor_id}/renew");
+    let full = RenewRequest {
+        claims: held.clone(),
+        claim_runs: None,
+        revision,
+        loads: None,
+    };
+    let as_runs = full.clone().into_claim_runs();
+    let grant_of = |reply: leasehold_tests::http_checks::RawReply, what: &str| -> Grant {
+        assert_eq!(
+            reply.status,
+            200,
+            "{what}: {}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        serde_json::from_slice(&reply.body).expect("a grant")
+    };
+    let compact = grant_of(
+        send(&http, &leader_url, &post(&renew, json!(as_runs))).await,
+        "a renewal with claim runs",
+    );
+    assert_eq!(compact.shards, vec![], "a set in runs lists no shards");
+    assert_eq!(compact.shard_runs, as_runs.claim_runs);
+    let listed = grant_of(
+        send(&http, &leader_url, &post(&renew, json!(full))).await,
+        "a renewal with listed claims",
+    );
+    assert_eq!(
+        listed.shard_runs, None,
+        "a client that sent a list gets a list"
+    );
+    assert_eq!(listed.shards, held);
+    assert_eq!(compact.expand_shard_runs().expect("runs").shards, held);
 }
 
 /// I6 on the executor: bad pushes and revokes are refused and change nothing it holds or admits.

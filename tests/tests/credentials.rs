@@ -229,6 +229,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
             &id,
             Some(&secret),
             &leasehold_api::RenewRequest {
+                claim_runs: None,
                 claims: Vec::new(),
                 revision: 0,
                 loads: None,

@@ -67,6 +67,7 @@ async fn answers_http(address: &str) -> bool {
 
 fn grant(state: &FakeState) -> Grant {
     Grant {
+        shard_runs: None,
         executor_id: "ex-1".into(),
         lease_ttl_ms: LEASE_TTL_MS,
         revision: state.revision,

@@ -30,6 +30,7 @@ fn registered() -> Arc<Shared> {
         .apply_grant(
             Instant::now(),
             &Grant {
+                shard_runs: None,
                 executor_id: "ex-1".into(),
                 lease_ttl_ms: 60_000,
                 revision: 10,

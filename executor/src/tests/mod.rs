@@ -147,6 +147,7 @@ impl FakeManager {
 
     fn grant(script: &Script, executor_id: &str) -> Grant {
         Grant {
+            shard_runs: None,
             executor_id: executor_id.to_owned(),
             lease_ttl_ms: script.lease_ttl_ms,
             revision: script.revision,

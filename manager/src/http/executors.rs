@@ -151,17 +151,20 @@ pub async fn renew(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     bearer: Bearer,
-    ApiJson(request): ApiJson<RenewRequest>,
+    ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
     authenticate(&node, &executor_id, &bearer)?;
     let shard_count = shard_count(&node)?;
-    validate_shards(request.claims.iter().map(|claim| claim.shard), shard_count)?;
-    if let Some(loads) = &request.loads {
+    let loads = request.loads.take();
+    let claims = request
+        .checked_claims(shard_count)
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
+    if let Some(loads) = &loads {
         check_shard_loads(loads, shard_count)
             .map_err(|error| HttpError::invalid(error.to_string()))?;
     }
     let started = std::time::Instant::now();
-    let renewal = Renewal::from_request(executor_id.clone(), &request);
+    let renewal = Renewal::from_claims(executor_id.clone(), &claims, request.revision);
     let result = renewals::renew(&node.renewals, renewal).await;
     let counted = match &result {
         Ok(RenewResult::Renewed { .. }) => "renewed",
@@ -186,10 +189,10 @@ pub async fn renew(
             if !acknowledged.is_empty() {
                 tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
             }
-            match request.loads {
+            match loads {
                 Some(loads) => {
                     let claimed: std::collections::BTreeSet<u32> =
-                        request.claims.iter().map(|claim| claim.shard).collect();
+                        claims.iter().map(|claim| claim.shard).collect();
                     let measured = grant
                         .shards
                         .iter()
@@ -200,7 +203,13 @@ pub async fn renew(
                 }
                 None => node.load_reports.record_not_reporting(&executor_id),
             }
-            Ok(Json(grant.into()))
+            let reply: Grant = grant.into();
+            // The set goes back in the form the claims came in (docs/PROTOCOL.md, "Versions").
+            Ok(Json(if request.claim_runs.is_some() {
+                reply.into_shard_runs()
+            } else {
+                reply
+            }))
         }
         Ok(RenewResult::UnknownExecutor { .. }) => {
             node.load_reports.remove(&executor_id);

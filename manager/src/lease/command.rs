@@ -24,19 +24,20 @@ pub struct Renewal {
 }
 
 impl Renewal {
-    /// The renewal an executor's `POST /v1/executors/{id}/renew` asks for.
-    pub fn from_request(
+    /// The renewal an executor's `POST /v1/executors/{id}/renew` asks for: its claims (from
+    /// either wire form, `RenewRequest::checked_claims`) and the revision it applied last.
+    pub fn from_claims(
         executor_id: ExecutorId,
-        request: &leasehold_api::wire::RenewRequest,
+        claims: &[leasehold_api::wire::ShardEpoch],
+        revision: u64,
     ) -> Self {
         Self {
             executor_id,
-            claims: request
-                .claims
+            claims: claims
                 .iter()
                 .map(|claim| (claim.shard, claim.epoch))
                 .collect(),
-            revision: request.revision,
+            revision,
         }
     }
 }

@@ -145,6 +145,7 @@ impl From<Grant> for leasehold_api::wire::Grant {
                 .into_iter()
                 .map(|(shard, epoch)| leasehold_api::wire::ShardEpoch { shard, epoch })
                 .collect(),
+            shard_runs: None,
         }
     }
 }
