@@ -20,7 +20,8 @@
 //!   horizon, which makes the space finite. Every executor reads the true clock (the docs assume
 //!   clock rates agree far better than the lease, P5.2); the leader of term 1 reads it too, and
 //!   the leader of term 2 reads it shifted by −1, 0 or +1 tick, the error of the wall clock it
-//!   read when it took office (P2.3). The lease is two or three ticks ([`Bounds::lease_ticks`]).
+//!   read when it took office (P2.3). The lease is two or three ticks less a millisecond
+//!   ([`Bounds::lease_ticks`], [`Bounds::lease_ms`]).
 //! - The fleet starts registered: the first executor holds every shard at epoch 1 and the others
 //!   hold nothing, so the leader's first plan starts a handoff from a live owner.
 //! - The network is a set of messages, each stamped with the tick it was sent. Any message may be
@@ -1204,8 +1205,11 @@ pub enum Message {
 }
 
 impl Bounds {
+    /// A millisecond short of whole ticks: the manager counts a lease as lapsed only once its
+    /// expiry's millisecond has passed (P3.2, `lease::state::lapsed`), so a lease granted at a
+    /// tick lapses at the tick its length in ticks names, as the horizons assume.
     fn lease_ms(&self) -> u64 {
-        self.lease_ticks * TICK_MS
+        self.lease_ticks * TICK_MS - 1
     }
 
     /// How long `message` may be in transit.

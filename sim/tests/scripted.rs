@@ -124,7 +124,7 @@ fn i1_stale_reap_of_a_renewed_executor_is_skipped() {
         &[
             SPAWN,                        // A registers at t: lease to t + 1 000; 0 and 1 to A
             deliver(A, LetterKind::Push), // A admits both
-            advance(1_000),               // A's lease lapses, on both sides
+            advance(1_001),               // A's lease lapses, on both sides
             Step::HoldCommits,
             renew(A, Fate::Delivered), // A's renewal waits in the leader's tail
             Step::Tick,                // the step reads A as overdue; its reap joins the tail
@@ -269,7 +269,7 @@ fn i1_new_leader_grace_covers_an_old_grant_after_a_shortened_lease() {
             Step::SetLease { ms: 300 },
             leader_change(600),   // the new clock reads t + 600
             renew(A, Fate::Lost), // max(t + 1 000, t + 900): told 400 ms on the new clock; lost
-            advance(400),         // the new clock reads t + 1 000, the true one t + 400
+            advance(401),         // the new clock reads t + 1 001, the true one t + 401
             SPAWN,                // B registers: a step
             Step::Tick,           // A admits until t + 1 000 (true): it must not be reaped
         ],
@@ -348,8 +348,8 @@ fn i1_stale_grant_does_not_extend_a_shard_whose_revoke_is_pending() {
                 answer: Fate::Delivered,
             }, // revoke Y lands first: A drops Y and acknowledges; its revision passes the reply's
             deliver(A, LetterKind::Reply), // the reply lands: set stale, lease to t + 5 000
-            advance(1_000),
-            Step::Tick, // t + 3 000: X handed to B on the expiry of A's grant that included it
+            advance(1_001),
+            Step::Tick, // t + 3 001: X handed to B on the expiry of A's grant that included it
             renew(B, Fate::Delivered), // the round waits on X's revoke; B's reply carries X
         ],
     );

@@ -746,7 +746,7 @@ impl LeaseState {
     fn apply_complete_handoffs(&mut self, log_index: u64, now_ms: u64) -> Outcome {
         let due: Vec<ShardId> = self
             .releasing()
-            .filter(|(_, handoff)| handoff.from_grant_expiry_ms <= now_ms)
+            .filter(|(_, handoff)| super::state::lapsed(handoff.from_grant_expiry_ms, now_ms))
             .map(|(entry, _)| entry.id)
             .collect();
         let mut effects = EffectsBuilder::default();

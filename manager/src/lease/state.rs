@@ -54,11 +54,22 @@ impl Executor {
         self.lease_expiry_ms.saturating_sub(now_ms)
     }
 
-    /// Whether the lease has lapsed on the manager clock: the expiry instant itself counts as
-    /// lapsed, matching the executor, which admits only while its copy is strictly in the future.
+    /// Whether the lease has lapsed on the manager clock: only once the expiry's millisecond
+    /// has passed. The leader stamps a grant with its clock truncated to the millisecond, which
+    /// can be up to a millisecond before the instant the executor sent the request and anchored
+    /// its copy at (P3.2), so the executor's copy may end up to a millisecond after the expiry
+    /// recorded here; lapsing a whole millisecond later keeps the manager's copy the later one.
     pub fn lease_lapsed(&self, now_ms: u64) -> bool {
-        self.lease_expiry_ms <= now_ms
+        lapsed(self.lease_expiry_ms, now_ms)
     }
+}
+
+/// Whether a lease copy ending at `expiry_ms` on the manager clock has surely ended on the
+/// holder's at `now_ms`: only once the expiry's millisecond has passed (see
+/// [`Executor::lease_lapsed`]). Every expiry the manager acts on (reaps, handoffs completed on
+/// expiry) goes through this one rule.
+pub fn lapsed(expiry_ms: u64, now_ms: u64) -> bool {
+    expiry_ms < now_ms
 }
 
 /// A shard being taken from a live owner (P5.2). The old owner is the shard's `owner` for as
@@ -380,14 +391,14 @@ impl LeaseState {
     /// would hand it on (P5.2).
     pub fn handoffs_due(&self, now_ms: u64) -> bool {
         self.releasing()
-            .any(|(_, handoff)| handoff.from_grant_expiry_ms <= now_ms)
+            .any(|(_, handoff)| lapsed(handoff.from_grant_expiry_ms, now_ms))
     }
 
     /// Earliest instant at which a releasing shard may be handed on without an acknowledgement,
     /// so the leader loop can wake for it; `None` when nothing is releasing.
     pub fn next_handoff_due_ms(&self) -> Option<u64> {
         self.releasing()
-            .map(|(_, handoff)| handoff.from_grant_expiry_ms)
+            .map(|(_, handoff)| handoff.from_grant_expiry_ms.saturating_add(1))
             .min()
     }
 

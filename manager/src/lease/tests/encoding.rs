@@ -44,7 +44,7 @@ pub(super) fn busy_state() -> LeaseState {
     harness.renew_in_sync(2_000, &c);
     let gone = harness.register(2_000, "gone");
     harness.apply(Command::Reap {
-        now_ms: 2_000 + LEASE_MS,
+        now_ms: 2_000 + LEASE_MS + 1,
         executor_ids: vec![gone],
     });
     harness.apply(Command::SetDraining {

@@ -462,7 +462,7 @@ fn p5_4_no_plan_without_live_executors_or_when_balanced() {
     assert_eq!(plan_rebalance(&harness.state, 0), None, "no executors");
     harness.register(0, "a");
     assert_eq!(
-        plan_rebalance(&harness.state, LEASE_MS),
+        plan_rebalance(&harness.state, LEASE_MS + 1),
         None,
         "only a lapsed one"
     );

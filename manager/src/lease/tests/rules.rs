@@ -539,7 +539,7 @@ fn p4_4_register_after_the_executor_was_removed_mints_a_new_executor() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let a = harness.register(0, "inc-a");
     harness.apply(Command::Reap {
-        now_ms: LEASE_MS,
+        now_ms: LEASE_MS + 1,
         executor_ids: vec![a.clone()],
     });
     let again = harness.register(LEASE_MS + 1, "inc-a");
@@ -684,14 +684,15 @@ fn p2_4_reap_rechecks_expiry_at_apply() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let a = harness.register(0, "a");
     let b = harness.register(0, "b");
-    assert!(harness.state.overdue_executors(LEASE_MS - 1).is_empty());
-    // The expiry instant itself counts as lapsed (the executor admits only strictly before it).
-    let candidates = harness.state.overdue_executors(LEASE_MS);
+    // The expiry's own millisecond still counts as live: the grant was stamped with the leader's
+    // clock truncated to the millisecond, possibly before the executor's anchor (P3.2).
+    assert!(harness.state.overdue_executors(LEASE_MS).is_empty());
+    let candidates = harness.state.overdue_executors(LEASE_MS + 1);
     assert_eq!(candidates, vec![a.clone(), b.clone()]);
     // B renews between the leader listing candidates and the reap being applied.
     harness.renew_in_sync(LEASE_MS, &b);
     let outcome = harness.apply(Command::Reap {
-        now_ms: LEASE_MS,
+        now_ms: LEASE_MS + 1,
         executor_ids: candidates,
     });
     assert_eq!(
@@ -722,7 +723,7 @@ fn p3_8_reaped_owner_frees_its_shards_and_completes_handoffs_from_it() {
     } = handoff_scenario();
     harness.renew_in_sync(50_000, &b);
     let outcome = harness.apply(Command::Reap {
-        now_ms: LEASE_MS,
+        now_ms: LEASE_MS + 1,
         executor_ids: vec![a.clone()],
     });
     assert_eq!(
@@ -771,9 +772,9 @@ fn p3_8_reaped_target_leaves_its_handoffs_without_a_target() {
         vec![(0, 1), (1, 1), (2, 1), (3, 1)],
         revoke_revision,
     );
-    // B registered at 1 000, so its lease lapses at 61 000.
+    // B registered at 1 000, so its lease lapses once 61 000 has passed.
     harness.apply(Command::Reap {
-        now_ms: 61_000,
+        now_ms: 61_001,
         executor_ids: vec![b],
     });
     for shard in [2, 3] {
@@ -805,7 +806,7 @@ fn p2_4_rebalance_planned_on_stale_revision_is_refused_whole_and_changes_nothing
         }),
         ("an executor was reaped", |harness, a| {
             harness.apply(Command::Reap {
-                now_ms: LEASE_MS,
+                now_ms: LEASE_MS + 1,
                 executor_ids: vec![a.to_owned()],
             });
         }),
@@ -1193,9 +1194,9 @@ fn p5_2_handoff_completes_when_old_grant_expires() {
         harness.state.executor(&a).map(|e| e.lease_expiry_ms),
         Some(80_000)
     );
-    assert_eq!(harness.state.next_handoff_due_ms(), Some(LEASE_MS));
-    // (instant, shards handed on)
-    let table: [(u64, Vec<u32>); 3] = [(0, vec![]), (LEASE_MS - 1, vec![]), (LEASE_MS, vec![2, 3])];
+    assert_eq!(harness.state.next_handoff_due_ms(), Some(LEASE_MS + 1));
+    // (instant, shards handed on): not in the expiry's own millisecond, only after it.
+    let table: [(u64, Vec<u32>); 3] = [(0, vec![]), (LEASE_MS, vec![]), (LEASE_MS + 1, vec![2, 3])];
     for (now_ms, expected) in table {
         assert_eq!(harness.state.handoffs_due(now_ms), !expected.is_empty());
         let outcome = harness.apply(Command::CompleteHandoffs { now_ms });
@@ -1626,15 +1627,20 @@ fn i6_extreme_times_saturate_without_panic() {
         Some(0)
     );
     let b = harness.register(0, "b");
-    // A handoff whose bound is the end of time never completes by expiry, only by acknowledgement.
+    // A handoff whose bound is the end of time never completes by expiry, only by acknowledgement,
+    // and a lease ending at the end of time never lapses (only after its millisecond passed).
     harness.rebalance(0);
     assert!(!harness.state.handoffs_due(u64::MAX - 1));
-    assert!(harness.state.handoffs_due(u64::MAX));
+    assert!(!harness.state.handoffs_due(u64::MAX));
     harness.apply(Command::Reap {
         now_ms: u64::MAX,
         executor_ids: vec![a, b],
     });
-    assert_eq!(harness.state.executors().count(), 0);
+    assert_eq!(
+        harness.state.executors().count(),
+        2,
+        "leases ending at the end of time never lapse"
+    );
 }
 
 #[test]
