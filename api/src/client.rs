@@ -337,7 +337,7 @@ impl Client {
         let path = format!("/v1/executors/{}/renew", path_segment(executor_id)?);
         let body =
             if request.claim_runs.is_none() && self.cluster_version() >= COMPACT_SHARDS_SCHEMA {
-                encode(&request.clone().into_claim_runs())?
+                encode(&request.with_claims_as_runs())?
             } else {
                 encode(request)?
             };

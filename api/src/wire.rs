@@ -453,11 +453,15 @@ pub struct RenewRequest {
 
 impl RenewRequest {
     /// This request with its claims as `claim_runs` instead of `claims`: what a client sends a
-    /// manager stating cluster version [`COMPACT_SHARDS_SCHEMA`] or later.
-    pub fn into_claim_runs(mut self) -> Self {
-        self.claim_runs = Some(shard_runs(&self.claims));
-        self.claims = Vec::new();
-        self
+    /// manager stating cluster version [`COMPACT_SHARDS_SCHEMA`] or later. The claims are read,
+    /// not copied.
+    pub fn with_claims_as_runs(&self) -> Self {
+        Self {
+            claims: Vec::new(),
+            claim_runs: Some(shard_runs(&self.claims)),
+            revision: self.revision,
+            loads: self.loads.clone(),
+        }
     }
 
     /// The claims, from whichever form the request used, checked against `shard_count` (I6):
@@ -1384,7 +1388,7 @@ mod tests {
             revision: 7,
             loads: None,
         };
-        let compact = full.clone().into_claim_runs();
+        let compact = full.with_claims_as_runs();
         let value = serde_json::to_value(&compact).unwrap();
         assert_eq!(
             value,

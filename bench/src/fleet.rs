@@ -102,7 +102,7 @@ pub fn claims_payload(shards: u32) -> Vec<u8> {
         revision: 1_000_000,
         loads: None,
     };
-    serde_json::to_vec(&request.into_claim_runs()).unwrap_or_default()
+    serde_json::to_vec(&request.with_claims_as_runs()).unwrap_or_default()
 }
 
 /// The loads a fleet's executors report in their renewals (P15.1).

@@ -601,7 +601,7 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
         revision,
         loads: None,
     };
-    let as_runs = full.clone().into_claim_runs();
+    let as_runs = full.with_claims_as_runs();
     let grant_of = |reply: leasehold_tests::http_checks::RawReply, what: &str| -> Grant {
         assert_eq!(
             reply.status,

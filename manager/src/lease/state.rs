@@ -69,7 +69,13 @@ impl Executor {
 /// [`Executor::lease_lapsed`]). Every expiry the manager acts on (reaps, handoffs completed on
 /// expiry) goes through this one rule.
 pub fn lapsed(expiry_ms: u64, now_ms: u64) -> bool {
-    expiry_ms < now_ms
+    first_lapsed_ms(expiry_ms).is_some_and(|at_ms| at_ms <= now_ms)
+}
+
+/// The first manager-clock millisecond at which a copy ending at `expiry_ms` counts as lapsed
+/// ([`lapsed`]): the one after it; `None` for a copy ending at the end of time, which never does.
+pub fn first_lapsed_ms(expiry_ms: u64) -> Option<u64> {
+    expiry_ms.checked_add(1)
 }
 
 /// A shard being taken from a live owner (P5.2). The old owner is the shard's `owner` for as
@@ -395,10 +401,11 @@ impl LeaseState {
     }
 
     /// Earliest instant at which a releasing shard may be handed on without an acknowledgement,
-    /// so the leader loop can wake for it; `None` when nothing is releasing.
+    /// so the leader loop can wake for it ([`first_lapsed_ms`]); `None` when nothing is releasing
+    /// or no releasing shard's bound ever lapses.
     pub fn next_handoff_due_ms(&self) -> Option<u64> {
         self.releasing()
-            .map(|(_, handoff)| handoff.from_grant_expiry_ms.saturating_add(1))
+            .filter_map(|(_, handoff)| first_lapsed_ms(handoff.from_grant_expiry_ms))
             .min()
     }
 
