@@ -32,8 +32,8 @@ use crate::problem::{
 use crate::tls::TlsConfig;
 use crate::wire::{
     AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute,
-    RegisterRequest, ReleaseRequest, RenewRequest, RoutingTable, ShardView, SnapshotReply,
-    StateView, WatchReply, COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA,
+    RegisterRequest, ReleaseRequest, RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable,
+    ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA,
 };
 
 /// Upper bound on establishing a TCP connection. Kept well below the request timeout so a
@@ -501,6 +501,20 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/routing?form=runs`: the whole routing table as runs. Only managers stating
+    /// cluster version [`COMPACT_SHARDS_SCHEMA`] or later serve this form.
+    pub async fn routing_runs(&self, consistent: bool) -> Result<RoutingRuns, ClientError> {
+        let reply: RoutingAnswer = self
+            .get_typed(&with_consistency("/v1/routing?form=runs", consistent))
+            .await?;
+        match reply {
+            RoutingAnswer::Runs(runs) => Ok(runs),
+            _ => Err(ClientError::Decode(
+                "asked for the routing table as runs, got another form".to_owned(),
+            )),
+        }
+    }
+
     /// `GET /v1/routing?key=K`: where to send work for one key.
     pub async fn route_key(&self, key: &str, consistent: bool) -> Result<KeyRoute, ClientError> {
         let path = format!("/v1/routing?key={}", percent_encode(key));
@@ -530,6 +544,21 @@ impl Client {
     /// or when `wait` has passed. The request timeout must be longer than `wait`.
     pub async fn watch(&self, revision: u64, wait: Duration) -> Result<WatchReply, ClientError> {
         let path = format!("/v1/watch?revision={revision}&wait={}ms", wait.as_millis());
+        self.get_typed(&path).await
+    }
+
+    /// `GET /v1/watch?revision=N&wait=W&view=routing`: [`Client::watch`], answered with the
+    /// routing table as runs instead of the state. Only managers stating cluster version
+    /// [`COMPACT_SHARDS_SCHEMA`] or later serve this view.
+    pub async fn watch_routing(
+        &self,
+        revision: u64,
+        wait: Duration,
+    ) -> Result<RoutingRuns, ClientError> {
+        let path = format!(
+            "/v1/watch?revision={revision}&wait={}ms&view=routing",
+            wait.as_millis()
+        );
         self.get_typed(&path).await
     }
 

@@ -44,7 +44,9 @@ use crate::client::{error_chain, http_client_builder, Client, ClientConfig, Clie
 use crate::problem::Problem;
 use crate::shard_for_key;
 use crate::tls::TlsConfig;
-use crate::wire::{RoutingTable, StateView, MAX_WATCH_WAIT};
+use crate::wire::{
+    RoutingRuns, RoutingTable, StateView, COMPACT_SHARDS_SCHEMA, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
+};
 
 /// At most this many sends per [`RoutingClient::send`]: the first, and one after a refresh.
 pub const MAX_ATTEMPTS: u32 = 2;
@@ -217,6 +219,20 @@ pub enum TableError {
     /// No route for a shard.
     #[error("no route for shard {0}")]
     Missing(u32),
+    /// A shard count above [`MAX_SHARD_COUNT`].
+    #[error("shard count {0} is above the most a cluster can have ({MAX_SHARD_COUNT})")]
+    TooManyShards(u32),
+    /// A run of no shards.
+    #[error("an empty run at shard {0}")]
+    EmptyRun(u32),
+    /// A run naming an owner the table does not list.
+    #[error("the run at shard {shard} names owner {owner}, which the table does not list")]
+    UnknownOwner {
+        /// The run's first shard.
+        shard: u32,
+        /// The index it named.
+        owner: u32,
+    },
     /// An owner's address is not an `http(s)://host[:port]` URL.
     #[error("shard {shard}: owner address {address:?} is not usable: {reason}")]
     BadAddress {
@@ -294,11 +310,92 @@ impl RouteTable {
         Self::build(state.revision, state.shard_count, rows)
     }
 
+    /// The table `GET /v1/routing?form=runs` (or a routing watch) answered, checked as
+    /// [`RouteTable::from_routing`] checks a table of routes, and every run non-empty and naming
+    /// an owner the table lists. Each owner's address is checked once.
+    pub fn from_runs(table: &RoutingRuns) -> Result<Self, TableError> {
+        let mut owners: Vec<Option<Owner>> = vec![None; table.owners.len()];
+        let mut rows = Vec::with_capacity(table.runs.len());
+        for run in &table.runs {
+            if run.count == 0 {
+                return Err(TableError::EmptyRun(run.first));
+            }
+            let owner = match run.owner {
+                None => None,
+                Some(index) => {
+                    let slot = usize::try_from(index)
+                        .ok()
+                        .and_then(|index| owners.get_mut(index))
+                        .ok_or(TableError::UnknownOwner {
+                            shard: run.first,
+                            owner: index,
+                        })?;
+                    if slot.is_none() {
+                        // `slot` exists, so does the listed owner.
+                        let listed = &table.owners[index as usize];
+                        *slot = Some(Owner {
+                            executor_id: listed.executor_id.clone(),
+                            address: normalize_address(run.first, &listed.address)?,
+                        });
+                    }
+                    slot.clone()
+                }
+            };
+            rows.push((run, owner));
+        }
+        // A run past the shard count stops at the first shard outside it (`build` refuses it),
+        // so a confused count allocates nothing beyond the table.
+        let shards = rows.into_iter().flat_map(|(run, owner)| {
+            let end = u64::from(run.first) + u64::from(run.count);
+            let end = u32::try_from(end).unwrap_or(u32::MAX);
+            (run.first..end).map(move |shard| (shard, run.epoch, owner.clone()))
+        });
+        Self::build_checked(table.revision, table.shard_count, shards)
+    }
+
     fn build(
         revision: u64,
         shard_count: u32,
         rows: impl Iterator<Item = (u32, u64, Option<(String, String)>)>,
     ) -> Result<Self, TableError> {
+        let mut rows = rows.map(|(shard, epoch, owner)| {
+            let owner = match owner {
+                Some((executor_id, address)) => Some(Owner {
+                    executor_id,
+                    address: normalize_address(shard, &address)?,
+                }),
+                None => None,
+            };
+            Ok((shard, epoch, owner))
+        });
+        let mut failure = None;
+        let table = Self::build_checked(
+            revision,
+            shard_count,
+            std::iter::from_fn(|| match rows.next()? {
+                Ok(row) => Some(row),
+                Err(error) => {
+                    failure = Some(error);
+                    None
+                }
+            }),
+        );
+        match failure {
+            Some(error) => Err(error),
+            None => table,
+        }
+    }
+
+    /// The table of `rows` (owners checked already): one per shard in `0..shard_count`, the
+    /// count at most [`MAX_SHARD_COUNT`].
+    fn build_checked(
+        revision: u64,
+        shard_count: u32,
+        rows: impl Iterator<Item = (u32, u64, Option<Owner>)>,
+    ) -> Result<Self, TableError> {
+        if shard_count > MAX_SHARD_COUNT {
+            return Err(TableError::TooManyShards(shard_count));
+        }
         let mut slots: Vec<Option<ShardRoute>> = vec![None; shard_count as usize];
         for (shard, epoch, owner) in rows {
             let slot = slots
@@ -307,13 +404,6 @@ impl RouteTable {
             if slot.is_some() {
                 return Err(TableError::Duplicate(shard));
             }
-            let owner = match owner {
-                Some((executor_id, address)) => Some(Owner {
-                    executor_id,
-                    address: normalize_address(shard, &address)?,
-                }),
-                None => None,
-            };
             *slot = Some(ShardRoute {
                 shard,
                 epoch,
@@ -504,10 +594,26 @@ impl Shared {
     }
 
     /// Loads the table through the leader (`?consistent=true`) and offers it.
+    /// Reads the table through the leader: as runs from a cluster that serves them (a route per
+    /// shard would not fit [`crate::client`]'s reply bound at a million shards), else as routes.
     async fn load(&self) -> Result<(), RoutingError> {
-        let table = self.managers.routing(true).await?;
-        self.offer(RouteTable::from_routing(&table)?);
+        if !self.compact() {
+            // The cluster version comes with every reply: a small one first, so the table is
+            // asked for in the form this cluster serves.
+            self.managers.cluster_info().await?;
+        }
+        let table = if self.compact() {
+            RouteTable::from_runs(&self.managers.routing_runs(true).await?)?
+        } else {
+            RouteTable::from_routing(&self.managers.routing(true).await?)?
+        };
+        self.offer(table);
         Ok(())
+    }
+
+    /// Whether the managers serve the table as runs ([`COMPACT_SHARDS_SCHEMA`]).
+    fn compact(&self) -> bool {
+        self.managers.cluster_version() >= COMPACT_SHARDS_SCHEMA
     }
 }
 
@@ -829,8 +935,23 @@ async fn follow(shared: Arc<Shared>, watch: Client, config: RoutingConfig) {
             .counters
             .watch_started
             .fetch_add(1, Ordering::Relaxed);
-        let failure = match watch.watch(revision, config.watch_wait).await {
-            Ok(reply) => match RouteTable::from_state(&reply.state) {
+        // The routing view is far smaller than the state; clusters that serve it say so.
+        let cluster_version = watch
+            .cluster_version()
+            .max(shared.managers.cluster_version());
+        let followed = if cluster_version >= COMPACT_SHARDS_SCHEMA {
+            watch
+                .watch_routing(revision, config.watch_wait)
+                .await
+                .map(|runs| RouteTable::from_runs(&runs))
+        } else {
+            watch
+                .watch(revision, config.watch_wait)
+                .await
+                .map(|reply| RouteTable::from_state(&reply.state))
+        };
+        let failure = match followed {
+            Ok(table) => match table {
                 Ok(table) => {
                     shared
                         .counters
@@ -947,13 +1068,16 @@ mod tests {
 
     use axum::extract::{Query, State};
     use axum::http::StatusCode;
-    use axum::response::IntoResponse;
+    use axum::response::{IntoResponse, Response};
     use axum::routing::{get, put};
     use axum::{Json, Router};
 
     use super::*;
-    use crate::problem::ErrorCode;
-    use crate::wire::{ExecutorView, HandoffView, Route, ShardView, WatchReply};
+    use crate::problem::{ErrorCode, CLUSTER_VERSION_HEADER};
+    use crate::wire::{
+        ExecutorView, HandoffView, Route, RouteOwner, RouteRun, RoutingAnswer, ShardView,
+        WatchReply,
+    };
 
     const SHARDS: u32 = 8;
 
@@ -1097,6 +1221,104 @@ mod tests {
     }
 
     #[test]
+    fn routing_runs_stand_for_the_same_table_and_malformed_runs_are_refused() {
+        // Two blocks of two owners, an unowned shard, a shard being handed off, one epoch apart.
+        let owners = [Some(0), Some(0), Some(0), None, Some(1), Some(1), Some(0)];
+        let mut view = state(
+            9,
+            &[("ex-1", "http://a:1"), ("ex-2", "http://b:2")],
+            &owners,
+        );
+        view.shards[5].handoff = Some(HandoffView {
+            to: Some("ex-1".into()),
+            revoke_revision: 8,
+            completes_by_expiry_in_ms: 100,
+        });
+        view.shards[1].epoch = 7;
+        let runs = runs_of(&view);
+        assert_eq!(
+            runs.runs,
+            vec![
+                RouteRun::from((0, 1, Some(0), 2)),
+                RouteRun::from((1, 1, Some(0), 7)),
+                RouteRun::from((2, 1, Some(0), 2)),
+                RouteRun::from((3, 1, None, 1)),
+                RouteRun::from((4, 1, Some(1), 2)),
+                RouteRun::from((5, 1, None, 2)),
+                RouteRun::from((6, 1, Some(0), 2)),
+            ]
+        );
+        assert_eq!(runs.owners.len(), 2, "each owner is listed once");
+        assert_eq!(
+            RouteTable::from_runs(&runs),
+            RouteTable::from_routing(&routing_of(&view))
+        );
+        // A block of one owner at one epoch is one run, however many shards it spans.
+        let block = runs_of(&all_on(3, &[("ex-1", "http://a:1")], 0));
+        assert_eq!(block.runs, vec![RouteRun::from((0, SHARDS, Some(0), 2))]);
+        assert_eq!(
+            serde_json::to_string(&block.runs).unwrap(),
+            format!("[[0,{SHARDS},0,2]]")
+        );
+
+        let owner = || {
+            vec![RouteOwner {
+                executor_id: "ex-1".into(),
+                address: "http://a:1".into(),
+            }]
+        };
+        let table = |shard_count: u32, runs: &[(u32, u32, Option<u32>, u64)]| RoutingRuns {
+            revision: 3,
+            shard_count,
+            owners: owner(),
+            runs: runs.iter().copied().map(RouteRun::from).collect(),
+        };
+        let cases = [
+            (table(4, &[(0, 2, Some(0), 1), (2, 2, None, 0)]), None),
+            (
+                table(4, &[(0, 2, Some(0), 1)]),
+                Some(TableError::Missing(2)),
+            ),
+            (
+                table(4, &[(0, 3, Some(0), 1), (2, 2, None, 0)]),
+                Some(TableError::Duplicate(2)),
+            ),
+            (
+                table(4, &[(0, u32::MAX, Some(0), 1)]),
+                Some(TableError::OutOfRange {
+                    shard: 4,
+                    shard_count: 4,
+                }),
+            ),
+            (
+                table(4, &[(0, 0, Some(0), 1), (0, 4, None, 0)]),
+                Some(TableError::EmptyRun(0)),
+            ),
+            (
+                table(4, &[(0, 4, Some(1), 1)]),
+                Some(TableError::UnknownOwner { shard: 0, owner: 1 }),
+            ),
+            (
+                table(MAX_SHARD_COUNT + 1, &[(0, 4, None, 0)]),
+                Some(TableError::TooManyShards(MAX_SHARD_COUNT + 1)),
+            ),
+        ];
+        for (runs, refused) in cases {
+            let result = RouteTable::from_runs(&runs);
+            match refused {
+                None => assert!(result.is_ok(), "{runs:?}: {result:?}"),
+                Some(error) => assert_eq!(result, Err(error), "{runs:?}"),
+            }
+        }
+        let mut bad_address = table(4, &[(0, 4, Some(0), 1)]);
+        bad_address.owners[0].address = "ftp://a:1".into();
+        assert!(matches!(
+            RouteTable::from_runs(&bad_address),
+            Err(TableError::BadAddress { shard: 0, .. })
+        ));
+    }
+
+    #[test]
     fn routing_targets_follow_shard_for_key() {
         let owners: Vec<Option<usize>> = (0..SHARDS as usize)
             .map(|s| if s == 5 { None } else { Some(s % 2) })
@@ -1226,12 +1448,18 @@ mod tests {
 
     // ---- Against in-process HTTP servers: a fake manager and fake executors ----
 
-    /// A manager that serves `/v1/routing` and `/v1/watch` from one state the test replaces.
+    /// A manager that serves `/v1/cluster`, `/v1/routing` and `/v1/watch` from one state the
+    /// test replaces. At cluster version `Some(v)` it states `v` on every reply and serves the
+    /// forms as runs; at `None` it is a manager of 0.1.0 (no version stated, no runs).
     #[derive(Clone)]
     struct FakeManager {
         state: Arc<Mutex<StateView>>,
         changed: Arc<tokio::sync::watch::Sender<u64>>,
         routing_calls: Arc<AtomicU64>,
+        cluster_version: Option<u32>,
+        /// Requests for the table or a watch in the state's form, and in runs.
+        listed_replies: Arc<AtomicU64>,
+        run_replies: Arc<AtomicU64>,
     }
 
     impl FakeManager {
@@ -1246,15 +1474,61 @@ mod tests {
         }
     }
 
-    async fn fake_routing(State(manager): State<FakeManager>) -> Json<RoutingTable> {
+    fn runs_of(state: &StateView) -> RoutingRuns {
+        let table = routing_of(state);
+        RoutingRuns::collect(
+            table.revision,
+            table.shard_count,
+            table.routes.iter().map(|route| {
+                let owner = match (&route.executor_id, &route.address) {
+                    (Some(id), Some(address)) => Some((id.as_str(), address.as_str())),
+                    _ => None,
+                };
+                (route.shard, route.epoch, owner)
+            }),
+        )
+    }
+
+    async fn fake_routing(
+        State(manager): State<FakeManager>,
+        Query(query): Query<HashMap<String, String>>,
+    ) -> Response {
         manager.routing_calls.fetch_add(1, Ordering::Relaxed);
-        Json(routing_of(&manager.state.lock().unwrap()))
+        let state = manager.state.lock().unwrap().clone();
+        let reply = match query.get("form").map(String::as_str) {
+            None => {
+                manager.listed_replies.fetch_add(1, Ordering::Relaxed);
+                Json(routing_of(&state)).into_response()
+            }
+            Some("runs") if manager.cluster_version.is_some() => {
+                manager.run_replies.fetch_add(1, Ordering::Relaxed);
+                Json(RoutingAnswer::Runs(runs_of(&state))).into_response()
+            }
+            Some(_) => StatusCode::BAD_REQUEST.into_response(),
+        };
+        manager.stating_version(reply)
+    }
+
+    async fn fake_cluster(State(manager): State<FakeManager>) -> Response {
+        let info = serde_json::json!({"node_id": 1, "term": 1, "voters": [], "learners": []});
+        manager.stating_version(Json(info).into_response())
+    }
+
+    impl FakeManager {
+        fn stating_version(&self, mut reply: Response) -> Response {
+            if let Some(version) = self.cluster_version {
+                reply
+                    .headers_mut()
+                    .insert(CLUSTER_VERSION_HEADER, version.to_string().parse().unwrap());
+            }
+            reply
+        }
     }
 
     async fn fake_watch(
         State(manager): State<FakeManager>,
         Query(query): Query<HashMap<String, String>>,
-    ) -> Json<WatchReply> {
+    ) -> Response {
         let after: u64 = query["revision"].parse().unwrap();
         let wait_ms: u64 = query["wait"].strip_suffix("ms").unwrap().parse().unwrap();
         let mut changed = manager.changed.subscribe();
@@ -1264,10 +1538,22 @@ mod tests {
         )
         .await;
         let state = manager.state.lock().unwrap().clone();
-        Json(WatchReply {
-            state,
-            departed: Vec::new(),
-        })
+        let reply = match query.get("view").map(String::as_str) {
+            None => {
+                manager.listed_replies.fetch_add(1, Ordering::Relaxed);
+                Json(WatchReply {
+                    state,
+                    departed: Vec::new(),
+                })
+                .into_response()
+            }
+            Some("routing") if manager.cluster_version.is_some() => {
+                manager.run_replies.fetch_add(1, Ordering::Relaxed);
+                Json(runs_of(&state)).into_response()
+            }
+            Some(_) => StatusCode::BAD_REQUEST.into_response(),
+        };
+        manager.stating_version(reply)
     }
 
     async fn serve(router: Router) -> String {
@@ -1277,15 +1563,27 @@ mod tests {
         format!("http://{address}")
     }
 
+    /// A manager of this release (cluster version [`COMPACT_SHARDS_SCHEMA`]).
     async fn fake_manager(initial: StateView) -> (FakeManager, String) {
+        fake_manager_at(initial, Some(COMPACT_SHARDS_SCHEMA)).await
+    }
+
+    async fn fake_manager_at(
+        initial: StateView,
+        cluster_version: Option<u32>,
+    ) -> (FakeManager, String) {
         let (changed, _) = tokio::sync::watch::channel(initial.revision);
         let manager = FakeManager {
             state: Arc::new(Mutex::new(initial)),
             changed: Arc::new(changed),
             routing_calls: Arc::new(AtomicU64::new(0)),
+            cluster_version,
+            listed_replies: Arc::new(AtomicU64::new(0)),
+            run_replies: Arc::new(AtomicU64::new(0)),
         };
         let url = serve(
             Router::new()
+                .route("/v1/cluster", get(fake_cluster))
                 .route("/v1/routing", get(fake_routing))
                 .route("/v1/watch", get(fake_watch))
                 .with_state(manager.clone()),
@@ -1489,5 +1787,37 @@ mod tests {
         assert_eq!(stats.refreshes, 0, "the watch alone kept the table current");
         assert_eq!(manager.routing_calls(), 1);
         assert!(stats.table_age.is_some());
+    }
+
+    /// The table is read and followed as runs from managers that serve them, and as routes and
+    /// states from managers of 0.1.0, which do not (docs/PROTOCOL.md, "Versions").
+    #[tokio::test]
+    async fn routing_reads_runs_from_clusters_that_serve_them_and_routes_from_older_ones() {
+        let (_, a) = fake_executor(StatusCode::OK).await;
+        let (_, b) = fake_executor(StatusCode::OK).await;
+        let executors = [("ex-1", a.as_str()), ("ex-2", b.as_str())];
+        for cluster_version in [None, Some(COMPACT_SHARDS_SCHEMA)] {
+            let (manager, url) = fake_manager_at(all_on(10, &executors, 0), cluster_version).await;
+            let client = RoutingClient::connect(vec![url], test_config(true))
+                .await
+                .unwrap();
+            manager.set(all_on(11, &executors, 1));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while client.revision() < 11 {
+                assert!(
+                    Instant::now() < deadline,
+                    "{cluster_version:?}: not followed"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(client.route(b"k").unwrap().executor_id, "ex-2");
+            let listed = manager.listed_replies.load(Ordering::Relaxed);
+            let runs = manager.run_replies.load(Ordering::Relaxed);
+            match cluster_version {
+                None => assert_eq!((listed >= 2, runs), (true, 0), "0.1.0"),
+                Some(_) => assert_eq!((listed, runs >= 2), (0, true), "this release"),
+            }
+            assert_eq!(client.stats().watch_failures, 0);
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! These types only describe shape; range checks (a shard below the shard count, a sane address)
 //! belong to the receiver, which knows the limits.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -841,6 +842,116 @@ pub struct RoutingTable {
     pub routes: Vec<Route>,
 }
 
+/// Consecutive shards routed alike: shards `first..first + count`, each at `epoch`, sent to
+/// `owners[owner]` of their [`RoutingRuns`], or to nobody (`null`) while unowned or being handed
+/// off. Encoded as a JSON array `[first, count, owner, epoch]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    from = "(u32, u32, Option<u32>, u64)",
+    into = "(u32, u32, Option<u32>, u64)"
+)]
+pub struct RouteRun {
+    /// The run's lowest shard.
+    pub first: u32,
+    /// How many consecutive shards it spans; at least 1.
+    pub count: u32,
+    /// Index of the owner in [`RoutingRuns::owners`]; `None` for no route.
+    pub owner: Option<u32>,
+    /// The epoch of every shard in it.
+    pub epoch: u64,
+}
+
+impl From<(u32, u32, Option<u32>, u64)> for RouteRun {
+    fn from((first, count, owner, epoch): (u32, u32, Option<u32>, u64)) -> Self {
+        Self {
+            first,
+            count,
+            owner,
+            epoch,
+        }
+    }
+}
+
+impl From<RouteRun> for (u32, u32, Option<u32>, u64) {
+    fn from(run: RouteRun) -> Self {
+        (run.first, run.count, run.owner, run.epoch)
+    }
+}
+
+/// An executor some [`RouteRun`] sends work to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RouteOwner {
+    pub executor_id: String,
+    pub address: String,
+}
+
+/// The routing table as runs (`GET /v1/routing?form=runs`, `GET /v1/watch?view=routing`): the
+/// same routes as [`RoutingTable`], each owner named once and each stretch of consecutive shards
+/// with one owner and one epoch sent as one [`RouteRun`]. A fleet's shards are placed in blocks,
+/// so a million-shard table is a few runs per executor (about a megabyte) instead of a route per
+/// shard (about 75 MB). Asked for only of managers stating cluster version
+/// [`COMPACT_SHARDS_SCHEMA`] or later (docs/PROTOCOL.md, "Versions").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RoutingRuns {
+    pub revision: u64,
+    pub shard_count: u32,
+    /// Every executor a run routes to, once.
+    pub owners: Vec<RouteOwner>,
+    /// Ascending, disjoint, together covering `0..shard_count`.
+    #[cfg_attr(feature = "utoipa", schema(value_type = Vec<Vec<u64>>))]
+    pub runs: Vec<RouteRun>,
+}
+
+impl RoutingRuns {
+    /// The runs of `routes`, given in shard order as `(shard, epoch, owner)` with the owner as
+    /// `(executor_id, address)`: each maximal stretch of consecutive shards with one owner and
+    /// one epoch becomes one run.
+    pub fn collect<'a>(
+        revision: u64,
+        shard_count: u32,
+        routes: impl IntoIterator<Item = (u32, u64, Option<(&'a str, &'a str)>)>,
+    ) -> Self {
+        let mut owner_index: HashMap<&'a str, u32> = HashMap::new();
+        let mut owners: Vec<RouteOwner> = Vec::new();
+        let mut runs: Vec<RouteRun> = Vec::new();
+        for (shard, epoch, owner) in routes {
+            let owner = owner.map(|(executor_id, address)| {
+                *owner_index.entry(executor_id).or_insert_with(|| {
+                    owners.push(RouteOwner {
+                        executor_id: executor_id.to_owned(),
+                        address: address.to_owned(),
+                    });
+                    // At most one owner per shard, and shards are u32.
+                    u32::try_from(owners.len() - 1).unwrap_or(u32::MAX)
+                })
+            });
+            match runs.last_mut() {
+                Some(run)
+                    if run.owner == owner
+                        && run.epoch == epoch
+                        && u64::from(run.first) + u64::from(run.count) == u64::from(shard) =>
+                {
+                    run.count += 1;
+                }
+                _ => runs.push(RouteRun {
+                    first: shard,
+                    count: 1,
+                    owner,
+                    epoch,
+                }),
+            }
+        }
+        Self {
+            revision,
+            shard_count,
+            owners,
+            runs,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct KeyRoute {
@@ -870,6 +981,8 @@ pub enum RoutingAnswer {
     Key(KeyRoute),
     /// No key.
     Table(RoutingTable),
+    /// No key, `?form=runs`.
+    Runs(RoutingRuns),
 }
 
 /// Reply to `POST /v1/cluster/init`.
@@ -959,6 +1072,16 @@ pub struct WatchReply {
     /// Executors removed after revision `N`, ascending by id, so a watcher can tell a deregister
     /// from an expiry.
     pub departed: Vec<DepartedExecutor>,
+}
+
+/// What `GET /v1/watch` answers: the state (the default), or with `view=routing` only the
+/// routing table, as runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum WatchAnswer {
+    State(WatchReply),
+    Routing(RoutingRuns),
 }
 
 #[cfg(test)]

@@ -467,6 +467,21 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             InvalidRequest,
         ),
         case(
+            "unknown routing form",
+            RawRequest::new(Method::GET, "/v1/routing?form=ranges"),
+            InvalidRequest,
+        ),
+        case(
+            "a key's route asked as runs",
+            RawRequest::new(Method::GET, "/v1/routing?key=k&form=runs"),
+            InvalidRequest,
+        ),
+        case(
+            "unknown watch view",
+            RawRequest::new(Method::GET, "/v1/watch?revision=0&view=routes"),
+            InvalidRequest,
+        ),
+        case(
             "purge not a bool",
             RawRequest::new(Method::POST, "/v1/cluster/snapshot?purge=yes"),
             InvalidRequest,

@@ -7,8 +7,8 @@ use std::num::NonZeroU32;
 use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::{
-    ExecutorView, HandoffView, KeyRoute, Route, RoutingAnswer, RoutingTable, ShardEpoch, ShardView,
-    StateView,
+    ExecutorView, HandoffView, KeyRoute, Route, RoutingAnswer, RoutingRuns, RoutingTable,
+    ShardEpoch, ShardView, StateView,
 };
 use serde::Deserialize;
 
@@ -83,6 +83,27 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
             .map(|e| e.address.clone()),
         epoch: shard.epoch,
     }
+}
+
+/// The routing table as runs ([`RoutingRuns`]), by the rule [`route`] applies to each shard.
+pub(super) fn routing_runs(state: &LeaseState) -> RoutingRuns {
+    let shard_count = state.config().map_or(0, |c| c.shard_count);
+    RoutingRuns::collect(
+        state.revision(),
+        shard_count,
+        state.shards().iter().map(|shard| {
+            let owner = shard
+                .owner
+                .as_deref()
+                .filter(|_| shard.handoff.is_none())
+                .and_then(|id| {
+                    state
+                        .executor(id)
+                        .map(|executor| (id, executor.address.as_str()))
+                });
+            (shard.id, shard.epoch, owner)
+        }),
+    )
 }
 
 /// `executor_id` as this replica's applied state has it now, if registered.
@@ -213,6 +234,18 @@ pub struct RoutingQuery {
     #[serde(default)]
     #[allow(dead_code)] // read by the consistent-read layer
     consistent: bool,
+    /// `routes` (the default): a route per shard. `runs`: the table as runs
+    /// ([`RoutingRuns`]), far smaller for large tables; not with `key`.
+    #[serde(default)]
+    form: RoutingForm,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RoutingForm {
+    #[default]
+    Routes,
+    Runs,
 }
 
 /// The routing table, or the route for one key (shard = `leasehold_api::shard_for_key`).
@@ -236,10 +269,18 @@ pub async fn routing(
             "key is longer than {MAX_KEY_BYTES} bytes"
         )));
     }
+    if query.key.is_some() && query.form == RoutingForm::Runs {
+        return Err(HttpError::invalid(
+            "form=runs is a form of the whole table; a key's route is one route",
+        ));
+    }
     node.state.read(|applied| {
         let state = &applied.state;
         let shard_count = state.config().map_or(0, |c| c.shard_count);
         let Some(key) = &query.key else {
+            if query.form == RoutingForm::Runs {
+                return Ok(Json(RoutingAnswer::Runs(routing_runs(state))));
+            }
             return Ok(Json(RoutingAnswer::Table(RoutingTable {
                 revision: state.revision(),
                 shard_count,

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchReply};
+use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchAnswer, WatchReply};
 use tokio::time::Instant;
 
-use super::inspect::state_view;
+use super::inspect::{routing_runs, state_view};
 use super::{AppState, HttpError};
 use crate::lease::{LeaseState, TombstoneReason};
 
@@ -28,12 +28,24 @@ const STOP_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 struct WatchQuery {
     revision: u64,
     wait: Duration,
+    view: WatchView,
+}
+
+/// What a watch answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchView {
+    /// The whole state and the executors departed ([`WatchReply`]).
+    State,
+    /// `view=routing`: only the routing table, as runs ([`RoutingRuns`]), which is what a
+    /// routing client follows and far smaller than the state for large tables.
+    Routing,
 }
 
 fn parse_query(raw: Option<&str>) -> Result<WatchQuery, HttpError> {
     let mut query = WatchQuery {
         revision: 0,
         wait: DEFAULT_WATCH_WAIT,
+        view: WatchView::State,
     };
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -54,9 +66,20 @@ fn parse_query(raw: Option<&str>) -> Result<WatchQuery, HttpError> {
                     )));
                 }
             }
+            "view" => {
+                query.view = match value {
+                    "state" => WatchView::State,
+                    "routing" => WatchView::Routing,
+                    other => {
+                        return Err(HttpError::invalid(format!(
+                            "view {other:?} is neither state nor routing"
+                        )))
+                    }
+                }
+            }
             other => {
                 return Err(HttpError::invalid(format!(
-                    "unknown query parameter {other:?} (expected revision, wait)"
+                    "unknown query parameter {other:?} (expected revision, wait, view)"
                 )))
             }
         }
@@ -86,13 +109,14 @@ fn departed_since(state: &LeaseState, revision: u64) -> Vec<DepartedExecutor> {
     params(
         ("revision" = Option<u64>, Query, description = "Answer once the state's revision is above this (default 0: at once)."),
         ("wait" = Option<String>, Query, description = "Longest wait, a duration like `30s` or `1500ms` (default 30s, at most 300s)."),
+        ("view" = Option<String>, Query, description = "`state` (default): the whole state and the executors removed since `revision`. `routing`: the routing table as runs, as `GET /v1/routing?form=runs` answers it."),
     ),
-    responses((status = 200, description = "The state at its current revision and the executors removed since `revision`.", body = WatchReply)),
+    responses((status = 200, description = "The state at its current revision and the executors removed since `revision`; with `view=routing`, the routing table as runs.", body = WatchAnswer)),
 )]
 pub async fn watch(
     State(node): State<AppState>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<WatchReply>, HttpError> {
+) -> Result<Json<WatchAnswer>, HttpError> {
     let query = parse_query(raw.as_deref())?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
@@ -114,11 +138,18 @@ pub async fn watch(
             _ = tokio::time::sleep_until(stop_check) => {}
         }
     }
+    if query.view == WatchView::Routing {
+        return Ok(Json(WatchAnswer::Routing(
+            node.state.read(|a| routing_runs(&a.state)),
+        )));
+    }
     let now_ms = node.clock.now_ms();
     let loads = node.published_loads.latest();
-    Ok(Json(node.state.read(|a| WatchReply {
-        state: state_view(&a.state, now_ms, loads.as_deref()),
-        departed: departed_since(&a.state, query.revision),
+    Ok(Json(node.state.read(|a| {
+        WatchAnswer::State(WatchReply {
+            state: state_view(&a.state, now_ms, loads.as_deref()),
+            departed: departed_since(&a.state, query.revision),
+        })
     })))
 }
 
@@ -132,15 +163,21 @@ mod tests {
             parse_query(None).unwrap(),
             WatchQuery {
                 revision: 0,
-                wait: DEFAULT_WATCH_WAIT
+                wait: DEFAULT_WATCH_WAIT,
+                view: WatchView::State,
             }
         );
         assert_eq!(
             parse_query(Some("revision=42&wait=1500ms")).unwrap(),
             WatchQuery {
                 revision: 42,
-                wait: Duration::from_millis(1_500)
+                wait: Duration::from_millis(1_500),
+                view: WatchView::State,
             }
+        );
+        assert_eq!(
+            parse_query(Some("revision=7&view=routing")).unwrap().view,
+            WatchView::Routing
         );
         for bad in [
             "revision=-1",
@@ -149,6 +186,8 @@ mod tests {
             "wait=301s",
             "since=3",
             "consistent=true",
+            "view=runs",
+            "view=",
         ] {
             let error = parse_query(Some(bad)).unwrap_err();
             assert_eq!(
