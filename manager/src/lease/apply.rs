@@ -340,6 +340,8 @@ impl LeaseState {
             shards: Vec::new(),
         };
         self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
+        self.by_incarnation
+            .insert(executor.incarnation.clone(), executor_id.clone());
         self.executors.insert(executor_id, executor);
         self.touch_assignment(log_index);
         Outcome::Registered {
@@ -818,6 +820,7 @@ impl LeaseState {
         let Some(executor) = self.executors.remove(executor_id) else {
             return Vec::new();
         };
+        self.by_incarnation.remove(&executor.incarnation);
         let mut freed = Vec::new();
         for &shard in &executor.owned_shards {
             let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))

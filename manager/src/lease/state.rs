@@ -200,6 +200,11 @@ pub struct LeaseState {
     /// the shard count.
     #[serde(skip)]
     pub(super) releasing: OrdSet<ShardId>,
+    /// Each registered executor's id by its incarnation, derived and never stored like
+    /// `releasing`: a registration looks its incarnation up here (P4.4) instead of among every
+    /// executor, so a fleet registering at once is not quadratic in its size.
+    #[serde(skip)]
+    pub(super) by_incarnation: OrdMap<String, ExecutorId>,
 }
 
 /// [`LeaseState`] as encoded: every field but the derived index, in the same order (bincode
@@ -228,6 +233,7 @@ impl From<StoredLeaseState> for LeaseState {
             longest_lease_told_ms: stored.longest_lease_told_ms,
             cluster_version: stored.cluster_version,
             releasing: OrdSet::new(),
+            by_incarnation: OrdMap::new(),
         };
         state.rebuild_indexes();
         state
@@ -255,6 +261,7 @@ impl Default for LeaseState {
             longest_lease_told_ms: 0,
             cluster_version: super::schema::OLDEST_SCHEMA,
             releasing: OrdSet::new(),
+            by_incarnation: OrdMap::new(),
         }
     }
 }
@@ -298,9 +305,9 @@ impl LeaseState {
 
     /// The executor registered under `incarnation`, if it is still present (P4.4).
     pub fn executor_by_incarnation(&self, incarnation: &str) -> Option<&Executor> {
-        self.executors
-            .values()
-            .find(|executor| executor.incarnation == incarnation)
+        self.by_incarnation
+            .get(incarnation)
+            .and_then(|id| self.executors.get(id))
     }
 
     /// The shard table, index = shard number; empty before `Init`.
@@ -380,9 +387,17 @@ impl LeaseState {
             .collect()
     }
 
-    /// Rebuilds the derived indexes from the shard table (after decoding).
+    /// Rebuilds the derived indexes from the shard table and the executors (after decoding).
     pub(super) fn rebuild_indexes(&mut self) {
         self.releasing = releasing_in(&self.shards);
+        self.by_incarnation = OrdMap::new();
+        for executor in self.executors.values() {
+            // Registration keeps incarnations unique; were one repeated, the lowest id answers,
+            // as a search in id order would.
+            self.by_incarnation
+                .entry(executor.incarnation.clone())
+                .or_insert_with(|| executor.id.clone());
+        }
     }
 
     /// The shards releasing from their owners (P5.2), ascending, with their handoffs.
@@ -493,7 +508,20 @@ impl LeaseState {
                 releasing.iter().take(8).collect::<Vec<_>>()
             ));
         }
+        if self.by_incarnation.len() != self.executors.len() {
+            violations.push(format!(
+                "the incarnation index has {} entries for {} executors",
+                self.by_incarnation.len(),
+                self.executors.len()
+            ));
+        }
         for executor in self.executors.values() {
+            if self.by_incarnation.get(&executor.incarnation) != Some(&executor.id) {
+                violations.push(format!(
+                    "the incarnation index does not name executor {} for its incarnation",
+                    executor.id
+                ));
+            }
             for &shard in &executor.owned_shards {
                 let owner = self.shard(shard).and_then(|entry| entry.owner.as_ref());
                 if owner != Some(&executor.id) {

@@ -318,6 +318,7 @@ impl From<LeaseState> for super::LeaseState {
             // Schema 2 had no cluster version: a cluster of 0.1.0 replicas was at schema 2.
             cluster_version: SCHEMA_0_1_0,
             releasing: Default::default(),
+            by_incarnation: Default::default(),
         };
         migrated.rebuild_indexes();
         migrated

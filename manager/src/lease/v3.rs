@@ -228,6 +228,7 @@ impl From<LeaseState> for super::LeaseState {
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
             releasing: Default::default(),
+            by_incarnation: Default::default(),
         };
         migrated.rebuild_indexes();
         migrated

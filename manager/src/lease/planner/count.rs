@@ -136,8 +136,13 @@ pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move>
     // A releasing shard stays with the target its handoff names while that target has room:
     // its revoke is already under way and the plan needs no entry for it.
     let mut unplaced = Vec::with_capacity(pool.len());
+    // The pool is ascending: a focus reads the shard table sequentially.
+    let mut shards = state.shards().focus();
     for shard in pool {
-        let current_target_with_room = state.shard(shard).and_then(|entry| {
+        let entry = usize::try_from(shard)
+            .ok()
+            .and_then(|index| shards.get(index));
+        let current_target_with_room = entry.and_then(|entry| {
             let target = entry.handoff.as_ref()?.to.as_deref()?;
             deficits.get(target).filter(|deficit| **deficit > 0)?;
             Some(target)

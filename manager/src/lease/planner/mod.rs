@@ -29,9 +29,9 @@
 pub(super) mod count;
 mod load;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::{Command, Executor, LeaseState, Move, ShardId};
+use super::{Command, Executor, LeaseState, Move, Shard, ShardId};
 
 pub(in crate::lease) use count::plan_moves;
 
@@ -176,27 +176,46 @@ pub fn plan_placement(
     inputs: &PlacementInputs,
     max_moves: usize,
 ) -> Option<Plan> {
+    // By count, every shard of the table may need a move (a million at a fleet's first start):
+    // the plan's `max_moves` are chosen first and only they are classified, so a plan costs a
+    // pass over the moves, not several lookups and a sort for each.
     let moves: Vec<(Move, MoveReason)> = match &inputs.loads {
-        Loads::Counts => classify(state, now_ms, plan_moves(state, now_ms)),
+        Loads::Counts => {
+            let moves = cheapest_moves(state, plan_moves(state, now_ms), max_moves, |step| step);
+            classify(state, now_ms, moves)
+        }
         Loads::Learning => {
             // Only what has no live holder moves, and joiners that hold nothing are served: a
             // shard never owned is placed (a first placement counts as a join), but a live
             // owner's shard goes only to a newcomer.
+            // Cheapest test first: the moves are ascending, so the shard table is read in order.
             let newcomers = executors_holding_nothing(state);
-            classify(state, now_ms, plan_moves(state, now_ms))
+            let mut shards = state.shards().focus();
+            let moves: Vec<Move> = plan_moves(state, now_ms)
                 .into_iter()
-                .filter(|(step, reason)| {
-                    *reason != MoveReason::Join
+                .filter(|step| {
+                    let unowned = usize::try_from(step.shard)
+                        .ok()
+                        .and_then(|shard| shards.get(shard))
+                        .is_some_and(|shard| shard.owner.is_none());
+                    unowned
                         || newcomers.contains(step.to.as_str())
-                        || state
-                            .shard(step.shard)
-                            .is_some_and(|shard| shard.owner.is_none())
+                        || reason_for(state, now_ms, step.shard, &step.to) != MoveReason::Join
                 })
-                .collect()
+                .collect();
+            classify(
+                state,
+                now_ms,
+                cheapest_moves(state, moves, max_moves, |step| step),
+            )
         }
-        Loads::Reported(loads) => load::plan_moves(state, now_ms, inputs, loads, max_moves),
+        Loads::Reported(loads) => cheapest_moves(
+            state,
+            load::plan_moves(state, now_ms, inputs, loads, max_moves),
+            max_moves,
+            |(step, _)| step,
+        ),
     };
-    let moves = cheapest_moves(state, moves, max_moves);
     if moves.is_empty() {
         return None;
     }
@@ -212,8 +231,8 @@ pub fn plan_placement(
 }
 
 /// Executors that own nothing and have nothing coming: those that just joined.
-fn executors_holding_nothing(state: &LeaseState) -> BTreeSet<&str> {
-    let mut newcomers: BTreeSet<&str> = state
+fn executors_holding_nothing(state: &LeaseState) -> HashSet<&str> {
+    let mut newcomers: HashSet<&str> = state
         .executors()
         .filter(|executor| executor.owned_shards.is_empty())
         .map(|executor| executor.id.as_str())
@@ -299,8 +318,8 @@ enum MoveCost {
     Revoke,
 }
 
-fn move_cost(state: &LeaseState, step: &Move) -> MoveCost {
-    match state.shard(step.shard) {
+fn move_cost(entry: Option<&Shard>, step: &Move) -> MoveCost {
+    match entry {
         Some(entry) => match (&entry.owner, &entry.handoff) {
             (None, _) => MoveCost::GrantUnowned,
             (Some(owner), Some(_)) if *owner == step.to => MoveCost::CancelHandoff,
@@ -312,16 +331,43 @@ fn move_cost(state: &LeaseState, step: &Move) -> MoveCost {
     }
 }
 
-/// The `max_moves` cheapest moves of a plan (ties by shard), ascending by shard.
-fn cheapest_moves(
+/// The `max_moves` cheapest moves of a plan (ties by shard), ascending by shard: a selection,
+/// linear in the moves, and one lookup of each move's shard, in shard order where the planner
+/// gave them so (sequential reads of the shard table are cheap).
+fn cheapest_moves<T>(
     state: &LeaseState,
-    mut moves: Vec<(Move, MoveReason)>,
+    mut moves: Vec<T>,
     max_moves: usize,
-) -> Vec<(Move, MoveReason)> {
+    step: impl Fn(&T) -> &Move,
+) -> Vec<T> {
     if moves.len() > max_moves {
-        moves.sort_by_cached_key(|(step, _)| (move_cost(state, step), step.shard));
-        moves.truncate(max_moves);
+        let Some(last) = max_moves.checked_sub(1) else {
+            return Vec::new();
+        };
+        let mut shards = state.shards().focus();
+        let mut ranked: Vec<(MoveCost, ShardId, usize)> = moves
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                let step = step(item);
+                let entry = usize::try_from(step.shard)
+                    .ok()
+                    .and_then(|shard| shards.get(shard));
+                (move_cost(entry, step), step.shard, index)
+            })
+            .collect();
+        ranked.select_nth_unstable(last);
+        let mut chosen = vec![false; moves.len()];
+        for &(_, _, index) in &ranked[..max_moves] {
+            chosen[index] = true;
+        }
+        let mut position = 0;
+        moves.retain(|_| {
+            let keep = chosen[position];
+            position += 1;
+            keep
+        });
     }
-    moves.sort_by_key(|(step, _)| step.shard);
+    moves.sort_by_key(|item| step(item).shard);
     moves
 }
