@@ -237,6 +237,7 @@ pub struct RoutingQuery {
     /// `routes` (the default): a route per shard. `runs`: the table as runs
     /// ([`RoutingRuns`]), far smaller for large tables; not with `key`.
     #[serde(default)]
+    #[param(inline)]
     form: RoutingForm,
 }
 
