@@ -348,7 +348,7 @@ impl RouteTable {
         let shards = rows.into_iter().flat_map(|(run, owner)| {
             let end = u64::from(run.first) + u64::from(run.count);
             let end = u32::try_from(end).unwrap_or(u32::MAX);
-            (run.first..end).map(move |shard| (shard, run.epoch, owner.clone()))
+            (run.first..end).map(move |shard| Ok((shard, run.epoch, owner.clone())))
         });
         Self::build_checked(table.revision, table.shard_count, shards)
     }
@@ -358,7 +358,7 @@ impl RouteTable {
         shard_count: u32,
         rows: impl Iterator<Item = (u32, u64, Option<(String, String)>)>,
     ) -> Result<Self, TableError> {
-        let mut rows = rows.map(|(shard, epoch, owner)| {
+        let rows = rows.map(|(shard, epoch, owner)| {
             let owner = match owner {
                 Some((executor_id, address)) => Some(Owner {
                     executor_id,
@@ -368,36 +368,22 @@ impl RouteTable {
             };
             Ok((shard, epoch, owner))
         });
-        let mut failure = None;
-        let table = Self::build_checked(
-            revision,
-            shard_count,
-            std::iter::from_fn(|| match rows.next()? {
-                Ok(row) => Some(row),
-                Err(error) => {
-                    failure = Some(error);
-                    None
-                }
-            }),
-        );
-        match failure {
-            Some(error) => Err(error),
-            None => table,
-        }
+        Self::build_checked(revision, shard_count, rows)
     }
 
-    /// The table of `rows` (owners checked already): one per shard in `0..shard_count`, the
-    /// count at most [`MAX_SHARD_COUNT`].
+    /// The table of `rows`, each a checked row or why it is not: one per shard in
+    /// `0..shard_count`, the count at most [`MAX_SHARD_COUNT`]. The first error ends the build.
     fn build_checked(
         revision: u64,
         shard_count: u32,
-        rows: impl Iterator<Item = (u32, u64, Option<Owner>)>,
+        rows: impl Iterator<Item = Result<(u32, u64, Option<Owner>), TableError>>,
     ) -> Result<Self, TableError> {
         if shard_count > MAX_SHARD_COUNT {
             return Err(TableError::TooManyShards(shard_count));
         }
         let mut slots: Vec<Option<ShardRoute>> = vec![None; shard_count as usize];
-        for (shard, epoch, owner) in rows {
+        for row in rows {
+            let (shard, epoch, owner) = row?;
             let slot = slots
                 .get_mut(shard as usize)
                 .ok_or(TableError::OutOfRange { shard, shard_count })?;

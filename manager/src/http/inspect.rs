@@ -17,7 +17,7 @@ use super::{ApiQuery, AppState, HttpError};
 
 use std::sync::Arc;
 
-use crate::lease::{Executor, LeaseState, Shard};
+use crate::lease::{Executor, ExecutorId, LeaseState, Shard};
 use crate::load_reports::LoadPicture;
 
 /// Longest routing key accepted in a query string.
@@ -72,9 +72,14 @@ fn shard_view(shard: &Shard, now_ms: u64, loads: Option<&LoadPicture>) -> ShardV
     }
 }
 
+/// Whom work for `shard` goes to: its owner, unless it is between owners (releasing), when
+/// nobody may be sent work for it yet. `/v1/routing` applies this rule in both forms.
+fn routed_owner(shard: &Shard) -> Option<&ExecutorId> {
+    shard.owner.as_ref().filter(|_| shard.handoff.is_none())
+}
+
 fn route(state: &LeaseState, shard: &Shard) -> Route {
-    // Between owners (releasing) nobody may be sent work for it yet.
-    let owner = shard.owner.as_ref().filter(|_| shard.handoff.is_none());
+    let owner = routed_owner(shard);
     Route {
         shard: shard.id,
         executor_id: owner.cloned(),
@@ -85,22 +90,18 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
     }
 }
 
-/// The routing table as runs ([`RoutingRuns`]), by the rule [`route`] applies to each shard.
+/// The routing table as runs ([`RoutingRuns`]), by [`routed_owner`].
 pub(super) fn routing_runs(state: &LeaseState) -> RoutingRuns {
     let shard_count = state.config().map_or(0, |c| c.shard_count);
     RoutingRuns::collect(
         state.revision(),
         shard_count,
         state.shards().iter().map(|shard| {
-            let owner = shard
-                .owner
-                .as_deref()
-                .filter(|_| shard.handoff.is_none())
-                .and_then(|id| {
-                    state
-                        .executor(id)
-                        .map(|executor| (id, executor.address.as_str()))
-                });
+            let owner = routed_owner(shard).and_then(|id| {
+                state
+                    .executor(id)
+                    .map(|executor| (id.as_str(), executor.address.as_str()))
+            });
             (shard.id, shard.epoch, owner)
         }),
     )
