@@ -22,14 +22,36 @@
 //! A joining executor is under quota, so it gets shards from the very next plan (P5.4): unowned
 //! ones at once, others as their owners release them.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use rustc_hash::FxHasher;
 
 use super::super::{LeaseState, Move, ShardId};
 use super::{capacity_of, takes_shards};
 
+/// A move the planner weighs, its receiver borrowed from the state: at a fleet's first start a
+/// plan by count weighs a million of them to make at most `MAX_MOVES_PER_PLAN`, and only those
+/// it makes need an owned id ([`Candidate::to_move`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::lease) struct Candidate<'a> {
+    pub shard: ShardId,
+    pub to: &'a str,
+}
+
+impl Candidate<'_> {
+    pub fn to_move(self) -> Move {
+        Move {
+            shard: self.shard,
+            to: self.to.to_owned(),
+        }
+    }
+}
+
 /// What one live executor owns: the shards it would keep at no cost.
-#[derive(Debug, Default)]
-struct Holdings {
+#[derive(Debug)]
+struct Holdings<'a> {
+    id: &'a str,
     /// Its placement weight (P15.1).
     capacity: u64,
     /// Owned, not releasing: being served now.
@@ -41,7 +63,7 @@ struct Holdings {
     incoming: usize,
 }
 
-impl Holdings {
+impl Holdings<'_> {
     fn owned(&self) -> usize {
         self.delivered.len().saturating_add(self.releasing.len())
     }
@@ -52,29 +74,67 @@ impl Holdings {
     }
 }
 
-/// The moves of the plan, ascending by shard.
+/// The live executors in id order, and each one's position by id. Every shard's owner and
+/// handoff target is looked up here, so a hash of the id rather than a search comparing ids:
+/// the ids are the leader's own (`ex-{index}`), and the plan never depends on the map's order.
+struct LiveExecutors<'a> {
+    holdings: Vec<Holdings<'a>>,
+    position: HashMap<&'a str, usize, BuildHasherDefault<FxHasher>>,
+}
+
+impl<'a> LiveExecutors<'a> {
+    fn of(state: &'a LeaseState, now_ms: u64) -> Self {
+        let holdings: Vec<Holdings<'a>> = state
+            .executors()
+            .filter(|executor| takes_shards(executor, now_ms))
+            .map(|executor| Holdings {
+                id: executor.id.as_str(),
+                capacity: capacity_of(executor),
+                delivered: Vec::new(),
+                releasing: Vec::new(),
+                incoming: 0,
+            })
+            .collect();
+        let position = holdings
+            .iter()
+            .enumerate()
+            .map(|(position, holdings)| (holdings.id, position))
+            .collect();
+        Self { holdings, position }
+    }
+
+    fn position(&self, executor_id: Option<&str>) -> Option<usize> {
+        self.position.get(executor_id?).copied()
+    }
+
+    fn get_mut(&mut self, executor_id: Option<&str>) -> Option<&mut Holdings<'a>> {
+        let position = self.position(executor_id)?;
+        self.holdings.get_mut(position)
+    }
+}
+
+/// [`candidate_moves`] as owned moves.
+#[cfg(test)]
+pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
+    candidate_moves(state, now_ms)
+        .into_iter()
+        .map(Candidate::to_move)
+        .collect()
+}
+
+/// The moves of the plan by count, ascending by shard, their receivers borrowed from `state`.
 ///
 /// The count that is minimised is the shards that change hands (each a new epoch, I2), not the
 /// entries of the plan: a live executor keeps what it owns up to its quota, delivered shards
 /// first, then its releasing ones (their handoffs cancelled); every other distributable shard
 /// goes to a live executor under quota, a releasing one preferably to the target its handoff
 /// already names (no new revoke, no entry in the plan).
-pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
+pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<Candidate<'_>> {
     if state.config().is_none() {
         return Vec::new();
     }
-    let mut live: BTreeMap<&str, Holdings> = state
-        .executors()
-        .filter(|executor| takes_shards(executor, now_ms))
-        .map(|executor| {
-            let holdings = Holdings {
-                capacity: capacity_of(executor),
-                ..Holdings::default()
-            };
-            (executor.id.as_str(), holdings)
-        })
-        .collect();
-    if live.is_empty() {
+    let mut live = LiveExecutors::of(state, now_ms);
+    if live.holdings.is_empty() {
         return Vec::new();
     }
     // A vector, sorted once below: at a million shards this is most of a plan's cost, and a
@@ -82,16 +142,18 @@ pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move>
     let mut pool: Vec<ShardId> = Vec::new();
     let mut distributable = 0usize;
     for shard in state.shards() {
-        if let Some(target) = shard
+        let target = shard
             .handoff
             .as_ref()
-            .and_then(|handoff| handoff.to.as_deref())
-            .and_then(|target| live.get_mut(target))
-        {
+            .and_then(|handoff| handoff.to.as_deref());
+        if let Some(target) = live.get_mut(target) {
             target.incoming += 1;
         }
-        let owner_holdings = shard.owner.as_deref().and_then(|owner| live.get_mut(owner));
-        match (owner_holdings, &shard.owner, &shard.handoff) {
+        match (
+            live.get_mut(shard.owner.as_deref()),
+            &shard.owner,
+            &shard.handoff,
+        ) {
             (Some(holdings), _, None) => holdings.delivered.push(shard.id),
             (Some(holdings), _, Some(_)) => holdings.releasing.push(shard.id),
             (None, None, _) => pool.push(shard.id),
@@ -112,24 +174,24 @@ pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move>
         distributable += 1;
     }
 
-    let quotas = quotas_by_capacity(&live, distributable);
+    let quotas = quotas_by_capacity(&live.holdings, distributable);
 
     let mut moves = Vec::with_capacity(pool.len());
-    let mut deficits: BTreeMap<&str, usize> = BTreeMap::new();
-    for (&executor_id, holdings) in &live {
-        let quota = quotas.get(executor_id).copied().unwrap_or(0);
+    // Each live executor's room left, by position: what it still needs beyond what it keeps.
+    let mut deficits: Vec<usize> = Vec::with_capacity(live.holdings.len());
+    for (holdings, &quota) in live.holdings.iter().zip(&quotas) {
         let kept_delivered = holdings.delivered.len().min(quota);
         pool.extend(holdings.delivered.iter().skip(kept_delivered).copied());
         let room = quota - kept_delivered;
         let cancel_handoff = holdings.releasing.len().min(room);
         for &shard in holdings.releasing.iter().take(cancel_handoff) {
-            moves.push(Move {
+            moves.push(Candidate {
                 shard,
-                to: executor_id.to_owned(),
+                to: holdings.id,
             });
         }
         pool.extend(holdings.releasing.iter().skip(cancel_handoff).copied());
-        deficits.insert(executor_id, room - cancel_handoff);
+        deficits.push(room - cancel_handoff);
     }
     pool.sort_unstable();
 
@@ -139,28 +201,30 @@ pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move>
     // The pool is ascending: a focus reads the shard table sequentially.
     let mut shards = state.shards().focus();
     for shard in pool {
-        let entry = usize::try_from(shard)
+        let target = usize::try_from(shard)
             .ok()
-            .and_then(|index| shards.get(index));
-        let current_target_with_room = entry.and_then(|entry| {
-            let target = entry.handoff.as_ref()?.to.as_deref()?;
-            deficits.get(target).filter(|deficit| **deficit > 0)?;
-            Some(target)
-        });
-        match current_target_with_room.and_then(|target| deficits.get_mut(target)) {
+            .and_then(|index| shards.get(index))
+            .and_then(|entry| entry.handoff.as_ref()?.to.as_deref());
+        let target_with_room = live
+            .position(target)
+            .and_then(|position| deficits.get_mut(position))
+            .filter(|deficit| **deficit > 0);
+        match target_with_room {
             Some(deficit) => *deficit -= 1,
             None => unplaced.push(shard),
         }
     }
+    // In id order, each takes the next ascending run of the rest: these moves come out
+    // ascending, so sorting them among the cancelled handoffs is a merge of sorted runs.
     let mut unplaced = unplaced.into_iter();
-    for (&executor_id, deficit) in &mut deficits {
+    for (holdings, deficit) in live.holdings.iter().zip(&mut deficits) {
         while *deficit > 0 {
             let Some(shard) = unplaced.next() else {
                 break;
             };
-            moves.push(Move {
+            moves.push(Candidate {
                 shard,
-                to: executor_id.to_owned(),
+                to: holdings.id,
             });
             *deficit -= 1;
         }
@@ -169,44 +233,39 @@ pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move>
     moves
 }
 
-/// Each live executor's quota of the `distributable` shards: the floor or the ceiling of its
-/// share `distributable × capacity ÷ total capacity` (P15.2), summing to `distributable`.
+/// Each live executor's quota of the `distributable` shards, by position: the floor or the
+/// ceiling of its share `distributable × capacity ÷ total capacity` (P15.2), summing to
+/// `distributable`.
 ///
 /// Only an executor whose share is fractional can get its ceiling. The ceilings keep one more
 /// shard in place only for an executor owning more than its floor, so those get them first; any
 /// other assignment of the rest keeps as many, and they go to the executors holding most
 /// prospectively, which is how the last plan left them, so planning again moves nothing (ties
-/// by id).
-fn quotas_by_capacity<'a>(
-    live: &BTreeMap<&'a str, Holdings>,
-    distributable: usize,
-) -> BTreeMap<&'a str, usize> {
-    let total_capacity: u128 = live.values().map(|h| u128::from(h.capacity)).sum();
+/// by id, which is position).
+fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize> {
+    let total_capacity: u128 = live.iter().map(|h| u128::from(h.capacity)).sum();
     let shares = u128::try_from(distributable).unwrap_or(u128::MAX);
-    let mut floors: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut fractional: Vec<(&str, bool, usize)> = Vec::new();
-    for (&executor_id, holdings) in live {
+    let mut quotas: Vec<usize> = Vec::with_capacity(live.len());
+    // (position, owns more than its floor, prospective holdings)
+    let mut fractional: Vec<(usize, bool, usize)> = Vec::new();
+    for (position, holdings) in live.iter().enumerate() {
         let weighted = shares.saturating_mul(u128::from(holdings.capacity));
         let floor = usize::try_from(weighted / total_capacity.max(1)).unwrap_or(usize::MAX);
-        floors.insert(executor_id, floor);
+        quotas.push(floor);
         if weighted % total_capacity.max(1) != 0 {
-            fractional.push((
-                executor_id,
-                holdings.owned() > floor,
-                holdings.prospective(),
-            ));
+            fractional.push((position, holdings.owned() > floor, holdings.prospective()));
         }
     }
-    let ceilings = distributable.saturating_sub(floors.values().sum());
+    let ceilings = distributable.saturating_sub(quotas.iter().sum());
     fractional.sort_by(|a, b| {
         b.1.cmp(&a.1)
             .then_with(|| b.2.cmp(&a.2))
-            .then_with(|| a.0.cmp(b.0))
+            .then_with(|| a.0.cmp(&b.0))
     });
-    for &(executor_id, ..) in fractional.iter().take(ceilings) {
-        if let Some(quota) = floors.get_mut(executor_id) {
+    for &(position, ..) in fractional.iter().take(ceilings) {
+        if let Some(quota) = quotas.get_mut(position) {
             *quota += 1;
         }
     }
-    floors
+    quotas
 }

@@ -172,11 +172,11 @@ pub(super) fn plan_moves(
 
 /// With nothing to balance (no load anywhere), counts are what placement can go by.
 fn count_fallback(state: &LeaseState, now_ms: u64) -> Vec<(Move, MoveReason)> {
-    count::plan_moves(state, now_ms)
+    count::candidate_moves(state, now_ms)
         .into_iter()
         .map(|step| {
-            let reason = reason_for(state, now_ms, step.shard, &step.to);
-            (step, reason)
+            let reason = reason_for(state, now_ms, step.shard, step.to);
+            (step.to_move(), reason)
         })
         .collect()
 }

@@ -33,7 +33,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::{Command, Executor, LeaseState, Move, Shard, ShardId};
 
+#[cfg(test)]
 pub(in crate::lease) use count::plan_moves;
+use count::Candidate;
 
 /// Most moves in one [`Command::Rebalance`]: about 120 KB of log entry (a move is a shard number
 /// and an `ex-{index}` id), which a follower receives, decodes and syncs well inside one
@@ -181,7 +183,12 @@ pub fn plan_placement(
     // pass over the moves, not several lookups and a sort for each.
     let moves: Vec<(Move, MoveReason)> = match &inputs.loads {
         Loads::Counts => {
-            let moves = cheapest_moves(state, plan_moves(state, now_ms), max_moves, |step| step);
+            let moves = cheapest_moves(
+                state,
+                count::candidate_moves(state, now_ms),
+                max_moves,
+                |step| (step.shard, step.to),
+            );
             classify(state, now_ms, moves)
         }
         Loads::Learning => {
@@ -191,7 +198,7 @@ pub fn plan_placement(
             // Cheapest test first: the moves are ascending, so the shard table is read in order.
             let newcomers = executors_holding_nothing(state);
             let mut shards = state.shards().focus();
-            let moves: Vec<Move> = plan_moves(state, now_ms)
+            let moves: Vec<Candidate<'_>> = count::candidate_moves(state, now_ms)
                 .into_iter()
                 .filter(|step| {
                     let unowned = usize::try_from(step.shard)
@@ -199,21 +206,21 @@ pub fn plan_placement(
                         .and_then(|shard| shards.get(shard))
                         .is_some_and(|shard| shard.owner.is_none());
                     unowned
-                        || newcomers.contains(step.to.as_str())
-                        || reason_for(state, now_ms, step.shard, &step.to) != MoveReason::Join
+                        || newcomers.contains(step.to)
+                        || reason_for(state, now_ms, step.shard, step.to) != MoveReason::Join
                 })
                 .collect();
             classify(
                 state,
                 now_ms,
-                cheapest_moves(state, moves, max_moves, |step| step),
+                cheapest_moves(state, moves, max_moves, |step| (step.shard, step.to)),
             )
         }
         Loads::Reported(loads) => cheapest_moves(
             state,
             load::plan_moves(state, now_ms, inputs, loads, max_moves),
             max_moves,
-            |(step, _)| step,
+            |(step, _)| (step.shard, step.to.as_str()),
         ),
     };
     if moves.is_empty() {
@@ -245,13 +252,13 @@ fn executors_holding_nothing(state: &LeaseState) -> HashSet<&str> {
     newcomers
 }
 
-/// Why each move of a plan by count is made, from the state of its shard.
-fn classify(state: &LeaseState, now_ms: u64, moves: Vec<Move>) -> Vec<(Move, MoveReason)> {
+/// The moves a plan by count makes, each with why, from the state of its shard.
+fn classify(state: &LeaseState, now_ms: u64, moves: Vec<Candidate<'_>>) -> Vec<(Move, MoveReason)> {
     moves
         .into_iter()
         .map(|step| {
-            let reason = reason_for(state, now_ms, step.shard, &step.to);
-            (step, reason)
+            let reason = reason_for(state, now_ms, step.shard, step.to);
+            (step.to_move(), reason)
         })
         .collect()
 }
@@ -318,11 +325,11 @@ enum MoveCost {
     Revoke,
 }
 
-fn move_cost(entry: Option<&Shard>, step: &Move) -> MoveCost {
+fn move_cost(entry: Option<&Shard>, to: &str) -> MoveCost {
     match entry {
         Some(entry) => match (&entry.owner, &entry.handoff) {
             (None, _) => MoveCost::GrantUnowned,
-            (Some(owner), Some(_)) if *owner == step.to => MoveCost::CancelHandoff,
+            (Some(owner), Some(_)) if owner == to => MoveCost::CancelHandoff,
             (Some(_), Some(_)) => MoveCost::Retarget,
             (Some(_), None) => MoveCost::Revoke,
         },
@@ -338,7 +345,7 @@ fn cheapest_moves<T>(
     state: &LeaseState,
     mut moves: Vec<T>,
     max_moves: usize,
-    step: impl Fn(&T) -> &Move,
+    step: impl Fn(&T) -> (ShardId, &str),
 ) -> Vec<T> {
     if moves.len() > max_moves {
         let Some(last) = max_moves.checked_sub(1) else {
@@ -349,11 +356,11 @@ fn cheapest_moves<T>(
             .iter()
             .enumerate()
             .map(|(index, item)| {
-                let step = step(item);
-                let entry = usize::try_from(step.shard)
+                let (shard, to) = step(item);
+                let entry = usize::try_from(shard)
                     .ok()
                     .and_then(|shard| shards.get(shard));
-                (move_cost(entry, step), step.shard, index)
+                (move_cost(entry, to), shard, index)
             })
             .collect();
         ranked.select_nth_unstable(last);
@@ -368,6 +375,6 @@ fn cheapest_moves<T>(
             keep
         });
     }
-    moves.sort_by_key(|item| step(item).shard);
+    moves.sort_by_key(|item| step(item).0);
     moves
 }
