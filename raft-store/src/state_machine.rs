@@ -56,10 +56,11 @@ pub struct Applied<C: RaftTypeConfig, S> {
 ///
 /// A read holds the lock for as long as its closure runs, and `apply` waits for it. The closure
 /// cannot await (it is a plain `FnOnce`), so a read is a computation over the applied state and
-/// nothing else: no I/O, no waiting on other tasks. Its cost is bounded by the state's size, and
-/// some reads do scan all of it (a rebalance plan, a delivery round deriving revokes from every
-/// shard, a full state view), which at a million shards is milliseconds of `apply` waiting; keep
-/// new reads to copying out what they need, and make those scans proportional to what changed
+/// nothing else: no I/O, no waiting on other tasks. Its cost is bounded by the state's size; a
+/// read that scans all of it (a rebalance plan, a full state view, the routing table) takes
+/// [`StateHandle::current`] instead, which holds the lock only to clone, so at a million shards
+/// `apply` is not kept waiting; keep new reads to copying out what they need, and make those
+/// scans proportional to what changed
 /// (indexes in the state) rather than to its size when they show up in a profile.
 pub struct StateHandle<C: RaftTypeConfig, S> {
     applied: Arc<RwLock<Applied<C, S>>>,
@@ -83,6 +84,18 @@ impl<C: RaftTypeConfig, S> StateHandle<C, S> {
     /// Runs `read` against the applied state.
     pub fn read<R>(&self, read: impl FnOnce(&Applied<C, S>) -> R) -> R {
         read(&self.read_guard())
+    }
+
+    /// The applied state as it is now, to read without holding the lock.
+    ///
+    /// For a state built on persistent collections (the lease state is) the clone shares every
+    /// node and costs a few reference counts; `apply` copies what it changes while the clone is
+    /// alive.
+    pub fn current(&self) -> S
+    where
+        S: Clone,
+    {
+        self.read_guard().state.clone()
     }
 
     fn read_guard(&self) -> RwLockReadGuard<'_, Applied<C, S>> {

@@ -153,10 +153,7 @@ pub async fn state(
 ) -> Json<StateView> {
     let now_ms = node.clock.now_ms();
     let loads = loads_known(&node);
-    Json(
-        node.state
-            .read(|applied| state_view(&applied.state, now_ms, loads.as_deref())),
-    )
+    Json(state_view(&node.state.current(), now_ms, loads.as_deref()))
 }
 
 /// Every registered executor.
@@ -214,14 +211,14 @@ pub async fn shards(
 ) -> Json<Vec<ShardView>> {
     let now_ms = node.clock.now_ms();
     let loads = loads_known(&node);
-    Json(node.state.read(|applied| {
-        applied
-            .state
+    Json(
+        node.state
+            .current()
             .shards()
             .iter()
             .map(|s| shard_view(s, now_ms, loads.as_deref()))
-            .collect()
-    }))
+            .collect(),
+    )
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -276,33 +273,31 @@ pub async fn routing(
             "form=runs is a form of the whole table; a key's route is one route",
         ));
     }
-    node.state.read(|applied| {
-        let state = &applied.state;
-        let shard_count = state.config().map_or(0, |c| c.shard_count);
-        let Some(key) = &query.key else {
-            if query.form == RoutingForm::Runs {
-                return Ok(Json(RoutingAnswer::Runs(routing_runs(state))));
-            }
-            return Ok(Json(RoutingAnswer::Table(RoutingTable {
-                revision: state.revision(),
-                shard_count,
-                routes: state.shards().iter().map(|s| route(state, s)).collect(),
-            })));
-        };
-        let count = NonZeroU32::new(shard_count).ok_or_else(|| {
-            HttpError::new(
-                leasehold_api::problem::ErrorCode::ShardingNotReady,
-                "the cluster's shard configuration is not written yet",
-            )
-        })?;
-        let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
-        let found = state
-            .shard(shard)
-            .ok_or_else(|| HttpError::internal("routing", format!("shard {shard} missing")))?;
-        Ok(Json(RoutingAnswer::Key(KeyRoute {
-            key: key.clone(),
+    let state = node.state.current();
+    let shard_count = state.config().map_or(0, |c| c.shard_count);
+    let Some(key) = &query.key else {
+        if query.form == RoutingForm::Runs {
+            return Ok(Json(RoutingAnswer::Runs(routing_runs(&state))));
+        }
+        return Ok(Json(RoutingAnswer::Table(RoutingTable {
             revision: state.revision(),
-            route: route(state, found),
-        })))
-    })
+            shard_count,
+            routes: state.shards().iter().map(|s| route(&state, s)).collect(),
+        })));
+    };
+    let count = NonZeroU32::new(shard_count).ok_or_else(|| {
+        HttpError::new(
+            leasehold_api::problem::ErrorCode::ShardingNotReady,
+            "the cluster's shard configuration is not written yet",
+        )
+    })?;
+    let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
+    let found = state
+        .shard(shard)
+        .ok_or_else(|| HttpError::internal("routing", format!("shard {shard} missing")))?;
+    Ok(Json(RoutingAnswer::Key(KeyRoute {
+        key: key.clone(),
+        revision: state.revision(),
+        route: route(&state, found),
+    })))
 }

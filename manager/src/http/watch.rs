@@ -139,17 +139,16 @@ pub async fn watch(
         }
     }
     if query.view == WatchView::Routing {
-        return Ok(Json(WatchAnswer::Routing(
-            node.state.read(|a| routing_runs(&a.state)),
-        )));
+        return Ok(Json(WatchAnswer::Routing(routing_runs(
+            &node.state.current(),
+        ))));
     }
     let now_ms = node.clock.now_ms();
     let loads = node.published_loads.latest();
-    Ok(Json(node.state.read(|a| {
-        WatchAnswer::State(WatchReply {
-            state: state_view(&a.state, now_ms, loads.as_deref()),
-            departed: departed_since(&a.state, query.revision),
-        })
+    let state = node.state.current();
+    Ok(Json(WatchAnswer::State(WatchReply {
+        state: state_view(&state, now_ms, loads.as_deref()),
+        departed: departed_since(&state, query.revision),
     })))
 }
 

@@ -57,9 +57,7 @@ pub async fn run(handle: DeliveryHandle, term: u64, mut stopped: watch::Receiver
     loop {
         let queued = handle.signals.take_pushes();
         let now_ms = handle.clock.now_ms();
-        let round = handle
-            .state
-            .read(|applied| planner.plan_round(&applied.state, queued, now_ms));
+        let round = planner.plan_round(&handle.state.current(), queued, now_ms);
         handle.signals.mark_for_push(round.deferred_pushes);
         deliver_all(&handle, term, round.deliveries, &mut planner).await;
         tokio::select! {

@@ -152,10 +152,9 @@ async fn step(
     let mut writes = StepWrites::with_placement(decision, MAX_MOVES_PER_PLAN, inputs);
     loop {
         let now_ms = node.clock.now_ms();
-        let Some((write, command)) = node
-            .state
-            .read(|applied| writes.next_command(&applied.state, now_ms))
-        else {
+        // A plan scans every shard (a million at most): it reads a clone, not under the lock.
+        let state = node.state.current();
+        let Some((write, command)) = writes.next_command(&state, now_ms) else {
             return;
         };
         let committed = match write {
