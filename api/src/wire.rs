@@ -916,16 +916,23 @@ impl RoutingRuns {
         let mut owner_index: HashMap<&'a str, u32> = HashMap::new();
         let mut owners: Vec<RouteOwner> = Vec::new();
         let mut runs: Vec<RouteRun> = Vec::new();
+        // Consecutive shards mostly have one owner: its index is looked up once per stretch.
+        let mut last_owner: Option<(&'a str, u32)> = None;
         for (shard, epoch, owner) in routes {
-            let owner = owner.map(|(executor_id, address)| {
-                *owner_index.entry(executor_id).or_insert_with(|| {
-                    owners.push(RouteOwner {
-                        executor_id: executor_id.to_owned(),
-                        address: address.to_owned(),
+            let owner = owner.map(|(executor_id, address)| match last_owner {
+                Some((last_id, index)) if last_id == executor_id => index,
+                _ => {
+                    let index = *owner_index.entry(executor_id).or_insert_with(|| {
+                        owners.push(RouteOwner {
+                            executor_id: executor_id.to_owned(),
+                            address: address.to_owned(),
+                        });
+                        // At most one owner per shard, and shards are u32.
+                        u32::try_from(owners.len() - 1).unwrap_or(u32::MAX)
                     });
-                    // At most one owner per shard, and shards are u32.
-                    u32::try_from(owners.len() - 1).unwrap_or(u32::MAX)
-                })
+                    last_owner = Some((executor_id, index));
+                    index
+                }
             });
             match runs.last_mut() {
                 Some(run)

@@ -93,14 +93,22 @@ fn route(state: &LeaseState, shard: &Shard) -> Route {
 /// The routing table as runs ([`RoutingRuns`]), by [`routed_owner`].
 pub(super) fn routing_runs(state: &LeaseState) -> RoutingRuns {
     let shard_count = state.config().map_or(0, |c| c.shard_count);
+    // Consecutive shards mostly have one owner: its address is looked up once per stretch.
+    let mut last_owner: Option<(&str, Option<&str>)> = None;
     RoutingRuns::collect(
         state.revision(),
         shard_count,
         state.shards().iter().map(|shard| {
             let owner = routed_owner(shard).and_then(|id| {
-                state
-                    .executor(id)
-                    .map(|executor| (id.as_str(), executor.address.as_str()))
+                let address = match last_owner {
+                    Some((last_id, address)) if last_id == id => address,
+                    _ => {
+                        let address = state.executor(id).map(|e| e.address.as_str());
+                        last_owner = Some((id.as_str(), address));
+                        address
+                    }
+                };
+                address.map(|address| (id.as_str(), address))
             });
             (shard.id, shard.epoch, owner)
         }),

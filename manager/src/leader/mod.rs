@@ -141,13 +141,11 @@ async fn step(
     reports_taken: &mut u64,
 ) {
     let now_ms = node.clock.now_ms();
-    let (decision, inputs) = node.state.read(|applied| {
-        let state = &applied.state;
-        take_reports(node, placement, state, reports_taken);
-        publish_loads(node, placement, state, now_ms);
-        let decision = core.step(now_ms, state, node.signals.last_renewal_applied_ms());
-        (decision, placement.inputs(state, now_ms))
-    });
+    let state = node.state.current();
+    take_reports(node, placement, &state, reports_taken);
+    publish_loads(node, placement, &state, now_ms);
+    let decision = core.step(now_ms, &state, node.signals.last_renewal_applied_ms());
+    let inputs = placement.inputs(&state, now_ms);
     log_decision(&decision);
     let mut writes = StepWrites::with_placement(decision, MAX_MOVES_PER_PLAN, inputs);
     loop {

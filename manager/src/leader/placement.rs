@@ -403,14 +403,24 @@ impl LoadSummary {
                 .unwrap_or(0.0)
         };
         // Each executor's load over its delivered set (a releasing shard counts for nobody), from
-        // its own set rather than a lookup by owner for every shard in the table.
+        // its own set rather than a lookup by owner for every shard in the table. Only a shard
+        // with a load is looked up (whether it is releasing): a fleet that reports none, or a
+        // table of mostly idle shards, costs no lookup per shard.
         let executors: BTreeMap<ExecutorId, (f64, f64)> = state
             .executors()
             .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
             .map(|executor| {
-                let load = state
-                    .delivered(&executor.id)
-                    .map(|(shard, _)| load_of(shard))
+                let load = executor
+                    .owned_shards
+                    .iter()
+                    .map(|&shard| (shard, load_of(shard)))
+                    .filter(|&(shard, load)| {
+                        load != 0.0
+                            && state
+                                .shard(shard)
+                                .is_some_and(|entry| entry.handoff.is_none())
+                    })
+                    .map(|(_, load)| load)
                     .sum::<f64>();
                 (executor.id.clone(), (load, capacity_of(executor) as f64))
             })

@@ -22,6 +22,7 @@
 //! A joining executor is under quota, so it gets shards from the very next plan (P5.4): unowned
 //! ones at once, others as their owners release them.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
@@ -74,12 +75,33 @@ impl Holdings<'_> {
     }
 }
 
-/// The live executors in id order, and each one's position by id. Every shard's owner and
-/// handoff target is looked up here, so a hash of the id rather than a search comparing ids:
-/// the ids are the leader's own (`ex-{index}`), and the plan never depends on the map's order.
+/// The live executors in id order, and each one's position by id.
 struct LiveExecutors<'a> {
     holdings: Vec<Holdings<'a>>,
-    position: HashMap<&'a str, usize, BuildHasherDefault<FxHasher>>,
+    positions: Positions<'a>,
+}
+
+/// Live executors' positions by id. Every shard's owner and handoff target is looked up here, so
+/// a hash of the id rather than a search comparing ids (the ids are the leader's own,
+/// `ex-{index}`, and the plan never depends on the map's order), and the last answer is kept:
+/// consecutive shards mostly have one owner, so most lookups are one comparison.
+struct Positions<'a> {
+    by_id: HashMap<&'a str, usize, BuildHasherDefault<FxHasher>>,
+    last: Cell<Option<(&'a str, Option<usize>)>>,
+}
+
+impl<'a> Positions<'a> {
+    fn get(&self, executor_id: Option<&'a str>) -> Option<usize> {
+        let executor_id = executor_id?;
+        if let Some((last_id, position)) = self.last.get() {
+            if last_id == executor_id {
+                return position;
+            }
+        }
+        let position = self.by_id.get(executor_id).copied();
+        self.last.set(Some((executor_id, position)));
+        position
+    }
 }
 
 impl<'a> LiveExecutors<'a> {
@@ -95,20 +117,22 @@ impl<'a> LiveExecutors<'a> {
                 incoming: 0,
             })
             .collect();
-        let position = holdings
+        let by_id = holdings
             .iter()
             .enumerate()
             .map(|(position, holdings)| (holdings.id, position))
             .collect();
-        Self { holdings, position }
+        Self {
+            holdings,
+            positions: Positions {
+                by_id,
+                last: Cell::new(None),
+            },
+        }
     }
 
-    fn position(&self, executor_id: Option<&str>) -> Option<usize> {
-        self.position.get(executor_id?).copied()
-    }
-
-    fn get_mut(&mut self, executor_id: Option<&str>) -> Option<&mut Holdings<'a>> {
-        let position = self.position(executor_id)?;
+    fn get_mut(&mut self, executor_id: Option<&'a str>) -> Option<&mut Holdings<'a>> {
+        let position = self.positions.get(executor_id)?;
         self.holdings.get_mut(position)
     }
 }
@@ -205,8 +229,8 @@ pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<
             .ok()
             .and_then(|index| shards.get(index))
             .and_then(|entry| entry.handoff.as_ref()?.to.as_deref());
-        let target_with_room = live
-            .position(target)
+        let target_with_room = target
+            .and_then(|target| live.positions.by_id.get(target).copied())
             .and_then(|position| deficits.get_mut(position))
             .filter(|deficit| **deficit > 0);
         match target_with_room {
