@@ -29,7 +29,7 @@ use std::hash::BuildHasherDefault;
 use rustc_hash::FxHasher;
 
 use super::super::{LeaseState, Move, ShardId};
-use super::{capacity_of, takes_shards};
+use super::{capacity_of, takes_shards, MoveCost};
 
 /// A move the planner weighs, its receiver borrowed from the state: at a fleet's first start a
 /// plan by count weighs a million of them to make at most `MAX_MOVES_PER_PLAN`, and only those
@@ -57,9 +57,10 @@ struct Holdings<'a> {
     capacity: u64,
     /// Owned, not releasing: being served now.
     delivered: Vec<ShardId>,
-    /// Owned and releasing to another executor: kept by cancelling the handoff, which mints no
-    /// epoch and stops nothing that is not stopped already.
-    releasing: Vec<ShardId>,
+    /// Owned and releasing to another executor, with the target's position if it is live: kept
+    /// by cancelling the handoff, which mints no epoch and stops nothing that is not stopped
+    /// already.
+    releasing: Vec<(ShardId, Option<usize>)>,
     /// Releasing to it from another owner: it gets them when their handoffs complete.
     incoming: usize,
 }
@@ -81,10 +82,10 @@ struct LiveExecutors<'a> {
     positions: Positions<'a>,
 }
 
-/// Live executors' positions by id. Every shard's owner and handoff target is looked up here, so
-/// a hash of the id rather than a search comparing ids (the ids are the leader's own,
-/// `ex-{index}`, and the plan never depends on the map's order), and the last answer is kept:
-/// consecutive shards mostly have one owner, so most lookups are one comparison.
+/// Live executors' positions by id. Every shard's owner is looked up here, so a hash of the id
+/// rather than a search comparing ids (the ids are the leader's own, `ex-{index}`, and the plan
+/// never depends on the map's order), and the last answer is kept: consecutive shards mostly
+/// have one owner, so most lookups are one comparison.
 struct Positions<'a> {
     by_id: HashMap<&'a str, usize, BuildHasherDefault<FxHasher>>,
     last: Cell<Option<(&'a str, Option<usize>)>>,
@@ -130,11 +131,88 @@ impl<'a> LiveExecutors<'a> {
             },
         }
     }
+}
 
-    fn get_mut(&mut self, executor_id: Option<&'a str>) -> Option<&mut Holdings<'a>> {
-        let position = self.positions.get(executor_id)?;
-        self.holdings.get_mut(position)
+/// A distributable shard that must find a holder (or stay with the target its handoff names).
+#[derive(Debug, Clone, Copy)]
+struct Homeless {
+    shard: ShardId,
+    /// What moving it costs, known from the scan: it never goes back to its owner.
+    cost: MoveCost,
+    /// The live executor its handoff names, if any.
+    target: Option<usize>,
+}
+
+/// One move of a plan by count: the receiver by position, and what the move costs.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    shard: ShardId,
+    to: usize,
+    cost: MoveCost,
+}
+
+/// A plan by count: its moves ascending by shard, receivers by position in `live`.
+struct CountPlan<'a> {
+    live: Vec<Holdings<'a>>,
+    moves: Vec<Planned>,
+}
+
+impl<'a> CountPlan<'a> {
+    fn candidate(&self, planned: &Planned) -> Option<Candidate<'a>> {
+        let holdings = self.live.get(planned.to)?;
+        Some(Candidate {
+            shard: planned.shard,
+            to: holdings.id,
+        })
     }
+
+    fn all(self) -> Vec<Candidate<'a>> {
+        self.moves
+            .iter()
+            .filter_map(|planned| self.candidate(planned))
+            .collect()
+    }
+
+    /// The `max_moves` cheapest, ascending by shard: a selection on (cost, shard), which is
+    /// unique per move, over costs the scan already knew.
+    fn cheapest(self, max_moves: usize) -> Vec<Candidate<'a>> {
+        if self.moves.len() <= max_moves {
+            return self.all();
+        }
+        let Some(last) = max_moves.checked_sub(1) else {
+            return Vec::new();
+        };
+        let rank = |planned: &Planned| ((planned.cost as u64) << 32) | u64::from(planned.shard);
+        let mut ranks: Vec<u64> = self.moves.iter().map(rank).collect();
+        let (_, &mut highest_kept, _) = ranks.select_nth_unstable(last);
+        self.moves
+            .iter()
+            .filter(|planned| rank(planned) <= highest_kept)
+            .filter_map(|planned| self.candidate(planned))
+            .collect()
+    }
+}
+
+/// The moves of the plan by count, ascending by shard, their receivers borrowed from `state`.
+///
+/// The count that is minimised is the shards that change hands (each a new epoch, I2), not the
+/// entries of the plan: a live executor keeps what it owns up to its quota, delivered shards
+/// first, then its releasing ones (their handoffs cancelled); every other distributable shard
+/// goes to a live executor under quota, a releasing one preferably to the target its handoff
+/// already names (no new revoke, no entry in the plan).
+pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<Candidate<'_>> {
+    plan(state, now_ms).map_or_else(Vec::new, CountPlan::all)
+}
+
+/// The `max_moves` cheapest moves of [`candidate_moves`] (cancelled handoffs, then grants of
+/// unowned shards, then retargeted handoffs, then revokes; ties by shard), ascending by shard.
+/// The plan is made whole, but only the moves kept are looked at again.
+pub(in crate::lease) fn cheapest_candidate_moves(
+    state: &LeaseState,
+    now_ms: u64,
+    max_moves: usize,
+) -> Vec<Candidate<'_>> {
+    plan(state, now_ms).map_or_else(Vec::new, |plan| plan.cheapest(max_moves))
 }
 
 /// [`candidate_moves`] as owned moves.
@@ -146,41 +224,41 @@ pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move>
         .collect()
 }
 
-/// The moves of the plan by count, ascending by shard, their receivers borrowed from `state`.
-///
-/// The count that is minimised is the shards that change hands (each a new epoch, I2), not the
-/// entries of the plan: a live executor keeps what it owns up to its quota, delivered shards
-/// first, then its releasing ones (their handoffs cancelled); every other distributable shard
-/// goes to a live executor under quota, a releasing one preferably to the target its handoff
-/// already names (no new revoke, no entry in the plan).
-pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<Candidate<'_>> {
-    if state.config().is_none() {
-        return Vec::new();
+fn plan(state: &LeaseState, now_ms: u64) -> Option<CountPlan<'_>> {
+    state.config()?;
+    let LiveExecutors {
+        mut holdings,
+        positions,
+    } = LiveExecutors::of(state, now_ms);
+    if holdings.is_empty() {
+        return None;
     }
-    let mut live = LiveExecutors::of(state, now_ms);
-    if live.holdings.is_empty() {
-        return Vec::new();
-    }
-    // A vector, sorted once below: at a million shards this is most of a plan's cost, and a
-    // shard enters the pool at most once (from the scan, or as its live owner's excess).
-    let mut pool: Vec<ShardId> = Vec::new();
+    // One pass over the shard table (a million at most) classifies every shard, so nothing
+    // after it reads the table again. A shard enters the pool at most once (from the scan, or
+    // as its live owner's excess).
+    let mut pool: Vec<Homeless> = Vec::new();
     let mut distributable = 0usize;
     for shard in state.shards() {
+        // Handoffs are few: their targets are looked up without disturbing the owners' memo.
         let target = shard
             .handoff
             .as_ref()
-            .and_then(|handoff| handoff.to.as_deref());
-        if let Some(target) = live.get_mut(target) {
+            .and_then(|handoff| handoff.to.as_deref())
+            .and_then(|target| positions.by_id.get(target).copied());
+        if let Some(target) = target.and_then(|target| holdings.get_mut(target)) {
             target.incoming += 1;
         }
-        match (
-            live.get_mut(shard.owner.as_deref()),
-            &shard.owner,
-            &shard.handoff,
-        ) {
-            (Some(holdings), _, None) => holdings.delivered.push(shard.id),
-            (Some(holdings), _, Some(_)) => holdings.releasing.push(shard.id),
-            (None, None, _) => pool.push(shard.id),
+        let owner = positions
+            .get(shard.owner.as_deref())
+            .and_then(|position| holdings.get_mut(position));
+        match (owner, &shard.owner, &shard.handoff) {
+            (Some(owner), _, None) => owner.delivered.push(shard.id),
+            (Some(owner), _, Some(_)) => owner.releasing.push((shard.id, target)),
+            (None, None, _) => pool.push(Homeless {
+                shard: shard.id,
+                cost: MoveCost::GrantUnowned,
+                target,
+            }),
             (None, Some(owner), handoff) => {
                 let owner_is_live_draining = state
                     .executor(owner)
@@ -188,7 +266,15 @@ pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<
                 if owner_is_live_draining || handoff.is_some() {
                     // A live draining owner hands its shards on; a shard releasing from a
                     // lapsed owner goes on to a live holder (it completes on the expiry).
-                    pool.push(shard.id);
+                    pool.push(Homeless {
+                        shard: shard.id,
+                        cost: if handoff.is_some() {
+                            MoveCost::Retarget
+                        } else {
+                            MoveCost::Revoke
+                        },
+                        target,
+                    });
                 } else {
                     // A lapsed owner keeps its shards until it is reaped: not distributable.
                     continue;
@@ -198,63 +284,84 @@ pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<
         distributable += 1;
     }
 
-    let quotas = quotas_by_capacity(&live.holdings, distributable);
+    let quotas = quotas_by_capacity(&holdings, distributable);
 
-    let mut moves = Vec::with_capacity(pool.len());
+    let mut moves: Vec<Planned> = Vec::new();
     // Each live executor's room left, by position: what it still needs beyond what it keeps.
-    let mut deficits: Vec<usize> = Vec::with_capacity(live.holdings.len());
-    for (holdings, &quota) in live.holdings.iter().zip(&quotas) {
+    // An executor with excess has no room, so no shard goes back to its owner.
+    let mut deficits: Vec<usize> = Vec::with_capacity(holdings.len());
+    for (position, (holdings, &quota)) in holdings.iter_mut().zip(&quotas).enumerate() {
         let kept_delivered = holdings.delivered.len().min(quota);
-        pool.extend(holdings.delivered.iter().skip(kept_delivered).copied());
+        pool.extend(
+            holdings
+                .delivered
+                .drain(kept_delivered..)
+                .map(|shard| Homeless {
+                    shard,
+                    cost: MoveCost::Revoke,
+                    target: None,
+                }),
+        );
         let room = quota - kept_delivered;
         let cancel_handoff = holdings.releasing.len().min(room);
-        for &shard in holdings.releasing.iter().take(cancel_handoff) {
-            moves.push(Candidate {
+        for &(shard, _) in holdings.releasing.iter().take(cancel_handoff) {
+            moves.push(Planned {
                 shard,
-                to: holdings.id,
+                to: position,
+                cost: MoveCost::CancelHandoff,
             });
         }
-        pool.extend(holdings.releasing.iter().skip(cancel_handoff).copied());
+        pool.extend(
+            holdings
+                .releasing
+                .drain(cancel_handoff..)
+                .map(|(shard, target)| Homeless {
+                    shard,
+                    cost: MoveCost::Retarget,
+                    target,
+                }),
+        );
         deficits.push(room - cancel_handoff);
     }
-    pool.sort_unstable();
+    // Stable: the pool is ascending runs (the scan's, then each owner's excess), which a
+    // stable sort merges instead of sorting a million entries afresh.
+    pool.sort_by_key(|homeless| homeless.shard);
 
     // A releasing shard stays with the target its handoff names while that target has room:
     // its revoke is already under way and the plan needs no entry for it.
     let mut unplaced = Vec::with_capacity(pool.len());
-    // The pool is ascending: a focus reads the shard table sequentially.
-    let mut shards = state.shards().focus();
-    for shard in pool {
-        let target = usize::try_from(shard)
-            .ok()
-            .and_then(|index| shards.get(index))
-            .and_then(|entry| entry.handoff.as_ref()?.to.as_deref());
-        let target_with_room = target
-            .and_then(|target| live.positions.by_id.get(target).copied())
-            .and_then(|position| deficits.get_mut(position))
+    for homeless in pool {
+        let target_with_room = homeless
+            .target
+            .and_then(|target| deficits.get_mut(target))
             .filter(|deficit| **deficit > 0);
         match target_with_room {
             Some(deficit) => *deficit -= 1,
-            None => unplaced.push(shard),
+            None => unplaced.push(homeless),
         }
     }
     // In id order, each takes the next ascending run of the rest: these moves come out
     // ascending, so sorting them among the cancelled handoffs is a merge of sorted runs.
     let mut unplaced = unplaced.into_iter();
-    for (holdings, deficit) in live.holdings.iter().zip(&mut deficits) {
+    moves.reserve(unplaced.len());
+    for (position, deficit) in deficits.iter_mut().enumerate() {
         while *deficit > 0 {
-            let Some(shard) = unplaced.next() else {
+            let Some(homeless) = unplaced.next() else {
                 break;
             };
-            moves.push(Candidate {
-                shard,
-                to: holdings.id,
+            moves.push(Planned {
+                shard: homeless.shard,
+                to: position,
+                cost: homeless.cost,
             });
             *deficit -= 1;
         }
     }
-    moves.sort_by_key(|step| step.shard);
-    moves
+    moves.sort_by_key(|planned| planned.shard);
+    Some(CountPlan {
+        live: holdings,
+        moves,
+    })
 }
 
 /// Each live executor's quota of the `distributable` shards, by position: the floor or the

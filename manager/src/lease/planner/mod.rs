@@ -183,12 +183,7 @@ pub fn plan_placement(
     // pass over the moves, not several lookups and a sort for each.
     let moves: Vec<(Move, MoveReason)> = match &inputs.loads {
         Loads::Counts => {
-            let moves = cheapest_moves(
-                state,
-                count::candidate_moves(state, now_ms),
-                max_moves,
-                |step| (step.shard, step.to),
-            );
+            let moves = count::cheapest_candidate_moves(state, now_ms, max_moves);
             classify(state, now_ms, moves)
         }
         Loads::Learning => {
@@ -312,7 +307,8 @@ pub(super) fn why_it_moves(state: &LeaseState, now_ms: u64, shard: ShardId) -> M
     }
 }
 
-/// What a move costs the shard's availability, cheapest first.
+/// What a move costs the shard's availability, cheapest first (the order of the variants is
+/// the order of the costs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum MoveCost {
     /// A releasing shard placed back with its old owner: no revoke, no new epoch, nothing stops.
@@ -341,7 +337,7 @@ fn move_cost(entry: Option<&Shard>, to: &str) -> MoveCost {
 /// The `max_moves` cheapest moves of a plan (ties by shard), ascending by shard: a selection,
 /// linear in the moves, and one lookup of each move's shard, in shard order where the planner
 /// gave them so (sequential reads of the shard table are cheap).
-fn cheapest_moves<T>(
+pub(in crate::lease) fn cheapest_moves<T>(
     state: &LeaseState,
     mut moves: Vec<T>,
     max_moves: usize,
