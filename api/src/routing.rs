@@ -266,11 +266,32 @@ pub struct ShardRoute {
 }
 
 /// A routing table at one revision: the pure part of the client, with no I/O.
+///
+/// Kept as runs, as the managers send it: a settled million-shard table is about one run per
+/// executor, so adopting a table costs its runs, not a route per shard, and a lookup is a binary
+/// search over the runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteTable {
     revision: u64,
-    /// Indexed by shard: `routes[s].shard == s`, and the shard count is the length.
-    routes: Vec<ShardRoute>,
+    shard_count: u32,
+    /// Maximal stretches of consecutive shards with one owner and one epoch, ascending, covering
+    /// `0..shard_count` once (maximal, so two tables routing alike are equal).
+    runs: Vec<TableRun>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TableRun {
+    first: u32,
+    count: u32,
+    epoch: u64,
+    owner: Option<Arc<Owner>>,
+}
+
+impl TableRun {
+    /// One past its last shard.
+    fn end(&self) -> u64 {
+        u64::from(self.first) + u64::from(self.count)
+    }
 }
 
 impl RouteTable {
@@ -311,11 +332,15 @@ impl RouteTable {
     }
 
     /// The table `GET /v1/routing?form=runs` (or a routing watch) answered, checked as
-    /// [`RouteTable::from_routing`] checks a table of routes, and every run non-empty and naming
-    /// an owner the table lists. Each owner's address is checked once.
+    /// [`RouteTable::from_routing`] checks a table of routes (every shard once, inside the
+    /// count, usable addresses), and every run non-empty and naming an owner the table lists.
+    /// Each owner's address is checked once, and no route per shard is made.
     pub fn from_runs(table: &RoutingRuns) -> Result<Self, TableError> {
-        let mut owners: Vec<Option<Owner>> = vec![None; table.owners.len()];
-        let mut rows = Vec::with_capacity(table.runs.len());
+        if table.shard_count > MAX_SHARD_COUNT {
+            return Err(TableError::TooManyShards(table.shard_count));
+        }
+        let mut owners: Vec<Option<Arc<Owner>>> = vec![None; table.owners.len()];
+        let mut runs = Vec::with_capacity(table.runs.len());
         for run in &table.runs {
             if run.count == 0 {
                 return Err(TableError::EmptyRun(run.first));
@@ -323,34 +348,66 @@ impl RouteTable {
             let owner = match run.owner {
                 None => None,
                 Some(index) => {
-                    let slot = usize::try_from(index)
-                        .ok()
-                        .and_then(|index| owners.get_mut(index))
-                        .ok_or(TableError::UnknownOwner {
-                            shard: run.first,
-                            owner: index,
-                        })?;
+                    let unknown = TableError::UnknownOwner {
+                        shard: run.first,
+                        owner: index,
+                    };
+                    let position = usize::try_from(index).map_err(|_| unknown.clone())?;
+                    let (slot, listed) = owners
+                        .get_mut(position)
+                        .zip(table.owners.get(position))
+                        .ok_or(unknown)?;
                     if slot.is_none() {
-                        // `slot` exists, so does the listed owner.
-                        let listed = &table.owners[index as usize];
-                        *slot = Some(Owner {
+                        *slot = Some(Arc::new(Owner {
                             executor_id: listed.executor_id.clone(),
                             address: normalize_address(run.first, &listed.address)?,
-                        });
+                        }));
                     }
                     slot.clone()
                 }
             };
-            rows.push((run, owner));
+            runs.push(TableRun {
+                first: run.first,
+                count: run.count,
+                epoch: run.epoch,
+                owner,
+            });
         }
-        // A run past the shard count stops at the first shard outside it (`build` refuses it),
-        // so a confused count allocates nothing beyond the table.
-        let shards = rows.into_iter().flat_map(|(run, owner)| {
-            let end = u64::from(run.first) + u64::from(run.count);
-            let end = u32::try_from(end).unwrap_or(u32::MAX);
-            (run.first..end).map(move |shard| Ok((shard, run.epoch, owner.clone())))
-        });
-        Self::build_checked(table.revision, table.shard_count, shards)
+        runs.sort_by_key(|run| run.first);
+        let shard_count = u64::from(table.shard_count);
+        // Every shard once and inside the count. A gap is reported only when nothing worse is
+        // found after it, as a table of routes reports a missing shard last.
+        let mut covered_to = 0u64;
+        let mut first_missing = None;
+        for run in &runs {
+            let first = u64::from(run.first);
+            if first < covered_to {
+                return Err(TableError::Duplicate(run.first));
+            }
+            if first > covered_to && first_missing.is_none() {
+                first_missing = Some(covered_to);
+            }
+            if run.end() > shard_count {
+                return Err(TableError::OutOfRange {
+                    shard: u32::try_from(first.max(shard_count)).unwrap_or(u32::MAX),
+                    shard_count: table.shard_count,
+                });
+            }
+            covered_to = run.end();
+        }
+        if covered_to < shard_count && first_missing.is_none() {
+            first_missing = Some(covered_to);
+        }
+        if let Some(missing) = first_missing {
+            return Err(TableError::Missing(
+                u32::try_from(missing).unwrap_or(u32::MAX),
+            ));
+        }
+        Ok(Self {
+            revision: table.revision,
+            shard_count: table.shard_count,
+            runs: merged(runs),
+        })
     }
 
     fn build(
@@ -358,7 +415,11 @@ impl RouteTable {
         shard_count: u32,
         rows: impl Iterator<Item = (u32, u64, Option<(String, String)>)>,
     ) -> Result<Self, TableError> {
-        let rows = rows.map(|(shard, epoch, owner)| {
+        if shard_count > MAX_SHARD_COUNT {
+            return Err(TableError::TooManyShards(shard_count));
+        }
+        let mut slots: Vec<Option<(u64, Option<Owner>)>> = vec![None; shard_count as usize];
+        for (shard, epoch, owner) in rows {
             let owner = match owner {
                 Some((executor_id, address)) => Some(Owner {
                     executor_id,
@@ -366,47 +427,34 @@ impl RouteTable {
                 }),
                 None => None,
             };
-            Ok((shard, epoch, owner))
-        });
-        Self::build_checked(revision, shard_count, rows)
-    }
-
-    /// The table of `rows`, each a checked row or why it is not: one per shard in
-    /// `0..shard_count`, the count at most [`MAX_SHARD_COUNT`]. The first error ends the build.
-    fn build_checked(
-        revision: u64,
-        shard_count: u32,
-        rows: impl Iterator<Item = Result<(u32, u64, Option<Owner>), TableError>>,
-    ) -> Result<Self, TableError> {
-        if shard_count > MAX_SHARD_COUNT {
-            return Err(TableError::TooManyShards(shard_count));
-        }
-        let mut slots: Vec<Option<ShardRoute>> = vec![None; shard_count as usize];
-        for row in rows {
-            let (shard, epoch, owner) = row?;
             let slot = slots
                 .get_mut(shard as usize)
                 .ok_or(TableError::OutOfRange { shard, shard_count })?;
             if slot.is_some() {
                 return Err(TableError::Duplicate(shard));
             }
-            *slot = Some(ShardRoute {
-                shard,
-                epoch,
-                owner,
-            });
+            *slot = Some((epoch, owner));
         }
-        let routes = slots
-            .into_iter()
-            .enumerate()
-            .map(|(index, slot)| {
-                // `index` is below `shard_count`, a u32.
-                slot.ok_or(TableError::Missing(
-                    u32::try_from(index).unwrap_or(u32::MAX),
-                ))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { revision, routes })
+        let mut runs: Vec<TableRun> = Vec::new();
+        for (shard, slot) in (0..shard_count).zip(slots) {
+            let (epoch, owner) = slot.ok_or(TableError::Missing(shard))?;
+            match runs.last_mut() {
+                Some(run) if run.epoch == epoch && run.owner.as_deref() == owner.as_ref() => {
+                    run.count += 1;
+                }
+                _ => runs.push(TableRun {
+                    first: shard,
+                    count: 1,
+                    epoch,
+                    owner: owner.map(Arc::new),
+                }),
+            }
+        }
+        Ok(Self {
+            revision,
+            shard_count,
+            runs,
+        })
     }
 
     /// The revision (Raft log index) of the state the table was read from.
@@ -416,12 +464,34 @@ impl RouteTable {
 
     /// The cluster's shard count (0 before it is configured).
     pub fn shard_count(&self) -> u32 {
-        u32::try_from(self.routes.len()).unwrap_or(u32::MAX)
+        self.shard_count
     }
 
-    /// Every shard's row, ascending.
-    pub fn routes(&self) -> &[ShardRoute] {
-        &self.routes
+    /// Every shard's row, ascending (made as it is read: the table keeps runs).
+    pub fn routes(&self) -> impl Iterator<Item = ShardRoute> + '_ {
+        self.runs.iter().flat_map(|run| {
+            (run.first..=run.first.saturating_add(run.count - 1)).map(move |shard| ShardRoute {
+                shard,
+                epoch: run.epoch,
+                owner: run.owner.as_deref().cloned(),
+            })
+        })
+    }
+
+    /// The row of `shard`, if it is inside the table.
+    pub fn route(&self, shard: u32) -> Option<ShardRoute> {
+        let run = self.run_of(shard)?;
+        Some(ShardRoute {
+            shard,
+            epoch: run.epoch,
+            owner: run.owner.as_deref().cloned(),
+        })
+    }
+
+    fn run_of(&self, shard: u32) -> Option<&TableRun> {
+        let after = self.runs.partition_point(|run| run.first <= shard);
+        let run = self.runs.get(after.checked_sub(1)?)?;
+        (u64::from(shard) < run.end()).then_some(run)
     }
 
     /// The shard of `key`, once the shard count is known.
@@ -432,22 +502,33 @@ impl RouteTable {
     /// Where work for `key` goes, by this table.
     pub fn target(&self, key: &[u8]) -> Result<Target, RoutingError> {
         let shard = self.shard_of(key).ok_or(RoutingError::NotReady)?;
-        let route = self
-            .routes
-            .get(shard as usize)
-            .ok_or(RoutingError::NotReady)?;
-        let owner = route.owner.as_ref().ok_or(RoutingError::NoOwner {
+        let run = self.run_of(shard).ok_or(RoutingError::NotReady)?;
+        let owner = run.owner.as_ref().ok_or(RoutingError::NoOwner {
             shard,
             revision: self.revision,
         })?;
         Ok(Target {
             shard,
-            epoch: route.epoch,
+            epoch: run.epoch,
             executor_id: owner.executor_id.clone(),
             address: owner.address.clone(),
             revision: self.revision,
         })
     }
+}
+
+/// `runs` (ascending, each shard once) with neighbours of one owner and one epoch joined.
+fn merged(runs: Vec<TableRun>) -> Vec<TableRun> {
+    let mut joined: Vec<TableRun> = Vec::with_capacity(runs.len());
+    for run in runs {
+        match joined.last_mut() {
+            Some(last) if last.epoch == run.epoch && last.owner == run.owner => {
+                last.count += run.count;
+            }
+            _ => joined.push(run),
+        }
+    }
+    joined
 }
 
 /// Where one request goes: the answer of [`RoutingClient::route`].
@@ -1155,16 +1236,15 @@ mod tests {
         let table = RouteTable::from_state(&view).unwrap();
         assert_eq!(table.revision(), 7);
         assert_eq!(table.shard_count(), 4);
-        let owners: Vec<Option<&str>> = table
+        let owners: Vec<Option<String>> = table
             .routes()
-            .iter()
-            .map(|route| route.owner.as_ref().map(|o| o.address.as_str()))
+            .map(|route| route.owner.map(|o| o.address))
             .collect();
         assert_eq!(
             owners,
             [
-                Some("http://127.0.0.1:1"),
-                Some("http://127.0.0.1:2"),
+                Some("http://127.0.0.1:1".to_owned()),
+                Some("http://127.0.0.1:2".to_owned()),
                 None,
                 None
             ]
@@ -1204,6 +1284,88 @@ mod tests {
             RouteTable::from_routing(&bad),
             Err(TableError::BadAddress { shard: 0, .. })
         ));
+    }
+
+    #[test]
+    fn a_table_is_kept_as_maximal_runs_whatever_pieces_and_order_it_arrives_in() {
+        let owners = vec![
+            RouteOwner {
+                executor_id: "ex-1".into(),
+                address: "http://a:1/".into(),
+            },
+            RouteOwner {
+                executor_id: "ex-2".into(),
+                address: "http://b:2".into(),
+            },
+        ];
+        let table = |runs: &[(u32, u32, Option<u32>, u64)]| RoutingRuns {
+            revision: 5,
+            shard_count: 10,
+            owners: owners.clone(),
+            runs: runs.iter().copied().map(RouteRun::from).collect(),
+        };
+        let whole = RouteTable::from_runs(&table(&[
+            (0, 4, Some(0), 2),
+            (4, 1, None, 1),
+            (5, 5, Some(1), 3),
+        ]))
+        .unwrap();
+        // The same table in pieces, out of order: one table.
+        let pieces = RouteTable::from_runs(&table(&[
+            (7, 3, Some(1), 3),
+            (2, 2, Some(0), 2),
+            (4, 1, None, 1),
+            (0, 2, Some(0), 2),
+            (5, 2, Some(1), 3),
+        ]))
+        .unwrap();
+        assert_eq!(pieces, whole);
+        assert_eq!(
+            pieces.runs.len(),
+            3,
+            "neighbours of one owner and epoch are joined"
+        );
+        // A route per shard, looked up across every run boundary.
+        let routes: Vec<ShardRoute> = whole.routes().collect();
+        assert_eq!(routes.len(), 10);
+        for (shard, route) in (0u32..).zip(&routes) {
+            assert_eq!(route.shard, shard);
+            assert_eq!(whole.route(shard).as_ref(), Some(route), "shard {shard}");
+            let (epoch, owner) = match shard {
+                0..=3 => (2, Some("http://a:1")),
+                4 => (1, None),
+                _ => (3, Some("http://b:2")),
+            };
+            assert_eq!(route.epoch, epoch, "shard {shard}");
+            assert_eq!(
+                route.owner.as_ref().map(|o| o.address.as_str()),
+                owner,
+                "shard {shard}"
+            );
+        }
+        assert_eq!(whole.route(10), None);
+        for key in ["a", "b", "c", "d", "e", "f"] {
+            let shard = whole.shard_of(key.as_bytes()).unwrap();
+            match (whole.target(key.as_bytes()), &routes[shard as usize].owner) {
+                (Ok(target), Some(owner)) => {
+                    assert_eq!((target.shard, &target.address), (shard, &owner.address));
+                }
+                (Err(RoutingError::NoOwner { shard: at, .. }), None) => assert_eq!(at, shard),
+                (other, owner) => panic!("key {key}: {other:?} against {owner:?}"),
+            }
+        }
+        // A gap is reported after what is worse beyond it, as a table of routes reports it.
+        assert_eq!(
+            RouteTable::from_runs(&table(&[(0, 2, None, 0), (3, 8, None, 0)])),
+            Err(TableError::OutOfRange {
+                shard: 10,
+                shard_count: 10
+            })
+        );
+        assert_eq!(
+            RouteTable::from_runs(&table(&[(0, 2, None, 0), (3, 7, None, 0)])),
+            Err(TableError::Missing(2))
+        );
     }
 
     #[test]
@@ -1368,11 +1530,7 @@ mod tests {
         );
         assert!(shared.offer(at(6, 1)));
         assert_eq!(
-            shared.table().routes()[0]
-                .owner
-                .as_ref()
-                .unwrap()
-                .executor_id,
+            shared.table().route(0).unwrap().owner.unwrap().executor_id,
             "ex-2"
         );
         assert_eq!(shared.counters.tables_adopted.load(Ordering::Relaxed), 2);

@@ -1552,7 +1552,7 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
                 async move {
                     let table = routing.table();
                     if table.revision() >= final_table.revision()
-                        && table.routes() == final_table.routes()
+                        && table.routes().eq(final_table.routes())
                     {
                         Ok(started.elapsed())
                     } else {
@@ -1729,7 +1729,7 @@ pub async fn b10(env: &Env, options: &B10Options) -> Result<Table> {
             percent(shares[leader_index]),
             followers(&shares[..pids.len()], leader_index),
             percent(shares[pids.len()]),
-            if routes_after.routes() == routes_before.routes() {
+            if routes_after.routes().eq(routes_before.routes()) {
                 "none".into()
             } else {
                 "owners changed".into()

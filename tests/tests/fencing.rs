@@ -125,7 +125,6 @@ async fn wait_table_routes_all_to(client: &KvClient, executor_id: &str) {
             let table = client.routing().table();
             let elsewhere = table
                 .routes()
-                .iter()
                 .filter(|route| {
                     route.owner.as_ref().map(|o| o.executor_id.as_str()) != Some(executor_id)
                 })
@@ -273,7 +272,6 @@ async fn a_paused_owners_in_flight_writes_are_refused_by_the_store() {
         .routing()
         .table()
         .routes()
-        .iter()
         .map(|route| (route.shard, route.epoch))
         .collect();
     for shard in [s1, s2] {
@@ -619,7 +617,7 @@ async fn routing_client_follows_a_rebalance_and_recovers_from_a_421() {
         settled.revision,
         table.revision()
     );
-    for (ours, theirs) in table.routes().iter().zip(&settled.routes) {
+    for (ours, theirs) in table.routes().zip(&settled.routes) {
         assert_eq!(
             (ours.owner.as_ref().map(|o| &o.executor_id), ours.epoch),
             (theirs.executor_id.as_ref(), theirs.epoch),

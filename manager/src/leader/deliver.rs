@@ -200,7 +200,16 @@ async fn record_delivered(
                         completed, ignored, ..
                     }),
                 )) => {
-                    tracing::info!(%executor_id, term, ?completed, ?ignored, "revoke acknowledged");
+                    // A fleet's first placement acknowledges thousands of shards per revoke:
+                    // the lists are for debugging, the counts for the record.
+                    tracing::info!(
+                        %executor_id,
+                        term,
+                        completed = completed.len(),
+                        ignored = ignored.len(),
+                        "revoke acknowledged"
+                    );
+                    tracing::debug!(%executor_id, term, ?completed, ?ignored, "shards of an acknowledged revoke");
                 }
                 Ok((_, ExecutorAnswer::UnknownExecutor)) => {
                     tracing::info!(%executor_id, "release: the executor is gone")
