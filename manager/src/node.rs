@@ -68,6 +68,8 @@ pub struct ManagerNode {
     pub load_reports: LoadReports,
     /// What the leader concluded from them at its last step (empty off the leader).
     pub published_loads: PublishedLoads,
+    /// The routing table as runs, built once per change of owners or members.
+    pub routing_runs: crate::http::RoutingRunsCache,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
@@ -135,6 +137,7 @@ impl ManagerNode {
             renewals,
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),
+            routing_runs: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
             leader_contact: LeaderContact::default(),
             signals,

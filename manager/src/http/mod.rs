@@ -30,6 +30,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+pub use inspect::RoutingRunsCache;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
 use leasehold_api::wire::{MAX_RENEW_BODY_BYTES, MAX_SHARD_LIST_BODY_BYTES};

@@ -13,7 +13,7 @@ use axum::Json;
 use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchAnswer, WatchReply};
 use tokio::time::Instant;
 
-use super::inspect::{routing_runs, state_view};
+use super::inspect::state_view;
 use super::{AppState, HttpError};
 use crate::lease::{LeaseState, TombstoneReason};
 
@@ -139,9 +139,9 @@ pub async fn watch(
         }
     }
     if query.view == WatchView::Routing {
-        return Ok(Json(WatchAnswer::Routing(routing_runs(
-            &node.state.current(),
-        ))));
+        return Ok(Json(WatchAnswer::Routing(
+            node.routing_runs.of(&node.state.current()),
+        )));
     }
     let now_ms = node.clock.now_ms();
     let loads = node.published_loads.latest();
