@@ -208,6 +208,10 @@ async fn settle(
         }
     })
     .await?;
+    eprintln!(
+        "  the leader records every shard delivered, evenly, after {:.1} s of settling",
+        started.elapsed().as_secs_f64()
+    );
     if let Some(cadence) = cadence {
         let counters = cadence.stop().await;
         let evicted = counters.evictions.load(Ordering::Relaxed);
@@ -218,10 +222,15 @@ async fn settle(
             );
         }
     }
+    let renewing_started = Instant::now();
     let failures = fleet.renew_all().await;
     if failures > 0 {
         bail!("{failures} of {executors} executors could not renew after settling");
     }
+    eprintln!(
+        "  every executor renewed once, adopting its set, in {:.1} s",
+        renewing_started.elapsed().as_secs_f64()
+    );
     let (total, fewest, most) = fleet.held_spread();
     if total != shards || most - fewest > 1 {
         bail!(
