@@ -1,10 +1,17 @@
 //! Group commit of renewals: every renewal that arrives while the previous batch is being
-//! committed goes into the next single `Renew` entry. No renewal is answered before the entry
-//! carrying it is committed and applied.
+//! committed goes into the next single `Renew` entry, held open a few milliseconds more for a
+//! fleet ([`window`]). No renewal is answered before the entry carrying it is committed and
+//! applied.
+
+mod window;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use window::{ArrivalWindow, TARGET_BATCH};
 
 use crate::clock::LeaderClock;
 use crate::lease::answer::Renewed;
@@ -61,10 +68,33 @@ pub async fn run_batcher(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut batch = Vec::with_capacity(MAX_RENEWALS_PER_ENTRY);
+    let started = Instant::now();
+    let elapsed_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let mut arrivals = ArrivalWindow::default();
     loop {
         tokio::select! {
             received = pending.recv_many(&mut batch, MAX_RENEWALS_PER_ENTRY) => if received == 0 { return },
             _ = shutdown.changed() => return,
+        }
+        let now_us = elapsed_us();
+        for queued in &batch {
+            arrivals.arrived(now_us, &queued.renewal.executor_id);
+        }
+        if let Some(hold_us) = arrivals.hold_us(now_us, batch.len()) {
+            let deadline = Instant::now() + Duration::from_micros(hold_us);
+            while batch.len() < TARGET_BATCH {
+                let before = batch.len();
+                tokio::select! {
+                    // A closed queue still gets its batch proposed.
+                    received = pending.recv_many(&mut batch, MAX_RENEWALS_PER_ENTRY - before) => if received == 0 { break },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = shutdown.changed() => return,
+                }
+                let now_us = elapsed_us();
+                for queued in &batch[before..] {
+                    arrivals.arrived(now_us, &queued.renewal.executor_id);
+                }
+            }
         }
         metrics::histogram!("leasehold_renewal_batch_size").record(batch.len() as f64);
         let (renewals, replies): (Vec<Renewal>, Vec<_>) = batch

@@ -141,18 +141,21 @@ async fn step(
     reports_taken: &mut u64,
 ) {
     let now_ms = node.clock.now_ms();
-    let state = node.state.current();
-    take_reports(node, placement, &state, reports_taken);
-    publish_loads(node, placement, &state, now_ms);
-    let decision = core.step(now_ms, &state, node.signals.last_renewal_applied_ms());
-    let inputs = placement.inputs(&state, now_ms);
+    // Reads that scan the state take a clone, not the lock `apply` waits on. A clone is dropped
+    // before anything is awaited: while one lives, every `apply` copies what it changes.
+    let (decision, inputs) = {
+        let state = node.state.current();
+        take_reports(node, placement, &state, reports_taken);
+        publish_loads(node, placement, &state, now_ms);
+        let decision = core.step(now_ms, &state, node.signals.last_renewal_applied_ms());
+        (decision, placement.inputs(&state, now_ms))
+    };
     log_decision(&decision);
     let mut writes = StepWrites::with_placement(decision, MAX_MOVES_PER_PLAN, inputs);
     loop {
         let now_ms = node.clock.now_ms();
-        // A plan scans every shard (a million at most): it reads a clone, not under the lock.
-        let state = node.state.current();
-        let Some((write, command)) = writes.next_command(&state, now_ms) else {
+        let next = writes.next_command(&node.state.current(), now_ms);
+        let Some((write, command)) = next else {
             return;
         };
         let committed = match write {
