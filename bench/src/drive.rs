@@ -21,16 +21,12 @@ use crate::fleet::{RenewFailure, Renewer};
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
     pub latencies_us: Vec<u64>,
-    /// Successful renewals that completed inside the measured window, whenever scheduled: the
-    /// throughput. (Counting the renewals scheduled in the window instead would credit a system
-    /// that falls behind with work it finishes after the window.)
-    pub completed_in_window: u64,
     pub errors: u64,
     pub first_error: Option<String>,
 }
 
 impl Samples {
-    fn record(&mut self, result: Result<Duration, RenewFailure>) {
+    fn record(&mut self, result: Result<Duration, String>) {
         match result {
             Ok(latency) => self
                 .latencies_us
@@ -38,18 +34,9 @@ impl Samples {
             Err(failure) => {
                 self.errors += 1;
                 if self.first_error.is_none() {
-                    self.first_error = Some(failure.to_string());
+                    self.first_error = Some(failure);
                 }
             }
-        }
-    }
-
-    fn merge(&mut self, other: Samples) {
-        self.latencies_us.extend(other.latencies_us);
-        self.completed_in_window += other.completed_in_window;
-        self.errors += other.errors;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
         }
     }
 
@@ -92,6 +79,62 @@ impl StepResult {
 /// How long after the window a straggling renewal may still finish before it counts as failed.
 const STRAGGLER_GRACE: Duration = Duration::from_secs(5);
 
+/// One renewal of an open-loop run that was scheduled inside the measured window.
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    pub scheduled: Instant,
+    /// Scheduled instant → reply, or why it failed.
+    pub result: Result<Duration, String>,
+}
+
+impl Renewal {
+    /// Whether this renewal was waiting on the system at some moment in `[from, to]`: from its
+    /// scheduled instant to its reply (a failure: to its scheduled instant only).
+    pub fn overlaps(&self, from: Instant, to: Instant) -> bool {
+        let done = self.scheduled + *self.result.as_ref().unwrap_or(&Duration::ZERO);
+        self.scheduled <= to && done >= from
+    }
+}
+
+/// What an open-loop run did: every renewal scheduled inside its measured window, and how many
+/// renewals (whenever scheduled) completed inside it.
+///
+/// The completed count is the throughput. Counting the renewals scheduled in the window instead
+/// would credit a system that falls behind with work it finishes after the window.
+#[derive(Debug, Clone)]
+pub struct OpenLoopRun {
+    pub offered_per_s: f64,
+    pub measure: Duration,
+    pub renewals: Vec<Renewal>,
+    pub completed_in_window: u64,
+}
+
+impl OpenLoopRun {
+    /// The latencies and failures of the renewals `keep` selects.
+    pub fn samples(&self, keep: impl Fn(&Renewal) -> bool) -> Samples {
+        let mut samples = Samples::default();
+        for renewal in self.renewals.iter().filter(|renewal| keep(renewal)) {
+            samples.record(renewal.result.clone());
+        }
+        samples
+    }
+
+    /// The whole run as one step.
+    pub fn step(&self) -> StepResult {
+        let mut all = self.samples(|_| true);
+        StepResult {
+            offered_per_s: self.offered_per_s,
+            achieved_per_s: self.completed_in_window as f64 / self.measure.as_secs_f64(),
+            ok: all.ok(),
+            errors: all.errors,
+            p50_ms: all.quantile_ms(0.50),
+            p99_ms: all.quantile_ms(0.99),
+            max_ms: all.quantile_ms(1.0),
+            first_error: all.first_error,
+        }
+    }
+}
+
 /// Offers `rate_per_s` renewals per second spread over every holder for `warmup + measure`.
 /// Latency and errors are those of the renewals scheduled inside the measured window; the
 /// achieved rate counts the renewals that completed inside it.
@@ -101,6 +144,19 @@ pub async fn open_loop<R: Renewer>(
     warmup: Duration,
     measure: Duration,
 ) -> StepResult {
+    open_loop_renewals(fleet, rate_per_s, warmup, measure)
+        .await
+        .step()
+}
+
+/// [`open_loop`], keeping every renewal of the measured window with its scheduled instant, for
+/// scenarios that split the window by what else was happening (B8: snapshot builds).
+pub async fn open_loop_renewals<R: Renewer>(
+    fleet: Arc<R>,
+    rate_per_s: f64,
+    warmup: Duration,
+    measure: Duration,
+) -> OpenLoopRun {
     let holders = fleet.size().max(1);
     let period = Duration::from_secs_f64(holders as f64 / rate_per_s.max(0.001));
     let start = Instant::now() + Duration::from_millis(100);
@@ -112,44 +168,41 @@ pub async fn open_loop<R: Renewer>(
         let fleet = fleet.clone();
         let phase = Duration::from_secs_f64(index as f64 / rate_per_s.max(0.001));
         tasks.spawn(async move {
-            let mut samples = Samples::default();
+            let mut renewals = Vec::new();
+            let mut completed_in_window = 0;
             let mut scheduled = start + phase;
             while scheduled < window_end {
                 tokio::time::sleep_until(scheduled).await;
                 let result = match tokio::time::timeout_at(hard_end, fleet.renew(index)).await {
                     Ok(Ok(_)) => Ok(Instant::now() - scheduled),
-                    Ok(Err(failure)) => Err(failure),
-                    Err(_) => Err(RenewFailure::Other("not done by the end".to_owned())),
+                    Ok(Err(failure)) => Err(failure.to_string()),
+                    Err(_) => Err("not done by the end".to_owned()),
                 };
                 let done = Instant::now();
                 if result.is_ok() && done >= window_start && done <= window_end {
-                    samples.completed_in_window += 1;
+                    completed_in_window += 1;
                 }
                 if scheduled >= window_start {
-                    samples.record(result);
+                    renewals.push(Renewal { scheduled, result });
                 }
                 scheduled += period;
             }
-            samples
+            (renewals, completed_in_window)
         });
     }
-    let mut all = Samples::default();
+    let mut run = OpenLoopRun {
+        offered_per_s: rate_per_s,
+        measure,
+        renewals: Vec::new(),
+        completed_in_window: 0,
+    };
     while let Some(joined) = tasks.join_next().await {
-        if let Ok(samples) = joined {
-            all.merge(samples);
+        if let Ok((renewals, completed)) = joined {
+            run.renewals.extend(renewals);
+            run.completed_in_window += completed;
         }
     }
-    let measured_s = measure.as_secs_f64();
-    StepResult {
-        offered_per_s: rate_per_s,
-        achieved_per_s: all.completed_in_window as f64 / measured_s,
-        ok: all.ok(),
-        errors: all.errors,
-        p50_ms: all.quantile_ms(0.50),
-        p99_ms: all.quantile_ms(0.99),
-        max_ms: all.quantile_ms(1.0),
-        first_error: all.first_error,
-    }
+    run
 }
 
 /// Ramp settings for the highest rate that keeps p99 within a bound.
@@ -215,7 +268,7 @@ pub async fn closed_loop<R: Renewer>(fleet: &R, index: usize, duration: Duration
     while Instant::now() < end {
         let sent = Instant::now();
         let result = fleet.renew(index).await.map(|_| sent.elapsed());
-        samples.record(result);
+        samples.record(result.map_err(|failure| failure.to_string()));
     }
     samples
 }

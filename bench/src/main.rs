@@ -1,6 +1,6 @@
 //! `leasehold-loadgen`: drives simulated executors against a three-node Leasehold cluster and the
 //! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
-//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B7, B9, B10), plus `smoke`, the
+//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B10), plus `smoke`, the
 //! short run CI executes. B7 compares Leasehold with itself (placement by load and by count), so
 //! it has no etcd half.
 //!
@@ -29,7 +29,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
 use crate::procs::{default_flags, load_average, EtcdCluster};
-use crate::scenarios::{Env, B1, B3, B6};
+use crate::scenarios::{Env, B1, B3, B6, B8};
 use crate::tls::{Certs, Security};
 
 #[derive(Debug, Parser)]
@@ -162,6 +162,30 @@ enum Scenario {
         /// Manager minimum election timeout (at least 3 heartbeats) [default: the manager's].
         #[arg(long)]
         election_timeout: Option<String>,
+    },
+    /// Renewals at a fixed rate while the leader builds snapshots of a large state: p99 of the
+    /// renewals a build overlaps, beside those none does.
+    B8 {
+        #[arg(long, default_value_t = 10_000)]
+        executors: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        shards: u32,
+        /// Offered renewals/s over the fleet [default: half of B1's 12 953/s at 10 000
+        /// executors, docs/BENCHMARKS.md].
+        #[arg(long, default_value_t = 6_500.0)]
+        rate: f64,
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        warmup: Duration,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        measure: Duration,
+        /// Between one forced snapshot's reply and the next request.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        build_gap: Duration,
+        #[arg(long, default_value_t = 25.0)]
+        p99_ms: f64,
+        /// Also measure a second cluster at the shipped snapshot policy, no forced builds.
+        #[arg(long)]
+        shipped_policy: bool,
     },
     /// A whole fleet starting at once: registration, then every shard delivered and spread
     /// even, per shard count.
@@ -448,6 +472,31 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             b7::series_table(&args, &samples).print()?;
             b7::shifts_table(&args, &samples).print()?;
             b7::summary_table(&args, &samples, &load).print()?;
+        }
+        Scenario::B8 {
+            executors,
+            shards,
+            rate,
+            warmup,
+            measure,
+            build_gap,
+            p99_ms,
+            shipped_policy,
+        } => {
+            if !(rate > 0.0 && rate.is_finite()) || measure.is_zero() {
+                bail!("--rate and --measure must be positive");
+            }
+            let args = B8 {
+                executors,
+                shards,
+                rate_per_s: rate,
+                warmup,
+                measure,
+                build_gap,
+                p99_bound_ms: p99_ms,
+                shipped_policy,
+            };
+            scenarios::b8(env, &args).await?.print()?
         }
         Scenario::B9 { executors, shards } => {
             scenarios::b9(env, executors, &shards).await?.print()?
