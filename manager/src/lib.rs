@@ -22,6 +22,7 @@ pub mod bootstrap;
 pub mod clock;
 pub mod cluster_version;
 pub mod config;
+pub mod cpu_bound;
 pub mod http;
 pub mod leader;
 pub mod lease;

@@ -14,6 +14,7 @@ use super::delivery_plan::{
     acknowledgement, still_releasing, Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
 use crate::clock::LeaderClock;
+use crate::cpu_bound;
 use crate::lease::answer::Released;
 use crate::lease::{ExecutorAnswer, ExecutorId, ShardId};
 use crate::proposer::Proposer;
@@ -57,7 +58,7 @@ pub async fn run(handle: DeliveryHandle, term: u64, mut stopped: watch::Receiver
     loop {
         let queued = handle.signals.take_pushes();
         let now_ms = handle.clock.now_ms();
-        let round = planner.plan_round(&handle.state.current(), queued, now_ms);
+        let round = cpu_bound::run(|| planner.plan_round(&handle.state.current(), queued, now_ms));
         handle.signals.mark_for_push(round.deferred_pushes);
         deliver_all(&handle, term, round.deliveries, &mut planner).await;
         tokio::select! {

@@ -31,6 +31,7 @@ use self::core::{
     tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision, StepWrite, StepWrites,
 };
 use self::placement::{LoadSummary, PlacementSettings, TermPlacement};
+use crate::cpu_bound;
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
     Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
@@ -143,18 +144,18 @@ async fn step(
     let now_ms = node.clock.now_ms();
     // Reads that scan the state take a clone, not the lock `apply` waits on. A clone is dropped
     // before anything is awaited: while one lives, every `apply` copies what it changes.
-    let (decision, inputs) = {
+    let (decision, inputs) = cpu_bound::run(|| {
         let state = node.state.current();
         take_reports(node, placement, &state, reports_taken);
         publish_loads(node, placement, &state, now_ms);
         let decision = core.step(now_ms, &state, node.signals.last_renewal_applied_ms());
         (decision, placement.inputs(&state, now_ms))
-    };
+    });
     log_decision(&decision);
     let mut writes = StepWrites::with_placement(decision, MAX_MOVES_PER_PLAN, inputs);
     loop {
         let now_ms = node.clock.now_ms();
-        let next = writes.next_command(&node.state.current(), now_ms);
+        let next = cpu_bound::run(|| writes.next_command(&node.state.current(), now_ms));
         let Some((write, command)) = next else {
             return;
         };
