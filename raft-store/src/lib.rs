@@ -14,6 +14,7 @@
 //! [`open`] is the one way in: it checks the data directory's format marker and opens both halves
 //! on the process's single `sled::Db`.
 
+mod background;
 pub mod codec;
 mod error;
 mod log_store;

@@ -17,6 +17,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::background::Background;
 use crate::codec::{self, decode, encode};
 use crate::error::StoreError;
 use crate::schema::{check_readable, SchemaCodec, SchemaMarker};
@@ -195,6 +196,8 @@ struct StoredSnapshot<C: RaftTypeConfig> {
 /// snapshot that was installed meanwhile.
 struct SnapshotStore {
     db: sled::Db,
+    /// Encodes snapshots at the lowest CPU priority.
+    encoder: Background,
     tree: sled::Tree,
     write_lock: Mutex<()>,
     marker: Arc<SchemaMarker>,
@@ -225,30 +228,40 @@ impl SnapshotStore {
         }))
     }
 
-    /// Stores the snapshot unless a newer one is already stored; returns whether it stored it.
+    /// Stores the snapshot unless a newer one is already stored; returns whether it stored it,
+    /// and `data` back. Writing megabytes into sled is blocking work, so it runs off the async
+    /// workers, as the flush does.
     async fn store_if_newer<C: RaftTypeConfig>(
-        &self,
+        self: &Arc<Self>,
         meta: &SnapshotMeta<C::NodeId, C::Node>,
         schema: u32,
-        data: &[u8],
-    ) -> Result<bool, StoreError> {
+        data: Vec<u8>,
+    ) -> Result<(bool, Vec<u8>), StoreError> {
         self.marker.cover(schema).await?;
-        {
-            let _serialised = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(current) = self.read_meta::<C>()? {
-                if current.last_log_id > meta.last_log_id {
-                    return Ok(false);
+        let store = Arc::clone(self);
+        let encoded_meta = encode("snapshot meta", meta)?;
+        let last_log_id = meta.last_log_id.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let _serialised = store.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(current) = store.read_meta::<C>()? {
+                if current.last_log_id > last_log_id {
+                    return Ok((false, data));
                 }
             }
             // One batch: metadata and data can never disagree after a crash.
             let mut batch = sled::Batch::default();
-            batch.insert(KEY_SNAPSHOT_META, encode("snapshot meta", meta)?);
-            batch.insert(KEY_SNAPSHOT_DATA, data);
-            self.tree.apply_batch(batch)?;
+            batch.insert(KEY_SNAPSHOT_META, encoded_meta);
+            batch.insert(KEY_SNAPSHOT_DATA, data.as_slice());
+            store.tree.apply_batch(batch)?;
+            Ok::<_, StoreError>((true, data))
+        })
+        .await
+        .map_err(|join| sled::Error::Io(std::io::Error::other(join.to_string())))??;
+        if written.0 {
+            // Durable before openraft is told, because it purges the log behind the snapshot next.
+            crate::log_store::flush(&self.db).await?;
         }
-        // Durable before openraft is told, because it purges the log behind the snapshot next.
-        crate::log_store::flush(&self.db).await?;
-        Ok(true)
+        Ok(written)
     }
 }
 
@@ -273,6 +286,7 @@ where
     pub(crate) fn open(db: &sled::Db, marker: Arc<SchemaMarker>) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore {
             db: db.clone(),
+            encoder: Background::start().map_err(sled::Error::Io)?,
             tree: db.open_tree(SNAPSHOT_TREE)?,
             write_lock: Mutex::new(()),
             marker,
@@ -394,7 +408,7 @@ where
                 });
             }
             self.snapshots
-                .store_if_newer::<C>(meta, schema, &data)
+                .store_if_newer::<C>(meta, schema, data)
                 .await?;
             // Swapped in whole under the write lock: readers see the old state or the new one.
             *self.handle.write_guard() = applied;
@@ -446,17 +460,22 @@ where
             last_membership: applied.last_membership.clone(),
             snapshot_id: snapshot_id::<C>(applied.last_applied.as_ref()),
         };
-        // Encoding a large state is CPU-bound; keep it off the async workers.
-        let encoded = tokio::task::spawn_blocking(move || encode_snapshot::<C, S>(&applied))
+        // Encoding a large state is CPU-bound and nothing waits on it: off the async workers,
+        // at the lowest priority (crate::background).
+        let encoded = self
+            .snapshots
+            .encoder
+            .run(move || encode_snapshot::<C, S>(&applied))
             .await
-            .map_err(|join| StoreError::Encode {
+            .map_err(|stopped| StoreError::Encode {
                 what: "snapshot",
-                source: bincode::error::EncodeError::OtherString(join.to_string()),
+                source: bincode::error::EncodeError::OtherString(stopped.to_string()),
             });
         let build = async {
             let (schema, data) = encoded??;
-            self.snapshots
-                .store_if_newer::<C>(&meta, schema, &data)
+            let (_, data) = self
+                .snapshots
+                .store_if_newer::<C>(&meta, schema, data)
                 .await?;
             Ok::<_, StoreError>(data)
         };
