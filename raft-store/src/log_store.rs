@@ -296,6 +296,17 @@ fn remove_log_range<R: RangeBounds<u64>>(log: &sled::Tree, range: R) -> Result<(
     Ok(())
 }
 
+/// Deletes the entries up to `upto` one by one. Not as one batch: sled applies a batch under an
+/// exclusive lock on the whole database, and thousands of removes in one would hold every append
+/// (and so every commit) for hundreds of milliseconds. Nothing needs the deletion atomic: reads
+/// clamp to the durable purge point, and what a crash leaves the next purge deletes.
+fn delete_purged(log: &sled::Tree, upto: u64) -> Result<(), StoreError> {
+    for key in log.range(key_range(&(..=upto))).keys() {
+        log.remove(key?)?;
+    }
+    Ok(())
+}
+
 fn key_range<R: RangeBounds<u64>>(range: &R) -> (Bound<[u8; 8]>, Bound<[u8; 8]>) {
     let map = |bound: Bound<&u64>| match bound {
         Bound::Included(index) => Bound::Included(index_key(*index)),
@@ -445,7 +456,7 @@ impl<C: SchemaCodec> RaftLogStorage<C> for SledLogStore<C> {
             let upto = log_id.index;
             *deletion = Some(tokio::task::spawn_blocking(move || {
                 // Left behind on failure: the next purge's range or the next start covers it.
-                if let Err(error) = remove_log_range(&log, ..=upto) {
+                if let Err(error) = delete_purged(&log, upto) {
                     tracing::warn!(%error, upto, "deleting purged log entries");
                 }
             }));
