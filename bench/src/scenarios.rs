@@ -1564,15 +1564,10 @@ async fn snapshots_seen(
     until: Instant,
 ) -> Result<usize> {
     tokio::time::sleep_until(from).await;
-    let mut first = None;
     let mut seen = std::collections::HashSet::new();
     while Instant::now() < until {
         let info = cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?;
-        let id = info.snapshot.map(|snapshot| snapshot.snapshot_id);
-        if first.is_none() {
-            first = Some(id.clone());
-        }
-        seen.insert(id);
+        seen.insert(info.snapshot.map(|snapshot| snapshot.snapshot_id));
         tokio::time::sleep(B8_SNAPSHOT_POLL).await;
     }
     // The snapshot held when the window opened was built before it.
