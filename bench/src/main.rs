@@ -19,6 +19,7 @@ mod procs;
 mod report;
 mod scenarios;
 mod tls;
+mod transport;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -268,6 +269,21 @@ enum Scenario {
         rate: f64,
         #[arg(long, default_value_t = 1024)]
         shards: u32,
+    },
+    /// One Raft RPC exchange at a time (as openraft 0.9 replicates) over HTTP/1.1 keep-alive,
+    /// HTTP/2 and a length-prefixed TCP stream, in this process: latency and CPU per exchange.
+    /// Starts no system.
+    Transport {
+        /// Request body sizes in bytes [default: a heartbeat, a small renewal batch, B2's
+        /// `Renew` entry of 1 024 claims, a large batch].
+        #[arg(long, value_delimiter = ',', default_value = "128,1024,4096,65536")]
+        body_bytes: Vec<usize>,
+        #[arg(long, default_value_t = 20_000)]
+        exchanges: usize,
+        #[arg(long, default_value_t = 2_000)]
+        warmup: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// The short version CI runs: seconds per system, small N, a short soak.
     Smoke {
@@ -538,6 +554,23 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             .await?;
             series.print()?;
             summary.print()?;
+        }
+        Scenario::Transport {
+            body_bytes,
+            exchanges,
+            warmup,
+            rounds,
+        } => {
+            let params = transport::TransportRun {
+                body_sizes: body_bytes,
+                exchanges,
+                warmup,
+                rounds,
+            };
+            // Both ends run in this process, each on a runtime of its own, driven from a thread
+            // outside this runtime.
+            let table = tokio::task::spawn_blocking(move || transport::run(&params)).await??;
+            table.print()?;
         }
         Scenario::Smoke { soak } => {
             for table in scenarios::smoke(env, soak).await? {
