@@ -2,7 +2,8 @@
 //! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
 //! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B10), plus `smoke`, the
 //! short run CI executes. B7 compares Leasehold with itself (placement by load and by count), so
-//! it has no etcd half.
+//! it has no etcd half. `transport` starts no system: it measures one Raft RPC exchange on the
+//! transports the managers could use (src/transport.rs).
 //!
 //! The systems run as real processes: `leasehold-manager` from `--bin-dir` (by default
 //! `LEASEHOLD_BIN_DIR`, else the directory this binary is in, so
