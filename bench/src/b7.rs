@@ -32,7 +32,7 @@ use crate::fleet::{FleetSpec, LeaseholdFleet, LoadReports};
 use crate::procs::{default_flags, load_average};
 use crate::report::Table;
 use crate::scenarios::{
-    executor_client, executors_view, leasehold_cluster, Env, FORM_BOUND, SETTLE_BOUND,
+    executor_client, executors_view, leasehold_cluster, metrics_page, Env, FORM_BOUND, SETTLE_BOUND,
 };
 
 /// Requests per second over all shards. The unit is arbitrary (placement balances ratios); a
@@ -388,7 +388,7 @@ impl Side {
         let mut reasons = BTreeMap::new();
         let mut leader_imbalance = None;
         for (id, url) in self.cluster.urls().into_iter().enumerate() {
-            let text = match self.metrics(&url).await {
+            let text = match metrics_page(&self.cluster, &url).await {
                 Ok(text) => text,
                 Err(error) => {
                     eprintln!("B7: manager {}'s metrics: {error}", id + 1);
@@ -410,19 +410,6 @@ impl Side {
             reasons,
             leader_imbalance,
         }
-    }
-
-    async fn metrics(&self, url: &str) -> Result<String> {
-        Ok(self
-            .cluster
-            .http
-            .get(format!("{url}/metrics"))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await?
-            .error_for_status()?
-            .text()
-            .await?)
     }
 
     /// Stops renewing; fails if any executor was evicted on the way (the figures would then

@@ -274,6 +274,65 @@ async fn settle(
     Ok(())
 }
 
+/// How often [`settle`] reads the leader's gauges.
+const GAUGE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What the leader's `/metrics` page says of placement (read from its applied state at the
+/// scrape, from indexes: the same cost at any shard count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct PlacementGauges {
+    /// `leasehold_executors`.
+    executors: u64,
+    /// `leasehold_shards{state="owned"}`: owned and not being released.
+    owned: u64,
+    /// `leasehold_shards{state="releasing"}`.
+    releasing: u64,
+}
+
+async fn placement_gauges(cluster: &ManagerCluster, id: u64) -> Result<PlacementGauges, String> {
+    let url = cluster.url(id).map_err(|e| e.to_string())?;
+    let text = metrics_page(cluster, &url)
+        .await
+        .map_err(|e| e.to_string())?;
+    parse_placement_gauges(&text)
+        .ok_or_else(|| "the leader's /metrics lacks the executor and shard gauges".to_owned())
+}
+
+/// The three gauges from a Prometheus text page; `None` unless all three are there.
+fn parse_placement_gauges(text: &str) -> Option<PlacementGauges> {
+    let (mut executors, mut owned, mut releasing) = (None, None, None);
+    for line in text.lines() {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let slot = match name {
+            "leasehold_executors" => &mut executors,
+            "leasehold_shards{state=\"owned\"}" => &mut owned,
+            "leasehold_shards{state=\"releasing\"}" => &mut releasing,
+            _ => continue,
+        };
+        *slot = value.parse::<f64>().ok().map(|v| v as u64);
+    }
+    Some(PlacementGauges {
+        executors: executors?,
+        owned: owned?,
+        releasing: releasing?,
+    })
+}
+
+/// A manager's Prometheus text page (`url` is its base URL).
+pub(crate) async fn metrics_page(cluster: &ManagerCluster, url: &str) -> reqwest::Result<String> {
+    cluster
+        .http
+        .get(format!("{url}/metrics"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await
+}
+
 /// Registers `executors` simulated executors and waits, renewing, until they have settled (see
 /// [`settle`]).
 async fn settled_fleet(
@@ -1029,60 +1088,6 @@ pub async fn b3(env: &Env, args: &B3) -> Result<Table> {
 
 // ---------------------------------------------------------------------------------------------
 // B4
-
-/// How often [`settle`] reads the leader's gauges.
-const GAUGE_INTERVAL: Duration = Duration::from_millis(100);
-
-/// What the leader's `/metrics` page says of placement (read from its applied state at the
-/// scrape, from indexes: the same cost at any shard count).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct PlacementGauges {
-    /// `leasehold_executors`.
-    executors: u64,
-    /// `leasehold_shards{state="owned"}`: owned and not being released.
-    owned: u64,
-    /// `leasehold_shards{state="releasing"}`.
-    releasing: u64,
-}
-
-async fn placement_gauges(cluster: &ManagerCluster, id: u64) -> Result<PlacementGauges, String> {
-    let url = cluster.url(id).map_err(|e| e.to_string())?;
-    let text = cluster
-        .http
-        .get(format!("{url}/metrics"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
-    parse_placement_gauges(&text)
-        .ok_or_else(|| "the leader's /metrics lacks the executor and shard gauges".to_owned())
-}
-
-/// The three gauges from a Prometheus text page; `None` unless all three are there.
-fn parse_placement_gauges(text: &str) -> Option<PlacementGauges> {
-    let (mut executors, mut owned, mut releasing) = (None, None, None);
-    for line in text.lines() {
-        let Some((name, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let slot = match name {
-            "leasehold_executors" => &mut executors,
-            "leasehold_shards{state=\"owned\"}" => &mut owned,
-            "leasehold_shards{state=\"releasing\"}" => &mut releasing,
-            _ => continue,
-        };
-        *slot = value.parse::<f64>().ok().map(|v| v as u64);
-    }
-    Some(PlacementGauges {
-        executors: executors?,
-        owned: owned?,
-        releasing: releasing?,
-    })
-}
 
 pub(crate) async fn executors_view(
     cluster: &ManagerCluster,

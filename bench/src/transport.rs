@@ -184,27 +184,24 @@ impl Connection {
     }
 
     async fn exchange(&mut self, body: &Bytes) -> Result<()> {
-        match self {
-            Connection::Http { client, url } => {
-                let response = client
-                    .post(url.as_str())
-                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-                    .body(body.clone())
-                    .send()
-                    .await?
-                    .error_for_status()?;
-                let reply = response.bytes().await?;
-                if reply.len() != REPLY_BYTES {
-                    bail!("the reply had {} bytes, not {REPLY_BYTES}", reply.len());
-                }
-            }
+        let reply_bytes = match self {
+            Connection::Http { client, url } => client
+                .post(url.as_str())
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(body.clone())
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?
+                .len(),
             Connection::Framed(stream) => {
                 write_frame(stream, body).await?;
-                let reply = read_frame(stream).await?;
-                if reply.len() != REPLY_BYTES {
-                    bail!("the reply had {} bytes, not {REPLY_BYTES}", reply.len());
-                }
+                read_frame(stream).await?.len()
             }
+        };
+        if reply_bytes != REPLY_BYTES {
+            bail!("the reply had {reply_bytes} bytes, not {REPLY_BYTES}");
         }
         Ok(())
     }
