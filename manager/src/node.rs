@@ -123,7 +123,8 @@ impl ManagerNode {
         (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
     ) -> Self {
         let signals = Arc::new(LeaderSignals::default());
-        let proposer = Proposer::new(raft.clone(), signals.clone(), state.clone());
+        let clock = Arc::new(LeaderClock::new());
+        let proposer = Proposer::new(raft.clone(), signals.clone(), state.clone(), clock.clone());
         Self {
             id,
             advertise,
@@ -131,7 +132,7 @@ impl ManagerNode {
             state,
             identity,
             http,
-            clock: Arc::new(LeaderClock::new()),
+            clock,
             settings,
             metrics,
             renewals,

@@ -1,6 +1,8 @@
 //! The one way a command is committed: through Raft, refused while this node hands leadership
-//! over (P8.2), and told to the leader's signals once applied, so the leader loop and the
-//! commit metrics see every outcome exactly once.
+//! over (P8.2) or while its clock is not yet anchored for the term it leads (P6.4: a stamp read
+//! before the term's anchor could lie below the deadlines the state holds), and told to the
+//! leader's signals once applied, so the leader loop and the commit metrics see every outcome
+//! exactly once.
 //!
 //! A narrow handle: the renewal batcher, the leader loop, the delivery task and the handlers
 //! each hold a clone and nothing else of the node to write with.
@@ -10,6 +12,7 @@ use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
 
+use crate::clock::{LeaderClock, StaleStamp};
 use crate::lease::schema::{check_proposable, NotYetEnabled};
 use crate::lease::{answer, Command, CommandAnswer, Mismatch, Outcome};
 use crate::raft::{LeaseStateHandle, ManagerRaft};
@@ -21,6 +24,10 @@ pub enum ProposeError {
     NotLeader { leader_address: Option<String> },
     #[error("this node is stepping down")]
     SteppingDown,
+    /// The command's stamp is not of the term this node leads (P6.4): retried, it is stamped
+    /// anew once the term's clock is anchored.
+    #[error(transparent)]
+    StaleStamp(#[from] StaleStamp),
     #[error("raft: {0}")]
     Raft(String),
     /// The state machine answered a command with an outcome it cannot produce: a bug.
@@ -38,6 +45,8 @@ pub struct Proposer {
     signals: Arc<LeaderSignals>,
     /// Read for the cluster version a command must not be newer than.
     state: LeaseStateHandle,
+    /// Every stamp is checked against the term this clock is anchored for (P6.4).
+    clock: Arc<LeaderClock>,
     /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
     stepping_down: Arc<AtomicBool>,
 }
@@ -51,11 +60,17 @@ impl std::fmt::Debug for Proposer {
 }
 
 impl Proposer {
-    pub fn new(raft: ManagerRaft, signals: Arc<LeaderSignals>, state: LeaseStateHandle) -> Self {
+    pub fn new(
+        raft: ManagerRaft,
+        signals: Arc<LeaderSignals>,
+        state: LeaseStateHandle,
+        clock: Arc<LeaderClock>,
+    ) -> Self {
         Self {
             raft,
             signals,
             state,
+            clock,
             stepping_down: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -77,6 +92,10 @@ impl Proposer {
         let cluster_version = self.state.read(|applied| applied.state.cluster_version());
         check_proposable(&command, cluster_version)?;
         let now_ms = command.now_ms();
+        // The term read after the stamp: were this node to lead a newer term by the time the
+        // entry is appended, the stamp was still read before that term took office.
+        let term = self.raft.metrics().borrow().current_term;
+        self.clock.check_stamp(term, now_ms)?;
         match self.raft.client_write(command).await {
             Ok(response) => {
                 self.signals.after_commit(now_ms, &response.data);

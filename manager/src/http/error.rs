@@ -11,7 +11,7 @@ impl From<ProposeError> for HttpError {
     fn from(error: ProposeError) -> Self {
         match error {
             ProposeError::NotLeader { leader_address } => HttpError::not_leader(leader_address),
-            ProposeError::SteppingDown => HttpError::no_leader(),
+            ProposeError::SteppingDown | ProposeError::StaleStamp(_) => HttpError::no_leader(),
             ProposeError::Raft(message) => HttpError::internal("raft write failed", message),
             ProposeError::NotYetEnabled(error) => HttpError::conflict(error.to_string()),
             ProposeError::Mismatch(mismatch) => {

@@ -8,6 +8,10 @@
 //! - P6.1: a new leader reaps nothing, and completes no handoff on expiry, until one full lease
 //!   (the longest lease any executor may hold) has passed on its own clock since it took office:
 //!   the expiries it reads were stamped by an earlier leader's clock.
+//! - P6.4: a new leader's clock takes office no lower than [`office_floor_ms`], so no expiry or
+//!   handoff bound an earlier leader stored (on a clock that may have run ahead) reaches past
+//!   `took_office + longest lease` on the new one: a dead executor's shards move within the
+//!   grace plus a lease and a tick, whatever the offsets between the managers' wall clocks.
 //! - P6.3: reaping is deferred while the leader cannot rule out that the silence is its own stall:
 //!   a step that came late by more than a tick, or no renewal applied from any executor in the
 //!   window where live executors must have renewed, while it tracks two or more executors. An
@@ -96,6 +100,36 @@ pub fn tick_ms(lease_duration_ms: u64) -> u64 {
     (lease_duration_ms / 3).max(1)
 }
 
+/// The longest lease any executor may still hold from an earlier leader: the configured
+/// duration, or longer if any grant ever told more (a lease shortened since, P3.4; a grant
+/// told by a leader whose clock was behind). The state keeps that figure never decreasing,
+/// because this leader's own renewals overwrite each executor's "last told".
+pub fn longest_lease_ms(state: &LeaseState) -> u64 {
+    let configured = state.config().map_or(0, |c| c.lease_duration_ms);
+    configured.max(state.longest_lease_told_ms())
+}
+
+/// P6.4: the lowest reading a new leader's clock may take office at, given `state` with every
+/// entry of earlier terms applied. Every lease an earlier leader told was anchored by its
+/// executor at a send instant before this leader took office and runs at most the longest lease
+/// ([`longest_lease_ms`]), so it has ended by `took_office + longest` in real time. Each stored
+/// expiry and handoff bound is `stamp + told` on the clock of the leader that stamped it; a
+/// clock taking office at or above `latest deadline - longest` therefore sees every one of them
+/// end within its P6.1 grace, even one stamped by a leader whose wall clock ran hours ahead.
+/// Zero when nothing is stored.
+pub fn office_floor_ms(state: &LeaseState) -> u64 {
+    state
+        .latest_deadline_ms()
+        .map_or(0, |latest| latest.saturating_sub(longest_lease_ms(state)))
+}
+
+/// The reading a leader's clock takes office at (P2.3, P6.4): its wall clock, raised to
+/// [`office_floor_ms`] when that is higher. Raising it only makes stored deadlines look sooner,
+/// which P6.1's grace already allows for: it is a full lease of this leader's monotonic time.
+pub fn took_office_ms(wall_ms: u64, state: &LeaseState) -> u64 {
+    wall_ms.max(office_floor_ms(state))
+}
+
 impl LeaderCore {
     pub fn new(took_office_ms: u64, guard: GuardConfig) -> Self {
         Self {
@@ -104,15 +138,6 @@ impl LeaderCore {
             last_step_ms: None,
             episode: None,
         }
-    }
-
-    /// The longest lease any executor may still hold from an earlier leader: the configured
-    /// duration, or longer if any grant ever told more (a lease shortened since, P3.4; a grant
-    /// told by a leader whose clock was behind). The state keeps that figure never decreasing,
-    /// because this leader's own renewals overwrite each executor's "last told".
-    fn longest_lease_ms(state: &LeaseState) -> u64 {
-        let configured = state.config().map_or(0, |c| c.lease_duration_ms);
-        configured.max(state.longest_lease_told_ms())
     }
 
     /// One step at `now_ms`. `last_renewal_applied_ms` is when this leader last applied a renewal
@@ -135,9 +160,7 @@ impl LeaderCore {
         self.last_step_ms = Some(now_ms);
 
         let mut decision = StepDecision::default();
-        let office_grace_end = self
-            .took_office_ms
-            .saturating_add(Self::longest_lease_ms(state));
+        let office_grace_end = self.took_office_ms.saturating_add(longest_lease_ms(state));
         if now_ms < office_grace_end {
             decision.deferral = Some(Deferral::NewLeader {
                 remaining_ms: office_grace_end - now_ms,

@@ -28,7 +28,8 @@ use tokio::sync::watch;
 use leasehold_api::wire::MAX_SHARD_LOAD;
 
 use self::core::{
-    tick_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision, StepWrite, StepWrites,
+    tick_ms, took_office_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision,
+    StepWrite, StepWrites,
 };
 use self::placement::{LoadSummary, PlacementSettings, TermPlacement};
 use crate::cpu_bound;
@@ -37,7 +38,7 @@ use crate::lease::{
     Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
 };
 use crate::load_reports::{LoadPicture, ReportedLoads};
-use crate::node::{Leader, ManagerNode};
+use crate::node::{Leader, ManagerNode, ReadBarrierError};
 
 /// How often the loop checks for leadership while not leading.
 const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
@@ -84,13 +85,9 @@ async fn lead_term(
     term: u64,
     shutdown: &mut watch::Receiver<bool>,
 ) {
-    node.clock.begin_term(term);
-    let took_office_ms = node.clock.now_ms();
-    tracing::info!(
-        term,
-        took_office_ms,
-        "leading: reaping waits one lease (P6.1)"
-    );
+    let Some(took_office_ms) = take_office(node, term).await else {
+        return;
+    };
     let mut core = LeaderCore::new(took_office_ms, guard);
     let mut placement = TermPlacement::new(placement_settings);
     let mut reports_taken = 0;
@@ -131,6 +128,67 @@ async fn lead_term(
     node.published_loads.withdraw();
     tracing::info!(term, "no longer leading");
 }
+
+/// Anchors the leader clock for `term` (P2.3, P6.4) once every entry of earlier terms is applied
+/// (the linearizable-read barrier: the term's first entry and anything this node logged before
+/// a restart applied, leadership confirmed by a quorum),
+/// at the wall clock raised to what the state holds. Until then the proposer refuses every
+/// stamp, so nothing this term writes was stamped below the deadlines of earlier leaders.
+/// `None` when this node stopped leading `term` meanwhile.
+async fn take_office(node: &ManagerNode, term: u64) -> Option<u64> {
+    loop {
+        if !still_leading(node, term) {
+            return None;
+        }
+        match tokio::time::timeout(OFFICE_BARRIER_PATIENCE, node.linearizable_read()).await {
+            Ok(Ok(())) => break,
+            Ok(Err(error @ ReadBarrierError::NotLeader(_))) => {
+                tracing::info!(term, %error, "not taking office");
+                return None;
+            }
+            Ok(Err(error @ ReadBarrierError::RestartedLogNotApplied { .. })) => {
+                tracing::warn!(term, %error, "taking office: waiting")
+            }
+            Err(_) => tracing::warn!(
+                term,
+                patience_ms = OFFICE_BARRIER_PATIENCE.as_millis() as u64,
+                "taking office: earlier terms' entries not yet applied; waiting"
+            ),
+        }
+    }
+    let wall_ms = crate::clock::wall_now_ms();
+    let took_office = took_office_ms(wall_ms, &node.state.current());
+    if !node.clock.begin_term(term, took_office) {
+        tracing::warn!(
+            term,
+            anchored_term = node.clock.term(),
+            "the clock is anchored for a newer term; not leading this one"
+        );
+        return None;
+    }
+    let raised_ms = took_office - wall_ms;
+    metrics::gauge!("leasehold_leader_clock_raised_ms").set(raised_ms as f64);
+    if raised_ms > 0 {
+        tracing::warn!(
+            term,
+            took_office_ms = took_office,
+            wall_ms,
+            raised_ms,
+            "leading on a clock raised above this manager's wall clock: an earlier leader's wall \
+             clock ran ahead of this one's, and the state holds its deadlines (P6.4)"
+        );
+    }
+    tracing::info!(
+        term,
+        took_office_ms = took_office,
+        "leading: reaping waits one lease (P6.1)"
+    );
+    Some(took_office)
+}
+
+/// How long one try of the read barrier before taking office may take before it is logged and
+/// tried again (a leader whose followers are slow to acknowledge its first entry).
+const OFFICE_BARRIER_PATIENCE: Duration = Duration::from_secs(5);
 
 /// One step: the writes of [`StepWrites`] in its order (reap, complete expired handoffs, plan),
 /// each its own committed write on the state the previous one left. The plan goes by the loads

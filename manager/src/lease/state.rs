@@ -424,6 +424,18 @@ impl LeaseState {
             .min()
     }
 
+    /// The latest instant, on the clock of the leaders that stamped them, at which anything
+    /// stored may still run: every executor's lease expiry and every releasing shard's
+    /// bound; `None` when nothing is stored. A new leader's clock takes office no lower than
+    /// this minus the longest lease (P6.4, `leader::core::office_floor_ms`).
+    pub fn latest_deadline_ms(&self) -> Option<u64> {
+        let leases = self.executors.values().map(|e| e.lease_expiry_ms);
+        let handoffs = self
+            .releasing()
+            .map(|(_, handoff)| handoff.from_grant_expiry_ms);
+        leases.chain(handoffs).max()
+    }
+
     /// Number of shards currently releasing.
     pub fn releasing_count(&self) -> usize {
         self.releasing.len()

@@ -371,3 +371,119 @@ fn p6_3_a_step_keeps_its_decision_for_the_logs_and_metrics() {
     };
     assert_eq!(StepWrites::new(decision.clone()).decision(), &decision);
 }
+
+/// An hour: the wall-clock offset of the leader whose clock ran ahead.
+const HOUR_MS: u64 = 3_600_000;
+/// The new leader's wall clock when it takes office: correct, so an hour behind the old one's.
+const CORRECT_WALL_MS: u64 = 1_000_000;
+
+/// A state an earlier leader stamped on a clock an hour ahead: `dead` registered, `live` renewed
+/// at `HOUR_MS + 1_000`.
+fn stamped_an_hour_ahead() -> (World, String, String) {
+    let mut world = World::new(8, LEASE_MS);
+    let dead = world.register("dead", HOUR_MS);
+    let live = world.register("live", HOUR_MS);
+    world.renew(&live, HOUR_MS + 1_000);
+    (world, dead, live)
+}
+
+/// Steps a core taking office at `took_office` every tick for three leases; when was `dead`
+/// reaped?
+fn reaped_at(world: &World, took_office: u64, dead: &str) -> Option<u64> {
+    let mut core = LeaderCore::new(took_office, guard());
+    (0..=9)
+        .map(|tick| took_office + tick * TICK_MS)
+        .find(|&now| core.step(now, &world.state, Some(now)).reap == vec![dead.to_owned()])
+}
+
+#[test]
+fn p6_4_a_lease_stored_on_a_clock_hours_ahead_ends_within_the_new_leaders_grace() {
+    let (world, dead, _) = stamped_an_hour_ahead();
+    let took_office = took_office_ms(CORRECT_WALL_MS, &world.state);
+    assert_eq!(
+        took_office,
+        HOUR_MS + 1_000,
+        "raised to the latest deadline minus the longest lease"
+    );
+    let reaped = reaped_at(&world, took_office, &dead).expect("the dead executor is reaped");
+    assert!(
+        reaped <= took_office + LEASE_MS + TICK_MS,
+        "I4: reaped {} ms after taking office, bound grace + tick",
+        reaped - took_office
+    );
+    // On the wall clock alone the dead executor's shards would be stranded for the hour.
+    assert_eq!(reaped_at(&world, CORRECT_WALL_MS, &dead), None);
+}
+
+#[test]
+fn p6_4_no_grant_under_the_new_leader_tells_more_than_the_longest_lease() {
+    let (mut world, _, live) = stamped_an_hour_ahead();
+    let took_office = took_office_ms(CORRECT_WALL_MS, &world.state);
+    world.renew(&live, took_office + 5);
+    let grant = world
+        .state
+        .grant_for(&live, took_office + 5)
+        .expect("live is registered");
+    assert_eq!(grant.lease_ttl_ms, LEASE_MS);
+    assert_eq!(world.state.longest_lease_told_ms(), LEASE_MS);
+    // Renewed on the wall clock alone, it would be told most of the hour, and every later
+    // leader's grace would grow to match.
+    let (mut on_the_wall_clock, _, live) = stamped_an_hour_ahead();
+    on_the_wall_clock.renew(&live, CORRECT_WALL_MS + 5);
+    let told = on_the_wall_clock
+        .state
+        .grant_for(&live, CORRECT_WALL_MS + 5)
+        .expect("live")
+        .lease_ttl_ms;
+    assert!(told > HOUR_MS - CORRECT_WALL_MS, "told {told} ms");
+    assert_eq!(on_the_wall_clock.state.longest_lease_told_ms(), told);
+}
+
+#[test]
+fn p6_4_a_clock_behind_the_state_is_not_raised_and_one_ahead_of_it_is_kept() {
+    // Stored by a leader whose clock read an hour less than this one's.
+    let mut world = World::new(8, LEASE_MS);
+    let dead = world.register("dead", CORRECT_WALL_MS);
+    let wall_an_hour_later = CORRECT_WALL_MS + HOUR_MS;
+    assert_eq!(office_floor_ms(&world.state), CORRECT_WALL_MS);
+    assert_eq!(
+        took_office_ms(wall_an_hour_later, &world.state),
+        wall_an_hour_later
+    );
+    // The stored expiry looks past: P6.1's grace, not the clock, holds the reap back.
+    let reaped = reaped_at(&world, wall_an_hour_later, &dead).expect("reaped");
+    assert_eq!(reaped, wall_an_hour_later + LEASE_MS);
+    // Nothing stored: the wall clock as it is.
+    assert_eq!(took_office_ms(7, &LeaseState::default()), 7);
+}
+
+#[test]
+fn p6_4_a_handoff_bound_stored_hours_ahead_is_due_within_the_new_leaders_grace() {
+    let mut world = World::new(8, LEASE_MS);
+    let old_owner = world.register("old-owner", HOUR_MS);
+    let placed = crate::lease::plan_rebalance(&world.state, HOUR_MS).expect("first plan");
+    world.apply(placed);
+    world.renew(&old_owner, HOUR_MS + 1_000);
+    world.register("joiner", HOUR_MS + 2_000);
+    let handoffs = crate::lease::plan_rebalance(&world.state, HOUR_MS + 2_000).expect("plan");
+    world.apply(handoffs);
+    assert!(world.state.releasing_count() > 0, "shards releasing");
+    let bound = world
+        .state
+        .releasing()
+        .map(|(_, handoff)| handoff.from_grant_expiry_ms)
+        .max()
+        .expect("a bound");
+    assert_eq!(bound, HOUR_MS + 1_000 + LEASE_MS);
+
+    let took_office = took_office_ms(CORRECT_WALL_MS, &world.state);
+    let mut core = LeaderCore::new(took_office, guard());
+    let after_grace = took_office + LEASE_MS + 1;
+    let decision = core.step(after_grace, &world.state, Some(after_grace));
+    assert!(decision.complete_expired_handoffs);
+    assert!(
+        world.state.handoffs_due(after_grace),
+        "P5.2: the old owner's grants have run out by the end of the grace"
+    );
+    assert!(!world.state.handoffs_due(CORRECT_WALL_MS + LEASE_MS + 1));
+}
