@@ -21,8 +21,13 @@ pub const MIN_TRANSIT_US: u64 = 1_000;
 /// Largest clock-rate error of any executor or leader (parts per million): 100 ppm of the
 /// longest lease (3 s) is 0.3 ms, under [`MIN_TRANSIT_US`].
 pub const MAX_RATE_ERROR_PPM: i64 = 100;
-/// Largest offset between two leaders' clocks (the wall clock each read on taking office, P2.3).
+/// Largest step of a manager's wall clock between two of its terms (NTP slewing or stepping a
+/// small offset), on top of its offset ([`MAX_WALL_CLOCK_OFFSET_MS`]).
 pub const MAX_CLOCK_OFFSET_MS: i64 = 2_000;
+/// Largest offset of a manager's wall clock from the true one, each manager's drawn once per
+/// run: hours, either way (a clock never synchronised, a VM restored from a snapshot). Leasehold
+/// assumes clock rates, not offsets (P6.4): the liveness checks hold whatever these are.
+pub const MAX_WALL_CLOCK_OFFSET_MS: i64 = 2 * 3_600_000;
 
 /// One fault, injected at its drawn instant.
 #[derive(Debug, Clone, PartialEq, Eq)]

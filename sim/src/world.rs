@@ -16,8 +16,10 @@
 //! What is simulated rather than run: the network (loss, duplication, heavy-tailed delay and so
 //! reordering, partitions), the processes (kill, pause, restart, graceful stop), Raft itself
 //! (commit order is the log order; an election moves office to another replica, which first
-//! applies the whole committed log) and clocks (per-term leader offsets, per-process rate
-//! error). Checks run after every event; see [`crate::checks`].
+//! applies the whole committed log) and clocks (per-manager wall-clock offsets of up to hours,
+//! a step between terms, per-process rate error; a leader's clock takes office as production's
+//! does, raised to what the state holds, P6.4). Checks run after every event; see
+//! [`crate::checks`].
 //!
 //! A seed drives the world: every loop runs on its own timers and a random network carries the
 //! messages. A script ([`crate::script`]) drives the same world instead: the loops' timers fire
@@ -35,7 +37,9 @@ use leasehold_api::wire::{
 use leasehold_executor::admission::AdmissionCore;
 use leasehold_executor::assignment::RevokeOutcome;
 use leasehold_executor::lease::{CallOutcome, LeaseSchedule, NextCall};
-use leasehold_manager::leader::core::{tick_ms, Deferral, LeaderCore, StepWrite, StepWrites};
+use leasehold_manager::leader::core::{
+    tick_ms, took_office_ms, Deferral, LeaderCore, StepWrite, StepWrites,
+};
 use leasehold_manager::leader::delivery_plan::{
     acknowledgement, Delivery, DeliveryPlanner, ROUND_INTERVAL_MS,
 };
@@ -55,7 +59,7 @@ use crate::checks::{Checker, ProcessView, Violation};
 use crate::loads::{LoadModel, Report};
 use crate::scenario::{
     Fault, Lie, Scenario, MANAGERS, MAX_CLOCK_OFFSET_MS, MAX_RATE_ERROR_PPM, MAX_SHARD_LOAD,
-    MIN_TRANSIT_US,
+    MAX_WALL_CLOCK_OFFSET_MS, MIN_TRANSIT_US,
 };
 
 /// A delivery unanswered after this long failed (the shell's `DELIVERY_TIMEOUT`).
@@ -66,7 +70,7 @@ const CALL_PATIENCE_US: u64 = leasehold_executor::GRANT_CALL_PATIENCE.as_micros(
 const STOP_GRACE_US: u64 = 2_000_000;
 /// What every leader clock reads at the start, give or take its offset: far enough from zero
 /// that no offset clamps it (a wall clock is never near its epoch).
-const LEADER_CLOCK_START_MS: i64 = 1_000_000;
+const LEADER_CLOCK_START_MS: i64 = 100 * MAX_WALL_CLOCK_OFFSET_MS;
 /// A run's whole budget of events; healthy runs use a few tens of thousands (the busiest
 /// seeds of 10 000 stay under 200 000).
 const MAX_EVENTS_PER_RUN: u64 = 2_000_000;
@@ -700,6 +704,9 @@ pub struct World {
     replicas: Vec<LeaseState>,
     applied: Vec<usize>,
     manager_rate_ppm: Vec<i64>,
+    /// Each manager's wall clock minus the true one: what its leader clock starts from on
+    /// taking office, give or take a step ([`MAX_CLOCK_OFFSET_MS`]).
+    manager_offset_ms: Vec<i64>,
     leader: Option<Leader>,
     deposed: Vec<Deposed>,
     next_term: u64,
@@ -759,6 +766,24 @@ impl World {
                 .collect(),
             Driver::Script { .. } => vec![0; MANAGERS],
         };
+        // Drawn from a stream of their own, so the rest of a seed's draws are as they were.
+        let manager_offset_ms = match driver {
+            Driver::Seed => {
+                let mut clocks = ChaCha8Rng::seed_from_u64(scenario.seed);
+                clocks.set_stream(2);
+                (0..MANAGERS)
+                    .map(|_| {
+                        if clocks.random_bool(0.5) {
+                            0
+                        } else {
+                            clocks
+                                .random_range(-MAX_WALL_CLOCK_OFFSET_MS..=MAX_WALL_CLOCK_OFFSET_MS)
+                        }
+                    })
+                    .collect()
+            }
+            Driver::Script { .. } => vec![0; MANAGERS],
+        };
         let chaos = matches!(driver, Driver::Seed);
         let slots = scenario.slots;
         let load = LoadModel::new(&scenario.load, scenario.seed);
@@ -775,6 +800,7 @@ impl World {
             replicas: vec![LeaseState::default(); MANAGERS],
             applied: vec![0; MANAGERS],
             manager_rate_ppm,
+            manager_offset_ms,
             leader: None,
             deposed: Vec::new(),
             next_term: 1,
@@ -792,7 +818,7 @@ impl World {
             balance_moves: Vec::new(),
         };
         // The cluster is initialised before anything else, as `leaseholdctl init` does.
-        world.take_office(0, 0);
+        world.take_office(0, world.manager_offset_ms[0]);
         let init = Command::Init {
             now_ms: world.leader_now_ms().unwrap_or(0),
             shard_count: world.scenario.shards,
@@ -1014,7 +1040,12 @@ impl World {
         let term = self.next_term;
         self.next_term += 1;
         let rate_ppm = self.manager_rate_ppm[manager];
-        let took_office_ms = self.leader_clock_ms(offset_ms, rate_ppm);
+        // P6.4: the clock takes office at its wall clock raised to what the state holds, and runs
+        // on from there, as production's `take_office` anchors it.
+        let wall_ms = self.leader_clock_ms(offset_ms, rate_ppm);
+        let took_office_ms = took_office_ms(wall_ms, &self.replicas[manager]);
+        let raised_ms = took_office_ms - wall_ms;
+        let offset_ms = offset_ms + raised_ms as i64;
         let mut leader = Leader {
             term,
             manager,
@@ -1044,7 +1075,7 @@ impl World {
             .map(|e| e.id.clone())
             .collect();
         self.leader = Some(leader);
-        self.note(|| format!("term {term}: manager {manager} leads, clock offset {offset_ms} ms, took office at {took_office_ms}"));
+        self.note(|| format!("term {term}: manager {manager} leads, clock offset {offset_ms} ms (raised {raised_ms} ms above its wall clock), took office at {took_office_ms}"));
         self.schedule(self.now_us, Event::LeaderStep { term });
         self.schedule(self.now_us, Event::DeliveryRound { term });
     }
@@ -2197,8 +2228,10 @@ impl World {
             Event::Elected { manager, offset_ms } => {
                 if self.leader.is_none() {
                     let offset = offset_ms.unwrap_or_else(|| {
-                        self.rng
-                            .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS)
+                        self.manager_offset_ms[manager]
+                            + self
+                                .rng
+                                .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS)
                     });
                     self.take_office(manager, offset);
                 }
@@ -2531,8 +2564,8 @@ impl World {
         }
     }
 
-    /// The leader loses office and another replica takes it after `election_ms`, its clock
-    /// `offset_ms` from the true one (drawn when `None`).
+    /// The leader loses office and another replica takes it after `election_ms`, its wall clock
+    /// `offset_ms` from the true one (its own offset and a step when `None`).
     pub fn change_leader(
         &mut self,
         keep_tail: bool,

@@ -435,6 +435,26 @@ fn p13_4_a_retried_registration_needs_the_same_credential() {
     }
 }
 
+/// P6.1: what a retried registration tells counts toward the longest lease told, which sizes
+/// every later leader's grace. A retry stamped on a clock behind the first registration's tells
+/// more than the lease; since P6.4 raises a new leader's clock to the stored deadlines that no
+/// longer happens in a cluster, but the state machine still counts whatever a grant tells.
+#[test]
+fn p6_1_a_retried_registration_counts_what_it_tells() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.apply(register_command(5_000, "inc-1"));
+    assert_eq!(harness.state.longest_lease_told_ms(), LEASE_MS);
+    let Outcome::Registered {
+        grant,
+        already_registered: true,
+    } = harness.apply(register_command(4_000, "inc-1"))
+    else {
+        panic!("a retried registration");
+    };
+    assert_eq!(grant.lease_ttl_ms, LEASE_MS + 1_000);
+    assert_eq!(harness.state.longest_lease_told_ms(), LEASE_MS + 1_000);
+}
+
 /// A `Register` for `incarnation` with `capacity`.
 fn register_with_capacity(now_ms: u64, incarnation: &str, capacity: u32) -> Command {
     let mut command = register_command(now_ms, incarnation);
