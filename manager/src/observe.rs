@@ -1,6 +1,5 @@
-//! Background duties that follow the Raft metrics: Prometheus gauges, the leader clock's term
-//! anchor (P2.3), peer storage identities, and (on a leader) the leader's configuration writes
-//! ([`crate::leader::config_writes`]).
+//! Background duties that follow the Raft metrics: Prometheus gauges, peer storage identities,
+//! and (on a leader) the leader's configuration writes ([`crate::leader::config_writes`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,7 +18,7 @@ const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// apart, the lease configuration is written once per term, pins change with membership.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Follows Raft metrics until shutdown: gauges, clock anchoring, pins of departed members, and
+/// Follows Raft metrics until shutdown: gauges, pins of departed members, and
 /// making sure the replicated lease configuration matches this leader's flags.
 pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
     let mut metrics = node.raft.metrics();

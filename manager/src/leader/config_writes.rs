@@ -37,6 +37,14 @@ pub fn config_write(
 
 /// Proposes the configuration write that is due, if any, while this node leads.
 pub async fn ensure_lease_config(node: &ManagerNode) {
+    if node.leader() != Leader::Local {
+        return;
+    }
+    // The leader clock is anchored once this term's leader took office (P6.4); a stamp read
+    // before would be refused. The next pass, on the next metrics change, writes it.
+    if node.clock.term() != node.raft.metrics().borrow().current_term {
+        return;
+    }
     let current = node.state.read(|applied| applied.state.config().copied());
     let Some(command) = config_write(
         current,
@@ -46,9 +54,6 @@ pub async fn ensure_lease_config(node: &ManagerNode) {
     ) else {
         return;
     };
-    if node.leader() != Leader::Local {
-        return;
-    }
     if current.is_none() {
         // A new cluster: raise its cluster version first (P14.3), so that from the first
         // executor on, its state is at the newest schema its founding members all apply,

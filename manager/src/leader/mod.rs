@@ -88,6 +88,9 @@ async fn lead_term(
     let Some(took_office_ms) = take_office(node, term).await else {
         return;
     };
+    // The configuration writes wait for the anchored clock; a new cluster's `Init` is due now,
+    // not at the next change of the Raft metrics.
+    config_writes::ensure_lease_config(node).await;
     let mut core = LeaderCore::new(took_office_ms, guard);
     let mut placement = TermPlacement::new(placement_settings);
     let mut reports_taken = 0;
