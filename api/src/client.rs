@@ -52,6 +52,16 @@ const MAX_ERROR_BODY_CHARS: usize = 1024;
 /// What the client accepts back: JSON on success, problem+json on error (§9).
 const ACCEPT_VALUE: &str = "application/json, application/problem+json";
 
+/// What an operator's removal of an executor did ([`Client::remove_executor`], P5.5).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Removal {
+    /// Deregistered, now or before.
+    Removed,
+    /// It still held shards: it is draining, and they move by handoff (P5.2); the executor as
+    /// it is.
+    Draining(ExecutorView),
+}
+
 /// Timing knobs. The defaults are PROTOCOL §11's client patience.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -529,6 +539,22 @@ impl Client {
             .send(Method::POST, &path, None, Idempotency::Safe)
             .await?;
         decode(&reply)
+    }
+
+    /// An operator's `DELETE /v1/executors/{id}` (admin role, no credential), PROTOCOL P5.5: an
+    /// executor that still holds shards is drained and its shards move by handoff first
+    /// ([`Removal::Draining`]: ask again); one that holds none is deregistered
+    /// ([`Removal::Removed`], also when it was gone already, P7.2).
+    pub async fn remove_executor(&self, executor_id: &str) -> Result<Removal, ClientError> {
+        let path = format!("/v1/executors/{}", path_segment(executor_id)?);
+        let reply = self
+            .send(Method::DELETE, &path, None, Idempotency::Safe)
+            .await?;
+        match reply.status {
+            StatusCode::NO_CONTENT => Ok(Removal::Removed),
+            StatusCode::ACCEPTED => Ok(Removal::Draining(decode(&reply)?)),
+            other => Err(unexpected(other, &reply.body)),
+        }
     }
 
     /// `DELETE /v1/executors/{id}/drain`: cancel a drain.

@@ -20,6 +20,8 @@ pub mod code {
     pub const NOT_FOUND: u8 = 4;
     /// No manager could be reached (every endpoint refused or timed out).
     pub const UNREACHABLE: u8 = 5;
+    /// What was asked is under way but did not finish within the time given (`--wait-timeout`).
+    pub const IN_PROGRESS: u8 = 6;
 }
 
 /// The exit codes as `--help` shows them.
@@ -30,7 +32,8 @@ Exit codes:
   2  bad input (usage, invalid argument or request, bad backup file, non-empty data dir)
   3  no leader (election under way or quorum lost)
   4  not found (executor, shard or member)
-  5  unreachable (no manager answered)";
+  5  unreachable (no manager answered)
+  6  in progress (did not finish within --wait-timeout; it goes on)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtlError {
@@ -52,6 +55,9 @@ pub enum CtlError {
     /// Some of the work was done and printed, but part of the cluster did not answer.
     #[error("{0}")]
     PartlyUnreachable(String),
+    /// Under way, not finished within the time given.
+    #[error("{0}")]
+    InProgress(String),
 }
 
 impl CtlError {
@@ -69,6 +75,7 @@ impl CtlError {
             CtlError::BadInput(_) | CtlError::BadBackup { .. } => code::BAD_INPUT,
             CtlError::NotFound(_) => code::NOT_FOUND,
             CtlError::PartlyUnreachable(_) => code::UNREACHABLE,
+            CtlError::InProgress(_) => code::IN_PROGRESS,
             CtlError::Io { .. } => code::OTHER,
         }
     }

@@ -7,6 +7,7 @@
 
 pub mod certs;
 pub mod exit;
+mod remove;
 pub mod snapshot;
 pub mod table;
 pub mod watch;
@@ -201,6 +202,18 @@ pub enum ExecutorVerb {
     },
     /// Cancel a drain.
     Undrain { executor_id: String },
+    /// Deregister an executor as an operator (PROTOCOL P5.5): one that still holds shards is
+    /// drained first, and removed once its shards have moved by handoff; until then it is shown
+    /// draining. Needs the admin role under TLS.
+    Remove {
+        executor_id: String,
+        /// Ask again until it is removed (each handoff ends with its answer or its lease).
+        #[arg(long)]
+        wait: bool,
+        /// With `--wait`: give up after this long (exit code 6; the removal goes on).
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        wait_timeout: Duration,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -274,13 +287,13 @@ impl MemberStatus {
 }
 
 /// Where output goes and in which form.
-struct Out<'a> {
+pub(crate) struct Out<'a> {
     format: OutputFormat,
     writer: &'a mut dyn Write,
 }
 
 impl Out<'_> {
-    fn text(&mut self, text: &str) -> Result<(), CtlError> {
+    pub(crate) fn text(&mut self, text: &str) -> Result<(), CtlError> {
         self.writer
             .write_all(text.as_bytes())
             .and_then(|()| self.writer.flush())
@@ -299,7 +312,7 @@ impl Out<'_> {
     }
 
     /// JSON of `value`, or the table `render` makes of it.
-    fn show<T: Serialize>(
+    pub(crate) fn show<T: Serialize>(
         &mut self,
         value: &T,
         render: impl FnOnce(&T) -> String,
@@ -465,6 +478,14 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
                 | ExecutorVerb::Undrain { executor_id } => {
                     let executor = client.undrain(executor_id).await?;
                     out.show(&executor, render_executor)
+                }
+                ExecutorVerb::Remove {
+                    executor_id,
+                    wait,
+                    wait_timeout,
+                } => {
+                    let wait = wait.then_some(*wait_timeout);
+                    remove::remove_executor(&client, executor_id, wait, &mut out).await
                 }
             }
         }
@@ -718,7 +739,7 @@ fn render_executors(executors: &[ExecutorView]) -> String {
     table.render()
 }
 
-fn render_executor(e: &ExecutorView) -> String {
+pub(crate) fn render_executor(e: &ExecutorView) -> String {
     fields(&[
         ("executor", e.executor_id.clone()),
         ("name", opt(e.name.as_deref())),

@@ -48,7 +48,7 @@ pub async fn undrain(
     set_draining(&node, executor_id, false).await
 }
 
-async fn set_draining(
+pub(super) async fn set_draining(
     node: &AppState,
     executor_id: String,
     draining: bool,

@@ -5,13 +5,14 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::tls::Role;
 use leasehold_api::wire::{
-    check_capacity, check_shard_list, check_shard_loads, Credential, Grant, RegisterRequest,
-    ReleaseReply, ReleaseRequest, RenewRequest, DEFAULT_CAPACITY,
+    check_capacity, check_shard_list, check_shard_loads, Credential, ExecutorView, Grant,
+    RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest, DEFAULT_CAPACITY,
 };
 
 use super::authorize::CallerRole;
@@ -262,6 +263,7 @@ pub async fn release(
     params(ExecutorIdPath),
     responses(
         (status = 204, description = "Deregistered, now or before (a retry, P7.2)."),
+        (status = 202, description = "An operator's removal (admin certificate, no credential) of an executor that still holds shards (P5.5): it is draining, and its shards move by handoff (P5.2); repeat the request once it holds none. The executor as it is.", body = ExecutorView),
         (status = 401, description = "`unauthenticated`: the executor's credential is missing or wrong; an admin certificate needs none (P13.4)."),
         (status = 403, description = "`forbidden` (TLS): neither an executor's nor an admin's certificate (P13.3)."),
         (status = 404, description = "`unknown_executor`: the id never existed."),
@@ -272,12 +274,14 @@ pub async fn deregister(
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     caller: Option<Extension<CallerRole>>,
     bearer: Bearer,
-) -> Result<StatusCode, HttpError> {
-    // An operator (admin certificate, P13.3) deregisters without the executor's credential.
+) -> Result<Response, HttpError> {
+    // An operator (admin certificate, P13.3) deregisters without the executor's credential, and
+    // then only through the handoff (P5.5): the executor may still be admitting.
     let operator = caller.is_some_and(|Extension(CallerRole(role))| role == Role::Admin);
-    if !operator {
-        authenticate(&node, &executor_id, &bearer)?;
+    if operator && bearer.0.is_none() {
+        return super::removal::remove(&node, executor_id).await;
     }
+    authenticate(&node, &executor_id, &bearer)?;
     let command = Command::Deregister {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),
@@ -286,7 +290,7 @@ pub async fn deregister(
         ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
             node.load_reports.remove(&executor_id);
             tracing::info!(%executor_id, already_gone, "deregistered");
-            Ok(StatusCode::NO_CONTENT)
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
         ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
         ExecutorAnswer::Refused(reason) => Err(refusal(reason)),

@@ -17,6 +17,7 @@ mod inspect;
 pub mod openapi;
 mod params;
 mod raft_rpc;
+mod removal;
 mod ui;
 mod watch;
 

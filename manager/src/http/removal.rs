@@ -1,0 +1,201 @@
+//! An operator's deregistration of an executor (`DELETE /v1/executors/{id}` with the admin role
+//! and without the executor's credential), PROTOCOL P5.5. Only the executor itself hands its
+//! shards over at once (P3.7: it stopped admitting before it deregistered); an operator's removal
+//! of a live executor must not, since the executor admits until it hears otherwise. So the
+//! executor is drained first (`SetDraining`): from that commit on the planner gives it nothing and
+//! moves what it holds through the handoff of P5.2 (a revoke answered, or every lease it was
+//! told run out). While it still holds shards the answer is `202 Accepted` with the executor as
+//! it is; the operator repeats the request (`leaseholdctl executor remove --wait` does), and once
+//! it holds nothing it is deregistered (`204`).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::drain::set_draining;
+use super::executors::{refusal, unknown_executor};
+use super::inspect::current_executor_view;
+use super::{AppState, HttpError};
+use crate::lease::answer::Deregistered;
+use crate::lease::{Command, Executor, ExecutorAnswer};
+
+/// The next step of an operator's removal, decided from the executor as the leader has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RemovalStep {
+    /// Not draining yet: drain it, so no plan gives it shards from then on (a plan made before
+    /// the drain is refused as stale, since the drain changes the assignment revision).
+    Drain,
+    /// Draining, and still the owner of `held` shards (releasing ones included): their
+    /// handoffs are under way.
+    AwaitHandoffs { held: usize },
+    /// Draining and holding nothing, or not registered (a retry after it was removed gets its
+    /// tombstone's answer, P7.2): deregister it.
+    Deregister,
+}
+
+pub(super) fn removal_step(executor: Option<&Executor>) -> RemovalStep {
+    match executor {
+        Some(executor) if !executor.draining => RemovalStep::Drain,
+        Some(executor) if !executor.owned_shards.is_empty() => RemovalStep::AwaitHandoffs {
+            held: executor.owned_shards.len(),
+        },
+        _ => RemovalStep::Deregister,
+    }
+}
+
+/// Most steps one request takes: a drain, then a look at what the drain left.
+const MAX_REMOVAL_STEPS: usize = 2;
+
+/// Removes `executor_id` for an operator: `204` once deregistered, `202` with the draining
+/// executor while its shards are still moving.
+pub(super) async fn remove(node: &AppState, executor_id: String) -> Result<Response, HttpError> {
+    for _ in 0..MAX_REMOVAL_STEPS {
+        let step = node
+            .state
+            .read(|applied| removal_step(applied.state.executor(&executor_id)));
+        match step {
+            RemovalStep::Drain => {
+                tracing::info!(%executor_id, "operator removal: draining first (P5.5)");
+                let _drained = set_draining(node, executor_id.clone(), true).await?;
+            }
+            RemovalStep::AwaitHandoffs { held } => {
+                tracing::info!(%executor_id, held, "operator removal: shards still moving (P5.5)");
+                return accepted(node, &executor_id);
+            }
+            RemovalStep::Deregister => return deregister(node, executor_id).await,
+        }
+    }
+    accepted(node, &executor_id)
+}
+
+fn accepted(node: &AppState, executor_id: &str) -> Result<Response, HttpError> {
+    let view =
+        current_executor_view(node, executor_id).ok_or_else(|| unknown_executor(executor_id))?;
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+async fn deregister(node: &AppState, executor_id: String) -> Result<Response, HttpError> {
+    let command = Command::Deregister {
+        now_ms: node.clock.now_ms(),
+        executor_id: executor_id.clone(),
+    };
+    match node.proposer.propose_as::<Deregistered>(command).await?.1 {
+        ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
+            node.load_reports.remove(&executor_id);
+            tracing::info!(%executor_id, already_gone, "deregistered by an operator");
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{LeaseState, Outcome};
+
+    fn state_with_one_executor() -> (LeaseState, String) {
+        let mut state = LeaseState::default();
+        let mut index = 0;
+        let mut apply = |state: &mut LeaseState, command: Command| {
+            index += 1;
+            state.apply(index, &command)
+        };
+        apply(
+            &mut state,
+            Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 3_000,
+            },
+        );
+        let Outcome::Registered { grant, .. } = apply(
+            &mut state,
+            Command::Register {
+                now_ms: 0,
+                incarnation: "a".into(),
+                address: "http://a:1".into(),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+            },
+        ) else {
+            panic!("registered");
+        };
+        let plan = crate::lease::plan_rebalance(&state, 0).expect("a plan");
+        apply(&mut state, plan);
+        (state, grant.executor_id)
+    }
+
+    /// P5.5: an operator's removal of an executor that holds shards drains it and waits for
+    /// the handoffs; it deregisters only once the executor holds nothing.
+    #[test]
+    fn p5_5_an_operator_removes_an_executor_only_once_its_shards_have_moved() {
+        let (mut state, id) = state_with_one_executor();
+        assert_eq!(removal_step(state.executor(&id)), RemovalStep::Drain);
+        let drained = state.apply(
+            10,
+            &Command::SetDraining {
+                now_ms: 1,
+                executor_id: id.clone(),
+                draining: true,
+            },
+        );
+        assert!(matches!(
+            drained,
+            Outcome::DrainingSet { changed: true, .. }
+        ));
+        assert_eq!(
+            removal_step(state.executor(&id)),
+            RemovalStep::AwaitHandoffs { held: 4 },
+            "draining, but every shard still its own"
+        );
+    }
+
+    /// A draining executor that holds nothing, or one not registered, is deregistered at once
+    /// (an unknown id then gets the deregistration's own answer: its tombstone or 404).
+    #[test]
+    fn p5_5_a_drained_empty_executor_or_an_unknown_id_is_deregistered_at_once() {
+        let mut state = LeaseState::default();
+        let _ = state.apply(
+            1,
+            &Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 3_000,
+            },
+        );
+        let Outcome::Registered { grant, .. } = state.apply(
+            2,
+            &Command::Register {
+                now_ms: 0,
+                incarnation: "a".into(),
+                address: "http://a:1".into(),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+            },
+        ) else {
+            panic!("registered");
+        };
+        assert_eq!(
+            removal_step(state.executor(&grant.executor_id)),
+            RemovalStep::Drain,
+            "even an executor that holds nothing is drained first, so no plan in flight gives it shards"
+        );
+        let _ = state.apply(
+            3,
+            &Command::SetDraining {
+                now_ms: 1,
+                executor_id: grant.executor_id.clone(),
+                draining: true,
+            },
+        );
+        assert_eq!(
+            removal_step(state.executor(&grant.executor_id)),
+            RemovalStep::Deregister
+        );
+        assert_eq!(removal_step(None), RemovalStep::Deregister);
+    }
+}
