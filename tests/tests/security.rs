@@ -295,6 +295,16 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
         );
     }
 
+    // A HEAD of the backup says its size and revision: admin only too, as its GET.
+    for (caller, status) in [("executor", 403), ("manager-2", 403), ("admin", 200)] {
+        let reply = client_as(certs.path(), caller)
+            .head(format!("{}/v1/backup", cluster.url(1)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), status, "P13.3: HEAD /v1/backup as {caller}");
+    }
+
     // Reads are open to every role.
     for caller in ["executor", "admin", "manager-2"] {
         let reply = client_as(certs.path(), caller)

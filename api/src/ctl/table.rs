@@ -1,8 +1,31 @@
 //! Plain-text output: aligned tables and `field: value` blocks, no colours, no trailing spaces,
 //! rows in the order given (callers sort them), so output is stable enough to diff and grep.
 
+use std::borrow::Cow;
+
 /// Printed for an absent value, so every row has every column.
 pub const NONE: &str = "-";
+
+/// `text` safe to print on a terminal: control characters (a newline would forge a row, an
+/// escape sequence would reach the operator's terminal) and the bidirectional overrides that
+/// reorder what a terminal shows are written as Rust escapes (`\n`, `\u{1b}`). Executors choose
+/// their names and addresses, so every cell and field goes through this.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// Columns separated by two spaces, each as wide as its widest cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +45,11 @@ impl Table {
     /// Adds a row; missing cells print as [`NONE`], extra cells are an error in the caller and
     /// are dropped rather than misaligning the table.
     pub fn push(&mut self, cells: Vec<String>) {
-        let mut row: Vec<String> = cells.into_iter().take(self.headers.len()).collect();
+        let mut row: Vec<String> = cells
+            .into_iter()
+            .take(self.headers.len())
+            .map(|cell| printable(&cell).into_owned())
+            .collect();
         row.resize(self.headers.len(), NONE.to_owned());
         for cell in &mut row {
             if cell.is_empty() {
@@ -67,7 +94,11 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
     let mut out = String::new();
     for (name, value) in pairs {
         let label = format!("{name}:");
-        let value = if value.is_empty() { NONE } else { value };
+        let value = if value.is_empty() {
+            Cow::Borrowed(NONE)
+        } else {
+            printable(value)
+        };
         out.push_str(format!("{label:<width$}  {value}").trim_end());
         out.push('\n');
     }
@@ -194,5 +225,20 @@ mod tests {
             shard_ranges([5, 4, 4, u32::MAX]),
             format!("4-5,{}", u32::MAX)
         );
+    }
+
+    /// A name with a newline cannot forge a row, nor an escape sequence reach the terminal.
+    #[test]
+    fn executor_supplied_text_is_printed_escaped() {
+        let forged = "a\n ex-9  10.0.0.9:1  99\u{1b}[2J\u{202e}evil\r";
+        let mut table = Table::new(&["NAME", "SHARDS"]);
+        table.push(vec![forged.to_owned(), "3".to_owned()]);
+        let rendered = table.render();
+        assert_eq!(rendered.lines().count(), 2, "{rendered:?}");
+        assert!(!rendered.contains('\u{1b}') && !rendered.contains('\u{202e}'));
+        assert!(rendered.contains(r"a\n ex-9  10.0.0.9:1  99\u{1b}[2J\u{202e}evil\r"));
+        let block = fields(&[("name", forged.to_owned())]);
+        assert_eq!(block.lines().count(), 1, "{block:?}");
+        assert_eq!(printable("plain ünïcode"), Cow::Borrowed("plain ünïcode"));
     }
 }

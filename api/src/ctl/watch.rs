@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::table::NONE;
+use super::table::{printable, NONE};
 use crate::wire::{DepartedExecutor, DepartureReason, ExecutorView, ShardView, StateView};
 
 /// One change, stamped with the revision of the state it was first seen in.
@@ -161,7 +161,7 @@ impl WatchEvent {
                 format!("shard {shard} handoff cancelled, stays with {owner}"),
             ),
         };
-        format!("rev {revision}  {text}")
+        format!("rev {revision}  {}", printable(&text))
     }
 }
 

@@ -71,7 +71,8 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
         (_, ["v1", "cluster", "init" | "nodes" | "snapshot", ..]) if method != Method::GET => {
             Requirement::OneOf(ADMIN)
         }
-        (&Method::GET, ["v1", "backup"]) => Requirement::OneOf(ADMIN),
+        // Every method: a HEAD is answered from the backup GET builds (its size and revision).
+        (_, ["v1", "backup"]) => Requirement::OneOf(ADMIN),
         _ => Requirement::AnyRole,
     }
 }
@@ -255,6 +256,8 @@ mod tests {
                 Requirement::OneOf(ADMIN),
             ),
             (Method::GET, "/v1/backup", Requirement::OneOf(ADMIN)),
+            (Method::HEAD, "/v1/backup", Requirement::OneOf(ADMIN)),
+            (Method::GET, "/v1/backup/", Requirement::OneOf(ADMIN)),
             (Method::GET, "/v1/cluster", Requirement::AnyRole),
             (Method::GET, "/v1/state", Requirement::AnyRole),
             (Method::GET, "/v1/executors", Requirement::AnyRole),
