@@ -28,15 +28,25 @@ const _: () = assert!(MAX_NAME_BYTES <= MAX_TEXT_FIELD_BYTES);
 /// Most shards a cluster can have (`shard_count` is `1..=MAX_SHARD_COUNT`). 2^20 admits the
 /// one-million-shard cluster of docs/BENCHMARKS.md (B5).
 pub const MAX_SHARD_COUNT: u32 = 1 << 20;
-/// Largest body that lists shards one entry each (renewal claims, a release, a full-set push, a
-/// revoke): one executor may hold every shard, and one entry is at most ~50 bytes of JSON
-/// (`{"shard":1048575,"epoch":18446744073709551615},`), so 64 bytes per shard leaves room for
-/// whitespace and the rest of the body. Other bodies stay far smaller.
-pub const MAX_SHARD_LIST_BODY_BYTES: usize = MAX_SHARD_COUNT as usize * 64;
-/// Largest renewal body: its claims and its loads (PROTOCOL P15.1) may each list every shard,
-/// and a load entry is no longer than a claim (`{"shard":1048575,"load":1.2345678901234567e11},`
-/// is 47 bytes), so twice the bound of one list. The largest body any manager route takes.
-pub const MAX_RENEW_BODY_BYTES: usize = 2 * MAX_SHARD_LIST_BODY_BYTES;
+/// Largest body that lists the shards of a cluster of `shard_count` one entry each (renewal
+/// claims, a release, a full-set push, a revoke): one executor may hold every shard, and one
+/// entry is at most ~50 bytes of JSON (`{"shard":1048575,"epoch":18446744073709551615},`), so 64
+/// bytes per shard, and 4 KiB for whitespace and the rest of the body. A receiver that knows its
+/// cluster's shard count bounds by it (P13.6: a stranger's body costs no more than the largest
+/// legal one); one that does not yet, by [`MAX_SHARD_LIST_BODY_BYTES`].
+pub const fn shard_list_body_bytes(shard_count: u32) -> usize {
+    shard_count as usize * 64 + 4096
+}
+/// Largest renewal body of a cluster of `shard_count`: its claims and its loads (PROTOCOL
+/// P15.1) may each list every shard, and a load entry is no longer than a claim
+/// (`{"shard":1048575,"load":1.2345678901234567e11},` is 47 bytes), so twice one list.
+pub const fn renew_body_bytes(shard_count: u32) -> usize {
+    2 * shard_list_body_bytes(shard_count)
+}
+/// [`shard_list_body_bytes`] of the largest cluster. Other bodies stay far smaller.
+pub const MAX_SHARD_LIST_BODY_BYTES: usize = shard_list_body_bytes(MAX_SHARD_COUNT);
+/// [`renew_body_bytes`] of the largest cluster: the largest body any manager route takes.
+pub const MAX_RENEW_BODY_BYTES: usize = renew_body_bytes(MAX_SHARD_COUNT);
 
 /// Why a list of shards is malformed (I6); its message is a `400` detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

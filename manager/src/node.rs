@@ -198,6 +198,13 @@ impl ManagerNode {
         }
     }
 
+    /// Whether this node leads and took office (P6.4): its clock is anchored for the Raft term
+    /// it leads, so every entry of earlier terms is applied.
+    pub fn in_office(&self) -> bool {
+        self.leader() == Leader::Local
+            && self.clock.term() == self.raft.metrics().borrow().current_term
+    }
+
     /// The leader's advertised URL for the `X-Leasehold-Leader` header.
     pub fn leader_address(&self) -> Option<String> {
         match self.leader() {

@@ -14,7 +14,9 @@
 use std::time::Duration;
 
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{Grant, RenewRequest, ShardEpoch};
+use leasehold_api::wire::{
+    renew_body_bytes, shard_list_body_bytes, Grant, RenewRequest, ShardEpoch,
+};
 use leasehold_tests::executor::ExecutorProcess;
 use leasehold_tests::http_checks::{send, RawRequest};
 use leasehold_tests::{
@@ -46,11 +48,12 @@ fn post(path: &str, body: Value) -> RawRequest {
     RawRequest::new(Method::POST, path).json(body.to_string())
 }
 
-/// `body` followed by 3 MiB of whitespace: above the 1 MiB bound of bodies that do not list
-/// shards, far below the bound of those that do.
-fn padded(body: Value) -> Vec<u8> {
+/// `body` followed by whitespace up to `length` bytes: a body that lists shards is read up to
+/// the bound the cluster's shard count gives it (`wire::renew_body_bytes`,
+/// `wire::shard_list_body_bytes`), and refused past it (P13.6).
+fn padded(body: Value, length: usize) -> Vec<u8> {
     let mut bytes = body.to_string().into_bytes();
-    bytes.extend(std::iter::repeat_n(b' ', 3 << 20));
+    bytes.resize(length, b' ');
     bytes
 }
 
@@ -179,20 +182,45 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             InvalidRequest,
         ),
         case(
-            "claim shard = shard count, in a 3 MiB body (read: claims may list every shard)",
+            "claim shard = shard count, in a body at the cluster's bound (read: claims may list every shard)",
             RawRequest::new(Method::POST, &renew).body(
                 Some("application/json"),
-                padded(json!({"claims": [{"shard": SHARDS, "epoch": 1}], "revision": 1})),
+                padded(
+                    json!({"claims": [{"shard": SHARDS, "epoch": 1}], "revision": 1}),
+                    renew_body_bytes(SHARDS),
+                ),
             ),
             InvalidRequest,
         ),
         case(
-            "release shard = shard count, in a 3 MiB body",
+            "renew body past the cluster's bound",
+            RawRequest::new(Method::POST, &renew).body(
+                Some("application/json"),
+                padded(json!({"claims": [], "revision": 1}), renew_body_bytes(SHARDS) + 1),
+            ),
+            PayloadTooLarge,
+        ),
+        case(
+            "release shard = shard count, in a body at the cluster's bound",
             RawRequest::new(Method::POST, &release).body(
                 Some("application/json"),
-                padded(json!({"shards": [SHARDS], "revoke_revision": 1})),
+                padded(
+                    json!({"shards": [SHARDS], "revoke_revision": 1}),
+                    shard_list_body_bytes(SHARDS),
+                ),
             ),
             InvalidRequest,
+        ),
+        case(
+            "release body past the cluster's bound",
+            RawRequest::new(Method::POST, &release).body(
+                Some("application/json"),
+                padded(
+                    json!({"shards": [0], "revoke_revision": 1}),
+                    shard_list_body_bytes(SHARDS) + 1,
+                ),
+            ),
+            PayloadTooLarge,
         ),
         case(
             "release shard = shard count",

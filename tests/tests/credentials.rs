@@ -323,3 +323,130 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
 fn json_logs() -> Vec<String> {
     vec!["--log-format".to_string(), "json".to_string()]
 }
+
+/// The leader's last log index, once it has stayed put for a second (nothing else writing).
+async fn quiet_last_log_index(cluster: &mut Cluster) -> (u64, u64) {
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let cluster = &*cluster;
+    poll_until("the log to stay put", SETTLE_BOUND, || async {
+        let first = cluster.cluster_info(leader).await?.last_log_index;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = cluster.cluster_info(leader).await?.last_log_index;
+        match (first, second) {
+            (Some(first), Some(second)) if first == second => Ok((leader, second)),
+            other => Err(format!("still moving: {other:?}")),
+        }
+    })
+    .await
+}
+
+/// I6, P13.4, P13.6 (the security review's findings 3, 4 and 12): renew, release and deregister
+/// of ids the leader does not know are answered from the state and write nothing to the log; a
+/// wrong credential is refused on a follower too, from the headers, before its body is read; a
+/// body is bounded by what the cluster's shard count allows, not by the largest cluster's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_unknown_ids_write_nothing_and_bodies_are_bounded_by_the_cluster() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let client = cluster.client();
+    let secret = Credential::from_random(rand::random());
+    let grant = client
+        .register(&RegisterRequest {
+            incarnation: "bounds-test".into(),
+            address: "http://127.0.0.1:9".into(),
+            name: None,
+            credential: Some(secret.clone()),
+            capacity: None,
+        })
+        .await
+        .expect("registered");
+    let id = grant.executor_id;
+    // Let the placement of the shards on it settle, so the log is quiet.
+    let (leader, before) = quiet_last_log_index(&mut cluster).await;
+
+    let unknown = "ex-424242";
+    for _ in 0..20 {
+        for (method, path, body) in [
+            (
+                Method::POST,
+                format!("/v1/executors/{unknown}/renew"),
+                Some(json!({"claims": [], "revision": 0})),
+            ),
+            (
+                Method::POST,
+                format!("/v1/executors/{unknown}/release"),
+                Some(json!({"shards": [0], "revoke_revision": 1})),
+            ),
+            (Method::DELETE, format!("/v1/executors/{unknown}"), None),
+        ] {
+            let mut request = cluster
+                .http
+                .request(method.clone(), format!("{}{path}", cluster.url(leader)));
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            let reply = request.send().await.expect("the leader answers");
+            let status = reply.status().as_u16();
+            let problem: Value = reply.json().await.unwrap_or(Value::Null);
+            assert_eq!(
+                (status, problem["code"].as_str()),
+                (404, Some("unknown_executor")),
+                "{method} {path}: {problem}"
+            );
+        }
+    }
+    let after = cluster
+        .cluster_info(leader)
+        .await
+        .expect("cluster info")
+        .last_log_index;
+    assert_eq!(
+        after,
+        Some(before),
+        "I6: 60 requests for an unknown id wrote nothing to the log"
+    );
+
+    // A body past what 8 shards allow, with the right credential: refused unread (413).
+    let too_big = leasehold_api::wire::renew_body_bytes(SHARDS) + 1;
+    assert!(too_big < leasehold_api::wire::MAX_RENEW_BODY_BYTES);
+    let mut body = b"{\"claims\": [], \"revision\": 0}".to_vec();
+    body.resize(too_big, b' ');
+    let reply = cluster
+        .http
+        .post(format!("{}/v1/executors/{id}/renew", cluster.url(leader)))
+        .header("authorization", format!("Bearer {}", secret.expose()))
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .expect("the leader answers");
+    assert_eq!(
+        reply.status().as_u16(),
+        413,
+        "P13.6: bounded by the cluster"
+    );
+
+    // A wrong credential on a follower: 401 from its headers, whatever the body.
+    let follower = [1, 2, 3].into_iter().find(|&m| m != leader).unwrap();
+    let wrong = Credential::from_random(rand::random());
+    let reply = cluster
+        .http
+        .post(format!("{}/v1/executors/{id}/renew", cluster.url(follower)))
+        .header("authorization", format!("Bearer {}", wrong.expose()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("the follower answers");
+    let status = reply.status().as_u16();
+    let problem: Value = reply.json().await.unwrap_or(Value::Null);
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (401, Some("unauthenticated")),
+        "P13.4: refused on follower {follower}: {problem}"
+    );
+}

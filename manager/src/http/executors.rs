@@ -9,14 +9,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::tls::Role;
 use leasehold_api::wire::{
     check_capacity, check_shard_list, check_shard_loads, Credential, ExecutorView, Grant,
     RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest, DEFAULT_CAPACITY,
 };
 
-use super::authorize::CallerRole;
-use super::credentials::{authenticate, Bearer};
+use super::admission::{Admitted, Caller};
 use super::params::{validate_node_address, ExecutorIdPath};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Deregistered, Registered, Released};
@@ -151,10 +149,9 @@ fn registration(request: RegisterRequest, now_ms: u64, tls: bool) -> Result<Comm
 pub async fn renew(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
-    bearer: Bearer,
+    Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
-    authenticate(&node, &executor_id, &bearer)?;
     let shard_count = shard_count(&node)?;
     let loads = request.loads.take();
     let claims = request
@@ -236,10 +233,9 @@ pub async fn renew(
 pub async fn release(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
-    bearer: Bearer,
+    Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<Json<ReleaseReply>, HttpError> {
-    authenticate(&node, &executor_id, &bearer)?;
     validate_shards(request.shards.iter().copied(), shard_count(&node)?)?;
     let command = Command::Release {
         now_ms: node.clock.now_ms(),
@@ -272,16 +268,13 @@ pub async fn release(
 pub async fn deregister(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
-    caller: Option<Extension<CallerRole>>,
-    bearer: Bearer,
+    Extension(Admitted(caller)): Extension<Admitted>,
 ) -> Result<Response, HttpError> {
     // An operator (admin certificate, P13.3) deregisters without the executor's credential, and
     // then only through the handoff (P5.5): the executor may still be admitting.
-    let operator = caller.is_some_and(|Extension(CallerRole(role))| role == Role::Admin);
-    if operator && bearer.0.is_none() {
+    if caller == Caller::Operator {
         return super::removal::remove(&node, executor_id).await;
     }
-    authenticate(&node, &executor_id, &bearer)?;
     let command = Command::Deregister {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),

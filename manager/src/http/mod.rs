@@ -5,6 +5,7 @@
 //! follower is forwarded to the leader in one hop and answered as the leader answered; reads are
 //! local unless `?consistent=true`. Every reply names the leader in `X-Leasehold-Leader`.
 
+mod admission;
 mod authorize;
 mod backup;
 mod cluster;
@@ -34,7 +35,9 @@ use axum::Router;
 pub use inspect::RoutingRunsCache;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
-use leasehold_api::wire::{MAX_RENEW_BODY_BYTES, MAX_SHARD_LIST_BODY_BYTES};
+use leasehold_api::wire::MAX_RENEW_BODY_BYTES;
+
+use self::admission::WriteBody;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use error::HttpError;
@@ -67,36 +70,42 @@ pub fn router(node: AppState) -> Router {
     let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
     let body_limit =
         |max_bytes: usize| middleware::from_fn_with_state(BodyLimit { max_bytes }, limit_body);
-    // Renewal claims and loads and releases list shards, and one executor may hold every shard:
-    // their bound comes from the largest shard count, not from the other bodies' 1 MiB.
-    let shard_list_writes = |path, handler, max_bytes| {
-        Router::new()
+    // An executor's own writes are admitted (credential, known id) before their body is read or
+    // forwarded; renewal claims and loads and releases list shards, and one executor may hold
+    // every shard, so their bound comes from the cluster's shard count, not the other bodies'.
+    let executor_writes = |path, handler, body| {
+        let router = Router::new()
             .route(path, handler)
             .route_layer(middleware::from_fn_with_state(
                 node.clone(),
                 route_to_leader,
             ))
-            .route_layer(timeout(REQUEST_TIMEOUT))
+            .route_layer(timeout(REQUEST_TIMEOUT));
+        router
             .route_layer(DefaultBodyLimit::disable())
-            .route_layer(body_limit(max_bytes))
+            .route_layer(middleware::from_fn_with_state(
+                (node.clone(), body),
+                admission::admit_executor_write,
+            ))
     };
-    let renew = shard_list_writes(
+    let renew = executor_writes(
         "/v1/executors/{executor_id}/renew",
         post(executors::renew),
-        MAX_RENEW_BODY_BYTES,
+        WriteBody::Renew,
     );
-    let release = shard_list_writes(
+    let release = executor_writes(
         "/v1/executors/{executor_id}/release",
         post(executors::release),
-        MAX_SHARD_LIST_BODY_BYTES,
+        WriteBody::ShardList,
+    );
+    let deregister = executor_writes(
+        "/v1/executors/{executor_id}",
+        axum::routing::delete(executors::deregister),
+        WriteBody::None,
     );
 
     let leader_writes = Router::new()
         .route("/v1/executors", post(executors::register))
-        .route(
-            "/v1/executors/{executor_id}",
-            axum::routing::delete(executors::deregister),
-        )
         .route(
             "/v1/executors/{executor_id}/drain",
             post(drain::drain).delete(drain::undrain),
@@ -161,7 +170,8 @@ pub fn router(node: AppState) -> Router {
         .merge(ui::router())
         .route_layer(body_limit(MAX_API_BODY_BYTES))
         .merge(renew)
-        .merge(release);
+        .merge(release)
+        .merge(deregister);
 
     let raft = Router::new()
         .route("/raft/append", post(raft_rpc::append))

@@ -1,0 +1,296 @@
+//! Executor writes (renew, release, deregister) admitted before their body is read, forwarded or
+//! proposed (PROTOCOL P13.4, P13.6, I6): one layer in front of those routes, on every node.
+//!
+//! - The credential an executor registered with is checked here, in constant time, from the
+//!   headers alone. An executor's credential hash never changes and its id is never reused, so a
+//!   follower that knows the executor refuses a wrong credential itself instead of forwarding
+//!   the request; one that does not know it yet forwards it, and the leader decides.
+//! - An id the leader does not know is answered from the state, with nothing proposed: `404
+//!   unknown_executor`, or for a deregistration of an executor already gone its tombstone's
+//!   `204` (P7.2). Only a leader in office judges that (its clock anchored for its term, so every
+//!   entry of earlier terms is applied, P6.4): an executor learns its id from a reply sent after
+//!   its registration was applied, so such a leader knows every id an executor can name.
+//! - The body is then read up to the largest the cluster's shard count allows
+//!   (`wire::renew_body_bytes`, `wire::shard_list_body_bytes`), not the largest any cluster
+//!   could: a stranger's body costs no more than the largest legal one.
+//!
+//! Handlers take the [`Admitted`] this layer inserts, so none can run without it.
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use leasehold_api::http::{limit_body, BodyLimit};
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::tls::Role;
+use leasehold_api::wire::{renew_body_bytes, shard_list_body_bytes};
+use subtle::ConstantTimeEq;
+
+use super::authorize::CallerRole;
+use super::credentials::Bearer;
+use super::executors::unknown_executor;
+use super::params::ExecutorIdPath;
+use super::{AppState, HttpError};
+use crate::lease::LeaseState;
+
+/// Who is asking, as the layer established it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The executor itself: its credential checked, or it registered without one (P13.5).
+    Executor,
+    /// An operator's deregistration (admin role, no credential): it goes through the handoff
+    /// (P5.5, `removal`).
+    Operator,
+}
+
+/// Inserted by the layer for the handler: the request was admitted, and by whom.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted(pub Caller);
+
+/// What the state records of the executor a request names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recorded {
+    /// Registered, with the hash of its credential (none: registered without one, P13.5).
+    Present(Option<[u8; 32]>),
+    /// Deregistered or reaped recently: its tombstone is kept (P7.2).
+    Gone,
+    /// Not registered, and no tombstone (never was, or pruned long ago).
+    Unknown,
+}
+
+impl Recorded {
+    pub(super) fn of(state: &LeaseState, executor_id: &str) -> Self {
+        match state.executor(executor_id) {
+            Some(executor) => Recorded::Present(executor.credential_sha256),
+            None if state.tombstone(executor_id).is_some() => Recorded::Gone,
+            None => Recorded::Unknown,
+        }
+    }
+}
+
+/// The body a route takes, for its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteBody {
+    /// A renewal: claims and loads, each up to every shard.
+    Renew,
+    /// A release: a list of shards.
+    ShardList,
+    /// None to speak of (a deregistration): the public routes' bound.
+    None,
+}
+
+/// What becomes of the request.
+#[derive(Debug)]
+pub(super) enum Admission {
+    /// On to the body, the forward or the handler.
+    Pass(Caller),
+    /// Answered here, nothing read, forwarded or proposed.
+    Answer(Response),
+}
+
+/// The decision, from the headers and what the state records (P13.4, P7.2). `operator`: the
+/// caller holds the admin role (TLS) and presents no credential; `in_office`: this node is the
+/// leader and took office (so an id it does not know is one no executor can name).
+pub(super) fn decide(
+    executor_id: &str,
+    method: &Method,
+    recorded: Recorded,
+    bearer: &Bearer,
+    operator: bool,
+    in_office: bool,
+) -> Admission {
+    let deregistration = method == Method::DELETE;
+    let caller = if operator && deregistration {
+        Caller::Operator
+    } else {
+        Caller::Executor
+    };
+    match recorded {
+        Recorded::Present(Some(stored)) if caller == Caller::Executor => match &bearer.0 {
+            Some(credential) if bool::from(credential.sha256().ct_eq(&stored)) => {
+                Admission::Pass(caller)
+            }
+            Some(_) => Admission::Answer(unauthenticated(&format!(
+                "the credential is not the one executor {executor_id} registered with"
+            ))),
+            None => Admission::Answer(unauthenticated(&format!(
+                "executor {executor_id} registered with a credential: present it as \
+                 `Authorization: Bearer <credential>`"
+            ))),
+        },
+        Recorded::Present(_) => Admission::Pass(caller),
+        // Someone else decides: the leader this follower forwards to, or, on a leader still
+        // taking office, the proposer, which refuses until it has (retryable).
+        Recorded::Gone | Recorded::Unknown if !in_office => Admission::Pass(caller),
+        Recorded::Gone if deregistration => {
+            Admission::Answer(StatusCode::NO_CONTENT.into_response())
+        }
+        Recorded::Gone | Recorded::Unknown => {
+            Admission::Answer(unknown_executor(executor_id).into_response())
+        }
+    }
+}
+
+fn unauthenticated(detail: &str) -> Response {
+    HttpError::new(ErrorCode::Unauthenticated, detail.to_owned()).into_response()
+}
+
+/// The layer (`from_fn_with_state((node, body), admit_executor_write)`).
+pub async fn admit_executor_write(
+    State((node, body)): State<(AppState, WriteBody)>,
+    ExecutorIdPath { executor_id }: ExecutorIdPath,
+    bearer: Bearer,
+    caller_role: Option<Extension<CallerRole>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let operator = bearer.0.is_none()
+        && caller_role.is_some_and(|Extension(CallerRole(role))| role == Role::Admin);
+    let (recorded, shard_count) = node.state.read(|applied| {
+        (
+            Recorded::of(&applied.state, &executor_id),
+            applied
+                .state
+                .config()
+                .map_or(0, |config| config.shard_count),
+        )
+    });
+    let in_office = node.in_office();
+    let caller = match decide(
+        &executor_id,
+        request.method(),
+        recorded,
+        &bearer,
+        operator,
+        in_office,
+    ) {
+        Admission::Pass(caller) => caller,
+        Admission::Answer(response) => return response,
+    };
+    request.extensions_mut().insert(Admitted(caller));
+    let max_bytes = match body {
+        WriteBody::Renew => renew_body_bytes(shard_count),
+        WriteBody::ShardList => shard_list_body_bytes(shard_count),
+        WriteBody::None => super::MAX_API_BODY_BYTES,
+    };
+    limit_body(State(BodyLimit { max_bytes }), request, next).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_api::wire::Credential;
+
+    fn credential() -> Credential {
+        Credential::from_random([7; 32])
+    }
+
+    fn status(admission: Admission) -> Result<Caller, (StatusCode, Option<ErrorCode>)> {
+        match admission {
+            Admission::Pass(caller) => Ok(caller),
+            Admission::Answer(response) => {
+                let status = response.status();
+                let code = (status != StatusCode::NO_CONTENT).then(|| {
+                    if status == StatusCode::UNAUTHORIZED {
+                        ErrorCode::Unauthenticated
+                    } else {
+                        ErrorCode::UnknownExecutor
+                    }
+                });
+                Err((status, code))
+            }
+        }
+    }
+
+    /// P13.4: a wrong or missing credential is refused from the headers, on any node, before
+    /// a body is read or forwarded; the right one, or an operator's deregistration, passes.
+    #[test]
+    fn p13_4_the_credential_is_checked_before_anything_else() {
+        let stored = Recorded::Present(Some(credential().sha256()));
+        let right = Bearer(Some(credential()));
+        let wrong = Bearer(Some(Credential::from_random([8; 32])));
+        let none = Bearer(None);
+        for in_office in [false, true] {
+            for method in [Method::POST, Method::DELETE] {
+                let decide = |bearer: &Bearer, operator| {
+                    status(decide("ex-3", &method, stored, bearer, operator, in_office))
+                };
+                assert_eq!(decide(&right, false), Ok(Caller::Executor));
+                assert_eq!(
+                    decide(&wrong, false),
+                    Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated)))
+                );
+                assert_eq!(
+                    decide(&none, false),
+                    Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated)))
+                );
+            }
+            let operator = status(decide(
+                "ex-3",
+                &Method::DELETE,
+                stored,
+                &none,
+                true,
+                in_office,
+            ));
+            assert_eq!(
+                operator,
+                Ok(Caller::Operator),
+                "P5.5: an operator's removal"
+            );
+            let operator_renewing = status(decide(
+                "ex-3",
+                &Method::POST,
+                stored,
+                &none,
+                true,
+                in_office,
+            ));
+            assert!(
+                operator_renewing.is_err(),
+                "only deregistration is an operator's"
+            );
+        }
+        // Registered without a credential (P13.5): nothing to check.
+        let legacy = status(decide(
+            "ex-3",
+            &Method::POST,
+            Recorded::Present(None),
+            &none,
+            false,
+            true,
+        ));
+        assert_eq!(legacy, Ok(Caller::Executor));
+    }
+
+    /// I6, P7.2: an id the leader in office does not know is answered without a write: 404,
+    /// or 204 for the deregistration of one whose tombstone is kept. Off office (a follower, a
+    /// leader still taking office) the leader decides.
+    #[test]
+    fn i6_unknown_ids_are_answered_without_a_write_by_a_leader_in_office() {
+        let none = Bearer(None);
+        let unknown = |method: &Method, recorded, in_office| {
+            status(decide("ex-9", method, recorded, &none, false, in_office))
+        };
+        for recorded in [Recorded::Gone, Recorded::Unknown] {
+            assert_eq!(
+                unknown(&Method::POST, recorded, true),
+                Err((StatusCode::NOT_FOUND, Some(ErrorCode::UnknownExecutor)))
+            );
+            assert_eq!(
+                unknown(&Method::POST, recorded, false),
+                Ok(Caller::Executor)
+            );
+        }
+        assert_eq!(
+            unknown(&Method::DELETE, Recorded::Gone, true),
+            Err((StatusCode::NO_CONTENT, None)),
+            "P7.2: a retried deregistration is told it is done"
+        );
+        assert_eq!(
+            unknown(&Method::DELETE, Recorded::Unknown, true),
+            Err((StatusCode::NOT_FOUND, Some(ErrorCode::UnknownExecutor)))
+        );
+    }
+}
