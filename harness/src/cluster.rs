@@ -160,6 +160,9 @@ pub struct Manager {
     launcher: Launcher,
     /// The flags of every start ([`Manager::set_flag`] changes them).
     args: Vec<String>,
+    /// Environment variables of every start besides `RUST_LOG` ([`Manager::set_env`]), in the
+    /// order they were first set.
+    env: Vec<(String, String)>,
     /// Where its logs go; `log_path` is the current start's.
     log_dir: PathBuf,
     log_path: PathBuf,
@@ -226,6 +229,7 @@ impl Manager {
             binary: config.binary.clone(),
             launcher,
             args,
+            env: Vec::new(),
             log_dir: config.dir.clone(),
             log_path: config.dir.join(format!("manager-{id}-0.log")),
             process: ChildProcess::default(),
@@ -268,7 +272,8 @@ impl Manager {
         command
             .args(args)
             .args(extra_args)
-            .env("RUST_LOG", MANAGER_LOG_FILTER);
+            .env("RUST_LOG", MANAGER_LOG_FILTER)
+            .envs(self.env.iter().map(|(key, value)| (key, value)));
         self.process = ChildProcess::spawn(&mut command, &self.log_path)?;
         self.process.set_drop_grace(self.drop_grace);
         self.starts += 1;
@@ -309,6 +314,17 @@ impl Manager {
         match self.args.iter().position(|arg| arg == flag) {
             Some(at) if at + 1 < self.args.len() => self.args[at + 1] = value.to_string(),
             _ => self.args.extend([flag.to_string(), value.to_string()]),
+        }
+    }
+
+    /// Sets an environment variable for this manager's next start and every one after (e.g.
+    /// `LD_PRELOAD` of a library that fakes its wall clock); setting `key` again replaces its
+    /// value. It is set for what the manager is run under too (its [`Launcher`]'s program, which
+    /// passes its environment on), and after `RUST_LOG`, so it may override that.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        match self.env.iter_mut().find(|(set, _)| set == key) {
+            Some((_, old)) => *old = value.to_string(),
+            None => self.env.push((key.to_string(), value.to_string())),
         }
     }
 
@@ -645,6 +661,40 @@ mod tests {
         assert!(
             args.contains("--lease-duration 4s --heartbeat 100ms --election-timeout 600ms"),
             "{args}"
+        );
+    }
+
+    #[tokio::test]
+    async fn environment_set_for_a_manager_reaches_every_start() {
+        let dir = tempfile::tempdir().unwrap();
+        // A stand-in for the manager that prints what it was given, run by `sh` (a script that
+        // is not executed itself cannot be busy being written when it starts).
+        let script = dir.path().join("print-env.sh");
+        std::fs::write(
+            &script,
+            "echo \"clock=$LEASEHOLD_TEST_CLOCK log=$RUST_LOG\" >&2\n",
+        )
+        .unwrap();
+        let mut config = config(dir.path());
+        config.binary = script;
+        let placement = Placement {
+            launcher: Launcher::prefixed(["sh"]),
+            ..placement(21001)
+        };
+        let mut cluster = ManagerCluster::new(config, [(1, placement)].into()).unwrap();
+        let manager = cluster.manager(1).unwrap();
+        manager.set_env("LEASEHOLD_TEST_CLOCK", "+1h");
+        manager.set_env("LEASEHOLD_TEST_CLOCK", "+2h");
+        for _ in 0..2 {
+            manager.start().unwrap();
+            let status = manager.wait_exit(Duration::from_secs(10)).await.unwrap();
+            assert!(status.success(), "{status:?}");
+            assert_eq!(manager.log(), "clock=+2h log=info,openraft=warn\n");
+        }
+        assert_eq!(
+            manager.log_path().file_name().unwrap(),
+            "manager-1-1.log",
+            "the second start has a log of its own"
         );
     }
 

@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use crate::checker::{check_files, monotonic_now_ns, CheckReport, EventLogFile};
-use crate::executor::{ExecutorProcess, ExecutorSpec};
+use crate::executor::{wait_for_even_split, ExecutorProcess, ExecutorSpec};
 use crate::{poll_until, Cluster, ClusterOptions};
 
 /// Lease for fault scenarios: short, so expiries and re-homing happen within seconds.
@@ -57,12 +57,22 @@ pub const EXIT_BOUND: Duration = Duration::from_secs(20);
 pub struct FaultSeed {
     pub seed: u64,
     pub scenario: String,
+    /// The `cargo test` arguments that select the scenario's test file(s), for the reproduce
+    /// command.
+    test_files: String,
     rng: StdRng,
 }
 
 impl FaultSeed {
-    /// `LEASEHOLD_FAULT_SEED` if set (decimal), else derived from the clock and pid.
+    /// `LEASEHOLD_FAULT_SEED` if set (decimal), else derived from the clock and pid; for a
+    /// scenario of `faults.rs` or `partitions.rs`.
     pub fn from_env(scenario: &str) -> Self {
+        Self::from_env_in(&["faults", "partitions"], scenario)
+    }
+
+    /// [`FaultSeed::from_env`] for a scenario of another test file (`tests/tests/<name>.rs` for
+    /// each of `test_files`), which the reproduce command names.
+    pub fn from_env_in(test_files: &[&str], scenario: &str) -> Self {
         let seed = match std::env::var("LEASEHOLD_FAULT_SEED") {
             Ok(text) => text
                 .trim()
@@ -87,6 +97,11 @@ impl FaultSeed {
         Self {
             seed,
             scenario: scenario.to_string(),
+            test_files: test_files
+                .iter()
+                .map(|file| format!("--test {file}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             rng: StdRng::seed_from_u64(seed),
         }
     }
@@ -124,9 +139,8 @@ impl Drop for FaultSeed {
         if std::thread::panicking() {
             eprintln!(
                 "[fault] scenario {} FAILED with LEASEHOLD_FAULT_SEED={}; reproduce with:\n  \
-                 LEASEHOLD_FAULT_SEED={} cargo test -p leasehold-tests --test faults --test \
-                 partitions -- --exact {}",
-                self.scenario, self.seed, self.seed, self.scenario
+                 LEASEHOLD_FAULT_SEED={} cargo test -p leasehold-tests {} -- --exact {}",
+                self.scenario, self.seed, self.seed, self.test_files, self.scenario
             );
         }
     }
@@ -172,13 +186,67 @@ pub fn use_fault_timing(cluster: &mut Cluster) {
     }
 }
 
-/// Starts a three-manager cluster on 127.0.0.1 with fault timing and waits for its leader.
-pub async fn start_fault_cluster() -> Cluster {
+/// A three-manager cluster on 127.0.0.1 with fault timing (and TLS under [`FAULT_TLS_ENV`]),
+/// not started: a scenario may still change a manager's flags or environment.
+pub fn fault_cluster() -> Cluster {
     let mut cluster = Cluster::new(fault_cluster_options());
     use_fault_timing(&mut cluster);
+    cluster
+}
+
+/// Starts a three-manager cluster on 127.0.0.1 with fault timing and waits for its leader.
+pub async fn start_fault_cluster() -> Cluster {
+    let mut cluster = fault_cluster();
     cluster.start_all();
     cluster.wait_for_leader(LEADER_BOUND).await;
     cluster
+}
+
+/// One leader change made by [`kill_leaders_until`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Takeover {
+    /// The leader SIGKILLed.
+    pub killed: u64,
+    /// The leader every running manager named after it.
+    pub elected: u64,
+    /// From the kill until then.
+    pub after: Duration,
+}
+
+/// Makes manager `wanted` the leader: until it leads, SIGKILL the leader, wait for the next one
+/// and start the killed manager again on its data (so a majority still runs at the next kill),
+/// at most `max_kills` times; panics if `wanted` still does not lead. Returns the changes made,
+/// none if `wanted` already led.
+///
+/// Which survivor wins an election is not the test's to choose, but after a leader's death the
+/// voter with the most complete log and, among equals, the lowest id stands first
+/// (manager/src/raft/failover.rs), so a few kills reach any manager: killing the leader just
+/// below `wanted` in id order hands it on most often.
+pub async fn kill_leaders_until(
+    cluster: &mut Cluster,
+    wanted: u64,
+    max_kills: usize,
+) -> Vec<Takeover> {
+    let mut takeovers = Vec::new();
+    loop {
+        let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+        if leader == wanted {
+            return takeovers;
+        }
+        assert!(
+            takeovers.len() < max_kills,
+            "manager {wanted} did not lead after {max_kills} leaders were killed: {takeovers:?}"
+        );
+        let killed_at = Instant::now();
+        cluster.manager(leader).kill();
+        let elected = cluster.wait_for_leader(LEADER_BOUND).await;
+        takeovers.push(Takeover {
+            killed: leader,
+            elected,
+            after: killed_at.elapsed(),
+        });
+        cluster.manager(leader).start();
+    }
 }
 
 /// The executor flags every fault scenario uses.
@@ -295,6 +363,44 @@ impl Fleet {
             .map(|record| record.executor_id)
             .collect()
     }
+}
+
+/// No executor of `indices` was evicted: its admission log names only its first id, and it
+/// never stopped for `unknown_executor`.
+pub fn assert_none_evicted(fleet: &Fleet, indices: &[usize], scenario: &str) {
+    for &index in indices {
+        let ids = fleet.logged_ids(index);
+        assert!(
+            ids.len() <= 1,
+            "{scenario}: {} was evicted and registered again: {ids:?}",
+            fleet.get(index).name
+        );
+        let reasons = fleet.reasons(index);
+        assert!(
+            !reasons.contains_key("unknown_executor"),
+            "{scenario}: {} was reaped: {reasons:?}",
+            fleet.get(index).name
+        );
+    }
+}
+
+/// Starts local executors named `names` with the fault flags and waits for them to admit every
+/// shard in an even split; returns their indices and ids.
+pub async fn start_executors(
+    cluster: &Cluster,
+    fleet: &mut Fleet,
+    names: &[&str],
+) -> (Vec<usize>, Vec<String>) {
+    let indices: Vec<usize> = names
+        .iter()
+        .map(|name| fleet.start_local(cluster, name))
+        .collect();
+    wait_for_even_split(&fleet.refs(&indices), FAULT_SHARDS, SETTLE_BOUND).await;
+    let mut ids = Vec::new();
+    for &index in &indices {
+        ids.push(wait_registered(fleet.get(index)).await);
+    }
+    (indices, ids)
 }
 
 /// The registered executor id of `executor`, once it has one.

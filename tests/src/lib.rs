@@ -23,6 +23,7 @@ pub mod checker;
 pub mod ctl;
 pub mod executor;
 pub mod fake_executor;
+pub mod faketime;
 pub mod faults;
 pub mod http_checks;
 pub mod netns;
@@ -452,6 +453,17 @@ impl ManagerMut<'_> {
     pub fn wipe_data_dir(&mut self) {
         must(self.0.wipe_data_dir());
     }
+}
+
+/// A test needs something this machine lacks (`why` says what, and how to install it): when
+/// the environment variable `require_env` is `1` (`.ci/run` sets such a variable wherever it
+/// installs the tool) that fails the test; otherwise this prints `SKIPPED: <why>` and the test
+/// returns early, passing.
+#[track_caller]
+pub fn skip_unless_required(require_env: &str, why: &str) {
+    let required = std::env::var(require_env).is_ok_and(|v| v == "1");
+    assert!(!required, "{require_env}=1 but {why}");
+    eprintln!("SKIPPED: {why}");
 }
 
 /// Multi-process tests take this lock so that only one cluster runs at a time on a 2-core machine.

@@ -12,32 +12,14 @@ use leasehold_tests::executor::{
     status_shards, wait_for_even_split, AdmissionEdge, AdmissionRecord, ExecutorSpec,
 };
 use leasehold_tests::faults::{
-    consistent_state, fault_client, fault_executor_args, ownership, report_figure,
-    start_fault_cluster, verify_probes, wait_admitting_as, wait_registered, FaultSeed, Fleet,
-    ProbeWriter, Workload, EXIT_BOUND, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND,
-    SETTLE_BOUND,
+    assert_none_evicted, consistent_state, fault_client, fault_executor_args, ownership,
+    report_figure, start_executors, start_fault_cluster, verify_probes, wait_admitting_as,
+    wait_registered, FaultSeed, Fleet, ProbeWriter, Workload, EXIT_BOUND, FAULT_LEASE,
+    FAULT_SHARDS, FAULT_TICK, LEADER_BOUND, SETTLE_BOUND,
 };
 use leasehold_tests::proxy::{Impairment, PathMatch, ProxySet, ProxyTls};
 use leasehold_tests::{free_port, one_cluster_at_a_time, poll_until, Cluster};
 use nix::sys::signal::Signal;
-
-/// Starts `count` local executors and waits for an even split; returns their indices and ids.
-async fn start_executors(
-    cluster: &Cluster,
-    fleet: &mut Fleet,
-    names: &[&str],
-) -> (Vec<usize>, Vec<String>) {
-    let indices: Vec<usize> = names
-        .iter()
-        .map(|name| fleet.start_local(cluster, name))
-        .collect();
-    wait_for_even_split(&fleet.refs(&indices), FAULT_SHARDS, SETTLE_BOUND).await;
-    let mut ids = Vec::new();
-    for &index in &indices {
-        ids.push(wait_registered(fleet.get(index)).await);
-    }
-    (indices, ids)
-}
 
 /// Every running manager's `/v1/cluster` (for failure reports).
 async fn cluster_infos(cluster: &Cluster) -> Vec<Result<ClusterInfo, String>> {
@@ -50,25 +32,6 @@ async fn cluster_infos(cluster: &Cluster) -> Vec<Result<ClusterInfo, String>> {
 
 fn executor_urls(fleet: &Fleet, indices: &[usize]) -> Vec<String> {
     indices.iter().map(|&i| fleet.get(i).url()).collect()
-}
-
-/// No executor of `indices` was evicted: its admission log names only its first id, and it
-/// never stopped for `unknown_executor`.
-fn assert_none_evicted(fleet: &Fleet, indices: &[usize], scenario: &str) {
-    for &index in indices {
-        let ids = fleet.logged_ids(index);
-        assert!(
-            ids.len() <= 1,
-            "{scenario}: {} was evicted and registered again: {ids:?}",
-            fleet.get(index).name
-        );
-        let reasons = fleet.reasons(index);
-        assert!(
-            !reasons.contains_key("unknown_executor"),
-            "{scenario}: {} was reaped: {reasons:?}",
-            fleet.get(index).name
-        );
-    }
 }
 
 /// I4, I3: SIGKILL the leader three times while executors serve work and a writer registers and
