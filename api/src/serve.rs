@@ -5,8 +5,9 @@
 //! - a request's headers must arrive within [`ListenerLimits::header_read_timeout`] (HTTP/1.1
 //!   only: a slow client cannot hold a connection by trickling headers); the same bound closes a
 //!   keep-alive connection idle that long, since hyper starts it when it waits for a request;
-//! - at most [`ListenerLimits::max_connections`] connections are open; past it the listener
-//!   stops accepting (the kernel backlog holds the rest) instead of spawning without bound.
+//! - at most [`ListenerLimits::max_connections`] connections are open (half the process's
+//!   descriptor limit, [`connection_bound`]); past it the listener stops accepting (the kernel
+//!   backlog holds the rest) instead of spawning without bound.
 //!
 //! [`bind`] makes the listener with a backlog for a fleet connecting at once.
 //!
@@ -41,6 +42,63 @@ pub struct ListenerLimits {
     pub max_connections: usize,
 }
 
+/// Most connections a listener serves at once, whatever the descriptor limit allows: far
+/// above what a manager serves (executors keep one connection each per client).
+pub const MAX_CONNECTIONS: usize = 16_384;
+
+/// The connection bound for a process allowed `open_files` descriptors (`RLIMIT_NOFILE`; `None`:
+/// unknown or unlimited): half of them, so the other half stays for what the process opens itself
+/// (its data directory's files, Raft connections to its peers, pushes, forwards), and at most
+/// [`MAX_CONNECTIONS`]. A stranger who fills every slot then holds half the descriptors, and the
+/// process can still write and reach its peers (P13.6).
+pub fn connection_bound(open_files: Option<u64>) -> usize {
+    match open_files {
+        Some(limit) => usize::try_from(limit / 2)
+            .unwrap_or(usize::MAX)
+            .clamp(1, MAX_CONNECTIONS),
+        None => MAX_CONNECTIONS,
+    }
+}
+
+/// Raises this process's soft descriptor limit to its hard limit, as Go's runtime and most
+/// servers do at start (the soft default of 1 024 is for programs that still use `select`).
+/// For the binaries' `main`: a library leaves its embedder's limits alone.
+pub fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, %error, "raising the descriptor limit");
+            }
+        }
+    }
+}
+
+/// This process's descriptor limit; `None` when unknown or unlimited.
+fn open_files_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    (soft != RLIM_INFINITY).then_some(soft)
+}
+
+impl ListenerLimits {
+    /// The default limits with the connection bound fitted to this process's descriptor limit
+    /// ([`connection_bound`]): what both binaries serve with.
+    pub fn for_this_process() -> Self {
+        let open_files = open_files_limit();
+        let limits = Self {
+            max_connections: connection_bound(open_files),
+            ..Self::default()
+        };
+        tracing::info!(
+            open_files,
+            max_connections = limits.max_connections,
+            "connection bound fitted to the descriptor limit (P13.6)"
+        );
+        limits
+    }
+}
+
 impl Default for ListenerLimits {
     fn default() -> Self {
         Self {
@@ -50,9 +108,7 @@ impl Default for ListenerLimits {
             // / 3): an executor keeps its connection, and under TLS its session, between
             // renewals instead of paying a handshake for each one.
             header_read_timeout: Duration::from_secs(30),
-            // Far above what a manager serves (executors keep one connection each per client),
-            // far below a file-descriptor limit of 64k.
-            max_connections: 16_384,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -260,6 +316,17 @@ fn log_connection_end(result: Result<(), hyper::Error>) {
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
+
+    /// P13.6 (the security review's finding 11): the connection bound leaves half the
+    /// descriptors to the process, however few it may open.
+    #[test]
+    fn p13_6_the_connection_bound_follows_the_descriptor_limit() {
+        assert_eq!(connection_bound(Some(256)), 128);
+        assert_eq!(connection_bound(Some(1_024)), 512);
+        assert_eq!(connection_bound(Some(1 << 20)), MAX_CONNECTIONS);
+        assert_eq!(connection_bound(Some(1)), 1);
+        assert_eq!(connection_bound(None), MAX_CONNECTIONS);
+    }
 
     use axum::routing::get;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

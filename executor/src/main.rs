@@ -67,6 +67,7 @@ fn binary_config(args: &ExecutorArgs) -> Result<ExecutorConfig, StartError> {
 async fn main() -> ExitCode {
     let args = Args::parse().executor;
     init_tracing(args.log_format, "info");
+    leasehold_api::serve::raise_open_files_limit();
     let config = match binary_config(&args) {
         Ok(config) => config,
         Err(error) => return config_error(PROGRAM, &error),

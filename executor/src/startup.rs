@@ -197,7 +197,7 @@ impl Executor {
                 listener,
                 app,
                 server_tls,
-                ListenerLimits::default(),
+                ListenerLimits::for_this_process(),
                 async move { server_stop.wait().await },
             )
             .await;

@@ -22,6 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing(args.log_format, "info,openraft=warn");
+    leasehold_api::serve::raise_open_files_limit();
     let config = match ManagerConfig::try_from(args) {
         Ok(config) => config,
         Err(error) => return config_error(PROGRAM, &error),

@@ -206,7 +206,7 @@ pub async fn run(
         listener,
         http::router(node.clone()),
         config.tls.as_ref().map(TlsConfig::server_config),
-        ListenerLimits::default(),
+        ListenerLimits::for_this_process(),
         stop_serving,
     )
     .await
