@@ -70,6 +70,8 @@ pub struct ManagerNode {
     pub published_loads: PublishedLoads,
     /// The routing table as runs, built once per change of owners or members.
     pub routing_runs: crate::http::RoutingRunsCache,
+    /// The blocking queries' bound and the answer their waiters share (`http/watch.rs`).
+    pub watch_hub: crate::http::WatchHub,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
@@ -139,6 +141,7 @@ impl ManagerNode {
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),
             routing_runs: Default::default(),
+            watch_hub: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
             leader_contact: LeaderContact::default(),
             signals,

@@ -36,6 +36,7 @@ pub use inspect::RoutingRunsCache;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
 use leasehold_api::wire::MAX_RENEW_BODY_BYTES;
+pub use watch::WatchHub;
 
 use self::admission::WriteBody;
 use tower_http::catch_panic::CatchPanicLayer;

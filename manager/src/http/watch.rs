@@ -5,17 +5,104 @@
 //!
 //! The wake-up comes from openraft's metrics channel, which moves whenever an entry is applied;
 //! the state handle is updated before openraft reports the entry applied.
+//!
+//! Bounded (P13.6): one replica holds at most [`MAX_WATCH_WAITERS`] queries at once (past that,
+//! `503 unavailable`, which clients retry), and the waiters that wake at one revision with one
+//! query, as the followers of one stream do, share one serialized answer ([`WatchHub`]) instead
+//! of serializing the state once each.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
-use axum::Json;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchAnswer, WatchReply};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::inspect::state_view;
 use super::{AppState, HttpError};
 use crate::lease::{LeaseState, TombstoneReason};
+
+/// Most blocking queries one replica holds at once: each holds a connection and a task, and
+/// each wake-up answers each of them.
+pub const MAX_WATCH_WAITERS: usize = 1_024;
+/// How long one serialized answer serves the waiters that ask for it: the state view carries
+/// lease times, which it must not show older than this.
+const SHARED_ANSWER_AGE: Duration = Duration::from_secs(1);
+
+/// The watch's bounds: the waiters' slots and the answer they last shared.
+#[derive(Debug)]
+pub struct WatchHub {
+    waiters: Arc<Semaphore>,
+    last: Mutex<Option<SharedAnswer>>,
+}
+
+#[derive(Debug)]
+struct SharedAnswer {
+    key: AnswerKey,
+    built: Instant,
+    body: Bytes,
+}
+
+/// What makes two waiters' answers the same: the view, the state's revision and the revision
+/// they asked after (which decides the executors departed since).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AnswerKey {
+    view: WatchView,
+    revision: u64,
+    since: u64,
+}
+
+impl Default for WatchHub {
+    fn default() -> Self {
+        Self::new(MAX_WATCH_WAITERS)
+    }
+}
+
+impl WatchHub {
+    pub fn new(max_waiters: usize) -> Self {
+        Self {
+            waiters: Arc::new(Semaphore::new(max_waiters)),
+            last: Mutex::new(None),
+        }
+    }
+
+    /// A waiter's slot, held until its answer is sent; `503 unavailable` when all are taken.
+    fn admit(&self) -> Result<OwnedSemaphorePermit, HttpError> {
+        self.waiters.clone().try_acquire_owned().map_err(|_| {
+            HttpError::new(
+                ErrorCode::Unavailable,
+                "this replica holds as many watches as it serves; retry, or ask another replica",
+            )
+        })
+    }
+
+    /// The answer for `key`: the one last built if it is for the same key and fresh, else
+    /// `build`'s, kept for the next waiter.
+    async fn answer(
+        &self,
+        key: AnswerKey,
+        build: impl FnOnce() -> Result<Bytes, HttpError>,
+    ) -> Result<Bytes, HttpError> {
+        let mut last = self.last.lock().await;
+        if let Some(shared) = last.as_ref() {
+            if shared.key == key && shared.built.elapsed() < SHARED_ANSWER_AGE {
+                return Ok(shared.body.clone());
+            }
+        }
+        let body = crate::cpu_bound::run(build)?;
+        *last = Some(SharedAnswer {
+            key,
+            built: Instant::now(),
+            body: body.clone(),
+        });
+        Ok(body)
+    }
+}
 
 use leasehold_api::wire::MAX_WATCH_WAIT;
 /// Used when the query names no wait.
@@ -116,8 +203,9 @@ fn departed_since(state: &LeaseState, revision: u64) -> Vec<DepartedExecutor> {
 pub async fn watch(
     State(node): State<AppState>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<WatchAnswer>, HttpError> {
+) -> Result<Response, HttpError> {
     let query = parse_query(raw.as_deref())?;
+    let _slot = node.watch_hub.admit()?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
     let mut applied = node.raft.metrics();
@@ -138,23 +226,75 @@ pub async fn watch(
             _ = tokio::time::sleep_until(stop_check) => {}
         }
     }
-    if query.view == WatchView::Routing {
-        return Ok(Json(WatchAnswer::Routing(
-            node.routing_runs.of(&node.state.current()),
-        )));
-    }
-    let now_ms = node.clock.now_ms();
-    let loads = node.published_loads.latest();
     let state = node.state.current();
-    Ok(Json(WatchAnswer::State(WatchReply {
-        state: state_view(&state, now_ms, loads.as_deref()),
-        departed: departed_since(&state, query.revision),
-    })))
+    let key = AnswerKey {
+        view: query.view,
+        revision: state.revision(),
+        since: query.revision,
+    };
+    let body = node
+        .watch_hub
+        .answer(key, || {
+            let answer = match query.view {
+                WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of(&state)),
+                WatchView::State => {
+                    let loads = node.published_loads.latest();
+                    WatchAnswer::State(WatchReply {
+                        state: state_view(&state, node.clock.now_ms(), loads.as_deref()),
+                        departed: departed_since(&state, query.revision),
+                    })
+                }
+            };
+            serde_json::to_vec(&answer)
+                .map(Bytes::from)
+                .map_err(|error| HttpError::internal("encoding a watch answer", error))
+        })
+        .await?;
+    Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(revision: u64) -> AnswerKey {
+        AnswerKey {
+            view: WatchView::State,
+            revision,
+            since: 3,
+        }
+    }
+
+    /// P13.6: the waiters that wake at one revision with one query share one serialization;
+    /// another revision builds anew.
+    #[tokio::test]
+    async fn p13_6_waiters_at_one_revision_share_one_answer() {
+        let hub = WatchHub::new(4);
+        let builds = std::sync::atomic::AtomicUsize::new(0);
+        let build = || {
+            builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(Bytes::from_static(b"{}"))
+        };
+        for _ in 0..3 {
+            hub.answer(key(7), build).await.unwrap();
+        }
+        assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 1);
+        hub.answer(key(8), build).await.unwrap();
+        assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    /// P13.6: past the bound a watch is refused (503, retried), and a slot frees when its
+    /// waiter is answered.
+    #[test]
+    fn p13_6_watch_waiters_are_bounded() {
+        let hub = WatchHub::new(2);
+        let first = hub.admit().unwrap();
+        let _second = hub.admit().unwrap();
+        let refused = hub.admit().unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Unavailable);
+        drop(first);
+        assert!(hub.admit().is_ok());
+    }
 
     #[test]
     fn queries_parse_with_defaults_and_bounds() {
@@ -189,11 +329,7 @@ mod tests {
             "view=",
         ] {
             let error = parse_query(Some(bad)).unwrap_err();
-            assert_eq!(
-                error.code(),
-                leasehold_api::problem::ErrorCode::InvalidRequest,
-                "{bad}"
-            );
+            assert_eq!(error.code(), ErrorCode::InvalidRequest, "{bad}");
         }
         assert!(parse_query(Some("wait=300s")).is_ok());
     }
