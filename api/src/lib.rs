@@ -31,6 +31,8 @@ pub mod ctl;
 pub mod http;
 #[cfg(feature = "utoipa")]
 pub mod openapi;
+#[cfg(feature = "axum")]
+pub mod origin;
 pub mod problem;
 pub mod process;
 pub mod routing;

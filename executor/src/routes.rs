@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use leasehold_api::http::{limit_body, BodyLimit, HttpError};
+use leasehold_api::origin::HostPolicy;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
@@ -27,6 +28,7 @@ pub(crate) fn app(
     document: &utoipa::openapi::OpenApi,
     extra: Router,
     tls: bool,
+    host_policy: HostPolicy,
 ) -> Router {
     // P13.3: only managers push. Under TLS the handshake proved a certificate of the cluster's
     // CA; this checks it is a manager's, before the body is read.
@@ -58,6 +60,11 @@ pub(crate) fn app(
                 max_bytes: MAX_BODY_BYTES,
             },
             limit_body,
+        ))
+        // A page in the operator's browser changes nothing here (P13.6).
+        .layer(middleware::from_fn_with_state(
+            host_policy,
+            leasehold_api::origin::check_host_and_origin,
         ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))

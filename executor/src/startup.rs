@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::Router;
 use leasehold_api::client::{http_client_builder, ClientError};
+use leasehold_api::origin::HostPolicy;
 use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
@@ -190,6 +191,7 @@ impl Executor {
             &document,
             routes(&handle),
             tls.is_some(),
+            HostPolicy::for_listener(tls.is_some(), local_addr.ip(), shared.address()),
         );
         let server_tls = tls.as_ref().map(TlsConfig::server_config);
         let server = tokio::spawn(async move {

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_api::origin::HostPolicy;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::TlsConfig;
 use leasehold_raft_store::LogStoreConfig;
@@ -204,7 +205,10 @@ pub async fn run(
     };
     leasehold_api::serve::serve(
         listener,
-        http::router(node.clone()),
+        http::router(
+            node.clone(),
+            HostPolicy::for_listener(config.tls.is_some(), config.listen.ip(), &config.advertise),
+        ),
         config.tls.as_ref().map(TlsConfig::server_config),
         ListenerLimits::for_this_process(),
         stop_serving,

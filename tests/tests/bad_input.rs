@@ -957,3 +957,134 @@ async fn openapi_is_served_and_request_ids_name_requests_in_json_logs() {
     assert_eq!(entry["span"]["request_id"], "t04-register-42", "{entry}");
     assert_eq!(entry["span"]["path"], "/v1/executors", "{entry}");
 }
+
+/// One raw HTTP/1.1 exchange with `authority`, the `Host` and `Origin` chosen by the caller
+/// (an HTTP client library sets `Host` itself): the status and the problem's `code`.
+async fn raw_exchange(
+    authority: &str,
+    request_line: &str,
+    host: &str,
+    origin: Option<&str>,
+) -> (u16, Option<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .unwrap_or_else(|e| panic!("connect {authority}: {e}"));
+    let mut head =
+        format!("{request_line}\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n");
+    if let Some(origin) = origin {
+        head.push_str(&format!("Origin: {origin}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("request sent");
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let code = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str::<Value>(body).ok())
+        .and_then(|problem| problem["code"].as_str().map(str::to_owned));
+    (status, code)
+}
+
+/// P13.5, P13.6 (the security review's finding 8): a page the operator opens in a browser can
+/// neither read a loopback listener through a rebound DNS name (its `Host` is refused) nor make
+/// it change anything with a cross-site request, a body-less `POST` included (its `Origin` is
+/// refused); the same requests from a client that is not a browser succeed, and nothing
+/// changed before they did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_6_a_page_in_the_operators_browser_changes_nothing() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        lease: "120s".to_string(),
+        ..ClusterOptions::default()
+    });
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let leader_url = cluster.url(leader);
+    let authority = leader_url.trim_start_matches("http://").to_owned();
+    let http = http();
+    let registered = send(
+        &http,
+        &leader_url,
+        &post(
+            "/v1/executors",
+            json!({"incarnation": "origin-test", "address": format!("http://127.0.0.1:{}", free_port())}),
+        ),
+    )
+    .await;
+    assert_eq!(registered.status, 200);
+    let executor_id = registered.json().unwrap()["executor_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The executor's shards placed, the state stands still (its lease runs two minutes).
+    let before = poll_until("the shards placed", SETTLE_BOUND, || async {
+        let state = state_without_clock(&http, &leader_url).await;
+        let placed = state["shards"]
+            .as_array()
+            .is_some_and(|shards| shards.iter().all(|shard| shard["owner"].is_string()));
+        if placed {
+            Ok(state)
+        } else {
+            Err(format!("{state}"))
+        }
+    })
+    .await;
+
+    let drain = format!("POST /v1/executors/{executor_id}/drain HTTP/1.1");
+    for (what, line, host, origin) in [
+        (
+            "a cross-site drain",
+            drain.as_str(),
+            authority.as_str(),
+            Some("http://evil.example"),
+        ),
+        (
+            "a drain from a sandboxed page",
+            drain.as_str(),
+            authority.as_str(),
+            Some("null"),
+        ),
+        (
+            "a cross-site snapshot",
+            "POST /v1/cluster/snapshot HTTP/1.1",
+            authority.as_str(),
+            Some("http://evil.example:8080"),
+        ),
+        (
+            "a rebound read",
+            "GET /v1/state HTTP/1.1",
+            "evil.example",
+            None,
+        ),
+        (
+            "a rebound drain",
+            drain.as_str(),
+            "evil.example",
+            Some("http://evil.example"),
+        ),
+    ] {
+        let answer = raw_exchange(&authority, line, host, origin).await;
+        assert_eq!(answer, (403, Some("forbidden".to_owned())), "{what}");
+        assert_eq!(
+            state_without_clock(&http, &leader_url).await,
+            before,
+            "{what} changed nothing"
+        );
+    }
+    // The same from the console's own origin, and from a client that sends no Origin.
+    let same_origin = format!("http://{authority}");
+    let (status, _) = raw_exchange(&authority, &drain, &authority, Some(&same_origin)).await;
+    assert_eq!(status, 200, "the same origin drains");
+    let (status, _) = raw_exchange(&authority, "GET /v1/state HTTP/1.1", "localhost", None).await;
+    assert_eq!(status, 200, "localhost reads");
+}

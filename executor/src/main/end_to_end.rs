@@ -54,11 +54,9 @@ async fn answers_http(address: &str) -> bool {
     let Ok(mut stream) = TcpStream::connect(host_port).await else {
         return false;
     };
-    if stream
-        .write_all(b"GET /v1/status HTTP/1.1\r\nHost: fake\r\nConnection: close\r\n\r\n")
-        .await
-        .is_err()
-    {
+    let request =
+        format!("GET /v1/status HTTP/1.1\r\nHost: {host_port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
         return false;
     }
     let mut head = [0u8; 12];

@@ -49,6 +49,7 @@ fn app(shared: &Arc<Shared>) -> Router {
         &openapi::document(),
         Router::new(),
         false,
+        leasehold_api::origin::HostPolicy::loopback("http://127.0.0.1:7101"),
     )
 }
 

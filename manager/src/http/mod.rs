@@ -34,6 +34,7 @@ use axum::routing::{get, post};
 use axum::Router;
 pub use inspect::RoutingRunsCache;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
+use leasehold_api::origin::HostPolicy;
 use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
 use leasehold_api::wire::MAX_RENEW_BODY_BYTES;
 pub use watch::WatchHub;
@@ -67,7 +68,9 @@ pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(150);
 
 pub type AppState = Arc<ManagerNode>;
 
-pub fn router(node: AppState) -> Router {
+/// The manager's router. `host_policy` says which `Host` its listener answers (P13.6,
+/// `leasehold_api::origin`).
+pub fn router(node: AppState, host_policy: HostPolicy) -> Router {
     let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
     let body_limit =
         |max_bytes: usize| middleware::from_fn_with_state(BodyLimit { max_bytes }, limit_body);
@@ -196,6 +199,11 @@ pub fn router(node: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             node.clone(),
             name_the_leader,
+        ))
+        // Before the role: a page in the operator's browser is refused whatever it holds.
+        .layer(middleware::from_fn_with_state(
+            host_policy,
+            leasehold_api::origin::check_host_and_origin,
         ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
