@@ -30,15 +30,28 @@ pub(crate) fn app(
     tls: bool,
     host_policy: HostPolicy,
 ) -> Router {
+    let timeout =
+        || middleware::from_fn_with_state(REQUEST_TIMEOUT, leasehold_api::http::request_timeout);
+    // `limit_body` enforces MAX_BODY_BYTES, above axum's own default limit.
+    let body_limit = || {
+        middleware::from_fn_with_state(
+            BodyLimit {
+                max_bytes: MAX_BODY_BYTES,
+            },
+            limit_body,
+        )
+    };
     // P13.3: only managers push. Under TLS the handshake proved a certificate of the cluster's
-    // CA; this checks it is a manager's, before the body is read.
+    // CA; this checks it is a manager's before the body is read (the outer layer), so a
+    // stranger's body is never buffered.
     let pushes = Router::new()
         .route("/v1/assignment", put(server::put_assignment))
         .route("/v1/revoke", post(server::post_revoke))
+        .route_layer(timeout())
+        .route_layer(body_limit())
         .route_layer(middleware::from_fn_with_state(tls, managers_only))
         .with_state(shared.clone());
     Router::new()
-        .merge(pushes)
         .route("/v1/health", get(server::health))
         .route("/v1/status", get(server::status))
         .with_state(shared)
@@ -47,20 +60,12 @@ pub(crate) fn app(
             get(openapi::get_openapi).with_state(RenderedDocument::new(document)),
         )
         .merge(extra)
-        .route_layer(middleware::from_fn_with_state(
-            REQUEST_TIMEOUT,
-            leasehold_api::http::request_timeout,
-        ))
+        .route_layer(timeout())
+        .route_layer(body_limit())
+        .merge(pushes)
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
-        // `limit_body` enforces MAX_BODY_BYTES, above axum's own default limit.
         .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn_with_state(
-            BodyLimit {
-                max_bytes: MAX_BODY_BYTES,
-            },
-            limit_body,
-        ))
         // A page in the operator's browser changes nothing here (P13.6).
         .layer(middleware::from_fn_with_state(
             host_policy,

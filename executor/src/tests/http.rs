@@ -357,3 +357,36 @@ async fn the_library_serves_what_its_document_lists_and_not_the_workload() {
     assert_eq!(served, serde_json::to_value(&document).unwrap());
     assert!(served["paths"].get("/v1/work").is_none());
 }
+
+/// P13.3, P13.6 (the security review's finding 5): under TLS a push from anyone but a manager is
+/// refused before its body is read: one announcing a body larger than any bound gets the
+/// refusal (401 without a certificate), not the body limit's 413.
+#[tokio::test]
+async fn p13_3_a_push_is_refused_before_its_body_is_read() {
+    let shared = registered();
+    let app = routes::app(
+        Arc::clone(&shared),
+        &openapi::document(),
+        Router::new(),
+        true,
+        leasehold_api::origin::HostPolicy::any(),
+    );
+    for (method, uri) in [("PUT", "/v1/assignment"), ("POST", "/v1/revoke")] {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .header(
+                "content-length",
+                (server::MAX_BODY_BYTES as u64 * 1_000).to_string(),
+            )
+            .body(Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {uri}"
+        );
+    }
+}
