@@ -257,15 +257,7 @@ async fn p6_4_a_leader_whose_clock_ran_an_hour_ahead_strands_no_shards() {
     );
 
     let survivors = kill_one_and_rehome(&mut seed, &mut fleet, &executors, SCENARIO).await;
-    let counts = workload.stop().await;
-    eprintln!("[fault] {SCENARIO}: workload {counts:?}");
-    assert_none_evicted(&fleet, &survivors, SCENARIO);
-    let report = fleet.check(SCENARIO);
-    assert!(
-        report.handoffs >= (FAULT_SHARDS as usize) / EXECUTORS.len(),
-        "{SCENARIO}: the killed executor's shards changed hands fewer times than it held: \
-         {report:?}"
-    );
+    finish(workload, &fleet, &survivors, SCENARIO).await;
 }
 
 /// P6.4, P6.1, I4, I1: the reverse. A manager with a true clock leads while four executors
@@ -318,13 +310,19 @@ async fn p6_4_a_leader_whose_clock_runs_an_hour_ahead_takes_over_from_a_correct_
         term,
         "{SCENARIO}: the re-homing was to be manager 2's"
     );
+    finish(workload, &fleet, &executors, SCENARIO).await;
+}
+
+/// Ends a scenario: the workload stopped, none of `kept` evicted, I1 and I2 over every
+/// admission log, and the killed executor's shards handed on.
+async fn finish(workload: Workload, fleet: &Fleet, kept: &[usize], scenario: &str) {
     let counts = workload.stop().await;
-    eprintln!("[fault] {SCENARIO}: workload {counts:?}");
-    assert_none_evicted(&fleet, &executors, SCENARIO);
-    let report = fleet.check(SCENARIO);
+    eprintln!("[fault] {scenario}: workload {counts:?}");
+    assert_none_evicted(fleet, kept, scenario);
+    let report = fleet.check(scenario);
     assert!(
         report.handoffs >= (FAULT_SHARDS as usize) / EXECUTORS.len(),
-        "{SCENARIO}: the killed executor's shards changed hands fewer times than it held: \
+        "{scenario}: the killed executor's shards changed hands fewer times than it held: \
          {report:?}"
     );
 }

@@ -272,9 +272,19 @@ pub async fn deregister(
 ) -> Result<Response, HttpError> {
     // An operator (admin certificate, P13.3) deregisters without the executor's credential, and
     // then only through the handoff (P5.5): the executor may still be admitting.
-    if caller == Caller::Operator {
-        return super::removal::remove(&node, executor_id).await;
+    match caller {
+        Caller::Operator => super::removal::remove(&node, executor_id).await,
+        Caller::Executor => commit_deregistration(&node, executor_id, caller).await,
     }
+}
+
+/// Commits the deregistration of `executor_id` and answers it: `204`, also for one already
+/// gone (P7.2). `by` is for the log.
+pub(super) async fn commit_deregistration(
+    node: &AppState,
+    executor_id: String,
+    by: Caller,
+) -> Result<Response, HttpError> {
     let command = Command::Deregister {
         now_ms: node.clock.now_ms(),
         executor_id: executor_id.clone(),
@@ -282,7 +292,7 @@ pub async fn deregister(
     match node.proposer.propose_as::<Deregistered>(command).await?.1 {
         ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
             node.load_reports.remove(&executor_id);
-            tracing::info!(%executor_id, already_gone, "deregistered");
+            tracing::info!(%executor_id, already_gone, ?by, "deregistered");
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),

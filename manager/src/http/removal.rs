@@ -12,12 +12,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use super::admission::Caller;
 use super::drain::set_draining;
-use super::executors::{refusal, unknown_executor};
+use super::executors::{commit_deregistration, unknown_executor};
 use super::inspect::current_executor_view;
 use super::{AppState, HttpError};
-use crate::lease::answer::Deregistered;
-use crate::lease::{Command, Executor, ExecutorAnswer};
+use crate::lease::Executor;
 
 /// The next step of an operator's removal, decided from the executor as the leader has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +62,9 @@ pub(super) async fn remove(node: &AppState, executor_id: String) -> Result<Respo
                 tracing::info!(%executor_id, held, "operator removal: shards still moving (P5.5)");
                 return accepted(node, &executor_id);
             }
-            RemovalStep::Deregister => return deregister(node, executor_id).await,
+            RemovalStep::Deregister => {
+                return commit_deregistration(node, executor_id, Caller::Operator).await
+            }
         }
     }
     accepted(node, &executor_id)
@@ -74,89 +76,13 @@ fn accepted(node: &AppState, executor_id: &str) -> Result<Response, HttpError> {
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
-async fn deregister(node: &AppState, executor_id: String) -> Result<Response, HttpError> {
-    let command = Command::Deregister {
-        now_ms: node.clock.now_ms(),
-        executor_id: executor_id.clone(),
-    };
-    match node.proposer.propose_as::<Deregistered>(command).await?.1 {
-        ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
-            node.load_reports.remove(&executor_id);
-            tracing::info!(%executor_id, already_gone, "deregistered by an operator");
-            Ok(StatusCode::NO_CONTENT.into_response())
-        }
-        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{LeaseState, Outcome};
+    use crate::lease::{Command, LeaseState, Outcome};
 
-    fn state_with_one_executor() -> (LeaseState, String) {
-        let mut state = LeaseState::default();
-        let mut index = 0;
-        let mut apply = |state: &mut LeaseState, command: Command| {
-            index += 1;
-            state.apply(index, &command)
-        };
-        apply(
-            &mut state,
-            Command::Init {
-                now_ms: 0,
-                shard_count: 4,
-                lease_duration_ms: 3_000,
-            },
-        );
-        let Outcome::Registered { grant, .. } = apply(
-            &mut state,
-            Command::Register {
-                now_ms: 0,
-                incarnation: "a".into(),
-                address: "http://a:1".into(),
-                name: None,
-                credential_sha256: None,
-                capacity: 1,
-            },
-        ) else {
-            panic!("registered");
-        };
-        let plan = crate::lease::plan_rebalance(&state, 0).expect("a plan");
-        apply(&mut state, plan);
-        (state, grant.executor_id)
-    }
-
-    /// P5.5: an operator's removal of an executor that holds shards drains it and waits for
-    /// the handoffs; it deregisters only once the executor holds nothing.
-    #[test]
-    fn p5_5_an_operator_removes_an_executor_only_once_its_shards_have_moved() {
-        let (mut state, id) = state_with_one_executor();
-        assert_eq!(removal_step(state.executor(&id)), RemovalStep::Drain);
-        let drained = state.apply(
-            10,
-            &Command::SetDraining {
-                now_ms: 1,
-                executor_id: id.clone(),
-                draining: true,
-            },
-        );
-        assert!(matches!(
-            drained,
-            Outcome::DrainingSet { changed: true, .. }
-        ));
-        assert_eq!(
-            removal_step(state.executor(&id)),
-            RemovalStep::AwaitHandoffs { held: 4 },
-            "draining, but every shard still its own"
-        );
-    }
-
-    /// A draining executor that holds nothing, or one not registered, is deregistered at once
-    /// (an unknown id then gets the deregistration's own answer: its tombstone or 404).
-    #[test]
-    fn p5_5_a_drained_empty_executor_or_an_unknown_id_is_deregistered_at_once() {
+    /// An initialised state of 4 shards with one registered executor, placed when `placed`.
+    fn state_with_one_executor(placed: bool) -> (LeaseState, String) {
         let mut state = LeaseState::default();
         let _ = state.apply(
             1,
@@ -179,23 +105,54 @@ mod tests {
         ) else {
             panic!("registered");
         };
-        assert_eq!(
-            removal_step(state.executor(&grant.executor_id)),
-            RemovalStep::Drain,
-            "even an executor that holds nothing is drained first, so no plan in flight gives it shards"
-        );
-        let _ = state.apply(
-            3,
+        if placed {
+            let plan = crate::lease::plan_rebalance(&state, 0).expect("a plan");
+            let _ = state.apply(3, &plan);
+        }
+        (state, grant.executor_id)
+    }
+
+    fn drain(state: &mut LeaseState, executor_id: &str) {
+        let drained = state.apply(
+            10,
             &Command::SetDraining {
                 now_ms: 1,
-                executor_id: grant.executor_id.clone(),
+                executor_id: executor_id.to_owned(),
                 draining: true,
             },
         );
+        assert!(matches!(
+            drained,
+            Outcome::DrainingSet { changed: true, .. }
+        ));
+    }
+
+    /// P5.5: an operator's removal of an executor that holds shards drains it and waits for
+    /// the handoffs; it deregisters only once the executor holds nothing.
+    #[test]
+    fn p5_5_an_operator_removes_an_executor_only_once_its_shards_have_moved() {
+        let (mut state, id) = state_with_one_executor(true);
+        assert_eq!(removal_step(state.executor(&id)), RemovalStep::Drain);
+        drain(&mut state, &id);
         assert_eq!(
-            removal_step(state.executor(&grant.executor_id)),
-            RemovalStep::Deregister
+            removal_step(state.executor(&id)),
+            RemovalStep::AwaitHandoffs { held: 4 },
+            "draining, but every shard still its own"
         );
+    }
+
+    /// A draining executor that holds nothing, or one not registered, is deregistered at once
+    /// (an unknown id then gets the deregistration's own answer: its tombstone or 404).
+    #[test]
+    fn p5_5_a_drained_empty_executor_or_an_unknown_id_is_deregistered_at_once() {
+        let (mut state, id) = state_with_one_executor(false);
+        assert_eq!(
+            removal_step(state.executor(&id)),
+            RemovalStep::Drain,
+            "even an executor that holds nothing is drained first, so no plan in flight gives it shards"
+        );
+        drain(&mut state, &id);
+        assert_eq!(removal_step(state.executor(&id)), RemovalStep::Deregister);
         assert_eq!(removal_step(None), RemovalStep::Deregister);
     }
 }
