@@ -78,14 +78,13 @@ pub fn router(node: AppState, host_policy: HostPolicy) -> Router {
     // forwarded; renewal claims and loads and releases list shards, and one executor may hold
     // every shard, so their bound comes from the cluster's shard count, not the other bodies'.
     let executor_writes = |path, handler, body| {
-        let router = Router::new()
+        Router::new()
             .route(path, handler)
             .route_layer(middleware::from_fn_with_state(
                 node.clone(),
                 route_to_leader,
             ))
-            .route_layer(timeout(REQUEST_TIMEOUT));
-        router
+            .route_layer(timeout(REQUEST_TIMEOUT))
             .route_layer(DefaultBodyLimit::disable())
             .route_layer(middleware::from_fn_with_state(
                 (node.clone(), body),

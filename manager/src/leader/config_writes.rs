@@ -8,7 +8,7 @@
 //! run by the Raft-metrics follower whenever this node is leader.
 
 use crate::lease::{ClusterConfig, Command};
-use crate::node::{Leader, ManagerNode};
+use crate::node::ManagerNode;
 
 /// The write that makes the applied configuration `current` match this leader's flags
 /// (`shard_count`, `lease_duration_ms`), stamped `now_ms`; none when it matches. The shard count
@@ -37,12 +37,9 @@ pub fn config_write(
 
 /// Proposes the configuration write that is due, if any, while this node leads.
 pub async fn ensure_lease_config(node: &ManagerNode) {
-    if node.leader() != Leader::Local {
-        return;
-    }
-    // The leader clock is anchored once this term's leader took office (P6.4); a stamp read
-    // before would be refused. The next pass, on the next metrics change, writes it.
-    if node.clock.term() != node.raft.metrics().borrow().current_term {
+    // Only a leader that took office (P6.4): a stamp read before its clock is anchored would be
+    // refused. The next pass, on the next metrics change, writes it.
+    if !node.in_office() {
         return;
     }
     let current = node.state.read(|applied| applied.state.config().copied());
