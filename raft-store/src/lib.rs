@@ -16,6 +16,7 @@
 
 mod background;
 pub mod codec;
+mod durability;
 mod error;
 mod log_store;
 pub mod schema;
@@ -23,6 +24,7 @@ mod state_machine;
 
 use std::io::Cursor;
 
+pub use durability::FlushFaults;
 pub use error::StoreError;
 pub use log_store::{LogStoreConfig, LogStoreStats, OnDurable, SledLogStore, LOG_TREE, META_TREE};
 pub use schema::{SchemaCodec, FORMAT_TREE};
@@ -43,8 +45,9 @@ where
     C: SchemaCodec<SnapshotData = Cursor<Vec<u8>>>,
     S: StateMachine<C>,
 {
-    let marker = schema::SchemaMarker::open::<C>(db)?;
-    let log_store = SledLogStore::open(db, config, marker.clone())?;
-    let state_machine = SledStateMachine::open(db, marker)?;
+    let durability = durability::Durability::new(db, config.flush_faults);
+    let marker = schema::SchemaMarker::open::<C>(db, durability.clone())?;
+    let log_store = SledLogStore::open(db, config, durability.clone(), marker.clone())?;
+    let state_machine = SledStateMachine::open(db, durability, marker)?;
     Ok((log_store, state_machine))
 }

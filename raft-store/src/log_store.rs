@@ -27,6 +27,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::codec::{decode, encode};
+use crate::durability::{Durability, FlushFaults};
 use crate::error::StoreError;
 use crate::schema::{decode_entry_record, encode_entry_record, SchemaCodec, SchemaMarker};
 
@@ -55,6 +56,8 @@ pub struct LogStoreConfig {
     /// Appends whose flush has not started yet; when full, `append` waits (back-pressure on the
     /// Raft core instead of unbounded memory).
     pub flush_queue_capacity: usize,
+    /// Injected flush failures (tests only).
+    pub flush_faults: FlushFaults,
 }
 
 impl Default for LogStoreConfig {
@@ -62,6 +65,7 @@ impl Default for LogStoreConfig {
         Self {
             group_commit: true,
             flush_queue_capacity: 1024,
+            flush_faults: FlushFaults::default(),
         }
     }
 }
@@ -78,7 +82,7 @@ pub struct LogStoreStats {
 /// The Raft log and vote of one replica. Cheap to clone: clones share the trees and the flusher,
 /// which is how openraft's replication tasks get their readers.
 pub struct SledLogStore<C> {
-    db: sled::Db,
+    durability: Durability,
     log: sled::Tree,
     meta: sled::Tree,
     flusher: Option<mpsc::Sender<OnDurable>>,
@@ -96,7 +100,7 @@ pub struct SledLogStore<C> {
 impl<C> Clone for SledLogStore<C> {
     fn clone(&self) -> Self {
         Self {
-            db: self.db.clone(),
+            durability: self.durability.clone(),
             log: self.log.clone(),
             meta: self.meta.clone(),
             flusher: self.flusher.clone(),
@@ -132,6 +136,7 @@ impl<C: SchemaCodec> SledLogStore<C> {
     pub(crate) fn open(
         db: &sled::Db,
         config: LogStoreConfig,
+        durability: Durability,
         marker: Arc<SchemaMarker>,
     ) -> Result<Self, StoreError> {
         let log = db.open_tree(LOG_TREE)?;
@@ -141,13 +146,13 @@ impl<C: SchemaCodec> SledLogStore<C> {
             let runtime =
                 tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
             let (sender, receiver) = mpsc::channel(config.flush_queue_capacity.max(1));
-            runtime.spawn(run_flusher(db.clone(), receiver, stats.clone()));
+            runtime.spawn(run_flusher(durability.clone(), receiver, stats.clone()));
             Some(sender)
         } else {
             None
         };
         let store = Self {
-            db: db.clone(),
+            durability,
             log,
             meta,
             flusher,
@@ -250,7 +255,7 @@ impl<C: SchemaCodec> SledLogStore<C> {
                 }
             }
             None => {
-                let flushed = flush(&self.db).await;
+                let flushed = self.durability.flush().await;
                 self.stats.append_flushes.fetch_add(1, Ordering::Relaxed);
                 self.stats
                     .appends_acknowledged
@@ -265,16 +270,6 @@ impl<C: SchemaCodec> SledLogStore<C> {
 
     fn io_error(error: StoreError, verb: ErrorVerb) -> StorageError<C::NodeId> {
         error.into_storage(ErrorSubject::Logs, verb)
-    }
-}
-
-/// Makes every write issued so far durable. sled's `flush` is a blocking fsync, so it runs on
-/// tokio's blocking pool.
-pub(crate) async fn flush(db: &sled::Db) -> sled::Result<usize> {
-    let db = db.clone();
-    match tokio::task::spawn_blocking(move || db.flush()).await {
-        Ok(flushed) => flushed,
-        Err(join) => Err(sled::Error::Io(io::Error::other(join.to_string()))),
     }
 }
 
@@ -319,13 +314,13 @@ fn key_range<R: RangeBounds<u64>>(range: &R) -> (Bound<[u8; 8]>, Bound<[u8; 8]>)
 /// Completes queued callbacks in groups: everything queued when a flush starts is covered by it,
 /// because each callback is queued only after its entries were written to sled.
 async fn run_flusher(
-    db: sled::Db,
+    durability: Durability,
     mut queued: mpsc::Receiver<OnDurable>,
     stats: Arc<LogStoreStats>,
 ) {
     let mut group = Vec::with_capacity(MAX_CALLBACKS_PER_FLUSH);
     while queued.recv_many(&mut group, MAX_CALLBACKS_PER_FLUSH).await > 0 {
-        let flushed = flush(&db).await;
+        let flushed = durability.flush().await;
         stats.append_flushes.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = &flushed {
             tracing::error!(%error, appends = group.len(), "log flush failed");
@@ -372,7 +367,7 @@ impl<C: SchemaCodec> RaftLogStorage<C> for SledLogStore<C> {
         let result = async {
             self.write_meta(KEY_VOTE, vote)?;
             // A vote must be on disk before it is acted upon (Raft §5.2 safety).
-            flush(&self.db).await?;
+            self.durability.flush().await?;
             Ok::<_, StoreError>(())
         };
         result
@@ -431,7 +426,7 @@ impl<C: SchemaCodec> RaftLogStorage<C> for SledLogStore<C> {
         let result = async {
             self.remove_range(log_id.index..)?;
             // Flushed so a crash cannot resurrect conflicting entries beneath later appends.
-            flush(&self.db).await?;
+            self.durability.flush().await?;
             Ok::<_, StoreError>(())
         };
         result
@@ -444,7 +439,7 @@ impl<C: SchemaCodec> RaftLogStorage<C> for SledLogStore<C> {
             // The purge point is durable before any entry goes, so the log never has a hole
             // that the log state does not account for.
             self.write_meta(KEY_LAST_PURGED, &log_id)?;
-            flush(&self.db).await?;
+            self.durability.flush().await?;
             self.readable_from
                 .fetch_max(log_id.index.saturating_add(1), Ordering::AcqRel);
             let mut deletion = self.deletion.lock().await;

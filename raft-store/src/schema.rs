@@ -14,6 +14,7 @@ use openraft::{Entry, RaftTypeConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
+use crate::durability::Durability;
 use crate::error::StoreError;
 
 /// Tree holding the data directory's format marker.
@@ -119,7 +120,7 @@ struct FormatMarker {
 /// The data directory's marker, shared by the log store and the state machine.
 #[derive(Debug)]
 pub(crate) struct SchemaMarker {
-    db: sled::Db,
+    durability: Durability,
     tree: sled::Tree,
     newest_written: AtomicU32,
     release: &'static str,
@@ -128,7 +129,10 @@ pub(crate) struct SchemaMarker {
 
 impl SchemaMarker {
     /// Checks that this build reads the directory (stamping a fresh one with the oldest schema).
-    pub(crate) fn open<C: SchemaCodec>(db: &sled::Db) -> Result<Arc<Self>, StoreError> {
+    pub(crate) fn open<C: SchemaCodec>(
+        db: &sled::Db,
+        durability: Durability,
+    ) -> Result<Arc<Self>, StoreError> {
         let tree = db.open_tree(FORMAT_TREE)?;
         let newest_written = match tree.get(KEY_FORMAT)? {
             Some(bytes) => {
@@ -151,7 +155,7 @@ impl SchemaMarker {
             }
         };
         Ok(Arc::new(Self {
-            db: db.clone(),
+            durability,
             tree,
             newest_written: AtomicU32::new(newest_written),
             release: C::RELEASE,
@@ -181,7 +185,7 @@ impl SchemaMarker {
         self.tree
             .insert(KEY_FORMAT, codec::encode("format marker", &marker)?)?;
         self.tree.insert(KEY_WRITTEN_BY, self.release.as_bytes())?;
-        self.db.flush_async().await?;
+        self.durability.flush().await?;
         self.newest_written.store(schema, Ordering::Release);
         tracing::info!(
             schema,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::background::Background;
 use crate::codec::{self, decode, encode};
+use crate::durability::Durability;
 use crate::error::StoreError;
 use crate::schema::{check_readable, SchemaCodec, SchemaMarker};
 
@@ -195,7 +196,7 @@ struct StoredSnapshot<C: RaftTypeConfig> {
 /// Writes snapshots only forwards: a slow build of an older state must never replace a newer
 /// snapshot that was installed meanwhile.
 struct SnapshotStore {
-    db: sled::Db,
+    durability: Durability,
     /// Encodes snapshots at the lowest CPU priority.
     encoder: Background,
     tree: sled::Tree,
@@ -259,7 +260,7 @@ impl SnapshotStore {
         .map_err(|join| sled::Error::Io(std::io::Error::other(join.to_string())))??;
         if written.0 {
             // Durable before openraft is told, because it purges the log behind the snapshot next.
-            crate::log_store::flush(&self.db).await?;
+            self.durability.flush().await?;
         }
         Ok(written)
     }
@@ -283,9 +284,13 @@ where
     S: StateMachine<C>,
 {
     /// Opens the state machine on `db`, restoring the latest snapshot if there is one.
-    pub(crate) fn open(db: &sled::Db, marker: Arc<SchemaMarker>) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        db: &sled::Db,
+        durability: Durability,
+        marker: Arc<SchemaMarker>,
+    ) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore {
-            db: db.clone(),
+            durability,
             encoder: Background::start().map_err(sled::Error::Io)?,
             tree: db.open_tree(SNAPSHOT_TREE)?,
             write_lock: Mutex::new(()),
