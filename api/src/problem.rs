@@ -65,11 +65,17 @@ pub enum ErrorCode {
     /// The request's body did not arrive within the server's body-read bound (PROTOCOL P13.6);
     /// nothing was applied.
     RequestTimeout,
+    /// Too many requests of this kind from this caller (a registration rate limit, PROTOCOL
+    /// P13.6); nothing was applied. `Retry-After` says when to try again.
+    RateLimited,
+    /// The manager's disk is below its free-space floor (`--min-free-disk`), so it refuses
+    /// writes that grow the state; nothing was applied. Renewals and reads still work.
+    InsufficientStorage,
 }
 
 impl ErrorCode {
     /// Every code, for exhaustive tests and documentation generators.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::NotLeader,
         ErrorCode::NoLeader,
         ErrorCode::UnknownExecutor,
@@ -86,6 +92,8 @@ impl ErrorCode {
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
         ErrorCode::RequestTimeout,
+        ErrorCode::RateLimited,
+        ErrorCode::InsufficientStorage,
     ];
 
     /// The refusals of P7.1: the server applied nothing, so any request, idempotent or not, may
@@ -93,7 +101,10 @@ impl ErrorCode {
     pub fn retryable_without_side_effects(self) -> bool {
         matches!(
             self,
-            ErrorCode::NotLeader | ErrorCode::NoLeader | ErrorCode::ShardingNotReady
+            ErrorCode::NotLeader
+                | ErrorCode::NoLeader
+                | ErrorCode::ShardingNotReady
+                | ErrorCode::RateLimited
         )
     }
 
@@ -109,11 +120,13 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::RateLimited => 429,
             // 421 Misdirected Request: this replica cannot answer, another one can.
             ErrorCode::NotLeader => 421,
             ErrorCode::Internal => 500,
             ErrorCode::NoLeader | ErrorCode::ShardingNotReady | ErrorCode::Unavailable => 503,
             ErrorCode::Timeout => 504,
+            ErrorCode::InsufficientStorage => 507,
         }
     }
 
@@ -136,6 +149,8 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => "unauthenticated",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
         }
     }
 
@@ -158,6 +173,8 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => "Unauthenticated",
             ErrorCode::Forbidden => "Forbidden",
             ErrorCode::RequestTimeout => "Request timeout",
+            ErrorCode::RateLimited => "Rate limited",
+            ErrorCode::InsufficientStorage => "Insufficient storage",
         }
     }
 }
@@ -253,7 +270,8 @@ mod tests {
             vec![
                 ErrorCode::NotLeader,
                 ErrorCode::NoLeader,
-                ErrorCode::ShardingNotReady
+                ErrorCode::ShardingNotReady,
+                ErrorCode::RateLimited,
             ]
         );
     }

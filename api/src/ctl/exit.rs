@@ -103,7 +103,9 @@ pub fn client_exit_code(error: &ClientError) -> u8 {
             | ErrorCode::Internal
             | ErrorCode::Unavailable
             | ErrorCode::Unauthenticated
-            | ErrorCode::Forbidden => code::OTHER,
+            | ErrorCode::Forbidden
+            | ErrorCode::RateLimited
+            | ErrorCode::InsufficientStorage => code::OTHER,
         },
         ClientError::Unexpected { .. } | ClientError::Decode(_) => code::OTHER,
     }
