@@ -191,6 +191,36 @@ pub enum PushError {
     Invalid(#[from] DeliveryError),
 }
 
+/// What the executor had applied when it sent a register or renew request: taken with
+/// [`AdmissionCore::applied_mark`] just before the request leaves, handed back with its grant to
+/// [`AdmissionCore::apply_grant_after`] (P4.1, self-healing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppliedMark {
+    /// The revision applied when the request was sent.
+    revision: u64,
+    /// [`AdmissionCore`]'s count of deliveries that changed something, at that moment.
+    deliveries: u64,
+}
+
+impl AppliedMark {
+    /// The revision applied when the request was sent.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+/// A grant disowned the set applied before its request was sent: its revision is lower than
+/// the one applied then, which no grant of this cluster can be (P4.1), so that set came from
+/// elsewhere (a push from a node that is not, or no longer, a manager of this cluster). The
+/// grant's set was adopted instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disowned {
+    /// The revision applied when the request was sent.
+    pub sent_revision: u64,
+    /// The grant's revision, now the applied one.
+    pub grant_revision: u64,
+}
+
 /// What applying a grant did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantApplied {
@@ -202,6 +232,9 @@ pub struct GrantApplied {
     pub set: Result<SetOutcome, DeliveryError>,
     /// Admission changes, in order.
     pub events: Vec<AdmissionEvent>,
+    /// Set when the grant disowned the set applied before its request was sent and its own set
+    /// was adopted ([`AdmissionCore::apply_grant_after`]).
+    pub disowned: Option<Disowned>,
 }
 
 /// What applying a push did.
@@ -239,6 +272,9 @@ pub struct AdmissionCore {
     /// Set by a graceful stop (P3.7) and never cleared: a stopping executor admits nothing
     /// again, whatever grant arrives.
     stopping: bool,
+    /// Pushes and revokes that changed the set or the revision, or answered a shard released:
+    /// tells an [`AppliedMark`] whether anything was delivered while its request was in flight.
+    deliveries: u64,
 }
 
 impl AdmissionCore {
@@ -300,6 +336,34 @@ impl AdmissionCore {
                 loads: None,
             },
         ))
+    }
+
+    /// What is applied now, to take just before a register or renew request is sent and hand
+    /// back with its grant ([`AdmissionCore::apply_grant_after`]).
+    pub fn applied_mark(&self) -> AppliedMark {
+        AppliedMark {
+            revision: self.assignment.revision(),
+            deliveries: self.deliveries,
+        }
+    }
+
+    /// Whether a grant at `grant_revision`, answering a request sent at `sent`, disowns the set
+    /// applied before (P4.1, self-healing).
+    ///
+    /// Every grant of this cluster answering a request sent after revision R was applied carries
+    /// a revision of at least R: R was committed before it was delivered, and a grant is
+    /// answered by a leader after applying its own entry, which comes after everything
+    /// committed. A lower revision therefore means the revision applied at the send did not come
+    /// from this cluster (a forged push, up to `u64::MAX`, which would otherwise make every
+    /// grant stale for good).
+    ///
+    /// Only if nothing was delivered while the request was in flight: a delivery applied then
+    /// (or a revoke answered released) may be this cluster's, newer than the grant (the grant
+    /// is then merely stale, P3.3), and adopting the grant's older set could re-admit a shard
+    /// that delivery took away and the managers may since have handed on (I1). Such a grant is
+    /// handled as stale, and the next renewal, sent with nothing in flight, adopts.
+    pub fn disowns(&self, sent: AppliedMark, grant_revision: u64) -> bool {
+        grant_revision < sent.revision && sent.deliveries == self.deliveries
     }
 
     /// Decides whether work for `shard` may start at `now` (P3.6). Read-only: a lapse the core
@@ -394,9 +458,14 @@ impl AdmissionCore {
         shard_count: u32,
         shards: &[ShardEpoch],
         now: Instant,
+        adopt: bool,
         events: &mut Vec<AdmissionEvent>,
     ) -> Result<SetOutcome, DeliveryError> {
-        let outcome = self.assignment.apply_set(revision, shard_count, shards)?;
+        let outcome = if adopt {
+            self.assignment.adopt(revision, shard_count, shards)?
+        } else {
+            self.assignment.apply_set(revision, shard_count, shards)?
+        };
         if let SetOutcome::Applied { dropped, gained } = &outcome {
             if self.admitting {
                 for &shard in dropped {
@@ -427,9 +496,38 @@ impl AdmissionCore {
     /// revision orders sets, the request instant orders leases). Then the set goes through the
     /// receipt path if its revision allows (P4.1; a renew reply whose set differs is adopted
     /// like a push, P4.2), and admission resumes if the lease is live again (P3.6).
+    ///
+    /// Without the [`AppliedMark`] of the request it cannot tell a disowned set (P4.1,
+    /// self-healing): the executor's own lease loop uses [`AdmissionCore::apply_grant_after`].
     pub fn apply_grant(
         &mut self,
         sent_at: Instant,
+        grant: &Grant,
+        now: Instant,
+    ) -> Result<GrantApplied, ForeignGrant> {
+        self.apply_grant_marked(sent_at, None, grant, now)
+    }
+
+    /// [`AdmissionCore::apply_grant`] for a grant answering a request sent at `sent_at` when
+    /// `sent` was applied ([`AdmissionCore::applied_mark`], taken just before sending). If the
+    /// grant disowns that state ([`AdmissionCore::disowns`]), its set and revision are adopted
+    /// whatever the revision applied: the dropped shards stop and the gained ones start as for
+    /// any delivered set (P4.3), and [`GrantApplied::disowned`] says so. Otherwise as
+    /// [`AdmissionCore::apply_grant`], stale grants included.
+    pub fn apply_grant_after(
+        &mut self,
+        sent_at: Instant,
+        sent: AppliedMark,
+        grant: &Grant,
+        now: Instant,
+    ) -> Result<GrantApplied, ForeignGrant> {
+        self.apply_grant_marked(sent_at, Some(sent), grant, now)
+    }
+
+    fn apply_grant_marked(
+        &mut self,
+        sent_at: Instant,
+        sent: Option<AppliedMark>,
         grant: &Grant,
         now: Instant,
     ) -> Result<GrantApplied, ForeignGrant> {
@@ -441,12 +539,19 @@ impl AdmissionCore {
                 });
             }
         }
+        let disowned = sent
+            .filter(|sent| self.disowns(*sent, grant.revision))
+            .map(|sent| Disowned {
+                sent_revision: sent.revision,
+                grant_revision: grant.revision,
+            });
         let mut events = Vec::new();
         self.record_lapse_into(now, &mut events);
         // A stale grant still moves the lease (P3.3), but only over what the manager recorded
         // for this executor at the grant's revision: shards already taken from it by then stop
-        // now rather than ride on the new lease past their handoff deadline (I1).
-        if grant.revision < self.assignment.revision() {
+        // now rather than ride on the new lease past their handoff deadline (I1). A disowning
+        // grant replaces the whole set below.
+        if disowned.is_none() && grant.revision < self.assignment.revision() {
             for shard in self.assignment.drop_taken_by(grant.revision, &grant.shards) {
                 if self.admitting {
                     events.extend(self.event(
@@ -472,11 +577,14 @@ impl AdmissionCore {
             grant.shard_count,
             &grant.shards,
             now,
+            disowned.is_some(),
             &mut events,
         );
         self.resume_if_live(now, &held_before, &mut events);
         Ok(GrantApplied {
             lease_expiry,
+            // A malformed set was refused whole: nothing was adopted.
+            disowned: disowned.filter(|_| set.is_ok()),
             set,
             events,
         })
@@ -514,8 +622,12 @@ impl AdmissionCore {
             push.shard_count,
             &push.shards,
             now,
+            false,
             &mut events,
         )?;
+        if matches!(set, SetOutcome::Applied { .. }) {
+            self.deliveries = self.deliveries.wrapping_add(1);
+        }
         Ok(PushApplied { set, events })
     }
 
@@ -536,6 +648,9 @@ impl AdmissionCore {
             .assignment
             .apply_revoke(revoke.revision, &revoke.shards)?;
         let reply = outcome.reply(revoke.revision);
+        if matches!(outcome, RevokeOutcome::Applied { .. }) || !reply.released.is_empty() {
+            self.deliveries = self.deliveries.wrapping_add(1);
+        }
         if let RevokeOutcome::Applied { dropped, .. } = outcome {
             if admitting {
                 for shard in dropped {
@@ -780,6 +895,160 @@ mod tests {
             ]
         );
         assert_eq!(core.assignment().held(), set(&[(1, 1)]));
+    }
+
+    /// P4.1, self-healing (the security review's finding 6): a push at u64::MAX (or a revoke
+    /// at it) from outside the cluster made every later grant stale, and the executor served
+    /// nothing for good. A grant answering a request sent after it carries a lower revision,
+    /// which no grant of this cluster can: its set and revision are adopted, admission starts
+    /// for its shards, and the deliveries after it apply again.
+    #[test]
+    fn p4_1_a_grant_below_the_revision_applied_at_its_send_disowns_a_forged_push() {
+        let t0 = Instant::now();
+        for forged in ["push", "revoke"] {
+            let mut core = registered(t0, 30_000, 5, &[(1, 1), (2, 1)]);
+            if forged == "push" {
+                core.apply_push(&push(u64::MAX, &[]), t0 + secs(1)).unwrap();
+            } else {
+                core.apply_revoke(&revoke(u64::MAX, &[1, 2]), t0 + secs(1))
+                    .unwrap();
+            }
+            assert_eq!(core.admit(1, t0 + secs(1)), Err(AdmitError::NotOwner));
+            // The renewal leaves at 10, after the forgery was applied.
+            let sent = core.applied_mark();
+            assert_eq!(sent.revision(), u64::MAX, "{forged}");
+            let applied = core
+                .apply_grant_after(
+                    t0 + secs(10),
+                    sent,
+                    &grant(30_000, 7, &[(1, 1), (2, 1), (3, 1)]),
+                    t0 + secs(11),
+                )
+                .unwrap();
+            assert_eq!(
+                applied.disowned,
+                Some(Disowned {
+                    sent_revision: u64::MAX,
+                    grant_revision: 7
+                }),
+                "{forged}"
+            );
+            assert_eq!(
+                summary(&applied.events),
+                [
+                    (1, 1, Start, t0 + secs(11), Assigned),
+                    (2, 1, Start, t0 + secs(11), Assigned),
+                    (3, 1, Start, t0 + secs(11), Assigned),
+                ],
+                "{forged}"
+            );
+            assert_eq!(core.assignment().revision(), 7, "{forged}");
+            assert_eq!(core.renewal().unwrap().1.revision, 7, "{forged}");
+            assert_eq!(
+                core.admit(3, t0 + secs(11)),
+                Ok(Permit { shard: 3, epoch: 1 })
+            );
+            // The cluster's next push applies again.
+            let pushed = core
+                .apply_push(&push(8, &[(1, 1), (3, 1)]), t0 + secs(12))
+                .unwrap();
+            assert!(matches!(pushed.set, SetOutcome::Applied { .. }), "{forged}");
+            assert_eq!(core.admit(2, t0 + secs(12)), Err(AdmitError::NotOwner));
+        }
+    }
+
+    /// P4.1, P3.3: the comparison is with the revision applied when the request was sent, not
+    /// when its grant arrives. A push of the cluster's that lands while the renewal is in flight
+    /// leaves the renewal's lower grant merely stale: nothing is adopted wholesale, the shard the
+    /// push gave stays, and the shard missing from the grant and gained no later than it goes
+    /// (I1).
+    #[test]
+    fn p4_1_a_push_arriving_while_the_renewal_is_in_flight_leaves_its_lower_grant_stale() {
+        let t0 = Instant::now();
+        let mut core = registered(t0, 30_000, 5, &[(1, 1), (2, 1)]);
+        let sent = core.applied_mark();
+        core.apply_push(&push(8, &[(1, 1), (2, 1), (9, 3)]), t0 + secs(11))
+            .unwrap();
+        // Read at 6, after shard 2 was taken and before shard 9 was given.
+        let applied = core
+            .apply_grant_after(
+                t0 + secs(10),
+                sent,
+                &grant(30_000, 6, &[(1, 1)]),
+                t0 + secs(12),
+            )
+            .unwrap();
+        assert_eq!(applied.disowned, None);
+        assert_eq!(
+            applied.set,
+            Ok(SetOutcome::Stale {
+                revision: 6,
+                applied_revision: 8
+            })
+        );
+        assert_eq!(
+            summary(&applied.events),
+            [(2, 1, Stop, t0 + secs(12), Unassigned)]
+        );
+        assert_eq!(core.assignment().held(), set(&[(1, 1), (9, 3)]));
+        assert_eq!(core.assignment().revision(), 8);
+    }
+
+    /// I1 with a forged push: a revoke of the cluster's answered while the renewal is in flight
+    /// released a shard the forged set did not hold, and the managers may hand it on. The
+    /// renewal's grant, read before that revoke, still lists it: it is not adopted (the shard
+    /// stays out), and the next renewal, sent with nothing in flight, adopts.
+    #[test]
+    fn i1_a_delivery_in_flight_defers_the_adoption_to_the_next_renewal() {
+        let t0 = Instant::now();
+        let mut core = registered(t0, 30_000, 5, &[(1, 1), (2, 1)]);
+        core.apply_push(&push(u64::MAX, &[(1, 1)]), t0 + secs(1))
+            .unwrap();
+        let sent = core.applied_mark();
+        let revoked = core.apply_revoke(&revoke(12, &[2]), t0 + secs(11)).unwrap();
+        assert_eq!(revoked.reply.released, vec![2]);
+        let applied = core
+            .apply_grant_after(
+                t0 + secs(10),
+                sent,
+                &grant(30_000, 11, &[(1, 1), (2, 1)]),
+                t0 + secs(12),
+            )
+            .unwrap();
+        assert_eq!(applied.disowned, None);
+        assert_eq!(core.admit(2, t0 + secs(12)), Err(AdmitError::NotOwner));
+        let sent = core.applied_mark();
+        let applied = core
+            .apply_grant_after(
+                t0 + secs(20),
+                sent,
+                &grant(30_000, 13, &[(1, 1)]),
+                t0 + secs(21),
+            )
+            .unwrap();
+        assert_eq!(
+            applied.disowned,
+            Some(Disowned {
+                sent_revision: u64::MAX,
+                grant_revision: 13
+            })
+        );
+        assert_eq!(core.assignment().revision(), 13);
+        assert_eq!(core.assignment().held(), set(&[(1, 1)]));
+    }
+
+    /// Without the mark of its request (`apply_grant`), a grant never disowns: a lower one is
+    /// stale, as before.
+    #[test]
+    fn p4_1_a_grant_without_its_requests_mark_is_only_ever_stale() {
+        let t0 = Instant::now();
+        let mut core = registered(t0, 30_000, 5, &[(1, 1)]);
+        core.apply_push(&push(u64::MAX, &[]), t0 + secs(1)).unwrap();
+        let applied = core
+            .apply_grant(t0 + secs(10), &grant(30_000, 7, &[(1, 1)]), t0 + secs(11))
+            .unwrap();
+        assert_eq!(applied.disowned, None);
+        assert!(matches!(applied.set, Ok(SetOutcome::Stale { .. })));
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! the revoke reply tells the manager the shard may go to its next owner. A revoke overtaken by
 //! a newer set is answered released for the shards that set no longer lists (they are not
 //! admitted) and ignored for the ones it lists again.
+//!
+//! Self-healing (P4.1): a grant answering a request sent after revision R was applied carries at
+//! least R in a real cluster, so one below R disowns the set applied at R (a forged push, up to
+//! `u64::MAX`, would otherwise make every later set stale). [`AssignmentState::adopt`] replaces
+//! the set with the grant's whatever the revision; when to call it is decided in
+//! [`crate::admission::AdmissionCore::disowns`].
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -218,6 +224,34 @@ impl AssignmentState {
                 applied_revision: self.revision,
             });
         }
+        Ok(self.replace(revision, count, shards))
+    }
+
+    /// Adopts a grant's set whatever the revision applied (P4.1, self-healing): the set and the
+    /// revision become the grant's, also when that revision is lower. Only for a grant that
+    /// disowns what was applied before its request was sent (see
+    /// [`crate::admission::AdmissionCore::apply_grant_sent`]): that set cannot have come from
+    /// this cluster. Malformed input is refused whole.
+    ///
+    /// A shard kept keeps when it was gained only if that was no later than the grant; a later
+    /// one came from the disowned set and is stamped with the grant's revision, so a stale grant
+    /// after this one still drops it when it no longer lists it (I1).
+    pub fn adopt(
+        &mut self,
+        revision: u64,
+        shard_count: u32,
+        shards: &[ShardEpoch],
+    ) -> Result<SetOutcome, DeliveryError> {
+        self.validate_set(shard_count, shards)?;
+        let count = self.check_shard_count(shard_count)?;
+        for gained_at in self.gained_at.values_mut() {
+            *gained_at = (*gained_at).min(revision);
+        }
+        Ok(self.replace(revision, count, shards))
+    }
+
+    /// Replaces the held set with `shards` (already validated) read at `revision`.
+    fn replace(&mut self, revision: u64, count: NonZeroU32, shards: &[ShardEpoch]) -> SetOutcome {
         // Most deliveries (every renewal's grant) repeat the held set: only the revision moves.
         // Held shards are iterated ascending, as sets are listed, so one pass tells.
         let unchanged = self.held.len() == shards.len()
@@ -232,10 +266,10 @@ impl AssignmentState {
             self.shard_count = Some(count);
             self.revision = revision;
             self.set_revision = revision;
-            return Ok(SetOutcome::Applied {
+            return SetOutcome::Applied {
                 dropped: Vec::new(),
                 gained: Vec::new(),
-            });
+            };
         }
         let next: BTreeMap<u32, u64> = shards.iter().map(|s| (s.shard, s.epoch)).collect();
         let dropped = self
@@ -257,7 +291,7 @@ impl AssignmentState {
         self.held = next;
         self.revision = revision;
         self.set_revision = revision;
-        Ok(SetOutcome::Applied { dropped, gained })
+        SetOutcome::Applied { dropped, gained }
     }
 
     /// Applies a revoke unless a set read after it was applied (P4.1), and raises the last
@@ -441,6 +475,44 @@ mod tests {
         // (gained at 15) was not.
         assert_eq!(state.drop_taken_by(13, &set(&[(2, 1)])), set(&[(1, 1)]));
         assert_eq!(state.held(), set(&[(2, 1), (3, 4)]));
+    }
+
+    /// P4.1, I1: adopting a grant's set (a disowned one replaced) applies whatever the revision
+    /// applied, and leaves no shard stamped as gained after the grant: a later stale grant
+    /// without it still drops it.
+    #[test]
+    fn i1_an_adopted_set_keeps_no_gain_stamp_from_the_disowned_future() {
+        let mut state = AssignmentState::default();
+        state.apply_set(10, 8, &set(&[(1, 1)])).unwrap();
+        state
+            .apply_set(u64::MAX, 8, &set(&[(1, 1), (2, 1)]))
+            .unwrap();
+        assert_eq!(
+            state.apply_set(12, 8, &set(&[(1, 1), (2, 1)])),
+            Ok(SetOutcome::Stale {
+                revision: 12,
+                applied_revision: u64::MAX
+            })
+        );
+        assert_eq!(
+            state.adopt(12, 8, &set(&[(1, 1), (2, 1)])),
+            Ok(applied(&[], &[]))
+        );
+        assert_eq!(state.revision(), 12);
+        assert_eq!(state.drop_taken_by(12, &set(&[(1, 1)])), set(&[(2, 1)]));
+        assert_eq!(
+            state.adopt(11, 8, &set(&[(3, 1)])),
+            Ok(applied(&[(1, 1)], &[(3, 1)]))
+        );
+        assert_eq!(
+            state.adopt(13, 16, &set(&[])),
+            Err(DeliveryError::ShardCountMismatch {
+                expected: 8,
+                got: 16
+            })
+        );
+        assert_eq!(state.held(), set(&[(3, 1)]));
+        assert_eq!(state.revision(), 11);
     }
 
     #[test]

@@ -14,11 +14,11 @@ use leasehold_api::wire::{Grant, CAPACITY_SCHEMA};
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, error, info, warn};
 
-use crate::admission::{AdmissionState, ForeignGrant};
+use crate::admission::{AdmissionState, AppliedMark, ForeignGrant};
 use crate::assignment::SetOutcome;
 use crate::lease::{CallOutcome, LeaseSchedule, NextCall};
 use crate::manager::ManagerApi;
-use crate::metrics::count_lease_call;
+use crate::metrics::{count_disowned_push, count_lease_call};
 use crate::shared::{DueRenewal, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::status::RunState;
@@ -77,6 +77,8 @@ async fn register<M: ManagerApi>(
     schedule: &mut LeaseSchedule,
 ) -> NextCall {
     let request = shared.register_request(true);
+    // P4.1: what is applied as the request leaves, so the grant can tell a disowned set.
+    let mark = shared.applied_mark();
     // P3.2: read just before the request leaves.
     let sent_at = Instant::now();
     let result = manager.register(&request).await;
@@ -85,7 +87,7 @@ async fn register<M: ManagerApi>(
         if result.is_ok() { "granted" } else { "failed" },
     );
     let outcome = match &result {
-        Ok(grant) => match take_grant(shared, sent_at, grant, "registered") {
+        Ok(grant) => match take_grant(shared, sent_at, mark, grant, "registered") {
             Ok(()) => {
                 info!(executor_id = %grant.executor_id, lease_ttl_ms = grant.lease_ttl_ms, shards = grant.shards.len(), "registered");
                 CallOutcome::Granted
@@ -132,7 +134,7 @@ async fn renew<M: ManagerApi>(
         },
     );
     let outcome = match &result {
-        Ok(grant) => match take_grant(shared, sent_at, grant, "renewed") {
+        Ok(grant) => match take_grant(shared, sent_at, due.mark, grant, "renewed") {
             Ok(()) => {
                 shared.renewal_granted(due);
                 CallOutcome::Granted
@@ -159,14 +161,29 @@ async fn renew<M: ManagerApi>(
     next
 }
 
-/// Applies a grant and logs what it did; `Ok(())` when it moved the lease.
+/// Applies a grant answering a request sent at `sent_at` when `mark` was applied, and logs what
+/// it did; `Ok(())` when it moved the lease.
 fn take_grant(
     shared: &Shared,
     sent_at: Instant,
+    mark: AppliedMark,
     grant: &Grant,
     what: &str,
 ) -> Result<(), ForeignGrant> {
-    let applied = shared.apply_grant(sent_at, grant)?;
+    let applied = shared.apply_grant_after(sent_at, mark, grant)?;
+    if let Some(disowned) = applied.disowned {
+        count_disowned_push();
+        error!(
+            executor_id = %grant.executor_id,
+            applied_revision = disowned.sent_revision,
+            grant_revision = disowned.grant_revision,
+            gap = disowned.sent_revision.saturating_sub(disowned.grant_revision),
+            "{what}: the grant's revision is below the revision applied when the request was \
+             sent, which no manager of this cluster can answer: the set applied at that revision \
+             came from elsewhere (a push from a node that is not a member?); adopted the grant's \
+             set and revision instead (P4.1, P13.3)"
+        );
+    }
     match &applied.set {
         Ok(SetOutcome::Applied { dropped, gained })
             if !dropped.is_empty() || !gained.is_empty() =>

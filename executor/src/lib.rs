@@ -32,6 +32,8 @@
 //!   pure arithmetic that turns it into the loads renewals report (P15.1).
 //! - [`config`]: [`ExecutorConfig`], what an embedder configures.
 //! - `manager`: the calls to the manager, behind a seam the shell tests fake.
+//! - `members`: the cluster's member set a TLS listener checks pushing managers against
+//!   (P13.3), refreshed from the managers at most once a second.
 //! - `status`: the public values a running executor reports: [`ExecutorStatus`],
 //!   [`ShardEvent`], [`RunState`].
 //! - `shared`: the shared state: the admission core and the log under one std mutex, and the
@@ -64,6 +66,7 @@ pub mod lease;
 mod lease_loop;
 pub mod load_meter;
 mod manager;
+mod members;
 pub mod metrics;
 pub mod openapi;
 mod routes;

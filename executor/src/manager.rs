@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
+
+use crate::members::{MemberSource, MembersFuture};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
     Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
@@ -174,6 +176,21 @@ impl ManagerApi for ManagerLink {
 
     fn cluster_version(&self) -> u32 {
         self.grants.cluster_version()
+    }
+}
+
+/// The voters of `GET /v1/cluster`, asked with the short patience (a push waits on it) of the
+/// replica the grants go to, the leader when one is known.
+impl MemberSource for ManagerLink {
+    fn voters(&self) -> MembersFuture<'_> {
+        Box::pin(async move {
+            let info = self
+                .grants
+                .cluster_info()
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok(info.voters.iter().map(|member| member.node_id).collect())
+        })
     }
 }
 

@@ -33,6 +33,19 @@ pub(crate) fn count_lease_call(call: &'static str, result: &'static str) {
         .increment(1);
 }
 
+/// Counts one grant that disowned the set applied before its request was sent, and was adopted
+/// instead (P4.1, self-healing): a push that did not come from this cluster had been applied.
+pub(crate) fn count_disowned_push() {
+    metrics::counter!("leasehold_executor_disowned_pushes_total").increment(1);
+}
+
+/// Counts one push or revoke refused because its manager's certificate names a node that is not
+/// a member of the cluster, or whose membership could not be checked (P13.3), by `reason`
+/// (`not_member`, `unverified`).
+pub(crate) fn count_push_refused_membership(reason: &'static str) {
+    metrics::counter!("leasehold_executor_pushes_refused_total", "reason" => reason).increment(1);
+}
+
 /// Sets the gauges that describe `status`.
 pub fn record_status_gauges(status: &ExecutorStatus) {
     let admitting = status.admission == AdmissionState::Admitting;

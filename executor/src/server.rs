@@ -47,9 +47,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
     put, path = "/v1/assignment", tag = "deliveries", operation_id = "put_assignment", request_body = AssignmentPush,
     responses(
         (status = 204, description = "Applied, or stale (older than the last applied delivery, P4.1) and ignored."),
-        (status = 403, description = "`forbidden` (TLS): only managers push (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): only managers push, and only those of nodes that are members of the cluster (P13.3)."),
         (status = 409, description = "`conflict`: the push names another executor."),
-        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet; the next grant carries its set."),
+        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet; the next grant carries its set. `unavailable` (TLS): the cluster's members could not be learned to check the pushing manager (P13.3); retry."),
     ),
 )]
 pub(crate) async fn put_assignment(
@@ -113,9 +113,9 @@ fn push_refusal(error: PushError, what: &str) -> HttpError {
     post, path = "/v1/revoke", tag = "deliveries", operation_id = "post_revoke", request_body = RevokePush,
     responses(
         (status = 200, description = "Admission for `released` has stopped; `ignored` when a newer set gave every shard back (P5.2).", body = RevokeReply),
-        (status = 403, description = "`forbidden` (TLS): only managers revoke (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): only managers revoke, and only those of nodes that are members of the cluster (P13.3)."),
         (status = 409, description = "`conflict`: the revoke names another executor."),
-        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet."),
+        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet. `unavailable` (TLS): the cluster's members could not be learned to check the revoking manager (P13.3); retry."),
     ),
 )]
 pub(crate) async fn post_revoke(

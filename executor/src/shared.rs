@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::admission::{
-    AdmissionChange, AdmissionCore, AdmissionEvent, AdmissionReason, AdmitError, Assignment,
-    ForeignGrant, GrantApplied, Permit, PushApplied, PushError, RevokeApplied,
+    AdmissionChange, AdmissionCore, AdmissionEvent, AdmissionReason, AdmitError, AppliedMark,
+    Assignment, ForeignGrant, GrantApplied, Permit, PushApplied, PushError, RevokeApplied,
 };
 use crate::admission_log::{AdmissionLog, MonotonicReading};
 use crate::lease::LeaseClock;
@@ -82,6 +82,9 @@ pub(crate) struct DueRenewal {
     pub(crate) credential: Credential,
     pub(crate) request: RenewRequest,
     pub(crate) report: PendingReport,
+    /// What was applied when the request was made (P4.1, self-healing): its revision is the
+    /// request's, a lower bound of what is applied when it leaves.
+    pub(crate) mark: AppliedMark,
 }
 
 #[derive(Debug)]
@@ -188,6 +191,8 @@ impl Shared {
         inner.core.admit_key(key, Instant::now())
     }
 
+    /// A grant applied without the mark of its request (tests that set up a registration).
+    #[cfg(test)]
     pub(crate) fn apply_grant(
         &self,
         sent_at: Instant,
@@ -197,6 +202,24 @@ impl Shared {
             |core, now| core.apply_grant(sent_at, grant, now),
             |a| &a.events,
         )
+    }
+
+    /// A grant answering a request sent at `sent_at` when `sent` was applied (P3.2, P4.1).
+    pub(crate) fn apply_grant_after(
+        &self,
+        sent_at: Instant,
+        sent: AppliedMark,
+        grant: &Grant,
+    ) -> Result<GrantApplied, ForeignGrant> {
+        self.apply_delivery(
+            |core, now| core.apply_grant_after(sent_at, sent, grant, now),
+            |a| &a.events,
+        )
+    }
+
+    /// What is applied now: taken just before a register request is sent.
+    pub(crate) fn applied_mark(&self) -> AppliedMark {
+        self.lock().core.applied_mark()
     }
 
     pub(crate) fn apply_push(&self, push: &AssignmentPush) -> Result<PushApplied, PushError> {
@@ -253,10 +276,15 @@ impl Shared {
     /// "Versions"); the report is made either way, so the interval of the next one starts at this
     /// renewal.
     pub(crate) fn renewal(&self, cluster_takes_loads: bool) -> Option<DueRenewal> {
-        let (executor_id, mut request, credential) = {
+        let (executor_id, mut request, credential, mark) = {
             let inner = self.lock();
             let (executor_id, request) = inner.core.renewal()?;
-            (executor_id, request, inner.credential.clone())
+            (
+                executor_id,
+                request,
+                inner.credential.clone(),
+                inner.core.applied_mark(),
+            )
         };
         let report = self.meter.report(
             request.claims.iter().map(|claim| claim.shard),
@@ -270,6 +298,7 @@ impl Shared {
             credential,
             request,
             report,
+            mark,
         })
     }
 

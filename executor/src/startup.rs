@@ -20,8 +20,9 @@ use crate::config::ExecutorConfig;
 use crate::handle::{ExecutorHandle, Tasks};
 use crate::lease_loop::{run_lease_loop, watch_lapses};
 use crate::manager::ManagerLink;
+use crate::members::Members;
 use crate::openapi;
-use crate::routes;
+use crate::routes::{self, PushCheck};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
 
@@ -186,11 +187,18 @@ impl Executor {
             shutdown_tx,
             server_stop_tx,
         );
+        // P13.3: under TLS, pushes only from managers that are members of the cluster, checked
+        // against the member set the managers report (a narrow handle on their client).
+        let push_check = if tls.is_some() {
+            PushCheck::Tls(Arc::new(Members::new(Arc::new(manager.clone()))))
+        } else {
+            PushCheck::Plaintext
+        };
         let app = routes::app(
             Arc::clone(&shared),
             &document,
             routes(&handle),
-            tls.is_some(),
+            push_check,
             HostPolicy::for_listener(tls.is_some(), local_addr.ip(), shared.address()),
         );
         let server_tls = tls.as_ref().map(TlsConfig::server_config);

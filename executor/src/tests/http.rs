@@ -13,6 +13,8 @@ use tower::ServiceExt;
 
 use super::set;
 use crate::admission::{AdmitError, Permit};
+use crate::members::{MemberSource, Members, MembersFuture};
+use crate::routes::PushCheck;
 use crate::shared::{LoadSettings, Shared};
 use crate::{openapi, routes, server};
 
@@ -48,7 +50,7 @@ fn app(shared: &Arc<Shared>) -> Router {
         Arc::clone(shared),
         &openapi::document(),
         Router::new(),
-        false,
+        PushCheck::Plaintext,
         leasehold_api::origin::HostPolicy::loopback("http://127.0.0.1:7101"),
     )
 }
@@ -368,7 +370,7 @@ async fn p13_3_a_push_is_refused_before_its_body_is_read() {
         Arc::clone(&shared),
         &openapi::document(),
         Router::new(),
-        true,
+        PushCheck::Tls(Arc::new(Members::new(Arc::new(StaticVoters(vec![1]))))),
         leasehold_api::origin::HostPolicy::any(),
     );
     for (method, uri) in [("PUT", "/v1/assignment"), ("POST", "/v1/revoke")] {
@@ -389,4 +391,119 @@ async fn p13_3_a_push_is_refused_before_its_body_is_read() {
             "{method} {uri}"
         );
     }
+}
+
+/// A cluster whose voters are these node ids, as `GET /v1/cluster` would tell them.
+#[derive(Debug)]
+struct StaticVoters(Vec<u64>);
+
+impl MemberSource for StaticVoters {
+    fn voters(&self) -> MembersFuture<'_> {
+        let voters = self.0.iter().copied().collect();
+        Box::pin(async move { Ok(voters) })
+    }
+}
+
+/// P13.3 (the security review's finding 6): under TLS a push is taken only from a manager
+/// certificate whose node id is a member of the cluster as the managers report it. Node 3 holds
+/// a valid manager certificate of the cluster's CA but is not a member (removed, or never
+/// joined): its push at revision u64::MAX and its revoke of every shard are refused 403 before
+/// anything changes; the same push from member node 1 applies.
+///
+/// Over a real TLS listener: the peer's role reaches the router only as the `PeerRole` the
+/// listener derives from the verified certificate, which nothing else can mint.
+#[tokio::test]
+async fn p13_3_a_push_from_a_node_that_is_not_a_member_is_refused() {
+    use leasehold_api::client::http_client_builder;
+    use leasehold_api::ctl::certs::{self, cert_file_name, key_file_name, InitOptions};
+    use leasehold_api::serve::ListenerLimits;
+    use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
+
+    let dir = tempfile::tempdir().unwrap();
+    certs::init(&InitOptions {
+        dir: dir.path().to_owned(),
+        managers: 3,
+        hosts: vec![],
+        force: false,
+    })
+    .unwrap();
+    let tls = |role: Role| {
+        TlsConfig::load(&TlsFiles {
+            cert_file: dir.path().join(cert_file_name(role)),
+            key_file: dir.path().join(key_file_name(role)),
+            trusted_ca_file: dir.path().join(certs::CA_CERT_FILE),
+        })
+        .unwrap()
+    };
+    let shared = registered();
+    let members = Arc::new(Members::new(Arc::new(StaticVoters(vec![1, 2]))));
+    let app = routes::app(
+        Arc::clone(&shared),
+        &openapi::document(),
+        Router::new(),
+        PushCheck::Tls(members),
+        leasehold_api::origin::HostPolicy::any(),
+    );
+    let listener = leasehold_api::serve::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(leasehold_api::serve::serve(
+        listener,
+        app,
+        Some(tls(Role::Executor).server_config()),
+        ListenerLimits::for_this_process(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let manager = |node_id| {
+        http_client_builder(Some(&tls(Role::Manager { node_id })))
+            .build()
+            .unwrap()
+    };
+    let forged_push = json!({"executor_id": "ex-1", "revision": u64::MAX, "shard_count": SHARD_COUNT, "shards": []});
+    let forged_revoke = json!({"executor_id": "ex-1", "revision": u64::MAX, "shards": [1, 2]});
+
+    let stranger = manager(3);
+    for (method, path, body) in [
+        (reqwest::Method::PUT, "/v1/assignment", &forged_push),
+        (reqwest::Method::POST, "/v1/revoke", &forged_revoke),
+    ] {
+        let reply = stranger
+            .request(
+                method,
+                format!("https://127.0.0.1:{}{path}", address.port()),
+            )
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status().as_u16(), 403, "{path}");
+        let problem: Value = serde_json::from_slice(&reply.bytes().await.unwrap()).unwrap();
+        assert_eq!(problem["code"], "forbidden", "{path}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("node 3 is not a member"),
+            "{path}: {detail}"
+        );
+    }
+    let status = shared.status();
+    assert_eq!(status.revision, 10, "nothing changed");
+    assert_eq!(status.shards, set(&[(1, 1), (2, 1)]));
+    assert_eq!(shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+
+    let member = manager(1);
+    let reply = member
+        .put(format!("https://127.0.0.1:{}/v1/assignment", address.port()))
+        .json(&json!({"executor_id": "ex-1", "revision": 11, "shard_count": SHARD_COUNT, "shards": [{"shard": 2, "epoch": 1}, {"shard": 5, "epoch": 3}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status().as_u16(), 204);
+    assert_eq!(shared.status().revision, 11);
+    assert_eq!(shared.admit(5), Ok(Permit { shard: 5, epoch: 3 }));
+    assert_eq!(shared.admit(1), Err(AdmitError::NotOwner));
+
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
 }

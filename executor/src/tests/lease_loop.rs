@@ -590,3 +590,45 @@ async fn p15_1_a_failed_renewal_loses_no_measured_work() {
     );
     harness.stop().await;
 }
+
+/// P4.1, self-healing (the security review's finding 6), through the lease loop: a push at
+/// u64::MAX that emptied the set is disowned by the next renewal's grant (read at revision 1,
+/// sent after the push applied): the executor holds and admits the managers' set again, at
+/// their revision, and its renewals report that revision.
+#[tokio::test(start_paused = true)]
+async fn p4_1_the_next_renewal_heals_a_forged_push_at_u64_max() {
+    let harness = Harness::start(Script {
+        lease_ttl_ms: 30_000,
+        shards: set(&[(1, 1), (2, 1)]),
+        ..Script::default()
+    });
+    harness.let_tasks_run().await;
+    harness
+        .shared
+        .apply_push(&leasehold_api::wire::AssignmentPush {
+            executor_id: "ex-1".into(),
+            revision: u64::MAX,
+            shard_count: 16,
+            shards: vec![],
+        })
+        .unwrap();
+    assert_eq!(harness.shared.admit(1), Err(AdmitError::NotOwner));
+    // The renewal at t0 + 10 s is sent after the forgery and answered at revision 1.
+    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    let status = harness.shared.status();
+    assert_eq!(status.revision, 1);
+    assert_eq!(status.shards, set(&[(1, 1), (2, 1)]));
+    assert_eq!(harness.shared.admit(2), Ok(Permit { shard: 2, epoch: 1 }));
+    sleep_until(harness.t0 + secs(20) + ms(1)).await;
+    let revisions: Vec<u64> = harness
+        .fake
+        .calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::Renew { request, .. } => Some(request.revision),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(revisions, [u64::MAX, 1]);
+    harness.stop().await;
+}
