@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -50,6 +50,9 @@ const MAX_RESPONSE_BYTES: usize = 16 << 20;
 const MAX_ERROR_BODY_CHARS: usize = 1024;
 
 /// What the client accepts back: JSON on success, problem+json on error (§9).
+/// Longest `Retry-After` followed: a replica cannot park a caller for longer than this.
+const MAX_RETRY_AFTER_SECS: u64 = 60;
+
 const ACCEPT_VALUE: &str = "application/json, application/problem+json";
 
 /// What an operator's removal of an executor did ([`Client::remove_executor`], P5.5).
@@ -175,6 +178,11 @@ enum Failure {
     NotSent(ClientError),
     /// A P7.1 refusal: nothing was applied.
     Refused(ErrorCode, ClientError),
+    /// `429 rate_limited`: nothing was applied; the same replica takes it after `retry_after`.
+    RateLimited {
+        error: ClientError,
+        retry_after: Duration,
+    },
     /// The server may have applied the request; only idempotent requests may repeat it.
     Unknown(ClientError),
     /// Repeating cannot help.
@@ -186,6 +194,7 @@ impl Failure {
         match self {
             Failure::NotSent(e)
             | Failure::Refused(_, e)
+            | Failure::RateLimited { error: e, .. }
             | Failure::Unknown(e)
             | Failure::Final(e) => e,
         }
@@ -658,8 +667,16 @@ impl Client {
                 Ok(reply) => return Ok(reply),
                 Err(failure) => failure,
             };
+            // The pause a rate-limiting replica asked for; the usual interval otherwise.
+            let mut asked_pause = None;
             let (error, quick) = match failure {
                 Failure::Final(error) => return Err(error),
+                // Not a routing problem either: this caller is limited here, so it waits as long
+                // as the replica asked rather than hammering it (P13.6).
+                Failure::RateLimited { error, retry_after } => {
+                    asked_pause = Some(retry_after.max(config.retry_interval));
+                    (error, false)
+                }
                 Failure::Unknown(error) if idempotency == Idempotency::Unsafe => return Err(error),
                 Failure::Unknown(error) => {
                     self.mark_failed(&target);
@@ -685,7 +702,7 @@ impl Client {
                 Duration::ZERO
             } else {
                 quick_attempts = 0;
-                config.retry_interval
+                asked_pause.unwrap_or(config.retry_interval)
             };
             if Instant::now() + pause > deadline {
                 debug!(attempt, endpoint = %target, code = error.label(), "giving up: patience spent");
@@ -756,6 +773,12 @@ impl Client {
             .store(cluster_version, Ordering::Relaxed);
 
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(|seconds| Duration::from_secs(seconds.min(MAX_RETRY_AFTER_SECS)));
         let body = read_body(&mut response).await?;
         if status.is_success() {
             return Ok(Reply { status, body });
@@ -769,7 +792,12 @@ impl Client {
                 }
                 let code = problem.code;
                 let error = ClientError::Problem(problem);
-                Err(if code.retryable_without_side_effects() {
+                Err(if code == ErrorCode::RateLimited {
+                    Failure::RateLimited {
+                        error,
+                        retry_after: retry_after.unwrap_or(Duration::ZERO),
+                    }
+                } else if code.retryable_without_side_effects() {
                     Failure::Refused(code, error)
                 } else if matches!(code, ErrorCode::Timeout | ErrorCode::Unavailable) {
                     // The server stopped waiting, not necessarily working: the write may

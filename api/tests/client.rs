@@ -688,3 +688,34 @@ async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
     );
     assert_eq!(hits.get(), 3);
 }
+
+/// P13.6: a `429 rate_limited` is retried on the same replica after the `Retry-After` it names,
+/// not at the client's own retry interval.
+#[tokio::test]
+async fn rate_limited_waits_as_long_as_retry_after_asks() {
+    let (server, hits) = register_server(|n| {
+        if n == 1 {
+            let mut refused = problem(ErrorCode::RateLimited, None);
+            refused
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            refused
+        } else {
+            Json(grant("ex-1")).into_response()
+        }
+    })
+    .await;
+    let client = client(&[&server], fast_config());
+
+    let started = std::time::Instant::now();
+    assert_eq!(
+        client.register(&register_request()).await.unwrap(),
+        grant("ex-1")
+    );
+    assert_eq!(hits.get(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "retried after {:?}, before the Retry-After of 1 s",
+        started.elapsed()
+    );
+}
