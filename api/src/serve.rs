@@ -12,11 +12,13 @@
 //! [`bind`] makes the listener with a backlog for a fleet connecting at once.
 //!
 //! The role of the TLS peer's certificate is handed to the router as a [`PeerRole`] request
-//! extension, so authorization is one layer that reads it, not a check in every handler.
+//! extension, so authorization is one layer that reads it, not a check in every handler; the
+//! peer's socket address as an `axum::extract::ConnectInfo<SocketAddr>` extension.
 //! Bodies are bounded by each router's own limits and request timeouts.
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,15 +119,25 @@ impl Default for ListenerLimits {
 /// on plaintext listeners and for a peer without a certificate. Read once per connection, when
 /// the handshake verified the certificate, not once per request.
 #[derive(Debug, Clone)]
-pub struct PeerRole(Result<Role, Arc<str>>);
+pub struct PeerRole(Result<Role, Arc<str>>, [u8; 32]);
 
 impl PeerRole {
     fn of(leaf: &CertificateDer<'_>) -> Self {
-        Self(Role::of_certificate(leaf).map_err(|e| Arc::from(e.to_string())))
+        use sha2::Digest;
+        Self(
+            Role::of_certificate(leaf).map_err(|e| Arc::from(e.to_string())),
+            sha2::Sha256::digest(leaf.as_ref()).into(),
+        )
     }
 
     pub fn role(&self) -> Result<Role, &str> {
         self.0.as_ref().copied().map_err(|e| &**e)
+    }
+
+    /// The SHA-256 of the peer's leaf certificate (DER): which certificate this is, for limits
+    /// kept per caller (the manager's registration rate limit, P13.6).
+    pub fn certificate_sha256(&self) -> [u8; 32] {
+        self.1
     }
 }
 
@@ -204,7 +216,7 @@ pub async fn serve(
         let tls = tls.clone();
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            serve_connection(stream, router, tls, limits, stop).await;
+            serve_connection(stream, peer_addr, router, tls, limits, stop).await;
             tracing::trace!(%peer_addr, "connection closed");
             drop(permit);
         });
@@ -225,6 +237,7 @@ fn with_http1_alpn(config: &Arc<ServerConfig>) -> Arc<ServerConfig> {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer_addr: SocketAddr,
     router: Router,
     tls: Option<TlsAcceptor>,
     limits: ListenerLimits,
@@ -236,7 +249,7 @@ async fn serve_connection(
         tracing::debug!(%error, "setting TCP_NODELAY");
     }
     match tls {
-        None => serve_http(TokioIo::new(stream), router, None, limits, stop).await,
+        None => serve_http(TokioIo::new(stream), peer_addr, router, None, limits, stop).await,
         Some(acceptor) => {
             let handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream));
             let stream = match handshake.await {
@@ -258,13 +271,14 @@ async fn serve_connection(
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first().map(PeerRole::of));
-            serve_http(TokioIo::new(stream), router, peer, limits, stop).await;
+            serve_http(TokioIo::new(stream), peer_addr, router, peer, limits, stop).await;
         }
     }
 }
 
 async fn serve_http<I>(
     io: TokioIo<I>,
+    peer_addr: SocketAddr,
     router: Router,
     peer: Option<PeerRole>,
     limits: ListenerLimits,
@@ -275,6 +289,10 @@ async fn serve_http<I>(
     // A peer certificate is there exactly on TLS connections (the handshake requires one).
     let tls = peer.is_some();
     let service = router.map_request(move |mut request: Request<Incoming>| {
+        // The peer's address, as `into_make_service_with_connect_info` would give it.
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer_addr));
         if let Some(peer) = &peer {
             request.extensions_mut().insert(peer.clone());
         }
@@ -334,7 +352,7 @@ mod tests {
 
     use super::*;
 
-    async fn start(limits: ListenerLimits) -> (std::net::SocketAddr, watch::Sender<bool>) {
+    async fn start(limits: ListenerLimits) -> (SocketAddr, watch::Sender<bool>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let router = Router::new().route("/", get(|| async { "ok" }));
@@ -345,7 +363,7 @@ mod tests {
         (address, stop_tx)
     }
 
-    async fn get_root(address: std::net::SocketAddr) -> String {
+    async fn get_root(address: SocketAddr) -> String {
         let mut stream = TcpStream::connect(address).await.unwrap();
         stream
             .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")

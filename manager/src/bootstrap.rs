@@ -9,15 +9,23 @@
 //!   this node with other storage), the data directory was wiped: refuse to start rather than take
 //!   part as the old member (see `raft::identity`).
 //! - **`--join URL`** on a fresh data directory: ask the cluster to add this node as a learner,
-//!   wait until it has caught up, then promote it to voter.
+//!   wait until it has caught up, then promote it to voter. Under TLS the request carries this
+//!   manager's own certificate, which may add only itself (P13.3, `http::authorize`).
+//! - **`--join URL --rejoin`** on a new data directory, for a member whose data directory was
+//!   lost: check that the voters left would keep a quorum, ask the cluster to remove this node's
+//!   old membership (its own certificate may remove only itself), wait until the members have
+//!   seen the removal (and dropped the old storage pin), then join as above.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use leasehold_api::client::{Client, ClientConfig};
-use leasehold_api::wire::AddNodeRequest;
+use leasehold_api::client::{Client, ClientConfig, ClientError};
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::tls::Role;
+use leasehold_api::wire::{AddNodeRequest, ClusterInfo};
 use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
+use rustls_pki_types::CertificateDer;
 use tokio::sync::watch;
 
 use crate::node::ManagerNode;
@@ -31,19 +39,36 @@ const PEER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A join waits for the learner to catch up, which may include a snapshot install.
 const JOIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 const JOIN_PATIENCE: Duration = Duration::from_secs(60);
+/// Bound on one question to one member while rejoining (who it is, what membership it sees).
+const REJOIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on waiting for every member to see this node's old membership removed.
+const REMOVAL_SEEN_PATIENCE: Duration = Duration::from_secs(30);
+/// Pause between two looks at a member that does not see the removal yet.
+const REMOVAL_SEEN_INTERVAL: Duration = Duration::from_millis(250);
+/// After every member saw the removal: time for each to drop its pin of the old storage, which
+/// it does when it next looks at the membership (every 100 ms, `observe::follow_raft`).
+const PIN_DROP_MARGIN: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
     #[error(
         "this node's data directory is new, but node {peer} knows node {node} with storage id \
-         {pinned}: the old data was lost. Remove node {node} (DELETE /v1/cluster/nodes/{node}) \
-         and start it again with --join"
+         {pinned}: the old data was lost. Start it with --join URL --rejoin (or remove node \
+         {node}, DELETE /v1/cluster/nodes/{node}, and start it again with --join)"
     )]
     KnownWithOtherStorage {
         node: NodeId,
         peer: NodeId,
         pinned: String,
     },
+    #[error(
+        "--rejoin is only for a lost data directory, and this one is not new: it already holds \
+         node {node}'s storage. Start without --rejoin (if an earlier --rejoin was interrupted, \
+         --join alone finishes it)"
+    )]
+    RejoinNotNew { node: NodeId },
+    #[error("rejoining through {url}: {reason}")]
+    Rejoin { url: String, reason: String },
     #[error("joining through {url}: {reason}")]
     Join { url: String, reason: String },
     #[error("raft: {0}")]
@@ -87,6 +112,86 @@ pub(crate) async fn probe_peer_within(
     let url = format!("{}/raft/identity", address.trim_end_matches('/'));
     let reply = node.http.get(url).timeout(timeout).send().await.ok()?;
     reply.error_for_status().ok()?.json().await.ok()
+}
+
+/// [`probe_peer`], with the role of the certificate that answered (under TLS; `None` in
+/// plaintext or for a certificate without one role).
+pub(crate) async fn probe_peer_with_role(
+    node: &ManagerNode,
+    address: &str,
+) -> Option<(IdentityReport, Option<Role>)> {
+    let url = format!("{}/raft/identity", address.trim_end_matches('/'));
+    let reply = node
+        .http
+        .get(url)
+        .timeout(PEER_PROBE_TIMEOUT)
+        .send()
+        .await
+        .ok()?;
+    let role = reply
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|info| info.peer_certificate())
+        .and_then(|der| Role::of_certificate(&CertificateDer::from(der.to_vec())).ok());
+    let report = reply.error_for_status().ok()?.json().await.ok()?;
+    Some((report, role))
+}
+
+/// What was heard from a voter before a manager's removal of itself (`--rejoin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoterAnswer {
+    /// It answered as that node with the storage the cluster pinned for it (or none was pinned):
+    /// it is up with its data.
+    WithItsData,
+    /// It answered as that node with another storage id: its data directory was replaced.
+    WithOtherData,
+    /// It did not answer in time, or another node answered.
+    Silent,
+}
+
+/// Whether voter `removed` may remove itself to rejoin with a lost data directory: not while it
+/// still answers with the data the cluster knows (its directory was not lost), and only if the
+/// voters left can commit. Removing a voter goes through a joint configuration, which needs a
+/// majority of the old voters and of the new ones; the removed node counts as down, so enough of
+/// the others must answer with their data for the larger of the two majorities. Removing one of
+/// three voters needs both others up, one of five three of the other four; the only voter is
+/// never removed. Removing a learner changes no quorum.
+pub fn self_removal_check(
+    voters: &BTreeSet<NodeId>,
+    removed: NodeId,
+    answers: &BTreeMap<NodeId, VoterAnswer>,
+) -> Result<(), String> {
+    if !voters.contains(&removed) {
+        return Ok(());
+    }
+    let answer = |id: &NodeId| answers.get(id).copied().unwrap_or(VoterAnswer::Silent);
+    if answer(&removed) == VoterAnswer::WithItsData {
+        return Err(format!(
+            "node {removed} still answers at its address with the data directory the cluster \
+             knows: its data was not lost, so it may not remove itself (--rejoin is for a lost \
+             data directory; an admin can remove a member)"
+        ));
+    }
+    let remaining: BTreeSet<NodeId> = voters.iter().copied().filter(|&id| id != removed).collect();
+    if remaining.is_empty() {
+        return Err(format!(
+            "node {removed} is the only voter: it cannot be removed"
+        ));
+    }
+    let up: BTreeSet<NodeId> = remaining
+        .iter()
+        .copied()
+        .filter(|id| answer(id) == VoterAnswer::WithItsData)
+        .collect();
+    let needed = (voters.len() / 2 + 1).max(remaining.len() / 2 + 1);
+    if up.len() < needed {
+        return Err(format!(
+            "removing node {removed} would leave voters {remaining:?}, of which only {up:?} \
+             answer with their data: {needed} are needed to commit the change, so the cluster \
+             would be left without a quorum. Bring the other voters back first"
+        ));
+    }
+    Ok(())
 }
 
 /// One formation step; also what `POST /v1/cluster/init` runs.
@@ -182,7 +287,36 @@ pub async fn form_or_await(
     }
 }
 
-/// Asks the cluster at `url` to add this node (learner, catch up, promote).
+/// A client of the cluster for joining: the leader first when known, so that the request that
+/// waits for this node to catch up is not cut short by a follower's forwarding bound.
+fn join_client(
+    node: &ManagerNode,
+    endpoints: Vec<String>,
+    request_timeout: Duration,
+) -> Result<Client, ClientError> {
+    let config = ClientConfig {
+        request_timeout,
+        patience: JOIN_PATIENCE,
+        ..ClientConfig::default()
+    };
+    Client::with_tls(endpoints, config, node.settings.tls.as_ref())
+}
+
+/// The endpoints to send a membership change to: the leader `info` names, then `url`.
+fn leader_first(info: &ClusterInfo, url: &str) -> Vec<String> {
+    let mut endpoints: Vec<String> = info.leader_address.iter().cloned().collect();
+    if !endpoints
+        .iter()
+        .any(|e| e.trim_end_matches('/') == url.trim_end_matches('/'))
+    {
+        endpoints.push(url.to_string());
+    }
+    endpoints
+}
+
+/// Asks the cluster at `url` to add this node (learner, catch up, promote). Under TLS this
+/// manager's own certificate asks, which may add only this node, at its advertised address
+/// (P13.3); asking again when already a member at that address changes nothing.
 pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
     let already_voter = node
         .metrics_snapshot()
@@ -193,25 +327,279 @@ pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
     if already_voter {
         return Ok(());
     }
-    let config = ClientConfig {
-        request_timeout: JOIN_REQUEST_TIMEOUT,
-        patience: JOIN_PATIENCE,
-        ..ClientConfig::default()
-    };
     let join_error = |reason: String| BootstrapError::Join {
         url: url.to_string(),
         reason,
     };
-    let client = Client::with_tls(vec![url.to_string()], config, node.settings.tls.as_ref())
+    let asked = join_client(node, vec![url.to_string()], REJOIN_PROBE_TIMEOUT)
+        .map_err(|e| join_error(e.to_string()))?;
+    let info = asked
+        .cluster_info()
+        .await
+        .map_err(|e| join_error(e.to_string()))?;
+    let client = join_client(node, leader_first(&info, url), JOIN_REQUEST_TIMEOUT)
         .map_err(|e| join_error(e.to_string()))?;
     let request = AddNodeRequest {
         node_id: node.id,
         address: node.advertise.clone(),
     };
+    tracing::info!(%url, leader = ?info.leader_address, "asking to join as a learner");
     client
         .add_node(&request)
         .await
         .map_err(|e| join_error(e.to_string()))?;
     tracing::info!(%url, "joined the cluster as a voter");
     Ok(())
+}
+
+/// `--join URL --rejoin`: for a member whose data directory was lost. Refused unless the data
+/// directory is new. Asks the cluster to remove this node's old membership (only while the
+/// voters left keep a quorum), waits until every member has seen the removal, then joins
+/// afresh as a learner, brought up by snapshot install. Logged at warn, never silent.
+pub async fn rejoin(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
+    if !node.identity.is_fresh() || node.metrics_snapshot().last_log_index.is_some() {
+        return Err(BootstrapError::RejoinNotNew { node: node.id });
+    }
+    let rejoin_error = |reason: String| BootstrapError::Rejoin {
+        url: url.to_string(),
+        reason,
+    };
+    let asked = join_client(node, vec![url.to_string()], REJOIN_PROBE_TIMEOUT)
+        .map_err(|e| rejoin_error(e.to_string()))?;
+    let info = asked
+        .cluster_info()
+        .await
+        .map_err(|e| rejoin_error(e.to_string()))?;
+    let old = info
+        .voters
+        .iter()
+        .chain(&info.learners)
+        .find(|member| member.node_id == node.id);
+    let Some(old) = old else {
+        node.release_raft_after_rejoin();
+        tracing::warn!(
+            node_id = node.id,
+            "--rejoin: node {} is not a member of the cluster; joining afresh as a learner",
+            node.id
+        );
+        return join(node, url).await;
+    };
+    tracing::warn!(
+        node_id = node.id,
+        old_address = %old.address,
+        address = %node.advertise,
+        "--rejoin: this node's data directory was lost; asking the cluster to remove its old \
+         membership, then joining afresh as a learner"
+    );
+    let voters: BTreeSet<NodeId> = info.voters.iter().map(|member| member.node_id).collect();
+    if voters.contains(&node.id) {
+        let answers = ask_voters(node, &info).await;
+        self_removal_check(&voters, node.id, &answers).map_err(rejoin_error)?;
+    }
+    let client = join_client(node, leader_first(&info, url), JOIN_REQUEST_TIMEOUT)
+        .map_err(|e| rejoin_error(e.to_string()))?;
+    match client.remove_node(node.id).await {
+        Ok(_) => {}
+        // Removed already (an earlier attempt, or an admin).
+        Err(error) if error.code() == Some(ErrorCode::NotFound) => {}
+        Err(error) => return Err(rejoin_error(format!("removing node {}: {error}", node.id))),
+    }
+    tracing::warn!(node_id = node.id, old_address = %old.address, "--rejoin: the old membership is removed");
+    await_removal_seen(node, &info).await;
+    node.release_raft_after_rejoin();
+    join(node, url).await
+}
+
+/// Asks every voter of `info` who it is and which storage the others pinned for it
+/// (`GET /raft/identity`; this node is still a member, so it may ask).
+async fn ask_voters(node: &ManagerNode, info: &ClusterInfo) -> BTreeMap<NodeId, VoterAnswer> {
+    let mut reports = BTreeMap::new();
+    for voter in &info.voters {
+        let report = probe_peer_within(node, &voter.address, REJOIN_PROBE_TIMEOUT).await;
+        reports.insert(voter.node_id, report.filter(|r| r.node_id == voter.node_id));
+    }
+    let answers: BTreeMap<NodeId, VoterAnswer> = reports
+        .iter()
+        .map(|(&voter, report)| {
+            let answer = match report {
+                None => VoterAnswer::Silent,
+                Some(report) => {
+                    let replaced = reports.values().flatten().any(|other| {
+                        other
+                            .pins
+                            .get(&voter)
+                            .is_some_and(|pinned| *pinned != report.storage_id)
+                    });
+                    if replaced {
+                        VoterAnswer::WithOtherData
+                    } else {
+                        VoterAnswer::WithItsData
+                    }
+                }
+            };
+            (voter, answer)
+        })
+        .collect();
+    tracing::info!(
+        ?answers,
+        "voters asked before removing this node's old membership"
+    );
+    answers
+}
+
+/// Waits (bounded) until every other member of `info` sees a membership without this node, then
+/// a moment more, so each has dropped its pin of the old storage before the new one is added.
+/// A member that does not answer is left to catch up later (logged).
+async fn await_removal_seen(node: &ManagerNode, info: &ClusterInfo) {
+    let Ok(client) = join_client(
+        node,
+        info.voters.iter().map(|m| m.address.clone()).collect(),
+        REJOIN_PROBE_TIMEOUT,
+    ) else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + REMOVAL_SEEN_PATIENCE;
+    let others = info
+        .voters
+        .iter()
+        .chain(&info.learners)
+        .filter(|member| member.node_id != node.id);
+    for member in others {
+        loop {
+            let seen = client
+                .cluster_info_from(&member.address)
+                .await
+                .is_ok_and(|view| {
+                    !view
+                        .voters
+                        .iter()
+                        .chain(&view.learners)
+                        .any(|m| m.node_id == node.id)
+                });
+            if seen {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    member = member.node_id,
+                    "--rejoin: this member has not seen the removal yet; joining anyway"
+                );
+                break;
+            }
+            tokio::time::sleep(REMOVAL_SEEN_INTERVAL).await;
+        }
+    }
+    tokio::time::sleep(PIN_DROP_MARGIN).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use VoterAnswer::{Silent, WithItsData, WithOtherData};
+
+    fn answers(pairs: &[(NodeId, VoterAnswer)]) -> BTreeMap<NodeId, VoterAnswer> {
+        pairs.iter().copied().collect()
+    }
+
+    /// `--rejoin`: a manager removes itself only with its data lost, and only while the voters
+    /// left can commit (the joint configuration needs a majority of the old voters, the removed
+    /// one counted as down, and of the new).
+    #[test]
+    fn p13_3_a_manager_removes_itself_only_when_lost_and_the_rest_keep_a_quorum() {
+        let three = BTreeSet::from([1, 2, 3]);
+        let five = BTreeSet::from([1, 2, 3, 4, 5]);
+        /// What, the voters, the node removing itself, what was heard, whether it may.
+        type Case<'a> = (
+            &'a str,
+            &'a BTreeSet<NodeId>,
+            NodeId,
+            BTreeMap<NodeId, VoterAnswer>,
+            bool,
+        );
+        let cases: [Case; 10] = [
+            (
+                "one of three, lost, both others up",
+                &three,
+                3,
+                answers(&[(1, WithItsData), (2, WithItsData), (3, WithOtherData)]),
+                true,
+            ),
+            (
+                "one of three, silent, both others up",
+                &three,
+                3,
+                answers(&[(1, WithItsData), (2, WithItsData), (3, Silent)]),
+                true,
+            ),
+            (
+                "one of three, lost, another down: the last two could not commit",
+                &three,
+                3,
+                answers(&[(1, WithItsData), (2, Silent), (3, WithOtherData)]),
+                false,
+            ),
+            (
+                "one of three, lost, another wiped too",
+                &three,
+                3,
+                answers(&[(1, WithItsData), (2, WithOtherData), (3, WithOtherData)]),
+                false,
+            ),
+            (
+                "one of three still up with its data: not lost",
+                &three,
+                3,
+                answers(&[(1, WithItsData), (2, WithItsData), (3, WithItsData)]),
+                false,
+            ),
+            (
+                "one of five, lost, three of the other four up",
+                &five,
+                5,
+                answers(&[
+                    (1, WithItsData),
+                    (2, WithItsData),
+                    (3, WithItsData),
+                    (5, Silent),
+                ]),
+                true,
+            ),
+            (
+                "one of five, lost, two of the other four up",
+                &five,
+                5,
+                answers(&[(1, WithItsData), (2, WithItsData), (5, Silent)]),
+                false,
+            ),
+            (
+                "one of two, lost: the other alone is no majority of the two",
+                &BTreeSet::from([1, 2]),
+                2,
+                answers(&[(1, WithItsData), (2, Silent)]),
+                false,
+            ),
+            (
+                "the only voter",
+                &BTreeSet::from([1]),
+                1,
+                answers(&[(1, WithOtherData)]),
+                false,
+            ),
+            (
+                "a learner: no voter changes",
+                &three,
+                4,
+                answers(&[(1, WithItsData)]),
+                true,
+            ),
+        ];
+        for (what, voters, removed, answers, allowed) in cases {
+            assert_eq!(
+                self_removal_check(voters, removed, &answers).is_ok(),
+                allowed,
+                "{what}: {:?}",
+                self_removal_check(voters, removed, &answers)
+            );
+        }
+    }
 }

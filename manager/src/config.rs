@@ -11,6 +11,10 @@ use leasehold_api::process::{check_plaintext_listener, LogFormat, TlsArgs};
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
 use leasehold_api::wire::validate_base_url;
 
+use crate::http::registration_limit::{
+    RateLimits, RegistrationSettings, DEFAULT_MAX_CAPACITY, DEFAULT_REGISTRATION_BURST,
+    DEFAULT_REGISTRATION_RATE, MAX_REGISTRATION_LIMIT,
+};
 use crate::leader::core::GuardConfig;
 use crate::leader::placement::PlacementSettings;
 use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
@@ -47,6 +51,12 @@ pub struct Args {
     /// Join a running cluster through this member's URL (instead of --initial-cluster).
     #[arg(long, env = "LEASEHOLD_JOIN", conflicts_with = "initial_cluster")]
     pub join: Option<String>,
+
+    /// With --join, for a member whose data directory was lost: ask the cluster to remove this
+    /// node's old membership, then join afresh as a learner (docs/OPERATIONS.md "Replacing a
+    /// manager"). Refused unless the data directory is new; for one start only.
+    #[arg(long, env = "LEASEHOLD_REJOIN")]
+    pub rejoin: bool,
 
     /// Number of shards, fixed when the cluster is initialised.
     #[arg(long, env = "LEASEHOLD_SHARD_COUNT", default_value_t = 1024,
@@ -99,6 +109,27 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
     pub max_balance_moves: Option<u32>,
 
+    /// Largest capacity a registration may ask for (P15.1), 1 to 1 000 000; above it the
+    /// registration is refused `400`. A capacity is a weight relative to the other executors'
+    /// (2 carries twice the share of 1), so the default of 1 000 allows any real spread of
+    /// machine sizes while one registration cannot claim nearly every shard. Executors already
+    /// registered keep theirs.
+    #[arg(long, env = "LEASEHOLD_MAX_CAPACITY", default_value_t = DEFAULT_MAX_CAPACITY,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold_api::wire::MAX_CAPACITY)))]
+    pub max_capacity: u32,
+
+    /// Registrations per second one caller (a TLS certificate from one address, or an address)
+    /// may make once its burst is spent (P13.6); past it, `429 rate_limited` with `Retry-After`.
+    #[arg(long, env = "LEASEHOLD_REGISTRATION_RATE", default_value_t = DEFAULT_REGISTRATION_RATE,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REGISTRATION_LIMIT)))]
+    pub registration_rate: u32,
+
+    /// Registrations one caller may make at once (P13.6): enough for a host's whole fleet of
+    /// executors starting together.
+    #[arg(long, env = "LEASEHOLD_REGISTRATION_BURST", default_value_t = DEFAULT_REGISTRATION_BURST,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REGISTRATION_LIMIT)))]
+    pub registration_burst: u32,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -110,6 +141,19 @@ pub struct Args {
     /// 32 bytes, and restore only backups it sealed (PROTOCOL P13.6).
     #[arg(long, env = "LEASEHOLD_BACKUP_KEY_FILE")]
     pub backup_key_file: Option<PathBuf>,
+
+    /// Free space the data directory's file system keeps (e.g. `256MiB`, `1GB`, or bytes; `0`
+    /// turns the alarm off). Below it, writes that grow the state (registrations, plans) are
+    /// refused with 507 while renewals and reads go on, until space returns (PROTOCOL P8.3).
+    #[arg(long, env = "LEASEHOLD_MIN_FREE_DISK", default_value = "256MiB", value_parser = parse_byte_size)]
+    pub min_free_disk: u64,
+}
+
+/// Parses a size: bytes, or a number with a unit (`KiB`, `MiB`, `GiB`, `KB`, `MB`, `GB`).
+fn parse_byte_size(value: &str) -> Result<u64, String> {
+    byte_unit::Byte::parse_str(value, true)
+        .map(|bytes| bytes.as_u64())
+        .map_err(|e| format!("{value:?} is not a size such as 256MiB: {e}"))
 }
 
 /// Longest `--lease-duration` and `--mass-expiry-grace`: a lease is a failure detector, and a day
@@ -173,6 +217,8 @@ pub struct ManagerConfig {
     pub data_dir: PathBuf,
     pub initial_cluster: BTreeMap<NodeId, String>,
     pub join: Option<String>,
+    /// `--rejoin`: remove this node's old membership before joining (a lost data directory).
+    pub rejoin: bool,
     pub shard_count: u32,
     pub lease_duration_ms: u64,
     pub timings: RaftTimings,
@@ -180,12 +226,18 @@ pub struct ManagerConfig {
     pub guard: GuardConfig,
     /// Placement by load (`--load-placement`, `--balance-tolerance`, `--max-balance-moves`).
     pub placement: PlacementSettings,
+    /// `--max-capacity`, `--registration-rate`, `--registration-burst` (P13.6, P15.1).
+    pub registration: RegistrationSettings,
     /// The process's TLS identity (P13.2), loaded and checked at start; `None` serves plaintext.
     pub tls: Option<TlsConfig>,
     /// Plaintext on a non-loopback address, allowed by `--insecure` (P13.5): warned about at start.
     pub insecure_plaintext: bool,
     /// `--backup-key-file`, read at start (P13.6).
     pub backup_key: Option<BackupKey>,
+    /// `--min-free-disk` in bytes (P8.3).
+    pub min_free_disk_bytes: u64,
+    /// How the Raft log is made durable; tests inject flush failures here (P8.3).
+    pub log_store: leasehold_raft_store::LogStoreConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -241,6 +293,19 @@ impl TryFrom<Args> for ManagerConfig {
         validate_base_url(&advertise).map_err(|e| ConfigError(format!("--advertise: {e}")))?;
         if let Some(join) = &args.join {
             validate_base_url(join).map_err(|e| ConfigError(format!("--join: {e}")))?;
+        }
+        if args.rejoin && args.join.is_none() {
+            return Err(ConfigError(
+                "--rejoin needs --join URL (a member of the cluster to rejoin)".to_string(),
+            ));
+        }
+        // Only a lost (new) data directory rejoins; the server checks its storage again.
+        if args.rejoin && std::fs::read_dir(&args.data_dir).is_ok_and(|mut e| e.next().is_some()) {
+            return Err(ConfigError(format!(
+                "--rejoin is only for a lost data directory, and {} is not empty: start without \
+                 --rejoin (if an earlier --rejoin was interrupted, --join alone finishes it)",
+                args.data_dir.display()
+            )));
         }
         let initial_cluster = args.initial_cluster.map(|c| c.0).unwrap_or_default();
         // Under TLS every peer is reached over TLS, and without it none can be (P13.2).
@@ -315,6 +380,7 @@ impl TryFrom<Args> for ManagerConfig {
             data_dir: args.data_dir,
             initial_cluster,
             join: args.join,
+            rejoin: args.rejoin,
             shard_count: args.shard_count,
             lease_duration_ms,
             timings,
@@ -333,9 +399,18 @@ impl TryFrom<Args> for ManagerConfig {
                     .max_balance_moves
                     .and_then(|moves| usize::try_from(moves).ok()),
             },
+            registration: RegistrationSettings {
+                max_capacity: args.max_capacity,
+                limits: RateLimits {
+                    per_second: args.registration_rate,
+                    burst: args.registration_burst,
+                },
+            },
             tls,
             insecure_plaintext,
             backup_key,
+            min_free_disk_bytes: args.min_free_disk,
+            log_store: leasehold_raft_store::LogStoreConfig::default(),
         })
     }
 }
@@ -381,6 +456,45 @@ mod tests {
             }
         );
         assert_eq!(config.placement, PlacementSettings::default());
+        assert_eq!(config.registration, RegistrationSettings::default());
+    }
+
+    /// P13.6, P15.1: the registration limits parse, and each refuses 0 and values past its
+    /// bound naming itself.
+    #[test]
+    fn p13_6_registration_limit_flags_parse_and_are_bounded() {
+        let config = args(&[
+            "--initial-cluster",
+            "1=http://127.0.0.1:7001",
+            "--max-capacity",
+            "16",
+            "--registration-rate",
+            "2",
+            "--registration-burst",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.registration,
+            RegistrationSettings {
+                max_capacity: 16,
+                limits: RateLimits {
+                    per_second: 2,
+                    burst: 5
+                },
+            }
+        );
+        for (flag, bad) in [
+            ("--max-capacity", "0"),
+            ("--max-capacity", "1000001"),
+            ("--registration-rate", "0"),
+            ("--registration-rate", "1000001"),
+            ("--registration-burst", "0"),
+            ("--registration-burst", "ten"),
+        ] {
+            let err = args(&["--initial-cluster", "1=http://a:1", flag, bad]).unwrap_err();
+            assert!(err.contains(flag), "{flag} {bad}: {err}");
+        }
     }
 
     #[test]
@@ -442,6 +556,44 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(fraction.placement.tolerance, 0.05);
+    }
+
+    /// `--rejoin` needs `--join`, and a data directory that is new (absent or empty).
+    #[test]
+    fn rejoin_needs_join_and_a_new_data_directory() {
+        let err = args(&["--initial-cluster", "1=http://a:1", "--rejoin"]).unwrap_err();
+        assert!(err.contains("--join"), "{err}");
+        let dir = tempfile::TempDir::new().unwrap();
+        let data_dir = dir.path().join("m1");
+        let data_dir = data_dir.to_str().unwrap();
+        let rejoin = |data_dir: &str| {
+            let argv = [
+                "leasehold-manager",
+                "--id",
+                "1",
+                "--listen",
+                "127.0.0.1:7001",
+                "--data-dir",
+                data_dir,
+                "--join",
+                "http://127.0.0.1:7002",
+                "--rejoin",
+            ];
+            let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+            ManagerConfig::try_from(args).map_err(|e| e.to_string())
+        };
+        assert!(
+            rejoin(data_dir).unwrap().rejoin,
+            "an absent directory is new"
+        );
+        std::fs::create_dir(data_dir).unwrap();
+        assert!(rejoin(data_dir).is_ok(), "an empty directory is new");
+        std::fs::write(dir.path().join("m1/db"), b"x").unwrap();
+        let err = rejoin(data_dir).unwrap_err();
+        assert!(
+            err.contains("--rejoin is only for a lost data directory"),
+            "{err}"
+        );
     }
 
     #[test]

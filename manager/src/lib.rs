@@ -13,6 +13,8 @@
 //! | `load_reports` | the loads executors report in renewals (P15.1), soft state for the leader |
 //! | `signals` | what committed outcomes tell the leader loop (pushes owed, replan, renewals seen) |
 //! | `observe` | background duties that follow Raft metrics |
+//! | `fatal` | a stopped Raft core (a storage failure) ends the process (P8.3) |
+//! | `disk_space` | the free-space alarm: writes that grow the state wait for space (P8.3) |
 //! | `http` | the axum server: public API, Raft RPC, health, metrics |
 //! | `restore` | importing a backup prepared by `leaseholdctl snapshot restore` on first start |
 //! | `server` | start-up and graceful stop (§8) |
@@ -23,6 +25,8 @@ pub mod clock;
 pub mod cluster_version;
 pub mod config;
 pub mod cpu_bound;
+pub mod disk_space;
+pub mod fatal;
 pub mod http;
 pub mod leader;
 pub mod lease;

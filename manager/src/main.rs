@@ -1,7 +1,8 @@
 //! `leasehold-manager`: one manager replica.
 //!
 //! Exit status: 0 after a clean stop, 2 when the configuration is refused (one line on stderr
-//! naming the flag), 1 when the manager fails while running.
+//! naming the flag), 74 when its storage failed (its Raft core stopped or its disk is full,
+//! PROTOCOL P8.3; one line naming the cause), 1 when the manager fails otherwise while running.
 
 use std::process::ExitCode;
 
@@ -9,6 +10,8 @@ use anyhow::Context;
 use clap::Parser;
 use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal};
 use leasehold_manager::config::{Args, ManagerConfig};
+use leasehold_manager::fatal::EXIT_RAFT_STOPPED;
+use leasehold_manager::server::ServerError;
 
 const PROGRAM: &str = "leasehold-manager";
 
@@ -29,7 +32,15 @@ async fn main() -> ExitCode {
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => run_error(PROGRAM, error.as_ref()),
+        Err(error) => {
+            if let Some(stopped @ ServerError::StorageFailed { .. }) = error.downcast_ref() {
+                // Out now, not through the runtime's shutdown, which would wait for blocking
+                // threads: one may be stuck in an fsync of the failed disk.
+                eprintln!("{PROGRAM}: {stopped}");
+                std::process::exit(i32::from(EXIT_RAFT_STOPPED));
+            }
+            run_error(PROGRAM, error.as_ref())
+        }
     }
 }
 

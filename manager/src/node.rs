@@ -11,6 +11,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 
 use crate::clock::LeaderClock;
+use crate::disk_space::DiskSpace;
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
 use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::member_versions::MemberVersions;
@@ -83,6 +84,12 @@ pub struct ManagerNode {
     /// and acknowledged before the restart, so linearizable reads also wait for them
     /// ([`Self::linearizable_read`]).
     last_log_index_at_start: u64,
+    /// Set while this node rejoins (`--rejoin`): until the cluster has removed its old membership
+    /// it takes no Raft message but `/raft/identity` (`http::authorize`). A leader still
+    /// replicating to the old member would otherwise bring the new, empty data directory up as
+    /// that member (a snapshot naming it a voter), and it would then neither join nor vote
+    /// rightly. Set before the listener serves, cleared once the removal is seen.
+    rejoining: std::sync::atomic::AtomicBool,
     /// The vote this node restored when it started: only a leader still holding it can be the
     /// restored-in-office leader above (a leader elected later commits a blank entry of its own
     /// term, which covers everything committed before).
@@ -123,10 +130,17 @@ impl ManagerNode {
         metrics: Option<PrometheusHandle>,
         renewals: RenewalQueue,
         (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
+        disk_space: DiskSpace,
     ) -> Self {
         let signals = Arc::new(LeaderSignals::default());
         let clock = Arc::new(LeaderClock::new());
-        let proposer = Proposer::new(raft.clone(), signals.clone(), state.clone(), clock.clone());
+        let proposer = Proposer::new(
+            raft.clone(),
+            signals.clone(),
+            state.clone(),
+            clock.clone(),
+            disk_space,
+        );
         Self {
             id,
             advertise,
@@ -148,7 +162,24 @@ impl ManagerNode {
             proposer,
             last_log_index_at_start,
             vote_at_start,
+            rejoining: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Refuses Raft messages until the rejoin removed the old membership (`--rejoin`).
+    pub fn hold_raft_while_rejoining(&self) {
+        self.rejoining
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn release_raft_after_rejoin(&self) {
+        self.rejoining
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether this node rejoins and still refuses Raft messages.
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The barrier in front of a linearizable read on the leader: openraft's read index (the
@@ -250,9 +281,16 @@ impl ManagerNode {
             .nodes()
             .map(member)
             .partition(|m| voter_ids.contains(&m.node_id));
+        // From `leader()`, not the metrics' `current_leader`: a node whose Raft core stopped
+        // keeps its last metrics, naming itself, but leads nothing (P8.3).
+        let leader_id = match self.leader() {
+            Leader::Local => Some(self.id),
+            Leader::Remote { id, .. } => Some(id),
+            Leader::Unknown => None,
+        };
         ClusterInfo {
             node_id: self.id,
-            leader_id: metrics.current_leader,
+            leader_id,
             leader_address: self.leader_address(),
             term: metrics.current_term,
             voters,

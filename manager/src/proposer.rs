@@ -2,7 +2,8 @@
 //! over (P8.2) or while its clock is not yet anchored for the term it leads (P6.4: a stamp read
 //! before the term's anchor could lie below the deadlines the state holds), and told to the
 //! leader's signals once applied, so the leader loop and the commit metrics see every outcome
-//! exactly once.
+//! exactly once. While the free-space alarm is raised it refuses the commands that grow the
+//! state (P8.3).
 //!
 //! A narrow handle: the renewal batcher, the leader loop, the delivery task and the handlers
 //! each hold a clone and nothing else of the node to write with.
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use openraft::error::{ClientWriteError, RaftError};
 
 use crate::clock::{LeaderClock, StaleStamp};
+use crate::disk_space::{DiskSpace, LowDisk};
 use crate::lease::schema::{check_proposable, NotYetEnabled};
 use crate::lease::{answer, Command, CommandAnswer, Mismatch, Outcome};
 use crate::raft::{LeaseStateHandle, ManagerRaft};
@@ -30,6 +32,12 @@ pub enum ProposeError {
     StaleStamp(#[from] StaleStamp),
     #[error("raft: {0}")]
     Raft(String),
+    /// This replica's Raft core stopped (P8.3); the process is ending.
+    #[error("this replica's Raft core stopped: {0}")]
+    RaftStopped(String),
+    /// The free-space alarm is raised and the command grows the state (P8.3).
+    #[error(transparent)]
+    InsufficientStorage(#[from] LowDisk),
     /// The state machine answered a command with an outcome it cannot produce: a bug.
     #[error(transparent)]
     Mismatch(#[from] Mismatch),
@@ -47,6 +55,8 @@ pub struct Proposer {
     state: LeaseStateHandle,
     /// Every stamp is checked against the term this clock is anchored for (P6.4).
     clock: Arc<LeaderClock>,
+    /// The free-space alarm (P8.3).
+    disk_space: DiskSpace,
     /// Set on SIGTERM: this node no longer takes writes as leader while it hands over (P8.2).
     stepping_down: Arc<AtomicBool>,
 }
@@ -65,12 +75,14 @@ impl Proposer {
         signals: Arc<LeaderSignals>,
         state: LeaseStateHandle,
         clock: Arc<LeaderClock>,
+        disk_space: DiskSpace,
     ) -> Self {
         Self {
             raft,
             signals,
             state,
             clock,
+            disk_space,
             stepping_down: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -83,11 +95,19 @@ impl Proposer {
         self.stepping_down.store(true, Ordering::Release);
     }
 
+    /// The free-space alarm this proposer obeys.
+    pub fn disk_space(&self) -> &DiskSpace {
+        &self.disk_space
+    }
+
     /// Commits `command` and returns the log index it was applied at with its outcome. Nothing is
     /// acknowledged before it is committed.
     pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), ProposeError> {
         if self.is_stepping_down() {
             return Err(ProposeError::SteppingDown);
+        }
+        if command.grows_state() {
+            self.disk_space.check_growth()?;
         }
         let cluster_version = self.state.read(|applied| applied.state.cluster_version());
         check_proposable(&command, cluster_version)?;
@@ -106,6 +126,7 @@ impl Proposer {
                     leader_address: forward.leader_node.map(|node| node.addr),
                 })
             }
+            Err(RaftError::Fatal(fatal)) => Err(ProposeError::RaftStopped(fatal.to_string())),
             Err(other) => Err(ProposeError::Raft(other.to_string())),
         }
     }

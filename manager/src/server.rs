@@ -14,19 +14,19 @@ use std::time::Duration;
 use leasehold_api::origin::HostPolicy;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::TlsConfig;
-use leasehold_raft_store::LogStoreConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
 use tokio::sync::{oneshot, watch};
 
 use crate::bootstrap::{self, BootstrapError};
 use crate::config::ManagerConfig;
+use crate::disk_space::DiskSpace;
 use crate::lease::LeaseState;
 use crate::node::{ClusterSettings, ManagerNode};
 use crate::raft::identity::{Identity, IdentityError};
 use crate::raft::network::HttpNetworkFactory;
 use crate::raft::{openraft_config, TypeConfig};
-use crate::{http, leader, observe, renewals};
+use crate::{fatal, http, leader, observe, renewals};
 
 /// Bound on establishing a connection to a peer.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -61,6 +61,20 @@ pub enum ServerError {
     Bootstrap(#[from] BootstrapError),
     #[error("restoring a backup: {0}")]
     Restore(#[from] crate::restore::RestoreError),
+    /// P8.3: the storage failed (the Raft core stopped, or the disk is full); the process must
+    /// end.
+    #[error("{cause}")]
+    StorageFailed { cause: String },
+}
+
+/// Why the server stopped serving.
+enum StopReason {
+    /// SIGTERM or SIGINT: a graceful stop (P8.2).
+    Requested,
+    /// Forming or joining the cluster failed for good.
+    Bootstrap(BootstrapError),
+    /// The storage failed (P8.3).
+    StorageFailed(String),
 }
 
 /// Runs the replica until `shutdown` resolves (then stops gracefully) or a fatal start-up error.
@@ -76,7 +90,7 @@ pub async fn run(
     let db = sled::open(&config.data_dir)?;
     let identity = Arc::new(Identity::open(&db, config.id)?);
     let (mut log_store, mut state_machine) =
-        leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, LogStoreConfig::default())?;
+        leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, config.log_store.clone())?;
     // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
     crate::restore::import_if_prepared(&config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();
@@ -119,6 +133,7 @@ pub async fn run(
     .map_err(|e| ServerError::Raft(e.to_string()))?;
 
     let (renewal_queue, pending_renewals) = renewals::queue();
+    let disk_space = DiskSpace::new(config.min_free_disk_bytes);
     let node = Arc::new(ManagerNode::new(
         config.id,
         config.advertise.clone(),
@@ -137,9 +152,15 @@ pub async fn run(
         metrics,
         renewal_queue,
         log_at_start,
+        disk_space.clone(),
     ));
 
     let (stop_tasks, tasks_stopped) = watch::channel(false);
+    tokio::spawn(crate::disk_space::watch(
+        config.data_dir.clone(),
+        disk_space.clone(),
+        tasks_stopped.clone(),
+    ));
     tokio::spawn(observe::follow_raft(node.clone(), tasks_stopped.clone()));
     tokio::spawn(observe::probe_peer_identities(
         node.clone(),
@@ -172,9 +193,15 @@ pub async fn run(
     {
         let node = node.clone();
         let join = config.join.clone();
+        let rejoin = config.rejoin;
+        if rejoin {
+            // Before serving: no Raft message reaches it as its old self (bootstrap::rejoin).
+            node.hold_raft_while_rejoining();
+        }
         let tasks_stopped = tasks_stopped.clone();
         tokio::spawn(async move {
             let outcome = match join {
+                Some(url) if rejoin => bootstrap::rejoin(&node, &url).await,
                 Some(url) => bootstrap::join(&node, &url).await,
                 None => bootstrap::form_or_await(&node, tasks_stopped).await,
             };
@@ -188,43 +215,84 @@ pub async fn run(
         });
     }
 
-    let (fatal_seen_tx, fatal_seen_rx) = oneshot::channel::<BootstrapError>();
+    let (stop_reason_tx, mut stop_reason_rx) = oneshot::channel::<StopReason>();
     let stop_serving = {
         let node = node.clone();
         async move {
-            tokio::select! {
+            let reason = tokio::select! {
                 _ = shutdown => {
                     tracing::info!("shutdown requested");
                     step_down(&node).await;
+                    StopReason::Requested
                 }
-                Ok(error) = fatal_rx => {
-                    let _ = fatal_seen_tx.send(error);
+                Ok(error) = fatal_rx => StopReason::Bootstrap(error),
+                cause = fatal::raft_core_stopped(&node.raft) => {
+                    tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
+                    tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
+                    StopReason::StorageFailed(cause)
                 }
-            }
+                free_bytes = disk_space.exhausted() => {
+                    let cause = fatal::disk_full(free_bytes);
+                    tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
+                    // Its core still runs: no more writes, no more heartbeats, no candidacy, so
+                    // nothing it says keeps the others' leader lease alive.
+                    node.begin_step_down();
+                    node.raft.runtime_config().heartbeat(false);
+                    node.raft.runtime_config().elect(false);
+                    tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
+                    StopReason::StorageFailed(cause)
+                }
+            };
+            let _ = stop_reason_tx.send(reason);
         }
     };
-    leasehold_api::serve::serve(
+    let serving = leasehold_api::serve::serve(
         listener,
         http::router(
             node.clone(),
             HostPolicy::for_listener(config.tls.is_some(), config.listen.ip(), &config.advertise),
+            config.registration,
         ),
         config.tls.as_ref().map(TlsConfig::server_config),
         ListenerLimits::for_this_process(),
         stop_serving,
-    )
-    .await
-    .map_err(ServerError::Serve)?;
-
+    );
+    tokio::pin!(serving);
+    // The reason arrives before serving ends (serving ends only after `stop_serving` did), except
+    // when serving fails on its own; `try_recv` then finds what was sent, if anything.
+    let (served, reason) = tokio::select! {
+        biased;
+        reason = &mut stop_reason_rx => {
+            let reason = reason.unwrap_or(StopReason::Requested);
+            // After a fatal stop the drain is bounded: nothing in flight can be committed here
+            // any more, and the others elect only once this process is gone.
+            let served = match &reason {
+                StopReason::StorageFailed(_) => {
+                    tokio::time::timeout(fatal::DRAIN_AFTER_FATAL, &mut serving)
+                        .await
+                        .unwrap_or(Ok(()))
+                }
+                _ => serving.await,
+            };
+            (served, reason)
+        }
+        served = &mut serving => (served, stop_reason_rx.try_recv().unwrap_or(StopReason::Requested)),
+    };
     let _ = stop_tasks.send(true);
+    if let StopReason::StorageFailed(cause) = reason {
+        // No Raft shutdown and no flush: the storage cannot take them, and a failed fsync is
+        // never retried.
+        return Err(ServerError::StorageFailed { cause });
+    }
+    served.map_err(ServerError::Serve)?;
     if let Err(error) = node.raft.shutdown().await {
         tracing::warn!(%error, "raft shutdown");
     }
     db.flush_async().await?;
     tracing::info!("stopped");
-    match fatal_seen_rx.await {
-        Ok(error) => Err(error.into()),
-        Err(_) => Ok(()),
+    match reason {
+        StopReason::Bootstrap(error) => Err(error.into()),
+        StopReason::Requested | StopReason::StorageFailed(_) => Ok(()),
     }
 }
 

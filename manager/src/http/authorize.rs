@@ -48,6 +48,11 @@ pub enum Requirement {
     /// Raft RPCs: a manager whose certificate names the node the message claims to come from,
     /// and which is a member (or, before formation, listed in `--initial-cluster`).
     RaftPeer,
+    /// Membership of one manager: an admin, or the manager whose certificate names that node,
+    /// for itself only ([`own_membership_allowed`]): to join (`POST /v1/cluster/nodes`, the node
+    /// named in the body, which the handler checks with [`manager_join`]) or to remove itself to
+    /// rejoin after its data directory was lost (`DELETE /v1/cluster/nodes/{id}`, named here).
+    AdminOrOwnManager(Option<u64>),
 }
 
 const ADMIN: &[RoleKind] = &[RoleKind::Admin];
@@ -68,6 +73,12 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
         // The executor's own (with its credential), or an operator's.
         (&Method::DELETE, ["v1", "executors", _]) => Requirement::OneOf(EXECUTOR_OR_ADMIN),
         (_, ["v1", "executors", _, "drain"]) => Requirement::OneOf(ADMIN),
+        // A manager joins as itself, or removes itself to rejoin (`--join`, `--rejoin`).
+        (&Method::POST, ["v1", "cluster", "nodes"]) => Requirement::AdminOrOwnManager(None),
+        (&Method::DELETE, ["v1", "cluster", "nodes", node_id]) => match node_id.parse() {
+            Ok(node_id) => Requirement::AdminOrOwnManager(Some(node_id)),
+            Err(_) => Requirement::OneOf(ADMIN),
+        },
         (_, ["v1", "cluster", "init" | "nodes" | "snapshot", ..]) if method != Method::GET => {
             Requirement::OneOf(ADMIN)
         }
@@ -93,6 +104,18 @@ fn unauthenticated(detail: &str) -> Response {
 /// The layer: on a TLS listener, refuses a caller whose certificate does not carry what the
 /// route requires (401 without a certificate, 403 with the wrong role), and hands the role on.
 pub async fn authorize(State(node): State<AppState>, mut request: Request, next: Next) -> Response {
+    // With or without TLS: a rejoining node takes no Raft message for its old membership.
+    if node.is_rejoining() && held_while_rejoining(request.uri().path()) {
+        return HttpError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "node {} is rejoining (--rejoin): it takes Raft messages once its old membership \
+                 is removed",
+                node.id
+            ),
+        )
+        .into_response();
+    }
     if node.settings.tls.is_none() {
         return next.run(request).await;
     }
@@ -128,6 +151,7 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
                 .join(" or ")
         )),
         Requirement::RaftPeer => raft_peer_allowed(&node, &role, &request),
+        Requirement::AdminOrOwnManager(named) => own_membership_allowed(&role, named),
     };
     if let Err(detail) = allowed {
         tracing::warn!(path = request.uri().path(), %role, "refused: {detail}");
@@ -135,6 +159,12 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
     }
     request.extensions_mut().insert(CallerRole(role));
     next.run(request).await
+}
+
+/// The Raft messages a rejoining node refuses: all but `/raft/identity`, which the leader and
+/// the node itself ask before the old membership is removed.
+fn held_while_rejoining(path: &str) -> bool {
+    path.starts_with("/raft/") && path.trim_end_matches('/') != "/raft/identity"
 }
 
 /// Whose request this is: the certificate's role, or, for a request a follower forwarded, the
@@ -165,8 +195,74 @@ pub fn effective_role(peer: Role, headers: &HeaderMap) -> Result<Role, String> {
         .and_then(|uri| Role::from_san_uri(uri).map_err(|e| e.to_string()))
 }
 
+/// `POST /v1/cluster/nodes` and `DELETE /v1/cluster/nodes/{id}` (`named`: the id in the path,
+/// `None` when the body names the node): an admin may change any member; a manager only its own
+/// node, so a manager's request that names another node is refused here, before its body is
+/// read. A join's body is checked by the handler ([`manager_join`]).
+pub fn own_membership_allowed(role: &Role, named: Option<u64>) -> Result<(), String> {
+    match (role, named) {
+        (Role::Admin, _) | (Role::Manager { .. }, None) => Ok(()),
+        (Role::Manager { node_id }, Some(named)) if *node_id == named => Ok(()),
+        (Role::Manager { node_id }, Some(named)) => Err(format!(
+            "a manager certificate may remove only its own node (to rejoin with a lost data \
+             directory); the certificate is manager {node_id}'s and the request names node \
+             {named}: removing another member needs the admin role"
+        )),
+        (role, _) => Err(format!(
+            "this needs the admin role (or, for its own node only, that manager's certificate); \
+             the certificate is {role}"
+        )),
+    }
+}
+
+/// What a manager's own `POST /v1/cluster/nodes` leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManagerJoin {
+    /// Not a member: added as a learner, promoted by the cluster once it has caught up (as
+    /// every joiner is).
+    AddLearner,
+    /// A learner at this address already: no new entry; the join goes on where it was cut off
+    /// (catch up, then the promotion of every joiner).
+    AlreadyLearner,
+    /// A voter at this address already: nothing changes.
+    AlreadyVoter,
+}
+
+/// What a manager certificate may ask of `POST /v1/cluster/nodes` (`--join`): only to add the
+/// node it names, at the address it gives, as a new member (a learner), or the same again.
+/// `member` is the node's present entry, if it is one: its address, and whether it votes.
+/// A refusal is `403`: adding another node, or changing a member's address, needs an admin.
+pub fn manager_join(
+    caller: u64,
+    node_id: u64,
+    address: &str,
+    member: Option<(&str, bool)>,
+) -> Result<ManagerJoin, String> {
+    if caller != node_id {
+        return Err(format!(
+            "a manager certificate may ask to join only as itself; the certificate is manager \
+             {caller}'s and the request adds node {node_id}: adding another node needs the \
+             admin role"
+        ));
+    }
+    let same = |known: &str| known.trim_end_matches('/') == address.trim_end_matches('/');
+    match member {
+        None => Ok(ManagerJoin::AddLearner),
+        Some((known, voter)) if !same(known) => Err(format!(
+            "node {node_id} is already a {} at {known}; a manager certificate may not change a \
+             member (here to {address}): an admin removes it first",
+            if voter { "voter" } else { "learner" }
+        )),
+        Some((_, true)) => Ok(ManagerJoin::AlreadyVoter),
+        Some((_, false)) => Ok(ManagerJoin::AlreadyLearner),
+    }
+}
+
 /// A Raft message must come from the manager its certificate names, and that manager must be
-/// a member (before formation: in `--initial-cluster`).
+/// a member (before formation: in `--initial-cluster`). A node started with `--join` (it has
+/// no `--initial-cluster`) knows no member until the cluster replicates one to it: until then
+/// it takes Raft messages from any manager of the cluster's CA, which is how the leader probes
+/// it and brings it up as a learner.
 fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<(), String> {
     let Role::Manager { node_id } = role else {
         return Err(format!(
@@ -186,14 +282,12 @@ fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<
             ));
         }
     }
-    let member = node
-        .metrics_snapshot()
-        .membership_config
-        .membership()
-        .get_node(node_id)
-        .is_some()
+    let metrics = node.metrics_snapshot();
+    let membership = metrics.membership_config.membership();
+    let joining = node.settings.initial_cluster.is_empty() && membership.nodes().next().is_none();
+    let member = membership.get_node(node_id).is_some()
         || node.settings.initial_cluster.contains_key(node_id);
-    if member {
+    if member || joining {
         Ok(())
     } else {
         Err(format!("manager {node_id} is not a member of this cluster"))
@@ -244,10 +338,19 @@ mod tests {
                 Requirement::OneOf(ADMIN),
             ),
             (Method::POST, "/v1/cluster/init", Requirement::OneOf(ADMIN)),
-            (Method::POST, "/v1/cluster/nodes", Requirement::OneOf(ADMIN)),
+            (
+                Method::POST,
+                "/v1/cluster/nodes",
+                Requirement::AdminOrOwnManager(None),
+            ),
             (
                 Method::DELETE,
                 "/v1/cluster/nodes/2",
+                Requirement::AdminOrOwnManager(Some(2)),
+            ),
+            (
+                Method::DELETE,
+                "/v1/cluster/nodes/two",
                 Requirement::OneOf(ADMIN),
             ),
             (
@@ -270,6 +373,107 @@ mod tests {
         ];
         for (method, path, expected) in cases {
             assert_eq!(requirement(&method, path), expected, "{method} {path}");
+        }
+    }
+
+    /// P13.3 (`--join`, `--rejoin`): on the membership routes an admin may name any node, a
+    /// manager only its own (the body of a join is checked by the handler, below).
+    #[test]
+    fn p13_3_a_manager_may_change_only_its_own_membership() {
+        let manager_4 = Role::Manager { node_id: 4 };
+        let cases: [(&str, Role, Option<u64>, bool); 8] = [
+            ("an admin adds any node", Role::Admin, None, true),
+            ("an admin removes any node", Role::Admin, Some(2), true),
+            (
+                "a manager's join: its body is checked by the handler",
+                manager_4,
+                None,
+                true,
+            ),
+            (
+                "a manager removes itself to rejoin",
+                manager_4,
+                Some(4),
+                true,
+            ),
+            (
+                "a manager removes another member",
+                manager_4,
+                Some(2),
+                false,
+            ),
+            (
+                "a manager removes a voter that is not itself",
+                manager_4,
+                Some(1),
+                false,
+            ),
+            ("an executor adds a node", Role::Executor, None, false),
+            ("an executor removes a node", Role::Executor, Some(4), false),
+        ];
+        for (what, role, named, allowed) in cases {
+            assert_eq!(
+                own_membership_allowed(&role, named).is_ok(),
+                allowed,
+                "{what}"
+            );
+        }
+    }
+
+    /// P13.3 (`--join`): a manager certificate may add only the node it names, as a learner,
+    /// and ask again for what it already has; adding another id, or changing a member's
+    /// address (a voter's or a learner's), is refused.
+    #[test]
+    fn p13_3_a_manager_joins_only_as_itself_and_only_as_a_learner() {
+        let at = "https://10.0.0.4:7000";
+        /// What, the certificate's node, the node added, its entry, the outcome.
+        type Case<'a> = (
+            &'a str,
+            u64,
+            u64,
+            Option<(&'a str, bool)>,
+            Result<ManagerJoin, ()>,
+        );
+        let cases: [Case; 8] = [
+            ("itself, new", 4, 4, None, Ok(ManagerJoin::AddLearner)),
+            (
+                "itself, a learner at the same address",
+                4,
+                4,
+                Some((at, false)),
+                Ok(ManagerJoin::AlreadyLearner),
+            ),
+            (
+                "itself, a voter at the same address (a slash apart)",
+                4,
+                4,
+                Some(("https://10.0.0.4:7000/", true)),
+                Ok(ManagerJoin::AlreadyVoter),
+            ),
+            ("another id, new", 4, 5, None, Err(())),
+            ("another id, a voter", 4, 1, Some((at, true)), Err(())),
+            ("another id, a learner", 4, 5, Some((at, false)), Err(())),
+            (
+                "itself, a voter elsewhere: a change of voter",
+                4,
+                4,
+                Some(("https://10.0.0.9:7000", true)),
+                Err(()),
+            ),
+            (
+                "itself, a learner elsewhere",
+                4,
+                4,
+                Some(("https://10.0.0.9:7000", false)),
+                Err(()),
+            ),
+        ];
+        for (what, caller, node_id, member, expected) in cases {
+            assert_eq!(
+                manager_join(caller, node_id, at, member).map_err(|_| ()),
+                expected,
+                "{what}"
+            );
         }
     }
 

@@ -5,6 +5,8 @@
 
 pub use leasehold_api::http::HttpError;
 
+use leasehold_api::problem::ErrorCode;
+
 use crate::proposer::ProposeError;
 
 impl From<ProposeError> for HttpError {
@@ -13,6 +15,13 @@ impl From<ProposeError> for HttpError {
             ProposeError::NotLeader { leader_address } => HttpError::not_leader(leader_address),
             ProposeError::SteppingDown | ProposeError::StaleStamp(_) => HttpError::no_leader(),
             ProposeError::Raft(message) => HttpError::internal("raft write failed", message),
+            ProposeError::RaftStopped(_) => HttpError::new(
+                ErrorCode::Unavailable,
+                "this replica's storage failed and it is stopping; ask another replica",
+            ),
+            ProposeError::InsufficientStorage(low) => {
+                HttpError::new(ErrorCode::InsufficientStorage, low.to_string())
+            }
             ProposeError::NotYetEnabled(error) => HttpError::conflict(error.to_string()),
             ProposeError::Mismatch(mismatch) => {
                 HttpError::internal("unexpected state machine outcome", mismatch.to_string())

@@ -16,6 +16,7 @@ use leasehold_api::wire::{
 
 use super::admission::{Admitted, Caller};
 use super::params::{validate_node_address, ExecutorIdPath};
+use super::registration_limit::RegistrationSettings;
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Deregistered, Registered, Released};
 use crate::lease::{Answer, Command, ExecutorAnswer, RefusalReason, RenewResult, Renewal};
@@ -65,17 +66,27 @@ where
     post, path = "/v1/executors", tag = "executors", request_body = RegisterRequest,
     responses(
         (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
+        (status = 400, description = "`invalid_request`: malformed, or a capacity above the leader's `--max-capacity` (P15.1); nothing was registered."),
         (status = 401, description = "`unauthenticated` (TLS): the registration carries no credential (P13.4, P13.5)."),
         (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3)."),
         (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential, or a capacity other than 1, yet (P14.3, P15.1)."),
+        (status = 429, description = "`rate_limited`: too many registrations from this caller (`--registration-rate`, `--registration-burst`, P13.6); nothing was registered. `Retry-After` says when to try again."),
         (status = 503, description = "`sharding_not_ready`: the shard configuration is not written yet; `no_leader`."),
     ),
 )]
 pub async fn register(
     State(node): State<AppState>,
+    Extension(settings): Extension<RegistrationSettings>,
     ApiJson(request): ApiJson<RegisterRequest>,
 ) -> Result<Json<Grant>, HttpError> {
-    let command = registration(request, node.clock.now_ms(), node.settings.tls.is_some())?;
+    // This runs on the leader only (a follower forwards the request unread): the leader's
+    // `--max-capacity` decides.
+    let command = registration(
+        request,
+        node.clock.now_ms(),
+        node.settings.tls.is_some(),
+        settings.max_capacity,
+    )?;
     match node.proposer.propose_as::<Registered>(command).await?.1 {
         Answer::Done(Registered {
             grant,
@@ -89,10 +100,16 @@ pub async fn register(
 }
 
 /// The `Register` a registration asks for, checked at the edge (I6): text lengths, the push
-/// address, the capacity (P15.1) and the credential (P13.4; required over TLS, where every
-/// executor is new enough to send one, P13.5). A refusal reaches no proposal. The state machine
-/// checks the text and the capacity again, with the same limits.
-fn registration(request: RegisterRequest, now_ms: u64, tls: bool) -> Result<Command, HttpError> {
+/// address, the capacity (P15.1: in range, and at most this manager's `--max-capacity`) and the
+/// credential (P13.4; required over TLS, where every executor is new enough to send one, P13.5).
+/// A refusal reaches no proposal. The state machine checks the text and the capacity's range
+/// again, with the same limits (`--max-capacity` is the proposing leader's alone).
+fn registration(
+    request: RegisterRequest,
+    now_ms: u64,
+    tls: bool,
+    max_capacity: u32,
+) -> Result<Command, HttpError> {
     if request.incarnation.is_empty() || request.incarnation.len() > MAX_INCARNATION_BYTES {
         return Err(HttpError::invalid(format!(
             "incarnation must be 1 to {MAX_INCARNATION_BYTES} bytes"
@@ -110,6 +127,11 @@ fn registration(request: RegisterRequest, now_ms: u64, tls: bool) -> Result<Comm
     validate_node_address(&request.address)?;
     let capacity = request.capacity.unwrap_or(DEFAULT_CAPACITY);
     check_capacity(capacity).map_err(|error| HttpError::invalid(error.to_string()))?;
+    if capacity > max_capacity {
+        return Err(HttpError::invalid(format!(
+            "capacity {capacity} is above this cluster's limit of {max_capacity}              (the managers' --max-capacity; PROTOCOL P15.1)"
+        )));
+    }
     match &request.credential {
         Some(credential) => credential.validate().map_err(HttpError::invalid)?,
         None if tls => {
@@ -303,6 +325,8 @@ pub(super) async fn commit_deregistration(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::registration_limit::DEFAULT_MAX_CAPACITY;
+    use leasehold_api::wire::MAX_CAPACITY;
 
     fn request(capacity: Option<u32>) -> RegisterRequest {
         RegisterRequest {
@@ -318,9 +342,8 @@ mod tests {
     /// proposed; an absent one is the default.
     #[test]
     fn p15_1_i6_a_registration_with_a_capacity_out_of_range_is_refused_at_the_edge() {
-        use leasehold_api::wire::MAX_CAPACITY;
         for bad in [0, MAX_CAPACITY + 1, u32::MAX] {
-            let refused = registration(request(Some(bad)), 1, false).unwrap_err();
+            let refused = registration(request(Some(bad)), 1, false, MAX_CAPACITY).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad}");
             assert!(refused.problem().detail.contains("capacity"), "{bad}");
         }
@@ -329,7 +352,8 @@ mod tests {
             (Some(1), 1),
             (Some(MAX_CAPACITY), MAX_CAPACITY),
         ] {
-            let Ok(Command::Register { capacity, .. }) = registration(request(asked), 1, false)
+            let Ok(Command::Register { capacity, .. }) =
+                registration(request(asked), 1, false, MAX_CAPACITY)
             else {
                 panic!("{asked:?} refused");
             };
@@ -337,13 +361,43 @@ mod tests {
         }
     }
 
+    /// P15.1, P13.6 (the security review's finding 2): a capacity above `--max-capacity` is
+    /// refused `400` before anything is proposed, naming the limit and the flag; up to it, and
+    /// an absent one, pass.
+    #[test]
+    fn p15_1_a_capacity_above_max_capacity_is_refused_before_anything_is_proposed() {
+        for (max, bad) in [
+            (DEFAULT_MAX_CAPACITY, DEFAULT_MAX_CAPACITY + 1),
+            (1, 2),
+            (8, 1_000_000),
+        ] {
+            let refused = registration(request(Some(bad)), 1, false, max).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad} > {max}");
+            let detail = &refused.problem().detail;
+            assert!(
+                detail.contains(&format!("limit of {max}")) && detail.contains("--max-capacity"),
+                "{detail}"
+            );
+        }
+        for (max, asked) in [
+            (DEFAULT_MAX_CAPACITY, Some(DEFAULT_MAX_CAPACITY)),
+            (1, Some(1)),
+            (1, None),
+        ] {
+            assert!(
+                registration(request(asked), 1, false, max).is_ok(),
+                "{asked:?} ≤ {max}"
+            );
+        }
+    }
+
     /// P13.5: over TLS a registration must carry a credential.
     #[test]
     fn p13_5_a_registration_over_tls_needs_a_credential() {
-        let refused = registration(request(None), 1, true).unwrap_err();
+        let refused = registration(request(None), 1, true, DEFAULT_MAX_CAPACITY).unwrap_err();
         assert_eq!(refused.code(), ErrorCode::Unauthenticated);
         let mut with = request(None);
         with.credential = Some(Credential::from_random([5; 32]));
-        assert!(registration(with, 1, true).is_ok());
+        assert!(registration(with, 1, true, DEFAULT_MAX_CAPACITY).is_ok());
     }
 }

@@ -1,4 +1,4 @@
-//! `/livez` (the process answers), `/readyz` (this replica can serve: a leader is known, it has
+//! `/livez` (the process answers and its Raft core runs, P8.3), `/readyz` (this replica can serve: a leader is known, it has
 //! applied everything committed, it is not stopping, and the cluster's shard configuration is
 //! written) and `/metrics` (Prometheus text).
 
@@ -18,15 +18,27 @@ use super::{ApiQuery, AppState, HttpError};
 /// How long `/readyz` lets the applied index catch up with the committed one it just read.
 const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 
-/// The process answers.
+/// The process answers and its storage works. Once its Raft core stopped or its disk was found
+/// full (P8.3) this answers 503 until the process exits, so a supervisor restarts it.
 #[utoipa::path(
     get, path = "/livez", tag = "health",
-    responses((status = 200, description = "Alive.", body = Liveness)),
+    responses(
+        (status = 200, description = "Alive.", body = Liveness),
+        (status = 503, description = "The storage failed (P8.3): the Raft core stopped or the disk is full; `status` names the cause. The process is exiting.", body = Liveness),
+    ),
 )]
-pub async fn livez() -> Json<Liveness> {
-    Json(Liveness {
-        status: "ok".to_string(),
-    })
+pub async fn livez(State(node): State<AppState>) -> Response {
+    match crate::fatal::storage_failure(&node.raft, node.proposer.disk_space()) {
+        None => Json(Liveness {
+            status: "ok".to_string(),
+        })
+        .into_response(),
+        Some(cause) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(Liveness { status: cause }),
+        )
+            .into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -37,7 +49,9 @@ pub struct ReadyQuery {
 }
 
 /// Readiness: a leader is known, everything committed is applied, Raft runs and this node is not
-/// stepping down, and the shard configuration is written.
+/// stepping down, and the shard configuration is written. `?verbose` also lists `disk_space`,
+/// the free-space alarm (P8.3), which does not make the replica unready: renewals and reads
+/// still work there, and taking every low replica out of service would stop them.
 #[utoipa::path(
     get, path = "/readyz", tag = "health", params(ReadyQuery),
     responses(
@@ -106,8 +120,11 @@ pub async fn readyz(
                 None => "the shard configuration is not written yet".to_string(),
             },
         ),
+        disk_space_check(node.proposer.disk_space()),
     ];
-    let ready = checks.iter().all(|check| check.ok);
+    let ready = checks
+        .iter()
+        .all(|check| check.ok || check.name == DISK_SPACE_CHECK);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -115,6 +132,28 @@ pub async fn readyz(
     };
     let checks = query.verbose.is_some().then_some(checks);
     (status, Json(Readiness { ready, checks })).into_response()
+}
+
+/// The name of the advisory check of the free-space alarm.
+const DISK_SPACE_CHECK: &str = "disk_space";
+
+fn disk_space_check(space: &crate::disk_space::DiskSpace) -> ReadinessCheck {
+    let (ok, detail) = match (space.check_growth(), space.free_bytes()) {
+        (Err(low), _) => (false, low.to_string()),
+        (Ok(()), Some(free)) => (
+            true,
+            format!(
+                "{free} bytes free, floor {} bytes (--min-free-disk)",
+                space.min_free_bytes()
+            ),
+        ),
+        (Ok(()), None) => (true, "not measured yet".to_string()),
+    };
+    ReadinessCheck {
+        name: DISK_SPACE_CHECK.to_string(),
+        ok,
+        detail,
+    }
 }
 
 /// Prometheus text exposition: the protocol and Raft metrics (docs/OPERATIONS.md, "Metrics

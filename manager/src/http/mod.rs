@@ -18,6 +18,7 @@ mod inspect;
 pub mod openapi;
 mod params;
 mod raft_rpc;
+pub mod registration_limit;
 mod removal;
 mod ui;
 mod watch;
@@ -69,8 +70,13 @@ pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(150);
 pub type AppState = Arc<ManagerNode>;
 
 /// The manager's router. `host_policy` says which `Host` its listener answers (P13.6,
-/// `leasehold_api::origin`).
-pub fn router(node: AppState, host_policy: HostPolicy) -> Router {
+/// `leasehold_api::origin`); `registration` bounds registrations (P13.6, P15.1,
+/// `registration_limit`).
+pub fn router(
+    node: AppState,
+    host_policy: HostPolicy,
+    registration: registration_limit::RegistrationSettings,
+) -> Router {
     let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
     let body_limit =
         |max_bytes: usize| middleware::from_fn_with_state(BodyLimit { max_bytes }, limit_body);
@@ -107,8 +113,22 @@ pub fn router(node: AppState, host_policy: HostPolicy) -> Router {
         WriteBody::None,
     );
 
-    let leader_writes = Router::new()
+    // A registration is limited per caller where it arrives, before its body is read or it is
+    // forwarded; its capacity is checked by the handler, on the leader (P13.6, P15.1).
+    let register = Router::new()
         .route("/v1/executors", post(executors::register))
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            route_to_leader,
+        ))
+        .route_layer(timeout(REQUEST_TIMEOUT))
+        .route_layer(axum::Extension(registration))
+        .route_layer(middleware::from_fn_with_state(
+            registration_limit::RegistrationGate::new(registration.limits),
+            registration_limit::limit_registrations,
+        ));
+
+    let leader_writes = Router::new()
         .route(
             "/v1/executors/{executor_id}/drain",
             post(drain::drain).delete(drain::undrain),
@@ -164,7 +184,8 @@ pub fn router(node: AppState, host_policy: HostPolicy) -> Router {
         .route("/v1/cluster/snapshot", post(cluster::snapshot))
         .route_layer(timeout(ADMIN_REQUEST_TIMEOUT));
 
-    let public = leader_writes
+    let public = register
+        .merge(leader_writes)
         .merge(leader_admin)
         .merge(reads)
         .merge(local)

@@ -164,6 +164,14 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether applying it grows the state: a new executor, or a plan (new grants and handoffs).
+    /// Refused while the free-space alarm is raised (P8.3). Everything else shrinks the state,
+    /// only extends what is there (renewals), or is written once and small (the configuration,
+    /// without which nothing works), so it goes on and leases stay alive meanwhile.
+    pub fn grows_state(&self) -> bool {
+        matches!(self, Command::Register { .. } | Command::Rebalance { .. })
+    }
+
     /// The leader clock stamped into the command (P2.3).
     pub fn now_ms(&self) -> u64 {
         match self {
