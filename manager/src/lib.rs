@@ -10,11 +10,14 @@
 //! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |
 //! | `bootstrap` | forming, rejoining and joining a cluster (§10) |
 //! | `renewals` | group commit of renewals into one Raft entry |
+//! | `load_summary` | what the reported loads amount to: utilisation, imbalance, hot shards (pure) |
 //! | `load_reports` | the loads executors report in renewals (P15.1), soft state for the leader |
 //! | `signals` | what committed outcomes tell the leader loop (pushes owed, replan, renewals seen) |
 //! | `observe` | background duties that follow Raft metrics |
+//! | `dead_leader` | the task that stands for election once a dead leader's lease is over (`raft::failover` decides) |
 //! | `fatal` | a stopped Raft core (a storage failure) ends the process (P8.3) |
 //! | `disk_space` | the free-space alarm: writes that grow the state wait for space (P8.3) |
+//! | `routing` | the routing table as the applied state has it, and its runs kept between answers |
 //! | `http` | the axum server: public API, Raft RPC, health, metrics |
 //! | `restore` | importing a backup prepared by `leaseholdctl snapshot restore` on first start |
 //! | `server` | start-up and graceful stop (§8) |
@@ -25,12 +28,14 @@ pub mod clock;
 pub mod cluster_version;
 pub mod config;
 pub mod cpu_bound;
+pub mod dead_leader;
 pub mod disk_space;
 pub mod fatal;
 pub mod http;
 pub mod leader;
 pub mod lease;
 pub mod load_reports;
+pub mod load_summary;
 pub mod member_versions;
 pub mod metrics;
 pub mod node;
@@ -39,5 +44,6 @@ pub mod proposer;
 pub mod raft;
 pub mod renewals;
 pub mod restore;
+pub mod routing;
 pub mod server;
 pub mod signals;

@@ -134,7 +134,7 @@ pub struct PublishedLoads {
 pub struct LoadPicture {
     /// Smoothed load per shard, index = shard number.
     pub shard_loads: Vec<f64>,
-    pub summary: crate::leader::placement::LoadSummary,
+    pub summary: crate::load_summary::LoadSummary,
 }
 
 impl PublishedLoads {

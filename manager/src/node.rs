@@ -70,9 +70,7 @@ pub struct ManagerNode {
     /// What the leader concluded from them at its last step (empty off the leader).
     pub published_loads: PublishedLoads,
     /// The routing table as runs, built once per change of owners or members.
-    pub routing_runs: crate::http::RoutingRunsCache,
-    /// The blocking queries' bound and the answer their waiters share (`http/watch.rs`).
-    pub watch_hub: crate::http::WatchHub,
+    pub routing_runs: crate::routing::RoutingRunsCache,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
@@ -155,7 +153,6 @@ impl ManagerNode {
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),
             routing_runs: Default::default(),
-            watch_hub: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
             leader_contact: LeaderContact::default(),
             signals,

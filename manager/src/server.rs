@@ -170,7 +170,7 @@ pub async fn run(
         node.clone(),
         tasks_stopped.clone(),
     ));
-    tokio::spawn(crate::raft::failover::watch_leader(
+    tokio::spawn(crate::dead_leader::watch_leader(
         node.clone(),
         tasks_stopped.clone(),
     ));

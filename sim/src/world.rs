@@ -43,12 +43,13 @@ use leasehold_manager::leader::core::{
 use leasehold_manager::leader::delivery_plan::{
     acknowledgement, Delivery, DeliveryPlanner, ROUND_INTERVAL_MS,
 };
-use leasehold_manager::leader::placement::{LoadSummary, PlacementSettings, TermPlacement};
+use leasehold_manager::leader::placement::{PlacementSettings, TermPlacement};
 use leasehold_manager::lease::schema::NEWEST_SCHEMA;
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
     RefusalReason, RenewResult, Renewal, ShardId,
 };
+use leasehold_manager::load_summary::LoadSummary;
 use leasehold_manager::signals::CommitSignal;
 use leasehold_raft_store::StateMachine;
 use rand::{Rng, SeedableRng};

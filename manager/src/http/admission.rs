@@ -29,8 +29,8 @@ use subtle::ConstantTimeEq;
 
 use super::authorize::CallerRole;
 use super::credentials::Bearer;
-use super::executors::unknown_executor;
 use super::params::ExecutorIdPath;
+use super::refusals::unknown_executor;
 use super::{AppState, HttpError};
 use crate::lease::LeaseState;
 

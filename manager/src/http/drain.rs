@@ -7,9 +7,9 @@ use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::ExecutorView;
 
-use super::executors::{refusal, unknown_executor};
 use super::inspect::current_executor_view;
 use super::params::ExecutorIdPath;
+use super::refusals::{refusal, unknown_executor};
 use super::{AppState, HttpError};
 use crate::lease::answer::DrainingSet;
 use crate::lease::{Command, ExecutorAnswer};

@@ -4,8 +4,7 @@
 //! (P13.4, `credentials`).
 
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
@@ -16,36 +15,15 @@ use leasehold_api::wire::{
 
 use super::admission::{Admitted, Caller};
 use super::params::{validate_node_address, ExecutorIdPath};
+use super::refusals::{refusal, unknown_executor};
 use super::registration_limit::RegistrationSettings;
+use super::removal::commit_deregistration;
 use super::{ApiJson, AppState, HttpError};
-use crate::lease::answer::{Deregistered, Registered, Released};
+use crate::lease::answer::{Registered, Released};
 use crate::lease::{Answer, Command, ExecutorAnswer, RefusalReason, RenewResult, Renewal};
 use crate::renewals::{self, RenewError};
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
-
-pub(super) fn refusal(reason: RefusalReason) -> HttpError {
-    match reason {
-        RefusalReason::NotInitialised => HttpError::new(
-            ErrorCode::ShardingNotReady,
-            "the cluster's shard configuration is not written yet; retry shortly",
-        ),
-        RefusalReason::Invalid { detail } => HttpError::invalid(detail),
-        RefusalReason::CredentialMismatch { executor_id } => HttpError::conflict(format!(
-            "this incarnation is registered as {executor_id} with another credential (P13.4)"
-        )),
-        other => HttpError::conflict(format!("refused: {other:?}")),
-    }
-}
-
-pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
-    HttpError::new(
-        ErrorCode::UnknownExecutor,
-        format!(
-            "executor {executor_id} is not registered (never was, or was reaped or deregistered)"
-        ),
-    )
-}
 
 fn shard_count(node: &AppState) -> Result<u32, HttpError> {
     node.state
@@ -297,28 +275,6 @@ pub async fn deregister(
     match caller {
         Caller::Operator => super::removal::remove(&node, executor_id).await,
         Caller::Executor => commit_deregistration(&node, executor_id, caller).await,
-    }
-}
-
-/// Commits the deregistration of `executor_id` and answers it: `204`, also for one already
-/// gone (P7.2). `by` is for the log.
-pub(super) async fn commit_deregistration(
-    node: &AppState,
-    executor_id: String,
-    by: Caller,
-) -> Result<Response, HttpError> {
-    let command = Command::Deregister {
-        now_ms: node.clock.now_ms(),
-        executor_id: executor_id.clone(),
-    };
-    match node.proposer.propose_as::<Deregistered>(command).await?.1 {
-        ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
-            node.load_reports.remove(&executor_id);
-            tracing::info!(%executor_id, already_gone, ?by, "deregistered");
-            Ok(StatusCode::NO_CONTENT.into_response())
-        }
-        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
     }
 }
 

@@ -18,6 +18,7 @@ mod inspect;
 pub mod openapi;
 mod params;
 mod raft_rpc;
+mod refusals;
 pub mod registration_limit;
 mod removal;
 mod ui;
@@ -33,12 +34,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-pub use inspect::RoutingRunsCache;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::origin::HostPolicy;
 use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
 use leasehold_api::wire::MAX_RENEW_BODY_BYTES;
-pub use watch::WatchHub;
+use watch::WatchHub;
 
 use self::admission::WriteBody;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -173,8 +173,10 @@ pub fn router(
         .route_layer(timeout(REQUEST_TIMEOUT));
 
     // A blocking query holds its request for up to its own bounded wait.
+    // The watch's bound and shared answer belong to the route, not the node.
     let watch = Router::new()
         .route("/v1/watch", get(watch::watch))
+        .route_layer(axum::Extension(Arc::new(WatchHub::default())))
         .route_layer(timeout(
             leasehold_api::wire::MAX_WATCH_WAIT + REQUEST_TIMEOUT,
         ));

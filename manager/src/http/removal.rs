@@ -14,10 +14,11 @@ use axum::Json;
 
 use super::admission::Caller;
 use super::drain::set_draining;
-use super::executors::{commit_deregistration, unknown_executor};
 use super::inspect::current_executor_view;
+use super::refusals::{refusal, unknown_executor};
 use super::{AppState, HttpError};
-use crate::lease::Executor;
+use crate::lease::answer::Deregistered;
+use crate::lease::{Command, Executor, ExecutorAnswer};
 
 /// The next step of an operator's removal, decided from the executor as the leader has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +75,28 @@ fn accepted(node: &AppState, executor_id: &str) -> Result<Response, HttpError> {
     let view =
         current_executor_view(node, executor_id).ok_or_else(|| unknown_executor(executor_id))?;
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+/// Commits the deregistration of `executor_id` and answers it: `204`, also for one already
+/// gone (P7.2). `by` is for the log.
+pub(super) async fn commit_deregistration(
+    node: &AppState,
+    executor_id: String,
+    by: Caller,
+) -> Result<Response, HttpError> {
+    let command = Command::Deregister {
+        now_ms: node.clock.now_ms(),
+        executor_id: executor_id.clone(),
+    };
+    match node.proposer.propose_as::<Deregistered>(command).await?.1 {
+        ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
+            node.load_reports.remove(&executor_id);
+            tracing::info!(%executor_id, already_gone, ?by, "deregistered");
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
 }
 
 #[cfg(test)]

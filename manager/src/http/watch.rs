@@ -17,6 +17,7 @@ use std::time::Duration;
 use axum::extract::{RawQuery, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use bytes::Bytes;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchAnswer, WatchReply};
@@ -202,10 +203,11 @@ fn departed_since(state: &LeaseState, revision: u64) -> Vec<DepartedExecutor> {
 )]
 pub async fn watch(
     State(node): State<AppState>,
+    Extension(hub): Extension<Arc<WatchHub>>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, HttpError> {
     let query = parse_query(raw.as_deref())?;
-    let _slot = node.watch_hub.admit()?;
+    let _slot = hub.admit()?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
     let mut applied = node.raft.metrics();
@@ -232,8 +234,7 @@ pub async fn watch(
         revision: state.revision(),
         since: query.revision,
     };
-    let body = node
-        .watch_hub
+    let body = hub
         .answer(key, || {
             let answer = match query.view {
                 WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of(&state)),

@@ -31,13 +31,14 @@ use self::core::{
     tick_ms, took_office_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision,
     StepWrite, StepWrites,
 };
-use self::placement::{LoadSummary, PlacementSettings, TermPlacement};
+use self::placement::{PlacementSettings, TermPlacement};
 use crate::cpu_bound;
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
     Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
 };
 use crate::load_reports::{LoadPicture, ReportedLoads};
+use crate::load_summary::LoadSummary;
 use crate::node::{Leader, ManagerNode, ReadBarrierError};
 
 /// How often the loop checks for leadership while not leading.

@@ -8,12 +8,10 @@
 //! - [`BalanceLedger`]: the moves made for balance, for the churn budget (P15.3: at most
 //!   `--max-balance-moves` a minute) and the cooldown that keeps a shard from moving back and
 //!   forth (P15.4).
-//! - [`LoadSummary`]: utilisation per executor, the imbalance and the hot shards, for
-//!   `/v1/executors`, `/v1/shards` and the metrics.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::lease::{capacity_of, ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId};
+use crate::lease::{ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId};
 
 /// Weight of a new report in a shard's smoothed load. Small, so that noise in the reports (a
 /// rate measured over one renewal interval) is averaged over about twenty renewals and an
@@ -368,108 +366,5 @@ impl TermPlacement {
     /// A plan was committed at `now_ms`: its balance moves are charged to the budget and cool.
     pub fn committed(&mut self, now_ms: u64, plan: &Plan) {
         self.ledger.record(now_ms, &plan.balance_shards());
-    }
-}
-
-/// One executor's load as the leader sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ExecutorLoad {
-    /// Sum of the smoothed loads of its delivered shards.
-    pub load: f64,
-    /// Load ÷ capacity.
-    pub utilisation: f64,
-}
-
-/// Loads, utilisation and hot shards at one instant, for inspection and metrics.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LoadSummary {
-    /// Every live executor that takes shards, by id.
-    pub executors: BTreeMap<ExecutorId, ExecutorLoad>,
-    /// Highest utilisation ÷ mean utilisation over those executors (1 when perfectly even);
-    /// `None` when there is no load.
-    pub imbalance: Option<f64>,
-    /// Shards whose own load exceeds the fair share of the smallest live executor (P15.4).
-    pub hot: BTreeSet<ShardId>,
-}
-
-impl LoadSummary {
-    /// Summarises `loads` (index = shard) over the state at `now_ms`.
-    pub fn of(state: &LeaseState, now_ms: u64, loads: &[f64]) -> Self {
-        let load_of = |shard: ShardId| {
-            usize::try_from(shard)
-                .ok()
-                .and_then(|index| loads.get(index))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        // Each executor's load over its delivered set (a releasing shard counts for nobody), from
-        // its own set rather than a lookup by owner for every shard in the table. Only a shard
-        // with a load is looked up (whether it is releasing): a fleet that reports none, or a
-        // table of mostly idle shards, costs no lookup per shard.
-        let executors: BTreeMap<ExecutorId, (f64, f64)> = state
-            .executors()
-            .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
-            .map(|executor| {
-                let load = executor
-                    .owned_shards
-                    .iter()
-                    .map(|&shard| (shard, load_of(shard)))
-                    .filter(|&(shard, load)| {
-                        load != 0.0
-                            && state
-                                .shard(shard)
-                                .is_some_and(|entry| entry.handoff.is_none())
-                    })
-                    .map(|(_, load)| load)
-                    .sum::<f64>();
-                (executor.id.clone(), (load, capacity_of(executor) as f64))
-            })
-            .collect();
-        let total: f64 = loads.iter().take(state.shards().len()).sum();
-        let total_capacity: f64 = executors.values().map(|(_, capacity)| capacity).sum();
-        let smallest_capacity = executors
-            .values()
-            .map(|(_, capacity)| *capacity)
-            .fold(f64::INFINITY, f64::min);
-        let mean = if total_capacity > 0.0 {
-            total / total_capacity
-        } else {
-            0.0
-        };
-        let executors: BTreeMap<ExecutorId, ExecutorLoad> = executors
-            .into_iter()
-            .map(|(id, (load, capacity))| {
-                (
-                    id,
-                    ExecutorLoad {
-                        load,
-                        utilisation: load / capacity,
-                    },
-                )
-            })
-            .collect();
-        let imbalance = (mean > 0.0).then(|| {
-            executors
-                .values()
-                .map(|e| e.utilisation)
-                .fold(0.0, f64::max)
-                / mean
-        });
-        let fair_share_of_smallest = mean * smallest_capacity;
-        let hot = if mean > 0.0 {
-            loads
-                .iter()
-                .zip(0..)
-                .filter(|(load, _)| **load > fair_share_of_smallest)
-                .map(|(_, shard)| shard)
-                .collect()
-        } else {
-            BTreeSet::new()
-        };
-        Self {
-            executors,
-            imbalance,
-            hot,
-        }
     }
 }

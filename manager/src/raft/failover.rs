@@ -18,7 +18,7 @@
 //! candidate refused, a leader that does not answer at all, a peer with a longer log) is left to
 //! openraft's own timer, as without this module.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use openraft::ServerState;
@@ -28,7 +28,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{NodeId, RaftTimings};
-use crate::node::ManagerNode;
 
 /// A log's last entry: the order of openraft's `LogId` (term, then index), which decides votes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -315,65 +314,6 @@ pub(crate) async fn run<S: Surroundings>(
         let found = detector.check(&around).await;
         tracing::trace!(?found, "dead leader check");
     }
-}
-
-/// The manager's own [`Surroundings`]: its Raft, its contact with the leader, its peers.
-pub(crate) struct NodeSurroundings {
-    node: Arc<ManagerNode>,
-    probe_timeout: Duration,
-}
-
-impl Surroundings for NodeSurroundings {
-    fn view(&self) -> View {
-        let last_log = self.node.raft.data_metrics().borrow().last_log;
-        let metrics = self.node.raft.metrics();
-        let metrics = metrics.borrow();
-        let membership = metrics.membership_config.membership();
-        View {
-            me: self.node.id,
-            state: metrics.state,
-            term: metrics.current_term,
-            leader: metrics.current_leader,
-            voters: membership
-                .voter_ids()
-                .filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone())))
-                .collect(),
-            last_log: last_log.map(LogTip::from),
-        }
-    }
-
-    fn silence(&self) -> Duration {
-        self.node.leader_contact.since(Instant::now())
-    }
-
-    async fn refuses_connections(&self, address: &str) -> bool {
-        refuses_connections(address, self.probe_timeout).await
-    }
-
-    async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport> {
-        let report =
-            crate::bootstrap::probe_peer_within(&self.node, address, self.probe_timeout).await?;
-        (report.node_id == peer).then(|| PeerReport {
-            log: report.last_log,
-            lease_silence: report.lease_silence_ms.map(Duration::from_millis),
-        })
-    }
-
-    async fn elect(&self) {
-        if let Err(error) = self.node.raft.trigger().elect().await {
-            tracing::warn!(%error, "standing for election");
-        }
-    }
-}
-
-/// Runs the checks for `node` until `shutdown`.
-pub async fn watch_leader(node: Arc<ManagerNode>, shutdown: watch::Receiver<bool>) {
-    let settings = Settings::new(node.settings.timings);
-    let around = NodeSurroundings {
-        node,
-        probe_timeout: settings.probe_timeout,
-    };
-    run(around, settings, shutdown).await;
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@ use rand_chacha::ChaCha8Rng;
 
 use super::World;
 use crate::leader::placement::{
-    placement_inputs, BalanceLedger, LoadSummary, LoadTracker, PlacementSettings,
-    BALANCE_COOLDOWN_MS, BUDGET_WINDOW_MS, NEW_REPORT_WEIGHT,
+    placement_inputs, BalanceLedger, LoadTracker, PlacementSettings, BALANCE_COOLDOWN_MS,
+    BUDGET_WINDOW_MS, NEW_REPORT_WEIGHT,
 };
 use crate::lease::{plan_placement, Command, ExecutorId, Loads, MoveReason, Renewal, ShardId};
+use crate::load_summary::LoadSummary;
 
 const MAX_LOAD: f64 = 1e12;
 const LEASE_MS: u64 = 60_000;

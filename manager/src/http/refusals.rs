@@ -1,0 +1,31 @@
+//! How the executor-facing writes answer what the state machine refused, and an executor id it
+//! does not know (PROTOCOL §9: `sharding_not_ready`, `invalid_request`, `conflict`,
+//! `unknown_executor`), the same from every handler.
+
+use leasehold_api::problem::ErrorCode;
+
+use super::HttpError;
+use crate::lease::RefusalReason;
+
+pub(super) fn refusal(reason: RefusalReason) -> HttpError {
+    match reason {
+        RefusalReason::NotInitialised => HttpError::new(
+            ErrorCode::ShardingNotReady,
+            "the cluster's shard configuration is not written yet; retry shortly",
+        ),
+        RefusalReason::Invalid { detail } => HttpError::invalid(detail),
+        RefusalReason::CredentialMismatch { executor_id } => HttpError::conflict(format!(
+            "this incarnation is registered as {executor_id} with another credential (P13.4)"
+        )),
+        other => HttpError::conflict(format!("refused: {other:?}")),
+    }
+}
+
+pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
+    HttpError::new(
+        ErrorCode::UnknownExecutor,
+        format!(
+            "executor {executor_id} is not registered (never was, or was reaped or deregistered)"
+        ),
+    )
+}
