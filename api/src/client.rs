@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -881,21 +881,12 @@ fn request_id_prefix() -> String {
     format!("lh{:x}{:08x}", std::process::id(), nanos)
 }
 
-/// Check an endpoint is `http(s)://host[:port][/prefix]` and strip the trailing slash so
-/// endpoints and leader hints compare equal when they name the same replica.
+/// An endpoint by the base-URL rule ([`crate::wire::normalize_base_url`]): `http(s)://host[:port][/prefix]`,
+/// without the trailing slash, so endpoints and leader hints compare equal when they name the
+/// same replica.
 fn normalize_endpoint(raw: &str) -> Result<String, ClientError> {
-    let invalid = |why: &str| ClientError::InvalidEndpoint(format!("{raw:?}: {why}"));
-    let url = Url::parse(raw).map_err(|e| invalid(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid("scheme must be http or https"));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(invalid("missing host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(invalid("must not carry a query or fragment"));
-    }
-    Ok(url.as_str().trim_end_matches('/').to_owned())
+    crate::wire::normalize_base_url(raw)
+        .map_err(|why| ClientError::InvalidEndpoint(format!("{raw:?}: {why}")))
 }
 
 /// Percent-encode one path segment. Ids are manager-minted and opaque, but an id containing

@@ -35,7 +35,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use reqwest::{Method, Url};
+use reqwest::Method;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -1107,25 +1107,14 @@ fn entropy() -> u32 {
         .unwrap_or(0)
 }
 
-/// An owner's address as a base URL without a trailing slash (what the manager accepted at
-/// registration, `wire::validate_base_url`).
+/// An owner's address by the base-URL rule ([`crate::wire::normalize_base_url`]; the manager
+/// accepted it at registration by `wire::validate_base_url`), without a trailing slash.
 fn normalize_address(shard: u32, raw: &str) -> Result<String, TableError> {
-    let bad = |reason: &str| TableError::BadAddress {
+    crate::wire::normalize_base_url(raw).map_err(|reason| TableError::BadAddress {
         shard,
         address: raw.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let url = Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad("scheme must be http or https"));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("missing host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(bad("must not carry a query or fragment"));
-    }
-    Ok(url.as_str().trim_end_matches('/').to_owned())
+        reason,
+    })
 }
 
 #[cfg(test)]

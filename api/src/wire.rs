@@ -4,8 +4,10 @@
 //! `400 invalid_request` instead of a silently ignored claim (I6). Reply types accept unknown
 //! fields so a newer server can add information without breaking older clients.
 //!
-//! These types only describe shape; range checks (a shard below the shard count, a sane address)
-//! belong to the receiver, which knows the limits.
+//! Beside the types stand the checks every side applies alike, one definition each: the text
+//! and size limits, the base-URL rule, shard lists against a shard count, capacities and loads.
+//! A check that needs what only the receiver knows (the cluster's shard count) takes it as an
+//! argument.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -119,31 +121,45 @@ where
     }
 }
 
-/// Checks an advertised base URL (a register or add-node `address`): `http` or `https`, a host,
-/// no credentials, query or fragment, and no path beyond `/`, because peers append `/v1/...` to
-/// it. At most [`MAX_ADDRESS_BYTES`]. The error says what is wrong, for a `400` detail.
+/// The base-URL rule, one definition for every side (an advertised address, a client's
+/// endpoints, an owner's address in a routing table): `http` or `https`, a host, no credentials,
+/// query or fragment; a path is a prefix the caller appends `/v1/...` to. Returned without a
+/// trailing slash, so two spellings of one base compare equal. The error says what is wrong.
+pub fn normalize_base_url(raw: &str) -> Result<String, String> {
+    parse_base_url(raw).map(|url| url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// Checks an advertised base URL (a register or add-node `address`): the rule of
+/// [`normalize_base_url`], with no path beyond `/` (peers append `/v1/...` to the address as it
+/// is), and at most [`MAX_ADDRESS_BYTES`]. The error says what is wrong, for a `400` detail.
 pub fn validate_base_url(address: &str) -> Result<(), String> {
     if address.len() > MAX_ADDRESS_BYTES {
         return Err(format!("address is longer than {MAX_ADDRESS_BYTES} bytes"));
     }
-    let parsed = reqwest::Url::parse(address)
-        .map_err(|e| format!("address {address:?} is not a URL: {e}"))?;
-    let base_only = parsed.username().is_empty()
-        && parsed.password().is_none()
-        && parsed.query().is_none()
-        && parsed.fragment().is_none()
-        && matches!(parsed.path(), "" | "/");
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!(
-            "address {address:?} must be an http(s) URL with a host"
-        ));
-    }
-    if !base_only {
+    let parsed = parse_base_url(address).map_err(|why| format!("address {address:?}: {why}"))?;
+    if !matches!(parsed.path(), "" | "/") {
         return Err(format!(
             "address {address:?} must be a base URL: no credentials, path, query or fragment"
         ));
     }
     Ok(())
+}
+
+fn parse_base_url(raw: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("the scheme must be http or https".to_owned());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("it names no host".to_owned());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("it must not carry credentials".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("it must not carry a query or fragment".to_owned());
+    }
+    Ok(url)
 }
 
 /// One shard together with its ownership generation (P2.1), the fencing token downstream storage
@@ -1412,6 +1428,32 @@ mod tests {
             "unix:/var/run/x.sock",
             too_long.as_str(),
         ] {
+            assert!(validate_base_url(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    /// One base-URL rule: what an advertised address may not be, no endpoint or owner address
+    /// may be either; only a path prefix is left to the normalised form, without the slash.
+    #[test]
+    fn the_base_url_rule_is_one_for_addresses_endpoints_and_owners() {
+        assert_eq!(
+            normalize_base_url("https://m1.example:443/").as_deref(),
+            Ok("https://m1.example")
+        );
+        assert_eq!(
+            normalize_base_url("http://h:1/prefix/").as_deref(),
+            Ok("http://h:1/prefix")
+        );
+        for bad in [
+            "",
+            "not a url",
+            "ftp://127.0.0.1:9000",
+            "http://127.0.0.1:9000/?x=1",
+            "http://127.0.0.1:9000/#f",
+            "http://user:pw@127.0.0.1:9000",
+            "unix:/var/run/x.sock",
+        ] {
+            assert!(normalize_base_url(bad).is_err(), "accepted {bad:?}");
             assert!(validate_base_url(bad).is_err(), "accepted {bad:?}");
         }
     }

@@ -1,4 +1,4 @@
-//! B7 (issue 19): placement by load against placement by count and the offline optimum's lower
+//! B7 (§15): placement by load against placement by count and the offline optimum's lower
 //! bound, on one skewed, shifting load.
 //!
 //! Two three-manager Leasehold clusters run at once, on the same binary: one with the defaults

@@ -1891,7 +1891,7 @@ pub async fn b9(env: &Env, executors: usize, shard_counts: &[u32]) -> Result<Tab
         let security = &env.security;
         let name = format!("b9-{shards}");
         let mut cluster = leasehold_cluster(env, security, &name, default_flags(shards)).await?;
-        // A client routing by key throughout, as a service's callers would (issue 21): it
+        // A client routing by key throughout, as a service's callers would: it
         // follows `/v1/watch` while the fleet settles; how long after the cluster settled its
         // table shows the final owners is what a caller waits to reach them.
         let routing = RoutingClient::connect_with_tls(

@@ -1,7 +1,7 @@
 //! What a snapshot costs the state machine: the copy of the applied state taken under its lock
 //! when openraft asks for a snapshot builder, the first writes after it (which copy what they
 //! touch of the shared structure), and encoding the copy (off the apply path). At 10 000
-//! executors and 1 000 000 shards by default, the size of issue 20's B8.
+//! executors and 1 000 000 shards by default, the size of B8 in docs/BENCHMARKS.md.
 //!
 //! Run: `cargo bench -p leasehold-manager --bench state_copy` (LEASEHOLD_BENCH_EXECUTORS and
 //! LEASEHOLD_BENCH_SHARDS set the size). Figures are recorded in docs/BENCHMARKS.md (B8).

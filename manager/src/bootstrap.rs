@@ -21,21 +21,17 @@ use std::time::Duration;
 
 use leasehold_api::client::{Client, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::tls::Role;
 use leasehold_api::wire::{AddNodeRequest, ClusterInfo};
 use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
-use rustls_pki_types::CertificateDer;
 use tokio::sync::watch;
 
 use crate::node::ManagerNode;
-use crate::raft::identity::IdentityReport;
+use crate::raft::identity_probe::{identify, NotIdentified, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
 
 /// Pause between formation probes while peers come up.
 const FORMATION_PROBE_INTERVAL: Duration = Duration::from_millis(500);
-/// Bound on one peer probe; a peer that does not answer in time counts as not yet up.
-const PEER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A join waits for the learner to catch up, which may include a snapshot install.
 const JOIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 const JOIN_PATIENCE: Duration = Duration::from_secs(60);
@@ -96,45 +92,6 @@ pub(crate) fn is_initialized(node: &ManagerNode) -> bool {
         .voter_ids()
         .next()
         .is_some()
-}
-
-/// Asks the node at `address` who it is (`GET /raft/identity`); None if it does not answer in time.
-pub(crate) async fn probe_peer(node: &ManagerNode, address: &str) -> Option<IdentityReport> {
-    probe_peer_within(node, address, PEER_PROBE_TIMEOUT).await
-}
-
-/// [`probe_peer`] with its own bound (the dead-leader check cannot wait a second per peer).
-pub(crate) async fn probe_peer_within(
-    node: &ManagerNode,
-    address: &str,
-    timeout: Duration,
-) -> Option<IdentityReport> {
-    let url = format!("{}/raft/identity", address.trim_end_matches('/'));
-    let reply = node.http.get(url).timeout(timeout).send().await.ok()?;
-    reply.error_for_status().ok()?.json().await.ok()
-}
-
-/// [`probe_peer`], with the role of the certificate that answered (under TLS; `None` in
-/// plaintext or for a certificate without one role).
-pub(crate) async fn probe_peer_with_role(
-    node: &ManagerNode,
-    address: &str,
-) -> Option<(IdentityReport, Option<Role>)> {
-    let url = format!("{}/raft/identity", address.trim_end_matches('/'));
-    let reply = node
-        .http
-        .get(url)
-        .timeout(PEER_PROBE_TIMEOUT)
-        .send()
-        .await
-        .ok()?;
-    let role = reply
-        .extensions()
-        .get::<reqwest::tls::TlsInfo>()
-        .and_then(|info| info.peer_certificate())
-        .and_then(|der| Role::of_certificate(&CertificateDer::from(der.to_vec())).ok());
-    let report = reply.error_for_status().ok()?.json().await.ok()?;
-    Some((report, role))
 }
 
 /// What was heard from a voter before a manager's removal of itself (`--rejoin`).
@@ -206,21 +163,24 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
     let mut silent = Vec::new();
     let mut formed_elsewhere = false;
     for (&peer, address) in members.iter().filter(|(&id, _)| id != node.id) {
-        let Some(report) = probe_peer(node, address).await else {
-            silent.push(peer);
-            continue;
+        let report = match identify(&node.http, peer, address, PEER_PROBE_TIMEOUT).await {
+            Ok(identified) => identified.report,
+            Err(NotIdentified::Silent) => {
+                silent.push(peer);
+                continue;
+            }
+            Err(NotIdentified::AnsweredAs(answered_as)) => {
+                // The address reaches another manager: node `peer` has not answered.
+                tracing::warn!(
+                    peer,
+                    address,
+                    answered_as,
+                    "the address of a peer answers as another node; check --initial-cluster"
+                );
+                silent.push(peer);
+                continue;
+            }
         };
-        if report.node_id != peer {
-            // The address reaches another manager: node `peer` has not answered.
-            tracing::warn!(
-                peer,
-                address,
-                answered_as = report.node_id,
-                "the address of a peer answers as another node; check --initial-cluster"
-            );
-            silent.push(peer);
-            continue;
-        }
         if let Some(pinned) = report.pins.get(&node.id) {
             if pinned != node.identity.storage_id() {
                 return Err(BootstrapError::KnownWithOtherStorage {
@@ -415,8 +375,17 @@ pub async fn rejoin(node: &ManagerNode, url: &str) -> Result<(), BootstrapError>
 async fn ask_voters(node: &ManagerNode, info: &ClusterInfo) -> BTreeMap<NodeId, VoterAnswer> {
     let mut reports = BTreeMap::new();
     for voter in &info.voters {
-        let report = probe_peer_within(node, &voter.address, REJOIN_PROBE_TIMEOUT).await;
-        reports.insert(voter.node_id, report.filter(|r| r.node_id == voter.node_id));
+        let report = identify(
+            &node.http,
+            voter.node_id,
+            &voter.address,
+            REJOIN_PROBE_TIMEOUT,
+        )
+        .await;
+        reports.insert(
+            voter.node_id,
+            report.ok().map(|identified| identified.report),
+        );
     }
     let answers: BTreeMap<NodeId, VoterAnswer> = reports
         .iter()

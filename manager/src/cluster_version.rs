@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::lease::Command;
 use crate::member_versions::{cluster_version_to_propose, MemberVersion};
 use crate::node::{Leader, ManagerNode};
+use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
 
 /// How often every node asks the members for their versions; a raise follows the last upgraded
@@ -49,12 +50,9 @@ pub(crate) async fn probe_and_raise(node: &ManagerNode) {
             round.insert(*member, MemberVersion::own());
             continue;
         }
-        match crate::bootstrap::probe_peer(node, address).await {
-            Some(report) if report.node_id == *member => {
-                round.insert(*member, MemberVersion::of(&report));
-            }
-            // Silent, or another node at its address: not heard from this round.
-            _ => {}
+        // Silent, or another node at its address: not heard from this round.
+        if let Ok(identified) = identify(&node.http, *member, address, PEER_PROBE_TIMEOUT).await {
+            round.insert(*member, MemberVersion::of(&identified.report));
         }
     }
     let newest: Vec<Option<u32>> = members

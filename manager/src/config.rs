@@ -650,7 +650,10 @@ mod tests {
                 vec!["--initial-cluster", "2=http://127.0.0.1:7002"],
                 "must list this node",
             ),
-            (vec!["--initial-cluster", "1=ftp://x"], "http(s)"),
+            (
+                vec!["--initial-cluster", "1=ftp://x"],
+                "must be http or https",
+            ),
             (
                 vec!["--initial-cluster", "1=http://a:1,1=http://b:2"],
                 "twice",

@@ -11,6 +11,7 @@ use crate::node::ManagerNode;
 use crate::raft::failover::{
     refuses_connections, run, LogTip, PeerReport, Settings, Surroundings, View,
 };
+use crate::raft::identity_probe::identify;
 use crate::raft::NodeId;
 
 /// The manager's own [`Surroundings`]: its Raft, its contact with the leader, its peers.
@@ -47,9 +48,11 @@ impl Surroundings for NodeSurroundings {
     }
 
     async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport> {
-        let report =
-            crate::bootstrap::probe_peer_within(&self.node, address, self.probe_timeout).await?;
-        (report.node_id == peer).then(|| PeerReport {
+        let report = identify(&self.node.http, peer, address, self.probe_timeout)
+            .await
+            .ok()?
+            .report;
+        Some(PeerReport {
             log: report.last_log,
             lease_silence: report.lease_silence_ms.map(Duration::from_millis),
         })

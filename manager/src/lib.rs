@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `lease` | the pure lease state machine and planner (PROTOCOL §2–§6): no I/O, no clock |
 //! | `leader` | the leader loop: reap, handoffs, rebalance, deliveries; its time rules are a pure core |
-//! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity, elections against a dead leader |
+//! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity, the dead-leader decision |
 //! | `clock` | the leader's clock (P2.3) |
 //! | `node` | one replica: Raft handle, applied state, leader resolution |
 //! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |
@@ -18,6 +18,10 @@
 //! | `fatal` | a stopped Raft core (a storage failure) ends the process (P8.3) |
 //! | `disk_space` | the free-space alarm: writes that grow the state wait for space (P8.3) |
 //! | `routing` | the routing table as the applied state has it, and its runs kept between answers |
+//! | `cluster_version` | probing each member's release and schemas, and raising the cluster version (P14.3) |
+//! | `member_versions` | what each member said of its release and schemas, and when the version may rise (pure) |
+//! | `metrics` | the protocol metrics: from committed outcomes, from the applied state, at the event |
+//! | `cpu_bound` | running scans and plans over the whole state inside async tasks |
 //! | `http` | the axum server: public API, Raft RPC, health, metrics |
 //! | `restore` | importing a backup prepared by `leaseholdctl snapshot restore` on first start |
 //! | `server` | start-up and graceful stop (§8) |

@@ -9,6 +9,7 @@ use openraft::ServerState;
 use tokio::sync::watch;
 
 use crate::node::ManagerNode;
+use crate::raft::identity_probe::{identify, NotIdentified, PEER_PROBE_TIMEOUT};
 
 /// How often unpinned peers are asked for their storage identity.
 const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -100,13 +101,19 @@ pub async fn probe_peer_identities(node: Arc<ManagerNode>, mut shutdown: watch::
             .map(|(id, member)| (*id, member.addr.clone()))
             .collect();
         for (peer, address) in unpinned {
-            let report = crate::bootstrap::probe_peer(&node, &address);
-            if let Some(report) = report.await {
-                if report.node_id != peer {
-                    tracing::error!(peer, answered_as = report.node_id, %address, "member address answers as another node");
-                } else if let Err(error) = node.identity.verify_peer(peer, &report.storage_id) {
-                    tracing::error!(%error, "peer identity check failed");
+            match identify(&node.http, peer, &address, PEER_PROBE_TIMEOUT).await {
+                Ok(identified) => {
+                    if let Err(error) = node
+                        .identity
+                        .verify_peer(peer, &identified.report.storage_id)
+                    {
+                        tracing::error!(%error, "peer identity check failed");
+                    }
                 }
+                Err(NotIdentified::AnsweredAs(answered_as)) => {
+                    tracing::error!(peer, answered_as, %address, "member address answers as another node");
+                }
+                Err(NotIdentified::Silent) => {}
             }
         }
         tokio::select! {

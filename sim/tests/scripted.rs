@@ -1,4 +1,4 @@
-//! Scripted schedules on the simulator (issue 18; PROTOCOL §12 I1, I2): each leads the cluster,
+//! Scripted schedules on the simulator (PROTOCOL §12 I1, I2): each leads the cluster,
 //! on the real cores, to a moment where a single guard is all that stands between two processes
 //! admitting one shard. The checks are the seeds' own, after every event (I1 from the executors'
 //! admission cores, I1 at its source at every commit that takes a shard, I2, the state's

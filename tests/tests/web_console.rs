@@ -17,7 +17,7 @@
 //! 2. One manager with 65 536 shards and two executors: every cell is rendered, the map matches
 //!    the API and the page answers a trivial evaluation promptly, also coloured by load (every
 //!    cell then shows the leader's load of 0). The first render time is printed.
-//! 3. Coloured by load (issue 19): three managers, two executors and `/v1/work` traffic on three
+//! 3. Coloured by load (§15): three managers, two executors and `/v1/work` traffic on three
 //!    shards, one of them hot. Switched to "load", the page served by a follower shows every
 //!    cell's `data-load` and `data-hot` as the leader's `/v1/shards?consistent=true` has them,
 //!    the busy shards brighter than every idle one (luminance of the computed colours), hot

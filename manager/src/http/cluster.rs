@@ -17,6 +17,7 @@ use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, self_removal_check, Formation, VoterAnswer};
 use crate::member_versions::MemberVersion;
 use crate::raft::identity::IdentityReport;
+use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
 
 /// How long adding a member waits for it to answer its identity probe, and how often it asks.
@@ -226,8 +227,15 @@ async fn check_can_apply_cluster_version(
     // The new manager may have been started a moment ago (etcd's flow: start it, then add it).
     let deadline = tokio::time::Instant::now() + ADD_NODE_PROBE_PATIENCE;
     let (report, role) = loop {
-        match bootstrap::probe_peer_with_role(node, &request.address).await {
-            Some((report, role)) if report.node_id == request.node_id => break (report, role),
+        match identify(
+            &node.http,
+            request.node_id,
+            &request.address,
+            PEER_PROBE_TIMEOUT,
+        )
+        .await
+        {
+            Ok(identified) => break (identified.report, identified.role),
             _ if tokio::time::Instant::now() >= deadline => {
                 return Err(HttpError::conflict(format!(
                     "node {} does not answer at {} (GET /raft/identity): start it before adding it",
@@ -334,8 +342,8 @@ async fn ask_voters(
         };
         let node = node.clone();
         probes.spawn(async move {
-            let report = bootstrap::probe_peer_within(&node, &address, VOTER_PROBE_TIMEOUT).await;
-            (voter, report)
+            let report = identify(&node.http, voter, &address, VOTER_PROBE_TIMEOUT).await;
+            (voter, report.ok().map(|identified| identified.report))
         });
     }
     while let Some(joined) = probes.join_next().await {
@@ -343,7 +351,7 @@ async fn ask_voters(
             continue;
         };
         let answer = match report {
-            Some(report) if report.node_id == voter => match pins.get(&voter) {
+            Some(report) => match pins.get(&voter) {
                 Some(pinned) if *pinned != report.storage_id => VoterAnswer::WithOtherData,
                 _ => VoterAnswer::WithItsData,
             },

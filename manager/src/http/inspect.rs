@@ -196,7 +196,7 @@ pub struct RoutingQuery {
     key: Option<String>,
     /// As for every read: through the leader's read index.
     #[serde(default)]
-    #[allow(dead_code)] // read by the consistent-read layer
+    #[allow(dead_code)] // acted on by the layer: `params::consistent_read_requested`
     consistent: bool,
     /// `routes` (the default): a route per shard. `runs`: the table as runs
     /// ([`RoutingRuns`]), far smaller for large tables; not with `key`.

@@ -263,11 +263,7 @@ async fn route_to_leader(State(node): State<AppState>, request: Request, next: N
 
 /// `?consistent=true` reads go through the leader's read index (linearizable); others are local.
 async fn consistent_reads(State(node): State<AppState>, request: Request, next: Next) -> Response {
-    let consistent = request
-        .uri()
-        .query()
-        .is_some_and(|query| query.split('&').any(|pair| pair == "consistent=true"));
-    if !consistent {
+    if !params::consistent_read_requested(request.uri()) {
         return next.run(request).await;
     }
     match node.leader() {

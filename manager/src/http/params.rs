@@ -13,10 +13,23 @@ use super::HttpError;
 #[serde(deny_unknown_fields)]
 pub struct ReadQuery {
     /// Read through the leader's read index (linearizable) instead of this replica's applied
-    /// state. Acted on by the consistent-read layer before the handler runs.
+    /// state. Acted on by the consistent-read layer before the handler runs
+    /// ([`consistent_read_requested`]); here it is documented and its value checked.
     #[serde(default)]
     #[allow(dead_code)]
     consistent: bool,
+}
+
+/// Whether a request's query asks for a consistent read (`consistent=true`), read by the same
+/// rule as the `consistent` field of every read's query: serde's, through axum's `Query`. A
+/// malformed value is not a request for one; the handler's own query then refuses it (`400`).
+pub(super) fn consistent_read_requested(uri: &axum::http::Uri) -> bool {
+    #[derive(Deserialize)]
+    struct Consistency {
+        #[serde(default)]
+        consistent: bool,
+    }
+    axum::extract::Query::<Consistency>::try_from_uri(uri).is_ok_and(|query| query.consistent)
 }
 
 /// The `{executor_id}` path parameter, extracted, checked and documented in one place.
@@ -57,4 +70,27 @@ fn validate_executor_id(executor_id: &str) -> Result<(), HttpError> {
 /// An advertised base URL in a request body (register, add-node): the wire's one check.
 pub(crate) fn validate_node_address(address: &str) -> Result<(), HttpError> {
     leasehold_api::wire::validate_base_url(address).map_err(HttpError::invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One rule for `consistent`: the layer asks it as the typed queries parse it.
+    #[test]
+    fn a_consistent_read_is_asked_as_the_queries_parse_it() {
+        let asks = |query: &str| consistent_read_requested(&query.parse().unwrap());
+        assert!(asks("/v1/state?consistent=true"));
+        assert!(asks("/v1/routing?form=runs&consistent=true"));
+        assert!(!asks("/v1/state"));
+        assert!(!asks("/v1/state?consistent=false"));
+        // Malformed: not a consistent read here; the handler's query refuses it with 400.
+        assert!(!asks("/v1/state?consistent=yes"));
+        assert!(serde_urlencoded_like_refusal("consistent=yes"));
+    }
+
+    fn serde_urlencoded_like_refusal(query: &str) -> bool {
+        let uri: axum::http::Uri = format!("/v1/state?{query}").parse().unwrap();
+        axum::extract::Query::<ReadQuery>::try_from_uri(&uri).is_err()
+    }
 }

@@ -17,8 +17,10 @@
 //! Every command is idempotent or conditional (P2.4), so a retried or duplicated entry is
 //! harmless; a refused command changes nothing at all, not even the revision (P5.1).
 //!
-//! Collections are `BTreeMap`/`BTreeSet`/`Vec` only, so iteration order, and therefore every
-//! outcome and every encoded snapshot, is the same on every replica.
+//! Collections are ordered (`imbl`'s `OrdMap`, `OrdSet` and `Vector`, persistent so a read takes a
+//! cheap copy of the state; `BTreeMap`, `BTreeSet` and `Vec` elsewhere), never hashed, so
+//! iteration order, and therefore every outcome and every encoded snapshot, is the same on every
+//! replica.
 
 pub mod answer;
 mod apply;

@@ -3,6 +3,7 @@
 
 pub mod failover;
 pub mod identity;
+pub mod identity_probe;
 pub mod network;
 pub mod versions;
 
