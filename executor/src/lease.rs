@@ -609,10 +609,14 @@ mod schedule_tests {
                 "{error}"
             );
         }
+        // P8.3, P13.6: a manager low on disk, or a caller over its registration rate, refuses
+        // for now; the executor registers again later rather than exit.
         let retried = [
             ClientError::Transport("partition".into()),
             problem(ErrorCode::Unavailable),
             problem(ErrorCode::UnknownExecutor),
+            problem(ErrorCode::InsufficientStorage),
+            problem(ErrorCode::RateLimited),
         ];
         for error in &retried {
             assert_eq!(

@@ -1,0 +1,365 @@
+//! Replies of the inspection, routing, administration, health and watch routes.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::executor::DEFAULT_CAPACITY;
+use super::shards::ShardEpoch;
+
+// ---- Inspection views (`GET /v1/state`, `/v1/executors`, `/v1/shards`, `/v1/routing`) ----
+// Replies, so unknown fields are tolerated: a newer server may add some.
+
+/// One executor as the manager records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ExecutorView {
+    pub executor_id: String,
+    pub incarnation: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub address: String,
+    /// Time left on the lease by the answering manager's clock (P3.1: time remaining, never an
+    /// absolute time). Zero once lapsed.
+    pub lease_remaining_ms: u64,
+    /// The log index at which it registered.
+    pub registered_revision: u64,
+    /// The set the executor is told it holds (owned shards not being released).
+    pub shards: Vec<ShardEpoch>,
+    /// Marked draining by an operator: it gets no new shards and its shards are being moved to
+    /// others through the normal handoff. Absent from older servers, hence the default.
+    #[serde(default)]
+    pub draining: bool,
+    /// Its capacity (PROTOCOL P15.1), the weight the planner gives it. Absent from servers
+    /// before schema 4, where every executor counts as [`DEFAULT_CAPACITY`].
+    #[serde(default = "default_capacity")]
+    pub capacity: u32,
+    /// The load it carries (PROTOCOL P15.1): the sum of the smoothed loads its shards were
+    /// reported with. Only the leader knows loads, so only a reply the leader served (or a
+    /// `?consistent=true` read) has it; absent while nothing is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// `load ÷ capacity`, what placement balances (P15.2); present with `load`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<f64>,
+}
+
+/// Serde's default for a capacity a reply leaves out.
+fn default_capacity() -> u32 {
+    DEFAULT_CAPACITY
+}
+
+/// A shard being handed from its owner to another executor (P5.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct HandoffView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Revision of the revoke the old owner must acknowledge.
+    pub revoke_revision: u64,
+    /// Time until the old owner's last grant that included the shard expires (then the handoff
+    /// completes without an acknowledgement).
+    pub completes_by_expiry_in_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ShardView {
+    pub shard: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    pub epoch: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffView>,
+    /// Its smoothed load as last reported by its holder (PROTOCOL P15.1); only in replies the
+    /// leader served, and only once some holder reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// Its own load exceeds the fair share of the smallest executor (P15.4): it is placed where
+    /// it fits best and not moved back and forth. Only in replies the leader served.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hot: bool,
+}
+
+/// `GET /v1/state`: everything, read at one revision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct StateView {
+    pub revision: u64,
+    /// Zero before the cluster's configuration is written.
+    pub shard_count: u32,
+    pub lease_duration_ms: u64,
+    pub executors: Vec<ExecutorView>,
+    pub shards: Vec<ShardView>,
+}
+
+/// Where to send work for one shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Route {
+    pub shard: u32,
+    /// Absent while the shard is unowned or between owners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub epoch: u64,
+}
+
+/// `GET /v1/routing`: the whole table; `?key=K` answers with one [`Route`] plus the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RoutingTable {
+    pub revision: u64,
+    pub shard_count: u32,
+    pub routes: Vec<Route>,
+}
+
+/// Consecutive shards routed alike: shards `first..first + count`, each at `epoch`, sent to
+/// `owners[owner]` of their [`RoutingRuns`], or to nobody (`null`) while unowned or being handed
+/// off. Encoded as a JSON array `[first, count, owner, epoch]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    from = "(u32, u32, Option<u32>, u64)",
+    into = "(u32, u32, Option<u32>, u64)"
+)]
+pub struct RouteRun {
+    /// The run's lowest shard.
+    pub first: u32,
+    /// How many consecutive shards it spans; at least 1.
+    pub count: u32,
+    /// Index of the owner in [`RoutingRuns::owners`]; `None` for no route.
+    pub owner: Option<u32>,
+    /// The epoch of every shard in it.
+    pub epoch: u64,
+}
+
+impl From<(u32, u32, Option<u32>, u64)> for RouteRun {
+    fn from((first, count, owner, epoch): (u32, u32, Option<u32>, u64)) -> Self {
+        Self {
+            first,
+            count,
+            owner,
+            epoch,
+        }
+    }
+}
+
+impl From<RouteRun> for (u32, u32, Option<u32>, u64) {
+    fn from(run: RouteRun) -> Self {
+        (run.first, run.count, run.owner, run.epoch)
+    }
+}
+
+/// An executor some [`RouteRun`] sends work to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RouteOwner {
+    pub executor_id: String,
+    pub address: String,
+}
+
+/// The routing table as runs (`GET /v1/routing?form=runs`, `GET /v1/watch?view=routing`): the
+/// same routes as [`RoutingTable`], each owner named once and each stretch of consecutive shards
+/// with one owner and one epoch sent as one [`RouteRun`]. A fleet's shards are placed in blocks,
+/// so a million-shard table is a few runs per executor (about a megabyte) instead of a route per
+/// shard (about 75 MB). Asked for only of managers stating cluster version
+/// [`COMPACT_SHARDS_SCHEMA`] or later (docs/PROTOCOL.md, "Versions").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RoutingRuns {
+    pub revision: u64,
+    pub shard_count: u32,
+    /// Every executor a run routes to, once.
+    pub owners: Vec<RouteOwner>,
+    /// Ascending, disjoint, together covering `0..shard_count`.
+    #[cfg_attr(feature = "utoipa", schema(value_type = Vec<Vec<u64>>))]
+    pub runs: Vec<RouteRun>,
+}
+
+impl RoutingRuns {
+    /// The runs of `routes`, given in shard order as `(shard, epoch, owner)` with the owner as
+    /// `(executor_id, address)`: each maximal stretch of consecutive shards with one owner and
+    /// one epoch becomes one run.
+    pub fn collect<'a>(
+        revision: u64,
+        shard_count: u32,
+        routes: impl IntoIterator<Item = (u32, u64, Option<(&'a str, &'a str)>)>,
+    ) -> Self {
+        let mut owner_index: HashMap<&'a str, u32> = HashMap::new();
+        let mut owners: Vec<RouteOwner> = Vec::new();
+        let mut runs: Vec<RouteRun> = Vec::new();
+        // Consecutive shards mostly have one owner: its index is looked up once per stretch.
+        let mut last_owner: Option<(&'a str, u32)> = None;
+        for (shard, epoch, owner) in routes {
+            let owner = owner.map(|(executor_id, address)| match last_owner {
+                Some((last_id, index)) if last_id == executor_id => index,
+                _ => {
+                    let index = *owner_index.entry(executor_id).or_insert_with(|| {
+                        owners.push(RouteOwner {
+                            executor_id: executor_id.to_owned(),
+                            address: address.to_owned(),
+                        });
+                        // At most one owner per shard, and shards are u32.
+                        u32::try_from(owners.len() - 1).unwrap_or(u32::MAX)
+                    });
+                    last_owner = Some((executor_id, index));
+                    index
+                }
+            });
+            match runs.last_mut() {
+                Some(run)
+                    if run.owner == owner
+                        && run.epoch == epoch
+                        && u64::from(run.first) + u64::from(run.count) == u64::from(shard) =>
+                {
+                    run.count += 1;
+                }
+                _ => runs.push(RouteRun {
+                    first: shard,
+                    count: 1,
+                    owner,
+                    epoch,
+                }),
+            }
+        }
+        Self {
+            revision,
+            shard_count,
+            owners,
+            runs,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct KeyRoute {
+    pub key: String,
+    pub revision: u64,
+    #[serde(flatten)]
+    pub route: Route,
+}
+
+/// Reply to `POST /v1/executors/{id}/release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ReleaseReply {
+    /// Shards whose handoff this acknowledgement completed.
+    pub completed: Vec<u32>,
+    /// Shards whose handoff was not current (already done, cancelled, or never revoked): nothing
+    /// changed for them.
+    pub ignored: Vec<u32>,
+}
+
+/// `GET /v1/routing`: the whole table, or with `?key=K` the key's route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum RoutingAnswer {
+    /// `?key=K`.
+    Key(KeyRoute),
+    /// No key.
+    Table(RoutingTable),
+    /// No key, `?form=runs`.
+    Runs(RoutingRuns),
+}
+
+/// Reply to `POST /v1/cluster/init`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct InitReply {
+    /// The cluster is formed.
+    pub initialized: bool,
+    /// This call formed it (false: it was formed already).
+    pub formed_now: bool,
+}
+
+/// Reply to `POST /v1/cluster/snapshot`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SnapshotReply {
+    /// Last log index the node's snapshot covers now.
+    pub snapshot_index: Option<u64>,
+    /// Log purged up to here (inclusive), if ever.
+    pub purged_index: Option<u64>,
+}
+
+/// `GET /livez`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Liveness {
+    /// Always `ok`: the process answers.
+    pub status: String,
+}
+
+/// `GET /readyz`: `200` when every check passes, `503` otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Readiness {
+    /// Every check passed.
+    pub ready: bool,
+    /// Each check, with `?verbose`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Vec<ReadinessCheck>>,
+}
+
+/// One readiness check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ReadinessCheck {
+    /// What is checked (`leader`, `applied`, `running`, `lease_config`).
+    pub name: String,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What was observed.
+    pub detail: String,
+}
+
+/// Why an executor left the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum DepartureReason {
+    /// It deregistered (graceful stop, P3.7).
+    Deregistered,
+    /// Its lease lapsed and the leader reaped it (P3.8).
+    Reaped,
+}
+
+/// A recently removed executor (the manager keeps a bounded record of them, P7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct DepartedExecutor {
+    pub executor_id: String,
+    pub incarnation: String,
+    pub reason: DepartureReason,
+    /// The revision (log index) at which it was removed.
+    pub removed_revision: u64,
+}
+
+/// Longest `wait` one `GET /v1/watch` may ask for; the manager refuses a longer one (400) rather
+/// than shorten it silently.
+pub const MAX_WATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// `GET /v1/watch?revision=N&wait=30s`: a blocking query. Answers as soon as the state's revision
+/// is above `N`, or with the unchanged state when the wait runs out (then `state.revision <= N`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct WatchReply {
+    /// The whole state at its current revision.
+    pub state: StateView,
+    /// Executors removed after revision `N`, ascending by id, so a watcher can tell a deregister
+    /// from an expiry.
+    pub departed: Vec<DepartedExecutor>,
+}
+
+/// What `GET /v1/watch` answers: the state (the default), or with `view=routing` only the
+/// routing table, as runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum WatchAnswer {
+    State(WatchReply),
+    Routing(RoutingRuns),
+}
