@@ -226,7 +226,10 @@ pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessEr
                 "-p",
                 "leasehold-api",
             ])
-            .env("CARGO_TARGET_DIR", cache.join("target")),
+            .env("CARGO_TARGET_DIR", cache.join("target"))
+            // Binaries to run, never to debug: without debug information their build takes a
+            // tenth less (98 s against 109 s on the 2-core CI machine; docs/TESTING.md's budget).
+            .env("CARGO_PROFILE_DEV_DEBUG", "0"),
     )
     .map_err(failed)?;
     Ok(bin)

@@ -1,17 +1,19 @@
-//! The README's two commands, run from a fresh clone of this repository at HEAD.
+//! The README's two commands, run in a checkout holding exactly this repository's HEAD.
 //!
 //! 1. `./scripts/dev-cluster` (live status off): the three managers and three executors come up,
 //!    leaseholdctl sees them, and Ctrl-C (SIGINT to the script's process group, as a terminal
 //!    sends it) stops every process and removes the temporary data.
 //! 2. `./scripts/test`, run non-recursively as `./scripts/test -- --list`: it builds every binary
-//!    and every test of the clone and lists the suite without running it. Running the whole suite
+//!    and every test of the checkout and lists the suite without running it. Running the whole suite
 //!    from inside one of its own tests would run this test again (recursion) and double the
-//!    suite's time on a 2-core machine; `--list` still proves the command works on a fresh clone:
+//!    suite's time on a 2-core machine; `--list` still proves the command works on HEAD:
 //!    the build is `--locked` and every test target compiles.
 //!
-//! Both commands build in the clone. `CARGO_TARGET_DIR` points at this test's own target
-//! directory so the registry dependencies are reused and only the workspace crates compile (the
-//! clone's sources are at other paths, so they are rebuilt from the clone, not reused).
+//! Both commands run in a checkout holding exactly HEAD's files: this one when its tree is clean
+//! (nothing modified, nothing untracked; CI's checkout is a fresh clone, and scripts/fresh-machine-
+//! check has already built it from scratch), else a fresh clone at HEAD. `CARGO_TARGET_DIR` points
+//! at this test's own target directory so the registry dependencies are reused; a clone's sources
+//! are at other paths, so its workspace crates are rebuilt from the clone, not reused.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -52,6 +54,31 @@ fn git(args: &[&str], dir: &Path) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// A checkout holding exactly HEAD's files: `root` itself when its tree is clean (a fresh clone
+/// would hold the same files, and rebuilding them at another path would prove nothing more), else
+/// a fresh clone of HEAD made in `temp`.
+fn checkout_of_head(root: &Path, temp: &Path) -> PathBuf {
+    let changes = git(&["status", "--porcelain", "--untracked-files=all"], root);
+    if changes.is_empty() {
+        eprintln!("the checkout is a clean tree at HEAD: the README's commands run in it");
+        return root.to_path_buf();
+    }
+    eprintln!("the checkout has changes: the README's commands run in a fresh clone of HEAD");
+    let head = git(&["rev-parse", "HEAD"], root);
+    let clone = temp.join("leasehold");
+    git(
+        &[
+            "clone",
+            "--quiet",
+            &root.display().to_string(),
+            &clone.display().to_string(),
+        ],
+        temp,
+    );
+    git(&["checkout", "--quiet", &head], &clone);
+    clone
 }
 
 /// The commands of the README's first code block, in order.
@@ -96,19 +123,8 @@ async fn readme_commands_work_from_a_fresh_clone() {
         "the README's two commands"
     );
 
-    let head = git(&["rev-parse", "HEAD"], &root);
     let temp = tempfile::tempdir().unwrap();
-    let clone = temp.path().join("leasehold");
-    git(
-        &[
-            "clone",
-            "--quiet",
-            &root.display().to_string(),
-            &clone.display().to_string(),
-        ],
-        temp.path(),
-    );
-    git(&["checkout", "--quiet", &head], &clone);
+    let checkout = checkout_of_head(&root, temp.path());
     // target/debug → target
     let target_dir = bin_dir().parent().expect("target dir").to_path_buf();
 
@@ -116,7 +132,7 @@ async fn readme_commands_work_from_a_fresh_clone() {
     let base = free_port_base();
     let mut script = Command::new(&commands[0]);
     script
-        .current_dir(&clone)
+        .current_dir(&checkout)
         .env("CARGO_TARGET_DIR", &target_dir);
     let mut dev_cluster = DevCluster::start(script, temp.path(), base, BUILD_BOUND).await;
     let printed = dev_cluster.printed.clone();
@@ -206,7 +222,7 @@ async fn readme_commands_work_from_a_fresh_clone() {
     let output = tokio::task::spawn_blocking(move || {
         Command::new(&commands[1])
             .args(["--", "--list"])
-            .current_dir(&clone)
+            .current_dir(&checkout)
             .env("CARGO_TARGET_DIR", &target_dir)
             .stdin(Stdio::null())
             .output()
