@@ -1,0 +1,101 @@
+//! B5: snapshot build and install at up to a million shards (docs/BENCHMARKS.md).
+
+use super::*;
+
+pub async fn b5(env: &Env, executors: usize, options: ManagerFlags) -> Result<Table> {
+    let load = load_average();
+    let shards = options.shard_count;
+    let heartbeat = options
+        .heartbeat
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
+    let security = &env.security;
+    let mut cluster = leasehold_cluster(env, security, "b5", options).await?;
+    let (_fleet, cadence, _) = renewing_settled_fleet(
+        "B5",
+        &mut cluster,
+        security,
+        executors,
+        shards,
+        Duration::from_secs(1800),
+    )
+    .await?;
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let leader_rss = cluster
+        .managers
+        .get(&leader)
+        .and_then(Manager::pid)
+        .and_then(rss_bytes)
+        .unwrap_or(0);
+    let build = post_snapshot(&cluster, leader, false).await?;
+    let follower = cluster
+        .managers
+        .keys()
+        .copied()
+        .find(|&id| id != leader)
+        .ok_or_else(|| anyhow!("no follower"))?;
+    let (snapshot, restart) = snapshot_size_and_restart(&mut cluster, follower).await?;
+
+    // Join: purge the leader's log behind a fresh snapshot, so the new node must install it.
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    post_snapshot(&cluster, leader, true).await?;
+    let target = cluster
+        .cluster_info(leader)
+        .await
+        .map_err(|e| anyhow!(e))?
+        .committed_index
+        .unwrap_or(0);
+    let joined_at = Instant::now();
+    let via = cluster.url(leader)?;
+    procs::join_new(&mut cluster, 4, &via)?;
+    poll_every(
+        "node 4 a caught-up voter",
+        SETTLE_BOUND,
+        POLL_INTERVAL,
+        || async {
+            let info = cluster.cluster_info(4).await?;
+            let voter = info.voters.iter().any(|m| m.node_id == 4);
+            match info.applied_index {
+                Some(applied) if voter && applied >= target => Ok(()),
+                other => Err(format!("voter {voter}, applied {other:?} of {target}")),
+            }
+        },
+    )
+    .await?;
+    let join = joined_at.elapsed();
+    let counters = cadence.stop().await;
+    let per_shard = snapshot as f64 / f64::from(shards);
+    let mut table = Table::new(&[
+        "B5",
+        "executors",
+        "shards",
+        "heartbeat",
+        "snapshot size",
+        "bytes per shard",
+        "snapshot build (leader, POST /v1/cluster/snapshot)",
+        "join: start → caught-up voter (snapshot install)",
+        "follower restart → ready and caught up",
+        "leader RSS",
+        "renewals ok / failed during the run",
+        "load avg",
+    ]);
+    table.row(vec![
+        "B5".into(),
+        executors.to_string(),
+        shards.to_string(),
+        heartbeat,
+        fmt_bytes(snapshot),
+        format!("{per_shard:.1} B"),
+        format!("{:.2} s", build.as_secs_f64()),
+        format!("{:.2} s", join.as_secs_f64()),
+        format!("{:.2} s", restart.as_secs_f64()),
+        fmt_bytes(leader_rss),
+        format!(
+            "{} / {}",
+            counters.ok.load(Ordering::Relaxed),
+            counters.errors.load(Ordering::Relaxed)
+        ),
+        format!("{load} → {}", load_average()),
+    ]);
+    Ok(table)
+}

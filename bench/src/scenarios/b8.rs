@@ -1,0 +1,268 @@
+//! B8: renewal latency while the leader builds a large snapshot (docs/BENCHMARKS.md).
+
+use super::*;
+
+/// B8: renewals at a fixed open-loop rate while the leader builds snapshots of a large state.
+#[derive(Debug, Clone)]
+pub struct B8 {
+    pub executors: usize,
+    pub shards: u32,
+    /// Offered renewals/s over the whole fleet.
+    pub rate_per_s: f64,
+    pub warmup: Duration,
+    pub measure: Duration,
+    /// Between one forced build's reply and the next request, so the window also holds
+    /// renewals that no build overlaps: the baseline beside the builds.
+    pub build_gap: Duration,
+    pub p99_bound_ms: f64,
+    /// Also run a second cluster at the shipped snapshot policy with no forced builds.
+    pub shipped_policy: bool,
+}
+
+/// `--snapshot-every` for B8's forced-build cluster: no snapshot by policy within a run, so
+/// every build in the window is one B8 forced and timed, on the leader only.
+const B8_NO_POLICY_SNAPSHOTS: &str = "1000000000";
+
+/// How often B8 asks the leader which snapshot it holds, to count the builds of a window.
+const B8_SNAPSHOT_POLL: Duration = Duration::from_millis(250);
+
+/// One snapshot build forced on the leader, as `POST /v1/cluster/snapshot` saw it (it replies
+/// once the snapshot is encoded, stored and flushed).
+#[derive(Debug, Clone, Copy)]
+struct Build {
+    started: Instant,
+    finished: Instant,
+}
+
+impl Build {
+    fn seconds(&self) -> f64 {
+        (self.finished - self.started).as_secs_f64()
+    }
+}
+
+/// Forces snapshot builds on manager `leader` from `from` until `until`, one at a time with
+/// `gap` between a reply and the next request.
+async fn forced_builds(
+    cluster: &ManagerCluster,
+    leader: u64,
+    from: Instant,
+    until: Instant,
+    gap: Duration,
+) -> Result<Vec<Build>> {
+    tokio::time::sleep_until(from).await;
+    let mut builds = Vec::new();
+    while Instant::now() < until {
+        let started = Instant::now();
+        post_snapshot(cluster, leader, false).await?;
+        builds.push(Build {
+            started,
+            finished: Instant::now(),
+        });
+        tokio::time::sleep_until((Instant::now() + gap).min(until)).await;
+    }
+    Ok(builds)
+}
+
+/// The distinct snapshots manager `leader` reported holding from `from` until `until`, one
+/// look every [`B8_SNAPSHOT_POLL`]: how many it built in that time (a build shorter than the
+/// poll between two others could be missed, so this is at least the count).
+async fn snapshots_seen(
+    cluster: &ManagerCluster,
+    leader: u64,
+    from: Instant,
+    until: Instant,
+) -> Result<usize> {
+    tokio::time::sleep_until(from).await;
+    let mut seen = std::collections::HashSet::new();
+    while Instant::now() < until {
+        let info = cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?;
+        seen.insert(info.snapshot.map(|snapshot| snapshot.snapshot_id));
+        tokio::time::sleep(B8_SNAPSHOT_POLL).await;
+    }
+    // The snapshot held when the window opened was built before it.
+    Ok(seen.len().saturating_sub(1))
+}
+
+/// `n, p50, p99, max` of `samples`, with its failures when there are any.
+fn fmt_latencies(samples: &mut drive::Samples) -> String {
+    let failed = if samples.errors > 0 {
+        format!(
+            ", {} failed (first: {})",
+            samples.errors,
+            samples.first_error.as_deref().unwrap_or("-")
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{}: p50 {}, p99 {}, max {}{failed}",
+        samples.ok(),
+        fmt_ms(samples.quantile_ms(0.50)),
+        fmt_ms(samples.quantile_ms(0.99)),
+        fmt_ms(samples.quantile_ms(1.0))
+    )
+}
+
+/// p50 and largest of the builds' durations.
+fn fmt_builds(builds: &[Build]) -> String {
+    let mut seconds: Vec<f64> = builds.iter().map(Build::seconds).collect();
+    if seconds.is_empty() {
+        return "none".to_owned();
+    }
+    let largest = seconds.iter().copied().fold(0.0, f64::max);
+    format!(
+        "{}: p50 {:.2} s, max {:.2} s",
+        seconds.len(),
+        median(&mut seconds),
+        largest
+    )
+}
+
+/// One B8 cluster: settles the fleet, then offers `args.rate_per_s` for the window while the
+/// leader builds snapshots, forced back to back (`forced`) or by the shipped policy alone.
+/// Returns the table row.
+async fn b8_run(env: &Env, args: &B8, forced: bool) -> Result<Vec<String>> {
+    let load = load_average();
+    let security = &env.security;
+    let mut flags = default_flags(args.shards);
+    let (name, mode) = if forced {
+        flags.extra_args = vec![
+            "--snapshot-every".to_owned(),
+            B8_NO_POLICY_SNAPSHOTS.to_owned(),
+        ];
+        (
+            "b8-forced",
+            "leader builds back to back (no policy snapshots)",
+        )
+    } else {
+        (
+            "b8-shipped",
+            "shipped policy (every 5 000 entries, each member)",
+        )
+    };
+    eprintln!(
+        "B8 {mode}: {} executors, {} shards, {:.0} renewals/s",
+        args.executors, args.shards, args.rate_per_s
+    );
+    let mut cluster = leasehold_cluster(env, security, name, flags).await?;
+    let fleet = settled_fleet(&mut cluster, security, args.executors, args.shards).await?;
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    // The open loop's window opens 100 ms after it starts, then the warmup.
+    let window_start = Instant::now() + Duration::from_millis(100) + args.warmup;
+    let window_end = window_start + args.measure;
+    let renewals =
+        drive::open_loop_renewals(fleet.clone(), args.rate_per_s, args.warmup, args.measure);
+    let (run, builds, seen) = if forced {
+        let builds = forced_builds(&cluster, leader, window_start, window_end, args.build_gap);
+        let (run, builds) = tokio::join!(renewals, builds);
+        let builds = builds?;
+        let count = builds.len();
+        (run, builds, count)
+    } else {
+        let seen = snapshots_seen(&cluster, leader, window_start, window_end);
+        let (run, seen) = tokio::join!(renewals, seen);
+        (run, Vec::new(), seen?)
+    };
+    let still_leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    if still_leader != leader {
+        bail!("B8: the leader changed during the window ({leader} → {still_leader})");
+    }
+    let step = run.step();
+    report_slow_slots(&run, window_start, args.p99_bound_ms);
+    let during_build = |renewal: &drive::Renewal| {
+        builds
+            .iter()
+            .any(|build| renewal.overlaps(build.started, build.finished))
+    };
+    let (mut during, mut between) = if forced {
+        (
+            run.samples(during_build),
+            run.samples(|renewal| !during_build(renewal)),
+        )
+    } else {
+        (run.samples(|_| true), drive::Samples::default())
+    };
+    let within = if forced {
+        during.quantile_ms(0.99) <= args.p99_bound_ms && during.errors == 0
+    } else {
+        step.p99_ms <= args.p99_bound_ms && step.errors == 0
+    };
+    Ok(vec![
+        "B8".into(),
+        security.tagged(mode),
+        args.executors.to_string(),
+        args.shards.to_string(),
+        format!(
+            "{} / {}",
+            fmt_rate(args.rate_per_s),
+            fmt_rate(step.achieved_per_s)
+        ),
+        if forced {
+            fmt_builds(&builds)
+        } else {
+            format!("{seen} (at least)")
+        },
+        fmt_latencies(&mut during),
+        if forced {
+            fmt_latencies(&mut between)
+        } else {
+            "-".to_owned()
+        },
+        if within { "yes" } else { "**no**" }.to_owned(),
+        format!("{load} → {}", load_average()),
+    ])
+}
+
+/// Where in the window the renewals slower than the bound were scheduled, on stderr: the 100 ms
+/// slots holding the most of them, as offsets from the window's start. Periodic work shows as a
+/// period between slots.
+fn report_slow_slots(run: &drive::OpenLoopRun, window_start: Instant, bound_ms: f64) {
+    let bound = Duration::from_secs_f64(bound_ms / 1000.0);
+    let mut slots: std::collections::BTreeMap<u128, usize> = std::collections::BTreeMap::new();
+    for renewal in &run.renewals {
+        if renewal
+            .result
+            .as_ref()
+            .map_or(true, |latency| *latency > bound)
+        {
+            let offset = renewal.scheduled.saturating_duration_since(window_start);
+            *slots.entry(offset.as_millis() / 100).or_default() += 1;
+        }
+    }
+    let mut busiest: Vec<(u128, usize)> = slots.into_iter().collect();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    busiest.truncate(20);
+    busiest.sort();
+    let listed: Vec<String> = busiest
+        .iter()
+        .map(|(slot, count)| format!("{:.1} s: {count}", *slot as f64 / 10.0))
+        .collect();
+    eprintln!(
+        "  renewals over {bound_ms} ms, by 100 ms slot of their schedule (the 20 busiest): {}",
+        listed.join(", ")
+    );
+}
+
+/// Renewals at a fixed rate (half of B1's) while the leader builds snapshots of a large state:
+/// the p99 of the renewals a build overlaps, beside those no build overlaps.
+pub async fn b8(env: &Env, args: &B8) -> Result<Table> {
+    let bound = format!("p99 ≤ {} ms while building?", args.p99_bound_ms);
+    let mut table = Table::new(&[
+        "B8",
+        "snapshots",
+        "executors",
+        "shards",
+        "renewals/s offered / done",
+        "leader's snapshot builds in the window",
+        "renewals a build overlaps (all, by policy): n, p50, p99, max",
+        "renewals no build overlaps: n, p50, p99, max",
+        &bound,
+        "load avg",
+    ]);
+    table.row(b8_run(env, args, true).await?);
+    eprint!("{}", table.render());
+    if args.shipped_policy {
+        table.row(b8_run(env, args, false).await?);
+    }
+    Ok(table)
+}

@@ -1,0 +1,381 @@
+//! What scenarios and scripts ask of the world: inspection, and the controls a script drives it by.
+
+use super::*;
+
+impl World {
+    /// The operator undoes every drain (after the chaos, so the end state is comparable);
+    /// repeated until it sticks, as an operator would.
+    pub fn undrain_all(&mut self) {
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        let drained: Vec<String> = self.leader_state().map_or_else(Vec::new, |s| {
+            s.executors()
+                .filter(|e| e.draining)
+                .map(|e| e.id.clone())
+                .collect()
+        });
+        for executor_id in drained {
+            self.propose(
+                Command::SetDraining {
+                    now_ms,
+                    executor_id,
+                    draining: false,
+                },
+                ReplyTo::Nobody,
+            );
+        }
+    }
+
+    pub fn leader_state(&self) -> Option<&LeaseState> {
+        self.leader.as_ref().map(|l| &self.replicas[l.manager])
+    }
+
+    /// The term of the leader in office.
+    pub fn leader_term(&self) -> Option<u64> {
+        self.leader.as_ref().map(|l| l.term)
+    }
+
+    /// What the leader would place by if it stepped now (its term's loads, budget and cooling).
+    pub fn leader_inputs(&self) -> Option<PlacementInputs> {
+        let leader = self.leader.as_ref()?;
+        let now_ms = self.leader_now_ms()?;
+        Some(
+            leader
+                .placement
+                .inputs(&self.replicas[leader.manager], now_ms),
+        )
+    }
+
+    /// The whole plan the leader would make if it stepped now, uncapped, if anything is to move.
+    pub fn leader_plan(&self) -> Option<Plan> {
+        let inputs = self.leader_inputs()?;
+        let now_ms = self.leader_now_ms()?;
+        plan_placement(self.leader_state()?, now_ms, &inputs, usize::MAX)
+    }
+
+    /// The liar's slot and the executor its process registered as, once the lie started.
+    pub fn liar(&self) -> Option<(Slot, String, Lie)> {
+        let (slot, lie) = self.load.liar()?;
+        Some((slot, self.executor_id_of(slot)?, lie))
+    }
+
+    /// Executors stop reporting loads, so the leader places by count (P15.2): the probes that
+    /// count moves against P5.4 run so. With `off` false, they report again.
+    pub fn turn_loads_off(&mut self, off: bool) {
+        self.note(|| format!("loads {}", if off { "off" } else { "on again" }));
+        self.load.set_off(off);
+    }
+
+    /// The current leader's clock offset (P2.3), if a leader is in office.
+    pub fn leader_offset_ms(&self) -> Option<i64> {
+        self.leader.as_ref().map(|l| l.offset_ms)
+    }
+
+    /// Whether the leader has proposals not yet committed or a step under way.
+    pub fn leader_is_busy(&self) -> bool {
+        self.leader
+            .as_ref()
+            .is_some_and(|l| !l.tail.is_empty() || l.writes.is_some())
+    }
+
+    pub fn leader_is_stalled(&self) -> bool {
+        self.leader
+            .as_ref()
+            .is_some_and(|l| l.stalled_until_us.is_some())
+    }
+
+    /// When the next queued event is due, if any is.
+    pub fn next_event_at(&self) -> Option<u64> {
+        self.queue.peek().map(|next| next.0.at_us)
+    }
+
+    /// The messages a script's network holds, oldest first (none under a seed).
+    pub fn letters(&self) -> &[Letter] {
+        match &self.driver {
+            Driver::Script { mailbox, .. } => mailbox,
+            Driver::Seed => &[],
+        }
+    }
+
+    /// Takes a held message out of the network: to deliver it, or to lose it.
+    pub(super) fn take_letter(&mut self, id: u64) -> Option<Letter> {
+        let Driver::Script { mailbox, .. } = &mut self.driver else {
+            return None;
+        };
+        let position = mailbox.iter().position(|letter| letter.id == id)?;
+        Some(mailbox.remove(position))
+    }
+
+    /// The held message arrives now (handled by the next [`World::run_until`]).
+    pub fn deliver_letter(&mut self, id: u64) {
+        if let Some(letter) = self.take_letter(id) {
+            self.note(|| format!("{letter} arrives"));
+            self.schedule(self.now_us, letter.arrival);
+        }
+    }
+
+    /// The held message is lost; its sender finds out by its own timeout.
+    pub fn drop_letter(&mut self, id: u64) {
+        if let Some(letter) = self.take_letter(id) {
+            self.note(|| format!("{letter} is lost"));
+        }
+    }
+
+    /// Whether a script holds the leader's proposals uncommitted.
+    pub fn commits_held(&self) -> bool {
+        matches!(
+            self.driver,
+            Driver::Script {
+                commits_held: true,
+                ..
+            }
+        )
+    }
+
+    /// Holds the leader's proposals uncommitted in its tail (Raft replication stalls; reads
+    /// still see the applied state), or commits the tail now and every proposal at once again.
+    pub fn hold_commits(&mut self, held: bool) {
+        if let Driver::Script { commits_held, .. } = &mut self.driver {
+            *commits_held = held;
+        }
+        if held {
+            return;
+        }
+        let now_us = self.now_us;
+        if let Some(leader) = self
+            .leader
+            .as_mut()
+            .filter(|l| !l.tail.is_empty() && !l.commit_scheduled)
+        {
+            leader.commit_scheduled = true;
+            let term = leader.term;
+            self.schedule(now_us, Event::Commit { term });
+        }
+    }
+
+    /// Fires one of the loops' timers now.
+    pub fn fire(&mut self, timer: Timer) {
+        match timer {
+            Timer::LeaderStep => {
+                if let Some(term) = self.leader.as_ref().map(|l| l.term) {
+                    self.schedule(self.now_us, Event::LeaderStep { term });
+                }
+            }
+            Timer::ExecutorCall(slot) => {
+                if let Some(process) = self.processes[slot].as_ref().map(|p| p.id) {
+                    self.schedule(self.now_us, Event::Call { slot, process });
+                }
+            }
+        }
+    }
+
+    /// The script is over and the seed's rules take over: the network delivers what it held,
+    /// every loop runs on its own timers again, and nothing is lost or delayed past the typical
+    /// transit (no chaos).
+    pub fn go_live(&mut self) {
+        let Driver::Script { mailbox, .. } = std::mem::replace(&mut self.driver, Driver::Seed)
+        else {
+            return;
+        };
+        self.note(|| format!("the script ends: {} held messages arrive", mailbox.len()));
+        for letter in mailbox {
+            self.schedule(self.now_us, letter.arrival);
+        }
+        self.schedule(self.now_us, Event::FollowerApply);
+        self.hold_commits(false);
+        if let Some(term) = self.leader.as_ref().map(|l| l.term) {
+            self.schedule(self.now_us, Event::LeaderStep { term });
+            self.schedule(self.now_us, Event::DeliveryRound { term });
+        }
+        for slot in 0..self.processes.len() {
+            if let Some(process) = self.processes[slot].as_ref().filter(|p| p.admits()) {
+                let process = process.id;
+                self.schedule(self.now_us, Event::Call { slot, process });
+            }
+        }
+    }
+
+    /// SIGSTOP for `for_ms`, then it carries on; only a running process pauses.
+    pub fn pause(&mut self, slot: Slot, for_ms: u64) {
+        let until_us = self.now_us + for_ms * 1_000;
+        if let Some(p) = self.processes[slot]
+            .as_mut()
+            .filter(|p| p.life == Life::Running)
+        {
+            p.life = Life::Paused { until_us };
+            let process = p.id;
+            self.note(|| format!("slot {slot}: paused for {for_ms} ms"));
+            self.schedule(until_us, Event::Resume { slot, process });
+        }
+    }
+
+    /// SIGTERM: stop admitting, deregister within the grace, exit (P3.7).
+    pub fn stop_gracefully(&mut self, slot: Slot) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        if let Some(p) = self.processes[slot]
+            .as_mut()
+            .filter(|p| p.life == Life::Running)
+        {
+            p.core.stop_admission(now);
+            p.life = Life::Stopping;
+            let process = p.id;
+            let in_call = p.call.is_some();
+            self.schedule(
+                self.now_us + STOP_GRACE_US,
+                Event::StopDeadline { slot, process },
+            );
+            if !in_call {
+                self.deregister(slot, process);
+            }
+        }
+    }
+
+    /// The leader loses office and another replica takes it after `election_ms`, its wall clock
+    /// `offset_ms` from the true one (its own offset and a step when `None`).
+    pub fn change_leader(
+        &mut self,
+        keep_tail: bool,
+        deposed_pushes_ms: u64,
+        election_ms: u64,
+        offset_ms: Option<i64>,
+    ) {
+        let Some(old) = self.leader.as_ref().map(|l| l.manager) else {
+            return;
+        };
+        self.lose_office(keep_tail, deposed_pushes_ms);
+        let next = (old + 1 + self.rng.random_range(0..MANAGERS - 1)) % MANAGERS;
+        self.schedule(
+            self.now_us + election_ms * 1_000,
+            Event::Elected {
+                manager: next,
+                offset_ms,
+            },
+        );
+    }
+
+    /// An operator sets the lease duration (P3.4).
+    pub fn set_lease(&mut self, lease_ms: u64) {
+        if let Some(now_ms) = self.leader_now_ms() {
+            self.propose(
+                Command::SetLeaseDuration {
+                    now_ms,
+                    lease_duration_ms: lease_ms,
+                },
+                ReplyTo::Nobody,
+            );
+        }
+    }
+
+    /// An operator drains (or undrains) the executor in `slot`.
+    pub fn set_draining(&mut self, slot: Slot, draining: bool) {
+        let executor_id = self.executor_id_of(slot);
+        if let (Some(now_ms), Some(executor_id)) = (self.leader_now_ms(), executor_id) {
+            self.propose(
+                Command::SetDraining {
+                    now_ms,
+                    executor_id,
+                    draining,
+                },
+                ReplyTo::Nobody,
+            );
+        }
+    }
+
+    pub fn executor_id_of(&self, slot: Slot) -> Option<String> {
+        self.processes[slot]
+            .as_ref()
+            .and_then(|p| p.core.executor_id().map(str::to_owned))
+    }
+
+    /// A new process with a new incarnation at the slot's address; the old one is killed.
+    pub fn restart(&mut self, slot: Slot) {
+        if let Some(p) = self.processes[slot].as_mut() {
+            p.life = Life::Dead;
+        }
+        self.start_process(slot);
+    }
+
+    /// The leader process stalls for `for_ms` while the followers still hear from it: nothing
+    /// it would do happens until then (P6.3).
+    pub fn stall_leader(&mut self, for_ms: u64) {
+        let until = self.now_us + for_ms * 1_000;
+        if let Some(leader) = self
+            .leader
+            .as_mut()
+            .filter(|l| l.stalled_until_us.is_none())
+        {
+            leader.stalled_until_us = Some(until);
+            let term = leader.term;
+            self.note(|| format!("term {term}: the leader stalls for {for_ms} ms"));
+            self.schedule(until, Event::StallOver { term });
+        }
+    }
+
+    /// Kills the process in `slot` at once (the I4 probe).
+    pub fn kill(&mut self, slot: Slot) {
+        self.note(|| format!("probe: kill slot {slot}"));
+        if let Some(p) = self.processes[slot].as_mut() {
+            p.life = Life::Dead;
+        }
+    }
+
+    /// Adds a slot with a fresh process: a new executor joins (the join probes, a script's spawn).
+    pub fn add_slot(&mut self) -> Slot {
+        let slot = self.processes.len();
+        self.processes.push(None);
+        self.cut_to_managers.push(0);
+        self.cut_from_managers.push(0);
+        self.scenario.executor_rate_ppm.push(0);
+        self.load.add_slot();
+        self.start_process(slot);
+        slot
+    }
+
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        if let Some(state) = self.leader_state() {
+            for e in state.executors() {
+                let _ = writeln!(
+                    out,
+                    "  {} {} expiry {} owns {:?}{}",
+                    e.id,
+                    e.incarnation,
+                    e.lease_expiry_ms,
+                    e.owned_shards,
+                    if e.draining { " draining" } else { "" }
+                );
+            }
+            for s in state.shards() {
+                if s.handoff.is_some() || s.owner.is_none() {
+                    let _ = writeln!(
+                        out,
+                        "  shard {} owner {:?} epoch {} handoff {:?}",
+                        s.id, s.owner, s.epoch, s.handoff
+                    );
+                }
+            }
+        }
+        for (slot, p) in self.processes.iter().enumerate() {
+            if let Some(p) = p {
+                let now = self.local_instant(p.rate_ppm);
+                let _ = writeln!(
+                    out,
+                    "  slot {slot}: process {} {:?} {:?} held {:?}",
+                    p.id,
+                    p.life,
+                    p.core.executor_id(),
+                    p.core
+                        .view(now)
+                        .shards
+                        .iter()
+                        .map(|s| s.shard)
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,304 @@
+//! The executor processes: their renewal calls on the real schedule, what they do with answers,
+//! pushes and revokes, and deregistration.
+
+use super::*;
+
+impl World {
+    pub(super) fn start_process(&mut self, slot: Slot) {
+        let id = self.next_process;
+        self.next_process += 1;
+        let rate_ppm = self.scenario.executor_rate_ppm[slot];
+        let capacity = self.load.capacity(slot);
+        self.processes[slot] = Some(Process {
+            id,
+            core: AdmissionCore::default(),
+            schedule: LeaseSchedule::default(),
+            life: Life::Running,
+            incarnation: format!("s{slot}-p{id}-i1"),
+            incarnations: 1,
+            call: None,
+            rate_ppm,
+            register_sent: false,
+            capacity,
+        });
+        self.note(|| format!("slot {slot}: process {id} starts"));
+        self.schedule_timer(self.now_us, Event::Call { slot, process: id });
+    }
+
+    pub(super) fn process_mut(&mut self, slot: Slot, process: u64) -> Option<&mut Process> {
+        self.processes[slot].as_mut().filter(|p| p.id == process)
+    }
+
+    /// The lease loop's next call: register when not registered, else renew.
+    pub(super) fn call(&mut self, slot: Slot, process: u64) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let call_id = self.next_call;
+        let address = format!("http://s{slot}:1");
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        if let Life::Paused { until_us } = p.life {
+            self.schedule_timer(until_us, Event::Call { slot, process });
+            return;
+        }
+        if p.life != Life::Running || p.call.is_some() {
+            return;
+        }
+        let request = match p.core.renewal() {
+            Some((executor_id, request)) => {
+                p.call = Some(Call {
+                    id: call_id,
+                    kind: CallKind::Renew,
+                    sent_at: now,
+                });
+                Request::Renew {
+                    call: call_id,
+                    executor_id,
+                    request,
+                }
+            }
+            None => {
+                p.register_sent = true;
+                p.call = Some(Call {
+                    id: call_id,
+                    kind: CallKind::Register,
+                    sent_at: now,
+                });
+                Request::Register {
+                    call: call_id,
+                    request: RegisterRequest {
+                        incarnation: p.incarnation.clone(),
+                        address,
+                        name: None,
+                        credential: None,
+                        capacity: Some(p.capacity),
+                    },
+                }
+            }
+        };
+        let mut request = request;
+        if let Request::Renew { request, .. } = &mut request {
+            let claims: Vec<ShardId> = request.claims.iter().map(|claim| claim.shard).collect();
+            request.loads = self.load.report(slot, &claims).map(|reported| {
+                reported
+                    .into_iter()
+                    .map(|(shard, load)| ShardLoad { shard, load })
+                    .collect()
+            });
+        }
+        self.next_call += 1;
+        self.send_to_managers(slot, process, request);
+        self.schedule(
+            self.now_us + CALL_PATIENCE_US,
+            Event::CallTimeout {
+                slot,
+                process,
+                call: call_id,
+            },
+        );
+    }
+
+    /// Applies the schedule's verdict on the call that just ended.
+    pub(super) fn after_call(&mut self, slot: Slot, process: u64, outcome: CallOutcome) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        let next = p.schedule.after(outcome, p.core.lease(), now);
+        let rate = p.rate_ppm;
+        match next {
+            NextCall::CallAt(at) => {
+                let at_us = self.true_us_of(at, rate);
+                self.schedule_timer(at_us, Event::Call { slot, process });
+            }
+            NextCall::Reregister => {
+                p.incarnations += 1;
+                p.incarnation = format!("s{slot}-p{process}-i{}", p.incarnations);
+                p.register_sent = false;
+                self.schedule_timer(self.now_us, Event::Call { slot, process });
+            }
+            NextCall::GiveUp(reason) => {
+                p.life = Life::Dead;
+                self.note(|| format!("slot {slot}: gives up: {reason}"));
+            }
+        }
+    }
+
+    pub(super) fn executor_receives(&mut self, slot: Slot, message: Message) {
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let now_us = self.now_us;
+        let Some(p) = self.processes[slot].as_mut() else {
+            // Connection refused: deliveries fail by timeout, calls were the dead process's.
+            return;
+        };
+        let process = p.id;
+        match p.life {
+            Life::Dead => return,
+            Life::Paused { until_us } => {
+                // Read from the socket once the process runs again.
+                self.schedule(until_us.max(now_us), Event::ToExecutor { slot, message });
+                return;
+            }
+            Life::Running | Life::Stopping => {}
+        }
+        match message {
+            Message::Granted { call, grant } => {
+                let Some(current) = p.call.filter(|c| c.id == call) else {
+                    return;
+                };
+                p.call = None;
+                if matches!(current.kind, CallKind::Deregister) {
+                    return;
+                }
+                if grant.revision < p.core.assignment().revision() {
+                    self.coverage.stale_grants += 1;
+                }
+                let outcome = match p.core.apply_grant(current.sent_at, &grant, now) {
+                    Ok(_) => CallOutcome::Granted,
+                    Err(_) => CallOutcome::ForeignGrant,
+                };
+                if p.life == Life::Stopping {
+                    return;
+                }
+                self.after_call(slot, process, outcome);
+            }
+            Message::UnknownExecutor { call } => {
+                if p.call.filter(|c| c.id == call).is_none() {
+                    return;
+                }
+                p.call = None;
+                p.core.forget_executor(now);
+                if p.life == Life::Stopping {
+                    return;
+                }
+                self.after_call(slot, process, CallOutcome::UnknownExecutor);
+            }
+            Message::CallFailed { call } => {
+                let Some(current) = p.call.filter(|c| c.id == call) else {
+                    return;
+                };
+                p.call = None;
+                if matches!(current.kind, CallKind::Deregister) {
+                    self.schedule(now_us + 100_000, Event::StopDeadline { slot, process });
+                    return;
+                }
+                if p.life == Life::Stopping {
+                    return;
+                }
+                self.after_call(slot, process, CallOutcome::Failed);
+            }
+            Message::Deregistered { call } => {
+                if p.call.filter(|c| c.id == call).is_some() {
+                    p.life = Life::Dead;
+                    self.note(|| format!("slot {slot}: deregistered and exits (P3.7)"));
+                }
+            }
+            Message::Push { delivery, push } => {
+                let ok = p.core.apply_push(&push, now).is_ok();
+                if !ok {
+                    self.coverage.pushes_refused += 1;
+                }
+                self.send_to_managers(slot, process, Request::PushReply { delivery, ok });
+            }
+            Message::Revoke { delivery, revoke } => {
+                // Whether a newer set overtook it, as the executor's own delivery order decides.
+                let overtaken = matches!(
+                    p.core
+                        .assignment()
+                        .clone()
+                        .apply_revoke(revoke.revision, &revoke.shards),
+                    Ok(RevokeOutcome::Overtaken { .. })
+                );
+                let reply = p
+                    .core
+                    .apply_revoke(&revoke, now)
+                    .ok()
+                    .map(|applied| applied.reply);
+                if let Some(reply) = &reply {
+                    self.coverage.stale_revokes_ignored += u64::from(reply.ignored);
+                    self.coverage.overtaken_revokes_released +=
+                        u64::from(overtaken && !reply.released.is_empty());
+                }
+                self.send_to_managers(slot, process, Request::RevokeReply { delivery, reply });
+            }
+        }
+    }
+
+    pub(super) fn call_timeout(&mut self, slot: Slot, process: u64, call: u64) {
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        if p.call.is_none_or(|c| c.id != call) {
+            return;
+        }
+        if let Life::Paused { until_us } = p.life {
+            // The timer fires when the process runs again.
+            self.schedule(
+                until_us,
+                Event::CallTimeout {
+                    slot,
+                    process,
+                    call,
+                },
+            );
+            return;
+        }
+        let kind = p.call.map(|c| c.kind);
+        p.call = None;
+        match (kind, p.life) {
+            (Some(CallKind::Deregister), _) => self.deregister(slot, process),
+            (_, Life::Stopping) => self.deregister(slot, process),
+            _ => self.after_call(slot, process, CallOutcome::Failed),
+        }
+    }
+
+    /// A graceful stop's deregister call (P3.7), retried until the grace ends.
+    pub(super) fn deregister(&mut self, slot: Slot, process: u64) {
+        let call_id = self.next_call;
+        let Some(now) = self.process_now(slot) else {
+            return;
+        };
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        if p.life != Life::Stopping || p.call.is_some() {
+            return;
+        }
+        let Some(executor_id) = p.core.executor_id().map(str::to_owned) else {
+            // Never registered (or forgotten): nothing to deregister. A register whose reply was
+            // lost is left to lapse; the production shell registers again to find it (P7.2).
+            p.life = Life::Dead;
+            return;
+        };
+        p.call = Some(Call {
+            id: call_id,
+            kind: CallKind::Deregister,
+            sent_at: now,
+        });
+        self.next_call += 1;
+        self.send_to_managers(
+            slot,
+            process,
+            Request::Deregister {
+                call: call_id,
+                executor_id,
+            },
+        );
+        self.schedule(
+            self.now_us + CALL_PATIENCE_US,
+            Event::CallTimeout {
+                slot,
+                process,
+                call: call_id,
+            },
+        );
+    }
+
+    // ---- faults ----------------------------------------------------------------------------
+}

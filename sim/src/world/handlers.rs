@@ -1,0 +1,87 @@
+//! The manager's handlers as simulated: what a request delivered to a manager does.
+
+use super::*;
+
+impl World {
+    pub(super) fn manager_receives(&mut self, slot: Slot, process: u64, request: Request) {
+        let Some(leader) = &self.leader else {
+            // No leader: requests fail (503 no_leader); deliveries' answers are lost.
+            if let Some(call) = request_call(&request) {
+                self.send_to_executor(slot, Message::CallFailed { call });
+            }
+            return;
+        };
+        if let Some(until) = leader.stalled_until_us {
+            // A stalled leader reads the request when it resumes (it sits in the socket).
+            self.schedule(
+                until,
+                Event::ToManagers {
+                    slot,
+                    process,
+                    request,
+                },
+            );
+            return;
+        }
+        let term = leader.term;
+        let now_ms = self.leader_clock_ms(leader.offset_ms, leader.rate_ppm);
+        match request {
+            Request::Register { call, request } => {
+                // As the registration handler: no capacity stated is the default one.
+                let capacity = request.capacity.unwrap_or(DEFAULT_CAPACITY);
+                let command = Command::Register {
+                    now_ms,
+                    incarnation: request.incarnation,
+                    address: request.address,
+                    name: request.name,
+                    credential_sha256: None,
+                    capacity,
+                };
+                self.propose(command, ReplyTo::Register { slot, call });
+            }
+            Request::Renew {
+                call,
+                executor_id,
+                request,
+            } => {
+                // The renewal handler refuses loads it cannot take (I6) before anything is
+                // proposed; what the simulated executors report always passes.
+                if let Some(reported) = &request.loads {
+                    if let Err(error) = check_shard_loads(reported, self.scenario.shards) {
+                        panic!("a simulated executor reported loads the wire refuses: {error}");
+                    }
+                }
+                let loads: Report = request.loads.as_ref().map(|reported| {
+                    reported
+                        .iter()
+                        .map(|report| (report.shard, report.load))
+                        .collect()
+                });
+                let claims = match request.checked_claims(self.scenario.shards) {
+                    Ok(claims) => claims,
+                    Err(error) => {
+                        panic!("a simulated executor claimed shards the wire refuses: {error}")
+                    }
+                };
+                let command = Command::Renew {
+                    now_ms,
+                    renewals: vec![Renewal::from_claims(executor_id, &claims, request.revision)],
+                };
+                self.propose(command, ReplyTo::Renew(vec![Renewer { slot, call, loads }]));
+            }
+            Request::Deregister { call, executor_id } => {
+                let command = Command::Deregister {
+                    now_ms,
+                    executor_id,
+                };
+                self.propose(command, ReplyTo::Deregister { slot, call });
+            }
+            Request::PushReply { delivery, ok } => self.delivered(term, delivery, Some(ok), None),
+            Request::RevokeReply { delivery, reply } => {
+                self.delivered(term, delivery, None, Some(reply))
+            }
+        }
+    }
+
+    // ---- executors -------------------------------------------------------------------------
+}

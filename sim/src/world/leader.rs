@@ -1,0 +1,494 @@
+//! The leader's term as simulated around the real cores: what a commit asks of placement, the
+//! answers to callers, the step's writes in production's order and the delivery rounds.
+
+use super::*;
+
+impl World {
+    /// What the leader's placement soft state takes from one of its commits, as the leader loop
+    /// does: every renewal applied feeds the load tracker what it reported and the set it holds
+    /// after the renewal (P15.1); a committed plan of its step charges the budget and starts the
+    /// cooldown of its balance moves (P15.3, P15.4).
+    pub(super) fn placement_after_commit(
+        &mut self,
+        manager: usize,
+        proposal: &Proposal,
+        outcome: &Outcome,
+        leaving: Vec<Option<String>>,
+    ) {
+        let now_us = self.now_us;
+        let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let state = &self.replicas[manager];
+        match (&proposal.command, &proposal.reply_to, outcome) {
+            (
+                Command::Renew { renewals, .. },
+                ReplyTo::Renew(renewers),
+                Outcome::Renewed { results, .. },
+            ) => {
+                let shard_count = state.config().map_or(0, |c| c.shard_count);
+                let liar = self.load.liar().and_then(|(slot, _)| {
+                    self.processes[slot]
+                        .as_ref()
+                        .and_then(|p| p.core.executor_id().map(str::to_owned))
+                });
+                for ((renewal, renewer), result) in renewals.iter().zip(renewers).zip(results) {
+                    if !matches!(result, RenewResult::Renewed { .. }) {
+                        continue;
+                    }
+                    let held: Vec<ShardId> = state
+                        .delivered_set(&renewal.executor_id)
+                        .into_iter()
+                        .map(|(shard, _)| shard)
+                        .collect();
+                    let loads = renewer.loads.as_deref();
+                    leader.placement.tracker.record(
+                        &renewal.executor_id,
+                        shard_count,
+                        &held,
+                        loads,
+                        MAX_SHARD_LOAD,
+                    );
+                    self.checker.after_record(
+                        &renewal.executor_id,
+                        &held,
+                        loads,
+                        &leader.placement.tracker,
+                        MAX_SHARD_LOAD,
+                        now_us,
+                    );
+                    if loads.is_some() && liar.as_deref() == Some(renewal.executor_id.as_str()) {
+                        self.coverage.lying_reports += 1;
+                    }
+                }
+            }
+            (Command::Rebalance { moves, .. }, ReplyTo::StepWrite, Outcome::Rebalanced { .. }) => {
+                let Some(plan) = leader.writes.as_ref().and_then(|w| w.plan()) else {
+                    return;
+                };
+                leader.placement.committed(now_ms, plan);
+                let balance = plan.balance_shards();
+                let by_load = matches!(leader.step_loads, Loads::Reported(_));
+                for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
+                    match reason {
+                        MoveReason::Balance => {
+                            self.coverage.balance_moves += 1;
+                            self.balance_moves.push(BalanceMove {
+                                term: leader.term,
+                                at_us: now_us,
+                                shard: step.shard,
+                                from: from.unwrap_or_default(),
+                                to: step.to.clone(),
+                            });
+                        }
+                        MoveReason::Join if by_load => self.coverage.joins_under_load += 1,
+                        _ => {}
+                    }
+                }
+                if !balance.is_empty() {
+                    let budget = self.scenario.load.budget_per_minute(self.scenario.shards);
+                    self.checker
+                        .after_balance_commit(now_ms, &balance, budget, now_us);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// How the leader is configured to place (`--balance-tolerance`, `--max-balance-moves`).
+    pub(super) fn placement_settings(&self) -> PlacementSettings {
+        PlacementSettings {
+            by_load: true,
+            tolerance: self.scenario.load.tolerance,
+            max_balance_moves_per_minute: self.scenario.load.max_balance_moves_per_minute,
+        }
+    }
+
+    pub(super) fn observe_commit(
+        &mut self,
+        before: &LeaseState,
+        manager: usize,
+        command: &Command,
+        outcome: &Outcome,
+    ) {
+        let after = &self.replicas[manager];
+        self.coverage.record(command, outcome);
+        let views = process_views(&self.processes, self.base, self.now_us);
+        self.checker
+            .after_commit(before, after, command, outcome, &views, self.now_us);
+    }
+
+    /// Sends the outcome of a committed proposal to whoever asked.
+    pub(super) fn answer(&mut self, manager: usize, reply_to: ReplyTo, outcome: &Outcome) {
+        match reply_to {
+            ReplyTo::Nobody => {}
+            ReplyTo::StepWrite => self.continue_step(manager, outcome),
+            ReplyTo::Register { slot, call, .. } => {
+                let message = match outcome {
+                    Outcome::Registered { grant, .. } => Message::Granted {
+                        call,
+                        grant: grant.clone().into(),
+                    },
+                    _ => Message::CallFailed { call },
+                };
+                self.send_to_executor(slot, message);
+            }
+            ReplyTo::Renew(replies) => {
+                let results = match outcome {
+                    Outcome::Renewed { results, .. } => results.clone(),
+                    _ => Vec::new(),
+                };
+                for (index, Renewer { slot, call, .. }) in replies.into_iter().enumerate() {
+                    let message = match results.get(index) {
+                        Some(RenewResult::Renewed { grant, .. }) => Message::Granted {
+                            call,
+                            grant: grant.clone().into(),
+                        },
+                        Some(RenewResult::UnknownExecutor { .. }) => {
+                            Message::UnknownExecutor { call }
+                        }
+                        None => Message::CallFailed { call },
+                    };
+                    self.send_to_executor(slot, message);
+                }
+            }
+            ReplyTo::Deregister { slot, call, .. } => {
+                let message = match outcome {
+                    Outcome::Deregistered { .. } | Outcome::NotFound => {
+                        Message::Deregistered { call }
+                    }
+                    _ => Message::CallFailed { call },
+                };
+                self.send_to_executor(slot, message);
+            }
+        }
+    }
+
+    pub(super) fn leader_step(&mut self, term: u64) {
+        let now_ms = match self.leader.as_ref() {
+            Some(l) if l.term == term && l.stalled_until_us.is_none() => {
+                self.leader_clock_ms(l.offset_ms, l.rate_ppm)
+            }
+            _ => return,
+        };
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        if leader.writes.is_some() {
+            // A step is waiting for its write to commit; step again when it is over.
+            leader.step_again = true;
+            return;
+        }
+        let manager = leader.manager;
+        let state = &self.replicas[manager];
+        let decision = leader
+            .core
+            .step(now_ms, state, leader.last_renewal_applied_ms);
+        match decision.deferral {
+            Some(Deferral::MassExpiryGuard { .. }) => self.coverage.reaps_deferred_by_guard += 1,
+            Some(Deferral::NewLeader { .. }) => {
+                let views = process_views(&self.processes, self.base, self.now_us);
+                self.coverage
+                    .count_new_leader_deferral(state, now_ms, &views);
+            }
+            None => {}
+        }
+        // What this step places by: the loads this term's renewals reported, the budget left,
+        // the shards cooling (P15.1-P15.4), as the leader loop reads them at each step.
+        let inputs = leader.placement.inputs(state, now_ms);
+        match &inputs.loads {
+            Loads::Learning if leader.term > 1 => self.coverage.learning_after_leader_change += 1,
+            Loads::Reported(loads) if !LoadSummary::of(state, now_ms, loads).hot.is_empty() => {
+                self.coverage.hot_shard_steps += 1;
+            }
+            _ => {}
+        }
+        leader.step_loads = inputs.loads.clone();
+        leader.writes = Some(StepWrites::with_placement(
+            decision,
+            self.scenario.plan_cap,
+            inputs,
+        ));
+        self.next_step_write(manager);
+    }
+
+    /// Proposes the step's next write, or ends the step and schedules the next tick.
+    pub(super) fn next_step_write(&mut self, manager: usize) {
+        let now_us = self.now_us;
+        let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let term = leader.term;
+        let next = leader
+            .writes
+            .as_mut()
+            .and_then(|w| w.next_command(&self.replicas[manager], now_ms));
+        match next {
+            Some((write, command)) => {
+                if write == StepWrite::Rebalance
+                    && leader
+                        .writes
+                        .as_ref()
+                        .is_some_and(|w| w.plan_was_capped(&command))
+                {
+                    leader.step_again = true;
+                }
+                if let Some(plan) = leader
+                    .writes
+                    .as_ref()
+                    .and_then(|w| w.plan())
+                    .filter(|_| write == StepWrite::Rebalance)
+                {
+                    if let Some(trace) = &mut self.trace {
+                        let by = match &leader.step_loads {
+                            Loads::Counts => "count".to_owned(),
+                            Loads::Learning => "learning".to_owned(),
+                            Loads::Reported(loads) => format!("load {loads:.1?}"),
+                        };
+                        trace.push(format!(
+                            "{:>9.3} ms  plan by {by}: {:?}",
+                            now_us as f64 / 1_000.0,
+                            plan.counts_by_reason()
+                        ));
+                    }
+                    self.checker.after_plan(
+                        &self.replicas[manager],
+                        now_ms,
+                        plan,
+                        &leader.step_loads,
+                        self.scenario.load.tolerance,
+                        now_us,
+                    );
+                }
+                self.propose(command, ReplyTo::StepWrite);
+            }
+            None => {
+                leader.writes = None;
+                let lease_ms = self.replicas[manager]
+                    .config()
+                    .map_or(1_000, |c| c.lease_duration_ms);
+                if std::mem::take(&mut leader.step_again) {
+                    self.schedule(self.now_us, Event::LeaderStep { term });
+                } else {
+                    let at = self.now_us + tick_ms(lease_ms) * 1_000;
+                    self.schedule_timer(at, Event::LeaderStep { term });
+                }
+            }
+        }
+    }
+
+    pub(super) fn continue_step(&mut self, manager: usize, outcome: &Outcome) {
+        if let Outcome::Refused {
+            reason: RefusalReason::StalePlan { .. },
+        } = outcome
+        {
+            if let Some(leader) = self.leader.as_mut() {
+                leader.step_again = true;
+            }
+        }
+        self.next_step_write(manager);
+    }
+
+    // ---- deliveries ------------------------------------------------------------------------
+
+    pub(super) fn delivery_round(&mut self, term: u64) {
+        let now_us = self.now_us;
+        let Some(leader) = active(&mut self.leader, term) else {
+            return;
+        };
+        leader.round_scheduled = false;
+        if !leader.round_in_flight.is_empty() || !leader.round_waiting.is_empty() {
+            leader.round_again = true;
+            return;
+        }
+        let manager = leader.manager;
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let queued = std::mem::take(&mut leader.pending_pushes);
+        let round = leader
+            .planner
+            .plan_round(&self.replicas[manager], queued, now_ms);
+        leader.pending_pushes.extend(round.deferred_pushes);
+        leader.round_waiting = round.deliveries;
+        leader.round_waiting.reverse();
+        self.fill_round(term);
+    }
+
+    /// Sends waiting deliveries up to the in-flight bound; when the round is done, schedules
+    /// the next one.
+    pub(super) fn fill_round(&mut self, term: u64) {
+        let cap = self.scenario.max_deliveries_in_flight;
+        loop {
+            let Some(leader) = active(&mut self.leader, term) else {
+                return;
+            };
+            if leader.round_in_flight.len() >= cap {
+                return;
+            }
+            let Some(delivery) = leader.round_waiting.pop() else {
+                break;
+            };
+            self.send_delivery(term, delivery);
+        }
+        let now_us = self.now_us;
+        let Some(leader) = active(&mut self.leader, term) else {
+            return;
+        };
+        if leader.round_in_flight.is_empty() && !leader.round_scheduled {
+            leader.round_scheduled = true;
+            if std::mem::take(&mut leader.round_again) {
+                self.schedule(now_us, Event::DeliveryRound { term });
+            } else {
+                let at = now_us + ROUND_INTERVAL_MS * 1_000;
+                self.schedule_timer(at, Event::DeliveryRound { term });
+            }
+        }
+    }
+
+    pub(super) fn send_delivery(&mut self, term: u64, delivery: Delivery) {
+        let id = self.next_delivery;
+        self.next_delivery += 1;
+        let (address, kind, message) = match delivery {
+            Delivery::Push {
+                executor_id,
+                address,
+                body,
+            } => (
+                address,
+                InflightKind::Push { executor_id },
+                Message::Push {
+                    delivery: id,
+                    push: body,
+                },
+            ),
+            Delivery::Revoke {
+                executor_id,
+                address,
+                body,
+            } => (
+                address,
+                InflightKind::Revoke {
+                    executor_id,
+                    requested: body.shards.clone(),
+                    revision: body.revision,
+                },
+                Message::Revoke {
+                    delivery: id,
+                    revoke: body,
+                },
+            ),
+        };
+        let Some(slot) = Self::slot_of(&address) else {
+            return;
+        };
+        if let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) {
+            leader.round_in_flight.insert(id, Inflight { kind });
+        }
+        self.send_to_executor(slot, message);
+        self.schedule(
+            self.now_us + DELIVERY_TIMEOUT_US,
+            Event::DeliveryTimeout { term, delivery: id },
+        );
+    }
+
+    /// A delivery's answer (or its timeout, `None` for both fields).
+    pub(super) fn delivered(
+        &mut self,
+        term: u64,
+        delivery: u64,
+        push_ok: Option<bool>,
+        revoke: Option<Option<RevokeReply>>,
+    ) {
+        let now_us = self.now_us;
+        let Some(leader) = active(&mut self.leader, term) else {
+            return;
+        };
+        let Some(inflight) = leader.round_in_flight.remove(&delivery) else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        match inflight.kind {
+            InflightKind::Push { executor_id } => {
+                let ok = push_ok.unwrap_or(false);
+                if let leasehold_manager::leader::delivery_plan::PushRecord::Failed { .. } =
+                    leader.planner.push_outcome(&executor_id, ok, now_ms)
+                {
+                    leader.pending_pushes.insert(executor_id);
+                }
+            }
+            InflightKind::Revoke {
+                executor_id,
+                requested,
+                revision,
+            } => {
+                if let Some(Some(reply)) = revoke {
+                    if let Some(command) =
+                        acknowledgement(&executor_id, &requested, revision, &reply, now_ms)
+                    {
+                        self.propose(command, ReplyTo::Nobody);
+                    }
+                }
+            }
+        }
+        self.fill_round(term);
+    }
+
+    pub(super) fn deposed_round(&mut self, term: u64) {
+        let now_us = self.now_us;
+        let Some(position) = self.deposed.iter().position(|d| d.term == term) else {
+            return;
+        };
+        if self.deposed[position].until_us <= now_us {
+            self.deposed.remove(position);
+            return;
+        }
+        let (offset_ms, rate_ppm) = (
+            self.deposed[position].offset_ms,
+            self.deposed[position].rate_ppm,
+        );
+        let now_ms = self.leader_clock_ms(offset_ms, rate_ppm);
+        let deposed = &mut self.deposed[position];
+        let everyone: Vec<String> = deposed.state.executors().map(|e| e.id.clone()).collect();
+        let round = deposed.planner.plan_round(&deposed.state, everyone, now_ms);
+        for delivery in round.deliveries {
+            // Its answers go nowhere: the deposed leader can no longer commit anything.
+            let id = self.next_delivery;
+            self.next_delivery += 1;
+            let (address, message) = match delivery {
+                Delivery::Push { address, body, .. } => (
+                    address,
+                    Message::Push {
+                        delivery: id,
+                        push: body,
+                    },
+                ),
+                Delivery::Revoke { address, body, .. } => (
+                    address,
+                    Message::Revoke {
+                        delivery: id,
+                        revoke: body,
+                    },
+                ),
+            };
+            if let Some(slot) = Self::slot_of(&address) {
+                self.send_to_executor(slot, message);
+            }
+        }
+        self.schedule_timer(
+            now_us + ROUND_INTERVAL_MS * 1_000,
+            Event::DeposedRound { term },
+        );
+    }
+
+    // ---- manager request handling ---------------------------------------------------------
+
+    /// The instant a stalled leader of `term` runs again, if it is stalled: its timers and its
+    /// commits wait until then.
+    pub(super) fn stalled_term_until(&self, term: u64) -> Option<u64> {
+        self.leader
+            .as_ref()
+            .filter(|l| l.term == term)
+            .and_then(|l| l.stalled_until_us)
+    }
+}

@@ -1,0 +1,892 @@
+//! The simulated cluster: one event queue on one simulated clock, managers with a Raft log each
+//! (a shared committed prefix, the leader's uncommitted tail, snapshots as a round trip of the
+//! real codec), the leader's loop and delivery shell, and executor processes, all driving the
+//! real cores:
+//!
+//! - the state machine, [`LeaseState::apply`], on every replica;
+//! - the leader's time rules and the order of a step's writes ([`LeaderCore`], [`StepWrites`]);
+//! - the delivery decisions ([`DeliveryPlanner`], [`acknowledgement`]) and what a commit asks of
+//!   the leader ([`CommitSignal`]);
+//! - per executor the admission core ([`AdmissionCore`]: lease anchoring, the delivery order,
+//!   the stale-grant rule) and the renewal schedule with its backoff ([`LeaseSchedule`]);
+//! - the leader's placement soft state per term ([`TermPlacement`]: the load tracker its
+//!   renewals feed, the budget and cooldown ledger its committed plans charge) and the planner
+//!   it plans with ([`StepWrites::with_placement`]).
+//!
+//! What is simulated rather than run: the network (loss, duplication, heavy-tailed delay and so
+//! reordering, partitions), the processes (kill, pause, restart, graceful stop), Raft itself
+//! (commit order is the log order; an election moves office to another replica, which first
+//! applies the whole committed log) and clocks (per-manager wall-clock offsets of up to hours,
+//! a step between terms, per-process rate error; a leader's clock takes office as production's
+//! does, raised to what the state holds, P6.4). Checks run after every event; see
+//! [`crate::checks`].
+//!
+//! A seed drives the world: every loop runs on its own timers and a random network carries the
+//! messages. A script ([`crate::script`]) drives the same world instead: the loops' timers fire
+//! when it says, and its network holds every message until it delivers or drops it.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use leasehold_api::wire::{
+    check_shard_loads, AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush,
+    RevokeReply, ShardLoad, DEFAULT_CAPACITY,
+};
+use leasehold_executor::admission::AdmissionCore;
+use leasehold_executor::assignment::RevokeOutcome;
+use leasehold_executor::lease::{CallOutcome, LeaseSchedule, NextCall};
+use leasehold_manager::leader::core::{
+    tick_ms, took_office_ms, Deferral, LeaderCore, StepWrite, StepWrites,
+};
+use leasehold_manager::leader::delivery_plan::{
+    acknowledgement, Delivery, DeliveryPlanner, ROUND_INTERVAL_MS,
+};
+use leasehold_manager::leader::placement::{PlacementSettings, TermPlacement};
+use leasehold_manager::lease::schema::NEWEST_SCHEMA;
+use leasehold_manager::lease::{
+    plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
+    RefusalReason, RenewResult, Renewal, ShardId,
+};
+use leasehold_manager::load_summary::LoadSummary;
+use leasehold_manager::signals::CommitSignal;
+use leasehold_raft_store::StateMachine;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::time::Instant;
+
+use crate::checks::{Checker, ProcessView, Violation};
+use crate::loads::{LoadModel, Report};
+use crate::scenario::{
+    Fault, Lie, Scenario, MANAGERS, MAX_CLOCK_OFFSET_MS, MAX_RATE_ERROR_PPM, MAX_SHARD_LOAD,
+    MAX_WALL_CLOCK_OFFSET_MS, MIN_TRANSIT_US,
+};
+
+mod control;
+mod coverage;
+mod executor;
+mod faults;
+mod handlers;
+mod leader;
+mod network;
+mod raft;
+
+pub use coverage::Coverage;
+
+/// A delivery unanswered after this long failed (the shell's `DELIVERY_TIMEOUT`).
+const DELIVERY_TIMEOUT_US: u64 = 2_000_000;
+/// A register or renew call unanswered after this long failed (`GRANT_CALL_PATIENCE`).
+const CALL_PATIENCE_US: u64 = leasehold_executor::GRANT_CALL_PATIENCE.as_micros() as u64;
+/// A graceful stop gives up deregistering after this long and exits (P3.7).
+const STOP_GRACE_US: u64 = 2_000_000;
+/// What every leader clock reads at the start, give or take its offset: far enough from zero
+/// that no offset clamps it (a wall clock is never near its epoch).
+const LEADER_CLOCK_START_MS: i64 = 100 * MAX_WALL_CLOCK_OFFSET_MS;
+/// A run's whole budget of events; healthy runs use a few tens of thousands (the busiest
+/// seeds of 10 000 stay under 200 000).
+const MAX_EVENTS_PER_RUN: u64 = 2_000_000;
+/// Followers apply the committed log this often.
+const FOLLOWER_APPLY_US: u64 = 250_000;
+
+pub type Slot = usize;
+
+/// What a manager receives from an executor.
+#[derive(Debug, Clone)]
+enum Request {
+    Register {
+        call: u64,
+        request: RegisterRequest,
+    },
+    Renew {
+        call: u64,
+        executor_id: String,
+        request: RenewRequest,
+    },
+    Deregister {
+        call: u64,
+        executor_id: String,
+    },
+    PushReply {
+        delivery: u64,
+        ok: bool,
+    },
+    RevokeReply {
+        delivery: u64,
+        reply: Option<RevokeReply>,
+    },
+}
+
+impl Request {
+    fn kind(&self) -> LetterKind {
+        match self {
+            Request::Register { .. } | Request::Renew { .. } | Request::Deregister { .. } => {
+                LetterKind::Call
+            }
+            Request::PushReply { .. } | Request::RevokeReply { .. } => LetterKind::Ack,
+        }
+    }
+}
+
+/// What an executor receives from a manager.
+#[derive(Debug, Clone)]
+enum Message {
+    Granted { call: u64, grant: Grant },
+    UnknownExecutor { call: u64 },
+    CallFailed { call: u64 },
+    Deregistered { call: u64 },
+    Push { delivery: u64, push: AssignmentPush },
+    Revoke { delivery: u64, revoke: RevokePush },
+}
+
+impl Message {
+    fn kind(&self) -> LetterKind {
+        match self {
+            Message::Push { .. } => LetterKind::Push,
+            Message::Revoke { .. } => LetterKind::Revoke,
+            Message::Granted { .. }
+            | Message::UnknownExecutor { .. }
+            | Message::CallFailed { .. }
+            | Message::Deregistered { .. } => LetterKind::Reply,
+        }
+    }
+}
+
+/// What a message in a script's network is, as a script names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LetterKind {
+    /// Manager to executor: a full-set push (P4.3).
+    Push,
+    /// Manager to executor: a revoke (P5.2).
+    Revoke,
+    /// Manager to executor: the answer to a register, renew or deregister call.
+    Reply,
+    /// Executor to managers: a register, renew or deregister call.
+    Call,
+    /// Executor to managers: the answer to a push or a revoke (a revoke's is its
+    /// acknowledgement, P5.2).
+    Ack,
+}
+
+/// A message a script's network holds until the script delivers or drops it.
+#[derive(Debug, Clone)]
+pub struct Letter {
+    pub id: u64,
+    /// The executor slot it comes from or goes to.
+    pub slot: Slot,
+    pub kind: LetterKind,
+    arrival: Event,
+}
+
+impl std::fmt::Display for Letter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, direction) = match self.kind {
+            LetterKind::Push => ("push", "to"),
+            LetterKind::Revoke => ("revoke", "to"),
+            LetterKind::Reply => ("reply", "to"),
+            LetterKind::Call => ("call", "from"),
+            LetterKind::Ack => ("answer", "from"),
+        };
+        write!(f, "{kind} {direction} slot {}", self.slot)
+    }
+}
+
+/// Who decides when things happen.
+#[derive(Debug)]
+enum Driver {
+    /// The seed: every loop runs on its own timers and a random network carries the messages.
+    Seed,
+    /// A script ([`crate::script`]): the loops' timers wait for the script to fire them, the
+    /// network holds every message until the script delivers or drops it, and the leader's
+    /// proposals commit at once unless the script holds them (Raft replication stalled).
+    Script {
+        mailbox: Vec<Letter>,
+        next_letter: u64,
+        commits_held: bool,
+    },
+}
+
+/// One of the loops' own timers, which a script fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// The leader loop's tick (P3.8): a step of its core and the step's writes.
+    LeaderStep,
+    /// The lease loop of the executor in the slot: its next call, a renewal, or a registration
+    /// (same incarnation, P7.2) when none stands.
+    ExecutorCall(Slot),
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    /// The executor's lease loop wakes for its next call.
+    Call {
+        slot: Slot,
+        process: u64,
+    },
+    CallTimeout {
+        slot: Slot,
+        process: u64,
+        call: u64,
+    },
+    /// A message reaches the managers (whoever leads when it arrives).
+    ToManagers {
+        slot: Slot,
+        process: u64,
+        request: Request,
+    },
+    ToExecutor {
+        slot: Slot,
+        message: Message,
+    },
+    Commit {
+        term: u64,
+    },
+    LeaderStep {
+        term: u64,
+    },
+    DeliveryRound {
+        term: u64,
+    },
+    DeliveryTimeout {
+        term: u64,
+        delivery: u64,
+    },
+    /// The deposed leader of `term` sends another round from its stale state.
+    DeposedRound {
+        term: u64,
+    },
+    FollowerApply,
+    Elected {
+        manager: usize,
+        /// The new leader's clock offset; drawn when `None`.
+        offset_ms: Option<i64>,
+    },
+    StallOver {
+        term: u64,
+    },
+    Resume {
+        slot: Slot,
+        process: u64,
+    },
+    StopDeadline {
+        slot: Slot,
+        process: u64,
+    },
+    PartitionHealed {
+        slot: Slot,
+        to_managers: bool,
+        from_managers: bool,
+    },
+    /// The true loads are re-permuted over the shards.
+    HotSetShift,
+    Fault(Fault),
+    EndChaos,
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    at_us: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.seq) == (other.at_us, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at_us, self.seq).cmp(&(other.at_us, other.seq))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    Running,
+    Paused {
+        until_us: u64,
+    },
+    /// A graceful stop is under way (admission already off).
+    Stopping,
+    Dead,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CallKind {
+    Register,
+    Renew,
+    Deregister,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    id: u64,
+    kind: CallKind,
+    sent_at: Instant,
+}
+
+/// One executor process: the real admission core and schedule, and what the shell keeps.
+#[derive(Debug)]
+pub struct Process {
+    pub id: u64,
+    pub core: AdmissionCore,
+    schedule: LeaseSchedule,
+    pub life: Life,
+    incarnation: String,
+    incarnations: u64,
+    call: Option<Call>,
+    rate_ppm: i64,
+    /// A register was sent under the current incarnation (P7.2): a stop deregisters it.
+    register_sent: bool,
+    /// The capacity it states when it registers (P15.1).
+    capacity: u32,
+}
+
+impl Process {
+    pub fn admits(&self) -> bool {
+        self.life != Life::Dead
+    }
+}
+
+/// A proposal waiting in the leader's uncommitted tail, and whom its outcome answers.
+#[derive(Debug, Clone)]
+enum ReplyTo {
+    Nobody,
+    Register { slot: Slot, call: u64 },
+    Renew(Vec<Renewer>),
+    Deregister { slot: Slot, call: u64 },
+    StepWrite,
+}
+
+/// One renewal of a batch: whom its outcome answers and what it said of loads.
+#[derive(Debug, Clone)]
+struct Renewer {
+    slot: Slot,
+    call: u64,
+    loads: Report,
+}
+
+#[derive(Debug, Clone)]
+struct Proposal {
+    command: Command,
+    reply_to: ReplyTo,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    kind: InflightKind,
+}
+
+#[derive(Debug)]
+enum InflightKind {
+    Push {
+        executor_id: String,
+    },
+    Revoke {
+        executor_id: String,
+        requested: Vec<u32>,
+        revision: u64,
+    },
+}
+
+/// The leader of one term: its clock, its loop's core, its delivery shell.
+#[derive(Debug)]
+struct Leader {
+    term: u64,
+    manager: usize,
+    /// Leader clock = true clock × (1 + rate) + offset (P2.3: the wall clock read on taking office,
+    /// then monotonic time).
+    offset_ms: i64,
+    rate_ppm: i64,
+    core: LeaderCore,
+    writes: Option<StepWrites>,
+    step_again: bool,
+    planner: DeliveryPlanner,
+    pending_pushes: BTreeSet<String>,
+    last_renewal_applied_ms: Option<u64>,
+    tail: Vec<Proposal>,
+    commit_scheduled: bool,
+    round_waiting: Vec<Delivery>,
+    round_in_flight: BTreeMap<u64, Inflight>,
+    round_again: bool,
+    round_scheduled: bool,
+    stalled_until_us: Option<u64>,
+    /// This term's placement soft state (P15.1, P15.3, P15.4): a new term starts a new one.
+    placement: TermPlacement,
+    /// What the step under way places by (`StepWrites` holds it; the checks need the loads).
+    step_loads: Loads,
+}
+
+/// A deposed leader that has not noticed yet: it pushes from its frozen state.
+#[derive(Debug)]
+struct Deposed {
+    term: u64,
+    state: LeaseState,
+    planner: DeliveryPlanner,
+    offset_ms: i64,
+    rate_ppm: i64,
+    until_us: u64,
+}
+
+/// The simulated cluster.
+#[derive(Debug)]
+pub struct World {
+    pub scenario: Scenario,
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    seq: u64,
+    /// Events handled so far.
+    pub events: u64,
+    pub now_us: u64,
+    base: Instant,
+    /// The committed log (Raft's guarantee: every replica's log agrees on this prefix).
+    log: Vec<Command>,
+    replicas: Vec<LeaseState>,
+    applied: Vec<usize>,
+    manager_rate_ppm: Vec<i64>,
+    /// Each manager's wall clock minus the true one: what its leader clock starts from on
+    /// taking office, give or take a step ([`MAX_CLOCK_OFFSET_MS`]).
+    manager_offset_ms: Vec<i64>,
+    leader: Option<Leader>,
+    deposed: Vec<Deposed>,
+    next_term: u64,
+    pub processes: Vec<Option<Process>>,
+    next_process: u64,
+    next_call: u64,
+    next_delivery: u64,
+    /// Active partitions per slot: (to managers, from managers) counters.
+    cut_to_managers: Vec<u32>,
+    cut_from_managers: Vec<u32>,
+    pub chaos: bool,
+    pub checker: Checker,
+    pub coverage: Coverage,
+    trace: Option<Vec<String>>,
+    driver: Driver,
+    /// What the shards really carry and how each slot reports it.
+    pub load: LoadModel,
+    /// Every balance move a leader committed, oldest first.
+    pub balance_moves: Vec<BalanceMove>,
+}
+
+/// A shard moved for balance by a committed plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceMove {
+    pub term: u64,
+    /// When it was committed (true µs).
+    pub at_us: u64,
+    pub shard: ShardId,
+    pub from: String,
+    pub to: String,
+}
+
+impl World {
+    /// A world the seed drives: its faults, its network and every loop's own timers.
+    pub fn new(scenario: Scenario, trace: bool) -> Self {
+        Self::build(scenario, Driver::Seed, trace)
+    }
+
+    /// A world a script drives ([`crate::script`]): no faults, every clock at the true rate, the
+    /// loops' timers and the network under the script's control until [`World::go_live`].
+    pub fn scripted(scenario: Scenario, trace: bool) -> Self {
+        let driver = Driver::Script {
+            mailbox: Vec::new(),
+            next_letter: 1,
+            commits_held: false,
+        };
+        Self::build(scenario, driver, trace)
+    }
+
+    fn build(scenario: Scenario, driver: Driver, trace: bool) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed);
+        rng.set_stream(1);
+        // A script times its steps to the millisecond on the leaders' clocks.
+        let manager_rate_ppm = match driver {
+            Driver::Seed => (0..MANAGERS)
+                .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
+                .collect(),
+            Driver::Script { .. } => vec![0; MANAGERS],
+        };
+        // Drawn from a stream of their own, so the rest of a seed's draws are as they were.
+        let manager_offset_ms = match driver {
+            Driver::Seed => {
+                let mut clocks = ChaCha8Rng::seed_from_u64(scenario.seed);
+                clocks.set_stream(2);
+                (0..MANAGERS)
+                    .map(|_| {
+                        if clocks.random_bool(0.5) {
+                            0
+                        } else {
+                            clocks
+                                .random_range(-MAX_WALL_CLOCK_OFFSET_MS..=MAX_WALL_CLOCK_OFFSET_MS)
+                        }
+                    })
+                    .collect()
+            }
+            Driver::Script { .. } => vec![0; MANAGERS],
+        };
+        let chaos = matches!(driver, Driver::Seed);
+        let slots = scenario.slots;
+        let load = LoadModel::new(&scenario.load, scenario.seed);
+        let mut world = Self {
+            checker: Checker::new(&scenario),
+            scenario,
+            rng,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            events: 0,
+            now_us: 0,
+            base: Instant::now(),
+            log: Vec::new(),
+            replicas: vec![LeaseState::default(); MANAGERS],
+            applied: vec![0; MANAGERS],
+            manager_rate_ppm,
+            manager_offset_ms,
+            leader: None,
+            deposed: Vec::new(),
+            next_term: 1,
+            processes: (0..slots).map(|_| None).collect(),
+            next_process: 1,
+            next_call: 1,
+            next_delivery: 1,
+            cut_to_managers: vec![0; slots],
+            cut_from_managers: vec![0; slots],
+            chaos,
+            coverage: Coverage::default(),
+            trace: trace.then(Vec::new),
+            driver,
+            load,
+            balance_moves: Vec::new(),
+        };
+        // The cluster is initialised before anything else, as `leaseholdctl init` does.
+        world.take_office(0, world.manager_offset_ms[0]);
+        let init = Command::Init {
+            now_ms: world.leader_now_ms().unwrap_or(0),
+            shard_count: world.scenario.shards,
+            lease_duration_ms: world.scenario.lease_ms,
+        };
+        world.propose(init, ReplyTo::Nobody);
+        if chaos {
+            // Every manager runs this build, so the leader raised the cluster version to its
+            // schema (P14.3) before any executor registered: registrations may state a capacity
+            // (P15.1). A script's cluster keeps the version `Init` leaves, as they were written.
+            let raise = Command::SetClusterVersion {
+                now_ms: world.leader_now_ms().unwrap_or(0),
+                cluster_version: NEWEST_SCHEMA,
+            };
+            world.propose(raise, ReplyTo::Nobody);
+        }
+        // Committed before any fault can touch it: the operator's `init` succeeded.
+        world.commit(1);
+        for slot in 0..slots {
+            world.start_process(slot);
+        }
+        for (at_ms, fault) in world.scenario.faults.clone() {
+            world.schedule(at_ms * 1_000, Event::Fault(fault));
+        }
+        for at_ms in world.scenario.load.shifts.clone() {
+            world.schedule(at_ms * 1_000, Event::HotSetShift);
+        }
+        if chaos {
+            world.schedule(world.scenario.chaos_ms * 1_000, Event::EndChaos);
+        }
+        world.schedule_timer(FOLLOWER_APPLY_US, Event::FollowerApply);
+        world
+    }
+
+    pub fn trace_lines(&self) -> &[String] {
+        self.trace.as_deref().unwrap_or_default()
+    }
+
+    pub fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            let at = self.now_us;
+            let line = line();
+            trace.push(format!("{:>9.3} ms  {line}", at as f64 / 1_000.0));
+        }
+    }
+
+    fn schedule(&mut self, at_us: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            at_us: at_us.max(self.now_us),
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    /// Schedules one of the loops' own timers: the leader's tick, the delivery round's interval,
+    /// an executor's next call, the followers' apply. Under a script they wait for the script
+    /// to fire them ([`World::fire`]); what a loop does at once in reaction to an event (a step
+    /// after a commit that changed the membership, a round after a commit that owes pushes) is
+    /// scheduled as any event is.
+    fn schedule_timer(&mut self, at_us: u64, event: Event) {
+        if matches!(self.driver, Driver::Seed) {
+            self.schedule(at_us, event);
+        }
+    }
+
+    /// Runs events until `until_us`; stops at the first violation.
+    pub fn run_until(&mut self, until_us: u64) -> Result<(), Violation> {
+        while let Some(Reverse(next)) = self.queue.peek() {
+            if next.at_us > until_us {
+                break;
+            }
+            let Some(Reverse(next)) = self.queue.pop() else {
+                break;
+            };
+            self.now_us = next.at_us;
+            self.events += 1;
+            if self.events > MAX_EVENTS_PER_RUN {
+                return Err(Violation {
+                    invariant: "liveness",
+                    detail: format!(
+                        "more than {MAX_EVENTS_PER_RUN} events: the cluster is busy without end \
+                         (a plan that never settles, a retry without backoff)"
+                    ),
+                    at_us: self.now_us,
+                });
+            }
+            self.handle(next.event);
+            self.check_after_event()?;
+        }
+        self.now_us = self.now_us.max(until_us);
+        Ok(())
+    }
+
+    // ---- clocks ----------------------------------------------------------------------------
+
+    fn local_instant(&self, rate_ppm: i64) -> Instant {
+        instant_at(self.base, self.now_us, rate_ppm)
+    }
+
+    /// The true instant at which a process whose clock runs at `rate_ppm` reads `instant`.
+    fn true_us_of(&self, instant: Instant, rate_ppm: i64) -> u64 {
+        let local_us = instant.saturating_duration_since(self.base).as_micros() as u64;
+        // Inverse of `scaled`, rounded up so a timer never fires early.
+        let denominator = 1_000_000 + rate_ppm;
+        (u128::from(local_us) * 1_000_000).div_ceil(denominator.max(1) as u128) as u64
+    }
+
+    pub fn process_now(&self, slot: Slot) -> Option<Instant> {
+        self.processes[slot]
+            .as_ref()
+            .map(|p| self.local_instant(p.rate_ppm))
+    }
+
+    fn leader_clock_ms(&self, offset_ms: i64, rate_ppm: i64) -> u64 {
+        clock_ms(self.now_us, offset_ms, rate_ppm)
+    }
+
+    pub fn leader_now_ms(&self) -> Option<u64> {
+        self.leader
+            .as_ref()
+            .map(|l| self.leader_clock_ms(l.offset_ms, l.rate_ppm))
+    }
+
+    // ---- the network -----------------------------------------------------------------------
+
+    fn handle(&mut self, event: Event) {
+        if let Event::Commit { term }
+        | Event::LeaderStep { term }
+        | Event::DeliveryRound { term }
+        | Event::DeliveryTimeout { term, .. } = &event
+        {
+            if let Some(until) = self.stalled_term_until(*term) {
+                self.schedule(until, event);
+                return;
+            }
+        }
+        match event {
+            Event::Call { slot, process } => self.call(slot, process),
+            Event::CallTimeout {
+                slot,
+                process,
+                call,
+            } => self.call_timeout(slot, process, call),
+            Event::ToManagers {
+                slot,
+                process,
+                request,
+            } => self.manager_receives(slot, process, request),
+            Event::ToExecutor { slot, message } => self.executor_receives(slot, message),
+            Event::Commit { term } => self.commit(term),
+            Event::LeaderStep { term } => self.leader_step(term),
+            Event::DeliveryRound { term } => self.delivery_round(term),
+            Event::DeliveryTimeout { term, delivery } => self.delivered(term, delivery, None, None),
+            Event::DeposedRound { term } => self.deposed_round(term),
+            Event::FollowerApply => self.follower_apply(),
+            Event::Elected { manager, offset_ms } => {
+                if self.leader.is_none() {
+                    let offset = offset_ms.unwrap_or_else(|| {
+                        self.manager_offset_ms[manager]
+                            + self
+                                .rng
+                                .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS)
+                    });
+                    self.take_office(manager, offset);
+                }
+            }
+            Event::StallOver { term } => {
+                if let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) {
+                    leader.stalled_until_us = None;
+                    let pending = !leader.tail.is_empty() && !leader.commit_scheduled;
+                    if pending {
+                        leader.commit_scheduled = true;
+                    }
+                    let at = self.now_us + self.scenario.commit_latency_us;
+                    if pending {
+                        self.schedule(at, Event::Commit { term });
+                    }
+                    // The loop's timers fire late, all at once, as after a real stall.
+                    self.schedule(self.now_us, Event::LeaderStep { term });
+                    self.schedule(self.now_us, Event::DeliveryRound { term });
+                }
+            }
+            Event::Resume { slot, process } => {
+                if let Some(p) = self.process_mut(slot, process) {
+                    if matches!(p.life, Life::Paused { .. }) {
+                        p.life = Life::Running;
+                        self.note(|| format!("slot {slot}: resumes"));
+                    }
+                }
+            }
+            Event::StopDeadline { slot, process } => {
+                if let Some(p) = self.process_mut(slot, process) {
+                    if p.life == Life::Stopping {
+                        if p.call.is_none() {
+                            self.deregister(slot, process);
+                        }
+                        // The grace is over either way: the process exits.
+                        if let Some(p) = self.process_mut(slot, process) {
+                            p.life = Life::Dead;
+                        }
+                    }
+                }
+            }
+            Event::PartitionHealed {
+                slot,
+                to_managers,
+                from_managers,
+            } => {
+                if to_managers {
+                    self.cut_to_managers[slot] = self.cut_to_managers[slot].saturating_sub(1);
+                }
+                if from_managers {
+                    self.cut_from_managers[slot] = self.cut_from_managers[slot].saturating_sub(1);
+                }
+            }
+            Event::HotSetShift => {
+                if self.chaos {
+                    self.coverage.hot_set_shifts += 1;
+                    self.load.shift();
+                    self.note(|| "the hot set shifts".to_owned());
+                }
+            }
+            Event::Fault(fault) => self.fault(fault),
+            Event::EndChaos => self.end_chaos(),
+        }
+    }
+
+    fn check_after_event(&mut self) -> Result<(), Violation> {
+        let views = process_views(&self.processes, self.base, self.now_us);
+        self.checker.after_event(&views, self.now_us)
+    }
+
+    // ---- what a script drives ----------------------------------------------------------------
+
+    /// Checks the invariants now, as after every event.
+    pub fn check(&mut self) -> Result<(), Violation> {
+        self.check_after_event()
+    }
+}
+
+/// What a process whose clock runs at `rate_ppm` reads at true instant `now_us`.
+fn instant_at(base: Instant, now_us: u64, rate_ppm: i64) -> Instant {
+    base + Duration::from_micros(scaled(now_us, rate_ppm))
+}
+
+/// The checks' view of every slot: the live processes' admission cores, each at its own clock.
+fn process_views(
+    processes: &[Option<Process>],
+    base: Instant,
+    now_us: u64,
+) -> Vec<Option<ProcessView<'_>>> {
+    processes
+        .iter()
+        .map(|process| {
+            let process = process.as_ref().filter(|p| p.admits())?;
+            Some(ProcessView {
+                core: &process.core,
+                now: instant_at(base, now_us, process.rate_ppm),
+            })
+        })
+        .collect()
+}
+
+/// The leader of `term` if it is still in office and running.
+fn active(leader: &mut Option<Leader>, term: u64) -> Option<&mut Leader> {
+    leader
+        .as_mut()
+        .filter(|l| l.term == term && l.stalled_until_us.is_none())
+}
+
+/// A leader clock's reading at true instant `now_us`: its offset plus true time at its rate.
+fn clock_ms(now_us: u64, offset_ms: i64, rate_ppm: i64) -> u64 {
+    let local_ms = (scaled(now_us, rate_ppm) / 1_000) as i64;
+    (LEADER_CLOCK_START_MS + local_ms + offset_ms).max(0) as u64
+}
+
+/// `us` on a clock whose rate is off by `rate_ppm`.
+fn scaled(us: u64, rate_ppm: i64) -> u64 {
+    let us = us as i128;
+    (us + us * rate_ppm as i128 / 1_000_000).max(0) as u64
+}
+
+fn request_call(request: &Request) -> Option<u64> {
+    match request {
+        Request::Register { call, .. }
+        | Request::Renew { call, .. }
+        | Request::Deregister { call, .. } => Some(*call),
+        Request::PushReply { .. } | Request::RevokeReply { .. } => None,
+    }
+}
+
+fn describe_command(command: &Command) -> String {
+    match command {
+        Command::Renew { now_ms, renewals } => format!(
+            "Renew@{now_ms} {:?}",
+            renewals
+                .iter()
+                .map(|r| (&r.executor_id, r.revision, r.claims.len()))
+                .collect::<Vec<_>>()
+        ),
+        Command::Rebalance {
+            now_ms,
+            planned_at,
+            moves,
+        } => format!(
+            "Rebalance@{now_ms} planned_at {planned_at} {:?}",
+            moves.iter().map(|m| (m.shard, &m.to)).collect::<Vec<_>>()
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+fn describe_outcome(outcome: &Outcome) -> String {
+    let text = format!("{outcome:?}");
+    if text.len() > 240 {
+        format!(
+            "{}…",
+            &text[..text.char_indices().nth(240).map_or(text.len(), |(i, _)| i)]
+        )
+    } else {
+        text
+    }
+}
