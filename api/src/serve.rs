@@ -122,7 +122,9 @@ impl Default for ListenerLimits {
 pub struct PeerRole(Result<Role, Arc<str>>, [u8; 32]);
 
 impl PeerRole {
-    fn of(leaf: &CertificateDer<'_>) -> Self {
+    /// What a verified leaf certificate carries. The listener reads it once per connection; a
+    /// router driven in process (tests) inserts it as the listener would.
+    pub fn of(leaf: &CertificateDer<'_>) -> Self {
         use sha2::Digest;
         Self(
             Role::of_certificate(leaf).map_err(|e| Arc::from(e.to_string())),

@@ -16,7 +16,7 @@ use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::TlsConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bootstrap::{self, BootstrapError};
 use crate::config::ManagerConfig;
@@ -77,12 +77,79 @@ enum StopReason {
     StorageFailed(String),
 }
 
-/// Runs the replica until `shutdown` resolves (then stops gracefully) or a fatal start-up error.
-pub async fn run(
-    config: ManagerConfig,
+/// One running replica without its HTTP listener: the data directory open, Raft started, the
+/// node's tasks running, and forming or joining the cluster under way. [`run`] serves its
+/// [`Replica::router`]; tests drive the router in process.
+pub struct Replica {
+    pub node: Arc<ManagerNode>,
+    db: sled::Db,
+    disk_space: DiskSpace,
+    stop_tasks: watch::Sender<bool>,
+    bootstrap_failed: oneshot::Receiver<BootstrapError>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("node_id", &self.node.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Opens the data directory, starts Raft and the node's tasks, and begins forming or joining
+    /// the cluster (beside the caller's server: forming needs this node reachable).
+    pub async fn start(
+        config: &ManagerConfig,
+        metrics: Option<PrometheusHandle>,
+    ) -> Result<Self, ServerError> {
+        let (db, node, pending_renewals, disk_space) = open_node(config, metrics).await?;
+        let (stop_tasks, tasks_stopped) = watch::channel(false);
+        spawn_tasks(config, &node, pending_renewals, &disk_space, &tasks_stopped);
+        let bootstrap_failed = spawn_bootstrap(config, &node, tasks_stopped);
+        Ok(Replica {
+            node,
+            db,
+            disk_space,
+            stop_tasks,
+            bootstrap_failed,
+        })
+    }
+
+    /// The replica's HTTP API, as [`run`] serves it on `config.listen`.
+    pub fn router(&self, config: &ManagerConfig) -> axum::Router {
+        http::router(
+            self.node.clone(),
+            HostPolicy::for_listener(config.tls.is_some(), config.listen.ip(), &config.advertise),
+            config.registration,
+        )
+    }
+
+    /// Stops the node's tasks and Raft, and flushes the data directory.
+    pub async fn shut_down(self) -> Result<(), ServerError> {
+        let _ = self.stop_tasks.send(true);
+        if let Err(error) = self.node.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+/// Opens the data directory and its stores (importing a prepared backup), starts Raft and builds
+/// the node.
+async fn open_node(
+    config: &ManagerConfig,
     metrics: Option<PrometheusHandle>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServerError> {
+) -> Result<
+    (
+        sled::Db,
+        Arc<ManagerNode>,
+        mpsc::Receiver<renewals::PendingRenewal>,
+        DiskSpace,
+    ),
+    ServerError,
+> {
     std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -92,7 +159,7 @@ pub async fn run(
     let (mut log_store, mut state_machine) =
         leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, config.log_store.clone())?;
     // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
-    crate::restore::import_if_prepared(&config, &mut log_store, &mut state_machine).await?;
+    crate::restore::import_if_prepared(config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();
     let log_at_start = {
         use openraft::storage::RaftLogStorage;
@@ -107,18 +174,6 @@ pub async fn run(
             .unwrap_or_default();
         (log_state.last_log_id.map_or(0, |id| id.index), vote)
     };
-
-    let listener = leasehold_api::serve::bind(config.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            listen: config.listen,
-            source,
-        })?;
-    tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
-
-    if config.insecure_plaintext {
-        tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
-    }
     let http_client = leasehold_api::client::http_client_builder(config.tls.as_ref())
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .build()?;
@@ -154,8 +209,17 @@ pub async fn run(
         log_at_start,
         disk_space.clone(),
     ));
+    Ok((db, node, pending_renewals, disk_space))
+}
 
-    let (stop_tasks, tasks_stopped) = watch::channel(false);
+/// The node's background tasks, each stopping when `tasks_stopped` turns true.
+fn spawn_tasks(
+    config: &ManagerConfig,
+    node: &Arc<ManagerNode>,
+    pending_renewals: mpsc::Receiver<renewals::PendingRenewal>,
+    disk_space: &DiskSpace,
+    tasks_stopped: &watch::Receiver<bool>,
+) {
     tokio::spawn(crate::disk_space::watch(
         config.data_dir.clone(),
         disk_space.clone(),
@@ -186,34 +250,67 @@ pub async fn run(
         pending_renewals,
         tasks_stopped.clone(),
     ));
+}
 
-    // Forming or joining needs this node to be reachable, so it runs beside the server; a fatal
-    // outcome stops the server.
+/// Forms, joins or rejoins the cluster in a task of its own; the receiver hears of a failure for
+/// good.
+fn spawn_bootstrap(
+    config: &ManagerConfig,
+    node: &Arc<ManagerNode>,
+    tasks_stopped: watch::Receiver<bool>,
+) -> oneshot::Receiver<BootstrapError> {
     let (fatal_tx, fatal_rx) = oneshot::channel::<BootstrapError>();
-    {
-        let node = node.clone();
-        let join = config.join.clone();
-        let rejoin = config.rejoin;
-        if rejoin {
-            // Before serving: no Raft message reaches it as its old self (bootstrap::rejoin).
-            node.hold_raft_while_rejoining();
-        }
-        let tasks_stopped = tasks_stopped.clone();
-        tokio::spawn(async move {
-            let outcome = match join {
-                Some(url) if rejoin => bootstrap::rejoin(&node, &url).await,
-                Some(url) => bootstrap::join(&node, &url).await,
-                None => bootstrap::form_or_await(&node, tasks_stopped).await,
-            };
-            match outcome {
-                Ok(()) | Err(BootstrapError::Stopped) => {}
-                Err(error) => {
-                    tracing::error!(%error, "cannot become part of the cluster");
-                    let _ = fatal_tx.send(error);
-                }
-            }
-        });
+    let node = node.clone();
+    let join = config.join.clone();
+    let rejoin = config.rejoin;
+    if rejoin {
+        // Before serving: no Raft message reaches it as its old self (bootstrap::rejoin).
+        node.hold_raft_while_rejoining();
     }
+    tokio::spawn(async move {
+        let outcome = match join {
+            Some(url) if rejoin => bootstrap::rejoin(&node, &url).await,
+            Some(url) => bootstrap::join(&node, &url).await,
+            None => bootstrap::form_or_await(&node, tasks_stopped).await,
+        };
+        match outcome {
+            Ok(()) | Err(BootstrapError::Stopped) => {}
+            Err(error) => {
+                tracing::error!(%error, "cannot become part of the cluster");
+                let _ = fatal_tx.send(error);
+            }
+        }
+    });
+    fatal_rx
+}
+
+/// Runs the replica until `shutdown` resolves (then stops gracefully) or a fatal start-up error.
+pub async fn run(
+    config: ManagerConfig,
+    metrics: Option<PrometheusHandle>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    // P8.1: bound before Raft starts, so peers and clients reach this node as soon as it takes
+    // part; nothing is served until the router is.
+    let listener = leasehold_api::serve::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            listen: config.listen,
+            source,
+        })?;
+    tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
+    if config.insecure_plaintext {
+        tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
+    }
+    let replica = Replica::start(&config, metrics).await?;
+    let router = replica.router(&config);
+    let Replica {
+        node,
+        db,
+        disk_space,
+        stop_tasks,
+        bootstrap_failed: fatal_rx,
+    } = replica;
 
     let (stop_reason_tx, mut stop_reason_rx) = oneshot::channel::<StopReason>();
     let stop_serving = {
@@ -248,11 +345,7 @@ pub async fn run(
     };
     let serving = leasehold_api::serve::serve(
         listener,
-        http::router(
-            node.clone(),
-            HostPolicy::for_listener(config.tls.is_some(), config.listen.ip(), &config.advertise),
-            config.registration,
-        ),
+        router,
         config.tls.as_ref().map(TlsConfig::server_config),
         ListenerLimits::for_this_process(),
         stop_serving,

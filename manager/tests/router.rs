@@ -1,0 +1,291 @@
+//! The manager's HTTP API driven in process: one replica started by `server::Replica` (its data
+//! directory, Raft and tasks, no listener) and its router called with `tower::ServiceExt::oneshot`.
+//! It checks what the layers decide before a handler runs and what a refusal looks like:
+//! - I6: bad input gets a `problem+json` answer with its code, and changes nothing;
+//! - P13.3: under TLS each route admits only the roles its requirement names (401 without a
+//!   certificate, 403 with the wrong role), and an executor cannot claim a forwarded role;
+//! - the Host check of a plaintext loopback listener (DNS rebinding).
+//!
+//! The listener's own part (handshakes, connection limits) is `tests/tests/security.rs`'s.
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use clap::Parser;
+use leasehold_api::ctl::certs::{self, InitOptions};
+use leasehold_api::serve::PeerRole;
+use leasehold_api::tls::Role;
+use leasehold_manager::config::{Args, ManagerConfig};
+use leasehold_manager::server::Replica;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// The address the configuration names; nothing listens on it (the router is called directly).
+const LISTEN: &str = "127.0.0.1:1";
+/// A registration under TLS carries its credential (P13.4).
+const REGISTRATION_OVER_TLS: &str = r#"{"incarnation":"router-test-1","address":"https://127.0.0.1:9","credential":"abababababababababababababababababababababababababababababababab"}"#;
+const LEADING_BOUND: Duration = Duration::from_secs(30);
+
+fn config(data_dir: &Path, tls_dir: Option<&Path>) -> ManagerConfig {
+    let scheme = if tls_dir.is_some() { "https" } else { "http" };
+    let mut args = vec![
+        "leasehold-manager".to_owned(),
+        "--id=1".to_owned(),
+        format!("--listen={LISTEN}"),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--initial-cluster=1={scheme}://{LISTEN}"),
+        "--shard-count=16".to_owned(),
+        "--lease-duration=3s".to_owned(),
+    ];
+    if let Some(dir) = tls_dir {
+        let manager = Role::Manager { node_id: 1 };
+        args.extend([
+            format!(
+                "--cert-file={}",
+                dir.join(certs::cert_file_name(manager)).display()
+            ),
+            format!(
+                "--key-file={}",
+                dir.join(certs::key_file_name(manager)).display()
+            ),
+            format!(
+                "--trusted-ca-file={}",
+                dir.join(certs::CA_CERT_FILE).display()
+            ),
+        ]);
+    }
+    ManagerConfig::try_from(Args::try_parse_from(args).unwrap()).unwrap()
+}
+
+/// A single-node cluster's replica, leading, and its router.
+async fn leading(config: &ManagerConfig) -> (Replica, Router) {
+    let replica = Replica::start(config, None).await.unwrap();
+    let router = replica.router(config);
+    let deadline = Instant::now() + LEADING_BOUND;
+    while replica.node.raft.current_leader().await != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "no leader within {LEADING_BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (replica, router)
+}
+
+/// A request as a loopback client sends it; `peer` as the TLS listener would attach it.
+fn request(
+    method: Method,
+    path: &str,
+    body: Option<&str>,
+    peer: Option<&PeerRole>,
+) -> Request<Body> {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, LISTEN);
+    if body.is_some() {
+        builder = builder.header(header::CONTENT_TYPE, "application/json");
+    }
+    let mut request = builder
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+        .unwrap();
+    if let Some(peer) = peer {
+        request.extensions_mut().insert(peer.clone());
+    }
+    request
+}
+
+/// The status, the content type and the body (JSON, or `Null` when it is not JSON).
+async fn call(router: &Router, request: Request<Body>) -> (StatusCode, String, Value) {
+    let reply = router.clone().oneshot(request).await.unwrap();
+    let status = reply.status();
+    let kind = reply
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let bytes = axum::body::to_bytes(reply.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        kind,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn assert_problem(answer: &(StatusCode, String, Value), status: StatusCode, code: &str) {
+    let (got, kind, body) = answer;
+    assert_eq!(*got, status, "{body}");
+    assert_eq!(kind, "application/problem+json", "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+}
+
+async fn executor_count(router: &Router, peer: Option<&PeerRole>) -> usize {
+    let (status, _, body) = call(router, request(Method::GET, "/v1/executors", None, peer)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body.as_array().unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_bad_input_gets_a_problem_and_changes_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path(), None);
+    let (replica, router) = leading(&config).await;
+
+    let malformed = call(
+        &router,
+        request(Method::POST, "/v1/executors", Some("{\"address\":"), None),
+    )
+    .await;
+    assert_problem(&malformed, StatusCode::BAD_REQUEST, "invalid_request");
+    let wrong_type = {
+        let mut request = request(Method::POST, "/v1/executors", Some("{}"), None);
+        request
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        call(&router, request).await
+    };
+    assert_eq!(
+        wrong_type.0,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "{}",
+        wrong_type.2
+    );
+    let unknown = call(
+        &router,
+        request(Method::GET, "/v1/executors/ex-999999", None, None),
+    )
+    .await;
+    assert_problem(&unknown, StatusCode::NOT_FOUND, "unknown_executor");
+    assert_eq!(executor_count(&router, None).await, 0, "nothing registered");
+
+    // A well-formed registration goes through the same layers and is committed.
+    let registered = call(
+        &router,
+        request(
+            Method::POST,
+            "/v1/executors",
+            Some(r#"{"incarnation":"router-test-1","address":"http://127.0.0.1:9"}"#),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(registered.0, StatusCode::OK, "{}", registered.2);
+    assert_eq!(executor_count(&router, None).await, 1);
+    replica.shut_down().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_listener_refuses_a_foreign_host() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path(), None);
+    let (replica, router) = leading(&config).await;
+    let mut rebound = request(Method::GET, "/v1/state", None, None);
+    rebound
+        .headers_mut()
+        .insert(header::HOST, "attacker.example".parse().unwrap());
+    let (status, _, body) = call(&router, rebound).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    replica.shut_down().await.unwrap();
+}
+
+fn peer(dir: &Path, role: Role) -> PeerRole {
+    let leaf = CertificateDer::from_pem_file(dir.join(certs::cert_file_name(role))).unwrap();
+    PeerRole::of(&leaf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_3_each_route_admits_only_its_roles() {
+    let data = tempfile::tempdir().unwrap();
+    let tls = tempfile::tempdir().unwrap();
+    certs::init(&InitOptions {
+        dir: tls.path().join("certs"),
+        managers: 1,
+        hosts: vec!["127.0.0.1".to_owned()],
+        force: false,
+    })
+    .unwrap();
+    let tls_dir = tls.path().join("certs");
+    let config = config(data.path(), Some(&tls_dir));
+    let (replica, router) = leading(&config).await;
+    let admin = peer(&tls_dir, Role::Admin);
+    let executor = peer(&tls_dir, Role::Executor);
+
+    // Health is anyone's; everything else needs a certificate of the cluster's CA.
+    let (status, _, _) = call(&router, request(Method::GET, "/livez", None, None)).await;
+    assert_eq!(status, StatusCode::OK);
+    let anonymous = call(&router, request(Method::GET, "/v1/state", None, None)).await;
+    assert_problem(&anonymous, StatusCode::UNAUTHORIZED, "unauthenticated");
+    for role in [&admin, &executor] {
+        let (status, _, body) =
+            call(&router, request(Method::GET, "/v1/state", None, Some(role))).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
+    // A backup and a drain are an admin's; an executor is refused before the handler runs.
+    let backup = call(
+        &router,
+        request(Method::GET, "/v1/backup", None, Some(&executor)),
+    )
+    .await;
+    assert_problem(&backup, StatusCode::FORBIDDEN, "forbidden");
+    let (status, _, _) = call(
+        &router,
+        request(Method::GET, "/v1/backup", None, Some(&admin)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Registration is an executor's or an admin's; an executor may not claim a role a manager
+    // forwarded for someone else.
+    let mut claimed = request(
+        Method::POST,
+        "/v1/executors",
+        Some(REGISTRATION_OVER_TLS),
+        Some(&executor),
+    );
+    claimed
+        .headers_mut()
+        .insert("x-leasehold-forwarded-role", "admin".parse().unwrap());
+    claimed
+        .headers_mut()
+        .insert("x-leasehold-forwarded-by", "1".parse().unwrap());
+    let claimed = call(&router, claimed).await;
+    assert_problem(&claimed, StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(executor_count(&router, Some(&admin)).await, 0);
+    let registered = call(
+        &router,
+        request(
+            Method::POST,
+            "/v1/executors",
+            Some(REGISTRATION_OVER_TLS),
+            Some(&executor),
+        ),
+    )
+    .await;
+    assert_eq!(registered.0, StatusCode::OK, "{}", registered.2);
+    let id = registered.2["executor_id"].as_str().unwrap().to_owned();
+    let drain = call(
+        &router,
+        request(
+            Method::POST,
+            &format!("/v1/executors/{id}/drain"),
+            Some("{}"),
+            Some(&executor),
+        ),
+    )
+    .await;
+    assert_problem(&drain, StatusCode::FORBIDDEN, "forbidden");
+    replica.shut_down().await.unwrap();
+}
