@@ -15,6 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use leasehold_executor::lease::{CallOutcome, LeaseClock, LeaseSchedule, NextCall};
+
 use crate::fleet::{RenewFailure, Renewer};
 
 /// Latencies of successful renewals plus the failures, of one measured window.
@@ -291,18 +293,16 @@ impl CadenceCounters {
     }
 }
 
-/// Every holder renews as the protocol schedules it (P3.5): a third into the lease it was just
-/// told, retrying every 250 ms while failing, until stopped. `fallback_ttl` is used when a
-/// system's renewal reports no time left (etcd puts).
+/// Every holder renews as the protocol schedules it, on the executor library's own schedule
+/// (`LeaseSchedule`, P3.5): a third into what is left of the lease it was just told, backing off
+/// while failing so a retry lands before the expiry, until stopped. `fallback_ttl` is the lease of
+/// a system whose renewal tells none (etcd puts).
 #[derive(Debug)]
 pub struct Cadence {
     pub counters: Arc<CadenceCounters>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
-
-/// Pause after a failed renewal before the next attempt.
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
 
 impl Cadence {
     pub fn start<R: Renewer>(fleet: Arc<R>, fallback_ttl: Duration) -> Self {
@@ -311,27 +311,29 @@ impl Cadence {
         let mut tasks = JoinSet::new();
         let holders = fleet.size();
         let third = fallback_ttl / 3;
+        let fallback_ttl_ms = u64::try_from(fallback_ttl.as_millis()).unwrap_or(u64::MAX);
         for index in 0..holders {
             let fleet = fleet.clone();
             let counters = counters.clone();
             let mut stopped = stopped.clone();
             // Spread the first renewals over a third of the lease, as executors started at
             // different times would be.
-            let mut wait = third.mul_f64(index as f64 / holders.max(1) as f64);
+            let mut next_at = Instant::now() + third.mul_f64(index as f64 / holders.max(1) as f64);
             tasks.spawn(async move {
+                let mut lease = LeaseClock::default();
+                let mut schedule = LeaseSchedule::default();
                 loop {
                     tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
+                        _ = tokio::time::sleep_until(next_at) => {}
                         _ = stopped.changed() => return,
                     }
-                    match fleet.renew(index).await {
+                    let sent_at = Instant::now();
+                    let outcome = match fleet.renew(index).await {
                         Ok(ttl_ms) => {
                             counters.ok.fetch_add(1, Ordering::Relaxed);
-                            wait = if ttl_ms == 0 {
-                                third
-                            } else {
-                                Duration::from_millis(ttl_ms / 3)
-                            };
+                            let ttl_ms = if ttl_ms == 0 { fallback_ttl_ms } else { ttl_ms };
+                            lease.apply_grant(sent_at, ttl_ms);
+                            CallOutcome::Granted
                         }
                         Err(failure) => {
                             counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -343,8 +345,14 @@ impl Cadence {
                                 .lock()
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .get_or_insert_with(|| failure.to_string());
-                            wait = RETRY_PAUSE;
+                            CallOutcome::Failed
                         }
+                    };
+                    // A granted or failed renewal is always answered with a time to call again;
+                    // a benchmark holder never re-registers or gives up.
+                    match schedule.after(outcome, &lease, Instant::now()) {
+                        NextCall::CallAt(at) => next_at = at,
+                        NextCall::Reregister | NextCall::GiveUp(_) => return,
                     }
                 }
             });

@@ -3,8 +3,8 @@
 //! its claims and last applied revision (or never, for tests of pushes and revokes alone), and
 //! records when it admitted each shard on the test process's monotonic clock, so the intervals of
 //! several fake executors can be checked for overlap (I1). The delivery rules are the executor
-//! library's own [`AssignmentState`] (revision order P4.1, revoke answers P5.2, stale grants),
-//! not a copy of them.
+//! library's own [`AssignmentState`] (revision order P4.1, revoke answers P5.2, stale grants) and
+//! its renewal cadence the library's `LeaseSchedule` (P3.5), not copies of them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -13,12 +13,13 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::{post, put};
 use axum::{Json, Router};
-use leasehold_api::client::{Client, ClientConfig, ClientError};
+use leasehold_api::client::{Client, ClientConfig};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
 };
 use leasehold_executor::assignment::{AssignmentState, RevokeOutcome, SetOutcome};
+use leasehold_executor::lease::{CallOutcome, LeaseClock, LeaseSchedule, NextCall};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -166,7 +167,7 @@ async fn revoke(
 /// How a fake executor behaves.
 #[derive(Debug, Clone, Copy)]
 pub struct FakeOptions {
-    /// Renew at a third of the lease (P3.5); without it only pushes and revokes move shards.
+    /// Renew on the executor's schedule (P3.5); without it only pushes and revokes move shards.
     pub renew: bool,
 }
 
@@ -234,7 +235,7 @@ impl FakeExecutor {
             tasks.push(tokio::spawn(renew_loop(
                 client,
                 view.clone(),
-                grant,
+                (sent_at, grant),
                 stopped,
             )));
         }
@@ -306,17 +307,26 @@ fn rand_suffix() -> u64 {
         .unwrap_or_default()
 }
 
-/// Renews a third of the way into the lease (P3.5), every 250 ms while failing, until stopped.
+/// Renews on the executor's own schedule (P3.5, `LeaseSchedule`: a third into what is left of the
+/// lease, backing off while failing so a retry lands before the expiry) until stopped or
+/// forgotten. `first` is the registration's grant and the instant its request was sent.
 async fn renew_loop(
     client: Client,
     view: Shared,
-    first: Grant,
+    first: (Instant, Grant),
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut wait = Duration::from_millis(first.lease_ttl_ms / 3);
+    let (first_sent_at, first) = first;
+    let mut lease = LeaseClock::default();
+    lease.apply_grant(first_sent_at, first.lease_ttl_ms);
+    let mut schedule = LeaseSchedule::default();
+    let mut next = schedule.after(CallOutcome::Granted, &lease, Instant::now());
     loop {
+        let NextCall::CallAt(at) = next else {
+            return;
+        };
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(at) => {}
             _ = stopped.changed() => return,
         }
         let (executor_id, request) = {
@@ -332,19 +342,19 @@ async fn renew_loop(
             )
         };
         let sent_at = Instant::now();
-        match client.renew(&executor_id, None, &request).await {
+        let outcome = match client.renew(&executor_id, None, &request).await {
             Ok(grant) => {
                 lock(&view).adopt_grant(&grant, sent_at, Instant::now());
-                wait = Duration::from_millis(grant.lease_ttl_ms / 3);
+                lease.apply_grant(sent_at, grant.lease_ttl_ms);
+                CallOutcome::Granted
             }
             Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
                 lock(&view).stop_all(Instant::now());
                 return;
             }
-            Err(ClientError::PatienceExhausted { .. }) | Err(_) => {
-                wait = Duration::from_millis(250)
-            }
-        }
+            Err(_) => CallOutcome::Failed,
+        };
+        next = schedule.after(outcome, &lease, Instant::now());
     }
 }
 

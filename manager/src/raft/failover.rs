@@ -182,12 +182,43 @@ impl Detector {
         }
     }
 
+    /// One check: reads the view, the silence and the clock, decides, then acts on the decision
+    /// (the silence gauge, and standing for election when it says so).
     pub(crate) async fn check<S: Surroundings>(&mut self, around: &S) -> Check {
-        let found = self.examine(around).await;
-        if found == Check::NotFollowing {
-            // Only a follower waits for a leader; a stale reading would look like a silent one.
-            metrics::gauge!("leasehold_raft_leader_silence_seconds").set(0.0);
+        let view = around.view();
+        let silence = around.silence();
+        let found = self.decide(around, &view, silence, Instant::now()).await;
+        // Only a follower waits for a leader; a stale reading would look like a silent one.
+        let shown = if found == Check::NotFollowing {
+            0.0
+        } else {
+            silence.as_secs_f64()
+        };
+        metrics::gauge!("leasehold_raft_leader_silence_seconds").set(shown);
+        if found == Check::Stood {
+            tracing::warn!(
+                leader = view.leader,
+                term = view.term,
+                silent_ms = silence.as_millis() as u64,
+                "the leader's address refuses connections and its lease has passed: standing for \
+                 election now"
+            );
+            metrics::counter!("leasehold_raft_dead_leader_elections_total").increment(1);
+            around.elect().await;
         }
+        found
+    }
+
+    /// The decision, from what the shell read at `now`; `around` only answers the probes (the
+    /// leader's address, the peers' reports). Sets nothing outside the detector.
+    async fn decide<S: Surroundings>(
+        &mut self,
+        around: &S,
+        view: &View,
+        silence: Duration,
+        now: Instant,
+    ) -> Check {
+        let found = self.examine(around, view, silence, now).await;
         if !matches!(found, Check::Staggered(_)) {
             // A wait that was interrupted (the leader was heard from again) starts over.
             self.staggered_since = None;
@@ -195,8 +226,13 @@ impl Detector {
         found
     }
 
-    async fn examine<S: Surroundings>(&mut self, around: &S) -> Check {
-        let view = around.view();
+    async fn examine<S: Surroundings>(
+        &mut self,
+        around: &S,
+        view: &View,
+        silence: Duration,
+        now: Instant,
+    ) -> Check {
         let Some(leader) = view.leader else {
             return Check::NotFollowing;
         };
@@ -204,8 +240,6 @@ impl Detector {
         if view.state != ServerState::Follower || leader == view.me || !is_voter {
             return Check::NotFollowing;
         }
-        let silence = around.silence();
-        metrics::gauge!("leasehold_raft_leader_silence_seconds").set(silence.as_secs_f64());
         let episode = (leader, view.term);
         if self.stood_against == Some(episode) {
             return Check::AlreadyStood;
@@ -247,7 +281,6 @@ impl Detector {
             }
         }
         if let Some(peer) = first {
-            let now = Instant::now();
             let since = match self.staggered_since {
                 Some((seen, since)) if seen == episode => since,
                 _ => {
@@ -260,15 +293,6 @@ impl Detector {
             }
         }
         self.stood_against = Some(episode);
-        tracing::warn!(
-            leader,
-            term = view.term,
-            silent_ms = silence.as_millis() as u64,
-            "the leader's address refuses connections and its lease has passed: standing for \
-             election now"
-        );
-        metrics::counter!("leasehold_raft_dead_leader_elections_total").increment(1);
-        around.elect().await;
         Check::Stood
     }
 }
