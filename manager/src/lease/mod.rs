@@ -31,6 +31,7 @@ pub mod schema;
 mod state;
 pub mod v2;
 pub mod v3;
+mod v3_current;
 
 #[cfg(test)]
 mod tests;

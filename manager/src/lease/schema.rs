@@ -2,26 +2,28 @@
 //! each (CHANGELOG.md), and which schema a command or a state needs (PROTOCOL P14.1, P14.3).
 //!
 //! A replica decodes every schema from [`OLDEST_SCHEMA`] to [`NEWEST_SCHEMA`] through that
-//! schema's own frozen types ([`super::v2`], [`super::v3`]) and converts to this build's. It
-//! writes each record at the oldest schema that can express it, and the leader proposes a command
-//! only once the committed cluster version is at least the schema the command needs.
+//! schema's own frozen types ([`super::v2`], [`super::v3`]) and converts to this build's along
+//! the chain below, one schema at a time. It writes each record at the oldest schema that can
+//! express it (`raft::versions`, one table of schemas), and the leader proposes a command only
+//! once the committed cluster version is at least the schema the command needs.
 
-use super::{Command, LeaseState, DEFAULT_CAPACITY};
+use super::{v2, v3, Command, LeaseState, DEFAULT_CAPACITY};
 
-/// Release 0.1.0's schema: no cluster version; its records carry no schema number.
-pub const SCHEMA_0_1_0: u32 = leasehold_api::wire::FIRST_RELEASE_SCHEMA;
-/// Adds the committed cluster version (`Command::SetClusterVersion` and the state's
-/// `cluster_version`) and executor credentials (P13.4: `Register::credential_sha256`,
-/// `Executor::credential_sha256`). CHANGELOG.md names each release's schema.
-pub const SCHEMA_CLUSTER_VERSION: u32 = leasehold_api::wire::CREDENTIALS_SCHEMA;
-/// Adds executor capacities (P15.1: `Register::capacity`, `Executor::capacity`). Load reports
-/// are soft state on the leader and not in the schema; their wire field is introduced with it.
-pub const SCHEMA_CAPACITY: u32 = leasehold_api::wire::CAPACITY_SCHEMA;
+// One name per schema number, defined once in the wire types (CHANGELOG.md names each release's):
+// - `FIRST_RELEASE_SCHEMA` (2): release 0.1.0's; no cluster version, and its records carry no
+//   schema number (`v2`).
+// - `CREDENTIALS_SCHEMA` (3): adds the committed cluster version (`Command::SetClusterVersion`,
+//   the state's `cluster_version`) and executor credentials (P13.4: `Register::credential_sha256`,
+//   `Executor::credential_sha256`) (`v3`).
+// - `CAPACITY_SCHEMA` (4): adds executor capacities (P15.1: `Register::capacity`,
+//   `Executor::capacity`); load reports are soft state on the leader, not in the schema, and
+//   their wire field comes with it. This build's types.
+pub use leasehold_api::wire::{CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA};
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
-pub const OLDEST_SCHEMA: u32 = SCHEMA_0_1_0;
+pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = SCHEMA_CAPACITY;
+pub const NEWEST_SCHEMA: u32 = CAPACITY_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -37,12 +39,12 @@ impl Command {
             // it can follow, and the data directory is marked N from that entry on.
             Command::SetClusterVersion {
                 cluster_version, ..
-            } => (*cluster_version).max(SCHEMA_CLUSTER_VERSION),
-            Command::Register { capacity, .. } if *capacity != DEFAULT_CAPACITY => SCHEMA_CAPACITY,
+            } => (*cluster_version).max(CREDENTIALS_SCHEMA),
+            Command::Register { capacity, .. } if *capacity != DEFAULT_CAPACITY => CAPACITY_SCHEMA,
             Command::Register {
                 credential_sha256: Some(_),
                 ..
-            } => SCHEMA_CLUSTER_VERSION,
+            } => CREDENTIALS_SCHEMA,
             Command::Init { .. }
             | Command::SetLeaseDuration { .. }
             | Command::Register {
@@ -55,7 +57,7 @@ impl Command {
             | Command::Rebalance { .. }
             | Command::Release { .. }
             | Command::CompleteHandoffs { .. }
-            | Command::SetDraining { .. } => SCHEMA_0_1_0,
+            | Command::SetDraining { .. } => FIRST_RELEASE_SCHEMA,
         }
     }
 }
@@ -96,6 +98,53 @@ impl LeaseState {
     /// The oldest schema that can express this state: the cluster version once it rose, since a
     /// state at cluster version N is one only replicas of schema N or newer may hold.
     pub fn required_schema(&self) -> u32 {
-        self.cluster_version.max(SCHEMA_0_1_0)
+        self.cluster_version.max(FIRST_RELEASE_SCHEMA)
     }
+}
+
+// ---- The chain: each schema converts to and from the next newer one only ----
+//
+// Schema 2 ↔ schema 3 (`v3`) ↔ this build's (`v3_current`, the newest conversion). A record of
+// an older schema is read by converting it up one schema at a time, and a value is written at
+// an older schema by converting it down one at a time, each step failing when its schema cannot
+// express the value. Adding a schema adds one link at the new end.
+
+/// This build's command in schema 3's types, if schema 3 can express it.
+pub fn command_to_v3(command: &Command) -> Result<v3::Command, NotExpressible> {
+    v3::Command::try_from(command)
+}
+
+/// A schema 3 command in this build's types.
+pub fn command_from_v3(command: v3::Command) -> Command {
+    command.into()
+}
+
+/// This build's command in schema 2's types (through schema 3), if schema 2 can express it.
+pub fn command_to_v2(command: &Command) -> Result<v2::Command, NotExpressible> {
+    v2::Command::try_from(command_to_v3(command)?)
+}
+
+/// A schema 2 command in this build's types (through schema 3).
+pub fn command_from_v2(command: v2::Command) -> Command {
+    command_from_v3(command.into())
+}
+
+/// This build's state in schema 3's types, if schema 3 can express it.
+pub fn state_to_v3(state: &LeaseState) -> Result<v3::LeaseState, NotExpressible> {
+    v3::LeaseState::try_from(state)
+}
+
+/// A schema 3 state in this build's types.
+pub fn state_from_v3(state: v3::LeaseState) -> LeaseState {
+    state.into()
+}
+
+/// This build's state in schema 2's types (through schema 3), if schema 2 can express it.
+pub fn state_to_v2(state: &LeaseState) -> Result<v2::LeaseState, NotExpressible> {
+    v2::LeaseState::try_from(state_to_v3(state)?)
+}
+
+/// A schema 2 state in this build's types (through schema 3).
+pub fn state_from_v2(state: v2::LeaseState) -> LeaseState {
+    state_from_v3(state.into())
 }

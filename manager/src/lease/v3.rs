@@ -1,11 +1,11 @@
 //! State schema 3: the replicated types exactly as builds of schema 3 encoded them (the committed
-//! cluster version and executor credentials, before capacities), frozen.
+//! cluster version and executor credentials, before capacities), frozen, and the conversions
+//! between schema 2 and this one: up (`From`, always) and down (`TryFrom`, when schema 2 can
+//! express the value). The pieces schema 3 did not change are schema 2's, frozen there.
 //!
-//! Log entries, snapshots and backups of schema 3 are decoded into these types and converted to
-//! this build's (`From`); a command or state that schema 3 can express is converted back and
-//! written in it (`TryFrom`), so a replica of schema 3 reads it. Never change a type here: a new
-//! shape is a new schema with its own module (docs/PROTOCOL.md, "Versions"). The pieces schema 3
-//! did not change are schema 2's, frozen there.
+//! Never change a type here: a new shape is a new schema with its own module (docs/PROTOCOL.md,
+//! "Versions"). A frozen module knows no newer schema: the conversions between this one and the
+//! next are the next one's (`crate::lease::schema` chains them).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 
 pub use super::v2::{ClusterConfig, Handoff, Move, Renewal, Shard, Tombstone, TombstoneReason};
 
-use super::schema::{NotExpressible, SCHEMA_CLUSTER_VERSION};
-use super::{ExecutorId, ShardId, DEFAULT_CAPACITY};
+use super::schema::{NotExpressible, FIRST_RELEASE_SCHEMA};
+use super::v2;
+use super::{ExecutorId, ShardId};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -97,153 +98,13 @@ pub struct LeaseState {
     pub cluster_version: u32,
 }
 
-// ---- Schema 3 → this build ----
+// ---- Schema 2 → schema 3 ----
 
-impl From<Command> for super::Command {
-    fn from(command: Command) -> Self {
-        use super::Command as Now;
+impl From<v2::Command> for Command {
+    fn from(command: v2::Command) -> Self {
+        use v2::Command as Old;
         match command {
-            Command::Init {
-                now_ms,
-                shard_count,
-                lease_duration_ms,
-            } => Now::Init {
-                now_ms,
-                shard_count,
-                lease_duration_ms,
-            },
-            Command::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            } => Now::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            },
-            Command::Register {
-                now_ms,
-                incarnation,
-                address,
-                name,
-                credential_sha256,
-            } => Now::Register {
-                now_ms,
-                incarnation,
-                address,
-                name,
-                credential_sha256,
-                // Schema 3 had no capacities: every executor counted the same (P5.4).
-                capacity: DEFAULT_CAPACITY,
-            },
-            Command::Renew { now_ms, renewals } => Now::Renew {
-                now_ms,
-                renewals: renewals.into_iter().map(Into::into).collect(),
-            },
-            Command::Deregister {
-                now_ms,
-                executor_id,
-            } => Now::Deregister {
-                now_ms,
-                executor_id,
-            },
-            Command::Reap {
-                now_ms,
-                executor_ids,
-            } => Now::Reap {
-                now_ms,
-                executor_ids,
-            },
-            Command::Rebalance {
-                now_ms,
-                planned_at,
-                moves,
-            } => Now::Rebalance {
-                now_ms,
-                planned_at,
-                moves: moves.into_iter().map(Into::into).collect(),
-            },
-            Command::Release {
-                now_ms,
-                executor_id,
-                shards,
-                revoke_revision,
-            } => Now::Release {
-                now_ms,
-                executor_id,
-                shards,
-                revoke_revision,
-            },
-            Command::CompleteHandoffs { now_ms } => Now::CompleteHandoffs { now_ms },
-            Command::SetDraining {
-                now_ms,
-                executor_id,
-                draining,
-            } => Now::SetDraining {
-                now_ms,
-                executor_id,
-                draining,
-            },
-            Command::SetClusterVersion {
-                now_ms,
-                cluster_version,
-            } => Now::SetClusterVersion {
-                now_ms,
-                cluster_version,
-            },
-        }
-    }
-}
-
-impl From<LeaseState> for super::LeaseState {
-    fn from(state: LeaseState) -> Self {
-        let mut migrated = super::LeaseState {
-            config: state.config.map(Into::into),
-            revision: state.revision,
-            assignment_revision: state.assignment_revision,
-            executors: state
-                .executors
-                .into_iter()
-                .map(|(id, e)| {
-                    let executor = super::Executor {
-                        id: e.id,
-                        incarnation: e.incarnation,
-                        name: e.name,
-                        address: e.address,
-                        lease_expiry_ms: e.lease_expiry_ms,
-                        lease_ttl_told_ms: e.lease_ttl_told_ms,
-                        registered_revision: e.registered_revision,
-                        owned_shards: e.owned_shards.into_iter().collect(),
-                        draining: e.draining,
-                        credential_sha256: e.credential_sha256,
-                        capacity: DEFAULT_CAPACITY,
-                    };
-                    (id, executor)
-                })
-                .collect(),
-            shards: state.shards.into_iter().map(Into::into).collect(),
-            tombstones: state
-                .tombstones
-                .into_iter()
-                .map(|(id, t)| (id, super::Tombstone::from(t)))
-                .collect(),
-            longest_lease_told_ms: state.longest_lease_told_ms,
-            cluster_version: state.cluster_version,
-            releasing: Default::default(),
-            by_incarnation: Default::default(),
-        };
-        migrated.rebuild_indexes();
-        migrated
-    }
-}
-
-// ---- This build → schema 3, when schema 3 can express it ----
-
-impl TryFrom<&super::Command> for Command {
-    type Error = NotExpressible;
-
-    fn try_from(command: &super::Command) -> Result<Self, NotExpressible> {
-        use super::Command as Now;
-        Ok(match command.clone() {
-            Now::Init {
+            Old::Init {
                 now_ms,
                 shard_count,
                 lease_duration_ms,
@@ -252,60 +113,51 @@ impl TryFrom<&super::Command> for Command {
                 shard_count,
                 lease_duration_ms,
             },
-            Now::SetLeaseDuration {
+            Old::SetLeaseDuration {
                 now_ms,
                 lease_duration_ms,
             } => Command::SetLeaseDuration {
                 now_ms,
                 lease_duration_ms,
             },
-            Now::Register { capacity, .. } if capacity != DEFAULT_CAPACITY => {
-                return Err(NotExpressible(
-                    "a registration with a capacity other than 1 first appears in schema 4",
-                ))
-            }
-            Now::Register {
+            Old::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
-                credential_sha256,
-                capacity: _,
             } => Command::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
-                credential_sha256,
+                // Schema 2 had no credentials: its executors registered without (P13.5).
+                credential_sha256: None,
             },
-            Now::Renew { now_ms, renewals } => Command::Renew {
-                now_ms,
-                renewals: renewals.iter().map(Into::into).collect(),
-            },
-            Now::Deregister {
+            Old::Renew { now_ms, renewals } => Command::Renew { now_ms, renewals },
+            Old::Deregister {
                 now_ms,
                 executor_id,
             } => Command::Deregister {
                 now_ms,
                 executor_id,
             },
-            Now::Reap {
+            Old::Reap {
                 now_ms,
                 executor_ids,
             } => Command::Reap {
                 now_ms,
                 executor_ids,
             },
-            Now::Rebalance {
+            Old::Rebalance {
                 now_ms,
                 planned_at,
                 moves,
             } => Command::Rebalance {
                 now_ms,
                 planned_at,
-                moves: moves.iter().map(Into::into).collect(),
+                moves,
             },
-            Now::Release {
+            Old::Release {
                 now_ms,
                 executor_id,
                 shards,
@@ -316,8 +168,8 @@ impl TryFrom<&super::Command> for Command {
                 shards,
                 revoke_revision,
             },
-            Now::CompleteHandoffs { now_ms } => Command::CompleteHandoffs { now_ms },
-            Now::SetDraining {
+            Old::CompleteHandoffs { now_ms } => Command::CompleteHandoffs { now_ms },
+            Old::SetDraining {
                 now_ms,
                 executor_id,
                 draining,
@@ -326,74 +178,185 @@ impl TryFrom<&super::Command> for Command {
                 executor_id,
                 draining,
             },
-            // A raise past schema 3 is for replicas of that schema only (see `required_schema`).
-            Now::SetClusterVersion {
-                cluster_version, ..
-            } if cluster_version > SCHEMA_CLUSTER_VERSION => {
+        }
+    }
+}
+
+impl From<v2::LeaseState> for LeaseState {
+    fn from(state: v2::LeaseState) -> Self {
+        LeaseState {
+            config: state.config,
+            revision: state.revision,
+            assignment_revision: state.assignment_revision,
+            executors: state
+                .executors
+                .into_iter()
+                .map(|(id, e)| {
+                    let executor = Executor {
+                        id: e.id,
+                        incarnation: e.incarnation,
+                        name: e.name,
+                        address: e.address,
+                        lease_expiry_ms: e.lease_expiry_ms,
+                        lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        registered_revision: e.registered_revision,
+                        owned_shards: e.owned_shards,
+                        draining: e.draining,
+                        credential_sha256: None,
+                    };
+                    (id, executor)
+                })
+                .collect(),
+            shards: state.shards,
+            tombstones: state.tombstones,
+            longest_lease_told_ms: state.longest_lease_told_ms,
+            // Schema 2 had no cluster version: a cluster of 0.1.0 replicas was at schema 2.
+            cluster_version: FIRST_RELEASE_SCHEMA,
+        }
+    }
+}
+
+// ---- Schema 3 → schema 2, when schema 2 can express it ----
+
+impl TryFrom<Command> for v2::Command {
+    type Error = NotExpressible;
+
+    fn try_from(command: Command) -> Result<Self, NotExpressible> {
+        use v2::Command as Old;
+        Ok(match command {
+            Command::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            } => Old::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            },
+            Command::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            } => Old::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            },
+            Command::Register {
+                credential_sha256: Some(_),
+                ..
+            } => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 3 is not expressible in schema 3",
+                    "a registration with a credential first appears in schema 3",
                 ))
             }
-            Now::SetClusterVersion {
+            Command::Register {
                 now_ms,
-                cluster_version,
-            } => Command::SetClusterVersion {
+                incarnation,
+                address,
+                name,
+                credential_sha256: None,
+            } => Old::Register {
                 now_ms,
-                cluster_version,
+                incarnation,
+                address,
+                name,
             },
+            Command::Renew { now_ms, renewals } => Old::Renew { now_ms, renewals },
+            Command::Deregister {
+                now_ms,
+                executor_id,
+            } => Old::Deregister {
+                now_ms,
+                executor_id,
+            },
+            Command::Reap {
+                now_ms,
+                executor_ids,
+            } => Old::Reap {
+                now_ms,
+                executor_ids,
+            },
+            Command::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            } => Old::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            },
+            Command::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            } => Old::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            },
+            Command::CompleteHandoffs { now_ms } => Old::CompleteHandoffs { now_ms },
+            Command::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            } => Old::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            },
+            Command::SetClusterVersion { .. } => {
+                return Err(NotExpressible(
+                    "SetClusterVersion first appears in schema 3",
+                ))
+            }
         })
     }
 }
 
-impl TryFrom<&super::LeaseState> for LeaseState {
+impl TryFrom<LeaseState> for v2::LeaseState {
     type Error = NotExpressible;
 
-    fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > SCHEMA_CLUSTER_VERSION {
+    fn try_from(state: LeaseState) -> Result<Self, NotExpressible> {
+        if state.cluster_version > FIRST_RELEASE_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 3 is not expressible in schema 3",
+                "a cluster version above 2 is not expressible in schema 2",
             ));
         }
         if state
             .executors
             .values()
-            .any(|e| e.capacity != DEFAULT_CAPACITY)
+            .any(|e| e.credential_sha256.is_some())
         {
             return Err(NotExpressible(
-                "an executor with a capacity other than 1 is not expressible in schema 3",
+                "an executor with a credential is not expressible in schema 2",
             ));
         }
-        Ok(LeaseState {
-            config: state.config.as_ref().map(Into::into),
+        Ok(v2::LeaseState {
+            config: state.config,
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
                 .executors
-                .iter()
+                .into_iter()
                 .map(|(id, e)| {
-                    let executor = Executor {
-                        id: e.id.clone(),
-                        incarnation: e.incarnation.clone(),
-                        name: e.name.clone(),
-                        address: e.address.clone(),
+                    let executor = v2::Executor {
+                        id: e.id,
+                        incarnation: e.incarnation,
+                        name: e.name,
+                        address: e.address,
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
                         registered_revision: e.registered_revision,
-                        owned_shards: e.owned_shards.iter().copied().collect(),
+                        owned_shards: e.owned_shards,
                         draining: e.draining,
-                        credential_sha256: e.credential_sha256,
                     };
-                    (id.clone(), executor)
+                    (id, executor)
                 })
                 .collect(),
-            shards: state.shards.iter().map(Into::into).collect(),
-            tombstones: state
-                .tombstones
-                .iter()
-                .map(|(id, t)| (id.clone(), t.into()))
-                .collect(),
+            shards: state.shards,
+            tombstones: state.tombstones,
             longest_lease_told_ms: state.longest_lease_told_ms,
-            cluster_version: state.cluster_version,
         })
     }
 }

@@ -1,23 +1,27 @@
 //! How the lease state machine's records are written and read at each schema (PROTOCOL P14.1):
 //! log entries on disk and in AppendEntries, snapshots, backups.
 //!
-//! Each record is written at the oldest schema that can express it: schema 2 (release 0.1.0's
-//! types, untagged), else schema 3 (`lease::v3`, tagged), else this build's. Until the cluster
-//! version rises past schema 2 nothing needs more, so every byte this build writes (and sends) is
-//! what release 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory
-//! can go back to 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica
-//! of schema 3 decodes everything. A record of schema 3 or later names its schema (`codec`
-//! format 2).
+//! [`SCHEMAS`] lists every schema this build reads, oldest first, each with its codecs; a record
+//! is written at the first that can express it and read by the one its schema names. Schema 2
+//! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; then this build's. Until the
+//! cluster version rises past schema 2 nothing needs more, so every byte this build writes (and
+//! sends) is what release 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data
+//! directory can go back to 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so
+//! a replica of schema 3 decodes everything. A record of schema 3 or later names its schema
+//! (`codec` format 2). A frozen schema's values convert to and from this build's through the
+//! chain of `lease::schema`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
 use leasehold_raft_store::schema::{check_readable, open_versioned, seal_at};
 use leasehold_raft_store::{SchemaCodec, StateMachine, StoreError};
 use openraft::raft::AppendEntriesRequest;
 use openraft::{BasicNode, Entry, EntryPayload, RaftTypeConfig};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use super::TypeConfig;
 use crate::lease::schema::{
-    NotExpressible, NEWEST_SCHEMA, OLDEST_SCHEMA, SCHEMA_0_1_0, SCHEMA_CLUSTER_VERSION,
+    self, NotExpressible, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
 };
 use crate::lease::{v2, v3, Command, LeaseState, Outcome};
 
@@ -47,31 +51,139 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// A frozen schema's Raft type configuration and how its commands convert to and from this
-/// build's: what writing a record at that schema, and reading one, needs.
+/// A frozen schema: its number, its Raft type configuration and state type, and how its values
+/// convert to and from this build's (the chain of `lease::schema`).
 trait FrozenSchema: RaftTypeConfig<NodeId = u64, Node = BasicNode, Entry = Entry<Self>> {
+    const SCHEMA: u32;
+    type State: Serialize + DeserializeOwned;
     /// This build's command in the schema's types, if the schema can express it.
     fn command_down(command: &Command) -> Result<Self::D, NotExpressible>;
     /// The schema's command in this build's types.
     fn command_up(command: Self::D) -> Command;
+    /// This build's state in the schema's types, if the schema can express it.
+    fn state_down(state: &LeaseState) -> Result<Self::State, NotExpressible>;
+    /// The schema's state in this build's types.
+    fn state_up(state: Self::State) -> LeaseState;
 }
 
 impl FrozenSchema for V2Config {
+    const SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
+    type State = v2::LeaseState;
     fn command_down(command: &Command) -> Result<v2::Command, NotExpressible> {
-        v2::Command::try_from(command)
+        schema::command_to_v2(command)
     }
     fn command_up(command: v2::Command) -> Command {
-        command.into()
+        schema::command_from_v2(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v2::LeaseState, NotExpressible> {
+        schema::state_to_v2(state)
+    }
+    fn state_up(state: v2::LeaseState) -> LeaseState {
+        schema::state_from_v2(state)
     }
 }
 
 impl FrozenSchema for V3Config {
+    const SCHEMA: u32 = CREDENTIALS_SCHEMA;
+    type State = v3::LeaseState;
     fn command_down(command: &Command) -> Result<v3::Command, NotExpressible> {
-        v3::Command::try_from(command)
+        schema::command_to_v3(command)
     }
     fn command_up(command: v3::Command) -> Command {
-        command.into()
+        schema::command_from_v3(command)
     }
+    fn state_down(state: &LeaseState) -> Result<v3::LeaseState, NotExpressible> {
+        schema::state_to_v3(state)
+    }
+    fn state_up(state: v3::LeaseState) -> LeaseState {
+        schema::state_from_v3(state)
+    }
+}
+
+/// Encoded bytes, or `None` when the schema cannot express the value.
+type Written<E> = Option<Result<Vec<u8>, E>>;
+
+/// How one schema's records are written and read.
+struct SchemaCodecs {
+    schema: u32,
+    encode_entry: fn(&Entry<TypeConfig>) -> Written<StoreError>,
+    decode_entry: fn(&[u8]) -> Result<Entry<TypeConfig>, StoreError>,
+    encode_state: fn(&LeaseState) -> Written<StoreError>,
+    decode_state: fn(&[u8]) -> Result<LeaseState, StoreError>,
+    encode_append: fn(&AppendEntriesRequest<TypeConfig>) -> Written<StoreError>,
+    decode_append: fn(&[u8]) -> Result<AppendEntriesRequest<TypeConfig>, StoreError>,
+    backup_state: fn(&LeaseState) -> Written<serde_json::Error>,
+    restore_state: fn(&[u8]) -> Result<LeaseState, serde_json::Error>,
+}
+
+/// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
+const SCHEMAS: [SchemaCodecs; 3] = [
+    SchemaCodecs::frozen::<V2Config>(),
+    SchemaCodecs::frozen::<V3Config>(),
+    SchemaCodecs::NEWEST,
+];
+
+const ENTRY: &str = "log entry";
+const STATE: &str = "lease state";
+const APPEND: &str = "raft append request";
+
+impl SchemaCodecs {
+    const fn frozen<F: FrozenSchema>() -> Self {
+        SchemaCodecs {
+            schema: F::SCHEMA,
+            encode_entry: |entry| {
+                let old = entry_down::<F>(entry).ok()?;
+                Some(encode_payload(ENTRY, &old))
+            },
+            decode_entry: |payload| Ok(entry_up::<F>(decode_payload(ENTRY, payload)?)),
+            encode_state: |state| {
+                let old = F::state_down(state).ok()?;
+                Some(encode_payload(STATE, &old))
+            },
+            decode_state: |payload| Ok(F::state_up(decode_payload(STATE, payload)?)),
+            encode_append: |request| {
+                let old = append_down::<F>(request).ok()?;
+                Some(encode_payload(APPEND, &old))
+            },
+            decode_append: |payload| Ok(append_up::<F>(decode_payload(APPEND, payload)?)),
+            backup_state: |state| {
+                let old = F::state_down(state).ok()?;
+                Some(serde_json::to_vec(&old))
+            },
+            restore_state: |payload| Ok(F::state_up(serde_json::from_slice(payload)?)),
+        }
+    }
+
+    /// This build's own schema: every value is expressible, and written as it is.
+    const NEWEST: SchemaCodecs = SchemaCodecs {
+        schema: NEWEST_SCHEMA,
+        encode_entry: |entry| Some(encode_payload(ENTRY, entry)),
+        decode_entry: |payload| decode_payload(ENTRY, payload),
+        encode_state: |state| Some(encode_payload(STATE, state)),
+        decode_state: |payload| decode_payload(STATE, payload),
+        encode_append: |request| Some(encode_payload(APPEND, request)),
+        decode_append: |payload| decode_payload(APPEND, payload),
+        backup_state: |state| Some(serde_json::to_vec(state)),
+        restore_state: |payload| serde_json::from_slice(payload),
+    };
+}
+
+/// The first schema, oldest first, at which `write` expresses a value, and the bytes.
+fn write_oldest<E>(write: impl Fn(&SchemaCodecs) -> Written<E>) -> Result<(u32, Vec<u8>), E> {
+    for codecs in &SCHEMAS {
+        if let Some(written) = write(codecs) {
+            return written.map(|bytes| (codecs.schema, bytes));
+        }
+    }
+    unreachable!("the newest schema expresses every value")
+}
+
+/// The codecs of `schema`, or the error naming a schema this build cannot read.
+fn codecs_of(what: &'static str, schema: u32) -> Result<&'static SchemaCodecs, StoreError> {
+    SCHEMAS
+        .iter()
+        .find(|codecs| codecs.schema == schema)
+        .ok_or_else(|| no_decoder(what, schema))
 }
 
 /// `entry` in a frozen schema's types, if that schema can express it.
@@ -98,51 +210,18 @@ fn entry_up<F: FrozenSchema>(entry: Entry<F>) -> Entry<TypeConfig> {
     }
 }
 
-/// `entry` in schema 2's types, if schema 2 can express it.
-pub fn entry_to_v2(entry: &Entry<TypeConfig>) -> Result<Entry<V2Config>, NotExpressible> {
-    entry_down(entry)
-}
-
-/// A schema 2 entry in this build's types.
-pub fn entry_from_v2(entry: Entry<V2Config>) -> Entry<TypeConfig> {
-    entry_up(entry)
-}
-
-/// `entry` in schema 3's types, if schema 3 can express it.
-pub fn entry_to_v3(entry: &Entry<TypeConfig>) -> Result<Entry<V3Config>, NotExpressible> {
-    entry_down(entry)
-}
-
-/// A schema 3 entry in this build's types.
-pub fn entry_from_v3(entry: Entry<V3Config>) -> Entry<TypeConfig> {
-    entry_up(entry)
-}
-
 impl SchemaCodec for TypeConfig {
-    const UNTAGGED_SCHEMA: u32 = SCHEMA_0_1_0;
+    const UNTAGGED_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
     const OLDEST_SCHEMA: u32 = OLDEST_SCHEMA;
     const NEWEST_SCHEMA: u32 = NEWEST_SCHEMA;
     const RELEASE: &'static str = leasehold_api::RELEASE;
 
     fn encode_entry(entry: &Entry<TypeConfig>) -> Result<(u32, Vec<u8>), StoreError> {
-        const WHAT: &str = "log entry";
-        if let Ok(old) = entry_to_v2(entry) {
-            return Ok((SCHEMA_0_1_0, encode_payload(WHAT, &old)?));
-        }
-        if let Ok(old) = entry_to_v3(entry) {
-            return Ok((SCHEMA_CLUSTER_VERSION, encode_payload(WHAT, &old)?));
-        }
-        Ok((NEWEST_SCHEMA, encode_payload(WHAT, entry)?))
+        write_oldest(|codecs| (codecs.encode_entry)(entry))
     }
 
     fn decode_entry(schema: u32, payload: &[u8]) -> Result<Entry<TypeConfig>, StoreError> {
-        const WHAT: &str = "log entry";
-        match schema {
-            SCHEMA_0_1_0 => Ok(entry_from_v2(decode_payload(WHAT, payload)?)),
-            SCHEMA_CLUSTER_VERSION => Ok(entry_from_v3(decode_payload(WHAT, payload)?)),
-            NEWEST_SCHEMA => decode_payload(WHAT, payload),
-            other => Err(no_decoder(WHAT, other)),
-        }
+        (codecs_of(ENTRY, schema)?.decode_entry)(payload)
     }
 }
 
@@ -152,29 +231,17 @@ impl StateMachine<TypeConfig> for LeaseState {
     }
 
     fn encode_state(&self) -> Result<(u32, Vec<u8>), StoreError> {
-        const WHAT: &str = "lease state";
-        if let Ok(old) = v2::LeaseState::try_from(self) {
-            return Ok((SCHEMA_0_1_0, encode_payload(WHAT, &old)?));
-        }
-        if let Ok(old) = v3::LeaseState::try_from(self) {
-            return Ok((SCHEMA_CLUSTER_VERSION, encode_payload(WHAT, &old)?));
-        }
-        Ok((NEWEST_SCHEMA, encode_payload(WHAT, self)?))
+        write_oldest(|codecs| (codecs.encode_state)(self))
     }
 
     fn decode_state(schema: u32, payload: &[u8]) -> Result<Self, StoreError> {
-        const WHAT: &str = "lease state";
-        match schema {
-            SCHEMA_0_1_0 => Ok(decode_payload::<v2::LeaseState>(WHAT, payload)?.into()),
-            SCHEMA_CLUSTER_VERSION => Ok(decode_payload::<v3::LeaseState>(WHAT, payload)?.into()),
-            NEWEST_SCHEMA => decode_payload(WHAT, payload),
-            other => Err(no_decoder(WHAT, other)),
-        }
+        (codecs_of(STATE, schema)?.decode_state)(payload)
     }
 }
 
-/// The error for a schema in the readable range without a decoder here: a build whose
-/// `OLDEST_SCHEMA..=NEWEST_SCHEMA` names a schema this module forgot.
+/// The error for a schema this build has no codecs for: outside the readable range (older or
+/// newer than it reads), or a build whose `OLDEST_SCHEMA..=NEWEST_SCHEMA` names a schema
+/// [`SCHEMAS`] forgot.
 fn no_decoder(what: &'static str, schema: u32) -> StoreError {
     check_readable::<TypeConfig>(what, schema, None)
         .err()
@@ -183,8 +250,6 @@ fn no_decoder(what: &'static str, schema: u32) -> StoreError {
             detail: format!("schema {schema} is in the readable range but has no decoder"),
         })
 }
-
-const APPEND: &str = "raft append request";
 
 /// `request` with its entries in a frozen schema's types, if that schema expresses every one.
 fn append_down<F: FrozenSchema>(
@@ -219,46 +284,21 @@ fn append_up<F: FrozenSchema>(
 /// build or newer decodes. The cluster version keeps a newer kind from being proposed while any
 /// voter runs an older schema (P14.3).
 pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, StoreError> {
-    if let Ok(old) = append_down::<V2Config>(request) {
-        return Ok(seal_at::<TypeConfig>(
-            SCHEMA_0_1_0,
-            &encode_payload(APPEND, &old)?,
-        ));
-    }
-    if let Ok(old) = append_down::<V3Config>(request) {
-        return Ok(seal_at::<TypeConfig>(
-            SCHEMA_CLUSTER_VERSION,
-            &encode_payload(APPEND, &old)?,
-        ));
-    }
-    Ok(seal_at::<TypeConfig>(
-        NEWEST_SCHEMA,
-        &encode_payload(APPEND, request)?,
-    ))
+    let (schema, payload) = write_oldest(|codecs| (codecs.encode_append)(request))?;
+    Ok(seal_at::<TypeConfig>(schema, &payload))
 }
 
 /// Decodes an AppendEntries body of any schema this build reads.
 pub fn decode_append(body: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, StoreError> {
     let (schema, payload) = open_versioned::<TypeConfig>(APPEND, body)?;
-    match schema {
-        SCHEMA_0_1_0 => Ok(append_up::<V2Config>(decode_payload(APPEND, payload)?)),
-        SCHEMA_CLUSTER_VERSION => Ok(append_up::<V3Config>(decode_payload(APPEND, payload)?)),
-        NEWEST_SCHEMA => decode_payload(APPEND, payload),
-        other => Err(no_decoder(APPEND, other)),
-    }
+    (codecs_of(APPEND, schema)?.decode_append)(payload)
 }
 
 /// A backup's payload: the state as JSON at the oldest schema that can express it, and that
 /// schema (the header's `state_schema_version`), so a backup taken before the cluster version
 /// rose restores on 0.1.0 too, and one taken before it rose past 3 on a build of schema 3.
 pub fn backup_payload(state: &LeaseState) -> Result<(u32, Vec<u8>), serde_json::Error> {
-    if let Ok(old) = v2::LeaseState::try_from(state) {
-        return Ok((SCHEMA_0_1_0, serde_json::to_vec(&old)?));
-    }
-    if let Ok(old) = v3::LeaseState::try_from(state) {
-        return Ok((SCHEMA_CLUSTER_VERSION, serde_json::to_vec(&old)?));
-    }
-    Ok((NEWEST_SCHEMA, serde_json::to_vec(state)?))
+    write_oldest(|codecs| (codecs.backup_state)(state))
 }
 
 /// Why a backup's payload is not a state this build can restore.
@@ -275,20 +315,8 @@ pub enum BackupSchemaError {
 
 /// A backup's payload, written at `schema`, in this build's types.
 pub fn state_from_backup(schema: u32, payload: &[u8]) -> Result<LeaseState, BackupSchemaError> {
-    let decode_error = |source| BackupSchemaError::Decode { schema, source };
-    match schema {
-        SCHEMA_0_1_0 => Ok(serde_json::from_slice::<v2::LeaseState>(payload)
-            .map_err(decode_error)?
-            .into()),
-        SCHEMA_CLUSTER_VERSION => Ok(serde_json::from_slice::<v3::LeaseState>(payload)
-            .map_err(decode_error)?
-            .into()),
-        NEWEST_SCHEMA => serde_json::from_slice(payload).map_err(decode_error),
-        other => Err(BackupSchemaError::Unreadable(no_decoder(
-            "the backup",
-            other,
-        ))),
-    }
+    let codecs = codecs_of("the backup", schema).map_err(BackupSchemaError::Unreadable)?;
+    (codecs.restore_state)(payload).map_err(|source| BackupSchemaError::Decode { schema, source })
 }
 
 #[cfg(test)]
@@ -298,7 +326,7 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, Vote};
 
     use super::*;
-    use crate::lease::schema::SCHEMA_CAPACITY;
+    use crate::lease::schema::CAPACITY_SCHEMA;
     use crate::lease::DEFAULT_CAPACITY;
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
@@ -334,7 +362,7 @@ mod tests {
     fn raise() -> Command {
         Command::SetClusterVersion {
             now_ms: 6,
-            cluster_version: SCHEMA_CLUSTER_VERSION,
+            cluster_version: CREDENTIALS_SCHEMA,
         }
     }
 
@@ -344,14 +372,14 @@ mod tests {
     fn an_entry_is_written_at_the_oldest_schema_that_expresses_it() {
         let old = entry(1, register());
         let (schema, record) = encode_entry_record::<TypeConfig>(&old).unwrap();
-        assert_eq!(schema, SCHEMA_0_1_0);
-        let as_0_1_0 = codec::encode("log entry", &entry_to_v2(&old).unwrap()).unwrap();
+        assert_eq!(schema, FIRST_RELEASE_SCHEMA);
+        let as_0_1_0 = codec::encode("log entry", &entry_down::<V2Config>(&old).unwrap()).unwrap();
         assert_eq!(record, as_0_1_0, "byte for byte what 0.1.0 writes");
         assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), old);
 
         let new = entry(2, raise());
         let (schema, record) = encode_entry_record::<TypeConfig>(&new).unwrap();
-        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(schema, CREDENTIALS_SCHEMA);
         assert_eq!(record[0], TAGGED_FORMAT_VERSION);
         assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), new);
         // 0.1.0 reads untagged records only: it refuses this one instead of misreading it.
@@ -401,22 +429,22 @@ mod tests {
     fn the_state_and_its_backup_are_written_at_schema_2_until_the_raise() {
         let mut state = LeaseState::default();
         let (schema, payload) = state.encode_state().unwrap();
-        assert_eq!(schema, SCHEMA_0_1_0);
+        assert_eq!(schema, FIRST_RELEASE_SCHEMA);
         assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
         let (schema, json) = backup_payload(&state).unwrap();
-        assert_eq!(schema, SCHEMA_0_1_0);
+        assert_eq!(schema, FIRST_RELEASE_SCHEMA);
         assert_eq!(state_from_backup(schema, &json).unwrap(), state);
 
         let _ = state.apply(1, &raise());
         let (schema, payload) = state.encode_state().unwrap();
-        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(schema, CREDENTIALS_SCHEMA);
         assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
         assert!(
-            LeaseState::decode_state(SCHEMA_0_1_0, &payload).is_err(),
+            LeaseState::decode_state(FIRST_RELEASE_SCHEMA, &payload).is_err(),
             "schema 3 bytes are not a schema 2 state"
         );
         let (schema, json) = backup_payload(&state).unwrap();
-        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(schema, CREDENTIALS_SCHEMA);
         assert_eq!(state_from_backup(schema, &json).unwrap(), state);
         assert!(matches!(
             state_from_backup(NEWEST_SCHEMA + 1, &json),
@@ -464,7 +492,7 @@ mod tests {
             }),
         };
         let record = codec::seal(
-            Some(SCHEMA_CLUSTER_VERSION),
+            Some(CREDENTIALS_SCHEMA),
             &encode_payload("log entry", &written_by_schema_3).unwrap(),
         );
         let read = decode_entry_record::<TypeConfig>(&record).unwrap();
@@ -472,21 +500,21 @@ mod tests {
         // And this build writes that entry back exactly so.
         assert_eq!(
             encode_entry_record::<TypeConfig>(&read).unwrap(),
-            (SCHEMA_CLUSTER_VERSION, record)
+            (CREDENTIALS_SCHEMA, record)
         );
 
         let with_capacity = entry(8, register_with(2));
         let (schema, record) = encode_entry_record::<TypeConfig>(&with_capacity).unwrap();
-        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert_eq!(schema, CAPACITY_SCHEMA);
         assert_eq!(
             decode_entry_record::<TypeConfig>(&record).unwrap(),
             with_capacity
         );
-        assert!(entry_to_v3(&with_capacity).is_err());
-        assert!(entry_to_v2(&with_capacity).is_err());
+        assert!(entry_down::<V3Config>(&with_capacity).is_err());
+        assert!(entry_down::<V2Config>(&with_capacity).is_err());
         // A build of schema 3 decodes tagged records of its own schema only.
         let opened = codec::open("log entry", &record).unwrap();
-        assert_eq!(opened.schema, Some(SCHEMA_CAPACITY));
+        assert_eq!(opened.schema, Some(CAPACITY_SCHEMA));
         assert!(decode_payload::<Entry<V3Config>>("log entry", opened.payload).is_err());
     }
 
@@ -498,14 +526,14 @@ mod tests {
             9,
             Command::SetClusterVersion {
                 now_ms: 6,
-                cluster_version: SCHEMA_CAPACITY,
+                cluster_version: CAPACITY_SCHEMA,
             },
         );
         let (schema, _) = encode_entry_record::<TypeConfig>(&raise_to_4).unwrap();
-        assert_eq!(schema, SCHEMA_CAPACITY);
-        assert!(entry_to_v3(&raise_to_4).is_err());
+        assert_eq!(schema, CAPACITY_SCHEMA);
+        assert!(entry_down::<V3Config>(&raise_to_4).is_err());
         let (schema, _) = encode_entry_record::<TypeConfig>(&entry(9, raise())).unwrap();
-        assert_eq!(schema, SCHEMA_CLUSTER_VERSION);
+        assert_eq!(schema, CREDENTIALS_SCHEMA);
     }
 
     /// P14.1, P15.1: a snapshot's state and a backup a build of schema 3 wrote decode into this
@@ -513,25 +541,19 @@ mod tests {
     #[test]
     fn p14_1_a_schema_3_state_and_backup_read_with_capacity_1() {
         let state = schema_3_state();
-        let as_schema_3 = v3::LeaseState::try_from(&state).expect("expressible in schema 3");
+        let as_schema_3 = schema::state_to_v3(&state).expect("expressible in schema 3");
         let payload = encode_payload("lease state", &as_schema_3).unwrap();
-        let read = LeaseState::decode_state(SCHEMA_CLUSTER_VERSION, &payload).unwrap();
+        let read = LeaseState::decode_state(CREDENTIALS_SCHEMA, &payload).unwrap();
         assert_eq!(read, state);
         assert!(read
             .executors()
             .all(|e| e.capacity == DEFAULT_CAPACITY && e.credential_sha256 == Some([3; 32])));
-        assert_eq!(
-            state.encode_state().unwrap(),
-            (SCHEMA_CLUSTER_VERSION, payload)
-        );
+        assert_eq!(state.encode_state().unwrap(), (CREDENTIALS_SCHEMA, payload));
 
         let json = serde_json::to_vec(&as_schema_3).unwrap();
-        let restored = state_from_backup(SCHEMA_CLUSTER_VERSION, &json).unwrap();
+        let restored = state_from_backup(CREDENTIALS_SCHEMA, &json).unwrap();
         assert_eq!(restored, state);
-        assert_eq!(
-            backup_payload(&state).unwrap(),
-            (SCHEMA_CLUSTER_VERSION, json)
-        );
+        assert_eq!(backup_payload(&state).unwrap(), (CREDENTIALS_SCHEMA, json));
     }
 
     /// P14.1, P15.1: a state holding a capacity other than 1 is written at schema 4 (its bytes
@@ -543,7 +565,7 @@ mod tests {
             4,
             &Command::SetClusterVersion {
                 now_ms: 6,
-                cluster_version: SCHEMA_CAPACITY,
+                cluster_version: CAPACITY_SCHEMA,
             },
         );
         let mut heavy = register_with(5);
@@ -554,11 +576,11 @@ mod tests {
         assert!(state.executors().any(|e| e.capacity == 5));
 
         let (schema, payload) = state.encode_state().unwrap();
-        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert_eq!(schema, CAPACITY_SCHEMA);
         assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
-        assert!(LeaseState::decode_state(SCHEMA_CLUSTER_VERSION, &payload).is_err());
+        assert!(LeaseState::decode_state(CREDENTIALS_SCHEMA, &payload).is_err());
         let (schema, json) = backup_payload(&state).unwrap();
-        assert_eq!(schema, SCHEMA_CAPACITY);
+        assert_eq!(schema, CAPACITY_SCHEMA);
         assert_eq!(state_from_backup(schema, &json).unwrap(), state);
     }
 
@@ -572,7 +594,7 @@ mod tests {
         ]);
         let body = encode_append(&three).unwrap();
         let opened = codec::open("raft request", &body).unwrap();
-        assert_eq!(opened.schema, Some(SCHEMA_CLUSTER_VERSION));
+        assert_eq!(opened.schema, Some(CREDENTIALS_SCHEMA));
         let as_schema_3: AppendEntriesRequest<V3Config> =
             decode_payload("raft request", opened.payload).expect("a schema 3 follower decodes it");
         assert_eq!(as_schema_3.entries.len(), 2);
@@ -584,7 +606,7 @@ mod tests {
         ]);
         let body = encode_append(&four).unwrap();
         let opened = codec::open("raft request", &body).unwrap();
-        assert_eq!(opened.schema, Some(SCHEMA_CAPACITY));
+        assert_eq!(opened.schema, Some(CAPACITY_SCHEMA));
         assert!(
             decode_payload::<AppendEntriesRequest<V3Config>>("raft request", opened.payload)
                 .is_err()

@@ -6,9 +6,9 @@
 use proptest::prelude::*;
 
 use super::super::schema::{
-    check_proposable, NEWEST_SCHEMA, SCHEMA_0_1_0, SCHEMA_CAPACITY, SCHEMA_CLUSTER_VERSION,
+    check_proposable, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
 };
-use super::super::{v2, v3, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
+use super::super::{schema, v2, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
 use super::encoding::{busy_state, every_command};
 use super::{Harness, LEASE_MS};
 
@@ -23,27 +23,31 @@ fn bincode_round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(value: 
 /// What a restart on a directory of schema 2 does: down to schema 2's types, through its bytes,
 /// and up again.
 fn migrated(state: &LeaseState) -> LeaseState {
-    let old = v2::LeaseState::try_from(state).expect("expressible in schema 2");
-    bincode_round_trip(&old).into()
+    let old = schema::state_to_v2(state).expect("expressible in schema 2");
+    schema::state_from_v2(bincode_round_trip(&old))
 }
 
 /// The same through schema 3's types.
 fn migrated_through_schema_3(state: &LeaseState) -> LeaseState {
-    let old = v3::LeaseState::try_from(state).expect("expressible in schema 3");
-    bincode_round_trip(&old).into()
+    let old = schema::state_to_v3(state).expect("expressible in schema 3");
+    schema::state_from_v3(bincode_round_trip(&old))
 }
 
 #[test]
 fn every_schema_2_command_converts_up_and_back_unchanged() {
     for command in every_command() {
-        match v2::Command::try_from(&command) {
+        match schema::command_to_v2(&command) {
             Ok(old) => {
                 let old = bincode_round_trip(&old);
-                assert_eq!(Command::from(old), command, "schema 2 keeps {command:?}");
-                assert_eq!(command.required_schema(), SCHEMA_0_1_0);
+                assert_eq!(
+                    schema::command_from_v2(old),
+                    command,
+                    "schema 2 keeps {command:?}"
+                );
+                assert_eq!(command.required_schema(), FIRST_RELEASE_SCHEMA);
             }
             Err(_) => assert!(
-                command.required_schema() > SCHEMA_0_1_0,
+                command.required_schema() > FIRST_RELEASE_SCHEMA,
                 "only commands of later schemas are refused by schema 2: {command:?}"
             ),
         }
@@ -56,17 +60,17 @@ fn every_schema_2_command_converts_up_and_back_unchanged() {
 fn every_schema_3_command_converts_up_and_back_unchanged() {
     let mut refused = 0;
     for command in every_command() {
-        match v3::Command::try_from(&command) {
+        match schema::command_to_v3(&command) {
             Ok(old) => {
                 let old = bincode_round_trip(&old);
                 assert_eq!(Command::from(old), command, "schema 3 keeps {command:?}");
-                assert!(command.required_schema() <= SCHEMA_CLUSTER_VERSION);
+                assert!(command.required_schema() <= CREDENTIALS_SCHEMA);
             }
             Err(_) => {
                 refused += 1;
                 assert_eq!(
                     command.required_schema(),
-                    SCHEMA_CAPACITY,
+                    CAPACITY_SCHEMA,
                     "only commands of schema 4 are refused by schema 3: {command:?}"
                 );
             }
@@ -82,10 +86,10 @@ fn a_state_below_the_raise_converts_to_schema_2_and_back_unchanged() {
         Harness::initialised(4, LEASE_MS).state,
         busy_state(),
     ] {
-        assert_eq!(state.cluster_version(), SCHEMA_0_1_0);
+        assert_eq!(state.cluster_version(), FIRST_RELEASE_SCHEMA);
         assert_eq!(migrated(&state), state);
         assert_eq!(migrated_through_schema_3(&state), state);
-        assert_eq!(state.required_schema(), SCHEMA_0_1_0);
+        assert_eq!(state.required_schema(), FIRST_RELEASE_SCHEMA);
     }
 }
 
@@ -100,7 +104,7 @@ fn a_state_after_the_raise_is_not_expressible_in_schema_2() {
         cluster_version: 3,
     });
     assert_eq!(harness.state.required_schema(), 3);
-    assert!(v2::LeaseState::try_from(&harness.state).is_err());
+    assert!(schema::state_to_v2(&harness.state).is_err());
     assert_eq!(
         migrated_through_schema_3(&harness.state),
         harness.state,
@@ -150,8 +154,8 @@ fn a_credential_needs_schema_3_everywhere() {
         *credential_sha256 = Some([9; 32]);
     }
     assert_eq!(with_credential.required_schema(), 3);
-    assert!(v2::Command::try_from(&with_credential).is_err());
-    let refused = check_proposable(&with_credential, SCHEMA_0_1_0).unwrap_err();
+    assert!(schema::command_to_v2(&with_credential).is_err());
+    let refused = check_proposable(&with_credential, FIRST_RELEASE_SCHEMA).unwrap_err();
     assert_eq!((refused.needed, refused.cluster_version), (3, 2));
     assert!(check_proposable(&with_credential, 3).is_ok());
 
@@ -162,9 +166,9 @@ fn a_credential_needs_schema_3_everywhere() {
     });
     harness.apply(with_credential);
     let mut lowered = harness.state.clone();
-    lowered.cluster_version = SCHEMA_0_1_0;
+    lowered.cluster_version = FIRST_RELEASE_SCHEMA;
     assert!(
-        v2::LeaseState::try_from(&lowered).is_err(),
+        schema::state_to_v2(&lowered).is_err(),
         "a credential is not expressible in schema 2 whatever the cluster version says"
     );
 }
@@ -187,39 +191,39 @@ fn p15_1_a_capacity_needs_schema_4_everywhere() {
     };
     assert_eq!(
         with_capacity(DEFAULT_CAPACITY).required_schema(),
-        SCHEMA_0_1_0
+        FIRST_RELEASE_SCHEMA
     );
     let heavy = with_capacity(2);
-    assert_eq!(heavy.required_schema(), SCHEMA_CAPACITY);
-    assert!(v2::Command::try_from(&heavy).is_err());
-    assert!(v3::Command::try_from(&heavy).is_err());
-    for below in [SCHEMA_0_1_0, SCHEMA_CLUSTER_VERSION] {
+    assert_eq!(heavy.required_schema(), CAPACITY_SCHEMA);
+    assert!(schema::command_to_v2(&heavy).is_err());
+    assert!(schema::command_to_v3(&heavy).is_err());
+    for below in [FIRST_RELEASE_SCHEMA, CREDENTIALS_SCHEMA] {
         let refused = check_proposable(&heavy, below).unwrap_err();
         assert_eq!(
             (refused.needed, refused.cluster_version),
-            (SCHEMA_CAPACITY, below)
+            (CAPACITY_SCHEMA, below)
         );
     }
-    assert!(check_proposable(&heavy, SCHEMA_CAPACITY).is_ok());
+    assert!(check_proposable(&heavy, CAPACITY_SCHEMA).is_ok());
 
     let mut harness = Harness::initialised(4, LEASE_MS);
     harness.apply(Command::SetClusterVersion {
         now_ms: 0,
-        cluster_version: SCHEMA_CAPACITY,
+        cluster_version: CAPACITY_SCHEMA,
     });
     assert!(
-        v3::LeaseState::try_from(&harness.state).is_err(),
+        schema::state_to_v3(&harness.state).is_err(),
         "cluster version 4"
     );
     harness.apply(heavy);
     let mut lowered = harness.state.clone();
-    lowered.cluster_version = SCHEMA_CLUSTER_VERSION;
+    lowered.cluster_version = CREDENTIALS_SCHEMA;
     assert!(
-        v3::LeaseState::try_from(&lowered).is_err(),
+        schema::state_to_v3(&lowered).is_err(),
         "a capacity is not expressible in schema 3 whatever the cluster version says"
     );
-    lowered.cluster_version = SCHEMA_0_1_0;
-    assert!(v2::LeaseState::try_from(&lowered).is_err());
+    lowered.cluster_version = FIRST_RELEASE_SCHEMA;
+    assert!(schema::state_to_v2(&lowered).is_err());
 }
 
 /// A raise is written at the schema it raises to (`required_schema`), and only a build that
@@ -231,28 +235,28 @@ fn a_raise_needs_the_schema_it_raises_to() {
         cluster_version,
     };
     assert_eq!(
-        raise(SCHEMA_CLUSTER_VERSION).required_schema(),
-        SCHEMA_CLUSTER_VERSION
+        raise(CREDENTIALS_SCHEMA).required_schema(),
+        CREDENTIALS_SCHEMA
     );
-    assert_eq!(raise(SCHEMA_CAPACITY).required_schema(), SCHEMA_CAPACITY);
-    assert!(v3::Command::try_from(&raise(SCHEMA_CLUSTER_VERSION)).is_ok());
-    assert!(v3::Command::try_from(&raise(SCHEMA_CAPACITY)).is_err());
+    assert_eq!(raise(CAPACITY_SCHEMA).required_schema(), CAPACITY_SCHEMA);
+    assert!(schema::command_to_v3(&raise(CREDENTIALS_SCHEMA)).is_ok());
+    assert!(schema::command_to_v3(&raise(CAPACITY_SCHEMA)).is_err());
 }
 
 #[test]
 fn a_command_is_proposed_only_once_the_cluster_version_reaches_its_schema() {
     let register = super::register_command(0, "a");
-    assert!(check_proposable(&register, SCHEMA_0_1_0).is_ok());
-    let refused = check_proposable(&register, SCHEMA_0_1_0 - 1).unwrap_err();
-    assert_eq!(refused.needed, SCHEMA_0_1_0);
+    assert!(check_proposable(&register, FIRST_RELEASE_SCHEMA).is_ok());
+    let refused = check_proposable(&register, FIRST_RELEASE_SCHEMA - 1).unwrap_err();
+    assert_eq!(refused.needed, FIRST_RELEASE_SCHEMA);
     assert!(refused.to_string().contains("P14.3"), "{refused}");
     // The raise is checked against what this build can apply, whatever the cluster is at now.
     let raise = |cluster_version| Command::SetClusterVersion {
         now_ms: 0,
         cluster_version,
     };
-    assert!(check_proposable(&raise(NEWEST_SCHEMA), SCHEMA_0_1_0).is_ok());
-    assert!(check_proposable(&raise(NEWEST_SCHEMA + 1), SCHEMA_0_1_0).is_err());
+    assert!(check_proposable(&raise(NEWEST_SCHEMA), FIRST_RELEASE_SCHEMA).is_ok());
+    assert!(check_proposable(&raise(NEWEST_SCHEMA + 1), FIRST_RELEASE_SCHEMA).is_err());
 }
 
 /// A step of a fleet's life, interpreted against the current state.
@@ -348,7 +352,7 @@ fn command_for(state: &LeaseState, step: &Step, now_ms: &mut u64) -> Option<v2::
             Command::CompleteHandoffs { now_ms: *now_ms }
         }
     };
-    Some(v2::Command::try_from(&command).expect("a schema 2 command"))
+    Some(schema::command_to_v2(&command).expect("a schema 2 command"))
 }
 
 proptest! {
@@ -368,7 +372,7 @@ proptest! {
             let Some(old) = command_for(&original.state, step, &mut now_ms) else {
                 continue;
             };
-            let command = Command::from(old);
+            let command = schema::command_from_v2(old);
             let mut migrated_harness = Harness {
                 state: migrated(&original.state),
                 next_index: original.next_index(),

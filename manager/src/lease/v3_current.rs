@@ -1,0 +1,431 @@
+//! The newest conversion in the chain of schemas: schema 3 (`super::v3`, frozen) and this build's
+//! types (schema 4), up (`From`, always) and down (`TryFrom`, when schema 3 can express the
+//! value). Older schemas reach this build through schema 3 (`crate::lease::schema` chains them).
+//!
+//! When a schema 5 changes this build's types, schema 4's are frozen in a `v4` module and these
+//! conversions move there, between schemas 3 and 4; this file then converts between schema 4 and
+//! the new types. Nothing else changes: a frozen module never mentions a newer schema.
+
+use super::schema::{NotExpressible, CREDENTIALS_SCHEMA};
+use super::v3::{
+    ClusterConfig, Command, Executor, Handoff, LeaseState, Move, Renewal, Shard, Tombstone,
+    TombstoneReason,
+};
+use super::DEFAULT_CAPACITY;
+
+// ---- Schema 3 → this build ----
+
+impl From<Command> for super::Command {
+    fn from(command: Command) -> Self {
+        use super::Command as Now;
+        match command {
+            Command::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            } => Now::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            },
+            Command::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            } => Now::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            },
+            Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+            } => Now::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                // Schema 3 had no capacities: every executor counted the same (P5.4).
+                capacity: DEFAULT_CAPACITY,
+            },
+            Command::Renew { now_ms, renewals } => Now::Renew {
+                now_ms,
+                renewals: renewals.into_iter().map(Into::into).collect(),
+            },
+            Command::Deregister {
+                now_ms,
+                executor_id,
+            } => Now::Deregister {
+                now_ms,
+                executor_id,
+            },
+            Command::Reap {
+                now_ms,
+                executor_ids,
+            } => Now::Reap {
+                now_ms,
+                executor_ids,
+            },
+            Command::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            } => Now::Rebalance {
+                now_ms,
+                planned_at,
+                moves: moves.into_iter().map(Into::into).collect(),
+            },
+            Command::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            } => Now::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            },
+            Command::CompleteHandoffs { now_ms } => Now::CompleteHandoffs { now_ms },
+            Command::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            } => Now::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            },
+            Command::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            } => Now::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            },
+        }
+    }
+}
+
+impl From<LeaseState> for super::LeaseState {
+    fn from(state: LeaseState) -> Self {
+        let mut migrated = super::LeaseState {
+            config: state.config.map(Into::into),
+            revision: state.revision,
+            assignment_revision: state.assignment_revision,
+            executors: state
+                .executors
+                .into_iter()
+                .map(|(id, e)| {
+                    let executor = super::Executor {
+                        id: e.id,
+                        incarnation: e.incarnation,
+                        name: e.name,
+                        address: e.address,
+                        lease_expiry_ms: e.lease_expiry_ms,
+                        lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        registered_revision: e.registered_revision,
+                        owned_shards: e.owned_shards.into_iter().collect(),
+                        draining: e.draining,
+                        credential_sha256: e.credential_sha256,
+                        capacity: DEFAULT_CAPACITY,
+                    };
+                    (id, executor)
+                })
+                .collect(),
+            shards: state.shards.into_iter().map(Into::into).collect(),
+            tombstones: state
+                .tombstones
+                .into_iter()
+                .map(|(id, t)| (id, super::Tombstone::from(t)))
+                .collect(),
+            longest_lease_told_ms: state.longest_lease_told_ms,
+            cluster_version: state.cluster_version,
+            releasing: Default::default(),
+            by_incarnation: Default::default(),
+        };
+        migrated.rebuild_indexes();
+        migrated
+    }
+}
+
+impl From<Renewal> for super::Renewal {
+    fn from(r: Renewal) -> Self {
+        Self {
+            executor_id: r.executor_id,
+            claims: r.claims,
+            revision: r.revision,
+        }
+    }
+}
+
+impl From<Move> for super::Move {
+    fn from(m: Move) -> Self {
+        Self {
+            shard: m.shard,
+            to: m.to,
+        }
+    }
+}
+
+impl From<ClusterConfig> for super::ClusterConfig {
+    fn from(c: ClusterConfig) -> Self {
+        Self {
+            shard_count: c.shard_count,
+            lease_duration_ms: c.lease_duration_ms,
+        }
+    }
+}
+
+impl From<Shard> for super::Shard {
+    fn from(s: Shard) -> Self {
+        Self {
+            id: s.id,
+            owner: s.owner,
+            epoch: s.epoch,
+            handoff: s.handoff.map(|h| super::Handoff {
+                to: h.to,
+                revoke_revision: h.revoke_revision,
+                from_grant_expiry_ms: h.from_grant_expiry_ms,
+            }),
+        }
+    }
+}
+
+impl From<Tombstone> for super::Tombstone {
+    fn from(t: Tombstone) -> Self {
+        Self {
+            executor_id: t.executor_id,
+            incarnation: t.incarnation,
+            reason: match t.reason {
+                TombstoneReason::Deregistered => super::TombstoneReason::Deregistered,
+                TombstoneReason::Reaped => super::TombstoneReason::Reaped,
+            },
+            removed_revision: t.removed_revision,
+            removed_at_ms: t.removed_at_ms,
+        }
+    }
+}
+
+// ---- This build → schema 3, when schema 3 can express it ----
+
+impl TryFrom<&super::Command> for Command {
+    type Error = NotExpressible;
+
+    fn try_from(command: &super::Command) -> Result<Self, NotExpressible> {
+        use super::Command as Now;
+        Ok(match command.clone() {
+            Now::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            } => Command::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            },
+            Now::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            } => Command::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            },
+            Now::Register { capacity, .. } if capacity != DEFAULT_CAPACITY => {
+                return Err(NotExpressible(
+                    "a registration with a capacity other than 1 first appears in schema 4",
+                ))
+            }
+            Now::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity: _,
+            } => Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+            },
+            Now::Renew { now_ms, renewals } => Command::Renew {
+                now_ms,
+                renewals: renewals.iter().map(Into::into).collect(),
+            },
+            Now::Deregister {
+                now_ms,
+                executor_id,
+            } => Command::Deregister {
+                now_ms,
+                executor_id,
+            },
+            Now::Reap {
+                now_ms,
+                executor_ids,
+            } => Command::Reap {
+                now_ms,
+                executor_ids,
+            },
+            Now::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            } => Command::Rebalance {
+                now_ms,
+                planned_at,
+                moves: moves.iter().map(Into::into).collect(),
+            },
+            Now::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            } => Command::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            },
+            Now::CompleteHandoffs { now_ms } => Command::CompleteHandoffs { now_ms },
+            Now::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            } => Command::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            },
+            // A raise past schema 3 is for replicas of that schema only (see `required_schema`).
+            Now::SetClusterVersion {
+                cluster_version, ..
+            } if cluster_version > CREDENTIALS_SCHEMA => {
+                return Err(NotExpressible(
+                    "a raise of the cluster version above 3 is not expressible in schema 3",
+                ))
+            }
+            Now::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            } => Command::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            },
+        })
+    }
+}
+
+impl TryFrom<&super::LeaseState> for LeaseState {
+    type Error = NotExpressible;
+
+    fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
+        if state.cluster_version > CREDENTIALS_SCHEMA {
+            return Err(NotExpressible(
+                "a cluster version above 3 is not expressible in schema 3",
+            ));
+        }
+        if state
+            .executors
+            .values()
+            .any(|e| e.capacity != DEFAULT_CAPACITY)
+        {
+            return Err(NotExpressible(
+                "an executor with a capacity other than 1 is not expressible in schema 3",
+            ));
+        }
+        Ok(LeaseState {
+            config: state.config.as_ref().map(Into::into),
+            revision: state.revision,
+            assignment_revision: state.assignment_revision,
+            executors: state
+                .executors
+                .iter()
+                .map(|(id, e)| {
+                    let executor = Executor {
+                        id: e.id.clone(),
+                        incarnation: e.incarnation.clone(),
+                        name: e.name.clone(),
+                        address: e.address.clone(),
+                        lease_expiry_ms: e.lease_expiry_ms,
+                        lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        registered_revision: e.registered_revision,
+                        owned_shards: e.owned_shards.iter().copied().collect(),
+                        draining: e.draining,
+                        credential_sha256: e.credential_sha256,
+                    };
+                    (id.clone(), executor)
+                })
+                .collect(),
+            shards: state.shards.iter().map(Into::into).collect(),
+            tombstones: state
+                .tombstones
+                .iter()
+                .map(|(id, t)| (id.clone(), t.into()))
+                .collect(),
+            longest_lease_told_ms: state.longest_lease_told_ms,
+            cluster_version: state.cluster_version,
+        })
+    }
+}
+
+impl From<&super::Renewal> for Renewal {
+    fn from(r: &super::Renewal) -> Self {
+        Self {
+            executor_id: r.executor_id.clone(),
+            claims: r.claims.clone(),
+            revision: r.revision,
+        }
+    }
+}
+
+impl From<&super::Move> for Move {
+    fn from(m: &super::Move) -> Self {
+        Self {
+            shard: m.shard,
+            to: m.to.clone(),
+        }
+    }
+}
+
+impl From<&super::ClusterConfig> for ClusterConfig {
+    fn from(c: &super::ClusterConfig) -> Self {
+        Self {
+            shard_count: c.shard_count,
+            lease_duration_ms: c.lease_duration_ms,
+        }
+    }
+}
+
+impl From<&super::Shard> for Shard {
+    fn from(s: &super::Shard) -> Self {
+        Self {
+            id: s.id,
+            owner: s.owner.clone(),
+            epoch: s.epoch,
+            handoff: s.handoff.as_ref().map(|h| Handoff {
+                to: h.to.clone(),
+                revoke_revision: h.revoke_revision,
+                from_grant_expiry_ms: h.from_grant_expiry_ms,
+            }),
+        }
+    }
+}
+
+impl From<&super::Tombstone> for Tombstone {
+    fn from(t: &super::Tombstone) -> Self {
+        Self {
+            executor_id: t.executor_id.clone(),
+            incarnation: t.incarnation.clone(),
+            reason: match t.reason {
+                super::TombstoneReason::Deregistered => TombstoneReason::Deregistered,
+                super::TombstoneReason::Reaped => TombstoneReason::Reaped,
+            },
+            removed_revision: t.removed_revision,
+            removed_at_ms: t.removed_at_ms,
+        }
+    }
+}
