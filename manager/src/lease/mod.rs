@@ -24,6 +24,7 @@
 
 pub mod answer;
 mod apply;
+pub mod chain;
 mod command;
 mod outcome;
 mod planner;

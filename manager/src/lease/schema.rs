@@ -3,11 +3,11 @@
 //!
 //! A replica decodes every schema from [`OLDEST_SCHEMA`] to [`NEWEST_SCHEMA`] through that
 //! schema's own frozen types ([`super::v2`], [`super::v3`]) and converts to this build's along
-//! the chain below, one schema at a time. It writes each record at the oldest schema that can
+//! the chain (`super::chain`), one schema at a time. It writes each record at the oldest schema that can
 //! express it (`raft::versions`, one table of schemas), and the leader proposes a command only
 //! once the committed cluster version is at least the schema the command needs.
 
-use super::{v2, v3, Command, LeaseState, DEFAULT_CAPACITY};
+use super::{Command, LeaseState, DEFAULT_CAPACITY};
 
 // One name per schema number, defined once in the wire types (CHANGELOG.md names each release's):
 // - `FIRST_RELEASE_SCHEMA` (2): release 0.1.0's; no cluster version, and its records carry no
@@ -100,51 +100,4 @@ impl LeaseState {
     pub fn required_schema(&self) -> u32 {
         self.cluster_version.max(FIRST_RELEASE_SCHEMA)
     }
-}
-
-// ---- The chain: each schema converts to and from the next newer one only ----
-//
-// Schema 2 ↔ schema 3 (`v3`) ↔ this build's (`v3_current`, the newest conversion). A record of
-// an older schema is read by converting it up one schema at a time, and a value is written at
-// an older schema by converting it down one at a time, each step failing when its schema cannot
-// express the value. Adding a schema adds one link at the new end.
-
-/// This build's command in schema 3's types, if schema 3 can express it.
-pub fn command_to_v3(command: &Command) -> Result<v3::Command, NotExpressible> {
-    v3::Command::try_from(command)
-}
-
-/// A schema 3 command in this build's types.
-pub fn command_from_v3(command: v3::Command) -> Command {
-    command.into()
-}
-
-/// This build's command in schema 2's types (through schema 3), if schema 2 can express it.
-pub fn command_to_v2(command: &Command) -> Result<v2::Command, NotExpressible> {
-    v2::Command::try_from(command_to_v3(command)?)
-}
-
-/// A schema 2 command in this build's types (through schema 3).
-pub fn command_from_v2(command: v2::Command) -> Command {
-    command_from_v3(command.into())
-}
-
-/// This build's state in schema 3's types, if schema 3 can express it.
-pub fn state_to_v3(state: &LeaseState) -> Result<v3::LeaseState, NotExpressible> {
-    v3::LeaseState::try_from(state)
-}
-
-/// A schema 3 state in this build's types.
-pub fn state_from_v3(state: v3::LeaseState) -> LeaseState {
-    state.into()
-}
-
-/// This build's state in schema 2's types (through schema 3), if schema 2 can express it.
-pub fn state_to_v2(state: &LeaseState) -> Result<v2::LeaseState, NotExpressible> {
-    v2::LeaseState::try_from(state_to_v3(state)?)
-}
-
-/// A schema 2 state in this build's types (through schema 3).
-pub fn state_from_v2(state: v2::LeaseState) -> LeaseState {
-    state_from_v3(state.into())
 }

@@ -3,7 +3,7 @@
 //! Never change a type here: a new shape is a new schema with its own module (docs/PROTOCOL.md,
 //! "Versions"). A frozen module knows no newer schema: records of schema 2 are read through
 //! schema 3's conversions (`super::v3`, which converts from and to this one), and those through
-//! each newer schema's in turn (`crate::lease::schema`, the chain).
+//! each newer schema's in turn (`crate::lease::chain`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,7 +5,7 @@
 //!
 //! Never change a type here: a new shape is a new schema with its own module (docs/PROTOCOL.md,
 //! "Versions"). A frozen module knows no newer schema: the conversions between this one and the
-//! next are the next one's (`crate::lease::schema` chains them).
+//! next are the next one's (`crate::lease::chain` chains them).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,6 +1,6 @@
 //! The newest conversion in the chain of schemas: schema 3 (`super::v3`, frozen) and this build's
 //! types (schema 4), up (`From`, always) and down (`TryFrom`, when schema 3 can express the
-//! value). Older schemas reach this build through schema 3 (`crate::lease::schema` chains them).
+//! value). Older schemas reach this build through schema 3 (`crate::lease::chain` chains them).
 //!
 //! When a schema 5 changes this build's types, schema 4's are frozen in a `v4` module and these
 //! conversions move there, between schemas 3 and 4; this file then converts between schema 4 and

@@ -187,7 +187,11 @@ impl Detector {
     pub(crate) async fn check<S: Surroundings>(&mut self, around: &S) -> Check {
         let view = around.view();
         let silence = around.silence();
-        let found = self.decide(around, &view, silence, Instant::now()).await;
+        let found = self.examine(around, &view, silence, Instant::now()).await;
+        if !matches!(found, Check::Staggered(_)) {
+            // A wait that was interrupted (the leader was heard from again) starts over.
+            self.staggered_since = None;
+        }
         // Only a follower waits for a leader; a stale reading would look like a silent one.
         let shown = if found == Check::NotFollowing {
             0.0
@@ -211,21 +215,6 @@ impl Detector {
 
     /// The decision, from what the shell read at `now`; `around` only answers the probes (the
     /// leader's address, the peers' reports). Sets nothing outside the detector.
-    async fn decide<S: Surroundings>(
-        &mut self,
-        around: &S,
-        view: &View,
-        silence: Duration,
-        now: Instant,
-    ) -> Check {
-        let found = self.examine(around, view, silence, now).await;
-        if !matches!(found, Check::Staggered(_)) {
-            // A wait that was interrupted (the leader was heard from again) starts over.
-            self.staggered_since = None;
-        }
-        found
-    }
-
     async fn examine<S: Surroundings>(
         &mut self,
         around: &S,

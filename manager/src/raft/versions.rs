@@ -9,7 +9,7 @@
 //! directory can go back to 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so
 //! a replica of schema 3 decodes everything. A record of schema 3 or later names its schema
 //! (`codec` format 2). A frozen schema's values convert to and from this build's through the
-//! chain of `lease::schema`.
+//! chain of `lease::chain`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
 use leasehold_raft_store::schema::{check_readable, open_versioned, seal_at};
@@ -21,9 +21,9 @@ use serde::Serialize;
 
 use super::TypeConfig;
 use crate::lease::schema::{
-    self, NotExpressible, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
+    NotExpressible, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
 };
-use crate::lease::{v2, v3, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -52,7 +52,7 @@ openraft::declare_raft_types!(
 );
 
 /// A frozen schema: its number, its Raft type configuration and state type, and how its values
-/// convert to and from this build's (the chain of `lease::schema`).
+/// convert to and from this build's (the chain of `lease::chain`).
 trait FrozenSchema: RaftTypeConfig<NodeId = u64, Node = BasicNode, Entry = Entry<Self>> {
     const SCHEMA: u32;
     type State: Serialize + DeserializeOwned;
@@ -70,16 +70,16 @@ impl FrozenSchema for V2Config {
     const SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
     type State = v2::LeaseState;
     fn command_down(command: &Command) -> Result<v2::Command, NotExpressible> {
-        schema::command_to_v2(command)
+        chain::command_to_v2(command)
     }
     fn command_up(command: v2::Command) -> Command {
-        schema::command_from_v2(command)
+        chain::command_from_v2(command)
     }
     fn state_down(state: &LeaseState) -> Result<v2::LeaseState, NotExpressible> {
-        schema::state_to_v2(state)
+        chain::state_to_v2(state)
     }
     fn state_up(state: v2::LeaseState) -> LeaseState {
-        schema::state_from_v2(state)
+        chain::state_from_v2(state)
     }
 }
 
@@ -87,16 +87,16 @@ impl FrozenSchema for V3Config {
     const SCHEMA: u32 = CREDENTIALS_SCHEMA;
     type State = v3::LeaseState;
     fn command_down(command: &Command) -> Result<v3::Command, NotExpressible> {
-        schema::command_to_v3(command)
+        chain::command_to_v3(command)
     }
     fn command_up(command: v3::Command) -> Command {
-        schema::command_from_v3(command)
+        chain::command_from_v3(command)
     }
     fn state_down(state: &LeaseState) -> Result<v3::LeaseState, NotExpressible> {
-        schema::state_to_v3(state)
+        chain::state_to_v3(state)
     }
     fn state_up(state: v3::LeaseState) -> LeaseState {
-        schema::state_from_v3(state)
+        chain::state_from_v3(state)
     }
 }
 
@@ -541,7 +541,7 @@ mod tests {
     #[test]
     fn p14_1_a_schema_3_state_and_backup_read_with_capacity_1() {
         let state = schema_3_state();
-        let as_schema_3 = schema::state_to_v3(&state).expect("expressible in schema 3");
+        let as_schema_3 = chain::state_to_v3(&state).expect("expressible in schema 3");
         let payload = encode_payload("lease state", &as_schema_3).unwrap();
         let read = LeaseState::decode_state(CREDENTIALS_SCHEMA, &payload).unwrap();
         assert_eq!(read, state);

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::super::schema::{
     check_proposable, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
 };
-use super::super::{schema, v2, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
+use super::super::{chain, v2, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
 use super::encoding::{busy_state, every_command};
 use super::{Harness, LEASE_MS};
 
@@ -23,24 +23,24 @@ fn bincode_round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(value: 
 /// What a restart on a directory of schema 2 does: down to schema 2's types, through its bytes,
 /// and up again.
 fn migrated(state: &LeaseState) -> LeaseState {
-    let old = schema::state_to_v2(state).expect("expressible in schema 2");
-    schema::state_from_v2(bincode_round_trip(&old))
+    let old = chain::state_to_v2(state).expect("expressible in schema 2");
+    chain::state_from_v2(bincode_round_trip(&old))
 }
 
 /// The same through schema 3's types.
 fn migrated_through_schema_3(state: &LeaseState) -> LeaseState {
-    let old = schema::state_to_v3(state).expect("expressible in schema 3");
-    schema::state_from_v3(bincode_round_trip(&old))
+    let old = chain::state_to_v3(state).expect("expressible in schema 3");
+    chain::state_from_v3(bincode_round_trip(&old))
 }
 
 #[test]
 fn every_schema_2_command_converts_up_and_back_unchanged() {
     for command in every_command() {
-        match schema::command_to_v2(&command) {
+        match chain::command_to_v2(&command) {
             Ok(old) => {
                 let old = bincode_round_trip(&old);
                 assert_eq!(
-                    schema::command_from_v2(old),
+                    chain::command_from_v2(old),
                     command,
                     "schema 2 keeps {command:?}"
                 );
@@ -60,7 +60,7 @@ fn every_schema_2_command_converts_up_and_back_unchanged() {
 fn every_schema_3_command_converts_up_and_back_unchanged() {
     let mut refused = 0;
     for command in every_command() {
-        match schema::command_to_v3(&command) {
+        match chain::command_to_v3(&command) {
             Ok(old) => {
                 let old = bincode_round_trip(&old);
                 assert_eq!(Command::from(old), command, "schema 3 keeps {command:?}");
@@ -104,7 +104,7 @@ fn a_state_after_the_raise_is_not_expressible_in_schema_2() {
         cluster_version: 3,
     });
     assert_eq!(harness.state.required_schema(), 3);
-    assert!(schema::state_to_v2(&harness.state).is_err());
+    assert!(chain::state_to_v2(&harness.state).is_err());
     assert_eq!(
         migrated_through_schema_3(&harness.state),
         harness.state,
@@ -154,7 +154,7 @@ fn a_credential_needs_schema_3_everywhere() {
         *credential_sha256 = Some([9; 32]);
     }
     assert_eq!(with_credential.required_schema(), 3);
-    assert!(schema::command_to_v2(&with_credential).is_err());
+    assert!(chain::command_to_v2(&with_credential).is_err());
     let refused = check_proposable(&with_credential, FIRST_RELEASE_SCHEMA).unwrap_err();
     assert_eq!((refused.needed, refused.cluster_version), (3, 2));
     assert!(check_proposable(&with_credential, 3).is_ok());
@@ -168,7 +168,7 @@ fn a_credential_needs_schema_3_everywhere() {
     let mut lowered = harness.state.clone();
     lowered.cluster_version = FIRST_RELEASE_SCHEMA;
     assert!(
-        schema::state_to_v2(&lowered).is_err(),
+        chain::state_to_v2(&lowered).is_err(),
         "a credential is not expressible in schema 2 whatever the cluster version says"
     );
 }
@@ -195,8 +195,8 @@ fn p15_1_a_capacity_needs_schema_4_everywhere() {
     );
     let heavy = with_capacity(2);
     assert_eq!(heavy.required_schema(), CAPACITY_SCHEMA);
-    assert!(schema::command_to_v2(&heavy).is_err());
-    assert!(schema::command_to_v3(&heavy).is_err());
+    assert!(chain::command_to_v2(&heavy).is_err());
+    assert!(chain::command_to_v3(&heavy).is_err());
     for below in [FIRST_RELEASE_SCHEMA, CREDENTIALS_SCHEMA] {
         let refused = check_proposable(&heavy, below).unwrap_err();
         assert_eq!(
@@ -212,18 +212,18 @@ fn p15_1_a_capacity_needs_schema_4_everywhere() {
         cluster_version: CAPACITY_SCHEMA,
     });
     assert!(
-        schema::state_to_v3(&harness.state).is_err(),
+        chain::state_to_v3(&harness.state).is_err(),
         "cluster version 4"
     );
     harness.apply(heavy);
     let mut lowered = harness.state.clone();
     lowered.cluster_version = CREDENTIALS_SCHEMA;
     assert!(
-        schema::state_to_v3(&lowered).is_err(),
+        chain::state_to_v3(&lowered).is_err(),
         "a capacity is not expressible in schema 3 whatever the cluster version says"
     );
     lowered.cluster_version = FIRST_RELEASE_SCHEMA;
-    assert!(schema::state_to_v2(&lowered).is_err());
+    assert!(chain::state_to_v2(&lowered).is_err());
 }
 
 /// A raise is written at the schema it raises to (`required_schema`), and only a build that
@@ -239,8 +239,8 @@ fn a_raise_needs_the_schema_it_raises_to() {
         CREDENTIALS_SCHEMA
     );
     assert_eq!(raise(CAPACITY_SCHEMA).required_schema(), CAPACITY_SCHEMA);
-    assert!(schema::command_to_v3(&raise(CREDENTIALS_SCHEMA)).is_ok());
-    assert!(schema::command_to_v3(&raise(CAPACITY_SCHEMA)).is_err());
+    assert!(chain::command_to_v3(&raise(CREDENTIALS_SCHEMA)).is_ok());
+    assert!(chain::command_to_v3(&raise(CAPACITY_SCHEMA)).is_err());
 }
 
 #[test]
@@ -352,7 +352,7 @@ fn command_for(state: &LeaseState, step: &Step, now_ms: &mut u64) -> Option<v2::
             Command::CompleteHandoffs { now_ms: *now_ms }
         }
     };
-    Some(schema::command_to_v2(&command).expect("a schema 2 command"))
+    Some(chain::command_to_v2(&command).expect("a schema 2 command"))
 }
 
 proptest! {
@@ -372,7 +372,7 @@ proptest! {
             let Some(old) = command_for(&original.state, step, &mut now_ms) else {
                 continue;
             };
-            let command = schema::command_from_v2(old);
+            let command = chain::command_from_v2(old);
             let mut migrated_harness = Harness {
                 state: migrated(&original.state),
                 next_index: original.next_index(),

@@ -1,0 +1,48 @@
+//! The chain of schemas: each converts to and from the next newer one only. Schema 2 ↔ schema 3
+//! (`super::v3`) ↔ this build's (`super::v3_current`, the newest link). A record of an older schema
+//! is read by converting it up one schema at a time, and a value is written at an older schema by
+//! converting it down one at a time, each step failing when its schema cannot express the value.
+//! Adding a schema adds one link at the new end and a pair of functions here.
+
+use super::schema::NotExpressible;
+use super::{v2, v3, Command, LeaseState};
+
+/// This build's command in schema 3's types, if schema 3 can express it.
+pub fn command_to_v3(command: &Command) -> Result<v3::Command, NotExpressible> {
+    v3::Command::try_from(command)
+}
+
+/// A schema 3 command in this build's types.
+pub fn command_from_v3(command: v3::Command) -> Command {
+    command.into()
+}
+
+/// This build's command in schema 2's types (through schema 3), if schema 2 can express it.
+pub fn command_to_v2(command: &Command) -> Result<v2::Command, NotExpressible> {
+    v2::Command::try_from(command_to_v3(command)?)
+}
+
+/// A schema 2 command in this build's types (through schema 3).
+pub fn command_from_v2(command: v2::Command) -> Command {
+    command_from_v3(command.into())
+}
+
+/// This build's state in schema 3's types, if schema 3 can express it.
+pub fn state_to_v3(state: &LeaseState) -> Result<v3::LeaseState, NotExpressible> {
+    v3::LeaseState::try_from(state)
+}
+
+/// A schema 3 state in this build's types.
+pub fn state_from_v3(state: v3::LeaseState) -> LeaseState {
+    state.into()
+}
+
+/// This build's state in schema 2's types (through schema 3), if schema 2 can express it.
+pub fn state_to_v2(state: &LeaseState) -> Result<v2::LeaseState, NotExpressible> {
+    v2::LeaseState::try_from(state_to_v3(state)?)
+}
+
+/// A schema 2 state in this build's types (through schema 3).
+pub fn state_from_v2(state: v2::LeaseState) -> LeaseState {
+    state_from_v3(state.into())
+}
