@@ -65,19 +65,27 @@ fn config(data_dir: &Path, tls_dir: Option<&Path>) -> ManagerConfig {
     ManagerConfig::try_from(Args::try_parse_from(args).unwrap()).unwrap()
 }
 
-/// A single-node cluster's replica, leading, and its router.
-async fn leading(config: &ManagerConfig) -> (Replica, Router) {
+/// A single-node cluster's replica and its router, once it leads and its shard configuration is
+/// applied (before that, executor writes answer `503 sharding_not_ready`). `peer` reads the state
+/// under TLS.
+async fn ready(config: &ManagerConfig, peer: Option<&PeerRole>) -> (Replica, Router) {
     let replica = Replica::start(config, None).await.unwrap();
     let router = replica.router(config);
     let deadline = Instant::now() + LEADING_BOUND;
-    while replica.node.raft.current_leader().await != Some(1) {
+    loop {
+        let (status, _, state) = call(&router, request(Method::GET, "/v1/state", None, peer)).await;
+        if replica.node.raft.current_leader().await == Some(1)
+            && status == StatusCode::OK
+            && state["shard_count"] == 16
+        {
+            return (replica, router);
+        }
         assert!(
             Instant::now() < deadline,
-            "no leader within {LEADING_BOUND:?}"
+            "not leading with its shards configured within {LEADING_BOUND:?}: {status} {state}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    (replica, router)
 }
 
 /// A request as a loopback client sends it; `peer` as the TLS listener would attach it.
@@ -141,7 +149,7 @@ async fn executor_count(router: &Router, peer: Option<&PeerRole>) -> usize {
 async fn i6_bad_input_gets_a_problem_and_changes_nothing() {
     let data = tempfile::tempdir().unwrap();
     let config = config(data.path(), None);
-    let (replica, router) = leading(&config).await;
+    let (replica, router) = ready(&config, None).await;
 
     let malformed = call(
         &router,
@@ -190,7 +198,7 @@ async fn i6_bad_input_gets_a_problem_and_changes_nothing() {
 async fn a_loopback_listener_refuses_a_foreign_host() {
     let data = tempfile::tempdir().unwrap();
     let config = config(data.path(), None);
-    let (replica, router) = leading(&config).await;
+    let (replica, router) = ready(&config, None).await;
     let mut rebound = request(Method::GET, "/v1/state", None, None);
     rebound
         .headers_mut()
@@ -218,9 +226,9 @@ async fn p13_3_each_route_admits_only_its_roles() {
     .unwrap();
     let tls_dir = tls.path().join("certs");
     let config = config(data.path(), Some(&tls_dir));
-    let (replica, router) = leading(&config).await;
     let admin = peer(&tls_dir, Role::Admin);
     let executor = peer(&tls_dir, Role::Executor);
+    let (replica, router) = ready(&config, Some(&admin)).await;
 
     // Health is anyone's; everything else needs a certificate of the cluster's CA.
     let (status, _, _) = call(&router, request(Method::GET, "/livez", None, None)).await;
