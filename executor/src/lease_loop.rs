@@ -1,22 +1,23 @@
 //! The lease's background work: the loop that registers and renews (P3.5, P4.4), the graceful
 //! stop it ends with (P3.7), and the lapse watcher (P3.6).
 //!
-//! What to do after each register or renew call is the pure [`LeaseSchedule::after`] in
-//! [`crate::lease`]: the call's [`CallOutcome`], the lease clock and the instant go in, the
-//! [`NextCall`] step comes out. This module is the tokio shell around it: it makes the calls,
-//! applies the grants to the shared state, logs, counts and sleeps.
+//! Which call comes next and what its answer does is the pure [`LeaseCalls`] in
+//! [`crate::lease_calls`], which the simulator steps too. This module is the tokio shell around
+//! it: it makes the calls, logs, counts and sleeps.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_api::client::ClientError;
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{Grant, CAPACITY_SCHEMA};
+use leasehold_api::wire::{Grant, RegisterRequest, CAPACITY_SCHEMA};
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, error, info, warn};
 
-use crate::admission::{AdmissionState, AppliedMark, ForeignGrant};
+use crate::admission::{AdmissionState, AppliedMark, ForeignGrant, GrantApplied};
 use crate::assignment::SetOutcome;
-use crate::lease::{CallOutcome, LeaseSchedule, NextCall};
+use crate::lease::{CallOutcome, LeaseClock, NextCall};
+use crate::lease_calls::{CallKind, GrantTaken, LeaseCalls, LeaseHolder};
 use crate::manager::ManagerApi;
 use crate::metrics::{count_disowned_push, count_lease_call};
 use crate::shared::{DueRenewal, Shared};
@@ -48,129 +49,164 @@ pub(crate) async fn run_lease_loop<M: ManagerApi>(
 
 /// Register and renew forever; returns only when registration is hopeless. Every wait is
 /// bounded by the backoff or the renewal schedule, and the whole loop is cancelled by dropping
-/// it (the caller selects on shutdown).
+/// it (the caller selects on shutdown). The order of each call is [`LeaseCalls`]'s.
 async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
-    let mut schedule = LeaseSchedule::default();
+    let mut calls = LeaseCalls::default();
     let mut next_call_at = Instant::now();
     loop {
         sleep_until(next_call_at).await;
-        let cluster_takes_loads = manager.cluster_version() >= CAPACITY_SCHEMA;
-        let next = match shared.renewal(cluster_takes_loads) {
-            None => register(shared, manager, &mut schedule).await,
-            Some(due) => renew(shared, manager, &mut schedule, &due).await,
+        let mut holder = SharedHolder {
+            shared,
+            cluster_takes_loads: manager.cluster_version() >= CAPACITY_SCHEMA,
+        };
+        let call = calls.next_call(&mut holder, Instant::now());
+        let next = match &call.kind {
+            CallKind::Register(request) => {
+                let result = manager.register(request).await;
+                count_lease_call(
+                    "register",
+                    if result.is_ok() { "granted" } else { "failed" },
+                );
+                let now = Instant::now();
+                match &result {
+                    Ok(grant) => {
+                        let (taken, next) = calls.granted(&mut holder, &call, grant, now);
+                        log_grant(grant, &taken, "registered");
+                        next
+                    }
+                    Err(error) => {
+                        let next =
+                            calls.failed(&mut holder, CallOutcome::of_register_error(error), now);
+                        log_register_failure(error, &next, now);
+                        next
+                    }
+                }
+            }
+            CallKind::Renew(due) => {
+                let result = manager
+                    .renew(&due.executor_id, &due.credential, &due.request)
+                    .await;
+                count_lease_call(
+                    "renew",
+                    match &result {
+                        Ok(_) => "granted",
+                        Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
+                            "unknown_executor"
+                        }
+                        Err(_) => "failed",
+                    },
+                );
+                let now = Instant::now();
+                match &result {
+                    Ok(grant) => {
+                        let (taken, next) = calls.granted(&mut holder, &call, grant, now);
+                        log_grant(grant, &taken, "renewed");
+                        next
+                    }
+                    Err(error) => {
+                        let lease = shared.lease();
+                        let next =
+                            calls.failed(&mut holder, CallOutcome::of_renew_error(error), now);
+                        log_renew_failure(error, &due.executor_id, &lease, &next, now);
+                        next
+                    }
+                }
+            }
         };
         next_call_at = match next {
             NextCall::CallAt(at) => at,
-            NextCall::Reregister => {
-                shared.forget_executor();
-                Instant::now()
-            }
+            NextCall::Reregister => Instant::now(),
             NextCall::GiveUp(reason) => return RunState::Failed(reason),
         };
     }
 }
 
-/// One register call under the current incarnation (P4.4, P7.2), and the step after it.
-async fn register<M: ManagerApi>(
-    shared: &Shared,
-    manager: &M,
-    schedule: &mut LeaseSchedule,
-) -> NextCall {
-    let request = shared.register_request(true);
-    // P4.1: what is applied as the request leaves, so the grant can tell a disowned set.
-    let mark = shared.applied_mark();
-    // P3.2: read just before the request leaves.
-    let sent_at = Instant::now();
-    let result = manager.register(&request).await;
-    count_lease_call(
-        "register",
-        if result.is_ok() { "granted" } else { "failed" },
-    );
-    let outcome = match &result {
-        Ok(grant) => match take_grant(shared, sent_at, mark, grant, "registered") {
-            Ok(()) => {
-                info!(executor_id = %grant.executor_id, lease_ttl_ms = grant.lease_ttl_ms, shards = grant.shards.len(), "registered");
-                CallOutcome::Granted
-            }
-            Err(error) => {
-                warn!(%error, "ignoring a registration reply for another executor");
-                CallOutcome::ForeignGrant
-            }
-        },
-        Err(error) => CallOutcome::of_register_error(error),
-    };
-    let now = Instant::now();
-    let next = schedule.after(outcome, &shared.lease(), now);
-    match (&result, &next) {
-        (Err(error), NextCall::GiveUp(_)) => {
+/// The shared state as the lease loop's [`LeaseHolder`].
+struct SharedHolder<'a> {
+    shared: &'a Shared,
+    /// Whether renewals carry the load report (the cluster takes loads, P15.1).
+    cluster_takes_loads: bool,
+}
+
+impl LeaseHolder for SharedHolder<'_> {
+    type Renewal = DueRenewal;
+
+    fn renewal(&mut self) -> Option<DueRenewal> {
+        self.shared.renewal(self.cluster_takes_loads)
+    }
+
+    fn register_request(&mut self) -> RegisterRequest {
+        self.shared.register_request(true)
+    }
+
+    fn applied_mark(&self) -> AppliedMark {
+        self.shared.applied_mark()
+    }
+
+    fn apply_grant_after(
+        &mut self,
+        sent_at: Instant,
+        mark: AppliedMark,
+        grant: &Grant,
+    ) -> Result<GrantApplied, ForeignGrant> {
+        self.shared.apply_grant_after(sent_at, mark, grant)
+    }
+
+    fn renewal_granted(&mut self, renewal: &DueRenewal) {
+        self.shared.renewal_granted(renewal);
+    }
+
+    fn forget_executor(&mut self) {
+        self.shared.forget_executor();
+    }
+
+    fn lease(&self) -> LeaseClock {
+        self.shared.lease()
+    }
+}
+
+fn log_register_failure(error: &ClientError, next: &NextCall, now: Instant) {
+    match next {
+        NextCall::GiveUp(_) => {
             error!(%error, "the manager refused the registration; giving up");
         }
-        (Err(error), NextCall::CallAt(at)) => {
+        NextCall::CallAt(at) => {
             warn!(%error, retry_in_ms = millis(at.saturating_duration_since(now)), "registration failed; retrying");
         }
-        _ => {}
+        NextCall::Reregister => {}
     }
-    next
 }
 
-/// One renew call, and the step after it.
-async fn renew<M: ManagerApi>(
-    shared: &Shared,
-    manager: &M,
-    schedule: &mut LeaseSchedule,
-    due: &DueRenewal,
-) -> NextCall {
-    let executor_id = due.executor_id.as_str();
-    let sent_at = Instant::now();
-    let result = manager
-        .renew(executor_id, &due.credential, &due.request)
-        .await;
-    count_lease_call(
-        "renew",
-        match &result {
-            Ok(_) => "granted",
-            Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => "unknown_executor",
-            Err(_) => "failed",
-        },
-    );
-    let outcome = match &result {
-        Ok(grant) => match take_grant(shared, sent_at, due.mark, grant, "renewed") {
-            Ok(()) => {
-                shared.renewal_granted(due);
-                CallOutcome::Granted
-            }
-            Err(error) => {
-                warn!(%error, "ignoring a renewal reply for another executor");
-                CallOutcome::ForeignGrant
-            }
-        },
-        Err(error) => CallOutcome::of_renew_error(error),
-    };
-    let now = Instant::now();
-    let lease = shared.lease();
-    let next = schedule.after(outcome, &lease, now);
-    match (&result, &next) {
-        (Err(_), NextCall::Reregister) => {
+fn log_renew_failure(
+    error: &ClientError,
+    executor_id: &str,
+    lease: &LeaseClock,
+    next: &NextCall,
+    now: Instant,
+) {
+    match next {
+        NextCall::Reregister => {
             warn!(%executor_id, "the manager no longer knows this executor (reaped or removed): stopping all admission and registering anew");
         }
-        (Err(error), NextCall::CallAt(at)) => {
-            warn!(%error, %executor_id, lease_remaining_ms = millis(lease.remaining(now)), retry_in_ms = millis(*at - now), "renewal failed; retrying before the lease ends (P3.5)");
+        NextCall::CallAt(at) => {
+            warn!(%error, %executor_id, lease_remaining_ms = millis(lease.remaining(now)), retry_in_ms = millis(at.saturating_duration_since(now)), "renewal failed; retrying before the lease ends (P3.5)");
         }
-        _ => {}
+        NextCall::GiveUp(_) => {}
     }
-    next
 }
 
-/// Applies a grant answering a request sent at `sent_at` when `mark` was applied, and logs what
-/// it did; `Ok(())` when it moved the lease.
-fn take_grant(
-    shared: &Shared,
-    sent_at: Instant,
-    mark: AppliedMark,
-    grant: &Grant,
-    what: &str,
-) -> Result<(), ForeignGrant> {
-    let applied = shared.apply_grant_after(sent_at, mark, grant)?;
+/// Logs what a grant did.
+fn log_grant(grant: &Grant, taken: &GrantTaken, what: &str) {
+    let applied = match taken {
+        GrantTaken::Applied(applied) => applied,
+        GrantTaken::Foreign(error) => {
+            warn!(%error, "{what}: ignoring a grant for another executor");
+            return;
+        }
+    };
+    if what == "registered" {
+        info!(executor_id = %grant.executor_id, lease_ttl_ms = grant.lease_ttl_ms, shards = grant.shards.len(), "registered");
+    }
     if let Some(disowned) = applied.disowned {
         count_disowned_push();
         error!(
@@ -207,7 +243,6 @@ fn take_grant(
         Ok(SetOutcome::Applied { .. }) => {}
         Err(error) => warn!(%error, "{what}: malformed set ignored; lease moved"),
     }
-    Ok(())
 }
 
 fn millis(duration: Duration) -> u64 {

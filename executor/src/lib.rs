@@ -63,6 +63,7 @@ pub mod assignment;
 pub mod config;
 mod handle;
 pub mod lease;
+pub mod lease_calls;
 mod lease_loop;
 pub mod load_meter;
 mod manager;

@@ -82,9 +82,6 @@ pub(crate) struct DueRenewal {
     pub(crate) credential: Credential,
     pub(crate) request: RenewRequest,
     pub(crate) report: PendingReport,
-    /// What was applied when the request was made (P4.1, self-healing): its revision is the
-    /// request's, a lower bound of what is applied when it leaves.
-    pub(crate) mark: AppliedMark,
 }
 
 #[derive(Debug)]
@@ -276,15 +273,10 @@ impl Shared {
     /// "Versions"); the report is made either way, so the interval of the next one starts at this
     /// renewal.
     pub(crate) fn renewal(&self, cluster_takes_loads: bool) -> Option<DueRenewal> {
-        let (executor_id, mut request, credential, mark) = {
+        let (executor_id, mut request, credential) = {
             let inner = self.lock();
             let (executor_id, request) = inner.core.renewal()?;
-            (
-                executor_id,
-                request,
-                inner.credential.clone(),
-                inner.core.applied_mark(),
-            )
+            (executor_id, request, inner.credential.clone())
         };
         let report = self.meter.report(
             request.claims.iter().map(|claim| claim.shard),
@@ -298,7 +290,6 @@ impl Shared {
             credential,
             request,
             report,
-            mark,
         })
     }
 

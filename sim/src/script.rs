@@ -2,8 +2,8 @@
 //! moment where a single guard is all that stands between two processes admitting one shard.
 //!
 //! A script runs on the same [`World`] as a seed, so on the same production cores
-//! (`LeaseState::apply` on every replica, `LeaderCore` and `StepWrites`, `DeliveryPlanner` and
-//! `CommitSignal`, `AdmissionCore` and `LeaseSchedule`) and with the same checks after every
+//! (`LeaseState::apply` on every replica, the leader's `TermSteps`, `DeliveryPlanner` and
+//! `CommitSignal`, `AdmissionCore` and the lease loop's `LeaseCalls`) and with the same checks after every
 //! event (I1, I2, I1 at its source, the state's consistency). What the script decides instead of
 //! a seed:
 //!

@@ -317,6 +317,11 @@ impl StepWrites {
         &self.decision
     }
 
+    /// What this step places by: the loads, budget and cooling shards known when it began.
+    pub fn placement_inputs(&self) -> &PlacementInputs {
+        &self.placement
+    }
+
     /// The next write this step makes on `state` at `now_ms`, skipping those with nothing to
     /// do; `None` when the step is over.
     pub fn next_command(

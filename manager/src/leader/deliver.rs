@@ -1,7 +1,7 @@
 //! Fans deliveries out to executors while this node leads (PROTOCOL §4, §5): the I/O shell
-//! around the pure [`DeliveryPlanner`], which decides what a round sends, how failed pushes back
-//! off and which revoke replies are acknowledgements. This module sends, bounds what is in
-//! flight, and commits the acknowledgements (P5.2).
+//! around the pure [`DeliveryPlanner`] (what a round sends, how failed pushes back off) and
+//! [`DeliveryRound`] (how many are in flight, what each answer does), which the simulator steps
+//! too. This module sends, logs, counts, and commits the acknowledgements (P5.2).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +11,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::delivery_plan::{
-    acknowledgement, still_releasing, Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
+    still_releasing, Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
+use super::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
 use crate::clock::LeaderClock;
 use crate::cpu_bound;
 use crate::lease::answer::Released;
@@ -26,20 +27,6 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Deliveries in flight at once. A bound on what is in flight, not on what a round delivers:
 /// a round sends everything it planned, this many at a time.
 const MAX_DELIVERIES_IN_FLIGHT: usize = 64;
-
-#[derive(Debug)]
-enum Delivered {
-    Pushed {
-        executor_id: ExecutorId,
-        ok: bool,
-    },
-    Revoked {
-        executor_id: ExecutorId,
-        requested: Vec<ShardId>,
-        revision: u64,
-        reply: Option<RevokeReply>,
-    },
-}
 
 /// What the delivery task reads and writes, and nothing else of the node: the applied state it
 /// plans from, the signals that queue pushes and wake it, the one HTTP client, the leader's
@@ -72,30 +59,32 @@ pub async fn run(handle: DeliveryHandle, term: u64, mut stopped: watch::Receiver
     }
 }
 
-/// Sends every delivery, at most [`MAX_DELIVERIES_IN_FLIGHT`] at once, and records the outcome
-/// of each as it completes. Nothing planned is left out: a rebalance that changes hundreds of
-/// sets pushes every one of them in this round, so a new owner does not wait for its next
-/// renewal to learn a grant.
+/// Sends every delivery of the round as [`DeliveryRound`] lets it, at most
+/// [`MAX_DELIVERIES_IN_FLIGHT`] at once, and acts on each answer as it completes. Nothing planned
+/// is left out: a rebalance that changes hundreds of sets pushes every one of them in this
+/// round, so a new owner does not wait for its next renewal to learn a grant.
 async fn deliver_all(
     handle: &DeliveryHandle,
     term: u64,
     deliveries: Vec<Delivery>,
     planner: &mut DeliveryPlanner,
 ) {
-    let mut waiting = deliveries.into_iter();
+    let mut round = DeliveryRound::new(deliveries, MAX_DELIVERIES_IN_FLIGHT);
     let mut in_flight = JoinSet::new();
     loop {
-        while in_flight.len() < MAX_DELIVERIES_IN_FLIGHT {
-            let Some(delivery) = waiting.next() else {
-                break;
-            };
+        while let Some(delivery) = round.next_to_send() {
             in_flight.spawn(send(handle.http.clone(), delivery));
         }
         let Some(joined) = in_flight.join_next().await else {
             return;
         };
-        let Ok(delivered) = joined else { continue };
-        record_delivered(handle, term, delivered, planner).await;
+        let Ok(delivered) = joined else {
+            // A send task that panicked answered nothing: later rounds send again.
+            round.lost();
+            continue;
+        };
+        let after = round.answered(planner, delivered, handle.clock.now_ms());
+        act_on(handle, term, after).await;
     }
 }
 
@@ -151,49 +140,40 @@ async fn send(http: reqwest::Client, delivery: Delivery) -> Delivered {
     }
 }
 
-async fn record_delivered(
-    handle: &DeliveryHandle,
-    term: u64,
-    delivered: Delivered,
-    planner: &mut DeliveryPlanner,
-) {
-    match delivered {
-        Delivered::Pushed { executor_id, ok } => {
-            match planner.push_outcome(&executor_id, ok, handle.clock.now_ms()) {
-                PushRecord::Delivered => {}
-                PushRecord::Repaired => {
-                    metrics::counter!("leasehold_delivery_repairs_total").increment(1);
-                    tracing::info!(%executor_id, "assignment push repaired");
-                }
-                PushRecord::Failed { retry_in_ms } => {
-                    metrics::counter!("leasehold_delivery_failures_total", "kind" => "assignment")
-                        .increment(1);
-                    tracing::debug!(%executor_id, retry_in_ms, "assignment push queued again");
-                    handle.signals.mark_for_push([executor_id]);
-                }
-            }
-        }
-        Delivered::Revoked {
+async fn act_on(handle: &DeliveryHandle, term: u64, after: AfterDelivery) {
+    match after {
+        AfterDelivery::Pushed {
             executor_id,
-            reply: None,
+            record,
+        } => match record {
+            PushRecord::Delivered => {}
+            PushRecord::Repaired => {
+                metrics::counter!("leasehold_delivery_repairs_total").increment(1);
+                tracing::info!(%executor_id, "assignment push repaired");
+            }
+            PushRecord::Failed { retry_in_ms } => {
+                metrics::counter!("leasehold_delivery_failures_total", "kind" => "assignment")
+                    .increment(1);
+                tracing::debug!(%executor_id, retry_in_ms, "assignment push queued again");
+                handle.signals.mark_for_push([executor_id]);
+            }
+        },
+        AfterDelivery::RevokeNotDelivered {
+            executor_id,
             revision,
-            ..
         } => {
             metrics::counter!("leasehold_delivery_failures_total", "kind" => "revoke").increment(1);
             tracing::info!(%executor_id, revision, "revoke not delivered; resent until the handoff completes");
         }
-        Delivered::Revoked {
+        AfterDelivery::NothingAcknowledged {
             executor_id,
             requested,
             revision,
-            reply: Some(reply),
+        } => warn_if_still_current(handle, &executor_id, &requested, revision),
+        AfterDelivery::Acknowledge {
+            executor_id,
+            command,
         } => {
-            let now_ms = handle.clock.now_ms();
-            let Some(command) = acknowledgement(&executor_id, &requested, revision, &reply, now_ms)
-            else {
-                warn_if_still_current(handle, &executor_id, &requested, revision);
-                return;
-            };
             match handle.proposer.propose_as::<Released>(command).await {
                 Ok((
                     _,

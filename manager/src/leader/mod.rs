@@ -5,8 +5,8 @@
 //! commit a rebalance (P5.1, committed before any of it is sent; a plan cut at
 //! `MAX_MOVES_PER_PLAN` is followed by another step at once). Deliveries (revokes and full-set
 //! pushes) are fanned out by [`deliver`], repaired forwards when they fail (P5.3).
-//! Time decisions and the order of a step's writes live in the pure [`core`] ([`StepWrites`]),
-//! which the simulator (`sim/`) drives too. Placement by load (PROTOCOL §15) keeps one
+//! Time decisions live in the pure [`core`]; the order of a step's writes, and when the next
+//! step is due, in the pure [`term`] ([`TermSteps`]), which the simulator (`sim/`) steps too. Placement by load (PROTOCOL §15) keeps one
 //! [`placement::TermPlacement`] per term: each step takes in the loads reported since the last
 //! one, plans with what it knows, and charges a committed plan's balance moves to the budget.
 
@@ -14,7 +14,9 @@ pub mod config_writes;
 pub mod core;
 pub mod deliver;
 pub mod delivery_plan;
+pub mod delivery_round;
 pub mod placement;
+pub mod term;
 
 #[cfg(test)]
 mod tests;
@@ -27,11 +29,9 @@ use tokio::sync::watch;
 
 use leasehold_api::wire::MAX_SHARD_LOAD;
 
-use self::core::{
-    tick_ms, took_office_ms, Deferral, GuardConfig, GuardEvent, LeaderCore, StepDecision,
-    StepWrite, StepWrites,
-};
+use self::core::{took_office_ms, Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
 use self::placement::{PlacementSettings, TermPlacement};
+use self::term::{NextStep, TermSteps, Written};
 use crate::cpu_bound;
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
@@ -92,8 +92,12 @@ async fn lead_term(
     // The configuration writes wait for the anchored clock; a new cluster's `Init` is due now,
     // not at the next change of the Raft metrics.
     config_writes::ensure_lease_config(node).await;
-    let mut core = LeaderCore::new(took_office_ms, guard);
-    let mut placement = TermPlacement::new(placement_settings);
+    let mut term_steps = TermSteps::new(
+        took_office_ms,
+        guard,
+        placement_settings,
+        MAX_MOVES_PER_PLAN,
+    );
     let mut reports_taken = 0;
     node.signals.reset_for_new_term();
     // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
@@ -116,13 +120,15 @@ async fn lead_term(
     let delivery = tokio::spawn(deliver::run(handle, term, delivery_stopped));
 
     while still_leading(node, term) && !*shutdown.borrow() {
-        step(node, &mut core, &mut placement, &mut reports_taken).await;
+        step(node, &mut term_steps, &mut reports_taken).await;
         let lease_ms = node
             .state
             .read(|a| a.state.config().map(|c| c.lease_duration_ms));
-        let tick = Duration::from_millis(lease_ms.map_or(1_000, tick_ms));
+        let NextStep::After { tick_ms } = term_steps.next_step(lease_ms) else {
+            continue;
+        };
         tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
+            _ = tokio::time::sleep(Duration::from_millis(tick_ms)) => {}
             _ = node.signals.replan.notified() => {}
             _ = shutdown.changed() => {}
         }
@@ -194,48 +200,37 @@ async fn take_office(node: &ManagerNode, term: u64) -> Option<u64> {
 /// tried again (a leader whose followers are slow to acknowledge its first entry).
 const OFFICE_BARRIER_PATIENCE: Duration = Duration::from_secs(5);
 
-/// One step: the writes of [`StepWrites`] in its order (reap, complete expired handoffs, plan),
+/// One step of [`TermSteps`]: its writes in its order (reap, complete expired handoffs, plan),
 /// each its own committed write on the state the previous one left. The plan goes by the loads
 /// reported up to now (P15.1).
-async fn step(
-    node: &ManagerNode,
-    core: &mut LeaderCore,
-    placement: &mut TermPlacement,
-    reports_taken: &mut u64,
-) {
+async fn step(node: &ManagerNode, term_steps: &mut TermSteps, reports_taken: &mut u64) {
     let now_ms = node.clock.now_ms();
     // Reads that scan the state take a clone, not the lock `apply` waits on. A clone is dropped
     // before anything is awaited: while one lives, every `apply` copies what it changes.
-    let (decision, inputs) = cpu_bound::run(|| {
+    let began = cpu_bound::run(|| {
         let state = node.state.current();
-        take_reports(node, placement, &state, reports_taken);
-        publish_loads(node, placement, &state, now_ms);
-        let decision = core.step(now_ms, &state, node.signals.last_renewal_applied_ms());
-        (decision, placement.inputs(&state, now_ms))
+        take_reports(node, term_steps.placement_mut(), &state, reports_taken);
+        publish_loads(node, term_steps.placement(), &state, now_ms);
+        term_steps
+            .begin_step(now_ms, &state, node.signals.last_renewal_applied_ms())
+            .is_some()
     });
-    log_decision(&decision);
-    let mut writes = StepWrites::with_placement(decision, MAX_MOVES_PER_PLAN, inputs);
+    if let Some(decision) = term_steps.decision().filter(|_| began) {
+        log_decision(decision);
+    }
     loop {
         let now_ms = node.clock.now_ms();
-        let next = cpu_bound::run(|| writes.next_command(&node.state.current(), now_ms));
+        let next = cpu_bound::run(|| term_steps.next_write(&node.state.current(), now_ms));
         let Some((write, command)) = next else {
             return;
         };
-        let committed = match write {
+        let written = match write {
             StepWrite::Reap => reap(node, command).await,
             StepWrite::CompleteHandoffs => complete_handoffs(node, command).await,
-            StepWrite::Rebalance => {
-                let capped = writes.plan_was_capped(&command);
-                let applied = rebalance(node, command, capped).await;
-                if let (Written::Applied, Some(plan)) = (applied, writes.plan()) {
-                    placement.committed(plan.command.now_ms(), plan);
-                    node.signals.metrics.count_plan(plan);
-                }
-                applied != Written::NotCommitted
-            }
+            StepWrite::Rebalance => rebalance(node, command).await,
         };
-        if !committed {
-            writes.abandon();
+        if let Some(plan) = term_steps.written(written, node.clock.now_ms()) {
+            node.signals.metrics.count_plan(plan);
         }
     }
 }
@@ -268,55 +263,50 @@ fn log_decision(decision: &StepDecision) {
     }
 }
 
-/// Each write below commits one command of the step and says whether it was committed.
-async fn reap(node: &ManagerNode, command: Command) -> bool {
+/// Each write below commits one command of the step and says what became of it.
+async fn reap(node: &ManagerNode, command: Command) -> Written {
     match node.proposer.propose_as::<Reaped>(command).await {
         Ok((
             _,
             Answer::Done(Reaped {
                 reaped, skipped, ..
             }),
-        )) => tracing::info!(?reaped, ?skipped, "reaped lapsed executors"),
-        Ok((_, Answer::Refused(reason))) => tracing::warn!(?reason, "reap refused"),
+        )) => {
+            tracing::info!(?reaped, ?skipped, "reaped lapsed executors");
+            Written::Applied
+        }
+        Ok((_, Answer::Refused(reason))) => {
+            tracing::warn!(?reason, "reap refused");
+            Written::Refused { stale_plan: false }
+        }
         Err(error) => {
             tracing::info!(%error, "reap not committed");
-            return false;
+            Written::NotCommitted
         }
     }
-    true
 }
 
-async fn complete_handoffs(node: &ManagerNode, command: Command) -> bool {
+async fn complete_handoffs(node: &ManagerNode, command: Command) -> Written {
     match node.proposer.propose_as::<HandoffsCompleted>(command).await {
         Ok((_, Answer::Done(HandoffsCompleted { completed, .. }))) => {
             tracing::info!(
                 ?completed,
                 "handoffs completed on the old owner's expiry (P5.2)"
             );
+            Written::Applied
         }
         Ok((_, Answer::Refused(reason))) => {
-            tracing::warn!(?reason, "handoff completion refused")
+            tracing::warn!(?reason, "handoff completion refused");
+            Written::Refused { stale_plan: false }
         }
         Err(error) => {
             tracing::info!(%error, "handoff completion not committed");
-            return false;
+            Written::NotCommitted
         }
     }
-    true
 }
 
-/// What became of a write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Written {
-    /// Committed and applied.
-    Applied,
-    /// Committed, and refused by the state machine (it changed nothing).
-    Refused,
-    /// Not committed (this node may be deposed).
-    NotCommitted,
-}
-
-async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> Written {
+async fn rebalance(node: &ManagerNode, plan: Command) -> Written {
     match node.proposer.propose_as::<Rebalanced>(plan).await {
         Ok((
             _,
@@ -331,29 +321,20 @@ async fn rebalance(node: &ManagerNode, plan: Command, capped: bool) -> Written {
                 granted = granted.len(),
                 releasing = releasing.len(),
                 cancelled = cancelled.len(),
-                capped,
                 "rebalanced"
             );
-            if capped {
-                // The plan was cut at the cap: the rest is planned on the state this one left,
-                // at once rather than a tick later.
-                node.signals.replan.notify_one();
-            }
             Written::Applied
         }
         Ok((_, Answer::Refused(reason @ RefusalReason::StalePlan { .. }))) => {
             // Another change to the assignment (a registration, a release completing a
-            // handoff) was committed while this plan was in flight. Plan again on the state it
-            // left, at once: waiting for the next tick would leave a joiner without shards (and
-            // releasing shards without a new owner) for up to a third of a lease. Each refusal
-            // follows a committed change, so this repeats only while others make progress.
+            // handoff) was committed while this plan was in flight; [`TermSteps`] plans again
+            // on the state it left, at once.
             tracing::debug!(?reason, "plan refused as stale; replanning at once");
-            node.signals.replan.notify_one();
-            Written::Refused
+            Written::Refused { stale_plan: true }
         }
         Ok((_, Answer::Refused(reason))) => {
             tracing::warn!(?reason, "plan refused; replanning next step");
-            Written::Refused
+            Written::Refused { stale_plan: false }
         }
         Err(error) => {
             tracing::info!(%error, "rebalance not committed");

@@ -42,7 +42,8 @@ impl World {
         let now_ms = self.leader_now_ms()?;
         Some(
             leader
-                .placement
+                .steps
+                .placement()
                 .inputs(&self.replicas[leader.manager], now_ms),
         )
     }
@@ -76,7 +77,7 @@ impl World {
     pub fn leader_is_busy(&self) -> bool {
         self.leader
             .as_ref()
-            .is_some_and(|l| !l.tail.is_empty() || l.writes.is_some())
+            .is_some_and(|l| !l.tail.is_empty() || l.steps.stepping())
     }
 
     pub fn leader_is_stalled(&self) -> bool {
@@ -222,14 +223,15 @@ impl World {
             p.core.stop_admission(now);
             p.life = Life::Stopping;
             let process = p.id;
-            let in_call = p.call.is_some();
+            // As production's shell: the lease loop is dropped with its call in flight (an
+            // answer to it is read by nobody), and the deregistration starts at once.
+            p.call = None;
+            p.lease_call = None;
             self.schedule(
                 self.now_us + STOP_GRACE_US,
                 Event::StopDeadline { slot, process },
             );
-            if !in_call {
-                self.deregister(slot, process);
-            }
+            self.deregister(slot, process);
         }
     }
 

@@ -12,7 +12,8 @@ impl World {
         self.processes[slot] = Some(Process {
             id,
             core: AdmissionCore::default(),
-            schedule: LeaseSchedule::default(),
+            calls: LeaseCalls::default(),
+            lease_call: None,
             life: Life::Running,
             incarnation: format!("s{slot}-p{id}-i1"),
             incarnations: 1,
@@ -29,14 +30,14 @@ impl World {
         self.processes[slot].as_mut().filter(|p| p.id == process)
     }
 
-    /// The lease loop's next call: register when not registered, else renew.
+    /// The lease loop's next call, as [`LeaseCalls`] makes it: register when not registered,
+    /// else renew.
     pub(super) fn call(&mut self, slot: Slot, process: u64) {
         let Some(now) = self.process_now(slot) else {
             return;
         };
         let call_id = self.next_call;
-        let address = format!("http://s{slot}:1");
-        let Some(p) = self.process_mut(slot, process) else {
+        let Some(p) = self.processes[slot].as_mut().filter(|p| p.id == process) else {
             return;
         };
         if let Life::Paused { until_us } = p.life {
@@ -46,48 +47,36 @@ impl World {
         if p.life != Life::Running || p.call.is_some() {
             return;
         }
-        let request = match p.core.renewal() {
-            Some((executor_id, request)) => {
-                p.call = Some(Call {
-                    id: call_id,
-                    kind: CallKind::Renew,
-                    sent_at: now,
-                });
-                Request::Renew {
-                    call: call_id,
-                    executor_id,
-                    request,
-                }
-            }
-            None => {
-                p.register_sent = true;
-                p.call = Some(Call {
-                    id: call_id,
-                    kind: CallKind::Register,
-                    sent_at: now,
-                });
+        let calls = std::mem::take(&mut p.calls);
+        let lease_call = calls.next_call(
+            &mut ProcessHolder {
+                process: p,
+                slot,
+                now,
+                load: &mut self.load,
+            },
+            now,
+        );
+        p.calls = calls;
+        let (kind, request) = match &lease_call.kind {
+            LeaseCallKind::Register(request) => (
+                CallKind::Register,
                 Request::Register {
                     call: call_id,
-                    request: RegisterRequest {
-                        incarnation: p.incarnation.clone(),
-                        address,
-                        name: None,
-                        credential: None,
-                        capacity: Some(p.capacity),
-                    },
-                }
-            }
+                    request: request.clone(),
+                },
+            ),
+            LeaseCallKind::Renew((executor_id, request)) => (
+                CallKind::Renew,
+                Request::Renew {
+                    call: call_id,
+                    executor_id: executor_id.clone(),
+                    request: request.clone(),
+                },
+            ),
         };
-        let mut request = request;
-        if let Request::Renew { request, .. } = &mut request {
-            let claims: Vec<ShardId> = request.claims.iter().map(|claim| claim.shard).collect();
-            request.loads = self.load.report(slot, &claims).map(|reported| {
-                reported
-                    .into_iter()
-                    .map(|(shard, load)| ShardLoad { shard, load })
-                    .collect()
-            });
-        }
+        p.call = Some(Call { id: call_id, kind });
+        p.lease_call = Some(lease_call);
         self.next_call += 1;
         self.send_to_managers(slot, process, request);
         self.schedule(
@@ -100,25 +89,42 @@ impl World {
         );
     }
 
-    /// Applies the schedule's verdict on the call that just ended.
-    pub(super) fn after_call(&mut self, slot: Slot, process: u64, outcome: CallOutcome) {
+    /// The call in flight was answered: a grant (`Ok`) or anything else, as [`LeaseCalls`]
+    /// takes it; then the next call is scheduled.
+    pub(super) fn after_call(
+        &mut self,
+        slot: Slot,
+        process: u64,
+        answer: Result<&Grant, CallOutcome>,
+    ) {
         let Some(now) = self.process_now(slot) else {
             return;
         };
-        let Some(p) = self.process_mut(slot, process) else {
+        let Some(p) = self.processes[slot].as_mut().filter(|p| p.id == process) else {
             return;
         };
-        let next = p.schedule.after(outcome, p.core.lease(), now);
+        let Some(lease_call) = p.lease_call.take() else {
+            return;
+        };
+        let mut calls = std::mem::take(&mut p.calls);
         let rate = p.rate_ppm;
+        let mut holder = ProcessHolder {
+            process: p,
+            slot,
+            now,
+            load: &mut self.load,
+        };
+        let next = match answer {
+            Ok(grant) => calls.granted(&mut holder, &lease_call, grant, now).1,
+            Err(outcome) => calls.failed(&mut holder, outcome, now),
+        };
+        p.calls = calls;
         match next {
             NextCall::CallAt(at) => {
                 let at_us = self.true_us_of(at, rate);
                 self.schedule_timer(at_us, Event::Call { slot, process });
             }
             NextCall::Reregister => {
-                p.incarnations += 1;
-                p.incarnation = format!("s{slot}-p{process}-i{}", p.incarnations);
-                p.register_sent = false;
                 self.schedule_timer(self.now_us, Event::Call { slot, process });
             }
             NextCall::GiveUp(reason) => {
@@ -159,25 +165,14 @@ impl World {
                 if grant.revision < p.core.assignment().revision() {
                     self.coverage.stale_grants += 1;
                 }
-                let outcome = match p.core.apply_grant(current.sent_at, &grant, now) {
-                    Ok(_) => CallOutcome::Granted,
-                    Err(_) => CallOutcome::ForeignGrant,
-                };
-                if p.life == Life::Stopping {
-                    return;
-                }
-                self.after_call(slot, process, outcome);
+                self.after_call(slot, process, Ok(&grant));
             }
             Message::UnknownExecutor { call } => {
                 if p.call.filter(|c| c.id == call).is_none() {
                     return;
                 }
                 p.call = None;
-                p.core.forget_executor(now);
-                if p.life == Life::Stopping {
-                    return;
-                }
-                self.after_call(slot, process, CallOutcome::UnknownExecutor);
+                self.after_call(slot, process, Err(CallOutcome::UnknownExecutor));
             }
             Message::CallFailed { call } => {
                 let Some(current) = p.call.filter(|c| c.id == call) else {
@@ -188,10 +183,7 @@ impl World {
                     self.schedule(now_us + 100_000, Event::StopDeadline { slot, process });
                     return;
                 }
-                if p.life == Life::Stopping {
-                    return;
-                }
-                self.after_call(slot, process, CallOutcome::Failed);
+                self.after_call(slot, process, Err(CallOutcome::Failed));
             }
             Message::Deregistered { call } => {
                 if p.call.filter(|c| c.id == call).is_some() {
@@ -254,16 +246,16 @@ impl World {
         match (kind, p.life) {
             (Some(CallKind::Deregister), _) => self.deregister(slot, process),
             (_, Life::Stopping) => self.deregister(slot, process),
-            _ => self.after_call(slot, process, CallOutcome::Failed),
+            _ => self.after_call(slot, process, Err(CallOutcome::Failed)),
         }
     }
 
     /// A graceful stop's deregister call (P3.7), retried until the grace ends.
     pub(super) fn deregister(&mut self, slot: Slot, process: u64) {
         let call_id = self.next_call;
-        let Some(now) = self.process_now(slot) else {
+        if self.process_now(slot).is_none() {
             return;
-        };
+        }
         let Some(p) = self.process_mut(slot, process) else {
             return;
         };
@@ -279,7 +271,6 @@ impl World {
         p.call = Some(Call {
             id: call_id,
             kind: CallKind::Deregister,
-            sent_at: now,
         });
         self.next_call += 1;
         self.send_to_managers(
@@ -301,4 +292,70 @@ impl World {
     }
 
     // ---- faults ----------------------------------------------------------------------------
+}
+
+/// One simulated process as the lease loop's [`LeaseHolder`]: its admission core and
+/// incarnation, and the load model that makes its reports.
+struct ProcessHolder<'a> {
+    process: &'a mut Process,
+    slot: Slot,
+    now: Instant,
+    load: &'a mut LoadModel,
+}
+
+impl LeaseHolder for ProcessHolder<'_> {
+    type Renewal = SimRenewal;
+
+    fn renewal(&mut self) -> Option<SimRenewal> {
+        let (executor_id, mut request) = self.process.core.renewal()?;
+        let claims: Vec<ShardId> = request.claims.iter().map(|claim| claim.shard).collect();
+        request.loads = self.load.report(self.slot, &claims).map(|reported| {
+            reported
+                .into_iter()
+                .map(|(shard, load)| ShardLoad { shard, load })
+                .collect()
+        });
+        Some((executor_id, request))
+    }
+
+    fn register_request(&mut self) -> RegisterRequest {
+        self.process.register_sent = true;
+        RegisterRequest {
+            incarnation: self.process.incarnation.clone(),
+            address: format!("http://s{}:1", self.slot),
+            name: None,
+            credential: None,
+            capacity: Some(self.process.capacity),
+        }
+    }
+
+    fn applied_mark(&self) -> AppliedMark {
+        self.process.core.applied_mark()
+    }
+
+    fn apply_grant_after(
+        &mut self,
+        sent_at: Instant,
+        mark: AppliedMark,
+        grant: &Grant,
+    ) -> Result<GrantApplied, ForeignGrant> {
+        self.process
+            .core
+            .apply_grant_after(sent_at, mark, grant, self.now)
+    }
+
+    /// The load model keeps no interval between reports: nothing to take in.
+    fn renewal_granted(&mut self, _: &SimRenewal) {}
+
+    fn forget_executor(&mut self) {
+        let p = &mut *self.process;
+        p.core.forget_executor(self.now);
+        p.incarnations += 1;
+        p.incarnation = format!("s{}-p{}-i{}", self.slot, p.id, p.incarnations);
+        p.register_sent = false;
+    }
+
+    fn lease(&self) -> LeaseClock {
+        *self.process.core.lease()
+    }
 }

@@ -43,7 +43,7 @@ impl World {
                         .map(|(shard, _)| shard)
                         .collect();
                     let loads = renewer.loads.as_deref();
-                    leader.placement.tracker.record(
+                    leader.steps.placement_mut().tracker.record(
                         &renewal.executor_id,
                         shard_count,
                         &held,
@@ -54,7 +54,7 @@ impl World {
                         &renewal.executor_id,
                         &held,
                         loads,
-                        &leader.placement.tracker,
+                        &leader.steps.placement().tracker,
                         MAX_SHARD_LOAD,
                         now_us,
                     );
@@ -64,10 +64,10 @@ impl World {
                 }
             }
             (Command::Rebalance { moves, .. }, ReplyTo::StepWrite, Outcome::Rebalanced { .. }) => {
-                let Some(plan) = leader.writes.as_ref().and_then(|w| w.plan()) else {
+                // The term's steps charge the budget when the step hears of the commit.
+                let Some(plan) = leader.steps.plan() else {
                     return;
                 };
-                leader.placement.committed(now_ms, plan);
                 let balance = plan.balance_shards();
                 let by_load = matches!(leader.step_loads, Loads::Reported(_));
                 for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
@@ -175,17 +175,16 @@ impl World {
         let Some(leader) = self.leader.as_mut() else {
             return;
         };
-        if leader.writes.is_some() {
-            // A step is waiting for its write to commit; step again when it is over.
-            leader.step_again = true;
-            return;
-        }
         let manager = leader.manager;
         let state = &self.replicas[manager];
-        let decision = leader
-            .core
-            .step(now_ms, state, leader.last_renewal_applied_ms);
-        match decision.deferral {
+        // A step asked for while one waits for its write is taken when that one is over.
+        let Some(writes) = leader
+            .steps
+            .begin_step(now_ms, state, leader.last_renewal_applied_ms)
+        else {
+            return;
+        };
+        match writes.decision().deferral {
             Some(Deferral::MassExpiryGuard { .. }) => self.coverage.reaps_deferred_by_guard += 1,
             Some(Deferral::NewLeader { .. }) => {
                 let views = process_views(&self.processes, self.base, self.now_us);
@@ -196,24 +195,19 @@ impl World {
         }
         // What this step places by: the loads this term's renewals reported, the budget left,
         // the shards cooling (P15.1-P15.4), as the leader loop reads them at each step.
-        let inputs = leader.placement.inputs(state, now_ms);
-        match &inputs.loads {
+        let loads = writes.placement_inputs().loads.clone();
+        match &loads {
             Loads::Learning if leader.term > 1 => self.coverage.learning_after_leader_change += 1,
             Loads::Reported(loads) if !LoadSummary::of(state, now_ms, loads).hot.is_empty() => {
                 self.coverage.hot_shard_steps += 1;
             }
             _ => {}
         }
-        leader.step_loads = inputs.loads.clone();
-        leader.writes = Some(StepWrites::with_placement(
-            decision,
-            self.scenario.plan_cap,
-            inputs,
-        ));
+        leader.step_loads = loads;
         self.next_step_write(manager);
     }
 
-    /// Proposes the step's next write, or ends the step and schedules the next tick.
+    /// Proposes the step's next write, or ends the step and schedules the next one.
     pub(super) fn next_step_write(&mut self, manager: usize) {
         let now_us = self.now_us;
         let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
@@ -221,24 +215,11 @@ impl World {
         };
         let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
         let term = leader.term;
-        let next = leader
-            .writes
-            .as_mut()
-            .and_then(|w| w.next_command(&self.replicas[manager], now_ms));
-        match next {
+        match leader.steps.next_write(&self.replicas[manager], now_ms) {
             Some((write, command)) => {
-                if write == StepWrite::Rebalance
-                    && leader
-                        .writes
-                        .as_ref()
-                        .is_some_and(|w| w.plan_was_capped(&command))
-                {
-                    leader.step_again = true;
-                }
                 if let Some(plan) = leader
-                    .writes
-                    .as_ref()
-                    .and_then(|w| w.plan())
+                    .steps
+                    .plan()
                     .filter(|_| write == StepWrite::Rebalance)
                 {
                     if let Some(trace) = &mut self.trace {
@@ -265,28 +246,31 @@ impl World {
                 self.propose(command, ReplyTo::StepWrite);
             }
             None => {
-                leader.writes = None;
-                let lease_ms = self.replicas[manager]
-                    .config()
-                    .map_or(1_000, |c| c.lease_duration_ms);
-                if std::mem::take(&mut leader.step_again) {
-                    self.schedule(self.now_us, Event::LeaderStep { term });
-                } else {
-                    let at = self.now_us + tick_ms(lease_ms) * 1_000;
-                    self.schedule_timer(at, Event::LeaderStep { term });
+                let lease_ms = self.replicas[manager].config().map(|c| c.lease_duration_ms);
+                match leader.steps.next_step(lease_ms) {
+                    NextStep::Now => self.schedule(self.now_us, Event::LeaderStep { term }),
+                    NextStep::After { tick_ms } => {
+                        let at = self.now_us + tick_ms * 1_000;
+                        self.schedule_timer(at, Event::LeaderStep { term });
+                    }
                 }
             }
         }
     }
 
+    /// A step's write was committed: the term's steps hear what became of it, and the step goes
+    /// on.
     pub(super) fn continue_step(&mut self, manager: usize, outcome: &Outcome) {
-        if let Outcome::Refused {
-            reason: RefusalReason::StalePlan { .. },
-        } = outcome
-        {
-            if let Some(leader) = self.leader.as_mut() {
-                leader.step_again = true;
-            }
+        let written = match outcome {
+            Outcome::Refused { reason } => Written::Refused {
+                stale_plan: matches!(reason, RefusalReason::StalePlan { .. }),
+            },
+            _ => Written::Applied,
+        };
+        let now_us = self.now_us;
+        if let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) {
+            let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+            leader.steps.written(written, now_ms);
         }
         self.next_step_write(manager);
     }
@@ -299,7 +283,9 @@ impl World {
             return;
         };
         leader.round_scheduled = false;
-        if !leader.round_in_flight.is_empty() || !leader.round_waiting.is_empty() {
+        if leader.round.is_some() {
+            // Production's wake-up arrives while the round runs, and the next round follows it
+            // at once.
             leader.round_again = true;
             return;
         }
@@ -310,23 +296,20 @@ impl World {
             .planner
             .plan_round(&self.replicas[manager], queued, now_ms);
         leader.pending_pushes.extend(round.deferred_pushes);
-        leader.round_waiting = round.deliveries;
-        leader.round_waiting.reverse();
+        leader.round = Some(DeliveryRound::new(
+            round.deliveries,
+            self.scenario.max_deliveries_in_flight,
+        ));
         self.fill_round(term);
     }
 
-    /// Sends waiting deliveries up to the in-flight bound; when the round is done, schedules
-    /// the next one.
+    /// Sends what the round lets go now; when the round is over, schedules the next one.
     pub(super) fn fill_round(&mut self, term: u64) {
-        let cap = self.scenario.max_deliveries_in_flight;
         loop {
             let Some(leader) = active(&mut self.leader, term) else {
                 return;
             };
-            if leader.round_in_flight.len() >= cap {
-                return;
-            }
-            let Some(delivery) = leader.round_waiting.pop() else {
+            let Some(delivery) = leader.round.as_mut().and_then(DeliveryRound::next_to_send) else {
                 break;
             };
             self.send_delivery(term, delivery);
@@ -335,7 +318,8 @@ impl World {
         let Some(leader) = active(&mut self.leader, term) else {
             return;
         };
-        if leader.round_in_flight.is_empty() && !leader.round_scheduled {
+        if leader.round.as_ref().is_some_and(DeliveryRound::is_over) {
+            leader.round = None;
             leader.round_scheduled = true;
             if std::mem::take(&mut leader.round_again) {
                 self.schedule(now_us, Event::DeliveryRound { term });
@@ -379,13 +363,14 @@ impl World {
                 },
             ),
         };
-        let Some(slot) = Self::slot_of(&address) else {
-            return;
-        };
         if let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) {
             leader.round_in_flight.insert(id, Inflight { kind });
         }
-        self.send_to_executor(slot, message);
+        // An address that names no executor is answered by the timeout, as a refused
+        // connection is.
+        if let Some(slot) = Self::slot_of(&address) {
+            self.send_to_executor(slot, message);
+        }
         self.schedule(
             self.now_us + DELIVERY_TIMEOUT_US,
             Event::DeliveryTimeout { term, delivery: id },
@@ -408,28 +393,34 @@ impl World {
             return;
         };
         let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
-        match inflight.kind {
-            InflightKind::Push { executor_id } => {
-                let ok = push_ok.unwrap_or(false);
-                if let leasehold_manager::leader::delivery_plan::PushRecord::Failed { .. } =
-                    leader.planner.push_outcome(&executor_id, ok, now_ms)
-                {
-                    leader.pending_pushes.insert(executor_id);
-                }
-            }
+        let delivered = match inflight.kind {
+            InflightKind::Push { executor_id } => Delivered::Pushed {
+                executor_id,
+                ok: push_ok.unwrap_or(false),
+            },
             InflightKind::Revoke {
                 executor_id,
                 requested,
                 revision,
+            } => Delivered::Revoked {
+                executor_id,
+                requested,
+                revision,
+                reply: revoke.flatten(),
+            },
+        };
+        let Some(round) = leader.round.as_mut() else {
+            return;
+        };
+        match round.answered(&mut leader.planner, delivered, now_ms) {
+            AfterDelivery::Pushed {
+                executor_id,
+                record: PushRecord::Failed { .. },
             } => {
-                if let Some(Some(reply)) = revoke {
-                    if let Some(command) =
-                        acknowledgement(&executor_id, &requested, revision, &reply, now_ms)
-                    {
-                        self.propose(command, ReplyTo::Nobody);
-                    }
-                }
+                leader.pending_pushes.insert(executor_id);
             }
+            AfterDelivery::Acknowledge { command, .. } => self.propose(command, ReplyTo::Nobody),
+            _ => {}
         }
         self.fill_round(term);
     }

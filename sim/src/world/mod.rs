@@ -4,14 +4,15 @@
 //! real cores:
 //!
 //! - the state machine, [`LeaseState::apply`], on every replica;
-//! - the leader's time rules and the order of a step's writes ([`LeaderCore`], [`StepWrites`]);
-//! - the delivery decisions ([`DeliveryPlanner`], [`acknowledgement`]) and what a commit asks of
-//!   the leader ([`CommitSignal`]);
+//! - the leader's term ([`TermSteps`]: the time rules, the order of a step's writes, what each
+//!   write's fate does, when the next step is due);
+//! - the delivery rounds ([`DeliveryPlanner`], [`DeliveryRound`]: what a round sends, how many at
+//!   once, what each answer does) and what a commit asks of the leader ([`CommitSignal`]);
 //! - per executor the admission core ([`AdmissionCore`]: lease anchoring, the delivery order,
-//!   the stale-grant rule) and the renewal schedule with its backoff ([`LeaseSchedule`]);
-//! - the leader's placement soft state per term ([`TermPlacement`]: the load tracker its
+//!   the stale-grant rule) and the lease loop's calls with their schedule ([`LeaseCalls`]);
+//! - the leader's placement soft state per term (held by [`TermSteps`]: the load tracker its
 //!   renewals feed, the budget and cooldown ledger its committed plans charge) and the planner
-//!   it plans with ([`StepWrites::with_placement`]).
+//!   it plans with.
 //!
 //! What is simulated rather than run: the network (loss, duplication, heavy-tailed delay and so
 //! reordering, partitions), the processes (kill, pause, restart, graceful stop), Raft itself
@@ -34,16 +35,19 @@ use leasehold_api::wire::{
     check_shard_loads, AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush,
     RevokeReply, ShardLoad, DEFAULT_CAPACITY,
 };
-use leasehold_executor::admission::AdmissionCore;
+use leasehold_executor::admission::{AdmissionCore, AppliedMark, ForeignGrant, GrantApplied};
 use leasehold_executor::assignment::RevokeOutcome;
-use leasehold_executor::lease::{CallOutcome, LeaseSchedule, NextCall};
-use leasehold_manager::leader::core::{
-    tick_ms, took_office_ms, Deferral, LeaderCore, StepWrite, StepWrites,
+use leasehold_executor::lease::{CallOutcome, LeaseClock, NextCall};
+use leasehold_executor::lease_calls::{
+    CallKind as LeaseCallKind, LeaseCall, LeaseCalls, LeaseHolder,
 };
+use leasehold_manager::leader::core::{took_office_ms, Deferral, StepWrite};
 use leasehold_manager::leader::delivery_plan::{
-    acknowledgement, Delivery, DeliveryPlanner, ROUND_INTERVAL_MS,
+    Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
-use leasehold_manager::leader::placement::{PlacementSettings, TermPlacement};
+use leasehold_manager::leader::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
+use leasehold_manager::leader::placement::PlacementSettings;
+use leasehold_manager::leader::term::{NextStep, TermSteps, Written};
 use leasehold_manager::lease::schema::NEWEST_SCHEMA;
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
@@ -329,15 +333,20 @@ enum CallKind {
 struct Call {
     id: u64,
     kind: CallKind,
-    sent_at: Instant,
 }
+
+/// A renewal as a simulated process sends it: its executor id and request.
+type SimRenewal = (String, RenewRequest);
 
 /// One executor process: the real admission core and schedule, and what the shell keeps.
 #[derive(Debug)]
 pub struct Process {
     pub id: u64,
     pub core: AdmissionCore,
-    schedule: LeaseSchedule,
+    /// The lease loop's calls, as production's shell steps them.
+    calls: LeaseCalls,
+    /// The register or renew call in flight, as it left.
+    lease_call: Option<LeaseCall<SimRenewal>>,
     pub life: Life,
     incarnation: String,
     incarnations: u64,
@@ -405,22 +414,21 @@ struct Leader {
     /// then monotonic time).
     offset_ms: i64,
     rate_ppm: i64,
-    core: LeaderCore,
-    writes: Option<StepWrites>,
-    step_again: bool,
+    /// The term's steps, as production's leader loop steps them.
+    steps: TermSteps,
     planner: DeliveryPlanner,
     pending_pushes: BTreeSet<String>,
     last_renewal_applied_ms: Option<u64>,
     tail: Vec<Proposal>,
     commit_scheduled: bool,
-    round_waiting: Vec<Delivery>,
+    /// The delivery round under way, as production's shell steps it.
+    round: Option<DeliveryRound>,
+    /// What each delivery in flight was, by its id, to tell its answer.
     round_in_flight: BTreeMap<u64, Inflight>,
     round_again: bool,
     round_scheduled: bool,
     stalled_until_us: Option<u64>,
-    /// This term's placement soft state (P15.1, P15.3, P15.4): a new term starts a new one.
-    placement: TermPlacement,
-    /// What the step under way places by (`StepWrites` holds it; the checks need the loads).
+    /// What the step under way places by (the term's steps hold it; the checks need the loads).
     step_loads: Loads,
 }
 

@@ -21,21 +21,23 @@ impl World {
             manager,
             offset_ms,
             rate_ppm,
-            core: LeaderCore::new(took_office_ms, self.scenario.guard),
-            writes: None,
-            step_again: false,
+            // P15.1: a new leader knows no loads; it relearns them from the renewals.
+            steps: TermSteps::new(
+                took_office_ms,
+                self.scenario.guard,
+                self.placement_settings(),
+                self.scenario.plan_cap,
+            ),
             planner: DeliveryPlanner::default(),
             pending_pushes: BTreeSet::new(),
             last_renewal_applied_ms: None,
             tail: Vec::new(),
             commit_scheduled: false,
-            round_waiting: Vec::new(),
+            round: None,
             round_in_flight: BTreeMap::new(),
             round_again: false,
             round_scheduled: false,
             stalled_until_us: None,
-            // P15.1: a new leader knows no loads; it relearns them from the renewals.
-            placement: TermPlacement::new(self.placement_settings()),
             step_loads: Loads::Counts,
         };
         self.checker.new_term();

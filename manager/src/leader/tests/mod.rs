@@ -2,7 +2,9 @@
 
 mod core;
 mod delivery_plan;
+mod delivery_round;
 mod placement;
+mod term;
 
 use crate::lease::{Command, LeaseState, Outcome, Renewal};
 

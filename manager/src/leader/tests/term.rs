@@ -1,0 +1,158 @@
+//! The term's order of events ([`TermSteps`]), which the leader loop and the simulator both step.
+
+use super::World;
+use crate::leader::core::{GuardConfig, StepWrite};
+use crate::leader::placement::PlacementSettings;
+use crate::leader::term::{NextStep, TermSteps, Written};
+use crate::lease::Command;
+
+const LEASE_MS: u64 = 3_000;
+const TICK: NextStep = NextStep::After { tick_ms: 1_000 };
+
+fn term(max_moves_per_plan: usize) -> TermSteps {
+    TermSteps::new(
+        0,
+        GuardConfig::default(),
+        PlacementSettings::default(),
+        max_moves_per_plan,
+    )
+}
+
+/// Runs one whole step at `now_ms`, each write meeting `fate` (applied to the state when
+/// `Applied`); returns the writes made.
+fn run_step(
+    steps: &mut TermSteps,
+    world: &mut World,
+    now_ms: u64,
+    fate: Written,
+) -> Vec<StepWrite> {
+    let mut made = Vec::new();
+    steps
+        .begin_step(now_ms, &world.state, None)
+        .expect("no step under way");
+    while let Some((write, command)) = steps.next_write(&world.state, now_ms) {
+        made.push(write);
+        if fate == Written::Applied {
+            world.apply(command);
+        }
+        steps.written(fate, now_ms);
+    }
+    made
+}
+
+/// P5.4: a plan cut at the cap is followed by a step at once, which plans the rest on the state
+/// the first left; a whole plan waits for the next tick.
+#[test]
+fn p5_4_a_capped_plan_is_followed_by_a_step_at_once_and_a_whole_one_waits_a_tick() {
+    let mut world = World::new(3, LEASE_MS);
+    world.register("a", 0);
+    let mut steps = term(2);
+    assert_eq!(
+        run_step(&mut steps, &mut world, 10, Written::Applied),
+        vec![StepWrite::Rebalance]
+    );
+    assert_eq!(steps.next_step(Some(LEASE_MS)), NextStep::Now);
+    assert_eq!(
+        run_step(&mut steps, &mut world, 11, Written::Applied),
+        vec![StepWrite::Rebalance]
+    );
+    assert_eq!(
+        steps.next_step(Some(LEASE_MS)),
+        TICK,
+        "one move left: not capped"
+    );
+    assert!(run_step(&mut steps, &mut world, 12, Written::Applied).is_empty());
+    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+}
+
+/// A plan refused as stale is planned again at once; any other refusal waits for the tick.
+#[test]
+fn a_stale_plan_is_replanned_at_once_and_another_refusal_waits_a_tick() {
+    let mut world = World::new(4, LEASE_MS);
+    world.register("a", 0);
+    let mut steps = term(64);
+    run_step(
+        &mut steps,
+        &mut world,
+        10,
+        Written::Refused { stale_plan: true },
+    );
+    assert_eq!(steps.next_step(Some(LEASE_MS)), NextStep::Now);
+    run_step(
+        &mut steps,
+        &mut world,
+        20,
+        Written::Refused { stale_plan: false },
+    );
+    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+}
+
+/// A write that was not committed ends the step: nothing more is written in it.
+#[test]
+fn a_write_not_committed_ends_the_step() {
+    let mut world = World::new(4, LEASE_MS);
+    let dead = world.register("dead", 0);
+    world.register("live", 0);
+    let plan = crate::lease::plan_rebalance(&world.state, 1).expect("initial plan");
+    world.apply(plan);
+    let now = 2 * LEASE_MS;
+    let guard_off = GuardConfig {
+        enabled: false,
+        ..GuardConfig::default()
+    };
+    let mut steps = TermSteps::new(0, guard_off, PlacementSettings::default(), 64);
+    steps.begin_step(now, &world.state, None).expect("a step");
+    let (write, command) = steps.next_write(&world.state, now).expect("a reap");
+    assert_eq!(write, StepWrite::Reap);
+    assert!(matches!(command, Command::Reap { executor_ids, .. } if executor_ids.contains(&dead)));
+    assert!(steps.written(Written::NotCommitted, 10).is_none());
+    assert!(
+        steps.next_write(&world.state, now).is_none(),
+        "no plan after an uncommitted reap"
+    );
+    assert!(!steps.stepping());
+    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+}
+
+/// A step asked for while one is under way (a commit that changed the membership) is not lost:
+/// it follows at once.
+#[test]
+fn a_step_asked_for_during_one_follows_it_at_once() {
+    let mut world = World::new(4, LEASE_MS);
+    world.register("a", 0);
+    let mut steps = term(64);
+    steps
+        .begin_step(10, &world.state, None)
+        .expect("first step");
+    assert!(steps.begin_step(11, &world.state, None).is_none());
+    let (_, command) = steps.next_write(&world.state, 10).expect("a plan");
+    world.apply(command);
+    steps.written(Written::Applied, 10);
+    assert!(steps.next_write(&world.state, 10).is_none());
+    assert_eq!(steps.next_step(Some(LEASE_MS)), NextStep::Now);
+}
+
+/// P15.3: a plan's balance moves are charged to the term's budget when it is applied, not when it
+/// is proposed; an applied plan is handed back for the shell's counts.
+#[test]
+fn p15_3_only_an_applied_plan_is_handed_back() {
+    let mut world = World::new(4, LEASE_MS);
+    world.register("a", 0);
+    let mut steps = term(64);
+    steps.begin_step(10, &world.state, None).expect("step");
+    steps.next_write(&world.state, 10).expect("a plan");
+    assert!(steps
+        .written(Written::Refused { stale_plan: false }, 10)
+        .is_none());
+    assert!(
+        steps.next_write(&world.state, 10).is_none(),
+        "the plan was the last write"
+    );
+    steps.begin_step(20, &world.state, None).expect("step");
+    let (_, command) = steps.next_write(&world.state, 20).expect("a plan");
+    world.apply(command);
+    let plan = steps
+        .written(Written::Applied, 10)
+        .expect("the applied plan");
+    assert!(matches!(plan.command, Command::Rebalance { .. }));
+}
