@@ -86,7 +86,8 @@ pub enum Formation {
 
 /// Whether this node's Raft state holds a membership (the cluster was formed).
 pub(crate) fn is_initialized(node: &ManagerNode) -> bool {
-    node.metrics_snapshot()
+    node.leadership
+        .metrics_snapshot()
         .membership_config
         .membership()
         .voter_ids()
@@ -162,7 +163,7 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
     }
     let mut silent = Vec::new();
     let mut formed_elsewhere = false;
-    for (&peer, address) in members.iter().filter(|(&id, _)| id != node.id) {
+    for (&peer, address) in members.iter().filter(|(&id, _)| id != node.leadership.id) {
         let report = match identify(&node.http, peer, address, PEER_PROBE_TIMEOUT).await {
             Ok(identified) => identified.report,
             Err(NotIdentified::Silent) => {
@@ -181,10 +182,10 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
                 continue;
             }
         };
-        if let Some(pinned) = report.pins.get(&node.id) {
+        if let Some(pinned) = report.pins.get(&node.leadership.id) {
             if pinned != node.identity.storage_id() {
                 return Err(BootstrapError::KnownWithOtherStorage {
-                    node: node.id,
+                    node: node.leadership.id,
                     peer,
                     pinned: pinned.clone(),
                 });
@@ -200,8 +201,8 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
             "waiting for peers {silent:?} to answer"
         )));
     }
-    let initialiser = members.keys().next().copied().unwrap_or(node.id);
-    if initialiser != node.id {
+    let initialiser = members.keys().next().copied().unwrap_or(node.leadership.id);
+    if initialiser != node.leadership.id {
         return Ok(Formation::Waiting(format!(
             "node {initialiser} initialises the cluster"
         )));
@@ -210,7 +211,7 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
         .iter()
         .map(|(&id, address)| (id, BasicNode::new(address)))
         .collect();
-    match node.raft.initialize(nodes).await {
+    match node.leadership.raft.initialize(nodes).await {
         Ok(()) => {
             tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "initialised the cluster");
             Ok(Formation::Formed)
@@ -226,7 +227,7 @@ pub async fn form_or_await(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), BootstrapError> {
     // A node with any Raft log (even purged) is restarting: openraft recovers it.
-    if node.metrics_snapshot().last_log_index.is_some() {
+    if node.leadership.metrics_snapshot().last_log_index.is_some() {
         return Ok(());
     }
     let mut last_reason = String::new();
@@ -279,11 +280,12 @@ fn leader_first(info: &ClusterInfo, url: &str) -> Vec<String> {
 /// (P13.3); asking again when already a member at that address changes nothing.
 pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
     let already_voter = node
+        .leadership
         .metrics_snapshot()
         .membership_config
         .membership()
         .voter_ids()
-        .any(|id| id == node.id);
+        .any(|id| id == node.leadership.id);
     if already_voter {
         return Ok(());
     }
@@ -300,8 +302,8 @@ pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
     let client = join_client(node, leader_first(&info, url), JOIN_REQUEST_TIMEOUT)
         .map_err(|e| join_error(e.to_string()))?;
     let request = AddNodeRequest {
-        node_id: node.id,
-        address: node.advertise.clone(),
+        node_id: node.leadership.id,
+        address: node.leadership.advertise.clone(),
     };
     tracing::info!(%url, leader = ?info.leader_address, "asking to join as a learner");
     client
@@ -317,8 +319,10 @@ pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
 /// voters left keep a quorum), waits until every member has seen the removal, then joins
 /// afresh as a learner, brought up by snapshot install. Logged at warn, never silent.
 pub async fn rejoin(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
-    if !node.identity.is_fresh() || node.metrics_snapshot().last_log_index.is_some() {
-        return Err(BootstrapError::RejoinNotNew { node: node.id });
+    if !node.identity.is_fresh() || node.leadership.metrics_snapshot().last_log_index.is_some() {
+        return Err(BootstrapError::RejoinNotNew {
+            node: node.leadership.id,
+        });
     }
     let rejoin_error = |reason: String| BootstrapError::Rejoin {
         url: url.to_string(),
@@ -334,37 +338,42 @@ pub async fn rejoin(node: &ManagerNode, url: &str) -> Result<(), BootstrapError>
         .voters
         .iter()
         .chain(&info.learners)
-        .find(|member| member.node_id == node.id);
+        .find(|member| member.node_id == node.leadership.id);
     let Some(old) = old else {
         node.release_raft_after_rejoin();
         tracing::warn!(
-            node_id = node.id,
+            node_id = node.leadership.id,
             "--rejoin: node {} is not a member of the cluster; joining afresh as a learner",
-            node.id
+            node.leadership.id
         );
         return join(node, url).await;
     };
     tracing::warn!(
-        node_id = node.id,
+        node_id = node.leadership.id,
         old_address = %old.address,
-        address = %node.advertise,
+        address = %node.leadership.advertise,
         "--rejoin: this node's data directory was lost; asking the cluster to remove its old \
          membership, then joining afresh as a learner"
     );
     let voters: BTreeSet<NodeId> = info.voters.iter().map(|member| member.node_id).collect();
-    if voters.contains(&node.id) {
+    if voters.contains(&node.leadership.id) {
         let answers = ask_voters(node, &info).await;
-        self_removal_check(&voters, node.id, &answers).map_err(rejoin_error)?;
+        self_removal_check(&voters, node.leadership.id, &answers).map_err(rejoin_error)?;
     }
     let client = join_client(node, leader_first(&info, url), JOIN_REQUEST_TIMEOUT)
         .map_err(|e| rejoin_error(e.to_string()))?;
-    match client.remove_node(node.id).await {
+    match client.remove_node(node.leadership.id).await {
         Ok(_) => {}
         // Removed already (an earlier attempt, or an admin).
         Err(error) if error.code() == Some(ErrorCode::NotFound) => {}
-        Err(error) => return Err(rejoin_error(format!("removing node {}: {error}", node.id))),
+        Err(error) => {
+            return Err(rejoin_error(format!(
+                "removing node {}: {error}",
+                node.leadership.id
+            )))
+        }
     }
-    tracing::warn!(node_id = node.id, old_address = %old.address, "--rejoin: the old membership is removed");
+    tracing::warn!(node_id = node.leadership.id, old_address = %old.address, "--rejoin: the old membership is removed");
     await_removal_seen(node, &info).await;
     node.release_raft_after_rejoin();
     join(node, url).await
@@ -432,7 +441,7 @@ async fn await_removal_seen(node: &ManagerNode, info: &ClusterInfo) {
         .voters
         .iter()
         .chain(&info.learners)
-        .filter(|member| member.node_id != node.id);
+        .filter(|member| member.node_id != node.leadership.id);
     for member in others {
         loop {
             let seen = client
@@ -443,7 +452,7 @@ async fn await_removal_seen(node: &ManagerNode, info: &ClusterInfo) {
                         .voters
                         .iter()
                         .chain(&view.learners)
-                        .any(|m| m.node_id == node.id)
+                        .any(|m| m.node_id == node.leadership.id)
                 });
             if seen {
                 break;

@@ -14,20 +14,43 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::leadership::{Leader, Leadership};
 use crate::lease::Command;
-use crate::member_versions::{cluster_version_to_propose, MemberVersion};
-use crate::node::{Leader, ManagerNode};
+use crate::member_versions::{cluster_version_to_propose, MemberVersion, MemberVersions};
+use crate::node::ManagerNode;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
+use crate::raft::LeaseStateHandle;
 use crate::raft::NodeId;
 
 /// How often every node asks the members for their versions; a raise follows the last upgraded
 /// voter within about this long.
 pub const VERSION_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
+/// What the version probe reads and writes: who leads (and the members), the one HTTP client,
+/// where the answers are kept, and the state whose cluster version it raises.
+#[derive(Debug, Clone)]
+pub struct VersionProbe {
+    pub leadership: Leadership,
+    pub http: reqwest::Client,
+    pub member_versions: Arc<MemberVersions>,
+    pub state: LeaseStateHandle,
+}
+
+impl VersionProbe {
+    pub fn of(node: &ManagerNode) -> Self {
+        Self {
+            leadership: node.leadership.clone(),
+            http: node.http.clone(),
+            member_versions: node.member_versions.clone(),
+            state: node.state.clone(),
+        }
+    }
+}
+
 /// Probes the members and, on the leader, raises the cluster version; until `shutdown`.
-pub async fn run(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(probe: VersionProbe, mut shutdown: watch::Receiver<bool>) {
     loop {
-        probe_and_raise(&node).await;
+        probe_and_raise(&probe).await;
         tokio::select! {
             _ = tokio::time::sleep(VERSION_PROBE_INTERVAL) => {}
             _ = shutdown.changed() => return,
@@ -36,8 +59,9 @@ pub async fn run(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
 }
 
 /// One probe round and, on the leader, the raise it calls for.
-pub(crate) async fn probe_and_raise(node: &ManagerNode) {
+pub(crate) async fn probe_and_raise(node: &VersionProbe) {
     let members: Vec<(NodeId, String)> = node
+        .leadership
         .metrics_snapshot()
         .membership_config
         .membership()
@@ -46,7 +70,7 @@ pub(crate) async fn probe_and_raise(node: &ManagerNode) {
         .collect();
     let mut round = BTreeMap::new();
     for (member, address) in &members {
-        if *member == node.id {
+        if *member == node.leadership.id {
             round.insert(*member, MemberVersion::own());
             continue;
         }
@@ -63,17 +87,17 @@ pub(crate) async fn probe_and_raise(node: &ManagerNode) {
 
     let committed = node.state.read(|applied| applied.state.cluster_version());
     metrics::gauge!("leasehold_cluster_version").set(f64::from(committed));
-    if node.leader() != Leader::Local {
+    if node.leadership.leader() != Leader::Local {
         return;
     }
     let Some(cluster_version) = cluster_version_to_propose(committed, newest) else {
         return;
     };
     let command = Command::SetClusterVersion {
-        now_ms: node.clock.now_ms(),
+        now_ms: node.leadership.clock.now_ms(),
         cluster_version,
     };
-    match node.proposer.propose(command).await {
+    match node.leadership.proposer.propose(command).await {
         Ok((index, _)) => tracing::info!(
             previous = committed,
             cluster_version,

@@ -7,27 +7,30 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::leadership::Leadership;
 use crate::node::ManagerNode;
 use crate::raft::failover::{
-    refuses_connections, run, LogTip, PeerReport, Settings, Surroundings, View,
+    refuses_connections, run, LeaderContact, LogTip, PeerReport, Settings, Surroundings, View,
 };
 use crate::raft::identity_probe::identify;
 use crate::raft::NodeId;
 
 /// The manager's own [`Surroundings`]: its Raft, its contact with the leader, its peers.
 pub(crate) struct NodeSurroundings {
-    node: Arc<ManagerNode>,
+    leadership: Leadership,
+    leader_contact: Arc<LeaderContact>,
+    http: reqwest::Client,
     probe_timeout: Duration,
 }
 
 impl Surroundings for NodeSurroundings {
     fn view(&self) -> View {
-        let last_log = self.node.raft.data_metrics().borrow().last_log;
-        let metrics = self.node.raft.metrics();
+        let last_log = self.leadership.raft.data_metrics().borrow().last_log;
+        let metrics = self.leadership.raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         View {
-            me: self.node.id,
+            me: self.leadership.id,
             state: metrics.state,
             term: metrics.current_term,
             leader: metrics.current_leader,
@@ -40,7 +43,7 @@ impl Surroundings for NodeSurroundings {
     }
 
     fn silence(&self) -> Duration {
-        self.node.leader_contact.since(Instant::now())
+        self.leader_contact.since(Instant::now())
     }
 
     async fn refuses_connections(&self, address: &str) -> bool {
@@ -48,7 +51,7 @@ impl Surroundings for NodeSurroundings {
     }
 
     async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport> {
-        let report = identify(&self.node.http, peer, address, self.probe_timeout)
+        let report = identify(&self.http, peer, address, self.probe_timeout)
             .await
             .ok()?
             .report;
@@ -59,18 +62,30 @@ impl Surroundings for NodeSurroundings {
     }
 
     async fn elect(&self) {
-        if let Err(error) = self.node.raft.trigger().elect().await {
+        if let Err(error) = self.leadership.raft.trigger().elect().await {
             tracing::warn!(%error, "standing for election");
         }
     }
 }
 
-/// Runs the checks for `node` until `shutdown`.
-pub async fn watch_leader(node: Arc<ManagerNode>, shutdown: watch::Receiver<bool>) {
-    let settings = Settings::new(node.settings.timings);
-    let around = NodeSurroundings {
-        node,
-        probe_timeout: settings.probe_timeout,
-    };
+impl NodeSurroundings {
+    /// The surroundings of `node`, and the checks' settings from its Raft timings.
+    pub(crate) fn of(node: &ManagerNode) -> (Self, Settings) {
+        let settings = Settings::new(node.settings.timings);
+        let around = Self {
+            leadership: node.leadership.clone(),
+            leader_contact: node.leader_contact.clone(),
+            http: node.http.clone(),
+            probe_timeout: settings.probe_timeout,
+        };
+        (around, settings)
+    }
+}
+
+/// Runs the checks until `shutdown`.
+pub(crate) async fn watch_leader(
+    (around, settings): (NodeSurroundings, Settings),
+    shutdown: watch::Receiver<bool>,
+) {
     run(around, settings, shutdown).await;
 }

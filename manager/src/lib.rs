@@ -37,6 +37,7 @@ pub mod disk_space;
 pub mod fatal;
 pub mod http;
 pub mod leader;
+pub mod leadership;
 pub mod lease;
 pub mod load_reports;
 pub mod load_summary;

@@ -8,10 +8,11 @@ use leasehold_api::backup::BackupKey;
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{ClusterInfo, Member, SchemaRange, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
-use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
+use openraft::{BasicNode, Vote};
 
 use crate::clock::LeaderClock;
 use crate::disk_space::DiskSpace;
+use crate::leadership::{Leader, Leadership};
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
 use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::member_versions::MemberVersions;
@@ -37,31 +38,18 @@ pub struct ClusterSettings {
     pub backup_key: Option<BackupKey>,
 }
 
-/// Who serves writes right now, as far as this node knows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Leader {
-    Local,
-    Remote { id: NodeId, address: String },
-    Unknown,
-}
-
+/// One manager replica: the handles its tasks and handlers are cut from.
 pub struct ManagerNode {
-    pub id: NodeId,
-    /// The URL others use to reach this node (P8.1 `--advertise`).
-    pub advertise: String,
-    pub raft: ManagerRaft,
+    /// Who leads, the Raft handle, the proposer and the leader clock.
+    pub leadership: Leadership,
     pub state: LeaseStateHandle,
     pub identity: Arc<Identity>,
     /// Shared client for forwarding and peer probes (one pool per process).
     pub http: reqwest::Client,
-    /// The leader's clock (P2.3), shared with the tasks that stamp commands.
-    pub clock: Arc<LeaderClock>,
     pub settings: ClusterSettings,
     pub metrics: Option<PrometheusHandle>,
     /// What committed writes tell the leader loop.
     pub signals: Arc<LeaderSignals>,
-    /// Commits commands; the handle the writing tasks share.
-    pub proposer: Proposer,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
     /// The loads executors reported in their renewals (P15.1), soft state for the leader: the
@@ -74,43 +62,19 @@ pub struct ManagerNode {
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
-    pub leader_contact: LeaderContact,
-    /// This node's last log index when it started. openraft 0.9 puts a node whose persisted vote
-    /// is committed for itself straight back into office in the same term, without a blank entry
-    /// of its own, and takes its committed index (not flushed on every commit, so it can be older
-    /// than before a crash) as the read-index floor. Entries up to here may have been committed
-    /// and acknowledged before the restart, so linearizable reads also wait for them
-    /// ([`Self::linearizable_read`]).
-    last_log_index_at_start: u64,
+    pub leader_contact: Arc<LeaderContact>,
     /// Set while this node rejoins (`--rejoin`): until the cluster has removed its old membership
     /// it takes no Raft message but `/raft/identity` (`http::authorize`). A leader still
     /// replicating to the old member would otherwise bring the new, empty data directory up as
     /// that member (a snapshot naming it a voter), and it would then neither join nor vote
     /// rightly. Set before the listener serves, cleared once the removal is seen.
     rejoining: std::sync::atomic::AtomicBool,
-    /// The vote this node restored when it started: only a leader still holding it can be the
-    /// restored-in-office leader above (a leader elected later commits a blank entry of its own
-    /// term, which covers everything committed before).
-    vote_at_start: Vote<NodeId>,
 }
-
-/// Why a linearizable read could not be served here.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ReadBarrierError {
-    #[error("not the leader: {0}")]
-    NotLeader(String),
-    #[error("entries up to index {index} from before this node restarted are not applied yet")]
-    RestartedLogNotApplied { index: u64 },
-}
-
-/// Longest a linearizable read waits for the entries a restarted leader had before it started.
-const RESTARTED_LOG_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for ManagerNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManagerNode")
-            .field("id", &self.id)
-            .field("advertise", &self.advertise)
+            .field("leadership", &self.leadership)
             .finish_non_exhaustive()
     }
 }
@@ -140,13 +104,17 @@ impl ManagerNode {
             disk_space,
         );
         Self {
-            id,
-            advertise,
-            raft,
+            leadership: Leadership::new(
+                id,
+                advertise,
+                raft,
+                proposer,
+                clock,
+                (last_log_index_at_start, vote_at_start),
+            ),
             state,
             identity,
             http,
-            clock,
             settings,
             metrics,
             renewals,
@@ -154,11 +122,8 @@ impl ManagerNode {
             published_loads: PublishedLoads::default(),
             routing_runs: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
-            leader_contact: LeaderContact::default(),
+            leader_contact: Arc::default(),
             signals,
-            proposer,
-            last_log_index_at_start,
-            vote_at_start,
             rejoining: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -179,90 +144,8 @@ impl ManagerNode {
         self.rejoining.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// The barrier in front of a linearizable read on the leader: openraft's read index (the
-    /// leader's commit, confirmed by a quorum), then everything this node had logged when it
-    /// started, which a leader restored in office may not count as committed yet (see
-    /// `last_log_index_at_start`); `faults::full_cluster_stop_and_start` pins it.
-    pub async fn linearizable_read(&self) -> Result<(), ReadBarrierError> {
-        self.raft
-            .ensure_linearizable()
-            .await
-            .map_err(|e| ReadBarrierError::NotLeader(e.to_string()))?;
-        let index = self.last_log_index_at_start;
-        let metrics = self.metrics_snapshot();
-        if metrics.vote != self.vote_at_start
-            || metrics.last_applied.map_or(0, |id| id.index) >= index
-        {
-            return Ok(());
-        }
-        self.raft
-            .wait(Some(RESTARTED_LOG_APPLY_WAIT))
-            .applied_index_at_least(Some(index), "entries logged before the restart")
-            .await
-            .map(|_| ())
-            .map_err(|_| ReadBarrierError::RestartedLogNotApplied { index })
-    }
-
-    pub fn metrics_snapshot(&self) -> RaftMetrics<NodeId, BasicNode> {
-        self.raft.metrics().borrow().clone()
-    }
-
-    pub fn leader(&self) -> Leader {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        match metrics.current_leader {
-            Some(id) if id == self.id => {
-                if self.is_stepping_down() || metrics.state != ServerState::Leader {
-                    Leader::Unknown
-                } else {
-                    Leader::Local
-                }
-            }
-            Some(id) => match metrics.membership_config.membership().get_node(&id) {
-                Some(node) => Leader::Remote {
-                    id,
-                    address: node.addr.clone(),
-                },
-                None => Leader::Unknown,
-            },
-            None => Leader::Unknown,
-        }
-    }
-
-    /// Whether this node leads and took office (P6.4): its clock is anchored for the Raft term
-    /// it leads, so every entry of earlier terms is applied.
-    pub fn in_office(&self) -> bool {
-        self.leader() == Leader::Local
-            && self.clock.term() == self.raft.metrics().borrow().current_term
-    }
-
-    /// The leader's advertised URL for the `X-Leasehold-Leader` header.
-    pub fn leader_address(&self) -> Option<String> {
-        match self.leader() {
-            Leader::Local => Some(self.advertise.clone()),
-            Leader::Remote { address, .. } => Some(address),
-            Leader::Unknown => None,
-        }
-    }
-
-    pub fn is_stepping_down(&self) -> bool {
-        self.proposer.is_stepping_down()
-    }
-
-    pub fn begin_step_down(&self) {
-        self.proposer.begin_step_down();
-    }
-
-    pub async fn committed_index(&self) -> Option<u64> {
-        self.raft
-            .with_raft_state(|state| state.committed.map(|log_id| log_id.index))
-            .await
-            .ok()
-            .flatten()
-    }
-
     pub async fn cluster_info(&self) -> ClusterInfo {
-        let metrics = self.metrics_snapshot();
+        let metrics = self.leadership.metrics_snapshot();
         let membership = metrics.membership_config.membership();
         let member = |(id, node): (&NodeId, &BasicNode)| {
             let version = self.member_versions.get(*id);
@@ -280,20 +163,20 @@ impl ManagerNode {
             .partition(|m| voter_ids.contains(&m.node_id));
         // From `leader()`, not the metrics' `current_leader`: a node whose Raft core stopped
         // keeps its last metrics, naming itself, but leads nothing (P8.3).
-        let leader_id = match self.leader() {
-            Leader::Local => Some(self.id),
+        let leader_id = match self.leadership.leader() {
+            Leader::Local => Some(self.leadership.id),
             Leader::Remote { id, .. } => Some(id),
             Leader::Unknown => None,
         };
         ClusterInfo {
-            node_id: self.id,
+            node_id: self.leadership.id,
             leader_id,
-            leader_address: self.leader_address(),
+            leader_address: self.leadership.leader_address(),
             term: metrics.current_term,
             voters,
             learners,
             last_log_index: metrics.last_log_index,
-            committed_index: self.committed_index().await,
+            committed_index: self.leadership.committed_index().await,
             applied_index: metrics.last_applied.map(|log_id| log_id.index),
             snapshot: metrics.snapshot.map(|log_id| SnapshotInfo {
                 last_log_index: Some(log_id.index),

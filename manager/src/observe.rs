@@ -8,8 +8,33 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
+use crate::leader::config_writes::{ensure_lease_config, ConfigWrites};
+use crate::leadership::Leadership;
 use crate::node::ManagerNode;
+use crate::raft::identity::Identity;
 use crate::raft::identity_probe::{identify, NotIdentified, PEER_PROBE_TIMEOUT};
+
+/// What the Raft follower and the identity prober read and write: this node's leadership (its
+/// Raft metrics and id), the peers' pinned storage identities, the one HTTP client, and the
+/// configuration writes a leader makes.
+#[derive(Debug, Clone)]
+pub struct Observer {
+    pub leadership: Leadership,
+    pub identity: Arc<Identity>,
+    pub http: reqwest::Client,
+    pub config_writes: ConfigWrites,
+}
+
+impl Observer {
+    pub fn of(node: &ManagerNode) -> Self {
+        Self {
+            leadership: node.leadership.clone(),
+            identity: node.identity.clone(),
+            http: node.http.clone(),
+            config_writes: ConfigWrites::of(node),
+        }
+    }
+}
 
 /// How often unpinned peers are asked for their storage identity.
 const IDENTITY_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -21,14 +46,14 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Follows Raft metrics until shutdown: gauges, pins of departed members, and
 /// making sure the replicated lease configuration matches this leader's flags.
-pub async fn follow_raft(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
-    let mut metrics = node.raft.metrics();
+pub async fn follow_raft(node: Observer, mut shutdown: watch::Receiver<bool>) {
+    let mut metrics = node.leadership.raft.metrics();
     let mut members_seen = BTreeSet::new();
     loop {
         let snapshot = metrics.borrow_and_update().clone();
         export_gauges(&snapshot);
         if snapshot.state == ServerState::Leader {
-            crate::leader::config_writes::ensure_lease_config(&node).await;
+            ensure_lease_config(&node.config_writes).await;
         }
         let members: BTreeSet<u64> = snapshot
             .membership_config
@@ -89,15 +114,16 @@ fn export_gauges(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
 
 /// Pins the storage identity of every member not pinned yet, so that a member wiped later is
 /// recognised by every peer, not only by those it happened to exchange Raft messages with.
-pub async fn probe_peer_identities(node: Arc<ManagerNode>, mut shutdown: watch::Receiver<bool>) {
+pub async fn probe_peer_identities(node: Observer, mut shutdown: watch::Receiver<bool>) {
     loop {
         let pinned = node.identity.pins();
         let unpinned: Vec<(u64, String)> = node
+            .leadership
             .metrics_snapshot()
             .membership_config
             .membership()
             .nodes()
-            .filter(|(id, _)| **id != node.id && !pinned.contains_key(id))
+            .filter(|(id, _)| **id != node.leadership.id && !pinned.contains_key(id))
             .map(|(id, member)| (*id, member.addr.clone()))
             .collect();
         for (peer, address) in unpinned {

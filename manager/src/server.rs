@@ -91,7 +91,7 @@ pub struct Replica {
 impl std::fmt::Debug for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Replica")
-            .field("node_id", &self.node.id)
+            .field("node_id", &self.node.leadership.id)
             .finish_non_exhaustive()
     }
 }
@@ -128,7 +128,7 @@ impl Replica {
     /// Stops the node's tasks and Raft, and flushes the data directory.
     pub async fn shut_down(self) -> Result<(), ServerError> {
         let _ = self.stop_tasks.send(true);
-        if let Err(error) = self.node.raft.shutdown().await {
+        if let Err(error) = self.node.leadership.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
         self.db.flush_async().await?;
@@ -225,28 +225,33 @@ fn spawn_tasks(
         disk_space.clone(),
         tasks_stopped.clone(),
     ));
-    tokio::spawn(observe::follow_raft(node.clone(), tasks_stopped.clone()));
+    // Each task gets the handle it needs, cut from the node, not the node.
+    let observer = observe::Observer::of(node);
+    tokio::spawn(observe::follow_raft(
+        observer.clone(),
+        tasks_stopped.clone(),
+    ));
     tokio::spawn(observe::probe_peer_identities(
-        node.clone(),
+        observer,
         tasks_stopped.clone(),
     ));
     tokio::spawn(crate::cluster_version::run(
-        node.clone(),
+        crate::cluster_version::VersionProbe::of(node),
         tasks_stopped.clone(),
     ));
     tokio::spawn(crate::dead_leader::watch_leader(
-        node.clone(),
+        crate::dead_leader::NodeSurroundings::of(node),
         tasks_stopped.clone(),
     ));
     tokio::spawn(leader::run(
-        node.clone(),
+        leader::LeaderHandle::of(node),
         config.guard,
         config.placement,
         tasks_stopped.clone(),
     ));
     tokio::spawn(renewals::run_batcher(
-        node.proposer.clone(),
-        node.clock.clone(),
+        node.leadership.proposer.clone(),
+        node.leadership.clock.clone(),
         pending_renewals,
         tasks_stopped.clone(),
     ));
@@ -323,7 +328,7 @@ pub async fn run(
                     StopReason::Requested
                 }
                 Ok(error) = fatal_rx => StopReason::Bootstrap(error),
-                cause = fatal::raft_core_stopped(&node.raft) => {
+                cause = fatal::raft_core_stopped(&node.leadership.raft) => {
                     tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
                     tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
                     StopReason::StorageFailed(cause)
@@ -333,9 +338,9 @@ pub async fn run(
                     tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
                     // Its core still runs: no more writes, no more heartbeats, no candidacy, so
                     // nothing it says keeps the others' leader lease alive.
-                    node.begin_step_down();
-                    node.raft.runtime_config().heartbeat(false);
-                    node.raft.runtime_config().elect(false);
+                    node.leadership.begin_step_down();
+                    node.leadership.raft.runtime_config().heartbeat(false);
+                    node.leadership.raft.runtime_config().elect(false);
                     tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
                     StopReason::StorageFailed(cause)
                 }
@@ -378,7 +383,7 @@ pub async fn run(
         return Err(ServerError::StorageFailed { cause });
     }
     served.map_err(ServerError::Serve)?;
-    if let Err(error) = node.raft.shutdown().await {
+    if let Err(error) = node.leadership.raft.shutdown().await {
         tracing::warn!(%error, "raft shutdown");
     }
     db.flush_async().await?;
@@ -392,13 +397,13 @@ pub async fn run(
 /// P8.2: stops taking writes and, when leading, stops heartbeats so the followers elect a new
 /// leader while this node still answers (forwarding to the new leader once it is known).
 async fn step_down(node: &ManagerNode) {
-    node.begin_step_down();
-    let metrics = node.metrics_snapshot();
+    node.leadership.begin_step_down();
+    let metrics = node.leadership.metrics_snapshot();
     let other_voters = metrics
         .membership_config
         .membership()
         .voter_ids()
-        .any(|id| id != node.id);
+        .any(|id| id != node.leadership.id);
     if metrics.state != ServerState::Leader || !other_voters {
         return;
     }
@@ -406,11 +411,12 @@ async fn step_down(node: &ManagerNode) {
         term = metrics.current_term,
         "handing leadership over before stopping"
     );
-    node.raft.runtime_config().heartbeat(false);
+    node.leadership.raft.runtime_config().heartbeat(false);
     let handover_bound =
         Duration::from_millis(2 * node.settings.timings.election_timeout_max_ms + 1_000);
-    let me = node.id;
+    let me = node.leadership.id;
     match node
+        .leadership
         .raft
         .wait(Some(handover_bound))
         .metrics(

@@ -74,7 +74,7 @@ async fn ready(config: &ManagerConfig, peer: Option<&PeerRole>) -> (Replica, Rou
     let deadline = Instant::now() + LEADING_BOUND;
     loop {
         let (status, _, state) = call(&router, request(Method::GET, "/v1/state", None, peer)).await;
-        if replica.node.raft.current_leader().await == Some(1)
+        if replica.node.leadership.raft.current_leader().await == Some(1)
             && status == StatusCode::OK
             && state["shard_count"] == 16
         {

@@ -156,7 +156,7 @@ pub async fn admit_executor_write(
                 .map_or(0, |config| config.shard_count),
         )
     });
-    let in_office = node.in_office();
+    let in_office = node.leadership.in_office();
     let caller = match decide(
         &executor_id,
         request.method(),

@@ -111,7 +111,7 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
             format!(
                 "node {} is rejoining (--rejoin): it takes Raft messages once its old membership \
                  is removed",
-                node.id
+                node.leadership.id
             ),
         )
         .into_response();
@@ -282,7 +282,7 @@ fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<
             ));
         }
     }
-    let metrics = node.metrics_snapshot();
+    let metrics = node.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     let joining = node.settings.initial_cluster.is_empty() && membership.nodes().next().is_none();
     let member = membership.get_node(node_id).is_some()

@@ -46,7 +46,7 @@ pub async fn backup(
             revision,
             shard_count,
             created_at_unix_ms,
-            source_node_id: node.id,
+            source_node_id: node.leadership.id,
         },
         &payload,
         node.settings.backup_key.as_ref(),

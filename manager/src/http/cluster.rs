@@ -95,7 +95,7 @@ pub async fn add_node(
     if let Some(Extension(CallerRole(Role::Manager { node_id }))) = caller {
         return add_own_node(&node, node_id, &request).await;
     }
-    let metrics = node.metrics_snapshot();
+    let metrics = node.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     if membership.voter_ids().any(|id| id == request.node_id) {
         return Err(HttpError::conflict(format!(
@@ -105,7 +105,8 @@ pub async fn add_node(
     }
     check_can_apply_cluster_version(&node, &request, None).await?;
     tracing::info!(node_id = request.node_id, address = %request.address, "adding learner");
-    node.raft
+    node.leadership
+        .raft
         .add_learner(request.node_id, BasicNode::new(&request.address), true)
         .await
         .map_err(membership_error)?;
@@ -115,7 +116,8 @@ pub async fn add_node(
 /// Promotes a learner that has caught up, as every joiner is promoted.
 async fn promote(node: &AppState, node_id: NodeId) -> Result<Json<ClusterInfo>, HttpError> {
     tracing::info!(node_id, "learner caught up; promoting to voter");
-    node.raft
+    node.leadership
+        .raft
         .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node_id])), false)
         .await
         .map_err(membership_error)?;
@@ -131,7 +133,7 @@ async fn add_own_node(
     caller: NodeId,
     request: &AddNodeRequest,
 ) -> Result<Json<ClusterInfo>, HttpError> {
-    let metrics = node.metrics_snapshot();
+    let metrics = node.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     let member = membership.get_node(&request.node_id).map(|known| {
         let voter = membership.voter_ids().any(|id| id == request.node_id);
@@ -181,7 +183,8 @@ async fn add_own_node(
         }
         ManagerJoin::AddLearner => {
             tracing::info!(node_id = request.node_id, address = %request.address, "adding learner (asked by the manager itself)");
-            node.raft
+            node.leadership
+                .raft
                 .add_learner(request.node_id, BasicNode::new(&request.address), true)
                 .await
                 .map_err(membership_error)?;
@@ -192,8 +195,9 @@ async fn add_own_node(
 
 /// Waits until the leader has replicated its log, as it was when asked, to learner `node_id`.
 async fn wait_caught_up(node: &AppState, node_id: NodeId) -> Result<(), HttpError> {
-    let target = node.metrics_snapshot().last_log_index;
-    node.raft
+    let target = node.leadership.metrics_snapshot().last_log_index;
+    node.leadership
+        .raft
         .wait(Some(LEARNER_CATCH_UP_WAIT))
         .metrics(
             |metrics| {
@@ -289,7 +293,7 @@ pub async fn remove_node(
     let node_id: u64 = node_id.parse().map_err(|_| {
         HttpError::invalid(format!("node id {node_id:?} is not a non-negative integer"))
     })?;
-    let metrics = node.metrics_snapshot();
+    let metrics = node.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     if let Some(Extension(CallerRole(role @ Role::Manager { .. }))) = &caller {
         // The layer let through only its own id; checked again where it is acted on.
@@ -319,7 +323,8 @@ pub async fn remove_node(
         )));
     };
     tracing::info!(node_id, "removing node");
-    node.raft
+    node.leadership
+        .raft
         .change_membership(change, false)
         .await
         .map_err(membership_error)?;
@@ -333,9 +338,12 @@ async fn ask_voters(
     removed: NodeId,
 ) -> BTreeMap<NodeId, VoterAnswer> {
     let pins = node.identity.pins();
-    let mut answers = BTreeMap::from([(node.id, VoterAnswer::WithItsData)]);
+    let mut answers = BTreeMap::from([(node.leadership.id, VoterAnswer::WithItsData)]);
     let mut probes = tokio::task::JoinSet::new();
-    for voter in membership.voter_ids().filter(|&id| id != node.id) {
+    for voter in membership
+        .voter_ids()
+        .filter(|&id| id != node.leadership.id)
+    {
         let Some(address) = membership.get_node(&voter).map(|n| n.addr.clone()) else {
             answers.insert(voter, VoterAnswer::Silent);
             continue;
@@ -388,13 +396,15 @@ pub async fn snapshot(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<SnapshotQuery>,
 ) -> Result<Json<SnapshotReply>, HttpError> {
-    let applied = node.metrics_snapshot().last_applied;
-    node.raft
+    let applied = node.leadership.metrics_snapshot().last_applied;
+    node.leadership
+        .raft
         .trigger()
         .snapshot()
         .await
         .map_err(|e| HttpError::internal("triggering a snapshot", e))?;
     let metrics = node
+        .leadership
         .raft
         .wait(Some(SNAPSHOT_WAIT))
         .metrics(|m| m.snapshot >= applied, "snapshot covers the applied log")
@@ -404,12 +414,14 @@ pub async fn snapshot(
     let mut purged = metrics.purged;
     if query.purge {
         if let Some(upto) = snapshot {
-            node.raft
+            node.leadership
+                .raft
                 .trigger()
                 .purge_log(upto.index)
                 .await
                 .map_err(|e| HttpError::internal("purging the log", e))?;
             purged = node
+                .leadership
                 .raft
                 .wait(Some(SNAPSHOT_WAIT))
                 .metrics(|m| m.purged >= Some(upto), "log purged up to the snapshot")

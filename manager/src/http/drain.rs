@@ -54,11 +54,17 @@ pub(super) async fn set_draining(
     draining: bool,
 ) -> Result<Json<ExecutorView>, HttpError> {
     let command = Command::SetDraining {
-        now_ms: node.clock.now_ms(),
+        now_ms: node.leadership.clock.now_ms(),
         executor_id: executor_id.clone(),
         draining,
     };
-    match node.proposer.propose_as::<DrainingSet>(command).await?.1 {
+    match node
+        .leadership
+        .proposer
+        .propose_as::<DrainingSet>(command)
+        .await?
+        .1
+    {
         ExecutorAnswer::Done(DrainingSet { changed, .. }) => {
             tracing::info!(%executor_id, draining, changed, "drain flag set");
             current_executor_view(node, &executor_id)

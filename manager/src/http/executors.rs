@@ -61,11 +61,17 @@ pub async fn register(
     // `--max-capacity` decides.
     let command = registration(
         request,
-        node.clock.now_ms(),
+        node.leadership.clock.now_ms(),
         node.settings.tls.is_some(),
         settings.max_capacity,
     )?;
-    match node.proposer.propose_as::<Registered>(command).await?.1 {
+    match node
+        .leadership
+        .proposer
+        .propose_as::<Registered>(command)
+        .await?
+        .1
+    {
         Answer::Done(Registered {
             grant,
             already_registered,
@@ -238,12 +244,18 @@ pub async fn release(
 ) -> Result<Json<ReleaseReply>, HttpError> {
     validate_shards(request.shards.iter().copied(), shard_count(&node)?)?;
     let command = Command::Release {
-        now_ms: node.clock.now_ms(),
+        now_ms: node.leadership.clock.now_ms(),
         executor_id: executor_id.clone(),
         shards: request.shards,
         revoke_revision: request.revoke_revision,
     };
-    match node.proposer.propose_as::<Released>(command).await?.1 {
+    match node
+        .leadership
+        .proposer
+        .propose_as::<Released>(command)
+        .await?
+        .1
+    {
         ExecutorAnswer::Done(Released {
             completed, ignored, ..
         }) => Ok(Json(ReleaseReply { completed, ignored })),

@@ -28,7 +28,10 @@ const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
     ),
 )]
 pub async fn livez(State(node): State<AppState>) -> Response {
-    match crate::fatal::storage_failure(&node.raft, node.proposer.disk_space()) {
+    match crate::fatal::storage_failure(
+        &node.leadership.raft,
+        node.leadership.proposer.disk_space(),
+    ) {
         None => Json(Liveness {
             status: "ok".to_string(),
         })
@@ -63,17 +66,18 @@ pub async fn readyz(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<ReadyQuery>,
 ) -> Response {
-    let committed = node.committed_index().await;
+    let committed = node.leadership.committed_index().await;
     // Applying trails committing by a moment on a busy replica; readiness asks whether it keeps
     // up, so it waits that moment out (bounded) instead of flapping.
     let metrics = match node
+        .leadership
         .raft
         .wait(Some(APPLY_CATCH_UP_WAIT))
         .applied_index_at_least(committed, "applied up to the commit")
         .await
     {
         Ok(metrics) => metrics,
-        Err(_) => node.metrics_snapshot(),
+        Err(_) => node.leadership.metrics_snapshot(),
     };
     let applied = metrics.last_applied.map(|log_id| log_id.index);
     let shard_config = node.state.read(|applied| {
@@ -103,8 +107,8 @@ pub async fn readyz(
         ),
         check(
             "running",
-            metrics.running_state.is_ok() && !node.is_stepping_down(),
-            match (&metrics.running_state, node.is_stepping_down()) {
+            metrics.running_state.is_ok() && !node.leadership.is_stepping_down(),
+            match (&metrics.running_state, node.leadership.is_stepping_down()) {
                 (Err(fatal), _) => format!("raft stopped: {fatal}"),
                 (Ok(()), true) => "stepping down".to_string(),
                 (Ok(()), false) => "running".to_string(),
@@ -120,7 +124,7 @@ pub async fn readyz(
                 None => "the shard configuration is not written yet".to_string(),
             },
         ),
-        disk_space_check(node.proposer.disk_space()),
+        disk_space_check(node.leadership.proposer.disk_space()),
     ];
     let ready = checks
         .iter()
@@ -168,7 +172,7 @@ fn disk_space_check(space: &crate::disk_space::DiskSpace) -> ReadinessCheck {
 pub async fn metrics(State(node): State<AppState>) -> Response {
     match &node.metrics {
         Some(handle) => {
-            crate::metrics::record_state_gauges(&node.state, node.clock.now_ms());
+            crate::metrics::record_state_gauges(&node.state, node.leadership.clock.now_ms());
             leasehold_api::process::record_process_metrics();
             (
                 StatusCode::OK,

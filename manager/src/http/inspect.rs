@@ -75,7 +75,7 @@ fn shard_view(shard: &Shard, now_ms: u64, loads: Option<&LoadPicture>) -> ShardV
 
 /// `executor_id` as this replica's applied state has it now, if registered.
 pub(super) fn current_executor_view(node: &AppState, executor_id: &str) -> Option<ExecutorView> {
-    let now_ms = node.clock.now_ms();
+    let now_ms = node.leadership.clock.now_ms();
     let loads = loads_known(node);
     node.state.read(|applied| {
         let state = &applied.state;
@@ -117,7 +117,7 @@ pub async fn state(
     State(node): State<AppState>,
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<StateView> {
-    let now_ms = node.clock.now_ms();
+    let now_ms = node.leadership.clock.now_ms();
     let loads = loads_known(&node);
     Json(state_view(&node.state.current(), now_ms, loads.as_deref()))
 }
@@ -131,7 +131,7 @@ pub async fn executors(
     State(node): State<AppState>,
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<Vec<ExecutorView>> {
-    let now_ms = node.clock.now_ms();
+    let now_ms = node.leadership.clock.now_ms();
     let loads = loads_known(&node);
     Json(node.state.read(|applied| {
         let state = &applied.state;
@@ -175,7 +175,7 @@ pub async fn shards(
     State(node): State<AppState>,
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<Vec<ShardView>> {
-    let now_ms = node.clock.now_ms();
+    let now_ms = node.leadership.clock.now_ms();
     let loads = loads_known(&node);
     Json(
         node.state

@@ -46,7 +46,8 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub use error::HttpError;
 pub use leasehold_api::http::{ApiJson, ApiQuery};
 
-use crate::node::{Leader, ManagerNode, ReadBarrierError};
+use crate::leadership::{Leader, ReadBarrierError};
+use crate::node::ManagerNode;
 
 /// Marks a request forwarded by a follower, so it is never forwarded twice.
 pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
@@ -238,6 +239,7 @@ async fn name_the_leader(State(node): State<AppState>, request: Request, next: N
     let mut response = next.run(request).await;
     if !response.headers().contains_key(LEADER_HEADER) {
         if let Some(value) = node
+            .leadership
             .leader_address()
             .and_then(|a| HeaderValue::from_str(&a).ok())
         {
@@ -255,7 +257,7 @@ async fn name_the_leader(State(node): State<AppState>, request: Request, next: N
 
 /// Serves writes on the leader, forwards them from a follower (one hop), refuses without one.
 async fn route_to_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
-    match node.leader() {
+    match node.leadership.leader() {
         Leader::Local => next.run(request).await,
         elsewhere => forward_or_refuse(&node, elsewhere, request).await,
     }
@@ -266,12 +268,12 @@ async fn consistent_reads(State(node): State<AppState>, request: Request, next: 
     if !params::consistent_read_requested(request.uri()) {
         return next.run(request).await;
     }
-    match node.leader() {
-        Leader::Local => match node.linearizable_read().await {
+    match node.leadership.leader() {
+        Leader::Local => match node.leadership.linearizable_read().await {
             Ok(()) => next.run(request).await,
             Err(error @ ReadBarrierError::NotLeader(_)) => {
                 tracing::info!(%error, "linearizable read refused");
-                HttpError::not_leader(node.leader_address()).into_response()
+                HttpError::not_leader(node.leadership.leader_address()).into_response()
             }
             Err(error @ ReadBarrierError::RestartedLogNotApplied { .. }) => {
                 tracing::info!(%error, "linearizable read refused");
@@ -315,7 +317,7 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
         .http
         .request(parts.method.clone(), url)
         .timeout(FORWARD_TIMEOUT)
-        .header(FORWARDED_HEADER, node.id.to_string())
+        .header(FORWARDED_HEADER, node.leadership.id.to_string())
         .body(body);
     // The leader decides with the caller's role, not this node's certificate (P13.3).
     if let Some(authorize::CallerRole(role)) = parts.extensions.get::<authorize::CallerRole>() {

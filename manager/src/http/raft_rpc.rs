@@ -31,7 +31,7 @@ fn with_identity(node: &AppState, mut response: Response) -> Response {
     }
     response
         .headers_mut()
-        .insert(NODE_ID_HEADER, HeaderValue::from(node.id));
+        .insert(NODE_ID_HEADER, HeaderValue::from(node.leadership.id));
     response
 }
 
@@ -54,7 +54,7 @@ fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
     let storage_id = header(STORAGE_ID_HEADER)
         .ok_or_else(|| HttpError::invalid(format!("missing {STORAGE_ID_HEADER}")))?;
     let target = header(TARGET_NODE_ID_HEADER).and_then(|v| v.parse::<u64>().ok());
-    if sender == node.id || target.is_some_and(|target| target != node.id) {
+    if sender == node.leadership.id || target.is_some_and(|target| target != node.leadership.id) {
         // Misrouted: sent by this node to itself, or meant for another node.
         tracing::error!(
             sender,
@@ -63,7 +63,7 @@ fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
         );
         return Err(HttpError::conflict(format!(
             "this is node {}; the message from node {sender} was meant for node {target:?}",
-            node.id
+            node.leadership.id
         )));
     }
     node.identity
@@ -89,7 +89,7 @@ pub async fn append(State(node): State<AppState>, headers: HeaderMap, body: Byte
     });
     match request {
         Ok(request) => {
-            let result = node.raft.append_entries(request).await;
+            let result = node.leadership.raft.append_entries(request).await;
             if matches!(&result, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
             {
                 // Raft accepted the sender as its leader (and renewed its lease).
@@ -103,7 +103,7 @@ pub async fn append(State(node): State<AppState>, headers: HeaderMap, body: Byte
 
 pub async fn vote(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match accept(&node, &headers, &body) {
-        Ok(request) => reply(&node, &node.raft.vote(request).await),
+        Ok(request) => reply(&node, &node.leadership.raft.vote(request).await),
         Err(error) => with_identity(&node, error.into_response()),
     }
 }
@@ -112,7 +112,7 @@ pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: By
     match accept::<InstallSnapshotRequest<TypeConfig>>(&node, &headers, &body) {
         Ok(request) => {
             let sender = request.vote;
-            let result = node.raft.install_snapshot(request).await;
+            let result = node.leadership.raft.install_snapshot(request).await;
             if matches!(&result, Ok(response) if response.vote == sender) {
                 // A snapshot stream stands in for heartbeats; Raft renewed the sender's lease.
                 node.leader_contact.heard();
@@ -128,15 +128,15 @@ pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: By
 pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
     let initialized = crate::bootstrap::is_initialized(&node);
     let following = {
-        let metrics = node.raft.metrics();
+        let metrics = node.leadership.raft.metrics();
         let metrics = metrics.borrow();
         metrics.state == ServerState::Follower
             && metrics
                 .current_leader
-                .is_some_and(|leader| leader != node.id)
+                .is_some_and(|leader| leader != node.leadership.id)
     };
     Json(IdentityReport {
-        node_id: node.id,
+        node_id: node.leadership.id,
         storage_id: node.identity.storage_id().to_string(),
         initialized,
         pins: node.identity.pins(),
@@ -145,7 +145,13 @@ pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
             oldest: OLDEST_SCHEMA,
             newest: NEWEST_SCHEMA,
         }),
-        last_log: node.raft.data_metrics().borrow().last_log.map(LogTip::from),
+        last_log: node
+            .leadership
+            .raft
+            .data_metrics()
+            .borrow()
+            .last_log
+            .map(LogTip::from),
         lease_silence_ms: following.then(|| {
             let silence = node.leader_contact.since(tokio::time::Instant::now());
             u64::try_from(silence.as_millis()).unwrap_or(u64::MAX)

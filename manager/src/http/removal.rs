@@ -85,10 +85,16 @@ pub(super) async fn commit_deregistration(
     by: Caller,
 ) -> Result<Response, HttpError> {
     let command = Command::Deregister {
-        now_ms: node.clock.now_ms(),
+        now_ms: node.leadership.clock.now_ms(),
         executor_id: executor_id.clone(),
     };
-    match node.proposer.propose_as::<Deregistered>(command).await?.1 {
+    match node
+        .leadership
+        .proposer
+        .propose_as::<Deregistered>(command)
+        .await?
+        .1
+    {
         ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
             node.load_reports.remove(&executor_id);
             tracing::info!(%executor_id, already_gone, ?by, "deregistered");

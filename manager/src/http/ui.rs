@@ -136,7 +136,7 @@ async fn members(State(node): State<AppState>) -> Json<MembersReply> {
     let probes: Vec<_> = listed
         .iter()
         .map(|(member, _)| {
-            (member.node_id != node.id).then(|| {
+            (member.node_id != node.leadership.id).then(|| {
                 let http = node.http.clone();
                 let url = format!("{}/v1/cluster", member.address.trim_end_matches('/'));
                 tokio::spawn(async move { ask_member(&http, &url).await })
@@ -166,7 +166,7 @@ async fn members(State(node): State<AppState>) -> Json<MembersReply> {
         });
     }
     Json(MembersReply {
-        node_id: node.id,
+        node_id: node.leadership.id,
         release: leasehold_api::RELEASE,
         members: MemberStatus::sorted_with_lag(statuses),
     })

@@ -210,11 +210,14 @@ pub async fn watch(
     let _slot = hub.admit()?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
-    let mut applied = node.raft.metrics();
+    let mut applied = node.leadership.raft.metrics();
     loop {
         applied.borrow_and_update();
         let current = node.state.read(|a| a.state.revision());
-        if current > query.revision || Instant::now() >= deadline || node.is_stepping_down() {
+        if current > query.revision
+            || Instant::now() >= deadline
+            || node.leadership.is_stepping_down()
+        {
             break;
         }
         let stop_check = (Instant::now() + STOP_CHECK_INTERVAL).min(deadline);
@@ -241,7 +244,7 @@ pub async fn watch(
                 WatchView::State => {
                     let loads = node.published_loads.latest();
                     WatchAnswer::State(WatchReply {
-                        state: state_view(&state, node.clock.now_ms(), loads.as_deref()),
+                        state: state_view(&state, node.leadership.clock.now_ms(), loads.as_deref()),
                         departed: departed_since(&state, query.revision),
                     })
                 }

@@ -7,8 +7,28 @@
 //! Which write is due is a pure decision, [`config_write`]; [`ensure_lease_config`] is its shell,
 //! run by the Raft-metrics follower whenever this node is leader.
 
+use crate::cluster_version::{probe_and_raise, VersionProbe};
 use crate::lease::{ClusterConfig, Command};
 use crate::node::ManagerNode;
+
+/// What the configuration writes need: who leads, the applied state, this leader's flags and the
+/// version probe a new cluster raises its version with first.
+#[derive(Debug, Clone)]
+pub struct ConfigWrites {
+    pub versions: VersionProbe,
+    pub shard_count: u32,
+    pub lease_duration_ms: u64,
+}
+
+impl ConfigWrites {
+    pub fn of(node: &ManagerNode) -> Self {
+        Self {
+            versions: VersionProbe::of(node),
+            shard_count: node.settings.shard_count,
+            lease_duration_ms: node.settings.lease_duration_ms,
+        }
+    }
+}
 
 /// The write that makes the applied configuration `current` match this leader's flags
 /// (`shard_count`, `lease_duration_ms`), stamped `now_ms`; none when it matches. The shard count
@@ -36,18 +56,22 @@ pub fn config_write(
 }
 
 /// Proposes the configuration write that is due, if any, while this node leads.
-pub async fn ensure_lease_config(node: &ManagerNode) {
+pub async fn ensure_lease_config(writes: &ConfigWrites) {
+    let leadership = &writes.versions.leadership;
     // Only a leader that took office (P6.4): a stamp read before its clock is anchored would be
     // refused. The next pass, on the next metrics change, writes it.
-    if !node.in_office() {
+    if !leadership.in_office() {
         return;
     }
-    let current = node.state.read(|applied| applied.state.config().copied());
+    let current = writes
+        .versions
+        .state
+        .read(|applied| applied.state.config().copied());
     let Some(command) = config_write(
         current,
-        node.settings.shard_count,
-        node.settings.lease_duration_ms,
-        node.clock.now_ms(),
+        writes.shard_count,
+        writes.lease_duration_ms,
+        leadership.clock.now_ms(),
     ) else {
         return;
     };
@@ -55,9 +79,9 @@ pub async fn ensure_lease_config(node: &ManagerNode) {
         // A new cluster: raise its cluster version first (P14.3), so that from the first
         // executor on, its state is at the newest schema its founding members all apply,
         // rather than rising under them a moment later.
-        crate::cluster_version::probe_and_raise(node).await;
+        probe_and_raise(&writes.versions).await;
     }
-    match node.proposer.propose(command).await {
+    match leadership.proposer.propose(command).await {
         Ok((index, outcome)) => {
             tracing::info!(index, ?outcome, "wrote the cluster lease configuration")
         }

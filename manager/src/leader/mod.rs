@@ -29,37 +29,72 @@ use tokio::sync::watch;
 
 use leasehold_api::wire::MAX_SHARD_LOAD;
 
-use self::core::{took_office_ms, Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
+use self::config_writes::ConfigWrites;
+use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
 use self::placement::{PlacementSettings, TermPlacement};
-use self::term::{NextStep, TermSteps, Written};
+use self::term::{NextStep, Office, TermSteps, Written};
 use crate::cpu_bound;
+use crate::leadership::Leadership;
+use crate::leadership::{Leader, ReadBarrierError};
 use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
     Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
 };
 use crate::load_reports::{LoadPicture, ReportedLoads};
+use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::load_summary::LoadSummary;
-use crate::node::{Leader, ManagerNode, ReadBarrierError};
+use crate::node::ManagerNode;
+use crate::raft::LeaseStateHandle;
+use crate::signals::LeaderSignals;
 
 /// How often the loop checks for leadership while not leading.
 const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
+
+/// What the leader loop reads and writes, and nothing else of the node: who leads (with the
+/// proposer and the clock), the applied state, the signals commits leave it, the one HTTP client
+/// (for deliveries), the loads reported and published, and the configuration writes it makes on
+/// taking office.
+#[derive(Debug, Clone)]
+pub struct LeaderHandle {
+    pub leadership: Leadership,
+    pub state: LeaseStateHandle,
+    pub signals: Arc<LeaderSignals>,
+    pub http: reqwest::Client,
+    pub load_reports: LoadReports,
+    pub published_loads: PublishedLoads,
+    pub config_writes: ConfigWrites,
+}
+
+impl LeaderHandle {
+    pub fn of(node: &ManagerNode) -> Self {
+        Self {
+            leadership: node.leadership.clone(),
+            state: node.state.clone(),
+            signals: node.signals.clone(),
+            http: node.http.clone(),
+            load_reports: node.load_reports.clone(),
+            published_loads: node.published_loads.clone(),
+            config_writes: ConfigWrites::of(node),
+        }
+    }
+}
 
 /// Runs for the life of the process: leads while this node is leader, idles otherwise. `guard`
 /// is the mass-expiry guard's configuration (P6.3) every term's core starts with, `placement`
 /// how every term places shards (§15).
 pub async fn run(
-    node: Arc<ManagerNode>,
+    node: LeaderHandle,
     guard: GuardConfig,
     placement: PlacementSettings,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut metrics = node.raft.metrics();
+    let mut metrics = node.leadership.raft.metrics();
     loop {
         let (state, term) = {
             let m = metrics.borrow_and_update();
             (m.state, m.current_term)
         };
-        if state == ServerState::Leader && node.leader() == Leader::Local {
+        if state == ServerState::Leader && node.leadership.leader() == Leader::Local {
             lead_term(&node, guard, placement, term, &mut shutdown).await;
         }
         if *shutdown.borrow() {
@@ -73,27 +108,27 @@ pub async fn run(
     }
 }
 
-fn still_leading(node: &ManagerNode, term: u64) -> bool {
-    let metrics = node.raft.metrics();
+fn still_leading(node: &LeaderHandle, term: u64) -> bool {
+    let metrics = node.leadership.raft.metrics();
     let m = metrics.borrow();
-    m.state == ServerState::Leader && m.current_term == term && !node.is_stepping_down()
+    m.state == ServerState::Leader && m.current_term == term && !node.leadership.is_stepping_down()
 }
 
 async fn lead_term(
-    node: &Arc<ManagerNode>,
+    node: &LeaderHandle,
     guard: GuardConfig,
     placement_settings: PlacementSettings,
     term: u64,
     shutdown: &mut watch::Receiver<bool>,
 ) {
-    let Some(took_office_ms) = take_office(node, term).await else {
+    let Some(office) = take_office(node, term).await else {
         return;
     };
     // The configuration writes wait for the anchored clock; a new cluster's `Init` is due now,
     // not at the next change of the Raft metrics.
-    config_writes::ensure_lease_config(node).await;
+    config_writes::ensure_lease_config(&node.config_writes).await;
     let mut term_steps = TermSteps::new(
-        took_office_ms,
+        office.took_office_ms,
         guard,
         placement_settings,
         MAX_MOVES_PER_PLAN,
@@ -103,19 +138,14 @@ async fn lead_term(
     // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
     // is stale, and every executor reports again within a renewal period.
     node.load_reports.clear();
-    // P6.2: push each executor its full set once; revokes of unfinished handoffs are derived from
-    // the state by the delivery task.
-    let executors: Vec<String> = node
-        .state
-        .read(|a| a.state.executors().map(|e| e.id.clone()).collect());
-    node.signals.mark_for_push(executors);
+    node.signals.mark_for_push(office.push_to);
     let (stop_delivery, delivery_stopped) = watch::channel(false);
     let handle = deliver::DeliveryHandle {
         state: node.state.clone(),
         signals: node.signals.clone(),
         http: node.http.clone(),
-        clock: node.clock.clone(),
-        proposer: node.proposer.clone(),
+        clock: node.leadership.clock.clone(),
+        proposer: node.leadership.proposer.clone(),
     };
     let delivery = tokio::spawn(deliver::run(handle, term, delivery_stopped));
 
@@ -145,12 +175,14 @@ async fn lead_term(
 /// at the wall clock raised to what the state holds. Until then the proposer refuses every
 /// stamp, so nothing this term writes was stamped below the deadlines of earlier leaders.
 /// `None` when this node stopped leading `term` meanwhile.
-async fn take_office(node: &ManagerNode, term: u64) -> Option<u64> {
+async fn take_office(node: &LeaderHandle, term: u64) -> Option<Office> {
     loop {
         if !still_leading(node, term) {
             return None;
         }
-        match tokio::time::timeout(OFFICE_BARRIER_PATIENCE, node.linearizable_read()).await {
+        match tokio::time::timeout(OFFICE_BARRIER_PATIENCE, node.leadership.linearizable_read())
+            .await
+        {
             Ok(Ok(())) => break,
             Ok(Err(error @ ReadBarrierError::NotLeader(_))) => {
                 tracing::info!(term, %error, "not taking office");
@@ -167,16 +199,16 @@ async fn take_office(node: &ManagerNode, term: u64) -> Option<u64> {
         }
     }
     let wall_ms = crate::clock::wall_now_ms();
-    let took_office = took_office_ms(wall_ms, &node.state.current());
-    if !node.clock.begin_term(term, took_office) {
+    let office = term::take_office(wall_ms, &node.state.current());
+    let (took_office, raised_ms) = (office.took_office_ms, office.raised_ms);
+    if !node.leadership.clock.begin_term(term, took_office) {
         tracing::warn!(
             term,
-            anchored_term = node.clock.term(),
+            anchored_term = node.leadership.clock.term(),
             "the clock is anchored for a newer term; not leading this one"
         );
         return None;
     }
-    let raised_ms = took_office - wall_ms;
     metrics::gauge!("leasehold_leader_clock_raised_ms").set(raised_ms as f64);
     if raised_ms > 0 {
         tracing::warn!(
@@ -193,7 +225,7 @@ async fn take_office(node: &ManagerNode, term: u64) -> Option<u64> {
         took_office_ms = took_office,
         "leading: reaping waits one lease (P6.1)"
     );
-    Some(took_office)
+    Some(office)
 }
 
 /// How long one try of the read barrier before taking office may take before it is logged and
@@ -203,8 +235,8 @@ const OFFICE_BARRIER_PATIENCE: Duration = Duration::from_secs(5);
 /// One step of [`TermSteps`]: its writes in its order (reap, complete expired handoffs, plan),
 /// each its own committed write on the state the previous one left. The plan goes by the loads
 /// reported up to now (P15.1).
-async fn step(node: &ManagerNode, term_steps: &mut TermSteps, reports_taken: &mut u64) {
-    let now_ms = node.clock.now_ms();
+async fn step(node: &LeaderHandle, term_steps: &mut TermSteps, reports_taken: &mut u64) {
+    let now_ms = node.leadership.clock.now_ms();
     // Reads that scan the state take a clone, not the lock `apply` waits on. A clone is dropped
     // before anything is awaited: while one lives, every `apply` copies what it changes.
     let began = cpu_bound::run(|| {
@@ -219,7 +251,7 @@ async fn step(node: &ManagerNode, term_steps: &mut TermSteps, reports_taken: &mu
         log_decision(decision);
     }
     loop {
-        let now_ms = node.clock.now_ms();
+        let now_ms = node.leadership.clock.now_ms();
         let next = cpu_bound::run(|| term_steps.next_write(&node.state.current(), now_ms));
         let Some((write, command)) = next else {
             return;
@@ -229,7 +261,7 @@ async fn step(node: &ManagerNode, term_steps: &mut TermSteps, reports_taken: &mu
             StepWrite::CompleteHandoffs => complete_handoffs(node, command).await,
             StepWrite::Rebalance => rebalance(node, command).await,
         };
-        if let Some(plan) = term_steps.written(written, node.clock.now_ms()) {
+        if let Some(plan) = term_steps.written(written, node.leadership.clock.now_ms()) {
             node.signals.metrics.count_plan(plan);
         }
     }
@@ -264,8 +296,8 @@ fn log_decision(decision: &StepDecision) {
 }
 
 /// Each write below commits one command of the step and says what became of it.
-async fn reap(node: &ManagerNode, command: Command) -> Written {
-    match node.proposer.propose_as::<Reaped>(command).await {
+async fn reap(node: &LeaderHandle, command: Command) -> Written {
+    match node.leadership.proposer.propose_as::<Reaped>(command).await {
         Ok((
             _,
             Answer::Done(Reaped {
@@ -286,8 +318,13 @@ async fn reap(node: &ManagerNode, command: Command) -> Written {
     }
 }
 
-async fn complete_handoffs(node: &ManagerNode, command: Command) -> Written {
-    match node.proposer.propose_as::<HandoffsCompleted>(command).await {
+async fn complete_handoffs(node: &LeaderHandle, command: Command) -> Written {
+    match node
+        .leadership
+        .proposer
+        .propose_as::<HandoffsCompleted>(command)
+        .await
+    {
         Ok((_, Answer::Done(HandoffsCompleted { completed, .. }))) => {
             tracing::info!(
                 ?completed,
@@ -306,8 +343,13 @@ async fn complete_handoffs(node: &ManagerNode, command: Command) -> Written {
     }
 }
 
-async fn rebalance(node: &ManagerNode, plan: Command) -> Written {
-    match node.proposer.propose_as::<Rebalanced>(plan).await {
+async fn rebalance(node: &LeaderHandle, plan: Command) -> Written {
+    match node
+        .leadership
+        .proposer
+        .propose_as::<Rebalanced>(plan)
+        .await
+    {
         Ok((
             _,
             Answer::Done(Rebalanced {
@@ -346,7 +388,7 @@ async fn rebalance(node: &ManagerNode, plan: Command) -> Written {
 /// Takes in the loads reported since the last step (each report once, P15.1) and forgets
 /// executors that left, in the tracker and in the reports.
 fn take_reports(
-    node: &ManagerNode,
+    node: &LeaderHandle,
     placement: &mut TermPlacement,
     state: &LeaseState,
     reports_taken: &mut u64,
@@ -381,7 +423,7 @@ fn take_reports(
 }
 
 /// Publishes what the tracker knows for the inspection views, and sets the placement gauges.
-fn publish_loads(node: &ManagerNode, placement: &TermPlacement, state: &LeaseState, now_ms: u64) {
+fn publish_loads(node: &LeaderHandle, placement: &TermPlacement, state: &LeaseState, now_ms: u64) {
     let shard_loads = placement.tracker.shard_loads(state);
     let summary = LoadSummary::of(state, now_ms, &shard_loads);
     let inputs_by_load = matches!(placement.inputs(state, now_ms).loads, Loads::Reported(_));

@@ -11,9 +11,35 @@
 //! Placement by load (§15) keeps its soft state for the term here: a committed plan's balance
 //! moves are charged to the budget and cool (P15.3, P15.4).
 
-use super::core::{tick_ms, GuardConfig, LeaderCore, StepDecision, StepWrite, StepWrites};
+use super::core::{
+    tick_ms, took_office_ms, GuardConfig, LeaderCore, StepDecision, StepWrite, StepWrites,
+};
 use super::placement::{PlacementSettings, TermPlacement};
-use crate::lease::{Command, LeaseState, Plan};
+use crate::lease::{Command, ExecutorId, LeaseState, Plan};
+
+/// What a leader starts its term with, read from the state with every entry of earlier terms
+/// applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Office {
+    /// The reading its clock takes office at: the wall clock, raised to what the state holds
+    /// (P2.3, P6.4).
+    pub took_office_ms: u64,
+    /// How far that is above the wall clock (an earlier leader's clock ran ahead).
+    pub raised_ms: u64,
+    /// Every executor, each owed its full set once (P6.2); revokes of unfinished handoffs are
+    /// derived from the state by the delivery rounds.
+    pub push_to: Vec<ExecutorId>,
+}
+
+/// Takes office at `wall_ms` on `state`.
+pub fn take_office(wall_ms: u64, state: &LeaseState) -> Office {
+    let took_office_ms = took_office_ms(wall_ms, state);
+    Office {
+        took_office_ms,
+        raised_ms: took_office_ms - wall_ms,
+        push_to: state.executors().map(|e| e.id.clone()).collect(),
+    }
+}
 
 /// What became of one of a step's writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,13 +41,13 @@ use leasehold_executor::lease::{CallOutcome, LeaseClock, NextCall};
 use leasehold_executor::lease_calls::{
     CallKind as LeaseCallKind, LeaseCall, LeaseCalls, LeaseHolder,
 };
-use leasehold_manager::leader::core::{took_office_ms, Deferral, StepWrite};
+use leasehold_manager::leader::core::{Deferral, StepWrite};
 use leasehold_manager::leader::delivery_plan::{
     Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
 use leasehold_manager::leader::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
 use leasehold_manager::leader::placement::PlacementSettings;
-use leasehold_manager::leader::term::{NextStep, TermSteps, Written};
+use leasehold_manager::leader::term::{take_office, NextStep, TermSteps, Written};
 use leasehold_manager::lease::schema::NEWEST_SCHEMA;
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,

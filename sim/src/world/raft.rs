@@ -13,10 +13,10 @@ impl World {
         // P6.4: the clock takes office at its wall clock raised to what the state holds, and runs
         // on from there, as production's `take_office` anchors it.
         let wall_ms = self.leader_clock_ms(offset_ms, rate_ppm);
-        let took_office_ms = took_office_ms(wall_ms, &self.replicas[manager]);
-        let raised_ms = took_office_ms - wall_ms;
+        let office = take_office(wall_ms, &self.replicas[manager]);
+        let (took_office_ms, raised_ms) = (office.took_office_ms, office.raised_ms);
         let offset_ms = offset_ms + raised_ms as i64;
-        let mut leader = Leader {
+        let leader = Leader {
             term,
             manager,
             offset_ms,
@@ -29,7 +29,8 @@ impl World {
                 self.scenario.plan_cap,
             ),
             planner: DeliveryPlanner::default(),
-            pending_pushes: BTreeSet::new(),
+            // P6.2: each executor is owed its full set once.
+            pending_pushes: office.push_to.into_iter().collect(),
             last_renewal_applied_ms: None,
             tail: Vec::new(),
             commit_scheduled: false,
@@ -41,11 +42,6 @@ impl World {
             step_loads: Loads::Counts,
         };
         self.checker.new_term();
-        // P6.2: push each executor its full set once.
-        leader.pending_pushes = self.replicas[manager]
-            .executors()
-            .map(|e| e.id.clone())
-            .collect();
         self.leader = Some(leader);
         self.note(|| format!("term {term}: manager {manager} leads, clock offset {offset_ms} ms (raised {raised_ms} ms above its wall clock), took office at {took_office_ms}"));
         self.schedule(self.now_us, Event::LeaderStep { term });
