@@ -1,6 +1,6 @@
 //! The lease loop's calls as a pure core: which call comes next, what is recorded as it leaves,
 //! and what an answer does to the executor's state and to the schedule (P3.2, P3.5, P4.1, P4.4).
-//! The tokio shell ([`crate::lease_loop`]) and the simulator (`sim/`) both step a [`LeaseCalls`],
+//! The tokio shell (`lease_loop`) and the simulator (`sim/`) both step a [`LeaseCalls`],
 //! so the simulator's seeds exercise the production order of events, not a copy of it.
 //!
 //! The order, per call:

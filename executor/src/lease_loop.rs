@@ -60,57 +60,46 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
             cluster_takes_loads: manager.cluster_version() >= CAPACITY_SCHEMA,
         };
         let call = calls.next_call(&mut holder, Instant::now());
-        let next = match &call.kind {
-            CallKind::Register(request) => {
-                let result = manager.register(request).await;
-                count_lease_call(
-                    "register",
-                    if result.is_ok() { "granted" } else { "failed" },
-                );
-                let now = Instant::now();
-                match &result {
-                    Ok(grant) => {
-                        let (taken, next) = calls.granted(&mut holder, &call, grant, now);
-                        log_grant(grant, &taken, "registered");
-                        next
-                    }
-                    Err(error) => {
-                        let next =
-                            calls.failed(&mut holder, CallOutcome::of_register_error(error), now);
-                        log_register_failure(error, &next, now);
-                        next
-                    }
-                }
-            }
-            CallKind::Renew(due) => {
-                let result = manager
+        let (result, name) = match &call.kind {
+            CallKind::Register(request) => (manager.register(request).await, "register"),
+            CallKind::Renew(due) => (
+                manager
                     .renew(&due.executor_id, &due.credential, &due.request)
-                    .await;
-                count_lease_call(
-                    "renew",
-                    match &result {
-                        Ok(_) => "granted",
-                        Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
-                            "unknown_executor"
-                        }
-                        Err(_) => "failed",
-                    },
-                );
-                let now = Instant::now();
-                match &result {
-                    Ok(grant) => {
-                        let (taken, next) = calls.granted(&mut holder, &call, grant, now);
-                        log_grant(grant, &taken, "renewed");
-                        next
-                    }
-                    Err(error) => {
-                        let lease = shared.lease();
-                        let next =
-                            calls.failed(&mut holder, CallOutcome::of_renew_error(error), now);
-                        log_renew_failure(error, &due.executor_id, &lease, &next, now);
-                        next
-                    }
+                    .await,
+                "renew",
+            ),
+        };
+        count_lease_call(
+            name,
+            match &result {
+                Ok(_) => "granted",
+                Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
+                    "unknown_executor"
                 }
+                Err(_) => "failed",
+            },
+        );
+        let now = Instant::now();
+        let next = match (&result, &call.kind) {
+            (Ok(grant), kind) => {
+                let (taken, next) = calls.granted(&mut holder, &call, grant, now);
+                let what = match kind {
+                    CallKind::Register(_) => "registered",
+                    CallKind::Renew(_) => "renewed",
+                };
+                log_grant(grant, &taken, what);
+                next
+            }
+            (Err(error), CallKind::Register(_)) => {
+                let next = calls.failed(&mut holder, CallOutcome::of_register_error(error), now);
+                log_register_failure(error, &next, now);
+                next
+            }
+            (Err(error), CallKind::Renew(due)) => {
+                let lease = shared.lease();
+                let next = calls.failed(&mut holder, CallOutcome::of_renew_error(error), now);
+                log_renew_failure(error, &due.executor_id, &lease, &next, now);
+                next
             }
         };
         next_call_at = match next {

@@ -39,8 +39,10 @@
 //! - `shared`: the shared state: the admission core and the log under one std mutex, and the
 //!   channels that publish its changes.
 //! - `shutdown`: the cancellation signal the tasks select on.
-//! - `lease_loop`: the lease loop (register, renew, back off, re-register) around a pure
-//!   "what next" decision, the graceful stop (P3.7) and the lapse watcher (P3.6).
+//! - [`lease_calls`]: the lease loop's calls (register or renew, what is recorded as a request
+//!   leaves, what its answer does) as a pure core the simulator steps too. Pure.
+//! - `lease_loop`: the tokio shell that steps it (calls, logs, counts, sleeps), the graceful
+//!   stop (P3.7) and the lapse watcher (P3.6).
 //! - [`server`]: the HTTP handlers: push endpoints, health and status (§9).
 //! - [`openapi`]: the library's OpenAPI document and its handler, `GET /v1/openapi.json`.
 //! - `routes`: the one router: every route above, an embedder's, and the request plumbing.

@@ -3,10 +3,11 @@
 //! | module | role |
 //! |---|---|
 //! | `lease` | the pure lease state machine and planner (PROTOCOL §2–§6): no I/O, no clock |
-//! | `leader` | the leader loop: reap, handoffs, rebalance, deliveries; its time rules are a pure core |
+//! | `leader` | the leader loop: reap, handoffs, rebalance, deliveries; the term, its time rules and its delivery rounds are pure cores |
 //! | `raft` | openraft types, the state machine hosted on `leasehold-raft-store`, HTTP transport, storage identity, the dead-leader decision |
 //! | `clock` | the leader's clock (P2.3) |
-//! | `node` | one replica: Raft handle, applied state, leader resolution |
+//! | `leadership` | who leads as this node sees it, the read barrier, with the Raft handle, proposer and clock |
+//! | `node` | one replica: the handles its tasks and handlers are cut from |
 //! | `proposer` | the one way a command is committed; the narrow handle writing tasks share |
 //! | `bootstrap` | forming, rejoining and joining a cluster (§10) |
 //! | `renewals` | group commit of renewals into one Raft entry |
