@@ -89,63 +89,14 @@ enum TlsMode {
 #[derive(Debug, Subcommand)]
 enum Scenario {
     /// Highest renewals/s with p99 within a bound: open-loop ramp, Leasehold vs etcd (a) and (b).
-    B1 {
-        #[arg(long, default_value_t = 1000)]
-        executors: usize,
-        #[arg(long, default_value_t = 1024)]
-        shards: u32,
-        /// First offered rate (renewals/s over the whole fleet).
-        #[arg(long, default_value_t = 100.0)]
-        start_rate: f64,
-        /// Each step offers this much more than the last.
-        #[arg(long, default_value_t = 1.5)]
-        factor: f64,
-        #[arg(long, default_value_t = 16)]
-        max_steps: usize,
-        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-        warmup: Duration,
-        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-        measure: Duration,
-        #[arg(long, default_value_t = 25.0)]
-        p99_ms: f64,
-        /// etcd client connections the fleet shares (each over all three endpoints).
-        #[arg(long, default_value_t = 4)]
-        etcd_connections: usize,
-        /// Also ramp Leasehold with every renewal reporting a load for each shard it holds
-        /// (P15.1), after the same ramp without, and give the difference (B7's cost of load
-        /// reporting).
-        #[arg(long)]
-        report_loads: bool,
-    },
+    B1(B1Flags),
     /// One executor's renewal latency vs one etcd client's put (and keepalive).
     B2 {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
     /// Leader SIGKILL → first successful renewal, several runs, both systems.
-    B3 {
-        /// Fresh clusters per system.
-        #[arg(long, default_value_t = 5)]
-        runs: usize,
-        /// Leader kills in a row per cluster, the killed member restarted after each and the
-        /// next kill as soon as every member names the new leader (as a new user trying failover
-        /// would); the table then has a row per kill.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
-        kills: u64,
-        /// Lease holders renewing at the protocol's cadence throughout (checked for eviction).
-        #[arg(long, default_value_t = 100)]
-        executors: usize,
-        /// Leasehold runs, one per minimum election timeout (heartbeat 100 ms as etcd's, the
-        /// maximum twice the minimum) [default: 1s,500ms; none with --defaults].
-        #[arg(long, value_delimiter = ',')]
-        election_timeouts: Option<Vec<String>>,
-        /// Both systems at the defaults they ship with, no timing flags for either: Leasehold
-        /// without --heartbeat, --election-timeout or --lease-duration (instead of the
-        /// --election-timeouts rows, unless those are given too), etcd as always without timing
-        /// flags; the holders on the 60 s default lease.
-        #[arg(long)]
-        defaults: bool,
-    },
+    B3(B3Flags),
     /// Executor SIGKILL → all its shards owned elsewhere, per shard count.
     B4 {
         #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
@@ -167,28 +118,7 @@ enum Scenario {
     },
     /// Renewals at a fixed rate while the leader builds snapshots of a large state: p99 of the
     /// renewals a build overlaps, beside those none does.
-    B8 {
-        #[arg(long, default_value_t = 10_000)]
-        executors: usize,
-        #[arg(long, default_value_t = 1_000_000)]
-        shards: u32,
-        /// Offered renewals/s over the fleet [default: half of B1's 12 953/s at 10 000
-        /// executors, docs/BENCHMARKS.md].
-        #[arg(long, default_value_t = 6_500.0)]
-        rate: f64,
-        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-        warmup: Duration,
-        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-        measure: Duration,
-        /// Between one forced snapshot's reply and the next request.
-        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-        build_gap: Duration,
-        #[arg(long, default_value_t = 25.0)]
-        p99_ms: f64,
-        /// Also measure a second cluster at the shipped snapshot policy, no forced builds.
-        #[arg(long)]
-        shipped_policy: bool,
-    },
+    B8(B8Flags),
     /// A whole fleet starting at once: registration, then every shard delivered and spread
     /// even, per shard count.
     B9 {
@@ -213,49 +143,7 @@ enum Scenario {
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
     /// re-permuted every shift).
-    B7 {
-        /// Length of the measured run, in minutes [default: 30; 2 with --short].
-        #[arg(long)]
-        minutes: Option<f64>,
-        /// The hot set is re-permuted this often [default: 5m; 30s with --short].
-        #[arg(long, value_parser = humantime::parse_duration)]
-        shift_every: Option<Duration>,
-        #[arg(long, default_value_t = 16)]
-        executors: usize,
-        /// How many executors have --big-capacity; the others have capacity 1.
-        #[arg(long, default_value_t = 4)]
-        big: usize,
-        #[arg(long, default_value_t = 2)]
-        big_capacity: u32,
-        #[arg(long, default_value_t = 1024)]
-        shards: u32,
-        /// Zipf exponent of the per-shard request rates (rank k gets k^-s).
-        #[arg(long, default_value_t = 1.1)]
-        zipf: f64,
-        /// Seeds the hot sets (the permutations of ranks) and the measurement noise.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Sample both clusters this often [default: 10s; 2s with --short].
-        #[arg(long, value_parser = humantime::parse_duration)]
-        sample_every: Option<Duration>,
-        /// One time-series row per this much [default: 1m; 10s with --short].
-        #[arg(long, value_parser = humantime::parse_duration)]
-        row_every: Option<Duration>,
-        /// The last this-much of every window is its steady state [default: 2m; 12s with
-        /// --short].
-        #[arg(long, value_parser = humantime::parse_duration)]
-        steady: Option<Duration>,
-        /// Multiplicative noise on every reported load: ×(1 ± this), uniform, from the seed.
-        #[arg(long, default_value_t = 0.05)]
-        noise: f64,
-        /// The managers' lease [default: 60s, production's; 6s with --short].
-        #[arg(long, value_parser = humantime::parse_duration)]
-        lease: Option<Duration>,
-        /// A smoke check: 2 minutes, a shift every 30 s, a 6 s lease (renewals and plans every
-        /// 2 s), unless the flags above say otherwise.
-        #[arg(long)]
-        short: bool,
-    },
+    B7(B7Flags),
     /// Renewal soak: data directory size over time against the snapshot size.
     B6 {
         #[arg(long, default_value = "60m", value_parser = humantime::parse_duration)]
@@ -291,6 +179,134 @@ enum Scenario {
         #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
         soak: Duration,
     },
+}
+
+/// The flags of `leasehold-loadgen b1`.
+#[derive(Debug, clap::Args)]
+struct B1Flags {
+    #[arg(long, default_value_t = 1000)]
+    executors: usize,
+    #[arg(long, default_value_t = 1024)]
+    shards: u32,
+    /// First offered rate (renewals/s over the whole fleet).
+    #[arg(long, default_value_t = 100.0)]
+    start_rate: f64,
+    /// Each step offers this much more than the last.
+    #[arg(long, default_value_t = 1.5)]
+    factor: f64,
+    #[arg(long, default_value_t = 16)]
+    max_steps: usize,
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    measure: Duration,
+    #[arg(long, default_value_t = 25.0)]
+    p99_ms: f64,
+    /// etcd client connections the fleet shares (each over all three endpoints).
+    #[arg(long, default_value_t = 4)]
+    etcd_connections: usize,
+    /// Also ramp Leasehold with every renewal reporting a load for each shard it holds
+    /// (P15.1), after the same ramp without, and give the difference (B7's cost of load
+    /// reporting).
+    #[arg(long)]
+    report_loads: bool,
+}
+
+/// The flags of `leasehold-loadgen b3`.
+#[derive(Debug, clap::Args)]
+struct B3Flags {
+    /// Fresh clusters per system.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Leader kills in a row per cluster, the killed member restarted after each and the
+    /// next kill as soon as every member names the new leader (as a new user trying failover
+    /// would); the table then has a row per kill.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    kills: u64,
+    /// Lease holders renewing at the protocol's cadence throughout (checked for eviction).
+    #[arg(long, default_value_t = 100)]
+    executors: usize,
+    /// Leasehold runs, one per minimum election timeout (heartbeat 100 ms as etcd's, the
+    /// maximum twice the minimum) [default: 1s,500ms; none with --defaults].
+    #[arg(long, value_delimiter = ',')]
+    election_timeouts: Option<Vec<String>>,
+    /// Both systems at the defaults they ship with, no timing flags for either: Leasehold
+    /// without --heartbeat, --election-timeout or --lease-duration (instead of the
+    /// --election-timeouts rows, unless those are given too), etcd as always without timing
+    /// flags; the holders on the 60 s default lease.
+    #[arg(long)]
+    defaults: bool,
+}
+
+/// The flags of `leasehold-loadgen b7`.
+#[derive(Debug, clap::Args)]
+struct B7Flags {
+    /// Length of the measured run, in minutes [default: 30; 2 with --short].
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// The hot set is re-permuted this often [default: 5m; 30s with --short].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    shift_every: Option<Duration>,
+    #[arg(long, default_value_t = 16)]
+    executors: usize,
+    /// How many executors have --big-capacity; the others have capacity 1.
+    #[arg(long, default_value_t = 4)]
+    big: usize,
+    #[arg(long, default_value_t = 2)]
+    big_capacity: u32,
+    #[arg(long, default_value_t = 1024)]
+    shards: u32,
+    /// Zipf exponent of the per-shard request rates (rank k gets k^-s).
+    #[arg(long, default_value_t = 1.1)]
+    zipf: f64,
+    /// Seeds the hot sets (the permutations of ranks) and the measurement noise.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Sample both clusters this often [default: 10s; 2s with --short].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    sample_every: Option<Duration>,
+    /// One time-series row per this much [default: 1m; 10s with --short].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    row_every: Option<Duration>,
+    /// The last this-much of every window is its steady state [default: 2m; 12s with
+    /// --short].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    steady: Option<Duration>,
+    /// Multiplicative noise on every reported load: ×(1 ± this), uniform, from the seed.
+    #[arg(long, default_value_t = 0.05)]
+    noise: f64,
+    /// The managers' lease [default: 60s, production's; 6s with --short].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    lease: Option<Duration>,
+    /// A smoke check: 2 minutes, a shift every 30 s, a 6 s lease (renewals and plans every
+    /// 2 s), unless the flags above say otherwise.
+    #[arg(long)]
+    short: bool,
+}
+
+/// The flags of `leasehold-loadgen b8`.
+#[derive(Debug, clap::Args)]
+struct B8Flags {
+    #[arg(long, default_value_t = 10_000)]
+    executors: usize,
+    #[arg(long, default_value_t = 1_000_000)]
+    shards: u32,
+    /// Offered renewals/s over the fleet [default: half of B1's 12 953/s at 10 000
+    /// executors, docs/BENCHMARKS.md].
+    #[arg(long, default_value_t = 6_500.0)]
+    rate: f64,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    measure: Duration,
+    /// Between one forced snapshot's reply and the next request.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    build_gap: Duration,
+    #[arg(long, default_value_t = 25.0)]
+    p99_ms: f64,
+    /// Also measure a second cluster at the shipped snapshot policy, no forced builds.
+    #[arg(long)]
+    shipped_policy: bool,
 }
 
 fn main() -> Result<()> {
@@ -365,62 +381,124 @@ fn main() -> Result<()> {
     })
 }
 
+impl B1Flags {
+    fn args(self) -> Result<B1> {
+        if self.factor <= 1.0 || self.start_rate <= 0.0 {
+            bail!("--factor must exceed 1 and --start-rate must be positive");
+        }
+        Ok(B1 {
+            executors: self.executors,
+            shards: self.shards,
+            ramp: Ramp {
+                start_per_s: self.start_rate,
+                factor: self.factor,
+                max_steps: self.max_steps,
+                warmup: self.warmup,
+                measure: self.measure,
+                p99_bound_ms: self.p99_ms,
+            },
+            etcd_connections: self.etcd_connections,
+            report_loads: self.report_loads,
+        })
+    }
+}
+
+impl B3Flags {
+    fn args(self) -> Result<B3> {
+        let defaults = self.defaults;
+        Ok(B3 {
+            runs: self.runs,
+            kills: usize::try_from(self.kills)?,
+            executors: self.executors,
+            election_timeouts: self.election_timeouts.unwrap_or_else(|| {
+                if defaults {
+                    Vec::new()
+                } else {
+                    vec!["1s".to_owned(), "500ms".to_owned()]
+                }
+            }),
+            shipped: defaults,
+        })
+    }
+}
+
+impl B7Flags {
+    fn args(self) -> Result<b7::B7> {
+        let short = self.short;
+        let pick = |given: Option<Duration>, long: u64, short_ms: u64| {
+            given.unwrap_or(if short {
+                Duration::from_millis(short_ms)
+            } else {
+                Duration::from_secs(long)
+            })
+        };
+        let minutes = self.minutes.unwrap_or(if short { 2.0 } else { 30.0 });
+        if !(minutes > 0.0 && minutes.is_finite() && (0.0..1.0).contains(&self.noise)) {
+            bail!("--minutes must be positive and --noise in [0, 1)");
+        }
+        if self.big > self.executors
+            || self.big_capacity == 0
+            || self.shards == 0
+            || self.zipf < 0.0
+        {
+            bail!("--big at most --executors, --big-capacity and --shards positive, --zipf ≥ 0");
+        }
+        let args = b7::B7 {
+            duration: Duration::from_secs_f64(minutes * 60.0),
+            shift_every: pick(self.shift_every, 300, 30_000),
+            executors: self.executors,
+            big: self.big,
+            big_capacity: self.big_capacity,
+            shards: self.shards,
+            zipf: self.zipf,
+            seed: self.seed,
+            sample_every: pick(self.sample_every, 10, 2_000),
+            row_every: pick(self.row_every, 60, 10_000),
+            steady: pick(self.steady, 120, 12_000),
+            noise: self.noise,
+            lease: pick(self.lease, 60, 6_000),
+        };
+        if args.sample_every.is_zero() || args.shift_every.is_zero() {
+            bail!("--sample-every and --shift-every must be positive");
+        }
+        Ok(args)
+    }
+}
+
+impl B8Flags {
+    fn args(self) -> Result<B8> {
+        if !(self.rate > 0.0 && self.rate.is_finite()) || self.measure.is_zero() {
+            bail!("--rate and --measure must be positive");
+        }
+        Ok(B8 {
+            executors: self.executors,
+            shards: self.shards,
+            rate_per_s: self.rate,
+            warmup: self.warmup,
+            measure: self.measure,
+            build_gap: self.build_gap,
+            p99_bound_ms: self.p99_ms,
+            shipped_policy: self.shipped_policy,
+        })
+    }
+}
+
+/// B7's run and its three tables, with the machine's load average before and after.
+async fn run_b7(env: &Env, args: b7::B7) -> Result<()> {
+    let load = load_average();
+    let samples = b7::run(env, &args).await?;
+    let load = format!("{load} → {}", load_average());
+    b7::series_table(&args, &samples).print()?;
+    b7::shifts_table(&args, &samples).print()?;
+    b7::summary_table(&args, &samples, &load).print()?;
+    Ok(())
+}
+
 async fn run(env: &Env, scenario: Scenario) -> Result<()> {
     match scenario {
-        Scenario::B1 {
-            executors,
-            shards,
-            start_rate,
-            factor,
-            max_steps,
-            warmup,
-            measure,
-            p99_ms,
-            etcd_connections,
-            report_loads,
-        } => {
-            if factor <= 1.0 || start_rate <= 0.0 {
-                bail!("--factor must exceed 1 and --start-rate must be positive");
-            }
-            let args = B1 {
-                executors,
-                shards,
-                ramp: Ramp {
-                    start_per_s: start_rate,
-                    factor,
-                    max_steps,
-                    warmup,
-                    measure,
-                    p99_bound_ms: p99_ms,
-                },
-                etcd_connections,
-                report_loads,
-            };
-            scenarios::b1(env, &args).await?.print()?;
-        }
+        Scenario::B1(flags) => scenarios::b1(env, &flags.args()?).await?.print()?,
         Scenario::B2 { duration } => scenarios::b2(env, duration).await?.print()?,
-        Scenario::B3 {
-            runs,
-            kills,
-            executors,
-            election_timeouts,
-            defaults,
-        } => {
-            let args = B3 {
-                runs,
-                kills: usize::try_from(kills)?,
-                executors,
-                election_timeouts: election_timeouts.unwrap_or_else(|| {
-                    if defaults {
-                        Vec::new()
-                    } else {
-                        vec!["1s".to_owned(), "500ms".to_owned()]
-                    }
-                }),
-                shipped: defaults,
-            };
-            scenarios::b3(env, &args).await?.print()?
-        }
+        Scenario::B3(flags) => scenarios::b3(env, &flags.args()?).await?.print()?,
         Scenario::B4 { shards } => scenarios::b4(env, &shards).await?.print()?,
         Scenario::B5 {
             executors,
@@ -433,88 +511,8 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             options.election_timeout = election_timeout;
             scenarios::b5(env, executors, options).await?.print()?
         }
-        Scenario::B7 {
-            minutes,
-            shift_every,
-            executors,
-            big,
-            big_capacity,
-            shards,
-            zipf,
-            seed,
-            sample_every,
-            row_every,
-            steady,
-            noise,
-            lease,
-            short,
-        } => {
-            let pick = |given: Option<Duration>, long: u64, short_ms: u64| {
-                given.unwrap_or(if short {
-                    Duration::from_millis(short_ms)
-                } else {
-                    Duration::from_secs(long)
-                })
-            };
-            let minutes = minutes.unwrap_or(if short { 2.0 } else { 30.0 });
-            if !(minutes > 0.0 && minutes.is_finite() && (0.0..1.0).contains(&noise)) {
-                bail!("--minutes must be positive and --noise in [0, 1)");
-            }
-            if big > executors || big_capacity == 0 || shards == 0 || zipf < 0.0 {
-                bail!(
-                    "--big at most --executors, --big-capacity and --shards positive, --zipf ≥ 0"
-                );
-            }
-            let args = b7::B7 {
-                duration: Duration::from_secs_f64(minutes * 60.0),
-                shift_every: pick(shift_every, 300, 30_000),
-                executors,
-                big,
-                big_capacity,
-                shards,
-                zipf,
-                seed,
-                sample_every: pick(sample_every, 10, 2_000),
-                row_every: pick(row_every, 60, 10_000),
-                steady: pick(steady, 120, 12_000),
-                noise,
-                lease: pick(lease, 60, 6_000),
-            };
-            if args.sample_every.is_zero() || args.shift_every.is_zero() {
-                bail!("--sample-every and --shift-every must be positive");
-            }
-            let load = load_average();
-            let samples = b7::run(env, &args).await?;
-            let load = format!("{load} → {}", load_average());
-            b7::series_table(&args, &samples).print()?;
-            b7::shifts_table(&args, &samples).print()?;
-            b7::summary_table(&args, &samples, &load).print()?;
-        }
-        Scenario::B8 {
-            executors,
-            shards,
-            rate,
-            warmup,
-            measure,
-            build_gap,
-            p99_ms,
-            shipped_policy,
-        } => {
-            if !(rate > 0.0 && rate.is_finite()) || measure.is_zero() {
-                bail!("--rate and --measure must be positive");
-            }
-            let args = B8 {
-                executors,
-                shards,
-                rate_per_s: rate,
-                warmup,
-                measure,
-                build_gap,
-                p99_bound_ms: p99_ms,
-                shipped_policy,
-            };
-            scenarios::b8(env, &args).await?.print()?
-        }
+        Scenario::B7(flags) => run_b7(env, flags.args()?).await?,
+        Scenario::B8(flags) => scenarios::b8(env, &flags.args()?).await?.print()?,
         Scenario::B9 { executors, shards } => {
             scenarios::b9(env, executors, &shards).await?.print()?
         }

@@ -359,7 +359,7 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         format: cli.output,
         writer,
     };
-    let consistent = cli.consistent;
+    let out = &mut out;
     match &cli.command {
         Noun::Completion { shell } => {
             let mut command = Cli::command();
@@ -386,15 +386,43 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             })?;
             out.show(&report, certs::render)
         }
-        Noun::Snapshot {
-            verb: SnapshotVerb::Inspect { file },
-        } => {
+        Noun::Snapshot { verb } => run_snapshot(&cli, verb, out).await,
+        Noun::Cluster {
+            verb: ClusterVerb::Status,
+        } => run_cluster_status(&cli, out).await,
+        Noun::Member { verb } => run_member(&cli, verb, out).await,
+        Noun::Executor { verb } => run_executor(&cli, verb, out).await,
+        Noun::Shard { verb } => run_shard(&cli, verb, out).await,
+        Noun::State => {
+            let client = cli.client(cli.request_timeout)?;
+            let state = client.state(cli.consistent).await?;
+            out.show(&state, render_state_summary)
+        }
+        Noun::Route { key } => run_route(&cli, key, out).await,
+        Noun::Lease {
+            verb: LeaseVerb::List,
+        } => run_lease_list(&cli, out).await,
+        Noun::Watch { wait } => {
+            if wait.is_zero() || *wait > MAX_WATCH_WAIT {
+                return Err(CtlError::BadInput(format!(
+                    "--wait must be between 1ms and {}s",
+                    MAX_WATCH_WAIT.as_secs()
+                )));
+            }
+            // A blocking query may take the whole wait: the request bound must exceed it.
+            let client = cli.client(*wait + cli.request_timeout)?;
+            run_watch(&client, *wait, out).await
+        }
+    }
+}
+
+async fn run_snapshot(cli: &Cli, verb: &SnapshotVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
+    match verb {
+        SnapshotVerb::Inspect { file } => {
             let (header, _) = snapshot::read_verified(file)?;
             out.show(&header, |h| render_backup_header(h, None))
         }
-        Noun::Snapshot {
-            verb: SnapshotVerb::Restore { file, data_dir },
-        } => {
+        SnapshotVerb::Restore { file, data_dir } => {
             let prepared = snapshot::prepare_restore(file, data_dir)?;
             out.show(&prepared, |p| {
                 let mut text = render_backup_header(&p.header, None);
@@ -408,172 +436,156 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
                 text
             })
         }
-        Noun::Snapshot {
-            verb: SnapshotVerb::Save { file },
-        } => {
+        SnapshotVerb::Save { file } => {
             let client = cli.client(cli.request_timeout)?;
             let bytes = client.backup().await?;
             let header = snapshot::verify(file, &bytes)?;
             snapshot::write_atomically(file, &bytes)?;
             out.show(&header, |h| render_backup_header(h, Some(file)))
         }
-        Noun::Cluster {
-            verb: ClusterVerb::Status,
+    }
+}
+
+/// Every member's status; members that did not answer make it a partial failure.
+async fn run_cluster_status(cli: &Cli, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let client = cli.client(cli.request_timeout)?;
+    let statuses = cluster_status(&client).await?;
+    out.show(&statuses, |s| render_cluster_status(s))?;
+    let silent: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.info.is_none())
+        .map(|s| s.node_id.to_string())
+        .collect();
+    if silent.is_empty() {
+        Ok(())
+    } else {
+        Err(CtlError::PartlyUnreachable(format!(
+            "members {} did not answer",
+            silent.join(", ")
+        )))
+    }
+}
+
+async fn run_member(cli: &Cli, verb: &MemberVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let client = cli.client(cli.request_timeout)?;
+    let info: ClusterInfo = match verb {
+        MemberVerb::List => client.cluster_info().await?,
+        MemberVerb::Add { node_id, address } => {
+            client
+                .add_node(&AddNodeRequest {
+                    node_id: *node_id,
+                    address: address.clone(),
+                })
+                .await?
+        }
+        MemberVerb::Remove { node_id } => client.remove_node(*node_id).await?,
+    };
+    out.show(&info, render_members)
+}
+
+async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let client = cli.client(cli.request_timeout)?;
+    match verb {
+        ExecutorVerb::List => {
+            let executors = client.executors(cli.consistent).await?;
+            out.show(&executors, |e| render_executors(e))
+        }
+        ExecutorVerb::Show { executor_id } => {
+            let executor = client.executor(executor_id, cli.consistent).await?;
+            out.show(&executor, render_executor)
+        }
+        ExecutorVerb::Drain {
+            executor_id,
+            cancel: false,
         } => {
-            let client = cli.client(cli.request_timeout)?;
-            let statuses = cluster_status(&client).await?;
-            out.show(&statuses, |s| render_cluster_status(s))?;
-            let silent: Vec<String> = statuses
-                .iter()
-                .filter(|s| s.info.is_none())
-                .map(|s| s.node_id.to_string())
-                .collect();
-            if silent.is_empty() {
-                Ok(())
-            } else {
-                Err(CtlError::PartlyUnreachable(format!(
-                    "members {} did not answer",
-                    silent.join(", ")
-                )))
-            }
+            let executor = client.drain(executor_id).await?;
+            out.show(&executor, render_executor)
         }
-        Noun::Member { verb } => {
-            let client = cli.client(cli.request_timeout)?;
-            let info: ClusterInfo = match verb {
-                MemberVerb::List => client.cluster_info().await?,
-                MemberVerb::Add { node_id, address } => {
-                    client
-                        .add_node(&AddNodeRequest {
-                            node_id: *node_id,
-                            address: address.clone(),
-                        })
-                        .await?
-                }
-                MemberVerb::Remove { node_id } => client.remove_node(*node_id).await?,
-            };
-            out.show(&info, render_members)
+        ExecutorVerb::Drain {
+            executor_id,
+            cancel: true,
         }
-        Noun::Executor { verb } => {
-            let client = cli.client(cli.request_timeout)?;
-            match verb {
-                ExecutorVerb::List => {
-                    let executors = client.executors(consistent).await?;
-                    out.show(&executors, |e| render_executors(e))
-                }
-                ExecutorVerb::Show { executor_id } => {
-                    let executor = client.executor(executor_id, consistent).await?;
-                    out.show(&executor, render_executor)
-                }
-                ExecutorVerb::Drain {
-                    executor_id,
-                    cancel: false,
-                } => {
-                    let executor = client.drain(executor_id).await?;
-                    out.show(&executor, render_executor)
-                }
-                ExecutorVerb::Drain {
-                    executor_id,
-                    cancel: true,
-                }
-                | ExecutorVerb::Undrain { executor_id } => {
-                    let executor = client.undrain(executor_id).await?;
-                    out.show(&executor, render_executor)
-                }
-                ExecutorVerb::Remove {
-                    executor_id,
-                    wait,
-                    wait_timeout,
-                } => {
-                    let wait = wait.then_some(*wait_timeout);
-                    remove::remove_executor(&client, executor_id, wait, &mut out).await
-                }
-            }
+        | ExecutorVerb::Undrain { executor_id } => {
+            let executor = client.undrain(executor_id).await?;
+            out.show(&executor, render_executor)
         }
-        Noun::Shard { verb } => {
-            let client = cli.client(cli.request_timeout)?;
-            match verb {
-                ShardVerb::List => {
-                    let shards = client.shards(consistent).await?;
-                    out.show(&shards, |s| render_shards(s))
-                }
-                ShardVerb::Show { shard } => {
-                    let state = client.state(consistent).await?;
-                    let view = state
-                        .shards
-                        .iter()
-                        .find(|s| s.shard == *shard)
-                        .cloned()
-                        .ok_or_else(|| {
-                            CtlError::NotFound(format!(
-                                "shard {shard} does not exist (shard count {})",
-                                state.shard_count
-                            ))
-                        })?;
-                    out.show(&view, |v| render_shard(v, &state))
-                }
-            }
-        }
-        Noun::State => {
-            let client = cli.client(cli.request_timeout)?;
-            let state = client.state(consistent).await?;
-            out.show(&state, render_state_summary)
-        }
-        Noun::Route { key } => {
-            let client = cli.client(cli.request_timeout)?;
-            let route = client.route_key(key, consistent).await?;
-            out.show(&route, |r| {
-                let mut table =
-                    Table::new(&["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION"]);
-                table.push(vec![
-                    r.key.clone(),
-                    r.route.shard.to_string(),
-                    opt(r.route.executor_id.as_deref()),
-                    opt(r.route.address.as_deref()),
-                    r.route.epoch.to_string(),
-                    r.revision.to_string(),
-                ]);
-                table.render()
-            })
-        }
-        Noun::Lease {
-            verb: LeaseVerb::List,
+        ExecutorVerb::Remove {
+            executor_id,
+            wait,
+            wait_timeout,
         } => {
-            let client = cli.client(cli.request_timeout)?;
-            let state = client.state(consistent).await?;
-            out.show(&state.executors, |executors| {
-                let mut table = Table::new(&[
-                    "EXECUTOR",
-                    "NAME",
-                    "REMAINING",
-                    "DURATION",
-                    "SHARDS",
-                    "DRAINING",
-                ]);
-                for e in executors {
-                    table.push(vec![
-                        e.executor_id.clone(),
-                        opt(e.name.as_deref()),
-                        human_ms(e.lease_remaining_ms),
-                        human_ms(state.lease_duration_ms),
-                        e.shards.len().to_string(),
-                        yes_no(e.draining),
-                    ]);
-                }
-                table.render()
-            })
-        }
-        Noun::Watch { wait } => {
-            if wait.is_zero() || *wait > MAX_WATCH_WAIT {
-                return Err(CtlError::BadInput(format!(
-                    "--wait must be between 1ms and {}s",
-                    MAX_WATCH_WAIT.as_secs()
-                )));
-            }
-            // A blocking query may take the whole wait: the request bound must exceed it.
-            let client = cli.client(*wait + cli.request_timeout)?;
-            run_watch(&client, *wait, &mut out).await
+            let wait = wait.then_some(*wait_timeout);
+            remove::remove_executor(&client, executor_id, wait, out).await
         }
     }
+}
+
+async fn run_shard(cli: &Cli, verb: &ShardVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let client = cli.client(cli.request_timeout)?;
+    match verb {
+        ShardVerb::List => {
+            let shards = client.shards(cli.consistent).await?;
+            out.show(&shards, |s| render_shards(s))
+        }
+        ShardVerb::Show { shard } => {
+            let state = client.state(cli.consistent).await?;
+            let view = state
+                .shards
+                .iter()
+                .find(|s| s.shard == *shard)
+                .cloned()
+                .ok_or_else(|| {
+                    CtlError::NotFound(format!(
+                        "shard {shard} does not exist (shard count {})",
+                        state.shard_count
+                    ))
+                })?;
+            out.show(&view, |v| render_shard(v, &state))
+        }
+    }
+}
+
+async fn run_route(cli: &Cli, key: &str, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let client = cli.client(cli.request_timeout)?;
+    let route = client.route_key(key, cli.consistent).await?;
+    out.show(&route, |r| {
+        let mut table = Table::new(&["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION"]);
+        table.push(vec![
+            r.key.clone(),
+            r.route.shard.to_string(),
+            opt(r.route.executor_id.as_deref()),
+            opt(r.route.address.as_deref()),
+            r.route.epoch.to_string(),
+            r.revision.to_string(),
+        ]);
+        table.render()
+    })
+}
+
+async fn run_lease_list(cli: &Cli, out: &mut Out<'_>) -> Result<(), CtlError> {
+    let client = cli.client(cli.request_timeout)?;
+    let state = client.state(cli.consistent).await?;
+    out.show(&state.executors, |executors| {
+        let mut table = Table::new(&[
+            "EXECUTOR",
+            "NAME",
+            "REMAINING",
+            "DURATION",
+            "SHARDS",
+            "DRAINING",
+        ]);
+        for e in executors {
+            table.push(vec![
+                e.executor_id.clone(),
+                opt(e.name.as_deref()),
+                human_ms(e.lease_remaining_ms),
+                human_ms(state.lease_duration_ms),
+                e.shards.len().to_string(),
+                yes_no(e.draining),
+            ]);
+        }
+        table.render()
+    })
 }
 
 async fn run_watch(client: &Client, wait: Duration, out: &mut Out<'_>) -> Result<(), CtlError> {

@@ -78,139 +78,20 @@ pub fn router(
     host_policy: HostPolicy,
     registration: registration_limit::RegistrationSettings,
 ) -> Router {
-    let timeout = |limit: Duration| middleware::from_fn_with_state(limit, request_timeout);
-    let body_limit =
-        |max_bytes: usize| middleware::from_fn_with_state(BodyLimit { max_bytes }, limit_body);
-    // An executor's own writes are admitted (credential, known id) before their body is read or
-    // forwarded; renewal claims and loads and releases list shards, and one executor may hold
-    // every shard, so their bound comes from the cluster's shard count, not the other bodies'.
-    let executor_writes = |path, handler, body| {
-        Router::new()
-            .route(path, handler)
-            .route_layer(middleware::from_fn_with_state(
-                node.clone(),
-                route_to_leader,
-            ))
-            .route_layer(timeout(REQUEST_TIMEOUT))
-            .route_layer(DefaultBodyLimit::disable())
-            .route_layer(middleware::from_fn_with_state(
-                (node.clone(), body),
-                admission::admit_executor_write,
-            ))
-    };
-    let renew = executor_writes(
-        "/v1/executors/{executor_id}/renew",
-        post(executors::renew),
-        WriteBody::Renew,
-    );
-    let release = executor_writes(
-        "/v1/executors/{executor_id}/release",
-        post(executors::release),
-        WriteBody::ShardList,
-    );
-    let deregister = executor_writes(
-        "/v1/executors/{executor_id}",
-        axum::routing::delete(executors::deregister),
-        WriteBody::None,
-    );
-
-    // A registration is limited per caller where it arrives, before its body is read or it is
-    // forwarded; its capacity is checked by the handler, on the leader (P13.6, P15.1).
-    let register = Router::new()
-        .route("/v1/executors", post(executors::register))
-        .route_layer(middleware::from_fn_with_state(
-            node.clone(),
-            route_to_leader,
-        ))
-        .route_layer(timeout(REQUEST_TIMEOUT))
-        .route_layer(axum::Extension(registration))
-        .route_layer(middleware::from_fn_with_state(
-            registration_limit::RegistrationGate::new(registration.limits),
-            registration_limit::limit_registrations,
-        ));
-
-    let leader_writes = Router::new()
-        .route(
-            "/v1/executors/{executor_id}/drain",
-            post(drain::drain).delete(drain::undrain),
-        )
-        .route_layer(middleware::from_fn_with_state(
-            node.clone(),
-            route_to_leader,
-        ))
-        .route_layer(timeout(REQUEST_TIMEOUT));
-
-    let leader_admin = Router::new()
-        .route("/v1/cluster/nodes", post(cluster::add_node))
-        .route(
-            "/v1/cluster/nodes/{node_id}",
-            axum::routing::delete(cluster::remove_node),
-        )
-        .route_layer(middleware::from_fn_with_state(
-            node.clone(),
-            route_to_leader,
-        ))
-        .route_layer(timeout(ADMIN_REQUEST_TIMEOUT));
-
-    let reads = Router::new()
-        .route("/v1/cluster", get(cluster::info))
-        .route("/v1/state", get(inspect::state))
-        .route("/v1/executors", get(inspect::executors))
-        .route("/v1/executors/{executor_id}", get(inspect::executor))
-        .route("/v1/shards", get(inspect::shards))
-        .route("/v1/routing", get(inspect::routing))
-        .route("/v1/backup", get(backup::backup))
-        .route_layer(middleware::from_fn_with_state(
-            node.clone(),
-            consistent_reads,
-        ))
-        .route_layer(timeout(REQUEST_TIMEOUT));
-
-    let local = Router::new()
-        .route("/livez", get(health::livez))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/v1/openapi.json", get(openapi::serve))
-        .route_layer(timeout(REQUEST_TIMEOUT));
-
-    // A blocking query holds its request for up to its own bounded wait.
-    // The watch's bound and shared answer belong to the route, not the node.
-    let watch = Router::new()
-        .route("/v1/watch", get(watch::watch))
-        .route_layer(axum::Extension(Arc::new(WatchHub::default())))
-        .route_layer(timeout(
-            leasehold_api::wire::MAX_WATCH_WAIT + REQUEST_TIMEOUT,
-        ));
-
-    let local_admin = Router::new()
-        .route("/v1/cluster/init", post(cluster::init))
-        .route("/v1/cluster/snapshot", post(cluster::snapshot))
-        .route_layer(timeout(ADMIN_REQUEST_TIMEOUT));
-
-    let public = register
-        .merge(leader_writes)
-        .merge(leader_admin)
-        .merge(reads)
-        .merge(local)
-        .merge(watch)
-        .merge(local_admin)
+    let public = register_route(&node, registration)
+        .merge(leader_routes(&node))
+        .merge(read_routes(&node))
+        .merge(local_routes())
         .merge(ui::router())
-        .route_layer(body_limit(MAX_API_BODY_BYTES))
-        .merge(renew)
-        .merge(release)
-        .merge(deregister);
-
-    let raft = Router::new()
-        .route("/raft/append", post(raft_rpc::append))
-        .route("/raft/vote", post(raft_rpc::vote))
-        .route("/raft/snapshot", post(raft_rpc::snapshot))
-        .route("/raft/identity", get(raft_rpc::identity))
-        // The body is read inside this bound (P13.6): no sender waits longer for one message.
-        .route_layer(timeout(crate::raft::SNAPSHOT_CHUNK_TIMEOUT))
-        .layer(DefaultBodyLimit::max(MAX_RAFT_BODY_BYTES));
-
+        .route_layer(middleware::from_fn_with_state(
+            BodyLimit {
+                max_bytes: MAX_API_BODY_BYTES,
+            },
+            limit_body,
+        ))
+        .merge(executor_write_routes(&node));
     public
-        .merge(raft)
+        .merge(raft_routes())
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
         // Outside every route's own layers: who may call what is decided before a body is read
@@ -231,6 +112,140 @@ pub fn router(
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
         .with_state(node)
+}
+
+/// `routes`, each request bounded by `limit`.
+fn bounded(routes: Router<AppState>, limit: Duration) -> Router<AppState> {
+    routes.route_layer(middleware::from_fn_with_state(limit, request_timeout))
+}
+
+/// `routes`, answered by the leader: a follower forwards them.
+fn on_the_leader(node: &AppState, routes: Router<AppState>) -> Router<AppState> {
+    routes.route_layer(middleware::from_fn_with_state(
+        node.clone(),
+        route_to_leader,
+    ))
+}
+
+/// An executor's own writes are admitted (credential, known id) before their body is read or
+/// forwarded; renewal claims and loads and releases list shards, and one executor may hold
+/// every shard, so their bound comes from the cluster's shard count, not the other bodies'.
+fn executor_write_routes(node: &AppState) -> Router<AppState> {
+    let executor_write = |path, handler, body| {
+        bounded(
+            on_the_leader(node, Router::new().route(path, handler)),
+            REQUEST_TIMEOUT,
+        )
+        .route_layer(DefaultBodyLimit::disable())
+        .route_layer(middleware::from_fn_with_state(
+            (node.clone(), body),
+            admission::admit_executor_write,
+        ))
+    };
+    executor_write(
+        "/v1/executors/{executor_id}/renew",
+        post(executors::renew),
+        WriteBody::Renew,
+    )
+    .merge(executor_write(
+        "/v1/executors/{executor_id}/release",
+        post(executors::release),
+        WriteBody::ShardList,
+    ))
+    .merge(executor_write(
+        "/v1/executors/{executor_id}",
+        axum::routing::delete(executors::deregister),
+        WriteBody::None,
+    ))
+}
+
+/// A registration is limited per caller where it arrives, before its body is read or it is
+/// forwarded; its capacity is checked by the handler, on the leader (P13.6, P15.1).
+fn register_route(
+    node: &AppState,
+    registration: registration_limit::RegistrationSettings,
+) -> Router<AppState> {
+    bounded(
+        on_the_leader(
+            node,
+            Router::new().route("/v1/executors", post(executors::register)),
+        ),
+        REQUEST_TIMEOUT,
+    )
+    .route_layer(axum::Extension(registration))
+    .route_layer(middleware::from_fn_with_state(
+        registration_limit::RegistrationGate::new(registration.limits),
+        registration_limit::limit_registrations,
+    ))
+}
+
+/// Writes and administration only the leader performs.
+fn leader_routes(node: &AppState) -> Router<AppState> {
+    let writes = Router::new().route(
+        "/v1/executors/{executor_id}/drain",
+        post(drain::drain).delete(drain::undrain),
+    );
+    let admin = Router::new()
+        .route("/v1/cluster/nodes", post(cluster::add_node))
+        .route(
+            "/v1/cluster/nodes/{node_id}",
+            axum::routing::delete(cluster::remove_node),
+        );
+    bounded(on_the_leader(node, writes), REQUEST_TIMEOUT)
+        .merge(bounded(on_the_leader(node, admin), ADMIN_REQUEST_TIMEOUT))
+}
+
+/// Reads of the state: answered here, or by the leader for `?consistent=true`.
+fn read_routes(node: &AppState) -> Router<AppState> {
+    let reads = Router::new()
+        .route("/v1/cluster", get(cluster::info))
+        .route("/v1/state", get(inspect::state))
+        .route("/v1/executors", get(inspect::executors))
+        .route("/v1/executors/{executor_id}", get(inspect::executor))
+        .route("/v1/shards", get(inspect::shards))
+        .route("/v1/routing", get(inspect::routing))
+        .route("/v1/backup", get(backup::backup))
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            consistent_reads,
+        ));
+    bounded(reads, REQUEST_TIMEOUT)
+}
+
+/// What this node answers of itself: health, metrics, the API document, the blocking watch and
+/// its own administration.
+fn local_routes() -> Router<AppState> {
+    let local = Router::new()
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/openapi.json", get(openapi::serve));
+    // A blocking query holds its request for up to its own bounded wait.
+    // The watch's bound and shared answer belong to the route, not the node.
+    let watch = Router::new()
+        .route("/v1/watch", get(watch::watch))
+        .route_layer(axum::Extension(Arc::new(WatchHub::default())));
+    let admin = Router::new()
+        .route("/v1/cluster/init", post(cluster::init))
+        .route("/v1/cluster/snapshot", post(cluster::snapshot));
+    bounded(local, REQUEST_TIMEOUT)
+        .merge(bounded(
+            watch,
+            leasehold_api::wire::MAX_WATCH_WAIT + REQUEST_TIMEOUT,
+        ))
+        .merge(bounded(admin, ADMIN_REQUEST_TIMEOUT))
+}
+
+/// Raft's RPCs between managers.
+fn raft_routes() -> Router<AppState> {
+    let raft = Router::new()
+        .route("/raft/append", post(raft_rpc::append))
+        .route("/raft/vote", post(raft_rpc::vote))
+        .route("/raft/snapshot", post(raft_rpc::snapshot))
+        .route("/raft/identity", get(raft_rpc::identity));
+    // The body is read inside this bound (P13.6): no sender waits longer for one message.
+    bounded(raft, crate::raft::SNAPSHOT_CHUNK_TIMEOUT)
+        .layer(DefaultBodyLimit::max(MAX_RAFT_BODY_BYTES))
 }
 
 /// Adds `X-Leasehold-Leader` and `X-Leasehold-Cluster-Version` (P14.3) to every reply that does
