@@ -21,6 +21,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
@@ -182,12 +183,32 @@ impl Detector {
         }
     }
 
-    /// One check: reads the view, the silence and the clock, decides, then acts on the decision
-    /// (the silence gauge, and standing for election when it says so).
+    /// One check: reads the view, the silence and the clock, asks the probes the decision needs
+    /// (the leader's address, then every peer at once), decides, then acts on the decision (the
+    /// silence gauge, and standing for election when it says so).
     pub(crate) async fn check<S: Surroundings>(&mut self, around: &S) -> Check {
         let view = around.view();
         let silence = around.silence();
-        let found = self.examine(around, &view, silence, Instant::now()).await;
+        let found = match self.before_probes(&view, silence) {
+            Err(found) => found,
+            Ok(leader_address) => {
+                let probes = if around.refuses_connections(leader_address).await {
+                    let peers = self.peers_to_ask(&view);
+                    let reports = join_all(
+                        peers
+                            .iter()
+                            .map(|(peer, address)| around.peer_report(*peer, address)),
+                    )
+                    .await;
+                    Probes::LeaderRefuses(
+                        peers.iter().map(|(peer, _)| *peer).zip(reports).collect(),
+                    )
+                } else {
+                    Probes::LeaderMayLive
+                };
+                self.after_probes(&view, silence, Instant::now(), &probes)
+            }
+        };
         if !matches!(found, Check::Staggered(_)) {
             // A wait that was interrupted (the leader was heard from again) starts over.
             self.staggered_since = None;
@@ -213,42 +234,58 @@ impl Detector {
         found
     }
 
-    /// The decision, from what the shell read at `now`; `around` only answers the probes (the
-    /// leader's address, the peers' reports). Sets nothing outside the detector.
-    async fn examine<S: Surroundings>(
+    /// The decision from the view and the silence alone (pure), or the leader's address when
+    /// it takes the probes.
+    fn before_probes<'v>(&self, view: &'v View, silence: Duration) -> Result<&'v str, Check> {
+        let Some(leader) = view.leader else {
+            return Err(Check::NotFollowing);
+        };
+        let is_voter = view.voters.iter().any(|(id, _)| *id == view.me);
+        if view.state != ServerState::Follower || leader == view.me || !is_voter {
+            return Err(Check::NotFollowing);
+        }
+        if self.stood_against == Some((leader, view.term)) {
+            return Err(Check::AlreadyStood);
+        }
+        if silence < self.settings.lease {
+            return Err(Check::LeaseRunning);
+        }
+        // A leader removed from the voters has no address here; openraft's timer handles it.
+        match view.voters.iter().find(|(id, _)| *id == leader) {
+            Some((_, address)) => Ok(address),
+            None => Err(Check::LeaderMayLive),
+        }
+    }
+
+    /// The voters asked for their reports once the leader refuses connections: every one but
+    /// this node and the leader, in the view's order.
+    fn peers_to_ask(&self, view: &View) -> Vec<(NodeId, String)> {
+        view.voters
+            .iter()
+            .filter(|(peer, _)| *peer != view.me && Some(*peer) != view.leader)
+            .cloned()
+            .collect()
+    }
+
+    /// The decision with the probes' answers, at `now` (pure but for the detector's own state:
+    /// whom it stood against, and since when it leaves a peer to stand first).
+    fn after_probes(
         &mut self,
-        around: &S,
         view: &View,
         silence: Duration,
         now: Instant,
+        probes: &Probes,
     ) -> Check {
         let Some(leader) = view.leader else {
             return Check::NotFollowing;
         };
-        let is_voter = view.voters.iter().any(|(id, _)| *id == view.me);
-        if view.state != ServerState::Follower || leader == view.me || !is_voter {
-            return Check::NotFollowing;
-        }
-        let episode = (leader, view.term);
-        if self.stood_against == Some(episode) {
-            return Check::AlreadyStood;
-        }
-        if silence < self.settings.lease {
-            return Check::LeaseRunning;
-        }
-        // A leader removed from the voters has no address here; openraft's timer handles it.
-        let Some((_, address)) = view.voters.iter().find(|(id, _)| *id == leader) else {
-            return Check::LeaderMayLive;
+        let reports = match probes {
+            Probes::LeaderMayLive => return Check::LeaderMayLive,
+            Probes::LeaderRefuses(reports) => reports,
         };
-        if !around.refuses_connections(address).await {
-            return Check::LeaderMayLive;
-        }
+        let episode = (leader, view.term);
         let mut first = None;
-        for (peer, address) in &view.voters {
-            if *peer == view.me || *peer == leader {
-                continue;
-            }
-            let report = around.peer_report(*peer, address).await;
+        for (peer, report) in reports {
             let log = report.and_then(|r| r.log);
             // Votes go to the most complete log (Raft §5.4.1): a candidate behind a peer is
             // refused, and its term then blocks the peer's candidacy of the same term.
@@ -284,6 +321,15 @@ impl Detector {
         self.stood_against = Some(episode);
         Check::Stood
     }
+}
+
+/// What the probes found, for [`Detector::after_probes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Probes {
+    /// The leader's address accepts connections (or does not answer at all).
+    LeaderMayLive,
+    /// The leader's address refuses connections; each peer's report, in the view's order.
+    LeaderRefuses(Vec<(NodeId, Option<PeerReport>)>),
 }
 
 /// True when every address `url` resolves to refused a connection within `timeout`.

@@ -377,3 +377,52 @@ async fn only_an_address_where_nothing_listens_refuses_connections() {
     // not a refusal from the host.
     assert!(!refuses_connections("http://255.255.255.255:7000", bound).await);
 }
+
+/// The decision is pure around the probes: the same view, silence, instant and answers give the
+/// same check, and the peers are weighed in the view's order whatever order their answers came
+/// in (a longer log ahead of a running lease decides first).
+#[test]
+fn the_decision_after_the_probes_weighs_the_peers_in_the_views_order() {
+    let view = View {
+        me: ME,
+        state: ServerState::Follower,
+        term: 3,
+        leader: Some(LEADER),
+        voters: voters(&[1, 2, 3, 4]),
+        last_log: Some(tip(3, 10)),
+    };
+    let now = Instant::now();
+    let silence = due();
+    let detector = Detector::new(settings());
+    assert_eq!(
+        detector.before_probes(&view, silence),
+        Ok("http://127.0.0.1:7001")
+    );
+    assert_eq!(
+        detector.peers_to_ask(&view),
+        voters(&[3, 4]),
+        "neither this node nor the leader is asked"
+    );
+    let longer = PeerReport {
+        log: Some(tip(3, 11)),
+        lease_silence: None,
+    };
+    let leased = PeerReport {
+        log: Some(tip(3, 10)),
+        lease_silence: Some(Duration::ZERO),
+    };
+    let probes = Probes::LeaderRefuses(vec![(3, Some(longer)), (4, Some(leased))]);
+    assert_eq!(
+        Detector::new(settings()).after_probes(&view, silence, now, &probes),
+        Check::PeerLogLonger(3)
+    );
+    let probes = Probes::LeaderRefuses(vec![(3, Some(leased)), (4, Some(longer))]);
+    assert_eq!(
+        Detector::new(settings()).after_probes(&view, silence, now, &probes),
+        Check::PeerLeaseRunning(3)
+    );
+    assert_eq!(
+        Detector::new(settings()).after_probes(&view, silence, now, &Probes::LeaderMayLive),
+        Check::LeaderMayLive
+    );
+}
