@@ -85,7 +85,6 @@ pub struct Replica {
     db: sled::Db,
     disk_space: DiskSpace,
     stop_tasks: watch::Sender<bool>,
-    bootstrap_failed: oneshot::Receiver<BootstrapError>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -98,22 +97,23 @@ impl std::fmt::Debug for Replica {
 
 impl Replica {
     /// Opens the data directory, starts Raft and the node's tasks, and begins forming or joining
-    /// the cluster (beside the caller's server: forming needs this node reachable).
+    /// the cluster (beside the caller's server: forming needs this node reachable). The receiver
+    /// hears of a failure to form or join for good.
     pub async fn start(
         config: &ManagerConfig,
         metrics: Option<PrometheusHandle>,
-    ) -> Result<Self, ServerError> {
+    ) -> Result<(Self, oneshot::Receiver<BootstrapError>), ServerError> {
         let (db, node, pending_renewals, disk_space) = open_node(config, metrics).await?;
         let (stop_tasks, tasks_stopped) = watch::channel(false);
         spawn_tasks(config, &node, pending_renewals, &disk_space, &tasks_stopped);
         let bootstrap_failed = spawn_bootstrap(config, &node, tasks_stopped);
-        Ok(Replica {
+        let replica = Replica {
             node,
             db,
             disk_space,
             stop_tasks,
-            bootstrap_failed,
-        })
+        };
+        Ok((replica, bootstrap_failed))
     }
 
     /// The replica's HTTP API, as [`run`] serves it on `config.listen`.
@@ -125,9 +125,14 @@ impl Replica {
         )
     }
 
+    /// Stops the node's background tasks (Raft runs on).
+    fn stop_tasks(&self) {
+        let _ = self.stop_tasks.send(true);
+    }
+
     /// Stops the node's tasks and Raft, and flushes the data directory.
     pub async fn shut_down(self) -> Result<(), ServerError> {
-        let _ = self.stop_tasks.send(true);
+        self.stop_tasks();
         if let Err(error) = self.node.leadership.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
@@ -307,19 +312,13 @@ pub async fn run(
     if config.insecure_plaintext {
         tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
     }
-    let replica = Replica::start(&config, metrics).await?;
+    let (replica, fatal_rx) = Replica::start(&config, metrics).await?;
     let router = replica.router(&config);
-    let Replica {
-        node,
-        db,
-        disk_space,
-        stop_tasks,
-        bootstrap_failed: fatal_rx,
-    } = replica;
 
     let (stop_reason_tx, mut stop_reason_rx) = oneshot::channel::<StopReason>();
     let stop_serving = {
-        let node = node.clone();
+        let node = replica.node.clone();
+        let disk_space = replica.disk_space.clone();
         async move {
             let reason = tokio::select! {
                 _ = shutdown => {
@@ -376,17 +375,14 @@ pub async fn run(
         }
         served = &mut serving => (served, stop_reason_rx.try_recv().unwrap_or(StopReason::Requested)),
     };
-    let _ = stop_tasks.send(true);
+    replica.stop_tasks();
     if let StopReason::StorageFailed(cause) = reason {
         // No Raft shutdown and no flush: the storage cannot take them, and a failed fsync is
         // never retried.
         return Err(ServerError::StorageFailed { cause });
     }
     served.map_err(ServerError::Serve)?;
-    if let Err(error) = node.leadership.raft.shutdown().await {
-        tracing::warn!(%error, "raft shutdown");
-    }
-    db.flush_async().await?;
+    replica.shut_down().await?;
     tracing::info!("stopped");
     match reason {
         StopReason::Bootstrap(error) => Err(error.into()),

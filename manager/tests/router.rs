@@ -69,7 +69,7 @@ fn config(data_dir: &Path, tls_dir: Option<&Path>) -> ManagerConfig {
 /// applied (before that, executor writes answer `503 sharding_not_ready`). `peer` reads the state
 /// under TLS.
 async fn ready(config: &ManagerConfig, peer: Option<&PeerRole>) -> (Replica, Router) {
-    let replica = Replica::start(config, None).await.unwrap();
+    let (replica, _bootstrap_failed) = Replica::start(config, None).await.unwrap();
     let router = replica.router(config);
     let deadline = Instant::now() + LEADING_BOUND;
     loop {
