@@ -672,6 +672,19 @@ mod tests {
         }
     }
 
+    /// A client configuration that trusts only `ca`, left for the test to say which certificate,
+    /// if any, the client presents.
+    fn client_trusting(
+        ca: &TestCa,
+    ) -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert> {
+        let mut roots = RootCertStore::empty();
+        roots.add(der(&ca.pem)).unwrap();
+        rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+    }
+
     /// Server and client halves of one handshake over an in-memory stream. The server's result
     /// is the role of the client's certificate.
     async fn handshake(
@@ -745,12 +758,7 @@ mod tests {
         let server = load(dir.path(), &ca, Role::Manager { node_id: 1 });
         // Trusts the right CA for the server, but presents a certificate of another CA.
         let (cert, key) = issue(&other_ca, &["urn:leasehold:admin"], &["localhost"]);
-        let mut roots = RootCertStore::empty();
-        roots.add(der(&ca.pem)).unwrap();
-        let client = rustls::ClientConfig::builder_with_provider(crypto_provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
+        let client = client_trusting(&ca)
             .with_client_auth_cert(
                 vec![der(&cert)],
                 PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
@@ -766,13 +774,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ca = test_ca("test CA");
         let server = load(dir.path(), &ca, Role::Manager { node_id: 1 });
-        let mut roots = RootCertStore::empty();
-        roots.add(der(&ca.pem)).unwrap();
-        let client = rustls::ClientConfig::builder_with_provider(crypto_provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let client = client_trusting(&ca).with_no_client_auth();
         let (server_result, _) = handshake(server.server_config(), client, "localhost").await;
         let error = server_result.unwrap_err();
         assert!(error.contains("no certificates"), "{error}");

@@ -204,8 +204,18 @@ impl AssignmentState {
         shard_count: u32,
         shards: &[ShardEpoch],
     ) -> Result<(), DeliveryError> {
+        self.checked_shard_count(shard_count, shards).map(drop)
+    }
+
+    /// [`Self::validate_set`], answering with the checked shard count that applying the set records.
+    fn checked_shard_count(
+        &self,
+        shard_count: u32,
+        shards: &[ShardEpoch],
+    ) -> Result<NonZeroU32, DeliveryError> {
         let count = self.check_shard_count(shard_count)?;
-        Self::check_shards(count, shards.iter().map(|s| s.shard))
+        Self::check_shards(count, shards.iter().map(|s| s.shard))?;
+        Ok(count)
     }
 
     /// Applies a full set (register reply, renew reply or assign push) if its revision is at
@@ -216,8 +226,7 @@ impl AssignmentState {
         shard_count: u32,
         shards: &[ShardEpoch],
     ) -> Result<SetOutcome, DeliveryError> {
-        self.validate_set(shard_count, shards)?;
-        let count = self.check_shard_count(shard_count)?;
+        let count = self.checked_shard_count(shard_count, shards)?;
         if revision < self.revision {
             return Ok(SetOutcome::Stale {
                 revision,
@@ -242,8 +251,7 @@ impl AssignmentState {
         shard_count: u32,
         shards: &[ShardEpoch],
     ) -> Result<SetOutcome, DeliveryError> {
-        self.validate_set(shard_count, shards)?;
-        let count = self.check_shard_count(shard_count)?;
+        let count = self.checked_shard_count(shard_count, shards)?;
         for gained_at in self.gained_at.values_mut() {
             *gained_at = (*gained_at).min(revision);
         }

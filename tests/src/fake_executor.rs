@@ -39,8 +39,9 @@ pub struct Interval {
 struct View {
     executor_id: String,
     assignment: AssignmentState,
-    /// The lease as P3.2 allows: send instant of the granting request + ttl.
-    lease_expiry: Instant,
+    /// The lease as P3.2 allows (send instant of the granting request + ttl), on the library's
+    /// own clock.
+    lease: LeaseClock,
     intervals: Vec<Interval>,
     /// Set for tests of delayed acknowledgement: revokes answered 503.
     refuse_revokes: bool,
@@ -59,7 +60,7 @@ impl View {
 
     fn close(&mut self, shard: u32, now: Instant) {
         // Admission ended at the earlier of now and the lease expiry (a lapse ends it too).
-        let end = now.min(self.lease_expiry);
+        let end = self.lease.expiry().map_or(now, |expiry| now.min(expiry));
         if let Some(open) = self
             .intervals
             .iter_mut()
@@ -88,7 +89,7 @@ impl View {
     /// A grant: its lease always counts (P3.3), its set only in revision order; a stale one
     /// still stops shards the manager had taken by its revision, as the library does (I1).
     fn adopt_grant(&mut self, grant: &Grant, sent_at: Instant, now: Instant) {
-        self.lease_expiry = sent_at + Duration::from_millis(grant.lease_ttl_ms);
+        self.lease.apply_grant(sent_at, grant.lease_ttl_ms);
         if grant.revision < self.assignment.revision() {
             for shard in self.assignment.drop_taken_by(grant.revision, &grant.shards) {
                 self.close(shard.shard, now);
@@ -211,7 +212,7 @@ impl FakeExecutor {
         let mut view = View {
             executor_id: grant.executor_id.clone(),
             assignment: AssignmentState::default(),
-            lease_expiry: sent_at,
+            lease: LeaseClock::default(),
             intervals: Vec::new(),
             refuse_revokes: false,
         };
@@ -232,12 +233,7 @@ impl FakeExecutor {
         });
         let mut tasks = vec![server];
         if options.renew {
-            tasks.push(tokio::spawn(renew_loop(
-                client,
-                view.clone(),
-                (sent_at, grant),
-                stopped,
-            )));
+            tasks.push(tokio::spawn(renew_loop(client, view.clone(), stopped)));
         }
         Self {
             executor_id: view
@@ -270,7 +266,8 @@ impl FakeExecutor {
     }
 
     pub fn lease_expiry(&self) -> Instant {
-        lock(&self.view).lease_expiry
+        let view = lock(&self.view);
+        view.lease.expiry().unwrap_or_else(Instant::now)
     }
 
     /// Revokes are answered 503 from now on: only renewal claims can acknowledge them.
@@ -286,7 +283,7 @@ impl FakeExecutor {
             task.abort();
         }
         let mut view = lock(&self.view);
-        let expiry = view.lease_expiry;
+        let expiry = view.lease.expiry().unwrap_or_else(Instant::now);
         view.stop_all(expiry);
     }
 }
@@ -309,17 +306,10 @@ fn rand_suffix() -> u64 {
 
 /// Renews on the executor's own schedule (P3.5, `LeaseSchedule`: a third into what is left of the
 /// lease, backing off while failing so a retry lands before the expiry) until stopped or
-/// forgotten. `first` is the registration's grant and the instant its request was sent.
-async fn renew_loop(
-    client: Client,
-    view: Shared,
-    first: (Instant, Grant),
-    mut stopped: watch::Receiver<bool>,
-) {
-    let (first_sent_at, first) = first;
-    let mut lease = LeaseClock::default();
-    lease.apply_grant(first_sent_at, first.lease_ttl_ms);
+/// forgotten, from the lease the registration's grant set.
+async fn renew_loop(client: Client, view: Shared, mut stopped: watch::Receiver<bool>) {
     let mut schedule = LeaseSchedule::default();
+    let lease = lock(&view).lease;
     let mut next = schedule.after(CallOutcome::Granted, &lease, Instant::now());
     loop {
         let NextCall::CallAt(at) = next else {
@@ -345,7 +335,6 @@ async fn renew_loop(
         let outcome = match client.renew(&executor_id, None, &request).await {
             Ok(grant) => {
                 lock(&view).adopt_grant(&grant, sent_at, Instant::now());
-                lease.apply_grant(sent_at, grant.lease_ttl_ms);
                 CallOutcome::Granted
             }
             Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
@@ -354,6 +343,7 @@ async fn renew_loop(
             }
             Err(_) => CallOutcome::Failed,
         };
+        let lease = lock(&view).lease;
         next = schedule.after(outcome, &lease, Instant::now());
     }
 }

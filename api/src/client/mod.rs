@@ -263,10 +263,8 @@ impl Client {
     /// idempotency key, so a retry returns the same executor (P7.2).
     pub async fn register(&self, request: &RegisterRequest) -> Result<Grant, ClientError> {
         let body = encode(request)?;
-        let reply = self
-            .send(Method::POST, "/v1/executors", Some(body), Idempotency::Safe)
-            .await?;
-        decode(&reply)
+        self.send_decoded(Method::POST, "/v1/executors", Some(body), Idempotency::Safe)
+            .await
     }
 
     /// `POST /v1/executors/{id}/renew`. A renewal is a `max` on the manager (P3.4), so a repeat is
@@ -339,10 +337,8 @@ impl Client {
 
     /// `GET /v1/cluster` from whichever replica answers, following the leader.
     pub async fn cluster_info(&self) -> Result<ClusterInfo, ClientError> {
-        let reply = self
-            .send(Method::GET, "/v1/cluster", None, Idempotency::Safe)
-            .await?;
-        decode(&reply)
+        self.send_decoded(Method::GET, "/v1/cluster", None, Idempotency::Safe)
+            .await
     }
 
     /// `GET /v1/cluster` from exactly `endpoint`: one attempt, no failover, no retry, so tests
@@ -359,10 +355,8 @@ impl Client {
 
     /// `POST /v1/cluster/init`. Initialisation is safe to repeat (§10).
     pub async fn init_cluster(&self) -> Result<InitReply, ClientError> {
-        let reply = self
-            .send(Method::POST, "/v1/cluster/init", None, Idempotency::Safe)
-            .await?;
-        decode(&reply)
+        self.send_decoded(Method::POST, "/v1/cluster/init", None, Idempotency::Safe)
+            .await
     }
 
     /// `POST /v1/cluster/nodes`: add a learner and promote it. Not repeated on unknown outcome:
@@ -370,37 +364,31 @@ impl Client {
     /// Answers with the membership as it stands once the node was promoted.
     pub async fn add_node(&self, request: &AddNodeRequest) -> Result<ClusterInfo, ClientError> {
         let body = encode(request)?;
-        let reply = self
-            .send(
-                Method::POST,
-                "/v1/cluster/nodes",
-                Some(body),
-                Idempotency::Unsafe,
-            )
-            .await?;
-        decode(&reply)
+        self.send_decoded(
+            Method::POST,
+            "/v1/cluster/nodes",
+            Some(body),
+            Idempotency::Unsafe,
+        )
+        .await
     }
 
     /// `DELETE /v1/cluster/nodes/{id}`: answers with the membership without it.
     pub async fn remove_node(&self, node_id: u64) -> Result<ClusterInfo, ClientError> {
         let path = format!("/v1/cluster/nodes/{node_id}");
-        let reply = self
-            .send(Method::DELETE, &path, None, Idempotency::Unsafe)
-            .await?;
-        decode(&reply)
+        self.send_decoded(Method::DELETE, &path, None, Idempotency::Unsafe)
+            .await
     }
 
     /// `POST /v1/cluster/snapshot`: ask the serving replica to snapshot now (P2.5).
     pub async fn trigger_snapshot(&self) -> Result<SnapshotReply, ClientError> {
-        let reply = self
-            .send(
-                Method::POST,
-                "/v1/cluster/snapshot",
-                None,
-                Idempotency::Unsafe,
-            )
-            .await?;
-        decode(&reply)
+        self.send_decoded(
+            Method::POST,
+            "/v1/cluster/snapshot",
+            None,
+            Idempotency::Unsafe,
+        )
+        .await
     }
 
     /// Generic inspection `GET` (e.g. `/v1/state`, `/v1/routing?key=k`); `path` starts with `/`
@@ -472,10 +460,8 @@ impl Client {
     /// through the normal handoff. Setting a flag is idempotent, so a repeat is harmless.
     pub async fn drain(&self, executor_id: &str) -> Result<ExecutorView, ClientError> {
         let path = format!("/v1/executors/{}/drain", path_segment(executor_id)?);
-        let reply = self
-            .send(Method::POST, &path, None, Idempotency::Safe)
-            .await?;
-        decode(&reply)
+        self.send_decoded(Method::POST, &path, None, Idempotency::Safe)
+            .await
     }
 
     /// An operator's `DELETE /v1/executors/{id}` (admin role, no credential), PROTOCOL P5.5: an
@@ -497,10 +483,8 @@ impl Client {
     /// `DELETE /v1/executors/{id}/drain`: cancel a drain.
     pub async fn undrain(&self, executor_id: &str) -> Result<ExecutorView, ClientError> {
         let path = format!("/v1/executors/{}/drain", path_segment(executor_id)?);
-        let reply = self
-            .send(Method::DELETE, &path, None, Idempotency::Safe)
-            .await?;
-        decode(&reply)
+        self.send_decoded(Method::DELETE, &path, None, Idempotency::Safe)
+            .await
     }
 
     /// `GET /v1/watch?revision=N&wait=W`: returns once the state's revision is above `revision`,
@@ -542,9 +526,19 @@ impl Client {
     }
 
     async fn get_typed<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        let reply = self
-            .send(Method::GET, path, None, Idempotency::Safe)
-            .await?;
+        self.send_decoded(Method::GET, path, None, Idempotency::Safe)
+            .await
+    }
+
+    /// [`Client::send`], the reply's body read as a `T`.
+    async fn send_decoded<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        idempotency: Idempotency,
+    ) -> Result<T, ClientError> {
+        let reply = self.send(method, path, body, idempotency).await?;
         decode(&reply)
     }
 

@@ -103,15 +103,12 @@ pub async fn b10(env: &Env, options: &B10Options) -> Result<Table> {
             .position(|&id| id == leader)
             .context("B10: the leader's process")?;
         let routes_before = cluster_routing_table(&cluster).await?;
-        let committed = |info: ClusterInfo| info.committed_index.unwrap_or(0);
-        let committed_before =
-            committed(cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?);
+        let committed_before = committed_index(&cluster, leader).await?;
         let ok_before = cadence.counters.ok.load(Ordering::Relaxed);
         eprintln!("B10: measuring for {:?}", options.window);
         let (shares, elapsed) = cpu_shares(&pids, options.window).await?;
         let ok_after = cadence.counters.ok.load(Ordering::Relaxed);
-        let committed_after =
-            committed(cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?);
+        let committed_after = committed_index(&cluster, leader).await?;
         let routes_after = cluster_routing_table(&cluster).await?;
         let still_leader = cluster.wait_for_leader(FORM_BOUND).await?;
         if still_leader != leader {

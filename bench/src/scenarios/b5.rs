@@ -39,12 +39,7 @@ pub async fn b5(env: &Env, executors: usize, options: ManagerFlags) -> Result<Ta
     // Join: purge the leader's log behind a fresh snapshot, so the new node must install it.
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     post_snapshot(&cluster, leader, true).await?;
-    let target = cluster
-        .cluster_info(leader)
-        .await
-        .map_err(|e| anyhow!(e))?
-        .committed_index
-        .unwrap_or(0);
+    let target = committed_index(&cluster, leader).await?;
     let joined_at = Instant::now();
     let via = cluster.url(leader)?;
     procs::join_new(&mut cluster, 4, &via)?;

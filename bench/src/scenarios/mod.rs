@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use leasehold_api::client::ClientConfig;
 use leasehold_api::routing::{RouteTable, RoutingClient, RoutingConfig};
+use leasehold_api::wire::ExecutorView;
 use leasehold_api::wire::RoutingTable;
-use leasehold_api::wire::{ClusterInfo, ExecutorView};
 use leasehold_harness::{
     binary_in, free_port, poll_every, poll_until, ChildProcess, Manager, ManagerCluster,
     ManagerFlags,
@@ -538,17 +538,18 @@ async fn snapshot_size_and_restart(
     let data_dir = cluster.manager(id)?.data_dir.clone();
     let bytes = tokio::task::spawn_blocking(move || snapshot_bytes(&data_dir)).await??;
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-    let target = cluster
-        .cluster_info(leader)
-        .await
-        .map_err(|e| anyhow!(e))?
-        .committed_index
-        .unwrap_or(0);
+    let target = committed_index(cluster, leader).await?;
     let started = Instant::now();
     cluster.manager(id)?.start()?;
     cluster.wait_ready(id, SETTLE_BOUND).await?;
     cluster.wait_applied(id, target, SETTLE_BOUND).await?;
     Ok((bytes, started.elapsed()))
+}
+
+/// The index manager `id` reports committed; 0 before its first commit.
+async fn committed_index(cluster: &ManagerCluster, id: u64) -> Result<u64> {
+    let info = cluster.cluster_info(id).await.map_err(|e| anyhow!(e))?;
+    Ok(info.committed_index.unwrap_or(0))
 }
 
 #[cfg(test)]

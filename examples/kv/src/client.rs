@@ -3,7 +3,9 @@
 //! refreshes it once and retries once.
 
 use leasehold_api::problem::Problem;
-use leasehold_api::routing::{RoutedRequest, RoutingClient, RoutingConfig, RoutingError};
+use leasehold_api::routing::{
+    RoutedReply, RoutedRequest, RoutingClient, RoutingConfig, RoutingError,
+};
 use reqwest::Method;
 
 use crate::wire::{GetReply, KvProblem, PutReply, PutRequest, Refusal};
@@ -84,18 +86,7 @@ impl KvClient {
             value: value.to_owned(),
         })
         .map_err(|error| KvError::Decode(error.to_string()))?;
-        let path = format!("/kv/{}", path_segment(key)?);
-        let reply = self
-            .routing
-            .send(
-                key.as_bytes(),
-                RoutedRequest {
-                    method: &Method::PUT,
-                    path: &path,
-                    body: Some(&body),
-                },
-            )
-            .await?;
+        let reply = self.send_to_owner(&Method::PUT, key, Some(&body)).await?;
         match reply.status {
             200 => decode(&reply.body),
             status => Err(refusal(status, &reply.body)),
@@ -104,23 +95,28 @@ impl KvClient {
 
     /// `GET /kv/{key}`: the value and the epoch it was written at, or `None` if never written.
     pub async fn get(&self, key: &str) -> Result<Option<GetReply>, KvError> {
-        let path = format!("/kv/{}", path_segment(key)?);
-        let reply = self
-            .routing
-            .send(
-                key.as_bytes(),
-                RoutedRequest {
-                    method: &Method::GET,
-                    path: &path,
-                    body: None,
-                },
-            )
-            .await?;
+        let reply = self.send_to_owner(&Method::GET, key, None).await?;
         match reply.status {
             200 => decode(&reply.body).map(Some),
             404 => Ok(None),
             status => Err(refusal(status, &reply.body)),
         }
+    }
+
+    /// `method` on `/kv/{key}`, sent to the executor that owns `key`.
+    async fn send_to_owner(
+        &self,
+        method: &Method,
+        key: &str,
+        body: Option<&[u8]>,
+    ) -> Result<RoutedReply, KvError> {
+        let path = format!("/kv/{}", path_segment(key)?);
+        let request = RoutedRequest {
+            method,
+            path: &path,
+            body,
+        };
+        Ok(self.routing.send(key.as_bytes(), request).await?)
     }
 }
 

@@ -424,6 +424,13 @@ mod tests {
         (dir, store)
     }
 
+    fn found(value: &str, written_epoch: u64) -> ReadOutcome {
+        ReadOutcome::Found(Stored {
+            value: value.into(),
+            written_epoch,
+        })
+    }
+
     /// The epoch rule: a write with an epoch below the stored one is refused and changes
     /// nothing; the stored value and its epoch stay the newer owner's.
     #[test]
@@ -441,13 +448,7 @@ mod tests {
             store.put(3, 1, "other", "deposed owner").unwrap(),
             WriteOutcome::StaleEpoch { store_epoch: 2 }
         );
-        assert_eq!(
-            store.get(3, 2, "k").unwrap(),
-            ReadOutcome::Found(Stored {
-                value: "new owner".into(),
-                written_epoch: 2
-            })
-        );
+        assert_eq!(store.get(3, 2, "k").unwrap(), found("new owner", 2));
         assert_eq!(store.get(3, 2, "other").unwrap(), ReadOutcome::Missing);
         assert_eq!(store.fence_epoch(3).unwrap(), 2);
     }
@@ -461,13 +462,7 @@ mod tests {
         assert_eq!(store.fence_epoch(0).unwrap(), 1);
         assert_eq!(store.put(0, 4, "k", "c").unwrap(), WriteOutcome::Written);
         assert_eq!(store.fence_epoch(0).unwrap(), 4);
-        assert_eq!(
-            store.get(0, 4, "k").unwrap(),
-            ReadOutcome::Found(Stored {
-                value: "c".into(),
-                written_epoch: 4
-            })
-        );
+        assert_eq!(store.get(0, 4, "k").unwrap(), found("c", 4));
     }
 
     /// The raise on arrival: after the new owner raised the stored epoch, a write of the old
@@ -491,10 +486,7 @@ mod tests {
         );
         assert_eq!(
             store.get(5, 2, "k").unwrap(),
-            ReadOutcome::Found(Stored {
-                value: "old owner".into(),
-                written_epoch: 1
-            }),
+            found("old owner", 1),
             "the new owner reads what the old one left"
         );
     }
@@ -523,13 +515,7 @@ mod tests {
             first.put(9, 1, "k", "late").unwrap(),
             WriteOutcome::StaleEpoch { store_epoch: 2 }
         );
-        assert_eq!(
-            second.get(9, 2, "k").unwrap(),
-            ReadOutcome::Found(Stored {
-                value: "v1".into(),
-                written_epoch: 1
-            })
-        );
+        assert_eq!(second.get(9, 2, "k").unwrap(), found("v1", 1));
     }
 
     #[test]
