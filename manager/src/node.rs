@@ -79,45 +79,60 @@ impl std::fmt::Debug for ManagerNode {
     }
 }
 
+/// What a replica is built from: what `server` opened and started.
+pub struct NodeParts {
+    pub id: NodeId,
+    /// The URL others use to reach this node (P8.1 `--advertise`).
+    pub advertise: String,
+    pub raft: ManagerRaft,
+    pub state: LeaseStateHandle,
+    pub identity: Arc<Identity>,
+    /// The one HTTP client of the process (forwarding, probes, deliveries).
+    pub http: reqwest::Client,
+    pub settings: ClusterSettings,
+    pub metrics: Option<PrometheusHandle>,
+    pub renewals: RenewalQueue,
+    /// The last log index and the vote the log store held at start-up (the read barrier's
+    /// floor, [`Leadership::linearizable_read`]).
+    pub log_at_start: (u64, Vote<NodeId>),
+    pub disk_space: DiskSpace,
+}
+
+impl std::fmt::Debug for NodeParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeParts")
+            .field("id", &self.id)
+            .field("advertise", &self.advertise)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ManagerNode {
-    #[allow(clippy::too_many_arguments)] // one constructor, called once from `server::run`
-    pub fn new(
-        id: NodeId,
-        advertise: String,
-        raft: ManagerRaft,
-        state: LeaseStateHandle,
-        identity: Arc<Identity>,
-        http: reqwest::Client,
-        settings: ClusterSettings,
-        metrics: Option<PrometheusHandle>,
-        renewals: RenewalQueue,
-        (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
-        disk_space: DiskSpace,
-    ) -> Self {
+    pub fn new(parts: NodeParts) -> Self {
         let signals = Arc::new(LeaderSignals::default());
         let clock = Arc::new(LeaderClock::new());
         let proposer = Proposer::new(
-            raft.clone(),
+            parts.raft.clone(),
             signals.clone(),
-            state.clone(),
+            parts.state.clone(),
             clock.clone(),
-            disk_space,
+            parts.disk_space,
         );
         Self {
             leadership: Leadership::new(
-                id,
-                advertise,
-                raft,
+                parts.id,
+                parts.advertise,
+                parts.raft,
                 proposer,
                 clock,
-                (last_log_index_at_start, vote_at_start),
+                parts.log_at_start,
             ),
-            state,
-            identity,
-            http,
-            settings,
-            metrics,
-            renewals,
+            state: parts.state,
+            identity: parts.identity,
+            http: parts.http,
+            settings: parts.settings,
+            metrics: parts.metrics,
+            renewals: parts.renewals,
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),
             routing_runs: Default::default(),

@@ -22,7 +22,7 @@ use crate::bootstrap::{self, BootstrapError};
 use crate::config::ManagerConfig;
 use crate::disk_space::DiskSpace;
 use crate::lease::LeaseState;
-use crate::node::{ClusterSettings, ManagerNode};
+use crate::node::{ClusterSettings, ManagerNode, NodeParts};
 use crate::raft::identity::{Identity, IdentityError};
 use crate::raft::network::HttpNetworkFactory;
 use crate::raft::{openraft_config, TypeConfig};
@@ -194,14 +194,14 @@ async fn open_node(
 
     let (renewal_queue, pending_renewals) = renewals::queue();
     let disk_space = DiskSpace::new(config.min_free_disk_bytes);
-    let node = Arc::new(ManagerNode::new(
-        config.id,
-        config.advertise.clone(),
+    let node = Arc::new(ManagerNode::new(NodeParts {
+        id: config.id,
+        advertise: config.advertise.clone(),
         raft,
         state,
         identity,
-        http_client,
-        ClusterSettings {
+        http: http_client,
+        settings: ClusterSettings {
             initial_cluster: config.initial_cluster.clone(),
             shard_count: config.shard_count,
             lease_duration_ms: config.lease_duration_ms,
@@ -210,10 +210,10 @@ async fn open_node(
             backup_key: config.backup_key.clone(),
         },
         metrics,
-        renewal_queue,
+        renewals: renewal_queue,
         log_at_start,
-        disk_space.clone(),
-    ));
+        disk_space: disk_space.clone(),
+    }));
     Ok((db, node, pending_renewals, disk_space))
 }
 
