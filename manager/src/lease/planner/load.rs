@@ -407,12 +407,7 @@ impl Fleet<'_> {
         for joiner in joiners {
             while self.moves.len() < max_moves && self.is_joiner(joiner, share_fraction) {
                 let givers: Vec<usize> = self
-                    .by_utilisation
-                    .iter()
-                    .rev()
-                    .take_while(|(utilisation, _)| utilisation.0 > self.mean)
-                    .take(CANDIDATES_PER_SIDE)
-                    .map(|&(_, index)| index)
+                    .givers()
                     .filter(|&index| index != joiner)
                     .collect();
                 let best = givers
@@ -484,16 +479,20 @@ impl Fleet<'_> {
             })
     }
 
-    /// The move that removes the most imbalance while some member is outside the band.
-    fn best_balance_move(&self) -> Option<Candidate> {
-        let givers: Vec<usize> = self
-            .by_utilisation
+    /// The members a move may take a shard from: above the mean, the most utilised first, at
+    /// most [`CANDIDATES_PER_SIDE`] of them.
+    fn givers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_utilisation
             .iter()
             .rev()
             .take_while(|(utilisation, _)| utilisation.0 > self.mean)
             .take(CANDIDATES_PER_SIDE)
             .map(|&(_, index)| index)
-            .collect();
+    }
+
+    /// The move that removes the most imbalance while some member is outside the band.
+    fn best_balance_move(&self) -> Option<Candidate> {
+        let givers: Vec<usize> = self.givers().collect();
         let receivers: Vec<usize> = self
             .by_utilisation
             .iter()
