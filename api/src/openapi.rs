@@ -137,12 +137,104 @@ pub fn problem_response(description: &str) -> Response {
         .build()
 }
 
-/// The document as checked in under `docs/openapi/`: pretty JSON with a final newline, so the
-/// drift tests compare bytes and a regenerated file diffs cleanly.
+/// The document as served and checked in under `docs/openapi/`: pretty JSON with a final
+/// newline, so the drift tests compare bytes and a regenerated file diffs cleanly, in its
+/// published form ([`publish`]).
 pub fn to_pretty_json(doc: &OpenApi) -> String {
-    let mut text = serde_json::to_string_pretty(doc).unwrap_or_default();
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    publish(&mut value);
+    // Back through the typed document, which writes its fields in the specification's order
+    // (`openapi`, `info`, `paths`, …) where a JSON value would sort them.
+    let published: OpenApi = serde_json::from_value(value).unwrap_or_else(|_| doc.clone());
+    let mut text = serde_json::to_string_pretty(&published).unwrap_or_default();
     text.push('\n');
     text
+}
+
+/// What the Rust source says in its own terms, put in the document's: the descriptions come
+/// from doc comments, whose links (`` [`NAME`] ``) name Rust items a reader in another language
+/// cannot look up, so each becomes the value or the schema it stands for. A link not listed here
+/// is left as it is, and the documents' tests refuse it ([`rust_artefact`]).
+const RUST_LINKS: &[(&str, &str)] = &[
+    ("[`MAX_SHARD_LOAD`]", "1e12"),
+    ("`1..=`[`MAX_CAPACITY`]", "1 to 1 000 000"),
+    ("[`MAX_CAPACITY`]", "1 000 000"),
+    ("[`DEFAULT_CAPACITY`]", "1"),
+    ("[`CREDENTIALS_SCHEMA`]", "3"),
+    ("[`CAPACITY_SCHEMA`]", "4"),
+    ("[`COMPACT_SHARDS_SCHEMA`]", "4"),
+    ("[`LEADER_HEADER`]", "the `X-Leasehold-Leader` header"),
+    ("[`crate::RELEASE`]", "its version, e.g. `0.2.0`"),
+    (
+        " (see [`validate_base_url`])",
+        ", with at most a trailing `/`",
+    ),
+    (" (see [`AssignmentPush::executor_id`])", ": the id it was told at registration"),
+    (", checked by [`check_shard_loads`]", ""),
+    (
+        " ([`Grant::expand_shard_runs`])",
+        " into `shards`",
+    ),
+    ("[`RevokePush`]", "revoke"),
+    ("[`ShardRun`]", "`ShardRun`"),
+    ("[`RouteRun`]", "`RouteRun`"),
+    ("[`RoutingTable`]", "`RoutingTable`"),
+    ("[`RoutingRuns`]", "`RoutingRuns`"),
+    ("[`Route`]", "`Route`"),
+];
+
+/// Puts `doc` (an OpenAPI document as JSON) in its published form: no Rust link in a
+/// description ([`RUST_LINKS`]), and unsigned integers described by JSON Schema's own bounds
+/// (`minimum`, `maximum`) instead of utoipa's non-standard formats (`u-int32`, …), which
+/// generators for other languages do not know.
+pub fn publish(doc: &mut serde_json::Value) {
+    match doc {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(text)) = map.get_mut("description") {
+                for (link, words) in RUST_LINKS {
+                    if text.contains(link) {
+                        *text = text.replace(link, words);
+                    }
+                }
+            }
+            let unsigned_max = match map.get("format").and_then(|f| f.as_str()) {
+                Some("u-int8") => Some(Some(u64::from(u8::MAX))),
+                Some("u-int16") => Some(Some(u64::from(u16::MAX))),
+                Some("u-int32") => Some(Some(u64::from(u32::MAX))),
+                Some("u-int64") => Some(None),
+                _ => None,
+            };
+            if let Some(max) = unsigned_max {
+                map.remove("format");
+                map.entry("minimum").or_insert(serde_json::json!(0));
+                if let Some(max) = max {
+                    map.entry("maximum").or_insert(serde_json::json!(max));
+                }
+            }
+            map.values_mut().for_each(publish);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(publish),
+        _ => {}
+    }
+}
+
+/// Whether a published document (as JSON text) is free of what only a Rust reader understands:
+/// `None` when it is, else the first offending excerpt.
+pub fn rust_artefact(published: &str) -> Option<String> {
+    ["[`", "\"u-int"].iter().find_map(|needle| {
+        published.find(needle).map(|at| {
+            let start = published[..at]
+                .char_indices()
+                .rev()
+                .nth(60)
+                .map_or(0, |(i, _)| i);
+            let end = published[at..]
+                .char_indices()
+                .nth(60)
+                .map_or(published.len(), |(i, _)| at + i);
+            published[start..end].to_owned()
+        })
+    })
 }
 
 /// Compares `generated` with the checked-in document at `path`; with `UPDATE_OPENAPI=1` in the

@@ -31,7 +31,12 @@ mod workload;
 #[command(
     name = "leasehold-executor",
     version,
-    about = "A Leasehold executor with a demo workload"
+    about = "A Leasehold executor: holds a lease and shards with their epochs",
+    long_about = "A Leasehold executor: registers with the managers, holds a lease and the \
+shards it is given with their epochs, serves the managers' pushes and revokes, stops admitting \
+when its lease lapses and hands its shards over on SIGTERM. Beside the protocol it serves \
+GET /v1/status, GET /metrics and a demo workload, GET /v1/work?key=K, which admits a key's \
+work only while this executor holds its shard."
 )]
 struct Args {
     #[command(flatten)]
@@ -118,6 +123,16 @@ mod tests {
         if let Err(message) = check_or_update(&to_pretty_json(&document()), &path) {
             panic!("{message}");
         }
+    }
+
+    /// The published document speaks to readers in any language: no Rust link in a description,
+    /// no integer format only utoipa knows.
+    #[test]
+    fn openapi_document_has_no_rust_artefacts() {
+        assert_eq!(
+            leasehold_api::openapi::rust_artefact(&to_pretty_json(&document())),
+            None
+        );
     }
 
     /// The binary documents the library's routes, the workload and `/metrics`, each operation

@@ -36,7 +36,8 @@ error is `application/problem+json` with a machine-readable `code`.",
     ),
     components(schemas(Problem, ErrorCode)),
     tags(
-        (name = "deliveries", description = "Pushes from the manager leader."),
+        (name = "deliveries", description = "Pushes from the managers' leader: the operations \
+every executor must serve, marked `x-leasehold-caller: manager`."),
         (name = "status", description = "Who this executor is and what it holds."),
         (name = "health", description = "This document, and metrics where they are mounted."),
     ),
@@ -68,7 +69,32 @@ pub fn document_with(extra: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
     let mut doc = ExecutorApi::openapi();
     doc.merge(extra);
     document_problems(&mut doc, LISTENER_PROBLEMS);
+    mark_called_by_managers(&mut doc);
     doc
+}
+
+/// The operations the managers call on every executor (PROTOCOL §4, §5): what an executor in
+/// any language must serve. The rest is for operators and the executor's own process.
+pub const CALLED_BY_MANAGERS: &[&str] = &["put_assignment", "post_revoke"];
+
+/// The extension that names who calls an operation, on each of [`CALLED_BY_MANAGERS`].
+pub const CALLER_EXTENSION: &str = "x-leasehold-caller";
+
+fn mark_called_by_managers(doc: &mut utoipa::openapi::OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        for operation in [item.put.as_mut(), item.post.as_mut()].into_iter().flatten() {
+            let called = operation
+                .operation_id
+                .as_deref()
+                .is_some_and(|id| CALLED_BY_MANAGERS.contains(&id));
+            if called {
+                operation
+                    .extensions
+                    .get_or_insert_with(Default::default)
+                    .insert(CALLER_EXTENSION.to_owned(), serde_json::json!("manager"));
+            }
+        }
+    }
 }
 
 /// A document rendered once, when the app is built, and served as is.
@@ -187,5 +213,22 @@ mod tests {
         // The merged route gets the listener's problem responses too.
         let metrics = with_metrics.paths.paths["/metrics"].get.as_ref().unwrap();
         assert!(metrics.responses.responses.contains_key("504"));
+    }
+
+    /// The operations the managers call are marked, and only those: an executor written in
+    /// another language learns from the document what it must serve.
+    #[test]
+    fn the_operations_the_managers_call_are_marked() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let mut marked = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                if operation[CALLER_EXTENSION] == "manager" {
+                    marked.push(format!("{} {path}", method.to_uppercase()));
+                }
+            }
+        }
+        marked.sort();
+        assert_eq!(marked, ["POST /v1/revoke", "PUT /v1/assignment"]);
     }
 }

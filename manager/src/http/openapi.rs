@@ -117,6 +117,16 @@ mod tests {
         }
     }
 
+    /// The published document speaks to readers in any language: no Rust link in a description,
+    /// no integer format only utoipa knows.
+    #[test]
+    fn openapi_document_has_no_rust_artefacts() {
+        assert_eq!(
+            leasehold_api::openapi::rust_artefact(&to_pretty_json(&document())),
+            None
+        );
+    }
+
     /// The document's bounds are written as literals (utoipa takes no constants): they must be
     /// the limits `api::wire` defines, which the handlers and the state machine enforce (P15.1).
     #[test]

@@ -13,8 +13,8 @@ use super::HttpError;
 #[serde(deny_unknown_fields)]
 pub struct ReadQuery {
     /// Read through the leader's read index (linearizable) instead of this replica's applied
-    /// state. Acted on by the consistent-read layer before the handler runs
-    /// ([`consistent_read_requested`]); here it is documented and its value checked.
+    /// state: the replica forwards the read to the leader, which answers once it has applied
+    /// everything committed when the read arrived.
     #[serde(default)]
     #[allow(dead_code)]
     consistent: bool,
