@@ -47,6 +47,7 @@ impl World {
         if p.life != Life::Running || p.call.is_some() {
             return;
         }
+        // The calls are lifted out while the process itself is lent as their holder.
         let calls = std::mem::take(&mut p.calls);
         let lease_call = calls.next_call(
             &mut ProcessHolder {
@@ -106,6 +107,7 @@ impl World {
         let Some(lease_call) = p.lease_call.take() else {
             return;
         };
+        // The calls are lifted out while the process itself is lent as their holder.
         let mut calls = std::mem::take(&mut p.calls);
         let rate = p.rate_ppm;
         let mut holder = ProcessHolder {
