@@ -36,7 +36,7 @@ use self::term::{NextStep, Office, TermSteps, Written};
 use crate::cpu_bound;
 use crate::leadership::Leadership;
 use crate::leadership::{Leader, ReadBarrierError};
-use crate::lease::answer::{HandoffsCompleted, Reaped, Rebalanced};
+use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
     Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
 };
@@ -295,94 +295,64 @@ fn log_decision(decision: &StepDecision) {
     }
 }
 
-/// Each write below commits one command of the step and says what became of it.
-async fn reap(node: &LeaderHandle, command: Command) -> Written {
-    match node.leadership.proposer.propose_as::<Reaped>(command).await {
-        Ok((
-            _,
-            Answer::Done(Reaped {
-                reaped, skipped, ..
-            }),
-        )) => {
-            tracing::info!(?reaped, ?skipped, "reaped lapsed executors");
-            Written::Applied
-        }
-        Ok((_, Answer::Refused(reason))) => {
-            tracing::warn!(?reason, "reap refused");
-            Written::Refused { stale_plan: false }
-        }
-        Err(error) => {
-            tracing::info!(%error, "reap not committed");
-            Written::NotCommitted
-        }
-    }
-}
-
-async fn complete_handoffs(node: &LeaderHandle, command: Command) -> Written {
-    match node
-        .leadership
-        .proposer
-        .propose_as::<HandoffsCompleted>(command)
-        .await
-    {
-        Ok((_, Answer::Done(HandoffsCompleted { completed, .. }))) => {
-            tracing::info!(
-                ?completed,
-                "handoffs completed on the old owner's expiry (P5.2)"
-            );
-            Written::Applied
-        }
-        Ok((_, Answer::Refused(reason))) => {
-            tracing::warn!(?reason, "handoff completion refused");
-            Written::Refused { stale_plan: false }
-        }
-        Err(error) => {
-            tracing::info!(%error, "handoff completion not committed");
-            Written::NotCommitted
-        }
-    }
-}
-
-async fn rebalance(node: &LeaderHandle, plan: Command) -> Written {
-    match node
-        .leadership
-        .proposer
-        .propose_as::<Rebalanced>(plan)
-        .await
-    {
-        Ok((
-            _,
-            Answer::Done(Rebalanced {
-                granted,
-                releasing,
-                cancelled,
-                ..
-            }),
-        )) => {
-            tracing::info!(
-                granted = granted.len(),
-                releasing = releasing.len(),
-                cancelled = cancelled.len(),
-                "rebalanced"
-            );
+/// Commits one of a step's writes, `what` naming it in the logs, and says what became of it;
+/// `done` logs what an applied one did.
+async fn commit_write<T>(
+    node: &LeaderHandle,
+    command: Command,
+    what: &str,
+    done: impl FnOnce(T),
+) -> Written
+where
+    T: CommandAnswer<Answer = Answer<T>>,
+{
+    match node.leadership.proposer.propose_as::<T>(command).await {
+        Ok((_, Answer::Done(answer))) => {
+            done(answer);
             Written::Applied
         }
         Ok((_, Answer::Refused(reason @ RefusalReason::StalePlan { .. }))) => {
             // Another change to the assignment (a registration, a release completing a
             // handoff) was committed while this plan was in flight; [`TermSteps`] plans again
             // on the state it left, at once.
-            tracing::debug!(?reason, "plan refused as stale; replanning at once");
+            tracing::debug!(?reason, "{what}: refused as stale; replanning at once");
             Written::Refused { stale_plan: true }
         }
         Ok((_, Answer::Refused(reason))) => {
-            tracing::warn!(?reason, "plan refused; replanning next step");
+            tracing::warn!(?reason, "{what}: refused");
             Written::Refused { stale_plan: false }
         }
         Err(error) => {
-            tracing::info!(%error, "rebalance not committed");
+            tracing::info!(%error, "{what}: not committed");
             Written::NotCommitted
         }
     }
+}
+
+async fn reap(node: &LeaderHandle, command: Command) -> Written {
+    commit_write(node, command, "reap", |reaped: Reaped| {
+        tracing::info!(reaped = ?reaped.reaped, skipped = ?reaped.skipped, "reaped lapsed executors");
+    })
+    .await
+}
+
+async fn complete_handoffs(node: &LeaderHandle, command: Command) -> Written {
+    commit_write(node, command, "handoff completion", |done: HandoffsCompleted| {
+        tracing::info!(completed = ?done.completed, "handoffs completed on the old owner's expiry (P5.2)");
+    })
+    .await
+}
+
+async fn rebalance(node: &LeaderHandle, plan: Command) -> Written {
+    commit_write(node, plan, "plan", |done: Rebalanced| {
+        tracing::info!(
+            granted = done.granted.len(),
+            releasing = done.releasing.len(),
+            cancelled = done.cancelled.len(),
+            "rebalanced"
+        );
+    })
+    .await
 }
 
 /// Takes in the loads reported since the last step (each report once, P15.1) and forgets
