@@ -29,6 +29,7 @@ pub mod client;
 pub mod ctl;
 #[cfg(feature = "axum")]
 pub mod http;
+pub mod metric_catalog;
 #[cfg(feature = "utoipa")]
 pub mod openapi;
 #[cfg(feature = "axum")]

@@ -81,6 +81,7 @@ async fn main() -> ExitCode {
         Ok(prometheus) => prometheus,
         Err(error) => return run_error(PROGRAM, &error),
     };
+    leasehold_api::metric_catalog::export_from_start(metrics::METRICS);
     let started = Executor::start_with_documented_routes(config, extra_paths(), |handle| {
         extra_routes(handle, prometheus)
     })

@@ -49,6 +49,7 @@ async fn run(config: ManagerConfig) -> anyhow::Result<()> {
         .context("configuring the metrics exporter")?
         .install_recorder()
         .context("installing the metrics recorder")?;
+    leasehold_api::metric_catalog::export_from_start(leasehold_manager::metrics::METRICS);
     leasehold_manager::server::run(config, Some(metrics), shutdown_signal()).await?;
     Ok(())
 }

@@ -14,10 +14,275 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use leasehold_api::metric_catalog::{MetricKind, MetricSpec};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 use crate::lease::{Command, MoveReason, Outcome, Plan, RenewResult, ShardId};
 use crate::raft::LeaseStateHandle;
+
+/// Every metric the manager exports, each series from start-up (`export_from_start` in `main`):
+/// docs/OPERATIONS.md's "Metrics reference" documents each, and the tests below hold the list
+/// to the sources and to that table.
+pub const METRICS: &[MetricSpec] = &[
+    MetricSpec {
+        name: "leasehold_executors",
+        kind: MetricKind::Gauge,
+        help: "Registered executors in the applied state.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_executors_lapsed",
+        kind: MetricKind::Gauge,
+        help: "Registered executors whose lease ran out and who are not reaped yet.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_shards",
+        kind: MetricKind::Gauge,
+        help: "Shards by state: owned, releasing (being handed off), unowned.",
+        labels: &[("state", &["owned", "releasing", "unowned"])],
+    },
+    MetricSpec {
+        name: "leasehold_state_revision",
+        kind: MetricKind::Gauge,
+        help: "Revision of the applied state.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_registrations_total",
+        kind: MetricKind::Counter,
+        help: "Registrations that created an executor (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_deregistrations_total",
+        kind: MetricKind::Counter,
+        help: "Deregistrations that removed an executor (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_reaped_total",
+        kind: MetricKind::Counter,
+        help: "Executors removed because their lease lapsed (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_renewals_total",
+        kind: MetricKind::Counter,
+        help: "Renew requests that reached this node as leader, by outcome.",
+        labels: &[(
+            "result",
+            &["renewed", "unknown_executor", "refused", "failed"],
+        )],
+    },
+    MetricSpec {
+        name: "leasehold_renewal_duration_seconds",
+        kind: MetricKind::Histogram,
+        help: "Time from a renew request's arrival to its answer (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_renewal_batch_size",
+        kind: MetricKind::Histogram,
+        help: "Renewals carried by one Renew Raft entry (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_renewal_claims_mismatch_total",
+        kind: MetricKind::Counter,
+        help: "Renewals whose claims differed from the recorded set (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_rebalances_total",
+        kind: MetricKind::Counter,
+        help: "Committed rebalance plans (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_shard_moves_total",
+        kind: MetricKind::Counter,
+        help: "Shards a rebalance granted at once or began handing off (leader).",
+        labels: &[("kind", &["grant", "handoff"])],
+    },
+    MetricSpec {
+        name: "leasehold_shard_moves_by_reason_total",
+        kind: MetricKind::Counter,
+        help: "Shards a committed plan moved, by why (leader).",
+        labels: &[(
+            "reason",
+            &["balance", "expiry", "drain", "join", "deregister"],
+        )],
+    },
+    MetricSpec {
+        name: "leasehold_load_imbalance_ratio",
+        kind: MetricKind::Gauge,
+        help: "Highest utilisation over mean utilisation of live executors (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_hot_shards",
+        kind: MetricKind::Gauge,
+        help: "Shards whose own load exceeds the smallest executor's fair share (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_balance_moves_available",
+        kind: MetricKind::Gauge,
+        help: "Moves for balance the per-minute budget still allows (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_placement_by_load",
+        kind: MetricKind::Gauge,
+        help: "1 while the leader places by reported loads, else 0.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_handoffs_completed_total",
+        kind: MetricKind::Counter,
+        help: "Handoffs completed, by acknowledgement or expiry (leader).",
+        labels: &[("via", &["acknowledged", "expiry"])],
+    },
+    MetricSpec {
+        name: "leasehold_handoffs_cancelled_total",
+        kind: MetricKind::Counter,
+        help: "Handoffs a later plan cancelled (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_handoff_duration_seconds",
+        kind: MetricKind::Histogram,
+        help: "Leader-clock time from a handoff's start to its completion.",
+        labels: &[("via", &["acknowledged", "expiry"])],
+    },
+    MetricSpec {
+        name: "leasehold_delivery_failures_total",
+        kind: MetricKind::Counter,
+        help: "Pushes and revokes that did not reach the executor or were refused (leader).",
+        labels: &[("kind", &["assignment", "revoke"])],
+    },
+    MetricSpec {
+        name: "leasehold_revokes_ignored_total",
+        kind: MetricKind::Counter,
+        help: "Revokes answered ignored while the handoff was still current (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_build_info",
+        kind: MetricKind::Gauge,
+        help: "This binary's release; always 1.",
+        labels: &[("release", &[leasehold_api::RELEASE])],
+    },
+    MetricSpec {
+        name: "leasehold_cluster_version",
+        kind: MetricKind::Gauge,
+        help: "The committed cluster version as this replica applied it.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_delivery_repairs_total",
+        kind: MetricKind::Counter,
+        help: "Executors whose set was delivered after failed pushes (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_mass_expiry_episodes_total",
+        kind: MetricKind::Counter,
+        help: "Mass-expiry guard episodes begun (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_leader_clock_raised_ms",
+        kind: MetricKind::Gauge,
+        help: "How far above its wall clock this leader's clock took office (leader).",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_expiries_deferred_total",
+        kind: MetricKind::Counter,
+        help: "Leader steps in which the mass-expiry guard held reaping back.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_term",
+        kind: MetricKind::Gauge,
+        help: "Current Raft term.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_is_leader",
+        kind: MetricKind::Gauge,
+        help: "1 on the leader, 0 elsewhere.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_leader_id",
+        kind: MetricKind::Gauge,
+        help: "Node id of the known leader, -1 when none.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_last_log_index",
+        kind: MetricKind::Gauge,
+        help: "Last log index on this replica.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_applied_index",
+        kind: MetricKind::Gauge,
+        help: "Last applied log index.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_snapshot_index",
+        kind: MetricKind::Gauge,
+        help: "Last log index the latest snapshot covers.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_purged_index",
+        kind: MetricKind::Gauge,
+        help: "Log purged up to here.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_replication_lag_entries",
+        kind: MetricKind::Gauge,
+        help: "Entries a follower is behind the leader's last log index (leader).",
+        labels: &[("follower", &[])],
+    },
+    MetricSpec {
+        name: "leasehold_raft_leader_silence_seconds",
+        kind: MetricKind::Gauge,
+        help: "On a follower, time since it last heard from its leader.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_raft_dead_leader_elections_total",
+        kind: MetricKind::Counter,
+        help: "Elections stood because the leader's address refused connections after its lease.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_disk_free_bytes",
+        kind: MetricKind::Gauge,
+        help: "Bytes free on the data directory's file system.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_disk_space_alarm",
+        kind: MetricKind::Gauge,
+        help: "1 while free space is below --min-free-disk.",
+        labels: &[],
+    },
+    MetricSpec {
+        name: "leasehold_registrations_rate_limited_total",
+        kind: MetricKind::Counter,
+        help: "Registrations refused 429 where they arrived, by why.",
+        labels: &[("reason", &["rate", "callers"])],
+    },
+];
 
 /// Buckets of `leasehold_renewal_duration_seconds`: a group commit on a healthy cluster takes a
 /// few ms; anything near the lease is trouble.
@@ -205,6 +470,104 @@ impl CommitMetrics {
                 self.handoffs_completed(now_ms, completed, "expiry")
             }
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use leasehold_api::metric_catalog::{
+        documented_metrics, export_from_start, metric_names_in_source,
+    };
+
+    use super::*;
+
+    /// The metrics this process writes from code outside this crate (`leasehold_api::process`).
+    const WRITTEN_ELSEWHERE: &[&str] = &["leasehold_build_info"];
+
+    fn sources(dir: &Path, found: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.extend(metric_names_in_source(
+                    &std::fs::read_to_string(&path).unwrap(),
+                ));
+            }
+        }
+    }
+
+    /// Every metric the manager's sources write is listed, and nothing else is.
+    #[test]
+    fn the_list_is_what_the_sources_write() {
+        let mut written = BTreeSet::new();
+        sources(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut written,
+        );
+        written.extend(WRITTEN_ELSEWHERE.iter().map(|name| (*name).to_owned()));
+        let listed: BTreeSet<String> = METRICS.iter().map(|m| m.name.to_owned()).collect();
+        assert_eq!(listed, written);
+    }
+
+    /// docs/OPERATIONS.md's table documents each metric of the list with its kind, its labels
+    /// and, where it lists them, their values.
+    #[test]
+    fn the_list_is_the_metrics_reference() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/OPERATIONS.md");
+        let documented = documented_metrics(&std::fs::read_to_string(path).unwrap(), "### Manager");
+        let documented_names: BTreeSet<&str> = documented.iter().map(|d| d.name.as_str()).collect();
+        let listed_names: BTreeSet<&str> = METRICS.iter().map(|m| m.name).collect();
+        assert_eq!(documented_names, listed_names);
+        for doc in &documented {
+            let spec = METRICS.iter().find(|m| m.name == doc.name).unwrap();
+            assert_eq!(doc.kind, spec.kind.as_str(), "{}", doc.name);
+            let labels: Vec<&str> = spec.labels.iter().map(|(label, _)| *label).collect();
+            let documented_labels: Vec<&str> = doc.labels.iter().map(|(l, _)| l.as_str()).collect();
+            assert_eq!(documented_labels, labels, "{}", doc.name);
+            for ((_, values), (label, spec_values)) in doc.labels.iter().zip(spec.labels) {
+                if !values.is_empty() {
+                    assert_eq!(values, spec_values, "{} {label}", doc.name);
+                }
+            }
+        }
+    }
+
+    /// From start-up, a scrape shows every metric of the list, each labelled series at zero.
+    #[test]
+    fn every_metric_is_exported_from_start_up() {
+        let recorder = prometheus_builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || export_from_start(METRICS));
+        let scrape = handle.render();
+        for spec in METRICS {
+            for series in spec.series() {
+                let labels: Vec<String> = series
+                    .iter()
+                    .map(|(label, value)| format!("{label}=\"{value}\""))
+                    .collect();
+                let line = match (spec.kind, labels.is_empty()) {
+                    (MetricKind::Histogram, true) => format!("{}_count 0", spec.name),
+                    (MetricKind::Histogram, false) => {
+                        format!("{}_count{{{}}} 0", spec.name, labels.join(","))
+                    }
+                    (_, true) => format!("{} 0", spec.name),
+                    (_, false) => format!("{}{{{}}} 0", spec.name, labels.join(",")),
+                };
+                assert!(
+                    scrape.lines().any(|l| l == line),
+                    "{line} missing from:\n{scrape}"
+                );
+            }
+            // A metric whose series are known only at run time is described once one exists.
+            if !spec.series().is_empty() {
+                let help = format!("# HELP {} ", spec.name);
+                assert!(scrape.contains(&help), "{}", spec.name);
+            }
         }
     }
 }

@@ -92,9 +92,30 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         .build()
         .expect("http client");
 
+    // Every metric is exported from start-up, before its first event (docs/OPERATIONS.md,
+    // "Metrics reference"): counters of things that have not happened read 0 on every manager.
+    for metrics in scrape_managers(&cluster, &http).await {
+        for series in [
+            "leasehold_reaped_total",
+            r#"leasehold_delivery_failures_total{kind="revoke"}"#,
+            r#"leasehold_handoffs_completed_total{via="expiry"}"#,
+            "leasehold_raft_dead_leader_elections_total",
+        ] {
+            assert_eq!(metrics.get(series), Some(&0.0), "{series}");
+        }
+    }
+
     // A registers and is granted every shard.
     let mut a = ExecutorProcess::start(&cluster, "a");
     wait_for_all(&a).await;
+    let at_start = scrape(&http, &a.url()).await;
+    for series in [
+        "leasehold_executor_lapses_total",
+        "leasehold_executor_disowned_pushes_total",
+        r#"leasehold_executor_pushes_refused_total{reason="not_member"}"#,
+    ] {
+        assert_eq!(at_start.get(series), Some(&0.0), "{series}");
+    }
     expect_total(&cluster, &http, "leasehold_registrations_total", 1.0).await;
     expect_total(
         &cluster,
