@@ -302,6 +302,16 @@ impl AssignmentState {
         SetOutcome::Applied { dropped, gained }
     }
 
+    /// Checks a revoke's shard list as [`Self::apply_revoke`] does, changing nothing: every shard
+    /// in range (once the shard count is known) and none twice (I6).
+    pub fn validate_revoke(&self, shards: &[u32]) -> Result<(), DeliveryError> {
+        match self.shard_count {
+            Some(count) => Self::check_shards(count, shards.iter().copied()),
+            // Before any delivery the range is unknown; duplicates are still refused.
+            None => Self::check_shards(NonZeroU32::MAX, shards.iter().copied()),
+        }
+    }
+
     /// Applies a revoke unless a set read after it was applied (P4.1), and raises the last
     /// applied revision to at least the revoke's so an older assign push arriving later is
     /// stale.
@@ -315,11 +325,7 @@ impl AssignmentState {
         revision: u64,
         shards: &[u32],
     ) -> Result<RevokeOutcome, DeliveryError> {
-        match self.shard_count {
-            Some(count) => Self::check_shards(count, shards.iter().copied())?,
-            // Before any delivery the range is unknown; duplicates are still refused.
-            None => Self::check_shards(NonZeroU32::MAX, shards.iter().copied())?,
-        }
+        self.validate_revoke(shards)?;
         if revision < self.set_revision {
             // A shard the set does not hold is one this executor does not admit, whatever
             // delivery took it away: acknowledging it cannot let two owners admit at once. The

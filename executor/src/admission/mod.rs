@@ -641,6 +641,10 @@ impl AdmissionCore {
         now: Instant,
     ) -> Result<RevokeApplied, PushError> {
         self.check_addressee(&revoke.executor_id)?;
+        // Checked before the lapse is recorded: a refused revoke must not take the lapse's stop
+        // lines with it while admission has already ended (the log would then show a second
+        // start without a stop).
+        self.assignment.validate_revoke(&revoke.shards)?;
         let mut events = Vec::new();
         self.record_lapse_into(now, &mut events);
         let admitting = self.admitting;

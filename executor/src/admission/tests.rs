@@ -206,6 +206,25 @@ fn p3_6_a_current_grant_already_lapsed_stops_everything_as_lapsed() {
     assert_eq!(core.assignment().held(), set(&[(1, 1)]));
 }
 
+/// P3.6, I6: a malformed revoke arriving after the lease lapsed changes nothing, and loses
+/// nothing: the lapse's stop lines come with the next operation that records it, so the log
+/// never shows a start without its stop.
+#[test]
+fn p3_6_a_refused_revoke_after_a_lapse_keeps_the_lapse_for_the_log() {
+    let t0 = Instant::now();
+    let mut core = registered(t0, 10_000, 3, &[(1, 1), (2, 1)]);
+    assert!(core
+        .apply_revoke(&revoke(4, &[1, 1]), t0 + secs(11))
+        .is_err());
+    assert_eq!(
+        summary(&core.record_lapse(t0 + secs(12))),
+        [
+            (1, 1, Stop, t0 + secs(10), LeaseLapsed),
+            (2, 1, Stop, t0 + secs(10), LeaseLapsed)
+        ]
+    );
+}
+
 /// P4.1, self-healing (the security review's finding 6): a push at u64::MAX (or a revoke
 /// at it) from outside the cluster made every later grant stale, and the executor served
 /// nothing for good. A grant answering a request sent after it carries a lower revision,
