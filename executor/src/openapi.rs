@@ -82,7 +82,10 @@ pub const CALLER_EXTENSION: &str = "x-leasehold-caller";
 
 fn mark_called_by_managers(doc: &mut utoipa::openapi::OpenApi) {
     for item in doc.paths.paths.values_mut() {
-        for operation in [item.put.as_mut(), item.post.as_mut()].into_iter().flatten() {
+        for operation in [item.put.as_mut(), item.post.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             let called = operation
                 .operation_id
                 .as_deref()

@@ -406,10 +406,7 @@ impl Fleet<'_> {
             .collect();
         for joiner in joiners {
             while self.moves.len() < max_moves && self.is_joiner(joiner, share_fraction) {
-                let givers: Vec<usize> = self
-                    .givers()
-                    .filter(|&index| index != joiner)
-                    .collect();
+                let givers: Vec<usize> = self.givers().filter(|&index| index != joiner).collect();
                 let best = givers
                     .into_iter()
                     .filter_map(|giver| self.best_shard(giver, joiner, Objective::Imbalance))
