@@ -26,8 +26,20 @@ impl MetricKind {
     }
 }
 
+/// What a metric reads before its first event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AtStart {
+    /// Zero: a count of what has not happened yet, or a gauge whose zero is true at start.
+    Zero,
+    /// This value (a gauge whose "none yet" is not zero, such as a leader id of -1).
+    Value(f64),
+    /// Nothing until the process knows it: a gauge only the leader sets, or a reading a probe
+    /// takes. Exporting zero would state something false (a ratio of 0, no budget, no space).
+    WhenKnown,
+}
+
 /// One metric of a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MetricSpec {
     pub name: &'static str,
     pub kind: MetricKind,
@@ -36,6 +48,7 @@ pub struct MetricSpec {
     /// Each label and the values it takes. A label whose values are only known at run time
     /// (a follower's id) lists none: its series appear once they are known.
     pub labels: &'static [(&'static str, &'static [&'static str])],
+    pub at_start: AtStart,
 }
 
 impl MetricSpec {
@@ -61,8 +74,8 @@ impl MetricSpec {
 }
 
 /// Describes every metric of `catalog` to the installed `metrics` recorder and registers each of
-/// its series, so the exporter renders them (at zero) from now on. Without a recorder it does
-/// nothing.
+/// its series but those known only later ([`AtStart`]), so the exporter renders them from now
+/// on. Without a recorder it does nothing.
 pub fn export_from_start(catalog: &[MetricSpec]) {
     for spec in catalog {
         match spec.kind {
@@ -70,16 +83,22 @@ pub fn export_from_start(catalog: &[MetricSpec]) {
             MetricKind::Gauge => metrics::describe_gauge!(spec.name, spec.help),
             MetricKind::Histogram => metrics::describe_histogram!(spec.name, spec.help),
         }
+        if spec.at_start == AtStart::WhenKnown {
+            continue;
+        }
         for series in spec.series() {
             let labels: Vec<metrics::Label> = series
                 .iter()
                 .map(|(label, value)| metrics::Label::new(*label, *value))
                 .collect();
-            // Naming a series registers it with the recorder; the handle is not needed.
-            match spec.kind {
-                MetricKind::Counter => drop(metrics::counter!(spec.name, labels)),
-                MetricKind::Gauge => drop(metrics::gauge!(spec.name, labels)),
-                MetricKind::Histogram => drop(metrics::histogram!(spec.name, labels)),
+            // Naming a series registers it with the recorder, at zero.
+            match (spec.kind, spec.at_start) {
+                (MetricKind::Gauge, AtStart::Value(value)) => {
+                    metrics::gauge!(spec.name, labels).set(value)
+                }
+                (MetricKind::Counter, _) => drop(metrics::counter!(spec.name, labels)),
+                (MetricKind::Gauge, _) => drop(metrics::gauge!(spec.name, labels)),
+                (MetricKind::Histogram, _) => drop(metrics::histogram!(spec.name, labels)),
             }
         }
     }
@@ -178,6 +197,7 @@ mod tests {
         kind: MetricKind::Counter,
         help: "Things.",
         labels: &[("kind", &["a", "b"]), ("outcome", &["ok", "failed"])],
+        at_start: AtStart::Zero,
     };
 
     #[test]

@@ -144,9 +144,17 @@ pub fn to_pretty_json(doc: &OpenApi) -> String {
     let mut value = serde_json::to_value(doc).unwrap_or_default();
     publish(&mut value);
     // Back through the typed document, which writes its fields in the specification's order
-    // (`openapi`, `info`, `paths`, …) where a JSON value would sort them.
-    let published: OpenApi = serde_json::from_value(value).unwrap_or_else(|_| doc.clone());
-    let mut text = serde_json::to_string_pretty(&published).unwrap_or_default();
+    // (`openapi`, `info`, `paths`, …) where a JSON value would sort them; unless that loses
+    // anything (utoipa reads back less than it writes: a schema of any type, an extension it
+    // does not know), when the published value is written as it is, its keys sorted.
+    let typed = serde_json::from_value::<OpenApi>(value.clone())
+        .ok()
+        .filter(|typed| serde_json::to_value(typed).ok().as_ref() == Some(&value));
+    let mut text = match typed {
+        Some(typed) => serde_json::to_string_pretty(&typed),
+        None => serde_json::to_string_pretty(&value),
+    }
+    .unwrap_or_default();
     text.push('\n');
     text
 }
@@ -255,5 +263,56 @@ pub fn check_or_update(generated: &str, path: &std::path::Path) -> Result<(), St
              regenerate it with `UPDATE_OPENAPI=1 cargo test --workspace openapi` and commit the file.",
             path.display()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType};
+    use utoipa::openapi::{ComponentsBuilder, OpenApiBuilder};
+
+    use super::*;
+
+    fn published(doc: &OpenApi) -> serde_json::Value {
+        serde_json::from_str(&to_pretty_json(doc)).unwrap()
+    }
+
+    /// A document utoipa cannot read back whole (a schema of any type) is still published
+    /// whole and in its published form, only with its keys sorted.
+    #[test]
+    fn a_document_utoipa_cannot_read_back_is_published_whole() {
+        let doc = OpenApiBuilder::new()
+            .components(Some(
+                ComponentsBuilder::new()
+                    .schema(
+                        "Anything",
+                        ObjectBuilder::new().schema_type(SchemaType::AnyValue),
+                    )
+                    .schema(
+                        "Count",
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                                utoipa::openapi::KnownFormat::UInt32,
+                            )))
+                            .description(Some("At most [`MAX_CAPACITY`].")),
+                    )
+                    .build(),
+            ))
+            .build();
+        let value = published(&doc);
+        let schemas = &value["components"]["schemas"];
+        assert!(schemas.get("Anything").is_some(), "{value}");
+        assert_eq!(schemas["Count"]["description"], "At most 1 000 000.");
+        assert_eq!(schemas["Count"]["maximum"], u32::MAX);
+        assert!(schemas["Count"].get("format").is_none());
+        assert_eq!(rust_artefact(&to_pretty_json(&doc)), None);
+    }
+
+    /// A document utoipa reads back whole keeps the specification's order: `openapi` first.
+    #[test]
+    fn a_document_read_back_whole_keeps_the_specifications_order() {
+        let doc = OpenApiBuilder::new().build();
+        assert!(to_pretty_json(&doc).starts_with("{\n  \"openapi\""));
     }
 }

@@ -9,7 +9,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use leasehold_api::metric_catalog::{MetricKind, MetricSpec};
+use leasehold_api::metric_catalog::{AtStart, MetricKind, MetricSpec};
 use metrics_exporter_prometheus::PrometheusHandle;
 use utoipa::OpenApi;
 
@@ -27,30 +27,35 @@ pub const METRICS: &[MetricSpec] = &[
         kind: MetricKind::Gauge,
         help: "The executor's own lease time left, 0 once lapsed.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_shards_held",
         kind: MetricKind::Gauge,
         help: "Shards in the held set.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_shards_admitting",
         kind: MetricKind::Gauge,
         help: "Shards admitting work now.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_fenced",
         kind: MetricKind::Gauge,
         help: "1 while self-fenced (not registered, lease lapsed, stopping), else 0.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_revision",
         kind: MetricKind::Gauge,
         help: "Revision of the last set applied.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_lease_calls_total",
@@ -60,12 +65,14 @@ pub const METRICS: &[MetricSpec] = &[
             ("call", &["register", "renew"]),
             ("result", &["granted", "unknown_executor", "failed"]),
         ],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_lapses_total",
         kind: MetricKind::Counter,
         help: "Lease lapses that fenced admission.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_deliveries_total",
@@ -75,30 +82,35 @@ pub const METRICS: &[MetricSpec] = &[
             ("kind", &["assignment", "revoke"]),
             ("outcome", &["applied", "stale", "refused"]),
         ],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_admission_changes_total",
         kind: MetricKind::Counter,
         help: "Admission starts and stops, one per admission log line.",
         labels: &[("change", &["start", "stop"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_pushes_refused_total",
         kind: MetricKind::Counter,
         help: "Pushes and revokes refused before their body was read, by why.",
         labels: &[("reason", &["not_member", "unverified"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executor_disowned_pushes_total",
         kind: MetricKind::Counter,
         help: "Grants below the revision applied when their request was sent.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_build_info",
         kind: MetricKind::Gauge,
         help: "This binary's release; always 1.",
         labels: &[("release", &[leasehold_api::RELEASE])],
+        at_start: AtStart::Zero,
     },
 ];
 

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use leasehold_api::metric_catalog::{MetricKind, MetricSpec};
+use leasehold_api::metric_catalog::{AtStart, MetricKind, MetricSpec};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 use crate::lease::{Command, MoveReason, Outcome, Plan, RenewResult, ShardId};
@@ -29,42 +29,49 @@ pub const METRICS: &[MetricSpec] = &[
         kind: MetricKind::Gauge,
         help: "Registered executors in the applied state.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executors_lapsed",
         kind: MetricKind::Gauge,
         help: "Registered executors whose lease ran out and who are not reaped yet.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_shards",
         kind: MetricKind::Gauge,
         help: "Shards by state: owned, releasing (being handed off), unowned.",
         labels: &[("state", &["owned", "releasing", "unowned"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_state_revision",
         kind: MetricKind::Gauge,
         help: "Revision of the applied state.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_registrations_total",
         kind: MetricKind::Counter,
         help: "Registrations that created an executor (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_deregistrations_total",
         kind: MetricKind::Counter,
         help: "Deregistrations that removed an executor (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_reaped_total",
         kind: MetricKind::Counter,
         help: "Executors removed because their lease lapsed (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_renewals_total",
@@ -74,36 +81,42 @@ pub const METRICS: &[MetricSpec] = &[
             "result",
             &["renewed", "unknown_executor", "refused", "failed"],
         )],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_renewal_duration_seconds",
         kind: MetricKind::Histogram,
         help: "Time from a renew request's arrival to its answer (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_renewal_batch_size",
         kind: MetricKind::Histogram,
         help: "Renewals carried by one Renew Raft entry (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_renewal_claims_mismatch_total",
         kind: MetricKind::Counter,
         help: "Renewals whose claims differed from the recorded set (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_rebalances_total",
         kind: MetricKind::Counter,
         help: "Committed rebalance plans (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_shard_moves_total",
         kind: MetricKind::Counter,
         help: "Shards a rebalance granted at once or began handing off (leader).",
         labels: &[("kind", &["grant", "handoff"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_shard_moves_by_reason_total",
@@ -113,174 +126,203 @@ pub const METRICS: &[MetricSpec] = &[
             "reason",
             &["balance", "expiry", "drain", "join", "deregister"],
         )],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_load_imbalance_ratio",
         kind: MetricKind::Gauge,
         help: "Highest utilisation over mean utilisation of live executors (leader).",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_hot_shards",
         kind: MetricKind::Gauge,
         help: "Shards whose own load exceeds the smallest executor's fair share (leader).",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_balance_moves_available",
         kind: MetricKind::Gauge,
         help: "Moves for balance the per-minute budget still allows (leader).",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_placement_by_load",
         kind: MetricKind::Gauge,
         help: "1 while the leader places by reported loads, else 0.",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_handoffs_completed_total",
         kind: MetricKind::Counter,
         help: "Handoffs completed, by acknowledgement or expiry (leader).",
         labels: &[("via", &["acknowledged", "expiry"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_handoffs_cancelled_total",
         kind: MetricKind::Counter,
         help: "Handoffs a later plan cancelled (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_handoff_duration_seconds",
         kind: MetricKind::Histogram,
         help: "Leader-clock time from a handoff's start to its completion.",
         labels: &[("via", &["acknowledged", "expiry"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_delivery_failures_total",
         kind: MetricKind::Counter,
         help: "Pushes and revokes that did not reach the executor or were refused (leader).",
         labels: &[("kind", &["assignment", "revoke"])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_revokes_ignored_total",
         kind: MetricKind::Counter,
         help: "Revokes answered ignored while the handoff was still current (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_build_info",
         kind: MetricKind::Gauge,
         help: "This binary's release; always 1.",
         labels: &[("release", &[leasehold_api::RELEASE])],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_cluster_version",
         kind: MetricKind::Gauge,
         help: "The committed cluster version as this replica applied it.",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_delivery_repairs_total",
         kind: MetricKind::Counter,
         help: "Executors whose set was delivered after failed pushes (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_mass_expiry_episodes_total",
         kind: MetricKind::Counter,
         help: "Mass-expiry guard episodes begun (leader).",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_leader_clock_raised_ms",
         kind: MetricKind::Gauge,
         help: "How far above its wall clock this leader's clock took office (leader).",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_expiries_deferred_total",
         kind: MetricKind::Counter,
         help: "Leader steps in which the mass-expiry guard held reaping back.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_term",
         kind: MetricKind::Gauge,
         help: "Current Raft term.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_is_leader",
         kind: MetricKind::Gauge,
         help: "1 on the leader, 0 elsewhere.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_leader_id",
         kind: MetricKind::Gauge,
         help: "Node id of the known leader, -1 when none.",
         labels: &[],
+        at_start: AtStart::Value(-1.0),
     },
     MetricSpec {
         name: "leasehold_raft_last_log_index",
         kind: MetricKind::Gauge,
         help: "Last log index on this replica.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_applied_index",
         kind: MetricKind::Gauge,
         help: "Last applied log index.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_snapshot_index",
         kind: MetricKind::Gauge,
         help: "Last log index the latest snapshot covers.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_purged_index",
         kind: MetricKind::Gauge,
         help: "Log purged up to here.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_replication_lag_entries",
         kind: MetricKind::Gauge,
         help: "Entries a follower is behind the leader's last log index (leader).",
         labels: &[("follower", &[])],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_raft_leader_silence_seconds",
         kind: MetricKind::Gauge,
         help: "On a follower, time since it last heard from its leader.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_raft_dead_leader_elections_total",
         kind: MetricKind::Counter,
         help: "Elections stood because the leader's address refused connections after its lease.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_disk_free_bytes",
         kind: MetricKind::Gauge,
         help: "Bytes free on the data directory's file system.",
         labels: &[],
+        at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_disk_space_alarm",
         kind: MetricKind::Gauge,
         help: "1 while free space is below --min-free-disk.",
         labels: &[],
+        at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_registrations_rate_limited_total",
         kind: MetricKind::Counter,
         help: "Registrations refused 429 where they arrived, by why.",
         labels: &[("reason", &["rate", "callers"])],
+        at_start: AtStart::Zero,
     },
 ];
 
@@ -537,7 +579,8 @@ mod tests {
         }
     }
 
-    /// From start-up, a scrape shows every metric of the list, each labelled series at zero.
+    /// From start-up, a scrape shows every metric of the list at its start value, each labelled
+    /// series too, but those known only later, which it does not show at all.
     #[test]
     fn every_metric_is_exported_from_start_up() {
         let recorder = prometheus_builder().unwrap().build_recorder();
@@ -545,29 +588,38 @@ mod tests {
         metrics::with_local_recorder(&recorder, || export_from_start(METRICS));
         let scrape = handle.render();
         for spec in METRICS {
+            let value = match spec.at_start {
+                AtStart::Zero => "0".to_owned(),
+                AtStart::Value(value) => value.to_string(),
+                AtStart::WhenKnown => {
+                    let shown = scrape
+                        .lines()
+                        .any(|l| l.starts_with(spec.name) && !l.starts_with('#'));
+                    assert!(!shown, "{} is shown before it is known", spec.name);
+                    continue;
+                }
+            };
             for series in spec.series() {
                 let labels: Vec<String> = series
                     .iter()
                     .map(|(label, value)| format!("{label}=\"{value}\""))
                     .collect();
-                let line = match (spec.kind, labels.is_empty()) {
-                    (MetricKind::Histogram, true) => format!("{}_count 0", spec.name),
-                    (MetricKind::Histogram, false) => {
-                        format!("{}_count{{{}}} 0", spec.name, labels.join(","))
-                    }
-                    (_, true) => format!("{} 0", spec.name),
-                    (_, false) => format!("{}{{{}}} 0", spec.name, labels.join(",")),
+                let name = match spec.kind {
+                    MetricKind::Histogram => format!("{}_count", spec.name),
+                    _ => spec.name.to_owned(),
+                };
+                let line = if labels.is_empty() {
+                    format!("{name} {value}")
+                } else {
+                    format!("{name}{{{}}} {value}", labels.join(","))
                 };
                 assert!(
                     scrape.lines().any(|l| l == line),
                     "{line} missing from:\n{scrape}"
                 );
             }
-            // A metric whose series are known only at run time is described once one exists.
-            if !spec.series().is_empty() {
-                let help = format!("# HELP {} ", spec.name);
-                assert!(scrape.contains(&help), "{}", spec.name);
-            }
+            let help = format!("# HELP {} ", spec.name);
+            assert!(scrape.contains(&help), "{}", spec.name);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! [`DeliveryRound`] (how many are in flight, what each answer does), which the simulator steps
 //! too. This module sends, logs, counts, and commits the acknowledgements (P5.2).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,20 +72,48 @@ async fn deliver_all(
 ) {
     let mut round = DeliveryRound::new(deliveries, MAX_DELIVERIES_IN_FLIGHT);
     let mut in_flight = JoinSet::new();
+    // What each send task's failure answers, should the task end without an answer of its own
+    // (a panic): a failed push is queued again, an undelivered revoke is resent by later rounds.
+    let mut undelivered: HashMap<tokio::task::Id, Delivered> = HashMap::new();
     loop {
         while let Some(delivery) = round.next_to_send() {
-            in_flight.spawn(send(handle.http.clone(), delivery));
+            let failure = undelivered_answer(&delivery);
+            let task = in_flight.spawn(send(handle.http.clone(), delivery));
+            undelivered.insert(task.id(), failure);
         }
-        let Some(joined) = in_flight.join_next().await else {
+        let Some(joined) = in_flight.join_next_with_id().await else {
             return;
         };
-        let Ok(delivered) = joined else {
-            // A send task that panicked answered nothing: later rounds send again.
-            round.lost();
-            continue;
+        let delivered = match joined {
+            Ok((id, delivered)) => {
+                undelivered.remove(&id);
+                delivered
+            }
+            Err(error) => match undelivered.remove(&error.id()) {
+                Some(failure) => failure,
+                None => continue,
+            },
         };
         let after = round.answered(planner, delivered, handle.clock.now_ms());
         act_on(handle, term, after).await;
+    }
+}
+
+/// The answer that stands for `delivery` when its send ends without one.
+fn undelivered_answer(delivery: &Delivery) -> Delivered {
+    match delivery {
+        Delivery::Push { executor_id, .. } => Delivered::Pushed {
+            executor_id: executor_id.clone(),
+            ok: false,
+        },
+        Delivery::Revoke {
+            executor_id, body, ..
+        } => Delivered::Revoked {
+            executor_id: executor_id.clone(),
+            requested: body.shards.clone(),
+            revision: body.revision,
+            reply: None,
+        },
     }
 }
 

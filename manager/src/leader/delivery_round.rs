@@ -133,12 +133,6 @@ impl DeliveryRound {
         }
     }
 
-    /// A delivery in flight ended without an answer to act on: it no longer counts against the
-    /// bound, and later rounds plan it again.
-    pub fn lost(&mut self) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-    }
-
     /// Deliveries sent and not yet answered.
     pub fn in_flight(&self) -> usize {
         self.in_flight

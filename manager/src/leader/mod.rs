@@ -138,7 +138,8 @@ async fn lead_term(
     // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
     // is stale, and every executor reports again within a renewal period.
     node.load_reports.clear();
-    node.signals.mark_for_push(office.push_to);
+    let owed = node.state.read(|applied| term::owed_pushes(&applied.state));
+    node.signals.mark_for_push(owed);
     let (stop_delivery, delivery_stopped) = watch::channel(false);
     let handle = deliver::DeliveryHandle {
         state: node.state.clone(),

@@ -17,18 +17,14 @@ use super::core::{
 use super::placement::{PlacementSettings, TermPlacement};
 use crate::lease::{Command, ExecutorId, LeaseState, Plan};
 
-/// What a leader starts its term with, read from the state with every entry of earlier terms
-/// applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The reading a leader's clock takes office at, read from the state with every entry of
+/// earlier terms applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Office {
-    /// The reading its clock takes office at: the wall clock, raised to what the state holds
-    /// (P2.3, P6.4).
+    /// The wall clock, raised to what the state holds (P2.3, P6.4).
     pub took_office_ms: u64,
     /// How far that is above the wall clock (an earlier leader's clock ran ahead).
     pub raised_ms: u64,
-    /// Every executor, each owed its full set once (P6.2); revokes of unfinished handoffs are
-    /// derived from the state by the delivery rounds.
-    pub push_to: Vec<ExecutorId>,
 }
 
 /// Takes office at `wall_ms` on `state`.
@@ -37,8 +33,15 @@ pub fn take_office(wall_ms: u64, state: &LeaseState) -> Office {
     Office {
         took_office_ms,
         raised_ms: took_office_ms - wall_ms,
-        push_to: state.executors().map(|e| e.id.clone()).collect(),
     }
+}
+
+/// The executors a leader owes its full set once it starts its term (P6.2): every one in
+/// `state`, read when it starts delivering (registrations committed while it took office are
+/// among them). Revokes of unfinished handoffs are derived from the state by the delivery
+/// rounds.
+pub fn owed_pushes(state: &LeaseState) -> Vec<ExecutorId> {
+    state.executors().map(|e| e.id.clone()).collect()
 }
 
 /// What became of one of a step's writes.

@@ -189,6 +189,8 @@ impl Detector {
     pub(crate) async fn check<S: Surroundings>(&mut self, around: &S) -> Check {
         let view = around.view();
         let silence = around.silence();
+        // Read with the view, before the probes: the stagger counts from what was seen then.
+        let now = Instant::now();
         let found = match self.before_probes(&view, silence) {
             Err(found) => found,
             Ok(leader_address) => {
@@ -206,7 +208,7 @@ impl Detector {
                 } else {
                     Probes::LeaderMayLive
                 };
-                self.after_probes(&view, silence, Instant::now(), &probes)
+                self.after_probes(&view, silence, now, &probes)
             }
         };
         if !matches!(found, Check::Staggered(_)) {

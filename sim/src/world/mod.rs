@@ -47,7 +47,7 @@ use leasehold_manager::leader::delivery_plan::{
 };
 use leasehold_manager::leader::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
 use leasehold_manager::leader::placement::PlacementSettings;
-use leasehold_manager::leader::term::{take_office, NextStep, TermSteps, Written};
+use leasehold_manager::leader::term::{owed_pushes, take_office, NextStep, TermSteps, Written};
 use leasehold_manager::lease::schema::NEWEST_SCHEMA;
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,

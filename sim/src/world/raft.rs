@@ -30,7 +30,7 @@ impl World {
             ),
             planner: DeliveryPlanner::default(),
             // P6.2: each executor is owed its full set once.
-            pending_pushes: office.push_to.into_iter().collect(),
+            pending_pushes: owed_pushes(&self.replicas[manager]).into_iter().collect(),
             last_renewal_applied_ms: None,
             tail: Vec::new(),
             commit_scheduled: false,

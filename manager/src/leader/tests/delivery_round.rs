@@ -44,15 +44,6 @@ fn a_round_sends_everything_at_most_the_bound_at_once() {
     assert_eq!(round.next_to_send(), None);
 }
 
-/// A delivery that ended without an answer frees its place in the bound.
-#[test]
-fn a_lost_delivery_frees_its_place() {
-    let mut round = DeliveryRound::new(vec![push("a"), push("b")], 1);
-    round.next_to_send().expect("a");
-    round.lost();
-    assert_eq!(round.next_to_send(), Some(push("b")));
-}
-
 /// P5.3: a failed push goes through the planner's backoff and is queued again; a success after
 /// it is a repair.
 #[test]

@@ -157,15 +157,18 @@ fn p15_3_only_an_applied_plan_is_handed_back() {
     assert!(matches!(plan.command, Command::Rebalance { .. }));
 }
 
-/// P6.2, P6.4: a leader takes office owing every executor its full set, on a clock no lower than
-/// its wall clock (raised only when the state holds a later deadline).
+/// P6.2, P6.4: a leader takes office on a clock no lower than its wall clock (raised only when
+/// the state holds a later deadline), and owes every executor its full set.
 #[test]
-fn p6_2_taking_office_owes_every_executor_a_push() {
+fn p6_2_p6_4_taking_office_and_the_pushes_owed() {
     let mut world = World::new(4, LEASE_MS);
     let a = world.register("a", 0);
     let b = world.register("b", 0);
+    assert_eq!(
+        crate::leader::term::owed_pushes(&world.state),
+        vec![a, b.clone()]
+    );
     let office = crate::leader::term::take_office(100_000, &world.state);
-    assert_eq!(office.push_to, vec![a, b.clone()]);
     assert_eq!((office.took_office_ms, office.raised_ms), (100_000, 0));
     // An earlier leader's clock stamped a renewal at 50 s: a wall clock at 10 s is raised to
     // the floor that deadline sets.
