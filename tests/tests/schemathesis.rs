@@ -1,7 +1,7 @@
 //! Schemathesis (property-based API fuzzing from the OpenAPI documents) against a live
 //! three-manager cluster and a live executor (I6, PROTOCOL §9, §12).
 //!
-//! Four runs, each driven by the document the server itself serves at `/v1/openapi.json`:
+//! Five runs, each driven by the document the server itself serves at `/v1/openapi.json`:
 //!
 //! 1. Manager, negative mode (every request violates the schema somewhere): no 5xx, every answer
 //!    conforms to the document (status, content type, body schema), every schema-violating
@@ -10,7 +10,10 @@
 //! 2. Executor, negative mode: the same checks; the executor's id, held set and admission log are
 //!    unchanged afterwards.
 //! 3. Executor, positive and negative: no 5xx and no schema-violating answer. It holds every
-//!    shard, so `GET /v1/work` admits every key.
+//!    shard, so `GET /v1/work` admits every key. Its deliveries run positively after the rest:
+//!    in plaintext anyone may push (P13.5), and a valid push addressed to the id schemathesis
+//!    learns from `GET /v1/health` replaces the set, after which `GET /v1/work` rightly answers
+//!    `503 sharding_not_ready` for a shard no longer held.
 //! 4. Manager, positive and negative: the same. Valid requests may change the state here (a
 //!    register creates an executor that then takes shards, a deregister of a guessed id may
 //!    remove the live one, which then registers anew), so the state is not compared, and it runs
@@ -60,6 +63,14 @@ fn schemathesis() -> Option<PathBuf> {
     })
 }
 
+/// Which operations of the document a run covers.
+#[derive(Debug, Clone, Copy)]
+enum Paths {
+    All,
+    Excluding(&'static str),
+    Only(&'static str),
+}
+
 /// What one run reported.
 #[derive(Debug)]
 struct RunSummary {
@@ -71,6 +82,10 @@ struct RunSummary {
 
 /// Operations of the manager's document left out of every run (see the module comment).
 const MANAGER_EXCLUDED_PATHS: &str = "^/v1/(cluster/nodes|watch)";
+/// The executor's deliveries: a valid one changes its set (in plaintext any caller may send one,
+/// P13.5, and schemathesis learns the executor's id from its answers), so their positive run
+/// comes after the one that expects `GET /v1/work` to admit every key.
+const EXECUTOR_DELIVERY_PATHS: &str = "^/v1/(assignment|revoke)$";
 
 /// Runs schemathesis in `workdir` (it keeps a cache of found failures in the working directory,
 /// which belongs in the test's temporary directory, not in the repository).
@@ -80,6 +95,7 @@ async fn run(
     label: &'static str,
     base: &str,
     mode: &str,
+    paths: Paths,
 ) -> RunSummary {
     let seed = std::env::var("LEASEHOLD_SCHEMATHESIS_SEED").unwrap_or_else(|_| DEFAULT_SEED.into());
     let examples = std::env::var("LEASEHOLD_SCHEMATHESIS_EXAMPLES")
@@ -93,8 +109,14 @@ async fn run(
         .env("NO_COLOR", "1")
         .current_dir(workdir)
         .kill_on_drop(true);
-    if label == "manager" {
-        command.args(["--exclude-path-regex", MANAGER_EXCLUDED_PATHS]);
+    match paths {
+        Paths::All => {}
+        Paths::Excluding(regex) => {
+            command.args(["--exclude-path-regex", regex]);
+        }
+        Paths::Only(regex) => {
+            command.args(["--include-path-regex", regex]);
+        }
     }
     let output = tokio::time::timeout(RUN_BOUND, command.output())
         .await
@@ -209,7 +231,18 @@ async fn schemathesis_finds_no_server_errors_schema_violations_or_applied_reject
 
     let mut summaries = Vec::new();
     let before = manager_fingerprint(&http, &cluster.url(leader)).await;
-    summaries.push(run(&tool, cluster.dir.path(), "manager", &manager, "negative").await);
+    let manager_paths = Paths::Excluding(MANAGER_EXCLUDED_PATHS);
+    summaries.push(
+        run(
+            &tool,
+            cluster.dir.path(),
+            "manager",
+            &manager,
+            "negative",
+            manager_paths,
+        )
+        .await,
+    );
     assert_eq!(
         manager_fingerprint(&http, &cluster.url(leader)).await,
         before,
@@ -224,6 +257,7 @@ async fn schemathesis_finds_no_server_errors_schema_violations_or_applied_reject
             "executor",
             &executor.url(),
             "negative",
+            Paths::All,
         )
         .await,
     );
@@ -249,10 +283,32 @@ async fn schemathesis_finds_no_server_errors_schema_violations_or_applied_reject
             "executor",
             &executor.url(),
             "all",
+            Paths::Excluding(EXECUTOR_DELIVERY_PATHS),
         )
         .await,
     );
-    summaries.push(run(&tool, cluster.dir.path(), "manager", &manager, "all").await);
+    summaries.push(
+        run(
+            &tool,
+            cluster.dir.path(),
+            "executor deliveries",
+            &executor.url(),
+            "all",
+            Paths::Only(EXECUTOR_DELIVERY_PATHS),
+        )
+        .await,
+    );
+    summaries.push(
+        run(
+            &tool,
+            cluster.dir.path(),
+            "manager",
+            &manager,
+            "all",
+            manager_paths,
+        )
+        .await,
+    );
     for summary in &summaries {
         eprintln!(
             "schemathesis summary: {} ({}): {}",
