@@ -1,4 +1,5 @@
-//! The one server builder both binaries use: an axum router behind a TCP listener, optionally
+//! The one server builder both binaries use: an axum router behind a TCP listener (or a unix
+//! socket, for the sidecar's local API, PROTOCOL P16.1), optionally
 //! TLS with client certificates (PROTOCOL P13.2), with the limits of P13.6 applied before any
 //! request reaches a handler:
 //! - a TLS handshake must finish within [`ListenerLimits::handshake_timeout`];
@@ -27,7 +28,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_rustls::rustls::ServerConfig;
@@ -183,12 +184,13 @@ pub async fn bind(address: impl tokio::net::ToSocketAddrs) -> io::Result<TcpList
 /// connection has closed. With `tls`, only TLS is spoken and the handshake's client
 /// verification (the config's verifier) decides who may connect at all.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<AnyListener>,
     router: Router,
     tls: Option<Arc<ServerConfig>>,
     limits: ListenerLimits,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
+    let listener = listener.into();
     let tls = tls.map(|config| TlsAcceptor::from(with_http1_alpn(&config)));
     let max_connections = limits.max_connections.max(1);
     let connections = Arc::new(Semaphore::new(max_connections));
@@ -230,6 +232,52 @@ pub async fn serve(
     Ok(())
 }
 
+/// What [`serve`] accepts connections on.
+#[derive(Debug)]
+pub enum AnyListener {
+    Tcp(TcpListener),
+    /// A unix socket: plaintext only (a TLS configuration is ignored), and handlers see the
+    /// peer as [`UNIX_PEER`].
+    Unix(UnixListener),
+}
+
+/// The peer address handlers see for a connection over a unix socket, which has none.
+pub const UNIX_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+impl From<TcpListener> for AnyListener {
+    fn from(listener: TcpListener) -> Self {
+        AnyListener::Tcp(listener)
+    }
+}
+
+impl From<UnixListener> for AnyListener {
+    fn from(listener: UnixListener) -> Self {
+        AnyListener::Unix(listener)
+    }
+}
+
+/// An accepted connection, before any TLS.
+enum Accepted {
+    Tcp(TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl AnyListener {
+    async fn accept(&self) -> io::Result<(Accepted, SocketAddr)> {
+        match self {
+            AnyListener::Tcp(listener) => {
+                let (stream, peer) = listener.accept().await?;
+                Ok((Accepted::Tcp(stream), peer))
+            }
+            AnyListener::Unix(listener) => {
+                let (stream, _) = listener.accept().await?;
+                Ok((Accepted::Unix(stream), UNIX_PEER))
+            }
+        }
+    }
+}
+
 /// HTTP/1.1 only: its header-read timeout is what keeps a slow client from holding a connection.
 fn with_http1_alpn(config: &Arc<ServerConfig>) -> Arc<ServerConfig> {
     let mut config = ServerConfig::clone(config);
@@ -238,13 +286,20 @@ fn with_http1_alpn(config: &Arc<ServerConfig>) -> Arc<ServerConfig> {
 }
 
 async fn serve_connection(
-    stream: TcpStream,
+    stream: Accepted,
     peer_addr: SocketAddr,
     router: Router,
     tls: Option<TlsAcceptor>,
     limits: ListenerLimits,
     stop: watch::Receiver<bool>,
 ) {
+    let stream = match stream {
+        Accepted::Tcp(stream) => stream,
+        Accepted::Unix(stream) => {
+            serve_http(TokioIo::new(stream), peer_addr, router, None, limits, stop).await;
+            return;
+        }
+    };
     // Replies go out whole; without TCP_NODELAY a reply's last segment can wait on the peer's
     // delayed ACK (Nagle), which would sit on every Raft round trip and renewal.
     if let Err(error) = stream.set_nodelay(true) {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasehold_api::process::{LogFormat, TlsArgs};
 
 use crate::config::ExecutorConfig;
+use crate::sidecar::LocalListen;
 use crate::startup::StartError;
 
 /// Flatten into a binary's `clap::Parser`.
@@ -53,6 +54,12 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_CAPACITY", default_value_t = leasehold_api::wire::DEFAULT_CAPACITY)]
     pub capacity: u32,
 
+    /// Be the sidecar of a service on this machine (PROTOCOL §16): serve it the local API on
+    /// 127.0.0.1:PORT (loopback only) or unix:/path; the admission log then records what the
+    /// service was told.
+    #[arg(long, env = "LEASEHOLD_LOCAL_LISTEN")]
+    pub local_listen: Option<LocalListen>,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -78,6 +85,7 @@ impl ExecutorArgs {
         config.tls = self.tls.files();
         config.insecure = self.tls.insecure;
         config.capacity = self.capacity;
+        config.local_listen = self.local_listen.clone();
         Ok(config)
     }
 }

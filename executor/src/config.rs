@@ -6,6 +6,8 @@ use std::time::Duration;
 use leasehold_api::tls::TlsFiles;
 use leasehold_api::wire::DEFAULT_CAPACITY;
 
+use crate::sidecar::LocalListen;
+
 /// Default bound on a graceful stop's deregistration (P3.7).
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -47,6 +49,9 @@ pub struct ExecutorConfig {
     /// [`crate::ExecutorHandle::load_meter`] (P15.1). Off: the executor does not report (not
     /// the same as reporting zeros), so turn it on only when the embedder records its work.
     pub report_loads: bool,
+    /// Serve the local API of PROTOCOL §16 here, as the sidecar of a service on this machine:
+    /// the admission log (`event_log`) then records what the service was told (P16.2).
+    pub local_listen: Option<LocalListen>,
 }
 
 impl ExecutorConfig {
@@ -64,6 +69,7 @@ impl ExecutorConfig {
             insecure: false,
             capacity: DEFAULT_CAPACITY,
             report_loads: false,
+            local_listen: None,
         }
     }
 }

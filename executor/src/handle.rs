@@ -32,6 +32,8 @@ pub(crate) struct Tasks {
     pub(crate) lapse_watcher: JoinHandle<()>,
     /// The push listener; stopped last, after the deregistration.
     pub(crate) server: JoinHandle<()>,
+    /// As a sidecar: the local API (PROTOCOL §16), stopped with the push listener.
+    pub(crate) sidecar: Option<JoinHandle<()>>,
 }
 
 /// Everything about the running executor that is not the shared state.
@@ -216,6 +218,12 @@ impl ExecutorHandle {
         let mut server = tasks.server;
         if timeout(SERVER_DRAIN_TIMEOUT, &mut server).await.is_err() {
             server.abort();
+        }
+        if let Some(mut sidecar) = tasks.sidecar {
+            // A long poll still open is cut here: the service was already told `stopping`.
+            if timeout(SERVER_DRAIN_TIMEOUT, &mut sidecar).await.is_err() {
+                sidecar.abort();
+            }
         }
         let final_state = match state {
             RunState::Running => RunState::Stopped,

@@ -243,6 +243,18 @@ fn millis(duration: Duration) -> u64 {
 async fn stop_gracefully<M: ManagerApi>(shared: &Shared, manager: &M, grace: Duration) {
     shared.stop_admission();
     let deadline = Instant::now() + grace;
+    // As a sidecar, deregistering hands every shard on at once: only once the service stopped
+    // admitting them (P16.2). Otherwise they move when the lease runs out, as after a crash.
+    if let Some(service) = shared.service() {
+        if !service.stopped_by(deadline).await {
+            warn!(
+                grace_ms = millis(grace),
+                "the service did not stop admitting within the grace; not deregistering: the \
+                 shards move when the lease lapses (P16.2)"
+            );
+            return;
+        }
+    }
     let deregister = async {
         let executor_id = match shared.executor_id() {
             Some(executor_id) => executor_id,

@@ -48,6 +48,9 @@
 //! - `routes`: the one router: every route above, an embedder's, and the request plumbing.
 //! - [`metrics`]: Prometheus counters and gauges, and the mountable `GET /metrics`.
 //! - `handle`: [`ExecutorHandle`], what an embedder holds; owns the tasks until shutdown.
+//! - [`owner`]: the `421` naming a shard's owner, for routes that admit only held shards.
+//! - [`sidecar`]: the executor as the sidecar of a service in any language (§16): the local API
+//!   on `--local-listen` and the revoke and stop rule through the service (P16.2).
 //! - `startup`: [`Executor`]`::start*` (bind, serve, self-probe (P8.1), then the lease loop)
 //!   and [`StartError`].
 //!
@@ -72,10 +75,12 @@ mod manager;
 mod members;
 pub mod metrics;
 pub mod openapi;
+pub mod owner;
 mod routes;
 pub mod server;
 mod shared;
 mod shutdown;
+pub mod sidecar;
 mod startup;
 mod status;
 

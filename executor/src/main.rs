@@ -36,7 +36,8 @@ mod workload;
 shards it is given with their epochs, serves the managers' pushes and revokes, stops admitting \
 when its lease lapses and hands its shards over on SIGTERM. Beside the protocol it serves \
 GET /v1/status, GET /metrics and a demo workload, GET /v1/work?key=K, which admits a key's \
-work only while this executor holds its shard."
+work only while this executor holds its shard. With --local-listen it is the sidecar of a \
+service in any language on this machine, which asks it what it may admit (PROTOCOL §16)."
 )]
 struct Args {
     #[command(flatten)]
@@ -61,10 +62,12 @@ fn extra_paths() -> utoipa::openapi::OpenApi {
 
 /// The library's configuration from the flags, with the binary's own choice: the demo workload
 /// records every request it admits (`workload.rs`), so its renewals report its request rate per
-/// shard (P15.1).
+/// shard (P15.1), unless it is a sidecar.
 fn binary_config(args: &ExecutorArgs) -> Result<ExecutorConfig, StartError> {
     let mut config = args.config()?;
-    config.report_loads = true;
+    // A sidecar does not see its service's work, and reporting zeros is not the same as not
+    // reporting.
+    config.report_loads = config.local_listen.is_none();
     Ok(config)
 }
 
@@ -212,6 +215,31 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(binary_config(&args.executor).unwrap().capacity, 3);
+    }
+
+    #[test]
+    fn p16_1_the_sidecar_flag_takes_loopback_or_a_unix_socket_and_reports_no_loads() {
+        let parse = |local: &str| {
+            Args::try_parse_from([
+                "leasehold-executor",
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--local-listen",
+                local,
+            ])
+        };
+        let args = parse("127.0.0.1:7201").unwrap();
+        let config = binary_config(&args.executor).unwrap();
+        assert!(config.local_listen.is_some());
+        assert!(
+            !config.report_loads,
+            "a sidecar does not see its service's work"
+        );
+        assert!(parse("unix:/tmp/leasehold.sock").is_ok());
+        let refused = parse("0.0.0.0:7201").unwrap_err().to_string();
+        assert!(refused.contains("not a loopback address"), "{refused}");
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::admission::PushError;
 use crate::assignment::SetOutcome;
 use crate::metrics::count_delivery;
 use crate::shared::Shared;
+use crate::sidecar::{ServiceLink, REVOKE_HOLD};
 use crate::status::ExecutorStatus;
 
 pub use leasehold_api::http::{ApiJson, HttpError};
@@ -128,18 +129,48 @@ pub(crate) async fn post_revoke(
         // The stops are recorded (log and state) before `apply_revoke` returned: only now may
         // the manager hand the shards on (P5.2).
         Ok(applied) => {
-            if applied.reply.ignored {
+            let reply = match shared.service() {
+                Some(service) if !applied.reply.ignored => {
+                    through_service(service, applied.reply).await?
+                }
+                _ => applied.reply,
+            };
+            if reply.ignored {
                 info!(
                     revision = revoke.revision,
                     "revoke overtaken by a set that holds its shards again: answered ignored (P4.1, P5.2)"
                 );
             } else {
-                info!(revision = revoke.revision, released = ?applied.reply.released, "revoke applied");
+                info!(revision = revoke.revision, released = ?reply.released, "revoke applied");
             }
-            Ok(Json(applied.reply))
+            Ok(Json(reply))
         }
         Err(error) => Err(push_refusal(error, "revoke")),
     }
+}
+
+/// As a sidecar (P16.2): the revoke's shards are released only once the service stopped
+/// admitting them; held up to [`REVOKE_HOLD`], then answered with those released so far, or
+/// `503 unavailable` when none is yet (the managers send the revoke again).
+async fn through_service(
+    service: &ServiceLink,
+    reply: RevokeReply,
+) -> Result<RevokeReply, HttpError> {
+    let released = service.released(&reply.released, REVOKE_HOLD).await;
+    if released.is_empty() && !reply.released.is_empty() {
+        info!(
+            revision = reply.revision,
+            waiting = reply.released.len(),
+            "revoke held: the service has not yet stopped admitting its shards (P16.2)"
+        );
+        return Err(HttpError::new(
+            ErrorCode::Unavailable,
+            "the service beside this sidecar has not yet acknowledged that it stopped admitting \
+             the revoked shards, nor has its copy of the lease run out; send the revoke again \
+             (P16.2)",
+        ));
+    }
+    Ok(RevokeReply { released, ..reply })
 }
 
 /// Which executor and incarnation this address is.

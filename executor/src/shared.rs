@@ -3,7 +3,7 @@
 //! handlers and every [`crate::ExecutorHandle`] hold an `Arc<Shared>`; nothing else holds the
 //! core.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use leasehold_api::wire::{
     AssignmentPush, Credential, ExecutorHealth, Grant, RegisterRequest, RenewRequest, RevokePush,
@@ -20,6 +20,7 @@ use crate::admission::{
 use crate::admission_log::{AdmissionLog, MonotonicReading};
 use crate::lease::LeaseClock;
 use crate::load_meter::{LoadMeter, PendingReport};
+use crate::sidecar::ServiceLink;
 use crate::status::{ExecutorStatus, ShardEvent};
 
 /// Capacity of the [`ShardEvent`] broadcast. A lapse of an executor holding every shard of a
@@ -54,6 +55,9 @@ pub(crate) struct Shared {
     load: LoadSettings,
     /// What the embedder measures; each renewal takes a report from it.
     meter: LoadMeter,
+    /// As a sidecar (PROTOCOL §16): what the service beside it was told, which revokes and the
+    /// graceful stop wait on (P16.2).
+    service: Option<Arc<ServiceLink>>,
 }
 
 /// What an executor says about its capacity and its load (PROTOCOL P15.1).
@@ -134,7 +138,24 @@ impl Shared {
             events_tx,
             address,
             name,
+            service: None,
         }
+    }
+
+    /// The same state, as the sidecar of the service `link` tracks (P16.2).
+    pub(crate) fn serving(mut self, link: Arc<ServiceLink>) -> Self {
+        self.service = Some(link);
+        self
+    }
+
+    /// As a sidecar: what the service beside it was told.
+    pub(crate) fn service(&self) -> Option<&Arc<ServiceLink>> {
+        self.service.as_ref()
+    }
+
+    /// The view at `now`, fresh from the core (the published one may lag a lapse).
+    pub(crate) fn view_at(&self, now: Instant) -> Assignment {
+        self.lock().core.view(now)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

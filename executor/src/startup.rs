@@ -13,6 +13,7 @@ use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
 use leasehold_api::wire::check_capacity;
+use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 use crate::admission_log::AdmissionLog;
@@ -25,6 +26,7 @@ use crate::openapi;
 use crate::routes::{self, PushCheck};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
+use crate::sidecar::{self, bind_local, LocalListener, ServiceLink};
 
 /// Bound on the P8.1 self-check: the push listener must answer within this after binding.
 const LISTENER_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -155,6 +157,20 @@ impl Executor {
             }
             None => None,
         };
+        // As a sidecar, the log records what the service was told (P16.2), not the sidecar's
+        // own admission.
+        let (log, service) = match &config.local_listen {
+            Some(listen) => {
+                let local = bind_local(listen)
+                    .await
+                    .map_err(|source| StartError::Bind {
+                        listen: format!("--local-listen {listen:?}"),
+                        source,
+                    })?;
+                (None, Some((local, Arc::new(ServiceLink::new(log)))))
+            }
+            None => (log, None),
+        };
         let listener = leasehold_api::serve::bind(config.listen.as_str())
             .await
             .map_err(|source| StartError::Bind {
@@ -175,10 +191,16 @@ impl Executor {
             capacity: config.capacity,
             report_loads: config.report_loads,
         };
-        let shared = Arc::new(Shared::new(address, config.name.clone(), log, load));
+        let mut shared = Shared::new(address, config.name.clone(), log, load);
+        if let Some((_, link)) = &service {
+            shared = shared.serving(Arc::clone(link));
+        }
+        let shared = Arc::new(shared);
 
         let (shutdown_tx, shutdown) = ShutdownSignal::new();
         let (server_stop_tx, mut server_stop) = ShutdownSignal::new();
+        // The local API answers until the push listener stops: the service sees `stopping`.
+        let server_stop_for_local = server_stop.clone();
         let handle = ExecutorHandle::new(
             Arc::clone(&shared),
             manager.clone(),
@@ -237,16 +259,56 @@ impl Executor {
                 state
             })
         };
+        let sidecar = service
+            .map(|(local, link)| serve_local(local, link, &shared, &handle, server_stop_for_local));
         let lapse_watcher = tokio::spawn(watch_lapses(Arc::clone(&shared), shutdown));
         handle
             .hold(Tasks {
                 lease,
                 lapse_watcher,
                 server,
+                sidecar,
             })
             .await;
         Ok(handle)
     }
+}
+
+/// Serves the local API (PROTOCOL §16) on `local` and ends the service's copies as they run out,
+/// until `stop` fires.
+fn serve_local(
+    local: LocalListener,
+    link: Arc<ServiceLink>,
+    shared: &Arc<Shared>,
+    handle: &ExecutorHandle,
+    stop: ShutdownSignal,
+) -> JoinHandle<()> {
+    let host_policy = local
+        .tcp
+        .map(|bound| HostPolicy::for_listener(false, bound.ip(), &format!("http://{bound}")));
+    let app = sidecar::router(
+        Arc::clone(shared),
+        Arc::clone(&link),
+        handle.clone(),
+        host_policy,
+    );
+    info!(local_listen = %local.description, "serving the local API to the service (PROTOCOL §16)");
+    let description = local.description;
+    let listener = local.listener;
+    let mut server_stop = stop.clone();
+    tokio::spawn(async move {
+        let serve = leasehold_api::serve::serve(
+            listener,
+            app,
+            None,
+            ListenerLimits::for_this_process(),
+            async move { server_stop.wait().await },
+        );
+        let (served, ()) = tokio::join!(serve, link.end_copies(stop));
+        if let Err(error) = served {
+            error!(%error, local_listen = %description, "the local API's listener failed");
+        }
+    })
 }
 
 /// P8.1: the push listener answers HTTP before the executor makes itself known. One request to

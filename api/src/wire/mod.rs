@@ -12,12 +12,14 @@
 mod cluster;
 mod executor;
 mod limits;
+mod local;
 mod shards;
 mod views;
 
 pub use cluster::*;
 pub use executor::*;
 pub use limits::*;
+pub use local::*;
 pub use shards::*;
 pub use views::*;
 

@@ -13,18 +13,17 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use leasehold_api::openapi::{document_problems, ProblemCodes};
-use leasehold_api::problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
+use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::ShardEpoch;
+use leasehold_executor::owner::{misdirected, OwnerOf};
 use leasehold_executor::server::HttpError;
 use leasehold_executor::{AdmitError, ExecutorHandle, MAX_KEY_BYTES};
-use serde::{Deserialize, Serialize};
-use tracing::{debug, warn};
+use serde::Deserialize;
+use tracing::warn;
 use utoipa::OpenApi;
 
 /// `?key=K`.
@@ -35,28 +34,6 @@ pub(crate) struct WorkQuery {
     /// The work's routing key (its UTF-8 bytes are hashed, `shard_for_key`).
     #[param(max_length = 1024)]
     key: String,
-}
-
-/// The 421 body: a problem document with the owner as extension members (RFC 9457 §3.2).
-#[derive(Debug, Serialize)]
-struct Misdirected {
-    #[serde(flatten)]
-    problem: Problem,
-    shard: u32,
-    owner_executor_id: String,
-    owner_address: String,
-    epoch: u64,
-}
-
-impl IntoResponse for Misdirected {
-    fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self).unwrap_or_default();
-        let mut response = (StatusCode::MISDIRECTED_REQUEST, body).into_response();
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
-        response
-    }
 }
 
 /// The demo route, to merge into the executor's listener
@@ -127,51 +104,6 @@ pub(crate) async fn work(
             "this executor is not admitting work right now (lease lapsed, not registered, or stopping)",
         )
         .into_response()),
-        Err(AdmitError::NotOwner) => Err(misdirected(&handle, &key).await),
-    }
-}
-
-/// Looks up the owner of `key` and answers 421 with it, or 503 when there is none to name.
-async fn misdirected(handle: &ExecutorHandle, key: &str) -> Response {
-    let route = match handle.route_for_key(key).await {
-        Ok(route) => route,
-        Err(error) => {
-            debug!(%error, "routing lookup failed");
-            return HttpError::new(
-                ErrorCode::Unavailable,
-                "this executor does not hold the key's shard and cannot look up its owner now",
-            )
-            .into_response();
-        }
-    };
-    let own_id = handle.health().map(|health| health.executor_id);
-    match (route.route.executor_id, route.route.address) {
-        (Some(owner), Some(address)) if Some(&owner) != own_id.as_ref() => {
-            let mut problem = Problem::new(
-                ErrorCode::Conflict,
-                format!(
-                    "shard {} is owned by executor {owner} at {address}",
-                    route.route.shard
-                ),
-            );
-            problem.status = StatusCode::MISDIRECTED_REQUEST.as_u16();
-            Misdirected {
-                problem,
-                shard: route.route.shard,
-                owner_executor_id: owner,
-                owner_address: address,
-                epoch: route.route.epoch,
-            }
-            .into_response()
-        }
-        // Unowned, between owners, or on its way here (a push still in flight): retry shortly.
-        _ => HttpError::new(
-            ErrorCode::ShardingNotReady,
-            format!(
-                "shard {} has no admitting owner right now; retry shortly",
-                route.route.shard
-            ),
-        )
-        .into_response(),
+        Err(AdmitError::NotOwner) => Err(misdirected(&handle, OwnerOf::Key(&key)).await),
     }
 }

@@ -45,7 +45,7 @@ fn registered() -> Arc<Shared> {
 }
 
 /// The library's app, as [`crate::Executor::start`] serves it.
-fn app(shared: &Arc<Shared>) -> Router {
+pub(super) fn app(shared: &Arc<Shared>) -> Router {
     routes::app(
         Arc::clone(shared),
         &openapi::document(),
@@ -55,7 +55,7 @@ fn app(shared: &Arc<Shared>) -> Router {
     )
 }
 
-async fn call(
+pub(super) async fn call(
     app: Router,
     method: &str,
     uri: &str,
@@ -84,7 +84,7 @@ async fn call(
     (status, content_type, value)
 }
 
-fn assert_problem(reply: &(StatusCode, Option<String>, Value), status: u16, code: &str) {
+pub(super) fn assert_problem(reply: &(StatusCode, Option<String>, Value), status: u16, code: &str) {
     assert_eq!(reply.0.as_u16(), status, "{reply:?}");
     assert_eq!(reply.1.as_deref(), Some(PROBLEM_CONTENT_TYPE), "{reply:?}");
     assert_eq!(reply.2["code"], code, "{reply:?}");

@@ -5,6 +5,7 @@
 
 mod http;
 mod lease_loop;
+mod sidecar;
 mod startup;
 
 use std::collections::BTreeMap;

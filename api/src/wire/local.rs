@@ -1,0 +1,75 @@
+//! The sidecar's local API (PROTOCOL §16): what `leasehold-executor --local-listen` tells the
+//! service beside it. Replies only: a service sends no body but the empty `POST /v1/local/stop`,
+//! and the queries are parsed where they are served.
+
+use serde::{Deserialize, Serialize};
+
+use super::ShardEpoch;
+
+/// Longest long poll `GET /v1/local/permits` holds (P16.1): a larger `wait` is refused.
+pub const MAX_LOCAL_PERMITS_WAIT_MS: u64 = 60_000;
+
+/// Longest window a `GET /v1/local/admit` permit gives the service to start its work (P16.1).
+pub const LOCAL_ADMIT_WINDOW_MS: u64 = 1_000;
+
+/// What the sidecar is doing, as the service is told (P16.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LocalState {
+    /// Registered with a live lease: the listed shards may be admitted.
+    Admitting,
+    /// The lease lapsed (P3.6): nothing may be admitted until a renewal succeeds.
+    Fenced,
+    /// Not registered yet, or registering anew after `unknown_executor`.
+    Registering,
+    /// A graceful stop began (P3.7): nothing will be admitted again.
+    Stopping,
+}
+
+impl LocalState {
+    /// The snake_case name on the wire and in queries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LocalState::Admitting => "admitting",
+            LocalState::Fenced => "fenced",
+            LocalState::Registering => "registering",
+            LocalState::Stopping => "stopping",
+        }
+    }
+}
+
+/// `GET /v1/local/permits`: what the service may admit, and for how long from the instant it
+/// sent the request (P16.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct LocalPermits {
+    /// The revision of the last delivery the sidecar applied (P4.1). With `state`, what the
+    /// service's next poll acknowledges (`applied=`, `state=`).
+    pub revision: u64,
+    /// Admitting, fenced, registering or stopping.
+    pub state: LocalState,
+    /// How long the service may admit `shards`, counted from the instant it sent this request on
+    /// its own monotonic clock (P3.2). 0 unless admitting.
+    pub lease_ttl_ms: u64,
+    /// The cluster's shard count, for the service's key-to-shard mapping; null until known.
+    pub shard_count: Option<u32>,
+    /// The sidecar's executor id; null until registered.
+    pub executor_id: Option<String>,
+    /// The shards the service may admit, with the epochs that fence their work. Empty unless
+    /// admitting.
+    pub shards: Vec<ShardEpoch>,
+}
+
+/// `200` to `GET /v1/local/admit`: the service may start this one piece of work within
+/// `lease_ttl_ms` of the instant it sent the request (P16.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct LocalPermit {
+    /// The shard the work belongs to.
+    pub shard: u32,
+    /// The epoch fencing the work (I2).
+    pub epoch: u64,
+    /// The window to start the work in, from the request's send instant.
+    pub lease_ttl_ms: u64,
+}

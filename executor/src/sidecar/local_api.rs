@@ -1,0 +1,342 @@
+//! The sidecar's local API (PROTOCOL P16.1), served on `--local-listen` to the one service on
+//! the same machine:
+//! - `GET /v1/local/permits?applied=R&state=S&wait=D`: the long poll, and the service's
+//!   acknowledgement of the answer it applied;
+//! - `GET /v1/local/admit?key=K` or `?shard=N`: one permit for one piece of work;
+//! - `POST /v1/local/stop`: the graceful stop (P3.7), as SIGTERM.
+//!
+//! Loopback or a unix socket only ([`LocalListen`]): the API has no TLS and no credential.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use leasehold_api::http::{ApiQuery, BodyLimit, HttpError};
+use leasehold_api::origin::HostPolicy;
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::serve::AnyListener;
+use leasehold_api::wire::{
+    LocalPermit, LocalPermits, LocalState, LOCAL_ADMIT_WINDOW_MS, MAX_LOCAL_PERMITS_WAIT_MS,
+};
+use serde::Deserialize;
+use tokio::time::{sleep_until, Instant};
+use tower_http::catch_panic::CatchPanicLayer;
+
+use super::service_copy::{local_state, Answered};
+use super::ServiceLink;
+use crate::admission::AdmitError;
+use crate::handle::ExecutorHandle;
+use crate::owner::{misdirected, OwnerOf};
+use crate::shared::Shared;
+use crate::MAX_KEY_BYTES;
+
+/// Where the local API listens: a loopback address or a unix socket (P16.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalListen {
+    /// `127.0.0.1:PORT` or `[::1]:PORT`.
+    Loopback(SocketAddr),
+    /// `unix:/path`: the socket file is created at start (a stale socket left by an earlier run
+    /// is replaced; any other file there is refused).
+    Unix(PathBuf),
+}
+
+impl FromStr for LocalListen {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/leasehold.sock".into());
+            }
+            return Ok(LocalListen::Unix(PathBuf::from(path)));
+        }
+        let address: SocketAddr = text.parse().map_err(|_| {
+            format!("{text:?} is neither a loopback HOST:PORT (e.g. 127.0.0.1:7201) nor unix:/path")
+        })?;
+        if !address.ip().is_loopback() {
+            return Err(format!(
+                "{address} is not a loopback address: the local API has no TLS and no \
+                 credential, so it serves only this machine (PROTOCOL P16.1)"
+            ));
+        }
+        Ok(LocalListen::Loopback(address))
+    }
+}
+
+/// A bound local listener and what it is called in logs.
+#[derive(Debug)]
+pub(crate) struct LocalListener {
+    pub(crate) listener: AnyListener,
+    pub(crate) description: String,
+    /// The bound address of a loopback listener (its Host policy).
+    pub(crate) tcp: Option<SocketAddr>,
+}
+
+/// Binds `listen`.
+pub(crate) async fn bind_local(listen: &LocalListen) -> std::io::Result<LocalListener> {
+    match listen {
+        LocalListen::Loopback(address) => {
+            let listener = leasehold_api::serve::bind(*address).await?;
+            let bound = listener.local_addr()?;
+            Ok(LocalListener {
+                listener: listener.into(),
+                description: bound.to_string(),
+                tcp: Some(bound),
+            })
+        }
+        LocalListen::Unix(path) => {
+            remove_stale_socket(path)?;
+            let listener = tokio::net::UnixListener::bind(path)?;
+            Ok(LocalListener {
+                listener: listener.into(),
+                description: format!("unix:{}", path.display()),
+                tcp: None,
+            })
+        }
+    }
+}
+
+/// A socket file left by an earlier run is removed; anything else at the path is an error.
+fn remove_stale_socket(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        )),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// What the local routes need.
+#[derive(Debug, Clone)]
+struct Local {
+    shared: Arc<Shared>,
+    link: Arc<ServiceLink>,
+    handle: ExecutorHandle,
+}
+
+/// Bound on a local request: the longest long poll, and a margin.
+const LOCAL_REQUEST_TIMEOUT: Duration = Duration::from_millis(MAX_LOCAL_PERMITS_WAIT_MS + 5_000);
+
+/// The local API's router. `host_policy` guards a loopback listener against pages in a browser on
+/// this machine (P13.6); a unix socket takes none.
+pub(crate) fn router(
+    shared: Arc<Shared>,
+    link: Arc<ServiceLink>,
+    handle: ExecutorHandle,
+    host_policy: Option<HostPolicy>,
+) -> Router {
+    let local = Local {
+        shared,
+        link,
+        handle,
+    };
+    let routes = Router::new()
+        .route("/v1/local/permits", get(permits))
+        .route("/v1/local/admit", get(admit))
+        .route("/v1/local/stop", post(stop))
+        .with_state(local)
+        .route_layer(middleware::from_fn_with_state(
+            LOCAL_REQUEST_TIMEOUT,
+            leasehold_api::http::request_timeout,
+        ))
+        // No local route takes a body.
+        .route_layer(middleware::from_fn_with_state(
+            BodyLimit { max_bytes: 1024 },
+            leasehold_api::http::limit_body,
+        ))
+        .fallback(leasehold_api::http::not_found)
+        .method_not_allowed_fallback(leasehold_api::http::method_not_allowed);
+    let routes = match host_policy {
+        Some(policy) => routes.layer(middleware::from_fn_with_state(
+            policy,
+            leasehold_api::origin::check_host_and_origin,
+        )),
+        None => routes,
+    };
+    routes
+        .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
+        .layer(middleware::from_fn(leasehold_api::http::request_id))
+}
+
+/// `?applied=R&state=S&wait=D`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermitsQuery {
+    applied: Option<u64>,
+    state: Option<LocalState>,
+    wait: Option<String>,
+}
+
+/// The `wait` of a poll: a duration such as `500ms` or `5s`, at most the longest long poll.
+fn parse_wait(wait: Option<&str>) -> Result<Duration, HttpError> {
+    let Some(text) = wait else {
+        return Ok(Duration::ZERO);
+    };
+    let wait = humantime::parse_duration(text).map_err(|error| {
+        HttpError::invalid(format!(
+            "wait={text:?} is not a duration such as 500ms or 5s: {error}"
+        ))
+    })?;
+    if wait > Duration::from_millis(MAX_LOCAL_PERMITS_WAIT_MS) {
+        return Err(HttpError::invalid(format!(
+            "wait={text} is longer than the longest long poll, {MAX_LOCAL_PERMITS_WAIT_MS} ms"
+        )));
+    }
+    Ok(wait)
+}
+
+/// The long poll (P16.1): answered at once unless the query names the current revision and
+/// state; then when either changes, when `wait` passed, or when half the time left on the
+/// service's copy passed.
+async fn permits(
+    State(local): State<Local>,
+    ApiQuery(query): ApiQuery<PermitsQuery>,
+) -> Result<Json<LocalPermits>, HttpError> {
+    let wait = parse_wait(query.wait.as_deref())?;
+    let arrived = Instant::now();
+    let known = query
+        .applied
+        .zip(query.state)
+        .map(|(revision, state)| Answered { revision, state });
+    if let Some(ack) = known {
+        local.link.acknowledge(ack);
+    }
+    let wait_until = arrived + wait;
+    let refresh_at = local
+        .link
+        .copy_end()
+        .map(|end| arrived + end.saturating_duration_since(arrived) / 2);
+    let answer_by = refresh_at.map_or(wait_until, |refresh| refresh.min(wait_until));
+    let mut views = local.shared.subscribe_assignment();
+    loop {
+        let now = Instant::now();
+        let current = {
+            let view = views.borrow_and_update();
+            Answered {
+                revision: view.revision,
+                state: local_state(&view, now),
+            }
+        };
+        if known != Some(current) || now >= answer_by {
+            break;
+        }
+        // A lapse changes the state at the lease's expiry; the lapse watcher republishes the
+        // view then, which wakes this.
+        tokio::select! {
+            changed = views.changed() => if changed.is_err() { break },
+            () = sleep_until(answer_by) => {}
+        }
+    }
+    let shared = &local.shared;
+    let permits = local
+        .link
+        .update(|copy, now| copy.answer(&shared.view_at(now), now));
+    Ok(Json(permits))
+}
+
+/// `?key=K` or `?shard=N`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdmitQuery {
+    key: Option<String>,
+    shard: Option<u32>,
+}
+
+/// One permit (P16.1): the shard's epoch and a window of at most [`LOCAL_ADMIT_WINDOW_MS`] to
+/// start the work in; `421` naming the owner; `503` when not admitting.
+async fn admit(
+    State(local): State<Local>,
+    ApiQuery(query): ApiQuery<AdmitQuery>,
+) -> Result<Json<LocalPermit>, Response> {
+    let invalid = |detail: String| HttpError::invalid(detail).into_response();
+    let shard = match (&query.key, query.shard) {
+        (Some(key), None) => {
+            if key.len() > MAX_KEY_BYTES {
+                return Err(invalid(format!("key is longer than {MAX_KEY_BYTES} bytes")));
+            }
+            let Some(count) = local.shared.view_at(Instant::now()).shard_count else {
+                return Err(not_admitting());
+            };
+            let Some(count) = std::num::NonZeroU32::new(count) else {
+                return Err(not_admitting());
+            };
+            leasehold_api::shard_for_key(key.as_bytes(), count)
+        }
+        (None, Some(shard)) => {
+            if let Some(count) = local.shared.view_at(Instant::now()).shard_count {
+                if shard >= count {
+                    return Err(invalid(format!(
+                        "shard {shard} is out of range: the cluster has {count} shards"
+                    )));
+                }
+            }
+            shard
+        }
+        _ => return Err(invalid("give exactly one of key= and shard=".into())),
+    };
+    let shared = &local.shared;
+    // The permit is told under the link's lock, in the same section as the admission decision:
+    // a revoke applied after it finds the shard told and waits for the window (P16.2).
+    let granted = local.link.update(|copy, now| {
+        let view = shared.view_at(now);
+        match shared.admit(shard) {
+            Ok(permit) => {
+                let window = view
+                    .lease_remaining(now)
+                    .min(Duration::from_millis(LOCAL_ADMIT_WINDOW_MS));
+                let lease_ttl_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+                let executor_id = view.executor_id.unwrap_or_default();
+                let events =
+                    copy.permit(&executor_id, permit.shard, permit.epoch, now + window, now);
+                let permit = LocalPermit {
+                    shard: permit.shard,
+                    epoch: permit.epoch,
+                    lease_ttl_ms,
+                };
+                (Ok(permit), events)
+            }
+            Err(error) => (Err(error), Vec::new()),
+        }
+    });
+    match granted {
+        Ok(permit) => Ok(Json(permit)),
+        Err(AdmitError::NotReady) => Err(not_admitting()),
+        Err(AdmitError::NotOwner) => {
+            let of = match &query.key {
+                Some(key) => OwnerOf::Key(key),
+                None => OwnerOf::Shard(shard),
+            };
+            Err(misdirected(&local.handle, of).await)
+        }
+    }
+}
+
+fn not_admitting() -> Response {
+    HttpError::new(
+        ErrorCode::ShardingNotReady,
+        "the sidecar is not admitting work right now (lease lapsed, not registered, or stopping)",
+    )
+    .into_response()
+}
+
+/// The service asks for the graceful stop (P3.7); answered at once, the stop runs on.
+async fn stop(State(local): State<Local>) -> StatusCode {
+    tracing::info!("the service asked for the graceful stop (P3.7)");
+    let handle = local.handle.clone();
+    tokio::spawn(async move {
+        handle.shutdown().await;
+    });
+    StatusCode::ACCEPTED
+}

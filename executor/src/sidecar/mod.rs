@@ -1,0 +1,158 @@
+//! The executor as a sidecar (PROTOCOL §16): the local API a service in any language on the same
+//! machine asks what it may admit (`--local-listen`), and the rule that keeps P5.2 through that
+//! service (P16.2).
+//!
+//! - `service_copy`: what the service may be admitting, as the sidecar knows it. Pure.
+//! - [`ServiceLink`]: that core under a lock with the admission log of the service, and the waits
+//!   the revoke handler and the graceful stop make on it.
+//! - `local_api`: the routes (`/v1/local/permits`, `/v1/local/admit`, `/v1/local/stop`) and the
+//!   listener address rule ([`LocalListen`]).
+
+mod local_api;
+pub mod service_copy;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+use tracing::error;
+
+pub use local_api::LocalListen;
+pub(crate) use local_api::{bind_local, router, LocalListener};
+use service_copy::{Answered, ServiceCopy};
+
+use crate::admission::AdmissionEvent;
+use crate::admission_log::AdmissionLog;
+use crate::shutdown::ShutdownSignal;
+
+/// How long a revoke waits for the service to stop admitting its shards before it is answered
+/// with those released so far (P16.2): under the managers' 2 s bound on a revoke reply, so the
+/// answer arrives and the rest is sent again.
+pub const REVOKE_HOLD: Duration = Duration::from_millis(1_500);
+
+/// What the service was told, shared by the local API, the revoke handler, the graceful stop and
+/// the task that ends copies that ran out.
+#[derive(Debug)]
+pub(crate) struct ServiceLink {
+    inner: Mutex<Inner>,
+    /// Bumped after every change of the copy, for the waits below.
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    copy: ServiceCopy,
+    /// The sidecar's `--event-log`: the service's admission (P16.2).
+    log: Option<AdmissionLog>,
+}
+
+impl ServiceLink {
+    pub(crate) fn new(log: Option<AdmissionLog>) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                copy: ServiceCopy::default(),
+                log,
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // No section panics midway; a poisoned lock still guards a consistent copy.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `operation` on the copy under the lock, records its events in the log while still
+    /// holding it (a start is written before the service can see the answer that makes it), and
+    /// wakes the waits.
+    pub(crate) fn update<T>(
+        &self,
+        operation: impl FnOnce(&mut ServiceCopy, Instant) -> (T, Vec<AdmissionEvent>),
+    ) -> T {
+        let mut inner = self.lock();
+        let (value, events) = operation(&mut inner.copy, Instant::now());
+        if !events.is_empty() {
+            if let Some(log) = inner.log.as_mut() {
+                if let Err(error) = log.record(&events) {
+                    error!(%error, path = %log.path().display(), "cannot write the admission log");
+                }
+            }
+            drop(inner);
+            self.changed
+                .send_modify(|count| *count = count.wrapping_add(1));
+        }
+        value
+    }
+
+    /// The service acknowledged `ack` (P16.1).
+    pub(crate) fn acknowledge(&self, ack: Answered) {
+        self.update(|copy, now| ((), copy.acknowledge(ack, now)));
+    }
+
+    /// When the copy the service holds runs out.
+    pub(crate) fn copy_end(&self) -> Option<Instant> {
+        self.lock().copy.copy_end()
+    }
+
+    /// Waits (at most `hold`) until the service no longer admits any of `shards`; answers those
+    /// it no longer admits (P16.2).
+    pub(crate) async fn released(&self, shards: &[u32], hold: Duration) -> Vec<u32> {
+        let deadline = Instant::now() + hold;
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let released: Vec<u32> = {
+                let inner = self.lock();
+                shards
+                    .iter()
+                    .copied()
+                    .filter(|&shard| !inner.copy.is_told(shard))
+                    .collect()
+            };
+            if released.len() == shards.len() || Instant::now() >= deadline {
+                return released;
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return released },
+                () = sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Waits until the service admits nothing, or until `deadline`; whether it does not (P3.7
+    /// through the service: deregistering hands every shard on at once).
+    pub(crate) async fn stopped_by(&self, deadline: Instant) -> bool {
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            if self.lock().copy.is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return false },
+                () = sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Ends each copy at its end, so the log shows the stop and the waits above wake, until
+    /// `shutdown` fires.
+    pub(crate) async fn end_copies(&self, mut shutdown: ShutdownSignal) {
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let next_end = self.lock().copy.next_end();
+            tokio::select! {
+                () = sleep_until(next_end.unwrap_or_else(Instant::now)), if next_end.is_some() => {
+                    self.update(|copy, now| ((), copy.expire(now)));
+                }
+                changed = changes.changed() => if changed.is_err() { return },
+                () = shutdown.wait() => return,
+            }
+        }
+    }
+}

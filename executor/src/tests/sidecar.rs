@@ -1,0 +1,268 @@
+//! The sidecar (PROTOCOL §16) over its routers, without sockets: the local API's answers and
+//! refusals, and revokes held until the service stopped admitting (P16.2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::Router;
+use leasehold_api::wire::Grant;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::http::{app, assert_problem, call};
+use super::set;
+use crate::handle::ExecutorHandle;
+use crate::manager::ManagerLink;
+use crate::shared::{LoadSettings, Shared};
+use crate::shutdown::ShutdownSignal;
+use crate::sidecar::{self, LocalListen, ServiceLink};
+
+/// A sidecar registered as ex-1 at revision 10 holding shards 1 and 2 at epoch 1 for
+/// `lease_ttl_ms`, its link, and its local router. Copies that run out end as they would in
+/// production (the task is left to the runtime).
+fn sidecar_with_lease(lease_ttl_ms: u64) -> (Arc<Shared>, Arc<ServiceLink>, Router) {
+    let link = Arc::new(ServiceLink::new(None));
+    let shared = Arc::new(
+        Shared::new(
+            "http://127.0.0.1:9".into(),
+            None,
+            None,
+            LoadSettings::default(),
+        )
+        .serving(Arc::clone(&link)),
+    );
+    shared
+        .apply_grant(
+            Instant::now(),
+            &Grant {
+                shard_runs: None,
+                executor_id: "ex-1".into(),
+                lease_ttl_ms,
+                revision: 10,
+                shard_count: 8,
+                shards: set(&[(1, 1), (2, 1)]),
+            },
+        )
+        .unwrap();
+    let (shutdown_tx, shutdown) = ShutdownSignal::new();
+    let (server_stop_tx, _) = ShutdownSignal::new();
+    // Nothing listens on port 9: a lookup of another shard's owner fails at once.
+    let manager = ManagerLink::new(
+        vec!["http://127.0.0.1:9".into()],
+        Duration::from_millis(200),
+        None,
+    )
+    .unwrap();
+    let handle = ExecutorHandle::new(
+        Arc::clone(&shared),
+        manager,
+        "127.0.0.1:9".parse().unwrap(),
+        Duration::from_secs(1),
+        shutdown_tx,
+        server_stop_tx,
+    );
+    let ending = Arc::clone(&link);
+    tokio::spawn(async move { ending.end_copies(shutdown).await });
+    let router = sidecar::router(Arc::clone(&shared), Arc::clone(&link), handle, None);
+    (shared, link, router)
+}
+
+async fn get(router: &Router, uri: &str) -> (StatusCode, Option<String>, Value) {
+    call(router.clone(), "GET", uri, None).await
+}
+
+async fn revoke(shared: &Arc<Shared>, shards: &[u32]) -> (StatusCode, Option<String>, Value) {
+    call(
+        app(shared),
+        "POST",
+        "/v1/revoke",
+        Some(json!({"executor_id": "ex-1", "revision": 12, "shards": shards})),
+    )
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_1_the_first_poll_is_answered_at_once_with_the_shards_and_the_lease_left() {
+    let (_, _, router) = sidecar_with_lease(60_000);
+    let reply = get(&router, "/v1/local/permits?wait=30s").await;
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.2["state"], "admitting");
+    assert_eq!(reply.2["revision"], 10);
+    assert_eq!(reply.2["executor_id"], "ex-1");
+    assert_eq!(reply.2["shard_count"], 8);
+    assert_eq!(
+        reply.2["shards"],
+        json!([{"shard": 1, "epoch": 1}, {"shard": 2, "epoch": 1}])
+    );
+    assert!(reply.2["lease_ttl_ms"].as_u64().unwrap() <= 60_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_1_a_poll_naming_the_current_answer_waits_for_wait_or_half_the_copy() {
+    let (_, _, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits").await;
+    let sent = Instant::now();
+    get(
+        &router,
+        "/v1/local/permits?applied=10&state=admitting&wait=5s",
+    )
+    .await;
+    assert_eq!(
+        sent.elapsed(),
+        Duration::from_secs(5),
+        "nothing changed: held for wait"
+    );
+    // A wait longer than half the copy's time left is cut there, so the copy is refreshed live.
+    let sent = Instant::now();
+    get(
+        &router,
+        "/v1/local/permits?applied=10&state=admitting&wait=60s",
+    )
+    .await;
+    let held = sent.elapsed();
+    assert!(
+        held <= Duration::from_secs(30) && held >= Duration::from_secs(27),
+        "held {held:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without_the_shard() {
+    let (shared, link, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits").await;
+    let revoking = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move { revoke(&shared, &[2]).await })
+    };
+    // The poll the service has outstanding names revision 10: the revoke changed it.
+    let answer = get(
+        &router,
+        "/v1/local/permits?applied=10&state=admitting&wait=30s",
+    )
+    .await;
+    assert_eq!(answer.2["revision"], 12);
+    assert_eq!(answer.2["shards"], json!([{"shard": 1, "epoch": 1}]));
+    tokio::task::yield_now().await;
+    assert!(
+        !revoking.is_finished(),
+        "answered before the service acknowledged"
+    );
+    assert!(link.copy_end().is_some());
+    // The next poll acknowledges revision 12: only now is shard 2 released.
+    let ack = tokio::spawn({
+        let router = router.clone();
+        async move {
+            get(
+                &router,
+                "/v1/local/permits?applied=12&state=admitting&wait=10s",
+            )
+            .await
+        }
+    });
+    let reply = revoking.await.unwrap();
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert_eq!(
+        reply.2,
+        json!({"revision": 12, "released": [2], "ignored": false})
+    );
+    ack.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_2_without_an_acknowledgement_a_revoke_is_refused_while_the_copy_is_live() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits").await;
+    let sent = Instant::now();
+    let reply = revoke(&shared, &[2]).await;
+    assert_problem(&reply, 503, "unavailable");
+    assert_eq!(sent.elapsed(), sidecar::REVOKE_HOLD);
+    // The sidecar itself no longer admits the shard, whatever the service does.
+    assert!(shared.admit(2).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_2_a_revoke_is_answered_released_once_the_services_copy_ran_out() {
+    let (shared, _, router) = sidecar_with_lease(1_000);
+    get(&router, "/v1/local/permits").await;
+    let sent = Instant::now();
+    let reply = revoke(&shared, &[2]).await;
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.2["released"], json!([2]));
+    assert!(
+        sent.elapsed() <= Duration::from_secs(1),
+        "{:?}",
+        sent.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_2_a_service_never_told_the_shard_does_not_hold_the_revoke() {
+    let (shared, _, _) = sidecar_with_lease(60_000);
+    let sent = Instant::now();
+    let reply = revoke(&shared, &[2]).await;
+    assert_eq!(reply.2["released"], json!([2]));
+    assert_eq!(sent.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_2_an_admit_permit_holds_a_revoke_for_its_window_only() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    let permit = get(&router, "/v1/local/admit?shard=2").await;
+    assert_eq!(permit.0, StatusCode::OK, "{permit:?}");
+    assert_eq!(
+        permit.2,
+        json!({"shard": 2, "epoch": 1, "lease_ttl_ms": 1000})
+    );
+    let sent = Instant::now();
+    let reply = revoke(&shared, &[2]).await;
+    assert_eq!(reply.2["released"], json!([2]));
+    assert_eq!(sent.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_1_admit_answers_by_key_and_refuses_what_it_does_not_hold() {
+    let (_, _, router) = sidecar_with_lease(60_000);
+    // fnv1a_64("a") % 8 = 4: not held, and the owner cannot be looked up here.
+    let reply = get(&router, "/v1/local/admit?key=a").await;
+    assert_problem(&reply, 503, "unavailable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn i6_bad_local_requests_are_400_problems() {
+    let (_, _, router) = sidecar_with_lease(60_000);
+    for uri in [
+        "/v1/local/permits?state=sleeping",
+        "/v1/local/permits?applied=-1",
+        "/v1/local/permits?wait=soon",
+        "/v1/local/permits?wait=61s",
+        "/v1/local/permits?color=red",
+        "/v1/local/admit",
+        "/v1/local/admit?key=a&shard=1",
+        "/v1/local/admit?shard=8",
+        "/v1/local/admit?shard=x",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_problem(&reply, 400, "invalid_request");
+    }
+    let reply = call(router.clone(), "GET", "/v1/local/stop", None).await;
+    assert_problem(&reply, 405, "method_not_allowed");
+    let reply = get(&router, "/v1/local/elsewhere").await;
+    assert_problem(&reply, 404, "not_found");
+}
+
+#[test]
+fn p16_1_the_local_api_listens_on_loopback_or_a_unix_socket_only() {
+    assert_eq!(
+        "127.0.0.1:7201".parse::<LocalListen>(),
+        Ok(LocalListen::Loopback("127.0.0.1:7201".parse().unwrap()))
+    );
+    assert!("[::1]:7201".parse::<LocalListen>().is_ok());
+    assert_eq!(
+        "unix:/run/lh.sock".parse::<LocalListen>(),
+        Ok(LocalListen::Unix("/run/lh.sock".into()))
+    );
+    for refused in ["0.0.0.0:7201", "10.0.0.4:7201", "unix:", "localhost", ""] {
+        assert!(refused.parse::<LocalListen>().is_err(), "{refused}");
+    }
+}
