@@ -307,6 +307,17 @@ impl Fleet {
             .insert(executor.name.clone(), monotonic_now_ns());
     }
 
+    /// SIGKILL a sidecar (PROTOCOL §16): the service beside it may admit on the copy it was last
+    /// given, which ends no later than the sidecar's lease, so its open intervals end `lease`
+    /// after the kill.
+    pub fn kill_sidecar(&mut self, index: usize, lease: Duration) {
+        let executor = &mut self.executors[index];
+        executor.kill();
+        let lease_ns = u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX);
+        self.ended_at_ns
+            .insert(executor.name.clone(), monotonic_now_ns() + lease_ns);
+    }
+
     pub fn signal(&self, index: usize, signal: Signal) {
         self.executors[index].signal(signal);
     }

@@ -19,7 +19,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod browser;
-pub mod checker;
+/// The invariant checker and the fault proxy are the conformance kit's, shared with the tests.
+pub use leasehold_conformance::{checker, proxy};
 pub mod ctl;
 pub mod executor;
 pub mod fake_executor;
@@ -27,7 +28,7 @@ pub mod faketime;
 pub mod faults;
 pub mod http_checks;
 pub mod netns;
-pub mod proxy;
+pub mod python;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -42,6 +43,15 @@ use leasehold_harness::{
     ClusterConfig, HarnessError, Launcher, ManagerCluster, ManagerFlags, Placement,
 };
 use tempfile::TempDir;
+
+/// The fault proxy's TLS for `cluster`'s certificates; `None` for a plaintext cluster.
+pub fn proxy_tls(cluster: &Cluster) -> Option<proxy::ProxyTls> {
+    cluster
+        .options
+        .tls_dir
+        .as_deref()
+        .map(|dir| proxy::ProxyTls::from_dir(dir).expect("the cluster's TLS identities"))
+}
 
 /// The TLS files of a `certs init` directory, as the harness names them.
 pub use leasehold_harness::tls_files;

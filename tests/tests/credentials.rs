@@ -87,7 +87,9 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
     cluster.wait_for_leader(LEADER_BOUND).await;
     // A real executor registers with a credential of its own and renews with it, through a
     // proxy that shows the test that credential.
-    let proxies = ProxySet::start(&cluster.urls(), 1, None).await;
+    let proxies = ProxySet::start(&cluster.urls(), 1, None)
+        .await
+        .expect("start the fault proxies");
     let mut spec = ExecutorSpec::local(&cluster, "holder");
     spec.managers = proxies.urls();
     spec.extra_args = json_logs();

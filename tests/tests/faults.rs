@@ -17,7 +17,7 @@ use leasehold_tests::faults::{
     wait_registered, FaultSeed, Fleet, ProbeWriter, Workload, EXIT_BOUND, FAULT_LEASE,
     FAULT_SHARDS, FAULT_TICK, LEADER_BOUND, SETTLE_BOUND,
 };
-use leasehold_tests::proxy::{Impairment, PathMatch, ProxySet, ProxyTls};
+use leasehold_tests::proxy::{Impairment, PathMatch, ProxySet};
 use leasehold_tests::{free_port, one_cluster_at_a_time, poll_until, Cluster};
 use nix::sys::signal::Signal;
 
@@ -423,9 +423,10 @@ async fn lost_register_and_deregister_replies_are_retried() {
     let proxies = ProxySet::start(
         &cluster.urls(),
         seed.derive(),
-        ProxyTls::for_cluster(&cluster),
+        leasehold_tests::proxy_tls(&cluster),
     )
-    .await;
+    .await
+    .expect("start the fault proxies");
     proxies.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let mut spec = ExecutorSpec::local(&cluster, "behind-proxy");
@@ -504,9 +505,10 @@ async fn delayed_reordered_and_duplicated_messages() {
     let to_managers = ProxySet::start(
         &cluster.urls(),
         seed.derive(),
-        ProxyTls::for_cluster(&cluster),
+        leasehold_tests::proxy_tls(&cluster),
     )
-    .await;
+    .await
+    .expect("start the fault proxies");
     to_managers.impair(impairment);
     let names = ["a", "b", "c", "d"];
     let ports: Vec<u16> = names.iter().map(|_| free_port()).collect();
@@ -514,8 +516,13 @@ async fn delayed_reordered_and_duplicated_messages() {
         .iter()
         .map(|p| format!("{}://127.0.0.1:{p}", cluster.scheme()))
         .collect();
-    let to_executors =
-        ProxySet::start(&upstreams, seed.derive(), ProxyTls::for_cluster(&cluster)).await;
+    let to_executors = ProxySet::start(
+        &upstreams,
+        seed.derive(),
+        leasehold_tests::proxy_tls(&cluster),
+    )
+    .await
+    .expect("start the fault proxies");
     to_executors.impair(impairment);
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let start = |fleet: &mut Fleet, slot: usize| {

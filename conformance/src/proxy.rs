@@ -1,4 +1,4 @@
-//! A small HTTP/1.1 fault proxy for the fault tests: placed between executors and managers (as
+//! A small HTTP/1.1 fault proxy for the fault tests and the conformance kit: placed between executors and managers (as
 //! an executor's `--managers` entry, or as its `--advertise` address so pushes pass through
 //! it), it forwards each request to its upstream and can
 //!
@@ -90,6 +90,8 @@ impl DropReply {
 struct ProxyState {
     drop_replies: Vec<DropReply>,
     impairment: Option<Impairment>,
+    /// Added to every reply's delay: the upstream answered, the caller hears of it this late.
+    reply_lag: Duration,
     rng: StdRng,
     /// Upstream URL → proxy URL, for the leader header.
     rewrites: BTreeMap<String, String>,
@@ -124,10 +126,10 @@ impl ProxyTls {
     /// Every identity of a `leaseholdctl certs init` directory (`admin`, `executor`,
     /// `manager-<id>`): the proxy accepts with the `admin` one (clients check only the CA and
     /// the address) and calls on as whichever role called it.
-    pub fn from_dir(dir: &Path) -> Self {
+    pub fn from_dir(dir: &Path) -> Result<Self, String> {
         let load = |name: &str| {
-            TlsConfig::load(&crate::tls_files(dir, name))
-                .unwrap_or_else(|e| panic!("proxy TLS identity {name}: {e}"))
+            TlsConfig::load(&leasehold_harness::tls_files(dir, name))
+                .map_err(|e| format!("proxy TLS identity {name}: {e}"))
         };
         let mut names = vec!["admin".to_string(), "executor".to_string()];
         names.extend(
@@ -135,7 +137,10 @@ impl ProxyTls {
                 .map(|id| format!("manager-{id}"))
                 .take_while(|name| dir.join(format!("{name}.pem")).exists()),
         );
-        let identities: Vec<TlsConfig> = names.iter().map(|name| load(name)).collect();
+        let identities: Vec<TlsConfig> = names
+            .iter()
+            .map(|name| load(name))
+            .collect::<Result<_, _>>()?;
         // `admin` is first.
         let acceptor = TlsAcceptor::from(identities[0].server_config());
         let upstream_identities = identities
@@ -147,15 +152,10 @@ impl ProxyTls {
                 )
             })
             .collect();
-        Self {
+        Ok(Self {
             acceptor,
             upstream_identities,
-        }
-    }
-
-    /// [`ProxyTls::from_dir`] of the cluster's certificates; `None` for a plaintext cluster.
-    pub fn for_cluster(cluster: &crate::Cluster) -> Option<Self> {
-        cluster.options.tls_dir.as_deref().map(Self::from_dir)
+        })
     }
 
     fn connector_for(&self, role: Role) -> Option<TlsConnector> {
@@ -197,10 +197,15 @@ pub struct ProxySet {
 impl ProxySet {
     /// One proxy on 127.0.0.1 (a free port) per upstream (`http://host:port`, or
     /// `https://host:port` with `tls`); `seed` drives the impairment's randomness.
-    pub async fn start(upstreams: &[String], seed: u64, tls: Option<ProxyTls>) -> Self {
+    pub async fn start(
+        upstreams: &[String],
+        seed: u64,
+        tls: Option<ProxyTls>,
+    ) -> std::io::Result<Self> {
         let state = Arc::new(Mutex::new(ProxyState {
             drop_replies: Vec::new(),
             impairment: None,
+            reply_lag: Duration::ZERO,
             rng: StdRng::seed_from_u64(seed),
             rewrites: BTreeMap::new(),
             stats: ProxyStats::default(),
@@ -213,18 +218,19 @@ impl ProxySet {
             let upstream_url = upstream_url.trim_end_matches('/').to_string();
             let authority = upstream_url
                 .strip_prefix(&format!("{scheme}://"))
-                .unwrap_or_else(|| {
-                    panic!("proxy upstream {upstream_url:?} must be {scheme}://host:port")
-                })
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("proxy upstream {upstream_url:?} must be {scheme}://host:port"),
+                    )
+                })?
                 .to_string();
             let host = authority
                 .rsplit_once(':')
                 .map_or(authority.as_str(), |(host, _)| host)
                 .to_string();
-            let listener = TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind a proxy");
-            let address = listener.local_addr().expect("proxy address");
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let address = listener.local_addr()?;
             tasks.push(tokio::spawn(accept_loop(
                 listener,
                 Upstream { authority, host },
@@ -244,7 +250,7 @@ impl ProxySet {
             .iter()
             .map(|(address, upstream)| (upstream.clone(), format!("{scheme}://{address}")))
             .collect();
-        set
+        Ok(set)
     }
 
     /// The proxies' base URLs, in the order of the upstreams.
@@ -273,6 +279,13 @@ impl ProxySet {
     /// Delay and duplicate from now on (`None`: forward faithfully).
     pub fn impair(&self, impairment: Option<Impairment>) {
         self.lock().impairment = impairment;
+    }
+
+    /// Every reply from now on reaches its caller `lag` after the upstream answered it, on top
+    /// of any impairment: a caller that anchors a lease at the reply's receipt instead of its
+    /// request's sending (against P3.2) then believes in a lease longer than the managers'.
+    pub fn lag_replies(&self, lag: Duration) {
+        self.lock().reply_lag = lag;
     }
 
     pub fn stats(&self) -> ProxyStats {
@@ -487,7 +500,10 @@ async fn serve(
         {
             state.stats.bearer_credentials.insert(credential.to_owned());
         }
-        let mut plan = Plan::default();
+        let mut plan = Plan {
+            reply_delay: state.reply_lag,
+            ..Plan::default()
+        };
         if let Some(at) = state
             .drop_replies
             .iter()
@@ -499,7 +515,7 @@ async fn serve(
         if let Some(impairment) = state.impairment {
             let (low, high) = impairment.delay_ms;
             plan.request_delay = Duration::from_millis(state.rng.random_range(low..=high));
-            plan.reply_delay = Duration::from_millis(state.rng.random_range(low..=high));
+            plan.reply_delay += Duration::from_millis(state.rng.random_range(low..=high));
             plan.duplicate = state.rng.random_range(0..100) < impairment.duplicate_percent;
             if plan.duplicate {
                 state.stats.duplicated += 1;
@@ -585,8 +601,9 @@ mod tests {
     async fn forwards_and_rewrites_the_leader_header() {
         let (upstream_url, seen) = upstream(REPLY).await;
         // The upstream names 10.0.0.1:1 as leader; a second proxy fronts that one.
-        let proxy =
-            ProxySet::start(&[upstream_url.clone(), "http://10.0.0.1:1".into()], 1, None).await;
+        let proxy = ProxySet::start(&[upstream_url.clone(), "http://10.0.0.1:1".into()], 1, None)
+            .await
+            .unwrap();
         let reply = client()
             .post(format!("{}/v1/executors", proxy.urls()[0]))
             .body("{}")
@@ -605,7 +622,9 @@ mod tests {
     #[tokio::test]
     async fn drops_one_reply_after_the_upstream_answered() {
         let (upstream_url, seen) = upstream(REPLY).await;
-        let proxy = ProxySet::start(&[upstream_url.clone(), upstream_url], 1, None).await;
+        let proxy = ProxySet::start(&[upstream_url.clone(), upstream_url], 1, None)
+            .await
+            .unwrap();
         proxy.drop_reply_once("DELETE", "/v1/executors/", PathMatch::Prefix);
         proxy.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
         // Not the register path: answered.
@@ -633,7 +652,7 @@ mod tests {
     #[tokio::test]
     async fn duplicates_requests_upstream() {
         let (upstream_url, seen) = upstream(REPLY).await;
-        let proxy = ProxySet::start(&[upstream_url], 7, None).await;
+        let proxy = ProxySet::start(&[upstream_url], 7, None).await.unwrap();
         proxy.impair(Some(Impairment {
             delay_ms: (0, 5),
             duplicate_percent: 100,
@@ -645,7 +664,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(reply.status(), 200);
-        crate::poll_until(
+        leasehold_harness::poll_until(
             "the duplicate to arrive",
             Duration::from_secs(5),
             || async {
@@ -655,7 +674,8 @@ mod tests {
                     .ok_or(format!("{count} requests"))
             },
         )
-        .await;
+        .await
+        .unwrap();
         assert_eq!(proxy.stats().duplicated, 1);
     }
 }

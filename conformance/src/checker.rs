@@ -1,6 +1,6 @@
 //! The invariant checker over executors' admission logs (PROTOCOL §9, §12).
 //!
-//! Every executor started by a test writes `--event-log` on this machine, each line stamped on
+//! Every executor started by a test (or by the conformance kit) writes `--event-log` on this machine, each line stamped on
 //! CLOCK_MONOTONIC, which every process here shares (network namespaces do not change it), so
 //! the logs of all executors merge into one timeline per shard. Over that timeline:
 //!
@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::executor::{admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog};
+use crate::admission_log::{
+    admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog,
+};
 
 /// Which invariant a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -238,6 +240,9 @@ pub fn check_files(files: &[EventLogFile]) -> Result<CheckReport, String> {
 
 /// CLOCK_MONOTONIC now, in nanoseconds: the admission logs' clock, for bounds the test itself
 /// observes (e.g. when a killed process was reaped).
+// clock_gettime(2) fails only for a clock the kernel does not have, and every Linux has
+// CLOCK_MONOTONIC.
+#[allow(clippy::expect_used)]
 pub fn monotonic_now_ns() -> u64 {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .expect("CLOCK_MONOTONIC is always readable");
@@ -248,8 +253,8 @@ pub fn monotonic_now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::synthetic::{log, record};
-    use crate::executor::AdmissionEdge;
+    use crate::admission_log::synthetic::{log, record};
+    use crate::admission_log::AdmissionEdge;
 
     use AdmissionEdge::{Start, Stop};
 

@@ -1,0 +1,369 @@
+//! Admission logs (PROTOCOL §9): reading them, and turning them into admission intervals for
+//! the invariant checker ([`crate::checker`]).
+//!
+//! Every executor writes `--event-log` on this machine, each line stamped on CLOCK_MONOTONIC,
+//! which every process here shares, so the logs of all executors compare directly.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Start or stop of admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionEdge {
+    Start,
+    Stop,
+}
+
+/// One admission log line (§9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionRecord {
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub t_ns: u64,
+    pub executor_id: String,
+    pub shard: u32,
+    pub epoch: u64,
+    pub event: AdmissionEdge,
+    pub reason: String,
+}
+
+/// Parses admission log text (JSON lines). A torn last line (a process killed mid-write) is an
+/// error: the executor writes each line in one call, so it would be a bug.
+pub fn parse_admission_log(text: &str) -> Result<Vec<AdmissionRecord>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(number, line)| {
+            let value: Value = serde_json::from_str(line)
+                .map_err(|e| format!("line {}: {e}: {line}", number + 1))?;
+            let field = |name: &str| {
+                value
+                    .get(name)
+                    .ok_or_else(|| format!("line {}: no {name}: {line}", number + 1))
+            };
+            let number_field = |name: &str| {
+                field(name)?
+                    .as_u64()
+                    .ok_or_else(|| format!("line {}: {name} is not a u64: {line}", number + 1))
+            };
+            let text_field = |name: &str| {
+                field(name)?
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("line {}: {name} is not a string: {line}", number + 1))
+            };
+            let event = match text_field("event")?.as_str() {
+                "start" => AdmissionEdge::Start,
+                "stop" => AdmissionEdge::Stop,
+                other => return Err(format!("line {}: unknown event {other:?}", number + 1)),
+            };
+            Ok(AdmissionRecord {
+                t_ns: number_field("t_ns")?,
+                executor_id: text_field("executor_id")?,
+                shard: u32::try_from(number_field("shard")?)
+                    .map_err(|_| format!("line {}: shard out of range", number + 1))?,
+                epoch: number_field("epoch")?,
+                event,
+                reason: text_field("reason")?,
+            })
+        })
+        .collect()
+}
+
+/// Reads an admission log file; a missing file is an empty log (the executor never admitted).
+pub fn read_admission_log(path: &Path) -> Result<Vec<AdmissionRecord>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_admission_log(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(error) => Err(format!("{}: {error}", path.display())),
+    }
+}
+
+/// One executor process's admission log, and when the process is known to have stopped
+/// admitting if it did not log it (SIGKILL): an upper bound on its death, e.g. the
+/// `monotonic_ns` of another executor's `/v1/status` read after the killed process was reaped.
+#[derive(Debug, Clone, Default)]
+pub struct ExecutorLog {
+    pub records: Vec<AdmissionRecord>,
+    /// Open intervals end here; `None` means still running (open intervals last forever).
+    pub ended_at_ns: Option<u64>,
+}
+
+/// A span during which one executor admitted work for one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionInterval {
+    pub executor_id: String,
+    pub shard: u32,
+    pub epoch: u64,
+    pub start_ns: u64,
+    /// `None`: still admitting.
+    pub end_ns: Option<u64>,
+}
+
+/// Pairs starts and stops into intervals. A stop without a start, a second start without a
+/// stop, or a stop at another epoch than its start is malformed.
+pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval>, String> {
+    let mut intervals = Vec::new();
+    for log in logs {
+        let mut open: BTreeMap<(String, u32), AdmissionInterval> = BTreeMap::new();
+        for record in &log.records {
+            let key = (record.executor_id.clone(), record.shard);
+            match record.event {
+                AdmissionEdge::Start => {
+                    if let Some(previous) = open.get(&key) {
+                        return Err(format!(
+                            "{} started shard {} again at {} without stopping the start at {}",
+                            record.executor_id, record.shard, record.t_ns, previous.start_ns
+                        ));
+                    }
+                    open.insert(
+                        key,
+                        AdmissionInterval {
+                            executor_id: record.executor_id.clone(),
+                            shard: record.shard,
+                            epoch: record.epoch,
+                            start_ns: record.t_ns,
+                            end_ns: None,
+                        },
+                    );
+                }
+                AdmissionEdge::Stop => {
+                    let Some(mut interval) = open.remove(&key) else {
+                        return Err(format!(
+                            "{} stopped shard {} at {} without a start",
+                            record.executor_id, record.shard, record.t_ns
+                        ));
+                    };
+                    if interval.epoch != record.epoch {
+                        return Err(format!(
+                            "{} stopped shard {} at epoch {} but started it at epoch {}",
+                            record.executor_id, record.shard, record.epoch, interval.epoch
+                        ));
+                    }
+                    if record.t_ns < interval.start_ns {
+                        return Err(format!(
+                            "{} stopped shard {} at {} before its start at {}",
+                            record.executor_id, record.shard, record.t_ns, interval.start_ns
+                        ));
+                    }
+                    interval.end_ns = Some(record.t_ns);
+                    intervals.push(interval);
+                }
+            }
+        }
+        for (_, mut interval) in open {
+            interval.end_ns = log.ended_at_ns.map(|end| end.max(interval.start_ns));
+            intervals.push(interval);
+        }
+    }
+    Ok(intervals)
+}
+
+/// What [`check_admission_exclusivity`] saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExclusivityReport {
+    pub intervals: usize,
+    pub shards: usize,
+    /// Successive intervals of one shard held by different executors.
+    pub handoffs: usize,
+}
+
+/// I1 and I2 over the admission logs of every executor that ran (the rules are in
+/// [`crate::checker`]): `Err` lists every violation.
+pub fn check_admission_exclusivity(logs: &[ExecutorLog]) -> Result<ExclusivityReport, String> {
+    let report = crate::checker::check(logs)?.into_result()?;
+    Ok(ExclusivityReport {
+        intervals: report.intervals,
+        shards: report.shards,
+        handoffs: report.handoffs,
+    })
+}
+
+/// Builders for synthetic admission logs, shared by this module's and the checker's unit tests.
+#[cfg(test)]
+pub(crate) mod synthetic {
+    use super::{AdmissionEdge, AdmissionRecord, ExecutorLog};
+
+    pub(crate) fn record(
+        executor: &str,
+        shard: u32,
+        epoch: u64,
+        event: AdmissionEdge,
+        t_ns: u64,
+    ) -> AdmissionRecord {
+        AdmissionRecord {
+            t_ns,
+            executor_id: executor.to_string(),
+            shard,
+            epoch,
+            event,
+            reason: "test".to_string(),
+        }
+    }
+
+    pub(crate) fn log(records: Vec<AdmissionRecord>, ended_at_ns: Option<u64>) -> ExecutorLog {
+        ExecutorLog {
+            records,
+            ended_at_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::synthetic::{log, record};
+    use super::*;
+
+    use AdmissionEdge::{Start, Stop};
+
+    #[test]
+    fn parses_the_documented_line_shape() {
+        let text = concat!(
+            r#"{"t_ns":10,"executor_id":"ex-1","shard":7,"epoch":3,"event":"start","reason":"assigned"}"#,
+            "\n",
+            r#"{"t_ns":20,"executor_id":"ex-1","shard":7,"epoch":3,"event":"stop","reason":"revoked"}"#,
+            "\n"
+        );
+        let records = parse_admission_log(text).unwrap();
+        assert_eq!(
+            records[0],
+            AdmissionRecord {
+                reason: "assigned".into(),
+                ..record("ex-1", 7, 3, Start, 10)
+            }
+        );
+        assert_eq!(records[1].event, Stop);
+        assert!(parse_admission_log(
+            r#"{"t_ns":1,"executor_id":"e","shard":1,"epoch":1,"event":"pause","reason":"x"}"#
+        )
+        .is_err());
+        assert!(parse_admission_log(r#"{"t_ns":1,"executor_id":"e","shard":1"#).is_err());
+    }
+
+    #[test]
+    fn i1_handoff_without_overlap_passes() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Stop, 20),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 20)], None);
+        let report = check_admission_exclusivity(&[a, b]).unwrap();
+        assert_eq!(
+            report,
+            ExclusivityReport {
+                intervals: 2,
+                shards: 1,
+                handoffs: 1
+            }
+        );
+    }
+
+    #[test]
+    fn i1_overlap_is_caught() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Stop, 21),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 20)], None);
+        let error = check_admission_exclusivity(&[a, b]).unwrap_err();
+        assert!(error.starts_with("I1"), "{error}");
+    }
+
+    #[test]
+    fn i1_open_interval_of_a_running_executor_overlaps_everything_after() {
+        let a = log(vec![record("ex-1", 1, 1, Start, 10)], None);
+        let b = log(
+            vec![
+                record("ex-2", 1, 2, Start, 50),
+                record("ex-2", 1, 2, Stop, 60),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[a.clone(), b.clone()]).is_err());
+        // Killed at 40: its open interval ends there.
+        let killed = ExecutorLog {
+            ended_at_ns: Some(40),
+            ..a
+        };
+        assert!(check_admission_exclusivity(&[killed, b]).is_ok());
+    }
+
+    #[test]
+    fn i1_start_inside_an_earlier_interval_is_caught() {
+        // ex-1 holds 10..100; ex-3 starts at 50, inside it.
+        let a = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Stop, 100),
+            ],
+            None,
+        );
+        let c = log(vec![record("ex-3", 1, 3, Start, 50)], None);
+        assert!(check_admission_exclusivity(&[a, c]).is_err());
+    }
+
+    #[test]
+    fn i2_epochs_must_increase_between_holders() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 2, Start, 10),
+                record("ex-1", 1, 2, Stop, 20),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 30)], None);
+        let error = check_admission_exclusivity(&[a, b]).unwrap_err();
+        assert!(error.starts_with("I2"), "{error}");
+        let a = log(
+            vec![
+                record("ex-1", 1, 3, Start, 10),
+                record("ex-1", 1, 3, Stop, 20),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 30)], None);
+        assert!(check_admission_exclusivity(&[a, b]).is_err());
+    }
+
+    #[test]
+    fn i2_one_holder_resuming_after_a_lapse_keeps_its_epoch() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 4, Start, 10),
+                record("ex-1", 1, 4, Stop, 20),
+                record("ex-1", 1, 4, Start, 30),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[a]).is_ok());
+    }
+
+    #[test]
+    fn malformed_logs_are_errors() {
+        let double_start = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Start, 20),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[double_start]).is_err());
+        let orphan_stop = log(vec![record("ex-1", 1, 1, Stop, 10)], None);
+        assert!(check_admission_exclusivity(&[orphan_stop]).is_err());
+        let epoch_mismatch = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 2, Stop, 20),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[epoch_mismatch]).is_err());
+    }
+}

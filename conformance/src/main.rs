@@ -1,0 +1,135 @@
+//! `leasehold-conformance`: runs any executor, in any language, against a real cluster it starts
+//! itself, through scripted faults, and checks I1 and I2 on the executor's admission logs
+//! (PROTOCOL P16.3; the script is in `kit.rs`, the template's placeholders in `template.rs`).
+//!
+//! ```text
+//! leasehold-conformance --executor-cmd 'my-executor --managers {managers} --listen {listen} \
+//!     --advertise {advertise} --name {name} --event-log {event_log}' [--runs N] [--seed S]
+//! ```
+//!
+//! Its last line is `CONFORMANCE verdict=pass|fail runs=N violations=V intervals=I`; it exits 0
+//! only on pass, 1 on fail and 2 when its own arguments are refused.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use leasehold_conformance::kit::{self, RunConfig, RunError};
+use leasehold_conformance::template::Template;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold-conformance",
+    version,
+    about = "Run an executor, in any language, through scripted faults against a real cluster and check I1 and I2 on its admission logs (PROTOCOL P16.3)"
+)]
+struct Args {
+    /// The command that starts one executor, run with `sh -c` in its own process group. Its
+    /// placeholders: {managers} (comma-separated URLs), {listen} (host:port to bind),
+    /// {advertise} (its URL), {name} and {event_log} (where its admission log must go, in the
+    /// format of PROTOCOL §9).
+    #[arg(long)]
+    executor_cmd: Template,
+
+    /// How many runs of the whole script, each on a fresh cluster.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
+
+    /// Seed of the faults' randomness (delays, duplicates); each run derives its own.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// Where runs keep their managers' data and the executors' logs; a fresh temporary
+    /// directory when absent (kept when a run fails).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+
+    /// The `leasehold-manager` binary; by default the one beside this binary, else on PATH.
+    #[arg(long)]
+    manager_bin: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let manager_binary = args.manager_bin.unwrap_or_else(kit::default_manager_binary);
+    if !kit::runnable(&manager_binary) {
+        eprintln!(
+            "leasehold-conformance: cannot run the manager binary {} (--manager-bin)",
+            manager_binary.display()
+        );
+        return ExitCode::from(2);
+    }
+    let (work_dir, _temporary) = match args.work_dir {
+        Some(dir) => (dir, None),
+        None => match tempfile::Builder::new()
+            .prefix("leasehold-conformance-")
+            .tempdir()
+        {
+            Ok(dir) => (dir.path().to_path_buf(), Some(dir)),
+            Err(error) => {
+                eprintln!("leasehold-conformance: cannot make a work directory: {error}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    // The report is the program's output; a closed stdout is not worth failing the verdict for.
+    let mut out = std::io::stdout().lock();
+    let mut violations = 0;
+    let mut intervals = 0;
+    let mut failed = false;
+    for run in 1..=args.runs {
+        let config = RunConfig {
+            template: args.executor_cmd.clone(),
+            manager_binary: manager_binary.clone(),
+            dir: work_dir.join(format!("run-{run}")),
+            seed: args.seed.wrapping_add(u64::from(run)),
+        };
+        match kit::run(&config).await {
+            Ok(report) => {
+                violations += report.check.violations.len();
+                intervals += report.check.intervals;
+                let mut summary = format!(
+                    "run {run}: {} intervals over {} shards, {} handoffs, {} violations",
+                    report.check.intervals,
+                    report.check.shards,
+                    report.check.handoffs,
+                    report.check.violations.len()
+                );
+                for (step, took) in &report.steps {
+                    summary.push_str(&format!("\n  {step}: {} ms", took.as_millis()));
+                }
+                let _ = writeln!(out, "{summary}");
+                for violation in &report.check.violations {
+                    let _ = writeln!(out, "  VIOLATION {violation}");
+                }
+                failed |= !report.check.violations.is_empty();
+            }
+            Err(error) => {
+                let _ = writeln!(out, "run {run}: {error}");
+                failed = true;
+                if matches!(error, RunError::Kit(_)) {
+                    break;
+                }
+            }
+        }
+    }
+    if failed {
+        if let Some(dir) = _temporary {
+            let kept = dir.keep();
+            let _ = writeln!(out, "the runs' logs are kept in {}", kept.display());
+        }
+    }
+    let verdict = if failed { "fail" } else { "pass" };
+    let _ = writeln!(
+        out,
+        "CONFORMANCE verdict={verdict} runs={} violations={violations} intervals={intervals}",
+        args.runs
+    );
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
