@@ -64,6 +64,9 @@ pub struct ProxyStats {
     pub duplicated: usize,
     /// Requests the upstream could not be reached for (the client saw its connection closed).
     pub upstream_failures: usize,
+    /// When each `METHOD path` last arrived, in CLOCK_MONOTONIC ns (the admission logs' clock):
+    /// the instant an executor's last renewal left it is no later than its arrival here.
+    pub last_arrival_ns: BTreeMap<String, u64>,
     /// Every `Authorization: Bearer` credential seen (PROTOCOL P13.4), so a test can look for
     /// an executor's own secret where it must not be.
     pub bearer_credentials: std::collections::BTreeSet<String>,
@@ -494,6 +497,10 @@ async fn serve(
     let plan = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         state.stats.requests.push(label.clone());
+        state
+            .stats
+            .last_arrival_ns
+            .insert(label.clone(), crate::checker::monotonic_now_ns());
         if let Some(credential) = request
             .header("authorization")
             .and_then(|value| value.strip_prefix("Bearer "))

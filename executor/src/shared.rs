@@ -299,6 +299,11 @@ impl Shared {
             let (executor_id, request) = inner.core.renewal()?;
             (executor_id, request, inner.credential.clone())
         };
+        // Outside the lock above: the service link is taken before this state's lock, never
+        // after it.
+        if let Some(service) = &self.service {
+            service.claim_told(&mut request.claims);
+        }
         let report = self.meter.report(
             request.claims.iter().map(|claim| claim.shard),
             Instant::now(),

@@ -308,14 +308,13 @@ impl Fleet {
     }
 
     /// SIGKILL a sidecar (PROTOCOL §16): the service beside it may admit on the copy it was last
-    /// given, which ends no later than the sidecar's lease, so its open intervals end `lease`
-    /// after the kill.
-    pub fn kill_sidecar(&mut self, index: usize, lease: Duration) {
+    /// given until `copy_end_ns` at the latest (the sidecar's lease expiry), not only until the
+    /// sidecar's death.
+    pub fn kill_sidecar(&mut self, index: usize, copy_end_ns: u64) {
         let executor = &mut self.executors[index];
         executor.kill();
-        let lease_ns = u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX);
         self.ended_at_ns
-            .insert(executor.name.clone(), monotonic_now_ns() + lease_ns);
+            .insert(executor.name.clone(), copy_end_ns.max(monotonic_now_ns()));
     }
 
     pub fn signal(&self, index: usize, signal: Signal) {

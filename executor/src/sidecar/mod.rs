@@ -14,6 +14,7 @@ pub mod service_copy;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use leasehold_api::wire::ShardEpoch;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tracing::error;
@@ -93,6 +94,25 @@ impl ServiceLink {
     /// When the copy the service holds runs out.
     pub(crate) fn copy_end(&self) -> Option<Instant> {
         self.lock().copy.copy_end()
+    }
+
+    /// Adds to a renewal's `claims` every shard the service may still be admitting (P16.2): a
+    /// renewal that omits a revoked shard acknowledges the revoke (P5.2), which must wait for the
+    /// service as the revoke's reply does. A claim already there keeps its epoch.
+    pub(crate) fn claim_told(&self, claims: &mut Vec<ShardEpoch>) {
+        let told = self.lock().copy.told();
+        let missing: Vec<ShardEpoch> = told
+            .into_iter()
+            .filter(|told| {
+                claims
+                    .binary_search_by_key(&told.shard, |c| c.shard)
+                    .is_err()
+            })
+            .collect();
+        if !missing.is_empty() {
+            claims.extend(missing);
+            claims.sort_unstable_by_key(|claim| claim.shard);
+        }
     }
 
     /// Waits (at most `hold`) until the service no longer admits any of `shards`; answers those

@@ -262,6 +262,17 @@ impl ServiceCopy {
             .max()
     }
 
+    /// The shards the service may still be admitting, with their epochs, ascending.
+    pub fn told(&self) -> Vec<ShardEpoch> {
+        self.told
+            .iter()
+            .map(|(&shard, told)| ShardEpoch {
+                shard,
+                epoch: told.epoch,
+            })
+            .collect()
+    }
+
     /// Whether the service may still be admitting `shard`.
     pub fn is_told(&self, shard: u32) -> bool {
         self.told.contains_key(&shard)

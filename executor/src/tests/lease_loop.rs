@@ -16,6 +16,8 @@ use crate::admission_log::AdmissionLog;
 use crate::lease_loop::{run_lease_loop, watch_lapses};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
+use crate::sidecar::service_copy::Answered;
+use crate::sidecar::ServiceLink;
 use crate::status::{RunState, ShardEvent};
 
 const GRACE: Duration = Duration::from_secs(5);
@@ -48,15 +50,28 @@ impl Harness {
     }
 
     fn start_with(script: Script, load: LoadSettings) -> Self {
+        Self::start_serving(script, load, None)
+    }
+
+    /// As the sidecar of a service `service` tracks (PROTOCOL §16).
+    fn start_serving(
+        script: Script,
+        load: LoadSettings,
+        service: Option<Arc<ServiceLink>>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log_path = dir.path().join("events.jsonl");
         let log = AdmissionLog::open(&log_path).unwrap();
-        let shared = Arc::new(Shared::new(
+        let mut shared = Shared::new(
             "http://127.0.0.1:9".into(),
             Some("test".into()),
             Some(log),
             load,
-        ));
+        );
+        if let Some(service) = service {
+            shared = shared.serving(service);
+        }
+        let shared = Arc::new(shared);
         let events = shared.subscribe_events();
         let fake = FakeManager::new(script);
         fake.observe(&shared);
@@ -397,6 +412,56 @@ async fn p3_7_shutdown_stops_admission_then_deregisters() {
             (2, "stop".into(), "shutdown".into())
         ]
     );
+}
+
+/// P16.2: as a sidecar, the graceful stop deregisters (handing every shard on at once) only once
+/// the service stopped admitting; a service that never acknowledges `stopping` within the grace
+/// leaves the shards to move when the lease runs out.
+#[tokio::test(start_paused = true)]
+async fn p16_2_a_sidecars_graceful_stop_waits_for_the_service() {
+    for acknowledges in [true, false] {
+        let service = Arc::new(ServiceLink::new(None));
+        let harness = Harness::start_serving(
+            Script {
+                shards: set(&[(1, 1)]),
+                ..Script::default()
+            },
+            LoadSettings::default(),
+            Some(Arc::clone(&service)),
+        );
+        sleep(secs(1)).await;
+        let shared = Arc::clone(&harness.shared);
+        service.update(|copy, now| copy.answer(&shared.view_at(now), now));
+        harness.shutdown_tx.send_replace(true);
+        sleep(ms(100)).await;
+        // The service's next poll is answered `stopping` at once.
+        let stopping = service.update(|copy, now| copy.answer(&shared.view_at(now), now));
+        assert_eq!(stopping.state, leasehold_api::wire::LocalState::Stopping);
+        assert!(
+            !harness
+                .fake
+                .calls()
+                .iter()
+                .any(|call| matches!(call, Call::Deregister { .. })),
+            "deregistered while the service may still admit"
+        );
+        if acknowledges {
+            service.acknowledge(Answered {
+                revision: stopping.revision,
+                state: stopping.state,
+            });
+        }
+        let stopped = Instant::now();
+        let (_, fake, _) = harness.stop().await;
+        let deregistered = fake
+            .calls()
+            .iter()
+            .any(|call| matches!(call, Call::Deregister { .. }));
+        assert_eq!(deregistered, acknowledges, "acknowledged: {acknowledges}");
+        if !acknowledges {
+            assert!(stopped.elapsed() >= GRACE - ms(200), "waited out the grace");
+        }
+    }
 }
 
 /// P7.2: the register reply was lost, so the executor never learned its id; the graceful stop

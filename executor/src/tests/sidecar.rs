@@ -135,6 +135,10 @@ async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without
         let shared = Arc::clone(&shared);
         tokio::spawn(async move { revoke(&shared, &[2]).await })
     };
+    // The revoke is applied (and now waits for the service).
+    while shared.admit(2).is_ok() {
+        tokio::task::yield_now().await;
+    }
     // The poll the service has outstanding names revision 10: the revoke changed it.
     let answer = get(
         &router,
@@ -167,6 +171,32 @@ async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without
         json!({"revision": 12, "released": [2], "ignored": false})
     );
     ack.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn p16_2_renewals_claim_what_the_service_may_still_admit() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits").await;
+    let revoking = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move { revoke(&shared, &[2]).await })
+    };
+    // The revoke is applied (and now waits for the service).
+    while shared.admit(2).is_ok() {
+        tokio::task::yield_now().await;
+    }
+    let answer = get(&router, "/v1/local/permits?applied=10&state=admitting").await;
+    assert_eq!(answer.2["shards"], json!([{"shard": 1, "epoch": 1}]));
+    // The sidecar no longer holds shard 2, but a renewal omitting it would acknowledge the
+    // revoke (P5.2) while the service may still admit it.
+    let renewal = shared.renewal(false).unwrap();
+    let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
+    assert_eq!(claimed, [1, 2]);
+    get(&router, "/v1/local/permits?applied=12&state=admitting").await;
+    assert_eq!(revoking.await.unwrap().2["released"], json!([2]));
+    let renewal = shared.renewal(false).unwrap();
+    let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
+    assert_eq!(claimed, [1]);
 }
 
 #[tokio::test(start_paused = true)]
