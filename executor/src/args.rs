@@ -58,7 +58,12 @@ pub struct ExecutorArgs {
     /// 127.0.0.1:PORT (loopback only) or unix:/path; the admission log then records what the
     /// service was told.
     #[arg(long, env = "LEASEHOLD_LOCAL_LISTEN")]
-    pub local_listen: Option<LocalListen>,
+    pub local_listen: Option<String>,
+
+    /// Be the sidecar of a service on this machine that takes pushes (PROTOCOL §16): PUT each
+    /// permits answer to this http:// URL on loopback; a 2xx within 1 s acknowledges it.
+    #[arg(long, env = "LEASEHOLD_APP_URL")]
+    pub app_url: Option<String>,
 
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -85,7 +90,14 @@ impl ExecutorArgs {
         config.tls = self.tls.files();
         config.insecure = self.tls.insecure;
         config.capacity = self.capacity;
-        config.local_listen = self.local_listen.clone();
+        config.local_listen =
+            match &self.local_listen {
+                Some(text) => Some(text.parse::<LocalListen>().map_err(|reason| {
+                    StartError::InvalidConfig(format!("--local-listen {reason}"))
+                })?),
+                None => None,
+            };
+        config.app_url = self.app_url.clone();
         Ok(config)
     }
 }

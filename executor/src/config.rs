@@ -52,6 +52,10 @@ pub struct ExecutorConfig {
     /// Serve the local API of PROTOCOL §16 here, as the sidecar of a service on this machine:
     /// the admission log (`event_log`) then records what the service was told (P16.2).
     pub local_listen: Option<LocalListen>,
+    /// Push the permits answers of PROTOCOL §16 to this URL of the service (`PUT`, each
+    /// acknowledged by a `2xx` within `sidecar::APP_PUSH_TIMEOUT`): http:// on this machine only.
+    /// Makes the executor a sidecar, as `local_listen` does.
+    pub app_url: Option<String>,
 }
 
 impl ExecutorConfig {
@@ -70,6 +74,7 @@ impl ExecutorConfig {
             capacity: DEFAULT_CAPACITY,
             report_loads: false,
             local_listen: None,
+            app_url: None,
         }
     }
 }

@@ -67,7 +67,7 @@ fn binary_config(args: &ExecutorArgs) -> Result<ExecutorConfig, StartError> {
     let mut config = args.config()?;
     // A sidecar does not see its service's work, and reporting zeros is not the same as not
     // reporting.
-    config.report_loads = config.local_listen.is_none();
+    config.report_loads = config.local_listen.is_none() && config.app_url.is_none();
     Ok(config)
 }
 
@@ -238,7 +238,9 @@ mod tests {
             "a sidecar does not see its service's work"
         );
         assert!(parse("unix:/tmp/leasehold.sock").is_ok());
-        let refused = parse("0.0.0.0:7201").unwrap_err().to_string();
+        let refused = binary_config(&parse("0.0.0.0:7201").unwrap().executor)
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("not a loopback address"), "{refused}");
     }
 

@@ -26,7 +26,7 @@ use crate::openapi;
 use crate::routes::{self, PushCheck};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
-use crate::sidecar::{self, bind_local, LocalListener, ServiceLink};
+use crate::sidecar::{self, bind_local, check_app_url, push_to_app, LocalListener, ServiceLink};
 
 /// Bound on the P8.1 self-check: the push listener must answer within this after binding.
 const LISTENER_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -159,17 +159,24 @@ impl Executor {
         };
         // As a sidecar, the log records what the service was told (P16.2), not the sidecar's
         // own admission.
-        let (log, service) = match &config.local_listen {
-            Some(listen) => {
-                let local = bind_local(listen)
+        if let Some(url) = &config.app_url {
+            check_app_url(url).map_err(StartError::InvalidConfig)?;
+        }
+        let local = match &config.local_listen {
+            Some(listen) => Some(
+                bind_local(listen)
                     .await
                     .map_err(|source| StartError::Bind {
                         listen: format!("--local-listen {listen:?}"),
                         source,
-                    })?;
-                (None, Some((local, Arc::new(ServiceLink::new(log)))))
-            }
-            None => (log, None),
+                    })?,
+            ),
+            None => None,
+        };
+        let (log, service) = if local.is_some() || config.app_url.is_some() {
+            (None, Some(Arc::new(ServiceLink::new(log))))
+        } else {
+            (log, None)
         };
         let listener = leasehold_api::serve::bind(config.listen.as_str())
             .await
@@ -192,7 +199,7 @@ impl Executor {
             report_loads: config.report_loads,
         };
         let mut shared = Shared::new(address, config.name.clone(), log, load);
-        if let Some((_, link)) = &service {
+        if let Some(link) = &service {
             shared = shared.serving(Arc::clone(link));
         }
         let shared = Arc::new(shared);
@@ -259,8 +266,16 @@ impl Executor {
                 state
             })
         };
-        let sidecar = service
-            .map(|(local, link)| serve_local(local, link, &shared, &handle, server_stop_for_local));
+        let sidecar = service.map(|link| {
+            serve_service(
+                local,
+                config.app_url.clone(),
+                link,
+                &shared,
+                &handle,
+                server_stop_for_local,
+            )
+        });
         let lapse_watcher = tokio::spawn(watch_lapses(Arc::clone(&shared), shutdown));
         handle
             .hold(Tasks {
@@ -274,40 +289,60 @@ impl Executor {
     }
 }
 
-/// Serves the local API (PROTOCOL §16) on `local` and ends the service's copies as they run out,
-/// until `stop` fires.
-fn serve_local(
-    local: LocalListener,
+/// As a sidecar (PROTOCOL §16): serves the local API on `local`, pushes to `app_url`, and ends
+/// the service's copies as they run out, until `stop` fires (after the deregistration, so the
+/// service is told `stopping`).
+fn serve_service(
+    local: Option<LocalListener>,
+    app_url: Option<String>,
     link: Arc<ServiceLink>,
     shared: &Arc<Shared>,
     handle: &ExecutorHandle,
     stop: ShutdownSignal,
 ) -> JoinHandle<()> {
-    let host_policy = local
-        .tcp
-        .map(|bound| HostPolicy::for_listener(false, bound.ip(), &format!("http://{bound}")));
-    let app = sidecar::router(
-        Arc::clone(shared),
-        Arc::clone(&link),
-        handle.clone(),
-        host_policy,
-    );
-    info!(local_listen = %local.description, "serving the local API to the service (PROTOCOL §16)");
-    let description = local.description;
-    let listener = local.listener;
-    let mut server_stop = stop.clone();
-    tokio::spawn(async move {
-        let serve = leasehold_api::serve::serve(
-            listener,
-            app,
-            None,
-            ListenerLimits::for_this_process(),
-            async move { server_stop.wait().await },
+    let serving = local.map(|local| {
+        let host_policy = local
+            .tcp
+            .map(|bound| HostPolicy::for_listener(false, bound.ip(), &format!("http://{bound}")));
+        let app = sidecar::router(
+            Arc::clone(shared),
+            Arc::clone(&link),
+            handle.clone(),
+            host_policy,
         );
-        let (served, ()) = tokio::join!(serve, link.end_copies(stop));
-        if let Err(error) = served {
-            error!(%error, local_listen = %description, "the local API's listener failed");
+        info!(local_listen = %local.description, "serving the local API to the service (PROTOCOL §16)");
+        let description = local.description;
+        let mut server_stop = stop.clone();
+        async move {
+            let served = leasehold_api::serve::serve(
+                local.listener,
+                app,
+                None,
+                ListenerLimits::for_this_process(),
+                async move { server_stop.wait().await },
+            )
+            .await;
+            if let Err(error) = served {
+                error!(%error, local_listen = %description, "the local API's listener failed");
+            }
         }
+    });
+    let pushing = app_url.map(|url| {
+        info!(app_url = %url, "pushing the permits to the service (PROTOCOL §16)");
+        push_to_app(Arc::clone(shared), Arc::clone(&link), url, stop.clone())
+    });
+    tokio::spawn(async move {
+        let serve = async {
+            if let Some(serving) = serving {
+                serving.await;
+            }
+        };
+        let push = async {
+            if let Some(pushing) = pushing {
+                pushing.await;
+            }
+        };
+        tokio::join!(serve, push, link.end_copies(stop));
     })
 }
 

@@ -159,6 +159,31 @@ fn a_refused_configuration_is_one_line_and_exit_status_2() {
             ],
             vec!["--capacity", "capacity 1000001"],
         ),
+        // P16.1: the sidecar serves and pushes to this machine only.
+        (
+            "leasehold-executor",
+            vec![
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--local-listen",
+                "0.0.0.0:7201",
+            ],
+            vec!["--local-listen", "not a loopback address"],
+        ),
+        (
+            "leasehold-executor",
+            vec![
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--app-url",
+                "http://10.1.2.3:7301/",
+            ],
+            vec!["--app-url", "not a loopback address"],
+        ),
     ];
     for (program, args, expected) in cases {
         let (code, stderr) = run(program, &args);

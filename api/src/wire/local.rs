@@ -52,6 +52,10 @@ pub struct LocalPermits {
     /// How long the service may admit `shards`, counted from the instant it sent this request on
     /// its own monotonic clock (P3.2). 0 unless admitting.
     pub lease_ttl_ms: u64,
+    /// The same end as a deadline on this machine's CLOCK_MONOTONIC, in nanoseconds: the copy
+    /// ends no later than this whichever way the service anchors it. A service that did not send
+    /// the request (`--app-url`) must use it. Null unless admitting.
+    pub lease_expires_monotonic_ns: Option<u64>,
     /// The cluster's shard count, for the service's key-to-shard mapping; null until known.
     pub shard_count: Option<u32>,
     /// The sidecar's executor id; null until registered.

@@ -239,11 +239,7 @@ async fn permits(
             () = sleep_until(answer_by) => {}
         }
     }
-    let shared = &local.shared;
-    let permits = local
-        .link
-        .update(|copy, now| copy.answer(&shared.view_at(now), now));
-    Ok(Json(permits))
+    Ok(Json(local.link.answer(&local.shared)))
 }
 
 /// `?key=K` or `?shard=N`.

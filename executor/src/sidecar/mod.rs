@@ -5,26 +5,31 @@
 //! - `service_copy`: what the service may be admitting, as the sidecar knows it. Pure.
 //! - [`ServiceLink`]: that core under a lock with the admission log of the service, and the waits
 //!   the revoke handler and the graceful stop make on it.
+//! - `app_push`: `--app-url`, the same answers pushed to the service instead.
 //! - `local_api`: the routes (`/v1/local/permits`, `/v1/local/admit`, `/v1/local/stop`) and the
 //!   listener address rule ([`LocalListen`]).
 
+mod app_push;
 mod local_api;
 pub mod service_copy;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use leasehold_api::wire::ShardEpoch;
+use leasehold_api::wire::{LocalPermits, ShardEpoch};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tracing::error;
 
+pub(crate) use app_push::push_to_app;
+pub use app_push::{check_app_url, APP_PUSH_TIMEOUT};
 pub use local_api::LocalListen;
 pub(crate) use local_api::{bind_local, router, LocalListener};
 use service_copy::{Answered, ServiceCopy};
 
 use crate::admission::AdmissionEvent;
-use crate::admission_log::AdmissionLog;
+use crate::admission_log::{AdmissionLog, MonotonicReading};
+use crate::shared::Shared;
 use crate::shutdown::ShutdownSignal;
 
 /// How long a revoke waits for the service to stop admitting its shards before it is answered
@@ -84,6 +89,22 @@ impl ServiceLink {
                 .send_modify(|count| *count = count.wrapping_add(1));
         }
         value
+    }
+
+    /// The answer for the sidecar's state now (`shared`), told to the service.
+    pub(crate) fn answer(&self, shared: &Shared) -> LocalPermits {
+        self.update(|copy, now| {
+            let (mut permits, events) = copy.answer(&shared.view_at(now), now);
+            if permits.lease_ttl_ms > 0 {
+                let end = now + Duration::from_millis(permits.lease_ttl_ms);
+                // Rounded down: the deadline never outlasts the copy. Unreadable (never on
+                // Linux): no deadline, which admits nothing.
+                permits.lease_expires_monotonic_ns = MonotonicReading::now()
+                    .ok()
+                    .map(|reading| reading.ns_no_later_than(end));
+            }
+            (permits, events)
+        })
     }
 
     /// The service acknowledged `ack` (P16.1).

@@ -143,6 +143,8 @@ impl ServiceCopy {
             revision: view.revision,
             state,
             lease_ttl_ms,
+            // The shell converts the copy's end to CLOCK_MONOTONIC (`ServiceLink::answer`).
+            lease_expires_monotonic_ns: None,
             shard_count: view.shard_count,
             executor_id: view.executor_id.clone(),
             shards,

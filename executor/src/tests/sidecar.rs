@@ -296,3 +296,104 @@ fn p16_1_the_local_api_listens_on_loopback_or_a_unix_socket_only() {
         assert!(refused.parse::<LocalListen>().is_err(), "{refused}");
     }
 }
+
+/// A service taking `--app-url` pushes on a real socket: every body it received, and the status
+/// it answers with.
+async fn app_taking_pushes(status: StatusCode) -> (String, Arc<std::sync::Mutex<Vec<Value>>>) {
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let app = Router::new().route(
+        "/leasehold",
+        axum::routing::put({
+            let received = Arc::clone(&received);
+            move |axum::Json(body): axum::Json<Value>| {
+                let received = Arc::clone(&received);
+                async move {
+                    received.lock().unwrap().push(body);
+                    status
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/leasehold", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
+/// Spawns the push task of a sidecar; the sender stops it.
+fn push_to(
+    shared: &Arc<Shared>,
+    link: &Arc<ServiceLink>,
+    url: &str,
+) -> tokio::sync::watch::Sender<bool> {
+    let (stop_tx, stop) = ShutdownSignal::new();
+    tokio::spawn(sidecar::push_to_app(
+        Arc::clone(shared),
+        Arc::clone(link),
+        url.to_owned(),
+        stop,
+    ));
+    stop_tx
+}
+
+async fn wait_for_push(received: &std::sync::Mutex<Vec<Value>>, count: usize) -> Value {
+    for _ in 0..200 {
+        if let Some(body) = received.lock().unwrap().get(count - 1) {
+            return body.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no push number {count}");
+}
+
+#[tokio::test]
+async fn p16_1_app_url_pushes_the_answer_and_a_2xx_acknowledges_it() {
+    let (shared, link, _) = sidecar_with_lease(60_000);
+    let (url, received) = app_taking_pushes(StatusCode::NO_CONTENT).await;
+    let _stop = push_to(&shared, &link, &url);
+    let first = wait_for_push(&received, 1).await;
+    assert_eq!(first["state"], "admitting");
+    assert_eq!(first["revision"], 10);
+    let deadline_ns = first["lease_expires_monotonic_ns"].as_u64().unwrap();
+    let now_ns = crate::admission_log::MonotonicReading::now()
+        .unwrap()
+        .monotonic_ns();
+    assert!(deadline_ns > now_ns && deadline_ns <= now_ns + 60_000_000_000);
+    // The revoke is pushed at once, and the 2xx acknowledges it: released without waiting
+    // for the copy (P16.2).
+    let reply = revoke(&shared, &[2]).await;
+    assert_eq!(reply.2["released"], json!([2]), "{reply:?}");
+    let second = wait_for_push(&received, 2).await;
+    assert_eq!(second["revision"], 12);
+    assert_eq!(second["shards"], json!([{"shard": 1, "epoch": 1}]));
+}
+
+#[tokio::test]
+async fn p16_2_a_push_the_service_refuses_acknowledges_nothing() {
+    let (shared, link, _) = sidecar_with_lease(60_000);
+    let (url, received) = app_taking_pushes(StatusCode::INTERNAL_SERVER_ERROR).await;
+    let _stop = push_to(&shared, &link, &url);
+    wait_for_push(&received, 1).await;
+    let reply = revoke(&shared, &[2]).await;
+    assert_problem(&reply, 503, "unavailable");
+}
+
+#[test]
+fn p16_1_app_url_is_http_on_this_machine_only() {
+    for accepted in [
+        "http://127.0.0.1:7301/leasehold",
+        "http://[::1]:7301/",
+        "http://localhost:7301/x",
+    ] {
+        assert_eq!(sidecar::check_app_url(accepted), Ok(()), "{accepted}");
+    }
+    for refused in [
+        "https://127.0.0.1:7301/",
+        "http://10.1.2.3:7301/",
+        "http://example.com/",
+        "127.0.0.1:7301",
+        "",
+    ] {
+        assert!(sidecar::check_app_url(refused).is_err(), "{refused}");
+    }
+}

@@ -1,0 +1,155 @@
+//! `--app-url` (PROTOCOL P16.1): the sidecar pushes the permits answers to the service instead
+//! of waiting for its polls. Each `PUT <app-url>` carries the body of a permits answer; the
+//! service's `2xx` within [`APP_PUSH_TIMEOUT`] acknowledges it, as `applied=` and `state=` do on
+//! a poll. One push is in flight at a time: the next is sent when the answer would change, or
+//! when half the time left on the copy the service holds has passed.
+//!
+//! The service did not send these requests, so it cannot anchor `lease_ttl_ms` at a send instant
+//! of its own; it holds the copy until `lease_expires_monotonic_ns`, a deadline on this machine's
+//! CLOCK_MONOTONIC (the sidecar and the service share the machine, P16.1), which a pause or a late
+//! read cannot stretch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::wire::{LocalPermits, LocalState};
+use tokio::time::{sleep, sleep_until, Instant};
+use tracing::{debug, info, warn};
+
+use super::service_copy::{local_state, Answered};
+use super::ServiceLink;
+use crate::shared::Shared;
+use crate::shutdown::ShutdownSignal;
+
+/// The stated bound on a push: a `2xx` later than this acknowledges nothing, and the push is
+/// sent again.
+pub const APP_PUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Backoff after a push that was not acknowledged: doubling from the first to the last.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_LAST: Duration = Duration::from_secs(1);
+
+/// Why an `--app-url` is refused.
+pub fn check_app_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("--app-url {url:?}: {e}"))?;
+    if parsed.scheme() != "http" {
+        return Err(format!(
+            "--app-url {url}: only http:// to this machine (the service is beside the sidecar, \
+             PROTOCOL P16.1)"
+        ));
+    }
+    let loopback = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name == "localhost",
+        None => false,
+    };
+    if !loopback {
+        return Err(format!(
+            "--app-url {url}: not a loopback address: the bodies carry what the service may \
+             admit, and go only to this machine (PROTOCOL P16.1)"
+        ));
+    }
+    Ok(())
+}
+
+/// Pushes the permits answers to `app_url` until `shutdown` fires.
+pub(crate) async fn push_to_app(
+    shared: Arc<Shared>,
+    link: Arc<ServiceLink>,
+    app_url: String,
+    mut shutdown: ShutdownSignal,
+) {
+    let client = match leasehold_api::client::http_client_builder(None)
+        .timeout(APP_PUSH_TIMEOUT)
+        .build()
+    {
+        Ok(client) => client,
+        Err(error) => {
+            warn!(%error, "cannot build the client for --app-url; the service is told nothing");
+            return;
+        }
+    };
+    let mut acknowledged: Option<Answered> = None;
+    let mut retry = RETRY_FIRST;
+    let mut views = shared.subscribe_assignment();
+    loop {
+        // Wait until the answer would change, or the copy needs refreshing.
+        let refresh_at = link.copy_end().map(|end| {
+            let now = Instant::now();
+            now + end.saturating_duration_since(now) / 2
+        });
+        loop {
+            let now = Instant::now();
+            let current = {
+                let view = views.borrow_and_update();
+                Answered {
+                    revision: view.revision,
+                    state: local_state(&view, now),
+                }
+            };
+            if acknowledged != Some(current) || refresh_at.is_some_and(|at| now >= at) {
+                break;
+            }
+            tokio::select! {
+                changed = views.changed() => if changed.is_err() { return },
+                () = sleep_until(refresh_at.unwrap_or(now + Duration::from_secs(3600))) => {}
+                () = shutdown.wait() => return,
+            }
+        }
+        let permits = link.answer(&shared);
+        let answered = Answered {
+            revision: permits.revision,
+            state: permits.state,
+        };
+        tokio::select! {
+            pushed = push(&client, &app_url, &permits) => match pushed {
+                Ok(()) => {
+                    link.acknowledge(answered);
+                    if acknowledged.map(|a| a.state) != Some(answered.state) {
+                        info!(state = answered.state.as_str(), revision = answered.revision, "the service acknowledged a push (--app-url)");
+                    }
+                    acknowledged = Some(answered);
+                    retry = RETRY_FIRST;
+                }
+                Err(detail) => {
+                    debug!(%detail, "push to the service not acknowledged; sent again");
+                    if retry == RETRY_FIRST {
+                        warn!(%detail, app_url = %app_url, "the service did not acknowledge a push (--app-url); retrying");
+                    }
+                    acknowledged = None;
+                    tokio::select! {
+                        () = sleep(retry) => {}
+                        () = shutdown.wait() => return,
+                    }
+                    retry = (retry * 2).min(RETRY_LAST);
+                }
+            },
+            () = shutdown.wait() => return,
+        }
+        // A stopped sidecar has nothing more to say once the service acknowledged it.
+        if acknowledged.is_some_and(|a| a.state == LocalState::Stopping) {
+            let _ = shutdown.wait().await;
+            return;
+        }
+    }
+}
+
+/// One push: `Ok` on a `2xx` within the bound.
+async fn push(
+    client: &reqwest::Client,
+    app_url: &str,
+    permits: &LocalPermits,
+) -> Result<(), String> {
+    let reply = client
+        .put(app_url)
+        .json(permits)
+        .send()
+        .await
+        .map_err(|error| leasehold_api::client::error_chain(&error))?;
+    if reply.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("answered {}", reply.status()))
+    }
+}
