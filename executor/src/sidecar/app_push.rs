@@ -16,7 +16,7 @@ use leasehold_api::wire::{LocalPermits, LocalState};
 use tokio::time::{sleep, sleep_until, Instant};
 use tracing::{debug, info, warn};
 
-use super::service_copy::{local_state, Answered};
+use super::service_copy::{answered, Answered};
 use super::ServiceLink;
 use crate::shared::Shared;
 use crate::shutdown::ShutdownSignal;
@@ -81,13 +81,7 @@ pub(crate) async fn push_to_app(
         });
         loop {
             let now = Instant::now();
-            let current = {
-                let view = views.borrow_and_update();
-                Answered {
-                    revision: view.revision,
-                    state: local_state(&view, now),
-                }
-            };
+            let current = answered(&views.borrow_and_update(), now);
             if acknowledged != Some(current) || refresh_at.is_some_and(|at| now >= at) {
                 break;
             }

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use tokio::time::{sleep_until, Instant};
 use tower_http::catch_panic::CatchPanicLayer;
 
-use super::service_copy::{local_state, Answered};
+use super::service_copy::{answered, Answered};
 use super::ServiceLink;
 use crate::admission::AdmitError;
 use crate::handle::ExecutorHandle;
@@ -222,13 +222,7 @@ async fn permits(
     let mut views = local.shared.subscribe_assignment();
     loop {
         let now = Instant::now();
-        let current = {
-            let view = views.borrow_and_update();
-            Answered {
-                revision: view.revision,
-                state: local_state(&view, now),
-            }
-        };
+        let current = answered(&views.borrow_and_update(), now);
         if known != Some(current) || now >= answer_by {
             break;
         }

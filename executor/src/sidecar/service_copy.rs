@@ -75,6 +75,14 @@ pub fn local_state(view: &Assignment, now: Instant) -> LocalState {
     }
 }
 
+/// The answer the service is given for `view` at `now`, as its acknowledgement names it.
+pub fn answered(view: &Assignment, now: Instant) -> Answered {
+    Answered {
+        revision: view.revision,
+        state: local_state(view, now),
+    }
+}
+
 /// Whole milliseconds, rounded down: the service's copy must not outlast the sidecar's.
 fn floor_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)

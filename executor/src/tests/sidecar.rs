@@ -82,6 +82,21 @@ async fn revoke(shared: &Arc<Shared>, shards: &[u32]) -> (StatusCode, Option<Str
     .await
 }
 
+/// Revokes shard 2 in a task, and returns once the revoke is applied (its answer then waits for
+/// the service).
+async fn revoke_applied(
+    shared: &Arc<Shared>,
+) -> tokio::task::JoinHandle<(StatusCode, Option<String>, Value)> {
+    let revoking = {
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move { revoke(&shared, &[2]).await })
+    };
+    while shared.admit(2).is_ok() {
+        tokio::task::yield_now().await;
+    }
+    revoking
+}
+
 #[tokio::test(start_paused = true)]
 async fn p16_1_the_first_poll_is_answered_at_once_with_the_shards_and_the_lease_left() {
     let (_, _, router) = sidecar_with_lease(60_000);
@@ -131,14 +146,7 @@ async fn p16_1_a_poll_naming_the_current_answer_waits_for_wait_or_half_the_copy(
 async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without_the_shard() {
     let (shared, link, router) = sidecar_with_lease(60_000);
     get(&router, "/v1/local/permits").await;
-    let revoking = {
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move { revoke(&shared, &[2]).await })
-    };
-    // The revoke is applied (and now waits for the service).
-    while shared.admit(2).is_ok() {
-        tokio::task::yield_now().await;
-    }
+    let revoking = revoke_applied(&shared).await;
     // The poll the service has outstanding names revision 10: the revoke changed it.
     let answer = get(
         &router,
@@ -177,14 +185,7 @@ async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without
 async fn p16_2_renewals_claim_what_the_service_may_still_admit() {
     let (shared, _, router) = sidecar_with_lease(60_000);
     get(&router, "/v1/local/permits").await;
-    let revoking = {
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move { revoke(&shared, &[2]).await })
-    };
-    // The revoke is applied (and now waits for the service).
-    while shared.admit(2).is_ok() {
-        tokio::task::yield_now().await;
-    }
+    let revoking = revoke_applied(&shared).await;
     let answer = get(&router, "/v1/local/permits?applied=10&state=admitting").await;
     assert_eq!(answer.2["shards"], json!([{"shard": 1, "epoch": 1}]));
     // The sidecar no longer holds shard 2, but a renewal omitting it would acknowledge the
