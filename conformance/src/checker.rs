@@ -250,6 +250,26 @@ pub fn monotonic_now_ns() -> u64 {
         + u64::try_from(now.tv_nsec()).unwrap_or(0)
 }
 
+/// What [`check_admission_exclusivity`] saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExclusivityReport {
+    pub intervals: usize,
+    pub shards: usize,
+    /// Successive intervals of one shard held by different executors.
+    pub handoffs: usize,
+}
+
+/// I1 and I2 over the admission logs of every executor that ran (the rules are in
+/// this module): `Err` lists every violation.
+pub fn check_admission_exclusivity(logs: &[ExecutorLog]) -> Result<ExclusivityReport, String> {
+    let report = check(logs)?.into_result()?;
+    Ok(ExclusivityReport {
+        intervals: report.intervals,
+        shards: report.shards,
+        handoffs: report.handoffs,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,5 +494,139 @@ mod tests {
         let first = monotonic_now_ns();
         let second = monotonic_now_ns();
         assert!(second >= first && first > 0);
+    }
+}
+
+/// [`check_admission_exclusivity`] over small hand-made logs.
+#[cfg(test)]
+mod exclusivity_tests {
+    use super::*;
+    use crate::admission_log::synthetic::{log, record};
+    use crate::admission_log::AdmissionEdge::{Start, Stop};
+
+    #[test]
+    fn i1_handoff_without_overlap_passes() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Stop, 20),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 20)], None);
+        let report = check_admission_exclusivity(&[a, b]).unwrap();
+        assert_eq!(
+            report,
+            ExclusivityReport {
+                intervals: 2,
+                shards: 1,
+                handoffs: 1
+            }
+        );
+    }
+
+    #[test]
+    fn i1_overlap_is_caught() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Stop, 21),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 20)], None);
+        let error = check_admission_exclusivity(&[a, b]).unwrap_err();
+        assert!(error.starts_with("I1"), "{error}");
+    }
+
+    #[test]
+    fn i1_open_interval_of_a_running_executor_overlaps_everything_after() {
+        let a = log(vec![record("ex-1", 1, 1, Start, 10)], None);
+        let b = log(
+            vec![
+                record("ex-2", 1, 2, Start, 50),
+                record("ex-2", 1, 2, Stop, 60),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[a.clone(), b.clone()]).is_err());
+        // Killed at 40: its open interval ends there.
+        let killed = ExecutorLog {
+            ended_at_ns: Some(40),
+            ..a
+        };
+        assert!(check_admission_exclusivity(&[killed, b]).is_ok());
+    }
+
+    #[test]
+    fn i1_start_inside_an_earlier_interval_is_caught() {
+        // ex-1 holds 10..100; ex-3 starts at 50, inside it.
+        let a = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Stop, 100),
+            ],
+            None,
+        );
+        let c = log(vec![record("ex-3", 1, 3, Start, 50)], None);
+        assert!(check_admission_exclusivity(&[a, c]).is_err());
+    }
+
+    #[test]
+    fn i2_epochs_must_increase_between_holders() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 2, Start, 10),
+                record("ex-1", 1, 2, Stop, 20),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 30)], None);
+        let error = check_admission_exclusivity(&[a, b]).unwrap_err();
+        assert!(error.starts_with("I2"), "{error}");
+        let a = log(
+            vec![
+                record("ex-1", 1, 3, Start, 10),
+                record("ex-1", 1, 3, Stop, 20),
+            ],
+            None,
+        );
+        let b = log(vec![record("ex-2", 1, 2, Start, 30)], None);
+        assert!(check_admission_exclusivity(&[a, b]).is_err());
+    }
+
+    #[test]
+    fn i2_one_holder_resuming_after_a_lapse_keeps_its_epoch() {
+        let a = log(
+            vec![
+                record("ex-1", 1, 4, Start, 10),
+                record("ex-1", 1, 4, Stop, 20),
+                record("ex-1", 1, 4, Start, 30),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[a]).is_ok());
+    }
+
+    #[test]
+    fn malformed_logs_are_errors() {
+        let double_start = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 1, Start, 20),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[double_start]).is_err());
+        let orphan_stop = log(vec![record("ex-1", 1, 1, Stop, 10)], None);
+        assert!(check_admission_exclusivity(&[orphan_stop]).is_err());
+        let epoch_mismatch = log(
+            vec![
+                record("ex-1", 1, 1, Start, 10),
+                record("ex-1", 1, 2, Stop, 20),
+            ],
+            None,
+        );
+        assert!(check_admission_exclusivity(&[epoch_mismatch]).is_err());
     }
 }

@@ -29,7 +29,7 @@ use crate::admission::PushError;
 use crate::assignment::SetOutcome;
 use crate::metrics::count_delivery;
 use crate::shared::Shared;
-use crate::sidecar::{ServiceLink, REVOKE_HOLD};
+use crate::sidecar::link::{ServiceLink, REVOKE_HOLD};
 use crate::status::ExecutorStatus;
 
 pub use leasehold_api::http::{ApiJson, HttpError};

@@ -20,7 +20,7 @@ use crate::admission::{
 use crate::admission_log::{AdmissionLog, MonotonicReading};
 use crate::lease::LeaseClock;
 use crate::load_meter::{LoadMeter, PendingReport};
-use crate::sidecar::ServiceLink;
+use crate::sidecar::link::ServiceLink;
 use crate::status::{ExecutorStatus, ShardEvent};
 
 /// Capacity of the [`ShardEvent`] broadcast. A lapse of an executor holding every shard of a

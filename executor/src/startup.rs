@@ -26,7 +26,8 @@ use crate::openapi;
 use crate::routes::{self, PushCheck};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
-use crate::sidecar::{self, bind_local, check_app_url, push_to_app, LocalListener, ServiceLink};
+use crate::sidecar::link::ServiceLink;
+use crate::sidecar::{self, bind_local, check_app_url, push_to_app, LocalListener};
 
 /// Bound on the P8.1 self-check: the push listener must answer within this after binding.
 const LISTENER_CHECK_TIMEOUT: Duration = Duration::from_secs(5);

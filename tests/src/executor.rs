@@ -20,9 +20,10 @@ use leasehold_harness::ChildProcess;
 use crate::{binary, command_in, free_port, must, print_log_tail, Cluster};
 
 pub use leasehold_conformance::admission_log::{
-    admission_intervals, check_admission_exclusivity, parse_admission_log, read_admission_log,
-    AdmissionEdge, AdmissionInterval, AdmissionRecord, ExclusivityReport, ExecutorLog,
+    admission_intervals, parse_admission_log, read_admission_log, AdmissionEdge, AdmissionInterval,
+    AdmissionRecord, ExecutorLog,
 };
+pub use leasehold_conformance::checker::{check_admission_exclusivity, ExclusivityReport};
 
 /// Graceful-stop bound passed to executors (P3.7).
 pub const EXECUTOR_SHUTDOWN_GRACE: &str = "5s";

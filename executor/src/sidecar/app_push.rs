@@ -16,8 +16,8 @@ use leasehold_api::wire::{LocalPermits, LocalState};
 use tokio::time::{sleep, sleep_until, Instant};
 use tracing::{debug, info, warn};
 
+use super::link::ServiceLink;
 use super::service_copy::{answered, Answered};
-use super::ServiceLink;
 use crate::shared::Shared;
 use crate::shutdown::ShutdownSignal;
 
@@ -91,7 +91,7 @@ pub(crate) async fn push_to_app(
                 () = shutdown.wait() => return,
             }
         }
-        let permits = link.answer(&shared);
+        let permits = link.answer(|now| shared.view_at(now));
         let answered = Answered {
             revision: permits.revision,
             state: permits.state,

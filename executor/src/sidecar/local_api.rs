@@ -30,8 +30,8 @@ use serde::Deserialize;
 use tokio::time::{sleep_until, Instant};
 use tower_http::catch_panic::CatchPanicLayer;
 
+use super::link::ServiceLink;
 use super::service_copy::{answered, Answered};
-use super::ServiceLink;
 use crate::admission::AdmitError;
 use crate::handle::ExecutorHandle;
 use crate::owner::{misdirected, OwnerOf};
@@ -233,7 +233,7 @@ async fn permits(
             () = sleep_until(answer_by) => {}
         }
     }
-    Ok(Json(local.link.answer(&local.shared)))
+    Ok(Json(local.link.answer(|now| local.shared.view_at(now))))
 }
 
 /// `?key=K` or `?shard=N`.

@@ -16,8 +16,8 @@ use crate::admission_log::AdmissionLog;
 use crate::lease_loop::{run_lease_loop, watch_lapses};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
+use crate::sidecar::link::ServiceLink;
 use crate::sidecar::service_copy::Answered;
-use crate::sidecar::ServiceLink;
 use crate::status::{RunState, ShardEvent};
 
 const GRACE: Duration = Duration::from_secs(5);

@@ -16,7 +16,8 @@ use crate::handle::ExecutorHandle;
 use crate::manager::ManagerLink;
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
-use crate::sidecar::{self, LocalListen, ServiceLink};
+use crate::sidecar::link::ServiceLink;
+use crate::sidecar::{self, LocalListen};
 
 /// A sidecar registered as ex-1 at revision 10 holding shards 1 and 2 at epoch 1 for
 /// `lease_ttl_ms`, its link, and its local router. Copies that run out end as they would in

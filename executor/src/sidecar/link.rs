@@ -1,0 +1,186 @@
+//! [`ServiceLink`]: what the service beside the sidecar was told (the pure `ServiceCopy` under a
+//! lock), the admission log of the service, and the waits the revoke handler, the renewals and
+//! the graceful stop make on it (PROTOCOL P16.2).
+//!
+//! Lock order: this link's lock is taken before the shared state's, never after it, so an
+//! admission decision and the telling of it are one step for a revoke that follows.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use leasehold_api::wire::{LocalPermits, ShardEpoch};
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+use tracing::error;
+
+use super::service_copy::{Answered, ServiceCopy};
+use crate::admission::{AdmissionEvent, Assignment};
+use crate::admission_log::{AdmissionLog, MonotonicReading};
+use crate::shutdown::ShutdownSignal;
+
+/// How long a revoke waits for the service to stop admitting its shards before it is answered
+/// with those released so far (P16.2): under the managers' 2 s bound on a revoke reply, so the
+/// answer arrives and the rest is sent again.
+pub const REVOKE_HOLD: Duration = Duration::from_millis(1_500);
+
+/// What the service was told, shared by the local API, the revoke handler, the graceful stop and
+/// the task that ends copies that ran out.
+#[derive(Debug)]
+pub(crate) struct ServiceLink {
+    inner: Mutex<Inner>,
+    /// Bumped after every change of the copy, for the waits below.
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    copy: ServiceCopy,
+    /// The sidecar's `--event-log`: the service's admission (P16.2).
+    log: Option<AdmissionLog>,
+}
+
+impl ServiceLink {
+    pub(crate) fn new(log: Option<AdmissionLog>) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                copy: ServiceCopy::default(),
+                log,
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // No section panics midway; a poisoned lock still guards a consistent copy.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `operation` on the copy under the lock, records its events in the log while still
+    /// holding it (a start is written before the service can see the answer that makes it), and
+    /// wakes the waits.
+    pub(crate) fn update<T>(
+        &self,
+        operation: impl FnOnce(&mut ServiceCopy, Instant) -> (T, Vec<AdmissionEvent>),
+    ) -> T {
+        let mut inner = self.lock();
+        let (value, events) = operation(&mut inner.copy, Instant::now());
+        if !events.is_empty() {
+            if let Some(log) = inner.log.as_mut() {
+                if let Err(error) = log.record(&events) {
+                    error!(%error, path = %log.path().display(), "cannot write the admission log");
+                }
+            }
+            drop(inner);
+            self.changed
+                .send_modify(|count| *count = count.wrapping_add(1));
+        }
+        value
+    }
+
+    /// The answer for the sidecar's view at the instant of answering (`view_at`), told to the
+    /// service.
+    pub(crate) fn answer(&self, view_at: impl FnOnce(Instant) -> Assignment) -> LocalPermits {
+        self.update(|copy, now| {
+            let (mut permits, events) = copy.answer(&view_at(now), now);
+            if permits.lease_ttl_ms > 0 {
+                let end = now + Duration::from_millis(permits.lease_ttl_ms);
+                // Rounded down: the deadline never outlasts the copy. Unreadable (never on
+                // Linux): no deadline, which admits nothing.
+                permits.lease_expires_monotonic_ns = MonotonicReading::now()
+                    .ok()
+                    .map(|reading| reading.ns_no_later_than(end));
+            }
+            (permits, events)
+        })
+    }
+
+    /// The service acknowledged `ack` (P16.1).
+    pub(crate) fn acknowledge(&self, ack: Answered) {
+        self.update(|copy, now| ((), copy.acknowledge(ack, now)));
+    }
+
+    /// When the copy the service holds runs out.
+    pub(crate) fn copy_end(&self) -> Option<Instant> {
+        self.lock().copy.copy_end()
+    }
+
+    /// Adds to a renewal's `claims` every shard the service may still be admitting (P16.2): a
+    /// renewal that omits a revoked shard acknowledges the revoke (P5.2), which must wait for the
+    /// service as the revoke's reply does. A claim already there keeps its epoch.
+    pub(crate) fn claim_told(&self, claims: &mut Vec<ShardEpoch>) {
+        let told = self.lock().copy.told();
+        let missing: Vec<ShardEpoch> = told
+            .into_iter()
+            .filter(|told| {
+                claims
+                    .binary_search_by_key(&told.shard, |c| c.shard)
+                    .is_err()
+            })
+            .collect();
+        if !missing.is_empty() {
+            claims.extend(missing);
+            claims.sort_unstable_by_key(|claim| claim.shard);
+        }
+    }
+
+    /// Waits (at most `hold`) until the service no longer admits any of `shards`; answers those
+    /// it no longer admits (P16.2).
+    pub(crate) async fn released(&self, shards: &[u32], hold: Duration) -> Vec<u32> {
+        let deadline = Instant::now() + hold;
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let released: Vec<u32> = {
+                let inner = self.lock();
+                shards
+                    .iter()
+                    .copied()
+                    .filter(|&shard| !inner.copy.is_told(shard))
+                    .collect()
+            };
+            if released.len() == shards.len() || Instant::now() >= deadline {
+                return released;
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return released },
+                () = sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Waits until the service admits nothing, or until `deadline`; whether it does not (P3.7
+    /// through the service: deregistering hands every shard on at once).
+    pub(crate) async fn stopped_by(&self, deadline: Instant) -> bool {
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            if self.lock().copy.is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return false },
+                () = sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Ends each copy at its end, so the log shows the stop and the waits above wake, until
+    /// `shutdown` fires.
+    pub(crate) async fn end_copies(&self, mut shutdown: ShutdownSignal) {
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let next_end = self.lock().copy.next_end();
+            tokio::select! {
+                () = sleep_until(next_end.unwrap_or_else(Instant::now)), if next_end.is_some() => {
+                    self.update(|copy, now| ((), copy.expire(now)));
+                }
+                changed = changes.changed() => if changed.is_err() { return },
+                () = shutdown.wait() => return,
+            }
+        }
+    }
+}
