@@ -1,0 +1,173 @@
+//! The conformance kit (PROTOCOL P16.3) judged on executors whose answer is known: it passes the
+//! Rust executor, the sidecar with the Python example beside it, and an executor written in
+//! Python from docs/PROTOCOL.md alone (conformance/fixtures/python_executor.py); it fails that
+//! executor broken on purpose, once anchoring its lease at a reply's receipt (against P3.2) and
+//! once applying assignment pushes out of revision order (against P4.1).
+//!
+//! Each case runs `leasehold-conformance` as a user would and reads its last line. The kit starts
+//! its own managers, so these tests do not take the one-cluster lock. Needs the binaries (`cargo
+//! build --workspace --bins`) and `python3` for all but the first; without `python3` those say so
+//! and skip, unless `LEASEHOLD_REQUIRE_PYTHON=1` (set by `.ci/run`).
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use leasehold_tests::binary;
+use leasehold_tests::python::{example_script, python_or_skip};
+
+/// The verdict line's fields, and everything the kit printed (for a failure's message).
+struct Verdict {
+    pass: bool,
+    violations: u64,
+    intervals: u64,
+    exit_ok: bool,
+    output: String,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../conformance/fixtures")
+        .join(name)
+}
+
+/// Runs the kit on `template` with `seed`.
+fn run_kit(template: &str, seed: u64) -> Verdict {
+    let work = tempfile::tempdir().unwrap();
+    let output = Command::new(binary("leasehold-conformance"))
+        .args(["--executor-cmd", template])
+        .args(["--seed", &seed.to_string()])
+        .arg("--work-dir")
+        .arg(work.path())
+        .arg("--manager-bin")
+        .arg(binary("leasehold-manager"))
+        .output()
+        .expect("run leasehold-conformance");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let text = format!("{stdout}\n--- stderr ---\n{stderr}");
+    let last = stdout.lines().last().unwrap_or_default().to_owned();
+    let field = |name: &str| -> String {
+        last.split_whitespace()
+            .find_map(|word| word.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name}= in the last line {last:?}:\n{text}"))
+            .to_owned()
+    };
+    assert!(
+        last.starts_with("CONFORMANCE "),
+        "last line {last:?}:\n{text}"
+    );
+    assert_eq!(field("runs"), "1");
+    Verdict {
+        pass: field("verdict") == "pass",
+        violations: field("violations").parse().unwrap(),
+        intervals: field("intervals").parse().unwrap(),
+        exit_ok: output.status.success(),
+        output: text,
+    }
+}
+
+fn assert_passes(what: &str, verdict: &Verdict) {
+    assert!(
+        verdict.pass && verdict.exit_ok && verdict.violations == 0,
+        "{what} must pass the kit:\n{}",
+        verdict.output
+    );
+    assert!(verdict.intervals > 0, "{what}: nothing was admitted");
+    eprintln!("{what}: pass, {} intervals", verdict.intervals);
+}
+
+fn assert_fails_on_violations(what: &str, verdict: &Verdict) {
+    assert!(
+        !verdict.pass && !verdict.exit_ok,
+        "{what} must fail the kit:\n{}",
+        verdict.output
+    );
+    assert!(
+        verdict.violations > 0,
+        "{what} must fail on I1/I2 violations, not on anything else:\n{}",
+        verdict.output
+    );
+    eprintln!("{what}: fail, {} violations", verdict.violations);
+}
+
+/// The Python executor of the fixtures, with `extra` flags.
+fn python_executor(python: &Path, extra: &str) -> String {
+    format!(
+        "exec {} {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
+         --name {{name}} --event-log {{event_log}} {extra}",
+        python.display(),
+        fixture("python_executor.py").display()
+    )
+}
+
+#[test]
+fn p16_3_the_rust_executor_passes() {
+    let template = format!(
+        "exec {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
+         --name {{name}} --event-log {{event_log}} --request-timeout 500ms",
+        binary("leasehold-executor").display()
+    );
+    assert_passes("the Rust executor", &run_kit(&template, 1));
+}
+
+#[test]
+fn p16_3_the_sidecar_with_the_python_example_passes() {
+    let Some(python) = python_or_skip("p16_3_the_sidecar_with_the_python_example_passes") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    // The sidecar and the service in one process group: the kit's signals reach both.
+    let template = format!(
+        "{} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} --name {{name}} \
+         --event-log {{event_log}} --request-timeout 500ms --local-listen unix:{{event_log}}.sock \
+         & exec {} {} --sidecar unix:{{event_log}}.sock --listen 127.0.0.1:0 --store-dir {}",
+        binary("leasehold-executor").display(),
+        python.display(),
+        example_script().display(),
+        store.path().display()
+    );
+    assert_passes(
+        "the sidecar with the Python example",
+        &run_kit(&template, 2),
+    );
+}
+
+#[test]
+fn p16_3_an_executor_written_from_the_protocol_alone_passes() {
+    let Some(python) = python_or_skip("p16_3_an_executor_written_from_the_protocol_alone_passes")
+    else {
+        return;
+    };
+    assert_passes(
+        "the Python executor",
+        &run_kit(&python_executor(&python, ""), 3),
+    );
+}
+
+#[test]
+fn p16_3_an_executor_anchoring_its_lease_at_receipt_fails() {
+    let Some(python) = python_or_skip("p16_3_an_executor_anchoring_its_lease_at_receipt_fails")
+    else {
+        return;
+    };
+    assert_fails_on_violations(
+        "an executor anchoring its lease at receipt",
+        &run_kit(&python_executor(&python, "--break anchor-at-receipt"), 4),
+    );
+}
+
+#[test]
+fn p16_3_an_executor_applying_sets_out_of_revision_order_fails() {
+    let Some(python) =
+        python_or_skip("p16_3_an_executor_applying_sets_out_of_revision_order_fails")
+    else {
+        return;
+    };
+    assert_fails_on_violations(
+        "an executor applying sets out of revision order",
+        &run_kit(&python_executor(&python, "--break apply-out-of-order"), 5),
+    );
+}
