@@ -10,10 +10,13 @@
 //!    so a late delivery arrives after a newer one, a revoke overtakes a push and the reverse)
 //!    and duplicated, while an executor is drained and undrained twice, and a joiner comes and
 //!    stops gracefully (P3.7);
-//! 3. SIGKILL of an executor, then a new process in its place;
-//! 4. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag 1.5 s,
+//! 3. a push delivered again after a revoke: an executor gains shards by a push the proxy keeps,
+//!    is then drained, and the kept push is delivered again once another executor holds its
+//!    shards (P4.1: it is stale);
+//! 4. SIGKILL of an executor, then a new process in its place;
+//! 5. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag 1.5 s,
 //!    then resumed: its lease must be anchored where its requests left (P3.2);
-//! 5. the leader SIGKILLed, then restarted.
+//! 6. the leader SIGKILLed, then restarted.
 //!
 //! Each executor process runs in its own process group, so a template that starts several
 //! processes (a sidecar and its service) is signalled whole.
@@ -53,7 +56,7 @@ const REORDER: Impairment = Impairment {
     delay_ms: (0, 3_000),
     duplicate_percent: 20,
 };
-/// The reply lag of step 4.
+/// The reply lag of step 5.
 const REPLY_LAG: Duration = Duration::from_millis(1_500);
 
 /// What a run is given.
@@ -394,6 +397,44 @@ impl Run<'_> {
         for slot in 0..EXECUTORS {
             self.process(slot).push_proxy.impair(None);
         }
+
+        Self::step("a push delivered again after a revoke");
+        // x0 gains some of x1's shards by a push, of which the proxy keeps a copy; x0 is then
+        // drained and its shards go to x2; the copy is delivered again. It is stale (P4.1):
+        // applying it admits shards another executor holds.
+        let (x0, x1) = (self.executor_id(0).await?, self.executor_id(1).await?);
+        self.process(0)
+            .push_proxy
+            .capture_next("PUT", "/v1/assignment");
+        self.admin.drain(&x1).await.map_err(kit_error)?;
+        self.settle(&[0, 2], "x1 drained: x0 gains shards").await?;
+        let pushed_by = Instant::now() + SETTLE_BOUND;
+        while !self.process(0).push_proxy.has_captured() {
+            if Instant::now() >= pushed_by {
+                return Err(RunError::Executor(format!(
+                    "x0 was routed shards but the managers pushed it nothing within \
+                     {SETTLE_BOUND:?}: did it answer its pushes?"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.admin.drain(&x0).await.map_err(kit_error)?;
+        self.settle(&[2], "x0 drained too: one executor holds every shard")
+            .await?;
+        let replayed = self
+            .process(0)
+            .push_proxy
+            .replay_captured()
+            .await
+            .map_err(|detail| RunError::Kit(format!("delivering a push again: {detail}")))?;
+        if !replayed {
+            return Err(RunError::Kit("the kept push to x0 was lost".into()));
+        }
+        // Long enough for a renewal to follow the stale push.
+        tokio::time::sleep(KIT_LEASE / 2).await;
+        self.admin.undrain(&x0).await.map_err(kit_error)?;
+        self.admin.undrain(&x1).await.map_err(kit_error)?;
+        self.settle(&all, "both undrained").await?;
 
         Self::step("SIGKILL");
         self.process(1).kill();

@@ -95,10 +95,34 @@ struct ProxyState {
     impairment: Option<Impairment>,
     /// Added to every reply's delay: the upstream answered, the caller hears of it this late.
     reply_lag: Duration,
+    /// Requests of a method whose path starts with a prefix wait this much longer before they
+    /// are forwarded.
+    request_lags: Vec<(String, String, Duration)>,
+    /// The next request of this method and path is kept (and forwarded as usual) ...
+    capture: Option<(String, String)>,
+    /// ... here, to be delivered again on demand ([`ProxySet::replay_captured`]).
+    captured: Option<Captured>,
     rng: StdRng,
     /// Upstream URL → proxy URL, for the leader header.
     rewrites: BTreeMap<String, String>,
     stats: ProxyStats,
+}
+
+/// A request kept to be delivered again: where it went, and its bytes.
+#[derive(Clone)]
+struct Captured {
+    upstream: Upstream,
+    connector: Option<TlsConnector>,
+    request: Vec<u8>,
+}
+
+impl fmt::Debug for Captured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Captured")
+            .field("upstream", &self.upstream)
+            .field("bytes", &self.request.len())
+            .finish()
+    }
 }
 
 /// What to do with one request, decided under the lock.
@@ -209,6 +233,9 @@ impl ProxySet {
             drop_replies: Vec::new(),
             impairment: None,
             reply_lag: Duration::ZERO,
+            request_lags: Vec::new(),
+            capture: None,
+            captured: None,
             rng: StdRng::seed_from_u64(seed),
             rewrites: BTreeMap::new(),
             stats: ProxyStats::default(),
@@ -289,6 +316,51 @@ impl ProxySet {
     /// request's sending (against P3.2) then believes in a lease longer than the managers'.
     pub fn lag_replies(&self, lag: Duration) {
         self.lock().reply_lag = lag;
+    }
+
+    /// Requests with `method` whose path starts with `path_prefix` are forwarded `lag` late from
+    /// now on (replacing an earlier lag for the same pair; `Duration::ZERO` removes it): e.g.
+    /// pushes held past the managers' delivery bound, so a revoke sent after them arrives first.
+    pub fn lag_requests(&self, method: &str, path_prefix: &str, lag: Duration) {
+        let mut state = self.lock();
+        state
+            .request_lags
+            .retain(|(m, p, _)| !(m == method && p == path_prefix));
+        if !lag.is_zero() {
+            state
+                .request_lags
+                .push((method.to_owned(), path_prefix.to_owned(), lag));
+        }
+    }
+
+    /// Keeps a copy of the next request (through any proxy of the set) with `method` and
+    /// exactly `path`; it is forwarded as usual. Replaces a copy kept before.
+    pub fn capture_next(&self, method: &str, path: &str) {
+        let mut state = self.lock();
+        state.capture = Some((method.to_owned(), path.to_owned()));
+        state.captured = None;
+    }
+
+    /// Whether a copy is kept.
+    pub fn has_captured(&self) -> bool {
+        self.lock().captured.is_some()
+    }
+
+    /// Delivers the kept copy to its upstream again, now: a delayed duplicate, which arrives
+    /// after everything sent since. `Ok(false)` when nothing was kept; the upstream's answer is
+    /// discarded.
+    pub async fn replay_captured(&self) -> Result<bool, String> {
+        let captured = self.lock().captured.take();
+        let Some(captured) = captured else {
+            return Ok(false);
+        };
+        exchange(
+            &captured.upstream,
+            captured.connector.as_ref(),
+            &captured.request,
+        )
+        .await?;
+        Ok(true)
     }
 
     pub fn stats(&self) -> ProxyStats {
@@ -507,8 +579,16 @@ async fn serve(
         {
             state.stats.bearer_credentials.insert(credential.to_owned());
         }
+        let request_lag = state
+            .request_lags
+            .iter()
+            .filter(|(m, prefix, _)| *m == method && path.starts_with(prefix.as_str()))
+            .map(|(_, _, lag)| *lag)
+            .max()
+            .unwrap_or_default();
         let mut plan = Plan {
             reply_delay: state.reply_lag,
+            request_delay: request_lag,
             ..Plan::default()
         };
         if let Some(at) = state
@@ -521,7 +601,7 @@ async fn serve(
         }
         if let Some(impairment) = state.impairment {
             let (low, high) = impairment.delay_ms;
-            plan.request_delay = Duration::from_millis(state.rng.random_range(low..=high));
+            plan.request_delay += Duration::from_millis(state.rng.random_range(low..=high));
             plan.reply_delay += Duration::from_millis(state.rng.random_range(low..=high));
             plan.duplicate = state.rng.random_range(0..100) < impairment.duplicate_percent;
             if plan.duplicate {
@@ -531,6 +611,21 @@ async fn serve(
         plan
     };
     let forwarded = request.to_bytes(|_, _| None);
+    {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state
+            .capture
+            .as_ref()
+            .is_some_and(|(m, p)| *m == method && *p == path)
+        {
+            state.capture = None;
+            state.captured = Some(Captured {
+                upstream: upstream.clone(),
+                connector: connector.clone(),
+                request: forwarded.clone(),
+            });
+        }
+    }
     tokio::time::sleep(plan.request_delay).await;
     if plan.duplicate {
         let (upstream, connector) = (upstream.clone(), connector.clone());

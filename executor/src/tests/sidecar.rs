@@ -283,6 +283,67 @@ async fn i6_bad_local_requests_are_400_problems() {
     assert_problem(&reply, 404, "not_found");
 }
 
+/// P13.6 on the local API: a page in a browser on the machine can neither stop the sidecar nor
+/// read what it holds.
+#[tokio::test(start_paused = true)]
+async fn p13_6_a_browser_page_is_kept_out_of_a_loopback_local_api() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    let (shared, link, _) = sidecar_with_lease(60_000);
+    let (shutdown_tx, _) = ShutdownSignal::new();
+    let (server_stop_tx, _) = ShutdownSignal::new();
+    let manager = ManagerLink::new(
+        vec!["http://127.0.0.1:9".into()],
+        Duration::from_millis(200),
+        None,
+    )
+    .unwrap();
+    let handle = ExecutorHandle::new(
+        Arc::clone(&shared),
+        manager,
+        "127.0.0.1:9".parse().unwrap(),
+        Duration::from_secs(1),
+        shutdown_tx,
+        server_stop_tx,
+    );
+    let router = sidecar::router(
+        shared,
+        link,
+        handle,
+        Some(leasehold_api::origin::HostPolicy::loopback(
+            "http://127.0.0.1:7201",
+        )),
+    );
+    let send = |method: &str, uri: &str, headers: &[(&str, &str)]| {
+        let mut request = Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        router.clone().oneshot(request.body(Body::empty()).unwrap())
+    };
+    let cross_site = send(
+        "POST",
+        "/v1/local/stop",
+        &[
+            ("host", "127.0.0.1:7201"),
+            ("origin", "http://evil.example"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(cross_site.status(), StatusCode::FORBIDDEN);
+    let rebound = send("GET", "/v1/local/permits", &[("host", "evil.example:7201")])
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), StatusCode::FORBIDDEN);
+    let local = send("GET", "/v1/local/permits", &[("host", "127.0.0.1:7201")])
+        .await
+        .unwrap();
+    assert_eq!(local.status(), StatusCode::OK);
+}
+
 #[test]
 fn p16_1_the_local_api_listens_on_loopback_or_a_unix_socket_only() {
     assert_eq!(
