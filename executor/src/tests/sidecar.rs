@@ -19,6 +19,27 @@ use crate::shutdown::ShutdownSignal;
 use crate::sidecar::link::ServiceLink;
 use crate::sidecar::{self, LocalListen};
 
+/// A handle on `shared` whose managers are unreachable: nothing listens on port 9, so a lookup
+/// of another shard's owner fails at once.
+fn handle_of(shared: &Arc<Shared>) -> ExecutorHandle {
+    let (shutdown_tx, _) = ShutdownSignal::new();
+    let (server_stop_tx, _) = ShutdownSignal::new();
+    let manager = ManagerLink::new(
+        vec!["http://127.0.0.1:9".into()],
+        Duration::from_millis(200),
+        None,
+    )
+    .unwrap();
+    ExecutorHandle::new(
+        Arc::clone(shared),
+        manager,
+        "127.0.0.1:9".parse().unwrap(),
+        Duration::from_secs(1),
+        shutdown_tx,
+        server_stop_tx,
+    )
+}
+
 /// A sidecar registered as ex-1 at revision 10 holding shards 1 and 2 at epoch 1 for
 /// `lease_ttl_ms`, its link, and its local router. Copies that run out end as they would in
 /// production (the task is left to the runtime).
@@ -46,25 +67,13 @@ fn sidecar_with_lease(lease_ttl_ms: u64) -> (Arc<Shared>, Arc<ServiceLink>, Rout
             },
         )
         .unwrap();
-    let (shutdown_tx, shutdown) = ShutdownSignal::new();
-    let (server_stop_tx, _) = ShutdownSignal::new();
-    // Nothing listens on port 9: a lookup of another shard's owner fails at once.
-    let manager = ManagerLink::new(
-        vec!["http://127.0.0.1:9".into()],
-        Duration::from_millis(200),
-        None,
-    )
-    .unwrap();
-    let handle = ExecutorHandle::new(
-        Arc::clone(&shared),
-        manager,
-        "127.0.0.1:9".parse().unwrap(),
-        Duration::from_secs(1),
-        shutdown_tx,
-        server_stop_tx,
-    );
+    let handle = handle_of(&shared);
     let ending = Arc::clone(&link);
-    tokio::spawn(async move { ending.end_copies(shutdown).await });
+    let (keep_running, shutdown) = ShutdownSignal::new();
+    tokio::spawn(async move {
+        let _keep_running = keep_running;
+        ending.end_copies(shutdown).await
+    });
     let router = sidecar::router(Arc::clone(&shared), Arc::clone(&link), handle, None);
     (shared, link, router)
 }
@@ -292,22 +301,7 @@ async fn p13_6_a_browser_page_is_kept_out_of_a_loopback_local_api() {
     use tower::ServiceExt;
 
     let (shared, link, _) = sidecar_with_lease(60_000);
-    let (shutdown_tx, _) = ShutdownSignal::new();
-    let (server_stop_tx, _) = ShutdownSignal::new();
-    let manager = ManagerLink::new(
-        vec!["http://127.0.0.1:9".into()],
-        Duration::from_millis(200),
-        None,
-    )
-    .unwrap();
-    let handle = ExecutorHandle::new(
-        Arc::clone(&shared),
-        manager,
-        "127.0.0.1:9".parse().unwrap(),
-        Duration::from_secs(1),
-        shutdown_tx,
-        server_stop_tx,
-    );
+    let handle = handle_of(&shared);
     let router = sidecar::router(
         shared,
         link,
