@@ -179,14 +179,33 @@ struct PermitsQuery {
     wait: Option<String>,
 }
 
+/// A `wait` as the local API takes it: whole milliseconds (`500ms`) or seconds (`5s`, `1.5s`,
+/// to the millisecond). `None` for anything else.
+fn parse_duration(text: &str) -> Option<Duration> {
+    if let Some(millis) = text.strip_suffix("ms") {
+        return millis.parse::<u64>().ok().map(Duration::from_millis);
+    }
+    let seconds = text.strip_suffix('s')?;
+    let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
+    if whole.is_empty() || fraction.len() > 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: u64 = whole.parse().ok()?;
+    let fraction_ms: u64 = format!("{fraction:0<3}").parse().ok()?;
+    whole
+        .checked_mul(1_000)
+        .and_then(|ms| ms.checked_add(fraction_ms))
+        .map(Duration::from_millis)
+}
+
 /// The `wait` of a poll: a duration such as `500ms` or `5s`, at most the longest long poll.
 fn parse_wait(wait: Option<&str>) -> Result<Duration, HttpError> {
     let Some(text) = wait else {
         return Ok(Duration::ZERO);
     };
-    let wait = humantime::parse_duration(text).map_err(|error| {
+    let wait = parse_duration(text).ok_or_else(|| {
         HttpError::invalid(format!(
-            "wait={text:?} is not a duration such as 500ms or 5s: {error}"
+            "wait={text:?} is not a duration such as 500ms, 5s or 1.5s"
         ))
     })?;
     if wait > Duration::from_millis(MAX_LOCAL_PERMITS_WAIT_MS) {
@@ -195,6 +214,35 @@ fn parse_wait(wait: Option<&str>) -> Result<Duration, HttpError> {
         )));
     }
     Ok(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p16_1_waits_are_milliseconds_or_seconds() {
+        let ms = Duration::from_millis;
+        for (text, expected) in [
+            ("0s", Some(ms(0))),
+            ("500ms", Some(ms(500))),
+            ("5s", Some(ms(5_000))),
+            ("1.5s", Some(ms(1_500))),
+            ("0.025s", Some(ms(25))),
+            ("60s", Some(ms(60_000))),
+            ("1.2345s", None),
+            ("s", None),
+            (".5s", None),
+            ("5", None),
+            ("5m", None),
+            ("-1s", None),
+            ("1.5ms", None),
+            ("soon", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_duration(text), expected, "{text:?}");
+        }
+    }
 }
 
 /// The long poll (P16.1): answered at once unless the query names the current revision and
