@@ -41,7 +41,9 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_EVENT_LOG")]
     pub event_log: Option<PathBuf>,
 
-    /// Bound on deregistering after a stop signal, e.g. `5s`.
+    /// Bound on the whole graceful stop after a stop signal, e.g. `5s`: the self-drain
+    /// (P17.2: shards handed over one by one while still admitted) gets all of it but the last
+    /// second (or half, when shorter), the deregistration the rest.
     #[arg(long, env = "LEASEHOLD_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
 

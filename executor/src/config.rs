@@ -8,7 +8,7 @@ use leasehold_api::wire::DEFAULT_CAPACITY;
 
 use crate::sidecar::LocalListen;
 
-/// Default bound on a graceful stop's deregistration (P3.7).
+/// Default bound on a graceful stop: the self-drain and the deregistration (P17.2, P3.7).
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Default bound on one HTTP attempt to a manager.
@@ -29,8 +29,9 @@ pub struct ExecutorConfig {
     pub name: Option<String>,
     /// Where to append the admission log (§9); none when `None`.
     pub event_log: Option<PathBuf>,
-    /// Bound on a graceful stop after admission stopped: the deregistration must fit in it
-    /// (P3.7). If it does not, the shards move after the lease instead.
+    /// Bound on a graceful stop: the self-drain (P17.2) takes all of it but a reserve
+    /// (`DEREGISTRATION_RESERVE`, at most half), then admission stops and the executor
+    /// deregisters (P3.7). If that does not fit, the shards still held move after the lease.
     pub shutdown_grace: Duration,
     /// Bound on one HTTP attempt to a manager.
     pub request_timeout: Duration,

@@ -1,5 +1,5 @@
 //! The lease's background work: the loop that registers and renews (P3.5, P4.4), the graceful
-//! stop it ends with (P3.7), and the lapse watcher (P3.6).
+//! stop it ends with (the self-drain of P17.2, then P3.7), and the lapse watcher (P3.6).
 //!
 //! Which call comes next and what its answer does is the pure [`LeaseCalls`] in
 //! [`crate::lease_calls`], which the simulator steps too. This module is the tokio shell around
@@ -19,27 +19,38 @@ use crate::assignment::SetOutcome;
 use crate::lease::{CallOutcome, LeaseClock, NextCall};
 use crate::lease_calls::{CallKind, GrantTaken, LeaseCalls, LeaseHolder};
 use crate::manager::ManagerApi;
-use crate::metrics::{count_disowned_push, count_lease_call};
+use crate::metrics::{count_disowned_push, count_lease_call, count_self_drain};
+use crate::self_drain::{after_drain, drain_deadline, AfterDrain};
 use crate::shared::{DueRenewal, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::status::RunState;
 
 /// The lease loop: register, then renew after a third of the remaining lease, back off on
 /// failure, re-register after `unknown_executor` (P3.5, P4.4). Ends when `shutdown` fires,
-/// after the graceful stop (P3.7), or when registration is hopeless.
+/// after the graceful stop (the self-drain of P17.2, during which it goes on renewing, then
+/// P3.7), or when registration is hopeless.
 pub(crate) async fn run_lease_loop<M: ManagerApi>(
     shared: Arc<Shared>,
     manager: Arc<M>,
     mut shutdown: ShutdownSignal,
     shutdown_grace: Duration,
 ) -> RunState {
+    let lease = lease_loop(&shared, manager.as_ref());
+    tokio::pin!(lease);
     let state = tokio::select! {
-        state = lease_loop(&shared, manager.as_ref()) => state,
+        state = &mut lease => state,
         () = shutdown.wait() => RunState::Stopped,
     };
     match state {
         RunState::Stopped | RunState::Running => {
-            stop_gracefully(&shared, manager.as_ref(), shutdown_grace).await;
+            let stop_began = Instant::now();
+            let deadline = stop_began + shutdown_grace;
+            tokio::select! {
+                // Registration turned hopeless while draining: nothing more to wait for.
+                _ = &mut lease => {}
+                () = drain_self(&shared, manager.as_ref(), drain_deadline(stop_began, shutdown_grace)) => {}
+            }
+            stop_gracefully(&shared, manager.as_ref(), deadline, shutdown_grace).await;
         }
         // No registration stands, so nothing to hand back; just make sure nothing is admitted.
         RunState::Failed(_) => shared.stop_admission(),
@@ -238,11 +249,82 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// P3.7: stop admission, then deregister within the grace, so the shards move at once instead
-/// of after the lease.
-async fn stop_gracefully<M: ManagerApi>(shared: &Shared, manager: &M, grace: Duration) {
+/// P17.2: the stop begins with a drain the executor asks for itself, with its credential; it
+/// goes on renewing and admitting (the caller keeps the lease loop running) while the leader
+/// moves each shard away through the handoff of P5.2, and returns once it holds nothing, by
+/// `deadline`, or at once when the drain cannot help (not registered, nothing held, no other
+/// executor to take the shards, or managers that refuse it, as releases before P17.2 do).
+async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Instant) {
+    let mut assignment = shared.subscribe_assignment();
+    let (executor_id, held) = {
+        let view = assignment.borrow_and_update();
+        (view.executor_id.clone(), view.shards.len())
+    };
+    let Some(executor_id) = executor_id else {
+        return;
+    };
+    if held == 0 {
+        return;
+    }
+    let executors = match timeout_at(
+        deadline,
+        manager.drain_self(&executor_id, &shared.credential()),
+    )
+    .await
+    {
+        Ok(Ok(executors)) => executors,
+        Ok(Err(error)) => {
+            count_self_drain("refused");
+            warn!(%error, %executor_id, "the managers did not drain this executor; stopping admission at once (P3.7)");
+            return;
+        }
+        Err(_) => {
+            count_self_drain("timed_out");
+            warn!(%executor_id, "the drain was not committed within the grace; stopping admission at once (P3.7)");
+            return;
+        }
+    };
+    match after_drain(&executor_id, &executors) {
+        AfterDrain::NoTaker => {
+            count_self_drain("no_taker");
+            info!(%executor_id, held, "draining: no other executor can take the shards; stopping admission at once (P3.7)");
+            return;
+        }
+        AfterDrain::AwaitHandoffs { takers } => {
+            info!(%executor_id, held, takers, "draining: each shard is admitted until its handoff completes (P17.2)");
+        }
+    }
+    // A revoke drops a shard from the held set once it stopped admitting it; a lapse or being
+    // forgotten (reaped) empties the set or changes the id, and the stop then goes on too.
+    let handed_over = timeout_at(
+        deadline,
+        assignment.wait_for(|view| {
+            view.shards.is_empty() || view.executor_id.as_deref() != Some(executor_id.as_str())
+        }),
+    )
+    .await;
+    match handed_over {
+        Ok(_) => {
+            count_self_drain("handed_over");
+            info!(%executor_id, "drained: every shard was handed over (P17.2)");
+        }
+        Err(_) => {
+            count_self_drain("timed_out");
+            let left = shared.view_at(Instant::now()).shards.len();
+            warn!(%executor_id, left, "the drain did not finish within the grace; stopping admission of the rest at once (P3.7)");
+        }
+    }
+}
+
+/// P3.7: stop admission, then deregister by `deadline` (`grace` after the stop began), so the
+/// shards still held move at once instead of after the lease.
+async fn stop_gracefully<M: ManagerApi>(
+    shared: &Shared,
+    manager: &M,
+    deadline: Instant,
+    grace: Duration,
+) {
     shared.stop_admission();
-    let deadline = Instant::now() + grace;
     // As a sidecar, deregistering hands every shard on at once: only once the service stopped
     // admitting them (P16.2). Otherwise they move when the lease runs out, as after a crash.
     if let Some(service) = shared.service() {

@@ -41,8 +41,10 @@
 //! - `shutdown`: the cancellation signal the tasks select on.
 //! - [`lease_calls`]: the lease loop's calls (register or renew, what is recorded as a request
 //!   leaves, what its answer does) as a pure core the simulator steps too. Pure.
+//! - `self_drain`: how a graceful stop first drains the executor, with its own credential, so
+//!   each shard is served until its handoff completes (P17.2). Pure.
 //! - `lease_loop`: the tokio shell that steps it (calls, logs, counts, sleeps), the graceful
-//!   stop (P3.7) and the lapse watcher (P3.6).
+//!   stop (P17.2, P3.7) and the lapse watcher (P3.6).
 //! - [`server`]: the HTTP handlers: push endpoints, health and status (§9).
 //! - [`openapi`]: the library's OpenAPI document and its handler, `GET /v1/openapi.json`.
 //! - `routes`: the one router: every route above, an embedder's, and the request plumbing.
@@ -77,6 +79,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod owner;
 mod routes;
+mod self_drain;
 pub mod server;
 mod shared;
 mod shutdown;

@@ -34,7 +34,8 @@ mod workload;
     about = "A Leasehold executor: holds a lease and shards with their epochs",
     long_about = "A Leasehold executor: registers with the managers, holds a lease and the \
 shards it is given with their epochs, serves the managers' pushes and revokes, stops admitting \
-when its lease lapses and hands its shards over on SIGTERM. Beside the protocol it serves \
+when its lease lapses and, on SIGTERM, drains itself: each shard is served until its handoff to \
+another executor completes, then it deregisters (PROTOCOL P17.2). Beside the protocol it serves \
 GET /v1/status, GET /metrics and a demo workload, GET /v1/work?key=K, which admits a key's \
 work only while this executor holds its shard. With --local-listen it is the sidecar of a \
 service in any language on this machine, which asks it what it may admit (PROTOCOL §16)."

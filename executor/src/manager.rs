@@ -20,7 +20,8 @@ use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
 use crate::members::{MemberSource, MembersFuture};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
-    Credential, Grant, KeyRoute, RegisterRequest, RenewRequest, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
+    Credential, ExecutorView, Grant, KeyRoute, RegisterRequest, RenewRequest, CAPACITY_SCHEMA,
+    CREDENTIALS_SCHEMA,
 };
 
 /// Patience of one register or renew call: how stale the lease anchor can get before the
@@ -45,6 +46,14 @@ pub(crate) trait ManagerApi: Send + Sync + 'static {
         credential: &Credential,
         request: &RenewRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
+
+    /// `POST /v1/executors/{id}/drain` with the executor's own credential (P17.2), then the
+    /// executors the managers list, for whether any can take the shards.
+    fn drain_self(
+        &self,
+        executor_id: &str,
+        credential: &Credential,
+    ) -> impl Future<Output = Result<Vec<ExecutorView>, ClientError>> + Send;
 
     /// `DELETE /v1/executors/{id}` (P3.7); a retry after a lost reply succeeds (P7.2).
     fn deregister(
@@ -164,6 +173,19 @@ impl ManagerApi for ManagerLink {
         request: &RenewRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         self.grants.renew(executor_id, Some(credential), request)
+    }
+
+    fn drain_self(
+        &self,
+        executor_id: &str,
+        credential: &Credential,
+    ) -> impl Future<Output = Result<Vec<ExecutorView>, ClientError>> + Send {
+        let executor_id = executor_id.to_owned();
+        let credential = credential.clone();
+        async move {
+            self.patient.drain_self(&executor_id, &credential).await?;
+            self.patient.executors(false).await
+        }
     }
 
     fn deregister(

@@ -68,6 +68,16 @@ pub const METRICS: &[MetricSpec] = &[
         at_start: AtStart::Zero,
     },
     MetricSpec {
+        name: "leasehold_executor_self_drains_total",
+        kind: MetricKind::Counter,
+        help: "Self-drains at a graceful stop (P17.2), by how each ended.",
+        labels: &[(
+            "outcome",
+            &["handed_over", "no_taker", "refused", "timed_out"],
+        )],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
         name: "leasehold_executor_lapses_total",
         kind: MetricKind::Counter,
         help: "Lease lapses that fenced admission.",
@@ -129,6 +139,13 @@ pub(crate) fn count_delivery<E>(kind: &'static str, result: &Result<bool, E>) {
 pub(crate) fn count_lease_call(call: &'static str, result: &'static str) {
     metrics::counter!("leasehold_executor_lease_calls_total", "call" => call, "result" => result)
         .increment(1);
+}
+
+/// Counts one self-drain at a graceful stop (P17.2) by how it ended: `handed_over` (every
+/// shard's handoff completed), `no_taker` (no other executor could take them), `refused` (the
+/// managers did not drain it), `timed_out` (the grace ran short).
+pub(crate) fn count_self_drain(outcome: &'static str) {
+    metrics::counter!("leasehold_executor_self_drains_total", "outcome" => outcome).increment(1);
 }
 
 /// Counts one grant that disowned the set applied before its request was sent, and was adopted

@@ -19,6 +19,7 @@
 //! | `fatal` | a stopped Raft core (a storage failure) ends the process (P8.3) |
 //! | `disk_space` | the free-space alarm: writes that grow the state wait for space (P8.3) |
 //! | `routing` | the routing table as the applied state has it, and its runs kept between answers |
+//! | `safe_to_stop` | whether stopping an executor or a manager now is safe, and why (pure, P17.4) |
 //! | `cluster_version` | probing each member's release and schemas, and raising the cluster version (P14.3) |
 //! | `member_versions` | what each member said of its release and schemas, and when the version may rise (pure) |
 //! | `metrics` | the protocol metrics: from committed outcomes, from the applied state, at the event |
@@ -51,5 +52,6 @@ pub mod raft;
 pub mod renewals;
 pub mod restore;
 pub mod routing;
+pub mod safe_to_stop;
 pub mod server;
 pub mod signals;

@@ -135,6 +135,9 @@ pub struct LoadPicture {
     /// Smoothed load per shard, index = shard number.
     pub shard_loads: Vec<f64>,
     pub summary: crate::load_summary::LoadSummary,
+    /// What the step's plan went by (loads, budget, cooling shards), for the plan preview
+    /// (`GET /v1/plan`, P17.4).
+    pub placement_inputs: Arc<crate::lease::PlacementInputs>,
 }
 
 impl PublishedLoads {

@@ -420,13 +420,10 @@ impl CommitMetrics {
         let mut freed = self.freed();
         for (step, reason) in moves.iter().zip(&plan.reasons) {
             let label = match reason {
-                MoveReason::Balance => "balance",
-                MoveReason::Expiry => "expiry",
-                MoveReason::Drain => "drain",
-                MoveReason::Join => "join",
                 MoveReason::Departure if freed.remove(&step.shard) => "deregister",
                 MoveReason::Departure => "expiry",
                 MoveReason::Cancel => continue,
+                other => other.as_str(),
             };
             metrics::counter!("leasehold_shard_moves_by_reason_total", "reason" => label)
                 .increment(1);

@@ -284,16 +284,155 @@ async fn p13_3_each_route_admits_only_its_roles() {
     .await;
     assert_eq!(registered.0, StatusCode::OK, "{}", registered.2);
     let id = registered.2["executor_id"].as_str().unwrap().to_owned();
-    let drain = call(
+    // P17.2: an executor drains itself with its own credential, never with its certificate
+    // alone or another's credential; taking a drain back stays an operator's.
+    let drain_path = format!("/v1/executors/{id}/drain");
+    let with_bearer = |method: Method, credential: &str| {
+        let mut drain = request(method, &drain_path, None, Some(&executor));
+        drain.headers_mut().insert(
+            header::AUTHORIZATION,
+            format!("Bearer {credential}").parse().unwrap(),
+        );
+        drain
+    };
+    let certificate_alone = call(
+        &router,
+        request(Method::POST, &drain_path, None, Some(&executor)),
+    )
+    .await;
+    assert_problem(
+        &certificate_alone,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    );
+    let another_credential = call(&router, with_bearer(Method::POST, &"cd".repeat(32))).await;
+    assert_problem(
+        &another_credential,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    );
+    let undrain = call(&router, with_bearer(Method::DELETE, &"ab".repeat(32))).await;
+    assert_problem(&undrain, StatusCode::FORBIDDEN, "forbidden");
+    let (status, _, view) = call(
         &router,
         request(
-            Method::POST,
-            &format!("/v1/executors/{id}/drain"),
-            Some("{}"),
-            Some(&executor),
+            Method::GET,
+            &format!("/v1/executors/{id}"),
+            None,
+            Some(&admin),
         ),
     )
     .await;
-    assert_problem(&drain, StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["draining"], false, "a refused drain changed nothing");
+    let (status, _, drained) = call(&router, with_bearer(Method::POST, &"ab".repeat(32))).await;
+    assert_eq!(status, StatusCode::OK, "{drained}");
+    assert_eq!(drained["draining"], true, "{drained}");
+    replica.shut_down().await.unwrap();
+}
+
+/// Polls `path` until `accept` takes its answer, within [`LEADING_BOUND`].
+async fn poll_answer(router: &Router, path: &str, accept: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + LEADING_BOUND;
+    loop {
+        let (status, _, body) = call(router, request(Method::GET, path, None, None)).await;
+        if status == StatusCode::OK && accept(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "{path}: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// P17.4: safe-to-stop, answered by the leader. An executor holding shards with nobody else to
+/// take them is not safe to stop, and is once another live executor registered; the only voter
+/// never is; unknown ids are `404` and a malformed node id `400`, each a problem. The next plan
+/// is answered with its moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p17_4_safe_to_stop_answers_for_executors_and_members() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path(), None);
+    let (replica, router) = ready(&config, None).await;
+    let register = |incarnation: &str| {
+        request(
+            Method::POST,
+            "/v1/executors",
+            Some(&format!(
+                r#"{{"incarnation":"{incarnation}","address":"http://127.0.0.1:9"}}"#
+            )),
+            None,
+        )
+    };
+    let (status, _, first) = call(&router, register("safe-to-stop-1")).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let first = first["executor_id"].as_str().unwrap().to_owned();
+    poll_answer(&router, &format!("/v1/executors/{first}"), |executor| {
+        executor["shards"]
+            .as_array()
+            .is_some_and(|shards| shards.len() == 16)
+    })
+    .await;
+    let path = format!("/v1/executors/{first}/safe-to-stop");
+    let (status, _, alone) = call(&router, request(Method::GET, &path, None, None)).await;
+    assert_eq!(status, StatusCode::OK, "{alone}");
+    assert_eq!(alone["safe"], false, "{alone}");
+    assert!(
+        alone["reason"].as_str().unwrap().contains("16 shards"),
+        "{alone}"
+    );
+    let (status, _, _) = call(&router, register("safe-to-stop-2")).await;
+    assert_eq!(status, StatusCode::OK);
+    let with_a_taker = poll_answer(&router, &path, |verdict| verdict["safe"] == true).await;
+    assert!(with_a_taker["reason"].is_string(), "{with_a_taker}");
+
+    let unknown_executor = call(
+        &router,
+        request(
+            Method::GET,
+            "/v1/executors/ex-999999/safe-to-stop",
+            None,
+            None,
+        ),
+    )
+    .await;
+    assert_problem(&unknown_executor, StatusCode::NOT_FOUND, "unknown_executor");
+    let (status, _, only_voter) = call(
+        &router,
+        request(Method::GET, "/v1/cluster/nodes/1/safe-to-stop", None, None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{only_voter}");
+    assert_eq!(only_voter["safe"], false, "{only_voter}");
+    let not_a_member = call(
+        &router,
+        request(Method::GET, "/v1/cluster/nodes/9/safe-to-stop", None, None),
+    )
+    .await;
+    assert_problem(&not_a_member, StatusCode::NOT_FOUND, "not_found");
+    let malformed = call(
+        &router,
+        request(
+            Method::GET,
+            "/v1/cluster/nodes/one/safe-to-stop",
+            None,
+            None,
+        ),
+    )
+    .await;
+    assert_problem(&malformed, StatusCode::BAD_REQUEST, "invalid_request");
+
+    // The next plan, not committed: asked twice, the state has not moved for it.
+    let (status, _, plan) = call(&router, request(Method::GET, "/v1/plan", None, None)).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert!(
+        plan["moves"].is_array() && plan["capped"] == false,
+        "{plan}"
+    );
+    for step in plan["moves"].as_array().unwrap() {
+        assert!(
+            step["to"].is_string() && step["reason"].is_string(),
+            "{step}"
+        );
+    }
     replica.shut_down().await.unwrap();
 }

@@ -255,6 +255,29 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     assert_eq!(info.voters.len(), 3);
     assert_eq!(info.leader_id, Some(leader));
 
+    // P17.4: with every voter up and caught up, any one of them is safe to stop; the answer
+    // names the voters left.
+    let follower = (1u64..=3).find(|&id| id != leader).expect("a follower");
+    let run = leaseholdctl(&urls, &["member", "safe-to-stop", &follower.to_string()])
+        .await
+        .ok();
+    assert!(
+        run.stdout.starts_with(&format!(
+            "manager {follower}: safe to stop: without it, voters"
+        )),
+        "{run:?}"
+    );
+    assert_eq!(
+        leaseholdctl(&urls, &["member", "safe-to-stop", "9"])
+            .await
+            .code,
+        Some(4),
+        "not a member"
+    );
+    // P17.4: the next plan, not committed, names the revision it was planned on.
+    let run = leaseholdctl(&urls, &["plan"]).await.ok();
+    assert!(run.stdout.contains("revision"), "{run:?}");
+
     // member add and remove, by hand (etcd's flow): a fourth manager started with the full
     // member list waits to be added; `member add` makes it a learner, catches it up, promotes it.
     let joiner_url = cluster.add_joiner(4).url();

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::executor::{
-    admission_logs, check_admission_exclusivity, status_shards, wait_for_even_split,
+    admission_logs, check_admission_exclusivity, status_shards, wait_for_even_split, AdmissionEdge,
     ExecutorProcess,
 };
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
@@ -97,10 +97,12 @@ async fn p5_4_two_executors_split_the_shards_evenly_without_overlap() {
     assert!(report.handoffs >= 32, "{report:?}");
 }
 
-/// P3.7: SIGTERM stops admission, deregisters, and the shards move to the survivor at once
-/// (well under the lease), with no overlap in the admission logs (I1, I2).
+/// P17.2, P3.7: SIGTERM drains the executor with its own credential: it keeps admitting each
+/// shard until that shard's handoff to the survivor completes, then deregisters; the shards
+/// move at once (well under the lease), each stopped for its revoke rather than for the
+/// shutdown, with no overlap in the admission logs (I1, I2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn p3_7_sigterm_moves_shards_to_the_survivor_at_once() {
+async fn p17_2_sigterm_drains_the_shards_to_the_survivor_then_deregisters() {
     let _serial = one_cluster_at_a_time().await;
     let cluster = cluster().await;
     let mut leaving = ExecutorProcess::start(&cluster, "leaving");
@@ -124,14 +126,29 @@ async fn p3_7_sigterm_moves_shards_to_the_survivor_at_once() {
         leaving.log()
     );
 
-    // Every shard it admitted was stopped for the shutdown; none is left open.
+    assert!(
+        leaving
+            .log()
+            .contains("drained: every shard was handed over"),
+        "no completed self-drain in the log:\n{}",
+        leaving.log()
+    );
+
+    // Every shard it held was handed over by its revoke (P5.2), none cut off by the shutdown.
     let records = leaving.admission_log().unwrap();
-    let stopped_for_shutdown: BTreeSet<u32> = records
+    let stopped_by_revoke: BTreeSet<u32> = records
         .iter()
-        .filter(|r| r.reason == "shutdown")
+        .filter(|r| r.event == AdmissionEdge::Stop && r.reason == "revoked")
         .map(|r| r.shard)
         .collect();
-    assert_eq!(stopped_for_shutdown, leaving_shards);
+    assert!(
+        stopped_by_revoke.is_superset(&leaving_shards),
+        "held {leaving_shards:?}, handed over by revoke {stopped_by_revoke:?}"
+    );
+    assert!(
+        !records.iter().any(|r| r.reason == "shutdown"),
+        "a shard was stopped by the shutdown, not handed over"
+    );
     let report =
         check_admission_exclusivity(&admission_logs(&[(&leaving, None), (&staying, None)]))
             .unwrap_or_else(|e| panic!("{e}"));

@@ -5,9 +5,10 @@
 //! Counters are counted by the manager that led when the event happened, so they are summed over
 //! the three managers: the totals are then exact whatever the leader was. The scenario, on 16
 //! shards: A registers and gets all 16 (16 grants); B joins and takes 8 from A (8 handoffs, P5.2,
-//! P5.4); B stops gracefully (a deregistration, P3.7; 8 grants back to A); C joins and takes 8
-//! (8 handoffs); C is killed and expires (one reap, P3.8; 8 grants back to A); A stops. The moves
-//! are counted by reason too (§15): join, deregister, expiry.
+//! P5.4); B stops gracefully (it drains itself, P17.2: 8 handoffs back to A, then a
+//! deregistration holding nothing, P3.7); C joins and takes 8 (8 handoffs); C is killed and
+//! expires (one reap, P3.8; 8 grants back to A); A stops. The moves are counted by reason too
+//! (§15): join, drain, expiry.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -228,7 +229,8 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         "B was pushed its set: {b_metrics:?}"
     );
 
-    // B stops gracefully: deregistered, its shards granted back to A at once.
+    // B stops gracefully: it drains itself (P17.2), so its shards are handed back to A one
+    // handoff each, and it deregisters holding nothing.
     b.signal_terminate();
     b.wait_exit(EXIT_BOUND).await;
     wait_for_all(&a).await;
@@ -236,17 +238,30 @@ async fn protocol_metrics_count_the_scripted_scenario() {
     expect_total(
         &cluster,
         &http,
-        r#"leasehold_shard_moves_total{kind="grant"}"#,
-        SHARDS as f64 + HALF,
+        r#"leasehold_shard_moves_total{kind="handoff"}"#,
+        2.0 * HALF,
     )
     .await;
     expect_total(
         &cluster,
         &http,
-        r#"leasehold_shard_moves_by_reason_total{reason="deregister"}"#,
+        r#"leasehold_shard_moves_by_reason_total{reason="drain"}"#,
         HALF,
     )
     .await;
+    let scrapes = scrape_managers(&cluster, &http).await;
+    for (series, want) in [
+        (
+            r#"leasehold_shard_moves_total{kind="grant"}"#,
+            SHARDS as f64,
+        ),
+        (
+            r#"leasehold_shard_moves_by_reason_total{reason="deregister"}"#,
+            0.0,
+        ),
+    ] {
+        assert_eq!(summed(&scrapes, series), want, "{series}");
+    }
 
     // C joins, takes half, and is killed: it expires and is reaped; its shards go back to A.
     let mut c = ExecutorProcess::start(&cluster, "c");
@@ -255,7 +270,7 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         &cluster,
         &http,
         r#"leasehold_shard_moves_total{kind="handoff"}"#,
-        2.0 * HALF,
+        3.0 * HALF,
     )
     .await;
     c.kill();
@@ -265,7 +280,7 @@ async fn protocol_metrics_count_the_scripted_scenario() {
         &cluster,
         &http,
         r#"leasehold_shard_moves_total{kind="grant"}"#,
-        SHARDS as f64 + 2.0 * HALF,
+        SHARDS as f64 + HALF,
     )
     .await;
     expect_total(

@@ -15,11 +15,14 @@ use leasehold_tests::faults::{
     LEADER_BOUND, SETTLE_BOUND,
 };
 use leasehold_tests::{one_cluster_at_a_time, poll_until, tls_files, Cluster, ClusterOptions};
+use nix::sys::signal::Signal;
 
 /// P5.5, I1: `DELETE /v1/executors/{id}` by an admin on an executor that holds shards answers
 /// `202` with it draining; asked again until `204`, the executor is removed only once its
 /// shards have moved by handoff; then another through `leaseholdctl executor remove --wait`;
-/// every admission log together shows no overlap.
+/// then a third stops on SIGTERM and drains itself with its executor certificate and its own
+/// credential, no admin certificate (P17.2), each shard stopped by its revoke; every admission
+/// log together shows no overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p5_5_an_operator_removes_a_live_executor_only_through_the_handoff() {
     const SCENARIO: &str = "p5_5_an_operator_removes_a_live_executor_only_through_the_handoff";
@@ -32,7 +35,7 @@ async fn p5_5_an_operator_removes_a_live_executor_only_through_the_handoff() {
     cluster.start_all();
     cluster.wait_for_leader(LEADER_BOUND).await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let executors: Vec<usize> = ["a", "b", "c"]
+    let executors: Vec<usize> = ["a", "b", "c", "d"]
         .iter()
         .map(|name| fleet.start_local(&cluster, name))
         .collect();
@@ -105,6 +108,35 @@ async fn p5_5_an_operator_removes_a_live_executor_only_through_the_handoff() {
     );
     fleet.kill(second);
     wait_for_even_split(&fleet.refs(&survivors[1..]), FAULT_SHARDS, SETTLE_BOUND).await;
+
+    // P17.2 under TLS: SIGTERM, and the executor drains itself onto the last one.
+    let (stopping, last) = (survivors[1], survivors[2]);
+    let terminated_at = Instant::now();
+    fleet.signal(stopping, Signal::SIGTERM);
+    poll_until(
+        "the stopping executor to drain itself",
+        SETTLE_BOUND,
+        || async {
+            let log = fleet.get(stopping).log();
+            if log.contains("drained: every shard was handed over") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    )
+    .await;
+    wait_for_even_split(&fleet.refs(&[last]), FAULT_SHARDS, SETTLE_BOUND).await;
+    report_figure(
+        SCENARIO,
+        "SIGTERM -> drained onto the last executor",
+        terminated_at.elapsed(),
+    );
+    let reasons = fleet.reasons(stopping);
+    assert!(
+        reasons.get("revoked").copied().unwrap_or(0) > 0 && !reasons.contains_key("shutdown"),
+        "P17.2: every shard handed over by its revoke, none cut off by the stop: {reasons:?}"
+    );
 
     let report = fleet.check(SCENARIO);
     assert!(

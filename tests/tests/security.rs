@@ -174,10 +174,27 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
         row("executor", Method::GET, "/v1/backup", 403),
         row(
             "executor",
-            Method::POST,
+            Method::DELETE,
             &format!("/v1/executors/{executor_id}/drain"),
             403,
         ),
+        // An executor drains only itself, with its credential (P17.2): its certificate alone
+        // is not enough.
+        row(
+            "executor",
+            Method::POST,
+            &format!("/v1/executors/{executor_id}/drain"),
+            401,
+        ),
+        Row {
+            headers: bearer(&other),
+            ..row(
+                "executor",
+                Method::POST,
+                &format!("/v1/executors/{executor_id}/drain"),
+                401,
+            )
+        },
         row("manager-2", Method::DELETE, "/v1/cluster/nodes/3", 403),
         // Renewals are the executors' own (with their credential, P13.4).
         Row {

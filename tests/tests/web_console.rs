@@ -239,6 +239,61 @@ async fn page_screenshot(browser: &mut Browser, width: u32) -> Vec<u8> {
     browser.screenshot_png().await.expect("screenshot")
 }
 
+/// Runs `ask` in the page, then waits for the answer the page shows in element `output`
+/// (empty, or "… asking the leader…", until it comes).
+async fn answer_shown(browser: &mut Browser, ask: &str, output: &str) -> String {
+    browser.evaluate(ask).await.expect("ask");
+    let read = format!("document.getElementById('{output}').textContent");
+    let browser = tokio::sync::Mutex::new(browser);
+    poll_until(
+        &format!("the answer in #{output}"),
+        Duration::from_secs(15),
+        || async {
+            let shown = browser.lock().await.evaluate(&read).await?;
+            let shown = shown.as_str().unwrap_or_default().to_owned();
+            if shown.is_empty() || shown.ends_with("asking the leader…") {
+                Err(format!("shown: {shown:?}"))
+            } else {
+                Ok(shown)
+            }
+        },
+    )
+    .await
+}
+
+/// Asks the page's safe-to-stop form about `subject` and returns the verdict it shows.
+async fn ask_safe_to_stop(browser: &mut Browser, subject: &str) -> String {
+    let ask = format!(
+        "document.getElementById('stop-check-subject').value = {subject:?}; \
+         document.getElementById('stop-check').requestSubmit(); true"
+    );
+    answer_shown(browser, &ask, "stop-check-verdict").await
+}
+
+/// P17.4: the console asks the leader whether an executor, then a manager, is safe to stop,
+/// and shows the verdict with its reason: with three executors and three voters up, both are;
+/// then the next plan, which for a settled cluster moves nothing.
+async fn check_safe_to_stop(browser: &mut Browser, cluster: &Cluster, id: u64) {
+    let registered: Vec<ExecutorView> = get(cluster, id, "/v1/executors").await.expect("executors");
+    let executor = &registered.first().expect("an executor").executor_id;
+    let shown = ask_safe_to_stop(browser, executor).await;
+    assert!(
+        shown.starts_with(&format!("executor {executor}: safe to stop: ")),
+        "{shown}"
+    );
+    let shown = ask_safe_to_stop(browser, &format!("manager {id}")).await;
+    assert!(
+        shown.starts_with(&format!("manager {id}: safe to stop: ")),
+        "{shown}"
+    );
+    let ask = "document.getElementById('plan-ask').click(); true";
+    let shown = answer_shown(browser, ask, "plan-summary").await;
+    assert!(
+        shown.starts_with("nothing would move (revision "),
+        "{shown}"
+    );
+}
+
 /// A shard's owner and epoch show on keyboard focus (Tab reaches the map, the arrow keys move
 /// along it) and on hover, in the cell's title and the detail line.
 async fn check_shard_details(browser: &mut Browser, cluster: &Cluster, id: u64) {
@@ -260,17 +315,24 @@ async fn check_shard_details(browser: &mut Browser, cluster: &Cluster, id: u64) 
     const SHOWN: &str = "[document.activeElement.dataset.shard ?? null, \
         document.activeElement.title, document.getElementById('shard-detail').textContent]";
 
-    // The page's tab stops are the map's colour toggle (its two buttons), then the map, where
-    // Tab lands on the first cell.
-    for button in ["colour-owner", "colour-load"] {
+    // The page's tab stops are the safe-to-stop form (its field and button), the next-plan
+    // button, the map's colour toggle (its two buttons), then the map, where Tab lands on the
+    // first cell.
+    for stop in [
+        "stop-check-subject",
+        "stop-check-ask",
+        "plan-ask",
+        "colour-owner",
+        "colour-load",
+    ] {
         browser.press_key("Tab", 9).await.expect("Tab");
         let focused = browser
             .evaluate("[document.activeElement.id, document.activeElement.outerHTML.slice(0, 200)]")
             .await
             .expect("focused element");
         assert_eq!(
-            focused[0], button,
-            "the colour toggle comes before the map; focused: {}",
+            focused[0], stop,
+            "the form and the colour toggle come before the map; focused: {}",
             focused[1]
         );
     }
@@ -402,6 +464,7 @@ async fn the_console_follows_executors_shards_and_managers_live() {
         .await
         .expect("set the marker");
     check_shard_details(&mut browser, &cluster, page_node).await;
+    check_safe_to_stop(&mut browser, &cluster, page_node).await;
 
     // 1. An executor is SIGKILLed: its shards leave the page within lease + tick + 5 s.
     let registered: Vec<ExecutorView> = get(&cluster, page_node, "/v1/executors")

@@ -30,9 +30,10 @@ use crate::problem::{
 };
 use crate::tls::TlsConfig;
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute,
+    AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute, PlanPreview,
     RegisterRequest, ReleaseRequest, RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable,
-    ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA,
+    SafeToStop, ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA,
+    FIRST_RELEASE_SCHEMA,
 };
 
 mod error;
@@ -462,6 +463,48 @@ impl Client {
         let path = format!("/v1/executors/{}/drain", path_segment(executor_id)?);
         self.send_decoded(Method::POST, &path, None, Idempotency::Safe)
             .await
+    }
+
+    /// `GET /v1/plan` (PROTOCOL P17.4): the plan the leader would commit next, not committed.
+    pub async fn plan(&self) -> Result<PlanPreview, ClientError> {
+        self.get_typed("/v1/plan").await
+    }
+
+    /// `GET /v1/executors/{id}/safe-to-stop` (PROTOCOL P17.4): whether stopping it now leaves
+    /// its shards a place to go, and why.
+    pub async fn executor_safe_to_stop(
+        &self,
+        executor_id: &str,
+    ) -> Result<SafeToStop, ClientError> {
+        let path = format!("/v1/executors/{}/safe-to-stop", path_segment(executor_id)?);
+        self.get_typed(&path).await
+    }
+
+    /// `GET /v1/cluster/nodes/{id}/safe-to-stop` (PROTOCOL P17.4): whether stopping manager
+    /// `node_id` now leaves the other voters a caught-up majority, and why.
+    pub async fn member_safe_to_stop(&self, node_id: u64) -> Result<SafeToStop, ClientError> {
+        self.get_typed(&format!("/v1/cluster/nodes/{node_id}/safe-to-stop"))
+            .await
+    }
+
+    /// `POST /v1/executors/{id}/drain` by the executor itself, presenting its credential
+    /// (PROTOCOL P17.2): it keeps admitting each shard until that shard's handoff completes.
+    pub async fn drain_self(
+        &self,
+        executor_id: &str,
+        credential: &Credential,
+    ) -> Result<ExecutorView, ClientError> {
+        let path = format!("/v1/executors/{}/drain", path_segment(executor_id)?);
+        let reply = self
+            .send_as(
+                Method::POST,
+                &path,
+                None,
+                Idempotency::Safe,
+                Some(credential),
+            )
+            .await?;
+        decode(&reply)
     }
 
     /// An operator's `DELETE /v1/executors/{id}` (admin role, no credential), PROTOCOL P5.5: an

@@ -22,6 +22,8 @@ pub mod code {
     pub const UNREACHABLE: u8 = 5;
     /// What was asked is under way but did not finish within the time given (`--wait-timeout`).
     pub const IN_PROGRESS: u8 = 6;
+    /// `safe-to-stop`: stopping it now is not safe (the reason is printed).
+    pub const NOT_SAFE: u8 = 7;
 }
 
 /// The exit codes as `--help` shows them.
@@ -33,7 +35,8 @@ Exit codes:
   3  no leader (election under way or quorum lost)
   4  not found (executor, shard or member)
   5  unreachable (no manager answered)
-  6  in progress (did not finish within --wait-timeout; it goes on)";
+  6  in progress (did not finish within --wait-timeout; it goes on)
+  7  not safe to stop (safe-to-stop; the reason is printed)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtlError {
@@ -58,6 +61,9 @@ pub enum CtlError {
     /// Under way, not finished within the time given.
     #[error("{0}")]
     InProgress(String),
+    /// `safe-to-stop` answered that stopping it now is not safe.
+    #[error("{0}")]
+    NotSafe(String),
 }
 
 impl CtlError {
@@ -76,6 +82,7 @@ impl CtlError {
             CtlError::NotFound(_) => code::NOT_FOUND,
             CtlError::PartlyUnreachable(_) => code::UNREACHABLE,
             CtlError::InProgress(_) => code::IN_PROGRESS,
+            CtlError::NotSafe(_) => code::NOT_SAFE,
             CtlError::Io { .. } => code::OTHER,
         }
     }
@@ -169,6 +176,9 @@ mod tests {
         assert_eq!(CtlError::BadInput("x".into()).exit_code(), 2);
         assert_eq!(CtlError::NotFound("x".into()).exit_code(), 4);
         assert_eq!(CtlError::PartlyUnreachable("x".into()).exit_code(), 5);
+        assert_eq!(CtlError::InProgress("x".into()).exit_code(), 6);
+        assert_eq!(CtlError::NotSafe("x".into()).exit_code(), 7);
+        assert!(EXIT_CODES_HELP.contains("  7  not safe to stop"));
         assert_eq!(
             CtlError::BadBackup {
                 path: "f".into(),

@@ -24,7 +24,8 @@ use self::table::{fields, human_load, human_ms, opt, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, ExecutorView, SchemaRange, ShardView, StateView, MAX_WATCH_WAIT,
+    AddNodeRequest, ClusterInfo, ExecutorView, PlanPreview, SafeToStop, SchemaRange, ShardView,
+    StateView, MAX_WATCH_WAIT,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
@@ -108,6 +109,9 @@ pub enum Noun {
     },
     /// The whole state at one revision: a summary, or with `-o json` everything (`/v1/state`).
     State,
+    /// The plan the leader would commit next, without committing it (PROTOCOL P17.4): each
+    /// move's shard, owner now, new owner and reason.
+    Plan,
     /// Where to send work for a key (shard = FNV-1a 64 of the key mod the shard count).
     Route {
         /// The key, as UTF-8 bytes.
@@ -184,6 +188,9 @@ pub enum MemberVerb {
     },
     /// Remove a manager from the Raft group.
     Remove { node_id: u64 },
+    /// Whether stopping this manager now leaves the other voters a caught-up majority
+    /// (PROTOCOL P17.4): prints the verdict and its reason; exits 7 when it is not safe.
+    SafeToStop { node_id: u64 },
 }
 
 #[derive(Debug, Subcommand)]
@@ -202,6 +209,9 @@ pub enum ExecutorVerb {
     },
     /// Cancel a drain.
     Undrain { executor_id: String },
+    /// Whether stopping this executor now leaves its shards a place to go (PROTOCOL P17.4):
+    /// prints the verdict and its reason; exits 7 when it is not safe.
+    SafeToStop { executor_id: String },
     /// Deregister an executor as an operator (PROTOCOL P5.5): one that still holds shards is
     /// drained first, and removed once its shards have moved by handoff; until then it is shown
     /// draining. Needs the admin role under TLS.
@@ -399,6 +409,10 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             out.show(&state, render_state_summary)
         }
         Noun::Route { key } => run_route(&cli, key, out).await,
+        Noun::Plan => {
+            let plan = cli.client(cli.request_timeout)?.plan().await?;
+            out.show(&plan, render_plan)
+        }
         Noun::Lease {
             verb: LeaseVerb::List,
         } => run_lease_list(&cli, out).await,
@@ -469,6 +483,10 @@ async fn run_cluster_status(cli: &Cli, out: &mut Out<'_>) -> Result<(), CtlError
 async fn run_member(cli: &Cli, verb: &MemberVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
     let client = cli.client(cli.request_timeout)?;
     let info: ClusterInfo = match verb {
+        MemberVerb::SafeToStop { node_id } => {
+            let verdict = client.member_safe_to_stop(*node_id).await?;
+            return show_verdict(&format!("manager {node_id}"), &verdict, out);
+        }
         MemberVerb::List => client.cluster_info().await?,
         MemberVerb::Add { node_id, address } => {
             client
@@ -481,6 +499,25 @@ async fn run_member(cli: &Cli, verb: &MemberVerb, out: &mut Out<'_>) -> Result<(
         MemberVerb::Remove { node_id } => client.remove_node(*node_id).await?,
     };
     out.show(&info, render_members)
+}
+
+/// Prints a `safe-to-stop` verdict (P17.4); a verdict of not safe is exit code 7.
+fn show_verdict(subject: &str, verdict: &SafeToStop, out: &mut Out<'_>) -> Result<(), CtlError> {
+    out.show(verdict, |verdict| render_verdict(subject, verdict))?;
+    if verdict.safe {
+        Ok(())
+    } else {
+        Err(CtlError::NotSafe(format!("{subject} is not safe to stop")))
+    }
+}
+
+fn render_verdict(subject: &str, verdict: &SafeToStop) -> String {
+    let verdict_text = if verdict.safe {
+        "safe to stop"
+    } else {
+        "not safe to stop"
+    };
+    format!("{subject}: {verdict_text}: {}", verdict.reason)
 }
 
 async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
@@ -516,6 +553,10 @@ async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Resu
         } => {
             let wait = wait.then_some(*wait_timeout);
             remove::remove_executor(&client, executor_id, wait, out).await
+        }
+        ExecutorVerb::SafeToStop { executor_id } => {
+            let verdict = client.executor_safe_to_stop(executor_id).await?;
+            show_verdict(&format!("executor {executor_id}"), &verdict, out)
         }
     }
 }
@@ -719,6 +760,32 @@ fn render_members(info: &ClusterInfo) -> String {
         ]);
     }
     table.render()
+}
+
+fn render_plan(plan: &PlanPreview) -> String {
+    if plan.moves.is_empty() {
+        return format!("nothing would move (revision {})\n", plan.revision);
+    }
+    let mut table = Table::new(&["SHARD", "FROM", "TO", "REASON"]);
+    for step in &plan.moves {
+        table.push(vec![
+            step.shard.to_string(),
+            opt(step.from.as_deref()),
+            step.to.clone(),
+            step.reason.clone(),
+        ]);
+    }
+    let more = if plan.capped {
+        ", cut at the cap: more follow in the next plans"
+    } else {
+        ""
+    };
+    format!(
+        "{}{} moves planned on revision {}{more}\n",
+        table.render(),
+        plan.moves.len(),
+        plan.revision
+    )
 }
 
 fn render_executors(executors: &[ExecutorView]) -> String {

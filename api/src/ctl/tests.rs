@@ -16,6 +16,7 @@ fn help_documents_the_exit_codes() {
         "4  not found",
         "5  unreachable",
         "2  bad input",
+        "7  not safe to stop",
     ] {
         assert!(help.contains(line), "{help}");
     }
@@ -189,5 +190,82 @@ fn executor_details_collapse_shards_into_ranges() {
          registered:       revision 4\n\
          shard count:      4\n\
          shards:           0-2,5\n"
+    );
+}
+
+/// P17.4: `safe-to-stop` parses for executors and members, and prints the verdict with its
+/// reason; a verdict of not safe is exit code 7.
+#[test]
+fn safe_to_stop_prints_the_verdict_and_exits_7_when_not_safe() {
+    for args in [
+        ["leaseholdctl", "executor", "safe-to-stop", "ex-7"],
+        ["leaseholdctl", "member", "safe-to-stop", "2"],
+    ] {
+        Cli::try_parse_from(args).unwrap();
+    }
+    let bad = Cli::try_parse_from(["leaseholdctl", "member", "safe-to-stop", "two"]).unwrap_err();
+    assert_eq!(bad.exit_code(), 2);
+    let verdict = |safe| SafeToStop {
+        safe,
+        reason: "because".into(),
+    };
+    assert_eq!(
+        render_verdict("executor ex-7", &verdict(true)),
+        "executor ex-7: safe to stop: because"
+    );
+    assert_eq!(
+        render_verdict("manager 2", &verdict(false)),
+        "manager 2: not safe to stop: because"
+    );
+    let mut printed = Vec::new();
+    let mut out = Out {
+        format: OutputFormat::Table,
+        writer: &mut printed,
+    };
+    let unsafe_stop = show_verdict("manager 2", &verdict(false), &mut out).unwrap_err();
+    assert_eq!(unsafe_stop.exit_code(), 7);
+    assert!(show_verdict("manager 2", &verdict(true), &mut out).is_ok());
+}
+
+/// P17.4: `leaseholdctl plan` shows each move with its owner now, or says nothing would move.
+#[test]
+fn plan_table_lists_each_move_with_its_reason() {
+    let empty = PlanPreview {
+        revision: 42,
+        moves: Vec::new(),
+        capped: false,
+    };
+    assert_eq!(render_plan(&empty), "nothing would move (revision 42)\n");
+    let plan = PlanPreview {
+        revision: 43,
+        moves: vec![
+            crate::wire::PlannedMove {
+                shard: 3,
+                from: Some("ex-1".into()),
+                to: "ex-2".into(),
+                reason: "drain".into(),
+            },
+            crate::wire::PlannedMove {
+                shard: 7,
+                from: None,
+                to: "ex-2".into(),
+                reason: "departure".into(),
+            },
+        ],
+        capped: true,
+    };
+    let shown = render_plan(&plan);
+    let lines: Vec<Vec<&str>> = shown
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["SHARD", "FROM", "TO", "REASON"], "{shown}");
+    assert_eq!(lines[1], ["3", "ex-1", "ex-2", "drain"], "{shown}");
+    assert_eq!(lines[2], ["7", "-", "ex-2", "departure"], "{shown}");
+    assert!(
+        shown.ends_with(
+            "2 moves planned on revision 43, cut at the cap: more follow in the next plans\n"
+        ),
+        "{shown}"
     );
 }

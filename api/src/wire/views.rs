@@ -363,3 +363,55 @@ pub enum WatchAnswer {
     State(WatchReply),
     Routing(RoutingRuns),
 }
+
+/// `GET /v1/executors/{id}/safe-to-stop` and `GET /v1/cluster/nodes/{id}/safe-to-stop`
+/// (PROTOCOL P17.4): whether stopping it now would leave a shard without a place to go (an
+/// executor) or the voters without a caught-up majority (a manager), and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SafeToStop {
+    /// Stopping it now leaves every shard a place to go, or the voters a caught-up majority.
+    pub safe: bool,
+    /// Why, in one sentence for an operator.
+    pub reason: String,
+}
+
+/// The executors of `executors` that could take the shards of `executor_id` were it to stop:
+/// others that are live and not draining (P5.4 gives shards only to those).
+pub fn possible_takers<'a>(
+    executor_id: &'a str,
+    executors: &'a [ExecutorView],
+) -> impl Iterator<Item = &'a ExecutorView> + 'a {
+    executors.iter().filter(move |executor| {
+        executor.executor_id != executor_id && !executor.draining && executor.lease_remaining_ms > 0
+    })
+}
+
+/// `GET /v1/plan` (PROTOCOL P17.4): the plan the leader would commit next, made by the same
+/// planner on its applied state with what its last step knew of loads, budget and cooling
+/// shards, and not committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PlanPreview {
+    /// The revision the plan was made on.
+    pub revision: u64,
+    /// The moves, at most 8 192; empty when nothing would move.
+    pub moves: Vec<PlannedMove>,
+    /// The plan was cut at 8 192 moves: more follow in the next plans.
+    pub capped: bool,
+}
+
+/// One move of the next plan (`GET /v1/plan`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PlannedMove {
+    pub shard: u32,
+    /// Its owner now; absent for a shard nobody owns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The executor it would be handed to (its owner, for `cancel`).
+    pub to: String,
+    /// Why: `balance`, `expiry`, `drain`, `join`, `departure` (its owner left) or `cancel` (a
+    /// handoff called off).
+    pub reason: String,
+}

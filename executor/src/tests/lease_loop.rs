@@ -464,6 +464,131 @@ async fn p16_2_a_sidecars_graceful_stop_waits_for_the_service() {
     }
 }
 
+/// P17.2: a stop begins with the executor's own drain, and each shard is admitted until its
+/// revoke arrives (the leader's handoff); once it holds nothing it deregisters, well within the
+/// grace, and its admission log says each shard stopped for its revoke, not for the shutdown.
+#[tokio::test(start_paused = true)]
+async fn p17_2_a_stop_drains_first_and_admits_each_shard_until_its_handoff() {
+    let harness = Harness::start(Script {
+        shards: set(&[(1, 1), (2, 1)]),
+        drain_takers: Some(1),
+        ..Script::default()
+    });
+    sleep(secs(1)).await;
+    let asked = Instant::now();
+    harness.shutdown_tx.send_replace(true);
+    sleep(ms(500)).await;
+    let calls = harness.fake.calls();
+    assert!(
+        matches!(calls.last(), Some(Call::Drain { executor_id, .. }) if executor_id == "ex-1"),
+        "{calls:?}"
+    );
+    assert_eq!(harness.shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    assert_eq!(harness.shared.admit(2), Ok(Permit { shard: 2, epoch: 1 }));
+    let revoke = |shard: u32, revision: u64| {
+        harness
+            .shared
+            .apply_revoke(&leasehold_api::wire::RevokePush {
+                executor_id: "ex-1".into(),
+                revision,
+                shards: vec![shard],
+            })
+            .unwrap();
+    };
+    revoke(1, 2);
+    sleep(ms(500)).await;
+    assert!(harness.shared.admit(1).is_err(), "shard 1 was handed over");
+    assert_eq!(
+        harness.shared.admit(2),
+        Ok(Permit { shard: 2, epoch: 1 }),
+        "shard 2 is admitted until its own handoff"
+    );
+    assert!(
+        !harness
+            .fake
+            .calls()
+            .iter()
+            .any(|call| matches!(call, Call::Deregister { .. })),
+        "deregistered while still holding a shard"
+    );
+    revoke(2, 3);
+    let (state, fake, log) = harness.stop().await;
+    assert_eq!(state, RunState::Stopped);
+    assert!(
+        matches!(fake.calls().last(), Some(Call::Deregister { executor_id, .. }) if executor_id == "ex-1")
+    );
+    assert!(
+        Instant::now() - asked < secs(2),
+        "the stop ended once the shards were handed over"
+    );
+    assert_eq!(
+        log_summary(&log)[2..],
+        [
+            (1, "stop".into(), "revoked".into()),
+            (2, "stop".into(), "revoked".into())
+        ]
+    );
+}
+
+/// P17.2, P3.7: when no other executor can take the shards, or the managers refuse the drain
+/// (a release before P17.2), the stop does not wait: admission stops and the executor
+/// deregisters at once.
+#[tokio::test(start_paused = true)]
+async fn p17_2_without_a_taker_or_a_drain_the_stop_is_at_once() {
+    for drain_takers in [Some(0), None] {
+        let harness = Harness::start(Script {
+            shards: set(&[(1, 1)]),
+            drain_takers,
+            ..Script::default()
+        });
+        sleep(secs(1)).await;
+        let asked = Instant::now();
+        let (_, fake, log) = harness.stop().await;
+        assert_eq!(Instant::now(), asked, "{drain_takers:?}: no wait");
+        let calls = fake.calls();
+        assert!(
+            matches!(
+                &calls[calls.len() - 2..],
+                [Call::Drain { .. }, Call::Deregister { .. }]
+            ),
+            "{drain_takers:?}: {calls:?}"
+        );
+        assert_eq!(
+            log_summary(&log)[1..],
+            [(1, "stop".into(), "shutdown".into())]
+        );
+    }
+}
+
+/// P17.2, P3.7: a drain whose handoffs do not complete keeps admitting until the grace less the
+/// deregistration's reserve, then stops the rest at once, and the whole stop fits the grace.
+#[tokio::test(start_paused = true)]
+async fn p17_2_an_unfinished_drain_stops_the_rest_within_the_grace() {
+    let harness = Harness::start(Script {
+        shards: set(&[(1, 1)]),
+        drain_takers: Some(2),
+        ..Script::default()
+    });
+    sleep(secs(1)).await;
+    let asked = Instant::now();
+    harness.shutdown_tx.send_replace(true);
+    let drain_ends = GRACE - crate::self_drain::DEREGISTRATION_RESERVE;
+    sleep_until(asked + drain_ends - ms(1)).await;
+    assert_eq!(harness.shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    let (state, fake, log) = harness.stop().await;
+    assert_eq!(state, RunState::Stopped);
+    let deregistered_at = fake.calls().iter().find_map(|call| match call {
+        Call::Deregister { at, .. } => Some(*at),
+        _ => None,
+    });
+    assert_eq!(deregistered_at, Some(asked + drain_ends));
+    assert!(Instant::now() - asked <= GRACE);
+    assert_eq!(
+        log_summary(&log)[1..],
+        [(1, "stop".into(), "shutdown".into())]
+    );
+}
+
 /// P7.2: the register reply was lost, so the executor never learned its id; the graceful stop
 /// registers again under the same incarnation to find it, and deregisters it.
 #[tokio::test(start_paused = true)]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use leasehold_api::client::ClientError;
 use leasehold_api::problem::{ErrorCode, Problem};
 use leasehold_api::wire::{
-    Credential, Grant, RegisterRequest, RenewRequest, ShardEpoch, CAPACITY_SCHEMA,
+    Credential, ExecutorView, Grant, RegisterRequest, RenewRequest, ShardEpoch, CAPACITY_SCHEMA,
 };
 use tokio::time::Instant;
 
@@ -38,6 +38,11 @@ pub(crate) enum Call {
         at: Instant,
     },
     Deregister {
+        executor_id: String,
+        at: Instant,
+    },
+    /// The executor's own drain (P17.2).
+    Drain {
         executor_id: String,
         at: Instant,
     },
@@ -65,6 +70,9 @@ pub(crate) struct Script {
     pub refuse_register: bool,
     /// The cluster version the fake's replies state (P14.3).
     pub cluster_version: u32,
+    /// How many other live executors the fake lists after the executor's own drain (P17.2);
+    /// `None`: the drain is refused `403`, as managers before P17.2 refuse it under TLS.
+    pub drain_takers: Option<usize>,
 }
 
 impl Default for Script {
@@ -81,6 +89,7 @@ impl Default for Script {
             hang_deregister: false,
             refuse_register: false,
             cluster_version: CAPACITY_SCHEMA,
+            drain_takers: Some(0),
         }
     }
 }
@@ -293,6 +302,48 @@ impl ManagerApi for FakeManager {
                 std::future::pending::<()>().await;
             }
             Ok(())
+        }
+    }
+
+    fn drain_self(
+        &self,
+        executor_id: &str,
+        credential: &Credential,
+    ) -> impl Future<Output = Result<Vec<ExecutorView>, ClientError>> + Send {
+        let executor_id = executor_id.to_owned();
+        let credential = credential.clone();
+        async move {
+            let mut state = self.state.lock().unwrap();
+            if state
+                .credentials
+                .get(&executor_id)
+                .is_some_and(|stored| *stored != credential)
+            {
+                return Err(problem(ErrorCode::Unauthenticated));
+            }
+            state.calls.push(Call::Drain {
+                executor_id: executor_id.clone(),
+                at: Instant::now(),
+            });
+            let Some(takers) = state.script.drain_takers else {
+                return Err(problem(ErrorCode::Forbidden));
+            };
+            let listed = |id: String, draining: bool| ExecutorView {
+                executor_id: id.clone(),
+                incarnation: id,
+                name: None,
+                address: "http://127.0.0.1:9".into(),
+                lease_remaining_ms: state.script.lease_ttl_ms,
+                registered_revision: 1,
+                shards: Vec::new(),
+                draining,
+                capacity: 1,
+                load: None,
+                utilisation: None,
+            };
+            let mut executors = vec![listed(executor_id, true)];
+            executors.extend((0..takers).map(|n| listed(format!("peer-{n}"), false)));
+            Ok(executors)
         }
     }
 

@@ -1,5 +1,6 @@
-//! Executor writes (renew, release, deregister) admitted before their body is read, forwarded or
-//! proposed (PROTOCOL P13.4, P13.6, I6): one layer in front of those routes, on every node.
+//! Executor writes (renew, release, deregister, drain) admitted before their body is read,
+//! forwarded or proposed (PROTOCOL P13.4, P13.6, P17.2, I6): one layer in front of those routes,
+//! on every node.
 //!
 //! - The credential an executor registered with is checked here, in constant time, from the
 //!   headers alone. An executor's credential hash never changes and its id is never reused, so a
@@ -17,7 +18,7 @@
 //! Handlers take the [`Admitted`] this layer inserts, so none can run without it.
 
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -39,8 +40,8 @@ use crate::lease::LeaseState;
 pub enum Caller {
     /// The executor itself: its credential checked, or it registered without one (P13.5).
     Executor,
-    /// An operator's deregistration (admin role, no credential): it goes through the handoff
-    /// (P5.5, `removal`).
+    /// An operator (no credential; the admin role under TLS): a deregistration goes through
+    /// the handoff (P5.5, `removal`), a drain is the operator's (P5.4).
     Operator,
 }
 
@@ -69,15 +70,41 @@ impl Recorded {
     }
 }
 
-/// The body a route takes, for its bound.
+/// The executor write a route performs: what its body may weigh, and who may ask for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteBody {
+pub enum ExecutorWrite {
     /// A renewal: claims and loads, each up to every shard.
     Renew,
     /// A release: a list of shards.
-    ShardList,
-    /// None to speak of (a deregistration): the public routes' bound.
-    None,
+    Release,
+    /// `DELETE /v1/executors/{id}`: the executor's own, or an operator's removal (P5.5).
+    Deregister,
+    /// `POST /v1/executors/{id}/drain`: the executor's own with its credential (P17.2), or an
+    /// operator's (P5.4).
+    Drain,
+}
+
+impl ExecutorWrite {
+    /// Whether a caller presenting no credential asks as an operator: `admin` is whether its
+    /// certificate holds the admin role, `None` on a plaintext listener, where roles are not
+    /// checked (P13.5). A renewal or release is only ever the executor's; an operator's
+    /// deregistration needs the admin role; a drain without a credential is an operator's
+    /// wherever roles are not checked, as it was before executors could drain themselves.
+    fn operator_without_credential(self, admin: Option<bool>) -> bool {
+        match self {
+            ExecutorWrite::Renew | ExecutorWrite::Release => false,
+            ExecutorWrite::Deregister => admin == Some(true),
+            ExecutorWrite::Drain => admin.unwrap_or(true),
+        }
+    }
+
+    fn max_body_bytes(self, shard_count: u32) -> usize {
+        match self {
+            ExecutorWrite::Renew => renew_body_bytes(shard_count),
+            ExecutorWrite::Release => shard_list_body_bytes(shard_count),
+            ExecutorWrite::Deregister | ExecutorWrite::Drain => super::MAX_API_BODY_BYTES,
+        }
+    }
 }
 
 /// What becomes of the request.
@@ -90,18 +117,19 @@ pub(super) enum Admission {
 }
 
 /// The decision, from the headers and what the state records (P13.4, P7.2). `operator`: the
-/// caller holds the admin role (TLS) and presents no credential; `in_office`: this node is the
-/// leader and took office (so an id it does not know is one no executor can name).
+/// caller presents no credential and may ask as an operator
+/// ([`ExecutorWrite::operator_without_credential`]); `in_office`: this node is the leader and
+/// took office (so an id it does not know is one no executor can name).
 pub(super) fn decide(
     executor_id: &str,
-    method: &Method,
+    write: ExecutorWrite,
     recorded: Recorded,
     bearer: &Bearer,
     operator: bool,
     in_office: bool,
 ) -> Admission {
-    let deregistration = method == Method::DELETE;
-    let caller = if operator && deregistration {
+    let deregistration = write == ExecutorWrite::Deregister;
+    let caller = if operator {
         Caller::Operator
     } else {
         Caller::Executor
@@ -136,17 +164,17 @@ fn unauthenticated(detail: &str) -> Response {
     HttpError::new(ErrorCode::Unauthenticated, detail.to_owned()).into_response()
 }
 
-/// The layer (`from_fn_with_state((node, body), admit_executor_write)`).
+/// The layer (`from_fn_with_state((node, write), admit_executor_write)`).
 pub async fn admit_executor_write(
-    State((node, body)): State<(AppState, WriteBody)>,
+    State((node, write)): State<(AppState, ExecutorWrite)>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     bearer: Bearer,
     caller_role: Option<Extension<CallerRole>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let operator = bearer.0.is_none()
-        && caller_role.is_some_and(|Extension(CallerRole(role))| role == Role::Admin);
+    let admin = caller_role.map(|Extension(CallerRole(role))| role == Role::Admin);
+    let operator = bearer.0.is_none() && write.operator_without_credential(admin);
     let (recorded, shard_count) = node.state.read(|applied| {
         (
             Recorded::of(&applied.state, &executor_id),
@@ -157,23 +185,12 @@ pub async fn admit_executor_write(
         )
     });
     let in_office = node.leadership.in_office();
-    let caller = match decide(
-        &executor_id,
-        request.method(),
-        recorded,
-        &bearer,
-        operator,
-        in_office,
-    ) {
+    let caller = match decide(&executor_id, write, recorded, &bearer, operator, in_office) {
         Admission::Pass(caller) => caller,
         Admission::Answer(response) => return response,
     };
     request.extensions_mut().insert(Admitted(caller));
-    let max_bytes = match body {
-        WriteBody::Renew => renew_body_bytes(shard_count),
-        WriteBody::ShardList => shard_list_body_bytes(shard_count),
-        WriteBody::None => super::MAX_API_BODY_BYTES,
-    };
+    let max_bytes = write.max_body_bytes(shard_count);
     limit_body(State(BodyLimit { max_bytes }), request, next).await
 }
 
@@ -204,58 +221,43 @@ mod tests {
     }
 
     /// P13.4: a wrong or missing credential is refused from the headers, on any node, before
-    /// a body is read or forwarded; the right one, or an operator's deregistration, passes.
+    /// a body is read or forwarded; the right one, or an operator's deregistration or drain,
+    /// passes.
     #[test]
     fn p13_4_the_credential_is_checked_before_anything_else() {
         let stored = Recorded::Present(Some(credential().sha256()));
         let right = Bearer(Some(credential()));
         let wrong = Bearer(Some(Credential::from_random([8; 32])));
         let none = Bearer(None);
+        let writes = [
+            ExecutorWrite::Renew,
+            ExecutorWrite::Release,
+            ExecutorWrite::Deregister,
+            ExecutorWrite::Drain,
+        ];
         for in_office in [false, true] {
-            for method in [Method::POST, Method::DELETE] {
+            for write in writes {
                 let decide = |bearer: &Bearer, operator| {
-                    status(decide("ex-3", &method, stored, bearer, operator, in_office))
+                    status(decide("ex-3", write, stored, bearer, operator, in_office))
                 };
-                assert_eq!(decide(&right, false), Ok(Caller::Executor));
+                assert_eq!(decide(&right, false), Ok(Caller::Executor), "{write:?}");
                 assert_eq!(
                     decide(&wrong, false),
-                    Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated)))
+                    Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated))),
+                    "{write:?}"
                 );
                 assert_eq!(
                     decide(&none, false),
-                    Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated)))
+                    Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated))),
+                    "{write:?}"
                 );
+                assert_eq!(decide(&none, true), Ok(Caller::Operator), "{write:?}");
             }
-            let operator = status(decide(
-                "ex-3",
-                &Method::DELETE,
-                stored,
-                &none,
-                true,
-                in_office,
-            ));
-            assert_eq!(
-                operator,
-                Ok(Caller::Operator),
-                "P5.5: an operator's removal"
-            );
-            let operator_renewing = status(decide(
-                "ex-3",
-                &Method::POST,
-                stored,
-                &none,
-                true,
-                in_office,
-            ));
-            assert!(
-                operator_renewing.is_err(),
-                "only deregistration is an operator's"
-            );
         }
         // Registered without a credential (P13.5): nothing to check.
         let legacy = status(decide(
             "ex-3",
-            &Method::POST,
+            ExecutorWrite::Renew,
             Recorded::Present(None),
             &none,
             false,
@@ -264,32 +266,70 @@ mod tests {
         assert_eq!(legacy, Ok(Caller::Executor));
     }
 
+    /// P5.5, P13.3, P17.2: who asks as an operator when no credential is presented. Renewals
+    /// and releases are only ever the executor's; a deregistration is an operator's only with
+    /// the admin role; a drain is an operator's with the admin role, or where roles are not
+    /// checked (plaintext, P13.5), and an executor's certificate without its credential is
+    /// refused rather than taken for an operator.
+    #[test]
+    fn p17_2_an_executor_drains_itself_only_with_its_credential() {
+        use ExecutorWrite::{Deregister, Drain, Release, Renew};
+        for (write, admin, operator) in [
+            (Renew, Some(true), false),
+            (Release, None, false),
+            (Deregister, Some(true), true),
+            (Deregister, Some(false), false),
+            (Deregister, None, false),
+            (Drain, Some(true), true),
+            (Drain, Some(false), false),
+            (Drain, None, true),
+        ] {
+            assert_eq!(
+                write.operator_without_credential(admin),
+                operator,
+                "{write:?} admin={admin:?}"
+            );
+        }
+        let stored = Recorded::Present(Some(credential().sha256()));
+        let executor_certificate_alone = status(decide(
+            "ex-3",
+            Drain,
+            stored,
+            &Bearer(None),
+            Drain.operator_without_credential(Some(false)),
+            true,
+        ));
+        assert_eq!(
+            executor_certificate_alone,
+            Err((StatusCode::UNAUTHORIZED, Some(ErrorCode::Unauthenticated)))
+        );
+    }
+
     /// I6, P7.2: an id the leader in office does not know is answered without a write: 404,
     /// or 204 for the deregistration of one whose tombstone is kept. Off office (a follower, a
     /// leader still taking office) the leader decides.
     #[test]
     fn i6_unknown_ids_are_answered_without_a_write_by_a_leader_in_office() {
         let none = Bearer(None);
-        let unknown = |method: &Method, recorded, in_office| {
-            status(decide("ex-9", method, recorded, &none, false, in_office))
+        let unknown = |write, recorded, in_office| {
+            status(decide("ex-9", write, recorded, &none, false, in_office))
         };
         for recorded in [Recorded::Gone, Recorded::Unknown] {
-            assert_eq!(
-                unknown(&Method::POST, recorded, true),
-                Err((StatusCode::NOT_FOUND, Some(ErrorCode::UnknownExecutor)))
-            );
-            assert_eq!(
-                unknown(&Method::POST, recorded, false),
-                Ok(Caller::Executor)
-            );
+            for write in [ExecutorWrite::Renew, ExecutorWrite::Drain] {
+                assert_eq!(
+                    unknown(write, recorded, true),
+                    Err((StatusCode::NOT_FOUND, Some(ErrorCode::UnknownExecutor)))
+                );
+                assert_eq!(unknown(write, recorded, false), Ok(Caller::Executor));
+            }
         }
         assert_eq!(
-            unknown(&Method::DELETE, Recorded::Gone, true),
+            unknown(ExecutorWrite::Deregister, Recorded::Gone, true),
             Err((StatusCode::NO_CONTENT, None)),
             "P7.2: a retried deregistration is told it is done"
         );
         assert_eq!(
-            unknown(&Method::DELETE, Recorded::Unknown, true),
+            unknown(ExecutorWrite::Deregister, Recorded::Unknown, true),
             Err((StatusCode::NOT_FOUND, Some(ErrorCode::UnknownExecutor)))
         );
     }

@@ -72,6 +72,9 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
         }
         // The executor's own (with its credential), or an operator's.
         (&Method::DELETE, ["v1", "executors", _]) => Requirement::OneOf(EXECUTOR_OR_ADMIN),
+        // An executor drains itself, with its credential (P17.2, `admission`); only an operator
+        // takes a drain back.
+        (&Method::POST, ["v1", "executors", _, "drain"]) => Requirement::OneOf(EXECUTOR_OR_ADMIN),
         (_, ["v1", "executors", _, "drain"]) => Requirement::OneOf(ADMIN),
         // A manager joins as itself, or removes itself to rejoin (`--join`, `--rejoin`).
         (&Method::POST, ["v1", "cluster", "nodes"]) => Requirement::AdminOrOwnManager(None),
@@ -330,12 +333,22 @@ mod tests {
             (
                 Method::POST,
                 "/v1/executors/ex-3/drain",
-                Requirement::OneOf(ADMIN),
+                Requirement::OneOf(EXECUTOR_OR_ADMIN),
             ),
             (
                 Method::DELETE,
                 "/v1/executors/ex-3/drain",
                 Requirement::OneOf(ADMIN),
+            ),
+            (
+                Method::GET,
+                "/v1/executors/ex-3/safe-to-stop",
+                Requirement::AnyRole,
+            ),
+            (
+                Method::GET,
+                "/v1/cluster/nodes/2/safe-to-stop",
+                Requirement::AnyRole,
             ),
             (Method::POST, "/v1/cluster/init", Requirement::OneOf(ADMIN)),
             (

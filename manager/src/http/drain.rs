@@ -1,12 +1,15 @@
 //! `POST /v1/executors/{id}/drain` and `DELETE /v1/executors/{id}/drain`: an operator takes an
-//! executor out of the spread (or puts it back). Leader writes: the flag is committed through
-//! `Command::SetDraining`, after which the leader's next plan moves the executor's shards through
-//! the normal release handoff (P5.2, P5.4). Answered with the executor as it is after the commit.
+//! executor out of the spread (or puts it back), or an executor takes itself out with its own
+//! credential before it stops (P17.2; the admission layer checked who asks). Leader writes: the
+//! flag is committed through `Command::SetDraining`, after which the leader's next plan moves
+//! the executor's shards through the normal release handoff (P5.2, P5.4), each admitted by it
+//! until its revoke is answered. Answered with the executor as it is after the commit.
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use leasehold_api::wire::ExecutorView;
 
+use super::admission::Admitted;
 use super::inspect::current_executor_view;
 use super::params::ExecutorIdPath;
 use super::refusals::{refusal, unknown_executor};
@@ -14,20 +17,24 @@ use super::{AppState, HttpError};
 use crate::lease::answer::DrainingSet;
 use crate::lease::{Command, ExecutorAnswer};
 
-/// Marks an executor draining: it gets no new shards and its shards move away (P5.2).
+/// Marks an executor draining: it gets no new shards and its shards move away (P5.2). An
+/// operator's (P5.4), or the executor's own before it stops (P17.2).
 #[utoipa::path(
     post, path = "/v1/executors/{executor_id}/drain", tag = "executors",
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "Draining (now or already): the executor as committed.", body = ExecutorView),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 401, description = "`unauthenticated`: a credential other than the one the executor registered with, or an executor's certificate without its credential (P13.4, P17.2)."),
+        (status = 403, description = "`forbidden` (TLS): the admin role, or the executor itself with its credential (P13.3, P17.2)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
     ),
 )]
 pub async fn drain(
     State(node): State<AppState>,
+    Extension(Admitted(caller)): Extension<Admitted>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<ExecutorView>, HttpError> {
+    tracing::info!(%executor_id, ?caller, "drain asked");
     set_draining(&node, executor_id, true).await
 }
 

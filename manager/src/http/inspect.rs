@@ -131,15 +131,20 @@ pub async fn executors(
     State(node): State<AppState>,
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<Vec<ExecutorView>> {
+    Json(all_executor_views(&node))
+}
+
+/// Every registered executor, lease times on this node's clock.
+pub(super) fn all_executor_views(node: &AppState) -> Vec<ExecutorView> {
     let now_ms = node.leadership.clock.now_ms();
-    let loads = loads_known(&node);
-    Json(node.state.read(|applied| {
+    let loads = loads_known(node);
+    node.state.read(|applied| {
         let state = &applied.state;
         state
             .executors()
             .map(|e| executor_view(state, e, now_ms, loads.as_deref()))
             .collect()
-    }))
+    })
 }
 
 /// One registered executor.

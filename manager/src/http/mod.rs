@@ -17,10 +17,12 @@ mod health;
 mod inspect;
 pub mod openapi;
 mod params;
+mod plan;
 mod raft_rpc;
 mod refusals;
 pub mod registration_limit;
 mod removal;
+mod safe_to_stop;
 mod ui;
 mod watch;
 
@@ -40,7 +42,7 @@ use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, R
 use leasehold_api::wire::MAX_RENEW_BODY_BYTES;
 use watch::WatchHub;
 
-use self::admission::WriteBody;
+use self::admission::ExecutorWrite;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use error::HttpError;
@@ -130,32 +132,38 @@ fn on_the_leader(node: &AppState, routes: Router<AppState>) -> Router<AppState> 
 /// An executor's own writes are admitted (credential, known id) before their body is read or
 /// forwarded; renewal claims and loads and releases list shards, and one executor may hold
 /// every shard, so their bound comes from the cluster's shard count, not the other bodies'.
+/// A drain is an executor's own write too (P17.2), or an operator's.
 fn executor_write_routes(node: &AppState) -> Router<AppState> {
-    let executor_write = |path, handler, body| {
+    let executor_write = |path, handler, write| {
         bounded(
             on_the_leader(node, Router::new().route(path, handler)),
             REQUEST_TIMEOUT,
         )
         .route_layer(DefaultBodyLimit::disable())
         .route_layer(middleware::from_fn_with_state(
-            (node.clone(), body),
+            (node.clone(), write),
             admission::admit_executor_write,
         ))
     };
     executor_write(
         "/v1/executors/{executor_id}/renew",
         post(executors::renew),
-        WriteBody::Renew,
+        ExecutorWrite::Renew,
     )
     .merge(executor_write(
         "/v1/executors/{executor_id}/release",
         post(executors::release),
-        WriteBody::ShardList,
+        ExecutorWrite::Release,
     ))
     .merge(executor_write(
         "/v1/executors/{executor_id}",
         axum::routing::delete(executors::deregister),
-        WriteBody::None,
+        ExecutorWrite::Deregister,
+    ))
+    .merge(executor_write(
+        "/v1/executors/{executor_id}/drain",
+        post(drain::drain),
+        ExecutorWrite::Drain,
     ))
 }
 
@@ -183,7 +191,7 @@ fn register_route(
 fn leader_routes(node: &AppState) -> Router<AppState> {
     let writes = Router::new().route(
         "/v1/executors/{executor_id}/drain",
-        post(drain::drain).delete(drain::undrain),
+        axum::routing::delete(drain::undrain),
     );
     let admin = Router::new()
         .route("/v1/cluster/nodes", post(cluster::add_node))
@@ -191,8 +199,24 @@ fn leader_routes(node: &AppState) -> Router<AppState> {
             "/v1/cluster/nodes/{node_id}",
             axum::routing::delete(cluster::remove_node),
         );
+    // P17.4: the leader knows every lease on a clock in office, how far each voter is, and
+    // what its planner goes by.
+    let operator_reads = Router::new()
+        .route("/v1/plan", get(plan::preview))
+        .route(
+            "/v1/executors/{executor_id}/safe-to-stop",
+            get(safe_to_stop::executor),
+        )
+        .route(
+            "/v1/cluster/nodes/{node_id}/safe-to-stop",
+            get(safe_to_stop::member),
+        );
     bounded(on_the_leader(node, writes), REQUEST_TIMEOUT)
         .merge(bounded(on_the_leader(node, admin), ADMIN_REQUEST_TIMEOUT))
+        .merge(bounded(
+            on_the_leader(node, operator_reads),
+            REQUEST_TIMEOUT,
+        ))
 }
 
 /// Reads of the state: answered here, or by the leader for `?consistent=true`.

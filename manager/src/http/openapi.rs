@@ -14,7 +14,7 @@ use leasehold_api::openapi::{document_problems, to_pretty_json, ProblemCodes};
 use leasehold_api::problem::{ErrorCode, Problem};
 use utoipa::OpenApi;
 
-use super::{backup, cluster, drain, executors, health, inspect, watch};
+use super::{backup, cluster, drain, executors, health, inspect, plan, safe_to_stop, watch};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -31,6 +31,9 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         executors::deregister,
         drain::drain,
         drain::undrain,
+        safe_to_stop::executor,
+        plan::preview,
+        safe_to_stop::member,
         inspect::state,
         inspect::executors,
         inspect::executor,

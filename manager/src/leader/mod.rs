@@ -397,7 +397,8 @@ fn take_reports(
 fn publish_loads(node: &LeaderHandle, placement: &TermPlacement, state: &LeaseState, now_ms: u64) {
     let shard_loads = placement.tracker.shard_loads(state);
     let summary = LoadSummary::of(state, now_ms, &shard_loads);
-    let inputs_by_load = matches!(placement.inputs(state, now_ms).loads, Loads::Reported(_));
+    let placement_inputs = placement.inputs(state, now_ms);
+    let inputs_by_load = matches!(placement_inputs.loads, Loads::Reported(_));
     metrics::gauge!("leasehold_placement_by_load").set(if inputs_by_load { 1.0 } else { 0.0 });
     metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));
     metrics::gauge!("leasehold_hot_shards").set(summary.hot.len() as f64);
@@ -409,5 +410,6 @@ fn publish_loads(node: &LeaderHandle, placement: &TermPlacement, state: &LeaseSt
     node.published_loads.publish(LoadPicture {
         shard_loads,
         summary,
+        placement_inputs: Arc::new(placement_inputs),
     });
 }

@@ -25,6 +25,8 @@
   /** A watch reply is due within WATCH_WAIT; a connection that hangs longer is cut. */
   const WATCH_ABORT_MS = 45000;
   const MEMBERS_ABORT_MS = 5000;
+  /** A safe-to-stop or next-plan question (the leader probes the voters for up to a second). */
+  const STOP_CHECK_ABORT_MS = 5000;
   const MIN_WATCH_GAP_MS = 250;
   const MAX_WATCH_GAP_MS = 2000;
   const BUSY_FACTOR = 4;
@@ -88,6 +90,11 @@
     shardCount: $('shard-count'),
     lease: $('lease'),
     servedBy: $('served-by'),
+    stopCheck: $('stop-check'),
+    stopCheckSubject: $('stop-check-subject'),
+    stopCheckVerdict: $('stop-check-verdict'),
+    planAsk: $('plan-ask'),
+    planSummary: $('plan-summary'),
   };
 
   /** What the page shows now. */
@@ -811,6 +818,64 @@
 
   ui.colourOwner.addEventListener('click', () => colourBy('owner'));
   ui.colourLoad.addEventListener('click', () => colourBy('load'));
+
+  // ---- the next plan, not committed (PROTOCOL P17.4) ------------------------------------------
+
+  /** "3 moves planned on revision 42: 2 drain, 1 join", or that nothing would move. */
+  function planSummary(plan) {
+    if (!plan.moves.length) return 'nothing would move (revision ' + plan.revision + ')';
+    const byReason = new Map();
+    for (const step of plan.moves) byReason.set(step.reason, (byReason.get(step.reason) || 0) + 1);
+    const reasons = [...byReason].map(([reason, count]) => count + ' ' + reason).join(', ');
+    return plan.moves.length + ' moves planned on revision ' + plan.revision + ': ' + reasons +
+      (plan.capped ? ' (cut at the cap: more follow)' : '');
+  }
+
+  ui.planAsk.addEventListener('click', async () => {
+    ui.planSummary.className = '';
+    ui.planSummary.textContent = 'asking the leader…';
+    try {
+      const { text } = await fetchText('/v1/plan', STOP_CHECK_ABORT_MS);
+      ui.planSummary.textContent = planSummary(JSON.parse(text));
+    } catch (error) {
+      ui.planSummary.className = 'unsafe';
+      ui.planSummary.textContent = 'next plan: ' + error.message;
+    }
+  });
+
+  // ---- safe to stop? (PROTOCOL P17.4) ---------------------------------------------------------
+
+  /** `manager N` (or a bare number) asks about a manager; anything else is an executor id. */
+  function stopCheckTarget(subject) {
+    const manager = /^(?:manager\s+)?(\d+)$/i.exec(subject);
+    if (manager) {
+      return { what: 'manager ' + manager[1], url: '/v1/cluster/nodes/' + manager[1] + '/safe-to-stop' };
+    }
+    return { what: 'executor ' + subject, url: '/v1/executors/' + encodeURIComponent(subject) + '/safe-to-stop' };
+  }
+
+  ui.stopCheck.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const subject = ui.stopCheckSubject.value.trim();
+    if (!subject) {
+      ui.stopCheckVerdict.className = 'unsafe';
+      ui.stopCheckVerdict.textContent = 'name an executor id, or manager N';
+      return;
+    }
+    const { what, url } = stopCheckTarget(subject);
+    ui.stopCheckVerdict.className = '';
+    ui.stopCheckVerdict.textContent = what + ': asking the leader…';
+    try {
+      const { text } = await fetchText(url, STOP_CHECK_ABORT_MS);
+      const verdict = JSON.parse(text);
+      ui.stopCheckVerdict.className = verdict.safe ? 'safe' : 'unsafe';
+      ui.stopCheckVerdict.textContent =
+        what + ': ' + (verdict.safe ? 'safe to stop' : 'not safe to stop') + ': ' + verdict.reason;
+    } catch (error) {
+      ui.stopCheckVerdict.className = 'unsafe';
+      ui.stopCheckVerdict.textContent = what + ': ' + error.message;
+    }
+  });
 
   // ---- members -------------------------------------------------------------------------------
 

@@ -107,6 +107,20 @@ pub enum MoveReason {
     Cancel,
 }
 
+impl MoveReason {
+    /// Its name on the wire and in logs (`GET /v1/plan`, P17.4).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveReason::Balance => "balance",
+            MoveReason::Expiry => "expiry",
+            MoveReason::Drain => "drain",
+            MoveReason::Join => "join",
+            MoveReason::Departure => "departure",
+            MoveReason::Cancel => "cancel",
+        }
+    }
+}
+
 /// A plan and why each of its moves is made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {

@@ -1,0 +1,124 @@
+//! `GET /v1/plan` (PROTOCOL P17.4): the plan the leader would commit next, without committing it.
+//! The leader answers with the planner its leader loop runs (`lease::plan_placement`), on its
+//! applied state and with the placement inputs its last step published (loads, budget, cooling
+//! shards; by count before its first step). Reaping and completing expired handoffs, which a step
+//! does before it plans, are not shown. Reads: any role.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use leasehold_api::wire::{PlanPreview, PlannedMove};
+
+use super::AppState;
+use crate::cpu_bound;
+use crate::lease::{
+    plan_placement, Command, LeaseState, PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
+};
+
+/// The next plan, not committed.
+#[utoipa::path(
+    get, path = "/v1/plan", tag = "inspection",
+    responses(
+        (status = 200, description = "The moves the leader would commit next, each with its owner now and why (P17.4); none when nothing would move.", body = PlanPreview),
+    ),
+)]
+pub async fn preview(State(node): State<AppState>) -> Json<PlanPreview> {
+    let now_ms = node.leadership.clock.now_ms();
+    let inputs = node
+        .published_loads
+        .latest()
+        .map(|picture| Arc::clone(&picture.placement_inputs))
+        .unwrap_or_else(|| Arc::new(PlacementInputs::by_count()));
+    // A plan over a million shards takes a while: off the async workers, on a clone of the
+    // state rather than under the lock `apply` waits on.
+    Json(cpu_bound::run(|| {
+        let state = node.state.current();
+        let plan = plan_placement(&state, now_ms, &inputs, MAX_MOVES_PER_PLAN);
+        preview_of(&state, plan.as_ref())
+    }))
+}
+
+/// What `plan` (made on `state`) would do, move by move.
+fn preview_of(state: &LeaseState, plan: Option<&Plan>) -> PlanPreview {
+    let moves: Vec<PlannedMove> = match plan.map(|plan| (&plan.command, &plan.reasons)) {
+        Some((Command::Rebalance { moves, .. }, reasons)) => moves
+            .iter()
+            .zip(reasons)
+            .map(|(step, reason)| PlannedMove {
+                shard: step.shard,
+                from: state
+                    .shard(step.shard)
+                    .and_then(|shard| shard.owner.clone()),
+                to: step.to.clone(),
+                reason: reason.as_str().to_owned(),
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    PlanPreview {
+        revision: state.revision(),
+        capped: moves.len() >= MAX_MOVES_PER_PLAN,
+        moves,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Outcome;
+
+    fn register(state: &mut LeaseState, index: u64, incarnation: &str) -> String {
+        let Outcome::Registered { grant, .. } = state.apply(
+            index,
+            &Command::Register {
+                now_ms: 0,
+                incarnation: incarnation.into(),
+                address: format!("http://{incarnation}:1"),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+            },
+        ) else {
+            panic!("registered");
+        };
+        grant.executor_id
+    }
+
+    /// P17.4: the preview is the plan the leader would commit (the same planner, the same
+    /// state), each move with its owner now and its reason, and committing nothing.
+    #[test]
+    fn p17_4_the_preview_is_the_next_plan_move_by_move() {
+        let mut state = LeaseState::default();
+        let _ = state.apply(
+            1,
+            &Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 3_000,
+            },
+        );
+        let first = register(&mut state, 2, "a");
+        let inputs = PlacementInputs::by_count();
+        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let preview = preview_of(&state, plan.as_ref());
+        assert_eq!(preview.revision, state.revision());
+        assert_eq!(preview.moves.len(), 4, "{preview:?}");
+        assert!(preview
+            .moves
+            .iter()
+            .all(|step| step.from.is_none() && step.to == first && step.reason == "join"));
+        assert!(!preview.capped);
+        let _ = state.apply(3, &plan.unwrap().command);
+        let second = register(&mut state, 4, "b");
+        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let preview = preview_of(&state, plan.as_ref());
+        assert_eq!(preview.moves.len(), 2, "{preview:?}");
+        assert!(preview.moves.iter().all(|step| {
+            step.from.as_deref() == Some(first.as_str())
+                && step.to == second
+                && step.reason == "join"
+        }));
+        assert_eq!(preview_of(&state, None).moves, Vec::new());
+    }
+}
