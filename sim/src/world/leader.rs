@@ -282,7 +282,6 @@ impl World {
         let Some(leader) = active(&mut self.leader, term) else {
             return;
         };
-        leader.round_scheduled = false;
         if leader.round.is_some() {
             // Production's wake-up arrives while the round runs, and the next round follows it
             // at once.
@@ -320,7 +319,6 @@ impl World {
         };
         if leader.round.as_ref().is_some_and(DeliveryRound::is_over) {
             leader.round = None;
-            leader.round_scheduled = true;
             if std::mem::take(&mut leader.round_again) {
                 self.schedule(now_us, Event::DeliveryRound { term });
             } else {

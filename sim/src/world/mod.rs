@@ -426,7 +426,6 @@ struct Leader {
     /// What each delivery in flight was, by its id, to tell its answer.
     round_in_flight: BTreeMap<u64, Inflight>,
     round_again: bool,
-    round_scheduled: bool,
     stalled_until_us: Option<u64>,
     /// What the step under way places by (the term's steps hold it; the checks need the loads).
     step_loads: Loads,

@@ -37,7 +37,6 @@ impl World {
             round: None,
             round_in_flight: BTreeMap::new(),
             round_again: false,
-            round_scheduled: false,
             stalled_until_us: None,
             step_loads: Loads::Counts,
         };
