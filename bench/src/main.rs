@@ -1,6 +1,6 @@
 //! `leasehold-loadgen`: drives simulated executors against a three-node Leasehold cluster and the
 //! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
-//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B10), plus `smoke`, the
+//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B11), plus `smoke`, the
 //! short run CI executes. B7 compares Leasehold with itself (placement by load and by count), so
 //! it has no etcd half. `transport` starts no system: it measures one Raft RPC exchange on the
 //! transports the managers could use (src/transport.rs).
@@ -139,6 +139,17 @@ enum Scenario {
         quiet: Duration,
         #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
         window: Duration,
+    },
+    /// A rolling deploy of real executors (maxSurge 1: start the replacement, wait until it
+    /// registered, SIGTERM the old one, settle): moves per shard, handoffs onto executors
+    /// replaced later, each handoff's no-owner window, I1/I2 over the admission logs.
+    B11 {
+        #[arg(long, default_value_t = 4)]
+        executors: usize,
+        #[arg(long, default_value_t = 64)]
+        shards: u32,
+        #[arg(long, default_value_t = 2)]
+        runs: usize,
     },
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
@@ -532,6 +543,13 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
         )
         .await?
         .print()?,
+        Scenario::B11 {
+            executors,
+            shards,
+            runs,
+        } => scenarios::b11(env, executors, shards, runs)
+            .await?
+            .print()?,
         Scenario::B6 {
             duration,
             sample_every,
