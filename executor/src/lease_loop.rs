@@ -20,7 +20,9 @@ use crate::lease::{CallOutcome, LeaseClock, NextCall};
 use crate::lease_calls::{CallKind, GrantTaken, LeaseCalls, LeaseHolder};
 use crate::manager::ManagerApi;
 use crate::metrics::{count_disowned_push, count_lease_call, count_self_drain};
-use crate::self_drain::{after_drain, drain_deadline, AfterDrain};
+use crate::self_drain::{
+    after_drain, drain_deadline, AfterDrain, DrainProgress, DrainWait, DRAIN_STALL,
+};
 use crate::shared::{DueRenewal, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::status::RunState;
@@ -296,21 +298,40 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
     }
     // A revoke drops a shard from the held set once it stopped admitting it; a lapse or being
     // forgotten (reaped) empties the set or changes the id, and the stop then goes on too.
-    let handed_over = timeout_at(
-        deadline,
-        assignment.wait_for(|view| {
-            view.shards.is_empty() || view.executor_id.as_deref() != Some(executor_id.as_str())
-        }),
-    )
-    .await;
-    match handed_over {
-        Ok(_) => {
+    let mut progress = DrainProgress::new(held, Instant::now(), deadline);
+    let ended = loop {
+        let (held_now, same_executor) = {
+            let view = assignment.borrow_and_update();
+            (
+                view.shards.len(),
+                view.executor_id.as_deref() == Some(executor_id.as_str()),
+            )
+        };
+        if !same_executor {
+            break DrainWait::Done;
+        }
+        match progress.observe(held_now, Instant::now()) {
+            DrainWait::WakeAt(at) => {
+                if let Ok(Err(_)) = timeout_at(at, assignment.changed()).await {
+                    // The executor is shutting down under us: nothing more to wait for.
+                    break DrainWait::Done;
+                }
+            }
+            ended => break ended,
+        }
+    };
+    let left = shared.view_at(Instant::now()).shards.len();
+    match ended {
+        DrainWait::Done | DrainWait::WakeAt(_) => {
             count_self_drain("handed_over");
             info!(%executor_id, "drained: every shard was handed over (P17.2)");
         }
-        Err(_) => {
+        DrainWait::Stalled => {
+            count_self_drain("stalled");
+            warn!(%executor_id, left, stall_ms = millis(DRAIN_STALL), "the drain made no progress (are the other executors stopping too?); stopping admission of the rest at once (P3.7)");
+        }
+        DrainWait::TimedOut => {
             count_self_drain("timed_out");
-            let left = shared.view_at(Instant::now()).shards.len();
             warn!(%executor_id, left, "the drain did not finish within the grace; stopping admission of the rest at once (P3.7)");
         }
     }

@@ -73,7 +73,7 @@ pub const METRICS: &[MetricSpec] = &[
         help: "Self-drains at a graceful stop (P17.2), by how each ended.",
         labels: &[(
             "outcome",
-            &["handed_over", "no_taker", "refused", "timed_out"],
+            &["handed_over", "no_taker", "refused", "stalled", "timed_out"],
         )],
         at_start: AtStart::Zero,
     },
@@ -143,7 +143,8 @@ pub(crate) fn count_lease_call(call: &'static str, result: &'static str) {
 
 /// Counts one self-drain at a graceful stop (P17.2) by how it ended: `handed_over` (every
 /// shard's handoff completed), `no_taker` (no other executor could take them), `refused` (the
-/// managers did not drain it), `timed_out` (the grace ran short).
+/// managers did not drain it), `stalled` (no shard left for a while: nobody took them),
+/// `timed_out` (the grace ran short).
 pub(crate) fn count_self_drain(outcome: &'static str) {
     metrics::counter!("leasehold_executor_self_drains_total", "outcome" => outcome).increment(1);
 }

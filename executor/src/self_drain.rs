@@ -14,6 +14,12 @@ use std::time::Duration;
 use leasehold_api::wire::{possible_takers, ExecutorView};
 use tokio::time::Instant;
 
+/// The drain stops waiting when no shard has left for this long: nobody is taking them (every
+/// other executor is stopping too, say), so the rest is handed over by the deregistration. A
+/// handoff takes a plan and a revoke's round trip, tens of milliseconds, once the drain is
+/// committed (the leader replans at once).
+pub(crate) const DRAIN_STALL: Duration = Duration::from_millis(1_500);
+
 /// Most of the grace kept back from the drain for the deregistration that follows it (never
 /// more than half the grace).
 pub(crate) const DEREGISTRATION_RESERVE: Duration = Duration::from_secs(1);
@@ -41,6 +47,57 @@ pub(crate) fn after_drain(own_executor_id: &str, executors: &[ExecutorView]) -> 
     match possible_takers(own_executor_id, executors).count() {
         0 => AfterDrain::NoTaker,
         takers => AfterDrain::AwaitHandoffs { takers },
+    }
+}
+
+/// Where the wait for the drain's handoffs stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DrainWait {
+    /// Nothing is held any more.
+    Done,
+    /// Still waiting: look again at this instant, or when the held set changes.
+    WakeAt(Instant),
+    /// The deadline came with shards still held.
+    TimedOut,
+    /// No shard left for [`DRAIN_STALL`].
+    Stalled,
+}
+
+/// The wait for the drain's handoffs, from the held set as it shrinks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DrainProgress {
+    held: usize,
+    progress_at: Instant,
+    deadline: Instant,
+}
+
+impl DrainProgress {
+    /// A wait that began at `now` with `held` shards, to end by `deadline`.
+    pub(crate) fn new(held: usize, now: Instant, deadline: Instant) -> Self {
+        Self {
+            held,
+            progress_at: now,
+            deadline,
+        }
+    }
+
+    /// Where the wait stands at `now`, holding `held` shards.
+    pub(crate) fn observe(&mut self, held: usize, now: Instant) -> DrainWait {
+        if held == 0 {
+            return DrainWait::Done;
+        }
+        if held < self.held {
+            self.held = held;
+            self.progress_at = now;
+        }
+        if now >= self.deadline {
+            return DrainWait::TimedOut;
+        }
+        let stalled_at = self.progress_at + DRAIN_STALL;
+        if now >= stalled_at {
+            return DrainWait::Stalled;
+        }
+        DrainWait::WakeAt(stalled_at.min(self.deadline))
     }
 }
 
@@ -84,6 +141,33 @@ mod tests {
             after_drain("ex-1", &[me, live_peer]),
             AfterDrain::AwaitHandoffs { takers: 1 }
         );
+    }
+
+    /// P17.2: the wait ends when nothing is held, when no shard has left for the stall bound,
+    /// or at the deadline, whichever comes first; each handoff restarts the stall bound.
+    #[test]
+    fn p17_2_the_wait_ends_when_done_stalled_or_out_of_time() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut wait = DrainProgress::new(3, t0, t0 + ms(4_000));
+        assert_eq!(wait.observe(3, t0), DrainWait::WakeAt(t0 + DRAIN_STALL));
+        assert_eq!(
+            wait.observe(2, t0 + ms(1_000)),
+            DrainWait::WakeAt(t0 + ms(1_000) + DRAIN_STALL),
+            "a handoff restarts the stall bound"
+        );
+        assert_eq!(
+            wait.observe(2, t0 + ms(2_000)),
+            DrainWait::WakeAt(t0 + ms(2_500))
+        );
+        assert_eq!(wait.observe(2, t0 + ms(2_500)), DrainWait::Stalled);
+        let mut slow = DrainProgress::new(3, t0, t0 + ms(2_000));
+        assert_eq!(
+            slow.observe(2, t0 + ms(1_000)),
+            DrainWait::WakeAt(t0 + ms(2_000))
+        );
+        assert_eq!(slow.observe(1, t0 + ms(2_000)), DrainWait::TimedOut);
+        assert_eq!(slow.observe(0, t0 + ms(2_100)), DrainWait::Done);
     }
 
     /// P17.2, P3.7: the drain leaves the deregistration a second of the grace, or half of a

@@ -560,21 +560,34 @@ async fn p17_2_without_a_taker_or_a_drain_the_stop_is_at_once() {
     }
 }
 
-/// P17.2, P3.7: a drain whose handoffs do not complete keeps admitting until the grace less the
-/// deregistration's reserve, then stops the rest at once, and the whole stop fits the grace.
+/// P17.2, P3.7: a drain whose handoffs go on but do not finish keeps admitting what is left
+/// until the grace less the deregistration's reserve, then stops the rest at once, and the
+/// whole stop fits the grace.
 #[tokio::test(start_paused = true)]
 async fn p17_2_an_unfinished_drain_stops_the_rest_within_the_grace() {
     let harness = Harness::start(Script {
-        shards: set(&[(1, 1)]),
+        shards: set(&[(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]),
         drain_takers: Some(2),
         ..Script::default()
     });
     sleep(secs(1)).await;
     let asked = Instant::now();
     harness.shutdown_tx.send_replace(true);
+    // One handoff a second, each inside the stall bound.
+    for (shard, revision) in [(1, 2), (2, 3), (3, 4)] {
+        sleep_until(asked + secs(u64::from(shard))).await;
+        harness
+            .shared
+            .apply_revoke(&leasehold_api::wire::RevokePush {
+                executor_id: "ex-1".into(),
+                revision,
+                shards: vec![shard],
+            })
+            .unwrap();
+    }
     let drain_ends = GRACE - crate::self_drain::DEREGISTRATION_RESERVE;
     sleep_until(asked + drain_ends - ms(1)).await;
-    assert_eq!(harness.shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    assert_eq!(harness.shared.admit(4), Ok(Permit { shard: 4, epoch: 1 }));
     let (state, fake, log) = harness.stop().await;
     assert_eq!(state, RunState::Stopped);
     let deregistered_at = fake.calls().iter().find_map(|call| match call {
@@ -583,6 +596,45 @@ async fn p17_2_an_unfinished_drain_stops_the_rest_within_the_grace() {
     });
     assert_eq!(deregistered_at, Some(asked + drain_ends));
     assert!(Instant::now() - asked <= GRACE);
+    let stops: Vec<(u64, String, String)> = log_summary(&log)
+        .into_iter()
+        .filter(|(_, event, _)| event == "stop")
+        .collect();
+    assert_eq!(
+        stops,
+        [
+            (1, "stop".into(), "revoked".into()),
+            (2, "stop".into(), "revoked".into()),
+            (3, "stop".into(), "revoked".into()),
+            (4, "stop".into(), "shutdown".into()),
+            (5, "stop".into(), "shutdown".into()),
+        ]
+    );
+}
+
+/// P17.2: when no shard leaves for the stall bound (every other executor is stopping too, so
+/// none takes them), the drain gives up then instead of waiting out the grace.
+#[tokio::test(start_paused = true)]
+async fn p17_2_a_drain_that_moves_nothing_gives_up_after_the_stall_bound() {
+    let harness = Harness::start(Script {
+        shards: set(&[(1, 1)]),
+        drain_takers: Some(2),
+        ..Script::default()
+    });
+    sleep(secs(1)).await;
+    let asked = Instant::now();
+    harness.shutdown_tx.send_replace(true);
+    sleep_until(asked + crate::self_drain::DRAIN_STALL - ms(1)).await;
+    assert_eq!(harness.shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    let (_, fake, log) = harness.stop().await;
+    let deregistered_at = fake.calls().iter().find_map(|call| match call {
+        Call::Deregister { at, .. } => Some(*at),
+        _ => None,
+    });
+    assert_eq!(
+        deregistered_at,
+        Some(asked + crate::self_drain::DRAIN_STALL)
+    );
     assert_eq!(
         log_summary(&log)[1..],
         [(1, "stop".into(), "shutdown".into())]

@@ -130,6 +130,24 @@ mod tests {
         );
     }
 
+    /// Every operation has its own id (client generators and the spec require it; a handler's
+    /// name is the id unless it says otherwise).
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                let Some(id) = operation["operationId"].as_str() else {
+                    continue;
+                };
+                if let Some(other) = seen.insert(id.to_owned(), format!("{method} {path}")) {
+                    panic!("operation id {id} is both {other} and {method} {path}");
+                }
+            }
+        }
+    }
+
     /// The document's bounds are written as literals (utoipa takes no constants): they must be
     /// the limits `api::wire` defines, which the handlers and the state machine enforce (P15.1).
     #[test]

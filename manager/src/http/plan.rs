@@ -18,7 +18,7 @@ use crate::lease::{
 
 /// The next plan, not committed.
 #[utoipa::path(
-    get, path = "/v1/plan", tag = "inspection",
+    get, path = "/v1/plan", tag = "inspection", operation_id = "plan",
     responses(
         (status = 200, description = "The moves the leader would commit next, each with its owner now and why (P17.4); none when nothing would move.", body = PlanPreview),
     ),

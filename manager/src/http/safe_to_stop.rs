@@ -21,6 +21,7 @@ use crate::safe_to_stop::{caught_up, executor_verdict, member_verdict};
 /// Whether stopping this executor now leaves its shards a place to go.
 #[utoipa::path(
     get, path = "/v1/executors/{executor_id}/safe-to-stop", tag = "inspection",
+    operation_id = "executor_safe_to_stop",
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "The verdict and its reason: safe when the executor holds no shards or another live executor that is not draining can take them (P17.4).", body = SafeToStop),
@@ -39,6 +40,7 @@ pub async fn executor(
 /// Whether stopping this manager now leaves the voters a caught-up majority.
 #[utoipa::path(
     get, path = "/v1/cluster/nodes/{node_id}/safe-to-stop", tag = "cluster",
+    operation_id = "member_safe_to_stop",
     params(("node_id" = u64, Path, description = "Raft node id of the member.")),
     responses(
         (status = 200, description = "The verdict and its reason: safe when the other voters that answer and whose logs are within 100 entries of what the leader applied are a majority of the voters; a learner always is (P17.4).", body = SafeToStop),
