@@ -30,30 +30,14 @@ fn start_executor(
 ) -> Result<DeployedExecutor> {
     let executor_bin =
         binary_in(&env.bin_dir, "leasehold-executor").context(procs::BIN_DIR_HINT)?;
-    let port = free_port()?;
-    let address = format!("{}://127.0.0.1:{port}", env.security.scheme());
     let event_log = dir.join(format!("{name}.events.jsonl"));
-    let mut command = Command::new(&executor_bin);
+    let (mut command, address) =
+        executor_command(&executor_bin, cluster, &env.security, free_port()?);
     command
-        .arg("--managers")
-        .arg(cluster.urls().join(","))
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
         .arg("--name")
         .arg(name)
         .arg("--event-log")
-        .arg(&event_log)
-        .env("RUST_LOG", "info");
-    if let Some(certs) = env.security.certs() {
-        let files = certs.files("executor");
-        command
-            .arg("--cert-file")
-            .arg(&files.cert_file)
-            .arg("--key-file")
-            .arg(&files.key_file)
-            .arg("--trusted-ca-file")
-            .arg(&files.trusted_ca_file);
-    }
+        .arg(&event_log);
     let process = ChildProcess::spawn(&mut command, &dir.join(format!("{name}.log")))?;
     Ok(DeployedExecutor {
         name: name.to_owned(),

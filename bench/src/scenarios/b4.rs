@@ -42,25 +42,8 @@ pub async fn b4(env: &Env, shard_counts: &[u32]) -> Result<Table> {
         let formed = Instant::now();
         let fleet = Arc::new(leasehold_fleet(&cluster, security, 3, executor_client()).await?);
         let cadence = Cadence::start(fleet.clone(), SHORT_LEASE_DURATION);
-        let port = free_port()?;
-        let address = format!("{}://127.0.0.1:{port}", security.scheme());
-        let mut command = Command::new(&executor_bin);
-        command
-            .arg("--managers")
-            .arg(cluster.urls().join(","))
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "info");
-        if let Some(certs) = security.certs() {
-            let files = certs.files("executor");
-            command
-                .arg("--cert-file")
-                .arg(&files.cert_file)
-                .arg("--key-file")
-                .arg(&files.key_file)
-                .arg("--trusted-ca-file")
-                .arg(&files.trusted_ca_file);
-        }
+        let (mut command, address) =
+            executor_command(&executor_bin, &cluster, security, free_port()?);
         let mut victim = ChildProcess::spawn(
             &mut command,
             &env.dir(&format!("b4-{shards}-executor"))?

@@ -116,6 +116,35 @@ const PUT_LEASE_TTL_S: i64 = 24 * 3600;
 pub(crate) const FORM_BOUND: Duration = Duration::from_secs(120);
 pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(900);
 
+/// A real `leasehold-executor` on 127.0.0.1:`port` against `cluster`, with the executor
+/// certificate under TLS; returns the command and the address it advertises.
+pub(crate) fn executor_command(
+    executor_bin: &Path,
+    cluster: &ManagerCluster,
+    security: &Security,
+    port: u16,
+) -> (Command, String) {
+    let address = format!("{}://127.0.0.1:{port}", security.scheme());
+    let mut command = Command::new(executor_bin);
+    command
+        .arg("--managers")
+        .arg(cluster.urls().join(","))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "info");
+    if let Some(certs) = security.certs() {
+        let files = certs.files("executor");
+        command
+            .arg("--cert-file")
+            .arg(&files.cert_file)
+            .arg("--key-file")
+            .arg(&files.key_file)
+            .arg("--trusted-ca-file")
+            .arg(&files.trusted_ca_file);
+    }
+    (command, address)
+}
+
 /// A client configuration for simulated executors: the protocol's patience (P7.1).
 pub(crate) fn executor_client() -> ClientConfig {
     ClientConfig::default()
