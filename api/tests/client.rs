@@ -75,6 +75,7 @@ fn register_request() -> RegisterRequest {
         name: None,
         credential: None,
         capacity: None,
+        app_version: None,
     }
 }
 

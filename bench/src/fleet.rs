@@ -326,6 +326,7 @@ impl LeaseholdFleet {
                         name: None,
                         credential: Some(credential.clone()),
                         capacity,
+                        app_version: None,
                     })
                     .await?;
                 let mut assignment = AssignmentState::default();

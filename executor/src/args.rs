@@ -56,6 +56,12 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_CAPACITY", default_value_t = leasehold_api::wire::DEFAULT_CAPACITY)]
     pub capacity: u32,
 
+    /// The application version this executor serves (PROTOCOL P17.3), e.g. `2.4.1` or a build
+    /// number: while the executors run more than one, shards move only to the newest and balance
+    /// waits. Letters, digits, '.', '-', '+', '_'; ordered as semantic versions.
+    #[arg(long, env = "LEASEHOLD_APP_VERSION")]
+    pub app_version: Option<String>,
+
     /// Be the sidecar of a service on this machine (PROTOCOL §16): serve it the local API on
     /// 127.0.0.1:PORT (loopback only) or unix:/path; the admission log then records what the
     /// service was told.
@@ -92,6 +98,7 @@ impl ExecutorArgs {
         config.tls = self.tls.files();
         config.insecure = self.tls.insecure;
         config.capacity = self.capacity;
+        config.app_version = self.app_version.clone();
         config.local_listen =
             match &self.local_listen {
                 Some(text) => Some(text.parse::<LocalListen>().map_err(|reason| {

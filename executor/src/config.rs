@@ -46,6 +46,11 @@ pub struct ExecutorConfig {
     /// it. Registered only with clusters at cluster version 4 or later; below, the executor
     /// registers with the default and says so in a warning.
     pub capacity: u32,
+    /// The application version this executor runs (PROTOCOL P17.3), checked by
+    /// `leasehold_api::wire::check_app_version`: while the executors run more than one, shards
+    /// move only to the newest, and balance waits. Registered only with clusters at cluster
+    /// version 5 or later; below, the executor registers without one and says so in a warning.
+    pub app_version: Option<String>,
     /// Renewals carry the loads of the held shards, as measured by the
     /// [`crate::ExecutorHandle::load_meter`] (P15.1). Off: the executor does not report (not
     /// the same as reporting zeros), so turn it on only when the embedder records its work.
@@ -73,6 +78,7 @@ impl ExecutorConfig {
             tls: None,
             insecure: false,
             capacity: DEFAULT_CAPACITY,
+            app_version: None,
             report_loads: false,
             local_listen: None,
             app_url: None,

@@ -185,6 +185,7 @@ mod tests {
                 name: None,
                 credential: None,
                 capacity: None,
+                app_version: None,
             }
         }
 

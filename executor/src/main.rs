@@ -219,6 +219,27 @@ mod tests {
     }
 
     #[test]
+    fn p17_3_the_app_version_flag_sets_the_app_version() {
+        let args = Args::try_parse_from([
+            "leasehold-executor",
+            "--managers",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--app-version",
+            "2.4.1",
+        ])
+        .unwrap();
+        assert_eq!(
+            binary_config(&args.executor)
+                .unwrap()
+                .app_version
+                .as_deref(),
+            Some("2.4.1")
+        );
+    }
+
+    #[test]
     fn p16_1_the_sidecar_flag_takes_loopback_or_a_unix_socket_and_reports_no_loads() {
         let parse = |local: &str| {
             Args::try_parse_from([

@@ -20,8 +20,8 @@ use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
 use crate::members::{MemberSource, MembersFuture};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
-    Credential, ExecutorView, Grant, KeyRoute, RegisterRequest, RenewRequest, CAPACITY_SCHEMA,
-    CREDENTIALS_SCHEMA,
+    Credential, ExecutorView, Grant, KeyRoute, RegisterRequest, RenewRequest, APP_VERSION_SCHEMA,
+    CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
 };
 
 /// Patience of one register or renew call: how stale the lease anchor can get before the
@@ -77,6 +77,8 @@ pub(crate) struct ManagerLink {
     /// The warning that a cluster below [`CAPACITY_SCHEMA`] ignores the capacity was logged;
     /// it is said once, not at every re-registration.
     capacity_ignored_warned: Arc<AtomicBool>,
+    /// The same for an application version below [`APP_VERSION_SCHEMA`].
+    app_version_ignored_warned: Arc<AtomicBool>,
 }
 
 impl ManagerLink {
@@ -97,6 +99,7 @@ impl ManagerLink {
             grants: Client::with_tls(managers.clone(), grants_config, tls)?,
             patient: Client::with_tls(managers, patient_config, tls)?,
             capacity_ignored_warned: Arc::new(AtomicBool::new(false)),
+            app_version_ignored_warned: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -117,15 +120,32 @@ impl ManagerLink {
 /// Leaves out of `request` the fields a cluster at `cluster_version` does not take
 /// (docs/PROTOCOL.md, "Versions"): a manager of an earlier release refuses an unknown field, and
 /// the leader of a cluster still below the field's schema refuses its value (the proposal gate,
-/// P14.3). Returns the capacity it left out, if it was not the default.
-fn fields_for_cluster_version(request: &mut RegisterRequest, cluster_version: u32) -> Option<u32> {
+/// P14.3). Returns what it left out that the executor stated.
+fn fields_for_cluster_version(request: &mut RegisterRequest, cluster_version: u32) -> LeftOut {
     if cluster_version < CREDENTIALS_SCHEMA {
         request.credential = None;
     }
-    if cluster_version < CAPACITY_SCHEMA {
-        return request.capacity.take();
+    LeftOut {
+        capacity: if cluster_version < CAPACITY_SCHEMA {
+            request.capacity.take()
+        } else {
+            None
+        },
+        app_version: if cluster_version < APP_VERSION_SCHEMA {
+            request.app_version.take()
+        } else {
+            None
+        },
     }
-    None
+}
+
+/// What [`fields_for_cluster_version`] left out of a registration, which is said once.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct LeftOut {
+    /// A capacity other than the default (P15.1).
+    capacity: Option<u32>,
+    /// An application version (P17.3).
+    app_version: Option<String>,
 }
 
 impl ManagerApi for ManagerLink {
@@ -138,7 +158,9 @@ impl ManagerApi for ManagerLink {
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let mut request = request.clone();
         async move {
-            let newest_field_schema = if request.capacity.is_some() {
+            let newest_field_schema = if request.app_version.is_some() {
+                APP_VERSION_SCHEMA
+            } else if request.capacity.is_some() {
                 CAPACITY_SCHEMA
             } else if request.credential.is_some() {
                 CREDENTIALS_SCHEMA
@@ -150,7 +172,23 @@ impl ManagerApi for ManagerLink {
                 let _ = self.grants.cluster_info().await;
             }
             let cluster_version = self.grants.cluster_version();
-            if let Some(capacity) = fields_for_cluster_version(&mut request, cluster_version) {
+            let left_out = fields_for_cluster_version(&mut request, cluster_version);
+            if let Some(app_version) = left_out.app_version {
+                if !self
+                    .app_version_ignored_warned
+                    .swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        app_version,
+                        cluster_version,
+                        needed = APP_VERSION_SCHEMA,
+                        "the cluster does not take an application version until its upgrade \
+                         finishes (PROTOCOL P14.3, P17.3): registering without one, so placement \
+                         treats this executor as older than any that states one"
+                    );
+                }
+            }
+            if let Some(capacity) = left_out.capacity {
                 if !self.capacity_ignored_warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         capacity,
@@ -227,6 +265,7 @@ mod tests {
             name: None,
             credential: Some(Credential::from_random([1; 32])),
             capacity,
+            app_version: None,
         }
     }
 
@@ -243,7 +282,10 @@ mod tests {
         ] {
             let mut sent = request(Some(5));
             let dropped = fields_for_cluster_version(&mut sent, cluster_version);
-            assert_eq!(dropped, left_out, "cluster version {cluster_version}");
+            assert_eq!(
+                dropped.capacity, left_out,
+                "cluster version {cluster_version}"
+            );
             assert_eq!(sent.capacity, capacity, "cluster version {cluster_version}");
             assert_eq!(
                 sent.credential.is_some(),
@@ -252,7 +294,38 @@ mod tests {
             );
         }
         let mut default = request(None);
-        assert_eq!(fields_for_cluster_version(&mut default, 3), None);
+        assert_eq!(
+            fields_for_cluster_version(&mut default, 3),
+            LeftOut::default()
+        );
+    }
+
+    /// docs/PROTOCOL.md "Versions", P17.3: the application version goes only to a cluster at
+    /// cluster version 5 or later, and what is left out is said.
+    #[test]
+    fn p17_3_the_app_version_is_sent_only_to_clusters_that_take_it() {
+        for (cluster_version, sent_version, left_out) in [
+            (3, None, Some("2.0")),
+            (4, None, Some("2.0")),
+            (5, Some("2.0"), None),
+            (6, Some("2.0"), None),
+        ] {
+            let mut sent = RegisterRequest {
+                app_version: Some("2.0".into()),
+                ..request(None)
+            };
+            let dropped = fields_for_cluster_version(&mut sent, cluster_version);
+            assert_eq!(
+                dropped.app_version.as_deref(),
+                left_out,
+                "{cluster_version}"
+            );
+            assert_eq!(
+                sent.app_version.as_deref(),
+                sent_version,
+                "{cluster_version}"
+            );
+        }
     }
 
     #[test]

@@ -118,6 +118,7 @@ mod tests {
             capacity: 1,
             load: None,
             utilisation: None,
+            app_version: None,
         }
     }
 

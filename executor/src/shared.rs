@@ -53,6 +53,9 @@ pub(crate) struct Shared {
     name: Option<String>,
     /// Capacity and load reporting (P15.1).
     load: LoadSettings,
+    /// The application version (P17.3): sent in every register request to clusters that take
+    /// it.
+    app_version: Option<String>,
     /// What the embedder measures; each renewal takes a report from it.
     meter: LoadMeter,
     /// As a sidecar (PROTOCOL §16): what the service beside it was told, which revokes and the
@@ -126,6 +129,7 @@ impl Shared {
         let (events_tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
         Self {
             load,
+            app_version: None,
             meter: LoadMeter::new(assignment),
             inner: Mutex::new(Inner {
                 core,
@@ -145,6 +149,12 @@ impl Shared {
     /// The same state, as the sidecar of the service `link` tracks (P16.2).
     pub(crate) fn serving(mut self, link: Arc<ServiceLink>) -> Self {
         self.service = Some(link);
+        self
+    }
+
+    /// Registers as running `app_version` (P17.3).
+    pub(crate) fn with_app_version(mut self, app_version: Option<String>) -> Self {
+        self.app_version = app_version;
         self
     }
 
@@ -348,6 +358,7 @@ impl Shared {
             credential: Some(inner.credential.clone()),
             // Absent means the default (P15.1), which every release understands.
             capacity: (self.load.capacity != DEFAULT_CAPACITY).then_some(self.load.capacity),
+            app_version: self.app_version.clone(),
         }
     }
 

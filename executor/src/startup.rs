@@ -12,7 +12,7 @@ use leasehold_api::origin::HostPolicy;
 use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
-use leasehold_api::wire::check_capacity;
+use leasehold_api::wire::{check_app_version, check_capacity};
 use tokio::task::JoinHandle;
 use tracing::{error, info};
 
@@ -138,6 +138,13 @@ impl Executor {
         check_capacity(config.capacity).map_err(|error| {
             StartError::InvalidConfig(format!("the capacity (--capacity) is refused: {error}"))
         })?;
+        if let Some(app_version) = &config.app_version {
+            check_app_version(app_version).map_err(|error| {
+                StartError::InvalidConfig(format!(
+                    "the application version (--app-version) is refused: {error}"
+                ))
+            })?;
+        }
         let tls = match &config.tls {
             Some(files) => Some(load_executor_tls(files)?),
             None => None,
@@ -199,7 +206,8 @@ impl Executor {
             capacity: config.capacity,
             report_loads: config.report_loads,
         };
-        let mut shared = Shared::new(address, config.name.clone(), log, load);
+        let mut shared = Shared::new(address, config.name.clone(), log, load)
+            .with_app_version(config.app_version.clone());
         if let Some(link) = &service {
             shared = shared.serving(Arc::clone(link));
         }

@@ -41,6 +41,7 @@ fn fleet(executors: usize, shards: u32) -> (LeaseState, u64) {
         name: None,
         credential_sha256: None,
         capacity: DEFAULT_CAPACITY,
+        app_version: None,
     }));
     for command in commands {
         let outcome = state.apply(index, &command);

@@ -127,6 +127,7 @@ mod tests {
             capacity: 1,
             load: None,
             utilisation: None,
+            app_version: None,
         }
     }
 

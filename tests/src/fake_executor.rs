@@ -206,6 +206,7 @@ impl FakeExecutor {
                 name: Some(name.to_string()),
                 credential: None,
                 capacity: None,
+                app_version: None,
             })
             .await
             .expect("register");

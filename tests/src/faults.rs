@@ -680,6 +680,7 @@ pub async fn register_probe(client: &Client) -> Result<(String, String), ClientE
             name: Some(format!("probe-{number}")),
             credential: Some(probe_credential()),
             capacity: None,
+            app_version: None,
         })
         .await?;
     Ok((incarnation, grant.executor_id))

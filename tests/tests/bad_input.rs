@@ -293,6 +293,31 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             register(json!({"incarnation": "x", "address": good_address, "capacity": -1})),
             InvalidRequest,
         ),
+        // Application versions (P17.3): 1 to 64 of [A-Za-z0-9._+-].
+        case(
+            "empty app version",
+            register(json!({"incarnation": "x", "address": good_address, "app_version": ""})),
+            InvalidRequest,
+        ),
+        case(
+            "app version with a space",
+            register(json!({"incarnation": "x", "address": good_address, "app_version": "1 2"})),
+            InvalidRequest,
+        ),
+        case(
+            "oversized app version",
+            register(json!({
+                "incarnation": "x",
+                "address": good_address,
+                "app_version": "9".repeat(65),
+            })),
+            InvalidRequest,
+        ),
+        case(
+            "app version of the wrong type",
+            register(json!({"incarnation": "x", "address": good_address, "app_version": 2})),
+            InvalidRequest,
+        ),
         // Claims as runs ("Versions"): refused whole, like a bad list.
         case(
             "claims both as a list and as runs",

@@ -26,6 +26,7 @@ fn register_request(name: &str) -> RegisterRequest {
         name: Some(name.to_string()),
         credential: None,
         capacity: None,
+        app_version: None,
     }
 }
 

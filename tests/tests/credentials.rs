@@ -119,6 +119,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
             name: None,
             credential: Some(secret.clone()),
             capacity: None,
+            app_version: None,
         })
         .await
         .expect("a registration with a credential (cluster version 3)");
@@ -200,6 +201,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
         name: None,
         credential,
         capacity: None,
+        app_version: None,
     };
     let error = client
         .register(&replay(Some(other.clone())))
@@ -363,6 +365,7 @@ async fn i6_unknown_ids_write_nothing_and_bodies_are_bounded_by_the_cluster() {
             name: None,
             credential: Some(secret.clone()),
             capacity: None,
+            app_version: None,
         })
         .await
         .expect("registered");

@@ -211,8 +211,8 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             ]
         );
         assert!(row[5..10].iter().all(|cell| is_number(cell)), "{row:?}");
-        // P14.3: every member runs this release, reads schemas 2 to 3, and the cluster is at 3.
-        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-4", "4"], "{row:?}");
+        // P14.3: every member runs this release, reads schemas 2 to 5, and the cluster is at 5.
+        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-5", "5"], "{row:?}");
     }
     let json: Vec<MemberStatus> = leaseholdctl(&urls, &["-o", "json", "cluster", "status"])
         .await
@@ -325,6 +325,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "LEASE",
             "SHARDS",
             "CAPACITY",
+            "VERSION",
             "LOAD",
             "UTILISATION",
             "DRAINING",
@@ -338,14 +339,14 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         names.insert(row[1].clone());
         assert_eq!(row[2], executor.url());
         assert!(row[0].starts_with("ex-") && is_duration(&row[3]), "{row:?}");
-        assert_eq!(row[4..6], ["4", "1"]);
+        assert_eq!(row[4..7], ["4", "1", "-"], "no application version stated");
         // Loads come from the leader only (P15.1): a follower shows `-`.
-        for figure in &row[6..8] {
+        for figure in &row[7..9] {
             assert!(figure == "-" || is_number(figure), "{row:?}");
         }
-        assert_eq!(row[8], "no");
+        assert_eq!(row[9], "no");
         assert_eq!(
-            row[9],
+            row[10],
             row[0].trim_start_matches("ex-"),
             "registered at the id's index"
         );
@@ -379,7 +380,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         .await
         .ok();
     for row in &run.rows()[1..] {
-        assert_eq!(row[6..8], ["0", "0"], "{row:?}");
+        assert_eq!(row[7..9], ["0", "0"], "{row:?}");
     }
 
     // executor show
@@ -398,6 +399,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "lease remaining",
             "draining",
             "capacity",
+            "app version",
             "load",
             "utilisation",
             "registered",
@@ -409,7 +411,8 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     assert_eq!(pairs[1].1, settled.executors[0].name.clone().unwrap());
     assert_eq!(pairs[5].1, "no");
     assert_eq!(pairs[6].1, "1");
-    assert_eq!(pairs[10].1, "4");
+    assert_eq!(pairs[7].1, "-");
+    assert_eq!(pairs[11].1, "4");
     let shown: ExecutorView = leaseholdctl(&urls, &["-o", "json", "executor", "show", &ids[0]])
         .await
         .ok()
@@ -1180,6 +1183,7 @@ async fn watch_blocks_until_the_state_moves_past_the_revision() {
             name: None,
             credential: None,
             capacity: None,
+            app_version: None,
         })
         .await
         .unwrap();

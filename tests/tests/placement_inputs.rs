@@ -51,7 +51,7 @@ async fn p15_1_an_executors_capacity_is_registered_and_its_renewals_report_its_r
     poll_until("the cluster version to reach 4", VERSION_BOUND, || async {
         let info = cluster.cluster_info(leader).await?;
         match info.cluster_version.map(u64::from) {
-            Some(CAPACITY_SCHEMA) => Ok(()),
+            Some(version) if version >= CAPACITY_SCHEMA => Ok(()),
             other => Err(format!("cluster version {other:?}")),
         }
     })

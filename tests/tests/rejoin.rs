@@ -35,6 +35,7 @@ async fn write(cluster: &Cluster, name: &str) -> u64 {
             name: Some(name.to_string()),
             credential: Some(Credential::from_random(rand::random())),
             capacity: None,
+            app_version: None,
         })
         .await
         .unwrap_or_else(|e| panic!("register {name}: {e}"))

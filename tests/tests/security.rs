@@ -518,6 +518,7 @@ async fn p13_6_a_manager_with_a_backup_key_restores_only_backups_it_sealed() {
             name: None,
             credential: None,
             capacity: None,
+            app_version: None,
         })
         .await
         .unwrap();

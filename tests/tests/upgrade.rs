@@ -10,10 +10,11 @@
 //! admission logs of every executor that ran, real or fake, keep I1 and I2.
 //!
 //! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to this
-//! release's newest schema (4) by the leader once the last one runs this release. After that a
+//! release's newest schema (5) by the leader once the last one runs this release. After that a
 //! 0.1.0 binary must refuse the data directory rather than misread it; this release's binary then
 //! rejoins on it. Just before the raise, with this release's leader and the last 0.1.0 voter
-//! stopped, a registration with a capacity is refused by the proposal gate (P14.3, P15.1).
+//! stopped, a registration with a capacity, and one with an application version, are refused by
+//! the proposal gate (P14.3, P15.1, P17.3).
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -43,7 +44,7 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-const THIS_SCHEMA: u64 = 4;
+const THIS_SCHEMA: u64 = 5;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -115,31 +116,48 @@ impl Upgrade {
         .await;
     }
 
-    /// P14.3, P15.1: with this release's leader and a 0.1.0 voter (stopped, so the cluster
-    /// version stays 2), a registration with a capacity other than 1 is refused by the proposal
-    /// gate, `409` and nothing registered; the executor library never sends one then.
-    async fn capacity_is_refused_below_its_schema(&self, leader: u64) {
-        let incarnation = "capacity-before-the-raise";
-        let request = RegisterRequest {
-            incarnation: incarnation.into(),
-            address: "http://127.0.0.1:9".into(),
-            name: None,
-            credential: None,
-            capacity: Some(2),
-        };
-        let error = self
-            .cluster
-            .client()
-            .register(&request)
-            .await
-            .expect_err("P14.3: a capacity before the cluster version reaches 4");
-        assert_eq!(error.code(), Some(ErrorCode::Conflict), "{error}");
-        assert!(error.to_string().contains("P14.3"), "{error}");
-        let executors = self.get(leader, "/v1/executors").await.unwrap();
-        assert!(
-            !executors.to_string().contains(incarnation),
-            "the refused registration changed nothing: {executors}"
-        );
+    /// P14.3, P15.1, P17.3: with this release's leader and a 0.1.0 voter (stopped, so the
+    /// cluster version stays 2), a registration with a capacity other than 1 (schema 4), and one
+    /// with an application version (schema 5), are refused by the proposal gate, `409` and
+    /// nothing registered; the executor library never sends either then.
+    async fn newer_registrations_are_refused_below_their_schemas(&self, leader: u64) {
+        let cases = [
+            (
+                "capacity-before-the-raise",
+                Some(2),
+                None,
+                "P14.3: a capacity before the cluster version reaches 4",
+            ),
+            (
+                "app-version-before-the-raise",
+                None,
+                Some("1.4.0".to_owned()),
+                "P14.3: an application version before the cluster version reaches 5",
+            ),
+        ];
+        for (incarnation, capacity, app_version, expectation) in cases {
+            let request = RegisterRequest {
+                incarnation: incarnation.into(),
+                address: "http://127.0.0.1:9".into(),
+                name: None,
+                credential: None,
+                capacity,
+                app_version,
+            };
+            let error = self
+                .cluster
+                .client()
+                .register(&request)
+                .await
+                .expect_err(expectation);
+            assert_eq!(error.code(), Some(ErrorCode::Conflict), "{error}");
+            assert!(error.to_string().contains("P14.3"), "{error}");
+            let executors = self.get(leader, "/v1/executors").await.unwrap();
+            assert!(
+                !executors.to_string().contains(incarnation),
+                "the refused registration changed nothing: {executors}"
+            );
+        }
     }
 
     async fn get(&self, id: u64, path: &str) -> Result<Value, String> {
@@ -323,7 +341,8 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
         let leader = up.cluster.wait_for_leader(LEADER_BOUND).await;
         up.register_fake(&format!("manager-{id}-down")).await;
         if upgraded.len() + 1 == MANAGERS.len() {
-            up.capacity_is_refused_below_its_schema(leader).await;
+            up.newer_registrations_are_refused_below_their_schemas(leader)
+                .await;
         }
         up.cluster.manager(id).set_binary(this_manager.clone());
         up.cluster.manager(id).start();

@@ -763,8 +763,15 @@ fn render_members(info: &ClusterInfo) -> String {
 }
 
 fn render_plan(plan: &PlanPreview) -> String {
+    let rollout = match &plan.rollout_to {
+        Some(version) => format!(
+            "rollout to application version {version} under way: only shards that must move do, \
+             onto it; balance and joiners wait (P17.3)\n"
+        ),
+        None => String::new(),
+    };
     if plan.moves.is_empty() {
-        return format!("nothing would move (revision {})\n", plan.revision);
+        return format!("{rollout}nothing would move (revision {})\n", plan.revision);
     }
     let mut table = Table::new(&["SHARD", "FROM", "TO", "REASON"]);
     for step in &plan.moves {
@@ -781,7 +788,7 @@ fn render_plan(plan: &PlanPreview) -> String {
         ""
     };
     format!(
-        "{}{} moves planned on revision {}{more}\n",
+        "{}{rollout}{} moves planned on revision {}{more}\n",
         table.render(),
         plan.moves.len(),
         plan.revision
@@ -796,6 +803,7 @@ fn render_executors(executors: &[ExecutorView]) -> String {
         "LEASE",
         "SHARDS",
         "CAPACITY",
+        "VERSION",
         "LOAD",
         "UTILISATION",
         "DRAINING",
@@ -809,6 +817,7 @@ fn render_executors(executors: &[ExecutorView]) -> String {
             human_ms(e.lease_remaining_ms),
             e.shards.len().to_string(),
             e.capacity.to_string(),
+            opt(e.app_version.as_deref()),
             human_load(e.load),
             human_load(e.utilisation),
             yes_no(e.draining),
@@ -827,6 +836,7 @@ pub(crate) fn render_executor(e: &ExecutorView) -> String {
         ("lease remaining", human_ms(e.lease_remaining_ms)),
         ("draining", yes_no(e.draining)),
         ("capacity", e.capacity.to_string()),
+        ("app version", opt(e.app_version.as_deref())),
         ("load", human_load(e.load)),
         ("utilisation", human_load(e.utilisation)),
         ("registered", format!("revision {}", e.registered_revision)),

@@ -175,6 +175,7 @@ fn executor_details_collapse_shards_into_ranges() {
         capacity: 2,
         load: Some(1250.4),
         utilisation: Some(625.2),
+        app_version: Some("2.1.0".into()),
     };
     assert_eq!(
         render_executor(&executor),
@@ -185,6 +186,7 @@ fn executor_details_collapse_shards_into_ranges() {
          lease remaining:  3.2s\n\
          draining:         yes\n\
          capacity:         2\n\
+         app version:      2.1.0\n\
          load:             1250\n\
          utilisation:      625\n\
          registered:       revision 4\n\
@@ -234,8 +236,18 @@ fn plan_table_lists_each_move_with_its_reason() {
         revision: 42,
         moves: Vec::new(),
         capped: false,
+        rollout_to: None,
     };
     assert_eq!(render_plan(&empty), "nothing would move (revision 42)\n");
+    let waiting = PlanPreview {
+        rollout_to: Some("2.0".into()),
+        ..empty.clone()
+    };
+    assert!(
+        render_plan(&waiting).starts_with("rollout to application version 2.0 under way"),
+        "P17.3: {}",
+        render_plan(&waiting)
+    );
     let plan = PlanPreview {
         revision: 43,
         moves: vec![
@@ -253,6 +265,7 @@ fn plan_table_lists_each_move_with_its_reason() {
             },
         ],
         capped: true,
+        rollout_to: None,
     };
     let shown = render_plan(&plan);
     let lines: Vec<Vec<&str>> = shown

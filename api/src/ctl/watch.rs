@@ -279,6 +279,7 @@ mod tests {
             capacity: crate::wire::DEFAULT_CAPACITY,
             load: None,
             utilisation: None,
+            app_version: None,
         }
     }
 

@@ -34,6 +34,7 @@ fn executor(id: &str, address: &str) -> ExecutorView {
         capacity: crate::wire::DEFAULT_CAPACITY,
         load: None,
         utilisation: None,
+        app_version: None,
     }
 }
 

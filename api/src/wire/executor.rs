@@ -46,6 +46,18 @@ pub struct RegisterRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 1000000))]
     pub capacity: Option<u32>,
+    /// The application version this executor runs (PROTOCOL P17.3): letters, digits, '.', '-',
+    /// '+' and '_', ordered as semantic versions (docs/PROTOCOL.md, P17.3): while the executors
+    /// run more than one version, shards move only to the newest. Sent only to managers stating
+    /// cluster version 5 or later; absent from
+    /// executors of earlier releases and from those started without `--app-version`. A retried
+    /// registration (same incarnation) keeps the version of the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._+-]+$")
+    )]
+    pub app_version: Option<String>,
 }
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).

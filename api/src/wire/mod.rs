@@ -9,6 +9,7 @@
 //! A check that needs what only the receiver knows (the cluster's shard count) takes it as an
 //! argument.
 
+mod app_version;
 mod cluster;
 mod executor;
 mod limits;
@@ -16,6 +17,7 @@ mod local;
 mod shards;
 mod views;
 
+pub use app_version::*;
 pub use cluster::*;
 pub use executor::*;
 pub use limits::*;

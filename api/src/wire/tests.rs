@@ -164,6 +164,7 @@ fn register_request_omits_absent_name() {
         name: None,
         credential: None,
         capacity: None,
+        app_version: None,
     };
     let value = serde_json::to_value(&req).unwrap();
     assert_eq!(
@@ -182,6 +183,7 @@ fn register_request_with_name_round_trips() {
         name: Some("worker-a".into()),
         credential: Some(Credential::from_random([7; 32])),
         capacity: Some(3),
+        app_version: None,
     };
     let text = serde_json::to_string(&req).unwrap();
     assert_eq!(serde_json::from_str::<RegisterRequest>(&text).unwrap(), req);
@@ -199,6 +201,7 @@ fn a_credential_is_redacted_checked_and_hashed() {
         name: None,
         credential: Some(credential.clone()),
         capacity: None,
+        app_version: None,
     };
     let debug = format!("{request:?}");
     assert!(!debug.contains(credential.expose()), "{debug}");

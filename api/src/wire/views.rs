@@ -34,6 +34,9 @@ pub struct ExecutorView {
     /// before schema 4, where every executor counts as [`DEFAULT_CAPACITY`].
     #[serde(default = "default_capacity")]
     pub capacity: u32,
+    /// The application version it registered with (PROTOCOL P17.3); absent when it stated none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_version: Option<String>,
     /// The load it carries (PROTOCOL P15.1): the sum of the smoothed loads its shards were
     /// reported with. Only the leader knows loads, so only a reply the leader served (or a
     /// `?consistent=true` read) has it; absent while nothing is known.
@@ -399,6 +402,11 @@ pub struct PlanPreview {
     pub moves: Vec<PlannedMove>,
     /// The plan was cut at 8 192 moves: more follow in the next plans.
     pub capped: bool,
+    /// A rollout is under way (PROTOCOL P17.3): the newest application version among the
+    /// executors that take shards, which run more than one. Only shards that must move do, and
+    /// only onto executors of this version; balance and joiners wait. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_to: Option<String>,
 }
 
 /// One move of the next plan (`GET /v1/plan`).

@@ -1,18 +1,22 @@
 //! B11: a rolling deploy of real executors, as a Kubernetes Deployment with `maxSurge: 1` does
-//! it (docs/BENCHMARKS.md): for each executor in turn, start its replacement, wait until the
-//! replacement registered, SIGTERM the old one, and wait until the shards are spread evenly
-//! again. Read from the admission logs afterwards: how often each shard moved, how many handoffs
+//! it (docs/BENCHMARKS.md): executors of application version 1.0.0 are replaced by executors of
+//! 1.1.0 (`--app-version`, P17.3); for each in turn, start its replacement, wait until the
+//! replacement registered, SIGTERM the old one (which drains itself, P17.2), and wait until the
+//! shards are spread evenly again. Read from the admission logs afterwards: how often each shard moved, how many handoffs
 //! gave a shard to an executor that was itself replaced later in the deploy, and each handoff's
 //! no-owner window (the old owner's stop to the new owner's start); I1 and I2 over every log.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use leasehold_conformance::admission_log::{
-    admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog,
-};
+use leasehold_conformance::admission_log::{admission_intervals, read_admission_log, ExecutorLog};
 use leasehold_conformance::checker::{check_admission_exclusivity, monotonic_now_ns};
+use leasehold_conformance::deploy::{deploy_figures, percentile};
 
 use super::*;
+
+/// The application versions the deploy replaces and rolls out (`--app-version`, P17.3).
+const OLD_VERSION: &str = "1.0.0";
+const NEW_VERSION: &str = "1.1.0";
 
 /// One executor process of the deploy, with its admission log.
 struct DeployedExecutor {
@@ -27,6 +31,7 @@ fn start_executor(
     cluster: &ManagerCluster,
     dir: &Path,
     name: &str,
+    app_version: &str,
 ) -> Result<DeployedExecutor> {
     let executor_bin =
         binary_in(&env.bin_dir, "leasehold-executor").context(procs::BIN_DIR_HINT)?;
@@ -37,7 +42,9 @@ fn start_executor(
         .arg("--name")
         .arg(name)
         .arg("--event-log")
-        .arg(&event_log);
+        .arg(&event_log)
+        .arg("--app-version")
+        .arg(app_version);
     let process = ChildProcess::spawn(&mut command, &dir.join(format!("{name}.log")))?;
     Ok(DeployedExecutor {
         name: name.to_owned(),
@@ -79,96 +86,6 @@ async fn wait_spread(
     Ok(())
 }
 
-/// What one deploy did to the shards, from the admission logs.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DeployFigures {
-    /// Times each shard changed owner during the deploy, over every shard.
-    pub moves_mean: f64,
-    pub moves_max: usize,
-    /// Handoffs during the deploy.
-    pub handoffs: usize,
-    /// Handoffs whose new owner was itself replaced later in the deploy.
-    pub onto_replaced_later: usize,
-    /// Each handoff's window with no owner admitting: the old owner's stop to the new owner's
-    /// start, in milliseconds (negative would be an overlap, which I1 forbids).
-    pub no_owner_ms: Vec<f64>,
-}
-
-/// The figures of a deploy from each process's admission intervals (`by_process`: its name and
-/// intervals), the deploy's window on CLOCK_MONOTONIC, and the names of the executors it
-/// replaced, in the order it replaced them.
-pub(crate) fn deploy_figures(
-    by_process: &[(String, Vec<AdmissionInterval>)],
-    window_ns: (u64, u64),
-    replaced_in_order: &[String],
-    shards: u32,
-) -> DeployFigures {
-    let mut per_shard: BTreeMap<u32, Vec<(&str, &AdmissionInterval)>> = BTreeMap::new();
-    for (name, intervals) in by_process {
-        for interval in intervals {
-            per_shard
-                .entry(interval.shard)
-                .or_default()
-                .push((name.as_str(), interval));
-        }
-    }
-    let replaced_at: BTreeMap<&str, usize> = replaced_in_order
-        .iter()
-        .enumerate()
-        .map(|(turn, name)| (name.as_str(), turn))
-        .collect();
-    let mut moves = vec![0usize; shards as usize];
-    let mut handoffs = 0;
-    let mut onto_replaced_later = 0;
-    let mut no_owner_ms = Vec::new();
-    for (shard, mut held) in per_shard {
-        held.sort_by_key(|(_, interval)| interval.start_ns);
-        for pair in held.windows(2) {
-            let ((from, before), (to, after)) = (pair[0], pair[1]);
-            let in_window = after.start_ns >= window_ns.0 && after.start_ns <= window_ns.1;
-            if !in_window || from == to {
-                continue;
-            }
-            handoffs += 1;
-            if let Some(slot) = moves.get_mut(shard as usize) {
-                *slot += 1;
-            }
-            // The receiver is replaced later if its turn comes after the giver's (or the giver
-            // is not one the deploy replaced, and the receiver is).
-            let giver_turn = replaced_at.get(from).copied();
-            if let Some(receiver_turn) = replaced_at.get(to) {
-                if giver_turn.is_none_or(|giver| *receiver_turn > giver) {
-                    onto_replaced_later += 1;
-                }
-            }
-            if let Some(stopped_ns) = before.end_ns {
-                no_owner_ms.push((after.start_ns as f64 - stopped_ns as f64) / 1e6);
-            }
-        }
-    }
-    let moves_max = moves.iter().copied().max().unwrap_or(0);
-    let moves_mean = if moves.is_empty() {
-        0.0
-    } else {
-        moves.iter().sum::<usize>() as f64 / moves.len() as f64
-    };
-    DeployFigures {
-        moves_mean,
-        moves_max,
-        handoffs,
-        onto_replaced_later,
-        no_owner_ms,
-    }
-}
-
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((sorted.len() as f64 * fraction).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
 pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Result<Table> {
     let mut table = Table::new(&[
         "B11",
@@ -189,7 +106,7 @@ pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Resul
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
         let dir = env.dir(&format!("{name}-executors"))?;
         let mut running: Vec<DeployedExecutor> = (0..executors)
-            .map(|i| start_executor(env, &cluster, &dir, &format!("old-{i}")))
+            .map(|i| start_executor(env, &cluster, &dir, &format!("old-{i}"), OLD_VERSION))
             .collect::<Result<_>>()?;
         let addresses = |running: &[DeployedExecutor]| -> BTreeSet<String> {
             running.iter().map(|e| e.address.clone()).collect()
@@ -200,7 +117,8 @@ pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Resul
         let mut stopped: Vec<DeployedExecutor> = Vec::new();
         let mut replaced_in_order = Vec::new();
         for i in 0..executors {
-            let replacement = start_executor(env, &cluster, &dir, &format!("new-{i}"))?;
+            let replacement =
+                start_executor(env, &cluster, &dir, &format!("new-{i}"), NEW_VERSION)?;
             let address = replacement.address.clone();
             poll_every(
                 "the replacement to register",
@@ -281,46 +199,4 @@ pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Resul
         cluster.kill_all();
     }
     Ok(table)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn held(executor: &str, shard: u32, start_ns: u64, end_ns: Option<u64>) -> AdmissionInterval {
-        AdmissionInterval {
-            executor_id: executor.to_owned(),
-            shard,
-            epoch: 1,
-            start_ns,
-            end_ns,
-        }
-    }
-
-    /// B11's figures: a shard that goes old-0 → old-1 → new-0 during the deploy moved twice,
-    /// once onto an executor replaced later; a shard that stayed put moved never; the windows
-    /// are each new owner's start less the old owner's stop.
-    #[test]
-    fn deploy_figures_count_moves_handoffs_and_windows() {
-        let by_process = vec![
-            (
-                "old-0".to_owned(),
-                vec![held("a", 0, 10, Some(1_000_000)), held("a", 1, 10, None)],
-            ),
-            (
-                "old-1".to_owned(),
-                vec![held("b", 0, 3_000_000, Some(5_000_000))],
-            ),
-            ("new-0".to_owned(), vec![held("c", 0, 7_000_000, None)]),
-        ];
-        let replaced = ["old-0".to_owned(), "old-1".to_owned()];
-        let figures = deploy_figures(&by_process, (100, 10_000_000), &replaced, 2);
-        assert_eq!(figures.handoffs, 2);
-        assert_eq!(figures.moves_max, 2);
-        assert!((figures.moves_mean - 1.0).abs() < 1e-9, "{figures:?}");
-        assert_eq!(figures.onto_replaced_later, 1, "old-0 → old-1");
-        assert_eq!(figures.no_owner_ms, vec![2.0, 2.0]);
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.0);
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.99), 4.0);
-    }
 }

@@ -340,6 +340,7 @@ impl ManagerApi for FakeManager {
                 capacity: 1,
                 load: None,
                 utilisation: None,
+                app_version: None,
             };
             let mut executors = vec![listed(executor_id, true)];
             executors.extend((0..takers).map(|n| listed(format!("peer-{n}"), false)));

@@ -61,3 +61,21 @@ async fn start_refuses_a_capacity_out_of_range() {
         );
     }
 }
+
+/// P17.3: an application version outside its alphabet or length is refused before anything
+/// starts, naming the flag, as a configuration error (the binary exits 2).
+#[tokio::test]
+async fn p17_3_start_refuses_a_malformed_app_version() {
+    for app_version in ["", "2.0 beta", &"9".repeat(65)] {
+        let config = ExecutorConfig {
+            app_version: Some(app_version.to_owned()),
+            ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
+        };
+        let error = Executor::start(config).await.unwrap_err();
+        assert!(error.is_config_error(), "{app_version:?}: {error}");
+        assert!(
+            matches!(&error, StartError::InvalidConfig(detail) if detail.contains("--app-version")),
+            "{app_version:?}: {error}"
+        );
+    }
+}

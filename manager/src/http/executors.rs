@@ -9,8 +9,9 @@ use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
-    check_capacity, check_shard_list, check_shard_loads, Credential, ExecutorView, Grant,
-    RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest, DEFAULT_CAPACITY,
+    check_app_version, check_capacity, check_shard_list, check_shard_loads, Credential,
+    ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
+    DEFAULT_CAPACITY,
 };
 
 use super::admission::{Admitted, Caller};
@@ -44,10 +45,10 @@ where
     post, path = "/v1/executors", tag = "executors", request_body = RegisterRequest,
     responses(
         (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
-        (status = 400, description = "`invalid_request`: malformed, or a capacity above the leader's `--max-capacity` (P15.1); nothing was registered."),
+        (status = 400, description = "`invalid_request`: malformed, a capacity above the leader's `--max-capacity` (P15.1), or an application version outside its alphabet or length (P17.3); nothing was registered."),
         (status = 401, description = "`unauthenticated` (TLS): the registration carries no credential (P13.4, P13.5)."),
         (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3)."),
-        (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential, or a capacity other than 1, yet (P14.3, P15.1)."),
+        (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4), or the cluster version does not take a credential, a capacity other than 1 or an application version, yet (P14.3, P15.1, P17.3)."),
         (status = 429, description = "`rate_limited`: too many registrations from this caller (`--registration-rate`, `--registration-burst`, P13.6); nothing was registered. `Retry-After` says when to try again."),
         (status = 503, description = "`sharding_not_ready`: the shard configuration is not written yet; `no_leader`."),
     ),
@@ -84,8 +85,8 @@ pub async fn register(
 }
 
 /// The `Register` a registration asks for, checked at the edge (I6): text lengths, the push
-/// address, the capacity (P15.1: in range, and at most this manager's `--max-capacity`) and the
-/// credential (P13.4; required over TLS, where every executor is new enough to send one, P13.5).
+/// address, the capacity (P15.1: in range, and at most this manager's `--max-capacity`), the
+/// application version (P17.3) and the credential (P13.4; required over TLS, where every executor is new enough to send one, P13.5).
 /// A refusal reaches no proposal. The state machine checks the text and the capacity's range
 /// again, with the same limits (`--max-capacity` is the proposing leader's alone).
 fn registration(
@@ -116,6 +117,9 @@ fn registration(
             "capacity {capacity} is above this cluster's limit of {max_capacity}              (the managers' --max-capacity; PROTOCOL P15.1)"
         )));
     }
+    if let Some(app_version) = &request.app_version {
+        check_app_version(app_version).map_err(|error| HttpError::invalid(error.to_string()))?;
+    }
     match &request.credential {
         Some(credential) => credential.validate().map_err(HttpError::invalid)?,
         None if tls => {
@@ -133,9 +137,10 @@ fn registration(
         incarnation: request.incarnation,
         address: request.address,
         name: request.name,
-        // Below cluster version 4 a capacity other than 1 is refused by the proposal gate
-        // (P14.3): no replica of an older schema could apply it.
+        // Below cluster version 4 a capacity other than 1, and below 5 an application version,
+        // is refused by the proposal gate (P14.3): no replica of an older schema could apply it.
         capacity,
+        app_version: request.app_version,
     })
 }
 
@@ -303,6 +308,7 @@ mod tests {
             name: None,
             credential: None,
             capacity,
+            app_version: None,
         }
     }
 
@@ -327,6 +333,27 @@ mod tests {
             };
             assert_eq!(capacity, registered, "{asked:?}");
         }
+    }
+
+    /// P17.3, I6: an application version is checked at the edge, before anything is proposed,
+    /// and reaches the command as stated.
+    #[test]
+    fn p17_3_i6_an_application_version_is_checked_at_the_edge() {
+        let with = |app_version: &str| RegisterRequest {
+            app_version: Some(app_version.to_owned()),
+            ..request(None)
+        };
+        for bad in ["", "1 2", "1/2", &"9".repeat(65)] {
+            let refused = registration(with(bad), 1, false, MAX_CAPACITY).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad:?}");
+            assert!(refused.problem().detail.contains("P17.3"), "{bad:?}");
+        }
+        let Ok(Command::Register { app_version, .. }) =
+            registration(with("2.1.0-rc.1"), 1, false, MAX_CAPACITY)
+        else {
+            panic!("a good version refused");
+        };
+        assert_eq!(app_version.as_deref(), Some("2.1.0-rc.1"));
     }
 
     /// P15.1, P13.6 (the security review's finding 2): a capacity above `--max-capacity` is

@@ -50,6 +50,7 @@ fn executor_view(
             .collect(),
         draining: executor.draining,
         capacity: executor.capacity,
+        app_version: executor.app_version.clone(),
         load: load.map(|known| known.load),
         utilisation: load.map(|known| known.utilisation),
     }

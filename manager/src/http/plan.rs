@@ -13,7 +13,7 @@ use leasehold_api::wire::{PlanPreview, PlannedMove};
 use super::AppState;
 use crate::cpu_bound;
 use crate::lease::{
-    plan_placement, Command, LeaseState, PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
+    plan_placement, rollout_target, Command, LeaseState, PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
 };
 
 /// The next plan, not committed.
@@ -35,12 +35,13 @@ pub async fn preview(State(node): State<AppState>) -> Json<PlanPreview> {
     Json(cpu_bound::run(|| {
         let state = node.state.current();
         let plan = plan_placement(&state, now_ms, &inputs, MAX_MOVES_PER_PLAN);
-        preview_of(&state, plan.as_ref())
+        preview_of(&state, now_ms, plan.as_ref())
     }))
 }
 
-/// What `plan` (made on `state`) would do, move by move.
-fn preview_of(state: &LeaseState, plan: Option<&Plan>) -> PlanPreview {
+/// What `plan` (made on `state` at `now_ms`) would do, move by move, and whether a rollout holds
+/// balance back (P17.3).
+fn preview_of(state: &LeaseState, now_ms: u64, plan: Option<&Plan>) -> PlanPreview {
     let moves: Vec<PlannedMove> = match plan.map(|plan| (&plan.command, &plan.reasons)) {
         Some((Command::Rebalance { moves, .. }, reasons)) => moves
             .iter()
@@ -60,6 +61,7 @@ fn preview_of(state: &LeaseState, plan: Option<&Plan>) -> PlanPreview {
         revision: state.revision(),
         capped: moves.len() >= MAX_MOVES_PER_PLAN,
         moves,
+        rollout_to: rollout_target(state, now_ms).map(str::to_owned),
     }
 }
 
@@ -69,6 +71,15 @@ mod tests {
     use crate::lease::Outcome;
 
     fn register(state: &mut LeaseState, index: u64, incarnation: &str) -> String {
+        register_version(state, index, incarnation, None)
+    }
+
+    fn register_version(
+        state: &mut LeaseState,
+        index: u64,
+        incarnation: &str,
+        app_version: Option<&str>,
+    ) -> String {
         let Outcome::Registered { grant, .. } = state.apply(
             index,
             &Command::Register {
@@ -78,6 +89,7 @@ mod tests {
                 name: None,
                 credential_sha256: None,
                 capacity: 1,
+                app_version: app_version.map(str::to_owned),
             },
         ) else {
             panic!("registered");
@@ -101,7 +113,7 @@ mod tests {
         let first = register(&mut state, 2, "a");
         let inputs = PlacementInputs::by_count();
         let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
-        let preview = preview_of(&state, plan.as_ref());
+        let preview = preview_of(&state, 0, plan.as_ref());
         assert_eq!(preview.revision, state.revision());
         assert_eq!(preview.moves.len(), 4, "{preview:?}");
         assert!(preview
@@ -112,13 +124,38 @@ mod tests {
         let _ = state.apply(3, &plan.unwrap().command);
         let second = register(&mut state, 4, "b");
         let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
-        let preview = preview_of(&state, plan.as_ref());
+        let preview = preview_of(&state, 0, plan.as_ref());
         assert_eq!(preview.moves.len(), 2, "{preview:?}");
         assert!(preview.moves.iter().all(|step| {
             step.from.as_deref() == Some(first.as_str())
                 && step.to == second
                 && step.reason == "join"
         }));
-        assert_eq!(preview_of(&state, None).moves, Vec::new());
+        assert_eq!(preview_of(&state, 0, None).moves, Vec::new());
+        assert_eq!(preview.rollout_to, None, "no versions stated: no rollout");
+    }
+
+    /// P17.3, P17.4: while the versions are mixed the preview names the version the rollout
+    /// goes to, and a joiner of the newest version is given nothing yet.
+    #[test]
+    fn p17_3_the_preview_names_a_rollout_under_way() {
+        let mut state = LeaseState::default();
+        let _ = state.apply(
+            1,
+            &Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 3_000,
+            },
+        );
+        register_version(&mut state, 2, "a", Some("1.0"));
+        let inputs = PlacementInputs::by_count();
+        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let _ = state.apply(3, &plan.unwrap().command);
+        register_version(&mut state, 4, "b", Some("1.1"));
+        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let preview = preview_of(&state, 0, plan.as_ref());
+        assert_eq!(preview.rollout_to.as_deref(), Some("1.1"));
+        assert_eq!(preview.moves, Vec::new(), "the joiner waits");
     }
 }

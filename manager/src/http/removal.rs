@@ -130,6 +130,7 @@ mod tests {
                 name: None,
                 credential_sha256: None,
                 capacity: 1,
+                app_version: None,
             },
         ) else {
             panic!("registered");

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use leasehold_api::wire::check_capacity;
+use leasehold_api::wire::{check_app_version, check_capacity};
 
 use super::{
     ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff, LeaseState, Move,
@@ -84,6 +84,7 @@ struct Registration<'a> {
     name: Option<&'a str>,
     credential_sha256: Option<[u8; 32]>,
     capacity: u32,
+    app_version: Option<&'a str>,
 }
 
 impl LeaseState {
@@ -133,6 +134,7 @@ impl LeaseState {
                 name,
                 credential_sha256,
                 capacity,
+                app_version,
             } => self.apply_register(
                 log_index,
                 config,
@@ -143,6 +145,7 @@ impl LeaseState {
                     name: name.as_deref(),
                     credential_sha256: *credential_sha256,
                     capacity: *capacity,
+                    app_version: app_version.as_deref(),
                 },
             ),
             Command::Renew { now_ms, renewals } => {
@@ -293,11 +296,17 @@ impl LeaseState {
             name,
             credential_sha256,
             capacity,
+            app_version,
         } = registration;
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
             .and_then(|()| check_text_field("name", name.unwrap_or_default(), false))
-            .and_then(|()| check_capacity(capacity).map_err(|error| invalid(error.to_string())));
+            .and_then(|()| check_capacity(capacity).map_err(|error| invalid(error.to_string())))
+            .and_then(|()| {
+                app_version.map_or(Ok(()), |version| {
+                    check_app_version(version).map_err(|error| invalid(error.to_string()))
+                })
+            });
         if let Err(refusal) = checks {
             return refusal;
         }
@@ -331,6 +340,7 @@ impl LeaseState {
             draining: false,
             credential_sha256,
             capacity,
+            app_version: app_version.map(str::to_owned),
         };
         let grant = Grant {
             executor_id: executor_id.clone(),

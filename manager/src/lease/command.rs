@@ -4,7 +4,7 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`], [`super::v3`]), so a
+//! older schemas are read through their own frozen types ([`super::v2`], [`super::v3`], [`super::v4`]), so a
 //! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,10 @@ pub enum Command {
         /// The executor's capacity (P15.1), `1..=MAX_CAPACITY` (`leasehold_api::wire`);
         /// [`super::DEFAULT_CAPACITY`] for one that stated none. Schema 4 unless it is that.
         capacity: u32,
+        /// The application version it runs (P17.3), checked by
+        /// `leasehold_api::wire::check_app_version`; `None` when it stated none. Schema 5 when
+        /// present.
+        app_version: Option<String>,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
     /// may acknowledge revokes through its claims (P5.2).

@@ -32,7 +32,8 @@ pub mod schema;
 mod state;
 pub mod v2;
 pub mod v3;
-mod v3_current;
+pub mod v4;
+mod v4_current;
 
 #[cfg(test)]
 mod tests;
@@ -41,8 +42,8 @@ pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use command::{Command, Move, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
 pub use planner::{
-    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, Loads, MoveReason,
-    PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
+    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target, Loads,
+    MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
 };
 pub use state::{
     ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,

@@ -2,10 +2,11 @@
 //! each (CHANGELOG.md), and which schema a command or a state needs (PROTOCOL P14.1, P14.3).
 //!
 //! A replica decodes every schema from [`OLDEST_SCHEMA`] to [`NEWEST_SCHEMA`] through that
-//! schema's own frozen types ([`super::v2`], [`super::v3`]) and converts to this build's along
-//! the chain (`super::chain`), one schema at a time. It writes each record at the oldest schema that can
-//! express it (`raft::versions`, one table of schemas), and the leader proposes a command only
-//! once the committed cluster version is at least the schema the command needs.
+//! schema's own frozen types ([`super::v2`], [`super::v3`], [`super::v4`]) and converts to this
+//! build's along the chain (`super::chain`), one schema at a time. It writes each record at the
+//! oldest schema that can express it (`raft::versions`, one table of schemas), and the leader
+//! proposes a command only once the committed cluster version is at least the schema the command
+//! needs.
 
 use super::{Command, LeaseState, DEFAULT_CAPACITY};
 
@@ -17,13 +18,17 @@ use super::{Command, LeaseState, DEFAULT_CAPACITY};
 //   `Executor::credential_sha256`) (`v3`).
 // - `CAPACITY_SCHEMA` (4): adds executor capacities (P15.1: `Register::capacity`,
 //   `Executor::capacity`); load reports are soft state on the leader, not in the schema, and
-//   their wire field comes with it. This build's types.
-pub use leasehold_api::wire::{CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA};
+//   their wire field comes with it (`v4`).
+// - `APP_VERSION_SCHEMA` (5): adds executors' application versions (P17.3:
+//   `Register::app_version`, `Executor::app_version`). This build's types.
+pub use leasehold_api::wire::{
+    APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
+};
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = CAPACITY_SCHEMA;
+pub const NEWEST_SCHEMA: u32 = APP_VERSION_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +45,10 @@ impl Command {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => (*cluster_version).max(CREDENTIALS_SCHEMA),
+            Command::Register {
+                app_version: Some(_),
+                ..
+            } => APP_VERSION_SCHEMA,
             Command::Register { capacity, .. } if *capacity != DEFAULT_CAPACITY => CAPACITY_SCHEMA,
             Command::Register {
                 credential_sha256: Some(_),

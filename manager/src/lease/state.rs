@@ -46,6 +46,11 @@ pub struct Executor {
     /// of the load, in proportion. Set at registration, never changed (a retried registration
     /// keeps the first); [`super::DEFAULT_CAPACITY`] for one registered without (schemas 2, 3).
     pub capacity: u32,
+    /// The application version it registered with (P17.3), checked by
+    /// `leasehold_api::wire::check_app_version`; `None` when it stated none (and for every
+    /// executor of schemas 2 to 4). Set at registration, never changed: an executor that restarts
+    /// as a newer version registers anew (a new incarnation), so it is a newcomer.
+    pub app_version: Option<String>,
 }
 
 impl Executor {

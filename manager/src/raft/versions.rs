@@ -3,13 +3,14 @@
 //!
 //! [`SCHEMAS`] lists every schema this build reads, oldest first, each with its codecs; a record
 //! is written at the first that can express it and read by the one its schema names. Schema 2
-//! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; then this build's. Until the
-//! cluster version rises past schema 2 nothing needs more, so every byte this build writes (and
-//! sends) is what release 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data
-//! directory can go back to 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so
-//! a replica of schema 3 decodes everything. A record of schema 3 or later names its schema
-//! (`codec` format 2). A frozen schema's values convert to and from this build's through the
-//! chain of `lease::chain`.
+//! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
+//! tagged; then this build's. Until the cluster version rises past schema 2 nothing needs more,
+//! so every byte this build writes (and sends) is what release 0.1.0 wrote: 0.1.0 followers
+//! decode this build's appends, and a data directory can go back to 0.1.0 binaries. Until it
+//! rises past 3, nothing needs more than 3, so a replica of schema 3 decodes everything; and
+//! until it rises past 4, a replica of schema 4 does. A record of schema 3 or later names its
+//! schema (`codec` format 2). A frozen schema's values convert to and from this build's through
+//! the chain of `lease::chain`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
 use leasehold_raft_store::schema::{check_readable, open_versioned, seal_at};
@@ -21,9 +22,10 @@ use serde::Serialize;
 
 use super::TypeConfig;
 use crate::lease::schema::{
-    NotExpressible, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
+    NotExpressible, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
+    OLDEST_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, v4, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -47,6 +49,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V3Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 4's type configuration: the same Raft types around schema 4's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V4Config:
+        D = v4::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V4Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -100,6 +115,23 @@ impl FrozenSchema for V3Config {
     }
 }
 
+impl FrozenSchema for V4Config {
+    const SCHEMA: u32 = CAPACITY_SCHEMA;
+    type State = v4::LeaseState;
+    fn command_down(command: &Command) -> Result<v4::Command, NotExpressible> {
+        chain::command_to_v4(command)
+    }
+    fn command_up(command: v4::Command) -> Command {
+        chain::command_from_v4(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v4::LeaseState, NotExpressible> {
+        chain::state_to_v4(state)
+    }
+    fn state_up(state: v4::LeaseState) -> LeaseState {
+        chain::state_from_v4(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -117,9 +149,10 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 3] = [
+const SCHEMAS: [SchemaCodecs; 4] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
+    SchemaCodecs::frozen::<V4Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -280,8 +313,8 @@ fn append_up<F: FrozenSchema>(
 }
 
 /// An AppendEntries body at the oldest schema that expresses every entry in it: schema 2 (exactly
-/// what a 0.1.0 leader sends), else schema 3, else this build's, which only a follower of this
-/// build or newer decodes. The cluster version keeps a newer kind from being proposed while any
+/// what a 0.1.0 leader sends), else schema 3, else schema 4, else this build's, which only a
+/// follower of this build or newer decodes. The cluster version keeps a newer kind from being proposed while any
 /// voter runs an older schema (P14.3).
 pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, StoreError> {
     let (schema, payload) = write_oldest(|codecs| (codecs.encode_append)(request))?;
@@ -296,7 +329,8 @@ pub fn decode_append(body: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, St
 
 /// A backup's payload: the state as JSON at the oldest schema that can express it, and that
 /// schema (the header's `state_schema_version`), so a backup taken before the cluster version
-/// rose restores on 0.1.0 too, and one taken before it rose past 3 on a build of schema 3.
+/// rose restores on 0.1.0 too, one taken before it rose past 3 on a build of schema 3, and one
+/// taken before it rose past 4 on a build of schema 4.
 pub fn backup_payload(state: &LeaseState) -> Result<(u32, Vec<u8>), serde_json::Error> {
     write_oldest(|codecs| (codecs.backup_state)(state))
 }
@@ -326,7 +360,7 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, Vote};
 
     use super::*;
-    use crate::lease::schema::CAPACITY_SCHEMA;
+    use crate::lease::schema::APP_VERSION_SCHEMA;
     use crate::lease::DEFAULT_CAPACITY;
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
@@ -344,6 +378,7 @@ mod tests {
             name: None,
             credential_sha256: None,
             capacity: DEFAULT_CAPACITY,
+            app_version: None,
         }
     }
 
@@ -356,6 +391,20 @@ mod tests {
             name: Some("three".into()),
             credential_sha256: Some([3; 32]),
             capacity,
+            app_version: None,
+        }
+    }
+
+    /// A registration of schema 4 (a credential and a capacity), stating `app_version`.
+    fn register_versioned(incarnation: &str, app_version: Option<&str>) -> Command {
+        Command::Register {
+            now_ms: 7,
+            incarnation: incarnation.into(),
+            address: "http://127.0.0.1:4".into(),
+            name: Some("four".into()),
+            credential_sha256: Some([4; 32]),
+            capacity: 3,
+            app_version: app_version.map(str::to_owned),
         }
     }
 
@@ -612,5 +661,164 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, four.entries);
+    }
+
+    fn raise_to(cluster_version: u32) -> Command {
+        Command::SetClusterVersion {
+            now_ms: 6,
+            cluster_version,
+        }
+    }
+
+    /// A state at cluster version 4 holding an executor of capacity 3: what a build of schema 4
+    /// snapshots and backs up.
+    fn schema_4_state() -> LeaseState {
+        let mut state = LeaseState::default();
+        for (index, command) in [
+            raise_to(CAPACITY_SCHEMA),
+            Command::Init {
+                now_ms: 1,
+                shard_count: 4,
+                lease_duration_ms: 10_000,
+            },
+            register_versioned("inc-4", None),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let _ = state.apply(index as u64 + 1, command);
+        }
+        assert_eq!(state.executors().count(), 1);
+        state
+    }
+
+    /// P14.1, P17.3: a log entry a build of schema 4 wrote (through the frozen `v4` types, tagged
+    /// 4) decodes into this build with no application version; this build writes a registration
+    /// without one at schema 4 still, so such a build reads it, and one with a version at 5.
+    #[test]
+    fn p14_1_p17_3_a_schema_4_entry_reads_with_no_app_version_and_an_app_version_needs_schema_5() {
+        let written_by_schema_4 = Entry::<V4Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 7),
+            payload: EntryPayload::Normal(v4::Command::Register {
+                now_ms: 7,
+                incarnation: "inc-4".into(),
+                address: "http://127.0.0.1:4".into(),
+                name: Some("four".into()),
+                credential_sha256: Some([4; 32]),
+                capacity: 3,
+            }),
+        };
+        let record = codec::seal(
+            Some(CAPACITY_SCHEMA),
+            &encode_payload("log entry", &written_by_schema_4).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        assert_eq!(read, entry(7, register_versioned("inc-4", None)));
+        // And this build writes that entry back exactly so.
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (CAPACITY_SCHEMA, record)
+        );
+
+        let versioned = entry(8, register_versioned("inc-5", Some("1.4.0-rc.1+build.7")));
+        let (schema, record) = encode_entry_record::<TypeConfig>(&versioned).unwrap();
+        assert_eq!(schema, APP_VERSION_SCHEMA);
+        assert_eq!(
+            decode_entry_record::<TypeConfig>(&record).unwrap(),
+            versioned
+        );
+        assert!(entry_down::<V4Config>(&versioned).is_err());
+        assert!(entry_down::<V3Config>(&versioned).is_err());
+        assert!(entry_down::<V2Config>(&versioned).is_err());
+        // A build of schema 4 decodes tagged records of its own schema only.
+        let opened = codec::open("log entry", &record).unwrap();
+        assert_eq!(opened.schema, Some(APP_VERSION_SCHEMA));
+        assert!(decode_payload::<Entry<V4Config>>("log entry", opened.payload).is_err());
+    }
+
+    /// P14.3: the raise to 5 is itself written at 5, so the data directory is marked 5 from the
+    /// raise on and a build of schema 4 refuses it then, not at some later record.
+    #[test]
+    fn p14_3_the_raise_to_schema_5_is_written_at_schema_5() {
+        let raise_to_5 = entry(9, raise_to(APP_VERSION_SCHEMA));
+        let (schema, _) = encode_entry_record::<TypeConfig>(&raise_to_5).unwrap();
+        assert_eq!(schema, APP_VERSION_SCHEMA);
+        assert!(entry_down::<V4Config>(&raise_to_5).is_err());
+        let (schema, _) =
+            encode_entry_record::<TypeConfig>(&entry(9, raise_to(CAPACITY_SCHEMA))).unwrap();
+        assert_eq!(schema, CAPACITY_SCHEMA);
+    }
+
+    /// P14.1, P17.3: a snapshot's state and a backup a build of schema 4 wrote decode into this
+    /// build with no executor stating an application version (capacities kept); this build
+    /// writes such a state at schema 4.
+    #[test]
+    fn p14_1_p17_3_a_schema_4_state_and_backup_read_with_no_app_version() {
+        let state = schema_4_state();
+        let as_schema_4 = chain::state_to_v4(&state).expect("expressible in schema 4");
+        assert!(chain::state_to_v3(&state).is_err(), "cluster version 4");
+        let payload = encode_payload("lease state", &as_schema_4).unwrap();
+        let read = LeaseState::decode_state(CAPACITY_SCHEMA, &payload).unwrap();
+        assert_eq!(read, state);
+        assert!(read
+            .executors()
+            .all(|e| e.app_version.is_none() && e.capacity == 3));
+        assert_eq!(state.encode_state().unwrap(), (CAPACITY_SCHEMA, payload));
+
+        let json = serde_json::to_vec(&as_schema_4).unwrap();
+        let restored = state_from_backup(CAPACITY_SCHEMA, &json).unwrap();
+        assert_eq!(restored, state);
+        assert_eq!(backup_payload(&state).unwrap(), (CAPACITY_SCHEMA, json));
+    }
+
+    /// P14.1, P17.3: a state holding an application version is written at schema 5 (its bytes
+    /// are no schema 4 state), on disk and in a backup, whose header then says 5.
+    #[test]
+    fn p17_3_a_state_with_an_app_version_is_written_at_schema_5() {
+        let mut state = schema_4_state();
+        let _ = state.apply(4, &raise_to(APP_VERSION_SCHEMA));
+        let _ = state.apply(5, &register_versioned("inc-5", Some("2.0.0")));
+        assert!(state
+            .executors()
+            .any(|e| e.app_version.as_deref() == Some("2.0.0")));
+
+        let (schema, payload) = state.encode_state().unwrap();
+        assert_eq!(schema, APP_VERSION_SCHEMA);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
+        assert!(LeaseState::decode_state(CAPACITY_SCHEMA, &payload).is_err());
+        let (schema, json) = backup_payload(&state).unwrap();
+        assert_eq!(schema, APP_VERSION_SCHEMA);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), state);
+    }
+
+    /// P14.1, P17.3: an append is written at schema 4 while its entries are all expressible there
+    /// (a follower of schema 4 decodes it), and at 5 as soon as one states an application
+    /// version.
+    #[test]
+    fn p17_3_an_append_is_written_at_schema_4_until_an_entry_needs_an_app_version() {
+        let four = append(vec![
+            entry(4, register_versioned("inc-4", None)),
+            entry(5, raise_to(CAPACITY_SCHEMA)),
+        ]);
+        let body = encode_append(&four).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(CAPACITY_SCHEMA));
+        let as_schema_4: AppendEntriesRequest<V4Config> =
+            decode_payload("raft request", opened.payload).expect("a schema 4 follower decodes it");
+        assert_eq!(as_schema_4.entries.len(), 2);
+        assert_eq!(decode_append(&body).unwrap().entries, four.entries);
+
+        let five = append(vec![
+            entry(4, register_versioned("inc-4", None)),
+            entry(5, register_versioned("inc-5", Some("2.0.0"))),
+        ]);
+        let body = encode_append(&five).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(APP_VERSION_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V4Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, five.entries);
     }
 }

@@ -612,6 +612,7 @@ pub(super) fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
             name: None,
             credential_sha256: None,
             capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
+            app_version: None,
         };
         let mut core = AdmissionCore::default();
         match state.apply(&register) {

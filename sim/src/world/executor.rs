@@ -328,6 +328,7 @@ impl LeaseHolder for ProcessHolder<'_> {
             name: None,
             credential: None,
             capacity: Some(self.process.capacity),
+            app_version: None,
         }
     }
 

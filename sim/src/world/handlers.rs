@@ -36,6 +36,7 @@ impl World {
                     name: request.name,
                     credential_sha256: None,
                     capacity,
+                    app_version: request.app_version,
                 };
                 self.propose(command, ReplyTo::Register { slot, call });
             }

@@ -431,16 +431,17 @@
       const draining = node('td');
       draining.append(e.draining ? node('span', 'badge warn', 'draining') : node('span', 'muted', 'no'));
       const capacity = node('td', 'num capacity wide', e.capacity === undefined ? 1 : e.capacity);
+      const version = node('td', 'mono wide app-version', e.app_version || '–');
       const utilisation = node('td', 'num utilisation');
       shown.utilisationCells.set(e.executor_id, utilisation);
       showUtilisation(utilisation, utilisationSource(e));
-      tr.append(name, node('td', 'mono wide', e.executor_id), node('td', 'mono wide', e.address), lease, shards, capacity, utilisation, draining);
+      tr.append(name, node('td', 'mono wide', e.executor_id), node('td', 'mono wide', e.address), lease, shards, capacity, version, utilisation, draining);
       rows.append(tr);
     }
     if (!list.length) {
       const tr = node('tr', 'empty');
       const td = node('td', null, 'no executors registered');
-      td.colSpan = 8;
+      td.colSpan = 9;
       tr.append(td);
       rows.append(tr);
     }
@@ -823,6 +824,13 @@
 
   /** "3 moves planned on revision 42: 2 drain, 1 join", or that nothing would move. */
   function planSummary(plan) {
+    const rollout = plan.rollout_to
+      ? 'rollout to version ' + plan.rollout_to + ' under way, balance and joiners wait: '
+      : '';
+    return rollout + planMoves(plan);
+  }
+
+  function planMoves(plan) {
     if (!plan.moves.length) return 'nothing would move (revision ' + plan.revision + ')';
     const byReason = new Map();
     for (const step of plan.moves) byReason.set(step.reason, (byReason.get(step.reason) || 0) + 1);

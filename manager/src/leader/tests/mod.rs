@@ -53,6 +53,7 @@ impl World {
             name: None,
             credential_sha256: None,
             capacity,
+            app_version: None,
         }) {
             Outcome::Registered { grant, .. } => grant.executor_id,
             other => panic!("register: {other:?}"),

@@ -16,6 +16,10 @@
 //!   they fit best and never moved back and forth (P15.4). Shards without a live holder and
 //!   executors that just joined are served at once, outside the budget.
 //!
+//! While the executors that take shards run more than one application version (a rollout,
+//! P17.3), neither is used: only the shards that must move do, onto the newest version
+//! ([`rollout`]), so a rolling deploy moves each shard once.
+//!
 //! While a new leader has not heard from every live executor it knows nothing of their loads
 //! ([`Loads::Learning`]): it places shards that have no live holder and fills executors that
 //! hold nothing, and moves nothing else, so a leader change never reshuffles a balanced fleet.
@@ -28,6 +32,9 @@
 
 pub(super) mod count;
 mod load;
+mod rollout;
+
+pub use rollout::rollout_target;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -192,6 +199,13 @@ pub fn plan_placement(
     inputs: &PlacementInputs,
     max_moves: usize,
 ) -> Option<Plan> {
+    state.config()?;
+    // A rollout decides alone whatever the leader knows of the loads: only shards that must move
+    // do, onto the newest version (P17.3).
+    if let Some(newest) = rollout_target(state, now_ms) {
+        let moves = rollout::plan_moves(state, now_ms, newest, max_moves);
+        return plan_of(state, now_ms, moves);
+    }
     // By count, every shard of the table may need a move (a million at a fleet's first start):
     // the plan's `max_moves` are chosen first and only they are classified, so a plan costs a
     // pass over the moves, not several lookups and a sort for each.
@@ -232,6 +246,11 @@ pub fn plan_placement(
             |(step, _)| (step.shard, step.to.as_str()),
         ),
     };
+    plan_of(state, now_ms, moves)
+}
+
+/// The [`Command::Rebalance`] making `moves`, or `None` when there are none.
+fn plan_of(state: &LeaseState, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> Option<Plan> {
     if moves.is_empty() {
         return None;
     }

@@ -31,6 +31,7 @@ pub(super) fn busy_state() -> LeaseState {
         name: Some("worker".into()),
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
     });
     harness.rebalance(0);
     let c = harness.register(1_000, "c");
@@ -88,6 +89,7 @@ mod std_collections {
         pub draining: bool,
         pub credential_sha256: Option<[u8; 32]>,
         pub capacity: u32,
+        pub app_version: Option<String>,
     }
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -123,6 +125,7 @@ mod std_collections {
                         draining: e.draining,
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
+                        app_version: e.app_version.clone(),
                     };
                     (id.clone(), executor)
                 })
@@ -176,6 +179,7 @@ pub(super) fn every_command() -> Vec<Command> {
             name: Some("n".into()),
             credential_sha256: None,
             capacity: crate::lease::DEFAULT_CAPACITY,
+            app_version: None,
         },
         Command::Renew {
             now_ms: 4,
@@ -231,6 +235,7 @@ pub(super) fn every_command() -> Vec<Command> {
             name: None,
             credential_sha256: Some([0xff; 32]),
             capacity: crate::lease::DEFAULT_CAPACITY,
+            app_version: None,
         },
         Command::Register {
             now_ms: 13,
@@ -239,10 +244,24 @@ pub(super) fn every_command() -> Vec<Command> {
             name: None,
             credential_sha256: Some([1; 32]),
             capacity: leasehold_api::wire::MAX_CAPACITY,
+            app_version: None,
         },
         Command::SetClusterVersion {
             now_ms: 14,
             cluster_version: 4,
+        },
+        Command::Register {
+            now_ms: 15,
+            incarnation: "versioned".into(),
+            address: "http://v".into(),
+            name: Some("v".into()),
+            credential_sha256: Some([2; 32]),
+            capacity: 2,
+            app_version: Some("1.4.0-rc.1+build.7".into()),
+        },
+        Command::SetClusterVersion {
+            now_ms: 16,
+            cluster_version: 5,
         },
     ]
 }

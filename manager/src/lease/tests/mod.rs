@@ -6,12 +6,14 @@
 //! - `drain`: draining executors (the flag, and how the planner moves their shards).
 //! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
 //! - `placement`: placement by load and capacity (P15.1–P15.4), rule by rule and as properties.
+//! - `rollout`: version-aware placement while a fleet's application versions are mixed (P17.3).
 //! - `schemas`: the conversions between state schemas and the cluster version (P14.1, P14.3).
 
 mod drain;
 mod encoding;
 mod placement;
 mod planner;
+mod rollout;
 mod rules;
 mod schemas;
 
@@ -180,5 +182,6 @@ pub(super) fn register_command_with_capacity(
         name: None,
         credential_sha256: None,
         capacity,
+        app_version: None,
     }
 }

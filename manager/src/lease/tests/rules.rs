@@ -6,7 +6,7 @@ use super::super::{
     MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 use super::{register_command, Harness, LEASE_MS};
-use leasehold_api::wire::MAX_CAPACITY;
+use leasehold_api::wire::{MAX_APP_VERSION_BYTES, MAX_CAPACITY};
 
 /// Four shards; A registered at 0 and given all four (epoch 1); B registered at 1 000 and a plan
 /// at 1 000 marks shards 2 and 3 releasing from A to B. Returns the revoke revision.
@@ -374,6 +374,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
         name: Some("worker-1".into()),
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
     });
     let Outcome::Registered {
         grant,
@@ -410,6 +411,7 @@ fn p13_4_a_retried_registration_needs_the_same_credential() {
         name: None,
         credential_sha256,
         capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
     };
     let Outcome::Registered { grant, .. } = harness.apply(with(Some([1; 32]))) else {
         panic!("registered");
@@ -527,6 +529,97 @@ fn p15_1_i6_a_capacity_outside_one_to_the_maximum_is_refused_and_changes_nothing
     }
     assert!(matches!(
         harness.apply(register_with_capacity(1_000, "new", MAX_CAPACITY)),
+        Outcome::Registered { .. }
+    ));
+}
+
+/// A `Register` for `incarnation` stating `app_version`.
+fn register_with_app_version(now_ms: u64, incarnation: &str, app_version: Option<&str>) -> Command {
+    let mut command = register_command(now_ms, incarnation);
+    if let Command::Register {
+        app_version: field, ..
+    } = &mut command
+    {
+        *field = app_version.map(str::to_owned);
+    }
+    command
+}
+
+/// P17.3: an executor keeps the application version it registered with; a retried
+/// registration (same incarnation, P4.4) gets the same answer and keeps the first version,
+/// whatever it states (a newer version is a new incarnation). One that states none has none.
+#[test]
+fn p17_3_an_executor_keeps_the_app_version_of_its_first_registration() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let Outcome::Registered { grant, .. } =
+        harness.apply(register_with_app_version(1_000, "inc-1", Some("1.4.0")))
+    else {
+        panic!("registered");
+    };
+    let version = |harness: &Harness| {
+        harness
+            .state
+            .executor(&grant.executor_id)
+            .unwrap()
+            .app_version
+            .clone()
+    };
+    assert_eq!(version(&harness).as_deref(), Some("1.4.0"));
+    for retried in [Some("1.4.0"), Some("2.0.0"), None] {
+        let outcome =
+            harness.apply_expecting_no_change(register_with_app_version(2_000, "inc-1", retried));
+        assert!(
+            matches!(
+                &outcome,
+                Outcome::Registered {
+                    grant: again,
+                    already_registered: true,
+                } if again.executor_id == grant.executor_id
+            ),
+            "retried with {retried:?}: {outcome:?}"
+        );
+        assert_eq!(
+            version(&harness).as_deref(),
+            Some("1.4.0"),
+            "retried with {retried:?}"
+        );
+    }
+    let other = harness.register(2_000, "inc-2");
+    assert_eq!(harness.state.executor(&other).unwrap().app_version, None);
+}
+
+/// P17.3, I6: the state machine refuses an application version outside the wire's alphabet or
+/// length (the edge refuses first; this is the second line), for a new incarnation and for a
+/// retried one, and nothing changes.
+#[test]
+fn p17_3_i6_an_app_version_the_check_refuses_is_refused_and_changes_nothing() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.register(0, "existing");
+    let long = "9".repeat(MAX_APP_VERSION_BYTES + 1);
+    for (incarnation, app_version) in [
+        ("new", ""),
+        ("new", "1 2"),
+        ("new", "1/2"),
+        ("new", long.as_str()),
+        ("existing", ""),
+        ("existing", long.as_str()),
+    ] {
+        let outcome = harness.apply_expecting_no_change(register_with_app_version(
+            1_000,
+            incarnation,
+            Some(app_version),
+        ));
+        assert!(
+            matches!(
+                outcome.refusal(),
+                Some(RefusalReason::Invalid { detail }) if detail.contains("P17.3")
+            ),
+            "{incarnation} with app version {app_version:?}: {outcome:?}"
+        );
+    }
+    let longest = "9".repeat(MAX_APP_VERSION_BYTES);
+    assert!(matches!(
+        harness.apply(register_with_app_version(1_000, "new", Some(&longest))),
         Outcome::Registered { .. }
     ));
 }
@@ -1485,6 +1578,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         name: name.map(str::to_owned),
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
     };
     let planned_at = harness.state.revision();
     let cases: Vec<(&str, Command)> = vec![
@@ -1583,6 +1677,7 @@ fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
         name: Some(longest),
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
     });
     assert!(
         matches!(

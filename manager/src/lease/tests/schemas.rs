@@ -1,12 +1,13 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
-//! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`) and this build's types, the gate in
-//! front of proposals, and a property test that a state migrated at any point behaves exactly as
-//! the state it came from.
+//! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`) and this build's
+//! types, the gate in front of proposals, and a property test that a state migrated at any point
+//! behaves exactly as the state it came from.
 
 use proptest::prelude::*;
 
 use super::super::schema::{
-    check_proposable, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
+    check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
+    FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
 };
 use super::super::{chain, v2, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
 use super::encoding::{busy_state, every_command};
@@ -33,6 +34,12 @@ fn migrated_through_schema_3(state: &LeaseState) -> LeaseState {
     chain::state_from_v3(bincode_round_trip(&old))
 }
 
+/// The same through schema 4's types.
+fn migrated_through_schema_4(state: &LeaseState) -> LeaseState {
+    let old = chain::state_to_v4(state).expect("expressible in schema 4");
+    chain::state_from_v4(bincode_round_trip(&old))
+}
+
 #[test]
 fn every_schema_2_command_converts_up_and_back_unchanged() {
     for command in every_command() {
@@ -55,7 +62,7 @@ fn every_schema_2_command_converts_up_and_back_unchanged() {
 }
 
 /// P14.1: every command schema 3 can express converts to it and back unchanged, and only
-/// those that need schema 4 are refused.
+/// those that need schema 4 or later are refused.
 #[test]
 fn every_schema_3_command_converts_up_and_back_unchanged() {
     let mut refused = 0;
@@ -63,20 +70,55 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
         match chain::command_to_v3(&command) {
             Ok(old) => {
                 let old = bincode_round_trip(&old);
-                assert_eq!(Command::from(old), command, "schema 3 keeps {command:?}");
+                assert_eq!(
+                    chain::command_from_v3(old),
+                    command,
+                    "schema 3 keeps {command:?}"
+                );
                 assert!(command.required_schema() <= CREDENTIALS_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert!(
+                    command.required_schema() >= CAPACITY_SCHEMA,
+                    "only commands of schema 4 or later are refused by schema 3: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        refused, 4,
+        "a capacity, a raise to 4, an application version and a raise to 5"
+    );
+}
+
+/// P14.1, P17.3: every command schema 4 can express converts to it and back unchanged, and
+/// only those that need schema 5 are refused.
+#[test]
+fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v4(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v4(old),
+                    command,
+                    "schema 4 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= CAPACITY_SCHEMA);
             }
             Err(_) => {
                 refused += 1;
                 assert_eq!(
                     command.required_schema(),
-                    CAPACITY_SCHEMA,
-                    "only commands of schema 4 are refused by schema 3: {command:?}"
+                    APP_VERSION_SCHEMA,
+                    "only commands of schema 5 are refused by schema 4: {command:?}"
                 );
             }
         }
     }
-    assert_eq!(refused, 2, "a capacity and a raise to 4");
+    assert_eq!(refused, 2, "an application version and a raise to 5");
 }
 
 #[test]
@@ -89,6 +131,7 @@ fn a_state_below_the_raise_converts_to_schema_2_and_back_unchanged() {
         assert_eq!(state.cluster_version(), FIRST_RELEASE_SCHEMA);
         assert_eq!(migrated(&state), state);
         assert_eq!(migrated_through_schema_3(&state), state);
+        assert_eq!(migrated_through_schema_4(&state), state);
         assert_eq!(state.required_schema(), FIRST_RELEASE_SCHEMA);
     }
 }
@@ -109,6 +152,11 @@ fn a_state_after_the_raise_is_not_expressible_in_schema_2() {
         migrated_through_schema_3(&harness.state),
         harness.state,
         "a state of schema 3 reads back from schema 3's types unchanged, capacities 1"
+    );
+    assert_eq!(
+        migrated_through_schema_4(&harness.state),
+        harness.state,
+        "and from schema 4's, no application versions"
     );
 }
 
@@ -216,6 +264,11 @@ fn p15_1_a_capacity_needs_schema_4_everywhere() {
         "cluster version 4"
     );
     harness.apply(heavy);
+    assert_eq!(
+        migrated_through_schema_4(&harness.state),
+        harness.state,
+        "schema 4 keeps the capacity"
+    );
     let mut lowered = harness.state.clone();
     lowered.cluster_version = CREDENTIALS_SCHEMA;
     assert!(
@@ -239,8 +292,161 @@ fn a_raise_needs_the_schema_it_raises_to() {
         CREDENTIALS_SCHEMA
     );
     assert_eq!(raise(CAPACITY_SCHEMA).required_schema(), CAPACITY_SCHEMA);
+    assert_eq!(
+        raise(APP_VERSION_SCHEMA).required_schema(),
+        APP_VERSION_SCHEMA
+    );
     assert!(chain::command_to_v3(&raise(CREDENTIALS_SCHEMA)).is_ok());
     assert!(chain::command_to_v3(&raise(CAPACITY_SCHEMA)).is_err());
+    assert!(chain::command_to_v4(&raise(CAPACITY_SCHEMA)).is_ok());
+    assert!(chain::command_to_v4(&raise(APP_VERSION_SCHEMA)).is_err());
+}
+
+/// A `Register` for `incarnation` stating `app_version`, with `capacity`.
+fn register_versioned(incarnation: &str, capacity: u32, app_version: &str) -> Command {
+    let mut command = super::register_command(0, incarnation);
+    if let Command::Register {
+        capacity: capacity_field,
+        app_version: version_field,
+        ..
+    } = &mut command
+    {
+        *capacity_field = capacity;
+        *version_field = Some(app_version.to_owned());
+    }
+    command
+}
+
+/// P17.3 through P14.3: a registration stating an application version is schema 5 whatever
+/// else it states (no credential and capacity 1 included), refused by schema 2's, 3's and 4's
+/// types, and proposed only once the cluster version is 5; a state holding one is not
+/// expressible in schema 4, whatever its cluster version says. Stating none needs nothing new.
+#[test]
+fn p17_3_an_app_version_needs_schema_5_everywhere() {
+    for versioned in [
+        register_versioned("a", DEFAULT_CAPACITY, "1.4.0"),
+        register_versioned("a", 2, "1.4.0"),
+    ] {
+        assert_eq!(
+            versioned.required_schema(),
+            APP_VERSION_SCHEMA,
+            "{versioned:?}"
+        );
+        let refused = chain::command_to_v4(&versioned).unwrap_err();
+        assert!(
+            refused.0.contains("application version") && refused.0.contains("schema 5"),
+            "{refused}"
+        );
+        assert_eq!(chain::command_to_v3(&versioned), Err(refused));
+        assert_eq!(chain::command_to_v2(&versioned), Err(refused));
+        for below in [FIRST_RELEASE_SCHEMA, CREDENTIALS_SCHEMA, CAPACITY_SCHEMA] {
+            let refused = check_proposable(&versioned, below).unwrap_err();
+            assert_eq!(
+                (refused.needed, refused.cluster_version),
+                (APP_VERSION_SCHEMA, below)
+            );
+        }
+        assert!(check_proposable(&versioned, APP_VERSION_SCHEMA).is_ok());
+    }
+    assert_eq!(
+        super::register_command(0, "a").required_schema(),
+        FIRST_RELEASE_SCHEMA,
+        "no application version, no credential, capacity 1"
+    );
+
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: APP_VERSION_SCHEMA,
+    });
+    let refused = chain::state_to_v4(&harness.state).unwrap_err();
+    assert!(
+        refused.0.contains("above 4"),
+        "cluster version 5: {refused}"
+    );
+    harness.apply(register_versioned("a", DEFAULT_CAPACITY, "1.4.0"));
+    let mut lowered = harness.state.clone();
+    lowered.cluster_version = CAPACITY_SCHEMA;
+    let refused = chain::state_to_v4(&lowered).unwrap_err();
+    assert!(
+        refused.0.contains("application version"),
+        "an application version is not expressible in schema 4 whatever the cluster version \
+         says: {refused}"
+    );
+    lowered.cluster_version = FIRST_RELEASE_SCHEMA;
+    assert!(chain::state_to_v3(&lowered).is_err());
+    assert!(chain::state_to_v2(&lowered).is_err());
+}
+
+/// P14.1: each step down the chain refuses what its schema lacks, naming it; a value older
+/// schemas cannot express either is refused at the newest step that cannot.
+#[test]
+fn p14_1_a_down_conversion_refusal_names_what_the_older_schema_lacks() {
+    let raise = |cluster_version| Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version,
+    };
+    let mut credentialed = super::register_command(0, "a");
+    if let Command::Register {
+        credential_sha256, ..
+    } = &mut credentialed
+    {
+        *credential_sha256 = Some([9; 32]);
+    }
+    let heavy = super::register_command_with_capacity(0, "a", 2);
+    let versioned = register_versioned("a", DEFAULT_CAPACITY, "1.4.0");
+    let cases: [(&str, Command, u32, &str); 6] = [
+        (
+            "a credential",
+            credentialed,
+            FIRST_RELEASE_SCHEMA,
+            "credential",
+        ),
+        (
+            "a raise to 3",
+            raise(CREDENTIALS_SCHEMA),
+            FIRST_RELEASE_SCHEMA,
+            "SetClusterVersion",
+        ),
+        ("a capacity", heavy, CREDENTIALS_SCHEMA, "capacity"),
+        (
+            "a raise to 4",
+            raise(CAPACITY_SCHEMA),
+            CREDENTIALS_SCHEMA,
+            "above 3",
+        ),
+        (
+            "an application version",
+            versioned,
+            CAPACITY_SCHEMA,
+            "application version",
+        ),
+        (
+            "a raise to 5",
+            raise(APP_VERSION_SCHEMA),
+            CAPACITY_SCHEMA,
+            "above 4",
+        ),
+    ];
+    for (what, command, newest_refusing, reason) in cases {
+        let refusals = [
+            (FIRST_RELEASE_SCHEMA, chain::command_to_v2(&command).err()),
+            (CREDENTIALS_SCHEMA, chain::command_to_v3(&command).err()),
+            (CAPACITY_SCHEMA, chain::command_to_v4(&command).err()),
+        ];
+        for (schema, refusal) in refusals {
+            match refusal {
+                Some(refusal) => {
+                    assert!(schema <= newest_refusing, "{what}: schema {schema} refuses");
+                    assert!(
+                        refusal.0.contains(reason),
+                        "{what} at schema {schema}: {refusal}"
+                    );
+                }
+                None => assert!(schema > newest_refusing, "{what}: schema {schema} keeps it"),
+            }
+        }
+    }
 }
 
 #[test]
@@ -385,6 +591,10 @@ proptest! {
             prop_assert_eq!(migrated(&original.state), original.state.clone());
             prop_assert_eq!(
                 migrated_through_schema_3(&original.state),
+                original.state.clone()
+            );
+            prop_assert_eq!(
+                migrated_through_schema_4(&original.state),
                 original.state.clone()
             );
         }

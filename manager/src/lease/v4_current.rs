@@ -1,19 +1,18 @@
-//! The newest conversion in the chain of schemas: schema 3 (`super::v3`, frozen) and this build's
-//! types (schema 4), up (`From`, always) and down (`TryFrom`, when schema 3 can express the
-//! value). Older schemas reach this build through schema 3 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 4 (`super::v4`, frozen) and this build's
+//! types (schema 5), up (`From`, always) and down (`TryFrom`, when schema 4 can express the
+//! value). Older schemas reach this build through schema 4 (`crate::lease::chain` chains them).
 //!
-//! When a schema 5 changes this build's types, schema 4's are frozen in a `v4` module and these
-//! conversions move there, between schemas 3 and 4; this file then converts between schema 4 and
+//! When a schema 6 changes this build's types, schema 5's are frozen in a `v5` module and these
+//! conversions move there, between schemas 4 and 5; this file then converts between schema 5 and
 //! the new types. Nothing else changes: a frozen module never mentions a newer schema.
 
-use super::schema::{NotExpressible, CREDENTIALS_SCHEMA};
-use super::v3::{
+use super::schema::{NotExpressible, CAPACITY_SCHEMA};
+use super::v4::{
     ClusterConfig, Command, Executor, Handoff, LeaseState, Move, Renewal, Shard, Tombstone,
     TombstoneReason,
 };
-use super::DEFAULT_CAPACITY;
 
-// ---- Schema 3 → this build ----
+// ---- Schema 4 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -41,14 +40,16 @@ impl From<Command> for super::Command {
                 address,
                 name,
                 credential_sha256,
+                capacity,
             } => Now::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
                 credential_sha256,
-                // Schema 3 had no capacities: every executor counted the same (P5.4).
-                capacity: DEFAULT_CAPACITY,
+                capacity,
+                // Schema 4 had no application versions: its executors stated none (P17.3).
+                app_version: None,
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -130,7 +131,8 @@ impl From<LeaseState> for super::LeaseState {
                         owned_shards: e.owned_shards.into_iter().collect(),
                         draining: e.draining,
                         credential_sha256: e.credential_sha256,
-                        capacity: DEFAULT_CAPACITY,
+                        capacity: e.capacity,
+                        app_version: None,
                     };
                     (id, executor)
                 })
@@ -209,7 +211,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 3, when schema 3 can express it ----
+// ---- This build → schema 4, when schema 4 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -233,9 +235,12 @@ impl TryFrom<&super::Command> for Command {
                 now_ms,
                 lease_duration_ms,
             },
-            Now::Register { capacity, .. } if capacity != DEFAULT_CAPACITY => {
+            Now::Register {
+                app_version: Some(_),
+                ..
+            } => {
                 return Err(NotExpressible(
-                    "a registration with a capacity other than 1 first appears in schema 4",
+                    "a registration with an application version first appears in schema 5",
                 ))
             }
             Now::Register {
@@ -244,13 +249,15 @@ impl TryFrom<&super::Command> for Command {
                 address,
                 name,
                 credential_sha256,
-                capacity: _,
+                capacity,
+                app_version: None,
             } => Command::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
                 credential_sha256,
+                capacity,
             },
             Now::Renew { now_ms, renewals } => Command::Renew {
                 now_ms,
@@ -300,12 +307,12 @@ impl TryFrom<&super::Command> for Command {
                 executor_id,
                 draining,
             },
-            // A raise past schema 3 is for replicas of that schema only (see `required_schema`).
+            // A raise past schema 4 is for replicas of that schema only (see `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > CREDENTIALS_SCHEMA => {
+            } if cluster_version > CAPACITY_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 3 is not expressible in schema 3",
+                    "a raise of the cluster version above 4 is not expressible in schema 4",
                 ))
             }
             Now::SetClusterVersion {
@@ -323,18 +330,14 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > CREDENTIALS_SCHEMA {
+        if state.cluster_version > CAPACITY_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 3 is not expressible in schema 3",
+                "a cluster version above 4 is not expressible in schema 4",
             ));
         }
-        if state
-            .executors
-            .values()
-            .any(|e| e.capacity != DEFAULT_CAPACITY)
-        {
+        if state.executors.values().any(|e| e.app_version.is_some()) {
             return Err(NotExpressible(
-                "an executor with a capacity other than 1 is not expressible in schema 3",
+                "an executor with an application version is not expressible in schema 4",
             ));
         }
         Ok(LeaseState {
@@ -356,6 +359,7 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         owned_shards: e.owned_shards.iter().copied().collect(),
                         draining: e.draining,
                         credential_sha256: e.credential_sha256,
+                        capacity: e.capacity,
                     };
                     (id.clone(), executor)
                 })

@@ -1,0 +1,215 @@
+//! Placement during a rollout (P17.3): while the executors that take shards run more than one
+//! application version, shards move only to executors of the newest, and only the shards that
+//! must move do.
+//!
+//! A rolling deploy replaces executors one at a time. Spreading to each newcomer as it joins,
+//! or balancing onto an executor of the old version, moves a shard again when that executor is
+//! replaced in turn: a shard would change hands once per deploy step instead of once per deploy.
+//! So while the versions are mixed:
+//! - a shard whose owner serves it and takes shards stays where it is: no balance moves and no
+//!   spreading to joiners (they wait until the versions agree, when the usual planner runs);
+//! - a shard that must move (never owned, its owner left or drains, its handoff's target is gone)
+//!   goes to an executor of the newest version, the one holding fewest shards for its capacity
+//!   (ties by id), or stays with the target its handoff names when that is one;
+//! - a handoff under way to an executor that is not of the newest version is cancelled when its
+//!   owner still takes shards (nothing changes hands), and retargeted otherwise;
+//! - a lapsed owner keeps its shards until it is reaped (P3.8), as always.
+//!
+//! Versions are compared by [`compare_stated_app_versions`] (an executor that stated none is
+//! older than any that did), so a fleet that states no versions never has a rollout.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+
+use leasehold_api::wire::compare_stated_app_versions;
+
+use super::super::{Executor, LeaseState, Move, ShardId};
+use super::{capacity_of, cheapest_moves, takes_shards, why_it_moves, MoveReason};
+
+/// The newest application version among the executors that take shards at `now_ms`, when they
+/// run more than one (a rollout is under way); `None` otherwise.
+pub fn rollout_target(state: &LeaseState, now_ms: u64) -> Option<&str> {
+    let mut takers = state
+        .executors()
+        .filter(|executor| takes_shards(executor, now_ms))
+        .map(|executor| executor.app_version.as_deref());
+    let first = takers.next()?;
+    let mut newest = first;
+    let mut mixed = false;
+    for version in takers {
+        match compare_stated_app_versions(version, newest) {
+            Ordering::Equal => {}
+            Ordering::Greater => {
+                newest = version;
+                mixed = true;
+            }
+            Ordering::Less => mixed = true,
+        }
+    }
+    // Mixed versions have a newest that was stated: only an executor without one is older
+    // than every other.
+    if mixed {
+        newest
+    } else {
+        None
+    }
+}
+
+/// An executor of the newest version: what it holds once the handoffs under way complete, and
+/// its weight.
+#[derive(Debug)]
+struct Receiver<'a> {
+    id: &'a str,
+    capacity: u64,
+    holding: u64,
+}
+
+/// A receiver's place in the queue of who gets the next shard: fewest shards for its capacity,
+/// then lowest id (its position in id order).
+#[derive(Debug, PartialEq, Eq)]
+struct Fill {
+    holding: u64,
+    capacity: u64,
+    position: usize,
+}
+
+impl Ord for Fill {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // holding ÷ capacity compared exactly, by cross-multiplying.
+        let this = u128::from(self.holding) * u128::from(other.capacity);
+        let that = u128::from(other.holding) * u128::from(self.capacity);
+        this.cmp(&that)
+            .then_with(|| self.position.cmp(&other.position))
+    }
+}
+
+impl PartialOrd for Fill {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn is_newest(executor: &Executor, newest: &str, now_ms: u64) -> bool {
+    takes_shards(executor, now_ms)
+        && executor
+            .app_version
+            .as_deref()
+            .is_some_and(|version| compare_stated_app_versions(Some(version), Some(newest)).is_eq())
+}
+
+/// The moves of a plan during a rollout to `newest` ([`rollout_target`]), at most `max_moves`,
+/// the cheapest first, ascending by shard, each with why.
+pub(in crate::lease) fn plan_moves(
+    state: &LeaseState,
+    now_ms: u64,
+    newest: &str,
+    max_moves: usize,
+) -> Vec<(Move, MoveReason)> {
+    let mut receivers: Vec<Receiver<'_>> = state
+        .executors()
+        .filter(|executor| is_newest(executor, newest, now_ms))
+        .map(|executor| Receiver {
+            id: executor.id.as_str(),
+            capacity: capacity_of(executor),
+            holding: 0,
+        })
+        .collect();
+    if receivers.is_empty() {
+        return Vec::new();
+    }
+    let positions: HashMap<&str, usize> = receivers
+        .iter()
+        .enumerate()
+        .map(|(position, receiver)| (receiver.id, position))
+        .collect();
+
+    let mut moves: Vec<(Move, MoveReason)> = Vec::new();
+    let mut homeless: Vec<ShardId> = Vec::new();
+    for shard in state.shards() {
+        let target = shard
+            .handoff
+            .as_ref()
+            .and_then(|handoff| handoff.to.as_deref())
+            .and_then(|target| positions.get(target).copied());
+        let owner = shard
+            .owner
+            .as_deref()
+            .and_then(|owner| state.executor(owner));
+        let owner_takes = owner.is_some_and(|owner| takes_shards(owner, now_ms));
+        let owner_position = shard
+            .owner
+            .as_deref()
+            .and_then(|owner| positions.get(owner).copied());
+        match (owner, &shard.handoff, target) {
+            // On its way to an executor of the newest version: it stays on that course.
+            (_, Some(_), Some(target)) => {
+                if let Some(receiver) = receivers.get_mut(target) {
+                    receiver.holding += 1;
+                }
+            }
+            // Served by a live owner: it stays.
+            (Some(_), None, _) if owner_takes => {
+                if let Some(receiver) = owner_position.and_then(|at| receivers.get_mut(at)) {
+                    receiver.holding += 1;
+                }
+            }
+            // Releasing to an executor not of the newest version (or to none) from an owner that
+            // still takes shards: the handoff is cancelled, nothing changes hands.
+            (Some(owner), Some(_), None) if owner_takes => {
+                if let Some(receiver) = owner_position.and_then(|at| receivers.get_mut(at)) {
+                    receiver.holding += 1;
+                }
+                moves.push((
+                    Move {
+                        shard: shard.id,
+                        to: owner.id.clone(),
+                    },
+                    MoveReason::Cancel,
+                ));
+            }
+            // Never owned, or its owner left: placed.
+            (None, _, _) => homeless.push(shard.id),
+            (Some(owner), handoff, _) => {
+                let live_draining = owner.draining && !owner.lease_lapsed(now_ms);
+                // A draining owner hands its shards on, and a releasing one goes on to a live
+                // holder; a lapsed owner keeps the rest until it is reaped (P3.8).
+                if live_draining || handoff.is_some() {
+                    homeless.push(shard.id);
+                }
+            }
+        }
+    }
+
+    let mut queue: BinaryHeap<Reverse<Fill>> = receivers
+        .iter()
+        .enumerate()
+        .map(|(position, receiver)| {
+            Reverse(Fill {
+                holding: receiver.holding,
+                capacity: receiver.capacity,
+                position,
+            })
+        })
+        .collect();
+    for shard in homeless {
+        let Some(Reverse(mut fill)) = queue.pop() else {
+            break;
+        };
+        let Some(receiver) = receivers.get_mut(fill.position) else {
+            break;
+        };
+        moves.push((
+            Move {
+                shard,
+                to: receiver.id.to_owned(),
+            },
+            why_it_moves(state, now_ms, shard),
+        ));
+        receiver.holding += 1;
+        fill.holding += 1;
+        queue.push(Reverse(fill));
+    }
+    cheapest_moves(state, moves, max_moves, |(step, _)| {
+        (step.shard, step.to.as_str())
+    })
+}
