@@ -40,6 +40,12 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_ADVERTISE")]
     pub advertise: Option<String>,
 
+    /// Also serve /livez and /readyz, and nothing else, in plaintext on this address: for
+    /// probes that present no client certificate (Kubernetes' kubelet) while --listen requires
+    /// one. They say only whether this replica lives and can serve.
+    #[arg(long, env = "LEASEHOLD_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
+
     /// Directory for the Raft log, snapshots and identity (one sled database).
     #[arg(long, env = "LEASEHOLD_DATA_DIR")]
     pub data_dir: PathBuf,
@@ -213,6 +219,8 @@ fn parse_initial_cluster(value: &str) -> Result<InitialCluster, String> {
 pub struct ManagerConfig {
     pub id: NodeId,
     pub listen: SocketAddr,
+    /// `--health-listen`: a plaintext listener serving `/livez` and `/readyz` only.
+    pub health_listen: Option<SocketAddr>,
     pub advertise: String,
     pub data_dir: PathBuf,
     pub initial_cluster: BTreeMap<NodeId, String>,
@@ -268,6 +276,17 @@ impl TryFrom<Args> for ManagerConfig {
         let insecure_plaintext =
             check_plaintext_listener(args.listen.ip(), tls.is_some(), args.tls.insecure)
                 .map_err(ConfigError)?;
+        if args
+            .health_listen
+            .is_some_and(|health| health.port() == args.listen.port())
+        {
+            return Err(ConfigError(format!(
+                "--health-listen {} needs a port of its own: --listen is on port {}",
+                args.health_listen
+                    .map_or_else(String::new, |a| a.to_string()),
+                args.listen.port()
+            )));
+        }
         let scheme = if tls.is_some() { "https" } else { "http" };
         let backup_key = match &args.backup_key_file {
             Some(path) => {
@@ -376,6 +395,7 @@ impl TryFrom<Args> for ManagerConfig {
         Ok(Self {
             id: args.id,
             listen: args.listen,
+            health_listen: args.health_listen,
             advertise,
             data_dir: args.data_dir,
             initial_cluster,
@@ -432,6 +452,22 @@ mod tests {
         argv.extend_from_slice(extra);
         let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
         ManagerConfig::try_from(args).map_err(|e| e.to_string())
+    }
+
+    /// P13.2: the health listener takes a port of its own; absent, there is none.
+    #[test]
+    fn the_health_listener_needs_a_port_of_its_own() {
+        let cluster = ["--initial-cluster", "1=http://127.0.0.1:7001"];
+        let with = |health: &str| {
+            let mut extra = cluster.to_vec();
+            extra.extend(["--health-listen", health]);
+            args(&extra)
+        };
+        let refused = with("0.0.0.0:7001").unwrap_err();
+        assert!(refused.contains("--health-listen"), "{refused}");
+        let config = with("0.0.0.0:7011").unwrap();
+        assert_eq!(config.health_listen, Some("0.0.0.0:7011".parse().unwrap()));
+        assert_eq!(args(&cluster).unwrap().health_listen, None);
     }
 
     #[test]

@@ -125,6 +125,12 @@ impl Replica {
         )
     }
 
+    /// The router of `--health-listen`: `/livez` and `/readyz` only, for callers without a
+    /// certificate.
+    pub fn health_router(&self) -> axum::Router {
+        http::health_router(self.node.clone())
+    }
+
     /// Stops the node's background tasks (Raft runs on).
     fn stop_tasks(&self) {
         let _ = self.stop_tasks.send(true);
@@ -312,8 +318,38 @@ pub async fn run(
     if config.insecure_plaintext {
         tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
     }
+    let health_listener = match config.health_listen {
+        Some(address) => {
+            let listener = leasehold_api::serve::bind(address)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    listen: address,
+                    source,
+                })?;
+            tracing::info!(health_listen = %address, "serving /livez and /readyz in plaintext");
+            Some(listener)
+        }
+        None => None,
+    };
     let (replica, fatal_rx) = Replica::start(&config, metrics).await?;
     let router = replica.router(&config);
+    if let Some(listener) = health_listener {
+        let mut stopped = replica.stop_tasks.subscribe();
+        let serving = leasehold_api::serve::serve(
+            listener,
+            replica.health_router(),
+            None,
+            ListenerLimits::for_this_process(),
+            async move {
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            },
+        );
+        tokio::spawn(async move {
+            if let Err(error) = serving.await {
+                tracing::error!(%error, "the health listener failed: probes of it will fail");
+            }
+        });
+    }
 
     let (stop_reason_tx, mut stop_reason_rx) = oneshot::channel::<StopReason>();
     let stop_serving = {

@@ -233,6 +233,22 @@ async fn p13_3_each_route_admits_only_its_roles() {
     // Health is anyone's; everything else needs a certificate of the cluster's CA.
     let (status, _, _) = call(&router, request(Method::GET, "/livez", None, None)).await;
     assert_eq!(status, StatusCode::OK);
+    // `--health-listen` (P13.2): health without a certificate, and nothing else at all.
+    let health = replica.health_router();
+    for path in ["/livez", "/readyz"] {
+        let (status, _, body) = call(&health, request(Method::GET, path, None, None)).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+    for path in [
+        "/v1/state",
+        "/metrics",
+        "/v1/openapi.json",
+        "/raft/identity",
+        "/ui",
+    ] {
+        let answer = call(&health, request(Method::GET, path, None, Some(&admin))).await;
+        assert_problem(&answer, StatusCode::NOT_FOUND, "not_found");
+    }
     let anonymous = call(&router, request(Method::GET, "/v1/state", None, None)).await;
     assert_problem(&anonymous, StatusCode::UNAUTHORIZED, "unauthenticated");
     for role in [&admin, &executor] {

@@ -467,7 +467,11 @@ fn deploy_files_use_only_settings_the_binaries_accept() {
     };
     let flags = |text: &str| -> Vec<String> {
         text.split(|c: char| c.is_whitespace() || matches!(c, '"' | ',' | '[' | ']'))
-            .filter(|word| word.starts_with("--"))
+            // `---` separates YAML documents.
+            .filter(|word| {
+                word.strip_prefix("--")
+                    .is_some_and(|name| name.starts_with(|c: char| c.is_ascii_alphabetic()))
+            })
             .map(str::to_owned)
             .collect()
     };
@@ -522,6 +526,38 @@ fn deploy_files_use_only_settings_the_binaries_accept() {
         "docker-compose.yml (executors)",
         &format!("{executor_anchor}{executor_services}"),
         &executor_help,
+    );
+    // The Kubernetes kit: the managers' StatefulSet; the executor sidecar of the Deployment, and
+    // the example service beside it, whose flags are those of examples/python/kv.py.
+    check(
+        "kubernetes/manager.yaml",
+        &read("kubernetes/manager.yaml"),
+        &manager_help,
+    );
+    let deployment = read("kubernetes/executor.yaml");
+    let (sidecar, service) = deployment
+        .split_once("\n      containers:\n")
+        .expect("the executor Deployment's sidecar comes before its service");
+    check(
+        "kubernetes/executor.yaml (sidecar)",
+        sidecar,
+        &executor_help,
+    );
+    let example = std::fs::read_to_string(repo_root().join("examples/python/kv.py"))
+        .expect("examples/python/kv.py");
+    let example_flags: String = example
+        .lines()
+        .filter(|line| line.contains("add_argument(\"--"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    check(
+        "kubernetes/executor.yaml (service)",
+        service,
+        &example_flags,
+    );
+    assert!(
+        sidecar.contains("LEASEHOLD_APP_VERSION") && sidecar.contains("restartPolicy: Always"),
+        "P17.3, P17.2: the sidecar states the pod template's version and outlives the service"
     );
     for id in 1..=3 {
         let env = read(&format!("systemd/manager-{id}.env"));

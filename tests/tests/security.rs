@@ -477,6 +477,69 @@ async fn p13_3_an_executor_over_tls_takes_pushes_from_managers_only() {
     }
 }
 
+/// P13.2: `--health-listen` serves `/livez` and `/readyz` in plaintext to a caller with no
+/// certificate (Kubernetes' kubelet), and nothing else; the API listener still speaks only TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_2_the_health_listener_answers_probes_without_a_certificate_and_nothing_else() {
+    let _serial = one_cluster_at_a_time().await;
+    let certs = tls_certificates(3);
+    let mut cluster = Cluster::new(ClusterOptions {
+        shard_count: 8,
+        tls_dir: Some(certs.path().to_owned()),
+        ..ClusterOptions::default()
+    });
+    let health = format!("127.0.0.1:{}", leasehold_tests::free_port());
+    cluster
+        .managers
+        .get_mut(&1)
+        .expect("manager 1")
+        .set_flag("--health-listen", &health);
+    cluster.start_all();
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let plain = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let status_of = |path: &str| {
+        let request = plain.get(format!("http://{health}{path}"));
+        async move { request.send().await.map(|reply| reply.status().as_u16()) }
+    };
+    poll_until("the health listener to say ready", LEADER_BOUND, || async {
+        match status_of("/readyz").await {
+            Ok(200) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(status_of("/livez").await.unwrap(), 200);
+    for other in [
+        "/v1/state",
+        "/metrics",
+        "/v1/executors",
+        "/raft/identity",
+        "/ui",
+    ] {
+        assert_eq!(
+            status_of(other).await.unwrap(),
+            404,
+            "the health listener serves {other}"
+        );
+    }
+    let api_in_plaintext = plain
+        .get(format!(
+            "{}/livez",
+            cluster.url(1).replacen("https://", "http://", 1)
+        ))
+        .send()
+        .await;
+    assert!(
+        api_in_plaintext
+            .as_ref()
+            .map_or(true, |reply| !reply.status().is_success()),
+        "the API listener answered plaintext: {api_in_plaintext:?}"
+    );
+}
+
 /// P13.6: with `--backup-key-file` a manager seals every backup, and a manager with the key
 /// restores only what it sealed: an unsealed backup, or one sealed by another key, stops it at
 /// start with the reason, before anything is written.

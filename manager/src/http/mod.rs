@@ -116,6 +116,22 @@ pub fn router(
         .with_state(node)
 }
 
+/// The router of `--health-listen`: `/livez` and `/readyz` and nothing else, in plaintext, for
+/// probes that present no client certificate (Kubernetes' kubelet) when the API listener requires
+/// one (P13.2). They tell whether this replica lives and can serve, nothing more; every other
+/// path is `404`.
+pub fn health_router(node: AppState) -> Router {
+    let health = Router::new()
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz));
+    bounded(health, REQUEST_TIMEOUT)
+        .fallback(leasehold_api::http::not_found)
+        .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
+        .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
+        .layer(middleware::from_fn(leasehold_api::http::request_id))
+        .with_state(node)
+}
+
 /// `routes`, each request bounded by `limit`.
 fn bounded(routes: Router<AppState>, limit: Duration) -> Router<AppState> {
     routes.route_layer(middleware::from_fn_with_state(limit, request_timeout))
