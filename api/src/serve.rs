@@ -120,7 +120,7 @@ impl Default for ListenerLimits {
 /// on plaintext listeners and for a peer without a certificate. Read once per connection, when
 /// the handshake verified the certificate, not once per request.
 #[derive(Debug, Clone)]
-pub struct PeerRole(Result<Role, Arc<str>>, [u8; 32]);
+pub struct PeerRole(Result<Role, Arc<str>>, [u8; 32], Arc<str>);
 
 impl PeerRole {
     /// What a verified leaf certificate carries. The listener reads it once per connection; a
@@ -130,7 +130,14 @@ impl PeerRole {
         Self(
             Role::of_certificate(leaf).map_err(|e| Arc::from(e.to_string())),
             sha2::Sha256::digest(leaf.as_ref()).into(),
+            Arc::from(Role::subject_of_certificate(leaf)),
         )
+    }
+
+    /// The peer certificate's subject (RFC 4514, printable ASCII): who it names, for the audit
+    /// log (P17.4).
+    pub fn subject(&self) -> &str {
+        &self.2
     }
 
     pub fn role(&self) -> Result<Role, &str> {

@@ -25,6 +25,20 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
+/// `text` with every character outside printable ASCII replaced by `?`: fit for a header value and
+/// a log line.
+pub fn printable_ascii(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
 /// Every Leasehold role URI starts with this (compared without regard to case when counting, so
 /// a differently spelled second role is refused rather than ignored).
 pub const ROLE_URI_PREFIX: &str = "urn:leasehold:";
@@ -143,6 +157,14 @@ impl Role {
     ///
     /// This reads the certificate only; it does not check who issued it. Call it on a certificate
     /// the TLS handshake has already verified against the CA (a peer's), or on one's own.
+    /// The subject of a certificate as RFC 4514 writes it (`CN=alice,O=ops`), in printable ASCII
+    /// (anything else `?`), for the audit log (P17.4); empty when it cannot be parsed.
+    pub fn subject_of_certificate(certificate: &CertificateDer<'_>) -> String {
+        X509Certificate::from_der(certificate.as_ref())
+            .map(|(_, parsed)| printable_ascii(&parsed.subject().to_string()))
+            .unwrap_or_default()
+    }
+
     pub fn of_certificate(certificate: &CertificateDer<'_>) -> Result<Role, TlsError> {
         let (rest, parsed) = X509Certificate::from_der(certificate.as_ref()).map_err(|e| {
             TlsError::BadCertificate {

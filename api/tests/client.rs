@@ -13,6 +13,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use leasehold_api::wire::{AuditRecordView, MaintenanceRequest, MaintenanceView, ShardView};
 use leasehold_api::{
     AddNodeRequest, Client, ClientConfig, ClientError, ClusterInfo, ErrorCode, Grant, Problem,
     RegisterRequest, ReleaseRequest, RenewRequest, ShardEpoch, LEADER_HEADER, PROBLEM_CONTENT_TYPE,
@@ -719,4 +720,170 @@ async fn rate_limited_waits_as_long_as_retry_after_asks() {
         "retried after {:?}, before the Retry-After of 1 s",
         started.elapsed()
     );
+}
+
+// ---- operator controls (PROTOCOL P17.4) ------------------------------------------------------
+
+/// One request as the fake leader saw it: method, path, body.
+type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+fn shard_view(owner: &str, pinned_to: Option<&str>) -> ShardView {
+    ShardView {
+        shard: 3,
+        owner: Some(owner.into()),
+        epoch: 4,
+        handoff: None,
+        load: None,
+        hot: false,
+        pinned_to: pinned_to.map(str::to_owned),
+    }
+}
+
+/// A leader that records every request and answers each operator route as the manager does;
+/// anything else is `404 not_found`.
+async fn operator_leader(seen: Seen) -> String {
+    let router = Router::new().fallback(
+        move |method: axum::http::Method, uri: axum::http::Uri, body: axum::body::Bytes| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let path = uri.path().to_owned();
+                let body = String::from_utf8(body.to_vec()).unwrap();
+                seen.lock()
+                    .unwrap()
+                    .push((method.to_string(), path.clone(), body.clone()));
+                match (method.as_str(), path.as_str()) {
+                    ("GET", "/v1/cluster/maintenance") => Json(MaintenanceView {
+                        on: true,
+                        changed: false,
+                    })
+                    .into_response(),
+                    ("PUT", "/v1/cluster/maintenance") => {
+                        let request: MaintenanceRequest = serde_json::from_str(&body).unwrap();
+                        Json(MaintenanceView {
+                            on: request.on,
+                            changed: true,
+                        })
+                        .into_response()
+                    }
+                    ("POST", "/v1/shards/3/move") => Json(shard_view("ex-2", None)).into_response(),
+                    ("PUT", "/v1/shards/3/pin") => {
+                        Json(shard_view("ex-1", Some("ex-2"))).into_response()
+                    }
+                    ("DELETE", "/v1/shards/3/pin") => {
+                        Json(shard_view("ex-1", None)).into_response()
+                    }
+                    ("GET", "/v1/audit") => Json(vec![AuditRecordView {
+                        revision: 9,
+                        at_ms: 1_700_000_000_123,
+                        actor: "admin CN=alice".into(),
+                        action: "pin".into(),
+                        executor_id: Some("ex-2".into()),
+                        shard: Some(3),
+                        node_id: None,
+                        address: None,
+                    }])
+                    .into_response(),
+                    _ => problem(ErrorCode::NotFound, None),
+                }
+            }
+        },
+    );
+    serve(router).await
+}
+
+/// P17.4: each operator call sends its method, path and body to the leader a follower names,
+/// and reads the manager's answer.
+#[tokio::test]
+async fn p17_4_operator_calls_follow_the_leader_and_send_their_requests() {
+    let seen = Seen::default();
+    let leader = operator_leader(Arc::clone(&seen)).await;
+    let follower_hits = Hits::default();
+    let counter = follower_hits.clone();
+    let named = leader.clone();
+    let follower = serve(Router::new().fallback(move || {
+        counter.bump();
+        let leader = named.clone();
+        async move { problem(ErrorCode::NotLeader, Some(&leader)) }
+    }))
+    .await;
+    let client = client(&[&follower], fast_config());
+
+    assert_eq!(
+        client.maintenance().await.unwrap(),
+        MaintenanceView {
+            on: true,
+            changed: false
+        }
+    );
+    assert_eq!(client.leader_hint().as_deref(), Some(leader.as_str()));
+    assert_eq!(follower_hits.get(), 1, "the leader is followed once");
+    assert!(client.set_maintenance(true).await.unwrap().on);
+    assert!(!client.set_maintenance(false).await.unwrap().on);
+    let moved = client.move_shard(3, "ex-2").await.unwrap();
+    assert_eq!(moved.owner.as_deref(), Some("ex-2"));
+    let pinned = client.pin_shard(3, "ex-2").await.unwrap();
+    assert_eq!(pinned.pinned_to.as_deref(), Some("ex-2"));
+    assert_eq!(client.unpin_shard(3).await.unwrap().pinned_to, None);
+    let audit = client.audit().await.unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].action, "pin");
+    assert_eq!(follower_hits.get(), 1);
+
+    let seen = seen.lock().unwrap().clone();
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+    let requests: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(method, path, _)| (method.as_str(), path.as_str()))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            ("GET", "/v1/cluster/maintenance"),
+            ("PUT", "/v1/cluster/maintenance"),
+            ("PUT", "/v1/cluster/maintenance"),
+            ("POST", "/v1/shards/3/move"),
+            ("PUT", "/v1/shards/3/pin"),
+            ("DELETE", "/v1/shards/3/pin"),
+            ("GET", "/v1/audit"),
+        ]
+    );
+    assert_eq!(seen[0].2, "");
+    assert_eq!(json(&seen[1].2), serde_json::json!({"on": true}));
+    assert_eq!(json(&seen[2].2), serde_json::json!({"on": false}));
+    assert_eq!(json(&seen[3].2), serde_json::json!({"to": "ex-2"}));
+    assert_eq!(json(&seen[4].2), serde_json::json!({"executor_id": "ex-2"}));
+    assert_eq!(seen[5].2, "");
+}
+
+/// P17.4: a refusal comes back as the manager's problem (an unknown shard is `404 not_found`,
+/// which `leaseholdctl` exits 4 on).
+#[tokio::test]
+async fn p17_4_a_refused_move_is_the_managers_problem() {
+    let leader = operator_leader(Seen::default()).await;
+    let client = client(&[&leader], fast_config());
+    let error = client.move_shard(9, "ex-2").await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::NotFound), "{error}");
+}
+
+/// P17.4, P7.2: a move whose outcome is unknown (`unavailable`: it may still commit) is not sent
+/// again; a pin, which is idempotent, is.
+#[tokio::test]
+async fn p17_4_a_move_is_not_repeated_when_its_outcome_is_unknown() {
+    let hits = Hits::default();
+    let counter = hits.clone();
+    let server = serve(Router::new().fallback(move || {
+        counter.bump();
+        async { problem(ErrorCode::Unavailable, None) }
+    }))
+    .await;
+    let config = ClientConfig {
+        patience: Duration::from_millis(500),
+        ..fast_config()
+    };
+    let client = client(&[&server], config);
+    let error = client.move_shard(3, "ex-2").await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::Unavailable), "{error}");
+    assert_eq!(hits.get(), 1, "a move is sent once");
+    client.pin_shard(3, "ex-2").await.unwrap_err();
+    assert!(hits.get() > 2, "a pin is repeated within the patience");
 }

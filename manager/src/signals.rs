@@ -94,7 +94,9 @@ impl CommitSignal {
             Outcome::Registered { .. }
             | Outcome::Deregistered { .. }
             | Outcome::Reaped { .. }
-            | Outcome::DrainingSet { changed: true, .. } => signal.replan = true,
+            | Outcome::DrainingSet { changed: true, .. }
+            | Outcome::MaintenanceSet { changed: true, .. }
+            | Outcome::PinSet { changed: true, .. } => signal.replan = true,
             Outcome::Renewed { results, .. } => {
                 signal.renewal_applied = results
                     .iter()

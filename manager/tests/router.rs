@@ -344,6 +344,157 @@ async fn p13_3_each_route_admits_only_its_roles() {
     let (status, _, drained) = call(&router, with_bearer(Method::POST, &"ab".repeat(32))).await;
     assert_eq!(status, StatusCode::OK, "{drained}");
     assert_eq!(drained["draining"], true, "{drained}");
+
+    // P17.4: the operator controls are the admin's, each recorded with the certificate's subject.
+    let maintenance_on = Some(r#"{"on":true}"#);
+    let by_executor = call(
+        &router,
+        request(
+            Method::PUT,
+            "/v1/cluster/maintenance",
+            maintenance_on,
+            Some(&executor),
+        ),
+    )
+    .await;
+    assert_problem(&by_executor, StatusCode::FORBIDDEN, "forbidden");
+    let deadline = Instant::now() + LEADING_BOUND;
+    let turned_on = loop {
+        // The cluster version reaches 6 shortly after the leader took office (P14.3).
+        let answer = call(
+            &router,
+            request(
+                Method::PUT,
+                "/v1/cluster/maintenance",
+                maintenance_on,
+                Some(&admin),
+            ),
+        )
+        .await;
+        if answer.0 != StatusCode::CONFLICT || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(turned_on.0, StatusCode::OK, "{}", turned_on.2);
+    assert_eq!(
+        turned_on.2,
+        serde_json::json!({"on": true, "changed": true})
+    );
+    let pin_body = format!(r#"{{"executor_id":"{id}"}}"#);
+    let (status, _, pinned) = call(
+        &router,
+        request(
+            Method::PUT,
+            "/v1/shards/0/pin",
+            Some(&pin_body),
+            Some(&admin),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{pinned}");
+    assert_eq!(pinned["pinned_to"], id.as_str());
+    let move_body = format!(r#"{{"to":"{id}"}}"#);
+    for (method, path, body, peer, status, code) in [
+        (
+            Method::POST,
+            "/v1/shards/0/move",
+            Some(move_body.as_str()),
+            &executor,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            Method::DELETE,
+            "/v1/shards/0/pin",
+            None,
+            &executor,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            Method::GET,
+            "/v1/audit",
+            None,
+            &executor,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        // Draining: it takes no shards.
+        (
+            Method::POST,
+            "/v1/shards/1/move",
+            Some(move_body.as_str()),
+            &admin,
+            StatusCode::CONFLICT,
+            "conflict",
+        ),
+        (
+            Method::POST,
+            "/v1/shards/x/move",
+            Some(move_body.as_str()),
+            &admin,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::PUT,
+            "/v1/shards/99/pin",
+            Some(pin_body.as_str()),
+            &admin,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::PUT,
+            "/v1/shards/2/pin",
+            Some(r#"{"executor_id":"ex-999"}"#),
+            &admin,
+            StatusCode::NOT_FOUND,
+            "unknown_executor",
+        ),
+        (
+            Method::PUT,
+            "/v1/shards/2/pin",
+            Some(r#"{"executor":"ex-1"}"#),
+            &admin,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+    ] {
+        let answer = call(&router, request(method.clone(), path, body, Some(peer))).await;
+        assert_problem(&answer, status, code);
+    }
+    let (status, _, unpinned) = call(
+        &router,
+        request(Method::DELETE, "/v1/shards/0/pin", None, Some(&admin)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{unpinned}");
+    assert!(unpinned.get("pinned_to").is_none(), "{unpinned}");
+    let (status, _, audit) = call(
+        &router,
+        request(Method::GET, "/v1/audit", None, Some(&admin)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{audit}");
+    let records = audit.as_array().unwrap();
+    let actions: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["action"].as_str())
+        .collect();
+    assert!(
+        actions.ends_with(&["maintenance_on", "pin", "unpin"]),
+        "only what changed something, in order: {audit}"
+    );
+    for record in &records[records.len() - 3..] {
+        assert_eq!(
+            record["actor"], "admin O=Leasehold, CN=leasehold admin",
+            "{record}"
+        );
+    }
+    assert_eq!(records[records.len() - 2]["shard"], 0);
+    assert_eq!(records[records.len() - 2]["executor_id"], id.as_str());
     replica.shut_down().await.unwrap();
 }
 

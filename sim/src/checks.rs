@@ -472,6 +472,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::CompleteHandoffs { .. } => "CompleteHandoffs (expiry)",
         Command::SetDraining { .. } => "SetDraining",
         Command::SetClusterVersion { .. } => "SetClusterVersion",
+        Command::Operator { .. } => "Operator",
     }
 }
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use leasehold_api::backup::{RESTORED_FILE_NAME, RESTORE_FILE_NAME};
 use leasehold_api::ctl::MemberStatus;
-use leasehold_api::wire::{ClusterInfo, ExecutorView, KeyRoute, ShardView, StateView};
+use leasehold_api::wire::{
+    AuditRecordView, ClusterInfo, ExecutorView, KeyRoute, MaintenanceView, ShardView, StateView,
+};
 use leasehold_tests::ctl::{cells, field_pairs, leaseholdctl, CtlRun};
 use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
 use leasehold_tests::{
@@ -211,8 +213,9 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             ]
         );
         assert!(row[5..10].iter().all(|cell| is_number(cell)), "{row:?}");
-        // P14.3: every member runs this release, reads schemas 2 to 5, and the cluster is at 5.
-        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-5", "5"], "{row:?}");
+        // P14.3: every member runs this release, reads schemas 2 to 6, and the cluster is at 6
+        // (P17.4's operator controls).
+        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-6", "6"], "{row:?}");
     }
     let json: Vec<MemberStatus> = leaseholdctl(&urls, &["-o", "json", "cluster", "status"])
         .await
@@ -432,7 +435,8 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "STATE",
             "HANDOFF_TO",
             "LOAD",
-            "HOT"
+            "HOT",
+            "PINNED"
         ]
     );
     assert_eq!(rows.len(), SHARDS as usize + 1);
@@ -441,7 +445,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         assert!(ids.contains(&row[1]) && is_number(&row[2]), "{row:?}");
         assert_eq!(row[3..5], ["serving", "-"]);
         assert!(row[5] == "-" || row[5] == "0", "{row:?}");
-        assert_eq!(row[6], "no");
+        assert_eq!(row[6..8], ["no", "-"], "nothing is pinned (P17.4)");
     }
     let shards: Vec<ShardView> = leaseholdctl(&urls, &["-o", "json", "shard", "list"])
         .await
@@ -452,8 +456,18 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     let pairs = field_pairs(&run.stdout);
     assert_eq!(
         pairs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["shard", "owner", "epoch", "state", "route", "load", "hot"]
+        [
+            "shard",
+            "owner",
+            "epoch",
+            "state",
+            "route",
+            "load",
+            "hot",
+            "pinned to"
+        ]
     );
+    assert_eq!(pairs[7].1, "-", "not pinned (P17.4)");
     let owner = &pairs[1].1;
     let owner_url = settled
         .executors
@@ -732,6 +746,168 @@ async fn drain_moves_shards_away_and_watch_prints_each_change() {
 
     json_watch.interrupt().await;
     text_watch.interrupt().await;
+}
+
+/// P17.4: maintenance mode shown and turned, a shard pinned, unpinned and moved, each shown
+/// as the other commands show a shard, unknown shards and executors exit 4, and `audit` lists
+/// what changed (a repeat that changed nothing is not recorded), oldest first, with its time
+/// in UTC to the millisecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p17_4_operator_commands_maintain_pin_move_and_audit() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        shard_count: SHARDS,
+        ..ClusterOptions::default()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let urls = cluster.urls();
+    let a = ExecutorProcess::start(&cluster, "a");
+    let b = ExecutorProcess::start(&cluster, "b");
+    wait_for_even_split(&[&a, &b], SHARDS, SETTLE_BOUND).await;
+    let settled = wait_settled(&urls, |counts| counts == [4, 4]).await;
+    let (ex_a, ex_b) = (
+        settled.executors[0].executor_id.clone(),
+        settled.executors[1].executor_id.clone(),
+    );
+    let mut a_shards = settled.executors[0].shards.iter().map(|s| s.shard);
+    let (pinned, moved) = (a_shards.next().unwrap(), a_shards.next().unwrap());
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+
+    // Maintenance: shown, turned on (once: the repeat changes nothing), seen in the state.
+    let run = leaseholdctl(&urls, &["cluster", "maintenance"]).await.ok();
+    assert_eq!(run.stdout, "maintenance: off\n");
+    let run = leaseholdctl(&urls, &["cluster", "maintenance", "on"])
+        .await
+        .ok();
+    assert_eq!(run.stdout, "maintenance: on (turned on now)\n");
+    let run = leaseholdctl(&urls, &["cluster", "maintenance", "on"])
+        .await
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "maintenance: on (unchanged: it was on already)\n"
+    );
+    let view: MaintenanceView = leaseholdctl(&urls, &["-o", "json", "cluster", "maintenance"])
+        .await
+        .ok()
+        .json();
+    assert!(view.on);
+    let state: StateView = leaseholdctl(&urls, &["--consistent", "-o", "json", "state"])
+        .await
+        .ok()
+        .json();
+    assert!(state.maintenance);
+    let run = leaseholdctl(&urls, &["cluster", "maintenance", "off"])
+        .await
+        .ok();
+    assert_eq!(run.stdout, "maintenance: off (turned off now)\n");
+
+    // Pin and unpin: the shard as `shard show` shows it, without the route.
+    let shard = pinned.to_string();
+    let run = leaseholdctl(&urls, &["shard", "pin", &shard, &ex_b])
+        .await
+        .ok();
+    let pairs = field_pairs(&run.stdout);
+    assert_eq!(
+        pairs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>()[..3],
+        ["shard", "owner", "epoch"],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        pairs.contains(&("pinned to".into(), ex_b.clone())),
+        "{pairs:?}"
+    );
+    let run = leaseholdctl(&urls, &["--consistent", "shard", "list"])
+        .await
+        .ok();
+    assert_aligned(&run);
+    let row = run.rows().into_iter().find(|row| row[0] == shard).unwrap();
+    assert_eq!(row[7], ex_b, "the PINNED column: {row:?}");
+    let view: ShardView = leaseholdctl(&urls, &["-o", "json", "shard", "unpin", &shard])
+        .await
+        .ok()
+        .json();
+    assert_eq!((view.shard, view.pinned_to), (pinned, None));
+
+    // Move: committed, then the shard as it stands (handed off, or handed over already).
+    let shard = moved.to_string();
+    let run = leaseholdctl(&urls, &["shard", "move", &shard, "--to", &ex_b])
+        .await
+        .ok();
+    let pairs = field_pairs(&run.stdout);
+    assert_eq!(pairs[0], ("shard".into(), shard.clone()), "{}", run.stdout);
+    assert!(
+        pairs[1] == ("owner".into(), ex_a.clone()) || pairs[1] == ("owner".into(), ex_b.clone()),
+        "handed off from {ex_a}, or over to {ex_b}: {}",
+        run.stdout
+    );
+
+    // Unknown shard or executor: exit 4.
+    for args in [
+        &["shard", "move", "99", "--to", ex_b.as_str()][..],
+        &["shard", "pin", "99", ex_b.as_str()],
+        &["shard", "pin", "0", "ex-nobody"],
+        &["shard", "move", "0", "--to", "ex-nobody"],
+    ] {
+        let run = leaseholdctl(&urls, args).await;
+        assert_eq!(run.code, Some(4), "{args:?}: {run:?}");
+    }
+
+    // The audit log: what changed, oldest first.
+    let records: Vec<AuditRecordView> = leaseholdctl(&urls, &["-o", "json", "audit"])
+        .await
+        .ok()
+        .json();
+    let ours: Vec<(&str, Option<u32>, Option<&str>)> = records
+        .iter()
+        .filter(|r| r.at_ms >= started_ms)
+        .map(|r| (r.action.as_str(), r.shard, r.executor_id.as_deref()))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            ("maintenance_on", None, None),
+            ("maintenance_off", None, None),
+            ("pin", Some(pinned), Some(ex_b.as_str())),
+            ("unpin", Some(pinned), None),
+            ("move", Some(moved), Some(ex_b.as_str())),
+        ],
+        "{records:?}"
+    );
+    assert!(records.windows(2).all(|w| w[0].revision < w[1].revision));
+    assert!(
+        records.iter().all(|r| r.actor == "anonymous (plaintext)"),
+        "{records:?}"
+    );
+    let run = leaseholdctl(&urls, &["audit"]).await.ok();
+    assert_aligned(&run);
+    let rows = run.rows();
+    assert_eq!(rows[0], ["REVISION", "TIME", "ACTOR", "ACTION", "SUBJECT"]);
+    assert_eq!(rows.len(), records.len() + 1, "{}", run.stdout);
+    let last = rows.last().unwrap();
+    assert_eq!(last[0], records.last().unwrap().revision.to_string());
+    // 2026-01-02T03:04:05.678Z
+    let time = last[1].as_bytes();
+    assert!(
+        time.len() == 24
+            && time[4] == b'-'
+            && time[10] == b'T'
+            && time[19] == b'.'
+            && time[23] == b'Z',
+        "{last:?}"
+    );
+    assert_eq!(
+        last[2..],
+        [
+            "anonymous (plaintext)".to_owned(),
+            "move".to_owned(),
+            format!("shard {moved}, executor {ex_b}")
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

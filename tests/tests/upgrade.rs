@@ -10,11 +10,11 @@
 //! admission logs of every executor that ran, real or fake, keep I1 and I2.
 //!
 //! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to this
-//! release's newest schema (5) by the leader once the last one runs this release. After that a
+//! release's newest schema (6) by the leader once the last one runs this release. After that a
 //! 0.1.0 binary must refuse the data directory rather than misread it; this release's binary then
 //! rejoins on it. Just before the raise, with this release's leader and the last 0.1.0 voter
-//! stopped, a registration with a capacity, and one with an application version, are refused by
-//! the proposal gate (P14.3, P15.1, P17.3).
+//! stopped, a registration with a capacity, one with an application version, and an operator
+//! control (maintenance mode) are refused by the proposal gate (P14.3, P15.1, P17.3, P17.4).
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -44,7 +44,7 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-const THIS_SCHEMA: u64 = 5;
+const THIS_SCHEMA: u64 = 6;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -116,11 +116,12 @@ impl Upgrade {
         .await;
     }
 
-    /// P14.3, P15.1, P17.3: with this release's leader and a 0.1.0 voter (stopped, so the
-    /// cluster version stays 2), a registration with a capacity other than 1 (schema 4), and one
-    /// with an application version (schema 5), are refused by the proposal gate, `409` and
-    /// nothing registered; the executor library never sends either then.
-    async fn newer_registrations_are_refused_below_their_schemas(&self, leader: u64) {
+    /// P14.3, P15.1, P17.3, P17.4: with this release's leader and a 0.1.0 voter (stopped, so the
+    /// cluster version stays 2), a registration with a capacity other than 1 (schema 4), one
+    /// with an application version (schema 5), and an operator control (schema 6: maintenance
+    /// mode on) are refused by the proposal gate, `409` and nothing changed or recorded; the
+    /// executor library never sends either registration then.
+    async fn newer_commands_are_refused_below_their_schemas(&self, leader: u64) {
         let cases = [
             (
                 "capacity-before-the-raise",
@@ -158,6 +159,26 @@ impl Upgrade {
                 "the refused registration changed nothing: {executors}"
             );
         }
+
+        let error = self
+            .cluster
+            .client()
+            .set_maintenance(true)
+            .await
+            .expect_err("P14.3: maintenance mode before the cluster version reaches 6");
+        assert_eq!(error.code(), Some(ErrorCode::Conflict), "{error}");
+        assert!(error.to_string().contains("P14.3"), "{error}");
+        let maintenance = self.get(leader, "/v1/cluster/maintenance").await.unwrap();
+        assert_eq!(
+            maintenance["on"], false,
+            "the refused operator control changed nothing: {maintenance}"
+        );
+        let audit = self.get(leader, "/v1/audit").await.unwrap();
+        assert_eq!(
+            audit.as_array().map(Vec::len),
+            Some(0),
+            "and recorded nothing: {audit}"
+        );
     }
 
     async fn get(&self, id: u64, path: &str) -> Result<Value, String> {
@@ -341,7 +362,7 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
         let leader = up.cluster.wait_for_leader(LEADER_BOUND).await;
         up.register_fake(&format!("manager-{id}-down")).await;
         if upgraded.len() + 1 == MANAGERS.len() {
-            up.newer_registrations_are_refused_below_their_schemas(leader)
+            up.newer_commands_are_refused_below_their_schemas(leader)
                 .await;
         }
         up.cluster.manager(id).set_binary(this_manager.clone());

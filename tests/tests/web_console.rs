@@ -12,6 +12,11 @@
 //!    - the page's own manager is killed: the "disconnected, retrying" banner shows; once the
 //!      manager is back the banner goes and the map matches the API again.
 //!
+//!    Before that, the operator views (P17.4), changed through the page's own manager: the
+//!    header's maintenance badge comes and goes, a pinned shard's details name its pin, and
+//!    "audit log?" lists the operator actions newest first, as `GET /v1/audit` has them; the
+//!    audit log's button is the tab stop after the map.
+//!
 //!    Throughout, the page's own counters show one watch request at a time, not a storm, and the
 //!    members asked for at most about once a second.
 //! 2. One manager with 65 536 shards and two executors: every cell is rendered, the map matches
@@ -369,6 +374,157 @@ async fn check_shard_details(browser: &mut Browser, cluster: &Cluster, id: u64) 
         .expect("hovered cell");
     assert_eq!(shown[0], expected(7), "the hovered cell's title");
     assert_eq!(shown[1], expected(7), "the detail line follows the pointer");
+
+    // After the map (the focus is still on its cell), the audit log's button (P17.4).
+    browser.press_key("Tab", 9).await.expect("Tab");
+    let focused = browser
+        .evaluate("[document.activeElement.id, document.activeElement.outerHTML.slice(0, 200)]")
+        .await
+        .expect("focused element");
+    assert_eq!(focused[0], "audit-ask", "after the map: {}", focused[1]);
+}
+
+/// Sends `method path` with a JSON `body` to manager `id` and expects a 2xx.
+async fn send_json(
+    cluster: &Cluster,
+    id: u64,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) {
+    let mut request = cluster
+        .http
+        .request(method.clone(), format!("{}{path}", cluster.url(id)));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let reply = request.send().await.expect("send");
+    let status = reply.status();
+    let text = reply.text().await.unwrap_or_default();
+    assert!(status.is_success(), "{method} {path}: {status} {text}");
+}
+
+/// Polls the page until `script` evaluates to `want`.
+async fn wait_for_page(browser: &mut Browser, what: &str, script: &str, want: serde_json::Value) {
+    let browser = tokio::sync::Mutex::new(browser);
+    poll_until(what, SETTLE_BOUND, || async {
+        let shown = browser.lock().await.evaluate(script).await?;
+        (shown == want)
+            .then_some(())
+            .ok_or_else(|| format!("shown: {shown}"))
+    })
+    .await;
+}
+
+/// P17.4: the header shows a badge while maintenance mode is on, a shard's details name its
+/// pin, and "audit log?" lists the operator actions newest first. Everything is changed through
+/// the page's own manager (a follower, which forwards to the leader).
+async fn check_operator_views(browser: &mut Browser, cluster: &Cluster, id: u64) {
+    const BADGE: &str = "[document.getElementById('maintenance').dataset.on, \
+        document.getElementById('maintenance').textContent, \
+        getComputedStyle(document.getElementById('maintenance')).display !== 'none']";
+    let put = reqwest::Method::PUT;
+    send_json(
+        cluster,
+        id,
+        put.clone(),
+        "/v1/cluster/maintenance",
+        Some(serde_json::json!({"on": true})),
+    )
+    .await;
+    wait_for_page(
+        browser,
+        "the maintenance badge",
+        BADGE,
+        serde_json::json!(["true", "maintenance: placement frozen", true]),
+    )
+    .await;
+    send_json(
+        cluster,
+        id,
+        put.clone(),
+        "/v1/cluster/maintenance",
+        Some(serde_json::json!({"on": false})),
+    )
+    .await;
+    wait_for_page(
+        browser,
+        "the badge to go",
+        BADGE,
+        serde_json::json!(["false", "", false]),
+    )
+    .await;
+
+    // Pinned to the executor that owns it already, so nothing moves.
+    let shards: Vec<ShardView> = get(cluster, id, "/v1/shards").await.expect("shards");
+    let owner = shards[5].owner.clone().expect("shard 5 is owned");
+    send_json(
+        cluster,
+        id,
+        put,
+        "/v1/shards/5/pin",
+        Some(serde_json::json!({"executor_id": owner})),
+    )
+    .await;
+    wait_for_page(
+        browser,
+        "shard 5 marked pinned",
+        "document.querySelector('[data-shard=\"5\"]').dataset.pinned ?? null",
+        serde_json::json!(owner),
+    )
+    .await;
+    let detail = browser
+        .evaluate(
+            "document.querySelector('[data-shard=\"5\"]').dispatchEvent(new MouseEvent('mouseover', { bubbles: true })); \
+             document.getElementById('shard-detail').textContent",
+        )
+        .await
+        .expect("shard 5's details");
+    let detail = detail.as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("shard 5 · ")
+            && detail.contains(" · pinned to ")
+            && detail.ends_with(&format!("({owner})")),
+        "{detail}"
+    );
+    send_json(
+        cluster,
+        id,
+        reqwest::Method::DELETE,
+        "/v1/shards/5/pin",
+        None,
+    )
+    .await;
+    wait_for_page(
+        browser,
+        "shard 5 no longer pinned",
+        "document.querySelector('[data-shard=\"5\"]').dataset.pinned ?? null",
+        serde_json::Value::Null,
+    )
+    .await;
+
+    // The audit log, newest first: the unpin, the pin, maintenance off and on.
+    let records: Vec<serde_json::Value> = get(cluster, id, "/v1/audit").await.expect("audit");
+    let ask = "document.getElementById('audit-ask').click(); true";
+    let shown = answer_shown(browser, ask, "audit-summary").await;
+    assert_eq!(
+        shown,
+        format!("{} operator actions, newest first", records.len()),
+        "{records:?}"
+    );
+    let rows = browser
+        .evaluate(
+            "Array.from(document.querySelectorAll('#audit tbody tr'), (row) => row.dataset.action)",
+        )
+        .await
+        .expect("audit rows");
+    let rows: Vec<String> = serde_json::from_value(rows).expect("actions");
+    assert_eq!(rows.len(), records.len(), "{rows:?}");
+    assert_eq!(
+        rows[..4],
+        ["unpin", "pin", "maintenance_off", "maintenance_on"],
+        "{rows:?}"
+    );
 }
 
 fn options() -> ClusterOptions {
@@ -465,6 +621,7 @@ async fn the_console_follows_executors_shards_and_managers_live() {
         .expect("set the marker");
     check_shard_details(&mut browser, &cluster, page_node).await;
     check_safe_to_stop(&mut browser, &cluster, page_node).await;
+    check_operator_views(&mut browser, &cluster, page_node).await;
 
     // 1. An executor is SIGKILLed: its shards leave the page within lease + tick + 5 s.
     let registered: Vec<ExecutorView> = get(&cluster, page_node, "/v1/executors")

@@ -30,7 +30,8 @@ use crate::problem::{
 };
 use crate::tls::TlsConfig;
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, Credential, ExecutorView, Grant, InitReply, KeyRoute, PlanPreview,
+    AddNodeRequest, AuditRecordView, ClusterInfo, Credential, ExecutorView, Grant, InitReply,
+    KeyRoute, MaintenanceRequest, MaintenanceView, MoveShardRequest, PinShardRequest, PlanPreview,
     RegisterRequest, ReleaseRequest, RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable,
     SafeToStop, ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA,
     FIRST_RELEASE_SCHEMA,
@@ -485,6 +486,74 @@ impl Client {
     pub async fn member_safe_to_stop(&self, node_id: u64) -> Result<SafeToStop, ClientError> {
         self.get_typed(&format!("/v1/cluster/nodes/{node_id}/safe-to-stop"))
             .await
+    }
+
+    /// `GET /v1/cluster/maintenance` (PROTOCOL P17.4): whether maintenance mode is on.
+    pub async fn maintenance(&self) -> Result<MaintenanceView, ClientError> {
+        self.get_typed("/v1/cluster/maintenance").await
+    }
+
+    /// `PUT /v1/cluster/maintenance` (PROTOCOL P17.4, admin role): turn maintenance mode on or
+    /// off; `changed` says whether it did anything. Setting a flag is idempotent, so a repeat is
+    /// harmless (and not recorded twice). `409 conflict` below cluster version
+    /// [`crate::wire::OPERATOR_CONTROLS_SCHEMA`].
+    pub async fn set_maintenance(&self, on: bool) -> Result<MaintenanceView, ClientError> {
+        let body = encode(&MaintenanceRequest { on })?;
+        self.send_decoded(
+            Method::PUT,
+            "/v1/cluster/maintenance",
+            Some(body),
+            Idempotency::Safe,
+        )
+        .await
+    }
+
+    /// `POST /v1/shards/{shard}/move` (PROTOCOL P17.4, admin role): hand `shard` to executor `to`
+    /// now (a P5.2 handoff); answers with the shard once the move committed. Not repeated on
+    /// unknown outcome: a move that did commit would be refused (`409`, it owns it already) or,
+    /// once the planner moved the shard on, made again.
+    pub async fn move_shard(&self, shard: u32, to: &str) -> Result<ShardView, ClientError> {
+        let body = encode(&MoveShardRequest { to: to.to_owned() })?;
+        self.send_decoded(
+            Method::POST,
+            &format!("/v1/shards/{shard}/move"),
+            Some(body),
+            Idempotency::Unsafe,
+        )
+        .await
+    }
+
+    /// `PUT /v1/shards/{shard}/pin` (PROTOCOL P17.4, admin role): keep `shard` on executor
+    /// `executor_id`. Setting a pin is idempotent, so a repeat is harmless.
+    pub async fn pin_shard(&self, shard: u32, executor_id: &str) -> Result<ShardView, ClientError> {
+        let body = encode(&PinShardRequest {
+            executor_id: executor_id.to_owned(),
+        })?;
+        self.send_decoded(
+            Method::PUT,
+            &format!("/v1/shards/{shard}/pin"),
+            Some(body),
+            Idempotency::Safe,
+        )
+        .await
+    }
+
+    /// `DELETE /v1/shards/{shard}/pin` (PROTOCOL P17.4, admin role): let the planner place
+    /// `shard` freely again. Idempotent.
+    pub async fn unpin_shard(&self, shard: u32) -> Result<ShardView, ClientError> {
+        self.send_decoded(
+            Method::DELETE,
+            &format!("/v1/shards/{shard}/pin"),
+            None,
+            Idempotency::Safe,
+        )
+        .await
+    }
+
+    /// `GET /v1/audit` (PROTOCOL P17.4, admin role): the operator actions recorded, oldest first,
+    /// at most [`crate::wire::MAX_AUDIT_RECORDS`].
+    pub async fn audit(&self) -> Result<Vec<AuditRecordView>, ClientError> {
+        self.get_typed("/v1/audit").await
     }
 
     /// `POST /v1/executors/{id}/drain` by the executor itself, presenting its credential

@@ -14,7 +14,7 @@ pub mod watch;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
@@ -24,8 +24,8 @@ use self::table::{fields, human_load, human_ms, opt, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
-    AddNodeRequest, ClusterInfo, ExecutorView, PlanPreview, SafeToStop, SchemaRange, ShardView,
-    StateView, MAX_WATCH_WAIT,
+    AddNodeRequest, AuditRecordView, ClusterInfo, ExecutorView, MaintenanceView, PlanPreview,
+    SafeToStop, SchemaRange, ShardView, StateView, MAX_AUDIT_RECORDS, MAX_WATCH_WAIT,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
@@ -87,7 +87,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Noun {
-    /// The Raft group.
+    /// The Raft group, and maintenance mode.
     Cluster {
         #[command(subcommand)]
         verb: ClusterVerb,
@@ -102,7 +102,7 @@ pub enum Noun {
         #[command(subcommand)]
         verb: ExecutorVerb,
     },
-    /// Shards: owners, epochs, handoffs.
+    /// Shards: owners, epochs, handoffs, pins; move and pin one.
     Shard {
         #[command(subcommand)]
         verb: ShardVerb,
@@ -117,6 +117,9 @@ pub enum Noun {
         /// The key, as UTF-8 bytes.
         key: String,
     },
+    /// The operator actions the cluster recorded (PROTOCOL P17.4), oldest first: revision, time
+    /// (UTC), who, what and on which executor, shard or manager. Needs the admin role under TLS.
+    Audit,
     /// Executor leases.
     Lease {
         #[command(subcommand)]
@@ -172,6 +175,22 @@ pub enum ClusterVerb {
     /// Every member's own view: role, leader, term, log positions and lag behind the leader.
     /// Exits 5 if any member did not answer (the others are still printed).
     Status,
+    /// Show maintenance mode, or turn it on or off (PROTOCOL P17.4). While it is on, placement is
+    /// frozen: no balancing, no shards for joiners, drains wait; shards nobody holds are still
+    /// placed and expired leases still reaped. Turning it needs the admin role under TLS and
+    /// cluster version 6.
+    Maintenance {
+        /// `on` or `off`; without it, show whether it is on.
+        #[arg(value_enum)]
+        switch: Option<Switch>,
+    },
+}
+
+/// `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Debug, Subcommand)]
@@ -228,10 +247,33 @@ pub enum ExecutorVerb {
 
 #[derive(Debug, Subcommand)]
 pub enum ShardVerb {
-    /// Every shard's owner, epoch and handoff.
+    /// Every shard's owner, epoch, handoff and pin.
     List,
     /// One shard, with its route.
     Show { shard: u32 },
+    /// Hand a shard to an executor now, through the normal handoff (PROTOCOL P17.4, P5.2); the
+    /// executor must be live and not draining. Prints the shard once the move is committed.
+    /// Needs the admin role under TLS and cluster version 6.
+    Move {
+        /// The shard number.
+        shard: u32,
+        /// The executor to hand it to.
+        #[arg(long, value_name = "EXECUTOR_ID")]
+        to: String,
+    },
+    /// Pin a shard to an executor (PROTOCOL P17.4): the planner keeps it there, or moves it
+    /// there, while that executor is live and not draining. Needs the admin role under TLS.
+    Pin {
+        /// The shard number.
+        shard: u32,
+        /// The executor to keep it on.
+        executor_id: String,
+    },
+    /// Remove a shard's pin: the planner places it freely again. Needs the admin role under TLS.
+    Unpin {
+        /// The shard number.
+        shard: u32,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -400,6 +442,16 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         Noun::Cluster {
             verb: ClusterVerb::Status,
         } => run_cluster_status(&cli, out).await,
+        Noun::Cluster {
+            verb: ClusterVerb::Maintenance { switch },
+        } => {
+            let client = cli.client(cli.request_timeout)?;
+            let view = match switch {
+                None => client.maintenance().await?,
+                Some(switch) => client.set_maintenance(*switch == Switch::On).await?,
+            };
+            out.show(&view, |view| render_maintenance(view, *switch))
+        }
         Noun::Member { verb } => run_member(&cli, verb, out).await,
         Noun::Executor { verb } => run_executor(&cli, verb, out).await,
         Noun::Shard { verb } => run_shard(&cli, verb, out).await,
@@ -412,6 +464,10 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         Noun::Plan => {
             let plan = cli.client(cli.request_timeout)?.plan().await?;
             out.show(&plan, render_plan)
+        }
+        Noun::Audit => {
+            let records = cli.client(cli.request_timeout)?.audit().await?;
+            out.show(&records, |records| render_audit(records))
         }
         Noun::Lease {
             verb: LeaseVerb::List,
@@ -581,7 +637,19 @@ async fn run_shard(cli: &Cli, verb: &ShardVerb, out: &mut Out<'_>) -> Result<(),
                         state.shard_count
                     ))
                 })?;
-            out.show(&view, |v| render_shard(v, &state))
+            out.show(&view, |v| render_shard(v, Some(&state)))
+        }
+        ShardVerb::Move { shard, to } => {
+            let view = client.move_shard(*shard, to).await?;
+            out.show(&view, |v| render_shard(v, None))
+        }
+        ShardVerb::Pin { shard, executor_id } => {
+            let view = client.pin_shard(*shard, executor_id).await?;
+            out.show(&view, |v| render_shard(v, None))
+        }
+        ShardVerb::Unpin { shard } => {
+            let view = client.unpin_shard(*shard).await?;
+            out.show(&view, |v| render_shard(v, None))
         }
     }
 }
@@ -795,6 +863,80 @@ fn render_plan(plan: &PlanPreview) -> String {
     )
 }
 
+/// `cluster maintenance`: whether it is on, and for `on`/`off` whether that changed anything.
+fn render_maintenance(view: &MaintenanceView, asked: Option<Switch>) -> String {
+    let state = if view.on { "on" } else { "off" };
+    let note = match asked {
+        Some(_) if view.changed => format!(" (turned {state} now)"),
+        Some(_) => format!(" (unchanged: it was {state} already)"),
+        None if view.on => " (placement frozen: no balancing, no shards for joiners, drains \
+                             wait; shards nobody holds are still placed)"
+            .to_owned(),
+        None => String::new(),
+    };
+    format!("maintenance: {state}{note}\n")
+}
+
+/// `audit`: one row per operator action, oldest first, as the log keeps them.
+fn render_audit(records: &[AuditRecordView]) -> String {
+    if records.is_empty() {
+        return "no operator actions recorded\n".to_owned();
+    }
+    let mut table = Table::new(&["REVISION", "TIME", "ACTOR", "ACTION", "SUBJECT"]);
+    for record in records {
+        table.push(vec![
+            record.revision.to_string(),
+            utc_millis(record.at_ms),
+            record.actor.clone(),
+            record.action.clone(),
+            audit_subject(record),
+        ]);
+    }
+    let mut text = table.render();
+    if records.len() >= MAX_AUDIT_RECORDS {
+        text.push_str(&format!(
+            "{} records, the most the log keeps: older ones are gone\n",
+            records.len()
+        ));
+    }
+    text
+}
+
+/// What an audit record names: its shard, executor and manager (with its address), whichever
+/// it has; [`NONE`] for an action on the whole cluster (maintenance).
+fn audit_subject(record: &AuditRecordView) -> String {
+    let mut parts = Vec::new();
+    if let Some(shard) = record.shard {
+        parts.push(format!("shard {shard}"));
+    }
+    if let Some(executor_id) = &record.executor_id {
+        parts.push(format!("executor {executor_id}"));
+    }
+    if let Some(node_id) = record.node_id {
+        parts.push(match &record.address {
+            Some(address) => format!("manager {node_id} ({address})"),
+            None => format!("manager {node_id}"),
+        });
+    }
+    if parts.is_empty() {
+        NONE.to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 in UTC to the millisecond
+/// (`2023-11-14T22:13:20.123Z`). A time past what RFC 3339 can write (the year 9999) is shown
+/// as the number it is.
+fn utc_millis(at_ms: u64) -> String {
+    /// 10000-01-01T00:00:00Z: humantime refuses to format from here on.
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    match UNIX_EPOCH.checked_add(Duration::from_millis(at_ms)) {
+        Some(at) if at_ms < YEAR_10000_MS => humantime::format_rfc3339_millis(at).to_string(),
+        _ => format!("{at_ms} ms after the epoch"),
+    }
+}
+
 fn render_executors(executors: &[ExecutorView]) -> String {
     let mut table = Table::new(&[
         "EXECUTOR",
@@ -862,6 +1004,7 @@ fn render_shards(shards: &[ShardView]) -> String {
         "HANDOFF_TO",
         "LOAD",
         "HOT",
+        "PINNED",
     ]);
     for s in shards {
         table.push(vec![
@@ -874,27 +1017,35 @@ fn render_shards(shards: &[ShardView]) -> String {
                 .map_or_else(|| NONE.to_owned(), |h| opt(h.to.as_deref())),
             human_load(s.load),
             yes_no(s.hot),
+            opt(s.pinned_to.as_deref()),
         ]);
     }
     table.render()
 }
 
-fn render_shard(view: &ShardView, state: &StateView) -> String {
-    let address = view
-        .owner
-        .as_ref()
-        .filter(|_| view.handoff.is_none())
-        .and_then(|owner| state.executors.iter().find(|e| &e.executor_id == owner))
-        .map(|e| e.address.clone());
+/// One shard as `field: value` lines; with the `state` it was read from, its route too (a
+/// move's or pin's answer is the shard alone).
+fn render_shard(view: &ShardView, state: Option<&StateView>) -> String {
     let mut pairs = vec![
         ("shard", view.shard.to_string()),
         ("owner", opt(view.owner.as_deref())),
         ("epoch", view.epoch.to_string()),
         ("state", shard_state(view).to_owned()),
-        ("route", opt(address)),
+    ];
+    if let Some(state) = state {
+        let address = view
+            .owner
+            .as_ref()
+            .filter(|_| view.handoff.is_none())
+            .and_then(|owner| state.executors.iter().find(|e| &e.executor_id == owner))
+            .map(|e| e.address.clone());
+        pairs.push(("route", opt(address)));
+    }
+    pairs.extend([
         ("load", human_load(view.load)),
         ("hot", yes_no(view.hot)),
-    ];
+        ("pinned to", opt(view.pinned_to.as_deref())),
+    ]);
     if let Some(handoff) = &view.handoff {
         pairs.push(("handoff to", opt(handoff.to.as_deref())));
         pairs.push(("revoke revision", handoff.revoke_revision.to_string()));

@@ -1,7 +1,7 @@
 //! The CLI's arguments, exit codes and output, without a cluster.
 
 use super::*;
-use crate::wire::{HandoffView, Member, ShardEpoch};
+use crate::wire::{AuditRecordView, HandoffView, MaintenanceView, Member, ShardEpoch};
 
 #[test]
 fn the_cli_definition_is_consistent() {
@@ -128,6 +128,7 @@ fn shard_tables_name_the_state() {
             handoff: None,
             load: Some(41.666),
             hot: true,
+            pinned_to: None,
         },
         ShardView {
             shard: 1,
@@ -140,6 +141,7 @@ fn shard_tables_name_the_state() {
             }),
             load: Some(0.0031249),
             hot: false,
+            pinned_to: None,
         },
         ShardView {
             shard: 2,
@@ -148,14 +150,15 @@ fn shard_tables_name_the_state() {
             handoff: None,
             load: None,
             hot: false,
+            pinned_to: Some("ex-9".into()),
         },
     ];
     assert_eq!(
         render_shards(&shards),
-        "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO  LOAD     HOT\n\
-         0      ex-4   2      serving    -           41.7     yes\n\
-         1      ex-4   1      releasing  ex-9        0.00312  no\n\
-         2      -      0      unowned    -           -        no\n"
+        "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO  LOAD     HOT  PINNED\n\
+         0      ex-4   2      serving    -           41.7     yes  -\n\
+         1      ex-4   1      releasing  ex-9        0.00312  no   -\n\
+         2      -      0      unowned    -           -        no   ex-9\n"
     );
 }
 
@@ -281,4 +284,243 @@ fn plan_table_lists_each_move_with_its_reason() {
         ),
         "{shown}"
     );
+}
+
+/// P17.4: the operator controls parse as documented; a bad switch or a move without `--to` is a
+/// usage error (exit 2).
+#[test]
+fn p17_4_operator_commands_parse() {
+    let parse = |args: &[&str]| {
+        let mut argv = vec!["leaseholdctl"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| cli.command)
+    };
+    assert!(matches!(
+        parse(&["cluster", "maintenance"]).unwrap(),
+        Noun::Cluster {
+            verb: ClusterVerb::Maintenance { switch: None }
+        }
+    ));
+    assert!(matches!(
+        parse(&["cluster", "maintenance", "on"]).unwrap(),
+        Noun::Cluster {
+            verb: ClusterVerb::Maintenance {
+                switch: Some(Switch::On)
+            }
+        }
+    ));
+    assert!(matches!(
+        parse(&["cluster", "maintenance", "off"]).unwrap(),
+        Noun::Cluster {
+            verb: ClusterVerb::Maintenance {
+                switch: Some(Switch::Off)
+            }
+        }
+    ));
+    match parse(&["shard", "move", "3", "--to", "ex-2"]).unwrap() {
+        Noun::Shard {
+            verb: ShardVerb::Move { shard: 3, to },
+        } => assert_eq!(to, "ex-2"),
+        other => panic!("{other:?}"),
+    }
+    match parse(&["-o", "json", "shard", "pin", "3", "ex-2"]).unwrap() {
+        Noun::Shard {
+            verb:
+                ShardVerb::Pin {
+                    shard: 3,
+                    executor_id,
+                },
+        } => assert_eq!(executor_id, "ex-2"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        parse(&["shard", "unpin", "3"]).unwrap(),
+        Noun::Shard {
+            verb: ShardVerb::Unpin { shard: 3 }
+        }
+    ));
+    assert!(matches!(parse(&["audit"]).unwrap(), Noun::Audit));
+    for bad in [
+        &["cluster", "maintenance", "maybe"][..],
+        &["shard", "move", "3"],
+        &["shard", "move", "3", "ex-2"],
+        &["shard", "move", "three", "--to", "ex-2"],
+        &["shard", "pin", "3"],
+        &["shard", "unpin"],
+        &["audit", "extra"],
+    ] {
+        let error = parse(bad).unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{bad:?}: {error}");
+    }
+}
+
+/// P17.4: shell completion (from clap) offers the new commands.
+#[test]
+fn p17_4_completion_offers_the_operator_commands() {
+    let mut script = Vec::new();
+    clap_complete::generate(
+        clap_complete::Shell::Bash,
+        &mut Cli::command(),
+        "leaseholdctl",
+        &mut script,
+    );
+    let script = String::from_utf8(script).unwrap();
+    for word in ["maintenance", "move", "pin", "unpin", "audit", "--to"] {
+        assert!(script.contains(word), "{word}");
+    }
+}
+
+/// P17.4: `cluster maintenance` says whether it is on and, when turned, whether that changed
+/// anything.
+#[test]
+fn p17_4_maintenance_is_shown_and_its_change_named() {
+    let view = |on, changed| MaintenanceView { on, changed };
+    assert_eq!(
+        render_maintenance(&view(false, false), None),
+        "maintenance: off\n"
+    );
+    assert!(render_maintenance(&view(true, false), None)
+        .starts_with("maintenance: on (placement frozen: no balancing, no shards for joiners"));
+    assert_eq!(
+        render_maintenance(&view(true, true), Some(Switch::On)),
+        "maintenance: on (turned on now)\n"
+    );
+    assert_eq!(
+        render_maintenance(&view(false, false), Some(Switch::Off)),
+        "maintenance: off (unchanged: it was off already)\n"
+    );
+}
+
+/// P17.4: `shard show` names the pin; a move's or pin's answer is the shard without a route.
+#[test]
+fn p17_4_shard_details_name_the_pin() {
+    let view = ShardView {
+        shard: 3,
+        owner: Some("ex-1".into()),
+        epoch: 4,
+        handoff: None,
+        load: None,
+        hot: false,
+        pinned_to: Some("ex-2".into()),
+    };
+    let state = StateView {
+        revision: 9,
+        shard_count: 4,
+        lease_duration_ms: 4_000,
+        executors: Vec::new(),
+        shards: vec![view.clone()],
+        maintenance: true,
+    };
+    assert_eq!(
+        render_shard(&view, Some(&state)),
+        "shard:      3\n\
+         owner:      ex-1\n\
+         epoch:      4\n\
+         state:      serving\n\
+         route:      -\n\
+         load:       -\n\
+         hot:        no\n\
+         pinned to:  ex-2\n"
+    );
+    let unpinned = ShardView {
+        pinned_to: None,
+        ..view
+    };
+    assert_eq!(
+        render_shard(&unpinned, None),
+        "shard:      3\n\
+         owner:      ex-1\n\
+         epoch:      4\n\
+         state:      serving\n\
+         load:       -\n\
+         hot:        no\n\
+         pinned to:  -\n"
+    );
+}
+
+fn record(revision: u64, at_ms: u64, action: &str) -> AuditRecordView {
+    AuditRecordView {
+        revision,
+        at_ms,
+        actor: "admin CN=alice".into(),
+        action: action.into(),
+        executor_id: None,
+        shard: None,
+        node_id: None,
+        address: None,
+    }
+}
+
+/// P17.4: `audit` prints one row per record, oldest first, with its time in UTC to the
+/// millisecond and one subject column.
+#[test]
+fn p17_4_audit_table_names_time_actor_action_and_subject() {
+    assert_eq!(render_audit(&[]), "no operator actions recorded\n");
+    let records = vec![
+        record(5, 0, "maintenance_on"),
+        AuditRecordView {
+            executor_id: Some("ex-2".into()),
+            shard: Some(3),
+            ..record(7, 1_700_000_000_123, "move")
+        },
+        AuditRecordView {
+            executor_id: Some("ex-1".into()),
+            actor: "ex-1".into(),
+            ..record(8, 1_700_000_001_005, "drain")
+        },
+        AuditRecordView {
+            node_id: Some(4),
+            address: Some("http://m4:7004".into()),
+            actor: "anonymous (plaintext)".into(),
+            ..record(12, 951_782_400_000, "member_add")
+        },
+    ];
+    assert_eq!(
+        render_audit(&records),
+        "REVISION  TIME                      ACTOR                  ACTION          SUBJECT\n\
+         5         1970-01-01T00:00:00.000Z  admin CN=alice         maintenance_on  -\n\
+         7         2023-11-14T22:13:20.123Z  admin CN=alice         move            shard 3, executor ex-2\n\
+         8         2023-11-14T22:13:21.005Z  ex-1                   drain           executor ex-1\n\
+         12        2000-02-29T00:00:00.000Z  anonymous (plaintext)  member_add      manager 4 (http://m4:7004)\n"
+    );
+    // A full log says older records are gone.
+    let full: Vec<AuditRecordView> = (0..MAX_AUDIT_RECORDS as u64)
+        .map(|n| record(n + 1, n, "pin"))
+        .collect();
+    assert!(render_audit(&full)
+        .ends_with("1024 records, the most the log keeps: older ones are gone\n"));
+}
+
+/// P17.4: times are UTC to the millisecond; one RFC 3339 cannot write is shown as its number,
+/// not a panic.
+#[test]
+fn p17_4_audit_times_are_utc_rfc3339_to_the_millisecond() {
+    assert_eq!(utc_millis(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(utc_millis(1_700_000_000_999), "2023-11-14T22:13:20.999Z");
+    assert_eq!(utc_millis(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+    assert_eq!(
+        utc_millis(253_402_300_800_000),
+        "253402300800000 ms after the epoch"
+    );
+    assert_eq!(
+        utc_millis(u64::MAX),
+        format!("{} ms after the epoch", u64::MAX)
+    );
+}
+
+/// P17.4: `-o json` prints the wire types as they come.
+#[test]
+fn p17_4_json_output_is_the_wire_type() {
+    let mut printed = Vec::new();
+    let mut out = Out {
+        format: OutputFormat::Json,
+        writer: &mut printed,
+    };
+    let records = vec![AuditRecordView {
+        shard: Some(3),
+        ..record(7, 1_700_000_000_123, "unpin")
+    }];
+    out.show(&records, |r| render_audit(r)).unwrap();
+    let parsed: Vec<AuditRecordView> = serde_json::from_slice(&printed).unwrap();
+    assert_eq!(parsed, records);
 }

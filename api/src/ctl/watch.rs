@@ -295,6 +295,7 @@ mod tests {
             }),
             load: None,
             hot: false,
+            pinned_to: None,
         }
     }
 
@@ -305,6 +306,7 @@ mod tests {
             lease_duration_ms: 4_000,
             executors,
             shards,
+            maintenance: false,
         }
     }
 

@@ -59,8 +59,10 @@ fn state(revision: u64, executors: &[(&str, &str)], owners: &[Option<usize>]) ->
                 handoff: None,
                 load: None,
                 hot: false,
+                pinned_to: None,
             })
             .collect(),
+        maintenance: false,
     }
 }
 

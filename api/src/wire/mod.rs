@@ -14,6 +14,7 @@ mod cluster;
 mod executor;
 mod limits;
 mod local;
+mod operator;
 mod shards;
 mod views;
 
@@ -22,6 +23,7 @@ pub use cluster::*;
 pub use executor::*;
 pub use limits::*;
 pub use local::*;
+pub use operator::*;
 pub use shards::*;
 pub use views::*;
 

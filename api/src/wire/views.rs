@@ -82,6 +82,10 @@ pub struct ShardView {
     /// it fits best and not moved back and forth. Only in replies the leader served.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hot: bool,
+    /// The executor an operator pinned it to (PROTOCOL P17.4): the planner keeps it there, or
+    /// moves it there, while that executor is live and not draining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_to: Option<String>,
 }
 
 /// `GET /v1/state`: everything, read at one revision.
@@ -94,6 +98,9 @@ pub struct StateView {
     pub lease_duration_ms: u64,
     pub executors: Vec<ExecutorView>,
     pub shards: Vec<ShardView>,
+    /// Maintenance mode is on (PROTOCOL P17.4): placement frozen but for shards nobody holds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
 }
 
 /// Where to send work for one shard.

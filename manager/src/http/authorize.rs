@@ -12,9 +12,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::PeerRole;
-use leasehold_api::tls::Role;
+use leasehold_api::tls::{printable_ascii, Role};
 
-use super::{AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER};
+use super::{
+    AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SUBJECT_HEADER,
+};
 use crate::raft::identity::NODE_ID_HEADER;
 use axum::http::HeaderMap;
 
@@ -87,6 +89,11 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
         }
         // Every method: a HEAD is answered from the backup GET builds (its size and revision).
         (_, ["v1", "backup"]) => Requirement::OneOf(ADMIN),
+        // Operator controls (P17.4): who did what is the operators' business only.
+        (_, ["v1", "cluster", "maintenance"]) if method != Method::GET => Requirement::OneOf(ADMIN),
+        (_, ["v1", "shards", _, "move" | "pin"]) | (_, ["v1", "audit"]) => {
+            Requirement::OneOf(ADMIN)
+        }
         _ => Requirement::AnyRole,
     }
 }
@@ -95,6 +102,21 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
 /// needs no executor credential). Present only with TLS.
 #[derive(Debug, Clone)]
 pub struct CallerRole(pub Role);
+
+/// The subject of the caller's certificate (printable ASCII), or of the certificate of the caller
+/// a follower forwarded for. Present only with TLS.
+#[derive(Debug, Clone)]
+pub struct CallerSubject(pub String);
+
+/// Who asked, as the audit log records it (P17.4): `<role> <subject>` under TLS
+/// (`admin CN=alice`), [`Actor::ANONYMOUS`] on a plaintext listener, where nobody is proved.
+/// Every request that passes this layer carries one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor(pub String);
+
+impl Actor {
+    pub const ANONYMOUS: &'static str = "anonymous (plaintext)";
+}
 
 fn forbidden(detail: String) -> Response {
     HttpError::new(ErrorCode::Forbidden, detail).into_response()
@@ -120,6 +142,9 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
         .into_response();
     }
     if node.settings.tls.is_none() {
+        request
+            .extensions_mut()
+            .insert(Actor(Actor::ANONYMOUS.to_owned()));
         return next.run(request).await;
     }
     let required = requirement(request.method(), request.uri().path());
@@ -160,7 +185,24 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
         tracing::warn!(path = request.uri().path(), %role, "refused: {detail}");
         return forbidden(detail);
     }
+    let subject = match request.headers().get(FORWARDED_ROLE_HEADER) {
+        // Believed as the forwarded role is, which `effective_role` checked above.
+        Some(_) => request
+            .headers()
+            .get(FORWARDED_SUBJECT_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .map(printable_ascii)
+            .unwrap_or_default(),
+        None => request
+            .extensions()
+            .get::<PeerRole>()
+            .map(|peer| peer.subject().to_owned())
+            .unwrap_or_default(),
+    };
+    let actor = leasehold_api::wire::bounded_actor(&format!("{role} {subject}"));
     request.extensions_mut().insert(CallerRole(role));
+    request.extensions_mut().insert(CallerSubject(subject));
+    request.extensions_mut().insert(Actor(actor));
     next.run(request).await
 }
 
@@ -306,6 +348,21 @@ mod tests {
         let cases = [
             (Method::GET, "/livez", Requirement::Anyone),
             (Method::GET, "/readyz", Requirement::Anyone),
+            // P17.4: operator controls are the admin's; reading the mode is anyone's.
+            (Method::GET, "/v1/cluster/maintenance", Requirement::AnyRole),
+            (
+                Method::PUT,
+                "/v1/cluster/maintenance",
+                Requirement::OneOf(ADMIN),
+            ),
+            (Method::POST, "/v1/shards/7/move", Requirement::OneOf(ADMIN)),
+            (Method::PUT, "/v1/shards/7/pin", Requirement::OneOf(ADMIN)),
+            (
+                Method::DELETE,
+                "/v1/shards/7/pin",
+                Requirement::OneOf(ADMIN),
+            ),
+            (Method::GET, "/v1/audit", Requirement::OneOf(ADMIN)),
             (Method::POST, "/raft/append", Requirement::RaftPeer),
             (Method::POST, "/raft/vote", Requirement::RaftPeer),
             (Method::POST, "/raft/snapshot", Requirement::RaftPeer),

@@ -11,10 +11,12 @@ use leasehold_api::wire::{AddNodeRequest, ClusterInfo, InitReply, SnapshotReply}
 use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 
-use super::authorize::{self, CallerRole, ManagerJoin};
+use super::authorize::{self, Actor, CallerRole, ManagerJoin};
+use super::operator;
 use super::params::{validate_node_address, ReadQuery};
 use super::{ApiJson, ApiQuery, AppState, HttpError};
 use crate::bootstrap::{self, self_removal_check, Formation, VoterAnswer};
+use crate::lease::MembershipChange;
 use crate::member_versions::MemberVersion;
 use crate::raft::identity::IdentityReport;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
@@ -89,12 +91,37 @@ fn membership_error(error: impl std::fmt::Display) -> HttpError {
 pub async fn add_node(
     State(node): State<AppState>,
     caller: Option<Extension<CallerRole>>,
+    Extension(actor): Extension<Actor>,
     ApiJson(request): ApiJson<AddNodeRequest>,
 ) -> Result<Json<ClusterInfo>, HttpError> {
     validate_node_address(&request.address)?;
-    if let Some(Extension(CallerRole(Role::Manager { node_id }))) = caller {
-        return add_own_node(&node, node_id, &request).await;
+    let was_member = node
+        .leadership
+        .metrics_snapshot()
+        .membership_config
+        .membership()
+        .get_node(&request.node_id)
+        .is_some();
+    let added = match caller {
+        Some(Extension(CallerRole(Role::Manager { node_id }))) => {
+            add_own_node(&node, node_id, &request).await
+        }
+        _ => add_node_as_admin(&node, &request).await,
+    }?;
+    if !was_member {
+        let change = MembershipChange::Added {
+            node_id: request.node_id,
+            address: request.address.clone(),
+        };
+        operator::record_membership(&node, &actor, change).await;
     }
+    Ok(added)
+}
+
+async fn add_node_as_admin(
+    node: &AppState,
+    request: &AddNodeRequest,
+) -> Result<Json<ClusterInfo>, HttpError> {
     let metrics = node.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     if membership.voter_ids().any(|id| id == request.node_id) {
@@ -103,14 +130,14 @@ pub async fn add_node(
             request.node_id
         )));
     }
-    check_can_apply_cluster_version(&node, &request, None).await?;
+    check_can_apply_cluster_version(node, request, None).await?;
     tracing::info!(node_id = request.node_id, address = %request.address, "adding learner");
     node.leadership
         .raft
         .add_learner(request.node_id, BasicNode::new(&request.address), true)
         .await
         .map_err(membership_error)?;
-    promote(&node, request.node_id).await
+    promote(node, request.node_id).await
 }
 
 /// Promotes a learner that has caught up, as every joiner is promoted.
@@ -288,6 +315,7 @@ async fn check_can_apply_cluster_version(
 pub async fn remove_node(
     State(node): State<AppState>,
     caller: Option<Extension<CallerRole>>,
+    Extension(actor): Extension<Actor>,
     Path(node_id): Path<String>,
 ) -> Result<Json<ClusterInfo>, HttpError> {
     let node_id: u64 = node_id.parse().map_err(|_| {
@@ -328,6 +356,7 @@ pub async fn remove_node(
         .change_membership(change, false)
         .await
         .map_err(membership_error)?;
+    operator::record_membership(&node, &actor, MembershipChange::Removed { node_id }).await;
     Ok(Json(node.cluster_info().await))
 }
 

@@ -9,13 +9,15 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use leasehold_api::wire::ExecutorView;
 
-use super::admission::Admitted;
+use super::admission::{Admitted, Caller};
+use super::authorize::Actor;
 use super::inspect::current_executor_view;
+use super::operator;
 use super::params::ExecutorIdPath;
 use super::refusals::{refusal, unknown_executor};
 use super::{AppState, HttpError};
-use crate::lease::answer::DrainingSet;
-use crate::lease::{Command, ExecutorAnswer};
+use crate::lease::answer::{DrainingSet, OperatorDone};
+use crate::lease::{Command, ExecutorAnswer, OperatorAction};
 
 /// Marks an executor draining: it gets no new shards and its shards move away (P5.2). An
 /// operator's (P5.4), or the executor's own before it stops (P17.2).
@@ -32,10 +34,16 @@ use crate::lease::{Command, ExecutorAnswer};
 pub async fn drain(
     State(node): State<AppState>,
     Extension(Admitted(caller)): Extension<Admitted>,
+    Extension(actor): Extension<Actor>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<ExecutorView>, HttpError> {
     tracing::info!(%executor_id, ?caller, "drain asked");
-    set_draining(&node, executor_id, true).await
+    let actor = match caller {
+        // Proved by its credential, whatever certificate it presents (P17.2).
+        Caller::Executor => Actor(format!("executor {executor_id} (its own credential)")),
+        Caller::Operator => actor,
+    };
+    set_draining(&node, &actor, executor_id, true).await
 }
 
 /// Puts a draining executor back into the spread.
@@ -50,28 +58,49 @@ pub async fn drain(
 )]
 pub async fn undrain(
     State(node): State<AppState>,
+    Extension(actor): Extension<Actor>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<ExecutorView>, HttpError> {
-    set_draining(&node, executor_id, false).await
+    set_draining(&node, &actor, executor_id, false).await
 }
 
+/// Sets the flag as `actor`'s action: recorded in the audit log from cluster version 6 on
+/// (P17.4), a plain `SetDraining` before.
 pub(super) async fn set_draining(
     node: &AppState,
+    actor: &Actor,
     executor_id: String,
     draining: bool,
 ) -> Result<Json<ExecutorView>, HttpError> {
-    let command = Command::SetDraining {
-        now_ms: node.leadership.clock.now_ms(),
-        executor_id: executor_id.clone(),
-        draining,
+    let answer = if operator::recorded(node) {
+        let action = OperatorAction::SetDraining {
+            executor_id: executor_id.clone(),
+            draining,
+        };
+        match operator::propose(node, actor, action).await? {
+            ExecutorAnswer::Done(OperatorDone::Draining(set)) => ExecutorAnswer::Done(set),
+            ExecutorAnswer::Done(other) => {
+                return Err(HttpError::internal(
+                    "unexpected state machine outcome",
+                    format!("{other:?}"),
+                ))
+            }
+            ExecutorAnswer::UnknownExecutor => ExecutorAnswer::UnknownExecutor,
+            ExecutorAnswer::Refused(reason) => ExecutorAnswer::Refused(reason),
+        }
+    } else {
+        let command = Command::SetDraining {
+            now_ms: node.leadership.clock.now_ms(),
+            executor_id: executor_id.clone(),
+            draining,
+        };
+        node.leadership
+            .proposer
+            .propose_as::<DrainingSet>(command)
+            .await?
+            .1
     };
-    match node
-        .leadership
-        .proposer
-        .propose_as::<DrainingSet>(command)
-        .await?
-        .1
-    {
+    match answer {
         ExecutorAnswer::Done(DrainingSet { changed, .. }) => {
             tracing::info!(%executor_id, draining, changed, "drain flag set");
             current_executor_view(node, &executor_id)

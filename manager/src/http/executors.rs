@@ -15,6 +15,7 @@ use leasehold_api::wire::{
 };
 
 use super::admission::{Admitted, Caller};
+use super::authorize::Actor;
 use super::params::{validate_node_address, ExecutorIdPath};
 use super::refusals::{refusal, unknown_executor};
 use super::registration_limit::RegistrationSettings;
@@ -286,12 +287,13 @@ pub async fn deregister(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     Extension(Admitted(caller)): Extension<Admitted>,
+    Extension(actor): Extension<Actor>,
 ) -> Result<Response, HttpError> {
     // An operator (admin certificate, P13.3) deregisters without the executor's credential, and
     // then only through the handoff (P5.5): the executor may still be admitting.
     match caller {
-        Caller::Operator => super::removal::remove(&node, executor_id).await,
-        Caller::Executor => commit_deregistration(&node, executor_id, caller).await,
+        Caller::Operator => super::removal::remove(&node, &actor, executor_id).await,
+        Caller::Executor => commit_deregistration(&node, executor_id, None).await,
     }
 }
 

@@ -56,7 +56,12 @@ fn executor_view(
     }
 }
 
-fn shard_view(shard: &Shard, now_ms: u64, loads: Option<&LoadPicture>) -> ShardView {
+pub(super) fn shard_view(
+    state: &LeaseState,
+    shard: &Shard,
+    now_ms: u64,
+    loads: Option<&LoadPicture>,
+) -> ShardView {
     let index = usize::try_from(shard.id).ok();
     ShardView {
         shard: shard.id,
@@ -71,6 +76,7 @@ fn shard_view(shard: &Shard, now_ms: u64, loads: Option<&LoadPicture>) -> ShardV
             .zip(index)
             .and_then(|(picture, index)| picture.shard_loads.get(index).copied()),
         hot: loads.is_some_and(|picture| picture.summary.hot.contains(&shard.id)),
+        pinned_to: state.pin(shard.id).map(str::to_owned),
     }
 }
 
@@ -104,8 +110,9 @@ pub(super) fn state_view(
         shards: state
             .shards()
             .iter()
-            .map(|s| shard_view(s, now_ms, loads))
+            .map(|s| shard_view(state, s, now_ms, loads))
             .collect(),
+        maintenance: state.maintenance(),
     }
 }
 
@@ -183,12 +190,12 @@ pub async fn shards(
 ) -> Json<Vec<ShardView>> {
     let now_ms = node.leadership.clock.now_ms();
     let loads = loads_known(&node);
+    let current = node.state.current();
     Json(
-        node.state
-            .current()
+        current
             .shards()
             .iter()
-            .map(|s| shard_view(s, now_ms, loads.as_deref()))
+            .map(|s| shard_view(&current, s, now_ms, loads.as_deref()))
             .collect(),
     )
 }

@@ -16,6 +16,7 @@ mod executors;
 mod health;
 mod inspect;
 pub mod openapi;
+mod operator;
 mod params;
 mod plan;
 mod raft_rpc;
@@ -57,6 +58,9 @@ pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
 /// authorized. The leader believes it only from the manager `FORWARDED_HEADER` names, proved by
 /// that manager's certificate (P13.3, `authorize::effective_role`).
 pub const FORWARDED_ROLE_HEADER: &str = "x-leasehold-forwarded-role";
+/// Beside `FORWARDED_ROLE_HEADER`: the subject of the caller's certificate, for the audit log
+/// (P17.4), believed under the same rule.
+pub const FORWARDED_SUBJECT_HEADER: &str = "x-leasehold-forwarded-subject";
 /// Largest public API request body, but for the routes that list shards.
 pub const MAX_API_BODY_BYTES: usize = 1 << 20;
 /// Largest Raft RPC body: an append batch or one snapshot chunk, with room to spare.
@@ -205,10 +209,21 @@ fn register_route(
 
 /// Writes and administration only the leader performs.
 fn leader_routes(node: &AppState) -> Router<AppState> {
-    let writes = Router::new().route(
-        "/v1/executors/{executor_id}/drain",
-        axum::routing::delete(drain::undrain),
-    );
+    let writes = Router::new()
+        .route(
+            "/v1/executors/{executor_id}/drain",
+            axum::routing::delete(drain::undrain),
+        )
+        // P17.4: the operator controls.
+        .route(
+            "/v1/cluster/maintenance",
+            axum::routing::put(operator::set_maintenance),
+        )
+        .route("/v1/shards/{shard}/move", post(operator::move_shard))
+        .route(
+            "/v1/shards/{shard}/pin",
+            axum::routing::put(operator::pin).delete(operator::unpin),
+        );
     let admin = Router::new()
         .route("/v1/cluster/nodes", post(cluster::add_node))
         .route(
@@ -244,6 +259,8 @@ fn read_routes(node: &AppState) -> Router<AppState> {
         .route("/v1/executors/{executor_id}", get(inspect::executor))
         .route("/v1/shards", get(inspect::shards))
         .route("/v1/routing", get(inspect::routing))
+        .route("/v1/cluster/maintenance", get(operator::maintenance))
+        .route("/v1/audit", get(operator::audit))
         .route("/v1/backup", get(backup::backup))
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
@@ -377,6 +394,9 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
     // The leader decides with the caller's role, not this node's certificate (P13.3).
     if let Some(authorize::CallerRole(role)) = parts.extensions.get::<authorize::CallerRole>() {
         outgoing = outgoing.header(FORWARDED_ROLE_HEADER, role.san_uri());
+    }
+    if let Some(subject) = parts.extensions.get::<authorize::CallerSubject>() {
+        outgoing = outgoing.header(FORWARDED_SUBJECT_HEADER, subject.0.as_str());
     }
     // The executor's credential travels with its request: the leader checks it (P13.4).
     for name in [

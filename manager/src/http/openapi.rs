@@ -14,7 +14,9 @@ use leasehold_api::openapi::{document_problems, to_pretty_json, ProblemCodes};
 use leasehold_api::problem::{ErrorCode, Problem};
 use utoipa::OpenApi;
 
-use super::{backup, cluster, drain, executors, health, inspect, plan, safe_to_stop, watch};
+use super::{
+    backup, cluster, drain, executors, health, inspect, operator, plan, safe_to_stop, watch,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -33,6 +35,12 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         drain::undrain,
         safe_to_stop::executor,
         plan::preview,
+        operator::maintenance,
+        operator::set_maintenance,
+        operator::move_shard,
+        operator::pin,
+        operator::unpin,
+        operator::audit,
         safe_to_stop::member,
         inspect::state,
         inspect::executors,
@@ -56,6 +64,7 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         (name = "executors", description = "Executor-facing writes, served by the leader."),
         (name = "inspection", description = "Reads of the lease state, from any replica."),
         (name = "cluster", description = "The Raft group: inspection and administration."),
+        (name = "operator", description = "Operator controls (P17.4): maintenance mode, shard moves and pins, the audit log."),
         (name = "health", description = "Liveness, readiness, metrics and this document."),
     ),
 )]

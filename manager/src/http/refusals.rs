@@ -17,6 +17,7 @@ pub(super) fn refusal(reason: RefusalReason) -> HttpError {
         RefusalReason::CredentialMismatch { executor_id } => HttpError::conflict(format!(
             "this incarnation is registered as {executor_id} with another credential (P13.4)"
         )),
+        RefusalReason::Conflict { detail } => HttpError::conflict(detail),
         other => HttpError::conflict(format!("refused: {other:?}")),
     }
 }

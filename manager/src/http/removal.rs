@@ -12,13 +12,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::admission::Caller;
+use super::authorize::Actor;
 use super::drain::set_draining;
 use super::inspect::current_executor_view;
+use super::operator;
 use super::refusals::{refusal, unknown_executor};
 use super::{AppState, HttpError};
-use crate::lease::answer::Deregistered;
-use crate::lease::{Command, Executor, ExecutorAnswer};
+use crate::lease::answer::{Deregistered, OperatorDone};
+use crate::lease::{Command, Executor, ExecutorAnswer, OperatorAction};
 
 /// The next step of an operator's removal, decided from the executor as the leader has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +50,11 @@ const MAX_REMOVAL_STEPS: usize = 2;
 
 /// Removes `executor_id` for an operator: `204` once deregistered, `202` with the draining
 /// executor while its shards are still moving.
-pub(super) async fn remove(node: &AppState, executor_id: String) -> Result<Response, HttpError> {
+pub(super) async fn remove(
+    node: &AppState,
+    actor: &Actor,
+    executor_id: String,
+) -> Result<Response, HttpError> {
     for _ in 0..MAX_REMOVAL_STEPS {
         let step = node
             .state
@@ -57,14 +62,14 @@ pub(super) async fn remove(node: &AppState, executor_id: String) -> Result<Respo
         match step {
             RemovalStep::Drain => {
                 tracing::info!(%executor_id, "operator removal: draining first (P5.5)");
-                let _drained = set_draining(node, executor_id.clone(), true).await?;
+                let _drained = set_draining(node, actor, executor_id.clone(), true).await?;
             }
             RemovalStep::AwaitHandoffs { held } => {
                 tracing::info!(%executor_id, held, "operator removal: shards still moving (P5.5)");
                 return accepted(node, &executor_id);
             }
             RemovalStep::Deregister => {
-                return commit_deregistration(node, executor_id, Caller::Operator).await
+                return commit_deregistration(node, executor_id, Some(actor)).await
             }
         }
     }
@@ -78,26 +83,49 @@ fn accepted(node: &AppState, executor_id: &str) -> Result<Response, HttpError> {
 }
 
 /// Commits the deregistration of `executor_id` and answers it: `204`, also for one already
-/// gone (P7.2). `by` is for the log.
+/// gone (P7.2). `operator`: the operator removing it, whose action the audit log records from
+/// cluster version 6 on (P17.4); `None` for the executor's own graceful stop.
 pub(super) async fn commit_deregistration(
     node: &AppState,
     executor_id: String,
-    by: Caller,
+    operator: Option<&Actor>,
 ) -> Result<Response, HttpError> {
-    let command = Command::Deregister {
-        now_ms: node.leadership.clock.now_ms(),
-        executor_id: executor_id.clone(),
+    let answer = match operator {
+        Some(actor) if operator::recorded(node) => {
+            let action = OperatorAction::Remove {
+                executor_id: executor_id.clone(),
+            };
+            match operator::propose(node, actor, action).await? {
+                ExecutorAnswer::Done(OperatorDone::Removed(removed)) => {
+                    ExecutorAnswer::Done(removed)
+                }
+                ExecutorAnswer::Done(other) => {
+                    return Err(HttpError::internal(
+                        "unexpected state machine outcome",
+                        format!("{other:?}"),
+                    ))
+                }
+                ExecutorAnswer::UnknownExecutor => ExecutorAnswer::UnknownExecutor,
+                ExecutorAnswer::Refused(reason) => ExecutorAnswer::Refused(reason),
+            }
+        }
+        _ => {
+            let command = Command::Deregister {
+                now_ms: node.leadership.clock.now_ms(),
+                executor_id: executor_id.clone(),
+            };
+            node.leadership
+                .proposer
+                .propose_as::<Deregistered>(command)
+                .await?
+                .1
+        }
     };
-    match node
-        .leadership
-        .proposer
-        .propose_as::<Deregistered>(command)
-        .await?
-        .1
-    {
+    match answer {
         ExecutorAnswer::Done(Deregistered { already_gone, .. }) => {
             node.load_reports.remove(&executor_id);
-            tracing::info!(%executor_id, already_gone, ?by, "deregistered");
+            let by = operator.map_or("itself", |actor| actor.0.as_str());
+            tracing::info!(%executor_id, already_gone, by, "deregistered");
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),

@@ -1,7 +1,9 @@
 //! The read-only web console, `GET /ui/` (`/` and `/ui` redirect there): the members of the Raft
 //! group, the executors with their leases, capacities and utilisation, a map of every shard
 //! coloured by owner (handoffs and unowned shards marked) or, on request, by load (hot shards
-//! marked), and a feed of the changes the page has seen.
+//! marked), and a feed of the changes the page has seen. It shows maintenance mode while it is on
+//! and each shard's pin (PROTOCOL P17.4), and on request the next plan and the audit log
+//! (`GET /v1/audit`, which under TLS answers only an admin's browser; the page shows the refusal).
 //!
 //! Every manager serves it; the page reads only from the manager that served it, so it works on
 //! an isolated network and never needs the leader. It follows the state with the blocking query

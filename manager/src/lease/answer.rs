@@ -207,6 +207,77 @@ impl CommandAnswer for DrainingSet {
     }
 }
 
+/// `Operator` (P17.4): what its action did. An unknown executor or shard is
+/// [`ExecutorAnswer::UnknownExecutor`]; the caller knows which it named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorDone {
+    Draining(DrainingSet),
+    Removed(Deregistered),
+    Maintenance {
+        on: bool,
+        changed: bool,
+    },
+    Moved(Rebalanced),
+    Pinned {
+        shard: ShardId,
+        executor_id: Option<ExecutorId>,
+        changed: bool,
+    },
+    Recorded,
+}
+
+impl CommandAnswer for OperatorDone {
+    type Answer = ExecutorAnswer<Self>;
+    const COMMAND: &'static str = "Operator";
+    fn answer(outcome: Outcome) -> Result<ExecutorAnswer<Self>, Outcome> {
+        let done = match outcome {
+            Outcome::DrainingSet {
+                executor_id,
+                draining,
+                changed,
+            } => Self::Draining(DrainingSet {
+                executor_id,
+                draining,
+                changed,
+            }),
+            Outcome::Deregistered {
+                already_gone,
+                effects,
+                ..
+            } => Self::Removed(Deregistered {
+                already_gone,
+                effects,
+            }),
+            Outcome::MaintenanceSet { on, changed } => Self::Maintenance { on, changed },
+            Outcome::Rebalanced {
+                granted,
+                releasing,
+                cancelled,
+                effects,
+            } => Self::Moved(Rebalanced {
+                granted,
+                releasing,
+                cancelled,
+                effects,
+            }),
+            Outcome::PinSet {
+                shard,
+                executor_id,
+                changed,
+            } => Self::Pinned {
+                shard,
+                executor_id,
+                changed,
+            },
+            Outcome::Recorded => Self::Recorded,
+            Outcome::NotFound => return Ok(ExecutorAnswer::UnknownExecutor),
+            Outcome::Refused { reason } => return Ok(ExecutorAnswer::Refused(reason)),
+            other => return Err(other),
+        };
+        Ok(ExecutorAnswer::Done(done))
+    }
+}
+
 impl CommandAnswer for Reaped {
     type Answer = Answer<Self>;
     const COMMAND: &'static str = "Reap";

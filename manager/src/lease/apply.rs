@@ -6,12 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use leasehold_api::wire::{check_app_version, check_capacity};
+use leasehold_api::wire::{check_app_version, check_capacity, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS};
 
 use super::{
-    ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff, LeaseState, Move,
-    Outcome, RefusalReason, RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone,
-    TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
+    LeaseState, Move, OperatorAction, Outcome, RefusalReason, RenewResult, Renewal, Revoke, Shard,
+    ShardId, Tombstone, TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
 /// Pushes collected while one command applies, turned into [`Effects`] at the end.
@@ -181,6 +181,157 @@ impl LeaseState {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => self.apply_set_cluster_version(log_index, *cluster_version),
+            Command::Operator {
+                now_ms,
+                actor,
+                action,
+            } => self.apply_operator(log_index, *now_ms, actor, action),
+        }
+    }
+
+    /// `Operator` (P17.4): the action, then, if it changed anything, its audit record in the
+    /// same write, so the log has every effective operator action and nothing else.
+    fn apply_operator(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        actor: &str,
+        action: &OperatorAction,
+    ) -> Outcome {
+        if actor.len() > MAX_ACTOR_BYTES {
+            return invalid(format!("the actor is longer than {MAX_ACTOR_BYTES} bytes"));
+        }
+        let outcome = match action {
+            OperatorAction::SetDraining {
+                executor_id,
+                draining,
+            } => self.apply_set_draining(log_index, executor_id, *draining),
+            OperatorAction::Remove { executor_id } => {
+                self.apply_deregister(log_index, now_ms, executor_id)
+            }
+            OperatorAction::SetMaintenance { on } => {
+                let changed = self.maintenance != *on;
+                if changed {
+                    self.maintenance = *on;
+                    // Plans made before it would do what maintenance forbids (P2.4).
+                    self.touch_assignment(log_index);
+                }
+                Outcome::MaintenanceSet { on: *on, changed }
+            }
+            OperatorAction::MoveShard { shard, to } => {
+                self.apply_operator_move(log_index, now_ms, *shard, to)
+            }
+            OperatorAction::Pin { shard, executor_id } => {
+                self.apply_pin(log_index, *shard, executor_id.as_ref())
+            }
+            OperatorAction::Membership { .. } => {
+                self.touch(log_index);
+                Outcome::Recorded
+            }
+        };
+        let changed = match &outcome {
+            Outcome::DrainingSet { changed, .. }
+            | Outcome::MaintenanceSet { changed, .. }
+            | Outcome::PinSet { changed, .. } => *changed,
+            Outcome::Deregistered { already_gone, .. } => !already_gone,
+            Outcome::Rebalanced { .. } | Outcome::Recorded => true,
+            _ => false,
+        };
+        if changed {
+            self.audit.push_back(AuditRecord {
+                revision: log_index,
+                at_ms: now_ms,
+                actor: actor.to_owned(),
+                action: action.clone(),
+            });
+            while self.audit.len() > MAX_AUDIT_RECORDS {
+                self.audit.pop_front();
+            }
+        }
+        outcome
+    }
+
+    /// An operator's move (P17.4): a one-move plan made on the current state, so never stale,
+    /// refused with the reason unless the target takes shards (live at `now_ms`, not draining),
+    /// does not hold it already, and the shard is not pinned to another executor.
+    fn apply_operator_move(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        shard: ShardId,
+        to: &str,
+    ) -> Outcome {
+        let Some(entry) = self.shard(shard) else {
+            return Outcome::NotFound;
+        };
+        let Some(target) = self.executors.get(to) else {
+            return Outcome::NotFound;
+        };
+        let conflict = |detail: String| refused(RefusalReason::Conflict { detail });
+        if target.lease_lapsed(now_ms) || target.draining {
+            return conflict(format!(
+                "executor {to} is {}: it takes no shards",
+                if target.draining {
+                    "draining"
+                } else {
+                    "not live"
+                }
+            ));
+        }
+        let releasing_to = entry.handoff.as_ref().and_then(|h| h.to.as_deref());
+        if entry.owner.as_deref() == Some(to) && entry.handoff.is_none() || releasing_to == Some(to)
+        {
+            return conflict(format!("shard {shard} is with {to} already"));
+        }
+        if let Some(pinned) = self.pins.get(&shard).filter(|pinned| pinned.as_str() != to) {
+            return conflict(format!(
+                "shard {shard} is pinned to {pinned}: unpin it first, or pin it to {to}"
+            ));
+        }
+        let planned_at = self.assignment_revision;
+        self.apply_rebalance(
+            log_index,
+            now_ms,
+            planned_at,
+            &[Move {
+                shard,
+                to: to.to_owned(),
+            }],
+        )
+    }
+
+    /// A pin (P17.4): to a registered executor, or none. A change makes plans made before it
+    /// stale, since they may move the shard elsewhere (P2.4).
+    fn apply_pin(
+        &mut self,
+        log_index: u64,
+        shard: ShardId,
+        executor_id: Option<&String>,
+    ) -> Outcome {
+        if self.shard(shard).is_none() {
+            return Outcome::NotFound;
+        }
+        if let Some(executor_id) = executor_id {
+            if !self.executors.contains_key(executor_id) {
+                return Outcome::NotFound;
+            }
+        }
+        let changed = self.pins.get(&shard) != executor_id;
+        if changed {
+            match executor_id {
+                Some(executor_id) => {
+                    self.pins.insert(shard, executor_id.clone());
+                }
+                None => {
+                    self.pins.remove(&shard);
+                }
+            }
+            self.touch_assignment(log_index);
+        }
+        Outcome::PinSet {
+            shard,
+            executor_id: executor_id.cloned(),
+            changed,
         }
     }
 
@@ -831,6 +982,16 @@ impl LeaseState {
             return Vec::new();
         };
         self.by_incarnation.remove(&executor.incarnation);
+        // A pin goes with its executor: a pin is to one registration.
+        let pinned: Vec<ShardId> = self
+            .pins
+            .iter()
+            .filter(|(_, pinned_to)| pinned_to.as_str() == executor_id)
+            .map(|(shard, _)| *shard)
+            .collect();
+        for shard in pinned {
+            self.pins.remove(&shard);
+        }
         let mut freed = Vec::new();
         for &shard in &executor.owned_shards {
             let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))

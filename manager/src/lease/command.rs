@@ -4,7 +4,7 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`], [`super::v3`], [`super::v4`]), so a
+//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v5`]), so a
 //! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
@@ -165,6 +165,17 @@ pub enum Command {
         /// The schema every voter can apply.
         cluster_version: u32,
     },
+    /// An operator's action (P17.4), recorded in the audit log with who did it and when once it
+    /// changed something (a repeat, a refusal or an unknown id records nothing). Schema 6.
+    Operator {
+        /// Leader clock; the record's time.
+        now_ms: u64,
+        /// Who asked: the caller's certificate role and subject, an executor's own id for a
+        /// self-drain, or `anonymous (plaintext)`; at most `MAX_ACTOR_BYTES`.
+        actor: String,
+        /// What.
+        action: OperatorAction,
+    },
 }
 
 impl Command {
@@ -189,7 +200,43 @@ impl Command {
             | Command::Release { now_ms, .. }
             | Command::CompleteHandoffs { now_ms }
             | Command::SetDraining { now_ms, .. }
+            | Command::Operator { now_ms, .. }
             | Command::SetClusterVersion { now_ms, .. } => *now_ms,
         }
     }
+}
+
+/// What an operator does (P17.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OperatorAction {
+    /// Drain an executor, or undrain it (as `SetDraining`).
+    SetDraining {
+        executor_id: ExecutorId,
+        draining: bool,
+    },
+    /// Remove an executor (P5.5: proposed once it holds nothing; as `Deregister`).
+    Remove { executor_id: ExecutorId },
+    /// Maintenance mode: placement frozen for balance, joiners and drains; shards nobody holds
+    /// are still placed, and expired leases still reaped.
+    SetMaintenance { on: bool },
+    /// Hand `shard` to `to` now: a one-move plan (P5.2), refused unless `to` is live and not
+    /// draining, does not own it already, and the shard is not pinned elsewhere.
+    MoveShard { shard: ShardId, to: ExecutorId },
+    /// Pin `shard` to an executor (the planner keeps it there, or moves it there, while that
+    /// executor is live and not draining), or unpin it (`None`). A pin goes with its executor.
+    Pin {
+        shard: ShardId,
+        executor_id: Option<ExecutorId>,
+    },
+    /// A change of the managers' membership, recorded once Raft committed it.
+    Membership { change: MembershipChange },
+}
+
+/// A membership change the audit log records (P17.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipChange {
+    /// A node added (as a learner; the cluster promotes it once caught up).
+    Added { node_id: u64, address: String },
+    /// A node removed.
+    Removed { node_id: u64 },
 }

@@ -33,20 +33,22 @@ mod state;
 pub mod v2;
 pub mod v3;
 pub mod v4;
-mod v4_current;
+pub mod v5;
+mod v5_current;
 
 #[cfg(test)]
 mod tests;
 
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
-pub use command::{Command, Move, Renewal};
+pub use command::{Command, MembershipChange, Move, OperatorAction, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
 pub use planner::{
     capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target, Loads,
     MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
 };
 pub use state::{
-    ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone, TombstoneReason,
+    AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone,
+    TombstoneReason,
 };
 
 /// Manager-minted executor identity, `ex-{log_index}` of the entry that registered it: unique

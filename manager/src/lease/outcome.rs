@@ -95,6 +95,12 @@ pub enum RefusalReason {
         /// The executor registered under that incarnation.
         executor_id: ExecutorId,
     },
+    /// An operator's action that the state does not allow now (P17.4: a move onto an executor
+    /// that takes no shards, or of a shard pinned elsewhere): `409`, nothing changed.
+    Conflict {
+        /// Human-readable reason, for the problem+json `detail`.
+        detail: String,
+    },
 }
 
 /// What applying a command produced.
@@ -189,6 +195,24 @@ pub enum Outcome {
         /// False for a repeat that changed nothing.
         changed: bool,
     },
+    /// Maintenance mode set (P17.4); `changed` false for a repeat.
+    MaintenanceSet {
+        /// The mode now in force.
+        on: bool,
+        /// False for a repeat that changed nothing.
+        changed: bool,
+    },
+    /// A pin set or removed (P17.4); `changed` false for a repeat.
+    PinSet {
+        /// The shard.
+        shard: ShardId,
+        /// Its pin now, `None` when unpinned.
+        executor_id: Option<ExecutorId>,
+        /// False for a repeat that changed nothing.
+        changed: bool,
+    },
+    /// A membership change recorded in the audit log (P17.4).
+    Recorded,
     /// `SetClusterVersion` applied; `previous == cluster_version` when it changed nothing.
     ClusterVersionSet {
         /// The cluster version before this command.
@@ -221,6 +245,9 @@ impl Outcome {
             | Outcome::LeaseDurationSet { .. }
             | Outcome::Registered { .. }
             | Outcome::DrainingSet { .. }
+            | Outcome::MaintenanceSet { .. }
+            | Outcome::PinSet { .. }
+            | Outcome::Recorded
             | Outcome::ClusterVersionSet { .. }
             | Outcome::NotFound => None,
         }

@@ -3,7 +3,7 @@
 use imbl::{OrdMap, OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
-use super::{Epoch, ExecutorId, ShardId, MAX_TOMBSTONES};
+use super::{Epoch, ExecutorId, OperatorAction, ShardId, MAX_TOMBSTONES};
 
 /// Fixed at initialisation (`Init`); only the lease duration may change later
 /// (`SetLeaseDuration`), the shard count never does (§11).
@@ -199,6 +199,13 @@ pub struct LeaseState {
     /// The committed cluster version (P14.3): the newest schema every voter can apply, raised by
     /// `SetClusterVersion`, never lowered. A cluster formed by 0.1.0 replicas is at schema 2.
     pub(super) cluster_version: u32,
+    /// Maintenance mode (P17.4): placement frozen for balance, joiners and drains.
+    pub(super) maintenance: bool,
+    /// Shards an operator pinned, and to whom (P17.4). A pin goes when its executor does.
+    pub(super) pins: OrdMap<ShardId, ExecutorId>,
+    /// The operator actions that changed something, oldest first, at most `MAX_AUDIT_RECORDS`
+    /// (P17.4).
+    pub(super) audit: Vector<AuditRecord>,
     /// The shards with a handoff, ascending. Derived from the shard table and never stored (a
     /// decoded state rebuilds it), so the schema is unchanged. Delivery rounds, leader steps
     /// and removals read it, so their work is proportional to the handoffs in flight, not to
@@ -224,6 +231,9 @@ struct StoredLeaseState {
     tombstones: OrdMap<ExecutorId, Tombstone>,
     longest_lease_told_ms: u64,
     cluster_version: u32,
+    maintenance: bool,
+    pins: OrdMap<ShardId, ExecutorId>,
+    audit: Vector<AuditRecord>,
 }
 
 impl From<StoredLeaseState> for LeaseState {
@@ -237,6 +247,9 @@ impl From<StoredLeaseState> for LeaseState {
             tombstones: stored.tombstones,
             longest_lease_told_ms: stored.longest_lease_told_ms,
             cluster_version: stored.cluster_version,
+            maintenance: stored.maintenance,
+            pins: stored.pins,
+            audit: stored.audit,
             releasing: OrdSet::new(),
             by_incarnation: OrdMap::new(),
         };
@@ -265,13 +278,51 @@ impl Default for LeaseState {
             tombstones: OrdMap::new(),
             longest_lease_told_ms: 0,
             cluster_version: super::schema::OLDEST_SCHEMA,
+            maintenance: false,
+            pins: OrdMap::new(),
+            audit: Vector::new(),
             releasing: OrdSet::new(),
             by_incarnation: OrdMap::new(),
         }
     }
 }
 
+/// One operator action in the audit log (P17.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// The log index of the entry that did it.
+    pub revision: u64,
+    /// The leader clock it was stamped with.
+    pub at_ms: u64,
+    /// Who asked (`Command::Operator`'s actor).
+    pub actor: String,
+    /// What.
+    pub action: OperatorAction,
+}
+
 impl LeaseState {
+    /// Maintenance mode (see the field).
+    pub fn maintenance(&self) -> bool {
+        self.maintenance
+    }
+
+    /// The executor `shard` is pinned to, if any.
+    pub fn pin(&self, shard: ShardId) -> Option<&str> {
+        self.pins.get(&shard).map(String::as_str)
+    }
+
+    /// Every pin, ascending by shard.
+    pub fn pins(&self) -> impl Iterator<Item = (ShardId, &str)> {
+        self.pins
+            .iter()
+            .map(|(shard, executor)| (*shard, executor.as_str()))
+    }
+
+    /// The audit log, oldest first.
+    pub fn audit(&self) -> impl Iterator<Item = &AuditRecord> {
+        self.audit.iter()
+    }
+
     /// The committed cluster version (see the field).
     pub fn cluster_version(&self) -> u32 {
         self.cluster_version
@@ -516,6 +567,14 @@ impl LeaseState {
                     ));
                 }
             }
+        }
+        for (shard, executor) in &self.pins {
+            if self.shard(*shard).is_none() || !self.executors.contains_key(executor) {
+                violations.push(format!("shard {shard} is pinned to {executor}, who is not registered or the shard is out of range"));
+            }
+        }
+        if self.audit.len() > leasehold_api::wire::MAX_AUDIT_RECORDS {
+            violations.push(format!("the audit log holds {} records", self.audit.len()));
         }
         let releasing = releasing_in(&self.shards);
         if releasing != self.releasing {

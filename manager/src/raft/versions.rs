@@ -4,13 +4,14 @@
 //! [`SCHEMAS`] lists every schema this build reads, oldest first, each with its codecs; a record
 //! is written at the first that can express it and read by the one its schema names. Schema 2
 //! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
-//! tagged; then this build's. Until the cluster version rises past schema 2 nothing needs more,
-//! so every byte this build writes (and sends) is what release 0.1.0 wrote: 0.1.0 followers
-//! decode this build's appends, and a data directory can go back to 0.1.0 binaries. Until it
-//! rises past 3, nothing needs more than 3, so a replica of schema 3 decodes everything; and
-//! until it rises past 4, a replica of schema 4 does. A record of schema 3 or later names its
-//! schema (`codec` format 2). A frozen schema's values convert to and from this build's through
-//! the chain of `lease::chain`.
+//! tagged; schema 5 `lease::v5`, tagged; then this build's. Until the cluster version rises past
+//! schema 2 nothing needs more, so every byte this build writes (and sends) is what release
+//! 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go back to
+//! 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica of schema 3
+//! decodes everything; until it rises past 4, a replica of schema 4 does; and until it rises
+//! past 5, a replica of schema 5 does. A record of schema 3 or later names its schema (`codec`
+//! format 2). A frozen schema's values convert to and from this build's through the chain of
+//! `lease::chain`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
 use leasehold_raft_store::schema::{check_readable, open_versioned, seal_at};
@@ -22,10 +23,10 @@ use serde::Serialize;
 
 use super::TypeConfig;
 use crate::lease::schema::{
-    NotExpressible, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
-    OLDEST_SCHEMA,
+    NotExpressible, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
+    NEWEST_SCHEMA, OLDEST_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, v4, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, v4, v5, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -62,6 +63,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V4Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 5's type configuration: the same Raft types around schema 5's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V5Config:
+        D = v5::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V5Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -132,6 +146,23 @@ impl FrozenSchema for V4Config {
     }
 }
 
+impl FrozenSchema for V5Config {
+    const SCHEMA: u32 = APP_VERSION_SCHEMA;
+    type State = v5::LeaseState;
+    fn command_down(command: &Command) -> Result<v5::Command, NotExpressible> {
+        chain::command_to_v5(command)
+    }
+    fn command_up(command: v5::Command) -> Command {
+        chain::command_from_v5(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v5::LeaseState, NotExpressible> {
+        chain::state_to_v5(state)
+    }
+    fn state_up(state: v5::LeaseState) -> LeaseState {
+        chain::state_from_v5(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -149,10 +180,11 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 4] = [
+const SCHEMAS: [SchemaCodecs; 5] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
     SchemaCodecs::frozen::<V4Config>(),
+    SchemaCodecs::frozen::<V5Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -313,9 +345,9 @@ fn append_up<F: FrozenSchema>(
 }
 
 /// An AppendEntries body at the oldest schema that expresses every entry in it: schema 2 (exactly
-/// what a 0.1.0 leader sends), else schema 3, else schema 4, else this build's, which only a
-/// follower of this build or newer decodes. The cluster version keeps a newer kind from being proposed while any
-/// voter runs an older schema (P14.3).
+/// what a 0.1.0 leader sends), else schema 3, else schema 4, else schema 5, else this build's,
+/// which only a follower of this build or newer decodes. The cluster version keeps a newer kind
+/// from being proposed while any voter runs an older schema (P14.3).
 pub fn encode_append(request: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, StoreError> {
     let (schema, payload) = write_oldest(|codecs| (codecs.encode_append)(request))?;
     Ok(seal_at::<TypeConfig>(schema, &payload))
@@ -329,8 +361,9 @@ pub fn decode_append(body: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, St
 
 /// A backup's payload: the state as JSON at the oldest schema that can express it, and that
 /// schema (the header's `state_schema_version`), so a backup taken before the cluster version
-/// rose restores on 0.1.0 too, one taken before it rose past 3 on a build of schema 3, and one
-/// taken before it rose past 4 on a build of schema 4.
+/// rose restores on 0.1.0 too, one taken before it rose past 3 on a build of schema 3, one
+/// taken before it rose past 4 on a build of schema 4, and one taken before it rose past 5 on a
+/// build of schema 5.
 pub fn backup_payload(state: &LeaseState) -> Result<(u32, Vec<u8>), serde_json::Error> {
     write_oldest(|codecs| (codecs.backup_state)(state))
 }
@@ -360,8 +393,8 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, Vote};
 
     use super::*;
-    use crate::lease::schema::APP_VERSION_SCHEMA;
-    use crate::lease::DEFAULT_CAPACITY;
+    use crate::lease::schema::OPERATOR_CONTROLS_SCHEMA;
+    use crate::lease::{MembershipChange, OperatorAction, DEFAULT_CAPACITY};
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
         Entry {
@@ -820,5 +853,214 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, five.entries);
+    }
+
+    /// An operator's action (P17.4), schema 6.
+    fn operator(action: OperatorAction) -> Command {
+        Command::Operator {
+            now_ms: 8,
+            actor: "admin CN=alice".into(),
+            action,
+        }
+    }
+
+    /// A state at cluster version 5 holding an executor with an application version: what a
+    /// build of schema 5 snapshots and backs up.
+    fn schema_5_state() -> LeaseState {
+        let mut state = LeaseState::default();
+        for (index, command) in [
+            raise_to(APP_VERSION_SCHEMA),
+            Command::Init {
+                now_ms: 1,
+                shard_count: 4,
+                lease_duration_ms: 10_000,
+            },
+            register_versioned("inc-5", Some("2.0.0")),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let _ = state.apply(index as u64 + 1, command);
+        }
+        assert_eq!(state.executors().count(), 1);
+        state
+    }
+
+    /// P14.1, P17.4: a log entry a build of schema 5 wrote (through the frozen `v5` types, tagged
+    /// 5) decodes into this build unchanged; this build writes it back at schema 5, so such a
+    /// build reads it, and an operator's command at 6, which no older build decodes.
+    #[test]
+    fn p14_1_p17_4_a_schema_5_entry_reads_unchanged_and_an_operator_command_needs_schema_6() {
+        let written_by_schema_5 = Entry::<V5Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 7),
+            payload: EntryPayload::Normal(v5::Command::Register {
+                now_ms: 7,
+                incarnation: "inc-5".into(),
+                address: "http://127.0.0.1:4".into(),
+                name: Some("four".into()),
+                credential_sha256: Some([4; 32]),
+                capacity: 3,
+                app_version: Some("2.0.0".into()),
+            }),
+        };
+        let record = codec::seal(
+            Some(APP_VERSION_SCHEMA),
+            &encode_payload("log entry", &written_by_schema_5).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        assert_eq!(read, entry(7, register_versioned("inc-5", Some("2.0.0"))));
+        // And this build writes that entry back exactly so.
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (APP_VERSION_SCHEMA, record)
+        );
+
+        for action in [
+            OperatorAction::SetMaintenance { on: true },
+            OperatorAction::SetDraining {
+                executor_id: "ex-3".into(),
+                draining: true,
+            },
+            OperatorAction::Pin {
+                shard: 1,
+                executor_id: None,
+            },
+            OperatorAction::Membership {
+                change: MembershipChange::Removed { node_id: 3 },
+            },
+        ] {
+            let controlled = entry(8, operator(action));
+            let (schema, record) = encode_entry_record::<TypeConfig>(&controlled).unwrap();
+            assert_eq!(schema, OPERATOR_CONTROLS_SCHEMA, "{controlled:?}");
+            assert_eq!(
+                decode_entry_record::<TypeConfig>(&record).unwrap(),
+                controlled
+            );
+            assert!(entry_down::<V5Config>(&controlled).is_err());
+            assert!(entry_down::<V4Config>(&controlled).is_err());
+            assert!(entry_down::<V3Config>(&controlled).is_err());
+            assert!(entry_down::<V2Config>(&controlled).is_err());
+            // A build of schema 5 decodes tagged records of its own schema only.
+            let opened = codec::open("log entry", &record).unwrap();
+            assert_eq!(opened.schema, Some(OPERATOR_CONTROLS_SCHEMA));
+            assert!(decode_payload::<Entry<V5Config>>("log entry", opened.payload).is_err());
+        }
+    }
+
+    /// P14.3: the raise to 6 is itself written at 6, so the data directory is marked 6 from the
+    /// raise on and a build of schema 5 refuses it then, not at some later record.
+    #[test]
+    fn p14_3_the_raise_to_schema_6_is_written_at_schema_6() {
+        let raise_to_6 = entry(9, raise_to(OPERATOR_CONTROLS_SCHEMA));
+        let (schema, _) = encode_entry_record::<TypeConfig>(&raise_to_6).unwrap();
+        assert_eq!(schema, OPERATOR_CONTROLS_SCHEMA);
+        assert!(entry_down::<V5Config>(&raise_to_6).is_err());
+        let (schema, _) =
+            encode_entry_record::<TypeConfig>(&entry(9, raise_to(APP_VERSION_SCHEMA))).unwrap();
+        assert_eq!(schema, APP_VERSION_SCHEMA);
+    }
+
+    /// P14.1, P17.4: a snapshot's state and a backup a build of schema 5 wrote decode into this
+    /// build with maintenance off, no pins and an empty audit log (application versions kept);
+    /// this build writes such a state at schema 5.
+    #[test]
+    fn p14_1_p17_4_a_schema_5_state_and_backup_read_with_no_maintenance_pins_or_audit() {
+        let state = schema_5_state();
+        let as_schema_5 = chain::state_to_v5(&state).expect("expressible in schema 5");
+        assert!(chain::state_to_v4(&state).is_err(), "cluster version 5");
+        let payload = encode_payload("lease state", &as_schema_5).unwrap();
+        let read = LeaseState::decode_state(APP_VERSION_SCHEMA, &payload).unwrap();
+        assert_eq!(read, state);
+        assert!(!read.maintenance());
+        assert_eq!(read.pins().count(), 0);
+        assert_eq!(read.audit().count(), 0);
+        assert!(read
+            .executors()
+            .all(|e| e.app_version.as_deref() == Some("2.0.0") && e.capacity == 3));
+        assert_eq!(state.encode_state().unwrap(), (APP_VERSION_SCHEMA, payload));
+
+        let json = serde_json::to_vec(&as_schema_5).unwrap();
+        let restored = state_from_backup(APP_VERSION_SCHEMA, &json).unwrap();
+        assert_eq!(restored, state);
+        assert!(!restored.maintenance() && restored.audit().count() == 0);
+        assert_eq!(backup_payload(&state).unwrap(), (APP_VERSION_SCHEMA, json));
+    }
+
+    /// P14.1, P17.4: a state holding maintenance mode, a pin or an audit record is written at
+    /// schema 6 (its bytes are no schema 5 state), on disk and in a backup, whose header then
+    /// says 6.
+    #[test]
+    fn p17_4_a_state_with_operator_controls_is_written_at_schema_6() {
+        let base = {
+            let mut state = schema_5_state();
+            let _ = state.apply(4, &raise_to(OPERATOR_CONTROLS_SCHEMA));
+            state
+        };
+        let executor_id = base.executors().next().unwrap().id.clone();
+        let cases = [
+            ("maintenance", OperatorAction::SetMaintenance { on: true }),
+            (
+                "a pin",
+                OperatorAction::Pin {
+                    shard: 2,
+                    executor_id: Some(executor_id),
+                },
+            ),
+            (
+                "an audit record alone",
+                OperatorAction::Membership {
+                    change: MembershipChange::Added {
+                        node_id: 4,
+                        address: "https://10.0.0.4:7400".into(),
+                    },
+                },
+            ),
+        ];
+        for (what, action) in cases {
+            let mut state = base.clone();
+            let _ = state.apply(5, &operator(action));
+            assert_eq!(state.audit().count(), 1, "{what}: recorded");
+
+            let (schema, payload) = state.encode_state().unwrap();
+            assert_eq!(schema, OPERATOR_CONTROLS_SCHEMA, "{what}");
+            assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
+            assert!(
+                LeaseState::decode_state(APP_VERSION_SCHEMA, &payload).is_err(),
+                "{what}"
+            );
+            let (schema, json) = backup_payload(&state).unwrap();
+            assert_eq!(schema, OPERATOR_CONTROLS_SCHEMA, "{what}");
+            assert_eq!(state_from_backup(schema, &json).unwrap(), state);
+        }
+    }
+
+    /// P14.1, P17.4: an append is written at schema 5 while its entries are all expressible there
+    /// (a follower of schema 5 decodes it), and at 6 as soon as one is an operator's action.
+    #[test]
+    fn p17_4_an_append_is_written_at_schema_5_until_an_entry_needs_operator_controls() {
+        let five = append(vec![
+            entry(4, register_versioned("inc-5", Some("2.0.0"))),
+            entry(5, raise_to(APP_VERSION_SCHEMA)),
+        ]);
+        let body = encode_append(&five).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(APP_VERSION_SCHEMA));
+        let as_schema_5: AppendEntriesRequest<V5Config> =
+            decode_payload("raft request", opened.payload).expect("a schema 5 follower decodes it");
+        assert_eq!(as_schema_5.entries.len(), 2);
+        assert_eq!(decode_append(&body).unwrap().entries, five.entries);
+
+        let six = append(vec![
+            entry(4, register_versioned("inc-5", Some("2.0.0"))),
+            entry(5, operator(OperatorAction::SetMaintenance { on: true })),
+        ]);
+        let body = encode_append(&six).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(OPERATOR_CONTROLS_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V5Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, six.entries);
     }
 }

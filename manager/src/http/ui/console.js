@@ -18,6 +18,10 @@
 //   consistent reads, which a follower forwards to the leader. Cells are touched only where a
 //   load, heat step or hot mark changed.
 // - Lease bars count down between states from lease_remaining_ms and the local clock.
+// - Maintenance mode and shard pins (PROTOCOL P17.4) come with the watched state: a badge in the
+//   header while maintenance is on, "pinned to" in a shard's details. The audit log is asked for
+//   only on request ("audit log?": GET /v1/audit, which the leader answers and which needs the
+//   admin role under TLS) and listed newest first.
 'use strict';
 
 (() => {
@@ -27,6 +31,8 @@
   const MEMBERS_ABORT_MS = 5000;
   /** A safe-to-stop or next-plan question (the leader probes the voters for up to a second). */
   const STOP_CHECK_ABORT_MS = 5000;
+  /** The audit log: at most 1024 records from the leader. */
+  const AUDIT_ABORT_MS = 10000;
   const MIN_WATCH_GAP_MS = 250;
   const MAX_WATCH_GAP_MS = 2000;
   const BUSY_FACTOR = 4;
@@ -95,6 +101,11 @@
     stopCheckVerdict: $('stop-check-verdict'),
     planAsk: $('plan-ask'),
     planSummary: $('plan-summary'),
+    maintenance: $('maintenance'),
+    auditAsk: $('audit-ask'),
+    auditSummary: $('audit-summary'),
+    auditRecords: $('audit-records'),
+    audit: $('audit').tBodies[0],
   };
 
   /** What the page shows now. */
@@ -106,6 +117,8 @@
     owners: [], // per shard: owner id, '' when unowned
     epochs: [],
     handoffs: [], // per shard: handoff target id, '' when none
+    pins: [], // per shard: the executor it is pinned to (P17.4), '' when none
+    maintenance: null, // maintenance mode (P17.4) as last shown; null before the first state
     executors: new Map(), // id → ExecutorView
     names: new Map(), // id → label, kept after it left, for the feed
     colours: new Map(), // id → palette slot
@@ -266,11 +279,13 @@
     const owners = new Array(count).fill('');
     const epochs = new Array(count).fill(0);
     const handoffs = new Array(count).fill('');
+    const pins = new Array(count).fill('');
     for (const s of shards) {
       if (s.shard >= count) continue;
       owners[s.shard] = s.owner || '';
       epochs[s.shard] = s.epoch;
       handoffs[s.shard] = s.handoff ? s.handoff.to || '?' : '';
+      pins[s.shard] = s.pinned_to || '';
     }
     // A new shard count: no load is known for the new map until the next answer.
     shown.loads = new Array(count).fill(null);
@@ -279,7 +294,8 @@
     const html = new Array(count);
     for (let i = 0; i < count; i++) {
       classes[i] = shown.mode === 'load' ? 'nl' : cellClass(owners[i], handoffs[i]);
-      html[i] = '<i data-shard="' + i + '" data-owner="' + escapeAttr(owners[i]) + '" class="' + classes[i] + '"></i>';
+      const pinned = pins[i] === '' ? '' : '" data-pinned="' + escapeAttr(pins[i]);
+      html[i] = '<i data-shard="' + i + '" data-owner="' + escapeAttr(owners[i]) + pinned + '" class="' + classes[i] + '"></i>';
     }
     shown.classes = classes;
     ui.grid.dataset.density = density(count);
@@ -288,6 +304,7 @@
     shown.owners = owners;
     shown.epochs = epochs;
     shown.handoffs = handoffs;
+    shown.pins = pins;
     shown.count = count;
     shown.focus = 0;
     shown.pointed = -1;
@@ -313,6 +330,17 @@
       const handoff = s.handoff ? s.handoff.to || '?' : '';
       const wasOwner = shown.owners[i];
       const wasHandoff = shown.handoffs[i];
+      const pin = s.pinned_to || '';
+      const wasPin = shown.pins[i];
+      if (pin !== wasPin) {
+        if (wasPin !== '') note('unpin', wasPin, '', i);
+        if (pin !== '') note('pin', '', pin, i);
+        const cell = shown.cells[i];
+        if (pin === '') delete cell.dataset.pinned;
+        else cell.dataset.pinned = pin;
+        shown.pins[i] = pin;
+        if (i === shown.pointed) describe(i);
+      }
       if (owner === wasOwner && handoff === wasHandoff && s.epoch === shown.epochs[i]) continue;
       if (wasHandoff === '' && handoff !== '') note('handoff', owner, handoff, i);
       else if (wasHandoff !== '' && handoff === '') {
@@ -343,6 +371,7 @@
     let text = 'shard ' + i + ' · epoch ' + shown.epochs[i] + ' · ';
     text += owner ? 'owner ' + labelWithId(owner) : 'unowned: no executor may serve it';
     if (handoff) text += ' · handing off to ' + (handoff === '?' ? 'the pool' : labelWithId(handoff));
+    if (shown.pins[i]) text += ' · pinned to ' + labelWithId(shown.pins[i]);
     if (shown.mode === 'load') {
       const load = shown.loads[i];
       text += load === null || load === undefined ? ' · load unknown' : ' · load ' + formatLoad(load);
@@ -499,6 +528,22 @@
     ui.shardStats.textContent = count + ' shards · ' + (count - unowned) + ' owned · ' + handoffs + ' in handoff · ' + unowned + ' unowned';
   }
 
+  /** The header's badge while maintenance mode is on (P17.4); the feed notes each change. */
+  function renderMaintenance(on, first) {
+    if (on === shown.maintenance) return;
+    if (!first) {
+      feed('maintenance', on
+        ? 'maintenance mode on: placement frozen (no balancing, no shards for joiners, drains wait)'
+        : 'maintenance mode off: placement resumes');
+    }
+    shown.maintenance = on;
+    ui.maintenance.dataset.on = String(on);
+    ui.maintenance.textContent = on ? 'maintenance: placement frozen' : '';
+    ui.maintenance.title = on
+      ? 'Maintenance mode is on: no balancing, no shards for joiners, drains wait; shards nobody holds are still placed.'
+      : '';
+  }
+
   function renderSummary(view) {
     ui.revision.textContent = view.revision;
     ui.executorCount.textContent = view.executors.length;
@@ -528,7 +573,7 @@
   // ---- feed ----------------------------------------------------------------------------------
 
   /** The feed's short tag per kind of change (the kind is also its CSS class). */
-  const TAGS = { online: 'link', offline: 'link', joined: 'join', left: 'left', move: 'move', handoff: 'handoff', unowned: 'unowned', leader: 'leader', drain: 'drain', config: 'config' };
+  const TAGS = { online: 'link', offline: 'link', joined: 'join', left: 'left', move: 'move', handoff: 'handoff', unowned: 'unowned', leader: 'leader', drain: 'drain', config: 'config', pin: 'pin', maintenance: 'maint' };
 
   function feed(kind, text) {
     const placeholder = ui.changes.querySelector('.empty');
@@ -570,6 +615,12 @@
           break;
         case 'unown':
           feed('unowned', n + ' unowned (were ' + label(from) + "'s)" + which);
+          break;
+        case 'pin':
+          feed('pin', n + ' pinned to ' + label(to) + which);
+          break;
+        case 'unpin':
+          feed('pin', n + ' no longer pinned to ' + label(from) + which);
           break;
         default:
           feed('move', n + ' moved ' + label(from) + ' → ' + label(to) + which);
@@ -632,6 +683,7 @@
     renderExecutors(view, owned);
     renderLegend(view, owned, handoffs, unowned);
     renderSummary(view);
+    renderMaintenance(view.maintenance === true, first);
     stats.revision = view.revision;
     if (first) feed('online', 'watching revision ' + view.revision + ': ' + plural(view.executors.length, 'executor') + ', ' + plural(view.shard_count, 'shard'));
   }
@@ -848,6 +900,87 @@
     } catch (error) {
       ui.planSummary.className = 'unsafe';
       ui.planSummary.textContent = 'next plan: ' + error.message;
+    }
+  });
+
+  // ---- the audit log (PROTOCOL P17.4) ---------------------------------------------------------
+
+  /** An audit record's time, RFC 3339 in UTC to the millisecond, as leaseholdctl prints it. */
+  function utcMillis(atMs) {
+    try {
+      return new Date(atMs).toISOString();
+    } catch (_) {
+      return atMs + ' ms after the epoch';
+    }
+  }
+
+  /** What a record names: its shard, executor and manager, whichever it has. */
+  function auditSubject(record) {
+    const parts = [];
+    if (record.shard !== undefined && record.shard !== null) parts.push('shard ' + record.shard);
+    if (record.executor_id) parts.push('executor ' + labelWithId(record.executor_id));
+    if (record.node_id !== undefined && record.node_id !== null) {
+      parts.push('manager ' + record.node_id + (record.address ? ' (' + record.address + ')' : ''));
+    }
+    return parts.length ? parts.join(', ') : '—';
+  }
+
+  function renderAudit(records) {
+    const rows = document.createDocumentFragment();
+    for (const record of [...records].reverse()) {
+      const tr = node('tr');
+      tr.dataset.revision = record.revision;
+      tr.dataset.action = record.action;
+      const at = utcMillis(record.at_ms);
+      const time = node('time', null, at);
+      if (at.endsWith('Z')) time.dateTime = at;
+      const when = node('td', 'mono');
+      when.append(time);
+      tr.append(
+        node('td', 'num', record.revision),
+        when,
+        node('td', 'actor', record.actor),
+        node('td', 'mono', record.action),
+        node('td', 'subject', auditSubject(record)),
+      );
+      rows.append(tr);
+    }
+    if (!records.length) {
+      const tr = node('tr', 'empty');
+      const td = node('td', null, 'no operator actions recorded');
+      td.colSpan = 5;
+      tr.append(td);
+      rows.append(tr);
+    }
+    ui.audit.replaceChildren(rows);
+    ui.auditRecords.hidden = false;
+  }
+
+  const auditAsk = { inFlight: false };
+
+  ui.auditAsk.addEventListener('click', async () => {
+    if (auditAsk.inFlight) return;
+    auditAsk.inFlight = true;
+    ui.auditAsk.setAttribute('aria-busy', 'true');
+    ui.auditSummary.className = '';
+    ui.auditSummary.textContent = 'asking the leader…';
+    try {
+      const { text } = await fetchText('../v1/audit', AUDIT_ABORT_MS);
+      const records = JSON.parse(text);
+      renderAudit(records);
+      ui.auditSummary.textContent = records.length
+        ? plural(records.length, 'operator action') + ', newest first'
+        : 'no operator actions recorded';
+    } catch (error) {
+      // Refused (403 under TLS without the admin role), no leader, no answer: the reason, and
+      // no records that might be mistaken for the current ones.
+      ui.audit.replaceChildren();
+      ui.auditRecords.hidden = true;
+      ui.auditSummary.className = 'unsafe';
+      ui.auditSummary.textContent = 'audit log: ' + error.message;
+    } finally {
+      auditAsk.inFlight = false;
+      ui.auditAsk.removeAttribute('aria-busy');
     }
   });
 

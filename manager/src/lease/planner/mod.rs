@@ -35,6 +35,7 @@ mod load;
 mod rollout;
 
 pub use rollout::rollout_target;
+use rollout::Constraints;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -112,6 +113,8 @@ pub enum MoveReason {
     Departure,
     /// A handoff cancelled: the shard stays with its owner. Nothing changes hands.
     Cancel,
+    /// An operator pinned it to its new holder (P17.4).
+    Pin,
 }
 
 impl MoveReason {
@@ -124,6 +127,7 @@ impl MoveReason {
             MoveReason::Join => "join",
             MoveReason::Departure => "departure",
             MoveReason::Cancel => "cancel",
+            MoveReason::Pin => "pin",
         }
     }
 }
@@ -200,11 +204,17 @@ pub fn plan_placement(
     max_moves: usize,
 ) -> Option<Plan> {
     state.config()?;
-    // A rollout decides alone whatever the leader knows of the loads: only shards that must move
-    // do, onto the newest version (P17.3).
-    if let Some(newest) = rollout_target(state, now_ms) {
-        let moves = rollout::plan_moves(state, now_ms, newest, max_moves);
-        return plan_of(state, now_ms, moves);
+    // A rollout and maintenance mode decide alone whatever the leader knows of the loads: only
+    // shards that must move do, onto the newest version during a rollout (P17.3), and drains
+    // wait in maintenance (P17.4).
+    let rollout_to = rollout_target(state, now_ms);
+    if rollout_to.is_some() || state.maintenance() {
+        let constraints = Constraints {
+            rollout_to,
+            maintenance: state.maintenance(),
+        };
+        let moves = rollout::plan_moves(state, now_ms, constraints, max_moves);
+        return plan_of(state, now_ms, honour_pins(state, now_ms, moves, max_moves));
     }
     // By count, every shard of the table may need a move (a million at a fleet's first start):
     // the plan's `max_moves` are chosen first and only they are classified, so a plan costs a
@@ -246,7 +256,61 @@ pub fn plan_placement(
             |(step, _)| (step.shard, step.to.as_str()),
         ),
     };
-    plan_of(state, now_ms, moves)
+    plan_of(state, now_ms, honour_pins(state, now_ms, moves, max_moves))
+}
+
+/// `moves` with the operators' pins honoured (P17.4): a shard pinned to an executor that takes
+/// shards goes nowhere else, and goes there if it is not there or on its way already; a pin to an
+/// executor that takes no shards (lapsed, draining) is ignored until it does again. At most
+/// `max_moves`, the cheapest first, ascending by shard.
+fn honour_pins(
+    state: &LeaseState,
+    now_ms: u64,
+    mut moves: Vec<(Move, MoveReason)>,
+    max_moves: usize,
+) -> Vec<(Move, MoveReason)> {
+    let pins: BTreeMap<ShardId, &str> = state
+        .pins()
+        .filter(|(_, executor)| {
+            state
+                .executor(executor)
+                .is_some_and(|executor| takes_shards(executor, now_ms))
+        })
+        .collect();
+    if pins.is_empty() {
+        return moves;
+    }
+    moves.retain(|(step, _)| pins.get(&step.shard).is_none_or(|pin| step.to == *pin));
+    let planned: BTreeSet<ShardId> = moves.iter().map(|(step, _)| step.shard).collect();
+    for (&shard, &pin) in &pins {
+        let Some(entry) = state.shard(shard) else {
+            continue;
+        };
+        let releasing_to = entry
+            .handoff
+            .as_ref()
+            .and_then(|handoff| handoff.to.as_deref());
+        let owned_by_pin = entry.owner.as_deref() == Some(pin);
+        let in_place = (owned_by_pin && entry.handoff.is_none()) || releasing_to == Some(pin);
+        if in_place || planned.contains(&shard) {
+            continue;
+        }
+        let reason = if owned_by_pin {
+            MoveReason::Cancel
+        } else {
+            MoveReason::Pin
+        };
+        moves.push((
+            Move {
+                shard,
+                to: pin.to_owned(),
+            },
+            reason,
+        ));
+    }
+    cheapest_moves(state, moves, max_moves, |(step, _)| {
+        (step.shard, step.to.as_str())
+    })
 }
 
 /// The [`Command::Rebalance`] making `moves`, or `None` when there are none.

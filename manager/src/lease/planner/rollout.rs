@@ -1,6 +1,8 @@
-//! Placement during a rollout (P17.3): while the executors that take shards run more than one
-//! application version, shards move only to executors of the newest, and only the shards that
-//! must move do.
+//! Constrained placement: during a rollout (P17.3) and in maintenance mode (P17.4) only the
+//! shards that must move do.
+//!
+//! **A rollout**: while the executors that take shards run more than one application version,
+//! shards move only to executors of the newest.
 //!
 //! A rolling deploy replaces executors one at a time. Spreading to each newcomer as it joins,
 //! or balancing onto an executor of the old version, moves a shard again when that executor is
@@ -17,6 +19,11 @@
 //!
 //! Versions are compared by [`compare_stated_app_versions`] (an executor that stated none is
 //! older than any that did), so a fleet that states no versions never has a rollout.
+//!
+//! **Maintenance mode** (P17.4) freezes placement for balance, joiners and drains: the same rules
+//! with every executor that takes shards a receiver, and a draining owner keeping what it holds
+//! (a shard already releasing from it goes on to a live holder). Shards nobody holds are still
+//! placed, so a lease that lapses during maintenance does not leave its shards unserved.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -89,25 +96,37 @@ impl PartialOrd for Fill {
     }
 }
 
-fn is_newest(executor: &Executor, newest: &str, now_ms: u64) -> bool {
-    takes_shards(executor, now_ms)
-        && executor
-            .app_version
-            .as_deref()
-            .is_some_and(|version| compare_stated_app_versions(Some(version), Some(newest)).is_eq())
+/// What constrains a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::lease) struct Constraints<'a> {
+    /// During a rollout, the newest version: only its executors receive shards.
+    pub rollout_to: Option<&'a str>,
+    /// Maintenance mode: draining owners keep their shards.
+    pub maintenance: bool,
 }
 
-/// The moves of a plan during a rollout to `newest` ([`rollout_target`]), at most `max_moves`,
-/// the cheapest first, ascending by shard, each with why.
+impl Constraints<'_> {
+    fn receives(&self, executor: &Executor, now_ms: u64) -> bool {
+        takes_shards(executor, now_ms)
+            && self.rollout_to.is_none_or(|newest| {
+                executor.app_version.as_deref().is_some_and(|version| {
+                    compare_stated_app_versions(Some(version), Some(newest)).is_eq()
+                })
+            })
+    }
+}
+
+/// The moves of a plan under `constraints`, at most `max_moves`, the cheapest first, ascending by
+/// shard, each with why.
 pub(in crate::lease) fn plan_moves(
     state: &LeaseState,
     now_ms: u64,
-    newest: &str,
+    constraints: Constraints<'_>,
     max_moves: usize,
 ) -> Vec<(Move, MoveReason)> {
     let mut receivers: Vec<Receiver<'_>> = state
         .executors()
-        .filter(|executor| is_newest(executor, newest, now_ms))
+        .filter(|executor| constraints.receives(executor, now_ms))
         .map(|executor| Receiver {
             id: executor.id.as_str(),
             capacity: capacity_of(executor),
@@ -171,9 +190,10 @@ pub(in crate::lease) fn plan_moves(
             (None, _, _) => homeless.push(shard.id),
             (Some(owner), handoff, _) => {
                 let live_draining = owner.draining && !owner.lease_lapsed(now_ms);
-                // A draining owner hands its shards on, and a releasing one goes on to a live
-                // holder; a lapsed owner keeps the rest until it is reaped (P3.8).
-                if live_draining || handoff.is_some() {
+                // A draining owner hands its shards on (but for maintenance), and a releasing one
+                // goes on to a live holder; a lapsed owner keeps the rest until it is reaped
+                // (P3.8).
+                if (live_draining && !constraints.maintenance) || handoff.is_some() {
                     homeless.push(shard.id);
                 }
             }

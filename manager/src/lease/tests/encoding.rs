@@ -5,8 +5,10 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::super::schema::OPERATOR_CONTROLS_SCHEMA;
 use super::super::{
-    Command, Effects, Grant, LeaseState, Move, Outcome, RefusalReason, RenewResult, Renewal, Revoke,
+    Command, Effects, Grant, LeaseState, MembershipChange, Move, OperatorAction, Outcome,
+    RefusalReason, RenewResult, Renewal, Revoke,
 };
 use super::{register_command, Harness, LEASE_MS};
 
@@ -60,11 +62,59 @@ pub(super) fn busy_state() -> LeaseState {
     state
 }
 
+/// [`busy_state`] at cluster version 6 with every operator control in it (P17.4): maintenance
+/// on, pins, and an audit log of the actions that changed something.
+pub(super) fn operated_state() -> LeaseState {
+    let mut harness = Harness {
+        state: busy_state(),
+        next_index: 1_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 3_000,
+        cluster_version: OPERATOR_CONTROLS_SCHEMA,
+    });
+    let holder = harness
+        .state
+        .executors()
+        .find(|e| !e.draining)
+        .map(|e| e.id.clone())
+        .expect("an executor that is not draining");
+    for action in [
+        OperatorAction::Pin {
+            shard: 0,
+            executor_id: Some(holder.clone()),
+        },
+        OperatorAction::Pin {
+            shard: 7,
+            executor_id: Some(holder),
+        },
+        OperatorAction::SetMaintenance { on: true },
+        OperatorAction::Membership {
+            change: MembershipChange::Added {
+                node_id: 4,
+                address: "https://m4.test:7400".into(),
+            },
+        },
+    ] {
+        harness.apply(Command::Operator {
+            now_ms: 3_000,
+            actor: "admin CN=alice".into(),
+            action,
+        });
+    }
+    let state = harness.state;
+    assert!(state.maintenance());
+    assert_eq!(state.pins().count(), 2);
+    assert_eq!(state.audit().count(), 4);
+    state
+}
+
 #[test]
 fn bincode_round_trips_the_state() {
     round_trip(&LeaseState::default());
     round_trip(&Harness::initialised(4, LEASE_MS).state);
     round_trip(&busy_state());
+    round_trip(&operated_state());
 }
 
 /// The state as std collections hold it, field for field: what every release before the state
@@ -74,7 +124,7 @@ mod std_collections {
 
     use serde::{Deserialize, Serialize};
 
-    use super::super::super::{ClusterConfig, ExecutorId, Shard, ShardId, Tombstone};
+    use super::super::super::{AuditRecord, ClusterConfig, ExecutorId, Shard, ShardId, Tombstone};
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     pub(super) struct Executor {
@@ -102,6 +152,9 @@ mod std_collections {
         pub tombstones: BTreeMap<ExecutorId, Tombstone>,
         pub longest_lease_told_ms: u64,
         pub cluster_version: u32,
+        pub maintenance: bool,
+        pub pins: BTreeMap<ShardId, ExecutorId>,
+        pub audit: Vec<AuditRecord>,
     }
 
     pub(super) fn of(state: &super::LeaseState) -> LeaseState {
@@ -138,6 +191,13 @@ mod std_collections {
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
+            maintenance: state.maintenance,
+            pins: state
+                .pins
+                .iter()
+                .map(|(shard, executor)| (*shard, executor.clone()))
+                .collect(),
+            audit: state.audit.iter().cloned().collect(),
         }
     }
 }
@@ -148,7 +208,7 @@ mod std_collections {
 #[test]
 fn p14_1_persistent_collections_encode_as_std_collections_do() {
     let config = bincode::config::standard();
-    for state in [LeaseState::default(), busy_state()] {
+    for state in [LeaseState::default(), busy_state(), operated_state()] {
         let mirror = std_collections::of(&state);
         let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
         let theirs = bincode::serde::encode_to_vec(&mirror, config).expect("encodes");
@@ -264,6 +324,70 @@ pub(super) fn every_command() -> Vec<Command> {
             cluster_version: 5,
         },
     ]
+    .into_iter()
+    .chain(every_operator_command())
+    .chain([Command::SetClusterVersion {
+        now_ms: 26,
+        cluster_version: 6,
+    }])
+    .collect()
+}
+
+/// An operator's command (P17.4) of every action, with edge values: how many
+/// [`every_command`] holds.
+pub(super) const OPERATOR_COMMANDS: usize = 9;
+
+fn every_operator_command() -> Vec<Command> {
+    let actions = [
+        OperatorAction::SetDraining {
+            executor_id: "ex-1".into(),
+            draining: true,
+        },
+        OperatorAction::SetDraining {
+            executor_id: "ex-1".into(),
+            draining: false,
+        },
+        OperatorAction::Remove {
+            executor_id: "ex-2".into(),
+        },
+        OperatorAction::SetMaintenance { on: true },
+        OperatorAction::MoveShard {
+            shard: u32::MAX,
+            to: "ex-1".into(),
+        },
+        OperatorAction::Pin {
+            shard: 3,
+            executor_id: Some("ex-1".into()),
+        },
+        OperatorAction::Pin {
+            shard: 3,
+            executor_id: None,
+        },
+        OperatorAction::Membership {
+            change: MembershipChange::Added {
+                node_id: u64::MAX,
+                address: "https://m4.test:7400".into(),
+            },
+        },
+        OperatorAction::Membership {
+            change: MembershipChange::Removed { node_id: 2 },
+        },
+    ];
+    let commands: Vec<Command> = actions
+        .into_iter()
+        .zip(17..)
+        .map(|(action, now_ms)| Command::Operator {
+            now_ms,
+            actor: if now_ms == 17 {
+                String::new()
+            } else {
+                "admin CN=alice, O=ops é".into()
+            },
+            action,
+        })
+        .collect();
+    assert_eq!(commands.len(), OPERATOR_COMMANDS);
+    commands
 }
 
 #[test]
@@ -355,6 +479,21 @@ fn bincode_round_trips_every_outcome_variant() {
             previous: 2,
             cluster_version: 3,
         },
+        Outcome::MaintenanceSet {
+            on: true,
+            changed: true,
+        },
+        Outcome::PinSet {
+            shard: 3,
+            executor_id: Some("ex-1".into()),
+            changed: false,
+        },
+        Outcome::PinSet {
+            shard: 3,
+            executor_id: None,
+            changed: true,
+        },
+        Outcome::Recorded,
     ];
     let reasons = [
         RefusalReason::NotInitialised,
@@ -374,6 +513,9 @@ fn bincode_round_trips_every_outcome_variant() {
         RefusalReason::LogIndexNotAfterRevision {
             log_index: 1,
             revision: 2,
+        },
+        RefusalReason::Conflict {
+            detail: "pinned elsewhere".into(),
         },
     ];
     outcomes.extend(reasons.map(|reason| Outcome::Refused { reason }));

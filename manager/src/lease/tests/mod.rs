@@ -5,12 +5,14 @@
 //!   a brute-force optimum.
 //! - `drain`: draining executors (the flag, and how the planner moves their shards).
 //! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
+//! - `operator`: operator controls (P17.4): maintenance, moves, pins and the audit log.
 //! - `placement`: placement by load and capacity (P15.1–P15.4), rule by rule and as properties.
 //! - `rollout`: version-aware placement while a fleet's application versions are mixed (P17.3).
 //! - `schemas`: the conversions between state schemas and the cluster version (P14.1, P14.3).
 
 mod drain;
 mod encoding;
+mod operator;
 mod placement;
 mod planner;
 mod rollout;

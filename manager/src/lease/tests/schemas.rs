@@ -1,16 +1,19 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
-//! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`) and this build's
-//! types, the gate in front of proposals, and a property test that a state migrated at any point
-//! behaves exactly as the state it came from.
+//! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`), schema 5
+//! (`lease::v5`) and this build's types, the gate in front of proposals, and a property test that
+//! a state migrated at any point behaves exactly as the state it came from.
 
 use proptest::prelude::*;
 
 use super::super::schema::{
     check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
-    FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA,
+    FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
-use super::super::{chain, v2, Command, LeaseState, Outcome, Renewal, DEFAULT_CAPACITY};
-use super::encoding::{busy_state, every_command};
+use super::super::{
+    chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, Renewal,
+    DEFAULT_CAPACITY,
+};
+use super::encoding::{busy_state, every_command, operated_state, OPERATOR_COMMANDS};
 use super::{Harness, LEASE_MS};
 
 fn bincode_round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
@@ -38,6 +41,12 @@ fn migrated_through_schema_3(state: &LeaseState) -> LeaseState {
 fn migrated_through_schema_4(state: &LeaseState) -> LeaseState {
     let old = chain::state_to_v4(state).expect("expressible in schema 4");
     chain::state_from_v4(bincode_round_trip(&old))
+}
+
+/// The same through schema 5's types.
+fn migrated_through_schema_5(state: &LeaseState) -> LeaseState {
+    let old = chain::state_to_v5(state).expect("expressible in schema 5");
+    chain::state_from_v5(bincode_round_trip(&old))
 }
 
 #[test]
@@ -87,8 +96,10 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
         }
     }
     assert_eq!(
-        refused, 4,
-        "a capacity, a raise to 4, an application version and a raise to 5"
+        refused,
+        5 + OPERATOR_COMMANDS,
+        "a capacity, a raise to 4, an application version, a raise to 5, the operator's \
+         commands and a raise to 6"
     );
 }
 
@@ -110,15 +121,51 @@ fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
             }
             Err(_) => {
                 refused += 1;
-                assert_eq!(
-                    command.required_schema(),
-                    APP_VERSION_SCHEMA,
-                    "only commands of schema 5 are refused by schema 4: {command:?}"
+                assert!(
+                    command.required_schema() >= APP_VERSION_SCHEMA,
+                    "only commands of schema 5 or later are refused by schema 4: {command:?}"
                 );
             }
         }
     }
-    assert_eq!(refused, 2, "an application version and a raise to 5");
+    assert_eq!(
+        refused,
+        3 + OPERATOR_COMMANDS,
+        "an application version, a raise to 5, the operator's commands and a raise to 6"
+    );
+}
+
+/// P14.1, P17.4: every command schema 5 can express converts to it and back unchanged, and
+/// only those that need schema 6 (every operator's command, a raise to 6) are refused.
+#[test]
+fn p14_1_p17_4_every_schema_5_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v5(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v5(old),
+                    command,
+                    "schema 5 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= APP_VERSION_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    OPERATOR_CONTROLS_SCHEMA,
+                    "only commands of schema 6 are refused by schema 5: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        1 + OPERATOR_COMMANDS,
+        "the operator's commands and a raise to 6"
+    );
 }
 
 #[test]
@@ -132,6 +179,7 @@ fn a_state_below_the_raise_converts_to_schema_2_and_back_unchanged() {
         assert_eq!(migrated(&state), state);
         assert_eq!(migrated_through_schema_3(&state), state);
         assert_eq!(migrated_through_schema_4(&state), state);
+        assert_eq!(migrated_through_schema_5(&state), state);
         assert_eq!(state.required_schema(), FIRST_RELEASE_SCHEMA);
     }
 }
@@ -157,6 +205,11 @@ fn a_state_after_the_raise_is_not_expressible_in_schema_2() {
         migrated_through_schema_4(&harness.state),
         harness.state,
         "and from schema 4's, no application versions"
+    );
+    assert_eq!(
+        migrated_through_schema_5(&harness.state),
+        harness.state,
+        "and from schema 5's, no operator controls"
     );
 }
 
@@ -269,6 +322,11 @@ fn p15_1_a_capacity_needs_schema_4_everywhere() {
         harness.state,
         "schema 4 keeps the capacity"
     );
+    assert_eq!(
+        migrated_through_schema_5(&harness.state),
+        harness.state,
+        "and schema 5"
+    );
     let mut lowered = harness.state.clone();
     lowered.cluster_version = CREDENTIALS_SCHEMA;
     assert!(
@@ -300,6 +358,12 @@ fn a_raise_needs_the_schema_it_raises_to() {
     assert!(chain::command_to_v3(&raise(CAPACITY_SCHEMA)).is_err());
     assert!(chain::command_to_v4(&raise(CAPACITY_SCHEMA)).is_ok());
     assert!(chain::command_to_v4(&raise(APP_VERSION_SCHEMA)).is_err());
+    assert_eq!(
+        raise(OPERATOR_CONTROLS_SCHEMA).required_schema(),
+        OPERATOR_CONTROLS_SCHEMA
+    );
+    assert!(chain::command_to_v5(&raise(APP_VERSION_SCHEMA)).is_ok());
+    assert!(chain::command_to_v5(&raise(OPERATOR_CONTROLS_SCHEMA)).is_err());
 }
 
 /// A `Register` for `incarnation` stating `app_version`, with `capacity`.
@@ -376,6 +440,141 @@ fn p17_3_an_app_version_needs_schema_5_everywhere() {
     lowered.cluster_version = FIRST_RELEASE_SCHEMA;
     assert!(chain::state_to_v3(&lowered).is_err());
     assert!(chain::state_to_v2(&lowered).is_err());
+    lowered.cluster_version = APP_VERSION_SCHEMA;
+    assert_eq!(
+        migrated_through_schema_5(&lowered),
+        lowered,
+        "schema 5 keeps the application version"
+    );
+}
+
+/// An operator's command (P17.4) doing `action`.
+fn operator(action: OperatorAction) -> Command {
+    Command::Operator {
+        now_ms: 0,
+        actor: "admin CN=alice".into(),
+        action,
+    }
+}
+
+/// P17.4 through P14.3: every operator's command is schema 6, whatever its action (one that
+/// does what `SetDraining` or `Deregister` do included), refused by every older schema's types
+/// with the same reason, and proposed only once the cluster version is 6.
+#[test]
+fn p17_4_an_operator_command_needs_schema_6_everywhere() {
+    let commands: Vec<Command> = every_command()
+        .into_iter()
+        .filter(|command| matches!(command, Command::Operator { .. }))
+        .collect();
+    assert_eq!(commands.len(), OPERATOR_COMMANDS);
+    for command in commands {
+        assert_eq!(
+            command.required_schema(),
+            OPERATOR_CONTROLS_SCHEMA,
+            "{command:?}"
+        );
+        let refused = chain::command_to_v5(&command).unwrap_err();
+        assert!(
+            refused.0.contains("operator controls") && refused.0.contains("schema 6"),
+            "{refused}"
+        );
+        assert_eq!(chain::command_to_v4(&command), Err(refused));
+        assert_eq!(chain::command_to_v3(&command), Err(refused));
+        assert_eq!(chain::command_to_v2(&command), Err(refused));
+        for below in [
+            FIRST_RELEASE_SCHEMA,
+            CREDENTIALS_SCHEMA,
+            CAPACITY_SCHEMA,
+            APP_VERSION_SCHEMA,
+        ] {
+            let refused = check_proposable(&command, below).unwrap_err();
+            assert_eq!(
+                (refused.needed, refused.cluster_version),
+                (OPERATOR_CONTROLS_SCHEMA, below),
+                "{command:?}"
+            );
+        }
+        assert!(check_proposable(&command, OPERATOR_CONTROLS_SCHEMA).is_ok());
+    }
+}
+
+/// P17.4 through P14.1: a state at cluster version 6 is not expressible in schema 5; nor is one
+/// holding maintenance mode, a pin or an audit record, each alone, whatever its cluster version
+/// says. Without them, lowered to 5, it reads back from schema 5's types unchanged.
+#[test]
+fn p17_4_operator_controls_in_the_state_need_schema_6_everywhere() {
+    let operated = operated_state();
+    assert_eq!(operated.required_schema(), OPERATOR_CONTROLS_SCHEMA);
+    let refused = chain::state_to_v5(&operated).unwrap_err();
+    assert!(
+        refused.0.contains("above 5"),
+        "cluster version 6: {refused}"
+    );
+
+    let mut bare = operated.clone();
+    bare.cluster_version = APP_VERSION_SCHEMA;
+    bare.maintenance = false;
+    bare.pins.clear();
+    bare.audit.clear();
+    assert_eq!(
+        migrated_through_schema_5(&bare),
+        bare,
+        "no operator controls: schema 5 keeps it"
+    );
+
+    let mut with_maintenance = bare.clone();
+    with_maintenance.maintenance = true;
+    let mut with_pin = bare.clone();
+    let (shard, executor) = operated.pins().next().expect("a pin");
+    with_pin.pins.insert(shard, executor.to_owned());
+    let mut with_record = bare.clone();
+    let record = operated.audit().next().cloned().expect("a record");
+    with_record.audit.push_back(record);
+    let cases = [
+        ("maintenance mode", with_maintenance, "maintenance"),
+        ("a pin", with_pin, "pinned"),
+        ("an audit record", with_record, "audit"),
+    ];
+    for (what, mut lowered, reason) in cases {
+        let refused = chain::state_to_v5(&lowered).unwrap_err();
+        assert!(
+            refused.0.contains(reason) && refused.0.contains("schema 5"),
+            "{what} is not expressible in schema 5 whatever the cluster version says: {refused}"
+        );
+        assert_eq!(chain::state_to_v4(&lowered), Err(refused), "{what}");
+        lowered.cluster_version = FIRST_RELEASE_SCHEMA;
+        assert!(chain::state_to_v3(&lowered).is_err(), "{what}");
+        assert!(chain::state_to_v2(&lowered).is_err(), "{what}");
+    }
+}
+
+/// P14.1, P17.4: a state of schema 5 (cluster version 5, application versions) migrated to this
+/// build has maintenance off, no pins and an empty audit log, and an operator's command applies
+/// to it once the cluster version is raised to 6.
+#[test]
+fn p14_1_p17_4_a_schema_5_state_reads_with_no_operator_controls() {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: APP_VERSION_SCHEMA,
+    });
+    harness.apply(register_versioned("a", 2, "1.4.0"));
+    let old = chain::state_to_v5(&harness.state).expect("expressible in schema 5");
+    let read = chain::state_from_v5(bincode_round_trip(&old));
+    assert_eq!(read, harness.state);
+    assert!(!read.maintenance());
+    assert_eq!(read.pins().count(), 0);
+    assert_eq!(read.audit().count(), 0);
+
+    harness.state = read;
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: OPERATOR_CONTROLS_SCHEMA,
+    });
+    harness.apply(operator(OperatorAction::SetMaintenance { on: true }));
+    assert!(harness.state.maintenance());
+    assert_eq!(harness.state.audit().count(), 1);
+    assert!(chain::state_to_v5(&harness.state).is_err());
 }
 
 /// P14.1: each step down the chain refuses what its schema lacks, naming it; a value older
@@ -395,7 +594,11 @@ fn p14_1_a_down_conversion_refusal_names_what_the_older_schema_lacks() {
     }
     let heavy = super::register_command_with_capacity(0, "a", 2);
     let versioned = register_versioned("a", DEFAULT_CAPACITY, "1.4.0");
-    let cases: [(&str, Command, u32, &str); 6] = [
+    let maintenance = operator(OperatorAction::SetMaintenance { on: true });
+    let member = operator(OperatorAction::Membership {
+        change: MembershipChange::Removed { node_id: 2 },
+    });
+    let cases: [(&str, Command, u32, &str); 9] = [
         (
             "a credential",
             credentialed,
@@ -427,12 +630,31 @@ fn p14_1_a_down_conversion_refusal_names_what_the_older_schema_lacks() {
             CAPACITY_SCHEMA,
             "above 4",
         ),
+        (
+            "an operator control",
+            maintenance,
+            APP_VERSION_SCHEMA,
+            "operator controls",
+        ),
+        (
+            "a membership change for the audit log",
+            member,
+            APP_VERSION_SCHEMA,
+            "operator controls",
+        ),
+        (
+            "a raise to 6",
+            raise(OPERATOR_CONTROLS_SCHEMA),
+            APP_VERSION_SCHEMA,
+            "above 5",
+        ),
     ];
     for (what, command, newest_refusing, reason) in cases {
         let refusals = [
             (FIRST_RELEASE_SCHEMA, chain::command_to_v2(&command).err()),
             (CREDENTIALS_SCHEMA, chain::command_to_v3(&command).err()),
             (CAPACITY_SCHEMA, chain::command_to_v4(&command).err()),
+            (APP_VERSION_SCHEMA, chain::command_to_v5(&command).err()),
         ];
         for (schema, refusal) in refusals {
             match refusal {
@@ -595,6 +817,10 @@ proptest! {
             );
             prop_assert_eq!(
                 migrated_through_schema_4(&original.state),
+                original.state.clone()
+            );
+            prop_assert_eq!(
+                migrated_through_schema_5(&original.state),
                 original.state.clone()
             );
         }

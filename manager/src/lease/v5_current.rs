@@ -1,18 +1,18 @@
-//! The newest conversion in the chain of schemas: schema 4 (`super::v4`, frozen) and this build's
-//! types (schema 5), up (`From`, always) and down (`TryFrom`, when schema 4 can express the
-//! value). Older schemas reach this build through schema 4 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 5 (`super::v5`, frozen) and this build's
+//! types (schema 6), up (`From`, always) and down (`TryFrom`, when schema 5 can express the
+//! value). Older schemas reach this build through schema 5 (`crate::lease::chain` chains them).
 //!
-//! When a schema 6 changes this build's types, schema 5's are frozen in a `v5` module and these
-//! conversions move there, between schemas 4 and 5; this file then converts between schema 5 and
+//! When a schema 7 changes this build's types, schema 6's are frozen in a `v6` module and these
+//! conversions move there, between schemas 5 and 6; this file then converts between schema 6 and
 //! the new types. Nothing else changes: a frozen module never mentions a newer schema.
 
-use super::schema::{NotExpressible, CAPACITY_SCHEMA};
-use super::v4::{
+use super::schema::{NotExpressible, APP_VERSION_SCHEMA};
+use super::v5::{
     ClusterConfig, Command, Executor, Handoff, LeaseState, Move, Renewal, Shard, Tombstone,
     TombstoneReason,
 };
 
-// ---- Schema 4 → this build ----
+// ---- Schema 5 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -41,6 +41,7 @@ impl From<Command> for super::Command {
                 name,
                 credential_sha256,
                 capacity,
+                app_version,
             } => Now::Register {
                 now_ms,
                 incarnation,
@@ -48,8 +49,7 @@ impl From<Command> for super::Command {
                 name,
                 credential_sha256,
                 capacity,
-                // Schema 4 had no application versions: its executors stated none (P17.3).
-                app_version: None,
+                app_version,
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -132,7 +132,7 @@ impl From<LeaseState> for super::LeaseState {
                         draining: e.draining,
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
-                        app_version: None,
+                        app_version: e.app_version,
                     };
                     (id, executor)
                 })
@@ -145,6 +145,10 @@ impl From<LeaseState> for super::LeaseState {
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
+            // Schema 5 had no operator controls (P17.4): maintenance off, no pins, no audit log.
+            maintenance: false,
+            pins: Default::default(),
+            audit: Default::default(),
             releasing: Default::default(),
             by_incarnation: Default::default(),
         };
@@ -211,7 +215,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 4, when schema 4 can express it ----
+// ---- This build → schema 5, when schema 5 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -236,21 +240,13 @@ impl TryFrom<&super::Command> for Command {
                 lease_duration_ms,
             },
             Now::Register {
-                app_version: Some(_),
-                ..
-            } => {
-                return Err(NotExpressible(
-                    "a registration with an application version first appears in schema 5",
-                ))
-            }
-            Now::Register {
                 now_ms,
                 incarnation,
                 address,
                 name,
                 credential_sha256,
                 capacity,
-                app_version: None,
+                app_version,
             } => Command::Register {
                 now_ms,
                 incarnation,
@@ -258,6 +254,7 @@ impl TryFrom<&super::Command> for Command {
                 name,
                 credential_sha256,
                 capacity,
+                app_version,
             },
             Now::Renew { now_ms, renewals } => Command::Renew {
                 now_ms,
@@ -307,12 +304,15 @@ impl TryFrom<&super::Command> for Command {
                 executor_id,
                 draining,
             },
-            // A raise past schema 4 is for replicas of that schema only (see `required_schema`).
+            Now::Operator { .. } => {
+                return Err(NotExpressible("operator controls first appear in schema 6"))
+            }
+            // A raise past schema 5 is for replicas of that schema only (see `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > CAPACITY_SCHEMA => {
+            } if cluster_version > APP_VERSION_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 4 is not expressible in schema 4",
+                    "a raise of the cluster version above 5 is not expressible in schema 5",
                 ))
             }
             Now::SetClusterVersion {
@@ -330,14 +330,24 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > CAPACITY_SCHEMA {
+        if state.cluster_version > APP_VERSION_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 4 is not expressible in schema 4",
+                "a cluster version above 5 is not expressible in schema 5",
             ));
         }
-        if state.executors.values().any(|e| e.app_version.is_some()) {
+        if state.maintenance {
             return Err(NotExpressible(
-                "an executor with an application version is not expressible in schema 4",
+                "maintenance mode (an operator control) is not expressible in schema 5",
+            ));
+        }
+        if !state.pins.is_empty() {
+            return Err(NotExpressible(
+                "a pinned shard (an operator control) is not expressible in schema 5",
+            ));
+        }
+        if !state.audit.is_empty() {
+            return Err(NotExpressible(
+                "an audit record (of an operator control) is not expressible in schema 5",
             ));
         }
         Ok(LeaseState {
@@ -360,6 +370,7 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         draining: e.draining,
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
+                        app_version: e.app_version.clone(),
                     };
                     (id.clone(), executor)
                 })

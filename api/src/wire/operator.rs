@@ -1,0 +1,106 @@
+//! Operator controls (PROTOCOL P17.4): maintenance mode, moving and pinning a shard, and the audit
+//! log that records every operator action with who did it and when.
+
+use serde::{Deserialize, Serialize};
+
+/// The state schema that introduced maintenance mode, pins and the audit log (PROTOCOL P17.4,
+/// P14.3): the routes that change them answer `409` below this cluster version.
+pub const OPERATOR_CONTROLS_SCHEMA: u32 = 6;
+
+/// Most records the audit log keeps; the oldest go first.
+pub const MAX_AUDIT_RECORDS: usize = 1024;
+
+/// Longest actor the audit log keeps for a record (a certificate subject, cut at this many bytes
+/// on a character boundary).
+pub const MAX_ACTOR_BYTES: usize = 256;
+
+/// `PUT /v1/cluster/maintenance`: turn maintenance mode on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceRequest {
+    /// On: placement is frozen for balance, joiners and drains; shards nobody holds are still
+    /// placed, expired leases still reaped.
+    pub on: bool,
+}
+
+/// `GET`/`PUT /v1/cluster/maintenance`: whether maintenance mode is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct MaintenanceView {
+    pub on: bool,
+    /// For a `PUT`: whether it changed anything (a repeat changes nothing and is not recorded).
+    #[serde(default)]
+    pub changed: bool,
+}
+
+/// `POST /v1/shards/{shard}/move`: hand a shard to an executor now (a P5.2 handoff).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MoveShardRequest {
+    /// A live executor that is not draining.
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 64))]
+    pub to: String,
+}
+
+/// `PUT /v1/shards/{shard}/pin`: keep a shard on an executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PinShardRequest {
+    /// A registered executor.
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 64))]
+    pub executor_id: String,
+}
+
+/// One record of `GET /v1/audit`, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct AuditRecordView {
+    /// The log index of the entry that did it.
+    pub revision: u64,
+    /// When, on the leader's clock (milliseconds since the Unix epoch).
+    pub at_ms: u64,
+    /// Who: the caller's certificate role and subject under TLS (`admin CN=alice`), an
+    /// executor's own id for a self-drain, or `anonymous (plaintext)`.
+    pub actor: String,
+    /// What: `drain`, `undrain`, `remove`, `maintenance_on`, `maintenance_off`, `move`, `pin`,
+    /// `unpin`, `member_add`, `member_remove`.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<u64>,
+    /// The member's address, for a member change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// The actor string of a caller (P17.4), cut to [`MAX_ACTOR_BYTES`] on a character boundary.
+pub fn bounded_actor(actor: &str) -> String {
+    if actor.len() <= MAX_ACTOR_BYTES {
+        return actor.to_owned();
+    }
+    let mut end = MAX_ACTOR_BYTES;
+    while !actor.is_char_boundary(end) {
+        end -= 1;
+    }
+    actor[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p17_4_an_actor_is_cut_on_a_character_boundary() {
+        assert_eq!(bounded_actor("admin CN=alice"), "admin CN=alice");
+        let long = "é".repeat(MAX_ACTOR_BYTES);
+        let cut = bounded_actor(&long);
+        assert!(cut.len() <= MAX_ACTOR_BYTES && cut.len() >= MAX_ACTOR_BYTES - 1);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,392 @@
+//! State schema 5: the replicated types exactly as builds of schema 5 encoded them (executors'
+//! application versions, before operator controls), frozen, and the conversions between schema 4
+//! and this one: up (`From`, always) and down (`TryFrom`, when schema 4 can express the value).
+//! The pieces schema 5 did not change are schema 4's (themselves schema 3's and schema 2's),
+//! frozen there.
+//!
+//! Never change a type here: a new shape is a new schema with its own module (docs/PROTOCOL.md,
+//! "Versions"). A frozen module knows no newer schema: the conversions between this one and the
+//! next are the next one's (`crate::lease::chain` chains them).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+pub use super::v4::{ClusterConfig, Handoff, Move, Renewal, Shard, Tombstone, TombstoneReason};
+
+use super::schema::{NotExpressible, CAPACITY_SCHEMA};
+use super::v4;
+use super::{ExecutorId, ShardId};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    Init {
+        now_ms: u64,
+        shard_count: u32,
+        lease_duration_ms: u64,
+    },
+    SetLeaseDuration {
+        now_ms: u64,
+        lease_duration_ms: u64,
+    },
+    Register {
+        now_ms: u64,
+        incarnation: String,
+        address: String,
+        name: Option<String>,
+        credential_sha256: Option<[u8; 32]>,
+        capacity: u32,
+        app_version: Option<String>,
+    },
+    Renew {
+        now_ms: u64,
+        renewals: Vec<Renewal>,
+    },
+    Deregister {
+        now_ms: u64,
+        executor_id: ExecutorId,
+    },
+    Reap {
+        now_ms: u64,
+        executor_ids: Vec<ExecutorId>,
+    },
+    Rebalance {
+        now_ms: u64,
+        planned_at: u64,
+        moves: Vec<Move>,
+    },
+    Release {
+        now_ms: u64,
+        executor_id: ExecutorId,
+        shards: Vec<ShardId>,
+        revoke_revision: u64,
+    },
+    CompleteHandoffs {
+        now_ms: u64,
+    },
+    SetDraining {
+        now_ms: u64,
+        executor_id: ExecutorId,
+        draining: bool,
+    },
+    SetClusterVersion {
+        now_ms: u64,
+        cluster_version: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Executor {
+    pub id: ExecutorId,
+    pub incarnation: String,
+    pub name: Option<String>,
+    pub address: String,
+    pub lease_expiry_ms: u64,
+    pub lease_ttl_told_ms: u64,
+    pub registered_revision: u64,
+    pub owned_shards: BTreeSet<ShardId>,
+    pub draining: bool,
+    pub credential_sha256: Option<[u8; 32]>,
+    pub capacity: u32,
+    pub app_version: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseState {
+    pub config: Option<ClusterConfig>,
+    pub revision: u64,
+    pub assignment_revision: u64,
+    pub executors: BTreeMap<ExecutorId, Executor>,
+    pub shards: Vec<Shard>,
+    pub tombstones: BTreeMap<ExecutorId, Tombstone>,
+    pub longest_lease_told_ms: u64,
+    pub cluster_version: u32,
+}
+
+// ---- Schema 4 → schema 5 ----
+
+impl From<v4::Command> for Command {
+    fn from(command: v4::Command) -> Self {
+        use v4::Command as Old;
+        match command {
+            Old::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            } => Command::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            },
+            Old::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            } => Command::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            },
+            Old::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity,
+            } => Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity,
+                // Schema 4 had no application versions: its executors stated none (P17.3).
+                app_version: None,
+            },
+            Old::Renew { now_ms, renewals } => Command::Renew { now_ms, renewals },
+            Old::Deregister {
+                now_ms,
+                executor_id,
+            } => Command::Deregister {
+                now_ms,
+                executor_id,
+            },
+            Old::Reap {
+                now_ms,
+                executor_ids,
+            } => Command::Reap {
+                now_ms,
+                executor_ids,
+            },
+            Old::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            } => Command::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            },
+            Old::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            } => Command::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            },
+            Old::CompleteHandoffs { now_ms } => Command::CompleteHandoffs { now_ms },
+            Old::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            } => Command::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            },
+            Old::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            } => Command::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            },
+        }
+    }
+}
+
+impl From<v4::LeaseState> for LeaseState {
+    fn from(state: v4::LeaseState) -> Self {
+        LeaseState {
+            config: state.config,
+            revision: state.revision,
+            assignment_revision: state.assignment_revision,
+            executors: state
+                .executors
+                .into_iter()
+                .map(|(id, e)| {
+                    let executor = Executor {
+                        id: e.id,
+                        incarnation: e.incarnation,
+                        name: e.name,
+                        address: e.address,
+                        lease_expiry_ms: e.lease_expiry_ms,
+                        lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        registered_revision: e.registered_revision,
+                        owned_shards: e.owned_shards,
+                        draining: e.draining,
+                        credential_sha256: e.credential_sha256,
+                        capacity: e.capacity,
+                        app_version: None,
+                    };
+                    (id, executor)
+                })
+                .collect(),
+            shards: state.shards,
+            tombstones: state.tombstones,
+            longest_lease_told_ms: state.longest_lease_told_ms,
+            cluster_version: state.cluster_version,
+        }
+    }
+}
+
+// ---- Schema 5 → schema 4, when schema 4 can express it ----
+
+impl TryFrom<Command> for v4::Command {
+    type Error = NotExpressible;
+
+    fn try_from(command: Command) -> Result<Self, NotExpressible> {
+        use v4::Command as Old;
+        Ok(match command {
+            Command::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            } => Old::Init {
+                now_ms,
+                shard_count,
+                lease_duration_ms,
+            },
+            Command::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            } => Old::SetLeaseDuration {
+                now_ms,
+                lease_duration_ms,
+            },
+            Command::Register {
+                app_version: Some(_),
+                ..
+            } => {
+                return Err(NotExpressible(
+                    "a registration with an application version first appears in schema 5",
+                ))
+            }
+            Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity,
+                app_version: None,
+            } => Old::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity,
+            },
+            Command::Renew { now_ms, renewals } => Old::Renew { now_ms, renewals },
+            Command::Deregister {
+                now_ms,
+                executor_id,
+            } => Old::Deregister {
+                now_ms,
+                executor_id,
+            },
+            Command::Reap {
+                now_ms,
+                executor_ids,
+            } => Old::Reap {
+                now_ms,
+                executor_ids,
+            },
+            Command::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            } => Old::Rebalance {
+                now_ms,
+                planned_at,
+                moves,
+            },
+            Command::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            } => Old::Release {
+                now_ms,
+                executor_id,
+                shards,
+                revoke_revision,
+            },
+            Command::CompleteHandoffs { now_ms } => Old::CompleteHandoffs { now_ms },
+            Command::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            } => Old::SetDraining {
+                now_ms,
+                executor_id,
+                draining,
+            },
+            // A raise past schema 4 is for replicas of that schema only (see `required_schema`).
+            Command::SetClusterVersion {
+                cluster_version, ..
+            } if cluster_version > CAPACITY_SCHEMA => {
+                return Err(NotExpressible(
+                    "a raise of the cluster version above 4 is not expressible in schema 4",
+                ))
+            }
+            Command::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            } => Old::SetClusterVersion {
+                now_ms,
+                cluster_version,
+            },
+        })
+    }
+}
+
+impl TryFrom<LeaseState> for v4::LeaseState {
+    type Error = NotExpressible;
+
+    fn try_from(state: LeaseState) -> Result<Self, NotExpressible> {
+        if state.cluster_version > CAPACITY_SCHEMA {
+            return Err(NotExpressible(
+                "a cluster version above 4 is not expressible in schema 4",
+            ));
+        }
+        if state.executors.values().any(|e| e.app_version.is_some()) {
+            return Err(NotExpressible(
+                "an executor with an application version is not expressible in schema 4",
+            ));
+        }
+        Ok(v4::LeaseState {
+            config: state.config,
+            revision: state.revision,
+            assignment_revision: state.assignment_revision,
+            executors: state
+                .executors
+                .into_iter()
+                .map(|(id, e)| {
+                    let executor = v4::Executor {
+                        id: e.id,
+                        incarnation: e.incarnation,
+                        name: e.name,
+                        address: e.address,
+                        lease_expiry_ms: e.lease_expiry_ms,
+                        lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        registered_revision: e.registered_revision,
+                        owned_shards: e.owned_shards,
+                        draining: e.draining,
+                        credential_sha256: e.credential_sha256,
+                        capacity: e.capacity,
+                    };
+                    (id, executor)
+                })
+                .collect(),
+            shards: state.shards,
+            tombstones: state.tombstones,
+            longest_lease_told_ms: state.longest_lease_told_ms,
+            cluster_version: state.cluster_version,
+        })
+    }
+}
