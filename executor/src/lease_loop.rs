@@ -308,33 +308,57 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
             )
         };
         if !same_executor {
-            break DrainWait::Done;
+            break DrainEnd::Forgotten;
         }
         match progress.observe(held_now, Instant::now()) {
             DrainWait::WakeAt(at) => {
                 if let Ok(Err(_)) = timeout_at(at, assignment.changed()).await {
-                    // The executor is shutting down under us: nothing more to wait for.
-                    break DrainWait::Done;
+                    break DrainEnd::ShuttingDown;
                 }
             }
-            ended => break ended,
+            DrainWait::Done => break DrainEnd::HandedOver,
+            DrainWait::Stalled => break DrainEnd::Stalled,
+            DrainWait::TimedOut => break DrainEnd::TimedOut,
         }
     };
     let left = shared.view_at(Instant::now()).shards.len();
     match ended {
-        DrainWait::Done | DrainWait::WakeAt(_) => {
+        DrainEnd::HandedOver => {
             count_self_drain("handed_over");
             info!(%executor_id, "drained: every shard was handed over (P17.2)");
         }
-        DrainWait::Stalled => {
+        DrainEnd::Forgotten => {
+            count_self_drain("forgotten");
+            warn!(%executor_id, left, "the managers forgot this executor during its drain (its lease lapsed and it was reaped): its shards moved on the expiry (P3.8)");
+        }
+        DrainEnd::ShuttingDown => {
+            count_self_drain("shut_down");
+            info!(%executor_id, left, "the executor shut down during its drain");
+        }
+        DrainEnd::Stalled => {
             count_self_drain("stalled");
             warn!(%executor_id, left, stall_ms = millis(DRAIN_STALL), "the drain made no progress (are the other executors stopping too?); stopping admission of the rest at once (P3.7)");
         }
-        DrainWait::TimedOut => {
+        DrainEnd::TimedOut => {
             count_self_drain("timed_out");
             warn!(%executor_id, left, "the drain did not finish within the grace; stopping admission of the rest at once (P3.7)");
         }
     }
+}
+
+/// How a self-drain's wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrainEnd {
+    /// Every shard's handoff completed.
+    HandedOver,
+    /// The executor's registration is gone (reaped, or registered anew): its shards moved on.
+    Forgotten,
+    /// The executor itself is shutting down: nothing is left to wait for.
+    ShuttingDown,
+    /// No shard left for a while: nobody is taking them.
+    Stalled,
+    /// The grace ran short.
+    TimedOut,
 }
 
 /// P3.7: stop admission, then deregister by `deadline` (`grace` after the stop began), so the

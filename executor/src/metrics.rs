@@ -73,7 +73,15 @@ pub const METRICS: &[MetricSpec] = &[
         help: "Self-drains at a graceful stop (P17.2), by how each ended.",
         labels: &[(
             "outcome",
-            &["handed_over", "no_taker", "refused", "stalled", "timed_out"],
+            &[
+                "handed_over",
+                "no_taker",
+                "refused",
+                "stalled",
+                "timed_out",
+                "forgotten",
+                "shut_down",
+            ],
         )],
         at_start: AtStart::Zero,
     },
@@ -144,7 +152,8 @@ pub(crate) fn count_lease_call(call: &'static str, result: &'static str) {
 /// Counts one self-drain at a graceful stop (P17.2) by how it ended: `handed_over` (every
 /// shard's handoff completed), `no_taker` (no other executor could take them), `refused` (the
 /// managers did not drain it), `stalled` (no shard left for a while: nobody took them),
-/// `timed_out` (the grace ran short).
+/// `timed_out` (the grace ran short), `forgotten` (its registration went during the drain: reaped
+/// after a lapse), `shut_down` (the executor stopped under the drain).
 pub(crate) fn count_self_drain(outcome: &'static str) {
     metrics::counter!("leasehold_executor_self_drains_total", "outcome" => outcome).increment(1);
 }

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use leasehold_api::wire::{possible_takers, ExecutorView, SafeToStop};
+use leasehold_api::wire::SafeToStop;
+
+use crate::lease::{takes_shards, LeaseState};
 
 use crate::raft::NodeId;
 
@@ -24,13 +26,16 @@ pub fn caught_up(matched: Option<u64>, leader_applied: Option<u64>) -> bool {
 }
 
 /// Stopping executor `executor_id` is safe when it holds no shards, or when another executor
-/// (live, not draining) can take them; `None` for an executor not in `executors`.
-pub fn executor_verdict(executor_id: &str, executors: &[ExecutorView]) -> Option<SafeToStop> {
-    let executor = executors
-        .iter()
-        .find(|executor| executor.executor_id == executor_id)?;
-    let held = executor.shards.len();
-    let takers = possible_takers(executor_id, executors).count();
+/// (live, not draining: one that takes shards, P5.4) can take them; `None` for an executor not
+/// registered in `state`. Read from the state's indexes: the executor's owned set (releasing
+/// shards included: it serves each until its revoke) and the executors, not the shard table.
+pub fn executor_verdict(state: &LeaseState, executor_id: &str, now_ms: u64) -> Option<SafeToStop> {
+    let executor = state.executor(executor_id)?;
+    let held = executor.owned_shards.len();
+    let takers = state
+        .executors()
+        .filter(|other| other.id != executor_id && takes_shards(other, now_ms))
+        .count();
     Some(if held == 0 {
         SafeToStop {
             safe: true,
@@ -110,25 +115,57 @@ pub fn member_verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_api::wire::ShardEpoch;
+    use crate::lease::{plan_rebalance, Command, Outcome};
 
-    fn executor(id: &str, shards: u32, draining: bool, lease_remaining_ms: u64) -> ExecutorView {
-        ExecutorView {
-            executor_id: id.into(),
-            incarnation: format!("inc-{id}"),
-            name: None,
-            address: "http://127.0.0.1:9".into(),
-            lease_remaining_ms,
-            registered_revision: 1,
-            shards: (0..shards)
-                .map(|shard| ShardEpoch { shard, epoch: 1 })
-                .collect(),
-            draining,
-            capacity: 1,
-            load: None,
-            utilisation: None,
-            app_version: None,
+    /// A state of 8 shards: `placed` executors hold them all (the first registered holds the
+    /// first share), then `idle` executors that hold nothing, every lease granted at time 0.
+    fn state_with(placed: usize, idle: usize) -> (LeaseState, Vec<String>) {
+        let mut state = LeaseState::default();
+        let mut index = 1;
+        let _ = state.apply(
+            index,
+            &Command::Init {
+                now_ms: 0,
+                shard_count: 8,
+                lease_duration_ms: 10_000,
+            },
+        );
+        let mut ids = Vec::new();
+        let names = (0..placed)
+            .map(|i| format!("placed-{i}"))
+            .chain((0..idle).map(|i| format!("idle-{i}")));
+        for (position, name) in names.enumerate() {
+            if position == placed {
+                if let Some(plan) = plan_rebalance(&state, 0) {
+                    index += 1;
+                    let _ = state.apply(index, &plan);
+                }
+            }
+            index += 1;
+            let outcome = state.apply(
+                index,
+                &Command::Register {
+                    now_ms: 0,
+                    address: format!("http://{name}.test"),
+                    incarnation: name,
+                    name: None,
+                    credential_sha256: None,
+                    capacity: 1,
+                    app_version: None,
+                },
+            );
+            match outcome {
+                Outcome::Registered { grant, .. } => ids.push(grant.executor_id),
+                other => panic!("{other:?}"),
+            }
         }
+        if idle == 0 {
+            if let Some(plan) = plan_rebalance(&state, 0) {
+                index += 1;
+                let _ = state.apply(index, &plan);
+            }
+        }
+        (state, ids)
     }
 
     fn ids(ids: &[NodeId]) -> BTreeSet<NodeId> {
@@ -139,24 +176,38 @@ mod tests {
     /// that is not draining can take its shards; otherwise not, with the reason.
     #[test]
     fn p17_4_an_executor_is_safe_to_stop_only_if_its_shards_have_somewhere_to_go() {
-        let alone = [executor("ex-1", 4, false, 9_000)];
-        let verdict = executor_verdict("ex-1", &alone).unwrap();
+        let (alone, ids) = state_with(1, 0);
+        let verdict = executor_verdict(&alone, &ids[0], 0).unwrap();
         assert!(!verdict.safe, "{verdict:?}");
-        assert!(verdict.reason.contains("4 shards"), "{verdict:?}");
-        let unfit_peers = [
-            executor("ex-1", 4, false, 9_000),
-            executor("ex-2", 0, true, 9_000),
-            executor("ex-3", 0, false, 0),
-        ];
-        assert!(!executor_verdict("ex-1", &unfit_peers).unwrap().safe);
-        let with_a_taker = [
-            executor("ex-1", 4, false, 9_000),
-            executor("ex-2", 4, false, 9_000),
-        ];
-        assert!(executor_verdict("ex-1", &with_a_taker).unwrap().safe);
-        let empty = [executor("ex-1", 0, false, 9_000)];
-        assert!(executor_verdict("ex-1", &empty).unwrap().safe);
-        assert_eq!(executor_verdict("ex-9", &with_a_taker), None);
+        assert!(verdict.reason.contains("8 shards"), "{verdict:?}");
+        let (mut unfit_peers, ids) = state_with(1, 2);
+        let _ = unfit_peers.apply(
+            100,
+            &Command::SetDraining {
+                now_ms: 0,
+                executor_id: ids[1].clone(),
+                draining: true,
+            },
+        );
+        assert!(
+            executor_verdict(&unfit_peers, &ids[0], 0).unwrap().safe,
+            "ids[2] takes"
+        );
+        // Past every lease: nobody is live to take them.
+        assert!(
+            !executor_verdict(&unfit_peers, &ids[0], 10_002)
+                .unwrap()
+                .safe
+        );
+        let (with_a_taker, ids) = state_with(2, 0);
+        assert!(executor_verdict(&with_a_taker, &ids[0], 0).unwrap().safe);
+        let (idle, ids) = state_with(1, 1);
+        let verdict = executor_verdict(&idle, &ids[1], 0).unwrap();
+        assert!(
+            verdict.safe && verdict.reason.contains("holds no shards"),
+            "{verdict:?}"
+        );
+        assert_eq!(executor_verdict(&with_a_taker, "ex-999", 0), None);
     }
 
     /// P17.4: a manager is safe to stop when the other voters that are up and caught up are a

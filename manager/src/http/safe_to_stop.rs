@@ -10,7 +10,6 @@ use futures_util::future::join_all;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::SafeToStop;
 
-use super::inspect::all_executor_views;
 use super::params::ExecutorIdPath;
 use super::refusals::unknown_executor;
 use super::{AppState, HttpError};
@@ -32,7 +31,8 @@ pub async fn executor(
     State(node): State<AppState>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<SafeToStop>, HttpError> {
-    executor_verdict(&executor_id, &all_executor_views(&node))
+    let now_ms = node.leadership.clock.now_ms();
+    executor_verdict(&node.state.current(), &executor_id, now_ms)
         .map(Json)
         .ok_or_else(|| unknown_executor(&executor_id))
 }

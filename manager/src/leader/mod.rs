@@ -38,7 +38,7 @@ use crate::leadership::Leadership;
 use crate::leadership::{Leader, ReadBarrierError};
 use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
-    Answer, Command, LeaseState, Loads, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
+    Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
 };
 use crate::load_reports::{LoadPicture, ReportedLoads};
 use crate::load_reports::{LoadReports, PublishedLoads};
@@ -243,10 +243,17 @@ async fn step(node: &LeaderHandle, term_steps: &mut TermSteps, reports_taken: &m
     let began = cpu_bound::run(|| {
         let state = node.state.current();
         take_reports(node, term_steps.placement_mut(), &state, reports_taken);
-        publish_loads(node, term_steps.placement(), &state, now_ms);
-        term_steps
+        let began = term_steps
             .begin_step(now_ms, &state, node.signals.last_renewal_applied_ms())
-            .is_some()
+            .is_some();
+        // What the step places by is what the views and `GET /v1/plan` show; a step already under
+        // way began on older inputs, so they are made afresh for the views then.
+        let inputs = match term_steps.placement_inputs().filter(|_| began) {
+            Some(inputs) => inputs.clone(),
+            None => term_steps.placement().inputs(&state, now_ms),
+        };
+        publish_loads(node, term_steps.placement(), &state, now_ms, inputs);
+        began
     });
     if let Some(decision) = term_steps.decision().filter(|_| began) {
         log_decision(decision);
@@ -394,10 +401,15 @@ fn take_reports(
 }
 
 /// Publishes what the tracker knows for the inspection views, and sets the placement gauges.
-fn publish_loads(node: &LeaderHandle, placement: &TermPlacement, state: &LeaseState, now_ms: u64) {
+fn publish_loads(
+    node: &LeaderHandle,
+    placement: &TermPlacement,
+    state: &LeaseState,
+    now_ms: u64,
+    placement_inputs: PlacementInputs,
+) {
     let shard_loads = placement.tracker.shard_loads(state);
     let summary = LoadSummary::of(state, now_ms, &shard_loads);
-    let placement_inputs = placement.inputs(state, now_ms);
     let inputs_by_load = matches!(placement_inputs.loads, Loads::Reported(_));
     metrics::gauge!("leasehold_placement_by_load").set(if inputs_by_load { 1.0 } else { 0.0 });
     metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));

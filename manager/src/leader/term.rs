@@ -15,7 +15,7 @@ use super::core::{
     tick_ms, took_office_ms, GuardConfig, LeaderCore, StepDecision, StepWrite, StepWrites,
 };
 use super::placement::{PlacementSettings, TermPlacement};
-use crate::lease::{Command, ExecutorId, LeaseState, Plan};
+use crate::lease::{Command, ExecutorId, LeaseState, PlacementInputs, Plan};
 
 /// The reading a leader's clock takes office at, read from the state with every entry of
 /// earlier terms applied.
@@ -192,6 +192,11 @@ impl TermSteps {
     /// The decision of the step under way (for logs, metrics and the simulator's coverage).
     pub fn decision(&self) -> Option<&StepDecision> {
         self.writes.as_ref().map(StepWrites::decision)
+    }
+
+    /// What the step under way places by (loads, budget, cooling shards), fixed when it began.
+    pub fn placement_inputs(&self) -> Option<&PlacementInputs> {
+        self.writes.as_ref().map(StepWrites::placement_inputs)
     }
 
     /// The plan of the step under way, once it planned one.

@@ -43,8 +43,9 @@ pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use command::{Command, MembershipChange, Move, OperatorAction, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
 pub use planner::{
-    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target, Loads,
-    MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
+    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target,
+    takes_shards, Loads, MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE,
+    MAX_MOVES_PER_PLAN,
 };
 pub use state::{
     AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone,

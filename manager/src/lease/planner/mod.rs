@@ -173,7 +173,7 @@ pub fn capacity_of(executor: &Executor) -> u64 {
 /// Whether an executor takes part in placement at `now_ms`: its lease is live and it is not
 /// draining. A lapsed one keeps what it owns until it is reaped (P3.8); a draining one hands
 /// its shards on (P5.2) and receives nothing.
-pub(super) fn takes_shards(executor: &Executor, now_ms: u64) -> bool {
+pub fn takes_shards(executor: &Executor, now_ms: u64) -> bool {
     !executor.lease_lapsed(now_ms) && !executor.draining
 }
 
