@@ -77,17 +77,11 @@ pub(super) async fn set_draining(
             executor_id: executor_id.clone(),
             draining,
         };
-        match operator::propose(node, actor, action).await? {
-            ExecutorAnswer::Done(OperatorDone::Draining(set)) => ExecutorAnswer::Done(set),
-            ExecutorAnswer::Done(other) => {
-                return Err(HttpError::internal(
-                    "unexpected state machine outcome",
-                    format!("{other:?}"),
-                ))
-            }
-            ExecutorAnswer::UnknownExecutor => ExecutorAnswer::UnknownExecutor,
-            ExecutorAnswer::Refused(reason) => ExecutorAnswer::Refused(reason),
-        }
+        operator::propose_expecting(node, actor, action, |done| match done {
+            OperatorDone::Draining(set) => Ok(set),
+            other => Err(other),
+        })
+        .await?
     } else {
         let command = Command::SetDraining {
             now_ms: node.leadership.clock.now_ms(),

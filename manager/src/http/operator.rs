@@ -41,6 +41,24 @@ pub(super) async fn propose(
         .1)
 }
 
+/// Proposes `action` as `actor`'s and answers with the part of it `pick` takes: what the
+/// earlier command for the same action (`SetDraining`, `Deregister`) answers. An outcome `pick`
+/// does not take is the state machine's mistake.
+pub(super) async fn propose_expecting<T>(
+    node: &AppState,
+    actor: &Actor,
+    action: OperatorAction,
+    pick: impl FnOnce(OperatorDone) -> Result<T, OperatorDone>,
+) -> Result<ExecutorAnswer<T>, HttpError> {
+    Ok(match propose(node, actor, action).await? {
+        ExecutorAnswer::Done(done) => {
+            ExecutorAnswer::Done(pick(done).map_err(|other| mismatch(&other))?)
+        }
+        ExecutorAnswer::UnknownExecutor => ExecutorAnswer::UnknownExecutor,
+        ExecutorAnswer::Refused(reason) => ExecutorAnswer::Refused(reason),
+    })
+}
+
 /// Whether the operator commands can be proposed: the committed cluster version takes them.
 /// Below it, drains and removals go as the commands of earlier schemas, unrecorded.
 pub(super) fn recorded(node: &AppState) -> bool {
@@ -141,12 +159,21 @@ pub async fn set_maintenance(
     ApiJson(request): ApiJson<MaintenanceRequest>,
 ) -> Result<Json<MaintenanceView>, HttpError> {
     let action = OperatorAction::SetMaintenance { on: request.on };
-    match propose(&node, &actor, action).await? {
-        ExecutorAnswer::Done(OperatorDone::Maintenance { on, changed }) => {
-            tracing::info!(on, changed, actor = actor.0, "maintenance mode set");
-            Ok(Json(MaintenanceView { on, changed }))
+    let answer = propose_expecting(&node, &actor, action, |done| match done {
+        OperatorDone::Maintenance { on, changed } => Ok(MaintenanceView { on, changed }),
+        other => Err(other),
+    })
+    .await?;
+    match answer {
+        ExecutorAnswer::Done(view) => {
+            tracing::info!(
+                on = view.on,
+                changed = view.changed,
+                actor = actor.0,
+                "maintenance mode set"
+            );
+            Ok(Json(view))
         }
-        ExecutorAnswer::Done(other) => Err(mismatch(&other)),
         ExecutorAnswer::UnknownExecutor => Err(HttpError::internal(
             "unexpected state machine outcome",
             "maintenance answered not found".to_owned(),
@@ -182,12 +209,16 @@ pub async fn move_shard(
         shard,
         to: to.clone(),
     };
-    match propose(&node, &actor, action).await? {
-        ExecutorAnswer::Done(OperatorDone::Moved(_)) => {
+    let answer = propose_expecting(&node, &actor, action, |done| match done {
+        OperatorDone::Moved(_) => Ok(()),
+        other => Err(other),
+    })
+    .await?;
+    match answer {
+        ExecutorAnswer::Done(()) => {
             tracing::info!(shard, %to, actor = actor.0, "shard moved by an operator");
             current_shard(&node, shard)
         }
-        ExecutorAnswer::Done(other) => Err(mismatch(&other)),
         ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&to)),
         ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
     }
@@ -247,12 +278,16 @@ async fn set_pin(
         shard,
         executor_id: executor_id.clone(),
     };
-    match propose(node, actor, action).await? {
-        ExecutorAnswer::Done(OperatorDone::Pinned { changed, .. }) => {
+    let answer = propose_expecting(node, actor, action, |done| match done {
+        OperatorDone::Pinned { changed, .. } => Ok(changed),
+        other => Err(other),
+    })
+    .await?;
+    match answer {
+        ExecutorAnswer::Done(changed) => {
             tracing::info!(shard, ?executor_id, changed, actor = actor.0, "pin set");
             current_shard(node, shard)
         }
-        ExecutorAnswer::Done(other) => Err(mismatch(&other)),
         ExecutorAnswer::UnknownExecutor => {
             Err(unknown_executor(executor_id.as_deref().unwrap_or_default()))
         }

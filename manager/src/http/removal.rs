@@ -95,19 +95,11 @@ pub(super) async fn commit_deregistration(
             let action = OperatorAction::Remove {
                 executor_id: executor_id.clone(),
             };
-            match operator::propose(node, actor, action).await? {
-                ExecutorAnswer::Done(OperatorDone::Removed(removed)) => {
-                    ExecutorAnswer::Done(removed)
-                }
-                ExecutorAnswer::Done(other) => {
-                    return Err(HttpError::internal(
-                        "unexpected state machine outcome",
-                        format!("{other:?}"),
-                    ))
-                }
-                ExecutorAnswer::UnknownExecutor => ExecutorAnswer::UnknownExecutor,
-                ExecutorAnswer::Refused(reason) => ExecutorAnswer::Refused(reason),
-            }
+            operator::propose_expecting(node, actor, action, |done| match done {
+                OperatorDone::Removed(removed) => Ok(removed),
+                other => Err(other),
+            })
+            .await?
         }
         _ => {
             let command = Command::Deregister {

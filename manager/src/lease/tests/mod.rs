@@ -187,3 +187,39 @@ pub(super) fn register_command_with_capacity(
         app_version: None,
     }
 }
+
+/// Plans by count at `now_ms`, applies the plan and answers every revoke it asks for at once, so
+/// each handoff completes; returns the plan's moves, each with why (none: nothing to plan).
+pub(super) fn plan_and_release(
+    harness: &mut Harness,
+    now_ms: u64,
+) -> Vec<(ShardId, ExecutorId, super::MoveReason)> {
+    let Some(plan) = super::plan_placement(
+        &harness.state,
+        now_ms,
+        &super::PlacementInputs::by_count(),
+        super::MAX_MOVES_PER_PLAN,
+    ) else {
+        return Vec::new();
+    };
+    let Command::Rebalance { moves, .. } = &plan.command else {
+        panic!("{plan:?}");
+    };
+    let made = moves
+        .iter()
+        .zip(&plan.reasons)
+        .map(|(step, reason)| (step.shard, step.to.clone(), *reason))
+        .collect();
+    let Outcome::Rebalanced { effects, .. } = harness.apply(plan.command.clone()) else {
+        panic!("the plan was refused");
+    };
+    for revoke in effects.revokes {
+        harness.apply(Command::Release {
+            now_ms,
+            executor_id: revoke.executor_id,
+            shards: revoke.shards,
+            revoke_revision: revoke.revision,
+        });
+    }
+    made
+}

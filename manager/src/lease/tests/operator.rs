@@ -6,8 +6,7 @@ use leasehold_api::wire::MAX_AUDIT_RECORDS;
 use super::super::{
     plan_rebalance, Command, MembershipChange, MoveReason, OperatorAction, Outcome, RefusalReason,
 };
-use super::{Harness, LEASE_MS};
-use crate::lease::{plan_placement, PlacementInputs};
+use super::{plan_and_release, Harness, LEASE_MS};
 
 const ADMIN: &str = "admin CN=alice";
 
@@ -50,34 +49,6 @@ fn balanced_pair() -> (Harness, String, String) {
     let b = harness.register(0, "b");
     harness.rebalance(0);
     (harness, a, b)
-}
-
-/// Applies the plan at `now_ms` and answers every revoke it asks for; returns its reasons.
-fn plan_and_release(harness: &mut Harness, now_ms: u64) -> Vec<(u32, String, MoveReason)> {
-    let Some(plan) = plan_placement(&harness.state, now_ms, &PlacementInputs::by_count(), 10_000)
-    else {
-        return Vec::new();
-    };
-    let Command::Rebalance { moves, .. } = &plan.command else {
-        panic!("{plan:?}");
-    };
-    let made: Vec<(u32, String, MoveReason)> = moves
-        .iter()
-        .zip(&plan.reasons)
-        .map(|(step, reason)| (step.shard, step.to.clone(), *reason))
-        .collect();
-    let Outcome::Rebalanced { effects, .. } = harness.apply(plan.command.clone()) else {
-        panic!("the plan was refused");
-    };
-    for revoke in effects.revokes {
-        harness.apply(Command::Release {
-            now_ms,
-            executor_id: revoke.executor_id,
-            shards: revoke.shards,
-            revoke_revision: revoke.revision,
-        });
-    }
-    made
 }
 
 /// P17.4: in maintenance mode a joiner gets nothing and a drain moves nothing, but a departed

@@ -3,7 +3,7 @@
 
 use super::super::planner::rollout_target;
 use super::super::{plan_rebalance, Command, MoveReason, Outcome, DEFAULT_CAPACITY};
-use super::{Harness, LEASE_MS};
+use super::{plan_and_release, Harness, LEASE_MS};
 use crate::lease::{plan_placement, Loads, PlacementInputs};
 
 fn register_version(
@@ -25,36 +25,6 @@ fn register_version(
         Outcome::Registered { grant, .. } => grant.executor_id,
         other => panic!("register {incarnation} failed: {other:?}"),
     }
-}
-
-/// Applies the plan at `now_ms`, then every release it asks for, so each handoff completes.
-/// Returns the plan's moves and reasons.
-fn plan_and_hand_over(harness: &mut Harness, now_ms: u64) -> Vec<(u32, String, MoveReason)> {
-    let Some(plan) = plan_placement(&harness.state, now_ms, &PlacementInputs::by_count(), 10_000)
-    else {
-        return Vec::new();
-    };
-    let Command::Rebalance { moves, .. } = &plan.command else {
-        panic!("{plan:?}");
-    };
-    let made: Vec<(u32, String, MoveReason)> = moves
-        .iter()
-        .zip(&plan.reasons)
-        .map(|(step, reason)| (step.shard, step.to.clone(), *reason))
-        .collect();
-    let outcome = harness.apply(plan.command.clone());
-    let Outcome::Rebalanced { effects, .. } = outcome else {
-        panic!("{outcome:?}");
-    };
-    for revoke in effects.revokes {
-        harness.apply(Command::Release {
-            now_ms,
-            executor_id: revoke.executor_id,
-            shards: revoke.shards,
-            revoke_revision: revoke.revision,
-        });
-    }
-    made
 }
 
 fn versions_of(harness: &Harness, moves: &[(u32, String, MoveReason)]) -> Vec<Option<String>> {
@@ -79,7 +49,7 @@ fn p17_3_a_rolling_deploy_moves_each_shard_once_and_only_onto_the_newest_version
     let old: Vec<String> = (0..4)
         .map(|i| register_version(&mut harness, 0, &format!("old-{i}"), "1.0"))
         .collect();
-    plan_and_hand_over(&mut harness, 0);
+    plan_and_release(&mut harness, 0);
     for executor in &old {
         assert_eq!(harness.delivered_shards(executor).len(), 16);
     }
@@ -99,7 +69,7 @@ fn p17_3_a_rolling_deploy_moves_each_shard_once_and_only_onto_the_newest_version
             executor_id: leaving.clone(),
             draining: true,
         });
-        let moves = plan_and_hand_over(&mut harness, now_ms);
+        let moves = plan_and_release(&mut harness, now_ms);
         assert_eq!(
             moves.len(),
             16,
@@ -179,7 +149,7 @@ fn p17_3_a_rollout_is_mixed_versions_among_the_executors_that_take_shards() {
 fn p17_3_balance_waits_while_the_versions_are_mixed() {
     let mut harness = Harness::initialised(8, LEASE_MS);
     let a = register_version(&mut harness, 0, "a", "1");
-    plan_and_hand_over(&mut harness, 0);
+    plan_and_release(&mut harness, 0);
     assert_eq!(harness.delivered_shards(&a).len(), 8);
     register_version(&mut harness, 0, "b", "1");
     register_version(&mut harness, 0, "c", "2");
@@ -202,7 +172,7 @@ fn p17_3_balance_waits_while_the_versions_are_mixed() {
 fn p17_3_a_handoff_to_an_older_version_is_cancelled_when_a_newer_one_joins() {
     let mut harness = Harness::initialised(8, LEASE_MS);
     let a = register_version(&mut harness, 0, "a", "1");
-    plan_and_hand_over(&mut harness, 0);
+    plan_and_release(&mut harness, 0);
     let b = register_version(&mut harness, 0, "b", "1");
     // The spread to B starts: four of A's shards are releasing to B.
     harness.rebalance(0);
@@ -216,7 +186,7 @@ fn p17_3_a_handoff_to_an_older_version_is_cancelled_when_a_newer_one_joins() {
         .collect();
     assert_eq!(releasing.len(), 4);
     register_version(&mut harness, 1, "c", "2");
-    let moves = plan_and_hand_over(&mut harness, 1);
+    let moves = plan_and_release(&mut harness, 1);
     assert_eq!(moves.len(), 4, "{moves:?}");
     for (shard, to, reason) in &moves {
         assert!(releasing.contains(shard));
@@ -233,7 +203,7 @@ fn p17_3_a_handoff_to_an_older_version_is_cancelled_when_a_newer_one_joins() {
 fn p17_3_must_move_shards_spread_over_the_newest_version_by_count() {
     let mut harness = Harness::initialised(12, LEASE_MS);
     let old = register_version(&mut harness, 0, "old", "1");
-    plan_and_hand_over(&mut harness, 0);
+    plan_and_release(&mut harness, 0);
     let new_a = register_version(&mut harness, 0, "new-a", "2");
     let new_b = register_version(&mut harness, 0, "new-b", "2");
     harness.apply(Command::SetDraining {
@@ -243,7 +213,7 @@ fn p17_3_must_move_shards_spread_over_the_newest_version_by_count() {
     });
     // A second old executor keeps the versions mixed.
     let other_old = register_version(&mut harness, 0, "other-old", "1");
-    let moves = plan_and_hand_over(&mut harness, 0);
+    let moves = plan_and_release(&mut harness, 0);
     assert_eq!(moves.len(), 12);
     assert_eq!(harness.delivered_shards(&new_a).len(), 6);
     assert_eq!(harness.delivered_shards(&new_b).len(), 6);
