@@ -173,6 +173,9 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
             "the state knows {known:?}, the live processes are {live:?}"
         ));
     }
+    if undrained && (state.maintenance() || state.pins().next().is_some()) {
+        return Some("maintenance mode or a pin is still on (the operator is undoing them)".into());
+    }
     if let Some(shard) = state
         .shards()
         .iter()

@@ -71,6 +71,23 @@ pub enum Fault {
     /// A new process with a new incarnation at the same address that states another capacity
     /// (P15.1), as an operator restarting an executor with `--capacity` changed does.
     RestartWithCapacity { slot: usize, capacity: u32 },
+    /// An operator's control (P17.4): maintenance mode, or `shard` pinned to, unpinned from or
+    /// moved to the executor in `slot`.
+    Operator {
+        slot: usize,
+        shard: u32,
+        control: Control,
+    },
+}
+
+/// What an operator does in an [`Fault::Operator`] (P17.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    MaintenanceOn,
+    MaintenanceOff,
+    Pin,
+    Unpin,
+    Move,
 }
 
 /// How a lying executor reports the load of every shard it holds.
@@ -320,7 +337,10 @@ impl Scenario {
         let mut faults: Vec<(u64, Fault)> = (0..fault_count)
             .map(|_| {
                 let at = rng.random_range(0..chaos_ms);
-                (at, draw_fault(&mut rng, &weights, slots, lease_ms, &load))
+                (
+                    at,
+                    draw_fault(&mut rng, &weights, slots, shards, lease_ms, &load),
+                )
             })
             .collect();
         faults.sort_by_key(|(at, _)| *at);
@@ -397,12 +417,13 @@ fn shipped_guard_enabled(flag: Option<bool>) -> bool {
 }
 
 /// How many kinds [`draw_fault`] chooses from.
-const FAULT_KINDS: usize = 12;
+const FAULT_KINDS: usize = 13;
 
 fn draw_fault(
     rng: &mut ChaCha8Rng,
     weights: &[u32; FAULT_KINDS],
     slots: usize,
+    shards: u32,
     lease_ms: u64,
     load: &LoadScenario,
 ) -> Fault {
@@ -460,6 +481,17 @@ fn draw_fault(
         10 => Fault::Lie {
             slot: load.liar.0,
             lie: load.liar.1,
+        },
+        12 => Fault::Operator {
+            slot,
+            shard: rng.random_range(0..shards),
+            control: [
+                Control::MaintenanceOn,
+                Control::MaintenanceOff,
+                Control::Pin,
+                Control::Unpin,
+                Control::Move,
+            ][rng.random_range(0..5)],
         },
         _ => {
             // Another capacity than the one the slot started with.

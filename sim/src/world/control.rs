@@ -1,14 +1,43 @@
 //! What scenarios and scripts ask of the world: inspection, and the controls a script drives it by.
 
 use super::*;
+use crate::scenario::Control;
+use leasehold_manager::lease::OperatorAction;
+
+/// Who the audit log says did what the simulated operator does.
+const OPERATOR: &str = "admin CN=simulated operator";
 
 impl World {
-    /// The operator undoes every drain (after the chaos, so the end state is comparable);
-    /// repeated until it sticks, as an operator would.
+    /// The operator undoes every drain, maintenance mode and every pin (after the chaos, so the
+    /// end state is comparable); repeated until it sticks, as an operator would.
     pub fn undrain_all(&mut self) {
         let Some(now_ms) = self.leader_now_ms() else {
             return;
         };
+        let (maintenance, pinned): (bool, Vec<u32>) = self.leader_state().map_or_else(
+            || (false, Vec::new()),
+            |s| (s.maintenance(), s.pins().map(|(shard, _)| shard).collect()),
+        );
+        let mut undo: Vec<OperatorAction> = pinned
+            .into_iter()
+            .map(|shard| OperatorAction::Pin {
+                shard,
+                executor_id: None,
+            })
+            .collect();
+        if maintenance {
+            undo.push(OperatorAction::SetMaintenance { on: false });
+        }
+        for action in undo {
+            self.propose(
+                Command::Operator {
+                    now_ms,
+                    actor: OPERATOR.to_owned(),
+                    action,
+                },
+                ReplyTo::Nobody,
+            );
+        }
         let drained: Vec<String> = self.leader_state().map_or_else(Vec::new, |s| {
             s.executors()
                 .filter(|e| e.draining)
@@ -284,6 +313,37 @@ impl World {
                 ReplyTo::Nobody,
             );
         }
+    }
+
+    /// An operator's control (P17.4), as the leader's HTTP handler proposes it; a pin or a move
+    /// names the executor in `slot` (none running: nothing happens).
+    pub fn operator_control(&mut self, slot: Slot, shard: u32, control: Control) {
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        let executor_id = self.executor_id_of(slot);
+        let action = match (control, executor_id) {
+            (Control::MaintenanceOn, _) => OperatorAction::SetMaintenance { on: true },
+            (Control::MaintenanceOff, _) => OperatorAction::SetMaintenance { on: false },
+            (Control::Unpin, _) => OperatorAction::Pin {
+                shard,
+                executor_id: None,
+            },
+            (Control::Pin, Some(executor_id)) => OperatorAction::Pin {
+                shard,
+                executor_id: Some(executor_id),
+            },
+            (Control::Move, Some(to)) => OperatorAction::MoveShard { shard, to },
+            (Control::Pin | Control::Move, None) => return,
+        };
+        self.propose(
+            Command::Operator {
+                now_ms,
+                actor: OPERATOR.to_owned(),
+                action,
+            },
+            ReplyTo::Nobody,
+        );
     }
 
     pub fn executor_id_of(&self, slot: Slot) -> Option<String> {

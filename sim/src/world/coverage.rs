@@ -60,6 +60,8 @@ pub struct Coverage {
     pub lying_reports: u64,
     /// Executors restarted with another capacity (P15.1).
     pub capacity_restarts: u64,
+    /// Operator controls that changed something (P17.4): maintenance, pins, moves.
+    pub operator_controls: u64,
     /// Shifts of the hot set.
     pub hot_set_shifts: u64,
     /// Runs of the leader on steady reported loads after convergence (`run::load_phase`).
@@ -71,7 +73,7 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 35] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 36] {
         [
             ("commits", self.commits),
             ("handoffs_started", self.handoffs_started),
@@ -128,6 +130,7 @@ impl Coverage {
             ),
             ("lying_reports", self.lying_reports),
             ("capacity_restarts", self.capacity_restarts),
+            ("operator_controls", self.operator_controls),
             ("hot_set_shifts", self.hot_set_shifts),
             ("load_phases", self.load_phases),
             ("band_checks", self.band_checks),
@@ -168,6 +171,7 @@ impl Coverage {
         self.learning_after_leader_change += other.learning_after_leader_change;
         self.lying_reports += other.lying_reports;
         self.capacity_restarts += other.capacity_restarts;
+        self.operator_controls += other.operator_controls;
         self.hot_set_shifts += other.hot_set_shifts;
         self.load_phases += other.load_phases;
         self.band_checks += other.band_checks;
@@ -263,6 +267,16 @@ impl Coverage {
         }
         if matches!(command, Command::CompleteHandoffs { .. }) {
             self.handoffs_completed_by_expiry += 1;
+        }
+        if matches!(command, Command::Operator { .. })
+            && matches!(
+                outcome,
+                Outcome::MaintenanceSet { changed: true, .. }
+                    | Outcome::PinSet { changed: true, .. }
+                    | Outcome::Rebalanced { .. }
+            )
+        {
+            self.operator_controls += 1;
         }
     }
 }

@@ -54,6 +54,11 @@ impl World {
             Fault::SetLease { lease_ms } => self.set_lease(lease_ms),
             Fault::Drain { slot, draining } => self.set_draining(slot, draining),
             Fault::Lie { slot, lie } => self.load.start_lying(slot, lie),
+            Fault::Operator {
+                slot,
+                shard,
+                control,
+            } => self.operator_control(slot, shard, control),
             Fault::RestartWithCapacity { slot, capacity } => {
                 self.coverage.capacity_restarts += 1;
                 self.load.set_capacity(slot, capacity);
