@@ -150,6 +150,10 @@ enum Scenario {
         shards: u32,
         #[arg(long, default_value_t = 2)]
         runs: usize,
+        /// Every executor's prepare hook (P17.1, `leasehold-executor --prepare-delay`): how long
+        /// it warms up for each shard about to arrive; `0s` for none.
+        #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+        prepare_delay: Duration,
     },
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
@@ -547,7 +551,8 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             executors,
             shards,
             runs,
-        } => scenarios::b11(env, executors, shards, runs)
+            prepare_delay,
+        } => scenarios::b11(env, executors, shards, runs, prepare_delay)
             .await?
             .print()?,
         Scenario::B6 {

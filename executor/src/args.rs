@@ -3,11 +3,13 @@
 //! its `LEASEHOLD_*` variable.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::process::{LogFormat, TlsArgs};
 
 use crate::config::ExecutorConfig;
+use crate::hooks::{DelayHooks, Hooks};
 use crate::sidecar::LocalListen;
 use crate::startup::StartError;
 
@@ -62,6 +64,16 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_APP_VERSION")]
     pub app_version: Option<String>,
 
+    /// The demo workload's warm-up (PROTOCOL P17.1): preparing for each shard about to be handed
+    /// here takes this long, e.g. `200ms` (a stand-in for loading a cache). `0s`: nothing to do.
+    #[arg(long, env = "LEASEHOLD_PREPARE_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub prepare_delay: Duration,
+
+    /// The demo workload's flush (PROTOCOL P17.1): releasing each revoked shard takes this long
+    /// before the revoke is answered (at most 1.5 s counts). `0s`: nothing to do.
+    #[arg(long, env = "LEASEHOLD_RELEASE_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub release_delay: Duration,
+
     /// Be the sidecar of a service on this machine (PROTOCOL §16): serve it the local API on
     /// 127.0.0.1:PORT (loopback only) or unix:/path; the admission log then records what the
     /// service was told.
@@ -99,6 +111,12 @@ impl ExecutorArgs {
         config.insecure = self.tls.insecure;
         config.capacity = self.capacity;
         config.app_version = self.app_version.clone();
+        if !self.prepare_delay.is_zero() || !self.release_delay.is_zero() {
+            config.handoff_hooks = Some(Hooks(Arc::new(DelayHooks {
+                prepare: self.prepare_delay,
+                release: self.release_delay,
+            })));
+        }
         config.local_listen =
             match &self.local_listen {
                 Some(text) => Some(text.parse::<LocalListen>().map_err(|reason| {

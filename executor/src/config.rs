@@ -6,6 +6,7 @@ use std::time::Duration;
 use leasehold_api::tls::TlsFiles;
 use leasehold_api::wire::DEFAULT_CAPACITY;
 
+use crate::hooks::Hooks;
 use crate::sidecar::LocalListen;
 
 /// Default bound on a graceful stop: the self-drain and the deregistration (P17.2, P3.7).
@@ -51,6 +52,9 @@ pub struct ExecutorConfig {
     /// move only to the newest, and balance waits. Registered only with clusters at cluster
     /// version 5 or later; below, the executor registers without one and says so in a warning.
     pub app_version: Option<String>,
+    /// Warm handoffs (PROTOCOL P17.1): run before a shard arrives (prepare) and after one leaves
+    /// (release, before the revoke is answered, within 1.5 s). `None`: nothing to run.
+    pub handoff_hooks: Option<Hooks>,
     /// Renewals carry the loads of the held shards, as measured by the
     /// [`crate::ExecutorHandle::load_meter`] (P15.1). Off: the executor does not report (not
     /// the same as reporting zeros), so turn it on only when the embedder records its work.
@@ -79,6 +83,7 @@ impl ExecutorConfig {
             insecure: false,
             capacity: DEFAULT_CAPACITY,
             app_version: None,
+            handoff_hooks: None,
             report_loads: false,
             local_listen: None,
             app_url: None,

@@ -69,6 +69,7 @@ pub mod args;
 pub mod assignment;
 pub mod config;
 mod handle;
+pub mod hooks;
 pub mod lease;
 pub mod lease_calls;
 mod lease_loop;
@@ -95,6 +96,7 @@ pub use admission::{AdmissionReason, AdmissionState, AdmitError, Assignment, Per
 pub use args::ExecutorArgs;
 pub use config::ExecutorConfig;
 pub use handle::ExecutorHandle;
+pub use hooks::{DelayHooks, HandoffHooks, HookFuture, Hooks};
 pub use load_meter::{LoadMeter, LoadMeterError};
 pub use manager::{GRANT_CALL_PATIENCE, MAX_KEY_BYTES};
 pub use shared::EVENT_CHANNEL_CAPACITY;

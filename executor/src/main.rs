@@ -153,6 +153,7 @@ mod tests {
                 "/v1/assignment",
                 "/v1/health",
                 "/v1/openapi.json",
+                "/v1/prepare",
                 "/v1/revoke",
                 "/v1/status",
                 "/v1/work"

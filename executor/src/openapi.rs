@@ -30,6 +30,7 @@ error is `application/problem+json` with a machine-readable `code`.",
     paths(
         server::put_assignment,
         server::post_revoke,
+        server::post_prepare,
         server::health,
         server::status,
         get_openapi,
@@ -75,7 +76,7 @@ pub fn document_with(extra: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
 
 /// The operations the managers call on every executor (PROTOCOL §4, §5): what an executor in
 /// any language must serve. The rest is for operators and the executor's own process.
-pub const CALLED_BY_MANAGERS: &[&str] = &["put_assignment", "post_revoke"];
+pub const CALLED_BY_MANAGERS: &[&str] = &["put_assignment", "post_revoke", "post_prepare"];
 
 /// The extension that names who calls an operation, on each of [`CALLED_BY_MANAGERS`].
 pub const CALLER_EXTENSION: &str = "x-leasehold-caller";
@@ -207,6 +208,7 @@ mod tests {
                 "/v1/assignment",
                 "/v1/health",
                 "/v1/openapi.json",
+                "/v1/prepare",
                 "/v1/revoke",
                 "/v1/status"
             ]
@@ -232,6 +234,9 @@ mod tests {
             }
         }
         marked.sort();
-        assert_eq!(marked, ["POST /v1/revoke", "PUT /v1/assignment"]);
+        assert_eq!(
+            marked,
+            ["POST /v1/prepare", "POST /v1/revoke", "PUT /v1/assignment"]
+        );
     }
 }

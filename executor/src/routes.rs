@@ -59,6 +59,7 @@ pub(crate) fn app(
     let pushes = Router::new()
         .route("/v1/assignment", put(server::put_assignment))
         .route("/v1/revoke", post(server::post_revoke))
+        .route("/v1/prepare", post(server::post_prepare))
         .route_layer(timeout())
         .route_layer(body_limit())
         .route_layer(middleware::from_fn_with_state(push_check, managers_only))

@@ -8,6 +8,9 @@
 //! - `POST /v1/revoke` ([`RevokePush`] → [`RevokeReply`]): answered only after admission for the
 //!   shards stopped. A revoke overtaken by a newer set is answered released for the shards that
 //!   set took away, and `ignored: true` when every one of them came back, never as done (P5.2).
+//! - `POST /v1/prepare` ([`PreparePush`] → [`PrepareReply`]): shards about to be handed here
+//!   (P17.1); the embedder's prepare hooks run, and the answer names those done in time. A revoke
+//!   runs the release hooks (within 1.5 s) once admission stopped, before it is answered.
 //! - `GET /v1/health` ([`ExecutorHealth`]): which executor and incarnation this address is.
 //! - `GET /v1/status` ([`crate::ExecutorStatus`]): lease remaining, revision, shards with
 //!   epochs, admitting or fenced.
@@ -22,11 +25,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{AssignmentPush, ExecutorHealth, RevokePush, RevokeReply};
+use leasehold_api::wire::{
+    AssignmentPush, ExecutorHealth, PreparePush, PrepareReply, RevokePush, RevokeReply,
+};
 use tracing::{debug, info, warn};
 
 use crate::admission::PushError;
 use crate::assignment::SetOutcome;
+use crate::hooks::finished_within;
 use crate::metrics::count_delivery;
 use crate::shared::Shared;
 use crate::sidecar::link::{ServiceLink, REVOKE_HOLD};
@@ -135,6 +141,22 @@ pub(crate) async fn post_revoke(
                 }
                 _ => applied.reply,
             };
+            if let Some(hooks) = shared.hooks().filter(|_| !reply.released.is_empty()) {
+                // P17.1: admission stopped; the embedder flushes before the handoff goes on.
+                let releases = reply
+                    .released
+                    .iter()
+                    .map(|&shard| (shard, hooks.0.release(shard)))
+                    .collect();
+                let flushed = finished_within(releases, REVOKE_HOLD).await;
+                if flushed.len() < reply.released.len() {
+                    warn!(
+                        revision = reply.revision,
+                        unflushed = reply.released.len() - flushed.len(),
+                        "release hooks still running at the bound: answered released anyway (P17.1)"
+                    );
+                }
+            }
             if reply.ignored {
                 info!(
                     revision = revoke.revision,
@@ -147,6 +169,59 @@ pub(crate) async fn post_revoke(
         }
         Err(error) => Err(push_refusal(error, "revoke")),
     }
+}
+
+/// Prepares for shards about to be handed here (P17.1): runs the embedder's prepare hook for each
+/// and answers with those prepared within the leader's wait (at most the request bound of 10 s);
+/// without hooks, all of them at once. Nothing is admitted because of it.
+#[utoipa::path(
+    post, path = "/v1/prepare", tag = "deliveries", operation_id = "post_prepare", request_body = PreparePush,
+    responses(
+        (status = 200, description = "The shards prepared within the wait (P17.1).", body = PrepareReply),
+        (status = 403, description = "`forbidden` (TLS): only managers ask, and only those of nodes that are members of the cluster (P13.3)."),
+        (status = 409, description = "`conflict`: the request names another executor."),
+        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet."),
+    ),
+)]
+pub(crate) async fn post_prepare(
+    State(shared): State<Arc<Shared>>,
+    ApiJson(prepare): ApiJson<PreparePush>,
+) -> Result<Json<PrepareReply>, HttpError> {
+    let Some(health) = shared.health() else {
+        return Err(HttpError::new(
+            ErrorCode::ShardingNotReady,
+            "this executor is not registered yet",
+        ));
+    };
+    if health.executor_id != prepare.executor_id {
+        return Err(HttpError::new(
+            ErrorCode::Conflict,
+            format!(
+                "this is executor {}, the prepare names {}",
+                health.executor_id, prepare.executor_id
+            ),
+        ));
+    }
+    let shards: Vec<u32> = prepare.shards.iter().map(|s| s.shard).collect();
+    let prepared = match shared.hooks() {
+        Some(hooks) => {
+            let wait = Duration::from_millis(prepare.wait_ms).min(REQUEST_TIMEOUT);
+            let preparing = prepare
+                .shards
+                .iter()
+                .map(|s| (s.shard, hooks.0.prepare(s.shard, s.epoch)))
+                .collect();
+            finished_within(preparing, wait).await
+        }
+        None => shards.clone(),
+    };
+    info!(
+        revision = prepare.revision,
+        asked = shards.len(),
+        prepared = prepared.len(),
+        "prepared for shards about to arrive (P17.1)"
+    );
+    Ok(Json(PrepareReply { prepared }))
 }
 
 /// As a sidecar (P16.2): the revoke's shards are released only once the service stopped

@@ -18,6 +18,7 @@ use crate::admission::{
     Assignment, ForeignGrant, GrantApplied, Permit, PushApplied, PushError, RevokeApplied,
 };
 use crate::admission_log::{AdmissionLog, MonotonicReading};
+use crate::hooks::Hooks;
 use crate::lease::LeaseClock;
 use crate::load_meter::{LoadMeter, PendingReport};
 use crate::sidecar::link::ServiceLink;
@@ -56,6 +57,8 @@ pub(crate) struct Shared {
     /// The application version (P17.3): sent in every register request to clusters that take
     /// it.
     app_version: Option<String>,
+    /// Warm handoffs (P17.1): the embedder's prepare and release hooks.
+    hooks: Option<Hooks>,
     /// What the embedder measures; each renewal takes a report from it.
     meter: LoadMeter,
     /// As a sidecar (PROTOCOL §16): what the service beside it was told, which revokes and the
@@ -130,6 +133,7 @@ impl Shared {
         Self {
             load,
             app_version: None,
+            hooks: None,
             meter: LoadMeter::new(assignment),
             inner: Mutex::new(Inner {
                 core,
@@ -156,6 +160,17 @@ impl Shared {
     pub(crate) fn with_app_version(mut self, app_version: Option<String>) -> Self {
         self.app_version = app_version;
         self
+    }
+
+    /// Runs `hooks` at warm handoffs (P17.1).
+    pub(crate) fn with_hooks(mut self, hooks: Option<Hooks>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// The embedder's handoff hooks, if any (P17.1).
+    pub(crate) fn hooks(&self) -> Option<&Hooks> {
+        self.hooks.as_ref()
     }
 
     /// As a sidecar: what the service beside it was told.

@@ -207,7 +207,8 @@ impl Executor {
             report_loads: config.report_loads,
         };
         let mut shared = Shared::new(address, config.name.clone(), log, load)
-            .with_app_version(config.app_version.clone());
+            .with_app_version(config.app_version.clone())
+            .with_hooks(config.handoff_hooks.clone());
         if let Some(link) = &service {
             shared = shared.serving(Arc::clone(link));
         }

@@ -109,6 +109,12 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_BALANCE_TOLERANCE", default_value = "10%", value_parser = parse_tolerance)]
     pub balance_tolerance: f64,
 
+    /// How long the leader waits, before it revokes a shard from a live holder, for the executor
+    /// receiving it to prepare (PROTOCOL P17.1: `POST /v1/prepare`); the handoff goes on when
+    /// it answers or this passes. `0s`: no prepare step. At most 60 s.
+    #[arg(long, env = "LEASEHOLD_PREPARE_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub prepare_timeout: Duration,
+
     /// Most shards moved for balance per minute (P15.3); expiry, drain and deregistration are
     /// not limited. Default: 1 % of the shard count, at least 1.
     #[arg(long, env = "LEASEHOLD_MAX_BALANCE_MOVES",
@@ -214,6 +220,10 @@ fn parse_initial_cluster(value: &str) -> Result<InitialCluster, String> {
     Ok(InitialCluster(members))
 }
 
+/// Longest `--prepare-timeout` (P17.1): every plan with a handoff from a live holder may wait
+/// this long for a receiver that does not answer.
+pub const MAX_PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Everything the server needs, validated.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
@@ -234,6 +244,8 @@ pub struct ManagerConfig {
     pub guard: GuardConfig,
     /// Placement by load (`--load-placement`, `--balance-tolerance`, `--max-balance-moves`).
     pub placement: PlacementSettings,
+    /// `--prepare-timeout` (P17.1).
+    pub prepare_timeout: Duration,
     /// `--max-capacity`, `--registration-rate`, `--registration-burst` (P13.6, P15.1).
     pub registration: RegistrationSettings,
     /// The process's TLS identity (P13.2), loaded and checked at start; `None` serves plaintext.
@@ -389,6 +401,13 @@ impl TryFrom<Args> for ManagerConfig {
                 timings.election_timeout_max_ms
             )));
         }
+        if args.prepare_timeout > MAX_PREPARE_TIMEOUT {
+            return Err(ConfigError(format!(
+                "--prepare-timeout {} is above {} s: a plan would wait that long for a slow executor",
+                humantime::format_duration(args.prepare_timeout),
+                MAX_PREPARE_TIMEOUT.as_secs()
+            )));
+        }
         if args.snapshot_every == 0 {
             return Err(ConfigError("--snapshot-every must be positive".to_string()));
         }
@@ -412,6 +431,7 @@ impl TryFrom<Args> for ManagerConfig {
                 enabled: args.mass_expiry_guard,
                 grace_ms: args.mass_expiry_grace.as_millis() as u64,
             },
+            prepare_timeout: args.prepare_timeout,
             placement: PlacementSettings {
                 by_load: args.load_placement,
                 tolerance: args.balance_tolerance,
@@ -452,6 +472,25 @@ mod tests {
         argv.extend_from_slice(extra);
         let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
         ManagerConfig::try_from(args).map_err(|e| e.to_string())
+    }
+
+    /// P17.1: the prepare wait defaults to 2 s, may be off, and is refused above 60 s.
+    #[test]
+    fn p17_1_the_prepare_wait_is_bounded() {
+        let cluster = ["--initial-cluster", "1=http://127.0.0.1:7001"];
+        let with = |wait: &str| {
+            let mut extra = cluster.to_vec();
+            extra.extend(["--prepare-timeout", wait]);
+            args(&extra)
+        };
+        assert_eq!(
+            args(&cluster).unwrap().prepare_timeout,
+            Duration::from_secs(2)
+        );
+        assert_eq!(with("0s").unwrap().prepare_timeout, Duration::ZERO);
+        assert_eq!(with("60s").unwrap().prepare_timeout, MAX_PREPARE_TIMEOUT);
+        let refused = with("61s").unwrap_err();
+        assert!(refused.contains("--prepare-timeout"), "{refused}");
     }
 
     /// P13.2: the health listener takes a port of its own; absent, there is none.

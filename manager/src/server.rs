@@ -255,7 +255,7 @@ fn spawn_tasks(
         tasks_stopped.clone(),
     ));
     tokio::spawn(leader::run(
-        leader::LeaderHandle::of(node),
+        leader::LeaderHandle::of(node, config.prepare_timeout),
         config.guard,
         config.placement,
         tasks_stopped.clone(),

@@ -2,8 +2,10 @@
 //! Kubernetes Deployment with `maxSurge: 1` does it: executors of application version 1.0 are
 //! replaced one at a time by executors of 1.1. For each, the replacement starts and registers,
 //! the old one gets SIGTERM and drains itself onto the newest version, and the fleet settles.
-//! Read from every admission log: each shard changed hands once, no shard was handed to an
-//! executor the deploy replaced later, and I1/I2 hold.
+//! The new executors take 200 ms to prepare for each shard (`--prepare-delay`, P17.1), which the
+//! leader waits for before it revokes the shard from its holder. Read from every admission log:
+//! each shard changed hands once, no shard was handed to an executor the deploy replaced later,
+//! and I1/I2 hold.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,11 +30,24 @@ const VERSION_BOUND: Duration = Duration::from_secs(30);
 /// Executors in the fleet the deploy replaces.
 const FLEET: usize = 3;
 
-fn start_versioned(fleet: &mut Fleet, cluster: &Cluster, name: &str, version: &str) -> usize {
+/// The new executors' warm-up (P17.1): each prepares for a shard this long before it arrives.
+const PREPARE_DELAY: &str = "200ms";
+
+fn start_versioned(
+    fleet: &mut Fleet,
+    cluster: &Cluster,
+    name: &str,
+    version: &str,
+    prepare_delay: Option<&str>,
+) -> usize {
     let mut spec = ExecutorSpec::local(cluster, name);
     spec.extra_args = fault_executor_args();
     spec.extra_args
         .extend(["--app-version".to_owned(), version.to_owned()]);
+    if let Some(delay) = prepare_delay {
+        spec.extra_args
+            .extend(["--prepare-delay".to_owned(), delay.to_owned()]);
+    }
     fleet.start(spec)
 }
 
@@ -58,7 +73,7 @@ async fn p17_3_a_rolling_deploy_moves_each_shard_once_onto_the_newest_version() 
 
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let old: Vec<usize> = (0..FLEET)
-        .map(|i| start_versioned(&mut fleet, &cluster, &format!("old-{i}"), "1.0"))
+        .map(|i| start_versioned(&mut fleet, &cluster, &format!("old-{i}"), "1.0", None))
         .collect();
     wait_for_even_split(&fleet.refs(&old), FAULT_SHARDS, SETTLE_BOUND).await;
 
@@ -67,7 +82,13 @@ async fn p17_3_a_rolling_deploy_moves_each_shard_once_onto_the_newest_version() 
     let mut running = old.clone();
     let mut replaced = Vec::new();
     for (i, &leaving) in old.iter().enumerate() {
-        let replacement = start_versioned(&mut fleet, &cluster, &format!("new-{i}"), "1.1");
+        let replacement = start_versioned(
+            &mut fleet,
+            &cluster,
+            &format!("new-{i}"),
+            "1.1",
+            Some(PREPARE_DELAY),
+        );
         wait_registered(fleet.get(replacement)).await;
         running.push(replacement);
         fleet.signal(leaving, Signal::SIGTERM);
@@ -81,6 +102,17 @@ async fn p17_3_a_rolling_deploy_moves_each_shard_once_onto_the_newest_version() 
     report_figure(SCENARIO, "the whole deploy", deploy_started.elapsed());
 
     let report = fleet.check(SCENARIO);
+    // P17.1: each new executor prepared for the shards it took before their holders were revoked.
+    for index in &running {
+        let executor = fleet.get(*index);
+        assert!(
+            executor
+                .log()
+                .contains("prepared for shards about to arrive"),
+            "P17.1: {} was asked to prepare",
+            executor.name
+        );
+    }
     for &index in &old {
         let reasons = fleet.reasons(index);
         assert!(

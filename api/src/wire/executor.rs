@@ -381,6 +381,34 @@ pub struct RevokeReply {
     pub ignored: bool,
 }
 
+/// `POST /v1/prepare` on the executor (PROTOCOL P17.1): these shards are about to be handed to
+/// it, each at `epoch`; it may warm up (load a cache, replay a log) before the leader revokes
+/// them from their holders. It admits nothing because of it: the shards are its only once a set
+/// grants them (P3.3). A plan that changes in between may give them elsewhere after all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PreparePush {
+    /// The executor the shards are for (see [`AssignmentPush::executor_id`]).
+    pub executor_id: String,
+    /// The revision the plan was made on.
+    pub revision: u64,
+    /// The shards, each with the epoch it will be granted at.
+    pub shards: Vec<ShardEpoch>,
+    /// How long the leader waits for the answer (its `--prepare-timeout`): the executor answers
+    /// by then with the shards prepared so far.
+    pub wait_ms: u64,
+}
+
+/// Executor's answer to a prepare push, sent once every shard is prepared, or when its own
+/// bound passed for those that are not (the leader goes on without them either way).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PrepareReply {
+    /// The shards whose preparation completed.
+    pub prepared: Vec<u32>,
+}
+
 /// `GET /v1/health` on the executor: lets the manager check an address still belongs to the
 /// executor (and process incarnation) it thinks it does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

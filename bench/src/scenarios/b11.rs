@@ -5,6 +5,8 @@
 //! shards are spread evenly again. Read from the admission logs afterwards: how often each shard moved, how many handoffs
 //! gave a shard to an executor that was itself replaced later in the deploy, and each handoff's
 //! no-owner window (the old owner's stop to the new owner's start); I1 and I2 over every log.
+//! Every executor takes `--prepare-delay` (200 ms by default) to prepare for each shard about to
+//! arrive (P17.1), which the leader waits for before revoking the shard from its holder.
 
 use std::collections::BTreeSet;
 
@@ -32,6 +34,7 @@ fn start_executor(
     dir: &Path,
     name: &str,
     app_version: &str,
+    prepare_delay: Duration,
 ) -> Result<DeployedExecutor> {
     let executor_bin =
         binary_in(&env.bin_dir, "leasehold-executor").context(procs::BIN_DIR_HINT)?;
@@ -44,7 +47,9 @@ fn start_executor(
         .arg("--event-log")
         .arg(&event_log)
         .arg("--app-version")
-        .arg(app_version);
+        .arg(app_version)
+        .arg("--prepare-delay")
+        .arg(humantime::format_duration(prepare_delay).to_string());
     let process = ChildProcess::spawn(&mut command, &dir.join(format!("{name}.log")))?;
     Ok(DeployedExecutor {
         name: name.to_owned(),
@@ -86,11 +91,18 @@ async fn wait_spread(
     Ok(())
 }
 
-pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Result<Table> {
+pub async fn b11(
+    env: &Env,
+    executors: usize,
+    shards: u32,
+    runs: usize,
+    prepare_delay: Duration,
+) -> Result<Table> {
     let mut table = Table::new(&[
         "B11",
         "run",
         "executors × shards",
+        "prepare hook",
         "moves per shard (mean / max)",
         "handoffs (onto executors replaced later)",
         "no-owner window p50 / p99 / max",
@@ -106,7 +118,16 @@ pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Resul
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
         let dir = env.dir(&format!("{name}-executors"))?;
         let mut running: Vec<DeployedExecutor> = (0..executors)
-            .map(|i| start_executor(env, &cluster, &dir, &format!("old-{i}"), OLD_VERSION))
+            .map(|i| {
+                start_executor(
+                    env,
+                    &cluster,
+                    &dir,
+                    &format!("old-{i}"),
+                    OLD_VERSION,
+                    prepare_delay,
+                )
+            })
             .collect::<Result<_>>()?;
         let addresses = |running: &[DeployedExecutor]| -> BTreeSet<String> {
             running.iter().map(|e| e.address.clone()).collect()
@@ -117,8 +138,14 @@ pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Resul
         let mut stopped: Vec<DeployedExecutor> = Vec::new();
         let mut replaced_in_order = Vec::new();
         for i in 0..executors {
-            let replacement =
-                start_executor(env, &cluster, &dir, &format!("new-{i}"), NEW_VERSION)?;
+            let replacement = start_executor(
+                env,
+                &cluster,
+                &dir,
+                &format!("new-{i}"),
+                NEW_VERSION,
+                prepare_delay,
+            )?;
             let address = replacement.address.clone();
             poll_every(
                 "the replacement to register",
@@ -179,6 +206,7 @@ pub async fn b11(env: &Env, executors: usize, shards: u32, runs: usize) -> Resul
             "B11".to_owned(),
             run.to_string(),
             format!("{executors} × {shards}"),
+            humantime::format_duration(prepare_delay).to_string(),
             format!("{:.2} / {}", figures.moves_mean, figures.moves_max),
             format!("{} ({})", figures.handoffs, figures.onto_replaced_later),
             format!(

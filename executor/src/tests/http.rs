@@ -509,3 +509,88 @@ async fn p13_3_a_push_from_a_node_that_is_not_a_member_is_refused() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// Hooks that record what they were asked and take `delay` each.
+#[derive(Debug, Default)]
+struct RecordingHooks {
+    delay: std::time::Duration,
+    prepared: std::sync::Mutex<Vec<(u32, u64)>>,
+    released: std::sync::Mutex<Vec<u32>>,
+}
+
+impl crate::HandoffHooks for RecordingHooks {
+    fn prepare(&self, shard: u32, epoch: u64) -> crate::HookFuture {
+        self.prepared.lock().unwrap().push((shard, epoch));
+        Box::pin(tokio::time::sleep(self.delay))
+    }
+
+    fn release(&self, shard: u32) -> crate::HookFuture {
+        self.released.lock().unwrap().push(shard);
+        Box::pin(tokio::time::sleep(self.delay))
+    }
+}
+
+fn with_hooks(hooks: &Arc<RecordingHooks>) -> Arc<Shared> {
+    let shared = Arc::try_unwrap(registered()).unwrap();
+    let hooks: Arc<dyn crate::HandoffHooks> = Arc::clone(hooks) as Arc<dyn crate::HandoffHooks>;
+    Arc::new(shared.with_hooks(Some(crate::Hooks(hooks))))
+}
+
+/// P17.1: a prepare runs the hook of each shard with the epoch it will arrive at, admits
+/// nothing, and answers once they are done; a prepare for another executor is refused.
+#[tokio::test(start_paused = true)]
+async fn p17_1_a_prepare_runs_the_hooks_and_admits_nothing() {
+    let hooks = Arc::new(RecordingHooks {
+        delay: std::time::Duration::from_millis(200),
+        ..RecordingHooks::default()
+    });
+    let shared = with_hooks(&hooks);
+    let asked = Instant::now();
+    let body = json!({
+        "executor_id": "ex-1",
+        "revision": 11,
+        "shards": [{"shard": 5, "epoch": 3}, {"shard": 6, "epoch": 1}],
+        "wait_ms": 5000
+    });
+    let (status, _, reply) = call(app(&shared), "POST", "/v1/prepare", Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply, json!({"prepared": [5, 6]}));
+    assert_eq!(asked.elapsed(), std::time::Duration::from_millis(200));
+    assert_eq!(*hooks.prepared.lock().unwrap(), vec![(5, 3), (6, 1)]);
+    assert!(shared.admit(5).is_err(), "preparing admits nothing");
+    // Past the wait: answered with what is done.
+    let short = json!({
+        "executor_id": "ex-1", "revision": 11, "shards": [{"shard": 7, "epoch": 1}], "wait_ms": 50
+    });
+    let (status, _, reply) = call(app(&shared), "POST", "/v1/prepare", Some(short)).await;
+    assert_eq!((status, reply), (StatusCode::OK, json!({"prepared": []})));
+    let other = json!({"executor_id": "ex-9", "revision": 11, "shards": [], "wait_ms": 1});
+    let (status, _, _) = call(app(&shared), "POST", "/v1/prepare", Some(other)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+/// P17.1, P5.2: a revoke stops admission at once, runs the release hooks and is answered once
+/// they are done, within 1.5 s whatever they take.
+#[tokio::test(start_paused = true)]
+async fn p17_1_a_revoke_waits_for_the_release_hooks_within_its_bound() {
+    for (delay_ms, answered_after_ms) in [(300, 300), (10_000, 1_500)] {
+        let hooks = Arc::new(RecordingHooks {
+            delay: std::time::Duration::from_millis(delay_ms),
+            ..RecordingHooks::default()
+        });
+        let shared = with_hooks(&hooks);
+        let asked = Instant::now();
+        let revoke = json!({"executor_id": "ex-1", "revision": 11, "shards": [1]});
+        let (status, _, reply) = call(app(&shared), "POST", "/v1/revoke", Some(revoke)).await;
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        assert_eq!(reply["released"], json!([1]));
+        assert_eq!(
+            asked.elapsed(),
+            std::time::Duration::from_millis(answered_after_ms),
+            "hook of {delay_ms} ms"
+        );
+        assert_eq!(*hooks.released.lock().unwrap(), vec![1]);
+        assert!(shared.admit(1).is_err());
+        assert!(shared.admit(2).is_ok(), "shard 2 was not revoked");
+    }
+}

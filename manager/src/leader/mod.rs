@@ -16,6 +16,7 @@ pub mod deliver;
 pub mod delivery_plan;
 pub mod delivery_round;
 pub mod placement;
+pub mod prepare;
 pub mod term;
 
 #[cfg(test)]
@@ -32,6 +33,7 @@ use leasehold_api::wire::MAX_SHARD_LOAD;
 use self::config_writes::ConfigWrites;
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
 use self::placement::{PlacementSettings, TermPlacement};
+use self::prepare::Prepared;
 use self::term::{NextStep, Office, TermSteps, Written};
 use crate::cpu_bound;
 use crate::leadership::Leadership;
@@ -63,11 +65,14 @@ pub struct LeaderHandle {
     pub load_reports: LoadReports,
     pub published_loads: PublishedLoads,
     pub config_writes: ConfigWrites,
+    /// `--prepare-timeout` (P17.1): how long a plan waits for receivers to prepare; zero: not.
+    pub prepare_timeout: Duration,
 }
 
 impl LeaderHandle {
-    pub fn of(node: &ManagerNode) -> Self {
+    pub fn of(node: &ManagerNode, prepare_timeout: Duration) -> Self {
         Self {
+            prepare_timeout,
             leadership: node.leadership.clone(),
             state: node.state.clone(),
             signals: node.signals.clone(),
@@ -134,6 +139,7 @@ async fn lead_term(
         MAX_MOVES_PER_PLAN,
     );
     let mut reports_taken = 0;
+    let mut prepared = Prepared::default();
     node.signals.reset_for_new_term();
     // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
     // is stale, and every executor reports again within a renewal period.
@@ -151,7 +157,7 @@ async fn lead_term(
     let delivery = tokio::spawn(deliver::run(handle, term, delivery_stopped));
 
     while still_leading(node, term) && !*shutdown.borrow() {
-        step(node, &mut term_steps, &mut reports_taken).await;
+        step(node, &mut term_steps, &mut reports_taken, &mut prepared).await;
         let lease_ms = node
             .state
             .read(|a| a.state.config().map(|c| c.lease_duration_ms));
@@ -236,7 +242,12 @@ const OFFICE_BARRIER_PATIENCE: Duration = Duration::from_secs(5);
 /// One step of [`TermSteps`]: its writes in its order (reap, complete expired handoffs, plan),
 /// each its own committed write on the state the previous one left. The plan goes by the loads
 /// reported up to now (P15.1).
-async fn step(node: &LeaderHandle, term_steps: &mut TermSteps, reports_taken: &mut u64) {
+async fn step(
+    node: &LeaderHandle,
+    term_steps: &mut TermSteps,
+    reports_taken: &mut u64,
+    prepared: &mut Prepared,
+) {
     let now_ms = node.leadership.clock.now_ms();
     // Reads that scan the state take a clone, not the lock `apply` waits on. A clone is dropped
     // before anything is awaited: while one lives, every `apply` copies what it changes.
@@ -267,7 +278,10 @@ async fn step(node: &LeaderHandle, term_steps: &mut TermSteps, reports_taken: &m
         let written = match write {
             StepWrite::Reap => reap(node, command).await,
             StepWrite::CompleteHandoffs => complete_handoffs(node, command).await,
-            StepWrite::Rebalance => rebalance(node, command).await,
+            StepWrite::Rebalance => {
+                prepare_receivers(node, prepared, &command).await;
+                rebalance(node, command).await
+            }
         };
         if let Some(plan) = term_steps.written(written, node.leadership.clock.now_ms()) {
             node.signals.metrics.count_plan(plan);
@@ -349,6 +363,31 @@ async fn complete_handoffs(node: &LeaderHandle, command: Command) -> Written {
         tracing::info!(completed = ?done.completed, "handoffs completed on the old owner's expiry (P5.2)");
     })
     .await
+}
+
+/// P17.1: asks the receivers of `plan`'s handoffs from live holders to prepare, and waits for
+/// them (at most `--prepare-timeout`) before the plan is committed.
+async fn prepare_receivers(node: &LeaderHandle, prepared: &mut Prepared, plan: &Command) {
+    if node.prepare_timeout.is_zero() {
+        return;
+    }
+    let now_ms = node.leadership.clock.now_ms();
+    let requests = cpu_bound::run(|| {
+        prepared.needed(&node.state.current(), plan, now_ms, node.prepare_timeout)
+    });
+    if requests.is_empty() {
+        return;
+    }
+    let started = tokio::time::Instant::now();
+    let (asked, ready) = prepare::ask(&node.http, &requests, node.prepare_timeout).await;
+    prepared.asked(&requests);
+    tracing::info!(
+        receivers = requests.len(),
+        asked,
+        prepared = ready,
+        waited_ms = started.elapsed().as_millis() as u64,
+        "receivers prepared before their handoffs (P17.1)"
+    );
 }
 
 async fn rebalance(node: &LeaderHandle, plan: Command) -> Written {
