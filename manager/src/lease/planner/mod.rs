@@ -18,7 +18,8 @@
 //!
 //! While the executors that take shards run more than one application version (a rollout,
 //! P17.3), neither is used: only the shards that must move do, onto the newest version
-//! ([`rollout`]), so a rolling deploy moves each shard once.
+//! ([`constrained`]; maintenance mode goes the same way, P17.4), so a rolling deploy moves each
+//! shard once.
 //!
 //! While a new leader has not heard from every live executor it knows nothing of their loads
 //! ([`Loads::Learning`]): it places shards that have no live holder and fills executors that
@@ -30,12 +31,12 @@
 //! capped plan takes the cheapest moves first (cancelled handoffs, then unowned grants, then
 //! retargeted handoffs, then revokes), and the leader plans again as soon as it commits.
 
+mod constrained;
 pub(super) mod count;
 mod load;
-mod rollout;
 
-pub use rollout::rollout_target;
-use rollout::Constraints;
+pub use constrained::rollout_target;
+use constrained::Constraints;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -213,7 +214,7 @@ pub fn plan_placement(
             rollout_to,
             maintenance: state.maintenance(),
         };
-        let moves = rollout::plan_moves(state, now_ms, constraints, max_moves);
+        let moves = constrained::plan_moves(state, now_ms, constraints, max_moves);
         return plan_of(state, now_ms, honour_pins(state, now_ms, moves, max_moves));
     }
     // By count, every shard of the table may need a move (a million at a fleet's first start):

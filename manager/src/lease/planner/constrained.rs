@@ -71,6 +71,15 @@ struct Receiver<'a> {
     holding: u64,
 }
 
+/// A shard owner as the plan sees it.
+#[derive(Debug)]
+struct Owner<'a> {
+    executor: &'a Executor,
+    takes: bool,
+    /// Its place among the receivers, when it is one.
+    position: Option<usize>,
+}
+
 /// A receiver's place in the queue of who gets the next shard: fewest shards for its capacity,
 /// then lowest id (its position in id order).
 #[derive(Debug, PartialEq, Eq)]
@@ -141,6 +150,19 @@ pub(in crate::lease) fn plan_moves(
         .enumerate()
         .map(|(position, receiver)| (receiver.id, position))
         .collect();
+    // Each owner looked up once, not once per shard it holds.
+    let owners: HashMap<&str, Owner<'_>> = state
+        .executors()
+        .map(|executor| {
+            let id = executor.id.as_str();
+            let owner = Owner {
+                executor,
+                takes: takes_shards(executor, now_ms),
+                position: positions.get(id).copied(),
+            };
+            (id, owner)
+        })
+        .collect();
 
     let mut moves: Vec<(Move, MoveReason)> = Vec::new();
     let mut homeless: Vec<ShardId> = Vec::new();
@@ -150,15 +172,10 @@ pub(in crate::lease) fn plan_moves(
             .as_ref()
             .and_then(|handoff| handoff.to.as_deref())
             .and_then(|target| positions.get(target).copied());
-        let owner = shard
-            .owner
-            .as_deref()
-            .and_then(|owner| state.executor(owner));
-        let owner_takes = owner.is_some_and(|owner| takes_shards(owner, now_ms));
-        let owner_position = shard
-            .owner
-            .as_deref()
-            .and_then(|owner| positions.get(owner).copied());
+        let known = shard.owner.as_deref().and_then(|owner| owners.get(owner));
+        let owner = known.map(|known| known.executor);
+        let owner_takes = known.is_some_and(|known| known.takes);
+        let owner_position = known.and_then(|known| known.position);
         match (owner, &shard.handoff, target) {
             // On its way to an executor of the newest version: it stays on that course.
             (_, Some(_), Some(target)) => {
@@ -215,7 +232,7 @@ pub(in crate::lease) fn plan_moves(
         let Some(Reverse(mut fill)) = queue.pop() else {
             break;
         };
-        let Some(receiver) = receivers.get_mut(fill.position) else {
+        let Some(receiver) = receivers.get(fill.position) else {
             break;
         };
         moves.push((
@@ -225,7 +242,6 @@ pub(in crate::lease) fn plan_moves(
             },
             why_it_moves(state, now_ms, shard),
         ));
-        receiver.holding += 1;
         fill.holding += 1;
         queue.push(Reverse(fill));
     }
