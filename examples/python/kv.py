@@ -13,7 +13,8 @@ every write by its shard's epoch (docs/FENCING.md).
 Standard library only, Python 3.11+. Three parts:
 
 1. Leasehold: the permits long poll and the lease copy it keeps, the admission check, the fence
-   raise before a gained shard is served, and the graceful stop.
+   raise before a gained shard is served, the warm-up before a shard arrives, and the graceful
+   stop.
 2. The shard store: one SQLite file per shard, the epoch rule (examples/kv/src/store.rs).
 3. The HTTP service around them (examples/kv/src/service.rs, wire.rs).
 """
@@ -44,11 +45,13 @@ log = logging.getLogger("kv")
 Json = dict[str, Any]  # a JSON object as json.loads gives it
 
 # ==================================================================================================
-# Part 1. Leasehold: the sidecar's permits, the admission check, the fence raise, the stop.
+# Part 1. Leasehold: the sidecar's permits, the admission check, the fence raise, the warm-up,
+# the stop.
 # ==================================================================================================
 
 POLL_WAIT = "30s"  # the sidecar answers sooner on any change, and before half the copy is left
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 1.0
+WARM_KEEP_S = 30.0  # a file opened for a shard that then did not arrive (the plan changed) is closed
 
 
 def fnv1a_64(data: bytes) -> int:
@@ -92,6 +95,7 @@ class Fences:
     def __init__(self, store: ShardStore, stats: Stats):
         self.store, self.stats, self.lock = store, stats, threading.Lock()
         self.opened: dict[int, int] = {}  # shard -> the epoch this process raised the store to
+        self.warmed: dict[int, float] = {}  # shard -> when its file was opened before it arrived
 
     def open(self, shard: int, epoch: int) -> None:
         """Raises the fence unless done already; StaleEpoch if the store holds a newer epoch."""
@@ -110,12 +114,26 @@ class Fences:
         with self.lock:
             self.opened.pop(shard, None)
 
+    def warm(self, shard: int) -> None:
+        """Warm handoffs (P17.1): opens the file of a shard about to arrive and reads it through
+        while its holder still serves it. The fence is not touched: the shard is not ours yet, and
+        may go elsewhere after all."""
+        self.store.warm(shard)
+        with self.lock:
+            self.warmed[shard] = time.monotonic()
+
     def follow(self, shards: dict[int, int]) -> None:
-        """On an admitting answer: forget the shards that left, raise the ones gained (in
-        parallel: one file locked by a stalled process must not hold up the others)."""
+        """On an admitting answer: forget the shards that left (and files warmed for shards that
+        did not come), raise the ones gained (in parallel: one file locked by a stalled process
+        must not hold up the others)."""
         with self.lock:
             gone = [shard for shard in self.opened if shard not in shards]
             gained = [held for held in shards.items() if self.opened.get(held[0]) != held[1]]
+            now = time.monotonic()
+            gone += [shard for shard, at in self.warmed.items()
+                     if shard not in shards and now - at > WARM_KEEP_S]
+            for shard in [*gone, *shards]:
+                self.warmed.pop(shard, None)
         for shard in gone:
             self.forget(shard)
             self.store.forget(shard)
@@ -139,6 +157,9 @@ class Permits(threading.Thread):
         super().__init__(name="permits", daemon=True)
         self.sidecar, self.fences, self.ack_delay = sidecar, fences, ack_delay
         self.copy = LeaseCopy()
+        self.warmups = ThreadPoolExecutor(max_workers=4, thread_name_prefix="prepare")
+        self.preparing: set[tuple[int, int]] = set()  # (shard, epoch) warming up; under the lock
+        self.lock = threading.Lock()
         self.stop_requested = threading.Event()
         self.finished = threading.Event()  # asked to stop, and the sidecar is stopping or gone
 
@@ -164,7 +185,8 @@ class Permits(threading.Thread):
         self.finished.set()
 
     def _poll(self, wait: str) -> LeaseCopy:
-        query = {"wait": wait}
+        # prepare=true: this service warms up for shards about to arrive (P17.1).
+        query = {"wait": wait, "prepare": "true"}
         if self.copy.answer:  # the acknowledgement of the answer applied last
             query.update(applied=self.copy.answer["revision"], state=self.copy.answer["state"])
         # Anchored at the instant the request is sent, not answered: the sidecar counted the lease
@@ -193,6 +215,34 @@ class Permits(threading.Thread):
                      " ".join(gained) or "none", " ".join(lost) or "none")
         if state == "admitting":
             self.fences.follow(new.shards)
+        for item in new.answer.get("preparing", []):
+            self._prepare(int(item["shard"]), int(item["epoch"]))
+
+    def _prepare(self, shard: int, epoch: int) -> None:
+        """Warms up for a shard about to arrive, off this thread (the next poll acknowledges the
+        answer, which must not wait for it), then tells the sidecar, which tells the leader: the
+        holder is revoked only then, or after the leader's wait (P17.1)."""
+        with self.lock:
+            if (shard, epoch) in self.preparing:
+                return
+            self.preparing.add((shard, epoch))
+        self.warmups.submit(self._warm, shard, epoch)
+
+    def _warm(self, shard: int, epoch: int) -> None:
+        try:
+            self.fences.warm(shard)
+            self.sidecar("POST", f"/v1/local/prepared?shard={shard}&epoch={epoch}",
+                         STOP_TIMEOUT_S)
+            log.info("shard %d: prepared for its arrival at epoch %d (file open and read)",
+                     shard, epoch)
+        except (StaleEpoch, sqlite3.Error, StoreError) as error:
+            log.warning("shard %d: not warmed (%s); it is opened on arrival", shard, error)
+        except SIDECAR_ERRORS as error:
+            # 409: the leader stopped waiting, and the handoff went on without us.
+            log.info("shard %d: prepared too late for the handoff (%s)", shard, error)
+        finally:
+            with self.lock:
+                self.preparing.discard((shard, epoch))
 
 
 def stop_gracefully(permits: Permits) -> None:
@@ -299,6 +349,12 @@ class ShardStore:
                 raise StaleEpoch(stored)
             row = connection.execute("SELECT value, epoch FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else (str(row[0]), int(row[1]))
+
+    def warm(self, shard: int) -> None:
+        """Opens the shard's file and reads it through, leaving the connection open for its
+        arrival; the fence is only read."""
+        with self._transaction(shard, "BEGIN DEFERRED") as connection:
+            connection.execute("SELECT count(*), sum(length(value)) FROM kv").fetchone()
 
     def forget(self, shard: int) -> None:
         """Closes the connection of a shard no longer held (a later use reopens it)."""

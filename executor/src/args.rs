@@ -85,6 +85,12 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_APP_URL")]
     pub app_url: Option<String>,
 
+    /// As a sidecar: the service warms up for shards about to arrive (PROTOCOL P17.1) and says
+    /// so (`POST /v1/local/prepared`), so the leader's prepares wait for it, from the first one
+    /// on, at most the leader's --prepare-timeout.
+    #[arg(long, env = "LEASEHOLD_LOCAL_PREPARE")]
+    pub local_prepare: bool,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -125,6 +131,7 @@ impl ExecutorArgs {
                 None => None,
             };
         config.app_url = self.app_url.clone();
+        config.local_prepare = self.local_prepare;
         Ok(config)
     }
 }

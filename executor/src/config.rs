@@ -66,6 +66,10 @@ pub struct ExecutorConfig {
     /// acknowledged by a `2xx` within `sidecar::APP_PUSH_TIMEOUT`): http:// on this machine only.
     /// Makes the executor a sidecar, as `local_listen` does.
     pub app_url: Option<String>,
+    /// As a sidecar: the service prepares for shards about to arrive (PROTOCOL P17.1), so
+    /// prepares wait for it from the start, before its first poll (a service can also say so on
+    /// its polls, `prepare=true`, but a sidecar that just registered is asked before that).
+    pub local_prepare: bool,
 }
 
 impl ExecutorConfig {
@@ -87,6 +91,7 @@ impl ExecutorConfig {
             report_loads: false,
             local_listen: None,
             app_url: None,
+            local_prepare: false,
         }
     }
 }

@@ -9,11 +9,14 @@
 //!   revoke is answered released once every release finished, or after `release_timeout`.
 //!   Admission stopped before, so the lease still bounds safety whatever a hook does (P5.2).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 /// What a hook returns: it is awaited, within its bound.
 pub type HookFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -69,54 +72,160 @@ impl HandoffHooks for DelayHooks {
     }
 }
 
-/// Runs `hooks`, one per shard, at once, and answers the shards whose hook finished within
-/// `bound`, in the order given.
-pub(crate) async fn finished_within(hooks: Vec<(u32, HookFuture)>, bound: Duration) -> Vec<u32> {
-    let mut running = tokio::task::JoinSet::new();
-    for (shard, hook) in hooks {
-        running.spawn(async move {
-            hook.await;
-            shard
-        });
-    }
-    let mut finished = Vec::new();
-    let deadline = tokio::time::Instant::now() + bound;
-    while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, running.join_next()).await {
-        if let Ok(shard) = joined {
-            finished.push(shard);
+/// One call of a hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HookCall {
+    Prepare { shard: u32, epoch: u64 },
+    Release { shard: u32 },
+}
+
+impl HookCall {
+    fn shard(self) -> u32 {
+        match self {
+            HookCall::Prepare { shard, .. } | HookCall::Release { shard } => shard,
         }
     }
-    // What did not finish goes on in the background: a hook is the embedder's to end.
-    running.detach_all();
-    finished.sort_unstable();
-    finished
+}
+
+/// The embedder's hooks and the calls of them still running. A call made again while its hook
+/// runs (a new leader's prepare, a resent revoke) waits for that run instead of starting another,
+/// so a hook that never finishes runs once, not once per resend: what runs is bounded by the
+/// shards, not by the requests.
+#[derive(Debug, Clone)]
+pub(crate) struct HookRunner {
+    hooks: Hooks,
+    /// Each running call, and what says it finished (`true`).
+    running: Arc<Mutex<HashMap<HookCall, watch::Receiver<bool>>>>,
+}
+
+impl HookRunner {
+    pub(crate) fn new(hooks: Hooks) -> Self {
+        Self {
+            hooks,
+            running: Arc::default(),
+        }
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<HookCall, watch::Receiver<bool>>> {
+        // No section panics midway; a poisoned lock still guards a consistent map.
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `calls` at once (joining those already running) and answers the shards whose call
+    /// finished within `bound`, ascending. What did not finish goes on in the background: a hook
+    /// is the embedder's to end.
+    pub(crate) async fn finished_within(&self, calls: &[HookCall], bound: Duration) -> Vec<u32> {
+        let deadline = tokio::time::Instant::now() + bound;
+        let waits: Vec<(u32, watch::Receiver<bool>)> = calls
+            .iter()
+            .map(|&call| (call.shard(), self.start_or_join(call)))
+            .collect();
+        let mut finished = Vec::new();
+        for (shard, mut done) in waits {
+            let waited = tokio::time::timeout_at(deadline, done.wait_for(|done| *done)).await;
+            if matches!(waited, Ok(Ok(_))) {
+                finished.push(shard);
+            }
+        }
+        finished.sort_unstable();
+        finished
+    }
+
+    fn start_or_join(&self, call: HookCall) -> watch::Receiver<bool> {
+        let (finished_tx, finished) = {
+            let mut running = self.running();
+            if let Some(done) = running.get(&call) {
+                return done.clone();
+            }
+            let (finished_tx, finished) = watch::channel(false);
+            running.insert(call, finished.clone());
+            (finished_tx, finished)
+        };
+        // Made outside the lock: the embedder's code.
+        let hook = match call {
+            HookCall::Prepare { shard, epoch } => self.hooks.0.prepare(shard, epoch),
+            HookCall::Release { shard } => self.hooks.0.release(shard),
+        };
+        let ended = Ended {
+            running: Arc::clone(&self.running),
+            call,
+        };
+        tokio::spawn(async move {
+            hook.await;
+            // Forgotten first, so a call made after this sees it finished or starts anew.
+            drop(ended);
+            let _ = finished_tx.send(true);
+        });
+        finished
+    }
+}
+
+/// Forgets a call once its hook ended, or its task did (a panicking hook included).
+struct Ended {
+    running: Arc<Mutex<HashMap<HookCall, watch::Receiver<bool>>>>,
+    call: HookCall,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.call);
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
     use super::*;
+
+    /// Prepares that sleep: shard 2's never ends within a test. Counts the hooks started.
+    #[derive(Debug, Default)]
+    struct Sleepy {
+        started: AtomicU32,
+    }
+
+    impl HandoffHooks for Sleepy {
+        fn prepare(&self, shard: u32, _epoch: u64) -> HookFuture {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            let took = match shard {
+                3 => Duration::from_millis(200),
+                1 => Duration::from_millis(300),
+                5 => Duration::from_millis(50),
+                _ => Duration::from_secs(3_600),
+            };
+            Box::pin(tokio::time::sleep(took))
+        }
+    }
+
+    fn prepares(shards: &[u32]) -> Vec<HookCall> {
+        shards
+            .iter()
+            .map(|&shard| HookCall::Prepare { shard, epoch: 1 })
+            .collect()
+    }
 
     /// P17.1: hooks run at once, and only those done within the bound are answered.
     #[tokio::test(start_paused = true)]
     async fn p17_1_hooks_run_together_within_their_bound() {
+        let runner = HookRunner::new(Hooks(Arc::new(Sleepy::default())));
         let started = tokio::time::Instant::now();
-        let hooks: Vec<(u32, HookFuture)> = vec![
-            (3, Box::pin(tokio::time::sleep(Duration::from_millis(200)))),
-            (1, Box::pin(tokio::time::sleep(Duration::from_millis(300)))),
-            (2, Box::pin(tokio::time::sleep(Duration::from_secs(10)))),
-        ];
-        let finished = finished_within(hooks, Duration::from_secs(1)).await;
+        let finished = runner
+            .finished_within(&prepares(&[3, 1, 2]), Duration::from_secs(1))
+            .await;
         assert_eq!(finished, vec![1, 3]);
         assert_eq!(
             started.elapsed(),
             Duration::from_secs(1),
             "waited for the bound"
         );
-        let quick: Vec<(u32, HookFuture)> =
-            vec![(5, Box::pin(tokio::time::sleep(Duration::from_millis(50))))];
         let started = tokio::time::Instant::now();
         assert_eq!(
-            finished_within(quick, Duration::from_secs(1)).await,
+            runner
+                .finished_within(&prepares(&[5]), Duration::from_secs(1))
+                .await,
             vec![5]
         );
         assert_eq!(
@@ -124,5 +233,35 @@ mod tests {
             Duration::from_millis(50),
             "no longer than the hooks"
         );
+    }
+
+    /// P17.1: a call made again while its hook runs joins that run, so a hook that never ends is
+    /// started once however often it is asked for; a finished one runs again when asked again.
+    #[tokio::test(start_paused = true)]
+    async fn p17_1_a_call_made_again_joins_the_running_hook() {
+        let hooks = Arc::new(Sleepy::default());
+        let runner = HookRunner::new(Hooks(Arc::clone(&hooks) as Arc<dyn HandoffHooks>));
+        for _ in 0..5 {
+            let finished = runner
+                .finished_within(&prepares(&[2]), Duration::from_millis(100))
+                .await;
+            assert!(finished.is_empty());
+        }
+        assert_eq!(hooks.started.load(Ordering::SeqCst), 1, "one run, joined");
+        assert_eq!(runner.running().len(), 1);
+        let twice = runner
+            .finished_within(&prepares(&[5, 5]), Duration::from_secs(1))
+            .await;
+        assert_eq!(twice, vec![5, 5]);
+        assert_eq!(hooks.started.load(Ordering::SeqCst), 2, "5 ran once");
+        runner
+            .finished_within(&prepares(&[5]), Duration::from_secs(1))
+            .await;
+        assert_eq!(
+            hooks.started.load(Ordering::SeqCst),
+            3,
+            "finished: runs again"
+        );
+        assert_eq!(runner.running().len(), 1, "only shard 2's still runs");
     }
 }

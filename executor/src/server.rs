@@ -9,7 +9,8 @@
 //!   shards stopped. A revoke overtaken by a newer set is answered released for the shards that
 //!   set took away, and `ignored: true` when every one of them came back, never as done (P5.2).
 //! - `POST /v1/prepare` ([`PreparePush`] → [`PrepareReply`]): shards about to be handed here
-//!   (P17.1); the embedder's prepare hooks run, and the answer names those done in time. A revoke
+//!   (P17.1); the embedder's prepare hooks run (as a sidecar, the service prepares too, §16),
+//!   and the answer names those done in time. A revoke
 //!   runs the release hooks (within 1.5 s) once admission stopped, before it is answered.
 //! - `GET /v1/health` ([`ExecutorHealth`]): which executor and incarnation this address is.
 //! - `GET /v1/status` ([`crate::ExecutorStatus`]): lease remaining, revision, shards with
@@ -32,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use crate::admission::PushError;
 use crate::assignment::SetOutcome;
-use crate::hooks::finished_within;
+use crate::hooks::HookCall;
 use crate::metrics::count_delivery;
 use crate::shared::Shared;
 use crate::sidecar::link::{ServiceLink, REVOKE_HOLD};
@@ -143,12 +144,12 @@ pub(crate) async fn post_revoke(
             };
             if let Some(hooks) = shared.hooks().filter(|_| !reply.released.is_empty()) {
                 // P17.1: admission stopped; the embedder flushes before the handoff goes on.
-                let releases = reply
+                let releases: Vec<HookCall> = reply
                     .released
                     .iter()
-                    .map(|&shard| (shard, hooks.0.release(shard)))
+                    .map(|&shard| HookCall::Release { shard })
                     .collect();
-                let flushed = finished_within(releases, REVOKE_HOLD).await;
+                let flushed = hooks.finished_within(&releases, REVOKE_HOLD).await;
                 if flushed.len() < reply.released.len() {
                     warn!(
                         revision = reply.revision,
@@ -172,8 +173,9 @@ pub(crate) async fn post_revoke(
 }
 
 /// Prepares for shards about to be handed here (P17.1): runs the embedder's prepare hook for each
-/// and answers with those prepared within the leader's wait (at most the request bound of 10 s);
-/// without hooks, all of them at once. Nothing is admitted because of it.
+/// and, as a sidecar whose service prepares, asks the service (§16); answers with those prepared
+/// within the leader's wait (at most the request bound of 10 s); with neither, all of them at
+/// once. Nothing is admitted because of it.
 #[utoipa::path(
     post, path = "/v1/prepare", tag = "deliveries", operation_id = "post_prepare", request_body = PreparePush,
     responses(
@@ -203,22 +205,59 @@ pub(crate) async fn post_prepare(
         ));
     }
     let shards: Vec<u32> = prepare.shards.iter().map(|s| s.shard).collect();
-    let prepared = match shared.hooks() {
-        Some(hooks) => {
-            let wait = Duration::from_millis(prepare.wait_ms).min(REQUEST_TIMEOUT);
-            let preparing = prepare
-                .shards
-                .iter()
-                .map(|s| (s.shard, hooks.0.prepare(s.shard, s.epoch)))
-                .collect();
-            finished_within(preparing, wait).await
+    let wait = Duration::from_millis(prepare.wait_ms).min(REQUEST_TIMEOUT);
+    // The embedder's hooks and, as a sidecar, the service beside it prepare at once; a shard is
+    // prepared once both (those there are) finished with it.
+    let by_hooks = async {
+        match shared.hooks() {
+            Some(hooks) => {
+                let preparing: Vec<HookCall> = prepare
+                    .shards
+                    .iter()
+                    .map(|s| HookCall::Prepare {
+                        shard: s.shard,
+                        epoch: s.epoch,
+                    })
+                    .collect();
+                Some(hooks.finished_within(&preparing, wait).await)
+            }
+            None => None,
         }
-        None => shards.clone(),
     };
+    let by_service = async {
+        match shared.service() {
+            Some(service) => service.prepared(&prepare.shards, wait).await,
+            None => None,
+        }
+    };
+    let (by_hooks, by_service) = tokio::join!(by_hooks, by_service);
+    let finished = |done: &Option<Vec<u32>>| {
+        done.as_ref().map(|done| {
+            done.iter()
+                .copied()
+                .collect::<std::collections::HashSet<u32>>()
+        })
+    };
+    let (by_hooks_set, by_service_set) = (finished(&by_hooks), finished(&by_service));
+    let prepared: Vec<u32> = shards
+        .iter()
+        .copied()
+        .filter(|shard| {
+            by_hooks_set
+                .as_ref()
+                .is_none_or(|done| done.contains(shard))
+        })
+        .filter(|shard| {
+            by_service_set
+                .as_ref()
+                .is_none_or(|done| done.contains(shard))
+        })
+        .collect();
     info!(
         revision = prepare.revision,
         asked = shards.len(),
         prepared = prepared.len(),
+        by_service = by_service.is_some(),
         "prepared for shards about to arrive (P17.1)"
     );
     Ok(Json(PrepareReply { prepared }))

@@ -18,7 +18,7 @@ use crate::admission::{
     Assignment, ForeignGrant, GrantApplied, Permit, PushApplied, PushError, RevokeApplied,
 };
 use crate::admission_log::{AdmissionLog, MonotonicReading};
-use crate::hooks::Hooks;
+use crate::hooks::{HookRunner, Hooks};
 use crate::lease::LeaseClock;
 use crate::load_meter::{LoadMeter, PendingReport};
 use crate::sidecar::link::ServiceLink;
@@ -57,8 +57,8 @@ pub(crate) struct Shared {
     /// The application version (P17.3): sent in every register request to clusters that take
     /// it.
     app_version: Option<String>,
-    /// Warm handoffs (P17.1): the embedder's prepare and release hooks.
-    hooks: Option<Hooks>,
+    /// Warm handoffs (P17.1): the embedder's prepare and release hooks, and those running.
+    hooks: Option<HookRunner>,
     /// What the embedder measures; each renewal takes a report from it.
     meter: LoadMeter,
     /// As a sidecar (PROTOCOL §16): what the service beside it was told, which revokes and the
@@ -164,12 +164,12 @@ impl Shared {
 
     /// Runs `hooks` at warm handoffs (P17.1).
     pub(crate) fn with_hooks(mut self, hooks: Option<Hooks>) -> Self {
-        self.hooks = hooks;
+        self.hooks = hooks.map(HookRunner::new);
         self
     }
 
     /// The embedder's handoff hooks, if any (P17.1).
-    pub(crate) fn hooks(&self) -> Option<&Hooks> {
+    pub(crate) fn hooks(&self) -> Option<&HookRunner> {
         self.hooks.as_ref()
     }
 

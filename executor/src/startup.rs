@@ -145,6 +145,11 @@ impl Executor {
                 ))
             })?;
         }
+        if config.local_prepare && config.local_listen.is_none() && config.app_url.is_none() {
+            return Err(StartError::InvalidConfig(
+                "--local-prepare is for a sidecar: give --local-listen or --app-url too".into(),
+            ));
+        }
         let tls = match &config.tls {
             Some(files) => Some(load_executor_tls(files)?),
             None => None,
@@ -182,7 +187,11 @@ impl Executor {
             None => None,
         };
         let (log, service) = if local.is_some() || config.app_url.is_some() {
-            (None, Some(Arc::new(ServiceLink::new(log))))
+            let link = ServiceLink::new(log);
+            if config.local_prepare {
+                link.opt_in_prepares();
+            }
+            (None, Some(Arc::new(link)))
         } else {
             (log, None)
         };

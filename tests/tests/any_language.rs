@@ -8,6 +8,7 @@
 //! - the service paused past its lease with a write in flight (P3.6 through the service): the
 //!   revoke is held until its copy ran out, the new owner raises the epoch, and the resumed
 //!   write is refused by the store (I2, docs/FENCING.md);
+//! - a sidecar joining: its service prepares for the shards about to arrive (P17.1);
 //! - the sidecar SIGKILLed while the service runs: the service stops when its copy runs out, the
 //!   shards move after the lease, and a new sidecar on the same local address serves it again;
 //! - the graceful stop asked by the service (SIGTERM → `POST /v1/local/stop`, P3.7).
@@ -70,8 +71,13 @@ impl Services {
         let mut spec = ExecutorSpec::local(cluster, name);
         spec.managers = calls.urls();
         spec.extra_args = fault_executor_args();
-        spec.extra_args
-            .extend(["--local-listen".to_owned(), local.to_owned()]);
+        // The service prepares (P17.1), so even the first prepare after the sidecar registers,
+        // before the service's first poll, waits for it.
+        spec.extra_args.extend([
+            "--local-listen".to_owned(),
+            local.to_owned(),
+            "--local-prepare".to_owned(),
+        ]);
         fleet.start(spec)
     }
 
@@ -287,6 +293,13 @@ async fn p16_python_kv_on_sidecars_keeps_i1_and_its_fence_under_faults() {
     services.start(&mut fleet, &cluster, "d", &[]).await;
     let d = services.pair("d").sidecar;
     wait_for_even_split(&fleet.refs(&[b, d]), FAULT_SHARDS, SETTLE_BOUND).await;
+    // The shards d took came from a live holder: d's service was asked to prepare for them first,
+    // through the local API, and the leader waited for it (P17.1).
+    let log = services.pair("d").service.log();
+    assert!(
+        log.contains("prepared for its arrival"),
+        "P17.1: the service beside the joining sidecar prepared for nothing:\n{log}"
+    );
     let killed = Instant::now();
     // The service may admit on its copy until the sidecar's lease ends: at most the lease after
     // its last renewal left it, which is no later than that renewal reached the proxy.

@@ -1,6 +1,6 @@
 //! The sidecar's local API (PROTOCOL §16): what `leasehold-executor --local-listen` tells the
-//! service beside it. Replies only: a service sends no body but the empty `POST /v1/local/stop`,
-//! and the queries are parsed where they are served.
+//! service beside it. Replies only: a service sends no body (`POST /v1/local/stop` and
+//! `POST /v1/local/prepared` are empty), and the queries are parsed where they are served.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +63,12 @@ pub struct LocalPermits {
     /// The shards the service may admit, with the epochs that fence their work. Empty unless
     /// admitting.
     pub shards: Vec<ShardEpoch>,
+    /// Warm handoffs (P17.1): shards about to be handed to this sidecar, with the epochs they
+    /// will arrive at, that the service has not yet said it prepared for. Only for a service
+    /// that prepares (`prepare=true` on its polls, or pushed to with `--app-url`); absent when
+    /// empty. Nothing may be admitted because of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preparing: Vec<ShardEpoch>,
 }
 
 /// `200` to `GET /v1/local/admit`: the service may start this one piece of work within

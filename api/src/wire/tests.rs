@@ -596,3 +596,27 @@ fn revoke_reply_round_trips() {
     );
     assert_eq!(serde_json::from_value::<RevokeReply>(value).unwrap(), reply);
 }
+
+/// P16.1 with P17.1: an answer with nothing to prepare is the previous release's body exactly, so
+/// a service written against it sees no change; the previous release's body still parses.
+#[test]
+fn local_permits_carry_preparing_only_when_there_is_some() {
+    let previous_release = json!({
+        "revision": 118, "state": "admitting", "lease_ttl_ms": 2870,
+        "lease_expires_monotonic_ns": 61_309_572_662_350_u64, "shard_count": 48,
+        "executor_id": "ex-4", "shards": [{"shard": 3, "epoch": 7}],
+    });
+    let permits: LocalPermits = serde_json::from_value(previous_release.clone()).unwrap();
+    assert!(permits.preparing.is_empty());
+    assert_eq!(serde_json::to_value(&permits).unwrap(), previous_release);
+    let preparing = LocalPermits {
+        preparing: vec![ShardEpoch { shard: 5, epoch: 2 }],
+        ..permits
+    };
+    let value = serde_json::to_value(&preparing).unwrap();
+    assert_eq!(value["preparing"], json!([{"shard": 5, "epoch": 2}]));
+    assert_eq!(
+        serde_json::from_value::<LocalPermits>(value).unwrap(),
+        preparing
+    );
+}

@@ -2,7 +2,8 @@
 //! of waiting for its polls. Each `PUT <app-url>` carries the body of a permits answer; the
 //! service's `2xx` within [`APP_PUSH_TIMEOUT`] acknowledges it, as `applied=` and `state=` do on
 //! a poll. One push is in flight at a time: the next is sent when the answer would change, or
-//! when half the time left on the copy the service holds has passed.
+//! when half the time left on the copy the service holds has passed, or when the shards it is
+//! asked to prepare for change (P17.1: a `2xx` to a push that lists them says it prepared them).
 //!
 //! The service did not send these requests, so it cannot anchor `lease_ttl_ms` at a send instant
 //! of its own; it holds the copy until `lease_expires_monotonic_ns`, a deadline on this machine's
@@ -70,9 +71,13 @@ pub(crate) async fn push_to_app(
             return;
         }
     };
+    // A pushed service prepares (P17.1): its `2xx` to a push that lists shards to prepare says
+    // it prepared them; one that ignores the list answers at once, and nothing waits longer.
+    link.opt_in_prepares();
     let mut acknowledged: Option<Answered> = None;
     let mut retry = RETRY_FIRST;
     let mut views = shared.subscribe_assignment();
+    let mut asked = link.changes();
     loop {
         // Wait until the answer would change, or the copy needs refreshing.
         let refresh_at = link.copy_end().map(|end| {
@@ -82,11 +87,16 @@ pub(crate) async fn push_to_app(
         loop {
             let now = Instant::now();
             let current = answered(&views.borrow_and_update(), now);
-            if acknowledged != Some(current) || refresh_at.is_some_and(|at| now >= at) {
+            asked.borrow_and_update();
+            if acknowledged != Some(current)
+                || refresh_at.is_some_and(|at| now >= at)
+                || link.prepares_untold()
+            {
                 break;
             }
             tokio::select! {
                 changed = views.changed() => if changed.is_err() { return },
+                changed = asked.changed() => if changed.is_err() { return },
                 () = sleep_until(refresh_at.unwrap_or(now + Duration::from_secs(3600))) => {}
                 () = shutdown.wait() => return,
             }
@@ -100,6 +110,7 @@ pub(crate) async fn push_to_app(
             pushed = push(&client, &app_url, &permits) => match pushed {
                 Ok(()) => {
                     link.acknowledge(answered);
+                    link.service_prepared_all(&permits.preparing);
                     if acknowledged.map(|a| a.state) != Some(answered.state) {
                         info!(state = answered.state.as_str(), revision = answered.revision, "the service acknowledged a push (--app-url)");
                     }

@@ -1,6 +1,7 @@
 //! [`ServiceLink`]: what the service beside the sidecar was told (the pure `ServiceCopy` under a
 //! lock), the admission log of the service, and the waits the revoke handler, the renewals and
-//! the graceful stop make on it (PROTOCOL P16.2).
+//! the graceful stop make on it (PROTOCOL P16.2), and the warm handoffs the service prepares
+//! for (P17.1).
 //!
 //! Lock order: this link's lock is taken before the shared state's, never after it, so an
 //! admission decision and the telling of it are one step for a revoke that follows.
@@ -8,12 +9,13 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use leasehold_api::wire::{LocalPermits, ShardEpoch};
+use leasehold_api::wire::{LocalPermits, LocalState, ShardEpoch};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tracing::error;
 
 use super::service_copy::{Answered, ServiceCopy};
+use super::service_prepare::{NotAsked, ServicePrepares};
 use crate::admission::{AdmissionEvent, Assignment};
 use crate::admission_log::{AdmissionLog, MonotonicReading};
 use crate::shutdown::ShutdownSignal;
@@ -37,6 +39,9 @@ struct Inner {
     copy: ServiceCopy,
     /// The sidecar's `--event-log`: the service's admission (P16.2).
     log: Option<AdmissionLog>,
+    prepares: ServicePrepares,
+    /// The `prepares` generation the last answer carried.
+    prepares_told: u64,
 }
 
 impl ServiceLink {
@@ -45,6 +50,8 @@ impl ServiceLink {
             inner: Mutex::new(Inner {
                 copy: ServiceCopy::default(),
                 log,
+                prepares: ServicePrepares::default(),
+                prepares_told: 0,
             }),
             changed: watch::channel(0).0,
         }
@@ -71,16 +78,25 @@ impl ServiceLink {
                 }
             }
             drop(inner);
-            self.changed
-                .send_modify(|count| *count = count.wrapping_add(1));
+            self.wake();
         }
         value
+    }
+
+    fn wake(&self) {
+        self.changed
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+
+    /// Wakes on every change of what the service was told or asked.
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The answer for the sidecar's view at the instant of answering (`view_at`), told to the
     /// service.
     pub(crate) fn answer(&self, view_at: impl FnOnce(Instant) -> Assignment) -> LocalPermits {
-        self.update(|copy, now| {
+        let mut permits = self.update(|copy, now| {
             let (mut permits, events) = copy.answer(&view_at(now), now);
             if permits.lease_ttl_ms > 0 {
                 let end = now + Duration::from_millis(permits.lease_ttl_ms);
@@ -91,7 +107,65 @@ impl ServiceLink {
                     .map(|reading| reading.ns_no_later_than(end));
             }
             (permits, events)
-        })
+        });
+        let mut inner = self.lock();
+        if permits.state != LocalState::Stopping {
+            permits.preparing = inner.prepares.pending();
+        }
+        inner.prepares_told = inner.prepares.generation();
+        permits
+    }
+
+    /// The service prepares shards (P17.1): it said so on a poll, or it is pushed to.
+    pub(crate) fn opt_in_prepares(&self) {
+        self.lock().prepares.opt_in();
+    }
+
+    /// Whether the shards the service is asked to prepare changed since the last answer.
+    pub(crate) fn prepares_untold(&self) -> bool {
+        let inner = self.lock();
+        inner.prepares.generation() != inner.prepares_told
+    }
+
+    /// The service prepared `shard` for `epoch` (P17.1).
+    pub(crate) fn service_prepared(&self, shard: u32, epoch: u64) -> Result<(), NotAsked> {
+        self.lock().prepares.prepared(shard, epoch)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// The service applied an answer that asked it to prepare `told` (P17.1).
+    pub(crate) fn service_prepared_all(&self, told: &[ShardEpoch]) {
+        if told.is_empty() {
+            return;
+        }
+        self.lock().prepares.prepared_all(told);
+        self.wake();
+    }
+
+    /// Asks the service to prepare `shards` and waits (at most `wait`) until it prepared them
+    /// all; answers those it prepared (P17.1). `None` at once when the service does not prepare.
+    pub(crate) async fn prepared(&self, shards: &[ShardEpoch], wait: Duration) -> Option<Vec<u32>> {
+        if !self.lock().prepares.ask(shards) {
+            return None;
+        }
+        // Finished however this ends, the request dropped midway included, so a shard is not
+        // asked for ever.
+        let _finish = FinishOnDrop { link: self, shards };
+        self.wake();
+        let deadline = Instant::now() + wait;
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let done = self.lock().prepares.done(shards);
+            if done.len() == shards.len() || Instant::now() >= deadline {
+                return Some(done);
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return Some(done) },
+                () = sleep_until(deadline) => {}
+            }
+        }
     }
 
     /// The service acknowledged `ack` (P16.1).
@@ -182,5 +256,18 @@ impl ServiceLink {
                 () = shutdown.wait() => return,
             }
         }
+    }
+}
+
+/// Ends a prepare request's wait in the link (`ServiceLink::prepared`).
+struct FinishOnDrop<'a> {
+    link: &'a ServiceLink,
+    shards: &'a [ShardEpoch],
+}
+
+impl Drop for FinishOnDrop<'_> {
+    fn drop(&mut self) {
+        self.link.lock().prepares.finish(self.shards);
+        self.link.wake();
     }
 }

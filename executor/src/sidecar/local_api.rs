@@ -1,8 +1,10 @@
 //! The sidecar's local API (PROTOCOL P16.1), served on `--local-listen` to the one service on
 //! the same machine:
-//! - `GET /v1/local/permits?applied=R&state=S&wait=D`: the long poll, and the service's
-//!   acknowledgement of the answer it applied;
+//! - `GET /v1/local/permits?applied=R&state=S&wait=D&prepare=true`: the long poll, and the
+//!   service's acknowledgement of the answer it applied;
 //! - `GET /v1/local/admit?key=K` or `?shard=N`: one permit for one piece of work;
+//! - `POST /v1/local/prepared?shard=N&epoch=E`: the service prepared for a shard about to arrive
+//!   (P17.1);
 //! - `POST /v1/local/stop`: the graceful stop (P3.7), as SIGTERM.
 //!
 //! Loopback or a unix socket only ([`LocalListen`]): the API has no TLS and no credential.
@@ -145,6 +147,7 @@ pub(crate) fn router(
     let routes = Router::new()
         .route("/v1/local/permits", get(permits))
         .route("/v1/local/admit", get(admit))
+        .route("/v1/local/prepared", post(prepared))
         .route("/v1/local/stop", post(stop))
         .with_state(local)
         .route_layer(middleware::from_fn_with_state(
@@ -170,13 +173,15 @@ pub(crate) fn router(
         .layer(middleware::from_fn(leasehold_api::http::request_id))
 }
 
-/// `?applied=R&state=S&wait=D`.
+/// `?applied=R&state=S&wait=D&prepare=true`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PermitsQuery {
     applied: Option<u64>,
     state: Option<LocalState>,
     wait: Option<String>,
+    /// The service prepares for shards about to arrive (P17.1).
+    prepare: Option<bool>,
 }
 
 /// A `wait` as the local API takes it: whole milliseconds (`500ms`) or seconds (`5s`, `1.5s`,
@@ -261,6 +266,9 @@ async fn permits(
     if let Some(ack) = known {
         local.link.acknowledge(ack);
     }
+    if query.prepare == Some(true) {
+        local.link.opt_in_prepares();
+    }
     let wait_until = arrived + wait;
     let refresh_at = local
         .link
@@ -268,16 +276,19 @@ async fn permits(
         .map(|end| arrived + end.saturating_duration_since(arrived) / 2);
     let answer_by = refresh_at.map_or(wait_until, |refresh| refresh.min(wait_until));
     let mut views = local.shared.subscribe_assignment();
+    let mut asked = local.link.changes();
     loop {
         let now = Instant::now();
         let current = answered(&views.borrow_and_update(), now);
-        if known != Some(current) || now >= answer_by {
+        asked.borrow_and_update();
+        if known != Some(current) || now >= answer_by || local.link.prepares_untold() {
             break;
         }
         // A lapse changes the state at the lease's expiry; the lapse watcher republishes the
         // view then, which wakes this.
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
+            changed = asked.changed() => if changed.is_err() { break },
             () = sleep_until(answer_by) => {}
         }
     }
@@ -367,6 +378,35 @@ fn not_admitting() -> Response {
         "the sidecar is not admitting work right now (lease lapsed, not registered, or stopping)",
     )
     .into_response()
+}
+
+/// `?shard=N&epoch=E`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreparedQuery {
+    shard: u32,
+    epoch: u64,
+}
+
+/// The service prepared for a shard about to arrive (P17.1): `204`, or `409` when no prepare
+/// waits for that shard at that epoch (it finished, gave up, or was never asked).
+async fn prepared(
+    State(local): State<Local>,
+    ApiQuery(query): ApiQuery<PreparedQuery>,
+) -> Result<StatusCode, HttpError> {
+    local
+        .link
+        .service_prepared(query.shard, query.epoch)
+        .map_err(|_| {
+            HttpError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "no prepare waits for shard {} at epoch {}: it finished, its wait ran out,                      or it was never asked",
+                    query.shard, query.epoch
+                ),
+            )
+        })?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The service asks for the graceful stop (P3.7); answered at once, the stop runs on.

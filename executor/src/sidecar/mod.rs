@@ -5,14 +5,17 @@
 //! - `service_copy`: what the service may be admitting, as the sidecar knows it. Pure.
 //! - `link`: `ServiceLink`, that core under a lock with the admission log of the service, and the
 //!   waits the revoke handler and the graceful stop make on it.
+//! - `service_prepare`: which shards the service is asked to prepare for, and which it prepared
+//!   (P17.1). Pure.
 //! - `app_push`: `--app-url`, the same answers pushed to the service instead.
-//! - `local_api`: the routes (`/v1/local/permits`, `/v1/local/admit`, `/v1/local/stop`) and the
-//!   listener address rule ([`LocalListen`]).
+//! - `local_api`: the routes (`/v1/local/permits`, `/v1/local/admit`, `/v1/local/prepared`,
+//!   `/v1/local/stop`) and the listener address rule ([`LocalListen`]).
 
 mod app_push;
 pub(crate) mod link;
 mod local_api;
 pub mod service_copy;
+pub mod service_prepare;
 
 pub(crate) use app_push::push_to_app;
 pub use app_push::{check_app_url, APP_PUSH_TIMEOUT};

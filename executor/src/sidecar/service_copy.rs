@@ -156,6 +156,8 @@ impl ServiceCopy {
             shard_count: view.shard_count,
             executor_id: view.executor_id.clone(),
             shards,
+            // The shell adds what the service is asked to prepare (`ServiceLink::answer`).
+            preparing: Vec::new(),
         };
         (permits, events)
     }

@@ -454,3 +454,120 @@ fn p16_1_app_url_is_http_on_this_machine_only() {
         assert!(sidecar::check_app_url(refused).is_err(), "{refused}");
     }
 }
+
+async fn prepare(shared: &Arc<Shared>, shards: Value, wait_ms: u64) -> Value {
+    let body = json!({"executor_id": "ex-1", "revision": 10, "shards": shards, "wait_ms": wait_ms});
+    let (status, _, reply) = call(app(shared), "POST", "/v1/prepare", Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    reply
+}
+
+async fn post(router: &Router, uri: &str) -> (StatusCode, Option<String>, Value) {
+    call(router.clone(), "POST", uri, None).await
+}
+
+/// P17.1 through the sidecar: a service that never said it prepares is not waited for.
+#[tokio::test(start_paused = true)]
+async fn p17_1_a_service_that_does_not_prepare_never_delays_a_handoff() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits").await;
+    let sent = Instant::now();
+    let reply = prepare(&shared, json!([{"shard": 5, "epoch": 3}]), 2_000).await;
+    assert_eq!(reply, json!({"prepared": [5]}));
+    assert_eq!(sent.elapsed(), Duration::ZERO);
+    let answer = get(&router, "/v1/local/permits").await;
+    assert!(answer.2.get("preparing").is_none(), "{answer:?}");
+}
+
+/// P17.1 through the sidecar: a service polling with `prepare=true` is told at once which shards
+/// to prepare for (its outstanding poll wakes), the prepare waits for its
+/// `POST /v1/local/prepared`, and nothing is admitted because of it.
+#[tokio::test(start_paused = true)]
+async fn p17_1_the_service_prepares_through_the_local_api() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits?prepare=true").await;
+    let polling = tokio::spawn({
+        let router = router.clone();
+        async move {
+            get(
+                &router,
+                "/v1/local/permits?applied=10&state=admitting&wait=30s&prepare=true",
+            )
+            .await
+        }
+    });
+    let preparing = tokio::spawn({
+        let shared = Arc::clone(&shared);
+        async move {
+            let sent = Instant::now();
+            let reply = prepare(
+                &shared,
+                json!([{"shard": 5, "epoch": 3}, {"shard": 6, "epoch": 1}]),
+                2_000,
+            )
+            .await;
+            (reply, sent.elapsed())
+        }
+    });
+    let answer = polling.await.unwrap();
+    assert_eq!(answer.0, StatusCode::OK);
+    assert_eq!(answer.2["revision"], 10, "the set did not change");
+    assert_eq!(
+        answer.2["preparing"],
+        json!([{"shard": 5, "epoch": 3}, {"shard": 6, "epoch": 1}])
+    );
+    assert!(shared.admit(5).is_err(), "preparing admits nothing");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = post(&router, "/v1/local/prepared?shard=5&epoch=2").await;
+    assert_problem(&refused, 409, "conflict");
+    let bad = post(&router, "/v1/local/prepared?shard=5").await;
+    assert_problem(&bad, 400, "invalid_request");
+    let done = post(&router, "/v1/local/prepared?shard=5&epoch=3").await;
+    assert_eq!(done.0, StatusCode::NO_CONTENT, "{done:?}");
+    let next = get(&router, "/v1/local/permits?prepare=true").await;
+    assert_eq!(next.2["preparing"], json!([{"shard": 6, "epoch": 1}]));
+    let done = post(&router, "/v1/local/prepared?shard=6&epoch=1").await;
+    assert_eq!(done.0, StatusCode::NO_CONTENT, "{done:?}");
+    let (reply, took) = preparing.await.unwrap();
+    assert_eq!(reply, json!({"prepared": [5, 6]}));
+    assert_eq!(
+        took,
+        Duration::from_millis(300),
+        "answered once both were prepared"
+    );
+    let after = get(&router, "/v1/local/permits").await;
+    assert!(after.2.get("preparing").is_none(), "{after:?}");
+    let late = post(&router, "/v1/local/prepared?shard=6&epoch=1").await;
+    assert_problem(&late, 409, "conflict");
+}
+
+/// P17.1 through the sidecar: a service slow to prepare delays the handoff by the leader's wait,
+/// no longer, and the prepare names only what it prepared.
+#[tokio::test(start_paused = true)]
+async fn p17_1_a_service_slow_to_prepare_is_waited_for_only_the_wait() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    get(&router, "/v1/local/permits?prepare=true").await;
+    let sent = Instant::now();
+    let reply = prepare(&shared, json!([{"shard": 5, "epoch": 3}]), 2_000).await;
+    assert_eq!(reply, json!({"prepared": []}));
+    assert_eq!(sent.elapsed(), Duration::from_secs(2));
+    let after = get(&router, "/v1/local/permits").await;
+    assert!(
+        after.2.get("preparing").is_none(),
+        "nothing waits for shard 5 any more: {after:?}"
+    );
+}
+
+/// P17.1 through `--app-url`: the push lists the shards to prepare, and its `2xx` says the
+/// service prepared them.
+#[tokio::test]
+async fn p17_1_a_pushed_service_prepares_by_answering_the_push() {
+    let (shared, link, _) = sidecar_with_lease(60_000);
+    let (url, received) = app_taking_pushes(StatusCode::NO_CONTENT).await;
+    let _stop = push_to(&shared, &link, &url);
+    wait_for_push(&received, 1).await;
+    let reply = prepare(&shared, json!([{"shard": 5, "epoch": 3}]), 5_000).await;
+    assert_eq!(reply, json!({"prepared": [5]}));
+    let second = wait_for_push(&received, 2).await;
+    assert_eq!(second["preparing"], json!([{"shard": 5, "epoch": 3}]));
+}

@@ -79,3 +79,19 @@ async fn p17_3_start_refuses_a_malformed_app_version() {
         );
     }
 }
+
+/// P17.1: `--local-prepare` without a service to prepare (no `--local-listen`, no `--app-url`) is
+/// refused before anything starts.
+#[tokio::test]
+async fn p17_1_start_refuses_local_prepare_without_a_service() {
+    let config = ExecutorConfig {
+        local_prepare: true,
+        ..ExecutorConfig::new(vec!["http://127.0.0.1:1".into()], "127.0.0.1:0")
+    };
+    let error = Executor::start(config).await.unwrap_err();
+    assert!(error.is_config_error(), "{error}");
+    assert!(
+        matches!(&error, StartError::InvalidConfig(detail) if detail.contains("--local-prepare")),
+        "{error}"
+    );
+}
