@@ -77,6 +77,7 @@ fn register_request() -> RegisterRequest {
         credential: None,
         capacity: None,
         app_version: None,
+        labels: Default::default(),
     }
 }
 

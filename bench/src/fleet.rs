@@ -327,6 +327,7 @@ impl LeaseholdFleet {
                         credential: Some(credential.clone()),
                         capacity,
                         app_version: None,
+                        labels: Default::default(),
                     })
                     .await?;
                 let mut assignment = AssignmentState::default();

@@ -64,6 +64,12 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_APP_VERSION")]
     pub app_version: Option<String>,
 
+    /// A label of this executor (PROTOCOL P18.3), `key=value`, repeatable (or comma-separated in
+    /// LEASEHOLD_LABELS): e.g. `--label zone=eu-west-1a`. `zone` is the failure domain placement
+    /// spreads shards over in proportion to capacity. At most 16.
+    #[arg(long = "label", env = "LEASEHOLD_LABELS", value_delimiter = ',')]
+    pub labels: Vec<String>,
+
     /// The demo workload's warm-up (PROTOCOL P17.1): preparing for each shard about to be handed
     /// here takes this long, e.g. `200ms` (a stand-in for loading a cache). `0s`: nothing to do.
     #[arg(long, env = "LEASEHOLD_PREPARE_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
@@ -117,6 +123,10 @@ impl ExecutorArgs {
         config.insecure = self.tls.insecure;
         config.capacity = self.capacity;
         config.app_version = self.app_version.clone();
+        config.labels = leasehold_api::wire::parse_labels(self.labels.iter().map(String::as_str))
+            .map_err(|error| {
+            StartError::InvalidConfig(format!("--label is refused: {error}"))
+        })?;
         if !self.prepare_delay.is_zero() || !self.release_delay.is_zero() {
             config.handoff_hooks = Some(Hooks(Arc::new(DelayHooks {
                 prepare: self.prepare_delay,

@@ -52,6 +52,10 @@ pub struct ExecutorConfig {
     /// move only to the newest, and balance waits. Registered only with clusters at cluster
     /// version 5 or later; below, the executor registers without one and says so in a warning.
     pub app_version: Option<String>,
+    /// The executor's labels (PROTOCOL P18.3), checked by `leasehold_api::wire::check_labels`;
+    /// `zone` is the failure domain placement spreads shards over. Registered only with clusters
+    /// at cluster version 7 or later; below, the executor registers without them and says so.
+    pub labels: leasehold_api::wire::Labels,
     /// Warm handoffs (PROTOCOL P17.1): run before a shard arrives (prepare) and after one leaves
     /// (release, before the revoke is answered, within 1.5 s). `None`: nothing to run.
     pub handoff_hooks: Option<Hooks>,
@@ -87,6 +91,7 @@ impl ExecutorConfig {
             insecure: false,
             capacity: DEFAULT_CAPACITY,
             app_version: None,
+            labels: leasehold_api::wire::Labels::new(),
             handoff_hooks: None,
             report_loads: false,
             local_listen: None,

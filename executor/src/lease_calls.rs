@@ -186,6 +186,7 @@ mod tests {
                 credential: None,
                 capacity: None,
                 app_version: None,
+                labels: Default::default(),
             }
         }
 

@@ -241,6 +241,38 @@ mod tests {
     }
 
     #[test]
+    fn p18_3_label_flags_set_the_labels_and_bad_ones_are_refused() {
+        let parse = |labels: &[&str]| {
+            let mut argv = vec![
+                "leasehold-executor",
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+            ];
+            for label in labels {
+                argv.extend(["--label", label]);
+            }
+            binary_config(&Args::try_parse_from(argv).unwrap().executor)
+        };
+        let config = parse(&["zone=a", "rack=r1,tier=gold"]).unwrap();
+        assert_eq!(
+            config.labels.into_iter().collect::<Vec<_>>(),
+            [("rack", "r1"), ("tier", "gold"), ("zone", "a")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        for bad in [
+            &["zone"][..],
+            &["Zone=a"],
+            &["zone=a", "zone=b"],
+            &["zone=a b"],
+        ] {
+            let error = parse(bad).unwrap_err();
+            assert!(error.to_string().contains("--label"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
     fn p16_1_the_sidecar_flag_takes_loopback_or_a_unix_socket_and_reports_no_loads() {
         let parse = |local: &str| {
             Args::try_parse_from([

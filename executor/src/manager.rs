@@ -20,8 +20,8 @@ use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
 use crate::members::{MemberSource, MembersFuture};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
-    Credential, ExecutorView, Grant, KeyRoute, RegisterRequest, RenewRequest, APP_VERSION_SCHEMA,
-    CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
+    Credential, ExecutorView, Grant, KeyRoute, Labels, RegisterRequest, RenewRequest,
+    APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, LABELS_SCHEMA,
 };
 
 /// Patience of one register or renew call: how stale the lease anchor can get before the
@@ -79,6 +79,8 @@ pub(crate) struct ManagerLink {
     capacity_ignored_warned: Arc<AtomicBool>,
     /// The same for an application version below [`APP_VERSION_SCHEMA`].
     app_version_ignored_warned: Arc<AtomicBool>,
+    /// The same for labels below [`LABELS_SCHEMA`].
+    labels_ignored_warned: Arc<AtomicBool>,
 }
 
 impl ManagerLink {
@@ -100,6 +102,7 @@ impl ManagerLink {
             patient: Client::with_tls(managers, patient_config, tls)?,
             capacity_ignored_warned: Arc::new(AtomicBool::new(false)),
             app_version_ignored_warned: Arc::new(AtomicBool::new(false)),
+            labels_ignored_warned: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -136,6 +139,11 @@ fn fields_for_cluster_version(request: &mut RegisterRequest, cluster_version: u3
         } else {
             None
         },
+        labels: if cluster_version < LABELS_SCHEMA {
+            std::mem::take(&mut request.labels)
+        } else {
+            Labels::new()
+        },
     }
 }
 
@@ -146,6 +154,8 @@ struct LeftOut {
     capacity: Option<u32>,
     /// An application version (P17.3).
     app_version: Option<String>,
+    /// Labels (P18.3).
+    labels: Labels,
 }
 
 impl ManagerApi for ManagerLink {
@@ -158,7 +168,9 @@ impl ManagerApi for ManagerLink {
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let mut request = request.clone();
         async move {
-            let newest_field_schema = if request.app_version.is_some() {
+            let newest_field_schema = if !request.labels.is_empty() {
+                LABELS_SCHEMA
+            } else if request.app_version.is_some() {
                 APP_VERSION_SCHEMA
             } else if request.capacity.is_some() {
                 CAPACITY_SCHEMA
@@ -173,6 +185,18 @@ impl ManagerApi for ManagerLink {
             }
             let cluster_version = self.grants.cluster_version();
             let left_out = fields_for_cluster_version(&mut request, cluster_version);
+            if !left_out.labels.is_empty()
+                && !self.labels_ignored_warned.swap(true, Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    labels = ?left_out.labels,
+                    cluster_version,
+                    needed = LABELS_SCHEMA,
+                    "the cluster does not take labels until its upgrade finishes (PROTOCOL P14.3, \
+                     P18.3): registering without them, so placement does not know this \
+                     executor's zone; restart it after the upgrade"
+                );
+            }
             if let Some(app_version) = left_out.app_version {
                 if !self
                     .app_version_ignored_warned
@@ -266,6 +290,7 @@ mod tests {
             credential: Some(Credential::from_random([1; 32])),
             capacity,
             app_version: None,
+            labels: Labels::new(),
         }
     }
 
@@ -325,6 +350,26 @@ mod tests {
                 sent_version,
                 "{cluster_version}"
             );
+        }
+    }
+
+    /// docs/PROTOCOL.md "Versions", P18.3: labels go only to a cluster at cluster version 7 or
+    /// later, and what is left out is said.
+    #[test]
+    fn p18_3_labels_are_sent_only_to_clusters_that_take_them() {
+        let labels: Labels = [("zone".to_owned(), "a".to_owned())].into();
+        for (cluster_version, sent_labels, left_out) in [
+            (5, Labels::new(), labels.clone()),
+            (6, Labels::new(), labels.clone()),
+            (7, labels.clone(), Labels::new()),
+        ] {
+            let mut sent = RegisterRequest {
+                labels: labels.clone(),
+                ..request(None)
+            };
+            let dropped = fields_for_cluster_version(&mut sent, cluster_version);
+            assert_eq!(dropped.labels, left_out, "{cluster_version}");
+            assert_eq!(sent.labels, sent_labels, "{cluster_version}");
         }
     }
 

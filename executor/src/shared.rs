@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     /// The application version (P17.3): sent in every register request to clusters that take
     /// it.
     app_version: Option<String>,
+    /// Its labels (P18.3): sent in every register request to clusters that take them.
+    labels: leasehold_api::wire::Labels,
     /// Warm handoffs (P17.1): the embedder's prepare and release hooks, and those running.
     hooks: Option<HookRunner>,
     /// What the embedder measures; each renewal takes a report from it.
@@ -133,6 +135,7 @@ impl Shared {
         Self {
             load,
             app_version: None,
+            labels: leasehold_api::wire::Labels::new(),
             hooks: None,
             meter: LoadMeter::new(assignment),
             inner: Mutex::new(Inner {
@@ -153,6 +156,12 @@ impl Shared {
     /// The same state, as the sidecar of the service `link` tracks (P16.2).
     pub(crate) fn serving(mut self, link: Arc<ServiceLink>) -> Self {
         self.service = Some(link);
+        self
+    }
+
+    /// Registers with `labels` (P18.3).
+    pub(crate) fn with_labels(mut self, labels: leasehold_api::wire::Labels) -> Self {
+        self.labels = labels;
         self
     }
 
@@ -374,6 +383,7 @@ impl Shared {
             // Absent means the default (P15.1), which every release understands.
             capacity: (self.load.capacity != DEFAULT_CAPACITY).then_some(self.load.capacity),
             app_version: self.app_version.clone(),
+            labels: self.labels.clone(),
         }
     }
 

@@ -12,7 +12,7 @@ use leasehold_api::origin::HostPolicy;
 use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
 use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
-use leasehold_api::wire::{check_app_version, check_capacity};
+use leasehold_api::wire::{check_app_version, check_capacity, check_labels};
 use tokio::task::JoinHandle;
 use tracing::{error, info};
 
@@ -145,6 +145,9 @@ impl Executor {
                 ))
             })?;
         }
+        check_labels(&config.labels).map_err(|error| {
+            StartError::InvalidConfig(format!("the labels (--label) are refused: {error}"))
+        })?;
         if config.local_prepare && config.local_listen.is_none() && config.app_url.is_none() {
             return Err(StartError::InvalidConfig(
                 "--local-prepare is for a sidecar: give --local-listen or --app-url too".into(),
@@ -217,6 +220,7 @@ impl Executor {
         };
         let mut shared = Shared::new(address, config.name.clone(), log, load)
             .with_app_version(config.app_version.clone())
+            .with_labels(config.labels.clone())
             .with_hooks(config.handoff_hooks.clone());
         if let Some(link) = &service {
             shared = shared.serving(Arc::clone(link));

@@ -42,6 +42,7 @@ fn fleet(executors: usize, shards: u32) -> (LeaseState, u64) {
         credential_sha256: None,
         capacity: DEFAULT_CAPACITY,
         app_version: None,
+        labels: Default::default(),
     }));
     for command in commands {
         let outcome = state.apply(index, &command);

@@ -116,6 +116,7 @@ mod tests {
                 credential_sha256: None,
                 capacity: 1,
                 app_version: None,
+                labels: Default::default(),
             },
         );
     }

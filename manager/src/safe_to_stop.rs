@@ -152,6 +152,7 @@ mod tests {
                     credential_sha256: None,
                     capacity: 1,
                     app_version: None,
+                    labels: Default::default(),
                 },
             );
             match outcome {

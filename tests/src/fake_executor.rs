@@ -207,6 +207,7 @@ impl FakeExecutor {
                 credential: None,
                 capacity: None,
                 app_version: None,
+                labels: Default::default(),
             })
             .await
             .expect("register");

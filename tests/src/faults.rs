@@ -681,6 +681,7 @@ pub async fn register_probe(client: &Client) -> Result<(String, String), ClientE
             credential: Some(probe_credential()),
             capacity: None,
             app_version: None,
+            labels: Default::default(),
         })
         .await?;
     Ok((incarnation, grant.executor_id))

@@ -293,6 +293,38 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             register(json!({"incarnation": "x", "address": good_address, "capacity": -1})),
             InvalidRequest,
         ),
+        // Labels (P18.3): at most 16, Kubernetes label-shaped keys and values.
+        case(
+            "a label key with capitals",
+            register(json!({"incarnation": "x", "address": good_address, "labels": {"Zone": "a"}})),
+            InvalidRequest,
+        ),
+        case(
+            "an empty label value",
+            register(json!({"incarnation": "x", "address": good_address, "labels": {"zone": ""}})),
+            InvalidRequest,
+        ),
+        case(
+            "a label value that is no string",
+            register(json!({"incarnation": "x", "address": good_address, "labels": {"zone": 1}})),
+            InvalidRequest,
+        ),
+        case(
+            "labels that are no object",
+            register(json!({"incarnation": "x", "address": good_address, "labels": ["zone=a"]})),
+            InvalidRequest,
+        ),
+        case(
+            "seventeen labels",
+            register(json!({
+                "incarnation": "x",
+                "address": good_address,
+                "labels": (0..17)
+                    .map(|n| (format!("k{n}"), json!("v")))
+                    .collect::<serde_json::Map<String, Value>>(),
+            })),
+            InvalidRequest,
+        ),
         // Application versions (P17.3): 1 to 64 of [A-Za-z0-9._+-].
         case(
             "empty app version",

@@ -27,6 +27,7 @@ fn register_request(name: &str) -> RegisterRequest {
         credential: None,
         capacity: None,
         app_version: None,
+        labels: Default::default(),
     }
 }
 

@@ -120,6 +120,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
             credential: Some(secret.clone()),
             capacity: None,
             app_version: None,
+            labels: Default::default(),
         })
         .await
         .expect("a registration with a credential (cluster version 3)");
@@ -202,6 +203,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
         credential,
         capacity: None,
         app_version: None,
+        labels: Default::default(),
     };
     let error = client
         .register(&replay(Some(other.clone())))
@@ -366,6 +368,7 @@ async fn i6_unknown_ids_write_nothing_and_bodies_are_bounded_by_the_cluster() {
             credential: Some(secret.clone()),
             capacity: None,
             app_version: None,
+            labels: Default::default(),
         })
         .await
         .expect("registered");

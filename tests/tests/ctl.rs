@@ -213,9 +213,9 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             ]
         );
         assert!(row[5..10].iter().all(|cell| is_number(cell)), "{row:?}");
-        // P14.3: every member runs this release, reads schemas 2 to 6, and the cluster is at 6
-        // (P17.4's operator controls).
-        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-6", "6"], "{row:?}");
+        // P14.3: every member runs this release, reads schemas 2 to 7, and the cluster is at 7
+        // (P18.3's labels).
+        assert_eq!(row[10..], [leasehold_api::RELEASE, "2-7", "7"], "{row:?}");
     }
     let json: Vec<MemberStatus> = leaseholdctl(&urls, &["-o", "json", "cluster", "status"])
         .await
@@ -329,6 +329,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "SHARDS",
             "CAPACITY",
             "VERSION",
+            "ZONE",
             "LOAD",
             "UTILISATION",
             "DRAINING",
@@ -342,14 +343,18 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         names.insert(row[1].clone());
         assert_eq!(row[2], executor.url());
         assert!(row[0].starts_with("ex-") && is_duration(&row[3]), "{row:?}");
-        assert_eq!(row[4..7], ["4", "1", "-"], "no application version stated");
+        assert_eq!(
+            row[4..8],
+            ["4", "1", "-", "-"],
+            "no application version nor zone stated"
+        );
         // Loads come from the leader only (P15.1): a follower shows `-`.
-        for figure in &row[7..9] {
+        for figure in &row[8..10] {
             assert!(figure == "-" || is_number(figure), "{row:?}");
         }
-        assert_eq!(row[9], "no");
+        assert_eq!(row[10], "no");
         assert_eq!(
-            row[10],
+            row[11],
             row[0].trim_start_matches("ex-"),
             "registered at the id's index"
         );
@@ -383,7 +388,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         .await
         .ok();
     for row in &run.rows()[1..] {
-        assert_eq!(row[7..9], ["0", "0"], "{row:?}");
+        assert_eq!(row[8..10], ["0", "0"], "{row:?}");
     }
 
     // executor show
@@ -403,6 +408,7 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             "draining",
             "capacity",
             "app version",
+            "labels",
             "load",
             "utilisation",
             "registered",
@@ -415,7 +421,8 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
     assert_eq!(pairs[5].1, "no");
     assert_eq!(pairs[6].1, "1");
     assert_eq!(pairs[7].1, "-");
-    assert_eq!(pairs[11].1, "4");
+    assert_eq!(pairs[8].1, "-", "no labels stated");
+    assert_eq!(pairs[12].1, "4");
     let shown: ExecutorView = leaseholdctl(&urls, &["-o", "json", "executor", "show", &ids[0]])
         .await
         .ok()
@@ -1360,6 +1367,7 @@ async fn watch_blocks_until_the_state_moves_past_the_revision() {
             credential: None,
             capacity: None,
             app_version: None,
+            labels: Default::default(),
         })
         .await
         .unwrap();

@@ -36,6 +36,7 @@ async fn write(cluster: &Cluster, name: &str) -> u64 {
             credential: Some(Credential::from_random(rand::random())),
             capacity: None,
             app_version: None,
+            labels: Default::default(),
         })
         .await
         .unwrap_or_else(|e| panic!("register {name}: {e}"))

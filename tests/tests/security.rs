@@ -582,6 +582,7 @@ async fn p13_6_a_manager_with_a_backup_key_restores_only_backups_it_sealed() {
             credential: None,
             capacity: None,
             app_version: None,
+            labels: Default::default(),
         })
         .await
         .unwrap();

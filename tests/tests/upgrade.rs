@@ -44,7 +44,7 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-const THIS_SCHEMA: u64 = 6;
+const THIS_SCHEMA: u64 = 7;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -116,27 +116,37 @@ impl Upgrade {
         .await;
     }
 
-    /// P14.3, P15.1, P17.3, P17.4: with this release's leader and a 0.1.0 voter (stopped, so the
-    /// cluster version stays 2), a registration with a capacity other than 1 (schema 4), one
-    /// with an application version (schema 5), and an operator control (schema 6: maintenance
-    /// mode on) are refused by the proposal gate, `409` and nothing changed or recorded; the
-    /// executor library never sends either registration then.
+    /// P14.3, P15.1, P17.3, P17.4, P18.3: with this release's leader and a 0.1.0 voter (stopped,
+    /// so the cluster version stays 2), a registration with a capacity other than 1 (schema 4),
+    /// one with an application version (schema 5), one with labels (schema 7) and an operator
+    /// control (schema 6: maintenance mode on) are refused by the proposal gate, `409` and
+    /// nothing changed or recorded; the executor library never sends such a registration then.
     async fn newer_commands_are_refused_below_their_schemas(&self, leader: u64) {
+        let zone: leasehold_api::wire::Labels = [("zone".to_owned(), "a".to_owned())].into();
         let cases = [
             (
                 "capacity-before-the-raise",
                 Some(2),
                 None,
+                Default::default(),
                 "P14.3: a capacity before the cluster version reaches 4",
             ),
             (
                 "app-version-before-the-raise",
                 None,
                 Some("1.4.0".to_owned()),
+                Default::default(),
                 "P14.3: an application version before the cluster version reaches 5",
             ),
+            (
+                "labels-before-the-raise",
+                None,
+                None,
+                zone,
+                "P14.3: labels before the cluster version reaches 7",
+            ),
         ];
-        for (incarnation, capacity, app_version, expectation) in cases {
+        for (incarnation, capacity, app_version, labels, expectation) in cases {
             let request = RegisterRequest {
                 incarnation: incarnation.into(),
                 address: "http://127.0.0.1:9".into(),
@@ -144,6 +154,7 @@ impl Upgrade {
                 credential: None,
                 capacity,
                 app_version,
+                labels,
             };
             let error = self
                 .cluster

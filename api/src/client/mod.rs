@@ -67,7 +67,7 @@ pub enum Removal {
     Removed,
     /// It still held shards: it is draining, and they move by handoff (P5.2); the executor as
     /// it is.
-    Draining(ExecutorView),
+    Draining(Box<ExecutorView>),
 }
 
 /// Timing knobs. The defaults are PROTOCOL §11's client patience.
@@ -587,7 +587,7 @@ impl Client {
             .await?;
         match reply.status {
             StatusCode::NO_CONTENT => Ok(Removal::Removed),
-            StatusCode::ACCEPTED => Ok(Removal::Draining(decode(&reply)?)),
+            StatusCode::ACCEPTED => Ok(Removal::Draining(Box::new(decode(&reply)?))),
             other => Err(unexpected(other, &reply.body)),
         }
     }

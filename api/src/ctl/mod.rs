@@ -946,6 +946,7 @@ fn render_executors(executors: &[ExecutorView]) -> String {
         "SHARDS",
         "CAPACITY",
         "VERSION",
+        "ZONE",
         "LOAD",
         "UTILISATION",
         "DRAINING",
@@ -960,6 +961,7 @@ fn render_executors(executors: &[ExecutorView]) -> String {
             e.shards.len().to_string(),
             e.capacity.to_string(),
             opt(e.app_version.as_deref()),
+            opt(crate::wire::zone_of(&e.labels)),
             human_load(e.load),
             human_load(e.utilisation),
             yes_no(e.draining),
@@ -979,12 +981,25 @@ pub(crate) fn render_executor(e: &ExecutorView) -> String {
         ("draining", yes_no(e.draining)),
         ("capacity", e.capacity.to_string()),
         ("app version", opt(e.app_version.as_deref())),
+        ("labels", render_labels(&e.labels)),
         ("load", human_load(e.load)),
         ("utilisation", human_load(e.utilisation)),
         ("registered", format!("revision {}", e.registered_revision)),
         ("shard count", e.shards.len().to_string()),
         ("shards", shard_ranges(e.shards.iter().map(|s| s.shard))),
     ])
+}
+
+/// `key=value` pairs, comma-separated, `-` for none (P18.3).
+fn render_labels(labels: &crate::wire::Labels) -> String {
+    if labels.is_empty() {
+        return "-".to_owned();
+    }
+    labels
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn shard_state(view: &ShardView) -> &'static str {

@@ -179,6 +179,9 @@ fn executor_details_collapse_shards_into_ranges() {
         load: Some(1250.4),
         utilisation: Some(625.2),
         app_version: Some("2.1.0".into()),
+        labels: [("rack", "r7"), ("zone", "eu-1a")]
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .into(),
     };
     assert_eq!(
         render_executor(&executor),
@@ -190,6 +193,7 @@ fn executor_details_collapse_shards_into_ranges() {
          draining:         yes\n\
          capacity:         2\n\
          app version:      2.1.0\n\
+         labels:           rack=r7,zone=eu-1a\n\
          load:             1250\n\
          utilisation:      625\n\
          registered:       revision 4\n\

@@ -280,6 +280,7 @@ mod tests {
             load: None,
             utilisation: None,
             app_version: None,
+            labels: Default::default(),
         }
     }
 

@@ -35,6 +35,7 @@ fn executor(id: &str, address: &str) -> ExecutorView {
         load: None,
         utilisation: None,
         app_version: None,
+        labels: Default::default(),
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::labels::Labels;
 use super::limits::{check_shard_list, ShardListError, ShardRunError};
 use super::shards::{expand_shard_runs, shard_runs, ShardEpoch, ShardRun};
 
@@ -58,6 +59,13 @@ pub struct RegisterRequest {
         schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._+-]+$")
     )]
     pub app_version: Option<String>,
+    /// The executor's labels (PROTOCOL P18.3): at most 16 `key: value` pairs, Kubernetes
+    /// label-shaped; `zone` is the failure domain the planner spreads shards over in proportion
+    /// to capacity. Sent only to managers stating cluster version 7 or later; absent when there
+    /// are none. A retried registration (same incarnation) keeps the labels of the first.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = std::collections::BTreeMap<String, String>))]
+    pub labels: Labels,
 }
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).

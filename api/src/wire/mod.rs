@@ -5,13 +5,15 @@
 //! fields so a newer server can add information without breaking older clients.
 //!
 //! Beside the types stand the checks every side applies alike, one definition each: the text
-//! and size limits, the base-URL rule, shard lists against a shard count, capacities and loads.
+//! and size limits, the base-URL rule, shard lists against a shard count, capacities and loads,
+//! application versions and labels.
 //! A check that needs what only the receiver knows (the cluster's shard count) takes it as an
 //! argument.
 
 mod app_version;
 mod cluster;
 mod executor;
+mod labels;
 mod limits;
 mod local;
 mod operator;
@@ -21,6 +23,7 @@ mod views;
 pub use app_version::*;
 pub use cluster::*;
 pub use executor::*;
+pub use labels::*;
 pub use limits::*;
 pub use local::*;
 pub use operator::*;

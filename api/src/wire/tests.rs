@@ -165,6 +165,7 @@ fn register_request_omits_absent_name() {
         credential: None,
         capacity: None,
         app_version: None,
+        labels: Default::default(),
     };
     let value = serde_json::to_value(&req).unwrap();
     assert_eq!(
@@ -184,6 +185,7 @@ fn register_request_with_name_round_trips() {
         credential: Some(Credential::from_random([7; 32])),
         capacity: Some(3),
         app_version: None,
+        labels: Default::default(),
     };
     let text = serde_json::to_string(&req).unwrap();
     assert_eq!(serde_json::from_str::<RegisterRequest>(&text).unwrap(), req);
@@ -202,6 +204,7 @@ fn a_credential_is_redacted_checked_and_hashed() {
         credential: Some(credential.clone()),
         capacity: None,
         app_version: None,
+        labels: Default::default(),
     };
     let debug = format!("{request:?}");
     assert!(!debug.contains(credential.expose()), "{debug}");

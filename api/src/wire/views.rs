@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::executor::DEFAULT_CAPACITY;
+use super::labels::Labels;
 use super::shards::ShardEpoch;
 
 // ---- Inspection views (`GET /v1/state`, `/v1/executors`, `/v1/shards`, `/v1/routing`) ----
@@ -37,6 +38,10 @@ pub struct ExecutorView {
     /// The application version it registered with (PROTOCOL P17.3); absent when it stated none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_version: Option<String>,
+    /// Its labels (PROTOCOL P18.3); absent when it stated none.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = std::collections::BTreeMap<String, String>))]
+    pub labels: Labels,
     /// The load it carries (PROTOCOL P15.1): the sum of the smoothed loads its shards were
     /// reported with. Only the leader knows loads, so only a reply the leader served (or a
     /// `?consistent=true` read) has it; absent while nothing is known.

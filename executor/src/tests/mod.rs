@@ -341,6 +341,7 @@ impl ManagerApi for FakeManager {
                 load: None,
                 utilisation: None,
                 app_version: None,
+                labels: Default::default(),
             };
             let mut executors = vec![listed(executor_id, true)];
             executors.extend((0..takers).map(|n| listed(format!("peer-{n}"), false)));

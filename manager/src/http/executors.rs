@@ -9,8 +9,8 @@ use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
-    check_app_version, check_capacity, check_shard_list, check_shard_loads, Credential,
-    ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
+    check_app_version, check_capacity, check_labels, check_shard_list, check_shard_loads,
+    Credential, ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
     DEFAULT_CAPACITY,
 };
 
@@ -121,6 +121,7 @@ fn registration(
     if let Some(app_version) = &request.app_version {
         check_app_version(app_version).map_err(|error| HttpError::invalid(error.to_string()))?;
     }
+    check_labels(&request.labels).map_err(|error| HttpError::invalid(error.to_string()))?;
     match &request.credential {
         Some(credential) => credential.validate().map_err(HttpError::invalid)?,
         None if tls => {
@@ -138,10 +139,12 @@ fn registration(
         incarnation: request.incarnation,
         address: request.address,
         name: request.name,
-        // Below cluster version 4 a capacity other than 1, and below 5 an application version,
-        // is refused by the proposal gate (P14.3): no replica of an older schema could apply it.
+        // Below cluster version 4 a capacity other than 1, below 5 an application version, and
+        // below 7 labels, are refused by the proposal gate (P14.3): no replica of an older schema
+        // could apply them.
         capacity,
         app_version: request.app_version,
+        labels: request.labels,
     })
 }
 
@@ -311,6 +314,7 @@ mod tests {
             credential: None,
             capacity,
             app_version: None,
+            labels: Default::default(),
         }
     }
 

@@ -51,6 +51,7 @@ fn executor_view(
         draining: executor.draining,
         capacity: executor.capacity,
         app_version: executor.app_version.clone(),
+        labels: executor.labels.clone(),
         load: load.map(|known| known.load),
         utilisation: load.map(|known| known.utilisation),
     }

@@ -90,6 +90,7 @@ mod tests {
                 credential_sha256: None,
                 capacity: 1,
                 app_version: app_version.map(str::to_owned),
+                labels: Default::default(),
             },
         ) else {
             panic!("registered");

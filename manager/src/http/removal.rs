@@ -151,6 +151,7 @@ mod tests {
                 credential_sha256: None,
                 capacity: 1,
                 app_version: None,
+                labels: Default::default(),
             },
         ) else {
             panic!("registered");

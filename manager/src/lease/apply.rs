@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use leasehold_api::wire::{check_app_version, check_capacity, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS};
+use leasehold_api::wire::{
+    check_app_version, check_capacity, check_labels, Labels, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS,
+};
 
 use super::{
     AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
@@ -85,6 +87,7 @@ struct Registration<'a> {
     credential_sha256: Option<[u8; 32]>,
     capacity: u32,
     app_version: Option<&'a str>,
+    labels: &'a Labels,
 }
 
 impl LeaseState {
@@ -135,6 +138,7 @@ impl LeaseState {
                 credential_sha256,
                 capacity,
                 app_version,
+                labels,
             } => self.apply_register(
                 log_index,
                 config,
@@ -146,6 +150,7 @@ impl LeaseState {
                     credential_sha256: *credential_sha256,
                     capacity: *capacity,
                     app_version: app_version.as_deref(),
+                    labels,
                 },
             ),
             Command::Renew { now_ms, renewals } => {
@@ -448,6 +453,7 @@ impl LeaseState {
             credential_sha256,
             capacity,
             app_version,
+            labels,
         } = registration;
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
@@ -457,7 +463,8 @@ impl LeaseState {
                 app_version.map_or(Ok(()), |version| {
                     check_app_version(version).map_err(|error| invalid(error.to_string()))
                 })
-            });
+            })
+            .and_then(|()| check_labels(labels).map_err(|error| invalid(error.to_string())));
         if let Err(refusal) = checks {
             return refusal;
         }
@@ -492,6 +499,7 @@ impl LeaseState {
             credential_sha256,
             capacity,
             app_version: app_version.map(str::to_owned),
+            labels: labels.clone(),
         };
         let grant = Grant {
             executor_id: executor_id.clone(),

@@ -4,7 +4,7 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v5`]), so a
+//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v6`]), so a
 //! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
@@ -94,6 +94,9 @@ pub enum Command {
         /// `leasehold_api::wire::check_app_version`; `None` when it stated none. Schema 5 when
         /// present.
         app_version: Option<String>,
+        /// Its labels (P18.3), checked by `leasehold_api::wire::check_labels`; empty when it
+        /// stated none. Schema 7 when not empty.
+        labels: leasehold_api::wire::Labels,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
     /// may acknowledge revokes through its claims (P5.2).

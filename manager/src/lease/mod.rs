@@ -34,7 +34,8 @@ pub mod v2;
 pub mod v3;
 pub mod v4;
 pub mod v5;
-mod v5_current;
+pub mod v6;
+mod v6_current;
 
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,10 @@ pub struct Executor {
     /// executor of schemas 2 to 4). Set at registration, never changed: an executor that restarts
     /// as a newer version registers anew (a new incarnation), so it is a newcomer.
     pub app_version: Option<String>,
+    /// Its labels (P18.3), checked by `leasehold_api::wire::check_labels`; empty when it stated
+    /// none (and for every executor of schemas 2 to 6). `zone` is the failure domain the planner
+    /// spreads shards over. Set at registration, never changed.
+    pub labels: leasehold_api::wire::Labels,
 }
 
 impl Executor {

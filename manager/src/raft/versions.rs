@@ -4,12 +4,12 @@
 //! [`SCHEMAS`] lists every schema this build reads, oldest first, each with its codecs; a record
 //! is written at the first that can express it and read by the one its schema names. Schema 2
 //! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
-//! tagged; schema 5 `lease::v5`, tagged; then this build's. Until the cluster version rises past
+//! tagged; schema 5 `lease::v5`, tagged; schema 6 `lease::v6`, tagged; then this build's. Until the cluster version rises past
 //! schema 2 nothing needs more, so every byte this build writes (and sends) is what release
 //! 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go back to
 //! 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica of schema 3
-//! decodes everything; until it rises past 4, a replica of schema 4 does; and until it rises
-//! past 5, a replica of schema 5 does. A record of schema 3 or later names its schema (`codec`
+//! decodes everything; until it rises past 4, a replica of schema 4 does; until it rises past
+//! 5, a replica of schema 5 does; and until it rises past 6, a replica of schema 6 does. A record of schema 3 or later names its schema (`codec`
 //! format 2). A frozen schema's values convert to and from this build's through the chain of
 //! `lease::chain`.
 
@@ -24,9 +24,9 @@ use serde::Serialize;
 use super::TypeConfig;
 use crate::lease::schema::{
     NotExpressible, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    NEWEST_SCHEMA, OLDEST_SCHEMA,
+    NEWEST_SCHEMA, OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, v4, v5, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, v4, v5, v6, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -76,6 +76,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V5Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 6's type configuration: the same Raft types around schema 6's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V6Config:
+        D = v6::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V6Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -163,6 +176,23 @@ impl FrozenSchema for V5Config {
     }
 }
 
+impl FrozenSchema for V6Config {
+    const SCHEMA: u32 = OPERATOR_CONTROLS_SCHEMA;
+    type State = v6::LeaseState;
+    fn command_down(command: &Command) -> Result<v6::Command, NotExpressible> {
+        chain::command_to_v6(command)
+    }
+    fn command_up(command: v6::Command) -> Command {
+        chain::command_from_v6(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v6::LeaseState, NotExpressible> {
+        chain::state_to_v6(state)
+    }
+    fn state_up(state: v6::LeaseState) -> LeaseState {
+        chain::state_from_v6(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -180,11 +210,12 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 5] = [
+const SCHEMAS: [SchemaCodecs; 6] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
     SchemaCodecs::frozen::<V4Config>(),
     SchemaCodecs::frozen::<V5Config>(),
+    SchemaCodecs::frozen::<V6Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -393,7 +424,7 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, Vote};
 
     use super::*;
-    use crate::lease::schema::OPERATOR_CONTROLS_SCHEMA;
+    use crate::lease::schema::{LABELS_SCHEMA, OPERATOR_CONTROLS_SCHEMA};
     use crate::lease::{MembershipChange, OperatorAction, DEFAULT_CAPACITY};
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
@@ -412,6 +443,7 @@ mod tests {
             credential_sha256: None,
             capacity: DEFAULT_CAPACITY,
             app_version: None,
+            labels: Default::default(),
         }
     }
 
@@ -425,6 +457,7 @@ mod tests {
             credential_sha256: Some([3; 32]),
             capacity,
             app_version: None,
+            labels: Default::default(),
         }
     }
 
@@ -438,6 +471,7 @@ mod tests {
             credential_sha256: Some([4; 32]),
             capacity: 3,
             app_version: app_version.map(str::to_owned),
+            labels: Default::default(),
         }
     }
 
@@ -1062,5 +1096,162 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, six.entries);
+    }
+
+    /// A registration stating `zone` (P18.3).
+    fn register_in_zone(incarnation: &str, zone: &str) -> Command {
+        let Command::Register {
+            now_ms,
+            incarnation,
+            address,
+            name,
+            credential_sha256,
+            capacity,
+            app_version,
+            ..
+        } = register_versioned(incarnation, Some("2.0.0"))
+        else {
+            unreachable!("register_versioned registers")
+        };
+        Command::Register {
+            now_ms,
+            incarnation,
+            address,
+            name,
+            credential_sha256,
+            capacity,
+            app_version,
+            labels: [("zone".to_owned(), zone.to_owned())].into(),
+        }
+    }
+
+    /// A state at cluster version 6 holding an executor and maintenance mode: what a build of
+    /// schema 6 snapshots and backs up.
+    fn schema_6_state() -> LeaseState {
+        let mut state = schema_5_state();
+        let _ = state.apply(4, &raise_to(OPERATOR_CONTROLS_SCHEMA));
+        let _ = state.apply(5, &operator(OperatorAction::SetMaintenance { on: true }));
+        assert!(state.maintenance());
+        state
+    }
+
+    /// P14.1, P18.3: a log entry a build of schema 6 wrote (through the frozen `v6` types, tagged
+    /// 6) decodes into this build unchanged and is written back at 6; a registration with labels
+    /// and the raise to 7 are written at 7, which no older build decodes.
+    #[test]
+    fn p14_1_p18_3_a_schema_6_entry_reads_unchanged_and_labels_need_schema_7() {
+        let written_by_schema_6 = Entry::<V6Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 7),
+            payload: EntryPayload::Normal(v6::Command::Operator {
+                now_ms: 7,
+                actor: "admin CN=alice".into(),
+                action: v6::OperatorAction::SetMaintenance { on: true },
+            }),
+        };
+        let record = codec::seal(
+            Some(OPERATOR_CONTROLS_SCHEMA),
+            &encode_payload("log entry", &written_by_schema_6).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        let expected = Command::Operator {
+            now_ms: 7,
+            actor: "admin CN=alice".into(),
+            action: OperatorAction::SetMaintenance { on: true },
+        };
+        assert_eq!(read, entry(7, expected));
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (OPERATOR_CONTROLS_SCHEMA, record)
+        );
+
+        for command in [register_in_zone("inc-7", "eu-1a"), raise_to(LABELS_SCHEMA)] {
+            let newer = entry(8, command);
+            let (schema, record) = encode_entry_record::<TypeConfig>(&newer).unwrap();
+            assert_eq!(schema, LABELS_SCHEMA, "{newer:?}");
+            assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), newer);
+            assert!(entry_down::<V6Config>(&newer).is_err());
+            assert!(entry_down::<V5Config>(&newer).is_err());
+            // The envelope says 7, which a build of schema 6 refuses; a labelled registration's
+            // payload is no schema 6 entry either (a raise's is, hence the tag).
+            let opened = codec::open("log entry", &record).unwrap();
+            assert_eq!(opened.schema, Some(LABELS_SCHEMA));
+            if matches!(
+                newer.payload,
+                EntryPayload::Normal(Command::Register { .. })
+            ) {
+                assert!(decode_payload::<Entry<V6Config>>("log entry", opened.payload).is_err());
+            }
+        }
+    }
+
+    /// P14.1, P18.3: a snapshot's state and a backup a build of schema 6 wrote decode into this
+    /// build with no labels (operator controls kept) and are written back at 6; a state holding
+    /// a labelled executor is written at 7, on disk and in a backup.
+    #[test]
+    fn p14_1_p18_3_a_schema_6_state_reads_with_no_labels_and_labels_are_written_at_7() {
+        let state = schema_6_state();
+        let as_schema_6 = chain::state_to_v6(&state).expect("expressible in schema 6");
+        let payload = encode_payload("lease state", &as_schema_6).unwrap();
+        let read = LeaseState::decode_state(OPERATOR_CONTROLS_SCHEMA, &payload).unwrap();
+        assert_eq!(read, state);
+        assert!(read.maintenance() && read.audit().count() == 1);
+        assert!(read.executors().all(|e| e.labels.is_empty()));
+        assert_eq!(
+            state.encode_state().unwrap(),
+            (OPERATOR_CONTROLS_SCHEMA, payload)
+        );
+        let json = serde_json::to_vec(&as_schema_6).unwrap();
+        assert_eq!(
+            state_from_backup(OPERATOR_CONTROLS_SCHEMA, &json).unwrap(),
+            state
+        );
+        assert_eq!(
+            backup_payload(&state).unwrap(),
+            (OPERATOR_CONTROLS_SCHEMA, json)
+        );
+
+        let mut labelled = state.clone();
+        let _ = labelled.apply(6, &raise_to(LABELS_SCHEMA));
+        let _ = labelled.apply(7, &register_in_zone("inc-7", "eu-1b"));
+        assert!(labelled.executors().any(|e| !e.labels.is_empty()));
+        let (schema, payload) = labelled.encode_state().unwrap();
+        assert_eq!(schema, LABELS_SCHEMA);
+        assert_eq!(
+            LeaseState::decode_state(schema, &payload).unwrap(),
+            labelled
+        );
+        assert!(LeaseState::decode_state(OPERATOR_CONTROLS_SCHEMA, &payload).is_err());
+        let (schema, json) = backup_payload(&labelled).unwrap();
+        assert_eq!(schema, LABELS_SCHEMA);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), labelled);
+    }
+
+    /// P14.1, P18.3: an append is written at schema 6 while its entries are all expressible there
+    /// (a follower of schema 6 decodes it), and at 7 as soon as one registers labels.
+    #[test]
+    fn p18_3_an_append_is_written_at_schema_6_until_an_entry_needs_labels() {
+        let six = append(vec![
+            entry(4, register_versioned("inc-6", Some("2.0.0"))),
+            entry(5, operator(OperatorAction::SetMaintenance { on: true })),
+        ]);
+        let body = encode_append(&six).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(OPERATOR_CONTROLS_SCHEMA));
+        let as_schema_6: AppendEntriesRequest<V6Config> =
+            decode_payload("raft request", opened.payload).expect("a schema 6 follower decodes it");
+        assert_eq!(as_schema_6.entries.len(), 2);
+
+        let seven = append(vec![
+            entry(4, register_versioned("inc-6", Some("2.0.0"))),
+            entry(5, register_in_zone("inc-7", "eu-1a")),
+        ]);
+        let body = encode_append(&seven).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(LABELS_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V6Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, seven.entries);
     }
 }

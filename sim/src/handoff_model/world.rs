@@ -613,6 +613,7 @@ pub(super) fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
             credential_sha256: None,
             capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
             app_version: None,
+            labels: Default::default(),
         };
         let mut core = AdmissionCore::default();
         match state.apply(&register) {

@@ -329,6 +329,7 @@ impl LeaseHolder for ProcessHolder<'_> {
             credential: None,
             capacity: Some(self.process.capacity),
             app_version: None,
+            labels: Default::default(),
         }
     }
 

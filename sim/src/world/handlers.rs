@@ -37,6 +37,7 @@ impl World {
                     credential_sha256: None,
                     capacity,
                     app_version: request.app_version,
+                    labels: request.labels,
                 };
                 self.propose(command, ReplyTo::Register { slot, call });
             }

@@ -178,6 +178,14 @@
     return value === null || value === undefined ? '—' : String(value);
   }
 
+  /** An executor's labels (P18.3) as leaseholdctl prints them: zone first, then key=value. */
+  function labelText(labels) {
+    const pairs = Object.entries(labels || {});
+    if (!pairs.length) return '–';
+    pairs.sort(([a], [b]) => (a === 'zone' ? -1 : b === 'zone' ? 1 : a < b ? -1 : a > b ? 1 : 0));
+    return pairs.map(([key, value]) => key + '=' + value).join(', ');
+  }
+
   /**
    * A load or utilisation for people: three significant figures (0.00312, 41.7, 1250), as
    * leaseholdctl prints them (api/src/ctl/table.rs human_load), or '—' when unknown.
@@ -446,6 +454,11 @@
       const who = node('span', 'who');
       who.append(node('span', 'sw o' + colourOf(e.executor_id)), node('span', null, e.name || e.executor_id));
       name.append(who);
+      // Its labels (P18.3) under its name, zone first: a line of their own rather than a column,
+      // so the table stays as wide as the page.
+      if (e.labels && Object.keys(e.labels).length) {
+        name.append(node('small', 'labels muted', ' ' + labelText(e.labels)));
+      }
       const lease = node('td', 'lease-col');
       const bar = node('span', 'bar');
       const fill = node('span', 'fill');

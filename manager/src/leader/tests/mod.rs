@@ -54,6 +54,7 @@ impl World {
             credential_sha256: None,
             capacity,
             app_version: None,
+            labels: Default::default(),
         }) {
             Outcome::Registered { grant, .. } => grant.executor_id,
             other => panic!("register: {other:?}"),

@@ -21,12 +21,21 @@
 //!
 //! A joining executor is under quota, so it gets shards from the very next plan (P5.4): unowned
 //! ones at once, others as their owners release them.
+//!
+//! Zones (P18.3): when the live executors state more than one `zone` label (those stating none
+//! count as one zone of their own), the distributable shards are first split between the zones
+//! in proportion to each zone's capacity, by the same floor-or-ceiling rule, and each zone's
+//! quota then between its executors. So each zone's share is within one shard of its capacity's
+//! share, and when a zone is lost only its shards move: the survivors' quotas grow to take them
+//! and nothing else changes hands.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use rustc_hash::FxHasher;
+
+use leasehold_api::wire::zone_of;
 
 use super::super::{LeaseState, Move, ShardId};
 use super::{capacity_of, takes_shards, MoveCost};
@@ -55,6 +64,8 @@ struct Holdings<'a> {
     id: &'a str,
     /// Its placement weight (P15.1).
     capacity: u64,
+    /// Its `zone` label (P18.3), if it states one.
+    zone: Option<&'a str>,
     /// Owned, not releasing: being served now.
     delivered: Vec<ShardId>,
     /// Owned and releasing to another executor, with the target's position if it is live: kept
@@ -113,6 +124,7 @@ impl<'a> LiveExecutors<'a> {
             .map(|executor| Holdings {
                 id: executor.id.as_str(),
                 capacity: capacity_of(executor),
+                zone: zone_of(&executor.labels),
                 delivered: Vec::new(),
                 releasing: Vec::new(),
                 incoming: 0,
@@ -366,35 +378,108 @@ fn plan(state: &LeaseState, now_ms: u64) -> Option<CountPlan<'_>> {
 
 /// Each live executor's quota of the `distributable` shards, by position: the floor or the
 /// ceiling of its share `distributable × capacity ÷ total capacity` (P15.2), summing to
-/// `distributable`.
-///
-/// Only an executor whose share is fractional can get its ceiling. The ceilings keep one more
-/// shard in place only for an executor owning more than its floor, so those get them first; any
-/// other assignment of the rest keeps as many, and they go to the executors holding most
-/// prospectively, which is how the last plan left them, so planning again moves nothing (ties
-/// by id, which is position).
+/// `distributable`. With zones (P18.3), each zone's quota first, by the same rule over the
+/// zones' capacities, then its executors' quotas of it.
 fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize> {
-    let total_capacity: u128 = live.iter().map(|h| u128::from(h.capacity)).sum();
-    let shares = u128::try_from(distributable).unwrap_or(u128::MAX);
-    let mut quotas: Vec<usize> = Vec::with_capacity(live.len());
-    // (position, owns more than its floor, prospective holdings)
-    let mut fractional: Vec<(usize, bool, usize)> = Vec::new();
+    let weigh = |holdings: &Holdings<'_>| Weighed {
+        capacity: u128::from(holdings.capacity),
+        owned: holdings.owned(),
+        prospective: holdings.prospective(),
+    };
+    let zones = zones_of(live);
+    if zones.len() <= 1 {
+        return split_by_capacity(&live.iter().map(weigh).collect::<Vec<_>>(), distributable);
+    }
+    let zone_weights: Vec<Weighed> = zones
+        .iter()
+        .map(|members| {
+            members
+                .iter()
+                .filter_map(|&position| live.get(position))
+                .fold(Weighed::default(), |sum, holdings| {
+                    let one = weigh(holdings);
+                    Weighed {
+                        capacity: sum.capacity.saturating_add(one.capacity),
+                        owned: sum.owned.saturating_add(one.owned),
+                        prospective: sum.prospective.saturating_add(one.prospective),
+                    }
+                })
+        })
+        .collect();
+    let zone_quotas = split_by_capacity(&zone_weights, distributable);
+    let mut quotas = vec![0; live.len()];
+    for (members, zone_quota) in zones.iter().zip(zone_quotas) {
+        let weights: Vec<Weighed> = members
+            .iter()
+            .filter_map(|&position| live.get(position))
+            .map(weigh)
+            .collect();
+        for (&position, quota) in members.iter().zip(split_by_capacity(&weights, zone_quota)) {
+            if let Some(slot) = quotas.get_mut(position) {
+                *slot = quota;
+            }
+        }
+    }
+    quotas
+}
+
+/// The live executors' positions grouped by zone (P18.3), each group ascending and the groups in
+/// the order of their first member; executors stating no zone are one group.
+fn zones_of(live: &[Holdings<'_>]) -> Vec<Vec<usize>> {
+    let mut group_of: HashMap<Option<&str>, usize, BuildHasherDefault<FxHasher>> =
+        HashMap::default();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
     for (position, holdings) in live.iter().enumerate() {
-        let weighted = shares.saturating_mul(u128::from(holdings.capacity));
+        let group = *group_of.entry(holdings.zone).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        if let Some(members) = groups.get_mut(group) {
+            members.push(position);
+        }
+    }
+    groups
+}
+
+/// What splitting shards by capacity weighs of one executor, or of one zone's executors together.
+#[derive(Debug, Clone, Copy, Default)]
+struct Weighed {
+    capacity: u128,
+    /// What it owns: it keeps that many at no cost.
+    owned: usize,
+    /// What it will hold once the handoffs under way complete.
+    prospective: usize,
+}
+
+/// `total` split in proportion to each one's capacity: the floor or the ceiling of its share
+/// `total × capacity ÷ total capacity`, summing to `total`, in the order given.
+///
+/// Only one whose share is fractional can get its ceiling. The ceilings keep one more shard in
+/// place only for one owning more than its floor, so those get them first; any other assignment
+/// of the rest keeps as many, and they go to those holding most prospectively, which is how the
+/// last plan left them, so planning again moves nothing (ties by order).
+fn split_by_capacity(weights: &[Weighed], total: usize) -> Vec<usize> {
+    let total_capacity: u128 = weights.iter().map(|w| w.capacity).sum();
+    let shares = u128::try_from(total).unwrap_or(u128::MAX);
+    let mut quotas: Vec<usize> = Vec::with_capacity(weights.len());
+    // (index, owns more than its floor, prospective holdings)
+    let mut fractional: Vec<(usize, bool, usize)> = Vec::new();
+    for (index, weight) in weights.iter().enumerate() {
+        let weighted = shares.saturating_mul(weight.capacity);
         let floor = usize::try_from(weighted / total_capacity.max(1)).unwrap_or(usize::MAX);
         quotas.push(floor);
         if weighted % total_capacity.max(1) != 0 {
-            fractional.push((position, holdings.owned() > floor, holdings.prospective()));
+            fractional.push((index, weight.owned > floor, weight.prospective));
         }
     }
-    let ceilings = distributable.saturating_sub(quotas.iter().sum());
+    let ceilings = total.saturating_sub(quotas.iter().sum());
     fractional.sort_by(|a, b| {
         b.1.cmp(&a.1)
             .then_with(|| b.2.cmp(&a.2))
             .then_with(|| a.0.cmp(&b.0))
     });
-    for &(position, ..) in fractional.iter().take(ceilings) {
-        if let Some(quota) = quotas.get_mut(position) {
+    for &(index, ..) in fractional.iter().take(ceilings) {
+        if let Some(quota) = quotas.get_mut(index) {
             *quota += 1;
         }
     }

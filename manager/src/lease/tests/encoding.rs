@@ -34,6 +34,7 @@ pub(super) fn busy_state() -> LeaseState {
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
         app_version: None,
+        labels: Default::default(),
     });
     harness.rebalance(0);
     let c = harness.register(1_000, "c");
@@ -109,12 +110,47 @@ pub(super) fn operated_state() -> LeaseState {
     state
 }
 
+/// [`operated_state`] with executors that stated labels (P18.3, schema 7).
+pub(super) fn labelled_state() -> LeaseState {
+    let mut harness = Harness {
+        state: operated_state(),
+        next_index: 2_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 3_000,
+        cluster_version: crate::lease::schema::LABELS_SCHEMA,
+    });
+    for (incarnation, zone) in [("zoned-a", "eu-1a"), ("zoned-b", "eu-1b")] {
+        harness.apply(Command::Register {
+            now_ms: 3_000,
+            incarnation: incarnation.into(),
+            address: format!("http://{incarnation}.test"),
+            name: None,
+            credential_sha256: None,
+            capacity: crate::lease::DEFAULT_CAPACITY,
+            app_version: None,
+            labels: [
+                ("zone".to_owned(), zone.to_owned()),
+                ("rack".to_owned(), "r7".to_owned()),
+            ]
+            .into(),
+        });
+    }
+    let state = harness.state;
+    assert_eq!(
+        state.executors().filter(|e| !e.labels.is_empty()).count(),
+        2
+    );
+    state
+}
+
 #[test]
 fn bincode_round_trips_the_state() {
     round_trip(&LeaseState::default());
     round_trip(&Harness::initialised(4, LEASE_MS).state);
     round_trip(&busy_state());
     round_trip(&operated_state());
+    round_trip(&labelled_state());
 }
 
 /// The state as std collections hold it, field for field: what every release before the state
@@ -140,6 +176,7 @@ mod std_collections {
         pub credential_sha256: Option<[u8; 32]>,
         pub capacity: u32,
         pub app_version: Option<String>,
+        pub labels: BTreeMap<String, String>,
     }
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -179,6 +216,7 @@ mod std_collections {
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
                         app_version: e.app_version.clone(),
+                        labels: e.labels.clone(),
                     };
                     (id.clone(), executor)
                 })
@@ -208,7 +246,12 @@ mod std_collections {
 #[test]
 fn p14_1_persistent_collections_encode_as_std_collections_do() {
     let config = bincode::config::standard();
-    for state in [LeaseState::default(), busy_state(), operated_state()] {
+    for state in [
+        LeaseState::default(),
+        busy_state(),
+        operated_state(),
+        labelled_state(),
+    ] {
         let mirror = std_collections::of(&state);
         let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
         let theirs = bincode::serde::encode_to_vec(&mirror, config).expect("encodes");
@@ -240,6 +283,7 @@ pub(super) fn every_command() -> Vec<Command> {
             credential_sha256: None,
             capacity: crate::lease::DEFAULT_CAPACITY,
             app_version: None,
+            labels: Default::default(),
         },
         Command::Renew {
             now_ms: 4,
@@ -296,6 +340,7 @@ pub(super) fn every_command() -> Vec<Command> {
             credential_sha256: Some([0xff; 32]),
             capacity: crate::lease::DEFAULT_CAPACITY,
             app_version: None,
+            labels: Default::default(),
         },
         Command::Register {
             now_ms: 13,
@@ -305,6 +350,7 @@ pub(super) fn every_command() -> Vec<Command> {
             credential_sha256: Some([1; 32]),
             capacity: leasehold_api::wire::MAX_CAPACITY,
             app_version: None,
+            labels: Default::default(),
         },
         Command::SetClusterVersion {
             now_ms: 14,
@@ -318,6 +364,7 @@ pub(super) fn every_command() -> Vec<Command> {
             credential_sha256: Some([2; 32]),
             capacity: 2,
             app_version: Some("1.4.0-rc.1+build.7".into()),
+            labels: Default::default(),
         },
         Command::SetClusterVersion {
             now_ms: 16,
@@ -326,12 +373,41 @@ pub(super) fn every_command() -> Vec<Command> {
     ]
     .into_iter()
     .chain(every_operator_command())
-    .chain([Command::SetClusterVersion {
-        now_ms: 26,
-        cluster_version: 6,
-    }])
+    .chain([
+        Command::SetClusterVersion {
+            now_ms: 26,
+            cluster_version: 6,
+        },
+        Command::Register {
+            now_ms: 27,
+            incarnation: "labelled".into(),
+            address: "http://l".into(),
+            name: None,
+            credential_sha256: Some([3; 32]),
+            capacity: 3,
+            app_version: Some("2.0".into()),
+            labels: (0..leasehold_api::wire::MAX_LABELS)
+                .map(|n| {
+                    (
+                        format!("k{n}"),
+                        "v".repeat(leasehold_api::wire::MAX_LABEL_BYTES),
+                    )
+                })
+                .chain([("zone".to_owned(), "eu-1a".to_owned())])
+                .skip(1)
+                .collect(),
+        },
+        Command::SetClusterVersion {
+            now_ms: 28,
+            cluster_version: 7,
+        },
+    ])
     .collect()
 }
+
+/// The commands of [`every_command`] that need schema 7 (P18.3): a labelled registration and a
+/// raise to 7.
+pub(super) const LABELS_COMMANDS: usize = 2;
 
 /// An operator's command (P17.4) of every action, with edge values: how many
 /// [`every_command`] holds.

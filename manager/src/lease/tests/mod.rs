@@ -18,6 +18,7 @@ mod planner;
 mod rollout;
 mod rules;
 mod schemas;
+mod zones;
 
 use super::{
     Command, Effects, Epoch, ExecutorId, LeaseState, Outcome, RenewResult, Renewal, ShardId,
@@ -31,7 +32,7 @@ pub(super) const LEASE_MS: u64 = 60_000;
 #[derive(Debug, Clone)]
 pub(super) struct Harness {
     pub(super) state: LeaseState,
-    next_index: u64,
+    pub(super) next_index: u64,
 }
 
 impl Harness {
@@ -185,6 +186,7 @@ pub(super) fn register_command_with_capacity(
         credential_sha256: None,
         capacity,
         app_version: None,
+        labels: Default::default(),
     }
 }
 

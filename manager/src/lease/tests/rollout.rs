@@ -20,6 +20,7 @@ fn register_version(
         credential_sha256: None,
         capacity: DEFAULT_CAPACITY,
         app_version: Some(version.to_owned()),
+        labels: Default::default(),
     });
     match outcome {
         Outcome::Registered { grant, .. } => grant.executor_id,

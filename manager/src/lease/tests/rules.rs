@@ -375,6 +375,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
         app_version: None,
+        labels: Default::default(),
     });
     let Outcome::Registered {
         grant,
@@ -412,6 +413,7 @@ fn p13_4_a_retried_registration_needs_the_same_credential() {
         credential_sha256,
         capacity: crate::lease::DEFAULT_CAPACITY,
         app_version: None,
+        labels: Default::default(),
     };
     let Outcome::Registered { grant, .. } = harness.apply(with(Some([1; 32]))) else {
         panic!("registered");
@@ -622,6 +624,61 @@ fn p17_3_i6_an_app_version_the_check_refuses_is_refused_and_changes_nothing() {
         harness.apply(register_with_app_version(1_000, "new", Some(&longest))),
         Outcome::Registered { .. }
     ));
+}
+
+/// P18.3, I6: the state machine refuses labels the wire's check refuses (the edge refuses
+/// first; this is the second line), for a new incarnation and for a retried one, and nothing
+/// changes; a retried registration keeps the labels of the first.
+#[test]
+fn p18_3_i6_labels_the_check_refuses_are_refused_and_change_nothing() {
+    let labelled = |incarnation: &str, pairs: &[(&str, &str)]| Command::Register {
+        now_ms: 1_000,
+        incarnation: incarnation.into(),
+        address: format!("http://{incarnation}.test"),
+        name: None,
+        credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
+        labels: pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect(),
+    };
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let existing = match harness.apply(labelled("existing", &[("zone", "a")])) {
+        Outcome::Registered { grant, .. } => grant.executor_id,
+        other => panic!("{other:?}"),
+    };
+    let too_many: Vec<(String, String)> = (0..=leasehold_api::wire::MAX_LABELS)
+        .map(|n| (format!("k{n}"), "v".to_owned()))
+        .collect();
+    let too_many: Vec<(&str, &str)> = too_many
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .collect();
+    for (incarnation, pairs) in [
+        ("new", &[("Zone", "a")][..]),
+        ("new", &[("zone", "")]),
+        ("new", &[("zone", "a b")]),
+        ("new", too_many.as_slice()),
+        ("existing", &[("zone", "-a")]),
+    ] {
+        let outcome = harness.apply_expecting_no_change(labelled(incarnation, pairs));
+        assert!(
+            matches!(
+                outcome.refusal(),
+                Some(RefusalReason::Invalid { detail }) if detail.contains("P18.3")
+            ),
+            "{incarnation} with {pairs:?}: {outcome:?}"
+        );
+    }
+    harness.apply(labelled("existing", &[("zone", "b")]));
+    let kept = &harness.state.executor(&existing).unwrap().labels;
+    assert_eq!(
+        leasehold_api::wire::zone_of(kept),
+        Some("a"),
+        "the first's labels"
+    );
 }
 
 #[test]
@@ -1579,6 +1636,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
         app_version: None,
+        labels: Default::default(),
     };
     let planned_at = harness.state.revision();
     let cases: Vec<(&str, Command)> = vec![
@@ -1678,6 +1736,7 @@ fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
         credential_sha256: None,
         capacity: crate::lease::DEFAULT_CAPACITY,
         app_version: None,
+        labels: Default::default(),
     });
     assert!(
         matches!(

@@ -1,19 +1,21 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
 //! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`), schema 5
-//! (`lease::v5`) and this build's types, the gate in front of proposals, and a property test that
+//! (`lease::v5`), schema 6 (`lease::v6`) and this build's types, the gate in front of proposals, and a property test that
 //! a state migrated at any point behaves exactly as the state it came from.
 
 use proptest::prelude::*;
 
 use super::super::schema::{
     check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
-    FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    FIRST_RELEASE_SCHEMA, LABELS_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
 use super::super::{
     chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, Renewal,
     DEFAULT_CAPACITY,
 };
-use super::encoding::{busy_state, every_command, operated_state, OPERATOR_COMMANDS};
+use super::encoding::{
+    busy_state, every_command, labelled_state, operated_state, LABELS_COMMANDS, OPERATOR_COMMANDS,
+};
 use super::{Harness, LEASE_MS};
 
 fn bincode_round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
@@ -97,9 +99,9 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        5 + OPERATOR_COMMANDS,
+        5 + OPERATOR_COMMANDS + LABELS_COMMANDS,
         "a capacity, a raise to 4, an application version, a raise to 5, the operator's \
-         commands and a raise to 6"
+         commands, a raise to 6, labels and a raise to 7"
     );
 }
 
@@ -130,8 +132,9 @@ fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        3 + OPERATOR_COMMANDS,
-        "an application version, a raise to 5, the operator's commands and a raise to 6"
+        3 + OPERATOR_COMMANDS + LABELS_COMMANDS,
+        "an application version, a raise to 5, the operator's commands, a raise to 6, labels and \
+         a raise to 7"
     );
 }
 
@@ -153,19 +156,131 @@ fn p14_1_p17_4_every_schema_5_command_converts_up_and_back_unchanged() {
             }
             Err(_) => {
                 refused += 1;
-                assert_eq!(
-                    command.required_schema(),
-                    OPERATOR_CONTROLS_SCHEMA,
-                    "only commands of schema 6 are refused by schema 5: {command:?}"
+                assert!(
+                    command.required_schema() >= OPERATOR_CONTROLS_SCHEMA,
+                    "only commands of schema 6 or later are refused by schema 5: {command:?}"
                 );
             }
         }
     }
     assert_eq!(
         refused,
-        1 + OPERATOR_COMMANDS,
-        "the operator's commands and a raise to 6"
+        1 + OPERATOR_COMMANDS + LABELS_COMMANDS,
+        "the operator's commands, a raise to 6, labels and a raise to 7"
     );
+}
+
+/// P14.1, P18.3: every command schema 6 can express converts to it and back unchanged (the
+/// operator's commands included), and only those that need schema 7 (labels, a raise to 7) are
+/// refused.
+#[test]
+fn p14_1_p18_3_every_schema_6_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v6(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v6(old),
+                    command,
+                    "schema 6 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= OPERATOR_CONTROLS_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    LABELS_SCHEMA,
+                    "only commands of schema 7 are refused by schema 6: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(refused, LABELS_COMMANDS, "labels and a raise to 7");
+}
+
+/// P18.3 through P14.3 and P14.1: a registration with labels is schema 7, refused by every
+/// older schema's types with the same reason and proposed only once the cluster version is 7; a
+/// state holding a labelled executor is not expressible in schema 6 whatever its cluster version
+/// says, and without labels, lowered to 6, reads back from schema 6's types unchanged (its
+/// operator controls included).
+#[test]
+fn p18_3_labels_need_schema_7_everywhere() {
+    let labelled = every_command()
+        .into_iter()
+        .find(|command| matches!(command, Command::Register { labels, .. } if !labels.is_empty()))
+        .expect("a labelled registration");
+    assert_eq!(labelled.required_schema(), LABELS_SCHEMA);
+    let refused = chain::command_to_v6(&labelled).unwrap_err();
+    assert!(
+        refused.0.contains("labels") && refused.0.contains("schema 7"),
+        "{refused}"
+    );
+    assert_eq!(chain::command_to_v5(&labelled), Err(refused));
+    assert_eq!(chain::command_to_v2(&labelled), Err(refused));
+    for below in [APP_VERSION_SCHEMA, OPERATOR_CONTROLS_SCHEMA] {
+        let refused = check_proposable(&labelled, below).unwrap_err();
+        assert_eq!(
+            (refused.needed, refused.cluster_version),
+            (LABELS_SCHEMA, below)
+        );
+    }
+    assert!(check_proposable(&labelled, LABELS_SCHEMA).is_ok());
+
+    let state = labelled_state();
+    assert_eq!(state.required_schema(), LABELS_SCHEMA);
+    assert!(chain::state_to_v6(&state)
+        .unwrap_err()
+        .0
+        .contains("above 6"));
+    let mut lowered = state.clone();
+    lowered.cluster_version = OPERATOR_CONTROLS_SCHEMA;
+    let refused = chain::state_to_v6(&lowered).unwrap_err();
+    assert!(
+        refused.0.contains("labels") && refused.0.contains("schema 6"),
+        "{refused}"
+    );
+    let bare = operated_state();
+    assert!(bare.maintenance() && bare.audit().count() > 0);
+    let old = chain::state_to_v6(&bare).expect("expressible in schema 6");
+    assert_eq!(chain::state_from_v6(bincode_round_trip(&old)), bare);
+}
+
+/// P14.1, P18.3: a state of schema 6 migrated to this build has executors without labels, and a
+/// labelled registration applies to it once the cluster version is raised to 7.
+#[test]
+fn p14_1_p18_3_a_schema_6_state_reads_with_no_labels() {
+    let read = chain::state_from_v6(bincode_round_trip(
+        &chain::state_to_v6(&operated_state()).expect("expressible in schema 6"),
+    ));
+    assert!(read.executors().all(|executor| executor.labels.is_empty()));
+    let mut harness = Harness {
+        state: read,
+        next_index: 5_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: LABELS_SCHEMA,
+    });
+    let outcome = harness.apply(Command::Register {
+        now_ms: 0,
+        incarnation: "zoned".into(),
+        address: "http://zoned.test".into(),
+        name: None,
+        credential_sha256: None,
+        capacity: DEFAULT_CAPACITY,
+        app_version: None,
+        labels: [("zone".to_owned(), "b".to_owned())].into(),
+    });
+    let Outcome::Registered { grant, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    let executor = harness
+        .state
+        .executor(&grant.executor_id)
+        .expect("registered");
+    assert_eq!(leasehold_api::wire::zone_of(&executor.labels), Some("b"));
 }
 
 #[test]

@@ -1,18 +1,18 @@
-//! The newest conversion in the chain of schemas: schema 5 (`super::v5`, frozen) and this build's
-//! types (schema 6), up (`From`, always) and down (`TryFrom`, when schema 5 can express the
-//! value). Older schemas reach this build through schema 5 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 6 (`super::v6`, frozen) and this build's
+//! types (schema 7), up (`From`, always) and down (`TryFrom`, when schema 6 can express the
+//! value). Older schemas reach this build through schema 6 (`crate::lease::chain` chains them).
 //!
-//! When a schema 7 changes this build's types, schema 6's are frozen in a `v6` module and these
-//! conversions move there, between schemas 5 and 6; this file then converts between schema 6 and
+//! When a schema 8 changes this build's types, schema 7's are frozen in a `v7` module and these
+//! conversions move there, between schemas 6 and 7; this file then converts between schema 7 and
 //! the new types. Nothing else changes: a frozen module never mentions a newer schema.
 
-use super::schema::{NotExpressible, APP_VERSION_SCHEMA};
-use super::v5::{
-    ClusterConfig, Command, Executor, Handoff, LeaseState, Move, Renewal, Shard, Tombstone,
-    TombstoneReason,
+use super::schema::{NotExpressible, OPERATOR_CONTROLS_SCHEMA};
+use super::v6::{
+    AuditRecord, ClusterConfig, Command, Executor, Handoff, LeaseState, MembershipChange, Move,
+    OperatorAction, Renewal, Shard, Tombstone, TombstoneReason,
 };
 
-// ---- Schema 5 → this build ----
+// ---- Schema 6 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -50,6 +50,8 @@ impl From<Command> for super::Command {
                 credential_sha256,
                 capacity,
                 app_version,
+                // Schema 6 had no labels (P18.3).
+                labels: Default::default(),
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -106,6 +108,73 @@ impl From<Command> for super::Command {
                 now_ms,
                 cluster_version,
             },
+            Command::Operator {
+                now_ms,
+                actor,
+                action,
+            } => Now::Operator {
+                now_ms,
+                actor,
+                action: action.into(),
+            },
+        }
+    }
+}
+
+impl From<OperatorAction> for super::OperatorAction {
+    fn from(action: OperatorAction) -> Self {
+        use super::OperatorAction as Now;
+        match action {
+            OperatorAction::SetDraining {
+                executor_id,
+                draining,
+            } => Now::SetDraining {
+                executor_id,
+                draining,
+            },
+            OperatorAction::Remove { executor_id } => Now::Remove { executor_id },
+            OperatorAction::SetMaintenance { on } => Now::SetMaintenance { on },
+            OperatorAction::MoveShard { shard, to } => Now::MoveShard { shard, to },
+            OperatorAction::Pin { shard, executor_id } => Now::Pin { shard, executor_id },
+            OperatorAction::Membership { change } => Now::Membership {
+                change: match change {
+                    MembershipChange::Added { node_id, address } => {
+                        super::MembershipChange::Added { node_id, address }
+                    }
+                    MembershipChange::Removed { node_id } => {
+                        super::MembershipChange::Removed { node_id }
+                    }
+                },
+            },
+        }
+    }
+}
+
+impl From<&super::OperatorAction> for OperatorAction {
+    fn from(action: &super::OperatorAction) -> Self {
+        use super::OperatorAction as Now;
+        match action.clone() {
+            Now::SetDraining {
+                executor_id,
+                draining,
+            } => OperatorAction::SetDraining {
+                executor_id,
+                draining,
+            },
+            Now::Remove { executor_id } => OperatorAction::Remove { executor_id },
+            Now::SetMaintenance { on } => OperatorAction::SetMaintenance { on },
+            Now::MoveShard { shard, to } => OperatorAction::MoveShard { shard, to },
+            Now::Pin { shard, executor_id } => OperatorAction::Pin { shard, executor_id },
+            Now::Membership { change } => OperatorAction::Membership {
+                change: match change {
+                    super::MembershipChange::Added { node_id, address } => {
+                        MembershipChange::Added { node_id, address }
+                    }
+                    super::MembershipChange::Removed { node_id } => {
+                        MembershipChange::Removed { node_id }
+                    }
+                },
+            },
         }
     }
 }
@@ -133,6 +202,8 @@ impl From<LeaseState> for super::LeaseState {
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
                         app_version: e.app_version,
+                        // Schema 6 had no labels (P18.3).
+                        labels: Default::default(),
                     };
                     (id, executor)
                 })
@@ -145,10 +216,18 @@ impl From<LeaseState> for super::LeaseState {
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
-            // Schema 5 had no operator controls (P17.4): maintenance off, no pins, no audit log.
-            maintenance: false,
-            pins: Default::default(),
-            audit: Default::default(),
+            maintenance: state.maintenance,
+            pins: state.pins.into_iter().collect(),
+            audit: state
+                .audit
+                .into_iter()
+                .map(|record| super::AuditRecord {
+                    revision: record.revision,
+                    at_ms: record.at_ms,
+                    actor: record.actor,
+                    action: record.action.into(),
+                })
+                .collect(),
             releasing: Default::default(),
             by_incarnation: Default::default(),
         };
@@ -215,7 +294,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 5, when schema 5 can express it ----
+// ---- This build → schema 6, when schema 6 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -247,15 +326,21 @@ impl TryFrom<&super::Command> for Command {
                 credential_sha256,
                 capacity,
                 app_version,
-            } => Command::Register {
-                now_ms,
-                incarnation,
-                address,
-                name,
-                credential_sha256,
-                capacity,
-                app_version,
-            },
+                labels,
+            } => {
+                if !labels.is_empty() {
+                    return Err(NotExpressible("executor labels first appear in schema 7"));
+                }
+                Command::Register {
+                    now_ms,
+                    incarnation,
+                    address,
+                    name,
+                    credential_sha256,
+                    capacity,
+                    app_version,
+                }
+            }
             Now::Renew { now_ms, renewals } => Command::Renew {
                 now_ms,
                 renewals: renewals.iter().map(Into::into).collect(),
@@ -304,15 +389,21 @@ impl TryFrom<&super::Command> for Command {
                 executor_id,
                 draining,
             },
-            Now::Operator { .. } => {
-                return Err(NotExpressible("operator controls first appear in schema 6"))
-            }
-            // A raise past schema 5 is for replicas of that schema only (see `required_schema`).
+            Now::Operator {
+                now_ms,
+                actor,
+                action,
+            } => Command::Operator {
+                now_ms,
+                actor,
+                action: (&action).into(),
+            },
+            // A raise past schema 6 is for replicas of that schema only (see `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > APP_VERSION_SCHEMA => {
+            } if cluster_version > OPERATOR_CONTROLS_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 5 is not expressible in schema 5",
+                    "a raise of the cluster version above 6 is not expressible in schema 6",
                 ))
             }
             Now::SetClusterVersion {
@@ -330,24 +421,14 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > APP_VERSION_SCHEMA {
+        if state.cluster_version > OPERATOR_CONTROLS_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 5 is not expressible in schema 5",
+                "a cluster version above 6 is not expressible in schema 6",
             ));
         }
-        if state.maintenance {
+        if state.executors.values().any(|e| !e.labels.is_empty()) {
             return Err(NotExpressible(
-                "maintenance mode (an operator control) is not expressible in schema 5",
-            ));
-        }
-        if !state.pins.is_empty() {
-            return Err(NotExpressible(
-                "a pinned shard (an operator control) is not expressible in schema 5",
-            ));
-        }
-        if !state.audit.is_empty() {
-            return Err(NotExpressible(
-                "an audit record (of an operator control) is not expressible in schema 5",
+                "an executor's labels are not expressible in schema 6",
             ));
         }
         Ok(LeaseState {
@@ -383,6 +464,22 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                 .collect(),
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
+            maintenance: state.maintenance,
+            pins: state
+                .pins
+                .iter()
+                .map(|(shard, executor_id)| (*shard, executor_id.clone()))
+                .collect(),
+            audit: state
+                .audit
+                .iter()
+                .map(|record| AuditRecord {
+                    revision: record.revision,
+                    at_ms: record.at_ms,
+                    actor: record.actor.clone(),
+                    action: (&record.action).into(),
+                })
+                .collect(),
         })
     }
 }

@@ -1,0 +1,149 @@
+//! Zones (PROTOCOL P18.3) in placement by count: each zone's share of the shards stays within
+//! one shard of its capacity's share, and losing a zone moves only that zone's shards.
+
+use std::collections::BTreeMap;
+
+use super::super::{Command, ExecutorId, Outcome, ShardId};
+use super::{plan_and_release, Harness, LEASE_MS};
+
+/// A registration stating `zone` (none: no labels) and `capacity`.
+fn register_in(
+    harness: &mut Harness,
+    now_ms: u64,
+    incarnation: &str,
+    zone: Option<&str>,
+    capacity: u32,
+) -> ExecutorId {
+    let outcome = harness.apply(Command::Register {
+        now_ms,
+        incarnation: incarnation.into(),
+        address: format!("http://{incarnation}.test"),
+        name: None,
+        credential_sha256: None,
+        capacity,
+        app_version: None,
+        labels: zone
+            .map(|zone| [("zone".to_owned(), zone.to_owned())].into())
+            .unwrap_or_default(),
+    });
+    match outcome {
+        Outcome::Registered { grant, .. } => grant.executor_id,
+        other => panic!("register {incarnation}: {other:?}"),
+    }
+}
+
+/// Plans, commits and releases until nothing is left to move.
+fn settle(harness: &mut Harness, now_ms: u64) {
+    for _ in 0..100 {
+        let _ = harness.apply(Command::CompleteHandoffs { now_ms });
+        if plan_and_release(harness, now_ms).is_empty() {
+            return;
+        }
+    }
+    panic!("placement does not settle");
+}
+
+/// Shards held per zone (`-` for executors stating none).
+fn per_zone(harness: &Harness) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for executor in harness.state.executors() {
+        let zone = leasehold_api::wire::zone_of(&executor.labels).unwrap_or("-");
+        *counts.entry(zone.to_owned()).or_default() += harness.delivered_shards(&executor.id).len();
+    }
+    counts
+}
+
+/// P18.3: 11 shards over 8 equal executors, 4 per zone. By executor alone the 3 shards above 8
+/// × 1 could all land in the zone registered first (7 against a share of 5.5); by zone each gets
+/// 5 or 6.
+#[test]
+fn p18_3_each_zone_gets_its_share_within_one_shard() {
+    let mut harness = Harness::initialised(11, LEASE_MS);
+    for n in 0..8 {
+        let zone = if n < 4 { "a" } else { "b" };
+        register_in(&mut harness, 0, &format!("inc-{n}"), Some(zone), 1);
+    }
+    settle(&mut harness, 0);
+    let zones = per_zone(&harness);
+    assert_eq!(zones.values().sum::<usize>(), 11);
+    for (zone, &count) in &zones {
+        assert!((5..=6).contains(&count), "zone {zone}: {zones:?}");
+    }
+    for executor in harness.state.executors() {
+        let held = harness.delivered_shards(&executor.id).len();
+        assert!((1..=2).contains(&held), "{}: {held}", executor.id);
+    }
+}
+
+/// P18.3 with P15.1: zone shares follow the zones' capacities, not their executor counts: one
+/// executor of capacity 3 in zone a against three of capacity 1 in zone b share 12 shards 6 and
+/// 6; executors stating no zone are a zone of their own.
+#[test]
+fn p18_3_zone_shares_follow_capacity_and_unzoned_executors_are_one_zone() {
+    let mut harness = Harness::initialised(12, LEASE_MS);
+    register_in(&mut harness, 0, "big", Some("a"), 3);
+    for n in 0..3 {
+        register_in(&mut harness, 0, &format!("small-{n}"), Some("b"), 1);
+    }
+    settle(&mut harness, 0);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("a".into(), 6), ("b".into(), 6)])
+    );
+
+    let mut harness = Harness::initialised(9, LEASE_MS);
+    for (n, zone) in [Some("a"), Some("a"), None].into_iter().enumerate() {
+        register_in(&mut harness, 0, &format!("inc-{n}"), zone, 1);
+    }
+    settle(&mut harness, 0);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("-".into(), 3), ("a".into(), 6)])
+    );
+}
+
+/// P18.3: when a whole zone is lost (its executors lapse and are reaped), only its shards move,
+/// and the surviving zone's executors take them evenly; nothing the survivors held changes hands.
+#[test]
+fn p18_3_losing_a_zone_moves_only_its_shards() {
+    let mut harness = Harness::initialised(64, LEASE_MS);
+    let mut zone_a = Vec::new();
+    let mut zone_b = Vec::new();
+    for n in 0..4 {
+        let zone = if n % 2 == 0 { "a" } else { "b" };
+        let id = register_in(&mut harness, 0, &format!("inc-{n}"), Some(zone), 1);
+        if zone == "a" {
+            zone_a.push(id)
+        } else {
+            zone_b.push(id)
+        }
+    }
+    settle(&mut harness, 0);
+    let before: BTreeMap<ExecutorId, Vec<ShardId>> = zone_a
+        .iter()
+        .map(|id| (id.clone(), harness.delivered_shards(id)))
+        .collect();
+    assert!(before.values().all(|held| held.len() == 16), "{before:?}");
+
+    // Zone b stops renewing; zone a renews past b's expiry, then b is reaped.
+    let later = LEASE_MS + 1;
+    for id in &zone_a {
+        harness.renew_in_sync(later, id);
+    }
+    let outcome = harness.apply(Command::Reap {
+        now_ms: later,
+        executor_ids: zone_b.clone(),
+    });
+    assert!(outcome.refusal().is_none(), "{outcome:?}");
+    let moves = plan_and_release(&mut harness, later);
+    assert_eq!(moves.len(), 32, "only zone b's shards move: {moves:?}");
+    settle(&mut harness, later);
+    for id in &zone_a {
+        let held = harness.delivered_shards(id);
+        assert_eq!(held.len(), 32, "{id}");
+        assert!(
+            before[id].iter().all(|shard| held.contains(shard)),
+            "{id} kept its own"
+        );
+    }
+}

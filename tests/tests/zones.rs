@@ -1,0 +1,106 @@
+//! Zones over the real binaries (PROTOCOL P18.3): four executors in two zones (`--label
+//! zone=...`), the labels shown by the managers, each zone's share in proportion to its capacity,
+//! and a whole zone SIGKILLed: only its shards move, the survivors keep what they held, and the
+//! admission logs show I1 and I2.
+
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
+use leasehold_tests::faults::{
+    fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
+    Fleet, FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
+};
+use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
+
+/// The cluster version that takes labels (`leasehold_api::wire::LABELS_SCHEMA`).
+const LABELS_SCHEMA: u32 = 7;
+/// The leader raises the cluster version within a probe round or two of formation (2 s each).
+const VERSION_BOUND: Duration = Duration::from_secs(30);
+
+fn start_in_zone(fleet: &mut Fleet, cluster: &Cluster, name: &str, zone: &str) -> usize {
+    let mut spec = ExecutorSpec::local(cluster, name);
+    spec.extra_args = fault_executor_args();
+    spec.extra_args.extend([
+        "--label".to_owned(),
+        format!("zone={zone}"),
+        "--label".to_owned(),
+        "tier=test".to_owned(),
+    ]);
+    fleet.start(spec)
+}
+
+/// P18.3, I1, I2: labels reach the managers; the zones split the shards evenly; losing a zone
+/// re-homes only its shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_3_losing_a_zone_moves_only_its_shards() {
+    const SCENARIO: &str = "p18_3_losing_a_zone_moves_only_its_shards";
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::new(fault_cluster_options());
+    use_fault_timing(&mut cluster);
+    cluster.start_all();
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    poll_until("the cluster version to reach 7", VERSION_BOUND, || async {
+        let info = cluster.cluster_info(leader).await?;
+        match info.cluster_version {
+            Some(version) if version >= LABELS_SCHEMA => Ok(()),
+            other => Err(format!("cluster version {other:?}")),
+        }
+    })
+    .await;
+
+    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
+    let zone_a = [
+        start_in_zone(&mut fleet, &cluster, "a-0", "a"),
+        start_in_zone(&mut fleet, &cluster, "a-1", "a"),
+    ];
+    let zone_b = [
+        start_in_zone(&mut fleet, &cluster, "b-0", "b"),
+        start_in_zone(&mut fleet, &cluster, "b-1", "b"),
+    ];
+    let everyone: Vec<usize> = zone_a.iter().chain(&zone_b).copied().collect();
+    let sets = wait_for_even_split(&fleet.refs(&everyone), FAULT_SHARDS, SETTLE_BOUND).await;
+    let per_zone: Vec<usize> = sets
+        .chunks(2)
+        .map(|zone| zone.iter().map(BTreeSet::len).sum())
+        .collect();
+    assert_eq!(per_zone, [24, 24], "each zone half the shards");
+
+    // The managers keep and show the labels (P18.3).
+    let id = wait_registered(fleet.get(zone_b[0])).await;
+    let executors = cluster.client().executors(true).await.unwrap();
+    let b0 = executors
+        .iter()
+        .find(|executor| executor.executor_id == id)
+        .expect("b-0 is listed");
+    assert_eq!(
+        b0.labels.iter().collect::<Vec<_>>(),
+        [
+            (&"tier".to_owned(), &"test".to_owned()),
+            (&"zone".to_owned(), &"b".to_owned())
+        ]
+    );
+
+    // Zone b is lost at once.
+    let kept: Vec<BTreeSet<u32>> = sets[..2].to_vec();
+    let lost = Instant::now();
+    for &index in &zone_b {
+        fleet.kill(index);
+    }
+    let survivors = wait_for_even_split(&fleet.refs(&zone_a), FAULT_SHARDS, SETTLE_BOUND).await;
+    report_figure(
+        SCENARIO,
+        "a zone's shards re-homed after its loss",
+        lost.elapsed(),
+    );
+    for (before, after) in kept.iter().zip(&survivors) {
+        assert!(
+            before.is_subset(after),
+            "P18.3: a survivor kept every shard it held: {before:?} -> {after:?}"
+        );
+    }
+    fleet.check(SCENARIO);
+}
