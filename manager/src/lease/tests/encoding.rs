@@ -121,20 +121,12 @@ pub(super) fn labelled_state() -> LeaseState {
         cluster_version: crate::lease::schema::LABELS_SCHEMA,
     });
     for (incarnation, zone) in [("zoned-a", "eu-1a"), ("zoned-b", "eu-1b")] {
-        harness.apply(Command::Register {
-            now_ms: 3_000,
-            incarnation: incarnation.into(),
-            address: format!("http://{incarnation}.test"),
-            name: None,
-            credential_sha256: None,
-            capacity: crate::lease::DEFAULT_CAPACITY,
-            app_version: None,
-            labels: [
-                ("zone".to_owned(), zone.to_owned()),
-                ("rack".to_owned(), "r7".to_owned()),
-            ]
-            .into(),
-        });
+        harness.apply(super::register_command_with_labels(
+            3_000,
+            incarnation,
+            crate::lease::DEFAULT_CAPACITY,
+            &[("zone", zone), ("rack", "r7")],
+        ));
     }
     let state = harness.state;
     assert_eq!(

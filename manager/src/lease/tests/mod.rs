@@ -190,6 +190,41 @@ pub(super) fn register_command_with_capacity(
     }
 }
 
+/// A `Register` for `incarnation` at `capacity` stating `labels` (P18.3), as `key, value` pairs.
+pub(super) fn register_command_with_labels(
+    now_ms: u64,
+    incarnation: &str,
+    capacity: u32,
+    labels: &[(&str, &str)],
+) -> Command {
+    let Command::Register {
+        now_ms,
+        incarnation,
+        address,
+        name,
+        credential_sha256,
+        capacity,
+        app_version,
+        ..
+    } = register_command_with_capacity(now_ms, incarnation, capacity)
+    else {
+        unreachable!("a registration")
+    };
+    Command::Register {
+        now_ms,
+        incarnation,
+        address,
+        name,
+        credential_sha256,
+        capacity,
+        app_version,
+        labels: labels
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect(),
+    }
+}
+
 /// Plans by count at `now_ms`, applies the plan and answers every revoke it asks for at once, so
 /// each handoff completes; returns the plan's moves, each with why (none: nothing to plan).
 pub(super) fn plan_and_release(

@@ -631,18 +631,13 @@ fn p17_3_i6_an_app_version_the_check_refuses_is_refused_and_changes_nothing() {
 /// changes; a retried registration keeps the labels of the first.
 #[test]
 fn p18_3_i6_labels_the_check_refuses_are_refused_and_change_nothing() {
-    let labelled = |incarnation: &str, pairs: &[(&str, &str)]| Command::Register {
-        now_ms: 1_000,
-        incarnation: incarnation.into(),
-        address: format!("http://{incarnation}.test"),
-        name: None,
-        credential_sha256: None,
-        capacity: crate::lease::DEFAULT_CAPACITY,
-        app_version: None,
-        labels: pairs
-            .iter()
-            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-            .collect(),
+    let labelled = |incarnation: &str, pairs: &[(&str, &str)]| {
+        super::register_command_with_labels(
+            1_000,
+            incarnation,
+            crate::lease::DEFAULT_CAPACITY,
+            pairs,
+        )
     };
     let mut harness = Harness::initialised(4, LEASE_MS);
     let existing = match harness.apply(labelled("existing", &[("zone", "a")])) {

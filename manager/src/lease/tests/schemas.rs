@@ -263,16 +263,12 @@ fn p14_1_p18_3_a_schema_6_state_reads_with_no_labels() {
         now_ms: 0,
         cluster_version: LABELS_SCHEMA,
     });
-    let outcome = harness.apply(Command::Register {
-        now_ms: 0,
-        incarnation: "zoned".into(),
-        address: "http://zoned.test".into(),
-        name: None,
-        credential_sha256: None,
-        capacity: DEFAULT_CAPACITY,
-        app_version: None,
-        labels: [("zone".to_owned(), "b".to_owned())].into(),
-    });
+    let outcome = harness.apply(super::register_command_with_labels(
+        0,
+        "zoned",
+        DEFAULT_CAPACITY,
+        &[("zone", "b")],
+    ));
     let Outcome::Registered { grant, .. } = outcome else {
         panic!("{outcome:?}");
     };

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::super::{Command, ExecutorId, Outcome, ShardId};
-use super::{plan_and_release, Harness, LEASE_MS};
+use super::{plan_and_release, register_command_with_labels, Harness, LEASE_MS};
 
 /// A registration stating `zone` (none: no labels) and `capacity`.
 fn register_in(
@@ -14,18 +14,13 @@ fn register_in(
     zone: Option<&str>,
     capacity: u32,
 ) -> ExecutorId {
-    let outcome = harness.apply(Command::Register {
+    let labels: Vec<(&str, &str)> = zone.map(|zone| ("zone", zone)).into_iter().collect();
+    let outcome = harness.apply(register_command_with_labels(
         now_ms,
-        incarnation: incarnation.into(),
-        address: format!("http://{incarnation}.test"),
-        name: None,
-        credential_sha256: None,
+        incarnation,
         capacity,
-        app_version: None,
-        labels: zone
-            .map(|zone| [("zone".to_owned(), zone.to_owned())].into())
-            .unwrap_or_default(),
-    });
+        &labels,
+    ));
     match outcome {
         Outcome::Registered { grant, .. } => grant.executor_id,
         other => panic!("register {incarnation}: {other:?}"),
