@@ -94,8 +94,15 @@ impl HookCall {
 #[derive(Debug, Clone)]
 pub(crate) struct HookRunner {
     hooks: Hooks,
-    /// Each running call, and what says it finished (`true`).
-    running: Arc<Mutex<HashMap<HookCall, watch::Receiver<bool>>>>,
+    running: Arc<RunningCalls>,
+}
+
+/// Each running call, and what says it finished (`true`).
+type RunningCalls = Mutex<HashMap<HookCall, watch::Receiver<bool>>>;
+
+fn lock(running: &RunningCalls) -> MutexGuard<'_, HashMap<HookCall, watch::Receiver<bool>>> {
+    // No section panics midway; a poisoned lock still guards a consistent map.
+    running.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl HookRunner {
@@ -107,8 +114,7 @@ impl HookRunner {
     }
 
     fn running(&self) -> MutexGuard<'_, HashMap<HookCall, watch::Receiver<bool>>> {
-        // No section panics midway; a poisoned lock still guards a consistent map.
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.running)
     }
 
     /// Runs `calls` at once (joining those already running) and answers the shards whose call
@@ -162,16 +168,13 @@ impl HookRunner {
 
 /// Forgets a call once its hook ended, or its task did (a panicking hook included).
 struct Ended {
-    running: Arc<Mutex<HashMap<HookCall, watch::Receiver<bool>>>>,
+    running: Arc<RunningCalls>,
     call: HookCall,
 }
 
 impl Drop for Ended {
     fn drop(&mut self) {
-        self.running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.call);
+        lock(&self.running).remove(&self.call);
     }
 }
 

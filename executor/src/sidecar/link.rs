@@ -153,16 +153,28 @@ impl ServiceLink {
         // asked for ever.
         let _finish = FinishOnDrop { link: self, shards };
         self.wake();
-        let deadline = Instant::now() + wait;
+        let done = self
+            .wait_until(Instant::now() + wait, |inner| {
+                let done = inner.prepares.done(shards);
+                let all = done.len() == shards.len();
+                (done, all)
+            })
+            .await;
+        Some(done)
+    }
+
+    /// Reads `look` under the lock at once and after every change, until it says it is done or
+    /// `deadline` passed; answers the last reading.
+    async fn wait_until<T>(&self, deadline: Instant, look: impl Fn(&Inner) -> (T, bool)) -> T {
         let mut changes = self.changed.subscribe();
         loop {
             changes.borrow_and_update();
-            let done = self.lock().prepares.done(shards);
-            if done.len() == shards.len() || Instant::now() >= deadline {
-                return Some(done);
+            let (reading, done) = look(&self.lock());
+            if done || Instant::now() >= deadline {
+                return reading;
             }
             tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return Some(done) },
+                changed = changes.changed() => if changed.is_err() { return reading },
                 () = sleep_until(deadline) => {}
             }
         }
@@ -200,45 +212,26 @@ impl ServiceLink {
     /// Waits (at most `hold`) until the service no longer admits any of `shards`; answers those
     /// it no longer admits (P16.2).
     pub(crate) async fn released(&self, shards: &[u32], hold: Duration) -> Vec<u32> {
-        let deadline = Instant::now() + hold;
-        let mut changes = self.changed.subscribe();
-        loop {
-            changes.borrow_and_update();
-            let released: Vec<u32> = {
-                let inner = self.lock();
-                shards
-                    .iter()
-                    .copied()
-                    .filter(|&shard| !inner.copy.is_told(shard))
-                    .collect()
-            };
-            if released.len() == shards.len() || Instant::now() >= deadline {
-                return released;
-            }
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return released },
-                () = sleep_until(deadline) => {}
-            }
-        }
+        self.wait_until(Instant::now() + hold, |inner| {
+            let released: Vec<u32> = shards
+                .iter()
+                .copied()
+                .filter(|&shard| !inner.copy.is_told(shard))
+                .collect();
+            let all = released.len() == shards.len();
+            (released, all)
+        })
+        .await
     }
 
     /// Waits until the service admits nothing, or until `deadline`; whether it does not (P3.7
     /// through the service: deregistering hands every shard on at once).
     pub(crate) async fn stopped_by(&self, deadline: Instant) -> bool {
-        let mut changes = self.changed.subscribe();
-        loop {
-            changes.borrow_and_update();
-            if self.lock().copy.is_empty() {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return false },
-                () = sleep_until(deadline) => {}
-            }
-        }
+        self.wait_until(deadline, |inner| {
+            let stopped = inner.copy.is_empty();
+            (stopped, stopped)
+        })
+        .await
     }
 
     /// Ends each copy at its end, so the log shows the stop and the waits above wake, until
