@@ -381,40 +381,33 @@ fn plan(state: &LeaseState, now_ms: u64) -> Option<CountPlan<'_>> {
 /// `distributable`. With zones (P18.3), each zone's quota first, by the same rule over the
 /// zones' capacities, then its executors' quotas of it.
 fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize> {
-    let weigh = |holdings: &Holdings<'_>| Weighed {
-        capacity: u128::from(holdings.capacity),
-        owned: holdings.owned(),
-        prospective: holdings.prospective(),
-    };
+    let weights: Vec<Weighed> = live
+        .iter()
+        .map(|holdings| Weighed {
+            capacity: u128::from(holdings.capacity),
+            owned: holdings.owned(),
+            prospective: holdings.prospective(),
+        })
+        .collect();
     let zones = zones_of(live);
     if zones.len() <= 1 {
-        return split_by_capacity(&live.iter().map(weigh).collect::<Vec<_>>(), distributable);
+        return split_by_capacity(&weights, distributable);
     }
+    let members_of = |members: &[usize]| -> Vec<Weighed> {
+        members
+            .iter()
+            .filter_map(|&position| weights.get(position).copied())
+            .collect()
+    };
     let zone_weights: Vec<Weighed> = zones
         .iter()
-        .map(|members| {
-            members
-                .iter()
-                .filter_map(|&position| live.get(position))
-                .fold(Weighed::default(), |sum, holdings| {
-                    let one = weigh(holdings);
-                    Weighed {
-                        capacity: sum.capacity.saturating_add(one.capacity),
-                        owned: sum.owned.saturating_add(one.owned),
-                        prospective: sum.prospective.saturating_add(one.prospective),
-                    }
-                })
-        })
+        .map(|members| Weighed::sum(&members_of(members)))
         .collect();
     let zone_quotas = split_by_capacity(&zone_weights, distributable);
     let mut quotas = vec![0; live.len()];
     for (members, zone_quota) in zones.iter().zip(zone_quotas) {
-        let weights: Vec<Weighed> = members
-            .iter()
-            .filter_map(|&position| live.get(position))
-            .map(weigh)
-            .collect();
-        for (&position, quota) in members.iter().zip(split_by_capacity(&weights, zone_quota)) {
+        let member_quotas = split_by_capacity(&members_of(members), zone_quota);
+        for (&position, quota) in members.iter().zip(member_quotas) {
             if let Some(slot) = quotas.get_mut(position) {
                 *slot = quota;
             }
@@ -449,6 +442,17 @@ struct Weighed {
     owned: usize,
     /// What it will hold once the handoffs under way complete.
     prospective: usize,
+}
+
+impl Weighed {
+    /// Several weighed together: a zone of executors.
+    fn sum(parts: &[Weighed]) -> Weighed {
+        parts.iter().fold(Weighed::default(), |sum, part| Weighed {
+            capacity: sum.capacity.saturating_add(part.capacity),
+            owned: sum.owned.saturating_add(part.owned),
+            prospective: sum.prospective.saturating_add(part.prospective),
+        })
+    }
 }
 
 /// `total` split in proportion to each one's capacity: the floor or the ceiling of its share
