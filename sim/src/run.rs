@@ -9,6 +9,7 @@ use leasehold_manager::leader::core::{longest_lease_ms, tick_ms};
 use crate::checks::{utilisations, Violation, COUNT_CEILING_OF_SHARE, MINUTE_MS};
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
 use crate::world::{Coverage, Life, Slot, World};
+use leasehold_api::wire::zone_of;
 use leasehold_manager::lease::{capacity_of, LeaseState, Loads, MoveReason};
 
 /// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
@@ -69,6 +70,9 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     if world.processes.len() >= 2 {
         i4_rehoming_probe(world)?;
         i4_across_leader_changes_probe(world)?;
+    }
+    if world.scenario.zones > 1 {
+        zone_crash_probe(world)?;
     }
     join_probe(world)?;
     drain_join_probe(world)?;
@@ -190,21 +194,14 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
         return Some(format!("{} is still draining", drained.id));
     }
     if inputs.loads == Loads::Counts {
-        let owners: Vec<(String, u64)> = state
-            .executors()
-            .filter(|e| !e.draining)
-            .map(|e| (e.id.clone(), capacity_of(e)))
-            .collect();
-        let shards = state.shards().len() as u64;
-        for (id, (floor, ceiling)) in shares_by_capacity(shards, &owners) {
-            let held = state
-                .executor(&id)
-                .map_or(0, |e| e.owned_shards.len() as u64);
-            if held < floor || held > ceiling {
-                return Some(format!(
-                    "{id} holds {held} shards, its share by capacity is {floor}..={ceiling}"
-                ));
-            }
+        let owners = owners_of(state);
+        let held = |id: &str| {
+            state
+                .executor(id)
+                .map_or(0, |e| e.owned_shards.len() as u64)
+        };
+        if let Some(off) = off_the_spread(state.shards().len() as u64, &owners, held) {
+            return Some(off);
         }
     }
     for (executor_id, slot) in &live {
@@ -285,6 +282,119 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
     Ok(())
 }
 
+/// P18.3 and I4 for a whole zone: every executor of one zone (the last slot's) is killed at once.
+///
+/// I4 is timed on the leader's state: every shard the zone held is owned by a survivor, not
+/// releasing, within lease + tick of the kill, plus a renewal in flight at the kill (stamped up
+/// to a transit and a commit later, and the lease runs from that stamp) and the writes: a reap
+/// per crashed executor (their leases lapse one by one, each from its own last renewal) and the
+/// plans for every shard moved, one commit each. A shard of the first one reaped may be placed
+/// on a zone-mate that is dead but not yet lapsed and move again when that one is reaped, so the
+/// plans are counted from the epochs minted. Then the fleet must settle (deliveries and all).
+///
+/// P18.3 exactly: every shard a survivor held stays with it at its epoch (only the zone's shards
+/// move), and the settled fleet is spread by zone over the survivors.
+fn zone_crash_probe(world: &mut World) -> Result<(), Violation> {
+    let last = world.processes.len() - 1;
+    let Some(zone) = world.scenario.zone_of_slot(last) else {
+        return Ok(());
+    };
+    world.note(|| format!("probe: zone_crash_probe, zone {zone}"));
+    world.coverage.zone_crashes += 1;
+    let Some(before) = world.leader_state().cloned() else {
+        return Ok(());
+    };
+    let lease_ms = current_lease_ms(world);
+    let crashed: Vec<Slot> = (0..world.processes.len())
+        .filter(|&slot| world.scenario.zone_of_slot(slot).as_deref() == Some(zone.as_str()))
+        .filter(|&slot| world.processes[slot].as_ref().is_some_and(|p| p.admits()))
+        .collect();
+    let crashed_ids: BTreeSet<String> = crashed
+        .iter()
+        .filter_map(|&slot| world.executor_id_of(slot))
+        .collect();
+    let killed_at_us = world.now_us;
+    for &slot in &crashed {
+        world.kill(slot);
+    }
+    let rehomed = |state: &LeaseState| {
+        state.shards().iter().all(|shard| {
+            shard.handoff.is_none()
+                && shard
+                    .owner
+                    .as_ref()
+                    .is_some_and(|owner| !crashed_ids.contains(owner))
+        })
+    };
+    while !world.leader_state().is_some_and(rehomed) {
+        if world.now_us - killed_at_us > SETTLE_LIMIT_US {
+            return Err(Violation {
+                invariant: "liveness",
+                detail: format!(
+                    "zone {zone}'s shards were not re-homed within {} s",
+                    SETTLE_LIMIT_US / 1_000_000
+                ),
+                at_us: world.now_us,
+            });
+        }
+        let next = world.now_us + POLL_US;
+        world.run_until(next)?;
+    }
+    let took = world.now_us - killed_at_us;
+    let Some(rehomed_state) = world.leader_state() else {
+        return Ok(());
+    };
+    let moved = epochs_minted(&before, rehomed_state);
+    let scenario = &world.scenario;
+    let renewal_in_flight_us =
+        crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us + scenario.commit_latency_us;
+    let writes = crashed.len() as u64 + (moved as usize).div_ceil(scenario.plan_cap.max(1)) as u64;
+    let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
+        + renewal_in_flight_us
+        + writes * scenario.commit_latency_us
+        + POLL_US;
+    if took > bound {
+        return Err(Violation {
+            invariant: "I4",
+            detail: format!(
+                "zone {zone}'s shards were re-homed after {:.1} ms, bound lease + tick + a renewal in flight + {writes} writes = {:.1} ms",
+                took as f64 / 1_000.0,
+                bound as f64 / 1_000.0
+            ),
+            at_us: world.now_us,
+        });
+    }
+    settle(world, "after a whole zone was killed")?;
+    let Some(after) = world.leader_state() else {
+        return Ok(());
+    };
+    if let Some((was, now)) = before
+        .shards()
+        .iter()
+        .zip(after.shards())
+        .find(|(was, now)| {
+            was.owner
+                .as_ref()
+                .is_some_and(|owner| !crashed_ids.contains(owner))
+                && (now.owner != was.owner || now.epoch != was.epoch)
+        })
+    {
+        return Err(Violation {
+            invariant: "P18.3",
+            detail: format!(
+                "losing zone {zone} moved shard {} of a survivor: {:?} at epoch {} before, {:?} at epoch {} after",
+                was.id, was.owner, was.epoch, now.owner, now.epoch
+            ),
+            at_us: world.now_us,
+        });
+    }
+    for slot in crashed {
+        world.restart(slot);
+    }
+    settle(world, "after the zone came back")?;
+    Ok(())
+}
+
 /// An hour, the wall-clock offset between the leaders of [`i4_across_leader_changes_probe`].
 const HOUR_MS: i64 = 3_600_000;
 /// How long the probe's elections take.
@@ -336,28 +446,136 @@ fn i4_across_leader_changes_probe(world: &mut World) -> Result<(), Violation> {
     Ok(())
 }
 
-/// Each owner's share by count of `shards` (P15.2): the floor and the ceiling of
-/// `shards × capacity ÷ total capacity`; with equal capacities `shards ÷ owners` rounded down
-/// and up (P5.4).
-fn shares_by_capacity(shards: u64, owners: &[(String, u64)]) -> BTreeMap<String, (u64, u64)> {
-    let total: u64 = owners.iter().map(|(_, capacity)| capacity).sum();
-    owners
-        .iter()
-        .map(|(id, capacity)| {
-            let weighted = shards * capacity;
-            let floor = weighted / total.max(1);
-            let ceiling = floor + u64::from(!weighted.is_multiple_of(total.max(1)));
-            (id.clone(), (floor, ceiling))
+/// An executor that takes shards (P5.4), as placement by count weighs it: its capacity (P15.1)
+/// and its zone (P18.3; those stating none are one zone of their own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owner {
+    id: String,
+    capacity: u64,
+    zone: Option<String>,
+}
+
+/// The executors of `state` that take shards (not draining), with their capacities and zones.
+fn owners_of(state: &LeaseState) -> Vec<Owner> {
+    state
+        .executors()
+        .filter(|e| !e.draining)
+        .map(|e| Owner {
+            id: e.id.clone(),
+            capacity: capacity_of(e),
+            zone: zone_of(&e.labels).map(str::to_owned),
         })
         .collect()
 }
 
-/// The fewest shards that must move from `before` to a spread by capacity over `owners` (their
-/// capacities; P15.2, P5.4): every shard of an executor that is not an owner any more moves
-/// once; each owner keeps what it holds up to its quota, the floor or the ceiling of its share;
-/// the shards the floors leave over are ceilings, and a ceiling keeps one more shard in place
-/// only for an owner holding more than its floor.
-fn fewest_moves(before: &LeaseState, owners: &[(String, u64)]) -> u64 {
+/// `owners` grouped by zone; one group when they state at most one zone (P18.3).
+fn zones_of(owners: &[Owner]) -> Vec<Vec<&Owner>> {
+    let mut zones: BTreeMap<Option<&str>, Vec<&Owner>> = BTreeMap::new();
+    for owner in owners {
+        zones.entry(owner.zone.as_deref()).or_default().push(owner);
+    }
+    zones.into_values().collect()
+}
+
+/// The floor and the ceiling of a share `total × capacity ÷ of_capacity` (P15.2).
+fn share(total: u64, capacity: u64, of_capacity: u64) -> (u64, u64) {
+    let weighted = total * capacity;
+    let floor = weighted / of_capacity.max(1);
+    (
+        floor,
+        floor + u64::from(!weighted.is_multiple_of(of_capacity.max(1))),
+    )
+}
+
+/// Why the holdings (`held` of each owner) of `shards` are off the spread by capacity, if they
+/// are: each owner holds the floor or the ceiling of its share (P15.2; with equal capacities
+/// `shards ÷ owners` rounded down or up, P5.4). With zones (P18.3) each zone holds the floor or
+/// the ceiling of its share of the shards by its capacity, and each owner the floor or the
+/// ceiling of its share of what its zone holds.
+fn off_the_spread(shards: u64, owners: &[Owner], held: impl Fn(&str) -> u64) -> Option<String> {
+    let total_capacity: u64 = owners.iter().map(|o| o.capacity).sum();
+    let zones = zones_of(owners);
+    for members in &zones {
+        let zone_capacity: u64 = members.iter().map(|o| o.capacity).sum();
+        let zone_held: u64 = members.iter().map(|o| held(&o.id)).sum();
+        let zone_total = if zones.len() > 1 {
+            let (floor, ceiling) = share(shards, zone_capacity, total_capacity);
+            if zone_held < floor || zone_held > ceiling {
+                return Some(format!(
+                    "zone {:?} holds {zone_held} shards, its share by capacity is {floor}..={ceiling}",
+                    members.first().and_then(|o| o.zone.as_deref())
+                ));
+            }
+            zone_held
+        } else {
+            shards
+        };
+        for owner in members {
+            let held = held(&owner.id);
+            let (floor, ceiling) = share(zone_total, owner.capacity, zone_capacity);
+            if held < floor || held > ceiling {
+                return Some(format!(
+                    "{} holds {held} shards, its share by capacity is {floor}..={ceiling}",
+                    owner.id
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The most shards placement by count may give `id` of `shards` over `owners`: the ceiling of
+/// its share (P15.2); with zones (P18.3) the ceiling of its share of its zone's quota when that
+/// quota is at its ceiling.
+fn count_ceiling(shards: u64, owners: &[Owner], id: &str) -> u64 {
+    let total_capacity: u64 = owners.iter().map(|o| o.capacity).sum();
+    let zones = zones_of(owners);
+    let Some(members) = zones
+        .iter()
+        .find(|members| members.iter().any(|o| o.id == id))
+    else {
+        return 0;
+    };
+    let Some(owner) = members.iter().find(|o| o.id == id) else {
+        return 0;
+    };
+    if zones.len() <= 1 {
+        return share(shards, owner.capacity, total_capacity).1;
+    }
+    let zone_capacity: u64 = members.iter().map(|o| o.capacity).sum();
+    let (_, zone_ceiling) = share(shards, zone_capacity, total_capacity);
+    share(zone_ceiling, owner.capacity, zone_capacity).1
+}
+
+/// The most of `held` (by owner) that a quota of `total` shards split over `members` keeps in
+/// place: each keeps what it holds up to its quota, the floor or the ceiling of its share; the
+/// ceilings the floors leave over keep one more shard only for a member holding more than its
+/// floor.
+fn most_kept(total: u64, members: &[&Owner], held: &impl Fn(&str) -> u64) -> u64 {
+    let capacity: u64 = members.iter().map(|o| o.capacity).sum();
+    let shares: Vec<(u64, u64, u64)> = members
+        .iter()
+        .map(|o| {
+            let (floor, ceiling) = share(total, o.capacity, capacity);
+            (held(&o.id), floor, ceiling)
+        })
+        .collect();
+    let floors: u64 = shares.iter().map(|(_, floor, _)| floor).sum();
+    let ceilings = total.saturating_sub(floors);
+    let kept_by_floors: u64 = shares.iter().map(|(held, floor, _)| *held.min(floor)).sum();
+    let kept_by_a_ceiling = shares
+        .iter()
+        .filter(|(held, floor, ceiling)| ceiling > floor && held > floor)
+        .count() as u64;
+    kept_by_floors + ceilings.min(kept_by_a_ceiling)
+}
+
+/// The fewest shards that must move from `before` (every shard owned, none releasing: a settled
+/// fleet) to a spread by capacity over `owners` (P15.2, P5.4): every shard not kept in place
+/// moves once. Without zones the one split of all the shards; with zones (P18.3) every way of
+/// giving each zone the floor or the ceiling of its share is tried (at most 2^[`crate::scenario::MAX_ZONES`]),
+/// each zone's quota split over its members as above, and the one keeping most counts.
+fn fewest_moves(before: &LeaseState, owners: &[Owner]) -> u64 {
     if owners.is_empty() {
         return 0;
     }
@@ -367,23 +585,42 @@ fn fewest_moves(before: &LeaseState, owners: &[(String, u64)]) -> u64 {
             .executor(id)
             .map_or(0, |e| e.owned_shards.len() as u64)
     };
-    let removed: u64 = before
-        .executors()
-        .filter(|e| !owners.iter().any(|(id, _)| *id == e.id))
-        .map(|e| e.owned_shards.len() as u64)
-        .sum();
-    let shares = shares_by_capacity(shards, owners);
-    let floors: u64 = shares.values().map(|(floor, _)| floor).sum();
-    let ceilings = shards - floors;
-    let surplus: u64 = shares
+    let zones = zones_of(owners);
+    let total_capacity: u64 = owners.iter().map(|o| o.capacity).sum();
+    let zone_shares: Vec<(u64, u64)> = zones
         .iter()
-        .map(|(id, (floor, _))| held(id).saturating_sub(*floor))
-        .sum();
-    let kept_by_a_ceiling = shares
-        .iter()
-        .filter(|(id, (floor, ceiling))| ceiling > floor && held(id) > *floor)
-        .count() as u64;
-    removed + surplus - ceilings.min(kept_by_a_ceiling)
+        .map(|members| {
+            share(
+                shards,
+                members.iter().map(|o| o.capacity).sum(),
+                total_capacity,
+            )
+        })
+        .collect();
+    let mut kept = 0;
+    for ceilings in 0u32..1 << zones.len() {
+        let quotas: Vec<u64> = zone_shares
+            .iter()
+            .enumerate()
+            .map(|(zone, (floor, ceiling))| {
+                if ceilings & (1 << zone) != 0 {
+                    *ceiling
+                } else {
+                    *floor
+                }
+            })
+            .collect();
+        if quotas.iter().sum::<u64>() != shards {
+            continue;
+        }
+        let kept_here: u64 = zones
+            .iter()
+            .zip(&quotas)
+            .map(|(members, quota)| most_kept(*quota, members, &held))
+            .sum();
+        kept = kept.max(kept_here);
+    }
+    shards - kept
 }
 
 /// New epochs minted between two states of the shard table: one per shard that changed hands.
@@ -396,15 +633,9 @@ fn epochs_minted(before: &LeaseState, after: &LeaseState) -> u64 {
         .sum()
 }
 
-/// The executors that own shards at the end, with their capacities.
-fn owners_at_the_end(world: &World) -> Vec<(String, u64)> {
-    world.leader_state().map_or_else(Vec::new, |state| {
-        state
-            .executors()
-            .filter(|e| !e.draining)
-            .map(|e| (e.id.clone(), capacity_of(e)))
-            .collect()
-    })
+/// The executors that own shards at the end, with their capacities and zones.
+fn owners_at_the_end(world: &World) -> Vec<Owner> {
+    world.leader_state().map_or_else(Vec::new, owners_of)
 }
 
 fn check_moves(
@@ -969,7 +1200,19 @@ fn liar_checks(
         .iter()
         .map(|(id, _)| (id.as_str(), held_count(world, id)))
         .collect();
-    if liar_count as f64 > liar_share.ceil() {
+    // What placement by count may give the liar: the ceiling of its share, or with zones of its
+    // share of its zone's quota at the ceiling (P18.3), which the load phase starts from.
+    let zoned_owners: Vec<Owner> = state
+        .executors()
+        .filter(|e| !e.lease_lapsed(now_ms) && !e.draining)
+        .map(|e| Owner {
+            id: e.id.clone(),
+            capacity: capacity_of(e),
+            zone: zone_of(&e.labels).map(str::to_owned),
+        })
+        .collect();
+    let liar_count_ceiling = count_ceiling(shards, &zoned_owners, liar_id);
+    if liar_count as u64 > liar_count_ceiling {
         for (id, capacity) in &owners {
             let share = (shards * capacity) as f64 / total.max(1) as f64;
             if id != liar_id && share >= 1.0 && counts.get(id.as_str()) == Some(&0) {

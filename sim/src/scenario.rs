@@ -281,6 +281,9 @@ pub struct Scenario {
     pub faults: Vec<(u64, Fault)>,
     /// Capacities, loads and placement by load.
     pub load: LoadScenario,
+    /// How many zones the executors are spread over (P18.3): slot `s` states `zone=z{s % zones}`
+    /// ([`Scenario::zone_of_slot`]); 0, no executor states a zone.
+    pub zones: usize,
 }
 
 impl Scenario {
@@ -344,6 +347,15 @@ impl Scenario {
             })
             .collect();
         faults.sort_by_key(|(at, _)| *at);
+        // Zones come from a stream of their own too, so every draw above is the same with or
+        // without them: half the fleets of two or more executors are spread over two or three.
+        let mut zone_rng = ChaCha8Rng::seed_from_u64(seed);
+        zone_rng.set_stream(4);
+        let zones = if slots >= 2 && zone_rng.random_bool(0.5) {
+            zone_rng.random_range(2..=MAX_ZONES.min(slots))
+        } else {
+            0
+        };
         Self {
             seed,
             slots,
@@ -361,7 +373,14 @@ impl Scenario {
             chaos_ms,
             faults,
             load,
+            zones,
         }
+    }
+
+    /// The zone the executor in `slot` states (P18.3), if the fleet is spread over zones; a
+    /// probe's extra slots continue the round.
+    pub fn zone_of_slot(&self, slot: usize) -> Option<String> {
+        (self.zones > 0).then(|| format!("z{}", slot % self.zones))
     }
 }
 
@@ -391,6 +410,7 @@ impl Scenario {
             chaos_ms: 0,
             faults: Vec::new(),
             load: LoadScenario::quiet(0, shards),
+            zones: 0,
         }
     }
 }
@@ -415,6 +435,9 @@ fn shipped_guard_enabled(flag: Option<bool>) -> bool {
         Err(_) => false,
     }
 }
+
+/// Most zones a fleet is spread over.
+pub const MAX_ZONES: usize = 3;
 
 /// How many kinds [`draw_fault`] chooses from.
 const FAULT_KINDS: usize = 13;

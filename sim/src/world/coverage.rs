@@ -47,6 +47,8 @@ pub struct Coverage {
     pub overtaken_revokes_released: u64,
     pub i4_probes: u64,
     pub join_probes: u64,
+    /// Whole zones killed at once (P18.3): every executor stating one zone.
+    pub zone_crashes: u64,
     /// Shards moved for balance in committed plans (P15.2, P15.3).
     pub balance_moves: u64,
     /// Shards moved to a joiner in committed plans made on reported loads (P5.4 under load).
@@ -73,7 +75,7 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 36] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 37] {
         [
             ("commits", self.commits),
             ("handoffs_started", self.handoffs_started),
@@ -121,6 +123,7 @@ impl Coverage {
             ),
             ("i4_probes", self.i4_probes),
             ("join_probes", self.join_probes),
+            ("zone_crashes", self.zone_crashes),
             ("balance_moves", self.balance_moves),
             ("joins_under_load", self.joins_under_load),
             ("hot_shard_steps", self.hot_shard_steps),
@@ -165,6 +168,7 @@ impl Coverage {
         self.overtaken_revokes_released += other.overtaken_revokes_released;
         self.i4_probes += other.i4_probes;
         self.join_probes += other.join_probes;
+        self.zone_crashes += other.zone_crashes;
         self.balance_moves += other.balance_moves;
         self.joins_under_load += other.joins_under_load;
         self.hot_shard_steps += other.hot_shard_steps;

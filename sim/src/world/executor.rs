@@ -9,6 +9,11 @@ impl World {
         self.next_process += 1;
         let rate_ppm = self.scenario.executor_rate_ppm[slot];
         let capacity = self.load.capacity(slot);
+        let labels: Labels = self
+            .scenario
+            .zone_of_slot(slot)
+            .map(|zone| Labels::from([(ZONE_LABEL.to_owned(), zone)]))
+            .unwrap_or_default();
         self.processes[slot] = Some(Process {
             id,
             core: AdmissionCore::default(),
@@ -21,6 +26,7 @@ impl World {
             rate_ppm,
             register_sent: false,
             capacity,
+            labels,
         });
         self.note(|| format!("slot {slot}: process {id} starts"));
         self.schedule_timer(self.now_us, Event::Call { slot, process: id });
@@ -329,7 +335,7 @@ impl LeaseHolder for ProcessHolder<'_> {
             credential: None,
             capacity: Some(self.process.capacity),
             app_version: None,
-            labels: Default::default(),
+            labels: self.process.labels.clone(),
         }
     }
 

@@ -32,8 +32,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use leasehold_api::wire::{
-    check_shard_loads, AssignmentPush, Grant, RegisterRequest, RenewRequest, RevokePush,
-    RevokeReply, ShardLoad, DEFAULT_CAPACITY,
+    check_shard_loads, AssignmentPush, Grant, Labels, RegisterRequest, RenewRequest, RevokePush,
+    RevokeReply, ShardLoad, DEFAULT_CAPACITY, ZONE_LABEL,
 };
 use leasehold_executor::admission::{AdmissionCore, AppliedMark, ForeignGrant, GrantApplied};
 use leasehold_executor::assignment::RevokeOutcome;
@@ -356,6 +356,8 @@ pub struct Process {
     register_sent: bool,
     /// The capacity it states when it registers (P15.1).
     capacity: u32,
+    /// The labels it states when it registers: its zone, if the fleet has zones (P18.3).
+    labels: Labels,
 }
 
 impl Process {

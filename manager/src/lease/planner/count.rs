@@ -403,7 +403,34 @@ fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize>
         .iter()
         .map(|members| Weighed::sum(&members_of(members)))
         .collect();
-    let zone_quotas = split_by_capacity(&zone_weights, distributable);
+    // A zone's ceiling keeps one more shard in place only if splitting one more shard over its
+    // members does, so the zones' ceilings go to those that gain most: with each zone's gain
+    // independent of the others', that keeps the most of any assignment. Zones tie on that far more often
+    // than executors do, so among equals a ceiling goes first to a zone that will hold more than
+    // its floor once the handoffs under way complete: that is how the last plan split them, and
+    // a capped plan that makes only part of a split must not undo it on the next.
+    let kept = |members: &[usize], quota: usize| -> usize {
+        let weights = members_of(members);
+        split_by_capacity(&weights, quota)
+            .iter()
+            .zip(&weights)
+            .map(|(&quota, weight)| weight.owned.min(quota))
+            .sum()
+    };
+    let zone_quotas = split_preferring(&zone_weights, distributable, |zone, floor| {
+        // Signed: one more shard can keep fewer in place, when it lifts members' floors so
+        // that the ceilings left no longer reach the members holding more than theirs.
+        let gain = zones.get(zone).map_or(0, |members| {
+            let at_ceiling =
+                i64::try_from(kept(members, floor.saturating_add(1))).unwrap_or(i64::MAX);
+            let at_floor = i64::try_from(kept(members, floor)).unwrap_or(i64::MAX);
+            at_ceiling.saturating_sub(at_floor)
+        });
+        let planned = zone_weights
+            .get(zone)
+            .is_some_and(|weight| weight.prospective > floor);
+        (gain, planned)
+    });
     let mut quotas = vec![0; live.len()];
     for (members, zone_quota) in zones.iter().zip(zone_quotas) {
         let member_quotas = split_by_capacity(&members_of(members), zone_quota);
@@ -463,17 +490,33 @@ impl Weighed {
 /// of the rest keeps as many, and they go to those holding most prospectively, which is how the
 /// last plan left them, so planning again moves nothing (ties by order).
 fn split_by_capacity(weights: &[Weighed], total: usize) -> Vec<usize> {
+    split_preferring(weights, total, |index, floor| {
+        let gain = weights
+            .get(index)
+            .map_or(0, |weight| i64::from(weight.owned > floor));
+        (gain, false)
+    })
+}
+
+/// [`split_by_capacity`] with the ceilings going first by `preference` (given the index and its
+/// floor): those a ceiling keeps most shards in place for, then those it marks, then those
+/// holding most prospectively (ties by order).
+fn split_preferring(
+    weights: &[Weighed],
+    total: usize,
+    preference: impl Fn(usize, usize) -> (i64, bool),
+) -> Vec<usize> {
     let total_capacity: u128 = weights.iter().map(|w| w.capacity).sum();
     let shares = u128::try_from(total).unwrap_or(u128::MAX);
     let mut quotas: Vec<usize> = Vec::with_capacity(weights.len());
-    // (index, owns more than its floor, prospective holdings)
-    let mut fractional: Vec<(usize, bool, usize)> = Vec::new();
+    // (index, preference, prospective holdings)
+    let mut fractional: Vec<(usize, (i64, bool), usize)> = Vec::new();
     for (index, weight) in weights.iter().enumerate() {
         let weighted = shares.saturating_mul(weight.capacity);
         let floor = usize::try_from(weighted / total_capacity.max(1)).unwrap_or(usize::MAX);
         quotas.push(floor);
         if weighted % total_capacity.max(1) != 0 {
-            fractional.push((index, weight.owned > floor, weight.prospective));
+            fractional.push((index, preference(index, floor), weight.prospective));
         }
     }
     let ceilings = total.saturating_sub(quotas.iter().sum());
