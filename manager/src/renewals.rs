@@ -3,6 +3,7 @@
 //! fleet ([`window`]). No renewal is answered before the entry carrying it is committed and
 //! applied.
 
+pub mod confirmation;
 mod window;
 
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! driving the production cores; [`checks`] holds the invariants checked after every event;
 //! [`run`] is one seed's run with its liveness probes and its run on steady loads; [`script`]
 //! drives the same world by a hand-written schedule instead of a seed. `handoff_model` is an
-//! exhaustive model check of the handoff.
+//! exhaustive model check of the handoff, `confirmation_model` of leadership confirmation.
 //!
 //! | module | role |
 //! |---|---|
@@ -16,8 +16,10 @@
 //! | `run` | one seed: chaos, settle, with loads off the I4 / P5.4 / I5 probes, then the leader on steady loads (P15.2-P15.4) |
 //! | `script` | a hand-written schedule of steps on the same world, checks and convergence |
 //! | `handoff_model` | exhaustive model check of P5.2 and P3.2 with stateright on a tiny fleet |
+//! | `confirmation_model` | exhaustive model check of P6.5 (leadership confirmed by a quorum before answering from memory) on its core |
 
 pub mod checks;
+pub mod confirmation_model;
 pub mod handoff_model;
 pub mod loads;
 pub mod run;
