@@ -22,6 +22,7 @@ pub mod checks;
 pub mod confirmation_model;
 pub mod handoff_model;
 pub mod loads;
+pub mod model_check;
 pub mod run;
 pub mod scenario;
 pub mod script;

@@ -3,14 +3,11 @@
 //! every `always` property must hold in every state and every `sometimes` property must hold in
 //! some state, or the test fails with the path that shows it.
 //!
-//! Each model also has a cap on the states it may explore. The cap is not a limit of the
-//! checker: it is there so a change that makes a model grow (a new field in a core, a bound
-//! raised) is noticed and the cap raised on purpose, rather than CI slowly taking longer.
-
-use std::time::Instant;
+//! Each model also has a cap on the states it may explore (`leasehold_sim::model_check` says
+//! why).
 
 use leasehold_sim::handoff_model::HandoffModel;
-use stateright::{Checker, Model};
+use leasehold_sim::model_check::check_exhaustively;
 
 // States each model may explore: about 1.5 times what it explored when the cap was set (the
 // count in the comment), so ordinary changes fit and a model that grows much is noticed.
@@ -30,21 +27,7 @@ const DRAIN_STATE_CAP: usize = 270_000;
 fn check(model: HandoffModel, cap: usize) {
     let name = model.name();
     let bounds = *model.bounds();
-    let started = Instant::now();
-    let checker = model.checker().spawn_bfs().join();
-    let elapsed = started.elapsed();
-    checker.assert_properties();
-    let states = checker.unique_state_count();
-    eprintln!(
-        "{name} model: {states} states explored (cap {cap}), max depth {}, {:.1?}, properties hold; bounds {bounds:?}",
-        checker.max_depth(),
-        elapsed,
-    );
-    assert!(
-        states <= cap,
-        "the {name} model explored {states} states, more than its cap of {cap}: the model grew \
-         past its cap; raise the cap deliberately"
-    );
+    check_exhaustively(name, bounds, model, cap);
 }
 
 /// P5.2: completion by revoke reply, by renewal claims and by expiry; late and duplicate

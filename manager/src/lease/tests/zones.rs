@@ -143,6 +143,15 @@ fn p18_3_losing_a_zone_moves_only_its_shards() {
     }
 }
 
+/// One executor per capacity in `capacities`, all stating `zone`, registered at 0.
+fn register_zone(harness: &mut Harness, zone: &str, capacities: &[u32]) -> Vec<ExecutorId> {
+    capacities
+        .iter()
+        .enumerate()
+        .map(|(n, &capacity)| register_in(harness, 0, &format!("{zone}-{n}"), Some(zone), capacity))
+        .collect()
+}
+
 /// Grants each listed shard (unowned) to the executor given, as a plan naming them would.
 fn grant(harness: &mut Harness, now_ms: u64, grants: &[(ShardId, &ExecutorId)]) {
     let planned_at = harness.state.revision();
@@ -171,16 +180,8 @@ fn grant(harness: &mut Harness, now_ms: u64, grants: &[(ShardId, &ExecutorId)]) 
 #[test]
 fn p5_4_p18_3_a_zone_ceiling_goes_where_it_keeps_most_in_place() {
     let mut harness = Harness::initialised(8, LEASE_MS);
-    let a: Vec<ExecutorId> = [4, 4, 1, 3]
-        .iter()
-        .enumerate()
-        .map(|(n, &capacity)| register_in(&mut harness, 0, &format!("a-{n}"), Some("a"), capacity))
-        .collect();
-    let b: Vec<ExecutorId> = [4, 1, 4, 3, 3]
-        .iter()
-        .enumerate()
-        .map(|(n, &capacity)| register_in(&mut harness, 0, &format!("b-{n}"), Some("b"), capacity))
-        .collect();
+    let a = register_zone(&mut harness, "a", &[4, 4, 1, 3]);
+    let b = register_zone(&mut harness, "b", &[4, 1, 4, 3, 3]);
     grant(
         &mut harness,
         0,
@@ -213,16 +214,8 @@ fn p5_4_p18_3_a_zone_ceiling_goes_where_it_keeps_most_in_place() {
 #[test]
 fn p18_3_a_capped_plan_does_not_undo_the_zone_split_it_started() {
     let mut harness = Harness::initialised(13, LEASE_MS);
-    let a: Vec<ExecutorId> = [1, 3, 3, 1]
-        .iter()
-        .enumerate()
-        .map(|(n, &capacity)| register_in(&mut harness, 0, &format!("a-{n}"), Some("a"), capacity))
-        .collect();
-    let b: Vec<ExecutorId> = [3, 3, 1, 3]
-        .iter()
-        .enumerate()
-        .map(|(n, &capacity)| register_in(&mut harness, 0, &format!("b-{n}"), Some("b"), capacity))
-        .collect();
+    let a = register_zone(&mut harness, "a", &[1, 3, 3, 1]);
+    let b = register_zone(&mut harness, "b", &[3, 3, 1, 3]);
     grant(
         &mut harness,
         0,
