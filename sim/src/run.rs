@@ -284,16 +284,18 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
 
 /// P18.3 and I4 for a whole zone: every executor of one zone (the last slot's) is killed at once.
 ///
-/// I4 is timed on the leader's state: every shard the zone held is owned by a survivor, not
-/// releasing, within lease + tick of the kill, plus a renewal in flight at the kill (stamped up
-/// to a transit and a commit later, and the lease runs from that stamp) and the writes: a reap
-/// per crashed executor (their leases lapse one by one, each from its own last renewal) and the
-/// plans for every shard moved, one commit each. A shard of the first one reaped may be placed
-/// on a zone-mate that is dead but not yet lapsed and move again when that one is reaped, so the
-/// plans are counted from the epochs minted. Then the fleet must settle (deliveries and all).
+/// I4 is timed on the leader's state: every shard has a survivor for its owner (a handoff
+/// between survivors is balance, not re-homing) within lease + tick of the kill, plus a renewal
+/// in flight at the kill (stamped up to a transit and a commit later, and the lease runs from
+/// that stamp) and the writes: a reap per crashed executor (their leases lapse one by one, each
+/// from its own last renewal) and the plans for every shard moved, one commit each. A shard of
+/// the first one reaped may be placed on a zone-mate that is dead but not yet lapsed and move
+/// again when that one is reaped, so the plans are counted from the epochs minted. Then the
+/// fleet must settle (deliveries and all).
 ///
-/// P18.3 exactly: every shard a survivor held stays with it at its epoch (only the zone's shards
-/// move), and the settled fleet is spread by zone over the survivors.
+/// P18.3 exactly, when the zone's executors were reaped in one entry (lost at once): every shard
+/// a survivor held stays with it at its epoch (only the zone's shards move). Always: the settled
+/// fleet is spread by zone over the survivors.
 fn zone_crash_probe(world: &mut World) -> Result<(), Violation> {
     let last = world.processes.len() - 1;
     let Some(zone) = world.scenario.zone_of_slot(last) else {
@@ -317,13 +319,14 @@ fn zone_crash_probe(world: &mut World) -> Result<(), Violation> {
     for &slot in &crashed {
         world.kill(slot);
     }
+    // Re-homed: every shard has a live owner (a handoff between survivors is balance, not
+    // re-homing).
     let rehomed = |state: &LeaseState| {
         state.shards().iter().all(|shard| {
-            shard.handoff.is_none()
-                && shard
-                    .owner
-                    .as_ref()
-                    .is_some_and(|owner| !crashed_ids.contains(owner))
+            shard
+                .owner
+                .as_ref()
+                .is_some_and(|owner| !crashed_ids.contains(owner))
         })
     };
     while !world.leader_state().is_some_and(rehomed) {
@@ -368,16 +371,27 @@ fn zone_crash_probe(world: &mut World) -> Result<(), Violation> {
     let Some(after) = world.leader_state() else {
         return Ok(());
     };
-    if let Some((was, now)) = before
-        .shards()
+    // Only a zone lost at once keeps every survivor's shard in place: when its leases lapse at
+    // different steps, the plans between see the zone still partly there, and the split of the
+    // whole lost zone may then take back a shard those plans gave a survivor (still the fewest
+    // moves at each step, P5.4). Reaped in one entry, the zone is lost at once.
+    let reaped_by: BTreeSet<Option<u64>> = crashed_ids
         .iter()
-        .zip(after.shards())
-        .find(|(was, now)| {
-            was.owner
-                .as_ref()
-                .is_some_and(|owner| !crashed_ids.contains(owner))
-                && (now.owner != was.owner || now.epoch != was.epoch)
-        })
+        .map(|id| after.tombstone(id).map(|t| t.removed_revision))
+        .collect();
+    if reaped_by.len() > 1 {
+        world.coverage.zone_crashes_staggered += 1;
+    } else if let Some((was, now)) =
+        before
+            .shards()
+            .iter()
+            .zip(after.shards())
+            .find(|(was, now)| {
+                was.owner
+                    .as_ref()
+                    .is_some_and(|owner| !crashed_ids.contains(owner))
+                    && (now.owner != was.owner || now.epoch != was.epoch)
+            })
     {
         return Err(Violation {
             invariant: "P18.3",

@@ -49,6 +49,9 @@ pub struct Coverage {
     pub join_probes: u64,
     /// Whole zones killed at once (P18.3): every executor stating one zone.
     pub zone_crashes: u64,
+    /// Of those, zones whose executors were reaped in different entries (their leases lapsed at
+    /// different steps), where survivors' shards may move.
+    pub zone_crashes_staggered: u64,
     /// Shards moved for balance in committed plans (P15.2, P15.3).
     pub balance_moves: u64,
     /// Shards moved to a joiner in committed plans made on reported loads (P5.4 under load).
@@ -75,7 +78,7 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 37] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 38] {
         [
             ("commits", self.commits),
             ("handoffs_started", self.handoffs_started),
@@ -124,6 +127,7 @@ impl Coverage {
             ("i4_probes", self.i4_probes),
             ("join_probes", self.join_probes),
             ("zone_crashes", self.zone_crashes),
+            ("zone_crashes_staggered", self.zone_crashes_staggered),
             ("balance_moves", self.balance_moves),
             ("joins_under_load", self.joins_under_load),
             ("hot_shard_steps", self.hot_shard_steps),
@@ -169,6 +173,7 @@ impl Coverage {
         self.i4_probes += other.i4_probes;
         self.join_probes += other.join_probes;
         self.zone_crashes += other.zone_crashes;
+        self.zone_crashes_staggered += other.zone_crashes_staggered;
         self.balance_moves += other.balance_moves;
         self.joins_under_load += other.joins_under_load;
         self.hot_shard_steps += other.hot_shard_steps;

@@ -405,10 +405,11 @@ fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize>
         .collect();
     // A zone's ceiling keeps one more shard in place only if splitting one more shard over its
     // members does, so the zones' ceilings go to those that gain most: with each zone's gain
-    // independent of the others', that keeps the most of any assignment. Zones tie on that far more often
-    // than executors do, so among equals a ceiling goes first to a zone that will hold more than
-    // its floor once the handoffs under way complete: that is how the last plan split them, and
-    // a capped plan that makes only part of a split must not undo it on the next.
+    // independent of the others', that keeps the most of any assignment. Zones tie on that far more
+    // often than executors do, so among equals a ceiling goes first to a zone owning more than
+    // its floor (releasing shards count as their owner's): what a zone owns does not change while
+    // handoffs are under way, so a capped plan that makes only part of a split does not see the
+    // tie broken the other way on the next and undo it. Prospective holdings would flip it.
     let kept = |members: &[usize], quota: usize| -> usize {
         let weights = members_of(members);
         split_by_capacity(&weights, quota)
@@ -426,10 +427,10 @@ fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize>
             let at_floor = i64::try_from(kept(members, floor)).unwrap_or(i64::MAX);
             at_ceiling.saturating_sub(at_floor)
         });
-        let planned = zone_weights
+        let owns_more = zone_weights
             .get(zone)
-            .is_some_and(|weight| weight.prospective > floor);
-        (gain, planned)
+            .is_some_and(|weight| weight.owned > floor);
+        (gain, owns_more)
     });
     let mut quotas = vec![0; live.len()];
     for (members, zone_quota) in zones.iter().zip(zone_quotas) {
