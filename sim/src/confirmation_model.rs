@@ -8,12 +8,13 @@
 //! through it, and answers once the core says the round is confirmed. Around it the model has
 //! only what the argument of P6.5 rests on:
 //!
-//! - **Votes as Raft casts them.** The second manager may campaign once (the model's one
-//!   election; the third is its mirror image): it raises its term, votes for itself and asks
-//!   the others. A manager grants at
-//!   most one vote per term, adopts any newer term it hears of (a leader hearing one steps down),
-//!   and acknowledges a heartbeat only from a term at least its own. The log plays no part: the
-//!   question is only who may still believe it leads.
+//! - **Votes as Raft casts them.** The second manager may be elected once (the model's one
+//!   election; the third is its mirror image), with the vote of the first or the third, which
+//!   adopts the new term. The vote and the new leader taking office are one step: taking office
+//!   later only makes its grace end later, so this is the worst case. A manager adopts any newer
+//!   term it hears of (a leader hearing one steps down) and acknowledges a heartbeat only from a
+//!   term at least its own. The log plays no part: the question is only who may still believe
+//!   it leads.
 //! - **The executor** holds one shard. It was granted a lease of [`Bounds::lease_ticks`] at tick
 //!   0, and renews by sending to the first leader, whether it still leads or not (a renewal to
 //!   the new leader is answered by the same rule, and it is not the one in question); an
@@ -228,10 +229,6 @@ impl ConfirmationModel {
                 let manager = &mut state.managers[usize::from(to)];
                 Self::adopt(manager, term);
                 let accepted = term == manager.term;
-                if accepted {
-                    // A candidate of this term hears of its leader and follows.
-                    manager.role = Role::Follower;
-                }
                 let answer = Message::Acknowledgement {
                     from: to,
                     to: from,

@@ -10,7 +10,7 @@ use crate::checks::{utilisations, Violation, COUNT_CEILING_OF_SHARE, MINUTE_MS};
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
 use crate::world::{Coverage, Life, Slot, World};
 use leasehold_api::wire::zone_of;
-use leasehold_manager::lease::{capacity_of, LeaseState, Loads, MoveReason};
+use leasehold_manager::lease::{capacity_of, Executor, LeaseState, Loads, MoveReason};
 
 /// How long the healed fleet may take to converge: the longest mass-expiry grace, a new
 /// leader's grace of the longest lease, the longest retry backoff and a few leases more.
@@ -469,16 +469,22 @@ struct Owner {
     zone: Option<String>,
 }
 
+impl Owner {
+    fn of(executor: &Executor) -> Self {
+        Self {
+            id: executor.id.clone(),
+            capacity: capacity_of(executor),
+            zone: zone_of(&executor.labels).map(str::to_owned),
+        }
+    }
+}
+
 /// The executors of `state` that take shards (not draining), with their capacities and zones.
 fn owners_of(state: &LeaseState) -> Vec<Owner> {
     state
         .executors()
         .filter(|e| !e.draining)
-        .map(|e| Owner {
-            id: e.id.clone(),
-            capacity: capacity_of(e),
-            zone: zone_of(&e.labels).map(str::to_owned),
-        })
+        .map(Owner::of)
         .collect()
 }
 
@@ -1198,36 +1204,26 @@ fn liar_checks(
     let (Some(state), Some(now_ms)) = (world.leader_state(), world.leader_now_ms()) else {
         return Ok(());
     };
-    let owners: Vec<(String, u64)> = state
+    let owners: Vec<Owner> = state
         .executors()
         .filter(|e| !e.lease_lapsed(now_ms) && !e.draining)
-        .map(|e| (e.id.clone(), capacity_of(e)))
+        .map(Owner::of)
         .collect();
     let shards = state.shards().len() as u64;
-    let total: u64 = owners.iter().map(|(_, capacity)| capacity).sum();
-    let Some(&(_, liar_capacity)) = owners.iter().find(|(id, _)| id == liar_id) else {
+    let total: u64 = owners.iter().map(|o| o.capacity).sum();
+    let Some(liar_capacity) = owners.iter().find(|o| o.id == liar_id).map(|o| o.capacity) else {
         return Ok(());
     };
     let liar_share = (shards * liar_capacity) as f64 / total.max(1) as f64;
     let liar_count = held_count(world, liar_id);
     let counts: BTreeMap<&str, usize> = owners
         .iter()
-        .map(|(id, _)| (id.as_str(), held_count(world, id)))
+        .map(|o| (o.id.as_str(), held_count(world, &o.id)))
         .collect();
     // What placement by count may give the liar: the ceiling of its share, or with zones of its
     // share of its zone's quota at the ceiling (P18.3), which the load phase starts from.
-    let zoned_owners: Vec<Owner> = state
-        .executors()
-        .filter(|e| !e.lease_lapsed(now_ms) && !e.draining)
-        .map(|e| Owner {
-            id: e.id.clone(),
-            capacity: capacity_of(e),
-            zone: zone_of(&e.labels).map(str::to_owned),
-        })
-        .collect();
-    let liar_count_ceiling = count_ceiling(shards, &zoned_owners, liar_id);
-    if liar_count as u64 > liar_count_ceiling {
-        for (id, capacity) in &owners {
+    if liar_count as u64 > count_ceiling(shards, &owners, liar_id) {
+        for Owner { id, capacity, .. } in &owners {
             let share = (shards * capacity) as f64 / total.max(1) as f64;
             if id != liar_id && share >= 1.0 && counts.get(id.as_str()) == Some(&0) {
                 return Err(Violation {
