@@ -182,14 +182,16 @@ pub(crate) async fn post_revoke(
         (status = 200, description = "The shards prepared within the wait (P17.1).", body = PrepareReply),
         (status = 403, description = "`forbidden` (TLS): only managers ask, and only those of nodes that are members of the cluster (P13.3)."),
         (status = 409, description = "`conflict`: the request names another executor."),
-        (status = 503, description = "`sharding_not_ready`: this executor is not registered yet."),
+        (status = 503, description = "`sharding_not_ready`: this executor is not registered, and no registration of its was answered within the wait."),
     ),
 )]
 pub(crate) async fn post_prepare(
     State(shared): State<Arc<Shared>>,
     ApiJson(prepare): ApiJson<PreparePush>,
 ) -> Result<Json<PrepareReply>, HttpError> {
-    let Some(health) = shared.health() else {
+    let wait = Duration::from_millis(prepare.wait_ms).min(REQUEST_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + wait;
+    let Some(health) = registered_by(&shared, deadline).await else {
         return Err(HttpError::new(
             ErrorCode::ShardingNotReady,
             "this executor is not registered yet",
@@ -205,7 +207,7 @@ pub(crate) async fn post_prepare(
         ));
     }
     let shards: Vec<u32> = prepare.shards.iter().map(|s| s.shard).collect();
-    let wait = Duration::from_millis(prepare.wait_ms).min(REQUEST_TIMEOUT);
+    let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
     // The embedder's hooks and, as a sidecar, the service beside it prepare at once; a shard is
     // prepared once both (those there are) finished with it.
     let by_hooks = async {
@@ -261,6 +263,30 @@ pub(crate) async fn post_prepare(
         "prepared for shards about to arrive (P17.1)"
     );
     Ok(Json(PrepareReply { prepared }))
+}
+
+/// This executor's identity once registered, waiting until `deadline` while its registration is
+/// in flight. The leader plans, and asks a receiver to prepare (P17.1), as soon as the registration
+/// commits, so its prepare can arrive before the registration's answer; a prepare is asked once
+/// per shard and epoch in a term, so refusing it would skip the warm-up for good.
+async fn registered_by(
+    shared: &Shared,
+    deadline: tokio::time::Instant,
+) -> Option<leasehold_api::wire::ExecutorHealth> {
+    if let Some(health) = shared.health() {
+        return Some(health);
+    }
+    if !shared.register_sent() {
+        return None;
+    }
+    let mut assignment = shared.subscribe_assignment();
+    // A timeout or a closed channel leaves the identity unknown: answered not ready below.
+    let _ = tokio::time::timeout_at(
+        deadline,
+        assignment.wait_for(|view| view.executor_id.is_some()),
+    )
+    .await;
+    shared.health()
 }
 
 /// As a sidecar (P16.2): the revoke's shards are released only once the service stopped

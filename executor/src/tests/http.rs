@@ -594,3 +594,77 @@ async fn p17_1_a_revoke_waits_for_the_release_hooks_within_its_bound() {
         assert!(shared.admit(2).is_ok(), "shard 2 was not revoked");
     }
 }
+
+/// P17.1: the leader asks a new receiver to prepare as soon as its registration commits, which
+/// can be before the registration's answer reaches it: a prepare waits for that answer (within
+/// its wait) instead of being refused, since it is not asked again. Without a registration in
+/// flight, or with none answered in time, it is refused as not ready.
+#[tokio::test(start_paused = true)]
+async fn p17_1_a_prepare_overtaking_the_registration_answer_waits_for_it() {
+    let hooks = Arc::new(RecordingHooks::default());
+    let unregistered = || {
+        let shared = Shared::new(
+            "http://127.0.0.1:9".into(),
+            None,
+            None,
+            LoadSettings::default(),
+        );
+        let hooks: Arc<dyn crate::HandoffHooks> =
+            Arc::clone(&hooks) as Arc<dyn crate::HandoffHooks>;
+        Arc::new(shared.with_hooks(Some(crate::Hooks(hooks))))
+    };
+    let body = json!({
+        "executor_id": "ex-1", "revision": 11, "shards": [{"shard": 5, "epoch": 3}], "wait_ms": 2000
+    });
+
+    let idle = unregistered();
+    let asked = Instant::now();
+    let reply = call(app(&idle), "POST", "/v1/prepare", Some(body.clone())).await;
+    assert_problem(&reply, 503, "sharding_not_ready");
+    assert_eq!(
+        asked.elapsed(),
+        std::time::Duration::ZERO,
+        "nothing to wait for"
+    );
+
+    let registering = unregistered();
+    registering.register_request(true);
+    let prepare = tokio::spawn(call(
+        app(&registering),
+        "POST",
+        "/v1/prepare",
+        Some(body.clone()),
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !prepare.is_finished(),
+        "the prepare waits for the registration's answer"
+    );
+    registering
+        .apply_grant(
+            Instant::now(),
+            &Grant {
+                shard_runs: None,
+                executor_id: "ex-1".into(),
+                lease_ttl_ms: 60_000,
+                revision: 10,
+                shard_count: SHARD_COUNT,
+                shards: set(&[]),
+            },
+        )
+        .unwrap();
+    let (status, _, reply) = prepare.await.unwrap();
+    assert_eq!((status, reply), (StatusCode::OK, json!({"prepared": [5]})));
+    assert_eq!(*hooks.prepared.lock().unwrap(), vec![(5, 3)]);
+
+    let unanswered = unregistered();
+    unanswered.register_request(true);
+    let asked = Instant::now();
+    let reply = call(app(&unanswered), "POST", "/v1/prepare", Some(body)).await;
+    assert_problem(&reply, 503, "sharding_not_ready");
+    assert_eq!(
+        asked.elapsed(),
+        std::time::Duration::from_secs(2),
+        "refused at the wait's end"
+    );
+}
