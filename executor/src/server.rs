@@ -269,10 +269,7 @@ pub(crate) async fn post_prepare(
 /// in flight. The leader plans, and asks a receiver to prepare (P17.1), as soon as the registration
 /// commits, so its prepare can arrive before the registration's answer; a prepare is asked once
 /// per shard and epoch in a term, so refusing it would skip the warm-up for good.
-async fn registered_by(
-    shared: &Shared,
-    deadline: tokio::time::Instant,
-) -> Option<leasehold_api::wire::ExecutorHealth> {
+async fn registered_by(shared: &Shared, deadline: tokio::time::Instant) -> Option<ExecutorHealth> {
     if let Some(health) = shared.health() {
         return Some(health);
     }
