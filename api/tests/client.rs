@@ -66,6 +66,7 @@ fn grant(executor_id: &str) -> Grant {
         revision: 7,
         shard_count: 4,
         shards: vec![ShardEpoch { shard: 1, epoch: 3 }],
+        unchanged: false,
     }
 }
 
@@ -87,6 +88,7 @@ fn renew_request() -> RenewRequest {
         claims: vec![ShardEpoch { shard: 1, epoch: 3 }],
         revision: 7,
         loads: None,
+        accept_unchanged: false,
     }
 }
 
@@ -690,6 +692,93 @@ async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
         "cluster version 4: runs"
     );
     assert_eq!(hits.get(), 3);
+}
+
+fn grant_with_shard_count_8() -> Grant {
+    Grant {
+        shard_count: 8,
+        ..grant("ex-1")
+    }
+}
+
+/// "Versions": the client asks for "unchanged" only of a manager that stated cluster version 7 or
+/// later (one before it refuses the field), and hands on an unchanged grant with the claims it
+/// sent as its set; an unchanged grant that lists a set too is refused, not guessed at.
+#[tokio::test]
+async fn an_unchanged_grant_is_handed_on_with_the_claims_as_its_set() {
+    let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let hits = Hits::default();
+    let (seen, counter) = (bodies.clone(), hits.clone());
+    let held: Vec<ShardEpoch> = [(4, 2), (0, 5), (1, 5)]
+        .into_iter()
+        .map(|(shard, epoch)| ShardEpoch { shard, epoch })
+        .collect();
+    let router = Router::new().route(
+        "/v1/executors/{id}/renew",
+        post(move |Json(body): Json<serde_json::Value>| {
+            let n = counter.bump();
+            seen.lock().unwrap().push(body.clone());
+            let mut grant = grant_with_shard_count_8();
+            if body["accept_unchanged"] == true {
+                grant = grant.into_unchanged();
+            }
+            if n == 5 {
+                // Unchanged and a set: the two could disagree.
+                grant.shards = vec![ShardEpoch { shard: 0, epoch: 5 }];
+            }
+            // The first reply states 6, every later one 7.
+            let stated = if n == 1 { "6" } else { "7" };
+            async move {
+                (
+                    [(leasehold_api::CLUSTER_VERSION_HEADER, stated)],
+                    Json(grant),
+                )
+            }
+        }),
+    );
+    let base = serve(router).await;
+    let client = client(&[&base], fast_config());
+    let request = RenewRequest {
+        claims: held.clone(),
+        ..renew_request()
+    };
+    for _ in 0..2 {
+        let full = client.renew("ex-1", None, &request).await.unwrap();
+        assert_eq!(
+            full,
+            grant_with_shard_count_8(),
+            "a full grant is handed on as it came"
+        );
+    }
+    let mut ascending = held.clone();
+    ascending.sort_by_key(|claim| claim.shard);
+    for _ in 0..2 {
+        let grant = client.renew("ex-1", None, &request).await.unwrap();
+        assert!(!grant.unchanged, "handed on expanded");
+        assert_eq!(grant.shards, ascending, "the claims are the set");
+        assert_eq!(grant.shard_runs, None);
+    }
+    let error = client.renew("ex-1", None, &request).await.unwrap_err();
+    assert!(
+        error.to_string().contains("unchanged"),
+        "an unchanged grant listing a set is refused: {error}"
+    );
+    let bodies = bodies.lock().unwrap().clone();
+    assert_eq!(bodies[0].get("accept_unchanged"), None, "nothing heard yet");
+    assert_eq!(
+        bodies[1].get("accept_unchanged"),
+        None,
+        "cluster version 6 does not read it"
+    );
+    assert_eq!(
+        bodies[2]["accept_unchanged"], true,
+        "cluster version 7 does"
+    );
+    assert_eq!(
+        bodies[2]["claim_runs"],
+        serde_json::json!([[0, 2, 5], [4, 1, 2]])
+    );
+    assert_eq!(hits.get(), 5);
 }
 
 /// P13.6: a `429 rate_limited` is retried on the same replica after the `Retry-After` it names,

@@ -101,6 +101,7 @@ pub fn claims_payload(shards: u32) -> Vec<u8> {
             .collect(),
         revision: 1_000_000,
         loads: None,
+        accept_unchanged: false,
     };
     serde_json::to_vec(&request.with_claims_as_runs()).unwrap_or_default()
 }
@@ -435,6 +436,7 @@ impl Renewer for LeaseholdFleet {
                     .map(|loads| loads.loads(index, renewal, &claims)),
                 claims,
                 revision: assignment.revision(),
+                accept_unchanged: false,
             }
         };
         let grant = self

@@ -228,6 +228,7 @@ mod tests {
                 .iter()
                 .map(|&shard| ShardEpoch { shard, epoch: 1 })
                 .collect(),
+            unchanged: false,
         }
     }
 

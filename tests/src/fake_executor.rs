@@ -330,6 +330,7 @@ async fn renew_loop(client: Client, view: Shared, mut stopped: watch::Receiver<b
                     claim_runs: None,
                     revision: view.assignment.revision(),
                     loads: None,
+                    accept_unchanged: false,
                 },
             )
         };

@@ -700,6 +700,7 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
         claim_runs: None,
         revision,
         loads: None,
+        accept_unchanged: false,
     };
     let as_runs = full.with_claims_as_runs();
     let grant_of = |reply: leasehold_tests::http_checks::RawReply, what: &str| -> Grant {
@@ -727,6 +728,39 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
     );
     assert_eq!(listed.shards, held);
     assert_eq!(compact.expand_shard_runs().expect("runs").shards, held);
+
+    // "Unchanged" ("Versions"): a renewal that takes it and claims exactly its set gets no set
+    // back; one claiming another set gets the set, in the form its claims came in.
+    let asking = RenewRequest {
+        accept_unchanged: true,
+        ..as_runs.clone()
+    };
+    let unchanged = grant_of(
+        send(&http, &leader_url, &post(&renew, json!(asking))).await,
+        "a renewal taking unchanged",
+    );
+    assert!(unchanged.unchanged, "its claims are its set: {unchanged:?}");
+    assert_eq!(
+        (unchanged.shards.as_slice(), &unchanged.shard_runs),
+        (&[][..], &None)
+    );
+    assert_eq!(
+        unchanged.expand_unchanged(&held).expect("claims").shards,
+        held
+    );
+    let mut short = held.clone();
+    short.pop();
+    let claiming_less = RenewRequest {
+        claims: short,
+        accept_unchanged: true,
+        ..full.clone()
+    };
+    let corrected = grant_of(
+        send(&http, &leader_url, &post(&renew, json!(claiming_less))).await,
+        "a renewal taking unchanged, claiming less than its set",
+    );
+    assert!(!corrected.unchanged, "P4.2: the set corrects the claims");
+    assert_eq!(corrected.shards, held);
 }
 
 /// I6 on the executor: bad pushes and revokes are refused and change nothing it holds or admits.

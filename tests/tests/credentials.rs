@@ -239,6 +239,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
                 claims: Vec::new(),
                 revision: 0,
                 loads: None,
+                accept_unchanged: false,
             },
         )
         .await

@@ -34,7 +34,7 @@ use crate::wire::{
     KeyRoute, MaintenanceRequest, MaintenanceView, MoveShardRequest, PinShardRequest, PlanPreview,
     RegisterRequest, ReleaseRequest, RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable,
     SafeToStop, ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA,
-    FIRST_RELEASE_SCHEMA,
+    FIRST_RELEASE_SCHEMA, UNCHANGED_SET_SCHEMA,
 };
 
 mod error;
@@ -273,8 +273,9 @@ impl Client {
     /// harmless.
     /// `credential` is the one the executor registered with, if it did (P13.4).
     /// Claims go as runs to a manager that stated cluster version [`COMPACT_SHARDS_SCHEMA`] or
-    /// later (docs/PROTOCOL.md, "Versions"), as a list otherwise; either way the grant returned
-    /// lists its set in `shards`.
+    /// later, as a list otherwise, and the renewal takes "unchanged" for an answer from one that
+    /// stated [`UNCHANGED_SET_SCHEMA`] (docs/PROTOCOL.md, "Versions"); whatever the form, the
+    /// grant returned lists its set in `shards`.
     pub async fn renew(
         &self,
         executor_id: &str,
@@ -282,12 +283,16 @@ impl Client {
         request: &RenewRequest,
     ) -> Result<Grant, ClientError> {
         let path = format!("/v1/executors/{}/renew", path_segment(executor_id)?);
-        let body =
-            if request.claim_runs.is_none() && self.cluster_version() >= COMPACT_SHARDS_SCHEMA {
-                encode(&request.with_claims_as_runs())?
-            } else {
-                encode(request)?
-            };
+        let cluster_version = self.cluster_version();
+        let mut sent = if request.claim_runs.is_none() && cluster_version >= COMPACT_SHARDS_SCHEMA {
+            std::borrow::Cow::Owned(request.with_claims_as_runs())
+        } else {
+            std::borrow::Cow::Borrowed(request)
+        };
+        if cluster_version >= UNCHANGED_SET_SCHEMA && !request.accept_unchanged {
+            sent.to_mut().accept_unchanged = true;
+        }
+        let body = encode(sent.as_ref())?;
         let reply = self
             .send_as(
                 Method::POST,
@@ -297,9 +302,18 @@ impl Client {
                 credential,
             )
             .await?;
-        decode::<Grant>(&reply)?
+        let grant = decode::<Grant>(&reply)?
             .expand_shard_runs()
-            .map_err(|error| ClientError::Decode(format!("the grant's shard runs: {error}")))
+            .map_err(|error| ClientError::Decode(format!("the grant's shard runs: {error}")))?;
+        if !grant.unchanged {
+            return Ok(grant);
+        }
+        let claims = sent
+            .checked_claims(grant.shard_count)
+            .map_err(|error| ClientError::Decode(format!("the renewal's claims: {error}")))?;
+        grant
+            .expand_unchanged(&claims)
+            .map_err(|error| ClientError::Decode(format!("the unchanged grant: {error}")))
     }
 
     /// `POST /v1/executors/{id}/release`: acknowledge a revoke. Names its handoff (P5.2), so a

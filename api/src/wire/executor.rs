@@ -78,6 +78,10 @@ pub const CAPACITY_SCHEMA: u32 = 4;
 /// so (`RenewRequest::claim_runs`, `Grant::shard_runs`): a wire form only, brought by the
 /// release that brought schema 4, so every manager stating it reads the runs.
 pub const COMPACT_SHARDS_SCHEMA: u32 = CAPACITY_SCHEMA;
+/// The cluster version from which a renewal may take "unchanged" for an answer
+/// (`RenewRequest::accept_unchanged`, `Grant::unchanged`): a wire form only, brought by the
+/// release that brought schema 7, so every manager stating it reads the field.
+pub const UNCHANGED_SET_SCHEMA: u32 = super::labels::LABELS_SCHEMA;
 
 /// The capacity of an executor that states none (every executor of an earlier release): all
 /// executors equal, as P5.4 spreads them.
@@ -184,9 +188,41 @@ pub struct Grant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Vec<Vec<u64>>>))]
     pub shard_runs: Option<Vec<ShardRun>>,
+    /// The set at `revision` is exactly the claims of the renewal this answers, so neither
+    /// `shards` (empty) nor `shard_runs` (absent) lists it. Only in reply to a renewal that set
+    /// `accept_unchanged`; clients of this crate put those claims in
+    /// `shards` ([`Grant::expand_unchanged`]) before handing the grant on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
 impl Grant {
+    /// This grant answering "unchanged" in place of its set: the reply to a renewal that set
+    /// `accept_unchanged` and claimed exactly the set this grant lists.
+    pub fn into_unchanged(mut self) -> Self {
+        self.shards = Vec::new();
+        self.shard_runs = None;
+        self.unchanged = true;
+        self
+    }
+
+    /// This grant with an "unchanged" answer expanded into `shards`: the `claims` of the renewal
+    /// it answers, ascending. A grant that says unchanged and lists a set too is refused, since
+    /// the two could disagree.
+    pub fn expand_unchanged(mut self, claims: &[ShardEpoch]) -> Result<Self, ShardRunError> {
+        if self.unchanged {
+            if !self.shards.is_empty() || self.shard_runs.is_some() {
+                return Err(ShardRunError::BothForms);
+            }
+            check_shard_list(claims.iter().map(|claim| claim.shard), self.shard_count)?;
+            let mut shards = claims.to_vec();
+            shards.sort_unstable_by_key(|claim| claim.shard);
+            self.shards = shards;
+            self.unchanged = false;
+        }
+        Ok(self)
+    }
+
     /// This grant with its set as runs in `shard_runs` instead of `shards`: the reply to a
     /// renewal that sent `claim_runs`.
     pub fn into_shard_runs(mut self) -> Self {
@@ -232,6 +268,12 @@ pub struct RenewRequest {
     /// stating cluster version [`CAPACITY_SCHEMA`] or later (docs/PROTOCOL.md, "Versions").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loads: Option<Vec<ShardLoad>>,
+    /// The executor takes "unchanged" for an answer ([`Grant::unchanged`]): when its claims are
+    /// exactly the set the grant would list, the grant says so instead of listing it. Sent only
+    /// to managers stating cluster version [`UNCHANGED_SET_SCHEMA`] or later (docs/PROTOCOL.md,
+    /// "Versions").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_unchanged: bool,
 }
 
 impl RenewRequest {
@@ -244,6 +286,7 @@ impl RenewRequest {
             claim_runs: Some(shard_runs(&self.claims)),
             revision: self.revision,
             loads: self.loads.clone(),
+            accept_unchanged: self.accept_unchanged,
         }
     }
 

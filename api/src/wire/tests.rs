@@ -449,6 +449,7 @@ fn renewal_claims_and_grants_in_either_form() {
         claim_runs: None,
         revision: 7,
         loads: None,
+        accept_unchanged: false,
     };
     let compact = full.with_claims_as_runs();
     let value = serde_json::to_value(&compact).unwrap();
@@ -480,6 +481,7 @@ fn renewal_claims_and_grants_in_either_form() {
         shard_count: 8,
         shards: held.clone(),
         shard_runs: None,
+        unchanged: false,
     };
     let compact_grant = grant.clone().into_shard_runs();
     assert_eq!(
@@ -501,6 +503,89 @@ fn renewal_claims_and_grants_in_either_form() {
     assert!(past_the_end.expand_shard_runs().is_err());
 }
 
+/// "Versions": a renewal that takes "unchanged" says so on the wire (and one that does not, or an
+/// earlier release's, sends nothing new); an unchanged grant carries no set and expands to the
+/// renewal's claims, ascending, checked against its shard count; one listing a set too is refused.
+#[test]
+fn unchanged_grants_stand_for_the_claims() {
+    let asking = RenewRequest {
+        claims: entries(&[(5, 3), (0, 2)]),
+        claim_runs: None,
+        revision: 7,
+        loads: None,
+        accept_unchanged: true,
+    };
+    let value = serde_json::to_value(&asking).unwrap();
+    assert_eq!(value["accept_unchanged"], true);
+    assert_eq!(
+        serde_json::from_value::<RenewRequest>(value).unwrap(),
+        asking
+    );
+    let earlier = json!({"claims": [], "revision": 7});
+    assert!(
+        !serde_json::from_value::<RenewRequest>(earlier)
+            .unwrap()
+            .accept_unchanged
+    );
+    let not_asking = RenewRequest {
+        accept_unchanged: false,
+        ..asking.clone()
+    };
+    assert_eq!(
+        serde_json::to_value(&not_asking)
+            .unwrap()
+            .get("accept_unchanged"),
+        None
+    );
+
+    let grant = Grant {
+        executor_id: "ex-1".into(),
+        lease_ttl_ms: 60_000,
+        revision: 42,
+        shard_count: 8,
+        shards: entries(&[(0, 2), (5, 3)]),
+        shard_runs: None,
+        unchanged: false,
+    };
+    let unchanged = grant.clone().into_unchanged();
+    assert_eq!(
+        serde_json::to_value(&unchanged).unwrap(),
+        json!({"executor_id": "ex-1", "lease_ttl_ms": 60000, "revision": 42, "shard_count": 8,
+               "shards": [], "unchanged": true})
+    );
+    assert_eq!(
+        unchanged.clone().expand_unchanged(&asking.claims).unwrap(),
+        grant,
+        "the claims, ascending"
+    );
+    assert_eq!(
+        grant.clone().expand_unchanged(&[]).unwrap(),
+        grant,
+        "a full grant stays"
+    );
+    let both = Grant {
+        shards: entries(&[(1, 1)]),
+        ..unchanged.clone()
+    };
+    assert_eq!(
+        both.expand_unchanged(&asking.claims),
+        Err(ShardRunError::BothForms)
+    );
+    let runs_too = Grant {
+        shard_runs: Some(vec![]),
+        ..unchanged.clone()
+    };
+    assert_eq!(
+        runs_too.expand_unchanged(&asking.claims),
+        Err(ShardRunError::BothForms)
+    );
+    let past_the_end = Grant {
+        shard_count: 4,
+        ..unchanged
+    };
+    assert!(past_the_end.expand_unchanged(&asking.claims).is_err());
+}
+
 #[test]
 fn grant_has_the_documented_shape() {
     let grant = Grant {
@@ -510,6 +595,7 @@ fn grant_has_the_documented_shape() {
         shard_count: 8,
         shards: vec![ShardEpoch { shard: 3, epoch: 2 }],
         shard_runs: None,
+        unchanged: false,
     };
     let value = serde_json::to_value(&grant).unwrap();
     assert_eq!(

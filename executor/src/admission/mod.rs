@@ -334,6 +334,7 @@ impl AdmissionCore {
                 revision: self.assignment.revision(),
                 // The shell adds the loads (P15.1): they are measured outside this core.
                 loads: None,
+                accept_unchanged: false,
             },
         ))
     }

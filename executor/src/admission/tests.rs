@@ -28,6 +28,7 @@ fn grant(lease_ttl_ms: u64, revision: u64, shards: &[(u32, u64)]) -> Grant {
         revision,
         shard_count: SHARD_COUNT,
         shards: set(shards),
+        unchanged: false,
     }
 }
 

@@ -71,6 +71,7 @@ fn grant(state: &FakeState) -> Grant {
         revision: state.revision,
         shard_count: SHARD_COUNT,
         shards: state.shards.clone(),
+        unchanged: false,
     }
 }
 

@@ -38,6 +38,7 @@ fn registered() -> Arc<Shared> {
                 revision: 10,
                 shard_count: SHARD_COUNT,
                 shards: set(&[(1, 1), (2, 1)]),
+                unchanged: false,
             },
         )
         .unwrap();
@@ -650,6 +651,7 @@ async fn p17_1_a_prepare_overtaking_the_registration_answer_waits_for_it() {
                 revision: 10,
                 shard_count: SHARD_COUNT,
                 shards: set(&[]),
+                unchanged: false,
             },
         )
         .unwrap();

@@ -163,6 +163,7 @@ impl FakeManager {
             revision: script.revision,
             shard_count: script.shard_count,
             shards: script.shards.clone(),
+            unchanged: false,
         }
     }
 }

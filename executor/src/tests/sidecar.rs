@@ -64,6 +64,7 @@ fn sidecar_with_lease(lease_ttl_ms: u64) -> (Arc<Shared>, Arc<ServiceLink>, Rout
                 revision: 10,
                 shard_count: 8,
                 shards: set(&[(1, 1), (2, 1)]),
+                unchanged: false,
             },
         )
         .unwrap();

@@ -11,7 +11,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     check_app_version, check_capacity, check_labels, check_shard_list, check_shard_loads,
     Credential, ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
-    DEFAULT_CAPACITY,
+    ShardEpoch, DEFAULT_CAPACITY,
 };
 
 use super::admission::{Admitted, Caller};
@@ -22,7 +22,9 @@ use super::registration_limit::RegistrationSettings;
 use super::removal::commit_deregistration;
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Registered, Released};
-use crate::lease::{Answer, Command, ExecutorAnswer, RefusalReason, RenewResult, Renewal};
+use crate::lease::{
+    Answer, Command, Epoch, ExecutorAnswer, RefusalReason, RenewResult, Renewal, ShardId,
+};
 use crate::renewals::{self, RenewError};
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
@@ -216,13 +218,7 @@ pub async fn renew(
                 }
                 None => node.load_reports.record_not_reporting(&executor_id),
             }
-            let reply: Grant = grant.into();
-            // The set goes back in the form the claims came in (docs/PROTOCOL.md, "Versions").
-            Ok(Json(if request.claim_runs.is_some() {
-                reply.into_shard_runs()
-            } else {
-                reply
-            }))
+            Ok(Json(reply_form(&request, &claims, grant)))
         }
         Ok(RenewResult::UnknownExecutor { .. }) => {
             node.load_reports.remove(&executor_id);
@@ -231,6 +227,38 @@ pub async fn renew(
         Err(RenewError::Propose(error)) => Err(error.into()),
         Err(RenewError::Refused(reason)) => Err(refusal(reason)),
         Err(error) => Err(HttpError::internal("renewal failed", error)),
+    }
+}
+
+/// The grant in the form the renewal asked for (docs/PROTOCOL.md, "Versions"): "unchanged" when
+/// it takes that answer and claimed exactly the set; otherwise the set, in the form the claims
+/// came in.
+fn reply_form(request: &RenewRequest, claims: &[ShardEpoch], grant: crate::lease::Grant) -> Grant {
+    let unchanged = request.accept_unchanged && same_set(claims, &grant.shards);
+    let reply: Grant = grant.into();
+    if unchanged {
+        reply.into_unchanged()
+    } else if request.claim_runs.is_some() {
+        reply.into_shard_runs()
+    } else {
+        reply
+    }
+}
+
+/// Whether a renewal's claims are exactly `set` (ascending, as the state records it), with set
+/// semantics: claims in another order compare after sorting. Claims listing a shard twice were
+/// refused at the edge.
+fn same_set(claims: &[ShardEpoch], set: &[(ShardId, Epoch)]) -> bool {
+    let as_pairs = |claim: &ShardEpoch| (claim.shard, claim.epoch);
+    if claims.len() != set.len() {
+        return false;
+    }
+    if claims.is_sorted_by_key(|claim| claim.shard) {
+        claims.iter().map(as_pairs).eq(set.iter().copied())
+    } else {
+        let mut sorted: Vec<(ShardId, Epoch)> = claims.iter().map(as_pairs).collect();
+        sorted.sort_unstable();
+        sorted == set
     }
 }
 
@@ -315,6 +343,62 @@ mod tests {
             capacity,
             app_version: None,
             labels: Default::default(),
+        }
+    }
+
+    /// "Versions": a renewal that takes "unchanged" gets it exactly when its claims are the set,
+    /// in any order; any other renewal gets the set, in the form its claims came in.
+    #[test]
+    fn a_renewal_is_answered_unchanged_only_when_it_asked_and_claimed_the_set() {
+        let set: Vec<(ShardId, Epoch)> = vec![(0, 2), (1, 2), (5, 3)];
+        let grant = crate::lease::Grant {
+            executor_id: "ex-1".into(),
+            lease_ttl_ms: 3_000,
+            revision: 9,
+            shard_count: 8,
+            shards: set.clone(),
+        };
+        let claims = |pairs: &[(u32, u64)]| -> Vec<ShardEpoch> {
+            pairs
+                .iter()
+                .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
+                .collect()
+        };
+        let renewal = |claims: Vec<ShardEpoch>, accept_unchanged: bool| RenewRequest {
+            claims,
+            claim_runs: None,
+            revision: 9,
+            loads: None,
+            accept_unchanged,
+        };
+        let listed: Grant = grant.clone().into();
+        for held in [set.clone(), vec![(5, 3), (0, 2), (1, 2)]] {
+            let asked = renewal(claims(&held), true);
+            let reply = reply_form(&asked, &asked.claims, grant.clone());
+            assert_eq!(reply, listed.clone().into_unchanged(), "{held:?}");
+            let compact = asked.with_claims_as_runs();
+            let reply = reply_form(&compact, &asked.claims, grant.clone());
+            assert_eq!(reply, listed.clone().into_unchanged(), "{held:?} as runs");
+            let not_asked = renewal(claims(&held), false);
+            let reply = reply_form(&not_asked, &not_asked.claims, grant.clone());
+            assert_eq!(reply, listed, "not asked: the set");
+        }
+        for other in [
+            vec![(0, 2), (1, 2)],
+            vec![(0, 2), (1, 2), (5, 4)],
+            vec![(0, 2), (1, 2), (5, 3), (6, 1)],
+            vec![],
+        ] {
+            let asked = renewal(claims(&other), true);
+            let reply = reply_form(&asked, &asked.claims, grant.clone());
+            assert_eq!(reply, listed, "{other:?}: the set, listed");
+            let compact = asked.with_claims_as_runs();
+            let reply = reply_form(&compact, &asked.claims, grant.clone());
+            assert_eq!(
+                reply,
+                listed.clone().into_shard_runs(),
+                "{other:?}: as runs"
+            );
         }
     }
 

@@ -172,6 +172,7 @@ impl From<Grant> for leasehold_api::wire::Grant {
                 .map(|(shard, epoch)| leasehold_api::wire::ShardEpoch { shard, epoch })
                 .collect(),
             shard_runs: None,
+            unchanged: false,
         }
     }
 }

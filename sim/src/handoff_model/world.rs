@@ -181,6 +181,7 @@ impl HandoffModel {
             revision: *revision,
             shard_count: SHARD_COUNT,
             shards: shards.clone(),
+            unchanged: false,
         };
         let now = instant(state.tick);
         let Some(process) = state.processes.get_mut(*to) else {
@@ -263,6 +264,7 @@ impl HandoffModel {
                     claims: claims.clone(),
                     revision: *revision,
                     loads: None,
+                    accept_unchanged: false,
                 };
                 self.manager_renew(state, *from, *sent_tick, &request);
             }
