@@ -49,6 +49,7 @@ pub mod node;
 pub mod observe;
 pub mod proposer;
 pub mod raft;
+pub mod registrations;
 pub mod renewals;
 pub mod restore;
 pub mod routing;

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use leasehold_api::metric_catalog::{AtStart, MetricKind, MetricSpec};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
-use crate::lease::{Command, MoveReason, Outcome, Plan, RenewResult, ShardId};
+use crate::lease::{Command, MoveReason, Outcome, Plan, RegisterResult, RenewResult, ShardId};
 use crate::raft::LeaseStateHandle;
 
 /// Every metric the manager exports, each series from start-up (`export_from_start` in `main`):
@@ -94,6 +94,14 @@ pub const METRICS: &[MetricSpec] = &[
         name: "leasehold_renewal_batch_size",
         kind: MetricKind::Histogram,
         help: "Renewals carried by one Renew Raft entry (leader).",
+        labels: &[],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_registration_batch_size",
+        kind: MetricKind::Histogram,
+        help:
+            "Registrations carried by one RegisterMany Raft entry (leader, from cluster version 8).",
         labels: &[],
         at_start: AtStart::Zero,
     },
@@ -336,7 +344,8 @@ const RENEWAL_SECONDS_BUCKETS: [f64; 14] = [
 const HANDOFF_SECONDS_BUCKETS: [f64; 12] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
-/// Buckets of `leasehold_renewal_batch_size` (renewals per Raft entry, at most 2048).
+/// Buckets of `leasehold_renewal_batch_size` (renewals per Raft entry, at most 2048) and of
+/// `leasehold_registration_batch_size` (registrations per entry, at most 256).
 const BATCH_SIZE_BUCKETS: [f64; 12] = [
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
 ];
@@ -354,6 +363,7 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
             &HANDOFF_SECONDS_BUCKETS[..],
         ),
         ("leasehold_renewal_batch_size", &BATCH_SIZE_BUCKETS[..]),
+        ("leasehold_registration_batch_size", &BATCH_SIZE_BUCKETS[..]),
     ] {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)?;
     }
@@ -458,6 +468,21 @@ impl CommitMetrics {
                 already_registered: false,
                 ..
             } => metrics::counter!("leasehold_registrations_total").increment(1),
+            Outcome::RegisteredMany { results } => {
+                let registered = results
+                    .iter()
+                    .filter(|result| {
+                        matches!(
+                            result,
+                            RegisterResult::Registered {
+                                already_registered: false,
+                                ..
+                            }
+                        )
+                    })
+                    .count();
+                metrics::counter!("leasehold_registrations_total").increment(registered as u64);
+            }
             Outcome::Deregistered {
                 already_gone: false,
                 freed,

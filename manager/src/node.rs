@@ -20,6 +20,7 @@ use crate::proposer::Proposer;
 use crate::raft::failover::LeaderContact;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
+use crate::registrations::RegistrationQueue;
 use crate::renewals::RenewalQueue;
 use crate::signals::LeaderSignals;
 
@@ -52,6 +53,9 @@ pub struct ManagerNode {
     pub signals: Arc<LeaderSignals>,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
+    /// Registrations waiting to be group-committed (see `registrations`), from cluster version
+    /// 8 on.
+    pub registrations: RegistrationQueue,
     /// The loads executors reported in their renewals (P15.1), soft state for the leader: the
     /// renew handler records them, the leader reads them.
     pub load_reports: LoadReports,
@@ -92,6 +96,7 @@ pub struct NodeParts {
     pub settings: ClusterSettings,
     pub metrics: Option<PrometheusHandle>,
     pub renewals: RenewalQueue,
+    pub registrations: RegistrationQueue,
     /// The last log index and the vote the log store held at start-up (the read barrier's
     /// floor, [`Leadership::linearizable_read`]).
     pub log_at_start: (u64, Vote<NodeId>),
@@ -133,6 +138,7 @@ impl ManagerNode {
             settings: parts.settings,
             metrics: parts.metrics,
             renewals: parts.renewals,
+            registrations: parts.registrations,
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),
             routing_runs: Default::default(),

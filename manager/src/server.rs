@@ -26,7 +26,7 @@ use crate::node::{ClusterSettings, ManagerNode, NodeParts};
 use crate::raft::identity::{Identity, IdentityError};
 use crate::raft::network::HttpNetworkFactory;
 use crate::raft::{openraft_config, TypeConfig};
-use crate::{fatal, http, leader, observe, renewals};
+use crate::{fatal, http, leader, observe, registrations, renewals};
 
 /// Bound on establishing a connection to a peer.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -103,9 +103,9 @@ impl Replica {
         config: &ManagerConfig,
         metrics: Option<PrometheusHandle>,
     ) -> Result<(Self, oneshot::Receiver<BootstrapError>), ServerError> {
-        let (db, node, pending_renewals, disk_space) = open_node(config, metrics).await?;
+        let (db, node, pending, disk_space) = open_node(config, metrics).await?;
         let (stop_tasks, tasks_stopped) = watch::channel(false);
-        spawn_tasks(config, &node, pending_renewals, &disk_space, &tasks_stopped);
+        spawn_tasks(config, &node, pending, &disk_space, &tasks_stopped);
         let bootstrap_failed = spawn_bootstrap(config, &node, tasks_stopped);
         let replica = Replica {
             node,
@@ -152,15 +152,7 @@ impl Replica {
 async fn open_node(
     config: &ManagerConfig,
     metrics: Option<PrometheusHandle>,
-) -> Result<
-    (
-        sled::Db,
-        Arc<ManagerNode>,
-        mpsc::Receiver<renewals::PendingRenewal>,
-        DiskSpace,
-    ),
-    ServerError,
-> {
+) -> Result<(sled::Db, Arc<ManagerNode>, Pending, DiskSpace), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -199,6 +191,7 @@ async fn open_node(
     .map_err(|e| ServerError::Raft(e.to_string()))?;
 
     let (renewal_queue, pending_renewals) = renewals::queue();
+    let (registration_queue, pending_registrations) = registrations::queue();
     let disk_space = DiskSpace::new(config.min_free_disk_bytes);
     let node = Arc::new(ManagerNode::new(NodeParts {
         id: config.id,
@@ -217,17 +210,26 @@ async fn open_node(
         },
         metrics,
         renewals: renewal_queue,
+        registrations: registration_queue,
         log_at_start,
         disk_space: disk_space.clone(),
     }));
-    Ok((db, node, pending_renewals, disk_space))
+    Ok((
+        db,
+        node,
+        Pending {
+            renewals: pending_renewals,
+            registrations: pending_registrations,
+        },
+        disk_space,
+    ))
 }
 
 /// The node's background tasks, each stopping when `tasks_stopped` turns true.
 fn spawn_tasks(
     config: &ManagerConfig,
     node: &Arc<ManagerNode>,
-    pending_renewals: mpsc::Receiver<renewals::PendingRenewal>,
+    pending: Pending,
     disk_space: &DiskSpace,
     tasks_stopped: &watch::Receiver<bool>,
 ) {
@@ -263,9 +265,21 @@ fn spawn_tasks(
     tokio::spawn(renewals::run_batcher(
         node.leadership.proposer.clone(),
         node.leadership.clock.clone(),
-        pending_renewals,
+        pending.renewals,
         tasks_stopped.clone(),
     ));
+    tokio::spawn(registrations::run_batcher(
+        node.leadership.proposer.clone(),
+        node.leadership.clock.clone(),
+        pending.registrations,
+        tasks_stopped.clone(),
+    ));
+}
+
+/// The writes the handlers queue for the batchers to group-commit.
+struct Pending {
+    renewals: mpsc::Receiver<renewals::PendingRenewal>,
+    registrations: mpsc::Receiver<registrations::PendingRegistration>,
 }
 
 /// Forms, joins or rejoins the cluster in a task of its own; the receiver hears of a failure for

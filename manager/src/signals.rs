@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-use crate::lease::{ExecutorId, Outcome, RenewResult};
+use crate::lease::{ExecutorId, Outcome, RegisterResult, RenewResult};
 use crate::metrics::CommitMetrics;
 
 #[derive(Debug, Default)]
@@ -97,6 +97,18 @@ impl CommitSignal {
             | Outcome::DrainingSet { changed: true, .. }
             | Outcome::MaintenanceSet { changed: true, .. }
             | Outcome::PinSet { changed: true, .. } => signal.replan = true,
+            // A batch whose registrations were all retries or refusals changed no membership.
+            Outcome::RegisteredMany { results } => {
+                signal.replan = results.iter().any(|result| {
+                    matches!(
+                        result,
+                        RegisterResult::Registered {
+                            already_registered: false,
+                            ..
+                        }
+                    )
+                });
+            }
             Outcome::Renewed { results, .. } => {
                 signal.renewal_applied = results
                     .iter()
@@ -109,5 +121,52 @@ impl CommitSignal {
             signal.pushes.extend(effects.assignments.iter().cloned());
         }
         signal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{Grant, RefusalReason};
+
+    fn registered(already_registered: bool) -> RegisterResult {
+        RegisterResult::Registered {
+            grant: Grant {
+                executor_id: "ex-9".into(),
+                lease_ttl_ms: 1_000,
+                revision: 9,
+                shard_count: 4,
+                shards: Vec::new(),
+            },
+            already_registered,
+        }
+    }
+
+    /// P5.4: a joiner is planned for at once, whether its registration came alone or in a batch;
+    /// a batch of retries and refusals changed no membership and asks for no step.
+    #[test]
+    fn p5_4_a_batch_with_a_new_executor_asks_for_a_step_at_once() {
+        let refused = RegisterResult::Refused {
+            reason: RefusalReason::NotInitialised,
+        };
+        let with_new = Outcome::RegisteredMany {
+            results: vec![refused.clone(), registered(true), registered(false)],
+        };
+        assert!(CommitSignal::of(&with_new).replan);
+        let nothing_new = Outcome::RegisteredMany {
+            results: vec![refused, registered(true)],
+        };
+        assert_eq!(CommitSignal::of(&nothing_new), CommitSignal::default());
+        let alone = Outcome::Registered {
+            grant: Grant {
+                executor_id: "ex-9".into(),
+                lease_ttl_ms: 1_000,
+                revision: 9,
+                shard_count: 4,
+                shards: Vec::new(),
+            },
+            already_registered: false,
+        };
+        assert!(CommitSignal::of(&alone).replan);
     }
 }

@@ -464,6 +464,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::Init { .. } => "Init",
         Command::SetLeaseDuration { .. } => "SetLeaseDuration",
         Command::Register { .. } => "Register",
+        Command::RegisterMany { .. } => "RegisterMany",
         Command::Renew { .. } => "Renew (claims)",
         Command::Deregister { .. } => "Deregister",
         Command::Reap { .. } => "Reap",

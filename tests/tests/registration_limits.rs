@@ -8,6 +8,9 @@
 //! - A capacity above `--max-capacity` is refused `400 invalid_request` naming the flag, and
 //!   nothing is registered, sent to the leader or to a follower (which forwards it: the leader's
 //!   value decides).
+//! - A fleet registering at once is group-committed (cluster version 8): every registration goes
+//!   through a `RegisterMany` entry, each new incarnation gets an id of its own and a repeated one
+//!   the same id.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -218,5 +221,109 @@ async fn p15_1_a_capacity_above_max_capacity_is_refused_and_writes_nothing() {
     assert_eq!(
         incarnations(&http, &leader_url).await,
         vec!["at-the-limit".to_owned()]
+    );
+}
+
+/// The value of a metric line `name value` (no labels) on the leader's `/metrics`.
+fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (key, value) = line.split_once(' ')?;
+        (key == name).then(|| value.trim().parse().ok())?
+    })
+}
+
+/// §1, P4.4, P7.2: registrations arriving together are committed together (cluster version 8),
+/// and each is answered as if it were alone: new incarnations get distinct ids, a repeat the id of
+/// the first. How many entries they took depends on timing, so only the total is asserted here;
+/// the batching itself is measured in docs/BENCHMARKS.md (B9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4_4_registrations_arriving_together_are_committed_together() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = cluster(&[
+        "--registration-burst",
+        "1000",
+        "--registration-rate",
+        "1000",
+    ]);
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let leader_url = cluster.url(leader);
+    let http = client_from([127, 0, 0, 1]);
+    leasehold_tests::poll_until("cluster version 8", LEADER_BOUND, || async {
+        let info: Value = http
+            .get(format!("{leader_url}/v1/cluster"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if info["cluster_version"].as_u64() >= Some(8) {
+            Ok(())
+        } else {
+            Err(format!("{info}"))
+        }
+    })
+    .await;
+
+    const NEW: usize = 48;
+    const REPEATED: usize = 8;
+    let sent: Vec<String> = (0..NEW)
+        .map(|n| format!("together-{n}"))
+        .chain((0..REPEATED).map(|n| format!("together-{n}")))
+        .collect();
+    let replies = futures_util::future::join_all(sent.iter().map(|incarnation| {
+        let (http, leader_url) = (&http, &leader_url);
+        async move { register(http, leader_url, incarnation, None).await }
+    }))
+    .await;
+    let mut id_of: std::collections::BTreeMap<&str, String> = std::collections::BTreeMap::new();
+    for (incarnation, reply) in sent.iter().zip(&replies) {
+        assert_eq!(reply.status, 200, "{incarnation}: {}", reply.body);
+        let id = reply.body["executor_id"]
+            .as_str()
+            .expect("an id")
+            .to_owned();
+        if let Some(first) = id_of.get(incarnation.as_str()) {
+            assert_eq!(
+                &id, first,
+                "P4.4: a repeated incarnation is the same executor"
+            );
+        }
+        id_of.insert(incarnation, id);
+    }
+    let mut ids: Vec<&String> = id_of.values().collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(
+        ids.len(),
+        NEW,
+        "§1: one id per incarnation, none minted twice: {id_of:?}"
+    );
+    let mut expected: Vec<String> = (0..NEW).map(|n| format!("together-{n}")).collect();
+    expected.sort();
+    assert_eq!(incarnations(&http, &leader_url).await, expected);
+
+    let metrics = http
+        .get(format!("{leader_url}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let carried = metric(&metrics, "leasehold_registration_batch_size_sum");
+    let entries = metric(&metrics, "leasehold_registration_batch_size_count").unwrap_or(0.0);
+    assert_eq!(
+        carried,
+        Some((NEW + REPEATED) as f64),
+        "every registration went through a RegisterMany entry"
+    );
+    assert!(
+        (1.0..=(NEW + REPEATED) as f64).contains(&entries),
+        "{entries} entries"
+    );
+    eprintln!(
+        "[registrations] {} registrations arriving together took {entries} entries",
+        NEW + REPEATED
     );
 }

@@ -83,6 +83,11 @@ pub const COMPACT_SHARDS_SCHEMA: u32 = CAPACITY_SCHEMA;
 /// release that brought schema 7, so every manager stating it reads the field.
 pub const UNCHANGED_SET_SCHEMA: u32 = super::labels::LABELS_SCHEMA;
 
+/// The state schema that introduced registrations group-committed into one entry
+/// (`RegisterMany`, PROTOCOL P14.3): a replicated command only, nothing on the wire. The leader
+/// batches registrations from this cluster version on.
+pub const GROUP_REGISTRATION_SCHEMA: u32 = 8;
+
 /// The capacity of an executor that states none (every executor of an earlier release): all
 /// executors equal, as P5.4 spreads them.
 pub const DEFAULT_CAPACITY: u32 = 1;

@@ -11,7 +11,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     check_app_version, check_capacity, check_labels, check_shard_list, check_shard_loads,
     Credential, ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
-    ShardEpoch, DEFAULT_CAPACITY,
+    ShardEpoch, DEFAULT_CAPACITY, GROUP_REGISTRATION_SCHEMA,
 };
 
 use super::admission::{Admitted, Caller};
@@ -23,8 +23,10 @@ use super::removal::commit_deregistration;
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Registered, Released};
 use crate::lease::{
-    Answer, Command, Epoch, ExecutorAnswer, RefusalReason, RenewResult, Renewal, ShardId,
+    Answer, Command, Epoch, ExecutorAnswer, RefusalReason, RegisterResult, Registration,
+    RenewResult, Renewal, ShardId,
 };
+use crate::registrations::{self, RegisterError};
 use crate::renewals::{self, RenewError};
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
@@ -63,41 +65,58 @@ pub async fn register(
 ) -> Result<Json<Grant>, HttpError> {
     // This runs on the leader only (a follower forwards the request unread): the leader's
     // `--max-capacity` decides.
-    let command = registration(
-        request,
-        node.leadership.clock.now_ms(),
-        node.settings.tls.is_some(),
-        settings.max_capacity,
-    )?;
-    match node
-        .leadership
-        .proposer
-        .propose_as::<Registered>(command)
-        .await?
-        .1
-    {
-        Answer::Done(Registered {
+    let registration = registration(request, node.settings.tls.is_some(), settings.max_capacity)?;
+    let cluster_version = node.state.read(|applied| applied.state.cluster_version());
+    let result = if cluster_version >= GROUP_REGISTRATION_SCHEMA {
+        registrations::register(&node.registrations, registration)
+            .await
+            .map_err(|error| match error {
+                RegisterError::Propose(error) => error.into(),
+                RegisterError::Refused(reason) => refusal(reason),
+                error => HttpError::internal("registration failed", error),
+            })?
+    } else {
+        // A replica of an older release could not apply a batch: one entry each (P14.3).
+        let command = registration.into_command(node.leadership.clock.now_ms());
+        match node
+            .leadership
+            .proposer
+            .propose_as::<Registered>(command)
+            .await?
+            .1
+        {
+            Answer::Done(Registered {
+                grant,
+                already_registered,
+            }) => RegisterResult::Registered {
+                grant,
+                already_registered,
+            },
+            Answer::Refused(reason) => RegisterResult::Refused { reason },
+        }
+    };
+    match result {
+        RegisterResult::Registered {
             grant,
             already_registered,
-        }) => {
+        } => {
             tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
             Ok(Json(grant.into()))
         }
-        Answer::Refused(reason) => Err(refusal(reason)),
+        RegisterResult::Refused { reason } => Err(refusal(reason)),
     }
 }
 
-/// The `Register` a registration asks for, checked at the edge (I6): text lengths, the push
+/// The registration a request asks for, checked at the edge (I6): text lengths, the push
 /// address, the capacity (P15.1: in range, and at most this manager's `--max-capacity`), the
 /// application version (P17.3) and the credential (P13.4; required over TLS, where every executor is new enough to send one, P13.5).
 /// A refusal reaches no proposal. The state machine checks the text and the capacity's range
 /// again, with the same limits (`--max-capacity` is the proposing leader's alone).
 fn registration(
     request: RegisterRequest,
-    now_ms: u64,
     tls: bool,
     max_capacity: u32,
-) -> Result<Command, HttpError> {
+) -> Result<Registration, HttpError> {
     if request.incarnation.is_empty() || request.incarnation.len() > MAX_INCARNATION_BYTES {
         return Err(HttpError::invalid(format!(
             "incarnation must be 1 to {MAX_INCARNATION_BYTES} bytes"
@@ -134,8 +153,7 @@ fn registration(
         }
         None => {}
     }
-    Ok(Command::Register {
-        now_ms,
+    Ok(Registration {
         // Only the hash is replicated (P13.4); the request, and the secret, end here.
         credential_sha256: request.credential.as_ref().map(Credential::sha256),
         incarnation: request.incarnation,
@@ -407,7 +425,7 @@ mod tests {
     #[test]
     fn p15_1_i6_a_registration_with_a_capacity_out_of_range_is_refused_at_the_edge() {
         for bad in [0, MAX_CAPACITY + 1, u32::MAX] {
-            let refused = registration(request(Some(bad)), 1, false, MAX_CAPACITY).unwrap_err();
+            let refused = registration(request(Some(bad)), false, MAX_CAPACITY).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad}");
             assert!(refused.problem().detail.contains("capacity"), "{bad}");
         }
@@ -416,8 +434,8 @@ mod tests {
             (Some(1), 1),
             (Some(MAX_CAPACITY), MAX_CAPACITY),
         ] {
-            let Ok(Command::Register { capacity, .. }) =
-                registration(request(asked), 1, false, MAX_CAPACITY)
+            let Ok(Registration { capacity, .. }) =
+                registration(request(asked), false, MAX_CAPACITY)
             else {
                 panic!("{asked:?} refused");
             };
@@ -434,12 +452,12 @@ mod tests {
             ..request(None)
         };
         for bad in ["", "1 2", "1/2", &"9".repeat(65)] {
-            let refused = registration(with(bad), 1, false, MAX_CAPACITY).unwrap_err();
+            let refused = registration(with(bad), false, MAX_CAPACITY).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad:?}");
             assert!(refused.problem().detail.contains("P17.3"), "{bad:?}");
         }
-        let Ok(Command::Register { app_version, .. }) =
-            registration(with("2.1.0-rc.1"), 1, false, MAX_CAPACITY)
+        let Ok(Registration { app_version, .. }) =
+            registration(with("2.1.0-rc.1"), false, MAX_CAPACITY)
         else {
             panic!("a good version refused");
         };
@@ -456,7 +474,7 @@ mod tests {
             (1, 2),
             (8, 1_000_000),
         ] {
-            let refused = registration(request(Some(bad)), 1, false, max).unwrap_err();
+            let refused = registration(request(Some(bad)), false, max).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::InvalidRequest, "{bad} > {max}");
             let detail = &refused.problem().detail;
             assert!(
@@ -470,7 +488,7 @@ mod tests {
             (1, None),
         ] {
             assert!(
-                registration(request(asked), 1, false, max).is_ok(),
+                registration(request(asked), false, max).is_ok(),
                 "{asked:?} ≤ {max}"
             );
         }
@@ -479,10 +497,10 @@ mod tests {
     /// P13.5: over TLS a registration must carry a credential.
     #[test]
     fn p13_5_a_registration_over_tls_needs_a_credential() {
-        let refused = registration(request(None), 1, true, DEFAULT_MAX_CAPACITY).unwrap_err();
+        let refused = registration(request(None), true, DEFAULT_MAX_CAPACITY).unwrap_err();
         assert_eq!(refused.code(), ErrorCode::Unauthenticated);
         let mut with = request(None);
         with.credential = Some(Credential::from_random([5; 32]));
-        assert!(registration(with, 1, true, DEFAULT_MAX_CAPACITY).is_ok());
+        assert!(registration(with, true, DEFAULT_MAX_CAPACITY).is_ok());
     }
 }

@@ -6,7 +6,7 @@
 //! types here give it exactly that; an outcome its command cannot produce is a programming error
 //! reported once, by [`answer`], instead of an "unexpected" arm at every caller.
 
-use super::outcome::{Effects, Outcome, RefusalReason, RenewResult};
+use super::outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult};
 use super::{ExecutorId, Grant, ShardId};
 
 /// What a command that names no executor answered.
@@ -58,6 +58,12 @@ pub struct Registered {
     pub grant: Grant,
     /// The incarnation was already registered and nothing changed (P4.4).
     pub already_registered: bool,
+}
+
+/// `RegisterMany`: `results[i]` answers the batch's `registrations[i]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredMany {
+    pub results: Vec<RegisterResult>,
 }
 
 /// `Renew`: `results[i]` answers the batch's `renewals[i]`.
@@ -127,6 +133,18 @@ impl CommandAnswer for Registered {
                 grant,
                 already_registered,
             })),
+            Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
+            other => Err(other),
+        }
+    }
+}
+
+impl CommandAnswer for RegisteredMany {
+    type Answer = Answer<Self>;
+    const COMMAND: &'static str = "RegisterMany";
+    fn answer(outcome: Outcome) -> Result<Answer<Self>, Outcome> {
+        match outcome {
+            Outcome::RegisteredMany { results } => Ok(Answer::Done(Self { results })),
             Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
             other => Err(other),
         }

@@ -12,8 +12,9 @@ use leasehold_api::wire::{
 
 use super::{
     AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
-    LeaseState, Move, OperatorAction, Outcome, RefusalReason, RenewResult, Renewal, Revoke, Shard,
-    ShardId, Tombstone, TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    LeaseState, Move, OperatorAction, Outcome, RefusalReason, RegisterResult, Registration,
+    RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone, TombstoneReason, MAX_SHARD_COUNT,
+    MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
 /// Pushes collected while one command applies, turned into [`Effects`] at the end.
@@ -65,13 +66,19 @@ fn shard_index(shard: ShardId) -> Option<usize> {
     usize::try_from(shard).ok()
 }
 
+fn invalid_reason(detail: impl Into<String>) -> RefusalReason {
+    RefusalReason::Invalid {
+        detail: detail.into(),
+    }
+}
+
 /// Checks a `Register` text field: present when required, and bounded (I6).
-fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), Outcome> {
+fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), RefusalReason> {
     if required && value.is_empty() {
-        return Err(invalid(format!("{field} must not be empty")));
+        return Err(invalid_reason(format!("{field} must not be empty")));
     }
     if value.len() > MAX_TEXT_FIELD_BYTES {
-        return Err(invalid(format!(
+        return Err(invalid_reason(format!(
             "{field} is {} bytes, at most {MAX_TEXT_FIELD_BYTES} allowed",
             value.len()
         )));
@@ -79,8 +86,8 @@ fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), Outc
     Ok(())
 }
 
-/// What a `Register` asks for.
-struct Registration<'a> {
+/// What a `Register`, or one registration of a `RegisterMany`, asks for.
+struct RegistrationFields<'a> {
     incarnation: &'a str,
     address: &'a str,
     name: Option<&'a str>,
@@ -88,6 +95,20 @@ struct Registration<'a> {
     capacity: u32,
     app_version: Option<&'a str>,
     labels: &'a Labels,
+}
+
+impl<'a> From<&'a Registration> for RegistrationFields<'a> {
+    fn from(registration: &'a Registration) -> Self {
+        Self {
+            incarnation: &registration.incarnation,
+            address: &registration.address,
+            name: registration.name.as_deref(),
+            credential_sha256: registration.credential_sha256,
+            capacity: registration.capacity,
+            app_version: registration.app_version.as_deref(),
+            labels: &registration.labels,
+        }
+    }
 }
 
 impl LeaseState {
@@ -139,20 +160,48 @@ impl LeaseState {
                 capacity,
                 app_version,
                 labels,
-            } => self.apply_register(
-                log_index,
-                config,
-                *now_ms,
-                Registration {
-                    incarnation,
-                    address,
-                    name: name.as_deref(),
-                    credential_sha256: *credential_sha256,
-                    capacity: *capacity,
-                    app_version: app_version.as_deref(),
-                    labels,
-                },
-            ),
+            } => {
+                let numbered_before = self.next_executor_number;
+                let result = self.apply_register(
+                    log_index,
+                    config,
+                    *now_ms,
+                    RegistrationFields {
+                        incarnation,
+                        address,
+                        name: name.as_deref(),
+                        credential_sha256: *credential_sha256,
+                        capacity: *capacity,
+                        app_version: app_version.as_deref(),
+                        labels,
+                    },
+                );
+                self.forget_numbers_the_log_covers(log_index, numbered_before);
+                match result {
+                    RegisterResult::Registered {
+                        grant,
+                        already_registered,
+                    } => Outcome::Registered {
+                        grant,
+                        already_registered,
+                    },
+                    RegisterResult::Refused { reason } => refused(reason),
+                }
+            }
+            Command::RegisterMany {
+                now_ms,
+                registrations,
+            } => {
+                let numbered_before = self.next_executor_number;
+                let results = registrations
+                    .iter()
+                    .map(|registration| {
+                        self.apply_register(log_index, config, *now_ms, registration.into())
+                    })
+                    .collect();
+                self.forget_numbers_the_log_covers(log_index, numbered_before);
+                Outcome::RegisteredMany { results }
+            }
             Command::Renew { now_ms, renewals } => {
                 self.apply_renew(log_index, config, *now_ms, renewals)
             }
@@ -444,9 +493,9 @@ impl LeaseState {
         log_index: u64,
         config: ClusterConfig,
         now_ms: u64,
-        registration: Registration<'_>,
-    ) -> Outcome {
-        let Registration {
+        registration: RegistrationFields<'_>,
+    ) -> RegisterResult {
+        let RegistrationFields {
             incarnation,
             address,
             name,
@@ -458,33 +507,37 @@ impl LeaseState {
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
             .and_then(|()| check_text_field("name", name.unwrap_or_default(), false))
-            .and_then(|()| check_capacity(capacity).map_err(|error| invalid(error.to_string())))
+            .and_then(|()| {
+                check_capacity(capacity).map_err(|error| invalid_reason(error.to_string()))
+            })
             .and_then(|()| {
                 app_version.map_or(Ok(()), |version| {
-                    check_app_version(version).map_err(|error| invalid(error.to_string()))
+                    check_app_version(version).map_err(|error| invalid_reason(error.to_string()))
                 })
             })
-            .and_then(|()| check_labels(labels).map_err(|error| invalid(error.to_string())));
-        if let Err(refusal) = checks {
-            return refusal;
+            .and_then(|()| check_labels(labels).map_err(|error| invalid_reason(error.to_string())));
+        if let Err(reason) = checks {
+            return RegisterResult::Refused { reason };
         }
         if let Some(existing) = self.executor_by_incarnation(incarnation) {
             // P13.4: only the holder of the credential gets the grant again. Hashes, so equal
             // length; the values are public to every replica, so no timing to protect here.
             if existing.credential_sha256 != credential_sha256 {
-                return refused(RefusalReason::CredentialMismatch {
-                    executor_id: existing.id.clone(),
-                });
+                return RegisterResult::Refused {
+                    reason: RefusalReason::CredentialMismatch {
+                        executor_id: existing.id.clone(),
+                    },
+                };
             }
             let grant = self.grant_of(existing, config.shard_count, now_ms);
             // A retried register changes nothing else, but what it tells counts (P6.1).
             self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
-            return Outcome::Registered {
+            return RegisterResult::Registered {
                 grant,
                 already_registered: true,
             };
         }
-        let executor_id: ExecutorId = format!("ex-{log_index}");
+        let executor_id = self.mint_executor_id(log_index);
         let lease_expiry_ms = now_ms.saturating_add(config.lease_duration_ms);
         let executor = Executor {
             id: executor_id.clone(),
@@ -513,9 +566,30 @@ impl LeaseState {
             .insert(executor.incarnation.clone(), executor_id.clone());
         self.executors.insert(executor_id, executor);
         self.touch_assignment(log_index);
-        Outcome::Registered {
+        RegisterResult::Registered {
             grant,
             already_registered: false,
+        }
+    }
+
+    /// A new executor's id: the entry's index for its first, the numbers after it for the next
+    /// ones of the same entry, and never a number minted before (the next entry's index may be
+    /// one an earlier `RegisterMany` took).
+    fn mint_executor_id(&mut self, log_index: u64) -> ExecutorId {
+        let number = self.next_executor_number.max(log_index);
+        self.next_executor_number = number.saturating_add(1);
+        format!("ex-{number}")
+    }
+
+    /// After an entry that minted (`next_executor_number` moved from `numbered_before`): numbers
+    /// up to the next entry's index are the log's own to mint, so the state remembers only
+    /// numbers minted past it (0 otherwise, as in schema 7). An entry that minted nothing leaves
+    /// it alone, so one whose registrations were all refused changes nothing (P5.1).
+    fn forget_numbers_the_log_covers(&mut self, log_index: u64, numbered_before: u64) {
+        if self.next_executor_number != numbered_before
+            && self.next_executor_number <= log_index.saturating_add(1)
+        {
+            self.next_executor_number = 0;
         }
     }
 

@@ -1,21 +1,31 @@
 //! The chain of schemas: each converts to and from the next newer one only. Schema 2 ↔ schema 3
 //! (`super::v3`) ↔ schema 4 (`super::v4`) ↔ schema 5 (`super::v5`) ↔ schema 6 (`super::v6`) ↔
-//! this build's (`super::v6_current`, the newest link). A record of an older schema is read by converting it
+//! schema 7 (`super::v7`) ↔ this build's (`super::v7_current`, the newest link). A record of an older schema is read by converting it
 //! up one schema at a time, and a value is written at an older schema by converting it down one
 //! at a time, each step failing when its schema cannot express the value. Adding a schema adds
 //! one link at the new end and a pair of functions here.
 
 use super::schema::NotExpressible;
-use super::{v2, v3, v4, v5, v6, Command, LeaseState};
+use super::{v2, v3, v4, v5, v6, v7, Command, LeaseState};
 
-/// This build's command in schema 6's types, if schema 6 can express it.
-pub fn command_to_v6(command: &Command) -> Result<v6::Command, NotExpressible> {
-    v6::Command::try_from(command)
+/// This build's command in schema 7's types, if schema 7 can express it.
+pub fn command_to_v7(command: &Command) -> Result<v7::Command, NotExpressible> {
+    v7::Command::try_from(command)
 }
 
-/// A schema 6 command in this build's types.
-pub fn command_from_v6(command: v6::Command) -> Command {
+/// A schema 7 command in this build's types.
+pub fn command_from_v7(command: v7::Command) -> Command {
     command.into()
+}
+
+/// This build's command in schema 6's types (through schema 7), if schema 6 can express it.
+pub fn command_to_v6(command: &Command) -> Result<v6::Command, NotExpressible> {
+    v6::Command::try_from(command_to_v7(command)?)
+}
+
+/// A schema 6 command in this build's types (through schema 7).
+pub fn command_from_v6(command: v6::Command) -> Command {
+    command_from_v7(command.into())
 }
 
 /// This build's command in schema 5's types (through schema 6), if schema 5 can express it.
@@ -58,14 +68,24 @@ pub fn command_from_v2(command: v2::Command) -> Command {
     command_from_v3(command.into())
 }
 
-/// This build's state in schema 6's types, if schema 6 can express it.
-pub fn state_to_v6(state: &LeaseState) -> Result<v6::LeaseState, NotExpressible> {
-    v6::LeaseState::try_from(state)
+/// This build's state in schema 7's types, if schema 7 can express it.
+pub fn state_to_v7(state: &LeaseState) -> Result<v7::LeaseState, NotExpressible> {
+    v7::LeaseState::try_from(state)
 }
 
-/// A schema 6 state in this build's types.
-pub fn state_from_v6(state: v6::LeaseState) -> LeaseState {
+/// A schema 7 state in this build's types.
+pub fn state_from_v7(state: v7::LeaseState) -> LeaseState {
     state.into()
+}
+
+/// This build's state in schema 6's types (through schema 7), if schema 6 can express it.
+pub fn state_to_v6(state: &LeaseState) -> Result<v6::LeaseState, NotExpressible> {
+    v6::LeaseState::try_from(state_to_v7(state)?)
+}
+
+/// A schema 6 state in this build's types (through schema 7).
+pub fn state_from_v6(state: v6::LeaseState) -> LeaseState {
+    state_from_v7(state.into())
 }
 
 /// This build's state in schema 5's types (through schema 6), if schema 5 can express it.

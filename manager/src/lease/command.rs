@@ -4,7 +4,7 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v6`]), so a
+//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v7`]), so a
 //! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,43 @@ impl Renewal {
                 .map(|claim| (claim.shard, claim.epoch))
                 .collect(),
             revision,
+        }
+    }
+}
+
+/// One executor's registration inside a group-committed [`Command::RegisterMany`]: what a
+/// [`Command::Register`] carries, less the stamp the entry carries once for all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    /// The idempotency key; non-empty.
+    pub incarnation: String,
+    /// Advertised push address; non-empty.
+    pub address: String,
+    /// Operator label.
+    pub name: Option<String>,
+    /// SHA-256 of the executor's credential (P13.4), never the credential itself.
+    pub credential_sha256: Option<[u8; 32]>,
+    /// The executor's capacity (P15.1), `1..=MAX_CAPACITY`.
+    pub capacity: u32,
+    /// The application version it runs (P17.3), if it stated one.
+    pub app_version: Option<String>,
+    /// Its labels (P18.3).
+    pub labels: leasehold_api::wire::Labels,
+}
+
+impl Registration {
+    /// The single-registration command asking for the same (below cluster version 8, and for
+    /// the state machine's one code path).
+    pub fn into_command(self, now_ms: u64) -> Command {
+        Command::Register {
+            now_ms,
+            incarnation: self.incarnation,
+            address: self.address,
+            name: self.name,
+            credential_sha256: self.credential_sha256,
+            capacity: self.capacity,
+            app_version: self.app_version,
+            labels: self.labels,
         }
     }
 }
@@ -179,6 +216,16 @@ pub enum Command {
         /// What.
         action: OperatorAction,
     },
+    /// Many registrations in one entry (group commit), each as a [`Command::Register`] would
+    /// apply it, in order: idempotent per incarnation (P4.4, P7.2), refused or registered each on
+    /// its own. The new executors' ids are numbered from the entry's index on, one after another,
+    /// never reusing a number. Schema 8.
+    RegisterMany {
+        /// Leader clock; each new lease ends `lease_duration_ms` after it.
+        now_ms: u64,
+        /// Answered one result per registration, in this order.
+        registrations: Vec<Registration>,
+    },
 }
 
 impl Command {
@@ -187,7 +234,10 @@ impl Command {
     /// only extends what is there (renewals), or is written once and small (the configuration,
     /// without which nothing works), so it goes on and leases stay alive meanwhile.
     pub fn grows_state(&self) -> bool {
-        matches!(self, Command::Register { .. } | Command::Rebalance { .. })
+        matches!(
+            self,
+            Command::Register { .. } | Command::RegisterMany { .. } | Command::Rebalance { .. }
+        )
     }
 
     /// The leader clock stamped into the command (P2.3).
@@ -196,6 +246,7 @@ impl Command {
             Command::Init { now_ms, .. }
             | Command::SetLeaseDuration { now_ms, .. }
             | Command::Register { now_ms, .. }
+            | Command::RegisterMany { now_ms, .. }
             | Command::Renew { now_ms, .. }
             | Command::Deregister { now_ms, .. }
             | Command::Reap { now_ms, .. }

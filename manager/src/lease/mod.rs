@@ -35,14 +35,15 @@ pub mod v3;
 pub mod v4;
 pub mod v5;
 pub mod v6;
-mod v6_current;
+pub mod v7;
+mod v7_current;
 
 #[cfg(test)]
 mod tests;
 
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
-pub use command::{Command, MembershipChange, Move, OperatorAction, Renewal};
-pub use outcome::{Effects, Outcome, RefusalReason, RenewResult, Revoke};
+pub use command::{Command, MembershipChange, Move, OperatorAction, Registration, Renewal};
+pub use outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult, Revoke};
 pub use planner::{
     capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target,
     takes_shards, Loads, MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE,
@@ -53,8 +54,11 @@ pub use state::{
     TombstoneReason,
 };
 
-/// Manager-minted executor identity, `ex-{log_index}` of the entry that registered it: unique
-/// because log indexes are, and deterministic because the log index is replicated (P2.2).
+/// Manager-minted executor identity, `ex-{n}`: `n` is the log index of the entry that registered
+/// it, or, for the second and later executors a [`Command::RegisterMany`] registers, the numbers
+/// after the first's (the state remembers the numbers minted past an entry's own index). Unique
+/// because log indexes are and the state never mints a number twice, deterministic because both
+/// are replicated (P2.2).
 pub type ExecutorId = String;
 
 /// A shard number, `0..shard_count` (§1).

@@ -38,6 +38,25 @@ impl Effects {
     }
 }
 
+/// The answer to one registration of a [`super::Command::RegisterMany`]: what a `Register`
+/// of it alone would have answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegisterResult {
+    /// Registered, or already registered under this incarnation (P4.4): the reply is `grant`.
+    Registered {
+        /// The register reply (§9).
+        grant: Grant,
+        /// True when the incarnation was already registered and nothing changed (P4.4).
+        already_registered: bool,
+    },
+    /// Refused, and nothing of it applied (the others in the entry are applied or refused each on
+    /// their own).
+    Refused {
+        /// Why.
+        reason: RefusalReason,
+    },
+}
+
 /// The answer to one renewal of a [`super::Command::Renew`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RenewResult {
@@ -134,6 +153,11 @@ pub enum Outcome {
         grant: Grant,
         /// True when the incarnation was already registered and nothing changed (P4.4).
         already_registered: bool,
+    },
+    /// `RegisterMany` applied; `results[i]` answers `registrations[i]`.
+    RegisteredMany {
+        /// One per registration, in command order.
+        results: Vec<RegisterResult>,
     },
     /// `Renew` applied; `results[i]` answers `renewals[i]`.
     Renewed {
@@ -244,6 +268,7 @@ impl Outcome {
             | Outcome::Initialised { .. }
             | Outcome::LeaseDurationSet { .. }
             | Outcome::Registered { .. }
+            | Outcome::RegisteredMany { .. }
             | Outcome::DrainingSet { .. }
             | Outcome::MaintenanceSet { .. }
             | Outcome::PinSet { .. }

@@ -211,6 +211,11 @@ pub struct LeaseState {
     /// The operator actions that changed something, oldest first, at most `MAX_AUDIT_RECORDS`
     /// (P17.4).
     pub(super) audit: Vector<AuditRecord>,
+    /// Executor numbers below this are taken even where the log index has not reached them: a
+    /// [`super::Command::RegisterMany`] numbers its second and later executors past its own
+    /// index. 0 while no entry has (every id is then its entry's index, as in schema 7 and
+    /// before). Schema 8 when not 0.
+    pub(super) next_executor_number: u64,
     /// The shards with a handoff, ascending. Derived from the shard table and never stored (a
     /// decoded state rebuilds it), so the schema is unchanged. Delivery rounds, leader steps
     /// and removals read it, so their work is proportional to the handoffs in flight, not to
@@ -239,6 +244,7 @@ struct StoredLeaseState {
     maintenance: bool,
     pins: OrdMap<ShardId, ExecutorId>,
     audit: Vector<AuditRecord>,
+    next_executor_number: u64,
 }
 
 impl From<StoredLeaseState> for LeaseState {
@@ -255,6 +261,7 @@ impl From<StoredLeaseState> for LeaseState {
             maintenance: stored.maintenance,
             pins: stored.pins,
             audit: stored.audit,
+            next_executor_number: stored.next_executor_number,
             releasing: OrdSet::new(),
             by_incarnation: OrdMap::new(),
         };
@@ -286,6 +293,7 @@ impl Default for LeaseState {
             maintenance: false,
             pins: OrdMap::new(),
             audit: Vector::new(),
+            next_executor_number: 0,
             releasing: OrdSet::new(),
             by_incarnation: OrdMap::new(),
         }

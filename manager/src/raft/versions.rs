@@ -4,12 +4,14 @@
 //! [`SCHEMAS`] lists every schema this build reads, oldest first, each with its codecs; a record
 //! is written at the first that can express it and read by the one its schema names. Schema 2
 //! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
-//! tagged; schema 5 `lease::v5`, tagged; schema 6 `lease::v6`, tagged; then this build's. Until the cluster version rises past
+//! tagged; schema 5 `lease::v5`, tagged; schema 6 `lease::v6`, tagged; schema 7 `lease::v7`,
+//! tagged; then this build's. Until the cluster version rises past
 //! schema 2 nothing needs more, so every byte this build writes (and sends) is what release
 //! 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go back to
 //! 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica of schema 3
 //! decodes everything; until it rises past 4, a replica of schema 4 does; until it rises past
-//! 5, a replica of schema 5 does; and until it rises past 6, a replica of schema 6 does. A record of schema 3 or later names its schema (`codec`
+//! 5, a replica of schema 5 does; until it rises past 6, a replica of schema 6 does; and until it
+//! rises past 7, a replica of schema 7 does. A record of schema 3 or later names its schema (`codec`
 //! format 2). A frozen schema's values convert to and from this build's through the chain of
 //! `lease::chain`.
 
@@ -24,9 +26,9 @@ use serde::Serialize;
 use super::TypeConfig;
 use crate::lease::schema::{
     NotExpressible, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    NEWEST_SCHEMA, OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    LABELS_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, v4, v5, v6, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, v4, v5, v6, v7, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -89,6 +91,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V6Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 7's type configuration: the same Raft types around schema 7's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V7Config:
+        D = v7::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V7Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -193,6 +208,23 @@ impl FrozenSchema for V6Config {
     }
 }
 
+impl FrozenSchema for V7Config {
+    const SCHEMA: u32 = LABELS_SCHEMA;
+    type State = v7::LeaseState;
+    fn command_down(command: &Command) -> Result<v7::Command, NotExpressible> {
+        chain::command_to_v7(command)
+    }
+    fn command_up(command: v7::Command) -> Command {
+        chain::command_from_v7(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v7::LeaseState, NotExpressible> {
+        chain::state_to_v7(state)
+    }
+    fn state_up(state: v7::LeaseState) -> LeaseState {
+        chain::state_from_v7(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -210,12 +242,13 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 6] = [
+const SCHEMAS: [SchemaCodecs; 7] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
     SchemaCodecs::frozen::<V4Config>(),
     SchemaCodecs::frozen::<V5Config>(),
     SchemaCodecs::frozen::<V6Config>(),
+    SchemaCodecs::frozen::<V7Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -424,7 +457,9 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, Vote};
 
     use super::*;
-    use crate::lease::schema::{LABELS_SCHEMA, OPERATOR_CONTROLS_SCHEMA};
+    use crate::lease::schema::{
+        GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    };
     use crate::lease::{MembershipChange, OperatorAction, DEFAULT_CAPACITY};
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
@@ -1253,5 +1288,145 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, seven.entries);
+    }
+
+    /// Two registrations in one entry (schema 8).
+    fn register_many(incarnations: &[&str]) -> Command {
+        Command::RegisterMany {
+            now_ms: 8,
+            registrations: incarnations
+                .iter()
+                .map(|incarnation| crate::lease::Registration {
+                    incarnation: (*incarnation).to_owned(),
+                    address: format!("http://{incarnation}:1"),
+                    name: None,
+                    credential_sha256: None,
+                    capacity: 1,
+                    app_version: None,
+                    labels: Default::default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// P14.1: a log entry a build of schema 7 wrote (through the frozen `v7` types, tagged 7)
+    /// decodes into this build unchanged, labels included, and is written back at 7; registrations
+    /// in one entry and the raise to 8 are written at 8, which no older build decodes.
+    #[test]
+    fn p14_1_a_schema_7_entry_reads_unchanged_and_batches_need_schema_8() {
+        let written_by_schema_7 = Entry::<V7Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 7),
+            payload: EntryPayload::Normal(v7::Command::Register {
+                now_ms: 7,
+                incarnation: "inc-7".into(),
+                address: "http://inc-7:1".into(),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+                app_version: None,
+                labels: [("zone".to_owned(), "eu-1a".to_owned())].into(),
+            }),
+        };
+        let record = codec::seal(
+            Some(LABELS_SCHEMA),
+            &encode_payload("log entry", &written_by_schema_7).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        let expected = Command::Register {
+            now_ms: 7,
+            incarnation: "inc-7".into(),
+            address: "http://inc-7:1".into(),
+            name: None,
+            credential_sha256: None,
+            capacity: 1,
+            app_version: None,
+            labels: [("zone".to_owned(), "eu-1a".to_owned())].into(),
+        };
+        assert_eq!(read, entry(7, expected));
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (LABELS_SCHEMA, record)
+        );
+
+        for command in [
+            register_many(&["a", "b"]),
+            raise_to(GROUP_REGISTRATION_SCHEMA),
+        ] {
+            let newer = entry(8, command);
+            let (schema, record) = encode_entry_record::<TypeConfig>(&newer).unwrap();
+            assert_eq!(schema, GROUP_REGISTRATION_SCHEMA, "{newer:?}");
+            assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), newer);
+            assert!(entry_down::<V7Config>(&newer).is_err());
+            assert!(entry_down::<V6Config>(&newer).is_err());
+            let opened = codec::open("log entry", &record).unwrap();
+            assert_eq!(opened.schema, Some(GROUP_REGISTRATION_SCHEMA));
+            if matches!(
+                newer.payload,
+                EntryPayload::Normal(Command::RegisterMany { .. })
+            ) {
+                assert!(decode_payload::<Entry<V7Config>>("log entry", opened.payload).is_err());
+            }
+        }
+    }
+
+    /// P14.1: a snapshot's state and a backup a build of schema 7 wrote decode into this build
+    /// unchanged and are written back at 7; a state holding numbers a batch minted past its
+    /// entry's index is written at 8, on disk and in a backup.
+    #[test]
+    fn p14_1_a_schema_7_state_reads_unchanged_and_batches_are_written_at_8() {
+        let mut state = schema_6_state();
+        let _ = state.apply(6, &raise_to(LABELS_SCHEMA));
+        let _ = state.apply(7, &register_in_zone("inc-7", "eu-1b"));
+        let as_schema_7 = chain::state_to_v7(&state).expect("expressible in schema 7");
+        let payload = encode_payload("lease state", &as_schema_7).unwrap();
+        assert_eq!(
+            LeaseState::decode_state(LABELS_SCHEMA, &payload).unwrap(),
+            state
+        );
+        assert_eq!(state.encode_state().unwrap(), (LABELS_SCHEMA, payload));
+        let json = serde_json::to_vec(&as_schema_7).unwrap();
+        assert_eq!(state_from_backup(LABELS_SCHEMA, &json).unwrap(), state);
+        assert_eq!(backup_payload(&state).unwrap(), (LABELS_SCHEMA, json));
+
+        let mut batched = state.clone();
+        let _ = batched.apply(8, &raise_to(GROUP_REGISTRATION_SCHEMA));
+        let _ = batched.apply(9, &register_many(&["a", "b", "c"]));
+        assert!(
+            batched.executor("ex-11").is_some(),
+            "numbered past the entry's index"
+        );
+        let (schema, payload) = batched.encode_state().unwrap();
+        assert_eq!(schema, GROUP_REGISTRATION_SCHEMA);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), batched);
+        assert!(LeaseState::decode_state(LABELS_SCHEMA, &payload).is_err());
+        let (schema, json) = backup_payload(&batched).unwrap();
+        assert_eq!(schema, GROUP_REGISTRATION_SCHEMA);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), batched);
+    }
+
+    /// P14.1: an append is written at schema 7 while its entries are all expressible there (a
+    /// follower of schema 7 decodes it), and at 8 as soon as one carries registrations together.
+    #[test]
+    fn p14_1_an_append_is_written_at_schema_7_until_an_entry_batches_registrations() {
+        let seven = append(vec![entry(4, register_in_zone("inc-7", "eu-1a"))]);
+        let body = encode_append(&seven).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(LABELS_SCHEMA));
+        let as_schema_7: AppendEntriesRequest<V7Config> =
+            decode_payload("raft request", opened.payload).expect("a schema 7 follower decodes it");
+        assert_eq!(as_schema_7.entries.len(), 1);
+
+        let eight = append(vec![
+            entry(4, register_in_zone("inc-7", "eu-1a")),
+            entry(5, register_many(&["a", "b"])),
+        ]);
+        let body = encode_append(&eight).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(GROUP_REGISTRATION_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V7Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, eight.entries);
     }
 }

@@ -263,10 +263,20 @@ impl Coverage {
                 self.executors_reaped += reaped.len() as u64;
                 self.reap_candidates_skipped += skipped.len() as u64;
             }
-            Outcome::Registered {
-                already_registered: true,
-                ..
-            } => self.registrations_retried += 1,
+            Outcome::RegisteredMany { results } => {
+                self.registrations_retried += results
+                    .iter()
+                    .filter(|result| {
+                        matches!(
+                            result,
+                            RegisterResult::Registered {
+                                already_registered: true,
+                                ..
+                            }
+                        )
+                    })
+                    .count() as u64;
+            }
             Outcome::DrainingSet {
                 draining: true,
                 changed: true,

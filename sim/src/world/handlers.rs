@@ -27,17 +27,21 @@ impl World {
         let now_ms = self.leader_clock_ms(leader.offset_ms, leader.rate_ppm);
         match request {
             Request::Register { call, request } => {
-                // As the registration handler: no capacity stated is the default one.
+                // As the registration handler: no capacity stated is the default one, and at the
+                // cluster version the simulated cluster runs at (this build's newest), the
+                // registration goes into a `RegisterMany` entry (one per entry here, as renewals).
                 let capacity = request.capacity.unwrap_or(DEFAULT_CAPACITY);
-                let command = Command::Register {
+                let command = Command::RegisterMany {
                     now_ms,
-                    incarnation: request.incarnation,
-                    address: request.address,
-                    name: request.name,
-                    credential_sha256: None,
-                    capacity,
-                    app_version: request.app_version,
-                    labels: request.labels,
+                    registrations: vec![Registration {
+                        incarnation: request.incarnation,
+                        address: request.address,
+                        name: request.name,
+                        credential_sha256: None,
+                        capacity,
+                        app_version: request.app_version,
+                        labels: request.labels,
+                    }],
                 };
                 self.propose(command, ReplyTo::Register { slot, call });
             }

@@ -126,9 +126,12 @@ impl World {
             ReplyTo::StepWrite => self.continue_step(manager, outcome),
             ReplyTo::Register { slot, call, .. } => {
                 let message = match outcome {
-                    Outcome::Registered { grant, .. } => Message::Granted {
-                        call,
-                        grant: grant.clone().into(),
+                    Outcome::RegisteredMany { results } => match results.as_slice() {
+                        [RegisterResult::Registered { grant, .. }] => Message::Granted {
+                            call,
+                            grant: grant.clone().into(),
+                        },
+                        _ => Message::CallFailed { call },
                     },
                     _ => Message::CallFailed { call },
                 };

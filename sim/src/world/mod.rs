@@ -51,7 +51,7 @@ use leasehold_manager::leader::term::{owed_pushes, take_office, NextStep, TermSt
 use leasehold_manager::lease::schema::NEWEST_SCHEMA;
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
-    RefusalReason, RenewResult, Renewal, ShardId,
+    RefusalReason, RegisterResult, Registration, RenewResult, Renewal, ShardId,
 };
 use leasehold_manager::load_summary::LoadSummary;
 use leasehold_manager::signals::CommitSignal;

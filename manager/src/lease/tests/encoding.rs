@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::super::schema::OPERATOR_CONTROLS_SCHEMA;
 use super::super::{
     Command, Effects, Grant, LeaseState, MembershipChange, Move, OperatorAction, Outcome,
-    RefusalReason, RenewResult, Renewal, Revoke,
+    RefusalReason, Registration, RenewResult, Renewal, Revoke,
 };
 use super::{register_command, Harness, LEASE_MS};
 
@@ -184,6 +184,7 @@ mod std_collections {
         pub maintenance: bool,
         pub pins: BTreeMap<ShardId, ExecutorId>,
         pub audit: Vec<AuditRecord>,
+        pub next_executor_number: u64,
     }
 
     pub(super) fn of(state: &super::LeaseState) -> LeaseState {
@@ -228,6 +229,7 @@ mod std_collections {
                 .map(|(shard, executor)| (*shard, executor.clone()))
                 .collect(),
             audit: state.audit.iter().cloned().collect(),
+            next_executor_number: state.next_executor_number,
         }
     }
 }
@@ -393,6 +395,37 @@ pub(super) fn every_command() -> Vec<Command> {
             now_ms: 28,
             cluster_version: 7,
         },
+        Command::RegisterMany {
+            now_ms: 29,
+            registrations: vec![
+                Registration {
+                    incarnation: "batched-1".into(),
+                    address: "http://b1".into(),
+                    name: Some("b1".into()),
+                    credential_sha256: Some([4; 32]),
+                    capacity: 1,
+                    app_version: None,
+                    labels: Default::default(),
+                },
+                Registration {
+                    incarnation: "batched-2".into(),
+                    address: "http://b2".into(),
+                    name: None,
+                    credential_sha256: None,
+                    capacity: leasehold_api::wire::MAX_CAPACITY,
+                    app_version: Some("3.1".into()),
+                    labels: [("zone".to_owned(), "eu-1b".to_owned())].into(),
+                },
+            ],
+        },
+        Command::RegisterMany {
+            now_ms: 30,
+            registrations: vec![],
+        },
+        Command::SetClusterVersion {
+            now_ms: 31,
+            cluster_version: 8,
+        },
     ])
     .collect()
 }
@@ -400,6 +433,10 @@ pub(super) fn every_command() -> Vec<Command> {
 /// The commands of [`every_command`] that need schema 7 (P18.3): a labelled registration and a
 /// raise to 7.
 pub(super) const LABELS_COMMANDS: usize = 2;
+
+/// The commands of [`every_command`] that need schema 8: two registrations in one entry, an empty
+/// one, and a raise to 8. They are its last.
+pub(super) const GROUP_REGISTRATION_COMMANDS: usize = 3;
 
 /// An operator's command (P17.4) of every action, with edge values: how many
 /// [`every_command`] holds.

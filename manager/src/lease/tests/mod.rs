@@ -12,6 +12,7 @@
 
 mod drain;
 mod encoding;
+mod group_registration;
 mod operator;
 mod placement;
 mod planner;

@@ -1,20 +1,22 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
 //! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`), schema 5
-//! (`lease::v5`), schema 6 (`lease::v6`) and this build's types, the gate in front of proposals, and a property test that
+//! (`lease::v5`), schema 6 (`lease::v6`), schema 7 (`lease::v7`) and this build's types, the gate in front of proposals, and a property test that
 //! a state migrated at any point behaves exactly as the state it came from.
 
 use proptest::prelude::*;
 
 use super::super::schema::{
     check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
-    FIRST_RELEASE_SCHEMA, LABELS_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, NEWEST_SCHEMA,
+    OPERATOR_CONTROLS_SCHEMA,
 };
 use super::super::{
     chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, Renewal,
     DEFAULT_CAPACITY,
 };
 use super::encoding::{
-    busy_state, every_command, labelled_state, operated_state, LABELS_COMMANDS, OPERATOR_COMMANDS,
+    busy_state, every_command, labelled_state, operated_state, GROUP_REGISTRATION_COMMANDS,
+    LABELS_COMMANDS, OPERATOR_COMMANDS,
 };
 use super::{Harness, LEASE_MS};
 
@@ -99,9 +101,9 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        5 + OPERATOR_COMMANDS + LABELS_COMMANDS,
+        5 + OPERATOR_COMMANDS + LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
         "a capacity, a raise to 4, an application version, a raise to 5, the operator's \
-         commands, a raise to 6, labels and a raise to 7"
+         commands, a raise to 6, labels, a raise to 7, registrations in one entry and a raise to 8"
     );
 }
 
@@ -132,9 +134,9 @@ fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        3 + OPERATOR_COMMANDS + LABELS_COMMANDS,
-        "an application version, a raise to 5, the operator's commands, a raise to 6, labels and \
-         a raise to 7"
+        3 + OPERATOR_COMMANDS + LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
+        "an application version, a raise to 5, the operator's commands, a raise to 6, labels, a \
+         raise to 7, registrations in one entry and a raise to 8"
     );
 }
 
@@ -165,8 +167,9 @@ fn p14_1_p17_4_every_schema_5_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        1 + OPERATOR_COMMANDS + LABELS_COMMANDS,
-        "the operator's commands, a raise to 6, labels and a raise to 7"
+        1 + OPERATOR_COMMANDS + LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
+        "the operator's commands, a raise to 6, labels, a raise to 7, registrations in one entry \
+         and a raise to 8"
     );
 }
 
@@ -189,15 +192,51 @@ fn p14_1_p18_3_every_schema_6_command_converts_up_and_back_unchanged() {
             }
             Err(_) => {
                 refused += 1;
-                assert_eq!(
-                    command.required_schema(),
-                    LABELS_SCHEMA,
-                    "only commands of schema 7 are refused by schema 6: {command:?}"
+                assert!(
+                    command.required_schema() >= LABELS_SCHEMA,
+                    "only commands of schema 7 or later are refused by schema 6: {command:?}"
                 );
             }
         }
     }
-    assert_eq!(refused, LABELS_COMMANDS, "labels and a raise to 7");
+    assert_eq!(
+        refused,
+        LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
+        "labels, a raise to 7, registrations in one entry and a raise to 8"
+    );
+}
+
+/// P14.1: every command schema 7 can express converts to it and back unchanged (labels
+/// included), and only those that need schema 8 (registrations in one entry, a raise to 8) are
+/// refused.
+#[test]
+fn p14_1_every_schema_7_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v7(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v7(old),
+                    command,
+                    "schema 7 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= LABELS_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    GROUP_REGISTRATION_SCHEMA,
+                    "only commands of schema 8 are refused by schema 7: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        refused, GROUP_REGISTRATION_COMMANDS,
+        "registrations in one entry and a raise to 8"
+    );
 }
 
 /// P18.3 through P14.3 and P14.1: a registration with labels is schema 7, refused by every

@@ -1,18 +1,18 @@
-//! The newest conversion in the chain of schemas: schema 6 (`super::v6`, frozen) and this build's
-//! types (schema 7), up (`From`, always) and down (`TryFrom`, when schema 6 can express the
-//! value). Older schemas reach this build through schema 6 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 7 (`super::v7`, frozen) and this build's
+//! types (schema 8), up (`From`, always) and down (`TryFrom`, when schema 7 can express the
+//! value). Older schemas reach this build through schema 7 (`crate::lease::chain` chains them).
 //!
-//! When a schema 8 changes this build's types, schema 7's are frozen in a `v7` module and these
-//! conversions move there, between schemas 6 and 7; this file then converts between schema 7 and
+//! When a schema 9 changes this build's types, schema 8's are frozen in a `v8` module and these
+//! conversions move there, between schemas 7 and 8; this file then converts between schema 8 and
 //! the new types. Nothing else changes: a frozen module never mentions a newer schema.
 
-use super::schema::{NotExpressible, OPERATOR_CONTROLS_SCHEMA};
-use super::v6::{
+use super::schema::{NotExpressible, LABELS_SCHEMA};
+use super::v7::{
     AuditRecord, ClusterConfig, Command, Executor, Handoff, LeaseState, MembershipChange, Move,
     OperatorAction, Renewal, Shard, Tombstone, TombstoneReason,
 };
 
-// ---- Schema 6 → this build ----
+// ---- Schema 7 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -42,6 +42,7 @@ impl From<Command> for super::Command {
                 credential_sha256,
                 capacity,
                 app_version,
+                labels,
             } => Now::Register {
                 now_ms,
                 incarnation,
@@ -50,8 +51,7 @@ impl From<Command> for super::Command {
                 credential_sha256,
                 capacity,
                 app_version,
-                // Schema 6 had no labels (P18.3).
-                labels: Default::default(),
+                labels,
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -202,8 +202,7 @@ impl From<LeaseState> for super::LeaseState {
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
                         app_version: e.app_version,
-                        // Schema 6 had no labels (P18.3).
-                        labels: Default::default(),
+                        labels: e.labels,
                     };
                     (id, executor)
                 })
@@ -228,6 +227,8 @@ impl From<LeaseState> for super::LeaseState {
                     action: record.action.into(),
                 })
                 .collect(),
+            // Schema 7 minted every executor id from its entry's index.
+            next_executor_number: 0,
             releasing: Default::default(),
             by_incarnation: Default::default(),
         };
@@ -294,7 +295,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 6, when schema 6 can express it ----
+// ---- This build → schema 7, when schema 7 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -327,19 +328,20 @@ impl TryFrom<&super::Command> for Command {
                 capacity,
                 app_version,
                 labels,
-            } => {
-                if !labels.is_empty() {
-                    return Err(NotExpressible("executor labels first appear in schema 7"));
-                }
-                Command::Register {
-                    now_ms,
-                    incarnation,
-                    address,
-                    name,
-                    credential_sha256,
-                    capacity,
-                    app_version,
-                }
+            } => Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity,
+                app_version,
+                labels,
+            },
+            Now::RegisterMany { .. } => {
+                return Err(NotExpressible(
+                    "registrations in one entry first appear in schema 8",
+                ))
             }
             Now::Renew { now_ms, renewals } => Command::Renew {
                 now_ms,
@@ -398,12 +400,12 @@ impl TryFrom<&super::Command> for Command {
                 actor,
                 action: (&action).into(),
             },
-            // A raise past schema 6 is for replicas of that schema only (see `required_schema`).
+            // A raise past schema 7 is for replicas of that schema only (see `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > OPERATOR_CONTROLS_SCHEMA => {
+            } if cluster_version > LABELS_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 6 is not expressible in schema 6",
+                    "a raise of the cluster version above 7 is not expressible in schema 7",
                 ))
             }
             Now::SetClusterVersion {
@@ -421,14 +423,15 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > OPERATOR_CONTROLS_SCHEMA {
+        if state.cluster_version > LABELS_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 6 is not expressible in schema 6",
+                "a cluster version above 7 is not expressible in schema 7",
             ));
         }
-        if state.executors.values().any(|e| !e.labels.is_empty()) {
+        if state.next_executor_number != 0 {
             return Err(NotExpressible(
-                "an executor's labels are not expressible in schema 6",
+                "executor ids minted past their entry's index (registrations in one entry) are \
+                 not expressible in schema 7",
             ));
         }
         Ok(LeaseState {
@@ -452,6 +455,7 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         credential_sha256: e.credential_sha256,
                         capacity: e.capacity,
                         app_version: e.app_version.clone(),
+                        labels: e.labels.clone(),
                     };
                     (id.clone(), executor)
                 })
