@@ -129,15 +129,19 @@ mod tests {
     use super::*;
     use crate::lease::{Grant, RefusalReason};
 
+    fn grant() -> Grant {
+        Grant {
+            executor_id: "ex-9".into(),
+            lease_ttl_ms: 1_000,
+            revision: 9,
+            shard_count: 4,
+            shards: Vec::new(),
+        }
+    }
+
     fn registered(already_registered: bool) -> RegisterResult {
         RegisterResult::Registered {
-            grant: Grant {
-                executor_id: "ex-9".into(),
-                lease_ttl_ms: 1_000,
-                revision: 9,
-                shard_count: 4,
-                shards: Vec::new(),
-            },
+            grant: grant(),
             already_registered,
         }
     }
@@ -158,13 +162,7 @@ mod tests {
         };
         assert_eq!(CommitSignal::of(&nothing_new), CommitSignal::default());
         let alone = Outcome::Registered {
-            grant: Grant {
-                executor_id: "ex-9".into(),
-                lease_ttl_ms: 1_000,
-                revision: 9,
-                shard_count: 4,
-                shards: Vec::new(),
-            },
+            grant: grant(),
             already_registered: false,
         };
         assert!(CommitSignal::of(&alone).replan);
