@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use leasehold_api::metric_catalog::{AtStart, MetricKind, MetricSpec};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
-use crate::lease::{Command, MoveReason, Outcome, Plan, RegisterResult, RenewResult, ShardId};
+use crate::lease::{Command, MoveReason, Outcome, Plan, RenewResult, ShardId};
 use crate::raft::LeaseStateHandle;
 
 /// Every metric the manager exports, each series from start-up (`export_from_start` in `main`):
@@ -469,18 +469,7 @@ impl CommitMetrics {
                 ..
             } => metrics::counter!("leasehold_registrations_total").increment(1),
             Outcome::RegisteredMany { results } => {
-                let registered = results
-                    .iter()
-                    .filter(|result| {
-                        matches!(
-                            result,
-                            RegisterResult::Registered {
-                                already_registered: false,
-                                ..
-                            }
-                        )
-                    })
-                    .count();
+                let registered = results.iter().filter(|result| result.is_new()).count();
                 metrics::counter!("leasehold_registrations_total").increment(registered as u64);
             }
             Outcome::Deregistered {

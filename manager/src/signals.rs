@@ -99,15 +99,7 @@ impl CommitSignal {
             | Outcome::PinSet { changed: true, .. } => signal.replan = true,
             // A batch whose registrations were all retries or refusals changed no membership.
             Outcome::RegisteredMany { results } => {
-                signal.replan = results.iter().any(|result| {
-                    matches!(
-                        result,
-                        RegisterResult::Registered {
-                            already_registered: false,
-                            ..
-                        }
-                    )
-                });
+                signal.replan = results.iter().any(RegisterResult::is_new);
             }
             Outcome::Renewed { results, .. } => {
                 signal.renewal_applied = results

@@ -745,7 +745,7 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
         (&[][..], &None)
     );
     assert_eq!(
-        unchanged.expand_unchanged(&held).expect("claims").shards,
+        unchanged.expand_unchanged(&asking).expect("claims").shards,
         held
     );
     let mut short = held.clone();

@@ -302,17 +302,10 @@ impl Client {
                 credential,
             )
             .await?;
-        let grant = decode::<Grant>(&reply)?
+        decode::<Grant>(&reply)?
             .expand_shard_runs()
-            .map_err(|error| ClientError::Decode(format!("the grant's shard runs: {error}")))?;
-        if !grant.unchanged {
-            return Ok(grant);
-        }
-        let claims = sent
-            .checked_claims(grant.shard_count)
-            .map_err(|error| ClientError::Decode(format!("the renewal's claims: {error}")))?;
-        grant
-            .expand_unchanged(&claims)
+            .map_err(|error| ClientError::Decode(format!("the grant's shard runs: {error}")))?
+            .expand_unchanged(&sent)
             .map_err(|error| ClientError::Decode(format!("the unchanged grant: {error}")))
     }
 

@@ -211,16 +211,16 @@ impl Grant {
         self
     }
 
-    /// This grant with an "unchanged" answer expanded into `shards`: the `claims` of the renewal
-    /// it answers, ascending. A grant that says unchanged and lists a set too is refused, since
-    /// the two could disagree.
-    pub fn expand_unchanged(mut self, claims: &[ShardEpoch]) -> Result<Self, ShardRunError> {
+    /// This grant with an "unchanged" answer expanded into `shards`: the claims of `renewal`, the
+    /// renewal it answers (in whichever form it sent them, checked against this grant's shard
+    /// count), ascending. A grant that says unchanged and lists a set too is refused, since the
+    /// two could disagree.
+    pub fn expand_unchanged(mut self, renewal: &RenewRequest) -> Result<Self, ShardRunError> {
         if self.unchanged {
             if !self.shards.is_empty() || self.shard_runs.is_some() {
                 return Err(ShardRunError::BothForms);
             }
-            check_shard_list(claims.iter().map(|claim| claim.shard), self.shard_count)?;
-            let mut shards = claims.to_vec();
+            let mut shards = renewal.checked_claims(self.shard_count)?.into_owned();
             shards.sort_unstable_by_key(|claim| claim.shard);
             self.shards = shards;
             self.unchanged = false;

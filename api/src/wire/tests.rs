@@ -554,12 +554,12 @@ fn unchanged_grants_stand_for_the_claims() {
                "shards": [], "unchanged": true})
     );
     assert_eq!(
-        unchanged.clone().expand_unchanged(&asking.claims).unwrap(),
+        unchanged.clone().expand_unchanged(&asking).unwrap(),
         grant,
         "the claims, ascending"
     );
     assert_eq!(
-        grant.clone().expand_unchanged(&[]).unwrap(),
+        grant.clone().expand_unchanged(&asking).unwrap(),
         grant,
         "a full grant stays"
     );
@@ -568,7 +568,7 @@ fn unchanged_grants_stand_for_the_claims() {
         ..unchanged.clone()
     };
     assert_eq!(
-        both.expand_unchanged(&asking.claims),
+        both.expand_unchanged(&asking),
         Err(ShardRunError::BothForms)
     );
     let runs_too = Grant {
@@ -576,14 +576,14 @@ fn unchanged_grants_stand_for_the_claims() {
         ..unchanged.clone()
     };
     assert_eq!(
-        runs_too.expand_unchanged(&asking.claims),
+        runs_too.expand_unchanged(&asking),
         Err(ShardRunError::BothForms)
     );
     let past_the_end = Grant {
         shard_count: 4,
         ..unchanged
     };
-    assert!(past_the_end.expand_unchanged(&asking.claims).is_err());
+    assert!(past_the_end.expand_unchanged(&asking).is_err());
 }
 
 #[test]

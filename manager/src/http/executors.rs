@@ -23,8 +23,8 @@ use super::removal::commit_deregistration;
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::{Registered, Released};
 use crate::lease::{
-    Answer, Command, Epoch, ExecutorAnswer, RefusalReason, RegisterResult, Registration,
-    RenewResult, Renewal, ShardId,
+    claims_are_exactly, Answer, Command, ExecutorAnswer, RefusalReason, RegisterResult,
+    Registration, RenewResult, Renewal,
 };
 use crate::registrations::{self, RegisterError};
 use crate::renewals::{self, RenewError};
@@ -252,7 +252,11 @@ pub async fn renew(
 /// it takes that answer and claimed exactly the set; otherwise the set, in the form the claims
 /// came in.
 fn reply_form(request: &RenewRequest, claims: &[ShardEpoch], grant: crate::lease::Grant) -> Grant {
-    let unchanged = request.accept_unchanged && same_set(claims, &grant.shards);
+    let unchanged = request.accept_unchanged
+        && claims_are_exactly(
+            claims.iter().map(|claim| (claim.shard, claim.epoch)),
+            grant.shards.iter().copied(),
+        );
     let reply: Grant = grant.into();
     if unchanged {
         reply.into_unchanged()
@@ -260,23 +264,6 @@ fn reply_form(request: &RenewRequest, claims: &[ShardEpoch], grant: crate::lease
         reply.into_shard_runs()
     } else {
         reply
-    }
-}
-
-/// Whether a renewal's claims are exactly `set` (ascending, as the state records it), with set
-/// semantics: claims in another order compare after sorting. Claims listing a shard twice were
-/// refused at the edge.
-fn same_set(claims: &[ShardEpoch], set: &[(ShardId, Epoch)]) -> bool {
-    let as_pairs = |claim: &ShardEpoch| (claim.shard, claim.epoch);
-    if claims.len() != set.len() {
-        return false;
-    }
-    if claims.is_sorted_by_key(|claim| claim.shard) {
-        claims.iter().map(as_pairs).eq(set.iter().copied())
-    } else {
-        let mut sorted: Vec<(ShardId, Epoch)> = claims.iter().map(as_pairs).collect();
-        sorted.sort_unstable();
-        sorted == set
     }
 }
 
@@ -350,6 +337,7 @@ pub async fn deregister(
 mod tests {
     use super::*;
     use crate::http::registration_limit::DEFAULT_MAX_CAPACITY;
+    use crate::lease::{Epoch, ShardId};
     use leasehold_api::wire::MAX_CAPACITY;
 
     fn request(capacity: Option<u32>) -> RegisterRequest {

@@ -57,9 +57,7 @@ fn refused(reason: RefusalReason) -> Outcome {
 }
 
 fn invalid(detail: impl Into<String>) -> Outcome {
-    refused(RefusalReason::Invalid {
-        detail: detail.into(),
-    })
+    refused(invalid_reason(detail))
 }
 
 fn shard_index(shard: ShardId) -> Option<usize> {
@@ -69,6 +67,25 @@ fn shard_index(shard: ShardId) -> Option<usize> {
 fn invalid_reason(detail: impl Into<String>) -> RefusalReason {
     RefusalReason::Invalid {
         detail: detail.into(),
+    }
+}
+
+/// Whether `claims` are exactly `set` (ascending, as the state records it), with set semantics.
+/// Claims from our executor are ascending too and are compared as they are, with no copy; claims
+/// in another order or repeated are sorted and deduplicated first.
+pub fn claims_are_exactly<C>(claims: C, set: impl IntoIterator<Item = (ShardId, Epoch)>) -> bool
+where
+    C: IntoIterator<Item = (ShardId, Epoch)>,
+    C::IntoIter: Clone,
+{
+    let claims = claims.into_iter();
+    if claims.clone().is_sorted_by(|a, b| a < b) {
+        claims.eq(set)
+    } else {
+        let mut claimed: Vec<(ShardId, Epoch)> = claims.collect();
+        claimed.sort_unstable();
+        claimed.dedup();
+        claimed.into_iter().eq(set)
     }
 }
 
@@ -610,21 +627,14 @@ impl LeaseState {
     ) -> Outcome {
         let prior_revision = self.revision;
         // Mismatch is judged against the set recorded before this entry (P4.2), i.e. against
-        // what the pushes so far should have delivered, with set semantics. The recorded set is
-        // ascending; claims from our executor are too, and are then compared as they are, with
-        // no copy. Claims in another order or repeated are sorted and deduplicated first.
+        // what the pushes so far should have delivered.
         let mismatches: Vec<bool> = renewals
             .iter()
             .map(|renewal| {
-                let delivered = self.delivered(&renewal.executor_id);
-                if renewal.claims.is_sorted_by(|a, b| a < b) {
-                    !renewal.claims.iter().copied().eq(delivered)
-                } else {
-                    let mut claimed: Vec<(ShardId, Epoch)> = renewal.claims.clone();
-                    claimed.sort_unstable();
-                    claimed.dedup();
-                    !claimed.into_iter().eq(delivered)
-                }
+                !claims_are_exactly(
+                    renewal.claims.iter().copied(),
+                    self.delivered(&renewal.executor_id),
+                )
             })
             .collect();
         let mut effects = EffectsBuilder::default();

@@ -42,6 +42,7 @@ mod v7_current;
 mod tests;
 
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
+pub use apply::claims_are_exactly;
 pub use command::{Command, MembershipChange, Move, OperatorAction, Registration, Renewal};
 pub use outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult, Revoke};
 pub use planner::{

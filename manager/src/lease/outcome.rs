@@ -57,6 +57,19 @@ pub enum RegisterResult {
     },
 }
 
+impl RegisterResult {
+    /// A new executor was registered (not a retry, not a refusal): the membership changed.
+    pub fn is_new(&self) -> bool {
+        matches!(
+            self,
+            RegisterResult::Registered {
+                already_registered: false,
+                ..
+            }
+        )
+    }
+}
+
 /// The answer to one renewal of a [`super::Command::Renew`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RenewResult {
