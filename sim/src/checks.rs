@@ -468,6 +468,8 @@ fn command_kind(command: &Command) -> &'static str {
         Command::Renew { .. } => "Renew (claims)",
         Command::Deregister { .. } => "Deregister",
         Command::Reap { .. } => "Reap",
+        Command::ReserveLeases { .. } => "ReserveLeases",
+        Command::ReapLapsed { .. } => "ReapLapsed",
         Command::Rebalance { .. } => "Rebalance",
         Command::Release { .. } => "Release",
         Command::CompleteHandoffs { .. } => "CompleteHandoffs (expiry)",

@@ -88,6 +88,12 @@ pub const UNCHANGED_SET_SCHEMA: u32 = super::labels::LABELS_SCHEMA;
 /// batches registrations from this cluster version on.
 pub const GROUP_REGISTRATION_SCHEMA: u32 = 8;
 
+/// The state schema that introduced lease reservations and reaping by the leader's judgment
+/// (`ReserveLeases`, `ReapLapsed`, the executors' `lease_reserved_until_ms`; PROTOCOL P6.6,
+/// P6.7): a replicated change only, nothing on the wire. A leader answers renewals from its
+/// memory (P6.5) only from this cluster version on, when every member keeps those rules.
+pub const LEASE_RESERVATION_SCHEMA: u32 = 9;
+
 /// The capacity of an executor that states none (every executor of an earlier release): all
 /// executors equal, as P5.4 spreads them.
 pub const DEFAULT_CAPACITY: u32 = 1;

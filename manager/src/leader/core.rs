@@ -239,7 +239,7 @@ impl LeaderCore {
         let newest_overdue_ms = overdue
             .iter()
             .filter_map(|id| state.executor(id))
-            .map(|e| e.lease_expiry_ms)
+            .map(|e| e.lease_bound_ms())
             .max()?;
         let window_start_ms = newest_overdue_ms
             .saturating_sub(2 * tick)

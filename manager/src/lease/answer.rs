@@ -66,6 +66,14 @@ pub struct RegisteredMany {
     pub results: Vec<RegisterResult>,
 }
 
+/// `ReserveLeases` (P6.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasesReserved {
+    pub reserved_until_ms: u64,
+    pub reserved: Vec<ExecutorId>,
+    pub skipped: Vec<ExecutorId>,
+}
+
 /// `Renew`: `results[i]` answers the batch's `renewals[i]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewed {
@@ -145,6 +153,26 @@ impl CommandAnswer for RegisteredMany {
     fn answer(outcome: Outcome) -> Result<Answer<Self>, Outcome> {
         match outcome {
             Outcome::RegisteredMany { results } => Ok(Answer::Done(Self { results })),
+            Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
+            other => Err(other),
+        }
+    }
+}
+
+impl CommandAnswer for LeasesReserved {
+    type Answer = Answer<Self>;
+    const COMMAND: &'static str = "ReserveLeases";
+    fn answer(outcome: Outcome) -> Result<Answer<Self>, Outcome> {
+        match outcome {
+            Outcome::LeasesReserved {
+                reserved_until_ms,
+                reserved,
+                skipped,
+            } => Ok(Answer::Done(Self {
+                reserved_until_ms,
+                reserved,
+                skipped,
+            })),
             Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
             other => Err(other),
         }

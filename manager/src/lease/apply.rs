@@ -12,9 +12,9 @@ use leasehold_api::wire::{
 
 use super::{
     AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
-    LeaseState, Move, OperatorAction, Outcome, RefusalReason, RegisterResult, Registration,
-    RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone, TombstoneReason, MAX_SHARD_COUNT,
-    MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    LapsedLease, LeaseState, Move, OperatorAction, Outcome, RefusalReason, RegisterResult,
+    Registration, RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone, TombstoneReason,
+    MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
 /// Pushes collected while one command applies, turned into [`Effects`] at the end.
@@ -230,6 +230,13 @@ impl LeaseState {
                 now_ms,
                 executor_ids,
             } => self.apply_reap(log_index, *now_ms, executor_ids),
+            Command::ReserveLeases {
+                now_ms,
+                executor_ids,
+            } => self.apply_reserve_leases(log_index, config, *now_ms, executor_ids),
+            Command::ReapLapsed { now_ms, leases } => {
+                self.apply_reap_lapsed(log_index, *now_ms, leases)
+            }
             Command::Rebalance {
                 now_ms,
                 planned_at,
@@ -563,6 +570,7 @@ impl LeaseState {
             address: address.to_owned(),
             lease_expiry_ms,
             lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
+            lease_reserved_until_ms: 0,
             registered_revision: log_index,
             owned_shards: imbl::OrdSet::new(),
             draining: false,
@@ -788,6 +796,91 @@ impl LeaseState {
         }
     }
 
+    /// `ReserveLeases` (P6.6): reserves `LEASE_RESERVATION_LEASES` leases from `now_ms` for each
+    /// known executor, never shortening a reservation; tells nothing, so neither the told ttl
+    /// nor the longest lease told moves. Unknown ids are skipped (the executor left since).
+    fn apply_reserve_leases(
+        &mut self,
+        log_index: u64,
+        config: ClusterConfig,
+        now_ms: u64,
+        executor_ids: &[ExecutorId],
+    ) -> Outcome {
+        let reserved_until_ms = now_ms.saturating_add(
+            config
+                .lease_duration_ms
+                .saturating_mul(super::LEASE_RESERVATION_LEASES),
+        );
+        let mut reserved = Vec::new();
+        let mut skipped = Vec::new();
+        for executor_id in executor_ids {
+            match self.executors.get_mut(executor_id) {
+                Some(executor) => {
+                    executor.lease_reserved_until_ms =
+                        executor.lease_reserved_until_ms.max(reserved_until_ms);
+                    reserved.push(executor_id.clone());
+                }
+                None => skipped.push(executor_id.clone()),
+            }
+        }
+        if !reserved.is_empty() {
+            self.touch(log_index);
+        }
+        Outcome::LeasesReserved {
+            reserved_until_ms,
+            reserved,
+            skipped,
+        }
+    }
+
+    /// `ReapLapsed` (P6.7): removes each candidate whose judged expiry has lapsed at `now_ms` and
+    /// is at or after the expiry the log recorded for it. The leader told every copy of its
+    /// lease from memory and judged them all ended, so its reservation does not hold it; a grant
+    /// the log recorded after the judgment (a renewal through the log, ordered before this entry)
+    /// ends after the judged expiry, so it keeps the executor. Otherwise as `Reap` (P3.8).
+    fn apply_reap_lapsed(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        leases: &[LapsedLease],
+    ) -> Outcome {
+        let mut effects = EffectsBuilder::default();
+        let mut reaped = BTreeSet::new();
+        let mut skipped = Vec::new();
+        for lease in leases {
+            if reaped.contains(&lease.executor_id) {
+                continue;
+            }
+            let lapsed = self
+                .executors
+                .get(&lease.executor_id)
+                .is_some_and(|executor| {
+                    lease.judged_expiry_ms >= executor.lease_expiry_ms
+                        && super::state::lapsed(lease.judged_expiry_ms, now_ms)
+                });
+            if lapsed {
+                self.remove_executor(
+                    &lease.executor_id,
+                    TombstoneReason::Reaped,
+                    log_index,
+                    now_ms,
+                    &mut effects,
+                );
+                reaped.insert(lease.executor_id.clone());
+            } else {
+                skipped.push(lease.executor_id.clone());
+            }
+        }
+        if !reaped.is_empty() {
+            self.touch_assignment(log_index);
+        }
+        Outcome::Reaped {
+            reaped: reaped.into_iter().collect(),
+            skipped,
+            effects: effects.finish(self, log_index),
+        }
+    }
+
     /// `Rebalance`: applies a plan only if the assignment has not changed since the revision it
     /// was planned on, and refuses it whole otherwise (P2.4, P5.1); a malformed plan is refused
     /// whole too. Epochs are minted in this same write (P5.1). Per move:
@@ -839,13 +932,14 @@ impl LeaseState {
                     granted.insert(step.shard);
                 }
                 (Some(owner), false) => {
-                    // The owner's expiry bounds every grant it was told that included the shard;
+                    // The owner's lease bound (its expiry, or its reservation for copies told
+                    // from memory, P6.6) bounds every copy it was told that included the shard;
                     // an owner missing would be a corrupt state, and then nothing bounds a grant
                     // beyond now.
                     let from_grant_expiry_ms = self
                         .executors
                         .get(&owner)
-                        .map_or(now_ms, |executor| executor.lease_expiry_ms);
+                        .map_or(now_ms, Executor::lease_bound_ms);
                     if let Some(entry) = self.shards.get_mut(index) {
                         entry.handoff = Some(Handoff {
                             to: Some(step.to.clone()),

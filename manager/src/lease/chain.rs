@@ -1,21 +1,32 @@
 //! The chain of schemas: each converts to and from the next newer one only. Schema 2 ↔ schema 3
 //! (`super::v3`) ↔ schema 4 (`super::v4`) ↔ schema 5 (`super::v5`) ↔ schema 6 (`super::v6`) ↔
-//! schema 7 (`super::v7`) ↔ this build's (`super::v7_current`, the newest link). A record of an older schema is read by converting it
-//! up one schema at a time, and a value is written at an older schema by converting it down one
-//! at a time, each step failing when its schema cannot express the value. Adding a schema adds
-//! one link at the new end and a pair of functions here.
+//! schema 7 (`super::v7`) ↔ schema 8 (`super::v8`) ↔ this build's (`super::v8_current`, the
+//! newest link). A record of an older schema is read by converting it up one schema at a time,
+//! and a value is written at an older schema by converting it down one at a time, each step
+//! failing when its schema cannot express the value. Adding a schema adds one link at the new end
+//! and a pair of functions here.
 
 use super::schema::NotExpressible;
-use super::{v2, v3, v4, v5, v6, v7, Command, LeaseState};
+use super::{v2, v3, v4, v5, v6, v7, v8, Command, LeaseState};
 
-/// This build's command in schema 7's types, if schema 7 can express it.
-pub fn command_to_v7(command: &Command) -> Result<v7::Command, NotExpressible> {
-    v7::Command::try_from(command)
+/// This build's command in schema 8's types, if schema 8 can express it.
+pub fn command_to_v8(command: &Command) -> Result<v8::Command, NotExpressible> {
+    v8::Command::try_from(command)
 }
 
-/// A schema 7 command in this build's types.
-pub fn command_from_v7(command: v7::Command) -> Command {
+/// A schema 8 command in this build's types.
+pub fn command_from_v8(command: v8::Command) -> Command {
     command.into()
+}
+
+/// This build's command in schema 7's types (through schema 8), if schema 7 can express it.
+pub fn command_to_v7(command: &Command) -> Result<v7::Command, NotExpressible> {
+    v7::Command::try_from(command_to_v8(command)?)
+}
+
+/// A schema 7 command in this build's types (through schema 8).
+pub fn command_from_v7(command: v7::Command) -> Command {
+    command_from_v8(command.into())
 }
 
 /// This build's command in schema 6's types (through schema 7), if schema 6 can express it.
@@ -68,14 +79,24 @@ pub fn command_from_v2(command: v2::Command) -> Command {
     command_from_v3(command.into())
 }
 
-/// This build's state in schema 7's types, if schema 7 can express it.
-pub fn state_to_v7(state: &LeaseState) -> Result<v7::LeaseState, NotExpressible> {
-    v7::LeaseState::try_from(state)
+/// This build's state in schema 8's types, if schema 8 can express it.
+pub fn state_to_v8(state: &LeaseState) -> Result<v8::LeaseState, NotExpressible> {
+    v8::LeaseState::try_from(state)
 }
 
-/// A schema 7 state in this build's types.
-pub fn state_from_v7(state: v7::LeaseState) -> LeaseState {
+/// A schema 8 state in this build's types.
+pub fn state_from_v8(state: v8::LeaseState) -> LeaseState {
     state.into()
+}
+
+/// This build's state in schema 7's types (through schema 8), if schema 7 can express it.
+pub fn state_to_v7(state: &LeaseState) -> Result<v7::LeaseState, NotExpressible> {
+    v7::LeaseState::try_from(state_to_v8(state)?)
+}
+
+/// A schema 7 state in this build's types (through schema 8).
+pub fn state_from_v7(state: v7::LeaseState) -> LeaseState {
+    state_from_v8(state.into())
 }
 
 /// This build's state in schema 6's types (through schema 7), if schema 6 can express it.

@@ -4,7 +4,7 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v7`]), so a
+//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v8`]), so a
 //! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
@@ -226,6 +226,36 @@ pub enum Command {
         /// Answered one result per registration, in this order.
         registrations: Vec<Registration>,
     },
+    /// Reserves lease time ahead of what the listed executors were told (P6.6), so that the
+    /// leader may answer their renewals from its memory: each one's `lease_reserved_until_ms`
+    /// becomes `max(itself, now_ms + LEASE_RESERVATION_LEASES × lease_duration_ms)`. Tells
+    /// nothing to anyone. Unknown ids are skipped (P2.4). Schema 9.
+    ReserveLeases {
+        /// Leader clock.
+        now_ms: u64,
+        /// Ascending, each at most once.
+        executor_ids: Vec<ExecutorId>,
+    },
+    /// Reaps executors whose lease the leader judged lapsed by the copies it told, from its
+    /// memory included (P6.7): each is removed as by `Reap` if its judged expiry has lapsed at
+    /// `now_ms` and covers the expiry of every grant the log recorded for it (a renewal the log
+    /// carried since the judgment keeps it). Schema 9.
+    ReapLapsed {
+        /// Leader clock.
+        now_ms: u64,
+        /// Candidates, each at most once, as the leader judged them.
+        leases: Vec<LapsedLease>,
+    },
+}
+
+/// One executor's lease as the leader judged it when proposing [`Command::ReapLapsed`] (P6.7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LapsedLease {
+    /// The executor.
+    pub executor_id: ExecutorId,
+    /// The latest end, on the leader clock, of every lease copy this leader told it (from its
+    /// memory or through the log), or of its grace since taking office (P6.1), whichever is later.
+    pub judged_expiry_ms: u64,
 }
 
 impl Command {
@@ -247,6 +277,8 @@ impl Command {
             | Command::SetLeaseDuration { now_ms, .. }
             | Command::Register { now_ms, .. }
             | Command::RegisterMany { now_ms, .. }
+            | Command::ReserveLeases { now_ms, .. }
+            | Command::ReapLapsed { now_ms, .. }
             | Command::Renew { now_ms, .. }
             | Command::Deregister { now_ms, .. }
             | Command::Reap { now_ms, .. }

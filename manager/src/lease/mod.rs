@@ -36,14 +36,17 @@ pub mod v4;
 pub mod v5;
 pub mod v6;
 pub mod v7;
-mod v7_current;
+pub mod v8;
+mod v8_current;
 
 #[cfg(test)]
 mod tests;
 
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use apply::claims_are_exactly;
-pub use command::{Command, MembershipChange, Move, OperatorAction, Registration, Renewal};
+pub use command::{
+    Command, LapsedLease, MembershipChange, Move, OperatorAction, Registration, Renewal,
+};
 pub use outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult, Revoke};
 pub use planner::{
     capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target,
@@ -67,6 +70,12 @@ pub type ShardId = u32;
 
 /// A shard's ownership generation: advanced when and only when the shard gets a new owner (I2).
 pub type Epoch = u64;
+
+/// How far ahead of now `ReserveLeases` reserves, in leases (P6.6): a leader answers a renewal
+/// from memory only while a full lease remains reserved, and refreshes a reservation with less
+/// than two left, so a renewing executor's reservation is rewritten about once a lease and a
+/// handoff from a live owner that never acknowledges completes on expiry within three leases.
+pub const LEASE_RESERVATION_LEASES: u64 = 3;
 
 /// Most tombstones kept (P2.1, P7.2). The oldest (by the log index that created them) are pruned
 /// first, so the state cannot grow without bound under executor churn. A deregister retried after

@@ -201,6 +201,15 @@ pub enum Outcome {
         /// Assignments for targets of handoffs from reaped executors.
         effects: Effects,
     },
+    /// `ReserveLeases` applied (P6.6).
+    LeasesReserved {
+        /// The reservation made, on the leader clock.
+        reserved_until_ms: u64,
+        /// Executors whose reservation now runs at least until then, in command order.
+        reserved: Vec<ExecutorId>,
+        /// Ids not registered any more, in command order.
+        skipped: Vec<ExecutorId>,
+    },
     /// `Rebalance` applied. The three lists are disjoint and ascending.
     Rebalanced {
         /// Shards granted at once (they were unowned), epoch advanced.
@@ -282,6 +291,7 @@ impl Outcome {
             | Outcome::LeaseDurationSet { .. }
             | Outcome::Registered { .. }
             | Outcome::RegisteredMany { .. }
+            | Outcome::LeasesReserved { .. }
             | Outcome::DrainingSet { .. }
             | Outcome::MaintenanceSet { .. }
             | Outcome::PinSet { .. }

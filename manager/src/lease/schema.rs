@@ -2,7 +2,7 @@
 //! each (CHANGELOG.md), and which schema a command or a state needs (PROTOCOL P14.1, P14.3).
 //!
 //! A replica decodes every schema from [`OLDEST_SCHEMA`] to [`NEWEST_SCHEMA`] through that
-//! schema's own frozen types ([`super::v2`] to [`super::v7`]) and
+//! schema's own frozen types ([`super::v2`] to [`super::v8`]) and
 //! converts to this build's along the chain (`super::chain`), one schema at a time. It writes
 //! each record at the oldest schema that can express it (`raft::versions`, one table of
 //! schemas), and the leader proposes a command only once the committed cluster version is at
@@ -27,16 +27,19 @@ use super::{Command, LeaseState, DEFAULT_CAPACITY};
 //   (`v7`).
 // - `GROUP_REGISTRATION_SCHEMA` (8): adds registrations group-committed into one entry
 //   (`Command::RegisterMany`, and the state's `next_executor_number`, the executor numbers such
-//   an entry minted past its own index). This build's types.
+//   an entry minted past its own index) (`v8`).
+// - `LEASE_RESERVATION_SCHEMA` (9): adds lease reservations and reaping by the leader's judgment
+//   (P6.6, P6.7: `Command::ReserveLeases`, `Command::ReapLapsed`,
+//   `Executor::lease_reserved_until_ms`). This build's types.
 pub use leasehold_api::wire::{
     APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = GROUP_REGISTRATION_SCHEMA;
+pub const NEWEST_SCHEMA: u32 = LEASE_RESERVATION_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +56,7 @@ impl Command {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => (*cluster_version).max(CREDENTIALS_SCHEMA),
+            Command::ReserveLeases { .. } | Command::ReapLapsed { .. } => LEASE_RESERVATION_SCHEMA,
             Command::RegisterMany { .. } => GROUP_REGISTRATION_SCHEMA,
             Command::Register { labels, .. } if !labels.is_empty() => LABELS_SCHEMA,
             Command::Operator { .. } => OPERATOR_CONTROLS_SCHEMA,

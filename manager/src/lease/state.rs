@@ -30,6 +30,11 @@ pub struct Executor {
     pub lease_expiry_ms: u64,
     /// The lease remaining it was told in its last grant (P2.1).
     pub lease_ttl_told_ms: u64,
+    /// Lease time reserved ahead of its grants (`ReserveLeases`, P6.6), on the leader clock; 0
+    /// when none was (and for every executor of schemas 2 to 8). A leader may answer its
+    /// renewals from memory with copies that end by then, so every rule that waits for its
+    /// copies to end waits for the later of this and `lease_expiry_ms` ([`Executor::lease_bound_ms`]).
+    pub lease_reserved_until_ms: u64,
     /// Log index of the entry that registered it.
     pub registered_revision: u64,
     /// Every shard whose `owner` is this executor, including shards releasing from it. The shard
@@ -63,13 +68,19 @@ impl Executor {
         self.lease_expiry_ms.saturating_sub(now_ms)
     }
 
-    /// Whether the lease has lapsed on the manager clock: only once the expiry's millisecond
-    /// has passed. The leader stamps a grant with its clock truncated to the millisecond, which
+    /// Whether every copy of the lease has lapsed on the manager clock
+    /// ([`Executor::lease_bound_ms`]): only once the bound's millisecond has passed. The leader stamps a grant with its clock truncated to the millisecond, which
     /// can be up to a millisecond before the instant the executor sent the request and anchored
     /// its copy at (P3.2), so the executor's copy may end up to a millisecond after the expiry
     /// recorded here; lapsing a whole millisecond later keeps the manager's copy the later one.
     pub fn lease_lapsed(&self, now_ms: u64) -> bool {
-        lapsed(self.lease_expiry_ms, now_ms)
+        lapsed(self.lease_bound_ms(), now_ms)
+    }
+
+    /// The latest instant any copy of its lease may end (P6.6): the expiry of its grants the log
+    /// recorded, or its reservation, for copies a leader told from memory, whichever is later.
+    pub fn lease_bound_ms(&self) -> u64 {
+        self.lease_expiry_ms.max(self.lease_reserved_until_ms)
     }
 }
 
@@ -493,16 +504,16 @@ impl LeaseState {
             .min()
     }
 
-    /// The latest instant, on the clock of the leaders that stamped them, at which anything
-    /// stored may still run: every executor's lease expiry and every releasing shard's
-    /// bound; `None` when nothing is stored. A new leader's clock takes office no lower than
-    /// this minus the longest lease (P6.4, `leader::core::office_floor_ms`).
+    /// The latest instant, on the clock of the leaders that stamped them, at which a lease an
+    /// earlier leader told may still run: every executor's told expiry; `None` when there is no
+    /// executor. A new leader's clock takes office no lower than this minus the longest lease
+    /// (P6.4, `leader::core::office_floor_ms`). Reservations are not told (P6.6), so they do
+    /// not count: each ends a few leases after the instant it was made, and raising the floor
+    /// to it would move a new leader's clock ahead of its predecessor's. A releasing shard's
+    /// bound adds nothing either: it is its old owner's expiry or reservation when the shard was
+    /// marked, and that owner still exists while the handoff lasts.
     pub fn latest_deadline_ms(&self) -> Option<u64> {
-        let leases = self.executors.values().map(|e| e.lease_expiry_ms);
-        let handoffs = self
-            .releasing()
-            .map(|(_, handoff)| handoff.from_grant_expiry_ms);
-        leases.chain(handoffs).max()
+        self.executors.values().map(|e| e.lease_expiry_ms).max()
     }
 
     /// Number of shards currently releasing.

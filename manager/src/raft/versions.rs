@@ -5,14 +5,14 @@
 //! is written at the first that can express it and read by the one its schema names. Schema 2
 //! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
 //! tagged; schema 5 `lease::v5`, tagged; schema 6 `lease::v6`, tagged; schema 7 `lease::v7`,
-//! tagged; then this build's. Until the cluster version rises past
+//! tagged; schema 8 `lease::v8`, tagged; then this build's. Until the cluster version rises past
 //! schema 2 nothing needs more, so every byte this build writes (and sends) is what release
 //! 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go back to
 //! 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica of schema 3
 //! decodes everything; until it rises past 4, a replica of schema 4 does; until it rises past
-//! 5, a replica of schema 5 does; until it rises past 6, a replica of schema 6 does; and until it
-//! rises past 7, a replica of schema 7 does. A record of schema 3 or later names its schema (`codec`
-//! format 2). A frozen schema's values convert to and from this build's through the chain of
+//! 5, a replica of schema 5 does; until it rises past 6, a replica of schema 6 does; until it
+//! rises past 7, a replica of schema 7 does; and until it rises past 8, a replica of schema 8
+//! does. A record of schema 3 or later names its schema (`codec` format 2). A frozen schema's values convert to and from this build's through the chain of
 //! `lease::chain`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
@@ -26,9 +26,10 @@ use serde::Serialize;
 use super::TypeConfig;
 use crate::lease::schema::{
     NotExpressible, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    LABELS_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
+    OPERATOR_CONTROLS_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, v4, v5, v6, v7, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, v4, v5, v6, v7, v8, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -104,6 +105,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V7Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 8's type configuration: the same Raft types around schema 8's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V8Config:
+        D = v8::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V8Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -225,6 +239,23 @@ impl FrozenSchema for V7Config {
     }
 }
 
+impl FrozenSchema for V8Config {
+    const SCHEMA: u32 = GROUP_REGISTRATION_SCHEMA;
+    type State = v8::LeaseState;
+    fn command_down(command: &Command) -> Result<v8::Command, NotExpressible> {
+        chain::command_to_v8(command)
+    }
+    fn command_up(command: v8::Command) -> Command {
+        chain::command_from_v8(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v8::LeaseState, NotExpressible> {
+        chain::state_to_v8(state)
+    }
+    fn state_up(state: v8::LeaseState) -> LeaseState {
+        chain::state_from_v8(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -242,13 +273,14 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 7] = [
+const SCHEMAS: [SchemaCodecs; 8] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
     SchemaCodecs::frozen::<V4Config>(),
     SchemaCodecs::frozen::<V5Config>(),
     SchemaCodecs::frozen::<V6Config>(),
     SchemaCodecs::frozen::<V7Config>(),
+    SchemaCodecs::frozen::<V8Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -458,9 +490,10 @@ mod tests {
 
     use super::*;
     use crate::lease::schema::{
-        GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+        GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
+        OPERATOR_CONTROLS_SCHEMA,
     };
-    use crate::lease::{MembershipChange, OperatorAction, DEFAULT_CAPACITY};
+    use crate::lease::{LapsedLease, MembershipChange, OperatorAction, DEFAULT_CAPACITY};
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
         Entry {
@@ -1428,5 +1461,162 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, eight.entries);
+    }
+
+    /// Lease time reserved for `executor_ids` (schema 9).
+    fn reserve(executor_ids: &[&str]) -> Command {
+        Command::ReserveLeases {
+            now_ms: 9,
+            executor_ids: executor_ids.iter().map(|id| (*id).to_owned()).collect(),
+        }
+    }
+
+    /// A reap by the leader's judgment of `executor_id`'s lease (schema 9).
+    fn reap_lapsed(executor_id: &str) -> Command {
+        Command::ReapLapsed {
+            now_ms: 9,
+            leases: vec![LapsedLease {
+                executor_id: executor_id.to_owned(),
+                judged_expiry_ms: 8,
+            }],
+        }
+    }
+
+    /// P14.1: a log entry a build of schema 8 wrote (through the frozen `v8` types, tagged 8)
+    /// decodes into this build unchanged, its registrations in one entry included, and is written
+    /// back at 8; lease reservations, reaps by the leader's judgment and the raise to 9 are
+    /// written at 9, which no older build decodes.
+    #[test]
+    fn p14_1_a_schema_8_entry_reads_unchanged_and_reservations_need_schema_9() {
+        let written_by_schema_8 = Entry::<V8Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 8),
+            payload: EntryPayload::Normal(v8::Command::RegisterMany {
+                now_ms: 8,
+                registrations: ["a", "b"]
+                    .map(|incarnation| v8::Registration {
+                        incarnation: incarnation.to_owned(),
+                        address: format!("http://{incarnation}:1"),
+                        name: None,
+                        credential_sha256: None,
+                        capacity: 1,
+                        app_version: None,
+                        labels: Default::default(),
+                    })
+                    .into(),
+            }),
+        };
+        let record = codec::seal(
+            Some(GROUP_REGISTRATION_SCHEMA),
+            &encode_payload("log entry", &written_by_schema_8).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        assert_eq!(read, entry(8, register_many(&["a", "b"])));
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (GROUP_REGISTRATION_SCHEMA, record)
+        );
+
+        for command in [
+            reserve(&["ex-1", "ex-2"]),
+            reap_lapsed("ex-1"),
+            raise_to(LEASE_RESERVATION_SCHEMA),
+        ] {
+            let newer = entry(9, command);
+            let (schema, record) = encode_entry_record::<TypeConfig>(&newer).unwrap();
+            assert_eq!(schema, LEASE_RESERVATION_SCHEMA, "{newer:?}");
+            assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), newer);
+            assert!(entry_down::<V8Config>(&newer).is_err());
+            assert!(entry_down::<V7Config>(&newer).is_err());
+            // The envelope says 9, which a build of schema 8 refuses; a reservation's or a
+            // judged reap's payload is no schema 8 entry either (a raise's is, hence the tag).
+            let opened = codec::open("log entry", &record).unwrap();
+            assert_eq!(opened.schema, Some(LEASE_RESERVATION_SCHEMA));
+            if matches!(
+                newer.payload,
+                EntryPayload::Normal(Command::ReserveLeases { .. } | Command::ReapLapsed { .. })
+            ) {
+                assert!(decode_payload::<Entry<V8Config>>("log entry", opened.payload).is_err());
+            }
+        }
+    }
+
+    /// P14.1: a snapshot's state and a backup a build of schema 8 wrote decode into this build
+    /// unchanged, numbers minted past an entry's index included, with no lease reserved, and are
+    /// written back at 8; a state holding a reservation is written at 9, on disk and in a backup.
+    #[test]
+    fn p14_1_a_schema_8_state_reads_unchanged_and_reservations_are_written_at_9() {
+        let mut state = schema_6_state();
+        let _ = state.apply(6, &raise_to(LABELS_SCHEMA));
+        let _ = state.apply(7, &raise_to(GROUP_REGISTRATION_SCHEMA));
+        let _ = state.apply(8, &register_many(&["a", "b", "c"]));
+        assert!(
+            state.executor("ex-10").is_some(),
+            "numbered past the entry's index"
+        );
+        let as_schema_8 = chain::state_to_v8(&state).expect("expressible in schema 8");
+        assert!(chain::state_to_v7(&state).is_err(), "cluster version 8");
+        let payload = encode_payload("lease state", &as_schema_8).unwrap();
+        let read = LeaseState::decode_state(GROUP_REGISTRATION_SCHEMA, &payload).unwrap();
+        assert_eq!(read, state);
+        assert!(read.executors().all(|e| e.lease_reserved_until_ms == 0));
+        assert_eq!(
+            state.encode_state().unwrap(),
+            (GROUP_REGISTRATION_SCHEMA, payload)
+        );
+        let json = serde_json::to_vec(&as_schema_8).unwrap();
+        assert_eq!(
+            state_from_backup(GROUP_REGISTRATION_SCHEMA, &json).unwrap(),
+            state
+        );
+        assert_eq!(
+            backup_payload(&state).unwrap(),
+            (GROUP_REGISTRATION_SCHEMA, json)
+        );
+
+        let mut reserved = state.clone();
+        let _ = reserved.apply(9, &raise_to(LEASE_RESERVATION_SCHEMA));
+        let _ = reserved.apply(10, &reserve(&["ex-10"]));
+        assert!(reserved
+            .executor("ex-10")
+            .is_some_and(|e| e.lease_reserved_until_ms != 0));
+        let (schema, payload) = reserved.encode_state().unwrap();
+        assert_eq!(schema, LEASE_RESERVATION_SCHEMA);
+        assert_eq!(
+            LeaseState::decode_state(schema, &payload).unwrap(),
+            reserved
+        );
+        assert!(LeaseState::decode_state(GROUP_REGISTRATION_SCHEMA, &payload).is_err());
+        let (schema, json) = backup_payload(&reserved).unwrap();
+        assert_eq!(schema, LEASE_RESERVATION_SCHEMA);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), reserved);
+    }
+
+    /// P14.1: an append is written at schema 8 while its entries are all expressible there (a
+    /// follower of schema 8 decodes it), and at 9 as soon as one reserves lease time.
+    #[test]
+    fn p14_1_an_append_is_written_at_schema_8_until_an_entry_reserves_leases() {
+        let eight = append(vec![
+            entry(4, register_in_zone("inc-7", "eu-1a")),
+            entry(5, register_many(&["a", "b"])),
+        ]);
+        let body = encode_append(&eight).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(GROUP_REGISTRATION_SCHEMA));
+        let as_schema_8: AppendEntriesRequest<V8Config> =
+            decode_payload("raft request", opened.payload).expect("a schema 8 follower decodes it");
+        assert_eq!(as_schema_8.entries.len(), 2);
+
+        let nine = append(vec![
+            entry(4, register_many(&["a", "b"])),
+            entry(5, reserve(&["ex-4", "ex-5"])),
+        ]);
+        let body = encode_append(&nine).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(LEASE_RESERVATION_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V8Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, nine.entries);
     }
 }

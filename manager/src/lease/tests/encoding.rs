@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use super::super::schema::OPERATOR_CONTROLS_SCHEMA;
 use super::super::{
-    Command, Effects, Grant, LeaseState, MembershipChange, Move, OperatorAction, Outcome,
-    RefusalReason, Registration, RenewResult, Renewal, Revoke,
+    Command, Effects, Grant, LapsedLease, LeaseState, MembershipChange, Move, OperatorAction,
+    Outcome, RefusalReason, Registration, RenewResult, Renewal, Revoke,
 };
 use super::{register_command, Harness, LEASE_MS};
 
@@ -136,6 +136,57 @@ pub(super) fn labelled_state() -> LeaseState {
     state
 }
 
+/// [`labelled_state`] at cluster version 9 with lease time reserved for two executors (P6.6,
+/// schema 9), and executors a registration batch numbered past its entry's index (schema 8).
+pub(super) fn reserved_state() -> LeaseState {
+    let mut harness = Harness {
+        state: labelled_state(),
+        next_index: 3_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 4_000,
+        cluster_version: crate::lease::schema::GROUP_REGISTRATION_SCHEMA,
+    });
+    harness.apply(Command::RegisterMany {
+        now_ms: 4_000,
+        registrations: ["batched-1", "batched-2"]
+            .map(|incarnation| Registration {
+                incarnation: incarnation.to_owned(),
+                address: format!("http://{incarnation}.test"),
+                name: None,
+                credential_sha256: None,
+                capacity: crate::lease::DEFAULT_CAPACITY,
+                app_version: None,
+                labels: Default::default(),
+            })
+            .into(),
+    });
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 4_000,
+        cluster_version: crate::lease::schema::LEASE_RESERVATION_SCHEMA,
+    });
+    let reserving: Vec<String> = harness
+        .state
+        .executors()
+        .take(2)
+        .map(|e| e.id.clone())
+        .collect();
+    harness.apply(Command::ReserveLeases {
+        now_ms: 4_000,
+        executor_ids: reserving,
+    });
+    let state = harness.state;
+    assert_eq!(
+        state
+            .executors()
+            .filter(|e| e.lease_reserved_until_ms != 0)
+            .count(),
+        2
+    );
+    assert!(state.next_executor_number != 0);
+    state
+}
+
 #[test]
 fn bincode_round_trips_the_state() {
     round_trip(&LeaseState::default());
@@ -143,6 +194,7 @@ fn bincode_round_trips_the_state() {
     round_trip(&busy_state());
     round_trip(&operated_state());
     round_trip(&labelled_state());
+    round_trip(&reserved_state());
 }
 
 /// The state as std collections hold it, field for field: what every release before the state
@@ -162,6 +214,7 @@ mod std_collections {
         pub address: String,
         pub lease_expiry_ms: u64,
         pub lease_ttl_told_ms: u64,
+        pub lease_reserved_until_ms: u64,
         pub registered_revision: u64,
         pub owned_shards: BTreeSet<ShardId>,
         pub draining: bool,
@@ -203,6 +256,7 @@ mod std_collections {
                         address: e.address.clone(),
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        lease_reserved_until_ms: e.lease_reserved_until_ms,
                         registered_revision: e.registered_revision,
                         owned_shards: e.owned_shards.iter().copied().collect(),
                         draining: e.draining,
@@ -245,6 +299,7 @@ fn p14_1_persistent_collections_encode_as_std_collections_do() {
         busy_state(),
         operated_state(),
         labelled_state(),
+        reserved_state(),
     ] {
         let mirror = std_collections::of(&state);
         let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
@@ -426,6 +481,35 @@ pub(super) fn every_command() -> Vec<Command> {
             now_ms: 31,
             cluster_version: 8,
         },
+        Command::ReserveLeases {
+            now_ms: u64::MAX,
+            executor_ids: vec!["ex-1".into(), "ex-2".into()],
+        },
+        Command::ReserveLeases {
+            now_ms: 32,
+            executor_ids: vec![],
+        },
+        Command::ReapLapsed {
+            now_ms: 33,
+            leases: vec![
+                LapsedLease {
+                    executor_id: "ex-1".into(),
+                    judged_expiry_ms: u64::MAX,
+                },
+                LapsedLease {
+                    executor_id: "ex-2".into(),
+                    judged_expiry_ms: 0,
+                },
+            ],
+        },
+        Command::ReapLapsed {
+            now_ms: 34,
+            leases: vec![],
+        },
+        Command::SetClusterVersion {
+            now_ms: 35,
+            cluster_version: 9,
+        },
     ])
     .collect()
 }
@@ -435,8 +519,13 @@ pub(super) fn every_command() -> Vec<Command> {
 pub(super) const LABELS_COMMANDS: usize = 2;
 
 /// The commands of [`every_command`] that need schema 8: two registrations in one entry, an empty
-/// one, and a raise to 8. They are its last.
+/// one, and a raise to 8. Only [`LEASE_RESERVATION_COMMANDS`] come after them.
 pub(super) const GROUP_REGISTRATION_COMMANDS: usize = 3;
+
+/// The commands of [`every_command`] that need schema 9 (P6.6, P6.7): reservations for two
+/// executors and for none, reaps by the leader's judgment of two and of none, and a raise to 9.
+/// They are its last.
+pub(super) const LEASE_RESERVATION_COMMANDS: usize = 5;
 
 /// An operator's command (P17.4) of every action, with edge values: how many
 /// [`every_command`] holds.
@@ -559,6 +648,11 @@ fn bincode_round_trips_every_outcome_variant() {
             reaped: vec!["ex-1".into()],
             skipped: vec!["ex-2".into()],
             effects: effects.clone(),
+        },
+        Outcome::LeasesReserved {
+            reserved_until_ms: u64::MAX,
+            reserved: vec!["ex-1".into()],
+            skipped: vec!["ex-2".into()],
         },
         Outcome::Rebalanced {
             granted: vec![0],

@@ -8,6 +8,7 @@
 //! - `operator`: operator controls (P17.4): maintenance, moves, pins and the audit log.
 //! - `placement`: placement by load and capacity (P15.1–P15.4), rule by rule and as properties.
 //! - `rollout`: version-aware placement while a fleet's application versions are mixed (P17.3).
+//! - `reservations`: lease reservations and reaping by the leader's judgment (P6.6, P6.7).
 //! - `schemas`: the conversions between state schemas and the cluster version (P14.1, P14.3).
 
 mod drain;
@@ -16,6 +17,7 @@ mod group_registration;
 mod operator;
 mod placement;
 mod planner;
+mod reservations;
 mod rollout;
 mod rules;
 mod schemas;

@@ -1,22 +1,23 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
 //! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`), schema 5
-//! (`lease::v5`), schema 6 (`lease::v6`), schema 7 (`lease::v7`) and this build's types, the gate in front of proposals, and a property test that
-//! a state migrated at any point behaves exactly as the state it came from.
+//! (`lease::v5`), schema 6 (`lease::v6`), schema 7 (`lease::v7`), schema 8 (`lease::v8`) and this
+//! build's types, the gate in front of proposals, and a property test that a state migrated at
+//! any point behaves exactly as the state it came from.
 
 use proptest::prelude::*;
 
 use super::super::schema::{
     check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
-    FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, NEWEST_SCHEMA,
-    OPERATOR_CONTROLS_SCHEMA,
+    FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
+    NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
 use super::super::{
     chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, Renewal,
     DEFAULT_CAPACITY,
 };
 use super::encoding::{
-    busy_state, every_command, labelled_state, operated_state, GROUP_REGISTRATION_COMMANDS,
-    LABELS_COMMANDS, OPERATOR_COMMANDS,
+    busy_state, every_command, labelled_state, operated_state, reserved_state,
+    GROUP_REGISTRATION_COMMANDS, LABELS_COMMANDS, LEASE_RESERVATION_COMMANDS, OPERATOR_COMMANDS,
 };
 use super::{Harness, LEASE_MS};
 
@@ -101,9 +102,13 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        5 + OPERATOR_COMMANDS + LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
+        5 + OPERATOR_COMMANDS
+            + LABELS_COMMANDS
+            + GROUP_REGISTRATION_COMMANDS
+            + LEASE_RESERVATION_COMMANDS,
         "a capacity, a raise to 4, an application version, a raise to 5, the operator's \
-         commands, a raise to 6, labels, a raise to 7, registrations in one entry and a raise to 8"
+         commands, a raise to 6, labels, a raise to 7, registrations in one entry, a raise to 8, \
+         lease reservations, reaps by the leader's judgment and a raise to 9"
     );
 }
 
@@ -134,9 +139,13 @@ fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        3 + OPERATOR_COMMANDS + LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
+        3 + OPERATOR_COMMANDS
+            + LABELS_COMMANDS
+            + GROUP_REGISTRATION_COMMANDS
+            + LEASE_RESERVATION_COMMANDS,
         "an application version, a raise to 5, the operator's commands, a raise to 6, labels, a \
-         raise to 7, registrations in one entry and a raise to 8"
+         raise to 7, registrations in one entry, a raise to 8, lease reservations, reaps by the \
+         leader's judgment and a raise to 9"
     );
 }
 
@@ -167,9 +176,12 @@ fn p14_1_p17_4_every_schema_5_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        1 + OPERATOR_COMMANDS + LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
-        "the operator's commands, a raise to 6, labels, a raise to 7, registrations in one entry \
-         and a raise to 8"
+        1 + OPERATOR_COMMANDS
+            + LABELS_COMMANDS
+            + GROUP_REGISTRATION_COMMANDS
+            + LEASE_RESERVATION_COMMANDS,
+        "the operator's commands, a raise to 6, labels, a raise to 7, registrations in one entry, \
+         a raise to 8, lease reservations, reaps by the leader's judgment and a raise to 9"
     );
 }
 
@@ -201,14 +213,15 @@ fn p14_1_p18_3_every_schema_6_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS,
-        "labels, a raise to 7, registrations in one entry and a raise to 8"
+        LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS + LEASE_RESERVATION_COMMANDS,
+        "labels, a raise to 7, registrations in one entry, a raise to 8, lease reservations, \
+         reaps by the leader's judgment and a raise to 9"
     );
 }
 
 /// P14.1: every command schema 7 can express converts to it and back unchanged (labels
-/// included), and only those that need schema 8 (registrations in one entry, a raise to 8) are
-/// refused.
+/// included), and only those that need schema 8 (registrations in one entry, a raise to 8) or
+/// later are refused.
 #[test]
 fn p14_1_every_schema_7_command_converts_up_and_back_unchanged() {
     let mut refused = 0;
@@ -225,18 +238,181 @@ fn p14_1_every_schema_7_command_converts_up_and_back_unchanged() {
             }
             Err(_) => {
                 refused += 1;
-                assert_eq!(
-                    command.required_schema(),
-                    GROUP_REGISTRATION_SCHEMA,
-                    "only commands of schema 8 are refused by schema 7: {command:?}"
+                assert!(
+                    command.required_schema() >= GROUP_REGISTRATION_SCHEMA,
+                    "only commands of schema 8 or later are refused by schema 7: {command:?}"
                 );
             }
         }
     }
     assert_eq!(
-        refused, GROUP_REGISTRATION_COMMANDS,
-        "registrations in one entry and a raise to 8"
+        refused,
+        GROUP_REGISTRATION_COMMANDS + LEASE_RESERVATION_COMMANDS,
+        "registrations in one entry, a raise to 8, lease reservations, reaps by the leader's \
+         judgment and a raise to 9"
     );
+}
+
+/// P14.1: every command schema 8 can express converts to it and back unchanged (registrations
+/// in one entry included), and only those that need schema 9 (lease reservations, reaps by the
+/// leader's judgment, a raise to 9) are refused.
+#[test]
+fn p14_1_every_schema_8_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v8(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v8(old),
+                    command,
+                    "schema 8 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= GROUP_REGISTRATION_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    LEASE_RESERVATION_SCHEMA,
+                    "only commands of schema 9 are refused by schema 8: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        refused, LEASE_RESERVATION_COMMANDS,
+        "lease reservations, reaps by the leader's judgment and a raise to 9"
+    );
+}
+
+/// P6.6, P6.7 through P14.3 and P14.1: a lease reservation and a reap by the leader's judgment
+/// are schema 9, refused by every older schema's types with the same reason, naming schema 9, and
+/// proposed only once the cluster version is 9; a state holding a reservation is not expressible
+/// in schema 8 whatever its cluster version says, and without one, lowered to 8, reads back from
+/// schema 8's types unchanged (numbers a batch minted past its entry's index included).
+#[test]
+fn p6_6_p6_7_reservations_need_schema_9_everywhere() {
+    let newest: Vec<Command> = every_command()
+        .into_iter()
+        .filter(|command| {
+            matches!(
+                command,
+                Command::ReserveLeases { .. } | Command::ReapLapsed { .. }
+            )
+        })
+        .collect();
+    assert_eq!(
+        newest.len(),
+        LEASE_RESERVATION_COMMANDS - 1,
+        "all but the raise"
+    );
+    let schema_9 = format!("schema {LEASE_RESERVATION_SCHEMA}");
+    for command in newest {
+        assert_eq!(
+            command.required_schema(),
+            LEASE_RESERVATION_SCHEMA,
+            "{command:?}"
+        );
+        let refused = chain::command_to_v8(&command).unwrap_err();
+        let names = if matches!(command, Command::ReserveLeases { .. }) {
+            "reservation"
+        } else {
+            "judgment"
+        };
+        assert!(
+            refused.0.contains(names) && refused.0.contains(&schema_9),
+            "{refused}"
+        );
+        assert_eq!(chain::command_to_v7(&command), Err(refused));
+        assert_eq!(chain::command_to_v5(&command), Err(refused));
+        assert_eq!(chain::command_to_v2(&command), Err(refused));
+        for below in [
+            FIRST_RELEASE_SCHEMA,
+            LABELS_SCHEMA,
+            GROUP_REGISTRATION_SCHEMA,
+        ] {
+            let refused = check_proposable(&command, below).unwrap_err();
+            assert_eq!(
+                (refused.needed, refused.cluster_version),
+                (LEASE_RESERVATION_SCHEMA, below),
+                "{command:?}"
+            );
+        }
+        assert!(check_proposable(&command, LEASE_RESERVATION_SCHEMA).is_ok());
+    }
+
+    let state = reserved_state();
+    assert_eq!(state.required_schema(), LEASE_RESERVATION_SCHEMA);
+    assert!(chain::state_to_v8(&state)
+        .unwrap_err()
+        .0
+        .contains("above 8"));
+    let mut lowered = state.clone();
+    lowered.cluster_version = GROUP_REGISTRATION_SCHEMA;
+    let refused = chain::state_to_v8(&lowered).unwrap_err();
+    assert!(
+        refused.0.contains("reservation") && refused.0.contains("schema 8"),
+        "{refused}"
+    );
+    assert_eq!(chain::state_to_v7(&lowered), Err(refused));
+
+    let reserved: Vec<String> = lowered
+        .executors()
+        .filter(|e| e.lease_reserved_until_ms != 0)
+        .map(|e| e.id.clone())
+        .collect();
+    for id in reserved {
+        if let Some(executor) = lowered.executors.get_mut(&id) {
+            executor.lease_reserved_until_ms = 0;
+        }
+    }
+    assert_ne!(lowered.next_executor_number, 0);
+    let old = chain::state_to_v8(&lowered).expect("expressible in schema 8");
+    assert_eq!(chain::state_from_v8(bincode_round_trip(&old)), lowered);
+    assert!(
+        chain::state_to_v7(&lowered).is_err(),
+        "numbers minted past an entry's index"
+    );
+}
+
+/// P14.1, P6.6: a state of schema 8 migrated to this build has no lease reserved, and a
+/// reservation applies to it once the cluster version is raised to 9.
+#[test]
+fn p14_1_p6_6_a_schema_8_state_reads_with_no_reservations() {
+    let mut schema_8 = reserved_state();
+    schema_8.cluster_version = GROUP_REGISTRATION_SCHEMA;
+    let ids: Vec<String> = schema_8.executors().map(|e| e.id.clone()).collect();
+    for id in &ids {
+        if let Some(executor) = schema_8.executors.get_mut(id) {
+            executor.lease_reserved_until_ms = 0;
+        }
+    }
+    let read = chain::state_from_v8(bincode_round_trip(
+        &chain::state_to_v8(&schema_8).expect("expressible in schema 8"),
+    ));
+    assert!(read.executors().all(|e| e.lease_reserved_until_ms == 0));
+    let mut harness = Harness {
+        state: read,
+        next_index: 10_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 5_000,
+        cluster_version: LEASE_RESERVATION_SCHEMA,
+    });
+    let outcome = harness.apply(Command::ReserveLeases {
+        now_ms: 5_000,
+        executor_ids: ids.clone(),
+    });
+    let Outcome::LeasesReserved { reserved, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(reserved, ids);
+    assert!(harness
+        .state
+        .executors()
+        .all(|e| e.lease_reserved_until_ms > 5_000));
+    assert!(chain::state_to_v8(&harness.state).is_err());
 }
 
 /// P18.3 through P14.3 and P14.1: a registration with labels is schema 7, refused by every
@@ -514,6 +690,12 @@ fn a_raise_needs_the_schema_it_raises_to() {
     );
     assert!(chain::command_to_v5(&raise(APP_VERSION_SCHEMA)).is_ok());
     assert!(chain::command_to_v5(&raise(OPERATOR_CONTROLS_SCHEMA)).is_err());
+    assert_eq!(
+        raise(LEASE_RESERVATION_SCHEMA).required_schema(),
+        LEASE_RESERVATION_SCHEMA
+    );
+    assert!(chain::command_to_v8(&raise(GROUP_REGISTRATION_SCHEMA)).is_ok());
+    assert!(chain::command_to_v8(&raise(LEASE_RESERVATION_SCHEMA)).is_err());
 }
 
 /// A `Register` for `incarnation` stating `app_version`, with `capacity`.

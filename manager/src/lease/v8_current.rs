@@ -1,18 +1,18 @@
-//! The newest conversion in the chain of schemas: schema 7 (`super::v7`, frozen) and this build's
-//! types (schema 8), up (`From`, always) and down (`TryFrom`, when schema 7 can express the
-//! value). Older schemas reach this build through schema 7 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 8 (`super::v8`, frozen) and this build's
+//! types (schema 9), up (`From`, always) and down (`TryFrom`, when schema 8 can express the
+//! value). Older schemas reach this build through schema 8 (`crate::lease::chain` chains them).
 //!
-//! When a schema 9 changes this build's types, schema 8's are frozen in a `v8` module and these
-//! conversions move there, between schemas 7 and 8; this file then converts between schema 8 and
+//! When a schema 10 changes this build's types, schema 9's are frozen in a `v9` module and these
+//! conversions move there, between schemas 8 and 9; this file then converts between schema 9 and
 //! the new types. Nothing else changes: a frozen module never mentions a newer schema.
 
-use super::schema::{NotExpressible, LABELS_SCHEMA};
-use super::v7::{
+use super::schema::{NotExpressible, GROUP_REGISTRATION_SCHEMA};
+use super::v8::{
     AuditRecord, ClusterConfig, Command, Executor, Handoff, LeaseState, MembershipChange, Move,
-    OperatorAction, Renewal, Shard, Tombstone, TombstoneReason,
+    OperatorAction, Registration, Renewal, Shard, Tombstone, TombstoneReason,
 };
 
-// ---- Schema 7 → this build ----
+// ---- Schema 8 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -117,6 +117,27 @@ impl From<Command> for super::Command {
                 actor,
                 action: action.into(),
             },
+            Command::RegisterMany {
+                now_ms,
+                registrations,
+            } => Now::RegisterMany {
+                now_ms,
+                registrations: registrations.into_iter().map(Into::into).collect(),
+            },
+        }
+    }
+}
+
+impl From<Registration> for super::Registration {
+    fn from(r: Registration) -> Self {
+        Self {
+            incarnation: r.incarnation,
+            address: r.address,
+            name: r.name,
+            credential_sha256: r.credential_sha256,
+            capacity: r.capacity,
+            app_version: r.app_version,
+            labels: r.labels,
         }
     }
 }
@@ -196,6 +217,8 @@ impl From<LeaseState> for super::LeaseState {
                         address: e.address,
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        // Schema 8 reserved no lease time ahead of its grants (P6.6).
+                        lease_reserved_until_ms: 0,
                         registered_revision: e.registered_revision,
                         owned_shards: e.owned_shards.into_iter().collect(),
                         draining: e.draining,
@@ -227,8 +250,7 @@ impl From<LeaseState> for super::LeaseState {
                     action: record.action.into(),
                 })
                 .collect(),
-            // Schema 7 minted every executor id from its entry's index.
-            next_executor_number: 0,
+            next_executor_number: state.next_executor_number,
             releasing: Default::default(),
             by_incarnation: Default::default(),
         };
@@ -295,7 +317,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 7, when schema 7 can express it ----
+// ---- This build → schema 8, when schema 8 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -338,9 +360,21 @@ impl TryFrom<&super::Command> for Command {
                 app_version,
                 labels,
             },
-            Now::RegisterMany { .. } => {
+            Now::RegisterMany {
+                now_ms,
+                registrations,
+            } => Command::RegisterMany {
+                now_ms,
+                registrations: registrations.iter().map(Into::into).collect(),
+            },
+            Now::ReserveLeases { .. } => {
                 return Err(NotExpressible(
-                    "registrations in one entry first appear in schema 8",
+                    "lease reservations first appear in schema 9",
+                ))
+            }
+            Now::ReapLapsed { .. } => {
+                return Err(NotExpressible(
+                    "reaping by the leader's judgment first appears in schema 9",
                 ))
             }
             Now::Renew { now_ms, renewals } => Command::Renew {
@@ -400,12 +434,12 @@ impl TryFrom<&super::Command> for Command {
                 actor,
                 action: (&action).into(),
             },
-            // A raise past schema 7 is for replicas of that schema only (see `required_schema`).
+            // A raise past schema 8 is for replicas of that schema only (see `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > LABELS_SCHEMA => {
+            } if cluster_version > GROUP_REGISTRATION_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 7 is not expressible in schema 7",
+                    "a raise of the cluster version above 8 is not expressible in schema 8",
                 ))
             }
             Now::SetClusterVersion {
@@ -423,15 +457,18 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > LABELS_SCHEMA {
+        if state.cluster_version > GROUP_REGISTRATION_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 7 is not expressible in schema 7",
+                "a cluster version above 8 is not expressible in schema 8",
             ));
         }
-        if state.next_executor_number != 0 {
+        if state
+            .executors
+            .values()
+            .any(|e| e.lease_reserved_until_ms != 0)
+        {
             return Err(NotExpressible(
-                "executor ids minted past their entry's index (registrations in one entry) are \
-                 not expressible in schema 7",
+                "an executor's lease reservation is not expressible in schema 8",
             ));
         }
         Ok(LeaseState {
@@ -484,7 +521,22 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                     action: (&record.action).into(),
                 })
                 .collect(),
+            next_executor_number: state.next_executor_number,
         })
+    }
+}
+
+impl From<&super::Registration> for Registration {
+    fn from(r: &super::Registration) -> Self {
+        Self {
+            incarnation: r.incarnation.clone(),
+            address: r.address.clone(),
+            name: r.name.clone(),
+            credential_sha256: r.credential_sha256,
+            capacity: r.capacity,
+            app_version: r.app_version.clone(),
+            labels: r.labels.clone(),
+        }
     }
 }
 
