@@ -99,6 +99,12 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_MASS_EXPIRY_GRACE", default_value = "60s", value_parser = humantime::parse_duration)]
     pub mass_expiry_grace: Duration,
 
+    /// From cluster version 9 the leader answers a renewal that changes nothing but the lease from
+    /// its memory, once a quorum confirmed its leadership after the renewal arrived (PROTOCOL
+    /// P6.5 to P6.7), rather than through a Raft entry; `=false` sends every renewal through the log.
+    #[arg(long, env = "LEASEHOLD_RENEWALS_FROM_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub renewals_from_memory: bool,
+
     /// Place shards by the loads executors report (PROTOCOL §15); `=false` spreads shard counts
     /// in proportion to capacity only.
     #[arg(long, env = "LEASEHOLD_LOAD_PLACEMENT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -242,6 +248,8 @@ pub struct ManagerConfig {
     pub timings: RaftTimings,
     pub snapshots: SnapshotSettings,
     pub guard: GuardConfig,
+    /// `--renewals-from-memory` (P6.5 to P6.7).
+    pub renewals_from_memory: bool,
     /// Placement by load (`--load-placement`, `--balance-tolerance`, `--max-balance-moves`).
     pub placement: PlacementSettings,
     /// `--prepare-timeout` (P17.1).
@@ -432,6 +440,7 @@ impl TryFrom<Args> for ManagerConfig {
                 grace_ms: args.mass_expiry_grace.as_millis() as u64,
             },
             prepare_timeout: args.prepare_timeout,
+            renewals_from_memory: args.renewals_from_memory,
             placement: PlacementSettings {
                 by_load: args.load_placement,
                 tolerance: args.balance_tolerance,

@@ -91,6 +91,30 @@ pub const METRICS: &[MetricSpec] = &[
         at_start: AtStart::Zero,
     },
     MetricSpec {
+        name: "leasehold_renewals_through_log_total",
+        kind: MetricKind::Counter,
+        help: "Renewals that went through the Raft log although answering from memory was on, by why (leader, PROTOCOL P6.5).",
+        labels: &[(
+            "reason",
+            &["unconfirmed", "unknown", "claims", "releasing", "longer_lease", "unreserved", "lapsed", "not_enabled"],
+        )],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_renewals_from_memory_total",
+        kind: MetricKind::Counter,
+        help: "Renewals the leader answered from its memory after a confirmation round (PROTOCOL P6.5).",
+        labels: &[],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_confirmation_rounds_total",
+        kind: MetricKind::Counter,
+        help: "Leadership confirmation rounds (a heartbeat to every voter) the leader ran for renewals waiting to be answered from memory, by result (PROTOCOL P6.5).",
+        labels: &[("result", &["confirmed", "not_confirmed"])],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
         name: "leasehold_renewal_batch_size",
         kind: MetricKind::Histogram,
         help: "Renewals carried by one Renew Raft entry (leader).",
@@ -370,14 +394,24 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
     Ok(builder)
 }
 
-/// Sets the gauges that describe this replica's applied state, leases judged at `now_ms`.
-pub fn record_state_gauges(state: &LeaseStateHandle, now_ms: u64) {
+/// Sets the gauges that describe this replica's applied state, leases judged at `now_ms`: on
+/// the leader with what it told from memory (`told_from_memory`, P6.7), on a follower by the
+/// longest each lease may run (P6.6).
+pub fn record_state_gauges(
+    state: &LeaseStateHandle,
+    now_ms: u64,
+    told_from_memory: Option<&crate::leader::core::ToldFromMemory>,
+) {
     state.read(|applied| {
         let state = &applied.state;
         let (mut executors, mut lapsed) = (0u64, 0u64);
         for executor in state.executors() {
             executors += 1;
-            if executor.lease_remaining_ms(now_ms) == 0 {
+            let lease_ends_ms = match told_from_memory {
+                Some(told) => executor.judged_expiry_ms(told.get(&executor.id).copied()),
+                None => executor.lease_bound_ms(),
+            };
+            if lease_ends_ms <= now_ms {
                 lapsed += 1;
             }
         }

@@ -21,6 +21,7 @@ use crate::raft::failover::LeaderContact;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
 use crate::registrations::RegistrationQueue;
+use crate::renewals::from_memory::MemoryRenewals;
 use crate::renewals::RenewalQueue;
 use crate::signals::LeaderSignals;
 
@@ -53,6 +54,8 @@ pub struct ManagerNode {
     pub signals: Arc<LeaderSignals>,
     /// Renewals waiting to be group-committed (see `renewals`).
     pub renewals: RenewalQueue,
+    /// Renewals answered from the leader's memory (P6.5 to P6.7), and what they told.
+    pub memory_renewals: MemoryRenewals,
     /// Registrations waiting to be group-committed (see `registrations`), from cluster version
     /// 8 on.
     pub registrations: RegistrationQueue,
@@ -96,6 +99,7 @@ pub struct NodeParts {
     pub settings: ClusterSettings,
     pub metrics: Option<PrometheusHandle>,
     pub renewals: RenewalQueue,
+    pub memory_renewals: MemoryRenewals,
     pub registrations: RegistrationQueue,
     /// The last log index and the vote the log store held at start-up (the read barrier's
     /// floor, [`Leadership::linearizable_read`]).
@@ -138,6 +142,7 @@ impl ManagerNode {
             settings: parts.settings,
             metrics: parts.metrics,
             renewals: parts.renewals,
+            memory_renewals: parts.memory_renewals,
             registrations: parts.registrations,
             load_reports: LoadReports::default(),
             published_loads: PublishedLoads::default(),

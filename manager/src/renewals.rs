@@ -1,9 +1,12 @@
-//! Group commit of renewals: every renewal that arrives while the previous batch is being
-//! committed goes into the next single `Renew` entry, held open a few milliseconds more for a
-//! fleet ([`window`]). No renewal is answered before the entry carrying it is committed and
-//! applied.
+//! Renewals: answered from the leader's memory after a confirmation round where the protocol
+//! allows it (from cluster version 9, [`from_memory`], PROTOCOL P6.5 to P6.7), otherwise group
+//! committed: every renewal that arrives while the previous batch is being committed goes into
+//! the next single `Renew` entry, held open a few milliseconds more for a fleet ([`window`]). No
+//! renewal through the log is answered before the entry carrying it is committed and applied.
 
 pub mod confirmation;
+pub mod from_memory;
+pub mod memory;
 mod window;
 
 use std::sync::Arc;

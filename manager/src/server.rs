@@ -191,6 +191,8 @@ async fn open_node(
     .map_err(|e| ServerError::Raft(e.to_string()))?;
 
     let (renewal_queue, pending_renewals) = renewals::queue();
+    let (memory_renewals, confirmation_rounds) =
+        renewals::from_memory::memory_renewals(config.renewals_from_memory);
     let (registration_queue, pending_registrations) = registrations::queue();
     let disk_space = DiskSpace::new(config.min_free_disk_bytes);
     let node = Arc::new(ManagerNode::new(NodeParts {
@@ -210,6 +212,7 @@ async fn open_node(
         },
         metrics,
         renewals: renewal_queue,
+        memory_renewals,
         registrations: registration_queue,
         log_at_start,
         disk_space: disk_space.clone(),
@@ -219,6 +222,7 @@ async fn open_node(
         node,
         Pending {
             renewals: pending_renewals,
+            confirmation_rounds,
             registrations: pending_registrations,
         },
         disk_space,
@@ -268,6 +272,17 @@ fn spawn_tasks(
         pending.renewals,
         tasks_stopped.clone(),
     ));
+    tokio::spawn(renewals::from_memory::run_rounds(
+        node.leadership.clone(),
+        pending.confirmation_rounds,
+        tasks_stopped.clone(),
+    ));
+    tokio::spawn(renewals::from_memory::run_reservations(
+        node.leadership.proposer.clone(),
+        node.leadership.clock.clone(),
+        node.memory_renewals.clone(),
+        tasks_stopped.clone(),
+    ));
     tokio::spawn(registrations::run_batcher(
         node.leadership.proposer.clone(),
         node.leadership.clock.clone(),
@@ -279,6 +294,7 @@ fn spawn_tasks(
 /// The writes the handlers queue for the batchers to group-commit.
 struct Pending {
     renewals: mpsc::Receiver<renewals::PendingRenewal>,
+    confirmation_rounds: renewals::from_memory::RoundRequests,
     registrations: mpsc::Receiver<registrations::PendingRegistration>,
 }
 

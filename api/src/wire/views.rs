@@ -21,7 +21,9 @@ pub struct ExecutorView {
     pub name: Option<String>,
     pub address: String,
     /// Time left on the lease by the answering manager's clock (P3.1: time remaining, never an
-    /// absolute time). Zero once lapsed.
+    /// absolute time). Zero once lapsed. The leader answers with the lease as it judges it
+    /// (P6.7); a follower, which does not see renewals answered from the leader's memory (P6.8),
+    /// with the longest it may run (its told expiry or its reservation, P6.6).
     pub lease_remaining_ms: u64,
     /// The log index at which it registered.
     pub registered_revision: u64,

@@ -198,7 +198,14 @@ pub async fn renew(
     }
     let started = std::time::Instant::now();
     let renewal = Renewal::from_claims(executor_id.clone(), &claims, request.revision);
-    let result = renewals::renew(&node.renewals, renewal).await;
+    let result = match node
+        .memory_renewals
+        .try_answer(&node.leadership, &node.state, &renewal)
+        .await
+    {
+        Some(answered) => Ok(answered),
+        None => renewals::renew(&node.renewals, renewal).await,
+    };
     let counted = match &result {
         Ok(RenewResult::Renewed { .. }) => "renewed",
         Ok(RenewResult::UnknownExecutor { .. }) => "unknown_executor",

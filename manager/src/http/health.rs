@@ -172,7 +172,12 @@ fn disk_space_check(space: &crate::disk_space::DiskSpace) -> ReadinessCheck {
 pub async fn metrics(State(node): State<AppState>) -> Response {
     match &node.metrics {
         Some(handle) => {
-            crate::metrics::record_state_gauges(&node.state, node.leadership.clock.now_ms());
+            let told_from_memory = node.memory_renewals.told_if_leading(&node.leadership);
+            crate::metrics::record_state_gauges(
+                &node.state,
+                node.leadership.clock.now_ms(),
+                told_from_memory.as_ref(),
+            );
             leasehold_api::process::record_process_metrics();
             (
                 StatusCode::OK,

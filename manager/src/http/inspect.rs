@@ -17,6 +17,7 @@ use serde::Deserialize;
 use super::params::{ExecutorIdPath, ReadQuery};
 use super::{ApiQuery, AppState, HttpError};
 
+use crate::leader::core::ToldFromMemory;
 use crate::lease::{Executor, LeaseState, Shard};
 use crate::load_reports::LoadPicture;
 use crate::routing::route;
@@ -24,24 +25,43 @@ use crate::routing::route;
 /// Longest routing key accepted in a query string.
 const MAX_KEY_BYTES: usize = 1024;
 
-/// What the leader knows of loads, if this node is leading (PROTOCOL §15).
-fn loads_known(node: &AppState) -> Option<Arc<LoadPicture>> {
-    node.published_loads.latest()
+/// What only the leader knows, if this node is leading: the loads (PROTOCOL §15) and the leases
+/// it told from memory (P6.8), which the log does not carry.
+#[derive(Debug, Default)]
+pub(super) struct LeaderKnows {
+    pub(super) loads: Option<Arc<LoadPicture>>,
+    /// `None` off the leader.
+    pub(super) told_from_memory: Option<ToldFromMemory>,
+}
+
+pub(super) fn leader_knows(node: &AppState) -> LeaderKnows {
+    LeaderKnows {
+        loads: node.published_loads.latest(),
+        told_from_memory: node.memory_renewals.told_if_leading(&node.leadership),
+    }
 }
 
 fn executor_view(
     state: &LeaseState,
     executor: &Executor,
     now_ms: u64,
-    loads: Option<&LoadPicture>,
+    known: &LeaderKnows,
 ) -> ExecutorView {
+    let loads = known.loads.as_deref();
     let load = loads.and_then(|picture| picture.summary.executors.get(&executor.id));
+    // The leader judges the lease by what it told (P6.7). A follower does not see the renewals
+    // the leader answered from memory, so it shows how long the lease may run at most: its told
+    // expiry or its reservation (P6.6).
+    let lease_ends_ms = match &known.told_from_memory {
+        Some(told) => executor.judged_expiry_ms(told.get(&executor.id).copied()),
+        None => executor.lease_bound_ms(),
+    };
     ExecutorView {
         executor_id: executor.id.clone(),
         incarnation: executor.incarnation.clone(),
         name: executor.name.clone(),
         address: executor.address.clone(),
-        lease_remaining_ms: executor.lease_remaining_ms(now_ms),
+        lease_remaining_ms: lease_ends_ms.saturating_sub(now_ms),
         registered_revision: executor.registered_revision,
         shards: state
             .delivered_set(&executor.id)
@@ -84,29 +104,26 @@ pub(super) fn shard_view(
 /// `executor_id` as this replica's applied state has it now, if registered.
 pub(super) fn current_executor_view(node: &AppState, executor_id: &str) -> Option<ExecutorView> {
     let now_ms = node.leadership.clock.now_ms();
-    let loads = loads_known(node);
+    let known = leader_knows(node);
     node.state.read(|applied| {
         let state = &applied.state;
         state
             .executor(executor_id)
-            .map(|executor| executor_view(state, executor, now_ms, loads.as_deref()))
+            .map(|executor| executor_view(state, executor, now_ms, &known))
     })
 }
 
 /// The whole state as `GET /v1/state` shows it, lease times on this node's clock at `now_ms`,
-/// loads as the leader knows them (`None` off the leader).
-pub(super) fn state_view(
-    state: &LeaseState,
-    now_ms: u64,
-    loads: Option<&LoadPicture>,
-) -> StateView {
+/// loads and leases as the leader knows them (nothing more off the leader).
+pub(super) fn state_view(state: &LeaseState, now_ms: u64, known: &LeaderKnows) -> StateView {
+    let loads = known.loads.as_deref();
     StateView {
         revision: state.revision(),
         shard_count: state.config().map_or(0, |c| c.shard_count),
         lease_duration_ms: state.config().map_or(0, |c| c.lease_duration_ms),
         executors: state
             .executors()
-            .map(|e| executor_view(state, e, now_ms, loads))
+            .map(|e| executor_view(state, e, now_ms, known))
             .collect(),
         shards: state
             .shards()
@@ -127,8 +144,8 @@ pub async fn state(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<StateView> {
     let now_ms = node.leadership.clock.now_ms();
-    let loads = loads_known(&node);
-    Json(state_view(&node.state.current(), now_ms, loads.as_deref()))
+    let known = leader_knows(&node);
+    Json(state_view(&node.state.current(), now_ms, &known))
 }
 
 /// Every registered executor.
@@ -146,12 +163,12 @@ pub async fn executors(
 /// Every registered executor, lease times on this node's clock.
 pub(super) fn all_executor_views(node: &AppState) -> Vec<ExecutorView> {
     let now_ms = node.leadership.clock.now_ms();
-    let loads = loads_known(node);
+    let known = leader_knows(node);
     node.state.read(|applied| {
         let state = &applied.state;
         state
             .executors()
-            .map(|e| executor_view(state, e, now_ms, loads.as_deref()))
+            .map(|e| executor_view(state, e, now_ms, &known))
             .collect()
     })
 }
@@ -190,7 +207,7 @@ pub async fn shards(
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<Vec<ShardView>> {
     let now_ms = node.leadership.clock.now_ms();
-    let loads = loads_known(&node);
+    let loads = node.published_loads.latest();
     let current = node.state.current();
     Json(
         current

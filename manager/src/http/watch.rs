@@ -242,9 +242,9 @@ pub async fn watch(
             let answer = match query.view {
                 WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of(&state)),
                 WatchView::State => {
-                    let loads = node.published_loads.latest();
+                    let known = super::inspect::leader_knows(&node);
                     WatchAnswer::State(WatchReply {
-                        state: state_view(&state, node.leadership.clock.now_ms(), loads.as_deref()),
+                        state: state_view(&state, node.leadership.clock.now_ms(), &known),
                         departed: departed_since(&state, query.revision),
                     })
                 }

@@ -17,10 +17,43 @@
 //!   window where live executors must have renewed, while it tracks two or more executors. An
 //!   episode lasts until no executor is overdue or the grace runs out (then the overdue are
 //!   reaped). One executor dying while others renew is reaped after one lease, not the grace.
+//! - P6.7: a lease is judged by the later of the expiry the log recorded and the copies this term
+//!   told from memory ([`judged_lapsed`]); a reservation (P6.6) does not hold it. When a
+//!   reservation still would, the reap is a `ReapLapsed` carrying the judged expiries.
+
+use std::collections::BTreeMap;
 
 use crate::lease::{
-    plan_placement, Command, ExecutorId, LeaseState, PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
+    lapsed, plan_placement, Command, ExecutorId, LapsedLease, LeaseState, PlacementInputs, Plan,
+    MAX_MOVES_PER_PLAN,
 };
+
+/// What this term told each executor from memory: the latest end of its copies (P6.7).
+pub type ToldFromMemory = BTreeMap<ExecutorId, u64>;
+
+/// The executors whose lease this leader judges lapsed at `now_ms` (P6.7), ascending, with their
+/// judged expiries: the later of the expiry the log recorded and the copies this term told from
+/// memory. A reservation (P6.6) does not hold an executor here: only copies told count, and a
+/// leader judges only after its grace since taking office (P6.1), by when every copy an earlier
+/// term told has ended. Without reservations (below cluster version 9) these are exactly the
+/// executors `LeaseState::overdue_executors` lists.
+pub fn judged_lapsed(
+    state: &LeaseState,
+    told_from_memory: &ToldFromMemory,
+    now_ms: u64,
+) -> Vec<LapsedLease> {
+    state
+        .executors()
+        .filter_map(|executor| {
+            let judged_expiry_ms =
+                executor.judged_expiry_ms(told_from_memory.get(&executor.id).copied());
+            lapsed(judged_expiry_ms, now_ms).then(|| LapsedLease {
+                executor_id: executor.id.clone(),
+                judged_expiry_ms,
+            })
+        })
+        .collect()
+}
 
 /// The mass-expiry guard's settings (`--mass-expiry-guard`, `--mass-expiry-grace`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +107,8 @@ pub enum GuardEvent {
 pub struct StepDecision {
     /// Executors to reap, as its own write before anything else (P3.8).
     pub reap: Vec<ExecutorId>,
+    /// The judged expiry of each executor in `reap` (P6.7).
+    pub judged_expiry_ms: BTreeMap<ExecutorId, u64>,
     /// Whether handoffs whose old grant expired may be completed (not before P6.1's grace).
     pub complete_expired_handoffs: bool,
     pub deferral: Option<Deferral>,
@@ -140,13 +175,30 @@ impl LeaderCore {
         }
     }
 
-    /// One step at `now_ms`. `last_renewal_applied_ms` is when this leader last applied a renewal
-    /// from any executor (None: none since it took office).
+    /// One step at `now_ms`, with nothing told from memory (see [`Self::step_judging`]).
     pub fn step(
         &mut self,
         now_ms: u64,
         state: &LeaseState,
         last_renewal_applied_ms: Option<u64>,
+    ) -> StepDecision {
+        self.step_judging(
+            now_ms,
+            state,
+            last_renewal_applied_ms,
+            &ToldFromMemory::new(),
+        )
+    }
+
+    /// One step at `now_ms`. `last_renewal_applied_ms` is when this leader last applied or
+    /// answered a renewal from any executor (None: none since it took office);
+    /// `told_from_memory` what this term told from memory, read together with `now_ms` (P6.7).
+    pub fn step_judging(
+        &mut self,
+        now_ms: u64,
+        state: &LeaseState,
+        last_renewal_applied_ms: Option<u64>,
+        told_from_memory: &ToldFromMemory,
     ) -> StepDecision {
         let Some(config) = state.config() else {
             self.last_step_ms = Some(now_ms);
@@ -169,7 +221,16 @@ impl LeaderCore {
         }
         decision.complete_expired_handoffs = true;
 
-        let overdue = state.overdue_executors(now_ms);
+        let judged = judged_lapsed(state, told_from_memory, now_ms);
+        let newest_overdue_ms = judged.iter().map(|lease| lease.judged_expiry_ms).max();
+        let overdue: Vec<ExecutorId> = judged
+            .iter()
+            .map(|lease| lease.executor_id.clone())
+            .collect();
+        decision.judged_expiry_ms = judged
+            .into_iter()
+            .map(|lease| (lease.executor_id, lease.judged_expiry_ms))
+            .collect();
         if overdue.is_empty() {
             if self.episode.take().is_some() {
                 decision.events.push(GuardEvent::EpisodeEnded);
@@ -200,7 +261,13 @@ impl LeaderCore {
 
         let reason = match late_by_ms {
             Some(late_by_ms) => Some(GuardReason::LateStep { late_by_ms }),
-            None => self.no_renewals(now_ms, state, &overdue, tick, last_renewal_applied_ms),
+            None => self.no_renewals(
+                now_ms,
+                state,
+                newest_overdue_ms,
+                tick,
+                last_renewal_applied_ms,
+            ),
         };
         match reason {
             Some(reason) => {
@@ -229,18 +296,14 @@ impl LeaderCore {
         &self,
         now_ms: u64,
         state: &LeaseState,
-        overdue: &[ExecutorId],
+        newest_overdue_ms: Option<u64>,
         tick: u64,
         last_renewal_applied_ms: Option<u64>,
     ) -> Option<GuardReason> {
         if state.executors().count() < 2 {
             return None;
         }
-        let newest_overdue_ms = overdue
-            .iter()
-            .filter_map(|id| state.executor(id))
-            .map(|e| e.lease_bound_ms())
-            .max()?;
+        let newest_overdue_ms = newest_overdue_ms?;
         let window_start_ms = newest_overdue_ms
             .saturating_sub(2 * tick)
             .max(self.took_office_ms);
@@ -336,10 +399,9 @@ impl StepWrites {
                 StepWrite::Rebalance => None,
             };
             let command = match write {
-                StepWrite::Reap if !self.decision.reap.is_empty() => Some(Command::Reap {
-                    now_ms,
-                    executor_ids: self.decision.reap.clone(),
-                }),
+                StepWrite::Reap if !self.decision.reap.is_empty() => {
+                    Some(self.reap_command(state, now_ms))
+                }
                 StepWrite::CompleteHandoffs
                     if self.decision.complete_expired_handoffs && state.handoffs_due(now_ms) =>
                 {
@@ -356,6 +418,38 @@ impl StepWrites {
             }
         }
         None
+    }
+
+    /// The reap this step writes: a plain `Reap` when every lease judged lapsed has lapsed in the
+    /// state too, otherwise a `ReapLapsed` with the judged expiries, which a reservation does not
+    /// hold back (P6.7; only at cluster version 9, the only one with reservations).
+    fn reap_command(&self, state: &LeaseState, now_ms: u64) -> Command {
+        let held_by_a_reservation = self.decision.reap.iter().any(|id| {
+            state
+                .executor(id)
+                .is_some_and(|executor| !executor.lease_lapsed(now_ms))
+        });
+        if !held_by_a_reservation {
+            return Command::Reap {
+                now_ms,
+                executor_ids: self.decision.reap.clone(),
+            };
+        }
+        Command::ReapLapsed {
+            now_ms,
+            leases: self
+                .decision
+                .reap
+                .iter()
+                .filter_map(|id| {
+                    let judged_expiry_ms = *self.decision.judged_expiry_ms.get(id)?;
+                    Some(LapsedLease {
+                        executor_id: id.clone(),
+                        judged_expiry_ms,
+                    })
+                })
+                .collect(),
+        }
     }
 
     /// Ends the step early: a write was not committed (the leader may be deposed).

@@ -47,6 +47,7 @@ use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::load_summary::LoadSummary;
 use crate::node::ManagerNode;
 use crate::raft::LeaseStateHandle;
+use crate::renewals::from_memory::MemoryRenewals;
 use crate::signals::LeaderSignals;
 
 /// How often the loop checks for leadership while not leading.
@@ -67,6 +68,8 @@ pub struct LeaderHandle {
     pub config_writes: ConfigWrites,
     /// `--prepare-timeout` (P17.1): how long a plan waits for receivers to prepare; zero: not.
     pub prepare_timeout: Duration,
+    /// What renewals answered from memory told, which the step judges leases by (P6.7).
+    pub memory_renewals: MemoryRenewals,
 }
 
 impl LeaderHandle {
@@ -80,6 +83,7 @@ impl LeaderHandle {
             load_reports: node.load_reports.clone(),
             published_loads: node.published_loads.clone(),
             config_writes: ConfigWrites::of(node),
+            memory_renewals: node.memory_renewals.clone(),
         }
     }
 }
@@ -248,14 +252,20 @@ async fn step(
     reports_taken: &mut u64,
     prepared: &mut Prepared,
 ) {
-    let now_ms = node.leadership.clock.now_ms();
     // Reads that scan the state take a clone, not the lock `apply` waits on. A clone is dropped
     // before anything is awaited: while one lives, every `apply` copies what it changes.
     let began = cpu_bound::run(|| {
         let state = node.state.current();
+        // The clock is read with what renewals answered from memory told (P6.7).
+        let reading = node.memory_renewals.reading(&node.leadership.clock, &state);
+        let now_ms = reading.now_ms;
+        let last_renewal_ms = node
+            .signals
+            .last_renewal_applied_ms()
+            .max(reading.last_answered_ms);
         take_reports(node, term_steps.placement_mut(), &state, reports_taken);
         let began = term_steps
-            .begin_step(now_ms, &state, node.signals.last_renewal_applied_ms())
+            .begin_step(now_ms, &state, last_renewal_ms, &reading.told_from_memory)
             .is_some();
         // What the step places by is what the views and `GET /v1/plan` show; a step already under
         // way began on older inputs, so they are made afresh for the views then.

@@ -119,12 +119,15 @@ impl TermSteps {
         now_ms: u64,
         state: &LeaseState,
         last_renewal_applied_ms: Option<u64>,
+        told_from_memory: &super::core::ToldFromMemory,
     ) -> Option<&StepWrites> {
         if self.writes.is_some() {
             self.step_again = true;
             return None;
         }
-        let decision = self.core.step(now_ms, state, last_renewal_applied_ms);
+        let decision =
+            self.core
+                .step_judging(now_ms, state, last_renewal_applied_ms, told_from_memory);
         let inputs = self.placement.inputs(state, now_ms);
         self.writes = Some(StepWrites::with_placement(
             decision,

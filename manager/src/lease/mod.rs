@@ -54,7 +54,7 @@ pub use planner::{
     MAX_MOVES_PER_PLAN,
 };
 pub use state::{
-    AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone,
+    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone,
     TombstoneReason,
 };
 

@@ -77,6 +77,13 @@ impl Executor {
         lapsed(self.lease_bound_ms(), now_ms)
     }
 
+    /// Its lease as a leader judges it (P6.7): the later of the expiry the log recorded and the
+    /// end of the copies that leader's term told it from memory, `told_from_memory_until_ms`.
+    pub fn judged_expiry_ms(&self, told_from_memory_until_ms: Option<u64>) -> u64 {
+        told_from_memory_until_ms
+            .map_or(self.lease_expiry_ms, |told| told.max(self.lease_expiry_ms))
+    }
+
     /// The latest instant any copy of its lease may end (P6.6): the expiry of its grants the log
     /// recorded, or its reservation, for copies a leader told from memory, whichever is later.
     pub fn lease_bound_ms(&self) -> u64 {

@@ -7,6 +7,8 @@ use super::*;
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Coverage {
     pub commits: u64,
+    /// Renewals the leader answered from memory after a confirmation round (P6.8).
+    pub renewals_from_memory: u64,
     /// Shards a plan marked releasing from a live owner (P5.2).
     pub handoffs_started: u64,
     /// Releasing shards a plan gave back to their owner (P5.4).
@@ -78,9 +80,10 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 38] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 39] {
         [
             ("commits", self.commits),
+            ("renewals answered from memory", self.renewals_from_memory),
             ("handoffs_started", self.handoffs_started),
             ("handoffs_cancelled", self.handoffs_cancelled),
             (
@@ -147,6 +150,7 @@ impl Coverage {
 
     pub fn add(&mut self, other: &Coverage) {
         self.commits += other.commits;
+        self.renewals_from_memory += other.renewals_from_memory;
         self.handoffs_started += other.handoffs_started;
         self.handoffs_cancelled += other.handoffs_cancelled;
         self.handoffs_completed_by_release += other.handoffs_completed_by_release;

@@ -69,11 +69,18 @@ impl World {
                         panic!("a simulated executor claimed shards the wire refuses: {error}")
                     }
                 };
+                let renewal = Renewal::from_claims(executor_id, &claims, request.revision);
+                let renewer = Renewer { slot, call, loads };
+                // P6.8: from cluster version 9 a renewal first waits for a confirmation round.
+                if self.replicas[leader.manager].cluster_version() >= LEASE_RESERVATION_SCHEMA {
+                    self.await_confirmation(renewal, renewer);
+                    return;
+                }
                 let command = Command::Renew {
                     now_ms,
-                    renewals: vec![Renewal::from_claims(executor_id, &claims, request.revision)],
+                    renewals: vec![renewal],
                 };
-                self.propose(command, ReplyTo::Renew(vec![Renewer { slot, call, loads }]));
+                self.propose(command, ReplyTo::Renew(vec![renewer]));
             }
             Request::Deregister { call, executor_id } => {
                 let command = Command::Deregister {

@@ -168,6 +168,104 @@ impl World {
         }
     }
 
+    /// A renewal waits for the next confirmation round: one started after it arrived (P6.5).
+    pub(super) fn await_confirmation(&mut self, renewal: Renewal, renewer: Renewer) {
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        leader.awaiting_round.push((renewal, renewer));
+        if leader.in_round.is_none() {
+            self.start_confirmation_round();
+        }
+    }
+
+    /// Sends a heartbeat to every voter for the renewals waiting; a quorum answers after a
+    /// commit's latency (a round trip, without the disk).
+    fn start_confirmation_round(&mut self) {
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        leader.in_round = Some(std::mem::take(&mut leader.awaiting_round));
+        let term = leader.term;
+        let at = self.now_us + self.scenario.commit_latency_us;
+        self.schedule(at, Event::ConfirmationRound { term });
+    }
+
+    /// The round came back: every renewal it carried is answered from memory where P6.8 allows
+    /// it (production's core), otherwise proposed through the log; reservations running low are
+    /// proposed. A leader deposed meanwhile answers nothing (the connections went with it).
+    pub(super) fn confirmation_round(&mut self, term: u64) {
+        let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) else {
+            return;
+        };
+        if let Some(until) = leader.stalled_until_us {
+            self.schedule(until, Event::ConfirmationRound { term });
+            return;
+        }
+        let manager = leader.manager;
+        let now_ms = clock_ms(self.now_us, leader.offset_ms, leader.rate_ppm);
+        let round = leader.in_round.take().unwrap_or_default();
+        let mut answered = Vec::new();
+        let mut through_the_log = Vec::new();
+        for (renewal, renewer) in round {
+            match leader
+                .memory
+                .answer(&self.replicas[manager], &renewal, now_ms)
+            {
+                Ok(result) => answered.push((renewal, renewer, result)),
+                Err(_) => through_the_log.push((renewal, renewer)),
+            }
+        }
+        let reservations = leader
+            .memory
+            .take_reservations_wanted(MAX_RESERVATIONS_PER_ENTRY);
+        let next_round = !leader.awaiting_round.is_empty();
+        for (renewal, renewer, result) in answered {
+            self.coverage.renewals_from_memory += 1;
+            let message = match &result {
+                RenewResult::Renewed { grant, .. } => Message::Granted {
+                    call: renewer.call,
+                    grant: grant.clone().into(),
+                },
+                RenewResult::UnknownExecutor { .. } => {
+                    Message::UnknownExecutor { call: renewer.call }
+                }
+            };
+            let slot = renewer.slot;
+            // The loads it reported feed placement as a renewal through the log does (P15.1).
+            let proposal = Proposal {
+                command: Command::Renew {
+                    now_ms,
+                    renewals: vec![renewal],
+                },
+                reply_to: ReplyTo::Renew(vec![renewer]),
+            };
+            let outcome = Outcome::Renewed {
+                results: vec![result],
+                effects: Default::default(),
+            };
+            self.placement_after_commit(manager, &proposal, &outcome, Vec::new());
+            self.send_to_executor(slot, message);
+        }
+        for (renewal, renewer) in through_the_log {
+            let command = Command::Renew {
+                now_ms,
+                renewals: vec![renewal],
+            };
+            self.propose(command, ReplyTo::Renew(vec![renewer]));
+        }
+        if !reservations.is_empty() {
+            let command = Command::ReserveLeases {
+                now_ms,
+                executor_ids: reservations,
+            };
+            self.propose(command, ReplyTo::Nobody);
+        }
+        if next_round {
+            self.start_confirmation_round();
+        }
+    }
+
     pub(super) fn leader_step(&mut self, term: u64) {
         let now_ms = match self.leader.as_ref() {
             Some(l) if l.term == term && l.stalled_until_us.is_none() => {
@@ -181,10 +279,17 @@ impl World {
         let manager = leader.manager;
         let state = &self.replicas[manager];
         // A step asked for while one waits for its write is taken when that one is over.
-        let Some(writes) = leader
-            .steps
-            .begin_step(now_ms, state, leader.last_renewal_applied_ms)
-        else {
+        // The step judges leases by what this term told from memory (P6.7), as production's does.
+        leader.memory.forget_absent(state);
+        let last_renewal_ms = leader
+            .last_renewal_applied_ms
+            .max(leader.memory.last_answered_ms());
+        let Some(writes) = leader.steps.begin_step(
+            now_ms,
+            state,
+            last_renewal_ms,
+            leader.memory.told_from_memory(),
+        ) else {
             return;
         };
         match writes.decision().deferral {

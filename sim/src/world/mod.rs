@@ -48,12 +48,14 @@ use leasehold_manager::leader::delivery_plan::{
 use leasehold_manager::leader::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
 use leasehold_manager::leader::placement::PlacementSettings;
 use leasehold_manager::leader::term::{owed_pushes, take_office, NextStep, TermSteps, Written};
-use leasehold_manager::lease::schema::NEWEST_SCHEMA;
+use leasehold_manager::lease::schema::{LEASE_RESERVATION_SCHEMA, NEWEST_SCHEMA};
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
     RefusalReason, RegisterResult, Registration, RenewResult, Renewal, ShardId,
 };
 use leasehold_manager::load_summary::LoadSummary;
+use leasehold_manager::renewals::from_memory::MAX_RESERVATIONS_PER_ENTRY;
+use leasehold_manager::renewals::memory::MemoryLeases;
 use leasehold_manager::signals::CommitSignal;
 use leasehold_raft_store::StateMachine;
 use rand::{Rng, SeedableRng};
@@ -268,6 +270,10 @@ enum Event {
     StallOver {
         term: u64,
     },
+    /// The confirmation round of `term`'s leader came back from a quorum (P6.5).
+    ConfirmationRound {
+        term: u64,
+    },
     Resume {
         slot: Slot,
         process: u64,
@@ -431,6 +437,12 @@ struct Leader {
     stalled_until_us: Option<u64>,
     /// What the step under way places by (the term's steps hold it; the checks need the loads).
     step_loads: Loads,
+    /// P6.8: what this term told from memory (production's core).
+    memory: MemoryLeases,
+    /// Renewals waiting for the next confirmation round (P6.5).
+    awaiting_round: Vec<(Renewal, Renewer)>,
+    /// The renewals the round under way answers; `None`: no round under way.
+    in_round: Option<Vec<(Renewal, Renewer)>>,
 }
 
 /// A deposed leader that has not noticed yet: it pushes from its frozen state.
@@ -727,6 +739,7 @@ impl World {
             Event::ToExecutor { slot, message } => self.executor_receives(slot, message),
             Event::Commit { term } => self.commit(term),
             Event::LeaderStep { term } => self.leader_step(term),
+            Event::ConfirmationRound { term } => self.confirmation_round(term),
             Event::DeliveryRound { term } => self.delivery_round(term),
             Event::DeliveryTimeout { term, delivery } => self.delivered(term, delivery, None, None),
             Event::DeposedRound { term } => self.deposed_round(term),

@@ -39,6 +39,13 @@ impl World {
             round_again: false,
             stalled_until_us: None,
             step_loads: Loads::Counts,
+            memory: {
+                let mut memory = MemoryLeases::default();
+                memory.begin_term(term);
+                memory
+            },
+            awaiting_round: Vec::new(),
+            in_round: None,
         };
         self.checker.new_term();
         self.leader = Some(leader);
@@ -174,6 +181,20 @@ impl World {
                 if keep_tail { "kept" } else { "lost" }
             )
         });
+        // Renewals waiting for a confirmation round hear that it failed (the read index errs
+        // once the leader steps down), fall through to the log, whose proposal is refused
+        // `not_leader`: the executor retries at once (P6.8, P7.1).
+        let waiting: Vec<Renewer> = leader
+            .in_round
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .chain(std::mem::take(&mut leader.awaiting_round))
+            .map(|(_, renewer)| renewer)
+            .collect();
+        for Renewer { slot, call, .. } in waiting {
+            self.send_to_executor(slot, Message::CallFailed { call });
+        }
         if keep_tail {
             // The next leader commits them; their answers are lost with the old connections.
             for proposal in tail {

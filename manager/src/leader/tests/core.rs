@@ -368,6 +368,7 @@ fn p6_3_a_step_keeps_its_decision_for_the_logs_and_metrics() {
             episode_age_ms: 0,
         }),
         events: vec![GuardEvent::EpisodeStarted { reason, overdue: 2 }],
+        ..StepDecision::default()
     };
     assert_eq!(StepWrites::new(decision.clone()).decision(), &decision);
 }
@@ -486,4 +487,77 @@ fn p6_4_a_handoff_bound_stored_hours_ahead_is_due_within_the_new_leaders_grace()
         "P5.2: the old owner's grants have run out by the end of the grace"
     );
     assert!(!world.state.handoffs_due(CORRECT_WALL_MS + LEASE_MS + 1));
+}
+
+/// P6.7: with reservations, a lease is judged by the copies this term told (from memory and
+/// through the log), not by the reservation: an executor answered from memory is kept while its
+/// copies run and reaped once they end, by a `ReapLapsed` carrying the judged expiry, which the
+/// state machine applies despite the reservation; one with no copy from memory is judged by its
+/// told expiry. Without reservations the reap stays a plain `Reap`.
+#[test]
+fn p6_7_leases_are_judged_by_the_copies_told_not_the_reservation() {
+    let mut world = World::new(8, LEASE_MS);
+    let answered = world.register("answered", 0);
+    let silent = world.register("silent", 0);
+    world.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: 9,
+    });
+    world.apply(Command::ReserveLeases {
+        now_ms: 0,
+        executor_ids: vec![answered.clone(), silent.clone()],
+    });
+    let told_from_memory: ToldFromMemory = [(answered.clone(), 50_000)].into_iter().collect();
+    let mut core = LeaderCore::new(0, guard());
+    core.step_judging(LEASE_MS - 1, &world.state, None, &told_from_memory);
+    let now = LEASE_MS + 1;
+    let decision = core.step_judging(now, &world.state, Some(now - 1), &told_from_memory);
+    assert_eq!(decision.reap, vec![silent.clone()], "{decision:?}");
+    let mut writes = StepWrites::new(decision);
+    let Some((StepWrite::Reap, command)) = writes.next_command(&world.state, now) else {
+        panic!("a reap");
+    };
+    assert_eq!(
+        command,
+        Command::ReapLapsed {
+            now_ms: now,
+            leases: vec![crate::lease::LapsedLease {
+                executor_id: silent.clone(),
+                judged_expiry_ms: LEASE_MS,
+            }],
+        }
+    );
+    world.apply(command);
+    assert!(
+        world.state.executor(&silent).is_none(),
+        "reaped despite its reservation"
+    );
+
+    let decision = core.step_judging(50_000, &world.state, Some(49_000), &told_from_memory);
+    assert!(decision.reap.is_empty(), "its copy runs to 50 000");
+    let decision = core.step_judging(50_001, &world.state, Some(49_000), &told_from_memory);
+    assert_eq!(decision.reap, vec![answered.clone()]);
+    assert_eq!(decision.judged_expiry_ms.get(&answered), Some(&50_000));
+}
+
+/// P3.8: without reservations a lapsed lease is reaped by a plain `Reap`, which a replica of any
+/// schema applies.
+#[test]
+fn p3_8_without_reservations_the_reap_is_a_plain_reap() {
+    let mut world = World::new(8, LEASE_MS);
+    let dead = world.register("dead", 0);
+    let mut core = LeaderCore::new(0, guard());
+    core.step(LEASE_MS - 1, &world.state, None);
+    let decision = core.step(LEASE_MS + 1, &world.state, None);
+    let mut writes = StepWrites::new(decision);
+    assert_eq!(
+        writes.next_command(&world.state, LEASE_MS + 1),
+        Some((
+            StepWrite::Reap,
+            Command::Reap {
+                now_ms: LEASE_MS + 1,
+                executor_ids: vec![dead],
+            }
+        ))
+    );
 }

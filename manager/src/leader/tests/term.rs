@@ -28,7 +28,7 @@ fn run_step(
 ) -> Vec<StepWrite> {
     let mut made = Vec::new();
     steps
-        .begin_step(now_ms, &world.state, None)
+        .begin_step(now_ms, &world.state, None, &Default::default())
         .expect("no step under way");
     while let Some((write, command)) = steps.next_write(&world.state, now_ms) {
         made.push(write);
@@ -101,7 +101,9 @@ fn a_write_not_committed_ends_the_step() {
         ..GuardConfig::default()
     };
     let mut steps = TermSteps::new(0, guard_off, PlacementSettings::default(), 64);
-    steps.begin_step(now, &world.state, None).expect("a step");
+    steps
+        .begin_step(now, &world.state, None, &Default::default())
+        .expect("a step");
     let (write, command) = steps.next_write(&world.state, now).expect("a reap");
     assert_eq!(write, StepWrite::Reap);
     assert!(matches!(command, Command::Reap { executor_ids, .. } if executor_ids.contains(&dead)));
@@ -122,9 +124,11 @@ fn a_step_asked_for_during_one_follows_it_at_once() {
     world.register("a", 0);
     let mut steps = term(64);
     steps
-        .begin_step(10, &world.state, None)
+        .begin_step(10, &world.state, None, &Default::default())
         .expect("first step");
-    assert!(steps.begin_step(11, &world.state, None).is_none());
+    assert!(steps
+        .begin_step(11, &world.state, None, &Default::default())
+        .is_none());
     let (_, command) = steps.next_write(&world.state, 10).expect("a plan");
     world.apply(command);
     steps.written(Written::Applied, 10);
@@ -139,7 +143,9 @@ fn p15_3_only_an_applied_plan_is_handed_back() {
     let mut world = World::new(4, LEASE_MS);
     world.register("a", 0);
     let mut steps = term(64);
-    steps.begin_step(10, &world.state, None).expect("step");
+    steps
+        .begin_step(10, &world.state, None, &Default::default())
+        .expect("step");
     steps.next_write(&world.state, 10).expect("a plan");
     assert!(steps
         .written(Written::Refused { stale_plan: false }, 10)
@@ -148,7 +154,9 @@ fn p15_3_only_an_applied_plan_is_handed_back() {
         steps.next_write(&world.state, 10).is_none(),
         "the plan was the last write"
     );
-    steps.begin_step(20, &world.state, None).expect("step");
+    steps
+        .begin_step(20, &world.state, None, &Default::default())
+        .expect("step");
     let (_, command) = steps.next_write(&world.state, 20).expect("a plan");
     world.apply(command);
     let plan = steps

@@ -1,0 +1,242 @@
+//! The shell around [`super::memory`]: the leader answers a renewal from its memory once a
+//! confirmation round that started after the renewal arrived showed a quorum still follows it
+//! (PROTOCOL P6.5), and keeps reservations ahead of the leases it tells (P6.6).
+//!
+//! Rounds: every renewal waiting when a round starts is answered by it, so a burst costs one
+//! heartbeat to every voter, not one each. A round is openraft's read index
+//! (`Leadership::linearizable_read`): a heartbeat to every voter sent when the round starts, a
+//! quorum of acknowledgements in this term (a voter that voted in a newer term refuses it and
+//! deposes this leader), then the state applied up to the commit index the round read, so the
+//! answer is read from a state that holds every write committed before the renewal arrived.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+use super::memory::{MemoryLeases, ThroughTheLog};
+use crate::clock::LeaderClock;
+use crate::leader::core::ToldFromMemory;
+use crate::leadership::Leadership;
+use crate::lease::answer::LeasesReserved;
+use crate::lease::{Answer, Command, LeaseState, RenewResult, Renewal};
+use crate::proposer::Proposer;
+use crate::raft::LeaseStateHandle;
+
+/// Renewals waiting for the next confirmation round; a full queue sends a renewal through the
+/// log instead (it is answered correctly either way, only slower).
+pub const ROUND_QUEUE_CAPACITY: usize = 16_384;
+/// Most executors in one `ReserveLeases` entry (about 16 B each); more wait for the next entry.
+pub const MAX_RESERVATIONS_PER_ENTRY: usize = 4096;
+
+type RoundWaiter = oneshot::Sender<bool>;
+
+/// The handle renew handlers and the leader's step share (`--renewals-from-memory`).
+#[derive(Debug, Clone)]
+pub struct MemoryRenewals {
+    enabled: bool,
+    leases: Arc<Mutex<MemoryLeases>>,
+    rounds: mpsc::Sender<RoundWaiter>,
+    reservations_wanted: Arc<Notify>,
+}
+
+/// The receiving end of the confirmation rounds, for [`run_rounds`].
+#[derive(Debug)]
+pub struct RoundRequests(mpsc::Receiver<RoundWaiter>);
+
+/// What the leader's step reads, together (P6.7): the clock, what this term told from memory,
+/// and when it last answered from memory (a renewal, for the guard, P6.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryReading {
+    pub now_ms: u64,
+    pub told_from_memory: ToldFromMemory,
+    pub last_answered_ms: Option<u64>,
+}
+
+/// The handle and its round queue; `enabled: false` answers every renewal through the log.
+pub fn memory_renewals(enabled: bool) -> (MemoryRenewals, RoundRequests) {
+    let (rounds, requests) = mpsc::channel(ROUND_QUEUE_CAPACITY);
+    (
+        MemoryRenewals {
+            enabled,
+            leases: Arc::default(),
+            rounds,
+            reservations_wanted: Arc::default(),
+        },
+        RoundRequests(requests),
+    )
+}
+
+impl MemoryRenewals {
+    fn leases(&self) -> MutexGuard<'_, MemoryLeases> {
+        self.leases
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Answers `renewal` from memory when P6.5 to P6.7 allow it; `None`: it goes through the log.
+    pub async fn try_answer(
+        &self,
+        leadership: &Leadership,
+        state: &LeaseStateHandle,
+        renewal: &Renewal,
+    ) -> Option<RenewResult> {
+        if !self.enabled {
+            return None;
+        }
+        let cluster_version = state.read(|applied| applied.state.cluster_version());
+        if cluster_version < leasehold_api::wire::LEASE_RESERVATION_SCHEMA
+            || !leadership.in_office()
+        {
+            return None;
+        }
+        let term = leadership.clock.term();
+        let (waiter, confirmed) = oneshot::channel();
+        if self.rounds.try_send(waiter).is_err() {
+            through_the_log("unconfirmed");
+            return None;
+        }
+        // The round this waits for starts after it was queued, so after the renewal arrived.
+        if !confirmed.await.unwrap_or(false)
+            || !leadership.in_office()
+            || leadership.clock.term() != term
+        {
+            through_the_log("unconfirmed");
+            return None;
+        }
+        let answered = {
+            let mut leases = self.leases();
+            leases.begin_term(term);
+            // The clock is read under the lock the leader's step reads the memory under (P6.7).
+            let now_ms = leadership.clock.now_ms();
+            state.read(|applied| leases.answer(&applied.state, renewal, now_ms))
+        };
+        if self.leases().wants_reservations() {
+            self.reservations_wanted.notify_one();
+        }
+        match answered {
+            Ok(result) => {
+                metrics::counter!("leasehold_renewals_from_memory_total").increment(1);
+                Some(result)
+            }
+            Err(reason) => {
+                through_the_log(match reason {
+                    ThroughTheLog::NotEnabled => "not_enabled",
+                    ThroughTheLog::Unknown => "unknown",
+                    ThroughTheLog::Claims => "claims",
+                    ThroughTheLog::Releasing => "releasing",
+                    ThroughTheLog::LongerLease => "longer_lease",
+                    ThroughTheLog::Unreserved => "unreserved",
+                    ThroughTheLog::Lapsed => "lapsed",
+                });
+                None
+            }
+        }
+    }
+
+    /// What the leader's step judges by (P6.7), read under the lock answers take, with the clock
+    /// read inside it: an answer either came before (and is in the table) or reads a later clock
+    /// (and refuses an executor this reading finds lapsed). Forgets executors `state` no longer
+    /// holds.
+    pub fn reading(&self, clock: &LeaderClock, state: &LeaseState) -> MemoryReading {
+        let mut leases = self.leases();
+        leases.begin_term(clock.term());
+        leases.forget_absent(state);
+        MemoryReading {
+            now_ms: clock.now_ms(),
+            told_from_memory: leases.told_from_memory().clone(),
+            last_answered_ms: leases.last_answered_ms(),
+        }
+    }
+}
+
+impl MemoryRenewals {
+    /// What this node told from memory in its current term, if it leads (the views' lease
+    /// times, P6.7); `None` on a follower.
+    pub fn told_if_leading(&self, leadership: &Leadership) -> Option<ToldFromMemory> {
+        if !leadership.in_office() {
+            return None;
+        }
+        let leases = self.leases();
+        Some(if leases.term() == leadership.clock.term() {
+            leases.told_from_memory().clone()
+        } else {
+            ToldFromMemory::new()
+        })
+    }
+}
+
+fn through_the_log(reason: &'static str) {
+    metrics::counter!("leasehold_renewals_through_log_total", "reason" => reason).increment(1);
+}
+
+/// Runs confirmation rounds until shutdown: each answers every renewal that was waiting when it
+/// started (P6.5).
+pub async fn run_rounds(
+    leadership: Leadership,
+    RoundRequests(mut requests): RoundRequests,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut waiting = Vec::with_capacity(1024);
+    loop {
+        tokio::select! {
+            received = requests.recv_many(&mut waiting, ROUND_QUEUE_CAPACITY) => if received == 0 { return },
+            _ = shutdown.changed() => return,
+        }
+        let confirmed = leadership.linearizable_read().await.is_ok();
+        let result = if confirmed {
+            "confirmed"
+        } else {
+            "not_confirmed"
+        };
+        metrics::counter!("leasehold_confirmation_rounds_total", "result" => result).increment(1);
+        for waiter in waiting.drain(..) {
+            // A handler that gave up (client gone) no longer waits.
+            let _ = waiter.send(confirmed);
+        }
+    }
+}
+
+/// Proposes the reservations renewals asked for (P6.6) until shutdown, one entry at a time. A
+/// reservation that could not be committed (this node no longer leads) is asked for again by the
+/// executor's next renewal.
+pub async fn run_reservations(
+    proposer: Proposer,
+    clock: Arc<LeaderClock>,
+    memory: MemoryRenewals,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = memory.reservations_wanted.notified() => {}
+            _ = shutdown.changed() => return,
+        }
+        loop {
+            let executor_ids = memory
+                .leases()
+                .take_reservations_wanted(MAX_RESERVATIONS_PER_ENTRY);
+            if executor_ids.is_empty() {
+                break;
+            }
+            let count = executor_ids.len();
+            let command = Command::ReserveLeases {
+                now_ms: clock.now_ms(),
+                executor_ids,
+            };
+            match proposer.propose_as::<LeasesReserved>(command).await {
+                Ok((_, Answer::Done(_))) => {}
+                Ok((_, Answer::Refused(reason))) => {
+                    tracing::debug!(
+                        count,
+                        ?reason,
+                        "lease reservations refused; the next renewals ask again"
+                    );
+                    break;
+                }
+                Err(error) => {
+                    tracing::debug!(count, %error, "lease reservations not committed; the next renewals ask again");
+                    break;
+                }
+            }
+        }
+    }
+}
