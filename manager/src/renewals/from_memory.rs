@@ -11,9 +11,13 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::time::Duration;
+
 use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
 
 use super::memory::{MemoryLeases, ThroughTheLog};
+use super::window::{ArrivalWindow, TARGET_BATCH};
 use crate::clock::LeaderClock;
 use crate::leader::core::ToldFromMemory;
 use crate::leadership::Leadership;
@@ -27,8 +31,14 @@ use crate::raft::LeaseStateHandle;
 pub const ROUND_QUEUE_CAPACITY: usize = 16_384;
 /// Most executors in one `ReserveLeases` entry (about 16 B each); more wait for the next entry.
 pub const MAX_RESERVATIONS_PER_ENTRY: usize = 4096;
+/// How long reservations asked for are gathered before they are proposed: a reservation is asked
+/// for with two leases left, so waiting costs nothing, and a fleet's reservations share entries
+/// instead of taking one each.
+pub const RESERVATION_GATHER: Duration = Duration::from_millis(250);
 
-type RoundWaiter = oneshot::Sender<bool>;
+/// A renewal waiting for a round: its executor (for the arrival window) and where the round's
+/// result goes.
+type RoundWaiter = (String, oneshot::Sender<bool>);
 
 /// The handle renew handlers and the leader's step share (`--renewals-from-memory`).
 #[derive(Debug, Clone)]
@@ -91,7 +101,11 @@ impl MemoryRenewals {
         }
         let term = leadership.clock.term();
         let (waiter, confirmed) = oneshot::channel();
-        if self.rounds.try_send(waiter).is_err() {
+        if self
+            .rounds
+            .try_send((renewal.executor_id.clone(), waiter))
+            .is_err()
+        {
             through_the_log("unconfirmed");
             return None;
         }
@@ -170,18 +184,44 @@ fn through_the_log(reason: &'static str) {
 }
 
 /// Runs confirmation rounds until shutdown: each answers every renewal that was waiting when it
-/// started (P6.5).
+/// started (P6.5). For a fleet a round is held back a little, as a renewal batch is
+/// (`window::ArrivalWindow`): each round is a heartbeat to every voter, and an idle fleet of
+/// 10 000 executors would otherwise start one for every renewal or two. A lone executor renewing
+/// in a closed loop never waits.
 pub async fn run_rounds(
     leadership: Leadership,
     RoundRequests(mut requests): RoundRequests,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut waiting = Vec::with_capacity(1024);
+    let mut waiting: Vec<RoundWaiter> = Vec::with_capacity(1024);
+    let started = Instant::now();
+    let elapsed_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let mut arrivals = ArrivalWindow::default();
     loop {
         tokio::select! {
             received = requests.recv_many(&mut waiting, ROUND_QUEUE_CAPACITY) => if received == 0 { return },
             _ = shutdown.changed() => return,
         }
+        let now_us = elapsed_us();
+        for (executor_id, _) in &waiting {
+            arrivals.arrived(now_us, executor_id);
+        }
+        if let Some(hold_us) = arrivals.hold_us(now_us, waiting.len()) {
+            let deadline = Instant::now() + Duration::from_micros(hold_us);
+            while waiting.len() < TARGET_BATCH {
+                let before = waiting.len();
+                tokio::select! {
+                    received = requests.recv_many(&mut waiting, ROUND_QUEUE_CAPACITY - before) => if received == 0 { break },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = shutdown.changed() => return,
+                }
+                let now_us = elapsed_us();
+                for (executor_id, _) in &waiting[before..] {
+                    arrivals.arrived(now_us, executor_id);
+                }
+            }
+        }
+        // The round starts here, after every renewal it answers arrived.
         let confirmed = leadership.linearizable_read().await.is_ok();
         let result = if confirmed {
             "confirmed"
@@ -189,7 +229,7 @@ pub async fn run_rounds(
             "not_confirmed"
         };
         metrics::counter!("leasehold_confirmation_rounds_total", "result" => result).increment(1);
-        for waiter in waiting.drain(..) {
+        for (_, waiter) in waiting.drain(..) {
             // A handler that gave up (client gone) no longer waits.
             let _ = waiter.send(confirmed);
         }
@@ -208,6 +248,10 @@ pub async fn run_reservations(
     loop {
         tokio::select! {
             _ = memory.reservations_wanted.notified() => {}
+            _ = shutdown.changed() => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(RESERVATION_GATHER) => {}
             _ = shutdown.changed() => return,
         }
         loop {
