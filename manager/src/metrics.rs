@@ -400,7 +400,7 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
 pub fn record_state_gauges(
     state: &LeaseStateHandle,
     now_ms: u64,
-    told_from_memory: Option<&crate::leader::core::ToldFromMemory>,
+    told_from_memory: Option<&crate::lease::ToldFromMemory>,
 ) {
     state.read(|applied| {
         let state = &applied.state;

@@ -49,6 +49,10 @@ pub struct PendingRenewal {
 
 pub type RenewalQueue = mpsc::Sender<PendingRenewal>;
 
+fn renewing_executor(queued: &PendingRenewal) -> &str {
+    &queued.renewal.executor_id
+}
+
 pub fn queue() -> (RenewalQueue, mpsc::Receiver<PendingRenewal>) {
     mpsc::channel(RENEWAL_QUEUE_CAPACITY)
 }
@@ -72,33 +76,19 @@ pub async fn run_batcher(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut batch = Vec::with_capacity(MAX_RENEWALS_PER_ENTRY);
-    let started = Instant::now();
-    let elapsed_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    let mut arrivals = ArrivalWindow::default();
+    let mut gathering = Gathering::default();
     loop {
-        tokio::select! {
-            received = pending.recv_many(&mut batch, MAX_RENEWALS_PER_ENTRY) => if received == 0 { return },
-            _ = shutdown.changed() => return,
-        }
-        let now_us = elapsed_us();
-        for queued in &batch {
-            arrivals.arrived(now_us, &queued.renewal.executor_id);
-        }
-        if let Some(hold_us) = arrivals.hold_us(now_us, batch.len()) {
-            let deadline = Instant::now() + Duration::from_micros(hold_us);
-            while batch.len() < TARGET_BATCH {
-                let before = batch.len();
-                tokio::select! {
-                    // A closed queue still gets its batch proposed.
-                    received = pending.recv_many(&mut batch, MAX_RENEWALS_PER_ENTRY - before) => if received == 0 { break },
-                    _ = tokio::time::sleep_until(deadline) => break,
-                    _ = shutdown.changed() => return,
-                }
-                let now_us = elapsed_us();
-                for queued in &batch[before..] {
-                    arrivals.arrived(now_us, &queued.renewal.executor_id);
-                }
-            }
+        if !gathering
+            .next(
+                &mut pending,
+                &mut batch,
+                MAX_RENEWALS_PER_ENTRY,
+                renewing_executor,
+                &mut shutdown,
+            )
+            .await
+        {
+            return;
         }
         metrics::histogram!("leasehold_renewal_batch_size").record(batch.len() as f64);
         let (renewals, replies): (Vec<Renewal>, Vec<_>) = batch
@@ -126,5 +116,66 @@ pub async fn run_batcher(
             // The handler may have given up (client gone); the result is simply dropped then.
             let _ = reply.send(result);
         }
+    }
+}
+
+/// Gathers the next batch from a queue of renewals (or of renewals waiting for a confirmation
+/// round), held open for a fleet by the arrival window: everything queued now, then, while
+/// renewals from several executors arrive fast enough, more until [`window::TARGET_BATCH`] are
+/// in or the window closes.
+pub(crate) struct Gathering {
+    started: Instant,
+    arrivals: ArrivalWindow,
+}
+
+impl Default for Gathering {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            arrivals: ArrivalWindow::default(),
+        }
+    }
+}
+
+impl Gathering {
+    fn elapsed_us(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Fills `batch` (at most `max`) from `queue`; `false` at shutdown, or when the queue closed
+    /// with nothing gathered. A queue that closes while a batch is held open still yields it.
+    pub(crate) async fn next<T>(
+        &mut self,
+        queue: &mut mpsc::Receiver<T>,
+        batch: &mut Vec<T>,
+        max: usize,
+        executor_of: fn(&T) -> &str,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        tokio::select! {
+            received = queue.recv_many(batch, max) => if received == 0 { return false },
+            _ = shutdown.changed() => return false,
+        }
+        let now_us = self.elapsed_us();
+        for queued in batch.iter() {
+            self.arrivals.arrived(now_us, executor_of(queued));
+        }
+        let Some(hold_us) = self.arrivals.hold_us(now_us, batch.len()) else {
+            return true;
+        };
+        let deadline = Instant::now() + Duration::from_micros(hold_us);
+        while batch.len() < TARGET_BATCH {
+            let before = batch.len();
+            tokio::select! {
+                received = queue.recv_many(batch, max - before) => if received == 0 { break },
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = shutdown.changed() => return false,
+            }
+            let now_us = self.elapsed_us();
+            for queued in &batch[before..] {
+                self.arrivals.arrived(now_us, executor_of(queued));
+            }
+        }
+        true
     }
 }

@@ -17,8 +17,7 @@ use serde::Deserialize;
 use super::params::{ExecutorIdPath, ReadQuery};
 use super::{ApiQuery, AppState, HttpError};
 
-use crate::leader::core::ToldFromMemory;
-use crate::lease::{Executor, LeaseState, Shard};
+use crate::lease::{Executor, LeaseState, Shard, ToldFromMemory};
 use crate::load_reports::LoadPicture;
 use crate::routing::route;
 

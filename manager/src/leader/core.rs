@@ -23,13 +23,11 @@
 
 use std::collections::BTreeMap;
 
+pub use crate::lease::ToldFromMemory;
 use crate::lease::{
     lapsed, plan_placement, Command, ExecutorId, LapsedLease, LeaseState, PlacementInputs, Plan,
     MAX_MOVES_PER_PLAN,
 };
-
-/// What this term told each executor from memory: the latest end of its copies (P6.7).
-pub type ToldFromMemory = BTreeMap<ExecutorId, u64>;
 
 /// The executors whose lease this leader judges lapsed at `now_ms` (P6.7), ascending, with their
 /// judged expiries: the later of the expiry the log recorded and the copies this term told from

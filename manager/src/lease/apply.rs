@@ -762,17 +762,31 @@ impl LeaseState {
     /// reaped executor's grants have all expired, so its shards become unowned and handoffs from
     /// it complete (P3.8).
     fn apply_reap(&mut self, log_index: u64, now_ms: u64, executor_ids: &[ExecutorId]) -> Outcome {
+        self.reap_where(log_index, now_ms, executor_ids, |_, executor| {
+            executor.lease_lapsed(now_ms)
+        })
+    }
+
+    /// Removes each candidate (in order, each once) that is registered and `lapsed` says has
+    /// lapsed, as a reap does (P3.8); the rest are skipped.
+    fn reap_where(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        executor_ids: &[ExecutorId],
+        lapsed: impl Fn(usize, &Executor) -> bool,
+    ) -> Outcome {
         let mut effects = EffectsBuilder::default();
         let mut reaped = BTreeSet::new();
         let mut skipped = Vec::new();
-        for executor_id in executor_ids {
+        for (candidate, executor_id) in executor_ids.iter().enumerate() {
             if reaped.contains(executor_id) {
                 continue;
             }
             let lapsed = self
                 .executors
                 .get(executor_id)
-                .is_some_and(|executor| executor.lease_lapsed(now_ms));
+                .is_some_and(|executor| lapsed(candidate, executor));
             if lapsed {
                 self.remove_executor(
                     executor_id,
@@ -844,41 +858,16 @@ impl LeaseState {
         now_ms: u64,
         leases: &[LapsedLease],
     ) -> Outcome {
-        let mut effects = EffectsBuilder::default();
-        let mut reaped = BTreeSet::new();
-        let mut skipped = Vec::new();
-        for lease in leases {
-            if reaped.contains(&lease.executor_id) {
-                continue;
-            }
-            let lapsed = self
-                .executors
-                .get(&lease.executor_id)
-                .is_some_and(|executor| {
-                    lease.judged_expiry_ms >= executor.lease_expiry_ms
-                        && super::state::lapsed(lease.judged_expiry_ms, now_ms)
-                });
-            if lapsed {
-                self.remove_executor(
-                    &lease.executor_id,
-                    TombstoneReason::Reaped,
-                    log_index,
-                    now_ms,
-                    &mut effects,
-                );
-                reaped.insert(lease.executor_id.clone());
-            } else {
-                skipped.push(lease.executor_id.clone());
-            }
-        }
-        if !reaped.is_empty() {
-            self.touch_assignment(log_index);
-        }
-        Outcome::Reaped {
-            reaped: reaped.into_iter().collect(),
-            skipped,
-            effects: effects.finish(self, log_index),
-        }
+        let executor_ids: Vec<ExecutorId> = leases
+            .iter()
+            .map(|lease| lease.executor_id.clone())
+            .collect();
+        self.reap_where(log_index, now_ms, &executor_ids, |candidate, executor| {
+            leases.get(candidate).is_some_and(|lease| {
+                lease.judged_expiry_ms >= executor.lease_expiry_ms
+                    && super::state::lapsed(lease.judged_expiry_ms, now_ms)
+            })
+        })
     }
 
     /// `Rebalance`: applies a plan only if the assignment has not changed since the revision it

@@ -54,8 +54,8 @@ pub use planner::{
     MAX_MOVES_PER_PLAN,
 };
 pub use state::{
-    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard, Tombstone,
-    TombstoneReason,
+    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard,
+    ToldFromMemory, Tombstone, TombstoneReason,
 };
 
 /// Manager-minted executor identity, `ex-{n}`: `n` is the log index of the entry that registered

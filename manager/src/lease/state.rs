@@ -105,6 +105,11 @@ pub fn first_lapsed_ms(expiry_ms: u64) -> Option<u64> {
     expiry_ms.checked_add(1)
 }
 
+/// What a leader's term told each executor from memory (P6.8): the latest end, on the leader
+/// clock, of the copies of its lease it told without a log entry. The leader judges leases by it
+/// (P6.7); it is the leader's soft state, never replicated.
+pub type ToldFromMemory = std::collections::BTreeMap<ExecutorId, u64>;
+
 /// A shard being taken from a live owner (P5.2). The old owner is the shard's `owner` for as
 /// long as the handoff lasts (so the two can never disagree); it no longer sees the shard in its
 /// delivered set, and the target does not see it until it is granted.

@@ -14,15 +14,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tokio::time::Instant;
 
 use super::memory::{MemoryLeases, ThroughTheLog};
-use super::window::{ArrivalWindow, TARGET_BATCH};
+use super::Gathering;
 use crate::clock::LeaderClock;
-use crate::leader::core::ToldFromMemory;
 use crate::leadership::Leadership;
 use crate::lease::answer::LeasesReserved;
-use crate::lease::{Answer, Command, LeaseState, RenewResult, Renewal};
+use crate::lease::{Answer, Command, LeaseState, RenewResult, Renewal, ToldFromMemory};
 use crate::proposer::Proposer;
 use crate::raft::LeaseStateHandle;
 
@@ -39,6 +37,10 @@ pub const RESERVATION_GATHER: Duration = Duration::from_millis(250);
 /// A renewal waiting for a round: its executor (for the arrival window) and where the round's
 /// result goes.
 type RoundWaiter = (String, oneshot::Sender<bool>);
+
+fn waiting_executor(waiter: &RoundWaiter) -> &str {
+    &waiter.0
+}
 
 /// The handle renew handlers and the leader's step share (`--renewals-from-memory`).
 #[derive(Debug, Clone)]
@@ -194,32 +196,19 @@ pub async fn run_rounds(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut waiting: Vec<RoundWaiter> = Vec::with_capacity(1024);
-    let started = Instant::now();
-    let elapsed_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    let mut arrivals = ArrivalWindow::default();
+    let mut gathering = Gathering::default();
     loop {
-        tokio::select! {
-            received = requests.recv_many(&mut waiting, ROUND_QUEUE_CAPACITY) => if received == 0 { return },
-            _ = shutdown.changed() => return,
-        }
-        let now_us = elapsed_us();
-        for (executor_id, _) in &waiting {
-            arrivals.arrived(now_us, executor_id);
-        }
-        if let Some(hold_us) = arrivals.hold_us(now_us, waiting.len()) {
-            let deadline = Instant::now() + Duration::from_micros(hold_us);
-            while waiting.len() < TARGET_BATCH {
-                let before = waiting.len();
-                tokio::select! {
-                    received = requests.recv_many(&mut waiting, ROUND_QUEUE_CAPACITY - before) => if received == 0 { break },
-                    _ = tokio::time::sleep_until(deadline) => break,
-                    _ = shutdown.changed() => return,
-                }
-                let now_us = elapsed_us();
-                for (executor_id, _) in &waiting[before..] {
-                    arrivals.arrived(now_us, executor_id);
-                }
-            }
+        if !gathering
+            .next(
+                &mut requests,
+                &mut waiting,
+                ROUND_QUEUE_CAPACITY,
+                waiting_executor,
+                &mut shutdown,
+            )
+            .await
+        {
+            return;
         }
         // The round starts here, after every renewal it answers arrived.
         let confirmed = leadership.linearizable_read().await.is_ok();

@@ -18,9 +18,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::leader::core::ToldFromMemory;
 use crate::lease::{
     claims_are_exactly, lapsed, Executor, ExecutorId, LeaseState, RenewResult, Renewal,
+    ToldFromMemory,
 };
 use leasehold_api::wire::LEASE_RESERVATION_SCHEMA;
 
@@ -213,19 +213,7 @@ mod tests {
                 cluster_version,
             },
         );
-        let Outcome::Registered { grant, .. } = apply(
-            &mut state,
-            Command::Register {
-                now_ms: 0,
-                incarnation: "a".to_owned(),
-                address: "http://a.test".to_owned(),
-                name: None,
-                credential_sha256: None,
-                capacity: crate::lease::DEFAULT_CAPACITY,
-                app_version: None,
-                labels: Default::default(),
-            },
-        ) else {
+        let Outcome::Registered { grant, .. } = apply(&mut state, register(0, "a")) else {
             panic!("registered");
         };
         assert_eq!(grant.executor_id, "ex-3");
@@ -242,6 +230,19 @@ mod tests {
         }
         let revision = state.revision();
         (state, revision)
+    }
+
+    fn register(now_ms: u64, incarnation: &str) -> Command {
+        Command::Register {
+            now_ms,
+            incarnation: incarnation.to_owned(),
+            address: format!("http://{incarnation}.test"),
+            name: None,
+            credential_sha256: None,
+            capacity: crate::lease::DEFAULT_CAPACITY,
+            app_version: None,
+            labels: Default::default(),
+        }
     }
 
     fn in_sync(state: &LeaseState) -> Renewal {
@@ -336,19 +337,7 @@ mod tests {
     fn p5_2_an_executor_with_a_shard_releasing_goes_through_the_log() {
         let (mut state, _) = state(LEASE_RESERVATION_SCHEMA, true);
         let mut index = state.revision() + 10;
-        let Outcome::Registered { grant, .. } = state.apply(
-            index,
-            &Command::Register {
-                now_ms: 2_000,
-                incarnation: "b".to_owned(),
-                address: "http://b.test".to_owned(),
-                name: None,
-                credential_sha256: None,
-                capacity: crate::lease::DEFAULT_CAPACITY,
-                app_version: None,
-                labels: Default::default(),
-            },
-        ) else {
+        let Outcome::Registered { grant, .. } = state.apply(index, &register(2_000, "b")) else {
             panic!("registered");
         };
         index += 1;
