@@ -407,11 +407,7 @@ pub fn record_state_gauges(
         let (mut executors, mut lapsed) = (0u64, 0u64);
         for executor in state.executors() {
             executors += 1;
-            let lease_ends_ms = match told_from_memory {
-                Some(told) => executor.judged_expiry_ms(told.get(&executor.id).copied()),
-                None => executor.lease_bound_ms(),
-            };
-            if lease_ends_ms <= now_ms {
+            if executor.lease_ends_ms(told_from_memory) <= now_ms {
                 lapsed += 1;
             }
         }

@@ -48,19 +48,14 @@ fn executor_view(
 ) -> ExecutorView {
     let loads = known.loads.as_deref();
     let load = loads.and_then(|picture| picture.summary.executors.get(&executor.id));
-    // The leader judges the lease by what it told (P6.7). A follower does not see the renewals
-    // the leader answered from memory, so it shows how long the lease may run at most: its told
-    // expiry or its reservation (P6.6).
-    let lease_ends_ms = match &known.told_from_memory {
-        Some(told) => executor.judged_expiry_ms(told.get(&executor.id).copied()),
-        None => executor.lease_bound_ms(),
-    };
     ExecutorView {
         executor_id: executor.id.clone(),
         incarnation: executor.incarnation.clone(),
         name: executor.name.clone(),
         address: executor.address.clone(),
-        lease_remaining_ms: lease_ends_ms.saturating_sub(now_ms),
+        lease_remaining_ms: executor
+            .lease_ends_ms(known.told_from_memory.as_ref())
+            .saturating_sub(now_ms),
         registered_revision: executor.registered_revision,
         shards: state
             .delivered_set(&executor.id)

@@ -84,6 +84,16 @@ impl Executor {
             .map_or(self.lease_expiry_ms, |told| told.max(self.lease_expiry_ms))
     }
 
+    /// When its lease ends as a replica can tell: on the leader, which passes what its term told
+    /// from memory, its judgment (P6.7); on a follower (`None`), which does not see those
+    /// renewals, the latest the lease may run (P6.6). What the views and gauges show.
+    pub fn lease_ends_ms(&self, told_from_memory: Option<&ToldFromMemory>) -> u64 {
+        match told_from_memory {
+            Some(told) => self.judged_expiry_ms(told.get(&self.id).copied()),
+            None => self.lease_bound_ms(),
+        }
+    }
+
     /// The latest instant any copy of its lease may end (P6.6): the expiry of its grants the log
     /// recorded, or its reservation, for copies a leader told from memory, whichever is later.
     pub fn lease_bound_ms(&self) -> u64 {
