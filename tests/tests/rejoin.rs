@@ -133,8 +133,24 @@ async fn p13_3_a_manager_joins_a_tls_cluster_with_its_own_certificate() {
         .snapshot
         .expect("node 4 was brought up by a snapshot install");
     assert!(snapshot.last_log_index.unwrap() >= last, "{snapshot:?}");
-    let log = cluster.managers[&4].log();
-    assert!(log.contains("joined the cluster as a voter"), "{log}");
+    // The joiner logs its welcome after the leader's add_node reply, which may come after the
+    // leader already counts it caught up.
+    let joiner = &cluster.managers[&4];
+    poll_until(
+        "the joiner logs that it joined as a voter",
+        Duration::from_secs(30),
+        || {
+            let log = joiner.log();
+            async move {
+                if log.contains("joined the cluster as a voter") {
+                    Ok(())
+                } else {
+                    Err(log)
+                }
+            }
+        },
+    )
+    .await;
 
     // Asking again, as itself at the same address: answered, nothing changes.
     let again = as_4

@@ -39,10 +39,35 @@ pub async fn smoke(env: &Env, soak: Duration) -> Result<Vec<Table>> {
         let mut cluster =
             leasehold_cluster(env, security, "smoke-leasehold", default_flags(shards)).await?;
         let fleet = settled_fleet(&mut cluster, security, executors, shards).await?;
-        // Twenty executors joining one by one move shards between them: pushes and revokes.
-        if fleet.pushes_answered() == 0 {
-            bail!("no assignment push or revoke reached the fleet's push listener");
-        }
+        // The fleet registers at once and may be placed in one registration entry, which tells
+        // every executor its set in the reply: no push. A newcomer after it has settled takes
+        // shards from it, so its push listener must answer revokes (P5.2), and the newcomer's
+        // departure gives them back by assignment pushes (P4.1).
+        let newcomer = leasehold_fleet(&cluster, security, 1, executor_client()).await?;
+        poll_until(
+            "a revoke answered by the fleet for the newcomer",
+            Duration::from_secs(60),
+            || {
+                let answered = fleet.pushes_answered();
+                async move {
+                    if answered > 0 {
+                        Ok(())
+                    } else {
+                        Err("no assignment push or revoke reached the fleet's push listener".into())
+                    }
+                }
+            },
+        )
+        .await?;
+        newcomer.deregister_all().await?;
+        settle(
+            &mut cluster,
+            &fleet,
+            shards,
+            SETTLE_BOUND,
+            Renewing::WhileSettling,
+        )
+        .await?;
         let step = drive::open_loop(fleet.clone(), rate, warmup, measure).await;
         steps.row(step_row(&security.tagged("leasehold"), &step));
         fleet.deregister_all().await?;
