@@ -274,6 +274,7 @@ fn spawn_tasks(
     ));
     tokio::spawn(renewals::from_memory::run_rounds(
         node.leadership.clone(),
+        node.memory_renewals.clone(),
         pending.confirmation_rounds,
         tasks_stopped.clone(),
     ));

@@ -281,6 +281,30 @@ impl NetLab {
     }
 
     /// Removes any cut on `name`.
+    /// Cuts node `name` off from the nodes `others` only, both ways (its packets to them
+    /// vanish, so no connection between them completes), while every other node and the test
+    /// still reach it: a leader cut off from its followers but not from its executors.
+    pub fn cut_from_nodes(&self, name: &str, others: &[&str]) -> Result<(), String> {
+        self.heal(name)?;
+        let netns = &self.node(name).netns;
+        for other in others {
+            let host = format!("{}/32", self.node(other).ip);
+            ip(&[
+                "-n",
+                netns,
+                "rule",
+                "add",
+                "priority",
+                CUT_PRIORITY,
+                "to",
+                &host,
+                "lookup",
+                VOID_TABLE,
+            ])?;
+        }
+        Ok(())
+    }
+
     pub fn heal(&self, name: &str) -> Result<(), String> {
         let netns = &self.node(name).netns;
         for priority in [CUT_PRIORITY, KEEP_TEST_PRIORITY] {

@@ -19,6 +19,7 @@ use leasehold_tests::faults::{
     use_fault_timing, verify_probes, wait_admitting_as, wait_registered, FaultSeed, Fleet,
     ProbeLedger, Workload, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND, SETTLE_BOUND,
 };
+use leasehold_tests::http_checks::parse_prometheus;
 use leasehold_tests::netns::{Cut, NetLab, NetNode};
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, Cluster, ClusterOptions, ManagerPlacement,
@@ -296,21 +297,7 @@ async fn leader_cut_off_into_a_minority() {
     net.lab
         .cut(&format!("m{old_leader}"), Cut::BothWays)
         .unwrap();
-    let cluster = &net.cluster;
-    let new_leader = poll_until("the majority to elect a new leader", LEADER_BOUND, || {
-        let majority = majority.clone();
-        async move {
-            let mut seen = Vec::new();
-            for &id in &majority {
-                seen.push(cluster.cluster_info(id).await?.leader_id);
-            }
-            match seen[..] {
-                [Some(a), Some(b)] if a == b && a != old_leader => Ok(a),
-                _ => Err(format!("leaders named: {seen:?}")),
-            }
-        }
-    })
-    .await;
+    let new_leader = majority_elects(&net.cluster, &majority, old_leader).await;
     eprintln!("[fault] {SCENARIO}: leader {old_leader} cut off, majority elected {new_leader}");
     report_figure(
         SCENARIO,
@@ -363,6 +350,130 @@ async fn leader_cut_off_into_a_minority() {
         SCENARIO,
     )
     .await;
+    for &index in &executors {
+        let reasons = net.fleet.reasons(index);
+        assert!(
+            !reasons.contains_key("unknown_executor"),
+            "{SCENARIO}: {} was evicted: {reasons:?}",
+            net.fleet.get(index).name
+        );
+    }
+    net.fleet.check(SCENARIO);
+}
+
+/// Waits until both managers of `majority` name one leader other than `old_leader`.
+async fn majority_elects(cluster: &Cluster, majority: &[u64], old_leader: u64) -> u64 {
+    poll_until(
+        "the majority to elect a new leader",
+        LEADER_BOUND,
+        || async move {
+            let mut seen = Vec::new();
+            for &id in majority {
+                seen.push(cluster.cluster_info(id).await?.leader_id);
+            }
+            match seen[..] {
+                [Some(a), Some(b)] if a == b && a != old_leader => Ok(a),
+                _ => Err(format!("leaders named: {seen:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// One counter series of manager `id` (0 when absent).
+async fn counter_of(cluster: &Cluster, id: u64, series: &str) -> f64 {
+    let url = cluster.url(id);
+    let text = reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}/metrics: {e}"))
+        .text()
+        .await
+        .expect("metrics text");
+    parse_prometheus(&text).get(series).copied().unwrap_or(0.0)
+}
+
+const FROM_MEMORY: &str = "leasehold_renewals_from_memory_total";
+const ROUNDS_NOT_CONFIRMED: &str = r#"leasehold_confirmation_rounds_total{result="not_confirmed"}"#;
+
+/// PROTOCOL P6.5 over real sockets: the leader is cut off from the other two managers while every
+/// executor still reaches it. The majority elects a leader; the old one goes on believing it
+/// leads and is asked to renew, but none of its confirmation rounds reaches a quorum, so from
+/// just after the cut it answers no renewal from memory (and commits none through the log). The
+/// executors move to the new leader, none is evicted, and the admission-log checker finds no
+/// overlap (I1, I2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_cut_off_from_its_followers_while_executors_reach_it() {
+    const SCENARIO: &str = "leader_cut_off_from_its_followers_while_executors_reach_it";
+    let _serial = one_cluster_at_a_time().await;
+    let mut seed = FaultSeed::from_env(SCENARIO);
+    let Some(mut net) = NetScenario::start(SCENARIO).await else {
+        return;
+    };
+    let (executors, ids) = net.start_three().await;
+    let urls = executors.iter().map(|&i| net.fleet.get(i).url()).collect();
+    let workload = Workload::start(&net.cluster, urls, seed.derive());
+    let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
+    // P6.8: from cluster version 9 and the executors' first reservations on.
+    let cluster = &net.cluster;
+    poll_until(
+        "the leader answers renewals from memory",
+        SETTLE_BOUND,
+        || async move {
+            let answered = counter_of(cluster, old_leader, FROM_MEMORY).await;
+            (answered > 0.0)
+                .then_some(())
+                .ok_or(format!("{answered} answered from memory"))
+        },
+    )
+    .await;
+    tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
+
+    let majority: Vec<u64> = [1u64, 2, 3]
+        .into_iter()
+        .filter(|&id| id != old_leader)
+        .collect();
+    let followers: Vec<String> = majority.iter().map(|id| format!("m{id}")).collect();
+    let followers: Vec<&str> = followers.iter().map(String::as_str).collect();
+    let not_confirmed_before = counter_of(&net.cluster, old_leader, ROUNDS_NOT_CONFIRMED).await;
+    let cut_at = Instant::now();
+    net.lab
+        .cut_from_nodes(&format!("m{old_leader}"), &followers)
+        .unwrap();
+    // A round whose heartbeats were acknowledged before the cut may still answer its renewals.
+    tokio::time::sleep(FAULT_TICK).await;
+    let answered_at_cut = counter_of(&net.cluster, old_leader, FROM_MEMORY).await;
+    let new_leader = majority_elects(&net.cluster, &majority, old_leader).await;
+    eprintln!("[fault] {SCENARIO}: leader {old_leader} cut off from {majority:?}, which elected {new_leader}");
+    report_figure(
+        SCENARIO,
+        "cut -> majority elected a leader",
+        cut_at.elapsed(),
+    );
+    // Past the new leader's grace (P6.1) and a few ticks, every executor renews through it.
+    tokio::time::sleep(FAULT_LEASE + 3 * FAULT_TICK).await;
+    wait_admitting_as(&net.fleet, &executors, &ids, SETTLE_BOUND).await;
+    let answered_during_cut =
+        counter_of(&net.cluster, old_leader, FROM_MEMORY).await - answered_at_cut;
+    let not_confirmed =
+        counter_of(&net.cluster, old_leader, ROUNDS_NOT_CONFIRMED).await - not_confirmed_before;
+    eprintln!(
+        "[fault] {SCENARIO}: the old leader's rounds not confirmed during the cut: {not_confirmed}"
+    );
+    assert_eq!(
+        answered_during_cut, 0.0,
+        "{SCENARIO}: the old leader answered renewals from memory after it was cut off (P6.5)"
+    );
+    assert!(
+        not_confirmed > 0.0,
+        "{SCENARIO}: no renewal reached the old leader during the cut, so this proves nothing"
+    );
+
+    net.lab.heal(&format!("m{old_leader}")).unwrap();
+    net.cluster.wait_for_leader(LEADER_BOUND).await;
+    let counts = workload.stop().await;
+    eprintln!("[fault] {SCENARIO}: workload {counts:?}");
     for &index in &executors {
         let reasons = net.fleet.reasons(index);
         assert!(

@@ -33,6 +33,9 @@ pub struct LeadershipConfirmation {
     acknowledged: BTreeMap<u64, u64>,
     /// Rounds started in this term.
     started: u64,
+    /// The newest round the shell's Raft library reported a majority acknowledged (openraft's
+    /// read index counts the quorum itself and says only that it was reached).
+    quorum_acknowledged: u64,
     /// A voter answered from a newer term: this leader is deposed and confirms nothing again.
     superseded: bool,
 }
@@ -43,6 +46,7 @@ impl LeadershipConfirmation {
         Self {
             acknowledged: followers.into_iter().map(|id| (id, 0)).collect(),
             started: 0,
+            quorum_acknowledged: 0,
             superseded: false,
         }
     }
@@ -64,6 +68,12 @@ impl LeadershipConfirmation {
         Round(self.started)
     }
 
+    /// Whether a round started is not confirmed yet: requests arriving now wait for the next
+    /// round, which starts once this one is confirmed, so one round at a time serves a burst.
+    pub fn round_under_way(&self) -> bool {
+        self.confirmed().map_or(0, |round| round.0) < self.started
+    }
+
     /// `follower` acknowledged `round` in this term. Acknowledgements of rounds never started
     /// and of voters outside the configuration are ignored.
     pub fn acknowledged(&mut self, follower: u64, round: Round) {
@@ -72,6 +82,14 @@ impl LeadershipConfirmation {
         }
         if let Some(newest) = self.acknowledged.get_mut(&follower) {
             *newest = (*newest).max(round.0);
+        }
+    }
+
+    /// A majority of the voters acknowledged `round` in this term, as the shell's Raft library
+    /// counted them. A round never started counts for nothing.
+    pub fn quorum_acknowledged(&mut self, round: Round) {
+        if round.0 <= self.started {
+            self.quorum_acknowledged = self.quorum_acknowledged.max(round.0);
         }
     }
 
@@ -95,7 +113,11 @@ impl LeadershipConfirmation {
         rounds.push(self.started);
         rounds.sort_unstable_by(|a, b| b.cmp(a));
         let majority = rounds.len() / 2 + 1;
-        let round = rounds.get(majority - 1).copied().unwrap_or(0);
+        let round = rounds
+            .get(majority - 1)
+            .copied()
+            .unwrap_or(0)
+            .max(self.quorum_acknowledged);
         (round > 0).then_some(Round(round))
     }
 
@@ -161,6 +183,20 @@ mod tests {
         confirmation.superseded();
         assert!(confirmation.is_superseded());
         assert_eq!(confirmation.confirmed(), None);
+
+        let mut counted_elsewhere = LeadershipConfirmation::new([2, 3]);
+        counted_elsewhere.quorum_acknowledged(Round(1));
+        assert_eq!(counted_elsewhere.confirmed(), None, "round 1 never started");
+        let first = counted_elsewhere.start_round();
+        let needed = counted_elsewhere.needs();
+        counted_elsewhere.start_round();
+        counted_elsewhere.quorum_acknowledged(first);
+        assert!(
+            !counted_elsewhere.is_confirmed(needed),
+            "round 1 went before"
+        );
+        counted_elsewhere.quorum_acknowledged(needed);
+        assert!(counted_elsewhere.is_confirmed(needed));
 
         let alone = LeadershipConfirmation::new([]);
         assert_eq!(alone.confirmed(), None, "nothing started");

@@ -8,6 +8,8 @@
 //! quorum of acknowledgements in this term (a voter that voted in a newer term refuses it and
 //! deposes this leader), then the state applied up to the commit index the round read, so the
 //! answer is read from a state that holds every write committed before the renewal arrived.
+//! Which round a renewal needs, and whether the rounds confirmed so far cover it, is decided by
+//! [`LeadershipConfirmation`], the core the simulator and the confirmation model check run.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use super::confirmation::{LeadershipConfirmation, Round};
 use super::memory::{MemoryLeases, ThroughTheLog};
 use super::Gathering;
 use crate::clock::LeaderClock;
@@ -34,12 +37,24 @@ pub const MAX_RESERVATIONS_PER_ENTRY: usize = 4096;
 /// instead of taking one each.
 pub const RESERVATION_GATHER: Duration = Duration::from_millis(250);
 
-/// A renewal waiting for a round: its executor (for the arrival window) and where the round's
-/// result goes.
-type RoundWaiter = (String, oneshot::Sender<bool>);
+/// A renewal waiting for a round: its executor (for the arrival window), the round it needs
+/// and where the round's result goes.
+#[derive(Debug)]
+struct RoundWaiter {
+    executor_id: String,
+    needed: Round,
+    answer: oneshot::Sender<bool>,
+}
 
 fn waiting_executor(waiter: &RoundWaiter) -> &str {
-    &waiter.0
+    &waiter.executor_id
+}
+
+/// The confirmation rounds of the term this node last led.
+#[derive(Debug, Default)]
+struct TermRounds {
+    term: u64,
+    confirmation: Option<LeadershipConfirmation>,
 }
 
 /// The handle renew handlers and the leader's step share (`--renewals-from-memory`).
@@ -47,6 +62,7 @@ fn waiting_executor(waiter: &RoundWaiter) -> &str {
 pub struct MemoryRenewals {
     enabled: bool,
     leases: Arc<Mutex<MemoryLeases>>,
+    term_rounds: Arc<Mutex<TermRounds>>,
     rounds: mpsc::Sender<RoundWaiter>,
     reservations_wanted: Arc<Notify>,
 }
@@ -71,6 +87,7 @@ pub fn memory_renewals(enabled: bool) -> (MemoryRenewals, RoundRequests) {
         MemoryRenewals {
             enabled,
             leases: Arc::default(),
+            term_rounds: Arc::default(),
             rounds,
             reservations_wanted: Arc::default(),
         },
@@ -83,6 +100,37 @@ impl MemoryRenewals {
         self.leases
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `term`'s confirmation core, begun afresh when the term is new, its followers the other
+    /// voters now.
+    fn confirmation<T>(
+        &self,
+        leadership: &Leadership,
+        term: u64,
+        use_it: impl FnOnce(&mut LeadershipConfirmation) -> T,
+    ) -> T {
+        let mut rounds = self
+            .term_rounds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if rounds.term != term {
+            *rounds = TermRounds {
+                term,
+                confirmation: None,
+            };
+        }
+        let confirmation = rounds.confirmation.get_or_insert_with(|| {
+            let metrics = leadership.metrics_snapshot();
+            let followers: Vec<u64> = metrics
+                .membership_config
+                .membership()
+                .voter_ids()
+                .filter(|id| *id != metrics.id)
+                .collect();
+            LeadershipConfirmation::new(followers)
+        });
+        use_it(confirmation)
     }
 
     /// Answers `renewal` from memory when P6.5 to P6.7 allow it; `None`: it goes through the log.
@@ -102,31 +150,41 @@ impl MemoryRenewals {
             return None;
         }
         let term = leadership.clock.term();
-        let (waiter, confirmed) = oneshot::channel();
-        if self
-            .rounds
-            .try_send((renewal.executor_id.clone(), waiter))
-            .is_err()
-        {
+        let (needed, confirmed_already) = self.confirmation(leadership, term, |confirmation| {
+            let needed = confirmation.needs();
+            (needed, confirmation.is_confirmed(needed))
+        });
+        // Only a round started after now covers this renewal (P6.5), so a correct core is never
+        // confirmed already; the check is the core's to make.
+        if !confirmed_already {
+            let (answer, confirmed) = oneshot::channel();
+            let waiter = RoundWaiter {
+                executor_id: renewal.executor_id.clone(),
+                needed,
+                answer,
+            };
+            if self.rounds.try_send(waiter).is_err() {
+                through_the_log("unconfirmed");
+                return None;
+            }
+            if !confirmed.await.unwrap_or(false) {
+                through_the_log("unconfirmed");
+                return None;
+            }
+        }
+        if !leadership.in_office() || leadership.clock.term() != term {
             through_the_log("unconfirmed");
             return None;
         }
-        // The round this waits for starts after it was queued, so after the renewal arrived.
-        if !confirmed.await.unwrap_or(false)
-            || !leadership.in_office()
-            || leadership.clock.term() != term
-        {
-            through_the_log("unconfirmed");
-            return None;
-        }
-        let answered = {
+        let (answered, wants_reservations) = {
             let mut leases = self.leases();
             leases.begin_term(term);
             // The clock is read under the lock the leader's step reads the memory under (P6.7).
             let now_ms = leadership.clock.now_ms();
-            state.read(|applied| leases.answer(&applied.state, renewal, now_ms))
+            let answered = state.read(|applied| leases.answer(&applied.state, renewal, now_ms));
+            (answered, leases.wants_reservations())
         };
-        if self.leases().wants_reservations() {
+        if wants_reservations {
             self.reservations_wanted.notify_one();
         }
         match answered {
@@ -192,6 +250,7 @@ fn through_the_log(reason: &'static str) {
 /// in a closed loop never waits.
 pub async fn run_rounds(
     leadership: Leadership,
+    memory: MemoryRenewals,
     RoundRequests(mut requests): RoundRequests,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -210,17 +269,33 @@ pub async fn run_rounds(
         {
             return;
         }
-        // The round starts here, after every renewal it answers arrived.
-        let confirmed = leadership.linearizable_read().await.is_ok();
+        // The round starts here, after every renewal it answers arrived: each needs this round
+        // or an earlier one.
+        let term = leadership.clock.term();
+        let round = memory.confirmation(&leadership, term, LeadershipConfirmation::start_round);
+        let read = leadership.linearizable_read().await.is_ok();
+        // A read that ended in another term confirmed that term, not this round.
+        let confirmed = read && leadership.clock.term() == term;
         let result = if confirmed {
             "confirmed"
         } else {
             "not_confirmed"
         };
         metrics::counter!("leasehold_confirmation_rounds_total", "result" => result).increment(1);
-        for (_, waiter) in waiting.drain(..) {
+        let answers: Vec<bool> = if confirmed {
+            memory.confirmation(&leadership, term, |confirmation| {
+                confirmation.quorum_acknowledged(round);
+                waiting
+                    .iter()
+                    .map(|waiter| confirmation.is_confirmed(waiter.needed))
+                    .collect()
+            })
+        } else {
+            vec![false; waiting.len()]
+        };
+        for (waiter, confirmed) in waiting.drain(..).zip(answers) {
             // A handler that gave up (client gone) no longer waits.
-            let _ = waiter.send(confirmed);
+            let _ = waiter.answer.send(confirmed);
         }
     }
 }

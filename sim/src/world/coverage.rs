@@ -9,6 +9,9 @@ pub struct Coverage {
     pub commits: u64,
     /// Renewals the leader answered from memory after a confirmation round (P6.8).
     pub renewals_from_memory: u64,
+    /// Renewals from executors stranded with a deposed leader that reached it (P6.5: a correct
+    /// build answers none of them).
+    pub renewals_at_a_deposed_leader: u64,
     /// Shards a plan marked releasing from a live owner (P5.2).
     pub handoffs_started: u64,
     /// Releasing shards a plan gave back to their owner (P5.4).
@@ -80,10 +83,14 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 39] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 40] {
         [
             ("commits", self.commits),
             ("renewals answered from memory", self.renewals_from_memory),
+            (
+                "renewals at a deposed leader",
+                self.renewals_at_a_deposed_leader,
+            ),
             ("handoffs_started", self.handoffs_started),
             ("handoffs_cancelled", self.handoffs_cancelled),
             (
@@ -151,6 +158,7 @@ impl Coverage {
     pub fn add(&mut self, other: &Coverage) {
         self.commits += other.commits;
         self.renewals_from_memory += other.renewals_from_memory;
+        self.renewals_at_a_deposed_leader += other.renewals_at_a_deposed_leader;
         self.handoffs_started += other.handoffs_started;
         self.handoffs_cancelled += other.handoffs_cancelled;
         self.handoffs_completed_by_release += other.handoffs_completed_by_release;

@@ -73,6 +73,9 @@ impl World {
         self.note(|| "chaos ends: the network heals".to_owned());
         self.cut_to_managers.iter_mut().for_each(|c| *c = 0);
         self.cut_from_managers.iter_mut().for_each(|c| *c = 0);
+        while !self.deposed.is_empty() {
+            self.deposed_learns(0);
+        }
         for slot in 0..self.scenario.slots {
             let alive = self.processes[slot]
                 .as_ref()

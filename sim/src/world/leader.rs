@@ -168,46 +168,79 @@ impl World {
         }
     }
 
-    /// A renewal waits for the next confirmation round: one started after it arrived (P6.5).
+    /// A renewal waits for a confirmation round started after it arrived (P6.5), as the core
+    /// says; one round at a time, so a burst shares the next.
     pub(super) fn await_confirmation(&mut self, renewal: Renewal, renewer: Renewer) {
         let Some(leader) = self.leader.as_mut() else {
             return;
         };
-        leader.awaiting_round.push((renewal, renewer));
-        if leader.in_round.is_none() {
-            self.start_confirmation_round();
-        }
+        let needed = leader.confirmation.needs();
+        leader
+            .awaiting_confirmation
+            .push((needed, renewal, renewer));
+        let term = leader.term;
+        self.answer_confirmed(term);
     }
 
-    /// Sends a heartbeat to every voter for the renewals waiting; a quorum answers after a
-    /// commit's latency (a round trip, without the disk).
+    /// Sends round `n` of heartbeats to every follower; each acknowledges after a commit's
+    /// latency (a round trip, without the disk). An acknowledgement in flight when the leader
+    /// is deposed is lost with the partition that deposed it.
     fn start_confirmation_round(&mut self) {
         let Some(leader) = self.leader.as_mut() else {
             return;
         };
-        leader.in_round = Some(std::mem::take(&mut leader.awaiting_round));
+        let round = leader.confirmation.start_round();
         let term = leader.term;
+        let manager = leader.manager;
         let at = self.now_us + self.scenario.commit_latency_us;
-        self.schedule(at, Event::ConfirmationRound { term });
+        for follower in (0..MANAGERS).filter(|m| *m != manager) {
+            self.schedule(
+                at,
+                Event::ConfirmationAck {
+                    term,
+                    follower: follower as u64,
+                    round,
+                },
+            );
+        }
     }
 
-    /// The round came back: every renewal it carried is answered from memory where P6.8 allows
-    /// it (production's core), otherwise proposed through the log; reservations running low are
-    /// proposed. A leader deposed meanwhile answers nothing (the connections went with it).
-    pub(super) fn confirmation_round(&mut self, term: u64) {
+    /// A follower acknowledged `round` of `term`'s leader.
+    pub(super) fn confirmation_acknowledged(&mut self, term: u64, follower: u64, round: Round) {
         let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) else {
             return;
         };
         if let Some(until) = leader.stalled_until_us {
-            self.schedule(until, Event::ConfirmationRound { term });
+            self.schedule(
+                until,
+                Event::ConfirmationAck {
+                    term,
+                    follower,
+                    round,
+                },
+            );
             return;
         }
+        leader.confirmation.acknowledged(follower, round);
+        self.answer_confirmed(term);
+    }
+
+    /// Every waiting renewal the core counts as confirmed is answered from memory where P6.8
+    /// allows it (production's core), otherwise proposed through the log; reservations running
+    /// low are proposed; a round starts for those still waiting if none is under way.
+    fn answer_confirmed(&mut self, term: u64) {
+        let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) else {
+            return;
+        };
         let manager = leader.manager;
         let now_ms = clock_ms(self.now_us, leader.offset_ms, leader.rate_ppm);
-        let round = leader.in_round.take().unwrap_or_default();
+        let (round, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut leader.awaiting_confirmation)
+            .into_iter()
+            .partition(|(needed, _, _)| leader.confirmation.is_confirmed(*needed));
+        leader.awaiting_confirmation = waiting;
         let mut answered = Vec::new();
         let mut through_the_log = Vec::new();
-        for (renewal, renewer) in round {
+        for (_, renewal, renewer) in round {
             match leader
                 .memory
                 .answer(&self.replicas[manager], &renewal, now_ms)
@@ -219,18 +252,12 @@ impl World {
         let reservations = leader
             .memory
             .take_reservations_wanted(MAX_RESERVATIONS_PER_ENTRY);
-        let next_round = !leader.awaiting_round.is_empty();
+        // Whoever still waits needs a round not yet confirmed: the next, once none is under way.
+        let next_round =
+            !leader.awaiting_confirmation.is_empty() && !leader.confirmation.round_under_way();
         for (renewal, renewer, result) in answered {
             self.coverage.renewals_from_memory += 1;
-            let message = match &result {
-                RenewResult::Renewed { grant, .. } => Message::Granted {
-                    call: renewer.call,
-                    grant: grant.clone().into(),
-                },
-                RenewResult::UnknownExecutor { .. } => {
-                    Message::UnknownExecutor { call: renewer.call }
-                }
-            };
+            let message = answer_message(renewer.call, &result);
             let slot = renewer.slot;
             // The loads it reported feed placement as a renewal through the log does (P15.1).
             let proposal = Proposal {
@@ -537,7 +564,7 @@ impl World {
             return;
         };
         if self.deposed[position].until_us <= now_us {
-            self.deposed.remove(position);
+            self.deposed_learns(position);
             return;
         }
         let (offset_ms, rate_ppm) = (
@@ -569,13 +596,92 @@ impl World {
                 ),
             };
             if let Some(slot) = Self::slot_of(&address) {
-                self.send_to_executor(slot, message);
+                self.send_from_deposed(slot, message);
             }
         }
         self.schedule_timer(
             now_us + ROUND_INTERVAL_MS * 1_000,
             Event::DeposedRound { term },
         );
+    }
+
+    /// A request from a stranded slot reaches the deposed leader of `term`. A renewal waits
+    /// for a round started after it arrived, as the core says (P6.5); no follower hears those
+    /// rounds, so a correct build answers none. What would need a commit waits too; answers to
+    /// its pushes go nowhere.
+    pub(super) fn deposed_receives(&mut self, term: u64, slot: Slot, request: Request) {
+        let Some(position) = self.deposed.iter().position(|d| d.term == term) else {
+            // It learned of the newer term meanwhile and answers as a follower: no leader here.
+            if let Some(call) = request_call(&request) {
+                self.send_to_executor(slot, Message::CallFailed { call });
+            }
+            return;
+        };
+        let now_ms = {
+            let deposed = &self.deposed[position];
+            self.leader_clock_ms(deposed.offset_ms, deposed.rate_ppm)
+        };
+        let deposed = &mut self.deposed[position];
+        let from_memory = deposed.state.cluster_version() >= LEASE_RESERVATION_SCHEMA;
+        match request {
+            Request::Renew {
+                call,
+                executor_id,
+                request,
+            } if from_memory => {
+                let Ok(claims) = request.checked_claims(self.scenario.shards) else {
+                    panic!("a simulated executor claimed shards the wire refuses");
+                };
+                let renewal = Renewal::from_claims(executor_id, &claims, request.revision);
+                let needed = deposed.confirmation.needs();
+                self.coverage.renewals_at_a_deposed_leader += 1;
+                if !deposed.confirmation.is_confirmed(needed) {
+                    if !deposed.confirmation.round_under_way() {
+                        // Its heartbeats reach no follower across the partition.
+                        deposed.confirmation.start_round();
+                    }
+                    let renewer = Renewer {
+                        slot,
+                        call,
+                        loads: None,
+                    };
+                    deposed
+                        .awaiting_confirmation
+                        .push((needed, renewal, renewer));
+                    return;
+                }
+                // Only a build that breaks P6.5 gets here.
+                match deposed.memory.answer(&deposed.state, &renewal, now_ms) {
+                    Ok(result) => self.send_from_deposed(slot, answer_message(call, &result)),
+                    Err(_) => deposed.held_calls.push((slot, call)),
+                }
+            }
+            request => {
+                if let Some(call) = request_call(&request) {
+                    deposed.held_calls.push((slot, call));
+                }
+            }
+        }
+    }
+
+    /// The deposed leader at `position` hears of the newer term (its partition heals): it
+    /// fails every call it held, and its stranded executors reach the new leader again.
+    pub(super) fn deposed_learns(&mut self, position: usize) {
+        let mut deposed = self.deposed.remove(position);
+        deposed.confirmation.superseded();
+        let calls: Vec<(Slot, u64)> = deposed
+            .held_calls
+            .into_iter()
+            .chain(
+                deposed
+                    .awaiting_confirmation
+                    .into_iter()
+                    .map(|(_, _, renewer)| (renewer.slot, renewer.call)),
+            )
+            .collect();
+        for (slot, call) in calls {
+            self.send_from_deposed(slot, Message::CallFailed { call });
+        }
     }
 
     // ---- manager request handling ---------------------------------------------------------
@@ -587,5 +693,16 @@ impl World {
             .as_ref()
             .filter(|l| l.term == term)
             .and_then(|l| l.stalled_until_us)
+    }
+}
+
+/// What an executor hears for a renewal answered from memory.
+fn answer_message(call: u64, result: &RenewResult) -> Message {
+    match result {
+        RenewResult::Renewed { grant, .. } => Message::Granted {
+            call,
+            grant: grant.clone().into(),
+        },
+        RenewResult::UnknownExecutor { .. } => Message::UnknownExecutor { call },
     }
 }

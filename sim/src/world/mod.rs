@@ -54,6 +54,7 @@ use leasehold_manager::lease::{
     RefusalReason, RegisterResult, Registration, RenewResult, Renewal, ShardId,
 };
 use leasehold_manager::load_summary::LoadSummary;
+use leasehold_manager::renewals::confirmation::{LeadershipConfirmation, Round};
 use leasehold_manager::renewals::from_memory::MAX_RESERVATIONS_PER_ENTRY;
 use leasehold_manager::renewals::memory::MemoryLeases;
 use leasehold_manager::signals::CommitSignal;
@@ -270,9 +271,17 @@ enum Event {
     StallOver {
         term: u64,
     },
-    /// The confirmation round of `term`'s leader came back from a quorum (P6.5).
-    ConfirmationRound {
+    /// A follower's acknowledgement of a confirmation round of `term`'s leader (P6.5).
+    ConfirmationAck {
         term: u64,
+        follower: u64,
+        round: Round,
+    },
+    /// A request from a slot stranded with the deposed leader of `term` reaches it.
+    ToDeposed {
+        term: u64,
+        slot: Slot,
+        request: Request,
     },
     Resume {
         slot: Slot,
@@ -439,13 +448,17 @@ struct Leader {
     step_loads: Loads,
     /// P6.8: what this term told from memory (production's core).
     memory: MemoryLeases,
-    /// Renewals waiting for the next confirmation round (P6.5).
-    awaiting_round: Vec<(Renewal, Renewer)>,
-    /// The renewals the round under way answers; `None`: no round under way.
-    in_round: Option<Vec<(Renewal, Renewer)>>,
+    /// P6.5: this term's confirmation rounds and its followers' acknowledgements (the core the
+    /// confirmation model checks).
+    confirmation: LeadershipConfirmation,
+    /// Renewals waiting for a round started after they arrived, with the round each needs.
+    awaiting_confirmation: Vec<(Round, Renewal, Renewer)>,
 }
 
-/// A deposed leader that has not noticed yet: it pushes from its frozen state.
+/// A deposed leader that has not noticed yet, cut off from the other managers: it pushes from
+/// its frozen state, and the executors stranded with it (cut off from the others) send it their
+/// calls. It cannot commit, and its confirmation rounds reach no follower (P6.5), so a correct
+/// build answers none of them; it fails them when it learns of the newer term.
 #[derive(Debug)]
 struct Deposed {
     term: u64,
@@ -454,6 +467,13 @@ struct Deposed {
     offset_ms: i64,
     rate_ppm: i64,
     until_us: u64,
+    memory: MemoryLeases,
+    confirmation: LeadershipConfirmation,
+    /// Slots that reach this leader and no other manager until `until_us`.
+    stranded: BTreeSet<Slot>,
+    awaiting_confirmation: Vec<(Round, Renewal, Renewer)>,
+    /// Calls that would need a commit: they wait until it learns of the newer term.
+    held_calls: Vec<(Slot, u64)>,
 }
 
 /// The simulated cluster.
@@ -739,7 +759,16 @@ impl World {
             Event::ToExecutor { slot, message } => self.executor_receives(slot, message),
             Event::Commit { term } => self.commit(term),
             Event::LeaderStep { term } => self.leader_step(term),
-            Event::ConfirmationRound { term } => self.confirmation_round(term),
+            Event::ConfirmationAck {
+                term,
+                follower,
+                round,
+            } => self.confirmation_acknowledged(term, follower, round),
+            Event::ToDeposed {
+                term,
+                slot,
+                request,
+            } => self.deposed_receives(term, slot, request),
             Event::DeliveryRound { term } => self.delivery_round(term),
             Event::DeliveryTimeout { term, delivery } => self.delivered(term, delivery, None, None),
             Event::DeposedRound { term } => self.deposed_round(term),

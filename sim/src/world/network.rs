@@ -34,9 +34,26 @@ impl World {
         1
     }
 
+    /// The deposed leader `slot` is stranded with, if any: it reaches that one and no other
+    /// manager.
+    fn stranded_with(&self, slot: Slot) -> Option<u64> {
+        self.deposed
+            .iter()
+            .find(|d| d.until_us > self.now_us && d.stranded.contains(&slot))
+            .map(|d| d.term)
+    }
+
     pub(super) fn send_to_managers(&mut self, slot: Slot, process: u64, request: Request) {
         let cut = self.cut_to_managers[slot] > 0;
         let kind = request.kind();
+        if let Some(term) = self.stranded_with(slot) {
+            self.send(cut, slot, kind, || Event::ToDeposed {
+                term,
+                slot,
+                request: request.clone(),
+            });
+            return;
+        }
         self.send(cut, slot, kind, || Event::ToManagers {
             slot,
             process,
@@ -44,7 +61,18 @@ impl World {
         });
     }
 
+    /// From the managers that still follow the newest term (or from a leader that does).
     pub(super) fn send_to_executor(&mut self, slot: Slot, message: Message) {
+        let cut = self.cut_from_managers[slot] > 0 || self.stranded_with(slot).is_some();
+        let kind = message.kind();
+        self.send(cut, slot, kind, || Event::ToExecutor {
+            slot,
+            message: message.clone(),
+        });
+    }
+
+    /// From a deposed leader, which reaches every executor not cut off from the managers.
+    pub(super) fn send_from_deposed(&mut self, slot: Slot, message: Message) {
         let cut = self.cut_from_managers[slot] > 0;
         let kind = message.kind();
         self.send(cut, slot, kind, || Event::ToExecutor {

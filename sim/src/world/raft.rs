@@ -44,8 +44,10 @@ impl World {
                 memory.begin_term(term);
                 memory
             },
-            awaiting_round: Vec::new(),
-            in_round: None,
+            confirmation: LeadershipConfirmation::new(
+                (0..MANAGERS).filter(|m| *m != manager).map(|m| m as u64),
+            ),
+            awaiting_confirmation: Vec::new(),
         };
         self.checker.new_term();
         self.leader = Some(leader);
@@ -184,13 +186,9 @@ impl World {
         // Renewals waiting for a confirmation round hear that it failed (the read index errs
         // once the leader steps down), fall through to the log, whose proposal is refused
         // `not_leader`: the executor retries at once (P6.8, P7.1).
-        let waiting: Vec<Renewer> = leader
-            .in_round
-            .take()
-            .unwrap_or_default()
+        let waiting: Vec<Renewer> = std::mem::take(&mut leader.awaiting_confirmation)
             .into_iter()
-            .chain(std::mem::take(&mut leader.awaiting_round))
-            .map(|(_, renewer)| renewer)
+            .map(|(_, _, renewer)| renewer)
             .collect();
         for Renewer { slot, call, .. } in waiting {
             self.send_to_executor(slot, Message::CallFailed { call });
@@ -202,6 +200,10 @@ impl World {
             }
         }
         if deposed_pushes_ms > 0 {
+            // A third of the executors, drawn, stay with it on its side of the partition.
+            let stranded = (0..self.scenario.slots)
+                .filter(|_| self.rng.random_ratio(1, 3))
+                .collect();
             self.deposed.push(Deposed {
                 term,
                 state: self.replicas[leader.manager].clone(),
@@ -209,6 +211,11 @@ impl World {
                 offset_ms: leader.offset_ms,
                 rate_ppm: leader.rate_ppm,
                 until_us: self.now_us + deposed_pushes_ms * 1_000,
+                memory: std::mem::take(&mut leader.memory),
+                confirmation: leader.confirmation,
+                stranded,
+                awaiting_confirmation: Vec::new(),
+                held_calls: Vec::new(),
             });
             self.schedule(self.now_us, Event::DeposedRound { term });
         }
