@@ -31,6 +31,7 @@ use leasehold_tests::executor::{
     ExecutorProcess, ExecutorSpec,
 };
 use leasehold_tests::fake_executor::{FakeExecutor, Interval};
+use leasehold_tests::http_checks::{parse_prometheus, summed};
 use leasehold_tests::{
     binary, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
@@ -190,6 +191,21 @@ impl Upgrade {
             Some(0),
             "and recorded nothing: {audit}"
         );
+    }
+
+    /// Renewals answered from memory (P6.8), summed over the running managers (a 0.1.0 manager
+    /// has no such counter; a stopped one is skipped).
+    async fn renewals_from_memory(&self) -> f64 {
+        let mut scrapes = Vec::new();
+        for id in MANAGERS {
+            let url = format!("{}/metrics", self.cluster.url(id));
+            if let Ok(reply) = self.cluster.http.get(&url).send().await {
+                if let Ok(text) = reply.text().await {
+                    scrapes.push(parse_prometheus(&text));
+                }
+            }
+        }
+        summed(&scrapes, "leasehold_renewals_from_memory_total")
     }
 
     async fn get(&self, id: u64, path: &str) -> Result<Value, String> {
@@ -414,6 +430,15 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
             up.start_executor("this-release-mixed", None);
         }
         up.wait_for_split(&format!("manager {id} upgraded")).await;
+        if upgraded.len() < MANAGERS.len() {
+            // PROTOCOL §14, P6.8: while a voter runs 0.1.0 (which would not confirm leadership
+            // before answering), every renewal is a log entry.
+            assert_eq!(
+                up.renewals_from_memory().await,
+                0.0,
+                "a renewal was answered from memory while manager versions were mixed"
+            );
+        }
 
         if upgraded.len() == 1 {
             // Rolling back before the cluster version rose loses nothing (P14.1,
@@ -481,6 +506,19 @@ async fn p14_2_rolling_upgrade_from_the_previous_release_under_load_and_a_refuse
     .await;
     up.register_fake("cluster-version-raised").await;
     up.wait_for_split("cluster version raised").await;
+    // From the raised cluster version on, renewals in sync are answered from memory (P6.8).
+    let up_ref = &up;
+    poll_until(
+        "a renewal answered from memory after the raise",
+        VERSION_BOUND,
+        || async move {
+            let answered = up_ref.renewals_from_memory().await;
+            (answered > 0.0)
+                .then_some(())
+                .ok_or(format!("{answered} answered from memory"))
+        },
+    )
+    .await;
 
     // Then the executors, one at a time (P14.2).
     for n in 0..3 {
