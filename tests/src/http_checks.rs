@@ -212,6 +212,18 @@ async fn send_large(base: &str, request: &RawRequest) -> RawReply {
 
 /// Parses Prometheus text exposition into `series → value`, the series written as the exporter
 /// writes it (`name{label="value",...}`, labels in the order given at the call site).
+/// `GET {base}/metrics`, parsed (see [`parse_prometheus`]).
+pub async fn scrape(http: &reqwest::Client, base: &str) -> Result<BTreeMap<String, f64>, String> {
+    let url = format!("{base}/metrics");
+    let reply = http
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let text = reply.text().await.map_err(|e| format!("GET {url}: {e}"))?;
+    Ok(parse_prometheus(&text))
+}
+
 pub fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.trim().is_empty())

@@ -65,6 +65,15 @@ pub struct NetLab {
     nodes: BTreeMap<String, NetNode>,
 }
 
+/// Routes what `selector` matches in namespace `netns` into the dead end.
+fn void_rule(netns: &str, selector: &[&str]) -> Result<(), String> {
+    let mut args = vec!["-n", netns, "rule", "add", "priority", CUT_PRIORITY];
+    args.extend_from_slice(selector);
+    args.extend(["lookup", VOID_TABLE]);
+    ip(&args)?;
+    Ok(())
+}
+
 fn run(program: &str, args: &[&str]) -> Result<String, String> {
     let output = Command::new(program)
         .args(args)
@@ -266,18 +275,7 @@ impl NetLab {
                 vec!["to", &nodes, "ipproto", "tcp", "sport", &port_text]
             }
         };
-        let mut args = vec![
-            "-n",
-            netns.as_str(),
-            "rule",
-            "add",
-            "priority",
-            CUT_PRIORITY,
-        ];
-        args.extend(selector);
-        args.extend(["lookup", VOID_TABLE]);
-        ip(&args)?;
-        Ok(())
+        void_rule(netns, &selector)
     }
 
     /// Removes any cut on `name`.
@@ -289,18 +287,7 @@ impl NetLab {
         let netns = &self.node(name).netns;
         for other in others {
             let host = format!("{}/32", self.node(other).ip);
-            ip(&[
-                "-n",
-                netns,
-                "rule",
-                "add",
-                "priority",
-                CUT_PRIORITY,
-                "to",
-                &host,
-                "lookup",
-                VOID_TABLE,
-            ])?;
+            void_rule(netns, &["to", &host])?;
         }
         Ok(())
     }

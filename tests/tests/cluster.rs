@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_api::problem::{ErrorCode, LEADER_HEADER};
 use leasehold_api::wire::RegisterRequest;
-use leasehold_tests::http_checks::{parse_prometheus, summed};
+use leasehold_tests::http_checks::summed;
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
@@ -170,16 +170,9 @@ fn slow_timer_cluster() -> Cluster {
 }
 
 async fn scrape(cluster: &Cluster, id: u64) -> std::collections::BTreeMap<String, f64> {
-    let text = cluster
-        .http
-        .get(format!("{}/metrics", cluster.url(id)))
-        .send()
+    leasehold_tests::http_checks::scrape(&cluster.http, &cluster.url(id))
         .await
-        .unwrap_or_else(|e| panic!("GET /metrics of manager {id}: {e}"))
-        .text()
-        .await
-        .unwrap();
-    parse_prometheus(&text)
+        .unwrap_or_else(|e| panic!("manager {id}: {e}"))
 }
 
 /// `GET /raft/identity` of manager `id` (roles are not checked in plaintext, P13.5).

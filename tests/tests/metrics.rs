@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_tests::executor::{wait_for_even_split, AdmissionEdge, ExecutorProcess};
-use leasehold_tests::http_checks::{parse_prometheus, summed};
+use leasehold_tests::http_checks::{self, summed};
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
 
 const SHARDS: u32 = 16;
@@ -28,15 +28,9 @@ const STEP_BOUND: Duration = Duration::from_secs(90);
 const EXIT_BOUND: Duration = Duration::from_secs(20);
 
 async fn scrape(http: &reqwest::Client, base: &str) -> BTreeMap<String, f64> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
+    http_checks::scrape(http, base)
         .await
-        .unwrap_or_else(|e| panic!("GET {base}/metrics: {e}"))
-        .text()
-        .await
-        .expect("metrics text");
-    parse_prometheus(&text)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn scrape_managers(cluster: &Cluster, http: &reqwest::Client) -> Vec<BTreeMap<String, f64>> {

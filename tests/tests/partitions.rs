@@ -19,7 +19,7 @@ use leasehold_tests::faults::{
     use_fault_timing, verify_probes, wait_admitting_as, wait_registered, FaultSeed, Fleet,
     ProbeLedger, Workload, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND, SETTLE_BOUND,
 };
-use leasehold_tests::http_checks::parse_prometheus;
+use leasehold_tests::http_checks::scrape;
 use leasehold_tests::netns::{Cut, NetLab, NetNode};
 use leasehold_tests::{
     one_cluster_at_a_time, poll_until, Cluster, ClusterOptions, ManagerPlacement,
@@ -113,6 +113,18 @@ impl NetScenario {
             ids.push(wait_registered(self.fleet.get(index)).await);
         }
         (indices, ids)
+    }
+
+    /// Asserts that none of `executors` was evicted (told it is an unknown executor).
+    fn assert_none_evicted(&self, scenario: &str, executors: &[usize]) {
+        for &index in executors {
+            let reasons = self.fleet.reasons(index);
+            assert!(
+                !reasons.contains_key("unknown_executor"),
+                "{scenario}: {} was evicted: {reasons:?}",
+                self.fleet.get(index).name
+            );
+        }
     }
 
     fn node_of(&self, index: usize) -> &str {
@@ -285,10 +297,7 @@ async fn leader_cut_off_into_a_minority() {
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
-    let majority: Vec<u64> = [1u64, 2, 3]
-        .into_iter()
-        .filter(|&id| id != old_leader)
-        .collect();
+    let majority = others_than(old_leader);
     let majority_client = fault_client(
         &net.cluster,
         majority.iter().map(|&id| net.cluster.url(id)).collect(),
@@ -350,15 +359,16 @@ async fn leader_cut_off_into_a_minority() {
         SCENARIO,
     )
     .await;
-    for &index in &executors {
-        let reasons = net.fleet.reasons(index);
-        assert!(
-            !reasons.contains_key("unknown_executor"),
-            "{SCENARIO}: {} was evicted: {reasons:?}",
-            net.fleet.get(index).name
-        );
-    }
+    net.assert_none_evicted(SCENARIO, &executors);
     net.fleet.check(SCENARIO);
+}
+
+/// The two managers other than `old_leader`.
+fn others_than(old_leader: u64) -> Vec<u64> {
+    [1u64, 2, 3]
+        .into_iter()
+        .filter(|&id| id != old_leader)
+        .collect()
 }
 
 /// Waits until both managers of `majority` name one leader other than `old_leader`.
@@ -382,16 +392,9 @@ async fn majority_elects(cluster: &Cluster, majority: &[u64], old_leader: u64) -
 
 /// One counter series of manager `id` (0 when absent).
 async fn counter_of(cluster: &Cluster, id: u64, series: &str) -> f64 {
-    let url = cluster.url(id);
-    let text = reqwest::Client::new()
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}/metrics: {e}"))
-        .text()
-        .await
-        .expect("metrics text");
-    parse_prometheus(&text).get(series).copied().unwrap_or(0.0)
+    let scraped = scrape(&cluster.http, &cluster.url(id)).await;
+    let scraped = scraped.unwrap_or_else(|e| panic!("{e}"));
+    scraped.get(series).copied().unwrap_or(0.0)
 }
 
 const FROM_MEMORY: &str = "leasehold_renewals_from_memory_total";
@@ -430,10 +433,7 @@ async fn leader_cut_off_from_its_followers_while_executors_reach_it() {
     .await;
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
-    let majority: Vec<u64> = [1u64, 2, 3]
-        .into_iter()
-        .filter(|&id| id != old_leader)
-        .collect();
+    let majority = others_than(old_leader);
     let followers: Vec<String> = majority.iter().map(|id| format!("m{id}")).collect();
     let followers: Vec<&str> = followers.iter().map(String::as_str).collect();
     let not_confirmed_before = counter_of(&net.cluster, old_leader, ROUNDS_NOT_CONFIRMED).await;
@@ -474,14 +474,7 @@ async fn leader_cut_off_from_its_followers_while_executors_reach_it() {
     net.cluster.wait_for_leader(LEADER_BOUND).await;
     let counts = workload.stop().await;
     eprintln!("[fault] {SCENARIO}: workload {counts:?}");
-    for &index in &executors {
-        let reasons = net.fleet.reasons(index);
-        assert!(
-            !reasons.contains_key("unknown_executor"),
-            "{SCENARIO}: {} was evicted: {reasons:?}",
-            net.fleet.get(index).name
-        );
-    }
+    net.assert_none_evicted(SCENARIO, &executors);
     net.fleet.check(SCENARIO);
 }
 

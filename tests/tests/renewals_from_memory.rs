@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_tests::fake_executor::{overlaps, FakeExecutor};
-use leasehold_tests::http_checks::{parse_prometheus, summed};
+use leasehold_tests::http_checks::{scrape, summed};
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
 
 const SHARDS: u32 = 64;
@@ -56,18 +56,13 @@ async fn last_log_index(cluster: &Cluster) -> u64 {
 
 /// A counter summed over the managers (whichever led counted it).
 async fn counted(cluster: &Cluster, series: &str) -> f64 {
-    let http = reqwest::Client::new();
     let mut scrapes = Vec::new();
     for url in cluster.urls() {
-        let text = http
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}/metrics: {e}"))
-            .text()
-            .await
-            .expect("metrics text");
-        scrapes.push(parse_prometheus(&text));
+        scrapes.push(
+            scrape(&cluster.http, &url)
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
     }
     summed(&scrapes, series)
 }

@@ -31,7 +31,7 @@ use leasehold_tests::executor::{
     ExecutorProcess, ExecutorSpec,
 };
 use leasehold_tests::fake_executor::{FakeExecutor, Interval};
-use leasehold_tests::http_checks::{parse_prometheus, summed};
+use leasehold_tests::http_checks::{scrape, summed};
 use leasehold_tests::{
     binary, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
 };
@@ -198,11 +198,8 @@ impl Upgrade {
     async fn renewals_from_memory(&self) -> f64 {
         let mut scrapes = Vec::new();
         for id in MANAGERS {
-            let url = format!("{}/metrics", self.cluster.url(id));
-            if let Ok(reply) = self.cluster.http.get(&url).send().await {
-                if let Ok(text) = reply.text().await {
-                    scrapes.push(parse_prometheus(&text));
-                }
+            if let Ok(scraped) = scrape(&self.cluster.http, &self.cluster.url(id)).await {
+                scrapes.push(scraped);
             }
         }
         summed(&scrapes, "leasehold_renewals_from_memory_total")
