@@ -197,7 +197,7 @@ struct StoredSnapshot<C: RaftTypeConfig> {
 /// snapshot that was installed meanwhile.
 struct SnapshotStore {
     durability: Durability,
-    /// Encodes snapshots at the lowest CPU priority.
+    /// Encodes snapshots at a low CPU priority (crate::background).
     encoder: Background,
     tree: sled::Tree,
     write_lock: Mutex<()>,
@@ -466,7 +466,7 @@ where
             snapshot_id: snapshot_id::<C>(applied.last_applied.as_ref()),
         };
         // Encoding a large state is CPU-bound and nothing waits on it: off the async workers,
-        // at the lowest priority (crate::background).
+        // at a low priority (crate::background).
         let encoded = self
             .snapshots
             .encoder
