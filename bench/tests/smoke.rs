@@ -2,7 +2,8 @@
 //! generator runs end to end against a real three-manager cluster and, when the etcd binary is
 //! installed, a three-member etcd cluster, and prints well-formed tables. It asserts nothing
 //! about performance (that is docs/BENCHMARKS.md's job), only that the output is sane. It runs
-//! twice: in plaintext, and under mutual TLS (`--tls`, §13) with a shorter soak.
+//! twice: in plaintext, and under mutual TLS (`--tls`, §13) with a shorter soak. scripts/test
+//! runs it beside the other multi-process tests, which skip `the_short_benchmark_` there.
 //!
 //! The managers are the ones `cargo build --workspace --bins` put next to this test's loadgen
 //! binary (scripts/test builds them first).

@@ -53,8 +53,10 @@ pub enum HarnessError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no free port in {PORTS:?} after {PORT_TRIES} tries")]
-    NoFreePort,
+    #[error("no free port in {ports:?} after {PORT_TRIES} tries")]
+    NoFreePort { ports: std::ops::Range<u16> },
+    #[error("{PORT_SHARE_ENV}={value:?}: {reason}")]
+    BadPortShare { value: String, reason: &'static str },
     #[error(
         "{} not found. The multi-process tests and the load generator run the real binaries: \
          build them first with `cargo build --workspace --bins` (scripts/test does), or point \
@@ -122,13 +124,44 @@ pub const PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 const PORT_TRIES: u32 = 10_000;
 
-/// A port in [`PORTS`] that was free on 127.0.0.1 a moment ago, not handed out before by this
-/// process.
+/// Environment variable giving this process a share of [`PORTS`] of its own, `K/N`: the K-th of
+/// N equal slices. Test processes that run at the same time each take a different share, so one
+/// can never hand out a port another picked and has not bound yet (scripts/test runs two).
+pub const PORT_SHARE_ENV: &str = "LEASEHOLD_PORT_SHARE";
+
+/// The ports a process with `share` ([`PORT_SHARE_ENV`]'s value, if set) hands out.
+pub fn ports_for_share(share: Option<&str>) -> Result<std::ops::Range<u16>, HarnessError> {
+    let Some(value) = share else {
+        return Ok(PORTS);
+    };
+    let bad = |reason| HarnessError::BadPortShare {
+        value: value.to_owned(),
+        reason,
+    };
+    let (k, n) = value.split_once('/').ok_or_else(|| bad("expected K/N"))?;
+    let (k, n): (u16, u16) = match (k.trim().parse(), n.trim().parse()) {
+        (Ok(k), Ok(n)) => (k, n),
+        _ => return Err(bad("K and N must be whole numbers")),
+    };
+    if n == 0 || k == 0 || k > n {
+        return Err(bad("K must be from 1 to N"));
+    }
+    let width = (PORTS.end - PORTS.start) / n;
+    if width == 0 {
+        return Err(bad("N leaves no port to a share"));
+    }
+    let start = PORTS.start + (k - 1) * width;
+    Ok(start..start + width)
+}
+
+/// A port in this process's share of [`PORTS`] ([`PORT_SHARE_ENV`]) that was free on 127.0.0.1 a
+/// moment ago, not handed out before by this process.
 pub fn free_port() -> Result<u16, HarnessError> {
     static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let ports = ports_for_share(std::env::var(PORT_SHARE_ENV).ok().as_deref())?;
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..PORT_TRIES {
-        let port = rand::random_range(PORTS);
+        let port = rand::random_range(ports.clone());
         if handed_out.contains(&port) {
             continue;
         }
@@ -137,7 +170,7 @@ pub fn free_port() -> Result<u16, HarnessError> {
             return Ok(port);
         }
     }
-    Err(HarnessError::NoFreePort)
+    Err(HarnessError::NoFreePort { ports })
 }
 
 /// Environment variable naming the directory of the workspace's binaries.
@@ -280,6 +313,25 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), ports.len());
+    }
+
+    #[test]
+    fn a_port_share_is_its_own_slice_of_the_ports() {
+        assert_eq!(ports_for_share(None).unwrap(), PORTS);
+        let first = ports_for_share(Some("1/2")).unwrap();
+        let second = ports_for_share(Some("2/2")).unwrap();
+        assert_eq!(first, 20_000..26_000);
+        assert_eq!(second, 26_000..32_000);
+        assert_eq!(ports_for_share(Some("1/1")).unwrap(), PORTS);
+        for bad in ["", "2", "0/2", "3/2", "1/0", "a/2", "1/-2", "1/20000"] {
+            assert!(
+                matches!(
+                    ports_for_share(Some(bad)),
+                    Err(HarnessError::BadPortShare { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
     }
 
     #[tokio::test]

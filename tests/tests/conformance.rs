@@ -103,71 +103,79 @@ fn python_executor(python: &Path, extra: &str) -> String {
     )
 }
 
-#[test]
-fn p16_3_the_rust_executor_passes() {
-    let template = format!(
-        "exec {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
-         --name {{name}} --event-log {{event_log}} --request-timeout 500ms",
-        binary("leasehold-executor").display()
-    );
-    assert_passes("the Rust executor", &run_kit(&template, 1));
-}
+/// The kit's runs, in a module of their own: scripts/test runs them beside the other multi-process
+/// tests, and skips `conformance_kit::` there.
+mod conformance_kit {
+    use super::*;
 
-#[test]
-fn p16_3_the_sidecar_with_the_python_example_passes() {
-    let Some(python) = python_or_skip("p16_3_the_sidecar_with_the_python_example_passes") else {
-        return;
-    };
-    let store = tempfile::tempdir().unwrap();
-    // The sidecar and the service in one process group: the kit's signals reach both.
-    let template = format!(
-        "{} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} --name {{name}} \
-         --event-log {{event_log}} --request-timeout 500ms --local-listen unix:{{event_log}}.sock \
-         & exec {} {} --sidecar unix:{{event_log}}.sock --listen 127.0.0.1:0 --store-dir {}",
-        binary("leasehold-executor").display(),
-        python.display(),
-        example_script().display(),
-        store.path().display()
-    );
-    assert_passes(
-        "the sidecar with the Python example",
-        &run_kit(&template, 2),
-    );
-}
+    #[test]
+    fn p16_3_the_rust_executor_passes() {
+        let template = format!(
+            "exec {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
+             --name {{name}} --event-log {{event_log}} --request-timeout 500ms",
+            binary("leasehold-executor").display()
+        );
+        assert_passes("the Rust executor", &run_kit(&template, 1));
+    }
 
-#[test]
-fn p16_3_an_executor_written_from_the_protocol_alone_passes() {
-    let Some(python) = python_or_skip("p16_3_an_executor_written_from_the_protocol_alone_passes")
-    else {
-        return;
-    };
-    assert_passes(
-        "the Python executor",
-        &run_kit(&python_executor(&python, ""), 3),
-    );
-}
+    #[test]
+    fn p16_3_the_sidecar_with_the_python_example_passes() {
+        let Some(python) = python_or_skip("p16_3_the_sidecar_with_the_python_example_passes")
+        else {
+            return;
+        };
+        let store = tempfile::tempdir().unwrap();
+        // The sidecar and the service in one process group: the kit's signals reach both.
+        let template = format!(
+            "{} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} --name {{name}} \
+             --event-log {{event_log}} --request-timeout 500ms --local-listen unix:{{event_log}}.sock \
+             & exec {} {} --sidecar unix:{{event_log}}.sock --listen 127.0.0.1:0 --store-dir {}",
+            binary("leasehold-executor").display(),
+            python.display(),
+            example_script().display(),
+            store.path().display()
+        );
+        assert_passes(
+            "the sidecar with the Python example",
+            &run_kit(&template, 2),
+        );
+    }
 
-#[test]
-fn p16_3_an_executor_anchoring_its_lease_at_receipt_fails() {
-    let Some(python) = python_or_skip("p16_3_an_executor_anchoring_its_lease_at_receipt_fails")
-    else {
-        return;
-    };
-    assert_fails_on_violations(
-        "an executor anchoring its lease at receipt",
-        &run_kit(&python_executor(&python, "--break anchor-at-receipt"), 4),
-    );
-}
+    #[test]
+    fn p16_3_an_executor_written_from_the_protocol_alone_passes() {
+        let Some(python) =
+            python_or_skip("p16_3_an_executor_written_from_the_protocol_alone_passes")
+        else {
+            return;
+        };
+        assert_passes(
+            "the Python executor",
+            &run_kit(&python_executor(&python, ""), 3),
+        );
+    }
 
-#[test]
-fn p16_3_an_executor_applying_sets_out_of_revision_order_fails() {
-    let Some(python) =
-        python_or_skip("p16_3_an_executor_applying_sets_out_of_revision_order_fails")
-    else {
-        return;
-    };
-    assert_fails_on_violations(
-        "an executor applying sets out of revision order",
-        &run_kit(&python_executor(&python, "--break apply-out-of-order"), 5),
-    );
+    #[test]
+    fn p16_3_an_executor_anchoring_its_lease_at_receipt_fails() {
+        let Some(python) = python_or_skip("p16_3_an_executor_anchoring_its_lease_at_receipt_fails")
+        else {
+            return;
+        };
+        assert_fails_on_violations(
+            "an executor anchoring its lease at receipt",
+            &run_kit(&python_executor(&python, "--break anchor-at-receipt"), 4),
+        );
+    }
+
+    #[test]
+    fn p16_3_an_executor_applying_sets_out_of_revision_order_fails() {
+        let Some(python) =
+            python_or_skip("p16_3_an_executor_applying_sets_out_of_revision_order_fails")
+        else {
+            return;
+        };
+        assert_fails_on_violations(
+            "an executor applying sets out of revision order",
+            &run_kit(&python_executor(&python, "--break apply-out-of-order"), 5),
+        );
+    }
 }
