@@ -115,6 +115,17 @@ impl NetScenario {
         (indices, ids)
     }
 
+    /// [`Self::start_three`], then the workload over the three (its seed drawn from `seed`).
+    async fn start_three_with_workload(
+        &mut self,
+        seed: &mut FaultSeed,
+    ) -> (Vec<usize>, Vec<String>, Workload) {
+        let (executors, ids) = self.start_three().await;
+        let urls = executors.iter().map(|&i| self.fleet.get(i).url()).collect();
+        let workload = Workload::start(&self.cluster, urls, seed.derive());
+        (executors, ids, workload)
+    }
+
     /// Asserts that none of `executors` was evicted (told it is an unknown executor).
     fn assert_none_evicted(&self, scenario: &str, executors: &[usize]) {
         for &index in executors {
@@ -140,9 +151,7 @@ async fn executor_cut_until_rehomed(scenario: &str, cut: Cut) {
     let Some(mut net) = NetScenario::start(scenario).await else {
         return;
     };
-    let (executors, ids) = net.start_three().await;
-    let urls = executors.iter().map(|&i| net.fleet.get(i).url()).collect();
-    let workload = Workload::start(&net.cluster, urls, seed.derive());
+    let (executors, ids, workload) = net.start_three_with_workload(&mut seed).await;
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let slot = seed.index(executors.len());
@@ -291,9 +300,7 @@ async fn leader_cut_off_into_a_minority() {
     let Some(mut net) = NetScenario::start(SCENARIO).await else {
         return;
     };
-    let (executors, ids) = net.start_three().await;
-    let urls = executors.iter().map(|&i| net.fleet.get(i).url()).collect();
-    let workload = Workload::start(&net.cluster, urls, seed.derive());
+    let (executors, ids, workload) = net.start_three_with_workload(&mut seed).await;
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
@@ -414,9 +421,7 @@ async fn leader_cut_off_from_its_followers_while_executors_reach_it() {
     let Some(mut net) = NetScenario::start(SCENARIO).await else {
         return;
     };
-    let (executors, ids) = net.start_three().await;
-    let urls = executors.iter().map(|&i| net.fleet.get(i).url()).collect();
-    let workload = Workload::start(&net.cluster, urls, seed.derive());
+    let (executors, ids, workload) = net.start_three_with_workload(&mut seed).await;
     let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
     // P6.8: from cluster version 9 and the executors' first reservations on.
     let cluster = &net.cluster;

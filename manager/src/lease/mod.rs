@@ -39,8 +39,9 @@ pub mod v7;
 pub mod v8;
 mod v8_current;
 
+// The builders of commands and states are shared with the other modules' tests.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use apply::claims_are_exactly;

@@ -183,6 +183,7 @@ impl MemoryLeases {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::tests::register_command;
     use crate::lease::{plan_rebalance, Command, Outcome, LEASE_RESERVATION_LEASES};
     use leasehold_api::wire::GROUP_REGISTRATION_SCHEMA;
 
@@ -213,7 +214,7 @@ mod tests {
                 cluster_version,
             },
         );
-        let Outcome::Registered { grant, .. } = apply(&mut state, register(0, "a")) else {
+        let Outcome::Registered { grant, .. } = apply(&mut state, register_command(0, "a")) else {
             panic!("registered");
         };
         assert_eq!(grant.executor_id, "ex-3");
@@ -230,19 +231,6 @@ mod tests {
         }
         let revision = state.revision();
         (state, revision)
-    }
-
-    fn register(now_ms: u64, incarnation: &str) -> Command {
-        Command::Register {
-            now_ms,
-            incarnation: incarnation.to_owned(),
-            address: format!("http://{incarnation}.test"),
-            name: None,
-            credential_sha256: None,
-            capacity: crate::lease::DEFAULT_CAPACITY,
-            app_version: None,
-            labels: Default::default(),
-        }
     }
 
     fn in_sync(state: &LeaseState) -> Renewal {
@@ -337,7 +325,8 @@ mod tests {
     fn p5_2_an_executor_with_a_shard_releasing_goes_through_the_log() {
         let (mut state, _) = state(LEASE_RESERVATION_SCHEMA, true);
         let mut index = state.revision() + 10;
-        let Outcome::Registered { grant, .. } = state.apply(index, &register(2_000, "b")) else {
+        let Outcome::Registered { grant, .. } = state.apply(index, &register_command(2_000, "b"))
+        else {
             panic!("registered");
         };
         index += 1;

@@ -63,13 +63,7 @@ impl World {
                         .map(|report| (report.shard, report.load))
                         .collect()
                 });
-                let claims = match request.checked_claims(self.scenario.shards) {
-                    Ok(claims) => claims,
-                    Err(error) => {
-                        panic!("a simulated executor claimed shards the wire refuses: {error}")
-                    }
-                };
-                let renewal = Renewal::from_claims(executor_id, &claims, request.revision);
+                let renewal = renewal_of(executor_id, &request, self.scenario.shards);
                 let renewer = Renewer { slot, call, loads };
                 // P6.8: from cluster version 9 a renewal first waits for a confirmation round.
                 if self.replicas[leader.manager].cluster_version() >= LEASE_RESERVATION_SCHEMA {

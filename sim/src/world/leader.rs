@@ -629,10 +629,7 @@ impl World {
                 executor_id,
                 request,
             } if from_memory => {
-                let Ok(claims) = request.checked_claims(self.scenario.shards) else {
-                    panic!("a simulated executor claimed shards the wire refuses");
-                };
-                let renewal = Renewal::from_claims(executor_id, &claims, request.revision);
+                let renewal = renewal_of(executor_id, &request, self.scenario.shards);
                 let needed = deposed.confirmation.needs();
                 self.coverage.renewals_at_a_deposed_leader += 1;
                 if !deposed.confirmation.is_confirmed(needed) {

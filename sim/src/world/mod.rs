@@ -900,6 +900,15 @@ fn scaled(us: u64, rate_ppm: i64) -> u64 {
     (us + us * rate_ppm as i128 / 1_000_000).max(0) as u64
 }
 
+/// The renewal a simulated executor's request makes, as the renewal handler reads its claims;
+/// what the simulated executors claim always passes the wire's checks.
+fn renewal_of(executor_id: String, request: &RenewRequest, shards: u32) -> Renewal {
+    match request.checked_claims(shards) {
+        Ok(claims) => Renewal::from_claims(executor_id, &claims, request.revision),
+        Err(error) => panic!("a simulated executor claimed shards the wire refuses: {error}"),
+    }
+}
+
 fn request_call(request: &Request) -> Option<u64> {
     match request {
         Request::Register { call, .. }

@@ -171,7 +171,7 @@ impl Harness {
 }
 
 /// A `Register` for `incarnation` with a derived address.
-pub(super) fn register_command(now_ms: u64, incarnation: &str) -> Command {
+pub(crate) fn register_command(now_ms: u64, incarnation: &str) -> Command {
     register_command_with_capacity(now_ms, incarnation, crate::lease::DEFAULT_CAPACITY)
 }
 
