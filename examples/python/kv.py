@@ -74,12 +74,23 @@ class LeaseCopy:
     one consistent copy without a lock."""
 
     answer: Json = field(default_factory=dict)  # empty until the first answer
-    expires_at: float = 0.0  # on time.monotonic()
+    expires_ns: int = 0  # on CLOCK_MONOTONIC (time.monotonic_ns())
     shards: dict[int, int] = field(default_factory=dict)  # shard -> epoch
+
+    def view(self) -> Json:
+        """GET /permits: what this process admits on, and until when on CLOCK_MONOTONIC, so an
+        operator (or a test) on this machine can compare it with the sidecar's admission log."""
+        return {
+            "revision": self.answer.get("revision"),
+            "state": self.answer.get("state", "registering"),  # before the first answer
+            "executor_id": self.answer.get("executor_id"),
+            "expires_monotonic_ns": self.expires_ns,
+            "shards": [{"shard": s, "epoch": e} for s, e in sorted(self.shards.items())],
+        }
 
     def admit(self, key: str) -> tuple[int, int]:
         """Gate 1: the permit (shard, epoch) for `key`, or NotAdmitted (P16.1)."""
-        count, live = self.answer.get("shard_count"), time.monotonic() < self.expires_at
+        count, live = self.answer.get("shard_count"), time.monotonic_ns() < self.expires_ns
         if self.answer.get("state") != "admitting" or not live or not count:
             raise NotAdmitted("not_admitting")
         shard = fnv1a_64(key.encode()) % count
@@ -191,10 +202,10 @@ class Permits(threading.Thread):
             query.update(applied=self.copy.answer["revision"], state=self.copy.answer["state"])
         # Anchored at the instant the request is sent, not answered: the sidecar counted the lease
         # before it answered, so the copy can only end early, never late (P16.1).
-        sent_at = time.monotonic()
+        sent_at_ns = time.monotonic_ns()
         answer = self.sidecar("GET", "/v1/local/permits?" + urlencode(query), POLL_TIMEOUT_S)
         shards = {int(held["shard"]): int(held["epoch"]) for held in answer["shards"]}
-        return LeaseCopy(answer, sent_at + answer["lease_ttl_ms"] / 1000, shards)
+        return LeaseCopy(answer, sent_at_ns + int(answer["lease_ttl_ms"]) * 1_000_000, shards)
 
     def _apply(self, new: LeaseCopy) -> None:
         old, revision, state = self.copy, new.answer["revision"], new.answer["state"]
@@ -202,7 +213,7 @@ class Permits(threading.Thread):
         changed = state != old.answer.get("state") or new.shards != old.shards
         if changed and self.ack_delay:
             time.sleep(self.ack_delay)  # --test-ack-delay: a service slow to apply a change
-        if old.answer.get("state") == "admitting" and time.monotonic() >= old.expires_at:
+        if old.answer.get("state") == "admitting" and time.monotonic_ns() >= old.expires_ns:
             log.warning("the lease copy ran out before this answer: nothing was admitted meanwhile")
         # Installed first, so the shards this answer dropped stop being admitted at once; a gained
         # shard is still not served before its fence is raised (Fences.open runs before the work).
@@ -632,6 +643,10 @@ class Handler(BaseHTTPRequestHandler):
                 if method != "GET":
                     raise Problem("method_not_allowed", "this endpoint does not take that method")
                 self._send(200, service.stats.snapshot())
+            elif path == "/permits":
+                if method != "GET":
+                    raise Problem("method_not_allowed", "this endpoint does not take that method")
+                self._send(200, service.permits.copy.view())
             else:
                 raise Problem("not_found", "no such endpoint")
         except Problem as refused:

@@ -127,6 +127,17 @@ impl PythonService {
         Ok(Self::read(reply).await?.1)
     }
 
+    /// `GET /permits`: the lease copy the service admits on, with its end on CLOCK_MONOTONIC.
+    pub async fn permits(&self) -> Result<Value, String> {
+        let reply = self
+            .http
+            .get(format!("{}/permits", self.url()))
+            .send()
+            .await
+            .map_err(|e| format!("GET /permits from {}: {e}", self.name))?;
+        Ok(Self::read(reply).await?.1)
+    }
+
     async fn read(reply: reqwest::Response) -> Result<(u16, Value), String> {
         let status = reply.status().as_u16();
         let text = reply.text().await.map_err(|e| e.to_string())?;

@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasehold_api::client::Client;
-use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
+use leasehold_tests::executor::{
+    wait_for_even_split, AdmissionEdge, ExecutorProcess, ExecutorSpec,
+};
 use leasehold_tests::faults::{
     fault_executor_args, report_figure, start_fault_cluster, wait_registered, Fleet, FAULT_LEASE,
     FAULT_SHARDS, SETTLE_BOUND,
@@ -179,6 +181,44 @@ impl Services {
     }
 }
 
+/// P16.2: the sidecar's log ends each shard of a paused service's copy no earlier than the copy
+/// ran out on the service's own clock (`held`, its `GET /permits` before the pause), so the
+/// handoff the log orders before the new owner's start (I1, `Fleet::check`) waited for it.
+fn services_copy_outlived_by_its_log(held: &serde_json::Value, sidecar: &ExecutorProcess) {
+    assert_eq!(
+        held["state"], "admitting",
+        "the service before its pause: {held}"
+    );
+    let copy_end_ns = held["expires_monotonic_ns"].as_u64().expect("a copy end");
+    let executor_id = held["executor_id"].as_str().expect("an executor id");
+    let log = sidecar.admission_log().unwrap();
+    let shards = held["shards"].as_array().expect("shards");
+    assert!(
+        !shards.is_empty(),
+        "the paused service held no shard: {held}"
+    );
+    for shard in shards {
+        let (number, epoch) = (shard["shard"].as_u64(), shard["epoch"].as_u64());
+        let stopped_ns = log
+            .iter()
+            .filter(|record| {
+                record.event == AdmissionEdge::Stop
+                    && record.executor_id == executor_id
+                    && Some(u64::from(record.shard)) == number
+                    && Some(record.epoch) == epoch
+            })
+            .map(|record| record.t_ns)
+            .max()
+            .unwrap_or_else(|| panic!("no stop for {shard} in the paused service's log"));
+        assert!(
+            stopped_ns >= copy_end_ns,
+            "P16.2: the sidecar ended the paused service's {shard} {} ms before the copy it held \
+             ran out",
+            (copy_end_ns - stopped_ns) / 1_000_000
+        );
+    }
+}
+
 async fn drain(client: &Client, fleet: &Fleet, sidecar: usize) {
     let id = wait_registered(fleet.get(sidecar)).await;
     client.drain(&id).await.unwrap();
@@ -261,6 +301,8 @@ async fn p16_python_kv_on_sidecars_keeps_i1_and_its_fence_under_faults() {
     };
     // The write is past its admission check and held before the store.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // Read before the pause: until the drain, a newer answer can only extend the copy.
+    let held = services.pair("a").service.permits().await.unwrap();
     services.pair("a").service.signal(Signal::SIGSTOP);
     let paused = Instant::now();
     drain(&client, &fleet, services.pair("a").sidecar).await;
@@ -272,11 +314,7 @@ async fn p16_python_kv_on_sidecars_keeps_i1_and_its_fence_under_faults() {
         "shards of a paused service handed over after",
         handed_over,
     );
-    assert!(
-        handed_over >= FAULT_LEASE / 2,
-        "P16.2: the paused service's shards moved {handed_over:?} after it stopped answering, \
-         before the copy it held could have run out"
-    );
+    services_copy_outlived_by_its_log(&held, fleet.get(services.pair("a").sidecar));
     let new_epoch = services.put(&client, &slow_key, "from the new owner").await;
     written.insert(slow_key.clone(), "from the new owner".to_owned());
     services.pair("a").service.signal(Signal::SIGCONT);
