@@ -35,7 +35,8 @@ pub struct SchemaRange {
 pub struct SnapshotInfo {
     /// Last log index the snapshot covers; `None` for a snapshot of an empty log.
     pub last_log_index: Option<u64>,
-    /// Opaque id, to tell two snapshots at the same index apart.
+    /// Opaque id of the log position the snapshot covers (two snapshots built at one position,
+    /// e.g. forced twice with nothing applied between, share it).
     pub snapshot_id: String,
 }
 

@@ -13,8 +13,8 @@ pub struct B1 {
     pub report_loads: bool,
 }
 
-const LEASEHOLD_RENEW: &str = "Leasehold renew (group commit)";
-const LEASEHOLD_RENEW_LOADS: &str = "Leasehold renew (group commit), loads reported";
+const LEASEHOLD_RENEW: &str = "Leasehold renew";
+const LEASEHOLD_RENEW_LOADS: &str = "Leasehold renew, loads reported";
 
 /// The load every shard reports in B1 `--report-loads`: one value for all, so equal executors
 /// stay balanced and the planner moves nothing, and the ramp measures what carrying, checking

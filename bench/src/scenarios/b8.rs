@@ -26,8 +26,12 @@ const B8_NO_POLICY_SNAPSHOTS: &str = "1000000000";
 /// How often B8 asks the leader which snapshot it holds, to count the builds of a window.
 const B8_SNAPSHOT_POLL: Duration = Duration::from_millis(250);
 
-/// One snapshot build forced on the leader, as `POST /v1/cluster/snapshot` saw it (it replies
-/// once the snapshot is encoded, stored and flushed).
+/// How often the leader is asked whether its log moved past its snapshot.
+const B8_APPLIED_POLL: Duration = Duration::from_millis(20);
+
+/// One snapshot build forced on the leader, as `POST /v1/cluster/snapshot` saw it: it replies
+/// once a snapshot covers the log the leader had applied, so a build is timed from the request
+/// to its end only when the leader's log had moved past its last snapshot (`forced_builds`).
 #[derive(Debug, Clone, Copy)]
 struct Build {
     started: Instant,
@@ -52,6 +56,12 @@ async fn forced_builds(
     tokio::time::sleep_until(from).await;
     let mut builds = Vec::new();
     while Instant::now() < until {
+        // openraft builds on every request, but the reply waits only for a snapshot covering the
+        // applied log: forced at a position the last snapshot covers, the reply would come at
+        // once while the build runs on, and the renewals it slows would count as between builds.
+        if !log_moved_past_snapshot(cluster, leader, until).await? {
+            break;
+        }
         let started = Instant::now();
         post_snapshot(cluster, leader, false).await?;
         builds.push(Build {
@@ -63,9 +73,28 @@ async fn forced_builds(
     Ok(builds)
 }
 
+/// Waits until manager `leader` has applied an entry its snapshot does not cover; false when
+/// `until` came first.
+async fn log_moved_past_snapshot(
+    cluster: &ManagerCluster,
+    leader: u64,
+    until: Instant,
+) -> Result<bool> {
+    while Instant::now() < until {
+        let info = cluster.cluster_info(leader).await.map_err(|e| anyhow!(e))?;
+        let covered = info.snapshot.and_then(|snapshot| snapshot.last_log_index);
+        if info.applied_index > covered {
+            return Ok(true);
+        }
+        tokio::time::sleep(B8_APPLIED_POLL).await;
+    }
+    Ok(false)
+}
+
 /// The distinct snapshots manager `leader` reported holding from `from` until `until`, one
-/// look every [`B8_SNAPSHOT_POLL`]: how many it built in that time (a build shorter than the
-/// poll between two others could be missed, so this is at least the count).
+/// look every [`B8_SNAPSHOT_POLL`]: how many it built in that time (a snapshot's id names its log
+/// position, and a build shorter than the poll between two others could be missed, so this is
+/// at least the count).
 async fn snapshots_seen(
     cluster: &ManagerCluster,
     leader: u64,
