@@ -118,23 +118,22 @@ impl PythonService {
 
     /// `GET /stats`.
     pub async fn stats(&self) -> Result<Value, String> {
-        let reply = self
-            .http
-            .get(format!("{}/stats", self.url()))
-            .send()
-            .await
-            .map_err(|e| format!("GET /stats from {}: {e}", self.name))?;
-        Ok(Self::read(reply).await?.1)
+        self.get_body("/stats").await
     }
 
     /// `GET /permits`: the lease copy the service admits on, with its end on CLOCK_MONOTONIC.
     pub async fn permits(&self) -> Result<Value, String> {
+        self.get_body("/permits").await
+    }
+
+    /// The body of `GET <path>`, whatever its status.
+    async fn get_body(&self, path: &str) -> Result<Value, String> {
         let reply = self
             .http
-            .get(format!("{}/permits", self.url()))
+            .get(format!("{}{path}", self.url()))
             .send()
             .await
-            .map_err(|e| format!("GET /permits from {}: {e}", self.name))?;
+            .map_err(|e| format!("GET {path} from {}: {e}", self.name))?;
         Ok(Self::read(reply).await?.1)
     }
 
