@@ -93,14 +93,17 @@ fn assert_fails_on_violations(what: &str, verdict: &Verdict) {
     eprintln!("{what}: fail, {} violations", verdict.violations);
 }
 
-/// The Python executor of the fixtures, with `extra` flags.
-fn python_executor(python: &Path, extra: &str) -> String {
-    format!(
+/// The kit's verdict on the Python executor of the fixtures, run with `extra` flags; `None`
+/// when there is no `python3` (`test` then says it skipped).
+fn run_python_executor(test: &str, extra: &str, seed: u64) -> Option<Verdict> {
+    let python = python_or_skip(test)?;
+    let template = format!(
         "exec {} {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
          --name {{name}} --event-log {{event_log}} {extra}",
         python.display(),
         fixture("python_executor.py").display()
-    )
+    );
+    Some(run_kit(&template, seed))
 }
 
 /// The kit's runs, in a module of their own: scripts/test runs them beside the other multi-process
@@ -143,39 +146,25 @@ mod conformance_kit {
 
     #[test]
     fn p16_3_an_executor_written_from_the_protocol_alone_passes() {
-        let Some(python) =
-            python_or_skip("p16_3_an_executor_written_from_the_protocol_alone_passes")
-        else {
-            return;
-        };
-        assert_passes(
-            "the Python executor",
-            &run_kit(&python_executor(&python, ""), 3),
-        );
+        let test = "p16_3_an_executor_written_from_the_protocol_alone_passes";
+        if let Some(verdict) = run_python_executor(test, "", 3) {
+            assert_passes("the Python executor", &verdict);
+        }
     }
 
     #[test]
     fn p16_3_an_executor_anchoring_its_lease_at_receipt_fails() {
-        let Some(python) = python_or_skip("p16_3_an_executor_anchoring_its_lease_at_receipt_fails")
-        else {
-            return;
-        };
-        assert_fails_on_violations(
-            "an executor anchoring its lease at receipt",
-            &run_kit(&python_executor(&python, "--break anchor-at-receipt"), 4),
-        );
+        let test = "p16_3_an_executor_anchoring_its_lease_at_receipt_fails";
+        if let Some(verdict) = run_python_executor(test, "--break anchor-at-receipt", 4) {
+            assert_fails_on_violations("an executor anchoring its lease at receipt", &verdict);
+        }
     }
 
     #[test]
     fn p16_3_an_executor_applying_sets_out_of_revision_order_fails() {
-        let Some(python) =
-            python_or_skip("p16_3_an_executor_applying_sets_out_of_revision_order_fails")
-        else {
-            return;
-        };
-        assert_fails_on_violations(
-            "an executor applying sets out of revision order",
-            &run_kit(&python_executor(&python, "--break apply-out-of-order"), 5),
-        );
+        let test = "p16_3_an_executor_applying_sets_out_of_revision_order_fails";
+        if let Some(verdict) = run_python_executor(test, "--break apply-out-of-order", 5) {
+            assert_fails_on_violations("an executor applying sets out of revision order", &verdict);
+        }
     }
 }
