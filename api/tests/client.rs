@@ -863,6 +863,7 @@ async fn operator_leader(seen: Seen) -> String {
                         Json(shard_view("ex-1", None)).into_response()
                     }
                     ("GET", "/v1/audit") => Json(vec![AuditRecordView {
+                        namespace: None,
                         revision: 9,
                         at_ms: 1_700_000_000_123,
                         actor: "admin CN=alice".into(),

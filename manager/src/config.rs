@@ -176,7 +176,8 @@ fn parse_byte_size(value: &str) -> Result<u64, String> {
 
 /// Longest `--lease-duration` and `--mass-expiry-grace`: a lease is a failure detector, and a day
 /// without one is no lease. Also keeps every millisecond count far inside u64.
-pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+pub const MAX_LEASE_DURATION: Duration =
+    Duration::from_millis(leasehold_api::wire::MAX_LEASE_DURATION_MS);
 /// Longest `--heartbeat` and `--election-timeout`.
 pub const MAX_RAFT_TIMING: Duration = Duration::from_secs(60);
 

@@ -109,6 +109,7 @@ mod tests {
         apply(
             state,
             Command::Register {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: incarnation.into(),
                 address: format!("http://{incarnation}:1"),

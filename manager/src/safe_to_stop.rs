@@ -145,6 +145,7 @@ mod tests {
             let outcome = state.apply(
                 index,
                 &Command::Register {
+                    namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     now_ms: 0,
                     address: format!("http://{name}.test"),
                     incarnation: name,

@@ -41,7 +41,7 @@ async fn cluster_view(cluster: &Cluster) -> Result<serde_json::Value, String> {
 async fn wait_for_cluster_version_9(cluster: &Cluster) {
     poll_until("cluster version 9", LEADER_BOUND, || async {
         let view = cluster_view(cluster).await?;
-        (view["cluster_version"] == LEASE_RESERVATION_SCHEMA)
+        (view["cluster_version"].as_u64() >= Some(LEASE_RESERVATION_SCHEMA))
             .then_some(())
             .ok_or(format!("cluster version {}", view["cluster_version"]))
     })

@@ -448,6 +448,7 @@ fn record(revision: u64, at_ms: u64, action: &str) -> AuditRecordView {
         at_ms,
         actor: "admin CN=alice".into(),
         action: action.into(),
+        namespace: None,
         executor_id: None,
         shard: None,
         node_id: None,

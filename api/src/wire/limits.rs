@@ -14,6 +14,10 @@ pub const MAX_ADDRESS_BYTES: usize = 1024;
 pub const MAX_TEXT_FIELD_BYTES: usize = MAX_ADDRESS_BYTES;
 const _: () = assert!(MAX_INCARNATION_BYTES <= MAX_TEXT_FIELD_BYTES);
 const _: () = assert!(MAX_NAME_BYTES <= MAX_TEXT_FIELD_BYTES);
+/// Longest lease a cluster or namespace may grant (`--lease-duration`, a namespace's lease): a
+/// lease is a failure detector, and a day without one is no lease. Also keeps every millisecond
+/// count far inside u64.
+pub const MAX_LEASE_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
 /// Most shards a cluster can have (`shard_count` is `1..=MAX_SHARD_COUNT`). 2^20 admits the
 /// one-million-shard cluster of docs/BENCHMARKS.md (B5).
 pub const MAX_SHARD_COUNT: u32 = 1 << 20;

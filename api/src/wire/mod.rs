@@ -6,7 +6,7 @@
 //!
 //! Beside the types stand the checks every side applies alike, one definition each: the text
 //! and size limits, the base-URL rule, shard lists against a shard count, capacities and loads,
-//! application versions and labels.
+//! application versions, labels and namespace names.
 //! A check that needs what only the receiver knows (the cluster's shard count) takes it as an
 //! argument.
 
@@ -16,6 +16,7 @@ mod executor;
 mod labels;
 mod limits;
 mod local;
+mod namespaces;
 mod operator;
 mod shards;
 mod views;
@@ -26,6 +27,7 @@ pub use executor::*;
 pub use labels::*;
 pub use limits::*;
 pub use local::*;
+pub use namespaces::*;
 pub use operator::*;
 pub use shards::*;
 pub use views::*;

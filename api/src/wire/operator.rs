@@ -66,8 +66,13 @@ pub struct AuditRecordView {
     /// executor's own id for a self-drain, or `anonymous (plaintext)`.
     pub actor: String,
     /// What: `drain`, `undrain`, `remove`, `maintenance_on`, `maintenance_off`, `move`, `pin`,
-    /// `unpin`, `member_add`, `member_remove`.
+    /// `unpin`, `member_add`, `member_remove`, `namespace_create`, `namespace_set`,
+    /// `namespace_delete`.
     pub action: String,
+    /// The namespace acted on (PROTOCOL P18.1): a namespace change's, or a move's or pin's
+    /// when it is not `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

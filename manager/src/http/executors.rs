@@ -165,6 +165,7 @@ fn registration(
         capacity,
         app_version: request.app_version,
         labels: request.labels,
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
     })
 }
 

@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 use axum::{Extension, Json};
 use leasehold_api::wire::{
     AuditRecordView, MaintenanceRequest, MaintenanceView, MoveShardRequest, PinShardRequest,
-    ShardView, OPERATOR_CONTROLS_SCHEMA,
+    ShardView, DEFAULT_NAMESPACE, OPERATOR_CONTROLS_SCHEMA,
 };
 
 use super::authorize::Actor;
@@ -206,6 +206,7 @@ pub async fn move_shard(
     }
     let to = request.to;
     let action = OperatorAction::MoveShard {
+        namespace: DEFAULT_NAMESPACE.to_owned(),
         shard,
         to: to.clone(),
     };
@@ -275,6 +276,7 @@ async fn set_pin(
         return Err(unknown_shard(shard));
     }
     let action = OperatorAction::Pin {
+        namespace: DEFAULT_NAMESPACE.to_owned(),
         shard,
         executor_id: executor_id.clone(),
     };
@@ -308,12 +310,19 @@ pub async fn audit(State(node): State<AppState>) -> Json<Vec<AuditRecordView>> {
 }
 
 /// A record as the API shows it.
+/// A move's or pin's namespace as the audit view shows it: only when it is not `default`, so
+/// the records of a cluster without namespaces read as they always did.
+fn named_namespace(namespace: &str) -> Option<String> {
+    (namespace != DEFAULT_NAMESPACE).then(|| namespace.to_owned())
+}
+
 pub(super) fn audit_view(record: &AuditRecord) -> AuditRecordView {
     let mut view = AuditRecordView {
         revision: record.revision,
         at_ms: record.at_ms,
         actor: record.actor.clone(),
         action: String::new(),
+        namespace: None,
         executor_id: None,
         shard: None,
         node_id: None,
@@ -342,12 +351,22 @@ pub(super) fn audit_view(record: &AuditRecord) -> AuditRecordView {
                 "maintenance_off"
             }
         }
-        OperatorAction::MoveShard { shard, to } => {
+        OperatorAction::MoveShard {
+            namespace,
+            shard,
+            to,
+        } => {
+            view.namespace = named_namespace(namespace);
             view.shard = Some(*shard);
             view.executor_id = Some(to.clone());
             "move"
         }
-        OperatorAction::Pin { shard, executor_id } => {
+        OperatorAction::Pin {
+            namespace,
+            shard,
+            executor_id,
+        } => {
+            view.namespace = named_namespace(namespace);
             view.shard = Some(*shard);
             view.executor_id.clone_from(executor_id);
             if executor_id.is_some() {
@@ -355,6 +374,18 @@ pub(super) fn audit_view(record: &AuditRecord) -> AuditRecordView {
             } else {
                 "unpin"
             }
+        }
+        OperatorAction::CreateNamespace { name, .. } => {
+            view.namespace = Some(name.clone());
+            "namespace_create"
+        }
+        OperatorAction::SetNamespace { name, .. } => {
+            view.namespace = Some(name.clone());
+            "namespace_set"
+        }
+        OperatorAction::DeleteNamespace { name } => {
+            view.namespace = Some(name.clone());
+            "namespace_delete"
         }
         OperatorAction::Membership { change } => match change {
             MembershipChange::Added { node_id, address } => {

@@ -83,6 +83,7 @@ mod tests {
         let Outcome::Registered { grant, .. } = state.apply(
             index,
             &Command::Register {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: incarnation.into(),
                 address: format!("http://{incarnation}:1"),

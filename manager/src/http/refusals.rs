@@ -18,6 +18,10 @@ pub(super) fn refusal(reason: RefusalReason) -> HttpError {
             "this incarnation is registered as {executor_id} with another credential (P13.4)"
         )),
         RefusalReason::Conflict { detail } => HttpError::conflict(detail),
+        RefusalReason::UnknownNamespace { namespace } => HttpError::new(
+            ErrorCode::NotFound,
+            format!("namespace {namespace} does not exist (P18.1)"),
+        ),
         other => HttpError::conflict(format!("refused: {other:?}")),
     }
 }

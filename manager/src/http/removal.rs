@@ -144,6 +144,7 @@ mod tests {
         let Outcome::Registered { grant, .. } = state.apply(
             2,
             &Command::Register {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: "a".into(),
                 address: "http://a:1".into(),

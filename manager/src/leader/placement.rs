@@ -250,7 +250,7 @@ impl LoadTracker {
         let holds =
             |executor_id: &str| targets.contains(executor_id) || state.has_delivered(executor_id);
         for executor in state
-            .executors()
+            .executors_in(leasehold_api::wire::DEFAULT_NAMESPACE)
             .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
         {
             match self.reporting.get(&executor.id) {

@@ -162,6 +162,7 @@ mod tests {
             let Outcome::Registered { grant, .. } = apply(
                 &mut state,
                 &Command::Register {
+                    namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     now_ms: 0,
                     incarnation: name.into(),
                     address: format!("http://{name}.test"),
@@ -185,6 +186,7 @@ mod tests {
 
     fn plan(state: &LeaseState, moves: &[(u32, &str)]) -> Command {
         Command::Rebalance {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 0,
             planned_at: state.revision(),
             moves: moves

@@ -7,14 +7,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_api::wire::{
-    check_app_version, check_capacity, check_labels, Labels, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS,
+    check_app_version, check_capacity, check_labels, check_namespace_name, Labels,
+    DEFAULT_NAMESPACE, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_NAMESPACES,
+    MAX_TOTAL_SHARDS,
 };
 
 use super::{
     AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
-    LapsedLease, LeaseState, Move, OperatorAction, Outcome, RefusalReason, RegisterResult,
-    Registration, RenewResult, Renewal, Revoke, Shard, ShardId, Tombstone, TombstoneReason,
-    MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    LapsedLease, LeaseState, Move, Namespace, OperatorAction, Outcome, RefusalReason,
+    RegisterResult, Registration, RenewResult, Renewal, Revoke, ShardId, Tombstone,
+    TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
 /// Pushes collected while one command applies, turned into [`Effects`] at the end.
@@ -103,6 +105,22 @@ fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), Refu
     Ok(())
 }
 
+/// Checks a namespace's lease duration and executor bound (P18.1).
+fn check_namespace_settings(
+    lease_duration_ms: u64,
+    max_executors: Option<u32>,
+) -> Result<(), String> {
+    if lease_duration_ms == 0 || lease_duration_ms > MAX_LEASE_DURATION_MS {
+        return Err(format!(
+            "lease duration {lease_duration_ms} ms is outside 1..={MAX_LEASE_DURATION_MS} ms"
+        ));
+    }
+    if max_executors == Some(0) {
+        return Err("a namespace's executor bound must be at least 1".to_owned());
+    }
+    Ok(())
+}
+
 /// What a `Register`, or one registration of a `RegisterMany`, asks for.
 struct RegistrationFields<'a> {
     incarnation: &'a str,
@@ -112,6 +130,7 @@ struct RegistrationFields<'a> {
     capacity: u32,
     app_version: Option<&'a str>,
     labels: &'a Labels,
+    namespace: &'a str,
 }
 
 impl<'a> From<&'a Registration> for RegistrationFields<'a> {
@@ -124,6 +143,7 @@ impl<'a> From<&'a Registration> for RegistrationFields<'a> {
             capacity: registration.capacity,
             app_version: registration.app_version.as_deref(),
             labels: &registration.labels,
+            namespace: &registration.namespace,
         }
     }
 }
@@ -148,7 +168,7 @@ impl LeaseState {
         {
             return self.apply_set_cluster_version(log_index, *cluster_version);
         }
-        let Some(config) = self.config else {
+        let Some(config) = self.config().copied() else {
             return match command {
                 Command::Init {
                     shard_count,
@@ -177,11 +197,11 @@ impl LeaseState {
                 capacity,
                 app_version,
                 labels,
+                namespace,
             } => {
                 let numbered_before = self.next_executor_number;
                 let result = self.apply_register(
                     log_index,
-                    config,
                     *now_ms,
                     RegistrationFields {
                         incarnation,
@@ -191,6 +211,7 @@ impl LeaseState {
                         capacity: *capacity,
                         app_version: app_version.as_deref(),
                         labels,
+                        namespace,
                     },
                 );
                 self.forget_numbers_the_log_covers(log_index, numbered_before);
@@ -213,15 +234,13 @@ impl LeaseState {
                 let results = registrations
                     .iter()
                     .map(|registration| {
-                        self.apply_register(log_index, config, *now_ms, registration.into())
+                        self.apply_register(log_index, *now_ms, registration.into())
                     })
                     .collect();
                 self.forget_numbers_the_log_covers(log_index, numbered_before);
                 Outcome::RegisteredMany { results }
             }
-            Command::Renew { now_ms, renewals } => {
-                self.apply_renew(log_index, config, *now_ms, renewals)
-            }
+            Command::Renew { now_ms, renewals } => self.apply_renew(log_index, *now_ms, renewals),
             Command::Deregister {
                 now_ms,
                 executor_id,
@@ -233,15 +252,16 @@ impl LeaseState {
             Command::ReserveLeases {
                 now_ms,
                 executor_ids,
-            } => self.apply_reserve_leases(log_index, config, *now_ms, executor_ids),
+            } => self.apply_reserve_leases(log_index, *now_ms, executor_ids),
             Command::ReapLapsed { now_ms, leases } => {
                 self.apply_reap_lapsed(log_index, *now_ms, leases)
             }
             Command::Rebalance {
                 now_ms,
                 planned_at,
+                namespace,
                 moves,
-            } => self.apply_rebalance(log_index, *now_ms, *planned_at, moves),
+            } => self.apply_rebalance(log_index, *now_ms, *planned_at, namespace, moves),
             Command::Release {
                 executor_id,
                 shards,
@@ -291,16 +311,46 @@ impl LeaseState {
                 let changed = self.maintenance != *on;
                 if changed {
                     self.maintenance = *on;
-                    // Plans made before it would do what maintenance forbids (P2.4).
-                    self.touch_assignment(log_index);
+                    // Plans made before it, in every namespace, would do what maintenance
+                    // forbids (P2.4).
+                    let names: Vec<String> = self.namespaces.keys().cloned().collect();
+                    for name in names {
+                        self.touch_assignment(log_index, &name);
+                    }
                 }
                 Outcome::MaintenanceSet { on: *on, changed }
             }
-            OperatorAction::MoveShard { shard, to } => {
-                self.apply_operator_move(log_index, now_ms, *shard, to)
-            }
-            OperatorAction::Pin { shard, executor_id } => {
-                self.apply_pin(log_index, *shard, executor_id.as_ref())
+            OperatorAction::MoveShard {
+                namespace,
+                shard,
+                to,
+            } => self.apply_operator_move(log_index, now_ms, namespace, *shard, to),
+            OperatorAction::Pin {
+                namespace,
+                shard,
+                executor_id,
+            } => self.apply_pin(log_index, namespace, *shard, executor_id.as_ref()),
+            OperatorAction::CreateNamespace {
+                name,
+                shard_count,
+                lease_duration_ms,
+                max_executors,
+            } => self.apply_create_namespace(
+                log_index,
+                name,
+                ClusterConfig {
+                    shard_count: *shard_count,
+                    lease_duration_ms: *lease_duration_ms,
+                },
+                *max_executors,
+            ),
+            OperatorAction::SetNamespace {
+                name,
+                lease_duration_ms,
+                max_executors,
+            } => self.apply_set_namespace(log_index, name, *lease_duration_ms, *max_executors),
+            OperatorAction::DeleteNamespace { name } => {
+                self.apply_delete_namespace(log_index, now_ms, name)
             }
             OperatorAction::Membership { .. } => {
                 self.touch(log_index);
@@ -310,7 +360,10 @@ impl LeaseState {
         let changed = match &outcome {
             Outcome::DrainingSet { changed, .. }
             | Outcome::MaintenanceSet { changed, .. }
-            | Outcome::PinSet { changed, .. } => *changed,
+            | Outcome::PinSet { changed, .. }
+            | Outcome::NamespaceSet { changed, .. } => *changed,
+            Outcome::NamespaceCreated { already_exists, .. } => !already_exists,
+            Outcome::NamespaceDeleted { already_gone, .. } => !already_gone,
             Outcome::Deregistered { already_gone, .. } => !already_gone,
             Outcome::Rebalanced { .. } | Outcome::Recorded => true,
             _ => false,
@@ -330,22 +383,33 @@ impl LeaseState {
     }
 
     /// An operator's move (P17.4): a one-move plan made on the current state, so never stale,
-    /// refused with the reason unless the target takes shards (live at `now_ms`, not draining),
-    /// does not hold it already, and the shard is not pinned to another executor.
+    /// refused with the reason unless the target is of the shard's namespace (P18.2) and takes
+    /// shards (live at `now_ms`, not draining), does not hold it already, and the shard is not
+    /// pinned to another executor.
     fn apply_operator_move(
         &mut self,
         log_index: u64,
         now_ms: u64,
+        namespace: &str,
         shard: ShardId,
         to: &str,
     ) -> Outcome {
-        let Some(entry) = self.shard(shard) else {
+        let Some(space) = self.namespaces.get(namespace) else {
+            return Outcome::NotFound;
+        };
+        let Some(entry) = space.shard(shard) else {
             return Outcome::NotFound;
         };
         let Some(target) = self.executors.get(to) else {
             return Outcome::NotFound;
         };
         let conflict = |detail: String| refused(RefusalReason::Conflict { detail });
+        if target.namespace != namespace {
+            return conflict(format!(
+                "executor {to} is of namespace {}, not {namespace} (P18.2)",
+                target.namespace
+            ));
+        }
         if target.lease_lapsed(now_ms) || target.draining {
             return conflict(format!(
                 "executor {to} is {}: it takes no shards",
@@ -361,7 +425,7 @@ impl LeaseState {
         {
             return conflict(format!("shard {shard} is with {to} already"));
         }
-        if let Some(pinned) = self.pins.get(&shard).filter(|pinned| pinned.as_str() != to) {
+        if let Some(pinned) = space.pin(shard).filter(|pinned| *pinned != to) {
             return conflict(format!(
                 "shard {shard} is pinned to {pinned}: unpin it first, or pin it to {to}"
             ));
@@ -371,6 +435,7 @@ impl LeaseState {
             log_index,
             now_ms,
             planned_at,
+            namespace,
             &[Move {
                 shard,
                 to: to.to_owned(),
@@ -378,38 +443,222 @@ impl LeaseState {
         )
     }
 
-    /// A pin (P17.4): to a registered executor, or none. A change makes plans made before it
-    /// stale, since they may move the shard elsewhere (P2.4).
+    /// A pin (P17.4): to a registered executor of the shard's namespace (P18.2), or none. A
+    /// change makes plans made before it stale, since they may move the shard elsewhere (P2.4).
     fn apply_pin(
         &mut self,
         log_index: u64,
+        namespace: &str,
         shard: ShardId,
         executor_id: Option<&String>,
     ) -> Outcome {
-        if self.shard(shard).is_none() {
+        let Some(space) = self.namespaces.get(namespace) else {
+            return Outcome::NotFound;
+        };
+        if space.shard(shard).is_none() {
             return Outcome::NotFound;
         }
         if let Some(executor_id) = executor_id {
-            if !self.executors.contains_key(executor_id) {
-                return Outcome::NotFound;
+            match self.executors.get(executor_id) {
+                None => return Outcome::NotFound,
+                Some(executor) if executor.namespace != namespace => {
+                    return refused(RefusalReason::Conflict {
+                        detail: format!(
+                            "executor {executor_id} is of namespace {}, not {namespace} (P18.2)",
+                            executor.namespace
+                        ),
+                    })
+                }
+                Some(_) => {}
             }
         }
-        let changed = self.pins.get(&shard) != executor_id;
+        let changed = space.pins.get(&shard) != executor_id;
         if changed {
-            match executor_id {
-                Some(executor_id) => {
-                    self.pins.insert(shard, executor_id.clone());
-                }
-                None => {
-                    self.pins.remove(&shard);
+            if let Some(space) = self.namespaces.get_mut(namespace) {
+                match executor_id {
+                    Some(executor_id) => {
+                        space.pins.insert(shard, executor_id.clone());
+                    }
+                    None => {
+                        space.pins.remove(&shard);
+                    }
                 }
             }
-            self.touch_assignment(log_index);
+            self.touch_assignment(log_index, namespace);
         }
         Outcome::PinSet {
             shard,
             executor_id: executor_id.cloned(),
             changed,
+        }
+    }
+
+    /// Creates a namespace (P18.1): a repeat with the same settings succeeds and changes nothing
+    /// (a retried request), other settings for a name in use are a conflict. Its shards start at
+    /// the epoch its name's shards last reached, so no epoch repeats for a name (I2).
+    fn apply_create_namespace(
+        &mut self,
+        log_index: u64,
+        name: &str,
+        config: ClusterConfig,
+        max_executors: Option<u32>,
+    ) -> Outcome {
+        if let Err(error) = check_namespace_name(name) {
+            return invalid(error.to_string());
+        }
+        if let Err(detail) = check_namespace_settings(config.lease_duration_ms, max_executors) {
+            return invalid(detail);
+        }
+        if let Some(existing) = self.namespaces.get(name) {
+            if existing.config == config && existing.max_executors == max_executors {
+                return Outcome::NamespaceCreated {
+                    name: name.to_owned(),
+                    already_exists: true,
+                };
+            }
+            return refused(RefusalReason::Conflict {
+                detail: format!("namespace {name} exists with other settings"),
+            });
+        }
+        if config.shard_count == 0 || config.shard_count > MAX_SHARD_COUNT {
+            return invalid(format!(
+                "shard count {} is outside 1..={MAX_SHARD_COUNT}",
+                config.shard_count
+            ));
+        }
+        if self.namespaces.len() >= MAX_NAMESPACES {
+            return refused(RefusalReason::Conflict {
+                detail: format!(
+                    "the cluster holds its most namespaces ({MAX_NAMESPACES}): delete one first"
+                ),
+            });
+        }
+        let total_shards: u64 = self
+            .namespaces
+            .values()
+            .map(|space| u64::from(space.config.shard_count))
+            .sum();
+        if total_shards.saturating_add(u64::from(config.shard_count)) > MAX_TOTAL_SHARDS {
+            return refused(RefusalReason::Conflict {
+                detail: format!(
+                    "the namespaces hold {total_shards} shards; {} more would pass the cluster's \
+                     {MAX_TOTAL_SHARDS}",
+                    config.shard_count
+                ),
+            });
+        }
+        let epoch = self.retired_epochs.remove(name).unwrap_or(0);
+        self.namespaces.insert(
+            name.to_owned(),
+            Namespace::new(config, max_executors, log_index, epoch),
+        );
+        self.touch_assignment(log_index, name);
+        Outcome::NamespaceCreated {
+            name: name.to_owned(),
+            already_exists: false,
+        }
+    }
+
+    /// Changes a namespace's lease duration (grants from now on; expiries already told stand,
+    /// P3.4) and executor bound (a lower bound refuses registrations and removes no one).
+    /// `default`'s lease is the managers' `--lease-duration`, so it cannot change here.
+    fn apply_set_namespace(
+        &mut self,
+        log_index: u64,
+        name: &str,
+        lease_duration_ms: u64,
+        max_executors: Option<u32>,
+    ) -> Outcome {
+        if let Err(detail) = check_namespace_settings(lease_duration_ms, max_executors) {
+            return invalid(detail);
+        }
+        let Some(space) = self.namespaces.get(name) else {
+            return refused(RefusalReason::UnknownNamespace {
+                namespace: name.to_owned(),
+            });
+        };
+        if name == DEFAULT_NAMESPACE && space.config.lease_duration_ms != lease_duration_ms {
+            return refused(RefusalReason::Conflict {
+                detail: format!(
+                    "the {DEFAULT_NAMESPACE} namespace's lease is the managers' --lease-duration"
+                ),
+            });
+        }
+        let changed = space.config.lease_duration_ms != lease_duration_ms
+            || space.max_executors != max_executors;
+        if changed {
+            if let Some(space) = self.namespaces.get_mut(name) {
+                space.config.lease_duration_ms = lease_duration_ms;
+                space.max_executors = max_executors;
+            }
+            self.touch(log_index);
+        }
+        Outcome::NamespaceSet {
+            name: name.to_owned(),
+            changed,
+        }
+    }
+
+    /// Deletes a namespace (P18.1): refused for `default` and while any of its shards has an
+    /// owner (its executors are drained first, so no executor admits anything of it). Executors
+    /// still registered in it hold nothing; they are removed with it (tombstoned as
+    /// deregistered, so their next renewal is told they are gone). The highest epoch its shards
+    /// reached is kept for its name (I2). A repeat finds the name retired and succeeds.
+    fn apply_delete_namespace(&mut self, log_index: u64, now_ms: u64, name: &str) -> Outcome {
+        let Some(space) = self.namespaces.get(name) else {
+            if self.retired_epochs.contains_key(name) {
+                return Outcome::NamespaceDeleted {
+                    name: name.to_owned(),
+                    already_gone: true,
+                    removed: Vec::new(),
+                };
+            }
+            return refused(RefusalReason::UnknownNamespace {
+                namespace: name.to_owned(),
+            });
+        };
+        if name == DEFAULT_NAMESPACE {
+            return refused(RefusalReason::Conflict {
+                detail: format!("the {DEFAULT_NAMESPACE} namespace cannot be deleted"),
+            });
+        }
+        let owned = space
+            .shards
+            .iter()
+            .filter(|shard| shard.owner.is_some())
+            .count();
+        if owned > 0 {
+            return refused(RefusalReason::Conflict {
+                detail: format!(
+                    "namespace {name} has {owned} shards with an owner: drain its executors \
+                     first (P18.1)"
+                ),
+            });
+        }
+        let highest_epoch = space.highest_epoch();
+        let members: Vec<ExecutorId> = self
+            .executors
+            .values()
+            .filter(|executor| executor.namespace == name)
+            .map(|executor| executor.id.clone())
+            .collect();
+        let mut effects = EffectsBuilder::default();
+        for executor_id in &members {
+            self.remove_executor(
+                executor_id,
+                TombstoneReason::Deregistered,
+                log_index,
+                now_ms,
+                &mut effects,
+            );
+        }
+        self.touch_assignment(log_index, name);
+        self.namespaces.remove(name);
+        self.retired_epochs.insert(name.to_owned(), highest_epoch);
+        Outcome::NamespaceDeleted {
+            name: name.to_owned(),
+            already_gone: false,
+            removed: members,
         }
     }
 
@@ -431,16 +680,19 @@ impl LeaseState {
         self.revision = log_index;
     }
 
-    /// Records that the entry at `log_index` changed owners, handoffs or membership, which makes
-    /// plans computed before it stale (P2.4).
-    fn touch_assignment(&mut self, log_index: u64) {
+    /// Records that the entry at `log_index` changed owners, handoffs, pins or membership in
+    /// `namespace`, which makes plans for it computed before it stale (P2.4).
+    fn touch_assignment(&mut self, log_index: u64, namespace: &str) {
         self.revision = log_index;
         self.assignment_revision = log_index;
+        if let Some(space) = self.namespaces.get_mut(namespace) {
+            space.assignment_revision = log_index;
+        }
     }
 
     /// `Init`: exactly one initialisation, safe to repeat (§10).
     fn apply_init(&mut self, log_index: u64, shard_count: u32, lease_duration_ms: u64) -> Outcome {
-        if let Some(existing) = self.config {
+        if let Some(&existing) = self.config() {
             if existing.shard_count == shard_count
                 && existing.lease_duration_ms == lease_duration_ms
             {
@@ -463,17 +715,11 @@ impl LeaseState {
             shard_count,
             lease_duration_ms,
         };
-        self.config = Some(config);
-        self.shards = (0..shard_count)
-            .map(|id| Shard {
-                id,
-                owner: None,
-                epoch: 0,
-                handoff: None,
-            })
-            .collect();
-        self.releasing.clear();
-        self.touch_assignment(log_index);
+        self.namespaces.insert(
+            DEFAULT_NAMESPACE.to_owned(),
+            Namespace::new(config, None, 0, 0),
+        );
+        self.touch_assignment(log_index, DEFAULT_NAMESPACE);
         Outcome::Initialised {
             config,
             already_initialised: false,
@@ -493,10 +739,9 @@ impl LeaseState {
         }
         let previous_lease_duration_ms = config.lease_duration_ms;
         if previous_lease_duration_ms != lease_duration_ms {
-            self.config = Some(ClusterConfig {
-                lease_duration_ms,
-                ..config
-            });
+            if let Some(space) = self.namespaces.get_mut(DEFAULT_NAMESPACE) {
+                space.config.lease_duration_ms = lease_duration_ms;
+            }
             self.touch(log_index);
         }
         Outcome::LeaseDurationSet {
@@ -512,10 +757,12 @@ impl LeaseState {
     /// with an empty set;
     /// the leader's next plan gives it shards (P5.4). An incarnation whose executor was removed
     /// gets a new executor: the old one's shards have moved on and its id answers 404.
+    ///
+    /// The executor joins `namespace` (P18.1), which must exist and have room below its
+    /// `max_executors`; the same incarnation in another namespace is a conflict, not a retry.
     fn apply_register(
         &mut self,
         log_index: u64,
-        config: ClusterConfig,
         now_ms: u64,
         registration: RegistrationFields<'_>,
     ) -> RegisterResult {
@@ -527,6 +774,7 @@ impl LeaseState {
             capacity,
             app_version,
             labels,
+            namespace,
         } = registration;
         let checks = check_text_field("incarnation", incarnation, true)
             .and_then(|()| check_text_field("address", address, true))
@@ -539,11 +787,36 @@ impl LeaseState {
                     check_app_version(version).map_err(|error| invalid_reason(error.to_string()))
                 })
             })
-            .and_then(|()| check_labels(labels).map_err(|error| invalid_reason(error.to_string())));
+            .and_then(|()| check_labels(labels).map_err(|error| invalid_reason(error.to_string())))
+            .and_then(|()| {
+                check_namespace_name(namespace).map_err(|error| invalid_reason(error.to_string()))
+            });
         if let Err(reason) = checks {
             return RegisterResult::Refused { reason };
         }
+        let Some(space) = self.namespaces.get(namespace) else {
+            return RegisterResult::Refused {
+                reason: RefusalReason::UnknownNamespace {
+                    namespace: namespace.to_owned(),
+                },
+            };
+        };
+        let config = space.config;
+        let room = space
+            .max_executors
+            .is_none_or(|max| space.executor_count < max as usize);
         if let Some(existing) = self.executor_by_incarnation(incarnation) {
+            if existing.namespace != namespace {
+                return RegisterResult::Refused {
+                    reason: RefusalReason::Conflict {
+                        detail: format!(
+                            "incarnation {incarnation} is registered in namespace {}, not \
+                             {namespace}: a new registration needs a new incarnation (P18.1)",
+                            existing.namespace
+                        ),
+                    },
+                };
+            }
             // P13.4: only the holder of the credential gets the grant again. Hashes, so equal
             // length; the values are public to every replica, so no timing to protect here.
             if existing.credential_sha256 != credential_sha256 {
@@ -553,12 +826,23 @@ impl LeaseState {
                     },
                 };
             }
-            let grant = self.grant_of(existing, config.shard_count, now_ms);
+            let grant = self.grant_of(existing, now_ms);
             // A retried register changes nothing else, but what it tells counts (P6.1).
             self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
             return RegisterResult::Registered {
                 grant,
                 already_registered: true,
+            };
+        }
+        if !room {
+            return RegisterResult::Refused {
+                reason: RefusalReason::Conflict {
+                    detail: format!(
+                        "namespace {namespace} holds its most executors ({}): deregister one, or \
+                         raise its bound (P18.1)",
+                        space.executor_count
+                    ),
+                },
             };
         }
         let executor_id = self.mint_executor_id(log_index);
@@ -578,6 +862,7 @@ impl LeaseState {
             capacity,
             app_version: app_version.map(str::to_owned),
             labels: labels.clone(),
+            namespace: namespace.to_owned(),
         };
         let grant = Grant {
             executor_id: executor_id.clone(),
@@ -590,7 +875,10 @@ impl LeaseState {
         self.by_incarnation
             .insert(executor.incarnation.clone(), executor_id.clone());
         self.executors.insert(executor_id, executor);
-        self.touch_assignment(log_index);
+        if let Some(space) = self.namespaces.get_mut(namespace) {
+            space.executor_count += 1;
+        }
+        self.touch_assignment(log_index, namespace);
         RegisterResult::Registered {
             grant,
             already_registered: false,
@@ -626,13 +914,7 @@ impl LeaseState {
     /// read before the executor saw the revoke may predate an assign push still in flight, which
     /// could yet make it admit the shard. A revision beyond this state's is impossible for an
     /// honest executor and acknowledges nothing.
-    fn apply_renew(
-        &mut self,
-        log_index: u64,
-        config: ClusterConfig,
-        now_ms: u64,
-        renewals: &[Renewal],
-    ) -> Outcome {
+    fn apply_renew(&mut self, log_index: u64, now_ms: u64, renewals: &[Renewal]) -> Outcome {
         let prior_revision = self.revision;
         // Mismatch is judged against the set recorded before this entry (P4.2), i.e. against
         // what the pushes so far should have delivered.
@@ -648,27 +930,36 @@ impl LeaseState {
         let mut effects = EffectsBuilder::default();
         let mut acknowledged_per_renewal: Vec<Vec<ShardId>> = Vec::with_capacity(renewals.len());
         let mut any_known = false;
-        let mut any_acknowledged = false;
-        let renewed_expiry_ms = now_ms.saturating_add(config.lease_duration_ms);
+        let mut acknowledged_in = BTreeSet::new();
         for renewal in renewals {
             let Some(executor) = self.executors.get_mut(&renewal.executor_id) else {
                 acknowledged_per_renewal.push(Vec::new());
                 continue;
             };
             any_known = true;
+            // Its namespace's lease (P18.1); the namespace exists while it has executors.
+            let lease_duration_ms = self
+                .namespaces
+                .get(&executor.namespace)
+                .map_or(0, |space| space.config.lease_duration_ms);
+            let renewed_expiry_ms = now_ms.saturating_add(lease_duration_ms);
             executor.lease_expiry_ms = executor.lease_expiry_ms.max(renewed_expiry_ms);
             executor.lease_ttl_told_ms = executor.lease_remaining_ms(now_ms);
             self.longest_lease_told_ms = self.longest_lease_told_ms.max(executor.lease_ttl_told_ms);
+            let namespace = executor.namespace.clone();
             let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
             for &shard in &acknowledged {
-                any_acknowledged |= self.complete_handoff(shard, &mut effects);
+                if self.complete_handoff(&namespace, shard, &mut effects) {
+                    acknowledged_in.insert(namespace.clone());
+                }
             }
             acknowledged_per_renewal.push(acknowledged);
         }
-        if any_acknowledged {
-            self.touch_assignment(log_index);
-        } else if any_known {
+        if any_known {
             self.touch(log_index);
+        }
+        for namespace in &acknowledged_in {
+            self.touch_assignment(log_index, namespace);
         }
         let results = renewals
             .iter()
@@ -677,7 +968,7 @@ impl LeaseState {
             .map(|((renewal, claims_mismatch), acknowledged)| {
                 match self.executors.get(&renewal.executor_id) {
                     Some(executor) => RenewResult::Renewed {
-                        grant: self.grant_of(executor, config.shard_count, now_ms),
+                        grant: self.grant_of(executor, now_ms),
                         claims_mismatch,
                         acknowledged,
                     },
@@ -701,17 +992,21 @@ impl LeaseState {
         let Some(executor) = self.executors.get(&renewal.executor_id) else {
             return Vec::new();
         };
+        let Some(space) = self.namespace_of(executor) else {
+            return Vec::new();
+        };
         // Releasing shards are few and found by index; the claims are searched only for them.
-        if self.releasing.is_empty() {
+        if space.releasing.is_empty() {
             return Vec::new();
         }
         let releasing: Vec<ShardId> = executor
             .owned_shards
             .iter()
             .copied()
-            .filter(|shard| self.releasing.contains(shard))
+            .filter(|shard| space.releasing.contains(shard))
             .filter(|&shard| {
-                self.shard(shard)
+                space
+                    .shard(shard)
                     .and_then(|entry| entry.handoff.as_ref())
                     .is_some_and(|handoff| handoff.revoke_revision <= renewal.revision)
             })
@@ -731,7 +1026,8 @@ impl LeaseState {
     /// shards become unowned at once and handoffs from it complete at once. A retry finds the
     /// tombstone and succeeds without change; an id never seen is not found (P7.2).
     fn apply_deregister(&mut self, log_index: u64, now_ms: u64, executor_id: &str) -> Outcome {
-        if self.executors.contains_key(executor_id) {
+        if let Some(executor) = self.executors.get(executor_id) {
+            let namespace = executor.namespace.clone();
             let mut effects = EffectsBuilder::default();
             let freed = self.remove_executor(
                 executor_id,
@@ -740,7 +1036,7 @@ impl LeaseState {
                 now_ms,
                 &mut effects,
             );
-            self.touch_assignment(log_index);
+            self.touch_assignment(log_index, &namespace);
             return Outcome::Deregistered {
                 already_gone: false,
                 freed,
@@ -778,16 +1074,19 @@ impl LeaseState {
     ) -> Outcome {
         let mut effects = EffectsBuilder::default();
         let mut reaped = BTreeSet::new();
+        let mut reaped_in = BTreeSet::new();
         let mut skipped = Vec::new();
         for (candidate, executor_id) in executor_ids.iter().enumerate() {
             if reaped.contains(executor_id) {
                 continue;
             }
-            let lapsed = self
+            let lapsed_in = self
                 .executors
                 .get(executor_id)
-                .is_some_and(|executor| lapsed(candidate, executor));
-            if lapsed {
+                .filter(|executor| lapsed(candidate, executor))
+                .map(|executor| executor.namespace.clone());
+            if let Some(namespace) = lapsed_in {
+                reaped_in.insert(namespace);
                 self.remove_executor(
                     executor_id,
                     TombstoneReason::Reaped,
@@ -800,8 +1099,8 @@ impl LeaseState {
                 skipped.push(executor_id.clone());
             }
         }
-        if !reaped.is_empty() {
-            self.touch_assignment(log_index);
+        for namespace in &reaped_in {
+            self.touch_assignment(log_index, namespace);
         }
         Outcome::Reaped {
             reaped: reaped.into_iter().collect(),
@@ -816,20 +1115,24 @@ impl LeaseState {
     fn apply_reserve_leases(
         &mut self,
         log_index: u64,
-        config: ClusterConfig,
         now_ms: u64,
         executor_ids: &[ExecutorId],
     ) -> Outcome {
-        let reserved_until_ms = now_ms.saturating_add(
-            config
-                .lease_duration_ms
-                .saturating_mul(super::LEASE_RESERVATION_LEASES),
-        );
+        let mut latest_reserved_until_ms = now_ms;
         let mut reserved = Vec::new();
         let mut skipped = Vec::new();
         for executor_id in executor_ids {
             match self.executors.get_mut(executor_id) {
                 Some(executor) => {
+                    // Leases of its namespace (P18.1).
+                    let lease_duration_ms = self
+                        .namespaces
+                        .get(&executor.namespace)
+                        .map_or(0, |space| space.config.lease_duration_ms);
+                    let reserved_until_ms = now_ms.saturating_add(
+                        lease_duration_ms.saturating_mul(super::LEASE_RESERVATION_LEASES),
+                    );
+                    latest_reserved_until_ms = latest_reserved_until_ms.max(reserved_until_ms);
                     executor.lease_reserved_until_ms =
                         executor.lease_reserved_until_ms.max(reserved_until_ms);
                     reserved.push(executor_id.clone());
@@ -841,7 +1144,7 @@ impl LeaseState {
             self.touch(log_index);
         }
         Outcome::LeasesReserved {
-            reserved_until_ms,
+            reserved_until_ms: latest_reserved_until_ms,
             reserved,
             skipped,
         }
@@ -882,11 +1185,15 @@ impl LeaseState {
     ///   stands, and the target has not seen the shard);
     /// - a releasing shard moved back to its old owner cancels the handoff: the owner keeps the
     ///   shard at the same epoch, since no one else held it in between.
+    ///
+    /// A plan is for one namespace's shards and executors (P18.1): stale only if that namespace's
+    /// assignment changed since, and refused whole if it names an executor of another.
     fn apply_rebalance(
         &mut self,
         log_index: u64,
         now_ms: u64,
         planned_at: u64,
+        namespace: &str,
         moves: &[Move],
     ) -> Outcome {
         if planned_at > self.revision {
@@ -895,13 +1202,18 @@ impl LeaseState {
                 self.revision
             ));
         }
-        if planned_at < self.assignment_revision {
+        let Some(space) = self.namespaces.get(namespace) else {
+            return invalid(format!(
+                "plan is for namespace {namespace}, which does not exist"
+            ));
+        };
+        if planned_at < space.assignment_revision {
             return refused(RefusalReason::StalePlan {
                 planned_at,
-                assignment_revision: self.assignment_revision,
+                assignment_revision: space.assignment_revision,
             });
         }
-        if let Err(refusal) = self.check_moves(moves) {
+        if let Err(refusal) = self.check_moves(namespace, space, moves) {
             return refusal;
         }
         let mut effects = EffectsBuilder::default();
@@ -912,12 +1224,16 @@ impl LeaseState {
             let Some(index) = shard_index(step.shard) else {
                 continue;
             };
-            let Some(entry) = self.shards.get(index) else {
+            let Some(entry) = self
+                .namespaces
+                .get(namespace)
+                .and_then(|space| space.shards.get(index))
+            else {
                 continue;
             };
             match (entry.owner.clone(), entry.handoff.is_some()) {
                 (None, _) => {
-                    self.give_to(step.shard, &step.to, &mut effects);
+                    self.give_to(namespace, step.shard, &step.to, &mut effects);
                     granted.insert(step.shard);
                 }
                 (Some(owner), false) => {
@@ -929,29 +1245,34 @@ impl LeaseState {
                         .executors
                         .get(&owner)
                         .map_or(now_ms, Executor::lease_bound_ms);
-                    if let Some(entry) = self.shards.get_mut(index) {
-                        entry.handoff = Some(Handoff {
-                            to: Some(step.to.clone()),
-                            revoke_revision: log_index,
-                            from_grant_expiry_ms,
-                        });
-                        self.releasing.insert(step.shard);
+                    if let Some(space) = self.namespaces.get_mut(namespace) {
+                        if let Some(entry) = space.shards.get_mut(index) {
+                            entry.handoff = Some(Handoff {
+                                to: Some(step.to.clone()),
+                                revoke_revision: log_index,
+                                from_grant_expiry_ms,
+                            });
+                            space.releasing.insert(step.shard);
+                        }
                     }
                     effects.revokes.entry(owner).or_default().insert(step.shard);
                     releasing.insert(step.shard);
                 }
                 (Some(owner), true) if owner == step.to => {
-                    if let Some(entry) = self.shards.get_mut(index) {
-                        entry.handoff = None;
-                        self.releasing.remove(&step.shard);
+                    if let Some(space) = self.namespaces.get_mut(namespace) {
+                        if let Some(entry) = space.shards.get_mut(index) {
+                            entry.handoff = None;
+                            space.releasing.remove(&step.shard);
+                        }
                     }
                     effects.assignments.insert(owner);
                     cancelled.insert(step.shard);
                 }
                 (Some(_), true) => {
                     if let Some(handoff) = self
-                        .shards
-                        .get_mut(index)
+                        .namespaces
+                        .get_mut(namespace)
+                        .and_then(|space| space.shards.get_mut(index))
                         .and_then(|entry| entry.handoff.as_mut())
                     {
                         handoff.to = Some(step.to.clone());
@@ -961,7 +1282,7 @@ impl LeaseState {
             }
         }
         if !moves.is_empty() {
-            self.touch_assignment(log_index);
+            self.touch_assignment(log_index, namespace);
         }
         Outcome::Rebalanced {
             granted: granted.into_iter().collect(),
@@ -982,7 +1303,8 @@ impl LeaseState {
         let changed = executor.draining != draining;
         if changed {
             executor.draining = draining;
-            self.touch_assignment(log_index);
+            let namespace = executor.namespace.clone();
+            self.touch_assignment(log_index, &namespace);
         }
         Outcome::DrainingSet {
             executor_id: executor_id.to_owned(),
@@ -991,12 +1313,18 @@ impl LeaseState {
         }
     }
 
-    /// Refuses a plan that names a shard out of range or twice, an unknown target, or a move that
-    /// would change nothing (the planner never makes one; it signals a plan for another state).
-    fn check_moves(&self, moves: &[Move]) -> Result<(), Outcome> {
+    /// Refuses a plan that names a shard out of range or twice, an unknown target, a target of
+    /// another namespace (P18.2), or a move that would change nothing (the planner never makes
+    /// one; it signals a plan for another state).
+    fn check_moves(
+        &self,
+        namespace: &str,
+        space: &Namespace,
+        moves: &[Move],
+    ) -> Result<(), Outcome> {
         let mut seen = BTreeSet::new();
         for step in moves {
-            let Some(entry) = self.shard(step.shard) else {
+            let Some(entry) = space.shard(step.shard) else {
                 return Err(invalid(format!(
                     "plan moves shard {}, which is out of range",
                     step.shard
@@ -1010,6 +1338,14 @@ impl LeaseState {
                     return Err(invalid(format!(
                         "plan moves shard {} to unknown executor {}",
                         step.shard, step.to
+                    )))
+                }
+                // One namespace's shards go to its own executors only (P18.2): I1 and the
+                // epochs hold per namespace, so a shard of one is nothing to another.
+                Some(target) if target.namespace != namespace => {
+                    return Err(invalid(format!(
+                        "plan moves shard {} of {namespace} to executor {} of namespace {}",
+                        step.shard, step.to, target.namespace
                     )))
                 }
                 // The planner never targets a draining executor; a plan that does was made for
@@ -1048,29 +1384,35 @@ impl LeaseState {
         shards: &[ShardId],
         revoke_revision: u64,
     ) -> Outcome {
-        if !self.executors.contains_key(executor_id) {
+        let Some(executor) = self.executors.get(executor_id) else {
             return Outcome::NotFound;
-        }
+        };
+        // The shards it names are its own namespace's (P18.2).
+        let namespace = executor.namespace.clone();
         let named: BTreeSet<ShardId> = shards.iter().copied().collect();
         let mut effects = EffectsBuilder::default();
         let mut completed = Vec::new();
         let mut ignored = Vec::new();
         for shard in named {
-            let current = self.shard(shard).is_some_and(|entry| {
-                entry.owner.as_deref() == Some(executor_id)
-                    && entry
-                        .handoff
-                        .as_ref()
-                        .is_some_and(|handoff| handoff.revoke_revision == revoke_revision)
-            });
-            if current && self.complete_handoff(shard, &mut effects) {
+            let current = self
+                .namespaces
+                .get(&namespace)
+                .and_then(|space| space.shard(shard))
+                .is_some_and(|entry| {
+                    entry.owner.as_deref() == Some(executor_id)
+                        && entry
+                            .handoff
+                            .as_ref()
+                            .is_some_and(|handoff| handoff.revoke_revision == revoke_revision)
+                });
+            if current && self.complete_handoff(&namespace, shard, &mut effects) {
                 completed.push(shard);
             } else {
                 ignored.push(shard);
             }
         }
         if !completed.is_empty() {
-            self.touch_assignment(log_index);
+            self.touch_assignment(log_index, &namespace);
         }
         Outcome::Released {
             completed,
@@ -1079,23 +1421,28 @@ impl LeaseState {
         }
     }
 
-    /// `CompleteHandoffs`: hands on every releasing shard whose old owner's last grant including
-    /// it has expired at the command's `now_ms` (P5.2), re-checked here (P2.4).
+    /// `CompleteHandoffs`: hands on every releasing shard, in every namespace, whose old
+    /// owner's last grant including it has expired at the command's `now_ms` (P5.2), re-checked
+    /// here (P2.4). The outcome lists `default`'s shards; every namespace's completions push.
     fn apply_complete_handoffs(&mut self, log_index: u64, now_ms: u64) -> Outcome {
-        let due: Vec<ShardId> = self
-            .releasing()
-            .filter(|(_, handoff)| super::state::lapsed(handoff.from_grant_expiry_ms, now_ms))
-            .map(|(entry, _)| entry.id)
+        let due: Vec<(String, ShardId)> = self
+            .releasing_everywhere()
+            .filter(|(_, _, handoff)| super::state::lapsed(handoff.from_grant_expiry_ms, now_ms))
+            .map(|(namespace, entry, _)| (namespace.to_owned(), entry.id))
             .collect();
         let mut effects = EffectsBuilder::default();
         let mut completed = Vec::new();
-        for shard in due {
-            if self.complete_handoff(shard, &mut effects) {
-                completed.push(shard);
+        let mut completed_in = BTreeSet::new();
+        for (namespace, shard) in due {
+            if self.complete_handoff(&namespace, shard, &mut effects) {
+                if namespace == DEFAULT_NAMESPACE {
+                    completed.push(shard);
+                }
+                completed_in.insert(namespace);
             }
         }
-        if !completed.is_empty() {
-            self.touch_assignment(log_index);
+        for namespace in &completed_in {
+            self.touch_assignment(log_index, namespace);
         }
         Outcome::HandoffsCompleted {
             completed,
@@ -1105,40 +1452,62 @@ impl LeaseState {
 
     /// Ends a handoff: the shard leaves its old owner and goes to the target (epoch + 1), or is
     /// left unowned if the target has gone. Returns false if the shard was not releasing.
-    fn complete_handoff(&mut self, shard: ShardId, effects: &mut EffectsBuilder) -> bool {
-        let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {
+    fn complete_handoff(
+        &mut self,
+        namespace: &str,
+        shard: ShardId,
+        effects: &mut EffectsBuilder,
+    ) -> bool {
+        let Some(space) = self.namespaces.get_mut(namespace) else {
+            return false;
+        };
+        let Some(entry) = shard_index(shard).and_then(|index| space.shards.get_mut(index)) else {
             return false;
         };
         let Some(handoff) = entry.handoff.take() else {
             return false;
         };
-        self.releasing.remove(&shard);
-        if let Some(old_owner) = entry.owner.take() {
+        let old_owner = entry.owner.take();
+        space.releasing.remove(&shard);
+        if let Some(old_owner) = old_owner {
             if let Some(executor) = self.executors.get_mut(&old_owner) {
                 executor.owned_shards.remove(&shard);
             }
         }
         if let Some(target) = handoff.to {
-            self.give_to(shard, &target, effects);
+            self.give_to(namespace, shard, &target, effects);
         }
         true
     }
 
     /// Gives an unowned shard to `new_owner` with a new epoch (I2: the epoch advances when and
     /// only when the shard gets a new owner) and queues a push of the owner's set. Leaves the
-    /// shard unowned if `new_owner` is not registered.
-    fn give_to(&mut self, shard: ShardId, new_owner: &ExecutorId, effects: &mut EffectsBuilder) {
-        let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {
+    /// shard unowned if `new_owner` is not registered in the shard's namespace.
+    fn give_to(
+        &mut self,
+        namespace: &str,
+        shard: ShardId,
+        new_owner: &ExecutorId,
+        effects: &mut EffectsBuilder,
+    ) {
+        let Some(space) = self.namespaces.get_mut(namespace) else {
             return;
         };
-        let Some(executor) = self.executors.get_mut(new_owner) else {
+        let Some(entry) = shard_index(shard).and_then(|index| space.shards.get_mut(index)) else {
+            return;
+        };
+        let Some(executor) = self
+            .executors
+            .get_mut(new_owner)
+            .filter(|executor| executor.namespace == namespace)
+        else {
             return;
         };
         executor.owned_shards.insert(shard);
         entry.owner = Some(new_owner.clone());
         entry.epoch = entry.epoch.saturating_add(1);
         entry.handoff = None;
-        self.releasing.remove(&shard);
+        space.releasing.remove(&shard);
         effects.assignments.insert(new_owner.clone());
     }
 
@@ -1157,45 +1526,55 @@ impl LeaseState {
             return Vec::new();
         };
         self.by_incarnation.remove(&executor.incarnation);
+        let namespace = executor.namespace.as_str();
+        let Some(space) = self.namespaces.get_mut(namespace) else {
+            // A corrupt state; the tombstone below still remembers it.
+            return Vec::new();
+        };
+        space.executor_count = space.executor_count.saturating_sub(1);
         // A pin goes with its executor: a pin is to one registration.
-        let pinned: Vec<ShardId> = self
+        let pinned: Vec<ShardId> = space
             .pins
             .iter()
             .filter(|(_, pinned_to)| pinned_to.as_str() == executor_id)
             .map(|(shard, _)| *shard)
             .collect();
         for shard in pinned {
-            self.pins.remove(&shard);
+            space.pins.remove(&shard);
         }
         let mut freed = Vec::new();
+        let mut retarget = Vec::new();
         for &shard in &executor.owned_shards {
-            let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index))
+            let Some(entry) = shard_index(shard).and_then(|index| space.shards.get_mut(index))
             else {
                 continue;
             };
             entry.owner = None;
-            self.releasing.remove(&shard);
+            space.releasing.remove(&shard);
             match entry.handoff.take() {
                 Some(Handoff {
                     to: Some(target), ..
-                }) => self.give_to(shard, &target, effects),
+                }) => retarget.push((shard, target)),
                 _ => freed.push(shard),
             }
         }
         // Found first and then changed one by one: the shard table shares its structure with
         // earlier copies (a snapshot being written), so touching every entry would copy it all.
-        let targeted: Vec<ShardId> = self
+        let targeted: Vec<ShardId> = space
             .releasing()
             .filter(|(_, handoff)| handoff.to.as_deref() == Some(executor_id))
             .map(|(entry, _)| entry.id)
             .collect();
         for shard in targeted {
             if let Some(handoff) = shard_index(shard)
-                .and_then(|index| self.shards.get_mut(index))
+                .and_then(|index| space.shards.get_mut(index))
                 .and_then(|entry| entry.handoff.as_mut())
             {
                 handoff.to = None;
             }
+        }
+        for (shard, target) in retarget {
+            self.give_to(namespace, shard, &target, effects);
         }
         self.tombstones.insert(
             executor.id.clone(),

@@ -60,6 +60,8 @@ pub struct Registration {
     pub app_version: Option<String>,
     /// Its labels (P18.3).
     pub labels: leasehold_api::wire::Labels,
+    /// The namespace it registers into (P18.1).
+    pub namespace: String,
 }
 
 impl Registration {
@@ -75,6 +77,7 @@ impl Registration {
             capacity: self.capacity,
             app_version: self.app_version,
             labels: self.labels,
+            namespace: self.namespace,
         }
     }
 }
@@ -134,6 +137,9 @@ pub enum Command {
         /// Its labels (P18.3), checked by `leasehold_api::wire::check_labels`; empty when it
         /// stated none. Schema 7 when not empty.
         labels: leasehold_api::wire::Labels,
+        /// The namespace it registers into (P18.1), which must exist; its shards are the only
+        /// ones it can ever hold. Schema 10 unless it is `default`.
+        namespace: String,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
     /// may acknowledge revokes through its claims (P5.2).
@@ -164,6 +170,9 @@ pub enum Command {
         now_ms: u64,
         /// The state revision the plan was computed from.
         planned_at: u64,
+        /// The namespace whose shards it moves (P18.1), to executors of that namespace only.
+        /// Schema 10 unless it is `default`.
+        namespace: String,
         /// Each shard at most once.
         moves: Vec<Move>,
     },
@@ -305,15 +314,45 @@ pub enum OperatorAction {
     /// Maintenance mode: placement frozen for balance, joiners and drains; shards nobody holds
     /// are still placed, and expired leases still reaped.
     SetMaintenance { on: bool },
-    /// Hand `shard` to `to` now: a one-move plan (P5.2), refused unless `to` is live and not
-    /// draining, does not own it already, and the shard is not pinned elsewhere.
-    MoveShard { shard: ShardId, to: ExecutorId },
-    /// Pin `shard` to an executor (the planner keeps it there, or moves it there, while that
-    /// executor is live and not draining), or unpin it (`None`). A pin goes with its executor.
+    /// Hand `shard` of `namespace` to `to` now: a one-move plan (P5.2), refused unless `to` is
+    /// an executor of that namespace, live and not draining, does not own it already, and the
+    /// shard is not pinned elsewhere. Schema 10 unless the namespace is `default`.
+    MoveShard {
+        namespace: String,
+        shard: ShardId,
+        to: ExecutorId,
+    },
+    /// Pin `shard` of `namespace` to an executor of that namespace (the planner keeps it there,
+    /// or moves it there, while that executor is live and not draining), or unpin it (`None`).
+    /// A pin goes with its executor. Schema 10 unless the namespace is `default`.
     Pin {
+        namespace: String,
         shard: ShardId,
         executor_id: Option<ExecutorId>,
     },
+    /// Create a namespace (P18.1): shards `0..shard_count`, unowned, at the epoch the name's
+    /// shards last reached (0 for a name never used), so no epoch repeats for a name. Refused
+    /// for a name in use, past `MAX_NAMESPACES`, or past `MAX_TOTAL_SHARDS` over every
+    /// namespace. Schema 10.
+    CreateNamespace {
+        name: String,
+        shard_count: u32,
+        lease_duration_ms: u64,
+        /// Most executors it may hold registered at once; `None` for no bound but the cluster's.
+        max_executors: Option<u32>,
+    },
+    /// Change a namespace's lease duration (for grants from now on, P3.4) and executor bound;
+    /// its shard count never changes. `default`'s lease is the managers' `--lease-duration`
+    /// (`Command::SetLeaseDuration`), so only its bound changes here. Schema 10.
+    SetNamespace {
+        name: String,
+        lease_duration_ms: u64,
+        max_executors: Option<u32>,
+    },
+    /// Delete a namespace (P18.1), refused while any of its shards has an owner (drain its
+    /// executors first) and for `default`. Executors still registered in it, holding nothing,
+    /// are removed with it. Schema 10.
+    DeleteNamespace { name: String },
     /// A change of the managers' membership, recorded once Raft committed it.
     Membership { change: MembershipChange },
 }

@@ -37,7 +37,8 @@ pub mod v5;
 pub mod v6;
 pub mod v7;
 pub mod v8;
-mod v8_current;
+pub mod v9;
+mod v9_current;
 
 // The builders of commands and states are shared with the other modules' tests.
 #[cfg(test)]
@@ -55,7 +56,7 @@ pub use planner::{
     MAX_MOVES_PER_PLAN,
 };
 pub use state::{
-    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Shard,
+    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Namespace, Shard,
     ToldFromMemory, Tombstone, TombstoneReason,
 };
 

@@ -133,6 +133,12 @@ pub enum RefusalReason {
         /// Human-readable reason, for the problem+json `detail`.
         detail: String,
     },
+    /// A registration into, or a change of, a namespace that does not exist (P18.1): `404`,
+    /// nothing changed.
+    UnknownNamespace {
+        /// The namespace named.
+        namespace: String,
+    },
 }
 
 /// What applying a command produced.
@@ -259,6 +265,29 @@ pub enum Outcome {
     },
     /// A membership change recorded in the audit log (P17.4).
     Recorded,
+    /// A namespace created (P18.1); `already_exists` for a repeat with the same settings.
+    NamespaceCreated {
+        /// The namespace.
+        name: String,
+        /// True for a repeat that changed nothing.
+        already_exists: bool,
+    },
+    /// A namespace's settings set (P18.1); `changed` false for a repeat.
+    NamespaceSet {
+        /// The namespace.
+        name: String,
+        /// False for a repeat that changed nothing.
+        changed: bool,
+    },
+    /// A namespace deleted (P18.1); `already_gone` for a repeat.
+    NamespaceDeleted {
+        /// The namespace.
+        name: String,
+        /// True for a repeat: the name was deleted already.
+        already_gone: bool,
+        /// The executors removed with it (holding nothing), ascending.
+        removed: Vec<ExecutorId>,
+    },
     /// `SetClusterVersion` applied; `previous == cluster_version` when it changed nothing.
     ClusterVersionSet {
         /// The cluster version before this command.
@@ -295,6 +324,9 @@ impl Outcome {
             | Outcome::DrainingSet { .. }
             | Outcome::MaintenanceSet { .. }
             | Outcome::PinSet { .. }
+            | Outcome::NamespaceCreated { .. }
+            | Outcome::NamespaceSet { .. }
+            | Outcome::NamespaceDeleted { .. }
             | Outcome::Recorded
             | Outcome::ClusterVersionSet { .. }
             | Outcome::NotFound => None,

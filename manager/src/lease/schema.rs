@@ -2,13 +2,13 @@
 //! each (CHANGELOG.md), and which schema a command or a state needs (PROTOCOL P14.1, P14.3).
 //!
 //! A replica decodes every schema from [`OLDEST_SCHEMA`] to [`NEWEST_SCHEMA`] through that
-//! schema's own frozen types ([`super::v2`] to [`super::v8`]) and
+//! schema's own frozen types ([`super::v2`] to [`super::v9`]) and
 //! converts to this build's along the chain (`super::chain`), one schema at a time. It writes
 //! each record at the oldest schema that can express it (`raft::versions`, one table of
 //! schemas), and the leader proposes a command only once the committed cluster version is at
 //! least the schema the command needs.
 
-use super::{Command, LeaseState, DEFAULT_CAPACITY};
+use super::{Command, LeaseState, OperatorAction, DEFAULT_CAPACITY};
 
 // One name per schema number, defined once in the wire types (CHANGELOG.md names each release's):
 // - `FIRST_RELEASE_SCHEMA` (2): release 0.1.0's; no cluster version, and its records carry no
@@ -30,16 +30,22 @@ use super::{Command, LeaseState, DEFAULT_CAPACITY};
 //   an entry minted past its own index) (`v8`).
 // - `LEASE_RESERVATION_SCHEMA` (9): adds lease reservations and reaping by the leader's judgment
 //   (P6.6, P6.7: `Command::ReserveLeases`, `Command::ReapLapsed`,
-//   `Executor::lease_reserved_until_ms`). This build's types.
+//   `Executor::lease_reserved_until_ms`) (`v9`).
+// - `NAMESPACES_SCHEMA` (10): adds namespaces (P18.1: the state's namespaces, each with its own
+//   configuration, shard table, pins and assignment revision, and the retired names' epochs;
+//   `Executor::namespace`, `Register::namespace`, `Rebalance::namespace`, the namespace of
+//   `OperatorAction::MoveShard` and `Pin`, and `OperatorAction::CreateNamespace`,
+//   `SetNamespace`, `DeleteNamespace`). This build's types.
 pub use leasehold_api::wire::{
     APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NAMESPACES_SCHEMA,
+    OPERATOR_CONTROLS_SCHEMA,
 };
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = LEASE_RESERVATION_SCHEMA;
+pub const NEWEST_SCHEMA: u32 = NAMESPACES_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +62,7 @@ impl Command {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => (*cluster_version).max(CREDENTIALS_SCHEMA),
+            command if command.names_a_namespace() => NAMESPACES_SCHEMA,
             Command::ReserveLeases { .. } | Command::ReapLapsed { .. } => LEASE_RESERVATION_SCHEMA,
             Command::RegisterMany { .. } => GROUP_REGISTRATION_SCHEMA,
             Command::Register { labels, .. } if !labels.is_empty() => LABELS_SCHEMA,
@@ -82,6 +89,34 @@ impl Command {
             | Command::Release { .. }
             | Command::CompleteHandoffs { .. }
             | Command::SetDraining { .. } => FIRST_RELEASE_SCHEMA,
+        }
+    }
+}
+
+impl Command {
+    /// Whether it names a namespace other than `default`, or changes namespaces (P18.1): only
+    /// schema 10 can express it.
+    fn names_a_namespace(&self) -> bool {
+        let other = |namespace: &str| !leasehold_api::wire::is_default_namespace(namespace);
+        match self {
+            Command::Register { namespace, .. } | Command::Rebalance { namespace, .. } => {
+                other(namespace)
+            }
+            Command::RegisterMany { registrations, .. } => registrations
+                .iter()
+                .any(|registration| other(&registration.namespace)),
+            Command::Operator { action, .. } => match action {
+                OperatorAction::MoveShard { namespace, .. }
+                | OperatorAction::Pin { namespace, .. } => other(namespace),
+                OperatorAction::CreateNamespace { .. }
+                | OperatorAction::SetNamespace { .. }
+                | OperatorAction::DeleteNamespace { .. } => true,
+                OperatorAction::SetDraining { .. }
+                | OperatorAction::Remove { .. }
+                | OperatorAction::SetMaintenance { .. }
+                | OperatorAction::Membership { .. } => false,
+            },
+            _ => false,
         }
     }
 }

@@ -3,6 +3,8 @@
 use imbl::{OrdMap, OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+
 use super::{Epoch, ExecutorId, OperatorAction, ShardId, MAX_TOMBSTONES};
 
 /// Fixed at initialisation (`Init`); only the lease duration may change later
@@ -60,6 +62,10 @@ pub struct Executor {
     /// none (and for every executor of schemas 2 to 6). `zone` is the failure domain the planner
     /// spreads shards over. Set at registration, never changed.
     pub labels: leasehold_api::wire::Labels,
+    /// The namespace it registered into (P18.1): its shards, epochs, lease duration and plans
+    /// are that namespace's, and every shard number in its requests is one of that namespace's.
+    /// `default` for every executor of schemas 2 to 9. Set at registration, never changed.
+    pub namespace: String,
 }
 
 impl Executor {
@@ -150,6 +156,205 @@ pub struct Shard {
     pub handoff: Option<Handoff>,
 }
 
+/// One namespace (P18.1): a shard space with its own configuration, shard table, pins and
+/// assignment revision. Shard numbers, epochs and handoffs are this namespace's alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Namespace {
+    /// Its shard count (fixed at creation) and the lease its executors' grants carry (P3.4).
+    pub config: ClusterConfig,
+    /// Most executors it may hold registered at once; `None` for no bound but the cluster's.
+    pub max_executors: Option<u32>,
+    /// Log index of the entry that created it; 0 for `default`, which exists from the
+    /// cluster's start.
+    pub created_revision: u64,
+    /// Log index of the last entry that changed owners, handoffs, pins or membership in it (or
+    /// maintenance, which concerns every namespace): a plan for it made at or after it is still
+    /// current (P2.4), whatever other namespaces did since, so one namespace's churn never makes
+    /// another's plans stale.
+    pub assignment_revision: u64,
+    /// `shard_count` entries, index = shard number.
+    pub(super) shards: Vector<Shard>,
+    /// Shards an operator pinned, and to whom (P17.4). A pin goes when its executor does.
+    pub(super) pins: OrdMap<ShardId, ExecutorId>,
+    /// The shards with a handoff, ascending. Derived from the shard table and never stored (a
+    /// decoded state rebuilds it). Delivery rounds, leader steps and removals read it, so their
+    /// work is proportional to the handoffs in flight, not to the shard count.
+    #[serde(skip)]
+    pub(super) releasing: OrdSet<ShardId>,
+    /// How many executors are registered in it; derived from the executors and never stored, so
+    /// a registration checks `max_executors` without counting.
+    #[serde(skip)]
+    pub(super) executor_count: usize,
+}
+
+impl Namespace {
+    /// A new namespace of `config`, created by the entry at `created_revision`, its shards
+    /// unowned at `epoch` (0, or the epoch its name's shards last reached).
+    pub(super) fn new(
+        config: ClusterConfig,
+        max_executors: Option<u32>,
+        created_revision: u64,
+        epoch: Epoch,
+    ) -> Self {
+        Self {
+            config,
+            max_executors,
+            created_revision,
+            assignment_revision: created_revision,
+            shards: (0..config.shard_count)
+                .map(|id| Shard {
+                    id,
+                    owner: None,
+                    epoch,
+                    handoff: None,
+                })
+                .collect(),
+            pins: OrdMap::new(),
+            releasing: OrdSet::new(),
+            executor_count: 0,
+        }
+    }
+
+    /// The shard table, index = shard number.
+    pub fn shards(&self) -> &Vector<Shard> {
+        &self.shards
+    }
+
+    /// One shard, if `shard < shard_count`.
+    pub fn shard(&self, shard: ShardId) -> Option<&Shard> {
+        usize::try_from(shard)
+            .ok()
+            .and_then(|index| self.shards.get(index))
+    }
+
+    /// The executor `shard` is pinned to, if any.
+    pub fn pin(&self, shard: ShardId) -> Option<&str> {
+        self.pins.get(&shard).map(String::as_str)
+    }
+
+    /// Every pin, ascending by shard.
+    pub fn pins(&self) -> impl Iterator<Item = (ShardId, &str)> {
+        self.pins
+            .iter()
+            .map(|(shard, executor)| (*shard, executor.as_str()))
+    }
+
+    /// The shards releasing from their owners (P5.2), ascending, with their handoffs.
+    pub fn releasing(&self) -> impl Iterator<Item = (&Shard, &Handoff)> {
+        self.releasing.iter().filter_map(|&id| {
+            let shard = self.shard(id)?;
+            Some((shard, shard.handoff.as_ref()?))
+        })
+    }
+
+    /// How many executors are registered in it.
+    pub fn executor_count(&self) -> usize {
+        self.executor_count
+    }
+
+    /// The structural violations of [`LeaseState::consistency_violations`] within this
+    /// namespace, `name`, whose executors are among `executors`.
+    fn violations(
+        &self,
+        name: &str,
+        executors: &OrdMap<ExecutorId, Executor>,
+        violations: &mut Vec<String>,
+    ) {
+        let expected_shards = usize::try_from(self.config.shard_count).unwrap_or(usize::MAX);
+        if self.shards.len() != expected_shards {
+            violations.push(format!(
+                "namespace {name}'s shard table has {} entries, its config says {expected_shards}",
+                self.shards.len()
+            ));
+        }
+        let member = |executor_id: &str| {
+            executors
+                .get(executor_id)
+                .filter(|executor| executor.namespace == name)
+        };
+        for (index, shard) in self.shards.iter().enumerate() {
+            let at = format!("shard {} of {name}", shard.id);
+            if usize::try_from(shard.id).ok() != Some(index) {
+                violations.push(format!("{at} is at index {index}"));
+            }
+            match &shard.owner {
+                Some(owner) => {
+                    match member(owner) {
+                        Some(executor) if executor.owned_shards.contains(&shard.id) => {}
+                        Some(_) => {
+                            violations.push(format!("{at} names owner {owner}, whose set lacks it"))
+                        }
+                        None => violations.push(format!(
+                            "{at} names owner {owner}, who is not registered in {name}"
+                        )),
+                    }
+                    if shard.epoch == 0 {
+                        violations.push(format!("{at} is owned at epoch 0"));
+                    }
+                }
+                None if shard.handoff.is_some() => {
+                    violations.push(format!("{at} is releasing but unowned"));
+                }
+                None => {}
+            }
+            if let Some(Handoff {
+                to: Some(target), ..
+            }) = &shard.handoff
+            {
+                if member(target).is_none() {
+                    violations.push(format!(
+                        "{at} is releasing to {target}, who is not registered in {name}"
+                    ));
+                }
+                if shard.owner.as_ref() == Some(target) {
+                    violations.push(format!("{at} is releasing to its own owner {target}"));
+                }
+            }
+        }
+        for (shard, executor) in &self.pins {
+            if self.shard(*shard).is_none() || member(executor).is_none() {
+                violations.push(format!(
+                    "shard {shard} of {name} is pinned to {executor}, who is not registered in \
+                     {name} or the shard is out of range"
+                ));
+            }
+        }
+        let releasing = releasing_in(&self.shards);
+        if releasing != self.releasing {
+            violations.push(format!(
+                "{name}'s releasing index lists {:?}, its shard table {:?}",
+                self.releasing.iter().take(8).collect::<Vec<_>>(),
+                releasing.iter().take(8).collect::<Vec<_>>()
+            ));
+        }
+        let members = executors
+            .values()
+            .filter(|executor| executor.namespace == name)
+            .count();
+        if members != self.executor_count {
+            violations.push(format!(
+                "{name} counts {} executors, {members} are registered in it",
+                self.executor_count
+            ));
+        }
+        if self.assignment_revision < self.created_revision {
+            violations.push(format!(
+                "{name}'s assignment revision is before its creation"
+            ));
+        }
+    }
+
+    /// The highest epoch any of its shards reached: what a namespace created again under its
+    /// name starts from.
+    pub(super) fn highest_epoch(&self) -> Epoch {
+        self.shards
+            .iter()
+            .map(|shard| shard.epoch)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// Why an executor left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TombstoneReason {
@@ -215,8 +420,13 @@ impl From<Grant> for leasehold_api::wire::Grant {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(from = "StoredLeaseState")]
 pub struct LeaseState {
-    /// `None` until the first `Init`; every other command is refused before it.
-    pub(super) config: Option<ClusterConfig>,
+    /// The namespaces by name (P18.1): empty until the first `Init`, which creates `default`
+    /// (every other command is refused before it); at most `MAX_NAMESPACES`.
+    pub(super) namespaces: OrdMap<String, Namespace>,
+    /// For each deleted namespace's name, the highest epoch its shards reached: a namespace
+    /// created again under the name starts its shards there, so no epoch repeats for a name
+    /// (P18.1, I2). Removed when the name is created again (its shards then carry it).
+    pub(super) retired_epochs: OrdMap<String, Epoch>,
     /// Log index of the last entry that changed the state (the revision, §1).
     pub(super) revision: u64,
     /// Log index of the last entry that changed owners, handoffs or executor membership. A plan
@@ -225,8 +435,6 @@ pub struct LeaseState {
     pub(super) assignment_revision: u64,
     /// Registered executors by id.
     pub(super) executors: OrdMap<ExecutorId, Executor>,
-    /// `shard_count` entries, index = shard number.
-    pub(super) shards: Vector<Shard>,
     /// Recently removed executors, at most [`MAX_TOMBSTONES`].
     pub(super) tombstones: OrdMap<ExecutorId, Tombstone>,
     /// The longest `lease_ttl_ms` any grant has carried, never decreasing. A new leader must not
@@ -237,10 +445,9 @@ pub struct LeaseState {
     /// The committed cluster version (P14.3): the newest schema every voter can apply, raised by
     /// `SetClusterVersion`, never lowered. A cluster formed by 0.1.0 replicas is at schema 2.
     pub(super) cluster_version: u32,
-    /// Maintenance mode (P17.4): placement frozen for balance, joiners and drains.
+    /// Maintenance mode (P17.4): placement frozen for balance, joiners and drains, in every
+    /// namespace.
     pub(super) maintenance: bool,
-    /// Shards an operator pinned, and to whom (P17.4). A pin goes when its executor does.
-    pub(super) pins: OrdMap<ShardId, ExecutorId>,
     /// The operator actions that changed something, oldest first, at most `MAX_AUDIT_RECORDS`
     /// (P17.4).
     pub(super) audit: Vector<AuditRecord>,
@@ -249,12 +456,6 @@ pub struct LeaseState {
     /// index. 0 while no entry has (every id is then its entry's index, as in schema 7 and
     /// before). Schema 8 when not 0.
     pub(super) next_executor_number: u64,
-    /// The shards with a handoff, ascending. Derived from the shard table and never stored (a
-    /// decoded state rebuilds it), so the schema is unchanged. Delivery rounds, leader steps
-    /// and removals read it, so their work is proportional to the handoffs in flight, not to
-    /// the shard count.
-    #[serde(skip)]
-    pub(super) releasing: OrdSet<ShardId>,
     /// Each registered executor's id by its incarnation, derived and never stored like
     /// `releasing`: a registration looks its incarnation up here (P4.4) instead of among every
     /// executor, so a fleet registering at once is not quadratic in its size.
@@ -266,16 +467,15 @@ pub struct LeaseState {
 /// encodes a struct as its fields in sequence). Decoding goes through it to rebuild the index.
 #[derive(Deserialize)]
 struct StoredLeaseState {
-    config: Option<ClusterConfig>,
+    namespaces: OrdMap<String, Namespace>,
+    retired_epochs: OrdMap<String, Epoch>,
     revision: u64,
     assignment_revision: u64,
     executors: OrdMap<ExecutorId, Executor>,
-    shards: Vector<Shard>,
     tombstones: OrdMap<ExecutorId, Tombstone>,
     longest_lease_told_ms: u64,
     cluster_version: u32,
     maintenance: bool,
-    pins: OrdMap<ShardId, ExecutorId>,
     audit: Vector<AuditRecord>,
     next_executor_number: u64,
 }
@@ -283,19 +483,17 @@ struct StoredLeaseState {
 impl From<StoredLeaseState> for LeaseState {
     fn from(stored: StoredLeaseState) -> Self {
         let mut state = Self {
-            config: stored.config,
+            namespaces: stored.namespaces,
+            retired_epochs: stored.retired_epochs,
             revision: stored.revision,
             assignment_revision: stored.assignment_revision,
             executors: stored.executors,
-            shards: stored.shards,
             tombstones: stored.tombstones,
             longest_lease_told_ms: stored.longest_lease_told_ms,
             cluster_version: stored.cluster_version,
             maintenance: stored.maintenance,
-            pins: stored.pins,
             audit: stored.audit,
             next_executor_number: stored.next_executor_number,
-            releasing: OrdSet::new(),
             by_incarnation: OrdMap::new(),
         };
         state.rebuild_indexes();
@@ -303,8 +501,8 @@ impl From<StoredLeaseState> for LeaseState {
     }
 }
 
-/// The shards of `table` with a handoff: what [`LeaseState::releasing`] indexes.
-fn releasing_in(table: &Vector<Shard>) -> OrdSet<ShardId> {
+/// The shards of `table` with a handoff: what [`Namespace::releasing`] indexes.
+pub(super) fn releasing_in(table: &Vector<Shard>) -> OrdSet<ShardId> {
     table
         .iter()
         .filter(|shard| shard.handoff.is_some())
@@ -315,19 +513,17 @@ fn releasing_in(table: &Vector<Shard>) -> OrdSet<ShardId> {
 impl Default for LeaseState {
     fn default() -> Self {
         Self {
-            config: None,
+            namespaces: OrdMap::new(),
+            retired_epochs: OrdMap::new(),
             revision: 0,
             assignment_revision: 0,
             executors: OrdMap::new(),
-            shards: Vector::new(),
             tombstones: OrdMap::new(),
             longest_lease_told_ms: 0,
             cluster_version: super::schema::OLDEST_SCHEMA,
             maintenance: false,
-            pins: OrdMap::new(),
             audit: Vector::new(),
             next_executor_number: 0,
-            releasing: OrdSet::new(),
             by_incarnation: OrdMap::new(),
         }
     }
@@ -352,16 +548,45 @@ impl LeaseState {
         self.maintenance
     }
 
-    /// The executor `shard` is pinned to, if any.
+    /// The executor `shard` of `default` is pinned to, if any.
     pub fn pin(&self, shard: ShardId) -> Option<&str> {
-        self.pins.get(&shard).map(String::as_str)
+        self.default_namespace()?.pin(shard)
     }
 
-    /// Every pin, ascending by shard.
+    /// Every pin in `default`, ascending by shard.
     pub fn pins(&self) -> impl Iterator<Item = (ShardId, &str)> {
-        self.pins
+        self.default_namespace()
+            .into_iter()
+            .flat_map(Namespace::pins)
+    }
+
+    /// One namespace, if it exists (P18.1).
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.get(name)
+    }
+
+    /// Every namespace, ascending by name; empty before `Init`.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &Namespace)> {
+        self.namespaces
             .iter()
-            .map(|(shard, executor)| (*shard, executor.as_str()))
+            .map(|(name, namespace)| (name.as_str(), namespace))
+    }
+
+    /// The `default` namespace, `None` before `Init`.
+    pub fn default_namespace(&self) -> Option<&Namespace> {
+        self.namespaces.get(DEFAULT_NAMESPACE)
+    }
+
+    /// The namespace `executor` registered into.
+    pub fn namespace_of(&self, executor: &Executor) -> Option<&Namespace> {
+        self.namespaces.get(&executor.namespace)
+    }
+
+    /// The highest epoch a deleted namespace's shards reached, by name (see the field).
+    pub fn retired_epochs(&self) -> impl Iterator<Item = (&str, Epoch)> {
+        self.retired_epochs
+            .iter()
+            .map(|(name, epoch)| (name.as_str(), *epoch))
     }
 
     /// The audit log, oldest first.
@@ -379,9 +604,9 @@ impl LeaseState {
         self.longest_lease_told_ms
     }
 
-    /// The cluster configuration, `None` before `Init`.
+    /// The `default` namespace's configuration (the cluster's, `Init`), `None` before `Init`.
     pub fn config(&self) -> Option<&ClusterConfig> {
-        self.config.as_ref()
+        self.default_namespace().map(|namespace| &namespace.config)
     }
 
     /// Log index of the last entry that changed anything (§1); what deliveries carry (P4.1).
@@ -389,8 +614,9 @@ impl LeaseState {
         self.revision
     }
 
-    /// Log index of the last entry that changed owners, handoffs or membership; a plan made at
-    /// or after it is still current (P2.4).
+    /// Log index of the last entry that changed owners, handoffs or membership in any
+    /// namespace; a plan made at or after it is still current (P2.4), as is one made at or after
+    /// its namespace's ([`Namespace::assignment_revision`]).
     pub fn assignment_revision(&self) -> u64 {
         self.assignment_revision
     }
@@ -398,6 +624,13 @@ impl LeaseState {
     /// All executors, ascending by id.
     pub fn executors(&self) -> impl Iterator<Item = &Executor> {
         self.executors.values()
+    }
+
+    /// The executors registered in `namespace`, ascending by id (P18.1).
+    pub fn executors_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Executor> {
+        self.executors
+            .values()
+            .filter(move |executor| executor.namespace == namespace)
     }
 
     /// One executor, if registered and not removed.
@@ -412,16 +645,18 @@ impl LeaseState {
             .and_then(|id| self.executors.get(id))
     }
 
-    /// The shard table, index = shard number; empty before `Init`.
+    /// `default`'s shard table, index = shard number; empty before `Init`.
     pub fn shards(&self) -> &Vector<Shard> {
-        &self.shards
+        static NONE: std::sync::OnceLock<Vector<Shard>> = std::sync::OnceLock::new();
+        match self.default_namespace() {
+            Some(namespace) => &namespace.shards,
+            None => NONE.get_or_init(Vector::new),
+        }
     }
 
-    /// One shard, if `shard < shard_count`.
+    /// One shard of `default`, if `shard < shard_count`.
     pub fn shard(&self, shard: ShardId) -> Option<&Shard> {
-        usize::try_from(shard)
-            .ok()
-            .and_then(|index| self.shards.get(index))
+        self.default_namespace()?.shard(shard)
     }
 
     /// The tombstone of a recently removed executor (P7.2).
@@ -447,9 +682,14 @@ impl LeaseState {
     ) -> impl Iterator<Item = (ShardId, Epoch)> + 'a {
         self.executors
             .get(executor_id)
+            .and_then(|executor| Some((executor, self.namespace_of(executor)?)))
             .into_iter()
-            .flat_map(|executor| executor.owned_shards.iter())
-            .filter_map(|&shard| self.shard(shard))
+            .flat_map(|(executor, namespace)| {
+                executor
+                    .owned_shards
+                    .iter()
+                    .filter_map(|&shard| namespace.shard(shard))
+            })
             .filter(|shard| shard.handoff.is_none())
             .map(|shard| (shard.id, shard.epoch))
     }
@@ -463,18 +703,21 @@ impl LeaseState {
     /// lease remaining, this state's revision and the delivered set. `None` for an unknown
     /// executor or before `Init`.
     pub fn grant_for(&self, executor_id: &str, now_ms: u64) -> Option<Grant> {
-        let config = self.config.as_ref()?;
         let executor = self.executors.get(executor_id)?;
-        Some(self.grant_of(executor, config.shard_count, now_ms))
+        self.namespace_of(executor)?;
+        Some(self.grant_of(executor, now_ms))
     }
 
-    /// The grant for a present executor (see [`LeaseState::grant_for`]).
-    pub(super) fn grant_of(&self, executor: &Executor, shard_count: u32, now_ms: u64) -> Grant {
+    /// The grant for a present executor (see [`LeaseState::grant_for`]): its namespace's shard
+    /// count (P18.1).
+    pub(super) fn grant_of(&self, executor: &Executor, now_ms: u64) -> Grant {
         Grant {
             executor_id: executor.id.clone(),
             lease_ttl_ms: executor.lease_remaining_ms(now_ms),
             revision: self.revision,
-            shard_count,
+            shard_count: self
+                .namespace_of(executor)
+                .map_or(0, |namespace| namespace.config.shard_count),
             shards: self.delivered_set(&executor.id),
         }
     }
@@ -491,9 +734,18 @@ impl LeaseState {
 
     /// Rebuilds the derived indexes from the shard table and the executors (after decoding).
     pub(super) fn rebuild_indexes(&mut self) {
-        self.releasing = releasing_in(&self.shards);
+        let names: Vec<String> = self.namespaces.keys().cloned().collect();
+        for name in names {
+            if let Some(namespace) = self.namespaces.get_mut(&name) {
+                namespace.releasing = releasing_in(&namespace.shards);
+                namespace.executor_count = 0;
+            }
+        }
         self.by_incarnation = OrdMap::new();
         for executor in self.executors.values() {
+            if let Some(namespace) = self.namespaces.get_mut(&executor.namespace) {
+                namespace.executor_count += 1;
+            }
             // Registration keeps incarnations unique; were one repeated, the lowest id answers,
             // as a search in id order would.
             self.by_incarnation
@@ -502,27 +754,37 @@ impl LeaseState {
         }
     }
 
-    /// The shards releasing from their owners (P5.2), ascending, with their handoffs.
+    /// The shards of `default` releasing from their owners (P5.2), ascending, with their
+    /// handoffs.
     pub fn releasing(&self) -> impl Iterator<Item = (&Shard, &Handoff)> {
-        self.releasing.iter().filter_map(|&id| {
-            let shard = self.shard(id)?;
-            Some((shard, shard.handoff.as_ref()?))
+        self.default_namespace()
+            .into_iter()
+            .flat_map(Namespace::releasing)
+    }
+
+    /// The shards of every namespace releasing from their owners (P5.2), by namespace, then
+    /// ascending, with their handoffs.
+    pub fn releasing_everywhere(&self) -> impl Iterator<Item = (&str, &Shard, &Handoff)> {
+        self.namespaces().flat_map(|(name, namespace)| {
+            namespace
+                .releasing()
+                .map(move |(shard, handoff)| (name, shard, handoff))
         })
     }
 
-    /// Whether some releasing shard's old grant has expired at `now_ms`, so `CompleteHandoffs`
-    /// would hand it on (P5.2).
+    /// Whether some releasing shard's old grant has expired at `now_ms`, in any namespace, so
+    /// `CompleteHandoffs` would hand it on (P5.2).
     pub fn handoffs_due(&self, now_ms: u64) -> bool {
-        self.releasing()
-            .any(|(_, handoff)| lapsed(handoff.from_grant_expiry_ms, now_ms))
+        self.releasing_everywhere()
+            .any(|(_, _, handoff)| lapsed(handoff.from_grant_expiry_ms, now_ms))
     }
 
     /// Earliest instant at which a releasing shard may be handed on without an acknowledgement,
     /// so the leader loop can wake for it ([`first_lapsed_ms`]); `None` when nothing is releasing
     /// or no releasing shard's bound ever lapses.
     pub fn next_handoff_due_ms(&self) -> Option<u64> {
-        self.releasing()
-            .filter_map(|(_, handoff)| first_lapsed_ms(handoff.from_grant_expiry_ms))
+        self.releasing_everywhere()
+            .filter_map(|(_, _, handoff)| first_lapsed_ms(handoff.from_grant_expiry_ms))
             .min()
     }
 
@@ -538,9 +800,12 @@ impl LeaseState {
         self.executors.values().map(|e| e.lease_expiry_ms).max()
     }
 
-    /// Number of shards currently releasing.
+    /// Number of shards currently releasing, over every namespace.
     pub fn releasing_count(&self) -> usize {
-        self.releasing.len()
+        self.namespaces
+            .values()
+            .map(|namespace| namespace.releasing.len())
+            .sum()
     }
 
     /// Number of shards with an owner, releasing ones included.
@@ -557,78 +822,32 @@ impl LeaseState {
     /// - a shard's owner is a present executor whose `owned_shards` lists it, and every shard an
     ///   executor lists names it as owner;
     /// - a handoff has an owner (the old owner) and a target that is present and not the owner;
+    /// - every shard's owner, handoff target and pin is an executor of the shard's namespace, and
+    ///   every executor's namespace exists (P18.1);
     /// - an owned shard's epoch is at least 1 (I2: the first owner gets epoch 1);
     /// - revisions are ordered and tombstones bounded and disjoint from live executors.
     pub fn consistency_violations(&self) -> Vec<String> {
         let mut violations = Vec::new();
-        let expected_shards = self.config.map_or(0, |config| {
-            usize::try_from(config.shard_count).unwrap_or(usize::MAX)
-        });
-        if self.shards.len() != expected_shards {
-            violations.push(format!(
-                "shard table has {} entries, config says {expected_shards}",
-                self.shards.len()
-            ));
-        }
-        for (index, shard) in self.shards.iter().enumerate() {
-            if usize::try_from(shard.id).ok() != Some(index) {
-                violations.push(format!("shard at index {index} is numbered {}", shard.id));
+        for (name, namespace) in &self.namespaces {
+            namespace.violations(name, &self.executors, &mut violations);
+            if self.retired_epochs.contains_key(name) {
+                violations.push(format!("namespace {name} exists and is also retired"));
             }
-            match &shard.owner {
-                Some(owner) => {
-                    match self.executors.get(owner) {
-                        Some(executor) if executor.owned_shards.contains(&shard.id) => {}
-                        Some(_) => violations.push(format!(
-                            "shard {} names owner {owner}, whose set lacks it",
-                            shard.id
-                        )),
-                        None => violations.push(format!(
-                            "shard {} names owner {owner}, who is not registered",
-                            shard.id
-                        )),
-                    }
-                    if shard.epoch == 0 {
-                        violations.push(format!("shard {} is owned at epoch 0", shard.id));
-                    }
-                }
-                None if shard.handoff.is_some() => {
-                    violations.push(format!("shard {} is releasing but unowned", shard.id));
-                }
-                None => {}
-            }
-            if let Some(Handoff {
-                to: Some(target), ..
-            }) = &shard.handoff
-            {
-                if !self.executors.contains_key(target) {
-                    violations.push(format!(
-                        "shard {} is releasing to {target}, who is not registered",
-                        shard.id
-                    ));
-                }
-                if shard.owner.as_ref() == Some(target) {
-                    violations.push(format!(
-                        "shard {} is releasing to its own owner {target}",
-                        shard.id
-                    ));
-                }
+            if namespace.assignment_revision > self.assignment_revision {
+                violations.push(format!(
+                    "namespace {name}'s assignment revision {} is ahead of the state's {}",
+                    namespace.assignment_revision, self.assignment_revision
+                ));
             }
         }
-        for (shard, executor) in &self.pins {
-            if self.shard(*shard).is_none() || !self.executors.contains_key(executor) {
-                violations.push(format!("shard {shard} is pinned to {executor}, who is not registered or the shard is out of range"));
-            }
+        if !self.namespaces.is_empty() && self.default_namespace().is_none() {
+            violations.push("namespaces exist but not default".to_owned());
+        }
+        if self.namespaces.len() > leasehold_api::wire::MAX_NAMESPACES {
+            violations.push(format!("{} namespaces", self.namespaces.len()));
         }
         if self.audit.len() > leasehold_api::wire::MAX_AUDIT_RECORDS {
             violations.push(format!("the audit log holds {} records", self.audit.len()));
-        }
-        let releasing = releasing_in(&self.shards);
-        if releasing != self.releasing {
-            violations.push(format!(
-                "the releasing index lists {:?}, the shard table {:?}",
-                self.releasing.iter().take(8).collect::<Vec<_>>(),
-                releasing.iter().take(8).collect::<Vec<_>>()
-            ));
         }
         if self.by_incarnation.len() != self.executors.len() {
             violations.push(format!(
@@ -644,8 +863,17 @@ impl LeaseState {
                     executor.id
                 ));
             }
+            let Some(namespace) = self.namespace_of(executor) else {
+                violations.push(format!(
+                    "executor {} is in namespace {}, which does not exist",
+                    executor.id, executor.namespace
+                ));
+                continue;
+            };
             for &shard in &executor.owned_shards {
-                let owner = self.shard(shard).and_then(|entry| entry.owner.as_ref());
+                let owner = namespace
+                    .shard(shard)
+                    .and_then(|entry| entry.owner.as_ref());
                 if owner != Some(&executor.id) {
                     violations.push(format!(
                         "executor {} lists shard {shard}, whose owner is {owner:?}",

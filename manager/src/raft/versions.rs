@@ -5,14 +5,14 @@
 //! is written at the first that can express it and read by the one its schema names. Schema 2
 //! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
 //! tagged; schema 5 `lease::v5`, tagged; schema 6 `lease::v6`, tagged; schema 7 `lease::v7`,
-//! tagged; schema 8 `lease::v8`, tagged; then this build's. Until the cluster version rises past
+//! tagged; schema 8 `lease::v8`, tagged; schema 9 `lease::v9`, tagged; then this build's. Until the cluster version rises past
 //! schema 2 nothing needs more, so every byte this build writes (and sends) is what release
 //! 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go back to
 //! 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica of schema 3
 //! decodes everything; until it rises past 4, a replica of schema 4 does; until it rises past
 //! 5, a replica of schema 5 does; until it rises past 6, a replica of schema 6 does; until it
-//! rises past 7, a replica of schema 7 does; and until it rises past 8, a replica of schema 8
-//! does. A record of schema 3 or later names its schema (`codec` format 2). A frozen schema's values convert to and from this build's through the chain of
+//! rises past 7, a replica of schema 7 does; until it rises past 8, a replica of schema 8
+//! does; and until it rises past 9, a replica of schema 9 does. A record of schema 3 or later names its schema (`codec` format 2). A frozen schema's values convert to and from this build's through the chain of
 //! `lease::chain`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
@@ -26,10 +26,10 @@ use serde::Serialize;
 use super::TypeConfig;
 use crate::lease::schema::{
     NotExpressible, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
-    OPERATOR_CONTROLS_SCHEMA,
+    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NEWEST_SCHEMA,
+    OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, v4, v5, v6, v7, v8, Command, LeaseState, Outcome};
+use crate::lease::{chain, v2, v3, v4, v5, v6, v7, v8, v9, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -118,6 +118,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V8Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 9's type configuration: the same Raft types around schema 9's commands. Only ever
+    /// encoded and decoded, never run.
+    pub V9Config:
+        D = v9::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V9Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -256,6 +269,23 @@ impl FrozenSchema for V8Config {
     }
 }
 
+impl FrozenSchema for V9Config {
+    const SCHEMA: u32 = LEASE_RESERVATION_SCHEMA;
+    type State = v9::LeaseState;
+    fn command_down(command: &Command) -> Result<v9::Command, NotExpressible> {
+        chain::command_to_v9(command)
+    }
+    fn command_up(command: v9::Command) -> Command {
+        chain::command_from_v9(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v9::LeaseState, NotExpressible> {
+        chain::state_to_v9(state)
+    }
+    fn state_up(state: v9::LeaseState) -> LeaseState {
+        chain::state_from_v9(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -273,7 +303,7 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 8] = [
+const SCHEMAS: [SchemaCodecs; 9] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
     SchemaCodecs::frozen::<V4Config>(),
@@ -281,6 +311,7 @@ const SCHEMAS: [SchemaCodecs; 8] = [
     SchemaCodecs::frozen::<V6Config>(),
     SchemaCodecs::frozen::<V7Config>(),
     SchemaCodecs::frozen::<V8Config>(),
+    SchemaCodecs::frozen::<V9Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -490,10 +521,11 @@ mod tests {
 
     use super::*;
     use crate::lease::schema::{
-        GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
+        GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NAMESPACES_SCHEMA,
         OPERATOR_CONTROLS_SCHEMA,
     };
     use crate::lease::{LapsedLease, MembershipChange, OperatorAction, DEFAULT_CAPACITY};
+    use leasehold_api::wire::DEFAULT_NAMESPACE;
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
         Entry {
@@ -504,6 +536,7 @@ mod tests {
 
     fn register() -> Command {
         Command::Register {
+            namespace: DEFAULT_NAMESPACE.into(),
             now_ms: 5,
             incarnation: "inc".into(),
             address: "http://127.0.0.1:1".into(),
@@ -518,6 +551,7 @@ mod tests {
     /// A registration of schema 3 (a credential), with `capacity`.
     fn register_with(capacity: u32) -> Command {
         Command::Register {
+            namespace: DEFAULT_NAMESPACE.into(),
             now_ms: 5,
             incarnation: "inc-3".into(),
             address: "http://127.0.0.1:3".into(),
@@ -532,6 +566,7 @@ mod tests {
     /// A registration of schema 4 (a credential and a capacity), stating `app_version`.
     fn register_versioned(incarnation: &str, app_version: Option<&str>) -> Command {
         Command::Register {
+            namespace: DEFAULT_NAMESPACE.into(),
             now_ms: 7,
             incarnation: incarnation.into(),
             address: "http://127.0.0.1:4".into(),
@@ -1024,6 +1059,7 @@ mod tests {
                 draining: true,
             },
             OperatorAction::Pin {
+                namespace: DEFAULT_NAMESPACE.into(),
                 shard: 1,
                 executor_id: None,
             },
@@ -1104,6 +1140,7 @@ mod tests {
             (
                 "a pin",
                 OperatorAction::Pin {
+                    namespace: DEFAULT_NAMESPACE.into(),
                     shard: 2,
                     executor_id: Some(executor_id),
                 },
@@ -1182,6 +1219,7 @@ mod tests {
             unreachable!("register_versioned registers")
         };
         Command::Register {
+            namespace: DEFAULT_NAMESPACE.into(),
             now_ms,
             incarnation,
             address,
@@ -1330,6 +1368,7 @@ mod tests {
             registrations: incarnations
                 .iter()
                 .map(|incarnation| crate::lease::Registration {
+                    namespace: DEFAULT_NAMESPACE.into(),
                     incarnation: (*incarnation).to_owned(),
                     address: format!("http://{incarnation}:1"),
                     name: None,
@@ -1366,6 +1405,7 @@ mod tests {
         );
         let read = decode_entry_record::<TypeConfig>(&record).unwrap();
         let expected = Command::Register {
+            namespace: DEFAULT_NAMESPACE.into(),
             now_ms: 7,
             incarnation: "inc-7".into(),
             address: "http://inc-7:1".into(),
@@ -1618,5 +1658,90 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, nine.entries);
+    }
+
+    fn create_namespace(name: &str) -> Command {
+        Command::Operator {
+            now_ms: 10,
+            actor: "admin CN=alice".into(),
+            action: OperatorAction::CreateNamespace {
+                name: name.into(),
+                shard_count: 2,
+                lease_duration_ms: 10_000,
+                max_executors: None,
+            },
+        }
+    }
+
+    fn register_into(namespace: &str) -> Command {
+        let mut command = register();
+        if let Command::Register {
+            namespace: into, ..
+        } = &mut command
+        {
+            *into = namespace.into();
+        }
+        command
+    }
+
+    /// P14.1, P18.1: a command that creates a namespace or names one other than `default` is
+    /// written at 10, which no older build decodes; the same command in `default` is written
+    /// at the schema it always was.
+    #[test]
+    fn p18_1_a_namespace_in_an_entry_is_written_at_10() {
+        for command in [
+            create_namespace("kv"),
+            register_into("kv"),
+            raise_to(NAMESPACES_SCHEMA),
+        ] {
+            let newer = entry(10, command);
+            let (schema, record) = encode_entry_record::<TypeConfig>(&newer).unwrap();
+            assert_eq!(schema, NAMESPACES_SCHEMA, "{newer:?}");
+            assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), newer);
+            assert!(entry_down::<V9Config>(&newer).is_err());
+            assert!(entry_down::<V2Config>(&newer).is_err());
+        }
+        let (schema, _) =
+            encode_entry_record::<TypeConfig>(&entry(10, register_into(DEFAULT_NAMESPACE)))
+                .unwrap();
+        assert_eq!(schema, FIRST_RELEASE_SCHEMA);
+    }
+
+    /// P14.1, P18.1: a state holding a namespace beside `default` is written at 10, on disk and
+    /// in a backup, and reads back unchanged; an append carrying such an entry is written at 10.
+    #[test]
+    fn p18_1_a_state_with_namespaces_and_its_appends_are_written_at_10() {
+        let mut state = LeaseState::default();
+        let _ = state.apply(1, &raise_to(NAMESPACES_SCHEMA));
+        let _ = state.apply(
+            2,
+            &Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 60_000,
+            },
+        );
+        let _ = state.apply(3, &create_namespace("kv"));
+        let _ = state.apply(4, &register_into("kv"));
+        assert!(state
+            .namespace("kv")
+            .is_some_and(|kv| kv.executor_count() == 1));
+        let (schema, payload) = state.encode_state().unwrap();
+        assert_eq!(schema, NAMESPACES_SCHEMA);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), state);
+        assert!(LeaseState::decode_state(LEASE_RESERVATION_SCHEMA, &payload).is_err());
+        let (schema, json) = backup_payload(&state).unwrap();
+        assert_eq!(schema, NAMESPACES_SCHEMA);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), state);
+
+        let ten = append(vec![entry(4, register()), entry(5, register_into("kv"))]);
+        let body = encode_append(&ten).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(NAMESPACES_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V9Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, ten.entries);
     }
 }

@@ -334,6 +334,7 @@ mod tests {
         let outcome = state.apply(
             index,
             &Command::Rebalance {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 now_ms: 2_000,
                 planned_at,
                 moves: vec![crate::lease::Move {

@@ -608,6 +608,7 @@ pub(super) fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
     for index in 0..bounds.executors {
         let incarnation = format!("executor-{index}");
         let register = Command::Register {
+            namespace: wire::DEFAULT_NAMESPACE.into(),
             now_ms,
             address: format!("http://{incarnation}.test"),
             incarnation,

@@ -21,6 +21,7 @@ impl World {
         let mut undo: Vec<OperatorAction> = pinned
             .into_iter()
             .map(|shard| OperatorAction::Pin {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 shard,
                 executor_id: None,
             })
@@ -326,14 +327,20 @@ impl World {
             (Control::MaintenanceOn, _) => OperatorAction::SetMaintenance { on: true },
             (Control::MaintenanceOff, _) => OperatorAction::SetMaintenance { on: false },
             (Control::Unpin, _) => OperatorAction::Pin {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 shard,
                 executor_id: None,
             },
             (Control::Pin, Some(executor_id)) => OperatorAction::Pin {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 shard,
                 executor_id: Some(executor_id),
             },
-            (Control::Move, Some(to)) => OperatorAction::MoveShard { shard, to },
+            (Control::Move, Some(to)) => OperatorAction::MoveShard {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                shard,
+                to,
+            },
             (Control::Pin | Control::Move, None) => return,
         };
         self.propose(

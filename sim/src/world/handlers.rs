@@ -34,6 +34,7 @@ impl World {
                 let command = Command::RegisterMany {
                     now_ms,
                     registrations: vec![Registration {
+                        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                         incarnation: request.incarnation,
                         address: request.address,
                         name: request.name,

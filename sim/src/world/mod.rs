@@ -930,9 +930,10 @@ fn describe_command(command: &Command) -> String {
         Command::Rebalance {
             now_ms,
             planned_at,
+            namespace,
             moves,
         } => format!(
-            "Rebalance@{now_ms} planned_at {planned_at} {:?}",
+            "Rebalance@{now_ms} {namespace} planned_at {planned_at} {:?}",
             moves.iter().map(|m| (m.shard, &m.to)).collect::<Vec<_>>()
         ),
         other => format!("{other:?}"),

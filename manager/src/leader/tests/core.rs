@@ -341,6 +341,7 @@ fn an_abandoned_step_writes_nothing_more() {
 fn p5_4_only_a_plan_cut_at_the_cap_is_continued_at_once() {
     let writes = StepWrites::with_plan_cap(StepDecision::default(), 2);
     let plan = |moves: usize| Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         planned_at: 0,
         moves: (0..moves)

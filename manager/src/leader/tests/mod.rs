@@ -47,6 +47,7 @@ impl World {
         capacity: u32,
     ) -> String {
         match self.apply(Command::Register {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms,
             incarnation: name.to_string(),
             address: format!("http://{name}:1"),

@@ -102,6 +102,7 @@ fn p15_1_what_placement_goes_by() {
     let a = world.register("a", 0);
     let b = world.register("b", 0);
     world.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         planned_at: world.state.revision(),
         moves: vec![

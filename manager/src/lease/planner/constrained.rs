@@ -28,7 +28,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
-use leasehold_api::wire::compare_stated_app_versions;
+use leasehold_api::wire::{compare_stated_app_versions, DEFAULT_NAMESPACE};
 
 use super::super::{Executor, LeaseState, Move, ShardId};
 use super::{capacity_of, cheapest_moves, takes_shards, why_it_moves, MoveReason};
@@ -37,7 +37,7 @@ use super::{capacity_of, cheapest_moves, takes_shards, why_it_moves, MoveReason}
 /// run more than one (a rollout is under way); `None` otherwise.
 pub fn rollout_target(state: &LeaseState, now_ms: u64) -> Option<&str> {
     let mut takers = state
-        .executors()
+        .executors_in(DEFAULT_NAMESPACE)
         .filter(|executor| takes_shards(executor, now_ms))
         .map(|executor| executor.app_version.as_deref());
     let first = takers.next()?;
@@ -134,7 +134,7 @@ pub(in crate::lease) fn plan_moves(
     max_moves: usize,
 ) -> Vec<(Move, MoveReason)> {
     let mut receivers: Vec<Receiver<'_>> = state
-        .executors()
+        .executors_in(DEFAULT_NAMESPACE)
         .filter(|executor| constraints.receives(executor, now_ms))
         .map(|executor| Receiver {
             id: executor.id.as_str(),
@@ -152,7 +152,7 @@ pub(in crate::lease) fn plan_moves(
         .collect();
     // Each owner looked up once, not once per shard it holds.
     let owners: HashMap<&str, Owner<'_>> = state
-        .executors()
+        .executors_in(DEFAULT_NAMESPACE)
         .map(|executor| {
             let id = executor.id.as_str();
             let owner = Owner {

@@ -35,7 +35,7 @@ use std::hash::BuildHasherDefault;
 
 use rustc_hash::FxHasher;
 
-use leasehold_api::wire::zone_of;
+use leasehold_api::wire::{zone_of, DEFAULT_NAMESPACE};
 
 use super::super::{LeaseState, Move, ShardId};
 use super::{capacity_of, takes_shards, MoveCost};
@@ -119,7 +119,7 @@ impl<'a> Positions<'a> {
 impl<'a> LiveExecutors<'a> {
     fn of(state: &'a LeaseState, now_ms: u64) -> Self {
         let holdings: Vec<Holdings<'a>> = state
-            .executors()
+            .executors_in(DEFAULT_NAMESPACE)
             .filter(|executor| takes_shards(executor, now_ms))
             .map(|executor| Holdings {
                 id: executor.id.as_str(),

@@ -40,6 +40,8 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+
 use super::super::{LeaseState, Move, ShardId};
 use super::{
     capacity_of, count, reason_for, takes_shards, why_it_moves, MoveReason, PlacementInputs,
@@ -190,7 +192,7 @@ fn survey<'a>(
     load_of: &dyn Fn(ShardId) -> f64,
 ) -> Option<(Fleet<'a>, Vec<Homeless>)> {
     let mut members: Vec<Member<'a>> = state
-        .executors()
+        .executors_in(DEFAULT_NAMESPACE)
         .filter(|executor| takes_shards(executor, now_ms))
         .map(|executor| Member {
             id: executor.id.as_str(),

@@ -40,6 +40,8 @@ use constrained::Constraints;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+
 use super::{Command, Executor, LeaseState, Move, Shard, ShardId};
 
 #[cfg(test)]
@@ -324,6 +326,7 @@ fn plan_of(state: &LeaseState, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> O
         command: Command::Rebalance {
             now_ms,
             planned_at: state.revision(),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
             moves,
         },
         reasons,
@@ -333,7 +336,7 @@ fn plan_of(state: &LeaseState, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> O
 /// Executors that own nothing and have nothing coming: those that just joined.
 fn executors_holding_nothing(state: &LeaseState) -> HashSet<&str> {
     let mut newcomers: HashSet<&str> = state
-        .executors()
+        .executors_in(DEFAULT_NAMESPACE)
         .filter(|executor| executor.owned_shards.is_empty())
         .map(|executor| executor.id.as_str())
         .collect();

@@ -253,6 +253,7 @@ fn p5_1_a_plan_moving_a_shard_to_a_draining_executor_is_refused_whole() {
     let b = harness.register(0, "b");
     harness.apply(set_draining(0, &b, true));
     let outcome = harness.apply_expecting_no_change(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         planned_at: harness.state.revision(),
         moves: vec![

@@ -27,6 +27,7 @@ pub(super) fn busy_state() -> LeaseState {
     let mut harness = Harness::initialised(8, LEASE_MS);
     let a = harness.register(0, "a");
     harness.apply(Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         incarnation: "named".into(),
         address: "http://named.test".into(),
@@ -82,10 +83,12 @@ pub(super) fn operated_state() -> LeaseState {
         .expect("an executor that is not draining");
     for action in [
         OperatorAction::Pin {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard: 0,
             executor_id: Some(holder.clone()),
         },
         OperatorAction::Pin {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard: 7,
             executor_id: Some(holder),
         },
@@ -151,6 +154,7 @@ pub(super) fn reserved_state() -> LeaseState {
         now_ms: 4_000,
         registrations: ["batched-1", "batched-2"]
             .map(|incarnation| Registration {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 incarnation: incarnation.to_owned(),
                 address: format!("http://{incarnation}.test"),
                 name: None,
@@ -187,6 +191,80 @@ pub(super) fn reserved_state() -> LeaseState {
     state
 }
 
+/// A state of schema 10 (P18.1): `kv` beside `default`, with an owned, a releasing and a pinned
+/// shard and an executor at its bound, and a retired name.
+pub(super) fn namespaced_state() -> LeaseState {
+    let mut harness = Harness::initialised(4, LEASE_MS);
+    let operator = |now_ms, action| Command::Operator {
+        now_ms,
+        actor: "admin CN=alice".into(),
+        action,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: leasehold_api::wire::NAMESPACES_SCHEMA,
+    });
+    for name in ["kv", "gone"] {
+        harness.apply(operator(
+            0,
+            OperatorAction::CreateNamespace {
+                name: name.into(),
+                shard_count: 3,
+                lease_duration_ms: 10_000,
+                max_executors: Some(2),
+            },
+        ));
+    }
+    harness.apply(operator(
+        0,
+        OperatorAction::DeleteNamespace {
+            name: "gone".into(),
+        },
+    ));
+    let in_kv = |incarnation: &str| {
+        let mut command = register_command(0, incarnation);
+        if let Command::Register { namespace, .. } = &mut command {
+            *namespace = "kv".into();
+        }
+        command
+    };
+    let ids: Vec<String> = ["k1", "k2"]
+        .into_iter()
+        .map(|incarnation| match harness.apply(in_kv(incarnation)) {
+            Outcome::Registered { grant, .. } => grant.executor_id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    harness.register(0, "d");
+    let plan = |harness: &Harness, moves: Vec<Move>| Command::Rebalance {
+        now_ms: 0,
+        planned_at: harness.state.revision(),
+        namespace: "kv".into(),
+        moves,
+    };
+    let to = |shard, id: &String| Move {
+        shard,
+        to: id.clone(),
+    };
+    let first = plan(&harness, vec![to(0, &ids[0]), to(1, &ids[0])]);
+    harness.apply(first);
+    let second = plan(&harness, vec![to(1, &ids[1])]);
+    harness.apply(second);
+    harness.apply(operator(
+        0,
+        OperatorAction::Pin {
+            namespace: "kv".into(),
+            shard: 2,
+            executor_id: Some(ids[1].clone()),
+        },
+    ));
+    let state = harness.state;
+    let kv = state.namespace("kv").expect("kv");
+    assert_eq!(kv.releasing().count(), 1);
+    assert_eq!(state.retired_epochs().count(), 1);
+    state
+}
+
 #[test]
 fn bincode_round_trips_the_state() {
     round_trip(&LeaseState::default());
@@ -195,6 +273,7 @@ fn bincode_round_trips_the_state() {
     round_trip(&operated_state());
     round_trip(&labelled_state());
     round_trip(&reserved_state());
+    round_trip(&namespaced_state());
 }
 
 /// The state as std collections hold it, field for field: what every release before the state
@@ -222,27 +301,60 @@ mod std_collections {
         pub capacity: u32,
         pub app_version: Option<String>,
         pub labels: BTreeMap<String, String>,
+        pub namespace: String,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    pub(super) struct Namespace {
+        pub config: ClusterConfig,
+        pub max_executors: Option<u32>,
+        pub created_revision: u64,
+        pub assignment_revision: u64,
+        pub shards: Vec<Shard>,
+        pub pins: BTreeMap<ShardId, ExecutorId>,
     }
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     pub(super) struct LeaseState {
-        pub config: Option<ClusterConfig>,
+        pub namespaces: BTreeMap<String, Namespace>,
+        pub retired_epochs: BTreeMap<String, u64>,
         pub revision: u64,
         pub assignment_revision: u64,
         pub executors: BTreeMap<ExecutorId, Executor>,
-        pub shards: Vec<Shard>,
         pub tombstones: BTreeMap<ExecutorId, Tombstone>,
         pub longest_lease_told_ms: u64,
         pub cluster_version: u32,
         pub maintenance: bool,
-        pub pins: BTreeMap<ShardId, ExecutorId>,
         pub audit: Vec<AuditRecord>,
         pub next_executor_number: u64,
     }
 
     pub(super) fn of(state: &super::LeaseState) -> LeaseState {
         LeaseState {
-            config: state.config,
+            namespaces: state
+                .namespaces
+                .iter()
+                .map(|(name, namespace)| {
+                    let mirror = Namespace {
+                        config: namespace.config,
+                        max_executors: namespace.max_executors,
+                        created_revision: namespace.created_revision,
+                        assignment_revision: namespace.assignment_revision,
+                        shards: namespace.shards.iter().cloned().collect(),
+                        pins: namespace
+                            .pins
+                            .iter()
+                            .map(|(shard, executor)| (*shard, executor.clone()))
+                            .collect(),
+                    };
+                    (name.clone(), mirror)
+                })
+                .collect(),
+            retired_epochs: state
+                .retired_epochs
+                .iter()
+                .map(|(name, epoch)| (name.clone(), *epoch))
+                .collect(),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -264,11 +376,11 @@ mod std_collections {
                         capacity: e.capacity,
                         app_version: e.app_version.clone(),
                         labels: e.labels.clone(),
+                        namespace: e.namespace.clone(),
                     };
                     (id.clone(), executor)
                 })
                 .collect(),
-            shards: state.shards.iter().cloned().collect(),
             tombstones: state
                 .tombstones
                 .iter()
@@ -277,11 +389,6 @@ mod std_collections {
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
             maintenance: state.maintenance,
-            pins: state
-                .pins
-                .iter()
-                .map(|(shard, executor)| (*shard, executor.clone()))
-                .collect(),
             audit: state.audit.iter().cloned().collect(),
             next_executor_number: state.next_executor_number,
         }
@@ -300,6 +407,7 @@ fn p14_1_persistent_collections_encode_as_std_collections_do() {
         operated_state(),
         labelled_state(),
         reserved_state(),
+        namespaced_state(),
     ] {
         let mirror = std_collections::of(&state);
         let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
@@ -325,6 +433,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         register_command(3, "inc"),
         Command::Register {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 3,
             incarnation: "inc".into(),
             address: "http://x".into(),
@@ -358,6 +467,7 @@ pub(super) fn every_command() -> Vec<Command> {
             executor_ids: vec!["ex-1".into(), "ex-2".into()],
         },
         Command::Rebalance {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 7,
             planned_at: 6,
             moves: vec![Move {
@@ -382,6 +492,7 @@ pub(super) fn every_command() -> Vec<Command> {
             cluster_version: 3,
         },
         Command::Register {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 12,
             incarnation: "credentialed".into(),
             address: "http://y".into(),
@@ -392,6 +503,7 @@ pub(super) fn every_command() -> Vec<Command> {
             labels: Default::default(),
         },
         Command::Register {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 13,
             incarnation: "weighty".into(),
             address: "http://z".into(),
@@ -406,6 +518,7 @@ pub(super) fn every_command() -> Vec<Command> {
             cluster_version: 4,
         },
         Command::Register {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 15,
             incarnation: "versioned".into(),
             address: "http://v".into(),
@@ -428,6 +541,7 @@ pub(super) fn every_command() -> Vec<Command> {
             cluster_version: 6,
         },
         Command::Register {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 27,
             incarnation: "labelled".into(),
             address: "http://l".into(),
@@ -454,6 +568,7 @@ pub(super) fn every_command() -> Vec<Command> {
             now_ms: 29,
             registrations: vec![
                 Registration {
+                    namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     incarnation: "batched-1".into(),
                     address: "http://b1".into(),
                     name: Some("b1".into()),
@@ -463,6 +578,7 @@ pub(super) fn every_command() -> Vec<Command> {
                     labels: Default::default(),
                 },
                 Registration {
+                    namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     incarnation: "batched-2".into(),
                     address: "http://b2".into(),
                     name: None,
@@ -511,7 +627,78 @@ pub(super) fn every_command() -> Vec<Command> {
             cluster_version: 9,
         },
     ])
+    .chain(every_namespace_command())
     .collect()
+}
+
+/// The commands of [`every_command`] that need schema 10 (P18.1), its last: a registration
+/// into a namespace alone and in a batch, a plan for one, a move and a pin in one, the three
+/// namespace changes, and a raise to 10.
+pub(super) const NAMESPACE_COMMANDS: usize = 9;
+
+fn every_namespace_command() -> Vec<Command> {
+    let in_kv = |action| Command::Operator {
+        now_ms: 40,
+        actor: "admin CN=alice".into(),
+        action,
+    };
+    let mut register = register_command(36, "in-kv");
+    if let Command::Register { namespace, .. } = &mut register {
+        *namespace = "kv".into();
+    }
+    let commands = vec![
+        register,
+        Command::RegisterMany {
+            now_ms: 37,
+            registrations: vec![Registration {
+                namespace: "kv".into(),
+                incarnation: "batched-kv".into(),
+                address: "http://bkv".into(),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+                app_version: None,
+                labels: Default::default(),
+            }],
+        },
+        Command::Rebalance {
+            now_ms: 38,
+            planned_at: 7,
+            namespace: "kv".into(),
+            moves: vec![Move {
+                shard: 0,
+                to: "ex-1".into(),
+            }],
+        },
+        in_kv(OperatorAction::CreateNamespace {
+            name: "kv".into(),
+            shard_count: leasehold_api::wire::MAX_SHARD_COUNT,
+            lease_duration_ms: u64::MAX,
+            max_executors: Some(u32::MAX),
+        }),
+        in_kv(OperatorAction::SetNamespace {
+            name: "kv".into(),
+            lease_duration_ms: 1,
+            max_executors: None,
+        }),
+        in_kv(OperatorAction::DeleteNamespace { name: "kv".into() }),
+        in_kv(OperatorAction::MoveShard {
+            namespace: "kv".into(),
+            shard: 1,
+            to: "ex-2".into(),
+        }),
+        in_kv(OperatorAction::Pin {
+            namespace: "kv".into(),
+            shard: 1,
+            executor_id: None,
+        }),
+        Command::SetClusterVersion {
+            now_ms: 41,
+            cluster_version: 10,
+        },
+    ];
+    assert_eq!(commands.len(), NAMESPACE_COMMANDS);
+    commands
 }
 
 /// The commands of [`every_command`] that need schema 7 (P18.3): a labelled registration and a
@@ -546,14 +733,17 @@ fn every_operator_command() -> Vec<Command> {
         },
         OperatorAction::SetMaintenance { on: true },
         OperatorAction::MoveShard {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard: u32::MAX,
             to: "ex-1".into(),
         },
         OperatorAction::Pin {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard: 3,
             executor_id: Some("ex-1".into()),
         },
         OperatorAction::Pin {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard: 3,
             executor_id: None,
         },
@@ -693,6 +883,19 @@ fn bincode_round_trips_every_outcome_variant() {
             changed: true,
         },
         Outcome::Recorded,
+        Outcome::NamespaceCreated {
+            name: "kv".into(),
+            already_exists: true,
+        },
+        Outcome::NamespaceSet {
+            name: "kv".into(),
+            changed: false,
+        },
+        Outcome::NamespaceDeleted {
+            name: "kv".into(),
+            already_gone: false,
+            removed: vec!["ex-1".into()],
+        },
     ];
     let reasons = [
         RefusalReason::NotInitialised,
@@ -715,6 +918,9 @@ fn bincode_round_trips_every_outcome_variant() {
         },
         RefusalReason::Conflict {
             detail: "pinned elsewhere".into(),
+        },
+        RefusalReason::UnknownNamespace {
+            namespace: "kv".into(),
         },
     ];
     outcomes.extend(reasons.map(|reason| Outcome::Refused { reason }));

@@ -8,6 +8,7 @@ use crate::lease::Registration;
 
 fn registration(incarnation: &str) -> Registration {
     Registration {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         incarnation: incarnation.to_owned(),
         address: format!("http://{incarnation}.test"),
         name: None,

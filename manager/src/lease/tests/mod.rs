@@ -5,6 +5,7 @@
 //!   a brute-force optimum.
 //! - `drain`: draining executors (the flag, and how the planner moves their shards).
 //! - `encoding`: bincode 2 round trips of the state, every command and every outcome.
+//! - `namespaces`: namespaces (P18.1, P18.2): creation, bounds, isolation, deletion, epochs.
 //! - `operator`: operator controls (P17.4): maintenance, moves, pins and the audit log.
 //! - `placement`: placement by load and capacity (P15.1–P15.4), rule by rule and as properties.
 //! - `rollout`: version-aware placement while a fleet's application versions are mixed (P17.3).
@@ -14,6 +15,7 @@
 mod drain;
 mod encoding;
 mod group_registration;
+mod namespaces;
 mod operator;
 mod placement;
 mod planner;
@@ -26,6 +28,14 @@ mod zones;
 use super::{
     Command, Effects, Epoch, ExecutorId, LeaseState, Outcome, RenewResult, Renewal, ShardId,
 };
+
+/// The `default` namespace of an initialised state, to corrupt or trim in place.
+pub(super) fn default_space(state: &mut LeaseState) -> &mut super::Namespace {
+    state
+        .namespaces
+        .get_mut(leasehold_api::wire::DEFAULT_NAMESPACE)
+        .expect("an initialised state has the default namespace")
+}
 
 /// The default lease (§11), used by most tests.
 pub(super) const LEASE_MS: u64 = 60_000;
@@ -182,6 +192,7 @@ pub(super) fn register_command_with_capacity(
     capacity: u32,
 ) -> Command {
     Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         incarnation: incarnation.to_owned(),
         address: format!("http://{incarnation}.test"),
@@ -214,6 +225,7 @@ pub(super) fn register_command_with_labels(
         unreachable!("a registration")
     };
     Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         incarnation,
         address,

@@ -26,6 +26,7 @@ fn pin(now_ms: u64, shard: u32, executor_id: Option<&str>) -> Command {
     operator(
         now_ms,
         OperatorAction::Pin {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard,
             executor_id: executor_id.map(str::to_owned),
         },
@@ -36,6 +37,7 @@ fn move_shard(now_ms: u64, shard: u32, to: &str) -> Command {
     operator(
         now_ms,
         OperatorAction::MoveShard {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             shard,
             to: to.to_owned(),
         },

@@ -309,6 +309,7 @@ fn p15_3_a_lapsed_owners_releasing_shard_goes_on_outside_the_budget() {
     let shard = fleet.harness.delivered_shards(&a)[0];
     let planned_at = fleet.harness.state.revision();
     fleet.harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: NOW_MS,
         planned_at,
         moves: vec![super::super::Move {

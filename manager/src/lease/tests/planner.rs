@@ -47,6 +47,7 @@ fn build(layout: &Layout) -> (Harness, Vec<ExecutorId>) {
         .collect();
     if !grants.is_empty() {
         let outcome = harness.apply(Command::Rebalance {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 0,
             planned_at: harness.state.revision(),
             moves: grants,
@@ -68,6 +69,7 @@ fn build(layout: &Layout) -> (Harness, Vec<ExecutorId>) {
         .collect();
     if !handoffs.is_empty() {
         let outcome = harness.apply(Command::Rebalance {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 0,
             planned_at: harness.state.revision(),
             moves: handoffs,

@@ -101,6 +101,7 @@ fn p6_6_a_handoff_from_a_reserved_owner_completes_on_expiry_only_after_the_reser
     let y = harness.register(RESERVED_AT_MS, "y");
     let planned_at = harness.state.revision();
     let outcome = harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: RESERVED_AT_MS,
         planned_at,
         moves: vec![Move {
@@ -171,6 +172,7 @@ fn p6_4_the_office_floor_counts_told_expiries_not_reservations() {
     let y = harness.register(RESERVED_AT_MS, "y");
     let planned_at = harness.state.revision();
     harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: RESERVED_AT_MS,
         planned_at,
         moves: vec![Move { shard: 0, to: y }],

@@ -13,6 +13,7 @@ fn register_version(
     version: &str,
 ) -> String {
     let outcome = harness.apply(Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         incarnation: incarnation.to_owned(),
         address: format!("http://{incarnation}.test"),

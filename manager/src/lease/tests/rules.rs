@@ -5,7 +5,7 @@ use super::super::{
     RefusalReason, RenewResult, Renewal, Revoke, ShardId, Tombstone, TombstoneReason,
     MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
-use super::{register_command, Harness, LEASE_MS};
+use super::{default_space, register_command, Harness, LEASE_MS};
 use leasehold_api::wire::{MAX_APP_VERSION_BYTES, MAX_CAPACITY};
 
 /// Four shards; A registered at 0 and given all four (epoch 1); B registered at 1 000 and a plan
@@ -193,6 +193,7 @@ fn commands_before_init_are_refused_as_not_initialised_and_change_nothing() {
             executor_ids: vec!["ex-1".into()],
         },
         Command::Rebalance {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 0,
             planned_at: 0,
             moves: vec![Move {
@@ -368,6 +369,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let index = harness.next_index();
     let outcome = harness.apply(Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 5_000,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:7001".into(),
@@ -406,6 +408,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
 fn p13_4_a_retried_registration_needs_the_same_credential() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let with = |credential_sha256| Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 1_000,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:7001".into(),
@@ -1021,6 +1024,7 @@ fn p5_1_malformed_plan_is_refused_whole_and_changes_nothing() {
     let a = harness.register(0, "a");
     let b = harness.register(0, "b");
     harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         planned_at: harness.state.revision(),
         moves: vec![Move {
@@ -1090,6 +1094,7 @@ fn p5_1_malformed_plan_is_refused_whole_and_changes_nothing() {
     ];
     for (description, planned_at, moves) in bad_plans {
         let outcome = harness.apply_expecting_no_change(Command::Rebalance {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 10,
             planned_at,
             moves,
@@ -1101,6 +1106,7 @@ fn p5_1_malformed_plan_is_refused_whole_and_changes_nothing() {
     }
     // An empty plan is accepted as a no-op.
     let outcome = harness.apply_expecting_no_change(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 10,
         planned_at,
         moves: vec![],
@@ -1223,6 +1229,7 @@ fn p5_2_ack_for_a_handoff_no_longer_current_is_ignored() {
     } = handoff_scenario();
     let planned_at = harness.state.revision();
     harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 1_500,
         planned_at,
         moves: vec![Move {
@@ -1233,6 +1240,7 @@ fn p5_2_ack_for_a_handoff_no_longer_current_is_ignored() {
     let second_revoke = harness.next_index();
     let planned_at = harness.state.revision();
     harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 1_600,
         planned_at,
         moves: vec![Move {
@@ -1521,6 +1529,7 @@ fn p2_4_a_renewal_that_acknowledges_a_revoke_makes_earlier_plans_stale() {
     assert_eq!(acknowledged(&result), vec![2, 3]);
     assert_eq!(harness.state.assignment_revision(), index);
     let outcome = harness.apply_expecting_no_change(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 5_000,
         planned_at,
         moves: vec![Move { shard: 0, to: b }],
@@ -1624,6 +1633,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         ..
     } = handoff_scenario();
     let register = |incarnation: &str, address: &str, name: Option<&str>| Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 3_000,
         incarnation: incarnation.into(),
         address: address.into(),
@@ -1662,6 +1672,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         (
             "move out of range",
             Command::Rebalance {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 now_ms: 3_000,
                 planned_at,
                 moves: vec![Move {
@@ -1724,6 +1735,7 @@ fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let longest = "x".repeat(MAX_TEXT_FIELD_BYTES);
     let outcome = harness.apply(Command::Register {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         incarnation: longest.clone(),
         address: longest.clone(),
@@ -1849,14 +1861,14 @@ fn p2_1_each_broken_structural_invariant_is_reported() {
         (
             "a shard missing from the table",
             Box::new(|state| {
-                state.shards.pop_back();
+                default_space(state).shards.pop_back();
             }),
-            "shard table has 3 entries, config says 4",
+            "namespace default's shard table has 3 entries, its config says 4",
         ),
         (
             "a shard numbered off its index",
-            Box::new(|state| state.shards[1].id = 7),
-            "shard at index 1 is numbered 7",
+            Box::new(|state| default_space(state).shards[1].id = 7),
+            "shard 7 of default is at index 1",
         ),
         (
             "an owner whose set lacks the shard",
@@ -1865,45 +1877,45 @@ fn p2_1_each_broken_structural_invariant_is_reported() {
                     executor.owned_shards.remove(&0);
                 }
             }),
-            "shard 0 names owner",
+            "shard 0 of default names owner",
         ),
         (
             "an owner not registered",
-            Box::new(|state| state.shards[0].owner = Some("ex-404".to_owned())),
-            "shard 0 names owner ex-404, who is not registered",
+            Box::new(|state| default_space(state).shards[0].owner = Some("ex-404".to_owned())),
+            "shard 0 of default names owner ex-404, who is not registered in default",
         ),
         (
             "an owned shard at epoch 0",
-            Box::new(|state| state.shards[1].epoch = 0),
-            "shard 1 is owned at epoch 0",
+            Box::new(|state| default_space(state).shards[1].epoch = 0),
+            "shard 1 of default is owned at epoch 0",
         ),
         (
             "a releasing shard without an owner",
             Box::new(move |state| {
-                state.shards[2].owner = None;
+                default_space(state).shards[2].owner = None;
                 if let Some(executor) = state.executors.get_mut(&a3) {
                     executor.owned_shards.remove(&2);
                 }
             }),
-            "shard 2 is releasing but unowned",
+            "shard 2 of default is releasing but unowned",
         ),
         (
             "a handoff to an executor not registered",
             Box::new(|state| {
-                if let Some(handoff) = state.shards[3].handoff.as_mut() {
+                if let Some(handoff) = default_space(state).shards[3].handoff.as_mut() {
                     handoff.to = Some("ex-404".to_owned());
                 }
             }),
-            "shard 3 is releasing to ex-404, who is not registered",
+            "shard 3 of default is releasing to ex-404, who is not registered in default",
         ),
         (
             "a handoff to its own owner",
             Box::new(move |state| {
-                if let Some(handoff) = state.shards[3].handoff.as_mut() {
+                if let Some(handoff) = default_space(state).shards[3].handoff.as_mut() {
                     handoff.to = Some(a4.clone());
                 }
             }),
-            "shard 3 is releasing to its own owner",
+            "shard 3 of default is releasing to its own owner",
         ),
         (
             "an executor listing a shard it does not own",
@@ -1917,9 +1929,9 @@ fn p2_1_each_broken_structural_invariant_is_reported() {
         (
             "the releasing index out of step with the shard table",
             Box::new(|state| {
-                state.releasing.remove(&2);
+                default_space(state).releasing.remove(&2);
             }),
-            "the releasing index lists",
+            "default's releasing index lists",
         ),
         (
             "an executor also tombstoned",

@@ -1,7 +1,7 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
 //! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`), schema 5
-//! (`lease::v5`), schema 6 (`lease::v6`), schema 7 (`lease::v7`), schema 8 (`lease::v8`) and this
-//! build's types, the gate in front of proposals, and a property test that a state migrated at
+//! (`lease::v5`), schema 6 (`lease::v6`), schema 7 (`lease::v7`), schema 8 (`lease::v8`), schema
+//! 9 (`lease::v9`) and this build's types, the gate in front of proposals, and a property test that a state migrated at
 //! any point behaves exactly as the state it came from.
 
 use proptest::prelude::*;
@@ -9,17 +9,18 @@ use proptest::prelude::*;
 use super::super::schema::{
     check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
     FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
-    NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    NAMESPACES_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
 use super::super::{
     chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, Renewal,
     DEFAULT_CAPACITY,
 };
 use super::encoding::{
-    busy_state, every_command, labelled_state, operated_state, reserved_state,
-    GROUP_REGISTRATION_COMMANDS, LABELS_COMMANDS, LEASE_RESERVATION_COMMANDS, OPERATOR_COMMANDS,
+    busy_state, every_command, labelled_state, namespaced_state, operated_state, reserved_state,
+    GROUP_REGISTRATION_COMMANDS, LABELS_COMMANDS, LEASE_RESERVATION_COMMANDS, NAMESPACE_COMMANDS,
+    OPERATOR_COMMANDS,
 };
-use super::{Harness, LEASE_MS};
+use super::{default_space, register_command, Harness, LEASE_MS};
 
 fn bincode_round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
     let config = bincode::config::standard();
@@ -105,10 +106,11 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
         5 + OPERATOR_COMMANDS
             + LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
-            + LEASE_RESERVATION_COMMANDS,
+            + LEASE_RESERVATION_COMMANDS
+            + NAMESPACE_COMMANDS,
         "a capacity, a raise to 4, an application version, a raise to 5, the operator's \
          commands, a raise to 6, labels, a raise to 7, registrations in one entry, a raise to 8, \
-         lease reservations, reaps by the leader's judgment and a raise to 9"
+         lease reservations, reaps by the leader's judgment, a raise to 9 and the namespace commands"
     );
 }
 
@@ -142,10 +144,11 @@ fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
         3 + OPERATOR_COMMANDS
             + LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
-            + LEASE_RESERVATION_COMMANDS,
+            + LEASE_RESERVATION_COMMANDS
+            + NAMESPACE_COMMANDS,
         "an application version, a raise to 5, the operator's commands, a raise to 6, labels, a \
          raise to 7, registrations in one entry, a raise to 8, lease reservations, reaps by the \
-         leader's judgment and a raise to 9"
+         leader's judgment, a raise to 9 and the namespace commands"
     );
 }
 
@@ -179,9 +182,10 @@ fn p14_1_p17_4_every_schema_5_command_converts_up_and_back_unchanged() {
         1 + OPERATOR_COMMANDS
             + LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
-            + LEASE_RESERVATION_COMMANDS,
+            + LEASE_RESERVATION_COMMANDS
+            + NAMESPACE_COMMANDS,
         "the operator's commands, a raise to 6, labels, a raise to 7, registrations in one entry, \
-         a raise to 8, lease reservations, reaps by the leader's judgment and a raise to 9"
+         a raise to 8, lease reservations, reaps by the leader's judgment, a raise to 9 and the namespace commands"
     );
 }
 
@@ -213,9 +217,12 @@ fn p14_1_p18_3_every_schema_6_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        LABELS_COMMANDS + GROUP_REGISTRATION_COMMANDS + LEASE_RESERVATION_COMMANDS,
+        LABELS_COMMANDS
+            + GROUP_REGISTRATION_COMMANDS
+            + LEASE_RESERVATION_COMMANDS
+            + NAMESPACE_COMMANDS,
         "labels, a raise to 7, registrations in one entry, a raise to 8, lease reservations, \
-         reaps by the leader's judgment and a raise to 9"
+         reaps by the leader's judgment, a raise to 9 and the namespace commands"
     );
 }
 
@@ -247,9 +254,9 @@ fn p14_1_every_schema_7_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        GROUP_REGISTRATION_COMMANDS + LEASE_RESERVATION_COMMANDS,
+        GROUP_REGISTRATION_COMMANDS + LEASE_RESERVATION_COMMANDS + NAMESPACE_COMMANDS,
         "registrations in one entry, a raise to 8, lease reservations, reaps by the leader's \
-         judgment and a raise to 9"
+         judgment, a raise to 9 and the namespace commands"
     );
 }
 
@@ -272,17 +279,18 @@ fn p14_1_every_schema_8_command_converts_up_and_back_unchanged() {
             }
             Err(_) => {
                 refused += 1;
-                assert_eq!(
-                    command.required_schema(),
-                    LEASE_RESERVATION_SCHEMA,
-                    "only commands of schema 9 are refused by schema 8: {command:?}"
+                assert!(
+                    command.required_schema() >= LEASE_RESERVATION_SCHEMA,
+                    "only commands of schema 9 or later are refused by schema 8: {command:?}"
                 );
             }
         }
     }
     assert_eq!(
-        refused, LEASE_RESERVATION_COMMANDS,
-        "lease reservations, reaps by the leader's judgment and a raise to 9"
+        refused,
+        LEASE_RESERVATION_COMMANDS + NAMESPACE_COMMANDS,
+        "lease reservations, reaps by the leader's judgment, a raise to 9 and the namespace \
+         commands"
     );
 }
 
@@ -573,7 +581,7 @@ fn the_cluster_version_only_rises_and_may_be_raised_before_init() {
 /// types, and proposed only once the cluster version is 3; the state holding one is schema 3.
 #[test]
 fn a_credential_needs_schema_3_everywhere() {
-    let mut with_credential = super::register_command(0, "a");
+    let mut with_credential = register_command(0, "a");
     if let Command::Register {
         credential_sha256, ..
     } = &mut with_credential
@@ -607,7 +615,7 @@ fn a_credential_needs_schema_3_everywhere() {
 #[test]
 fn p15_1_a_capacity_needs_schema_4_everywhere() {
     let with_capacity = |capacity| {
-        let mut command = super::register_command(0, "a");
+        let mut command = register_command(0, "a");
         if let Command::Register {
             capacity: field, ..
         } = &mut command
@@ -700,7 +708,7 @@ fn a_raise_needs_the_schema_it_raises_to() {
 
 /// A `Register` for `incarnation` stating `app_version`, with `capacity`.
 fn register_versioned(incarnation: &str, capacity: u32, app_version: &str) -> Command {
-    let mut command = super::register_command(0, incarnation);
+    let mut command = register_command(0, incarnation);
     if let Command::Register {
         capacity: capacity_field,
         app_version: version_field,
@@ -745,7 +753,7 @@ fn p17_3_an_app_version_needs_schema_5_everywhere() {
         assert!(check_proposable(&versioned, APP_VERSION_SCHEMA).is_ok());
     }
     assert_eq!(
-        super::register_command(0, "a").required_schema(),
+        register_command(0, "a").required_schema(),
         FIRST_RELEASE_SCHEMA,
         "no application version, no credential, capacity 1"
     );
@@ -791,12 +799,16 @@ fn operator(action: OperatorAction) -> Command {
 
 /// P17.4 through P14.3: every operator's command is schema 6, whatever its action (one that
 /// does what `SetDraining` or `Deregister` do included), refused by every older schema's types
-/// with the same reason, and proposed only once the cluster version is 6.
+/// with the same reason, and proposed only once the cluster version is 6. (Those acting on
+/// namespaces are schema 10: `p18_1_namespaces_need_schema_10_everywhere`.)
 #[test]
 fn p17_4_an_operator_command_needs_schema_6_everywhere() {
     let commands: Vec<Command> = every_command()
         .into_iter()
-        .filter(|command| matches!(command, Command::Operator { .. }))
+        .filter(|command| {
+            matches!(command, Command::Operator { .. })
+                && command.required_schema() != NAMESPACES_SCHEMA
+        })
         .collect();
     assert_eq!(commands.len(), OPERATOR_COMMANDS);
     for command in commands {
@@ -846,7 +858,7 @@ fn p17_4_operator_controls_in_the_state_need_schema_6_everywhere() {
     let mut bare = operated.clone();
     bare.cluster_version = APP_VERSION_SCHEMA;
     bare.maintenance = false;
-    bare.pins.clear();
+    default_space(&mut bare).pins.clear();
     bare.audit.clear();
     assert_eq!(
         migrated_through_schema_5(&bare),
@@ -858,7 +870,9 @@ fn p17_4_operator_controls_in_the_state_need_schema_6_everywhere() {
     with_maintenance.maintenance = true;
     let mut with_pin = bare.clone();
     let (shard, executor) = operated.pins().next().expect("a pin");
-    with_pin.pins.insert(shard, executor.to_owned());
+    default_space(&mut with_pin)
+        .pins
+        .insert(shard, executor.to_owned());
     let mut with_record = bare.clone();
     let record = operated.audit().next().cloned().expect("a record");
     with_record.audit.push_back(record);
@@ -917,7 +931,7 @@ fn p14_1_a_down_conversion_refusal_names_what_the_older_schema_lacks() {
         now_ms: 0,
         cluster_version,
     };
-    let mut credentialed = super::register_command(0, "a");
+    let mut credentialed = register_command(0, "a");
     if let Command::Register {
         credential_sha256, ..
     } = &mut credentialed
@@ -1005,7 +1019,7 @@ fn p14_1_a_down_conversion_refusal_names_what_the_older_schema_lacks() {
 
 #[test]
 fn a_command_is_proposed_only_once_the_cluster_version_reaches_its_schema() {
-    let register = super::register_command(0, "a");
+    let register = register_command(0, "a");
     assert!(check_proposable(&register, FIRST_RELEASE_SCHEMA).is_ok());
     let refused = check_proposable(&register, FIRST_RELEASE_SCHEMA - 1).unwrap_err();
     assert_eq!(refused.needed, FIRST_RELEASE_SCHEMA);
@@ -1052,7 +1066,7 @@ fn command_for(state: &LeaseState, step: &Step, now_ms: &mut u64) -> Option<v2::
         (!ids.is_empty()).then(|| ids[usize::from(index) % ids.len()].clone())
     };
     let command = match step {
-        Step::Register(n) => super::register_command(*now_ms, &format!("inc-{n}")),
+        Step::Register(n) => register_command(*now_ms, &format!("inc-{n}")),
         Step::RenewAll { after_ms } => {
             *now_ms += after_ms;
             Command::Renew {
@@ -1157,4 +1171,207 @@ proptest! {
             );
         }
     }
+}
+
+/// P14.1: every command schema 9 can express converts to it and back unchanged (lease
+/// reservations included), and only those that need schema 10 (a namespace named or changed, a
+/// raise to 10) are refused.
+#[test]
+fn p14_1_p18_1_every_schema_9_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v9(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v9(old),
+                    command,
+                    "schema 9 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= LEASE_RESERVATION_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    NAMESPACES_SCHEMA,
+                    "only commands of schema 10 are refused by schema 9: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(refused, NAMESPACE_COMMANDS, "the namespace commands");
+}
+
+/// P18.1 through P14.3 and P14.1: a command naming a namespace other than `default`, or changing
+/// namespaces, is schema 10, refused by every older schema's types with the same reason and
+/// proposed only once the cluster version is 10; the same command in `default` is the schema
+/// it always was.
+#[test]
+fn p18_1_namespaces_need_schema_10_everywhere() {
+    let newest: Vec<Command> = every_command()
+        .into_iter()
+        .filter(|command| {
+            !matches!(
+                command,
+                Command::SetClusterVersion {
+                    cluster_version: NAMESPACES_SCHEMA,
+                    ..
+                }
+            ) && command.required_schema() == NAMESPACES_SCHEMA
+        })
+        .collect();
+    assert_eq!(newest.len(), NAMESPACE_COMMANDS - 1, "all but the raise");
+    for command in newest {
+        let refused = chain::command_to_v9(&command).unwrap_err();
+        assert!(
+            refused.0.contains("namespace") && refused.0.contains("schema 10"),
+            "{refused}"
+        );
+        assert_eq!(chain::command_to_v8(&command), Err(refused));
+        assert_eq!(chain::command_to_v2(&command), Err(refused));
+        for below in [FIRST_RELEASE_SCHEMA, LEASE_RESERVATION_SCHEMA] {
+            let refused = check_proposable(&command, below).unwrap_err();
+            assert_eq!(
+                (refused.needed, refused.cluster_version),
+                (NAMESPACES_SCHEMA, below)
+            );
+        }
+        assert!(check_proposable(&command, NAMESPACES_SCHEMA).is_ok());
+    }
+    let mut in_default = register_command(1, "d");
+    assert_eq!(in_default.required_schema(), FIRST_RELEASE_SCHEMA);
+    if let Command::Register { namespace, .. } = &mut in_default {
+        *namespace = "kv".into();
+    }
+    assert_eq!(in_default.required_schema(), NAMESPACES_SCHEMA);
+}
+
+/// P18.1 through P14.1: a state with a namespace beside `default` (or a retired one, an executor
+/// bound on `default`, or an executor of another namespace) is not expressible in schema 9
+/// whatever its cluster version says; a state of `default` alone, lowered to 9, reads back
+/// from schema 9's types unchanged, and a schema 9 state reads as `default` alone.
+#[test]
+fn p18_1_namespaces_in_the_state_need_schema_10_everywhere() {
+    let state = namespaced_state();
+    assert_eq!(state.required_schema(), NAMESPACES_SCHEMA);
+    assert!(chain::state_to_v9(&state)
+        .unwrap_err()
+        .0
+        .contains("above 9"));
+    let mut lowered = state.clone();
+    lowered.cluster_version = LEASE_RESERVATION_SCHEMA;
+    let refused = chain::state_to_v9(&lowered).unwrap_err();
+    assert!(refused.0.contains("schema 10"), "{refused}");
+    assert_eq!(chain::state_to_v8(&lowered), Err(refused));
+
+    let mut only_default = reserved_state();
+    assert!(only_default.cluster_version <= LEASE_RESERVATION_SCHEMA);
+    let old = chain::state_to_v9(&only_default).expect("expressible in schema 9");
+    let read = chain::state_from_v9(bincode_round_trip(&old));
+    assert_eq!(read, only_default);
+    assert_eq!(
+        read.namespaces().map(|(name, _)| name).collect::<Vec<_>>(),
+        [leasehold_api::wire::DEFAULT_NAMESPACE]
+    );
+    assert!(read
+        .executors()
+        .all(|e| e.namespace == leasehold_api::wire::DEFAULT_NAMESPACE));
+
+    let mut bounded = only_default.clone();
+    default_space(&mut bounded).max_executors = Some(3);
+    let mut retired = only_default.clone();
+    retired.retired_epochs.insert("gone".into(), 4);
+    let mut stranger = only_default.clone();
+    let id = stranger.executors().next().expect("an executor").id.clone();
+    if let Some(executor) = stranger.executors.get_mut(&id) {
+        executor.namespace = "kv".into();
+    }
+    for (what, state) in [
+        ("a bound on default", bounded),
+        ("a retired name", retired),
+        ("an executor of another namespace", stranger),
+    ] {
+        let refused = chain::state_to_v9(&state).unwrap_err();
+        assert!(refused.0.contains("schema 10"), "{what}: {refused}");
+    }
+    only_default.cluster_version = NAMESPACES_SCHEMA;
+    assert!(chain::state_to_v9(&only_default).is_err());
+}
+
+/// Records a build of schema 9 wrote (commit 7a368bf, the build before namespaces), one per
+/// line: `entry INDEX SCHEMA HEX` for every command of [`every_command`] it had, as a log entry
+/// at that index; `state NAME SCHEMA HEX` and `backup NAME SCHEMA HEX` for four states.
+const SCHEMA_9_RECORDS: &str = include_str!("schema_9_records.txt");
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// P14.1: every record the build of schema 9 wrote (log entries of every command it had,
+/// snapshots' states and backups, at the schemas it wrote them, 2 to 9) reads into this build as
+/// the value this build makes of the same command or state, and this build writes that value
+/// back byte for byte: schema 9 frozen in `lease::v9` is the schema 9 that was written.
+#[test]
+fn p14_1_what_the_schema_9_build_wrote_reads_unchanged_and_is_written_back_the_same() {
+    use leasehold_raft_store::schema::{decode_entry_record, encode_entry_record};
+    use leasehold_raft_store::StateMachine;
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+    use crate::raft::versions::{backup_payload, state_from_backup};
+    use crate::raft::TypeConfig;
+
+    let commands = every_command();
+    let mut read = (0, 0, 0);
+    for line in SCHEMA_9_RECORDS.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [kind, name, schema, hex] = fields[..] else {
+            panic!("malformed line {line:?}");
+        };
+        let schema: u32 = schema.parse().expect("a schema");
+        let bytes = unhex(hex);
+        match kind {
+            "entry" => {
+                let index: u64 = name.parse().expect("an index");
+                let command = commands[usize::try_from(index).expect("small") - 1].clone();
+                let expected: Entry<TypeConfig> = Entry {
+                    log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                    payload: EntryPayload::Normal(command),
+                };
+                let decoded = decode_entry_record::<TypeConfig>(&bytes).expect("decodes");
+                assert_eq!(decoded, expected, "entry {index}");
+                assert_eq!(
+                    encode_entry_record::<TypeConfig>(&decoded).expect("encodes"),
+                    (schema, bytes),
+                    "entry {index} is written back as it was"
+                );
+                read.0 += 1;
+            }
+            "state" | "backup" => {
+                let expected = match name {
+                    "busy" => busy_state(),
+                    "operated" => operated_state(),
+                    "labelled" => labelled_state(),
+                    "reserved" => reserved_state(),
+                    other => panic!("no state {other}"),
+                };
+                if kind == "state" {
+                    let decoded = LeaseState::decode_state(schema, &bytes).expect("decodes");
+                    assert_eq!(decoded, expected, "state {name}");
+                    assert_eq!(expected.encode_state().expect("encodes"), (schema, bytes));
+                    read.1 += 1;
+                } else {
+                    let restored = state_from_backup(schema, &bytes).expect("restores");
+                    assert_eq!(restored, expected, "backup {name}");
+                    assert_eq!(backup_payload(&expected).expect("encodes"), (schema, bytes));
+                    read.2 += 1;
+                }
+            }
+            other => panic!("no record kind {other}"),
+        }
+    }
+    assert_eq!(read, (commands.len() - NAMESPACE_COMMANDS, 4, 4));
 }

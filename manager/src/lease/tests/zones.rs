@@ -156,6 +156,7 @@ fn register_zone(harness: &mut Harness, zone: &str, capacities: &[u32]) -> Vec<E
 fn grant(harness: &mut Harness, now_ms: u64, grants: &[(ShardId, &ExecutorId)]) {
     let planned_at = harness.state.revision();
     let outcome = harness.apply(Command::Rebalance {
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         planned_at,
         moves: grants

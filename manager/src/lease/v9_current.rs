@@ -1,18 +1,34 @@
-//! The newest conversion in the chain of schemas: schema 8 (`super::v8`, frozen) and this build's
-//! types (schema 9), up (`From`, always) and down (`TryFrom`, when schema 8 can express the
-//! value). Older schemas reach this build through schema 8 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 9 (`super::v9`, frozen) and this build's
+//! types (schema 10), up (`From`, always) and down (`TryFrom`, when schema 9 can express the
+//! value). Older schemas reach this build through schema 9 (`crate::lease::chain` chains them).
 //!
-//! When a schema 10 changes this build's types, schema 9's are frozen in a `v9` module and these
-//! conversions move there, between schemas 8 and 9; this file then converts between schema 9 and
-//! the new types. Nothing else changes: a frozen module never mentions a newer schema.
+//! Schema 9 knows one shard space: up, it becomes the `default` namespace and every executor
+//! and command is of it; down, a value is expressible only if it is all of `default` (P18.1).
+//!
+//! When a schema 11 changes this build's types, schema 10's are frozen in a `v10` module and
+//! these conversions move there, between schemas 9 and 10; this file then converts between
+//! schema 10 and the new types. Nothing else changes: a frozen module never mentions a newer
+//! schema.
 
-use super::schema::{NotExpressible, GROUP_REGISTRATION_SCHEMA};
-use super::v8::{
-    AuditRecord, ClusterConfig, Command, Executor, Handoff, LeaseState, MembershipChange, Move,
-    OperatorAction, Registration, Renewal, Shard, Tombstone, TombstoneReason,
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+
+use super::schema::{NotExpressible, LEASE_RESERVATION_SCHEMA};
+use super::v9::{
+    AuditRecord, ClusterConfig, Command, Executor, Handoff, LapsedLease, LeaseState,
+    MembershipChange, Move, OperatorAction, Registration, Renewal, Shard, Tombstone,
+    TombstoneReason,
 };
 
-// ---- Schema 8 → this build ----
+/// Refuses a namespace other than `default` (schema 9 has no other).
+fn of_default(namespace: &str, what: &'static str) -> Result<(), NotExpressible> {
+    if namespace == DEFAULT_NAMESPACE {
+        Ok(())
+    } else {
+        Err(NotExpressible(what))
+    }
+}
+
+// ---- Schema 9 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -52,6 +68,7 @@ impl From<Command> for super::Command {
                 capacity,
                 app_version,
                 labels,
+                namespace: DEFAULT_NAMESPACE.to_owned(),
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -78,6 +95,7 @@ impl From<Command> for super::Command {
             } => Now::Rebalance {
                 now_ms,
                 planned_at,
+                namespace: DEFAULT_NAMESPACE.to_owned(),
                 moves: moves.into_iter().map(Into::into).collect(),
             },
             Command::Release {
@@ -124,6 +142,23 @@ impl From<Command> for super::Command {
                 now_ms,
                 registrations: registrations.into_iter().map(Into::into).collect(),
             },
+            Command::ReserveLeases {
+                now_ms,
+                executor_ids,
+            } => Now::ReserveLeases {
+                now_ms,
+                executor_ids,
+            },
+            Command::ReapLapsed { now_ms, leases } => Now::ReapLapsed {
+                now_ms,
+                leases: leases
+                    .into_iter()
+                    .map(|lease| super::LapsedLease {
+                        executor_id: lease.executor_id,
+                        judged_expiry_ms: lease.judged_expiry_ms,
+                    })
+                    .collect(),
+            },
         }
     }
 }
@@ -138,6 +173,7 @@ impl From<Registration> for super::Registration {
             capacity: r.capacity,
             app_version: r.app_version,
             labels: r.labels,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
         }
     }
 }
@@ -155,8 +191,16 @@ impl From<OperatorAction> for super::OperatorAction {
             },
             OperatorAction::Remove { executor_id } => Now::Remove { executor_id },
             OperatorAction::SetMaintenance { on } => Now::SetMaintenance { on },
-            OperatorAction::MoveShard { shard, to } => Now::MoveShard { shard, to },
-            OperatorAction::Pin { shard, executor_id } => Now::Pin { shard, executor_id },
+            OperatorAction::MoveShard { shard, to } => Now::MoveShard {
+                namespace: DEFAULT_NAMESPACE.to_owned(),
+                shard,
+                to,
+            },
+            OperatorAction::Pin { shard, executor_id } => Now::Pin {
+                namespace: DEFAULT_NAMESPACE.to_owned(),
+                shard,
+                executor_id,
+            },
             OperatorAction::Membership { change } => Now::Membership {
                 change: match change {
                     MembershipChange::Added { node_id, address } => {
@@ -171,10 +215,12 @@ impl From<OperatorAction> for super::OperatorAction {
     }
 }
 
-impl From<&super::OperatorAction> for OperatorAction {
-    fn from(action: &super::OperatorAction) -> Self {
+impl TryFrom<&super::OperatorAction> for OperatorAction {
+    type Error = NotExpressible;
+
+    fn try_from(action: &super::OperatorAction) -> Result<Self, NotExpressible> {
         use super::OperatorAction as Now;
-        match action.clone() {
+        Ok(match action.clone() {
             Now::SetDraining {
                 executor_id,
                 draining,
@@ -184,8 +230,33 @@ impl From<&super::OperatorAction> for OperatorAction {
             },
             Now::Remove { executor_id } => OperatorAction::Remove { executor_id },
             Now::SetMaintenance { on } => OperatorAction::SetMaintenance { on },
-            Now::MoveShard { shard, to } => OperatorAction::MoveShard { shard, to },
-            Now::Pin { shard, executor_id } => OperatorAction::Pin { shard, executor_id },
+            Now::MoveShard {
+                namespace,
+                shard,
+                to,
+            } => {
+                of_default(
+                    &namespace,
+                    "a move in a namespace first appears in schema 10",
+                )?;
+                OperatorAction::MoveShard { shard, to }
+            }
+            Now::Pin {
+                namespace,
+                shard,
+                executor_id,
+            } => {
+                of_default(
+                    &namespace,
+                    "a pin in a namespace first appears in schema 10",
+                )?;
+                OperatorAction::Pin { shard, executor_id }
+            }
+            Now::CreateNamespace { .. }
+            | Now::SetNamespace { .. }
+            | Now::DeleteNamespace { .. } => {
+                return Err(NotExpressible("namespaces first appear in schema 10"))
+            }
             Now::Membership { change } => OperatorAction::Membership {
                 change: match change {
                     super::MembershipChange::Added { node_id, address } => {
@@ -196,14 +267,34 @@ impl From<&super::OperatorAction> for OperatorAction {
                     }
                 },
             },
-        }
+        })
     }
 }
 
 impl From<LeaseState> for super::LeaseState {
     fn from(state: LeaseState) -> Self {
+        // Schema 9's one shard space is `default`, its plans made against the state's one
+        // assignment revision.
+        let namespaces = state
+            .config
+            .map(|config| {
+                let default = super::Namespace {
+                    config: config.into(),
+                    max_executors: None,
+                    created_revision: 0,
+                    assignment_revision: state.assignment_revision,
+                    shards: state.shards.into_iter().map(Into::into).collect(),
+                    pins: state.pins.into_iter().collect(),
+                    releasing: Default::default(),
+                    executor_count: 0,
+                };
+                (DEFAULT_NAMESPACE.to_owned(), default)
+            })
+            .into_iter()
+            .collect();
         let mut migrated = super::LeaseState {
-            config: state.config.map(Into::into),
+            namespaces,
+            retired_epochs: Default::default(),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -217,8 +308,7 @@ impl From<LeaseState> for super::LeaseState {
                         address: e.address,
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
-                        // Schema 8 reserved no lease time ahead of its grants (P6.6).
-                        lease_reserved_until_ms: 0,
+                        lease_reserved_until_ms: e.lease_reserved_until_ms,
                         registered_revision: e.registered_revision,
                         owned_shards: e.owned_shards.into_iter().collect(),
                         draining: e.draining,
@@ -226,11 +316,11 @@ impl From<LeaseState> for super::LeaseState {
                         capacity: e.capacity,
                         app_version: e.app_version,
                         labels: e.labels,
+                        namespace: DEFAULT_NAMESPACE.to_owned(),
                     };
                     (id, executor)
                 })
                 .collect(),
-            shards: state.shards.into_iter().map(Into::into).collect(),
             tombstones: state
                 .tombstones
                 .into_iter()
@@ -239,7 +329,6 @@ impl From<LeaseState> for super::LeaseState {
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
             maintenance: state.maintenance,
-            pins: state.pins.into_iter().collect(),
             audit: state
                 .audit
                 .into_iter()
@@ -251,7 +340,6 @@ impl From<LeaseState> for super::LeaseState {
                 })
                 .collect(),
             next_executor_number: state.next_executor_number,
-            releasing: Default::default(),
             by_incarnation: Default::default(),
         };
         migrated.rebuild_indexes();
@@ -317,7 +405,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 8, when schema 8 can express it ----
+// ---- This build → schema 9, when schema 9 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -350,33 +438,50 @@ impl TryFrom<&super::Command> for Command {
                 capacity,
                 app_version,
                 labels,
-            } => Command::Register {
-                now_ms,
-                incarnation,
-                address,
-                name,
-                credential_sha256,
-                capacity,
-                app_version,
-                labels,
-            },
+                namespace,
+            } => {
+                of_default(
+                    &namespace,
+                    "a registration into a namespace first appears in schema 10",
+                )?;
+                Command::Register {
+                    now_ms,
+                    incarnation,
+                    address,
+                    name,
+                    credential_sha256,
+                    capacity,
+                    app_version,
+                    labels,
+                }
+            }
             Now::RegisterMany {
                 now_ms,
                 registrations,
             } => Command::RegisterMany {
                 now_ms,
-                registrations: registrations.iter().map(Into::into).collect(),
+                registrations: registrations
+                    .iter()
+                    .map(TryInto::try_into)
+                    .collect::<Result<_, _>>()?,
             },
-            Now::ReserveLeases { .. } => {
-                return Err(NotExpressible(
-                    "lease reservations first appear in schema 9",
-                ))
-            }
-            Now::ReapLapsed { .. } => {
-                return Err(NotExpressible(
-                    "reaping by the leader's judgment first appears in schema 9",
-                ))
-            }
+            Now::ReserveLeases {
+                now_ms,
+                executor_ids,
+            } => Command::ReserveLeases {
+                now_ms,
+                executor_ids,
+            },
+            Now::ReapLapsed { now_ms, leases } => Command::ReapLapsed {
+                now_ms,
+                leases: leases
+                    .into_iter()
+                    .map(|lease| LapsedLease {
+                        executor_id: lease.executor_id,
+                        judged_expiry_ms: lease.judged_expiry_ms,
+                    })
+                    .collect(),
+            },
             Now::Renew { now_ms, renewals } => Command::Renew {
                 now_ms,
                 renewals: renewals.iter().map(Into::into).collect(),
@@ -398,12 +503,19 @@ impl TryFrom<&super::Command> for Command {
             Now::Rebalance {
                 now_ms,
                 planned_at,
+                namespace,
                 moves,
-            } => Command::Rebalance {
-                now_ms,
-                planned_at,
-                moves: moves.iter().map(Into::into).collect(),
-            },
+            } => {
+                of_default(
+                    &namespace,
+                    "a plan for a namespace first appears in schema 10",
+                )?;
+                Command::Rebalance {
+                    now_ms,
+                    planned_at,
+                    moves: moves.iter().map(Into::into).collect(),
+                }
+            }
             Now::Release {
                 now_ms,
                 executor_id,
@@ -432,14 +544,14 @@ impl TryFrom<&super::Command> for Command {
             } => Command::Operator {
                 now_ms,
                 actor,
-                action: (&action).into(),
+                action: (&action).try_into()?,
             },
-            // A raise past schema 8 is for replicas of that schema only (see `required_schema`).
+            // A raise past schema 9 is for replicas of that schema only (see `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > GROUP_REGISTRATION_SCHEMA => {
+            } if cluster_version > LEASE_RESERVATION_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 8 is not expressible in schema 8",
+                    "a raise of the cluster version above 9 is not expressible in schema 9",
                 ))
             }
             Now::SetClusterVersion {
@@ -457,22 +569,36 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > GROUP_REGISTRATION_SCHEMA {
+        if state.cluster_version > LEASE_RESERVATION_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 8 is not expressible in schema 8",
+                "a cluster version above 9 is not expressible in schema 9",
+            ));
+        }
+        if state
+            .namespaces
+            .keys()
+            .any(|name| name != DEFAULT_NAMESPACE)
+            || !state.retired_epochs.is_empty()
+        {
+            return Err(NotExpressible("namespaces first appear in schema 10"));
+        }
+        let default = state.namespaces.get(DEFAULT_NAMESPACE);
+        if default.is_some_and(|default| default.max_executors.is_some()) {
+            return Err(NotExpressible(
+                "a namespace's executor bound first appears in schema 10",
             ));
         }
         if state
             .executors
             .values()
-            .any(|e| e.lease_reserved_until_ms != 0)
+            .any(|e| e.namespace != DEFAULT_NAMESPACE)
         {
             return Err(NotExpressible(
-                "an executor's lease reservation is not expressible in schema 8",
+                "an executor of a namespace first appears in schema 10",
             ));
         }
         Ok(LeaseState {
-            config: state.config.as_ref().map(Into::into),
+            config: default.map(|default| (&default.config).into()),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -486,6 +612,7 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         address: e.address.clone(),
                         lease_expiry_ms: e.lease_expiry_ms,
                         lease_ttl_told_ms: e.lease_ttl_told_ms,
+                        lease_reserved_until_ms: e.lease_reserved_until_ms,
                         registered_revision: e.registered_revision,
                         owned_shards: e.owned_shards.iter().copied().collect(),
                         draining: e.draining,
@@ -497,7 +624,9 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                     (id.clone(), executor)
                 })
                 .collect(),
-            shards: state.shards.iter().map(Into::into).collect(),
+            shards: default
+                .map(|default| default.shards.iter().map(Into::into).collect())
+                .unwrap_or_default(),
             tombstones: state
                 .tombstones
                 .iter()
@@ -506,29 +635,41 @@ impl TryFrom<&super::LeaseState> for LeaseState {
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
             maintenance: state.maintenance,
-            pins: state
-                .pins
-                .iter()
-                .map(|(shard, executor_id)| (*shard, executor_id.clone()))
-                .collect(),
+            pins: default
+                .map(|default| {
+                    default
+                        .pins
+                        .iter()
+                        .map(|(shard, executor_id)| (*shard, executor_id.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
             audit: state
                 .audit
                 .iter()
-                .map(|record| AuditRecord {
-                    revision: record.revision,
-                    at_ms: record.at_ms,
-                    actor: record.actor.clone(),
-                    action: (&record.action).into(),
+                .map(|record| {
+                    Ok(AuditRecord {
+                        revision: record.revision,
+                        at_ms: record.at_ms,
+                        actor: record.actor.clone(),
+                        action: (&record.action).try_into()?,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, NotExpressible>>()?,
             next_executor_number: state.next_executor_number,
         })
     }
 }
 
-impl From<&super::Registration> for Registration {
-    fn from(r: &super::Registration) -> Self {
-        Self {
+impl TryFrom<&super::Registration> for Registration {
+    type Error = NotExpressible;
+
+    fn try_from(r: &super::Registration) -> Result<Self, NotExpressible> {
+        of_default(
+            &r.namespace,
+            "a registration into a namespace first appears in schema 10",
+        )?;
+        Ok(Self {
             incarnation: r.incarnation.clone(),
             address: r.address.clone(),
             name: r.name.clone(),
@@ -536,7 +677,7 @@ impl From<&super::Registration> for Registration {
             capacity: r.capacity,
             app_version: r.app_version.clone(),
             labels: r.labels.clone(),
-        }
+        })
     }
 }
 
