@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use leasehold_api::wire::{PlanPreview, PlannedMove};
+use leasehold_api::wire::{PlanPreview, PlannedMove, DEFAULT_NAMESPACE};
 
 use super::AppState;
 use crate::cpu_bound;
@@ -34,7 +34,9 @@ pub async fn preview(State(node): State<AppState>) -> Json<PlanPreview> {
     // state rather than under the lock `apply` waits on.
     Json(cpu_bound::run(|| {
         let state = node.state.current();
-        let plan = plan_placement(&state, now_ms, &inputs, MAX_MOVES_PER_PLAN);
+        let plan = state
+            .space(DEFAULT_NAMESPACE)
+            .and_then(|space| plan_placement(space, now_ms, &inputs, MAX_MOVES_PER_PLAN));
         preview_of(&state, now_ms, plan.as_ref())
     }))
 }
@@ -61,7 +63,10 @@ fn preview_of(state: &LeaseState, now_ms: u64, plan: Option<&Plan>) -> PlanPrevi
         revision: state.revision(),
         capped: moves.len() >= MAX_MOVES_PER_PLAN,
         moves,
-        rollout_to: rollout_target(state, now_ms).map(str::to_owned),
+        rollout_to: state
+            .space(DEFAULT_NAMESPACE)
+            .and_then(|space| rollout_target(space, now_ms))
+            .map(str::to_owned),
     }
 }
 
@@ -83,7 +88,7 @@ mod tests {
         let Outcome::Registered { grant, .. } = state.apply(
             index,
             &Command::Register {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                namespace: DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: incarnation.into(),
                 address: format!("http://{incarnation}:1"),
@@ -114,7 +119,12 @@ mod tests {
         );
         let first = register(&mut state, 2, "a");
         let inputs = PlacementInputs::by_count();
-        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let plan = plan_placement(
+            state.space(DEFAULT_NAMESPACE).expect("initialised"),
+            0,
+            &inputs,
+            MAX_MOVES_PER_PLAN,
+        );
         let preview = preview_of(&state, 0, plan.as_ref());
         assert_eq!(preview.revision, state.revision());
         assert_eq!(preview.moves.len(), 4, "{preview:?}");
@@ -125,7 +135,12 @@ mod tests {
         assert!(!preview.capped);
         let _ = state.apply(3, &plan.unwrap().command);
         let second = register(&mut state, 4, "b");
-        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let plan = plan_placement(
+            state.space(DEFAULT_NAMESPACE).expect("initialised"),
+            0,
+            &inputs,
+            MAX_MOVES_PER_PLAN,
+        );
         let preview = preview_of(&state, 0, plan.as_ref());
         assert_eq!(preview.moves.len(), 2, "{preview:?}");
         assert!(preview.moves.iter().all(|step| {
@@ -152,10 +167,20 @@ mod tests {
         );
         register_version(&mut state, 2, "a", Some("1.0"));
         let inputs = PlacementInputs::by_count();
-        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let plan = plan_placement(
+            state.space(DEFAULT_NAMESPACE).expect("initialised"),
+            0,
+            &inputs,
+            MAX_MOVES_PER_PLAN,
+        );
         let _ = state.apply(3, &plan.unwrap().command);
         register_version(&mut state, 4, "b", Some("1.1"));
-        let plan = plan_placement(&state, 0, &inputs, MAX_MOVES_PER_PLAN);
+        let plan = plan_placement(
+            state.space(DEFAULT_NAMESPACE).expect("initialised"),
+            0,
+            &inputs,
+            MAX_MOVES_PER_PLAN,
+        );
         let preview = preview_of(&state, 0, plan.as_ref());
         assert_eq!(preview.rollout_to.as_deref(), Some("1.1"));
         assert_eq!(preview.moves, Vec::new(), "the joiner waits");

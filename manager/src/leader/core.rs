@@ -21,7 +21,9 @@
 //!   told from memory ([`judged_lapsed`]); a reservation (P6.6) does not hold it. When a
 //!   reservation still would, the reap is a `ReapLapsed` carrying the judged expiries.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+
+use leasehold_api::wire::DEFAULT_NAMESPACE;
 
 pub use crate::lease::ToldFromMemory;
 use crate::lease::{
@@ -325,13 +327,25 @@ pub enum StepWrite {
 /// with the state the previous one left and the clock's reading at that moment, commits it and
 /// asks again, so the order is fixed here rather than in each caller. A write that was not
 /// committed ends the step; the next step starts over from the state as it then is.
+///
+/// A step's rebalance plans every namespace (P18.1), one `Rebalance` each, under one cap on the
+/// step's moves shared fairly: each namespace may take the moves left divided by the namespaces
+/// left (rounded up), so one that needs fewer leaves the rest to those after it, and the order
+/// starts at a namespace chosen by the state's revision, so none is always first or last. A
+/// storm of joiners in one namespace then takes at most its share of a step, and every other
+/// namespace is planned in the same step.
 #[derive(Debug, Clone)]
 pub struct StepWrites {
     decision: StepDecision,
     next: Option<StepWrite>,
-    max_moves: usize,
     placement: PlacementInputs,
     plan: Option<Plan>,
+    /// The namespaces this step's rebalance has still to plan, in order; `None` until it begins.
+    to_plan: Option<VecDeque<String>>,
+    /// How many more moves this step's plans may make, over every namespace.
+    moves_left: usize,
+    /// The cap the last plan was made under (its namespace's share).
+    last_plan_cap: usize,
 }
 
 impl StepWrites {
@@ -355,16 +369,18 @@ impl StepWrites {
         Self {
             decision,
             next: Some(StepWrite::Reap),
-            max_moves,
             placement,
             plan: None,
+            to_plan: None,
+            moves_left: max_moves,
+            last_plan_cap: max_moves,
         }
     }
 
-    /// Whether `plan` was cut at the cap, so the rest is planned at once rather than a tick
-    /// later.
+    /// Whether `plan` was cut at the cap it was made under (its namespace's share of the step's
+    /// moves), so the rest is planned at once rather than a tick later.
     pub fn plan_was_capped(&self, plan: &Command) -> bool {
-        matches!(plan, Command::Rebalance { moves, .. } if moves.len() >= self.max_moves)
+        matches!(plan, Command::Rebalance { moves, .. } if moves.len() >= self.last_plan_cap)
     }
 
     /// The plan behind the last [`StepWrite::Rebalance`] this step returned: why each move is
@@ -405,15 +421,57 @@ impl StepWrites {
                 {
                     Some(Command::CompleteHandoffs { now_ms })
                 }
-                StepWrite::Rebalance => {
-                    self.plan = plan_placement(state, now_ms, &self.placement, self.max_moves);
-                    self.plan.as_ref().map(|plan| plan.command.clone())
-                }
+                StepWrite::Rebalance => self.next_plan(state, now_ms),
                 _ => None,
             };
             if let Some(command) = command {
                 return Some((write, command));
             }
+        }
+        None
+    }
+
+    /// The next namespace's plan in this step's rebalance, skipping namespaces with nothing to
+    /// move; `None` once every namespace was planned or the step's moves are spent. `default`
+    /// places by what the leader knows of its loads (§15); the other namespaces by count (P5.4,
+    /// capacity-weighted, zones), since load reports name `default`'s shards.
+    fn next_plan(&mut self, state: &LeaseState, now_ms: u64) -> Option<Command> {
+        let to_plan = self.to_plan.get_or_insert_with(|| {
+            let mut names: VecDeque<String> = state
+                .namespaces()
+                .map(|(name, _)| name.to_owned())
+                .collect();
+            if !names.is_empty() {
+                let first = (state.revision() % names.len() as u64) as usize;
+                names.rotate_left(first);
+            }
+            names
+        });
+        while self.moves_left > 0 {
+            let name = to_plan.pop_front()?;
+            let Some(space) = state.space(&name) else {
+                continue;
+            };
+            let share = self.moves_left.div_ceil(to_plan.len() + 1);
+            let by_count = PlacementInputs::by_count();
+            let inputs = if name == DEFAULT_NAMESPACE {
+                &self.placement
+            } else {
+                &by_count
+            };
+            let Some(plan) = plan_placement(space, now_ms, inputs, share) else {
+                continue;
+            };
+            if let Command::Rebalance { moves, .. } = &plan.command {
+                self.moves_left = self.moves_left.saturating_sub(moves.len());
+            }
+            self.last_plan_cap = share;
+            if !to_plan.is_empty() {
+                self.next = Some(StepWrite::Rebalance);
+            }
+            let command = plan.command.clone();
+            self.plan = Some(plan);
+            return Some(command);
         }
         None
     }

@@ -49,14 +49,20 @@ impl Prepared {
         wait: Duration,
     ) -> Vec<PrepareRequest> {
         let Command::Rebalance {
-            moves, planned_at, ..
+            moves,
+            planned_at,
+            namespace,
+            ..
         } = plan
         else {
             return Vec::new();
         };
+        let Some(space) = state.space(namespace) else {
+            return Vec::new();
+        };
         let mut by_receiver: BTreeMap<&str, Vec<ShardEpoch>> = BTreeMap::new();
         for step in moves {
-            let Some(entry) = state.shard(step.shard) else {
+            let Some(entry) = space.shard(step.shard) else {
                 continue;
             };
             let held_live = entry.handoff.is_none()

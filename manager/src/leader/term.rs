@@ -173,6 +173,9 @@ impl TermSteps {
                     // The rest is planned on the state this plan left, at once.
                     self.step_again = true;
                 }
+                // The budget and the cooling shards are `default`'s, the one namespace placed by
+                // load: the other namespaces' plans, by count, make no balance move (P15.2), so
+                // they charge nothing here.
                 self.placement.committed(now_ms, plan);
                 Some(plan)
             }

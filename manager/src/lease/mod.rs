@@ -57,7 +57,7 @@ pub use planner::{
 };
 pub use state::{
     lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Namespace, Shard,
-    ToldFromMemory, Tombstone, TombstoneReason,
+    Space, ToldFromMemory, Tombstone, TombstoneReason,
 };
 
 /// Manager-minted executor identity, `ex-{n}`: `n` is the log index of the entry that registered

@@ -355,6 +355,86 @@ impl Namespace {
     }
 }
 
+/// One namespace as the planner sees it (P18.1): its shards, pins and handoffs, and only its
+/// executors, with the state-wide revision and maintenance mode. Cheap to copy; every read goes
+/// to the state it borrows.
+#[derive(Debug, Clone, Copy)]
+pub struct Space<'a> {
+    state: &'a LeaseState,
+    name: &'a str,
+    namespace: &'a Namespace,
+}
+
+impl<'a> Space<'a> {
+    /// Its name.
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// The namespace itself.
+    pub fn namespace(&self) -> &'a Namespace {
+        self.namespace
+    }
+
+    /// Its configuration (shard count, lease).
+    pub fn config(&self) -> Option<&'a ClusterConfig> {
+        Some(&self.namespace.config)
+    }
+
+    /// Log index of the last entry that changed anything in the state (§1).
+    pub fn revision(&self) -> u64 {
+        self.state.revision
+    }
+
+    /// Maintenance mode, which concerns every namespace (P17.4).
+    pub fn maintenance(&self) -> bool {
+        self.state.maintenance
+    }
+
+    /// Its executors, ascending by id.
+    pub fn executors(&self) -> impl Iterator<Item = &'a Executor> + 'a {
+        self.state.executors_in(self.name)
+    }
+
+    /// One of its executors; `None` for an executor of another namespace.
+    pub fn executor(&self, executor_id: &str) -> Option<&'a Executor> {
+        self.state
+            .executors
+            .get(executor_id)
+            .filter(|executor| executor.namespace == self.name)
+    }
+
+    /// Its shard table, index = shard number.
+    pub fn shards(&self) -> &'a Vector<Shard> {
+        &self.namespace.shards
+    }
+
+    /// One of its shards, if `shard < shard_count`.
+    pub fn shard(&self, shard: ShardId) -> Option<&'a Shard> {
+        self.namespace.shard(shard)
+    }
+
+    /// The executor its `shard` is pinned to, if any.
+    pub fn pin(&self, shard: ShardId) -> Option<&'a str> {
+        self.namespace.pin(shard)
+    }
+
+    /// Its pins, ascending by shard.
+    pub fn pins(&self) -> impl Iterator<Item = (ShardId, &'a str)> + 'a {
+        self.namespace.pins()
+    }
+
+    /// Its shards releasing from their owners (P5.2), ascending, with their handoffs.
+    pub fn releasing(&self) -> impl Iterator<Item = (&'a Shard, &'a Handoff)> + 'a {
+        self.namespace.releasing()
+    }
+
+    /// Whether its executor `executor_id` has a shard delivered.
+    pub fn has_delivered(&self, executor_id: &str) -> bool {
+        self.executor(executor_id).is_some() && self.state.has_delivered(executor_id)
+    }
+}
+
 /// Why an executor left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TombstoneReason {
@@ -575,6 +655,25 @@ impl LeaseState {
     /// The `default` namespace, `None` before `Init`.
     pub fn default_namespace(&self) -> Option<&Namespace> {
         self.namespaces.get(DEFAULT_NAMESPACE)
+    }
+
+    /// The namespace `name` as the planner sees it, if it exists.
+    pub fn space<'a>(&'a self, name: &str) -> Option<Space<'a>> {
+        let (name, namespace) = self.namespaces.get_key_value(name)?;
+        Some(Space {
+            state: self,
+            name,
+            namespace,
+        })
+    }
+
+    /// Every namespace as the planner sees it, ascending by name; none before `Init`.
+    pub fn spaces(&self) -> impl Iterator<Item = Space<'_>> {
+        self.namespaces.iter().map(move |(name, namespace)| Space {
+            state: self,
+            name,
+            namespace,
+        })
     }
 
     /// The namespace `executor` registered into.

@@ -82,7 +82,10 @@ impl World {
     pub fn leader_plan(&self) -> Option<Plan> {
         let inputs = self.leader_inputs()?;
         let now_ms = self.leader_now_ms()?;
-        plan_placement(self.leader_state()?, now_ms, &inputs, usize::MAX)
+        let space = self
+            .leader_state()?
+            .space(leasehold_api::wire::DEFAULT_NAMESPACE)?;
+        plan_placement(space, now_ms, &inputs, usize::MAX)
     }
 
     /// The liar's slot and the executor its process registered as, once the lie started.

@@ -562,3 +562,95 @@ fn p3_8_without_reservations_the_reap_is_a_plain_reap() {
         ))
     );
 }
+
+/// The namespace and the moves of a step's plan.
+fn plan_of(command: &Command) -> (String, Vec<(u32, String)>) {
+    match command {
+        Command::Rebalance {
+            namespace, moves, ..
+        } => (
+            namespace.clone(),
+            moves.iter().map(|m| (m.shard, m.to.clone())).collect(),
+        ),
+        other => panic!("expected a plan: {other:?}"),
+    }
+}
+
+/// P18.1: one step plans every namespace, each in its own `Rebalance`, each giving its shards
+/// only to its own executors (P18.2).
+#[test]
+fn p18_1_a_step_plans_every_namespace_with_its_own_executors() {
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 6);
+    let d = world.register("d", 0);
+    let k = world.register_in("k", "kv", 0);
+    let mut writes = StepWrites::new(StepDecision::default());
+    let mut planned = Vec::new();
+    while let Some((write, command)) = writes.next_command(&world.state, 1) {
+        assert_eq!(write, StepWrite::Rebalance);
+        planned.push(plan_of(&command));
+        world.apply(command);
+    }
+    planned.sort();
+    assert_eq!(planned.len(), 2, "{planned:?}");
+    assert_eq!(planned[0].0, "default");
+    assert!(planned[0].1.iter().all(|(_, to)| *to == d));
+    assert_eq!(planned[0].1.len(), 4);
+    assert_eq!(planned[1].0, "kv");
+    assert!(planned[1].1.iter().all(|(_, to)| *to == k));
+    assert_eq!(planned[1].1.len(), 6);
+    assert_eq!(world.state.delivered_set(&k).len(), 6);
+    assert_eq!(world.state.delivered_set(&d).len(), 4);
+}
+
+/// P18.1, fairness: the step's move cap is shared; a namespace needing many moves takes at most
+/// its share while others need theirs, so a namespace with a little to place is placed in the
+/// same step whichever goes first.
+#[test]
+fn p18_1_a_namespace_s_storm_takes_only_its_share_of_a_step() {
+    let mut planned_first = std::collections::BTreeSet::new();
+    for extra_entries in 0..4 {
+        let mut world = World::new(2, LEASE_MS);
+        world.create_namespace("storm", 64);
+        world.create_namespace("small", 2);
+        world.register("d", 0);
+        for n in 0..8 {
+            world.register_in(&format!("s{n}"), "storm", 0);
+        }
+        let small = world.register_in("m", "small", 0);
+        // Move the revision, and with it which namespace the step plans first.
+        for _ in 0..extra_entries {
+            world.renew(&small, 1);
+        }
+        let mut writes = StepWrites::with_plan_cap(StepDecision::default(), 12);
+        let mut moves_by_namespace = std::collections::BTreeMap::new();
+        while let Some((_, command)) = writes.next_command(&world.state, 1) {
+            let (namespace, moves) = plan_of(&command);
+            if moves_by_namespace.is_empty() {
+                planned_first.insert(namespace.clone());
+            }
+            let capped = writes.plan_was_capped(&command);
+            moves_by_namespace.insert(namespace.clone(), (moves.len(), capped));
+            world.apply(command);
+        }
+        let total: usize = moves_by_namespace.values().map(|(moves, _)| moves).sum();
+        assert!(total <= 12, "{moves_by_namespace:?}");
+        assert_eq!(
+            moves_by_namespace.get("small").map(|(moves, _)| *moves),
+            Some(2),
+            "small is placed in the same step: {moves_by_namespace:?}"
+        );
+        assert_eq!(
+            moves_by_namespace.get("default").map(|(moves, _)| *moves),
+            Some(2)
+        );
+        let (storm_moves, storm_capped) = moves_by_namespace["storm"];
+        assert!(storm_capped, "the storm's plan is cut at its share");
+        assert!((4..=8).contains(&storm_moves), "{moves_by_namespace:?}");
+    }
+    assert_eq!(
+        planned_first.len(),
+        3,
+        "no namespace is always planned first: {planned_first:?}"
+    );
+}

@@ -39,6 +39,42 @@ impl World {
         self.register_with_capacity(name, now_ms, crate::lease::DEFAULT_CAPACITY)
     }
 
+    /// Creates namespace `namespace` with `shard_count` shards (P18.1).
+    pub(super) fn create_namespace(&mut self, namespace: &str, shard_count: u32) {
+        let outcome = self.apply(Command::Operator {
+            now_ms: 0,
+            actor: "admin CN=test".into(),
+            action: crate::lease::OperatorAction::CreateNamespace {
+                name: namespace.into(),
+                shard_count,
+                lease_duration_ms: 30_000,
+                max_executors: None,
+            },
+        });
+        assert!(
+            matches!(outcome, Outcome::NamespaceCreated { .. }),
+            "{outcome:?}"
+        );
+    }
+
+    /// Registers an executor into `namespace` (P18.1).
+    pub(super) fn register_in(&mut self, name: &str, namespace: &str, now_ms: u64) -> String {
+        match self.apply(Command::Register {
+            namespace: namespace.into(),
+            now_ms,
+            incarnation: name.to_string(),
+            address: format!("http://{name}:1"),
+            name: None,
+            credential_sha256: None,
+            capacity: crate::lease::DEFAULT_CAPACITY,
+            app_version: None,
+            labels: Default::default(),
+        }) {
+            Outcome::Registered { grant, .. } => grant.executor_id,
+            other => panic!("register into {namespace}: {other:?}"),
+        }
+    }
+
     /// Registers an executor with a placement capacity (P15.1).
     pub(super) fn register_with_capacity(
         &mut self,

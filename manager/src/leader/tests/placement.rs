@@ -4,6 +4,7 @@
 //! reports: placement settles and stays settled, never moves a shard back and forth, never
 //! exceeds the budget, and a lying executor starves nobody.
 
+use crate::lease::tests::space_of;
 use std::collections::{BTreeMap, BTreeSet};
 
 use rand::{Rng, SeedableRng};
@@ -264,7 +265,12 @@ impl LongRun {
             &self.world.state,
             self.now_ms,
         );
-        if let Some(plan) = plan_placement(&self.world.state, self.now_ms, &inputs, usize::MAX) {
+        if let Some(plan) = plan_placement(
+            space_of(&self.world.state),
+            self.now_ms,
+            &inputs,
+            usize::MAX,
+        ) {
             let before = self.world.state.clone();
             let outcome = self.world.apply(plan.command.clone());
             assert!(outcome.refusal().is_none(), "{outcome:?}");

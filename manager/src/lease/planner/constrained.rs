@@ -28,16 +28,16 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
-use leasehold_api::wire::{compare_stated_app_versions, DEFAULT_NAMESPACE};
+use leasehold_api::wire::compare_stated_app_versions;
 
-use super::super::{Executor, LeaseState, Move, ShardId};
+use super::super::{Executor, Move, ShardId, Space};
 use super::{capacity_of, cheapest_moves, takes_shards, why_it_moves, MoveReason};
 
 /// The newest application version among the executors that take shards at `now_ms`, when they
 /// run more than one (a rollout is under way); `None` otherwise.
-pub fn rollout_target(state: &LeaseState, now_ms: u64) -> Option<&str> {
+pub fn rollout_target(state: Space<'_>, now_ms: u64) -> Option<&str> {
     let mut takers = state
-        .executors_in(DEFAULT_NAMESPACE)
+        .executors()
         .filter(|executor| takes_shards(executor, now_ms))
         .map(|executor| executor.app_version.as_deref());
     let first = takers.next()?;
@@ -128,13 +128,13 @@ impl Constraints<'_> {
 /// The moves of a plan under `constraints`, at most `max_moves`, the cheapest first, ascending by
 /// shard, each with why.
 pub(in crate::lease) fn plan_moves(
-    state: &LeaseState,
+    state: Space<'_>,
     now_ms: u64,
     constraints: Constraints<'_>,
     max_moves: usize,
 ) -> Vec<(Move, MoveReason)> {
     let mut receivers: Vec<Receiver<'_>> = state
-        .executors_in(DEFAULT_NAMESPACE)
+        .executors()
         .filter(|executor| constraints.receives(executor, now_ms))
         .map(|executor| Receiver {
             id: executor.id.as_str(),
@@ -152,7 +152,7 @@ pub(in crate::lease) fn plan_moves(
         .collect();
     // Each owner looked up once, not once per shard it holds.
     let owners: HashMap<&str, Owner<'_>> = state
-        .executors_in(DEFAULT_NAMESPACE)
+        .executors()
         .map(|executor| {
             let id = executor.id.as_str();
             let owner = Owner {

@@ -35,9 +35,9 @@ use std::hash::BuildHasherDefault;
 
 use rustc_hash::FxHasher;
 
-use leasehold_api::wire::{zone_of, DEFAULT_NAMESPACE};
+use leasehold_api::wire::zone_of;
 
-use super::super::{LeaseState, Move, ShardId};
+use super::super::{Move, ShardId, Space};
 use super::{capacity_of, takes_shards, MoveCost};
 
 /// A move the planner weighs, its receiver borrowed from the state: at a fleet's first start a
@@ -117,9 +117,9 @@ impl<'a> Positions<'a> {
 }
 
 impl<'a> LiveExecutors<'a> {
-    fn of(state: &'a LeaseState, now_ms: u64) -> Self {
+    fn of(state: Space<'a>, now_ms: u64) -> Self {
         let holdings: Vec<Holdings<'a>> = state
-            .executors_in(DEFAULT_NAMESPACE)
+            .executors()
             .filter(|executor| takes_shards(executor, now_ms))
             .map(|executor| Holdings {
                 id: executor.id.as_str(),
@@ -212,7 +212,7 @@ impl<'a> CountPlan<'a> {
 /// first, then its releasing ones (their handoffs cancelled); every other distributable shard
 /// goes to a live executor under quota, a releasing one preferably to the target its handoff
 /// already names (no new revoke, no entry in the plan).
-pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<Candidate<'_>> {
+pub(in crate::lease) fn candidate_moves(state: Space<'_>, now_ms: u64) -> Vec<Candidate<'_>> {
     plan(state, now_ms).map_or_else(Vec::new, CountPlan::all)
 }
 
@@ -220,7 +220,7 @@ pub(in crate::lease) fn candidate_moves(state: &LeaseState, now_ms: u64) -> Vec<
 /// unowned shards, then retargeted handoffs, then revokes; ties by shard), ascending by shard.
 /// The plan is made whole, but only the moves kept are looked at again.
 pub(in crate::lease) fn cheapest_candidate_moves(
-    state: &LeaseState,
+    state: Space<'_>,
     now_ms: u64,
     max_moves: usize,
 ) -> Vec<Candidate<'_>> {
@@ -229,14 +229,14 @@ pub(in crate::lease) fn cheapest_candidate_moves(
 
 /// [`candidate_moves`] as owned moves.
 #[cfg(test)]
-pub(in crate::lease) fn plan_moves(state: &LeaseState, now_ms: u64) -> Vec<Move> {
+pub(in crate::lease) fn plan_moves(state: Space<'_>, now_ms: u64) -> Vec<Move> {
     candidate_moves(state, now_ms)
         .into_iter()
         .map(Candidate::to_move)
         .collect()
 }
 
-fn plan(state: &LeaseState, now_ms: u64) -> Option<CountPlan<'_>> {
+fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
     state.config()?;
     let LiveExecutors {
         mut holdings,

@@ -40,9 +40,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use leasehold_api::wire::DEFAULT_NAMESPACE;
-
-use super::super::{LeaseState, Move, ShardId};
+use super::super::{Move, ShardId, Space};
 use super::{
     capacity_of, count, reason_for, takes_shards, why_it_moves, MoveReason, PlacementInputs,
 };
@@ -144,7 +142,7 @@ struct Fleet<'a> {
 /// and balance (placement of shards without a live holder is never left out: the caller caps
 /// the plan, cheapest first).
 pub(super) fn plan_moves(
-    state: &LeaseState,
+    state: Space<'_>,
     now_ms: u64,
     inputs: &PlacementInputs,
     loads: &[f64],
@@ -173,7 +171,7 @@ pub(super) fn plan_moves(
 }
 
 /// With nothing to balance (no load anywhere), counts are what placement can go by.
-fn count_fallback(state: &LeaseState, now_ms: u64) -> Vec<(Move, MoveReason)> {
+fn count_fallback(state: Space<'_>, now_ms: u64) -> Vec<(Move, MoveReason)> {
     count::candidate_moves(state, now_ms)
         .into_iter()
         .map(|step| {
@@ -186,13 +184,13 @@ fn count_fallback(state: &LeaseState, now_ms: u64) -> Vec<(Move, MoveReason)> {
 /// Reads the state into the fleet and the shards without a live holder; `None` when no
 /// executor takes shards.
 fn survey<'a>(
-    state: &'a LeaseState,
+    state: Space<'a>,
     now_ms: u64,
     inputs: &PlacementInputs,
     load_of: &dyn Fn(ShardId) -> f64,
 ) -> Option<(Fleet<'a>, Vec<Homeless>)> {
     let mut members: Vec<Member<'a>> = state
-        .executors_in(DEFAULT_NAMESPACE)
+        .executors()
         .filter(|executor| takes_shards(executor, now_ms))
         .map(|executor| Member {
             id: executor.id.as_str(),

@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use leasehold_api::wire::DEFAULT_NAMESPACE;
 
-use super::{Command, Executor, LeaseState, Move, Shard, ShardId};
+use super::{Command, Executor, LeaseState, Move, Shard, ShardId, Space};
 
 #[cfg(test)]
 pub(in crate::lease) use count::plan_moves;
@@ -180,8 +180,9 @@ pub fn takes_shards(executor: &Executor, now_ms: u64) -> bool {
     !executor.lease_lapsed(now_ms) && !executor.draining
 }
 
-/// Plans by count at `now_ms` with at most [`MAX_MOVES_PER_PLAN`] moves, or `None` when nothing
-/// needs to move (or there is no live executor, or the cluster is not initialised).
+/// Plans `default` by count at `now_ms` with at most [`MAX_MOVES_PER_PLAN`] moves, or `None`
+/// when nothing needs to move (or there is no live executor, or the cluster is not
+/// initialised).
 #[must_use = "a plan does nothing until it is proposed"]
 pub fn plan_rebalance(state: &LeaseState, now_ms: u64) -> Option<Command> {
     plan_rebalance_at_most(state, now_ms, MAX_MOVES_PER_PLAN)
@@ -194,14 +195,16 @@ pub fn plan_rebalance_at_most(
     now_ms: u64,
     max_moves: usize,
 ) -> Option<Command> {
-    plan_placement(state, now_ms, &PlacementInputs::by_count(), max_moves).map(|plan| plan.command)
+    let space = state.space(DEFAULT_NAMESPACE)?;
+    plan_placement(space, now_ms, &PlacementInputs::by_count(), max_moves).map(|plan| plan.command)
 }
 
-/// Plans at `now_ms` with what the leader knows (`inputs`), at most `max_moves` moves, or
-/// `None` when nothing needs to move. A capped plan leaves moves for the next one.
+/// Plans one namespace (`state`, P18.1) at `now_ms` with what the leader knows (`inputs`), at
+/// most `max_moves` moves, or `None` when nothing needs to move. A capped plan leaves moves for
+/// the next one. The plan moves the namespace's shards to its own executors only (P18.2).
 #[must_use = "a plan does nothing until it is proposed"]
 pub fn plan_placement(
-    state: &LeaseState,
+    state: Space<'_>,
     now_ms: u64,
     inputs: &PlacementInputs,
     max_moves: usize,
@@ -267,7 +270,7 @@ pub fn plan_placement(
 /// executor that takes no shards (lapsed, draining) is ignored until it does again. At most
 /// `max_moves`, the cheapest first, ascending by shard.
 fn honour_pins(
-    state: &LeaseState,
+    state: Space<'_>,
     now_ms: u64,
     mut moves: Vec<(Move, MoveReason)>,
     max_moves: usize,
@@ -317,7 +320,7 @@ fn honour_pins(
 }
 
 /// The [`Command::Rebalance`] making `moves`, or `None` when there are none.
-fn plan_of(state: &LeaseState, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> Option<Plan> {
+fn plan_of(state: Space<'_>, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> Option<Plan> {
     if moves.is_empty() {
         return None;
     }
@@ -326,7 +329,7 @@ fn plan_of(state: &LeaseState, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> O
         command: Command::Rebalance {
             now_ms,
             planned_at: state.revision(),
-            namespace: DEFAULT_NAMESPACE.to_owned(),
+            namespace: state.name().to_owned(),
             moves,
         },
         reasons,
@@ -334,9 +337,9 @@ fn plan_of(state: &LeaseState, now_ms: u64, moves: Vec<(Move, MoveReason)>) -> O
 }
 
 /// Executors that own nothing and have nothing coming: those that just joined.
-fn executors_holding_nothing(state: &LeaseState) -> HashSet<&str> {
+fn executors_holding_nothing(state: Space<'_>) -> HashSet<&str> {
     let mut newcomers: HashSet<&str> = state
-        .executors_in(DEFAULT_NAMESPACE)
+        .executors()
         .filter(|executor| executor.owned_shards.is_empty())
         .map(|executor| executor.id.as_str())
         .collect();
@@ -349,7 +352,7 @@ fn executors_holding_nothing(state: &LeaseState) -> HashSet<&str> {
 }
 
 /// The moves a plan by count makes, each with why, from the state of its shard.
-fn classify(state: &LeaseState, now_ms: u64, moves: Vec<Candidate<'_>>) -> Vec<(Move, MoveReason)> {
+fn classify(state: Space<'_>, now_ms: u64, moves: Vec<Candidate<'_>>) -> Vec<(Move, MoveReason)> {
     moves
         .into_iter()
         .map(|step| {
@@ -361,7 +364,7 @@ fn classify(state: &LeaseState, now_ms: u64, moves: Vec<Candidate<'_>>) -> Vec<(
 
 /// Why `shard` goes to `to`, when it is not for load balance: a cancelled handoff when `to` is
 /// its owner, else why it is moving at all ([`why_it_moves`]).
-pub(super) fn reason_for(state: &LeaseState, now_ms: u64, shard: ShardId, to: &str) -> MoveReason {
+pub(super) fn reason_for(state: Space<'_>, now_ms: u64, shard: ShardId, to: &str) -> MoveReason {
     let owned_by_receiver = state
         .shard(shard)
         .and_then(|entry| entry.owner.as_deref())
@@ -376,7 +379,7 @@ pub(super) fn reason_for(state: &LeaseState, now_ms: u64, shard: ShardId, to: &s
 /// Why `shard` must move when it is not for balance: it was never owned (a first placement
 /// counts as a join), its owner left or its handoff's target did, its owner lapsed or is
 /// draining; a shard of a live owner moves to spread counts to a joiner.
-pub(super) fn why_it_moves(state: &LeaseState, now_ms: u64, shard: ShardId) -> MoveReason {
+pub(super) fn why_it_moves(state: Space<'_>, now_ms: u64, shard: ShardId) -> MoveReason {
     let Some(entry) = state.shard(shard) else {
         return MoveReason::Join;
     };
@@ -439,7 +442,7 @@ fn move_cost(entry: Option<&Shard>, to: &str) -> MoveCost {
 /// linear in the moves, and one lookup of each move's shard, in shard order where the planner
 /// gave them so (sequential reads of the shard table are cheap).
 pub(in crate::lease) fn cheapest_moves<T>(
-    state: &LeaseState,
+    state: Space<'_>,
     mut moves: Vec<T>,
     max_moves: usize,
     step: impl Fn(&T) -> (ShardId, &str),

@@ -6,6 +6,7 @@
 use super::super::planner::plan_moves;
 use super::super::{plan_rebalance, Command, Effects, Handoff, Move, Outcome, RefusalReason};
 use super::{Harness, LEASE_MS};
+use crate::lease::tests::space_of;
 
 fn set_draining(now_ms: u64, executor_id: &str, draining: bool) -> Command {
     Command::SetDraining {
@@ -166,7 +167,7 @@ fn p5_4_a_draining_executor_is_given_no_new_shards() {
     assert_eq!(harness.delivered_shards(&b).len(), 6);
     // A joiner is served; the draining executor still is not.
     let c = harness.register(10, "c");
-    let moves = plan_moves(&harness.state, 10);
+    let moves = plan_moves(space_of(&harness.state), 10);
     assert!(moves.iter().all(|step| step.to == c), "{moves:?}");
     assert_eq!(moves.len(), 3);
 }
@@ -188,7 +189,7 @@ fn p5_4_a_handoff_to_an_executor_that_starts_draining_is_retargeted() {
         .collect();
     assert!(!to_b.is_empty(), "B receives something");
     harness.apply(set_draining(10, &b, true));
-    let moves = plan_moves(&harness.state, 10);
+    let moves = plan_moves(space_of(&harness.state), 10);
     for shard in &to_b {
         let step = moves
             .iter()
@@ -209,7 +210,7 @@ fn p5_4_undrain_brings_the_executor_back_into_the_spread() {
     harness.rebalance(0);
     assert!(harness.delivered_shards(&a).is_empty());
     harness.apply(set_draining(10, &a, false));
-    let moves = plan_moves(&harness.state, 10);
+    let moves = plan_moves(space_of(&harness.state), 10);
     assert_eq!(moves.len(), 3);
     assert!(moves.iter().all(|step| step.to == a), "{moves:?}");
     assert_eq!(harness.delivered_shards(&b).len(), 6);
@@ -230,7 +231,7 @@ fn p3_8_a_lapsed_draining_owner_keeps_its_shards_until_reaped() {
     // Only B renews; by `later` A has lapsed, so its shards wait for the reap.
     harness.renew_in_sync(50_000, &b);
     let later = LEASE_MS + 1_000;
-    assert!(plan_moves(&harness.state, later).is_empty());
+    assert!(plan_moves(space_of(&harness.state), later).is_empty());
 }
 
 #[test]

@@ -29,6 +29,13 @@ use super::{
     Command, Effects, Epoch, ExecutorId, LeaseState, Outcome, RenewResult, Renewal, ShardId,
 };
 
+/// The `default` namespace of an initialised state as the planner sees it.
+pub(crate) fn space_of(state: &LeaseState) -> super::Space<'_> {
+    state
+        .space(leasehold_api::wire::DEFAULT_NAMESPACE)
+        .expect("an initialised state has the default namespace")
+}
+
 /// The `default` namespace of an initialised state, to corrupt or trim in place.
 pub(super) fn default_space(state: &mut LeaseState) -> &mut super::Namespace {
     state
@@ -247,7 +254,7 @@ pub(super) fn plan_and_release(
     now_ms: u64,
 ) -> Vec<(ShardId, ExecutorId, super::MoveReason)> {
     let Some(plan) = super::plan_placement(
-        &harness.state,
+        space_of(&harness.state),
         now_ms,
         &super::PlacementInputs::by_count(),
         super::MAX_MOVES_PER_PLAN,

@@ -4,6 +4,7 @@
 //! P5.2 handoff under the plan cap and the stale-plan check. Properties over random fleets
 //! follow the table.
 
+use crate::lease::tests::space_of;
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
@@ -48,7 +49,7 @@ impl Fleet {
     }
 
     fn plan(&self, inputs: &PlacementInputs) -> Option<Plan> {
-        plan_placement(&self.harness.state, NOW_MS, inputs, usize::MAX)
+        plan_placement(space_of(&self.harness.state), NOW_MS, inputs, usize::MAX)
     }
 
     /// Commits `plan`, then every revoke is acknowledged and every executor renews.
@@ -329,8 +330,13 @@ fn p15_3_a_lapsed_owners_releasing_shard_goes_on_outside_the_budget() {
         Outcome::Registered { grant, .. } => grant.executor_id,
         other => panic!("{other:?}"),
     };
-    let plan = plan_placement(&fleet.harness.state, later, &by_load(&loads, 0), usize::MAX)
-        .expect("the releasing shard goes on");
+    let plan = plan_placement(
+        space_of(&fleet.harness.state),
+        later,
+        &by_load(&loads, 0),
+        usize::MAX,
+    )
+    .expect("the releasing shard goes on");
     let Command::Rebalance { moves, .. } = &plan.command else {
         panic!()
     };
@@ -518,7 +524,7 @@ fn p15_1_a_new_leader_learning_the_loads_places_every_unowned_shard_in_capped_st
         ..by_load(&[], usize::MAX)
     };
     let mut steps = 0;
-    while let Some(plan) = plan_placement(&harness.state, NOW_MS, &learning, 16) {
+    while let Some(plan) = plan_placement(space_of(&harness.state), NOW_MS, &learning, 16) {
         let outcome = harness.apply(plan.command.clone());
         assert!(outcome.refusal().is_none(), "{outcome:?}");
         steps += 1;
@@ -620,7 +626,7 @@ fn p5_4_a_plan_by_load_respects_the_cap() {
     let fleet = Fleet::new(64, &[1, 1, 1, 1]);
     let loads = loads_heavy_on(&fleet, 0, 64);
     let plan = plan_placement(
-        &fleet.harness.state,
+        space_of(&fleet.harness.state),
         NOW_MS,
         &by_load(&loads, usize::MAX),
         2,

@@ -1,6 +1,7 @@
 //! The planner (P5.4): even spread, fewest moves, joiners served at once, lapsed executors left
 //! alone, deterministic.
 
+use crate::lease::tests::space_of;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
@@ -267,7 +268,7 @@ fn p5_4_spread_even_and_fewest_moves() {
     for (description, shard_count, counts, joining, fewest) in table {
         let layout = contiguous(shard_count, &counts, joining);
         let (mut harness, _) = build(&layout);
-        let moves = plan_moves(&harness.state, PLAN_AT_MS);
+        let moves = plan_moves(space_of(&harness.state), PLAN_AT_MS);
         assert_eq!(moves.len(), fewest, "{description}: {moves:?}");
         if fewest == 0 {
             assert_eq!(
@@ -329,7 +330,7 @@ fn p5_4_the_ceil_slot_goes_to_the_owner_holding_more_once_its_handoffs_complete(
         lapsed: vec![false; 3],
     };
     let (harness, ids) = build(&layout);
-    let moves = plan_moves(&harness.state, PLAN_AT_MS);
+    let moves = plan_moves(space_of(&harness.state), PLAN_AT_MS);
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!(moves[0].to, ids[0], "{moves:?}");
     assert!([1, 2].contains(&moves[0].shard), "{moves:?}");
@@ -348,7 +349,7 @@ fn a_releasing_shard_moves_for_a_join_while_its_target_takes_shards_and_for_a_de
     };
     let (harness, _) = build(&live);
     assert_eq!(
-        why_it_moves(&harness.state, PLAN_AT_MS, 1),
+        why_it_moves(space_of(&harness.state), PLAN_AT_MS, 1),
         MoveReason::Join
     );
     let (harness, _) = build(&Layout {
@@ -356,7 +357,7 @@ fn a_releasing_shard_moves_for_a_join_while_its_target_takes_shards_and_for_a_de
         ..live
     });
     assert_eq!(
-        why_it_moves(&harness.state, PLAN_AT_MS, 1),
+        why_it_moves(space_of(&harness.state), PLAN_AT_MS, 1),
         MoveReason::Departure
     );
 }
@@ -366,7 +367,7 @@ fn p5_4_owners_keep_their_shards_and_the_heaviest_get_the_ceil_slots() {
     // 10 shards over A (5), B (5), C (0): quotas 4, 3, 3 with the ceil slot going to A (ties by
     // id). A gives its highest shard, B its two highest, all to C.
     let (harness, ids) = build(&contiguous(10, &[5, 5], 1));
-    let moves = plan_moves(&harness.state, PLAN_AT_MS);
+    let moves = plan_moves(space_of(&harness.state), PLAN_AT_MS);
     let expected: Vec<Move> = [4, 8, 9]
         .into_iter()
         .map(|shard| Move {
@@ -419,7 +420,7 @@ fn p5_4_lapsed_executor_receives_nothing_and_keeps_its_shards_until_reaped() {
         lapsed: vec![false, true, false],
     };
     let (mut harness, ids) = build(&layout);
-    let moves = plan_moves(&harness.state, PLAN_AT_MS);
+    let moves = plan_moves(space_of(&harness.state), PLAN_AT_MS);
     assert_eq!(
         moves,
         vec![Move {
@@ -451,7 +452,7 @@ fn p5_4_handoff_to_a_lapsed_target_is_retargeted() {
     };
     let (harness, ids) = build(&layout);
     assert_eq!(
-        plan_moves(&harness.state, PLAN_AT_MS),
+        plan_moves(space_of(&harness.state), PLAN_AT_MS),
         vec![Move {
             shard: 1,
             to: ids[2].clone()
@@ -539,7 +540,7 @@ fn p5_4_a_capped_plan_takes_the_cheapest_moves_first() {
         lapsed: vec![false, false, false],
     };
     let (mut harness, _) = build(&layout);
-    let uncapped = plan_moves(&harness.state, PLAN_AT_MS);
+    let uncapped = plan_moves(space_of(&harness.state), PLAN_AT_MS);
     assert!(uncapped.len() > 4, "{uncapped:?}");
     let first = plan_rebalance_at_most(&harness.state, PLAN_AT_MS, 4).expect("a plan");
     let shards: Vec<ShardId> = moves_of(&first).iter().map(|m| m.shard).collect();
@@ -569,7 +570,7 @@ fn p5_4_a_cancelled_handoff_comes_before_a_grant_when_capped() {
         lapsed: vec![false, true, false],
     };
     let (harness, ids) = build(&layout);
-    assert_eq!(plan_moves(&harness.state, PLAN_AT_MS).len(), 4);
+    assert_eq!(plan_moves(space_of(&harness.state), PLAN_AT_MS).len(), 4);
     let first = plan_rebalance_at_most(&harness.state, PLAN_AT_MS, 2).expect("a plan");
     let expected = vec![
         Move {
@@ -632,7 +633,7 @@ proptest! {
         let pinned = pinned_shards(&harness.state, PLAN_AT_MS);
         let shard_count = usize::try_from(layout.shard_count).unwrap_or(0);
         let distributable = shard_count - pinned.len();
-        let moves = plan_moves(&harness.state, PLAN_AT_MS);
+        let moves = plan_moves(space_of(&harness.state), PLAN_AT_MS);
         if loads_before.is_empty() {
             prop_assert!(moves.is_empty());
             return Ok(());
@@ -752,12 +753,12 @@ proptest! {
             });
         }
         let state = &harness.state;
-        let whole = candidate_moves(state, PLAN_AT_MS);
+        let whole = candidate_moves(space_of(state), PLAN_AT_MS);
         for cap in 0..=whole.len() + 1 {
             let priced_by_table =
-                cheapest_moves(state, whole.clone(), cap, |step| (step.shard, step.to));
+                cheapest_moves(space_of(state), whole.clone(), cap, |step| (step.shard, step.to));
             prop_assert_eq!(
-                cheapest_candidate_moves(state, PLAN_AT_MS, cap),
+                cheapest_candidate_moves(space_of(state), PLAN_AT_MS, cap),
                 priced_by_table,
                 "cap {}",
                 cap

@@ -4,6 +4,7 @@
 use super::super::planner::rollout_target;
 use super::super::{plan_rebalance, Command, MoveReason, Outcome, DEFAULT_CAPACITY};
 use super::{plan_and_release, Harness, LEASE_MS};
+use crate::lease::tests::space_of;
 use crate::lease::{plan_placement, Loads, PlacementInputs};
 
 fn register_version(
@@ -60,9 +61,17 @@ fn p17_3_a_rolling_deploy_moves_each_shard_once_and_only_onto_the_newest_version
     for (step, leaving) in old.iter().enumerate() {
         let now_ms = 1_000 * (step as u64 + 1);
         let joined = register_version(&mut harness, now_ms, &format!("new-{step}"), "2.0");
-        assert_eq!(rollout_target(&harness.state, now_ms), Some("2.0"));
         assert_eq!(
-            plan_placement(&harness.state, now_ms, &PlacementInputs::by_count(), 10_000),
+            rollout_target(space_of(&harness.state), now_ms),
+            Some("2.0")
+        );
+        assert_eq!(
+            plan_placement(
+                space_of(&harness.state),
+                now_ms,
+                &PlacementInputs::by_count(),
+                10_000
+            ),
             None,
             "step {step}: a joiner waits while the versions are mixed"
         );
@@ -93,7 +102,7 @@ fn p17_3_a_rolling_deploy_moves_each_shard_once_and_only_onto_the_newest_version
         });
     }
     assert_eq!(
-        rollout_target(&harness.state, 10_000),
+        rollout_target(space_of(&harness.state), 10_000),
         None,
         "one version left"
     );
@@ -119,27 +128,27 @@ fn p17_3_a_rollout_is_mixed_versions_among_the_executors_that_take_shards() {
     let a = register_version(&mut harness, 0, "a", "1.4");
     register_version(&mut harness, 0, "b", "1.4.0+build7");
     assert_eq!(
-        rollout_target(&harness.state, 0),
+        rollout_target(space_of(&harness.state), 0),
         None,
         "one version, two spellings"
     );
     let c = register_version(&mut harness, 0, "c", "1.10");
-    assert_eq!(rollout_target(&harness.state, 0), Some("1.10"));
+    assert_eq!(rollout_target(space_of(&harness.state), 0), Some("1.10"));
     harness.apply(Command::SetDraining {
         now_ms: 0,
         executor_id: c,
         draining: true,
     });
     assert_eq!(
-        rollout_target(&harness.state, 0),
+        rollout_target(space_of(&harness.state), 0),
         None,
         "a draining 1.10 takes nothing"
     );
     harness.register(0, "no-version");
-    assert_eq!(rollout_target(&harness.state, 0), Some("1.4"));
+    assert_eq!(rollout_target(space_of(&harness.state), 0), Some("1.4"));
     // Lapsed executors take no part either.
     assert_eq!(
-        rollout_target(&harness.state, LEASE_MS + 1),
+        rollout_target(space_of(&harness.state), LEASE_MS + 1),
         None,
         "every lease lapsed"
     );
@@ -160,9 +169,17 @@ fn p17_3_balance_waits_while_the_versions_are_mixed() {
         balance_moves_allowed: 8,
         ..PlacementInputs::by_count()
     };
-    assert_eq!(plan_placement(&harness.state, 0, &inputs, 100), None);
     assert_eq!(
-        plan_placement(&harness.state, 0, &PlacementInputs::by_count(), 100),
+        plan_placement(space_of(&harness.state), 0, &inputs, 100),
+        None
+    );
+    assert_eq!(
+        plan_placement(
+            space_of(&harness.state),
+            0,
+            &PlacementInputs::by_count(),
+            100
+        ),
         None
     );
 }

@@ -1,6 +1,7 @@
 //! Zones (PROTOCOL P18.3) in placement by count: each zone's share of the shards stays within
 //! one shard of its capacity's share, and losing a zone moves only that zone's shards.
 
+use crate::lease::tests::space_of;
 use std::collections::BTreeMap;
 
 use super::super::{Command, ExecutorId, Outcome, ShardId};
@@ -245,7 +246,7 @@ fn assert_capped_plans_settle(harness: &mut Harness) {
     let mut history = Vec::new();
     for _ in 0..20 {
         let Some(plan) = super::super::plan_placement(
-            &harness.state,
+            space_of(&harness.state),
             0,
             &super::super::PlacementInputs::by_count(),
             1,
