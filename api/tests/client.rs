@@ -72,6 +72,7 @@ fn grant(executor_id: &str) -> Grant {
 
 fn register_request() -> RegisterRequest {
     RegisterRequest {
+        namespace: None,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
         name: None,

@@ -322,6 +322,7 @@ impl LeaseholdFleet {
             async move {
                 let grant = client
                     .register(&RegisterRequest {
+                        namespace: None,
                         incarnation,
                         address,
                         name: None,

@@ -70,6 +70,12 @@ pub struct ExecutorArgs {
     #[arg(long = "label", env = "LEASEHOLD_LABELS", value_delimiter = ',')]
     pub labels: Vec<String>,
 
+    /// The namespace this executor registers into (PROTOCOL P18.1): a shard space of the
+    /// cluster with its own shards, lease and executors, created by an operator (`leaseholdctl
+    /// namespace create`). Lowercase letters, digits and '-'.
+    #[arg(long, env = "LEASEHOLD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+
     /// The demo workload's warm-up (PROTOCOL P17.1): preparing for each shard about to be handed
     /// here takes this long, e.g. `200ms` (a stand-in for loading a cache). `0s`: nothing to do.
     #[arg(long, env = "LEASEHOLD_PREPARE_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
@@ -123,6 +129,10 @@ impl ExecutorArgs {
         config.insecure = self.tls.insecure;
         config.capacity = self.capacity;
         config.app_version = self.app_version.clone();
+        leasehold_api::wire::check_namespace_name(&self.namespace).map_err(|error| {
+            StartError::InvalidConfig(format!("--namespace is refused: {error}"))
+        })?;
+        config.namespace = self.namespace.clone();
         config.labels = leasehold_api::wire::parse_labels(self.labels.iter().map(String::as_str))
             .map_err(|error| {
             StartError::InvalidConfig(format!("--label is refused: {error}"))

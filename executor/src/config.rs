@@ -56,6 +56,11 @@ pub struct ExecutorConfig {
     /// `zone` is the failure domain placement spreads shards over. Registered only with clusters
     /// at cluster version 7 or later; below, the executor registers without them and says so.
     pub labels: leasehold_api::wire::Labels,
+    /// The namespace this executor registers into (PROTOCOL P18.1), checked by
+    /// `leasehold_api::wire::check_namespace_name`: its shards, lease and plans are that
+    /// namespace's. `default` is what every cluster had before namespaces; another needs a
+    /// cluster at cluster version 10, which refuses the registration until then (`409`).
+    pub namespace: String,
     /// Warm handoffs (PROTOCOL P17.1): run before a shard arrives (prepare) and after one leaves
     /// (release, before the revoke is answered, within 1.5 s). `None`: nothing to run.
     pub handoff_hooks: Option<Hooks>,
@@ -92,6 +97,7 @@ impl ExecutorConfig {
             capacity: DEFAULT_CAPACITY,
             app_version: None,
             labels: leasehold_api::wire::Labels::new(),
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
             handoff_hooks: None,
             report_loads: false,
             local_listen: None,

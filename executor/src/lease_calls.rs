@@ -180,6 +180,7 @@ mod tests {
 
         fn register_request(&mut self) -> RegisterRequest {
             RegisterRequest {
+                namespace: None,
                 incarnation: format!("i{}", self.incarnation),
                 address: "http://127.0.0.1:1".into(),
                 name: None,

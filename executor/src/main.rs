@@ -241,6 +241,29 @@ mod tests {
     }
 
     #[test]
+    fn p18_1_the_namespace_flag_names_the_namespace_and_a_bad_one_is_refused() {
+        let parse = |namespace: Option<&str>| {
+            let mut argv = vec![
+                "leasehold-executor",
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+            ];
+            if let Some(namespace) = namespace {
+                argv.extend(["--namespace", namespace]);
+            }
+            binary_config(&Args::try_parse_from(argv).unwrap().executor)
+        };
+        assert_eq!(parse(None).unwrap().namespace, "default");
+        assert_eq!(parse(Some("orders")).unwrap().namespace, "orders");
+        for bad in ["Orders", "", "x-", "a_b"] {
+            let error = parse(Some(bad)).unwrap_err();
+            assert!(error.to_string().contains("--namespace"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
     fn p18_3_label_flags_set_the_labels_and_bad_ones_are_refused() {
         let parse = |labels: &[&str]| {
             let mut argv = vec![

@@ -81,6 +81,8 @@ pub(crate) struct ManagerLink {
     app_version_ignored_warned: Arc<AtomicBool>,
     /// The same for labels below [`LABELS_SCHEMA`].
     labels_ignored_warned: Arc<AtomicBool>,
+    /// The namespace it routes keys in (P18.1).
+    namespace: String,
 }
 
 impl ManagerLink {
@@ -103,7 +105,14 @@ impl ManagerLink {
             capacity_ignored_warned: Arc::new(AtomicBool::new(false)),
             app_version_ignored_warned: Arc::new(AtomicBool::new(false)),
             labels_ignored_warned: Arc::new(AtomicBool::new(false)),
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
         })
+    }
+
+    /// Routes keys in `namespace` (P18.1), the one its executor registers into.
+    pub(crate) fn in_namespace(mut self, namespace: &str) -> Self {
+        namespace.clone_into(&mut self.namespace);
+        self
     }
 
     /// A client with the default patience, for embedders' own lookups.
@@ -114,7 +123,10 @@ impl ManagerLink {
     /// `GET /v1/routing?key=K` with the short patience: the answer is for a request waiting on
     /// it.
     pub(crate) async fn route_for_key(&self, key: &str) -> Result<KeyRoute, ClientError> {
-        let path = format!("/v1/routing?key={}", percent_encode(key));
+        let mut path = format!("/v1/routing?key={}", percent_encode(key));
+        if !leasehold_api::wire::is_default_namespace(&self.namespace) {
+            path.push_str(&format!("&namespace={}", percent_encode(&self.namespace)));
+        }
         let value = self.grants.get_json(&path).await?;
         serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
     }
@@ -284,6 +296,7 @@ mod tests {
 
     fn request(capacity: Option<u32>) -> RegisterRequest {
         RegisterRequest {
+            namespace: None,
             incarnation: "inc".into(),
             address: "http://127.0.0.1:9".into(),
             name: None,

@@ -107,6 +107,7 @@ mod tests {
 
     fn executor(id: &str, draining: bool, lease_remaining_ms: u64) -> ExecutorView {
         ExecutorView {
+            namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             executor_id: id.into(),
             incarnation: format!("inc-{id}"),
             name: None,

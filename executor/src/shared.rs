@@ -59,6 +59,9 @@ pub(crate) struct Shared {
     app_version: Option<String>,
     /// Its labels (P18.3): sent in every register request to clusters that take them.
     labels: leasehold_api::wire::Labels,
+    /// The namespace it registers into (P18.1); `None` for `default`, which every release
+    /// understands.
+    namespace: Option<String>,
     /// Warm handoffs (P17.1): the embedder's prepare and release hooks, and those running.
     hooks: Option<HookRunner>,
     /// What the embedder measures; each renewal takes a report from it.
@@ -136,6 +139,7 @@ impl Shared {
             load,
             app_version: None,
             labels: leasehold_api::wire::Labels::new(),
+            namespace: None,
             hooks: None,
             meter: LoadMeter::new(assignment),
             inner: Mutex::new(Inner {
@@ -162,6 +166,14 @@ impl Shared {
     /// Registers with `labels` (P18.3).
     pub(crate) fn with_labels(mut self, labels: leasehold_api::wire::Labels) -> Self {
         self.labels = labels;
+        self
+    }
+
+    /// Registers into `namespace` (P18.1); `default` is sent as no namespace at all, so a
+    /// cluster of an earlier release takes the registration as it always did.
+    pub(crate) fn with_namespace(mut self, namespace: &str) -> Self {
+        self.namespace =
+            (!leasehold_api::wire::is_default_namespace(namespace)).then(|| namespace.to_owned());
         self
     }
 
@@ -376,6 +388,7 @@ impl Shared {
             inner.register_sent = true;
         }
         RegisterRequest {
+            namespace: self.namespace.clone(),
             incarnation: inner.incarnation.clone(),
             address: self.address.clone(),
             name: self.name.clone(),

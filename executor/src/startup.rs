@@ -148,6 +148,9 @@ impl Executor {
         check_labels(&config.labels).map_err(|error| {
             StartError::InvalidConfig(format!("the labels (--label) are refused: {error}"))
         })?;
+        leasehold_api::wire::check_namespace_name(&config.namespace).map_err(|error| {
+            StartError::InvalidConfig(format!("the namespace (--namespace) is refused: {error}"))
+        })?;
         if config.local_prepare && config.local_listen.is_none() && config.app_url.is_none() {
             return Err(StartError::InvalidConfig(
                 "--local-prepare is for a sidecar: give --local-listen or --app-url too".into(),
@@ -161,7 +164,8 @@ impl Executor {
             config.managers.clone(),
             config.request_timeout,
             tls.as_ref(),
-        )?;
+        )?
+        .in_namespace(&config.namespace);
         let log = match &config.event_log {
             Some(path) => {
                 Some(
@@ -221,6 +225,7 @@ impl Executor {
         let mut shared = Shared::new(address, config.name.clone(), log, load)
             .with_app_version(config.app_version.clone())
             .with_labels(config.labels.clone())
+            .with_namespace(&config.namespace)
             .with_hooks(config.handoff_hooks.clone());
         if let Some(link) = &service {
             shared = shared.serving(Arc::clone(link));

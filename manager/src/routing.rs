@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use leasehold_api::wire::{Route, RoutingRuns};
 
-use crate::lease::{ExecutorId, LeaseState, Shard};
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+
+use crate::lease::{ExecutorId, LeaseState, Shard, Space};
 
 /// Whom work for `shard` goes to: its owner, unless it is between owners (releasing), when
 /// nobody may be sent work for it yet. `/v1/routing` applies this rule in both forms.
@@ -27,8 +29,8 @@ pub fn route(state: &LeaseState, shard: &Shard) -> Route {
     }
 }
 
-/// The routing table as runs ([`RoutingRuns`]), by [`routed_owner`].
-fn routing_runs(state: &LeaseState) -> RoutingRuns {
+/// One namespace's routing table as runs ([`RoutingRuns`]), by [`routed_owner`].
+fn routing_runs(state: Space<'_>) -> RoutingRuns {
     let shard_count = state.config().map_or(0, |c| c.shard_count);
     // Consecutive shards mostly have one owner: its address is looked up once per stretch.
     let mut last_owner: Option<(&str, Option<&str>)> = None;
@@ -52,10 +54,12 @@ fn routing_runs(state: &LeaseState) -> RoutingRuns {
     )
 }
 
-/// The routing table as runs, kept from one answer to the next while it cannot have changed.
+/// `default`'s routing table as runs, kept from one answer to the next while it cannot have
+/// changed; another namespace's is built for each answer.
 ///
 /// The table is a function of the shards' owners, epochs and handoffs and the owners' addresses,
-/// and every entry that changes any of them moves the state's `assignment_revision` (P2.4). A
+/// and every entry that changes any of them moves the namespace's `assignment_revision` (P2.4,
+/// P18.1). A
 /// routing client follows `/v1/watch?view=routing`, which answers on every new revision, and
 /// most revisions are renewals: the runs built for the first of them (a pass over every shard,
 /// a million at most) serve the rest, with the revision brought up to date.
@@ -66,9 +70,20 @@ pub struct RoutingRunsCache {
 }
 
 impl RoutingRunsCache {
-    /// The routing table of `state` as runs.
-    pub fn of(&self, state: &LeaseState) -> RoutingRuns {
-        let assignment_revision = state.assignment_revision();
+    /// `default`'s routing table as runs; an empty table before `Init`.
+    pub fn of_default(&self, state: &LeaseState) -> RoutingRuns {
+        match state.space(DEFAULT_NAMESPACE) {
+            Some(space) => self.of(space),
+            None => RoutingRuns::collect(state.revision(), 0, std::iter::empty()),
+        }
+    }
+
+    /// The routing table of the namespace `state` as runs.
+    pub fn of(&self, state: Space<'_>) -> RoutingRuns {
+        if state.name() != DEFAULT_NAMESPACE {
+            return routing_runs(state);
+        }
+        let assignment_revision = state.namespace().assignment_revision;
         let kept = self
             .last
             .lock()
@@ -109,7 +124,7 @@ mod tests {
         apply(
             state,
             Command::Register {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                namespace: DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: incarnation.into(),
                 address: format!("http://{incarnation}:1"),
@@ -137,10 +152,17 @@ mod tests {
             },
         );
         register(&mut state, "a");
-        assert_eq!(cache.of(&state), routing_runs(&state));
+        assert_eq!(
+            cache.of_default(&state),
+            routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised"))
+        );
         let placed = plan_rebalance(&state, 0).expect("shards to place");
         apply(&mut state, placed);
-        assert_eq!(cache.of(&state), routing_runs(&state), "owners changed");
+        assert_eq!(
+            cache.of_default(&state),
+            routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised")),
+            "owners changed"
+        );
         // A change nothing routed depends on: the kept runs, at the new revision.
         apply(
             &mut state,
@@ -149,12 +171,19 @@ mod tests {
                 lease_duration_ms: 30_000,
             },
         );
-        let reused = cache.of(&state);
+        let reused = cache.of_default(&state);
         assert_eq!(reused.revision, state.revision());
-        assert_eq!(reused, routing_runs(&state));
+        assert_eq!(
+            reused,
+            routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised"))
+        );
         register(&mut state, "b");
         let handoffs = plan_rebalance(&state, 1).expect("shards for the joiner");
         apply(&mut state, handoffs);
-        assert_eq!(cache.of(&state), routing_runs(&state), "handoffs began");
+        assert_eq!(
+            cache.of_default(&state),
+            routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised")),
+            "handoffs began"
+        );
     }
 }

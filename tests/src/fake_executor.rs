@@ -201,6 +201,7 @@ impl FakeExecutor {
         let sent_at = Instant::now();
         let grant = client
             .register(&RegisterRequest {
+                namespace: None,
                 incarnation: format!("{name}-{}", rand_suffix()),
                 address: address.clone(),
                 name: Some(name.to_string()),

@@ -325,6 +325,65 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             })),
             InvalidRequest,
         ),
+        // Namespaces (P18.1): DNS-label shaped, and existing.
+        case(
+            "a namespace not DNS-label shaped",
+            register(json!({"incarnation": "x", "address": good_address, "namespace": "Orders"})),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace that is no string",
+            register(json!({"incarnation": "x", "address": good_address, "namespace": 7})),
+            InvalidRequest,
+        ),
+        case(
+            "a registration into a namespace that does not exist",
+            register(json!({"incarnation": "x", "address": good_address, "namespace": "nowhere"})),
+            NotFound,
+        ),
+        case(
+            "a namespace created with no shards",
+            post("/v1/namespaces", json!({"name": "kv", "shard_count": 0})),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace created with a malformed name",
+            post("/v1/namespaces", json!({"name": "k_v", "shard_count": 4})),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace created with a lease past a day",
+            post(
+                "/v1/namespaces",
+                json!({"name": "kv", "shard_count": 4, "lease_duration_ms": 86_400_001u64}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace created with an unknown field",
+            post("/v1/namespaces", json!({"name": "kv", "shard_count": 4, "owner": "me"})),
+            InvalidRequest,
+        ),
+        case(
+            "the default namespace deleted",
+            RawRequest::new(Method::DELETE, "/v1/namespaces/default"),
+            Conflict,
+        ),
+        case(
+            "a namespace that does not exist deleted",
+            RawRequest::new(Method::DELETE, "/v1/namespaces/nowhere"),
+            NotFound,
+        ),
+        case(
+            "a namespace read with a malformed name",
+            RawRequest::new(Method::GET, "/v1/shards?namespace=Not_A_Name"),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace read that does not exist",
+            RawRequest::new(Method::GET, "/v1/executors?namespace=nowhere"),
+            NotFound,
+        ),
         // Application versions (P17.3): 1 to 64 of [A-Za-z0-9._+-].
         case(
             "empty app version",

@@ -114,6 +114,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
     let other = Credential::from_random(rand::random());
     let grant = client
         .register(&RegisterRequest {
+            namespace: None,
             incarnation: "credential-test".into(),
             address: "http://127.0.0.1:9".into(),
             name: None,
@@ -197,6 +198,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
 
     // A replayed registration: with another credential 409, with the same the same executor.
     let replay = |credential: Option<Credential>| RegisterRequest {
+        namespace: None,
         incarnation: "credential-test".into(),
         address: "http://127.0.0.1:9".into(),
         name: None,
@@ -365,6 +367,7 @@ async fn i6_unknown_ids_write_nothing_and_bodies_are_bounded_by_the_cluster() {
     let secret = Credential::from_random(rand::random());
     let grant = client
         .register(&RegisterRequest {
+            namespace: None,
             incarnation: "bounds-test".into(),
             address: "http://127.0.0.1:9".into(),
             name: None,

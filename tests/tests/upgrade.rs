@@ -149,6 +149,7 @@ impl Upgrade {
         ];
         for (incarnation, capacity, app_version, labels, expectation) in cases {
             let request = RegisterRequest {
+                namespace: None,
                 incarnation: incarnation.into(),
                 address: "http://127.0.0.1:9".into(),
                 name: None,

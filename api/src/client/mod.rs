@@ -30,11 +30,12 @@ use crate::problem::{
 };
 use crate::tls::TlsConfig;
 use crate::wire::{
-    AddNodeRequest, AuditRecordView, ClusterInfo, Credential, ExecutorView, Grant, InitReply,
-    KeyRoute, MaintenanceRequest, MaintenanceView, MoveShardRequest, PinShardRequest, PlanPreview,
-    RegisterRequest, ReleaseRequest, RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable,
-    SafeToStop, ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA,
-    FIRST_RELEASE_SCHEMA, UNCHANGED_SET_SCHEMA,
+    AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, Credential, ExecutorView,
+    Grant, InitReply, KeyRoute, MaintenanceRequest, MaintenanceView, MoveShardRequest,
+    NamespaceDeleted, NamespaceView, PinShardRequest, PlanPreview, RegisterRequest, ReleaseRequest,
+    RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable, SafeToStop, SetNamespaceRequest,
+    ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA,
+    UNCHANGED_SET_SCHEMA,
 };
 
 mod error;
@@ -436,6 +437,100 @@ impl Client {
     /// `GET /v1/shards`.
     pub async fn shards(&self, consistent: bool) -> Result<Vec<ShardView>, ClientError> {
         self.get_typed(&with_consistency("/v1/shards", consistent))
+            .await
+    }
+
+    /// `GET /v1/shards?namespace=NAME` (PROTOCOL P18.1): one namespace's shards.
+    pub async fn shards_in(
+        &self,
+        namespace: &str,
+        consistent: bool,
+    ) -> Result<Vec<ShardView>, ClientError> {
+        let path = in_namespace("/v1/shards", namespace);
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
+    /// `GET /v1/executors?namespace=NAME` (PROTOCOL P18.1): one namespace's executors.
+    pub async fn executors_in(
+        &self,
+        namespace: &str,
+        consistent: bool,
+    ) -> Result<Vec<ExecutorView>, ClientError> {
+        let path = in_namespace("/v1/executors", namespace);
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
+    /// `GET /v1/routing?namespace=NAME` (PROTOCOL P18.1): one namespace's routing table.
+    pub async fn routing_in(
+        &self,
+        namespace: &str,
+        consistent: bool,
+    ) -> Result<RoutingTable, ClientError> {
+        let path = in_namespace("/v1/routing", namespace);
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
+    /// `GET /v1/routing?namespace=NAME&key=K` (PROTOCOL P18.1): where to send work for one key
+    /// of one namespace.
+    pub async fn route_key_in(
+        &self,
+        namespace: &str,
+        key: &str,
+        consistent: bool,
+    ) -> Result<KeyRoute, ClientError> {
+        let path = format!(
+            "{}&key={}",
+            in_namespace("/v1/routing", namespace),
+            percent_encode(key)
+        );
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
+    /// `POST /v1/namespaces` (PROTOCOL P18.1, admin role): create a namespace. A repeat with
+    /// the same settings succeeds, so a retry after an unknown outcome is harmless.
+    pub async fn create_namespace(
+        &self,
+        request: &CreateNamespaceRequest,
+    ) -> Result<NamespaceView, ClientError> {
+        let body = encode(request)?;
+        self.send_decoded(
+            Method::POST,
+            "/v1/namespaces",
+            Some(body),
+            Idempotency::Safe,
+        )
+        .await
+    }
+
+    /// `GET /v1/namespaces` (PROTOCOL P18.1): every namespace, ascending by name.
+    pub async fn namespaces(&self) -> Result<Vec<NamespaceView>, ClientError> {
+        self.get_typed("/v1/namespaces").await
+    }
+
+    /// `GET /v1/namespaces/{name}`; an unknown name is `404 not_found`.
+    pub async fn namespace(&self, name: &str) -> Result<NamespaceView, ClientError> {
+        let path = format!("/v1/namespaces/{}", path_segment(name)?);
+        self.get_typed(&path).await
+    }
+
+    /// `PATCH /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): change its lease or executor
+    /// bound in place. Setting values is idempotent, so a repeat is harmless.
+    pub async fn set_namespace(
+        &self,
+        name: &str,
+        request: &SetNamespaceRequest,
+    ) -> Result<NamespaceView, ClientError> {
+        let body = encode(request)?;
+        let path = format!("/v1/namespaces/{}", path_segment(name)?);
+        self.send_decoded(Method::PATCH, &path, Some(body), Idempotency::Safe)
+            .await
+    }
+
+    /// `DELETE /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): delete a drained namespace
+    /// (`409` while any of its shards has an owner). A repeat succeeds with `already_gone`.
+    pub async fn delete_namespace(&self, name: &str) -> Result<NamespaceDeleted, ClientError> {
+        let path = format!("/v1/namespaces/{}", path_segment(name)?);
+        self.send_decoded(Method::DELETE, &path, None, Idempotency::Safe)
             .await
     }
 
@@ -946,6 +1041,11 @@ fn path_segment(id: &str) -> Result<String, ClientError> {
         )));
     }
     Ok(percent_encode(id))
+}
+
+/// `path` of one namespace: `?namespace=NAME` (the first query parameter).
+fn in_namespace(path: &str, namespace: &str) -> String {
+    format!("{path}?namespace={}", percent_encode(namespace))
 }
 
 fn with_consistency(path: &str, consistent: bool) -> String {

@@ -16,7 +16,7 @@ pub mod code {
     pub const BAD_INPUT: u8 = 2;
     /// The cluster has no leader (election under way or quorum lost) for a command that needs one.
     pub const NO_LEADER: u8 = 3;
-    /// The executor, shard or member named does not exist.
+    /// The executor, shard, member or namespace named does not exist.
     pub const NOT_FOUND: u8 = 4;
     /// No manager could be reached (every endpoint refused or timed out).
     pub const UNREACHABLE: u8 = 5;
@@ -33,7 +33,7 @@ Exit codes:
   1  other error (server error, undecodable reply, local I/O failure)
   2  bad input (usage, invalid argument or request, bad backup file, non-empty data dir)
   3  no leader (election under way or quorum lost)
-  4  not found (executor, shard or member)
+  4  not found (executor, shard, member or namespace)
   5  unreachable (no manager answered)
   6  in progress (did not finish within --wait-timeout; it goes on)
   7  not safe to stop (safe-to-stop; the reason is printed)";

@@ -20,12 +20,14 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 pub use self::exit::{CtlError, EXIT_CODES_HELP};
-use self::table::{fields, human_load, human_ms, opt, shard_ranges, Table, NONE};
+use self::table::{fields, human_load, human_ms, opt, printable, shard_ranges, Table, NONE};
 use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
-    AddNodeRequest, AuditRecordView, ClusterInfo, ExecutorView, MaintenanceView, PlanPreview,
-    SafeToStop, SchemaRange, ShardView, StateView, MAX_AUDIT_RECORDS, MAX_WATCH_WAIT,
+    check_namespace_name, is_default_namespace, AddNodeRequest, AuditRecordView, ClusterInfo,
+    CreateNamespaceRequest, ExecutorView, MaintenanceView, NamespaceDeleted, NamespaceNameError,
+    NamespaceView, PlanPreview, SafeToStop, SchemaRange, SetNamespaceRequest, ShardView, StateView,
+    DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
@@ -81,6 +83,11 @@ pub struct Cli {
     #[arg(long = "key", env = "LEASEHOLD_KEY", global = true, requires_all = ["cacert", "cert"])]
     pub tls_key: Option<PathBuf>,
 
+    /// The namespace (PROTOCOL P18.1) that `shard list`, `shard show`, `route` and `executor
+    /// list` read; absent: `default`. Every other command refuses a namespace but `default`.
+    #[arg(short = 'n', long, value_name = "NAME", global = true, value_parser = namespace_name)]
+    pub namespace: Option<String>,
+
     #[command(subcommand)]
     pub command: Noun,
 }
@@ -106,6 +113,12 @@ pub enum Noun {
     Shard {
         #[command(subcommand)]
         verb: ShardVerb,
+    },
+    /// Namespaces (PROTOCOL P18.1): shard spaces of their own in one cluster, each with its own
+    /// shard count, lease and executor bound; `default` is the one every cluster has.
+    Namespace {
+        #[command(subcommand)]
+        verb: NamespaceVerb,
     },
     /// The whole state at one revision: a summary, or with `-o json` everything (`/v1/state`).
     State,
@@ -193,6 +206,26 @@ pub enum Switch {
     Off,
 }
 
+/// A namespace name checked as the managers check it (P18.1), so a typo is a usage error here
+/// instead of a round trip and a `400`.
+fn namespace_name(name: &str) -> Result<String, NamespaceNameError> {
+    check_namespace_name(name).map(|()| name.to_owned())
+}
+
+/// A namespace's lease in whole milliseconds, what the wire carries: a finer duration would be
+/// cut without a word, and one outside 1ms..=24h is refused by the managers anyway.
+fn lease_ms(text: &str) -> Result<u64, String> {
+    let lease = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let whole_ms = lease.subsec_nanos() % 1_000_000 == 0;
+    match u64::try_from(lease.as_millis()) {
+        Ok(ms) if whole_ms && (1..=MAX_LEASE_DURATION_MS).contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "a lease is whole milliseconds from 1ms to {} (PROTOCOL P18.1)",
+            humantime::format_duration(Duration::from_millis(MAX_LEASE_DURATION_MS))
+        )),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum MemberVerb {
     /// Voters and learners.
@@ -273,6 +306,69 @@ pub enum ShardVerb {
     Unpin {
         /// The shard number.
         shard: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NamespaceVerb {
+    /// Create a namespace, its shards unowned until executors register into it. A repeat with
+    /// the same settings succeeds and changes nothing; other settings for a name in use are a
+    /// conflict. Needs the admin role under TLS and cluster version 10.
+    Create {
+        /// Its name: 1 to 63 of lowercase letters, digits and `-`, starting and ending with a
+        /// letter or digit.
+        #[arg(value_parser = namespace_name)]
+        name: String,
+        /// Its shard count, which never changes: its shards are 0..N.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
+        shards: u32,
+        /// The lease its executors' grants carry (e.g. `60s`; 1ms to 24h); absent: the managers'
+        /// `--lease-duration`.
+        #[arg(long = "lease", value_name = "DURATION", value_parser = lease_ms)]
+        lease_ms: Option<u64>,
+        /// Most executors registered in it at once; absent: no bound but the cluster's.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_executors: Option<u32>,
+    },
+    /// Every namespace, `default` included: shard count, lease, executors, owned shards, bound.
+    List,
+    /// One namespace.
+    Show {
+        /// The namespace's name.
+        #[arg(value_parser = namespace_name)]
+        name: String,
+    },
+    /// Change a namespace's lease (for grants from now on) or executor bound (for registrations
+    /// from now on: a lower bound removes no one); its shard count never changes. Needs the
+    /// admin role under TLS.
+    #[command(group(
+        clap::ArgGroup::new("change")
+            .required(true)
+            .multiple(true)
+            .args(["lease_ms", "max_executors", "no_max_executors"])
+    ))]
+    Set {
+        /// The namespace's name.
+        #[arg(value_parser = namespace_name)]
+        name: String,
+        /// The new lease (e.g. `60s`; 1ms to 24h). Not for `default`, whose lease is the
+        /// managers' `--lease-duration`.
+        #[arg(long = "lease", value_name = "DURATION", value_parser = lease_ms)]
+        lease_ms: Option<u64>,
+        /// A new bound on the executors registered in it at once.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "no_max_executors")]
+        max_executors: Option<u32>,
+        /// Remove its executor bound.
+        #[arg(long)]
+        no_max_executors: bool,
+    },
+    /// Delete a namespace. Refused while any of its shards has an owner: drain its executors
+    /// first; those still registered then hold nothing and are removed with it. Deleting it
+    /// again succeeds. Needs the admin role under TLS.
+    Delete {
+        /// The namespace's name.
+        #[arg(value_parser = namespace_name)]
+        name: String,
     },
 }
 
@@ -380,6 +476,14 @@ impl Out<'_> {
 }
 
 impl Cli {
+    /// The namespace `-n` names unless it is `default`: `-n default` then sends exactly the
+    /// requests no `-n` does, which every manager, including those before namespaces, answers.
+    fn namespace_named(&self) -> Option<&str> {
+        self.namespace
+            .as_deref()
+            .filter(|namespace| !is_default_namespace(namespace))
+    }
+
     fn client(&self, request_timeout: Duration) -> Result<Client, CtlError> {
         let config = ClientConfig {
             request_timeout,
@@ -412,6 +516,11 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         writer,
     };
     let out = &mut out;
+    if let Some(namespace) = cli.namespace_named() {
+        if let Some(command) = without_namespaces(&cli.command) {
+            return Err(namespace_refused(namespace, command));
+        }
+    }
     match &cli.command {
         Noun::Completion { shell } => {
             let mut command = Cli::command();
@@ -455,6 +564,7 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         Noun::Member { verb } => run_member(&cli, verb, out).await,
         Noun::Executor { verb } => run_executor(&cli, verb, out).await,
         Noun::Shard { verb } => run_shard(&cli, verb, out).await,
+        Noun::Namespace { verb } => run_namespace(&cli, verb, out).await,
         Noun::State => {
             let client = cli.client(cli.request_timeout)?;
             let state = client.state(cli.consistent).await?;
@@ -484,6 +594,177 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             run_watch(&client, *wait, out).await
         }
     }
+}
+
+/// The command's name when it reads no namespace but `default` (or none at all), so that `-n`
+/// naming another is refused there instead of silently answered from `default`. Every command
+/// is listed, so a new one has to be placed on one side or the other.
+fn without_namespaces(command: &Noun) -> Option<&'static str> {
+    match command {
+        Noun::Shard { verb } => match verb {
+            ShardVerb::List | ShardVerb::Show { .. } => None,
+            ShardVerb::Move { .. } => Some("shard move"),
+            ShardVerb::Pin { .. } => Some("shard pin"),
+            ShardVerb::Unpin { .. } => Some("shard unpin"),
+        },
+        Noun::Executor { verb } => match verb {
+            ExecutorVerb::List => None,
+            ExecutorVerb::Show { .. } => Some("executor show"),
+            ExecutorVerb::Drain { .. } => Some("executor drain"),
+            ExecutorVerb::Undrain { .. } => Some("executor undrain"),
+            ExecutorVerb::SafeToStop { .. } => Some("executor safe-to-stop"),
+            ExecutorVerb::Remove { .. } => Some("executor remove"),
+        },
+        Noun::Route { .. } => None,
+        Noun::Namespace { verb } => Some(match verb {
+            NamespaceVerb::Create { .. } => "namespace create",
+            NamespaceVerb::List => "namespace list",
+            NamespaceVerb::Show { .. } => "namespace show",
+            NamespaceVerb::Set { .. } => "namespace set",
+            NamespaceVerb::Delete { .. } => "namespace delete",
+        }),
+        Noun::Cluster { verb } => Some(match verb {
+            ClusterVerb::Status => "cluster status",
+            ClusterVerb::Maintenance { .. } => "cluster maintenance",
+        }),
+        Noun::Member { verb } => Some(match verb {
+            MemberVerb::List => "member list",
+            MemberVerb::Add { .. } => "member add",
+            MemberVerb::Remove { .. } => "member remove",
+            MemberVerb::SafeToStop { .. } => "member safe-to-stop",
+        }),
+        Noun::Lease {
+            verb: LeaseVerb::List,
+        } => Some("lease list"),
+        Noun::Snapshot { verb } => Some(match verb {
+            SnapshotVerb::Save { .. } => "snapshot save",
+            SnapshotVerb::Inspect { .. } => "snapshot inspect",
+            SnapshotVerb::Restore { .. } => "snapshot restore",
+        }),
+        Noun::Certs {
+            verb: CertsVerb::Init { .. },
+        } => Some("certs init"),
+        Noun::State => Some("state"),
+        Noun::Plan => Some("plan"),
+        Noun::Audit => Some("audit"),
+        Noun::Watch { .. } => Some("watch"),
+        Noun::Completion { .. } => Some("completion"),
+    }
+}
+
+fn namespace_refused(namespace: &str, command: &str) -> CtlError {
+    let hint = if command.starts_with("namespace ") {
+        "name the namespace as its argument instead"
+    } else {
+        "only `shard list`, `shard show`, `route` and `executor list` read one namespace so far"
+    };
+    CtlError::BadInput(format!(
+        "`{command}` does not take -n/--namespace {namespace}: {hint}"
+    ))
+}
+
+/// The body of `namespace create`. `default` is refused here: it always exists (P18.1), and
+/// the managers' answer to creating it would read as a conflict, not a mistake.
+fn create_request(
+    name: &str,
+    shard_count: u32,
+    lease_duration_ms: Option<u64>,
+    max_executors: Option<u32>,
+) -> Result<CreateNamespaceRequest, CtlError> {
+    if is_default_namespace(name) {
+        return Err(CtlError::BadInput(format!(
+            "namespace {DEFAULT_NAMESPACE} always exists; create one by another name"
+        )));
+    }
+    Ok(CreateNamespaceRequest {
+        name: name.to_owned(),
+        shard_count,
+        lease_duration_ms,
+        max_executors,
+    })
+}
+
+/// The body of `namespace set`. An empty change is refused rather than sent: it would succeed
+/// and change nothing, which hides a forgotten flag. `default`'s lease is the managers'
+/// `--lease-duration` (P18.1), so it is refused here too.
+fn set_request(
+    name: &str,
+    lease_duration_ms: Option<u64>,
+    max_executors: Option<u32>,
+    no_max_executors: bool,
+) -> Result<SetNamespaceRequest, CtlError> {
+    let max_executors = match (max_executors, no_max_executors) {
+        (Some(_), true) => {
+            return Err(CtlError::BadInput(
+                "--max-executors and --no-max-executors contradict each other".to_owned(),
+            ))
+        }
+        (Some(bound), false) => Some(Some(bound)),
+        (None, true) => Some(None),
+        (None, false) => None,
+    };
+    if lease_duration_ms.is_none() && max_executors.is_none() {
+        return Err(CtlError::BadInput(format!(
+            "namespace set {name}: nothing to change: give --lease, --max-executors or \
+             --no-max-executors"
+        )));
+    }
+    if lease_duration_ms.is_some() && is_default_namespace(name) {
+        return Err(CtlError::BadInput(format!(
+            "namespace {DEFAULT_NAMESPACE}'s lease is the managers' --lease-duration; it is not \
+             set here"
+        )));
+    }
+    Ok(SetNamespaceRequest {
+        lease_duration_ms,
+        max_executors,
+    })
+}
+
+async fn run_namespace(cli: &Cli, verb: &NamespaceVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
+    // Requests are built before the client, so bad input never waits on the cluster.
+    let view = match verb {
+        NamespaceVerb::Create {
+            name,
+            shards,
+            lease_ms,
+            max_executors,
+        } => {
+            let request = create_request(name, *shards, *lease_ms, *max_executors)?;
+            let client = cli.client(cli.request_timeout)?;
+            client.create_namespace(&request).await?
+        }
+        NamespaceVerb::List => {
+            let client = cli.client(cli.request_timeout)?;
+            let namespaces = client.namespaces().await?;
+            return out.show(&namespaces, |n| render_namespaces(n));
+        }
+        NamespaceVerb::Show { name } => {
+            let client = cli.client(cli.request_timeout)?;
+            client.namespace(name).await?
+        }
+        NamespaceVerb::Set {
+            name,
+            lease_ms,
+            max_executors,
+            no_max_executors,
+        } => {
+            let request = set_request(name, *lease_ms, *max_executors, *no_max_executors)?;
+            let client = cli.client(cli.request_timeout)?;
+            client.set_namespace(name, &request).await?
+        }
+        NamespaceVerb::Delete { name } => {
+            if is_default_namespace(name) {
+                return Err(CtlError::BadInput(format!(
+                    "namespace {DEFAULT_NAMESPACE} cannot be deleted (PROTOCOL P18.1)"
+                )));
+            }
+            let client = cli.client(cli.request_timeout)?;
+            let deleted = client.delete_namespace(name).await?;
+            return out.show(&deleted, render_namespace_deleted);
+        }
+    };
+    out.show(&view, render_namespace)
 }
 
 async fn run_snapshot(cli: &Cli, verb: &SnapshotVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
@@ -580,7 +861,10 @@ async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Resu
     let client = cli.client(cli.request_timeout)?;
     match verb {
         ExecutorVerb::List => {
-            let executors = client.executors(cli.consistent).await?;
+            let executors = match cli.namespace_named() {
+                None => client.executors(cli.consistent).await?,
+                Some(namespace) => client.executors_in(namespace, cli.consistent).await?,
+            };
             out.show(&executors, |e| render_executors(e))
         }
         ExecutorVerb::Show { executor_id } => {
@@ -621,23 +905,43 @@ async fn run_shard(cli: &Cli, verb: &ShardVerb, out: &mut Out<'_>) -> Result<(),
     let client = cli.client(cli.request_timeout)?;
     match verb {
         ShardVerb::List => {
-            let shards = client.shards(cli.consistent).await?;
+            let shards = match cli.namespace_named() {
+                None => client.shards(cli.consistent).await?,
+                Some(namespace) => client.shards_in(namespace, cli.consistent).await?,
+            };
             out.show(&shards, |s| render_shards(s))
         }
         ShardVerb::Show { shard } => {
-            let state = client.state(cli.consistent).await?;
-            let view = state
-                .shards
+            let Some(namespace) = cli.namespace_named() else {
+                let state = client.state(cli.consistent).await?;
+                let view = state
+                    .shards
+                    .iter()
+                    .find(|s| s.shard == *shard)
+                    .cloned()
+                    .ok_or_else(|| {
+                        CtlError::NotFound(format!(
+                            "shard {shard} does not exist (shard count {})",
+                            state.shard_count
+                        ))
+                    })?;
+                return out.show(&view, |v| render_shard(v, Some(&state.executors)));
+            };
+            // No one read of a namespace holds both its shards and its executors: the route is
+            // the owner's address as the second read found it.
+            let shards = client.shards_in(namespace, cli.consistent).await?;
+            let view = shards
                 .iter()
                 .find(|s| s.shard == *shard)
                 .cloned()
                 .ok_or_else(|| {
                     CtlError::NotFound(format!(
-                        "shard {shard} does not exist (shard count {})",
-                        state.shard_count
+                        "shard {shard} does not exist in namespace {namespace} (shard count {})",
+                        shards.len()
                     ))
                 })?;
-            out.show(&view, |v| render_shard(v, Some(&state)))
+            let executors = client.executors_in(namespace, cli.consistent).await?;
+            out.show(&view, |v| render_shard(v, Some(&executors)))
         }
         ShardVerb::Move { shard, to } => {
             let view = client.move_shard(*shard, to).await?;
@@ -656,7 +960,10 @@ async fn run_shard(cli: &Cli, verb: &ShardVerb, out: &mut Out<'_>) -> Result<(),
 
 async fn run_route(cli: &Cli, key: &str, out: &mut Out<'_>) -> Result<(), CtlError> {
     let client = cli.client(cli.request_timeout)?;
-    let route = client.route_key(key, cli.consistent).await?;
+    let route = match cli.namespace_named() {
+        None => client.route_key(key, cli.consistent).await?,
+        Some(namespace) => client.route_key_in(namespace, key, cli.consistent).await?,
+    };
     out.show(&route, |r| {
         let mut table = Table::new(&["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION"]);
         table.push(vec![
@@ -971,10 +1278,17 @@ fn render_executors(executors: &[ExecutorView]) -> String {
     table.render()
 }
 
+/// One executor as `field: value` lines. Its namespace is named only outside `default`, as the
+/// wire does, so the lines an executor of `default` shows are those it showed before namespaces.
 pub(crate) fn render_executor(e: &ExecutorView) -> String {
-    fields(&[
+    let mut pairs = vec![
         ("executor", e.executor_id.clone()),
         ("name", opt(e.name.as_deref())),
+    ];
+    if !is_default_namespace(&e.namespace) {
+        pairs.push(("namespace", e.namespace.clone()));
+    }
+    pairs.extend([
         ("address", e.address.clone()),
         ("incarnation", e.incarnation.clone()),
         ("lease remaining", human_ms(e.lease_remaining_ms)),
@@ -987,7 +1301,61 @@ pub(crate) fn render_executor(e: &ExecutorView) -> String {
         ("registered", format!("revision {}", e.registered_revision)),
         ("shard count", e.shards.len().to_string()),
         ("shards", shard_ranges(e.shards.iter().map(|s| s.shard))),
+    ]);
+    fields(&pairs)
+}
+
+fn render_namespaces(namespaces: &[NamespaceView]) -> String {
+    let mut table = Table::new(&["NAME", "SHARDS", "LEASE", "EXECUTORS", "OWNED", "MAX"]);
+    for n in namespaces {
+        table.push(vec![
+            n.name.clone(),
+            n.shard_count.to_string(),
+            human_ms(n.lease_duration_ms),
+            n.executors.to_string(),
+            n.owned_shards.to_string(),
+            opt(n.max_executors),
+        ]);
+    }
+    table.render()
+}
+
+fn render_namespace(n: &NamespaceView) -> String {
+    let created = if n.created_revision == 0 {
+        "with the cluster".to_owned()
+    } else {
+        format!("revision {}", n.created_revision)
+    };
+    fields(&[
+        ("namespace", n.name.clone()),
+        ("shard count", n.shard_count.to_string()),
+        ("lease duration", human_ms(n.lease_duration_ms)),
+        ("max executors", opt(n.max_executors)),
+        ("executors", n.executors.to_string()),
+        ("owned shards", n.owned_shards.to_string()),
+        ("created", created),
     ])
+}
+
+fn render_namespace_deleted(deleted: &NamespaceDeleted) -> String {
+    let name = printable(&deleted.name);
+    let mut text = if deleted.already_gone {
+        format!("namespace {name} was deleted already\n")
+    } else {
+        format!("namespace {name} deleted\n")
+    };
+    if !deleted.removed_executors.is_empty() {
+        let removed: Vec<_> = deleted
+            .removed_executors
+            .iter()
+            .map(|id| printable(id))
+            .collect();
+        text.push_str(&format!(
+            "removed with it, holding nothing: {}\n",
+            removed.join(", ")
+        ));
+    }
+    text
 }
 
 /// `key=value` pairs, comma-separated, `-` for none (P18.3).
@@ -1038,21 +1406,21 @@ fn render_shards(shards: &[ShardView]) -> String {
     table.render()
 }
 
-/// One shard as `field: value` lines; with the `state` it was read from, its route too (a
+/// One shard as `field: value` lines; with the executors read beside it, its route too (a
 /// move's or pin's answer is the shard alone).
-fn render_shard(view: &ShardView, state: Option<&StateView>) -> String {
+fn render_shard(view: &ShardView, executors: Option<&[ExecutorView]>) -> String {
     let mut pairs = vec![
         ("shard", view.shard.to_string()),
         ("owner", opt(view.owner.as_deref())),
         ("epoch", view.epoch.to_string()),
         ("state", shard_state(view).to_owned()),
     ];
-    if let Some(state) = state {
+    if let Some(executors) = executors {
         let address = view
             .owner
             .as_ref()
             .filter(|_| view.handoff.is_none())
-            .and_then(|owner| state.executors.iter().find(|e| &e.executor_id == owner))
+            .and_then(|owner| executors.iter().find(|e| &e.executor_id == owner))
             .map(|e| e.address.clone());
         pairs.push(("route", opt(address)));
     }

@@ -165,6 +165,7 @@ fn shard_tables_name_the_state() {
 #[test]
 fn executor_details_collapse_shards_into_ranges() {
     let executor = ExecutorView {
+        namespace: DEFAULT_NAMESPACE.into(),
         executor_id: "ex-4".into(),
         incarnation: "inc".into(),
         name: None,
@@ -416,7 +417,7 @@ fn p17_4_shard_details_name_the_pin() {
         maintenance: true,
     };
     assert_eq!(
-        render_shard(&view, Some(&state)),
+        render_shard(&view, Some(&state.executors)),
         "shard:      3\n\
          owner:      ex-1\n\
          epoch:      4\n\
@@ -528,4 +529,735 @@ fn p17_4_json_output_is_the_wire_type() {
     out.show(&records, |r| render_audit(r)).unwrap();
     let parsed: Vec<AuditRecordView> = serde_json::from_slice(&printed).unwrap();
     assert_eq!(parsed, records);
+}
+
+fn namespace_view(name: &str, max_executors: Option<u32>, created_revision: u64) -> NamespaceView {
+    NamespaceView {
+        name: name.into(),
+        shard_count: 16,
+        lease_duration_ms: 60_000,
+        max_executors,
+        executors: 3,
+        owned_shards: 12,
+        created_revision,
+    }
+}
+
+/// P18.1: `namespace list` is one row per namespace with its settings and use; an absent bound
+/// prints as `-`, and `show` prints the same as `field: value` lines.
+#[test]
+fn p18_1_namespace_list_and_show_render_the_settings() {
+    let namespaces = vec![
+        NamespaceView {
+            lease_duration_ms: 4_000,
+            shard_count: 1024,
+            ..namespace_view("default", None, 0)
+        },
+        namespace_view("orders", Some(5), 41),
+    ];
+    assert_eq!(
+        render_namespaces(&namespaces),
+        "NAME     SHARDS  LEASE  EXECUTORS  OWNED  MAX\n\
+         default  1024    4.0s   3          12     -\n\
+         orders   16      1m00s  3          12     5\n"
+    );
+    assert_eq!(
+        render_namespaces(&[]),
+        "NAME  SHARDS  LEASE  EXECUTORS  OWNED  MAX\n"
+    );
+    assert_eq!(
+        render_namespace(&namespaces[1]),
+        "namespace:       orders\n\
+         shard count:     16\n\
+         lease duration:  1m00s\n\
+         max executors:   5\n\
+         executors:       3\n\
+         owned shards:    12\n\
+         created:         revision 41\n"
+    );
+    let shown = render_namespace(&namespaces[0]);
+    assert!(shown.contains("max executors:   -\n"), "{shown}");
+    assert!(
+        shown.ends_with("created:         with the cluster\n"),
+        "{shown}"
+    );
+}
+
+/// P18.1: `-o json` prints the namespace wire types as they come.
+#[test]
+fn p18_1_namespace_json_output_is_the_wire_type() {
+    let namespaces = vec![
+        namespace_view("default", None, 0),
+        namespace_view("kv", Some(2), 9),
+    ];
+    let mut printed = Vec::new();
+    let mut out = Out {
+        format: OutputFormat::Json,
+        writer: &mut printed,
+    };
+    out.show(&namespaces, |n| render_namespaces(n)).unwrap();
+    let parsed: Vec<NamespaceView> = serde_json::from_slice(&printed).unwrap();
+    assert_eq!(parsed, namespaces);
+
+    let deleted = NamespaceDeleted {
+        name: "kv".into(),
+        already_gone: false,
+        removed_executors: vec!["ex-3".into()],
+    };
+    let mut printed = Vec::new();
+    let mut out = Out {
+        format: OutputFormat::Json,
+        writer: &mut printed,
+    };
+    out.show(&deleted, render_namespace_deleted).unwrap();
+    let parsed: NamespaceDeleted = serde_json::from_slice(&printed).unwrap();
+    assert_eq!(parsed, deleted);
+}
+
+/// P18.1: a deletion says whether it was a repeat and which idle executors went with it.
+#[test]
+fn p18_1_namespace_deletion_names_what_went_with_it() {
+    let deleted = |already_gone, removed: &[&str]| NamespaceDeleted {
+        name: "kv".into(),
+        already_gone,
+        removed_executors: removed.iter().map(|id| (*id).to_owned()).collect(),
+    };
+    assert_eq!(
+        render_namespace_deleted(&deleted(false, &[])),
+        "namespace kv deleted\n"
+    );
+    assert_eq!(
+        render_namespace_deleted(&deleted(true, &[])),
+        "namespace kv was deleted already\n"
+    );
+    assert_eq!(
+        render_namespace_deleted(&deleted(false, &["ex-3", "ex-9\n"])),
+        "namespace kv deleted\nremoved with it, holding nothing: ex-3, ex-9\\n\n"
+    );
+}
+
+/// P18.1: an executor outside `default` names its namespace; one of `default` shows the lines
+/// it showed before namespaces.
+#[test]
+fn p18_1_executor_details_name_a_namespace_other_than_default() {
+    let executor = ExecutorView {
+        namespace: "orders".into(),
+        executor_id: "ex-4".into(),
+        incarnation: "inc".into(),
+        name: Some("w1".into()),
+        address: "http://e:1".into(),
+        lease_remaining_ms: 3_200,
+        registered_revision: 4,
+        shards: Vec::new(),
+        draining: false,
+        capacity: 1,
+        load: None,
+        utilisation: None,
+        app_version: None,
+        labels: Default::default(),
+    };
+    let shown = render_executor(&executor);
+    assert!(
+        shown.starts_with(
+            "executor:         ex-4\nname:             w1\nnamespace:        orders\naddress:"
+        ),
+        "{shown}"
+    );
+    let in_default = ExecutorView {
+        namespace: DEFAULT_NAMESPACE.into(),
+        ..executor
+    };
+    assert!(!render_executor(&in_default).contains("namespace"));
+}
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    let mut argv = vec!["leaseholdctl"];
+    argv.extend_from_slice(args);
+    Cli::try_parse_from(argv)
+}
+
+/// P18.1: the namespace commands parse as documented; a lease is humantime into milliseconds.
+#[test]
+fn p18_1_namespace_commands_parse() {
+    match parse(&["namespace", "create", "orders", "--shards", "64"])
+        .unwrap()
+        .command
+    {
+        Noun::Namespace {
+            verb:
+                NamespaceVerb::Create {
+                    name,
+                    shards: 64,
+                    lease_ms: None,
+                    max_executors: None,
+                },
+        } => assert_eq!(name, "orders"),
+        other => panic!("{other:?}"),
+    }
+    let argv = [
+        "namespace",
+        "create",
+        "kv-2",
+        "--shards",
+        "1048576",
+        "--lease",
+        "1m 30s",
+        "--max-executors",
+        "7",
+    ];
+    match parse(&argv).unwrap().command {
+        Noun::Namespace {
+            verb:
+                NamespaceVerb::Create {
+                    name,
+                    shards: 1_048_576,
+                    lease_ms: Some(90_000),
+                    max_executors: Some(7),
+                },
+        } => assert_eq!(name, "kv-2"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        parse(&["namespace", "list"]).unwrap().command,
+        Noun::Namespace {
+            verb: NamespaceVerb::List
+        }
+    ));
+    assert!(matches!(
+        parse(&["-o", "json", "namespace", "show", "default"])
+            .unwrap()
+            .command,
+        Noun::Namespace {
+            verb: NamespaceVerb::Show { .. }
+        }
+    ));
+    for (args, lease, bound, unbound) in [
+        (&["--lease", "250ms"][..], Some(250), None, false),
+        (&["--max-executors", "3"], None, Some(3), false),
+        (&["--no-max-executors"], None, None, true),
+        (
+            &["--lease", "24h", "--no-max-executors"],
+            Some(86_400_000),
+            None,
+            true,
+        ),
+    ] {
+        let mut argv = vec!["namespace", "set", "orders"];
+        argv.extend_from_slice(args);
+        match parse(&argv).unwrap().command {
+            Noun::Namespace {
+                verb:
+                    NamespaceVerb::Set {
+                        lease_ms,
+                        max_executors,
+                        no_max_executors,
+                        ..
+                    },
+            } => assert_eq!(
+                (lease_ms, max_executors, no_max_executors),
+                (lease, bound, unbound)
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    match parse(&["namespace", "delete", "orders"]).unwrap().command {
+        Noun::Namespace {
+            verb: NamespaceVerb::Delete { name },
+        } => assert_eq!(name, "orders"),
+        other => panic!("{other:?}"),
+    }
+    // `-n` is global: before or after the command.
+    assert_eq!(
+        parse(&["-n", "orders", "shard", "list"])
+            .unwrap()
+            .namespace
+            .as_deref(),
+        Some("orders")
+    );
+    assert_eq!(
+        parse(&["route", "k", "--namespace", "orders"])
+            .unwrap()
+            .namespace
+            .as_deref(),
+        Some("orders")
+    );
+    assert_eq!(parse(&["shard", "list"]).unwrap().namespace, None);
+}
+
+/// P18.1: a malformed name (here or in `-n`), shard count, lease or bound is a usage error
+/// (exit 2) before any request.
+#[test]
+fn p18_1_bad_namespace_input_is_refused_at_parse() {
+    for bad_name in ["Orders", "-a", "a-", "kv_store", "k.v", "", &"a".repeat(64)] {
+        for argv in [
+            vec!["namespace", "create", bad_name, "--shards", "4"],
+            vec!["namespace", "show", bad_name],
+            vec!["namespace", "set", bad_name, "--max-executors", "2"],
+            vec!["namespace", "delete", bad_name],
+            vec!["-n", bad_name, "shard", "list"],
+        ] {
+            let error = parse(&argv).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{argv:?}: {error}");
+        }
+    }
+    let error = parse(&["namespace", "show", "Orders"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("lowercase letters, digits and '-'"),
+        "{error}"
+    );
+    for argv in [
+        &["namespace", "create", "kv"][..],
+        &["namespace", "create", "kv", "--shards", "0"],
+        &["namespace", "create", "kv", "--shards", "1048577"],
+        &["namespace", "create", "kv", "--shards", "-1"],
+        &[
+            "namespace",
+            "create",
+            "kv",
+            "--shards",
+            "4",
+            "--lease",
+            "0s",
+        ],
+        &[
+            "namespace",
+            "create",
+            "kv",
+            "--shards",
+            "4",
+            "--lease",
+            "25h",
+        ],
+        &[
+            "namespace",
+            "create",
+            "kv",
+            "--shards",
+            "4",
+            "--lease",
+            "1500us",
+        ],
+        &[
+            "namespace",
+            "create",
+            "kv",
+            "--shards",
+            "4",
+            "--lease",
+            "soon",
+        ],
+        &[
+            "namespace",
+            "create",
+            "kv",
+            "--shards",
+            "4",
+            "--max-executors",
+            "0",
+        ],
+        &["namespace", "set", "kv", "--max-executors", "0"],
+        &["namespace", "show"],
+        &["namespace", "delete", "a", "b"],
+    ] {
+        let error = parse(argv).unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{argv:?}: {error}");
+    }
+    let error = parse(&[
+        "namespace",
+        "create",
+        "kv",
+        "--shards",
+        "4",
+        "--lease",
+        "25h",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("from 1ms to 1day"), "{error}");
+}
+
+/// P18.1: `namespace set` with nothing to change, or contradicting itself, is a usage error:
+/// sent, it would succeed and change nothing.
+#[test]
+fn p18_1_namespace_set_needs_one_change() {
+    let error = parse(&["namespace", "set", "orders"]).unwrap_err();
+    assert_eq!(error.exit_code(), 2);
+    let message = error.to_string();
+    assert!(
+        message.contains("--lease") && message.contains("--no-max-executors"),
+        "{message}"
+    );
+    let error = parse(&[
+        "namespace",
+        "set",
+        "orders",
+        "--max-executors",
+        "2",
+        "--no-max-executors",
+    ])
+    .unwrap_err();
+    assert_eq!(error.exit_code(), 2, "{error}");
+
+    // The same rules where the request is built, for a `Cli` made without the parser.
+    let nothing = set_request("orders", None, None, false).unwrap_err();
+    assert_eq!(nothing.exit_code(), 2);
+    assert!(
+        nothing.to_string().contains("nothing to change"),
+        "{nothing}"
+    );
+    assert_eq!(
+        set_request("orders", None, Some(2), true)
+            .unwrap_err()
+            .exit_code(),
+        2
+    );
+    assert_eq!(
+        set_request("orders", None, None, true).unwrap(),
+        SetNamespaceRequest {
+            lease_duration_ms: None,
+            max_executors: Some(None),
+        }
+    );
+    assert_eq!(
+        set_request("orders", Some(500), Some(4), false).unwrap(),
+        SetNamespaceRequest {
+            lease_duration_ms: Some(500),
+            max_executors: Some(Some(4)),
+        }
+    );
+}
+
+/// P18.1: `default` always exists, cannot be deleted, and has the managers' lease: asking
+/// otherwise is bad input, refused without a request.
+#[tokio::test]
+async fn p18_1_default_cannot_be_created_deleted_or_given_a_lease() {
+    assert_eq!(
+        create_request("default", 4, None, None)
+            .unwrap_err()
+            .exit_code(),
+        2
+    );
+    assert_eq!(
+        create_request("kv", 4, Some(1_000), Some(2)).unwrap(),
+        CreateNamespaceRequest {
+            name: "kv".into(),
+            shard_count: 4,
+            lease_duration_ms: Some(1_000),
+            max_executors: Some(2),
+        }
+    );
+    assert_eq!(
+        set_request("default", Some(1_000), None, false)
+            .unwrap_err()
+            .exit_code(),
+        2
+    );
+    assert!(set_request("default", None, Some(9), false).is_ok());
+
+    let fake = FakeManager::start().await;
+    for argv in [
+        &["namespace", "create", "default", "--shards", "4"][..],
+        &["namespace", "delete", "default"],
+        &["namespace", "set", "default", "--lease", "10s"],
+    ] {
+        let error = fake.ctl(argv).await.unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{argv:?}: {error}");
+    }
+    assert_eq!(fake.requests(), Vec::<String>::new());
+}
+
+/// A manager on 127.0.0.1 that answers the reads and namespace calls with fixed replies and
+/// notes each request as `METHOD path?query body`, so a test sees which call a command made.
+struct FakeManager {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl FakeManager {
+    async fn start() -> Self {
+        use axum::http::{Method, StatusCode, Uri};
+        use axum::response::IntoResponse;
+
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let noted = seen.clone();
+        let router = axum::Router::new().fallback(move |method: Method, uri: Uri, body: String| {
+            let noted = noted.clone();
+            async move {
+                let line = format!("{method} {uri} {body}");
+                noted.lock().unwrap().push(line.trim_end().to_owned());
+                let reply = match (method.as_str(), uri.path()) {
+                    ("GET", "/v1/shards") => serde_json::to_value(vec![
+                        ShardView {
+                            shard: 0,
+                            owner: Some("ex-1".into()),
+                            epoch: 3,
+                            handoff: None,
+                            load: None,
+                            hot: false,
+                            pinned_to: None,
+                        },
+                        ShardView {
+                            shard: 1,
+                            owner: None,
+                            epoch: 0,
+                            handoff: None,
+                            load: None,
+                            hot: false,
+                            pinned_to: None,
+                        },
+                    ]),
+                    ("GET", "/v1/executors") => serde_json::to_value(vec![ExecutorView {
+                        namespace: "orders".into(),
+                        executor_id: "ex-1".into(),
+                        incarnation: "inc".into(),
+                        name: None,
+                        address: "http://e1:9".into(),
+                        lease_remaining_ms: 1_000,
+                        registered_revision: 2,
+                        shards: vec![ShardEpoch { shard: 0, epoch: 3 }],
+                        draining: false,
+                        capacity: 1,
+                        load: None,
+                        utilisation: None,
+                        app_version: None,
+                        labels: Default::default(),
+                    }]),
+                    ("GET", "/v1/routing") => serde_json::to_value(crate::wire::KeyRoute {
+                        key: "user-42".into(),
+                        revision: 5,
+                        route: crate::wire::Route {
+                            shard: 0,
+                            executor_id: Some("ex-1".into()),
+                            address: Some("http://e1:9".into()),
+                            epoch: 3,
+                        },
+                    }),
+                    ("GET", "/v1/namespaces") => {
+                        serde_json::to_value(vec![namespace_view("orders", None, 7)])
+                    }
+                    ("DELETE", _) => serde_json::to_value(NamespaceDeleted {
+                        name: "orders".into(),
+                        already_gone: false,
+                        removed_executors: Vec::new(),
+                    }),
+                    (_, path) if path.starts_with("/v1/namespaces") => {
+                        serde_json::to_value(namespace_view("orders", Some(2), 7))
+                    }
+                    _ => return StatusCode::NOT_FOUND.into_response(),
+                };
+                axum::Json(reply.unwrap()).into_response()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        Self { url, seen }
+    }
+
+    /// Runs `leaseholdctl ARGS` against this manager; what it printed, or its error.
+    async fn ctl(&self, args: &[&str]) -> Result<String, CtlError> {
+        let mut argv = vec!["leaseholdctl", "--endpoints", &self.url, "--patience", "2s"];
+        argv.extend_from_slice(args);
+        let mut printed = Vec::new();
+        run(Cli::try_parse_from(argv).unwrap(), &mut printed).await?;
+        Ok(String::from_utf8(printed).unwrap())
+    }
+
+    /// The requests seen since the last call.
+    fn requests(&self) -> Vec<String> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// P18.1: `-n NAME` sends the listing, shard and route reads to that namespace; no `-n` and
+/// `-n default` send exactly the requests the CLI sent before namespaces.
+#[tokio::test]
+async fn p18_1_dash_n_selects_the_namespaced_reads() {
+    let fake = FakeManager::start().await;
+    for (args, requests) in [
+        (
+            &["-n", "orders", "shard", "list"][..],
+            &["GET /v1/shards?namespace=orders"][..],
+        ),
+        (&["shard", "list"], &["GET /v1/shards"]),
+        (&["-n", "default", "shard", "list"], &["GET /v1/shards"]),
+        (
+            &["--consistent", "executor", "list", "--namespace", "orders"],
+            &["GET /v1/executors?namespace=orders&consistent=true"],
+        ),
+        (&["executor", "list"], &["GET /v1/executors"]),
+        (
+            &["-n", "orders", "route", "user-42"],
+            &["GET /v1/routing?namespace=orders&key=user-42"],
+        ),
+        (&["route", "user-42"], &["GET /v1/routing?key=user-42"]),
+        (
+            &["-n", "orders", "shard", "show", "0"],
+            &[
+                "GET /v1/shards?namespace=orders",
+                "GET /v1/executors?namespace=orders",
+            ],
+        ),
+    ] {
+        fake.ctl(args)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert_eq!(fake.requests(), requests, "{args:?}");
+    }
+
+    // A namespaced shard shows its route from the namespace's executors.
+    let shown = fake
+        .ctl(&["-n", "orders", "shard", "show", "0"])
+        .await
+        .unwrap();
+    assert!(shown.contains("route:      http://e1:9\n"), "{shown}");
+    let missing = fake
+        .ctl(&["-n", "orders", "shard", "show", "7"])
+        .await
+        .unwrap_err();
+    assert_eq!(missing.exit_code(), 4);
+    assert_eq!(
+        missing.to_string(),
+        "shard 7 does not exist in namespace orders (shard count 2)"
+    );
+    let routed = fake
+        .ctl(&["-n", "orders", "route", "user-42"])
+        .await
+        .unwrap();
+    assert_eq!(
+        routed
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["user-42", "0", "ex-1", "http://e1:9", "3", "5"]
+    );
+}
+
+/// P18.1: a command that reads no namespace but `default` refuses `-n` naming another (bad
+/// input, nothing sent) instead of answering from `default` as if it were the one asked for.
+#[tokio::test]
+async fn p18_1_dash_n_is_refused_where_no_namespace_is_read() {
+    let fake = FakeManager::start().await;
+    for args in [
+        &["watch"][..],
+        &["shard", "pin", "3", "ex-1"],
+        &["shard", "move", "3", "--to", "ex-1"],
+        &["shard", "unpin", "3"],
+        &["executor", "show", "ex-1"],
+        &["executor", "drain", "ex-1"],
+        &["state"],
+        &["lease", "list"],
+        &["plan"],
+        &["audit"],
+        &["member", "list"],
+        &["namespace", "show", "orders"],
+    ] {
+        let mut argv = vec!["-n", "orders"];
+        argv.extend_from_slice(args);
+        let error = fake.ctl(&argv).await.unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("does not take -n/--namespace orders"),
+            "{args:?}: {message}"
+        );
+    }
+    assert_eq!(fake.requests(), Vec::<String>::new());
+    let error = fake.ctl(&["-n", "orders", "watch"]).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "`watch` does not take -n/--namespace orders: only `shard list`, `shard show`, `route` \
+         and `executor list` read one namespace so far"
+    );
+    // `-n default` is what no `-n` means, anywhere.
+    fake.ctl(&["-n", "default", "namespace", "list"])
+        .await
+        .unwrap();
+    assert_eq!(fake.requests(), ["GET /v1/namespaces"]);
+}
+
+/// P18.1: each namespace command makes its one call with the wire body, and prints the reply.
+#[tokio::test]
+async fn p18_1_namespace_commands_send_the_wire_requests() {
+    let fake = FakeManager::start().await;
+    let created = fake
+        .ctl(&[
+            "namespace",
+            "create",
+            "orders",
+            "--shards",
+            "16",
+            "--lease",
+            "60s",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.requests(),
+        [r#"POST /v1/namespaces {"name":"orders","shard_count":16,"lease_duration_ms":60000}"#]
+    );
+    assert!(
+        created.starts_with("namespace:       orders\n"),
+        "{created}"
+    );
+    fake.ctl(&[
+        "namespace",
+        "create",
+        "orders",
+        "--shards",
+        "16",
+        "--max-executors",
+        "2",
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        fake.requests(),
+        [r#"POST /v1/namespaces {"name":"orders","shard_count":16,"max_executors":2}"#]
+    );
+
+    let listed = fake.ctl(&["namespace", "list"]).await.unwrap();
+    assert_eq!(fake.requests(), ["GET /v1/namespaces"]);
+    assert!(
+        listed.starts_with("NAME    SHARDS  LEASE  EXECUTORS  OWNED  MAX\n"),
+        "{listed}"
+    );
+    let shown = fake
+        .ctl(&["-o", "json", "namespace", "show", "orders"])
+        .await
+        .unwrap();
+    assert_eq!(fake.requests(), ["GET /v1/namespaces/orders"]);
+    let shown: NamespaceView = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown, namespace_view("orders", Some(2), 7));
+
+    fake.ctl(&["namespace", "set", "orders", "--no-max-executors"])
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.requests(),
+        [r#"PATCH /v1/namespaces/orders {"max_executors":null}"#]
+    );
+    fake.ctl(&[
+        "namespace",
+        "set",
+        "orders",
+        "--lease",
+        "2s",
+        "--max-executors",
+        "4",
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        fake.requests(),
+        [r#"PATCH /v1/namespaces/orders {"lease_duration_ms":2000,"max_executors":4}"#]
+    );
+
+    let deleted = fake.ctl(&["namespace", "delete", "orders"]).await.unwrap();
+    assert_eq!(fake.requests(), ["DELETE /v1/namespaces/orders"]);
+    assert_eq!(deleted, "namespace orders deleted\n");
 }

@@ -268,6 +268,7 @@ mod tests {
 
     fn executor(id: &str, draining: bool) -> ExecutorView {
         ExecutorView {
+            namespace: crate::wire::DEFAULT_NAMESPACE.into(),
             executor_id: id.into(),
             incarnation: format!("inc-{id}"),
             name: Some(format!("name-{id}")),

@@ -23,6 +23,7 @@ const SHARDS: u32 = 8;
 
 fn executor(id: &str, address: &str) -> ExecutorView {
     ExecutorView {
+        namespace: crate::wire::DEFAULT_NAMESPACE.into(),
         executor_id: id.into(),
         incarnation: format!("inc-{id}"),
         name: None,

@@ -66,6 +66,18 @@ pub struct RegisterRequest {
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     #[cfg_attr(feature = "utoipa", schema(value_type = std::collections::BTreeMap<String, String>))]
     pub labels: Labels,
+    /// The namespace it registers into (PROTOCOL P18.1), which must exist (`404` otherwise);
+    /// absent: `default`. Sent only to managers stating cluster version 10 or later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            min_length = 1,
+            max_length = 63,
+            pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+        )
+    )]
+    pub namespace: Option<String>,
 }
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).

@@ -7,6 +7,8 @@
 //! lowercase letters, digits and `-`, starting and ending with a letter or digit. The manager's
 //! edge, its state machine and the executor's flag parser all apply [`check_namespace_name`].
 
+use serde::{Deserialize, Serialize};
+
 /// The state schema that introduced namespaces (PROTOCOL P18.1, P14.3): the replicated
 /// namespaces, each executor's namespace, and the commands that create, change and delete a
 /// namespace. A registration into a namespace other than [`DEFAULT_NAMESPACE`] is sent only to
@@ -29,6 +31,96 @@ pub const MAX_NAMESPACES: usize = 1024;
 /// space measured (docs/BENCHMARKS.md, B5), since every shard is in every snapshot whichever
 /// namespace holds it.
 pub const MAX_TOTAL_SHARDS: u64 = super::MAX_SHARD_COUNT as u64;
+
+/// `POST /v1/namespaces` (PROTOCOL P18.1, admin role): create a namespace. A repeat with the
+/// same settings succeeds and changes nothing; other settings for a name in use are `409`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateNamespaceRequest {
+    /// DNS-label shaped: 1 to 63 of lowercase letters, digits and `-`, starting and ending with
+    /// a letter or digit; not `default`, which always exists.
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            min_length = 1,
+            max_length = 63,
+            pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+        )
+    )]
+    pub name: String,
+    /// Its shards are `0..shard_count`, `1..=1048576`; never changes.
+    pub shard_count: u32,
+    /// The lease its executors' grants carry, `1..=86400000` ms; absent: the managers'
+    /// `--lease-duration` (`default`'s lease) at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_duration_ms: Option<u64>,
+    /// Most executors registered in it at once; absent: no bound but the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_executors: Option<u32>,
+}
+
+/// `PATCH /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): change a namespace's settings in
+/// place; an absent field keeps its value. Its shard count never changes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SetNamespaceRequest {
+    /// The lease for grants from now on (P3.4); not for `default`, whose lease is the managers'
+    /// `--lease-duration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_duration_ms: Option<u64>,
+    /// A new executor bound; `null` removes the bound. A lower bound removes no one.
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<u32>, nullable = true))]
+    pub max_executors: Option<Option<u32>>,
+}
+
+/// A field that is absent (`None`, through `#[serde(default)]`), `null` (`Some(None)`) or a
+/// value (`Some(Some(v))`).
+fn present_or_null<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// One namespace (`GET /v1/namespaces`, `GET /v1/namespaces/{name}`; PROTOCOL P18.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct NamespaceView {
+    pub name: String,
+    pub shard_count: u32,
+    /// The lease its executors' grants carry.
+    pub lease_duration_ms: u64,
+    /// Its executor bound, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_executors: Option<u32>,
+    /// Executors registered in it now.
+    pub executors: u64,
+    /// Its shards with an owner (releasing ones included).
+    pub owned_shards: u64,
+    /// The log index of the entry that created it; 0 for `default`.
+    pub created_revision: u64,
+}
+
+/// `DELETE /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): what the deletion did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct NamespaceDeleted {
+    pub name: String,
+    /// True for a repeat: the name was deleted already.
+    #[serde(default)]
+    pub already_gone: bool,
+    /// The executors still registered in it, holding nothing, removed with it.
+    #[serde(default)]
+    pub removed_executors: Vec<String>,
+}
 
 /// Why a namespace name is refused (I6); its message is a `400` detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +176,24 @@ mod tests {
         ] {
             assert!(check_namespace_name(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn p18_1_a_namespace_change_tells_absent_from_null() {
+        let parse = |json: &str| serde_json::from_str::<SetNamespaceRequest>(json).unwrap();
+        assert_eq!(parse("{}").max_executors, None);
+        assert_eq!(parse(r#"{"max_executors":null}"#).max_executors, Some(None));
+        assert_eq!(parse(r#"{"max_executors":3}"#).max_executors, Some(Some(3)));
+        assert!(serde_json::from_str::<SetNamespaceRequest>(r#"{"shard_count":3}"#).is_err());
+        let cleared = SetNamespaceRequest {
+            lease_duration_ms: None,
+            max_executors: Some(None),
+        };
+        // `None` fields are skipped: the null that clears a bound has to be sent by hand.
+        assert_eq!(
+            serde_json::to_string(&cleared).unwrap(),
+            r#"{"max_executors":null}"#
+        );
     }
 
     #[test]

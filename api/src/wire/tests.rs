@@ -159,6 +159,7 @@ fn executor_view_capacity_defaults_to_one() {
 #[test]
 fn register_request_omits_absent_name() {
     let req = RegisterRequest {
+        namespace: None,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
         name: None,
@@ -179,6 +180,7 @@ fn register_request_omits_absent_name() {
 #[test]
 fn register_request_with_name_round_trips() {
     let req = RegisterRequest {
+        namespace: None,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
         name: Some("worker-a".into()),
@@ -198,6 +200,7 @@ fn a_credential_is_redacted_checked_and_hashed() {
     let credential = Credential::from_random([0xab; 32]);
     assert_eq!(credential.expose().len(), 64);
     let request = RegisterRequest {
+        namespace: None,
         incarnation: "i".into(),
         address: "http://a:1".into(),
         name: None,

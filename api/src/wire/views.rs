@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::executor::DEFAULT_CAPACITY;
 use super::labels::Labels;
+use super::namespaces::{is_default_namespace, DEFAULT_NAMESPACE};
 use super::shards::ShardEpoch;
 
 // ---- Inspection views (`GET /v1/state`, `/v1/executors`, `/v1/shards`, `/v1/routing`) ----
@@ -52,6 +53,17 @@ pub struct ExecutorView {
     /// `load ÷ capacity`, what placement balances (P15.2); present with `load`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub utilisation: Option<f64>,
+    /// The namespace it registered into (PROTOCOL P18.1). Absent from servers before
+    /// namespaces, and for `default`.
+    #[serde(
+        default = "default_namespace",
+        skip_serializing_if = "is_default_namespace"
+    )]
+    pub namespace: String,
+}
+
+fn default_namespace() -> String {
+    DEFAULT_NAMESPACE.to_owned()
 }
 
 /// Serde's default for a capacity a reply leaves out.

@@ -330,6 +330,7 @@ impl ManagerApi for FakeManager {
                 return Err(problem(ErrorCode::Forbidden));
             };
             let listed = |id: String, draining: bool| ExecutorView {
+                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 executor_id: id.clone(),
                 incarnation: id,
                 name: None,

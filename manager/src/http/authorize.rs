@@ -94,6 +94,8 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
         (_, ["v1", "shards", _, "move" | "pin"]) | (_, ["v1", "audit"]) => {
             Requirement::OneOf(ADMIN)
         }
+        // Namespaces (P18.1): reading them is anyone's, changing them an operator's.
+        (_, ["v1", "namespaces", ..]) if method != Method::GET => Requirement::OneOf(ADMIN),
         _ => Requirement::AnyRole,
     }
 }
@@ -363,6 +365,19 @@ mod tests {
                 Requirement::OneOf(ADMIN),
             ),
             (Method::GET, "/v1/audit", Requirement::OneOf(ADMIN)),
+            (Method::GET, "/v1/namespaces", Requirement::AnyRole),
+            (Method::GET, "/v1/namespaces/kv", Requirement::AnyRole),
+            (Method::POST, "/v1/namespaces", Requirement::OneOf(ADMIN)),
+            (
+                Method::PATCH,
+                "/v1/namespaces/kv",
+                Requirement::OneOf(ADMIN),
+            ),
+            (
+                Method::DELETE,
+                "/v1/namespaces/kv",
+                Requirement::OneOf(ADMIN),
+            ),
             (Method::POST, "/raft/append", Requirement::RaftPeer),
             (Method::POST, "/raft/vote", Requirement::RaftPeer),
             (Method::POST, "/raft/snapshot", Requirement::RaftPeer),

@@ -143,6 +143,13 @@ fn registration(
         check_app_version(app_version).map_err(|error| HttpError::invalid(error.to_string()))?;
     }
     check_labels(&request.labels).map_err(|error| HttpError::invalid(error.to_string()))?;
+    // P18.1: into the namespace named, `default` when none; a registration into any other is
+    // schema 10, refused by the proposal gate below cluster version 10 (P14.3).
+    let namespace = request
+        .namespace
+        .unwrap_or_else(|| leasehold_api::wire::DEFAULT_NAMESPACE.to_owned());
+    leasehold_api::wire::check_namespace_name(&namespace)
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
     match &request.credential {
         Some(credential) => credential.validate().map_err(HttpError::invalid)?,
         None if tls => {
@@ -165,7 +172,7 @@ fn registration(
         capacity,
         app_version: request.app_version,
         labels: request.labels,
-        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
+        namespace,
     })
 }
 
@@ -350,6 +357,7 @@ mod tests {
 
     fn request(capacity: Option<u32>) -> RegisterRequest {
         RegisterRequest {
+            namespace: None,
             incarnation: "inc".into(),
             address: "http://127.0.0.1:9".into(),
             name: None,

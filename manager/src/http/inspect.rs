@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use leasehold_api::wire::{
     ExecutorView, HandoffView, KeyRoute, RoutingAnswer, RoutingTable, ShardEpoch, ShardView,
-    StateView,
+    StateView, DEFAULT_NAMESPACE,
 };
 use serde::Deserialize;
 
-use super::params::{ExecutorIdPath, ReadQuery};
+use super::params::{namespace_named, space_named, ExecutorIdPath, ReadQuery};
 use super::{ApiQuery, AppState, HttpError};
 
-use crate::lease::{Executor, LeaseState, Shard, ToldFromMemory};
+use crate::lease::{Executor, LeaseState, Shard, Space, ToldFromMemory};
 use crate::load_reports::LoadPicture;
 use crate::routing::route;
 
@@ -68,16 +68,20 @@ fn executor_view(
         labels: executor.labels.clone(),
         load: load.map(|known| known.load),
         utilisation: load.map(|known| known.utilisation),
+        namespace: executor.namespace.clone(),
     }
 }
 
+/// A shard's view. Loads are `default`'s (the one namespace placed by load), so another
+/// namespace's shards show none.
 pub(super) fn shard_view(
-    state: &LeaseState,
+    space: Space<'_>,
     shard: &Shard,
     now_ms: u64,
     loads: Option<&LoadPicture>,
 ) -> ShardView {
     let index = usize::try_from(shard.id).ok();
+    let loads = loads.filter(|_| space.name() == DEFAULT_NAMESPACE);
     ShardView {
         shard: shard.id,
         owner: shard.owner.clone(),
@@ -91,7 +95,7 @@ pub(super) fn shard_view(
             .zip(index)
             .and_then(|(picture, index)| picture.shard_loads.get(index).copied()),
         hot: loads.is_some_and(|picture| picture.summary.hot.contains(&shard.id)),
-        pinned_to: state.pin(shard.id).map(str::to_owned),
+        pinned_to: space.pin(shard.id).map(str::to_owned),
     }
 }
 
@@ -107,22 +111,37 @@ pub(super) fn current_executor_view(node: &AppState, executor_id: &str) -> Optio
     })
 }
 
-/// The whole state as `GET /v1/state` shows it, lease times on this node's clock at `now_ms`,
-/// loads and leases as the leader knows them (nothing more off the leader).
-pub(super) fn state_view(state: &LeaseState, now_ms: u64, known: &LeaderKnows) -> StateView {
+/// One namespace of the state as `GET /v1/state` shows it (`default` before `Init`: nothing),
+/// lease times on this node's clock at `now_ms`, loads and leases as the leader knows them
+/// (nothing more off the leader).
+pub(super) fn state_view(
+    state: &LeaseState,
+    space: Option<Space<'_>>,
+    now_ms: u64,
+    known: &LeaderKnows,
+) -> StateView {
     let loads = known.loads.as_deref();
     StateView {
         revision: state.revision(),
-        shard_count: state.config().map_or(0, |c| c.shard_count),
-        lease_duration_ms: state.config().map_or(0, |c| c.lease_duration_ms),
-        executors: state
-            .executors()
+        shard_count: space
+            .and_then(|space| space.config())
+            .map_or(0, |c| c.shard_count),
+        lease_duration_ms: space
+            .and_then(|space| space.config())
+            .map_or(0, |c| c.lease_duration_ms),
+        executors: space
+            .into_iter()
+            .flat_map(|space| space.executors())
             .map(|e| executor_view(state, e, now_ms, known))
             .collect(),
-        shards: state
-            .shards()
-            .iter()
-            .map(|s| shard_view(state, s, now_ms, loads))
+        shards: space
+            .into_iter()
+            .flat_map(|space| {
+                space
+                    .shards()
+                    .iter()
+                    .map(move |s| shard_view(space, s, now_ms, loads))
+            })
             .collect(),
         maintenance: state.maintenance(),
     }
@@ -135,11 +154,14 @@ pub(super) fn state_view(state: &LeaseState, now_ms: u64, known: &LeaderKnows) -
 )]
 pub async fn state(
     State(node): State<AppState>,
-    ApiQuery(_): ApiQuery<ReadQuery>,
-) -> Json<StateView> {
+    ApiQuery(query): ApiQuery<ReadQuery>,
+) -> Result<Json<StateView>, HttpError> {
+    let name = query.namespace()?;
     let now_ms = node.leadership.clock.now_ms();
     let known = leader_knows(&node);
-    Json(state_view(&node.state.current(), now_ms, &known))
+    let state = node.state.current();
+    let space = space_named(&state, name)?;
+    Ok(Json(state_view(&state, space, now_ms, &known)))
 }
 
 /// Every registered executor.
@@ -149,21 +171,26 @@ pub async fn state(
 )]
 pub async fn executors(
     State(node): State<AppState>,
-    ApiQuery(_): ApiQuery<ReadQuery>,
-) -> Json<Vec<ExecutorView>> {
-    Json(all_executor_views(&node))
+    ApiQuery(query): ApiQuery<ReadQuery>,
+) -> Result<Json<Vec<ExecutorView>>, HttpError> {
+    executor_views_in(&node, query.namespace()?).map(Json)
 }
 
-/// Every registered executor, lease times on this node's clock.
-pub(super) fn all_executor_views(node: &AppState) -> Vec<ExecutorView> {
+/// Every executor registered in `namespace`, lease times on this node's clock.
+pub(super) fn executor_views_in(
+    node: &AppState,
+    namespace: &str,
+) -> Result<Vec<ExecutorView>, HttpError> {
     let now_ms = node.leadership.clock.now_ms();
     let known = leader_knows(node);
     node.state.read(|applied| {
         let state = &applied.state;
-        state
-            .executors()
+        let space = space_named(state, namespace)?;
+        Ok(space
+            .into_iter()
+            .flat_map(|space| space.executors())
             .map(|e| executor_view(state, e, now_ms, &known))
-            .collect()
+            .collect())
     })
 }
 
@@ -198,18 +225,25 @@ pub async fn executor(
 )]
 pub async fn shards(
     State(node): State<AppState>,
-    ApiQuery(_): ApiQuery<ReadQuery>,
-) -> Json<Vec<ShardView>> {
+    ApiQuery(query): ApiQuery<ReadQuery>,
+) -> Result<Json<Vec<ShardView>>, HttpError> {
+    let name = query.namespace()?;
     let now_ms = node.leadership.clock.now_ms();
     let loads = node.published_loads.latest();
+    let loads = loads.as_deref();
     let current = node.state.current();
-    Json(
-        current
-            .shards()
-            .iter()
-            .map(|s| shard_view(&current, s, now_ms, loads.as_deref()))
+    let space = space_named(&current, name)?;
+    Ok(Json(
+        space
+            .into_iter()
+            .flat_map(|space| {
+                space
+                    .shards()
+                    .iter()
+                    .map(move |s| shard_view(space, s, now_ms, loads))
+            })
             .collect(),
-    )
+    ))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -228,6 +262,14 @@ pub struct RoutingQuery {
     #[serde(default)]
     #[param(inline)]
     form: RoutingForm,
+    /// The namespace routed (PROTOCOL P18.1): its shards, and its keys hashed over its shard
+    /// count; absent: `default`.
+    #[param(
+        min_length = 1,
+        max_length = 63,
+        pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
+    namespace: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
@@ -264,16 +306,28 @@ pub async fn routing(
             "form=runs is a form of the whole table; a key's route is one route",
         ));
     }
+    let name = namespace_named(query.namespace.as_deref())?;
     let state = node.state.current();
-    let shard_count = state.config().map_or(0, |c| c.shard_count);
+    let space = space_named(&state, name)?;
+    let shard_count = space
+        .and_then(|space| space.config())
+        .map_or(0, |c| c.shard_count);
     let Some(key) = &query.key else {
         if query.form == RoutingForm::Runs {
-            return Ok(Json(RoutingAnswer::Runs(node.routing_runs.of(&state))));
+            let runs = match space {
+                Some(space) => node.routing_runs.of(space),
+                None => node.routing_runs.of_default(&state),
+            };
+            return Ok(Json(RoutingAnswer::Runs(runs)));
         }
         return Ok(Json(RoutingAnswer::Table(RoutingTable {
             revision: state.revision(),
             shard_count,
-            routes: state.shards().iter().map(|s| route(&state, s)).collect(),
+            routes: space
+                .into_iter()
+                .flat_map(|space| space.shards().iter())
+                .map(|s| route(&state, s))
+                .collect(),
         })));
     };
     let count = NonZeroU32::new(shard_count).ok_or_else(|| {
@@ -283,8 +337,8 @@ pub async fn routing(
         )
     })?;
     let shard = leasehold_api::shard_for_key(key.as_bytes(), count);
-    let found = state
-        .shard(shard)
+    let found = space
+        .and_then(|space| space.shard(shard))
         .ok_or_else(|| HttpError::internal("routing", format!("shard {shard} missing")))?;
     Ok(Json(RoutingAnswer::Key(KeyRoute {
         key: key.clone(),

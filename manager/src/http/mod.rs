@@ -15,6 +15,7 @@ mod error;
 mod executors;
 mod health;
 mod inspect;
+mod namespaces;
 pub mod openapi;
 mod operator;
 mod params;
@@ -223,6 +224,12 @@ fn leader_routes(node: &AppState) -> Router<AppState> {
         .route(
             "/v1/shards/{shard}/pin",
             axum::routing::put(operator::pin).delete(operator::unpin),
+        )
+        // P18.1: namespaces are created, changed and deleted by operator actions.
+        .route("/v1/namespaces", post(namespaces::create))
+        .route(
+            "/v1/namespaces/{name}",
+            axum::routing::patch(namespaces::set).delete(namespaces::delete),
         );
     let admin = Router::new()
         .route("/v1/cluster/nodes", post(cluster::add_node))
@@ -260,6 +267,8 @@ fn read_routes(node: &AppState) -> Router<AppState> {
         .route("/v1/shards", get(inspect::shards))
         .route("/v1/routing", get(inspect::routing))
         .route("/v1/cluster/maintenance", get(operator::maintenance))
+        .route("/v1/namespaces", get(namespaces::list))
+        .route("/v1/namespaces/{name}", get(namespaces::show))
         .route("/v1/audit", get(operator::audit))
         .route("/v1/backup", get(backup::backup))
         .route_layer(middleware::from_fn_with_state(

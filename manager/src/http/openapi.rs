@@ -15,7 +15,8 @@ use leasehold_api::problem::{ErrorCode, Problem};
 use utoipa::OpenApi;
 
 use super::{
-    backup, cluster, drain, executors, health, inspect, operator, plan, safe_to_stop, watch,
+    backup, cluster, drain, executors, health, inspect, namespaces, operator, plan, safe_to_stop,
+    watch,
 };
 
 #[derive(OpenApi)]
@@ -41,6 +42,11 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         operator::pin,
         operator::unpin,
         operator::audit,
+        namespaces::list,
+        namespaces::show,
+        namespaces::create,
+        namespaces::set,
+        namespaces::delete,
         safe_to_stop::member,
         inspect::state,
         inspect::executors,
@@ -65,6 +71,7 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         (name = "inspection", description = "Reads of the lease state, from any replica."),
         (name = "cluster", description = "The Raft group: inspection and administration."),
         (name = "operator", description = "Operator controls (P17.4): maintenance mode, shard moves and pins, the audit log."),
+        (name = "namespaces", description = "Namespaces (P18.1): shard spaces of one cluster, each with its own shards, lease and executors."),
         (name = "health", description = "Liveness, readiness, metrics and this document."),
     ),
 )]

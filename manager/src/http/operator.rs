@@ -117,9 +117,12 @@ fn unknown_shard(shard: ShardId) -> HttpError {
 /// The shard as this replica applied it (the leader, after the commit).
 fn current_shard(node: &AppState, shard: ShardId) -> Result<Json<ShardView>, HttpError> {
     let state = node.state.current();
-    let entry = state.shard(shard).ok_or_else(|| unknown_shard(shard))?;
+    let space = state
+        .space(DEFAULT_NAMESPACE)
+        .ok_or_else(|| unknown_shard(shard))?;
+    let entry = space.shard(shard).ok_or_else(|| unknown_shard(shard))?;
     Ok(Json(shard_view(
-        &state,
+        space,
         entry,
         node.leadership.clock.now_ms(),
         None,

@@ -18,6 +18,41 @@ pub struct ReadQuery {
     #[serde(default)]
     #[allow(dead_code)]
     consistent: bool,
+    /// The namespace read (PROTOCOL P18.1); absent: `default`.
+    #[param(
+        min_length = 1,
+        max_length = 63,
+        pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
+    namespace: Option<String>,
+}
+
+impl ReadQuery {
+    /// The namespace asked for, checked: `default` when none is named.
+    pub(super) fn namespace(&self) -> Result<&str, HttpError> {
+        namespace_named(self.namespace.as_deref())
+    }
+}
+
+/// The namespace a read's `namespace` parameter names (`default` when absent), checked (I6).
+pub(super) fn namespace_named(namespace: Option<&str>) -> Result<&str, HttpError> {
+    let name = namespace.unwrap_or(leasehold_api::wire::DEFAULT_NAMESPACE);
+    leasehold_api::wire::check_namespace_name(name)
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
+    Ok(name)
+}
+
+/// The namespace `name` of `state` as the views read it: `None` for `default` before `Init`
+/// (every list is then empty, as before namespaces), `404` for a namespace that does not exist.
+pub(super) fn space_named<'a>(
+    state: &'a crate::lease::LeaseState,
+    name: &str,
+) -> Result<Option<crate::lease::Space<'a>>, HttpError> {
+    match state.space(name) {
+        Some(space) => Ok(Some(space)),
+        None if name == leasehold_api::wire::DEFAULT_NAMESPACE => Ok(None),
+        None => Err(super::namespaces::unknown_namespace(name)),
+    }
 }
 
 /// Whether a request's query asks for a consistent read (`consistent=true`), read by the same

@@ -240,11 +240,16 @@ pub async fn watch(
     let body = hub
         .answer(key, || {
             let answer = match query.view {
-                WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of(&state)),
+                WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of_default(&state)),
                 WatchView::State => {
                     let known = super::inspect::leader_knows(&node);
                     WatchAnswer::State(WatchReply {
-                        state: state_view(&state, node.leadership.clock.now_ms(), &known),
+                        state: state_view(
+                            &state,
+                            state.space(leasehold_api::wire::DEFAULT_NAMESPACE),
+                            node.leadership.clock.now_ms(),
+                            &known,
+                        ),
                         departed: departed_since(&state, query.revision),
                     })
                 }

@@ -270,6 +270,19 @@ pub enum OperatorDone {
         changed: bool,
     },
     Recorded,
+    /// A namespace created (P18.1); `already_exists` for a repeat with the same settings.
+    NamespaceCreated {
+        already_exists: bool,
+    },
+    /// A namespace's settings set; `changed` false for a repeat.
+    NamespaceSet {
+        changed: bool,
+    },
+    /// A namespace deleted; `already_gone` for a repeat.
+    NamespaceDeleted {
+        already_gone: bool,
+        removed: Vec<ExecutorId>,
+    },
 }
 
 impl CommandAnswer for OperatorDone {
@@ -316,6 +329,18 @@ impl CommandAnswer for OperatorDone {
                 changed,
             },
             Outcome::Recorded => Self::Recorded,
+            Outcome::NamespaceCreated { already_exists, .. } => {
+                Self::NamespaceCreated { already_exists }
+            }
+            Outcome::NamespaceSet { changed, .. } => Self::NamespaceSet { changed },
+            Outcome::NamespaceDeleted {
+                already_gone,
+                removed,
+                ..
+            } => Self::NamespaceDeleted {
+                already_gone,
+                removed,
+            },
             Outcome::NotFound => return Ok(ExecutorAnswer::UnknownExecutor),
             Outcome::Refused { reason } => return Ok(ExecutorAnswer::Refused(reason)),
             other => return Err(other),

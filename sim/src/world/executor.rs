@@ -329,6 +329,7 @@ impl LeaseHolder for ProcessHolder<'_> {
     fn register_request(&mut self) -> RegisterRequest {
         self.process.register_sent = true;
         RegisterRequest {
+            namespace: None,
             incarnation: self.process.incarnation.clone(),
             address: format!("http://s{}:1", self.slot),
             name: None,

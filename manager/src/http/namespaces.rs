@@ -1,0 +1,289 @@
+//! Namespaces (PROTOCOL P18.1): `POST /v1/namespaces`, `GET /v1/namespaces`,
+//! `GET`/`PATCH`/`DELETE /v1/namespaces/{name}`. Creating, changing and deleting one are
+//! operator actions (admin role, recorded in the audit log, P17.4) the leader proposes; the
+//! reads are any role's, answered from this replica's applied state.
+
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use leasehold_api::problem::ErrorCode;
+use leasehold_api::wire::{
+    check_namespace_name, CreateNamespaceRequest, NamespaceDeleted, NamespaceView,
+    SetNamespaceRequest, MAX_LEASE_DURATION_MS,
+};
+
+use super::authorize::Actor;
+use super::operator::propose_expecting;
+use super::refusals::refusal;
+use super::{ApiJson, AppState, HttpError};
+use crate::lease::answer::OperatorDone;
+use crate::lease::{ExecutorAnswer, LeaseState, Namespace, OperatorAction};
+
+/// The `{name}` path parameter: a namespace name, checked where it is extracted.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct NamespacePath {
+    /// The namespace's name.
+    #[param(
+        min_length = 1,
+        max_length = 63,
+        pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
+    pub name: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NamespacePath {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| HttpError::invalid(rejection.body_text()))?;
+        check_namespace_name(&name).map_err(|error| HttpError::invalid(error.to_string()))?;
+        Ok(Self { name })
+    }
+}
+
+fn view(name: &str, namespace: &Namespace, state: &LeaseState) -> NamespaceView {
+    NamespaceView {
+        name: name.to_owned(),
+        shard_count: namespace.config.shard_count,
+        lease_duration_ms: namespace.config.lease_duration_ms,
+        max_executors: namespace.max_executors,
+        executors: namespace.executor_count() as u64,
+        owned_shards: state
+            .executors_in(name)
+            .map(|executor| executor.owned_shards.len() as u64)
+            .sum(),
+        created_revision: namespace.created_revision,
+    }
+}
+
+pub(super) fn unknown_namespace(name: &str) -> HttpError {
+    HttpError::new(
+        ErrorCode::NotFound,
+        format!("namespace {name} does not exist (P18.1)"),
+    )
+}
+
+/// The namespace as this replica applied it (the leader, after a commit).
+fn current_view(node: &AppState, name: &str) -> Result<NamespaceView, HttpError> {
+    let state = node.state.current();
+    let namespace = state
+        .namespace(name)
+        .ok_or_else(|| unknown_namespace(name))?;
+    Ok(view(name, namespace, &state))
+}
+
+fn check_lease(lease_duration_ms: u64) -> Result<(), HttpError> {
+    if lease_duration_ms == 0 || lease_duration_ms > MAX_LEASE_DURATION_MS {
+        return Err(HttpError::invalid(format!(
+            "lease_duration_ms {lease_duration_ms} is outside 1..={MAX_LEASE_DURATION_MS}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_bound(max_executors: Option<u32>) -> Result<(), HttpError> {
+    if max_executors == Some(0) {
+        return Err(HttpError::invalid("max_executors must be at least 1"));
+    }
+    Ok(())
+}
+
+fn not_an_operator_outcome(what: &str) -> HttpError {
+    HttpError::internal(
+        "unexpected state machine outcome",
+        format!("a namespace {what} answered not found"),
+    )
+}
+
+/// Every namespace, ascending by name.
+#[utoipa::path(
+    get, path = "/v1/namespaces", tag = "namespaces",
+    responses((status = 200, description = "Every namespace, `default` included (P18.1).", body = Vec<NamespaceView>)),
+)]
+pub async fn list(State(node): State<AppState>) -> Json<Vec<NamespaceView>> {
+    let state = node.state.current();
+    Json(
+        state
+            .namespaces()
+            .map(|(name, namespace)| view(name, namespace, &state))
+            .collect(),
+    )
+}
+
+/// One namespace.
+#[utoipa::path(
+    get, path = "/v1/namespaces/{name}", tag = "namespaces", params(NamespacePath),
+    responses(
+        (status = 200, description = "The namespace.", body = NamespaceView),
+        (status = 400, description = "`invalid_request`: not a namespace name."),
+        (status = 404, description = "`not_found`: no such namespace."),
+    ),
+)]
+pub async fn show(
+    State(node): State<AppState>,
+    NamespacePath { name }: NamespacePath,
+) -> Result<Json<NamespaceView>, HttpError> {
+    current_view(&node, &name).map(Json)
+}
+
+/// Creates a namespace: its shards unowned, its executors to come.
+#[utoipa::path(
+    post, path = "/v1/namespaces", tag = "namespaces",
+    request_body = CreateNamespaceRequest,
+    responses(
+        (status = 201, description = "Created (recorded in the audit log).", body = NamespaceView),
+        (status = 200, description = "It existed with these settings already: nothing changed.", body = NamespaceView),
+        (status = 400, description = "`invalid_request`: a malformed name, no shards or more than 1048576, a lease outside 1 ms..=24 h, a bound of 0."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 10 (P14.3)."),
+    ),
+)]
+pub async fn create(
+    State(node): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    ApiJson(request): ApiJson<CreateNamespaceRequest>,
+) -> Result<(StatusCode, Json<NamespaceView>), HttpError> {
+    check_namespace_name(&request.name).map_err(|error| HttpError::invalid(error.to_string()))?;
+    let lease_duration_ms = match request.lease_duration_ms {
+        Some(lease_duration_ms) => lease_duration_ms,
+        None => node
+            .state
+            .current()
+            .config()
+            .map(|config| config.lease_duration_ms)
+            .ok_or_else(|| refusal(crate::lease::RefusalReason::NotInitialised))?,
+    };
+    check_lease(lease_duration_ms)?;
+    check_bound(request.max_executors)?;
+    let action = OperatorAction::CreateNamespace {
+        name: request.name.clone(),
+        shard_count: request.shard_count,
+        lease_duration_ms,
+        max_executors: request.max_executors,
+    };
+    let answer = propose_expecting(&node, &actor, action, |done| match done {
+        OperatorDone::NamespaceCreated { already_exists } => Ok(already_exists),
+        other => Err(other),
+    })
+    .await?;
+    match answer {
+        ExecutorAnswer::Done(already_exists) => {
+            tracing::info!(
+                namespace = request.name,
+                shard_count = request.shard_count,
+                already_exists,
+                actor = actor.0,
+                "namespace created"
+            );
+            let status = if already_exists {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            Ok((status, Json(current_view(&node, &request.name)?)))
+        }
+        ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("creation")),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+/// Changes a namespace's lease or executor bound in place.
+#[utoipa::path(
+    patch, path = "/v1/namespaces/{name}", tag = "namespaces", params(NamespacePath),
+    request_body = SetNamespaceRequest,
+    responses(
+        (status = 200, description = "The namespace as it is now (recorded in the audit log if this changed it).", body = NamespaceView),
+        (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 404, description = "`not_found`: no such namespace."),
+        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 10."),
+    ),
+)]
+pub async fn set(
+    State(node): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    NamespacePath { name }: NamespacePath,
+    ApiJson(request): ApiJson<SetNamespaceRequest>,
+) -> Result<Json<NamespaceView>, HttpError> {
+    let current = current_view(&node, &name)?;
+    let lease_duration_ms = request
+        .lease_duration_ms
+        .unwrap_or(current.lease_duration_ms);
+    let max_executors = request.max_executors.unwrap_or(current.max_executors);
+    check_lease(lease_duration_ms)?;
+    check_bound(max_executors)?;
+    let action = OperatorAction::SetNamespace {
+        name: name.clone(),
+        lease_duration_ms,
+        max_executors,
+    };
+    let answer = propose_expecting(&node, &actor, action, |done| match done {
+        OperatorDone::NamespaceSet { changed } => Ok(changed),
+        other => Err(other),
+    })
+    .await?;
+    match answer {
+        ExecutorAnswer::Done(changed) => {
+            tracing::info!(
+                namespace = name,
+                lease_duration_ms,
+                ?max_executors,
+                changed,
+                actor = actor.0,
+                "namespace set"
+            );
+            current_view(&node, &name).map(Json)
+        }
+        ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("change")),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+/// Deletes a drained namespace; the executors still in it, holding nothing, go with it.
+#[utoipa::path(
+    delete, path = "/v1/namespaces/{name}", tag = "namespaces", params(NamespacePath),
+    responses(
+        (status = 200, description = "Deleted, now or before (recorded in the audit log if now).", body = NamespaceDeleted),
+        (status = 400, description = "`invalid_request`: not a namespace name."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 404, description = "`not_found`: no such namespace, ever."),
+        (status = 409, description = "`conflict`: `default`, a namespace with an owned shard (drain its executors first), or the cluster version is below 10."),
+    ),
+)]
+pub async fn delete(
+    State(node): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    NamespacePath { name }: NamespacePath,
+) -> Result<Json<NamespaceDeleted>, HttpError> {
+    let action = OperatorAction::DeleteNamespace { name: name.clone() };
+    let answer = propose_expecting(&node, &actor, action, |done| match done {
+        OperatorDone::NamespaceDeleted {
+            already_gone,
+            removed,
+        } => Ok((already_gone, removed)),
+        other => Err(other),
+    })
+    .await?;
+    match answer {
+        ExecutorAnswer::Done((already_gone, removed_executors)) => {
+            tracing::info!(
+                namespace = name,
+                already_gone,
+                removed = removed_executors.len(),
+                actor = actor.0,
+                "namespace deleted"
+            );
+            Ok(Json(NamespaceDeleted {
+                name,
+                already_gone,
+                removed_executors,
+            }))
+        }
+        ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("deletion")),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
