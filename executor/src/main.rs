@@ -259,7 +259,10 @@ mod tests {
         assert_eq!(parse(Some("orders")).unwrap().namespace, "orders");
         for bad in ["Orders", "", "x-", "a_b"] {
             let error = parse(Some(bad)).unwrap_err();
-            assert!(error.to_string().contains("--namespace"), "{bad:?}: {error}");
+            assert!(
+                error.to_string().contains("--namespace"),
+                "{bad:?}: {error}"
+            );
         }
     }
 

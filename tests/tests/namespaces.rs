@@ -160,7 +160,11 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
         .await
         .ok()
         .rows();
-    assert_eq!(rows.len(), 1 + ORDERS_SHARDS as usize, "a header and a row a shard");
+    assert_eq!(
+        rows.len(),
+        1 + ORDERS_SHARDS as usize,
+        "a header and a row a shard"
+    );
     assert!(rows[1..]
         .iter()
         .all(|row| row.iter().any(|cell| order_ids.contains(cell))));

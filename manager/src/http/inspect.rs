@@ -14,7 +14,7 @@ use leasehold_api::wire::{
 };
 use serde::Deserialize;
 
-use super::params::{namespace_named, space_named, ExecutorIdPath, ReadQuery};
+use super::params::{namespace_named, space_named, ExecutorIdPath, NamespaceReadQuery, ReadQuery};
 use super::{ApiQuery, AppState, HttpError};
 
 use crate::lease::{Executor, LeaseState, Shard, Space, ToldFromMemory};
@@ -149,12 +149,15 @@ pub(super) fn state_view(
 
 /// Everything, read at one revision.
 #[utoipa::path(
-    get, path = "/v1/state", tag = "inspection", params(ReadQuery),
-    responses((status = 200, description = "Revision, configuration, executors and shards.", body = StateView)),
+    get, path = "/v1/state", tag = "inspection", params(NamespaceReadQuery),
+    responses(
+        (status = 200, description = "Revision, configuration, executors and shards (of one namespace).", body = StateView),
+        (status = 404, description = "`not_found`: no such namespace (P18.1)."),
+    ),
 )]
 pub async fn state(
     State(node): State<AppState>,
-    ApiQuery(query): ApiQuery<ReadQuery>,
+    ApiQuery(query): ApiQuery<NamespaceReadQuery>,
 ) -> Result<Json<StateView>, HttpError> {
     let name = query.namespace()?;
     let now_ms = node.leadership.clock.now_ms();
@@ -166,12 +169,15 @@ pub async fn state(
 
 /// Every registered executor.
 #[utoipa::path(
-    get, path = "/v1/executors", tag = "inspection", params(ReadQuery),
-    responses((status = 200, description = "Registered executors, ascending by id.", body = Vec<ExecutorView>)),
+    get, path = "/v1/executors", tag = "inspection", params(NamespaceReadQuery),
+    responses(
+        (status = 200, description = "Registered executors (of one namespace), ascending by id.", body = Vec<ExecutorView>),
+        (status = 404, description = "`not_found`: no such namespace (P18.1)."),
+    ),
 )]
 pub async fn executors(
     State(node): State<AppState>,
-    ApiQuery(query): ApiQuery<ReadQuery>,
+    ApiQuery(query): ApiQuery<NamespaceReadQuery>,
 ) -> Result<Json<Vec<ExecutorView>>, HttpError> {
     executor_views_in(&node, query.namespace()?).map(Json)
 }
@@ -220,12 +226,15 @@ pub async fn executor(
 
 /// Every shard with its owner, epoch and handoff.
 #[utoipa::path(
-    get, path = "/v1/shards", tag = "inspection", params(ReadQuery),
-    responses((status = 200, description = "Shards, ascending.", body = Vec<ShardView>)),
+    get, path = "/v1/shards", tag = "inspection", params(NamespaceReadQuery),
+    responses(
+        (status = 200, description = "Shards (of one namespace), ascending.", body = Vec<ShardView>),
+        (status = 404, description = "`not_found`: no such namespace (P18.1)."),
+    ),
 )]
 pub async fn shards(
     State(node): State<AppState>,
-    ApiQuery(query): ApiQuery<ReadQuery>,
+    ApiQuery(query): ApiQuery<NamespaceReadQuery>,
 ) -> Result<Json<Vec<ShardView>>, HttpError> {
     let name = query.namespace()?;
     let now_ms = node.leadership.clock.now_ms();
@@ -286,6 +295,7 @@ pub enum RoutingForm {
     responses(
         (status = 200, description = "The whole table, or with `key` that key's route.", body = RoutingAnswer),
         (status = 503, description = "`sharding_not_ready`: a key was asked before the shard configuration was written; `no_leader`."),
+        (status = 404, description = "`not_found`: no such namespace (P18.1)."),
     ),
 )]
 pub async fn routing(

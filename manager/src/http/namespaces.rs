@@ -101,7 +101,7 @@ fn not_an_operator_outcome(what: &str) -> HttpError {
 
 /// Every namespace, ascending by name.
 #[utoipa::path(
-    get, path = "/v1/namespaces", tag = "namespaces",
+    get, path = "/v1/namespaces", tag = "namespaces", operation_id = "namespaces",
     responses((status = 200, description = "Every namespace, `default` included (P18.1).", body = Vec<NamespaceView>)),
 )]
 pub async fn list(State(node): State<AppState>) -> Json<Vec<NamespaceView>> {
@@ -116,7 +116,8 @@ pub async fn list(State(node): State<AppState>) -> Json<Vec<NamespaceView>> {
 
 /// One namespace.
 #[utoipa::path(
-    get, path = "/v1/namespaces/{name}", tag = "namespaces", params(NamespacePath),
+    get, path = "/v1/namespaces/{name}", tag = "namespaces", operation_id = "namespace",
+    params(NamespacePath),
     responses(
         (status = 200, description = "The namespace.", body = NamespaceView),
         (status = 400, description = "`invalid_request`: not a namespace name."),
@@ -132,7 +133,7 @@ pub async fn show(
 
 /// Creates a namespace: its shards unowned, its executors to come.
 #[utoipa::path(
-    post, path = "/v1/namespaces", tag = "namespaces",
+    post, path = "/v1/namespaces", tag = "namespaces", operation_id = "create_namespace",
     request_body = CreateNamespaceRequest,
     responses(
         (status = 201, description = "Created (recorded in the audit log).", body = NamespaceView),
@@ -193,7 +194,8 @@ pub async fn create(
 
 /// Changes a namespace's lease or executor bound in place.
 #[utoipa::path(
-    patch, path = "/v1/namespaces/{name}", tag = "namespaces", params(NamespacePath),
+    patch, path = "/v1/namespaces/{name}", tag = "namespaces", operation_id = "set_namespace",
+    params(NamespacePath),
     request_body = SetNamespaceRequest,
     responses(
         (status = 200, description = "The namespace as it is now (recorded in the audit log if this changed it).", body = NamespaceView),
@@ -245,7 +247,8 @@ pub async fn set(
 
 /// Deletes a drained namespace; the executors still in it, holding nothing, go with it.
 #[utoipa::path(
-    delete, path = "/v1/namespaces/{name}", tag = "namespaces", params(NamespacePath),
+    delete, path = "/v1/namespaces/{name}", tag = "namespaces",
+    operation_id = "delete_namespace", params(NamespacePath),
     responses(
         (status = 200, description = "Deleted, now or before (recorded in the audit log if now).", body = NamespaceDeleted),
         (status = 400, description = "`invalid_request`: not a namespace name."),

@@ -18,6 +18,18 @@ pub struct ReadQuery {
     #[serde(default)]
     #[allow(dead_code)]
     consistent: bool,
+}
+
+/// The query of the reads of one namespace's state, executors and shards: [`ReadQuery`]'s, and
+/// the namespace (PROTOCOL P18.1); anything else in the query string is refused (I6).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceReadQuery {
+    /// As for every read: through the leader's read index.
+    #[serde(default)]
+    #[allow(dead_code)] // acted on by the layer: `consistent_read_requested`
+    consistent: bool,
     /// The namespace read (PROTOCOL P18.1); absent: `default`.
     #[param(
         min_length = 1,
@@ -27,7 +39,7 @@ pub struct ReadQuery {
     namespace: Option<String>,
 }
 
-impl ReadQuery {
+impl NamespaceReadQuery {
     /// The namespace asked for, checked: `default` when none is named.
     pub(super) fn namespace(&self) -> Result<&str, HttpError> {
         namespace_named(self.namespace.as_deref())
