@@ -28,8 +28,6 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use leasehold_api::wire::MAX_SHARD_LOAD;
-
 use self::config_writes::ConfigWrites;
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
 use self::placement::{PlacementSettings, TermPlacement};
@@ -40,9 +38,9 @@ use crate::leadership::Leadership;
 use crate::leadership::{Leader, ReadBarrierError};
 use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
-    Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, ShardId, MAX_MOVES_PER_PLAN,
+    Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, MAX_MOVES_PER_PLAN,
 };
-use crate::load_reports::{LoadPicture, ReportedLoads};
+use crate::load_reports::LoadPicture;
 use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::load_summary::LoadSummary;
 use crate::node::ManagerNode;
@@ -420,29 +418,9 @@ fn take_reports(
     state: &LeaseState,
     reports_taken: &mut u64,
 ) {
-    let shard_count = state.config().map_or(0, |config| config.shard_count);
     for (executor_id, report) in node.load_reports.since(*reports_taken) {
         *reports_taken = (*reports_taken).max(report.sequence);
-        match report.loads {
-            ReportedLoads::NotReporting => {
-                placement
-                    .tracker
-                    .record(&executor_id, shard_count, &[], None, MAX_SHARD_LOAD)
-            }
-            ReportedLoads::PerShard { measured, loads } => {
-                let loads: Vec<(ShardId, f64)> = loads
-                    .iter()
-                    .map(|entry| (entry.shard, entry.load))
-                    .collect();
-                placement.tracker.record(
-                    &executor_id,
-                    shard_count,
-                    &measured,
-                    Some(&loads),
-                    MAX_SHARD_LOAD,
-                );
-            }
-        }
+        placement.take_report(state, &executor_id, &report.loads);
     }
     placement.tracker.retain_executors(state);
     node.load_reports

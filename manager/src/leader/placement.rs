@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use leasehold_api::wire::{DEFAULT_NAMESPACE, MAX_SHARD_LOAD};
+
 use crate::lease::{ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId};
 
 /// Weight of a new report in a shard's smoothed load. Small, so that noise in the reports (a
@@ -250,7 +252,7 @@ impl LoadTracker {
         let holds =
             |executor_id: &str| targets.contains(executor_id) || state.has_delivered(executor_id);
         for executor in state
-            .executors_in(leasehold_api::wire::DEFAULT_NAMESPACE)
+            .executors_in(DEFAULT_NAMESPACE)
             .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
         {
             match self.reporting.get(&executor.id) {
@@ -355,6 +357,44 @@ impl TermPlacement {
             settings,
             tracker: LoadTracker::new(),
             ledger: BalanceLedger::new(),
+        }
+    }
+
+    /// Takes in one executor's load report, read with `state`. Only `default` is placed by load
+    /// (P18.1): the loads of another namespace's executors name that namespace's shards, which
+    /// are other shards than `default`'s of the same numbers, so they are not taken.
+    pub fn take_report(
+        &mut self,
+        state: &LeaseState,
+        executor_id: &str,
+        report: &crate::load_reports::ReportedLoads,
+    ) {
+        use crate::load_reports::ReportedLoads;
+        let in_default = state
+            .executor(executor_id)
+            .is_some_and(|executor| executor.namespace == DEFAULT_NAMESPACE);
+        if !in_default {
+            return;
+        }
+        let shard_count = state.config().map_or(0, |config| config.shard_count);
+        match report {
+            ReportedLoads::NotReporting => {
+                self.tracker
+                    .record(executor_id, shard_count, &[], None, MAX_SHARD_LOAD)
+            }
+            ReportedLoads::PerShard { measured, loads } => {
+                let loads: Vec<(ShardId, f64)> = loads
+                    .iter()
+                    .map(|entry| (entry.shard, entry.load))
+                    .collect();
+                self.tracker.record(
+                    executor_id,
+                    shard_count,
+                    measured,
+                    Some(&loads),
+                    MAX_SHARD_LOAD,
+                );
+            }
         }
     }
 

@@ -484,3 +484,40 @@ fn p15_1_a_lying_executor_cannot_make_placement_oscillate_or_starve_others() {
         );
     }
 }
+
+/// P15.1 with P18.1: only `default` is placed by load, so the loads reported by another
+/// namespace's executor, which name that namespace's shards, never reach the tracker of
+/// `default`'s shards of the same numbers; `default`'s executors' reports do.
+#[test]
+fn p18_1_another_namespace_s_load_reports_are_not_default_s() {
+    use crate::leader::placement::TermPlacement;
+    use crate::load_reports::ReportedLoads;
+    use leasehold_api::wire::ShardLoad;
+
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 4);
+    let d = world.register("d", 0);
+    let k = world.register_in("k", "kv", 0);
+    let report = ReportedLoads::PerShard {
+        measured: vec![0, 1],
+        loads: vec![
+            ShardLoad {
+                shard: 0,
+                load: 7.0,
+            },
+            ShardLoad {
+                shard: 1,
+                load: 3.0,
+            },
+        ],
+    };
+    let mut placement = TermPlacement::new(PlacementSettings::default());
+    placement.take_report(&world.state, &k, &report);
+    assert_eq!(
+        placement.tracker.shard_load(0),
+        None,
+        "kv's shard 0 is not default's"
+    );
+    placement.take_report(&world.state, &d, &report);
+    assert_eq!(placement.tracker.shard_load(0), Some(7.0));
+}
