@@ -134,17 +134,26 @@ pub(super) fn state_view(
             .flat_map(|space| space.executors())
             .map(|e| executor_view(state, e, now_ms, known))
             .collect(),
-        shards: space
-            .into_iter()
-            .flat_map(|space| {
-                space
-                    .shards()
-                    .iter()
-                    .map(move |s| shard_view(space, s, now_ms, loads))
-            })
-            .collect(),
+        shards: shard_views(space, now_ms, loads),
         maintenance: state.maintenance(),
     }
+}
+
+/// Every shard of the namespace `space` (none for `default` before `Init`), ascending.
+fn shard_views(
+    space: Option<Space<'_>>,
+    now_ms: u64,
+    loads: Option<&LoadPicture>,
+) -> Vec<ShardView> {
+    space
+        .into_iter()
+        .flat_map(|space| {
+            space
+                .shards()
+                .iter()
+                .map(move |s| shard_view(space, s, now_ms, loads))
+        })
+        .collect()
 }
 
 /// Everything, read at one revision.
@@ -242,17 +251,7 @@ pub async fn shards(
     let loads = loads.as_deref();
     let current = node.state.current();
     let space = space_named(&current, name)?;
-    Ok(Json(
-        space
-            .into_iter()
-            .flat_map(|space| {
-                space
-                    .shards()
-                    .iter()
-                    .map(move |s| shard_view(space, s, now_ms, loads))
-            })
-            .collect(),
-    ))
+    Ok(Json(shard_views(space, now_ms, loads)))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

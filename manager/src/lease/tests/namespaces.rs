@@ -50,30 +50,14 @@ fn delete(now_ms: u64, name: &str) -> Command {
 }
 
 fn register_in(now_ms: u64, incarnation: &str, namespace: &str) -> Command {
-    match register_command(now_ms, incarnation) {
-        Command::Register {
-            now_ms,
-            incarnation,
-            address,
-            name,
-            credential_sha256,
-            capacity,
-            app_version,
-            labels,
-            ..
-        } => Command::Register {
-            now_ms,
-            incarnation,
-            address,
-            name,
-            credential_sha256,
-            capacity,
-            app_version,
-            labels,
-            namespace: namespace.to_owned(),
-        },
-        other => other,
+    let mut command = register_command(now_ms, incarnation);
+    if let Command::Register {
+        namespace: into, ..
+    } = &mut command
+    {
+        namespace.clone_into(into);
     }
+    command
 }
 
 fn rebalance(harness: &Harness, namespace: &str, moves: &[(ShardId, &str)]) -> Command {
