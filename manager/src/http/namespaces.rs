@@ -7,7 +7,6 @@ use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     check_namespace_name, CreateNamespaceRequest, NamespaceDeleted, NamespaceView,
     SetNamespaceRequest, MAX_LEASE_DURATION_MS,
@@ -15,7 +14,7 @@ use leasehold_api::wire::{
 
 use super::authorize::Actor;
 use super::operator::propose_expecting;
-use super::refusals::refusal;
+use super::refusals::{refusal, unknown_namespace};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::OperatorDone;
 use crate::lease::{ExecutorAnswer, LeaseState, Namespace, OperatorAction};
@@ -58,13 +57,6 @@ fn view(name: &str, namespace: &Namespace, state: &LeaseState) -> NamespaceView 
             .sum(),
         created_revision: namespace.created_revision,
     }
-}
-
-pub(super) fn unknown_namespace(name: &str) -> HttpError {
-    HttpError::new(
-        ErrorCode::NotFound,
-        format!("namespace {name} does not exist (P18.1)"),
-    )
 }
 
 /// The namespace as this replica applied it (the leader, after a commit).

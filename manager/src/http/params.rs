@@ -63,7 +63,7 @@ pub(super) fn space_named<'a>(
     match state.space(name) {
         Some(space) => Ok(Some(space)),
         None if name == leasehold_api::wire::DEFAULT_NAMESPACE => Ok(None),
-        None => Err(super::namespaces::unknown_namespace(name)),
+        None => Err(super::refusals::unknown_namespace(name)),
     }
 }
 

@@ -1,6 +1,6 @@
 //! How the executor-facing writes answer what the state machine refused, and an executor id it
 //! does not know (PROTOCOL §9: `sharding_not_ready`, `invalid_request`, `conflict`,
-//! `unknown_executor`), the same from every handler.
+//! `unknown_executor`, and a namespace that does not exist), the same from every handler.
 
 use leasehold_api::problem::ErrorCode;
 
@@ -18,12 +18,16 @@ pub(super) fn refusal(reason: RefusalReason) -> HttpError {
             "this incarnation is registered as {executor_id} with another credential (P13.4)"
         )),
         RefusalReason::Conflict { detail } => HttpError::conflict(detail),
-        RefusalReason::UnknownNamespace { namespace } => HttpError::new(
-            ErrorCode::NotFound,
-            format!("namespace {namespace} does not exist (P18.1)"),
-        ),
+        RefusalReason::UnknownNamespace { namespace } => unknown_namespace(&namespace),
         other => HttpError::conflict(format!("refused: {other:?}")),
     }
+}
+
+pub(super) fn unknown_namespace(name: &str) -> HttpError {
+    HttpError::new(
+        ErrorCode::NotFound,
+        format!("namespace {name} does not exist (P18.1)"),
+    )
 }
 
 pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
