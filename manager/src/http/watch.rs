@@ -25,6 +25,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::inspect::state_view;
+use super::params::space_named;
 use super::{AppState, HttpError};
 use crate::lease::{LeaseState, TombstoneReason};
 
@@ -49,11 +50,12 @@ struct SharedAnswer {
     body: Bytes,
 }
 
-/// What makes two waiters' answers the same: the view, the state's revision and the revision
-/// they asked after (which decides the executors departed since).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What makes two waiters' answers the same: the view, the namespace, the state's revision and
+/// the revision they asked after (which decides the executors departed since).
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct AnswerKey {
     view: WatchView,
+    namespace: String,
     revision: u64,
     since: u64,
 }
@@ -117,6 +119,8 @@ struct WatchQuery {
     revision: u64,
     wait: Duration,
     view: WatchView,
+    /// The namespace watched (P18.1), `default` unless named.
+    namespace: String,
 }
 
 /// What a watch answers with.
@@ -134,6 +138,7 @@ fn parse_query(raw: Option<&str>) -> Result<WatchQuery, HttpError> {
         revision: 0,
         wait: DEFAULT_WATCH_WAIT,
         view: WatchView::State,
+        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
     };
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -165,9 +170,15 @@ fn parse_query(raw: Option<&str>) -> Result<WatchQuery, HttpError> {
                     }
                 }
             }
+            "namespace" => {
+                // Names are DNS labels: nothing in one is percent-encoded.
+                leasehold_api::wire::check_namespace_name(value)
+                    .map_err(|error| HttpError::invalid(error.to_string()))?;
+                value.clone_into(&mut query.namespace);
+            }
             other => {
                 return Err(HttpError::invalid(format!(
-                    "unknown query parameter {other:?} (expected revision, wait, view)"
+                    "unknown query parameter {other:?} (expected revision, wait, view, namespace)"
                 )))
             }
         }
@@ -198,8 +209,12 @@ fn departed_since(state: &LeaseState, revision: u64) -> Vec<DepartedExecutor> {
         ("revision" = Option<u64>, Query, description = "Answer once the state's revision is above this (default 0: at once)."),
         ("wait" = Option<String>, Query, description = "Longest wait, a duration like `30s` or `1500ms` (default 30s, at most 300s)."),
         ("view" = Option<String>, Query, description = "`state` (default): the whole state and the executors removed since `revision`. `routing`: the routing table as runs, as `GET /v1/routing?form=runs` answers it."),
+        ("namespace" = Option<String>, Query, description = "The namespace watched (P18.1): its state or routing table; default `default`.", pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length = 63, min_length = 1),
     ),
-    responses((status = 200, description = "The state at its current revision and the executors removed since `revision`; with `view=routing`, the routing table as runs.", body = WatchAnswer)),
+    responses(
+        (status = 200, description = "The state at its current revision and the executors removed since `revision`; with `view=routing`, the routing table as runs.", body = WatchAnswer),
+        (status = 404, description = "`not_found`: no such namespace (P18.1)."),
+    ),
 )]
 pub async fn watch(
     State(node): State<AppState>,
@@ -207,6 +222,8 @@ pub async fn watch(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, HttpError> {
     let query = parse_query(raw.as_deref())?;
+    // A namespace that does not exist is refused before the wait, not after it.
+    space_named(&node.state.current(), &query.namespace)?;
     let _slot = hub.admit()?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
@@ -232,24 +249,24 @@ pub async fn watch(
         }
     }
     let state = node.state.current();
+    let space = space_named(&state, &query.namespace)?;
     let key = AnswerKey {
         view: query.view,
+        namespace: query.namespace.clone(),
         revision: state.revision(),
         since: query.revision,
     };
     let body = hub
         .answer(key, || {
             let answer = match query.view {
-                WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of_default(&state)),
+                WatchView::Routing => WatchAnswer::Routing(match space {
+                    Some(space) => node.routing_runs.of(space),
+                    None => node.routing_runs.of_default(&state),
+                }),
                 WatchView::State => {
                     let known = super::inspect::leader_knows(&node);
                     WatchAnswer::State(WatchReply {
-                        state: state_view(
-                            &state,
-                            state.space(leasehold_api::wire::DEFAULT_NAMESPACE),
-                            node.leadership.clock.now_ms(),
-                            &known,
-                        ),
+                        state: state_view(&state, space, node.leadership.clock.now_ms(), &known),
                         departed: departed_since(&state, query.revision),
                     })
                 }
@@ -269,6 +286,7 @@ mod tests {
     fn key(revision: u64) -> AnswerKey {
         AnswerKey {
             view: WatchView::State,
+            namespace: "default".into(),
             revision,
             since: 3,
         }
@@ -290,6 +308,13 @@ mod tests {
         assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 1);
         hub.answer(key(8), build).await.unwrap();
         assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // P18.1: another namespace's watchers are answered with their own namespace.
+        let other = AnswerKey {
+            namespace: "orders".into(),
+            ..key(8)
+        };
+        hub.answer(other, build).await.unwrap();
+        assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 
     /// P13.6: past the bound a watch is refused (503, retried), and a slot frees when its
@@ -313,6 +338,7 @@ mod tests {
                 revision: 0,
                 wait: DEFAULT_WATCH_WAIT,
                 view: WatchView::State,
+                namespace: "default".into(),
             }
         );
         assert_eq!(
@@ -321,7 +347,14 @@ mod tests {
                 revision: 42,
                 wait: Duration::from_millis(1_500),
                 view: WatchView::State,
+                namespace: "default".into(),
             }
+        );
+        assert_eq!(
+            parse_query(Some("view=routing&namespace=orders"))
+                .unwrap()
+                .namespace,
+            "orders"
         );
         assert_eq!(
             parse_query(Some("revision=7&view=routing")).unwrap().view,
@@ -336,6 +369,9 @@ mod tests {
             "consistent=true",
             "view=runs",
             "view=",
+            "namespace=",
+            "namespace=Orders",
+            "namespace=a%20b",
         ] {
             let error = parse_query(Some(bad)).unwrap_err();
             assert_eq!(error.code(), ErrorCode::InvalidRequest, "{bad}");
