@@ -384,6 +384,16 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             RawRequest::new(Method::GET, "/v1/executors?namespace=nowhere"),
             NotFound,
         ),
+        case(
+            "the plan of a namespace that does not exist",
+            RawRequest::new(Method::GET, "/v1/plan?namespace=nowhere"),
+            NotFound,
+        ),
+        case(
+            "the watch of a malformed namespace",
+            RawRequest::new(Method::GET, "/v1/watch?namespace=No"),
+            InvalidRequest,
+        ),
         // Application versions (P17.3): 1 to 64 of [A-Za-z0-9._+-].
         case(
             "empty app version",

@@ -149,6 +149,10 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
         ]
     );
 
+    // Each namespace settled: its next plan moves nothing.
+    let plan = client.plan_in(ORDERS).await.unwrap();
+    assert!(plan.moves.is_empty(), "{plan:?}");
+
     // The CLI reads the same, per namespace.
     let urls = cluster.urls();
     let listed: Vec<NamespaceView> = leaseholdctl(&urls, &["-o", "json", "namespace", "list"])

@@ -573,6 +573,11 @@ impl Client {
         self.get_typed("/v1/plan").await
     }
 
+    /// `GET /v1/plan?namespace=NAME` (PROTOCOL P17.4, P18.1): one namespace's next plan.
+    pub async fn plan_in(&self, namespace: &str) -> Result<PlanPreview, ClientError> {
+        self.get_typed(&in_namespace("/v1/plan", namespace)).await
+    }
+
     /// `GET /v1/executors/{id}/safe-to-stop` (PROTOCOL P17.4): whether stopping it now leaves
     /// its shards a place to go, and why.
     pub async fn executor_safe_to_stop(

@@ -572,7 +572,11 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         }
         Noun::Route { key } => run_route(&cli, key, out).await,
         Noun::Plan => {
-            let plan = cli.client(cli.request_timeout)?.plan().await?;
+            let client = cli.client(cli.request_timeout)?;
+            let plan = match cli.namespace_named() {
+                None => client.plan().await?,
+                Some(namespace) => client.plan_in(namespace).await?,
+            };
             out.show(&plan, render_plan)
         }
         Noun::Audit => {
@@ -645,7 +649,7 @@ fn without_namespaces(command: &Noun) -> Option<&'static str> {
             verb: CertsVerb::Init { .. },
         } => Some("certs init"),
         Noun::State => Some("state"),
-        Noun::Plan => Some("plan"),
+        Noun::Plan => None,
         Noun::Audit => Some("audit"),
         Noun::Watch { .. } => Some("watch"),
         Noun::Completion { .. } => Some("completion"),
@@ -656,7 +660,8 @@ fn namespace_refused(namespace: &str, command: &str) -> CtlError {
     let hint = if command.starts_with("namespace ") {
         "name the namespace as its argument instead"
     } else {
-        "only `shard list`, `shard show`, `route` and `executor list` read one namespace so far"
+        "only `shard list`, `shard show`, `route`, `executor list` and `plan` read one namespace \
+         so far"
     };
     CtlError::BadInput(format!(
         "`{command}` does not take -n/--namespace {namespace}: {hint}"

@@ -1034,6 +1034,12 @@ impl FakeManager {
                             epoch: 3,
                         },
                     }),
+                    ("GET", "/v1/plan") => serde_json::to_value(PlanPreview {
+                        revision: 5,
+                        moves: Vec::new(),
+                        capped: false,
+                        rollout_to: None,
+                    }),
                     ("GET", "/v1/namespaces") => {
                         serde_json::to_value(vec![namespace_view("orders", None, 7)])
                     }
@@ -1094,6 +1100,11 @@ async fn p18_1_dash_n_selects_the_namespaced_reads() {
         ),
         (&["route", "user-42"], &["GET /v1/routing?key=user-42"]),
         (
+            &["-n", "orders", "plan"],
+            &["GET /v1/plan?namespace=orders"],
+        ),
+        (&["plan"], &["GET /v1/plan"]),
+        (
             &["-n", "orders", "shard", "show", "0"],
             &[
                 "GET /v1/shards?namespace=orders",
@@ -1151,7 +1162,6 @@ async fn p18_1_dash_n_is_refused_where_no_namespace_is_read() {
         &["executor", "drain", "ex-1"],
         &["state"],
         &["lease", "list"],
-        &["plan"],
         &["audit"],
         &["member", "list"],
         &["namespace", "show", "orders"],
@@ -1170,8 +1180,8 @@ async fn p18_1_dash_n_is_refused_where_no_namespace_is_read() {
     let error = fake.ctl(&["-n", "orders", "watch"]).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "`watch` does not take -n/--namespace orders: only `shard list`, `shard show`, `route` \
-         and `executor list` read one namespace so far"
+        "`watch` does not take -n/--namespace orders: only `shard list`, `shard show`, `route`, \
+         `executor list` and `plan` read one namespace so far"
     );
     // `-n default` is what no `-n` means, anywhere.
     fake.ctl(&["-n", "default", "namespace", "list"])

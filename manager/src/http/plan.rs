@@ -10,48 +10,76 @@ use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::{PlanPreview, PlannedMove, DEFAULT_NAMESPACE};
 
-use super::AppState;
+use super::params::{namespace_named, space_named};
+use super::{ApiQuery, AppState, HttpError};
 use crate::cpu_bound;
 use crate::lease::{
-    plan_placement, rollout_target, Command, LeaseState, PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
+    plan_placement, rollout_target, Command, LeaseState, PlacementInputs, Plan, Space,
+    MAX_MOVES_PER_PLAN,
 };
 
 /// The next plan, not committed.
 #[utoipa::path(
-    get, path = "/v1/plan", tag = "inspection", operation_id = "plan",
+    get, path = "/v1/plan", tag = "inspection", operation_id = "plan", params(PlanQuery),
     responses(
-        (status = 200, description = "The moves the leader would commit next, each with its owner now and why (P17.4); none when nothing would move.", body = PlanPreview),
+        (status = 200, description = "The moves the leader would commit next in the namespace, each with its owner now and why (P17.4); none when nothing would move.", body = PlanPreview),
+        (status = 404, description = "`not_found`: no such namespace (P18.1)."),
     ),
 )]
-pub async fn preview(State(node): State<AppState>) -> Json<PlanPreview> {
+pub async fn preview(
+    State(node): State<AppState>,
+    ApiQuery(query): ApiQuery<PlanQuery>,
+) -> Result<Json<PlanPreview>, HttpError> {
+    let namespace = namespace_named(query.namespace.as_deref())?;
     let now_ms = node.leadership.clock.now_ms();
+    // `default` is placed by what the leader knows of its loads; the others by count (P18.1).
     let inputs = node
         .published_loads
         .latest()
+        .filter(|_| namespace == DEFAULT_NAMESPACE)
         .map(|picture| Arc::clone(&picture.placement_inputs))
         .unwrap_or_else(|| Arc::new(PlacementInputs::by_count()));
     // A plan over a million shards takes a while: off the async workers, on a clone of the
     // state rather than under the lock `apply` waits on.
-    Json(cpu_bound::run(|| {
+    cpu_bound::run(|| {
         let state = node.state.current();
-        let plan = state
-            .space(DEFAULT_NAMESPACE)
-            .and_then(|space| plan_placement(space, now_ms, &inputs, MAX_MOVES_PER_PLAN));
-        preview_of(&state, now_ms, plan.as_ref())
-    }))
+        let space = space_named(&state, namespace)?;
+        let plan =
+            space.and_then(|space| plan_placement(space, now_ms, &inputs, MAX_MOVES_PER_PLAN));
+        Ok(Json(preview_of(&state, space, now_ms, plan.as_ref())))
+    })
 }
 
-/// What `plan` (made on `state` at `now_ms`) would do, move by move, and whether a rollout holds
-/// balance back (P17.3).
-fn preview_of(state: &LeaseState, now_ms: u64, plan: Option<&Plan>) -> PlanPreview {
+/// `GET /v1/plan`'s query; anything else is refused (I6).
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PlanQuery {
+    /// The namespace planned (PROTOCOL P18.1); absent: `default`.
+    #[param(
+        min_length = 1,
+        max_length = 63,
+        pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
+    namespace: Option<String>,
+}
+
+/// What `plan` (made on the namespace `space` of `state` at `now_ms`) would do, move by move,
+/// and whether a rollout holds balance back (P17.3).
+fn preview_of(
+    state: &LeaseState,
+    space: Option<Space<'_>>,
+    now_ms: u64,
+    plan: Option<&Plan>,
+) -> PlanPreview {
     let moves: Vec<PlannedMove> = match plan.map(|plan| (&plan.command, &plan.reasons)) {
         Some((Command::Rebalance { moves, .. }, reasons)) => moves
             .iter()
             .zip(reasons)
             .map(|(step, reason)| PlannedMove {
                 shard: step.shard,
-                from: state
-                    .shard(step.shard)
+                from: space
+                    .and_then(|space| space.shard(step.shard))
                     .and_then(|shard| shard.owner.clone()),
                 to: step.to.clone(),
                 reason: reason.as_str().to_owned(),
@@ -63,8 +91,7 @@ fn preview_of(state: &LeaseState, now_ms: u64, plan: Option<&Plan>) -> PlanPrevi
         revision: state.revision(),
         capped: moves.len() >= MAX_MOVES_PER_PLAN,
         moves,
-        rollout_to: state
-            .space(DEFAULT_NAMESPACE)
+        rollout_to: space
             .and_then(|space| rollout_target(space, now_ms))
             .map(str::to_owned),
     }
@@ -125,7 +152,7 @@ mod tests {
             &inputs,
             MAX_MOVES_PER_PLAN,
         );
-        let preview = preview_of(&state, 0, plan.as_ref());
+        let preview = preview_of(&state, state.space(DEFAULT_NAMESPACE), 0, plan.as_ref());
         assert_eq!(preview.revision, state.revision());
         assert_eq!(preview.moves.len(), 4, "{preview:?}");
         assert!(preview
@@ -141,14 +168,17 @@ mod tests {
             &inputs,
             MAX_MOVES_PER_PLAN,
         );
-        let preview = preview_of(&state, 0, plan.as_ref());
+        let preview = preview_of(&state, state.space(DEFAULT_NAMESPACE), 0, plan.as_ref());
         assert_eq!(preview.moves.len(), 2, "{preview:?}");
         assert!(preview.moves.iter().all(|step| {
             step.from.as_deref() == Some(first.as_str())
                 && step.to == second
                 && step.reason == "join"
         }));
-        assert_eq!(preview_of(&state, 0, None).moves, Vec::new());
+        assert_eq!(
+            preview_of(&state, state.space(DEFAULT_NAMESPACE), 0, None).moves,
+            Vec::new()
+        );
         assert_eq!(preview.rollout_to, None, "no versions stated: no rollout");
     }
 
@@ -181,7 +211,7 @@ mod tests {
             &inputs,
             MAX_MOVES_PER_PLAN,
         );
-        let preview = preview_of(&state, 0, plan.as_ref());
+        let preview = preview_of(&state, state.space(DEFAULT_NAMESPACE), 0, plan.as_ref());
         assert_eq!(preview.rollout_to.as_deref(), Some("1.1"));
         assert_eq!(preview.moves, Vec::new(), "the joiner waits");
     }
