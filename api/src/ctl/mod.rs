@@ -83,8 +83,9 @@ pub struct Cli {
     #[arg(long = "key", env = "LEASEHOLD_KEY", global = true, requires_all = ["cacert", "cert"])]
     pub tls_key: Option<PathBuf>,
 
-    /// The namespace (PROTOCOL P18.1) that `shard list`, `shard show`, `route` and `executor
-    /// list` read; absent: `default`. Every other command refuses a namespace but `default`.
+    /// The namespace (PROTOCOL P18.1) that `shard list`, `shard show`, `route`, `executor list`
+    /// and `plan` read; absent: `default`. Every other command refuses a namespace but
+    /// `default`.
     #[arg(short = 'n', long, value_name = "NAME", global = true, value_parser = namespace_name)]
     pub namespace: Option<String>,
 
