@@ -24,10 +24,11 @@ use self::table::{fields, human_load, human_ms, opt, printable, shard_ranges, Ta
 use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
-    check_namespace_name, is_default_namespace, AddNodeRequest, AuditRecordView, ClusterInfo,
-    CreateNamespaceRequest, ExecutorView, MaintenanceView, NamespaceDeleted, NamespaceNameError,
-    NamespaceView, PlanPreview, SafeToStop, SchemaRange, SetNamespaceRequest, ShardView, StateView,
-    DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
+    check_namespace_name, check_namespace_settings, is_default_namespace, AddNodeRequest,
+    AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView, MaintenanceView,
+    NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, SafeToStop, SchemaRange,
+    SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS,
+    MAX_LEASE_DURATION_MS, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
@@ -219,7 +220,7 @@ fn lease_ms(text: &str) -> Result<u64, String> {
     let lease = humantime::parse_duration(text).map_err(|e| e.to_string())?;
     let whole_ms = lease.subsec_nanos() % 1_000_000 == 0;
     match u64::try_from(lease.as_millis()) {
-        Ok(ms) if whole_ms && (1..=MAX_LEASE_DURATION_MS).contains(&ms) => Ok(ms),
+        Ok(ms) if whole_ms && check_namespace_settings(ms, None).is_ok() => Ok(ms),
         _ => Err(format!(
             "a lease is whole milliseconds from 1ms to {} (PROTOCOL P18.1)",
             humantime::format_duration(Duration::from_millis(MAX_LEASE_DURATION_MS))

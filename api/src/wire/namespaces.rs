@@ -122,6 +122,33 @@ pub struct NamespaceDeleted {
     pub removed_executors: Vec<String>,
 }
 
+/// Why a namespace's lease or executor bound is refused (I6); its message is a `400` detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NamespaceSettingsError {
+    #[error(
+        "lease_duration_ms {0} is outside 1..={max} (PROTOCOL P18.1)",
+        max = super::MAX_LEASE_DURATION_MS
+    )]
+    Lease(u64),
+    #[error("max_executors must be at least 1 (PROTOCOL P18.1)")]
+    NoExecutors,
+}
+
+/// Checks a namespace's lease duration and executor bound (P18.1). The managers' edge, their
+/// state machine and `leaseholdctl` all apply this one check.
+pub fn check_namespace_settings(
+    lease_duration_ms: u64,
+    max_executors: Option<u32>,
+) -> Result<(), NamespaceSettingsError> {
+    if lease_duration_ms == 0 || lease_duration_ms > super::MAX_LEASE_DURATION_MS {
+        return Err(NamespaceSettingsError::Lease(lease_duration_ms));
+    }
+    if max_executors == Some(0) {
+        return Err(NamespaceSettingsError::NoExecutors);
+    }
+    Ok(())
+}
+
 /// Why a namespace name is refused (I6); its message is a `400` detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -176,6 +203,30 @@ mod tests {
         ] {
             assert!(check_namespace_name(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn p18_1_a_namespace_lease_is_1_ms_to_a_day_and_its_bound_at_least_1() {
+        let day_ms = 24 * 60 * 60 * 1000;
+        for (lease, bound) in [(1, None), (day_ms, Some(1)), (60_000, Some(u32::MAX))] {
+            assert_eq!(
+                check_namespace_settings(lease, bound),
+                Ok(()),
+                "{lease} {bound:?}"
+            );
+        }
+        assert_eq!(
+            check_namespace_settings(0, None),
+            Err(NamespaceSettingsError::Lease(0))
+        );
+        assert_eq!(
+            check_namespace_settings(day_ms + 1, None),
+            Err(NamespaceSettingsError::Lease(day_ms + 1))
+        );
+        assert_eq!(
+            check_namespace_settings(1, Some(0)),
+            Err(NamespaceSettingsError::NoExecutors)
+        );
     }
 
     #[test]

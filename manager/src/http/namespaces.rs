@@ -8,8 +8,8 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use leasehold_api::wire::{
-    check_namespace_name, CreateNamespaceRequest, NamespaceDeleted, NamespaceView,
-    SetNamespaceRequest, MAX_LEASE_DURATION_MS,
+    check_namespace_name, check_namespace_settings, CreateNamespaceRequest, NamespaceDeleted,
+    NamespaceView, SetNamespaceRequest,
 };
 
 use super::authorize::Actor;
@@ -66,22 +66,6 @@ fn current_view(node: &AppState, name: &str) -> Result<NamespaceView, HttpError>
         .namespace(name)
         .ok_or_else(|| unknown_namespace(name))?;
     Ok(view(name, namespace, &state))
-}
-
-fn check_lease(lease_duration_ms: u64) -> Result<(), HttpError> {
-    if lease_duration_ms == 0 || lease_duration_ms > MAX_LEASE_DURATION_MS {
-        return Err(HttpError::invalid(format!(
-            "lease_duration_ms {lease_duration_ms} is outside 1..={MAX_LEASE_DURATION_MS}"
-        )));
-    }
-    Ok(())
-}
-
-fn check_bound(max_executors: Option<u32>) -> Result<(), HttpError> {
-    if max_executors == Some(0) {
-        return Err(HttpError::invalid("max_executors must be at least 1"));
-    }
-    Ok(())
 }
 
 fn not_an_operator_outcome(what: &str) -> HttpError {
@@ -150,8 +134,8 @@ pub async fn create(
             .map(|config| config.lease_duration_ms)
             .ok_or_else(|| refusal(crate::lease::RefusalReason::NotInitialised))?,
     };
-    check_lease(lease_duration_ms)?;
-    check_bound(request.max_executors)?;
+    check_namespace_settings(lease_duration_ms, request.max_executors)
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
     let action = OperatorAction::CreateNamespace {
         name: request.name.clone(),
         shard_count: request.shard_count,
@@ -208,8 +192,8 @@ pub async fn set(
         .lease_duration_ms
         .unwrap_or(current.lease_duration_ms);
     let max_executors = request.max_executors.unwrap_or(current.max_executors);
-    check_lease(lease_duration_ms)?;
-    check_bound(max_executors)?;
+    check_namespace_settings(lease_duration_ms, max_executors)
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
     let action = OperatorAction::SetNamespace {
         name: name.clone(),
         lease_duration_ms,

@@ -7,9 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_api::wire::{
-    check_app_version, check_capacity, check_labels, check_namespace_name, Labels,
-    DEFAULT_NAMESPACE, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_NAMESPACES,
-    MAX_TOTAL_SHARDS,
+    check_app_version, check_capacity, check_labels, check_namespace_name,
+    check_namespace_settings, Labels, DEFAULT_NAMESPACE, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS,
+    MAX_NAMESPACES, MAX_TOTAL_SHARDS,
 };
 
 use super::{
@@ -101,22 +101,6 @@ fn check_text_field(field: &str, value: &str, required: bool) -> Result<(), Refu
             "{field} is {} bytes, at most {MAX_TEXT_FIELD_BYTES} allowed",
             value.len()
         )));
-    }
-    Ok(())
-}
-
-/// Checks a namespace's lease duration and executor bound (P18.1).
-fn check_namespace_settings(
-    lease_duration_ms: u64,
-    max_executors: Option<u32>,
-) -> Result<(), String> {
-    if lease_duration_ms == 0 || lease_duration_ms > MAX_LEASE_DURATION_MS {
-        return Err(format!(
-            "lease duration {lease_duration_ms} ms is outside 1..={MAX_LEASE_DURATION_MS} ms"
-        ));
-    }
-    if max_executors == Some(0) {
-        return Err("a namespace's executor bound must be at least 1".to_owned());
     }
     Ok(())
 }
@@ -506,8 +490,8 @@ impl LeaseState {
         if let Err(error) = check_namespace_name(name) {
             return invalid(error.to_string());
         }
-        if let Err(detail) = check_namespace_settings(config.lease_duration_ms, max_executors) {
-            return invalid(detail);
+        if let Err(error) = check_namespace_settings(config.lease_duration_ms, max_executors) {
+            return invalid(error.to_string());
         }
         if let Some(existing) = self.namespaces.get(name) {
             if existing.config == config && existing.max_executors == max_executors {
@@ -569,8 +553,8 @@ impl LeaseState {
         lease_duration_ms: u64,
         max_executors: Option<u32>,
     ) -> Outcome {
-        if let Err(detail) = check_namespace_settings(lease_duration_ms, max_executors) {
-            return invalid(detail);
+        if let Err(error) = check_namespace_settings(lease_duration_ms, max_executors) {
+            return invalid(error.to_string());
         }
         let Some(space) = self.namespaces.get(name) else {
             return refused(RefusalReason::UnknownNamespace {
