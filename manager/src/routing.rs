@@ -70,16 +70,17 @@ pub struct RoutingRunsCache {
 }
 
 impl RoutingRunsCache {
-    /// `default`'s routing table as runs; an empty table before `Init`.
-    pub fn of_default(&self, state: &LeaseState) -> RoutingRuns {
-        match state.space(DEFAULT_NAMESPACE) {
-            Some(space) => self.of(space),
+    /// The routing table of the namespace `space` of `state` as runs; an empty table for none
+    /// (`default` before `Init`).
+    pub fn of(&self, state: &LeaseState, space: Option<Space<'_>>) -> RoutingRuns {
+        match space {
+            Some(space) => self.of_space(space),
             None => RoutingRuns::collect(state.revision(), 0, std::iter::empty()),
         }
     }
 
     /// The routing table of the namespace `state` as runs.
-    pub fn of(&self, state: Space<'_>) -> RoutingRuns {
+    fn of_space(&self, state: Space<'_>) -> RoutingRuns {
         if state.name() != DEFAULT_NAMESPACE {
             return routing_runs(state);
         }
@@ -153,13 +154,13 @@ mod tests {
         );
         register(&mut state, "a");
         assert_eq!(
-            cache.of_default(&state),
+            cache.of(&state, state.space(DEFAULT_NAMESPACE)),
             routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised"))
         );
         let placed = plan_rebalance(&state, 0).expect("shards to place");
         apply(&mut state, placed);
         assert_eq!(
-            cache.of_default(&state),
+            cache.of(&state, state.space(DEFAULT_NAMESPACE)),
             routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised")),
             "owners changed"
         );
@@ -171,7 +172,7 @@ mod tests {
                 lease_duration_ms: 30_000,
             },
         );
-        let reused = cache.of_default(&state);
+        let reused = cache.of(&state, state.space(DEFAULT_NAMESPACE));
         assert_eq!(reused.revision, state.revision());
         assert_eq!(
             reused,
@@ -181,7 +182,7 @@ mod tests {
         let handoffs = plan_rebalance(&state, 1).expect("shards for the joiner");
         apply(&mut state, handoffs);
         assert_eq!(
-            cache.of_default(&state),
+            cache.of(&state, state.space(DEFAULT_NAMESPACE)),
             routing_runs(state.space(DEFAULT_NAMESPACE).expect("initialised")),
             "handoffs began"
         );

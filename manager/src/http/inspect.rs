@@ -323,11 +323,9 @@ pub async fn routing(
         .map_or(0, |c| c.shard_count);
     let Some(key) = &query.key else {
         if query.form == RoutingForm::Runs {
-            let runs = match space {
-                Some(space) => node.routing_runs.of(space),
-                None => node.routing_runs.of_default(&state),
-            };
-            return Ok(Json(RoutingAnswer::Runs(runs)));
+            return Ok(Json(RoutingAnswer::Runs(
+                node.routing_runs.of(&state, space),
+            )));
         }
         return Ok(Json(RoutingAnswer::Table(RoutingTable {
             revision: state.revision(),

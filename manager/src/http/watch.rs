@@ -223,7 +223,8 @@ pub async fn watch(
 ) -> Result<Response, HttpError> {
     let query = parse_query(raw.as_deref())?;
     // A namespace that does not exist is refused before the wait, not after it.
-    space_named(&node.state.current(), &query.namespace)?;
+    node.state
+        .read(|applied| space_named(&applied.state, &query.namespace).map(drop))?;
     let _slot = hub.admit()?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
@@ -259,10 +260,7 @@ pub async fn watch(
     let body = hub
         .answer(key, || {
             let answer = match query.view {
-                WatchView::Routing => WatchAnswer::Routing(match space {
-                    Some(space) => node.routing_runs.of(space),
-                    None => node.routing_runs.of_default(&state),
-                }),
+                WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of(&state, space)),
                 WatchView::State => {
                     let known = super::inspect::leader_knows(&node);
                     WatchAnswer::State(WatchReply {
