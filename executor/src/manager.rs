@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::client::{percent_encode, Client, ClientConfig, ClientError};
+use leasehold_api::client::{Client, ClientConfig, ClientError};
 
 use crate::members::{MemberSource, MembersFuture};
 use leasehold_api::tls::TlsConfig;
@@ -123,12 +123,11 @@ impl ManagerLink {
     /// `GET /v1/routing?key=K` with the short patience: the answer is for a request waiting on
     /// it.
     pub(crate) async fn route_for_key(&self, key: &str) -> Result<KeyRoute, ClientError> {
-        let mut path = format!("/v1/routing?key={}", percent_encode(key));
-        if !leasehold_api::wire::is_default_namespace(&self.namespace) {
-            path.push_str(&format!("&namespace={}", percent_encode(&self.namespace)));
+        if leasehold_api::wire::is_default_namespace(&self.namespace) {
+            self.grants.route_key(key, false).await
+        } else {
+            self.grants.route_key_in(&self.namespace, key, false).await
         }
-        let value = self.grants.get_json(&path).await?;
-        serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
     }
 }
 

@@ -428,11 +428,6 @@ impl<'a> Space<'a> {
     pub fn releasing(&self) -> impl Iterator<Item = (&'a Shard, &'a Handoff)> + 'a {
         self.namespace.releasing()
     }
-
-    /// Whether its executor `executor_id` has a shard delivered.
-    pub fn has_delivered(&self, executor_id: &str) -> bool {
-        self.executor(executor_id).is_some() && self.state.has_delivered(executor_id)
-    }
 }
 
 /// Why an executor left.
