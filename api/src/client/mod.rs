@@ -554,6 +554,24 @@ impl Client {
         }
     }
 
+    /// `GET /v1/routing?namespace=NAME&form=runs` (PROTOCOL P18.1): one namespace's routing
+    /// table as runs. Only managers stating cluster version [`crate::wire::NAMESPACES_SCHEMA`] or later serve
+    /// it; earlier ones refuse the parameter (`400`).
+    pub async fn routing_runs_in(
+        &self,
+        namespace: &str,
+        consistent: bool,
+    ) -> Result<RoutingRuns, ClientError> {
+        let path = format!("{}&form=runs", in_namespace("/v1/routing", namespace));
+        let reply: RoutingAnswer = self.get_typed(&with_consistency(&path, consistent)).await?;
+        match reply {
+            RoutingAnswer::Runs(runs) => Ok(runs),
+            _ => Err(ClientError::Decode(
+                "asked for the routing table as runs, got another form".to_owned(),
+            )),
+        }
+    }
+
     /// `GET /v1/routing?key=K`: where to send work for one key.
     pub async fn route_key(&self, key: &str, consistent: bool) -> Result<KeyRoute, ClientError> {
         let path = format!("/v1/routing?key={}", percent_encode(key));
@@ -723,6 +741,23 @@ impl Client {
     ) -> Result<RoutingRuns, ClientError> {
         let path = format!(
             "/v1/watch?revision={revision}&wait={}ms&view=routing",
+            wait.as_millis()
+        );
+        self.get_typed(&path).await
+    }
+
+    /// [`Client::watch_routing`] of one namespace (PROTOCOL P18.1): answered with that
+    /// namespace's routing table as runs once the state's revision is above `revision`. Only
+    /// managers stating cluster version [`crate::wire::NAMESPACES_SCHEMA`] or later serve it.
+    pub async fn watch_routing_in(
+        &self,
+        namespace: &str,
+        revision: u64,
+        wait: Duration,
+    ) -> Result<RoutingRuns, ClientError> {
+        let path = format!(
+            "{}&revision={revision}&wait={}ms&view=routing",
+            in_namespace("/v1/watch", namespace),
             wait.as_millis()
         );
         self.get_typed(&path).await

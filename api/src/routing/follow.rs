@@ -24,7 +24,13 @@ pub(super) async fn follow(shared: Arc<Shared>, watch: Client, config: RoutingCo
         let cluster_version = watch
             .cluster_version()
             .max(shared.managers.cluster_version());
-        let followed = if cluster_version >= COMPACT_SHARDS_SCHEMA {
+        let followed = if let Some(namespace) = &shared.namespace {
+            // The load checked that the cluster serves namespaces; its version never falls.
+            watch
+                .watch_routing_in(namespace, revision, config.watch_wait)
+                .await
+                .map(|runs| RouteTable::from_runs(&runs))
+        } else if cluster_version >= COMPACT_SHARDS_SCHEMA {
             watch
                 .watch_routing(revision, config.watch_wait)
                 .await

@@ -8,6 +8,10 @@
 //!   backoff capped at [`RoutingConfig::retry_max`]. Tables only move forwards by revision: a
 //!   reply older than the table (a lagging replica) is ignored. A shard being handed off (P5.2)
 //!   has no owner to send to, exactly as `/v1/routing` shows it.
+//! - **One namespace** per client ([`RoutingConfig::namespace`], PROTOCOL P18.1): its table is
+//!   that namespace's, so keys route by its shard count to its executors. A namespace other than
+//!   `default` needs a cluster at version [`NAMESPACES_SCHEMA`] or later; an earlier one is told
+//!   at connect ([`RoutingError::InvalidConfig`]) rather than answered with `default`'s table.
 //! - [`RoutingClient::route`] answers from the table: the key's shard
 //!   ([`crate::shard_for_key`]), its owner's address and epoch.
 //! - [`RoutingClient::send`] sends one request to the key's owner. An executor that does not
@@ -41,7 +45,10 @@ use tracing::debug;
 use crate::client::{error_chain, http_client_builder, Client, ClientConfig, ClientError};
 use crate::problem::Problem;
 use crate::tls::TlsConfig;
-use crate::wire::{COMPACT_SHARDS_SCHEMA, MAX_SHARD_COUNT, MAX_WATCH_WAIT};
+use crate::wire::{
+    check_namespace_name, COMPACT_SHARDS_SCHEMA, DEFAULT_NAMESPACE, MAX_SHARD_COUNT,
+    MAX_WATCH_WAIT, NAMESPACES_SCHEMA,
+};
 
 /// At most this many sends per [`RoutingClient::send`]: the first, and one after a refresh.
 pub const MAX_ATTEMPTS: u32 = 2;
@@ -65,8 +72,10 @@ const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(1);
 const MISDIRECTED: u16 = 421;
 
 /// How a [`RoutingClient`] behaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoutingConfig {
+    /// The namespace whose keys this client routes (PROTOCOL P18.1); `default` unless named.
+    pub namespace: String,
     /// The manager client's timing, for the table loads and refreshes (P7.1 patience).
     pub managers: ClientConfig,
     /// Follow `GET /v1/watch` in a background task. Off, the table changes only when a call
@@ -85,6 +94,7 @@ pub struct RoutingConfig {
 impl Default for RoutingConfig {
     fn default() -> Self {
         Self {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
             managers: ClientConfig::default(),
             follow: true,
             watch_wait: DEFAULT_WATCH_WAIT,
@@ -98,6 +108,9 @@ impl Default for RoutingConfig {
 impl RoutingConfig {
     fn validate(&self) -> Result<(), RoutingError> {
         let invalid = |why: &str| Err(RoutingError::InvalidConfig(why.to_owned()));
+        if let Err(error) = check_namespace_name(&self.namespace) {
+            return Err(RoutingError::InvalidConfig(format!("namespace: {error}")));
+        }
         if self.watch_wait.is_zero() || self.watch_wait > MAX_WATCH_WAIT {
             return invalid("watch_wait must be positive and at most MAX_WATCH_WAIT (300 s)");
         }
@@ -335,6 +348,9 @@ struct Current {
 #[derive(Debug)]
 struct Shared {
     managers: Client,
+    /// The namespace routed, `None` for `default`: a client of `default` asks as clients before
+    /// namespaces did, so it keeps working against every cluster version.
+    namespace: Option<String>,
     current: RwLock<Current>,
     /// One refresh at a time: callers that hit the same stale table wait for the one under way
     /// instead of each asking the managers.
@@ -378,6 +394,21 @@ impl Shared {
     /// Reads the table through the leader: as runs from a cluster that serves them (a route per
     /// shard would not fit [`crate::client`]'s reply bound at a million shards), else as routes.
     async fn load(&self) -> Result<(), RoutingError> {
+        if let Some(namespace) = &self.namespace {
+            if self.managers.cluster_version() < NAMESPACES_SCHEMA {
+                self.managers.cluster_info().await?;
+            }
+            let cluster_version = self.managers.cluster_version();
+            if cluster_version < NAMESPACES_SCHEMA {
+                return Err(RoutingError::InvalidConfig(format!(
+                    "namespace {namespace:?}: the cluster is at version {cluster_version}, and \
+                     namespaces need {NAMESPACES_SCHEMA} (PROTOCOL P18.1)"
+                )));
+            }
+            let runs = self.managers.routing_runs_in(namespace, true).await?;
+            self.offer(RouteTable::from_runs(&runs)?);
+            return Ok(());
+        }
         if !self.compact() {
             // The cluster version comes with every reply: a small one first, so the table is
             // asked for in the form this cluster serves.
@@ -451,8 +482,11 @@ impl RoutingClient {
             .map_err(|e| {
                 RoutingError::InvalidConfig(format!("http client: {}", error_chain(&e)))
             })?;
+        let namespace =
+            (config.namespace != DEFAULT_NAMESPACE).then(|| config.namespace.clone());
         let shared = Arc::new(Shared {
             managers,
+            namespace,
             current: RwLock::new(Current::default()),
             refresh: tokio::sync::Mutex::new(()),
             counters: Counters::default(),

@@ -23,7 +23,7 @@ const SHARDS: u32 = 8;
 
 fn executor(id: &str, address: &str) -> ExecutorView {
     ExecutorView {
-        namespace: crate::wire::DEFAULT_NAMESPACE.into(),
+        namespace: DEFAULT_NAMESPACE.into(),
         executor_id: id.into(),
         incarnation: format!("inc-{id}"),
         name: None,
@@ -383,6 +383,7 @@ fn routing_targets_follow_shard_for_key() {
 fn shared() -> Shared {
     Shared {
         managers: Client::new(vec!["http://127.0.0.1:1".into()]).unwrap(),
+        namespace: None,
         current: RwLock::new(Current::default()),
         refresh: tokio::sync::Mutex::new(()),
         counters: Counters::default(),
@@ -442,23 +443,31 @@ fn routing_config_refuses_unbounded_or_busy_settings() {
     for bad in [
         RoutingConfig {
             watch_wait: Duration::ZERO,
-            ..base
+            ..base.clone()
         },
         RoutingConfig {
             watch_wait: MAX_WATCH_WAIT + Duration::from_secs(1),
-            ..base
+            ..base.clone()
         },
         RoutingConfig {
             retry_initial: Duration::ZERO,
-            ..base
+            ..base.clone()
         },
         RoutingConfig {
             retry_max: Duration::from_millis(1),
-            ..base
+            ..base.clone()
         },
         RoutingConfig {
             executor_timeout: Duration::ZERO,
-            ..base
+            ..base.clone()
+        },
+        RoutingConfig {
+            namespace: "Orders".into(),
+            ..base.clone()
+        },
+        RoutingConfig {
+            namespace: String::new(),
+            ..base.clone()
         },
     ] {
         assert!(
@@ -472,10 +481,14 @@ fn routing_config_refuses_unbounded_or_busy_settings() {
 
 /// A manager that serves `/v1/cluster`, `/v1/routing` and `/v1/watch` from one state the
 /// test replaces. At cluster version `Some(v)` it states `v` on every reply and serves the
-/// forms as runs; at `None` it is a manager of 0.1.0 (no version stated, no runs).
+/// forms as runs; at `None` it is a manager of 0.1.0 (no version stated, no runs). From
+/// [`NAMESPACES_SCHEMA`] it serves [`NAMESPACE`]'s table too; before it, it refuses the
+/// `namespace` parameter as such managers do (`400`).
 #[derive(Clone)]
 struct FakeManager {
     state: Arc<Mutex<StateView>>,
+    /// [`NAMESPACE`]'s state, on the same revisions as `state`.
+    namespaced: Arc<Mutex<StateView>>,
     changed: Arc<tokio::sync::watch::Sender<u64>>,
     routing_calls: Arc<AtomicU64>,
     cluster_version: Option<u32>,
@@ -489,6 +502,31 @@ impl FakeManager {
         let revision = state.revision;
         *self.state.lock().unwrap() = state;
         self.changed.send_replace(revision);
+    }
+
+    fn set_namespaced(&self, state: StateView) {
+        let revision = state.revision;
+        *self.namespaced.lock().unwrap() = state;
+        self.changed.send_replace(revision);
+    }
+
+    /// The state a request's `namespace` parameter names, or the refusal a manager of this
+    /// version gives it.
+    fn state_for(&self, query: &HashMap<String, String>) -> Result<StateView, StatusCode> {
+        match query.get("namespace").map(String::as_str) {
+            None | Some(DEFAULT_NAMESPACE) if self.cluster_version < Some(NAMESPACES_SCHEMA) => {
+                if query.contains_key("namespace") {
+                    return Err(StatusCode::BAD_REQUEST);
+                }
+                Ok(self.state.lock().unwrap().clone())
+            }
+            None | Some(DEFAULT_NAMESPACE) => Ok(self.state.lock().unwrap().clone()),
+            Some(_) if self.cluster_version < Some(NAMESPACES_SCHEMA) => {
+                Err(StatusCode::BAD_REQUEST)
+            }
+            Some(NAMESPACE) => Ok(self.namespaced.lock().unwrap().clone()),
+            Some(_) => Err(StatusCode::NOT_FOUND),
+        }
     }
 
     fn routing_calls(&self) -> u64 {
@@ -516,7 +554,10 @@ async fn fake_routing(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     manager.routing_calls.fetch_add(1, Ordering::Relaxed);
-    let state = manager.state.lock().unwrap().clone();
+    let state = match manager.state_for(&query) {
+        Ok(state) => state,
+        Err(status) => return manager.stating_version(status.into_response()),
+    };
     let reply = match query.get("form").map(String::as_str) {
         None => {
             manager.listed_replies.fetch_add(1, Ordering::Relaxed);
@@ -559,7 +600,10 @@ async fn fake_watch(
         changed.wait_for(|&revision| revision > after),
     )
     .await;
-    let state = manager.state.lock().unwrap().clone();
+    let state = match manager.state_for(&query) {
+        Ok(state) => state,
+        Err(status) => return manager.stating_version(status.into_response()),
+    };
     let reply = match query.get("view").map(String::as_str) {
         None => {
             manager.listed_replies.fetch_add(1, Ordering::Relaxed);
@@ -596,6 +640,7 @@ async fn fake_manager_at(
 ) -> (FakeManager, String) {
     let (changed, _) = tokio::sync::watch::channel(initial.revision);
     let manager = FakeManager {
+        namespaced: Arc::new(Mutex::new(state(initial.revision, &[], &[None; 3]))),
         state: Arc::new(Mutex::new(initial)),
         changed: Arc::new(changed),
         routing_calls: Arc::new(AtomicU64::new(0)),
@@ -840,4 +885,66 @@ async fn routing_reads_runs_from_clusters_that_serve_them_and_routes_from_older_
         }
         assert_eq!(client.stats().watch_failures, 0);
     }
+}
+
+/// The namespace the fake manager serves besides `default`.
+const NAMESPACE: &str = "orders";
+
+/// A client of a namespace loads and follows that namespace's table, routing keys by its shard
+/// count to its executors (PROTOCOL P18.1); a cluster that does not serve namespaces is told at
+/// connect rather than answered with `default`'s table.
+#[tokio::test]
+async fn routing_in_a_namespace_loads_and_follows_that_namespace_only() {
+    let (_, a) = fake_executor(StatusCode::OK).await;
+    let (_, b) = fake_executor(StatusCode::OK).await;
+    let executors = [("ex-1", a.as_str()), ("ex-2", b.as_str())];
+    let (manager, url) =
+        fake_manager_at(all_on(10, &executors, 0), Some(NAMESPACES_SCHEMA)).await;
+    manager.set_namespaced(state(10, &executors, &[Some(1); 3]));
+    let config = RoutingConfig {
+        namespace: NAMESPACE.into(),
+        ..test_config(true)
+    };
+    let client = RoutingClient::connect(vec![url.clone()], config.clone())
+        .await
+        .unwrap();
+    assert_eq!(client.stats().shard_count, 3, "the namespace's shard count");
+    for key in [&b"k"[..], b"a", b"user-17"] {
+        let target = client.route(key).unwrap();
+        assert_eq!(target.shard, shard_for_key(key, NonZeroU32::new(3).unwrap()));
+        assert_eq!(target.executor_id, "ex-2", "the namespace's owner");
+    }
+    let reply = client.send(b"k", WORK).await.unwrap();
+    assert_eq!((reply.status, reply.target.executor_id.as_str()), (200, "ex-2"));
+
+    // A change in the namespace is followed; `default`'s state never reaches this client.
+    manager.set_namespaced(state(11, &executors, &[Some(0); 3]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.revision() < 11 {
+        assert!(Instant::now() < deadline, "the namespace's table was not followed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(client.route(b"k").unwrap().executor_id, "ex-1");
+    assert_eq!(client.stats().shard_count, 3);
+    assert_eq!(client.stats().watch_failures, 0);
+
+    // A namespace the cluster does not hold is the managers' 404, at connect.
+    let missing = RoutingConfig {
+        namespace: "billing".into(),
+        ..test_config(false)
+    };
+    let error = RoutingClient::connect(vec![url], missing).await.unwrap_err();
+    assert!(
+        matches!(&error, RoutingError::Managers(ClientError::Unexpected { status: 404, .. })),
+        "{error}"
+    );
+
+    // A cluster before namespaces is never asked for a namespace's table.
+    let (older, url) = fake_manager(all_on(10, &executors, 0)).await;
+    let error = RoutingClient::connect(vec![url], config).await.unwrap_err();
+    assert!(
+        matches!(&error, RoutingError::InvalidConfig(why) if why.contains("namespaces need")),
+        "{error}"
+    );
+    assert_eq!(older.routing_calls(), 0);
 }

@@ -5,6 +5,8 @@
 //!   `GET /metrics` on its listener. `DIR` is shared by every process of the service.
 //! - `leasehold-kv put --managers URL,... KEY VALUE` and `leasehold-kv get --managers URL,... KEY`
 //!   send one request to the key's owner through the routing client and print the reply as JSON.
+//! - `--namespace NAME` (PROTOCOL P18.1), on the service and the client alike, runs the service
+//!   in a namespace of its own: its executors register into it and its keys route by its shards.
 //!
 //! Exit status: 0 on success, 2 when the configuration is refused, 4 when `get` finds no value,
 //! 1 otherwise.
@@ -94,6 +96,11 @@ struct ClientArgs {
     )]
     managers: Vec<String>,
 
+    /// The namespace whose keys are routed (PROTOCOL P18.1): the one the service's executors
+    /// registered into with `--namespace`.
+    #[arg(long, env = "LEASEHOLD_NAMESPACE", default_value = leasehold_api::wire::DEFAULT_NAMESPACE)]
+    namespace: String,
+
     /// Bound on one request to an executor, e.g. `5s`.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -175,6 +182,7 @@ async fn run_client(command: Command) -> anyhow::Result<ExitCode> {
         Command::Put { client, key, .. } | Command::Get { client, key } => (client, key),
     };
     let config = RoutingConfig {
+        namespace: client_args.namespace.clone(),
         // One request: no watcher; a stale table is refreshed on a 421.
         follow: false,
         executor_timeout: client_args.timeout,
@@ -247,6 +255,21 @@ mod tests {
         );
         let cli =
             Cli::try_parse_from(["leasehold-kv", "get", "--managers", "http://h:1", "k"]).unwrap();
-        assert!(matches!(cli.command, Some(Command::Get { .. })));
+        assert!(
+            matches!(cli.command, Some(Command::Get { ref client, .. }) if client.namespace == "default")
+        );
+        let cli = Cli::try_parse_from([
+            "leasehold-kv",
+            "get",
+            "--managers",
+            "http://h:1",
+            "--namespace",
+            "orders",
+            "k",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Get { ref client, .. }) if client.namespace == "orders")
+        );
     }
 }
