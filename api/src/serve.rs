@@ -34,7 +34,7 @@ use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
-use crate::tls::Role;
+use crate::tls::{NamespaceScope, Role};
 use tower::ServiceExt;
 
 /// Bounds applied to every connection before a handler runs (P13.6).
@@ -120,7 +120,7 @@ impl Default for ListenerLimits {
 /// on plaintext listeners and for a peer without a certificate. Read once per connection, when
 /// the handshake verified the certificate, not once per request.
 #[derive(Debug, Clone)]
-pub struct PeerRole(Result<Role, Arc<str>>, [u8; 32], Arc<str>);
+pub struct PeerRole(Result<(Role, NamespaceScope), Arc<str>>, [u8; 32], Arc<str>);
 
 impl PeerRole {
     /// What a verified leaf certificate carries. The listener reads it once per connection; a
@@ -128,7 +128,7 @@ impl PeerRole {
     pub fn of(leaf: &CertificateDer<'_>) -> Self {
         use sha2::Digest;
         Self(
-            Role::of_certificate(leaf).map_err(|e| Arc::from(e.to_string())),
+            Role::and_scope_of_certificate(leaf).map_err(|e| Arc::from(e.to_string())),
             sha2::Sha256::digest(leaf.as_ref()).into(),
             Arc::from(Role::subject_of_certificate(leaf)),
         )
@@ -141,7 +141,13 @@ impl PeerRole {
     }
 
     pub fn role(&self) -> Result<Role, &str> {
-        self.0.as_ref().copied().map_err(|e| &**e)
+        self.0.as_ref().map(|(role, _)| *role).map_err(|e| &**e)
+    }
+
+    /// The namespaces the peer's certificate is limited to (P18.2); a certificate without a
+    /// role has none to act in, and [`PeerRole::role`] refuses it first.
+    pub fn scope(&self) -> Result<&NamespaceScope, &str> {
+        self.0.as_ref().map(|(_, scope)| scope).map_err(|e| &**e)
     }
 
     /// The SHA-256 of the peer's leaf certificate (DER): which certificate this is, for limits

@@ -9,8 +9,11 @@
 //!
 //! Who a caller is comes from its certificate alone (P13.1): exactly one URI subject alternative
 //! name `urn:leasehold:manager:<id>`, `urn:leasehold:executor` or `urn:leasehold:admin`
-//! ([`Role::of_certificate`]). What each role may do is the authorization layer's business
-//! (P13.3), not this module's.
+//! ([`Role::of_certificate`]). An executor's or admin's certificate may instead be limited to
+//! namespaces (P18.2): one or more URIs `urn:leasehold:executor:<namespace>` (or
+//! `urn:leasehold:admin:<namespace>`), all of one role, and no unlimited one beside them
+//! ([`Role::and_scope_of_certificate`], [`NamespaceScope`]). What each role may do is the
+//! authorization layer's business (P13.3), not this module's.
 
 use std::fmt;
 use std::fs::File;
@@ -42,6 +45,9 @@ pub fn printable_ascii(text: &str) -> String {
 /// Every Leasehold role URI starts with this (compared without regard to case when counting, so
 /// a differently spelled second role is refused rather than ignored).
 pub const ROLE_URI_PREFIX: &str = "urn:leasehold:";
+
+/// Most namespaces one certificate may be limited to (P18.2): as many as a cluster holds.
+pub const MAX_SCOPED_NAMESPACES: usize = crate::wire::MAX_NAMESPACES;
 
 /// Largest certificate, key or CA file read. Real ones are a few KiB (a CA bundle kept during a
 /// rotation, a few more); the bound stops a mistyped path such as `/dev/zero` from being read
@@ -91,7 +97,9 @@ pub enum TlsError {
     )]
     NoRole,
     #[error(
-        "certificate carries {} leasehold role URIs ({}); exactly one is allowed",
+        "certificate carries {} leasehold role URIs ({}); exactly one is allowed, or several \
+         namespaces of one executor or admin role (urn:leasehold:executor:<namespace>, at most \
+         {MAX_SCOPED_NAMESPACES})",
         uris.len(),
         uris.join(", ")
     )]
@@ -101,7 +109,7 @@ pub enum TlsError {
     },
     #[error(
         "certificate's role URI {uri} is none of urn:leasehold:manager:<id>, \
-         urn:leasehold:executor, urn:leasehold:admin"
+         urn:leasehold:executor[:<namespace>], urn:leasehold:admin[:<namespace>]"
     )]
     UnknownRole {
         /// Quoted and shortened, as it appears in the message.
@@ -126,7 +134,91 @@ pub enum Role {
     Admin,
 }
 
+/// The namespaces a certificate may act in (PROTOCOL P18.2): every one, or only those its role
+/// URIs name. Reads are not limited by it; what it changes is (docs/SECURITY.md).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum NamespaceScope {
+    /// An unlimited certificate (`urn:leasehold:executor`, `urn:leasehold:admin`, a manager's).
+    #[default]
+    All,
+    /// Only these, ascending and each once.
+    Only(Arc<[String]>),
+}
+
+impl NamespaceScope {
+    /// The scope of exactly `namespaces` (sorted and deduplicated here). Each must be a
+    /// namespace name ([`crate::wire::check_namespace_name`]); an empty list is refused.
+    pub fn only<I, S>(namespaces: I) -> Result<Self, String>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut names: Vec<String> = namespaces.into_iter().map(Into::into).collect();
+        if names.is_empty() {
+            return Err("a limited certificate names at least one namespace".to_owned());
+        }
+        for name in &names {
+            crate::wire::check_namespace_name(name)
+                .map_err(|e| format!("namespace {}: {e}", quote(name)))?;
+        }
+        names.sort_unstable();
+        names.dedup();
+        if names.len() > MAX_SCOPED_NAMESPACES {
+            return Err(format!(
+                "{} namespaces; a certificate is limited to at most {MAX_SCOPED_NAMESPACES}",
+                names.len()
+            ));
+        }
+        Ok(NamespaceScope::Only(names.into()))
+    }
+
+    /// Whether a caller of this scope may act in `namespace`.
+    pub fn allows(&self, namespace: &str) -> bool {
+        match self {
+            NamespaceScope::All => true,
+            NamespaceScope::Only(names) => names.iter().any(|name| name == namespace),
+        }
+    }
+
+    /// Whether the scope leaves some namespace out.
+    pub fn is_limited(&self) -> bool {
+        matches!(self, NamespaceScope::Only(_))
+    }
+
+    /// The namespaces, comma-separated (names hold no comma), as a follower forwards them to
+    /// the leader; `None` for [`NamespaceScope::All`].
+    pub fn header_value(&self) -> Option<String> {
+        match self {
+            NamespaceScope::All => None,
+            NamespaceScope::Only(names) => Some(names.join(",")),
+        }
+    }
+
+    /// The scope a [`NamespaceScope::header_value`] stands for.
+    pub fn from_header_value(value: &str) -> Result<Self, String> {
+        Self::only(value.split(','))
+    }
+}
+
+impl fmt::Display for NamespaceScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NamespaceScope::All => f.write_str("every namespace"),
+            NamespaceScope::Only(names) => write!(f, "namespaces {}", names.join(", ")),
+        }
+    }
+}
+
 impl Role {
+    /// The URI subject alternative name that carries this role limited to `namespace`
+    /// (P18.2), for issuing a certificate; `None` for a manager, which is never limited.
+    pub fn scoped_san_uri(&self, namespace: &str) -> Option<String> {
+        match self {
+            Role::Manager { .. } => None,
+            Role::Executor | Role::Admin => Some(format!("{}:{namespace}", self.san_uri())),
+        }
+    }
+
     /// The URI subject alternative name that carries this role, for issuing a certificate.
     pub fn san_uri(&self) -> String {
         match self {
@@ -166,6 +258,16 @@ impl Role {
     }
 
     pub fn of_certificate(certificate: &CertificateDer<'_>) -> Result<Role, TlsError> {
+        Self::and_scope_of_certificate(certificate).map(|(role, _)| role)
+    }
+
+    /// [`Role::of_certificate`] with the namespaces the certificate is limited to (P18.2): one
+    /// unlimited role URI, or one or more `urn:leasehold:executor:<namespace>` (or
+    /// `admin:<namespace>`) of one role and nothing else. A mix is refused, so a certificate
+    /// never means more than its issuer could have read off it.
+    pub fn and_scope_of_certificate(
+        certificate: &CertificateDer<'_>,
+    ) -> Result<(Role, NamespaceScope), TlsError> {
         let (rest, parsed) = X509Certificate::from_der(certificate.as_ref()).map_err(|e| {
             TlsError::BadCertificate {
                 reason: e.to_string(),
@@ -191,12 +293,25 @@ impl Role {
             })
             .filter(|uri| is_role_uri(uri))
             .collect();
+        let several = || TlsError::SeveralRoles {
+            uris: role_uris.iter().map(|uri| quote(uri)).collect(),
+        };
         match role_uris.as_slice() {
             [] => Err(TlsError::NoRole),
-            [uri] => Role::from_san_uri(uri),
-            several => Err(TlsError::SeveralRoles {
-                uris: several.iter().map(|uri| quote(uri)).collect(),
-            }),
+            [uri] => parse_role_uri(uri),
+            uris if uris.len() > MAX_SCOPED_NAMESPACES => Err(several()),
+            [first, others @ ..] => {
+                let (role, _) = parse_role_uri(first)?;
+                let mut namespaces = Vec::with_capacity(others.len() + 1);
+                for uri in role_uris.iter() {
+                    match parse_scoped_role_uri(uri)? {
+                        (kind, Some(namespace)) if kind == role => namespaces.push(namespace),
+                        _ => return Err(several()),
+                    }
+                }
+                let scope = NamespaceScope::only(namespaces).map_err(|_| several())?;
+                Ok((role, scope))
+            }
         }
     }
 }
@@ -209,6 +324,36 @@ impl fmt::Display for Role {
             Role::Admin => f.write_str("admin"),
         }
     }
+}
+
+/// One role URI of a certificate, with the namespace it is limited to.
+fn parse_role_uri(uri: &str) -> Result<(Role, NamespaceScope), TlsError> {
+    let (role, namespace) = parse_scoped_role_uri(uri)?;
+    let scope = match namespace {
+        None => NamespaceScope::All,
+        Some(namespace) => NamespaceScope::Only(Arc::from([namespace])),
+    };
+    Ok((role, scope))
+}
+
+/// `urn:leasehold:executor:<namespace>` and `urn:leasehold:admin:<namespace>` (P18.2), each
+/// namespace in its one spelling ([`crate::wire::check_namespace_name`]); any other role URI as
+/// [`Role::from_san_uri`] reads it, unlimited.
+fn parse_scoped_role_uri(uri: &str) -> Result<(Role, Option<String>), TlsError> {
+    let unknown = || TlsError::UnknownRole { uri: quote(uri) };
+    let rest = uri.strip_prefix(ROLE_URI_PREFIX).ok_or_else(unknown)?;
+    let scoped = |role: Role, namespace: &str| {
+        crate::wire::check_namespace_name(namespace)
+            .map(|()| (role, Some(namespace.to_owned())))
+            .map_err(|_| unknown())
+    };
+    if let Some(namespace) = rest.strip_prefix("executor:") {
+        return scoped(Role::Executor, namespace);
+    }
+    if let Some(namespace) = rest.strip_prefix("admin:") {
+        return scoped(Role::Admin, namespace);
+    }
+    Role::from_san_uri(uri).map(|role| (role, None))
 }
 
 /// A URI that claims to be a Leasehold role, whatever its case.
@@ -253,6 +398,8 @@ pub struct TlsConfig {
     /// The role this process's own certificate proves; a process with no role could not be
     /// accepted by any peer, so loading refuses it.
     role: Role,
+    /// The namespaces its certificate is limited to (P18.2).
+    scope: NamespaceScope,
     server: Arc<ServerConfig>,
     client: Arc<rustls::ClientConfig>,
 }
@@ -262,6 +409,7 @@ impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfig")
             .field("role", &self.role)
+            .field("scope", &self.scope)
             .field("cert_file", &self.files.cert_file)
             .field("key_file", &self.files.key_file)
             .field("trusted_ca_file", &self.files.trusted_ca_file)
@@ -293,7 +441,7 @@ impl TlsConfig {
             // `read_certificates` refuses an empty file; kept so an empty chain can never pass.
             return Err(invalid(&files.cert_file, "no certificate"));
         };
-        let role = Role::of_certificate(own).map_err(|e| TlsError::Invalid {
+        let (role, scope) = Role::and_scope_of_certificate(own).map_err(|e| TlsError::Invalid {
             path: files.cert_file.clone(),
             problem: e.to_string(),
         })?;
@@ -342,6 +490,7 @@ impl TlsConfig {
         Ok(TlsConfig {
             files: files.clone(),
             role,
+            scope,
             server: Arc::new(server),
             client: Arc::new(client),
         })
@@ -350,6 +499,11 @@ impl TlsConfig {
     /// The role this process's own certificate proves.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// The namespaces this process's certificate is limited to (P18.2).
+    pub fn scope(&self) -> &NamespaceScope {
+        &self.scope
     }
 
     /// The files this was loaded from.
@@ -599,6 +753,86 @@ mod tests {
             Role::of_certificate(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])),
             Err(TlsError::BadCertificate { .. })
         ));
+    }
+
+    #[test]
+    fn p18_2_a_certificate_may_be_limited_to_namespaces_of_one_role() {
+        let ca = test_ca("test CA");
+        let of = |uris: &[&str]| {
+            let (cert, _) = issue(&ca, uris, &["localhost"]);
+            Role::and_scope_of_certificate(&der(&cert))
+        };
+        let only = |names: &[&str]| NamespaceScope::only(names.iter().copied()).unwrap();
+        assert_eq!(
+            of(&["urn:leasehold:executor"]).unwrap(),
+            (Role::Executor, NamespaceScope::All)
+        );
+        assert_eq!(
+            of(&["urn:leasehold:executor:kv"]).unwrap(),
+            (Role::Executor, only(&["kv"]))
+        );
+        assert_eq!(
+            of(&[
+                "urn:leasehold:executor:orders",
+                "spiffe://cluster/ns/x",
+                "urn:leasehold:executor:kv",
+            ])
+            .unwrap(),
+            (Role::Executor, only(&["kv", "orders"]))
+        );
+        assert_eq!(
+            of(&["urn:leasehold:admin:kv"]).unwrap(),
+            (Role::Admin, only(&["kv"]))
+        );
+        // A limited role never stands beside another role, limited or not.
+        for mixed in [
+            &["urn:leasehold:executor:kv", "urn:leasehold:admin:kv"][..],
+            &["urn:leasehold:executor", "urn:leasehold:executor:kv"],
+            &["urn:leasehold:executor:kv", "urn:leasehold:executor"],
+            &["urn:leasehold:manager:1", "urn:leasehold:executor:kv"],
+        ] {
+            assert!(
+                matches!(of(mixed), Err(TlsError::SeveralRoles { .. })),
+                "{mixed:?}"
+            );
+        }
+        // The namespace in its one spelling; managers are never limited.
+        for bad in [
+            "urn:leasehold:executor:",
+            "urn:leasehold:executor:Orders",
+            "urn:leasehold:executor:-kv",
+            "urn:leasehold:admin:kv:x",
+            "urn:leasehold:manager:1:kv",
+        ] {
+            assert!(
+                matches!(of(&[bad]), Err(TlsError::UnknownRole { .. })),
+                "{bad}"
+            );
+        }
+        // The kind alone, for what reads only the role.
+        let (cert, _) = issue(&ca, &["urn:leasehold:executor:kv"], &["localhost"]);
+        assert_eq!(Role::of_certificate(&der(&cert)).unwrap(), Role::Executor);
+    }
+
+    #[test]
+    fn p18_2_a_scope_allows_its_namespaces_and_travels_as_a_header() {
+        let scope = NamespaceScope::only(["orders", "kv", "kv"]).unwrap();
+        assert!(scope.allows("kv") && scope.allows("orders"));
+        assert!(!scope.allows("default") && !scope.allows("k"));
+        assert!(scope.is_limited());
+        assert_eq!(scope.header_value().as_deref(), Some("kv,orders"));
+        assert_eq!(NamespaceScope::from_header_value("kv,orders").unwrap(), scope);
+        assert_eq!(scope.to_string(), "namespaces kv, orders");
+        assert!(NamespaceScope::All.allows("anything"));
+        assert_eq!(NamespaceScope::All.header_value(), None);
+        for bad in ["", "kv,", "Kv", "kv,,orders"] {
+            assert!(NamespaceScope::from_header_value(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            Role::Executor.scoped_san_uri("kv").as_deref(),
+            Some("urn:leasehold:executor:kv")
+        );
+        assert_eq!(Role::Manager { node_id: 1 }.scoped_san_uri("kv"), None);
     }
 
     #[test]

@@ -157,7 +157,7 @@ impl Executor {
             ));
         }
         let tls = match &config.tls {
-            Some(files) => Some(load_executor_tls(files)?),
+            Some(files) => Some(load_executor_tls(files, &config.namespace)?),
             None => None,
         };
         let manager = ManagerLink::new(
@@ -409,10 +409,19 @@ async fn check_listener_serves(address: SocketAddr, tls: Option<&TlsConfig>) -> 
 }
 
 /// Loads the TLS files; the certificate must be an executor's (P13.1), which is what managers
-/// accept registrations from.
-fn load_executor_tls(files: &TlsFiles) -> Result<TlsConfig, StartError> {
+/// accept registrations from, and, if it is limited to namespaces, to `namespace` among them
+/// (P18.2): the managers would refuse every registration, so the start is refused instead.
+fn load_executor_tls(files: &TlsFiles, namespace: &str) -> Result<TlsConfig, StartError> {
     let tls = TlsConfig::load(files).map_err(|e| StartError::InvalidConfig(e.to_string()))?;
     match tls.role() {
+        Role::Executor if !tls.scope().allows(namespace) => {
+            Err(StartError::InvalidConfig(format!(
+                "--cert-file {}: the certificate is limited to {}, and --namespace is {namespace:?} \
+                 (PROTOCOL P18.2)",
+                files.cert_file.display(),
+                tls.scope()
+            )))
+        }
         Role::Executor => Ok(tls),
         role => Err(StartError::InvalidConfig(format!(
             "--cert-file {}: the certificate is {role}'s, not an executor's",

@@ -28,7 +28,7 @@ use leasehold_api::tls::Role;
 use leasehold_api::wire::{renew_body_bytes, shard_list_body_bytes};
 use subtle::ConstantTimeEq;
 
-use super::authorize::CallerRole;
+use super::authorize::{CallerRole, CallerScope};
 use super::credentials::Bearer;
 use super::params::ExecutorIdPath;
 use super::refusals::unknown_executor;
@@ -170,20 +170,46 @@ pub async fn admit_executor_write(
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     bearer: Bearer,
     caller_role: Option<Extension<CallerRole>>,
+    Extension(scope): Extension<CallerScope>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let admin = caller_role.map(|Extension(CallerRole(role))| role == Role::Admin);
     let operator = bearer.0.is_none() && write.operator_without_credential(admin);
-    let (recorded, shard_count) = node.state.read(|applied| {
+    let (recorded, namespace, shard_count) = node.state.read(|applied| {
+        let namespace = applied
+            .state
+            .executor(&executor_id)
+            .map(|executor| executor.namespace.clone());
+        // The body lists shards of the executor's namespace (P18.1); one this replica does not
+        // know yet may be of any namespace, so the largest bounds it, and the leader again.
+        let shard_count = match &namespace {
+            Some(namespace) => applied
+                .state
+                .space(namespace)
+                .and_then(|space| space.config())
+                .map_or(0, |config| config.shard_count),
+            None => applied
+                .state
+                .spaces()
+                .filter_map(|space| space.config())
+                .map(|config| config.shard_count)
+                .max()
+                .unwrap_or(0),
+        };
         (
             Recorded::of(&applied.state, &executor_id),
-            applied
-                .state
-                .config()
-                .map_or(0, |config| config.shard_count),
+            namespace,
+            shard_count,
         )
     });
+    // P18.2: a certificate limited to namespaces acts on their executors only, credential or
+    // not. One this replica does not know is checked by the leader, which knows every id.
+    if let Some(namespace) = &namespace {
+        if let Err(refused) = scope.check(namespace) {
+            return refused.into_response();
+        }
+    }
     let in_office = node.leadership.in_office();
     let caller = match decide(&executor_id, write, recorded, &bearer, operator, in_office) {
         Admission::Pass(caller) => caller,

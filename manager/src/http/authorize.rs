@@ -12,10 +12,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::PeerRole;
-use leasehold_api::tls::{printable_ascii, Role};
+use leasehold_api::tls::{printable_ascii, NamespaceScope, Role};
+use leasehold_api::wire::NAMESPACES_SCHEMA;
 
 use super::{
-    AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SUBJECT_HEADER,
+    AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SCOPE_HEADER,
+    FORWARDED_SUBJECT_HEADER,
 };
 use crate::raft::identity::NODE_ID_HEADER;
 use axum::http::HeaderMap;
@@ -105,6 +107,46 @@ pub fn requirement(method: &Method, path: &str) -> Requirement {
 #[derive(Debug, Clone)]
 pub struct CallerRole(pub Role);
 
+/// The namespaces the caller may change (P18.2): its certificate's limit, or, for a request a
+/// follower forwarded, the limit of the caller that follower authorized. Every request that
+/// passes the layer carries one ([`NamespaceScope::All`] on a plaintext listener, where nobody
+/// is proved). Reads are not limited by it.
+#[derive(Debug, Clone, Default)]
+pub struct CallerScope(pub NamespaceScope);
+
+impl CallerScope {
+    /// `403 forbidden` unless the caller may act in `namespace`.
+    pub fn check(&self, namespace: &str) -> Result<(), HttpError> {
+        if self.0.allows(namespace) {
+            return Ok(());
+        }
+        Err(HttpError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "the certificate is limited to {}; {namespace:?} is not one of them \
+                 (PROTOCOL P18.2)",
+                self.0
+            ),
+        ))
+    }
+}
+
+/// Whether `method path` changes something of one namespace only, which a certificate limited
+/// to namespaces may ask for (the handler then checks the namespace, [`CallerScope::check`]).
+/// Everything else a route requires a role for concerns the whole cluster (its membership,
+/// snapshots, backups, maintenance, the audit log of every namespace), and a limited certificate
+/// is refused it.
+pub fn acts_in_one_namespace(method: &Method, path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    match (method, segments.as_slice()) {
+        (&Method::POST, ["v1", "executors"]) => true,
+        (_, ["v1", "executors", _, ..]) => true,
+        (_, ["v1", "namespaces", ..]) => true,
+        (_, ["v1", "shards", _, "move" | "pin"]) => true,
+        _ => false,
+    }
+}
+
 /// The subject of the caller's certificate (printable ASCII), or of the certificate of the caller
 /// a follower forwarded for. Present only with TLS.
 #[derive(Debug, Clone)]
@@ -147,10 +189,13 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
         request
             .extensions_mut()
             .insert(Actor(Actor::ANONYMOUS.to_owned()));
+        request.extensions_mut().insert(CallerScope::default());
         return next.run(request).await;
     }
     let required = requirement(request.method(), request.uri().path());
     if required == Requirement::Anyone {
+        // Health checks change nothing, and are answered before any certificate is read.
+        request.extensions_mut().insert(CallerScope::default());
         return next.run(request).await;
     }
     let peer = match request.extensions().get::<PeerRole>().map(PeerRole::role) {
@@ -169,6 +214,22 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
             return forbidden(detail);
         }
     };
+    let peer_scope = request
+        .extensions()
+        .get::<PeerRole>()
+        .and_then(|peer| peer.scope().ok().cloned())
+        .unwrap_or_default();
+    // Believed as the forwarded role is: `effective_role` accepted the forwarding manager.
+    let scope = match effective_scope(peer_scope, request.headers()) {
+        Ok(scope) => scope,
+        Err(detail) => return forbidden(detail),
+    };
+    if scope.is_limited() {
+        if let Err(detail) = limited_scope_allowed(&node, &required, &request) {
+            tracing::warn!(path = request.uri().path(), %role, %scope, "refused: {detail}");
+            return forbidden(detail);
+        }
+    }
     let allowed = match required {
         Requirement::Anyone | Requirement::AnyRole => Ok(()),
         Requirement::OneOf(kinds) if kinds.contains(&RoleKind::of(&role)) => Ok(()),
@@ -203,9 +264,57 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
     };
     let actor = leasehold_api::wire::bounded_actor(&format!("{role} {subject}"));
     request.extensions_mut().insert(CallerRole(role));
+    request.extensions_mut().insert(CallerScope(scope));
     request.extensions_mut().insert(CallerSubject(subject));
     request.extensions_mut().insert(Actor(actor));
     next.run(request).await
+}
+
+/// The namespaces the caller may change: the certificate's, or, on a request a manager forwarded
+/// ([`effective_role`] believed its role), the ones it forwarded (none named: unlimited).
+fn effective_scope(peer: NamespaceScope, headers: &HeaderMap) -> Result<NamespaceScope, String> {
+    if !headers.contains_key(FORWARDED_ROLE_HEADER) {
+        return Ok(peer);
+    }
+    match headers.get(FORWARDED_SCOPE_HEADER) {
+        None => Ok(NamespaceScope::All),
+        Some(value) => value
+            .to_str()
+            .map_err(|_| format!("{FORWARDED_SCOPE_HEADER} is not text"))
+            .and_then(|value| {
+                NamespaceScope::from_header_value(value)
+                    .map_err(|e| format!("{FORWARDED_SCOPE_HEADER}: {e}"))
+            }),
+    }
+}
+
+/// Whether a certificate limited to namespaces may ask for this request at all (P18.2): reads
+/// are anyone's, changes only of one namespace ([`acts_in_one_namespace`]), and only once every
+/// manager honours the limit. Below cluster version 10 a manager of an earlier release may lead,
+/// which would take the limited certificate for an unlimited one.
+fn limited_scope_allowed(
+    node: &AppState,
+    required: &Requirement,
+    request: &Request,
+) -> Result<(), String> {
+    let cluster_version = node.state.read(|applied| applied.state.cluster_version());
+    if cluster_version < NAMESPACES_SCHEMA {
+        return Err(format!(
+            "a certificate limited to namespaces is honoured from cluster version \
+             {NAMESPACES_SCHEMA}; the cluster is at {cluster_version} (PROTOCOL P18.2)"
+        ));
+    }
+    let reads = matches!(required, Requirement::AnyRole)
+        && matches!(*request.method(), Method::GET | Method::HEAD);
+    if reads || acts_in_one_namespace(request.method(), request.uri().path()) {
+        return Ok(());
+    }
+    Err(format!(
+        "{} {} concerns the whole cluster; a certificate limited to namespaces acts only in \
+         them (PROTOCOL P18.2)",
+        request.method(),
+        request.uri().path()
+    ))
 }
 
 /// The Raft messages a rejoining node refuses: all but `/raft/identity`, which the leader and
@@ -568,6 +677,75 @@ mod tests {
             headers.insert(*name, value.parse().unwrap());
         }
         headers
+    }
+
+    /// P18.2: what a certificate limited to namespaces may change: an executor's writes, a
+    /// namespace, a shard's move or pin; never what concerns the whole cluster.
+    #[test]
+    fn p18_2_a_limited_certificate_acts_only_on_routes_of_one_namespace() {
+        let cases = [
+            (Method::POST, "/v1/executors", true),
+            (Method::POST, "/v1/executors/ex-1/renew", true),
+            (Method::POST, "/v1/executors/ex-1/release", true),
+            (Method::DELETE, "/v1/executors/ex-1", true),
+            (Method::POST, "/v1/executors/ex-1/drain", true),
+            (Method::DELETE, "/v1/executors/ex-1/drain", true),
+            (Method::POST, "/v1/namespaces", true),
+            (Method::PATCH, "/v1/namespaces/kv", true),
+            (Method::DELETE, "/v1/namespaces/kv/", true),
+            (Method::POST, "/v1/shards/3/move", true),
+            (Method::PUT, "/v1/shards/3/pin", true),
+            (Method::POST, "/v1/cluster/init", false),
+            (Method::POST, "/v1/cluster/nodes", false),
+            (Method::DELETE, "/v1/cluster/nodes/2", false),
+            (Method::POST, "/v1/cluster/snapshot", false),
+            (Method::PUT, "/v1/cluster/maintenance", false),
+            (Method::GET, "/v1/backup", false),
+            (Method::GET, "/v1/audit", false),
+            (Method::POST, "/raft/append", false),
+        ];
+        for (method, path, expected) in cases {
+            assert_eq!(
+                acts_in_one_namespace(&method, path),
+                expected,
+                "{method} {path}"
+            );
+        }
+    }
+
+    /// P18.2: a forwarded request carries its caller's limit; one forwarded without a limit is
+    /// unlimited, and a malformed limit is refused rather than read as none.
+    #[test]
+    fn p18_2_a_forwarded_scope_is_the_callers() {
+        let kv = NamespaceScope::only(["kv"]).unwrap();
+        let forwarded = |scope: Option<&str>| {
+            let mut pairs = vec![
+                (FORWARDED_HEADER, "2"),
+                (FORWARDED_ROLE_HEADER, "urn:leasehold:executor"),
+            ];
+            if let Some(scope) = scope {
+                pairs.push((FORWARDED_SCOPE_HEADER, scope));
+            }
+            headers(&pairs)
+        };
+        assert_eq!(effective_scope(kv.clone(), &headers(&[])).unwrap(), kv);
+        // A scope header alone, not forwarded, changes nothing.
+        assert_eq!(
+            effective_scope(kv.clone(), &headers(&[(FORWARDED_SCOPE_HEADER, "orders")])).unwrap(),
+            kv
+        );
+        assert_eq!(
+            effective_scope(NamespaceScope::All, &forwarded(Some("kv"))).unwrap(),
+            kv
+        );
+        assert_eq!(
+            effective_scope(NamespaceScope::All, &forwarded(None)).unwrap(),
+            NamespaceScope::All
+        );
+        assert!(effective_scope(NamespaceScope::All, &forwarded(Some("KV,"))).is_err());
+        let refused = CallerScope(kv).check("orders").unwrap_err();
+        assert!(refused.to_string().contains("P18.2"), "{refused}");
+        assert!(CallerScope(NamespaceScope::All).check("orders").is_ok());
     }
 
     #[test]

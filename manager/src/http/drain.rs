@@ -10,7 +10,7 @@ use axum::{Extension, Json};
 use leasehold_api::wire::ExecutorView;
 
 use super::admission::{Admitted, Caller};
-use super::authorize::Actor;
+use super::authorize::{Actor, CallerScope};
 use super::inspect::current_executor_view;
 use super::operator;
 use super::params::ExecutorIdPath;
@@ -59,8 +59,19 @@ pub async fn drain(
 pub async fn undrain(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<ExecutorView>, HttpError> {
+    // An executor the state does not hold is `set_draining`'s 404, whoever asks.
+    let namespace = node.state.read(|applied| {
+        applied
+            .state
+            .executor(&executor_id)
+            .map(|executor| executor.namespace.clone())
+    });
+    if let Some(namespace) = namespace {
+        scope.check(&namespace)?;
+    }
     set_draining(&node, &actor, executor_id, false).await
 }
 

@@ -15,7 +15,7 @@ use leasehold_api::wire::{
 };
 
 use super::admission::{Admitted, Caller};
-use super::authorize::Actor;
+use super::authorize::{Actor, CallerScope};
 use super::params::{validate_node_address, ExecutorIdPath};
 use super::refusals::{refusal, unknown_executor};
 use super::registration_limit::RegistrationSettings;
@@ -62,8 +62,15 @@ where
 pub async fn register(
     State(node): State<AppState>,
     Extension(settings): Extension<RegistrationSettings>,
+    Extension(scope): Extension<CallerScope>,
     ApiJson(request): ApiJson<RegisterRequest>,
 ) -> Result<Json<Grant>, HttpError> {
+    scope.check(
+        request
+            .namespace
+            .as_deref()
+            .unwrap_or(leasehold_api::wire::DEFAULT_NAMESPACE),
+    )?;
     // This runs on the leader only (a follower forwards the request unread): the leader's
     // `--max-capacity` decides.
     let registration = registration(request, node.settings.tls.is_some(), settings.max_capacity)?;

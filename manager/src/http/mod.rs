@@ -62,6 +62,9 @@ pub const FORWARDED_ROLE_HEADER: &str = "x-leasehold-forwarded-role";
 /// Beside `FORWARDED_ROLE_HEADER`: the subject of the caller's certificate, for the audit log
 /// (P17.4), believed under the same rule.
 pub const FORWARDED_SUBJECT_HEADER: &str = "x-leasehold-forwarded-subject";
+/// Beside `FORWARDED_ROLE_HEADER`: the namespaces the caller's certificate is limited to,
+/// comma-separated (P18.2), absent for an unlimited one; believed under the same rule.
+pub const FORWARDED_SCOPE_HEADER: &str = "x-leasehold-forwarded-scope";
 /// Largest public API request body, but for the routes that list shards.
 pub const MAX_API_BODY_BYTES: usize = 1 << 20;
 /// Largest Raft RPC body: an append batch or one snapshot chunk, with room to spare.
@@ -403,6 +406,13 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
     // The leader decides with the caller's role, not this node's certificate (P13.3).
     if let Some(authorize::CallerRole(role)) = parts.extensions.get::<authorize::CallerRole>() {
         outgoing = outgoing.header(FORWARDED_ROLE_HEADER, role.san_uri());
+    }
+    if let Some(scope) = parts
+        .extensions
+        .get::<authorize::CallerScope>()
+        .and_then(|scope| scope.0.header_value())
+    {
+        outgoing = outgoing.header(FORWARDED_SCOPE_HEADER, scope);
     }
     if let Some(subject) = parts.extensions.get::<authorize::CallerSubject>() {
         outgoing = outgoing.header(FORWARDED_SUBJECT_HEADER, subject.0.as_str());

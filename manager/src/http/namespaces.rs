@@ -12,7 +12,7 @@ use leasehold_api::wire::{
     NamespaceView, SetNamespaceRequest,
 };
 
-use super::authorize::Actor;
+use super::authorize::{Actor, CallerScope};
 use super::operator::propose_expecting;
 use super::refusals::{refusal, unknown_namespace};
 use super::{ApiJson, AppState, HttpError};
@@ -115,16 +115,18 @@ pub async fn show(
         (status = 201, description = "Created (recorded in the audit log).", body = NamespaceView),
         (status = 200, description = "It existed with these settings already: nothing changed.", body = NamespaceView),
         (status = 400, description = "`invalid_request`: a malformed name, no shards or more than 1048576, a lease outside 1 ms..=24 h, a bound of 0."),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
         (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 10 (P14.3)."),
     ),
 )]
 pub async fn create(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     ApiJson(request): ApiJson<CreateNamespaceRequest>,
 ) -> Result<(StatusCode, Json<NamespaceView>), HttpError> {
     check_namespace_name(&request.name).map_err(|error| HttpError::invalid(error.to_string()))?;
+    scope.check(&request.name)?;
     let lease_duration_ms = match request.lease_duration_ms {
         Some(lease_duration_ms) => lease_duration_ms,
         None => node
@@ -176,7 +178,7 @@ pub async fn create(
     responses(
         (status = 200, description = "The namespace as it is now (recorded in the audit log if this changed it).", body = NamespaceView),
         (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0."),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace."),
         (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 10."),
     ),
@@ -184,9 +186,11 @@ pub async fn create(
 pub async fn set(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     NamespacePath { name }: NamespacePath,
     ApiJson(request): ApiJson<SetNamespaceRequest>,
 ) -> Result<Json<NamespaceView>, HttpError> {
+    scope.check(&name)?;
     let current = current_view(&node, &name)?;
     let lease_duration_ms = request
         .lease_duration_ms
@@ -228,7 +232,7 @@ pub async fn set(
     responses(
         (status = 200, description = "Deleted, now or before (recorded in the audit log if now).", body = NamespaceDeleted),
         (status = 400, description = "`invalid_request`: not a namespace name."),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace, ever."),
         (status = 409, description = "`conflict`: `default`, a namespace with an owned shard (drain its executors first), or the cluster version is below 10."),
     ),
@@ -236,8 +240,10 @@ pub async fn set(
 pub async fn delete(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     NamespacePath { name }: NamespacePath,
 ) -> Result<Json<NamespaceDeleted>, HttpError> {
+    scope.check(&name)?;
     let action = OperatorAction::DeleteNamespace { name: name.clone() };
     let answer = propose_expecting(&node, &actor, action, |done| match done {
         OperatorDone::NamespaceDeleted {

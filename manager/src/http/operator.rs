@@ -12,7 +12,7 @@ use leasehold_api::wire::{
     ShardView, DEFAULT_NAMESPACE, OPERATOR_CONTROLS_SCHEMA,
 };
 
-use super::authorize::Actor;
+use super::authorize::{Actor, CallerScope};
 use super::inspect::shard_view;
 use super::refusals::{refusal, unknown_executor};
 use super::{ApiJson, AppState, HttpError};
@@ -201,9 +201,11 @@ pub async fn set_maintenance(
 pub async fn move_shard(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     ShardPath { shard }: ShardPath,
     ApiJson(request): ApiJson<MoveShardRequest>,
 ) -> Result<Json<ShardView>, HttpError> {
+    scope.check(DEFAULT_NAMESPACE)?;
     if node.state.current().shard(shard).is_none() {
         return Err(unknown_shard(shard));
     }
@@ -244,9 +246,11 @@ pub async fn move_shard(
 pub async fn pin(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     ShardPath { shard }: ShardPath,
     ApiJson(request): ApiJson<PinShardRequest>,
 ) -> Result<Json<ShardView>, HttpError> {
+    scope.check(DEFAULT_NAMESPACE)?;
     set_pin(&node, &actor, shard, Some(request.executor_id)).await
 }
 
@@ -264,8 +268,10 @@ pub async fn pin(
 pub async fn unpin(
     State(node): State<AppState>,
     Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
     ShardPath { shard }: ShardPath,
 ) -> Result<Json<ShardView>, HttpError> {
+    scope.check(DEFAULT_NAMESPACE)?;
     set_pin(&node, &actor, shard, None).await
 }
 
