@@ -181,22 +181,11 @@ pub async fn admit_executor_write(
             .state
             .executor(&executor_id)
             .map(|executor| executor.namespace.clone());
-        // The body lists shards of the executor's namespace (P18.1); one this replica does not
-        // know yet may be of any namespace, so the largest bounds it, and the leader again.
-        let shard_count = match &namespace {
-            Some(namespace) => applied
-                .state
-                .space(namespace)
-                .and_then(|space| space.config())
-                .map_or(0, |config| config.shard_count),
-            None => applied
-                .state
-                .spaces()
-                .filter_map(|space| space.config())
-                .map(|config| config.shard_count)
-                .max()
-                .unwrap_or(0),
-        };
+        // The body lists shards of the executor's namespace (P18.1).
+        let shard_count = applied
+            .state
+            .shard_count_for_executor(&executor_id)
+            .unwrap_or(0);
         (
             Recorded::of(&applied.state, &executor_id),
             namespace,

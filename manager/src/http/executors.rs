@@ -31,9 +31,11 @@ use crate::renewals::{self, RenewError};
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
 
-fn shard_count(node: &AppState) -> Result<u32, HttpError> {
+/// The shard count `executor_id`'s claims and releases are read against: its namespace's
+/// (P18.1).
+fn shard_count(node: &AppState, executor_id: &str) -> Result<u32, HttpError> {
     node.state
-        .read(|applied| applied.state.config().map(|config| config.shard_count))
+        .read(|applied| applied.state.shard_count_for_executor(executor_id))
         .ok_or_else(|| refusal(RefusalReason::NotInitialised))
 }
 
@@ -203,7 +205,7 @@ pub async fn renew(
     Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
-    let shard_count = shard_count(&node)?;
+    let shard_count = shard_count(&node, &executor_id)?;
     let loads = request.loads.take();
     let claims = request
         .checked_claims(shard_count)
@@ -307,7 +309,10 @@ pub async fn release(
     Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<Json<ReleaseReply>, HttpError> {
-    validate_shards(request.shards.iter().copied(), shard_count(&node)?)?;
+    validate_shards(
+        request.shards.iter().copied(),
+        shard_count(&node, &executor_id)?,
+    )?;
     let command = Command::Release {
         now_ms: node.leadership.clock.now_ms(),
         executor_id: executor_id.clone(),

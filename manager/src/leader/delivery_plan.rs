@@ -84,13 +84,18 @@ impl DeliveryPlanner {
         queued: impl IntoIterator<Item = ExecutorId>,
         now_ms: u64,
     ) -> Round {
-        let shard_count = state.config().map_or(0, |c| c.shard_count);
         let mut round = Round::default();
         for executor_id in queued {
             let Some(executor) = state.executor(&executor_id) else {
                 self.push_backoff.remove(&executor_id);
                 continue;
             };
+            // The executor's shard space is its namespace's (P18.1): it refuses a set of any
+            // other size.
+            let shard_count = state
+                .space(&executor.namespace)
+                .and_then(|space| space.config())
+                .map_or(0, |config| config.shard_count);
             if self
                 .push_backoff
                 .get(&executor_id)
@@ -116,7 +121,8 @@ impl DeliveryPlanner {
             });
         }
         let mut revokes: BTreeMap<(ExecutorId, u64), Vec<ShardId>> = BTreeMap::new();
-        for (shard, handoff) in state.releasing() {
+        // Every namespace's handoffs (P18.1): each owner's revoke names its own namespace's shards.
+        for (_, shard, handoff) in state.releasing_everywhere() {
             if let Some(owner) = &shard.owner {
                 revokes
                     .entry((owner.clone(), handoff.revoke_revision))
@@ -215,10 +221,17 @@ pub fn still_releasing(
     requested: &[ShardId],
     revoke_revision: u64,
 ) -> usize {
+    // The shard numbers are of the executor's namespace (P18.1).
+    let Some(space) = state
+        .executor(executor_id)
+        .and_then(|executor| state.space(&executor.namespace))
+    else {
+        return 0;
+    };
     requested
         .iter()
         .filter(|&&shard| {
-            state.shard(shard).is_some_and(|record| {
+            space.shard(shard).is_some_and(|record| {
                 record.owner.as_ref() == Some(executor_id)
                     && record
                         .handoff

@@ -763,6 +763,25 @@ impl LeaseState {
         self.tombstones.values()
     }
 
+    /// The shard count an executor's requests are read against (P18.1): its namespace's. For an
+    /// executor this state does not hold (a follower that has not applied its registration
+    /// yet), the largest of any namespace, so nothing a real executor may send is refused for
+    /// its size; the leader, which knows every executor, reads it again. `None` before `Init`.
+    pub fn shard_count_for_executor(&self, executor_id: &str) -> Option<u32> {
+        self.config()?;
+        match self.executor(executor_id) {
+            Some(executor) => self
+                .space(&executor.namespace)
+                .and_then(|space| space.config())
+                .map(|config| config.shard_count),
+            None => self
+                .spaces()
+                .filter_map(|space| space.config())
+                .map(|config| config.shard_count)
+                .max(),
+        }
+    }
+
     /// The executor's delivered set: shards it owns that are not releasing from it, with epochs,
     /// ascending. Empty for an unknown executor.
     pub fn delivered_set(&self, executor_id: &str) -> Vec<(ShardId, Epoch)> {

@@ -139,3 +139,57 @@ fn p5_2_an_ignored_or_empty_revoke_reply_is_no_acknowledgement() {
         None
     );
 }
+
+/// P18.1: an executor of another namespace is pushed its namespace's shard count and set, and
+/// revoked its namespace's shards while they are handed off, which `still_releasing` reads in
+/// that namespace.
+#[test]
+fn p18_1_deliveries_are_in_the_executor_s_namespace() {
+    let mut world = world();
+    world.create_namespace("kv", 6);
+    let a = world.register_in("a", "kv", 1);
+    let to_a = |world: &World| Command::Rebalance {
+        now_ms: 1,
+        planned_at: world.state.revision(),
+        namespace: "kv".into(),
+        moves: (0..6)
+            .map(|shard| crate::lease::Move {
+                shard,
+                to: a.clone(),
+            })
+            .collect(),
+    };
+    let plan = to_a(&world);
+    world.apply(plan);
+    let mut planner = DeliveryPlanner::default();
+    let round = planner.plan_round(&world.state, [a.clone()], 10);
+    match &round.deliveries[..] {
+        [Delivery::Push { body, .. }] => {
+            assert_eq!(body.shard_count, 6, "kv's shard count, not default's 4");
+            assert_eq!(body.shards.len(), 6);
+        }
+        other => panic!("one push: {other:?}"),
+    }
+    // A second kv executor: a plan moving three of a's shards to it revokes them from a.
+    let b = world.register_in("b", "kv", 2);
+    let moves = Command::Rebalance {
+        now_ms: 2,
+        planned_at: world.state.revision(),
+        namespace: "kv".into(),
+        moves: (3..6)
+            .map(|shard| crate::lease::Move {
+                shard,
+                to: b.clone(),
+            })
+            .collect(),
+    };
+    world.apply(moves);
+    let revoked = revokes(&planner.plan_round(&world.state, [], 100));
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
+    let (owner, revision, shards) = revoked[0].clone();
+    assert_eq!(
+        (owner.as_str(), shards.clone()),
+        (a.as_str(), vec![3, 4, 5])
+    );
+    assert_eq!(still_releasing(&world.state, &a, &shards, revision), 3);
+}
