@@ -158,8 +158,7 @@ impl NamespaceScope {
             return Err("a limited certificate names at least one namespace".to_owned());
         }
         for name in &names {
-            crate::wire::check_namespace_name(name)
-                .map_err(|e| format!("namespace {}: {e}", quote(name)))?;
+            crate::wire::check_namespace_name(name).map_err(|e| e.to_string())?;
         }
         names.sort_unstable();
         names.dedup();
@@ -821,7 +820,10 @@ mod tests {
         assert!(!scope.allows("default") && !scope.allows("k"));
         assert!(scope.is_limited());
         assert_eq!(scope.header_value().as_deref(), Some("kv,orders"));
-        assert_eq!(NamespaceScope::from_header_value("kv,orders").unwrap(), scope);
+        assert_eq!(
+            NamespaceScope::from_header_value("kv,orders").unwrap(),
+            scope
+        );
         assert_eq!(scope.to_string(), "namespaces kv, orders");
         assert!(NamespaceScope::All.allows("anything"));
         assert_eq!(NamespaceScope::All.header_value(), None);

@@ -50,6 +50,9 @@ pub struct ExecutorSpec {
     /// A `leaseholdctl certs init` directory: the executor serves and calls with TLS, presenting
     /// its `executor` certificate, and the test talks to it with the `admin` one.
     pub tls_dir: Option<PathBuf>,
+    /// Which certificate of `tls_dir` the executor presents: `executor`, or one that
+    /// `leaseholdctl certs issue` made (`executor-orders`, limited to a namespace, P18.2).
+    pub tls_identity: String,
 }
 
 impl ExecutorSpec {
@@ -65,6 +68,7 @@ impl ExecutorSpec {
             extra_args: Vec::new(),
             binary: None,
             tls_dir: cluster.options.tls_dir.clone(),
+            tls_identity: "executor".to_string(),
         }
     }
 }
@@ -106,11 +110,12 @@ impl ExecutorProcess {
             extra_args,
             binary: executor_binary,
             tls_dir,
+            tls_identity,
         } = spec;
         let mut tls_args = Vec::new();
         match &tls_dir {
             Some(dir) => {
-                let files = crate::tls_files(dir, "executor");
+                let files = crate::tls_files(dir, &tls_identity);
                 for (flag, path) in [
                     ("--cert-file", files.cert_file),
                     ("--key-file", files.key_file),

@@ -11,16 +11,20 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use leasehold_api::client::ClientError;
+use leasehold_api::client::{http_client_builder, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
+use leasehold_api::routing::{RoutedRequest, RoutingClient, RoutingConfig};
 use leasehold_api::wire::{CreateNamespaceRequest, NamespaceView};
+use leasehold_example_kv::KvClient;
 use leasehold_tests::ctl::leaseholdctl;
-use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
+use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess, ExecutorSpec};
 use leasehold_tests::faults::{
     fault_cluster_options, fault_executor_args, use_fault_timing, wait_registered, Fleet,
     FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
 };
-use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
+use leasehold_tests::{binary, one_cluster_at_a_time, poll_until, Cluster};
+use reqwest::Method;
+use serde_json::{json, Value};
 
 /// The cluster version that takes namespaces (`leasehold_api::wire::NAMESPACES_SCHEMA`).
 const NAMESPACES_SCHEMA: u32 = 10;
@@ -207,5 +211,319 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
     );
 
     defaults.check(&format!("{SCENARIO} (default)"));
+    orders.check(&format!("{SCENARIO} (orders)"));
+}
+
+/// An executor of `namespace` presenting the certificate limited to it (`executor-<namespace>`).
+fn spec_in(cluster: &Cluster, name: &str, namespace: &str) -> ExecutorSpec {
+    let mut spec = ExecutorSpec::local(cluster, name);
+    spec.extra_args = fault_executor_args();
+    spec.extra_args
+        .extend(["--namespace".to_owned(), namespace.to_owned()]);
+    spec.tls_identity = format!("executor-{namespace}");
+    spec
+}
+
+/// A client presenting `identity`'s certificate of the cluster's directory (`admin`,
+/// `executor-kv`, ...).
+fn https_as(cluster: &Cluster, identity: &str) -> reqwest::Client {
+    let tls = cluster.tls_as(identity).expect("a TLS cluster");
+    http_client_builder(Some(&tls))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// `method path` with `body` at `url` as `client`: its status and body.
+async fn ask(
+    client: &reqwest::Client,
+    url: &str,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> (u16, Value) {
+    let mut request = client.request(method, format!("{url}{path}"));
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    let reply = request
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let status = reply.status().as_u16();
+    let body = reply.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// P18.1, P18.2, I1, I2: two services in two namespaces of one TLS cluster, the kv example
+/// (`leasehold-kv --namespace kv`) and the demo executor (`--namespace orders`), each executor
+/// presenting a certificate limited to its namespace (`leaseholdctl certs issue`). Each
+/// service's keys reach its own executors only, through a routing client of its namespace; a
+/// certificate of one namespace cannot register into, renew in, release, drain or change the
+/// other, nor anything of the whole cluster, and every refusal changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
+    const SCENARIO: &str = "p18_2_two_services_in_two_namespaces";
+    const KV: &str = "kv";
+    // More shards than `default`'s, so renewals past `default`'s body bound must pass (P18.1).
+    const KV_SHARDS: u32 = 256;
+    let _serial = one_cluster_at_a_time().await;
+    let mut options = fault_cluster_options();
+    options.make_certificates = true;
+    let mut cluster = Cluster::new(options);
+    use_fault_timing(&mut cluster);
+    cluster.start_all();
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    poll_until("the cluster version to reach 10", VERSION_BOUND, || async {
+        let info = cluster.cluster_info(leader).await?;
+        match info.cluster_version {
+            Some(version) if version >= NAMESPACES_SCHEMA => Ok(()),
+            other => Err(format!("cluster version {other:?}")),
+        }
+    })
+    .await;
+    let tls_dir = cluster.options.tls_dir.clone().expect("certificates");
+    let tls_dir_arg = tls_dir.display().to_string();
+    for (role, namespace) in [("executor", KV), ("executor", ORDERS), ("admin", KV)] {
+        leaseholdctl(
+            &[],
+            &[
+                "certs",
+                "issue",
+                role,
+                "--namespace",
+                namespace,
+                "--dir",
+                &tls_dir_arg,
+            ],
+        )
+        .await
+        .ok();
+    }
+    let client = cluster.client();
+    let lease_duration_ms = client.state(true).await.unwrap().lease_duration_ms;
+    for (name, shard_count) in [(KV, KV_SHARDS), (ORDERS, ORDERS_SHARDS)] {
+        client
+            .create_namespace(&CreateNamespaceRequest {
+                name: name.to_owned(),
+                shard_count,
+                lease_duration_ms: Some(lease_duration_ms),
+                max_executors: None,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{name} is created: {e}"));
+    }
+
+    // The kv service: two leasehold-kv processes on one store; the other: two demo executors.
+    let store = tempfile::tempdir().unwrap();
+    let mut kv = Fleet::new(cluster.dir.path().to_path_buf());
+    let mut orders = Fleet::new(cluster.dir.path().to_path_buf());
+    let kv_executors: Vec<usize> = ["kv-0", "kv-1"]
+        .into_iter()
+        .map(|name| {
+            let mut spec = spec_in(&cluster, name, KV);
+            spec.binary = Some(binary("leasehold-kv"));
+            spec.extra_args
+                .extend(["--store-dir".to_owned(), store.path().display().to_string()]);
+            kv.start(spec)
+        })
+        .collect();
+    let order_executors: Vec<usize> = ["o-0", "o-1"]
+        .into_iter()
+        .map(|name| orders.start(spec_in(&cluster, name, ORDERS)))
+        .collect();
+    wait_for_even_split(&kv.refs(&kv_executors), KV_SHARDS, SETTLE_BOUND).await;
+    wait_for_even_split(&orders.refs(&order_executors), ORDERS_SHARDS, SETTLE_BOUND).await;
+    let mut kv_ids = BTreeSet::new();
+    for &index in &kv_executors {
+        kv_ids.insert(wait_registered(kv.get(index)).await);
+    }
+    let mut order_ids = BTreeSet::new();
+    for &index in &order_executors {
+        order_ids.insert(wait_registered(orders.get(index)).await);
+    }
+
+    // Each service's traffic reaches its own executors, routed in its namespace.
+    let admin_tls = cluster.tls_as("admin").unwrap();
+    let routing_in = |namespace: &str| RoutingConfig {
+        namespace: namespace.to_owned(),
+        managers: ClientConfig {
+            request_timeout: Duration::from_secs(2),
+            ..ClientConfig::default()
+        },
+        watch_wait: Duration::from_secs(5),
+        ..RoutingConfig::default()
+    };
+    let kv_client = KvClient::new(
+        RoutingClient::connect_with_tls(cluster.urls(), routing_in(KV), Some(&admin_tls))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(kv_client.routing().stats().shard_count, KV_SHARDS);
+    for i in 0..32 {
+        let key = format!("user-{i}");
+        let put = kv_client
+            .put(&key, &format!("v{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("put {key}: {e}"));
+        let got = kv_client.get(&key).await.unwrap().expect("the value");
+        assert_eq!(got.value, format!("v{i}"));
+        assert_eq!(put.shard, got.shard);
+    }
+    let orders_client =
+        RoutingClient::connect_with_tls(cluster.urls(), routing_in(ORDERS), Some(&admin_tls))
+            .await
+            .unwrap();
+    for i in 0..16 {
+        let key = format!("order-{i}");
+        let path = format!("/v1/work?key={key}");
+        let reply = orders_client
+            .send(
+                key.as_bytes(),
+                RoutedRequest {
+                    method: &Method::GET,
+                    path: &path,
+                    body: None,
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("work for {key}: {e}"));
+        assert_eq!(reply.status, 200, "{key}");
+        assert!(order_ids.contains(&reply.target.executor_id), "{reply:?}");
+        assert!(reply.target.shard < ORDERS_SHARDS);
+    }
+    for route in kv_client.routing().table().routes() {
+        let owner = route.owner.expect("every kv shard owned");
+        assert!(kv_ids.contains(&owner.executor_id), "{owner:?}");
+    }
+
+    // P18.2: the kv certificates cannot touch orders, nor the whole cluster; reads are open.
+    let kv_executor = https_as(&cluster, "executor-kv");
+    let kv_admin = https_as(&cluster, "admin-kv");
+    let order_id = order_ids.first().unwrap().clone();
+    // Asked of a follower, so what the leader decides comes with the caller's limit forwarded.
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let follower = cluster.url(if leader == 1 { 2 } else { 1 });
+    let before = client.state(true).await.unwrap();
+    let before_orders = client.executors_in(ORDERS, true).await.unwrap();
+    let register = json!({
+        "incarnation": "f".repeat(32),
+        "address": "https://127.0.0.1:9",
+        "credential": "c".repeat(64),
+        "namespace": ORDERS,
+    });
+    let refused = [
+        (
+            &kv_executor,
+            Method::POST,
+            "/v1/executors".to_owned(),
+            register,
+        ),
+        (
+            &kv_executor,
+            Method::POST,
+            format!("/v1/executors/{order_id}/renew"),
+            json!({}),
+        ),
+        (
+            &kv_executor,
+            Method::POST,
+            format!("/v1/executors/{order_id}/release"),
+            json!({"shards": [0]}),
+        ),
+        (
+            &kv_executor,
+            Method::POST,
+            format!("/v1/executors/{order_id}/drain"),
+            json!({}),
+        ),
+        (
+            &kv_admin,
+            Method::DELETE,
+            format!("/v1/executors/{order_id}"),
+            Value::Null,
+        ),
+        (
+            &kv_admin,
+            Method::PATCH,
+            format!("/v1/namespaces/{ORDERS}"),
+            json!({"max_executors": 1}),
+        ),
+        (
+            &kv_admin,
+            Method::DELETE,
+            format!("/v1/namespaces/{ORDERS}"),
+            Value::Null,
+        ),
+        (
+            &kv_admin,
+            Method::POST,
+            "/v1/shards/0/move".to_owned(),
+            json!({"to": order_id}),
+        ),
+        (
+            &kv_admin,
+            Method::PUT,
+            "/v1/cluster/maintenance".to_owned(),
+            json!({"on": true}),
+        ),
+        (
+            &kv_admin,
+            Method::POST,
+            "/v1/cluster/snapshot".to_owned(),
+            json!({}),
+        ),
+        (&kv_admin, Method::GET, "/v1/audit".to_owned(), Value::Null),
+    ];
+    for (caller, method, path, body) in refused {
+        let (status, problem) = ask(caller, &follower, method.clone(), &path, body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (403, Some("forbidden")),
+            "P18.2: {method} {path}: {problem}"
+        );
+    }
+    let after = client.state(true).await.unwrap();
+    assert_eq!(
+        after.revision, before.revision,
+        "the refusals changed nothing"
+    );
+    assert_eq!(
+        client.executors_in(ORDERS, true).await.unwrap().len(),
+        before_orders.len()
+    );
+    // Reads are any certificate's; changes in its own namespace are the limited admin's.
+    let (status, _) = ask(
+        &kv_executor,
+        &follower,
+        Method::GET,
+        &format!("/v1/shards?namespace={ORDERS}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, view) = ask(
+        &kv_admin,
+        &follower,
+        Method::PATCH,
+        &format!("/v1/namespaces/{KV}"),
+        json!({"max_executors": 8}),
+    )
+    .await;
+    assert_eq!((status, &view["max_executors"]), (200, &json!(8)), "{view}");
+
+    // An executor whose certificate is limited to another namespace is refused at its start.
+    let mut misfit = ExecutorProcess::start_spec(cluster.dir.path(), {
+        let mut spec = spec_in(&cluster, "misfit", ORDERS);
+        spec.tls_identity = "executor-kv".to_owned();
+        spec
+    });
+    let status = misfit.wait_exit(SETTLE_BOUND).await;
+    assert_eq!(status.code(), Some(2), "{}", misfit.log());
+
+    // The services kept what they held.
+    wait_for_even_split(&kv.refs(&kv_executors), KV_SHARDS, SETTLE_BOUND).await;
+    wait_for_even_split(&orders.refs(&order_executors), ORDERS_SHARDS, SETTLE_BOUND).await;
+    kv.check(&format!("{SCENARIO} (kv)"));
     orders.check(&format!("{SCENARIO} (orders)"));
 }

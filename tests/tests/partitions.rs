@@ -95,6 +95,7 @@ impl NetScenario {
             extra_args: fault_executor_args(),
             binary: None,
             tls_dir: self.cluster.options.tls_dir.clone(),
+            tls_identity: "executor".to_string(),
         });
         self.executor_nodes.insert(index, node);
         index

@@ -307,6 +307,30 @@ impl Upgrade {
                 fake.address
             );
         }
+        // P18.1: the shard space of the previous release is `default`, and every executor, of
+        // either release, stays in it (a reply of the previous release names no namespace).
+        let upgraded = executors.iter().all(|e| e.get("namespace").is_some());
+        for executor in executors {
+            let namespace = &executor["namespace"];
+            assert!(
+                namespace == "default" || (!upgraded && namespace.is_null()),
+                "{stage}: P18.1: every executor is in `default`: {executor}"
+            );
+        }
+        if stage == "after the upgrade" {
+            assert!(
+                upgraded,
+                "{stage}: this release names each executor's namespace"
+            );
+            let namespaces = self.get(leader, "/v1/namespaces").await.unwrap();
+            let names: Vec<&str> = namespaces
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|ns| ns["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(names, ["default"], "{stage}: P18.1: the one namespace");
+        }
         let running = self.executors.len() - stopped;
         assert_eq!(
             executors.len(),

@@ -85,8 +85,8 @@ pub struct Cli {
     pub tls_key: Option<PathBuf>,
 
     /// The namespace (PROTOCOL P18.1) that `shard list`, `shard show`, `route`, `executor list`
-    /// and `plan` read; absent: `default`. Every other command refuses a namespace but
-    /// `default`.
+    /// and `plan` read; absent: `default`. `certs issue` limits its certificate to it (and takes
+    /// it repeated). Every other command refuses a namespace but `default`.
     #[arg(short = 'n', long, value_name = "NAME", global = true, value_parser = namespace_name)]
     pub namespace: Option<String>,
 
@@ -183,6 +183,17 @@ pub enum CertsVerb {
         #[arg(long)]
         force: bool,
     },
+    /// Issue one executor or admin certificate, signed by the CA in DIR, optionally limited to
+    /// namespaces (PROTOCOL P18.2).
+    ///
+    /// Reads `ca.pem` and `ca-key.pem` (written by `certs init`) and writes `<STEM>.pem` and
+    /// `<STEM>-key.pem` into DIR: by default `executor` or `admin`, or for a limited certificate
+    /// `executor-<first namespace>` (`admin-<...>`). With -n/--namespace the certificate carries
+    /// one role URI `urn:leasehold:<role>:<namespace>` per namespace and acts in those only;
+    /// without, it acts in every namespace. The certificate has the shape of `certs init`'s: valid
+    /// for 127.0.0.1, localhost and each --host, for a year (no longer than the CA). Existing
+    /// files are not replaced without --force.
+    Issue(certs::IssueOptions),
 }
 
 #[derive(Debug, Subcommand)]
@@ -549,6 +560,12 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             })?;
             out.show(&report, certs::render)
         }
+        Noun::Certs {
+            verb: CertsVerb::Issue(options),
+        } => {
+            let report = certs::issue(options)?;
+            out.show(&report, certs::render_issue)
+        }
         Noun::Snapshot { verb } => run_snapshot(&cli, verb, out).await,
         Noun::Cluster {
             verb: ClusterVerb::Status,
@@ -647,9 +664,11 @@ fn without_namespaces(command: &Noun) -> Option<&'static str> {
             SnapshotVerb::Inspect { .. } => "snapshot inspect",
             SnapshotVerb::Restore { .. } => "snapshot restore",
         }),
-        Noun::Certs {
-            verb: CertsVerb::Init { .. },
-        } => Some("certs init"),
+        Noun::Certs { verb } => match verb {
+            CertsVerb::Init { .. } => Some("certs init"),
+            // -n/--namespace is its own: the namespaces the certificate is limited to.
+            CertsVerb::Issue(_) => None,
+        },
         Noun::State => Some("state"),
         Noun::Plan => None,
         Noun::Audit => Some("audit"),

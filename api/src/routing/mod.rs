@@ -482,8 +482,7 @@ impl RoutingClient {
             .map_err(|e| {
                 RoutingError::InvalidConfig(format!("http client: {}", error_chain(&e)))
             })?;
-        let namespace =
-            (config.namespace != DEFAULT_NAMESPACE).then(|| config.namespace.clone());
+        let namespace = (config.namespace != DEFAULT_NAMESPACE).then(|| config.namespace.clone());
         let shared = Arc::new(Shared {
             managers,
             namespace,

@@ -898,8 +898,7 @@ async fn routing_in_a_namespace_loads_and_follows_that_namespace_only() {
     let (_, a) = fake_executor(StatusCode::OK).await;
     let (_, b) = fake_executor(StatusCode::OK).await;
     let executors = [("ex-1", a.as_str()), ("ex-2", b.as_str())];
-    let (manager, url) =
-        fake_manager_at(all_on(10, &executors, 0), Some(NAMESPACES_SCHEMA)).await;
+    let (manager, url) = fake_manager_at(all_on(10, &executors, 0), Some(NAMESPACES_SCHEMA)).await;
     manager.set_namespaced(state(10, &executors, &[Some(1); 3]));
     let config = RoutingConfig {
         namespace: NAMESPACE.into(),
@@ -911,17 +910,26 @@ async fn routing_in_a_namespace_loads_and_follows_that_namespace_only() {
     assert_eq!(client.stats().shard_count, 3, "the namespace's shard count");
     for key in [&b"k"[..], b"a", b"user-17"] {
         let target = client.route(key).unwrap();
-        assert_eq!(target.shard, shard_for_key(key, NonZeroU32::new(3).unwrap()));
+        assert_eq!(
+            target.shard,
+            shard_for_key(key, NonZeroU32::new(3).unwrap())
+        );
         assert_eq!(target.executor_id, "ex-2", "the namespace's owner");
     }
     let reply = client.send(b"k", WORK).await.unwrap();
-    assert_eq!((reply.status, reply.target.executor_id.as_str()), (200, "ex-2"));
+    assert_eq!(
+        (reply.status, reply.target.executor_id.as_str()),
+        (200, "ex-2")
+    );
 
     // A change in the namespace is followed; `default`'s state never reaches this client.
     manager.set_namespaced(state(11, &executors, &[Some(0); 3]));
     let deadline = Instant::now() + Duration::from_secs(10);
     while client.revision() < 11 {
-        assert!(Instant::now() < deadline, "the namespace's table was not followed");
+        assert!(
+            Instant::now() < deadline,
+            "the namespace's table was not followed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(client.route(b"k").unwrap().executor_id, "ex-1");
@@ -933,9 +941,14 @@ async fn routing_in_a_namespace_loads_and_follows_that_namespace_only() {
         namespace: "billing".into(),
         ..test_config(false)
     };
-    let error = RoutingClient::connect(vec![url], missing).await.unwrap_err();
+    let error = RoutingClient::connect(vec![url], missing)
+        .await
+        .unwrap_err();
     assert!(
-        matches!(&error, RoutingError::Managers(ClientError::Unexpected { status: 404, .. })),
+        matches!(
+            &error,
+            RoutingError::Managers(ClientError::Unexpected { status: 404, .. })
+        ),
         "{error}"
     );
 
