@@ -19,6 +19,7 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 use crate::lease::{Command, MoveReason, Outcome, Plan, RenewResult, ShardId};
 use crate::raft::LeaseStateHandle;
+use leasehold_api::wire::DEFAULT_NAMESPACE;
 
 /// Every metric the manager exports, each series from start-up (`export_from_start` in `main`):
 /// docs/OPERATIONS.md's "Metrics reference" documents each, and the tests below hold the list
@@ -27,22 +28,25 @@ pub const METRICS: &[MetricSpec] = &[
     MetricSpec {
         name: "leasehold_executors",
         kind: MetricKind::Gauge,
-        help: "Registered executors in the applied state.",
-        labels: &[],
+        help: "Registered executors in the applied state, by namespace.",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
         at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_executors_lapsed",
         kind: MetricKind::Gauge,
-        help: "Registered executors whose lease ran out and who are not reaped yet.",
-        labels: &[],
+        help: "Registered executors whose lease ran out and who are not reaped yet, by namespace.",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
         at_start: AtStart::Zero,
     },
     MetricSpec {
         name: "leasehold_shards",
         kind: MetricKind::Gauge,
-        help: "Shards by state: owned, releasing (being handed off), unowned.",
-        labels: &[("state", &["owned", "releasing", "unowned"])],
+        help: "Shards by namespace and state: owned, releasing (being handed off), unowned.",
+        labels: &[
+            ("namespace", &[DEFAULT_NAMESPACE]),
+            ("state", &["owned", "releasing", "unowned"]),
+        ],
         at_start: AtStart::Zero,
     },
     MetricSpec {
@@ -402,28 +406,89 @@ pub fn record_state_gauges(
     now_ms: u64,
     told_from_memory: Option<&crate::lease::ToldFromMemory>,
 ) {
-    state.read(|applied| {
+    let gone = state.read(|applied| {
         let state = &applied.state;
-        let (mut executors, mut lapsed) = (0u64, 0u64);
+        let mut by_namespace: BTreeMap<&str, NamespaceGauges> = state
+            .namespaces()
+            .map(|(name, namespace)| {
+                let gauges = NamespaceGauges {
+                    shards: namespace.shards().len(),
+                    releasing: namespace.releasing_count(),
+                    ..NamespaceGauges::default()
+                };
+                (name, gauges)
+            })
+            .collect();
+        // From the indexes, not a scan of the shard tables: a scrape costs the same at a
+        // million shards as at ten. A releasing shard keeps its owner until the handoff ends.
         for executor in state.executors() {
-            executors += 1;
+            let Some(gauges) = by_namespace.get_mut(executor.namespace.as_str()) else {
+                continue;
+            };
+            gauges.executors += 1;
+            gauges.with_owner += executor.owned_shards.len();
             if executor.lease_ends_ms(told_from_memory) <= now_ms {
-                lapsed += 1;
+                gauges.lapsed += 1;
             }
         }
-        // From the indexes, not a scan of the shard table: a scrape costs the same at a
-        // million shards as at ten. A releasing shard keeps its owner until the handoff ends.
-        let with_owner = state.owned_count();
-        let releasing = state.releasing_count();
-        let owned = with_owner.saturating_sub(releasing);
-        let unowned = state.shards().len().saturating_sub(with_owner);
-        metrics::gauge!("leasehold_executors").set(executors as f64);
-        metrics::gauge!("leasehold_executors_lapsed").set(lapsed as f64);
-        metrics::gauge!("leasehold_shards", "state" => "owned").set(owned as f64);
-        metrics::gauge!("leasehold_shards", "state" => "releasing").set(releasing as f64);
-        metrics::gauge!("leasehold_shards", "state" => "unowned").set(unowned as f64);
+        for (namespace, gauges) in &by_namespace {
+            gauges.record(namespace);
+        }
         metrics::gauge!("leasehold_state_revision").set(state.revision() as f64);
+        let mut recorded = recorded_namespaces();
+        let gone: Vec<String> = recorded
+            .iter()
+            .filter(|name| !by_namespace.contains_key(name.as_str()))
+            .cloned()
+            .collect();
+        recorded.clear();
+        recorded.extend(by_namespace.keys().map(|name| (*name).to_owned()));
+        gone
     });
+    // A deleted namespace's series read empty once, rather than as it last was.
+    for namespace in gone {
+        NamespaceGauges::default().record(&namespace);
+    }
+}
+
+/// One namespace's state gauges (P18.1).
+#[derive(Debug, Clone, Copy, Default)]
+struct NamespaceGauges {
+    executors: usize,
+    lapsed: usize,
+    shards: usize,
+    with_owner: usize,
+    releasing: usize,
+}
+
+impl NamespaceGauges {
+    fn record(&self, namespace: &str) {
+        let namespace = namespace.to_owned();
+        let owned = self.with_owner.saturating_sub(self.releasing);
+        let unowned = self.shards.saturating_sub(self.with_owner);
+        metrics::gauge!("leasehold_executors", "namespace" => namespace.clone())
+            .set(self.executors as f64);
+        metrics::gauge!("leasehold_executors_lapsed", "namespace" => namespace.clone())
+            .set(self.lapsed as f64);
+        for (state, count) in [
+            ("owned", owned),
+            ("releasing", self.releasing),
+            ("unowned", unowned),
+        ] {
+            metrics::gauge!("leasehold_shards", "namespace" => namespace.clone(), "state" => state)
+                .set(count as f64);
+        }
+    }
+}
+
+/// The namespaces whose gauges the last [`record_state_gauges`] set: at most every namespace a
+/// state holds ([`leasehold_api::wire::MAX_NAMESPACES`]).
+fn recorded_namespaces() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+    static RECORDED: Mutex<std::collections::BTreeSet<String>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    RECORDED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Counters and the handoff-duration histogram, from the outcomes this node commits as leader.

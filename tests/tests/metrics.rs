@@ -129,17 +129,20 @@ async fn protocol_metrics_count_the_scripted_scenario() {
     .await;
     // State gauges describe the answering replica's applied state; the leader has applied it.
     let leader = scrape(&http, &cluster.url(first_leader)).await;
-    assert_eq!(leader.get("leasehold_executors"), Some(&1.0));
     assert_eq!(
-        leader.get(r#"leasehold_shards{state="owned"}"#),
+        leader.get(r#"leasehold_executors{namespace="default"}"#),
+        Some(&1.0)
+    );
+    assert_eq!(
+        leader.get(r#"leasehold_shards{namespace="default",state="owned"}"#),
         Some(&(SHARDS as f64))
     );
     assert_eq!(
-        leader.get(r#"leasehold_shards{state="unowned"}"#),
+        leader.get(r#"leasehold_shards{namespace="default",state="unowned"}"#),
         Some(&0.0)
     );
     assert_eq!(
-        leader.get(r#"leasehold_shards{state="releasing"}"#),
+        leader.get(r#"leasehold_shards{namespace="default",state="releasing"}"#),
         Some(&0.0)
     );
     assert!(
@@ -356,9 +359,12 @@ async fn protocol_metrics_count_the_scripted_scenario() {
     );
     let leader = cluster.wait_for_leader(LEADER_BOUND).await;
     let leader_metrics = scrape(&http, &cluster.url(leader)).await;
-    assert_eq!(leader_metrics.get("leasehold_executors"), Some(&0.0));
     assert_eq!(
-        leader_metrics.get(r#"leasehold_shards{state="unowned"}"#),
+        leader_metrics.get(r#"leasehold_executors{namespace="default"}"#),
+        Some(&0.0)
+    );
+    assert_eq!(
+        leader_metrics.get(r#"leasehold_shards{namespace="default",state="unowned"}"#),
         Some(&(SHARDS as f64))
     );
     assert!(leader_metrics["leasehold_raft_term"] >= 1.0);

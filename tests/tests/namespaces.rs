@@ -22,6 +22,7 @@ use leasehold_tests::faults::{
     fault_cluster_options, fault_executor_args, use_fault_timing, wait_registered, Fleet,
     FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
 };
+use leasehold_tests::http_checks::scrape;
 use leasehold_tests::{binary, one_cluster_at_a_time, poll_until, Cluster};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -156,6 +157,25 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
     // Each namespace settled: its next plan moves nothing.
     let plan = client.plan_in(ORDERS).await.unwrap();
     assert!(plan.moves.is_empty(), "{plan:?}");
+
+    // The state gauges carry the namespace (P18.1): each namespace's executors and shards.
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    let metrics = scrape(&cluster.http, &cluster.url(leader)).await.unwrap();
+    for (series, expected) in [
+        (r#"leasehold_executors{namespace="orders"}"#, 2),
+        (r#"leasehold_executors{namespace="default"}"#, 2),
+        (
+            r#"leasehold_shards{namespace="orders",state="owned"}"#,
+            ORDERS_SHARDS,
+        ),
+        (r#"leasehold_shards{namespace="orders",state="unowned"}"#, 0),
+        (
+            r#"leasehold_shards{namespace="default",state="owned"}"#,
+            FAULT_SHARDS,
+        ),
+    ] {
+        assert_eq!(metrics.get(series), Some(&f64::from(expected)), "{series}");
+    }
 
     // The CLI reads the same, per namespace.
     let urls = cluster.urls();

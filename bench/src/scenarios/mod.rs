@@ -340,11 +340,11 @@ const GAUGE_INTERVAL: Duration = Duration::from_millis(100);
 /// scrape, from indexes: the same cost at any shard count).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct PlacementGauges {
-    /// `leasehold_executors`.
+    /// `leasehold_executors`, over every namespace.
     executors: u64,
-    /// `leasehold_shards{state="owned"}`: owned and not being released.
+    /// `leasehold_shards{state="owned"}`, over every namespace: owned and not being released.
     owned: u64,
-    /// `leasehold_shards{state="releasing"}`.
+    /// `leasehold_shards{state="releasing"}`, over every namespace.
     releasing: u64,
 }
 
@@ -357,20 +357,24 @@ async fn placement_gauges(cluster: &ManagerCluster, id: u64) -> Result<Placement
         .ok_or_else(|| "the leader's /metrics lacks the executor and shard gauges".to_owned())
 }
 
-/// The three gauges from a Prometheus text page; `None` unless all three are there.
+/// The three gauges from a Prometheus text page, each summed over its namespaces (one series
+/// each, PROTOCOL P18.1); `None` unless all three are there.
 fn parse_placement_gauges(text: &str) -> Option<PlacementGauges> {
     let (mut executors, mut owned, mut releasing) = (None, None, None);
     for line in text.lines() {
-        let Some((name, value)) = line.rsplit_once(' ') else {
+        let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
         let slot = match name {
             "leasehold_executors" => &mut executors,
-            "leasehold_shards{state=\"owned\"}" => &mut owned,
-            "leasehold_shards{state=\"releasing\"}" => &mut releasing,
+            "leasehold_shards" if labels.contains("state=\"owned\"") => &mut owned,
+            "leasehold_shards" if labels.contains("state=\"releasing\"") => &mut releasing,
             _ => continue,
         };
-        *slot = value.parse::<f64>().ok().map(|v| v as u64);
+        if let Ok(value) = value.parse::<f64>() {
+            *slot = Some(slot.unwrap_or(0) + value as u64);
+        }
     }
     Some(PlacementGauges {
         executors: executors?,
@@ -588,11 +592,14 @@ mod tests {
     use super::*;
 
     const PAGE: &str = "# TYPE leasehold_executors gauge\n\
-        leasehold_executors 10000\n\
-        leasehold_executors_lapsed 0\n\
-        leasehold_shards{state=\"owned\"} 999000\n\
-        leasehold_shards{state=\"releasing\"} 1000\n\
-        leasehold_shards{state=\"unowned\"} 0\n";
+        leasehold_executors{namespace=\"default\"} 9990\n\
+        leasehold_executors{namespace=\"orders\"} 10\n\
+        leasehold_executors_lapsed{namespace=\"default\"} 0\n\
+        leasehold_shards{namespace=\"default\",state=\"owned\"} 998000\n\
+        leasehold_shards{namespace=\"default\",state=\"releasing\"} 1000\n\
+        leasehold_shards{namespace=\"default\",state=\"unowned\"} 0\n\
+        leasehold_shards{namespace=\"orders\",state=\"owned\"} 1000\n\
+        leasehold_shards{namespace=\"orders\",state=\"releasing\"} 0\n";
 
     #[test]
     fn placement_gauges_are_read_from_the_metrics_page() {
@@ -608,12 +615,20 @@ mod tests {
 
     #[test]
     fn a_page_without_one_of_the_gauges_reads_as_none() {
+        let without = |gauge: &str| {
+            PAGE.lines()
+                .filter(|line| !line.starts_with(gauge))
+                .map(|line| format!("{line}\n"))
+                .collect::<String>()
+        };
         for missing in [
-            "leasehold_executors 10000\n",
-            "leasehold_shards{state=\"owned\"} 999000\n",
-            "leasehold_shards{state=\"releasing\"} 1000\n",
+            "leasehold_executors{",
+            "leasehold_shards{namespace=\"default\",state=\"owned\"}",
+            "leasehold_shards{namespace=\"default\",state=\"releasing\"}",
         ] {
-            assert_eq!(parse_placement_gauges(&PAGE.replace(missing, "")), None);
+            let page = without(missing);
+            let page = page.replace("leasehold_shards{namespace=\"orders\"", "other{");
+            assert_eq!(parse_placement_gauges(&page), None, "{missing}");
         }
     }
 }

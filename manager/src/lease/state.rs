@@ -247,6 +247,11 @@ impl Namespace {
         })
     }
 
+    /// How many of its shards are releasing from their owners (P5.2).
+    pub fn releasing_count(&self) -> usize {
+        self.releasing.len()
+    }
+
     /// How many executors are registered in it.
     pub fn executor_count(&self) -> usize {
         self.executor_count
