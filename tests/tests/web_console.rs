@@ -19,6 +19,13 @@
 //!
 //!    Throughout, the page's own counters show one watch request at a time, not a storm, and the
 //!    members asked for at most about once a second.
+//!
+//!    Last, namespaces (PROTOCOL P18.1): `orders` is created with 12 shards and an executor of
+//!    its own (labelled `zone=zone-o`). The header's selector lists both namespaces with their
+//!    shard and executor counts; choosing `orders` shows its 12 shards, all its executor's, and
+//!    only that executor, with its zone, and puts `#namespace=orders` in the address; a reload of
+//!    that address opens on `orders`, an address edited in place is followed, and an address
+//!    naming a namespace that does not exist shows `default` with a notice saying so.
 //! 2. One manager with 65 536 shards and two executors: every cell is rendered, the map matches
 //!    the API and the page answers a trivial evaluation promptly, also coloured by load (every
 //!    cell then shows the leader's load of 0). The first render time is printed.
@@ -49,9 +56,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use leasehold_api::ctl::table::human_load;
-use leasehold_api::wire::{ExecutorView, ShardView};
+use leasehold_api::wire::{CreateNamespaceRequest, ExecutorView, ShardView};
 use leasehold_tests::browser::{self, Browser};
-use leasehold_tests::executor::ExecutorProcess;
+use leasehold_tests::executor::{ExecutorProcess, ExecutorSpec};
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
 use serde::Deserialize;
 
@@ -320,10 +327,11 @@ async fn check_shard_details(browser: &mut Browser, cluster: &Cluster, id: u64) 
     const SHOWN: &str = "[document.activeElement.dataset.shard ?? null, \
         document.activeElement.title, document.getElementById('shard-detail').textContent]";
 
-    // The page's tab stops are the safe-to-stop form (its field and button), the next-plan
-    // button, the map's colour toggle (its two buttons), then the map, where Tab lands on the
-    // first cell.
+    // The page's tab stops are the namespace selector, the safe-to-stop form (its field and
+    // button), the next-plan button, the map's colour toggle (its two buttons), then the map,
+    // where Tab lands on the first cell.
     for stop in [
+        "namespace",
         "stop-check-subject",
         "stop-check-ask",
         "plan-ask",
@@ -337,7 +345,7 @@ async fn check_shard_details(browser: &mut Browser, cluster: &Cluster, id: u64) 
             .expect("focused element");
         assert_eq!(
             focused[0], stop,
-            "the form and the colour toggle come before the map; focused: {}",
+            "the selector, the form and the colour toggle come before the map; focused: {}",
             focused[1]
         );
     }
@@ -785,7 +793,259 @@ async fn the_console_follows_executors_shards_and_managers_live() {
         "at {NARROW_WIDTH} px the page does not scroll sideways"
     );
     save_screenshot(cluster.dir.path(), "console-narrow.png", &png, true);
+
+    browser
+        .set_viewport(WINDOW.0, WINDOW.1)
+        .await
+        .expect("viewport");
+    let _orders_executor = check_namespaces(&mut browser, &mut cluster, page_node).await;
     assert!(browser.is_running(), "{}", browser.log());
+}
+
+/// The namespace created for the console's selector, with its shard count (PROTOCOL P18.1).
+const ORDERS: &str = "orders";
+const ORDERS_SHARDS: u32 = 12;
+/// The cluster version that takes namespaces (`leasehold_api::wire::NAMESPACES_SCHEMA`).
+const NAMESPACES_SCHEMA: u32 = 10;
+
+/// The namespace selector and what the page shows of the namespace chosen.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NamespacePage {
+    /// The selector's label and value, and its options: (value, text).
+    label: Option<String>,
+    selected: String,
+    options: Vec<(String, String)>,
+    /// `[data-shard]` cells in document order: (shard, owner or "").
+    owners: Vec<(u32, String)>,
+    /// (`data-name`, visible text of the name cell) per executor row.
+    executors: Vec<(String, String)>,
+    /// The header's shard count.
+    shard_count: String,
+    /// The page's address from its path on.
+    address: String,
+    /// The notice about a namespace that could not be shown, when shown.
+    notice: Option<String>,
+    /// The namespace the page says it shows (`window.__console.namespace`).
+    shown: String,
+    /// Set by the test: gone after a reload.
+    marker: bool,
+}
+
+const READ_NAMESPACE_PAGE: &str = r#"(() => {
+  const select = document.getElementById('namespace');
+  const notice = document.getElementById('namespace-note');
+  const label = document.querySelector('label[for="namespace"]');
+  return {
+    label: label ? label.textContent : null,
+    selected: select.value,
+    options: Array.from(select.options, (option) => [option.value, option.textContent]),
+    owners: Array.from(document.querySelectorAll('[data-shard]'), (cell) =>
+      [Number(cell.dataset.shard), cell.dataset.owner]),
+    executors: Array.from(document.querySelectorAll('[data-executor]'), (row) =>
+      [row.dataset.name, row.querySelector('td').textContent]),
+    shardCount: document.getElementById('shard-count').textContent,
+    address: location.pathname + location.search + location.hash,
+    notice: notice.hidden ? null : notice.textContent,
+    shown: window.__console.namespace,
+    marker: window.__testMarker === true,
+  };
+})()"#;
+
+/// Polls the page until `check` accepts what it shows of namespaces.
+async fn wait_for_namespace_page(
+    browser: &mut Browser,
+    what: &str,
+    check: impl Fn(&NamespacePage) -> Result<(), String>,
+) -> NamespacePage {
+    let browser = tokio::sync::Mutex::new(browser);
+    poll_until(what, SETTLE_BOUND, || async {
+        let value = browser.lock().await.evaluate(READ_NAMESPACE_PAGE).await?;
+        let page: NamespacePage =
+            serde_json::from_value(value).map_err(|e| format!("namespace page: {e}"))?;
+        check(&page).map_err(|e| format!("{e}; page: {page:?}"))?;
+        Ok(page)
+    })
+    .await
+}
+
+/// P18.1: `orders` is created beside `default`, with an executor of its own; the page's selector
+/// lists both, shows `orders` when chosen and keeps the choice in the address, which a reload
+/// opens on; an address naming an unknown namespace shows `default` with a notice. Returns the
+/// `orders` executor, to keep it running to the end of the test.
+async fn check_namespaces(
+    browser: &mut Browser,
+    cluster: &mut Cluster,
+    page_node: u64,
+) -> ExecutorProcess {
+    let started = Instant::now();
+    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+    poll_until("the cluster version to reach 10", SETTLE_BOUND, || async {
+        match cluster.cluster_info(leader).await?.cluster_version {
+            Some(version) if version >= NAMESPACES_SCHEMA => Ok(()),
+            other => Err(format!("cluster version {other:?}")),
+        }
+    })
+    .await;
+    cluster
+        .client()
+        .create_namespace(&CreateNamespaceRequest {
+            name: ORDERS.to_owned(),
+            shard_count: ORDERS_SHARDS,
+            lease_duration_ms: None,
+            max_executors: None,
+        })
+        .await
+        .expect("orders is created");
+    let mut spec = ExecutorSpec::local(cluster, "in-orders");
+    spec.extra_args.extend(
+        ["--namespace", ORDERS, "--label", "zone=zone-o"]
+            .iter()
+            .map(|arg| (*arg).to_owned()),
+    );
+    let orders_executor = ExecutorProcess::start_spec(cluster.dir.path(), spec);
+    let default_names: BTreeSet<String> =
+        get::<Vec<ExecutorView>>(cluster, page_node, "/v1/executors")
+            .await
+            .expect("default's executors")
+            .into_iter()
+            .filter_map(|e| e.name)
+            .collect();
+    let default_option = format!(
+        "default · {SHARDS} shards · {} executors",
+        default_names.len()
+    );
+
+    // The selector lists both namespaces, with their shard counts and executors.
+    let orders_option = format!("orders · {ORDERS_SHARDS} shards · 1 executor");
+    wait_for_namespace_page(browser, "the selector to list orders", |page| {
+        let want = [
+            ("default".to_owned(), default_option.clone()),
+            (ORDERS.to_owned(), orders_option.clone()),
+        ];
+        (page.label.as_deref() == Some("namespace")
+            && page.selected == "default"
+            && page.options == want)
+            .then_some(())
+            .ok_or_else(|| format!("want options {want:?}"))
+    })
+    .await;
+
+    // Chosen: orders' 12 shards, all its own executor's, and only that executor, with its zone.
+    browser
+        .evaluate(
+            "(() => { const select = document.getElementById('namespace'); \
+             select.value = 'orders'; select.dispatchEvent(new Event('change')); return true; })()",
+        )
+        .await
+        .expect("choose orders");
+    let orders_shown = |marker: bool| {
+        move |page: &NamespacePage| -> Result<(), String> {
+            let owners: BTreeSet<&str> = page.owners.iter().map(|(_, o)| o.as_str()).collect();
+            let shards: Vec<u32> = page.owners.iter().map(|(shard, _)| *shard).collect();
+            let in_orders = matches!(
+                &page.executors[..],
+                [(name, text)] if name == "in-orders" && text.contains("zone=zone-o")
+            );
+            if page.selected != ORDERS || page.shown != ORDERS || page.shard_count != "12" {
+                return Err("orders not shown".to_owned());
+            }
+            if shards != (0..ORDERS_SHARDS).collect::<Vec<_>>()
+                || owners.len() != 1
+                || owners.contains("")
+            {
+                return Err("not orders' 12 shards, all of one executor".to_owned());
+            }
+            if !in_orders {
+                return Err("not orders' executor alone, with its zone".to_owned());
+            }
+            if page.address != "/ui/#namespace=orders"
+                || page.notice.is_some()
+                || page.marker != marker
+            {
+                return Err("address, notice or marker".to_owned());
+            }
+            Ok(())
+        }
+    };
+    let page =
+        wait_for_namespace_page(browser, "the page to show orders", orders_shown(true)).await;
+    let api: Vec<ShardView> = get(cluster, page_node, "/v1/shards?namespace=orders")
+        .await
+        .expect("orders' shards");
+    let api: Vec<(u32, String)> = api
+        .into_iter()
+        .map(|s| (s.shard, s.owner.unwrap_or_default()))
+        .collect();
+    assert_eq!(page.owners, api, "the page's map of orders is the API's");
+
+    // The address opens the page on orders: a reload of it.
+    browser
+        .evaluate("setTimeout(() => location.reload(), 0); true")
+        .await
+        .expect("reload");
+    wait_for_namespace_page(
+        browser,
+        "the reloaded page to show orders",
+        orders_shown(false),
+    )
+    .await;
+
+    // The address edited in place: the page follows it without a reload.
+    browser
+        .evaluate("window.__testMarker = true; location.hash = '#namespace=default'; true")
+        .await
+        .expect("edit the address");
+    wait_for_namespace_page(
+        browser,
+        "the page to follow the address to default",
+        |page| {
+            (page.selected == "default"
+                && page.shown == "default"
+                && page.owners.len() == SHARDS as usize
+                && page.address == "/ui/"
+                && page.marker)
+                .then_some(())
+                .ok_or_else(|| "default not shown in place".to_owned())
+        },
+    )
+    .await;
+
+    // An address naming a namespace that does not exist: default, with a notice, and the address
+    // no longer names it.
+    browser
+        .evaluate("setTimeout(() => location.assign('/ui/?namespace=nosuch'), 0); true")
+        .await
+        .expect("open an unknown namespace");
+    let page = wait_for_namespace_page(browser, "the page to fall back to default", |page| {
+        let names: BTreeSet<String> = page.executors.iter().map(|(n, _)| n.clone()).collect();
+        if page.marker {
+            return Err("not loaded yet".to_owned());
+        }
+        if page.notice.as_deref()
+            != Some("Namespace “nosuch” does not exist (any more): showing default instead.")
+        {
+            return Err("no notice".to_owned());
+        }
+        (page.selected == "default"
+            && page.shown == "default"
+            && page.owners.len() == SHARDS as usize
+            && names == default_names
+            && page.address == "/ui/"
+            && !page.options.iter().any(|(value, _)| value == "nosuch"))
+        .then_some(())
+        .ok_or_else(|| "default not shown".to_owned())
+    })
+    .await;
+    let api = api_owners(cluster, page_node)
+        .await
+        .expect("default's shards");
+    assert_eq!(page.owners, api, "the page's map of default is the API's");
+    eprintln!(
+        "namespaces: created, chosen, reloaded and fallen back in {:?}",
+        started.elapsed()
+    );
+    orders_executor
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

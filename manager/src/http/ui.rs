@@ -4,6 +4,10 @@
 //! marked), and a feed of the changes the page has seen. It shows maintenance mode while it is on
 //! and each shard's pin (PROTOCOL P17.4), and on request the next plan and the audit log
 //! (`GET /v1/audit`, which under TLS answers only an admin's browser; the page shows the refusal).
+//! It shows one namespace at a time (PROTOCOL P18.1): a selector in the header lists them
+//! (`GET /v1/namespaces`), every namespaced read names the one chosen (`?namespace=`), and the
+//! choice is kept in the page's address (`/ui/#namespace=orders`); a namespace that does not
+//! exist falls back to `default` with a notice.
 //!
 //! Every manager serves it; the page reads only from the manager that served it, so it works on
 //! an isolated network and never needs the leader. It follows the state with the blocking query

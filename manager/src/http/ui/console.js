@@ -22,6 +22,14 @@
 //   header while maintenance is on, "pinned to" in a shard's details. The audit log is asked for
 //   only on request ("audit log?": GET /v1/audit, which the leader answers and which needs the
 //   admin role under TLS) and listed newest first.
+// - Namespaces (PROTOCOL P18.1): the page shows one, `default` unless the address names another
+//   (`#namespace=NAME`, or `?namespace=NAME`). The header's selector lists them from
+//   GET /v1/namespaces, one request at a time, every NAMESPACES_REFRESH_MS and after a namespace
+//   was not found. Every namespaced read (the watch, the load rounds, the next plan) names the
+//   one shown, `default` by naming none, as before namespaces. Choosing another aborts the watch
+//   in flight (and the load round), forgets what was drawn and follows the new one from revision
+//   0, with its own shard count; the choice is kept in the address. A namespace the watch finds
+//   missing (404) falls back to `default` once, with a notice, not a retry loop.
 'use strict';
 
 (() => {
@@ -70,9 +78,19 @@
    */
   const HEAT_STEPS = 9;
   const HEAT_DECADES = 3;
+  /** The namespace of everything that names none (PROTOCOL P18.1); it always exists. */
+  const DEFAULT_NAMESPACE = 'default';
+  /** A namespace name as the manager checks it (api/src/wire/namespaces.rs): a DNS label. */
+  const NAMESPACE_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+  /** The selector's list is asked for again after this long (or at once after a 404). */
+  const NAMESPACES_REFRESH_MS = 10000;
+  const NAMESPACES_MIN_GAP_MS = 1000;
+  const NAMESPACES_ABORT_MS = 5000;
 
   const $ = (id) => document.getElementById(id);
   const ui = {
+    namespace: $('namespace'),
+    namespaceNote: $('namespace-note'),
     grid: $('grid'),
     colourOwner: $('colour-owner'),
     colourLoad: $('colour-load'),
@@ -107,6 +125,8 @@
     auditRecords: $('audit-records'),
     audit: $('audit').tBodies[0],
   };
+  /** The detail line's text before a shard is pointed at. */
+  const DETAIL_HINT = ui.detail.textContent;
 
   /** What the page shows now. */
   const shown = {
@@ -143,6 +163,8 @@
     firstFrameMs: null, // first state: parse to the first frame painted
     loadRequests: 0, // rounds of load requests started (each asks for the shards, then executors)
     loadRounds: 0, // rounds whose both answers were applied
+    namespace: DEFAULT_NAMESPACE, // the namespace shown (P18.1)
+    namespacesRequests: 0, // GET /v1/namespaces sent
   };
   window.__console = stats;
 
@@ -217,7 +239,9 @@
         } catch (_) {
           // not a problem document
         }
-        throw new Error('HTTP ' + reply.status + (detail ? ': ' + detail : ''));
+        const failure = new Error('HTTP ' + reply.status + (detail ? ': ' + detail : ''));
+        failure.status = reply.status;
+        throw failure;
       }
       return { text, receivedAt: performance.now() };
     } catch (error) {
@@ -586,7 +610,7 @@
   // ---- feed ----------------------------------------------------------------------------------
 
   /** The feed's short tag per kind of change (the kind is also its CSS class). */
-  const TAGS = { online: 'link', offline: 'link', joined: 'join', left: 'left', move: 'move', handoff: 'handoff', unowned: 'unowned', leader: 'leader', drain: 'drain', config: 'config', pin: 'pin', maintenance: 'maint' };
+  const TAGS = { online: 'link', offline: 'link', joined: 'join', left: 'left', move: 'move', handoff: 'handoff', unowned: 'unowned', leader: 'leader', drain: 'drain', config: 'config', pin: 'pin', maintenance: 'maint', namespace: 'ns' };
 
   function feed(kind, text) {
     const placeholder = ui.changes.querySelector('.empty');
@@ -698,7 +722,10 @@
     renderSummary(view);
     renderMaintenance(view.maintenance === true, first);
     stats.revision = view.revision;
-    if (first) feed('online', 'watching revision ' + view.revision + ': ' + plural(view.executors.length, 'executor') + ', ' + plural(view.shard_count, 'shard'));
+    if (first) {
+      const which = space.name === DEFAULT_NAMESPACE ? '' : 'namespace ' + space.name + ' at ';
+      feed('online', 'watching ' + which + 'revision ' + view.revision + ': ' + plural(view.executors.length, 'executor') + ', ' + plural(view.shard_count, 'shard'));
+    }
   }
 
   // ---- load colouring -----------------------------------------------------------------------
@@ -708,7 +735,8 @@
    * mark or heat step changed. Returns what the legend and the note need.
    */
   function applyLoads(shards) {
-    const count = shown.count;
+    // No map yet (a namespace just chosen, its first state not in): nothing to colour.
+    const count = Math.max(0, shown.count);
     const loads = new Array(count).fill(null);
     const hot = new Array(count).fill(false);
     let known = 0;
@@ -811,21 +839,28 @@
     const current = () => generation === loadPoll.generation;
     let backoff = LOAD_BACKOFF_FIRST_MS;
     while (current()) {
+      if (shown.count < 0) {
+        // A namespace just chosen, its map not drawn yet: nothing to colour, nothing asked.
+        await pause(MIN_WATCH_GAP_MS);
+        continue;
+      }
       try {
         stats.loadRequests++;
-        const shardsReply = await fetchText('../v1/shards?consistent=true', LOAD_ABORT_MS, cancel);
+        const shardsReply = await fetchText(inSpace('../v1/shards?consistent=true'), LOAD_ABORT_MS, cancel);
         if (!current()) return;
         let started = performance.now();
         const summary = applyLoads(JSON.parse(shardsReply.text));
         let busyMs = performance.now() - started;
         if (summary.known === 0) {
-          // A leader that has not published loads yet (just elected): nothing to colour by.
-          forgetLoads('No load known: the leader has none yet (no executor has reported since it was elected).');
+          // A leader that has not published loads (of this namespace) yet: nothing to colour by.
+          forgetLoads(space.name === DEFAULT_NAMESPACE
+            ? 'No load known: the leader has none yet (no executor has reported since it was elected).'
+            : 'No load known: the leader has none for namespace ' + space.name + ' (none of its executors has reported one since it was elected).');
         } else {
           renderLoadLegend(summary);
           sayAboutLoads(summary.busiest === 0 ? 'Every shard’s load is 0: no executor reports any work.' : '');
         }
-        const executorsReply = await fetchText('../v1/executors?consistent=true', LOAD_ABORT_MS, cancel);
+        const executorsReply = await fetchText(inSpace('../v1/executors?consistent=true'), LOAD_ABORT_MS, cancel);
         if (!current()) return;
         started = performance.now();
         shown.polled = new Map(JSON.parse(executorsReply.text).map((e) => [e.executor_id, e]));
@@ -851,22 +886,10 @@
     shown.mode = mode;
     ui.colourOwner.setAttribute('aria-pressed', String(mode === 'owner'));
     ui.colourLoad.setAttribute('aria-pressed', String(mode === 'load'));
-    // The running loop, if any, ends: its request is aborted and its wait cut short.
-    loadPoll.generation++;
-    if (loadPoll.cancel) loadPoll.cancel.abort();
-    loadPoll.cancel = null;
-    if (loadPoll.wake) loadPoll.wake();
     ui.legend.hidden = mode === 'load';
     ui.loadLegend.hidden = mode === 'owner';
-    if (mode === 'load') {
-      ui.loadLegend.replaceChildren();
-      forgetLoads('Asking the leader for loads…');
-      const cancel = new AbortController();
-      loadPoll.cancel = cancel;
-      const generation = loadPoll.generation;
-      // After the aborted request has settled, so never two at once.
-      setTimeout(() => pollLoads(generation, cancel.signal), 0);
-    } else {
+    restartLoads();
+    if (mode === 'owner') {
       for (let i = 0; i < shown.count; i++) {
         const cell = shown.cells[i];
         if (shown.loads[i] !== null) delete cell.dataset.load;
@@ -880,6 +903,26 @@
       sayAboutLoads('');
       if (shown.pointed >= 0) describe(shown.pointed);
     }
+  }
+
+  /**
+   * Ends the running load loop, if any (its request is aborted and its wait cut short), and,
+   * coloured by load, starts another from nothing known: after a change of colouring or of
+   * namespace.
+   */
+  function restartLoads() {
+    loadPoll.generation++;
+    if (loadPoll.cancel) loadPoll.cancel.abort();
+    loadPoll.cancel = null;
+    if (loadPoll.wake) loadPoll.wake();
+    if (shown.mode !== 'load') return;
+    ui.loadLegend.replaceChildren();
+    forgetLoads('Asking the leader for loads…');
+    const cancel = new AbortController();
+    loadPoll.cancel = cancel;
+    const generation = loadPoll.generation;
+    // After the aborted request has settled, so never two at once.
+    setTimeout(() => pollLoads(generation, cancel.signal), 0);
   }
 
   ui.colourOwner.addEventListener('click', () => colourBy('owner'));
@@ -907,10 +950,14 @@
   ui.planAsk.addEventListener('click', async () => {
     ui.planSummary.className = '';
     ui.planSummary.textContent = 'asking the leader…';
+    // The plan of the namespace shown when asked; another chosen meanwhile drops the answer.
+    const generation = space.generation;
     try {
-      const { text } = await fetchText('/v1/plan', STOP_CHECK_ABORT_MS);
+      const { text } = await fetchText(inSpace('/v1/plan'), STOP_CHECK_ABORT_MS);
+      if (generation !== space.generation) return;
       ui.planSummary.textContent = planSummary(JSON.parse(text));
     } catch (error) {
+      if (generation !== space.generation) return;
       ui.planSummary.className = 'unsafe';
       ui.planSummary.textContent = 'next plan: ' + error.message;
     }
@@ -1124,6 +1171,190 @@
     if (performance.now() - members.lastAt >= MEMBERS_IDLE_MS) refreshMembers();
   }, 1000);
 
+  // ---- namespaces (PROTOCOL P18.1) ------------------------------------------------------------
+
+  /** The namespace shown; `generation` counts the changes, so a late answer for another is dropped. */
+  const space = { name: DEFAULT_NAMESPACE, generation: 0 };
+
+  /**
+   * `url` naming the namespace shown. `default` is named by naming none: the same answer, and
+   * the very requests the page sent before namespaces.
+   */
+  function inSpace(url) {
+    if (space.name === DEFAULT_NAMESPACE) return url;
+    return url + (url.includes('?') ? '&' : '?') + 'namespace=' + encodeURIComponent(space.name);
+  }
+
+  /** The namespace the page's address names (`#namespace=NAME`, else `?namespace=NAME`), or null. */
+  function namespaceInAddress() {
+    const hash = new URLSearchParams(location.hash.replace(/^#/, ''));
+    if (hash.has('namespace')) return hash.get('namespace');
+    const query = new URLSearchParams(location.search);
+    return query.has('namespace') ? query.get('namespace') : null;
+  }
+
+  /** Keeps `name` in the address (none for `default`), so a reload or a shared link shows it. */
+  function keepInAddress(name) {
+    const query = new URLSearchParams(location.search);
+    query.delete('namespace');
+    const search = query.toString();
+    const address = location.pathname + (search ? '?' + search : '') +
+      (name === DEFAULT_NAMESPACE ? '' : '#namespace=' + encodeURIComponent(name));
+    if (address !== location.pathname + location.search + location.hash) {
+      // replaceState fires no hashchange: the page changes namespace only once.
+      history.replaceState(null, '', address);
+    }
+  }
+
+  const namespaces = { views: [], listed: '', inFlight: false, wanted: false, lastAt: -Infinity, timer: 0 };
+
+  /** An option's text: the name, its shard count and executors, as listed last. */
+  function namespaceText(view) {
+    if (typeof view.shard_count !== 'number') return view.name;
+    return view.name + ' · ' + plural(view.shard_count, 'shard') + ' · ' + plural(Number(view.executors) || 0, 'executor');
+  }
+
+  /**
+   * The selector: every namespace listed, `default` always (a cluster not yet initialised lists
+   * none) and the one shown (until its watch says it is gone). Its options are replaced only when
+   * the list changed, so an open selector is not disturbed every refresh.
+   */
+  function renderNamespaces() {
+    const views = namespaces.views.filter((v) => v && typeof v.name === 'string');
+    for (const name of [DEFAULT_NAMESPACE, space.name]) {
+      if (!views.some((v) => v.name === name)) views.push({ name });
+    }
+    views.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const options = views.map((v) => [v.name, namespaceText(v)]);
+    const listed = JSON.stringify(options);
+    if (listed !== namespaces.listed) {
+      namespaces.listed = listed;
+      ui.namespace.replaceChildren(...options.map(([value, text]) => new Option(text, value)));
+    }
+    ui.namespace.value = space.name;
+  }
+
+  /** Asks for the namespaces now, or as soon as the gap since the last ask allows (never two at once). */
+  function refreshNamespaces() {
+    if (namespaces.inFlight) {
+      namespaces.wanted = true;
+      return;
+    }
+    if (namespaces.timer) return;
+    const wait = namespaces.lastAt + NAMESPACES_MIN_GAP_MS - performance.now();
+    if (wait > 0) {
+      namespaces.timer = setTimeout(() => {
+        namespaces.timer = 0;
+        refreshNamespaces();
+      }, wait);
+      return;
+    }
+    namespaces.inFlight = true;
+    namespaces.wanted = false;
+    namespaces.lastAt = performance.now();
+    stats.namespacesRequests++;
+    fetchText('../v1/namespaces', NAMESPACES_ABORT_MS)
+      .then(({ text }) => {
+        const list = JSON.parse(text);
+        if (!Array.isArray(list)) throw new Error('not a list of namespaces');
+        namespaces.views = list;
+        renderNamespaces();
+        ui.namespace.classList.remove('stale');
+        ui.namespace.title = 'the shard space shown (PROTOCOL P18.1)';
+      })
+      .catch((error) => {
+        // The selector keeps what it listed; the page goes on showing the namespace it shows.
+        ui.namespace.classList.add('stale');
+        ui.namespace.title = 'namespaces not refreshed: ' + error.message;
+      })
+      .finally(() => {
+        namespaces.inFlight = false;
+        if (namespaces.wanted) refreshNamespaces();
+      });
+  }
+  setInterval(() => {
+    if (performance.now() - namespaces.lastAt >= NAMESPACES_REFRESH_MS) refreshNamespaces();
+  }, 1000);
+
+  /** Forgets everything drawn for the namespace left: the next state is drawn as a first one. */
+  function forgetState() {
+    shown.view = null;
+    shown.viewAt = 0;
+    shown.count = -1;
+    shown.cells = [];
+    shown.owners = [];
+    shown.epochs = [];
+    shown.handoffs = [];
+    shown.pins = [];
+    shown.executors = new Map();
+    shown.names = new Map();
+    shown.colours = new Map();
+    shown.bars = [];
+    shown.focus = 0;
+    shown.pointed = -1;
+    shown.classes = [];
+    shown.loads = [];
+    shown.hot = [];
+    shown.polled = new Map();
+    shown.utilisationCells = new Map();
+    stats.revision = null;
+    ui.grid.replaceChildren();
+    ui.detail.textContent = DETAIL_HINT;
+    ui.legend.replaceChildren();
+    ui.loadLegend.replaceChildren();
+    ui.shardStats.textContent = '';
+    const waiting = node('tr', 'empty');
+    const td = node('td', null, 'waiting for namespace ' + space.name);
+    td.colSpan = 9;
+    waiting.append(td);
+    ui.executors.replaceChildren(waiting);
+    for (const field of [ui.revision, ui.executorCount, ui.shardCount, ui.lease]) field.textContent = '—';
+    ui.planSummary.className = '';
+    ui.planSummary.textContent = '';
+    // The feed told the namespace left's story: it starts again with the one shown.
+    ui.changes.replaceChildren(placeholder);
+    feed('namespace', 'showing namespace ' + space.name);
+    setLink('connecting', 'connecting');
+  }
+
+  /** Shows namespace `name` (a checked name): the watch starts over from revision 0. */
+  function showNamespace(name) {
+    keepInAddress(name);
+    if (name === space.name) return;
+    space.name = name;
+    space.generation++;
+    stats.namespace = name;
+    renderNamespaces();
+    forgetState();
+    // The watch loop's request is aborted, or its wait cut short: it asks for `name` at once.
+    if (watch.cancel) watch.cancel.abort();
+    if (watch.wake) watch.wake();
+    restartLoads();
+  }
+
+  /** `name` cannot be shown (`why`): `default` is, with a notice that says so. */
+  function fallBack(name, why) {
+    const named = name.length > 64 ? name.slice(0, 63) + '…' : name;
+    ui.namespaceNote.textContent = 'Namespace “' + named + '” ' + why + ': showing ' + DEFAULT_NAMESPACE + ' instead.';
+    ui.namespaceNote.hidden = false;
+    showNamespace(DEFAULT_NAMESPACE);
+    refreshNamespaces();
+  }
+
+  /** Shows the namespace a person or an address asked for, if it is a name at all. */
+  function choose(name) {
+    if (!NAMESPACE_NAME.test(name)) {
+      fallBack(name, 'is not a namespace name');
+      return;
+    }
+    ui.namespaceNote.hidden = true;
+    showNamespace(name);
+  }
+
+  ui.namespace.addEventListener('change', () => choose(ui.namespace.value));
+  // An address edited by hand (the page itself changes it with replaceState, which fires none).
+  window.addEventListener('hashchange', () => choose(namespaceInAddress() ?? DEFAULT_NAMESPACE));
+
   // ---- connection ----------------------------------------------------------------------------
 
   function setLink(state, text) {
@@ -1131,14 +1362,44 @@
     ui.linkText.textContent = text;
   }
 
+  /** The watch loop's request in flight and the end of its pause, for a change of namespace. */
+  const watch = { cancel: null, wake: null };
+
+  /** Waits `ms`, or less if another namespace is chosen meanwhile (watch.wake ends the wait). */
+  function pauseWatch(ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        watch.wake = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      watch.wake = done;
+    });
+  }
+
   async function follow() {
+    let generation = space.generation;
     let revision = 0;
     let backoff = BACKOFF_FIRST_MS;
     let failures = 0;
     for (;;) {
+      if (generation !== space.generation) {
+        // Another namespace: from revision 0, as on the page's first load.
+        generation = space.generation;
+        revision = 0;
+        backoff = BACKOFF_FIRST_MS;
+        failures = 0;
+        ui.banner.hidden = true;
+      }
+      const cancel = new AbortController();
+      watch.cancel = cancel;
       try {
         stats.watchRequests++;
-        const { text, receivedAt } = await fetchText('../v1/watch?revision=' + revision + '&wait=' + WATCH_WAIT, WATCH_ABORT_MS);
+        const url = inSpace('../v1/watch?revision=' + revision + '&wait=' + WATCH_WAIT);
+        const { text, receivedAt } = await fetchText(url, WATCH_ABORT_MS, cancel.signal);
+        watch.cancel = null;
+        if (generation !== space.generation) continue;
         const first = shown.view === null;
         const started = performance.now();
         const reply = JSON.parse(text);
@@ -1158,14 +1419,22 @@
         ui.banner.hidden = true;
         setLink('live', 'live · revision ' + revision);
         refreshMembers();
-        await sleep(Math.min(MAX_WATCH_GAP_MS, Math.max(MIN_WATCH_GAP_MS, BUSY_FACTOR * busyMs)));
+        await pauseWatch(Math.min(MAX_WATCH_GAP_MS, Math.max(MIN_WATCH_GAP_MS, BUSY_FACTOR * busyMs)));
       } catch (error) {
+        watch.cancel = null;
+        // Cut short by a change of namespace: the next request is for the new one.
+        if (generation !== space.generation) continue;
+        if (error.status === 404 && space.name !== DEFAULT_NAMESPACE) {
+          // Deleted, or never there: `default` (which always exists) instead, once.
+          fallBack(space.name, 'does not exist (any more)');
+          continue;
+        }
         failures++;
         if (failures === 1) feed('offline', 'lost the watch: ' + error.message);
         ui.bannerText.textContent = '— ' + error.message + '; next try in ' + seconds(backoff) + ' (attempt ' + failures + ')';
         ui.banner.hidden = false;
         setLink('retrying', 'retrying');
-        await sleep(backoff);
+        await pauseWatch(backoff);
         backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
       }
     }
@@ -1173,6 +1442,18 @@
 
   const placeholder = node('li', 'empty', 'No changes seen yet.');
   ui.changes.append(placeholder);
+  // The namespace the address names, if any; anything else is `default`'s page as before.
+  const asked = namespaceInAddress();
+  if (asked !== null && asked !== DEFAULT_NAMESPACE) {
+    if (NAMESPACE_NAME.test(asked)) {
+      space.name = asked;
+      stats.namespace = asked;
+    } else {
+      fallBack(asked, 'is not a namespace name');
+    }
+  }
+  renderNamespaces();
+  refreshNamespaces();
   refreshMembers();
   follow();
 })();
