@@ -129,9 +129,22 @@ pub struct PublishedLoads {
     inner: Arc<std::sync::RwLock<Option<Arc<LoadPicture>>>>,
 }
 
-/// One step's conclusions (see [`PublishedLoads`]).
-#[derive(Debug, Clone, PartialEq)]
+/// One step's conclusions (see [`PublishedLoads`]), per namespace (P18.1).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LoadPicture {
+    pub spaces: BTreeMap<String, SpaceLoads>,
+}
+
+impl LoadPicture {
+    /// What the step concluded of `namespace`.
+    pub fn space(&self, namespace: &str) -> Option<&SpaceLoads> {
+        self.spaces.get(namespace)
+    }
+}
+
+/// One namespace's conclusions of a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpaceLoads {
     /// Smoothed load per shard, index = shard number.
     pub shard_loads: Vec<f64>,
     pub summary: crate::load_summary::LoadSummary,

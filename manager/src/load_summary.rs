@@ -1,10 +1,10 @@
 //! What the reported loads amount to at one instant (PROTOCOL §15): utilisation per executor,
 //! the imbalance and the hot shards, for `/v1/executors`, `/v1/shards` and the metrics. Pure:
-//! the state, the leader clock's `now_ms` and the smoothed loads come in.
+//! one namespace of the state, the leader clock's `now_ms` and its smoothed loads come in.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lease::{capacity_of, ExecutorId, LeaseState, ShardId};
+use crate::lease::{capacity_of, ExecutorId, ShardId, Space};
 
 /// One executor's load as the leader sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,8 +28,9 @@ pub struct LoadSummary {
 }
 
 impl LoadSummary {
-    /// Summarises `loads` (index = shard) over the state at `now_ms`.
-    pub fn of(state: &LeaseState, now_ms: u64, loads: &[f64]) -> Self {
+    /// Summarises `loads` (index = shard) over the namespace `space` at `now_ms`: its
+    /// executors and its shards (P18.1).
+    pub fn of(space: Space<'_>, now_ms: u64, loads: &[f64]) -> Self {
         let load_of = |shard: ShardId| {
             usize::try_from(shard)
                 .ok()
@@ -41,7 +42,7 @@ impl LoadSummary {
         // its own set rather than a lookup by owner for every shard in the table. Only a shard
         // with a load is looked up (whether it is releasing): a fleet that reports none, or a
         // table of mostly idle shards, costs no lookup per shard.
-        let executors: BTreeMap<ExecutorId, (f64, f64)> = state
+        let executors: BTreeMap<ExecutorId, (f64, f64)> = space
             .executors()
             .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
             .map(|executor| {
@@ -51,7 +52,7 @@ impl LoadSummary {
                     .map(|&shard| (shard, load_of(shard)))
                     .filter(|&(shard, load)| {
                         load != 0.0
-                            && state
+                            && space
                                 .shard(shard)
                                 .is_some_and(|entry| entry.handoff.is_none())
                     })
@@ -60,7 +61,7 @@ impl LoadSummary {
                 (executor.id.clone(), (load, capacity_of(executor) as f64))
             })
             .collect();
-        let total: f64 = loads.iter().take(state.shards().len()).sum();
+        let total: f64 = loads.iter().take(space.shards().len()).sum();
         let total_capacity: f64 = executors.values().map(|(_, capacity)| capacity).sum();
         let smallest_capacity = executors
             .values()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use leasehold_api::wire::{
     ExecutorView, HandoffView, KeyRoute, RoutingAnswer, RoutingTable, ShardEpoch, ShardView,
-    StateView, DEFAULT_NAMESPACE,
+    StateView,
 };
 use serde::Deserialize;
 
@@ -46,8 +46,11 @@ fn executor_view(
     now_ms: u64,
     known: &LeaderKnows,
 ) -> ExecutorView {
-    let loads = known.loads.as_deref();
-    let load = loads.and_then(|picture| picture.summary.executors.get(&executor.id));
+    let load = known
+        .loads
+        .as_deref()
+        .and_then(|picture| picture.space(&executor.namespace))
+        .and_then(|space| space.summary.executors.get(&executor.id));
     ExecutorView {
         executor_id: executor.id.clone(),
         incarnation: executor.incarnation.clone(),
@@ -72,8 +75,7 @@ fn executor_view(
     }
 }
 
-/// A shard's view. Loads are `default`'s (the one namespace placed by load), so another
-/// namespace's shards show none.
+/// A shard's view, with its load as the leader knows it in its namespace.
 pub(super) fn shard_view(
     space: Space<'_>,
     shard: &Shard,
@@ -81,7 +83,7 @@ pub(super) fn shard_view(
     loads: Option<&LoadPicture>,
 ) -> ShardView {
     let index = usize::try_from(shard.id).ok();
-    let loads = loads.filter(|_| space.name() == DEFAULT_NAMESPACE);
+    let loads = loads.and_then(|picture| picture.space(space.name()));
     ShardView {
         shard: shard.id,
         owner: shard.owner.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use leasehold_api::wire::{PlanPreview, PlannedMove, DEFAULT_NAMESPACE};
+use leasehold_api::wire::{PlanPreview, PlannedMove};
 
 use super::params::{namespace_named, space_named};
 use super::{ApiQuery, AppState, HttpError};
@@ -32,12 +32,15 @@ pub async fn preview(
 ) -> Result<Json<PlanPreview>, HttpError> {
     let namespace = namespace_named(query.namespace.as_deref())?;
     let now_ms = node.leadership.clock.now_ms();
-    // `default` is placed by what the leader knows of its loads; the others by count (P18.1).
+    // Each namespace is placed by what the leader knows of its loads (§15, P18.1).
     let inputs = node
         .published_loads
         .latest()
-        .filter(|_| namespace == DEFAULT_NAMESPACE)
-        .map(|picture| Arc::clone(&picture.placement_inputs))
+        .and_then(|picture| {
+            picture
+                .space(namespace)
+                .map(|space| Arc::clone(&space.placement_inputs))
+        })
         .unwrap_or_else(|| Arc::new(PlacementInputs::by_count()));
     // A plan over a million shards takes a while: off the async workers, on a clone of the
     // state rather than under the lock `apply` waits on.
@@ -101,6 +104,7 @@ fn preview_of(
 mod tests {
     use super::*;
     use crate::lease::Outcome;
+    use leasehold_api::wire::DEFAULT_NAMESPACE;
 
     fn register(state: &mut LeaseState, index: u64, incarnation: &str) -> String {
         register_version(state, index, incarnation, None)

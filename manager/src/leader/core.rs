@@ -23,8 +23,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use leasehold_api::wire::DEFAULT_NAMESPACE;
-
 pub use crate::lease::ToldFromMemory;
 use crate::lease::{
     lapsed, plan_placement, Command, ExecutorId, LapsedLease, LeaseState, PlacementInputs, Plan,
@@ -338,7 +336,10 @@ pub enum StepWrite {
 pub struct StepWrites {
     decision: StepDecision,
     next: Option<StepWrite>,
-    placement: PlacementInputs,
+    /// Each namespace's placement inputs, fixed when the step began; a namespace without any is
+    /// placed by count (`by_count`).
+    placement: BTreeMap<String, PlacementInputs>,
+    by_count: PlacementInputs,
     plan: Option<Plan>,
     /// The namespaces this step's rebalance has still to plan, in order; `None` until it begins.
     to_plan: Option<VecDeque<String>>,
@@ -351,25 +352,27 @@ pub struct StepWrites {
 impl StepWrites {
     /// A step that places by count (no loads known).
     pub fn new(decision: StepDecision) -> Self {
-        Self::with_placement(decision, MAX_MOVES_PER_PLAN, PlacementInputs::by_count())
+        Self::with_placement(decision, MAX_MOVES_PER_PLAN, BTreeMap::new())
     }
 
     /// A step that places by count, with at most `max_moves` moves in its plan.
     pub fn with_plan_cap(decision: StepDecision, max_moves: usize) -> Self {
-        Self::with_placement(decision, max_moves, PlacementInputs::by_count())
+        Self::with_placement(decision, max_moves, BTreeMap::new())
     }
 
-    /// A step whose plan moves at most `max_moves` shards (production: [`MAX_MOVES_PER_PLAN`])
-    /// and places with `placement`: the loads, budget and cooling shards the leader knows now.
+    /// A step whose plans move at most `max_moves` shards (production: [`MAX_MOVES_PER_PLAN`])
+    /// and place each namespace with its `placement`: the loads, budget and cooling shards the
+    /// leader knows of it now (a namespace absent from it is placed by count).
     pub fn with_placement(
         decision: StepDecision,
         max_moves: usize,
-        placement: PlacementInputs,
+        placement: BTreeMap<String, PlacementInputs>,
     ) -> Self {
         Self {
             decision,
             next: Some(StepWrite::Reap),
             placement,
+            by_count: PlacementInputs::by_count(),
             plan: None,
             to_plan: None,
             moves_left: max_moves,
@@ -394,8 +397,14 @@ impl StepWrites {
         &self.decision
     }
 
-    /// What this step places by: the loads, budget and cooling shards known when it began.
-    pub fn placement_inputs(&self) -> &PlacementInputs {
+    /// What this step places `namespace` by: the loads, budget and cooling shards known when it
+    /// began.
+    pub fn placement_inputs(&self, namespace: &str) -> &PlacementInputs {
+        self.placement.get(namespace).unwrap_or(&self.by_count)
+    }
+
+    /// What this step places each namespace by, by namespace.
+    pub fn placements(&self) -> &BTreeMap<String, PlacementInputs> {
         &self.placement
     }
 
@@ -432,9 +441,8 @@ impl StepWrites {
     }
 
     /// The next namespace's plan in this step's rebalance, skipping namespaces with nothing to
-    /// move; `None` once every namespace was planned or the step's moves are spent. `default`
-    /// places by what the leader knows of its loads (§15); the other namespaces by count (P5.4,
-    /// capacity-weighted, zones), since load reports name `default`'s shards.
+    /// move; `None` once every namespace was planned or the step's moves are spent. Each
+    /// namespace is placed by what the leader knows of its own loads (§15, P18.1).
     fn next_plan(&mut self, state: &LeaseState, now_ms: u64) -> Option<Command> {
         let to_plan = self.to_plan.get_or_insert_with(|| {
             let mut names: VecDeque<String> = state
@@ -453,12 +461,7 @@ impl StepWrites {
                 continue;
             };
             let share = self.moves_left.div_ceil(to_plan.len() + 1);
-            let by_count = PlacementInputs::by_count();
-            let inputs = if name == DEFAULT_NAMESPACE {
-                &self.placement
-            } else {
-                &by_count
-            };
+            let inputs = self.placement.get(&name).unwrap_or(&self.by_count);
             let Some(plan) = plan_placement(space, now_ms, inputs, share) else {
                 continue;
             };

@@ -22,6 +22,8 @@ pub mod term;
 #[cfg(test)]
 mod tests;
 
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +32,7 @@ use tokio::sync::watch;
 
 use self::config_writes::ConfigWrites;
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
-use self::placement::{PlacementSettings, TermPlacement};
+use self::placement::{PlacementSettings, SpacePlacement, TermPlacement};
 use self::prepare::Prepared;
 use self::term::{NextStep, Office, TermSteps, Written};
 use crate::cpu_bound;
@@ -40,7 +42,7 @@ use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced}
 use crate::lease::{
     Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, MAX_MOVES_PER_PLAN,
 };
-use crate::load_reports::LoadPicture;
+use crate::load_reports::{LoadPicture, SpaceLoads};
 use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::load_summary::LoadSummary;
 use crate::node::ManagerNode;
@@ -267,9 +269,9 @@ async fn step(
             .is_some();
         // What the step places by is what the views and `GET /v1/plan` show; a step already under
         // way began on older inputs, so they are made afresh for the views then.
-        let inputs = match term_steps.placement_inputs().filter(|_| began) {
+        let inputs = match term_steps.step_placement_inputs().filter(|_| began) {
             Some(inputs) => inputs.clone(),
-            None => term_steps.placement().inputs(&state, now_ms),
+            None => term_steps.placement().inputs_by_namespace(&state, now_ms),
         };
         publish_loads(node, term_steps.placement(), &state, now_ms, inputs);
         began
@@ -422,33 +424,48 @@ fn take_reports(
         *reports_taken = (*reports_taken).max(report.sequence);
         placement.take_report(state, &executor_id, &report.loads);
     }
-    placement.tracker.retain_executors(state);
+    placement.retain(state);
     node.load_reports
         .retain(|executor_id| state.executor(executor_id).is_some());
 }
 
-/// Publishes what the tracker knows for the inspection views, and sets the placement gauges.
+/// Publishes what the trackers know of each namespace for the inspection views, and sets the
+/// placement gauges (`default`'s: the cluster's shard space before namespaces).
 fn publish_loads(
     node: &LeaderHandle,
     placement: &TermPlacement,
     state: &LeaseState,
     now_ms: u64,
-    placement_inputs: PlacementInputs,
+    mut inputs: BTreeMap<String, PlacementInputs>,
 ) {
-    let shard_loads = placement.tracker.shard_loads(state);
-    let summary = LoadSummary::of(state, now_ms, &shard_loads);
-    let inputs_by_load = matches!(placement_inputs.loads, Loads::Reported(_));
-    metrics::gauge!("leasehold_placement_by_load").set(if inputs_by_load { 1.0 } else { 0.0 });
-    metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));
-    metrics::gauge!("leasehold_hot_shards").set(summary.hot.len() as f64);
-    let shard_count = state.config().map_or(0, |config| config.shard_count);
-    metrics::gauge!("leasehold_balance_moves_available").set(placement.ledger.allowed(
-        now_ms,
-        placement.settings.balance_moves_per_minute(shard_count),
-    ) as f64);
-    node.published_loads.publish(LoadPicture {
-        shard_loads,
-        summary,
-        placement_inputs: Arc::new(placement_inputs),
-    });
+    let empty = SpacePlacement::default();
+    let mut picture = LoadPicture::default();
+    for space in state.spaces() {
+        let known = placement.space(space.name()).unwrap_or(&empty);
+        let shard_loads = known.tracker.shard_loads(space);
+        let summary = LoadSummary::of(space, now_ms, &shard_loads);
+        let placement_inputs = inputs
+            .remove(space.name())
+            .unwrap_or_else(|| placement.inputs(space, now_ms));
+        if space.name() == DEFAULT_NAMESPACE {
+            let by_load = matches!(placement_inputs.loads, Loads::Reported(_));
+            metrics::gauge!("leasehold_placement_by_load").set(if by_load { 1.0 } else { 0.0 });
+            metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));
+            metrics::gauge!("leasehold_hot_shards").set(summary.hot.len() as f64);
+            let shard_count = space.config().map_or(0, |config| config.shard_count);
+            metrics::gauge!("leasehold_balance_moves_available").set(known.ledger.allowed(
+                now_ms,
+                placement.settings.balance_moves_per_minute(shard_count),
+            ) as f64);
+        }
+        picture.spaces.insert(
+            space.name().to_owned(),
+            SpaceLoads {
+                shard_loads,
+                summary,
+                placement_inputs: Arc::new(placement_inputs),
+            },
+        );
+    }
+    node.published_loads.publish(picture);
 }

@@ -1,5 +1,6 @@
 //! The leader's soft state for placement by load (PROTOCOL §15), as pure cores: time comes in as
-//! the leader clock's `now_ms`.
+//! the leader clock's `now_ms`. Each namespace (P18.1) has its own: its executors' loads name its
+//! own shards, and its budget and cooldown count its own moves ([`TermPlacement`]).
 //!
 //! - [`LoadTracker`]: the loads executors report in their renewals (P15.1), clamped and smoothed
 //!   per shard, and whether every live executor has been heard from. It is never replicated: a
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_api::wire::{DEFAULT_NAMESPACE, MAX_SHARD_LOAD};
 
-use crate::lease::{ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId};
+use crate::lease::{Command, ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId, Space};
 
 /// Weight of a new report in a shard's smoothed load. Small, so that noise in the reports (a
 /// rate measured over one renewal interval) is averaged over about twenty renewals and an
@@ -61,7 +62,7 @@ impl Default for PlacementSettings {
 }
 
 impl PlacementSettings {
-    /// The budget for a cluster of `shard_count` shards.
+    /// The budget for a namespace of `shard_count` shards.
     pub fn balance_moves_per_minute(&self, shard_count: u32) -> usize {
         self.max_balance_moves_per_minute.unwrap_or_else(|| {
             usize::try_from(shard_count / 100)
@@ -219,9 +220,10 @@ impl LoadTracker {
             .map(|load| load.smoothed)
     }
 
-    /// Every shard's smoothed load, index = shard (0 when never reported), sized to the state.
-    pub fn shard_loads(&self, state: &LeaseState) -> Vec<f64> {
-        let size = state.shards().len();
+    /// Every shard's smoothed load, index = shard (0 when never reported), sized to the
+    /// namespace.
+    pub fn shard_loads(&self, space: Space<'_>) -> Vec<f64> {
+        let size = space.shards().len();
         (0..size)
             .map(|index| {
                 self.smoothed
@@ -241,18 +243,18 @@ impl LoadTracker {
     ///
     /// An executor that holds nothing and has not renewed yet (one that just registered)
     /// carries no load, so it does not hold placement back.
-    pub fn loads(&self, state: &LeaseState, now_ms: u64) -> Loads {
+    pub fn loads(&self, space: Space<'_>, now_ms: u64) -> Loads {
         // A shard's holder is the target of its handoff while it is releasing, else its owner.
         // Found from the releasing index and each executor's own set, not a scan of the shard
         // table: this runs every leader step, at a million shards too.
-        let targets: BTreeSet<&str> = state
+        let targets: BTreeSet<&str> = space
             .releasing()
             .filter_map(|(_, handoff)| handoff.to.as_deref())
             .collect();
         let holds =
-            |executor_id: &str| targets.contains(executor_id) || state.has_delivered(executor_id);
-        for executor in state
-            .executors_in(DEFAULT_NAMESPACE)
+            |executor_id: &str| targets.contains(executor_id) || space.has_delivered(executor_id);
+        for executor in space
+            .executors()
             .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
         {
             match self.reporting.get(&executor.id) {
@@ -262,7 +264,7 @@ impl LoadTracker {
                 None => {}
             }
         }
-        let loads = self.shard_loads(state);
+        let loads = self.shard_loads(space);
         if loads.iter().any(|load| *load > 0.0) {
             Loads::Reported(loads)
         } else {
@@ -320,21 +322,21 @@ impl BalanceLedger {
     }
 }
 
-/// The inputs of one plan at `now_ms`: what the tracker knows, the budget left, the cooling
-/// shards. With load placement off, placement goes by count alone.
+/// The inputs of one plan of `space` at `now_ms`: what its tracker knows, its budget left, its
+/// cooling shards. With load placement off, placement goes by count alone.
 pub fn placement_inputs(
     settings: &PlacementSettings,
     tracker: &LoadTracker,
     ledger: &BalanceLedger,
-    state: &LeaseState,
+    space: Space<'_>,
     now_ms: u64,
 ) -> PlacementInputs {
     if !settings.by_load {
         return PlacementInputs::by_count();
     }
-    let shard_count = state.config().map_or(0, |config| config.shard_count);
+    let shard_count = space.config().map_or(0, |config| config.shard_count);
     PlacementInputs {
-        loads: tracker.loads(state, now_ms),
+        loads: tracker.loads(space, now_ms),
         tolerance: settings.tolerance,
         balance_moves_allowed: ledger
             .allowed(now_ms, settings.balance_moves_per_minute(shard_count)),
@@ -342,27 +344,48 @@ pub fn placement_inputs(
     }
 }
 
+/// One namespace's placement soft state this term: its loads and its balance moves.
+#[derive(Debug, Clone, Default)]
+pub struct SpacePlacement {
+    pub tracker: LoadTracker,
+    pub ledger: BalanceLedger,
+}
+
 /// One leader term's placement soft state: what the leader loop (and the simulator's leader)
-/// keeps between steps. A new term starts with a new one (P15.1: loads are relearned).
+/// keeps between steps, per namespace. A new term starts with a new one (P15.1: loads are
+/// relearned). Bounded by the namespaces the state holds ([`TermPlacement::retain`]).
 #[derive(Debug, Clone)]
 pub struct TermPlacement {
     pub settings: PlacementSettings,
-    pub tracker: LoadTracker,
-    pub ledger: BalanceLedger,
+    spaces: BTreeMap<String, SpacePlacement>,
 }
 
 impl TermPlacement {
     pub fn new(settings: PlacementSettings) -> Self {
         Self {
             settings,
-            tracker: LoadTracker::new(),
-            ledger: BalanceLedger::new(),
+            spaces: BTreeMap::new(),
         }
     }
 
-    /// Takes in one executor's load report, read with `state`. Only `default` is placed by load
-    /// (P18.1): the loads of another namespace's executors name that namespace's shards, which
-    /// are other shards than `default`'s of the same numbers, so they are not taken.
+    /// What this term knows of `namespace`'s loads and moves; `None` before any report or move
+    /// of it.
+    pub fn space(&self, namespace: &str) -> Option<&SpacePlacement> {
+        self.spaces.get(namespace)
+    }
+
+    /// `namespace`'s soft state, made empty if it has none yet.
+    pub fn space_mut(&mut self, namespace: &str) -> &mut SpacePlacement {
+        self.spaces.entry(namespace.to_owned()).or_default()
+    }
+
+    /// `default`'s tracker (what the single-namespace views and tests read).
+    pub fn tracker(&self) -> Option<&LoadTracker> {
+        self.space(DEFAULT_NAMESPACE).map(|space| &space.tracker)
+    }
+
+    /// Takes in one executor's load report, read with `state`, into its namespace's tracker:
+    /// its loads name that namespace's shards (P18.1).
     pub fn take_report(
         &mut self,
         state: &LeaseState,
@@ -370,24 +393,24 @@ impl TermPlacement {
         report: &crate::load_reports::ReportedLoads,
     ) {
         use crate::load_reports::ReportedLoads;
-        let in_default = state
+        let Some(space) = state
             .executor(executor_id)
-            .is_some_and(|executor| executor.namespace == DEFAULT_NAMESPACE);
-        if !in_default {
+            .and_then(|executor| state.space(&executor.namespace))
+        else {
             return;
-        }
-        let shard_count = state.config().map_or(0, |config| config.shard_count);
+        };
+        let shard_count = space.config().map_or(0, |config| config.shard_count);
+        let tracker = &mut self.space_mut(space.name()).tracker;
         match report {
             ReportedLoads::NotReporting => {
-                self.tracker
-                    .record(executor_id, shard_count, &[], None, MAX_SHARD_LOAD)
+                tracker.record(executor_id, shard_count, &[], None, MAX_SHARD_LOAD)
             }
             ReportedLoads::PerShard { measured, loads } => {
                 let loads: Vec<(ShardId, f64)> = loads
                     .iter()
                     .map(|entry| (entry.shard, entry.load))
                     .collect();
-                self.tracker.record(
+                tracker.record(
                     executor_id,
                     shard_count,
                     measured,
@@ -398,13 +421,45 @@ impl TermPlacement {
         }
     }
 
-    /// What the next plan at `now_ms` goes by.
-    pub fn inputs(&self, state: &LeaseState, now_ms: u64) -> PlacementInputs {
-        placement_inputs(&self.settings, &self.tracker, &self.ledger, state, now_ms)
+    /// Forgets namespaces the state no longer holds and executors no longer registered, so the
+    /// soft state stays bounded by the state.
+    pub fn retain(&mut self, state: &LeaseState) {
+        self.spaces
+            .retain(|namespace, _| state.namespace(namespace).is_some());
+        for space in self.spaces.values_mut() {
+            space.tracker.retain_executors(state);
+        }
     }
 
-    /// A plan was committed at `now_ms`: its balance moves are charged to the budget and cool.
+    /// What the next plan of `space` at `now_ms` goes by.
+    pub fn inputs(&self, space: Space<'_>, now_ms: u64) -> PlacementInputs {
+        let empty = SpacePlacement::default();
+        let known = self.space(space.name()).unwrap_or(&empty);
+        placement_inputs(&self.settings, &known.tracker, &known.ledger, space, now_ms)
+    }
+
+    /// What the next plan of every namespace of `state` at `now_ms` goes by, by namespace.
+    pub fn inputs_by_namespace(
+        &self,
+        state: &LeaseState,
+        now_ms: u64,
+    ) -> BTreeMap<String, PlacementInputs> {
+        state
+            .spaces()
+            .map(|space| (space.name().to_owned(), self.inputs(space, now_ms)))
+            .collect()
+    }
+
+    /// A plan was committed at `now_ms`: its balance moves are charged to its namespace's
+    /// budget and cool there.
     pub fn committed(&mut self, now_ms: u64, plan: &Plan) {
-        self.ledger.record(now_ms, &plan.balance_shards());
+        let Command::Rebalance { namespace, .. } = &plan.command else {
+            return;
+        };
+        let balance = plan.balance_shards();
+        if balance.is_empty() {
+            return;
+        }
+        self.space_mut(namespace).ledger.record(now_ms, &balance);
     }
 }

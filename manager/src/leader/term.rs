@@ -128,7 +128,7 @@ impl TermSteps {
         let decision =
             self.core
                 .step_judging(now_ms, state, last_renewal_applied_ms, told_from_memory);
-        let inputs = self.placement.inputs(state, now_ms);
+        let inputs = self.placement.inputs_by_namespace(state, now_ms);
         self.writes = Some(StepWrites::with_placement(
             decision,
             self.max_moves_per_plan,
@@ -173,9 +173,7 @@ impl TermSteps {
                     // The rest is planned on the state this plan left, at once.
                     self.step_again = true;
                 }
-                // The budget and the cooling shards are `default`'s, the one namespace placed by
-                // load: the other namespaces' plans, by count, make no balance move (P15.2), so
-                // they charge nothing here.
+                // Charged to the plan's namespace's budget and cooldown (P15.3, P18.1).
                 self.placement.committed(now_ms, plan);
                 Some(plan)
             }
@@ -200,9 +198,19 @@ impl TermSteps {
         self.writes.as_ref().map(StepWrites::decision)
     }
 
-    /// What the step under way places by (loads, budget, cooling shards), fixed when it began.
-    pub fn placement_inputs(&self) -> Option<&PlacementInputs> {
-        self.writes.as_ref().map(StepWrites::placement_inputs)
+    /// What the step under way places `namespace` by (loads, budget, cooling shards), fixed
+    /// when it began.
+    pub fn placement_inputs(&self, namespace: &str) -> Option<&PlacementInputs> {
+        self.writes
+            .as_ref()
+            .map(|writes| writes.placement_inputs(namespace))
+    }
+
+    /// What the step under way places each namespace by, by namespace.
+    pub fn step_placement_inputs(
+        &self,
+    ) -> Option<&std::collections::BTreeMap<String, PlacementInputs>> {
+        self.writes.as_ref().map(StepWrites::placements)
     }
 
     /// The plan of the step under way, once it planned one.

@@ -433,6 +433,12 @@ impl<'a> Space<'a> {
     pub fn releasing(&self) -> impl Iterator<Item = (&'a Shard, &'a Handoff)> + 'a {
         self.namespace.releasing()
     }
+
+    /// Whether its executor `executor_id` holds a shard not releasing from it
+    /// ([`LeaseState::has_delivered`]); false for an executor of another namespace.
+    pub fn has_delivered(&self, executor_id: &str) -> bool {
+        self.executor(executor_id).is_some() && self.state.has_delivered(executor_id)
+    }
 }
 
 /// Why an executor left.

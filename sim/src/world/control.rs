@@ -70,12 +70,8 @@ impl World {
     pub fn leader_inputs(&self) -> Option<PlacementInputs> {
         let leader = self.leader.as_ref()?;
         let now_ms = self.leader_now_ms()?;
-        Some(
-            leader
-                .steps
-                .placement()
-                .inputs(&self.replicas[leader.manager], now_ms),
-        )
+        let space = self.replicas[leader.manager].space(leasehold_api::wire::DEFAULT_NAMESPACE)?;
+        Some(leader.steps.placement().inputs(space, now_ms))
     }
 
     /// The whole plan the leader would make if it stepped now, uncapped, if anything is to move.

@@ -43,21 +43,30 @@ impl World {
                         .map(|(shard, _)| shard)
                         .collect();
                     let loads = renewer.loads.as_deref();
-                    leader.steps.placement_mut().tracker.record(
-                        &renewal.executor_id,
-                        shard_count,
-                        &held,
-                        loads,
-                        MAX_SHARD_LOAD,
-                    );
-                    self.checker.after_record(
-                        &renewal.executor_id,
-                        &held,
-                        loads,
-                        &leader.steps.placement().tracker,
-                        MAX_SHARD_LOAD,
-                        now_us,
-                    );
+                    // The simulated executors are all `default`'s (P18.1).
+                    let space = leasehold_api::wire::DEFAULT_NAMESPACE;
+                    leader
+                        .steps
+                        .placement_mut()
+                        .space_mut(space)
+                        .tracker
+                        .record(
+                            &renewal.executor_id,
+                            shard_count,
+                            &held,
+                            loads,
+                            MAX_SHARD_LOAD,
+                        );
+                    if let Some(recorded) = leader.steps.placement().space(space) {
+                        self.checker.after_record(
+                            &renewal.executor_id,
+                            &held,
+                            loads,
+                            &recorded.tracker,
+                            MAX_SHARD_LOAD,
+                            now_us,
+                        );
+                    }
                     if loads.is_some() && liar.as_deref() == Some(renewal.executor_id.as_str()) {
                         self.coverage.lying_reports += 1;
                     }
@@ -330,10 +339,16 @@ impl World {
         }
         // What this step places by: the loads this term's renewals reported, the budget left,
         // the shards cooling (P15.1-P15.4), as the leader loop reads them at each step.
-        let loads = writes.placement_inputs().loads.clone();
+        let default = leasehold_api::wire::DEFAULT_NAMESPACE;
+        let loads = writes.placement_inputs(default).loads.clone();
+        let hot = |loads: &[f64]| {
+            state
+                .space(default)
+                .is_some_and(|space| !LoadSummary::of(space, now_ms, loads).hot.is_empty())
+        };
         match &loads {
             Loads::Learning if leader.term > 1 => self.coverage.learning_after_leader_change += 1,
-            Loads::Reported(loads) if !LoadSummary::of(state, now_ms, loads).hot.is_empty() => {
+            Loads::Reported(loads) if hot(loads) => {
                 self.coverage.hot_shard_steps += 1;
             }
             _ => {}

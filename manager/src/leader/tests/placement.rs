@@ -7,6 +7,8 @@
 use crate::lease::tests::space_of;
 use std::collections::{BTreeMap, BTreeSet};
 
+use leasehold_api::wire::DEFAULT_NAMESPACE;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -103,7 +105,7 @@ fn p15_1_what_placement_goes_by() {
     let a = world.register("a", 0);
     let b = world.register("b", 0);
     world.apply(Command::Rebalance {
-        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+        namespace: DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         planned_at: world.state.revision(),
         moves: vec![
@@ -127,24 +129,24 @@ fn p15_1_what_placement_goes_by() {
     });
     let mut tracker = LoadTracker::new();
     // A new leader has heard from nobody that holds shards.
-    assert_eq!(tracker.loads(&world.state, 1), Loads::Learning);
+    assert_eq!(tracker.loads(space_of(&world.state), 1), Loads::Learning);
     tracker.record(&a, 4, &[0, 1], Some(&[(0, 1.0)]), MAX_LOAD);
-    assert_eq!(tracker.loads(&world.state, 1), Loads::Learning);
+    assert_eq!(tracker.loads(space_of(&world.state), 1), Loads::Learning);
     // An executor that joined and holds nothing does not hold placement back.
     let c = world.register("c", 0);
     tracker.record(&b, 4, &[2, 3], Some(&[]), MAX_LOAD);
     assert_eq!(
-        tracker.loads(&world.state, 1),
+        tracker.loads(space_of(&world.state), 1),
         Loads::Reported(vec![1.0, 0.0, 0.0, 0.0])
     );
     // One that does not report loads puts placement back on counts.
     tracker.record(&c, 4, &[], None, MAX_LOAD);
-    assert_eq!(tracker.loads(&world.state, 1), Loads::Counts);
+    assert_eq!(tracker.loads(space_of(&world.state), 1), Loads::Counts);
     // Every report zero: counts too.
     let mut zeros = LoadTracker::new();
     zeros.record(&a, 4, &[0, 1], Some(&[]), MAX_LOAD);
     zeros.record(&b, 4, &[2, 3], Some(&[]), MAX_LOAD);
-    assert_eq!(zeros.loads(&world.state, 1), Loads::Counts);
+    assert_eq!(zeros.loads(space_of(&world.state), 1), Loads::Counts);
 }
 
 #[test]
@@ -199,7 +201,13 @@ fn p15_2_load_placement_off_places_by_count() {
         by_load: false,
         ..PlacementSettings::default()
     };
-    let inputs = placement_inputs(&off, &tracker, &BalanceLedger::new(), &world.state, 1);
+    let inputs = placement_inputs(
+        &off,
+        &tracker,
+        &BalanceLedger::new(),
+        space_of(&world.state),
+        1,
+    );
     assert_eq!(inputs.loads, Loads::Counts);
 }
 
@@ -262,7 +270,7 @@ impl LongRun {
             &self.settings,
             &self.tracker,
             &self.ledger,
-            &self.world.state,
+            space_of(&self.world.state),
             self.now_ms,
         );
         if let Some(plan) = plan_placement(
@@ -363,7 +371,7 @@ impl LongRun {
     }
 
     fn summary(&self, loads: &[f64]) -> LoadSummary {
-        LoadSummary::of(&self.world.state, self.now_ms, loads)
+        LoadSummary::of(space_of(&self.world.state), self.now_ms, loads)
     }
 }
 
@@ -485,11 +493,10 @@ fn p15_1_a_lying_executor_cannot_make_placement_oscillate_or_starve_others() {
     }
 }
 
-/// P15.1 with P18.1: only `default` is placed by load, so the loads reported by another
-/// namespace's executor, which name that namespace's shards, never reach the tracker of
-/// `default`'s shards of the same numbers; `default`'s executors' reports do.
+/// P15.1 with P18.1: each namespace's executors' loads name its own shards, so they go to its own
+/// tracker: another namespace's report never reaches `default`'s shards of the same numbers.
 #[test]
-fn p18_1_another_namespace_s_load_reports_are_not_default_s() {
+fn p18_1_each_namespace_s_load_reports_are_its_own() {
     use crate::leader::placement::TermPlacement;
     use crate::load_reports::ReportedLoads;
     use leasehold_api::wire::ShardLoad;
@@ -498,12 +505,12 @@ fn p18_1_another_namespace_s_load_reports_are_not_default_s() {
     world.create_namespace("kv", 4);
     let d = world.register("d", 0);
     let k = world.register_in("k", "kv", 0);
-    let report = ReportedLoads::PerShard {
+    let report = |first: f64| ReportedLoads::PerShard {
         measured: vec![0, 1],
         loads: vec![
             ShardLoad {
                 shard: 0,
-                load: 7.0,
+                load: first,
             },
             ShardLoad {
                 shard: 1,
@@ -512,12 +519,86 @@ fn p18_1_another_namespace_s_load_reports_are_not_default_s() {
         ],
     };
     let mut placement = TermPlacement::new(PlacementSettings::default());
-    placement.take_report(&world.state, &k, &report);
+    placement.take_report(&world.state, &k, &report(7.0));
+    let load_in = |placement: &TermPlacement, namespace: &str| {
+        placement
+            .space(namespace)
+            .and_then(|space| space.tracker.shard_load(0))
+    };
+    assert_eq!(load_in(&placement, "kv"), Some(7.0));
     assert_eq!(
-        placement.tracker.shard_load(0),
+        load_in(&placement, DEFAULT_NAMESPACE),
         None,
         "kv's shard 0 is not default's"
     );
-    placement.take_report(&world.state, &d, &report);
-    assert_eq!(placement.tracker.shard_load(0), Some(7.0));
+    placement.take_report(&world.state, &d, &report(5.0));
+    assert_eq!(load_in(&placement, DEFAULT_NAMESPACE), Some(5.0));
+    assert_eq!(load_in(&placement, "kv"), Some(7.0));
+    // A deleted namespace's soft state goes with it.
+    world.apply(Command::Deregister {
+        now_ms: 1,
+        executor_id: k.clone(),
+    });
+    world.apply(Command::Operator {
+        now_ms: 1,
+        actor: "admin CN=test".into(),
+        action: crate::lease::OperatorAction::DeleteNamespace { name: "kv".into() },
+    });
+    placement.retain(&world.state);
+    assert!(placement.space("kv").is_none());
+    assert_eq!(load_in(&placement, DEFAULT_NAMESPACE), Some(5.0));
+}
+
+/// §15 with P18.1: a namespace other than `default` is placed by its own loads: once each of its
+/// executors reported, its inputs are the reported loads, and a skewed namespace's plan moves
+/// shards for balance, charged to its own budget (`default`'s is untouched).
+#[test]
+fn p18_1_every_namespace_is_placed_by_its_own_loads() {
+    use crate::leader::placement::TermPlacement;
+    use crate::lease::Move;
+    use crate::load_reports::ReportedLoads;
+    use leasehold_api::wire::ShardLoad;
+
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 8);
+    let a = world.register_in("a", "kv", 0);
+    let b = world.register_in("b", "kv", 0);
+    // Four shards each, all of the load on a's.
+    let split = Command::Rebalance {
+        now_ms: 0,
+        planned_at: world.state.revision(),
+        namespace: "kv".into(),
+        moves: (0..8)
+            .map(|shard| Move {
+                shard,
+                to: if shard < 4 { a.clone() } else { b.clone() },
+            })
+            .collect(),
+    };
+    world.apply(split);
+    let report = |shards: std::ops::Range<u32>, load: f64| ReportedLoads::PerShard {
+        measured: shards.clone().collect(),
+        loads: shards.map(|shard| ShardLoad { shard, load }).collect(),
+    };
+    let mut placement = TermPlacement::new(PlacementSettings::default());
+    let kv = || world.state.space("kv").unwrap();
+    assert_eq!(placement.inputs(kv(), 1).loads, Loads::Learning);
+    placement.take_report(&world.state, &a, &report(0..4, 10.0));
+    placement.take_report(&world.state, &b, &report(4..8, 0.5));
+    let inputs = placement.inputs(kv(), 1);
+    assert!(matches!(inputs.loads, Loads::Reported(_)), "{inputs:?}");
+    let plan = plan_placement(kv(), 1, &inputs, usize::MAX).expect("a plan for balance");
+    assert!(
+        plan.reasons.contains(&MoveReason::Balance),
+        "{:?}",
+        plan.reasons
+    );
+    placement.committed(1, &plan);
+    let charged = |namespace: &str| {
+        placement
+            .space(namespace)
+            .map_or(0, |space| space.ledger.cooling(1).len())
+    };
+    assert_eq!(charged("kv"), plan.balance_shards().len());
+    assert_eq!(charged(DEFAULT_NAMESPACE), 0);
 }

@@ -184,3 +184,57 @@ fn p6_2_p6_4_taking_office_and_the_pushes_owed() {
     let raised = crate::leader::term::take_office(10_000, &world.state);
     assert_eq!((raised.took_office_ms, raised.raised_ms), (50_000, 40_000));
 }
+
+/// §15 with P18.1: a step plans each namespace by its own loads. `kv`'s even split by count,
+/// all of whose load is on one executor, is rebalanced by load in the step (by count it would
+/// need no move).
+#[test]
+fn p18_1_a_step_places_each_namespace_by_its_own_loads() {
+    use crate::lease::Move;
+    use crate::load_reports::ReportedLoads;
+    use leasehold_api::wire::ShardLoad;
+
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 8);
+    let a = world.register_in("a", "kv", 0);
+    let b = world.register_in("b", "kv", 0);
+    world.apply(Command::Rebalance {
+        now_ms: 0,
+        planned_at: world.state.revision(),
+        namespace: "kv".into(),
+        moves: (0..8)
+            .map(|shard| Move {
+                shard,
+                to: if shard < 4 { a.clone() } else { b.clone() },
+            })
+            .collect(),
+    });
+    let report = |shards: std::ops::Range<u32>, load: f64| ReportedLoads::PerShard {
+        measured: shards.clone().collect(),
+        loads: shards.map(|shard| ShardLoad { shard, load }).collect(),
+    };
+    let mut steps = term(64);
+    steps
+        .placement_mut()
+        .take_report(&world.state, &a, &report(0..4, 10.0));
+    steps
+        .placement_mut()
+        .take_report(&world.state, &b, &report(4..8, 0.5));
+    steps
+        .begin_step(10, &world.state, None, &Default::default())
+        .expect("a step");
+    let mut kv_moves = 0;
+    while let Some((write, command)) = steps.next_write(&world.state, 10) {
+        if let Command::Rebalance {
+            namespace, moves, ..
+        } = &command
+        {
+            assert_eq!(namespace, "kv", "default has no executor to plan for");
+            kv_moves += moves.len();
+        }
+        assert_eq!(write, StepWrite::Rebalance);
+        world.apply(command);
+        steps.written(Written::Applied, 10);
+    }
+    assert!(kv_moves > 0, "kv was rebalanced by its loads");
+}

@@ -1375,3 +1375,20 @@ fn p14_1_what_the_schema_9_build_wrote_reads_unchanged_and_is_written_back_the_s
     }
     assert_eq!(read, (commands.len() - NAMESPACE_COMMANDS, 4, 4));
 }
+
+/// P18.1 with P14.1: a backup carries every namespace: a state holding `kv` beside `default` (its
+/// shards, pins, handoffs, executor bound and a retired name) is written at schema 10 and
+/// restored whole.
+#[test]
+fn p18_1_a_backup_carries_every_namespace() {
+    use crate::raft::versions::{backup_payload, state_from_backup};
+
+    let state = namespaced_state();
+    let (schema, payload) = backup_payload(&state).expect("encodes");
+    assert_eq!(schema, NAMESPACES_SCHEMA);
+    let restored = state_from_backup(schema, &payload).expect("restores");
+    assert_eq!(restored, state);
+    let names: Vec<&str> = restored.namespaces().map(|(name, _)| name).collect();
+    assert_eq!(names, [leasehold_api::wire::DEFAULT_NAMESPACE, "kv"]);
+    assert!(restored.consistency_violations().is_empty());
+}
