@@ -140,6 +140,25 @@ where
     must(leasehold_harness::poll_until(what, bound, check).await)
 }
 
+/// Waits for a leader, then until it states cluster version `version` or later (PROTOCOL
+/// P14.3: the leader raises it within a probe round or two of every member running a release
+/// that applies it), within `bound`.
+pub async fn wait_for_cluster_version(cluster: &mut Cluster, version: u32, bound: Duration) {
+    let leader = cluster.wait_for_leader(bound).await;
+    let cluster: &Cluster = cluster;
+    poll_until(
+        &format!("the cluster version to reach {version}"),
+        bound,
+        || async {
+            match cluster.cluster_info(leader).await?.cluster_version {
+                Some(stated) if stated >= version => Ok(()),
+                other => Err(format!("cluster version {other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
 /// Prints the last lines of a process log to stderr (for a failing test's output).
 pub fn print_log_tail(label: &str, log_path: &Path) {
     let log = std::fs::read_to_string(log_path).unwrap_or_default();

@@ -23,7 +23,7 @@ use leasehold_tests::faults::{
     FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
 };
 use leasehold_tests::http_checks::scrape;
-use leasehold_tests::{binary, one_cluster_at_a_time, poll_until, Cluster};
+use leasehold_tests::{binary, one_cluster_at_a_time, wait_for_cluster_version, Cluster};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -54,15 +54,7 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
     let mut cluster = Cluster::new(fault_cluster_options());
     use_fault_timing(&mut cluster);
     cluster.start_all();
-    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
-    poll_until("the cluster version to reach 10", VERSION_BOUND, || async {
-        let info = cluster.cluster_info(leader).await?;
-        match info.cluster_version {
-            Some(version) if version >= NAMESPACES_SCHEMA => Ok(()),
-            other => Err(format!("cluster version {other:?}")),
-        }
-    })
-    .await;
+    wait_for_cluster_version(&mut cluster, NAMESPACES_SCHEMA, VERSION_BOUND).await;
     let client = cluster.client();
     let lease_duration_ms = client
         .state(true)
@@ -293,15 +285,7 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
     let mut cluster = Cluster::new(options);
     use_fault_timing(&mut cluster);
     cluster.start_all();
-    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
-    poll_until("the cluster version to reach 10", VERSION_BOUND, || async {
-        let info = cluster.cluster_info(leader).await?;
-        match info.cluster_version {
-            Some(version) if version >= NAMESPACES_SCHEMA => Ok(()),
-            other => Err(format!("cluster version {other:?}")),
-        }
-    })
-    .await;
+    wait_for_cluster_version(&mut cluster, NAMESPACES_SCHEMA, VERSION_BOUND).await;
     let tls_dir = cluster.options.tls_dir.clone().expect("certificates");
     let tls_dir_arg = tls_dir.display().to_string();
     for (role, namespace) in [("executor", KV), ("executor", ORDERS), ("admin", KV)] {

@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use leasehold_tests::executor::{ExecutorProcess, ExecutorSpec};
-use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
+use leasehold_tests::{
+    one_cluster_at_a_time, poll_until, wait_for_cluster_version, Cluster, ClusterOptions,
+};
 use serde_json::Value;
 
 const SHARDS: u32 = 16;
@@ -21,7 +23,7 @@ const VERSION_BOUND: Duration = Duration::from_secs(30);
 /// 2-core machine.
 const SETTLE_BOUND: Duration = Duration::from_secs(60);
 /// The cluster version that takes capacities and loads (`leasehold_api::wire::CAPACITY_SCHEMA`).
-const CAPACITY_SCHEMA: u64 = 4;
+const CAPACITY_SCHEMA: u32 = 4;
 /// Requests sent to the executor's demo workload for one key.
 const REQUESTS: usize = 40;
 
@@ -47,15 +49,8 @@ async fn p15_1_an_executors_capacity_is_registered_and_its_renewals_report_its_r
         shard_count: SHARDS,
         ..ClusterOptions::default()
     });
+    wait_for_cluster_version(&mut cluster, CAPACITY_SCHEMA, VERSION_BOUND).await;
     let leader = cluster.wait_for_leader(LEADER_BOUND).await;
-    poll_until("the cluster version to reach 4", VERSION_BOUND, || async {
-        let info = cluster.cluster_info(leader).await?;
-        match info.cluster_version.map(u64::from) {
-            Some(version) if version >= CAPACITY_SCHEMA => Ok(()),
-            other => Err(format!("cluster version {other:?}")),
-        }
-    })
-    .await;
 
     let executor = ExecutorProcess::start_spec(
         cluster.dir.path(),

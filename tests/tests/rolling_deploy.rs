@@ -18,9 +18,9 @@ use leasehold_conformance::deploy::{deploy_figures, percentile};
 use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
 use leasehold_tests::faults::{
     fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
-    Fleet, FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
+    Fleet, FAULT_SHARDS, SETTLE_BOUND,
 };
-use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
+use leasehold_tests::{one_cluster_at_a_time, wait_for_cluster_version, Cluster};
 use nix::sys::signal::Signal;
 
 /// The cluster version that takes application versions (`leasehold_api::wire::APP_VERSION_SCHEMA`).
@@ -61,15 +61,7 @@ async fn p17_3_a_rolling_deploy_moves_each_shard_once_onto_the_newest_version() 
     let mut cluster = Cluster::new(fault_cluster_options());
     use_fault_timing(&mut cluster);
     cluster.start_all();
-    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
-    poll_until("the cluster version to reach 5", VERSION_BOUND, || async {
-        let info = cluster.cluster_info(leader).await?;
-        match info.cluster_version {
-            Some(version) if version >= APP_VERSION_SCHEMA => Ok(()),
-            other => Err(format!("cluster version {other:?}")),
-        }
-    })
-    .await;
+    wait_for_cluster_version(&mut cluster, APP_VERSION_SCHEMA, VERSION_BOUND).await;
 
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let old: Vec<usize> = (0..FLEET)

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
 use leasehold_tests::faults::{
     fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
-    Fleet, FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
+    Fleet, FAULT_SHARDS, SETTLE_BOUND,
 };
-use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
+use leasehold_tests::{one_cluster_at_a_time, wait_for_cluster_version, Cluster};
 
 /// The cluster version that takes labels (`leasehold_api::wire::LABELS_SCHEMA`).
 const LABELS_SCHEMA: u32 = 7;
@@ -42,15 +42,7 @@ async fn p18_3_losing_a_zone_moves_only_its_shards() {
     let mut cluster = Cluster::new(fault_cluster_options());
     use_fault_timing(&mut cluster);
     cluster.start_all();
-    let leader = cluster.wait_for_leader(LEADER_BOUND).await;
-    poll_until("the cluster version to reach 7", VERSION_BOUND, || async {
-        let info = cluster.cluster_info(leader).await?;
-        match info.cluster_version {
-            Some(version) if version >= LABELS_SCHEMA => Ok(()),
-            other => Err(format!("cluster version {other:?}")),
-        }
-    })
-    .await;
+    wait_for_cluster_version(&mut cluster, LABELS_SCHEMA, VERSION_BOUND).await;
 
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let zone_a = [
