@@ -788,7 +788,7 @@ impl LeaseState {
         let config = space.config;
         let room = space
             .max_executors
-            .is_none_or(|max| space.executor_count < max as usize);
+            .is_none_or(|max| space.executor_count() < max as usize);
         if let Some(existing) = self.executor_by_incarnation(incarnation) {
             if existing.namespace != namespace {
                 return RegisterResult::Refused {
@@ -824,7 +824,7 @@ impl LeaseState {
                     detail: format!(
                         "namespace {namespace} holds its most executors ({}): deregister one, or \
                          raise its bound (P18.1)",
-                        space.executor_count
+                        space.executor_count()
                     ),
                 },
             };
@@ -858,10 +858,10 @@ impl LeaseState {
         self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
         self.by_incarnation
             .insert(executor.incarnation.clone(), executor_id.clone());
-        self.executors.insert(executor_id, executor);
         if let Some(space) = self.namespaces.get_mut(namespace) {
-            space.executor_count += 1;
+            space.members.insert(executor_id.clone());
         }
+        self.executors.insert(executor_id, executor);
         self.touch_assignment(log_index, namespace);
         RegisterResult::Registered {
             grant,
@@ -1515,7 +1515,7 @@ impl LeaseState {
             // A corrupt state; the tombstone below still remembers it.
             return Vec::new();
         };
-        space.executor_count = space.executor_count.saturating_sub(1);
+        space.members.remove(executor_id);
         // A pin goes with its executor: a pin is to one registration.
         let pinned: Vec<ShardId> = space
             .pins

@@ -181,10 +181,11 @@ pub struct Namespace {
     /// work is proportional to the handoffs in flight, not to the shard count.
     #[serde(skip)]
     pub(super) releasing: OrdSet<ShardId>,
-    /// How many executors are registered in it; derived from the executors and never stored, so
-    /// a registration checks `max_executors` without counting.
+    /// The executors registered in it; derived from the executors and never stored, so a
+    /// registration checks `max_executors` without counting, and a read of one namespace's
+    /// executors (each leader step reads every namespace's) costs its own executors, not all.
     #[serde(skip)]
-    pub(super) executor_count: usize,
+    pub(super) members: OrdSet<ExecutorId>,
 }
 
 impl Namespace {
@@ -211,7 +212,7 @@ impl Namespace {
                 .collect(),
             pins: OrdMap::new(),
             releasing: OrdSet::new(),
-            executor_count: 0,
+            members: OrdSet::new(),
         }
     }
 
@@ -254,7 +255,7 @@ impl Namespace {
 
     /// How many executors are registered in it.
     pub fn executor_count(&self) -> usize {
-        self.executor_count
+        self.members.len()
     }
 
     /// The structural violations of [`LeaseState::consistency_violations`] within this
@@ -332,14 +333,16 @@ impl Namespace {
                 releasing.iter().take(8).collect::<Vec<_>>()
             ));
         }
-        let members = executors
+        let members: OrdSet<ExecutorId> = executors
             .values()
             .filter(|executor| executor.namespace == name)
-            .count();
-        if members != self.executor_count {
+            .map(|executor| executor.id.clone())
+            .collect();
+        if members != self.members {
             violations.push(format!(
-                "{name} counts {} executors, {members} are registered in it",
-                self.executor_count
+                "{name} lists {} executors as its own, {} are registered in it",
+                self.members.len(),
+                members.len()
             ));
         }
         if self.assignment_revision < self.created_revision {
@@ -733,9 +736,11 @@ impl LeaseState {
 
     /// The executors registered in `namespace`, ascending by id (P18.1).
     pub fn executors_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Executor> {
-        self.executors
-            .values()
-            .filter(move |executor| executor.namespace == namespace)
+        self.namespaces
+            .get(namespace)
+            .into_iter()
+            .flat_map(|namespace| namespace.members.iter())
+            .filter_map(|executor_id| self.executors.get(executor_id))
     }
 
     /// One executor, if registered and not removed.
@@ -862,13 +867,13 @@ impl LeaseState {
         for name in names {
             if let Some(namespace) = self.namespaces.get_mut(&name) {
                 namespace.releasing = releasing_in(&namespace.shards);
-                namespace.executor_count = 0;
+                namespace.members = OrdSet::new();
             }
         }
         self.by_incarnation = OrdMap::new();
         for executor in self.executors.values() {
             if let Some(namespace) = self.namespaces.get_mut(&executor.namespace) {
-                namespace.executor_count += 1;
+                namespace.members.insert(executor.id.clone());
             }
             // Registration keeps incarnations unique; were one repeated, the lowest id answers,
             // as a search in id order would.

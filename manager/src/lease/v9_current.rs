@@ -286,7 +286,7 @@ impl From<LeaseState> for super::LeaseState {
                     shards: state.shards.into_iter().map(Into::into).collect(),
                     pins: state.pins.into_iter().collect(),
                     releasing: Default::default(),
-                    executor_count: 0,
+                    members: Default::default(),
                 };
                 (DEFAULT_NAMESPACE.to_owned(), default)
             })

@@ -663,7 +663,7 @@ fn p18_1_a_drained_namespace_is_deleted_and_its_name_never_repeats_an_epoch() {
 }
 
 /// The consistency check knows namespaces: an owner of another namespace, an executor of a
-/// namespace that does not exist, a miscounted namespace and a retired name in use are all
+/// namespace that does not exist, a namespace listing an executor not its own and a retired name in use are all
 /// violations.
 #[test]
 fn p18_1_the_consistency_check_keeps_namespaces_apart() {
@@ -683,7 +683,7 @@ fn p18_1_the_consistency_check_keeps_namespaces_apart() {
     }
     let mut miscounted = state.clone();
     if let Some(kv) = miscounted.namespaces.get_mut("kv") {
-        kv.executor_count = 7;
+        kv.members.insert("ex-stranger".to_owned());
     }
     let mut retired_in_use = state.clone();
     retired_in_use.retired_epochs.insert("kv".to_owned(), 3);
@@ -700,7 +700,11 @@ fn p18_1_the_consistency_check_keeps_namespaces_apart() {
             orphaned,
             "which does not exist",
         ),
-        ("a miscounted namespace", miscounted, "counts 7 executors"),
+        (
+            "a miscounted namespace",
+            miscounted,
+            "kv lists 2 executors as its own, 1 are",
+        ),
         ("a retired name in use", retired_in_use, "is also retired"),
         ("no default", no_default, "not default"),
     ] {
