@@ -14,8 +14,11 @@ use std::time::Duration;
 use leasehold_api::client::{http_client_builder, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::routing::{RoutedRequest, RoutingClient, RoutingConfig};
-use leasehold_api::wire::{CreateNamespaceRequest, NamespaceView};
+use leasehold_api::wire::{
+    CreateNamespaceRequest, ExecutorView, NamespaceView, ShardView, DEFAULT_NAMESPACE,
+};
 use leasehold_example_kv::KvClient;
+use leasehold_executor::{Executor, ExecutorConfig};
 use leasehold_tests::ctl::leaseholdctl;
 use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess, ExecutorSpec};
 use leasehold_tests::faults::{
@@ -23,7 +26,9 @@ use leasehold_tests::faults::{
     FAULT_SHARDS, LEADER_BOUND, SETTLE_BOUND,
 };
 use leasehold_tests::http_checks::scrape;
-use leasehold_tests::{binary, one_cluster_at_a_time, wait_for_cluster_version, Cluster};
+use leasehold_tests::{
+    binary, one_cluster_at_a_time, poll_until, wait_for_cluster_version, Cluster,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -530,4 +535,91 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
     wait_for_even_split(&orders.refs(&order_executors), ORDERS_SHARDS, SETTLE_BOUND).await;
     kv.check(&format!("{SCENARIO} (kv)"));
     orders.check(&format!("{SCENARIO} (orders)"));
+}
+
+/// P18.1 (issue 38: "one process may run several library instances"): one process runs an
+/// executor of the library in `default` and one in `orders`. Each is its own registration: its
+/// own id, incarnation and lease, its namespace's shard count and every shard of it, with its own
+/// epochs (shard 0 is admitted by both, each under its namespace's epoch); a graceful stop of
+/// each deregisters that one only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_1_one_process_runs_an_executor_in_each_namespace() {
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::new(fault_cluster_options());
+    use_fault_timing(&mut cluster);
+    cluster.start_all();
+    wait_for_cluster_version(&mut cluster, NAMESPACES_SCHEMA, VERSION_BOUND).await;
+    let client = cluster.client();
+    client
+        .create_namespace(&CreateNamespaceRequest {
+            name: ORDERS.to_owned(),
+            shard_count: ORDERS_SHARDS,
+            lease_duration_ms: None,
+            max_executors: None,
+        })
+        .await
+        .expect("orders is created");
+    let start = |namespace: &str| {
+        let mut config = ExecutorConfig::new(cluster.urls(), "127.0.0.1:0");
+        config.namespace = namespace.to_owned();
+        config.name = Some(format!("in-{namespace}"));
+        Executor::start(config)
+    };
+    let in_default = start(DEFAULT_NAMESPACE).await.expect("default's executor");
+    let in_orders = start(ORDERS).await.expect("orders' executor");
+    for (handle, shards) in [(&in_default, FAULT_SHARDS), (&in_orders, ORDERS_SHARDS)] {
+        poll_until(
+            "each executor to hold its namespace",
+            SETTLE_BOUND,
+            || async {
+                let status = handle.status();
+                match (status.shard_count, status.shards.len()) {
+                    (Some(count), held) if count == shards && held == shards as usize => Ok(()),
+                    other => Err(format!("shard count and held: {other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    let (default_status, orders_status) = (in_default.status(), in_orders.status());
+    assert_ne!(default_status.executor_id, orders_status.executor_id);
+    assert_ne!(default_status.incarnation, orders_status.incarnation);
+    assert!(default_status.lease_remaining_ms > 0 && orders_status.lease_remaining_ms > 0);
+    let default_permit = in_default.admit(0).expect("default's shard 0");
+    let orders_permit = in_orders.admit(0).expect("orders' shard 0");
+    let epoch_of = |shards: &[ShardView], id: u32| {
+        shards
+            .iter()
+            .find(|shard| shard.shard == id)
+            .map(|shard| shard.epoch)
+    };
+    assert_eq!(
+        Some(default_permit.epoch),
+        epoch_of(&client.shards(true).await.unwrap(), 0)
+    );
+    assert_eq!(
+        Some(orders_permit.epoch),
+        epoch_of(&client.shards_in(ORDERS, true).await.unwrap(), 0)
+    );
+    assert!(
+        in_orders.admit(ORDERS_SHARDS).is_err(),
+        "beyond orders' shards"
+    );
+    let listed = |executors: Vec<ExecutorView>| -> Vec<Option<String>> {
+        executors.into_iter().map(|e| Some(e.executor_id)).collect()
+    };
+    assert_eq!(
+        listed(client.executors_in(ORDERS, true).await.unwrap()),
+        [orders_status.executor_id.clone()]
+    );
+
+    // Each stops on its own: orders' executor deregisters, default's keeps every shard.
+    in_orders.shutdown().await;
+    assert!(client.executors_in(ORDERS, true).await.unwrap().is_empty());
+    assert_eq!(
+        listed(client.executors(true).await.unwrap()),
+        [default_status.executor_id.clone()]
+    );
+    assert!(in_default.admit(0).is_ok());
+    in_default.shutdown().await;
 }
