@@ -610,7 +610,7 @@ async fn p18_1_one_process_runs_an_executor_in_each_namespace() {
     };
     assert_eq!(
         listed(client.executors_in(ORDERS, true).await.unwrap()),
-        [orders_status.executor_id.clone()]
+        [orders_status.executor_id]
     );
 
     // Each stops on its own: orders' executor deregisters, default's keeps every shard.
@@ -618,7 +618,7 @@ async fn p18_1_one_process_runs_an_executor_in_each_namespace() {
     assert!(client.executors_in(ORDERS, true).await.unwrap().is_empty());
     assert_eq!(
         listed(client.executors(true).await.unwrap()),
-        [default_status.executor_id.clone()]
+        [default_status.executor_id]
     );
     assert!(in_default.admit(0).is_ok());
     in_default.shutdown().await;

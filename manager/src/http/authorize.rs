@@ -138,13 +138,13 @@ impl CallerScope {
 /// is refused it.
 pub fn acts_in_one_namespace(method: &Method, path: &str) -> bool {
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    match (method, segments.as_slice()) {
-        (&Method::POST, ["v1", "executors"]) => true,
-        (_, ["v1", "executors", _, ..]) => true,
-        (_, ["v1", "namespaces", ..]) => true,
-        (_, ["v1", "shards", _, "move" | "pin"]) => true,
-        _ => false,
-    }
+    matches!(
+        (method, segments.as_slice()),
+        (&Method::POST, ["v1", "executors"])
+            | (_, ["v1", "executors", _, ..])
+            | (_, ["v1", "namespaces", ..])
+            | (_, ["v1", "shards", _, "move" | "pin"])
+    )
 }
 
 /// The subject of the caller's certificate (printable ASCII), or of the certificate of the caller
