@@ -198,11 +198,11 @@ impl LeaderCore {
         last_renewal_applied_ms: Option<u64>,
         told_from_memory: &ToldFromMemory,
     ) -> StepDecision {
-        let Some(config) = state.config() else {
+        let Some(lease_ms) = state.shortest_lease_duration_ms() else {
             self.last_step_ms = Some(now_ms);
             return StepDecision::default();
         };
-        let tick = tick_ms(config.lease_duration_ms);
+        let tick = tick_ms(lease_ms);
         let late_by_ms = self
             .last_step_ms
             .map(|last| now_ms.saturating_sub(last).saturating_sub(tick))

@@ -162,9 +162,7 @@ async fn lead_term(
 
     while still_leading(node, term) && !*shutdown.borrow() {
         step(node, &mut term_steps, &mut reports_taken, &mut prepared).await;
-        let lease_ms = node
-            .state
-            .read(|a| a.state.config().map(|c| c.lease_duration_ms));
+        let lease_ms = node.state.read(|a| a.state.shortest_lease_duration_ms());
         let NextStep::After { tick_ms } = term_steps.next_step(lease_ms) else {
             continue;
         };

@@ -779,6 +779,17 @@ impl LeaseState {
         self.tombstones.values()
     }
 
+    /// The shortest lease of any namespace (P18.1): the leader steps a third of it apart (P3.8),
+    /// so every namespace's lapsed leases are reaped within its own lease and a tick. `None`
+    /// before `Init`.
+    pub fn shortest_lease_duration_ms(&self) -> Option<u64> {
+        self.config()?;
+        self.spaces()
+            .filter_map(|space| space.config())
+            .map(|config| config.lease_duration_ms)
+            .min()
+    }
+
     /// The shard count an executor's requests are read against (P18.1): its namespace's. For an
     /// executor this state does not hold (a follower that has not applied its registration
     /// yet), the largest of any namespace, so nothing a real executor may send is refused for

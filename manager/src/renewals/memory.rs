@@ -90,16 +90,20 @@ impl MemoryLeases {
         renewal: &Renewal,
         now_ms: u64,
     ) -> Result<RenewResult, ThroughTheLog> {
-        let Some(config) = state.config() else {
-            return Err(ThroughTheLog::NotEnabled);
-        };
-        if state.cluster_version() < LEASE_RESERVATION_SCHEMA {
+        if state.config().is_none() || state.cluster_version() < LEASE_RESERVATION_SCHEMA {
             return Err(ThroughTheLog::NotEnabled);
         }
         let Some(executor) = state.executor(&renewal.executor_id) else {
             return Err(ThroughTheLog::Unknown);
         };
-        let lease_ms = config.lease_duration_ms;
+        // The lease of the executor's namespace (P18.1), which its reservation is made of.
+        let Some(lease_ms) = state
+            .space(&executor.namespace)
+            .and_then(|space| space.config())
+            .map(|config| config.lease_duration_ms)
+        else {
+            return Err(ThroughTheLog::Unknown);
+        };
         if lapsed(self.judged_expiry_ms(executor), now_ms) {
             return Err(ThroughTheLog::Lapsed);
         }
@@ -268,6 +272,83 @@ mod tests {
         assert_eq!(memory.last_answered_ms(), Some(now_ms));
         let executor = state.executor("ex-3").expect("ex-3");
         assert_eq!(memory.judged_expiry_ms(executor), now_ms + LEASE_MS);
+    }
+
+    /// P18.1 with P6.6: an executor of a namespace is told its namespace's lease from memory, as
+    /// through the log, whatever `default`'s is: a longer one would outlive what the namespace's
+    /// plans wait for, a shorter one would make it renew for nothing.
+    #[test]
+    fn p18_1_a_renewal_from_memory_tells_the_namespace_s_lease() {
+        use crate::lease::{Move, OperatorAction};
+        use leasehold_api::wire::NAMESPACES_SCHEMA;
+
+        const KV_LEASE_MS: u64 = 6_000;
+        let (mut state, _) = state(NAMESPACES_SCHEMA, false);
+        let mut index = state.revision();
+        let mut apply = |state: &mut LeaseState, command: Command| {
+            index += 1;
+            state.apply(index, &command)
+        };
+        apply(
+            &mut state,
+            Command::Operator {
+                now_ms: 0,
+                actor: "admin CN=test".into(),
+                action: OperatorAction::CreateNamespace {
+                    name: "kv".into(),
+                    shard_count: 2,
+                    lease_duration_ms: KV_LEASE_MS,
+                    max_executors: None,
+                },
+            },
+        );
+        let mut register = register_command(0, "k");
+        if let Command::Register { namespace, .. } = &mut register {
+            *namespace = "kv".into();
+        }
+        let Outcome::Registered { grant, .. } = apply(&mut state, register) else {
+            panic!("registered into kv");
+        };
+        let k = grant.executor_id;
+        assert_eq!(grant.lease_ttl_ms, KV_LEASE_MS, "through the log");
+        let planned_at = state.revision();
+        apply(
+            &mut state,
+            Command::Rebalance {
+                now_ms: 0,
+                planned_at,
+                namespace: "kv".into(),
+                moves: (0..2)
+                    .map(|shard| Move {
+                        shard,
+                        to: k.clone(),
+                    })
+                    .collect(),
+            },
+        );
+        apply(
+            &mut state,
+            Command::ReserveLeases {
+                now_ms: RESERVED_AT_MS,
+                executor_ids: vec![k.clone()],
+            },
+        );
+        let mut memory = MemoryLeases::default();
+        let now_ms = 2_000;
+        let renewal = Renewal {
+            executor_id: k.clone(),
+            claims: state.delivered_set(&k),
+            revision: state.revision(),
+        };
+        let answer = memory.answer(&state, &renewal, now_ms);
+        let Ok(RenewResult::Renewed { grant, .. }) = answer else {
+            panic!("{answer:?}");
+        };
+        assert_eq!(grant.lease_ttl_ms, KV_LEASE_MS, "kv's lease, not default's");
+        assert_eq!(
+            memory.told_from_memory().get(&k),
+            Some(&(now_ms + KV_LEASE_MS))
+        );
     }
 
     /// P6.5 to P6.7: whatever a log entry would do more than extend the lease goes through the log.

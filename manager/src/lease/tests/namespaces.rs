@@ -734,3 +734,24 @@ fn p18_1_an_executor_s_shard_count_is_its_namespace_s() {
         None
     );
 }
+
+/// P18.1 with P3.8: the leader steps a third of the shortest lease of any namespace apart, so a
+/// namespace with a shorter lease than `default`'s has its lapsed leases reaped within its own
+/// lease and a tick.
+#[test]
+fn p18_1_the_shortest_lease_of_any_namespace_paces_the_leader() {
+    let (mut harness, _, _) = two_spaces();
+    assert_eq!(
+        harness.state.shortest_lease_duration_ms(),
+        Some(LEASE_MS.min(10_000))
+    );
+    assert!(matches!(
+        harness.apply(create("short", 2, 300)),
+        Outcome::NamespaceCreated { .. }
+    ));
+    assert_eq!(harness.state.shortest_lease_duration_ms(), Some(300));
+    assert_eq!(
+        crate::lease::LeaseState::default().shortest_lease_duration_ms(),
+        None
+    );
+}
