@@ -25,15 +25,16 @@ pub fn caught_up(matched: Option<u64>, leader_applied: Option<u64>) -> bool {
     }
 }
 
-/// Stopping executor `executor_id` is safe when it holds no shards, or when another executor
-/// (live, not draining: one that takes shards, P5.4) can take them; `None` for an executor not
+/// Stopping executor `executor_id` is safe when it holds no shards, or when another executor of
+/// its namespace (live, not draining: one that takes shards, P5.4; only its namespace's may hold
+/// them, P18.1) can take them; `None` for an executor not
 /// registered in `state`. Read from the state's indexes: the executor's owned set (releasing
 /// shards included: it serves each until its revoke) and the executors, not the shard table.
 pub fn executor_verdict(state: &LeaseState, executor_id: &str, now_ms: u64) -> Option<SafeToStop> {
     let executor = state.executor(executor_id)?;
     let held = executor.owned_shards.len();
     let takers = state
-        .executors()
+        .executors_in(&executor.namespace)
         .filter(|other| other.id != executor_id && takes_shards(other, now_ms))
         .count();
     Some(if held == 0 {
@@ -210,6 +211,72 @@ mod tests {
             "{verdict:?}"
         );
         assert_eq!(executor_verdict(&with_a_taker, "ex-999", 0), None);
+    }
+
+    /// P17.4 with P18.1: only an executor of its own namespace can take an executor's shards, so
+    /// a live executor of another namespace makes stopping it no safer.
+    #[test]
+    fn p18_1_only_an_executor_of_its_namespace_takes_its_shards() {
+        use crate::lease::{Move, OperatorAction};
+
+        let (mut state, _) = state_with(1, 0);
+        let mut index = state.revision();
+        let mut apply = |state: &mut LeaseState, command: Command| {
+            index += 1;
+            state.apply(index, &command)
+        };
+        apply(
+            &mut state,
+            Command::Operator {
+                now_ms: 0,
+                actor: "admin CN=test".into(),
+                action: OperatorAction::CreateNamespace {
+                    name: "kv".into(),
+                    shard_count: 2,
+                    lease_duration_ms: 10_000,
+                    max_executors: None,
+                },
+            },
+        );
+        let Outcome::Registered { grant, .. } = apply(
+            &mut state,
+            Command::Register {
+                namespace: "kv".into(),
+                now_ms: 0,
+                address: "http://k.test".into(),
+                incarnation: "k".into(),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+                app_version: None,
+                labels: Default::default(),
+            },
+        ) else {
+            panic!("registered into kv");
+        };
+        let k = grant.executor_id;
+        let planned_at = state.revision();
+        apply(
+            &mut state,
+            Command::Rebalance {
+                now_ms: 0,
+                planned_at,
+                namespace: "kv".into(),
+                moves: vec![
+                    Move {
+                        shard: 0,
+                        to: k.clone(),
+                    },
+                    Move {
+                        shard: 1,
+                        to: k.clone(),
+                    },
+                ],
+            },
+        );
+        // `default`'s executor is live, but it cannot take kv's shards.
+        let verdict = executor_verdict(&state, &k, 0).unwrap();
+        assert!(!verdict.safe, "{verdict:?}");
     }
 
     /// P17.4: a manager is safe to stop when the other voters that are up and caught up are a
