@@ -418,6 +418,16 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/state?namespace=NAME` (PROTOCOL P18.1): one namespace's state.
+    pub async fn state_in(
+        &self,
+        namespace: &str,
+        consistent: bool,
+    ) -> Result<StateView, ClientError> {
+        let path = in_namespace("/v1/state", namespace);
+        self.get_typed(&with_consistency(&path, consistent)).await
+    }
+
     /// `GET /v1/executors`.
     pub async fn executors(&self, consistent: bool) -> Result<Vec<ExecutorView>, ClientError> {
         self.get_typed(&with_consistency("/v1/executors", consistent))
@@ -728,6 +738,22 @@ impl Client {
     /// or when `wait` has passed. The request timeout must be longer than `wait`.
     pub async fn watch(&self, revision: u64, wait: Duration) -> Result<WatchReply, ClientError> {
         let path = format!("/v1/watch?revision={revision}&wait={}ms", wait.as_millis());
+        self.get_typed(&path).await
+    }
+
+    /// [`Client::watch`] of one namespace (PROTOCOL P18.1): answered with that namespace's state
+    /// once the state's revision is above `revision`.
+    pub async fn watch_in(
+        &self,
+        namespace: &str,
+        revision: u64,
+        wait: Duration,
+    ) -> Result<WatchReply, ClientError> {
+        let path = format!(
+            "{}&revision={revision}&wait={}ms",
+            in_namespace("/v1/watch", namespace),
+            wait.as_millis()
+        );
         self.get_typed(&path).await
     }
 

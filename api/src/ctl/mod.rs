@@ -84,8 +84,8 @@ pub struct Cli {
     #[arg(long = "key", env = "LEASEHOLD_KEY", global = true, requires_all = ["cacert", "cert"])]
     pub tls_key: Option<PathBuf>,
 
-    /// The namespace (PROTOCOL P18.1) that `shard list`, `shard show`, `route`, `executor list`
-    /// and `plan` read; absent: `default`. `certs issue` limits its certificate to it (and takes
+    /// The namespace (PROTOCOL P18.1) that `shard list`, `shard show`, `route`, `executor list`,
+    /// `plan`, `state` and `watch` read; absent: `default`. `certs issue` limits its certificate to it (and takes
     /// it repeated). Every other command refuses a namespace but `default`.
     #[arg(short = 'n', long, value_name = "NAME", global = true, value_parser = namespace_name)]
     pub namespace: Option<String>,
@@ -586,7 +586,10 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
         Noun::Namespace { verb } => run_namespace(&cli, verb, out).await,
         Noun::State => {
             let client = cli.client(cli.request_timeout)?;
-            let state = client.state(cli.consistent).await?;
+            let state = match cli.namespace_named() {
+                None => client.state(cli.consistent).await?,
+                Some(namespace) => client.state_in(namespace, cli.consistent).await?,
+            };
             out.show(&state, render_state_summary)
         }
         Noun::Route { key } => run_route(&cli, key, out).await,
@@ -614,7 +617,7 @@ pub async fn run(cli: Cli, writer: &mut dyn Write) -> Result<(), CtlError> {
             }
             // A blocking query may take the whole wait: the request bound must exceed it.
             let client = cli.client(*wait + cli.request_timeout)?;
-            run_watch(&client, *wait, out).await
+            run_watch(&client, cli.namespace_named(), *wait, out).await
         }
     }
 }
@@ -669,10 +672,10 @@ fn without_namespaces(command: &Noun) -> Option<&'static str> {
             // -n/--namespace is its own: the namespaces the certificate is limited to.
             CertsVerb::Issue(_) => None,
         },
-        Noun::State => Some("state"),
+        Noun::State => None,
         Noun::Plan => None,
         Noun::Audit => Some("audit"),
-        Noun::Watch { .. } => Some("watch"),
+        Noun::Watch { .. } => None,
         Noun::Completion { .. } => Some("completion"),
     }
 }
@@ -681,8 +684,8 @@ fn namespace_refused(namespace: &str, command: &str) -> CtlError {
     let hint = if command.starts_with("namespace ") {
         "name the namespace as its argument instead"
     } else {
-        "only `shard list`, `shard show`, `route`, `executor list` and `plan` read one namespace \
-         so far"
+        "only `shard list`, `shard show`, `route`, `executor list`, `plan`, `state` and `watch` \
+         read one namespace"
     };
     CtlError::BadInput(format!(
         "`{command}` does not take -n/--namespace {namespace}: {hint}"
@@ -1030,15 +1033,26 @@ async fn run_lease_list(cli: &Cli, out: &mut Out<'_>) -> Result<(), CtlError> {
     })
 }
 
-async fn run_watch(client: &Client, wait: Duration, out: &mut Out<'_>) -> Result<(), CtlError> {
-    let mut current: StateView = client.watch(0, Duration::from_millis(1)).await?.state;
+async fn run_watch(
+    client: &Client,
+    namespace: Option<&str>,
+    wait: Duration,
+    out: &mut Out<'_>,
+) -> Result<(), CtlError> {
+    let watch = |revision: u64, wait: Duration| async move {
+        match namespace {
+            None => client.watch(revision, wait).await,
+            Some(namespace) => client.watch_in(namespace, revision, wait).await,
+        }
+    };
+    let mut current: StateView = watch(0, Duration::from_millis(1)).await?.state;
     // On stderr, so stdout carries only events (and stays valid JSON lines).
     eprintln!(
         "watching from revision {} (Ctrl-C to stop)",
         current.revision
     );
     loop {
-        let reply = client.watch(current.revision, wait).await?;
+        let reply = watch(current.revision, wait).await?;
         if reply.state.revision <= current.revision {
             continue;
         }

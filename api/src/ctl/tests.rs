@@ -1043,6 +1043,14 @@ impl FakeManager {
                     ("GET", "/v1/namespaces") => {
                         serde_json::to_value(vec![namespace_view("orders", None, 7)])
                     }
+                    ("GET", "/v1/state") => serde_json::to_value(StateView {
+                        revision: 5,
+                        shard_count: 2,
+                        lease_duration_ms: 1_000,
+                        executors: Vec::new(),
+                        shards: Vec::new(),
+                        maintenance: false,
+                    }),
                     ("DELETE", _) => serde_json::to_value(NamespaceDeleted {
                         name: "orders".into(),
                         already_gone: false,
@@ -1105,6 +1113,11 @@ async fn p18_1_dash_n_selects_the_namespaced_reads() {
         ),
         (&["plan"], &["GET /v1/plan"]),
         (
+            &["-n", "orders", "state"],
+            &["GET /v1/state?namespace=orders"],
+        ),
+        (&["state"], &["GET /v1/state"]),
+        (
             &["-n", "orders", "shard", "show", "0"],
             &[
                 "GET /v1/shards?namespace=orders",
@@ -1117,6 +1130,15 @@ async fn p18_1_dash_n_selects_the_namespaced_reads() {
             .unwrap_or_else(|e| panic!("{args:?}: {e}"));
         assert_eq!(fake.requests(), requests, "{args:?}");
     }
+
+    // `watch` follows the namespace's state (this manager serves no watch: the first ends it).
+    fake.ctl(&["-n", "orders", "watch", "--wait", "1s"])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        fake.requests(),
+        ["GET /v1/watch?namespace=orders&revision=0&wait=1ms"]
+    );
 
     // A namespaced shard shows its route from the namespace's executors.
     let shown = fake
@@ -1154,13 +1176,11 @@ async fn p18_1_dash_n_selects_the_namespaced_reads() {
 async fn p18_1_dash_n_is_refused_where_no_namespace_is_read() {
     let fake = FakeManager::start().await;
     for args in [
-        &["watch"][..],
-        &["shard", "pin", "3", "ex-1"],
+        &["shard", "pin", "3", "ex-1"][..],
         &["shard", "move", "3", "--to", "ex-1"],
         &["shard", "unpin", "3"],
         &["executor", "show", "ex-1"],
         &["executor", "drain", "ex-1"],
-        &["state"],
         &["lease", "list"],
         &["audit"],
         &["member", "list"],
@@ -1177,11 +1197,11 @@ async fn p18_1_dash_n_is_refused_where_no_namespace_is_read() {
         );
     }
     assert_eq!(fake.requests(), Vec::<String>::new());
-    let error = fake.ctl(&["-n", "orders", "watch"]).await.unwrap_err();
+    let error = fake.ctl(&["-n", "orders", "audit"]).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "`watch` does not take -n/--namespace orders: only `shard list`, `shard show`, `route`, \
-         `executor list` and `plan` read one namespace so far"
+        "`audit` does not take -n/--namespace orders: only `shard list`, `shard show`, `route`, \
+         `executor list`, `plan`, `state` and `watch` read one namespace"
     );
     // `-n default` is what no `-n` means, anywhere.
     fake.ctl(&["-n", "default", "namespace", "list"])
