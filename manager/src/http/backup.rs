@@ -20,7 +20,7 @@ use crate::raft::versions::backup_payload;
     get, path = "/v1/backup", tag = "cluster", params(ReadQuery),
     responses(
         (status = 200, description = "The backup file: a magic line, a JSON header line (versions, revision, shard count, payload length, SHA-256, and the seal with --backup-key-file), then the state.", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only, and not one limited to namespaces (P13.3, P18.2)."),
     ),
 )]
 pub async fn backup(

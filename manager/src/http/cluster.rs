@@ -54,7 +54,7 @@ pub async fn info(
     post, path = "/v1/cluster/init", tag = "cluster",
     responses(
         (status = 200, description = "Formed now or already formed.", body = InitReply),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only, and not one limited to namespaces (P13.3, P18.2)."),
         (status = 409, description = "`conflict`: not every founding member answers yet, or this node does not found the cluster."),
     ),
 )]
@@ -418,7 +418,7 @@ pub struct SnapshotQuery {
     post, path = "/v1/cluster/snapshot", tag = "cluster", params(SnapshotQuery),
     responses(
         (status = 200, description = "The snapshot (and purge) positions now.", body = SnapshotReply),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only, and not one limited to namespaces (P13.3, P18.2)."),
     ),
 )]
 pub async fn snapshot(

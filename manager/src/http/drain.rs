@@ -27,7 +27,7 @@ use crate::lease::{Command, ExecutorAnswer, OperatorAction};
     responses(
         (status = 200, description = "Draining (now or already): the executor as committed.", body = ExecutorView),
         (status = 401, description = "`unauthenticated`: a credential other than the one the executor registered with, or an executor's certificate without its credential (P13.4, P17.2)."),
-        (status = 403, description = "`forbidden` (TLS): the admin role, or the executor itself with its credential (P13.3, P17.2)."),
+        (status = 403, description = "`forbidden` (TLS): the admin role, or the executor itself with its credential (P13.3, P17.2); a certificate limited to namespaces other than the executor's (P18.2)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
     ),
 )]
@@ -52,7 +52,7 @@ pub async fn drain(
     params(ExecutorIdPath),
     responses(
         (status = 200, description = "Not draining (now or already): the executor as committed.", body = ExecutorView),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the executor's namespace if its certificate is (P18.2)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered."),
     ),
 )]

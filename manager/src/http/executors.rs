@@ -54,7 +54,7 @@ where
         (status = 200, description = "Registered (or already registered under this incarnation): the grant.", body = Grant),
         (status = 400, description = "`invalid_request`: malformed, a capacity above the leader's `--max-capacity` (P15.1), or an application version outside its alphabet or length (P17.3); nothing was registered."),
         (status = 401, description = "`unauthenticated` (TLS): the registration carries no credential (P13.4, P13.5)."),
-        (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): the client certificate is neither an executor's nor an admin's (P13.3), or is limited to namespaces other than the one named (P18.2)."),
         (status = 404, description = "`not_found`: the namespace named does not exist (P18.1); nothing was registered."),
         (status = 409, description = "`conflict`: this incarnation is registered with another credential (P13.4) or in another namespace, the namespace holds its most executors (P18.1), or the cluster version does not take a credential, a capacity other than 1, an application version or a namespace other than `default`, yet (P14.3, P15.1, P17.3, P18.1)."),
         (status = 429, description = "`rate_limited`: too many registrations from this caller (`--registration-rate`, `--registration-burst`, P13.6); nothing was registered. `Retry-After` says when to try again."),
@@ -195,7 +195,7 @@ fn registration(
     responses(
         (status = 200, description = "Renewed: lease remaining, revision and the full set.", body = Grant),
         (status = 401, description = "`unauthenticated`: the executor registered with a credential and this request does not present it (P13.4)."),
-        (status = 403, description = "`forbidden` (TLS): not an executor's certificate (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): not an executor's certificate (P13.3), or one limited to namespaces other than the executor's (P18.2)."),
         (status = 404, description = "`unknown_executor`: reaped, deregistered or never registered; register again."),
     ),
 )]
@@ -299,7 +299,7 @@ fn reply_form(request: &RenewRequest, claims: &[ShardEpoch], grant: crate::lease
     responses(
         (status = 200, description = "Which handoffs this completed and which it did not concern.", body = ReleaseReply),
         (status = 401, description = "`unauthenticated`: the executor's credential is missing or wrong (P13.4)."),
-        (status = 403, description = "`forbidden` (TLS): not an executor's certificate (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): not an executor's certificate (P13.3), or one limited to namespaces other than the executor's (P18.2)."),
         (status = 404, description = "`unknown_executor`."),
     ),
 )]
@@ -343,7 +343,7 @@ pub async fn release(
         (status = 204, description = "Deregistered, now or before (a retry, P7.2)."),
         (status = 202, description = "An operator's removal (admin certificate, no credential) of an executor that still holds shards (P5.5): it is draining, and its shards move by handoff (P5.2); repeat the request once it holds none. The executor as it is.", body = ExecutorView),
         (status = 401, description = "`unauthenticated`: the executor's credential is missing or wrong; an admin certificate needs none (P13.4)."),
-        (status = 403, description = "`forbidden` (TLS): neither an executor's nor an admin's certificate (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): neither an executor's nor an admin's certificate (P13.3), or one limited to namespaces other than the executor's (P18.2)."),
         (status = 404, description = "`unknown_executor`: the id never existed."),
     ),
 )]

@@ -152,7 +152,7 @@ pub async fn maintenance(State(node): State<AppState>) -> Json<MaintenanceView> 
     request_body = MaintenanceRequest,
     responses(
         (status = 200, description = "The mode now, and whether this changed it (recorded in the audit log if so).", body = MaintenanceView),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only, and not one limited to namespaces (P13.3, P18.2)."),
         (status = 409, description = "`conflict`: the cluster version is below 6 (P14.3)."),
     ),
 )]
@@ -193,7 +193,7 @@ pub async fn set_maintenance(
     responses(
         (status = 200, description = "The move committed: the shard as it is now (releasing to the target, or granted to it if nobody held it).", body = ShardView),
         (status = 400, description = "`invalid_request`: not a shard number, or a malformed executor id."),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), one whose certificate is limited to namespaces only if `default` is one (P18.2)."),
         (status = 404, description = "`not_found` / `unknown_executor`: no such shard or executor."),
         (status = 409, description = "`conflict`: the target is not live or is draining, holds the shard already, or the shard is pinned elsewhere; or the cluster version is below 6."),
     ),
@@ -238,7 +238,7 @@ pub async fn move_shard(
     request_body = PinShardRequest,
     responses(
         (status = 200, description = "Pinned (now or already): the shard as it is now.", body = ShardView),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), one whose certificate is limited to namespaces only if `default` is one (P18.2)."),
         (status = 404, description = "`not_found` / `unknown_executor`: no such shard or executor."),
         (status = 409, description = "`conflict`: the cluster version is below 6."),
     ),
@@ -260,7 +260,7 @@ pub async fn pin(
     params(ShardPath),
     responses(
         (status = 200, description = "Not pinned (now or already): the shard as it is now.", body = ShardView),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), one whose certificate is limited to namespaces only if `default` is one (P18.2)."),
         (status = 404, description = "`not_found`: no such shard."),
         (status = 409, description = "`conflict`: the cluster version is below 6."),
     ),
@@ -311,7 +311,7 @@ async fn set_pin(
     get, path = "/v1/audit", tag = "operator",
     responses(
         (status = 200, description = "The audit log, oldest first, at most 1 024 records (P17.4).", body = [AuditRecordView]),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3)."),
+        (status = 403, description = "`forbidden` (TLS): admin only, and not one limited to namespaces (P13.3, P18.2)."),
     ),
 )]
 pub async fn audit(State(node): State<AppState>) -> Json<Vec<AuditRecordView>> {
