@@ -17,12 +17,17 @@
 //!   beyond four times its share by count; and after every renewal the leader records, its
 //!   estimate of each shard within what the shard's current holder said of it (P15.1: a lie
 //!   is forgotten once the shard leaves the liar).
+//! - Namespaces (P18.1): every check above is per namespace, a shard being `(namespace, shard)`
+//!   (shard 3 of `kv` and shard 3 of `default` are two shards, with epochs of their own); a plan
+//!   gives a namespace's shards to that namespace's executors only, and a process admits only
+//!   shards of its own namespace's shard space.
 
 use std::collections::BTreeMap;
 
+use leasehold_api::wire::is_default_namespace;
 use leasehold_manager::leader::placement::{LoadTracker, BALANCE_COOLDOWN_MS};
 use leasehold_manager::lease::{
-    capacity_of, Command, LeaseState, Loads, MoveReason, Outcome, Plan, ShardId,
+    capacity_of, Command, LeaseState, Loads, MoveReason, Outcome, Plan, Shard, ShardId, Space,
 };
 use tokio::time::Instant;
 
@@ -55,6 +60,18 @@ impl std::fmt::Display for Violation {
 pub struct ProcessView<'a> {
     pub core: &'a AdmissionCore,
     pub now: Instant,
+    /// The namespace it registered into (P18.1): every shard it admits is that namespace's.
+    pub namespace: &'a str,
+}
+
+/// How a check names `shard` of `namespace`: `shard 3` in `default` (as before namespaces),
+/// `shard 3 of kv` in another.
+pub fn shard_name(namespace: &str, shard: ShardId) -> String {
+    if is_default_namespace(namespace) {
+        format!("shard {shard}")
+    } else {
+        format!("shard {shard} of {namespace}")
+    }
 }
 
 /// P15.3's budget is per minute.
@@ -66,24 +83,30 @@ pub const COUNT_CEILING_OF_SHARE: f64 = 4.0;
 
 #[derive(Debug, Default)]
 pub struct Checker {
-    /// Who each (shard, epoch) was minted for (I2).
-    minted: BTreeMap<(ShardId, u64), String>,
+    /// The namespaces seen so far, in the order first seen: a namespace's index here is its
+    /// number in the keys below.
+    namespaces: Vec<String>,
+    /// Each seen namespace's shard count, as the last commit left it.
+    shard_counts: Vec<u32>,
+    /// Who each (namespace, shard, epoch) was minted for (I2).
+    minted: BTreeMap<(usize, ShardId, u64), String>,
     /// The first violation found inside a commit or a fault, reported after the event.
     pending: Option<Violation>,
     /// The current leader term's placement history.
     placement: TermHistory,
-    /// Scratch for [`Checker::after_event`]: the slot and epoch admitting each shard.
-    admitted_by: Vec<Option<(usize, u64)>>,
+    /// Scratch for [`Checker::after_event`]: per namespace, the slot and epoch admitting each
+    /// shard.
+    admitted_by: Vec<Vec<Option<(usize, u64)>>>,
 }
 
 /// What one leader term did for placement, for the checks that span its plans.
 #[derive(Debug, Default)]
 struct TermHistory {
-    /// Balance moves committed this term: (leader ms, shard), oldest first.
-    balance: Vec<(u64, ShardId)>,
-    /// Per shard: the executor that last reported it and the range of what that executor said
-    /// of it since it began reporting it.
-    heard: BTreeMap<ShardId, Heard>,
+    /// Balance moves committed this term: (namespace, leader ms, shard), oldest first.
+    balance: Vec<(usize, u64, ShardId)>,
+    /// Per (namespace, shard): the executor that last reported it and the range of what that
+    /// executor said of it since it began reporting it.
+    heard: BTreeMap<(usize, ShardId), Heard>,
 }
 
 #[derive(Debug)]
@@ -96,6 +119,19 @@ struct Heard {
 impl Checker {
     pub fn new(_scenario: &Scenario) -> Self {
         Self::default()
+    }
+
+    /// The number of `namespace` in the checker's keys, given one when first seen.
+    fn namespace_index(&mut self, namespace: &str) -> usize {
+        match self.namespaces.iter().position(|seen| seen == namespace) {
+            Some(index) => index,
+            None => {
+                self.namespaces.push(namespace.to_owned());
+                self.shard_counts.push(0);
+                self.admitted_by.push(Vec::new());
+                self.namespaces.len() - 1
+            }
+        }
     }
 
     fn report(&mut self, invariant: &'static str, detail: String, at_us: u64) {
@@ -124,8 +160,10 @@ impl Checker {
     /// executor said of it since it began reporting it (P15.1: a new holder starts the shard
     /// afresh, so what an earlier holder said, a lie included, is forgotten). A held shard
     /// missing from the report was said to carry nothing.
+    #[allow(clippy::too_many_arguments)]
     pub fn after_record(
         &mut self,
+        namespace: &str,
         executor_id: &str,
         held: &[ShardId],
         loads: Option<&[(ShardId, f64)]>,
@@ -137,6 +175,7 @@ impl Checker {
             return;
         };
         let said: BTreeMap<ShardId, f64> = loads.iter().copied().collect();
+        let space = self.namespace_index(namespace);
         for &shard in held {
             let value = said
                 .get(&shard)
@@ -147,7 +186,7 @@ impl Checker {
             let heard = self
                 .placement
                 .heard
-                .entry(shard)
+                .entry((space, shard))
                 .and_modify(|heard| {
                     if heard.executor_id == executor_id {
                         heard.low = heard.low.min(value);
@@ -173,18 +212,22 @@ impl Checker {
             let slack = 1e-9 * heard.high.max(1.0);
             if estimate < heard.low - slack || estimate > heard.high + slack {
                 let detail = format!(
-                    "the leader estimates shard {shard} at {estimate}, but its holder {executor_id} \
-                     only ever said {} to {} of it",
-                    heard.low, heard.high
+                    "the leader estimates {} at {estimate}, but its holder {executor_id} only ever \
+                     said {} to {} of it",
+                    shard_name(namespace, shard),
+                    heard.low,
+                    heard.high
                 );
                 self.report("P15.1", detail, now_us);
             }
         }
     }
 
-    /// A leader made `plan` on `state` at `now_ms` knowing `loads`, with `tolerance` as its band.
-    /// On a steady state with reported loads: no balance move while every executor is inside
-    /// the band (P15.3), and nobody given shards for balance or as a joiner beyond
+    /// A leader made `plan` on `state` at `now_ms` knowing `loads` of its namespace, with
+    /// `tolerance` as its band. Always: the plan gives its namespace's shards to that
+    /// namespace's executors only (P18.1, which the state machine would refuse whole, P18.2).
+    /// On a steady namespace with reported loads: no balance move while every executor is
+    /// inside the band (P15.3), and nobody given shards for balance or as a joiner beyond
     /// [`COUNT_CEILING_OF_SHARE`] times its share by count.
     pub fn after_plan(
         &mut self,
@@ -195,14 +238,44 @@ impl Checker {
         tolerance: f64,
         now_us: u64,
     ) {
+        let Command::Rebalance {
+            namespace, moves, ..
+        } = &plan.command
+        else {
+            return;
+        };
+        let Some(space) = state.space(namespace) else {
+            self.report(
+                "P18.1",
+                format!("a plan of {namespace}, which does not exist"),
+                now_us,
+            );
+            return;
+        };
+        for step in moves {
+            let elsewhere = state
+                .executor(&step.to)
+                .filter(|executor| executor.namespace != *namespace)
+                .map(|executor| executor.namespace.as_str());
+            if space.shard(step.shard).is_none() || elsewhere.is_some() {
+                let detail = format!(
+                    "a plan of {namespace} gives {} to {} (of {})",
+                    shard_name(namespace, step.shard),
+                    step.to,
+                    elsewhere.unwrap_or(namespace)
+                );
+                self.report("P18.1", detail, now_us);
+                return;
+            }
+        }
         let Loads::Reported(loads) = loads else {
             return;
         };
-        if !steady(state, now_ms) {
+        if !steady(space, now_ms) {
             return;
         }
         let load_of = |shard: ShardId| loads.get(shard as usize).copied().unwrap_or(0.0);
-        let Some((utilisations, mean)) = utilisations(state, now_ms, load_of) else {
+        let Some((utilisations, mean)) = utilisations(space, now_ms, load_of) else {
             return;
         };
         let balance = plan.balance_shards();
@@ -215,23 +288,25 @@ impl Checker {
             })
             .collect();
         if !balance.is_empty() && outside.is_empty() {
+            let of = if is_default_namespace(namespace) {
+                String::new()
+            } else {
+                format!(" of {namespace}")
+            };
             let detail = format!(
-                "a plan moves {balance:?} for balance while every executor is inside the band \
+                "a plan{of} moves {balance:?} for balance while every executor is inside the band \
                  ({:.0} % around the mean {mean:.3}): {utilisations:?}",
                 tolerance * 100.0
             );
             self.report("P15.3", detail, now_us);
             return;
         }
-        let Command::Rebalance { moves, .. } = &plan.command else {
-            return;
-        };
-        let mut counts: BTreeMap<&str, usize> = state
+        let mut counts: BTreeMap<&str, usize> = space
             .executors()
             .map(|executor| (executor.id.as_str(), executor.owned_shards.len()))
             .collect();
         for step in moves {
-            if let Some(owner) = state.shard(step.shard).and_then(|s| s.owner.as_deref()) {
+            if let Some(owner) = space.shard(step.shard).and_then(|s| s.owner.as_deref()) {
                 if let Some(count) = counts.get_mut(owner) {
                     *count = count.saturating_sub(1);
                 }
@@ -240,24 +315,25 @@ impl Checker {
         }
         let total_capacity: u64 = utilisations
             .keys()
-            .filter_map(|id| state.executor(id))
+            .filter_map(|id| space.executor(id))
             .map(capacity_of)
             .sum();
-        let shards = state.shards().len() as f64;
+        let shards = space.shards().len() as f64;
         for (step, reason) in moves.iter().zip(&plan.reasons) {
             if !matches!(reason, MoveReason::Balance | MoveReason::Join) {
                 continue;
             }
-            let Some(receiver) = state.executor(&step.to) else {
+            let Some(receiver) = space.executor(&step.to) else {
                 continue;
             };
             let share = shards * capacity_of(receiver) as f64 / total_capacity.max(1) as f64;
             let count = counts.get(step.to.as_str()).copied().unwrap_or(0);
             if count as f64 > COUNT_CEILING_OF_SHARE * share + 1e-9 {
                 let detail = format!(
-                    "a plan gives {} shard {} ({reason:?}) and so {count} shards, more than \
+                    "a plan gives {} {} ({reason:?}) and so {count} shards, more than \
                      {COUNT_CEILING_OF_SHARE} times its share of {share:.2}",
-                    step.to, step.shard
+                    step.to,
+                    shard_name(namespace, step.shard)
                 );
                 self.report("count ceiling", detail, now_us);
                 return;
@@ -265,88 +341,129 @@ impl Checker {
         }
     }
 
-    /// The leader committed, at `at_ms` on its clock, a plan whose balance moves are `shards`:
-    /// no more than `budget` balance moves in any minute of its term (P15.3), and no shard moved
-    /// for balance again within the cooldown (P15.4).
+    /// The leader committed, at `at_ms` on its clock, a plan of `namespace` whose balance moves
+    /// are `shards`: no more than `budget` balance moves of that namespace in any minute of its
+    /// term (P15.3: each namespace's budget is its own, P18.1), and no shard moved for balance
+    /// again within the cooldown (P15.4).
     pub fn after_balance_commit(
         &mut self,
+        namespace: &str,
         at_ms: u64,
         shards: &[ShardId],
         budget: usize,
         now_us: u64,
     ) {
+        let space = self.namespace_index(namespace);
         for &shard in shards {
-            if let Some(&(earlier_ms, _)) = self
+            if let Some(&(_, earlier_ms, _)) = self
                 .placement
                 .balance
                 .iter()
                 .rev()
-                .find(|(_, moved)| *moved == shard)
+                .find(|(moved_in, _, moved)| *moved_in == space && *moved == shard)
             {
                 if at_ms - earlier_ms < BALANCE_COOLDOWN_MS {
                     let detail = format!(
-                        "shard {shard} moved for balance at {earlier_ms} and again at {at_ms} \
-                         (leader ms), within the {BALANCE_COOLDOWN_MS} ms cooldown"
+                        "{} moved for balance at {earlier_ms} and again at {at_ms} (leader ms), \
+                         within the {BALANCE_COOLDOWN_MS} ms cooldown",
+                        shard_name(namespace, shard)
                     );
                     self.report("P15.4", detail, now_us);
                 }
             }
-            self.placement.balance.push((at_ms, shard));
+            self.placement.balance.push((space, at_ms, shard));
         }
         let window_start = at_ms.saturating_sub(MINUTE_MS);
         let in_window = self
             .placement
             .balance
             .iter()
-            .filter(|(moved_ms, _)| *moved_ms > window_start)
+            .filter(|(moved_in, moved_ms, _)| *moved_in == space && *moved_ms > window_start)
             .count();
         if in_window > budget {
+            let of = if is_default_namespace(namespace) {
+                String::new()
+            } else {
+                format!(" of {namespace}")
+            };
             let detail = format!(
-                "{in_window} balance moves in the minute to {at_ms} (leader ms), budget {budget}"
+                "{in_window} balance moves{of} in the minute to {at_ms} (leader ms), budget {budget}"
             );
             self.report("P15.3", detail, now_us);
         }
     }
 
+    /// The first violation found inside a commit or a fault since the last event, if any.
+    pub fn pending_violation(&mut self, now_us: u64) -> Result<(), Violation> {
+        match self.pending.take() {
+            Some(mut violation) => {
+                if violation.at_us == 0 {
+                    violation.at_us = now_us;
+                }
+                Err(violation)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// After an event: a violation found inside it, then I1 and I2 over every live process's
+    /// admission core.
     pub fn after_event(
         &mut self,
         processes: &[Option<ProcessView<'_>>],
         now_us: u64,
     ) -> Result<(), Violation> {
-        if let Some(mut violation) = self.pending.take() {
-            if violation.at_us == 0 {
-                violation.at_us = now_us;
-            }
-            return Err(violation);
+        self.pending_violation(now_us)?;
+        // Who admits each shard (slot, epoch), by namespace and shard: reused from event to
+        // event, since this runs after every one.
+        for admitted in &mut self.admitted_by {
+            admitted.iter_mut().for_each(|entry| *entry = None);
         }
-        // Who admits each shard (slot, epoch), by shard: reused from event to event, since this
-        // runs after every one.
-        let admitted_by = &mut self.admitted_by;
-        admitted_by.iter_mut().for_each(|entry| *entry = None);
         for (slot, process) in processes.iter().enumerate() {
-            let Some(ProcessView { core, now }) = *process else {
+            let Some(ProcessView {
+                core,
+                now,
+                namespace,
+            }) = *process
+            else {
                 continue;
             };
             let Some(executor_id) = core.executor_id() else {
                 continue;
             };
+            let space = self.namespace_index(namespace);
+            let shard_count = self.shard_counts[space];
             for held in core.assignment().held() {
                 let Ok(permit) = core.admit(held.shard, now) else {
                     continue;
                 };
-                match self.minted.get(&(permit.shard, permit.epoch)) {
+                // P18.1: a process admits only shards of its own namespace's shard space.
+                if permit.shard >= shard_count {
+                    return Err(Violation {
+                        invariant: "P18.1",
+                        detail: format!(
+                            "slot {slot} ({executor_id}, of {namespace}) admits shard {}, but \
+                             {namespace} has {shard_count} shards",
+                            permit.shard
+                        ),
+                        at_us: now_us,
+                    });
+                }
+                match self.minted.get(&(space, permit.shard, permit.epoch)) {
                     Some(owner) if owner == executor_id => {}
                     minted_for => {
                         return Err(Violation {
                             invariant: "I2",
                             detail: format!(
-                                "slot {slot} ({executor_id}) admits shard {} at epoch {}, minted for {minted_for:?}",
-                                permit.shard, permit.epoch
+                                "slot {slot} ({executor_id}) admits {} at epoch {}, minted for {minted_for:?}",
+                                shard_name(namespace, permit.shard),
+                                permit.epoch
                             ),
                             at_us: now_us,
                         })
                     }
                 }
+                let admitted_by = &mut self.admitted_by[space];
                 let index = permit.shard as usize;
                 if admitted_by.len() <= index {
                     admitted_by.resize(index + 1, None);
@@ -360,8 +477,9 @@ impl Checker {
                     return Err(Violation {
                         invariant: "I1",
                         detail: format!(
-                            "shard {} admitted by slot {other_slot} ({other_id}, epoch {other_epoch}) and slot {slot} ({executor_id}, epoch {})",
-                            permit.shard, permit.epoch
+                            "{} admitted by slot {other_slot} ({other_id}, epoch {other_epoch}) and slot {slot} ({executor_id}, epoch {})",
+                            shard_name(namespace, permit.shard),
+                            permit.epoch
                         ),
                         at_us: now_us,
                     });
@@ -389,60 +507,89 @@ impl Checker {
                 now_us,
             );
         }
-        for shard in after.shards() {
-            let old = before.shard(shard.id);
-            let old_owner = old.and_then(|s| s.owner.clone());
-            let old_epoch = old.map_or(0, |s| s.epoch);
-            if shard.epoch < old_epoch {
+        // Shards, epochs and handoffs are per (namespace, shard) (P18.1): each namespace's
+        // table against its own before the commit.
+        for (namespace, table) in after.namespaces() {
+            let space = self.namespace_index(namespace);
+            self.shard_counts[space] = table.config.shard_count;
+            let old_table = before.namespace(namespace);
+            for shard in table.shards() {
+                let old = old_table.and_then(|old| old.shard(shard.id));
+                self.after_commit_of_shard(
+                    namespace, space, shard, old, command, processes, now_us,
+                );
+            }
+        }
+    }
+
+    /// I2 and I1 at its source for one shard of `namespace` (numbered `space` here), `old` as
+    /// it was before the commit of `command`.
+    #[allow(clippy::too_many_arguments)]
+    fn after_commit_of_shard(
+        &mut self,
+        namespace: &str,
+        space: usize,
+        shard: &Shard,
+        old: Option<&Shard>,
+        command: &Command,
+        processes: &[Option<ProcessView<'_>>],
+        now_us: u64,
+    ) {
+        let name = || shard_name(namespace, shard.id);
+        let old_owner = old.and_then(|s| s.owner.as_ref());
+        let old_epoch = old.map_or(0, |s| s.epoch);
+        if shard.epoch < old_epoch {
+            self.report(
+                "I2",
+                format!(
+                    "{} epoch went back from {old_epoch} to {}",
+                    name(),
+                    shard.epoch
+                ),
+                now_us,
+            );
+        }
+        if let Some(owner) = &shard.owner {
+            if old_owner != Some(owner) && shard.epoch <= old_epoch {
                 self.report(
                     "I2",
                     format!(
-                        "shard {} epoch went back from {old_epoch} to {}",
-                        shard.id, shard.epoch
+                        "{} went to {owner} without a new epoch ({old_epoch} -> {})",
+                        name(),
+                        shard.epoch
                     ),
                     now_us,
                 );
             }
-            if let Some(owner) = &shard.owner {
-                if old_owner.as_ref() != Some(owner) && shard.epoch <= old_epoch {
-                    self.report(
-                        "I2",
-                        format!(
-                            "shard {} went to {owner} without a new epoch ({old_epoch} -> {})",
-                            shard.id, shard.epoch
-                        ),
-                        now_us,
-                    );
-                }
-                let minted = self
-                    .minted
-                    .entry((shard.id, shard.epoch))
-                    .or_insert_with(|| owner.clone());
-                if minted != owner {
-                    let first = minted.clone();
-                    self.report(
-                        "I2",
-                        format!(
-                            "shard {} epoch {} minted for {first} and for {owner}",
-                            shard.id, shard.epoch
-                        ),
-                        now_us,
-                    );
-                }
+            let minted = self
+                .minted
+                .entry((space, shard.id, shard.epoch))
+                .or_insert_with(|| owner.clone());
+            if minted != owner {
+                let first = minted.clone();
+                self.report(
+                    "I2",
+                    format!(
+                        "{} epoch {} minted for {first} and for {owner}",
+                        name(),
+                        shard.epoch
+                    ),
+                    now_us,
+                );
             }
-            // I1 at its source: the old owner no longer admits a shard taken from it.
-            if let Some(old_owner) = old_owner.filter(|o| shard.owner.as_ref() != Some(o)) {
-                if let Some(slot) = admitting_slot(processes, &old_owner, shard.id) {
-                    self.report(
-                        "I1",
-                        format!(
-                            "{command_kind} took shard {} from {old_owner} while its process (slot {slot}) still admits it",
-                            shard.id,
-                            command_kind = command_kind(command)
-                        ),
-                        now_us,
-                    );
-                }
+        }
+        // I1 at its source: the old owner no longer admits a shard taken from it.
+        if let Some(old_owner) = old_owner.filter(|o| shard.owner.as_ref() != Some(*o)) {
+            if let Some(slot) = admitting_slot(processes, old_owner, shard.id) {
+                self.report(
+                    "I1",
+                    format!(
+                        "{command_kind} took {} from {old_owner} while its process (slot {slot}) still admits it",
+                        name(),
+                        command_kind = command_kind(command)
+                    ),
+                    now_us,
+                );
             }
         }
     }
@@ -454,7 +601,7 @@ fn admitting_slot(
     shard: ShardId,
 ) -> Option<usize> {
     processes.iter().enumerate().find_map(|(slot, process)| {
-        let ProcessView { core, now } = (*process)?;
+        let ProcessView { core, now, .. } = (*process)?;
         (core.executor_id() == Some(executor_id) && core.admit(shard, now).is_ok()).then_some(slot)
     })
 }
@@ -479,28 +626,28 @@ fn command_kind(command: &Command) -> &'static str {
     }
 }
 
-/// Whether every shard is delivered (owned, no handoff) to an executor that takes shards at
-/// `now_ms` (lease live, not draining): nothing is on its way anywhere.
-pub fn steady(state: &LeaseState, now_ms: u64) -> bool {
-    state.shards().iter().all(|shard| {
+/// Whether every shard of `space` is delivered (owned, no handoff) to an executor that takes
+/// shards at `now_ms` (lease live, not draining): nothing is on its way anywhere in it.
+pub fn steady(space: Space<'_>, now_ms: u64) -> bool {
+    space.shards().iter().all(|shard| {
         shard.handoff.is_none()
             && shard
                 .owner
                 .as_deref()
-                .and_then(|owner| state.executor(owner))
+                .and_then(|owner| space.executor(owner))
                 .is_some_and(|owner| !owner.lease_lapsed(now_ms) && !owner.draining)
     })
 }
 
-/// The utilisation (load ÷ capacity, P15.2) of every executor that takes shards at `now_ms`, on
-/// `load_of`, counting what it holds once the handoffs under way complete; and the mean, all
-/// load over all their capacity. `None` without such an executor.
+/// The utilisation (load ÷ capacity, P15.2) of every executor of `space` that takes shards at
+/// `now_ms`, on `load_of`, counting what it holds once the handoffs under way complete; and the
+/// mean, all load over all their capacity. `None` without such an executor.
 pub fn utilisations(
-    state: &LeaseState,
+    space: Space<'_>,
     now_ms: u64,
     load_of: impl Fn(ShardId) -> f64,
 ) -> Option<(BTreeMap<String, f64>, f64)> {
-    let mut loads: BTreeMap<&str, f64> = state
+    let mut loads: BTreeMap<&str, f64> = space
         .executors()
         .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
         .map(|executor| (executor.id.as_str(), 0.0))
@@ -509,7 +656,7 @@ pub fn utilisations(
         return None;
     }
     let mut total = 0.0;
-    for shard in state.shards() {
+    for shard in space.shards() {
         let load = load_of(shard.id);
         total += load;
         let holder = match &shard.handoff {
@@ -524,7 +671,7 @@ pub fn utilisations(
     let utilisations = loads
         .into_iter()
         .filter_map(|(id, load)| {
-            let capacity = capacity_of(state.executor(id)?) as f64;
+            let capacity = capacity_of(space.executor(id)?) as f64;
             total_capacity += capacity;
             Some((id.to_owned(), load / capacity))
         })

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 use leasehold_manager::lease::ShardId;
 
-use crate::scenario::{shuffle, Lie, LoadScenario, MAX_SHARD_LOAD};
+use crate::scenario::{shuffle, Lie, Scenario, MAX_SHARD_LOAD};
 
 /// What one renewal says of loads: `(shard, load)` per claimed shard, or `None` for an executor
 /// that does not report; it travels as the request's `RenewRequest::loads`.
@@ -21,8 +21,11 @@ pub type Report = Option<Vec<(ShardId, f64)>>;
 /// The truth about loads, and each slot's way of reporting it.
 #[derive(Debug)]
 pub struct LoadModel {
-    /// What each shard carries now (index = shard).
-    true_loads: Vec<f64>,
+    /// What each shard of each space carries now (by space: 0 `default`, then the namespaces
+    /// beside it, P18.1; index = shard).
+    true_loads: Vec<Vec<f64>>,
+    /// Per slot: the space its executor registers into.
+    slot_spaces: Vec<usize>,
     noise: f64,
     /// The noise and the shifts, from a stream of the seed's own, so they do not disturb the
     /// network's draws.
@@ -41,11 +44,16 @@ pub struct LoadModel {
 }
 
 impl LoadModel {
-    pub fn new(scenario: &LoadScenario, seed: u64) -> Self {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    pub fn new(whole: &Scenario) -> Self {
+        let scenario = &whole.load;
+        let mut rng = ChaCha8Rng::seed_from_u64(whole.seed);
         rng.set_stream(3);
+        let true_loads = std::iter::once(scenario.true_loads.clone())
+            .chain(whole.namespaces.iter().map(|ns| ns.true_loads.clone()))
+            .collect();
         Self {
-            true_loads: scenario.true_loads.clone(),
+            true_loads,
+            slot_spaces: whole.slot_spaces.clone(),
             noise: scenario.noise,
             rng,
             reports: scenario.reports.clone(),
@@ -57,9 +65,14 @@ impl LoadModel {
         }
     }
 
-    /// What each shard carries now (index = shard).
+    /// What each shard of `default` carries now (index = shard).
     pub fn true_loads(&self) -> &[f64] {
-        &self.true_loads
+        self.true_loads_of(0)
+    }
+
+    /// What each shard of space `space` (0: `default`) carries now (index = shard).
+    pub fn true_loads_of(&self, space: usize) -> &[f64] {
+        self.true_loads.get(space).map_or(&[], Vec::as_slice)
     }
 
     /// The relative noise of an honest report.
@@ -82,9 +95,13 @@ impl LoadModel {
         }
     }
 
-    /// A slot added by a probe: it states the joiner capacity, and reports loads when the
-    /// whole fleet does.
-    pub fn add_slot(&mut self) {
+    /// A slot added by a probe in space `space`: it states the joiner capacity, and reports
+    /// loads when the whole fleet does.
+    pub fn add_slot(&mut self, space: usize) {
+        while self.slot_spaces.len() < self.capacities.len() {
+            self.slot_spaces.push(0);
+        }
+        self.slot_spaces.push(space);
         self.capacities.push(self.joiner_capacity);
         let fleet_reports = self.reports.iter().all(|reports| *reports);
         self.reports.push(fleet_reports);
@@ -117,9 +134,11 @@ impl LoadModel {
         (0..self.reports.len()).all(|slot| self.slot_reports(slot))
     }
 
-    /// The hot set shifts: the true loads re-permuted over the shards.
+    /// The hot set shifts: the true loads re-permuted over the shards, in every namespace.
     pub fn shift(&mut self) {
-        shuffle(&mut self.rng, &mut self.true_loads);
+        for loads in &mut self.true_loads {
+            shuffle(&mut self.rng, loads);
+        }
     }
 
     /// Whether an honest executor in `slot` reports loads (a liar always reports).
@@ -155,7 +174,13 @@ impl LoadModel {
                     }
                     Some(Lie::Flapping | Lie::Zero) => 0.0,
                     None => {
-                        let truth = self.true_loads.get(shard as usize).copied().unwrap_or(0.0);
+                        let space = self.slot_spaces.get(slot).copied().unwrap_or(0);
+                        let truth = self
+                            .true_loads
+                            .get(space)
+                            .and_then(|loads| loads.get(shard as usize))
+                            .copied()
+                            .unwrap_or(0.0);
                         let factor = if self.noise > 0.0 {
                             self.rng.random_range(1.0 - self.noise..=1.0 + self.noise)
                         } else {

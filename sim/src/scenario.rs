@@ -62,6 +62,9 @@ pub enum Fault {
     ManagerRestart,
     /// An operator sets a new lease duration (P3.4).
     SetLease { lease_ms: u64 },
+    /// An operator sets a new lease duration for a namespace other than `default` (P18.1,
+    /// P3.4): `space` indexes [`Scenario::namespaces`] from 1.
+    NamespaceLease { space: usize, lease_ms: u64 },
     /// An operator drains an executor, or undrains it.
     Drain { slot: usize, draining: bool },
     /// The executor in `slot` starts lying about its loads (P15.1), and its slot's processes lie
@@ -281,10 +284,43 @@ pub struct Scenario {
     pub faults: Vec<(u64, Fault)>,
     /// Capacities, loads and placement by load.
     pub load: LoadScenario,
-    /// How many zones the executors are spread over (P18.3): slot `s` states `zone=z{s % zones}`
-    /// ([`Scenario::zone_of_slot`]); 0, no executor states a zone.
+    /// How many zones `default`'s executors are spread over (P18.3): its `n`th slot states
+    /// `zone=z{n % zones}` ([`Scenario::zone_of_slot`]); 0, no executor states a zone.
     pub zones: usize,
+    /// The namespaces beside `default` (P18.1), each created by an operator before anything
+    /// registers, with executors of its own; empty in most seeds. Space `i + 1` is
+    /// `namespaces[i]`, space 0 is `default`.
+    pub namespaces: Vec<NamespaceScenario>,
+    /// The space (0: `default`, `i + 1`: `namespaces[i]`) each slot's executor registers into;
+    /// a slot past its end is `default`'s. The world adds the slots its probes add.
+    pub slot_spaces: Vec<usize>,
+    /// The space the join probe's executor joins (P5.4 in that namespace).
+    pub join_space: usize,
+    /// The space whose executors the namespace-loss probe kills all at once (P18.1).
+    pub lost_space: usize,
 }
+
+/// A namespace beside `default` (P18.1): a shard space with its own shard count, lease,
+/// executors, zones and loads.
+#[derive(Debug, Clone)]
+pub struct NamespaceScenario {
+    pub name: String,
+    pub shards: u32,
+    /// The lease it is created with (P18.1: each namespace's own).
+    pub lease_ms: u64,
+    /// How many zones its executors are spread over (P18.3), as [`Scenario::zones`] for
+    /// `default`'s; 0, none states a zone.
+    pub zones: usize,
+    /// What each of its shards really carries at the start (index = shard).
+    pub true_loads: Vec<f64>,
+}
+
+/// The names the namespaces beside `default` take, in order.
+pub const NAMESPACE_NAMES: [&str; 2] = ["kv", "orders"];
+/// Most shards of a namespace beside `default`.
+pub const MAX_NAMESPACE_SHARDS: u32 = 16;
+/// Most executors of a namespace beside `default`.
+pub const MAX_NAMESPACE_EXECUTORS: usize = 3;
 
 impl Scenario {
     pub fn draw(seed: u64) -> Self {
@@ -356,6 +392,43 @@ impl Scenario {
         } else {
             0
         };
+        let mut executor_rate_ppm: Vec<i64> = executor_rate_ppm;
+        let mut load = load;
+        let mut slot_spaces = vec![0; slots];
+        // Namespaces (P18.1) come from a stream of their own as well, and add slots after
+        // `default`'s, so a seed without them runs exactly as before.
+        let mut namespace_rng = ChaCha8Rng::seed_from_u64(seed);
+        namespace_rng.set_stream(5);
+        let namespaces = draw_namespaces(
+            &mut namespace_rng,
+            &mut NamespaceSlots {
+                slot_spaces: &mut slot_spaces,
+                executor_rate_ppm: &mut executor_rate_ppm,
+                load: &mut load,
+            },
+        );
+        let per_slot_kinds = weights
+            .iter()
+            .enumerate()
+            .any(|(kind, weight)| *weight > 0 && NAMESPACE_FAULT_KINDS.contains(&kind));
+        if !namespaces.is_empty() && !calm && per_slot_kinds {
+            for _ in 0..namespace_rng.random_range(0..=8) {
+                let at = namespace_rng.random_range(0..chaos_ms);
+                let fault = draw_namespace_fault(
+                    &mut namespace_rng,
+                    &weights,
+                    &slot_spaces,
+                    &namespaces,
+                    &load,
+                );
+                faults.push((at, fault));
+            }
+            faults.sort_by_key(|(at, _)| *at);
+        }
+        let spaces = namespaces.len() + 1;
+        let join_space = namespace_rng.random_range(0..spaces);
+        let lost_space = namespace_rng.random_range(0..spaces);
+        let slots = slot_spaces.len();
         Self {
             seed,
             slots,
@@ -374,13 +447,194 @@ impl Scenario {
             faults,
             load,
             zones,
+            namespaces,
+            slot_spaces,
+            join_space,
+            lost_space,
         }
     }
 
-    /// The zone the executor in `slot` states (P18.3), if the fleet is spread over zones; a
-    /// probe's extra slots continue the round.
+    /// The space (0: `default`, `i + 1`: `namespaces[i]`) the executor in `slot` registers into.
+    pub fn space_of_slot(&self, slot: usize) -> usize {
+        self.slot_spaces.get(slot).copied().unwrap_or(0)
+    }
+
+    /// The name of space `space`.
+    pub fn space_name(&self, space: usize) -> &str {
+        match space.checked_sub(1) {
+            None => leasehold_api::wire::DEFAULT_NAMESPACE,
+            Some(index) => self
+                .namespaces
+                .get(index)
+                .map_or(leasehold_api::wire::DEFAULT_NAMESPACE, |ns| {
+                    ns.name.as_str()
+                }),
+        }
+    }
+
+    /// The space of the namespace named `namespace` (0 for `default`, or a name not in the run).
+    pub fn space_of_namespace(&self, namespace: &str) -> usize {
+        self.namespaces
+            .iter()
+            .position(|ns| ns.name == namespace)
+            .map_or(0, |index| index + 1)
+    }
+
+    /// The namespace the executor in `slot` registers into (P18.1).
+    pub fn namespace_of_slot(&self, slot: usize) -> &str {
+        self.space_name(self.space_of_slot(slot))
+    }
+
+    /// The spaces of the run: `default` and every namespace beside it.
+    pub fn space_count(&self) -> usize {
+        self.namespaces.len() + 1
+    }
+
+    /// How many zones space `space`'s executors are spread over.
+    pub fn zones_of_space(&self, space: usize) -> usize {
+        match space.checked_sub(1) {
+            None => self.zones,
+            Some(index) => self.namespaces.get(index).map_or(0, |ns| ns.zones),
+        }
+    }
+
+    /// The zone the executor in `slot` states (P18.3), if its namespace's fleet is spread over
+    /// zones: its namespace's `n`th slot states `z{n % zones}`; a probe's extra slots continue
+    /// the round.
     pub fn zone_of_slot(&self, slot: usize) -> Option<String> {
-        (self.zones > 0).then(|| format!("z{}", slot % self.zones))
+        let space = self.space_of_slot(slot);
+        let zones = self.zones_of_space(space);
+        if zones == 0 {
+            return None;
+        }
+        let position = (0..slot)
+            .filter(|&earlier| self.space_of_slot(earlier) == space)
+            .count();
+        Some(format!("z{}", position % zones))
+    }
+
+    /// A script's cluster with `namespace` beside the rest, its executors spawned by
+    /// `crate::script::Step::SpawnIn`.
+    pub fn with_namespace(mut self, namespace: NamespaceScenario) -> Self {
+        self.namespaces.push(namespace);
+        self
+    }
+}
+
+/// The fault kinds a namespace's slots draw (those that act on one executor, and a lease
+/// change, which becomes the namespace's own).
+const NAMESPACE_FAULT_KINDS: [usize; 9] = [0, 1, 2, 3, 4, 8, 9, 11, 12];
+
+/// What drawing the namespaces adds to: the slots, their clocks, capacities and reports.
+struct NamespaceSlots<'a> {
+    slot_spaces: &'a mut Vec<usize>,
+    executor_rate_ppm: &'a mut Vec<i64>,
+    load: &'a mut LoadScenario,
+}
+
+/// Draws the namespaces beside `default` (P18.1): two seeds in five have one or two, each with
+/// 4 to [`MAX_NAMESPACE_SHARDS`] shards, a lease of its own, 1 to [`MAX_NAMESPACE_EXECUTORS`]
+/// executors (slots after `default`'s, with their clocks and capacities; they report loads when
+/// `default`'s whole fleet does), half of those of two or more spread over zones, and loads of
+/// their own.
+fn draw_namespaces(rng: &mut ChaCha8Rng, slots: &mut NamespaceSlots<'_>) -> Vec<NamespaceScenario> {
+    let count = match rng.random_range(0..10) {
+        0..6 => 0,
+        6..9 => 1,
+        _ => 2,
+    };
+    let fleet_reports = slots.load.reports.iter().all(|reports| *reports);
+    (0..count)
+        .map(|index| {
+            let shards = rng.random_range(4..=MAX_NAMESPACE_SHARDS);
+            let lease_ms = LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())];
+            let executors = rng.random_range(1..=MAX_NAMESPACE_EXECUTORS);
+            let zones = if executors >= 2 && rng.random_bool(0.5) {
+                rng.random_range(2..=MAX_ZONES.min(executors))
+            } else {
+                0
+            };
+            for _ in 0..executors {
+                slots.slot_spaces.push(index + 1);
+                slots
+                    .executor_rate_ppm
+                    .push(rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM));
+                slots
+                    .load
+                    .capacities
+                    .push(rng.random_range(1..=MAX_SIM_CAPACITY));
+                slots.load.reports.push(fleet_reports);
+            }
+            let true_loads = if rng.random_bool(0.5) {
+                let exponent: f64 = rng.random_range(0.3..=1.5);
+                let mut ranks: Vec<u32> = (1..=shards).collect();
+                shuffle(rng, &mut ranks);
+                ranks
+                    .into_iter()
+                    .map(|rank| 100.0 / f64::from(rank).powf(exponent))
+                    .collect()
+            } else {
+                (0..shards)
+                    .map(|_| rng.random_range(50.0..=150.0))
+                    .collect()
+            };
+            NamespaceScenario {
+                name: NAMESPACE_NAMES[index].to_owned(),
+                shards,
+                lease_ms,
+                zones,
+                true_loads,
+            }
+        })
+        .collect()
+}
+
+/// One fault on a namespace's executor, of a kind the seed's swarm weights turned on: as
+/// [`draw_fault`] draws it, on a slot of a namespace beside `default` and its shards; a lease
+/// change is the namespace's own.
+fn draw_namespace_fault(
+    rng: &mut ChaCha8Rng,
+    weights: &[u32; FAULT_KINDS],
+    slot_spaces: &[usize],
+    namespaces: &[NamespaceScenario],
+    load: &LoadScenario,
+) -> Fault {
+    let namespace_slots: Vec<usize> = (0..slot_spaces.len())
+        .filter(|&slot| slot_spaces[slot] > 0)
+        .collect();
+    let slot = namespace_slots[rng.random_range(0..namespace_slots.len())];
+    let space = slot_spaces[slot];
+    let shards = namespaces[space - 1].shards;
+    let total: u32 = NAMESPACE_FAULT_KINDS
+        .iter()
+        .map(|&kind| weights[kind])
+        .sum();
+    let mut pick = rng.random_range(0..total.max(1));
+    let kind = NAMESPACE_FAULT_KINDS
+        .iter()
+        .copied()
+        .find(|&kind| {
+            if pick < weights[kind] {
+                true
+            } else {
+                pick -= weights[kind];
+                false
+            }
+        })
+        .unwrap_or(0);
+    match kind {
+        8 => Fault::NamespaceLease {
+            space,
+            lease_ms: LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())],
+        },
+        _ => draw_fault_of_kind(
+            rng,
+            kind,
+            slot,
+            shards,
+            namespaces[space - 1].lease_ms,
+            load,
+        ),
     }
 }
 
@@ -411,6 +665,10 @@ impl Scenario {
             faults: Vec::new(),
             load: LoadScenario::quiet(0, shards),
             zones: 0,
+            namespaces: Vec::new(),
+            slot_spaces: Vec::new(),
+            join_space: 0,
+            lost_space: 0,
         }
     }
 }
@@ -464,6 +722,19 @@ fn draw_fault(
         })
         .unwrap_or(0);
     let slot = rng.random_range(0..slots);
+    draw_fault_of_kind(rng, kind, slot, shards, lease_ms, load)
+}
+
+/// A fault of `kind` on `slot` (one of `shards` shards in its namespace, whose lease is
+/// `lease_ms`), its parameters drawn from `rng`.
+fn draw_fault_of_kind(
+    rng: &mut ChaCha8Rng,
+    kind: usize,
+    slot: usize,
+    shards: u32,
+    lease_ms: u64,
+    load: &LoadScenario,
+) -> Fault {
     match kind {
         0 => Fault::Kill { slot },
         1 => Fault::Restart { slot },

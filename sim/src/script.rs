@@ -59,6 +59,9 @@ pub enum Pick {
 pub enum Step {
     /// A new executor process starts in the next slot (0, 1, ...) and its lease loop registers.
     Spawn { reply: Fate },
+    /// As [`Step::Spawn`], into space `space` of the script's scenario (0: `default`, `i + 1`:
+    /// its `namespaces[i]`, P18.1), stating that namespace's zone for the slot (P18.3).
+    SpawnIn { space: usize, reply: Fate },
     /// The lease loop of the executor in `slot` makes its next call: a renewal with its claims
     /// (P4.2), or a registration with the same incarnation when none stands (P7.2). The call
     /// must be possible (no call in flight).
@@ -126,8 +129,14 @@ impl fmt::Display for ScriptFailure {
 /// Runs `steps` on a cluster of `shards` shards with a lease of `lease_ms`, then lets it
 /// converge.
 pub fn run_script(shards: u32, lease_ms: u64, steps: &[Step]) -> Result<ScriptRun, ScriptFailure> {
+    run_script_in(Scenario::scripted(shards, lease_ms), steps)
+}
+
+/// Runs `steps` on the cluster `scenario` describes (a [`Scenario::scripted`], with namespaces
+/// beside `default` if it has them: created before the script starts), then lets it converge.
+pub fn run_script_in(scenario: Scenario, steps: &[Step]) -> Result<ScriptRun, ScriptFailure> {
     let mut runner = Runner {
-        world: World::scripted(Scenario::scripted(shards, lease_ms), true),
+        world: World::scripted(scenario, true),
         reply_fates: BTreeMap::new(),
         answer_fates: BTreeMap::new(),
         held: BTreeSet::new(),
@@ -180,6 +189,10 @@ impl Runner {
         match *step {
             Step::Spawn { reply } => {
                 let slot = self.world.add_slot();
+                self.call(slot, reply)?;
+            }
+            Step::SpawnIn { space, reply } => {
+                let slot = self.world.add_slot_in(space);
                 self.call(slot, reply)?;
             }
             Step::Call { slot, reply } => self.call(slot, reply)?,

@@ -14,14 +14,24 @@ impl World {
         let Some(now_ms) = self.leader_now_ms() else {
             return;
         };
-        let (maintenance, pinned): (bool, Vec<u32>) = self.leader_state().map_or_else(
+        let (maintenance, pinned): (bool, Vec<(String, u32)>) = self.leader_state().map_or_else(
             || (false, Vec::new()),
-            |s| (s.maintenance(), s.pins().map(|(shard, _)| shard).collect()),
+            |s| {
+                let pinned = s
+                    .spaces()
+                    .flat_map(|space| {
+                        space
+                            .pins()
+                            .map(move |(shard, _)| (space.name().to_owned(), shard))
+                    })
+                    .collect();
+                (s.maintenance(), pinned)
+            },
         );
         let mut undo: Vec<OperatorAction> = pinned
             .into_iter()
-            .map(|shard| OperatorAction::Pin {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+            .map(|(namespace, shard)| OperatorAction::Pin {
+                namespace,
                 shard,
                 executor_id: None,
             })
@@ -66,22 +76,44 @@ impl World {
         self.leader.as_ref().map(|l| l.term)
     }
 
-    /// What the leader would place by if it stepped now (its term's loads, budget and cooling).
+    /// What the leader would place `default` by if it stepped now (its term's loads, budget
+    /// and cooling).
     pub fn leader_inputs(&self) -> Option<PlacementInputs> {
+        self.leader_inputs_in(leasehold_api::wire::DEFAULT_NAMESPACE)
+    }
+
+    /// What the leader would place `namespace` by if it stepped now: that namespace's loads,
+    /// budget and cooling shards (P18.1).
+    pub fn leader_inputs_in(&self, namespace: &str) -> Option<PlacementInputs> {
         let leader = self.leader.as_ref()?;
         let now_ms = self.leader_now_ms()?;
-        let space = self.replicas[leader.manager].space(leasehold_api::wire::DEFAULT_NAMESPACE)?;
+        let space = self.replicas[leader.manager].space(namespace)?;
         Some(leader.steps.placement().inputs(space, now_ms))
     }
 
-    /// The whole plan the leader would make if it stepped now, uncapped, if anything is to move.
+    /// The whole plan the leader would make of `default` if it stepped now, uncapped, if
+    /// anything is to move.
     pub fn leader_plan(&self) -> Option<Plan> {
-        let inputs = self.leader_inputs()?;
+        self.leader_plan_in(leasehold_api::wire::DEFAULT_NAMESPACE)
+    }
+
+    /// The whole plan the leader would make of `namespace` if it stepped now, uncapped, if
+    /// anything is to move in it.
+    pub fn leader_plan_in(&self, namespace: &str) -> Option<Plan> {
+        let inputs = self.leader_inputs_in(namespace)?;
         let now_ms = self.leader_now_ms()?;
-        let space = self
-            .leader_state()?
-            .space(leasehold_api::wire::DEFAULT_NAMESPACE)?;
+        let space = self.leader_state()?.space(namespace)?;
         plan_placement(space, now_ms, &inputs, usize::MAX)
+    }
+
+    /// The namespaces the leader's state holds, ascending by name.
+    pub fn leader_namespaces(&self) -> Vec<String> {
+        self.leader_state().map_or_else(Vec::new, |state| {
+            state
+                .namespaces()
+                .map(|(name, _)| name.to_owned())
+                .collect()
+        })
     }
 
     /// The liar's slot and the executor its process registered as, once the lie started.
@@ -300,6 +332,58 @@ impl World {
         }
     }
 
+    /// An operator sets `namespace`'s lease duration (P3.4, P18.1): `default`'s as
+    /// [`World::set_lease`], another's as `leaseholdctl namespace set` does, its executor
+    /// bound kept.
+    pub fn set_lease_in(&mut self, namespace: &str, lease_ms: u64) {
+        if leasehold_api::wire::is_default_namespace(namespace) {
+            self.set_lease(lease_ms);
+            return;
+        }
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        let max_executors = self
+            .leader_state()
+            .and_then(|state| state.namespace(namespace))
+            .and_then(|ns| ns.max_executors);
+        self.propose(
+            Command::Operator {
+                now_ms,
+                actor: OPERATOR.to_owned(),
+                action: OperatorAction::SetNamespace {
+                    name: namespace.to_owned(),
+                    lease_duration_ms: lease_ms,
+                    max_executors,
+                },
+            },
+            ReplyTo::Nobody,
+        );
+    }
+
+    /// An operator creates a namespace (P18.1), as `leaseholdctl namespace create` does.
+    pub fn create_namespace(&mut self, name: &str, shard_count: u32, lease_ms: u64) {
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        self.note(|| {
+            format!("namespace {name} created: {shard_count} shards, lease {lease_ms} ms")
+        });
+        self.propose(
+            Command::Operator {
+                now_ms,
+                actor: OPERATOR.to_owned(),
+                action: OperatorAction::CreateNamespace {
+                    name: name.to_owned(),
+                    shard_count,
+                    lease_duration_ms: lease_ms,
+                    max_executors: None,
+                },
+            },
+            ReplyTo::Nobody,
+        );
+    }
+
     /// An operator drains (or undrains) the executor in `slot`.
     pub fn set_draining(&mut self, slot: Slot, draining: bool) {
         let executor_id = self.executor_id_of(slot);
@@ -316,27 +400,29 @@ impl World {
     }
 
     /// An operator's control (P17.4), as the leader's HTTP handler proposes it; a pin or a move
-    /// names the executor in `slot` (none running: nothing happens).
+    /// names the executor in `slot` (none running: nothing happens) and a shard of its
+    /// namespace (P18.1).
     pub fn operator_control(&mut self, slot: Slot, shard: u32, control: Control) {
         let Some(now_ms) = self.leader_now_ms() else {
             return;
         };
         let executor_id = self.executor_id_of(slot);
+        let namespace = self.scenario.namespace_of_slot(slot).to_owned();
         let action = match (control, executor_id) {
             (Control::MaintenanceOn, _) => OperatorAction::SetMaintenance { on: true },
             (Control::MaintenanceOff, _) => OperatorAction::SetMaintenance { on: false },
             (Control::Unpin, _) => OperatorAction::Pin {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                namespace,
                 shard,
                 executor_id: None,
             },
             (Control::Pin, Some(executor_id)) => OperatorAction::Pin {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                namespace,
                 shard,
                 executor_id: Some(executor_id),
             },
             (Control::Move, Some(to)) => OperatorAction::MoveShard {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                namespace,
                 shard,
                 to,
             },
@@ -390,16 +476,34 @@ impl World {
         }
     }
 
-    /// Adds a slot with a fresh process: a new executor joins (the join probes, a script's spawn).
+    /// Adds a slot with a fresh process: a new executor joins `default` (the join probes, a
+    /// script's spawn).
     pub fn add_slot(&mut self) -> Slot {
+        self.add_slot_in(0)
+    }
+
+    /// Adds a slot with a fresh process whose executor joins space `space` (0: `default`, `i +
+    /// 1`: the scenario's `namespaces[i]`).
+    pub fn add_slot_in(&mut self, space: usize) -> Slot {
         let slot = self.processes.len();
         self.processes.push(None);
         self.cut_to_managers.push(0);
         self.cut_from_managers.push(0);
         self.scenario.executor_rate_ppm.push(0);
-        self.load.add_slot();
+        while self.scenario.slot_spaces.len() < slot {
+            self.scenario.slot_spaces.push(0);
+        }
+        self.scenario.slot_spaces.push(space);
+        self.load.add_slot(space);
         self.start_process(slot);
         slot
+    }
+
+    /// The slots whose processes are of `namespace` (P18.1), live or not.
+    pub fn slots_in(&self, namespace: &str) -> Vec<Slot> {
+        (0..self.processes.len())
+            .filter(|&slot| self.scenario.namespace_of_slot(slot) == namespace)
+            .collect()
     }
 
     pub fn dump(&self) -> String {
@@ -408,21 +512,27 @@ impl World {
             for e in state.executors() {
                 let _ = writeln!(
                     out,
-                    "  {} {} expiry {} owns {:?}{}",
+                    "  {} {} {} expiry {} owns {:?}{}",
                     e.id,
+                    e.namespace,
                     e.incarnation,
                     e.lease_expiry_ms,
                     e.owned_shards,
                     if e.draining { " draining" } else { "" }
                 );
             }
-            for s in state.shards() {
-                if s.handoff.is_some() || s.owner.is_none() {
-                    let _ = writeln!(
-                        out,
-                        "  shard {} owner {:?} epoch {} handoff {:?}",
-                        s.id, s.owner, s.epoch, s.handoff
-                    );
+            for space in state.spaces() {
+                for s in space.shards() {
+                    if s.handoff.is_some() || s.owner.is_none() {
+                        let _ = writeln!(
+                            out,
+                            "  {} owner {:?} epoch {} handoff {:?}",
+                            crate::checks::shard_name(space.name(), s.id),
+                            s.owner,
+                            s.epoch,
+                            s.handoff
+                        );
+                    }
                 }
             }
         }

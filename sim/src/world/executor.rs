@@ -14,6 +14,8 @@ impl World {
             .zone_of_slot(slot)
             .map(|zone| Labels::from([(ZONE_LABEL.to_owned(), zone)]))
             .unwrap_or_default();
+        let space = self.scenario.space_of_slot(slot);
+        let namespace = self.scenario.space_name(space).to_owned();
         self.processes[slot] = Some(Process {
             id,
             core: AdmissionCore::default(),
@@ -27,6 +29,8 @@ impl World {
             register_sent: false,
             capacity,
             labels,
+            namespace,
+            space,
         });
         self.note(|| format!("slot {slot}: process {id} starts"));
         self.schedule_timer(self.now_us, Event::Call { slot, process: id });
@@ -328,8 +332,11 @@ impl LeaseHolder for ProcessHolder<'_> {
 
     fn register_request(&mut self) -> RegisterRequest {
         self.process.register_sent = true;
+        // Sent only when it is not `default`, as the executor library does (P18.1).
+        let namespace = &self.process.namespace;
         RegisterRequest {
-            namespace: None,
+            namespace: (!leasehold_api::wire::is_default_namespace(namespace))
+                .then(|| namespace.clone()),
             incarnation: self.process.incarnation.clone(),
             address: format!("http://s{}:1", self.slot),
             name: None,

@@ -52,6 +52,10 @@ impl World {
                 self.restart_from_snapshot(manager);
             }
             Fault::SetLease { lease_ms } => self.set_lease(lease_ms),
+            Fault::NamespaceLease { space, lease_ms } => {
+                let namespace = self.scenario.space_name(space).to_owned();
+                self.set_lease_in(&namespace, lease_ms);
+            }
             Fault::Drain { slot, draining } => self.set_draining(slot, draining),
             Fault::Lie { slot, lie } => self.load.start_lying(slot, lie),
             Fault::Operator {

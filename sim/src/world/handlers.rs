@@ -34,7 +34,10 @@ impl World {
                 let command = Command::RegisterMany {
                     now_ms,
                     registrations: vec![Registration {
-                        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
+                        // P18.1: into the namespace named, `default` when none.
+                        namespace: request
+                            .namespace
+                            .unwrap_or_else(|| leasehold_api::wire::DEFAULT_NAMESPACE.to_owned()),
                         incarnation: request.incarnation,
                         address: request.address,
                         name: request.name,
@@ -51,10 +54,14 @@ impl World {
                 executor_id,
                 request,
             } => {
-                // The renewal handler refuses loads it cannot take (I6) before anything is
+                // The renewal handler reads claims and loads against the executor's namespace's
+                // shard count (P18.1) and refuses loads it cannot take (I6) before anything is
                 // proposed; what the simulated executors report always passes.
+                let shard_count = self.replicas[leader.manager]
+                    .shard_count_for_executor(&executor_id)
+                    .unwrap_or(self.scenario.shards);
                 if let Some(reported) = &request.loads {
-                    if let Err(error) = check_shard_loads(reported, self.scenario.shards) {
+                    if let Err(error) = check_shard_loads(reported, shard_count) {
                         panic!("a simulated executor reported loads the wire refuses: {error}");
                     }
                 }
@@ -64,7 +71,7 @@ impl World {
                         .map(|report| (report.shard, report.load))
                         .collect()
                 });
-                let renewal = renewal_of(executor_id, &request, self.scenario.shards);
+                let renewal = renewal_of(executor_id, &request, shard_count);
                 let renewer = Renewer { slot, call, loads };
                 // P6.8: from cluster version 9 a renewal first waits for a confirmation round.
                 if self.replicas[leader.manager].cluster_version() >= LEASE_RESERVATION_SCHEMA {

@@ -27,7 +27,6 @@ impl World {
                 ReplyTo::Renew(renewers),
                 Outcome::Renewed { results, .. },
             ) => {
-                let shard_count = state.config().map_or(0, |c| c.shard_count);
                 let liar = self.load.liar().and_then(|(slot, _)| {
                     self.processes[slot]
                         .as_ref()
@@ -37,18 +36,26 @@ impl World {
                     if !matches!(result, RenewResult::Renewed { .. }) {
                         continue;
                     }
+                    // The report names the shards of the executor's own namespace, and goes to
+                    // that namespace's tracker (P18.1).
+                    let Some(space) = state
+                        .executor(&renewal.executor_id)
+                        .and_then(|executor| state.space(&executor.namespace))
+                    else {
+                        continue;
+                    };
+                    let namespace = space.name();
+                    let shard_count = space.config().map_or(0, |c| c.shard_count);
                     let held: Vec<ShardId> = state
                         .delivered_set(&renewal.executor_id)
                         .into_iter()
                         .map(|(shard, _)| shard)
                         .collect();
                     let loads = renewer.loads.as_deref();
-                    // The simulated executors are all `default`'s (P18.1).
-                    let space = leasehold_api::wire::DEFAULT_NAMESPACE;
                     leader
                         .steps
                         .placement_mut()
-                        .space_mut(space)
+                        .space_mut(namespace)
                         .tracker
                         .record(
                             &renewal.executor_id,
@@ -57,8 +64,9 @@ impl World {
                             loads,
                             MAX_SHARD_LOAD,
                         );
-                    if let Some(recorded) = leader.steps.placement().space(space) {
+                    if let Some(recorded) = leader.steps.placement().space(namespace) {
                         self.checker.after_record(
+                            namespace,
                             &renewal.executor_id,
                             &held,
                             loads,
@@ -72,19 +80,32 @@ impl World {
                     }
                 }
             }
-            (Command::Rebalance { moves, .. }, ReplyTo::StepWrite, Outcome::Rebalanced { .. }) => {
+            (
+                Command::Rebalance {
+                    namespace, moves, ..
+                },
+                ReplyTo::StepWrite,
+                Outcome::Rebalanced { .. },
+            ) => {
                 // The term's steps charge the budget when the step hears of the commit.
                 let Some(plan) = leader.steps.plan() else {
                     return;
                 };
+                let other_namespace = !leasehold_api::wire::is_default_namespace(namespace);
+                self.coverage.namespace_plans += u64::from(other_namespace);
                 let balance = plan.balance_shards();
-                let by_load = matches!(leader.step_loads, Loads::Reported(_));
+                let by_load = matches!(
+                    leader.step_loads.get(namespace.as_str()),
+                    Some(Loads::Reported(_))
+                );
                 for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
                     match reason {
                         MoveReason::Balance => {
                             self.coverage.balance_moves += 1;
+                            self.coverage.namespace_balance_moves += u64::from(other_namespace);
                             self.balance_moves.push(BalanceMove {
                                 term: leader.term,
+                                namespace: namespace.clone(),
                                 at_us: now_us,
                                 shard: step.shard,
                                 from: from.unwrap_or_default(),
@@ -96,9 +117,14 @@ impl World {
                     }
                 }
                 if !balance.is_empty() {
-                    let budget = self.scenario.load.budget_per_minute(self.scenario.shards);
+                    // Each namespace's budget is its own, a share of its own shard count (P18.1).
+                    let shard_count = state
+                        .space(namespace)
+                        .and_then(|space| space.config())
+                        .map_or(0, |c| c.shard_count);
+                    let budget = self.scenario.load.budget_per_minute(shard_count);
                     self.checker
-                        .after_balance_commit(now_ms, &balance, budget, now_us);
+                        .after_balance_commit(namespace, now_ms, &balance, budget, now_us);
                 }
             }
             _ => {}
@@ -328,8 +354,18 @@ impl World {
         ) else {
             return;
         };
+        // The loop woke: its sleep, if one was under way, is over.
+        leader.tick += 1;
         match writes.decision().deferral {
-            Some(Deferral::MassExpiryGuard { .. }) => self.coverage.reaps_deferred_by_guard += 1,
+            Some(Deferral::MassExpiryGuard { reason, .. }) => {
+                self.coverage.reaps_deferred_by_guard += 1;
+                if let Some(trace) = &mut self.trace {
+                    trace.push(format!(
+                        "{:>9.3} ms  the mass-expiry guard defers reaps: {reason:?}",
+                        self.now_us as f64 / 1_000.0
+                    ));
+                }
+            }
             Some(Deferral::NewLeader { .. }) => {
                 let views = process_views(&self.processes, self.base, self.now_us);
                 self.coverage
@@ -337,23 +373,31 @@ impl World {
             }
             None => {}
         }
-        // What this step places by: the loads this term's renewals reported, the budget left,
-        // the shards cooling (P15.1-P15.4), as the leader loop reads them at each step.
-        let default = leasehold_api::wire::DEFAULT_NAMESPACE;
-        let loads = writes.placement_inputs(default).loads.clone();
-        let hot = |loads: &[f64]| {
+        // What this step places each namespace by: the loads this term's renewals reported,
+        // the budget left, the shards cooling (P15.1-P15.4), as the leader loop reads them at
+        // each step, per namespace (P18.1).
+        let step_loads: BTreeMap<String, Loads> = writes
+            .placements()
+            .iter()
+            .map(|(namespace, inputs)| (namespace.clone(), inputs.loads.clone()))
+            .collect();
+        let hot = |namespace: &str, loads: &[f64]| {
             state
-                .space(default)
+                .space(namespace)
                 .is_some_and(|space| !LoadSummary::of(space, now_ms, loads).hot.is_empty())
         };
-        match &loads {
-            Loads::Learning if leader.term > 1 => self.coverage.learning_after_leader_change += 1,
-            Loads::Reported(loads) if hot(loads) => {
-                self.coverage.hot_shard_steps += 1;
-            }
-            _ => {}
+        if step_loads.len() > 1 {
+            self.coverage.namespace_steps += 1;
         }
-        leader.step_loads = loads;
+        if leader.term > 1 && step_loads.values().any(|loads| *loads == Loads::Learning) {
+            self.coverage.learning_after_leader_change += 1;
+        }
+        if step_loads.iter().any(
+            |(namespace, loads)| matches!(loads, Loads::Reported(loads) if hot(namespace, loads)),
+        ) {
+            self.coverage.hot_shard_steps += 1;
+        }
+        leader.step_loads = step_loads;
         self.next_step_write(manager);
     }
 
@@ -372,14 +416,19 @@ impl World {
                     .plan()
                     .filter(|_| write == StepWrite::Rebalance)
                 {
+                    let namespace = match &plan.command {
+                        Command::Rebalance { namespace, .. } => namespace.as_str(),
+                        _ => leasehold_api::wire::DEFAULT_NAMESPACE,
+                    };
+                    let loads = leader.step_loads.get(namespace).unwrap_or(&Loads::Counts);
                     if let Some(trace) = &mut self.trace {
-                        let by = match &leader.step_loads {
+                        let by = match loads {
                             Loads::Counts => "count".to_owned(),
                             Loads::Learning => "learning".to_owned(),
                             Loads::Reported(loads) => format!("load {loads:.1?}"),
                         };
                         trace.push(format!(
-                            "{:>9.3} ms  plan by {by}: {:?}",
+                            "{:>9.3} ms  plan of {namespace} by {by}: {:?}",
                             now_us as f64 / 1_000.0,
                             plan.counts_by_reason()
                         ));
@@ -388,7 +437,7 @@ impl World {
                         &self.replicas[manager],
                         now_ms,
                         plan,
-                        &leader.step_loads,
+                        loads,
                         self.scenario.load.tolerance,
                         now_us,
                     );
@@ -396,12 +445,16 @@ impl World {
                 self.propose(command, ReplyTo::StepWrite);
             }
             None => {
-                let lease_ms = self.replicas[manager].config().map(|c| c.lease_duration_ms);
+                // A third of the shortest lease of any namespace, as the leader loop (P3.8,
+                // P18.1).
+                let lease_ms = self.replicas[manager].shortest_lease_duration_ms();
                 match leader.steps.next_step(lease_ms) {
                     NextStep::Now => self.schedule(self.now_us, Event::LeaderStep { term }),
                     NextStep::After { tick_ms } => {
+                        leader.tick += 1;
+                        let tick = leader.tick;
                         let at = self.now_us + tick_ms * 1_000;
-                        self.schedule_timer(at, Event::LeaderStep { term });
+                        self.schedule_timer(at, Event::LeaderTick { term, tick });
                     }
                 }
             }
@@ -644,7 +697,11 @@ impl World {
                 executor_id,
                 request,
             } if from_memory => {
-                let renewal = renewal_of(executor_id, &request, self.scenario.shards);
+                let shard_count = deposed
+                    .state
+                    .shard_count_for_executor(&executor_id)
+                    .unwrap_or(self.scenario.shards);
+                let renewal = renewal_of(executor_id, &request, shard_count);
                 let needed = deposed.confirmation.needs();
                 self.coverage.renewals_at_a_deposed_leader += 1;
                 if !deposed.confirmation.is_confirmed(needed) {

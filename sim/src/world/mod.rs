@@ -248,8 +248,17 @@ enum Event {
     Commit {
         term: u64,
     },
+    /// The leader loop wakes for a step at once: a commit asked for one, or a step ended with
+    /// more to do (the loop's notification, P3.8).
     LeaderStep {
         term: u64,
+    },
+    /// The leader loop's sleep of a tick ends: a step, unless the loop woke for one since
+    /// (`tick` is no longer the leader's [`Leader::tick`]), as production's loop drops its sleep
+    /// when notified.
+    LeaderTick {
+        term: u64,
+        tick: u64,
     },
     DeliveryRound {
         term: u64,
@@ -300,6 +309,29 @@ enum Event {
     HotSetShift,
     Fault(Fault),
     EndChaos,
+}
+
+impl Event {
+    /// Whether handling it may change what an executor process admits: a message or timer of
+    /// an executor, a fault, the end of the chaos. Every other event is the managers' (their
+    /// messages to executors are events of their own), so it leaves every admission core as it
+    /// was; and what a core admits only shrinks as time passes (a lease runs out), while the
+    /// epochs minted only grow. So I1 and I2 over the admission cores, which found nothing
+    /// after the event before, find nothing after such an event either, and are not re-read
+    /// ([`crate::checks::Checker::after_event`]); a violation a commit found is still reported
+    /// after it.
+    fn may_change_admission(&self) -> bool {
+        matches!(
+            self,
+            Event::Call { .. }
+                | Event::CallTimeout { .. }
+                | Event::ToExecutor { .. }
+                | Event::Resume { .. }
+                | Event::StopDeadline { .. }
+                | Event::Fault(_)
+                | Event::EndChaos
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -373,6 +405,9 @@ pub struct Process {
     capacity: u32,
     /// The labels it states when it registers: its zone, if the fleet has zones (P18.3).
     labels: Labels,
+    /// The namespace it registers into (P18.1), and its space in the scenario (0: `default`).
+    pub namespace: String,
+    pub space: usize,
 }
 
 impl Process {
@@ -433,6 +468,10 @@ struct Leader {
     rate_ppm: i64,
     /// The term's steps, as production's leader loop steps them.
     steps: TermSteps,
+    /// The loop's sleeps so far: the one under way ends with the [`Event::LeaderTick`] that
+    /// carries this number, and a step begun meanwhile ends it (production's loop sleeps a tick
+    /// or until notified, one step at a time).
+    tick: u64,
     planner: DeliveryPlanner,
     pending_pushes: BTreeSet<String>,
     last_renewal_applied_ms: Option<u64>,
@@ -444,8 +483,9 @@ struct Leader {
     round_in_flight: BTreeMap<u64, Inflight>,
     round_again: bool,
     stalled_until_us: Option<u64>,
-    /// What the step under way places by (the term's steps hold it; the checks need the loads).
-    step_loads: Loads,
+    /// What the step under way places each namespace by (the term's steps hold it; the checks
+    /// need the loads).
+    step_loads: BTreeMap<String, Loads>,
     /// P6.8: what this term told from memory (production's core).
     memory: MemoryLeases,
     /// P6.5: this term's confirmation rounds and its followers' acknowledgements (the core the
@@ -491,6 +531,10 @@ pub struct World {
     log: Vec<Command>,
     replicas: Vec<LeaseState>,
     applied: Vec<usize>,
+    /// Per manager, the log index and the leader its replica was last found equal to the
+    /// leader's at ([`World::follower_apply`]): both apply the same log, so at the same index
+    /// against the same leader the comparison would say the same again.
+    compared: Vec<Option<(usize, usize)>>,
     manager_rate_ppm: Vec<i64>,
     /// Each manager's wall clock minus the true one: what its leader clock starts from on
     /// taking office, give or take a step ([`MAX_CLOCK_OFFSET_MS`]).
@@ -520,6 +564,8 @@ pub struct World {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BalanceMove {
     pub term: u64,
+    /// The namespace of the shard (P18.1).
+    pub namespace: String,
     /// When it was committed (true µs).
     pub at_us: u64,
     pub shard: ShardId,
@@ -574,7 +620,7 @@ impl World {
         };
         let chaos = matches!(driver, Driver::Seed);
         let slots = scenario.slots;
-        let load = LoadModel::new(&scenario.load, scenario.seed);
+        let load = LoadModel::new(&scenario);
         let mut world = Self {
             checker: Checker::new(&scenario),
             scenario,
@@ -587,6 +633,7 @@ impl World {
             log: Vec::new(),
             replicas: vec![LeaseState::default(); MANAGERS],
             applied: vec![0; MANAGERS],
+            compared: vec![None; MANAGERS],
             manager_rate_ppm,
             manager_offset_ms,
             leader: None,
@@ -613,16 +660,23 @@ impl World {
             lease_duration_ms: world.scenario.lease_ms,
         };
         world.propose(init, ReplyTo::Nobody);
-        if chaos {
+        if chaos || !world.scenario.namespaces.is_empty() {
             // Every manager runs this build, so the leader raised the cluster version to its
             // schema (P14.3) before any executor registered: registrations may state a capacity
-            // (P15.1). A script's cluster keeps the version `Init` leaves, as they were written.
+            // (P15.1) and a namespace (P18.1). A script's cluster keeps the version `Init`
+            // leaves, as they were written, unless it has namespaces.
             let raise = Command::SetClusterVersion {
                 now_ms: world.leader_now_ms().unwrap_or(0),
                 cluster_version: NEWEST_SCHEMA,
             };
             world.propose(raise, ReplyTo::Nobody);
         }
+        // An operator creates the namespaces beside `default` (P18.1) before their executors
+        // start, as `leaseholdctl namespace create` does.
+        for namespace in world.scenario.namespaces.clone() {
+            world.create_namespace(&namespace.name, namespace.shards, namespace.lease_ms);
+        }
+        world.coverage.namespace_runs = u64::from(world.has_namespaces());
         // Committed before any fault can touch it: the operator's `init` succeeded.
         world.commit(1);
         for slot in 0..slots {
@@ -694,8 +748,13 @@ impl World {
                     at_us: self.now_us,
                 });
             }
+            let executor_side = next.event.may_change_admission();
             self.handle(next.event);
-            self.check_after_event()?;
+            if executor_side {
+                self.check_after_event()?;
+            } else {
+                self.checker.pending_violation(self.now_us)?;
+            }
         }
         self.now_us = self.now_us.max(until_us);
         Ok(())
@@ -736,6 +795,7 @@ impl World {
     fn handle(&mut self, event: Event) {
         if let Event::Commit { term }
         | Event::LeaderStep { term }
+        | Event::LeaderTick { term, .. }
         | Event::DeliveryRound { term }
         | Event::DeliveryTimeout { term, .. } = &event
         {
@@ -759,6 +819,15 @@ impl World {
             Event::ToExecutor { slot, message } => self.executor_receives(slot, message),
             Event::Commit { term } => self.commit(term),
             Event::LeaderStep { term } => self.leader_step(term),
+            Event::LeaderTick { term, tick } => {
+                if self
+                    .leader
+                    .as_ref()
+                    .is_some_and(|l| l.term == term && l.tick == tick)
+                {
+                    self.leader_step(term);
+                }
+            }
             Event::ConfirmationAck {
                 term,
                 follower,
@@ -850,6 +919,11 @@ impl World {
         self.checker.after_event(&views, self.now_us)
     }
 
+    /// Whether the run has namespaces beside `default` (P18.1).
+    pub fn has_namespaces(&self) -> bool {
+        !self.scenario.namespaces.is_empty()
+    }
+
     // ---- what a script drives ----------------------------------------------------------------
 
     /// Checks the invariants now, as after every event.
@@ -876,6 +950,7 @@ fn process_views(
             Some(ProcessView {
                 core: &process.core,
                 now: instant_at(base, now_us, process.rate_ppm),
+                namespace: &process.namespace,
             })
         })
         .collect()

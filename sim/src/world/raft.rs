@@ -28,6 +28,7 @@ impl World {
                 self.placement_settings(),
                 self.scenario.plan_cap,
             ),
+            tick: 0,
             planner: DeliveryPlanner::default(),
             // P6.2: each executor is owed its full set once.
             pending_pushes: owed_pushes(&self.replicas[manager]).into_iter().collect(),
@@ -38,7 +39,7 @@ impl World {
             round_in_flight: BTreeMap::new(),
             round_again: false,
             stalled_until_us: None,
-            step_loads: Loads::Counts,
+            step_loads: BTreeMap::new(),
             memory: {
                 let mut memory = MemoryLeases::default();
                 memory.begin_term(term);
@@ -127,13 +128,16 @@ impl World {
     pub(super) fn commit_one(&mut self, manager: usize, proposal: Proposal) {
         // Who each shard of a plan leaves, for the record of balance moves.
         let leaving: Vec<Option<String>> = match &proposal.command {
-            Command::Rebalance { moves, .. } => {
+            Command::Rebalance {
+                namespace, moves, ..
+            } => {
                 self.catch_up(manager);
+                let space = self.replicas[manager].space(namespace);
                 moves
                     .iter()
                     .map(|step| {
-                        self.replicas[manager]
-                            .shard(step.shard)
+                        space
+                            .and_then(|space| space.shard(step.shard))
                             .and_then(|shard| shard.owner.clone())
                     })
                     .collect()
@@ -232,7 +236,10 @@ impl World {
             .encode_state()
             .and_then(|(schema, payload)| LeaseState::decode_state(schema, &payload));
         match restored {
-            Ok(restored) if restored == *state => self.replicas[manager] = restored,
+            Ok(restored) if restored == *state => {
+                self.replicas[manager] = restored;
+                self.compared[manager] = None;
+            }
             Ok(_) => self
                 .checker
                 .fail("a snapshot round trip changed the state".to_owned()),
@@ -250,9 +257,14 @@ impl World {
             }
             self.catch_up(manager);
             if let Some(leader) = leader {
-                if self.applied[manager] == self.applied[leader]
-                    && self.replicas[manager] != self.replicas[leader]
+                let at = (self.applied[manager], leader);
+                if self.applied[manager] != self.applied[leader]
+                    || self.compared[manager] == Some(at)
                 {
+                    continue;
+                }
+                self.compared[manager] = Some(at);
+                if self.replicas[manager] != self.replicas[leader] {
                     self.checker.fail(format!(
                         "replica {manager} differs from the leader's at log index {} (P2.2)",
                         self.applied[manager]
