@@ -310,12 +310,10 @@ fn i4_rehoming_probe(world: &mut World) -> Result<(), Violation> {
     let shards_moved = world.processes[slot]
         .as_ref()
         .map_or(0, |p| p.core.assignment().held().len());
-    let deferrals_before = world.coverage.reaps_deferred_by_guard;
     world.kill(slot);
     let took = settle(world, "after the I4 kill")?;
     let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
-        + delivery_slack_us(&world.scenario, shards_moved, world.processes.len() - 1)
-        + guard_misfire_allowance_us(world, deferrals_before);
+        + delivery_slack_us(&world.scenario, shards_moved, world.processes.len() - 1);
     if took > bound {
         return Err(Violation {
             invariant: "I4",
@@ -378,47 +376,6 @@ fn unchanged_elsewhere(
     Ok(())
 }
 
-/// What a probe's I4 bound allows for a known defect of the mass-expiry guard with namespaces
-/// (P6.3, P18.1), in µs: nothing, unless the guard deferred a reap since `deferrals_before`
-/// (its count in the coverage) while every live executor's lease is more than twice the
-/// shortest lease of any namespace; then its grace and a tick.
-///
-/// The guard's second trigger looks for a renewal in the two ticks before the newest overdue
-/// expiry, ticks of the shortest lease (the leader steps a third of it apart), on the premise
-/// that live executors renew every tick. They renew every third of their own namespace's lease:
-/// when all of those are longer than two ticks, one executor dying in the shortest-lease
-/// namespace while the others renew can find no renewal in the window, and its reap waits for
-/// the grace, not a lease (PROTOCOL P6.3: "One executor dying while others renew expires after
-/// one lease, not after the grace"). Seeds 30 (the namespace-loss probe) and 205 (the I4 probe)
-/// show it. Until the leader allows for it, the probes allow it there and count it
-/// (`Coverage::guard_misfires_allowed`); with the survivors' leases within twice the shortest,
-/// a deferral still fails the bound.
-fn guard_misfire_allowance_us(world: &mut World, deferrals_before: u64) -> u64 {
-    if world.coverage.reaps_deferred_by_guard == deferrals_before {
-        return 0;
-    }
-    let Some(state) = world.leader_state() else {
-        return 0;
-    };
-    let Some(shortest_ms) = state.shortest_lease_duration_ms() else {
-        return 0;
-    };
-    let survivors_lease_ms = world
-        .processes
-        .iter()
-        .flatten()
-        .filter(|p| p.admits() && p.core.executor_id().is_some())
-        .map(|p| lease_of(state, &p.namespace))
-        .min();
-    match survivors_lease_ms {
-        Some(lease_ms) if lease_ms > 2 * shortest_ms => {
-            world.coverage.guard_misfires_allowed += 1;
-            (world.scenario.guard.grace_ms + tick_ms(shortest_ms)) * 1_000
-        }
-        _ => 0,
-    }
-}
-
 /// The last slot whose executor states a zone (P18.3), if any does: the zone crash probe kills
 /// its zone in its namespace.
 fn last_zoned_slot(world: &World) -> Option<Slot> {
@@ -464,7 +421,6 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
         .iter()
         .filter_map(|&slot| world.executor_id_of(slot))
         .collect();
-    let deferrals_before = world.coverage.reaps_deferred_by_guard;
     let killed_at_us = world.now_us;
     for &slot in &crashed {
         world.kill(slot);
@@ -497,7 +453,6 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
         world.run_until(next)?;
     }
     let took = world.now_us - killed_at_us;
-    let allowance_us = guard_misfire_allowance_us(world, deferrals_before);
     let Some(rehomed_state) = world.leader_state() else {
         return Ok(());
     };
@@ -509,8 +464,7 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
     let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
         + renewal_in_flight_us
         + writes * scenario.commit_latency_us
-        + POLL_US
-        + allowance_us;
+        + POLL_US;
     if took > bound {
         return Err(Violation {
             invariant: "I4",
@@ -592,7 +546,6 @@ fn namespace_loss_probe(world: &mut World) -> Result<(), Violation> {
         return Ok(());
     }
     world.coverage.namespace_losses += 1;
-    let deferrals_before = world.coverage.reaps_deferred_by_guard;
     let killed_at_us = world.now_us;
     for &slot in &crashed {
         world.kill(slot);
@@ -618,15 +571,13 @@ fn namespace_loss_probe(world: &mut World) -> Result<(), Violation> {
         world.run_until(next)?;
     }
     let took = world.now_us - killed_at_us;
-    let allowance_us = guard_misfire_allowance_us(world, deferrals_before);
     let scenario = &world.scenario;
     let renewal_in_flight_us =
         crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us + scenario.commit_latency_us;
     let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
         + renewal_in_flight_us
         + crashed.len() as u64 * scenario.commit_latency_us
-        + POLL_US
-        + allowance_us;
+        + POLL_US;
     if took > bound {
         return Err(Violation {
             invariant: "I4",
@@ -676,13 +627,11 @@ fn i4_across_leader_changes_probe(world: &mut World) -> Result<(), Violation> {
         let shards_moved = world.processes[slot]
             .as_ref()
             .map_or(0, |p| p.core.assignment().held().len());
-        let deferrals_before = world.coverage.reaps_deferred_by_guard;
         world.change_leader(true, 0, PROBE_ELECTION_MS, Some(offset_ms));
         world.kill(slot);
         let took = settle(world, "after the I4 kill across a leader change")?;
         let bound = (PROBE_ELECTION_MS + grace_ms + lease_ms + tick_ms(lease_ms)) * 1_000
-            + delivery_slack_us(&world.scenario, shards_moved, world.processes.len() - 1)
-            + guard_misfire_allowance_us(world, deferrals_before);
+            + delivery_slack_us(&world.scenario, shards_moved, world.processes.len() - 1);
         if took > bound {
             return Err(Violation {
                 invariant: "I4",

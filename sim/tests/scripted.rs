@@ -608,16 +608,15 @@ fn p18_3_a_zone_lost_inside_a_namespace_re_homes_only_that_zones_shards() {
         .all(|(owner, _, _)| owner.as_deref().is_some_and(|o| survivors.contains(&o))));
 }
 
-/// P6.3 with namespaces, a known defect (docs/TESTING.md, "A known defect the probes allow
-/// for"): "one executor dying while others renew expires after one lease, not after the grace".
-/// `default` has a 3 s lease and one executor, A, which renews once a second; `kv` a 600 ms
-/// lease and one executor, C. The guard is on, as shipped, with a 20 s grace. C is killed: the
-/// leader steps a third of the shortest lease apart (200 ms) and looks for a renewal in the two
-/// ticks before C's expiry; A's, a second apart, often falls outside them, the guard takes the
-/// silence for its own stall, and C is reaped after the grace instead of its lease. Ignored
-/// until the leader's guard allows for namespaces' leases; run it with `-- --ignored`.
+/// P6.3 with namespaces: "one executor dying while others renew expires after one lease, not
+/// after the grace". `default` has a 3 s lease and one executor, A, which renews once a second;
+/// `kv` a 600 ms lease and one executor, C. The guard is on, as shipped, with a 20 s grace. C is
+/// killed: the leader steps a third of the shortest lease apart (200 ms) and looks for a renewal
+/// in the two ticks, of the longest lease among the executors not yet overdue (A's 3 s), before
+/// C's expiry, where A's renewals are. Counting ticks of the shortest lease of any namespace instead (200 ms),
+/// A's renewal a second apart often fell outside the window, the guard took the silence for its
+/// own stall, and C was reaped after the grace (20.8 s) instead of its lease.
 #[test]
-#[ignore = "known defect: P6.3's guard counts ticks of the shortest lease (docs/TESTING.md)"]
 fn p6_3_one_executor_dying_in_the_shortest_lease_namespace_expires_after_one_lease() {
     const C: Slot = 1;
     let mut scenario = Scenario::scripted(4, 3_000).with_namespace(NamespaceScenario {

@@ -21,7 +21,7 @@
 //!   told from memory ([`judged_lapsed`]); a reservation (P6.6) does not hold it. When a
 //!   reservation still would, the reap is a `ReapLapsed` carrying the judged expiries.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use crate::lease::ToldFromMemory;
 use crate::lease::{
@@ -262,8 +262,8 @@ impl LeaderCore {
             None => self.no_renewals(
                 now_ms,
                 state,
+                &overdue,
                 newest_overdue_ms,
-                tick,
                 last_renewal_applied_ms,
             ),
         };
@@ -287,21 +287,35 @@ impl LeaderCore {
         decision
     }
 
-    /// P6.3's second trigger. Live executors renew every third of their lease, so with two or more
-    /// executors tracked, some renewal must have been applied in the two ticks before the newest
-    /// overdue expiry; if none was, the silence may be this leader's own.
+    /// P6.3's second trigger. Live executors renew every third of their own lease (their
+    /// namespace's, P18.1), so with two or more executors tracked, some renewal must have been
+    /// applied in the two ticks, of the longest lease among those not overdue, before the newest
+    /// overdue expiry; if none was, the silence may be this leader's own. (Which of those still
+    /// renew is not known, dying ones' leases not having run out yet: ticks of a shorter lease
+    /// than a live executor's would find a window its renewals can miss, and one executor dying
+    /// in a short-lease namespace would wait for the grace instead of its lease.)
     fn no_renewals(
         &self,
         now_ms: u64,
         state: &LeaseState,
+        overdue: &[ExecutorId],
         newest_overdue_ms: Option<u64>,
-        tick: u64,
         last_renewal_applied_ms: Option<u64>,
     ) -> Option<GuardReason> {
         if state.executors().count() < 2 {
             return None;
         }
         let newest_overdue_ms = newest_overdue_ms?;
+        let overdue: BTreeSet<&str> = overdue.iter().map(String::as_str).collect();
+        let renewing_lease_ms = state
+            .executors()
+            .filter(|executor| !overdue.contains(executor.id.as_str()))
+            .filter_map(|executor| state.space(&executor.namespace))
+            .filter_map(|space| space.config())
+            .map(|config| config.lease_duration_ms)
+            .max()
+            .or_else(|| state.shortest_lease_duration_ms())?;
+        let tick = tick_ms(renewing_lease_ms);
         let window_start_ms = newest_overdue_ms
             .saturating_sub(2 * tick)
             .max(self.took_office_ms);

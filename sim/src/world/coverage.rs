@@ -96,11 +96,6 @@ pub struct Coverage {
     /// Probes that checked, with several namespaces, that what they did in one namespace moved
     /// nothing of another (P18.1).
     pub isolation_checks: u64,
-    /// Probes whose I4 bound allowed the mass-expiry guard's grace, because the guard deferred
-    /// a reap while every live executor's lease was more than twice the shortest (a known
-    /// defect of P6.3's second trigger with namespaces: `run::guard_misfire_allowance_us`).
-    /// Not a situation the run must reach: left out of [`Coverage::unreached`].
-    pub guard_misfires_allowed: u64,
 }
 
 impl Coverage {
@@ -232,7 +227,6 @@ impl Coverage {
         self.namespace_zone_crashes += other.namespace_zone_crashes;
         self.namespace_losses += other.namespace_losses;
         self.isolation_checks += other.isolation_checks;
-        self.guard_misfires_allowed += other.guard_misfires_allowed;
     }
 
     pub fn unreached(&self) -> Vec<&'static str> {

@@ -96,6 +96,50 @@ fn p6_3_one_executor_dying_while_others_renew_is_reaped_after_one_lease() {
     let _ = last_renewal;
 }
 
+/// P6.3 with P18.1: executors renew every third of their own namespace's lease, so the
+/// no-renewal window counts ticks of the live executors' leases, not of the shortest lease of
+/// any namespace. One executor dying in a namespace with a 3 s lease, while `default`'s executor
+/// (30 s lease) renews, is reaped after its lease and a tick of it, not after the guard's grace.
+#[test]
+fn p6_3_one_executor_dying_in_the_shortest_lease_namespace_is_reaped_after_its_lease() {
+    const SHORT_MS: u64 = 3_000;
+    let mut world = World::new(8, LEASE_MS);
+    world.apply(Command::Operator {
+        now_ms: 0,
+        actor: "admin CN=test".into(),
+        action: crate::lease::OperatorAction::CreateNamespace {
+            name: "kv".into(),
+            shard_count: 4,
+            lease_duration_ms: SHORT_MS,
+            max_executors: None,
+        },
+    });
+    // Past the new leader's wait for the longest lease (P6.1).
+    let start = 2 * LEASE_MS;
+    let dead = world.register_in("dead", "kv", start);
+    let alive = world.register("alive", start);
+    world.renew(&alive, start + 100);
+    let mut core = LeaderCore::new(0, guard());
+    let mut reaped_at = None;
+    // The leader steps a third of the shortest lease apart; `alive` renewed once, 100 ms in,
+    // and is not due again for 10 s.
+    for step in 1..=20 {
+        let now = start + step * tick_ms(SHORT_MS);
+        let decision = core.step(now, &world.state, Some(start + 100));
+        assert!(decision.deferral.is_none(), "at {now}: {decision:?}");
+        if !decision.reap.is_empty() {
+            assert_eq!(decision.reap, vec![dead.clone()]);
+            reaped_at = Some(now);
+            break;
+        }
+    }
+    let reaped_at = reaped_at.expect("the dead executor is reaped");
+    assert!(
+        reaped_at <= start + SHORT_MS + tick_ms(SHORT_MS),
+        "reaped at {reaped_at}"
+    );
+}
+
 #[test]
 fn p6_3_a_late_step_defers_reaping_until_the_overdue_renew() {
     let mut world = World::new(8, LEASE_MS);
