@@ -336,6 +336,7 @@ impl Side {
             count: args.executors,
             capacities: args.capacities(),
             loads: Some(loads),
+            namespaces: Vec::new(),
         };
         let fleet = Arc::new(
             LeaseholdFleet::start(

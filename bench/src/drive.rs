@@ -28,7 +28,7 @@ pub struct Samples {
 }
 
 impl Samples {
-    fn record(&mut self, result: Result<Duration, String>) {
+    pub(crate) fn record(&mut self, result: Result<Duration, String>) {
         match result {
             Ok(latency) => self
                 .latencies_us
@@ -306,6 +306,18 @@ pub struct Cadence {
 
 impl Cadence {
     pub fn start<R: Renewer>(fleet: Arc<R>, fallback_ttl: Duration) -> Self {
+        Self::start_spread(fleet, fallback_ttl, true)
+    }
+
+    /// [`Cadence::start`] for holders that have just registered together (B12's storm): each
+    /// renews first a third into the lease (`fallback_ttl`) its registration was told, all at
+    /// once, and they stay in step, each renewing a third into the lease it was told, as the
+    /// executor library does (no jitter).
+    pub fn start_together<R: Renewer>(fleet: Arc<R>, fallback_ttl: Duration) -> Self {
+        Self::start_spread(fleet, fallback_ttl, false)
+    }
+
+    fn start_spread<R: Renewer>(fleet: Arc<R>, fallback_ttl: Duration, spread: bool) -> Self {
         let counters = Arc::new(CadenceCounters::default());
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -318,7 +330,12 @@ impl Cadence {
             let mut stopped = stopped.clone();
             // Spread the first renewals over a third of the lease, as executors started at
             // different times would be.
-            let mut next_at = Instant::now() + third.mul_f64(index as f64 / holders.max(1) as f64);
+            let offset = if spread {
+                third.mul_f64(index as f64 / holders.max(1) as f64)
+            } else {
+                third
+            };
+            let mut next_at = Instant::now() + offset;
             tasks.spawn(async move {
                 let mut lease = LeaseClock::default();
                 let mut schedule = LeaseSchedule::default();

@@ -141,6 +141,10 @@ pub struct FleetSpec {
     pub capacities: Vec<u32>,
     /// `None`: renewals carry no `loads`, so the leader places by count.
     pub loads: Option<Arc<dyn LoadReports>>,
+    /// Namespace executor `i` registers into (P18.1), which must exist. Executors past its end,
+    /// and every executor when it is empty, name none and register into `default`, as executors
+    /// of earlier releases do.
+    pub namespaces: Vec<String>,
 }
 
 impl FleetSpec {
@@ -150,6 +154,15 @@ impl FleetSpec {
             count,
             capacities: Vec::new(),
             loads: None,
+            namespaces: Vec::new(),
+        }
+    }
+
+    /// `count` executors in `namespace` that state no capacity and report no loads.
+    pub fn in_namespace(count: usize, namespace: &str) -> Self {
+        Self {
+            namespaces: vec![namespace.to_owned(); count],
+            ..Self::plain(count)
         }
     }
 }
@@ -319,10 +332,11 @@ impl LeaseholdFleet {
             let incarnation = format!("bench-{run}-{index}");
             let credential = Credential::from_random(rand::random());
             let capacity = spec.capacities.get(index).copied();
+            let namespace = spec.namespaces.get(index).cloned();
             async move {
                 let grant = client
                     .register(&RegisterRequest {
-                        namespace: None,
+                        namespace,
                         incarnation,
                         address,
                         name: None,
@@ -396,6 +410,19 @@ impl LeaseholdFleet {
             Ok(failed) => failed.into_iter().filter(|&f| f).count(),
             Err(_) => self.executors.len(),
         }
+    }
+
+    /// Deregisters executor `index` (P3.7): the manager frees its shards at once. Its renewals
+    /// must have stopped (a renewal after this is refused as from an unknown executor).
+    pub async fn deregister(&self, index: usize) -> Result<()> {
+        let executor = self
+            .executors
+            .get(index)
+            .ok_or_else(|| anyhow!("no executor {index}"))?;
+        self.client
+            .deregister(&executor.executor_id, Some(&executor.credential))
+            .await?;
+        Ok(())
     }
 
     /// Deregisters every executor (P3.7).

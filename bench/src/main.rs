@@ -1,6 +1,6 @@
 //! `leasehold-loadgen`: drives simulated executors against a three-node Leasehold cluster and the
 //! same load shape against a three-member etcd cluster, both on loopback, and prints markdown
-//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B11), plus `smoke`, the
+//! table rows for docs/BENCHMARKS.md. One subcommand per scenario (B1–B12), plus `smoke`, the
 //! short run CI executes. B7 compares Leasehold with itself (placement by load and by count), so
 //! it has no etcd half. `transport` starts no system: it measures one Raft RPC exchange on the
 //! transports the managers could use (src/transport.rs).
@@ -31,7 +31,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
 use crate::procs::{default_flags, load_average, EtcdCluster};
-use crate::scenarios::{Env, B1, B3, B6, B8};
+use crate::scenarios::{Env, B1, B12, B3, B6, B8};
 use crate::tls::{Certs, Security};
 
 #[derive(Debug, Parser)]
@@ -155,6 +155,10 @@ enum Scenario {
         #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
         prepare_delay: Duration,
     },
+    /// Namespaces side by side (the namespace half of B12): renewal latency per namespace,
+    /// steady and while one namespace registers a storm of executors at once, and how soon a
+    /// deregistration's shards are owned again, before and during the storm.
+    B12(B12Flags),
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
     /// re-permuted every shift).
@@ -322,6 +326,59 @@ struct B8Flags {
     /// Also measure a second cluster at the shipped snapshot policy, no forced builds.
     #[arg(long)]
     shipped_policy: bool,
+}
+
+/// The flags of `leasehold-loadgen b12` [defaults: issue 38's target].
+#[derive(Debug, clap::Args)]
+struct B12Flags {
+    /// Namespaces `ns-000`… (the storm is in `ns-000`).
+    #[arg(long, default_value_t = 100)]
+    namespaces: usize,
+    /// Shards of each namespace.
+    #[arg(long, default_value_t = 1024)]
+    shards: u32,
+    /// Executors registered into each namespace before the storm.
+    #[arg(long, default_value_t = 10)]
+    executors: usize,
+    /// Executors `ns-000` registers at once.
+    #[arg(long, default_value_t = 1000)]
+    storm: usize,
+    /// The steady window: every namespace renewing, nothing else happening.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Deregistrations timed to every shard owned again: this many before the storm, at most
+    /// this many during it, each in a namespace of its own.
+    #[arg(long, default_value_t = 5)]
+    probes: usize,
+    /// The namespaces' lease; their executors renew a third into it [default: the managers'
+    /// shipped 60 s].
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    lease: Duration,
+    /// The storm's executors renew at times spread over a third of the lease (as executors
+    /// started at different times would), not all together a third into the lease their
+    /// registration was told (as executors registered at once do).
+    #[arg(long)]
+    storm_spread: bool,
+    #[arg(long, default_value_t = 25.0)]
+    p99_ms: f64,
+}
+
+impl B12Flags {
+    fn args(self) -> Result<B12> {
+        let args = B12 {
+            namespaces: self.namespaces,
+            shards: self.shards,
+            executors: self.executors,
+            storm: self.storm,
+            duration: self.duration,
+            probes: self.probes,
+            lease: self.lease,
+            storm_spread: self.storm_spread,
+            p99_bound_ms: self.p99_ms,
+        };
+        args.check()?;
+        Ok(args)
+    }
 }
 
 fn main() -> Result<()> {
@@ -555,6 +612,11 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
         } => scenarios::b11(env, executors, shards, runs, prepare_delay)
             .await?
             .print()?,
+        Scenario::B12(flags) => {
+            for table in scenarios::b12(env, &flags.args()?).await? {
+                table.print()?;
+            }
+        }
         Scenario::B6 {
             duration,
             sample_every,

@@ -1,4 +1,4 @@
-//! The scenarios of docs/BENCHMARKS.md (B1–B6, B8–B11, one file each; B7 is in src/b7.rs) and the
+//! The scenarios of docs/BENCHMARKS.md (B1–B6, B8–B12, one file each; B7 is in src/b7.rs) and the
 //! short CI run, and what they share: the clusters and fleets they set up, and how they wait for a
 //! fleet to settle. Each prints a markdown table on stdout; progress goes to stderr.
 
@@ -32,6 +32,7 @@ use crate::tls::{check_refuses_unauthenticated, Security};
 mod b1;
 mod b10;
 mod b11;
+mod b12;
 mod b2;
 mod b3;
 mod b4;
@@ -44,6 +45,7 @@ mod smoke;
 pub use b1::{b1, B1};
 pub use b10::{b10, B10Options};
 pub use b11::b11;
+pub use b12::{b12, B12};
 pub use b2::b2;
 pub use b3::{b3, B3};
 pub use b4::b4;
