@@ -217,7 +217,8 @@ mod tests {
     /// a live executor of another namespace makes stopping it no safer.
     #[test]
     fn p18_1_only_an_executor_of_its_namespace_takes_its_shards() {
-        use crate::lease::{Move, OperatorAction};
+        use crate::lease::tests::{create_namespace_command, register_in_command};
+        use crate::lease::Move;
 
         let (mut state, _) = state_with(1, 0);
         let mut index = state.revision();
@@ -225,33 +226,10 @@ mod tests {
             index += 1;
             state.apply(index, &command)
         };
-        apply(
-            &mut state,
-            Command::Operator {
-                now_ms: 0,
-                actor: "admin CN=test".into(),
-                action: OperatorAction::CreateNamespace {
-                    name: "kv".into(),
-                    shard_count: 2,
-                    lease_duration_ms: 10_000,
-                    max_executors: None,
-                },
-            },
-        );
-        let Outcome::Registered { grant, .. } = apply(
-            &mut state,
-            Command::Register {
-                namespace: "kv".into(),
-                now_ms: 0,
-                address: "http://k.test".into(),
-                incarnation: "k".into(),
-                name: None,
-                credential_sha256: None,
-                capacity: 1,
-                app_version: None,
-                labels: Default::default(),
-            },
-        ) else {
+        apply(&mut state, create_namespace_command("kv", 2, 10_000, None));
+        let Outcome::Registered { grant, .. } =
+            apply(&mut state, register_in_command(0, "k", "kv"))
+        else {
             panic!("registered into kv");
         };
         let k = grant.executor_id;

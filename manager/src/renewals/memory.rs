@@ -279,7 +279,8 @@ mod tests {
     /// plans wait for, a shorter one would make it renew for nothing.
     #[test]
     fn p18_1_a_renewal_from_memory_tells_the_namespace_s_lease() {
-        use crate::lease::{Move, OperatorAction};
+        use crate::lease::tests::{create_namespace_command, register_in_command};
+        use crate::lease::Move;
         use leasehold_api::wire::NAMESPACES_SCHEMA;
 
         const KV_LEASE_MS: u64 = 6_000;
@@ -291,22 +292,11 @@ mod tests {
         };
         apply(
             &mut state,
-            Command::Operator {
-                now_ms: 0,
-                actor: "admin CN=test".into(),
-                action: OperatorAction::CreateNamespace {
-                    name: "kv".into(),
-                    shard_count: 2,
-                    lease_duration_ms: KV_LEASE_MS,
-                    max_executors: None,
-                },
-            },
+            create_namespace_command("kv", 2, KV_LEASE_MS, None),
         );
-        let mut register = register_command(0, "k");
-        if let Command::Register { namespace, .. } = &mut register {
-            *namespace = "kv".into();
-        }
-        let Outcome::Registered { grant, .. } = apply(&mut state, register) else {
+        let Outcome::Registered { grant, .. } =
+            apply(&mut state, register_in_command(0, "k", "kv"))
+        else {
             panic!("registered into kv");
         };
         let k = grant.executor_id;

@@ -104,16 +104,9 @@ fn p6_3_one_executor_dying_while_others_renew_is_reaped_after_one_lease() {
 fn p6_3_one_executor_dying_in_the_shortest_lease_namespace_is_reaped_after_its_lease() {
     const SHORT_MS: u64 = 3_000;
     let mut world = World::new(8, LEASE_MS);
-    world.apply(Command::Operator {
-        now_ms: 0,
-        actor: "admin CN=test".into(),
-        action: crate::lease::OperatorAction::CreateNamespace {
-            name: "kv".into(),
-            shard_count: 4,
-            lease_duration_ms: SHORT_MS,
-            max_executors: None,
-        },
-    });
+    world.apply(crate::lease::tests::create_namespace_command(
+        "kv", 4, SHORT_MS, None,
+    ));
     // Past the new leader's wait for the longest lease (P6.1).
     let start = 2 * LEASE_MS;
     let dead = world.register_in("dead", "kv", start);

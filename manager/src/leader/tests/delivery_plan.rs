@@ -148,19 +148,7 @@ fn p18_1_deliveries_are_in_the_executor_s_namespace() {
     let mut world = world();
     world.create_namespace("kv", 6);
     let a = world.register_in("a", "kv", 1);
-    let to_a = |world: &World| Command::Rebalance {
-        now_ms: 1,
-        planned_at: world.state.revision(),
-        namespace: "kv".into(),
-        moves: (0..6)
-            .map(|shard| crate::lease::Move {
-                shard,
-                to: a.clone(),
-            })
-            .collect(),
-    };
-    let plan = to_a(&world);
-    world.apply(plan);
+    world.move_in("kv", 0..6, &a, 1);
     let mut planner = DeliveryPlanner::default();
     let round = planner.plan_round(&world.state, [a.clone()], 10);
     match &round.deliveries[..] {
@@ -172,18 +160,7 @@ fn p18_1_deliveries_are_in_the_executor_s_namespace() {
     }
     // A second kv executor: a plan moving three of a's shards to it revokes them from a.
     let b = world.register_in("b", "kv", 2);
-    let moves = Command::Rebalance {
-        now_ms: 2,
-        planned_at: world.state.revision(),
-        namespace: "kv".into(),
-        moves: (3..6)
-            .map(|shard| crate::lease::Move {
-                shard,
-                to: b.clone(),
-            })
-            .collect(),
-    };
-    world.apply(moves);
+    world.move_in("kv", 3..6, &b, 2);
     let revoked = revokes(&planner.plan_round(&world.state, [], 100));
     assert_eq!(revoked.len(), 1, "{revoked:?}");
     let (owner, revision, shards) = revoked[0].clone();

@@ -6,7 +6,20 @@ mod delivery_round;
 mod placement;
 mod term;
 
-use crate::lease::{Command, LeaseState, Outcome, Renewal};
+use std::ops::Range;
+
+use crate::lease::{Command, LeaseState, Move, Outcome, Renewal, ShardId};
+use crate::load_reports::ReportedLoads;
+
+/// A renewal's report of `load` on each of `shards` (P15.1).
+pub(super) fn uniform_report(shards: Range<ShardId>, load: f64) -> ReportedLoads {
+    ReportedLoads::PerShard {
+        measured: shards.clone().collect(),
+        loads: shards
+            .map(|shard| leasehold_api::wire::ShardLoad { shard, load })
+            .collect(),
+    }
+}
 
 /// A lease state driven by commands at consecutive log indexes, as Raft would apply them.
 pub(super) struct World {
@@ -41,20 +54,38 @@ impl World {
 
     /// Creates namespace `namespace` with `shard_count` shards (P18.1).
     pub(super) fn create_namespace(&mut self, namespace: &str, shard_count: u32) {
-        let outcome = self.apply(Command::Operator {
-            now_ms: 0,
-            actor: "admin CN=test".into(),
-            action: crate::lease::OperatorAction::CreateNamespace {
-                name: namespace.into(),
-                shard_count,
-                lease_duration_ms: 30_000,
-                max_executors: None,
-            },
-        });
+        let outcome = self.apply(crate::lease::tests::create_namespace_command(
+            namespace,
+            shard_count,
+            30_000,
+            None,
+        ));
         assert!(
             matches!(outcome, Outcome::NamespaceCreated { .. }),
             "{outcome:?}"
         );
+    }
+
+    /// Commits a plan of `namespace` at `now_ms` moving each of `shards` to `to` (P18.1).
+    pub(super) fn move_in(
+        &mut self,
+        namespace: &str,
+        shards: Range<ShardId>,
+        to: &str,
+        now_ms: u64,
+    ) -> Outcome {
+        let plan = Command::Rebalance {
+            now_ms,
+            planned_at: self.state.revision(),
+            namespace: namespace.into(),
+            moves: shards
+                .map(|shard| Move {
+                    shard,
+                    to: to.to_owned(),
+                })
+                .collect(),
+        };
+        self.apply(plan)
     }
 
     /// Registers an executor into `namespace` (P18.1).

@@ -555,31 +555,14 @@ fn p18_1_each_namespace_s_load_reports_are_its_own() {
 #[test]
 fn p18_1_every_namespace_is_placed_by_its_own_loads() {
     use crate::leader::placement::TermPlacement;
-    use crate::lease::Move;
-    use crate::load_reports::ReportedLoads;
-    use leasehold_api::wire::ShardLoad;
-
     let mut world = World::new(4, LEASE_MS);
     world.create_namespace("kv", 8);
     let a = world.register_in("a", "kv", 0);
     let b = world.register_in("b", "kv", 0);
     // Four shards each, all of the load on a's.
-    let split = Command::Rebalance {
-        now_ms: 0,
-        planned_at: world.state.revision(),
-        namespace: "kv".into(),
-        moves: (0..8)
-            .map(|shard| Move {
-                shard,
-                to: if shard < 4 { a.clone() } else { b.clone() },
-            })
-            .collect(),
-    };
-    world.apply(split);
-    let report = |shards: std::ops::Range<u32>, load: f64| ReportedLoads::PerShard {
-        measured: shards.clone().collect(),
-        loads: shards.map(|shard| ShardLoad { shard, load }).collect(),
-    };
+    world.move_in("kv", 0..4, &a, 0);
+    world.move_in("kv", 4..8, &b, 0);
+    let report = super::uniform_report;
     let mut placement = TermPlacement::new(PlacementSettings::default());
     let kv = || world.state.space("kv").unwrap();
     assert_eq!(placement.inputs(kv(), 1).loads, Loads::Learning);

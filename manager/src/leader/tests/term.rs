@@ -190,29 +190,13 @@ fn p6_2_p6_4_taking_office_and_the_pushes_owed() {
 /// need no move).
 #[test]
 fn p18_1_a_step_places_each_namespace_by_its_own_loads() {
-    use crate::lease::Move;
-    use crate::load_reports::ReportedLoads;
-    use leasehold_api::wire::ShardLoad;
-
     let mut world = World::new(4, LEASE_MS);
     world.create_namespace("kv", 8);
     let a = world.register_in("a", "kv", 0);
     let b = world.register_in("b", "kv", 0);
-    world.apply(Command::Rebalance {
-        now_ms: 0,
-        planned_at: world.state.revision(),
-        namespace: "kv".into(),
-        moves: (0..8)
-            .map(|shard| Move {
-                shard,
-                to: if shard < 4 { a.clone() } else { b.clone() },
-            })
-            .collect(),
-    });
-    let report = |shards: std::ops::Range<u32>, load: f64| ReportedLoads::PerShard {
-        measured: shards.clone().collect(),
-        loads: shards.map(|shard| ShardLoad { shard, load }).collect(),
-    };
+    world.move_in("kv", 0..4, &a, 0);
+    world.move_in("kv", 4..8, &b, 0);
+    let report = super::uniform_report;
     let mut steps = term(64);
     steps
         .placement_mut()

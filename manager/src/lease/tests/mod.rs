@@ -187,6 +187,40 @@ impl Harness {
     }
 }
 
+/// The operator the tests' namespace actions are recorded as (P17.4).
+pub(crate) const TEST_ADMIN: &str = "admin CN=alice";
+
+/// An operator's `CreateNamespace` (P18.1) at time 0.
+pub(crate) fn create_namespace_command(
+    name: &str,
+    shard_count: u32,
+    lease_duration_ms: u64,
+    max_executors: Option<u32>,
+) -> Command {
+    Command::Operator {
+        now_ms: 0,
+        actor: TEST_ADMIN.to_owned(),
+        action: super::OperatorAction::CreateNamespace {
+            name: name.to_owned(),
+            shard_count,
+            lease_duration_ms,
+            max_executors,
+        },
+    }
+}
+
+/// [`register_command`] into `namespace` (P18.1).
+pub(crate) fn register_in_command(now_ms: u64, incarnation: &str, namespace: &str) -> Command {
+    let mut command = register_command(now_ms, incarnation);
+    if let Command::Register {
+        namespace: into, ..
+    } = &mut command
+    {
+        namespace.clone_into(into);
+    }
+    command
+}
+
 /// A `Register` for `incarnation` with a derived address.
 pub(crate) fn register_command(now_ms: u64, incarnation: &str) -> Command {
     register_command_with_capacity(now_ms, incarnation, crate::lease::DEFAULT_CAPACITY)

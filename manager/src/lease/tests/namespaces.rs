@@ -7,37 +7,18 @@ use super::super::{
     Command, Move, Namespace, OperatorAction, Outcome, RefusalReason, RegisterResult, RenewResult,
     Renewal, ShardId,
 };
-use super::{register_command, Harness, LEASE_MS};
-
-const ADMIN: &str = "admin CN=alice";
+use super::{create_namespace_command, register_in_command, Harness, LEASE_MS, TEST_ADMIN};
 
 fn operator(now_ms: u64, action: OperatorAction) -> Command {
     Command::Operator {
         now_ms,
-        actor: ADMIN.to_owned(),
+        actor: TEST_ADMIN.to_owned(),
         action,
     }
 }
 
 fn create(name: &str, shard_count: u32, lease_duration_ms: u64) -> Command {
-    create_bounded(name, shard_count, lease_duration_ms, None)
-}
-
-fn create_bounded(
-    name: &str,
-    shard_count: u32,
-    lease_duration_ms: u64,
-    max_executors: Option<u32>,
-) -> Command {
-    operator(
-        0,
-        OperatorAction::CreateNamespace {
-            name: name.to_owned(),
-            shard_count,
-            lease_duration_ms,
-            max_executors,
-        },
-    )
+    create_namespace_command(name, shard_count, lease_duration_ms, None)
 }
 
 fn delete(now_ms: u64, name: &str) -> Command {
@@ -47,17 +28,6 @@ fn delete(now_ms: u64, name: &str) -> Command {
             name: name.to_owned(),
         },
     )
-}
-
-fn register_in(now_ms: u64, incarnation: &str, namespace: &str) -> Command {
-    let mut command = register_command(now_ms, incarnation);
-    if let Command::Register {
-        namespace: into, ..
-    } = &mut command
-    {
-        namespace.clone_into(into);
-    }
-    command
 }
 
 fn rebalance(harness: &Harness, namespace: &str, moves: &[(ShardId, &str)]) -> Command {
@@ -77,7 +47,7 @@ fn rebalance(harness: &Harness, namespace: &str, moves: &[(ShardId, &str)]) -> C
 
 impl Harness {
     fn register_in(&mut self, now_ms: u64, incarnation: &str, namespace: &str) -> String {
-        match self.apply(register_in(now_ms, incarnation, namespace)) {
+        match self.apply(register_in_command(now_ms, incarnation, namespace)) {
             Outcome::Registered { grant, .. } => grant.executor_id,
             other => panic!("register {incarnation} into {namespace} failed: {other:?}"),
         }
@@ -165,7 +135,10 @@ fn p18_1_a_namespace_is_created_once_with_its_own_shards_and_lease() {
             create("x", 1, 24 * 60 * 60 * 1000 + 1),
             "a lease beyond a day",
         ),
-        (create_bounded("x", 1, 10_000, Some(0)), "a bound of 0"),
+        (
+            create_namespace_command("x", 1, 10_000, Some(0)),
+            "a bound of 0",
+        ),
     ] {
         let outcome = harness.apply_expecting_no_change(command);
         assert!(
@@ -220,7 +193,7 @@ fn p18_1_the_cluster_bounds_namespaces_and_total_shards() {
 #[test]
 fn p18_1_an_executor_registers_into_one_namespace_and_gets_its_lease() {
     let mut harness = Harness::initialised(4, LEASE_MS);
-    let refused = harness.apply_expecting_no_change(register_in(0, "k", "kv"));
+    let refused = harness.apply_expecting_no_change(register_in_command(0, "k", "kv"));
     assert!(
         matches!(
             &refused,
@@ -231,7 +204,7 @@ fn p18_1_an_executor_registers_into_one_namespace_and_gets_its_lease() {
         "{refused:?}"
     );
     harness.apply(create("kv", 2, 10_000));
-    match harness.apply(register_in(0, "k", "kv")) {
+    match harness.apply(register_in_command(0, "k", "kv")) {
         Outcome::Registered { grant, .. } => {
             assert_eq!(grant.shard_count, 2);
             assert_eq!(grant.lease_ttl_ms, 10_000);
@@ -278,7 +251,7 @@ fn p18_1_an_executor_registers_into_one_namespace_and_gets_its_lease() {
 #[test]
 fn p18_1_an_incarnation_belongs_to_one_namespace() {
     let (mut harness, _, _) = two_spaces();
-    let outcome = harness.apply_expecting_no_change(register_in(0, "d", "kv"));
+    let outcome = harness.apply_expecting_no_change(register_in_command(0, "d", "kv"));
     assert!(
         matches!(
             &outcome,
@@ -467,10 +440,10 @@ fn p18_1_maintenance_makes_every_namespace_s_plans_stale() {
 #[test]
 fn p18_1_a_namespace_s_executor_bound_refuses_newcomers_only() {
     let mut harness = Harness::initialised(4, LEASE_MS);
-    harness.apply(create_bounded("kv", 2, 10_000, Some(2)));
+    harness.apply(create_namespace_command("kv", 2, 10_000, Some(2)));
     harness.register_in(0, "k1", "kv");
     harness.register_in(0, "k2", "kv");
-    let refused = harness.apply_expecting_no_change(register_in(0, "k3", "kv"));
+    let refused = harness.apply_expecting_no_change(register_in_command(0, "k3", "kv"));
     assert!(
         matches!(
             &refused,
@@ -481,7 +454,7 @@ fn p18_1_a_namespace_s_executor_bound_refuses_newcomers_only() {
         "{refused:?}"
     );
     assert!(matches!(
-        harness.apply(register_in(0, "k2", "kv")),
+        harness.apply(register_in_command(0, "k2", "kv")),
         Outcome::Registered {
             already_registered: true,
             ..
@@ -503,29 +476,31 @@ fn p18_1_a_namespace_s_executor_bound_refuses_newcomers_only() {
         now_ms: 1,
         registrations: ["k4", "k5"]
             .into_iter()
-            .map(|incarnation| match register_in(1, incarnation, "kv") {
-                Command::Register {
-                    incarnation,
-                    address,
-                    name,
-                    credential_sha256,
-                    capacity,
-                    app_version,
-                    labels,
-                    namespace,
-                    ..
-                } => super::super::Registration {
-                    incarnation,
-                    address,
-                    name,
-                    credential_sha256,
-                    capacity,
-                    app_version,
-                    labels,
-                    namespace,
+            .map(
+                |incarnation| match register_in_command(1, incarnation, "kv") {
+                    Command::Register {
+                        incarnation,
+                        address,
+                        name,
+                        credential_sha256,
+                        capacity,
+                        app_version,
+                        labels,
+                        namespace,
+                        ..
+                    } => super::super::Registration {
+                        incarnation,
+                        address,
+                        name,
+                        credential_sha256,
+                        capacity,
+                        app_version,
+                        labels,
+                        namespace,
+                    },
+                    other => panic!("{other:?}"),
                 },
-                other => panic!("{other:?}"),
-            })
+            )
             .collect(),
     };
     let Outcome::RegisteredMany { results } = harness.apply(batch) else {
@@ -644,7 +619,7 @@ fn p18_1_a_drained_namespace_is_deleted_and_its_name_never_repeats_an_epoch() {
         }
     ));
     assert!(matches!(
-        harness.apply_expecting_no_change(register_in(4, "k3", "kv")),
+        harness.apply_expecting_no_change(register_in_command(4, "k3", "kv")),
         Outcome::Refused {
             reason: RefusalReason::UnknownNamespace { .. }
         }
