@@ -712,7 +712,7 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
         }
     })
     .await;
-    let settled = poll_until(
+    poll_until(
         "every shard owned by the executor",
         SETTLE_BOUND,
         || async {
@@ -729,6 +729,22 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
             }
         },
     )
+    .await;
+    // The registration's lease reservation (P6.8) is written a moment after it, whenever the
+    // plan was: the cases start once the state has been still for a second.
+    let settled = poll_until("the state still for a second", SETTLE_BOUND, || async {
+        let before = state_without_clock(&http, &leader_url).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = state_without_clock(&http, &leader_url).await;
+        if before["revision"] == after["revision"] {
+            Ok(after)
+        } else {
+            Err(format!(
+                "revision {} then {}",
+                before["revision"], after["revision"]
+            ))
+        }
+    })
     .await;
     let revision = settled["revision"].as_u64().expect("revision");
 

@@ -19,6 +19,7 @@ const LEASE_RESERVATION_SCHEMA: u64 = 9;
 const LEADER_BOUND: Duration = Duration::from_secs(20);
 const SETTLE_BOUND: Duration = Duration::from_secs(30);
 const FROM_MEMORY: &str = "leasehold_renewals_from_memory_total";
+const UNRESERVED: &str = "leasehold_renewals_through_log_total{reason=\"unreserved\"}";
 
 fn options(extra_args: &[&str]) -> ClusterOptions {
     ClusterOptions {
@@ -85,7 +86,9 @@ fn assert_exclusive(executors: &[&FakeExecutor]) {
 }
 
 /// P6.5, P6.6: once every executor has a reservation, its renewals are answered from memory and
-/// the Raft log grows by the reservations only (about one entry per lease for the fleet).
+/// the Raft log grows by the reservations only (about one entry per lease for the fleet). P6.8:
+/// a registration asks for its executor's reservation, so not even the first renewal goes
+/// through the log for want of one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p6_5_renewals_in_sync_are_answered_from_memory_without_log_entries() {
     let _serial = one_cluster_at_a_time().await;
@@ -95,7 +98,6 @@ async fn p6_5_renewals_in_sync_are_answered_from_memory_without_log_entries() {
     let first = FakeExecutor::start(cluster.urls(), "first").await;
     let second = FakeExecutor::start(cluster.urls(), "second").await;
     wait_for_every_shard(&[&first, &second]).await;
-    // The first renewals after registering go through the log and ask for reservations.
     poll_until("renewals answered from memory", SETTLE_BOUND, || async {
         let answered = counted(&cluster, FROM_MEMORY).await;
         (answered >= 2.0)
@@ -113,6 +115,11 @@ async fn p6_5_renewals_in_sync_are_answered_from_memory_without_log_entries() {
     assert!(
         (entries as f64) <= answered / 2.0,
         "{entries} log entries for {answered} renewals answered from memory"
+    );
+    assert_eq!(
+        counted(&cluster, UNRESERVED).await,
+        0.0,
+        "renewals through the log for want of a reservation (P6.8)"
     );
     let held_before: BTreeMap<u32, u64> = first.held().into_iter().chain(second.held()).collect();
     assert_eq!(held_before.len(), SHARDS as usize, "every shard still held");

@@ -111,6 +111,11 @@ pub async fn register(
             already_registered,
         } => {
             tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
+            node.memory_renewals.reserve_for_registered(
+                cluster_version,
+                node.leadership.clock.term(),
+                &grant.executor_id,
+            );
             Ok(Json(grant.into()))
         }
         RegisterResult::Refused { reason } => Err(refusal(reason)),

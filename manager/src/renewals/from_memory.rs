@@ -224,6 +224,21 @@ impl MemoryRenewals {
 }
 
 impl MemoryRenewals {
+    /// Asks for a reservation for an executor this node registered as leader in `term`
+    /// (P6.6, P6.8), once the cluster version keeps reservations; the reservations task writes it
+    /// with those gathered beside it.
+    pub fn reserve_for_registered(&self, cluster_version: u32, term: u64, executor_id: &str) {
+        if !self.enabled || cluster_version < leasehold_api::wire::LEASE_RESERVATION_SCHEMA {
+            return;
+        }
+        {
+            let mut leases = self.leases();
+            leases.begin_term(term);
+            leases.want_reservation(executor_id.to_owned());
+        }
+        self.reservations_wanted.notify_one();
+    }
+
     /// What this node told from memory in its current term, if it leads (the views' lease
     /// times, P6.7); `None` on a follower.
     pub fn told_if_leading(&self, leadership: &Leadership) -> Option<ToldFromMemory> {

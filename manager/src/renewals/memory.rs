@@ -160,6 +160,15 @@ impl MemoryLeases {
         self.last_answered_ms
     }
 
+    /// Asks for a reservation for `executor_id`, which this leader just registered (P6.6): it
+    /// is written before the executor's first renewal, a third of a lease later, so that renewal
+    /// is answered from memory too. Without it a fleet registered at once would renew through the
+    /// log together, one entry per batch, and every renewal answered from memory meanwhile would
+    /// wait for those entries to be applied (P6.8, step 1).
+    pub fn want_reservation(&mut self, executor_id: ExecutorId) {
+        self.reservations_wanted.insert(executor_id);
+    }
+
     /// Takes up to `max` executors whose reservation should be refreshed, ascending.
     pub fn take_reservations_wanted(&mut self, max: usize) -> Vec<ExecutorId> {
         let taken: Vec<ExecutorId> = self.reservations_wanted.iter().take(max).cloned().collect();

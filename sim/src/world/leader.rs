@@ -154,6 +154,25 @@ impl World {
             .after_commit(before, after, command, outcome, &views, self.now_us);
     }
 
+    /// As the register handler does on the leader (P6.8): the executor's reservation is asked for
+    /// at once, so its first renewal is answered from memory too.
+    fn reserve_for_registered(&mut self, manager: usize, executor_id: &str) {
+        let Some(leader) = &self.leader else {
+            return;
+        };
+        if leader.manager != manager
+            || self.replicas[manager].cluster_version() < LEASE_RESERVATION_SCHEMA
+        {
+            return;
+        }
+        let now_ms = self.leader_clock_ms(leader.offset_ms, leader.rate_ppm);
+        let command = Command::ReserveLeases {
+            now_ms,
+            executor_ids: vec![executor_id.to_owned()],
+        };
+        self.propose(command, ReplyTo::Nobody);
+    }
+
     /// Sends the outcome of a committed proposal to whoever asked.
     pub(super) fn answer(&mut self, manager: usize, reply_to: ReplyTo, outcome: &Outcome) {
         match reply_to {
@@ -162,10 +181,13 @@ impl World {
             ReplyTo::Register { slot, call, .. } => {
                 let message = match outcome {
                     Outcome::RegisteredMany { results } => match results.as_slice() {
-                        [RegisterResult::Registered { grant, .. }] => Message::Granted {
-                            call,
-                            grant: grant.clone().into(),
-                        },
+                        [RegisterResult::Registered { grant, .. }] => {
+                            self.reserve_for_registered(manager, &grant.executor_id);
+                            Message::Granted {
+                                call,
+                                grant: grant.clone().into(),
+                            }
+                        }
                         _ => Message::CallFailed { call },
                     },
                     _ => Message::CallFailed { call },
