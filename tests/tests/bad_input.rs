@@ -364,6 +364,43 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             post("/v1/namespaces", json!({"name": "kv", "shard_count": 4, "owner": "me"})),
             InvalidRequest,
         ),
+        // P18.4: a namespace's placement settings, at creation and changed in place.
+        case(
+            "a namespace created with a tolerance of 0 %",
+            post(
+                "/v1/namespaces",
+                json!({"name": "kv", "shard_count": 4, "placement": {"balance_tolerance_percent": 0}}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace created preferring no label",
+            post(
+                "/v1/namespaces",
+                json!({"name": "kv", "shard_count": 4, "placement": {"prefer": "zone"}}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace created with an unknown placement setting",
+            post(
+                "/v1/namespaces",
+                json!({"name": "kv", "shard_count": 4, "placement": {"spread": true}}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace changed to no balance moves",
+            RawRequest::new(Method::PATCH, "/v1/namespaces/default")
+                .json(json!({"placement": {"max_balance_moves_per_minute": 0}}).to_string()),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace changed to prefer two labels",
+            RawRequest::new(Method::PATCH, "/v1/namespaces/default")
+                .json(json!({"placement": {"prefer": "zone=a,rack=b"}}).to_string()),
+            InvalidRequest,
+        ),
         case(
             "the default namespace deleted",
             RawRequest::new(Method::DELETE, "/v1/namespaces/default"),

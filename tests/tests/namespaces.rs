@@ -72,6 +72,7 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
             shard_count: ORDERS_SHARDS,
             lease_duration_ms: Some(lease_duration_ms),
             max_executors: Some(4),
+            placement: Default::default(),
         })
         .await
         .expect("orders is created");
@@ -318,6 +319,7 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
                 shard_count,
                 lease_duration_ms: Some(lease_duration_ms),
                 max_executors: None,
+                placement: Default::default(),
             })
             .await
             .unwrap_or_else(|e| panic!("{name} is created: {e}"));
@@ -556,6 +558,7 @@ async fn p18_1_one_process_runs_an_executor_in_each_namespace() {
             shard_count: ORDERS_SHARDS,
             lease_duration_ms: None,
             max_executors: None,
+            placement: Default::default(),
         })
         .await
         .expect("orders is created");

@@ -894,6 +894,7 @@ async fn check_namespaces(
             shard_count: ORDERS_SHARDS,
             lease_duration_ms: None,
             max_executors: None,
+            placement: Default::default(),
         })
         .await
         .expect("orders is created");

@@ -1,7 +1,8 @@
 //! Zones over the real binaries (PROTOCOL P18.3): four executors in two zones (`--label
 //! zone=...`), the labels shown by the managers, each zone's share in proportion to its capacity,
 //! and a whole zone SIGKILLed: only its shards move, the survivors keep what they held, and the
-//! admission logs show I1 and I2.
+//! admission logs show I1 and I2. A namespace preferring a zone (P18.4) has every shard there,
+//! and spread over every zone again once the preference is gone.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -9,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use leasehold_tests::ctl::leaseholdctl;
 use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
 use leasehold_tests::faults::{
     fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
@@ -18,6 +20,9 @@ use leasehold_tests::{one_cluster_at_a_time, wait_for_cluster_version, Cluster};
 
 /// The cluster version that takes labels (`leasehold_api::wire::LABELS_SCHEMA`).
 const LABELS_SCHEMA: u32 = 7;
+/// The cluster version that takes a namespace's placement settings
+/// (`leasehold_api::wire::NAMESPACE_PLACEMENT_SCHEMA`).
+const NAMESPACE_PLACEMENT_SCHEMA: u32 = 11;
 /// The leader raises the cluster version within a probe round or two of formation (2 s each).
 const VERSION_BOUND: Duration = Duration::from_secs(30);
 
@@ -94,5 +99,61 @@ async fn p18_3_losing_a_zone_moves_only_its_shards() {
             "P18.3: a survivor kept every shard it held: {before:?} -> {after:?}"
         );
     }
+    fleet.check(SCENARIO);
+}
+
+/// P18.4, I1, I2: `leaseholdctl namespace set default --prefer zone=a` gives every shard to zone
+/// a's two executors, split evenly, and `--prefer default` spreads them over both zones again;
+/// `namespace show` shows the setting while it is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_4_a_preferred_zone_takes_every_shard_until_the_preference_goes() {
+    const SCENARIO: &str = "p18_4_a_preferred_zone_takes_every_shard_until_the_preference_goes";
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::new(fault_cluster_options());
+    use_fault_timing(&mut cluster);
+    cluster.start_all();
+    wait_for_cluster_version(&mut cluster, NAMESPACE_PLACEMENT_SCHEMA, VERSION_BOUND).await;
+
+    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
+    let zone_a = [
+        start_in_zone(&mut fleet, &cluster, "a-0", "a"),
+        start_in_zone(&mut fleet, &cluster, "a-1", "a"),
+    ];
+    let zone_b = [
+        start_in_zone(&mut fleet, &cluster, "b-0", "b"),
+        start_in_zone(&mut fleet, &cluster, "b-1", "b"),
+    ];
+    let everyone: Vec<usize> = zone_a.iter().chain(&zone_b).copied().collect();
+    wait_for_even_split(&fleet.refs(&everyone), FAULT_SHARDS, SETTLE_BOUND).await;
+
+    let endpoints = cluster.urls();
+    leaseholdctl(
+        &endpoints,
+        &["namespace", "set", "default", "--prefer", "zone=a"],
+    )
+    .await
+    .ok();
+    let shown = leaseholdctl(&endpoints, &["namespace", "show", "default"])
+        .await
+        .ok();
+    assert!(
+        shown.stdout.contains("prefer zone=a"),
+        "namespace show: {}",
+        shown.stdout
+    );
+    wait_for_even_split(&fleet.refs(&zone_a), FAULT_SHARDS, SETTLE_BOUND).await;
+
+    leaseholdctl(
+        &endpoints,
+        &["namespace", "set", "default", "--prefer", "default"],
+    )
+    .await
+    .ok();
+    let sets = wait_for_even_split(&fleet.refs(&everyone), FAULT_SHARDS, SETTLE_BOUND).await;
+    let per_zone: Vec<usize> = sets
+        .chunks(2)
+        .map(|zone| zone.iter().map(BTreeSet::len).sum())
+        .collect();
+    assert_eq!(per_zone, [24, 24], "each zone half the shards again");
     fleet.check(SCENARIO);
 }

@@ -7,6 +7,7 @@
 
 pub mod certs;
 pub mod exit;
+mod placement;
 mod remove;
 pub mod snapshot;
 pub mod table;
@@ -342,6 +343,8 @@ pub enum NamespaceVerb {
         /// Most executors registered in it at once; absent: no bound but the cluster's.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         max_executors: Option<u32>,
+        #[command(flatten)]
+        placement: placement::PlacementArgs,
     },
     /// Every namespace, `default` included: shard count, lease, executors, owned shards, bound.
     List,
@@ -351,14 +354,22 @@ pub enum NamespaceVerb {
         #[arg(value_parser = namespace_name)]
         name: String,
     },
-    /// Change a namespace's lease (for grants from now on) or executor bound (for registrations
-    /// from now on: a lower bound removes no one); its shard count never changes. Needs the
-    /// admin role under TLS.
+    /// Change a namespace's lease (for grants from now on), executor bound (for registrations
+    /// from now on: a lower bound removes no one) or placement settings (for plans from now on,
+    /// cluster version 11); its shard count never changes. Needs the admin role under TLS.
     #[command(group(
         clap::ArgGroup::new("change")
             .required(true)
             .multiple(true)
-            .args(["lease_ms", "max_executors", "no_max_executors"])
+            .args([
+                "lease_ms",
+                "max_executors",
+                "no_max_executors",
+                "load_placement",
+                "balance_tolerance",
+                "max_balance_moves",
+                "prefer",
+            ])
     ))]
     Set {
         /// The namespace's name.
@@ -374,6 +385,8 @@ pub enum NamespaceVerb {
         /// Remove its executor bound.
         #[arg(long)]
         no_max_executors: bool,
+        #[command(flatten)]
+        placement: placement::PlacementArgs,
     },
     /// Delete a namespace. Refused while any of its shards has an owner: drain its executors
     /// first; those still registered then hold nothing and are removed with it. Deleting it
@@ -699,6 +712,7 @@ fn create_request(
     shard_count: u32,
     lease_duration_ms: Option<u64>,
     max_executors: Option<u32>,
+    placement: &placement::PlacementArgs,
 ) -> Result<CreateNamespaceRequest, CtlError> {
     if is_default_namespace(name) {
         return Err(CtlError::BadInput(format!(
@@ -710,6 +724,7 @@ fn create_request(
         shard_count,
         lease_duration_ms,
         max_executors,
+        placement: placement.settings(),
     })
 }
 
@@ -721,6 +736,7 @@ fn set_request(
     lease_duration_ms: Option<u64>,
     max_executors: Option<u32>,
     no_max_executors: bool,
+    placement: &placement::PlacementArgs,
 ) -> Result<SetNamespaceRequest, CtlError> {
     let max_executors = match (max_executors, no_max_executors) {
         (Some(_), true) => {
@@ -732,10 +748,12 @@ fn set_request(
         (None, true) => Some(None),
         (None, false) => None,
     };
-    if lease_duration_ms.is_none() && max_executors.is_none() {
+    let placement = placement.change();
+    if lease_duration_ms.is_none() && max_executors.is_none() && placement.is_empty() {
         return Err(CtlError::BadInput(format!(
-            "namespace set {name}: nothing to change: give --lease, --max-executors or \
-             --no-max-executors"
+            "namespace set {name}: nothing to change: give --lease, --max-executors, \
+             --no-max-executors, --load-placement, --balance-tolerance, --max-balance-moves or \
+             --prefer"
         )));
     }
     if lease_duration_ms.is_some() && is_default_namespace(name) {
@@ -747,6 +765,7 @@ fn set_request(
     Ok(SetNamespaceRequest {
         lease_duration_ms,
         max_executors,
+        placement,
     })
 }
 
@@ -758,8 +777,9 @@ async fn run_namespace(cli: &Cli, verb: &NamespaceVerb, out: &mut Out<'_>) -> Re
             shards,
             lease_ms,
             max_executors,
+            placement,
         } => {
-            let request = create_request(name, *shards, *lease_ms, *max_executors)?;
+            let request = create_request(name, *shards, *lease_ms, *max_executors, placement)?;
             let client = cli.client(cli.request_timeout)?;
             client.create_namespace(&request).await?
         }
@@ -777,8 +797,15 @@ async fn run_namespace(cli: &Cli, verb: &NamespaceVerb, out: &mut Out<'_>) -> Re
             lease_ms,
             max_executors,
             no_max_executors,
+            placement,
         } => {
-            let request = set_request(name, *lease_ms, *max_executors, *no_max_executors)?;
+            let request = set_request(
+                name,
+                *lease_ms,
+                *max_executors,
+                *no_max_executors,
+                placement,
+            )?;
             let client = cli.client(cli.request_timeout)?;
             client.set_namespace(name, &request).await?
         }
@@ -1374,6 +1401,7 @@ fn render_namespace(n: &NamespaceView) -> String {
         ("executors", n.executors.to_string()),
         ("owned shards", n.owned_shards.to_string()),
         ("created", created),
+        ("placement", placement::render_placement(&n.placement)),
     ])
 }
 

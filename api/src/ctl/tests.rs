@@ -540,6 +540,7 @@ fn namespace_view(name: &str, max_executors: Option<u32>, created_revision: u64)
         executors: 3,
         owned_shards: 12,
         created_revision,
+        placement: Default::default(),
     }
 }
 
@@ -573,13 +574,30 @@ fn p18_1_namespace_list_and_show_render_the_settings() {
          max executors:   5\n\
          executors:       3\n\
          owned shards:    12\n\
-         created:         revision 41\n"
+         created:         revision 41\n\
+         placement:       the managers' flags\n"
     );
     let shown = render_namespace(&namespaces[0]);
     assert!(shown.contains("max executors:   -\n"), "{shown}");
     assert!(
-        shown.ends_with("created:         with the cluster\n"),
+        shown.contains("created:         with the cluster\n"),
         "{shown}"
+    );
+    // P18.4: its own placement settings, the rest following the managers' flags.
+    let placed = NamespaceView {
+        placement: crate::wire::NamespacePlacement {
+            balance_tolerance_percent: Some(20),
+            prefer: Some("zone=a".into()),
+            ..Default::default()
+        },
+        ..namespace_view("orders", None, 41)
+    };
+    assert!(
+        render_namespace(&placed).ends_with(
+            "placement:       balance tolerance 20%, prefer zone=a (the rest: the managers' flags)\n"
+        ),
+        "{}",
+        render_namespace(&placed)
     );
 }
 
@@ -690,8 +708,12 @@ fn p18_1_namespace_commands_parse() {
                     shards: 64,
                     lease_ms: None,
                     max_executors: None,
+                    placement,
                 },
-        } => assert_eq!(name, "orders"),
+        } => {
+            assert_eq!(name, "orders");
+            assert!(placement.settings().is_empty());
+        }
         other => panic!("{other:?}"),
     }
     let argv = [
@@ -704,6 +726,14 @@ fn p18_1_namespace_commands_parse() {
         "1m 30s",
         "--max-executors",
         "7",
+        "--load-placement",
+        "false",
+        "--balance-tolerance",
+        "15%",
+        "--max-balance-moves",
+        "9",
+        "--prefer",
+        "zone=a",
     ];
     match parse(&argv).unwrap().command {
         Noun::Namespace {
@@ -713,8 +743,20 @@ fn p18_1_namespace_commands_parse() {
                     shards: 1_048_576,
                     lease_ms: Some(90_000),
                     max_executors: Some(7),
+                    placement,
                 },
-        } => assert_eq!(name, "kv-2"),
+        } => {
+            assert_eq!(name, "kv-2");
+            assert_eq!(
+                placement.settings(),
+                crate::wire::NamespacePlacement {
+                    load_placement: Some(false),
+                    balance_tolerance_percent: Some(15),
+                    max_balance_moves_per_minute: Some(9),
+                    prefer: Some("zone=a".into()),
+                }
+            );
+        }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
@@ -760,6 +802,34 @@ fn p18_1_namespace_commands_parse() {
             other => panic!("{other:?}"),
         }
     }
+    // P18.4: placement flags alone are a change; `default` returns one to the managers' flag.
+    let argv = [
+        "namespace",
+        "set",
+        "orders",
+        "--prefer",
+        "default",
+        "--balance-tolerance",
+        "20",
+    ];
+    match parse(&argv).unwrap().command {
+        Noun::Namespace {
+            verb: NamespaceVerb::Set {
+                name, placement, ..
+            },
+        } => {
+            let request = set_request(&name, None, None, false, &placement).unwrap();
+            assert_eq!(request.placement.prefer, Some(None));
+            assert_eq!(request.placement.balance_tolerance_percent, Some(Some(20)));
+            assert_eq!(request.placement.load_placement, None);
+            assert_eq!(
+                serde_json::to_value(&request).unwrap(),
+                serde_json::json!({"placement": {"balance_tolerance_percent": 20, "prefer": null}})
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["namespace", "set", "orders", "--prefer", "zone"]).is_err());
     match parse(&["namespace", "delete", "orders"]).unwrap().command {
         Noun::Namespace {
             verb: NamespaceVerb::Delete { name },
@@ -901,30 +971,32 @@ fn p18_1_namespace_set_needs_one_change() {
     assert_eq!(error.exit_code(), 2, "{error}");
 
     // The same rules where the request is built, for a `Cli` made without the parser.
-    let nothing = set_request("orders", None, None, false).unwrap_err();
+    let nothing = set_request("orders", None, None, false, &Default::default()).unwrap_err();
     assert_eq!(nothing.exit_code(), 2);
     assert!(
         nothing.to_string().contains("nothing to change"),
         "{nothing}"
     );
     assert_eq!(
-        set_request("orders", None, Some(2), true)
+        set_request("orders", None, Some(2), true, &Default::default())
             .unwrap_err()
             .exit_code(),
         2
     );
     assert_eq!(
-        set_request("orders", None, None, true).unwrap(),
+        set_request("orders", None, None, true, &Default::default()).unwrap(),
         SetNamespaceRequest {
             lease_duration_ms: None,
             max_executors: Some(None),
+            placement: Default::default(),
         }
     );
     assert_eq!(
-        set_request("orders", Some(500), Some(4), false).unwrap(),
+        set_request("orders", Some(500), Some(4), false, &Default::default()).unwrap(),
         SetNamespaceRequest {
             lease_duration_ms: Some(500),
             max_executors: Some(Some(4)),
+            placement: Default::default(),
         }
     );
 }
@@ -934,27 +1006,28 @@ fn p18_1_namespace_set_needs_one_change() {
 #[tokio::test]
 async fn p18_1_default_cannot_be_created_deleted_or_given_a_lease() {
     assert_eq!(
-        create_request("default", 4, None, None)
+        create_request("default", 4, None, None, &Default::default())
             .unwrap_err()
             .exit_code(),
         2
     );
     assert_eq!(
-        create_request("kv", 4, Some(1_000), Some(2)).unwrap(),
+        create_request("kv", 4, Some(1_000), Some(2), &Default::default()).unwrap(),
         CreateNamespaceRequest {
             name: "kv".into(),
             shard_count: 4,
             lease_duration_ms: Some(1_000),
             max_executors: Some(2),
+            placement: Default::default(),
         }
     );
     assert_eq!(
-        set_request("default", Some(1_000), None, false)
+        set_request("default", Some(1_000), None, false, &Default::default())
             .unwrap_err()
             .exit_code(),
         2
     );
-    assert!(set_request("default", None, Some(9), false).is_ok());
+    assert!(set_request("default", None, Some(9), false, &Default::default()).is_ok());
 
     let fake = FakeManager::start().await;
     for argv in [

@@ -15,6 +15,11 @@ use serde::{Deserialize, Serialize};
 /// managers stating this cluster version or later.
 pub const NAMESPACES_SCHEMA: u32 = 10;
 
+/// The state schema that gave each namespace its own placement settings (PROTOCOL P18.4, P14.3):
+/// load placement, balance tolerance, balance budget and a label preference, each overriding
+/// the managers' flag for that namespace's plans.
+pub const NAMESPACE_PLACEMENT_SCHEMA: u32 = 11;
+
 /// The namespace of everything that names none: the shard space created by the cluster's
 /// initialisation. It always exists and cannot be deleted.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -58,6 +63,152 @@ pub struct CreateNamespaceRequest {
     /// Most executors registered in it at once; absent: no bound but the cluster's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_executors: Option<u32>,
+    /// Its own placement settings (P18.4); absent ones follow the managers' flags.
+    #[serde(default, skip_serializing_if = "NamespacePlacement::is_empty")]
+    pub placement: NamespacePlacement,
+}
+
+/// A namespace's own placement settings (PROTOCOL P18.4). Each one set overrides the managers'
+/// flag for this namespace's plans; an absent one follows the flag of whichever manager leads.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NamespacePlacement {
+    /// Place by the loads executors report (P15.2), or by count alone: `--load-placement`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_placement: Option<bool>,
+    /// How far an executor's load ÷ capacity may stray from the namespace's mean before shards
+    /// move for balance, in percent, `1..=100`: `--balance-tolerance`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 100))]
+    pub balance_tolerance_percent: Option<u32>,
+    /// Most shards moved for balance per minute (P15.3), `1..=1048576`: `--max-balance-moves`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 1048576))]
+    pub max_balance_moves_per_minute: Option<u32>,
+    /// `key=value`: the namespace's shards go to executors with this label while any of them
+    /// takes shards, to the others only while none does (P18.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(example = "zone=a"))]
+    pub prefer: Option<String>,
+}
+
+impl NamespacePlacement {
+    /// Whether every setting follows the managers' flags.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A change of a namespace's placement settings (`PATCH /v1/namespaces/{name}`, P18.4): an
+/// absent field keeps its value, `null` returns it to the managers' flag.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NamespacePlacementChange {
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<bool>, nullable = true))]
+    pub load_placement: Option<Option<bool>>,
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<u32>, nullable = true, minimum = 1, maximum = 100))]
+    pub balance_tolerance_percent: Option<Option<u32>>,
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<u32>, nullable = true, minimum = 1, maximum = 1048576))]
+    pub max_balance_moves_per_minute: Option<Option<u32>>,
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<String>, nullable = true, example = "zone=a"))]
+    pub prefer: Option<Option<String>>,
+}
+
+impl NamespacePlacementChange {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `current` with this change made.
+    pub fn applied_to(&self, current: &NamespacePlacement) -> NamespacePlacement {
+        fn pick<T: Clone>(change: &Option<Option<T>>, current: &Option<T>) -> Option<T> {
+            match change {
+                Some(value) => value.clone(),
+                None => current.clone(),
+            }
+        }
+        NamespacePlacement {
+            load_placement: pick(&self.load_placement, &current.load_placement),
+            balance_tolerance_percent: pick(
+                &self.balance_tolerance_percent,
+                &current.balance_tolerance_percent,
+            ),
+            max_balance_moves_per_minute: pick(
+                &self.max_balance_moves_per_minute,
+                &current.max_balance_moves_per_minute,
+            ),
+            prefer: pick(&self.prefer, &current.prefer),
+        }
+    }
+}
+
+/// Why a namespace's placement settings are refused (I6); its message is a `400` detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NamespacePlacementError {
+    #[error("balance_tolerance_percent {0} is outside 1..=100 (PROTOCOL P18.4)")]
+    Tolerance(u32),
+    #[error(
+        "max_balance_moves_per_minute {0} is outside 1..={max} (PROTOCOL P18.4)",
+        max = super::MAX_SHARD_COUNT
+    )]
+    BalanceMoves(u32),
+    #[error("prefer must be one label, key=value (PROTOCOL P18.4): {0}")]
+    Prefer(super::LabelError),
+}
+
+/// The label a `prefer` setting names, `(key, value)`, checked as an executor's label is.
+pub fn parse_preference(prefer: &str) -> Result<(String, String), NamespacePlacementError> {
+    let labels = super::parse_labels([prefer]).map_err(NamespacePlacementError::Prefer)?;
+    labels
+        .into_iter()
+        .next()
+        .ok_or(NamespacePlacementError::Prefer(
+            super::LabelError::NotAPair(String::new()),
+        ))
+}
+
+/// Checks a namespace's placement settings (P18.4). The managers' edge, their state machine and
+/// `leaseholdctl` all apply this one check.
+pub fn check_namespace_placement(
+    placement: &NamespacePlacement,
+) -> Result<(), NamespacePlacementError> {
+    if let Some(percent) = placement.balance_tolerance_percent {
+        if !(1..=100).contains(&percent) {
+            return Err(NamespacePlacementError::Tolerance(percent));
+        }
+    }
+    if let Some(moves) = placement.max_balance_moves_per_minute {
+        if moves == 0 || moves > super::MAX_SHARD_COUNT {
+            return Err(NamespacePlacementError::BalanceMoves(moves));
+        }
+    }
+    if let Some(prefer) = &placement.prefer {
+        parse_preference(prefer)?;
+    }
+    Ok(())
 }
 
 /// `PATCH /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): change a namespace's settings in
@@ -78,6 +229,9 @@ pub struct SetNamespaceRequest {
     )]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<u32>, nullable = true))]
     pub max_executors: Option<Option<u32>>,
+    /// Changes to its placement settings (P18.4).
+    #[serde(default, skip_serializing_if = "NamespacePlacementChange::is_empty")]
+    pub placement: NamespacePlacementChange,
 }
 
 /// A field that is absent (`None`, through `#[serde(default)]`), `null` (`Some(None)`) or a
@@ -107,6 +261,9 @@ pub struct NamespaceView {
     pub owned_shards: u64,
     /// The log index of the entry that created it; 0 for `default`.
     pub created_revision: u64,
+    /// Its own placement settings (P18.4); absent ones follow the managers' flags.
+    #[serde(default, skip_serializing_if = "NamespacePlacement::is_empty")]
+    pub placement: NamespacePlacement,
 }
 
 /// `DELETE /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): what the deletion did.
@@ -239,6 +396,7 @@ mod tests {
         let cleared = SetNamespaceRequest {
             lease_duration_ms: None,
             max_executors: Some(None),
+            placement: NamespacePlacementChange::default(),
         };
         // `None` fields are skipped: the null that clears a bound has to be sent by hand.
         assert_eq!(

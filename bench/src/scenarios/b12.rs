@@ -998,6 +998,7 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
                 shard_count: args.shards,
                 lease_duration_ms: Some(lease_ms),
                 max_executors: None,
+                placement: Default::default(),
             })
             .await
             .with_context(|| format!("B12: creating {}", namespace_name(namespace)))?;

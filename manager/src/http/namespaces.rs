@@ -17,7 +17,7 @@ use super::operator::propose_expecting;
 use super::refusals::{refusal, unknown_namespace};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::OperatorDone;
-use crate::lease::{ExecutorAnswer, LeaseState, Namespace, OperatorAction};
+use crate::lease::{ExecutorAnswer, LeaseState, Namespace, OperatorAction, PlacementOverrides};
 
 /// The `{name}` path parameter: a namespace name, checked where it is extracted.
 #[derive(Debug, utoipa::IntoParams)]
@@ -56,6 +56,7 @@ fn view(name: &str, namespace: &Namespace, state: &LeaseState) -> NamespaceView 
             .map(|executor| executor.owned_shards.len() as u64)
             .sum(),
         created_revision: namespace.created_revision,
+        placement: namespace.placement.to_wire(),
     }
 }
 
@@ -114,9 +115,9 @@ pub async fn show(
     responses(
         (status = 201, description = "Created (recorded in the audit log).", body = NamespaceView),
         (status = 200, description = "It existed with these settings already: nothing changed.", body = NamespaceView),
-        (status = 400, description = "`invalid_request`: a malformed name, no shards or more than 1048576, a lease outside 1 ms..=24 h, a bound of 0."),
+        (status = 400, description = "`invalid_request`: a malformed name, no shards or more than 1048576, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
-        (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 10 (P14.3)."),
+        (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 10 (below 11 with placement settings, P14.3)."),
     ),
 )]
 pub async fn create(
@@ -138,11 +139,14 @@ pub async fn create(
     };
     check_namespace_settings(lease_duration_ms, request.max_executors)
         .map_err(|error| HttpError::invalid(error.to_string()))?;
+    let placement = PlacementOverrides::from_wire(&request.placement)
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
     let action = OperatorAction::CreateNamespace {
         name: request.name.clone(),
         shard_count: request.shard_count,
         lease_duration_ms,
         max_executors: request.max_executors,
+        placement,
     };
     let answer = propose_expecting(&node, &actor, action, |done| match done {
         OperatorDone::NamespaceCreated { already_exists } => Ok(already_exists),
@@ -170,17 +174,17 @@ pub async fn create(
     }
 }
 
-/// Changes a namespace's lease or executor bound in place.
+/// Changes a namespace's lease, executor bound or placement settings in place.
 #[utoipa::path(
     patch, path = "/v1/namespaces/{name}", tag = "namespaces", operation_id = "set_namespace",
     params(NamespacePath),
     request_body = SetNamespaceRequest,
     responses(
         (status = 200, description = "The namespace as it is now (recorded in the audit log if this changed it).", body = NamespaceView),
-        (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0."),
+        (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace."),
-        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 10."),
+        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 10 (below 11 for placement settings, P14.3)."),
     ),
 )]
 pub async fn set(
@@ -198,10 +202,14 @@ pub async fn set(
     let max_executors = request.max_executors.unwrap_or(current.max_executors);
     check_namespace_settings(lease_duration_ms, max_executors)
         .map_err(|error| HttpError::invalid(error.to_string()))?;
+    let placement =
+        PlacementOverrides::from_wire(&request.placement.applied_to(&current.placement))
+            .map_err(|error| HttpError::invalid(error.to_string()))?;
     let action = OperatorAction::SetNamespace {
         name: name.clone(),
         lease_duration_ms,
         max_executors,
+        placement,
     };
     let answer = propose_expecting(&node, &actor, action, |done| match done {
         OperatorDone::NamespaceSet { changed } => Ok(changed),

@@ -451,10 +451,14 @@ fn publish_loads(
             metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));
             metrics::gauge!("leasehold_hot_shards").set(summary.hot.len() as f64);
             let shard_count = space.config().map_or(0, |config| config.shard_count);
-            metrics::gauge!("leasehold_balance_moves_available").set(known.ledger.allowed(
-                now_ms,
-                placement.settings.balance_moves_per_minute(shard_count),
-            ) as f64);
+            metrics::gauge!("leasehold_balance_moves_available").set(
+                known.ledger.allowed(
+                    now_ms,
+                    placement
+                        .settings_for(space)
+                        .balance_moves_per_minute(shard_count),
+                ) as f64,
+            );
         }
         picture.spaces.insert(
             space.name().to_owned(),

@@ -14,7 +14,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_api::wire::{DEFAULT_NAMESPACE, MAX_SHARD_LOAD};
 
-use crate::lease::{Command, ExecutorId, LeaseState, Loads, PlacementInputs, Plan, ShardId, Space};
+use crate::lease::{
+    Command, ExecutorId, LeaseState, Loads, PlacementInputs, PlacementOverrides, Plan, ShardId,
+    Space,
+};
 
 /// Weight of a new report in a shard's smoothed load. Small, so that noise in the reports (a
 /// rate measured over one renewal interval) is averaged over about twenty renewals and an
@@ -62,6 +65,21 @@ impl Default for PlacementSettings {
 }
 
 impl PlacementSettings {
+    /// The settings a namespace's plans go by (P18.4): its own where it has them, these flags
+    /// for the rest.
+    pub fn for_namespace(&self, own: &PlacementOverrides) -> Self {
+        Self {
+            by_load: own.load_placement.unwrap_or(self.by_load),
+            tolerance: own
+                .balance_tolerance_percent
+                .map_or(self.tolerance, |percent| f64::from(percent) / 100.0),
+            max_balance_moves_per_minute: own
+                .max_balance_moves_per_minute
+                .and_then(|moves| usize::try_from(moves).ok())
+                .or(self.max_balance_moves_per_minute),
+        }
+    }
+
     /// The budget for a namespace of `shard_count` shards.
     pub fn balance_moves_per_minute(&self, shard_count: u32) -> usize {
         self.max_balance_moves_per_minute.unwrap_or_else(|| {
@@ -431,11 +449,22 @@ impl TermPlacement {
         }
     }
 
+    /// The settings `space`'s plans go by: its own over the flags (P18.4).
+    pub fn settings_for(&self, space: Space<'_>) -> PlacementSettings {
+        self.settings.for_namespace(&space.namespace().placement)
+    }
+
     /// What the next plan of `space` at `now_ms` goes by.
     pub fn inputs(&self, space: Space<'_>, now_ms: u64) -> PlacementInputs {
         let empty = SpacePlacement::default();
         let known = self.space(space.name()).unwrap_or(&empty);
-        placement_inputs(&self.settings, &known.tracker, &known.ledger, space, now_ms)
+        placement_inputs(
+            &self.settings_for(space),
+            &known.tracker,
+            &known.ledger,
+            space,
+            now_ms,
+        )
     }
 
     /// What the next plan of every namespace of `state` at `now_ms` goes by, by namespace.

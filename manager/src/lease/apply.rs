@@ -14,8 +14,8 @@ use leasehold_api::wire::{
 
 use super::{
     AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
-    LapsedLease, LeaseState, Move, Namespace, OperatorAction, Outcome, RefusalReason,
-    RegisterResult, Registration, RenewResult, Renewal, Revoke, ShardId, Tombstone,
+    LapsedLease, LeaseState, Move, Namespace, OperatorAction, Outcome, PlacementOverrides,
+    RefusalReason, RegisterResult, Registration, RenewResult, Renewal, Revoke, ShardId, Tombstone,
     TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
@@ -319,6 +319,7 @@ impl LeaseState {
                 shard_count,
                 lease_duration_ms,
                 max_executors,
+                placement,
             } => self.apply_create_namespace(
                 log_index,
                 name,
@@ -327,12 +328,20 @@ impl LeaseState {
                     lease_duration_ms: *lease_duration_ms,
                 },
                 *max_executors,
+                placement,
             ),
             OperatorAction::SetNamespace {
                 name,
                 lease_duration_ms,
                 max_executors,
-            } => self.apply_set_namespace(log_index, name, *lease_duration_ms, *max_executors),
+                placement,
+            } => self.apply_set_namespace(
+                log_index,
+                name,
+                *lease_duration_ms,
+                *max_executors,
+                placement,
+            ),
             OperatorAction::DeleteNamespace { name } => {
                 self.apply_delete_namespace(log_index, now_ms, name)
             }
@@ -486,6 +495,7 @@ impl LeaseState {
         name: &str,
         config: ClusterConfig,
         max_executors: Option<u32>,
+        placement: &PlacementOverrides,
     ) -> Outcome {
         if let Err(error) = check_namespace_name(name) {
             return invalid(error.to_string());
@@ -493,8 +503,14 @@ impl LeaseState {
         if let Err(error) = check_namespace_settings(config.lease_duration_ms, max_executors) {
             return invalid(error.to_string());
         }
+        if let Err(error) = placement.check() {
+            return invalid(error.to_string());
+        }
         if let Some(existing) = self.namespaces.get(name) {
-            if existing.config == config && existing.max_executors == max_executors {
+            if existing.config == config
+                && existing.max_executors == max_executors
+                && existing.placement == *placement
+            {
                 return Outcome::NamespaceCreated {
                     name: name.to_owned(),
                     already_exists: true,
@@ -534,7 +550,7 @@ impl LeaseState {
         let epoch = self.retired_epochs.remove(name).unwrap_or(0);
         self.namespaces.insert(
             name.to_owned(),
-            Namespace::new(config, max_executors, log_index, epoch),
+            Namespace::new(config, max_executors, placement.clone(), log_index, epoch),
         );
         self.touch_assignment(log_index, name);
         Outcome::NamespaceCreated {
@@ -544,16 +560,22 @@ impl LeaseState {
     }
 
     /// Changes a namespace's lease duration (grants from now on; expiries already told stand,
-    /// P3.4) and executor bound (a lower bound refuses registrations and removes no one).
-    /// `default`'s lease is the managers' `--lease-duration`, so it cannot change here.
+    /// P3.4), executor bound (a lower bound refuses registrations and removes no one) and
+    /// placement settings (P18.4: a plan made under the old ones is stale, so the next is made
+    /// under the new). `default`'s lease is the managers' `--lease-duration`, so it cannot
+    /// change here.
     fn apply_set_namespace(
         &mut self,
         log_index: u64,
         name: &str,
         lease_duration_ms: u64,
         max_executors: Option<u32>,
+        placement: &PlacementOverrides,
     ) -> Outcome {
         if let Err(error) = check_namespace_settings(lease_duration_ms, max_executors) {
+            return invalid(error.to_string());
+        }
+        if let Err(error) = placement.check() {
             return invalid(error.to_string());
         }
         let Some(space) = self.namespaces.get(name) else {
@@ -568,14 +590,21 @@ impl LeaseState {
                 ),
             });
         }
+        let placement_changed = space.placement != *placement;
         let changed = space.config.lease_duration_ms != lease_duration_ms
-            || space.max_executors != max_executors;
+            || space.max_executors != max_executors
+            || placement_changed;
         if changed {
             if let Some(space) = self.namespaces.get_mut(name) {
                 space.config.lease_duration_ms = lease_duration_ms;
                 space.max_executors = max_executors;
+                space.placement = placement.clone();
             }
-            self.touch(log_index);
+            if placement_changed {
+                self.touch_assignment(log_index, name);
+            } else {
+                self.touch(log_index);
+            }
         }
         Outcome::NamespaceSet {
             name: name.to_owned(),
@@ -701,7 +730,7 @@ impl LeaseState {
         };
         self.namespaces.insert(
             DEFAULT_NAMESPACE.to_owned(),
-            Namespace::new(config, None, 0, 0),
+            Namespace::new(config, None, PlacementOverrides::default(), 0, 0),
         );
         self.touch_assignment(log_index, DEFAULT_NAMESPACE);
         Outcome::Initialised {

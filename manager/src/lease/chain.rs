@@ -1,22 +1,32 @@
 //! The chain of schemas: each converts to and from the next newer one only. Schema 2 ↔ schema 3
 //! (`super::v3`) ↔ schema 4 (`super::v4`) ↔ schema 5 (`super::v5`) ↔ schema 6 (`super::v6`) ↔
-//! schema 7 (`super::v7`) ↔ schema 8 (`super::v8`) ↔ schema 9 (`super::v9`) ↔ this build's
-//! (`super::v9_current`, the newest link). A record of an older schema is read by converting it up one schema at a time,
-//! and a value is written at an older schema by converting it down one at a time, each step
-//! failing when its schema cannot express the value. Adding a schema adds one link at the new end
-//! and a pair of functions here.
+//! schema 7 (`super::v7`) ↔ schema 8 (`super::v8`) ↔ schema 9 (`super::v9`) ↔ schema 10
+//! (`super::v10`) ↔ this build's (`super::v10_current`, the newest link). A record of an older
+//! schema is read by converting it up one schema at a time, and a value is written at an older
+//! schema by converting it down one at a time, each step failing when its schema cannot express
+//! the value. Adding a schema adds one link at the new end and a pair of functions here.
 
 use super::schema::NotExpressible;
-use super::{v2, v3, v4, v5, v6, v7, v8, v9, Command, LeaseState};
+use super::{v10, v2, v3, v4, v5, v6, v7, v8, v9, Command, LeaseState};
 
-/// This build's command in schema 9's types, if schema 9 can express it.
-pub fn command_to_v9(command: &Command) -> Result<v9::Command, NotExpressible> {
-    v9::Command::try_from(command)
+/// This build's command in schema 10's types, if schema 10 can express it.
+pub fn command_to_v10(command: &Command) -> Result<v10::Command, NotExpressible> {
+    v10::Command::try_from(command)
 }
 
-/// A schema 9 command in this build's types.
-pub fn command_from_v9(command: v9::Command) -> Command {
+/// A schema 10 command in this build's types.
+pub fn command_from_v10(command: v10::Command) -> Command {
     command.into()
+}
+
+/// This build's command in schema 9's types (through schema 10), if schema 9 can express it.
+pub fn command_to_v9(command: &Command) -> Result<v9::Command, NotExpressible> {
+    v9::Command::try_from(command_to_v10(command)?)
+}
+
+/// A schema 9 command in this build's types (through schema 10).
+pub fn command_from_v9(command: v9::Command) -> Command {
+    command_from_v10(command.into())
 }
 
 /// This build's command in schema 8's types (through schema 9), if schema 8 can express it.
@@ -89,14 +99,24 @@ pub fn command_from_v2(command: v2::Command) -> Command {
     command_from_v3(command.into())
 }
 
-/// This build's state in schema 9's types, if schema 9 can express it.
-pub fn state_to_v9(state: &LeaseState) -> Result<v9::LeaseState, NotExpressible> {
-    v9::LeaseState::try_from(state)
+/// This build's state in schema 10's types, if schema 10 can express it.
+pub fn state_to_v10(state: &LeaseState) -> Result<v10::LeaseState, NotExpressible> {
+    v10::LeaseState::try_from(state)
 }
 
-/// A schema 9 state in this build's types.
-pub fn state_from_v9(state: v9::LeaseState) -> LeaseState {
+/// A schema 10 state in this build's types.
+pub fn state_from_v10(state: v10::LeaseState) -> LeaseState {
     state.into()
+}
+
+/// This build's state in schema 9's types (through schema 10), if schema 9 can express it.
+pub fn state_to_v9(state: &LeaseState) -> Result<v9::LeaseState, NotExpressible> {
+    v9::LeaseState::try_from(state_to_v10(state)?)
+}
+
+/// A schema 9 state in this build's types (through schema 10).
+pub fn state_from_v9(state: v9::LeaseState) -> LeaseState {
+    state_from_v10(state.into())
 }
 
 /// This build's state in schema 8's types (through schema 9), if schema 8 can express it.

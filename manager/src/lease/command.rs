@@ -4,12 +4,12 @@
 //! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
 //! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
 //! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v8`]), so a
+//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v10`]), so a
 //! change here is a new schema (docs/PROTOCOL.md, "Versions").
 
 use serde::{Deserialize, Serialize};
 
-use super::{Epoch, ExecutorId, ShardId};
+use super::{Epoch, ExecutorId, PlacementOverrides, ShardId};
 
 /// One executor's renewal inside a group-committed [`Command::Renew`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,6 +340,8 @@ pub enum OperatorAction {
         lease_duration_ms: u64,
         /// Most executors it may hold registered at once; `None` for no bound but the cluster's.
         max_executors: Option<u32>,
+        /// Its own placement settings (P18.4); schema 11 unless empty.
+        placement: PlacementOverrides,
     },
     /// Change a namespace's lease duration (for grants from now on, P3.4) and executor bound;
     /// its shard count never changes. `default`'s lease is the managers' `--lease-duration`
@@ -348,6 +350,9 @@ pub enum OperatorAction {
         name: String,
         lease_duration_ms: u64,
         max_executors: Option<u32>,
+        /// Its placement settings from now on (P18.4), whole; schema 11 unless they are and
+        /// stay empty.
+        placement: PlacementOverrides,
     },
     /// Delete a namespace (P18.1), refused while any of its shards has an owner (drain its
     /// executors first) and for `default`. Executors still registered in it, holding nothing,

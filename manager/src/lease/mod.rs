@@ -30,6 +30,8 @@ mod outcome;
 mod planner;
 pub mod schema;
 mod state;
+pub mod v10;
+mod v10_current;
 pub mod v2;
 pub mod v3;
 pub mod v4;
@@ -38,7 +40,6 @@ pub mod v6;
 pub mod v7;
 pub mod v8;
 pub mod v9;
-mod v9_current;
 
 // The builders of commands and states are shared with the other modules' tests.
 #[cfg(test)]
@@ -56,8 +57,8 @@ pub use planner::{
     MAX_MOVES_PER_PLAN,
 };
 pub use state::{
-    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Namespace, Shard,
-    Space, ToldFromMemory, Tombstone, TombstoneReason,
+    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Namespace,
+    PlacementOverrides, Shard, Space, ToldFromMemory, Tombstone, TombstoneReason,
 };
 
 /// Manager-minted executor identity, `ex-{n}`: `n` is the log index of the entry that registered

@@ -2,11 +2,10 @@
 //! each (CHANGELOG.md), and which schema a command or a state needs (PROTOCOL P14.1, P14.3).
 //!
 //! A replica decodes every schema from [`OLDEST_SCHEMA`] to [`NEWEST_SCHEMA`] through that
-//! schema's own frozen types ([`super::v2`] to [`super::v9`]) and
-//! converts to this build's along the chain (`super::chain`), one schema at a time. It writes
-//! each record at the oldest schema that can express it (`raft::versions`, one table of
-//! schemas), and the leader proposes a command only once the committed cluster version is at
-//! least the schema the command needs.
+//! schema's own frozen types ([`super::v2`] to [`super::v10`]) and converts to this build's
+//! along the chain (`super::chain`), one schema at a time. It writes each record at the oldest
+//! schema that can express it (`raft::versions`, one table of schemas), and the leader proposes
+//! a command only once the committed cluster version is at least the schema the command needs.
 
 use super::{Command, LeaseState, OperatorAction, DEFAULT_CAPACITY};
 
@@ -35,17 +34,20 @@ use super::{Command, LeaseState, OperatorAction, DEFAULT_CAPACITY};
 //   configuration, shard table, pins and assignment revision, and the retired names' epochs;
 //   `Executor::namespace`, `Register::namespace`, `Rebalance::namespace`, the namespace of
 //   `OperatorAction::MoveShard` and `Pin`, and `OperatorAction::CreateNamespace`,
-//   `SetNamespace`, `DeleteNamespace`). This build's types.
+//   `SetNamespace`, `DeleteNamespace`) (`v10`).
+// - `NAMESPACE_PLACEMENT_SCHEMA` (11): adds each namespace's own placement settings (P18.4:
+//   `Namespace::placement`, and the `placement` of `OperatorAction::CreateNamespace` and
+//   `SetNamespace`). This build's types.
 pub use leasehold_api::wire::{
     APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
     GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NAMESPACES_SCHEMA,
-    OPERATOR_CONTROLS_SCHEMA,
+    NAMESPACE_PLACEMENT_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = NAMESPACES_SCHEMA;
+pub const NEWEST_SCHEMA: u32 = NAMESPACE_PLACEMENT_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +64,7 @@ impl Command {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => (*cluster_version).max(CREDENTIALS_SCHEMA),
+            command if command.sets_placement() => NAMESPACE_PLACEMENT_SCHEMA,
             command if command.names_a_namespace() => NAMESPACES_SCHEMA,
             Command::ReserveLeases { .. } | Command::ReapLapsed { .. } => LEASE_RESERVATION_SCHEMA,
             Command::RegisterMany { .. } => GROUP_REGISTRATION_SCHEMA,
@@ -116,6 +119,23 @@ impl Command {
                 | OperatorAction::SetMaintenance { .. }
                 | OperatorAction::Membership { .. } => false,
             },
+            _ => false,
+        }
+    }
+}
+
+impl Command {
+    /// Whether it sets a namespace's placement settings (P18.4) to anything but the managers'
+    /// flags: only schema 11 can express it. One that leaves them empty is schema 10's: only a
+    /// cluster at version 11 or later holds a namespace with settings for it to clear.
+    fn sets_placement(&self) -> bool {
+        match self {
+            Command::Operator {
+                action:
+                    OperatorAction::CreateNamespace { placement, .. }
+                    | OperatorAction::SetNamespace { placement, .. },
+                ..
+            } => !placement.is_empty(),
             _ => false,
         }
     }

@@ -156,6 +156,66 @@ pub struct Shard {
     pub handoff: Option<Handoff>,
 }
 
+/// A namespace's own placement settings (P18.4, schema 11): each one set overrides the leading
+/// manager's flag for the namespace's plans; an unset one follows the flag. Checked at the edge
+/// and again by the state machine with `leasehold_api::wire::check_namespace_placement`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementOverrides {
+    /// Place by reported loads (P15.2) or by count alone: `--load-placement`.
+    pub load_placement: Option<bool>,
+    /// The band around the mean utilisation inside which nothing moves for balance, in percent
+    /// (1 to 100): `--balance-tolerance`.
+    pub balance_tolerance_percent: Option<u32>,
+    /// Moves for balance per minute (P15.3): `--max-balance-moves`.
+    pub max_balance_moves_per_minute: Option<u32>,
+    /// The label `(key, value)` whose executors take the namespace's shards while any of them
+    /// takes shards; the others take them only while none does.
+    pub prefer: Option<(String, String)>,
+}
+
+impl PlacementOverrides {
+    /// Whether every setting follows the leader's flags (what schema 10 expresses).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// As the wire shows it (`prefer` as `key=value`).
+    pub fn to_wire(&self) -> leasehold_api::wire::NamespacePlacement {
+        leasehold_api::wire::NamespacePlacement {
+            load_placement: self.load_placement,
+            balance_tolerance_percent: self.balance_tolerance_percent,
+            max_balance_moves_per_minute: self.max_balance_moves_per_minute,
+            prefer: self
+                .prefer
+                .as_ref()
+                .map(|(key, value)| format!("{key}={value}")),
+        }
+    }
+
+    /// From the wire, checked (I6).
+    pub fn from_wire(
+        placement: &leasehold_api::wire::NamespacePlacement,
+    ) -> Result<Self, leasehold_api::wire::NamespacePlacementError> {
+        leasehold_api::wire::check_namespace_placement(placement)?;
+        Ok(Self {
+            load_placement: placement.load_placement,
+            balance_tolerance_percent: placement.balance_tolerance_percent,
+            max_balance_moves_per_minute: placement.max_balance_moves_per_minute,
+            prefer: placement
+                .prefer
+                .as_deref()
+                .map(leasehold_api::wire::parse_preference)
+                .transpose()?,
+        })
+    }
+
+    /// Checks the settings as the edge does (I6): the state machine refuses what the edge
+    /// would have.
+    pub fn check(&self) -> Result<(), leasehold_api::wire::NamespacePlacementError> {
+        leasehold_api::wire::check_namespace_placement(&self.to_wire())
+    }
+}
+
 /// One namespace (P18.1): a shard space with its own configuration, shard table, pins and
 /// assignment revision. Shard numbers, epochs and handoffs are this namespace's alone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,6 +224,8 @@ pub struct Namespace {
     pub config: ClusterConfig,
     /// Most executors it may hold registered at once; `None` for no bound but the cluster's.
     pub max_executors: Option<u32>,
+    /// Its own placement settings (P18.4), each overriding the leader's flag for its plans.
+    pub placement: PlacementOverrides,
     /// Log index of the entry that created it; 0 for `default`, which exists from the
     /// cluster's start.
     pub created_revision: u64,
@@ -194,12 +256,14 @@ impl Namespace {
     pub(super) fn new(
         config: ClusterConfig,
         max_executors: Option<u32>,
+        placement: PlacementOverrides,
         created_revision: u64,
         epoch: Epoch,
     ) -> Self {
         Self {
             config,
             max_executors,
+            placement,
             created_revision,
             assignment_revision: created_revision,
             shards: (0..config.shard_count)
@@ -371,9 +435,50 @@ pub struct Space<'a> {
     state: &'a LeaseState,
     name: &'a str,
     namespace: &'a Namespace,
+    /// The label its executors must carry to take shards, once [`Space::placing_at`] found
+    /// its preference in force (P18.4); `None` otherwise.
+    preferred: Option<(&'a str, &'a str)>,
 }
 
 impl<'a> Space<'a> {
+    /// This namespace as a plan at `now_ms` sees it (P18.4): with its preference (`prefer
+    /// key=value`) in force while an executor carrying that label takes shards (live, not
+    /// draining), so only such executors take its shards and every other one hands its shards
+    /// on as a draining one does; with no such executor, as if it had no preference.
+    pub fn placing_at(self, now_ms: u64) -> Self {
+        let preferred = self
+            .namespace
+            .placement
+            .prefer
+            .as_ref()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .filter(|(key, value)| {
+                self.executors().any(|executor| {
+                    super::takes_shards(executor, now_ms)
+                        && executor.labels.get(*key).map(String::as_str) == Some(*value)
+                })
+            });
+        Self { preferred, ..self }
+    }
+
+    /// Whether `executor` is passed over for the executors its preference names, in force
+    /// ([`Space::placing_at`]).
+    pub fn passed_over(&self, executor: &Executor) -> bool {
+        self.preferred
+            .is_some_and(|(key, value)| executor.labels.get(key).map(String::as_str) != Some(value))
+    }
+
+    /// Whether `executor` takes part in this plan's placement: live and not draining
+    /// ([`super::takes_shards`]), and not passed over (P18.4).
+    pub fn takes_shards(&self, executor: &Executor, now_ms: u64) -> bool {
+        super::takes_shards(executor, now_ms) && !self.passed_over(executor)
+    }
+
+    /// Whether a live `executor` hands its shards on: it is draining, or passed over (P18.4).
+    pub fn hands_on(&self, executor: &Executor, now_ms: u64) -> bool {
+        !executor.lease_lapsed(now_ms) && (executor.draining || self.passed_over(executor))
+    }
+
     /// Its name.
     pub fn name(&self) -> &'a str {
         self.name
@@ -673,6 +778,7 @@ impl LeaseState {
             state: self,
             name,
             namespace,
+            preferred: None,
         })
     }
 
@@ -682,6 +788,7 @@ impl LeaseState {
             state: self,
             name,
             namespace,
+            preferred: None,
         })
     }
 

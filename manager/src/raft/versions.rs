@@ -5,14 +5,17 @@
 //! is written at the first that can express it and read by the one its schema names. Schema 2
 //! is release 0.1.0's types, untagged; schema 3 `lease::v3`, tagged; schema 4 `lease::v4`,
 //! tagged; schema 5 `lease::v5`, tagged; schema 6 `lease::v6`, tagged; schema 7 `lease::v7`,
-//! tagged; schema 8 `lease::v8`, tagged; schema 9 `lease::v9`, tagged; then this build's. Until the cluster version rises past
-//! schema 2 nothing needs more, so every byte this build writes (and sends) is what release
-//! 0.1.0 wrote: 0.1.0 followers decode this build's appends, and a data directory can go back to
-//! 0.1.0 binaries. Until it rises past 3, nothing needs more than 3, so a replica of schema 3
+//! tagged; schema 8 `lease::v8`, tagged; schema 9 `lease::v9`, tagged; schema 10 `lease::v10`,
+//! tagged; then this build's. Until the cluster version rises past schema 2 nothing needs more,
+//! so every byte this build writes (and sends) is what release 0.1.0 wrote: 0.1.0 followers
+//! decode this build's appends, and a data directory can go back to 0.1.0 binaries. Until it
+//! rises past 3, nothing needs more than 3, so a replica of schema 3
 //! decodes everything; until it rises past 4, a replica of schema 4 does; until it rises past
 //! 5, a replica of schema 5 does; until it rises past 6, a replica of schema 6 does; until it
 //! rises past 7, a replica of schema 7 does; until it rises past 8, a replica of schema 8
-//! does; and until it rises past 9, a replica of schema 9 does. A record of schema 3 or later names its schema (`codec` format 2). A frozen schema's values convert to and from this build's through the chain of
+//! does; until it rises past 9, a replica of schema 9 does; and until it rises past 10, a
+//! replica of schema 10 does. A record of schema 3 or later names its schema (`codec` format 2).
+//! A frozen schema's values convert to and from this build's through the chain of
 //! `lease::chain`.
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
@@ -26,10 +29,10 @@ use serde::Serialize;
 use super::TypeConfig;
 use crate::lease::schema::{
     NotExpressible, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NEWEST_SCHEMA,
-    OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NAMESPACES_SCHEMA,
+    NEWEST_SCHEMA, OLDEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
-use crate::lease::{chain, v2, v3, v4, v5, v6, v7, v8, v9, Command, LeaseState, Outcome};
+use crate::lease::{chain, v10, v2, v3, v4, v5, v6, v7, v8, v9, Command, LeaseState, Outcome};
 
 openraft::declare_raft_types!(
     /// Release 0.1.0's type configuration: the same Raft types around schema 2's commands. Only
@@ -131,6 +134,19 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = Entry<V9Config>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+openraft::declare_raft_types!(
+    /// Schema 10's type configuration: the same Raft types around schema 10's commands. Only
+    /// ever encoded and decoded, never run.
+    pub V10Config:
+        D = v10::Command,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<V10Config>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
@@ -286,6 +302,23 @@ impl FrozenSchema for V9Config {
     }
 }
 
+impl FrozenSchema for V10Config {
+    const SCHEMA: u32 = NAMESPACES_SCHEMA;
+    type State = v10::LeaseState;
+    fn command_down(command: &Command) -> Result<v10::Command, NotExpressible> {
+        chain::command_to_v10(command)
+    }
+    fn command_up(command: v10::Command) -> Command {
+        chain::command_from_v10(command)
+    }
+    fn state_down(state: &LeaseState) -> Result<v10::LeaseState, NotExpressible> {
+        chain::state_to_v10(state)
+    }
+    fn state_up(state: v10::LeaseState) -> LeaseState {
+        chain::state_from_v10(state)
+    }
+}
+
 /// Encoded bytes, or `None` when the schema cannot express the value.
 type Written<E> = Option<Result<Vec<u8>, E>>;
 
@@ -303,7 +336,7 @@ struct SchemaCodecs {
 }
 
 /// Every schema this build reads and writes, oldest first (`OLDEST_SCHEMA..=NEWEST_SCHEMA`).
-const SCHEMAS: [SchemaCodecs; 9] = [
+const SCHEMAS: [SchemaCodecs; 10] = [
     SchemaCodecs::frozen::<V2Config>(),
     SchemaCodecs::frozen::<V3Config>(),
     SchemaCodecs::frozen::<V4Config>(),
@@ -312,6 +345,7 @@ const SCHEMAS: [SchemaCodecs; 9] = [
     SchemaCodecs::frozen::<V7Config>(),
     SchemaCodecs::frozen::<V8Config>(),
     SchemaCodecs::frozen::<V9Config>(),
+    SchemaCodecs::frozen::<V10Config>(),
     SchemaCodecs::NEWEST,
 ];
 
@@ -522,9 +556,11 @@ mod tests {
     use super::*;
     use crate::lease::schema::{
         GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA, NAMESPACES_SCHEMA,
-        OPERATOR_CONTROLS_SCHEMA,
+        NAMESPACE_PLACEMENT_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
     };
-    use crate::lease::{LapsedLease, MembershipChange, OperatorAction, DEFAULT_CAPACITY};
+    use crate::lease::{
+        LapsedLease, MembershipChange, OperatorAction, PlacementOverrides, DEFAULT_CAPACITY,
+    };
     use leasehold_api::wire::DEFAULT_NAMESPACE;
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
@@ -1669,6 +1705,7 @@ mod tests {
                 shard_count: 2,
                 lease_duration_ms: 10_000,
                 max_executors: None,
+                placement: PlacementOverrides::default(),
             },
         }
     }
@@ -1743,5 +1780,179 @@ mod tests {
                 .is_err()
         );
         assert_eq!(decode_append(&body).unwrap().entries, ten.entries);
+    }
+
+    /// Placement settings (P18.4, schema 11) for a namespace: a preference and a budget.
+    fn placement() -> PlacementOverrides {
+        PlacementOverrides {
+            load_placement: None,
+            balance_tolerance_percent: None,
+            max_balance_moves_per_minute: Some(30),
+            prefer: Some(("zone".into(), "eu-1a".into())),
+        }
+    }
+
+    /// `kv` set to `placement` (P18.4).
+    fn set_namespace(placement: PlacementOverrides) -> Command {
+        Command::Operator {
+            now_ms: 11,
+            actor: "admin CN=alice".into(),
+            action: OperatorAction::SetNamespace {
+                name: "kv".into(),
+                lease_duration_ms: 10_000,
+                max_executors: None,
+                placement,
+            },
+        }
+    }
+
+    /// P14.1: a log entry a build of schema 10 wrote (through the frozen `v10` types, tagged 10)
+    /// decodes into this build unchanged, the namespace it creates without placement settings,
+    /// and is written back at 10; a namespace created or set with placement settings, and the
+    /// raise to 11, are written at 11, which no older build decodes.
+    #[test]
+    fn p14_1_a_schema_10_entry_reads_unchanged_and_placement_needs_schema_11() {
+        let written_by_schema_10 = Entry::<V10Config> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 10),
+            payload: EntryPayload::Normal(v10::Command::Operator {
+                now_ms: 10,
+                actor: "admin CN=alice".into(),
+                action: v10::OperatorAction::CreateNamespace {
+                    name: "kv".into(),
+                    shard_count: 2,
+                    lease_duration_ms: 10_000,
+                    max_executors: None,
+                },
+            }),
+        };
+        let record = codec::seal(
+            Some(NAMESPACES_SCHEMA),
+            &encode_payload("log entry", &written_by_schema_10).unwrap(),
+        );
+        let read = decode_entry_record::<TypeConfig>(&record).unwrap();
+        assert_eq!(read, entry(10, create_namespace("kv")));
+        assert_eq!(
+            encode_entry_record::<TypeConfig>(&read).unwrap(),
+            (NAMESPACES_SCHEMA, record)
+        );
+        let (schema, _) =
+            encode_entry_record::<TypeConfig>(&entry(11, set_namespace(Default::default())))
+                .unwrap();
+        assert_eq!(schema, NAMESPACES_SCHEMA, "no placement settings");
+
+        let mut placed_creation = create_namespace("kv");
+        if let Command::Operator {
+            action: OperatorAction::CreateNamespace { placement: p, .. },
+            ..
+        } = &mut placed_creation
+        {
+            *p = placement();
+        }
+        for command in [
+            placed_creation,
+            set_namespace(placement()),
+            raise_to(NAMESPACE_PLACEMENT_SCHEMA),
+        ] {
+            let newer = entry(11, command);
+            let (schema, record) = encode_entry_record::<TypeConfig>(&newer).unwrap();
+            assert_eq!(schema, NAMESPACE_PLACEMENT_SCHEMA, "{newer:?}");
+            assert_eq!(decode_entry_record::<TypeConfig>(&record).unwrap(), newer);
+            assert!(entry_down::<V10Config>(&newer).is_err());
+            assert!(entry_down::<V9Config>(&newer).is_err());
+            assert!(entry_down::<V2Config>(&newer).is_err());
+            let opened = codec::open("log entry", &record).unwrap();
+            assert_eq!(opened.schema, Some(NAMESPACE_PLACEMENT_SCHEMA));
+        }
+    }
+
+    /// A state at cluster version 10 holding `kv` beside `default`, an executor registered in it:
+    /// what a build of schema 10 snapshots and backs up.
+    fn schema_10_state() -> LeaseState {
+        let mut state = LeaseState::default();
+        for (index, command) in [
+            raise_to(NAMESPACES_SCHEMA),
+            Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 60_000,
+            },
+            create_namespace("kv"),
+            register_into("kv"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let _ = state.apply(index as u64 + 1, command);
+        }
+        assert!(state
+            .namespace("kv")
+            .is_some_and(|kv| kv.executor_count() == 1));
+        state
+    }
+
+    /// P14.1, P18.4: a snapshot's state and a backup a build of schema 10 wrote decode into this
+    /// build unchanged, with no placement settings, and are written back at 10; a state holding
+    /// a namespace's placement settings is written at 11, on disk and in a backup.
+    #[test]
+    fn p14_1_a_schema_10_state_reads_unchanged_and_placement_is_written_at_11() {
+        let state = schema_10_state();
+        let as_schema_10 = chain::state_to_v10(&state).expect("expressible in schema 10");
+        assert!(chain::state_to_v9(&state).is_err(), "cluster version 10");
+        let payload = encode_payload("lease state", &as_schema_10).unwrap();
+        let read = LeaseState::decode_state(NAMESPACES_SCHEMA, &payload).unwrap();
+        assert_eq!(read, state);
+        assert!(read
+            .namespaces()
+            .all(|(_, namespace)| namespace.placement.is_empty()));
+        assert_eq!(state.encode_state().unwrap(), (NAMESPACES_SCHEMA, payload));
+        let json = serde_json::to_vec(&as_schema_10).unwrap();
+        assert_eq!(state_from_backup(NAMESPACES_SCHEMA, &json).unwrap(), state);
+        assert_eq!(backup_payload(&state).unwrap(), (NAMESPACES_SCHEMA, json));
+
+        let mut placed = state.clone();
+        let _ = placed.apply(5, &raise_to(NAMESPACE_PLACEMENT_SCHEMA));
+        let _ = placed.apply(6, &set_namespace(placement()));
+        assert_eq!(
+            placed.namespace("kv").map(|kv| &kv.placement),
+            Some(&placement())
+        );
+        let (schema, payload) = placed.encode_state().unwrap();
+        assert_eq!(schema, NAMESPACE_PLACEMENT_SCHEMA);
+        assert_eq!(LeaseState::decode_state(schema, &payload).unwrap(), placed);
+        assert!(LeaseState::decode_state(NAMESPACES_SCHEMA, &payload).is_err());
+        let (schema, json) = backup_payload(&placed).unwrap();
+        assert_eq!(schema, NAMESPACE_PLACEMENT_SCHEMA);
+        assert_eq!(state_from_backup(schema, &json).unwrap(), placed);
+    }
+
+    /// P14.1, P18.4: an append is written at schema 10 while its entries are all expressible
+    /// there (a follower of schema 10 decodes it), and at 11 as soon as one sets placement.
+    #[test]
+    fn p14_1_an_append_is_written_at_schema_10_until_an_entry_sets_placement() {
+        let ten = append(vec![
+            entry(4, register_into("kv")),
+            entry(5, set_namespace(Default::default())),
+        ]);
+        let body = encode_append(&ten).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(NAMESPACES_SCHEMA));
+        let as_schema_10: AppendEntriesRequest<V10Config> =
+            decode_payload("raft request", opened.payload)
+                .expect("a schema 10 follower decodes it");
+        assert_eq!(as_schema_10.entries.len(), 2);
+        assert_eq!(decode_append(&body).unwrap().entries, ten.entries);
+
+        let eleven = append(vec![
+            entry(4, register_into("kv")),
+            entry(5, set_namespace(placement())),
+        ]);
+        let body = encode_append(&eleven).unwrap();
+        let opened = codec::open("raft request", &body).unwrap();
+        assert_eq!(opened.schema, Some(NAMESPACE_PLACEMENT_SCHEMA));
+        assert!(
+            decode_payload::<AppendEntriesRequest<V10Config>>("raft request", opened.payload)
+                .is_err()
+        );
+        assert_eq!(decode_append(&body).unwrap().entries, eleven.entries);
     }
 }

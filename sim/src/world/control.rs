@@ -343,10 +343,11 @@ impl World {
         let Some(now_ms) = self.leader_now_ms() else {
             return;
         };
-        let max_executors = self
+        let (max_executors, placement) = self
             .leader_state()
             .and_then(|state| state.namespace(namespace))
-            .and_then(|ns| ns.max_executors);
+            .map(|ns| (ns.max_executors, ns.placement.clone()))
+            .unwrap_or_default();
         self.propose(
             Command::Operator {
                 now_ms,
@@ -355,6 +356,7 @@ impl World {
                     name: namespace.to_owned(),
                     lease_duration_ms: lease_ms,
                     max_executors,
+                    placement,
                 },
             },
             ReplyTo::Nobody,
@@ -378,6 +380,7 @@ impl World {
                     shard_count,
                     lease_duration_ms: lease_ms,
                     max_executors: None,
+                    placement: Default::default(),
                 },
             },
             ReplyTo::Nobody,

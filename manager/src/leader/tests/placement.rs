@@ -585,3 +585,71 @@ fn p18_1_every_namespace_is_placed_by_its_own_loads() {
     assert_eq!(charged("kv"), plan.balance_shards().len());
     assert_eq!(charged(DEFAULT_NAMESPACE), 0);
 }
+
+/// P18.4: a namespace's own placement settings override the leader's flags for its plans only:
+/// load placement off places it by count though its executors report loads, and its tolerance
+/// and balance budget are its own, while `default` goes by the flags.
+#[test]
+fn p18_4_a_namespace_s_own_settings_override_the_flags_for_it_alone() {
+    use crate::leader::placement::TermPlacement;
+    use crate::lease::PlacementOverrides;
+    let flags = PlacementSettings {
+        by_load: true,
+        tolerance: 0.10,
+        max_balance_moves_per_minute: None,
+    };
+    assert_eq!(flags.for_namespace(&PlacementOverrides::default()), flags);
+    let own = PlacementOverrides {
+        load_placement: None,
+        balance_tolerance_percent: Some(25),
+        max_balance_moves_per_minute: Some(3),
+        prefer: None,
+    };
+    assert_eq!(
+        flags.for_namespace(&own),
+        PlacementSettings {
+            by_load: true,
+            tolerance: 0.25,
+            max_balance_moves_per_minute: Some(3),
+        }
+    );
+
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 8);
+    let a = world.register_in("a", "kv", 0);
+    let b = world.register_in("b", "kv", 0);
+    world.move_in("kv", 0..4, &a, 0);
+    world.move_in("kv", 4..8, &b, 0);
+    let mut placement = TermPlacement::new(flags);
+    placement.take_report(&world.state, &a, &super::uniform_report(0..4, 10.0));
+    placement.take_report(&world.state, &b, &super::uniform_report(4..8, 0.5));
+    let set = |placement: PlacementOverrides| Command::Operator {
+        now_ms: 0,
+        actor: crate::lease::tests::TEST_ADMIN.to_owned(),
+        action: crate::lease::OperatorAction::SetNamespace {
+            name: "kv".into(),
+            lease_duration_ms: LEASE_MS,
+            max_executors: None,
+            placement,
+        },
+    };
+    world.apply(set(own));
+    let inputs = placement.inputs(world.state.space("kv").unwrap(), 1);
+    assert!(matches!(inputs.loads, Loads::Reported(_)), "{inputs:?}");
+    assert_eq!(inputs.tolerance, 0.25);
+    assert_eq!(inputs.balance_moves_allowed, 3);
+    let default_inputs = placement.inputs(world.state.space(DEFAULT_NAMESPACE).unwrap(), 1);
+    assert_eq!(default_inputs.tolerance, 0.10);
+
+    world.apply(set(PlacementOverrides {
+        load_placement: Some(false),
+        ..PlacementOverrides::default()
+    }));
+    let inputs = placement.inputs(world.state.space("kv").unwrap(), 1);
+    assert_eq!(inputs.loads, Loads::Counts);
+    let plan = plan_placement(world.state.space("kv").unwrap(), 1, &inputs, usize::MAX);
+    assert!(
+        plan.is_none_or(|plan| !plan.reasons.contains(&MoveReason::Balance)),
+        "placed by count: nothing moves for load"
+    );
+}

@@ -31,14 +31,14 @@ use std::collections::{BinaryHeap, HashMap};
 use leasehold_api::wire::compare_stated_app_versions;
 
 use super::super::{Executor, Move, ShardId, Space};
-use super::{capacity_of, cheapest_moves, takes_shards, why_it_moves, MoveReason};
+use super::{capacity_of, cheapest_moves, why_it_moves, MoveReason};
 
 /// The newest application version among the executors that take shards at `now_ms`, when they
 /// run more than one (a rollout is under way); `None` otherwise.
 pub fn rollout_target(state: Space<'_>, now_ms: u64) -> Option<&str> {
     let mut takers = state
         .executors()
-        .filter(|executor| takes_shards(executor, now_ms))
+        .filter(|executor| state.takes_shards(executor, now_ms))
         .map(|executor| executor.app_version.as_deref());
     let first = takers.next()?;
     let mut newest = first;
@@ -115,8 +115,8 @@ pub(in crate::lease) struct Constraints<'a> {
 }
 
 impl Constraints<'_> {
-    fn receives(&self, executor: &Executor, now_ms: u64) -> bool {
-        takes_shards(executor, now_ms)
+    fn receives(&self, state: Space<'_>, executor: &Executor, now_ms: u64) -> bool {
+        state.takes_shards(executor, now_ms)
             && self.rollout_to.is_none_or(|newest| {
                 executor.app_version.as_deref().is_some_and(|version| {
                     compare_stated_app_versions(Some(version), Some(newest)).is_eq()
@@ -135,7 +135,7 @@ pub(in crate::lease) fn plan_moves(
 ) -> Vec<(Move, MoveReason)> {
     let mut receivers: Vec<Receiver<'_>> = state
         .executors()
-        .filter(|executor| constraints.receives(executor, now_ms))
+        .filter(|executor| constraints.receives(state, executor, now_ms))
         .map(|executor| Receiver {
             id: executor.id.as_str(),
             capacity: capacity_of(executor),
@@ -157,7 +157,7 @@ pub(in crate::lease) fn plan_moves(
             let id = executor.id.as_str();
             let owner = Owner {
                 executor,
-                takes: takes_shards(executor, now_ms),
+                takes: state.takes_shards(executor, now_ms),
                 position: positions.get(id).copied(),
             };
             (id, owner)
@@ -206,11 +206,11 @@ pub(in crate::lease) fn plan_moves(
             // Never owned, or its owner left: placed.
             (None, _, _) => homeless.push(shard.id),
             (Some(owner), handoff, _) => {
-                let live_draining = owner.draining && !owner.lease_lapsed(now_ms);
-                // A draining owner hands its shards on (but for maintenance), and a releasing one
-                // goes on to a live holder; a lapsed owner keeps the rest until it is reaped
-                // (P3.8).
-                if (live_draining && !constraints.maintenance) || handoff.is_some() {
+                // A draining (or passed over, P18.4) owner hands its shards on (but for
+                // maintenance), and a releasing one goes on to a live holder; a lapsed owner
+                // keeps the rest until it is reaped (P3.8).
+                if (state.hands_on(owner, now_ms) && !constraints.maintenance) || handoff.is_some()
+                {
                     homeless.push(shard.id);
                 }
             }

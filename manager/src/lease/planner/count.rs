@@ -38,7 +38,7 @@ use rustc_hash::FxHasher;
 use leasehold_api::wire::zone_of;
 
 use super::super::{Move, ShardId, Space};
-use super::{capacity_of, takes_shards, MoveCost};
+use super::{capacity_of, MoveCost};
 
 /// A move the planner weighs, its receiver borrowed from the state: at a fleet's first start a
 /// plan by count weighs a million of them to make at most `MAX_MOVES_PER_PLAN`, and only those
@@ -120,7 +120,7 @@ impl<'a> LiveExecutors<'a> {
     fn of(state: Space<'a>, now_ms: u64) -> Self {
         let holdings: Vec<Holdings<'a>> = state
             .executors()
-            .filter(|executor| takes_shards(executor, now_ms))
+            .filter(|executor| state.takes_shards(executor, now_ms))
             .map(|executor| Holdings {
                 id: executor.id.as_str(),
                 capacity: capacity_of(executor),
@@ -272,12 +272,13 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
                 target,
             }),
             (None, Some(owner), handoff) => {
-                let owner_is_live_draining = state
+                let owner_hands_on = state
                     .executor(owner)
-                    .is_some_and(|executor| executor.draining && !executor.lease_lapsed(now_ms));
-                if owner_is_live_draining || handoff.is_some() {
-                    // A live draining owner hands its shards on; a shard releasing from a
-                    // lapsed owner goes on to a live holder (it completes on the expiry).
+                    .is_some_and(|executor| state.hands_on(executor, now_ms));
+                if owner_hands_on || handoff.is_some() {
+                    // A live draining (or passed over, P18.4) owner hands its shards on; a shard
+                    // releasing from a lapsed owner goes on to a live holder (it completes on the
+                    // expiry).
                     pool.push(Homeless {
                         shard: shard.id,
                         cost: if handoff.is_some() {

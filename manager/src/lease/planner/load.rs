@@ -41,9 +41,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::{Move, ShardId, Space};
-use super::{
-    capacity_of, count, reason_for, takes_shards, why_it_moves, MoveReason, PlacementInputs,
-};
+use super::{capacity_of, count, reason_for, why_it_moves, MoveReason, PlacementInputs};
 
 /// How many of the most and least utilised executors each balance move considers as giver and
 /// receiver. The best move almost always involves the extremes; a few more find one when the
@@ -191,7 +189,7 @@ fn survey<'a>(
 ) -> Option<(Fleet<'a>, Vec<Homeless>)> {
     let mut members: Vec<Member<'a>> = state
         .executors()
-        .filter(|executor| takes_shards(executor, now_ms))
+        .filter(|executor| state.takes_shards(executor, now_ms))
         .map(|executor| Member {
             id: executor.id.as_str(),
             // Capacities are at most `MAX_CAPACITY`, exact in an f64.

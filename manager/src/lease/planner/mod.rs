@@ -210,6 +210,7 @@ pub fn plan_placement(
     max_moves: usize,
 ) -> Option<Plan> {
     state.config()?;
+    let state = state.placing_at(now_ms);
     // A rollout and maintenance mode decide alone whatever the leader knows of the loads: only
     // shards that must move do, onto the newest version during a rollout (P17.3), and drains
     // wait in maintenance (P17.4).
@@ -392,14 +393,15 @@ pub(super) fn why_it_moves(state: Space<'_>, now_ms: u64, shard: ShardId) -> Mov
     };
     match state.executor(owner) {
         Some(executor) if executor.lease_lapsed(now_ms) => MoveReason::Expiry,
-        Some(executor) if executor.draining => MoveReason::Drain,
+        // Passed over for a preferred executor (P18.4), it hands its shards on as a draining one.
+        Some(executor) if executor.draining || state.passed_over(executor) => MoveReason::Drain,
         Some(_) => {
             let target_gone = entry.handoff.as_ref().is_some_and(|handoff| {
                 handoff
                     .to
                     .as_deref()
                     .and_then(|target| state.executor(target))
-                    .is_none_or(|target| !takes_shards(target, now_ms))
+                    .is_none_or(|target| !state.takes_shards(target, now_ms))
             });
             if target_gone {
                 MoveReason::Departure

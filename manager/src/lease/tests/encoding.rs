@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::super::schema::OPERATOR_CONTROLS_SCHEMA;
 use super::super::{
     Command, Effects, Grant, LapsedLease, LeaseState, MembershipChange, Move, OperatorAction,
-    Outcome, RefusalReason, Registration, RenewResult, Renewal, Revoke,
+    Outcome, PlacementOverrides, RefusalReason, Registration, RenewResult, Renewal, Revoke,
 };
 use super::{register_command, Harness, LEASE_MS};
 
@@ -212,6 +212,7 @@ pub(super) fn namespaced_state() -> LeaseState {
                 shard_count: 3,
                 lease_duration_ms: 10_000,
                 max_executors: Some(2),
+                placement: PlacementOverrides::default(),
             },
         ));
     }
@@ -265,6 +266,73 @@ pub(super) fn namespaced_state() -> LeaseState {
     state
 }
 
+/// Placement settings of every kind (P18.4): load placement, tolerance, budget and a preference.
+pub(super) fn every_placement_setting() -> PlacementOverrides {
+    PlacementOverrides {
+        load_placement: Some(true),
+        balance_tolerance_percent: Some(25),
+        max_balance_moves_per_minute: Some(60),
+        prefer: Some(("zone".into(), "eu-1a".into())),
+    }
+}
+
+/// A state of schema 11 (P18.4): [`namespaced_state`] at cluster version 11, `kv` given every
+/// placement setting and `placed` created with one, both audited.
+pub(super) fn placed_state() -> LeaseState {
+    let mut harness = Harness {
+        state: namespaced_state(),
+        next_index: 5_000,
+    };
+    let operator = |action| Command::Operator {
+        now_ms: 0,
+        actor: "admin CN=alice".into(),
+        action,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: leasehold_api::wire::NAMESPACE_PLACEMENT_SCHEMA,
+    });
+    let set = harness.apply(operator(OperatorAction::SetNamespace {
+        name: "kv".into(),
+        lease_duration_ms: 10_000,
+        max_executors: Some(2),
+        placement: every_placement_setting(),
+    }));
+    assert!(
+        matches!(set, Outcome::NamespaceSet { changed: true, .. }),
+        "{set:?}"
+    );
+    let created = harness.apply(operator(OperatorAction::CreateNamespace {
+        name: "placed".into(),
+        shard_count: 2,
+        lease_duration_ms: 10_000,
+        max_executors: None,
+        placement: PlacementOverrides {
+            load_placement: Some(false),
+            ..PlacementOverrides::default()
+        },
+    }));
+    assert!(
+        matches!(
+            created,
+            Outcome::NamespaceCreated {
+                already_exists: false,
+                ..
+            }
+        ),
+        "{created:?}"
+    );
+    let state = harness.state;
+    assert_eq!(
+        state.namespace("kv").map(|kv| &kv.placement),
+        Some(&every_placement_setting())
+    );
+    assert!(state
+        .namespace("placed")
+        .is_some_and(|placed| !placed.placement.is_empty()));
+    state
+}
+
 #[test]
 fn bincode_round_trips_the_state() {
     round_trip(&LeaseState::default());
@@ -274,6 +342,7 @@ fn bincode_round_trips_the_state() {
     round_trip(&labelled_state());
     round_trip(&reserved_state());
     round_trip(&namespaced_state());
+    round_trip(&placed_state());
 }
 
 /// The state as std collections hold it, field for field: what every release before the state
@@ -283,7 +352,9 @@ mod std_collections {
 
     use serde::{Deserialize, Serialize};
 
-    use super::super::super::{AuditRecord, ClusterConfig, ExecutorId, Shard, ShardId, Tombstone};
+    use super::super::super::{
+        AuditRecord, ClusterConfig, ExecutorId, PlacementOverrides, Shard, ShardId, Tombstone,
+    };
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     pub(super) struct Executor {
@@ -308,6 +379,7 @@ mod std_collections {
     pub(super) struct Namespace {
         pub config: ClusterConfig,
         pub max_executors: Option<u32>,
+        pub placement: PlacementOverrides,
         pub created_revision: u64,
         pub assignment_revision: u64,
         pub shards: Vec<Shard>,
@@ -338,6 +410,7 @@ mod std_collections {
                     let mirror = Namespace {
                         config: namespace.config,
                         max_executors: namespace.max_executors,
+                        placement: namespace.placement.clone(),
                         created_revision: namespace.created_revision,
                         assignment_revision: namespace.assignment_revision,
                         shards: namespace.shards.iter().cloned().collect(),
@@ -408,6 +481,7 @@ fn p14_1_persistent_collections_encode_as_std_collections_do() {
         labelled_state(),
         reserved_state(),
         namespaced_state(),
+        placed_state(),
     ] {
         let mirror = std_collections::of(&state);
         let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
@@ -628,10 +702,12 @@ pub(super) fn every_command() -> Vec<Command> {
         },
     ])
     .chain(every_namespace_command())
+    .chain(every_namespace_placement_command())
     .collect()
 }
 
-/// The commands of [`every_command`] that need schema 10 (P18.1), its last: a registration
+/// The commands of [`every_command`] that need schema 10 (P18.1), before
+/// [`NAMESPACE_PLACEMENT_COMMANDS`]: a registration
 /// into a namespace alone and in a batch, a plan for one, a move and a pin in one, the three
 /// namespace changes, and a raise to 10.
 pub(super) const NAMESPACE_COMMANDS: usize = 9;
@@ -675,11 +751,13 @@ fn every_namespace_command() -> Vec<Command> {
             shard_count: leasehold_api::wire::MAX_SHARD_COUNT,
             lease_duration_ms: u64::MAX,
             max_executors: Some(u32::MAX),
+            placement: PlacementOverrides::default(),
         }),
         in_kv(OperatorAction::SetNamespace {
             name: "kv".into(),
             lease_duration_ms: 1,
             max_executors: None,
+            placement: PlacementOverrides::default(),
         }),
         in_kv(OperatorAction::DeleteNamespace { name: "kv".into() }),
         in_kv(OperatorAction::MoveShard {
@@ -701,6 +779,48 @@ fn every_namespace_command() -> Vec<Command> {
     commands
 }
 
+/// The commands of [`every_command`] that need schema 11 (P18.4), its last: a namespace created
+/// with every placement setting at its edge values, one set to a single setting, and a raise
+/// to 11.
+pub(super) const NAMESPACE_PLACEMENT_COMMANDS: usize = 3;
+
+fn every_namespace_placement_command() -> Vec<Command> {
+    let in_kv = |action| Command::Operator {
+        now_ms: 42,
+        actor: "admin CN=alice".into(),
+        action,
+    };
+    let commands = vec![
+        in_kv(OperatorAction::CreateNamespace {
+            name: "placed".into(),
+            shard_count: 1,
+            lease_duration_ms: u64::MAX,
+            max_executors: Some(u32::MAX),
+            placement: PlacementOverrides {
+                load_placement: Some(false),
+                balance_tolerance_percent: Some(u32::MAX),
+                max_balance_moves_per_minute: Some(leasehold_api::wire::MAX_SHARD_COUNT),
+                prefer: Some(("k".repeat(leasehold_api::wire::MAX_LABEL_BYTES), "é".into())),
+            },
+        }),
+        in_kv(OperatorAction::SetNamespace {
+            name: "placed".into(),
+            lease_duration_ms: 1,
+            max_executors: None,
+            placement: PlacementOverrides {
+                balance_tolerance_percent: Some(1),
+                ..PlacementOverrides::default()
+            },
+        }),
+        Command::SetClusterVersion {
+            now_ms: 43,
+            cluster_version: 11,
+        },
+    ];
+    assert_eq!(commands.len(), NAMESPACE_PLACEMENT_COMMANDS);
+    commands
+}
+
 /// The commands of [`every_command`] that need schema 7 (P18.3): a labelled registration and a
 /// raise to 7.
 pub(super) const LABELS_COMMANDS: usize = 2;
@@ -711,7 +831,7 @@ pub(super) const GROUP_REGISTRATION_COMMANDS: usize = 3;
 
 /// The commands of [`every_command`] that need schema 9 (P6.6, P6.7): reservations for two
 /// executors and for none, reaps by the leader's judgment of two and of none, and a raise to 9.
-/// They are its last.
+/// Only [`NAMESPACE_COMMANDS`] and [`NAMESPACE_PLACEMENT_COMMANDS`] come after them.
 pub(super) const LEASE_RESERVATION_COMMANDS: usize = 5;
 
 /// An operator's command (P17.4) of every action, with edge values: how many

@@ -205,6 +205,7 @@ pub(crate) fn create_namespace_command(
             shard_count,
             lease_duration_ms,
             max_executors,
+            placement: super::PlacementOverrides::default(),
         },
     }
 }

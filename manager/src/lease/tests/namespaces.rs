@@ -4,8 +4,8 @@
 use leasehold_api::wire::{DEFAULT_NAMESPACE, MAX_NAMESPACES, MAX_TOTAL_SHARDS};
 
 use super::super::{
-    Command, Move, Namespace, OperatorAction, Outcome, RefusalReason, RegisterResult, RenewResult,
-    Renewal, ShardId,
+    Command, Move, Namespace, OperatorAction, Outcome, PlacementOverrides, RefusalReason,
+    RegisterResult, RenewResult, Renewal, ShardId,
 };
 use super::{create_namespace_command, register_in_command, Harness, LEASE_MS, TEST_ADMIN};
 
@@ -523,6 +523,7 @@ fn p18_1_a_namespace_s_settings_change_in_place() {
                 name: name.to_owned(),
                 lease_duration_ms,
                 max_executors,
+                placement: PlacementOverrides::default(),
             },
         )
     };
@@ -550,6 +551,146 @@ fn p18_1_a_namespace_s_settings_change_in_place() {
             matches!(outcome, Outcome::Refused { .. }),
             "{what}: {outcome:?}"
         );
+    }
+}
+
+/// P18.4: a namespace's placement settings are kept with it from its creation, changed in place
+/// (a plan made before is stale, so the next goes by the new ones) and checked as the edge checks
+/// them: a setting out of range or a preference that is not one label is refused and changes
+/// nothing; creating the name again with other settings is a conflict.
+#[test]
+fn p18_4_a_namespace_s_placement_settings_are_kept_changed_and_checked() {
+    let (mut harness, _, _) = two_spaces();
+    let placement = PlacementOverrides {
+        load_placement: Some(false),
+        balance_tolerance_percent: Some(25),
+        max_balance_moves_per_minute: Some(3),
+        prefer: Some(("zone".into(), "a".into())),
+    };
+    let created = |placement: PlacementOverrides| {
+        operator(
+            1,
+            OperatorAction::CreateNamespace {
+                name: "placed".into(),
+                shard_count: 4,
+                lease_duration_ms: LEASE_MS,
+                max_executors: None,
+                placement,
+            },
+        )
+    };
+    assert!(matches!(
+        harness.apply(created(placement.clone())),
+        Outcome::NamespaceCreated {
+            already_exists: false,
+            ..
+        }
+    ));
+    assert_eq!(harness.namespace("placed").placement, placement);
+    assert!(matches!(
+        harness.apply_expecting_no_change(created(placement.clone())),
+        Outcome::NamespaceCreated {
+            already_exists: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        harness.apply_expecting_no_change(created(PlacementOverrides::default())),
+        Outcome::Refused {
+            reason: RefusalReason::Conflict { .. }
+        }
+    ));
+
+    let set = |placement: PlacementOverrides| {
+        operator(
+            2,
+            OperatorAction::SetNamespace {
+                name: "placed".into(),
+                lease_duration_ms: LEASE_MS,
+                max_executors: None,
+                placement,
+            },
+        )
+    };
+    let revision_before = harness.namespace("placed").assignment_revision;
+    let by_count_only = PlacementOverrides {
+        load_placement: Some(false),
+        ..PlacementOverrides::default()
+    };
+    assert!(matches!(
+        harness.apply(set(by_count_only.clone())),
+        Outcome::NamespaceSet { changed: true, .. }
+    ));
+    assert_eq!(harness.namespace("placed").placement, by_count_only);
+    assert!(
+        harness.namespace("placed").assignment_revision > revision_before,
+        "a plan made under the old settings is stale"
+    );
+    assert!(matches!(
+        harness.apply_expecting_no_change(set(by_count_only)),
+        Outcome::NamespaceSet { changed: false, .. }
+    ));
+
+    let bad = [
+        (
+            "no tolerance",
+            PlacementOverrides {
+                balance_tolerance_percent: Some(0),
+                ..Default::default()
+            },
+        ),
+        (
+            "over 100 %",
+            PlacementOverrides {
+                balance_tolerance_percent: Some(101),
+                ..Default::default()
+            },
+        ),
+        (
+            "no moves",
+            PlacementOverrides {
+                max_balance_moves_per_minute: Some(0),
+                ..Default::default()
+            },
+        ),
+        (
+            "a bad key",
+            PlacementOverrides {
+                prefer: Some(("Zone".into(), "a".into())),
+                ..Default::default()
+            },
+        ),
+        (
+            "a bad value",
+            PlacementOverrides {
+                prefer: Some(("zone".into(), "a=b".into())),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (what, placement) in bad {
+        for command in [set(placement.clone()), {
+            let mut create = created(placement);
+            if let Command::Operator {
+                action: OperatorAction::CreateNamespace { name, .. },
+                ..
+            } = &mut create
+            {
+                *name = "other".into();
+            }
+            create
+        }] {
+            let outcome = harness.apply_expecting_no_change(command);
+            assert!(
+                matches!(
+                    outcome,
+                    Outcome::Refused {
+                        reason: RefusalReason::Invalid { .. }
+                    }
+                ),
+                "{what}: {outcome:?}"
+            );
+        }
     }
 }
 

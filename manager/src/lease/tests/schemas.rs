@@ -1,23 +1,25 @@
 //! State schemas (P14.1) and the cluster version (P14.3): every conversion between schema 2
 //! (release 0.1.0, `lease::v2`), schema 3 (`lease::v3`), schema 4 (`lease::v4`), schema 5
 //! (`lease::v5`), schema 6 (`lease::v6`), schema 7 (`lease::v7`), schema 8 (`lease::v8`), schema
-//! 9 (`lease::v9`) and this build's types, the gate in front of proposals, and a property test that a state migrated at
-//! any point behaves exactly as the state it came from.
+//! 9 (`lease::v9`), schema 10 (`lease::v10`) and this build's types, the gate in front of
+//! proposals, and a property test that a state migrated at any point behaves exactly as the state
+//! it came from.
 
 use proptest::prelude::*;
 
 use super::super::schema::{
     check_proposable, APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA,
     FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
-    NAMESPACES_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    NAMESPACES_SCHEMA, NAMESPACE_PLACEMENT_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
 };
 use super::super::{
-    chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, Renewal,
-    DEFAULT_CAPACITY,
+    chain, v2, Command, LeaseState, MembershipChange, OperatorAction, Outcome, PlacementOverrides,
+    Renewal, DEFAULT_CAPACITY,
 };
 use super::encoding::{
-    busy_state, every_command, labelled_state, namespaced_state, operated_state, reserved_state,
-    GROUP_REGISTRATION_COMMANDS, LABELS_COMMANDS, LEASE_RESERVATION_COMMANDS, NAMESPACE_COMMANDS,
+    busy_state, every_command, every_placement_setting, labelled_state, namespaced_state,
+    operated_state, placed_state, reserved_state, GROUP_REGISTRATION_COMMANDS, LABELS_COMMANDS,
+    LEASE_RESERVATION_COMMANDS, NAMESPACE_COMMANDS, NAMESPACE_PLACEMENT_COMMANDS,
     OPERATOR_COMMANDS,
 };
 use super::{default_space, register_command, Harness, LEASE_MS};
@@ -107,10 +109,11 @@ fn every_schema_3_command_converts_up_and_back_unchanged() {
             + LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
             + LEASE_RESERVATION_COMMANDS
-            + NAMESPACE_COMMANDS,
+            + NAMESPACE_COMMANDS
+            + NAMESPACE_PLACEMENT_COMMANDS,
         "a capacity, a raise to 4, an application version, a raise to 5, the operator's \
          commands, a raise to 6, labels, a raise to 7, registrations in one entry, a raise to 8, \
-         lease reservations, reaps by the leader's judgment, a raise to 9 and the namespace commands"
+         lease reservations, reaps by the leader's judgment, a raise to 9, the namespace commands and the placement commands"
     );
 }
 
@@ -145,10 +148,11 @@ fn p14_1_p17_3_every_schema_4_command_converts_up_and_back_unchanged() {
             + LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
             + LEASE_RESERVATION_COMMANDS
-            + NAMESPACE_COMMANDS,
+            + NAMESPACE_COMMANDS
+            + NAMESPACE_PLACEMENT_COMMANDS,
         "an application version, a raise to 5, the operator's commands, a raise to 6, labels, a \
          raise to 7, registrations in one entry, a raise to 8, lease reservations, reaps by the \
-         leader's judgment, a raise to 9 and the namespace commands"
+         leader's judgment, a raise to 9, the namespace commands and the placement commands"
     );
 }
 
@@ -183,9 +187,10 @@ fn p14_1_p17_4_every_schema_5_command_converts_up_and_back_unchanged() {
             + LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
             + LEASE_RESERVATION_COMMANDS
-            + NAMESPACE_COMMANDS,
+            + NAMESPACE_COMMANDS
+            + NAMESPACE_PLACEMENT_COMMANDS,
         "the operator's commands, a raise to 6, labels, a raise to 7, registrations in one entry, \
-         a raise to 8, lease reservations, reaps by the leader's judgment, a raise to 9 and the namespace commands"
+         a raise to 8, lease reservations, reaps by the leader's judgment, a raise to 9, the namespace commands and the placement commands"
     );
 }
 
@@ -220,9 +225,10 @@ fn p14_1_p18_3_every_schema_6_command_converts_up_and_back_unchanged() {
         LABELS_COMMANDS
             + GROUP_REGISTRATION_COMMANDS
             + LEASE_RESERVATION_COMMANDS
-            + NAMESPACE_COMMANDS,
+            + NAMESPACE_COMMANDS
+            + NAMESPACE_PLACEMENT_COMMANDS,
         "labels, a raise to 7, registrations in one entry, a raise to 8, lease reservations, \
-         reaps by the leader's judgment, a raise to 9 and the namespace commands"
+         reaps by the leader's judgment, a raise to 9, the namespace commands and the placement commands"
     );
 }
 
@@ -254,9 +260,12 @@ fn p14_1_every_schema_7_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        GROUP_REGISTRATION_COMMANDS + LEASE_RESERVATION_COMMANDS + NAMESPACE_COMMANDS,
+        GROUP_REGISTRATION_COMMANDS
+            + LEASE_RESERVATION_COMMANDS
+            + NAMESPACE_COMMANDS
+            + NAMESPACE_PLACEMENT_COMMANDS,
         "registrations in one entry, a raise to 8, lease reservations, reaps by the leader's \
-         judgment, a raise to 9 and the namespace commands"
+         judgment, a raise to 9, the namespace commands and the placement commands"
     );
 }
 
@@ -288,9 +297,9 @@ fn p14_1_every_schema_8_command_converts_up_and_back_unchanged() {
     }
     assert_eq!(
         refused,
-        LEASE_RESERVATION_COMMANDS + NAMESPACE_COMMANDS,
-        "lease reservations, reaps by the leader's judgment, a raise to 9 and the namespace \
-         commands"
+        LEASE_RESERVATION_COMMANDS + NAMESPACE_COMMANDS + NAMESPACE_PLACEMENT_COMMANDS,
+        "lease reservations, reaps by the leader's judgment, a raise to 9, the namespace \
+         commands and the placement commands"
     );
 }
 
@@ -800,14 +809,15 @@ fn operator(action: OperatorAction) -> Command {
 /// P17.4 through P14.3: every operator's command is schema 6, whatever its action (one that
 /// does what `SetDraining` or `Deregister` do included), refused by every older schema's types
 /// with the same reason, and proposed only once the cluster version is 6. (Those acting on
-/// namespaces are schema 10: `p18_1_namespaces_need_schema_10_everywhere`.)
+/// namespaces are schema 10: `p18_1_namespaces_need_schema_10_everywhere`, or 11 when they set
+/// placement: `p18_4_placement_needs_schema_11_everywhere`.)
 #[test]
 fn p17_4_an_operator_command_needs_schema_6_everywhere() {
     let commands: Vec<Command> = every_command()
         .into_iter()
         .filter(|command| {
             matches!(command, Command::Operator { .. })
-                && command.required_schema() != NAMESPACES_SCHEMA
+                && command.required_schema() < NAMESPACES_SCHEMA
         })
         .collect();
     assert_eq!(commands.len(), OPERATOR_COMMANDS);
@@ -1175,7 +1185,7 @@ proptest! {
 
 /// P14.1: every command schema 9 can express converts to it and back unchanged (lease
 /// reservations included), and only those that need schema 10 (a namespace named or changed, a
-/// raise to 10) are refused.
+/// raise to 10) or later are refused.
 #[test]
 fn p14_1_p18_1_every_schema_9_command_converts_up_and_back_unchanged() {
     let mut refused = 0;
@@ -1192,15 +1202,18 @@ fn p14_1_p18_1_every_schema_9_command_converts_up_and_back_unchanged() {
             }
             Err(_) => {
                 refused += 1;
-                assert_eq!(
-                    command.required_schema(),
-                    NAMESPACES_SCHEMA,
-                    "only commands of schema 10 are refused by schema 9: {command:?}"
+                assert!(
+                    command.required_schema() >= NAMESPACES_SCHEMA,
+                    "only commands of schema 10 or later are refused by schema 9: {command:?}"
                 );
             }
         }
     }
-    assert_eq!(refused, NAMESPACE_COMMANDS, "the namespace commands");
+    assert_eq!(
+        refused,
+        NAMESPACE_COMMANDS + NAMESPACE_PLACEMENT_COMMANDS,
+        "the namespace commands and the placement commands"
+    );
 }
 
 /// P18.1 through P14.3 and P14.1: a command naming a namespace other than `default`, or changing
@@ -1311,12 +1324,16 @@ fn unhex(hex: &str) -> Vec<u8> {
         .collect()
 }
 
-/// P14.1: every record the build of schema 9 wrote (log entries of every command it had,
-/// snapshots' states and backups, at the schemas it wrote them, 2 to 9) reads into this build as
-/// the value this build makes of the same command or state, and this build writes that value
-/// back byte for byte: schema 9 frozen in `lease::v9` is the schema 9 that was written.
-#[test]
-fn p14_1_what_the_schema_9_build_wrote_reads_unchanged_and_is_written_back_the_same() {
+/// Records a build of schema 10 wrote (commit 63436a1, the build before namespaces had placement
+/// settings), as [`SCHEMA_9_RECORDS`] are: every command of [`every_command`] it had, and five
+/// states (those of schema 9's records and [`namespaced_state`]).
+const SCHEMA_10_RECORDS: &str = include_str!("schema_10_records.txt");
+
+/// Reads every record of `records` (as [`SCHEMA_9_RECORDS`] lays them out) into this build,
+/// checks each is the value this build makes of the same command or state, and that this build
+/// writes that value back byte for byte, at the same schema. How many entries, states and
+/// backups it read.
+fn read_back_records(records: &str) -> (usize, usize, usize) {
     use leasehold_raft_store::schema::{decode_entry_record, encode_entry_record};
     use leasehold_raft_store::StateMachine;
     use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
@@ -1326,7 +1343,7 @@ fn p14_1_what_the_schema_9_build_wrote_reads_unchanged_and_is_written_back_the_s
 
     let commands = every_command();
     let mut read = (0, 0, 0);
-    for line in SCHEMA_9_RECORDS.lines() {
+    for line in records.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
         let [kind, name, schema, hex] = fields[..] else {
             panic!("malformed line {line:?}");
@@ -1356,24 +1373,68 @@ fn p14_1_what_the_schema_9_build_wrote_reads_unchanged_and_is_written_back_the_s
                     "operated" => operated_state(),
                     "labelled" => labelled_state(),
                     "reserved" => reserved_state(),
+                    "namespaced" => namespaced_state(),
                     other => panic!("no state {other}"),
                 };
                 if kind == "state" {
                     let decoded = LeaseState::decode_state(schema, &bytes).expect("decodes");
                     assert_eq!(decoded, expected, "state {name}");
-                    assert_eq!(expected.encode_state().expect("encodes"), (schema, bytes));
+                    assert_eq!(
+                        expected.encode_state().expect("encodes"),
+                        (schema, bytes),
+                        "state {name} is written back as it was"
+                    );
                     read.1 += 1;
                 } else {
                     let restored = state_from_backup(schema, &bytes).expect("restores");
                     assert_eq!(restored, expected, "backup {name}");
-                    assert_eq!(backup_payload(&expected).expect("encodes"), (schema, bytes));
+                    assert_eq!(
+                        backup_payload(&expected).expect("encodes"),
+                        (schema, bytes),
+                        "backup {name} is written back as it was"
+                    );
                     read.2 += 1;
                 }
             }
             other => panic!("no record kind {other}"),
         }
     }
-    assert_eq!(read, (commands.len() - NAMESPACE_COMMANDS, 4, 4));
+    read
+}
+
+/// P14.1: every record the build of schema 9 wrote (log entries of every command it had,
+/// snapshots' states and backups, at the schemas it wrote them, 2 to 9) reads into this build as
+/// the value this build makes of the same command or state, and this build writes that value
+/// back byte for byte: schema 9 frozen in `lease::v9` is the schema 9 that was written.
+#[test]
+fn p14_1_what_the_schema_9_build_wrote_reads_unchanged_and_is_written_back_the_same() {
+    assert_eq!(
+        read_back_records(SCHEMA_9_RECORDS),
+        (
+            every_command().len() - NAMESPACE_COMMANDS - NAMESPACE_PLACEMENT_COMMANDS,
+            4,
+            4
+        )
+    );
+}
+
+/// P14.1: every record the build of schema 10 wrote (log entries of every command it had,
+/// namespace commands included, snapshots' states and backups, at the schemas it wrote them, 2
+/// to 10) reads into this build as the value this build makes of the same command or state
+/// (every namespace without placement settings), and this build writes that value back byte for
+/// byte: schema 10 frozen in `lease::v10` is the schema 10 that was written.
+#[test]
+fn p14_1_what_the_schema_10_build_wrote_reads_unchanged_and_is_written_back_the_same() {
+    assert_eq!(
+        read_back_records(SCHEMA_10_RECORDS),
+        (every_command().len() - NAMESPACE_PLACEMENT_COMMANDS, 5, 5)
+    );
+    assert!(
+        SCHEMA_10_RECORDS
+            .lines()
+            .any(|line| line.starts_with(&format!("state namespaced {NAMESPACES_SCHEMA} "))),
+        "a state the build of schema 10 wrote at 10"
+    );
 }
 
 /// P18.1 with P14.1: a backup carries every namespace: a state holding `kv` beside `default` (its
@@ -1391,4 +1452,319 @@ fn p18_1_a_backup_carries_every_namespace() {
     let names: Vec<&str> = restored.namespaces().map(|(name, _)| name).collect();
     assert_eq!(names, [leasehold_api::wire::DEFAULT_NAMESPACE, "kv"]);
     assert!(restored.consistency_violations().is_empty());
+}
+
+/// P14.1: every command schema 10 can express converts to it and back unchanged (namespace
+/// commands included, their placement empty), and only those that need schema 11 (placement
+/// settings, a raise to 11) are refused.
+#[test]
+fn p14_1_p18_4_every_schema_10_command_converts_up_and_back_unchanged() {
+    let mut refused = 0;
+    for command in every_command() {
+        match chain::command_to_v10(&command) {
+            Ok(old) => {
+                let old = bincode_round_trip(&old);
+                assert_eq!(
+                    chain::command_from_v10(old),
+                    command,
+                    "schema 10 keeps {command:?}"
+                );
+                assert!(command.required_schema() <= NAMESPACES_SCHEMA);
+            }
+            Err(_) => {
+                refused += 1;
+                assert_eq!(
+                    command.required_schema(),
+                    NAMESPACE_PLACEMENT_SCHEMA,
+                    "only commands of schema 11 are refused by schema 10: {command:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        refused, NAMESPACE_PLACEMENT_COMMANDS,
+        "the placement commands"
+    );
+}
+
+/// An operator's `CreateNamespace` of `kv` with `placement`.
+fn create_placed(placement: PlacementOverrides) -> Command {
+    operator(OperatorAction::CreateNamespace {
+        name: "kv".into(),
+        shard_count: 4,
+        lease_duration_ms: LEASE_MS,
+        max_executors: None,
+        placement,
+    })
+}
+
+/// An operator's `SetNamespace` of `kv` to `placement`.
+fn set_placed(placement: PlacementOverrides) -> Command {
+    operator(OperatorAction::SetNamespace {
+        name: "kv".into(),
+        lease_duration_ms: LEASE_MS,
+        max_executors: Some(3),
+        placement,
+    })
+}
+
+/// Each placement setting alone (P18.4).
+fn each_placement_setting() -> [PlacementOverrides; 4] {
+    let every = every_placement_setting();
+    let none = PlacementOverrides::default;
+    [
+        PlacementOverrides {
+            load_placement: Some(false),
+            ..none()
+        },
+        PlacementOverrides {
+            balance_tolerance_percent: every.balance_tolerance_percent,
+            ..none()
+        },
+        PlacementOverrides {
+            max_balance_moves_per_minute: every.max_balance_moves_per_minute,
+            ..none()
+        },
+        PlacementOverrides {
+            prefer: every.prefer,
+            ..none()
+        },
+    ]
+}
+
+/// P18.4 through P14.3 and P14.1: a namespace created or set with any placement setting is
+/// schema 11, refused by every older schema's types with the same reason, naming schema 11, and
+/// proposed only once the cluster version is 11; the same command with none is schema 10's
+/// (written and read there unchanged), and a raise to 11 is written at 11.
+#[test]
+fn p18_4_placement_needs_schema_11_everywhere() {
+    let mut placed: Vec<Command> = every_command()
+        .into_iter()
+        .filter(|command| {
+            !matches!(command, Command::SetClusterVersion { .. })
+                && command.required_schema() == NAMESPACE_PLACEMENT_SCHEMA
+        })
+        .collect();
+    assert_eq!(
+        placed.len(),
+        NAMESPACE_PLACEMENT_COMMANDS - 1,
+        "all but the raise"
+    );
+    for placement in each_placement_setting() {
+        placed.push(create_placed(placement.clone()));
+        placed.push(set_placed(placement));
+    }
+    placed.push(create_placed(every_placement_setting()));
+    for command in placed {
+        assert_eq!(
+            command.required_schema(),
+            NAMESPACE_PLACEMENT_SCHEMA,
+            "{command:?}"
+        );
+        let refused = chain::command_to_v10(&command).unwrap_err();
+        assert!(
+            refused.0.contains("placement") && refused.0.contains("schema 11"),
+            "{refused}"
+        );
+        assert_eq!(chain::command_to_v9(&command), Err(refused));
+        assert_eq!(chain::command_to_v6(&command), Err(refused));
+        assert_eq!(chain::command_to_v2(&command), Err(refused));
+        for below in [
+            FIRST_RELEASE_SCHEMA,
+            OPERATOR_CONTROLS_SCHEMA,
+            LEASE_RESERVATION_SCHEMA,
+            NAMESPACES_SCHEMA,
+        ] {
+            let refused = check_proposable(&command, below).unwrap_err();
+            assert_eq!(
+                (refused.needed, refused.cluster_version),
+                (NAMESPACE_PLACEMENT_SCHEMA, below),
+                "{command:?}"
+            );
+        }
+        assert!(check_proposable(&command, NAMESPACE_PLACEMENT_SCHEMA).is_ok());
+    }
+
+    for command in [
+        create_placed(PlacementOverrides::default()),
+        set_placed(PlacementOverrides::default()),
+    ] {
+        assert_eq!(command.required_schema(), NAMESPACES_SCHEMA, "{command:?}");
+        let old = chain::command_to_v10(&command).expect("expressible in schema 10");
+        assert_eq!(chain::command_from_v10(bincode_round_trip(&old)), command);
+        assert!(check_proposable(&command, NAMESPACES_SCHEMA).is_ok());
+        assert!(check_proposable(&command, LEASE_RESERVATION_SCHEMA).is_err());
+    }
+
+    let raise = Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: NAMESPACE_PLACEMENT_SCHEMA,
+    };
+    assert_eq!(raise.required_schema(), NAMESPACE_PLACEMENT_SCHEMA);
+    let refused = chain::command_to_v10(&raise).unwrap_err();
+    assert!(refused.0.contains("above 10"), "{refused}");
+    assert!(check_proposable(&raise, NAMESPACES_SCHEMA).is_ok());
+}
+
+/// Whether an audit record's action sets placement (P18.4).
+fn sets_placement(action: &OperatorAction) -> bool {
+    matches!(
+        action,
+        OperatorAction::CreateNamespace { placement, .. }
+            | OperatorAction::SetNamespace { placement, .. }
+            if !placement.is_empty()
+    )
+}
+
+/// P18.4 through P14.1: a state at cluster version 11 is not expressible in schema 10; nor is one
+/// holding a namespace's placement setting, or an audit record of an action setting one, each
+/// alone, whatever its cluster version says, and every older schema refuses it for the same
+/// reason. Without them, lowered to 10, it reads back from schema 10's types unchanged, its
+/// other namespaces, pins, handoffs and retired names included.
+#[test]
+fn p18_4_placement_in_the_state_needs_schema_11_everywhere() {
+    let state = placed_state();
+    assert_eq!(state.required_schema(), NAMESPACE_PLACEMENT_SCHEMA);
+    let refused = chain::state_to_v10(&state).unwrap_err();
+    assert!(refused.0.contains("above 10"), "{refused}");
+    assert_eq!(chain::state_to_v9(&state), Err(refused));
+
+    let mut lowered = state.clone();
+    lowered.cluster_version = NAMESPACES_SCHEMA;
+    let mut bare = lowered.clone();
+    let names: Vec<String> = bare.namespaces().map(|(name, _)| name.to_owned()).collect();
+    for name in &names {
+        if let Some(namespace) = bare.namespaces.get_mut(name) {
+            namespace.placement = PlacementOverrides::default();
+        }
+    }
+    bare.audit = bare
+        .audit
+        .iter()
+        .filter(|record| !sets_placement(&record.action))
+        .cloned()
+        .collect();
+    assert!(bare.audit().count() > 0, "records of schema 10 stay");
+    assert!(bare.namespace("placed").is_some());
+
+    let mut in_a_namespace = bare.clone();
+    if let Some(kv) = in_a_namespace.namespaces.get_mut("kv") {
+        kv.placement = every_placement_setting();
+    }
+    let mut in_the_audit = bare.clone();
+    let record = state
+        .audit()
+        .find(|record| sets_placement(&record.action))
+        .cloned()
+        .expect("an audit record setting placement");
+    in_the_audit.audit.push_back(record);
+    let mut cases = vec![
+        ("the placed state", lowered),
+        ("a namespace's settings", in_a_namespace),
+        ("an audit record", in_the_audit),
+    ];
+    for placement in each_placement_setting() {
+        let mut one = bare.clone();
+        if let Some(placed) = one.namespaces.get_mut("placed") {
+            placed.placement = placement;
+        }
+        cases.push(("one setting", one));
+    }
+    for (what, mut case) in cases {
+        let refused = chain::state_to_v10(&case).unwrap_err();
+        assert!(
+            refused.0.contains("placement") && refused.0.contains("schema 11"),
+            "{what} is not expressible in schema 10 whatever the cluster version says: {refused}"
+        );
+        assert_eq!(chain::state_to_v9(&case), Err(refused), "{what}");
+        case.cluster_version = LEASE_RESERVATION_SCHEMA;
+        assert!(chain::state_to_v9(&case).is_err(), "{what}");
+    }
+
+    for state in [bare, namespaced_state()] {
+        let old = chain::state_to_v10(&state).expect("expressible in schema 10");
+        let read = chain::state_from_v10(bincode_round_trip(&old));
+        assert_eq!(read, state);
+        assert!(read.consistency_violations().is_empty());
+        assert!(read
+            .namespaces()
+            .all(|(_, namespace)| namespace.placement.is_empty()));
+        assert_eq!(
+            chain::state_from_v10(
+                serde_json::from_slice(&serde_json::to_vec(&old).expect("encodes"))
+                    .expect("decodes")
+            ),
+            state,
+            "and through schema 10's JSON, as a backup"
+        );
+    }
+}
+
+/// P14.1, P18.4: a state of schema 10 migrated to this build has no namespace with placement
+/// settings, and a namespace's settings apply to it once the cluster version is raised to 11,
+/// after which it is not expressible in schema 10.
+#[test]
+fn p14_1_p18_4_a_schema_10_state_reads_with_no_placement() {
+    let read = chain::state_from_v10(bincode_round_trip(
+        &chain::state_to_v10(&namespaced_state()).expect("expressible in schema 10"),
+    ));
+    assert!(read
+        .namespaces()
+        .all(|(_, namespace)| namespace.placement.is_empty()));
+    let mut harness = Harness {
+        state: read,
+        next_index: 10_000,
+    };
+    harness.apply(Command::SetClusterVersion {
+        now_ms: 0,
+        cluster_version: NAMESPACE_PLACEMENT_SCHEMA,
+    });
+    assert!(
+        chain::state_to_v10(&harness.state).is_err(),
+        "cluster version 11"
+    );
+    let outcome = harness.apply(operator(OperatorAction::SetNamespace {
+        name: "kv".into(),
+        lease_duration_ms: 10_000,
+        max_executors: Some(2),
+        placement: every_placement_setting(),
+    }));
+    assert!(
+        matches!(outcome, Outcome::NamespaceSet { changed: true, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        harness.state.namespace("kv").map(|kv| &kv.placement),
+        Some(&every_placement_setting())
+    );
+    let mut lowered = harness.state.clone();
+    lowered.cluster_version = NAMESPACES_SCHEMA;
+    assert!(chain::state_to_v10(&lowered).is_err());
+}
+
+/// P18.4 with P14.1: a backup carries every namespace's placement settings: a state holding them
+/// is written at schema 11, on disk and in a backup, and restored whole.
+#[test]
+fn p18_4_a_backup_carries_placement() {
+    use leasehold_raft_store::StateMachine;
+
+    use crate::raft::versions::{backup_payload, state_from_backup};
+
+    let state = placed_state();
+    let (schema, payload) = backup_payload(&state).expect("encodes");
+    assert_eq!(schema, NAMESPACE_PLACEMENT_SCHEMA);
+    let restored = state_from_backup(schema, &payload).expect("restores");
+    assert_eq!(restored, state);
+    assert_eq!(
+        restored.namespace("kv").map(|kv| &kv.placement),
+        Some(&every_placement_setting())
+    );
+    assert!(restored.consistency_violations().is_empty());
+
+    let (schema, payload) = state.encode_state().expect("encodes");
+    assert_eq!(schema, NAMESPACE_PLACEMENT_SCHEMA);
+    assert_eq!(
+        LeaseState::decode_state(schema, &payload).expect("decodes"),
+        state
+    );
 }

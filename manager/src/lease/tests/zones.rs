@@ -310,3 +310,96 @@ fn p18_3_zone_ties_do_not_follow_handoffs_under_way() {
     grant(&mut harness, 0, &grants);
     assert_capped_plans_settle(&mut harness);
 }
+
+/// `default`'s placement settings with `prefer key=value` (P18.4), its lease and bound kept.
+fn prefer_on_default(harness: &mut Harness, prefer: Option<(&str, &str)>) {
+    let outcome = harness.apply(Command::Operator {
+        now_ms: 0,
+        actor: super::TEST_ADMIN.to_owned(),
+        action: crate::lease::OperatorAction::SetNamespace {
+            name: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
+            lease_duration_ms: LEASE_MS,
+            max_executors: None,
+            placement: crate::lease::PlacementOverrides {
+                prefer: prefer.map(|(key, value)| (key.to_owned(), value.to_owned())),
+                ..Default::default()
+            },
+        },
+    });
+    assert!(
+        matches!(outcome, Outcome::NamespaceSet { changed: true, .. }),
+        "{outcome:?}"
+    );
+}
+
+/// P18.4: with `prefer zone=a` every shard goes to zone a's executors while one of them takes
+/// shards; once none does (reaped), zone b takes them; an executor of zone a back takes them all
+/// again, each move off zone b a drain; without the preference the zones share them again.
+#[test]
+fn p18_4_a_preferred_zone_takes_every_shard_while_it_takes_shards() {
+    let mut harness = Harness::initialised(12, LEASE_MS);
+    prefer_on_default(&mut harness, Some(("zone", "a")));
+    let a1 = register_in(&mut harness, 0, "a1", Some("a"), 1);
+    let a2 = register_in(&mut harness, 0, "a2", Some("a"), 1);
+    let b1 = register_in(&mut harness, 0, "b1", Some("b"), 1);
+    let b2 = register_in(&mut harness, 0, "b2", Some("b"), 1);
+    settle(&mut harness, 0);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("a".into(), 12), ("b".into(), 0)])
+    );
+    assert_eq!(harness.delivered_shards(&a1).len(), 6);
+    assert_eq!(harness.delivered_shards(&a2).len(), 6);
+
+    // Zone a is lost: b renews, a lapses and is reaped.
+    let now = LEASE_MS + 1;
+    for id in [&b1, &b2] {
+        harness.renew_in_sync(LEASE_MS / 2, id);
+    }
+    harness.apply(Command::Reap {
+        now_ms: now,
+        executor_ids: vec![a1, a2],
+    });
+    settle(&mut harness, now);
+    assert_eq!(per_zone(&harness), BTreeMap::from([("b".into(), 12)]));
+
+    // Zone a is back: its executor takes every shard, handed on by b as a drain hands on.
+    let a3 = register_in(&mut harness, now, "a3", Some("a"), 1);
+    let _ = harness.apply(Command::CompleteHandoffs { now_ms: now });
+    let moves = plan_and_release(&mut harness, now);
+    assert!(!moves.is_empty());
+    assert!(
+        moves
+            .iter()
+            .all(|(_, to, reason)| *to == a3 && *reason == crate::lease::MoveReason::Drain),
+        "{moves:?}"
+    );
+    settle(&mut harness, now);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("a".into(), 12), ("b".into(), 0)])
+    );
+
+    // No preference: the zones split by capacity again (a's one executor of three: 4 of 12).
+    prefer_on_default(&mut harness, None);
+    settle(&mut harness, now);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("a".into(), 4), ("b".into(), 8)])
+    );
+}
+
+/// P18.4: a preference no executor carries changes nothing: every executor takes shards.
+#[test]
+fn p18_4_a_preference_nobody_carries_places_as_without_one() {
+    let mut harness = Harness::initialised(12, LEASE_MS);
+    prefer_on_default(&mut harness, Some(("zone", "c")));
+    for (n, zone) in ["a", "a", "b", "b"].into_iter().enumerate() {
+        register_in(&mut harness, 0, &format!("e{n}"), Some(zone), 1);
+    }
+    settle(&mut harness, 0);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("a".into(), 6), ("b".into(), 6)])
+    );
+}

@@ -1,34 +1,36 @@
-//! The newest conversion in the chain of schemas: schema 9 (`super::v9`, frozen) and this build's
-//! types (schema 10), up (`From`, always) and down (`TryFrom`, when schema 9 can express the
-//! value). Older schemas reach this build through schema 9 (`crate::lease::chain` chains them).
+//! The newest conversion in the chain of schemas: schema 10 (`super::v10`, frozen) and this
+//! build's types (schema 11), up (`From`, always) and down (`TryFrom`, when schema 10 can express
+//! the value). Older schemas reach this build through schema 10 (`crate::lease::chain` chains
+//! them).
 //!
-//! Schema 9 knows one shard space: up, it becomes the `default` namespace and every executor
-//! and command is of it; down, a value is expressible only if it is all of `default` (P18.1).
+//! Schema 10 knows no namespace placement settings (P18.4): up, every namespace follows the
+//! managers' flags (its placement is empty); down, a value is expressible only if no namespace
+//! and no command sets one.
 //!
-//! When a schema 11 changes this build's types, schema 10's are frozen in a `v10` module and
-//! these conversions move there, between schemas 9 and 10; this file then converts between
-//! schema 10 and the new types. Nothing else changes: a frozen module never mentions a newer
+//! When a schema 12 changes this build's types, schema 11's are frozen in a `v11` module and
+//! these conversions move there, between schemas 10 and 11; this file then converts between
+//! schema 11 and the new types. Nothing else changes: a frozen module never mentions a newer
 //! schema.
 
-use leasehold_api::wire::DEFAULT_NAMESPACE;
-
-use super::schema::{NotExpressible, LEASE_RESERVATION_SCHEMA};
-use super::v9::{
+use super::schema::{NotExpressible, NAMESPACES_SCHEMA};
+use super::v10::{
     AuditRecord, ClusterConfig, Command, Executor, Handoff, LapsedLease, LeaseState,
-    MembershipChange, Move, OperatorAction, Registration, Renewal, Shard, Tombstone,
+    MembershipChange, Move, Namespace, OperatorAction, Registration, Renewal, Shard, Tombstone,
     TombstoneReason,
 };
 
-/// Refuses a namespace other than `default` (schema 9 has no other).
-fn of_default(namespace: &str, what: &'static str) -> Result<(), NotExpressible> {
-    if namespace == DEFAULT_NAMESPACE {
+/// Refuses placement settings that are not empty (schema 10 has none).
+fn no_placement(placement: &super::PlacementOverrides) -> Result<(), NotExpressible> {
+    if placement.is_empty() {
         Ok(())
     } else {
-        Err(NotExpressible(what))
+        Err(NotExpressible(
+            "a namespace's placement settings first appear in schema 11",
+        ))
     }
 }
 
-// ---- Schema 9 → this build ----
+// ---- Schema 10 → this build ----
 
 impl From<Command> for super::Command {
     fn from(command: Command) -> Self {
@@ -59,6 +61,7 @@ impl From<Command> for super::Command {
                 capacity,
                 app_version,
                 labels,
+                namespace,
             } => Now::Register {
                 now_ms,
                 incarnation,
@@ -68,7 +71,7 @@ impl From<Command> for super::Command {
                 capacity,
                 app_version,
                 labels,
-                namespace: DEFAULT_NAMESPACE.to_owned(),
+                namespace,
             },
             Command::Renew { now_ms, renewals } => Now::Renew {
                 now_ms,
@@ -91,11 +94,12 @@ impl From<Command> for super::Command {
             Command::Rebalance {
                 now_ms,
                 planned_at,
+                namespace,
                 moves,
             } => Now::Rebalance {
                 now_ms,
                 planned_at,
-                namespace: DEFAULT_NAMESPACE.to_owned(),
+                namespace,
                 moves: moves.into_iter().map(Into::into).collect(),
             },
             Command::Release {
@@ -173,7 +177,7 @@ impl From<Registration> for super::Registration {
             capacity: r.capacity,
             app_version: r.app_version,
             labels: r.labels,
-            namespace: DEFAULT_NAMESPACE.to_owned(),
+            namespace: r.namespace,
         }
     }
 }
@@ -191,16 +195,48 @@ impl From<OperatorAction> for super::OperatorAction {
             },
             OperatorAction::Remove { executor_id } => Now::Remove { executor_id },
             OperatorAction::SetMaintenance { on } => Now::SetMaintenance { on },
-            OperatorAction::MoveShard { shard, to } => Now::MoveShard {
-                namespace: DEFAULT_NAMESPACE.to_owned(),
+            OperatorAction::MoveShard {
+                namespace,
+                shard,
+                to,
+            } => Now::MoveShard {
+                namespace,
                 shard,
                 to,
             },
-            OperatorAction::Pin { shard, executor_id } => Now::Pin {
-                namespace: DEFAULT_NAMESPACE.to_owned(),
+            OperatorAction::Pin {
+                namespace,
+                shard,
+                executor_id,
+            } => Now::Pin {
+                namespace,
                 shard,
                 executor_id,
             },
+            // Schema 10's namespaces follow the managers' flags.
+            OperatorAction::CreateNamespace {
+                name,
+                shard_count,
+                lease_duration_ms,
+                max_executors,
+            } => Now::CreateNamespace {
+                name,
+                shard_count,
+                lease_duration_ms,
+                max_executors,
+                placement: super::PlacementOverrides::default(),
+            },
+            OperatorAction::SetNamespace {
+                name,
+                lease_duration_ms,
+                max_executors,
+            } => Now::SetNamespace {
+                name,
+                lease_duration_ms,
+                max_executors,
+                placement: super::PlacementOverrides::default(),
+            },
+            OperatorAction::DeleteNamespace { name } => Now::DeleteNamespace { name },
             OperatorAction::Membership { change } => Now::Membership {
                 change: match change {
                     MembershipChange::Added { node_id, address } => {
@@ -215,86 +251,33 @@ impl From<OperatorAction> for super::OperatorAction {
     }
 }
 
-impl TryFrom<&super::OperatorAction> for OperatorAction {
-    type Error = NotExpressible;
-
-    fn try_from(action: &super::OperatorAction) -> Result<Self, NotExpressible> {
-        use super::OperatorAction as Now;
-        Ok(match action.clone() {
-            Now::SetDraining {
-                executor_id,
-                draining,
-            } => OperatorAction::SetDraining {
-                executor_id,
-                draining,
-            },
-            Now::Remove { executor_id } => OperatorAction::Remove { executor_id },
-            Now::SetMaintenance { on } => OperatorAction::SetMaintenance { on },
-            Now::MoveShard {
-                namespace,
-                shard,
-                to,
-            } => {
-                of_default(
-                    &namespace,
-                    "a move in a namespace first appears in schema 10",
-                )?;
-                OperatorAction::MoveShard { shard, to }
-            }
-            Now::Pin {
-                namespace,
-                shard,
-                executor_id,
-            } => {
-                of_default(
-                    &namespace,
-                    "a pin in a namespace first appears in schema 10",
-                )?;
-                OperatorAction::Pin { shard, executor_id }
-            }
-            Now::CreateNamespace { .. }
-            | Now::SetNamespace { .. }
-            | Now::DeleteNamespace { .. } => {
-                return Err(NotExpressible("namespaces first appear in schema 10"))
-            }
-            Now::Membership { change } => OperatorAction::Membership {
-                change: match change {
-                    super::MembershipChange::Added { node_id, address } => {
-                        MembershipChange::Added { node_id, address }
-                    }
-                    super::MembershipChange::Removed { node_id } => {
-                        MembershipChange::Removed { node_id }
-                    }
-                },
-            },
-        })
+impl From<Namespace> for super::Namespace {
+    fn from(namespace: Namespace) -> Self {
+        Self {
+            config: namespace.config.into(),
+            max_executors: namespace.max_executors,
+            // Schema 10's namespaces follow the managers' flags.
+            placement: super::PlacementOverrides::default(),
+            created_revision: namespace.created_revision,
+            assignment_revision: namespace.assignment_revision,
+            shards: namespace.shards.into_iter().map(Into::into).collect(),
+            pins: namespace.pins.into_iter().collect(),
+            // Derived, rebuilt by `rebuild_indexes`.
+            releasing: Default::default(),
+            members: Default::default(),
+        }
     }
 }
 
 impl From<LeaseState> for super::LeaseState {
     fn from(state: LeaseState) -> Self {
-        // Schema 9's one shard space is `default`, its plans made against the state's one
-        // assignment revision.
-        let namespaces = state
-            .config
-            .map(|config| {
-                let default = super::Namespace {
-                    config: config.into(),
-                    max_executors: None,
-                    created_revision: 0,
-                    assignment_revision: state.assignment_revision,
-                    shards: state.shards.into_iter().map(Into::into).collect(),
-                    pins: state.pins.into_iter().collect(),
-                    releasing: Default::default(),
-                    members: Default::default(),
-                };
-                (DEFAULT_NAMESPACE.to_owned(), default)
-            })
-            .into_iter()
-            .collect();
         let mut migrated = super::LeaseState {
-            namespaces,
-            retired_epochs: Default::default(),
+            namespaces: state
+                .namespaces
+                .into_iter()
+                .map(|(name, namespace)| (name, super::Namespace::from(namespace)))
+                .collect(),
+            retired_epochs: state.retired_epochs.into_iter().collect(),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -316,7 +299,7 @@ impl From<LeaseState> for super::LeaseState {
                         capacity: e.capacity,
                         app_version: e.app_version,
                         labels: e.labels,
-                        namespace: DEFAULT_NAMESPACE.to_owned(),
+                        namespace: e.namespace,
                     };
                     (id, executor)
                 })
@@ -405,7 +388,7 @@ impl From<Tombstone> for super::Tombstone {
     }
 }
 
-// ---- This build → schema 9, when schema 9 can express it ----
+// ---- This build → schema 10, when schema 10 can express it ----
 
 impl TryFrom<&super::Command> for Command {
     type Error = NotExpressible;
@@ -439,31 +422,23 @@ impl TryFrom<&super::Command> for Command {
                 app_version,
                 labels,
                 namespace,
-            } => {
-                of_default(
-                    &namespace,
-                    "a registration into a namespace first appears in schema 10",
-                )?;
-                Command::Register {
-                    now_ms,
-                    incarnation,
-                    address,
-                    name,
-                    credential_sha256,
-                    capacity,
-                    app_version,
-                    labels,
-                }
-            }
+            } => Command::Register {
+                now_ms,
+                incarnation,
+                address,
+                name,
+                credential_sha256,
+                capacity,
+                app_version,
+                labels,
+                namespace,
+            },
             Now::RegisterMany {
                 now_ms,
                 registrations,
             } => Command::RegisterMany {
                 now_ms,
-                registrations: registrations
-                    .iter()
-                    .map(TryInto::try_into)
-                    .collect::<Result<_, _>>()?,
+                registrations: registrations.iter().map(Into::into).collect(),
             },
             Now::ReserveLeases {
                 now_ms,
@@ -505,17 +480,12 @@ impl TryFrom<&super::Command> for Command {
                 planned_at,
                 namespace,
                 moves,
-            } => {
-                of_default(
-                    &namespace,
-                    "a plan for a namespace first appears in schema 10",
-                )?;
-                Command::Rebalance {
-                    now_ms,
-                    planned_at,
-                    moves: moves.iter().map(Into::into).collect(),
-                }
-            }
+            } => Command::Rebalance {
+                now_ms,
+                planned_at,
+                namespace,
+                moves: moves.iter().map(Into::into).collect(),
+            },
             Now::Release {
                 now_ms,
                 executor_id,
@@ -546,12 +516,13 @@ impl TryFrom<&super::Command> for Command {
                 actor,
                 action: (&action).try_into()?,
             },
-            // A raise past schema 9 is for replicas of that schema only (see `required_schema`).
+            // A raise past schema 10 is for replicas of that schema only (see
+            // `required_schema`).
             Now::SetClusterVersion {
                 cluster_version, ..
-            } if cluster_version > LEASE_RESERVATION_SCHEMA => {
+            } if cluster_version > NAMESPACES_SCHEMA => {
                 return Err(NotExpressible(
-                    "a raise of the cluster version above 9 is not expressible in schema 9",
+                    "a raise of the cluster version above 10 is not expressible in schema 10",
                 ))
             }
             Now::SetClusterVersion {
@@ -565,40 +536,122 @@ impl TryFrom<&super::Command> for Command {
     }
 }
 
+impl TryFrom<&super::OperatorAction> for OperatorAction {
+    type Error = NotExpressible;
+
+    fn try_from(action: &super::OperatorAction) -> Result<Self, NotExpressible> {
+        use super::OperatorAction as Now;
+        Ok(match action.clone() {
+            Now::SetDraining {
+                executor_id,
+                draining,
+            } => OperatorAction::SetDraining {
+                executor_id,
+                draining,
+            },
+            Now::Remove { executor_id } => OperatorAction::Remove { executor_id },
+            Now::SetMaintenance { on } => OperatorAction::SetMaintenance { on },
+            Now::MoveShard {
+                namespace,
+                shard,
+                to,
+            } => OperatorAction::MoveShard {
+                namespace,
+                shard,
+                to,
+            },
+            Now::Pin {
+                namespace,
+                shard,
+                executor_id,
+            } => OperatorAction::Pin {
+                namespace,
+                shard,
+                executor_id,
+            },
+            Now::CreateNamespace {
+                name,
+                shard_count,
+                lease_duration_ms,
+                max_executors,
+                placement,
+            } => {
+                no_placement(&placement)?;
+                OperatorAction::CreateNamespace {
+                    name,
+                    shard_count,
+                    lease_duration_ms,
+                    max_executors,
+                }
+            }
+            Now::SetNamespace {
+                name,
+                lease_duration_ms,
+                max_executors,
+                placement,
+            } => {
+                no_placement(&placement)?;
+                OperatorAction::SetNamespace {
+                    name,
+                    lease_duration_ms,
+                    max_executors,
+                }
+            }
+            Now::DeleteNamespace { name } => OperatorAction::DeleteNamespace { name },
+            Now::Membership { change } => OperatorAction::Membership {
+                change: match change {
+                    super::MembershipChange::Added { node_id, address } => {
+                        MembershipChange::Added { node_id, address }
+                    }
+                    super::MembershipChange::Removed { node_id } => {
+                        MembershipChange::Removed { node_id }
+                    }
+                },
+            },
+        })
+    }
+}
+
+impl TryFrom<&super::Namespace> for Namespace {
+    type Error = NotExpressible;
+
+    fn try_from(namespace: &super::Namespace) -> Result<Self, NotExpressible> {
+        no_placement(&namespace.placement)?;
+        Ok(Self {
+            config: (&namespace.config).into(),
+            max_executors: namespace.max_executors,
+            created_revision: namespace.created_revision,
+            assignment_revision: namespace.assignment_revision,
+            shards: namespace.shards.iter().map(Into::into).collect(),
+            pins: namespace
+                .pins
+                .iter()
+                .map(|(shard, executor_id)| (*shard, executor_id.clone()))
+                .collect(),
+        })
+    }
+}
+
 impl TryFrom<&super::LeaseState> for LeaseState {
     type Error = NotExpressible;
 
     fn try_from(state: &super::LeaseState) -> Result<Self, NotExpressible> {
-        if state.cluster_version > LEASE_RESERVATION_SCHEMA {
+        if state.cluster_version > NAMESPACES_SCHEMA {
             return Err(NotExpressible(
-                "a cluster version above 9 is not expressible in schema 9",
-            ));
-        }
-        if state
-            .namespaces
-            .keys()
-            .any(|name| name != DEFAULT_NAMESPACE)
-            || !state.retired_epochs.is_empty()
-        {
-            return Err(NotExpressible("namespaces first appear in schema 10"));
-        }
-        let default = state.namespaces.get(DEFAULT_NAMESPACE);
-        if default.is_some_and(|default| default.max_executors.is_some()) {
-            return Err(NotExpressible(
-                "a namespace's executor bound first appears in schema 10",
-            ));
-        }
-        if state
-            .executors
-            .values()
-            .any(|e| e.namespace != DEFAULT_NAMESPACE)
-        {
-            return Err(NotExpressible(
-                "an executor of a namespace first appears in schema 10",
+                "a cluster version above 10 is not expressible in schema 10",
             ));
         }
         Ok(LeaseState {
-            config: default.map(|default| (&default.config).into()),
+            namespaces: state
+                .namespaces
+                .iter()
+                .map(|(name, namespace)| Ok((name.clone(), namespace.try_into()?)))
+                .collect::<Result<_, NotExpressible>>()?,
+            retired_epochs: state
+                .retired_epochs
+                .iter()
+                .map(|(name, epoch)| (name.clone(), *epoch))
+                .collect(),
             revision: state.revision,
             assignment_revision: state.assignment_revision,
             executors: state
@@ -620,13 +673,11 @@ impl TryFrom<&super::LeaseState> for LeaseState {
                         capacity: e.capacity,
                         app_version: e.app_version.clone(),
                         labels: e.labels.clone(),
+                        namespace: e.namespace.clone(),
                     };
                     (id.clone(), executor)
                 })
                 .collect(),
-            shards: default
-                .map(|default| default.shards.iter().map(Into::into).collect())
-                .unwrap_or_default(),
             tombstones: state
                 .tombstones
                 .iter()
@@ -635,15 +686,6 @@ impl TryFrom<&super::LeaseState> for LeaseState {
             longest_lease_told_ms: state.longest_lease_told_ms,
             cluster_version: state.cluster_version,
             maintenance: state.maintenance,
-            pins: default
-                .map(|default| {
-                    default
-                        .pins
-                        .iter()
-                        .map(|(shard, executor_id)| (*shard, executor_id.clone()))
-                        .collect()
-                })
-                .unwrap_or_default(),
             audit: state
                 .audit
                 .iter()
@@ -661,15 +703,9 @@ impl TryFrom<&super::LeaseState> for LeaseState {
     }
 }
 
-impl TryFrom<&super::Registration> for Registration {
-    type Error = NotExpressible;
-
-    fn try_from(r: &super::Registration) -> Result<Self, NotExpressible> {
-        of_default(
-            &r.namespace,
-            "a registration into a namespace first appears in schema 10",
-        )?;
-        Ok(Self {
+impl From<&super::Registration> for Registration {
+    fn from(r: &super::Registration) -> Self {
+        Self {
             incarnation: r.incarnation.clone(),
             address: r.address.clone(),
             name: r.name.clone(),
@@ -677,7 +713,8 @@ impl TryFrom<&super::Registration> for Registration {
             capacity: r.capacity,
             app_version: r.app_version.clone(),
             labels: r.labels.clone(),
-        })
+            namespace: r.namespace.clone(),
+        }
     }
 }
 
