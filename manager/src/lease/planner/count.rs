@@ -410,7 +410,15 @@ fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize>
     // often than executors do, so among equals a ceiling goes first to a zone owning more than
     // its floor (releasing shards count as their owner's): what a zone owns does not change while
     // handoffs are under way, so a capped plan that makes only part of a split does not see the
-    // tie broken the other way on the next and undo it. Prospective holdings would flip it.
+    // tie broken the other way on the next and undo it. Prospective holdings would flip it, so
+    // zones tying on both go by what they own too, then by order.
+    let zone_ties: Vec<Weighed> = zone_weights
+        .iter()
+        .map(|weight| Weighed {
+            prospective: weight.owned,
+            ..*weight
+        })
+        .collect();
     let kept = |members: &[usize], quota: usize| -> usize {
         let weights = members_of(members);
         split_by_capacity(&weights, quota)
@@ -419,7 +427,7 @@ fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize>
             .map(|(&quota, weight)| weight.owned.min(quota))
             .sum()
     };
-    let zone_quotas = split_preferring(&zone_weights, distributable, |zone, floor| {
+    let zone_quotas = split_preferring(&zone_ties, distributable, |zone, floor| {
         // Signed: one more shard can keep fewer in place, when it lifts members' floors so
         // that the ceilings left no longer reach the members holding more than theirs.
         let gain = zones.get(zone).map_or(0, |members| {

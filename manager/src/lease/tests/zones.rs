@@ -311,6 +311,65 @@ fn p18_3_zone_ties_do_not_follow_handoffs_under_way() {
     assert_capped_plans_settle(&mut harness);
 }
 
+/// P18.3 with P5.1's capped plans (found by the simulator, seed 1628): three zones, and the two
+/// that own more than their floors tie on what a ceiling keeps. Breaking that tie by prospective
+/// holdings gave the ceiling to the other zone while a handoff out of the first was under way,
+/// which then cancelled it, and so on forever; zones tying on both go by what they own, which a
+/// handoff under way does not change. 56 shards; zone z0 (capacities 3, 2) owns 10, z1 (4, 2, 4)
+/// owns 23, z2 (4, 4, 2) owns 23.
+#[test]
+fn p18_3_three_zones_tying_do_not_follow_handoffs_under_way() {
+    let mut harness = Harness::initialised(56, LEASE_MS);
+    // In the simulator's id order.
+    let fleet: [(&str, u32, u32); 8] = [
+        ("z0", 3, 6),
+        ("z0", 2, 4),
+        ("z1", 4, 8),
+        ("z2", 4, 8),
+        ("z1", 2, 5),
+        ("z2", 4, 10),
+        ("z1", 4, 10),
+        ("z2", 2, 5),
+    ];
+    let ids: Vec<ExecutorId> = fleet
+        .iter()
+        .enumerate()
+        .map(|(n, &(zone, capacity, _))| {
+            register_in(&mut harness, 0, &format!("inc-{n}"), Some(zone), capacity)
+        })
+        .collect();
+    let mut next = 0;
+    let mut grants = Vec::new();
+    for (id, &(_, _, count)) in ids.iter().zip(&fleet) {
+        for shard in next..next + count {
+            grants.push((shard, id));
+        }
+        next += count;
+    }
+    grant(&mut harness, 0, &grants);
+    assert_capped_plans_settle(&mut harness);
+    // The handoffs the capped plans started are released, as their owners would.
+    let releasing: Vec<(ShardId, ExecutorId, u64)> = space_of(&harness.state)
+        .releasing()
+        .filter_map(|(shard, handoff)| {
+            Some((shard.id, shard.owner.clone()?, handoff.revoke_revision))
+        })
+        .collect();
+    for (shard, owner, revoke_revision) in releasing {
+        harness.apply(Command::Release {
+            now_ms: 0,
+            executor_id: owner,
+            shards: vec![shard],
+            revoke_revision,
+        });
+    }
+    settle(&mut harness, 0);
+    assert_eq!(
+        per_zone(&harness),
+        BTreeMap::from([("z0".into(), 11), ("z1".into(), 23), ("z2".into(), 22)])
+    );
+}
+
 /// `default`'s placement settings with `prefer key=value` (P18.4), its lease and bound kept.
 fn prefer_on_default(harness: &mut Harness, prefer: Option<(&str, &str)>) {
     let outcome = harness.apply(Command::Operator {
