@@ -76,6 +76,7 @@ fn drive(world: &mut World) -> Result<(), Violation> {
     }
     if let Some(slot) = last_zoned_slot(world) {
         zone_crash_probe(world, slot)?;
+        preference_probe(world, slot)?;
     }
     if world.has_namespaces() {
         namespace_loss_probe(world)?;
@@ -521,6 +522,88 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
     Ok(())
 }
 
+/// P18.4: `slot`'s namespace prefers `slot`'s zone. Once settled, every one of its shards is with
+/// an executor of that zone, spread over them by capacity (`settle` checks the spread over the
+/// preferred executors, [`owners_of`]). The zone is then killed whole: its shards are re-homed
+/// in the other zones within lease + tick and the writes, as when a zone is lost without a
+/// preference (I4); once the zone is back they all return to it; without the preference the
+/// namespace is spread over every zone again. No other namespace's shard moves (P18.1).
+fn preference_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
+    let Some(zone) = world.scenario.zone_of_slot(slot) else {
+        return Ok(());
+    };
+    let namespace = world.scenario.namespace_of_slot(slot).to_owned();
+    world.note(|| format!("probe: preference_probe, zone {zone} of {namespace}"));
+    world.coverage.preference_probes += 1;
+    let Some(before) = world.leader_state().cloned() else {
+        return Ok(());
+    };
+    world.set_preference(&namespace, Some(("zone".to_owned(), zone.clone())));
+    settle(world, "after a zone was preferred")?;
+    let outside_the_zone = |world: &World| -> Option<String> {
+        let state = world.leader_state()?;
+        shards_of(state, &namespace).find_map(|shard| {
+            let owner = state.executor(shard.owner.as_deref()?)?;
+            (zone_of(&owner.labels) != Some(zone.as_str())).then(|| {
+                format!(
+                    "{} is with {} of zone {:?} though {namespace} prefers zone {zone}",
+                    shard_name(&namespace, shard.id),
+                    owner.id,
+                    zone_of(&owner.labels)
+                )
+            })
+        })
+    };
+    if let Some(detail) = outside_the_zone(world) {
+        return Err(Violation {
+            invariant: "P18.4",
+            detail,
+            at_us: world.now_us,
+        });
+    }
+    let crashed: Vec<Slot> = world
+        .slots_in(&namespace)
+        .into_iter()
+        .filter(|&slot| world.scenario.zone_of_slot(slot).as_deref() == Some(zone.as_str()))
+        .filter(|&slot| world.processes[slot].as_ref().is_some_and(|p| p.admits()))
+        .collect();
+    let others_live = world.slots_in(&namespace).len() > crashed.len();
+    for &slot in &crashed {
+        world.kill(slot);
+    }
+    settle(world, "after the preferred zone was lost")?;
+    if others_live {
+        let homeless = world.leader_state().and_then(|state| {
+            shards_of(state, &namespace)
+                .find(|shard| shard.owner.is_none())
+                .map(|shard| shard_name(&namespace, shard.id))
+        });
+        if let Some(shard) = homeless {
+            return Err(Violation {
+                invariant: "P18.4",
+                detail: format!(
+                    "{shard} has no owner after zone {zone} was lost, though {namespace} has                      executors in other zones: a preference is not a requirement"
+                ),
+                at_us: world.now_us,
+            });
+        }
+    }
+    for slot in crashed {
+        world.restart(slot);
+    }
+    settle(world, "after the preferred zone came back")?;
+    if let Some(detail) = outside_the_zone(world) {
+        return Err(Violation {
+            invariant: "P18.4",
+            detail: format!("once zone {zone} was back: {detail}"),
+            at_us: world.now_us,
+        });
+    }
+    world.set_preference(&namespace, None);
+    settle(world, "after the preference was removed")?;
+    unchanged_elsewhere(world, &before, &namespace, "a preferred zone lost and back")
+}
+
 /// P18.1: a namespace lost whole moves nothing of another. Every executor of one namespace
 /// (the scenario's `lost_space`: `default` or another) is killed at once. Within its lease and a
 /// tick, a renewal in flight at the kill and one commit per reap, they are all reaped and none of
@@ -670,11 +753,22 @@ impl Owner {
     }
 }
 
-/// The executors of `space` that take shards (not draining), with their capacities and zones.
+/// The executors of `space` that take shards (not draining), with their capacities and zones:
+/// while one carrying the namespace's preferred label does, only those (P18.4).
 fn owners_of(space: Space<'_>) -> Vec<Owner> {
-    space
-        .executors()
-        .filter(|e| !e.draining)
+    let takers: Vec<&Executor> = space.executors().filter(|e| !e.draining).collect();
+    let carries = |executor: &Executor, (key, value): &(String, String)| {
+        executor.labels.get(key) == Some(value)
+    };
+    let preferred = space
+        .namespace()
+        .placement
+        .prefer
+        .as_ref()
+        .filter(|prefer| takers.iter().any(|e| carries(e, prefer)));
+    takers
+        .into_iter()
+        .filter(|e| preferred.is_none_or(|prefer| carries(e, prefer)))
         .map(Owner::of)
         .collect()
 }

@@ -363,6 +363,39 @@ impl World {
         );
     }
 
+    /// An operator sets `namespace`'s placement preference (P18.4), or removes it (`None`), as
+    /// `leaseholdctl namespace set NAME --prefer key=value|default` does: its lease, bound and
+    /// other placement settings kept.
+    pub fn set_preference(&mut self, namespace: &str, prefer: Option<(String, String)>) {
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        let Some(current) = self
+            .leader_state()
+            .and_then(|state| state.namespace(namespace))
+            .cloned()
+        else {
+            return;
+        };
+        self.note(|| format!("namespace {namespace} prefers {prefer:?}"));
+        self.propose(
+            Command::Operator {
+                now_ms,
+                actor: OPERATOR.to_owned(),
+                action: OperatorAction::SetNamespace {
+                    name: namespace.to_owned(),
+                    lease_duration_ms: current.config.lease_duration_ms,
+                    max_executors: current.max_executors,
+                    placement: leasehold_manager::lease::PlacementOverrides {
+                        prefer,
+                        ..current.placement
+                    },
+                },
+            },
+            ReplyTo::Nobody,
+        );
+    }
+
     /// An operator creates a namespace (P18.1), as `leaseholdctl namespace create` does.
     pub fn create_namespace(&mut self, name: &str, shard_count: u32, lease_ms: u64) {
         let Some(now_ms) = self.leader_now_ms() else {

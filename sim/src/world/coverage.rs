@@ -54,6 +54,8 @@ pub struct Coverage {
     pub join_probes: u64,
     /// Whole zones killed at once (P18.3): every executor stating one zone.
     pub zone_crashes: u64,
+    /// Preference probes run (P18.4).
+    pub preference_probes: u64,
     /// Of those, zones whose executors were reaped in different entries (their leases lapsed at
     /// different steps), where survivors' shards may move.
     pub zone_crashes_staggered: u64,
@@ -99,7 +101,7 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 47] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 48] {
         [
             ("commits", self.commits),
             ("renewals answered from memory", self.renewals_from_memory),
@@ -153,6 +155,7 @@ impl Coverage {
             ("i4_probes", self.i4_probes),
             ("join_probes", self.join_probes),
             ("zone_crashes", self.zone_crashes),
+            ("preference_probes", self.preference_probes),
             ("zone_crashes_staggered", self.zone_crashes_staggered),
             ("balance_moves", self.balance_moves),
             ("joins_under_load", self.joins_under_load),
@@ -208,6 +211,7 @@ impl Coverage {
         self.i4_probes += other.i4_probes;
         self.join_probes += other.join_probes;
         self.zone_crashes += other.zone_crashes;
+        self.preference_probes += other.preference_probes;
         self.zone_crashes_staggered += other.zone_crashes_staggered;
         self.balance_moves += other.balance_moves;
         self.joins_under_load += other.joins_under_load;
