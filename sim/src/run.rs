@@ -385,6 +385,16 @@ fn last_zoned_slot(world: &World) -> Option<Slot> {
         .find(|&slot| world.scenario.zone_of_slot(slot).is_some())
 }
 
+/// The slots of `namespace` in `zone` whose executors run (admit), to be killed together.
+fn live_slots_of_zone(world: &World, namespace: &str, zone: &str) -> Vec<Slot> {
+    world
+        .slots_in(namespace)
+        .into_iter()
+        .filter(|&slot| world.scenario.zone_of_slot(slot).as_deref() == Some(zone))
+        .filter(|&slot| world.processes[slot].as_ref().is_some_and(|p| p.admits()))
+        .collect()
+}
+
 /// P18.3 and I4 for a whole zone: every executor of one zone (`slot`'s, in `slot`'s namespace:
 /// placement spreads each namespace over its own executors' zones) is killed at once.
 ///
@@ -412,12 +422,7 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
         return Ok(());
     };
     let lease_ms = current_lease_ms(world, &namespace);
-    let crashed: Vec<Slot> = world
-        .slots_in(&namespace)
-        .into_iter()
-        .filter(|&slot| world.scenario.zone_of_slot(slot).as_deref() == Some(zone.as_str()))
-        .filter(|&slot| world.processes[slot].as_ref().is_some_and(|p| p.admits()))
-        .collect();
+    let crashed = live_slots_of_zone(world, &namespace, &zone);
     let crashed_ids: BTreeSet<String> = crashed
         .iter()
         .filter_map(|&slot| world.executor_id_of(slot))
@@ -524,9 +529,9 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
 
 /// P18.4: `slot`'s namespace prefers `slot`'s zone. Once settled, every one of its shards is with
 /// an executor of that zone, spread over them by capacity (`settle` checks the spread over the
-/// preferred executors, [`owners_of`]). The zone is then killed whole: its shards are re-homed
-/// in the other zones within lease + tick and the writes, as when a zone is lost without a
-/// preference (I4); once the zone is back they all return to it; without the preference the
+/// preferred executors, [`owners_of`]). The zone is then killed whole: the namespace settles with
+/// every shard owned in the other zones (a preference is not a requirement; the zone crash probe
+/// times re-homing); once the zone is back they all return to it; without the preference the
 /// namespace is spread over every zone again. No other namespace's shard moves (P18.1).
 fn preference_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
     let Some(zone) = world.scenario.zone_of_slot(slot) else {
@@ -561,12 +566,7 @@ fn preference_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
             at_us: world.now_us,
         });
     }
-    let crashed: Vec<Slot> = world
-        .slots_in(&namespace)
-        .into_iter()
-        .filter(|&slot| world.scenario.zone_of_slot(slot).as_deref() == Some(zone.as_str()))
-        .filter(|&slot| world.processes[slot].as_ref().is_some_and(|p| p.admits()))
-        .collect();
+    let crashed = live_slots_of_zone(world, &namespace, &zone);
     let others_live = world.slots_in(&namespace).len() > crashed.len();
     for &slot in &crashed {
         world.kill(slot);

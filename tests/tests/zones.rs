@@ -38,17 +38,13 @@ fn start_in_zone(fleet: &mut Fleet, cluster: &Cluster, name: &str, zone: &str) -
     fleet.start(spec)
 }
 
-/// P18.3, I1, I2: labels reach the managers; the zones split the shards evenly; losing a zone
-/// re-homes only its shards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn p18_3_losing_a_zone_moves_only_its_shards() {
-    const SCENARIO: &str = "p18_3_losing_a_zone_moves_only_its_shards";
-    let _serial = one_cluster_at_a_time().await;
+/// A cluster with the fault suite's timing at cluster version `version` or later, and two
+/// executors in each of zones a and b (their fleet indexes).
+async fn two_zones_of_two(version: u32) -> (Cluster, Fleet, [usize; 2], [usize; 2]) {
     let mut cluster = Cluster::new(fault_cluster_options());
     use_fault_timing(&mut cluster);
     cluster.start_all();
-    wait_for_cluster_version(&mut cluster, LABELS_SCHEMA, VERSION_BOUND).await;
-
+    wait_for_cluster_version(&mut cluster, version, VERSION_BOUND).await;
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let zone_a = [
         start_in_zone(&mut fleet, &cluster, "a-0", "a"),
@@ -58,6 +54,16 @@ async fn p18_3_losing_a_zone_moves_only_its_shards() {
         start_in_zone(&mut fleet, &cluster, "b-0", "b"),
         start_in_zone(&mut fleet, &cluster, "b-1", "b"),
     ];
+    (cluster, fleet, zone_a, zone_b)
+}
+
+/// P18.3, I1, I2: labels reach the managers; the zones split the shards evenly; losing a zone
+/// re-homes only its shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_3_losing_a_zone_moves_only_its_shards() {
+    const SCENARIO: &str = "p18_3_losing_a_zone_moves_only_its_shards";
+    let _serial = one_cluster_at_a_time().await;
+    let (cluster, mut fleet, zone_a, zone_b) = two_zones_of_two(LABELS_SCHEMA).await;
     let everyone: Vec<usize> = zone_a.iter().chain(&zone_b).copied().collect();
     let sets = wait_for_even_split(&fleet.refs(&everyone), FAULT_SHARDS, SETTLE_BOUND).await;
     let per_zone: Vec<usize> = sets
@@ -109,20 +115,7 @@ async fn p18_3_losing_a_zone_moves_only_its_shards() {
 async fn p18_4_a_preferred_zone_takes_every_shard_until_the_preference_goes() {
     const SCENARIO: &str = "p18_4_a_preferred_zone_takes_every_shard_until_the_preference_goes";
     let _serial = one_cluster_at_a_time().await;
-    let mut cluster = Cluster::new(fault_cluster_options());
-    use_fault_timing(&mut cluster);
-    cluster.start_all();
-    wait_for_cluster_version(&mut cluster, NAMESPACE_PLACEMENT_SCHEMA, VERSION_BOUND).await;
-
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let zone_a = [
-        start_in_zone(&mut fleet, &cluster, "a-0", "a"),
-        start_in_zone(&mut fleet, &cluster, "a-1", "a"),
-    ];
-    let zone_b = [
-        start_in_zone(&mut fleet, &cluster, "b-0", "b"),
-        start_in_zone(&mut fleet, &cluster, "b-1", "b"),
-    ];
+    let (cluster, fleet, zone_a, zone_b) = two_zones_of_two(NAMESPACE_PLACEMENT_SCHEMA).await;
     let everyone: Vec<usize> = zone_a.iter().chain(&zone_b).copied().collect();
     wait_for_even_split(&fleet.refs(&everyone), FAULT_SHARDS, SETTLE_BOUND).await;
 

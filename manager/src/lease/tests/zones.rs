@@ -240,6 +240,27 @@ fn p18_3_a_capped_plan_does_not_undo_the_zone_split_it_started() {
     assert_capped_plans_settle(&mut harness);
 }
 
+/// Registers `fleet` in order, each `(zone, capacity, shards)`, and grants each its number of
+/// shards, ascending from 0 in the fleet's order.
+fn grant_fleet(harness: &mut Harness, fleet: &[(&str, u32, u32)]) {
+    let ids: Vec<ExecutorId> = fleet
+        .iter()
+        .enumerate()
+        .map(|(n, &(zone, capacity, _))| {
+            register_in(harness, 0, &format!("inc-{n}"), Some(zone), capacity)
+        })
+        .collect();
+    let mut next = 0;
+    let mut grants = Vec::new();
+    for (id, &(_, _, count)) in ids.iter().zip(fleet) {
+        for shard in next..next + count {
+            grants.push((shard, id));
+        }
+        next += count;
+    }
+    grant(harness, 0, &grants);
+}
+
 /// Plans one move at a time, as a leader capped at one move per plan does, applying each, and
 /// asserts they settle within 20 plans with no shard moved twice.
 fn assert_capped_plans_settle(harness: &mut Harness) {
@@ -292,22 +313,7 @@ fn p18_3_zone_ties_do_not_follow_handoffs_under_way() {
         ("a", 1, 3),
         ("b", 4, 10),
     ];
-    let ids: Vec<ExecutorId> = fleet
-        .iter()
-        .enumerate()
-        .map(|(n, &(zone, capacity, _))| {
-            register_in(&mut harness, 0, &format!("inc-{n}"), Some(zone), capacity)
-        })
-        .collect();
-    let mut next = 0;
-    let mut grants = Vec::new();
-    for (id, &(_, _, count)) in ids.iter().zip(&fleet) {
-        for shard in next..next + count {
-            grants.push((shard, id));
-        }
-        next += count;
-    }
-    grant(&mut harness, 0, &grants);
+    grant_fleet(&mut harness, &fleet);
     assert_capped_plans_settle(&mut harness);
 }
 
@@ -331,22 +337,7 @@ fn p18_3_three_zones_tying_do_not_follow_handoffs_under_way() {
         ("z1", 4, 10),
         ("z2", 2, 5),
     ];
-    let ids: Vec<ExecutorId> = fleet
-        .iter()
-        .enumerate()
-        .map(|(n, &(zone, capacity, _))| {
-            register_in(&mut harness, 0, &format!("inc-{n}"), Some(zone), capacity)
-        })
-        .collect();
-    let mut next = 0;
-    let mut grants = Vec::new();
-    for (id, &(_, _, count)) in ids.iter().zip(&fleet) {
-        for shard in next..next + count {
-            grants.push((shard, id));
-        }
-        next += count;
-    }
-    grant(&mut harness, 0, &grants);
+    grant_fleet(&mut harness, &fleet);
     assert_capped_plans_settle(&mut harness);
     // The handoffs the capped plans started are released, as their owners would.
     let releasing: Vec<(ShardId, ExecutorId, u64)> = space_of(&harness.state)
