@@ -454,7 +454,10 @@ pub fn parse_metrics(text: &str) -> MetricsPage {
                     page.reasons.insert(reason.to_owned(), value as u64);
                 }
             }
-        } else if let Some(value) = line.strip_prefix("leasehold_load_imbalance_ratio ") {
+        } else if let Some(value) =
+            line.strip_prefix("leasehold_load_imbalance_ratio{namespace=\"default\"} ")
+        {
+            // B7 places `default`'s shards (P18.1: each namespace has its own series).
             page.imbalance = value.trim().parse().ok();
         } else if let Some(value) = line.strip_prefix("leasehold_raft_is_leader ") {
             page.is_leader = value.trim().parse::<f64>().is_ok_and(|v| v == 1.0);
@@ -952,7 +955,8 @@ mod tests {
         let text = "# TYPE leasehold_shard_moves_by_reason_total counter\n\
             leasehold_shard_moves_by_reason_total{reason=\"balance\"} 12\n\
             leasehold_shard_moves_by_reason_total{reason=\"join\"} 3\n\
-            leasehold_load_imbalance_ratio 1.25\n\
+            leasehold_load_imbalance_ratio{namespace=\"default\"} 1.25\n\
+            leasehold_load_imbalance_ratio{namespace=\"kv\"} 3\n\
             leasehold_load_imbalance_ratio_other 9\n\
             leasehold_raft_is_leader 1\n";
         let page = parse_metrics(text);
@@ -960,8 +964,9 @@ mod tests {
         assert_eq!(page.reasons.get("join"), Some(&3));
         assert_eq!(page.imbalance, Some(1.25));
         assert!(page.is_leader);
-        let follower =
-            parse_metrics("leasehold_raft_is_leader 0\nleasehold_load_imbalance_ratio 2\n");
+        let follower = parse_metrics(
+            "leasehold_raft_is_leader 0\nleasehold_load_imbalance_ratio{namespace=\"default\"} 2\n",
+        );
         assert!(!follower.is_leader);
         assert!(follower.reasons.is_empty());
     }

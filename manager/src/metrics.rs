@@ -167,29 +167,29 @@ pub const METRICS: &[MetricSpec] = &[
     MetricSpec {
         name: "leasehold_load_imbalance_ratio",
         kind: MetricKind::Gauge,
-        help: "Highest utilisation over mean utilisation of live executors (leader).",
-        labels: &[],
+        help: "Highest utilisation over mean utilisation of live executors, by namespace (leader).",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
         at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_hot_shards",
         kind: MetricKind::Gauge,
-        help: "Shards whose own load exceeds the smallest executor's fair share (leader).",
-        labels: &[],
+        help: "Shards whose own load exceeds the smallest executor's fair share, by namespace (leader).",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
         at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_balance_moves_available",
         kind: MetricKind::Gauge,
-        help: "Moves for balance the per-minute budget still allows (leader).",
-        labels: &[],
+        help: "Moves for balance the per-minute budget still allows, by namespace (leader).",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
         at_start: AtStart::WhenKnown,
     },
     MetricSpec {
         name: "leasehold_placement_by_load",
         kind: MetricKind::Gauge,
-        help: "1 while the leader places by reported loads, else 0.",
-        labels: &[],
+        help: "1 while the leader places by reported loads, else 0, by namespace.",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
         at_start: AtStart::WhenKnown,
     },
     MetricSpec {
@@ -487,6 +487,60 @@ fn recorded_namespaces() -> std::sync::MutexGuard<'static, std::collections::BTr
     static RECORDED: Mutex<std::collections::BTreeSet<String>> =
         Mutex::new(std::collections::BTreeSet::new());
     RECORDED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One namespace's placement gauges, as the leader's last step saw them (§15, P18.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PlacementGauges {
+    pub by_load: bool,
+    pub imbalance: f64,
+    pub hot_shards: usize,
+    pub balance_moves_available: usize,
+}
+
+impl PlacementGauges {
+    /// Sets `namespace`'s series, and remembers it for [`forget_placement_gauges_of_gone`].
+    pub fn record(&self, namespace: &str) {
+        let label = namespace.to_owned();
+        metrics::gauge!("leasehold_placement_by_load", "namespace" => label.clone())
+            .set(if self.by_load { 1.0 } else { 0.0 });
+        metrics::gauge!("leasehold_load_imbalance_ratio", "namespace" => label.clone())
+            .set(self.imbalance);
+        metrics::gauge!("leasehold_hot_shards", "namespace" => label.clone())
+            .set(self.hot_shards as f64);
+        metrics::gauge!("leasehold_balance_moves_available", "namespace" => label)
+            .set(self.balance_moves_available as f64);
+        placed_namespaces().insert(namespace.to_owned());
+    }
+}
+
+/// Zeroes the placement gauges of the namespaces recorded before and not in `present` (deleted
+/// since), once, rather than leave them as they last were.
+pub fn forget_placement_gauges_of_gone<'a>(present: impl Iterator<Item = &'a String>) {
+    let present: std::collections::BTreeSet<&String> = present.collect();
+    let gone: Vec<String> = {
+        let mut placed = placed_namespaces();
+        let gone = placed
+            .iter()
+            .filter(|name| !present.contains(name))
+            .cloned()
+            .collect();
+        placed.retain(|name| present.contains(name));
+        gone
+    };
+    for namespace in gone {
+        PlacementGauges::default().record(&namespace);
+        placed_namespaces().remove(&namespace);
+    }
+}
+
+/// The namespaces whose placement gauges are set: at most every namespace a state holds.
+fn placed_namespaces() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+    static PLACED: Mutex<std::collections::BTreeSet<String>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    PLACED
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

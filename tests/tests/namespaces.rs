@@ -174,6 +174,18 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
     ] {
         assert_eq!(metrics.get(series), Some(&f64::from(expected)), "{series}");
     }
+    // So do the leader's placement gauges, each namespace's own.
+    for gauge in [
+        "leasehold_placement_by_load",
+        "leasehold_load_imbalance_ratio",
+        "leasehold_hot_shards",
+        "leasehold_balance_moves_available",
+    ] {
+        for namespace in [ORDERS, "default"] {
+            let series = format!("{gauge}{{namespace=\"{namespace}\"}}");
+            assert!(metrics.contains_key(&series), "{series} is not exported");
+        }
+    }
 
     // The CLI reads the same, per namespace.
     let urls = cluster.urls();

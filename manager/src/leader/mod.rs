@@ -22,7 +22,6 @@ pub mod term;
 #[cfg(test)]
 mod tests;
 
-use leasehold_api::wire::DEFAULT_NAMESPACE;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -427,8 +426,8 @@ fn take_reports(
         .retain(|executor_id| state.executor(executor_id).is_some());
 }
 
-/// Publishes what the trackers know of each namespace for the inspection views, and sets the
-/// placement gauges (`default`'s: the cluster's shard space before namespaces).
+/// Publishes what the trackers know of each namespace for the inspection views, and sets each
+/// namespace's placement gauges (P18.1).
 fn publish_loads(
     node: &LeaderHandle,
     placement: &TermPlacement,
@@ -445,21 +444,19 @@ fn publish_loads(
         let placement_inputs = inputs
             .remove(space.name())
             .unwrap_or_else(|| placement.inputs(space, now_ms));
-        if space.name() == DEFAULT_NAMESPACE {
-            let by_load = matches!(placement_inputs.loads, Loads::Reported(_));
-            metrics::gauge!("leasehold_placement_by_load").set(if by_load { 1.0 } else { 0.0 });
-            metrics::gauge!("leasehold_load_imbalance_ratio").set(summary.imbalance.unwrap_or(0.0));
-            metrics::gauge!("leasehold_hot_shards").set(summary.hot.len() as f64);
-            let shard_count = space.config().map_or(0, |config| config.shard_count);
-            metrics::gauge!("leasehold_balance_moves_available").set(
-                known.ledger.allowed(
-                    now_ms,
-                    placement
-                        .settings_for(space)
-                        .balance_moves_per_minute(shard_count),
-                ) as f64,
-            );
+        let shard_count = space.config().map_or(0, |config| config.shard_count);
+        crate::metrics::PlacementGauges {
+            by_load: matches!(placement_inputs.loads, Loads::Reported(_)),
+            imbalance: summary.imbalance.unwrap_or(0.0),
+            hot_shards: summary.hot.len(),
+            balance_moves_available: known.ledger.allowed(
+                now_ms,
+                placement
+                    .settings_for(space)
+                    .balance_moves_per_minute(shard_count),
+            ),
         }
+        .record(space.name());
         picture.spaces.insert(
             space.name().to_owned(),
             SpaceLoads {
@@ -469,5 +466,6 @@ fn publish_loads(
             },
         );
     }
+    crate::metrics::forget_placement_gauges_of_gone(picture.spaces.keys());
     node.published_loads.publish(picture);
 }
