@@ -435,15 +435,7 @@ pub fn record_state_gauges(
             gauges.record(namespace);
         }
         metrics::gauge!("leasehold_state_revision").set(state.revision() as f64);
-        let mut recorded = recorded_namespaces();
-        let gone: Vec<String> = recorded
-            .iter()
-            .filter(|name| !by_namespace.contains_key(name.as_str()))
-            .cloned()
-            .collect();
-        recorded.clear();
-        recorded.extend(by_namespace.keys().map(|name| (*name).to_owned()));
-        gone
+        STATE_GAUGES_SET_FOR.replace(by_namespace.keys().copied())
     });
     // A deleted namespace's series read empty once, rather than as it last was.
     for namespace in gone {
@@ -481,15 +473,36 @@ impl NamespaceGauges {
     }
 }
 
-/// The namespaces whose gauges the last [`record_state_gauges`] set: at most every namespace a
+/// The namespaces a family of per-namespace series was last set for: at most every namespace a
 /// state holds ([`leasehold_api::wire::MAX_NAMESPACES`]).
-fn recorded_namespaces() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
-    static RECORDED: Mutex<std::collections::BTreeSet<String>> =
-        Mutex::new(std::collections::BTreeSet::new());
-    RECORDED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+struct SetFor(Mutex<std::collections::BTreeSet<String>>);
+
+impl SetFor {
+    const fn new() -> Self {
+        Self(Mutex::new(std::collections::BTreeSet::new()))
+    }
+
+    /// Remembers `present` as the namespaces the series are set for now, and returns those
+    /// they were set for before and are not now (deleted since), whose series the caller sets
+    /// empty once.
+    fn replace<'a>(&self, present: impl Iterator<Item = &'a str>) -> Vec<String> {
+        let present: std::collections::BTreeSet<String> = present.map(str::to_owned).collect();
+        let mut set_for = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = std::mem::replace(&mut *set_for, present);
+        before
+            .into_iter()
+            .filter(|name| !set_for.contains(name))
+            .collect()
+    }
 }
+
+/// The namespaces the state gauges ([`record_state_gauges`]) were last set for.
+static STATE_GAUGES_SET_FOR: SetFor = SetFor::new();
+/// The namespaces the leader's placement gauges ([`PlacementGauges`]) were last set for.
+static PLACEMENT_GAUGES_SET_FOR: SetFor = SetFor::new();
 
 /// One namespace's placement gauges, as the leader's last step saw them (§15, P18.1).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -501,7 +514,7 @@ pub struct PlacementGauges {
 }
 
 impl PlacementGauges {
-    /// Sets `namespace`'s series, and remembers it for [`forget_placement_gauges_of_gone`].
+    /// Sets `namespace`'s series.
     pub fn record(&self, namespace: &str) {
         let label = namespace.to_owned();
         metrics::gauge!("leasehold_placement_by_load", "namespace" => label.clone())
@@ -512,37 +525,15 @@ impl PlacementGauges {
             .set(self.hot_shards as f64);
         metrics::gauge!("leasehold_balance_moves_available", "namespace" => label)
             .set(self.balance_moves_available as f64);
-        placed_namespaces().insert(namespace.to_owned());
     }
-}
 
-/// Zeroes the placement gauges of the namespaces recorded before and not in `present` (deleted
-/// since), once, rather than leave them as they last were.
-pub fn forget_placement_gauges_of_gone<'a>(present: impl Iterator<Item = &'a String>) {
-    let present: std::collections::BTreeSet<&String> = present.collect();
-    let gone: Vec<String> = {
-        let mut placed = placed_namespaces();
-        let gone = placed
-            .iter()
-            .filter(|name| !present.contains(name))
-            .cloned()
-            .collect();
-        placed.retain(|name| present.contains(name));
-        gone
-    };
-    for namespace in gone {
-        PlacementGauges::default().record(&namespace);
-        placed_namespaces().remove(&namespace);
+    /// The placement gauges were just set for the namespaces `present`: a deleted namespace's
+    /// series read empty once, rather than as they last were.
+    pub fn set_for<'a>(present: impl Iterator<Item = &'a str>) {
+        for namespace in PLACEMENT_GAUGES_SET_FOR.replace(present) {
+            Self::default().record(&namespace);
+        }
     }
-}
-
-/// The namespaces whose placement gauges are set: at most every namespace a state holds.
-fn placed_namespaces() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
-    static PLACED: Mutex<std::collections::BTreeSet<String>> =
-        Mutex::new(std::collections::BTreeSet::new());
-    PLACED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Counters and the handoff-duration histogram, from the outcomes this node commits as leader.

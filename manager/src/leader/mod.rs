@@ -466,6 +466,6 @@ fn publish_loads(
             },
         );
     }
-    crate::metrics::forget_placement_gauges_of_gone(picture.spaces.keys());
+    crate::metrics::PlacementGauges::set_for(picture.spaces.keys().map(String::as_str));
     node.published_loads.publish(picture);
 }

@@ -452,10 +452,9 @@ impl<'a> Space<'a> {
             .prefer
             .as_ref()
             .map(|(key, value)| (key.as_str(), value.as_str()))
-            .filter(|(key, value)| {
+            .filter(|&label| {
                 self.executors().any(|executor| {
-                    super::takes_shards(executor, now_ms)
-                        && executor.labels.get(*key).map(String::as_str) == Some(*value)
+                    super::takes_shards(executor, now_ms) && carries(executor, label)
                 })
             });
         Self { preferred, ..self }
@@ -465,7 +464,7 @@ impl<'a> Space<'a> {
     /// ([`Space::placing_at`]).
     pub fn passed_over(&self, executor: &Executor) -> bool {
         self.preferred
-            .is_some_and(|(key, value)| executor.labels.get(key).map(String::as_str) != Some(value))
+            .is_some_and(|label| !carries(executor, label))
     }
 
     /// Whether `executor` takes part in this plan's placement: live and not draining
@@ -547,6 +546,11 @@ impl<'a> Space<'a> {
     pub fn has_delivered(&self, executor_id: &str) -> bool {
         self.executor(executor_id).is_some() && self.state.has_delivered(executor_id)
     }
+}
+
+/// Whether `executor` states the label `(key, value)` (P18.3).
+fn carries(executor: &Executor, (key, value): (&str, &str)) -> bool {
+    executor.labels.get(key).map(String::as_str) == Some(value)
 }
 
 /// Why an executor left.

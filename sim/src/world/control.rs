@@ -340,56 +340,44 @@ impl World {
             self.set_lease(lease_ms);
             return;
         }
-        let Some(now_ms) = self.leader_now_ms() else {
-            return;
-        };
-        let (max_executors, placement) = self
-            .leader_state()
-            .and_then(|state| state.namespace(namespace))
-            .map(|ns| (ns.max_executors, ns.placement.clone()))
-            .unwrap_or_default();
-        self.propose(
-            Command::Operator {
-                now_ms,
-                actor: OPERATOR.to_owned(),
-                action: OperatorAction::SetNamespace {
-                    name: namespace.to_owned(),
-                    lease_duration_ms: lease_ms,
-                    max_executors,
-                    placement,
-                },
-            },
-            ReplyTo::Nobody,
-        );
+        self.set_namespace(namespace, |settings| settings.lease_duration_ms = lease_ms);
     }
 
     /// An operator sets `namespace`'s placement preference (P18.4), or removes it (`None`), as
     /// `leaseholdctl namespace set NAME --prefer key=value|default` does: its lease, bound and
     /// other placement settings kept.
     pub fn set_preference(&mut self, namespace: &str, prefer: Option<(String, String)>) {
+        self.note(|| format!("namespace {namespace} prefers {prefer:?}"));
+        self.set_namespace(namespace, |settings| settings.placement.prefer = prefer);
+    }
+
+    /// An operator's `leaseholdctl namespace set` of `namespace`: its settings as the leader
+    /// holds them, changed by `change`, the rest kept. Nothing without a leader or the namespace.
+    fn set_namespace(&mut self, namespace: &str, change: impl FnOnce(&mut NamespaceSettings)) {
         let Some(now_ms) = self.leader_now_ms() else {
             return;
         };
-        let Some(current) = self
+        let Some(mut settings) = self
             .leader_state()
             .and_then(|state| state.namespace(namespace))
-            .cloned()
+            .map(|ns| NamespaceSettings {
+                lease_duration_ms: ns.config.lease_duration_ms,
+                max_executors: ns.max_executors,
+                placement: ns.placement.clone(),
+            })
         else {
             return;
         };
-        self.note(|| format!("namespace {namespace} prefers {prefer:?}"));
+        change(&mut settings);
         self.propose(
             Command::Operator {
                 now_ms,
                 actor: OPERATOR.to_owned(),
                 action: OperatorAction::SetNamespace {
                     name: namespace.to_owned(),
-                    lease_duration_ms: current.config.lease_duration_ms,
-                    max_executors: current.max_executors,
-                    placement: leasehold_manager::lease::PlacementOverrides {
-                        prefer,
-                        ..current.placement
-                    },
+                    lease_duration_ms: settings.lease_duration_ms,
+                    max_executors: settings.max_executors,
+                    placement: settings.placement,
                 },
             },
             ReplyTo::Nobody,
@@ -592,4 +580,11 @@ impl World {
         }
         out
     }
+}
+
+/// What `leaseholdctl namespace set` changes of a namespace.
+struct NamespaceSettings {
+    lease_duration_ms: u64,
+    max_executors: Option<u32>,
+    placement: leasehold_manager::lease::PlacementOverrides,
 }

@@ -88,6 +88,18 @@ impl World {
         self.apply(plan)
     }
 
+    /// A world (`default`: 4 shards, `lease_ms`) whose namespace `kv` (8 shards) is split 4 and
+    /// 4 between its executors `a` and `b`, returned with their ids.
+    pub(super) fn kv_split_between_two(lease_ms: u64) -> (Self, String, String) {
+        let mut world = Self::new(4, lease_ms);
+        world.create_namespace("kv", 8);
+        let a = world.register_in("a", "kv", 0);
+        let b = world.register_in("b", "kv", 0);
+        world.move_in("kv", 0..4, &a, 0);
+        world.move_in("kv", 4..8, &b, 0);
+        (world, a, b)
+    }
+
     /// Registers an executor into `namespace` (P18.1).
     pub(super) fn register_in(&mut self, name: &str, namespace: &str, now_ms: u64) -> String {
         match self.apply(Command::Register {

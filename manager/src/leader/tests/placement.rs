@@ -555,13 +555,8 @@ fn p18_1_each_namespace_s_load_reports_are_its_own() {
 #[test]
 fn p18_1_every_namespace_is_placed_by_its_own_loads() {
     use crate::leader::placement::TermPlacement;
-    let mut world = World::new(4, LEASE_MS);
-    world.create_namespace("kv", 8);
-    let a = world.register_in("a", "kv", 0);
-    let b = world.register_in("b", "kv", 0);
     // Four shards each, all of the load on a's.
-    world.move_in("kv", 0..4, &a, 0);
-    world.move_in("kv", 4..8, &b, 0);
+    let (world, a, b) = World::kv_split_between_two(LEASE_MS);
     let report = super::uniform_report;
     let mut placement = TermPlacement::new(PlacementSettings::default());
     let kv = || world.state.space("kv").unwrap();
@@ -614,25 +609,12 @@ fn p18_4_a_namespace_s_own_settings_override_the_flags_for_it_alone() {
         }
     );
 
-    let mut world = World::new(4, LEASE_MS);
-    world.create_namespace("kv", 8);
-    let a = world.register_in("a", "kv", 0);
-    let b = world.register_in("b", "kv", 0);
-    world.move_in("kv", 0..4, &a, 0);
-    world.move_in("kv", 4..8, &b, 0);
+    let (mut world, a, b) = World::kv_split_between_two(LEASE_MS);
     let mut placement = TermPlacement::new(flags);
     placement.take_report(&world.state, &a, &super::uniform_report(0..4, 10.0));
     placement.take_report(&world.state, &b, &super::uniform_report(4..8, 0.5));
-    let set = |placement: PlacementOverrides| Command::Operator {
-        now_ms: 0,
-        actor: crate::lease::tests::TEST_ADMIN.to_owned(),
-        action: crate::lease::OperatorAction::SetNamespace {
-            name: "kv".into(),
-            lease_duration_ms: LEASE_MS,
-            max_executors: None,
-            placement,
-        },
-    };
+    let set =
+        |placement| crate::lease::tests::set_namespace_command("kv", LEASE_MS, None, placement);
     world.apply(set(own));
     let inputs = placement.inputs(world.state.space("kv").unwrap(), 1);
     assert!(matches!(inputs.loads, Loads::Reported(_)), "{inputs:?}");

@@ -190,12 +190,7 @@ fn p6_2_p6_4_taking_office_and_the_pushes_owed() {
 /// need no move).
 #[test]
 fn p18_1_a_step_places_each_namespace_by_its_own_loads() {
-    let mut world = World::new(4, LEASE_MS);
-    world.create_namespace("kv", 8);
-    let a = world.register_in("a", "kv", 0);
-    let b = world.register_in("b", "kv", 0);
-    world.move_in("kv", 0..4, &a, 0);
-    world.move_in("kv", 4..8, &b, 0);
+    let (mut world, a, b) = World::kv_split_between_two(LEASE_MS);
     let report = super::uniform_report;
     let mut steps = term(64);
     steps

@@ -393,8 +393,8 @@ pub(super) fn why_it_moves(state: Space<'_>, now_ms: u64, shard: ShardId) -> Mov
     };
     match state.executor(owner) {
         Some(executor) if executor.lease_lapsed(now_ms) => MoveReason::Expiry,
-        // Passed over for a preferred executor (P18.4), it hands its shards on as a draining one.
-        Some(executor) if executor.draining || state.passed_over(executor) => MoveReason::Drain,
+        // Draining, or passed over for a preferred executor (P18.4): it hands its shards on.
+        Some(executor) if state.hands_on(executor, now_ms) => MoveReason::Drain,
         Some(_) => {
             let target_gone = entry.handoff.as_ref().is_some_and(|handoff| {
                 handoff

@@ -153,15 +153,8 @@ pub(super) fn reserved_state() -> LeaseState {
     harness.apply(Command::RegisterMany {
         now_ms: 4_000,
         registrations: ["batched-1", "batched-2"]
-            .map(|incarnation| Registration {
-                namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
-                incarnation: incarnation.to_owned(),
-                address: format!("http://{incarnation}.test"),
-                name: None,
-                credential_sha256: None,
-                capacity: crate::lease::DEFAULT_CAPACITY,
-                app_version: None,
-                labels: Default::default(),
+            .map(|incarnation| {
+                super::registration_in(incarnation, leasehold_api::wire::DEFAULT_NAMESPACE)
             })
             .into(),
     });

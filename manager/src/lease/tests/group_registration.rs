@@ -7,16 +7,7 @@ use super::{Harness, LEASE_MS};
 use crate::lease::Registration;
 
 fn registration(incarnation: &str) -> Registration {
-    Registration {
-        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
-        incarnation: incarnation.to_owned(),
-        address: format!("http://{incarnation}.test"),
-        name: None,
-        credential_sha256: None,
-        capacity: crate::lease::DEFAULT_CAPACITY,
-        app_version: None,
-        labels: Default::default(),
-    }
+    super::registration_in(incarnation, leasehold_api::wire::DEFAULT_NAMESPACE)
 }
 
 fn register_many(

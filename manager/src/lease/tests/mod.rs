@@ -210,16 +210,43 @@ pub(crate) fn create_namespace_command(
     }
 }
 
+/// An admin's `SetNamespace` of `name` (P18.1, P18.4), every setting given whole.
+pub(crate) fn set_namespace_command(
+    name: &str,
+    lease_duration_ms: u64,
+    max_executors: Option<u32>,
+    placement: super::PlacementOverrides,
+) -> Command {
+    Command::Operator {
+        now_ms: 0,
+        actor: TEST_ADMIN.to_owned(),
+        action: super::OperatorAction::SetNamespace {
+            name: name.to_owned(),
+            lease_duration_ms,
+            max_executors,
+            placement,
+        },
+    }
+}
+
+/// A registration of `incarnation` into `namespace` (P18.1), with a derived address and the
+/// default capacity.
+pub(crate) fn registration_in(incarnation: &str, namespace: &str) -> super::Registration {
+    super::Registration {
+        namespace: namespace.to_owned(),
+        incarnation: incarnation.to_owned(),
+        address: format!("http://{incarnation}.test"),
+        name: None,
+        credential_sha256: None,
+        capacity: crate::lease::DEFAULT_CAPACITY,
+        app_version: None,
+        labels: Default::default(),
+    }
+}
+
 /// [`register_command`] into `namespace` (P18.1).
 pub(crate) fn register_in_command(now_ms: u64, incarnation: &str, namespace: &str) -> Command {
-    let mut command = register_command(now_ms, incarnation);
-    if let Command::Register {
-        namespace: into, ..
-    } = &mut command
-    {
-        namespace.clone_into(into);
-    }
-    command
+    registration_in(incarnation, namespace).into_command(now_ms)
 }
 
 /// A `Register` for `incarnation` with a derived address.
@@ -233,17 +260,11 @@ pub(super) fn register_command_with_capacity(
     incarnation: &str,
     capacity: u32,
 ) -> Command {
-    Command::Register {
-        namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
-        now_ms,
-        incarnation: incarnation.to_owned(),
-        address: format!("http://{incarnation}.test"),
-        name: None,
-        credential_sha256: None,
+    super::Registration {
         capacity,
-        app_version: None,
-        labels: Default::default(),
+        ..registration_in(incarnation, leasehold_api::wire::DEFAULT_NAMESPACE)
     }
+    .into_command(now_ms)
 }
 
 /// A `Register` for `incarnation` at `capacity` stating `labels` (P18.3), as `key, value` pairs.

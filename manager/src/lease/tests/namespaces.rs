@@ -7,7 +7,10 @@ use super::super::{
     Command, Move, Namespace, OperatorAction, Outcome, PlacementOverrides, RefusalReason,
     RegisterResult, RenewResult, Renewal, ShardId,
 };
-use super::{create_namespace_command, register_in_command, Harness, LEASE_MS, TEST_ADMIN};
+use super::{
+    create_namespace_command, register_in_command, set_namespace_command, Harness, LEASE_MS,
+    TEST_ADMIN,
+};
 
 fn operator(now_ms: u64, action: OperatorAction) -> Command {
     Command::Operator {
@@ -476,31 +479,7 @@ fn p18_1_a_namespace_s_executor_bound_refuses_newcomers_only() {
         now_ms: 1,
         registrations: ["k4", "k5"]
             .into_iter()
-            .map(
-                |incarnation| match register_in_command(1, incarnation, "kv") {
-                    Command::Register {
-                        incarnation,
-                        address,
-                        name,
-                        credential_sha256,
-                        capacity,
-                        app_version,
-                        labels,
-                        namespace,
-                        ..
-                    } => super::super::Registration {
-                        incarnation,
-                        address,
-                        name,
-                        credential_sha256,
-                        capacity,
-                        app_version,
-                        labels,
-                        namespace,
-                    },
-                    other => panic!("{other:?}"),
-                },
-            )
+            .map(|incarnation| super::registration_in(incarnation, "kv"))
             .collect(),
     };
     let Outcome::RegisteredMany { results } = harness.apply(batch) else {
@@ -517,14 +496,11 @@ fn p18_1_a_namespace_s_executor_bound_refuses_newcomers_only() {
 fn p18_1_a_namespace_s_settings_change_in_place() {
     let (mut harness, _, _) = two_spaces();
     let set = |name: &str, lease_duration_ms: u64, max_executors: Option<u32>| {
-        operator(
-            1,
-            OperatorAction::SetNamespace {
-                name: name.to_owned(),
-                lease_duration_ms,
-                max_executors,
-                placement: PlacementOverrides::default(),
-            },
+        set_namespace_command(
+            name,
+            lease_duration_ms,
+            max_executors,
+            PlacementOverrides::default(),
         )
     };
     assert!(matches!(
@@ -601,17 +577,7 @@ fn p18_4_a_namespace_s_placement_settings_are_kept_changed_and_checked() {
         }
     ));
 
-    let set = |placement: PlacementOverrides| {
-        operator(
-            2,
-            OperatorAction::SetNamespace {
-                name: "placed".into(),
-                lease_duration_ms: LEASE_MS,
-                max_executors: None,
-                placement,
-            },
-        )
-    };
+    let set = |placement| set_namespace_command("placed", LEASE_MS, None, placement);
     let revision_before = harness.namespace("placed").assignment_revision;
     let by_count_only = PlacementOverrides {
         load_placement: Some(false),

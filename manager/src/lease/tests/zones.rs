@@ -363,19 +363,15 @@ fn p18_3_three_zones_tying_do_not_follow_handoffs_under_way() {
 
 /// `default`'s placement settings with `prefer key=value` (P18.4), its lease and bound kept.
 fn prefer_on_default(harness: &mut Harness, prefer: Option<(&str, &str)>) {
-    let outcome = harness.apply(Command::Operator {
-        now_ms: 0,
-        actor: super::TEST_ADMIN.to_owned(),
-        action: crate::lease::OperatorAction::SetNamespace {
-            name: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
-            lease_duration_ms: LEASE_MS,
-            max_executors: None,
-            placement: crate::lease::PlacementOverrides {
-                prefer: prefer.map(|(key, value)| (key.to_owned(), value.to_owned())),
-                ..Default::default()
-            },
+    let outcome = harness.apply(super::set_namespace_command(
+        leasehold_api::wire::DEFAULT_NAMESPACE,
+        LEASE_MS,
+        None,
+        crate::lease::PlacementOverrides {
+            prefer: prefer.map(|(key, value)| (key.to_owned(), value.to_owned())),
+            ..Default::default()
         },
-    });
+    ));
     assert!(
         matches!(outcome, Outcome::NamespaceSet { changed: true, .. }),
         "{outcome:?}"
