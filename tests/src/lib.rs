@@ -140,6 +140,35 @@ where
     must(leasehold_harness::poll_until(what, bound, check).await)
 }
 
+/// Reads the state with `read` until two reads a second apart are equal, within `bound`, and
+/// returns the last: writes that follow a registration a moment later (its lease reservation,
+/// PROTOCOL P6.8) are in it before a test compares the state against it.
+pub async fn until_still<T, F, Fut>(what: &str, bound: Duration, mut read: F) -> T
+where
+    T: PartialEq + std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    poll_until(what, bound, || {
+        let first = read();
+        let second = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        let read_again = read();
+        async move {
+            let before = first.await;
+            second.await;
+            let after = read_again.await;
+            if before == after {
+                Ok(after)
+            } else {
+                Err(format!("{before:?} then {after:?}"))
+            }
+        }
+    })
+    .await
+}
+
 /// Waits for a leader, then until it states cluster version `version` or later (PROTOCOL
 /// P14.3: the leader raises it within a probe round or two of every member running a release
 /// that applies it), within `bound`.

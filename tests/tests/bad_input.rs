@@ -20,7 +20,8 @@ use leasehold_api::wire::{
 use leasehold_tests::executor::ExecutorProcess;
 use leasehold_tests::http_checks::{send, RawRequest};
 use leasehold_tests::{
-    free_port, one_cluster_at_a_time, poll_until, replicated_view, Cluster, ClusterOptions,
+    free_port, one_cluster_at_a_time, poll_until, replicated_view, until_still, Cluster,
+    ClusterOptions,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -769,18 +770,8 @@ async fn i6_manager_rejections_are_problem_json_and_change_nothing() {
     .await;
     // The registration's lease reservation (P6.8) is written a moment after it, whenever the
     // plan was: the cases start once the state has been still for a second.
-    let settled = poll_until("the state still for a second", SETTLE_BOUND, || async {
-        let before = state_without_clock(&http, &leader_url).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = state_without_clock(&http, &leader_url).await;
-        if before["revision"] == after["revision"] {
-            Ok(after)
-        } else {
-            Err(format!(
-                "revision {} then {}",
-                before["revision"], after["revision"]
-            ))
-        }
+    let settled = until_still("the state still for a second", SETTLE_BOUND, || {
+        state_without_clock(&http, &leader_url)
     })
     .await;
     let revision = settled["revision"].as_u64().expect("revision");

@@ -14,7 +14,8 @@ use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::Credential;
 use leasehold_tests::executor::{wait_for_even_split, ExecutorProcess};
 use leasehold_tests::{
-    one_cluster_at_a_time, poll_until, tls_certificates, tls_files, Cluster, ClusterOptions,
+    one_cluster_at_a_time, poll_until, tls_certificates, tls_files, until_still, Cluster,
+    ClusterOptions,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -130,6 +131,12 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
             }
         },
     )
+    .await;
+    // Its lease reservation (P6.8) is written a moment after the registration: the refused
+    // requests below start once the state has been still for a second.
+    until_still("the state still for a second", LEADER_BOUND, || {
+        state(&cluster)
+    })
     .await;
 
     let raft_from = |node: u64| {
