@@ -527,19 +527,19 @@ fn deploy_files_use_only_settings_the_binaries_accept() {
         &format!("{executor_anchor}{executor_services}"),
         &executor_help,
     );
-    // The Kubernetes kit: the managers' StatefulSet; the executor sidecar of the Deployment, and
+    // The Kubernetes kit: the managers' StatefulSets; the executor sidecar of the Deployment, and
     // the example service beside it, whose flags are those of examples/python/kv.py.
     check(
-        "kubernetes/manager.yaml",
-        &read("kubernetes/manager.yaml"),
+        "kubernetes/base/manager.yaml",
+        &read("kubernetes/base/manager.yaml"),
         &manager_help,
     );
-    let deployment = read("kubernetes/executor.yaml");
+    let deployment = read("kubernetes/base/executor.yaml");
     let (sidecar, service) = deployment
         .split_once("\n      containers:\n")
         .expect("the executor Deployment's sidecar comes before its service");
     check(
-        "kubernetes/executor.yaml (sidecar)",
+        "kubernetes/base/executor.yaml (sidecar)",
         sidecar,
         &executor_help,
     );
@@ -551,7 +551,7 @@ fn deploy_files_use_only_settings_the_binaries_accept() {
         .map(|line| format!("{line}\n"))
         .collect();
     check(
-        "kubernetes/executor.yaml (service)",
+        "kubernetes/base/executor.yaml (service)",
         service,
         &example_flags,
     );
