@@ -70,6 +70,9 @@ pub struct ManagerNode {
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
     pub leader_contact: Arc<LeaderContact>,
+    /// The forwards this node has in flight, each vouched for until answered (P13.3,
+    /// [`crate::http::vouch`]).
+    pub vouchers: crate::http::vouch::Vouchers,
     /// Set while this node rejoins (`--rejoin`): until the cluster has removed its old membership
     /// it takes no Raft message but `/raft/identity` (`http::authorize`). A leader still
     /// replicating to the old member would otherwise bring the new, empty data directory up as
@@ -149,6 +152,7 @@ impl ManagerNode {
             routing_runs: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
             leader_contact: Arc::default(),
+            vouchers: Default::default(),
             signals,
             rejoining: std::sync::atomic::AtomicBool::new(false),
         }

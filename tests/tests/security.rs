@@ -88,7 +88,8 @@ fn row(caller: &'static str, method: Method, path: &str, status: u16) -> Row {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p13_3_every_role_may_do_only_what_it_is_for() {
     let _serial = one_cluster_at_a_time().await;
-    let certs = tls_certificates(3);
+    // Three members; manager-4's certificate is of the cluster's CA but its node never joined.
+    let certs = tls_certificates(4);
     let mut cluster = Cluster::start(ClusterOptions {
         shard_count: 8,
         // Long enough that nothing lapses while the table runs: every change is the table's.
@@ -228,6 +229,42 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
             headers: forwarded(3, "urn:leasehold:admin"),
             ..row("manager-2", Method::DELETE, "/v1/cluster/nodes/3", 403)
         },
+    ];
+    // A manager certificate makes no forwarded role true by itself (P13.3): not from a node that
+    // was never a member (manager-4), and not from a member (manager-2) for a request it did not
+    // forward, without a voucher or with one it never issued. Each asks for what only an admin
+    // may do: remove a voter, read the backup and the audit log, switch maintenance on.
+    let admin_only = [
+        (Method::DELETE, "/v1/cluster/nodes/3", None),
+        (Method::GET, "/v1/backup", None),
+        (Method::GET, "/v1/audit", None),
+        (
+            Method::PUT,
+            "/v1/cluster/maintenance",
+            Some(json!({"on": true})),
+        ),
+    ];
+    let never_issued = "0123456789abcdef0123456789abcdef".to_owned();
+    for (method, path, body) in admin_only {
+        for (caller, by, voucher) in [
+            ("manager-4", 4, None),
+            ("manager-4", 4, Some(never_issued.clone())),
+            ("manager-2", 2, None),
+            ("manager-2", 2, Some(never_issued.clone())),
+        ] {
+            let mut headers = forwarded(by, "urn:leasehold:admin");
+            headers.push(("x-leasehold-forwarded-subject", "CN=chosen".to_owned()));
+            if let Some(voucher) = voucher {
+                headers.push(("x-leasehold-forwarded-voucher", voucher));
+            }
+            table.push(Row {
+                headers,
+                body: body.clone(),
+                ..row(caller, method.clone(), path, 403)
+            });
+        }
+    }
+    table.extend([
         // P13.4 under TLS: the executor certificate is every executor's, so which executor is
         // speaking is its credential; without it, or with another, nothing is renewed, released
         // or deregistered.
@@ -285,7 +322,7 @@ async fn p13_3_every_role_may_do_only_what_it_is_for() {
             code: "conflict",
             ..row("executor", Method::POST, "/v1/executors", 409)
         },
-    ];
+    ]);
     for row in table.drain(..) {
         let before = state(&cluster).await;
         let client = client_as(certs.path(), row.caller);

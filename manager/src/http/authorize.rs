@@ -13,12 +13,14 @@ use axum::response::{IntoResponse, Response};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::{printable_ascii, NamespaceScope, Role};
-use leasehold_api::wire::NAMESPACES_SCHEMA;
+use leasehold_api::wire::{FIRST_RELEASE, NAMESPACES_SCHEMA};
 
+use super::vouch;
 use super::{
     AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SCOPE_HEADER,
     FORWARDED_SUBJECT_HEADER,
 };
+use crate::member_versions::MemberVersion;
 use crate::raft::identity::NODE_ID_HEADER;
 use axum::http::HeaderMap;
 
@@ -214,6 +216,15 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
             return forbidden(detail);
         }
     };
+    if let (Role::Manager { node_id }, true) =
+        (peer, request.headers().contains_key(FORWARDED_ROLE_HEADER))
+    {
+        let claim = forwarded_claim(&request);
+        if let Err(detail) = forwarded_by_member(&node, node_id, claim).await {
+            tracing::warn!(path = request.uri().path(), %peer, "refused: {detail}");
+            return forbidden(detail);
+        }
+    }
     let peer_scope = request
         .extensions()
         .get::<PeerRole>()
@@ -349,6 +360,80 @@ pub fn effective_role(peer: Role, headers: &HeaderMap) -> Result<Role, String> {
         .to_str()
         .map_err(|_| format!("{FORWARDED_ROLE_HEADER} is not text"))
         .and_then(|uri| Role::from_san_uri(uri).map_err(|e| e.to_string()))
+}
+
+/// A forwarded role ([`effective_role`] checked that the certificate is the forwarding
+/// manager's) is believed only from a current member of the cluster, and only for a request that
+/// member vouches it forwarded ([`vouch`]): asked at the address the membership gives for it.
+/// A member of the first release, which forwards without vouchers, is believed on its
+/// certificate alone while it runs that release ([`forwards_without_vouchers`]).
+async fn forwarded_by_member(
+    node: &AppState,
+    by: u64,
+    claim: Result<(vouch::Voucher, Option<String>), String>,
+) -> Result<(), String> {
+    let (claimed, token) = claim?;
+    if by == node.leadership.id {
+        return Err(format!(
+            "the request says this node ({by}) forwarded it: a manager never forwards to itself"
+        ));
+    }
+    let address = {
+        let metrics = node.leadership.metrics_snapshot();
+        let member = metrics
+            .membership_config
+            .membership()
+            .get_node(&by)
+            .cloned();
+        match member {
+            Some(member) => member.addr,
+            None => {
+                return Err(format!(
+                    "manager {by} is not a member of this cluster: only a member forwards a \
+                     caller's request (PROTOCOL P13.3)"
+                ))
+            }
+        }
+    };
+    match token {
+        Some(token) => vouch::confirm(&node.http, by, &address, &token, &claimed).await,
+        None if forwards_without_vouchers(node.member_versions.get(by).as_ref()) => Ok(()),
+        None => Err(format!(
+            "the request carries no {} from manager {by}, which vouches for what it forwards \
+             (PROTOCOL P13.3)",
+            vouch::FORWARDED_VOUCHER_HEADER
+        )),
+    }
+}
+
+/// What a forwarded request says was forwarded, and the voucher token it carries.
+fn forwarded_claim(request: &Request) -> Result<(vouch::Voucher, Option<String>), String> {
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().map(str::to_owned))
+            .transpose()
+            .map_err(|_| format!("{name} is not text"))
+    };
+    let claimed = vouch::Voucher {
+        method: request.method().to_string(),
+        path_and_query: request.uri().path_and_query().map_or_else(
+            || request.uri().path().to_owned(),
+            |p| p.as_str().to_owned(),
+        ),
+        role: header(FORWARDED_ROLE_HEADER)?.unwrap_or_default(),
+        subject: header(FORWARDED_SUBJECT_HEADER)?.unwrap_or_default(),
+        scope: header(FORWARDED_SCOPE_HEADER)?,
+    };
+    Ok((claimed, header(vouch::FORWARDED_VOUCHER_HEADER)?))
+}
+
+/// Whether a member, as the last probe round heard it, runs the first release, whose followers
+/// forwarded a caller's role without a voucher: during a rolling upgrade from it, its forwards
+/// are believed on its certificate as they were then. Unheard, it is not believed.
+pub fn forwards_without_vouchers(member: Option<&MemberVersion>) -> bool {
+    member.is_some_and(|member| member.release == FIRST_RELEASE)
 }
 
 /// `POST /v1/cluster/nodes` and `DELETE /v1/cluster/nodes/{id}` (`named`: the id in the path,
@@ -491,6 +576,11 @@ mod tests {
             (Method::POST, "/raft/vote", Requirement::RaftPeer),
             (Method::POST, "/raft/snapshot", Requirement::RaftPeer),
             (Method::GET, "/raft/identity", Requirement::RaftPeer),
+            (
+                Method::GET,
+                "/raft/forwarded/0123456789abcdef0123456789abcdef",
+                Requirement::RaftPeer,
+            ),
             (
                 Method::POST,
                 "/v1/executors",
@@ -746,6 +836,21 @@ mod tests {
         let refused = CallerScope(kv).check("orders").unwrap_err();
         assert!(refused.to_string().contains("P18.2"), "{refused}");
         assert!(CallerScope(NamespaceScope::All).check("orders").is_ok());
+    }
+
+    /// P13.3: a forward without a voucher is believed only from a member heard running the first
+    /// release (a rolling upgrade from it); from any later release, or a member not heard, never.
+    #[test]
+    fn p13_3_only_a_first_release_member_forwards_without_a_voucher() {
+        let at = |release: &str| MemberVersion {
+            release: release.to_owned(),
+            newest_schema: 2,
+        };
+        assert!(forwards_without_vouchers(Some(&at(FIRST_RELEASE))));
+        assert!(!forwards_without_vouchers(Some(&at(
+            leasehold_api::RELEASE
+        ))));
+        assert!(!forwards_without_vouchers(None));
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod registration_limit;
 mod removal;
 mod safe_to_stop;
 mod ui;
+pub mod vouch;
 mod watch;
 
 use std::sync::Arc;
@@ -311,7 +312,8 @@ fn raft_routes() -> Router<AppState> {
         .route("/raft/append", post(raft_rpc::append))
         .route("/raft/vote", post(raft_rpc::vote))
         .route("/raft/snapshot", post(raft_rpc::snapshot))
-        .route("/raft/identity", get(raft_rpc::identity));
+        .route("/raft/identity", get(raft_rpc::identity))
+        .route("/raft/forwarded/{token}", get(vouch::voucher));
     // The body is read inside this bound (P13.6): no sender waits longer for one message.
     bounded(raft, crate::raft::SNAPSHOT_CHUNK_TIMEOUT)
         .layer(DefaultBodyLimit::max(MAX_RAFT_BODY_BYTES))
@@ -403,19 +405,40 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
         .timeout(FORWARD_TIMEOUT)
         .header(FORWARDED_HEADER, node.leadership.id.to_string())
         .body(body);
-    // The leader decides with the caller's role, not this node's certificate (P13.3).
+    // The leader decides with the caller's role, not this node's certificate (P13.3), and
+    // believes it only once this node vouches for the request (`vouch`): the voucher is held
+    // until the leader's reply is in.
+    let mut _voucher = None;
     if let Some(authorize::CallerRole(role)) = parts.extensions.get::<authorize::CallerRole>() {
-        outgoing = outgoing.header(FORWARDED_ROLE_HEADER, role.san_uri());
-    }
-    if let Some(scope) = parts
-        .extensions
-        .get::<authorize::CallerScope>()
-        .and_then(|scope| scope.0.header_value())
-    {
-        outgoing = outgoing.header(FORWARDED_SCOPE_HEADER, scope);
-    }
-    if let Some(subject) = parts.extensions.get::<authorize::CallerSubject>() {
-        outgoing = outgoing.header(FORWARDED_SUBJECT_HEADER, subject.0.as_str());
+        let voucher = vouch::Voucher {
+            method: parts.method.to_string(),
+            path_and_query: path.to_owned(),
+            role: role.san_uri(),
+            subject: parts
+                .extensions
+                .get::<authorize::CallerSubject>()
+                .map(|subject| subject.0.clone())
+                .unwrap_or_default(),
+            scope: parts
+                .extensions
+                .get::<authorize::CallerScope>()
+                .and_then(|scope| scope.0.header_value()),
+        };
+        outgoing = outgoing
+            .header(FORWARDED_ROLE_HEADER, voucher.role.as_str())
+            .header(FORWARDED_SUBJECT_HEADER, voucher.subject.as_str());
+        if let Some(scope) = &voucher.scope {
+            outgoing = outgoing.header(FORWARDED_SCOPE_HEADER, scope.as_str());
+        }
+        match node.vouchers.issue(voucher) {
+            Ok(issued) => {
+                outgoing = outgoing.header(vouch::FORWARDED_VOUCHER_HEADER, issued.token.as_str());
+                _voucher = Some(issued);
+            }
+            Err(full) => {
+                return HttpError::new(ErrorCode::Unavailable, full.to_string()).into_response()
+            }
+        }
     }
     // The executor's credential travels with its request: the leader checks it (P13.4).
     for name in [
