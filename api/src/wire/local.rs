@@ -69,6 +69,12 @@ pub struct LocalPermits {
     /// empty. Nothing may be admitted because of it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preparing: Vec<ShardEpoch>,
+    /// This answer's acknowledgement token (P16.1): 128 random bits in hex, given to the poller
+    /// that received this answer only. Its next poll echoes it as `token=` beside `applied=` and
+    /// `state=`; an acknowledgement without it counts for nothing. Absent from pushes
+    /// (`--app-url`), whose `2xx` is the acknowledgement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// `200` to `GET /v1/local/admit`: the service may start this one piece of work within

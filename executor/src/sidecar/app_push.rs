@@ -101,7 +101,7 @@ pub(crate) async fn push_to_app(
                 () = shutdown.wait() => return,
             }
         }
-        let permits = link.answer(|now| shared.view_at(now));
+        let (permits, given) = link.answer_push(|now| shared.view_at(now));
         let answered = Answered {
             revision: permits.revision,
             state: permits.state,
@@ -109,7 +109,7 @@ pub(crate) async fn push_to_app(
         tokio::select! {
             pushed = push(&client, &app_url, &permits) => match pushed {
                 Ok(()) => {
-                    link.acknowledge(answered);
+                    link.acknowledge_push(given);
                     link.service_prepared_all(&permits.preparing);
                     if acknowledged.map(|a| a.state) != Some(answered.state) {
                         info!(state = answered.state.as_str(), revision = answered.revision, "the service acknowledged a push (--app-url)");

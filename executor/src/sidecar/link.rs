@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tracing::error;
 
-use super::service_copy::{Answered, ServiceCopy};
+use super::service_copy::{Ack, Chain, NotAcknowledged, PushedAnswer, Recipient, ServiceCopy};
 use super::service_prepare::{NotAsked, ServicePrepares};
 use crate::admission::{AdmissionEvent, Assignment};
 use crate::admission_log::{AdmissionLog, MonotonicReading};
@@ -93,11 +93,33 @@ impl ServiceLink {
         self.changed.subscribe()
     }
 
-    /// The answer for the sidecar's view at the instant of answering (`view_at`), told to the
-    /// service.
-    pub(crate) fn answer(&self, view_at: impl FnOnce(Instant) -> Assignment) -> LocalPermits {
-        let mut permits = self.update(|copy, now| {
-            let (mut permits, events) = copy.answer(&view_at(now), now);
+    /// The answer to a poll for the sidecar's view at the instant of answering (`view_at`), with
+    /// a fresh token, continuing `chain` (the chain of the answer the poll acknowledged, P16.1).
+    pub(crate) fn answer_poll(
+        &self,
+        view_at: impl FnOnce(Instant) -> Assignment,
+        chain: Option<Chain>,
+    ) -> LocalPermits {
+        let token = rand::random::<u128>();
+        self.answer(view_at, Recipient::Poller { token, chain }).0
+    }
+
+    /// The answer pushed to `--app-url` for the sidecar's view at the instant of answering, and
+    /// what its `2xx` acknowledges.
+    pub(crate) fn answer_push(
+        &self,
+        view_at: impl FnOnce(Instant) -> Assignment,
+    ) -> (LocalPermits, PushedAnswer) {
+        self.answer(view_at, Recipient::Pushed)
+    }
+
+    fn answer(
+        &self,
+        view_at: impl FnOnce(Instant) -> Assignment,
+        to: Recipient,
+    ) -> (LocalPermits, PushedAnswer) {
+        let (mut permits, pushed) = self.update(|copy, now| {
+            let (mut permits, pushed, events) = copy.answer(&view_at(now), now, to);
             if permits.lease_ttl_ms > 0 {
                 let end = now + Duration::from_millis(permits.lease_ttl_ms);
                 // Rounded down: the deadline never outlasts the copy. Unreadable (never on
@@ -106,14 +128,14 @@ impl ServiceLink {
                     .ok()
                     .map(|reading| reading.ns_no_later_than(end));
             }
-            (permits, events)
+            ((permits, pushed), events)
         });
         let mut inner = self.lock();
         if permits.state != LocalState::Stopping {
             permits.preparing = inner.prepares.pending();
         }
         inner.prepares_told = inner.prepares.generation();
-        permits
+        (permits, pushed)
     }
 
     /// The service prepares shards (P17.1): it said so on a poll, or it is pushed to.
@@ -180,9 +202,18 @@ impl ServiceLink {
         }
     }
 
-    /// The service acknowledged `ack` (P16.1).
-    pub(crate) fn acknowledge(&self, ack: Answered) {
-        self.update(|copy, now| ((), copy.acknowledge(ack, now)));
+    /// A poll acknowledged `ack` (P16.1): counted only when its token is that of an answer this
+    /// sidecar gave, with that answer's revision and state. Answers the chain the poll continues.
+    pub(crate) fn acknowledge(&self, ack: Ack) -> Result<Chain, NotAcknowledged> {
+        self.update(|copy, now| match copy.acknowledge(ack, now) {
+            Ok((chain, events)) => (Ok(chain), events),
+            Err(refused) => (Err(refused), Vec::new()),
+        })
+    }
+
+    /// The service pushed to acknowledged `pushed` with a `2xx` (P16.1).
+    pub(crate) fn acknowledge_push(&self, pushed: PushedAnswer) {
+        self.update(|copy, now| ((), copy.acknowledge_push(pushed, now)));
     }
 
     /// When the copy the service holds runs out.

@@ -7,11 +7,13 @@
 //!   (P17.1);
 //! - `POST /v1/local/stop`: the graceful stop (P3.7), as SIGTERM.
 //!
-//! Loopback or a unix socket only ([`LocalListen`]): the API has no TLS and no credential.
+//! Loopback or a unix socket only ([`LocalListen`]): the API has no TLS and no credential. Pages
+//! in a browser on the machine are refused on every route (`local_guard`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,9 +33,11 @@ use leasehold_api::wire::{
 use serde::Deserialize;
 use tokio::time::{sleep_until, Instant};
 use tower_http::catch_panic::CatchPanicLayer;
+use tracing::{info, warn};
 
 use super::link::ServiceLink;
-use super::service_copy::{answered, Answered};
+use super::local_guard::{refuse_pages, LocalGuard};
+use super::service_copy::{answered, Ack, Answered, NotAcknowledged};
 use crate::admission::AdmitError;
 use crate::handle::ExecutorHandle;
 use crate::owner::{misdirected, OwnerOf};
@@ -126,13 +130,16 @@ struct Local {
     shared: Arc<Shared>,
     link: Arc<ServiceLink>,
     handle: ExecutorHandle,
+    /// Whether a poll acknowledged without a token yet (warned once).
+    warned_tokenless: Arc<AtomicBool>,
 }
 
 /// Bound on a local request: the longest long poll, and a margin.
 const LOCAL_REQUEST_TIMEOUT: Duration = Duration::from_millis(MAX_LOCAL_PERMITS_WAIT_MS + 5_000);
 
-/// The local API's router. `host_policy` guards a loopback listener against pages in a browser on
-/// this machine (P13.6); a unix socket takes none.
+/// The local API's router. Every route refuses pages in a browser on this machine
+/// (`local_guard`); `host_policy` is a loopback listener's `Host` rule (P13.6), a unix socket
+/// takes none.
 pub(crate) fn router(
     shared: Arc<Shared>,
     link: Arc<ServiceLink>,
@@ -143,6 +150,7 @@ pub(crate) fn router(
         shared,
         link,
         handle,
+        warned_tokenless: Arc::new(AtomicBool::new(false)),
     };
     let routes = Router::new()
         .route("/v1/local/permits", get(permits))
@@ -161,24 +169,23 @@ pub(crate) fn router(
         ))
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed);
-    let routes = match host_policy {
-        Some(policy) => routes.layer(middleware::from_fn_with_state(
-            policy,
-            leasehold_api::origin::check_host_and_origin,
-        )),
-        None => routes,
-    };
     routes
+        .layer(middleware::from_fn_with_state(
+            LocalGuard { host_policy },
+            refuse_pages,
+        ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
 }
 
-/// `?applied=R&state=S&wait=D&prepare=true`.
+/// `?applied=R&state=S&token=T&wait=D&prepare=true`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PermitsQuery {
     applied: Option<u64>,
     state: Option<LocalState>,
+    /// The token of the answer `applied` and `state` name (P16.1).
+    token: Option<String>,
     wait: Option<String>,
     /// The service prepares for shards about to arrive (P17.1).
     prepare: Option<bool>,
@@ -250,21 +257,65 @@ mod tests {
     }
 }
 
+/// A token as answers carry it: 32 hex digits. `None` for anything else, which no answer
+/// carried.
+fn parse_token(text: &str) -> Option<u128> {
+    if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u128::from_str_radix(text, 16).ok()
+}
+
 /// The long poll (P16.1): answered at once unless the query names the current revision and
-/// state; then when either changes, when `wait` passed, or when half the time left on the
-/// service's copy passed.
+/// state (with the token of the answer it came with, when it gives one that this sidecar does
+/// not know, answered at once too); then when either changes, when `wait` passed, or when half
+/// the time left on the service's copy passed.
 async fn permits(
     State(local): State<Local>,
     ApiQuery(query): ApiQuery<PermitsQuery>,
 ) -> Result<Json<LocalPermits>, HttpError> {
     let wait = parse_wait(query.wait.as_deref())?;
     let arrived = Instant::now();
-    let known = query
+    let mut known = query
         .applied
         .zip(query.state)
         .map(|(revision, state)| Answered { revision, state });
-    if let Some(ack) = known {
-        local.link.acknowledge(ack);
+    let mut chain = None;
+    match (known, query.token.as_deref()) {
+        (Some(answered), Some(token)) => {
+            let acknowledged = parse_token(token)
+                .ok_or(NotAcknowledged::UnknownToken)
+                .and_then(|token| local.link.acknowledge(Ack { answered, token }));
+            match acknowledged {
+                Ok(acknowledged) => chain = Some(acknowledged),
+                Err(refused) => {
+                    info!(
+                        applied = answered.revision,
+                        state = answered.state.as_str(),
+                        "a poll's acknowledgement did not count ({refused}): answered at once \
+                         with a new token (P16.1)"
+                    );
+                    known = None;
+                }
+            }
+        }
+        (Some(answered), None) => {
+            if !local.warned_tokenless.swap(true, Ordering::Relaxed) {
+                warn!(
+                    applied = answered.revision,
+                    state = answered.state.as_str(),
+                    "a poll acknowledged an answer without its token, which counts for nothing \
+                     (P16.1): revokes wait for the copies it was given to run out; echo each \
+                     answer's token as token= (said once)"
+                );
+            }
+        }
+        (None, Some(_)) => {
+            return Err(HttpError::invalid(
+                "token= acknowledges an answer: give it with that answer's applied= and state=",
+            ))
+        }
+        (None, None) => {}
     }
     if query.prepare == Some(true) {
         local.link.opt_in_prepares();
@@ -292,7 +343,11 @@ async fn permits(
             () = sleep_until(answer_by) => {}
         }
     }
-    Ok(Json(local.link.answer(|now| local.shared.view_at(now))))
+    Ok(Json(
+        local
+            .link
+            .answer_poll(|now| local.shared.view_at(now), chain),
+    ))
 }
 
 /// `?key=K` or `?shard=N`.

@@ -8,12 +8,14 @@
 //! - `service_prepare`: which shards the service is asked to prepare for, and which it prepared
 //!   (P17.1). Pure.
 //! - `app_push`: `--app-url`, the same answers pushed to the service instead.
+//! - `local_guard`: the layer in front of every local route that refuses pages in a browser.
 //! - `local_api`: the routes (`/v1/local/permits`, `/v1/local/admit`, `/v1/local/prepared`,
 //!   `/v1/local/stop`) and the listener address rule ([`LocalListen`]).
 
 mod app_push;
 pub(crate) mod link;
 mod local_api;
+mod local_guard;
 pub mod service_copy;
 pub mod service_prepare;
 

@@ -1,21 +1,33 @@
 //! What the service beside a sidecar may be admitting (PROTOCOL P16.1, P16.2), as the sidecar
-//! knows it: a pure core, with time passed in.
+//! knows it: a pure core, with time and tokens passed in.
 //!
-//! The service admits a shard from the moment an answer (or an admit permit) gives it, until it
-//! has applied a later answer without it or the copy it was given runs out on its own clock. The
-//! sidecar never sees the service apply anything; it sees only acknowledgements (`applied=`,
-//! `state=` on the next poll) and its own clock. So a shard stays *told* here from the answer that
-//! gave it until the first of:
-//! - an acknowledgement of the answer that dropped it, or of a later one; and
-//! - the end of the copy last given for it (`until`): the service anchors its copy at its own
-//!   send instant, which is no later than the sidecar's answer, so the copy ends no later than
-//!   the answer's instant plus the `lease_ttl_ms` it carried.
+//! Whoever receives an answer (or an admit permit) may admit its shards from then until it has
+//! applied a later answer without them or the copy it was given runs out on its own clock. The
+//! sidecar never sees anything applied; it sees only acknowledgements and its own clock. So each
+//! shard keeps one *hold* per recipient that may still admit it, and stays *told* while any hold
+//! remains. A hold ends at the first of:
+//! - an acknowledgement, by the same recipient, of the answer that dropped the shard or of one
+//!   given to it later; and
+//! - the end of the copy last given to that recipient for it (`until`): a poller anchors its copy
+//!   at its own send instant, which is no later than the sidecar's answer, so the copy ends no
+//!   later than the answer's instant plus the `lease_ttl_ms` it carried.
+//!
+//! Recipients are told apart by tokens (P16.1): every answer to a poll carries a fresh random
+//! token, and a poll that echoes one, with the `applied=` revision and `state=` of the answer it
+//! came with, acknowledges that answer and continues its recipient's *chain*. A token is known
+//! only to whoever received its answer, so one poller's acknowledgement never ends another's
+//! hold: a poll without a token, or with one this sidecar does not know, starts a chain of its
+//! own. The last [`RECENT_ANSWERS`] answers' tokens are kept; a chain none of whose tokens is
+//! kept any more can never be acknowledged, so its holds join the one that only time ends.
+//! Admit permits, which are never acknowledged, are held there too; answers pushed to
+//! `--app-url` have a hold of their own, which the push's `2xx` acknowledges.
 //!
 //! Each start and stop is an [`AdmissionEvent`], the sidecar's admission log (§9) of the
-//! service: starts stamped at the answer (no later than the service began), stops at the
-//! acknowledgement or at `until` (no earlier than it ended).
+//! service: a start when a shard is first told at an epoch, stamped at the answer (no later than
+//! the service began), a stop when its last hold ended, stamped at that end (the
+//! acknowledgement, or the copy's `until`: no earlier than admission ended).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use leasehold_api::wire::{LocalPermits, LocalState, ShardEpoch};
@@ -23,7 +35,14 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, Assignment};
 
-/// An answer the service was given, which its acknowledgement names.
+/// How many answers' tokens are kept for their acknowledgements (P16.1). A service polls one
+/// request at a time and echoes the token of the answer it applied on its very next poll, so
+/// only other pollers' answers in between can push its token out, and answers to polls that
+/// acknowledged nothing go first; a token pushed out is not an acknowledgement, and the poll
+/// carrying it is answered at once with a new token.
+pub const RECENT_ANSWERS: usize = 64;
+
+/// An answer the service was given, as its acknowledgement names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answered {
     /// The answer's `revision`.
@@ -32,12 +51,52 @@ pub struct Answered {
     pub state: LocalState,
 }
 
-impl Answered {
-    /// Whether the service's acknowledgement of `ack` shows it applied this answer: the same
-    /// answer, or one given later (revisions never go back between answers).
-    fn acknowledged_by(self, ack: Answered) -> bool {
-        ack.revision > self.revision || ack == self
-    }
+/// A poll's acknowledgement: `applied=`, `state=` and `token=` of the answer its poller applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    /// `applied=` and `state=`.
+    pub answered: Answered,
+    /// `token=`, parsed.
+    pub token: u128,
+}
+
+/// A recipient's chain of answers: whoever holds the token of one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Chain(u64);
+
+/// Why an acknowledgement counted for nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotAcknowledged {
+    /// The token is not that of any of the last [`RECENT_ANSWERS`] answers.
+    #[error(
+        "the token names no answer this sidecar gave among its last {RECENT_ANSWERS} (never \
+         given, or too old)"
+    )]
+    UnknownToken,
+    /// The token is an answer's, but `applied=` or `state=` is not that answer's.
+    #[error("applied= and state= are not those of the answer the token came with")]
+    Mismatched,
+}
+
+/// Whose hold a shard's is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Holder {
+    /// A poller's chain, while one of its tokens is kept.
+    Chain(Chain),
+    /// The service pushed to at `--app-url`.
+    Pushed,
+    /// Ended only by time: admit permits, and chains that can no longer be acknowledged.
+    Anyone,
+}
+
+/// One recipient's hold on a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hold {
+    /// The copy (or permit) given to this recipient ends no later than this.
+    until: Instant,
+    /// The first answer to this recipient without the shard since it was last given, by its
+    /// number: acknowledging it (or a later answer to the same recipient) ends the hold.
+    dropped_by: Option<(u64, LocalState)>,
 }
 
 /// One shard the service may be admitting.
@@ -45,19 +104,31 @@ impl Answered {
 struct Told {
     executor_id: String,
     epoch: u64,
-    /// The copy (or permit) given for it ends no later than this.
-    until: Instant,
-    /// The answer that dropped it: acknowledging it (or a later one) ends the shard here.
-    dropped_by: Option<Answered>,
+    holds: BTreeMap<Holder, Hold>,
+    /// The latest end of a hold already ended: the stop is stamped no earlier.
+    ended: Option<Instant>,
+}
+
+/// An answer whose token may still be echoed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Given {
+    token: u128,
+    number: u64,
+    chain: Chain,
+    answered: Answered,
+    /// Given to a poll whose acknowledgement counted: kept before the answers to polls that
+    /// acknowledged nothing (first polls, and requests that are not the service's).
+    continued: bool,
 }
 
 /// What the service beside the sidecar was told, and what it acknowledged.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceCopy {
     told: BTreeMap<u32, Told>,
-    /// The highest revision answered: an acknowledgement naming a higher one was not given by
-    /// this sidecar and acknowledges nothing.
-    highest_answered: Option<u64>,
+    /// The last [`RECENT_ANSWERS`] answers to polls, oldest first.
+    recent: VecDeque<Given>,
+    /// Answers given so far (pushes included): each answer's number is the count before it.
+    answers: u64,
 }
 
 /// The state the service is told for the sidecar's `view` at `now`.
@@ -98,14 +169,33 @@ fn stop_reason(state: LocalState) -> AdmissionReason {
     }
 }
 
+/// Who an answer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recipient {
+    /// A poll, with its new token, continuing the chain its acknowledgement named (if it counted).
+    Poller {
+        /// The token the answer carries.
+        token: u128,
+        /// The chain of the answer the poll acknowledged; `None` starts a new one.
+        chain: Option<Chain>,
+    },
+    /// The service pushed to at `--app-url`.
+    Pushed,
+}
+
+/// A pushed answer, as its `2xx` acknowledges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushedAnswer(u64);
+
 impl ServiceCopy {
-    /// The answer to a permits poll for the sidecar's `view` at `now`, and the admission starts
-    /// (and stops, for a shard told at another epoch) it makes.
+    /// The answer for the sidecar's `view` at `now` to `to`, and the admission starts (and
+    /// stops, for a shard told at another epoch) it makes. A poller's answer carries its token.
     pub fn answer(
         &mut self,
         view: &Assignment,
         now: Instant,
-    ) -> (LocalPermits, Vec<AdmissionEvent>) {
+        to: Recipient,
+    ) -> (LocalPermits, PushedAnswer, Vec<AdmissionEvent>) {
         let state = local_state(view, now);
         let admitting = state == LocalState::Admitting;
         let lease_ttl_ms = if admitting {
@@ -118,19 +208,32 @@ impl ServiceCopy {
         } else {
             Vec::new()
         };
+        let number = self.answers;
+        self.answers += 1;
         let answered = Answered {
             revision: view.revision,
             state,
         };
-        self.highest_answered = Some(
-            self.highest_answered
-                .map_or(view.revision, |highest| highest.max(view.revision)),
-        );
+        let (holder, token) = match to {
+            Recipient::Poller { token, chain } => {
+                self.remember(Given {
+                    token,
+                    number,
+                    chain: chain.unwrap_or(Chain(number)),
+                    answered,
+                    continued: chain.is_some(),
+                });
+                let chain = chain.unwrap_or(Chain(number));
+                (Holder::Chain(chain), Some(format!("{token:032x}")))
+            }
+            Recipient::Pushed => (Holder::Pushed, None),
+        };
         let until = now + Duration::from_millis(lease_ttl_ms);
         let mut events = Vec::new();
         let executor_id = view.executor_id.clone().unwrap_or_default();
         for held in &shards {
             self.tell(
+                holder,
                 &executor_id,
                 held.shard,
                 held.epoch,
@@ -143,8 +246,13 @@ impl ServiceCopy {
             let given = shards
                 .binary_search_by_key(shard, |held| held.shard)
                 .is_ok();
-            if !given && told.dropped_by.is_none() {
-                told.dropped_by = Some(answered);
+            if given {
+                continue;
+            }
+            if let Some(hold) = told.holds.get_mut(&holder) {
+                if hold.dropped_by.is_none() {
+                    hold.dropped_by = Some((number, state));
+                }
             }
         }
         let permits = LocalPermits {
@@ -158,12 +266,45 @@ impl ServiceCopy {
             shards,
             // The shell adds what the service is asked to prepare (`ServiceLink::answer`).
             preparing: Vec::new(),
+            token,
         };
-        (permits, events)
+        (permits, PushedAnswer(number), events)
     }
 
-    /// An admit permit for `shard` at `epoch`, valid until `until`: the service may start work
-    /// for it until then.
+    /// Keeps `given`'s token, and past the bound forgets the oldest answer (but `given`) to a
+    /// poll that acknowledged nothing, or else the oldest: a chain none of whose tokens is kept can no
+    /// longer be acknowledged, so its holds are left to time.
+    fn remember(&mut self, given: Given) {
+        self.recent.push_back(given);
+        while self.recent.len() > RECENT_ANSWERS {
+            // Never the answer just given, which its poller has not had a chance to echo.
+            let oldest = self
+                .recent
+                .iter()
+                .take(self.recent.len() - 1)
+                .position(|given| !given.continued)
+                .unwrap_or(0);
+            let Some(forgotten) = self.recent.remove(oldest) else {
+                break;
+            };
+            let chain = forgotten.chain;
+            if self.recent.iter().any(|kept| kept.chain == chain) {
+                continue;
+            }
+            for told in self.told.values_mut() {
+                if let Some(hold) = told.holds.remove(&Holder::Chain(chain)) {
+                    let anyone = told.holds.entry(Holder::Anyone).or_insert(Hold {
+                        until: hold.until,
+                        dropped_by: None,
+                    });
+                    anyone.until = anyone.until.max(hold.until);
+                }
+            }
+        }
+    }
+
+    /// An admit permit for `shard` at `epoch`, valid until `until`: whoever asked may start work
+    /// for it until then. A permit is never acknowledged; only its end ends it.
     pub fn permit(
         &mut self,
         executor_id: &str,
@@ -173,13 +314,23 @@ impl ServiceCopy {
         now: Instant,
     ) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.tell(executor_id, shard, epoch, until, now, &mut events);
+        self.tell(
+            Holder::Anyone,
+            executor_id,
+            shard,
+            epoch,
+            until,
+            now,
+            &mut events,
+        );
         events
     }
 
-    /// The shard is the service's at `epoch` until at least `until`.
+    /// The shard is `holder`'s at `epoch` until at least `until`.
+    #[allow(clippy::too_many_arguments)]
     fn tell(
         &mut self,
+        holder: Holder,
         executor_id: &str,
         shard: u32,
         epoch: u64,
@@ -187,10 +338,15 @@ impl ServiceCopy {
         now: Instant,
         events: &mut Vec<AdmissionEvent>,
     ) {
+        let fresh = Hold {
+            until,
+            dropped_by: None,
+        };
         if let Some(told) = self.told.get_mut(&shard) {
             if told.epoch == epoch {
-                told.until = told.until.max(until);
-                told.dropped_by = None;
+                let hold = told.holds.entry(holder).or_insert(fresh);
+                hold.until = hold.until.max(until);
+                hold.dropped_by = None;
                 return;
             }
             // Told again at another epoch: the sidecar was given the shard anew (the same
@@ -209,8 +365,8 @@ impl ServiceCopy {
         let told = Told {
             executor_id: executor_id.to_owned(),
             epoch,
-            until,
-            dropped_by: None,
+            holds: BTreeMap::from([(holder, fresh)]),
+            ended: None,
         };
         events.push(event(
             shard,
@@ -222,55 +378,99 @@ impl ServiceCopy {
         self.told.insert(shard, told);
     }
 
-    /// The service acknowledged `ack` at `now`: every shard dropped by that answer or an
-    /// earlier one stops.
-    pub fn acknowledge(&mut self, ack: Answered, now: Instant) -> Vec<AdmissionEvent> {
-        if self
-            .highest_answered
-            .is_none_or(|highest| ack.revision > highest)
-        {
-            return Vec::new();
+    /// A poll's acknowledgement at `now`: when its token is that of a kept answer with the same
+    /// revision and state, that answer's recipient stopped every shard that answer (or an
+    /// earlier one to it) dropped. Answers the chain the poll continues, and the stops.
+    pub fn acknowledge(
+        &mut self,
+        ack: Ack,
+        now: Instant,
+    ) -> Result<(Chain, Vec<AdmissionEvent>), NotAcknowledged> {
+        let given = self
+            .recent
+            .iter()
+            .find(|given| given.token == ack.token)
+            .copied()
+            .ok_or(NotAcknowledged::UnknownToken)?;
+        if given.answered != ack.answered {
+            return Err(NotAcknowledged::Mismatched);
         }
-        self.close(|told| {
-            told.dropped_by
-                .filter(|dropped_by| dropped_by.acknowledged_by(ack))
-                .map(|dropped_by| (now, stop_reason(dropped_by.state)))
+        let events = self.end_holds(Holder::Chain(given.chain), given.number, now);
+        Ok((given.chain, events))
+    }
+
+    /// The service pushed to acknowledged `pushed` (its `2xx`) at `now`.
+    pub fn acknowledge_push(&mut self, pushed: PushedAnswer, now: Instant) -> Vec<AdmissionEvent> {
+        self.end_holds(Holder::Pushed, pushed.0, now)
+    }
+
+    /// Ends `holder`'s holds that an answer numbered `applied` or earlier dropped.
+    fn end_holds(&mut self, holder: Holder, applied: u64, now: Instant) -> Vec<AdmissionEvent> {
+        self.close(|holds| {
+            let dropped = holds
+                .get(&holder)
+                .and_then(|hold| hold.dropped_by)
+                .filter(|&(number, _)| number <= applied)?;
+            holds.remove(&holder);
+            Some((now, stop_reason(dropped.1)))
         })
     }
 
-    /// Stops every shard whose copy ran out by `now`, stamped at its end.
+    /// Ends every hold whose copy ran out by `now`, stamped at its end.
     pub fn expire(&mut self, now: Instant) -> Vec<AdmissionEvent> {
-        self.close(|told| (told.until <= now).then_some((told.until, AdmissionReason::LeaseLapsed)))
+        self.close(|holds| {
+            let mut ended = None;
+            holds.retain(|_, hold| {
+                if hold.until <= now {
+                    ended = ended.max(Some(hold.until));
+                    false
+                } else {
+                    true
+                }
+            });
+            ended.map(|at| (at, AdmissionReason::LeaseLapsed))
+        })
     }
 
-    /// Removes the shards `ends` gives an end to, as stop events.
+    /// Runs `ends` on each shard's holds (it removes those that ended, and answers when and why
+    /// the last it removed ended); a shard left without holds stops, stamped at the latest end.
     fn close(
         &mut self,
-        ends: impl Fn(&Told) -> Option<(Instant, AdmissionReason)>,
+        ends: impl Fn(&mut BTreeMap<Holder, Hold>) -> Option<(Instant, AdmissionReason)>,
     ) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.told.retain(|shard, told| match ends(told) {
-            Some((at, reason)) => {
-                events.push(event(*shard, told, AdmissionChange::Stop, at, reason));
-                false
+        self.told.retain(|shard, told| {
+            let Some((at, reason)) = ends(&mut told.holds) else {
+                return true;
+            };
+            let at = told.ended.map_or(at, |ended| ended.max(at));
+            told.ended = Some(at);
+            if !told.holds.is_empty() {
+                return true;
             }
-            None => true,
+            events.push(event(*shard, told, AdmissionChange::Stop, at, reason));
+            false
         });
         events
     }
 
-    /// When the next copy runs out, if anything is told.
+    /// When the next hold runs out, if anything is told.
     pub fn next_end(&self) -> Option<Instant> {
-        self.told.values().map(|told| told.until).min()
+        self.told
+            .values()
+            .flat_map(|told| told.holds.values())
+            .map(|hold| hold.until)
+            .min()
     }
 
-    /// When the copy the service holds for its admitted shards runs out (the latest `until` of
-    /// the shards still given to it).
+    /// When the copy held for shards still given runs out (the latest `until` of a hold not
+    /// dropped since).
     pub fn copy_end(&self) -> Option<Instant> {
         self.told
             .values()
-            .filter(|told| told.dropped_by.is_none())
-            .map(|told| told.until)
+            .flat_map(|told| told.holds.values())
+            .filter(|hold| hold.dropped_by.is_none())
+            .map(|hold| hold.until)
             .max()
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_api::wire::{LocalState, ShardEpoch};
+use leasehold_api::wire::{LocalPermits, LocalState, ShardEpoch};
 use tokio::time::Instant;
 
 use super::*;
@@ -35,11 +35,62 @@ fn changes(events: &[AdmissionEvent]) -> Vec<(AdmissionChange, u32, u64)> {
 const START: AdmissionChange = AdmissionChange::Start;
 const STOP: AdmissionChange = AdmissionChange::Stop;
 
+/// A poller's chain as a test drives it: its next token, and the chain its acknowledgements
+/// continue.
+#[derive(Debug, Default)]
+struct Poller {
+    chain: Option<Chain>,
+    /// The token and identity of the last answer it received.
+    last: Option<(u128, Answered)>,
+}
+
+impl Poller {
+    /// The poller's next answer; each token is new.
+    fn answer(
+        &mut self,
+        copy: &mut ServiceCopy,
+        view: &Assignment,
+        now: Instant,
+    ) -> (LocalPermits, Vec<AdmissionEvent>) {
+        let token = rand::random::<u128>();
+        let (permits, _, events) = copy.answer(
+            view,
+            now,
+            Recipient::Poller {
+                token,
+                chain: self.chain,
+            },
+        );
+        assert_eq!(permits.token, Some(format!("{token:032x}")));
+        self.last = Some((
+            token,
+            Answered {
+                revision: permits.revision,
+                state: permits.state,
+            },
+        ));
+        (permits, events)
+    }
+
+    /// Acknowledges the last answer it received, as its next poll does.
+    fn acknowledge(&mut self, copy: &mut ServiceCopy, now: Instant) -> Vec<AdmissionEvent> {
+        let (token, answered) = self.last.unwrap();
+        let (chain, events) = copy.acknowledge(Ack { answered, token }, now).unwrap();
+        self.chain = Some(chain);
+        events
+    }
+}
+
+fn answered(revision: u64, state: LocalState) -> Answered {
+    Answered { revision, state }
+}
+
 #[test]
 fn p16_1_an_admitting_answer_gives_the_shards_for_the_lease_left() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
-    let (permits, events) = copy.answer(&view(5, &[(1, 3), (4, 1)], t0 + LEASE), t0);
+    let mut service = Poller::default();
+    let (permits, events) = service.answer(&mut copy, &view(5, &[(1, 3), (4, 1)], t0 + LEASE), t0);
     assert_eq!(permits.state, LocalState::Admitting);
     assert_eq!(permits.revision, 5);
     assert_eq!(permits.lease_ttl_ms, 3_000);
@@ -50,7 +101,8 @@ fn p16_1_an_admitting_answer_gives_the_shards_for_the_lease_left() {
     assert_eq!(copy.copy_end(), Some(t0 + LEASE));
     // Told again at the same epochs: nothing new in the log, the copy is extended.
     let t1 = t0 + Duration::from_secs(1);
-    let (_, events) = copy.answer(&view(5, &[(1, 3), (4, 1)], t1 + LEASE), t1);
+    service.acknowledge(&mut copy, t1);
+    let (_, events) = service.answer(&mut copy, &view(5, &[(1, 3), (4, 1)], t1 + LEASE), t1);
     assert!(events.is_empty());
     assert_eq!(copy.copy_end(), Some(t1 + LEASE));
 }
@@ -59,21 +111,28 @@ fn p16_1_an_admitting_answer_gives_the_shards_for_the_lease_left() {
 fn p16_1_states_other_than_admitting_give_nothing() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
     let mut lapsed = view(5, &[(1, 3)], t0);
     lapsed.admission = AdmissionState::Fenced;
-    let (permits, events) = copy.answer(&lapsed, t0);
+    let (permits, events) = service.answer(&mut copy, &lapsed, t0);
     assert_eq!(permits.state, LocalState::Fenced);
     assert_eq!((permits.lease_ttl_ms, permits.shards.len()), (0, 0));
     assert!(events.is_empty());
     // A view still marked admitting whose lease has run out is fenced too.
     let expired = view(5, &[(1, 3)], t0);
-    assert_eq!(copy.answer(&expired, t0).0.state, LocalState::Fenced);
+    assert_eq!(
+        service.answer(&mut copy, &expired, t0).0.state,
+        LocalState::Fenced
+    );
     let mut stopping = view(5, &[(1, 3)], t0 + LEASE);
     stopping.stopping = true;
-    assert_eq!(copy.answer(&stopping, t0).0.state, LocalState::Stopping);
+    assert_eq!(
+        service.answer(&mut copy, &stopping, t0).0.state,
+        LocalState::Stopping
+    );
     let mut unregistered = view(0, &[], t0 + LEASE);
     unregistered.executor_id = None;
-    let (permits, _) = copy.answer(&unregistered, t0);
+    let (permits, _) = service.answer(&mut copy, &unregistered, t0);
     assert_eq!(
         (permits.state, permits.executor_id),
         (LocalState::Registering, None)
@@ -84,32 +143,45 @@ fn p16_1_states_other_than_admitting_give_nothing() {
 fn p16_2_a_dropped_shard_stays_told_until_the_service_acknowledges_a_later_answer() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
-    copy.answer(&view(5, &[(1, 3), (4, 1)], t0 + LEASE), t0);
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3), (4, 1)], t0 + LEASE), t0);
+    let (old_token, _) = service.last.unwrap();
+    service.acknowledge(&mut copy, t0);
     // The revoke of shard 4 raised the revision to 9.
     let t1 = t0 + Duration::from_millis(100);
-    let (permits, events) = copy.answer(&view(9, &[(1, 3)], t1 + LEASE), t1);
+    let (permits, events) = service.answer(&mut copy, &view(9, &[(1, 3)], t1 + LEASE), t1);
     assert_eq!(permits.shards, [ShardEpoch { shard: 1, epoch: 3 }]);
     assert!(events.is_empty(), "the service may still admit shard 4");
     assert!(copy.is_told(4));
     // Acknowledging the earlier answer says nothing about the later one.
-    let old = Answered {
-        revision: 5,
-        state: LocalState::Admitting,
-    };
-    assert!(copy.acknowledge(old, t1).is_empty());
-    // An acknowledgement naming a revision never answered acknowledges nothing.
-    let invented = Answered {
-        revision: 10,
-        state: LocalState::Admitting,
-    };
-    assert!(copy.acknowledge(invented, t1).is_empty());
+    let (_, events) = copy
+        .acknowledge(
+            Ack {
+                answered: answered(5, LocalState::Admitting),
+                token: old_token,
+            },
+            t1,
+        )
+        .unwrap();
+    assert!(events.is_empty());
+    // The later answer's revision with the earlier answer's token, a token never given, and the
+    // later answer's token without its revision acknowledge nothing.
+    let (token, later) = service.last.unwrap();
+    let refusals = [
+        (later, old_token, NotAcknowledged::Mismatched),
+        (later, token ^ 1, NotAcknowledged::UnknownToken),
+        (
+            answered(10, LocalState::Admitting),
+            token,
+            NotAcknowledged::Mismatched,
+        ),
+    ];
+    for (answered, token, refusal) in refusals {
+        assert_eq!(copy.acknowledge(Ack { answered, token }, t1), Err(refusal));
+    }
     assert!(copy.is_told(4));
     let t2 = t1 + Duration::from_millis(50);
-    let ack = Answered {
-        revision: 9,
-        state: LocalState::Admitting,
-    };
-    let events = copy.acknowledge(ack, t2);
+    let events = service.acknowledge(&mut copy, t2);
     assert_eq!(changes(&events), [(STOP, 4, 1)]);
     assert_eq!(events[0].at, t2);
     assert_eq!(events[0].reason, AdmissionReason::Unassigned);
@@ -120,23 +192,27 @@ fn p16_2_a_dropped_shard_stays_told_until_the_service_acknowledges_a_later_answe
 fn p16_2_an_acknowledgement_must_name_the_state_of_the_answer_that_dropped_the_shards() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
-    copy.answer(&view(5, &[(1, 3)], t0 + LEASE), t0);
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    let admitting = service.last.unwrap();
+    service.acknowledge(&mut copy, t0);
     let mut stopping = view(5, &[(1, 3)], t0 + LEASE);
     stopping.stopping = true;
-    copy.answer(&stopping, t0);
+    service.answer(&mut copy, &stopping, t0);
     // The service acknowledges the admitting answer at the same revision: it may not have seen
     // `stopping` yet.
-    let admitting = Answered {
-        revision: 5,
-        state: LocalState::Admitting,
-    };
-    assert!(copy.acknowledge(admitting, t0).is_empty());
+    let (_, events) = copy
+        .acknowledge(
+            Ack {
+                answered: admitting.1,
+                token: admitting.0,
+            },
+            t0,
+        )
+        .unwrap();
+    assert!(events.is_empty());
     assert!(!copy.is_empty());
-    let stopped = Answered {
-        revision: 5,
-        state: LocalState::Stopping,
-    };
-    let events = copy.acknowledge(stopped, t0);
+    let events = service.acknowledge(&mut copy, t0);
     assert_eq!(events[0].reason, AdmissionReason::Shutdown);
     assert!(copy.is_empty());
 }
@@ -145,8 +221,10 @@ fn p16_2_an_acknowledgement_must_name_the_state_of_the_answer_that_dropped_the_s
 fn p16_2_without_an_acknowledgement_the_copy_ends_at_its_end() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
-    copy.answer(&view(5, &[(1, 3)], t0 + LEASE), t0);
-    copy.answer(&view(9, &[], t0 + LEASE), t0);
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    service.acknowledge(&mut copy, t0);
+    service.answer(&mut copy, &view(9, &[], t0 + LEASE), t0);
     assert_eq!(copy.next_end(), Some(t0 + LEASE));
     assert!(copy
         .expire(t0 + LEASE - Duration::from_millis(1))
@@ -163,16 +241,14 @@ fn p16_2_without_an_acknowledgement_the_copy_ends_at_its_end() {
 fn p16_1_told_again_after_a_drop_the_shard_is_the_services_again() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
-    copy.answer(&view(5, &[(1, 3)], t0 + LEASE), t0);
-    copy.answer(&view(9, &[], t0 + LEASE), t0);
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    service.acknowledge(&mut copy, t0);
+    service.answer(&mut copy, &view(9, &[], t0 + LEASE), t0);
     // A newer set gave it back before the service acknowledged the drop: one interval.
-    let (_, events) = copy.answer(&view(11, &[(1, 3)], t0 + LEASE), t0);
+    let (_, events) = service.answer(&mut copy, &view(11, &[(1, 3)], t0 + LEASE), t0);
     assert!(events.is_empty());
-    let ack = Answered {
-        revision: 11,
-        state: LocalState::Admitting,
-    };
-    assert!(copy.acknowledge(ack, t0).is_empty());
+    assert!(service.acknowledge(&mut copy, t0).is_empty());
     assert!(copy.is_told(1));
 }
 
@@ -180,8 +256,9 @@ fn p16_1_told_again_after_a_drop_the_shard_is_the_services_again() {
 fn i2_a_new_epoch_ends_the_old_interval_and_starts_another() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
-    copy.answer(&view(5, &[(1, 3)], t0 + LEASE), t0);
-    let (_, events) = copy.answer(&view(12, &[(1, 4)], t0 + LEASE), t0);
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    let (_, events) = service.answer(&mut copy, &view(12, &[(1, 4)], t0 + LEASE), t0);
     assert_eq!(changes(&events), [(STOP, 1, 3), (START, 1, 4)]);
 }
 
@@ -196,4 +273,92 @@ fn p16_1_an_admit_permit_tells_the_shard_for_its_window() {
     assert_eq!(copy.next_end(), Some(t0 + window));
     let events = copy.expire(t0 + window);
     assert_eq!(changes(&events), [(STOP, 2, 7)]);
+}
+
+/// P16.1, I1 (issue 55): another poller, a page's requests or any process that can reach the local
+/// API, receives its own answers and tokens; its acknowledgements end its own holds, never the
+/// service's, which ends when the service acknowledged a later answer.
+#[test]
+fn p16_1_an_acknowledgement_counts_only_for_the_poller_that_received_the_answer() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
+    let mut other = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3), (4, 1)], t0 + LEASE), t0);
+    service.acknowledge(&mut copy, t0);
+    // Shard 4 is revoked at revision 9; the other poller is answered first, and acknowledges.
+    let t1 = t0 + Duration::from_millis(100);
+    other.answer(&mut copy, &view(9, &[(1, 3)], t1 + LEASE), t1);
+    assert!(other.acknowledge(&mut copy, t1).is_empty());
+    assert!(copy.is_told(4), "the service still admits shard 4");
+    // An admit permit for a shard still held is no acknowledgement either.
+    copy.permit("ex-1", 1, 3, t1 + Duration::from_secs(1), t1);
+    assert!(copy.is_told(4));
+    let t2 = t1 + Duration::from_millis(100);
+    service.answer(&mut copy, &view(9, &[(1, 3)], t2 + LEASE), t2);
+    let events = service.acknowledge(&mut copy, t2);
+    assert_eq!(changes(&events), [(STOP, 4, 1)]);
+    assert_eq!(events[0].at, t2);
+}
+
+/// P16.1: the tokens of the last RECENT_ANSWERS answers are kept, answers to polls that
+/// acknowledged nothing forgotten first. Past that, a poller's token is not an acknowledgement,
+/// and what it was given ends when its copy does, never earlier.
+#[test]
+fn p16_1_a_token_pushed_out_by_other_answers_acknowledges_nothing_and_the_copy_runs_out() {
+    let t0 = Instant::now();
+    for others_acknowledge in [false, true] {
+        let mut copy = ServiceCopy::default();
+        let mut service = Poller::default();
+        service.answer(&mut copy, &view(5, &[(1, 3), (4, 1)], t0 + LEASE), t0);
+        service.acknowledge(&mut copy, t0);
+        service.answer(&mut copy, &view(9, &[(1, 3)], t0 + LEASE), t0);
+        for _ in 0..10 * RECENT_ANSWERS {
+            let mut other = Poller::default();
+            other.answer(&mut copy, &view(9, &[(1, 3)], t0 + LEASE), t0);
+            if others_acknowledge {
+                other.acknowledge(&mut copy, t0);
+                other.answer(&mut copy, &view(9, &[(1, 3)], t0 + LEASE), t0);
+            }
+        }
+        if !others_acknowledge {
+            // First polls (a new chain each) push out only each other's answers.
+            let events = service.acknowledge(&mut copy, t0);
+            assert_eq!(changes(&events), [(STOP, 4, 1)]);
+            continue;
+        }
+        let (token, answered) = service.last.unwrap();
+        assert_eq!(
+            copy.acknowledge(Ack { answered, token }, t0),
+            Err(NotAcknowledged::UnknownToken)
+        );
+        assert!(copy.is_told(4));
+        assert!(copy
+            .expire(t0 + LEASE - Duration::from_millis(1))
+            .is_empty());
+        let events = copy.expire(t0 + LEASE);
+        assert_eq!(changes(&events), [(STOP, 1, 3), (STOP, 4, 1)]);
+    }
+}
+
+/// P16.1: a pushed answer (`--app-url`) carries no token; its `2xx` acknowledges it, and ends no
+/// poller's hold.
+#[test]
+fn p16_1_a_push_is_acknowledged_by_its_2xx() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let mut poller = Poller::default();
+    poller.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    poller.acknowledge(&mut copy, t0);
+    let (permits, pushed, _) = copy.answer(&view(5, &[(1, 3)], t0 + LEASE), t0, Recipient::Pushed);
+    assert_eq!(permits.token, None);
+    let (_, dropped, _) = copy.answer(&view(9, &[], t0 + LEASE), t0, Recipient::Pushed);
+    assert!(copy.acknowledge_push(pushed, t0).is_empty());
+    assert!(
+        copy.acknowledge_push(dropped, t0).is_empty(),
+        "the poller's hold remains"
+    );
+    assert!(copy.is_told(1));
+    poller.answer(&mut copy, &view(9, &[], t0 + LEASE), t0);
+    assert_eq!(changes(&poller.acknowledge(&mut copy, t0)), [(STOP, 1, 3)]);
 }

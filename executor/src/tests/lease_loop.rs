@@ -17,7 +17,7 @@ use crate::lease_loop::{run_lease_loop, watch_lapses};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::sidecar::link::ServiceLink;
-use crate::sidecar::service_copy::Answered;
+use crate::sidecar::service_copy::{Ack, Answered};
 use crate::status::{RunState, ShardEvent};
 
 const GRACE: Duration = Duration::from_secs(5);
@@ -414,6 +414,17 @@ async fn p3_7_shutdown_stops_admission_then_deregisters() {
     );
 }
 
+/// The acknowledgement of `answer` its poller's next poll carries (P16.1).
+fn ack_of(answer: &leasehold_api::wire::LocalPermits) -> Ack {
+    Ack {
+        answered: Answered {
+            revision: answer.revision,
+            state: answer.state,
+        },
+        token: u128::from_str_radix(answer.token.as_deref().unwrap(), 16).unwrap(),
+    }
+}
+
 /// P16.2: as a sidecar, the graceful stop deregisters (handing every shard on at once) only once
 /// the service stopped admitting; a service that never acknowledges `stopping` within the grace
 /// leaves the shards to move when the lease runs out.
@@ -431,11 +442,12 @@ async fn p16_2_a_sidecars_graceful_stop_waits_for_the_service() {
         );
         sleep(secs(1)).await;
         let shared = Arc::clone(&harness.shared);
-        service.update(|copy, now| copy.answer(&shared.view_at(now), now));
+        let first = service.answer_poll(|now| shared.view_at(now), None);
         harness.shutdown_tx.send_replace(true);
         sleep(ms(100)).await;
-        // The service's next poll is answered `stopping` at once.
-        let stopping = service.update(|copy, now| copy.answer(&shared.view_at(now), now));
+        // The service's next poll, acknowledging the first answer, is answered `stopping` at once.
+        let chain = service.acknowledge(ack_of(&first)).unwrap();
+        let stopping = service.answer_poll(|now| shared.view_at(now), Some(chain));
         assert_eq!(stopping.state, leasehold_api::wire::LocalState::Stopping);
         assert!(
             !harness
@@ -446,10 +458,7 @@ async fn p16_2_a_sidecars_graceful_stop_waits_for_the_service() {
             "deregistered while the service may still admit"
         );
         if acknowledges {
-            service.acknowledge(Answered {
-                revision: stopping.revision,
-                state: stopping.state,
-            });
+            service.acknowledge(ack_of(&stopping)).unwrap();
         }
         let stopped = Instant::now();
         let (_, fake, _) = harness.stop().await;

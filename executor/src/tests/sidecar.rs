@@ -83,6 +83,18 @@ async fn get(router: &Router, uri: &str) -> (StatusCode, Option<String>, Value) 
     call(router.clone(), "GET", uri, None).await
 }
 
+/// The acknowledgement of `answer` its poller's next poll carries (P16.1): `applied=`, `state=`
+/// and `token=`.
+fn ack(answer: &(StatusCode, Option<String>, Value)) -> String {
+    let body = &answer.2;
+    format!(
+        "applied={}&state={}&token={}",
+        body["revision"],
+        body["state"].as_str().unwrap(),
+        body["token"].as_str().unwrap()
+    )
+}
+
 async fn revoke(shared: &Arc<Shared>, shards: &[u32]) -> (StatusCode, Option<String>, Value) {
     call(
         app(shared),
@@ -127,11 +139,11 @@ async fn p16_1_the_first_poll_is_answered_at_once_with_the_shards_and_the_lease_
 #[tokio::test(start_paused = true)]
 async fn p16_1_a_poll_naming_the_current_answer_waits_for_wait_or_half_the_copy() {
     let (_, _, router) = sidecar_with_lease(60_000);
-    get(&router, "/v1/local/permits").await;
+    let first = get(&router, "/v1/local/permits").await;
     let sent = Instant::now();
-    get(
+    let second = get(
         &router,
-        "/v1/local/permits?applied=10&state=admitting&wait=5s",
+        &format!("/v1/local/permits?{}&wait=5s", ack(&first)),
     )
     .await;
     assert_eq!(
@@ -139,11 +151,15 @@ async fn p16_1_a_poll_naming_the_current_answer_waits_for_wait_or_half_the_copy(
         Duration::from_secs(5),
         "nothing changed: held for wait"
     );
+    assert_ne!(
+        second.2["token"], first.2["token"],
+        "each answer has its own"
+    );
     // A wait longer than half the copy's time left is cut there, so the copy is refreshed live.
     let sent = Instant::now();
     get(
         &router,
-        "/v1/local/permits?applied=10&state=admitting&wait=60s",
+        &format!("/v1/local/permits?{}&wait=60s", ack(&second)),
     )
     .await;
     let held = sent.elapsed();
@@ -156,12 +172,12 @@ async fn p16_1_a_poll_naming_the_current_answer_waits_for_wait_or_half_the_copy(
 #[tokio::test(start_paused = true)]
 async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without_the_shard() {
     let (shared, link, router) = sidecar_with_lease(60_000);
-    get(&router, "/v1/local/permits").await;
+    let first = get(&router, "/v1/local/permits").await;
     let revoking = revoke_applied(&shared).await;
     // The poll the service has outstanding names revision 10: the revoke changed it.
     let answer = get(
         &router,
-        "/v1/local/permits?applied=10&state=admitting&wait=30s",
+        &format!("/v1/local/permits?{}&wait=30s", ack(&first)),
     )
     .await;
     assert_eq!(answer.2["revision"], 12);
@@ -172,16 +188,32 @@ async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without
         "answered before the service acknowledged"
     );
     assert!(link.copy_end().is_some());
-    // The next poll acknowledges revision 12: only now is shard 2 released.
+    // An acknowledgement of revision 12 without the answer's token, or with another, counts for
+    // nothing (P16.1): whoever sends it did not receive the answer.
+    for forged in [
+        "applied=12&state=admitting".to_owned(),
+        "applied=12&state=admitting&token=00000000000000000000000000000000".to_owned(),
+        format!(
+            "applied=12&state=admitting&token={}",
+            first.2["token"].as_str().unwrap()
+        ),
+        "applied=12&state=admitting&token=not-a-token".to_owned(),
+    ] {
+        let reply = get(&router, &format!("/v1/local/permits?{forged}")).await;
+        assert_eq!(reply.0, StatusCode::OK, "{forged}: {reply:?}");
+        assert!(reply.2["token"].is_string(), "{reply:?}");
+        tokio::task::yield_now().await;
+        assert!(
+            !revoking.is_finished(),
+            "{forged}: acknowledged for the service"
+        );
+    }
+    // The next poll acknowledges revision 12 with its answer's token: only now is shard 2
+    // released.
     let ack = tokio::spawn({
         let router = router.clone();
-        async move {
-            get(
-                &router,
-                "/v1/local/permits?applied=12&state=admitting&wait=10s",
-            )
-            .await
-        }
+        let ack = ack(&answer);
+        async move { get(&router, &format!("/v1/local/permits?{ack}&wait=10s")).await }
     });
     let reply = revoking.await.unwrap();
     assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
@@ -195,16 +227,16 @@ async fn p16_2_a_revoke_is_held_until_the_service_acknowledges_an_answer_without
 #[tokio::test(start_paused = true)]
 async fn p16_2_renewals_claim_what_the_service_may_still_admit() {
     let (shared, _, router) = sidecar_with_lease(60_000);
-    get(&router, "/v1/local/permits").await;
+    let first = get(&router, "/v1/local/permits").await;
     let revoking = revoke_applied(&shared).await;
-    let answer = get(&router, "/v1/local/permits?applied=10&state=admitting").await;
+    let answer = get(&router, &format!("/v1/local/permits?{}", ack(&first))).await;
     assert_eq!(answer.2["shards"], json!([{"shard": 1, "epoch": 1}]));
     // The sidecar no longer holds shard 2, but a renewal omitting it would acknowledge the
     // revoke (P5.2) while the service may still admit it.
     let renewal = shared.renewal(false).unwrap();
     let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
     assert_eq!(claimed, [1, 2]);
-    get(&router, "/v1/local/permits?applied=12&state=admitting").await;
+    get(&router, &format!("/v1/local/permits?{}", ack(&answer))).await;
     assert_eq!(revoking.await.unwrap().2["released"], json!([2]));
     let renewal = shared.renewal(false).unwrap();
     let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
@@ -337,6 +369,203 @@ async fn p13_6_a_browser_page_is_kept_out_of_a_loopback_local_api() {
         .await
         .unwrap();
     assert_eq!(local.status(), StatusCode::OK);
+}
+
+/// Sends `method uri` with `headers` to `router`.
+async fn send(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> axum::response::Response {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    let mut request = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    router
+        .clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// The local router of a sidecar holding shards 1 and 2 for a minute, on a loopback listener
+/// (its Host policy) or on a unix socket (none).
+fn guarded_sidecar(loopback: bool) -> (Arc<Shared>, Router) {
+    let (shared, link, _) = sidecar_with_lease(60_000);
+    let handle = handle_of(&shared);
+    let policy =
+        loopback.then(|| leasehold_api::origin::HostPolicy::loopback("http://127.0.0.1:7201"));
+    let router = sidecar::router(Arc::clone(&shared), link, handle, policy);
+    (shared, router)
+}
+
+/// P16.1, issue 55: a page in a browser gets nothing from any local route, reads included, on a
+/// loopback listener or a unix socket: not by `Sec-Fetch-Site` (an image's GET has no `Origin`),
+/// not by a foreign `Origin`. Refused before anything is recorded: the refused permits polls and
+/// admits told the service nothing, so a revoke is answered at once.
+#[tokio::test(start_paused = true)]
+async fn p16_1_a_page_gets_nothing_from_any_local_route() {
+    for loopback in [true, false] {
+        let (shared, router) = guarded_sidecar(loopback);
+        let host = ("host", "127.0.0.1:7201");
+        let pages: [&[(&str, &str)]; 5] = [
+            &[host, ("sec-fetch-site", "cross-site")],
+            &[host, ("sec-fetch-site", "same-site")],
+            &[host, ("origin", "http://evil.example")],
+            &[host, ("origin", "null")],
+            &[
+                host,
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "http://127.0.0.1:7201"),
+            ],
+        ];
+        let routes = [
+            ("GET", "/v1/local/permits"),
+            (
+                "GET",
+                "/v1/local/permits?applied=10&state=admitting&wait=30s",
+            ),
+            ("GET", "/v1/local/admit?shard=2"),
+            ("GET", "/v1/local/admit?key=a"),
+            ("POST", "/v1/local/prepared?shard=5&epoch=3"),
+            ("POST", "/v1/local/stop"),
+            ("GET", "/v1/local/elsewhere"),
+        ];
+        for headers in pages {
+            for (method, uri) in routes {
+                let reply = send(&router, method, uri, headers).await;
+                assert_eq!(
+                    reply.status(),
+                    StatusCode::FORBIDDEN,
+                    "loopback {loopback}: {method} {uri} {headers:?}"
+                );
+                let body = axum::body::to_bytes(reply.into_body(), 1 << 16)
+                    .await
+                    .unwrap();
+                let problem: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(problem["code"], "forbidden", "{problem}");
+            }
+        }
+        assert!(!shared.view_at(Instant::now()).stopping);
+        let sent = Instant::now();
+        let reply = revoke(&shared, &[2]).await;
+        assert_eq!(reply.2["released"], json!([2]), "{reply:?}");
+        assert_eq!(
+            sent.elapsed(),
+            Duration::ZERO,
+            "loopback {loopback}: a refused request told the service a shard"
+        );
+    }
+}
+
+/// P16.1: the service itself (no Fetch Metadata, no Origin), a same-origin request and one the
+/// user typed (`Sec-Fetch-Site: none`) are answered.
+#[tokio::test(start_paused = true)]
+async fn p16_1_the_service_same_origin_and_typed_requests_are_answered() {
+    for loopback in [true, false] {
+        let (_, router) = guarded_sidecar(loopback);
+        let host = ("host", "127.0.0.1:7201");
+        let allowed: [&[(&str, &str)]; 4] = [
+            &[host],
+            &[host, ("sec-fetch-site", "same-origin")],
+            &[host, ("sec-fetch-site", "none")],
+            &[host, ("origin", "http://127.0.0.1:7201")],
+        ];
+        for headers in allowed {
+            for uri in ["/v1/local/permits", "/v1/local/admit?shard=1"] {
+                let reply = send(&router, "GET", uri, headers).await;
+                assert_eq!(
+                    reply.status(),
+                    StatusCode::OK,
+                    "loopback {loopback}: {uri} {headers:?}"
+                );
+            }
+        }
+    }
+}
+
+/// P16.1, I1 (issue 55): an acknowledgement counts only with the token of the answer it names,
+/// which only the poller that received it knows. A spray of `applied=` past the current
+/// revision, without tokens, with invented ones and with the service's old one, leaves a dropped
+/// shard told: the revoke is held.
+#[tokio::test(start_paused = true)]
+async fn p16_1_an_acknowledgement_without_the_answers_token_does_not_count() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    let first = get(&router, "/v1/local/permits").await;
+    let revoking = revoke_applied(&shared).await;
+    let answer = get(&router, &format!("/v1/local/permits?{}", ack(&first))).await;
+    assert_eq!(answer.2["revision"], 12);
+    let old_token = first.2["token"].as_str().unwrap();
+    for applied in 10..=40 {
+        for token in [
+            String::new(),
+            "&token=0123456789abcdef0123456789abcdef".to_owned(),
+            format!("&token={old_token}"),
+        ] {
+            for state in ["admitting", "fenced", "stopping"] {
+                let uri = format!("/v1/local/permits?applied={applied}&state={state}{token}");
+                let reply = get(&router, &uri).await;
+                assert_eq!(reply.0, StatusCode::OK, "{uri}: {reply:?}");
+            }
+        }
+    }
+    let refused = get(
+        &router,
+        "/v1/local/permits?token=0123456789abcdef0123456789abcdef",
+    )
+    .await;
+    assert_problem(&refused, 400, "invalid_request");
+    let reply = revoking.await.unwrap();
+    assert_problem(&reply, 503, "unavailable");
+    assert!(shared.service().unwrap().copy_end().is_some());
+    // The service's own acknowledgement, with its answer's token, counts at once.
+    let sent = Instant::now();
+    let acknowledging = tokio::spawn({
+        let router = router.clone();
+        let ack = ack(&answer);
+        async move { get(&router, &format!("/v1/local/permits?{ack}&wait=10s")).await }
+    });
+    let reply = revoke(&shared, &[2]).await;
+    assert_eq!(reply.2["released"], json!([2]), "{reply:?}");
+    assert!(sent.elapsed() < Duration::from_millis(10));
+    acknowledging.abort();
+}
+
+/// P16.2, issue 55: admits repeated as fast as they are answered hold a revoke for one admit
+/// window at most: a permit is given only while the sidecar holds the shard, so once the revoke
+/// is applied none extends the hold, and none ends another poller's hold either.
+#[tokio::test(start_paused = true)]
+async fn p16_2_repeated_admits_hold_a_revoke_for_one_window_at_most() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    let admitting = tokio::spawn({
+        let router = router.clone();
+        async move {
+            let mut refused = 0;
+            while refused < 50 {
+                let reply = get(&router, "/v1/local/admit?shard=2").await;
+                if reply.0 != StatusCode::OK {
+                    refused += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = Instant::now();
+    let reply = revoke(&shared, &[2]).await;
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.2["released"], json!([2]));
+    assert!(
+        sent.elapsed() <= Duration::from_millis(leasehold_api::wire::LOCAL_ADMIT_WINDOW_MS),
+        "held {:?}",
+        sent.elapsed()
+    );
+    admitting.await.unwrap();
 }
 
 #[test]
