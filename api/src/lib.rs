@@ -25,6 +25,8 @@ use std::num::NonZeroU32;
 
 pub mod backup;
 pub mod client;
+#[cfg(feature = "axum")]
+pub mod connection_budget;
 #[cfg(feature = "cli")]
 pub mod ctl;
 #[cfg(feature = "axum")]

@@ -6,9 +6,11 @@
 //! - a request's headers must arrive within [`ListenerLimits::header_read_timeout`] (HTTP/1.1
 //!   only: a slow client cannot hold a connection by trickling headers); the same bound closes a
 //!   keep-alive connection idle that long, since hyper starts it when it waits for a request;
-//! - at most [`ListenerLimits::max_connections`] connections are open (half the process's
-//!   descriptor limit, [`connection_bound`]); past it the listener stops accepting (the kernel
-//!   backlog holds the rest) instead of spawning without bound.
+//! - at most [`ListenerLimits::max_connections`] connections are open on the listener, within one
+//!   budget every listener of the process shares (half the process's descriptor limit,
+//!   [`ConnectionBudget`]), and at most the budget's share per source address; past a bound the
+//!   listener stops accepting (the kernel backlog holds the rest) instead of spawning without
+//!   bound, and a connection past its address's share is closed as soon as it is accepted.
 //!
 //! [`bind`] makes the listener with a backlog for a fleet connecting at once.
 //!
@@ -37,31 +39,25 @@ use tokio_rustls::TlsAcceptor;
 use crate::tls::{NamespaceScope, Role};
 use tower::ServiceExt;
 
+pub use crate::connection_budget::{connection_bound, ConnectionBudget, MAX_CONNECTIONS};
+
 /// Bounds applied to every connection before a handler runs (P13.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ListenerLimits {
     pub handshake_timeout: Duration,
     pub header_read_timeout: Duration,
+    /// This listener's own cap, within the process's budget.
     pub max_connections: usize,
+    /// The process's budget, shared by its listeners ([`ConnectionBudget`]).
+    pub budget: ConnectionBudget,
 }
 
-/// Most connections a listener serves at once, whatever the descriptor limit allows: far
-/// above what a manager serves (executors keep one connection each per client).
-pub const MAX_CONNECTIONS: usize = 16_384;
+/// The health listener's cap: probes need a handful of connections, and a stranger holding
+/// more takes nothing from the API's share of the budget.
+pub const HEALTH_MAX_CONNECTIONS: usize = 64;
 
-/// The connection bound for a process allowed `open_files` descriptors (`RLIMIT_NOFILE`; `None`:
-/// unknown or unlimited): half of them, so the other half stays for what the process opens itself
-/// (its data directory's files, Raft connections to its peers, pushes, forwards), and at most
-/// [`MAX_CONNECTIONS`]. A stranger who fills every slot then holds half the descriptors, and the
-/// process can still write and reach its peers (P13.6).
-pub fn connection_bound(open_files: Option<u64>) -> usize {
-    match open_files {
-        Some(limit) => usize::try_from(limit / 2)
-            .unwrap_or(usize::MAX)
-            .clamp(1, MAX_CONNECTIONS),
-        None => MAX_CONNECTIONS,
-    }
-}
+/// The health listener's header and idle bound: a probe sends its request at once.
+pub const HEALTH_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Raises this process's soft descriptor limit to its hard limit, as Go's runtime and most
 /// servers do at start (the soft default of 1 024 is for programs that still use `select`).
@@ -77,28 +73,30 @@ pub fn raise_open_files_limit() {
     }
 }
 
-/// This process's descriptor limit; `None` when unknown or unlimited.
-fn open_files_limit() -> Option<u64> {
-    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
-    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    (soft != RLIM_INFINITY).then_some(soft)
-}
-
 impl ListenerLimits {
-    /// The default limits with the connection bound fitted to this process's descriptor limit
-    /// ([`connection_bound`]): what both binaries serve with.
+    /// A process's only listener: the default limits within a budget fitted to this process's
+    /// descriptor limit. A process with several listeners makes one [`ConnectionBudget`] and
+    /// gives each [`ListenerLimits::within`] it.
     pub fn for_this_process() -> Self {
-        let open_files = open_files_limit();
-        let limits = Self {
-            max_connections: connection_bound(open_files),
+        Self::within(&ConnectionBudget::for_this_process(None))
+    }
+
+    /// A listener that may use all of `budget`, which it shares with the process's others.
+    pub fn within(budget: &ConnectionBudget) -> Self {
+        Self {
+            max_connections: budget.total(),
+            budget: budget.clone(),
             ..Self::default()
-        };
-        tracing::info!(
-            open_files,
-            max_connections = limits.max_connections,
-            "connection bound fitted to the descriptor limit (P13.6)"
-        );
-        limits
+        }
+    }
+
+    /// The plaintext health listener: a few connections of `budget`, and a short idle bound.
+    pub fn health(budget: &ConnectionBudget) -> Self {
+        Self {
+            max_connections: HEALTH_MAX_CONNECTIONS.min(budget.total()),
+            header_read_timeout: HEALTH_HEADER_READ_TIMEOUT,
+            ..Self::within(budget)
+        }
     }
 }
 
@@ -107,11 +105,13 @@ impl Default for ListenerLimits {
         Self {
             handshake_timeout: Duration::from_secs(10),
             // Also the idle bound of a keep-alive connection (hyper starts it while waiting for
-            // the next request), so it is above the renewal interval at the default lease (60 s
-            // / 3): an executor keeps its connection, and under TLS its session, between
-            // renewals instead of paying a handshake for each one.
+            // the next request, and on a new connection before its first byte), so it is above
+            // the renewal interval at the default lease (60 s / 3): an executor keeps its
+            // connection, and under TLS its session, between renewals instead of paying a
+            // handshake for each one.
             header_read_timeout: Duration::from_secs(30),
             max_connections: MAX_CONNECTIONS,
+            budget: ConnectionBudget::new(MAX_CONNECTIONS, MAX_CONNECTIONS),
         }
     }
 }
@@ -210,10 +210,19 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
+        // This listener's slot, then one of the process's budget: a listener at its cap leaves
+        // the budget to the others, and a spent budget stops every listener accepting.
         let permit = tokio::select! {
             permit = connections.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let budget_slot = tokio::select! {
+            slot = limits.budget.slot() => match slot {
+                Some(slot) => slot,
+                None => break,
             },
             () = &mut shutdown => break,
         };
@@ -229,13 +238,23 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // A unix socket's peers are this machine's processes, all one "address".
+        let address_slot = match &stream {
+            Accepted::Tcp(_) => match limits.budget.admit(peer_addr.ip()) {
+                Ok(slot) => Some(slot),
+                // Closed at once (dropped): counted and logged by the budget.
+                Err(_) => continue,
+            },
+            Accepted::Unix(_) => None,
+        };
         let router = router.clone();
         let tls = tls.clone();
         let stop = stop_rx.clone();
+        let timeouts = (limits.handshake_timeout, limits.header_read_timeout);
         tokio::spawn(async move {
-            serve_connection(stream, peer_addr, router, tls, limits, stop).await;
+            serve_connection(stream, peer_addr, router, tls, timeouts, stop).await;
             tracing::trace!(%peer_addr, "connection closed");
-            drop(permit);
+            drop((permit, budget_slot, address_slot));
         });
     }
     let _ = stop_tx.send(true);
@@ -298,18 +317,30 @@ fn with_http1_alpn(config: &Arc<ServerConfig>) -> Arc<ServerConfig> {
     Arc::new(config)
 }
 
+/// The handshake and header bounds of one connection.
+type Timeouts = (Duration, Duration);
+
 async fn serve_connection(
     stream: Accepted,
     peer_addr: SocketAddr,
     router: Router,
     tls: Option<TlsAcceptor>,
-    limits: ListenerLimits,
+    timeouts: Timeouts,
     stop: watch::Receiver<bool>,
 ) {
+    let (handshake_timeout, header_read_timeout) = timeouts;
     let stream = match stream {
         Accepted::Tcp(stream) => stream,
         Accepted::Unix(stream) => {
-            serve_http(TokioIo::new(stream), peer_addr, router, None, limits, stop).await;
+            serve_http(
+                TokioIo::new(stream),
+                peer_addr,
+                router,
+                None,
+                header_read_timeout,
+                stop,
+            )
+            .await;
             return;
         }
     };
@@ -319,9 +350,19 @@ async fn serve_connection(
         tracing::debug!(%error, "setting TCP_NODELAY");
     }
     match tls {
-        None => serve_http(TokioIo::new(stream), peer_addr, router, None, limits, stop).await,
+        None => {
+            serve_http(
+                TokioIo::new(stream),
+                peer_addr,
+                router,
+                None,
+                header_read_timeout,
+                stop,
+            )
+            .await
+        }
         Some(acceptor) => {
-            let handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream));
+            let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
             let stream = match handshake.await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(error)) => {
@@ -330,7 +371,7 @@ async fn serve_connection(
                 }
                 Err(_) => {
                     tracing::debug!(
-                        timeout_ms = limits.handshake_timeout.as_millis(),
+                        timeout_ms = handshake_timeout.as_millis(),
                         "TLS handshake not finished in time; closing"
                     );
                     return;
@@ -341,7 +382,15 @@ async fn serve_connection(
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first().map(PeerRole::of));
-            serve_http(TokioIo::new(stream), peer_addr, router, peer, limits, stop).await;
+            serve_http(
+                TokioIo::new(stream),
+                peer_addr,
+                router,
+                peer,
+                header_read_timeout,
+                stop,
+            )
+            .await;
         }
     }
 }
@@ -351,7 +400,7 @@ async fn serve_http<I>(
     peer_addr: SocketAddr,
     router: Router,
     peer: Option<PeerRole>,
-    limits: ListenerLimits,
+    header_read_timeout: Duration,
     mut stop: watch::Receiver<bool>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -371,7 +420,7 @@ async fn serve_http<I>(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(header_read_timeout)
         .keep_alive(true)
         // A reply's head and body flattened into one buffer become one TLS record and one
         // write, instead of a record per piece.
@@ -404,17 +453,6 @@ fn log_connection_end(result: Result<(), hyper::Error>) {
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
-
-    /// P13.6 (the security review's finding 11): the connection bound leaves half the
-    /// descriptors to the process, however few it may open.
-    #[test]
-    fn p13_6_the_connection_bound_follows_the_descriptor_limit() {
-        assert_eq!(connection_bound(Some(256)), 128);
-        assert_eq!(connection_bound(Some(1_024)), 512);
-        assert_eq!(connection_bound(Some(1 << 20)), MAX_CONNECTIONS);
-        assert_eq!(connection_bound(Some(1)), 1);
-        assert_eq!(connection_bound(None), MAX_CONNECTIONS);
-    }
 
     use axum::routing::get;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -536,6 +574,62 @@ mod tests {
         let reply = tokio::time::timeout(Duration::from_secs(20), second)
             .await
             .expect("served once the first closed")
+            .unwrap();
+        assert!(reply.ends_with("ok"));
+    }
+
+    /// P13.6: a source address past its share of the budget is closed at once; another
+    /// address is served meanwhile.
+    #[tokio::test]
+    async fn p13_6_a_source_past_its_share_is_closed_and_others_are_served() {
+        let budget = ConnectionBudget::new(4, 1);
+        let (address, _stop) = start(ListenerLimits::within(&budget)).await;
+        let from = |source: &str| {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket
+                .bind(SocketAddr::new(source.parse().unwrap(), 0))
+                .unwrap();
+            socket.connect(address)
+        };
+        // The stranger's first connection holds its one slot.
+        let mut held = from("127.0.0.2").await.unwrap();
+        held.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buffer = [0u8; 256];
+        assert!(held.read(&mut buffer).await.unwrap() > 0);
+        let mut second = from("127.0.0.2").await.unwrap();
+        let closed = tokio::time::timeout(Duration::from_secs(20), second.read(&mut buffer)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+            "the second connection of one address is closed: {closed:?}"
+        );
+        assert_eq!(budget.refused_per_address(), 1);
+        assert!(
+            get_root(address).await.ends_with("ok"),
+            "127.0.0.1 is served"
+        );
+    }
+
+    /// P13.6: two listeners of one process share its budget: what one holds the other cannot.
+    #[tokio::test]
+    async fn p13_6_listeners_draw_on_one_budget() {
+        let budget = ConnectionBudget::new(1, 1);
+        let (first_listener, _stop_first) = start(ListenerLimits::within(&budget)).await;
+        let (second_listener, _stop_second) = start(ListenerLimits::within(&budget)).await;
+        let mut held = TcpStream::connect(first_listener).await.unwrap();
+        held.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buffer = [0u8; 256];
+        assert!(held.read(&mut buffer).await.unwrap() > 0);
+        let waiting = tokio::spawn(get_root(second_listener));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "served past the shared budget");
+        drop(held);
+        let reply = tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .expect("served once the first listener's connection closed")
             .unwrap();
         assert!(reply.ends_with("ok"));
     }

@@ -115,6 +115,9 @@ pub fn etcd_timing(shard_count: u32, lease: &str) -> ManagerFlags {
     ManagerFlags::new(shard_count, lease, "100ms", "1s")
 }
 
+/// The load generator's one address may hold the whole connection budget (it plays every host).
+const FLEET_CONNECTIONS_PER_ADDRESS: &str = "16384";
+
 /// The registration rate and burst of a benchmark cluster: the manager's ceiling.
 const FLEET_REGISTRATION_LIMIT: &str = "1000000";
 
@@ -128,13 +131,16 @@ pub fn start_managers(
 ) -> Result<ManagerCluster> {
     let binary = binary_in(bin_dir, "leasehold-manager").context(BIN_DIR_HINT)?;
     // One load generator stands in for a fleet of hosts, each of which would be a caller of its
-    // own to the registration limit (P13.6): the limit is lifted for the one address.
+    // own to the registration limit and the per-address connection share (P13.6): both are
+    // lifted for the one address.
     flags.extra_args.extend(
         [
             "--registration-rate",
             FLEET_REGISTRATION_LIMIT,
             "--registration-burst",
             FLEET_REGISTRATION_LIMIT,
+            "--max-connections-per-address",
+            FLEET_CONNECTIONS_PER_ADDRESS,
         ]
         .map(String::from),
     );

@@ -309,6 +309,12 @@ impl Manager {
         self.spawn(&args, &["--join".to_string(), url.to_string()])
     }
 
+    /// Runs it under `launcher` from its next start on (e.g. `prlimit` to give it fewer
+    /// descriptors).
+    pub fn set_launcher(&mut self, launcher: Launcher) {
+        self.launcher = launcher;
+    }
+
     /// Changes a flag for the next start (e.g. a lease duration changed across a restart).
     pub fn set_flag(&mut self, flag: &str, value: &str) {
         match self.args.iter().position(|arg| arg == flag) {

@@ -148,6 +148,14 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REGISTRATION_LIMIT)))]
     pub registration_burst: u32,
 
+    /// Connections one source address (an IPv6 host by its /64) may hold open at once, across
+    /// every listener of this manager (P13.6); past it a new connection is closed as soon as it
+    /// is accepted. Default: half the connection budget (half the descriptor limit, at most
+    /// 16 384), so one host never shuts out the rest.
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS_PER_ADDRESS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_address: Option<u32>,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -257,6 +265,8 @@ pub struct ManagerConfig {
     pub prepare_timeout: Duration,
     /// `--max-capacity`, `--registration-rate`, `--registration-burst` (P13.6, P15.1).
     pub registration: RegistrationSettings,
+    /// `--max-connections-per-address` (P13.6); `None`: half the connection budget.
+    pub max_connections_per_address: Option<usize>,
     /// The process's TLS identity (P13.2), loaded and checked at start; `None` serves plaintext.
     pub tls: Option<TlsConfig>,
     /// Plaintext on a non-loopback address, allowed by `--insecure` (P13.5): warned about at start.
@@ -456,6 +466,9 @@ impl TryFrom<Args> for ManagerConfig {
                     burst: args.registration_burst,
                 },
             },
+            max_connections_per_address: args
+                .max_connections_per_address
+                .and_then(|cap| usize::try_from(cap).ok()),
             tls,
             insecure_plaintext,
             backup_key,

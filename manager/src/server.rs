@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::origin::HostPolicy;
-use leasehold_api::serve::ListenerLimits;
+use leasehold_api::serve::{ConnectionBudget, ListenerLimits};
 use leasehold_api::tls::TlsConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
@@ -364,13 +364,16 @@ pub async fn run(
     };
     let (replica, fatal_rx) = Replica::start(&config, metrics).await?;
     let router = replica.router(&config);
+    // One budget for both listeners, with half the descriptors reserved for storage and peers
+    // (P13.6): a stranger holding connections to every port cannot take those.
+    let budget = ConnectionBudget::for_this_process(config.max_connections_per_address);
     if let Some(listener) = health_listener {
         let mut stopped = replica.stop_tasks.subscribe();
         let serving = leasehold_api::serve::serve(
             listener,
             replica.health_router(),
             None,
-            ListenerLimits::for_this_process(),
+            ListenerLimits::health(&budget),
             async move {
                 let _ = stopped.wait_for(|stopped| *stopped).await;
             },
@@ -418,7 +421,7 @@ pub async fn run(
         listener,
         router,
         config.tls.as_ref().map(TlsConfig::server_config),
-        ListenerLimits::for_this_process(),
+        ListenerLimits::within(&budget),
         stop_serving,
     );
     tokio::pin!(serving);

@@ -16,6 +16,7 @@
 
 mod background;
 pub mod codec;
+mod descriptors;
 mod durability;
 mod error;
 mod log_store;

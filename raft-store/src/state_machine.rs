@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::background::Background;
 use crate::codec::{self, decode, encode};
+use crate::descriptors;
 use crate::durability::Durability;
 use crate::error::StoreError;
 use crate::schema::{check_readable, SchemaCodec, SchemaMarker};
@@ -239,30 +240,78 @@ impl SnapshotStore {
         data: Vec<u8>,
     ) -> Result<(bool, Vec<u8>), StoreError> {
         self.marker.cover(schema).await?;
-        let store = Arc::clone(self);
         let encoded_meta = encode("snapshot meta", meta)?;
-        let last_log_id = meta.last_log_id.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let _serialised = store.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(current) = store.read_meta::<C>()? {
-                if current.last_log_id > last_log_id {
-                    return Ok((false, data));
+        let started = tokio::time::Instant::now();
+        let mut data = data;
+        let written = loop {
+            // The snapshot's value goes into a file of its own: a write started without a
+            // descriptor to open it fails with EMFILE, which is no disk fault (`descriptors`).
+            descriptors::wait_for_headroom(
+                "snapshot",
+                descriptors::MAX_WAIT,
+                descriptors::headroom,
+            )
+            .await;
+            let (attempt, returned) = self.write_if_newer::<C>(meta, &encoded_meta, data).await;
+            match attempt {
+                Err(StoreError::Sled(error))
+                    if descriptors::is_shortage(&error)
+                        && started.elapsed() < descriptors::MAX_WAIT =>
+                {
+                    tracing::error!(
+                        %error,
+                        "writing the snapshot: out of file descriptors; trying again once some \
+                         are free (not a disk fault; P8.3)"
+                    );
+                    data = returned;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                attempt => break (attempt?, returned),
             }
-            // One batch: metadata and data can never disagree after a crash.
-            let mut batch = sled::Batch::default();
-            batch.insert(KEY_SNAPSHOT_META, encoded_meta);
-            batch.insert(KEY_SNAPSHOT_DATA, data.as_slice());
-            store.tree.apply_batch(batch)?;
-            Ok::<_, StoreError>((true, data))
-        })
-        .await
-        .map_err(|join| sled::Error::Io(std::io::Error::other(join.to_string())))??;
+        };
         if written.0 {
             // Durable before openraft is told, because it purges the log behind the snapshot next.
             self.durability.flush().await?;
         }
         Ok(written)
+    }
+
+    /// One attempt at storing the snapshot unless a newer one is stored: whether it stored it,
+    /// and `data` back whatever happened.
+    async fn write_if_newer<C: RaftTypeConfig>(
+        self: &Arc<Self>,
+        meta: &SnapshotMeta<C::NodeId, C::Node>,
+        encoded_meta: &[u8],
+        data: Vec<u8>,
+    ) -> (Result<bool, StoreError>, Vec<u8>) {
+        let store = Arc::clone(self);
+        let encoded_meta = encoded_meta.to_vec();
+        let last_log_id = meta.last_log_id.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let attempt = (|| {
+                let _serialised = store.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(current) = store.read_meta::<C>()? {
+                    if current.last_log_id > last_log_id {
+                        return Ok(false);
+                    }
+                }
+                // One batch: metadata and data can never disagree after a crash.
+                let mut batch = sled::Batch::default();
+                batch.insert(KEY_SNAPSHOT_META, encoded_meta);
+                batch.insert(KEY_SNAPSHOT_DATA, data.as_slice());
+                store.tree.apply_batch(batch)?;
+                Ok::<_, StoreError>(true)
+            })();
+            (attempt, data)
+        })
+        .await;
+        match joined {
+            Ok(done) => done,
+            Err(join) => (
+                Err(sled::Error::Io(std::io::Error::other(join.to_string())).into()),
+                Vec::new(),
+            ),
+        }
     }
 }
 
