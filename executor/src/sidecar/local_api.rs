@@ -171,7 +171,7 @@ pub(crate) fn router(
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed);
     routes
         .layer(middleware::from_fn_with_state(
-            LocalGuard { host_policy },
+            LocalGuard::new(host_policy),
             refuse_pages,
         ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))

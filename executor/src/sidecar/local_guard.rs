@@ -14,6 +14,9 @@
 //!   rebinding), or it is a write from another origin, as every listener refuses (P13.6,
 //!   `leasehold_api::origin`).
 
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, ORIGIN};
 use axum::http::{HeaderMap, HeaderName, Method};
@@ -22,15 +25,42 @@ use axum::response::{IntoResponse, Response};
 use leasehold_api::http::HttpError;
 use leasehold_api::origin::HostPolicy;
 use leasehold_api::problem::ErrorCode;
+use tokio::time::Instant;
 
 /// `Sec-Fetch-Site` (Fetch Metadata): where the request comes from, as the browser says.
 const SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
+
+/// How often a refusal is logged as a warning: a page can send thousands a second, and the
+/// sidecar's log must not fill with them; those in between are logged at debug.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What guards a local listener: the `Host` policy of a loopback one; a unix socket has none (a
 /// browser cannot reach it), but the other checks still apply.
 #[derive(Debug, Clone)]
 pub(crate) struct LocalGuard {
-    pub(crate) host_policy: Option<HostPolicy>,
+    host_policy: Option<HostPolicy>,
+    /// When a refusal was last logged as a warning.
+    warned: Arc<Mutex<Option<Instant>>>,
+}
+
+impl LocalGuard {
+    pub(crate) fn new(host_policy: Option<HostPolicy>) -> Self {
+        Self {
+            host_policy,
+            warned: Arc::default(),
+        }
+    }
+
+    /// Whether this refusal is logged as a warning (the first, then one per [`WARN_EVERY`]).
+    fn warn_now(&self) -> bool {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if warned.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
+            return false;
+        }
+        *warned = Some(now);
+        true
+    }
 }
 
 /// The decision, from the method and the headers.
@@ -84,12 +114,16 @@ pub(crate) async fn refuse_pages(
     match check(&guard, request.method(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(refusal) => {
-            tracing::warn!(
-                method = %request.method(),
-                path = request.uri().path(),
-                "local API refused: {}",
-                refusal.problem().detail
+            let (method, path, detail) = (
+                request.method(),
+                request.uri().path(),
+                &refusal.problem().detail,
             );
+            if guard.warn_now() {
+                tracing::warn!(%method, path, "local API refused: {detail} (the next minute's refusals are logged at debug)");
+            } else {
+                tracing::debug!(%method, path, "local API refused: {detail}");
+            }
             refusal.into_response()
         }
     }
@@ -123,10 +157,8 @@ mod tests {
     #[test]
     fn p16_1_pages_are_refused_on_every_method() {
         for guard in [
-            LocalGuard { host_policy: None },
-            LocalGuard {
-                host_policy: Some(HostPolicy::loopback("http://127.0.0.1:7201")),
-            },
+            LocalGuard::new(None),
+            LocalGuard::new(Some(HostPolicy::loopback("http://127.0.0.1:7201"))),
         ] {
             let host = (&HOST, "127.0.0.1:7201");
             for method in [Method::GET, Method::POST, Method::HEAD] {
