@@ -200,8 +200,9 @@ class Permits(threading.Thread):
         query = {"wait": wait, "prepare": "true"}
         if self.copy.answer:  # the acknowledgement of the answer applied last, with its token:
             # only the poller that received an answer knows it, so only it acknowledges (P16.1)
-            query.update(applied=self.copy.answer["revision"], state=self.copy.answer["state"],
-                         token=self.copy.answer["token"])
+            query.update(applied=self.copy.answer["revision"], state=self.copy.answer["state"])
+            if "token" in self.copy.answer:  # sidecars before the token have none
+                query.update(token=self.copy.answer["token"])
         # Anchored at the instant the request is sent, not answered: the sidecar counted the lease
         # before it answered, so the copy can only end early, never late (P16.1).
         sent_at_ns = time.monotonic_ns()
