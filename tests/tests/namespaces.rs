@@ -534,6 +534,43 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
     )
     .await;
     assert_eq!((status, &view["max_executors"]), (200, &json!(8)), "{view}");
+    // Its quotas are the cluster's (issue 55, finding 6): it may lower its executor bound, not
+    // raise or remove it, and it creates no namespace, its own name re-created included (with
+    // every shard the cluster has left, it would leave none to anyone else).
+    let quotas = [
+        (
+            Method::PATCH,
+            format!("/v1/namespaces/{KV}"),
+            json!({"max_executors": 9}),
+        ),
+        (
+            Method::PATCH,
+            format!("/v1/namespaces/{KV}"),
+            json!({"max_executors": null}),
+        ),
+        (
+            Method::POST,
+            "/v1/namespaces".to_owned(),
+            json!({"name": KV, "shard_count": 1_047_536}),
+        ),
+    ];
+    for (method, path, body) in quotas {
+        let (status, problem) = ask(&kv_admin, &follower, method.clone(), &path, body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (403, Some("forbidden")),
+            "P18.2: a limited admin's {method} {path}: {problem}"
+        );
+    }
+    let (status, view) = ask(
+        &kv_admin,
+        &follower,
+        Method::PATCH,
+        &format!("/v1/namespaces/{KV}"),
+        json!({"max_executors": 6}),
+    )
+    .await;
+    assert_eq!((status, &view["max_executors"]), (200, &json!(6)), "{view}");
 
     // An executor whose certificate is limited to another namespace is refused at its start.
     let mut misfit = ExecutorProcess::start_spec(cluster.dir.path(), {

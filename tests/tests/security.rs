@@ -556,6 +556,36 @@ async fn p13_2_the_health_listener_answers_probes_without_a_certificate_and_noth
     })
     .await;
     assert_eq!(status_of("/livez").await.unwrap(), 200);
+    // Alive and ready, nothing more: no leader, term, index, shard count, lease or free disk
+    // in plaintext, not even with `?verbose` (issue 55, finding 8).
+    for path in ["/readyz?verbose", "/readyz?verbose=true", "/livez"] {
+        let body: Value = plain
+            .get(format!("http://{health}{path}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+        assert!(
+            keys == ["ready"] || (keys == ["status"] && body["status"] == "ok"),
+            "P13.2: the health listener's {path} says only alive or ready: {body}"
+        );
+    }
+    let verbose_over_tls: Value = cluster
+        .http
+        .get(format!("{}/readyz?verbose", cluster.url(1)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        verbose_over_tls["checks"].is_array(),
+        "the detail stays behind TLS: {verbose_over_tls}"
+    );
     for other in [
         "/v1/state",
         "/metrics",

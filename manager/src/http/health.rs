@@ -66,6 +66,48 @@ pub async fn readyz(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<ReadyQuery>,
 ) -> Response {
+    let (status, ready, checks) = readiness(&node).await;
+    let checks = query.verbose.is_some().then_some(checks);
+    (status, Json(Readiness { ready, checks })).into_response()
+}
+
+/// `/readyz` on the plaintext health listener (`--health-listen`, P13.2): ready or not, and
+/// nothing more. Who leads, the indexes, the shard count, the lease and the free disk stay behind
+/// the API listener's TLS; `?verbose` is ignored here.
+pub async fn bare_readyz(State(node): State<AppState>) -> Response {
+    let (status, ready, _) = readiness(&node).await;
+    (
+        status,
+        Json(Readiness {
+            ready,
+            checks: None,
+        }),
+    )
+        .into_response()
+}
+
+/// `/livez` on the plaintext health listener: alive or not; the cause of a storage failure
+/// stays behind TLS (and in the log).
+pub async fn bare_livez(State(node): State<AppState>) -> Response {
+    let failed =
+        crate::fatal::storage_failure(&node.leadership.raft, node.leadership.proposer.disk_space())
+            .is_some();
+    let (status, word) = if failed {
+        (StatusCode::SERVICE_UNAVAILABLE, "storage failed")
+    } else {
+        (StatusCode::OK, "ok")
+    };
+    (
+        status,
+        Json(Liveness {
+            status: word.to_string(),
+        }),
+    )
+        .into_response()
+}
+
+/// Whether this replica is ready, with the status it answers and each check.
+async fn readiness(node: &AppState) -> (StatusCode, bool, Vec<ReadinessCheck>) {
     let committed = node.leadership.committed_index().await;
     // Applying trails committing by a moment on a busy replica; readiness asks whether it keeps
     // up, so it waits that moment out (bounded) instead of flapping.
@@ -134,8 +176,7 @@ pub async fn readyz(
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let checks = query.verbose.is_some().then_some(checks);
-    (status, Json(Readiness { ready, checks })).into_response()
+    (status, ready, checks)
 }
 
 /// The name of the advisory check of the free-space alarm.

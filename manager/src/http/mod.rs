@@ -127,12 +127,12 @@ pub fn router(
 
 /// The router of `--health-listen`: `/livez` and `/readyz` and nothing else, in plaintext, for
 /// probes that present no client certificate (Kubernetes' kubelet) when the API listener requires
-/// one (P13.2). They tell whether this replica lives and can serve, nothing more; every other
-/// path is `404`.
+/// one (P13.2). They tell whether this replica lives and can serve, nothing more (no detail, not
+/// even with `?verbose`: that stays behind TLS); every other path is `404`.
 pub fn health_router(node: AppState) -> Router {
     let health = Router::new()
-        .route("/livez", get(health::livez))
-        .route("/readyz", get(health::readyz));
+        .route("/livez", get(health::bare_livez))
+        .route("/readyz", get(health::bare_readyz));
     bounded(health, REQUEST_TIMEOUT)
         .fallback(leasehold_api::http::not_found)
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)

@@ -18,6 +18,7 @@ use super::refusals::{refusal, unknown_namespace};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::OperatorDone;
 use crate::lease::{ExecutorAnswer, LeaseState, Namespace, OperatorAction, PlacementOverrides};
+use leasehold_api::problem::ErrorCode;
 
 /// The `{name}` path parameter: a namespace name, checked where it is extracted.
 #[derive(Debug, utoipa::IntoParams)]
@@ -116,7 +117,7 @@ pub async fn show(
         (status = 201, description = "Created (recorded in the audit log).", body = NamespaceView),
         (status = 200, description = "It existed with these settings already: nothing changed.", body = NamespaceView),
         (status = 400, description = "`invalid_request`: a malformed name, no shards or more than 1048576, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), and an admin of the whole cluster: a certificate limited to namespaces creates none, since creating one sets its quotas (P18.2)."),
         (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 10 (below 11 with placement settings, P14.3)."),
     ),
 )]
@@ -128,6 +129,18 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<NamespaceView>), HttpError> {
     check_namespace_name(&request.name).map_err(|error| HttpError::invalid(error.to_string()))?;
     scope.check(&request.name)?;
+    // Creating a namespace sets its quotas (its shards, its executors): the cluster's to give.
+    if scope.0.is_limited() {
+        return Err(HttpError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "creating a namespace sets its quotas (shards, executors), which an admin of \
+                 the whole cluster sets: a certificate limited to {} may change a namespace's \
+                 lease and placement, and lower its executor bound (PROTOCOL P18.2)",
+                scope.0
+            ),
+        ));
+    }
     let lease_duration_ms = match request.lease_duration_ms {
         Some(lease_duration_ms) => lease_duration_ms,
         None => node
@@ -182,7 +195,7 @@ pub async fn create(
     responses(
         (status = 200, description = "The namespace as it is now (recorded in the audit log if this changed it).", body = NamespaceView),
         (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
-        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is, and then it may lower the executor bound but not raise or remove it (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace."),
         (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 10 (below 11 for placement settings, P14.3)."),
     ),
@@ -202,6 +215,17 @@ pub async fn set(
     let max_executors = request.max_executors.unwrap_or(current.max_executors);
     check_namespace_settings(lease_duration_ms, max_executors)
         .map_err(|error| HttpError::invalid(error.to_string()))?;
+    if scope.0.is_limited() && raises_executor_bound(current.max_executors, max_executors) {
+        return Err(HttpError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "the executor bound of {name:?} is a quota an admin of the whole cluster sets: \
+                 a certificate limited to {} may lower it ({:?} now), not raise or remove it \
+                 (PROTOCOL P18.2)",
+                scope.0, current.max_executors
+            ),
+        ));
+    }
     let placement =
         PlacementOverrides::from_wire(&request.placement.applied_to(&current.placement))
             .map_err(|error| HttpError::invalid(error.to_string()))?;
@@ -230,6 +254,15 @@ pub async fn set(
         }
         ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("change")),
         ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+/// Whether `new` allows more executors than `current` (`None`: no bound).
+fn raises_executor_bound(current: Option<u32>, new: Option<u32>) -> bool {
+    match (current, new) {
+        (_, None) => current.is_some(),
+        (None, Some(_)) => false,
+        (Some(current), Some(new)) => new > current,
     }
 }
 
@@ -278,5 +311,21 @@ pub async fn delete(
         }
         ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("deletion")),
         ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raises_executor_bound;
+
+    /// P18.2: a limited admin may lower its namespace's executor bound, never raise or remove it.
+    #[test]
+    fn p18_2_what_raises_an_executor_bound() {
+        assert!(raises_executor_bound(Some(8), Some(9)));
+        assert!(raises_executor_bound(Some(8), None));
+        assert!(!raises_executor_bound(Some(8), Some(8)));
+        assert!(!raises_executor_bound(Some(8), Some(2)));
+        assert!(!raises_executor_bound(None, Some(8)));
+        assert!(!raises_executor_bound(None, None));
     }
 }
