@@ -27,7 +27,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("leaseholdctl: {error}");
+            eprintln!("{}", error.message_line());
             ExitCode::from(error.exit_code())
         }
     }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::table::printable;
 use crate::backup::BackupError;
 use crate::client::ClientError;
 use crate::problem::ErrorCode;
@@ -73,6 +74,13 @@ impl CtlError {
             path: path.into(),
             source,
         }
+    }
+
+    /// The one line `leaseholdctl` prints on standard error for this error, escaped by
+    /// [`printable`]: a message may quote an executor's name or a server's reply, and reaches
+    /// the terminal like any output.
+    pub fn message_line(&self) -> String {
+        format!("leaseholdctl: {}", printable(&self.to_string()))
     }
 
     pub fn exit_code(&self) -> u8 {
@@ -190,6 +198,24 @@ mod tests {
         assert_eq!(
             CtlError::io("reading", "f", std::io::Error::other("x")).exit_code(),
             1
+        );
+    }
+
+    /// An error quoting a server's reply or an executor's id is printed on one line, escaped as
+    /// output is (issue 55, finding 10).
+    #[test]
+    fn errors_are_printed_escaped_on_one_line() {
+        let quoted = CtlError::Client(ClientError::Unexpected {
+            status: 502,
+            body: "bad\ngateway\u{202e}\u{200b}".into(),
+        });
+        assert_eq!(
+            quoted.message_line(),
+            r"leaseholdctl: unexpected reply 502: bad\ngateway\u{202e}\u{200b}"
+        );
+        assert_eq!(
+            CtlError::NotFound("executor ex-1\u{2028}ex-2 not found".into()).message_line(),
+            r"leaseholdctl: executor ex-1\u{2028}ex-2 not found"
         );
     }
 }

@@ -837,7 +837,7 @@ async fn run_snapshot(cli: &Cli, verb: &SnapshotVerb, out: &mut Out<'_>) -> Resu
                     "\nPrepared {}. Restore the same file into every member's empty data \
                      directory, then start the members with their usual flags (the same \
                      --initial-cluster and --shard-count {}); each imports it on first start.\n",
-                    p.prepared_file.display(),
+                    printable(&p.prepared_file.display().to_string()),
                     p.header.shard_count
                 ));
                 text
@@ -910,7 +910,11 @@ fn render_verdict(subject: &str, verdict: &SafeToStop) -> String {
     } else {
         "not safe to stop"
     };
-    format!("{subject}: {verdict_text}: {}", verdict.reason)
+    format!(
+        "{}: {verdict_text}: {}",
+        printable(subject),
+        printable(&verdict.reason)
+    )
 }
 
 async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Result<(), CtlError> {

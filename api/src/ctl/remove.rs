@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::exit::CtlError;
+use super::table::printable;
 use super::{render_executor, Out};
 use crate::client::{Client, Removal};
 use crate::wire::ExecutorView;
@@ -37,7 +38,9 @@ pub(super) async fn remove_executor(
                     executor_id,
                     removed: true,
                 };
-                return out.show(&removed, |_| format!("executor {executor_id} removed\n"));
+                return out.show(&removed, |_| {
+                    format!("executor {} removed\n", printable(executor_id))
+                });
             }
             Removal::Draining(executor) => match deadline {
                 None => return show_draining(&executor, out),

@@ -6,19 +6,95 @@ use std::borrow::Cow;
 /// Printed for an absent value, so every row has every column.
 pub const NONE: &str = "-";
 
-/// `text` safe to print on a terminal: control characters (a newline would forge a row, an
-/// escape sequence would reach the operator's terminal) and the bidirectional overrides that
-/// reorder what a terminal shows are written as Rust escapes (`\n`, `\u{1b}`). Executors choose
-/// their names and addresses, so every cell and field goes through this.
+/// The characters [`printable`] escapes besides control characters (Cc, `char::is_control`), as
+/// ranges of code points (first, last), ascending and disjoint. From the Unicode Character
+/// Database 16.0 (`DerivedGeneralCategory.txt`, `DerivedCoreProperties.txt`):
+///
+/// - `Cf`: every character of general category Cf (format). They show nothing or reorder what
+///   follows: U+200B..U+200F, U+202A..U+202E, U+2066..U+2069, U+061C, U+FEFF, tag characters.
+/// - `Zl`, `Zp`: U+2028 and U+2029, a line break to many terminals.
+/// - `Zs`: every space separator but U+0020, so `ex 1` and `ex\u{a0}1` do not look alike.
+/// - `DI`: the rest of Default_Ignorable_Code_Point, which shows nothing either (combining
+///   grapheme joiner, Hangul fillers, variation selectors, and the code points reserved as such).
+const INVISIBLE_OR_SEPARATOR: [(u32, u32); 42] = [
+    (0x00A0, 0x00A0),   // Zs  no-break space
+    (0x00AD, 0x00AD),   // Cf  soft hyphen
+    (0x034F, 0x034F),   // DI  combining grapheme joiner
+    (0x0600, 0x0605),   // Cf  Arabic number signs
+    (0x061C, 0x061C),   // Cf  Arabic letter mark
+    (0x06DD, 0x06DD),   // Cf  Arabic end of ayah
+    (0x070F, 0x070F),   // Cf  Syriac abbreviation mark
+    (0x0890, 0x0891),   // Cf  Arabic pound and piastre marks above
+    (0x08E2, 0x08E2),   // Cf  Arabic disputed end of ayah
+    (0x115F, 0x1160),   // DI  Hangul choseong and jungseong fillers
+    (0x1680, 0x1680),   // Zs  Ogham space mark
+    (0x17B4, 0x17B5),   // DI  Khmer inherent vowels
+    (0x180B, 0x180D),   // DI  Mongolian free variation selectors one to three
+    (0x180E, 0x180E),   // Cf  Mongolian vowel separator
+    (0x180F, 0x180F),   // DI  Mongolian free variation selector four
+    (0x2000, 0x200A),   // Zs  en quad .. hair space
+    (0x200B, 0x200F),   // Cf  zero width space and joiners, left-to-right and right-to-left marks
+    (0x2028, 0x2028),   // Zl  line separator
+    (0x2029, 0x2029),   // Zp  paragraph separator
+    (0x202A, 0x202E),   // Cf  bidirectional embeddings and overrides
+    (0x202F, 0x202F),   // Zs  narrow no-break space
+    (0x205F, 0x205F),   // Zs  medium mathematical space
+    (0x2060, 0x2064),   // Cf  word joiner, invisible operators
+    (0x2065, 0x2065),   // DI  reserved
+    (0x2066, 0x206F),   // Cf  bidirectional isolates, deprecated format characters
+    (0x3000, 0x3000),   // Zs  ideographic space
+    (0x3164, 0x3164),   // DI  Hangul filler
+    (0xFE00, 0xFE0F),   // DI  variation selectors
+    (0xFEFF, 0xFEFF),   // Cf  zero width no-break space (byte order mark)
+    (0xFFA0, 0xFFA0),   // DI  halfwidth Hangul filler
+    (0xFFF0, 0xFFF8),   // DI  reserved
+    (0xFFF9, 0xFFFB),   // Cf  interlinear annotation characters
+    (0x110BD, 0x110BD), // Cf  Kaithi number sign
+    (0x110CD, 0x110CD), // Cf  Kaithi number sign above
+    (0x13430, 0x1343F), // Cf  Egyptian hieroglyph format controls
+    (0x1BCA0, 0x1BCA3), // Cf  shorthand format controls
+    (0x1D173, 0x1D17A), // Cf  musical symbol beams and phrases
+    (0xE0000, 0xE0000), // DI  reserved
+    (0xE0001, 0xE0001), // Cf  language tag
+    (0xE0002, 0xE001F), // DI  reserved
+    (0xE0020, 0xE007F), // Cf  tag characters
+    (0xE0080, 0xE0FFF), // DI  variation selectors supplement (U+E0100..U+E01EF), reserved
+];
+
+/// Whether [`printable`] escapes `c`: a control character, or one of
+/// [`INVISIBLE_OR_SEPARATOR`].
+fn must_escape(c: char) -> bool {
+    if c.is_control() {
+        return true;
+    }
+    let code = u32::from(c);
+    INVISIBLE_OR_SEPARATOR
+        .binary_search_by(|&(first, last)| {
+            if last < code {
+                std::cmp::Ordering::Less
+            } else if first > code {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
+}
+
+/// `text` safe to print on a terminal, and unlike any other text there: control characters (a
+/// newline would forge a row, an escape sequence would reach the operator's terminal), format
+/// characters (invisible, or reordering what a terminal shows), line and paragraph separators
+/// and every space but U+0020 are written as Rust escapes (`\n`, `\u{1b}`, `\u{200b}`), so one
+/// executor's name cannot pass for another's. Executors choose their names and addresses, so
+/// every table cell, `field: value` line and `watch` line goes through this, as does every
+/// error the CLI prints.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    let unsafe_char =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if !text.chars().any(unsafe_char) {
+    if !text.chars().any(must_escape) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if unsafe_char(c) {
+        if must_escape(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -240,5 +316,103 @@ mod tests {
         let block = fields(&[("name", forged.to_owned())]);
         assert_eq!(block.lines().count(), 1, "{block:?}");
         assert_eq!(printable("plain ünïcode"), Cow::Borrowed("plain ünïcode"));
+    }
+
+    /// Issue 55, finding 10: every format character (Cf), line and paragraph separator and
+    /// space but U+0020 is escaped wherever caller-supplied text is printed, so `ex-1` with an
+    /// invisible character in it does not pass for `ex-1`; letters of any script are not.
+    #[test]
+    fn format_and_separator_characters_are_escaped() {
+        let named_in_the_finding = [
+            '\u{200e}', '\u{200f}', '\u{061c}', '\u{200b}', '\u{feff}', '\u{2028}', '\u{2029}',
+        ];
+        let other_format_characters = [
+            '\u{00ad}',
+            '\u{0600}',
+            '\u{06dd}',
+            '\u{180e}',
+            '\u{200c}',
+            '\u{200d}',
+            '\u{202a}',
+            '\u{202e}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{206f}',
+            '\u{fff9}',
+            '\u{110bd}',
+            '\u{1343f}',
+            '\u{1bca0}',
+            '\u{1d173}',
+            '\u{e0001}',
+            '\u{e0020}',
+            '\u{e0041}',
+            '\u{e007f}',
+        ];
+        let spaces = [
+            '\u{00a0}', '\u{1680}', '\u{2000}', '\u{2007}', '\u{200a}', '\u{202f}', '\u{205f}',
+            '\u{3000}',
+        ];
+        let invisible = ['\u{034f}', '\u{3164}', '\u{fe0f}', '\u{ffa0}', '\u{e0100}'];
+        let controls = ['\u{0}', '\t', '\u{7f}', '\u{85}', '\u{9f}'];
+        for c in named_in_the_finding
+            .into_iter()
+            .chain(other_format_characters)
+            .chain(spaces)
+            .chain(invisible)
+            .chain(controls)
+        {
+            let name = format!("ex-1{c}");
+            let escaped = format!("ex-1\\u{{{:x}}}", u32::from(c));
+            let shown = printable(&name);
+            assert!(!shown.contains(c), "U+{:04X}: {shown:?}", u32::from(c));
+            assert!(
+                shown == escaped || c.is_ascii_control(),
+                "U+{:04X}: {shown:?}",
+                u32::from(c)
+            );
+            let mut table = Table::new(&["EXECUTOR", "NAME"]);
+            table.push(vec!["ex-1".to_owned(), name.clone()]);
+            assert!(!table.render().contains(c), "U+{:04X}", u32::from(c));
+            assert!(!fields(&[("name", name.clone())]).contains(c));
+        }
+        assert_eq!(printable("a\u{2028}b\u{2029}c"), r"a\u{2028}b\u{2029}c");
+        assert_eq!(printable("ex\u{200b}-1"), r"ex\u{200b}-1");
+
+        // Letters, marks and symbols of any script, and the one ASCII space, are shown as they are.
+        for plain in [
+            "é",
+            "中",
+            "executor 中文 café",
+            "e\u{301}",
+            "Ωmega",
+            "Ελληνικά",
+            "עברית",
+            "العربية",
+            "हिन्दी",
+            "日本語のテキスト",
+            "한국어",
+            "😀",
+            "\u{1f468}\u{1f469}",
+        ] {
+            assert_eq!(printable(plain), Cow::Borrowed(plain), "{plain:?}");
+        }
+    }
+
+    /// [`must_escape`] looks the table up by binary search: it must be ascending and disjoint.
+    #[test]
+    fn the_table_of_escaped_ranges_is_ascending_and_disjoint() {
+        for (first, last) in INVISIBLE_OR_SEPARATOR {
+            assert!(first <= last, "{first:X}..{last:X}");
+            assert!(char::from_u32(first).is_some() && char::from_u32(last).is_some());
+        }
+        for pair in INVISIBLE_OR_SEPARATOR.windows(2) {
+            assert!(pair[0].1 < pair[1].0, "{pair:X?}");
+        }
+        // The edges of a few ranges, and their neighbours.
+        assert!(must_escape('\u{2000}') && must_escape('\u{200f}') && !must_escape('\u{2010}'));
+        assert!(must_escape('\u{e0000}') && must_escape('\u{e0fff}') && !must_escape('\u{f0000}'));
+        assert!(must_escape('\u{a0}') && !must_escape('\u{a1}') && !must_escape(' '));
     }
 }

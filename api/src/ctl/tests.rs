@@ -227,6 +227,17 @@ fn safe_to_stop_prints_the_verdict_and_exits_7_when_not_safe() {
         render_verdict("manager 2", &verdict(false)),
         "manager 2: not safe to stop: because"
     );
+    // The reason may quote an executor's name (issue 55, finding 10).
+    assert_eq!(
+        render_verdict(
+            "executor ex-7",
+            &SafeToStop {
+                safe: false,
+                reason: "ex-7\u{200e} holds shard 3\n".into(),
+            }
+        ),
+        r"executor ex-7: not safe to stop: ex-7\u{200e} holds shard 3\n"
+    );
     let mut printed = Vec::new();
     let mut out = Out {
         format: OutputFormat::Table,

@@ -414,4 +414,20 @@ mod tests {
             "rev 3  executor ex-2 removed"
         );
     }
+
+    /// Issue 55, finding 10: a name with a right-to-left mark or a line separator in it does not
+    /// reach the terminal as it is.
+    #[test]
+    fn lines_escape_what_executors_chose() {
+        let registered = WatchEvent::ExecutorRegistered {
+            revision: 4,
+            executor_id: "ex-1\u{200b}".into(),
+            name: Some("api\u{200f}\u{2028}rev 5  executor ex-2 drained".into()),
+            address: "http://h\u{feff}:1".into(),
+        };
+        assert_eq!(
+            registered.to_line(),
+            r"rev 4  executor ex-1\u{200b} registered (name api\u{200f}\u{2028}rev 5  executor ex-2 drained, address http://h\u{feff}:1)"
+        );
+    }
 }
