@@ -221,6 +221,15 @@ impl ServiceLink {
         self.lock().copy.copy_end()
     }
 
+    /// When the copy the poller of `chain` holds runs out, or else [`ServiceLink::copy_end`].
+    pub(crate) fn copy_end_of(&self, chain: Chain) -> Option<Instant> {
+        let inner = self.lock();
+        inner
+            .copy
+            .copy_end_of(chain)
+            .or_else(|| inner.copy.copy_end())
+    }
+
     /// Adds to a renewal's `claims` every shard the service may still be admitting (P16.2): a
     /// renewal that omits a revoked shard acknowledges the revoke (P5.2), which must wait for the
     /// service as the revoke's reply does. A claim already there keeps its epoch.

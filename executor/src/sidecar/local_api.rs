@@ -266,10 +266,9 @@ fn parse_token(text: &str) -> Option<u128> {
     u128::from_str_radix(text, 16).ok()
 }
 
-/// The long poll (P16.1): answered at once unless the query names the current revision and
-/// state (with the token of the answer it came with, when it gives one that this sidecar does
-/// not know, answered at once too); then when either changes, when `wait` passed, or when half
-/// the time left on the service's copy passed.
+/// The long poll (P16.1): answered at once unless the query names the current revision and state
+/// (and, when it carries a token, acknowledges with it); then when either changes, when `wait`
+/// passed, or when half the time left on the poller's copy passed.
 async fn permits(
     State(local): State<Local>,
     ApiQuery(query): ApiQuery<PermitsQuery>,
@@ -321,10 +320,11 @@ async fn permits(
         local.link.opt_in_prepares();
     }
     let wait_until = arrived + wait;
-    let refresh_at = local
-        .link
-        .copy_end()
-        .map(|end| arrived + end.saturating_duration_since(arrived) / 2);
+    let copy_end = match chain {
+        Some(chain) => local.link.copy_end_of(chain),
+        None => local.link.copy_end(),
+    };
+    let refresh_at = copy_end.map(|end| arrived + end.saturating_duration_since(arrived) / 2);
     let answer_by = refresh_at.map_or(wait_until, |refresh| refresh.min(wait_until));
     let mut views = local.shared.subscribe_assignment();
     let mut asked = local.link.changes();

@@ -474,6 +474,17 @@ impl ServiceCopy {
             .max()
     }
 
+    /// When the copy `chain`'s poller holds for shards still given to it runs out; `None` when
+    /// nothing is given to it (or its holds were left to time).
+    pub fn copy_end_of(&self, chain: Chain) -> Option<Instant> {
+        self.told
+            .values()
+            .filter_map(|told| told.holds.get(&Holder::Chain(chain)))
+            .filter(|hold| hold.dropped_by.is_none())
+            .map(|hold| hold.until)
+            .max()
+    }
+
     /// The shards the service may still be admitting, with their epochs, ascending.
     pub fn told(&self) -> Vec<ShardEpoch> {
         self.told

@@ -362,3 +362,21 @@ fn p16_1_a_push_is_acknowledged_by_its_2xx() {
     poller.answer(&mut copy, &view(9, &[], t0 + LEASE), t0);
     assert_eq!(changes(&poller.acknowledge(&mut copy, t0)), [(STOP, 1, 3)]);
 }
+
+/// P16.1: a poller's long poll is answered by half the time left on its own copy, not on a later
+/// one given to another poller.
+#[test]
+fn p16_1_each_poller_has_its_own_copy_end() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    service.acknowledge(&mut copy, t0);
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    let chain = service.chain.unwrap();
+    // A renewal later, another poller is given a longer copy.
+    let t1 = t0 + Duration::from_secs(1);
+    Poller::default().answer(&mut copy, &view(6, &[(1, 3)], t1 + LEASE), t1);
+    assert_eq!(copy.copy_end(), Some(t1 + LEASE));
+    assert_eq!(copy.copy_end_of(chain), Some(t0 + LEASE));
+}
