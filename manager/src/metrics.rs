@@ -134,6 +134,13 @@ pub const METRICS: &[MetricSpec] = &[
         at_start: AtStart::Zero,
     },
     MetricSpec {
+        name: "leasehold_audit_records_dropped_total",
+        kind: MetricKind::Counter,
+        help: "Audit records dropped at the audit log's bound to make room for a new one (leader).",
+        labels: &[],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
         name: "leasehold_renewal_claims_mismatch_total",
         kind: MetricKind::Counter,
         help: "Renewals whose claims differed from the recorded set (leader).",

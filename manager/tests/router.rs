@@ -344,6 +344,20 @@ async fn p13_3_each_route_admits_only_its_roles() {
     let (status, _, drained) = call(&router, with_bearer(Method::POST, &"ab".repeat(32))).await;
     assert_eq!(status, StatusCode::OK, "{drained}");
     assert_eq!(drained["draining"], true, "{drained}");
+    // P17.4 (issue 55, finding 4): the executor's own drain is its lifecycle, as its
+    // deregistration is, not an operator's action: the audit log, which callers who are not
+    // operators must not fill, does not record it.
+    let (status, _, audit) = call(
+        &router,
+        request(Method::GET, "/v1/audit", None, Some(&admin)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{audit}");
+    assert_eq!(
+        audit,
+        serde_json::json!([]),
+        "the executor's own drain: {audit}"
+    );
 
     // P17.4: the operator controls are the admin's, each recorded with the certificate's subject.
     let maintenance_on = Some(r#"{"on":true}"#);
@@ -487,11 +501,10 @@ async fn p13_3_each_route_admits_only_its_roles() {
         actions.ends_with(&["maintenance_on", "pin", "unpin"]),
         "only what changed something, in order: {audit}"
     );
+    // Who: the admin certificate's role and its subject, whatever `certs init` named it.
+    let admin_actor = format!("admin {}", admin.subject());
     for record in &records[records.len() - 3..] {
-        assert_eq!(
-            record["actor"], "admin O=Leasehold, CN=leasehold admin",
-            "{record}"
-        );
+        assert_eq!(record["actor"], admin_actor.as_str(), "{record}");
     }
     assert_eq!(records[records.len() - 2]["shard"], 0);
     assert_eq!(records[records.len() - 2]["executor_id"], id.as_str());

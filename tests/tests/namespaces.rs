@@ -571,6 +571,14 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
     )
     .await;
     assert_eq!((status, &view["max_executors"]), (200, &json!(6)), "{view}");
+    // The audit log tells the kv admin from an admin of the whole cluster (issue 55, finding 7).
+    let audit = client.audit().await.unwrap();
+    let last = audit.last().expect("the lowering is recorded");
+    assert_eq!(last.action, "namespace_set", "{last:?}");
+    assert!(
+        last.actor.starts_with("admin of namespaces kv "),
+        "P17.4: the actor names the certificate's limit: {last:?}"
+    );
 
     // An executor whose certificate is limited to another namespace is refused at its start.
     let mut misfit = ExecutorProcess::start_spec(cluster.dir.path(), {

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 /// P14.3): the routes that change them answer `409` below this cluster version.
 pub const OPERATOR_CONTROLS_SCHEMA: u32 = 6;
 
-/// Most records the audit log keeps; the oldest go first.
+/// Most records the audit log keeps. Past it the oldest record not of an operator of the whole
+/// cluster goes first ([`is_cluster_operator`]), and only when there is none the oldest of all:
+/// what namespace admins do cannot push the cluster operators' records out.
 pub const MAX_AUDIT_RECORDS: usize = 1024;
 
 /// Longest actor the audit log keeps for a record (a certificate subject, cut at this many bytes
@@ -62,12 +64,13 @@ pub struct AuditRecordView {
     pub revision: u64,
     /// When, on the leader's clock (milliseconds since the Unix epoch).
     pub at_ms: u64,
-    /// Who: the caller's certificate role and subject under TLS (`admin CN=alice`), an
-    /// executor's own id for a self-drain, or `anonymous (plaintext)`.
+    /// Who: the caller's certificate role, the namespaces it is limited to, and its subject
+    /// under TLS (`admin CN=alice`, `admin of namespaces kv CN=kv-ops`), or `anonymous
+    /// (plaintext)`.
     pub actor: String,
-    /// What: `drain`, `undrain`, `remove`, `maintenance_on`, `maintenance_off`, `move`, `pin`,
-    /// `unpin`, `member_add`, `member_remove`, `namespace_create`, `namespace_set`,
-    /// `namespace_delete`.
+    /// What: `drain`, `undrain`, `remove_drain` (an operator's removal that drains a live
+    /// executor first), `remove`, `maintenance_on`, `maintenance_off`, `move`, `pin`, `unpin`,
+    /// `member_add`, `member_remove`, `namespace_create`, `namespace_set`, `namespace_delete`.
     pub action: String,
     /// The namespace acted on (PROTOCOL P18.1): a namespace change's, or a move's or pin's
     /// when it is not `default`.
@@ -84,6 +87,28 @@ pub struct AuditRecordView {
     pub address: Option<String>,
 }
 
+/// The actor of a caller in plaintext, where nobody is proved (P13.5): an operator of the whole
+/// cluster, as anyone who can reach a plaintext listener may act as one.
+pub const ANONYMOUS_ACTOR: &str = "anonymous (plaintext)";
+
+/// Who acted, as the audit log records it (P17.4): the certificate's role, the namespaces it is
+/// limited to if it is (P18.2), and its subject: `admin CN=alice`, `admin of namespaces kv
+/// CN=kv-ops`. `role` and `limit` are as `leasehold_api::tls` prints them (`admin`,
+/// `namespaces kv, orders`); cut to [`MAX_ACTOR_BYTES`].
+pub fn actor_of(role: &str, limit: Option<&str>, subject: &str) -> String {
+    match limit {
+        Some(limit) => bounded_actor(&format!("{role} of {limit} {subject}")),
+        None => bounded_actor(&format!("{role} {subject}")),
+    }
+}
+
+/// Whether `actor` ([`actor_of`]) is an operator of the whole cluster: an admin certificate
+/// limited to no namespace, or anyone on a plaintext listener. Their records are the last the
+/// audit log drops ([`MAX_AUDIT_RECORDS`]).
+pub fn is_cluster_operator(actor: &str) -> bool {
+    actor == ANONYMOUS_ACTOR || (actor.starts_with("admin ") && !actor.starts_with("admin of "))
+}
+
 /// The actor string of a caller (P17.4), cut to [`MAX_ACTOR_BYTES`] on a character boundary.
 pub fn bounded_actor(actor: &str) -> String {
     if actor.len() <= MAX_ACTOR_BYTES {
@@ -98,6 +123,24 @@ pub fn bounded_actor(actor: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// P17.4, P18.2: the audit log tells a limited admin from an unlimited one, and only the
+    /// unlimited one (or plaintext's anonymous) is an operator of the whole cluster.
+    #[test]
+    fn p17_4_an_actor_says_its_role_limit_and_subject() {
+        let unlimited = actor_of("admin", None, "CN=alice");
+        let limited = actor_of("admin", Some("namespaces kv"), "CN=alice");
+        assert_eq!(unlimited, "admin CN=alice");
+        assert_eq!(limited, "admin of namespaces kv CN=alice");
+        assert!(is_cluster_operator(&unlimited));
+        assert!(!is_cluster_operator(&limited));
+        assert!(is_cluster_operator(ANONYMOUS_ACTOR));
+        assert!(!is_cluster_operator("executor ex-3 (its own credential)"));
+        assert!(!is_cluster_operator(&actor_of("executor", None, "CN=x")));
+        assert!(actor_of("admin", None, &"x".repeat(400)).len() <= MAX_ACTOR_BYTES);
+    }
+
     use super::*;
 
     #[test]

@@ -161,7 +161,7 @@ pub struct CallerSubject(pub String);
 pub struct Actor(pub String);
 
 impl Actor {
-    pub const ANONYMOUS: &'static str = "anonymous (plaintext)";
+    pub const ANONYMOUS: &'static str = leasehold_api::wire::ANONYMOUS_ACTOR;
 }
 
 fn forbidden(detail: String) -> Response {
@@ -273,7 +273,8 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
             .map(|peer| peer.subject().to_owned())
             .unwrap_or_default(),
     };
-    let actor = leasehold_api::wire::bounded_actor(&format!("{role} {subject}"));
+    let limit = scope.is_limited().then(|| scope.to_string());
+    let actor = leasehold_api::wire::actor_of(&role.to_string(), limit.as_deref(), &subject);
     request.extensions_mut().insert(CallerRole(role));
     request.extensions_mut().insert(CallerScope(scope));
     request.extensions_mut().insert(CallerSubject(subject));

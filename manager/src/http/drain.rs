@@ -38,12 +38,13 @@ pub async fn drain(
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<ExecutorView>, HttpError> {
     tracing::info!(%executor_id, ?caller, "drain asked");
-    let actor = match caller {
-        // Proved by its credential, whatever certificate it presents (P17.2).
-        Caller::Executor => Actor(format!("executor {executor_id} (its own credential)")),
-        Caller::Operator => actor,
-    };
-    set_draining(&node, &actor, executor_id, true).await
+    match caller {
+        // Proved by its credential, whatever certificate it presents (P17.2): the executor's own
+        // lifecycle, as its deregistration is, and not an operator's action, so the audit log
+        // is not where it goes (P17.4: callers who are not operators cannot fill it).
+        Caller::Executor => set_draining(&node, None, executor_id, true).await,
+        Caller::Operator => set_draining(&node, Some(&actor), executor_id, true).await,
+    }
 }
 
 /// Puts a draining executor back into the spread.
@@ -72,18 +73,20 @@ pub async fn undrain(
     if let Some(namespace) = namespace {
         scope.check(&namespace)?;
     }
-    set_draining(&node, &actor, executor_id, false).await
+    set_draining(&node, Some(&actor), executor_id, false).await
 }
 
-/// Sets the flag as `actor`'s action: recorded in the audit log from cluster version 6 on
-/// (P17.4), a plain `SetDraining` before.
+/// Sets the flag: an operator's (`Some`) action is recorded in the audit log from cluster
+/// version 6 on (P17.4); the executor's own (`None`), and anyone's before, is a plain
+/// `SetDraining`.
 pub(super) async fn set_draining(
     node: &AppState,
-    actor: &Actor,
+    operator: Option<&Actor>,
     executor_id: String,
     draining: bool,
 ) -> Result<Json<ExecutorView>, HttpError> {
-    let answer = if operator::recorded(node) {
+    let recorded_as = operator.filter(|_| operator::recorded(node));
+    let answer = if let Some(actor) = recorded_as {
         let action = OperatorAction::SetDraining {
             executor_id: executor_id.clone(),
             draining,

@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 use axum::{Extension, Json};
 use leasehold_api::wire::{
     AuditRecordView, MaintenanceRequest, MaintenanceView, MoveShardRequest, PinShardRequest,
-    ShardView, DEFAULT_NAMESPACE, OPERATOR_CONTROLS_SCHEMA,
+    ShardView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS, OPERATOR_CONTROLS_SCHEMA,
 };
 
 use super::authorize::{Actor, CallerScope};
@@ -33,12 +33,37 @@ pub(super) async fn propose(
         actor: actor.0.clone(),
         action,
     };
-    Ok(node
+    let (index, answer) = node
         .leadership
         .proposer
         .propose_as::<OperatorDone>(command)
-        .await?
-        .1)
+        .await?;
+    say_when_a_record_was_dropped(node, index);
+    Ok(answer)
+}
+
+/// The audit log keeps at most `MAX_AUDIT_RECORDS`: when the record of the entry at `index` is
+/// there and the log is full, making room for it dropped one (P17.4), which is counted and said.
+fn say_when_a_record_was_dropped(node: &AppState, index: u64) {
+    let (full, recorded) = node.state.read(|applied| {
+        let state = &applied.state;
+        (
+            state.audit().count() == MAX_AUDIT_RECORDS,
+            state
+                .audit()
+                .last()
+                .is_some_and(|last| last.revision == index),
+        )
+    });
+    if full && recorded {
+        metrics::counter!("leasehold_audit_records_dropped_total").increment(1);
+        tracing::warn!(
+            revision = index,
+            max_records = MAX_AUDIT_RECORDS,
+            "the audit log is full: recording this action dropped its oldest record not of an \
+             operator of the whole cluster (or the oldest, when every record is theirs; P17.4)"
+        );
+    }
 }
 
 /// Proposes `action` as `actor`'s and answers with the part of it `pick` takes: what the
@@ -343,7 +368,9 @@ pub(super) fn audit_view(record: &AuditRecord) -> AuditRecordView {
             draining,
         } => {
             view.executor_id = Some(executor_id.clone());
-            if *draining {
+            if *draining && record.actor.ends_with(super::removal::REMOVAL_MARK) {
+                "remove_drain"
+            } else if *draining {
                 "drain"
             } else {
                 "undrain"

@@ -45,6 +45,20 @@ pub(super) fn removal_step(executor: Option<&Executor>) -> RemovalStep {
     }
 }
 
+/// What the audit log's actor of a removal's first step ends with: the drain it records is the
+/// removal's (P5.5), and the audit view names it `remove_drain` (P17.4).
+pub(super) const REMOVAL_MARK: &str = " (removal: drained first, P5.5)";
+
+/// `actor`, as the removal's first step records it.
+fn removal_actor(actor: &Actor) -> String {
+    let mark_at = leasehold_api::wire::MAX_ACTOR_BYTES - REMOVAL_MARK.len();
+    let mut end = actor.0.len().min(mark_at);
+    while !actor.0.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{REMOVAL_MARK}", &actor.0[..end])
+}
+
 /// Most steps one request takes: a drain, then a look at what the drain left.
 const MAX_REMOVAL_STEPS: usize = 2;
 
@@ -62,7 +76,10 @@ pub(super) async fn remove(
         match step {
             RemovalStep::Drain => {
                 tracing::info!(%executor_id, "operator removal: draining first (P5.5)");
-                let _drained = set_draining(node, actor, executor_id.clone(), true).await?;
+                // Recorded as the removal it starts, not as an operator's drain (P17.4).
+                let removing = Actor(removal_actor(actor));
+                let _drained =
+                    set_draining(node, Some(&removing), executor_id.clone(), true).await?;
             }
             RemovalStep::AwaitHandoffs { held } => {
                 tracing::info!(%executor_id, held, "operator removal: shards still moving (P5.5)");
@@ -129,6 +146,35 @@ pub(super) async fn commit_deregistration(
 mod tests {
     use super::*;
     use crate::lease::{Command, LeaseState, Outcome};
+
+    /// P17.4 (issue 55, finding 7): an operator's removal of a live executor is recorded as the
+    /// removal it starts (`remove_drain`), not as an operator's drain; the actor keeps its bound.
+    #[test]
+    fn p17_4_a_removal_s_drain_is_recorded_as_a_removal() {
+        use crate::lease::{AuditRecord, OperatorAction};
+        let record = |actor: String| AuditRecord {
+            revision: 7,
+            at_ms: 1,
+            actor,
+            action: OperatorAction::SetDraining {
+                executor_id: "ex-3".into(),
+                draining: true,
+            },
+        };
+        let admin = Actor("admin CN=alice".into());
+        let removing = removal_actor(&admin);
+        assert!(removing.starts_with("admin CN=alice"));
+        let view = super::super::operator::audit_view(&record(removing));
+        assert_eq!(view.action, "remove_drain");
+        assert_eq!(view.executor_id.as_deref(), Some("ex-3"));
+        assert_eq!(
+            super::super::operator::audit_view(&record(admin.0.clone())).action,
+            "drain"
+        );
+        let long = removal_actor(&Actor(format!("admin CN={}", "é".repeat(300))));
+        assert!(long.len() <= leasehold_api::wire::MAX_ACTOR_BYTES);
+        assert!(long.ends_with(REMOVAL_MARK));
+    }
 
     /// An initialised state of 4 shards with one registered executor, placed when `placed`.
     fn state_with_one_executor(placed: bool) -> (LeaseState, String) {

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_api::wire::{
     check_app_version, check_capacity, check_labels, check_namespace_name,
-    check_namespace_settings, Labels, DEFAULT_NAMESPACE, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS,
-    MAX_NAMESPACES, MAX_TOTAL_SHARDS,
+    check_namespace_settings, is_cluster_operator, Labels, DEFAULT_NAMESPACE, MAX_ACTOR_BYTES,
+    MAX_AUDIT_RECORDS, MAX_NAMESPACES, MAX_TOTAL_SHARDS,
 };
 
 use super::{
@@ -369,7 +369,14 @@ impl LeaseState {
                 action: action.clone(),
             });
             while self.audit.len() > MAX_AUDIT_RECORDS {
-                self.audit.pop_front();
+                // Callers who are not operators of the whole cluster cannot push its
+                // operators' records out (P17.4).
+                let oldest_other = self
+                    .audit
+                    .iter()
+                    .position(|record| !is_cluster_operator(&record.actor))
+                    .unwrap_or(0);
+                self.audit.remove(oldest_other);
             }
         }
         outcome

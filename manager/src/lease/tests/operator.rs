@@ -314,6 +314,49 @@ fn p17_4_the_audit_log_records_who_did_what_and_keeps_the_newest() {
         .all(|pair| pair[0].revision < pair[1].revision));
 }
 
+/// P17.4 (issue 55, finding 4): callers who are not operators of the whole cluster cannot push
+/// their records out. Past the bound the oldest record of anyone else goes first; only when
+/// every record is a cluster operator's does the oldest of all go.
+#[test]
+fn p17_4_a_namespace_admin_cannot_push_the_cluster_operators_records_out() {
+    let (mut harness, _a, _b) = balanced_pair();
+    let kv_admin = |now_ms: u64, on: bool| Command::Operator {
+        now_ms,
+        actor: "admin of namespaces kv CN=kv-ops".to_owned(),
+        action: OperatorAction::SetMaintenance { on },
+    };
+    harness.apply(maintenance(1, true));
+    harness.apply(maintenance(2, false));
+    let cluster_records: Vec<u64> = harness.state.audit().map(|r| r.revision).collect();
+    for now_ms in 0..2 * MAX_AUDIT_RECORDS as u64 {
+        harness.apply(kv_admin(10 + now_ms, now_ms % 2 == 0));
+    }
+    let records: Vec<_> = harness.state.audit().collect();
+    assert_eq!(records.len(), MAX_AUDIT_RECORDS);
+    let kept: Vec<u64> = records
+        .iter()
+        .filter(|r| r.actor == ADMIN)
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(kept, cluster_records, "the cluster operator's records stay");
+    assert_eq!(
+        records.last().map(|r| r.at_ms),
+        Some(10 + 2 * MAX_AUDIT_RECORDS as u64 - 1),
+        "the newest of the others are kept"
+    );
+    // Every record a cluster operator's: the oldest goes.
+    for now_ms in 0..MAX_AUDIT_RECORDS as u64 {
+        harness.apply(maintenance(10_000 + now_ms, now_ms % 2 == 0));
+    }
+    let records: Vec<_> = harness.state.audit().collect();
+    assert_eq!(records.len(), MAX_AUDIT_RECORDS);
+    assert!(records.iter().all(|r| r.actor == ADMIN));
+    assert_eq!(records.first().map(|r| r.at_ms), Some(10_000));
+    assert!(records
+        .windows(2)
+        .all(|pair| pair[0].revision < pair[1].revision));
+}
+
 /// I6: an actor beyond its bound is refused before anything changes.
 #[test]
 fn p17_4_i6_an_oversized_actor_is_refused() {
