@@ -10,6 +10,14 @@
 //! function (`role_files`), so an issued certificate has exactly the shape of `certs init`'s:
 //! the same names, validity, key usages and authority key identifier.
 //!
+//! Every certificate either makes has a subject of its own (issue 55, finding 7), since the
+//! managers' audit log names an actor by its role and subject (P17.4): a `CN` of the files' stem
+//! and the first eight hexadecimal digits of the SHA-256 of the certificate's public key
+//! (`ops-alice 3f9a2c1e`), an `OU` naming the role and the namespaces it is limited to
+//! (`admin of namespaces kv orders`, `admin of every namespace`, `manager 2`), and
+//! `O=Leasehold`. Two certificates of one role, or one issued again under the same name, differ
+//! in their key. The common name comes first, so it is what a record cut short still shows.
+//!
 //! Everything is made in memory first and written only when every file can be: without
 //! `--force`, no existing file is touched (all the ones in the way are named); key files are
 //! created with mode 0600. Operators with their own PKI issue the same roles by hand
@@ -22,16 +30,17 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::exit::CtlError;
-use super::table::Table;
+use super::table::{printable, Table};
 use crate::tls::{NamespaceScope, Role, MAX_PEM_FILE_BYTES};
 
 /// The CA's certificate and key file names (P13.1).
@@ -60,6 +69,12 @@ pub const MAX_HOSTS: usize = 100;
 
 /// Longest `certs issue --name`.
 pub const MAX_FILE_STEM_CHARS: usize = 64;
+
+/// Longest attribute of a subject this command writes: RFC 5280's bound on a common name and an
+/// organizational unit name (`ub-common-name`, `ub-organizational-unit-name`).
+pub const MAX_SUBJECT_ATTRIBUTE_CHARS: usize = 64;
+/// Hexadecimal digits of the SHA-256 of a certificate's public key its common name ends with.
+pub const KEY_ID_HEX_DIGITS: usize = 8;
 
 /// Mode of key files: readable by their owner only.
 const KEY_FILE_MODE: u32 = 0o600;
@@ -123,8 +138,9 @@ pub struct IssueOptions {
     #[arg(long = "host", value_name = "NAME")]
     pub hosts: Vec<String>,
     /// The files' stem: `<STEM>.pem` and `<STEM>-key.pem` (letters, digits, '-', '_' and '.',
-    /// at most 64). Default: `executor` or `admin`, or `<role>-<first namespace>` for a limited
-    /// certificate.
+    /// at most 64), and the name in the certificate's subject (`CN=<STEM> <key id>`), which the
+    /// audit log records for its holder. Default: `executor` or `admin`, or
+    /// `<role>-<first namespace>` for a limited certificate.
     #[arg(long, value_name = "STEM")]
     pub name: Option<String>,
     /// Replace existing files instead of refusing.
@@ -142,6 +158,9 @@ pub struct IssueReport {
     pub namespaces: Option<Vec<String>>,
     /// The names (IP addresses and DNS names) the certificate is valid for.
     pub names: Vec<String>,
+    /// The certificate's subject as RFC 4514 writes it, as the audit log records its holder
+    /// (P17.4): `CN=<stem> <key id>, OU=<role and namespaces>, O=Leasehold`.
+    pub subject: String,
     /// Last day (UTC, `YYYY-MM-DD`) the certificate is valid: a year, or less if the CA ends
     /// sooner.
     pub valid_until: String,
@@ -160,6 +179,10 @@ pub struct WrittenFile {
     /// certificate limited to namespaces, each of its role URIs, comma-separated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// The subject of the certificate (or of the certificate the key belongs to), as RFC 4514
+    /// writes it and the audit log records its holder; none for the CA's files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// Octal permission bits, e.g. `0600`.
     pub mode: String,
 }
@@ -300,6 +323,7 @@ pub fn issue(options: &IssueOptions) -> Result<IssueReport, CtlError> {
     let now = OffsetDateTime::now_utc();
     let validity = Validity::from(now)?.under_ca(&ca, now, &options.dir)?;
     let files = role_files(role, &scope, &stem, &names, &validity, &ca.issuer)?;
+    let subject = files[0].subject.clone().unwrap_or_default();
     let written = write_files(&options.dir, &files, options.force)?;
     Ok(IssueReport {
         dir: options.dir.clone(),
@@ -309,6 +333,7 @@ pub fn issue(options: &IssueOptions) -> Result<IssueReport, CtlError> {
             NamespaceScope::Only(namespaces) => Some(namespaces.to_vec()),
         },
         names,
+        subject,
         valid_until: validity.cert_not_after.date().to_string(),
         ca_valid_until: validity.ca_not_after.date().to_string(),
         files: written,
@@ -344,7 +369,7 @@ pub fn render(report: &InitReport) -> String {
         report.names.join(", "),
         report.valid_until,
         report.ca_valid_until,
-        report.dir.join(CA_KEY_FILE).display(),
+        printable(&report.dir.join(CA_KEY_FILE).display().to_string()),
     ));
     text
 }
@@ -358,8 +383,10 @@ pub fn render_issue(report: &IssueReport) -> String {
     };
     text.push_str(&format!(
         "\nThe {} certificate may act in {scope} (PROTOCOL P18.2).\n\
+         Its subject, as the audit log names its holder: {}\n\
          It is valid for {} until {}; the CA until {}.\n",
         report.role,
+        printable(&report.subject),
         report.names.join(", "),
         report.valid_until,
         report.ca_valid_until,
@@ -367,15 +394,16 @@ pub fn render_issue(report: &IssueReport) -> String {
     text
 }
 
-/// The files written: FILE, CONTENTS, ROLE, MODE.
+/// The files written: FILE, CONTENTS, ROLE, MODE, SUBJECT.
 fn files_table(files: &[WrittenFile]) -> String {
-    let mut table = Table::new(&["FILE", "CONTENTS", "ROLE", "MODE"]);
+    let mut table = Table::new(&["FILE", "CONTENTS", "ROLE", "MODE", "SUBJECT"]);
     for file in files {
         table.push(vec![
             file.path.display().to_string(),
             file.contents.clone(),
             file.role.clone().unwrap_or_default(),
             file.mode.clone(),
+            file.subject.clone().unwrap_or_default(),
         ]);
     }
     table.render()
@@ -535,6 +563,8 @@ struct PemFile {
     what: &'static str,
     /// The role URIs of the certificate (the key's certificate), comma-separated.
     role: Option<String>,
+    /// The subject of the certificate (the key's certificate), RFC 4514.
+    subject: Option<String>,
 }
 
 /// Names the file only: `contents` may be a private key.
@@ -544,6 +574,7 @@ impl std::fmt::Debug for PemFile {
             .field("name", &self.name)
             .field("secret", &self.secret)
             .field("role", &self.role)
+            .field("subject", &self.subject)
             .finish_non_exhaustive()
     }
 }
@@ -557,6 +588,66 @@ fn distinguished_name(common_name: &str) -> DistinguishedName {
     name.push(DnType::OrganizationName, "Leasehold");
     name.push(DnType::CommonName, common_name);
     name
+}
+
+/// The subject of a role certificate (issue 55, finding 7): `CN=<stem> <key id>` ([`key_id`]),
+/// `OU=`[`scope_label`], `O=Leasehold`, so no two certificates share one and each names who
+/// holds it (the stem, `--name`) and what it may do. The common name comes first, as RFC 4514
+/// writes a name (most specific first) and so that an audit record cut short keeps it.
+fn role_distinguished_name(
+    role: Role,
+    scope: &NamespaceScope,
+    stem: &str,
+    key: &KeyPair,
+) -> DistinguishedName {
+    // Stems are ASCII (`check_file_stem`, or a role's own), so a byte is a character.
+    let stem_room = MAX_SUBJECT_ATTRIBUTE_CHARS - KEY_ID_HEX_DIGITS - 1;
+    let stem = stem.get(..stem_room).unwrap_or(stem);
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, format!("{stem} {}", key_id(key)));
+    name.push(DnType::OrganizationalUnitName, scope_label(role, scope));
+    name.push(DnType::OrganizationName, "Leasehold");
+    name
+}
+
+/// The role a certificate carries and the namespaces it is limited to, for its subject's `OU`:
+/// `manager 2`, `executor of every namespace`, `admin of namespaces kv orders`. At most
+/// [`MAX_SUBJECT_ATTRIBUTE_CHARS`]: past that, the count and as many names as fit, then `...`
+/// (`executor of 40 namespaces kv orders ...`); the role URIs name them all.
+pub fn scope_label(role: Role, scope: &NamespaceScope) -> String {
+    let namespaces = match (role, scope) {
+        (Role::Manager { .. }, _) => return role.to_string(),
+        (_, NamespaceScope::All) => return format!("{role} of every namespace"),
+        (_, NamespaceScope::Only(namespaces)) => namespaces,
+    };
+    // Separated by spaces: a comma in an attribute is one more thing for a reader of the
+    // subject's RFC 4514 form (`CN=.., OU=.., O=..`) to unescape.
+    let full = format!("{role} of namespaces {}", namespaces.join(" "));
+    if full.len() <= MAX_SUBJECT_ATTRIBUTE_CHARS {
+        return full;
+    }
+    const MORE: &str = "...";
+    let mut label = format!("{role} of {} namespaces ", namespaces.len());
+    for namespace in namespaces.iter() {
+        if label.len() + namespace.len() + 1 + MORE.len() > MAX_SUBJECT_ATTRIBUTE_CHARS {
+            break;
+        }
+        label.push_str(namespace);
+        label.push(' ');
+    }
+    label.push_str(MORE);
+    label
+}
+
+/// The first [`KEY_ID_HEX_DIGITS`] hexadecimal digits of the SHA-256 of `key`'s public key as a
+/// certificate carries it (DER SubjectPublicKeyInfo), the end of its certificate's common name.
+/// Anyone can compute it from the certificate:
+/// `openssl x509 -in admin.pem -noout -pubkey | openssl pkey -pubin -outform der | sha256sum`.
+pub fn key_id(key: &impl PublicKeyData) -> String {
+    let digest = Sha256::digest(key.subject_public_key_info());
+    let mut hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    hex.truncate(KEY_ID_HEX_DIGITS);
+    hex
 }
 
 /// The CA and every role's certificate and key, in the order they are written.
@@ -583,6 +674,7 @@ fn issue_ca_and_roles(
             secret: false,
             what: "CA certificate",
             role: None,
+            subject: None,
         },
         PemFile {
             name: CA_KEY_FILE.to_owned(),
@@ -590,6 +682,7 @@ fn issue_ca_and_roles(
             secret: true,
             what: "CA private key",
             role: None,
+            subject: None,
         },
     ];
     let issuer = Issuer::new(ca, ca_key);
@@ -626,7 +719,8 @@ fn role_files(
         let uri = uri.clone().try_into().map_err(issuing(what()))?;
         params.subject_alt_names.push(SanType::URI(uri));
     }
-    params.distinguished_name = distinguished_name(&format!("leasehold {role}"));
+    let key = KeyPair::generate().map_err(issuing(format!("the {role} key")))?;
+    params.distinguished_name = role_distinguished_name(role, scope, stem, &key);
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     // Every process both serves and calls its peers; admin only calls, but one shape for all
@@ -638,9 +732,9 @@ fn role_files(
     params.use_authority_key_identifier_extension = true;
     params.not_before = validity.not_before;
     params.not_after = validity.cert_not_after;
-    let key = KeyPair::generate().map_err(issuing(format!("the {role} key")))?;
     let cert = params.signed_by(&key, issuer).map_err(issuing(what()))?;
     let uris = uris.join(",");
+    let subject = Role::subject_of_certificate(cert.der());
     Ok([
         PemFile {
             name: cert_file_of(stem),
@@ -648,6 +742,7 @@ fn role_files(
             secret: false,
             what: "certificate",
             role: Some(uris.clone()),
+            subject: Some(subject.clone()),
         },
         PemFile {
             name: key_file_of(stem),
@@ -655,6 +750,7 @@ fn role_files(
             secret: true,
             what: "private key",
             role: Some(uris),
+            subject: Some(subject),
         },
     ])
 }
@@ -708,6 +804,7 @@ fn write_files(dir: &Path, files: &[PemFile], force: bool) -> Result<Vec<Written
             path,
             contents: file.what.to_owned(),
             role: file.role.clone(),
+            subject: file.subject.clone(),
             mode: format!("{mode:04o}"),
         });
     }
@@ -966,7 +1063,8 @@ mod tests {
     }
 
     /// `certs issue` makes its certificate exactly as `certs init` makes its own: the same
-    /// extensions (but the role URIs and the key's own identifier), issuer, subject and validity.
+    /// extensions (but the role URIs and the key's own identifier), issuer, subject attributes
+    /// and validity. The subjects themselves differ (issue 55, finding 7).
     #[test]
     fn issued_certificates_have_the_shape_of_init_s() {
         let dir = initialised();
@@ -1001,15 +1099,26 @@ mod tests {
                 .collect();
             let validity =
                 cert.validity().not_after.to_datetime() - cert.validity().not_before.to_datetime();
+            let subject_attributes: Vec<String> = cert
+                .subject()
+                .iter_attributes()
+                .map(|attribute| attribute.attr_type().to_id_string())
+                .collect();
             (
                 extensions,
                 names,
-                cert.subject().as_raw().to_vec(),
+                subject_attributes,
                 cert.issuer().as_raw().to_vec(),
                 validity,
             )
         };
         assert_eq!(shape(&issued), shape(&init_cert));
+        assert_eq!(
+            shape(&issued).2,
+            ["2.5.4.3", "2.5.4.11", "2.5.4.10"],
+            "CN, OU, O"
+        );
+        assert_ne!(issued.subject().as_raw(), init_cert.subject().as_raw());
         assert_eq!(issued.issuer().as_raw(), ca.subject().as_raw());
         let authority_key_id = issued
             .extensions()
@@ -1354,6 +1463,163 @@ mod tests {
         assert!(refused.to_string().contains("`certs init`"), "{refused}");
     }
 
+    /// The subject of `<stem>.pem` in `dir`, as the managers' audit log records it (P17.4).
+    fn subject_of(dir: &Path, stem: &str) -> String {
+        Role::subject_of_certificate(&certificate(&dir.join(cert_file_of(stem))))
+    }
+
+    /// The key id of `<stem>.pem` in `dir`, computed from the certificate alone.
+    fn key_id_of(dir: &Path, stem: &str) -> String {
+        let der = certificate(&dir.join(cert_file_of(stem)));
+        let (_, parsed) = X509Certificate::from_der(der.as_ref()).unwrap();
+        let digest = Sha256::digest(parsed.public_key().raw);
+        digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Issue 55, finding 7: every certificate `certs init` and `certs issue` make has a subject of
+    /// its own, naming its role, the namespaces it is limited to and its holder (the stem), so
+    /// the audit log tells a namespace-limited admin from the unlimited one, and two admins of
+    /// one kind apart.
+    #[test]
+    fn every_certificate_has_a_subject_of_its_own_naming_role_and_namespaces() {
+        let dir = initialised();
+        let path = dir.path();
+        let limited = issue(&options(path, Role::Admin, &["orders", "kv"])).unwrap();
+        let unlimited = issue(&IssueOptions {
+            name: Some("ops-alice".to_owned()),
+            ..options(path, Role::Admin, &[])
+        })
+        .unwrap();
+        let second_unlimited = issue(&IssueOptions {
+            name: Some("ops-bob".to_owned()),
+            ..options(path, Role::Admin, &[])
+        })
+        .unwrap();
+        let executor = issue(&options(path, Role::Executor, &["kv"])).unwrap();
+
+        let expected = [
+            ("manager-1", "manager 1"),
+            ("executor", "executor of every namespace"),
+            ("admin", "admin of every namespace"),
+            ("admin-kv", "admin of namespaces kv orders"),
+            ("ops-alice", "admin of every namespace"),
+            ("ops-bob", "admin of every namespace"),
+            ("executor-kv", "executor of namespaces kv"),
+        ];
+        let mut subjects = Vec::new();
+        for (stem, unit) in expected {
+            let subject = subject_of(path, stem);
+            assert_eq!(
+                subject,
+                format!(
+                    "CN={stem} {}, OU={unit}, O=Leasehold",
+                    key_id_of(path, stem)
+                ),
+                "{stem}"
+            );
+            subjects.push(subject);
+        }
+        let mut distinct = subjects.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), subjects.len(), "{subjects:#?}");
+
+        // The report names the subject the certificate carries, and so does its table.
+        for (report, stem) in [
+            (&limited, "admin-kv"),
+            (&unlimited, "ops-alice"),
+            (&second_unlimited, "ops-bob"),
+            (&executor, "executor-kv"),
+        ] {
+            assert_eq!(report.subject, subject_of(path, stem));
+            assert!(report
+                .files
+                .iter()
+                .all(|file| file.subject.as_deref() == Some(report.subject.as_str())));
+            assert!(render_issue(report).contains(&report.subject));
+        }
+
+        // The same certificate issued again under the same name has a subject of its own too.
+        issue(&IssueOptions {
+            force: true,
+            ..options(path, Role::Admin, &["orders", "kv"])
+        })
+        .unwrap();
+        let reissued = subject_of(path, "admin-kv");
+        assert!(reissued.starts_with("CN=admin-kv "), "{reissued}");
+        assert!(
+            reissued.ends_with(", OU=admin of namespaces kv orders, O=Leasehold"),
+            "{reissued}"
+        );
+        assert_ne!(reissued, limited.subject);
+
+        // A second `certs init` makes other subjects for the same files.
+        let other = initialised();
+        for stem in ["manager-1", "executor", "admin"] {
+            assert_ne!(
+                subject_of(other.path(), stem),
+                subject_of(path, stem),
+                "{stem}"
+            );
+        }
+    }
+
+    /// A subject's attributes stay within RFC 5280's 64 characters however many namespaces a
+    /// certificate is limited to, and however long its stem.
+    #[test]
+    fn subject_attributes_stay_within_64_characters() {
+        let many: Vec<String> = (0..1024).map(|i| format!("{i:0>63}")).collect();
+        let scope = NamespaceScope::only(many.iter().cloned()).unwrap();
+        let label = scope_label(Role::Executor, &scope);
+        assert_eq!(label, "executor of 1024 namespaces ...");
+        let short: Vec<String> = (0..40).map(|i| format!("n{i}")).collect();
+        let label = scope_label(
+            Role::Admin,
+            &NamespaceScope::only(short.iter().cloned()).unwrap(),
+        );
+        assert!(
+            label.starts_with("admin of 40 namespaces n0 n1 "),
+            "{label}"
+        );
+        assert!(label.ends_with(" ..."), "{label}");
+        assert!(label.len() <= MAX_SUBJECT_ATTRIBUTE_CHARS, "{label}");
+        let fits = NamespaceScope::only(["kv", "orders"]).unwrap();
+        assert_eq!(
+            scope_label(Role::Admin, &fits),
+            "admin of namespaces kv orders"
+        );
+
+        let dir = initialised();
+        let longest = "x".repeat(MAX_FILE_STEM_CHARS);
+        issue(&IssueOptions {
+            name: Some(longest.clone()),
+            ..options(dir.path(), Role::Executor, &[])
+        })
+        .unwrap();
+        let der = certificate(&dir.path().join(cert_file_of(&longest)));
+        let (_, parsed) = X509Certificate::from_der(der.as_ref()).unwrap();
+        for attribute in parsed.subject().iter_attributes() {
+            let value = attribute.as_str().unwrap();
+            assert!(value.len() <= MAX_SUBJECT_ATTRIBUTE_CHARS, "{value}");
+        }
+        let common_name = parsed
+            .subject()
+            .iter_common_name()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            common_name,
+            format!(
+                "{} {}",
+                &longest[..MAX_SUBJECT_ATTRIBUTE_CHARS - KEY_ID_HEX_DIGITS - 1],
+                key_id_of(dir.path(), &longest)
+            )
+        );
+    }
+
     #[test]
     fn p13_1_file_names_are_the_protocols() {
         assert_eq!(
@@ -1415,6 +1681,7 @@ mod tests {
             secret: true,
             what: "private key",
             role: Some(Role::Admin.san_uri()),
+            subject: Some("CN=admin 00000000, OU=admin of every namespace, O=Leasehold".into()),
         };
         assert!(!format!("{file:?}").contains("SECRET"));
     }
