@@ -22,7 +22,9 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -46,6 +48,9 @@ pub use crate::connection_budget::{connection_bound, ConnectionBudget, MAX_CONNE
 pub struct ListenerLimits {
     pub handshake_timeout: Duration,
     pub header_read_timeout: Duration,
+    /// Longest a write to the peer may make no progress: a reader that stops reading a reply
+    /// is cut off after it, rather than holding the reply (and whatever it holds) for ever.
+    pub send_timeout: Duration,
     /// This listener's own cap, within the process's budget.
     pub max_connections: usize,
     /// The process's budget, shared by its listeners ([`ConnectionBudget`]).
@@ -110,6 +115,9 @@ impl Default for ListenerLimits {
             // connection, and under TLS its session, between renewals instead of paying a
             // handshake for each one.
             header_read_timeout: Duration::from_secs(30),
+            // As nginx's `send_timeout`: between two writes that made progress, not for a whole
+            // reply, so a large answer to a slow but reading client is not cut.
+            send_timeout: Duration::from_secs(30),
             max_connections: MAX_CONNECTIONS,
             budget: ConnectionBudget::new(MAX_CONNECTIONS, MAX_CONNECTIONS),
         }
@@ -250,7 +258,11 @@ pub async fn serve(
         let router = router.clone();
         let tls = tls.clone();
         let stop = stop_rx.clone();
-        let timeouts = (limits.handshake_timeout, limits.header_read_timeout);
+        let timeouts = Timeouts {
+            handshake: limits.handshake_timeout,
+            header_read: limits.header_read_timeout,
+            send: limits.send_timeout,
+        };
         tokio::spawn(async move {
             serve_connection(stream, peer_addr, router, tls, timeouts, stop).await;
             tracing::trace!(%peer_addr, "connection closed");
@@ -317,8 +329,13 @@ fn with_http1_alpn(config: &Arc<ServerConfig>) -> Arc<ServerConfig> {
     Arc::new(config)
 }
 
-/// The handshake and header bounds of one connection.
-type Timeouts = (Duration, Duration);
+/// The bounds of one connection.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    handshake: Duration,
+    header_read: Duration,
+    send: Duration,
+}
 
 async fn serve_connection(
     stream: Accepted,
@@ -328,10 +345,15 @@ async fn serve_connection(
     timeouts: Timeouts,
     stop: watch::Receiver<bool>,
 ) {
-    let (handshake_timeout, header_read_timeout) = timeouts;
+    let Timeouts {
+        handshake: handshake_timeout,
+        header_read: header_read_timeout,
+        send: send_timeout,
+    } = timeouts;
     let stream = match stream {
         Accepted::Tcp(stream) => stream,
         Accepted::Unix(stream) => {
+            let stream = SendTimeout::new(stream, send_timeout);
             serve_http(
                 TokioIo::new(stream),
                 peer_addr,
@@ -349,6 +371,7 @@ async fn serve_connection(
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%error, "setting TCP_NODELAY");
     }
+    let stream = SendTimeout::new(stream, send_timeout);
     match tls {
         None => {
             serve_http(
@@ -440,6 +463,90 @@ async fn serve_http<I>(
             connection.as_mut().graceful_shutdown();
             log_connection_end(connection.await);
         }
+    }
+}
+
+/// A connection whose writes fail with `TimedOut` once one has made no progress for its bound
+/// (P13.6): a peer that stops reading cannot hold a reply, its buffers and what the reply holds
+/// (a heavy read's permit, say) for ever. Reads pass through; their bounds are hyper's.
+struct SendTimeout<I> {
+    inner: I,
+    bound: Duration,
+    /// Started when a write could not go on; cleared by any progress.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> SendTimeout<I> {
+    fn new(inner: I, bound: Duration) -> Self {
+        Self {
+            inner,
+            bound,
+            stalled: None,
+        }
+    }
+
+    /// After the inner write answered `poll`: `Pending` starts (or goes on with) the stall's
+    /// timer, and a stall past the bound is an error; anything else clears it.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let bound = self.bound;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(bound)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the peer read nothing for {bound:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SendTimeout<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendTimeout<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, poll)
     }
 }
 
@@ -576,6 +683,59 @@ mod tests {
             .expect("served once the first closed")
             .unwrap();
         assert!(reply.ends_with("ok"));
+    }
+
+    /// P13.6: a peer that stops reading a large reply is cut off once a write has made no
+    /// progress for the send timeout, and the reply (with what it holds) is dropped.
+    #[tokio::test]
+    async fn p13_6_a_peer_that_stops_reading_is_cut_off() {
+        struct Held(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Held {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = Arc::new(std::sync::Mutex::new(Some(Held(dropped.clone()))));
+        let router = Router::new().route(
+            "/",
+            get(move || {
+                let held = held.lock().unwrap().take();
+                async move {
+                    // 64 MiB in 1 MiB pieces, far past every socket buffer; the body holds
+                    // `held` until it is dropped.
+                    let chunks = (0..64).map(move |_| {
+                        let _ = &held;
+                        Ok::<_, io::Error>(axum::body::Bytes::from(vec![b'x'; 1 << 20]))
+                    });
+                    axum::body::Body::from_stream(futures_util::stream::iter(chunks))
+                }
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = ListenerLimits {
+            send_timeout: Duration::from_millis(300),
+            ..ListenerLimits::default()
+        };
+        let (_stop, mut stop_rx) = watch::channel(false);
+        tokio::spawn(serve(listener, router, None, limits, async move {
+            let _ = stop_rx.changed().await;
+        }));
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // Read nothing: the reply stalls, and the connection is cut.
+        let started = Instant::now();
+        while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the stalled reply was not dropped"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// P13.6: a source address past its share of the budget is closed at once; another

@@ -194,6 +194,49 @@ async fn i6_bad_input_gets_a_problem_and_changes_nothing() {
     replica.shut_down().await.unwrap();
 }
 
+/// P13.6 (issue 55, finding 5): a replica builds and sends at most four answers that grow with
+/// the cluster at once, each holding its permit until its reader has taken it; a fifth waits,
+/// then is answered `503` with `Retry-After`, and is served once one is taken. Reads that stay
+/// small (a key's route, one executor) are not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_6_at_most_four_whole_state_reads_are_answered_at_once() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path(), None);
+    let (replica, router) = ready(&config, None).await;
+    let mut untaken = Vec::new();
+    for path in ["/v1/state", "/v1/shards", "/v1/executors", "/v1/routing"] {
+        let reply = router
+            .clone()
+            .oneshot(request(Method::GET, path, None, None))
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), StatusCode::OK, "{path}");
+        untaken.push(reply);
+    }
+    let small = call(
+        &router,
+        request(Method::GET, "/v1/routing?key=user-1", None, None),
+    )
+    .await;
+    assert_eq!(small.0, StatusCode::OK, "a key's route: {}", small.2);
+    let refused = router
+        .clone()
+        .oneshot(request(Method::GET, "/v1/state", None, None))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+    // One reader takes its answer: its permit goes to the next.
+    let taken = axum::body::to_bytes(untaken.pop().unwrap().into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(!taken.is_empty());
+    let served = call(&router, request(Method::GET, "/v1/state", None, None)).await;
+    assert_eq!(served.0, StatusCode::OK, "{}", served.2);
+    drop(untaken);
+    replica.shut_down().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loopback_listener_refuses_a_foreign_host() {
     let data = tempfile::tempdir().unwrap();

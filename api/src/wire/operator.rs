@@ -141,8 +141,6 @@ mod tests {
         assert!(actor_of("admin", None, &"x".repeat(400)).len() <= MAX_ACTOR_BYTES);
     }
 
-    use super::*;
-
     #[test]
     fn p17_4_an_actor_is_cut_on_a_character_boundary() {
         assert_eq!(bounded_actor("admin CN=alice"), "admin CN=alice");

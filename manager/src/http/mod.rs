@@ -14,6 +14,7 @@ mod drain;
 mod error;
 mod executors;
 mod health;
+mod heavy_reads;
 mod inspect;
 mod namespaces;
 pub mod openapi;
@@ -278,6 +279,11 @@ fn read_routes(node: &AppState) -> Router<AppState> {
         .route_layer(middleware::from_fn_with_state(
             node.clone(),
             consistent_reads,
+        ))
+        // Outside the read barrier: a heavy read waits for its permit first (P13.6).
+        .route_layer(middleware::from_fn_with_state(
+            heavy_reads::HeavyReads::default(),
+            heavy_reads::bound_heavy_reads,
         ));
     bounded(reads, REQUEST_TIMEOUT)
 }

@@ -164,11 +164,11 @@ mod tests {
         let admin = Actor("admin CN=alice".into());
         let removing = removal_actor(&admin);
         assert!(removing.starts_with("admin CN=alice"));
-        let view = super::super::operator::audit_view(&record(removing));
+        let view = operator::audit_view(&record(removing));
         assert_eq!(view.action, "remove_drain");
         assert_eq!(view.executor_id.as_deref(), Some("ex-3"));
         assert_eq!(
-            super::super::operator::audit_view(&record(admin.0.clone())).action,
+            operator::audit_view(&record(admin.0.clone())).action,
             "drain"
         );
         let long = removal_actor(&Actor(format!("admin CN={}", "é".repeat(300))));
