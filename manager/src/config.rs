@@ -12,8 +12,8 @@ use leasehold_api::tls::{Role, TlsConfig, TlsFiles};
 use leasehold_api::wire::validate_base_url;
 
 use crate::http::registration_limit::{
-    RateLimits, RegistrationSettings, DEFAULT_MAX_CAPACITY, DEFAULT_REGISTRATION_BURST,
-    DEFAULT_REGISTRATION_RATE, MAX_REGISTRATION_LIMIT,
+    RateLimits, RegistrationSettings, DEFAULT_MAX_CAPACITY, DEFAULT_MAX_EXECUTORS_PER_NAMESPACE,
+    DEFAULT_REGISTRATION_BURST, DEFAULT_REGISTRATION_RATE, MAX_REGISTRATION_LIMIT,
 };
 use crate::leader::core::GuardConfig;
 use crate::leader::placement::PlacementSettings;
@@ -147,6 +147,14 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_REGISTRATION_BURST", default_value_t = DEFAULT_REGISTRATION_BURST,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REGISTRATION_LIMIT)))]
     pub registration_burst: u32,
+
+    /// The most executors a namespace that sets no bound of its own may hold (P18.1); a
+    /// registration past it is refused `409` at the leader. A namespace's own bound (`namespace
+    /// create|set --max-executors`, an admin of the whole cluster's) replaces it.
+    #[arg(long, env = "LEASEHOLD_MAX_EXECUTORS_PER_NAMESPACE",
+          default_value_t = DEFAULT_MAX_EXECUTORS_PER_NAMESPACE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_executors_per_namespace: u32,
 
     /// Connections one source address (an IPv6 host by its /64) may hold open at once, across
     /// every listener of this manager (P13.6); past it a new connection is closed as soon as it
@@ -465,6 +473,7 @@ impl TryFrom<Args> for ManagerConfig {
                     per_second: args.registration_rate,
                     burst: args.registration_burst,
                 },
+                max_executors_per_namespace: args.max_executors_per_namespace,
             },
             max_connections_per_address: args
                 .max_connections_per_address
@@ -570,6 +579,8 @@ mod tests {
             "2",
             "--registration-burst",
             "5",
+            "--max-executors-per-namespace",
+            "100",
         ])
         .unwrap();
         assert_eq!(
@@ -580,6 +591,7 @@ mod tests {
                     per_second: 2,
                     burst: 5
                 },
+                max_executors_per_namespace: 100,
             }
         );
         for (flag, bad) in [
@@ -589,6 +601,7 @@ mod tests {
             ("--registration-rate", "1000001"),
             ("--registration-burst", "0"),
             ("--registration-burst", "ten"),
+            ("--max-executors-per-namespace", "0"),
         ] {
             let err = args(&["--initial-cluster", "1=http://a:1", flag, bad]).unwrap_err();
             assert!(err.contains(flag), "{flag} {bad}: {err}");

@@ -35,6 +35,11 @@ const REGISTRATION_OVER_TLS: &str = r#"{"incarnation":"router-test-1","address":
 const LEADING_BOUND: Duration = Duration::from_secs(30);
 
 fn config(data_dir: &Path, tls_dir: Option<&Path>) -> ManagerConfig {
+    config_with(data_dir, tls_dir, &[])
+}
+
+/// [`config`] with more flags.
+fn config_with(data_dir: &Path, tls_dir: Option<&Path>, extra: &[&str]) -> ManagerConfig {
     let scheme = if tls_dir.is_some() { "https" } else { "http" };
     let mut args = vec![
         "leasehold-manager".to_owned(),
@@ -62,6 +67,7 @@ fn config(data_dir: &Path, tls_dir: Option<&Path>) -> ManagerConfig {
             ),
         ]);
     }
+    args.extend(extra.iter().map(|flag| (*flag).to_owned()));
     ManagerConfig::try_from(Args::try_parse_from(args).unwrap()).unwrap()
 }
 
@@ -234,6 +240,34 @@ async fn p13_6_at_most_four_whole_state_reads_are_answered_at_once() {
     let served = call(&router, request(Method::GET, "/v1/state", None, None)).await;
     assert_eq!(served.0, StatusCode::OK, "{}", served.2);
     drop(untaken);
+    replica.shut_down().await.unwrap();
+}
+
+/// P18.1 (issue 55, finding 9): a namespace without a bound of its own holds at most the
+/// leader's `--max-executors-per-namespace`; past it a registration is `409` and nothing is
+/// registered, and a retry of one it holds is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_1_a_namespace_holds_at_most_the_default_bound() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config_with(data.path(), None, &["--max-executors-per-namespace=1"]);
+    let (replica, router) = ready(&config, None).await;
+    let register = |incarnation: &str| {
+        request(
+            Method::POST,
+            "/v1/executors",
+            Some(&format!(
+                r#"{{"incarnation":"{incarnation}","address":"http://127.0.0.1:9"}}"#
+            )),
+            None,
+        )
+    };
+    let first = call(&router, register("bound-1")).await;
+    assert_eq!(first.0, StatusCode::OK, "{}", first.2);
+    let second = call(&router, register("bound-2")).await;
+    assert_problem(&second, StatusCode::CONFLICT, "conflict");
+    assert_eq!(executor_count(&router, None).await, 1, "nothing registered");
+    let retry = call(&router, register("bound-1")).await;
+    assert_eq!(retry.0, StatusCode::OK, "a retry: {}", retry.2);
     replica.shut_down().await.unwrap();
 }
 

@@ -76,6 +76,15 @@ pub async fn register(
     // This runs on the leader only (a follower forwards the request unread): the leader's
     // `--max-capacity` decides.
     let registration = registration(request, node.settings.tls.is_some(), settings.max_capacity)?;
+    if let Some(full) = node.state.read(|applied| {
+        room_by_default(
+            &applied.state,
+            &registration,
+            settings.max_executors_per_namespace,
+        )
+    }) {
+        return Err(full);
+    }
     let cluster_version = node.state.read(|applied| applied.state.cluster_version());
     let result = if cluster_version >= GROUP_REGISTRATION_SCHEMA {
         registrations::register(&node.registrations, registration)
@@ -120,6 +129,33 @@ pub async fn register(
         }
         RegisterResult::Refused { reason } => Err(refusal(reason)),
     }
+}
+
+/// A namespace that sets no executor bound of its own holds at most the leader's
+/// `--max-executors-per-namespace` (P18.1): a new registration past it is refused here, before
+/// anything is proposed; a retry of a registration the namespace holds already is not. Checked
+/// where registrations arrive at the leader, so registrations in flight together may pass it by
+/// at most one group commit.
+fn room_by_default(
+    state: &crate::lease::LeaseState,
+    registration: &Registration,
+    max_executors_per_namespace: u32,
+) -> Option<HttpError> {
+    let space = state.namespace(&registration.namespace)?;
+    let count = space.executor_count();
+    let full = space.max_executors.is_none()
+        && count >= max_executors_per_namespace as usize
+        && state
+            .executor_by_incarnation(&registration.incarnation)
+            .is_none();
+    full.then(|| {
+        HttpError::conflict(format!(
+            "namespace {} holds {count} executors, the most a namespace without a bound of its \
+             own may hold (the managers' --max-executors-per-namespace): deregister one, or give \
+             the namespace a bound of its own (PROTOCOL P18.1)",
+            registration.namespace
+        ))
+    })
 }
 
 /// The registration a request asks for, checked at the edge (I6): text lengths, the push
@@ -384,6 +420,62 @@ mod tests {
             app_version: None,
             labels: Default::default(),
         }
+    }
+
+    /// P18.1 (issue 55, finding 9): a namespace without a bound of its own holds at most the
+    /// leader's `--max-executors-per-namespace`; a retry of a registration it holds is let
+    /// through, and a namespace's own bound replaces the default.
+    #[test]
+    fn p18_1_a_namespace_without_a_bound_holds_the_default_at_most() {
+        use crate::lease::{Command, LeaseState, OperatorAction};
+        let mut state = LeaseState::default();
+        let _ = state.apply(
+            1,
+            &Command::Init {
+                now_ms: 0,
+                shard_count: 4,
+                lease_duration_ms: 3_000,
+            },
+        );
+        let registration_in = |namespace: &str, incarnation: &str| {
+            let mut request = request(None);
+            request.namespace = Some(namespace.to_owned());
+            request.incarnation = incarnation.to_owned();
+            registration(request, false, DEFAULT_MAX_CAPACITY).unwrap()
+        };
+        for (index, incarnation) in [(2, "a"), (3, "b")] {
+            let _ = state.apply(
+                index,
+                &registration_in("default", incarnation).into_command(0),
+            );
+        }
+        assert!(room_by_default(&state, &registration_in("default", "c"), 2).is_some());
+        assert!(
+            room_by_default(&state, &registration_in("default", "a"), 2).is_none(),
+            "a retry of one it holds"
+        );
+        assert!(room_by_default(&state, &registration_in("default", "c"), 3).is_none());
+        let _ = state.apply(
+            4,
+            &Command::Operator {
+                now_ms: 0,
+                actor: "admin CN=alice".into(),
+                action: OperatorAction::SetNamespace {
+                    name: "default".into(),
+                    lease_duration_ms: 3_000,
+                    max_executors: Some(10),
+                    placement: Default::default(),
+                },
+            },
+        );
+        assert!(
+            room_by_default(&state, &registration_in("default", "c"), 2).is_none(),
+            "its own bound replaces the default"
+        );
+        assert!(
+            room_by_default(&state, &registration_in("nowhere", "c"), 0).is_none(),
+            "an unknown namespace is the state machine's refusal"
+        );
     }
 
     /// "Versions": a renewal that takes "unchanged" gets it exactly when its claims are the set,

@@ -15,7 +15,9 @@
 //! The caller is the TLS peer's leaf certificate together with its address, or without TLS the
 //! address alone; an IPv6 address counts by its /64, which one host can fill. (All executors may
 //! share one certificate, docs/SECURITY.md: the certificate alone would make the whole fleet one
-//! caller.)
+//! caller.) Under TLS a certificate's registrations from all its addresses together have a
+//! bucket of their own besides, [`CERTIFICATE_FACTOR`] times a caller's, so a holder of the
+//! certificate does not multiply the limit by the addresses it controls.
 //!
 //! At most [`MAX_CALLERS`] buckets are kept. A bucket that has refilled completely is the same as
 //! none, so it is dropped when room is needed and forgetting it grants nothing. When every kept
@@ -46,8 +48,16 @@ pub const DEFAULT_MAX_CAPACITY: u32 = 1_000;
 pub const DEFAULT_REGISTRATION_RATE: u32 = 32;
 /// Default `--registration-burst` (registrations at once, per caller).
 pub const DEFAULT_REGISTRATION_BURST: u32 = 256;
+/// A certificate's registrations from every address together may be this many times one
+/// caller's rate and burst: a fleet on a few hosts sharing one certificate starts together, a
+/// holder of the certificate with many addresses does not multiply the limit by them.
+pub const CERTIFICATE_FACTOR: u32 = 4;
 /// Largest `--registration-rate` and `--registration-burst`.
 pub const MAX_REGISTRATION_LIMIT: u32 = 1_000_000;
+/// Default `--max-executors-per-namespace`: the executors a namespace without a bound of its own
+/// may hold (P18.1), above what one manager serves connections to (half its descriptors,
+/// at most 16 384) and below what would make its state a burden.
+pub const DEFAULT_MAX_EXECUTORS_PER_NAMESPACE: u32 = 16_384;
 
 /// The registration flags, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +66,8 @@ pub struct RegistrationSettings {
     pub max_capacity: u32,
     /// `--registration-rate` and `--registration-burst`.
     pub limits: RateLimits,
+    /// `--max-executors-per-namespace`: the bound of a namespace that sets none (P18.1).
+    pub max_executors_per_namespace: u32,
 }
 
 impl Default for RegistrationSettings {
@@ -66,6 +78,7 @@ impl Default for RegistrationSettings {
                 per_second: DEFAULT_REGISTRATION_RATE,
                 burst: DEFAULT_REGISTRATION_BURST,
             },
+            max_executors_per_namespace: DEFAULT_MAX_EXECUTORS_PER_NAMESPACE,
         }
     }
 }
@@ -78,6 +91,14 @@ pub struct RateLimits {
 }
 
 impl RateLimits {
+    /// The limits of one certificate's registrations from all its addresses together.
+    pub fn of_a_certificate(self) -> Self {
+        Self {
+            per_second: self.per_second.saturating_mul(CERTIFICATE_FACTOR),
+            burst: self.burst.saturating_mul(CERTIFICATE_FACTOR),
+        }
+    }
+
     fn burst(self) -> f64 {
         f64::from(self.burst.max(1))
     }
@@ -171,12 +192,16 @@ pub enum Refusal {
     /// [`MAX_CALLERS`] other callers' buckets are all refilling: the first is full in
     /// `retry_after`.
     Callers { retry_after: Duration },
+    /// The certificate's registrations from all its addresses together are at their limit.
+    Certificate { retry_after: Duration },
 }
 
 impl Refusal {
     pub fn retry_after(self) -> Duration {
         match self {
-            Refusal::Rate { retry_after } | Refusal::Callers { retry_after } => retry_after,
+            Refusal::Rate { retry_after }
+            | Refusal::Callers { retry_after }
+            | Refusal::Certificate { retry_after } => retry_after,
         }
     }
 
@@ -184,6 +209,7 @@ impl Refusal {
         match self {
             Refusal::Rate { .. } => "rate",
             Refusal::Callers { .. } => "callers",
+            Refusal::Certificate { .. } => "certificate",
         }
     }
 }
@@ -235,13 +261,51 @@ impl RateLimiter {
     }
 }
 
+/// Both limits a registration passes: its caller's, and under TLS its certificate's from all
+/// its addresses together. Pure.
+#[derive(Debug)]
+pub struct RegistrationLimiter {
+    per_caller: RateLimiter,
+    per_certificate: RateLimiter,
+}
+
+impl RegistrationLimiter {
+    pub fn new(limits: RateLimits, max_callers: usize) -> Self {
+        Self {
+            per_caller: RateLimiter::new(limits, max_callers),
+            per_certificate: RateLimiter::new(limits.of_a_certificate(), max_callers),
+        }
+    }
+
+    /// Takes a token of `key`'s, and under TLS one of its certificate's, at `now`.
+    pub fn check(&mut self, key: CallerKey, now: Instant) -> Result<(), Refusal> {
+        self.per_caller.check(key, now)?;
+        if let CallerKey::Certificate { sha256, .. } = key {
+            let every_address = CallerKey::Certificate {
+                sha256,
+                address: None,
+            };
+            self.per_certificate
+                .check(every_address, now)
+                .map_err(|refusal| match refusal {
+                    Refusal::Rate { retry_after } => Refusal::Certificate { retry_after },
+                    other => other,
+                })?;
+        }
+        Ok(())
+    }
+}
+
 /// The layer's state: the limiter, shared by every connection of this listener.
 #[derive(Debug, Clone)]
-pub struct RegistrationGate(Arc<Mutex<RateLimiter>>);
+pub struct RegistrationGate(Arc<Mutex<RegistrationLimiter>>);
 
 impl RegistrationGate {
     pub fn new(limits: RateLimits) -> Self {
-        Self(Arc::new(Mutex::new(RateLimiter::new(limits, MAX_CALLERS))))
+        Self(Arc::new(Mutex::new(RegistrationLimiter::new(
+            limits,
+            MAX_CALLERS,
+        ))))
     }
 
     fn check(&self, key: CallerKey, now: Instant) -> Result<(), Refusal> {
@@ -270,6 +334,11 @@ pub fn rate_limited(refusal: Refusal) -> Response {
         Refusal::Callers { .. } => format!(
             "too many callers are registering at once (at most {MAX_CALLERS} are tracked); \
              retry in {secs} s (PROTOCOL P13.6)"
+        ),
+        Refusal::Certificate { .. } => format!(
+            "too many registrations with this certificate from all its addresses together \
+             ({CERTIFICATE_FACTOR} times --registration-rate and --registration-burst); retry \
+             in {secs} s (PROTOCOL P13.6)"
         ),
     };
     let mut response = HttpError::new(ErrorCode::RateLimited, detail).into_response();
@@ -423,6 +492,47 @@ mod tests {
         for last in 10..200 {
             let _ = limiter.check(key(last), later);
             assert!(limiter.callers() <= 3);
+        }
+    }
+
+    /// P13.6 (issue 55, finding 9): one certificate's registrations from many addresses are
+    /// limited together, at `CERTIFICATE_FACTOR` times a caller's burst; another certificate,
+    /// and plaintext callers (no certificate to count), are not held up by it.
+    #[test]
+    fn p13_6_a_certificate_does_not_multiply_the_limit_by_its_addresses() {
+        let now = Instant::now();
+        let mut limiter = RegistrationLimiter::new(LIMITS, 64);
+        let from = |sha: u8, last: u8| {
+            CallerKey::new(Some([sha; 32]), Some(IpAddr::from([127, 0, 0, last])))
+        };
+        let per_certificate = (LIMITS.burst * CERTIFICATE_FACTOR) as usize;
+        let mut granted = 0;
+        for last in 1..=20 {
+            for _ in 0..LIMITS.burst {
+                if limiter.check(from(1, last), now).is_ok() {
+                    granted += 1;
+                }
+            }
+        }
+        assert_eq!(
+            granted, per_certificate,
+            "20 addresses, one certificate's burst"
+        );
+        assert!(matches!(
+            limiter.check(from(1, 30), now),
+            Err(Refusal::Certificate { .. })
+        ));
+        assert_eq!(
+            limiter.check(from(2, 1), now),
+            Ok(()),
+            "another certificate"
+        );
+        for last in 1..=20 {
+            assert_eq!(
+                limiter.check(key(last), now),
+                Ok(()),
+                "plaintext counts by address"
+            );
         }
     }
 
