@@ -28,17 +28,19 @@ use std::time::{Duration, Instant};
 use leasehold_tests::checker::monotonic_now_ns;
 use leasehold_tests::executor::{wait_for_even_split, AdmissionEdge, ExecutorSpec};
 use leasehold_tests::faults::{
-    fault_executor_args, report_figure, start_fault_cluster, wait_registered, Fleet, FAULT_SHARDS,
-    SETTLE_BOUND,
+    fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
+    Fleet, FAULT_SHARDS, SETTLE_BOUND,
 };
 use leasehold_tests::python::{python_or_skip, PythonService};
-use leasehold_tests::{free_port, one_cluster_at_a_time};
+use leasehold_tests::{free_port, one_cluster_at_a_time, Cluster, ClusterOptions};
 use serde_json::Value;
 
 /// How long the service waits before it applies (and acknowledges) a new answer: long enough
 /// that an acknowledgement counted for it early would let the new owner start well before it
 /// stopped.
 const ACK_DELAY: &str = "2s";
+
+const LEADER_BOUND: Duration = Duration::from_secs(60);
 
 /// What the page's requests got, by status.
 type Statuses = Arc<Mutex<BTreeMap<u16, usize>>>;
@@ -191,7 +193,16 @@ async fn p16_1_a_pages_requests_neither_acknowledge_nor_stall_a_sidecars_handoff
         return;
     };
     let _one = one_cluster_at_a_time().await;
-    let cluster = start_fault_cluster().await;
+    // Under mutual TLS, as a production cluster runs: the page's way in is the sidecar's
+    // plaintext loopback API, which no certificate guards.
+    let mut cluster = Cluster::new(ClusterOptions {
+        make_certificates: true,
+        ..fault_cluster_options()
+    });
+    use_fault_timing(&mut cluster);
+    cluster.start_all();
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    assert!(cluster.url(1).starts_with("https://"));
     let client = cluster.client();
     let store = cluster.dir.path().join("store");
     std::fs::create_dir_all(&store).unwrap();
