@@ -666,21 +666,31 @@ mod tests {
         };
         let (address, _stop) = start(limits).await;
         // The first connection holds the only slot (an idle keep-alive connection).
-        let mut first = TcpStream::connect(address).await.unwrap();
-        first
-            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        let first = served_and_kept(address).await;
+        served_once_closed(first, address, "the bound").await;
+    }
+
+    /// A connection to `address` that was served once and is kept open (keep-alive).
+    async fn served_and_kept(address: SocketAddr) -> TcpStream {
+        let mut kept = TcpStream::connect(address).await.unwrap();
+        kept.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
             .unwrap();
         let mut buffer = [0u8; 256];
-        let read = first.read(&mut buffer).await.unwrap();
-        assert!(read > 0);
-        let second = tokio::spawn(get_root(address));
+        assert!(kept.read(&mut buffer).await.unwrap() > 0);
+        kept
+    }
+
+    /// A request to `address` waits while `held` holds the slot `bound` names, and is served once
+    /// `held` closes.
+    async fn served_once_closed(held: TcpStream, address: SocketAddr, bound: &str) {
+        let waiting = tokio::spawn(get_root(address));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!second.is_finished(), "served past the bound");
-        drop(first);
-        let reply = tokio::time::timeout(Duration::from_secs(20), second)
+        assert!(!waiting.is_finished(), "served past {bound}");
+        drop(held);
+        let reply = tokio::time::timeout(Duration::from_secs(20), waiting)
             .await
-            .expect("served once the first closed")
+            .expect("served once the held connection closed")
             .unwrap();
         assert!(reply.ends_with("ok"));
     }
@@ -777,21 +787,8 @@ mod tests {
         let budget = ConnectionBudget::new(1, 1);
         let (first_listener, _stop_first) = start(ListenerLimits::within(&budget)).await;
         let (second_listener, _stop_second) = start(ListenerLimits::within(&budget)).await;
-        let mut held = TcpStream::connect(first_listener).await.unwrap();
-        held.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buffer = [0u8; 256];
-        assert!(held.read(&mut buffer).await.unwrap() > 0);
-        let waiting = tokio::spawn(get_root(second_listener));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiting.is_finished(), "served past the shared budget");
-        drop(held);
-        let reply = tokio::time::timeout(Duration::from_secs(20), waiting)
-            .await
-            .expect("served once the first listener's connection closed")
-            .unwrap();
-        assert!(reply.ends_with("ok"));
+        let held = served_and_kept(first_listener).await;
+        served_once_closed(held, second_listener, "the shared budget").await;
     }
 
     /// P13.6: a connection that never starts its TLS handshake is closed at the handshake

@@ -558,30 +558,20 @@ async fn p13_2_the_health_listener_answers_probes_without_a_certificate_and_noth
     assert_eq!(status_of("/livez").await.unwrap(), 200);
     // Alive and ready, nothing more: no leader, term, index, shard count, lease or free disk
     // in plaintext, not even with `?verbose` (issue 55, finding 8).
+    let body_of = |client: &reqwest::Client, url: String| {
+        let request = client.get(url);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
     for path in ["/readyz?verbose", "/readyz?verbose=true", "/livez"] {
-        let body: Value = plain
-            .get(format!("http://{health}{path}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = body_of(&plain, format!("http://{health}{path}")).await;
         let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
         assert!(
             keys == ["ready"] || (keys == ["status"] && body["status"] == "ok"),
             "P13.2: the health listener's {path} says only alive or ready: {body}"
         );
     }
-    let verbose_over_tls: Value = cluster
-        .http
-        .get(format!("{}/readyz?verbose", cluster.url(1)))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let verbose_over_tls =
+        body_of(&cluster.http, format!("{}/readyz?verbose", cluster.url(1))).await;
     assert!(
         verbose_over_tls["checks"].is_array(),
         "the detail stays behind TLS: {verbose_over_tls}"
