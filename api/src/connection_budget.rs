@@ -150,7 +150,7 @@ impl ConnectionBudget {
     /// Counts a connection from `peer` against its address's share, or refuses it (counted, and
     /// logged at most every [`REFUSAL_LOG_INTERVAL`]).
     pub fn admit(&self, peer: IpAddr) -> Result<AddressSlot, OverAddressShare> {
-        let key = address_key(peer);
+        let key = source_host(peer);
         {
             let mut by_address = self.inner.lock_addresses();
             let held = by_address.entry(key).or_insert(0);
@@ -195,9 +195,10 @@ impl Inner {
     }
 }
 
-/// Who a source address is for the share: an IPv4 address itself, an IPv6 address by its /64
-/// (one host usually holds a whole /64); an IPv4-mapped IPv6 address as its IPv4 address.
-fn address_key(peer: IpAddr) -> IpAddr {
+/// Who a source address is, for every limit kept per address (this share, the managers'
+/// registration buckets): an IPv4 address itself, an IPv6 address by its /64 (one host usually
+/// holds a whole /64); an IPv4-mapped IPv6 address as its IPv4 address.
+pub fn source_host(peer: IpAddr) -> IpAddr {
     match peer {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -165,22 +165,11 @@ pub enum CallerKey {
 
 impl CallerKey {
     pub fn new(certificate_sha256: Option<[u8; 32]>, address: Option<IpAddr>) -> Self {
-        let address = address.map(caller_address);
+        let address = address.map(leasehold_api::connection_budget::source_host);
         match certificate_sha256 {
             Some(sha256) => CallerKey::Certificate { sha256, address },
             None => CallerKey::Address(address),
         }
-    }
-}
-
-/// The address a caller is counted by: IPv4 (or IPv4-mapped) as is, IPv6 by its /64.
-fn caller_address(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V4(_) => address,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
     }
 }
 
