@@ -427,53 +427,29 @@ mod tests {
     /// through, and a namespace's own bound replaces the default.
     #[test]
     fn p18_1_a_namespace_without_a_bound_holds_the_default_at_most() {
-        use crate::lease::{Command, LeaseState, OperatorAction};
-        let mut state = LeaseState::default();
-        let _ = state.apply(
-            1,
-            &Command::Init {
-                now_ms: 0,
-                shard_count: 4,
-                lease_duration_ms: 3_000,
-            },
-        );
-        let registration_in = |namespace: &str, incarnation: &str| {
-            let mut request = request(None);
-            request.namespace = Some(namespace.to_owned());
-            request.incarnation = incarnation.to_owned();
-            registration(request, false, DEFAULT_MAX_CAPACITY).unwrap()
+        use crate::lease::tests::{
+            initialised_state, register_in_command, registration_in, set_namespace_command,
         };
+        let mut state = initialised_state(4, 3_000);
         for (index, incarnation) in [(2, "a"), (3, "b")] {
-            let _ = state.apply(
-                index,
-                &registration_in("default", incarnation).into_command(0),
-            );
+            let _ = state.apply(index, &register_in_command(0, incarnation, "default"));
         }
-        assert!(room_by_default(&state, &registration_in("default", "c"), 2).is_some());
+        assert!(room_by_default(&state, &registration_in("c", "default"), 2).is_some());
         assert!(
-            room_by_default(&state, &registration_in("default", "a"), 2).is_none(),
+            room_by_default(&state, &registration_in("a", "default"), 2).is_none(),
             "a retry of one it holds"
         );
-        assert!(room_by_default(&state, &registration_in("default", "c"), 3).is_none());
+        assert!(room_by_default(&state, &registration_in("c", "default"), 3).is_none());
         let _ = state.apply(
             4,
-            &Command::Operator {
-                now_ms: 0,
-                actor: "admin CN=alice".into(),
-                action: OperatorAction::SetNamespace {
-                    name: "default".into(),
-                    lease_duration_ms: 3_000,
-                    max_executors: Some(10),
-                    placement: Default::default(),
-                },
-            },
+            &set_namespace_command("default", 3_000, Some(10), Default::default()),
         );
         assert!(
-            room_by_default(&state, &registration_in("default", "c"), 2).is_none(),
+            room_by_default(&state, &registration_in("c", "default"), 2).is_none(),
             "its own bound replaces the default"
         );
         assert!(
-            room_by_default(&state, &registration_in("nowhere", "c"), 0).is_none(),
+            room_by_default(&state, &registration_in("c", "nowhere"), 0).is_none(),
             "an unknown namespace is the state machine's refusal"
         );
     }

@@ -139,15 +139,7 @@ mod tests {
     /// state), each move with its owner now and its reason, and committing nothing.
     #[test]
     fn p17_4_the_preview_is_the_next_plan_move_by_move() {
-        let mut state = LeaseState::default();
-        let _ = state.apply(
-            1,
-            &Command::Init {
-                now_ms: 0,
-                shard_count: 4,
-                lease_duration_ms: 3_000,
-            },
-        );
+        let mut state = crate::lease::tests::initialised_state(4, 3_000);
         let first = register(&mut state, 2, "a");
         let inputs = PlacementInputs::by_count();
         let plan = plan_placement(
@@ -190,15 +182,7 @@ mod tests {
     /// goes to, and a joiner of the newest version is given nothing yet.
     #[test]
     fn p17_3_the_preview_names_a_rollout_under_way() {
-        let mut state = LeaseState::default();
-        let _ = state.apply(
-            1,
-            &Command::Init {
-                now_ms: 0,
-                shard_count: 4,
-                lease_duration_ms: 3_000,
-            },
-        );
+        let mut state = crate::lease::tests::initialised_state(4, 3_000);
         register_version(&mut state, 2, "a", Some("1.0"));
         let inputs = PlacementInputs::by_count();
         let plan = plan_placement(

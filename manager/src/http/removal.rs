@@ -178,15 +178,7 @@ mod tests {
 
     /// An initialised state of 4 shards with one registered executor, placed when `placed`.
     fn state_with_one_executor(placed: bool) -> (LeaseState, String) {
-        let mut state = LeaseState::default();
-        let _ = state.apply(
-            1,
-            &Command::Init {
-                now_ms: 0,
-                shard_count: 4,
-                lease_duration_ms: 3_000,
-            },
-        );
+        let mut state = crate::lease::tests::initialised_state(4, 3_000);
         let Outcome::Registered { grant, .. } = state.apply(
             2,
             &Command::Register {

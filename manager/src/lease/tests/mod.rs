@@ -187,6 +187,12 @@ impl Harness {
     }
 }
 
+/// A state initialised at time 0 at log index 1, for tests outside the lease module (the next
+/// command goes at index 2).
+pub(crate) fn initialised_state(shard_count: u32, lease_duration_ms: u64) -> LeaseState {
+    Harness::initialised(shard_count, lease_duration_ms).state
+}
+
 /// The operator the tests' namespace actions are recorded as (P17.4).
 pub(crate) const TEST_ADMIN: &str = "admin CN=alice";
 
