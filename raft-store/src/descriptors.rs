@@ -6,8 +6,8 @@
 //! over the error and the manager exit, as for a failed disk. Nothing is wrong with the disk,
 //! and nothing was written: so before such a write the store waits until the process has
 //! descriptors to spare, and a write refused for want of them is tried again once it has, with
-//! an error in the log (the alarm) each time. Both waits are bounded ([`MAX_WAIT`]): past it the
-//! error goes to openraft as any other.
+//! an error in the log (the alarm) each time. The waits and retries of one write are bounded
+//! together ([`MAX_WAIT`]): past it the error goes to openraft as any other.
 
 use std::time::Duration;
 
@@ -19,8 +19,9 @@ pub(crate) const WRITE_HEADROOM: u64 = 64;
 /// error to openraft.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(120);
 
-/// How often it looks again.
-const RECHECK: Duration = Duration::from_millis(100);
+/// How often it looks again, and how long it lets a write refused for want of descriptors
+/// rest before trying it again.
+pub(crate) const RECHECK: Duration = Duration::from_millis(100);
 
 /// How many descriptors this process may still open: its limit less those open; `None` when
 /// either is unknown (no `/proc`, no limit), and then nobody waits.

@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -246,12 +246,9 @@ impl SnapshotStore {
         let written = loop {
             // The snapshot's value goes into a file of its own: a write started without a
             // descriptor to open it fails with EMFILE, which is no disk fault (`descriptors`).
-            descriptors::wait_for_headroom(
-                "snapshot",
-                descriptors::MAX_WAIT,
-                descriptors::headroom,
-            )
-            .await;
+            // One bound for the waits and the retries together.
+            let left = descriptors::MAX_WAIT.saturating_sub(started.elapsed());
+            descriptors::wait_for_headroom("snapshot", left, descriptors::headroom).await;
             let (attempt, returned) = self.write_if_newer::<C>(meta, &encoded_meta, data).await;
             match attempt {
                 Err(StoreError::Sled(error))
@@ -264,7 +261,7 @@ impl SnapshotStore {
                          are free (not a disk fault; P8.3)"
                     );
                     data = returned;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(descriptors::RECHECK).await;
                 }
                 attempt => break (attempt?, returned),
             }
