@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::leadership::Leadership;
 use crate::node::ManagerNode;
 use crate::raft::failover::{
-    refuses_connections, run, LeaderContact, LogTip, PeerReport, Settings, Surroundings, View,
+    run, unreachable, LeaderContact, LogTip, PeerReport, Settings, Surroundings, View,
 };
 use crate::raft::identity_probe::identify;
 use crate::raft::NodeId;
@@ -21,6 +21,7 @@ pub(crate) struct NodeSurroundings {
     leader_contact: Arc<LeaderContact>,
     http: reqwest::Client,
     probe_timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl Surroundings for NodeSurroundings {
@@ -46,8 +47,8 @@ impl Surroundings for NodeSurroundings {
         self.leader_contact.since(Instant::now())
     }
 
-    async fn refuses_connections(&self, address: &str) -> bool {
-        refuses_connections(address, self.probe_timeout).await
+    async fn leader_unreachable(&self, address: &str) -> bool {
+        unreachable(address, self.connect_timeout).await
     }
 
     async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport> {
@@ -77,6 +78,7 @@ impl NodeSurroundings {
             leader_contact: node.leader_contact.clone(),
             http: node.http.clone(),
             probe_timeout: settings.probe_timeout,
+            connect_timeout: settings.connect_timeout,
         };
         (around, settings)
     }

@@ -5,9 +5,11 @@
 
 use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::LeaderClock;
 use crate::proposer::Proposer;
+use crate::raft::failover::LeaderContact;
 use crate::raft::{ManagerRaft, NodeId};
 
 /// Who serves writes right now, as far as this node knows.
@@ -28,7 +30,7 @@ pub enum ReadBarrierError {
 }
 
 /// Longest a linearizable read waits for the entries a restarted leader had before it started.
-const RESTARTED_LOG_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const RESTARTED_LOG_APPLY_WAIT: Duration = Duration::from_secs(5);
 
 /// This node's view of leadership.
 #[derive(Clone)]
@@ -52,6 +54,45 @@ pub struct Leadership {
     /// restored-in-office leader above (a leader elected later commits a blank entry of its own
     /// term, which covers everything committed before).
     vote_at_start: Vote<NodeId>,
+    /// When this node last heard from a leader (a follower's side of [`Self::leader`]).
+    contact: Arc<LeaderContact>,
+    /// openraft's leader lease (`election_timeout_max`): how long a leader goes on serving
+    /// without a quorum's acknowledgement, and a follower goes on naming a silent leader (P8.4).
+    raft_lease: Duration,
+}
+
+/// Who is heard from, for [`Leadership::leader`]: the facts it decides on, read from openraft's
+/// metrics and this node's [`LeaderContact`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hearing {
+    pub state: ServerState,
+    /// The leader openraft names (its vote is committed for it), if any.
+    pub named_leader: Option<NodeId>,
+    pub voters: usize,
+    /// On a leader: time since a quorum last acknowledged one of its heartbeats, as openraft
+    /// last reported it (`None` before the first acknowledgement of the term).
+    pub since_quorum_ack: Option<Duration>,
+    /// On a follower: time since it last accepted a message of a leader.
+    pub since_leader_heard: Duration,
+}
+
+/// P8.4, who this node says leads. A leader that no quorum has acknowledged for a whole lease
+/// serves nothing and names nobody (etcd's CheckQuorum): a majority it cannot reach may have
+/// elected another already, and every caller it held would wait for commits that cannot come.
+/// A follower that has not heard from its leader for a whole lease names nobody and forwards
+/// nothing: openraft lets it vote for another leader from then on, and a forward to a silent
+/// leader only holds the caller. Alone in the configuration, a leader is its own quorum.
+pub(crate) fn leader_heard(me: NodeId, hearing: Hearing, raft_lease: Duration) -> Option<NodeId> {
+    let leader = hearing.named_leader?;
+    if leader == me {
+        let quorum_silent = hearing.voters > 1
+            && hearing
+                .since_quorum_ack
+                .is_some_and(|since| since > raft_lease);
+        (hearing.state == ServerState::Leader && !quorum_silent).then_some(me)
+    } else {
+        (hearing.since_leader_heard <= raft_lease).then_some(leader)
+    }
 }
 
 impl std::fmt::Debug for Leadership {
@@ -71,6 +112,7 @@ impl Leadership {
         proposer: Proposer,
         clock: Arc<LeaderClock>,
         (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
+        (contact, raft_lease): (Arc<LeaderContact>, Duration),
     ) -> Self {
         Self {
             id,
@@ -80,6 +122,8 @@ impl Leadership {
             clock,
             last_log_index_at_start,
             vote_at_start,
+            contact,
+            raft_lease,
         }
     }
 
@@ -111,18 +155,27 @@ impl Leadership {
         self.raft.metrics().borrow().clone()
     }
 
+    /// Who leads as this node can vouch for it (P8.4, [`leader_heard`]).
     pub fn leader(&self) -> Leader {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        match metrics.current_leader {
+        let membership = metrics.membership_config.membership();
+        let hearing = Hearing {
+            state: metrics.state,
+            named_leader: metrics.current_leader,
+            voters: membership.voter_ids().count(),
+            since_quorum_ack: metrics.millis_since_quorum_ack.map(Duration::from_millis),
+            since_leader_heard: self.contact.since(tokio::time::Instant::now()),
+        };
+        match leader_heard(self.id, hearing, self.raft_lease) {
             Some(id) if id == self.id => {
-                if self.is_stepping_down() || metrics.state != ServerState::Leader {
+                if self.is_stepping_down() {
                     Leader::Unknown
                 } else {
                     Leader::Local
                 }
             }
-            Some(id) => match metrics.membership_config.membership().get_node(&id) {
+            Some(id) => match membership.get_node(&id) {
                 Some(node) => Leader::Remote {
                     id,
                     address: node.addr.clone(),
@@ -163,5 +216,70 @@ impl Leadership {
             .await
             .ok()
             .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_millis(1_000);
+
+    fn hearing(state: ServerState, named_leader: Option<NodeId>) -> Hearing {
+        Hearing {
+            state,
+            named_leader,
+            voters: 3,
+            since_quorum_ack: Some(Duration::from_millis(100)),
+            since_leader_heard: Duration::from_millis(100),
+        }
+    }
+
+    /// P8.4: a leader no quorum acknowledged for a whole lease names nobody, itself included;
+    /// one acknowledged within the lease, one not acknowledged yet in its term, and one alone in
+    /// the configuration go on leading.
+    #[test]
+    fn p8_4_a_leader_without_a_quorum_for_a_lease_leads_nothing() {
+        let leading = hearing(ServerState::Leader, Some(1));
+        assert_eq!(leader_heard(1, leading, LEASE), Some(1));
+        let at_the_lease = Hearing {
+            since_quorum_ack: Some(LEASE),
+            ..leading
+        };
+        assert_eq!(leader_heard(1, at_the_lease, LEASE), Some(1));
+        let cut_off = Hearing {
+            since_quorum_ack: Some(LEASE + Duration::from_millis(1)),
+            ..leading
+        };
+        assert_eq!(leader_heard(1, cut_off, LEASE), None);
+        let alone = Hearing {
+            voters: 1,
+            ..cut_off
+        };
+        assert_eq!(leader_heard(1, alone, LEASE), Some(1));
+        let new_term = Hearing {
+            since_quorum_ack: None,
+            ..leading
+        };
+        assert_eq!(leader_heard(1, new_term, LEASE), Some(1));
+        let standing = hearing(ServerState::Candidate, Some(1));
+        assert_eq!(leader_heard(1, standing, LEASE), None);
+    }
+
+    /// P8.4: a follower names (and forwards to) its leader only while it heard from it within
+    /// the lease; a silent leader is nobody's.
+    #[test]
+    fn p8_4_a_follower_names_a_leader_only_while_it_hears_it() {
+        let following = hearing(ServerState::Follower, Some(2));
+        assert_eq!(leader_heard(1, following, LEASE), Some(2));
+        let silent = Hearing {
+            since_leader_heard: LEASE + Duration::from_millis(1),
+            ..following
+        };
+        assert_eq!(leader_heard(1, silent, LEASE), None);
+        assert_eq!(
+            leader_heard(1, hearing(ServerState::Follower, None), LEASE),
+            None
+        );
     }
 }

@@ -130,6 +130,9 @@ impl ManagerNode {
             clock.clone(),
             parts.disk_space,
         );
+        let leader_contact = Arc::new(LeaderContact::default());
+        let raft_lease =
+            std::time::Duration::from_millis(parts.settings.timings.election_timeout_max_ms);
         Self {
             leadership: Leadership::new(
                 parts.id,
@@ -138,6 +141,7 @@ impl ManagerNode {
                 proposer,
                 clock,
                 parts.log_at_start,
+                (leader_contact.clone(), raft_lease),
             ),
             state: parts.state,
             identity: parts.identity,
@@ -151,7 +155,7 @@ impl ManagerNode {
             published_loads: PublishedLoads::default(),
             routing_runs: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
-            leader_contact: Arc::default(),
+            leader_contact,
             vouchers: Default::default(),
             signals,
             rejoining: std::sync::atomic::AtomicBool::new(false),

@@ -8,8 +8,10 @@
 //! candidates of one term, which openraft's vote order cannot compare).
 //!
 //! When the leader's address refuses connections, nothing listens there: its process is gone.
-//! A leader that is stalled, overloaded or slow to answer still has its connections accepted by
-//! the kernel, so this is never a guess from timing. Then, once the lease has passed here and at
+//! When no connection to it completes within [`Settings::connect_timeout`] (a host or a network
+//! that drops what is sent to it: a partition, a host gone), it cannot lead this node either. A
+//! leader that is stalled, overloaded or slow to answer still has its connections accepted by its
+//! kernel, so a live process is never stood against for its slowness. Then, once the lease has passed here and at
 //! the other voters (each says in `/raft/identity` how long ago it renewed its own; for one that
 //! does not, this node's silence plus [`Settings::margin`] stands in), the voter with the most
 //! complete log asks for votes at once, through `Raft::trigger().elect()`; voters whose log is as
@@ -87,10 +89,11 @@ pub struct Settings {
     pub stagger: Duration,
     /// How often the conditions are checked.
     pub check_every: Duration,
-    /// Bound on the connection attempt to the leader and on each peer's answer. A refusal comes
-    /// back at once; this only bounds an address that does not answer (no acceleration then) and
-    /// a peer too busy to say its log (not counted then).
+    /// Bound on each peer's answer: a peer too busy to say its log is not counted.
     pub probe_timeout: Duration,
+    /// Bound on the connection attempt to the leader: a refusal comes back at once, and a
+    /// kernel that is up accepts within a round trip; one not done by then is not reachable.
+    pub connect_timeout: Duration,
 }
 
 impl Settings {
@@ -103,6 +106,7 @@ impl Settings {
             stagger: 2 * heartbeat,
             check_every: heartbeat / 2,
             probe_timeout: Duration::from_millis(timings.election_timeout_max_ms) / 2,
+            connect_timeout: 2 * heartbeat,
         }
     }
 }
@@ -135,8 +139,9 @@ pub(crate) trait Surroundings {
     fn view(&self) -> View;
     /// Time since this node last heard from a leader ([`LeaderContact`]).
     fn silence(&self) -> Duration;
-    /// True only when connecting to `address` was refused: nothing listens there.
-    async fn refuses_connections(&self, address: &str) -> bool;
+    /// True only when no connection to `address` can be made: refused (nothing listens there)
+    /// or not completed in time (nothing answers from there).
+    async fn leader_unreachable(&self, address: &str) -> bool;
     /// `None`: no answer in time, or another node answered at its address.
     async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport>;
     /// Stands for election now.
@@ -153,7 +158,7 @@ pub enum Check {
     AlreadyStood,
     /// The leader was heard from within its lease.
     LeaseRunning,
-    /// The leader's address accepts connections (or does not answer at all): it may be alive.
+    /// The leader's address accepts connections (or cannot be asked): it may be alive.
     LeaderMayLive,
     /// A peer's log is more complete: it is the one that can win.
     PeerLogLonger(NodeId),
@@ -194,7 +199,7 @@ impl Detector {
         let found = match self.before_probes(&view, silence) {
             Err(found) => found,
             Ok(leader_address) => {
-                let probes = if around.refuses_connections(leader_address).await {
+                let probes = if around.leader_unreachable(leader_address).await {
                     let peers = self.peers_to_ask(&view);
                     let reports = join_all(
                         peers
@@ -202,7 +207,7 @@ impl Detector {
                             .map(|(peer, address)| around.peer_report(*peer, address)),
                     )
                     .await;
-                    Probes::LeaderRefuses(
+                    Probes::LeaderUnreachable(
                         peers.iter().map(|(peer, _)| *peer).zip(reports).collect(),
                     )
                 } else {
@@ -227,8 +232,8 @@ impl Detector {
                 leader = view.leader,
                 term = view.term,
                 silent_ms = silence.as_millis() as u64,
-                "the leader's address refuses connections and its lease has passed: standing for \
-                 election now"
+                "the leader cannot be reached (its address refuses or does not answer \
+                 connections) and its lease has passed: standing for election now"
             );
             metrics::counter!("leasehold_raft_dead_leader_elections_total").increment(1);
             around.elect().await;
@@ -259,7 +264,7 @@ impl Detector {
         }
     }
 
-    /// The voters asked for their reports once the leader refuses connections: every one but
+    /// The voters asked for their reports once the leader cannot be reached: every one but
     /// this node and the leader, in the view's order.
     fn peers_to_ask(&self, view: &View) -> Vec<(NodeId, String)> {
         view.voters
@@ -283,7 +288,7 @@ impl Detector {
         };
         let reports = match probes {
             Probes::LeaderMayLive => return Check::LeaderMayLive,
-            Probes::LeaderRefuses(reports) => reports,
+            Probes::LeaderUnreachable(reports) => reports,
         };
         let episode = (leader, view.term);
         let mut first = None;
@@ -328,14 +333,16 @@ impl Detector {
 /// What the probes found, for [`Detector::after_probes`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Probes {
-    /// The leader's address accepts connections (or does not answer at all).
+    /// The leader's address accepts connections (or cannot be asked).
     LeaderMayLive,
-    /// The leader's address refuses connections; each peer's report, in the view's order.
-    LeaderRefuses(Vec<(NodeId, Option<PeerReport>)>),
+    /// The leader cannot be reached; each peer's report, in the view's order.
+    LeaderUnreachable(Vec<(NodeId, Option<PeerReport>)>),
 }
 
-/// True when every address `url` resolves to refused a connection within `timeout`.
-pub async fn refuses_connections(url: &str, timeout: Duration) -> bool {
+/// True when no address `url` resolves to takes a connection: each refused it, could not be
+/// routed to, or did not complete it within `connect_timeout`. False when one accepted, or
+/// when `url` names no address (nothing was asked).
+pub async fn unreachable(url: &str, connect_timeout: Duration) -> bool {
     let Ok(parsed) = reqwest::Url::parse(url) else {
         return false;
     };
@@ -344,18 +351,31 @@ pub async fn refuses_connections(url: &str, timeout: Duration) -> bool {
     };
     // An IPv6 literal keeps its brackets in the URL, not in a socket address.
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let attempt = async {
-        let addresses: Vec<_> = tokio::net::lookup_host((host, port)).await.ok()?.collect();
-        let mut refused = !addresses.is_empty();
-        for address in addresses {
-            match TcpStream::connect(address).await {
-                Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {}
-                _ => refused = false,
-            }
-        }
-        Some(refused)
+    let Ok(Ok(addresses)) =
+        tokio::time::timeout(connect_timeout, tokio::net::lookup_host((host, port))).await
+    else {
+        return false;
     };
-    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(true)))
+    let addresses: Vec<_> = addresses.collect();
+    if addresses.is_empty() {
+        return false;
+    }
+    let attempts = addresses.into_iter().map(|address| async move {
+        match tokio::time::timeout(connect_timeout, TcpStream::connect(address)).await {
+            Ok(Ok(_)) => false,
+            Err(_elapsed) => true,
+            Ok(Err(error)) => matches!(
+                error.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+            ),
+        }
+    });
+    join_all(attempts)
+        .await
+        .into_iter()
+        .all(|unreachable| unreachable)
 }
 
 /// Checks every [`Settings::check_every`] until `shutdown`.

@@ -29,7 +29,7 @@ fn voters(ids: &[NodeId]) -> Vec<(NodeId, String)> {
 struct Scripted {
     view: Mutex<View>,
     contact: LeaderContact,
-    refused: Mutex<bool>,
+    unreachable: Mutex<bool>,
     peers: Mutex<BTreeMap<NodeId, PeerReport>>,
     elect_keeps_view: bool,
     probes: AtomicUsize,
@@ -50,7 +50,7 @@ impl Scripted {
                 last_log: Some(tip(3, 10)),
             }),
             contact: LeaderContact::default(),
-            refused: Mutex::new(true),
+            unreachable: Mutex::new(true),
             peers: Mutex::new(BTreeMap::new()),
             elect_keeps_view: false,
             probes: AtomicUsize::new(0),
@@ -81,9 +81,9 @@ impl Surroundings for Scripted {
         self.contact.since(Instant::now())
     }
 
-    async fn refuses_connections(&self, _address: &str) -> bool {
+    async fn leader_unreachable(&self, _address: &str) -> bool {
         self.probes.fetch_add(1, Ordering::SeqCst);
-        *self.refused.lock().unwrap()
+        *self.unreachable.lock().unwrap()
     }
 
     async fn peer_report(&self, peer: NodeId, _address: &str) -> Option<PeerReport> {
@@ -119,6 +119,7 @@ fn the_settings_follow_the_default_raft_timing() {
             stagger: Duration::from_millis(200),
             check_every: Duration::from_millis(50),
             probe_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(200),
         }
     );
 }
@@ -190,7 +191,7 @@ async fn contact_with_the_leader_keeps_the_lease_running() {
 #[tokio::test(start_paused = true)]
 async fn a_leader_whose_address_accepts_connections_is_left_to_openraft() {
     let around = Scripted::new();
-    *around.refused.lock().unwrap() = false;
+    *around.unreachable.lock().unwrap() = false;
     let mut detector = Detector::new(settings());
     tokio::time::advance(Duration::from_secs(30)).await;
     assert_eq!(detector.check(&around).await, Check::LeaderMayLive);
@@ -349,8 +350,8 @@ impl Surroundings for Shared {
         self.0.silence()
     }
 
-    async fn refuses_connections(&self, address: &str) -> bool {
-        self.0.refuses_connections(address).await
+    async fn leader_unreachable(&self, address: &str) -> bool {
+        self.0.leader_unreachable(address).await
     }
 
     async fn peer_report(&self, peer: NodeId, address: &str) -> Option<PeerReport> {
@@ -362,20 +363,34 @@ impl Surroundings for Shared {
     }
 }
 
+/// An address is unreachable when nothing listens there (refused) or nothing answers from
+/// there (a connection that does not complete in time: a partition, a host gone); one that
+/// accepts is not, and neither is a URL that names no address.
 #[tokio::test]
-async fn only_an_address_where_nothing_listens_refuses_connections() {
-    let bound = Duration::from_secs(5);
+async fn an_address_is_unreachable_when_it_refuses_or_does_not_answer() {
+    let bound = Duration::from_millis(300);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let open = listener.local_addr().unwrap();
-    assert!(!refuses_connections(&format!("http://{open}"), bound).await);
-    assert!(!refuses_connections(&format!("https://{open}/some/path"), bound).await);
+    assert!(!unreachable(&format!("http://{open}"), bound).await);
+    assert!(!unreachable(&format!("https://{open}/some/path"), bound).await);
     drop(listener);
-    assert!(refuses_connections(&format!("http://{open}"), bound).await);
-    assert!(refuses_connections(&format!("https://{open}"), bound).await);
-    assert!(!refuses_connections("not a url", bound).await);
-    // No TCP connection to the broadcast address (unreachable, or not permitted): an error, but
-    // not a refusal from the host.
-    assert!(!refuses_connections("http://255.255.255.255:7000", bound).await);
+    assert!(unreachable(&format!("http://{open}"), bound).await);
+    assert!(unreachable(&format!("https://{open}"), bound).await);
+    assert!(!unreachable("not a url", bound).await);
+    // A listener that never accepts and whose queue is full: its kernel drops every further
+    // SYN, as a partition does, so no connection completes.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let silent = socket.listen(1).unwrap();
+    let silent_address = silent.local_addr().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..8 {
+        let connect = TcpStream::connect(silent_address);
+        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(100), connect).await {
+            queued.push(stream);
+        }
+    }
+    assert!(unreachable(&format!("http://{silent_address}"), bound).await);
 }
 
 /// The decision is pure around the probes: the same view, silence, instant and answers give the
@@ -411,12 +426,12 @@ fn the_decision_after_the_probes_weighs_the_peers_in_the_views_order() {
         log: Some(tip(3, 10)),
         lease_silence: Some(Duration::ZERO),
     };
-    let probes = Probes::LeaderRefuses(vec![(3, Some(longer)), (4, Some(leased))]);
+    let probes = Probes::LeaderUnreachable(vec![(3, Some(longer)), (4, Some(leased))]);
     assert_eq!(
         Detector::new(settings()).after_probes(&view, silence, now, &probes),
         Check::PeerLogLonger(3)
     );
-    let probes = Probes::LeaderRefuses(vec![(3, Some(leased)), (4, Some(longer))]);
+    let probes = Probes::LeaderUnreachable(vec![(3, Some(leased)), (4, Some(longer))]);
     assert_eq!(
         Detector::new(settings()).after_probes(&view, silence, now, &probes),
         Check::PeerLeaseRunning(3)
