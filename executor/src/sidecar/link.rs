@@ -93,15 +93,22 @@ impl ServiceLink {
         self.changed.subscribe()
     }
 
-    /// The answer to a poll for the sidecar's view at the instant of answering (`view_at`), with
-    /// a fresh token, continuing `chain` (the chain of the answer the poll acknowledged, P16.1).
+    /// The answer to a poll that `arrived` then, for the sidecar's view at the instant of
+    /// answering (`view_at`), with a fresh token, continuing `chain` (the chain of the answer the
+    /// poll acknowledged, P16.1).
     pub(crate) fn answer_poll(
         &self,
         view_at: impl FnOnce(Instant) -> Assignment,
         chain: Option<Chain>,
+        arrived: Instant,
     ) -> LocalPermits {
         let token = rand::random::<u128>();
-        self.answer(view_at, Recipient::Poller { token, chain }).0
+        let to = Recipient::Poller {
+            token,
+            chain,
+            arrived,
+        };
+        self.answer(view_at, to).0
     }
 
     /// The answer pushed to `--app-url` for the sidecar's view at the instant of answering, and
@@ -221,13 +228,10 @@ impl ServiceLink {
         self.lock().copy.copy_end()
     }
 
-    /// When the copy the poller of `chain` holds runs out, or else [`ServiceLink::copy_end`].
-    pub(crate) fn copy_end_of(&self, chain: Chain) -> Option<Instant> {
-        let inner = self.lock();
-        inner
-            .copy
-            .copy_end_of(chain)
-            .or_else(|| inner.copy.copy_end())
+    /// When the copy the poller of `chain` holds runs out, counted from its poll's arrival
+    /// (`ServiceCopy::poller_copy_end`).
+    pub(crate) fn poller_copy_end(&self, chain: Option<Chain>) -> Option<Instant> {
+        self.lock().copy.poller_copy_end(chain)
     }
 
     /// Adds to a renewal's `claims` every shard the service may still be admitting (P16.2): a

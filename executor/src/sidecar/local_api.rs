@@ -320,11 +320,13 @@ async fn permits(
         local.link.opt_in_prepares();
     }
     let wait_until = arrived + wait;
-    let copy_end = match chain {
-        Some(chain) => local.link.copy_end_of(chain),
-        None => local.link.copy_end(),
-    };
-    let refresh_at = copy_end.map(|end| arrived + end.saturating_duration_since(arrived) / 2);
+    // The poller's copy counts from its poll's send, before the answer: count from the arrival
+    // (no earlier than the send), not the answer, or a poll held long leaves the next answer
+    // past the copy's end.
+    let refresh_at = local
+        .link
+        .poller_copy_end(chain)
+        .map(|end| arrived + end.saturating_duration_since(arrived) / 2);
     let answer_by = refresh_at.map_or(wait_until, |refresh| refresh.min(wait_until));
     let mut views = local.shared.subscribe_assignment();
     let mut asked = local.link.changes();
@@ -343,11 +345,11 @@ async fn permits(
             () = sleep_until(answer_by) => {}
         }
     }
-    Ok(Json(
-        local
-            .link
-            .answer_poll(|now| local.shared.view_at(now), chain),
-    ))
+    Ok(Json(local.link.answer_poll(
+        |now| local.shared.view_at(now),
+        chain,
+        arrived,
+    )))
 }
 
 /// `?key=K` or `?shard=N`.

@@ -116,6 +116,11 @@ struct Given {
     number: u64,
     chain: Chain,
     answered: Answered,
+    /// When the copy this answer gave its poller runs out, counted from the poll's arrival: the
+    /// poller counts it from its send, which is no later (P16.1), so this is the end as near as
+    /// the sidecar can see it. `None` when the answer gave no lease. A long poll is answered by
+    /// half the time left on it ([`ServiceCopy::poller_copy_end`]).
+    copy_end: Option<Instant>,
     /// Given to a poll whose acknowledgement counted: kept before the answers to polls that
     /// acknowledged nothing (first polls, and requests that are not the service's).
     continued: bool,
@@ -178,6 +183,8 @@ pub enum Recipient {
         token: u128,
         /// The chain of the answer the poll acknowledged; `None` starts a new one.
         chain: Option<Chain>,
+        /// When the poll arrived: no earlier than its send, where the poller anchors the copy.
+        arrived: Instant,
     },
     /// The service pushed to at `--app-url`.
     Pushed,
@@ -215,12 +222,18 @@ impl ServiceCopy {
             state,
         };
         let (holder, token) = match to {
-            Recipient::Poller { token, chain } => {
+            Recipient::Poller {
+                token,
+                chain,
+                arrived,
+            } => {
                 self.remember(Given {
                     token,
                     number,
                     chain: chain.unwrap_or(Chain(number)),
                     answered,
+                    copy_end: (lease_ttl_ms > 0)
+                        .then(|| arrived.min(now) + Duration::from_millis(lease_ttl_ms)),
                     continued: chain.is_some(),
                 });
                 let chain = chain.unwrap_or(Chain(number));
@@ -474,15 +487,19 @@ impl ServiceCopy {
             .max()
     }
 
-    /// When the copy `chain`'s poller holds for shards still given to it runs out; `None` when
-    /// nothing is given to it (or its holds were left to time).
-    pub fn copy_end_of(&self, chain: Chain) -> Option<Instant> {
-        self.told
-            .values()
-            .filter_map(|told| told.holds.get(&Holder::Chain(chain)))
-            .filter(|hold| hold.dropped_by.is_none())
-            .map(|hold| hold.until)
-            .max()
+    /// When the copy a poller holds runs out, counted from the arrival of the poll its last
+    /// answer went to (P16.1: it counts from that poll's send, which is no later). The poller of
+    /// `chain` holds that chain's last answer; a poll that continues no kept chain is taken to
+    /// hold the last answer given to any poll. `None` when that answer gave no lease.
+    ///
+    /// Not the end a revoke waits for: a hold's `until` counts from the answer, no earlier than
+    /// `lease_expires_monotonic_ns`, which the poller may keep to instead.
+    pub fn poller_copy_end(&self, chain: Option<Chain>) -> Option<Instant> {
+        let last_to_chain =
+            chain.and_then(|chain| self.recent.iter().rev().find(|given| given.chain == chain));
+        last_to_chain
+            .or_else(|| self.recent.back())
+            .and_then(|given| given.copy_end)
     }
 
     /// The shards the service may still be admitting, with their epochs, ascending.

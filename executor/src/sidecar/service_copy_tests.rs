@@ -59,6 +59,7 @@ impl Poller {
             Recipient::Poller {
                 token,
                 chain: self.chain,
+                arrived: now,
             },
         );
         assert_eq!(permits.token, Some(format!("{token:032x}")));
@@ -378,5 +379,35 @@ fn p16_1_each_poller_has_its_own_copy_end() {
     let t1 = t0 + Duration::from_secs(1);
     Poller::default().answer(&mut copy, &view(6, &[(1, 3)], t1 + LEASE), t1);
     assert_eq!(copy.copy_end(), Some(t1 + LEASE));
-    assert_eq!(copy.copy_end_of(chain), Some(t0 + LEASE));
+    assert_eq!(copy.poller_copy_end(Some(chain)), Some(t0 + LEASE));
+}
+
+/// P16.1: a poller anchors its copy at its poll's send, so the sidecar counts the copy from the
+/// poll's arrival (no earlier than the send), not from its answer: a poll held 1.4 s gets an
+/// answer whose copy ends, for its poller, 1.4 s before the answer's instant plus its
+/// `lease_ttl_ms`. The hold a revoke waits for still ends at the later instant, the end of
+/// `lease_expires_monotonic_ns`, which the poller may keep to instead.
+#[test]
+fn p16_1_a_pollers_copy_counts_from_its_polls_arrival() {
+    let t0 = Instant::now();
+    let held = Duration::from_millis(1_400);
+    let answered_at = t0 + held;
+    let mut copy = ServiceCopy::default();
+    let (permits, _, _) = copy.answer(
+        &view(5, &[(1, 3)], answered_at + LEASE),
+        answered_at,
+        Recipient::Poller {
+            token: 7,
+            chain: None,
+            arrived: t0,
+        },
+    );
+    assert_eq!(permits.lease_ttl_ms, 3_000);
+    assert_eq!(copy.poller_copy_end(None), Some(t0 + LEASE));
+    assert_eq!(copy.copy_end(), Some(answered_at + LEASE));
+    assert!(
+        copy.expire(t0 + LEASE).is_empty(),
+        "a revoke waits for the end counted from the answer"
+    );
+    assert_eq!(changes(&copy.expire(answered_at + LEASE)), [(STOP, 1, 3)]);
 }

@@ -442,12 +442,12 @@ async fn p16_2_a_sidecars_graceful_stop_waits_for_the_service() {
         );
         sleep(secs(1)).await;
         let shared = Arc::clone(&harness.shared);
-        let first = service.answer_poll(|now| shared.view_at(now), None);
+        let first = service.answer_poll(|now| shared.view_at(now), None, Instant::now());
         harness.shutdown_tx.send_replace(true);
         sleep(ms(100)).await;
         // The service's next poll, acknowledging the first answer, is answered `stopping` at once.
         let chain = service.acknowledge(ack_of(&first)).unwrap();
-        let stopping = service.answer_poll(|now| shared.view_at(now), Some(chain));
+        let stopping = service.answer_poll(|now| shared.view_at(now), Some(chain), Instant::now());
         assert_eq!(stopping.state, leasehold_api::wire::LocalState::Stopping);
         assert!(
             !harness
