@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use self::config_writes::ConfigWrites;
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
-use self::placement::{PlacementSettings, SpacePlacement, TermPlacement};
+use self::placement::{PlacementSettings, SpacePlacement, TermPlacement, SETTLE_LOOK_INTERVAL_MS};
 use self::prepare::Prepared;
 use self::term::{NextStep, Office, TermSteps, Written};
 use crate::cpu_bound;
@@ -165,10 +165,22 @@ async fn lead_term(
         let NextStep::After { tick_ms } = term_steps.next_step(lease_ms) else {
             continue;
         };
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(tick_ms)) => {}
-            _ = node.signals.replan.notified() => {}
-            _ = shutdown.changed() => {}
+        let next_step = tokio::time::sleep(Duration::from_millis(tick_ms));
+        tokio::pin!(next_step);
+        loop {
+            // While a balance move's handoff is under way, look often whether it completed: its
+            // charge runs for a minute from then (P15.3), not from the next step.
+            let look = term_steps.placement().balance_in_flight();
+            tokio::select! {
+                _ = &mut next_step => break,
+                _ = node.signals.replan.notified() => break,
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(Duration::from_millis(SETTLE_LOOK_INTERVAL_MS)), if look => {
+                    let now_ms = node.leadership.clock.now_ms();
+                    node.state
+                        .read(|applied| term_steps.placement_mut().settle(&applied.state, now_ms));
+                }
+            }
         }
     }
     let _ = stop_delivery.send(true);

@@ -128,6 +128,9 @@ impl TermSteps {
         let decision =
             self.core
                 .step_judging(now_ms, state, last_renewal_applied_ms, told_from_memory);
+        // Balance moves whose handoffs completed since the last step are charged for a minute
+        // from now, not from their plan (P15.3).
+        self.placement.settle(state, now_ms);
         let inputs = self.placement.inputs_by_namespace(state, now_ms);
         self.writes = Some(StepWrites::with_placement(
             decision,

@@ -151,8 +151,11 @@ fn p15_1_what_placement_goes_by() {
 
 #[test]
 fn p15_3_the_budget_is_counted_over_a_minute() {
+    let world = World::new(8, LEASE_MS);
     let mut ledger = BalanceLedger::new();
     ledger.record(10_000, &[1, 2, 3]);
+    // Their handoffs complete at once.
+    ledger.settle(space_of(&world.state), 10_000);
     assert_eq!(ledger.allowed(10_000, 5), 2);
     assert_eq!(ledger.allowed(10_000 + BUDGET_WINDOW_MS - 1, 5), 2);
     assert_eq!(ledger.allowed(10_000 + BUDGET_WINDOW_MS, 5), 5);
@@ -299,6 +302,9 @@ impl LongRun {
                 }
             }
             self.acknowledge_all();
+            // The leader sees the handoffs complete (within a look, P15.3): they are charged
+            // for a minute from now.
+            self.ledger.settle(space_of(&self.world.state), self.now_ms);
         }
         for id in self.ids.clone() {
             let claims = self.world.state.delivered_set(&id);

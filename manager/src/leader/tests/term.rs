@@ -217,3 +217,77 @@ fn p18_1_a_step_places_each_namespace_by_its_own_loads() {
     }
     assert!(kv_moves > 0, "kv was rebalanced by its loads");
 }
+
+/// P15.3: a balance move is charged until a minute after its handoff completed, not a minute
+/// after its plan. Handoffs complete later than their plans (an acknowledgement's round trip, a
+/// release hook, or the old owner's expiry), so moves charged only for the minute after their
+/// plan completed late, and the next minute's completed at once, changed ownership more often in
+/// one minute than the budget allows (13 against 11 under steady load).
+#[test]
+fn p15_3_a_balance_move_is_charged_until_a_minute_after_its_handoff_completed() {
+    use crate::leader::tests::uniform_report;
+    use leasehold_api::wire::DEFAULT_NAMESPACE;
+
+    // A lease long enough that nothing lapses and no handoff completes on expiry.
+    let lease_ms = 600_000;
+    let mut world = World::new(8, lease_ms);
+    let a = world.register("a", 0);
+    let b = world.register("b", 0);
+    world.move_in(DEFAULT_NAMESPACE, 0..4, &a, 0);
+    world.move_in(DEFAULT_NAMESPACE, 4..8, &b, 0);
+    let budget = 2;
+    let mut steps = TermSteps::new(
+        0,
+        GuardConfig::default(),
+        PlacementSettings {
+            max_balance_moves_per_minute: Some(budget),
+            ..PlacementSettings::default()
+        },
+        64,
+    );
+    // All of the load on a's shards: a plan moves shards to b for balance.
+    steps
+        .placement_mut()
+        .take_report(&world.state, &a, &uniform_report(0..4, 10.0));
+    steps
+        .placement_mut()
+        .take_report(&world.state, &b, &uniform_report(4..8, 0.5));
+    let allowed_at = |steps: &mut TermSteps, world: &mut World, now_ms: u64| {
+        steps
+            .begin_step(now_ms, &world.state, None, &Default::default())
+            .expect("no step under way");
+        let allowed = steps
+            .placement_inputs(DEFAULT_NAMESPACE)
+            .map(|inputs| inputs.balance_moves_allowed);
+        while let Some((_, command)) = steps.next_write(&world.state, now_ms) {
+            world.apply(command);
+            steps.written(Written::Applied, now_ms);
+        }
+        allowed
+    };
+
+    // The plan at 1 s moves the budget's worth for balance; their handoffs are under way.
+    assert_eq!(allowed_at(&mut steps, &mut world, 1_000), Some(budget));
+    let releasing: Vec<(u32, u64)> = world
+        .state
+        .shards()
+        .iter()
+        .filter_map(|shard| Some((shard.id, shard.handoff.as_ref()?.revoke_revision)))
+        .collect();
+    assert_eq!(releasing.len(), budget, "{releasing:?}");
+    // Still under way a minute and more after the plan: still charged.
+    assert_eq!(allowed_at(&mut steps, &mut world, 40_000), Some(0));
+    // a acknowledges at 70 s; the leader's step at 70 s sees the handoffs over.
+    for (shard, revoke_revision) in releasing {
+        world.apply(Command::Release {
+            now_ms: 70_000,
+            executor_id: a.clone(),
+            shards: vec![shard],
+            revoke_revision,
+        });
+    }
+    assert_eq!(allowed_at(&mut steps, &mut world, 70_000), Some(0));
+    // Charged for the minute after the step that saw them complete, not after their plan.
+    assert_eq!(allowed_at(&mut steps, &mut world, 129_999), Some(0));
+    assert_eq!(allowed_at(&mut steps, &mut world, 130_001), Some(budget));
+}
