@@ -225,6 +225,22 @@ impl ExecutorHandle {
                 sidecar.abort();
             }
         }
+        // As a sidecar, the service is told nothing more: what it may still be admitting (it
+        // never acknowledged `stopping`, or the stop was cut short) ends when its copy runs out,
+        // and is logged so now, before the process exits (P16.2).
+        if let Some(service) = self.shared.service() {
+            if let Some((shards, copy_ends_at)) = service.end_at_exit() {
+                let copy_left_ms = copy_ends_at
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    .as_millis();
+                tracing::warn!(
+                    shards,
+                    copy_left_ms,
+                    "exiting while the service may still admit shards it never acknowledged \
+                     dropping, until its copy runs out: their stops are logged at that end (P16.2)"
+                );
+            }
+        }
         let final_state = match state {
             RunState::Running => RunState::Stopped,
             other => other,

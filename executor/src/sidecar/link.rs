@@ -278,6 +278,17 @@ impl ServiceLink {
         .await
     }
 
+    /// The sidecar exits (PROTOCOL P16.2): every shard the service may still be admitting is
+    /// logged as stopped at the end of the last copy given for it, since nothing will be logged
+    /// later. Answers how many, and when the last of those copies runs out.
+    pub(crate) fn end_at_exit(&self) -> Option<(usize, Instant)> {
+        self.update(|copy, _| {
+            let events = copy.end_at_exit();
+            let last_end = events.iter().map(|event| event.at).max();
+            (last_end.map(|at| (events.len(), at)), events)
+        })
+    }
+
     /// Ends each copy at its end, so the log shows the stop and the waits above wake, until
     /// `shutdown` fires.
     pub(crate) async fn end_copies(&self, mut shutdown: ShutdownSignal) {

@@ -445,6 +445,17 @@ impl ServiceCopy {
         })
     }
 
+    /// The sidecar exits and tells the service nothing more: each shard still told ends when
+    /// the last copy (or permit) given for it runs out, the latest the service may admit it,
+    /// which is when its stop is stamped (no earlier than admission ended, however far ahead).
+    pub fn end_at_exit(&mut self) -> Vec<AdmissionEvent> {
+        self.close(|holds| {
+            let last_end = holds.values().map(|hold| hold.until).max();
+            holds.clear();
+            last_end.map(|at| (at, AdmissionReason::LeaseLapsed))
+        })
+    }
+
     /// Runs `ends` on each shard's holds (it removes those that ended, and answers when and why
     /// the last it removed ended); a shard left without holds stops, stamped at the latest end.
     fn close(

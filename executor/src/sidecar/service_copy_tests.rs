@@ -411,3 +411,43 @@ fn p16_1_a_pollers_copy_counts_from_its_polls_arrival() {
     );
     assert_eq!(changes(&copy.expire(answered_at + LEASE)), [(STOP, 1, 3)]);
 }
+
+/// P16.2: when the sidecar exits, each shard the service may still be admitting stops at the
+/// end of the last copy given for it (a poller's, or a permit's window), the latest the service
+/// may admit it; a shard dropped by an answer not yet acknowledged is among them.
+#[test]
+fn p16_2_at_exit_each_shard_told_stops_at_the_end_of_its_last_copy() {
+    let t0 = Instant::now();
+    let t1 = t0 + Duration::from_secs(1);
+    let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3), (2, 4)], t0 + LEASE), t0);
+    service.acknowledge(&mut copy, t1);
+    service.answer(&mut copy, &view(6, &[(1, 3)], t1 + LEASE), t1);
+    let permit_window = Duration::from_millis(800);
+    copy.permit("ex-1", 5, 2, t1 + permit_window, t1);
+    let stops: Vec<(u32, u64, AdmissionChange, Instant, AdmissionReason)> = copy
+        .end_at_exit()
+        .into_iter()
+        .map(|event| {
+            (
+                event.shard,
+                event.epoch,
+                event.change,
+                event.at,
+                event.reason,
+            )
+        })
+        .collect();
+    let lapsed = AdmissionReason::LeaseLapsed;
+    assert_eq!(
+        stops,
+        [
+            (1, 3, STOP, t1 + LEASE, lapsed),
+            (2, 4, STOP, t0 + LEASE, lapsed),
+            (5, 2, STOP, t1 + permit_window, lapsed),
+        ]
+    );
+    assert!(copy.is_empty());
+    assert!(copy.end_at_exit().is_empty(), "each stop is logged once");
+}

@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use super::http::{app, assert_problem, call};
 use super::set;
-use crate::handle::ExecutorHandle;
+use crate::admission_log::AdmissionLog;
+use crate::handle::{ExecutorHandle, Tasks};
 use crate::manager::ManagerLink;
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
@@ -44,7 +45,15 @@ fn handle_of(shared: &Arc<Shared>) -> ExecutorHandle {
 /// `lease_ttl_ms`, its link, and its local router. Copies that run out end as they would in
 /// production (the task is left to the runtime).
 fn sidecar_with_lease(lease_ttl_ms: u64) -> (Arc<Shared>, Arc<ServiceLink>, Router) {
-    let link = Arc::new(ServiceLink::new(None));
+    sidecar_logging(lease_ttl_ms, None)
+}
+
+/// [`sidecar_with_lease`], writing what the service was told to `log` (`--event-log`).
+fn sidecar_logging(
+    lease_ttl_ms: u64,
+    log: Option<AdmissionLog>,
+) -> (Arc<Shared>, Arc<ServiceLink>, Router) {
+    let link = Arc::new(ServiceLink::new(log));
     let shared = Arc::new(
         Shared::new(
             "http://127.0.0.1:9".into(),
@@ -226,6 +235,64 @@ async fn p16_1_a_service_polling_at_once_never_lets_its_copy_lapse_at_a_3s_lease
         "{} answers; each came this many ms before the service's copy ran out: {margins_ms:?}",
         margins_ms.len()
     );
+}
+
+/// P16.2: a sidecar that exits while its service may still admit shards (it never
+/// acknowledged `stopping`) logs each one's stop at the end of the copy the service holds,
+/// before it exits: nothing is logged later, and an interval left open would last for ever.
+#[tokio::test(start_paused = true)]
+async fn p16_2_an_exiting_sidecar_logs_the_end_of_the_services_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("events.jsonl");
+    let log = AdmissionLog::open(&log_path).unwrap();
+    let (shared, _, router) = sidecar_logging(3_000, Some(log));
+    let answer = get(&router, "/v1/local/permits").await;
+    let lease_ttl_ms = answer.2["lease_ttl_ms"].as_u64().unwrap();
+    let handle = handle_of(&shared);
+    handle
+        .hold(Tasks {
+            lease: tokio::spawn(async { crate::status::RunState::Stopped }),
+            lapse_watcher: tokio::spawn(async {}),
+            server: tokio::spawn(async {}),
+            sidecar: None,
+        })
+        .await;
+    handle.shutdown().await;
+    let lines: Vec<Value> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let events: Vec<(u64, &str, &str)> = lines
+        .iter()
+        .map(|line| {
+            (
+                line["shard"].as_u64().unwrap(),
+                line["event"].as_str().unwrap(),
+                line["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (1, "start", "assigned"),
+            (2, "start", "assigned"),
+            (1, "stop", "lease_lapsed"),
+            (2, "stop", "lease_lapsed"),
+        ]
+    );
+    let t_ns = |line: &Value| line["t_ns"].as_u64().unwrap();
+    let copy_ns = lease_ttl_ms * 1_000_000;
+    for (start, stop) in [(&lines[0], &lines[2]), (&lines[1], &lines[3])] {
+        let interval_ns = t_ns(stop) - t_ns(start);
+        // Not before the copy's end; later only by the real time the test took (the tokio
+        // clock is paused, CLOCK_MONOTONIC is not).
+        assert!(
+            interval_ns >= copy_ns && interval_ns < copy_ns + 1_000_000_000,
+            "{interval_ns} ns for a copy of {lease_ttl_ms} ms"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
