@@ -979,3 +979,54 @@ async fn p17_4_a_move_is_not_repeated_when_its_outcome_is_unknown() {
     client.pin_shard(3, "ex-2").await.unwrap_err();
     assert!(hits.get() > 2, "a pin is repeated within the patience");
 }
+
+/// P7.3: one replica holds every renewal (cut off from its quorum, or from the client) while a
+/// follower still names it leader. Each attempt is bounded by the caller's attempt timeout, not
+/// the request timeout, and the silent replica is passed over, its name in another's refusal
+/// included, so the renewal reaches the replica that grants it within a patience that the
+/// request timeout alone would use up; the next call does not go back to the silent one.
+#[tokio::test]
+async fn p7_3_a_silent_replica_is_passed_over_even_when_named_leader() {
+    let silent_hits = Hits::default();
+    let counter = silent_hits.clone();
+    let silent = serve(Router::new().route(
+        "/v1/executors/{id}/renew",
+        post(move |Path(id): Path<String>| {
+            counter.bump();
+            async move {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Json(grant(&id))
+            }
+        }),
+    ))
+    .await;
+    let named = silent.clone();
+    let follower = serve(Router::new().route(
+        "/v1/executors/{id}/renew",
+        post(move || {
+            let named = named.clone();
+            async move { problem(ErrorCode::NotLeader, Some(&named)) }
+        }),
+    ))
+    .await;
+    let granting = serve(Router::new().route(
+        "/v1/executors/{id}/renew",
+        post(|Path(id): Path<String>| async move { Json(grant(&id)) }),
+    ))
+    .await;
+    let config = ClientConfig {
+        request_timeout: Duration::from_secs(5),
+        patience: Duration::from_secs(1),
+        retry_interval: Duration::from_millis(50),
+    };
+    let client = client(&[&silent, &follower, &granting], config);
+    let bound = Some(Duration::from_millis(200));
+    for call in 1..=2 {
+        let granted = client
+            .renew_within("ex-1", None, &renew_request(), bound)
+            .await
+            .unwrap_or_else(|e| panic!("call {call}: {e}"));
+        assert_eq!(granted, grant("ex-1"), "call {call}");
+    }
+    assert_eq!(silent_hits.get(), 1, "the silent replica was asked again");
+}

@@ -13,6 +13,12 @@
 //! Retries stop once [`ClientConfig::patience`] is spent; the last error is then wrapped in
 //! [`ClientError::PatienceExhausted`]. No attempt starts after the deadline, so a call takes at
 //! most `patience + request_timeout`. Dropping the future cancels the call.
+//!
+//! A replica that did not answer (its connection failed, or the request got no reply in time) is
+//! passed over for [`SILENT_REPLICA_REST`]: neither the endpoint order nor a leader another
+//! replica names sends the next attempts there while another replica is left to ask (P7.3). A
+//! replica cut off from the client may still be named leader by followers that have not noticed
+//! yet, and every attempt it holds costs the caller a whole attempt's bound.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +52,9 @@ pub use error::{error_chain, ClientError};
 /// partitioned replica (packets dropped, no RST) costs about a second of the patience budget
 /// before the next endpoint is tried, not the whole request timeout.
 const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(1);
+
+/// How long a replica that did not answer is passed over while another is left to ask (P7.3).
+pub const SILENT_REPLICA_REST: Duration = Duration::from_secs(2);
 
 /// Largest reply body read into memory; bounds what a confused or hostile peer can make us
 /// allocate. Far above the biggest legitimate reply (`/v1/state` of a large cluster).
@@ -146,6 +155,33 @@ struct Route {
     leader: Option<String>,
     /// Index into the configured endpoints of the one to try when no leader is known.
     cursor: usize,
+    /// Replicas that did not answer their last attempt, and until when each is passed over;
+    /// at most one entry per endpoint and one for a named leader outside them.
+    silent: Vec<(String, Instant)>,
+}
+
+impl Route {
+    fn is_resting(&self, base: &str, now: Instant) -> bool {
+        self.silent
+            .iter()
+            .any(|(silent, until)| silent == base && now < *until)
+    }
+
+    /// `base` did not answer at `now`: pass it over until `now + SILENT_REPLICA_REST`.
+    fn went_silent(&mut self, base: &str, now: Instant, most: usize) {
+        self.silent
+            .retain(|(silent, until)| silent != base && now < *until);
+        if self.silent.len() >= most {
+            // The one passed over longest is the first let back.
+            self.silent.remove(0);
+        }
+        self.silent
+            .push((base.to_owned(), now + SILENT_REPLICA_REST));
+    }
+
+    fn answered(&mut self, base: &str) {
+        self.silent.retain(|(silent, _)| silent != base);
+    }
 }
 
 #[derive(Debug)]
@@ -283,6 +319,20 @@ impl Client {
         credential: Option<&Credential>,
         request: &RenewRequest,
     ) -> Result<Grant, ClientError> {
+        self.renew_within(executor_id, credential, request, None)
+            .await
+    }
+
+    /// [`Client::renew`] with each attempt bounded by `attempt_timeout` (else the request
+    /// timeout): an executor bounds each by a fraction of its lease, so one replica that holds
+    /// the request cannot use up the time the lease leaves to reach the others (P7.3).
+    pub async fn renew_within(
+        &self,
+        executor_id: &str,
+        credential: Option<&Credential>,
+        request: &RenewRequest,
+        attempt_timeout: Option<Duration>,
+    ) -> Result<Grant, ClientError> {
         let path = format!("/v1/executors/{}/renew", path_segment(executor_id)?);
         let cluster_version = self.cluster_version();
         let mut sent = if request.claim_runs.is_none() && cluster_version >= COMPACT_SHARDS_SCHEMA {
@@ -295,12 +345,13 @@ impl Client {
         }
         let body = encode(sent.as_ref())?;
         let reply = self
-            .send_as(
+            .send_bounded(
                 Method::POST,
                 &path,
                 Some(body),
                 Idempotency::Safe,
                 credential,
+                attempt_timeout,
             )
             .await?;
         decode::<Grant>(&reply)?
@@ -357,7 +408,15 @@ impl Client {
         let base = normalize_endpoint(endpoint)?;
         let request_id = self.next_request_id();
         let reply = self
-            .attempt(&base, &Method::GET, "/v1/cluster", None, &request_id, None)
+            .attempt(
+                &base,
+                &Method::GET,
+                "/v1/cluster",
+                None,
+                &request_id,
+                None,
+                None,
+            )
             .await
             .map_err(Failure::into_error)?;
         decode(&reply)
@@ -842,6 +901,21 @@ impl Client {
         idempotency: Idempotency,
         credential: Option<&Credential>,
     ) -> Result<Reply, ClientError> {
+        self.send_bounded(method, path, body, idempotency, credential, None)
+            .await
+    }
+
+    /// [`Client::send_as`] with each attempt bounded by `attempt_timeout` (else the request
+    /// timeout).
+    async fn send_bounded(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        idempotency: Idempotency,
+        credential: Option<&Credential>,
+        attempt_timeout: Option<Duration>,
+    ) -> Result<Reply, ClientError> {
         let config = self.inner.config;
         let deadline = Instant::now() + config.patience;
         // The same id on every retry, so server logs show one call, not several.
@@ -863,6 +937,7 @@ impl Client {
                     body.as_deref(),
                     &request_id,
                     credential,
+                    attempt_timeout,
                 )
                 .await
             {
@@ -925,7 +1000,9 @@ impl Client {
         }
     }
 
-    /// One request to one replica, classified. Records any leader the reply names.
+    /// One request to one replica, classified, bounded by `attempt_timeout` when given (else the
+    /// request timeout). Records any leader the reply names, and whether the replica answered.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         base: &str,
@@ -934,6 +1011,7 @@ impl Client {
         body: Option<&[u8]>,
         request_id: &str,
         credential: Option<&Credential>,
+        attempt_timeout: Option<Duration>,
     ) -> Result<Reply, Failure> {
         let url = format!("{base}{path}");
         let mut request = self
@@ -950,10 +1028,20 @@ impl Client {
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body.to_vec());
         }
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| classify_send_error(&url, &e))?;
+        if let Some(bound) = attempt_timeout {
+            request = request.timeout(bound);
+        }
+        let mut response = match request.send().await {
+            Ok(response) => {
+                self.route().answered(base);
+                response
+            }
+            Err(error) => {
+                let most = self.inner.endpoints.len() + 1;
+                self.route().went_silent(base, Instant::now(), most);
+                return Err(classify_send_error(&url, &error));
+            }
+        };
 
         let header_leader = response
             .headers()
@@ -1030,13 +1118,23 @@ impl Client {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The known leader, else the current endpoint.
+    /// The known leader, else the current endpoint; a replica resting after it did not answer
+    /// only when every other one rests too (P7.3).
     fn target(&self) -> String {
+        let now = Instant::now();
         let route = self.route();
-        match &route.leader {
-            Some(leader) => leader.clone(),
-            None => self.inner.endpoints[route.cursor % self.inner.endpoints.len()].clone(),
+        let endpoints = &self.inner.endpoints;
+        if let Some(leader) = route.leader.as_ref().filter(|l| !route.is_resting(l, now)) {
+            return leader.clone();
         }
+        let cursor = route.cursor % endpoints.len();
+        let answering = (0..endpoints.len())
+            .map(|step| &endpoints[(cursor + step) % endpoints.len()])
+            .find(|endpoint| !route.is_resting(endpoint, now));
+        answering
+            .or(route.leader.as_ref())
+            .unwrap_or(&endpoints[cursor])
+            .clone()
     }
 
     /// `target` failed: forget it as leader and move past it. Compares before changing so
