@@ -39,6 +39,20 @@ pub const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 /// zero) from turning the retry loop into a busy loop.
 pub const RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
 
+/// A renewal attempt may take at most this share of the lease (P7.3): a manager that holds it
+/// (cut off from its quorum, or from this executor) leaves most of what is left of a copy
+/// renewed a third into it to reach the others.
+pub const GRANT_ATTEMPTS_PER_LEASE: u32 = 6;
+/// The shortest bound on one renewal attempt, whatever the lease: a round trip and a commit.
+pub const GRANT_ATTEMPT_MIN: Duration = Duration::from_millis(100);
+
+/// The bound on each attempt of a renewal under a lease told as `last_lease_ttl` (P7.3): a
+/// [`GRANT_ATTEMPTS_PER_LEASE`]th of it, at least [`GRANT_ATTEMPT_MIN`]; `None` before any grant
+/// (the request timeout bounds it then).
+pub fn grant_attempt_timeout(last_lease_ttl: Option<Duration>) -> Option<Duration> {
+    last_lease_ttl.map(|lease_ttl| (lease_ttl / GRANT_ATTEMPTS_PER_LEASE).max(GRANT_ATTEMPT_MIN))
+}
+
 /// The executor's copy of its lease: one per executor, not per shard (§1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeaseClock {
@@ -249,6 +263,25 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// P7.3: a renewal attempt takes at most a sixth of the lease, never less than the floor;
+    /// before any grant the request timeout bounds it.
+    #[test]
+    fn p7_3_a_renewal_attempt_takes_a_sixth_of_the_lease() {
+        assert_eq!(grant_attempt_timeout(None), None);
+        assert_eq!(
+            grant_attempt_timeout(Some(Duration::from_secs(3))),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            grant_attempt_timeout(Some(Duration::from_secs(60))),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            grant_attempt_timeout(Some(Duration::from_millis(300))),
+            Some(GRANT_ATTEMPT_MIN)
+        );
+    }
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

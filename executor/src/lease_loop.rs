@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::admission::{AdmissionState, AppliedMark, ForeignGrant, GrantApplied};
 use crate::assignment::SetOutcome;
-use crate::lease::{CallOutcome, LeaseClock, NextCall};
+use crate::lease::{grant_attempt_timeout, CallOutcome, LeaseClock, NextCall};
 use crate::lease_calls::{CallKind, GrantTaken, LeaseCalls, LeaseHolder};
 use crate::manager::ManagerApi;
 use crate::metrics::{count_disowned_push, count_lease_call, count_self_drain};
@@ -77,7 +77,12 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
             CallKind::Register(request) => (manager.register(request).await, "register"),
             CallKind::Renew(due) => (
                 manager
-                    .renew(&due.executor_id, &due.credential, &due.request)
+                    .renew(
+                        &due.executor_id,
+                        &due.credential,
+                        &due.request,
+                        grant_attempt_timeout(shared.lease().last_lease_ttl()),
+                    )
                     .await,
                 "renew",
             ),

@@ -39,12 +39,15 @@ pub(crate) trait ManagerApi: Send + Sync + 'static {
         request: &RegisterRequest,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
 
-    /// `POST /v1/executors/{id}/renew`, presenting the executor's credential (P13.4).
+    /// `POST /v1/executors/{id}/renew`, presenting the executor's credential (P13.4), each
+    /// attempt bounded by `attempt_timeout` when given, and never past the request timeout
+    /// (P7.3).
     fn renew(
         &self,
         executor_id: &str,
         credential: &Credential,
         request: &RenewRequest,
+        attempt_timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send;
 
     /// `POST /v1/executors/{id}/drain` with the executor's own credential (P17.2), then the
@@ -244,8 +247,12 @@ impl ManagerApi for ManagerLink {
         executor_id: &str,
         credential: &Credential,
         request: &RenewRequest,
+        attempt_timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
-        self.grants.renew(executor_id, Some(credential), request)
+        let request_timeout = self.grants.config().request_timeout;
+        let attempt_timeout = attempt_timeout.map(|bound| bound.min(request_timeout));
+        self.grants
+            .renew_within(executor_id, Some(credential), request, attempt_timeout)
     }
 
     fn drain_self(

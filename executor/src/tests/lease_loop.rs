@@ -150,17 +150,20 @@ async fn p3_5_renews_after_a_third_of_the_remaining_lease() {
         .map(|at| at - harness.t0)
         .collect();
     assert_eq!(offsets, [10, 20, 30, 40, 50, 60].map(secs));
-    // Every renewal claims the held set at the last applied revision (P4.1, P4.2).
+    // Every renewal claims the held set at the last applied revision (P4.1, P4.2), each attempt
+    // bounded by a sixth of the lease (P7.3).
     for call in harness.fake.calls() {
         if let Call::Renew {
             request,
             executor_id,
+            attempt_timeout,
             ..
         } = call
         {
             assert_eq!(executor_id, "ex-1");
             assert_eq!(request.claims, set(&[(1, 1)]));
             assert_eq!(request.revision, 1);
+            assert_eq!(attempt_timeout, Some(secs(5)));
         }
     }
     harness.stop().await;

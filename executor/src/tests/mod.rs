@@ -36,6 +36,8 @@ pub(crate) enum Call {
         executor_id: String,
         request: RenewRequest,
         at: Instant,
+        /// The bound the lease loop put on each attempt (P7.3).
+        attempt_timeout: Option<Duration>,
     },
     Deregister {
         executor_id: String,
@@ -224,6 +226,7 @@ impl ManagerApi for FakeManager {
         executor_id: &str,
         credential: &Credential,
         request: &RenewRequest,
+        attempt_timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let executor_id = executor_id.to_owned();
         let credential = credential.clone();
@@ -242,6 +245,7 @@ impl ManagerApi for FakeManager {
                     executor_id: executor_id.clone(),
                     request,
                     at: Instant::now(),
+                    attempt_timeout,
                 });
                 if state.script.forget_executor {
                     state.script.forget_executor = false;
