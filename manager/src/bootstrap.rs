@@ -66,11 +66,37 @@ pub enum BootstrapError {
     #[error("rejoining through {url}: {reason}")]
     Rejoin { url: String, reason: String },
     #[error("joining through {url}: {reason}")]
-    Join { url: String, reason: String },
+    Join {
+        url: String,
+        reason: String,
+        /// The cluster's membership of this node is what it was before the join was asked:
+        /// nothing outside this node knows its storage.
+        membership_unchanged: bool,
+    },
     #[error("raft: {0}")]
     Raft(String),
     #[error("stopped before the node became part of a cluster")]
     Stopped,
+}
+
+impl BootstrapError {
+    /// Whether the cluster was left knowing nothing of this node's storage: a refusal before it
+    /// became part of the cluster, after which a start on the same directory begins afresh. Its
+    /// data directory, if this start created the storage, can then be left as it was found
+    /// (`server::run`), so that the command the refusal names works on it. A rejoin that removed
+    /// the old membership and then failed counts: the removal concerns the old storage only.
+    pub fn cluster_knows_nothing_of_this_storage(&self) -> bool {
+        match self {
+            BootstrapError::KnownWithOtherStorage { .. }
+            | BootstrapError::RejoinNotNew { .. }
+            | BootstrapError::Rejoin { .. } => true,
+            BootstrapError::Join {
+                membership_unchanged,
+                ..
+            } => *membership_unchanged,
+            BootstrapError::Raft(_) | BootstrapError::Stopped => false,
+        }
+    }
 }
 
 /// What a formation attempt found.
@@ -292,6 +318,7 @@ pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
     let join_error = |reason: String| BootstrapError::Join {
         url: url.to_string(),
         reason,
+        membership_unchanged: true,
     };
     let asked = join_client(node, vec![url.to_string()], REJOIN_PROBE_TIMEOUT)
         .map_err(|e| join_error(e.to_string()))?;
@@ -306,12 +333,37 @@ pub async fn join(node: &ManagerNode, url: &str) -> Result<(), BootstrapError> {
         address: node.leadership.advertise.clone(),
     };
     tracing::info!(%url, leader = ?info.leader_address, "asking to join as a learner");
-    client
-        .add_node(&request)
-        .await
-        .map_err(|e| join_error(e.to_string()))?;
+    if let Err(error) = client.add_node(&request).await {
+        // Refused, or no answer: whether the cluster added this node (and so learned its
+        // storage) is what the membership says now, asked of the leader first (a membership
+        // change is in its configuration as soon as it is appended there). No answer: unknown.
+        let before = membership_of(&info, node.leadership.id);
+        let membership_unchanged =
+            match join_client(node, leader_first(&info, url), REJOIN_PROBE_TIMEOUT) {
+                Ok(ask) => ask
+                    .cluster_info()
+                    .await
+                    .is_ok_and(|now| membership_of(&now, node.leadership.id) == before),
+                Err(_) => false,
+            };
+        return Err(BootstrapError::Join {
+            url: url.to_string(),
+            reason: error.to_string(),
+            membership_unchanged,
+        });
+    }
     tracing::info!(%url, "joined the cluster as a voter");
     Ok(())
+}
+
+/// Node `id`'s place in the membership `info` shows: voter or learner, at which address.
+fn membership_of(info: &ClusterInfo, id: NodeId) -> Option<(bool, String)> {
+    info.voters
+        .iter()
+        .map(|member| (member, true))
+        .chain(info.learners.iter().map(|member| (member, false)))
+        .find(|(member, _)| member.node_id == id)
+        .map(|(member, voter)| (voter, member.address.clone()))
 }
 
 /// `--join URL --rejoin`: for a member whose data directory was lost. Refused unless the data

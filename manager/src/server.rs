@@ -362,7 +362,11 @@ pub async fn run(
         }
         None => None,
     };
+    let found = DataDirAtStart::look(&config.data_dir);
     let (replica, fatal_rx) = Replica::start(&config, metrics).await?;
+    // The storage is this start's own: a refusal before the node became part of a cluster may
+    // take it away again.
+    let storage_is_new = replica.node.identity.is_fresh();
     let router = replica.router(&config);
     // One budget for both listeners, with half the descriptors reserved for storage and peers
     // (P13.6): a stranger holding connections to every port cannot take those.
@@ -452,11 +456,117 @@ pub async fn run(
         return Err(ServerError::StorageFailed { cause });
     }
     served.map_err(ServerError::Serve)?;
+    let node = replica.node.clone();
     replica.shut_down().await?;
     tracing::info!("stopped");
     match reason {
-        StopReason::Bootstrap(error) => Err(error.into()),
+        StopReason::Bootstrap(error) => {
+            if storage_is_new && error.cluster_knows_nothing_of_this_storage() {
+                // A refused start leaves the data directory as it found it, so that the start
+                // the refusal names (`--join URL --rejoin`, `--join`) finds it new.
+                await_last_handle(node).await;
+                found.put_back();
+            }
+            Err(error.into())
+        }
         StopReason::Requested | StopReason::StorageFailed(_) => Ok(()),
+    }
+}
+
+/// Bound on waiting for the node's tasks to let go of it (and of its storage) after a refused
+/// start.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Waits (bounded) until `node` is the last handle on the node, then drops it: the storage is
+/// closed once the stopped tasks have ended.
+async fn await_last_handle(node: Arc<ManagerNode>) {
+    let deadline = tokio::time::Instant::now() + RELEASE_PATIENCE;
+    while Arc::strong_count(&node) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the data directory held before this start: whether it existed, and its entries.
+#[derive(Debug)]
+struct DataDirAtStart {
+    path: std::path::PathBuf,
+    /// `None`: it did not exist. `Some(entries)`: it did, holding those (a mount point's
+    /// `lost+found`, say).
+    entries: Option<std::collections::BTreeSet<std::ffi::OsString>>,
+    /// A prepared backup waited in it (`leaseholdctl snapshot restore`): the start imports it
+    /// and renames it, so the directory cannot be put back as it was.
+    held_a_backup: bool,
+    /// It could not be read: nothing is put back.
+    unreadable: bool,
+}
+
+impl DataDirAtStart {
+    fn look(path: &std::path::Path) -> Self {
+        let mut found = Self {
+            path: path.to_path_buf(),
+            entries: None,
+            held_a_backup: false,
+            unreadable: false,
+        };
+        match std::fs::read_dir(path) {
+            Ok(listing) => {
+                let mut entries = std::collections::BTreeSet::new();
+                for entry in listing {
+                    match entry {
+                        Ok(entry) => {
+                            entries.insert(entry.file_name());
+                        }
+                        Err(_) => found.unreadable = true,
+                    }
+                }
+                found.held_a_backup = entries.iter().any(|name| {
+                    name == leasehold_api::backup::RESTORE_FILE_NAME
+                        || name == leasehold_api::backup::RESTORED_FILE_NAME
+                });
+                found.entries = Some(entries);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => found.unreadable = true,
+        }
+        found
+    }
+
+    /// Removes what this start created in the directory (the directory itself when it did not
+    /// exist), and nothing it found there. Logged; a failure is logged, not raised: the start
+    /// was refused already, for its own reason.
+    fn put_back(&self) {
+        if self.unreadable || self.held_a_backup {
+            return;
+        }
+        let outcome = match &self.entries {
+            None => std::fs::remove_dir_all(&self.path),
+            Some(found) => std::fs::read_dir(&self.path).and_then(|listing| {
+                for entry in listing {
+                    let entry = entry?;
+                    if found.contains(&entry.file_name()) {
+                        continue;
+                    }
+                    if entry.file_type()?.is_dir() {
+                        std::fs::remove_dir_all(entry.path())?;
+                    } else {
+                        std::fs::remove_file(entry.path())?;
+                    }
+                }
+                Ok(())
+            }),
+        };
+        match outcome {
+            Ok(()) => tracing::info!(
+                data_dir = %self.path.display(),
+                "the start was refused: the data directory is left as it was found"
+            ),
+            Err(error) => tracing::warn!(
+                data_dir = %self.path.display(),
+                %error,
+                "the start was refused, and what it created in the data directory could not \
+                 all be removed: remove the directory's contents before starting again"
+            ),
+        }
     }
 }
 
@@ -497,5 +607,73 @@ async fn step_down(node: &ManagerNode) {
         Err(error) => {
             tracing::warn!(%error, "no new leader before stopping; followers will elect one")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // A test module: a failed expectation is a failed test.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::DataDirAtStart;
+    use std::path::Path;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// What a start creates, as sled does: files and a directory.
+    fn create_storage(dir: &Path) {
+        std::fs::create_dir_all(dir.join("blobs")).unwrap();
+        std::fs::write(dir.join("blobs").join("1"), b"x").unwrap();
+        std::fs::write(dir.join("conf"), b"x").unwrap();
+        std::fs::write(dir.join("db"), b"x").unwrap();
+    }
+
+    /// A refused start puts the data directory back as it found it: gone when it was absent,
+    /// emptied of what the start made when it held something (a volume's `lost+found`), and
+    /// untouched when a prepared backup was in it (the start renamed that).
+    #[test]
+    fn a_refused_start_leaves_the_data_directory_as_it_found_it() {
+        let root = tempfile::tempdir().unwrap();
+
+        let absent = root.path().join("absent");
+        let found = DataDirAtStart::look(&absent);
+        create_storage(&absent);
+        found.put_back();
+        assert!(!absent.exists());
+
+        let emptied = root.path().join("emptied");
+        std::fs::create_dir_all(&emptied).unwrap();
+        let found = DataDirAtStart::look(&emptied);
+        create_storage(&emptied);
+        found.put_back();
+        assert_eq!(names(&emptied), Vec::<String>::new());
+
+        let volume = root.path().join("volume");
+        std::fs::create_dir_all(volume.join("lost+found")).unwrap();
+        std::fs::write(volume.join("lost+found").join("kept"), b"x").unwrap();
+        let found = DataDirAtStart::look(&volume);
+        create_storage(&volume);
+        found.put_back();
+        assert_eq!(names(&volume), ["lost+found"]);
+        assert_eq!(names(&volume.join("lost+found")), ["kept"]);
+
+        let restoring = root.path().join("restoring");
+        std::fs::create_dir_all(&restoring).unwrap();
+        std::fs::write(
+            restoring.join(leasehold_api::backup::RESTORE_FILE_NAME),
+            b"x",
+        )
+        .unwrap();
+        let found = DataDirAtStart::look(&restoring);
+        create_storage(&restoring);
+        found.put_back();
+        assert_eq!(names(&restoring).len(), 4, "nothing removed");
     }
 }

@@ -85,6 +85,16 @@ async fn wait_voter_caught_up(cluster: &mut Cluster, id: u64) -> ClusterInfo {
     .await
 }
 
+/// The names in directory `dir`, sorted.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn assert_forbidden<T: std::fmt::Debug>(
     what: &str,
     result: Result<T, leasehold_api::client::ClientError>,
@@ -181,7 +191,8 @@ async fn p13_3_a_manager_joins_a_tls_cluster_with_its_own_certificate() {
 /// only its own certificate: it removes its old membership and joins afresh, catches up by
 /// snapshot, and the cluster has one leader and three voters again. `--rejoin` on a directory
 /// that is not new is refused; a wiped manager started without `--rejoin` is still refused,
-/// both with `--initial-cluster` and with `--join` alone.
+/// both with `--initial-cluster` and with `--join` alone, and each refusal leaves the emptied
+/// directory as it found it, so that the `--join URL --rejoin` it names then works on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p13_3_a_manager_whose_data_directory_was_lost_rejoins_with_its_own_certificate() {
     let _serial = one_cluster_at_a_time().await;
@@ -248,7 +259,12 @@ async fn p13_3_a_manager_whose_data_directory_was_lost_rejoins_with_its_own_cert
     );
     cluster.manager(lost).set_env("LEASEHOLD_REJOIN", "false");
 
+    // The data directory is emptied (it stays, as an operator's `rm -rf dir/*` leaves it).
     cluster.manager(lost).wipe_data_dir();
+    let data_dir = cluster.managers[&lost].data_dir.clone();
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let as_found = || entries(&data_dir);
+    assert_eq!(as_found(), Vec::<String>::new());
     // Without --rejoin the wiped manager is still refused: with --initial-cluster ...
     cluster.manager(lost).start();
     let status = cluster.manager(lost).wait_exit(REFUSAL_BOUND).await;
@@ -258,8 +274,10 @@ async fn p13_3_a_manager_whose_data_directory_was_lost_rejoins_with_its_own_cert
     );
     let log = cluster.managers[&lost].log();
     assert!(log.contains("data directory is new"), "{log}");
+    // A refused start leaves the directory as it found it, so the start the refusal names
+    // finds it new (it left `blobs/ conf db` behind, which --rejoin then refused).
+    assert_eq!(as_found(), Vec::<String>::new(), "{log}");
     // ... and with --join alone (the cluster knows node `lost` with other storage).
-    cluster.manager(lost).wipe_data_dir();
     cluster.manager(lost).start_joining(&leader_url);
     let status = cluster.manager(lost).wait_exit(REFUSAL_BOUND).await;
     assert!(
@@ -271,6 +289,7 @@ async fn p13_3_a_manager_whose_data_directory_was_lost_rejoins_with_its_own_cert
         log.contains("--rejoin"),
         "the refusal says what to do:\n{log}"
     );
+    assert_eq!(as_found(), Vec::<String>::new(), "{log}");
     let info = cluster.cluster_info(leader).await.unwrap();
     assert_eq!(
         voter_ids(&info),
@@ -287,7 +306,7 @@ async fn p13_3_a_manager_whose_data_directory_was_lost_rejoins_with_its_own_cert
             .collect::<Vec<_>>(),
     )
     .await;
-    cluster.manager(lost).wipe_data_dir();
+    // The command the refusals named, on the directory as they left it.
     cluster.manager(lost).set_env("LEASEHOLD_REJOIN", "true");
     cluster.manager(lost).start_joining(&leader_url);
     let rejoined = wait_voter_caught_up(&mut cluster, lost).await;
