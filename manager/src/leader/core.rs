@@ -15,8 +15,10 @@
 //! - P6.3: reaping is deferred while the leader cannot rule out that the silence is its own stall:
 //!   a step that came late by more than a tick, or no renewal applied from any executor in the
 //!   window where live executors must have renewed, while it tracks two or more executors. An
-//!   episode lasts until no executor is overdue or the grace runs out (then the overdue are
-//!   reaped). One executor dying while others renew is reaped after one lease, not the grace.
+//!   episode lasts until no executor is overdue, or renewals have been applied again for two
+//!   ticks (the silence of those still overdue is then theirs, not this leader's), or the grace
+//!   runs out; in the last two cases the overdue are reaped. One executor dying while others
+//!   renew is reaped after one lease, not the grace.
 //! - P6.7: a lease is judged by the later of the expiry the log recorded and the copies this term
 //!   told from memory ([`judged_lapsed`]); a reservation (P6.6) does not hold it. When a
 //!   reservation still would, the reap is a `ReapLapsed` carrying the judged expiries.
@@ -96,6 +98,12 @@ pub enum GuardEvent {
     EpisodeStarted { reason: GuardReason, overdue: usize },
     /// The grace ran out; the overdue are reaped now: error (P6.3).
     GraceExhausted { overdue: usize, grace_ms: u64 },
+    /// Renewals have been applied again for two ticks since `renewing_since_ms` while these
+    /// stayed overdue: their silence is their own, and they are reaped now (P6.3).
+    RenewalsResumed {
+        overdue: usize,
+        renewing_since_ms: u64,
+    },
     /// Every overdue executor renewed (or was removed): the episode is over.
     EpisodeEnded,
 }
@@ -117,6 +125,8 @@ pub struct StepDecision {
 struct Episode {
     started_ms: u64,
     reason: GuardReason,
+    /// The first renewal a step of the episode saw applied after it started.
+    renewing_since_ms: Option<u64>,
 }
 
 /// The decisions of one leader for one term.
@@ -239,8 +249,21 @@ impl LeaderCore {
             decision.reap = overdue;
             return decision;
         }
-        if let Some(episode) = self.episode {
+        if let Some(mut episode) = self.episode {
             let age = now_ms.saturating_sub(episode.started_ms);
+            let renewed_since_start =
+                last_renewal_applied_ms.filter(|&at| at >= episode.started_ms && at <= now_ms);
+            if episode.renewing_since_ms.is_none() {
+                episode.renewing_since_ms = renewed_since_start;
+            }
+            let renewing_tick = renewing_tick_ms(state, &overdue);
+            let renewals_resumed = match (episode.renewing_since_ms, renewed_since_start) {
+                (Some(since), Some(latest)) => renewing_tick.is_some_and(|tick| {
+                    now_ms >= since.saturating_add(2 * tick)
+                        && latest >= now_ms.saturating_sub(2 * tick)
+                }),
+                _ => false,
+            };
             if age >= self.guard.grace_ms {
                 decision.events.push(GuardEvent::GraceExhausted {
                     overdue: overdue.len(),
@@ -248,7 +271,17 @@ impl LeaderCore {
                 });
                 self.episode = None;
                 decision.reap = overdue;
+            } else if let (true, Some(renewing_since_ms)) =
+                (renewals_resumed, episode.renewing_since_ms)
+            {
+                decision.events.push(GuardEvent::RenewalsResumed {
+                    overdue: overdue.len(),
+                    renewing_since_ms,
+                });
+                self.episode = None;
+                decision.reap = overdue;
             } else {
+                self.episode = Some(episode);
                 decision.deferral = Some(Deferral::MassExpiryGuard {
                     reason: episode.reason,
                     episode_age_ms: age,
@@ -272,6 +305,7 @@ impl LeaderCore {
                 self.episode = Some(Episode {
                     started_ms: now_ms,
                     reason,
+                    renewing_since_ms: None,
                 });
                 decision.events.push(GuardEvent::EpisodeStarted {
                     reason,
@@ -306,16 +340,7 @@ impl LeaderCore {
             return None;
         }
         let newest_overdue_ms = newest_overdue_ms?;
-        let overdue: BTreeSet<&str> = overdue.iter().map(String::as_str).collect();
-        let renewing_lease_ms = state
-            .executors()
-            .filter(|executor| !overdue.contains(executor.id.as_str()))
-            .filter_map(|executor| state.space(&executor.namespace))
-            .filter_map(|space| space.config())
-            .map(|config| config.lease_duration_ms)
-            .max()
-            .or_else(|| state.shortest_lease_duration_ms())?;
-        let tick = tick_ms(renewing_lease_ms);
+        let tick = renewing_tick_ms(state, overdue)?;
         let window_start_ms = newest_overdue_ms
             .saturating_sub(2 * tick)
             .max(self.took_office_ms);
@@ -323,6 +348,22 @@ impl LeaderCore {
             last_renewal_applied_ms.is_some_and(|at| at >= window_start_ms && at <= now_ms);
         (!renewed_in_window).then_some(GuardReason::NoRenewals { window_start_ms })
     }
+}
+
+/// The tick of the longest lease among the executors not `overdue` (their namespaces', P18.1),
+/// or of the shortest lease when every executor is overdue: every live executor renews at least
+/// this often (P3.5). `None` before any lease is configured.
+fn renewing_tick_ms(state: &LeaseState, overdue: &[ExecutorId]) -> Option<u64> {
+    let overdue: BTreeSet<&str> = overdue.iter().map(String::as_str).collect();
+    state
+        .executors()
+        .filter(|executor| !overdue.contains(executor.id.as_str()))
+        .filter_map(|executor| state.space(&executor.namespace))
+        .filter_map(|space| space.config())
+        .map(|config| config.lease_duration_ms)
+        .max()
+        .or_else(|| state.shortest_lease_duration_ms())
+        .map(tick_ms)
 }
 
 /// One of a step's writes, in the order a step makes them (P3.8): reaping is its own write

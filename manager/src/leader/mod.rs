@@ -326,6 +326,17 @@ fn log_decision(decision: &StepDecision) {
                     "mass-expiry guard: grace ran out, reaping (P6.3)"
                 );
             }
+            GuardEvent::RenewalsResumed {
+                overdue,
+                renewing_since_ms,
+            } => {
+                tracing::warn!(
+                    overdue,
+                    renewing_since_ms,
+                    "mass-expiry guard: renewals are applied again and these stayed silent, \
+                     reaping (P6.3)"
+                );
+            }
             GuardEvent::EpisodeEnded => {
                 tracing::info!("mass-expiry guard: episode over, nobody reaped")
             }

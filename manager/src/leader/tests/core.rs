@@ -691,3 +691,49 @@ fn p18_1_a_namespace_s_storm_takes_only_its_share_of_a_step() {
         "no namespace is always planned first: {planned_first:?}"
     );
 }
+
+/// P6.3: an episode the silence of everyone started (the leader's own partition, say) ends once
+/// renewals have been applied again for two ticks: an executor still overdue then is silent on
+/// its own (cut off, dead) and is reaped, not kept for the rest of the grace.
+#[test]
+fn p6_3_an_episode_ends_once_renewals_flow_again_for_two_ticks() {
+    let mut world = World::new(8, LEASE_MS);
+    let cut_off = world.register("cut-off", 0);
+    let renewing = world.register("renewing", 0);
+    let mut core = LeaderCore::new(0, guard());
+    // Nobody renews past the first lease: an episode starts.
+    let started = LEASE_MS + TICK_MS;
+    let decision = core.step(started, &world.state, None);
+    assert!(matches!(
+        decision.events.as_slice(),
+        [GuardEvent::EpisodeStarted {
+            reason: GuardReason::NoRenewals { .. },
+            overdue: 2
+        }]
+    ));
+    // One executor comes back and renews every tick; the other stays silent.
+    let back = started + 500;
+    world.renew(&renewing, back);
+    let decision = core.step(started + TICK_MS, &world.state, Some(back));
+    assert!(decision.reap.is_empty(), "{decision:?}");
+    world.renew(&renewing, back + TICK_MS);
+    let decision = core.step(started + 2 * TICK_MS, &world.state, Some(back + TICK_MS));
+    assert!(
+        decision.reap.is_empty(),
+        "renewals flowed for less than two ticks: {decision:?}"
+    );
+    world.renew(&renewing, back + 2 * TICK_MS);
+    let decision = core.step(back + 2 * TICK_MS, &world.state, Some(back + 2 * TICK_MS));
+    assert_eq!(decision.reap, vec![cut_off], "{decision:?}");
+    assert_eq!(
+        decision.events,
+        vec![GuardEvent::RenewalsResumed {
+            overdue: 1,
+            renewing_since_ms: back
+        }]
+    );
+    assert!(
+        back + 2 * TICK_MS - started < GRACE_MS,
+        "reaped within the grace"
+    );
+}
