@@ -21,7 +21,7 @@ use crate::lease_calls::{CallKind, GrantTaken, LeaseCalls, LeaseHolder};
 use crate::manager::ManagerApi;
 use crate::metrics::{count_disowned_push, count_lease_call, count_self_drain};
 use crate::self_drain::{
-    after_drain, drain_deadline, AfterDrain, DrainProgress, DrainWait, DRAIN_STALL,
+    after_drain, drain_deadline, AfterDrain, DrainProgress, DrainWait, StillHeld, DRAIN_STALL,
 };
 use crate::shared::{DueRenewal, Shared};
 use crate::shutdown::ShutdownSignal;
@@ -301,23 +301,32 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
             info!(%executor_id, held, takers, "draining: each shard is admitted until its handoff completes (P17.2)");
         }
     }
-    // A revoke drops a shard from the held set once it stopped admitting it; a lapse or being
+    // A revoke drops a shard from the held set once it stopped admitting it (as a sidecar, the
+    // service's acknowledgement drops it from what the service was told); a lapse or being
     // forgotten (reaped) empties the set or changes the id, and the stop then goes on too.
     let mut progress = DrainProgress::new(held, Instant::now(), deadline);
+    let mut told_changes = shared.service().map(|service| service.changes());
     let ended = loop {
         let (held_now, same_executor) = {
             let view = assignment.borrow_and_update();
             (
-                view.shards.len(),
+                view.shards.clone(),
                 view.executor_id.as_deref() == Some(executor_id.as_str()),
             )
         };
         if !same_executor {
             break DrainEnd::Forgotten;
         }
-        match progress.observe(held_now, Instant::now()) {
+        let still = StillHeld::of(&held_now, &told_by_service(shared));
+        match progress.observe(still.total(), Instant::now()) {
             DrainWait::WakeAt(at) => {
-                if let Ok(Err(_)) = timeout_at(at, assignment.changed()).await {
+                let changed = async {
+                    tokio::select! {
+                        changed = assignment.changed() => changed.is_ok(),
+                        () = service_told_changed(&mut told_changes) => true,
+                    }
+                };
+                if let Ok(false) = timeout_at(at, changed).await {
                     break DrainEnd::ShuttingDown;
                 }
             }
@@ -326,28 +335,52 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
             DrainWait::TimedOut => break DrainEnd::TimedOut,
         }
     };
-    let left = shared.view_at(Instant::now()).shards.len();
+    let left = StillHeld::of(
+        &shared.view_at(Instant::now()).shards,
+        &told_by_service(shared),
+    );
     match ended {
+        // Nothing held, and (as a sidecar) nothing the service may still be admitting.
         DrainEnd::HandedOver => {
             count_self_drain("handed_over");
             info!(%executor_id, "drained: every shard was handed over (P17.2)");
         }
         DrainEnd::Forgotten => {
             count_self_drain("forgotten");
-            warn!(%executor_id, left, "the managers forgot this executor during its drain (its lease lapsed and it was reaped): its shards moved on the expiry (P3.8)");
+            warn!(%executor_id, %left, "the managers forgot this executor during its drain (its lease lapsed and it was reaped): its shards moved on the expiry (P3.8)");
         }
         DrainEnd::ShuttingDown => {
             count_self_drain("shut_down");
-            info!(%executor_id, left, "the executor shut down during its drain");
+            info!(%executor_id, %left, "the executor shut down during its drain");
         }
         DrainEnd::Stalled => {
             count_self_drain("stalled");
-            warn!(%executor_id, left, stall_ms = millis(DRAIN_STALL), "the drain made no progress (are the other executors stopping too?); stopping admission of the rest at once (P3.7)");
+            warn!(%executor_id, %left, stall_ms = millis(DRAIN_STALL), "the drain gave up, not every shard handed over: none left for the stall bound (no revoke came: are the other executors stopping too? or the service did not acknowledge); stopping admission of the rest at once (P3.7)");
         }
         DrainEnd::TimedOut => {
             count_self_drain("timed_out");
-            warn!(%executor_id, left, "the drain did not finish within the grace; stopping admission of the rest at once (P3.7)");
+            warn!(%executor_id, %left, "the drain gave up, not every shard handed over: the grace ran short; stopping admission of the rest at once (P3.7)");
         }
+    }
+}
+
+/// What the service beside a sidecar may still be admitting (P16.2); nothing otherwise.
+fn told_by_service(shared: &Shared) -> Vec<leasehold_api::wire::ShardEpoch> {
+    shared
+        .service()
+        .map(|service| service.told())
+        .unwrap_or_default()
+}
+
+/// Resolves when what the service was told changes; never without a service (or once its link
+/// is gone).
+async fn service_told_changed(changes: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let gone = match changes {
+        Some(changes) => changes.changed().await.is_err(),
+        None => true,
+    };
+    if gone {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -381,8 +414,10 @@ async fn stop_gracefully<M: ManagerApi>(
         if !service.stopped_by(deadline).await {
             warn!(
                 grace_ms = millis(grace),
-                "the service did not stop admitting within the grace; not deregistering: the \
-                 shards move when the lease lapses (P16.2)"
+                shards = service.told().len(),
+                "the service did not acknowledge `stopping` within the grace, and its copy has \
+                 not run out: it may still be admitting these shards, so not deregistering: they \
+                 move when the lease lapses (P16.2)"
             );
             return;
         }

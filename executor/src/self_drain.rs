@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use leasehold_api::wire::{possible_takers, ExecutorView};
+use leasehold_api::wire::{possible_takers, ExecutorView, ShardEpoch};
 use tokio::time::Instant;
 
 /// The drain stops waiting when no shard has left for this long: nobody is taking them (every
@@ -47,6 +47,56 @@ pub(crate) fn after_drain(own_executor_id: &str, executors: &[ExecutorView]) -> 
     match possible_takers(own_executor_id, executors).count() {
         0 => AfterDrain::NoTaker,
         takers => AfterDrain::AwaitHandoffs { takers },
+    }
+}
+
+/// What a drain still waits for. A shard is handed over once the executor let it go (its
+/// revoke was applied) and, as a sidecar, once its service acknowledged an answer without it or
+/// its copy ran out (P16.2): until then the revoke is not answered released, and renewals claim
+/// the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StillHeld {
+    /// Shards the executor holds: no revoke came for them.
+    pub(crate) by_executor: usize,
+    /// Shards the executor let go that its service may still be admitting: it has not
+    /// acknowledged the answer that dropped them.
+    pub(crate) unacknowledged: usize,
+}
+
+impl StillHeld {
+    /// From the shards the executor `held` and those its service was `told` (both ascending).
+    pub(crate) fn of(held: &[ShardEpoch], told: &[ShardEpoch]) -> Self {
+        let unacknowledged = told
+            .iter()
+            .filter(|told| {
+                held.binary_search_by_key(&told.shard, |held| held.shard)
+                    .is_err()
+            })
+            .count();
+        Self {
+            by_executor: held.len(),
+            unacknowledged,
+        }
+    }
+
+    /// Shards not handed over yet.
+    pub(crate) fn total(self) -> usize {
+        self.by_executor + self.unacknowledged
+    }
+}
+
+impl std::fmt::Display for StillHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} still held by the executor", self.by_executor)?;
+        if self.unacknowledged > 0 {
+            write!(
+                f,
+                ", {} revoked but not acknowledged by the service, which may still be admitting \
+                 them (P16.2)",
+                self.unacknowledged
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -171,6 +221,38 @@ mod tests {
         );
         assert_eq!(slow.observe(1, t0 + ms(2_000)), DrainWait::TimedOut);
         assert_eq!(slow.observe(0, t0 + ms(2_100)), DrainWait::Done);
+    }
+
+    /// P17.2, P16.2: a sidecar's shard is handed over only once its service acknowledged the
+    /// answer that dropped it, not when the revoke is applied.
+    #[test]
+    fn p17_2_a_shard_the_service_has_not_let_go_is_still_held() {
+        let shards = |shards: &[u32]| -> Vec<ShardEpoch> {
+            shards
+                .iter()
+                .map(|&shard| ShardEpoch { shard, epoch: 1 })
+                .collect()
+        };
+        let still = StillHeld::of(&shards(&[2, 5]), &shards(&[1, 2, 5, 7]));
+        assert_eq!(
+            still,
+            StillHeld {
+                by_executor: 2,
+                unacknowledged: 2
+            }
+        );
+        assert_eq!(still.total(), 4);
+        assert_eq!(
+            still.to_string(),
+            "2 still held by the executor, 2 revoked but not acknowledged by the service, which \
+             may still be admitting them (P16.2)"
+        );
+        let handed_over = StillHeld::of(&[], &[]);
+        assert_eq!(handed_over.total(), 0);
+        assert_eq!(
+            StillHeld::of(&shards(&[3]), &[]).to_string(),
+            "1 still held by the executor"
+        );
     }
 
     /// P17.2, P3.7: the drain leaves the deregistration a second of the grace, or half of a

@@ -289,6 +289,11 @@ impl ServiceLink {
         })
     }
 
+    /// The shards the service may still be admitting, with their epochs, ascending.
+    pub(crate) fn told(&self) -> Vec<ShardEpoch> {
+        self.lock().copy.told()
+    }
+
     /// Ends each copy at its end, so the log shows the stop and the waits above wake, until
     /// `shutdown` fires.
     pub(crate) async fn end_copies(&self, mut shutdown: ShutdownSignal) {

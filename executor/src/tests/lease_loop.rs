@@ -542,6 +542,59 @@ async fn p17_2_a_stop_drains_first_and_admits_each_shard_until_its_handoff() {
     );
 }
 
+/// P17.2, P16.2: a sidecar's shard is handed over only once its service let it go, so its drain
+/// does not end when the last revoke is applied: the service is still told `admitting` (without
+/// the shard) and nothing is deregistered until it acknowledged that answer; then the stop goes
+/// on at once.
+#[tokio::test(start_paused = true)]
+async fn p17_2_a_sidecars_drain_waits_for_the_service_to_let_go() {
+    let service = Arc::new(ServiceLink::new(None));
+    let harness = Harness::start_serving(
+        Script {
+            shards: set(&[(1, 1)]),
+            drain_takers: Some(1),
+            ..Script::default()
+        },
+        LoadSettings::default(),
+        Some(Arc::clone(&service)),
+    );
+    sleep(secs(1)).await;
+    let shared = Arc::clone(&harness.shared);
+    let first = service.answer_poll(|now| shared.view_at(now), None, Instant::now());
+    harness.shutdown_tx.send_replace(true);
+    sleep(ms(100)).await;
+    shared
+        .apply_revoke(&leasehold_api::wire::RevokePush {
+            executor_id: "ex-1".into(),
+            revision: 2,
+            shards: vec![1],
+        })
+        .unwrap();
+    sleep(crate::self_drain::DRAIN_STALL - ms(200)).await;
+    let deregistered = |fake: &FakeManager| {
+        fake.calls()
+            .iter()
+            .any(|call| matches!(call, Call::Deregister { .. }))
+    };
+    assert!(!deregistered(&harness.fake), "the service may still admit");
+    let chain = service.acknowledge(ack_of(&first)).unwrap();
+    let dropped = service.answer_poll(|now| shared.view_at(now), Some(chain), Instant::now());
+    assert_eq!(
+        (dropped.state, dropped.shards.len()),
+        (leasehold_api::wire::LocalState::Admitting, 0),
+        "the drain goes on until the service acknowledged the answer without the shard"
+    );
+    service.acknowledge(ack_of(&dropped)).unwrap();
+    let let_go = Instant::now();
+    let (state, fake, _) = harness.stop().await;
+    assert_eq!(state, RunState::Stopped);
+    assert!(deregistered(&fake));
+    assert!(
+        Instant::now() - let_go < ms(100),
+        "the stop went on at once"
+    );
+}
+
 /// P17.2, P3.7: when no other executor can take the shards, or the managers refuse the drain
 /// (a release before P17.2), the stop does not wait: admission stops and the executor
 /// deregisters at once.
