@@ -73,6 +73,32 @@ pub fn compare_stated_app_versions(a: Option<&str>, b: Option<&str>) -> Ordering
     }
 }
 
+/// The newest of `versions` (what the executors that take shards stated, `None` for one that
+/// stated none) when they are not all one version: the version a rollout goes to (P17.3).
+/// `None` when they agree, or when there are none. The planner and the CLI both go by it.
+pub fn rollout_version<'a>(versions: impl IntoIterator<Item = Option<&'a str>>) -> Option<&'a str> {
+    let mut versions = versions.into_iter();
+    let mut newest = versions.next()?;
+    let mut mixed = false;
+    for version in versions {
+        match compare_stated_app_versions(version, newest) {
+            Ordering::Equal => {}
+            Ordering::Greater => {
+                newest = version;
+                mixed = true;
+            }
+            Ordering::Less => mixed = true,
+        }
+    }
+    // Mixed versions have a newest that was stated: only an executor without one is older
+    // than every other.
+    if mixed {
+        newest
+    } else {
+        None
+    }
+}
+
 /// The release and the pre-release of a version, its build metadata dropped.
 fn split_version(version: &str) -> (&str, Option<&str>) {
     let without_build = version.split_once('+').map_or(version, |(kept, _)| kept);

@@ -28,7 +28,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
-use leasehold_api::wire::compare_stated_app_versions;
+use leasehold_api::wire::{compare_stated_app_versions, rollout_version};
 
 use super::super::{Executor, Move, ShardId, Space};
 use super::{capacity_of, cheapest_moves, why_it_moves, MoveReason};
@@ -36,30 +36,12 @@ use super::{capacity_of, cheapest_moves, why_it_moves, MoveReason};
 /// The newest application version among the executors that take shards at `now_ms`, when they
 /// run more than one (a rollout is under way); `None` otherwise.
 pub fn rollout_target(state: Space<'_>, now_ms: u64) -> Option<&str> {
-    let mut takers = state
-        .executors()
-        .filter(|executor| state.takes_shards(executor, now_ms))
-        .map(|executor| executor.app_version.as_deref());
-    let first = takers.next()?;
-    let mut newest = first;
-    let mut mixed = false;
-    for version in takers {
-        match compare_stated_app_versions(version, newest) {
-            Ordering::Equal => {}
-            Ordering::Greater => {
-                newest = version;
-                mixed = true;
-            }
-            Ordering::Less => mixed = true,
-        }
-    }
-    // Mixed versions have a newest that was stated: only an executor without one is older
-    // than every other.
-    if mixed {
-        newest
-    } else {
-        None
-    }
+    rollout_version(
+        state
+            .executors()
+            .filter(|executor| state.takes_shards(executor, now_ms))
+            .map(|executor| executor.app_version.as_deref()),
+    )
 }
 
 /// An executor of the newest version: what it holds once the handoffs under way complete, and
