@@ -25,10 +25,10 @@ use self::table::{fields, human_load, human_ms, opt, printable, shard_ranges, Ta
 use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
-    check_namespace_name, check_namespace_settings, is_default_namespace, AddNodeRequest,
-    AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView, MaintenanceView,
-    NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, SafeToStop, SchemaRange,
-    SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS,
+    check_namespace_name, check_namespace_settings, is_default_namespace, rollout_among,
+    AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView,
+    MaintenanceView, NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, SafeToStop,
+    SchemaRange, SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS,
     MAX_LEASE_DURATION_MS, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
 };
 
@@ -651,7 +651,8 @@ fn without_namespaces(command: &Noun) -> Option<&'static str> {
             ExecutorVerb::Show { .. } => Some("executor show"),
             ExecutorVerb::Drain { .. } => Some("executor drain"),
             ExecutorVerb::Undrain { .. } => Some("executor undrain"),
-            ExecutorVerb::SafeToStop { .. } => Some("executor safe-to-stop"),
+            // -n is checked against the executor's namespace.
+            ExecutorVerb::SafeToStop { .. } => None,
             ExecutorVerb::Remove { .. } => Some("executor remove"),
         },
         Noun::Route { .. } => None,
@@ -697,8 +698,8 @@ fn namespace_refused(namespace: &str, command: &str) -> CtlError {
     let hint = if command.starts_with("namespace ") {
         "name the namespace as its argument instead"
     } else {
-        "only `shard list`, `shard show`, `route`, `executor list`, `plan`, `state` and `watch` \
-         read one namespace"
+        "only `shard list`, `shard show`, `route`, `executor list`, `executor safe-to-stop`, \
+         `plan`, `state` and `watch` read one namespace"
     };
     CtlError::BadInput(format!(
         "`{command}` does not take -n/--namespace {namespace}: {hint}"
@@ -911,10 +912,37 @@ fn render_verdict(subject: &str, verdict: &SafeToStop) -> String {
         "not safe to stop"
     };
     format!(
-        "{}: {verdict_text}: {}",
+        "{}: {verdict_text}: {}\n",
         printable(subject),
         printable(&verdict.reason)
     )
+}
+
+/// `executor safe-to-stop`'s line about a rollout under way in the executor's namespace (P17.3),
+/// from `executor` and the namespace's executors: a joiner of the newest version waits, by
+/// design, until an executor of an older one stops or drains, so a deploy that waits for it to
+/// hold shards before stopping the old one waits for nothing. `None` without a rollout.
+fn rollout_line(executor: &ExecutorView, namespace: &[ExecutorView]) -> Option<String> {
+    let newest = rollout_among(namespace)?;
+    let version = printable(newest);
+    let older =
+        crate::wire::compare_stated_app_versions(executor.app_version.as_deref(), Some(newest))
+            .is_lt();
+    Some(if older {
+        format!(
+            "rollout to application version {version} under way (P17.3): the executors of \
+             {version} take shards only as executors of older versions, like this one, stop or \
+             drain; stopping it hands its shards to them. They hold none before that, by \
+             design: do not wait for them to.\n"
+        )
+    } else {
+        format!(
+            "rollout to application version {version} under way (P17.3): this executor, of \
+             {version}, takes shards only as executors of older versions stop or drain, and \
+             holds none before that, by design: stop or drain an old one to move its shards \
+             here.\n"
+        )
+    })
 }
 
 async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Result<(), CtlError> {
@@ -955,8 +983,40 @@ async fn run_executor(cli: &Cli, verb: &ExecutorVerb, out: &mut Out<'_>) -> Resu
             remove::remove_executor(&client, executor_id, wait, out).await
         }
         ExecutorVerb::SafeToStop { executor_id } => {
+            // Its namespace: the one -n names must be it, and its executors say whether a
+            // rollout is under way there.
+            let executor = client.executor(executor_id, cli.consistent).await?;
+            if let Some(asked) = cli.namespace.as_deref() {
+                let same = asked == executor.namespace
+                    || (is_default_namespace(asked) && is_default_namespace(&executor.namespace));
+                if !same {
+                    return Err(CtlError::NotFound(format!(
+                        "executor {} is not in namespace {} (it is in namespace {})",
+                        printable(executor_id),
+                        printable(asked),
+                        printable(&executor.namespace)
+                    )));
+                }
+            }
             let verdict = client.executor_safe_to_stop(executor_id).await?;
-            show_verdict(&format!("executor {executor_id}"), &verdict, out)
+            let namespace = if is_default_namespace(&executor.namespace) {
+                client.executors(cli.consistent).await?
+            } else {
+                client
+                    .executors_in(&executor.namespace, cli.consistent)
+                    .await?
+            };
+            let subject = format!("executor {executor_id}");
+            out.show(&verdict, |verdict| {
+                let mut text = render_verdict(&subject, verdict);
+                text.extend(rollout_line(&executor, &namespace));
+                text
+            })?;
+            if verdict.safe {
+                Ok(())
+            } else {
+                Err(CtlError::NotSafe(format!("{subject} is not safe to stop")))
+            }
         }
     }
 }
@@ -1041,27 +1101,40 @@ async fn run_route(cli: &Cli, key: &str, out: &mut Out<'_>) -> Result<(), CtlErr
 async fn run_lease_list(cli: &Cli, out: &mut Out<'_>) -> Result<(), CtlError> {
     let client = cli.client(cli.request_timeout)?;
     let state = client.state(cli.consistent).await?;
-    out.show(&state.executors, |executors| {
-        let mut table = Table::new(&[
-            "EXECUTOR",
-            "NAME",
-            "REMAINING",
-            "DURATION",
-            "SHARDS",
-            "DRAINING",
+    out.show(&state.executors, |_| render_leases(&state))
+}
+
+/// `lease list`: each executor's lease as the answering manager knows it, and what the figure
+/// is when a follower answered (the bound the log records, P6.6, not the lease).
+fn render_leases(state: &StateView) -> String {
+    let mut table = Table::new(&[
+        "EXECUTOR",
+        "NAME",
+        "REMAINING",
+        "DURATION",
+        "SHARDS",
+        "DRAINING",
+    ]);
+    for e in &state.executors {
+        table.push(vec![
+            e.executor_id.clone(),
+            opt(e.name.as_deref()),
+            human_ms(e.lease_remaining_ms),
+            human_ms(state.lease_duration_ms),
+            e.shards.len().to_string(),
+            yes_no(e.draining),
         ]);
-        for e in executors {
-            table.push(vec![
-                e.executor_id.clone(),
-                opt(e.name.as_deref()),
-                human_ms(e.lease_remaining_ms),
-                human_ms(state.lease_duration_ms),
-                e.shards.len().to_string(),
-                yes_no(e.draining),
-            ]);
-        }
-        table.render()
-    })
+    }
+    let mut text = table.render();
+    if state.lease_remaining_is_bound {
+        text.push_str(
+            "REMAINING is what a follower knows: the longest each lease may run as the log \
+             records it, which with renewals answered from the leader's memory is the lease \
+             reservation (P6.6, up to three leases ahead), not the lease itself. The leader's \
+             answer (--consistent) is exact.\n",
+        );
+    }
+    text
 }
 
 async fn run_watch(
@@ -1346,7 +1419,37 @@ fn render_executors(executors: &[ExecutorView]) -> String {
             e.registered_revision.to_string(),
         ]);
     }
-    table.render()
+    let mut text = table.render();
+    if let Some(newest) = rollout_among(executors) {
+        let version = printable(newest);
+        let waiting: Vec<&str> = executors
+            .iter()
+            .filter(|e| {
+                e.shards.is_empty()
+                    && !e.draining
+                    && e.lease_remaining_ms > 0
+                    && crate::wire::compare_stated_app_versions(
+                        e.app_version.as_deref(),
+                        Some(newest),
+                    )
+                    .is_eq()
+            })
+            .map(|e| e.executor_id.as_str())
+            .collect();
+        text.push_str(&format!(
+            "rollout to application version {version} under way (P17.3): executors of {version} \
+             take shards only as executors of older versions stop or drain, and balance and \
+             joiners wait until every executor taking shards runs {version}.\n"
+        ));
+        if !waiting.is_empty() {
+            text.push_str(&format!(
+                "{} of {version} hold no shards, by design, until an older executor stops or \
+                 drains: a deploy should not wait for them to.\n",
+                printable(&waiting.join(", "))
+            ));
+        }
+    }
+    text
 }
 
 /// One executor as `field: value` lines. Its namespace is named only outside `default`, as the

@@ -219,13 +219,14 @@ fn safe_to_stop_prints_the_verdict_and_exits_7_when_not_safe() {
         safe,
         reason: "because".into(),
     };
+    // One line each, ended (it had no newline: the shell's prompt followed it).
     assert_eq!(
         render_verdict("executor ex-7", &verdict(true)),
-        "executor ex-7: safe to stop: because"
+        "executor ex-7: safe to stop: because\n"
     );
     assert_eq!(
         render_verdict("manager 2", &verdict(false)),
-        "manager 2: not safe to stop: because"
+        "manager 2: not safe to stop: because\n"
     );
     // The reason may quote an executor's name (issue 55, finding 10).
     assert_eq!(
@@ -236,7 +237,7 @@ fn safe_to_stop_prints_the_verdict_and_exits_7_when_not_safe() {
                 reason: "ex-7\u{200e} holds shard 3\n".into(),
             }
         ),
-        r"executor ex-7: not safe to stop: ex-7\u{200e} holds shard 3\n"
+        "executor ex-7: not safe to stop: ex-7\\u{200e} holds shard 3\\n\n"
     );
     let mut printed = Vec::new();
     let mut out = Out {
@@ -246,6 +247,141 @@ fn safe_to_stop_prints_the_verdict_and_exits_7_when_not_safe() {
     let unsafe_stop = show_verdict("manager 2", &verdict(false), &mut out).unwrap_err();
     assert_eq!(unsafe_stop.exit_code(), 7);
     assert!(show_verdict("manager 2", &verdict(true), &mut out).is_ok());
+}
+
+/// An executor of `version` holding `shards`, live and not draining.
+fn executor_of(id: &str, version: Option<&str>, shards: &[u32]) -> ExecutorView {
+    ExecutorView {
+        namespace: DEFAULT_NAMESPACE.into(),
+        executor_id: id.into(),
+        incarnation: "inc".into(),
+        name: None,
+        address: format!("http://{id}:1"),
+        lease_remaining_ms: 3_000,
+        registered_revision: 4,
+        shards: shards
+            .iter()
+            .map(|&shard| ShardEpoch { shard, epoch: 1 })
+            .collect(),
+        draining: false,
+        capacity: 1,
+        load: None,
+        utilisation: None,
+        app_version: version.map(str::to_owned),
+        labels: Default::default(),
+    }
+}
+
+/// P17.3: while the executors that take shards run more than one version, `executor list` says
+/// that a rollout is under way and names the executors of the newest version that hold nothing
+/// and wait, by design, for an older one to stop; `safe-to-stop` says so of the executor asked
+/// about. A deploy script waiting for the joiner to hold shards before stopping an old executor
+/// waited 36–40 s for nothing.
+#[test]
+fn p17_3_executor_list_and_safe_to_stop_say_that_a_joiner_of_a_newer_version_waits() {
+    let old = executor_of("ex-1", Some("1.4"), &[0, 1]);
+    let other_old = executor_of("ex-2", Some("1.4.0"), &[2, 3]);
+    let joiner = executor_of("ex-3", Some("2.0"), &[]);
+    let fleet = vec![old.clone(), other_old.clone(), joiner.clone()];
+    let listed = render_executors(&fleet);
+    assert!(
+        listed.contains(
+            "rollout to application version 2.0 under way (P17.3): executors of 2.0 take shards \
+             only as executors of older versions stop or drain"
+        ),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("ex-3 of 2.0 hold no shards, by design, until an older executor stops"),
+        "{listed}"
+    );
+    let stop_old = rollout_line(&old, &fleet).expect("a rollout is under way");
+    assert!(
+        stop_old.starts_with(
+            "rollout to application version 2.0 under way (P17.3): the executors of 2.0 take \
+             shards only as executors of older versions, like this one, stop or drain"
+        ),
+        "{stop_old}"
+    );
+    assert!(stop_old.ends_with('\n'));
+    let stop_joiner = rollout_line(&joiner, &fleet).expect("a rollout is under way");
+    assert!(
+        stop_joiner.contains("this executor, of 2.0, takes shards only as executors of older"),
+        "{stop_joiner}"
+    );
+
+    // One version (1.4 and 1.4.0 are one), or the joiner draining or lapsed: no rollout, and
+    // nothing said.
+    let agreed = vec![old.clone(), other_old.clone()];
+    assert!(!render_executors(&agreed).contains("rollout"));
+    assert_eq!(rollout_line(&old, &agreed), None);
+    let draining = ExecutorView {
+        draining: true,
+        ..joiner.clone()
+    };
+    let lapsed = ExecutorView {
+        lease_remaining_ms: 0,
+        ..joiner.clone()
+    };
+    for gone in [draining, lapsed] {
+        let fleet = vec![old.clone(), other_old.clone(), gone];
+        assert_eq!(rollout_line(&old, &fleet), None);
+        assert!(!render_executors(&fleet).contains("rollout"));
+    }
+    // An executor that states no version is older than any that does.
+    let unstated = executor_of("ex-4", None, &[4]);
+    let fleet = vec![unstated.clone(), joiner];
+    assert!(rollout_line(&unstated, &fleet).is_some_and(|line| line.contains("like this one")));
+    // A rollout whose newer executors all hold shards names no one waiting.
+    let served = vec![old, executor_of("ex-5", Some("2.0"), &[5])];
+    let listed = render_executors(&served);
+    assert!(
+        listed.contains("rollout to application version 2.0"),
+        "{listed}"
+    );
+    assert!(!listed.contains("hold no shards"), "{listed}");
+}
+
+/// P6.6: a follower's `/v1/state` shows each lease's bound, the reservation, about twice the
+/// lease: `lease list` says what the figure is then, and nothing when the leader answered.
+#[test]
+fn p6_6_lease_list_says_a_follower_s_figure_is_the_reservation() {
+    let mut state = StateView {
+        revision: 9,
+        shard_count: 4,
+        lease_duration_ms: 4_000,
+        executors: vec![executor_of("ex-1", None, &[0])],
+        shards: Vec::new(),
+        maintenance: false,
+        lease_remaining_is_bound: false,
+    };
+    let from_leader = render_leases(&state);
+    assert!(!from_leader.contains("REMAINING is"), "{from_leader}");
+    state.lease_remaining_is_bound = true;
+    let from_follower = render_leases(&state);
+    assert!(
+        from_follower.contains(
+            "REMAINING is what a follower knows: the longest each lease may run as the log \
+             records it"
+        ),
+        "{from_follower}"
+    );
+    assert!(from_follower.contains("The leader's answer (--consistent) is exact.\n"));
+    // On the wire the field is left out when false, and read as false when absent.
+    let json = serde_json::to_value(StateView {
+        lease_remaining_is_bound: false,
+        ..state.clone()
+    })
+    .unwrap();
+    assert!(json.get("lease_remaining_is_bound").is_none(), "{json}");
+    let mut older = serde_json::to_value(&state).unwrap();
+    assert_eq!(older["lease_remaining_is_bound"], true);
+    older
+        .as_object_mut()
+        .unwrap()
+        .remove("lease_remaining_is_bound");
+    let read: StateView = serde_json::from_value(older).unwrap();
+    assert!(!read.lease_remaining_is_bound);
 }
 
 /// P17.4: `leaseholdctl plan` shows each move with its owner now, or says nothing would move.
@@ -426,6 +562,7 @@ fn p17_4_shard_details_name_the_pin() {
         executors: Vec::new(),
         shards: vec![view.clone()],
         maintenance: true,
+        lease_remaining_is_bound: false,
     };
     assert_eq!(
         render_shard(&view, Some(&state.executors)),
@@ -1108,6 +1245,16 @@ impl FakeManager {
                         app_version: None,
                         labels: Default::default(),
                     }]),
+                    ("GET", "/v1/executors/ex-1") => serde_json::to_value(ExecutorView {
+                        namespace: "orders".into(),
+                        ..executor_of("ex-1", None, &[0])
+                    }),
+                    ("GET", "/v1/executors/ex-1/safe-to-stop") => {
+                        serde_json::to_value(SafeToStop {
+                            safe: true,
+                            reason: "it holds no shards".into(),
+                        })
+                    }
                     ("GET", "/v1/routing") => serde_json::to_value(crate::wire::KeyRoute {
                         key: "user-42".into(),
                         revision: 5,
@@ -1134,6 +1281,7 @@ impl FakeManager {
                         executors: Vec::new(),
                         shards: Vec::new(),
                         maintenance: false,
+                        lease_remaining_is_bound: false,
                     }),
                     ("DELETE", _) => serde_json::to_value(NamespaceDeleted {
                         name: "orders".into(),
@@ -1285,13 +1433,56 @@ async fn p18_1_dash_n_is_refused_where_no_namespace_is_read() {
     assert_eq!(
         error.to_string(),
         "`audit` does not take -n/--namespace orders: only `shard list`, `shard show`, `route`, \
-         `executor list`, `plan`, `state` and `watch` read one namespace"
+         `executor list`, `executor safe-to-stop`, `plan`, `state` and `watch` read one \
+         namespace"
     );
     // `-n default` is what no `-n` means, anywhere.
     fake.ctl(&["-n", "default", "namespace", "list"])
         .await
         .unwrap();
     assert_eq!(fake.requests(), ["GET /v1/namespaces"]);
+}
+
+/// P18.1: `executor safe-to-stop` takes `-n` (it was refused, exit 2) and checks that the
+/// executor is in that namespace: another is not found (exit 4), and only the executor was read.
+/// Its output is one ended line per statement.
+#[tokio::test]
+async fn p18_1_safe_to_stop_takes_dash_n_and_checks_the_executor_s_namespace() {
+    let fake = FakeManager::start().await;
+    let shown = fake
+        .ctl(&["-n", "orders", "executor", "safe-to-stop", "ex-1"])
+        .await
+        .unwrap();
+    assert_eq!(shown, "executor ex-1: safe to stop: it holds no shards\n");
+    assert_eq!(
+        fake.requests(),
+        [
+            "GET /v1/executors/ex-1",
+            "GET /v1/executors/ex-1/safe-to-stop",
+            "GET /v1/executors?namespace=orders",
+        ]
+    );
+    for other in ["kv", "default"] {
+        let error = fake
+            .ctl(&["-n", other, "executor", "safe-to-stop", "ex-1"])
+            .await
+            .unwrap_err();
+        assert_eq!(error.exit_code(), 4, "{error}");
+        assert_eq!(
+            error.to_string(),
+            format!("executor ex-1 is not in namespace {other} (it is in namespace orders)")
+        );
+        assert_eq!(
+            fake.requests(),
+            ["GET /v1/executors/ex-1"],
+            "nothing else asked"
+        );
+    }
+    // Without -n it is asked wherever the executor is.
+    fake.ctl(&["executor", "safe-to-stop", "ex-1"])
+        .await
+        .unwrap();
+    assert_eq!(fake.requests().len(), 3);
 }
 
 /// P18.1: each namespace command makes its one call with the wire body, and prints the reply.

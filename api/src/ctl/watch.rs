@@ -309,6 +309,7 @@ mod tests {
             executors,
             shards,
             maintenance: false,
+            lease_remaining_is_bound: false,
         }
     }
 

@@ -65,6 +65,7 @@ fn state(revision: u64, executors: &[(&str, &str)], owners: &[Option<usize>]) ->
             })
             .collect(),
         maintenance: false,
+        lease_remaining_is_bound: false,
     }
 }
 

@@ -120,6 +120,14 @@ pub struct StateView {
     /// Maintenance mode is on (PROTOCOL P17.4): placement frozen but for shards nobody holds.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub maintenance: bool,
+    /// A follower answered: each executor's `lease_remaining_ms` is then not its lease but the
+    /// longest the lease may run as the log records it (PROTOCOL P6.6): its told expiry or,
+    /// when later, the reservation the leader committed for the renewals it answers from
+    /// memory (P6.8), up to three leases ahead, about twice the lease. A follower does not see
+    /// those renewals; the leader's answer (`?consistent=true`) is the lease as it judges it
+    /// (P6.7). Absent from the leader's answers, and from servers before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lease_remaining_is_bound: bool,
 }
 
 /// Where to send work for one shard.
@@ -414,6 +422,19 @@ pub fn possible_takers<'a>(
     executors.iter().filter(move |executor| {
         executor.executor_id != executor_id && !executor.draining && executor.lease_remaining_ms > 0
     })
+}
+
+/// The application version a rollout among `executors` (one namespace's) goes to, if one is
+/// under way (PROTOCOL P17.3): the newest version among those that take shards (live, not
+/// draining) when they run more than one. As the answering manager sees leases: the leader's
+/// planner judges them itself.
+pub fn rollout_among(executors: &[ExecutorView]) -> Option<&str> {
+    super::rollout_version(
+        executors
+            .iter()
+            .filter(|executor| !executor.draining && executor.lease_remaining_ms > 0)
+            .map(|executor| executor.app_version.as_deref()),
+    )
 }
 
 /// `GET /v1/plan` (PROTOCOL P17.4): the plan the leader would commit next, made by the same

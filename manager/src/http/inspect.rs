@@ -138,6 +138,8 @@ pub(super) fn state_view(
             .collect(),
         shards: shard_views(space, now_ms, loads),
         maintenance: state.maintenance(),
+        // Off the leader each figure is the bound the log records (P6.6), not the lease.
+        lease_remaining_is_bound: known.told_from_memory.is_none(),
     }
 }
 
@@ -354,4 +356,47 @@ pub async fn routing(
         revision: state.revision(),
         route: route(&state, found),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    // A test module: a failed expectation is a failed test.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::{state_view, LeaderKnows};
+    use crate::lease::tests::{initialised_state, register_command, space_of};
+    use crate::lease::{Command, Outcome, ToldFromMemory};
+
+    /// P6.6, P6.7: a follower's `/v1/state` shows each lease's bound, the reservation (three
+    /// leases ahead when made), and says so; the leader's shows the lease as it judges it, and
+    /// says nothing.
+    #[test]
+    fn p6_6_a_follower_s_state_says_its_lease_figures_are_bounds() {
+        let lease_ms = 10_000;
+        let mut state = initialised_state(4, lease_ms);
+        let Outcome::Registered { grant, .. } = state.apply(2, &register_command(0, "a")) else {
+            panic!("registered");
+        };
+        let _ = state.apply(
+            3,
+            &Command::ReserveLeases {
+                now_ms: 0,
+                executor_ids: vec![grant.executor_id.clone()],
+            },
+        );
+        let follower = state_view(&state, Some(space_of(&state)), 0, &LeaderKnows::default());
+        assert!(follower.lease_remaining_is_bound);
+        assert_eq!(follower.executors[0].lease_remaining_ms, 3 * lease_ms);
+        let leader = state_view(
+            &state,
+            Some(space_of(&state)),
+            0,
+            &LeaderKnows {
+                loads: None,
+                told_from_memory: Some(ToldFromMemory::new()),
+            },
+        );
+        assert!(!leader.lease_remaining_is_bound);
+        assert_eq!(leader.executors[0].lease_remaining_ms, lease_ms);
+    }
 }
