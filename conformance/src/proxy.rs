@@ -6,7 +6,10 @@
 //!   happened, the client never hears of it and must retry with the same idempotency key (P7.2);
 //! - delay requests and replies by a random time (seeded), which reorders concurrent messages;
 //! - duplicate requests: the upstream receives the same request twice (P2.4, P4.1: every command
-//!   and every push must be harmless to apply again).
+//!   and every push must be harmless to apply again);
+//! - refuse matching requests itself (`503`, never forwarded), e.g. every revoke to one executor;
+//! - hold one reply after the upstream answered it until told to deliver it, so that newer
+//!   messages reach the caller first (a grant made stale by a push sent after it, P4.1).
 //!
 //! It serves one request per connection (every reply says `Connection: close`) and rewrites the
 //! `X-Leasehold-Leader` header from upstream URLs to the matching proxy URLs, so a client that
@@ -39,6 +42,20 @@ use leasehold_api::tls::{Role, TlsConfig};
 /// Bound on each read, write and upstream exchange.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest a held reply is kept before it is delivered anyway.
+const HOLD_BOUND: Duration = Duration::from_secs(10);
+
+/// The proxy's own answer to a refused request.
+fn refused_reply() -> Vec<u8> {
+    let body = r#"{"type":"about:blank","title":"Refused","status":503,"code":"unavailable","detail":"refused by the fault proxy"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 /// Largest request or reply head, and largest body, the proxy accepts.
 const MAX_HEAD_BYTES: usize = 64 << 10;
 const MAX_BODY_BYTES: usize = 16 << 20;
@@ -70,6 +87,37 @@ pub struct ProxyStats {
     /// Every `Authorization: Bearer` credential seen (PROTOCOL P13.4), so a test can look for
     /// an executor's own secret where it must not be.
     pub bearer_credentials: std::collections::BTreeSet<String>,
+    /// How many requests of each `METHOD path` the upstream answered and the caller was sent
+    /// the answer of (a held reply counts once delivered).
+    pub answered: BTreeMap<String, usize>,
+    /// The body of the last such request of each `METHOD path` (e.g. the last push delivered).
+    pub last_answered_body: BTreeMap<String, Vec<u8>>,
+    /// Requests the proxy refused itself ([`ProxySet::refuse_requests`]).
+    pub refused: usize,
+}
+
+/// Where a held reply stands ([`ProxySet::hold_next_reply`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldReply {
+    /// When the held request arrived, CLOCK_MONOTONIC ns.
+    pub request_arrival_ns: u64,
+    /// When the request of the same `METHOD path` before it arrived, if one did.
+    pub previous_arrival_ns: Option<u64>,
+    /// The upstream's reply body, once it answered.
+    pub reply_body: Option<Vec<u8>>,
+    /// Set once the hold ended.
+    pub outcome: Option<HoldOutcome>,
+}
+
+/// How a hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// The reply was written to the caller, which was still waiting, at this CLOCK_MONOTONIC ns.
+    Delivered { at_ns: u64 },
+    /// The caller closed its connection while the reply was held: it never saw it.
+    CallerLeft { at_ns: u64 },
+    /// The upstream could not be reached: there was no reply to hold.
+    NoReply,
 }
 
 #[derive(Debug)]
@@ -100,8 +148,18 @@ struct ProxyState {
     request_lags: Vec<(String, String, Duration)>,
     /// The next request of this method and path is kept (and forwarded as usual) ...
     capture: Option<(String, String)>,
+    /// ... or each one, the latest replacing the one before ...
     /// ... here, to be delivered again on demand ([`ProxySet::replay_captured`]).
     captured: Option<Captured>,
+    capture_each: bool,
+    /// Requests of a method whose path matches are answered `503` by the proxy.
+    refusals: Vec<DropReply>,
+    /// The next request matching has its reply held ...
+    hold: Option<DropReply>,
+    /// ... and this is where it stands ...
+    held: Option<HeldReply>,
+    /// ... until this is sent (or dropped).
+    release: Option<tokio::sync::oneshot::Sender<()>>,
     rng: StdRng,
     /// Upstream URL → proxy URL, for the leader header.
     rewrites: BTreeMap<String, String>,
@@ -128,6 +186,9 @@ impl fmt::Debug for Captured {
 /// What to do with one request, decided under the lock.
 #[derive(Debug, Default)]
 struct Plan {
+    refuse: bool,
+    /// The release signal of a held reply.
+    hold: Option<tokio::sync::oneshot::Receiver<()>>,
     drop_reply: bool,
     duplicate: bool,
     request_delay: Duration,
@@ -236,6 +297,11 @@ impl ProxySet {
             request_lags: Vec::new(),
             capture: None,
             captured: None,
+            capture_each: false,
+            refusals: Vec::new(),
+            hold: None,
+            held: None,
+            release: None,
             rng: StdRng::seed_from_u64(seed),
             rewrites: BTreeMap::new(),
             stats: ProxyStats::default(),
@@ -339,6 +405,19 @@ impl ProxySet {
         let mut state = self.lock();
         state.capture = Some((method.to_owned(), path.to_owned()));
         state.captured = None;
+        state.capture_each = false;
+    }
+
+    /// Keeps a copy of each request with `method` and exactly `path` from now on, the latest
+    /// replacing the one before, until [`ProxySet::stop_capturing`]; each is forwarded as usual.
+    pub fn capture_each(&self, method: &str, path: &str) {
+        self.capture_next(method, path);
+        self.lock().capture_each = true;
+    }
+
+    /// Keeps no further copies; the one kept stays.
+    pub fn stop_capturing(&self) {
+        self.lock().capture = None;
     }
 
     /// Whether a copy is kept.
@@ -361,6 +440,55 @@ impl ProxySet {
         )
         .await?;
         Ok(true)
+    }
+
+    /// From now on (`refuse`) or no longer, requests with `method` and a path matching `path`
+    /// are answered `503 unavailable` by the proxy and never reach the upstream: e.g. every
+    /// revoke to an executor, which the managers send again later.
+    pub fn refuse_requests(&self, method: &str, path: &str, matching: PathMatch, refuse: bool) {
+        let mut state = self.lock();
+        state
+            .refusals
+            .retain(|r| !(r.method == method && r.path == path && r.matching == matching));
+        if refuse {
+            state.refusals.push(DropReply {
+                method: method.to_owned(),
+                path: path.to_owned(),
+                matching,
+            });
+        }
+    }
+
+    /// The next request (through any proxy of the set) with `method` and a path matching `path`
+    /// is forwarded as usual, but its reply is held until [`ProxySet::release_held_reply`] (at
+    /// most 10 s), so whatever reaches the caller meanwhile arrives before it. Replaces an
+    /// earlier hold; a reply already held is delivered.
+    pub fn hold_next_reply(&self, method: &str, path: &str, matching: PathMatch) {
+        let mut state = self.lock();
+        if let Some(release) = state.release.take() {
+            let _ = release.send(());
+        }
+        state.hold = Some(DropReply {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            matching,
+        });
+        state.held = None;
+    }
+
+    /// Where the held reply stands; `None` until a request matched.
+    pub fn held_reply(&self) -> Option<HeldReply> {
+        self.lock().held.clone()
+    }
+
+    /// Delivers the held reply now (its outcome then shows in [`ProxySet::held_reply`]); a hold
+    /// not yet matched is cancelled.
+    pub fn release_held_reply(&self) {
+        let mut state = self.lock();
+        state.hold = None;
+        if let Some(release) = state.release.take() {
+            let _ = release.send(());
+        }
     }
 
     pub fn stats(&self) -> ProxyStats {
@@ -569,10 +697,11 @@ async fn serve(
     let plan = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         state.stats.requests.push(label.clone());
-        state
+        let arrival_ns = crate::checker::monotonic_now_ns();
+        let previous_arrival_ns = state
             .stats
             .last_arrival_ns
-            .insert(label.clone(), crate::checker::monotonic_now_ns());
+            .insert(label.clone(), arrival_ns);
         if let Some(credential) = request
             .header("authorization")
             .and_then(|value| value.strip_prefix("Bearer "))
@@ -591,6 +720,24 @@ async fn serve(
             request_delay: request_lag,
             ..Plan::default()
         };
+        if state.refusals.iter().any(|r| r.matches(&method, &path)) {
+            state.stats.refused += 1;
+            plan.refuse = true;
+        } else if state
+            .hold
+            .as_ref()
+            .is_some_and(|hold| hold.matches(&method, &path))
+        {
+            let (release, released) = tokio::sync::oneshot::channel();
+            state.hold = None;
+            state.release = Some(release);
+            state.held = Some(HeldReply {
+                request_arrival_ns: arrival_ns,
+                previous_arrival_ns,
+                ..HeldReply::default()
+            });
+            plan.hold = Some(released);
+        }
         if let Some(at) = state
             .drop_replies
             .iter()
@@ -610,6 +757,11 @@ async fn serve(
         }
         plan
     };
+    if plan.refuse {
+        let _ = tokio::time::timeout(IO_TIMEOUT, client.write_all(&refused_reply())).await;
+        let _ = client.shutdown().await;
+        return;
+    }
     let forwarded = request.to_bytes(|_, _| None);
     {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -618,7 +770,9 @@ async fn serve(
             .as_ref()
             .is_some_and(|(m, p)| *m == method && *p == path)
         {
-            state.capture = None;
+            if !state.capture_each {
+                state.capture = None;
+            }
             state.captured = Some(Captured {
                 upstream: upstream.clone(),
                 connector: connector.clone(),
@@ -637,11 +791,13 @@ async fn serve(
     let reply = match exchange(&upstream, connector.as_ref(), &forwarded).await {
         Ok(reply) => reply,
         Err(_) => {
-            state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .stats
-                .upstream_failures += 1;
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.stats.upstream_failures += 1;
+            if plan.hold.is_some() {
+                if let Some(held) = state.held.as_mut() {
+                    held.outcome = Some(HoldOutcome::NoReply);
+                }
+            }
             return;
         }
     };
@@ -660,8 +816,64 @@ async fn serve(
             .flatten()
     });
     tokio::time::sleep(plan.reply_delay).await;
-    let _ = tokio::time::timeout(IO_TIMEOUT, client.write_all(&bytes)).await;
+    if let Some(released) = plan.hold {
+        if let Some(held) = state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .held
+            .as_mut()
+        {
+            held.reply_body = Some(reply.body.clone());
+        }
+        let outcome = hold_until_released(&mut client, released).await;
+        if let Some(held) = state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .held
+            .as_mut()
+        {
+            held.outcome = Some(outcome);
+        }
+        if !matches!(outcome, HoldOutcome::Delivered { .. }) {
+            return;
+        }
+    }
+    let written = tokio::time::timeout(IO_TIMEOUT, client.write_all(&bytes)).await;
     let _ = client.shutdown().await;
+    if matches!(written, Ok(Ok(()))) {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        *state.stats.answered.entry(label.clone()).or_default() += 1;
+        state.stats.last_answered_body.insert(label, request.body);
+    }
+}
+
+/// Waits for the release of a held reply (or [`HOLD_BOUND`]) while watching whether the caller
+/// is still there: a caller that gave up closed its connection, and reading it ends.
+async fn hold_until_released(
+    client: &mut (impl AsyncRead + Unpin),
+    released: tokio::sync::oneshot::Receiver<()>,
+) -> HoldOutcome {
+    let mut scratch = [0u8; 512];
+    let bound = tokio::time::sleep(HOLD_BOUND);
+    tokio::pin!(bound, released);
+    loop {
+        tokio::select! {
+            _ = &mut released => break,
+            () = &mut bound => break,
+            read = client.read(&mut scratch) => match read {
+                // Bytes after a complete request: not ours to judge; keep holding.
+                Ok(read) if read > 0 => {}
+                _ => {
+                    return HoldOutcome::CallerLeft {
+                        at_ns: crate::checker::monotonic_now_ns(),
+                    }
+                }
+            },
+        }
+    }
+    HoldOutcome::Delivered {
+        at_ns: crate::checker::monotonic_now_ns(),
+    }
 }
 
 #[cfg(test)]
@@ -749,6 +961,103 @@ mod tests {
             "every request reached the upstream"
         );
         assert_eq!(proxy.stats().dropped_replies, ["DELETE /v1/executors/ex-3"]);
+    }
+
+    #[tokio::test]
+    async fn refused_requests_are_answered_503_and_never_reach_the_upstream() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 1, None).await.unwrap();
+        proxy.refuse_requests("POST", "/v1/revoke", PathMatch::Exact, true);
+        let url = format!("{}/v1/revoke", proxy.urls()[0]);
+        let refused = client().post(&url).body("{}").send().await.unwrap();
+        assert_eq!(refused.status(), 503);
+        assert!(refused.text().await.unwrap().contains("unavailable"));
+        // Another path goes through.
+        let push = format!("{}/v1/assignment", proxy.urls()[0]);
+        assert_eq!(client().put(&push).send().await.unwrap().status(), 200);
+        assert_eq!(seen.lock().unwrap().len(), 1, "only the push reached it");
+        assert_eq!(proxy.stats().refused, 1);
+        proxy.refuse_requests("POST", "/v1/revoke", PathMatch::Exact, false);
+        assert_eq!(client().post(&url).send().await.unwrap().status(), 200);
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        assert_eq!(proxy.stats().answered["POST /v1/revoke"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_held_reply_reaches_its_caller_only_once_released() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 1, None).await.unwrap();
+        let url = format!("{}/v1/executors/ex-1/renew", proxy.urls()[0]);
+        // A first renewal, so the held one has one before it.
+        client().post(&url).send().await.unwrap();
+        proxy.hold_next_reply("POST", "/v1/executors/ex-1/renew", PathMatch::Exact);
+        let call = tokio::spawn({
+            let url = url.clone();
+            async move { client().post(&url).body("{}").send().await }
+        });
+        let held = leasehold_harness::poll_until(
+            "the upstream's reply to be held",
+            Duration::from_secs(5),
+            || async {
+                proxy
+                    .held_reply()
+                    .filter(|held| held.reply_body.is_some())
+                    .ok_or("not yet".to_string())
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(held.reply_body.as_deref(), Some(&b"ok"[..]));
+        assert!(held.previous_arrival_ns.unwrap() < held.request_arrival_ns);
+        assert_eq!(seen.lock().unwrap().len(), 2, "forwarded as usual");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !call.is_finished(),
+            "the caller has no answer while it is held"
+        );
+        let before_release_ns = crate::checker::monotonic_now_ns();
+        proxy.release_held_reply();
+        let reply = call.await.unwrap().unwrap();
+        assert_eq!(reply.text().await.unwrap(), "ok");
+        match proxy.held_reply().unwrap().outcome {
+            Some(HoldOutcome::Delivered { at_ns }) => assert!(at_ns >= before_release_ns),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(proxy.stats().answered["POST /v1/executors/ex-1/renew"], 2);
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_gives_up_on_a_held_reply_is_told_apart() {
+        let (upstream_url, _) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 1, None).await.unwrap();
+        proxy.hold_next_reply("POST", "/v1/executors/", PathMatch::Prefix);
+        let impatient = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let url = format!("{}/v1/executors/ex-1/renew", proxy.urls()[0]);
+        assert!(impatient.post(&url).send().await.is_err());
+        let outcome = leasehold_harness::poll_until(
+            "the hold to see the caller leave",
+            Duration::from_secs(5),
+            || async {
+                proxy
+                    .held_reply()
+                    .and_then(|held| held.outcome)
+                    .ok_or("not yet".to_string())
+            },
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(outcome, HoldOutcome::CallerLeft { .. }),
+            "{outcome:?}"
+        );
+        assert!(!proxy
+            .stats()
+            .answered
+            .contains_key("POST /v1/executors/ex-1/renew"));
     }
 
     #[tokio::test]
