@@ -4,19 +4,32 @@
 //! executors wrote.
 //!
 //! The script, each step followed by a wait until every shard is routed to a running executor
-//! and each of them holds one:
+//! and each of them admits one by its own admission log (a wait that runs out fails the run,
+//! naming what it waited for):
 //! 1. settle: the executors take every shard;
 //! 2. deliveries reordered: pushes and revokes delayed up to 3 s (past the managers' 2 s bound,
 //!    so a late delivery arrives after a newer one, a revoke overtakes a push and the reverse)
-//!    and duplicated, while an executor is drained and undrained twice, and a joiner comes and
-//!    stops gracefully (P3.7);
+//!    and duplicated, while an executor is drained and undrained twice, and a joiner comes,
+//!    admits shards (by its log) and stops gracefully (P3.7) with the replies to its calls
+//!    lagging, so that one which deregisters before it stops admitting overlaps the takers;
 //! 3. a push delivered again after a revoke: an executor gains shards by a push the proxy keeps,
 //!    is then drained, and the kept push is delivered again once another executor holds its
 //!    shards (P4.1: it is stale);
-//! 4. SIGKILL of an executor, then a new process in its place;
-//! 5. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag 1.5 s,
-//!    then resumed: its lease must be anchored where its requests left (P3.2);
-//! 6. the leader SIGKILLed, then restarted.
+//! 4. a grant made stale by a newer push (P4.1, stale grants): x0's revokes are refused, x0 is
+//!    drained, the reply to its next renewal (a set without its shards) is held while x0 is
+//!    undrained and pushed its set again, then delivered, and x0's renewals are refused until
+//!    the lease it held before that grant has run out. x0 must have stopped admitting every
+//!    shard it held from before that renewal and the grant does not list: its admission log may
+//!    show none of them admitted past the end of that earlier lease;
+//! 5. a push naming another executor, sent to x0: it must answer `409` (P4.1) and take nothing;
+//! 6. SIGKILL of an executor, then a new process in its place;
+//! 7. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag 1.5 s,
+//!    then resumed: its lease must be anchored where its requests left (P3.2), and it must fence
+//!    itself when its copy lapses (P3.6);
+//! 8. the leader SIGKILLed, then restarted.
+//!
+//! Every executor is stopped with SIGTERM at the end, the replies to its calls lagging as in
+//! step 2; one that does not stop within 15 s fails the run.
 //!
 //! Each executor process runs in its own process group, so a template that starts several
 //! processes (a sidecar and its service) is signalled whole.
@@ -29,12 +42,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_api::client::{Client, ClientConfig};
+use leasehold_api::problem::ErrorCode;
 use leasehold_harness::{free_port, ClusterConfig, ManagerCluster, ManagerFlags};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
+use crate::admission_log::{
+    admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog,
+};
 use crate::checker::{check_files, monotonic_now_ns, CheckReport, EventLogFile};
-use crate::proxy::{Impairment, ProxySet};
+use crate::proxy::{HoldOutcome, Impairment, PathMatch, ProxySet};
 use crate::template::{Slot, Template};
 
 /// The cluster every run uses: short leases so faults resolve in seconds.
@@ -56,8 +73,17 @@ const REORDER: Impairment = Impairment {
     delay_ms: (0, 3_000),
     duplicate_percent: 20,
 };
-/// The reply lag of step 5.
+/// The reply lag of the pause step.
 const REPLY_LAG: Duration = Duration::from_millis(1_500);
+/// The reply lag of a graceful stop: an executor that deregisters before it stops admitting
+/// still admits this long after the managers gave its shards away.
+const STOP_REPLY_LAG: Duration = Duration::from_millis(1_000);
+/// Attempts of the stale-grant step at making a grant arrive stale before it gives up.
+const STALE_GRANT_ATTEMPTS: u32 = 3;
+/// How long the stale-grant step waits for the held renewal, and for the newer push.
+const STALE_GRANT_WAIT: Duration = Duration::from_secs(6);
+/// Past the end of the lease held before the stale grant, before the step reads the log.
+const STALE_GRANT_MARGIN: Duration = Duration::from_millis(300);
 
 /// What a run is given.
 #[derive(Debug, Clone)]
@@ -92,6 +118,9 @@ impl std::fmt::Display for RunError {
 #[derive(Debug, Clone)]
 pub struct RunReport {
     pub check: CheckReport,
+    /// Rules a step judged broken from what the executor admitted or answered (beside I1 and
+    /// I2, which `check` holds).
+    pub findings: Vec<String>,
     /// Each step and how long it took, for the operator.
     pub steps: Vec<(String, Duration)>,
 }
@@ -131,23 +160,43 @@ impl ExecutorProcess {
         }
     }
 
-    /// SIGTERM to the group and a bounded wait; killed past it (the stop is still judged by
-    /// the logs).
-    async fn stop(&mut self) {
+    /// SIGTERM to the group, the replies to its calls lagging [`STOP_REPLY_LAG`], and a bounded
+    /// wait; killed past it (its stop is still judged by the logs) and the run fails.
+    async fn stop(&mut self) -> Result<(), RunError> {
+        self.call_proxy.lag_replies(STOP_REPLY_LAG);
         self.signal(Signal::SIGTERM);
         let deadline = Instant::now() + STOP_BOUND;
         while Instant::now() < deadline {
             if !self.is_running() {
                 self.child = None;
-                return;
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eprintln!(
-            "conformance: {} did not stop within {STOP_BOUND:?} of SIGTERM; killed",
-            self.name
-        );
         self.kill();
+        Err(RunError::Executor(format!(
+            "{} did not stop within {STOP_BOUND:?} of SIGTERM (P3.7: a graceful stop is \
+             bounded); killed",
+            self.name
+        )))
+    }
+
+    /// Its admission intervals so far, every one still open left open.
+    fn intervals(&self) -> Result<Vec<AdmissionInterval>, String> {
+        let records = read_admission_log(&self.event_log)?;
+        admission_intervals(&[ExecutorLog {
+            records,
+            ended_at_ns: None,
+        }])
+    }
+
+    /// How many shards its admission log shows it admitting now.
+    fn admitting_count(&self) -> Result<usize, String> {
+        Ok(self
+            .intervals()?
+            .iter()
+            .filter(|interval| interval.end_ns.is_none())
+            .count())
     }
 }
 
@@ -171,6 +220,18 @@ struct Run<'a> {
     generation: u32,
     seed: u64,
     steps: Vec<(String, Duration)>,
+    findings: Vec<String>,
+    /// Where `{local}` sockets go: a short path of its own, since the run's directory may be
+    /// too deep for a socket's 108 bytes.
+    sockets: tempfile::TempDir,
+}
+
+/// What one attempt of the stale-grant step came to.
+enum StaleGrantAttempt {
+    /// The grant arrived stale and the executor was judged.
+    Judged,
+    /// The kit could not make the grant arrive stale this time, and why.
+    Inconclusive(String),
 }
 
 fn kit_error(error: impl std::fmt::Display) -> RunError {
@@ -205,14 +266,21 @@ pub async fn run(config: &RunConfig) -> Result<RunReport, RunError> {
         generation: 0,
         seed: config.seed,
         steps: Vec::new(),
+        findings: Vec::new(),
+        sockets: tempfile::Builder::new()
+            .prefix("lhk-")
+            .tempdir()
+            .map_err(kit_error)?,
     };
     let outcome = run.script().await;
-    run.stop_all().await;
+    let stopped = run.stop_all().await;
     outcome?;
+    stopped?;
     let report = run.check()?;
     run.cluster.kill_all();
     Ok(RunReport {
         check: report,
+        findings: run.findings,
         steps: run.steps,
     })
 }
@@ -240,12 +308,21 @@ impl Run<'_> {
             .map_err(kit_error)?;
         let advertise = push_proxy.urls()[0].clone();
         let event_log = self.config.dir.join(format!("{name}.events.jsonl"));
+        let local = self.sockets.path().join(format!("{name}.sock"));
+        // A unix socket's path fits in 108 bytes, its terminating zero included.
+        if local.as_os_str().len() > 100 {
+            return Err(RunError::Kit(format!(
+                "the socket path {} for {{local}} is too long; give TMPDIR a shorter directory",
+                local.display()
+            )));
+        }
         let command = self.config.template.render(&Slot {
             managers: call_proxy.urls(),
             listen,
             advertise: advertise.clone(),
             name: name.clone(),
             event_log: event_log.display().to_string(),
+            local: format!("unix:{}", local.display()),
         });
         let log_path = self.config.dir.join(format!("{name}.log"));
         let log = File::create(&log_path).map_err(kit_error)?;
@@ -301,7 +378,12 @@ impl Run<'_> {
                     for index in &owners {
                         self.processes[*index].held_shards = true;
                     }
-                    if owners.len() == holders.len() {
+                    let not_admitting = if owners.len() == holders.len() {
+                        self.not_admitting(holders)?
+                    } else {
+                        Vec::new()
+                    };
+                    if owners.len() == holders.len() && not_admitting.is_empty() {
                         self.steps.push((what.to_owned(), started.elapsed()));
                         eprintln!(
                             "conformance: {what}: settled in {} ms",
@@ -309,21 +391,56 @@ impl Run<'_> {
                         );
                         return Ok(());
                     }
-                    last = format!(
-                        "{} of {} executors hold shards",
-                        owners.len(),
-                        holders.len()
-                    );
+                    last = if not_admitting.is_empty() {
+                        format!(
+                            "{} of {} executors are routed shards",
+                            owners.len(),
+                            holders.len()
+                        )
+                    } else {
+                        format!(
+                            "every executor is routed shards, but the admission log of {} shows \
+                             none admitted",
+                            not_admitting.join(", ")
+                        )
+                    };
                 }
                 Err(detail) => last = detail,
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Err(RunError::Executor(format!(
-            "{what}: the shards did not settle on the running executors within {SETTLE_BOUND:?} \
-             ({last}); see the executors' logs in {}",
+            "{what}: timed out after {SETTLE_BOUND:?} waiting for every shard to be routed to one \
+             of {} and each of them to admit a shard by its admission log ({last}); see the \
+             executors' logs in {}",
+            self.names(holders).join(", "),
             self.config.dir.display()
         )))
+    }
+
+    fn names(&mut self, slots: &[usize]) -> Vec<String> {
+        slots
+            .iter()
+            .map(|&slot| self.process(slot).name.clone())
+            .collect()
+    }
+
+    /// The names of the processes of `slots` whose admission log shows no shard admitted now;
+    /// a log not in the format of §9 fails the run.
+    fn not_admitting(&mut self, slots: &[usize]) -> Result<Vec<String>, RunError> {
+        let mut names = Vec::new();
+        for &slot in slots {
+            let process = self.process(slot);
+            let admitting = process.admitting_count().map_err(|detail| {
+                RunError::Executor(format!(
+                    "an admission log is not in the format of §9: {detail}"
+                ))
+            })?;
+            if admitting == 0 {
+                names.push(process.name.clone());
+            }
+        }
+        Ok(names)
     }
 
     /// The processes (indices) the routing table sends shards to, if every shard is routed to
@@ -389,25 +506,31 @@ impl Run<'_> {
         self.start(EXECUTORS).await?;
         self.process(EXECUTORS).push_proxy.impair(Some(REORDER));
         let with_joiner: Vec<usize> = (0..=EXECUTORS).collect();
+        // Settled only once the joiner's own log shows it admitting: the routing table names it
+        // as soon as its push is sent, which the delays hold back up to 3 s.
         self.settle(&with_joiner, "a joiner takes shards").await?;
-        self.process(EXECUTORS).stop().await;
+        // The takers hear at once, the joiner its replies late (see `stop`).
+        for slot in 0..=EXECUTORS {
+            self.process(slot).push_proxy.impair(None);
+        }
+        self.process(EXECUTORS).stop().await?;
         self.slots.remove(&EXECUTORS);
         self.settle(&all, "the joiner's graceful stop handed its shards on")
             .await?;
-        for slot in 0..EXECUTORS {
-            self.process(slot).push_proxy.impair(None);
-        }
 
         Self::step("a push delivered again after a revoke");
         // x0 gains some of x1's shards by a push, of which the proxy keeps a copy; x0 is then
         // drained and its shards go to x2; the copy is delivered again. It is stale (P4.1):
         // applying it admits shards another executor holds.
+        // x0's renewals are refused from the first push kept until after the copy is delivered
+        // again, so no grant's set is applied in between: only the revoke that drained it makes
+        // the copy stale (P4.1: an applied revoke raises the applied revision).
         let (x0, x1) = (self.executor_id(0).await?, self.executor_id(1).await?);
+        let x0_renew = format!("/v1/executors/{x0}/renew");
         self.process(0)
             .push_proxy
-            .capture_next("PUT", "/v1/assignment");
+            .capture_each("PUT", "/v1/assignment");
         self.admin.drain(&x1).await.map_err(kit_error)?;
-        self.settle(&[0, 2], "x1 drained: x0 gains shards").await?;
         let pushed_by = Instant::now() + SETTLE_BOUND;
         while !self.process(0).push_proxy.has_captured() {
             if Instant::now() >= pushed_by {
@@ -416,8 +539,15 @@ impl Run<'_> {
                      {SETTLE_BOUND:?}: did it answer its pushes?"
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // From the first push kept on (polled every 10 ms, a renewal comes about once a second).
+        self.process(0)
+            .call_proxy
+            .refuse_requests("POST", &x0_renew, PathMatch::Exact, true);
+        self.settle(&[0, 2], "x1 drained: x0 gains shards").await?;
+        // The copy kept is of the last push before the drain.
+        self.process(0).push_proxy.stop_capturing();
         self.admin.drain(&x0).await.map_err(kit_error)?;
         self.settle(&[2], "x0 drained too: one executor holds every shard")
             .await?;
@@ -430,11 +560,27 @@ impl Run<'_> {
         if !replayed {
             return Err(RunError::Kit("the kept push to x0 was lost".into()));
         }
+        // The copy was answered, so applied or refused, when the replay returned.
+        self.process(0)
+            .call_proxy
+            .refuse_requests("POST", &x0_renew, PathMatch::Exact, false);
         // Long enough for a renewal to follow the stale push.
         tokio::time::sleep(KIT_LEASE / 2).await;
-        self.admin.undrain(&x0).await.map_err(kit_error)?;
+        // x0 may have been reaped while its renewals were refused; it then registers anew,
+        // undrained.
+        self.undrain_if_registered(&x0).await?;
         self.admin.undrain(&x1).await.map_err(kit_error)?;
         self.settle(&all, "both undrained").await?;
+
+        Self::step("a grant made stale by a newer push");
+        self.stale_grant_step().await?;
+        self.settle(&all, "x0 renews again after the stale grant")
+            .await?;
+
+        Self::step("a push naming another executor");
+        self.foreign_push_step().await?;
+        self.settle(&all, "after the push naming another executor")
+            .await?;
 
         Self::step("SIGKILL");
         self.process(1).kill();
@@ -476,12 +622,269 @@ impl Run<'_> {
         Ok(())
     }
 
-    async fn stop_all(&mut self) {
+    /// Stops every running process; the first that did not stop in time is the error.
+    async fn stop_all(&mut self) -> Result<(), RunError> {
+        let mut outcome = Ok(());
         for process in &mut self.processes {
             if process.child.is_some() {
-                process.stop().await;
+                let stopped = process.stop().await;
+                if outcome.is_ok() {
+                    outcome = stopped;
+                }
             }
         }
+        outcome
+    }
+
+    /// The stale-grant step (script step 4), tried until a grant did arrive stale.
+    async fn stale_grant_step(&mut self) -> Result<(), RunError> {
+        let mut why = String::new();
+        for attempt in 1..=STALE_GRANT_ATTEMPTS {
+            let outcome = self.stale_grant_attempt().await;
+            let id = self.executor_id(0).await?;
+            let x0 = self.process(0);
+            x0.push_proxy
+                .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, false);
+            x0.call_proxy.refuse_requests(
+                "POST",
+                &format!("/v1/executors/{id}/renew"),
+                PathMatch::Exact,
+                false,
+            );
+            x0.call_proxy.release_held_reply();
+            match outcome? {
+                StaleGrantAttempt::Judged => return Ok(()),
+                StaleGrantAttempt::Inconclusive(detail) => {
+                    eprintln!("conformance: stale grant, attempt {attempt}: {detail}");
+                    why = detail;
+                    // Whatever the attempt left drained or refused settles before the next.
+                    self.undrain_if_registered(&id).await?;
+                    self.settle(&[0, 1, 2], "x0 back before another attempt")
+                        .await?;
+                }
+            }
+        }
+        Err(RunError::Executor(format!(
+            "the kit could not make a grant arrive stale at x0 in {STALE_GRANT_ATTEMPTS} \
+             attempts, so P4.1's stale-grant rule went unchecked: {why}"
+        )))
+    }
+
+    /// One attempt: x0's revokes refused, x0 drained, the reply to its next renewal held while
+    /// it is undrained and pushed its set again, then delivered (stale), x0's renewals refused
+    /// until the lease it held before that grant ran out; then its admission log is judged.
+    async fn stale_grant_attempt(&mut self) -> Result<StaleGrantAttempt, RunError> {
+        use StaleGrantAttempt::Inconclusive;
+        let id = self.executor_id(0).await?;
+        let renew_path = format!("/v1/executors/{id}/renew");
+        let push_label = "PUT /v1/assignment";
+        self.process(0)
+            .push_proxy
+            .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, true);
+        self.admin.drain(&id).await.map_err(kit_error)?;
+        // Armed after the drain committed: the renewal it holds is answered at a revision
+        // whose set for x0 lists none of the shards x0 still admits.
+        self.process(0)
+            .call_proxy
+            .hold_next_reply("POST", &renew_path, PathMatch::Exact);
+        let waited_by = Instant::now() + STALE_GRANT_WAIT;
+        let held = loop {
+            let held = self.process(0).call_proxy.held_reply();
+            if let Some(held) = held.filter(|h| h.reply_body.is_some() || h.outcome.is_some()) {
+                break held;
+            }
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "timed out after {STALE_GRANT_WAIT:?} waiting for x0 to renew its lease \
+                     (P3.5: a renewal once a third of the lease has passed)"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let Some(grant) = held.reply_body.as_deref().and_then(GrantSet::parse) else {
+            return Ok(Inconclusive(format!(
+                "the held reply to x0's renewal is not a grant ({:?})",
+                held.outcome
+            )));
+        };
+        let pushes_before = self.answered(0, push_label);
+        self.undrain_if_registered(&id).await?;
+        let waited_by = Instant::now() + STALE_GRANT_WAIT;
+        loop {
+            let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
+            if let Some(HoldOutcome::CallerLeft { at_ns }) = held.outcome {
+                return Ok(Inconclusive(format!(
+                    "x0 closed its renewal {} ms after sending it, before the newer push \
+                     reached it: the step needs an executor that waits at least 2 s for a reply",
+                    at_ns.saturating_sub(held.request_arrival_ns) / 1_000_000
+                )));
+            }
+            let stats = self.process(0).push_proxy.stats();
+            let newer_push = stats.answered.get(push_label).copied().unwrap_or(0) > pushes_before
+                && stats
+                    .last_answered_body
+                    .get(push_label)
+                    .and_then(|body| GrantSet::parse(body))
+                    .is_some_and(|push| push.revision > grant.revision);
+            if newer_push {
+                break;
+            }
+            if Instant::now() >= waited_by {
+                return Ok(Inconclusive(format!(
+                    "no push above revision {} reached x0 within {STALE_GRANT_WAIT:?} of its \
+                     undrain",
+                    grant.revision
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // x0 keeps the lease the stale grant gives it: no renewal gets through until the lease
+        // it held before has run out.
+        self.process(0)
+            .call_proxy
+            .refuse_requests("POST", &renew_path, PathMatch::Exact, true);
+        self.process(0).call_proxy.release_held_reply();
+        let waited_by = Instant::now() + Duration::from_secs(2);
+        let delivered_at_ns = loop {
+            let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
+            match held.outcome {
+                Some(HoldOutcome::Delivered { at_ns }) => break at_ns,
+                Some(other) => {
+                    return Ok(Inconclusive(format!(
+                        "the stale grant did not reach x0: {other:?}"
+                    )))
+                }
+                None if Instant::now() >= waited_by => {
+                    return Ok(Inconclusive("the held reply was not released".into()))
+                }
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        let Some(previous_ns) = held.previous_arrival_ns else {
+            return Ok(Inconclusive(
+                "x0 had not renewed before the held renewal".into(),
+            ));
+        };
+        // The lease x0 held before the stale grant was earned by a request that left no later
+        // than the previous renewal arrived, and told at most the managers' lease.
+        let earlier_lease_end_ns = previous_ns + nanos(KIT_LEASE);
+        let judge_at_ns = earlier_lease_end_ns + nanos(STALE_GRANT_MARGIN);
+        let now_ns = monotonic_now_ns();
+        if judge_at_ns > now_ns {
+            tokio::time::sleep(Duration::from_nanos(judge_at_ns - now_ns)).await;
+        }
+        let intervals = self.process(0).intervals().map_err(|detail| {
+            RunError::Executor(format!(
+                "an admission log is not in the format of §9: {detail}"
+            ))
+        })?;
+        // Shards x0 admitted from before the held renewal left until the stale grant arrived,
+        // at an epoch the grant does not list: gained by a delivery at or below its revision.
+        let to_drop: Vec<&AdmissionInterval> = intervals
+            .iter()
+            .filter(|interval| {
+                interval.executor_id == id
+                    && interval.start_ns <= held.request_arrival_ns
+                    && interval.end_ns.is_none_or(|end| end > delivered_at_ns)
+                    && !grant.shards.contains(&(interval.shard, interval.epoch))
+            })
+            .collect();
+        if to_drop.is_empty() {
+            return Ok(Inconclusive(
+                "x0 admitted no shard the stale grant left out when it arrived".into(),
+            ));
+        }
+        let name = self.process(0).name.clone();
+        for interval in to_drop {
+            if interval.end_ns.is_none_or(|end| end > earlier_lease_end_ns) {
+                let end = interval.end_ns.map_or_else(
+                    || {
+                        format!(
+                            "was still admitting it {} ms after",
+                            (monotonic_now_ns() - earlier_lease_end_ns) / 1_000_000
+                        )
+                    },
+                    |end| {
+                        format!(
+                            "stopped it {} ms after",
+                            (end - earlier_lease_end_ns) / 1_000_000
+                        )
+                    },
+                );
+                self.findings.push(format!(
+                    "P4.1 stale grant: {name} ({id}) admitted shard {} (epoch {}) since before a \
+                     renewal whose grant, at revision {}, did not list it and arrived after a \
+                     push of a newer revision; it {end} the end of the lease it held before that \
+                     grant (an executor must drop such shards before the stale grant moves its \
+                     lease)",
+                    interval.shard, interval.epoch, grant.revision
+                ));
+            }
+        }
+        Ok(StaleGrantAttempt::Judged)
+    }
+
+    /// Undrains `id` unless the managers no longer know it (reaped: its process registers
+    /// again, undrained).
+    async fn undrain_if_registered(&self, id: &str) -> Result<(), RunError> {
+        match self.admin.undrain(id).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => {
+                eprintln!("conformance: {id} was reaped before its undrain");
+                Ok(())
+            }
+            Err(error) => Err(kit_error(error)),
+        }
+    }
+
+    /// Requests of `label` the push proxy of `slot` delivered and had answered.
+    fn answered(&mut self, slot: usize, label: &str) -> usize {
+        self.process(slot)
+            .push_proxy
+            .stats()
+            .answered
+            .get(label)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Script step 5: a push naming x1, sent to x0 at the current revision with x1's set, must
+    /// be refused `409` (P4.1); one taken shows as I1 against x1 too.
+    async fn foreign_push_step(&mut self) -> Result<(), RunError> {
+        let other = self.executor_id(1).await?;
+        let table = self.admin.routing(false).await.map_err(kit_error)?;
+        let shards: Vec<serde_json::Value> = table
+            .routes
+            .iter()
+            .filter(|route| route.executor_id.as_deref() == Some(other.as_str()))
+            .map(|route| serde_json::json!({"shard": route.shard, "epoch": route.epoch}))
+            .collect();
+        let body = serde_json::json!({
+            "executor_id": other,
+            "revision": table.revision,
+            "shard_count": table.shard_count,
+            "shards": shards,
+        });
+        let url = format!("{}/v1/assignment", self.process(0).advertise);
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .map_err(kit_error)?;
+        let name = self.process(0).name.clone();
+        let status = match http.put(&url).json(&body).send().await {
+            Ok(reply) => reply.status().as_u16().to_string(),
+            Err(error) => format!("no answer ({error})"),
+        };
+        if status != "409" {
+            self.findings.push(format!(
+                "P4.1 push for another executor: {name} answered {status} to a push naming \
+                 {other}, not 409 conflict"
+            ));
+        }
+        // Long enough for a renewal to follow it.
+        tokio::time::sleep(KIT_LEASE / 2).await;
+        Ok(())
     }
 
     /// I1 and I2 over every log; an executor that held shards and wrote no log fails.
@@ -511,6 +914,48 @@ impl Run<'_> {
     }
 }
 
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The revision and set of a grant or a push body (`shards`, or `shard_runs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GrantSet {
+    revision: u64,
+    shards: BTreeSet<(u32, u64)>,
+}
+
+impl GrantSet {
+    fn parse(body: &[u8]) -> Option<Self> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        // `unchanged`: the set is the renewal's claims, which the kit did not read.
+        if value.get("unchanged") == Some(&serde_json::Value::Bool(true)) {
+            return None;
+        }
+        let revision = value.get("revision")?.as_u64()?;
+        let mut shards = BTreeSet::new();
+        for entry in value.get("shards")?.as_array()? {
+            let shard = u32::try_from(entry.get("shard")?.as_u64()?).ok()?;
+            shards.insert((shard, entry.get("epoch")?.as_u64()?));
+        }
+        for run in value
+            .get("shard_runs")
+            .and_then(|runs| runs.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let run = run.as_array()?;
+            let first = u32::try_from(run.first()?.as_u64()?).ok()?;
+            let count = u32::try_from(run.get(1)?.as_u64()?).ok()?;
+            let epoch = run.get(2)?.as_u64()?;
+            for shard in first..first.checked_add(count)? {
+                shards.insert((shard, epoch));
+            }
+        }
+        Some(Self { revision, shards })
+    }
+}
+
 /// The manager binary beside this one, or `leasehold-manager` on `PATH`.
 pub fn default_manager_binary() -> PathBuf {
     leasehold_harness::binary("leasehold-manager")
@@ -525,4 +970,37 @@ pub fn runnable(path: &Path) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_set_is_read_from_shards_or_runs_and_an_unchanged_one_is_not_read() {
+        let grant = GrantSet::parse(
+            br#"{"executor_id":"ex-1","lease_ttl_ms":3000,"revision":76,"shard_count":16,
+                "shards":[{"shard":3,"epoch":7}]}"#,
+        )
+        .unwrap();
+        assert_eq!(grant.revision, 76);
+        assert_eq!(grant.shards, BTreeSet::from([(3, 7)]));
+        let runs =
+            GrantSet::parse(br#"{"revision":9,"shards":[],"shard_runs":[[4,2,5]]}"#).unwrap();
+        assert_eq!(runs.shards, BTreeSet::from([(4, 5), (5, 5)]));
+        // The set is the renewal's claims, which the kit does not know: not a set to judge by.
+        assert_eq!(
+            GrantSet::parse(br#"{"revision":9,"shards":[],"unchanged":true}"#),
+            None
+        );
+        assert_eq!(
+            GrantSet::parse(br#"{"revision":9,"shards":[{"shard":-1}]}"#),
+            None
+        );
+        assert_eq!(
+            GrantSet::parse(br#"{"revision":9,"shards":[],"shard_runs":[[4294967295,2,1]]}"#),
+            None
+        );
+        assert_eq!(GrantSet::parse(b"not json"), None);
+    }
 }

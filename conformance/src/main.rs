@@ -27,8 +27,9 @@ use leasehold_conformance::template::Template;
 struct Args {
     /// The command that starts one executor, run with `sh -c` in its own process group. Its
     /// placeholders: {managers} (comma-separated URLs), {listen} (host:port to bind),
-    /// {advertise} (its URL), {name} and {event_log} (where its admission log must go, in the
-    /// format of PROTOCOL §9).
+    /// {advertise} (its URL), {name}, {event_log} (where its admission log must go, in the
+    /// format of PROTOCOL §9) and {local} (`unix:/path`, a socket for a sidecar's
+    /// `--local-listen` and its service's way to it).
     #[arg(long)]
     executor_cmd: Template,
 
@@ -88,14 +89,14 @@ async fn main() -> ExitCode {
         };
         match kit::run(&config).await {
             Ok(report) => {
-                violations += report.check.violations.len();
+                violations += report.check.violations.len() + report.findings.len();
                 intervals += report.check.intervals;
                 let mut summary = format!(
                     "run {run}: {} intervals over {} shards, {} handoffs, {} violations",
                     report.check.intervals,
                     report.check.shards,
                     report.check.handoffs,
-                    report.check.violations.len()
+                    report.check.violations.len() + report.findings.len()
                 );
                 for (step, took) in &report.steps {
                     summary.push_str(&format!("\n  {step}: {} ms", took.as_millis()));
@@ -104,7 +105,10 @@ async fn main() -> ExitCode {
                 for violation in &report.check.violations {
                     let _ = writeln!(out, "  VIOLATION {violation}");
                 }
-                failed |= !report.check.violations.is_empty();
+                for finding in &report.findings {
+                    let _ = writeln!(out, "  VIOLATION {finding}");
+                }
+                failed |= !report.check.violations.is_empty() || !report.findings.is_empty();
             }
             Err(error) => {
                 let _ = writeln!(out, "run {run}: {error}");

@@ -6,7 +6,11 @@
 //! - `{advertise}`: the URL the executor must register as its address (the kit's proxy in front
 //!   of `{listen}`, so pushes and revokes pass through the faults);
 //! - `{name}`: a name unique to this process, for its logs;
-//! - `{event_log}`: where the executor must write its admission log (§9).
+//! - `{event_log}`: where the executor must write its admission log (§9);
+//! - `{local}`: a unix socket address, `unix:/path`, unique to this process, for a sidecar's
+//!   `--local-listen` and its service's way to it (PROTOCOL §16): the same words reach both, so
+//!   one template starts a sidecar and its service. Optional; nothing listens there unless the
+//!   template makes something listen.
 //!
 //! Values are shell-quoted, so a path with spaces stays one word. `{managers}`, `{listen}`,
 //! `{advertise}` and `{event_log}` must all appear: an executor that does not bind where it is
@@ -15,7 +19,14 @@
 use std::fmt;
 
 /// The placeholders, in the order the documentation lists them.
-pub const PLACEHOLDERS: [&str; 5] = ["managers", "listen", "advertise", "name", "event_log"];
+pub const PLACEHOLDERS: [&str; 6] = [
+    "managers",
+    "listen",
+    "advertise",
+    "name",
+    "event_log",
+    "local",
+];
 
 /// Placeholders every template must use.
 const REQUIRED: [&str; 4] = ["managers", "listen", "advertise", "event_log"];
@@ -32,6 +43,8 @@ pub struct Slot {
     pub advertise: String,
     pub name: String,
     pub event_log: String,
+    /// `unix:/path` of a socket for a sidecar's local API.
+    pub local: String,
 }
 
 /// Why a template was refused.
@@ -122,6 +135,7 @@ impl Template {
                 "listen" => slot.listen.clone(),
                 "advertise" => slot.advertise.clone(),
                 "name" => slot.name.clone(),
+                "local" => slot.local.clone(),
                 _ => slot.event_log.clone(),
             };
             command.push_str(&shell_quote(&value));
@@ -143,7 +157,22 @@ mod tests {
             advertise: "http://127.0.0.1:4".into(),
             name: "x0-1".into(),
             event_log: "/tmp/a dir/x0-1.jsonl".into(),
+            local: "unix:/tmp/lhk/x0-1.sock".into(),
         }
+    }
+
+    #[test]
+    fn p16_3_the_local_placeholder_gives_a_sidecar_and_its_service_one_socket() {
+        let template: Template = "sidecar --m {managers} --l {listen} --a {advertise} \
+             --e {event_log} --local-listen {local} & exec service --sidecar {local}"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            template.render(&slot()),
+            "sidecar --m http://127.0.0.1:1,http://127.0.0.1:2 --l 127.0.0.1:3 \
+             --a http://127.0.0.1:4 --e '/tmp/a dir/x0-1.jsonl' \
+             --local-listen unix:/tmp/lhk/x0-1.sock & exec service --sidecar unix:/tmp/lhk/x0-1.sock"
+        );
     }
 
     #[test]
