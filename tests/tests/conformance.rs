@@ -1,8 +1,11 @@
 //! The conformance kit (PROTOCOL P16.3) judged on executors whose answer is known: it passes the
 //! Rust executor, the sidecar with the Python example beside it, and an executor written in
 //! Python from docs/PROTOCOL.md alone (conformance/fixtures/python_executor.py); it fails that
-//! executor broken on purpose, once anchoring its lease at a reply's receipt (against P3.2) and
-//! once applying assignment pushes out of revision order (against P4.1).
+//! executor broken on purpose, once for each MUST of PROTOCOL Appendix A the kit has a step for
+//! (`--break` of the fixture): the lease anchored at a reply's receipt (P3.2), no fence on a
+//! lapse (P3.6), deregistering before admission stops (P3.7), pushes applied out of revision
+//! order, revokes that leave the applied revision, stale grants that drop nothing and pushes for
+//! another executor taken (P4.1), and revokes answered before their shards stop (P5.2).
 //!
 //! Each case runs `leasehold-conformance` as a user would and reads its last line. The kit starts
 //! its own managers, so these tests do not take the one-cluster lock. Needs the binaries (`cargo
@@ -79,7 +82,9 @@ fn assert_passes(what: &str, verdict: &Verdict) {
     eprintln!("{what}: pass, {} intervals", verdict.intervals);
 }
 
-fn assert_fails_on_violations(what: &str, verdict: &Verdict) {
+/// The kit failed `what` on violations (I1, I2, or a rule a step judged), not on anything else,
+/// and one of its `VIOLATION` lines contains `expected` (e.g. `I1` or `P4.1 stale grant`).
+fn assert_fails_on_violations(what: &str, verdict: &Verdict, expected: &str) {
     assert!(
         !verdict.pass && !verdict.exit_ok,
         "{what} must fail the kit:\n{}",
@@ -87,10 +92,32 @@ fn assert_fails_on_violations(what: &str, verdict: &Verdict) {
     );
     assert!(
         verdict.violations > 0,
-        "{what} must fail on I1/I2 violations, not on anything else:\n{}",
+        "{what} must fail on violations, not on anything else:\n{}",
         verdict.output
     );
-    eprintln!("{what}: fail, {} violations", verdict.violations);
+    let shown = verdict
+        .output
+        .lines()
+        .filter(|line| line.trim_start().starts_with("VIOLATION"))
+        .filter(|line| line.contains(expected))
+        .count();
+    assert!(
+        shown > 0,
+        "{what} must fail with a violation naming {expected:?}:\n{}",
+        verdict.output
+    );
+    eprintln!(
+        "{what}: fail, {} violations, {shown} naming {expected:?}",
+        verdict.violations
+    );
+}
+
+/// The kit fails the Python executor broken by `--break variant` with a violation naming
+/// `expected`.
+fn assert_broken_variant_fails(test: &str, variant: &str, expected: &str, seed: u64) {
+    if let Some(verdict) = run_python_executor(test, &format!("--break {variant}"), seed) {
+        assert_fails_on_violations(&format!("--break {variant}"), &verdict, expected);
+    }
 }
 
 /// The kit's verdict on the Python executor of the fixtures, run with `extra` flags; `None`
@@ -115,7 +142,7 @@ mod conformance_kit {
     fn p16_3_the_rust_executor_passes() {
         let template = format!(
             "exec {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
-             --name {{name}} --event-log {{event_log}} --request-timeout 500ms",
+             --name {{name}} --event-log {{event_log}} --request-timeout 2s",
             binary("leasehold-executor").display()
         );
         assert_passes("the Rust executor", &run_kit(&template, 1));
@@ -131,8 +158,8 @@ mod conformance_kit {
         // The sidecar and the service in one process group: the kit's signals reach both.
         let template = format!(
             "{} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} --name {{name}} \
-             --event-log {{event_log}} --request-timeout 500ms --local-listen unix:{{event_log}}.sock \
-             & exec {} {} --sidecar unix:{{event_log}}.sock --listen 127.0.0.1:0 --store-dir {}",
+             --event-log {{event_log}} --request-timeout 2s --local-listen {{local}} \
+             & exec {} {} --sidecar {{local}} --listen 127.0.0.1:0 --store-dir {}",
             binary("leasehold-executor").display(),
             python.display(),
             example_script().display(),
@@ -153,18 +180,50 @@ mod conformance_kit {
     }
 
     #[test]
-    fn p16_3_an_executor_anchoring_its_lease_at_receipt_fails() {
-        let test = "p16_3_an_executor_anchoring_its_lease_at_receipt_fails";
-        if let Some(verdict) = run_python_executor(test, "--break anchor-at-receipt", 4) {
-            assert_fails_on_violations("an executor anchoring its lease at receipt", &verdict);
-        }
+    fn p3_2_an_executor_anchoring_its_lease_at_receipt_fails() {
+        let test = "p3_2_an_executor_anchoring_its_lease_at_receipt_fails";
+        assert_broken_variant_fails(test, "anchor-at-receipt", "I1", 4);
     }
 
     #[test]
-    fn p16_3_an_executor_applying_sets_out_of_revision_order_fails() {
-        let test = "p16_3_an_executor_applying_sets_out_of_revision_order_fails";
-        if let Some(verdict) = run_python_executor(test, "--break apply-out-of-order", 5) {
-            assert_fails_on_violations("an executor applying sets out of revision order", &verdict);
-        }
+    fn p3_6_an_executor_that_does_not_fence_itself_on_a_lapse_fails() {
+        let test = "p3_6_an_executor_that_does_not_fence_itself_on_a_lapse_fails";
+        assert_broken_variant_fails(test, "no-self-fence", "I1", 6);
+    }
+
+    #[test]
+    fn p3_7_an_executor_deregistering_before_it_stops_admitting_fails() {
+        let test = "p3_7_an_executor_deregistering_before_it_stops_admitting_fails";
+        assert_broken_variant_fails(test, "deregister-before-stop", "I1", 7);
+    }
+
+    #[test]
+    fn p4_1_an_executor_applying_sets_out_of_revision_order_fails() {
+        let test = "p4_1_an_executor_applying_sets_out_of_revision_order_fails";
+        assert_broken_variant_fails(test, "apply-out-of-order", "I1", 5);
+    }
+
+    #[test]
+    fn p4_1_an_executor_whose_revokes_leave_its_revision_fails() {
+        let test = "p4_1_an_executor_whose_revokes_leave_its_revision_fails";
+        assert_broken_variant_fails(test, "revoke-keeps-revision", "I1", 8);
+    }
+
+    #[test]
+    fn p4_1_an_executor_keeping_shards_a_stale_grant_left_out_fails() {
+        let test = "p4_1_an_executor_keeping_shards_a_stale_grant_left_out_fails";
+        assert_broken_variant_fails(test, "keep-shards-on-stale-grant", "P4.1 stale grant", 9);
+    }
+
+    #[test]
+    fn p4_1_an_executor_taking_a_push_for_another_executor_fails() {
+        let test = "p4_1_an_executor_taking_a_push_for_another_executor_fails";
+        assert_broken_variant_fails(test, "accept-foreign-push", "P4.1 push for another", 10);
+    }
+
+    #[test]
+    fn p5_2_an_executor_answering_a_revoke_before_it_stops_fails() {
+        let test = "p5_2_an_executor_answering_a_revoke_before_it_stops_fails";
+        assert_broken_variant_fails(test, "release-before-stop", "I1", 11);
     }
 }
