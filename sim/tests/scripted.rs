@@ -643,3 +643,68 @@ fn p6_3_one_executor_dying_in_the_shortest_lease_namespace_expires_after_one_lea
         settle(&mut world, "after kv's executor came back").unwrap_or_else(|v| panic!("{v}"));
     }
 }
+
+/// Issue 56's partition on the production cores: the leader and executor A are cut off from
+/// the other managers and executors B and C for 14 s, with a 3 s lease and the mass-expiry guard
+/// on as shipped (60 s grace); the others elect a leader after 1.2 s (as measured over real
+/// sockets). B and C renew through the new leader and never lapse. The deposed leader fails what
+/// it holds once it has heard no quorum for a Raft lease (P8.4) and answers A at once from then
+/// on. A fences at its own expiry, and its shards move to B and C within a lease, the new
+/// leader's grace (P6.1, the longest lease told) and a tick of the cut (P6.3: B and C renew, so
+/// the guard defers nothing), I1 checked after every event.
+#[test]
+fn p6_3_p8_4_a_leader_cut_off_with_one_executor_re_homes_only_its_shards() {
+    const C: Slot = 2;
+    const LEASE_MS: u64 = 3_000;
+    let mut scenario = Scenario::scripted(12, LEASE_MS);
+    scenario.guard.enabled = true;
+    scenario.guard.grace_ms = 60_000;
+    let ran = run_script_in(scenario, &[SPAWN, SPAWN, SPAWN]).unwrap_or_else(|f| panic!("{f}"));
+    let mut world = ran.world;
+    world.go_live();
+    settle(&mut world, "before the cut").unwrap_or_else(|v| panic!("{v}"));
+    let a_id = world
+        .leader_state()
+        .and_then(|state| state.executors().next().map(|e| e.id.clone()))
+        .expect("A registered first");
+    let longest_ms = world
+        .leader_state()
+        .map(leasehold_manager::leader::core::longest_lease_ms)
+        .unwrap();
+    world.cut_off_leader_with([A].into(), 14_000, 1_200);
+    let cut_at = world.now_us;
+    let mut rehomed_ms = None;
+    while world.now_us < cut_at + 14_000_000 {
+        let next = world.now_us + 10_000;
+        world
+            .run_until(next)
+            .unwrap_or_else(|violation| panic!("{violation}"));
+        for slot in [B, C] {
+            let process = world.processes[slot].as_ref().expect("B and C run");
+            let now = world.process_now(slot).unwrap();
+            assert!(
+                process.core.lease().is_live(now),
+                "{} ms after the cut: {slot} reaches the majority but its lease lapsed:\n{}",
+                (world.now_us - cut_at) / 1_000,
+                world.dump()
+            );
+        }
+        let a_holds = world.leader_state().is_none_or(|state| {
+            state
+                .shards()
+                .iter()
+                .any(|shard| shard.owner.as_deref() == Some(a_id.as_str()))
+        });
+        if !a_holds && rehomed_ms.is_none() {
+            rehomed_ms = Some((world.now_us - cut_at) / 1_000);
+        }
+    }
+    let rehomed_ms = rehomed_ms.expect("A's shards were never re-homed during the cut");
+    let bound_ms = 1_200 + LEASE_MS + longest_ms + LEASE_MS / 3 + 100;
+    println!("A's shards re-homed {rehomed_ms} ms after the cut (longest lease told {longest_ms} ms, bound {bound_ms} ms)");
+    assert!(
+        rehomed_ms <= bound_ms,
+        "A's shards moved {rehomed_ms} ms after the cut; at most {bound_ms} ms"
+    );
+    settle(&mut world, "after the heal").unwrap_or_else(|v| panic!("{v}"));
+}

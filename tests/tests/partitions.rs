@@ -36,6 +36,8 @@ struct NetScenario {
     cluster: Cluster,
     lab: NetLab,
     executor_nodes: BTreeMap<usize, NetNode>,
+    /// The flags executors start with (the fault suite's unless a scenario says otherwise).
+    executor_args: Vec<String>,
 }
 
 impl NetScenario {
@@ -76,6 +78,7 @@ impl NetScenario {
             cluster,
             lab,
             executor_nodes: BTreeMap::new(),
+            executor_args: fault_executor_args(),
         })
     }
 
@@ -92,7 +95,7 @@ impl NetScenario {
             port: EXECUTOR_PORT,
             advertise: None,
             netns: Some(node.netns.clone()),
-            extra_args: fault_executor_args(),
+            extra_args: self.executor_args.clone(),
             binary: None,
             tls_dir: self.cluster.options.tls_dir.clone(),
             tls_identity: "executor".to_string(),
@@ -289,9 +292,10 @@ async fn executor_pushes_from_managers_cut() {
     net.fleet.check(SCENARIO);
 }
 
-/// The leader is cut off into a minority of one: the majority elects a leader and commits
-/// writes within a few election timeouts (I4, figures printed); executors renew through it and
-/// none is evicted; writes acknowledged during the partition survive healing (I3), and the old
+/// The leader is cut off into a minority of one: what it sends vanishes, what is sent to it still
+/// arrives (a leader that can receive but not send). The majority elects a leader and commits
+/// writes within a few election timeouts (I4, figures printed); executors renew through it, none
+/// is evicted and none lapses (P7.3, P8.4); writes acknowledged during the partition survive healing (I3), and the old
 /// leader rejoins as a follower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_cut_off_into_a_minority() {
@@ -368,6 +372,127 @@ async fn leader_cut_off_into_a_minority() {
     )
     .await;
     net.assert_none_evicted(SCENARIO, &executors);
+    assert_never_lapsed(&net, SCENARIO, &executors);
+    net.fleet.check(SCENARIO);
+}
+
+/// How many times executor `index` self-fenced (its lease lapsed while it held shards, P3.6).
+fn lapses(net: &NetScenario, index: usize) -> usize {
+    net.fleet
+        .reasons(index)
+        .get("lease_lapsed")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Asserts that none of `executors` ever lapsed: each could reach a majority throughout (P7.3,
+/// P8.4).
+fn assert_never_lapsed(net: &NetScenario, scenario: &str, executors: &[usize]) {
+    for &index in executors {
+        assert_eq!(
+            lapses(net, index),
+            0,
+            "{scenario}: {} reached a majority throughout but self-fenced (P7.3, P8.4)",
+            net.fleet.get(index).name
+        );
+    }
+}
+
+/// The leader and one executor (A) are cut off from the other two managers and a second
+/// executor (B); a third executor (C) reaches every manager. The majority elects a leader; the
+/// old one, hearing no quorum, leads nothing (P8.4), and every renewal attempt is bounded by a
+/// sixth of the lease and passes a silent manager over (P7.3), so B and C never lapse. A cannot
+/// renew anywhere: it fences at its own expiry, and its shards move to B and C within its lease,
+/// the new leader's grace (P6.1, the longest lease told) and a tick (P6.3: the others renew, so
+/// nothing defers it), without I1 broken. After the heal A comes back as a new executor and
+/// shards spread again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_and_an_executor_cut_off_from_the_majority() {
+    const SCENARIO: &str = "leader_and_an_executor_cut_off_from_the_majority";
+    let _serial = one_cluster_at_a_time().await;
+    let mut seed = FaultSeed::from_env(SCENARIO);
+    let Some(mut net) = NetScenario::start(SCENARIO).await else {
+        return;
+    };
+    // Executors as deployed: the default request timeout (5 s), longer than the whole lease
+    // left after a renewal, so only the bound on each attempt (P7.3) keeps one silent manager
+    // from using it up.
+    net.executor_args = Vec::new();
+    let (executors, ids, workload) = net.start_three_with_workload(&mut seed).await;
+    tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
+    let mut roles = executors.clone();
+    seed.shuffle(&mut roles);
+    let [a, b, c] = [roles[0], roles[1], roles[2]];
+    eprintln!(
+        "[fault] {SCENARIO}: cut off with the leader: {}; majority side: {}; both sides: {}",
+        net.fleet.get(a).name,
+        net.fleet.get(b).name,
+        net.fleet.get(c).name
+    );
+
+    let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
+    let majority = others_than(old_leader);
+    let majority_side: Vec<String> = majority
+        .iter()
+        .map(|id| format!("m{id}"))
+        .chain([net.node_of(b).to_owned()])
+        .collect();
+    let majority_side: Vec<&str> = majority_side.iter().map(String::as_str).collect();
+    let cut_at = Instant::now();
+    net.lab
+        .cut_from_nodes(&format!("m{old_leader}"), &majority_side)
+        .unwrap();
+    net.lab
+        .cut_from_nodes(net.node_of(a), &majority_side)
+        .unwrap();
+    let new_leader = majority_elects(&net.cluster, &majority, old_leader).await;
+    report_figure(
+        SCENARIO,
+        "cut -> majority elected a leader",
+        cut_at.elapsed(),
+    );
+    eprintln!("[fault] {SCENARIO}: leader {old_leader} cut off, majority elected {new_leader}");
+
+    wait_for_even_split(&net.fleet.refs(&[b, c]), FAULT_SHARDS, SETTLE_BOUND).await;
+    let rehomed = cut_at.elapsed();
+    report_figure(
+        SCENARIO,
+        "cut -> the cut-off executor's shards re-homed",
+        rehomed,
+    );
+    // Its copy (a lease), the new leader's P6.1 grace (the longest lease told: a reservation,
+    // P6.6, is two), a tick, and the election and deliveries as slack.
+    let bound = FAULT_LEASE + 2 * FAULT_LEASE + FAULT_TICK + Duration::from_secs(10);
+    assert!(rehomed < bound, "{SCENARIO}: re-homing took {rehomed:?}");
+    net.fleet.check(SCENARIO);
+    assert_never_lapsed(&net, SCENARIO, &[b, c]);
+    assert!(
+        lapses(&net, a) > 0,
+        "{SCENARIO}: the cut-off executor never fenced itself, so the cut proved nothing"
+    );
+
+    net.lab.heal(&format!("m{old_leader}")).unwrap();
+    net.lab.heal(net.node_of(a)).unwrap();
+    let healed_at = Instant::now();
+    let slot = executors.iter().position(|&i| i == a).unwrap();
+    poll_until(
+        "the healed executor to register anew",
+        SETTLE_BOUND,
+        || async {
+            let status = net.fleet.get(a).status().await?;
+            match status["executor_id"].as_str() {
+                Some(id) if id != ids[slot] => Ok(()),
+                other => Err(format!("executor id {other:?}")),
+            }
+        },
+    )
+    .await;
+    wait_for_even_split(&net.fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
+    report_figure(SCENARIO, "healed -> spread again", healed_at.elapsed());
+    let counts = workload.stop().await;
+    eprintln!("[fault] {SCENARIO}: workload {counts:?}");
+    net.assert_none_evicted(SCENARIO, &[b, c]);
+    assert_never_lapsed(&net, SCENARIO, &[b, c]);
     net.fleet.check(SCENARIO);
 }
 

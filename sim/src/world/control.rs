@@ -319,6 +319,25 @@ impl World {
         );
     }
 
+    /// The leader and the executors in `stranded` are cut off from the other managers and
+    /// executors for `for_ms`; the others elect a leader after `election_ms` (issue 56's
+    /// partition: the deposed leader pushes from its stale state and fails what it holds once it
+    /// has heard no quorum for a Raft lease, P8.4).
+    pub fn cut_off_leader_with(&mut self, stranded: BTreeSet<Slot>, for_ms: u64, election_ms: u64) {
+        let Some(old) = self.leader.as_ref().map(|l| l.manager) else {
+            return;
+        };
+        self.lose_office_stranding(false, for_ms, Some(stranded));
+        let next = (old + 1) % MANAGERS;
+        self.schedule(
+            self.now_us + election_ms * 1_000,
+            Event::Elected {
+                manager: next,
+                offset_ms: None,
+            },
+        );
+    }
+
     /// An operator sets the lease duration (P3.4).
     pub fn set_lease(&mut self, lease_ms: u64) {
         if let Some(now_ms) = self.leader_now_ms() {

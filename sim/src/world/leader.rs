@@ -657,6 +657,9 @@ impl World {
             self.deposed_learns(position);
             return;
         }
+        if self.deposed[position].leads_nothing_from_us <= now_us {
+            self.deposed_fails_what_it_holds(position);
+        }
         let (offset_ms, rate_ppm) = (
             self.deposed[position].offset_ms,
             self.deposed[position].rate_ppm,
@@ -697,13 +700,19 @@ impl World {
 
     /// A request from a stranded slot reaches the deposed leader of `term`. A renewal waits
     /// for a round started after it arrived, as the core says (P6.5); no follower hears those
-    /// rounds, so a correct build answers none. What would need a commit waits too; answers to
-    /// its pushes go nowhere.
+    /// rounds, so a correct build answers none. What would need a commit waits too, until no
+    /// quorum has been heard for a Raft lease: from then on it leads nothing and fails every
+    /// call at once (P8.4). Answers to its pushes go nowhere.
     pub(super) fn deposed_receives(&mut self, term: u64, slot: Slot, request: Request) {
-        let Some(position) = self.deposed.iter().position(|d| d.term == term) else {
-            // It learned of the newer term meanwhile and answers as a follower: no leader here.
+        let position = self
+            .deposed
+            .iter()
+            .position(|d| d.term == term && d.leads_nothing_from_us > self.now_us);
+        let Some(position) = position else {
+            // It learned of the newer term meanwhile, or heard no quorum for a lease: no
+            // leader here.
             if let Some(call) = request_call(&request) {
-                self.send_to_executor(slot, Message::CallFailed { call });
+                self.send_from_deposed(slot, Message::CallFailed { call });
             }
             return;
         };
@@ -758,14 +767,19 @@ impl World {
     /// The deposed leader at `position` hears of the newer term (its partition heals): it
     /// fails every call it held, and its stranded executors reach the new leader again.
     pub(super) fn deposed_learns(&mut self, position: usize) {
+        self.deposed_fails_what_it_holds(position);
         let mut deposed = self.deposed.remove(position);
         deposed.confirmation.superseded();
-        let calls: Vec<(Slot, u64)> = deposed
-            .held_calls
+    }
+
+    /// The deposed leader at `position` fails every call it holds: it learned of the newer
+    /// term, or heard no quorum for a Raft lease (P8.4).
+    fn deposed_fails_what_it_holds(&mut self, position: usize) {
+        let deposed = &mut self.deposed[position];
+        let calls: Vec<(Slot, u64)> = std::mem::take(&mut deposed.held_calls)
             .into_iter()
             .chain(
-                deposed
-                    .awaiting_confirmation
+                std::mem::take(&mut deposed.awaiting_confirmation)
                     .into_iter()
                     .map(|(_, _, renewer)| (renewer.slot, renewer.call)),
             )

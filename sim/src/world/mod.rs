@@ -95,6 +95,9 @@ const LEADER_CLOCK_START_MS: i64 = 100 * MAX_WALL_CLOCK_OFFSET_MS;
 const MAX_EVENTS_PER_RUN: u64 = 2_000_000;
 /// Followers apply the committed log this often.
 const FOLLOWER_APPLY_US: u64 = 250_000;
+/// openraft's leader lease with the shipped Raft timing (`election_timeout_max`, 1 s): a leader
+/// no quorum acknowledged for this long leads nothing and fails what it holds (P8.4).
+const RAFT_LEASE_US: u64 = 1_000_000;
 
 pub type Slot = usize;
 
@@ -507,6 +510,9 @@ struct Deposed {
     offset_ms: i64,
     rate_ppm: i64,
     until_us: u64,
+    /// From here it has heard no quorum for a Raft lease: it answers every call at once as
+    /// leading nothing, and fails those it held (P8.4).
+    leads_nothing_from_us: u64,
     memory: MemoryLeases,
     confirmation: LeadershipConfirmation,
     /// Slots that reach this leader and no other manager until `until_us`.

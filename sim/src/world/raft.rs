@@ -174,6 +174,17 @@ impl World {
     }
 
     pub(super) fn lose_office(&mut self, keep_tail: bool, deposed_pushes_ms: u64) {
+        self.lose_office_stranding(keep_tail, deposed_pushes_ms, None);
+    }
+
+    /// [`World::lose_office`], the executors in `stranded` (a third, drawn, when `None`) staying
+    /// with the deposed leader on its side of the partition.
+    pub(super) fn lose_office_stranding(
+        &mut self,
+        keep_tail: bool,
+        deposed_pushes_ms: u64,
+        stranded: Option<BTreeSet<Slot>>,
+    ) {
         let Some(mut leader) = self.leader.take() else {
             return;
         };
@@ -205,9 +216,11 @@ impl World {
         }
         if deposed_pushes_ms > 0 {
             // A third of the executors, drawn, stay with it on its side of the partition.
-            let stranded = (0..self.scenario.slots)
-                .filter(|_| self.rng.random_ratio(1, 3))
-                .collect();
+            let stranded = stranded.unwrap_or_else(|| {
+                (0..self.scenario.slots)
+                    .filter(|_| self.rng.random_ratio(1, 3))
+                    .collect()
+            });
             self.deposed.push(Deposed {
                 term,
                 state: self.replicas[leader.manager].clone(),
@@ -215,6 +228,7 @@ impl World {
                 offset_ms: leader.offset_ms,
                 rate_ppm: leader.rate_ppm,
                 until_us: self.now_us + deposed_pushes_ms * 1_000,
+                leads_nothing_from_us: self.now_us + RAFT_LEASE_US,
                 memory: std::mem::take(&mut leader.memory),
                 confirmation: leader.confirmation,
                 stranded,
