@@ -111,6 +111,10 @@ pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
 /// leader's soft state (loads, utilisation and hot shards, PROTOCOL P15.1: only the leader shows
 /// them), so two reads of an unchanged state compare equal whichever member answered.
 pub fn replicated_view(mut state: serde_json::Value) -> serde_json::Value {
+    // Whether the lease figures are a follower's bounds (P6.6) says who answered, not the state.
+    if let Some(fields) = state.as_object_mut() {
+        fields.remove("lease_remaining_is_bound");
+    }
     for executor in state["executors"].as_array_mut().into_iter().flatten() {
         executor["lease_remaining_ms"] = serde_json::Value::Null;
         if let Some(fields) = executor.as_object_mut() {
