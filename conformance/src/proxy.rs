@@ -7,9 +7,12 @@
 //! - delay requests and replies by a random time (seeded), which reorders concurrent messages;
 //! - duplicate requests: the upstream receives the same request twice (P2.4, P4.1: every command
 //!   and every push must be harmless to apply again);
-//! - refuse matching requests itself (`503`, never forwarded), e.g. every revoke to one executor;
+//! - refuse matching requests itself (`503`, never forwarded), e.g. every revoke to one executor,
+//!   or answer them with another problem of its own (a renewal told `404 unknown_executor`);
 //! - hold one reply after the upstream answered it until told to deliver it, so that newer
-//!   messages reach the caller first (a grant made stale by a push sent after it, P4.1).
+//!   messages reach the caller first (a grant made stale by a push sent after it, P4.1);
+//! - hold one request before forwarding it until told to, so that the caller's state can be
+//!   looked at while it waits (a registration sent before the push listener answers, P8.1).
 //!
 //! It serves one request per connection (every reply says `Connection: close`) and rewrites the
 //! `X-Leasehold-Leader` header from upstream URLs to the matching proxy URLs, so a client that
@@ -36,7 +39,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use leasehold_api::problem::LEADER_HEADER;
+use leasehold_api::problem::{ErrorCode, Problem, LEADER_HEADER};
 use leasehold_api::tls::{Role, TlsConfig};
 
 /// Bound on each read, write and upstream exchange.
@@ -45,12 +48,16 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a held reply is kept before it is delivered anyway.
 const HOLD_BOUND: Duration = Duration::from_secs(10);
 
-/// The proxy's own answer to a refused request.
-fn refused_reply() -> Vec<u8> {
-    let body = r#"{"type":"about:blank","title":"Refused","status":503,"code":"unavailable","detail":"refused by the fault proxy"}"#;
+/// The proxy's own answer to a refused request: the problem (RFC 9457) a manager or executor
+/// answers with `code`, in the same form (§9), so that a caller reads it as it would theirs.
+fn refused_reply(code: ErrorCode) -> Vec<u8> {
+    let problem = Problem::new(code, "answered by the fault proxy");
+    let body = serde_json::to_string(&problem).unwrap_or_default();
     format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n\
+        "HTTP/1.1 {} {}\r\nContent-Type: application/problem+json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        problem.status,
+        problem.title,
         body.len()
     )
     .into_bytes()
@@ -94,6 +101,20 @@ pub struct ProxyStats {
     pub last_answered_body: BTreeMap<String, Vec<u8>>,
     /// Requests the proxy refused itself ([`ProxySet::refuse_requests`]).
     pub refused: usize,
+    /// Each request the proxy answered itself, in order: its `METHOD path` and when the answer
+    /// was written to the caller (CLOCK_MONOTONIC ns).
+    pub refused_at_ns: Vec<(String, u64)>,
+}
+
+/// Where a held request stands ([`ProxySet::hold_next_request`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldRequest {
+    /// When it arrived, CLOCK_MONOTONIC ns.
+    pub arrival_ns: u64,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Whether it was forwarded (released, or held past [`HOLD_BOUND`]).
+    pub forwarded: bool,
 }
 
 /// Where a held reply stands ([`ProxySet::hold_next_reply`]).
@@ -152,8 +173,15 @@ struct ProxyState {
     /// ... here, to be delivered again on demand ([`ProxySet::replay_captured`]).
     captured: Option<Captured>,
     capture_each: bool,
-    /// Requests of a method whose path matches are answered `503` by the proxy.
-    refusals: Vec<DropReply>,
+    /// Requests of a method whose path matches are answered by the proxy with the problem of
+    /// this code (`503 unavailable` for [`ProxySet::refuse_requests`]).
+    refusals: Vec<(DropReply, ErrorCode)>,
+    /// The next request matching waits before it is forwarded ...
+    hold_request: Option<DropReply>,
+    /// ... and this is where it stands ...
+    held_request: Option<HeldRequest>,
+    /// ... until this is sent (or dropped).
+    release_request: Option<tokio::sync::oneshot::Sender<()>>,
     /// The next request matching has its reply held ...
     hold: Option<DropReply>,
     /// ... and this is where it stands ...
@@ -186,7 +214,10 @@ impl fmt::Debug for Captured {
 /// What to do with one request, decided under the lock.
 #[derive(Debug, Default)]
 struct Plan {
-    refuse: bool,
+    /// The proxy's own answer: its problem's code.
+    refuse: Option<ErrorCode>,
+    /// The release signal of a held request.
+    hold_request: Option<tokio::sync::oneshot::Receiver<()>>,
     /// The release signal of a held reply.
     hold: Option<tokio::sync::oneshot::Receiver<()>>,
     drop_reply: bool,
@@ -299,6 +330,9 @@ impl ProxySet {
             captured: None,
             capture_each: false,
             refusals: Vec::new(),
+            hold_request: None,
+            held_request: None,
+            release_request: None,
             hold: None,
             held: None,
             release: None,
@@ -446,17 +480,71 @@ impl ProxySet {
     /// are answered `503 unavailable` by the proxy and never reach the upstream: e.g. every
     /// revoke to an executor, which the managers send again later.
     pub fn refuse_requests(&self, method: &str, path: &str, matching: PathMatch, refuse: bool) {
+        if refuse {
+            self.answer_requests(method, path, matching, ErrorCode::Unavailable);
+        } else {
+            self.lock()
+                .refusals
+                .retain(|(r, _)| !(r.method == method && r.path == path && r.matching == matching));
+        }
+    }
+
+    /// From now on, requests with `method` and a path matching `path` are answered by the
+    /// proxy with the problem of `code` and never reach the upstream (e.g. a renewal told
+    /// `404 unknown_executor`, as managers that forgot the executor answer it), until
+    /// [`ProxySet::refuse_requests`] with `refuse: false`.
+    pub fn answer_requests(&self, method: &str, path: &str, matching: PathMatch, code: ErrorCode) {
         let mut state = self.lock();
         state
             .refusals
-            .retain(|r| !(r.method == method && r.path == path && r.matching == matching));
-        if refuse {
-            state.refusals.push(DropReply {
+            .retain(|(r, _)| !(r.method == method && r.path == path && r.matching == matching));
+        state.refusals.push((
+            DropReply {
                 method: method.to_owned(),
                 path: path.to_owned(),
                 matching,
-            });
+            },
+            code,
+        ));
+    }
+
+    /// The next request (through any proxy of the set) with `method` and a path matching `path`
+    /// waits, unforwarded, until [`ProxySet::release_held_request`] (at most 10 s), so that the
+    /// caller can be looked at while it waits for the answer. Replaces an earlier hold; a
+    /// request already held is forwarded.
+    pub fn hold_next_request(&self, method: &str, path: &str, matching: PathMatch) {
+        let mut state = self.lock();
+        if let Some(release) = state.release_request.take() {
+            let _ = release.send(());
         }
+        state.hold_request = Some(DropReply {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            matching,
+        });
+        state.held_request = None;
+    }
+
+    /// Where the held request stands; `None` until a request matched.
+    pub fn held_request(&self) -> Option<HeldRequest> {
+        self.lock().held_request.clone()
+    }
+
+    /// Forwards the held request now; a hold not yet matched is cancelled.
+    pub fn release_held_request(&self) {
+        let mut state = self.lock();
+        state.hold_request = None;
+        if let Some(release) = state.release_request.take() {
+            let _ = release.send(());
+        }
+    }
+
+    /// The body of the request kept by [`ProxySet::capture_next`], if one was.
+    pub fn captured_body(&self) -> Option<Vec<u8>> {
+        let state = self.lock();
+        let request = &state.captured.as_ref()?.request;
+        let at = request.windows(4).position(|w| w == b"\r\n\r\n")?;
+        Some(request[at + 4..].to_vec())
     }
 
     /// The next request (through any proxy of the set) with `method` and a path matching `path`
@@ -720,9 +808,27 @@ async fn serve(
             request_delay: request_lag,
             ..Plan::default()
         };
-        if state.refusals.iter().any(|r| r.matches(&method, &path)) {
+        if let Some((_, code)) = state
+            .refusals
+            .iter()
+            .find(|(r, _)| r.matches(&method, &path))
+        {
+            plan.refuse = Some(*code);
             state.stats.refused += 1;
-            plan.refuse = true;
+        } else if state
+            .hold_request
+            .as_ref()
+            .is_some_and(|hold| hold.matches(&method, &path))
+        {
+            let (release, released) = tokio::sync::oneshot::channel();
+            state.hold_request = None;
+            state.release_request = Some(release);
+            state.held_request = Some(HeldRequest {
+                arrival_ns,
+                body: request.body.clone(),
+                forwarded: false,
+            });
+            plan.hold_request = Some(released);
         } else if state
             .hold
             .as_ref()
@@ -757,10 +863,27 @@ async fn serve(
         }
         plan
     };
-    if plan.refuse {
-        let _ = tokio::time::timeout(IO_TIMEOUT, client.write_all(&refused_reply())).await;
+    if let Some(code) = plan.refuse {
+        let written =
+            tokio::time::timeout(IO_TIMEOUT, client.write_all(&refused_reply(code))).await;
         let _ = client.shutdown().await;
+        if matches!(written, Ok(Ok(()))) {
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            let at_ns = crate::checker::monotonic_now_ns();
+            state.stats.refused_at_ns.push((label, at_ns));
+        }
         return;
+    }
+    if let Some(released) = plan.hold_request {
+        let _ = tokio::time::timeout(HOLD_BOUND, released).await;
+        if let Some(held) = state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .held_request
+            .as_mut()
+        {
+            held.forwarded = true;
+        }
     }
     let forwarded = request.to_bytes(|_, _| None);
     {
@@ -1058,6 +1181,84 @@ mod tests {
             .stats()
             .answered
             .contains_key("POST /v1/executors/ex-1/renew"));
+    }
+
+    #[tokio::test]
+    async fn answered_requests_get_the_proxys_problem_and_never_reach_the_upstream() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 1, None).await.unwrap();
+        let path = "/v1/executors/ex-1/renew";
+        proxy.answer_requests("POST", path, PathMatch::Exact, ErrorCode::UnknownExecutor);
+        let url = format!("{}{path}", proxy.urls()[0]);
+        let before_ns = crate::checker::monotonic_now_ns();
+        let told = client().post(&url).body("{}").send().await.unwrap();
+        assert_eq!(told.status(), 404);
+        // The problem a manager answers, in its form: a client reads it as the manager's.
+        let body: Problem = told.json().await.unwrap();
+        assert_eq!(body.code, ErrorCode::UnknownExecutor);
+        assert_eq!(body.status, 404);
+        assert!(!body.retryable);
+        assert!(seen.lock().unwrap().is_empty(), "never forwarded");
+        let stats = proxy.stats();
+        assert_eq!(stats.refused, 1);
+        assert_eq!(stats.refused_at_ns.len(), 1);
+        assert_eq!(stats.refused_at_ns[0].0, format!("POST {path}"));
+        assert!(stats.refused_at_ns[0].1 >= before_ns);
+        // Stopped like a refusal.
+        proxy.refuse_requests("POST", path, PathMatch::Exact, false);
+        assert_eq!(client().post(&url).send().await.unwrap().status(), 200);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_held_request_reaches_the_upstream_only_once_released() {
+        let (upstream_url, seen) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 1, None).await.unwrap();
+        proxy.hold_next_request("POST", "/v1/executors", PathMatch::Exact);
+        // Not the held path: forwarded at once.
+        let renew = format!("{}/v1/executors/ex-1/renew", proxy.urls()[0]);
+        assert_eq!(client().post(&renew).send().await.unwrap().status(), 200);
+        let url = format!("{}/v1/executors", proxy.urls()[0]);
+        let call = tokio::spawn(async move { client().post(&url).body("{\"a\":1}").send().await });
+        let held = leasehold_harness::poll_until(
+            "the request to be held",
+            Duration::from_secs(5),
+            || async { proxy.held_request().ok_or("not yet".to_string()) },
+        )
+        .await
+        .unwrap();
+        assert_eq!(held.body, b"{\"a\":1}");
+        assert!(!held.forwarded);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "held: only the renewal arrived"
+        );
+        assert!(!call.is_finished());
+        proxy.release_held_request();
+        assert_eq!(call.await.unwrap().unwrap().status(), 200);
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        assert!(proxy.held_request().unwrap().forwarded);
+        // One request only: the next one is forwarded at once.
+        let again = format!("{}/v1/executors", proxy.urls()[0]);
+        assert_eq!(client().post(&again).send().await.unwrap().status(), 200);
+    }
+
+    #[tokio::test]
+    async fn a_captured_requests_body_is_read_back() {
+        let (upstream_url, _) = upstream(REPLY).await;
+        let proxy = ProxySet::start(&[upstream_url], 1, None).await.unwrap();
+        assert_eq!(proxy.captured_body(), None);
+        proxy.capture_next("POST", "/v1/executors/ex-1/renew");
+        let url = format!("{}/v1/executors/ex-1/renew", proxy.urls()[0]);
+        client()
+            .post(&url)
+            .body("{\"claims\":[]}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(proxy.captured_body().unwrap(), b"{\"claims\":[]}");
     }
 
     #[tokio::test]
