@@ -22,6 +22,10 @@ use crate::lease::{
 };
 use crate::proposer::ProposeError;
 
+/// What the audit log's actor of a removal's first step ends with (`removal.rs` writes it): the
+/// drain it records is the removal's (P5.5), and the audit view names it `remove_drain` (P17.4).
+pub(super) const REMOVAL_MARK: &str = " (removal: drained first, P5.5)";
+
 /// Proposes `action` as `actor`'s and answers what it did.
 pub(super) async fn propose(
     node: &AppState,
@@ -368,7 +372,7 @@ pub(super) fn audit_view(record: &AuditRecord) -> AuditRecordView {
             draining,
         } => {
             view.executor_id = Some(executor_id.clone());
-            if *draining && record.actor.ends_with(super::removal::REMOVAL_MARK) {
+            if *draining && record.actor.ends_with(REMOVAL_MARK) {
                 "remove_drain"
             } else if *draining {
                 "drain"

@@ -15,7 +15,7 @@ use axum::Json;
 use super::authorize::Actor;
 use super::drain::set_draining;
 use super::inspect::current_executor_view;
-use super::operator;
+use super::operator::{self, REMOVAL_MARK};
 use super::refusals::{refusal, unknown_executor};
 use super::{AppState, HttpError};
 use crate::lease::answer::{Deregistered, OperatorDone};
@@ -44,10 +44,6 @@ pub(super) fn removal_step(executor: Option<&Executor>) -> RemovalStep {
         _ => RemovalStep::Deregister,
     }
 }
-
-/// What the audit log's actor of a removal's first step ends with: the drain it records is the
-/// removal's (P5.5), and the audit view names it `remove_drain` (P17.4).
-pub(super) const REMOVAL_MARK: &str = " (removal: drained first, P5.5)";
 
 /// `actor`, as the removal's first step records it.
 fn removal_actor(actor: &Actor) -> String {
