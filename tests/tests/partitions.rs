@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use leasehold_tests::checker::monotonic_now_ns;
 use leasehold_tests::executor::{wait_for_even_split, ExecutorSpec};
 use leasehold_tests::faults::{
-    fault_client, fault_cluster_options, fault_executor_args, probe_write, report_figure,
-    use_fault_timing, verify_probes, wait_admitting_as, wait_registered, FaultSeed, Fleet,
-    ProbeLedger, Workload, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND, SETTLE_BOUND,
+    fault_client, fault_cluster_options, fault_executor_args, ownership, probe_write,
+    report_figure, use_fault_timing, verify_probes, wait_admitting_as, wait_registered, FaultSeed,
+    Fleet, ProbeLedger, Workload, FAULT_LEASE, FAULT_SHARDS, FAULT_TICK, LEADER_BOUND,
+    SETTLE_BOUND,
 };
 use leasehold_tests::http_checks::scrape;
 use leasehold_tests::netns::{Cut, NetLab, NetNode};
@@ -402,7 +403,8 @@ fn assert_never_lapsed(net: &NetScenario, scenario: &str, executors: &[usize]) {
 /// executor (B); a third executor (C) reaches every manager. The majority elects a leader; the
 /// old one, hearing no quorum, leads nothing (P8.4), and every renewal attempt is bounded by a
 /// sixth of the lease and passes a silent manager over (P7.3), so B and C never lapse. A cannot
-/// renew anywhere: it fences at its own expiry, and its shards move to B and C within its lease,
+/// renew anywhere: it fences at its own expiry, and its shards, and only they, move to B and C
+/// within its lease,
 /// the new leader's grace (P6.1, the longest lease told) and a tick (P6.3: the others renew, so
 /// nothing defers it), without I1 broken. After the heal A comes back as a new executor and
 /// shards spread again.
@@ -432,6 +434,17 @@ async fn leader_and_an_executor_cut_off_from_the_majority() {
 
     let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
     let majority = others_than(old_leader);
+    let majority_client = fault_client(
+        &net.cluster,
+        majority.iter().map(|&id| net.cluster.url(id)).collect(),
+    );
+    let slot_of = |index: usize| executors.iter().position(|&i| i == index).unwrap();
+    let kept_ids = [ids[slot_of(b)].clone(), ids[slot_of(c)].clone()];
+    let held_before: BTreeMap<u32, (Option<String>, u64)> =
+        ownership(&majority_client.state(true).await.unwrap())
+            .into_iter()
+            .filter(|(_, (owner, _))| owner.as_ref().is_some_and(|o| kept_ids.contains(o)))
+            .collect();
     let majority_side: Vec<String> = majority
         .iter()
         .map(|id| format!("m{id}"))
@@ -464,6 +477,15 @@ async fn leader_and_an_executor_cut_off_from_the_majority() {
     // P6.6, is two), a tick, and the election and deliveries as slack.
     let bound = FAULT_LEASE + 2 * FAULT_LEASE + FAULT_TICK + Duration::from_secs(10);
     assert!(rehomed < bound, "{SCENARIO}: re-homing took {rehomed:?}");
+    // B and C kept every shard they held, at its epoch: only A's moved.
+    let after = ownership(&majority_client.state(true).await.unwrap());
+    for (shard, held) in &held_before {
+        assert_eq!(
+            after.get(shard),
+            Some(held),
+            "{SCENARIO}: shard {shard} of the majority side moved"
+        );
+    }
     net.fleet.check(SCENARIO);
     assert_never_lapsed(&net, SCENARIO, &[b, c]);
     assert!(
@@ -474,7 +496,7 @@ async fn leader_and_an_executor_cut_off_from_the_majority() {
     net.lab.heal(&format!("m{old_leader}")).unwrap();
     net.lab.heal(net.node_of(a)).unwrap();
     let healed_at = Instant::now();
-    let slot = executors.iter().position(|&i| i == a).unwrap();
+    let slot = slot_of(a);
     poll_until(
         "the healed executor to register anew",
         SETTLE_BOUND,
