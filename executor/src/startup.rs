@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::Router;
 use leasehold_api::client::{http_client_builder, ClientError};
+use leasehold_api::connection_budget::ConnectionBudget;
 use leasehold_api::origin::HostPolicy;
 use leasehold_api::process::check_plaintext_listener;
 use leasehold_api::serve::ListenerLimits;
@@ -259,15 +260,16 @@ impl Executor {
             HostPolicy::for_listener(tls.is_some(), local_addr.ip(), shared.address()),
         );
         let server_tls = tls.as_ref().map(TlsConfig::server_config);
+        // One budget of connections for the process's listeners, the push listener and the
+        // sidecar's local API (P13.6): the descriptors they draw from are the process's.
+        let connections = ConnectionBudget::for_this_process(None);
+        let push_limits = ListenerLimits::within(&connections);
         let server = tokio::spawn(async move {
-            let served = leasehold_api::serve::serve(
-                listener,
-                app,
-                server_tls,
-                ListenerLimits::for_this_process(),
-                async move { server_stop.wait().await },
-            )
-            .await;
+            let served =
+                leasehold_api::serve::serve(listener, app, server_tls, push_limits, async move {
+                    server_stop.wait().await
+                })
+                .await;
             if let Err(error) = served {
                 error!(%error, "push listener failed");
             }
@@ -301,7 +303,7 @@ impl Executor {
                 link,
                 &shared,
                 &handle,
-                server_stop_for_local,
+                (server_stop_for_local, ListenerLimits::within(&connections)),
             )
         });
         let lapse_watcher = tokio::spawn(watch_lapses(Arc::clone(&shared), shutdown));
@@ -326,7 +328,7 @@ fn serve_service(
     link: Arc<ServiceLink>,
     shared: &Arc<Shared>,
     handle: &ExecutorHandle,
-    stop: ShutdownSignal,
+    (stop, limits): (ShutdownSignal, ListenerLimits),
 ) -> JoinHandle<()> {
     let serving = local.map(|local| {
         let host_policy = local
@@ -346,7 +348,7 @@ fn serve_service(
                 local.listener,
                 app,
                 None,
-                ListenerLimits::for_this_process(),
+                limits,
                 async move { server_stop.wait().await },
             )
             .await;
