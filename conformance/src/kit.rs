@@ -6,30 +6,44 @@
 //! The script, each step followed by a wait until every shard is routed to a running executor
 //! and each of them admits one by its own admission log (a wait that runs out fails the run,
 //! naming what it waited for):
-//! 1. settle: the executors take every shard;
+//! 1. settle: the executors take every shard (each process's first registration was held at its
+//!    call proxy while the kit asked its push listener for `GET /v1/health`: P8.1, it registers
+//!    only once that answers);
 //! 2. deliveries reordered: pushes and revokes delayed up to 3 s (past the managers' 2 s bound,
 //!    so a late delivery arrives after a newer one, a revoke overtakes a push and the reverse)
 //!    and duplicated, while an executor is drained and undrained twice, and a joiner comes,
 //!    admits shards (by its log) and stops gracefully (P3.7) with the replies to its calls
 //!    lagging, so that one which deregisters before it stops admitting overlaps the takers;
 //! 3. a push delivered again after a revoke: an executor gains shards by a push the proxy keeps,
-//!    is then drained, and the kept push is delivered again once another executor holds its
-//!    shards (P4.1: it is stale);
-//! 4. a grant made stale by a newer push (P4.1, stale grants): x0's revokes are refused, x0 is
+//!    is then drained (its renewals and later pushes refused), and the kept push is delivered
+//!    again once another executor holds its shards (P4.1: it is stale, only by the revoke);
+//! 4. claims (P4.2): a renewal of x0 read at its call proxy while the managers' set for x0 stands
+//!    still must claim that set;
+//! 5. a set told by a renewal's reply (P4.2): x0's pushes and revokes refused, x1 drained: x0
+//!    must admit the shards routed to it (from its renewals' replies); x1 undrained;
+//! 6. unknown_executor (P4.4): x0's renewals answered `404 unknown_executor` by its call proxy:
+//!    x0 must stop every shard at once and register again under a new incarnation and
+//!    credential; the kit then deregisters the old executor;
+//! 7. disowned sets (P4.1): x1 pushed its own set at a revision far above the cluster's; two
+//!    renewals later (whose grants disown it) x2 is drained, and x1 must admit the shards routed
+//!    to it; x2 undrained;
+//! 8. a grant made stale by a newer push (P4.1, stale grants): x0's revokes are refused, x0 is
 //!    drained, the reply to its next renewal (a set without its shards) is held while x0 is
 //!    undrained and pushed its set again, then delivered, and x0's renewals are refused until
 //!    the lease it held before that grant has run out. x0 must have stopped admitting every
 //!    shard it held from before that renewal and the grant does not list: its admission log may
 //!    show none of them admitted past the end of that earlier lease;
-//! 5. a push naming another executor, sent to x0: it must answer `409` (P4.1) and take nothing;
-//! 6. SIGKILL of an executor, then a new process in its place;
-//! 7. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag 1.5 s,
-//!    then resumed: its lease must be anchored where its requests left (P3.2), and it must fence
-//!    itself when its copy lapses (P3.6);
-//! 8. the leader SIGKILLed, then restarted.
+//! 9. a push naming another executor, sent to x0: it must answer `409` (P4.1) and take nothing;
+//! 10. SIGKILL of an executor, then a new process in its place;
+//! 11. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag
+//!     1.5 s, then resumed: its lease must be anchored where its requests left (P3.2), and it
+//!     must fence itself when its copy lapses (P3.6);
+//! 12. the leader SIGKILLed, then restarted.
 //!
 //! Every executor is stopped with SIGTERM at the end, the replies to its calls lagging as in
-//! step 2; one that does not stop within 15 s fails the run.
+//! step 2; one that does not stop within 15 s fails the run. A step that judged a rule broken
+//! shortens every later wait to 15 s, and a script that then stops early still reports what was
+//! found, and the logs are checked.
 //!
 //! Each executor process runs in its own process group, so a template that starts several
 //! processes (a sidecar and its service) is signalled whole.
@@ -65,6 +79,9 @@ const EXECUTORS: usize = 3;
 
 /// Bound on each wait for the shards to settle, and on starting the cluster.
 const SETTLE_BOUND: Duration = Duration::from_secs(60);
+/// The same bound once a step has judged a rule broken: the run fails whatever comes next, and a
+/// wait that runs out then (often because of what was found) need not take a minute to say so.
+const SETTLE_BOUND_FAILED: Duration = Duration::from_secs(15);
 /// Bound on an executor's graceful stop after SIGTERM before it is killed.
 const STOP_BOUND: Duration = Duration::from_secs(15);
 
@@ -84,6 +101,23 @@ const STALE_GRANT_ATTEMPTS: u32 = 3;
 const STALE_GRANT_WAIT: Duration = Duration::from_secs(6);
 /// Past the end of the lease held before the stale grant, before the step reads the log.
 const STALE_GRANT_MARGIN: Duration = Duration::from_millis(300);
+
+/// How long a shard may be routed to an executor before its admission log must show it
+/// admitted, in the steps that judge that (P4.1 disowned sets, P4.2): a correct executor admits
+/// it at the push, or at its next renewal's reply when pushes do not reach it.
+const ROUTED_BOUND: Duration = Duration::from_secs(6);
+/// How late after the reply `404 unknown_executor` was written a stop line may be stamped
+/// (P4.4: at once; a copy of the lease left to run out ends seconds later).
+const FORGET_SLACK: Duration = Duration::from_millis(500);
+/// How long an executor told `unknown_executor` has to register again (P4.4: at once).
+const REREGISTER_BOUND: Duration = Duration::from_secs(4);
+/// How far above the cluster's revision the forged push of the disowned-set step is: far out of
+/// reach of the run's own revisions, and below 2^53 for executors whose JSON numbers are doubles.
+const FORGED_AHEAD: u64 = 1 << 40;
+/// Renewals the claims step reads before it judges the claims wrong.
+const CLAIMS_ATTEMPTS: u32 = 3;
+/// The registration route.
+const REGISTER_PATH: &str = "/v1/executors";
 
 /// What a run is given.
 #[derive(Debug, Clone)]
@@ -123,13 +157,20 @@ pub struct RunReport {
     pub findings: Vec<String>,
     /// Each step and how long it took, for the operator.
     pub steps: Vec<(String, Duration)>,
+    /// Why the script stopped before its end, after a step had judged a rule broken (`None`:
+    /// it ran to the end). Such a run fails.
+    pub unfinished: Option<RunError>,
 }
 
 /// One executor process the kit started.
 struct ExecutorProcess {
     name: String,
     event_log: PathBuf,
+    /// `host:port` its push listener binds (`{listen}`).
+    listen: String,
     advertise: String,
+    /// The `incarnation` and `credential` of its first registration, as its call proxy saw it.
+    registered_as: Option<Registration>,
     push_proxy: ProxySet,
     call_proxy: ProxySet,
     child: Option<Child>,
@@ -274,14 +315,21 @@ pub async fn run(config: &RunConfig) -> Result<RunReport, RunError> {
     };
     let outcome = run.script().await;
     let stopped = run.stop_all().await;
-    outcome?;
-    stopped?;
+    let unfinished = match outcome.and(stopped) {
+        Ok(()) => None,
+        // Nothing was judged yet: the failure is the verdict.
+        Err(error) if run.findings.is_empty() => return Err(error),
+        // A rule a step judged broken stands, and the logs are still checked: the failure may
+        // follow from it (an executor a step found stranded takes no shards later).
+        Err(error) => Some(error),
+    };
     let report = run.check()?;
     run.cluster.kill_all();
     Ok(RunReport {
         check: report,
         findings: run.findings,
         steps: run.steps,
+        unfinished,
     })
 }
 
@@ -307,6 +355,8 @@ impl Run<'_> {
             .await
             .map_err(kit_error)?;
         let advertise = push_proxy.urls()[0].clone();
+        // P8.1: its first registration waits at the proxy while the kit asks its push listener.
+        call_proxy.hold_next_request("POST", REGISTER_PATH, PathMatch::Exact);
         let event_log = self.config.dir.join(format!("{name}.events.jsonl"));
         let local = self.sockets.path().join(format!("{name}.sock"));
         // A unix socket's path fits in 108 bytes, its terminating zero included.
@@ -318,7 +368,7 @@ impl Run<'_> {
         }
         let command = self.config.template.render(&Slot {
             managers: call_proxy.urls(),
-            listen,
+            listen: listen.clone(),
             advertise: advertise.clone(),
             name: name.clone(),
             event_log: event_log.display().to_string(),
@@ -339,7 +389,9 @@ impl Run<'_> {
         self.processes.push(ExecutorProcess {
             name,
             event_log,
+            listen,
             advertise,
+            registered_as: None,
             push_proxy,
             call_proxy,
             child: Some(child),
@@ -347,6 +399,48 @@ impl Run<'_> {
             held_shards: false,
         });
         self.slots.insert(slot, self.processes.len() - 1);
+        self.registers_once_bound(slot).await
+    }
+
+    /// P8.1: the process's first registration is held at its call proxy, unforwarded, while the
+    /// kit asks its push listener (`{listen}`) for `GET /v1/health`; any HTTP answer will do.
+    /// An executor that makes itself known before its push endpoint answers is a finding. Then
+    /// the registration goes on, and what it registered as is kept (for the `unknown_executor`
+    /// step).
+    async fn registers_once_bound(&mut self, slot: usize) -> Result<(), RunError> {
+        let waited_by = Instant::now() + SETTLE_BOUND;
+        let held = loop {
+            let process = self.process(slot);
+            if let Some(held) = process.call_proxy.held_request() {
+                break held;
+            }
+            if !process.is_running() {
+                return Err(RunError::Executor(format!(
+                    "{} exited before it registered",
+                    process.name
+                )));
+            }
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "{} did not register within {SETTLE_BOUND:?} of its start",
+                    process.name
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let listen = self.process(slot).listen.clone();
+        let answered = health_answer(&listen).await;
+        let process = self.process(slot);
+        process.call_proxy.release_held_request();
+        process.registered_as = Registration::parse(&held.body);
+        let name = process.name.clone();
+        if let Err(detail) = answered {
+            self.findings.push(format!(
+                "P8.1 bind before registering: {name} sent its registration while its push \
+                 listener at {listen} did not answer GET /v1/health ({detail}); an executor \
+                 registers only once its push endpoint answers"
+            ));
+        }
         Ok(())
     }
 
@@ -364,7 +458,8 @@ impl Run<'_> {
             .map(|&slot| (self.process(slot).advertise.clone(), self.slots[&slot]))
             .collect();
         let mut last = String::new();
-        while started.elapsed() < SETTLE_BOUND {
+        let bound = self.settle_bound();
+        while started.elapsed() < bound {
             for &slot in holders {
                 if !self.process(slot).is_running() {
                     let name = self.process(slot).name.clone();
@@ -410,12 +505,21 @@ impl Run<'_> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Err(RunError::Executor(format!(
-            "{what}: timed out after {SETTLE_BOUND:?} waiting for every shard to be routed to one \
+            "{what}: timed out after {bound:?} waiting for every shard to be routed to one \
              of {} and each of them to admit a shard by its admission log ({last}); see the \
              executors' logs in {}",
             self.names(holders).join(", "),
             self.config.dir.display()
         )))
+    }
+
+    /// [`SETTLE_BOUND`], or [`SETTLE_BOUND_FAILED`] once a step judged a rule broken.
+    fn settle_bound(&self) -> Duration {
+        if self.findings.is_empty() {
+            SETTLE_BOUND
+        } else {
+            SETTLE_BOUND_FAILED
+        }
     }
 
     fn names(&mut self, slots: &[usize]) -> Vec<String> {
@@ -546,8 +650,13 @@ impl Run<'_> {
             .call_proxy
             .refuse_requests("POST", &x0_renew, PathMatch::Exact, true);
         self.settle(&[0, 2], "x1 drained: x0 gains shards").await?;
-        // The copy kept is of the last push before the drain.
+        // The copy kept is of the last push before the drain. Later pushes to x0 are refused
+        // until the copy is delivered again: a set applied after the drain would make the copy
+        // stale by itself, where only the revoke must (the copy's delivery bypasses refusals).
         self.process(0).push_proxy.stop_capturing();
+        self.process(0)
+            .push_proxy
+            .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, true);
         self.admin.drain(&x0).await.map_err(kit_error)?;
         self.settle(&[2], "x0 drained too: one executor holds every shard")
             .await?;
@@ -564,6 +673,12 @@ impl Run<'_> {
         self.process(0)
             .call_proxy
             .refuse_requests("POST", &x0_renew, PathMatch::Exact, false);
+        self.process(0).push_proxy.refuse_requests(
+            "PUT",
+            "/v1/assignment",
+            PathMatch::Exact,
+            false,
+        );
         // Long enough for a renewal to follow the stale push.
         tokio::time::sleep(KIT_LEASE / 2).await;
         // x0 may have been reaped while its renewals were refused; it then registers anew,
@@ -571,6 +686,22 @@ impl Run<'_> {
         self.undrain_if_registered(&x0).await?;
         self.admin.undrain(&x1).await.map_err(kit_error)?;
         self.settle(&all, "both undrained").await?;
+
+        Self::step("renewals carry the claims");
+        self.claims_step().await?;
+
+        Self::step("a set told only by renewals' replies");
+        self.renewal_set_step().await?;
+
+        Self::step("renewals answered unknown_executor");
+        self.unknown_executor_step().await?;
+        self.settle(&all, "x0 registered again after unknown_executor")
+            .await?;
+
+        Self::step("a push at a revision above the cluster's");
+        self.forged_revision_step().await?;
+        self.settle(&all, "x2 undrained after the forged revision")
+            .await?;
 
         Self::step("a grant made stale by a newer push");
         self.stale_grant_step().await?;
@@ -636,7 +767,7 @@ impl Run<'_> {
         outcome
     }
 
-    /// The stale-grant step (script step 4), tried until a grant did arrive stale.
+    /// The stale-grant step (script step 8), tried until a grant did arrive stale.
     async fn stale_grant_step(&mut self) -> Result<(), RunError> {
         let mut why = String::new();
         for attempt in 1..=STALE_GRANT_ATTEMPTS {
@@ -848,7 +979,7 @@ impl Run<'_> {
             .unwrap_or(0)
     }
 
-    /// Script step 5: a push naming x1, sent to x0 at the current revision with x1's set, must
+    /// Script step 9: a push naming x1, sent to x0 at the current revision with x1's set, must
     /// be refused `409` (P4.1); one taken shows as I1 against x1 too.
     async fn foreign_push_step(&mut self) -> Result<(), RunError> {
         let other = self.executor_id(1).await?;
@@ -887,6 +1018,432 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Waits until every shard is routed to one of `holders` (slots), then until `slot`'s
+    /// admission log shows every shard routed to it admitted at its epoch. `Ok(Some(detail))`
+    /// names the shards it still did not admit [`ROUTED_BOUND`] after they were first seen
+    /// routed to it; a routing that never settles fails the run as [`Run::settle`] does.
+    async fn admits_what_is_routed(
+        &mut self,
+        holders: &[usize],
+        slot: usize,
+        what: &str,
+    ) -> Result<Option<String>, RunError> {
+        let started = Instant::now();
+        let addresses: BTreeMap<String, usize> = holders
+            .iter()
+            .map(|&holder| (self.process(holder).advertise.clone(), self.slots[&holder]))
+            .collect();
+        let own = self.process(slot).advertise.clone();
+        let mut first_seen: BTreeMap<(u32, u64), Instant> = BTreeMap::new();
+        let mut last = String::new();
+        let bound = self.settle_bound();
+        while started.elapsed() < bound {
+            if !self.process(slot).is_running() {
+                let name = self.process(slot).name.clone();
+                return Err(RunError::Executor(format!(
+                    "{name} exited on its own ({what})"
+                )));
+            }
+            let table = self.admin.routing(false).await.map_err(kit_error)?;
+            let routed: BTreeSet<(u32, u64)> = table
+                .routes
+                .iter()
+                .filter(|route| route.address.as_deref() == Some(own.as_str()))
+                .map(|route| (route.shard, route.epoch))
+                .collect();
+            for key in &routed {
+                first_seen.entry(*key).or_insert_with(Instant::now);
+            }
+            let admitted: BTreeSet<(u32, u64)> = self
+                .process(slot)
+                .intervals()
+                .map_err(|detail| {
+                    RunError::Executor(format!(
+                        "an admission log is not in the format of §9: {detail}"
+                    ))
+                })?
+                .iter()
+                .filter(|interval| interval.end_ns.is_none())
+                .map(|interval| (interval.shard, interval.epoch))
+                .collect();
+            let missing: BTreeSet<(u32, u64)> = routed.difference(&admitted).copied().collect();
+            let overdue: BTreeSet<(u32, u64)> = missing
+                .iter()
+                .filter(|key| first_seen[*key].elapsed() >= ROUTED_BOUND)
+                .copied()
+                .collect();
+            if !overdue.is_empty() {
+                let name = self.process(slot).name.clone();
+                return Ok(Some(format!(
+                    "{name} was routed {} for {ROUTED_BOUND:?} and more, and its admission log \
+                     shows none of them admitted at that epoch (routed to it: {}; admitted: {})",
+                    show_set(&overdue),
+                    show_set(&routed),
+                    show_set(&admitted)
+                )));
+            }
+            match self.routed_to(&addresses).await {
+                Ok(owners) if missing.is_empty() => {
+                    for index in &owners {
+                        self.processes[*index].held_shards = true;
+                    }
+                    self.steps.push((what.to_owned(), started.elapsed()));
+                    return Ok(None);
+                }
+                Ok(_) => last = format!("{} routed shards not admitted yet", missing.len()),
+                Err(detail) => last = detail,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(RunError::Executor(format!(
+            "{what}: timed out after {bound:?} waiting for every shard to be routed to one \
+             of {} ({last})",
+            self.names(holders).join(", ")
+        )))
+    }
+
+    /// A process killed and a new one started in `slot`, after a finding that leaves the old one
+    /// unable to take shards again (the run goes on judging the rest).
+    async fn replace(&mut self, slot: usize) -> Result<(), RunError> {
+        let name = self.process(slot).name.clone();
+        eprintln!("conformance: {name} is replaced so that the run goes on");
+        self.process(slot).kill();
+        self.start(slot).await
+    }
+
+    /// The managers' set for executor `id`, `(shard, epoch)`, read from the leader.
+    async fn managers_set(&self, id: &str) -> Result<BTreeSet<(u32, u64)>, RunError> {
+        let view = self.admin.executor(id, true).await.map_err(kit_error)?;
+        Ok(view
+            .shards
+            .iter()
+            .map(|held| (held.shard, held.epoch))
+            .collect())
+    }
+
+    /// P4.2, claims: x0's renewals must carry every `(shard, epoch)` it holds. The kit reads
+    /// x0's next renewal at its call proxy while the managers' set for x0 stays the same (read
+    /// before the renewal and after it) and compares; up to
+    /// [`CLAIMS_ATTEMPTS`] renewals, since a push may still be landing when one leaves.
+    async fn claims_step(&mut self) -> Result<(), RunError> {
+        let id = self.executor_id(0).await?;
+        let renew_path = format!("/v1/executors/{id}/renew");
+        let mut judged = Vec::new();
+        for _ in 0..CLAIMS_ATTEMPTS * 2 {
+            let before = self.managers_set(&id).await?;
+            self.process(0).call_proxy.capture_next("POST", &renew_path);
+            let waited_by = Instant::now() + KIT_LEASE * 2;
+            let body = loop {
+                if let Some(body) = self.process(0).call_proxy.captured_body() {
+                    break body;
+                }
+                if Instant::now() >= waited_by {
+                    return Err(RunError::Executor(format!(
+                        "x0 sent no renewal within {:?} (P3.5: a renewal once a third of the \
+                         lease has passed)",
+                        KIT_LEASE * 2
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            let expected = self.managers_set(&id).await?;
+            if expected != before {
+                continue;
+            }
+            let claims = Claims::parse(&body);
+            if claims.as_ref().is_some_and(|c| c.shards == expected) {
+                self.process(0).call_proxy.stop_capturing();
+                return Ok(());
+            }
+            judged.push(match claims {
+                Some(claims) => format!(
+                    "claimed {} at revision {}",
+                    show_set(&claims.shards),
+                    claims.revision
+                ),
+                None => format!(
+                    "sent a body without claims and a revision: {}",
+                    String::from_utf8_lossy(&body)
+                ),
+            });
+            judged.push(format!("the managers' set {}", show_set(&expected)));
+            if judged.len() >= 2 * CLAIMS_ATTEMPTS as usize {
+                break;
+            }
+        }
+        self.process(0).call_proxy.stop_capturing();
+        if judged.is_empty() {
+            return Err(RunError::Kit(format!(
+                "the claims step found no renewal of x0 sent while the managers' set for it stood \
+                 still, in {} renewals",
+                CLAIMS_ATTEMPTS * 2
+            )));
+        }
+        let name = self.process(0).name.clone();
+        let pairs: Vec<String> = judged
+            .chunks(2)
+            .map(|pair| format!("{} against {}", pair[0], pair[1]))
+            .collect();
+        self.findings.push(format!(
+            "P4.2 claims: {name} ({id}) renewed with claims other than the set it holds, in \
+             each of {} renewals sent while the managers' set for it stood still: {}",
+            pairs.len(),
+            pairs.join("; ")
+        ));
+        Ok(())
+    }
+
+    /// P4.2, a set told by a renewal's reply: x0's pushes and revokes are refused, so it hears
+    /// of its set only from its renewals' replies; x1 is drained. x0 must admit the shards it
+    /// is routed (adopting the reply's set); then x1 is undrained, and an x0 that keeps shards
+    /// its replies left out overlaps x1 (I1).
+    async fn renewal_set_step(&mut self) -> Result<(), RunError> {
+        let x1 = self.executor_id(1).await?;
+        let x0 = self.process(0);
+        x0.push_proxy
+            .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, true);
+        x0.push_proxy
+            .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, true);
+        self.admin.drain(&x1).await.map_err(kit_error)?;
+        let missed = self
+            .admits_what_is_routed(&[0, 2], 0, "x1 drained: x0 hears only its renewals")
+            .await?;
+        if let Some(detail) = missed {
+            self.findings.push(format!(
+                "P4.2 a set told by a renewal's reply: with its pushes refused, {detail}; an \
+                 executor adopts the set of its renewal's reply"
+            ));
+        }
+        self.admin.undrain(&x1).await.map_err(kit_error)?;
+        self.settle(&[0, 1, 2], "x1 undrained: x0 hears only its renewals")
+            .await?;
+        let x0 = self.process(0);
+        x0.push_proxy
+            .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, false);
+        x0.push_proxy
+            .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, false);
+        Ok(())
+    }
+
+    /// P4.4: x0's renewals are answered `404 unknown_executor` by its call proxy, as managers
+    /// that forgot it would answer. x0 must stop admitting every shard at once (its stop lines
+    /// stamped no later than [`FORGET_SLACK`] after the reply was written) and register again,
+    /// under a new incarnation and a new credential, within [`REREGISTER_BOUND`]. The managers
+    /// still know the old executor: the kit deregisters it once its lease ran out.
+    async fn unknown_executor_step(&mut self) -> Result<(), RunError> {
+        let id = self.executor_id(0).await?;
+        let renew_path = format!("/v1/executors/{id}/renew");
+        let label = format!("POST {renew_path}");
+        let x0 = self.process(0);
+        x0.call_proxy.capture_next("POST", REGISTER_PATH);
+        x0.call_proxy.answer_requests(
+            "POST",
+            &renew_path,
+            PathMatch::Exact,
+            ErrorCode::UnknownExecutor,
+        );
+        let waited_by = Instant::now() + KIT_LEASE * 2;
+        let told_at_ns = loop {
+            let told = self
+                .process(0)
+                .call_proxy
+                .stats()
+                .refused_at_ns
+                .iter()
+                .find(|(refused, _)| *refused == label)
+                .map(|(_, at_ns)| *at_ns);
+            if let Some(at_ns) = told {
+                break at_ns;
+            }
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "x0 sent no renewal within {:?} (P3.5)",
+                    KIT_LEASE * 2
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let waited_by = Instant::now() + REREGISTER_BOUND;
+        let registered = loop {
+            if let Some(body) = self.process(0).call_proxy.captured_body() {
+                break Registration::parse(&body);
+            }
+            if Instant::now() >= waited_by {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        // Every stop it will stamp for the old executor's shards is written by now.
+        let judge_at_ns = told_at_ns + nanos(FORGET_SLACK) + nanos(Duration::from_millis(100));
+        let now_ns = monotonic_now_ns();
+        if judge_at_ns > now_ns {
+            tokio::time::sleep(Duration::from_nanos(judge_at_ns - now_ns)).await;
+        }
+        let intervals = self.process(0).intervals().map_err(|detail| {
+            RunError::Executor(format!(
+                "an admission log is not in the format of §9: {detail}"
+            ))
+        })?;
+        let late: Vec<String> = intervals
+            .iter()
+            .filter(|interval| {
+                interval.executor_id == id
+                    && interval.start_ns <= told_at_ns
+                    && interval
+                        .end_ns
+                        .is_none_or(|end| end > told_at_ns + nanos(FORGET_SLACK))
+            })
+            .map(|interval| match interval.end_ns {
+                Some(end) => format!(
+                    "{}@{} stopped {} ms after",
+                    interval.shard,
+                    interval.epoch,
+                    (end - told_at_ns) / 1_000_000
+                ),
+                None => format!("{}@{} still admitted", interval.shard, interval.epoch),
+            })
+            .collect();
+        let name = self.process(0).name.clone();
+        if !late.is_empty() {
+            self.findings.push(format!(
+                "P4.4 unknown_executor: {name} ({id}) was answered 404 unknown_executor to a \
+                 renewal and did not stop admitting at once: {} (an executor the managers no \
+                 longer know stops every shard at once)",
+                late.join(", ")
+            ));
+        }
+        let before = self.process(0).registered_as.clone();
+        let stranded = match (&registered, &before) {
+            (None, _) => {
+                self.findings.push(format!(
+                    "P4.4 unknown_executor: {name} ({id}) was answered 404 unknown_executor to a \
+                     renewal and did not register again within {REREGISTER_BOUND:?}"
+                ));
+                true
+            }
+            (Some(now), Some(before)) if now.incarnation == before.incarnation => {
+                self.findings.push(format!(
+                    "P4.4 unknown_executor: {name} registered again under its old incarnation \
+                     {} (a new incarnation is due, or the managers answer with the executor \
+                     they forgot)",
+                    now.incarnation
+                ));
+                true
+            }
+            (Some(now), Some(before))
+                if now.credential.is_some() && now.credential == before.credential =>
+            {
+                self.findings.push(format!(
+                    "P4.4 unknown_executor: {name} registered again with its old credential (a \
+                     new credential is due with the new incarnation, P13.4)"
+                ));
+                false
+            }
+            _ => false,
+        };
+        if stranded {
+            self.replace(0).await?;
+        }
+        // The managers still hold the old executor until its lease runs out; then it goes.
+        let waited_by = Instant::now() + SETTLE_BOUND;
+        loop {
+            match self.admin.deregister(&id, None).await {
+                Ok(()) => break,
+                Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => break,
+                Err(error) if Instant::now() >= waited_by => {
+                    return Err(RunError::Kit(format!(
+                        "the old executor {id} was not removed within {SETTLE_BOUND:?}: {error}"
+                    )))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+        Ok(())
+    }
+
+    /// P4.1, disowned sets: x1 is pushed its own set at a revision [`FORGED_AHEAD`] above the
+    /// cluster's, which a correct executor applies (a push at or above its applied revision);
+    /// every grant after it is below it, and disowns it: the executor adopts the grant's set
+    /// and revision. Two renewals later x2 is drained: x1 must admit the shards it is routed.
+    /// One that took the grants as stale refuses every push and grant from then on.
+    async fn forged_revision_step(&mut self) -> Result<(), RunError> {
+        let id = self.executor_id(1).await?;
+        let view = self.admin.executor(&id, true).await.map_err(kit_error)?;
+        let table = self.admin.routing(true).await.map_err(kit_error)?;
+        let forged = table.revision + FORGED_AHEAD;
+        let shards: Vec<serde_json::Value> = view
+            .shards
+            .iter()
+            .map(|held| serde_json::json!({"shard": held.shard, "epoch": held.epoch}))
+            .collect();
+        let body = serde_json::json!({
+            "executor_id": id,
+            "revision": forged,
+            "shard_count": table.shard_count,
+            "shards": shards,
+        });
+        let renew_label = format!("POST /v1/executors/{id}/renew");
+        let renewed = |run: &mut Self| {
+            run.process(1)
+                .call_proxy
+                .stats()
+                .answered
+                .get(&renew_label)
+                .copied()
+                .unwrap_or(0)
+        };
+        let url = format!("{}/v1/assignment", self.process(1).advertise);
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .map_err(kit_error)?;
+        let status = http
+            .put(&url)
+            .json(&body)
+            .send()
+            .await
+            .map(|reply| reply.status())
+            .map_err(|error| {
+                RunError::Executor(format!("x1 did not answer a push of its own set: {error}"))
+            })?;
+        if !status.is_success() {
+            return Err(RunError::Executor(format!(
+                "x1 answered {status} to a push of its own set at revision {forged}, above its \
+                 applied revision (P4.1: a set at or above it applies)"
+            )));
+        }
+        // The second renewal answered after the push left after it was applied.
+        let renewals = renewed(self) + 2;
+        let waited_by = Instant::now() + KIT_LEASE * 3;
+        while renewed(self) < renewals {
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "x1 had fewer than two renewals answered in {:?} (P3.5)",
+                    KIT_LEASE * 3
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let x2 = self.executor_id(2).await?;
+        self.admin.drain(&x2).await.map_err(kit_error)?;
+        let missed = self
+            .admits_what_is_routed(&[0, 1], 1, "x2 drained after a forged revision at x1")
+            .await?;
+        if let Some(detail) = missed {
+            let name = self.process(1).name.clone();
+            self.findings.push(format!(
+                "P4.1 disowned sets: after a push of its own set at revision {forged}, above the \
+                 cluster's {}, and two renewals whose grants disowned it, {detail}; {name} took \
+                 the grants as stale where it adopts their set and revision",
+                table.revision
+            ));
+            self.replace(1).await?;
+        }
+        self.undrain_if_registered(&x2).await?;
+        Ok(())
+    }
+
     /// I1 and I2 over every log; an executor that held shards and wrote no log fails.
     fn check(&self) -> Result<CheckReport, RunError> {
         let mut files = Vec::new();
@@ -912,6 +1469,94 @@ impl Run<'_> {
             ))
         })
     }
+}
+
+/// Whether anything answers HTTP at `listen` (`host:port`): any status will do.
+async fn health_answer(listen: &str) -> Result<(), String> {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .map_err(|error| error.to_string())?;
+    http.get(format!("http://{listen}/v1/health"))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|error| {
+            if error.is_connect() {
+                "nothing accepts connections there".to_string()
+            } else if error.is_timeout() {
+                "no answer within 2 s".to_string()
+            } else {
+                error.to_string()
+            }
+        })
+}
+
+/// What an executor registered as: its incarnation and credential (P4.4: both new after
+/// `unknown_executor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Registration {
+    incarnation: String,
+    credential: Option<String>,
+}
+
+impl Registration {
+    fn parse(body: &[u8]) -> Option<Self> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        Some(Self {
+            incarnation: value.get("incarnation")?.as_str()?.to_owned(),
+            credential: value
+                .get("credential")
+                .and_then(|c| c.as_str())
+                .map(str::to_owned),
+        })
+    }
+}
+
+/// The claims and revision of a renewal body (`claims`, or `claim_runs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claims {
+    revision: u64,
+    shards: BTreeSet<(u32, u64)>,
+}
+
+impl Claims {
+    fn parse(body: &[u8]) -> Option<Self> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let revision = value.get("revision")?.as_u64()?;
+        let mut shards = BTreeSet::new();
+        for entry in value.get("claims")?.as_array()? {
+            let shard = u32::try_from(entry.get("shard")?.as_u64()?).ok()?;
+            shards.insert((shard, entry.get("epoch")?.as_u64()?));
+        }
+        for run in value
+            .get("claim_runs")
+            .and_then(|runs| runs.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let run = run.as_array()?;
+            let first = u32::try_from(run.first()?.as_u64()?).ok()?;
+            let count = u32::try_from(run.get(1)?.as_u64()?).ok()?;
+            let epoch = run.get(2)?.as_u64()?;
+            for shard in first..first.checked_add(count)? {
+                shards.insert((shard, epoch));
+            }
+        }
+        Some(Self { revision, shards })
+    }
+}
+
+/// `(shard, epoch)` pairs as `3@7, 4@7`, or `none`.
+fn show_set(set: &BTreeSet<(u32, u64)>) -> String {
+    if set.is_empty() {
+        return "none".into();
+    }
+    set.iter()
+        .map(|(shard, epoch)| format!("{shard}@{epoch}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn nanos(duration: Duration) -> u64 {
@@ -1002,5 +1647,45 @@ mod tests {
             None
         );
         assert_eq!(GrantSet::parse(b"not json"), None);
+    }
+
+    #[test]
+    fn a_renewals_claims_are_read_from_claims_or_runs() {
+        let claims = Claims::parse(br#"{"claims":[{"shard":3,"epoch":7}],"revision":76}"#).unwrap();
+        assert_eq!(claims.revision, 76);
+        assert_eq!(claims.shards, BTreeSet::from([(3, 7)]));
+        let runs =
+            Claims::parse(br#"{"claims":[],"claim_runs":[[4,2,5]],"revision":9,"loads":[]}"#)
+                .unwrap();
+        assert_eq!(runs.shards, BTreeSet::from([(4, 5), (5, 5)]));
+        assert_eq!(
+            Claims::parse(br#"{"claims":[],"revision":9}"#)
+                .unwrap()
+                .shards,
+            BTreeSet::new()
+        );
+        // No claims, or no revision: not a renewal the step can judge as claiming anything.
+        assert_eq!(Claims::parse(br#"{"revision":9}"#), None);
+        assert_eq!(Claims::parse(br#"{"claims":[]}"#), None);
+        assert_eq!(show_set(&runs.shards), "4@5, 5@5");
+        assert_eq!(show_set(&BTreeSet::new()), "none");
+    }
+
+    #[test]
+    fn a_registration_is_read_with_or_without_its_credential() {
+        assert_eq!(
+            Registration::parse(br#"{"incarnation":"a1","address":"http://x","credential":"c"}"#),
+            Some(Registration {
+                incarnation: "a1".into(),
+                credential: Some("c".into())
+            })
+        );
+        assert_eq!(
+            Registration::parse(br#"{"incarnation":"a1","address":"http://x"}"#)
+                .unwrap()
+                .credential,
+            None
+        );
+        assert_eq!(Registration::parse(br#"{"address":"http://x"}"#), None);
     }
 }

@@ -108,7 +108,12 @@ async fn main() -> ExitCode {
                 for finding in &report.findings {
                     let _ = writeln!(out, "  VIOLATION {finding}");
                 }
-                failed |= !report.check.violations.is_empty() || !report.findings.is_empty();
+                if let Some(error) = &report.unfinished {
+                    let _ = writeln!(out, "  the script did not finish: {error}");
+                }
+                failed |= !report.check.violations.is_empty()
+                    || !report.findings.is_empty()
+                    || report.unfinished.is_some();
             }
             Err(error) => {
                 let _ = writeln!(out, "run {run}: {error}");

@@ -4,8 +4,11 @@
 //! executor broken on purpose, once for each MUST of PROTOCOL Appendix A the kit has a step for
 //! (`--break` of the fixture): the lease anchored at a reply's receipt (P3.2), no fence on a
 //! lapse (P3.6), deregistering before admission stops (P3.7), pushes applied out of revision
-//! order, revokes that leave the applied revision, stale grants that drop nothing and pushes for
-//! another executor taken (P4.1), and revokes answered before their shards stop (P5.2).
+//! order, revokes that leave the applied revision, stale grants that drop nothing, pushes for
+//! another executor taken and grants that disown a set never adopted (P4.1), renewals that claim
+//! nothing and renewals' sets not adopted (P4.2), `unknown_executor` retried like any failure
+//! (P4.4), revokes answered before their shards stop (P5.2), and registering before the push
+//! listener answers (P8.1).
 //!
 //! Each case runs `leasehold-conformance` as a user would and reads its last line. The kit starts
 //! its own managers, so these tests do not take the one-cluster lock. Needs the binaries (`cargo
@@ -219,6 +222,46 @@ mod conformance_kit {
     fn p4_1_an_executor_taking_a_push_for_another_executor_fails() {
         let test = "p4_1_an_executor_taking_a_push_for_another_executor_fails";
         assert_broken_variant_fails(test, "accept-foreign-push", "P4.1 push for another", 10);
+    }
+
+    #[test]
+    fn p4_1_an_executor_never_adopting_a_grant_that_disowns_its_set_fails() {
+        let test = "p4_1_an_executor_never_adopting_a_grant_that_disowns_its_set_fails";
+        assert_broken_variant_fails(test, "no-disowned-sets", "P4.1 disowned sets", 16);
+    }
+
+    #[test]
+    fn p4_2_an_executor_whose_renewals_claim_nothing_fails() {
+        let test = "p4_2_an_executor_whose_renewals_claim_nothing_fails";
+        assert_broken_variant_fails(test, "no-claims", "P4.2 claims", 13);
+    }
+
+    #[test]
+    fn p4_2_an_executor_not_adopting_its_renewals_sets_fails() {
+        let test = "p4_2_an_executor_not_adopting_its_renewals_sets_fails";
+        assert_broken_variant_fails(
+            test,
+            "ignore-renewal-set",
+            "P4.2 a set told by a renewal's reply",
+            14,
+        );
+    }
+
+    #[test]
+    fn p4_4_an_executor_retrying_unknown_executor_like_any_failure_fails() {
+        let test = "p4_4_an_executor_retrying_unknown_executor_like_any_failure_fails";
+        assert_broken_variant_fails(test, "ignore-unknown-executor", "P4.4 unknown_executor", 15);
+    }
+
+    #[test]
+    fn p8_1_an_executor_registering_before_its_push_listener_answers_fails() {
+        let test = "p8_1_an_executor_registering_before_its_push_listener_answers_fails";
+        assert_broken_variant_fails(
+            test,
+            "register-before-bind",
+            "P8.1 bind before registering",
+            12,
+        );
     }
 
     #[test]
