@@ -143,6 +143,23 @@ impl NetScenario {
         }
     }
 
+    /// Waits until executor `index` (healed, after it was reaped) is registered under an id
+    /// other than `old_id`.
+    async fn wait_registered_anew(&self, index: usize, old_id: &str) {
+        poll_until(
+            "the healed executor to register anew",
+            SETTLE_BOUND,
+            || async {
+                let status = self.fleet.get(index).status().await?;
+                match status["executor_id"].as_str() {
+                    Some(id) if id != old_id => Ok(()),
+                    other => Err(format!("executor id {other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
     fn node_of(&self, index: usize) -> &str {
         &self.executor_nodes[&index].name
     }
@@ -207,18 +224,7 @@ async fn executor_cut_until_rehomed(scenario: &str, cut: Cut) {
 
     net.lab.heal(net.node_of(victim)).unwrap();
     let healed_at = Instant::now();
-    poll_until(
-        "the healed executor to register anew",
-        SETTLE_BOUND,
-        || async {
-            let status = net.fleet.get(victim).status().await?;
-            match status["executor_id"].as_str() {
-                Some(id) if id != ids[slot] => Ok(()),
-                other => Err(format!("executor id {other:?}")),
-            }
-        },
-    )
-    .await;
+    net.wait_registered_anew(victim, &ids[slot]).await;
     wait_for_even_split(&net.fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
     report_figure(
         scenario,
@@ -496,19 +502,7 @@ async fn leader_and_an_executor_cut_off_from_the_majority() {
     net.lab.heal(&format!("m{old_leader}")).unwrap();
     net.lab.heal(net.node_of(a)).unwrap();
     let healed_at = Instant::now();
-    let slot = slot_of(a);
-    poll_until(
-        "the healed executor to register anew",
-        SETTLE_BOUND,
-        || async {
-            let status = net.fleet.get(a).status().await?;
-            match status["executor_id"].as_str() {
-                Some(id) if id != ids[slot] => Ok(()),
-                other => Err(format!("executor id {other:?}")),
-            }
-        },
-    )
-    .await;
+    net.wait_registered_anew(a, &ids[slot_of(a)]).await;
     wait_for_even_split(&net.fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
     report_figure(SCENARIO, "healed -> spread again", healed_at.elapsed());
     let counts = workload.stop().await;
