@@ -310,6 +310,12 @@ impl World {
         };
         self.lose_office(keep_tail, deposed_pushes_ms);
         let next = (old + 1 + self.rng.random_range(0..MANAGERS - 1)) % MANAGERS;
+        self.elect_after(next, election_ms, offset_ms);
+    }
+
+    /// Replica `next` takes office after `election_ms`, its wall clock `offset_ms` from the true
+    /// one (its own offset and a step when `None`).
+    fn elect_after(&mut self, next: usize, election_ms: u64, offset_ms: Option<i64>) {
         self.schedule(
             self.now_us + election_ms * 1_000,
             Event::Elected {
@@ -328,14 +334,7 @@ impl World {
             return;
         };
         self.lose_office_stranding(false, for_ms, Some(stranded));
-        let next = (old + 1) % MANAGERS;
-        self.schedule(
-            self.now_us + election_ms * 1_000,
-            Event::Elected {
-                manager: next,
-                offset_ms: None,
-            },
-        );
+        self.elect_after((old + 1) % MANAGERS, election_ms, None);
     }
 
     /// An operator sets the lease duration (P3.4).
