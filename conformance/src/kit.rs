@@ -97,6 +97,12 @@ const REPLY_LAG: Duration = Duration::from_millis(1_500);
 const STOP_REPLY_LAG: Duration = Duration::from_millis(1_000);
 /// Attempts of the stale-grant step at making a grant arrive stale before it gives up.
 const STALE_GRANT_ATTEMPTS: u32 = 3;
+/// Attempts of the revoke-replay step at delivering its copy while x0's lease is live.
+const REVOKE_REPLAY_ATTEMPTS: u32 = 3;
+/// How long before the end of the lease x0 earned before its renewals were refused the copy
+/// must have been answered: the lease began when the renewal left, a little before the proxy saw
+/// it arrive.
+const REVOKE_REPLAY_MARGIN: Duration = Duration::from_millis(500);
 /// How long the stale-grant step waits for the held renewal, and for the newer push.
 const STALE_GRANT_WAIT: Duration = Duration::from_secs(6);
 /// Past the end of the lease held before the stale grant, before the step reads the log.
@@ -107,8 +113,9 @@ const STALE_GRANT_MARGIN: Duration = Duration::from_millis(300);
 /// it at the push, or at its next renewal's reply when pushes do not reach it.
 const ROUTED_BOUND: Duration = Duration::from_secs(6);
 /// How late after the reply `404 unknown_executor` was written a stop line may be stamped
-/// (P4.4: at once; a copy of the lease left to run out ends seconds later).
-const FORGET_SLACK: Duration = Duration::from_millis(500);
+/// (P4.4: at once, which a loaded machine can stretch past half a second; a copy of the lease
+/// left to run out ends about two seconds later, the renewal having left at a third of it).
+const FORGET_SLACK: Duration = Duration::from_millis(1_000);
 /// How long an executor told `unknown_executor` has to register again (P4.4: at once).
 const REREGISTER_BOUND: Duration = Duration::from_secs(4);
 /// How far above the cluster's revision the forged push of the disowned-set step is: far out of
@@ -267,11 +274,12 @@ struct Run<'a> {
     sockets: tempfile::TempDir,
 }
 
-/// What one attempt of the stale-grant step came to.
-enum StaleGrantAttempt {
-    /// The grant arrived stale and the executor was judged.
+/// What one attempt of a step that needs a race won came to (the stale grant, the push
+/// delivered again after a revoke).
+enum StepAttempt {
+    /// The race was won and the executor judged (by the step, or by the check of the logs).
     Judged,
-    /// The kit could not make the grant arrive stale this time, and why.
+    /// The kit could not set the race up this time, and why.
     Inconclusive(String),
 }
 
@@ -452,14 +460,37 @@ impl Run<'_> {
     /// Waits until every shard is routed to a running executor of `holders` (slots) and each
     /// of them holds at least one; marks who held shards.
     async fn settle(&mut self, holders: &[usize], what: &str) -> Result<(), RunError> {
+        let bound = self.settle_bound();
+        let Err(last) = self
+            .settle_by(holders, what, Instant::now() + bound)
+            .await?
+        else {
+            return Ok(());
+        };
+        Err(RunError::Executor(format!(
+            "{what}: timed out after {bound:?} waiting for every shard to be routed to one \
+             of {} and each of them to admit a shard by its admission log ({last}); see the \
+             executors' logs in {}",
+            self.names(holders).join(", "),
+            self.config.dir.display()
+        )))
+    }
+
+    /// [`Run::settle`] until `deadline`: `Ok(Err(last))` when it passed unsettled, with what
+    /// was last seen.
+    async fn settle_by(
+        &mut self,
+        holders: &[usize],
+        what: &str,
+        deadline: Instant,
+    ) -> Result<Result<(), String>, RunError> {
         let started = Instant::now();
         let addresses: BTreeMap<String, usize> = holders
             .iter()
             .map(|&slot| (self.process(slot).advertise.clone(), self.slots[&slot]))
             .collect();
         let mut last = String::new();
-        let bound = self.settle_bound();
-        while started.elapsed() < bound {
+        while Instant::now() < deadline {
             for &slot in holders {
                 if !self.process(slot).is_running() {
                     let name = self.process(slot).name.clone();
@@ -484,7 +515,7 @@ impl Run<'_> {
                             "conformance: {what}: settled in {} ms",
                             started.elapsed().as_millis()
                         );
-                        return Ok(());
+                        return Ok(Ok(()));
                     }
                     last = if not_admitting.is_empty() {
                         format!(
@@ -504,13 +535,7 @@ impl Run<'_> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Err(RunError::Executor(format!(
-            "{what}: timed out after {bound:?} waiting for every shard to be routed to one \
-             of {} and each of them to admit a shard by its admission log ({last}); see the \
-             executors' logs in {}",
-            self.names(holders).join(", "),
-            self.config.dir.display()
-        )))
+        Ok(Err(last))
     }
 
     /// [`SETTLE_BOUND`], or [`SETTLE_BOUND_FAILED`] once a step judged a rule broken.
@@ -572,15 +597,24 @@ impl Run<'_> {
         Ok(owners)
     }
 
-    /// The executor id the managers know `slot`'s process by (its advertised address).
+    /// The executor id the managers know `slot`'s process by (its advertised address); a
+    /// process reaped by a step registers anew at its next renewal, so this waits for that.
     async fn executor_id(&mut self, slot: usize) -> Result<String, RunError> {
         let advertise = self.process(slot).advertise.clone();
-        let views = self.admin.executors(false).await.map_err(kit_error)?;
-        views
-            .into_iter()
-            .find(|view| view.address == advertise)
-            .map(|view| view.executor_id)
-            .ok_or_else(|| RunError::Executor(format!("no executor registered as {advertise}")))
+        let bound = self.settle_bound();
+        let waited_by = Instant::now() + bound;
+        loop {
+            let views = self.admin.executors(false).await.map_err(kit_error)?;
+            if let Some(view) = views.into_iter().find(|view| view.address == advertise) {
+                return Ok(view.executor_id);
+            }
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "no executor registered as {advertise} within {bound:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn step(name: &str) {
@@ -623,69 +657,7 @@ impl Run<'_> {
             .await?;
 
         Self::step("a push delivered again after a revoke");
-        // x0 gains some of x1's shards by a push, of which the proxy keeps a copy; x0 is then
-        // drained and its shards go to x2; the copy is delivered again. It is stale (P4.1):
-        // applying it admits shards another executor holds.
-        // x0's renewals are refused from the first push kept until after the copy is delivered
-        // again, so no grant's set is applied in between: only the revoke that drained it makes
-        // the copy stale (P4.1: an applied revoke raises the applied revision).
-        let (x0, x1) = (self.executor_id(0).await?, self.executor_id(1).await?);
-        let x0_renew = format!("/v1/executors/{x0}/renew");
-        self.process(0)
-            .push_proxy
-            .capture_each("PUT", "/v1/assignment");
-        self.admin.drain(&x1).await.map_err(kit_error)?;
-        let pushed_by = Instant::now() + SETTLE_BOUND;
-        while !self.process(0).push_proxy.has_captured() {
-            if Instant::now() >= pushed_by {
-                return Err(RunError::Executor(format!(
-                    "x0 was routed shards but the managers pushed it nothing within \
-                     {SETTLE_BOUND:?}: did it answer its pushes?"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // From the first push kept on (polled every 10 ms, a renewal comes about once a second).
-        self.process(0)
-            .call_proxy
-            .refuse_requests("POST", &x0_renew, PathMatch::Exact, true);
-        self.settle(&[0, 2], "x1 drained: x0 gains shards").await?;
-        // The copy kept is of the last push before the drain. Later pushes to x0 are refused
-        // until the copy is delivered again: a set applied after the drain would make the copy
-        // stale by itself, where only the revoke must (the copy's delivery bypasses refusals).
-        self.process(0).push_proxy.stop_capturing();
-        self.process(0)
-            .push_proxy
-            .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, true);
-        self.admin.drain(&x0).await.map_err(kit_error)?;
-        self.settle(&[2], "x0 drained too: one executor holds every shard")
-            .await?;
-        let replayed = self
-            .process(0)
-            .push_proxy
-            .replay_captured()
-            .await
-            .map_err(|detail| RunError::Kit(format!("delivering a push again: {detail}")))?;
-        if !replayed {
-            return Err(RunError::Kit("the kept push to x0 was lost".into()));
-        }
-        // The copy was answered, so applied or refused, when the replay returned.
-        self.process(0)
-            .call_proxy
-            .refuse_requests("POST", &x0_renew, PathMatch::Exact, false);
-        self.process(0).push_proxy.refuse_requests(
-            "PUT",
-            "/v1/assignment",
-            PathMatch::Exact,
-            false,
-        );
-        // Long enough for a renewal to follow the stale push.
-        tokio::time::sleep(KIT_LEASE / 2).await;
-        // x0 may have been reaped while its renewals were refused; it then registers anew,
-        // undrained.
-        self.undrain_if_registered(&x0).await?;
-        self.admin.undrain(&x1).await.map_err(kit_error)?;
-        self.settle(&all, "both undrained").await?;
+        self.revoke_replay_step().await?;
 
         Self::step("renewals carry the claims");
         self.claims_step().await?;
@@ -753,6 +725,169 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The revoke-replay step (script step 3), tried until the copy reached x0 while the lease
+    /// it held was certainly live.
+    async fn revoke_replay_step(&mut self) -> Result<(), RunError> {
+        let all: Vec<usize> = (0..EXECUTORS).collect();
+        let mut why = String::new();
+        for attempt in 1..=REVOKE_REPLAY_ATTEMPTS {
+            let (x0, x1) = (self.executor_id(0).await?, self.executor_id(1).await?);
+            let outcome = self.revoke_replay_attempt(&x0, &x1).await;
+            let x0_process = self.process(0);
+            x0_process.push_proxy.stop_capturing();
+            x0_process.call_proxy.refuse_requests(
+                "POST",
+                &format!("/v1/executors/{x0}/renew"),
+                PathMatch::Exact,
+                false,
+            );
+            x0_process
+                .push_proxy
+                .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, false);
+            let outcome = outcome?;
+            // Long enough for a renewal to follow the stale push.
+            tokio::time::sleep(KIT_LEASE / 2).await;
+            // x0 may have been reaped while its renewals were refused; it then registers anew,
+            // undrained.
+            self.undrain_if_registered(&x0).await?;
+            self.undrain_if_registered(&x1).await?;
+            self.settle(&all, "both undrained").await?;
+            match outcome {
+                StepAttempt::Judged => return Ok(()),
+                StepAttempt::Inconclusive(detail) => {
+                    eprintln!("conformance: push delivered again, attempt {attempt}: {detail}");
+                    why = detail;
+                }
+            }
+        }
+        Err(RunError::Executor(format!(
+            "the kit could not deliver a push again to x0 while its lease was live in \
+             {REVOKE_REPLAY_ATTEMPTS} attempts, so P4.1's rule that an applied revoke raises the \
+             applied revision went unchecked: {why}"
+        )))
+    }
+
+    /// One attempt: x0 gains some of x1's shards by a push, of which the proxy keeps a copy; x0
+    /// is then drained and its shards go to x2; the copy is delivered again. It is stale (P4.1):
+    /// applying it admits shards another executor holds, which the check finds (I1).
+    ///
+    /// x0's renewals are refused from the first push kept until after the copy is delivered
+    /// again, so no grant's set is applied in between: only the revoke that drained it makes the
+    /// copy stale (P4.1: an applied revoke raises the applied revision). The copy judges nothing
+    /// unless it arrives while the lease x0 earned before the refusals is live (an executor
+    /// without a lease admits nothing, stale copy or not) and after x0 answered its revoke.
+    async fn revoke_replay_attempt(&mut self, x0: &str, x1: &str) -> Result<StepAttempt, RunError> {
+        use StepAttempt::Inconclusive;
+        let x0_renew = format!("/v1/executors/{x0}/renew");
+        let renew_label = format!("POST {x0_renew}");
+        let revoke_label = "POST /v1/revoke";
+        // Refused before anything is pushed, so that a renewal in flight is answered before
+        // the push whose copy is kept rather than after it.
+        self.process(0)
+            .call_proxy
+            .refuse_requests("POST", &x0_renew, PathMatch::Exact, true);
+        // The proxy records an arrival and decides on a refusal under one lock: the last
+        // renewal that arrived before this was let through, and the lease it earned began no
+        // later than its arrival.
+        let Some(last_renewal_ns) = self
+            .process(0)
+            .call_proxy
+            .stats()
+            .last_arrival_ns
+            .get(&renew_label)
+            .copied()
+        else {
+            return Ok(Inconclusive("x0 had not renewed before the step".into()));
+        };
+        // Everything up to the copy's delivery must be done while that lease certainly holds.
+        let lease_left = (nanos(KIT_LEASE) + last_renewal_ns)
+            .saturating_sub(monotonic_now_ns() + nanos(REVOKE_REPLAY_MARGIN));
+        let deadline = Instant::now() + Duration::from_nanos(lease_left);
+        let out_of_lease = |what: &str| {
+            Ok(Inconclusive(format!(
+                "{what} before the lease x0 earned by its last renewal let through might have \
+                 run out"
+            )))
+        };
+        self.process(0)
+            .push_proxy
+            .capture_each("PUT", "/v1/assignment");
+        self.admin.drain(x1).await.map_err(kit_error)?;
+        while !self.process(0).push_proxy.has_captured() {
+            if Instant::now() >= deadline {
+                return out_of_lease("x1 drained: no push reached x0");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let gained = self
+            .settle_by(&[0, 2], "x1 drained: x0 gains shards", deadline)
+            .await?;
+        if let Err(last) = gained {
+            return out_of_lease(&format!("x1 drained: x0 gained no shards ({last})"));
+        }
+        // The copy kept is of the last push before the drain. Later pushes to x0 are refused
+        // until the copy is delivered again: a set applied after the drain would make the copy
+        // stale by itself, where only the revoke must (the copy's delivery bypasses refusals).
+        self.process(0).push_proxy.stop_capturing();
+        self.process(0)
+            .push_proxy
+            .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, true);
+        let revokes_before = self.answered(0, revoke_label);
+        self.admin.drain(x0).await.map_err(kit_error)?;
+        // Until x2 admits every shard by its log, not only once the routing table names it: a
+        // copy applied before x2 admits x0's shards overlaps nothing.
+        loop {
+            let x2_admits = self.process(2).admitting_count().map_err(|detail| {
+                RunError::Executor(format!(
+                    "an admission log is not in the format of §9: {detail}"
+                ))
+            })?;
+            if x2_admits == KIT_SHARDS as usize {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return out_of_lease(&format!(
+                    "x0 drained too: x2 admitted {x2_admits} of {KIT_SHARDS} shards"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let revoked = self.answered(0, revoke_label) > revokes_before;
+        let copy_revision = self
+            .process(0)
+            .push_proxy
+            .captured_body()
+            .as_deref()
+            .and_then(body_revision)
+            .ok_or_else(|| RunError::Kit("the kept push to x0 has no revision".into()))?;
+        let last_grant_revision = self
+            .process(0)
+            .call_proxy
+            .stats()
+            .last_reply_body
+            .get(&renew_label)
+            .and_then(|body| body_revision(body));
+        let replayed = self
+            .process(0)
+            .push_proxy
+            .replay_captured()
+            .await
+            .map_err(|detail| RunError::Kit(format!("delivering a push again: {detail}")))?;
+        // The copy was answered, so applied or refused, when the replay returned.
+        let replayed_ns = monotonic_now_ns();
+        if !replayed {
+            return Err(RunError::Kit("the kept push to x0 was lost".into()));
+        }
+        let race = ReplayRace {
+            last_renewal_ns,
+            last_grant_revision,
+            copy_revision,
+            revoked,
+            replayed_ns,
+        };
+        Ok(race.unjudged().map_or(StepAttempt::Judged, Inconclusive))
+    }
+
     /// Stops every running process; the first that did not stop in time is the error.
     async fn stop_all(&mut self) -> Result<(), RunError> {
         let mut outcome = Ok(());
@@ -771,8 +906,10 @@ impl Run<'_> {
     async fn stale_grant_step(&mut self) -> Result<(), RunError> {
         let mut why = String::new();
         for attempt in 1..=STALE_GRANT_ATTEMPTS {
-            let outcome = self.stale_grant_attempt().await;
+            // The id the attempt refused renewals under: x0 may be reaped during it (a refused
+            // renewal past its lease) and register anew under another.
             let id = self.executor_id(0).await?;
+            let outcome = self.stale_grant_attempt(&id).await;
             let x0 = self.process(0);
             x0.push_proxy
                 .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, false);
@@ -784,8 +921,8 @@ impl Run<'_> {
             );
             x0.call_proxy.release_held_reply();
             match outcome? {
-                StaleGrantAttempt::Judged => return Ok(()),
-                StaleGrantAttempt::Inconclusive(detail) => {
+                StepAttempt::Judged => return Ok(()),
+                StepAttempt::Inconclusive(detail) => {
                     eprintln!("conformance: stale grant, attempt {attempt}: {detail}");
                     why = detail;
                     // Whatever the attempt left drained or refused settles before the next.
@@ -804,15 +941,14 @@ impl Run<'_> {
     /// One attempt: x0's revokes refused, x0 drained, the reply to its next renewal held while
     /// it is undrained and pushed its set again, then delivered (stale), x0's renewals refused
     /// until the lease it held before that grant ran out; then its admission log is judged.
-    async fn stale_grant_attempt(&mut self) -> Result<StaleGrantAttempt, RunError> {
-        use StaleGrantAttempt::Inconclusive;
-        let id = self.executor_id(0).await?;
+    async fn stale_grant_attempt(&mut self, id: &str) -> Result<StepAttempt, RunError> {
+        use StepAttempt::Inconclusive;
         let renew_path = format!("/v1/executors/{id}/renew");
         let push_label = "PUT /v1/assignment";
         self.process(0)
             .push_proxy
             .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, true);
-        self.admin.drain(&id).await.map_err(kit_error)?;
+        self.admin.drain(id).await.map_err(kit_error)?;
         // Armed after the drain committed: the renewal it holds is answered at a revision
         // whose set for x0 lists none of the shards x0 still admits.
         self.process(0)
@@ -839,7 +975,7 @@ impl Run<'_> {
             )));
         };
         let pushes_before = self.answered(0, push_label);
-        self.undrain_if_registered(&id).await?;
+        self.undrain_if_registered(id).await?;
         let waited_by = Instant::now() + STALE_GRANT_WAIT;
         loop {
             let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
@@ -952,7 +1088,7 @@ impl Run<'_> {
                 ));
             }
         }
-        Ok(StaleGrantAttempt::Judged)
+        Ok(StepAttempt::Judged)
     }
 
     /// Undrains `id` unless the managers no longer know it (reaped: its process registers
@@ -1472,6 +1608,62 @@ impl Run<'_> {
 }
 
 /// Whether anything answers HTTP at `listen` (`host:port`): any status will do.
+/// What the revoke-replay step saw of x0 around the copy it delivered again.
+#[derive(Debug, Clone, Copy)]
+struct ReplayRace {
+    /// When the last renewal let through before the refusals arrived (CLOCK_MONOTONIC ns).
+    last_renewal_ns: u64,
+    /// The revision of the last grant a renewal of x0 was answered with, if any.
+    last_grant_revision: Option<u64>,
+    /// The revision of the push kept and delivered again.
+    copy_revision: u64,
+    /// Whether x0 answered the revoke of its drain.
+    revoked: bool,
+    /// When the copy was answered.
+    replayed_ns: u64,
+}
+
+impl ReplayRace {
+    /// Why the copy judges nothing (`None`: it judges). Only the revoke may make it stale:
+    /// x0 answered that revoke, and no grant at a newer revision than the copy's reached x0
+    /// (its set raises the applied revision by itself). And the lease x0 earned by its last
+    /// renewal was still live, by [`REVOKE_REPLAY_MARGIN`], when the copy was answered: an
+    /// executor without a lease admits nothing, stale copy or not.
+    fn unjudged(&self) -> Option<String> {
+        if !self.revoked {
+            return Some(
+                "x0 answered no revoke for its drain before the copy (its lease ran out at the \
+                 managers first)"
+                    .into(),
+            );
+        }
+        if let Some(grant) = self.last_grant_revision.filter(|&r| r > self.copy_revision) {
+            return Some(format!(
+                "x0's last renewal was answered at revision {grant}, above the copy's {}",
+                self.copy_revision
+            ));
+        }
+        let lease_live_until_ns = self.last_renewal_ns + nanos(KIT_LEASE);
+        if self.replayed_ns + nanos(REVOKE_REPLAY_MARGIN) > lease_live_until_ns {
+            return Some(format!(
+                "the copy was answered {} ms after x0's last renewal let through, too late \
+                 for the lease it earned ({} ms) to be certainly live",
+                self.replayed_ns.saturating_sub(self.last_renewal_ns) / 1_000_000,
+                KIT_LEASE.as_millis()
+            ));
+        }
+        None
+    }
+}
+
+/// The `revision` of a push's or a grant's body.
+fn body_revision(body: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("revision")?
+        .as_u64()
+}
+
 async fn health_answer(listen: &str) -> Result<(), String> {
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -1669,6 +1861,43 @@ mod tests {
         assert_eq!(Claims::parse(br#"{"claims":[]}"#), None);
         assert_eq!(show_set(&runs.shards), "4@5, 5@5");
         assert_eq!(show_set(&BTreeSet::new()), "none");
+    }
+
+    #[test]
+    fn a_copy_delivered_again_judges_only_when_the_revoke_alone_made_it_stale_in_the_lease() {
+        let renewal_ns = 1_000_000_000;
+        let last_judged_ns = renewal_ns + nanos(KIT_LEASE) - nanos(REVOKE_REPLAY_MARGIN);
+        let judged = ReplayRace {
+            last_renewal_ns: renewal_ns,
+            last_grant_revision: Some(7),
+            copy_revision: 7,
+            revoked: true,
+            replayed_ns: last_judged_ns,
+        };
+        assert_eq!(judged.unjudged(), None);
+        let no_grant = ReplayRace {
+            last_grant_revision: None,
+            ..judged
+        };
+        assert_eq!(no_grant.unjudged(), None);
+        // A lease that may have run out: an executor admits nothing, stale copy or not.
+        let late = ReplayRace {
+            replayed_ns: last_judged_ns + 1,
+            ..judged
+        };
+        assert!(late.unjudged().unwrap().contains("certainly live"));
+        // No revoke answered: nothing made the copy stale.
+        let unrevoked = ReplayRace {
+            revoked: false,
+            ..judged
+        };
+        assert!(unrevoked.unjudged().unwrap().contains("no revoke"));
+        // A newer grant made the copy stale by itself.
+        let overtaken = ReplayRace {
+            last_grant_revision: Some(8),
+            ..judged
+        };
+        assert!(overtaken.unjudged().unwrap().contains("above the copy's 7"));
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub struct ProxyStats {
     pub answered: BTreeMap<String, usize>,
     /// The body of the last such request of each `METHOD path` (e.g. the last push delivered).
     pub last_answered_body: BTreeMap<String, Vec<u8>>,
+    /// The body of the reply to that request (e.g. the grant of the last renewal answered).
+    pub last_reply_body: BTreeMap<String, Vec<u8>>,
     /// Requests the proxy refused itself ([`ProxySet::refuse_requests`]).
     pub refused: usize,
     /// Each request the proxy answered itself, in order: its `METHOD path` and when the answer
@@ -966,6 +968,10 @@ async fn serve(
     if matches!(written, Ok(Ok(()))) {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         *state.stats.answered.entry(label.clone()).or_default() += 1;
+        state
+            .stats
+            .last_reply_body
+            .insert(label.clone(), reply.body);
         state.stats.last_answered_body.insert(label, request.body);
     }
 }
@@ -1100,10 +1106,19 @@ mod tests {
         assert_eq!(client().put(&push).send().await.unwrap().status(), 200);
         assert_eq!(seen.lock().unwrap().len(), 1, "only the push reached it");
         assert_eq!(proxy.stats().refused, 1);
+        assert!(
+            !proxy
+                .stats()
+                .last_reply_body
+                .contains_key("POST /v1/revoke"),
+            "a refused request leaves no reply behind"
+        );
         proxy.refuse_requests("POST", "/v1/revoke", PathMatch::Exact, false);
         assert_eq!(client().post(&url).send().await.unwrap().status(), 200);
         assert_eq!(seen.lock().unwrap().len(), 2);
-        assert_eq!(proxy.stats().answered["POST /v1/revoke"], 1);
+        let stats = proxy.stats();
+        assert_eq!(stats.answered["POST /v1/revoke"], 1);
+        assert_eq!(stats.last_reply_body["POST /v1/revoke"], b"ok");
     }
 
     #[tokio::test]
