@@ -1717,27 +1717,38 @@ impl Claims {
     fn parse(body: &[u8]) -> Option<Self> {
         let value: serde_json::Value = serde_json::from_slice(body).ok()?;
         let revision = value.get("revision")?.as_u64()?;
-        let mut shards = BTreeSet::new();
-        for entry in value.get("claims")?.as_array()? {
-            let shard = u32::try_from(entry.get("shard")?.as_u64()?).ok()?;
-            shards.insert((shard, entry.get("epoch")?.as_u64()?));
-        }
-        for run in value
-            .get("claim_runs")
-            .and_then(|runs| runs.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let run = run.as_array()?;
-            let first = u32::try_from(run.first()?.as_u64()?).ok()?;
-            let count = u32::try_from(run.get(1)?.as_u64()?).ok()?;
-            let epoch = run.get(2)?.as_u64()?;
-            for shard in first..first.checked_add(count)? {
-                shards.insert((shard, epoch));
-            }
-        }
+        let shards = listed_set(&value, "claims", "claim_runs")?;
         Some(Self { revision, shards })
     }
+}
+
+/// The `(shard, epoch)` set a body lists under `list_key` (required, `[{shard, epoch}]`) and
+/// `runs_key` (optional, `[[first, count, epoch]]`): the two forms of the wire's sets.
+fn listed_set(
+    value: &serde_json::Value,
+    list_key: &str,
+    runs_key: &str,
+) -> Option<BTreeSet<(u32, u64)>> {
+    let mut shards = BTreeSet::new();
+    for entry in value.get(list_key)?.as_array()? {
+        let shard = u32::try_from(entry.get("shard")?.as_u64()?).ok()?;
+        shards.insert((shard, entry.get("epoch")?.as_u64()?));
+    }
+    for run in value
+        .get(runs_key)
+        .and_then(|runs| runs.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let run = run.as_array()?;
+        let first = u32::try_from(run.first()?.as_u64()?).ok()?;
+        let count = u32::try_from(run.get(1)?.as_u64()?).ok()?;
+        let epoch = run.get(2)?.as_u64()?;
+        for shard in first..first.checked_add(count)? {
+            shards.insert((shard, epoch));
+        }
+    }
+    Some(shards)
 }
 
 /// `(shard, epoch)` pairs as `3@7, 4@7`, or `none`.
@@ -1770,25 +1781,7 @@ impl GrantSet {
             return None;
         }
         let revision = value.get("revision")?.as_u64()?;
-        let mut shards = BTreeSet::new();
-        for entry in value.get("shards")?.as_array()? {
-            let shard = u32::try_from(entry.get("shard")?.as_u64()?).ok()?;
-            shards.insert((shard, entry.get("epoch")?.as_u64()?));
-        }
-        for run in value
-            .get("shard_runs")
-            .and_then(|runs| runs.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let run = run.as_array()?;
-            let first = u32::try_from(run.first()?.as_u64()?).ok()?;
-            let count = u32::try_from(run.get(1)?.as_u64()?).ok()?;
-            let epoch = run.get(2)?.as_u64()?;
-            for shard in first..first.checked_add(count)? {
-                shards.insert((shard, epoch));
-            }
-        }
+        let shards = listed_set(&value, "shards", "shard_runs")?;
         Some(Self { revision, shards })
     }
 }

@@ -160,6 +160,68 @@ impl DropReply {
     }
 }
 
+/// One hold of the proxy's (a request's, or a reply's): the next request matching `wanted`
+/// waits until `release` is sent (or dropped), and `status` says where it stands.
+#[derive(Debug)]
+struct Hold<T> {
+    wanted: Option<DropReply>,
+    status: Option<T>,
+    release: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<T> Default for Hold<T> {
+    fn default() -> Self {
+        Self {
+            wanted: None,
+            status: None,
+            release: None,
+        }
+    }
+}
+
+impl<T> Hold<T> {
+    /// Holds the next request matching `wanted`; whatever an earlier hold keeps goes on now.
+    fn arm(&mut self, wanted: DropReply) {
+        self.release_now();
+        self.wanted = Some(wanted);
+        self.status = None;
+    }
+
+    /// Lets what is held go on; a hold not yet matched is cancelled.
+    fn cancel(&mut self) {
+        self.wanted = None;
+        self.release_now();
+    }
+
+    fn release_now(&mut self) {
+        if let Some(release) = self.release.take() {
+            let _ = release.send(());
+        }
+    }
+
+    /// When this request (`method`, `path`) is the one wanted: it is held, `status` says where
+    /// it stands, and the receiver fires on its release.
+    fn catch(
+        &mut self,
+        method: &str,
+        path: &str,
+        status: impl FnOnce() -> T,
+    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        if !self
+            .wanted
+            .as_ref()
+            .is_some_and(|wanted| wanted.matches(method, path))
+        {
+            return None;
+        }
+        let (release, released) = tokio::sync::oneshot::channel();
+        self.wanted = None;
+        self.release = Some(release);
+        self.status = Some(status());
+        Some(released)
+    }
+}
+
 #[derive(Debug)]
 struct ProxyState {
     drop_replies: Vec<DropReply>,
@@ -178,18 +240,10 @@ struct ProxyState {
     /// Requests of a method whose path matches are answered by the proxy with the problem of
     /// this code (`503 unavailable` for [`ProxySet::refuse_requests`]).
     refusals: Vec<(DropReply, ErrorCode)>,
-    /// The next request matching waits before it is forwarded ...
-    hold_request: Option<DropReply>,
-    /// ... and this is where it stands ...
-    held_request: Option<HeldRequest>,
-    /// ... until this is sent (or dropped).
-    release_request: Option<tokio::sync::oneshot::Sender<()>>,
-    /// The next request matching has its reply held ...
-    hold: Option<DropReply>,
-    /// ... and this is where it stands ...
-    held: Option<HeldReply>,
-    /// ... until this is sent (or dropped).
-    release: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The next request matching waits before it is forwarded.
+    request_hold: Hold<HeldRequest>,
+    /// The next request matching has its reply held.
+    reply_hold: Hold<HeldReply>,
     rng: StdRng,
     /// Upstream URL → proxy URL, for the leader header.
     rewrites: BTreeMap<String, String>,
@@ -332,12 +386,8 @@ impl ProxySet {
             captured: None,
             capture_each: false,
             refusals: Vec::new(),
-            hold_request: None,
-            held_request: None,
-            release_request: None,
-            hold: None,
-            held: None,
-            release: None,
+            request_hold: Hold::default(),
+            reply_hold: Hold::default(),
             rng: StdRng::seed_from_u64(seed),
             rewrites: BTreeMap::new(),
             stats: ProxyStats::default(),
@@ -515,30 +565,21 @@ impl ProxySet {
     /// caller can be looked at while it waits for the answer. Replaces an earlier hold; a
     /// request already held is forwarded.
     pub fn hold_next_request(&self, method: &str, path: &str, matching: PathMatch) {
-        let mut state = self.lock();
-        if let Some(release) = state.release_request.take() {
-            let _ = release.send(());
-        }
-        state.hold_request = Some(DropReply {
+        self.lock().request_hold.arm(DropReply {
             method: method.to_owned(),
             path: path.to_owned(),
             matching,
         });
-        state.held_request = None;
     }
 
     /// Where the held request stands; `None` until a request matched.
     pub fn held_request(&self) -> Option<HeldRequest> {
-        self.lock().held_request.clone()
+        self.lock().request_hold.status.clone()
     }
 
     /// Forwards the held request now; a hold not yet matched is cancelled.
     pub fn release_held_request(&self) {
-        let mut state = self.lock();
-        state.hold_request = None;
-        if let Some(release) = state.release_request.take() {
-            let _ = release.send(());
-        }
+        self.lock().request_hold.cancel();
     }
 
     /// The body of the request kept by [`ProxySet::capture_next`], if one was.
@@ -554,31 +595,22 @@ impl ProxySet {
     /// most 10 s), so whatever reaches the caller meanwhile arrives before it. Replaces an
     /// earlier hold; a reply already held is delivered.
     pub fn hold_next_reply(&self, method: &str, path: &str, matching: PathMatch) {
-        let mut state = self.lock();
-        if let Some(release) = state.release.take() {
-            let _ = release.send(());
-        }
-        state.hold = Some(DropReply {
+        self.lock().reply_hold.arm(DropReply {
             method: method.to_owned(),
             path: path.to_owned(),
             matching,
         });
-        state.held = None;
     }
 
     /// Where the held reply stands; `None` until a request matched.
     pub fn held_reply(&self) -> Option<HeldReply> {
-        self.lock().held.clone()
+        self.lock().reply_hold.status.clone()
     }
 
     /// Delivers the held reply now (its outcome then shows in [`ProxySet::held_reply`]); a hold
     /// not yet matched is cancelled.
     pub fn release_held_reply(&self) {
-        let mut state = self.lock();
-        state.hold = None;
-        if let Some(release) = state.release.take() {
-            let _ = release.send(());
-        }
+        self.lock().reply_hold.cancel();
     }
 
     pub fn stats(&self) -> ProxyStats {
@@ -817,33 +849,17 @@ async fn serve(
         {
             plan.refuse = Some(*code);
             state.stats.refused += 1;
-        } else if state
-            .hold_request
-            .as_ref()
-            .is_some_and(|hold| hold.matches(&method, &path))
-        {
-            let (release, released) = tokio::sync::oneshot::channel();
-            state.hold_request = None;
-            state.release_request = Some(release);
-            state.held_request = Some(HeldRequest {
-                arrival_ns,
-                body: request.body.clone(),
-                forwarded: false,
-            });
+        } else if let Some(released) = state.request_hold.catch(&method, &path, || HeldRequest {
+            arrival_ns,
+            body: request.body.clone(),
+            forwarded: false,
+        }) {
             plan.hold_request = Some(released);
-        } else if state
-            .hold
-            .as_ref()
-            .is_some_and(|hold| hold.matches(&method, &path))
-        {
-            let (release, released) = tokio::sync::oneshot::channel();
-            state.hold = None;
-            state.release = Some(release);
-            state.held = Some(HeldReply {
-                request_arrival_ns: arrival_ns,
-                previous_arrival_ns,
-                ..HeldReply::default()
-            });
+        } else if let Some(released) = state.reply_hold.catch(&method, &path, || HeldReply {
+            request_arrival_ns: arrival_ns,
+            previous_arrival_ns,
+            ..HeldReply::default()
+        }) {
             plan.hold = Some(released);
         }
         if let Some(at) = state
@@ -881,7 +897,8 @@ async fn serve(
         if let Some(held) = state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .held_request
+            .request_hold
+            .status
             .as_mut()
         {
             held.forwarded = true;
@@ -919,7 +936,7 @@ async fn serve(
             let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
             state.stats.upstream_failures += 1;
             if plan.hold.is_some() {
-                if let Some(held) = state.held.as_mut() {
+                if let Some(held) = state.reply_hold.status.as_mut() {
                     held.outcome = Some(HoldOutcome::NoReply);
                 }
             }
@@ -945,7 +962,8 @@ async fn serve(
         if let Some(held) = state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .held
+            .reply_hold
+            .status
             .as_mut()
         {
             held.reply_body = Some(reply.body.clone());
@@ -954,7 +972,8 @@ async fn serve(
         if let Some(held) = state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .held
+            .reply_hold
+            .status
             .as_mut()
         {
             held.outcome = Some(outcome);
