@@ -30,8 +30,8 @@ pub use error::StoreError;
 pub use log_store::{LogStoreConfig, LogStoreStats, OnDurable, SledLogStore, LOG_TREE, META_TREE};
 pub use schema::{SchemaCodec, FORMAT_TREE};
 pub use state_machine::{
-    decode_snapshot_data, encode_snapshot_data, Applied, SledStateMachine, SnapshotBuilder,
-    StateHandle, StateMachine, SNAPSHOT_TREE,
+    decode_snapshot_data, encode_snapshot_data, Applied, ApplyFaults, SledStateMachine,
+    SnapshotBuilder, StateHandle, StateMachine, SNAPSHOT_TREE,
 };
 
 /// Opens a replica's log store and state machine on `db`, after checking that this build reads
@@ -47,8 +47,9 @@ where
     S: StateMachine<C>,
 {
     let durability = durability::Durability::new(db, config.flush_faults);
+    let apply_faults = config.apply_faults;
     let marker = schema::SchemaMarker::open::<C>(db, durability.clone())?;
     let log_store = SledLogStore::open(db, config, durability.clone(), marker.clone())?;
-    let state_machine = SledStateMachine::open(db, durability, marker)?;
+    let state_machine = SledStateMachine::open(db, durability, marker, apply_faults)?;
     Ok((log_store, state_machine))
 }

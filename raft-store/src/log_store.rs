@@ -30,6 +30,7 @@ use crate::codec::{decode, encode};
 use crate::durability::{Durability, FlushFaults};
 use crate::error::StoreError;
 use crate::schema::{decode_entry_record, encode_entry_record, SchemaCodec, SchemaMarker};
+use crate::state_machine::ApplyFaults;
 
 /// Tree holding log entries, key = index as big-endian u64.
 pub const LOG_TREE: &str = "raft_log";
@@ -58,6 +59,8 @@ pub struct LogStoreConfig {
     pub flush_queue_capacity: usize,
     /// Injected flush failures (tests only).
     pub flush_faults: FlushFaults,
+    /// Injected apply delays (tests only).
+    pub apply_faults: ApplyFaults,
 }
 
 impl Default for LogStoreConfig {
@@ -66,6 +69,7 @@ impl Default for LogStoreConfig {
             group_commit: true,
             flush_queue_capacity: 1024,
             flush_faults: FlushFaults::default(),
+            apply_faults: ApplyFaults::default(),
         }
     }
 }

@@ -316,6 +316,15 @@ impl SnapshotStore {
 pub struct SledStateMachine<C: RaftTypeConfig, S> {
     handle: StateHandle<C, S>,
     snapshots: Arc<SnapshotStore>,
+    faults: ApplyFaults,
+}
+
+/// A fault-injection seam for tests: every batch of entries is applied only after this delay,
+/// as on a replica whose apply lags its log (a long replay after a restart, a slow disk).
+/// `None` in production.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyFaults {
+    pub delay_each_batch: Option<std::time::Duration>,
 }
 
 impl<C: RaftTypeConfig, S> Debug for SledStateMachine<C, S> {
@@ -334,6 +343,7 @@ where
         db: &sled::Db,
         durability: Durability,
         marker: Arc<SchemaMarker>,
+        faults: ApplyFaults,
     ) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore {
             durability,
@@ -360,6 +370,7 @@ where
                 applied: Arc::new(RwLock::new(applied)),
             },
             snapshots: Arc::new(snapshots),
+            faults,
         })
     }
 
@@ -411,6 +422,9 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        if let Some(delay) = self.faults.delay_each_batch {
+            tokio::time::sleep(delay).await;
+        }
         let mut applied = self.handle.write_guard();
         let responses = entries
             .into_iter()
