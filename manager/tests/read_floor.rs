@@ -9,6 +9,11 @@
 //! leader's stored committed id is then set back two entries, as a crash can leave it, and every
 //! replica restarts with its applies delayed (the storage seam `ApplyFaults`), so that the entries
 //! past the stored committed id are applied a second after the rest.
+//!
+//! The same cluster pins two more shell guards of `Leadership` (manager/src/leadership.rs): every
+//! replica names the leader, and only the leader names itself (P7.1, `leader`, `leader_address`);
+//! and a leader restored but not yet in office never answers a renewal `unknown_executor` from a
+//! state it has not caught up (P4.4, `in_office`): the executor would forget itself.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -162,6 +167,8 @@ enum Attempt {
         before: Value,
         after: Value,
         set_back_to: u64,
+        /// What the renewal sent at once was answered before it was granted.
+        refused_first: Vec<u16>,
     },
     /// An election ended the term first (a loaded machine), so the new term's blank entry was
     /// the read floor and nothing was judged.
@@ -178,7 +185,13 @@ async fn i3_a_leader_restored_in_office_reads_only_after_applying_what_it_had_lo
                 before,
                 after,
                 set_back_to,
+                refused_first,
             } => {
+                assert!(
+                    !refused_first.contains(&404),
+                    "P4.4: a renewal of an executor registered before the stop was answered \
+                     404 by the restored leader before it had applied its log: {refused_first:?}"
+                );
                 assert!(
                     after["revision"].as_u64() >= before["revision"].as_u64()
                         && after["executors"].as_array().unwrap().len() == REGISTRATIONS,
@@ -228,8 +241,33 @@ async fn restart_in_office() -> Attempt {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let leader_base = &bases[leader - 1];
+    let mut ids = Vec::new();
     for n in 0..REGISTRATIONS {
-        register(&http, leader_base, n).await;
+        ids.push(register(&http, leader_base, n).await);
+    }
+    // Every replica names the leader in each reply's X-Leasehold-Leader (P7.1), the leader
+    // itself included, and none names another; one that has not heard it yet names nobody.
+    for base in &bases {
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let reply = http.get(format!("{base}/v1/cluster")).send().await.unwrap();
+            let named = reply
+                .headers()
+                .get("x-leasehold-leader")
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned);
+            match named {
+                Some(named) => {
+                    assert_eq!(&named, leader_base, "{base} names the leader");
+                    break;
+                }
+                None => assert!(
+                    Instant::now() < deadline,
+                    "{base} named no leader within {BOUND:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     let consistent = format!("{leader_base}/v1/state?consistent=true");
     let before = get(&http, &consistent).await.unwrap();
@@ -252,6 +290,15 @@ async fn restart_in_office() -> Attempt {
             start(config)
         })
         .collect();
+    // Beside the first read: an executor registered before the stop renews at the restored
+    // leader while its state is still being applied. It must never be told it is unknown
+    // (P4.4: it would forget itself): a leader not yet in office lets the log decide.
+    let renewal = {
+        let http = http.clone();
+        let base = leader_base.clone();
+        let id = ids[0].clone();
+        tokio::spawn(async move { renew_until_granted(&http, &base, &id).await })
+    };
     let deadline = Instant::now() + BOUND;
     let after = loop {
         if let Some(state) = get(&http, &consistent).await {
@@ -264,6 +311,7 @@ async fn restart_in_office() -> Attempt {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let term_after = term_of(&http, leader_base).await;
+    let refused_first = renewal.await.unwrap();
     for member in &mut members {
         let _ = member.stop.take().unwrap().send(());
     }
@@ -275,6 +323,7 @@ async fn restart_in_office() -> Attempt {
             before,
             after,
             set_back_to,
+            refused_first,
         }
     } else {
         Attempt::Reelected {
@@ -284,8 +333,9 @@ async fn restart_in_office() -> Attempt {
     }
 }
 
-/// Registers executor `n`; a leader answers 503 until it has taken office, retried like any.
-async fn register(http: &reqwest::Client, base: &str, n: usize) {
+/// Registers executor `n` and returns its id; a leader answers 503 until it has taken office,
+/// retried like any.
+async fn register(http: &reqwest::Client, base: &str, n: usize) -> String {
     let deadline = Instant::now() + BOUND;
     loop {
         let reply = http
@@ -298,7 +348,8 @@ async fn register(http: &reqwest::Client, base: &str, n: usize) {
             .await
             .unwrap();
         if reply.status().is_success() {
-            return;
+            let grant: Value = reply.json().await.unwrap();
+            return grant["executor_id"].as_str().unwrap().to_owned();
         }
         assert!(
             reply.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && Instant::now() < deadline,
@@ -306,6 +357,32 @@ async fn register(http: &reqwest::Client, base: &str, n: usize) {
             reply.status()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Renewals of `executor_id` sent to `base` until one is answered 200 (each a new connection:
+/// the first as soon as the restarted node listens); the statuses answered before it, in order.
+async fn renew_until_granted(http: &reqwest::Client, base: &str, executor_id: &str) -> Vec<u16> {
+    let deadline = Instant::now() + BOUND;
+    let mut answered = Vec::new();
+    loop {
+        if let Ok(reply) = http
+            .post(format!("{base}/v1/executors/{executor_id}/renew"))
+            .json(&json!({"claims": [], "revision": 0}))
+            .send()
+            .await
+        {
+            let status = reply.status().as_u16();
+            if status == 200 {
+                return answered;
+            }
+            answered.push(status);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{executor_id} was not renewed within {BOUND:?}: {answered:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
