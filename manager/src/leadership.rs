@@ -130,7 +130,7 @@ impl Leadership {
     /// The barrier in front of a linearizable read on the leader: openraft's read index (the
     /// leader's commit, confirmed by a quorum), then everything this node had logged when it
     /// started, which a leader restored in office may not count as committed yet (see
-    /// `last_log_index_at_start`). `manager/tests/read_floor.rs` fails without the floor (a
+    /// `last_log_index_at_start`). `manager/tests/leadership.rs` fails without the floor (a
     /// restored leader whose stored committed id lost its term's entries served revision 0).
     pub async fn linearizable_read(&self) -> Result<(), ReadBarrierError> {
         self.raft

@@ -13,7 +13,9 @@
 //! The same cluster pins two more shell guards of `Leadership` (manager/src/leadership.rs): every
 //! replica names the leader, and only the leader names itself (P7.1, `leader`, `leader_address`);
 //! and a leader restored but not yet in office never answers a renewal `unknown_executor` from a
-//! state it has not caught up (P4.4, `in_office`): the executor would forget itself.
+//! state it has not caught up (P4.4, `in_office`): the executor would forget itself; `/v1/cluster`
+//! reports a committed index at or past the applied one (`committed_index`); and a leader told
+//! to stop names nobody while it hands over (P8.2, `begin_step_down`, `is_stepping_down`).
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -35,6 +37,8 @@ use serde_json::{json, Value};
 const MEMBERS: usize = 3;
 const REGISTRATIONS: usize = 5;
 const APPLY_DELAY: Duration = Duration::from_millis(1_000);
+/// Replies (20 ms apart) the stopping leader may answer before it has heard its stop.
+const STOP_HEARD_WITHIN_REPLIES: usize = 5;
 /// Restarts tried before the test gives up on seeing the leader restored in office.
 const ATTEMPTS: u32 = 3;
 const BOUND: Duration = Duration::from_secs(30);
@@ -312,8 +316,38 @@ async fn restart_in_office() -> Attempt {
     };
     let term_after = term_of(&http, leader_base).await;
     let refused_first = renewal.await.unwrap();
+    let cluster = get(&http, &format!("{leader_base}/v1/cluster"))
+        .await
+        .unwrap();
+    let (committed, applied) = (
+        cluster["committed_index"].as_u64(),
+        cluster["applied_index"].as_u64(),
+    );
+    assert!(
+        committed.is_some() && committed >= applied && applied > Some(REGISTRATIONS as u64),
+        "/v1/cluster reports committed index {committed:?} beside applied index {applied:?}"
+    );
+
+    // P8.2: a leader told to stop hands over, and while it waits for the next leader it serves
+    // on but names nobody (no writes are taken, none forwarded to itself).
+    let _ = members[leader - 1].stop.take().unwrap().send(());
+    // The first replies may have been answered before the stop was heard.
+    let named_while_handing_over = names_while_handing_over(&http, leader_base).await;
+    let named_itself = named_while_handing_over
+        .iter()
+        .skip(STOP_HEARD_WITHIN_REPLIES)
+        .filter(|named| named.as_deref() == Some(leader_base.as_str()))
+        .count();
+    assert_eq!(
+        named_itself,
+        0,
+        "the stopping leader named itself in {named_itself} of {} replies while it handed over",
+        named_while_handing_over.len()
+    );
     for member in &mut members {
-        let _ = member.stop.take().unwrap().send(());
+        if let Some(stop) = member.stop.take() {
+            let _ = stop.send(());
+        }
     }
     for member in members {
         let _ = tokio::time::timeout(BOUND, member.running).await;
@@ -384,6 +418,30 @@ async fn renew_until_granted(http: &reqwest::Client, base: &str, executor_id: &s
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Whom `base` names in X-Leasehold-Leader, reply after reply, until it names another replica
+/// (a new leader) or stops answering.
+async fn names_while_handing_over(http: &reqwest::Client, base: &str) -> Vec<Option<String>> {
+    let deadline = Instant::now() + BOUND;
+    let mut named = Vec::new();
+    while Instant::now() < deadline {
+        let Ok(reply) = http.get(format!("{base}/v1/cluster")).send().await else {
+            break;
+        };
+        let leader = reply
+            .headers()
+            .get("x-leasehold-leader")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let another = leader.as_deref().is_some_and(|leader| leader != base);
+        named.push(leader);
+        if another {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    named
 }
 
 /// The Raft term `base` reports.
