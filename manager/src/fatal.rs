@@ -59,3 +59,18 @@ pub async fn raft_core_stopped(raft: &ManagerRaft) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// P8.3: the exit line and `/livez` name the cause an operator acts on, and what was left.
+    #[test]
+    fn p8_3_a_full_disk_is_named_with_the_bytes_left() {
+        let cause = disk_full(4_096);
+        assert!(
+            cause.contains("file system is full") && cause.contains("4096 bytes free"),
+            "{cause}"
+        );
+    }
+}

@@ -152,6 +152,20 @@ mod tests {
         }
     }
 
+    /// A page can send thousands of requests a second: the first refusal is a warning, the
+    /// rest of the minute's are not, and the next minute's first is one again.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_warn_once_a_minute() {
+        let guard = LocalGuard::new(None);
+        assert!(guard.warn_now(), "the first refusal");
+        assert!(!guard.warn_now(), "the next, at once");
+        tokio::time::advance(WARN_EVERY - Duration::from_millis(1)).await;
+        assert!(!guard.warn_now(), "the last of the minute");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(guard.warn_now(), "a minute after the first");
+        assert!(!guard.warn_now(), "and again not at once");
+    }
+
     /// P16.1: pages are refused by Fetch Metadata and by Origin on reads and writes alike; the
     /// service (no such headers), a same-origin request and what the user typed pass.
     #[test]
