@@ -693,3 +693,88 @@ async fn p17_4_safe_to_stop_answers_for_executors_and_members() {
     }
     replica.shut_down().await.unwrap();
 }
+
+/// `request` with `Authorization: Bearer <credential>`.
+fn with_credential(
+    method: Method,
+    path: &str,
+    body: Option<&str>,
+    credential: &str,
+) -> Request<Body> {
+    let mut request = request(method, path, body, None);
+    request.headers_mut().insert(
+        header::AUTHORIZATION,
+        format!("Bearer {credential}").parse().unwrap(),
+    );
+    request
+}
+
+/// P13.4, P7.2, P13.5 on a plaintext listener (roles unchecked): an executor's writes are
+/// admitted by its credential, a renewal's body up to its bound; a drain without a credential is
+/// an operator's, but one with a wrong credential is refused, not taken for an operator's; a
+/// retried deregistration is told it is done, one of an id never registered is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_4_executor_writes_are_admitted_by_their_credential() {
+    const CREDENTIAL: &str = "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
+    const WRONG: &str = "efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef";
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path(), None);
+    let (replica, router) = ready(&config, None).await;
+    let registration = format!(
+        r#"{{"incarnation":"router-test-2","address":"http://127.0.0.1:9","credential":"{CREDENTIAL}"}}"#
+    );
+    let registered = call(
+        &router,
+        request(Method::POST, "/v1/executors", Some(&registration), None),
+    )
+    .await;
+    assert_eq!(registered.0, StatusCode::OK, "{}", registered.2);
+    let id = registered.2["executor_id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/executors/{id}");
+
+    let renewal = r#"{"claims":[],"revision":0}"#;
+    let renewed = call(
+        &router,
+        with_credential(
+            Method::POST,
+            &format!("{path}/renew"),
+            Some(renewal),
+            CREDENTIAL,
+        ),
+    )
+    .await;
+    assert_eq!(renewed.0, StatusCode::OK, "{}", renewed.2);
+    assert_eq!(renewed.2["executor_id"], id.as_str(), "{}", renewed.2);
+    let wrongly = call(
+        &router,
+        with_credential(Method::POST, &format!("{path}/renew"), Some(renewal), WRONG),
+    )
+    .await;
+    assert_problem(&wrongly, StatusCode::UNAUTHORIZED, "unauthenticated");
+
+    // A wrong credential is refused even where no credential would be an operator's.
+    let drained = call(
+        &router,
+        with_credential(Method::POST, &format!("{path}/drain"), None, WRONG),
+    )
+    .await;
+    assert_problem(&drained, StatusCode::UNAUTHORIZED, "unauthenticated");
+    let (_, _, view) = call(&router, request(Method::GET, &path, None, None)).await;
+    assert_eq!(view["draining"], false, "{view}");
+
+    for attempt in ["first", "retried"] {
+        let (status, _, body) = call(
+            &router,
+            with_credential(Method::DELETE, &path, None, CREDENTIAL),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{attempt}: {body}");
+    }
+    let never = call(
+        &router,
+        request(Method::DELETE, "/v1/executors/ex-404", None, None),
+    )
+    .await;
+    assert_problem(&never, StatusCode::NOT_FOUND, "unknown_executor");
+    replica.shut_down().await.unwrap();
+}
