@@ -20,15 +20,15 @@
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::TcpListener;
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use leasehold_manager::config::{Args, ManagerConfig};
+use common::{free_port, get, register, start, Member, BOUND};
+use leasehold_manager::config::ManagerConfig;
 use leasehold_manager::lease::LeaseState;
 use leasehold_manager::raft::TypeConfig;
-use leasehold_manager::server;
 use leasehold_raft_store::{ApplyFaults, LogStoreConfig};
 use openraft::storage::RaftLogStorage;
 use openraft::RaftLogReader;
@@ -43,83 +43,17 @@ const APPLY_DELAY: Duration = Duration::from_millis(1_000);
 const STOP_HEARD_WITHIN: Duration = Duration::from_millis(1_000);
 /// Restarts tried before the test gives up on seeing the leader restored in office.
 const ATTEMPTS: u32 = 3;
-const BOUND: Duration = Duration::from_secs(30);
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// The configuration of member `id`: long leases, so nothing expires while the replicas are
+/// down; slow elections, so the restarted followers hear the restored leader long before they
+/// would stand, even on a loaded machine.
 fn member_config(data_dir: &Path, id: usize, ports: &[u16]) -> ManagerConfig {
-    let data_dir = data_dir.display().to_string();
-    let listen = format!("127.0.0.1:{}", ports[id - 1]);
-    let initial_cluster = ports
-        .iter()
-        .enumerate()
-        .map(|(index, port)| format!("{}=http://127.0.0.1:{port}", index + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let args = Args::try_parse_from([
-        "leasehold-manager",
-        "--id",
-        &id.to_string(),
-        "--listen",
-        &listen,
-        "--data-dir",
-        &data_dir,
-        "--initial-cluster",
-        &initial_cluster,
-        "--shard-count",
-        "16",
-        // Long leases: nothing expires while the replicas are down.
-        "--lease-duration",
-        "60s",
-        // Slow elections: the restarted followers hear the restored leader long before they
-        // would stand, even on a loaded machine.
-        "--election-timeout",
-        "1s",
-    ])
-    .unwrap();
-    ManagerConfig::try_from(args).unwrap()
-}
-
-/// A member running in this process, and how to stop it as SIGTERM would.
-struct Member {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    running: tokio::task::JoinHandle<Result<(), server::ServerError>>,
-}
-
-fn start(config: ManagerConfig) -> Member {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server::run(config, None, async move {
-        let _ = stopped.await;
-    }));
-    Member {
-        stop: Some(stop),
-        running,
-    }
-}
-
-impl Member {
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(BOUND, self.running)
-            .await
-            .expect("a member stops within the bound")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-async fn get(http: &reqwest::Client, url: &str) -> Option<Value> {
-    let reply = http.get(url).send().await.ok()?;
-    if !reply.status().is_success() {
-        return None;
-    }
-    reply.json().await.ok()
+    common::member_config(
+        data_dir,
+        id,
+        ports,
+        &["--lease-duration=60s", "--election-timeout=1s"],
+    )
 }
 
 /// Sets the stored committed id in `data_dir` back to the first entry of the leader's term (the
@@ -369,33 +303,6 @@ async fn restart_in_office() -> Attempt {
             term_before,
             term_after,
         }
-    }
-}
-
-/// Registers executor `n` and returns its id; a leader answers 503 until it has taken office,
-/// retried like any.
-async fn register(http: &reqwest::Client, base: &str, n: usize) -> String {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let reply = http
-            .post(format!("{base}/v1/executors"))
-            .json(&json!({
-                "incarnation": format!("incarnation-{n}"),
-                "address": format!("http://127.0.0.1:{}", 9 + n),
-            }))
-            .send()
-            .await
-            .unwrap();
-        if reply.status().is_success() {
-            let grant: Value = reply.json().await.unwrap();
-            return grant["executor_id"].as_str().unwrap().to_owned();
-        }
-        assert!(
-            reply.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && Instant::now() < deadline,
-            "registration {n}: {}",
-            reply.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

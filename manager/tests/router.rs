@@ -11,17 +11,18 @@
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
-use clap::Parser;
 use leasehold_api::ctl::certs::{self, InitOptions};
 use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
-use leasehold_manager::config::{Args, ManagerConfig};
+use leasehold_manager::config::ManagerConfig;
 use leasehold_manager::server::Replica;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
@@ -41,15 +42,8 @@ fn config(data_dir: &Path, tls_dir: Option<&Path>) -> ManagerConfig {
 /// [`config`] with more flags.
 fn config_with(data_dir: &Path, tls_dir: Option<&Path>, extra: &[&str]) -> ManagerConfig {
     let scheme = if tls_dir.is_some() { "https" } else { "http" };
-    let mut args = vec![
-        "leasehold-manager".to_owned(),
-        "--id=1".to_owned(),
-        format!("--listen={LISTEN}"),
-        format!("--data-dir={}", data_dir.display()),
-        format!("--initial-cluster=1={scheme}://{LISTEN}"),
-        "--shard-count=16".to_owned(),
-        "--lease-duration=3s".to_owned(),
-    ];
+    let mut args = common::member_args(1, &[LISTEN.to_owned()], scheme, data_dir);
+    args.push("--lease-duration=3s".to_owned());
     if let Some(dir) = tls_dir {
         let manager = Role::Manager { node_id: 1 };
         args.extend([
@@ -68,7 +62,7 @@ fn config_with(data_dir: &Path, tls_dir: Option<&Path>, extra: &[&str]) -> Manag
         ]);
     }
     args.extend(extra.iter().map(|flag| (*flag).to_owned()));
-    ManagerConfig::try_from(Args::try_parse_from(args).unwrap()).unwrap()
+    common::config_of(args)
 }
 
 /// A single-node cluster's replica and its router, once it leads and its shard configuration is

@@ -6,11 +6,12 @@
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::TcpListener;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use leasehold_manager::config::{Args, ManagerConfig};
+use common::free_port;
+use leasehold_manager::config::ManagerConfig;
 use leasehold_manager::fatal::{DRAIN_AFTER_FATAL, LINGER_AFTER_FATAL};
 use leasehold_manager::server::{self, ServerError};
 use leasehold_raft_store::FlushFaults;
@@ -20,44 +21,18 @@ use serde_json::{json, Value};
 /// dozen flushes), early enough that a few registrations reach it.
 const FAILING_FLUSH: u64 = 40;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn single_node_config(data_dir: &std::path::Path, port: u16, min_free_disk: &str) -> ManagerConfig {
-    let data_dir = data_dir.display().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let initial_cluster = format!("1=http://{listen}");
-    let args = Args::try_parse_from([
-        "leasehold-manager",
-        "--id",
-        "1",
-        "--listen",
-        &listen,
-        "--data-dir",
-        &data_dir,
-        "--initial-cluster",
-        &initial_cluster,
-        "--shard-count",
-        "16",
-        "--lease-duration",
-        "3s",
-        "--min-free-disk",
-        min_free_disk,
-    ])
-    .unwrap();
-    ManagerConfig::try_from(args).unwrap()
+    let min_free_disk = format!("--min-free-disk={min_free_disk}");
+    common::member_config(
+        data_dir,
+        1,
+        &[port],
+        &["--lease-duration=3s", &min_free_disk],
+    )
 }
 
 fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
+    common::http_client(Duration::from_secs(2))
 }
 
 async fn await_leading<T>(

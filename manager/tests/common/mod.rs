@@ -1,0 +1,154 @@
+//! What the in-process manager tests share: free ports, a member's configuration, a member
+//! started in this process and stopped as SIGTERM would stop it, and the calls every test makes.
+//! Each test crate uses part of it.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use leasehold_manager::config::{Args, ManagerConfig};
+use leasehold_manager::server;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{json, Value};
+
+/// How long anything a test waits for may take on a loaded machine.
+pub const BOUND: Duration = Duration::from_secs(30);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The flags of member `id` (from 1) of a cluster whose members listen at `listens`, in id
+/// order, with 16 shards.
+pub fn member_args(id: usize, listens: &[String], scheme: &str, data_dir: &Path) -> Vec<String> {
+    let initial_cluster = listens
+        .iter()
+        .enumerate()
+        .map(|(index, listen)| format!("{}={scheme}://{listen}", index + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        "leasehold-manager".to_owned(),
+        format!("--id={id}"),
+        format!("--listen={}", listens[id - 1]),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--initial-cluster={initial_cluster}"),
+        "--shard-count=16".to_owned(),
+    ]
+}
+
+/// The configuration of member `id` of a plaintext cluster on loopback `ports`, with `extra`
+/// flags after the common ones.
+pub fn member_config(data_dir: &Path, id: usize, ports: &[u16], extra: &[&str]) -> ManagerConfig {
+    let listens: Vec<String> = ports
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let mut args = member_args(id, &listens, "http", data_dir);
+    args.extend(extra.iter().map(|flag| (*flag).to_owned()));
+    config_of(args)
+}
+
+pub fn config_of(args: Vec<String>) -> ManagerConfig {
+    ManagerConfig::try_from(Args::try_parse_from(args).unwrap()).unwrap()
+}
+
+/// A member running in this process, and how to stop it as SIGTERM would.
+pub struct Member {
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub running: tokio::task::JoinHandle<Result<(), server::ServerError>>,
+}
+
+pub fn start(config: ManagerConfig) -> Member {
+    start_with_metrics(config, None)
+}
+
+pub fn start_with_metrics(config: ManagerConfig, metrics: Option<PrometheusHandle>) -> Member {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server::run(config, metrics, async move {
+        let _ = stopped.await;
+    }));
+    Member {
+        stop: Some(stop),
+        running,
+    }
+}
+
+impl Member {
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(BOUND, self.running)
+            .await
+            .expect("a member stops within the bound")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+pub fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder().timeout(timeout).build().unwrap()
+}
+
+/// The JSON `url` answers with a success, or `None`.
+pub async fn get(http: &reqwest::Client, url: &str) -> Option<Value> {
+    let reply = http.get(url).send().await.ok()?;
+    if !reply.status().is_success() {
+        return None;
+    }
+    reply.json().await.ok()
+}
+
+/// The base address of the member every replica in `bases` names leader in `/v1/cluster`.
+pub async fn await_leader(http: &reqwest::Client, bases: &[String]) -> String {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let mut named = Vec::new();
+        for base in bases {
+            let cluster = get(http, &format!("{base}/v1/cluster")).await;
+            named.push(cluster.and_then(|cluster| cluster["leader_id"].as_u64()));
+        }
+        if let Some(Some(leader)) = named.first() {
+            if named.iter().all(|id| *id == Some(*leader)) {
+                return bases[usize::try_from(*leader).unwrap() - 1].clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader all replicas name within {BOUND:?}: {named:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Registers executor `n` and returns its id; a leader answers 503 until it has taken office,
+/// retried like any.
+pub async fn register(http: &reqwest::Client, base: &str, n: usize) -> String {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let reply = http
+            .post(format!("{base}/v1/executors"))
+            .json(&json!({
+                "incarnation": format!("incarnation-{n}"),
+                "address": format!("http://127.0.0.1:{}", 9 + n),
+            }))
+            .send()
+            .await
+            .unwrap();
+        if reply.status().is_success() {
+            let grant: Value = reply.json().await.unwrap();
+            return grant["executor_id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            reply.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && Instant::now() < deadline,
+            "registration {n}: {}",
+            reply.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
