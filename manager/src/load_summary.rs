@@ -57,7 +57,8 @@ impl LoadSummary {
                                 .is_some_and(|entry| entry.handoff.is_none())
                     })
                     .map(|(_, load)| load)
-                    .sum::<f64>();
+                    // From +0: the empty sum of `f64`s is -0.0, which the views would print.
+                    .fold(0.0, |total, load| total + load);
                 (executor.id.clone(), (load, capacity_of(executor) as f64))
             })
             .collect();

@@ -396,6 +396,23 @@ fn zipf_loads(shard_count: u32, rng: &mut ChaCha8Rng) -> Vec<f64> {
 
 const MINUTE_MS: u64 = 60_000;
 
+/// An executor whose shards report no load shows a load of 0, not -0 (the empty sum of `f64`s is
+/// -0.0, which the views print as `-0.0`).
+#[test]
+fn an_executor_without_load_shows_zero_not_negative_zero() {
+    let run = LongRun::new(16, &[1, 1]);
+    let summary = run.summary(&[0.0; 16]);
+    assert_eq!(summary.executors.len(), 2);
+    for (id, known) in &summary.executors {
+        assert!(
+            known.load.is_sign_positive() && known.utilisation.is_sign_positive(),
+            "{id}: load {:?}, utilisation {:?}",
+            known.load,
+            known.utilisation
+        );
+    }
+}
+
 #[test]
 fn p15_4_noisy_loads_settle_and_never_move_a_shard_back_and_forth() {
     for seed in 0..4u64 {
