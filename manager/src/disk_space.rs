@@ -231,6 +231,16 @@ mod tests {
         );
     }
 
+    /// A disk with less than one sled segment (512 KiB) free is full.
+    #[test]
+    fn p8_3_full_means_less_than_one_sled_segment_free() {
+        let space = DiskSpace::new(0);
+        space.record(512 * 1024);
+        assert!(!space.is_exhausted());
+        space.record(511 * 1024);
+        assert_eq!(space.exhaustion(), Some(511 * 1024));
+    }
+
     #[test]
     fn a_floor_of_zero_never_raises() {
         let space = DiskSpace::new(0);

@@ -234,3 +234,34 @@ pub async fn metrics(State(node): State<AppState>) -> Response {
         .into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk_space::DiskSpace;
+
+    /// P8.3: `/readyz?verbose` says what the free-space check found: nothing before the first
+    /// measurement, then the bytes free and the floor, and the alarm with both once it is raised.
+    #[test]
+    fn p8_3_the_disk_space_check_names_the_bytes_free_and_the_floor() {
+        let space = DiskSpace::new(1_000);
+        let unmeasured = disk_space_check(&space);
+        assert!(unmeasured.ok);
+        assert_eq!(unmeasured.detail, "not measured yet");
+        space.record(5_000);
+        let measured = disk_space_check(&space);
+        assert!(measured.ok);
+        assert_eq!(
+            measured.detail,
+            "5000 bytes free, floor 1000 bytes (--min-free-disk)"
+        );
+        space.record(10);
+        let raised = disk_space_check(&space);
+        assert!(!raised.ok);
+        assert!(
+            raised.detail.contains("10 bytes free") && raised.detail.contains("(1000 bytes)"),
+            "{}",
+            raised.detail
+        );
+    }
+}
