@@ -146,10 +146,29 @@ pub fn measure_free_bytes(path: &Path) -> std::io::Result<u64> {
         .saturating_mul(stats.fragment_size()))
 }
 
+/// Failures to measure are logged once per run of them: a data directory that cannot be
+/// measured would otherwise log a warning every [`CHECK_INTERVAL`].
+#[derive(Debug, Default)]
+struct FailuresLogged {
+    logged: bool,
+}
+
+impl FailuresLogged {
+    /// Whether this failure is the first of its run, the one to log.
+    fn first_of_run(&mut self) -> bool {
+        !std::mem::replace(&mut self.logged, true)
+    }
+
+    /// A measurement succeeded: the next failure begins a new run.
+    fn measured(&mut self) {
+        self.logged = false;
+    }
+}
+
 /// Measures the data directory's free space every [`CHECK_INTERVAL`] until `shutdown`: sets
 /// `leasehold_disk_free_bytes` and `leasehold_disk_space_alarm`, and logs each raise and clear.
 pub async fn watch(data_dir: PathBuf, space: DiskSpace, mut shutdown: watch::Receiver<bool>) {
-    let mut failing_since_logged = false;
+    let mut failures = FailuresLogged::default();
     loop {
         let measured = {
             let data_dir = data_dir.clone();
@@ -157,7 +176,7 @@ pub async fn watch(data_dir: PathBuf, space: DiskSpace, mut shutdown: watch::Rec
         };
         match measured {
             Ok(Ok(free_bytes)) => {
-                failing_since_logged = false;
+                failures.measured();
                 metrics::gauge!("leasehold_disk_free_bytes").set(free_bytes as f64);
                 match space.record(free_bytes) {
                     Transition::Raised => tracing::error!(
@@ -175,8 +194,7 @@ pub async fn watch(data_dir: PathBuf, space: DiskSpace, mut shutdown: watch::Rec
                 metrics::gauge!("leasehold_disk_space_alarm")
                     .set(f64::from(u8::from(space.check_growth().is_err())));
             }
-            Ok(Err(error)) if !failing_since_logged => {
-                failing_since_logged = true;
+            Ok(Err(error)) if failures.first_of_run() => {
                 tracing::warn!(%error, path = %data_dir.display(), "cannot measure the data directory's free space");
             }
             Ok(Err(_)) => {}
@@ -212,6 +230,19 @@ mod tests {
         assert!(space.check_growth().is_err());
         assert_eq!(space.record(100), Transition::Cleared);
         assert_eq!(space.check_growth(), Ok(()));
+        // At the floor is above it: falling from there raises the alarm.
+        assert_eq!(space.record(99), Transition::Raised);
+    }
+
+    /// A data directory that cannot be measured is warned of once per run of failures.
+    #[test]
+    fn measurement_failures_are_logged_once_a_run() {
+        let mut failures = FailuresLogged::default();
+        assert!(failures.first_of_run());
+        assert!(!failures.first_of_run());
+        assert!(!failures.first_of_run());
+        failures.measured();
+        assert!(failures.first_of_run());
     }
 
     /// P8.3: a full disk is reported once, whatever the floor, and stays reported.
