@@ -315,126 +315,14 @@ impl TryFrom<Args> for ManagerConfig {
         let insecure_plaintext =
             check_plaintext_listener(args.listen.ip(), tls.is_some(), args.tls.insecure)
                 .map_err(ConfigError)?;
-        if args
-            .health_listen
-            .is_some_and(|health| health.port() == args.listen.port())
-        {
-            return Err(ConfigError(format!(
-                "--health-listen {} needs a port of its own: --listen is on port {}",
-                args.health_listen
-                    .map_or_else(String::new, |a| a.to_string()),
-                args.listen.port()
-            )));
-        }
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let backup_key = match &args.backup_key_file {
-            Some(path) => {
-                let bytes = std::fs::read(path).map_err(|e| {
-                    ConfigError(format!("--backup-key-file {}: {e}", path.display()))
-                })?;
-                Some(BackupKey::from_bytes(&bytes).map_err(|e| {
-                    ConfigError(format!("--backup-key-file {}: {e}", path.display()))
-                })?)
-            }
-            None => None,
-        };
-        let advertise = match args.advertise {
-            Some(url) => url.trim_end_matches('/').to_string(),
-            None if args.listen.ip().is_unspecified() => {
-                return Err(ConfigError(format!(
-                "--listen {} binds every interface; say which address others use with --advertise",
-                args.listen
-            )))
-            }
-            None => format!("{scheme}://{}", args.listen),
-        };
-        validate_base_url(&advertise).map_err(|e| ConfigError(format!("--advertise: {e}")))?;
-        if let Some(join) = &args.join {
-            validate_base_url(join).map_err(|e| ConfigError(format!("--join: {e}")))?;
-        }
-        if args.rejoin && args.join.is_none() {
-            return Err(ConfigError(
-                "--rejoin needs --join URL (a member of the cluster to rejoin)".to_string(),
-            ));
-        }
-        // Only a lost (new) data directory rejoins; the server checks its storage again.
-        if args.rejoin && std::fs::read_dir(&args.data_dir).is_ok_and(|mut e| e.next().is_some()) {
-            return Err(ConfigError(format!(
-                "--rejoin is only for a lost data directory, and {} is not empty: start without \
-                 --rejoin (if an earlier --rejoin was interrupted, --join alone finishes it)",
-                args.data_dir.display()
-            )));
-        }
-        let initial_cluster = args.initial_cluster.map(|c| c.0).unwrap_or_default();
-        // Under TLS every peer is reached over TLS, and without it none can be (P13.2).
-        let urls = std::iter::once(("--advertise", advertise.as_str()))
-            .chain(args.join.as_deref().map(|join| ("--join", join)))
-            .chain(
-                initial_cluster
-                    .values()
-                    .map(|url| ("--initial-cluster", url.as_str())),
-            );
-        for (flag, url) in urls {
-            if !url.starts_with(&format!("{scheme}://")) {
-                return Err(ConfigError(format!(
-                    "{flag} {url}: {}",
-                    if tls.is_some() {
-                        "with TLS every manager URL is https:// (PROTOCOL P13.2)"
-                    } else {
-                        "https:// needs --cert-file, --key-file and --trusted-ca-file (P13.2)"
-                    }
-                )));
-            }
-        }
-        if args.join.is_none() && !initial_cluster.contains_key(&args.id) {
-            return Err(ConfigError(format!(
-                "--initial-cluster must list this node ({}) unless --join is given",
-                args.id
-            )));
-        }
-        for (flag, value, max) in [
-            ("--lease-duration", args.lease_duration, MAX_LEASE_DURATION),
-            ("--heartbeat", args.heartbeat, MAX_RAFT_TIMING),
-            ("--election-timeout", args.election_timeout, MAX_RAFT_TIMING),
-            (
-                "--mass-expiry-grace",
-                args.mass_expiry_grace,
-                MAX_LEASE_DURATION,
-            ),
-        ] {
-            if value > max {
-                return Err(ConfigError(format!(
-                    "{flag} ({}) is longer than the {} this manager accepts",
-                    humantime::format_duration(value),
-                    humantime::format_duration(max)
-                )));
-            }
-        }
-        let timings = RaftTimings::with_election_timeout(
-            args.heartbeat.as_millis() as u64,
-            args.election_timeout.as_millis() as u64,
-        );
-        if timings.heartbeat_ms == 0 || timings.heartbeat_ms * 3 > timings.election_timeout_min_ms {
-            return Err(ConfigError(format!(
-                "--heartbeat ({} ms) must be positive and at most a third of --election-timeout ({} ms)",
-                timings.heartbeat_ms, timings.election_timeout_min_ms
-            )));
-        }
-        let lease_duration_ms = args.lease_duration.as_millis() as u64;
-        if lease_duration_ms < 3 * timings.election_timeout_max_ms {
-            return Err(ConfigError(format!(
-                "--lease-duration ({lease_duration_ms} ms) must be at least 3 × the maximum election \
-                 timeout ({} ms), so a leader change fits well inside one lease",
-                timings.election_timeout_max_ms
-            )));
-        }
-        if args.prepare_timeout > MAX_PREPARE_TIMEOUT {
-            return Err(ConfigError(format!(
-                "--prepare-timeout {} is above {} s: a plan would wait that long for a slow executor",
-                humantime::format_duration(args.prepare_timeout),
-                MAX_PREPARE_TIMEOUT.as_secs()
-            )));
-        }
+        check_health_listen(&args)?;
+        let backup_key = args
+            .backup_key_file
+            .as_deref()
+            .map(backup_key)
+            .transpose()?;
+        let (advertise, initial_cluster) = addresses(&args, tls.is_some())?;
+        let (timings, lease_duration_ms) = timing(&args)?;
         if args.snapshot_every == 0 {
             return Err(ConfigError("--snapshot-every must be positive".to_string()));
         }
@@ -485,6 +373,142 @@ impl TryFrom<Args> for ManagerConfig {
             log_store: leasehold_raft_store::LogStoreConfig::default(),
         })
     }
+}
+
+/// `--health-listen` needs a port of its own.
+fn check_health_listen(args: &Args) -> Result<(), ConfigError> {
+    match args.health_listen {
+        Some(health) if health.port() == args.listen.port() => Err(ConfigError(format!(
+            "--health-listen {health} needs a port of its own: --listen is on port {}",
+            args.listen.port()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The key of `--backup-key-file` (P13.6).
+fn backup_key(path: &std::path::Path) -> Result<BackupKey, ConfigError> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        ConfigError(format!("--backup-key-file {}: {e}", path.display()))
+    };
+    let bytes = std::fs::read(path).map_err(|e| unreadable(&e))?;
+    BackupKey::from_bytes(&bytes).map_err(|e| unreadable(&e))
+}
+
+/// The address others reach this node at and the initial members, checked: every manager URL
+/// has the scheme the listener serves (P13.2), `--rejoin` only with `--join` and a lost data
+/// directory, and the initial members list this node unless it joins.
+fn addresses(args: &Args, tls: bool) -> Result<(String, BTreeMap<u64, String>), ConfigError> {
+    let scheme = if tls { "https" } else { "http" };
+    let advertise = match &args.advertise {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None if args.listen.ip().is_unspecified() => {
+            return Err(ConfigError(format!(
+                "--listen {} binds every interface; say which address others use with --advertise",
+                args.listen
+            )))
+        }
+        None => format!("{scheme}://{}", args.listen),
+    };
+    validate_base_url(&advertise).map_err(|e| ConfigError(format!("--advertise: {e}")))?;
+    if let Some(join) = &args.join {
+        validate_base_url(join).map_err(|e| ConfigError(format!("--join: {e}")))?;
+    }
+    if args.rejoin && args.join.is_none() {
+        return Err(ConfigError(
+            "--rejoin needs --join URL (a member of the cluster to rejoin)".to_string(),
+        ));
+    }
+    // Only a lost (new) data directory rejoins; the server checks its storage again.
+    if args.rejoin && std::fs::read_dir(&args.data_dir).is_ok_and(|mut e| e.next().is_some()) {
+        return Err(ConfigError(format!(
+            "--rejoin is only for a lost data directory, and {} is not empty: start without \
+             --rejoin (if an earlier --rejoin was interrupted, --join alone finishes it)",
+            args.data_dir.display()
+        )));
+    }
+    let initial_cluster = args
+        .initial_cluster
+        .as_ref()
+        .map(|c| c.0.clone())
+        .unwrap_or_default();
+    // Under TLS every peer is reached over TLS, and without it none can be (P13.2).
+    let urls = std::iter::once(("--advertise", advertise.as_str()))
+        .chain(args.join.as_deref().map(|join| ("--join", join)))
+        .chain(
+            initial_cluster
+                .values()
+                .map(|url| ("--initial-cluster", url.as_str())),
+        );
+    for (flag, url) in urls {
+        if !url.starts_with(&format!("{scheme}://")) {
+            return Err(ConfigError(format!(
+                "{flag} {url}: {}",
+                if tls {
+                    "with TLS every manager URL is https:// (PROTOCOL P13.2)"
+                } else {
+                    "https:// needs --cert-file, --key-file and --trusted-ca-file (P13.2)"
+                }
+            )));
+        }
+    }
+    if args.join.is_none() && !initial_cluster.contains_key(&args.id) {
+        return Err(ConfigError(format!(
+            "--initial-cluster must list this node ({}) unless --join is given",
+            args.id
+        )));
+    }
+    Ok((advertise, initial_cluster))
+}
+
+/// The Raft timings and the lease, checked against their bounds and each other: a heartbeat at
+/// most a third of the election timeout, a lease at least three of the longest election
+/// timeouts, so a leader change fits well inside one lease.
+fn timing(args: &Args) -> Result<(RaftTimings, u64), ConfigError> {
+    for (flag, value, max) in [
+        ("--lease-duration", args.lease_duration, MAX_LEASE_DURATION),
+        ("--heartbeat", args.heartbeat, MAX_RAFT_TIMING),
+        ("--election-timeout", args.election_timeout, MAX_RAFT_TIMING),
+        (
+            "--mass-expiry-grace",
+            args.mass_expiry_grace,
+            MAX_LEASE_DURATION,
+        ),
+    ] {
+        if value > max {
+            return Err(ConfigError(format!(
+                "{flag} ({}) is longer than the {} this manager accepts",
+                humantime::format_duration(value),
+                humantime::format_duration(max)
+            )));
+        }
+    }
+    let timings = RaftTimings::with_election_timeout(
+        args.heartbeat.as_millis() as u64,
+        args.election_timeout.as_millis() as u64,
+    );
+    if timings.heartbeat_ms == 0 || timings.heartbeat_ms * 3 > timings.election_timeout_min_ms {
+        return Err(ConfigError(format!(
+            "--heartbeat ({} ms) must be positive and at most a third of --election-timeout ({} ms)",
+            timings.heartbeat_ms, timings.election_timeout_min_ms
+        )));
+    }
+    let lease_duration_ms = args.lease_duration.as_millis() as u64;
+    if lease_duration_ms < 3 * timings.election_timeout_max_ms {
+        return Err(ConfigError(format!(
+            "--lease-duration ({lease_duration_ms} ms) must be at least 3 × the maximum election \
+             timeout ({} ms), so a leader change fits well inside one lease",
+            timings.election_timeout_max_ms
+        )));
+    }
+    if args.prepare_timeout > MAX_PREPARE_TIMEOUT {
+        return Err(ConfigError(format!(
+            "--prepare-timeout {} is above {} s: a plan would wait that long for a slow executor",
+            humantime::format_duration(args.prepare_timeout),
+            MAX_PREPARE_TIMEOUT.as_secs()
+        )));
+    }
+    Ok((timings, lease_duration_ms))
 }
 
 #[cfg(test)]
