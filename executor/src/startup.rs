@@ -29,6 +29,7 @@ use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
 use crate::sidecar::link::ServiceLink;
 use crate::sidecar::{self, bind_local, check_app_url, push_to_app, LocalListener};
+use crate::status::RunState;
 
 /// Bound on the P8.1 self-check: the push listener must answer within this after binding.
 const LISTENER_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -131,32 +132,7 @@ impl Executor {
         document: utoipa::openapi::OpenApi,
         routes: impl FnOnce(&ExecutorHandle) -> Router,
     ) -> Result<ExecutorHandle, StartError> {
-        if config.shutdown_grace.is_zero() {
-            return Err(StartError::InvalidConfig(
-                "the shutdown grace (--shutdown-grace) must be positive".into(),
-            ));
-        }
-        check_capacity(config.capacity).map_err(|error| {
-            StartError::InvalidConfig(format!("the capacity (--capacity) is refused: {error}"))
-        })?;
-        if let Some(app_version) = &config.app_version {
-            check_app_version(app_version).map_err(|error| {
-                StartError::InvalidConfig(format!(
-                    "the application version (--app-version) is refused: {error}"
-                ))
-            })?;
-        }
-        check_labels(&config.labels).map_err(|error| {
-            StartError::InvalidConfig(format!("the labels (--label) are refused: {error}"))
-        })?;
-        leasehold_api::wire::check_namespace_name(&config.namespace).map_err(|error| {
-            StartError::InvalidConfig(format!("the namespace (--namespace) is refused: {error}"))
-        })?;
-        if config.local_prepare && config.local_listen.is_none() && config.app_url.is_none() {
-            return Err(StartError::InvalidConfig(
-                "--local-prepare is for a sidecar: give --local-listen or --app-url too".into(),
-            ));
-        }
+        check_config(&config)?;
         let tls = match &config.tls {
             Some(files) => Some(load_executor_tls(files, &config.namespace)?),
             None => None,
@@ -167,74 +143,13 @@ impl Executor {
             tls.as_ref(),
         )?
         .in_namespace(&config.namespace);
-        let log = match &config.event_log {
-            Some(path) => {
-                Some(
-                    AdmissionLog::open(path).map_err(|source| StartError::EventLog {
-                        path: path.display().to_string(),
-                        source,
-                    })?,
-                )
-            }
-            None => None,
-        };
-        // As a sidecar, the log records what the service was told (P16.2), not the sidecar's
-        // own admission.
-        if let Some(url) = &config.app_url {
-            check_app_url(url).map_err(StartError::InvalidConfig)?;
-        }
-        let local = match &config.local_listen {
-            Some(listen) => Some(
-                bind_local(listen)
-                    .await
-                    .map_err(|source| StartError::Bind {
-                        listen: format!("--local-listen {listen:?}"),
-                        source,
-                    })?,
-            ),
-            None => None,
-        };
-        let (log, service) = if local.is_some() || config.app_url.is_some() {
-            let link = ServiceLink::new(log);
-            if config.local_prepare {
-                link.opt_in_prepares();
-            }
-            (None, Some(Arc::new(link)))
-        } else {
-            (log, None)
-        };
-        let listener = leasehold_api::serve::bind(config.listen.as_str())
-            .await
-            .map_err(|source| StartError::Bind {
-                listen: config.listen.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
-            listen: config.listen.clone(),
-            source,
-        })?;
-        let insecure = check_plaintext_listener(local_addr.ip(), tls.is_some(), config.insecure)
-            .map_err(StartError::InvalidConfig)?;
-        if insecure {
-            tracing::warn!(%local_addr, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can push assignments (PROTOCOL P13.5)");
-        }
+        let (local, log, service) = sidecar_parts(&config, open_event_log(&config)?).await?;
+        let (listener, local_addr) = bind_push_listener(&config, tls.is_some()).await?;
         let address = advertised_address(&config, local_addr, tls.is_some())?;
-        let load = LoadSettings {
-            capacity: config.capacity,
-            report_loads: config.report_loads,
-        };
-        let mut shared = Shared::new(address, config.name.clone(), log, load)
-            .with_app_version(config.app_version.clone())
-            .with_labels(config.labels.clone())
-            .with_namespace(&config.namespace)
-            .with_hooks(config.handoff_hooks.clone());
-        if let Some(link) = &service {
-            shared = shared.serving(Arc::clone(link));
-        }
-        let shared = Arc::new(shared);
+        let shared = Arc::new(shared_state(&config, address, log, service.as_ref()));
 
         let (shutdown_tx, shutdown) = ShutdownSignal::new();
-        let (server_stop_tx, mut server_stop) = ShutdownSignal::new();
+        let (server_stop_tx, server_stop) = ShutdownSignal::new();
         // The local API answers until the push listener stops: the service sees `stopping`.
         let server_stop_for_local = server_stop.clone();
         let handle = ExecutorHandle::new(
@@ -245,57 +160,20 @@ impl Executor {
             shutdown_tx,
             server_stop_tx,
         );
-        // P13.3: under TLS, pushes only from managers that are members of the cluster, checked
-        // against the member set the managers report (a narrow handle on their client).
-        let push_check = if tls.is_some() {
-            PushCheck::Tls(Arc::new(Members::new(Arc::new(manager.clone()))))
-        } else {
-            PushCheck::Plaintext
-        };
-        let app = routes::app(
-            Arc::clone(&shared),
+        let app = push_app(
+            &shared,
             &document,
             routes(&handle),
-            push_check,
-            HostPolicy::for_listener(tls.is_some(), local_addr.ip(), shared.address()),
+            tls.is_some().then_some(&manager),
+            local_addr,
         );
-        let server_tls = tls.as_ref().map(TlsConfig::server_config);
         // One budget of connections for the process's listeners, the push listener and the
         // sidecar's local API (P13.6): the descriptors they draw from are the process's.
         let connections = ConnectionBudget::for_this_process(None);
-        let push_limits = ListenerLimits::within(&connections);
-        let server = tokio::spawn(async move {
-            let served =
-                leasehold_api::serve::serve(listener, app, server_tls, push_limits, async move {
-                    server_stop.wait().await
-                })
-                .await;
-            if let Err(error) = served {
-                error!(%error, "push listener failed");
-            }
-        });
-        if let Err(detail) = check_listener_serves(local_addr, tls.as_ref()).await {
-            server.abort();
-            return Err(StartError::ListenerNotServing {
-                address: local_addr,
-                detail,
-            });
-        }
+        let limits = ListenerLimits::within(&connections);
+        let server = start_push_server(listener, app, tls.as_ref(), limits, server_stop).await?;
         info!(%local_addr, address = %shared.address(), "push listener serving; registering (P8.1)");
-        let lease = {
-            let run = run_lease_loop(
-                Arc::clone(&shared),
-                Arc::new(manager),
-                shutdown.clone(),
-                config.shutdown_grace,
-            );
-            let handle = handle.clone();
-            tokio::spawn(async move {
-                let state = run.await;
-                handle.report_failure(&state);
-                state
-            })
-        };
+        let lease = spawn_lease_loop(&shared, manager, &shutdown, config.shutdown_grace, &handle);
         let sidecar = service.map(|link| {
             serve_service(
                 local,
@@ -317,6 +195,211 @@ impl Executor {
             .await;
         Ok(handle)
     }
+}
+
+/// The push listener's routes: `routes` beside the executor's own, `document` at
+/// `GET /v1/openapi.json`. P13.3: under TLS (`members_of` the managers' link), pushes only from
+/// managers that are members of the cluster, checked against the member set the managers report
+/// (a narrow handle on their client).
+fn push_app(
+    shared: &Arc<Shared>,
+    document: &utoipa::openapi::OpenApi,
+    routes: Router,
+    members_of: Option<&ManagerLink>,
+    local_addr: SocketAddr,
+) -> Router {
+    let push_check = match members_of {
+        Some(manager) => PushCheck::Tls(Arc::new(Members::new(Arc::new(manager.clone())))),
+        None => PushCheck::Plaintext,
+    };
+    let host_policy =
+        HostPolicy::for_listener(members_of.is_some(), local_addr.ip(), shared.address());
+    routes::app(
+        Arc::clone(shared),
+        document,
+        routes,
+        push_check,
+        host_policy,
+    )
+}
+
+/// The lease loop (PROTOCOL §3), which reports to `handle` why it ended if it failed.
+fn spawn_lease_loop(
+    shared: &Arc<Shared>,
+    manager: ManagerLink,
+    shutdown: &ShutdownSignal,
+    shutdown_grace: Duration,
+    handle: &ExecutorHandle,
+) -> JoinHandle<RunState> {
+    let run = run_lease_loop(
+        Arc::clone(shared),
+        Arc::new(manager),
+        shutdown.clone(),
+        shutdown_grace,
+    );
+    let handle = handle.clone();
+    tokio::spawn(async move {
+        let state = run.await;
+        handle.report_failure(&state);
+        state
+    })
+}
+
+/// The settings checked before anything is opened or bound: each refusal names its flag.
+fn check_config(config: &ExecutorConfig) -> Result<(), StartError> {
+    let refused = |what: &str, error: &dyn std::fmt::Display| {
+        StartError::InvalidConfig(format!("{what} refused: {error}"))
+    };
+    if config.shutdown_grace.is_zero() {
+        return Err(StartError::InvalidConfig(
+            "the shutdown grace (--shutdown-grace) must be positive".into(),
+        ));
+    }
+    check_capacity(config.capacity)
+        .map_err(|error| refused("the capacity (--capacity) is", &error))?;
+    if let Some(app_version) = &config.app_version {
+        check_app_version(app_version)
+            .map_err(|error| refused("the application version (--app-version) is", &error))?;
+    }
+    check_labels(&config.labels).map_err(|error| refused("the labels (--label) are", &error))?;
+    leasehold_api::wire::check_namespace_name(&config.namespace)
+        .map_err(|error| refused("the namespace (--namespace) is", &error))?;
+    if config.local_prepare && config.local_listen.is_none() && config.app_url.is_none() {
+        return Err(StartError::InvalidConfig(
+            "--local-prepare is for a sidecar: give --local-listen or --app-url too".into(),
+        ));
+    }
+    if let Some(url) = &config.app_url {
+        check_app_url(url).map_err(StartError::InvalidConfig)?;
+    }
+    Ok(())
+}
+
+/// `--event-log`, opened for appending (PROTOCOL §9).
+fn open_event_log(config: &ExecutorConfig) -> Result<Option<AdmissionLog>, StartError> {
+    config
+        .event_log
+        .as_ref()
+        .map(|path| {
+            AdmissionLog::open(path).map_err(|source| StartError::EventLog {
+                path: path.display().to_string(),
+                source,
+            })
+        })
+        .transpose()
+}
+
+/// The push listener on `--listen`, and the address it bound; plaintext beyond loopback only
+/// with `--insecure` (P13.5), which is warned of.
+async fn bind_push_listener(
+    config: &ExecutorConfig,
+    tls: bool,
+) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
+    let bind_error = |source| StartError::Bind {
+        listen: config.listen.clone(),
+        source,
+    };
+    let listener = leasehold_api::serve::bind(config.listen.as_str())
+        .await
+        .map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    let insecure = check_plaintext_listener(local_addr.ip(), tls, config.insecure)
+        .map_err(StartError::InvalidConfig)?;
+    if insecure {
+        tracing::warn!(%local_addr, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can push assignments (PROTOCOL P13.5)");
+    }
+    Ok((listener, local_addr))
+}
+
+/// What the lease loop, the push routes and the sidecar share: this executor's address, name,
+/// event log, load settings, version, labels, namespace, hooks, and the service it serves.
+fn shared_state(
+    config: &ExecutorConfig,
+    address: String,
+    log: Option<AdmissionLog>,
+    service: Option<&Arc<ServiceLink>>,
+) -> Shared {
+    let load = LoadSettings {
+        capacity: config.capacity,
+        report_loads: config.report_loads,
+    };
+    let shared = Shared::new(address, config.name.clone(), log, load)
+        .with_app_version(config.app_version.clone())
+        .with_labels(config.labels.clone())
+        .with_namespace(&config.namespace)
+        .with_hooks(config.handoff_hooks.clone());
+    match service {
+        Some(link) => shared.serving(Arc::clone(link)),
+        None => shared,
+    }
+}
+
+/// Serves the push routes until `stop` fires, once a request to the listener is seen answered
+/// (P8.1: an executor registers only once it serves its pushes).
+async fn start_push_server(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: Option<&TlsConfig>,
+    limits: ListenerLimits,
+    mut stop: ShutdownSignal,
+) -> Result<JoinHandle<()>, StartError> {
+    let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        listen: "the push listener".to_owned(),
+        source,
+    })?;
+    let server_tls = tls.map(TlsConfig::server_config);
+    let server = tokio::spawn(async move {
+        let served = leasehold_api::serve::serve(listener, app, server_tls, limits, async move {
+            stop.wait().await
+        })
+        .await;
+        if let Err(error) = served {
+            error!(%error, "push listener failed");
+        }
+    });
+    if let Err(detail) = check_listener_serves(local_addr, tls).await {
+        server.abort();
+        return Err(StartError::ListenerNotServing {
+            address: local_addr,
+            detail,
+        });
+    }
+    Ok(server)
+}
+
+/// As a sidecar (`--local-listen` or `--app-url`): the local API's listener, bound, and the link
+/// to the service, which takes the event log, since it then records what the service was told
+/// (P16.2), not the sidecar's own admission. Otherwise the event log stays the executor's.
+async fn sidecar_parts(
+    config: &ExecutorConfig,
+    log: Option<AdmissionLog>,
+) -> Result<
+    (
+        Option<LocalListener>,
+        Option<AdmissionLog>,
+        Option<Arc<ServiceLink>>,
+    ),
+    StartError,
+> {
+    let local = match &config.local_listen {
+        Some(listen) => Some(
+            bind_local(listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    listen: format!("--local-listen {listen:?}"),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    if local.is_none() && config.app_url.is_none() {
+        return Ok((None, log, None));
+    }
+    let link = ServiceLink::new(log);
+    if config.local_prepare {
+        link.opt_in_prepares();
+    }
+    Ok((local, None, Some(Arc::new(link))))
 }
 
 /// As a sidecar (PROTOCOL §16): serves the local API on `local`, pushes to `app_url`, and ends
