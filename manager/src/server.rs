@@ -8,6 +8,7 @@
 //! in-flight requests, shut Raft down and flush.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use leasehold_api::serve::{ConnectionBudget, ListenerLimits};
 use leasehold_api::tls::TlsConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::{Raft, ServerState};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::bootstrap::{self, BootstrapError};
@@ -40,7 +42,7 @@ pub enum ServerError {
     },
     #[error("cannot listen on {listen}: {source}")]
     Bind {
-        listen: std::net::SocketAddr,
+        listen: SocketAddr,
         source: std::io::Error,
     },
     #[error("serving HTTP: {0}")]
@@ -337,31 +339,7 @@ pub async fn run(
     metrics: Option<PrometheusHandle>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    // P8.1: bound before Raft starts, so peers and clients reach this node as soon as it takes
-    // part; nothing is served until the router is.
-    let listener = leasehold_api::serve::bind(config.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            listen: config.listen,
-            source,
-        })?;
-    tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
-    if config.insecure_plaintext {
-        tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
-    }
-    let health_listener = match config.health_listen {
-        Some(address) => {
-            let listener = leasehold_api::serve::bind(address)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    listen: address,
-                    source,
-                })?;
-            tracing::info!(health_listen = %address, "serving /livez and /readyz in plaintext");
-            Some(listener)
-        }
-        None => None,
-    };
+    let (listener, health_listener) = bind_listeners(&config).await?;
     let found = DataDirAtStart::look(&config.data_dir);
     let (replica, fatal_rx) = Replica::start(&config, metrics).await?;
     // The storage is this start's own: a refusal before the node became part of a cluster may
@@ -372,53 +350,19 @@ pub async fn run(
     // (P13.6): a stranger holding connections to every port cannot take those.
     let budget = ConnectionBudget::for_this_process(config.max_connections_per_address);
     if let Some(listener) = health_listener {
-        let mut stopped = replica.stop_tasks.subscribe();
-        let serving = leasehold_api::serve::serve(
-            listener,
-            replica.health_router(),
-            None,
-            ListenerLimits::health(&budget),
-            async move {
-                let _ = stopped.wait_for(|stopped| *stopped).await;
-            },
-        );
-        tokio::spawn(async move {
-            if let Err(error) = serving.await {
-                tracing::error!(%error, "the health listener failed: probes of it will fail");
-            }
-        });
+        serve_health(listener, &replica, &budget);
     }
 
     let (stop_reason_tx, mut stop_reason_rx) = oneshot::channel::<StopReason>();
     let stop_serving = {
-        let node = replica.node.clone();
-        let disk_space = replica.disk_space.clone();
+        let stopping = why_stop(
+            replica.node.clone(),
+            replica.disk_space.clone(),
+            shutdown,
+            fatal_rx,
+        );
         async move {
-            let reason = tokio::select! {
-                _ = shutdown => {
-                    tracing::info!("shutdown requested");
-                    step_down(&node).await;
-                    StopReason::Requested
-                }
-                Ok(error) = fatal_rx => StopReason::Bootstrap(error),
-                cause = fatal::raft_core_stopped(&node.leadership.raft) => {
-                    tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
-                    tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
-                    StopReason::StorageFailed(cause)
-                }
-                free_bytes = disk_space.exhausted() => {
-                    let cause = fatal::disk_full(free_bytes);
-                    tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
-                    // Its core still runs: no more writes, no more heartbeats, no candidacy, so
-                    // nothing it says keeps the others' leader lease alive.
-                    node.leadership.begin_step_down();
-                    node.leadership.raft.runtime_config().heartbeat(false);
-                    node.leadership.raft.runtime_config().elect(false);
-                    tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
-                    StopReason::StorageFailed(cause)
-                }
-            };
-            let _ = stop_reason_tx.send(reason);
+            let _ = stop_reason_tx.send(stopping.await);
         }
     };
     let serving = leasehold_api::serve::serve(
@@ -450,6 +394,18 @@ pub async fn run(
         served = &mut serving => (served, stop_reason_rx.try_recv().unwrap_or(StopReason::Requested)),
     };
     replica.stop_tasks();
+    finish(replica, served, reason, storage_is_new, found).await
+}
+
+/// After serving ended for `reason`: the Raft core shut down and the storage flushed, unless the
+/// storage failed; a refused start's data directory put back as it was found.
+async fn finish(
+    replica: Replica,
+    served: std::io::Result<()>,
+    reason: StopReason,
+    storage_is_new: bool,
+    found: DataDirAtStart,
+) -> Result<(), ServerError> {
     if let StopReason::StorageFailed(cause) = reason {
         // No Raft shutdown and no flush: the storage cannot take them, and a failed fsync is
         // never retried.
@@ -470,6 +426,87 @@ pub async fn run(
             Err(error.into())
         }
         StopReason::Requested | StopReason::StorageFailed(_) => Ok(()),
+    }
+}
+
+/// The API listener and, with `--health-listen`, the plaintext health listener. P8.1: bound
+/// before Raft starts, so peers and clients reach this node as soon as it takes part; nothing is
+/// served until the router is.
+async fn bind_listeners(
+    config: &ManagerConfig,
+) -> Result<(TcpListener, Option<TcpListener>), ServerError> {
+    let bind = |listen: SocketAddr| async move {
+        leasehold_api::serve::bind(listen)
+            .await
+            .map_err(|source| ServerError::Bind { listen, source })
+    };
+    let listener = bind(config.listen).await?;
+    tracing::info!(node_id = config.id, listen = %config.listen, advertise = %config.advertise, "listening");
+    if config.insecure_plaintext {
+        tracing::warn!(listen = %config.listen, "serving plaintext on a non-loopback address (--insecure): anyone who can reach it can act as any role (PROTOCOL P13.5)");
+    }
+    let health_listener = match config.health_listen {
+        Some(address) => {
+            let listener = bind(address).await?;
+            tracing::info!(health_listen = %address, "serving /livez and /readyz in plaintext");
+            Some(listener)
+        }
+        None => None,
+    };
+    Ok((listener, health_listener))
+}
+
+/// Serves `/livez` and `/readyz` on the health listener until the replica's tasks stop.
+fn serve_health(listener: TcpListener, replica: &Replica, budget: &ConnectionBudget) {
+    let mut stopped = replica.stop_tasks.subscribe();
+    let serving = leasehold_api::serve::serve(
+        listener,
+        replica.health_router(),
+        None,
+        ListenerLimits::health(budget),
+        async move {
+            let _ = stopped.wait_for(|stopped| *stopped).await;
+        },
+    );
+    tokio::spawn(async move {
+        if let Err(error) = serving.await {
+            tracing::error!(%error, "the health listener failed: probes of it will fail");
+        }
+    });
+}
+
+/// Why the replica stops serving, once it must: `shutdown` (after stepping down), a refused
+/// start, or its storage failing or full (P8.3), after which it lingers so that callers see it
+/// refuse.
+async fn why_stop(
+    node: Arc<ManagerNode>,
+    disk_space: DiskSpace,
+    shutdown: impl Future<Output = ()>,
+    fatal_rx: oneshot::Receiver<BootstrapError>,
+) -> StopReason {
+    tokio::select! {
+        _ = shutdown => {
+            tracing::info!("shutdown requested");
+            step_down(&node).await;
+            StopReason::Requested
+        }
+        Ok(error) = fatal_rx => StopReason::Bootstrap(error),
+        cause = fatal::raft_core_stopped(&node.leadership.raft) => {
+            tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
+            tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
+            StopReason::StorageFailed(cause)
+        }
+        free_bytes = disk_space.exhausted() => {
+            let cause = fatal::disk_full(free_bytes);
+            tracing::error!(%cause, "this replica stops serving and exits (P8.3)");
+            // Its core still runs: no more writes, no more heartbeats, no candidacy, so
+            // nothing it says keeps the others' leader lease alive.
+            node.leadership.begin_step_down();
+            node.leadership.raft.runtime_config().heartbeat(false);
+            node.leadership.raft.runtime_config().elect(false);
+            tokio::time::sleep(fatal::LINGER_AFTER_FATAL).await;
+            StopReason::StorageFailed(cause)
+        }
     }
 }
 
