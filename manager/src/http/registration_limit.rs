@@ -537,4 +537,14 @@ mod tests {
         assert_eq!(response.status(), 429);
         assert_eq!(response.headers()[RETRY_AFTER], "3");
     }
+
+    /// The `reason` label of `leasehold_registrations_rate_limited_total` takes the values
+    /// docs/OPERATIONS.md lists, one per refusal.
+    #[test]
+    fn each_refusal_is_counted_under_its_documented_reason() {
+        let retry_after = Duration::from_secs(1);
+        assert_eq!(Refusal::Rate { retry_after }.label(), "rate");
+        assert_eq!(Refusal::Callers { retry_after }.label(), "callers");
+        assert_eq!(Refusal::Certificate { retry_after }.label(), "certificate");
+    }
 }
