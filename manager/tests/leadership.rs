@@ -25,7 +25,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{free_port, get, register, start, Member, BOUND};
+use common::{get, register, start, Layout, Member, BOUND};
 use leasehold_manager::config::ManagerConfig;
 use leasehold_manager::lease::LeaseState;
 use leasehold_manager::raft::TypeConfig;
@@ -157,12 +157,7 @@ async fn i3_a_leader_restored_in_office_reads_only_after_applying_what_it_had_lo
 }
 
 async fn restart_in_office() -> Attempt {
-    let dirs: Vec<_> = (0..MEMBERS).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ports: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|port| format!("http://127.0.0.1:{port}"))
-        .collect();
+    let Layout { dirs, ports, bases } = Layout::new(MEMBERS);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()

@@ -18,7 +18,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{await_leader, free_port, get, member_config, register, start_with_metrics};
+use common::{await_leader, get, register, start_with_metrics, Layout};
 use serde_json::{json, Value};
 
 const MEMBERS: usize = 3;
@@ -38,21 +38,17 @@ async fn p6_5_p6_7_renewals_are_answered_from_memory_keep_the_lease_and_stop_wit
         .unwrap()
         .install_recorder()
         .unwrap();
-    let dirs: Vec<_> = (0..MEMBERS).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ports: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|port| format!("http://127.0.0.1:{port}"))
-        .collect();
+    let layout = Layout::new(MEMBERS);
+    let bases = &layout.bases;
     let lease_flag = format!("--lease-duration={}ms", LEASE.as_millis());
     let mut members: Vec<_> = (1..=MEMBERS)
         .map(|id| {
-            let config = member_config(dirs[id - 1].path(), id, &ports, &[&lease_flag]);
+            let config = layout.config(id, &[&lease_flag]);
             Some(start_with_metrics(config, Some(metrics.clone())))
         })
         .collect();
     let http = common::http_client(Duration::from_secs(5));
-    let leader = await_leader(&http, &bases).await;
+    let leader = await_leader(&http, bases).await;
     let executor_id = register(&http, &leader, 1).await;
 
     // P6.7: renewed for three leases, every answer a grant of the whole lease; a step that did

@@ -24,6 +24,31 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Where the members of a plaintext loopback cluster keep their data and listen.
+pub struct Layout {
+    pub dirs: Vec<tempfile::TempDir>,
+    pub ports: Vec<u16>,
+    /// Each member's base URL, in id order.
+    pub bases: Vec<String>,
+}
+
+impl Layout {
+    pub fn new(members: usize) -> Self {
+        let dirs = (0..members).map(|_| tempfile::tempdir().unwrap()).collect();
+        let ports: Vec<u16> = (0..members).map(|_| free_port()).collect();
+        let bases = ports
+            .iter()
+            .map(|port| format!("http://127.0.0.1:{port}"))
+            .collect();
+        Self { dirs, ports, bases }
+    }
+
+    /// Member `id`'s configuration, with `extra` flags.
+    pub fn config(&self, id: usize, extra: &[&str]) -> ManagerConfig {
+        member_config(self.dirs[id - 1].path(), id, &self.ports, extra)
+    }
+}
+
 /// The flags of member `id` (from 1) of a cluster whose members listen at `listens`, in id
 /// order, with 16 shards.
 pub fn member_args(id: usize, listens: &[String], scheme: &str, data_dir: &Path) -> Vec<String> {
