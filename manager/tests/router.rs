@@ -772,3 +772,41 @@ async fn p13_4_executor_writes_are_admitted_by_their_credential() {
     assert_problem(&never, StatusCode::NOT_FOUND, "unknown_executor");
     replica.shut_down().await.unwrap();
 }
+
+/// P13.6: registrations are limited per caller where they arrive, before the body is read: past
+/// its burst a caller is answered `429 rate_limited` with `Retry-After` and nothing is
+/// registered, while another address is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_6_a_callers_registrations_past_its_burst_are_refused_429() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config_with(
+        data.path(),
+        None,
+        &["--registration-burst=2", "--registration-rate=1"],
+    );
+    let (replica, router) = ready(&config, None).await;
+    let from = |address: &str, n: usize| {
+        let body = format!(r#"{{"incarnation":"limited-{n}","address":"http://127.0.0.1:9"}}"#);
+        let mut request = request(Method::POST, "/v1/executors", Some(&body), None);
+        let address: std::net::SocketAddr = address.parse().unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(address));
+        request
+    };
+    for n in 0..2 {
+        let registered = call(&router, from("10.0.0.1:40000", n)).await;
+        assert_eq!(registered.0, StatusCode::OK, "{}", registered.2);
+    }
+    let refused = router
+        .clone()
+        .oneshot(from("10.0.0.1:40001", 2))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+    assert_eq!(executor_count(&router, None).await, 2, "nothing registered");
+    let elsewhere = call(&router, from("10.0.0.2:40000", 3)).await;
+    assert_eq!(elsewhere.0, StatusCode::OK, "{}", elsewhere.2);
+    replica.shut_down().await.unwrap();
+}
