@@ -415,21 +415,7 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
     // believes it only once this node vouches for the request (`vouch`): the voucher is held
     // until the leader's reply is in.
     let mut _voucher = None;
-    if let Some(authorize::CallerRole(role)) = parts.extensions.get::<authorize::CallerRole>() {
-        let voucher = vouch::Voucher {
-            method: parts.method.to_string(),
-            path_and_query: path.to_owned(),
-            role: role.san_uri(),
-            subject: parts
-                .extensions
-                .get::<authorize::CallerSubject>()
-                .map(|subject| subject.0.clone())
-                .unwrap_or_default(),
-            scope: parts
-                .extensions
-                .get::<authorize::CallerScope>()
-                .and_then(|scope| scope.0.header_value()),
-        };
+    if let Some(voucher) = voucher_of(&parts, path) {
         outgoing = outgoing
             .header(FORWARDED_ROLE_HEADER, voucher.role.as_str())
             .header(FORWARDED_SUBJECT_HEADER, voucher.subject.as_str());
@@ -458,27 +444,7 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
         }
     }
     match outgoing.send().await {
-        Ok(reply) => {
-            let status = reply.status();
-            let headers = reply.headers().clone();
-            match reply.bytes().await {
-                Ok(bytes) => {
-                    let mut response = Response::new(Body::from(bytes));
-                    *response.status_mut() = status;
-                    for (name, value) in headers.iter() {
-                        if is_end_to_end(name) {
-                            response.headers_mut().insert(name.clone(), value.clone());
-                        }
-                    }
-                    response
-                }
-                Err(error) => HttpError::new(
-                    ErrorCode::Timeout,
-                    format!("the leader's reply was lost: {error}"),
-                )
-                .into_response(),
-            }
-        }
+        Ok(reply) => relay(reply).await,
         // Nothing reached the leader: safe to retry.
         Err(error) if error.is_connect() => {
             tracing::info!(%error, leader = leader_address, "leader unreachable for forwarding");
@@ -488,6 +454,49 @@ async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> 
         Err(error) => HttpError::new(
             ErrorCode::Timeout,
             format!("forwarding to the leader failed: {error}"),
+        )
+        .into_response(),
+    }
+}
+
+/// What this node vouches for in a forward: the caller's role, subject and scope as `authorize`
+/// found them, for this method and path; `None` when no role was established (plaintext).
+fn voucher_of(parts: &axum::http::request::Parts, path: &str) -> Option<vouch::Voucher> {
+    let authorize::CallerRole(role) = parts.extensions.get::<authorize::CallerRole>()?;
+    Some(vouch::Voucher {
+        method: parts.method.to_string(),
+        path_and_query: path.to_owned(),
+        role: role.san_uri(),
+        subject: parts
+            .extensions
+            .get::<authorize::CallerSubject>()
+            .map(|subject| subject.0.clone())
+            .unwrap_or_default(),
+        scope: parts
+            .extensions
+            .get::<authorize::CallerScope>()
+            .and_then(|scope| scope.0.header_value()),
+    })
+}
+
+/// The leader's reply, relayed: its status, its end-to-end headers and its body.
+async fn relay(reply: reqwest::Response) -> Response {
+    let status = reply.status();
+    let headers = reply.headers().clone();
+    match reply.bytes().await {
+        Ok(bytes) => {
+            let mut response = Response::new(Body::from(bytes));
+            *response.status_mut() = status;
+            for (name, value) in headers.iter() {
+                if is_end_to_end(name) {
+                    response.headers_mut().insert(name.clone(), value.clone());
+                }
+            }
+            response
+        }
+        Err(error) => HttpError::new(
+            ErrorCode::Timeout,
+            format!("the leader's reply was lost: {error}"),
         )
         .into_response(),
     }
