@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -127,6 +127,16 @@ enum Failure {
     Unknown(ClientError),
     /// Repeating cannot help.
     Final(ClientError),
+}
+
+/// A failed attempt the retry loop goes on from.
+#[derive(Debug)]
+struct Retry {
+    error: ClientError,
+    /// Moving to another replica: may be tried at once (within the quick attempts' bound).
+    quick: bool,
+    /// The pause a rate-limiting replica asked for; the usual interval otherwise.
+    asked_pause: Option<Duration>,
 }
 
 impl Failure {
@@ -944,36 +954,11 @@ impl Client {
                 Ok(reply) => return Ok(reply),
                 Err(failure) => failure,
             };
-            // The pause a rate-limiting replica asked for; the usual interval otherwise.
-            let mut asked_pause = None;
-            let (error, quick) = match failure {
-                Failure::Final(error) => return Err(error),
-                // Not a routing problem either: this caller is limited here, so it waits as long
-                // as the replica asked rather than hammering it (P13.6).
-                Failure::RateLimited { error, retry_after } => {
-                    asked_pause = Some(retry_after.max(config.retry_interval));
-                    (error, false)
-                }
-                Failure::Unknown(error) if idempotency == Idempotency::Unsafe => return Err(error),
-                Failure::Unknown(error) => {
-                    self.mark_failed(&target);
-                    (error, false)
-                }
-                Failure::NotSent(error) => {
-                    self.mark_failed(&target);
-                    (error, true)
-                }
-                // Not a routing problem: the same replica will be ready first.
-                Failure::Refused(ErrorCode::ShardingNotReady, error) => (error, false),
-                Failure::Refused(_, error) => {
-                    let redirected = self.target() != target;
-                    if !redirected {
-                        self.mark_failed(&target);
-                    }
-                    // Following a named leader is immediate; "no leader anywhere" waits.
-                    (error, redirected)
-                }
-            };
+            let Retry {
+                error,
+                quick,
+                asked_pause,
+            } = self.retry_after_failure(failure, &target, idempotency)?;
             let pause = if quick && quick_attempts < max_quick_attempts {
                 quick_attempts += 1;
                 Duration::ZERO
@@ -998,6 +983,51 @@ impl Client {
                 tokio::time::sleep(pause).await;
             }
         }
+    }
+
+    /// Whether and how a failed attempt on `target` is retried: `Err` when it is not (a final
+    /// answer, or an unsafe request whose outcome is unknown); a replica that failed is passed
+    /// over next time.
+    fn retry_after_failure(
+        &self,
+        failure: Failure,
+        target: &str,
+        idempotency: Idempotency,
+    ) -> Result<Retry, ClientError> {
+        let retry = |error, quick| Retry {
+            error,
+            quick,
+            asked_pause: None,
+        };
+        Ok(match failure {
+            Failure::Final(error) => return Err(error),
+            // Not a routing problem either: this caller is limited here, so it waits as long as
+            // the replica asked rather than hammering it (P13.6).
+            Failure::RateLimited { error, retry_after } => Retry {
+                error,
+                quick: false,
+                asked_pause: Some(retry_after.max(self.inner.config.retry_interval)),
+            },
+            Failure::Unknown(error) if idempotency == Idempotency::Unsafe => return Err(error),
+            Failure::Unknown(error) => {
+                self.mark_failed(target);
+                retry(error, false)
+            }
+            Failure::NotSent(error) => {
+                self.mark_failed(target);
+                retry(error, true)
+            }
+            // Not a routing problem: the same replica will be ready first.
+            Failure::Refused(ErrorCode::ShardingNotReady, error) => retry(error, false),
+            Failure::Refused(_, error) => {
+                let redirected = self.target() != target;
+                if !redirected {
+                    self.mark_failed(target);
+                }
+                // Following a named leader is immediate; "no leader anywhere" waits.
+                retry(error, redirected)
+            }
+        })
     }
 
     /// One request to one replica, classified, bounded by `attempt_timeout` when given (else the
@@ -1043,25 +1073,7 @@ impl Client {
             }
         };
 
-        let header_leader = response
-            .headers()
-            .get(LEADER_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
-        if let Some(leader) = &header_leader {
-            self.record_leader(leader);
-        }
-        // A reply without it is from a manager of 0.1.0, whose cluster is at 0.1.0's schema.
-        let cluster_version = response
-            .headers()
-            .get(CLUSTER_VERSION_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse().ok())
-            .unwrap_or(FIRST_RELEASE_SCHEMA);
-        self.inner
-            .cluster_version
-            .store(cluster_version, Ordering::Relaxed);
-
+        let named_leader = self.note_reply_headers(response.headers());
         let status = response.status();
         let retry_after = response
             .headers()
@@ -1073,40 +1085,69 @@ impl Client {
         if status.is_success() {
             return Ok(Reply { status, body });
         }
-        match serde_json::from_slice::<Problem>(&body) {
-            Ok(problem) => {
-                if header_leader.is_none() {
-                    if let Some(leader) = &problem.leader {
-                        self.record_leader(leader);
-                    }
-                }
-                let code = problem.code;
-                let error = ClientError::Problem(problem);
-                Err(if code == ErrorCode::RateLimited {
-                    Failure::RateLimited {
-                        error,
-                        retry_after: retry_after.unwrap_or(Duration::ZERO),
-                    }
-                } else if code.retryable_without_side_effects() {
-                    Failure::Refused(code, error)
-                } else if matches!(code, ErrorCode::Timeout | ErrorCode::Unavailable) {
-                    // The server stopped waiting, not necessarily working: the write may
-                    // still commit.
-                    Failure::Unknown(error)
-                } else {
-                    Failure::Final(error)
-                })
+        Err(self.failure_of(status, &body, named_leader, retry_after))
+    }
+
+    /// Records what a reply's headers say of the cluster: the leader it names (and says whether
+    /// one is named) and the cluster version (absent from a manager of 0.1.0, whose cluster is at
+    /// 0.1.0's schema).
+    fn note_reply_headers(&self, headers: &HeaderMap) -> bool {
+        let leader = headers
+            .get(LEADER_HEADER)
+            .and_then(|value| value.to_str().ok());
+        if let Some(leader) = leader {
+            self.record_leader(leader);
+        }
+        let cluster_version = headers
+            .get(CLUSTER_VERSION_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(FIRST_RELEASE_SCHEMA);
+        self.inner
+            .cluster_version
+            .store(cluster_version, Ordering::Relaxed);
+        leader.is_some()
+    }
+
+    /// What an unsuccessful reply means for the retry loop: a problem's code says whether it may
+    /// be retried, elsewhere or later; a body that is not a problem came from something between
+    /// us and the replica. A leader the problem names is recorded unless the headers named one.
+    fn failure_of(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        named_leader: bool,
+        retry_after: Option<Duration>,
+    ) -> Failure {
+        let Ok(problem) = serde_json::from_slice::<Problem>(body) else {
+            let error = unexpected(status, body);
+            return match status {
+                // A gateway or load balancer between us and the replica; outcome unknown.
+                StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT => Failure::Unknown(error),
+                _ => Failure::Final(error),
+            };
+        };
+        if !named_leader {
+            if let Some(leader) = &problem.leader {
+                self.record_leader(leader);
             }
-            Err(_) => {
-                let error = unexpected(status, &body);
-                Err(match status {
-                    // A gateway or load balancer between us and the replica; outcome unknown.
-                    StatusCode::BAD_GATEWAY
-                    | StatusCode::SERVICE_UNAVAILABLE
-                    | StatusCode::GATEWAY_TIMEOUT => Failure::Unknown(error),
-                    _ => Failure::Final(error),
-                })
+        }
+        let code = problem.code;
+        let error = ClientError::Problem(problem);
+        if code == ErrorCode::RateLimited {
+            Failure::RateLimited {
+                error,
+                retry_after: retry_after.unwrap_or(Duration::ZERO),
             }
+        } else if code.retryable_without_side_effects() {
+            Failure::Refused(code, error)
+        } else if matches!(code, ErrorCode::Timeout | ErrorCode::Unavailable) {
+            // The server stopped waiting, not necessarily working: the write may still commit.
+            Failure::Unknown(error)
+        } else {
+            Failure::Final(error)
         }
     }
 
