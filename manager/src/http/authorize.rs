@@ -200,21 +200,9 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
         request.extensions_mut().insert(CallerScope::default());
         return next.run(request).await;
     }
-    let peer = match request.extensions().get::<PeerRole>().map(PeerRole::role) {
-        Some(Ok(role)) => role,
-        Some(Err(error)) => {
-            return forbidden(format!("the client certificate carries no role: {error}"))
-        }
-        None => {
-            return unauthenticated("a client certificate of the cluster's CA is required (P13.3)")
-        }
-    };
-    let role = match effective_role(peer, request.headers()) {
-        Ok(role) => role,
-        Err(detail) => {
-            tracing::warn!(path = request.uri().path(), %peer, "refused: {detail}");
-            return forbidden(detail);
-        }
+    let (peer, role) = match caller_role(&request) {
+        Ok(roles) => roles,
+        Err(refused) => return *refused,
     };
     if let (Role::Manager { node_id }, true) =
         (peer, request.headers().contains_key(FORWARDED_ROLE_HEADER))
@@ -225,25 +213,83 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
             return forbidden(detail);
         }
     }
+    let scope = match caller_scope(&node, &required, &request, &role) {
+        Ok(scope) => scope,
+        Err(refused) => return *refused,
+    };
+    if let Err(detail) = role_allowed(&node, required, &role, &request) {
+        tracing::warn!(path = request.uri().path(), %role, "refused: {detail}");
+        return forbidden(detail);
+    }
+    let subject = subject_of(&request);
+    let limit = scope.is_limited().then(|| scope.to_string());
+    let actor = leasehold_api::wire::actor_of(&role.to_string(), limit.as_deref(), &subject);
+    request.extensions_mut().insert(CallerRole(role));
+    request.extensions_mut().insert(CallerScope(scope));
+    request.extensions_mut().insert(CallerSubject(subject));
+    request.extensions_mut().insert(Actor(actor));
+    next.run(request).await
+}
+
+/// The role of a TLS listener's caller: its certificate's (`peer`), and the role it acts as,
+/// which a manager's certificate may forward (P13.3, [`effective_role`]); the refusal to send
+/// when there is none or it cannot be believed.
+fn caller_role(request: &Request) -> Result<(Role, Role), Box<Response>> {
+    let peer = match request.extensions().get::<PeerRole>().map(PeerRole::role) {
+        Some(Ok(role)) => role,
+        Some(Err(error)) => {
+            return Err(Box::new(forbidden(format!(
+                "the client certificate carries no role: {error}"
+            ))))
+        }
+        None => {
+            return Err(Box::new(unauthenticated(
+                "a client certificate of the cluster's CA is required (P13.3)",
+            )))
+        }
+    };
+    let role = effective_role(peer, request.headers()).map_err(|detail| {
+        tracing::warn!(path = request.uri().path(), %peer, "refused: {detail}");
+        Box::new(forbidden(detail))
+    })?;
+    Ok((peer, role))
+}
+
+/// The namespaces the caller may change, checked against what the route touches when they are
+/// limited; the refusal to send otherwise.
+fn caller_scope(
+    node: &AppState,
+    required: &Requirement,
+    request: &Request,
+    role: &Role,
+) -> Result<NamespaceScope, Box<Response>> {
     let peer_scope = request
         .extensions()
         .get::<PeerRole>()
         .and_then(|peer| peer.scope().ok().cloned())
         .unwrap_or_default();
     // Believed as the forwarded role is: `effective_role` accepted the forwarding manager.
-    let scope = match effective_scope(peer_scope, request.headers()) {
-        Ok(scope) => scope,
-        Err(detail) => return forbidden(detail),
-    };
+    let scope = effective_scope(peer_scope, request.headers())
+        .map_err(|detail| Box::new(forbidden(detail)))?;
     if scope.is_limited() {
-        if let Err(detail) = limited_scope_allowed(&node, &required, &request) {
+        if let Err(detail) = limited_scope_allowed(node, required, request) {
             tracing::warn!(path = request.uri().path(), %role, %scope, "refused: {detail}");
-            return forbidden(detail);
+            return Err(Box::new(forbidden(detail)));
         }
     }
-    let allowed = match required {
+    Ok(scope)
+}
+
+/// Whether `role` may do what the route `required`.
+fn role_allowed(
+    node: &AppState,
+    required: Requirement,
+    role: &Role,
+    request: &Request,
+) -> Result<(), String> {
+    match required {
         Requirement::Anyone | Requirement::AnyRole => Ok(()),
-        Requirement::OneOf(kinds) if kinds.contains(&RoleKind::of(&role)) => Ok(()),
+        Requirement::OneOf(kinds) if kinds.contains(&RoleKind::of(role)) => Ok(()),
         Requirement::OneOf(kinds) => Err(format!(
             "this needs the {} role; the certificate is {role}",
             kinds
@@ -252,15 +298,15 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
                 .collect::<Vec<_>>()
                 .join(" or ")
         )),
-        Requirement::RaftPeer => raft_peer_allowed(&node, &role, &request),
-        Requirement::AdminOrOwnManager(named) => own_membership_allowed(&role, named),
-    };
-    if let Err(detail) = allowed {
-        tracing::warn!(path = request.uri().path(), %role, "refused: {detail}");
-        return forbidden(detail);
+        Requirement::RaftPeer => raft_peer_allowed(node, role, request),
+        Requirement::AdminOrOwnManager(named) => own_membership_allowed(role, named),
     }
-    let subject = match request.headers().get(FORWARDED_ROLE_HEADER) {
-        // Believed as the forwarded role is, which `effective_role` checked above.
+}
+
+/// The caller's subject for the audit: the forwarded one on a forwarded request (believed as the
+/// forwarded role is, which `effective_role` checked), else the certificate's.
+fn subject_of(request: &Request) -> String {
+    match request.headers().get(FORWARDED_ROLE_HEADER) {
         Some(_) => request
             .headers()
             .get(FORWARDED_SUBJECT_HEADER)
@@ -272,14 +318,7 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
             .get::<PeerRole>()
             .map(|peer| peer.subject().to_owned())
             .unwrap_or_default(),
-    };
-    let limit = scope.is_limited().then(|| scope.to_string());
-    let actor = leasehold_api::wire::actor_of(&role.to_string(), limit.as_deref(), &subject);
-    request.extensions_mut().insert(CallerRole(role));
-    request.extensions_mut().insert(CallerScope(scope));
-    request.extensions_mut().insert(CallerSubject(subject));
-    request.extensions_mut().insert(Actor(actor));
-    next.run(request).await
+    }
 }
 
 /// The namespaces the caller may change: the certificate's, or, on a request a manager forwarded
