@@ -364,7 +364,7 @@ pub const METRICS: &[MetricSpec] = &[
         name: "leasehold_registrations_rate_limited_total",
         kind: MetricKind::Counter,
         help: "Registrations refused 429 where they arrived, by why.",
-        labels: &[("reason", &["rate", "callers"])],
+        labels: &[("reason", &["rate", "callers", "certificate"])],
         at_start: AtStart::Zero,
     },
 ];
