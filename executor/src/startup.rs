@@ -171,7 +171,8 @@ impl Executor {
         // sidecar's local API (P13.6): the descriptors they draw from are the process's.
         let connections = ConnectionBudget::for_this_process(None);
         let limits = ListenerLimits::within(&connections);
-        let server = start_push_server(listener, app, tls.as_ref(), limits, server_stop).await?;
+        let server =
+            start_push_server(listener, local_addr, app, tls.as_ref(), limits, server_stop).await?;
         info!(%local_addr, address = %shared.address(), "push listener serving; registering (P8.1)");
         let lease = spawn_lease_loop(&shared, manager, &shutdown, config.shutdown_grace, &handle);
         let sidecar = service.map(|link| {
@@ -338,15 +339,12 @@ fn shared_state(
 /// (P8.1: an executor registers only once it serves its pushes).
 async fn start_push_server(
     listener: tokio::net::TcpListener,
+    local_addr: SocketAddr,
     app: Router,
     tls: Option<&TlsConfig>,
     limits: ListenerLimits,
     mut stop: ShutdownSignal,
 ) -> Result<JoinHandle<()>, StartError> {
-    let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
-        listen: "the push listener".to_owned(),
-        source,
-    })?;
     let server_tls = tls.map(TlsConfig::server_config);
     let server = tokio::spawn(async move {
         let served = leasehold_api::serve::serve(listener, app, server_tls, limits, async move {
