@@ -245,9 +245,42 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
     if holdings.is_empty() {
         return None;
     }
-    // One pass over the shard table (a million at most) classifies every shard, so nothing
-    // after it reads the table again. A shard enters the pool at most once (from the scan, or
-    // as its live owner's excess).
+    let Scan {
+        mut pool,
+        distributable,
+    } = scan(state, now_ms, &positions, &mut holdings);
+    let quotas = quotas_by_capacity(&holdings, distributable);
+    let Kept {
+        mut moves,
+        mut deficits,
+    } = keep_up_to_quota(&mut holdings, &quotas, &mut pool);
+    // Stable: the pool is ascending runs (the scan's, then each owner's excess), which a
+    // stable sort merges instead of sorting a million entries afresh.
+    pool.sort_by_key(|homeless| homeless.shard);
+    place_homeless(pool, &mut deficits, &mut moves);
+    moves.sort_by_key(|planned| planned.shard);
+    Some(CountPlan {
+        live: holdings,
+        moves,
+    })
+}
+
+/// The shard table classified: the shards that must find a holder, and how many shards the plan
+/// distributes (every shard but those a lapsed owner keeps until it is reaped).
+struct Scan {
+    pool: Vec<Homeless>,
+    distributable: usize,
+}
+
+/// One pass over the shard table (a million at most) classifies every shard into its live
+/// owner's holdings or the pool, so nothing after it reads the table again. A shard enters the
+/// pool at most once (from here, or later as its live owner's excess).
+fn scan<'a>(
+    state: Space<'a>,
+    now_ms: u64,
+    positions: &Positions<'a>,
+    holdings: &mut [Holdings<'a>],
+) -> Scan {
     let mut pool: Vec<Homeless> = Vec::new();
     let mut distributable = 0usize;
     for shard in state.shards() {
@@ -296,18 +329,33 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
         }
         distributable += 1;
     }
+    Scan {
+        pool,
+        distributable,
+    }
+}
 
-    let quotas = quotas_by_capacity(&holdings, distributable);
+/// What each live executor keeps of its own within its quota: the handoffs cancelled to keep
+/// releasing shards, and each executor's room left, by position.
+struct Kept {
+    moves: Vec<Planned>,
+    deficits: Vec<usize>,
+}
 
+/// Each live executor keeps its delivered shards up to its quota, then cancels handoffs of its
+/// releasing shards into the room left; the rest join the pool. An executor with excess has no
+/// room, so no shard goes back to its owner.
+fn keep_up_to_quota(
+    holdings: &mut [Holdings<'_>],
+    quotas: &[usize],
+    pool: &mut Vec<Homeless>,
+) -> Kept {
     let mut moves: Vec<Planned> = Vec::new();
-    // Each live executor's room left, by position: what it still needs beyond what it keeps.
-    // An executor with excess has no room, so no shard goes back to its owner.
     let mut deficits: Vec<usize> = Vec::with_capacity(holdings.len());
-    for (position, (holdings, &quota)) in holdings.iter_mut().zip(&quotas).enumerate() {
-        let kept_delivered = holdings.delivered.len().min(quota);
+    for (position, (held, &quota)) in holdings.iter_mut().zip(quotas).enumerate() {
+        let kept_delivered = held.delivered.len().min(quota);
         pool.extend(
-            holdings
-                .delivered
+            held.delivered
                 .drain(kept_delivered..)
                 .map(|shard| Homeless {
                     shard,
@@ -316,8 +364,8 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
                 }),
         );
         let room = quota - kept_delivered;
-        let cancel_handoff = holdings.releasing.len().min(room);
-        for &(shard, _) in holdings.releasing.iter().take(cancel_handoff) {
+        let cancel_handoff = held.releasing.len().min(room);
+        for &(shard, _) in held.releasing.iter().take(cancel_handoff) {
             moves.push(Planned {
                 shard,
                 to: position,
@@ -325,8 +373,7 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
             });
         }
         pool.extend(
-            holdings
-                .releasing
+            held.releasing
                 .drain(cancel_handoff..)
                 .map(|(shard, target)| Homeless {
                     shard,
@@ -336,12 +383,15 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
         );
         deficits.push(room - cancel_handoff);
     }
-    // Stable: the pool is ascending runs (the scan's, then each owner's excess), which a
-    // stable sort merges instead of sorting a million entries afresh.
-    pool.sort_by_key(|homeless| homeless.shard);
+    Kept { moves, deficits }
+}
 
-    // A releasing shard stays with the target its handoff names while that target has room:
-    // its revoke is already under way and the plan needs no entry for it.
+/// Gives the pool, ascending by shard, to the executors with room. A releasing shard stays with
+/// the target its handoff names while that target has room: its revoke is already under way and
+/// the plan needs no entry for it. The rest go in id order, each executor taking the next
+/// ascending run, so these moves come out ascending and sorting them among the cancelled
+/// handoffs is a merge of sorted runs.
+fn place_homeless(pool: Vec<Homeless>, deficits: &mut [usize], moves: &mut Vec<Planned>) {
     let mut unplaced = Vec::with_capacity(pool.len());
     for homeless in pool {
         let target_with_room = homeless
@@ -353,8 +403,6 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
             None => unplaced.push(homeless),
         }
     }
-    // In id order, each takes the next ascending run of the rest: these moves come out
-    // ascending, so sorting them among the cancelled handoffs is a merge of sorted runs.
     let mut unplaced = unplaced.into_iter();
     moves.reserve(unplaced.len());
     for (position, deficit) in deficits.iter_mut().enumerate() {
@@ -370,11 +418,6 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
             *deficit -= 1;
         }
     }
-    moves.sort_by_key(|planned| planned.shard);
-    Some(CountPlan {
-        live: holdings,
-        moves,
-    })
 }
 
 /// Each live executor's quota of the `distributable` shards, by position: the floor or the
