@@ -249,44 +249,15 @@ impl LeaderCore {
             decision.reap = overdue;
             return decision;
         }
-        if let Some(mut episode) = self.episode {
-            let age = now_ms.saturating_sub(episode.started_ms);
-            let renewed_since_start =
-                last_renewal_applied_ms.filter(|&at| at >= episode.started_ms && at <= now_ms);
-            if episode.renewing_since_ms.is_none() {
-                episode.renewing_since_ms = renewed_since_start;
-            }
-            let renewing_tick = renewing_tick_ms(state, &overdue);
-            let renewals_resumed = match (episode.renewing_since_ms, renewed_since_start) {
-                (Some(since), Some(latest)) => renewing_tick.is_some_and(|tick| {
-                    now_ms >= since.saturating_add(2 * tick)
-                        && latest >= now_ms.saturating_sub(2 * tick)
-                }),
-                _ => false,
-            };
-            if age >= self.guard.grace_ms {
-                decision.events.push(GuardEvent::GraceExhausted {
-                    overdue: overdue.len(),
-                    grace_ms: self.guard.grace_ms,
-                });
-                self.episode = None;
-                decision.reap = overdue;
-            } else if let (true, Some(renewing_since_ms)) =
-                (renewals_resumed, episode.renewing_since_ms)
-            {
-                decision.events.push(GuardEvent::RenewalsResumed {
-                    overdue: overdue.len(),
-                    renewing_since_ms,
-                });
-                self.episode = None;
-                decision.reap = overdue;
-            } else {
-                self.episode = Some(episode);
-                decision.deferral = Some(Deferral::MassExpiryGuard {
-                    reason: episode.reason,
-                    episode_age_ms: age,
-                });
-            }
+        if let Some(episode) = self.episode {
+            self.go_on_with_episode(
+                episode,
+                now_ms,
+                state,
+                overdue,
+                last_renewal_applied_ms,
+                &mut decision,
+            );
             return decision;
         }
 
@@ -301,24 +272,82 @@ impl LeaderCore {
             ),
         };
         match reason {
-            Some(reason) => {
-                self.episode = Some(Episode {
-                    started_ms: now_ms,
-                    reason,
-                    renewing_since_ms: None,
-                });
-                decision.events.push(GuardEvent::EpisodeStarted {
-                    reason,
-                    overdue: overdue.len(),
-                });
-                decision.deferral = Some(Deferral::MassExpiryGuard {
-                    reason,
-                    episode_age_ms: 0,
-                });
-            }
+            Some(reason) => self.start_episode(reason, now_ms, overdue.len(), &mut decision),
             None => decision.reap = overdue,
         }
         decision
+    }
+
+    /// The guard's trigger fired (P6.3): the reap waits, from this step, for the episode's end.
+    fn start_episode(
+        &mut self,
+        reason: GuardReason,
+        now_ms: u64,
+        overdue: usize,
+        decision: &mut StepDecision,
+    ) {
+        self.episode = Some(Episode {
+            started_ms: now_ms,
+            reason,
+            renewing_since_ms: None,
+        });
+        decision
+            .events
+            .push(GuardEvent::EpisodeStarted { reason, overdue });
+        decision.deferral = Some(Deferral::MassExpiryGuard {
+            reason,
+            episode_age_ms: 0,
+        });
+    }
+
+    /// A step inside a guard episode (P6.3): the overdue are reaped once the episode has lasted
+    /// its grace, or once renewals have come in again for two ticks; until then the reap waits.
+    fn go_on_with_episode(
+        &mut self,
+        mut episode: Episode,
+        now_ms: u64,
+        state: &LeaseState,
+        overdue: Vec<ExecutorId>,
+        last_renewal_applied_ms: Option<u64>,
+        decision: &mut StepDecision,
+    ) {
+        let age = now_ms.saturating_sub(episode.started_ms);
+        let renewed_since_start =
+            last_renewal_applied_ms.filter(|&at| at >= episode.started_ms && at <= now_ms);
+        if episode.renewing_since_ms.is_none() {
+            episode.renewing_since_ms = renewed_since_start;
+        }
+        let renewing_tick = renewing_tick_ms(state, &overdue);
+        let renewals_resumed = match (episode.renewing_since_ms, renewed_since_start) {
+            (Some(since), Some(latest)) => renewing_tick.is_some_and(|tick| {
+                now_ms >= since.saturating_add(2 * tick)
+                    && latest >= now_ms.saturating_sub(2 * tick)
+            }),
+            _ => false,
+        };
+        if age >= self.guard.grace_ms {
+            decision.events.push(GuardEvent::GraceExhausted {
+                overdue: overdue.len(),
+                grace_ms: self.guard.grace_ms,
+            });
+            self.episode = None;
+            decision.reap = overdue;
+        } else if let (true, Some(renewing_since_ms)) =
+            (renewals_resumed, episode.renewing_since_ms)
+        {
+            decision.events.push(GuardEvent::RenewalsResumed {
+                overdue: overdue.len(),
+                renewing_since_ms,
+            });
+            self.episode = None;
+            decision.reap = overdue;
+        } else {
+            self.episode = Some(episode);
+            decision.deferral = Some(Deferral::MassExpiryGuard {
+                reason: episode.reason,
+                episode_age_ms: age,
+            });
+        }
     }
 
     /// P6.3's second trigger. Live executors renew every third of their own lease (their
