@@ -117,6 +117,21 @@ struct RegistrationFields<'a> {
     namespace: &'a str,
 }
 
+/// The registration's fields checked one by one, the first failure refused (a 4xx to the
+/// caller, nothing applied).
+fn check_registration(registration: &RegistrationFields<'_>) -> Result<(), RefusalReason> {
+    let invalid = |error: &dyn std::fmt::Display| invalid_reason(error.to_string());
+    check_text_field("incarnation", registration.incarnation, true)?;
+    check_text_field("address", registration.address, true)?;
+    check_text_field("name", registration.name.unwrap_or_default(), false)?;
+    check_capacity(registration.capacity).map_err(|error| invalid(&error))?;
+    if let Some(version) = registration.app_version {
+        check_app_version(version).map_err(|error| invalid(&error))?;
+    }
+    check_labels(registration.labels).map_err(|error| invalid(&error))?;
+    check_namespace_name(registration.namespace).map_err(|error| invalid(&error))
+}
+
 impl<'a> From<&'a Registration> for RegistrationFields<'a> {
     fn from(registration: &'a Registration) -> Self {
         Self {
@@ -786,34 +801,10 @@ impl LeaseState {
         now_ms: u64,
         registration: RegistrationFields<'_>,
     ) -> RegisterResult {
-        let RegistrationFields {
-            incarnation,
-            address,
-            name,
-            credential_sha256,
-            capacity,
-            app_version,
-            labels,
-            namespace,
-        } = registration;
-        let checks = check_text_field("incarnation", incarnation, true)
-            .and_then(|()| check_text_field("address", address, true))
-            .and_then(|()| check_text_field("name", name.unwrap_or_default(), false))
-            .and_then(|()| {
-                check_capacity(capacity).map_err(|error| invalid_reason(error.to_string()))
-            })
-            .and_then(|()| {
-                app_version.map_or(Ok(()), |version| {
-                    check_app_version(version).map_err(|error| invalid_reason(error.to_string()))
-                })
-            })
-            .and_then(|()| check_labels(labels).map_err(|error| invalid_reason(error.to_string())))
-            .and_then(|()| {
-                check_namespace_name(namespace).map_err(|error| invalid_reason(error.to_string()))
-            });
-        if let Err(reason) = checks {
+        if let Err(reason) = check_registration(&registration) {
             return RegisterResult::Refused { reason };
         }
+        let namespace = registration.namespace;
         let Some(space) = self.namespaces.get(namespace) else {
             return RegisterResult::Refused {
                 reason: RefusalReason::UnknownNamespace {
@@ -822,31 +813,15 @@ impl LeaseState {
             };
         };
         let config = space.config;
+        let executor_count = space.executor_count();
         let room = space
             .max_executors
-            .is_none_or(|max| space.executor_count() < max as usize);
-        if let Some(existing) = self.executor_by_incarnation(incarnation) {
-            if existing.namespace != namespace {
-                return RegisterResult::Refused {
-                    reason: RefusalReason::Conflict {
-                        detail: format!(
-                            "incarnation {incarnation} is registered in namespace {}, not \
-                             {namespace}: a new registration needs a new incarnation (P18.1)",
-                            existing.namespace
-                        ),
-                    },
-                };
-            }
-            // P13.4: only the holder of the credential gets the grant again. Hashes, so equal
-            // length; the values are public to every replica, so no timing to protect here.
-            if existing.credential_sha256 != credential_sha256 {
-                return RegisterResult::Refused {
-                    reason: RefusalReason::CredentialMismatch {
-                        executor_id: existing.id.clone(),
-                    },
-                };
-            }
-            let grant = self.grant_of(existing, now_ms);
+            .is_none_or(|max| executor_count < max as usize);
+        if let Some(existing) = self.executor_by_incarnation(registration.incarnation) {
+            let grant = match self.grant_again(existing, &registration, now_ms) {
+                Ok(grant) => grant,
+                Err(reason) => return RegisterResult::Refused { reason },
+            };
             // A retried register changes nothing else, but what it tells counts (P6.1).
             self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
             return RegisterResult::Registered {
@@ -858,13 +833,71 @@ impl LeaseState {
             return RegisterResult::Refused {
                 reason: RefusalReason::Conflict {
                     detail: format!(
-                        "namespace {namespace} holds its most executors ({}): deregister one, or \
-                         raise its bound (P18.1)",
-                        space.executor_count()
+                        "namespace {namespace} holds its most executors ({executor_count}): \
+                         deregister one, or raise its bound (P18.1)"
                     ),
                 },
             };
         }
+        let grant = self.register_new(log_index, now_ms, &registration, config);
+        RegisterResult::Registered {
+            grant,
+            already_registered: false,
+        }
+    }
+
+    /// A registration retried by the executor already registered with its incarnation: the
+    /// same grant again, to the holder of its credential in its namespace only.
+    fn grant_again(
+        &self,
+        existing: &Executor,
+        registration: &RegistrationFields<'_>,
+        now_ms: u64,
+    ) -> Result<Grant, RefusalReason> {
+        let RegistrationFields {
+            incarnation,
+            namespace,
+            credential_sha256,
+            ..
+        } = *registration;
+        if existing.namespace != namespace {
+            return Err(RefusalReason::Conflict {
+                detail: format!(
+                    "incarnation {incarnation} is registered in namespace {}, not \
+                     {namespace}: a new registration needs a new incarnation (P18.1)",
+                    existing.namespace
+                ),
+            });
+        }
+        // P13.4: only the holder of the credential gets the grant again. Hashes, so equal
+        // length; the values are public to every replica, so no timing to protect here.
+        if existing.credential_sha256 != credential_sha256 {
+            return Err(RefusalReason::CredentialMismatch {
+                executor_id: existing.id.clone(),
+            });
+        }
+        Ok(self.grant_of(existing, now_ms))
+    }
+
+    /// A new executor in the registration's namespace, whose `config` it takes, with a lease
+    /// from `now_ms` and no shards yet.
+    fn register_new(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        registration: &RegistrationFields<'_>,
+        config: ClusterConfig,
+    ) -> Grant {
+        let RegistrationFields {
+            incarnation,
+            address,
+            name,
+            credential_sha256,
+            capacity,
+            app_version,
+            labels,
+            namespace,
+        } = *registration;
         let executor_id = self.mint_executor_id(log_index);
         let lease_expiry_ms = now_ms.saturating_add(config.lease_duration_ms);
         let executor = Executor {
@@ -899,10 +932,7 @@ impl LeaseState {
         }
         self.executors.insert(executor_id, executor);
         self.touch_assignment(log_index, namespace);
-        RegisterResult::Registered {
-            grant,
-            already_registered: false,
-        }
+        grant
     }
 
     /// A new executor's id: the entry's index for its first, the numbers after it for the next
