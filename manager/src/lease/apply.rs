@@ -117,6 +117,21 @@ struct RegistrationFields<'a> {
     namespace: &'a str,
 }
 
+/// Whether an operator action's outcome changed the state, so the audit log records it (P17.4).
+fn changed_anything(outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::DrainingSet { changed, .. }
+        | Outcome::MaintenanceSet { changed, .. }
+        | Outcome::PinSet { changed, .. }
+        | Outcome::NamespaceSet { changed, .. } => *changed,
+        Outcome::NamespaceCreated { already_exists, .. } => !already_exists,
+        Outcome::NamespaceDeleted { already_gone, .. } => !already_gone,
+        Outcome::Deregistered { already_gone, .. } => !already_gone,
+        Outcome::Rebalanced { .. } | Outcome::Recorded => true,
+        _ => false,
+    }
+}
+
 /// The registration's fields checked one by one, the first failure refused (a 4xx to the
 /// caller, nothing applied).
 fn check_registration(registration: &RegistrationFields<'_>) -> Result<(), RefusalReason> {
@@ -298,7 +313,26 @@ impl LeaseState {
         if actor.len() > MAX_ACTOR_BYTES {
             return invalid(format!("the actor is longer than {MAX_ACTOR_BYTES} bytes"));
         }
-        let outcome = match action {
+        let outcome = self.apply_operator_action(log_index, now_ms, action);
+        if changed_anything(&outcome) {
+            self.record_audit(AuditRecord {
+                revision: log_index,
+                at_ms: now_ms,
+                actor: actor.to_owned(),
+                action: action.clone(),
+            });
+        }
+        outcome
+    }
+
+    /// The operator's action itself, applied as the same change any other caller's would be.
+    fn apply_operator_action(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        action: &OperatorAction,
+    ) -> Outcome {
+        match action {
             OperatorAction::SetDraining {
                 executor_id,
                 draining,
@@ -306,19 +340,7 @@ impl LeaseState {
             OperatorAction::Remove { executor_id } => {
                 self.apply_deregister(log_index, now_ms, executor_id)
             }
-            OperatorAction::SetMaintenance { on } => {
-                let changed = self.maintenance != *on;
-                if changed {
-                    self.maintenance = *on;
-                    // Plans made before it, in every namespace, would do what maintenance
-                    // forbids (P2.4).
-                    let names: Vec<String> = self.namespaces.keys().cloned().collect();
-                    for name in names {
-                        self.touch_assignment(log_index, &name);
-                    }
-                }
-                Outcome::MaintenanceSet { on: *on, changed }
-            }
+            OperatorAction::SetMaintenance { on } => self.apply_set_maintenance(log_index, *on),
             OperatorAction::MoveShard {
                 namespace,
                 shard,
@@ -364,37 +386,35 @@ impl LeaseState {
                 self.touch(log_index);
                 Outcome::Recorded
             }
-        };
-        let changed = match &outcome {
-            Outcome::DrainingSet { changed, .. }
-            | Outcome::MaintenanceSet { changed, .. }
-            | Outcome::PinSet { changed, .. }
-            | Outcome::NamespaceSet { changed, .. } => *changed,
-            Outcome::NamespaceCreated { already_exists, .. } => !already_exists,
-            Outcome::NamespaceDeleted { already_gone, .. } => !already_gone,
-            Outcome::Deregistered { already_gone, .. } => !already_gone,
-            Outcome::Rebalanced { .. } | Outcome::Recorded => true,
-            _ => false,
-        };
+        }
+    }
+
+    fn apply_set_maintenance(&mut self, log_index: u64, on: bool) -> Outcome {
+        let changed = self.maintenance != on;
         if changed {
-            self.audit.push_back(AuditRecord {
-                revision: log_index,
-                at_ms: now_ms,
-                actor: actor.to_owned(),
-                action: action.clone(),
-            });
-            while self.audit.len() > MAX_AUDIT_RECORDS {
-                // Callers who are not operators of the whole cluster cannot push its
-                // operators' records out (P17.4).
-                let oldest_other = self
-                    .audit
-                    .iter()
-                    .position(|record| !is_cluster_operator(&record.actor))
-                    .unwrap_or(0);
-                self.audit.remove(oldest_other);
+            self.maintenance = on;
+            // Plans made before it, in every namespace, would do what maintenance forbids (P2.4).
+            let names: Vec<String> = self.namespaces.keys().cloned().collect();
+            for name in names {
+                self.touch_assignment(log_index, &name);
             }
         }
-        outcome
+        Outcome::MaintenanceSet { on, changed }
+    }
+
+    /// Appends an operator's record, pushing out the oldest past [`MAX_AUDIT_RECORDS`]: the
+    /// oldest of a caller who is not an operator of the whole cluster first, so such callers
+    /// cannot push the cluster operators' records out (P17.4).
+    fn record_audit(&mut self, record: AuditRecord) {
+        self.audit.push_back(record);
+        while self.audit.len() > MAX_AUDIT_RECORDS {
+            let oldest_other = self
+                .audit
+                .iter()
+                .position(|record| !is_cluster_operator(&record.actor))
+                .unwrap_or(0);
+            self.audit.remove(oldest_other);
+        }
     }
 
     /// An operator's move (P17.4): a one-move plan made on the current state, so never stale,
