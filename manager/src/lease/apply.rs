@@ -117,6 +117,16 @@ struct RegistrationFields<'a> {
     namespace: &'a str,
 }
 
+/// What one move of a plan did to its shard.
+enum Applied {
+    /// Unowned, now its target's.
+    Granted,
+    /// Releasing to its target: a handoff started, or one under way retargeted.
+    Releasing,
+    /// Releasing no more: the handoff cancelled, the owner keeps it.
+    Cancelled,
+}
+
 /// Whether an operator action's outcome changed the state, so the audit log records it (P17.4).
 fn changed_anything(outcome: &Outcome) -> bool {
     match outcome {
@@ -1291,65 +1301,13 @@ impl LeaseState {
         let mut releasing = BTreeSet::new();
         let mut cancelled = BTreeSet::new();
         for step in moves {
-            let Some(index) = shard_index(step.shard) else {
-                continue;
+            let shards = match self.apply_move(log_index, now_ms, namespace, step, &mut effects) {
+                Some(Applied::Granted) => &mut granted,
+                Some(Applied::Releasing) => &mut releasing,
+                Some(Applied::Cancelled) => &mut cancelled,
+                None => continue,
             };
-            let Some(entry) = self
-                .namespaces
-                .get(namespace)
-                .and_then(|space| space.shards.get(index))
-            else {
-                continue;
-            };
-            match (entry.owner.clone(), entry.handoff.is_some()) {
-                (None, _) => {
-                    self.give_to(namespace, step.shard, &step.to, &mut effects);
-                    granted.insert(step.shard);
-                }
-                (Some(owner), false) => {
-                    // The owner's lease bound (its expiry, or its reservation for copies told
-                    // from memory, P6.6) bounds every copy it was told that included the shard;
-                    // an owner missing would be a corrupt state, and then nothing bounds a grant
-                    // beyond now.
-                    let from_grant_expiry_ms = self
-                        .executors
-                        .get(&owner)
-                        .map_or(now_ms, Executor::lease_bound_ms);
-                    if let Some(space) = self.namespaces.get_mut(namespace) {
-                        if let Some(entry) = space.shards.get_mut(index) {
-                            entry.handoff = Some(Handoff {
-                                to: Some(step.to.clone()),
-                                revoke_revision: log_index,
-                                from_grant_expiry_ms,
-                            });
-                            space.releasing.insert(step.shard);
-                        }
-                    }
-                    effects.revokes.entry(owner).or_default().insert(step.shard);
-                    releasing.insert(step.shard);
-                }
-                (Some(owner), true) if owner == step.to => {
-                    if let Some(space) = self.namespaces.get_mut(namespace) {
-                        if let Some(entry) = space.shards.get_mut(index) {
-                            entry.handoff = None;
-                            space.releasing.remove(&step.shard);
-                        }
-                    }
-                    effects.assignments.insert(owner);
-                    cancelled.insert(step.shard);
-                }
-                (Some(_), true) => {
-                    if let Some(handoff) = self
-                        .namespaces
-                        .get_mut(namespace)
-                        .and_then(|space| space.shards.get_mut(index))
-                        .and_then(|entry| entry.handoff.as_mut())
-                    {
-                        handoff.to = Some(step.to.clone());
-                    }
-                    releasing.insert(step.shard);
-                }
-            }
+            shards.insert(step.shard);
         }
         if !moves.is_empty() {
             self.touch_assignment(log_index, namespace);
@@ -1360,6 +1318,73 @@ impl LeaseState {
             cancelled: cancelled.into_iter().collect(),
             effects: effects.finish(self, log_index),
         }
+    }
+
+    /// One checked move of a plan: an unowned shard is granted at once; an owned one starts its
+    /// handoff, bounded by the owner's lease (P5.2); a releasing one goes back to its owner
+    /// (the handoff cancelled) or on to another target. `None` for a shard not in the table.
+    fn apply_move(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        namespace: &str,
+        step: &Move,
+        effects: &mut EffectsBuilder,
+    ) -> Option<Applied> {
+        let index = shard_index(step.shard)?;
+        let entry = self
+            .namespaces
+            .get(namespace)
+            .and_then(|space| space.shards.get(index))?;
+        let applied = match (entry.owner.clone(), entry.handoff.is_some()) {
+            (None, _) => {
+                self.give_to(namespace, step.shard, &step.to, effects);
+                Applied::Granted
+            }
+            (Some(owner), false) => {
+                // The owner's lease bound (its expiry, or its reservation for copies told from
+                // memory, P6.6) bounds every copy it was told that included the shard; an owner
+                // missing would be a corrupt state, and then nothing bounds a grant beyond now.
+                let from_grant_expiry_ms = self
+                    .executors
+                    .get(&owner)
+                    .map_or(now_ms, Executor::lease_bound_ms);
+                if let Some(space) = self.namespaces.get_mut(namespace) {
+                    if let Some(entry) = space.shards.get_mut(index) {
+                        entry.handoff = Some(Handoff {
+                            to: Some(step.to.clone()),
+                            revoke_revision: log_index,
+                            from_grant_expiry_ms,
+                        });
+                        space.releasing.insert(step.shard);
+                    }
+                }
+                effects.revokes.entry(owner).or_default().insert(step.shard);
+                Applied::Releasing
+            }
+            (Some(owner), true) if owner == step.to => {
+                if let Some(space) = self.namespaces.get_mut(namespace) {
+                    if let Some(entry) = space.shards.get_mut(index) {
+                        entry.handoff = None;
+                        space.releasing.remove(&step.shard);
+                    }
+                }
+                effects.assignments.insert(owner);
+                Applied::Cancelled
+            }
+            (Some(_), true) => {
+                if let Some(handoff) = self
+                    .namespaces
+                    .get_mut(namespace)
+                    .and_then(|space| space.shards.get_mut(index))
+                    .and_then(|entry| entry.handoff.as_mut())
+                {
+                    handoff.to = Some(step.to.clone());
+                }
+                Applied::Releasing
+            }
+        };
+        Some(applied)
     }
 
     /// `SetDraining`: flips an executor's draining flag. A change counts as an assignment change,
