@@ -132,6 +132,32 @@ pub(in crate::lease) fn plan_moves(
         .enumerate()
         .map(|(position, receiver)| (receiver.id, position))
         .collect();
+    let Scan {
+        mut moves,
+        homeless,
+    } = scan(state, now_ms, constraints, &positions, &mut receivers);
+    place_least_full(state, now_ms, &receivers, homeless, &mut moves);
+    cheapest_moves(state, moves, max_moves, |(step, _)| {
+        (step.shard, step.to.as_str())
+    })
+}
+
+/// The shard table classified: the moves it needs whatever else happens (handoffs cancelled),
+/// and the shards that must find a receiver.
+struct Scan {
+    moves: Vec<(Move, MoveReason)>,
+    homeless: Vec<ShardId>,
+}
+
+/// One pass over the shard table: what each receiver holds already (shards it serves or that
+/// are on their way to it), the handoffs to cancel, and the shards without a holder.
+fn scan(
+    state: Space<'_>,
+    now_ms: u64,
+    constraints: Constraints<'_>,
+    positions: &HashMap<&str, usize>,
+    receivers: &mut [Receiver<'_>],
+) -> Scan {
     // Each owner looked up once, not once per shard it holds.
     let owners: HashMap<&str, Owner<'_>> = state
         .executors()
@@ -145,7 +171,6 @@ pub(in crate::lease) fn plan_moves(
             (id, owner)
         })
         .collect();
-
     let mut moves: Vec<(Move, MoveReason)> = Vec::new();
     let mut homeless: Vec<ShardId> = Vec::new();
     for shard in state.shards() {
@@ -198,7 +223,18 @@ pub(in crate::lease) fn plan_moves(
             }
         }
     }
+    Scan { moves, homeless }
+}
 
+/// Each homeless shard, in id order, to the receiver holding the fewest for its capacity (ties to
+/// the lowest id), counting the shards given before it.
+fn place_least_full(
+    state: Space<'_>,
+    now_ms: u64,
+    receivers: &[Receiver<'_>],
+    homeless: Vec<ShardId>,
+    moves: &mut Vec<(Move, MoveReason)>,
+) {
     let mut queue: BinaryHeap<Reverse<Fill>> = receivers
         .iter()
         .enumerate()
@@ -227,7 +263,4 @@ pub(in crate::lease) fn plan_moves(
         fill.holding += 1;
         queue.push(Reverse(fill));
     }
-    cheapest_moves(state, moves, max_moves, |(step, _)| {
-        (step.shard, step.to.as_str())
-    })
 }
