@@ -202,6 +202,39 @@ fn survey<'a>(
     if members.is_empty() {
         return None;
     }
+    let LoadScan {
+        mut homeless,
+        distributable,
+        pool_load,
+    } = scan_loads(state, now_ms, inputs, load_of, &mut members);
+    let fleet = Fleet::of(members, distributable, pool_load, inputs.tolerance);
+    // Heaviest first, so the shards that are hardest to fit find room.
+    homeless.sort_by(|a, b| {
+        Ordered(b.load)
+            .cmp(&Ordered(a.load))
+            .then(a.shard.cmp(&b.shard))
+    });
+    Some((fleet, homeless))
+}
+
+/// The shard table by load: the shards without a holder, how many shards the plan distributes
+/// and the load of those without a holder.
+struct LoadScan {
+    homeless: Vec<Homeless>,
+    distributable: usize,
+    pool_load: f64,
+}
+
+/// One pass over the shard table: each member's load, count and movable shards (its own, not
+/// releasing, not cooling down, P15.4), and the shards that must find a holder. A shard
+/// releasing counts at its target; a lapsed owner keeps its shards until it is reaped (P3.8).
+fn scan_loads(
+    state: Space<'_>,
+    now_ms: u64,
+    inputs: &PlacementInputs,
+    load_of: &dyn Fn(ShardId) -> f64,
+    members: &mut [Member<'_>],
+) -> LoadScan {
     let indexes: BTreeMap<&str, usize> = members
         .iter()
         .enumerate()
@@ -258,41 +291,45 @@ fn survey<'a>(
         distributable += 1;
         pool_load += load;
     }
-    let total_capacity: f64 = members.iter().map(|m| m.capacity).sum();
-    let total_load = members.iter().map(|m| m.load).sum::<f64>() + pool_load;
-    let mean = total_load / total_capacity;
-    let tolerance = inputs.tolerance.clamp(0.0, 1.0);
-    let smallest_capacity = members
-        .iter()
-        .map(|m| m.capacity)
-        .fold(f64::INFINITY, f64::min);
-    let mut fleet = Fleet {
-        by_utilisation: BTreeSet::new(),
-        by_density: BTreeSet::new(),
-        mean,
-        low: mean * (1.0 - tolerance),
-        high: mean * (1.0 + tolerance),
-        inner_low: mean * (1.0 - tolerance / 2.0),
-        inner_high: mean * (1.0 + tolerance / 2.0),
+    LoadScan {
+        homeless,
         distributable,
-        total_capacity,
-        min_balance_load: mean * smallest_capacity * MIN_BALANCE_LOAD_OF_FAIR_SHARE,
-        moves: Vec::new(),
-        members,
-    };
-    for index in 0..fleet.members.len() {
-        fleet.index(index);
+        pool_load,
     }
-    // Heaviest first, so the shards that are hardest to fit find room.
-    homeless.sort_by(|a, b| {
-        Ordered(b.load)
-            .cmp(&Ordered(a.load))
-            .then(a.shard.cmp(&b.shard))
-    });
-    Some((fleet, homeless))
 }
 
-impl Fleet<'_> {
+impl<'a> Fleet<'a> {
+    /// The fleet of `members` with their loads: the mean utilisation and the bands around it
+    /// (P15.3), each member indexed by utilisation and density.
+    fn of(members: Vec<Member<'a>>, distributable: usize, pool_load: f64, tolerance: f64) -> Self {
+        let total_capacity: f64 = members.iter().map(|m| m.capacity).sum();
+        let total_load = members.iter().map(|m| m.load).sum::<f64>() + pool_load;
+        let mean = total_load / total_capacity;
+        let tolerance = tolerance.clamp(0.0, 1.0);
+        let smallest_capacity = members
+            .iter()
+            .map(|m| m.capacity)
+            .fold(f64::INFINITY, f64::min);
+        let mut fleet = Fleet {
+            by_utilisation: BTreeSet::new(),
+            by_density: BTreeSet::new(),
+            mean,
+            low: mean * (1.0 - tolerance),
+            high: mean * (1.0 + tolerance),
+            inner_low: mean * (1.0 - tolerance / 2.0),
+            inner_high: mean * (1.0 + tolerance / 2.0),
+            distributable,
+            total_capacity,
+            min_balance_load: mean * smallest_capacity * MIN_BALANCE_LOAD_OF_FAIR_SHARE,
+            moves: Vec::new(),
+            members,
+        };
+        for index in 0..fleet.members.len() {
+            fleet.index(index);
+        }
+        fleet
+    }
+
     fn density(&self, index: usize) -> f64 {
         let member = &self.members[index];
         member.count as f64 / member.capacity
