@@ -14,7 +14,7 @@ use leasehold_api::wire::{Grant, RegisterRequest, CAPACITY_SCHEMA};
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, error, info, warn};
 
-use crate::admission::{AdmissionState, AppliedMark, ForeignGrant, GrantApplied};
+use crate::admission::{AdmissionState, AppliedMark, Assignment, ForeignGrant, GrantApplied};
 use crate::assignment::SetOutcome;
 use crate::lease::{grant_attempt_timeout, CallOutcome, LeaseClock, NextCall};
 use crate::lease_calls::{CallKind, GrantTaken, LeaseCalls, LeaseHolder};
@@ -273,9 +273,30 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
     if held == 0 {
         return;
     }
+    if !ask_to_drain(shared, manager, &executor_id, held, deadline).await {
+        return;
+    }
+    let ended = await_handoffs(shared, &mut assignment, &executor_id, held, deadline).await;
+    let left = StillHeld::of(
+        &shared.view_at(Instant::now()).shards,
+        &told_by_service(shared),
+    );
+    report_drain_end(ended, &executor_id, &left);
+}
+
+/// Asks the managers to drain this executor (P17.2); whether its shards will be handed over,
+/// or (refused, not committed within the grace, or nobody to take them) admission stops at once
+/// (P3.7).
+async fn ask_to_drain<M: ManagerApi>(
+    shared: &Shared,
+    manager: &M,
+    executor_id: &str,
+    held: usize,
+    deadline: Instant,
+) -> bool {
     let executors = match timeout_at(
         deadline,
-        manager.drain_self(&executor_id, &shared.credential()),
+        manager.drain_self(executor_id, &shared.credential()),
     )
     .await
     {
@@ -283,35 +304,47 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
         Ok(Err(error)) => {
             count_self_drain("refused");
             warn!(%error, %executor_id, "the managers did not drain this executor; stopping admission at once (P3.7)");
-            return;
+            return false;
         }
         Err(_) => {
             count_self_drain("timed_out");
             warn!(%executor_id, "the drain was not committed within the grace; stopping admission at once (P3.7)");
-            return;
+            return false;
         }
     };
-    match after_drain(&executor_id, &executors) {
+    match after_drain(executor_id, &executors) {
         AfterDrain::NoTaker => {
             count_self_drain("no_taker");
             info!(%executor_id, held, "draining: no other executor can take the shards; stopping admission at once (P3.7)");
-            return;
+            return false;
         }
         AfterDrain::AwaitHandoffs { takers } => {
             info!(%executor_id, held, takers, "draining: each shard is admitted until its handoff completes (P17.2)");
         }
     }
+    true
+}
+
+/// Waits until every shard held at the drain's start has been handed over, or the drain ends
+/// otherwise.
+async fn await_handoffs(
+    shared: &Shared,
+    assignment: &mut tokio::sync::watch::Receiver<Assignment>,
+    executor_id: &str,
+    held: usize,
+    deadline: Instant,
+) -> DrainEnd {
     // A revoke drops a shard from the held set once it stopped admitting it (as a sidecar, the
     // service's acknowledgement drops it from what the service was told); a lapse or being
     // forgotten (reaped) empties the set or changes the id, and the stop then goes on too.
     let mut progress = DrainProgress::new(held, Instant::now(), deadline);
     let mut told_changes = shared.service().map(|service| service.changes());
-    let ended = loop {
+    loop {
         let (held_now, same_executor) = {
             let view = assignment.borrow_and_update();
             (
                 view.shards.clone(),
-                view.executor_id.as_deref() == Some(executor_id.as_str()),
+                view.executor_id.as_deref() == Some(executor_id),
             )
         };
         if !same_executor {
@@ -334,11 +367,11 @@ async fn drain_self<M: ManagerApi>(shared: &Shared, manager: &M, deadline: Insta
             DrainWait::Stalled => break DrainEnd::Stalled,
             DrainWait::TimedOut => break DrainEnd::TimedOut,
         }
-    };
-    let left = StillHeld::of(
-        &shared.view_at(Instant::now()).shards,
-        &told_by_service(shared),
-    );
+    }
+}
+
+/// How the drain ended, in the log and the self-drain counter.
+fn report_drain_end(ended: DrainEnd, executor_id: &str, left: &StillHeld) {
     match ended {
         // Nothing held, and (as a sidecar) nothing the service may still be admitting.
         DrainEnd::HandedOver => {
