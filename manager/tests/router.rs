@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
-use leasehold_api::ctl::certs::{self, InitOptions};
+use leasehold_api::ctl::certs::{self, InitOptions, IssueOptions};
 use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
 use leasehold_manager::config::ManagerConfig;
@@ -809,4 +809,115 @@ async fn p13_6_a_callers_registrations_past_its_burst_are_refused_429() {
     let elsewhere = call(&router, from("10.0.0.2:40000", 3)).await;
     assert_eq!(elsewhere.0, StatusCode::OK, "{}", elsewhere.2);
     replica.shut_down().await.unwrap();
+}
+
+/// A node that is not rejoining (`--rejoin`) takes Raft messages: a malformed one is refused as
+/// malformed (4xx), never held back as a rejoining node's are (`503`, until its old membership
+/// is removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_messages_are_held_back_only_while_rejoining() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path(), None);
+    let (replica, router) = ready(&config, None).await;
+    for path in ["/raft/append", "/raft/vote", "/raft/snapshot"] {
+        let (status, _, body) = call(&router, request(Method::POST, path, Some("{"), None)).await;
+        assert!(status.is_client_error(), "{path}: {status} {body}");
+    }
+    replica.shut_down().await.unwrap();
+}
+
+/// P18.2: an admin certificate limited to namespace `kv` changes `kv` (within the cluster's
+/// quotas) and nothing else: not another namespace, nor anything of the whole cluster; every
+/// refusal is `403` and changes nothing. An unlimited admin's same changes are taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p18_2_a_certificate_limited_to_a_namespace_changes_only_that_namespace() {
+    let data = tempfile::tempdir().unwrap();
+    let tls = tempfile::tempdir().unwrap();
+    let tls_dir = tls.path().join("certs");
+    certs::init(&InitOptions {
+        dir: tls_dir.clone(),
+        managers: 1,
+        hosts: vec!["127.0.0.1".to_owned()],
+        force: false,
+    })
+    .unwrap();
+    let issued = certs::issue(&IssueOptions {
+        role: Role::Admin,
+        namespaces: vec!["kv".to_owned()],
+        dir: tls_dir.clone(),
+        hosts: Vec::new(),
+        name: None,
+        force: false,
+    })
+    .unwrap();
+    assert_eq!(issued.namespaces, Some(vec!["kv".to_owned()]));
+    let config = config(data.path(), Some(&tls_dir));
+    let admin = peer(&tls_dir, Role::Admin);
+    let limited = {
+        let leaf = CertificateDer::from_pem_file(tls_dir.join("admin-kv.pem")).unwrap();
+        PeerRole::of(&leaf)
+    };
+    let (replica, router) = ready(&config, Some(&admin)).await;
+    for name in ["kv", "orders"] {
+        let body = format!(r#"{{"name":"{name}","shard_count":4,"max_executors":10}}"#);
+        let (status, _, view) = call(
+            &router,
+            request(Method::POST, "/v1/namespaces", Some(&body), Some(&admin)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{name}: {view}");
+    }
+    let before = revision(&router, &admin).await;
+    let refused = [
+        (
+            Method::PATCH,
+            "/v1/namespaces/orders",
+            r#"{"max_executors":8}"#,
+        ),
+        (Method::DELETE, "/v1/namespaces/orders", ""),
+        (Method::POST, "/v1/cluster/maintenance", r#"{"on":true}"#),
+    ];
+    for (method, path, body) in &refused {
+        let body = (!body.is_empty()).then_some(*body);
+        let answer = call(&router, request(method.clone(), path, body, Some(&limited))).await;
+        assert_problem(&answer, StatusCode::FORBIDDEN, "forbidden");
+    }
+    assert_eq!(
+        revision(&router, &admin).await,
+        before,
+        "the refusals changed nothing"
+    );
+    let (status, _, view) = call(
+        &router,
+        request(
+            Method::PATCH,
+            "/v1/namespaces/kv",
+            Some(r#"{"max_executors":8}"#),
+            Some(&limited),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, &view["max_executors"]),
+        (StatusCode::OK, &Value::from(8)),
+        "{view}"
+    );
+    let (status, _, view) = call(
+        &router,
+        request(
+            Method::PATCH,
+            "/v1/namespaces/orders",
+            Some(r#"{"max_executors":8}"#),
+            Some(&admin),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "the unlimited admin's: {view}");
+    replica.shut_down().await.unwrap();
+}
+
+/// The state's revision, read as `peer`.
+async fn revision(router: &Router, peer: &PeerRole) -> Value {
+    let (_, _, state) = call(router, request(Method::GET, "/v1/state", None, Some(peer))).await;
+    state["revision"].clone()
 }
