@@ -349,15 +349,8 @@ fn limited_scope_allowed(
     request: &Request,
 ) -> Result<(), String> {
     let cluster_version = node.state.read(|applied| applied.state.cluster_version());
-    if cluster_version < NAMESPACES_SCHEMA {
-        return Err(format!(
-            "a certificate limited to namespaces is honoured from cluster version \
-             {NAMESPACES_SCHEMA}; the cluster is at {cluster_version} (PROTOCOL P18.2)"
-        ));
-    }
-    let reads = matches!(required, Requirement::AnyRole)
-        && matches!(*request.method(), Method::GET | Method::HEAD);
-    if reads || acts_in_one_namespace(request.method(), request.uri().path()) {
+    limited_scope_honoured(cluster_version)?;
+    if limited_scope_reaches(required, request.method(), request.uri().path()) {
         return Ok(());
     }
     Err(format!(
@@ -366,6 +359,27 @@ fn limited_scope_allowed(
         request.method(),
         request.uri().path()
     ))
+}
+
+/// Whether a cluster at `cluster_version` honours certificates limited to namespaces (P18.2):
+/// one whose replicas do not all know the limit could let such a certificate act anywhere.
+fn limited_scope_honoured(cluster_version: u32) -> Result<(), String> {
+    if cluster_version < NAMESPACES_SCHEMA {
+        return Err(format!(
+            "a certificate limited to namespaces is honoured from cluster version \
+             {NAMESPACES_SCHEMA}; the cluster is at {cluster_version} (PROTOCOL P18.2)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a certificate limited to namespaces may make this request (P18.2): any read any
+/// certificate may make, and a change of something in one namespace (which the handler then
+/// checks is one of the certificate's); nothing else of the whole cluster.
+fn limited_scope_reaches(required: &Requirement, method: &Method, path: &str) -> bool {
+    let reads =
+        matches!(required, Requirement::AnyRole) && matches!(*method, Method::GET | Method::HEAD);
+    reads || acts_in_one_namespace(method, path)
 }
 
 /// The Raft messages a rejoining node refuses: all but `/raft/identity`, which the leader and
@@ -578,6 +592,53 @@ fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn p18_2_a_limited_certificate_is_honoured_from_the_namespaces_schema_on() {
+        assert!(limited_scope_honoured(NAMESPACES_SCHEMA - 1).is_err());
+        assert!(limited_scope_honoured(NAMESPACES_SCHEMA).is_ok());
+        assert!(limited_scope_honoured(NAMESPACES_SCHEMA + 1).is_ok());
+    }
+
+    #[test]
+    fn p18_2_a_limited_certificate_reads_anything_and_changes_only_one_namespace() {
+        let cases = [
+            (Method::GET, "/v1/state", true),
+            (Method::HEAD, "/v1/state", true),
+            (Method::GET, "/v1/namespaces/orders", true),
+            (Method::PATCH, "/v1/namespaces/kv", true),
+            (Method::POST, "/v1/executors", true),
+            (Method::POST, "/v1/shards/3/move", true),
+            // Reads that are an admin's of the whole cluster, and changes of the whole cluster.
+            (Method::GET, "/v1/backup", false),
+            (Method::GET, "/v1/audit", false),
+            (Method::PUT, "/v1/cluster/maintenance", false),
+            (Method::POST, "/v1/cluster/snapshot", false),
+        ];
+        for (method, path, reaches) in cases {
+            let required = requirement(&method, path);
+            assert_eq!(
+                limited_scope_reaches(&required, &method, path),
+                reaches,
+                "{method} {path} ({required:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rejoining_node_holds_back_every_raft_message_but_its_identity() {
+        for path in [
+            "/raft/append",
+            "/raft/vote",
+            "/raft/snapshot",
+            "/raft/forwarded/x",
+        ] {
+            assert!(held_while_rejoining(path), "{path}");
+        }
+        for path in ["/raft/identity", "/raft/identity/", "/v1/state", "/readyz"] {
+            assert!(!held_while_rejoining(path), "{path}");
+        }
+    }
 
     #[test]
     fn p13_3_every_route_asks_for_its_role() {
