@@ -921,3 +921,69 @@ async fn revision(router: &Router, peer: &PeerRole) -> Value {
     let (_, _, state) = call(router, request(Method::GET, "/v1/state", None, Some(peer))).await;
     state["revision"].clone()
 }
+
+/// P13.3: Raft messages, and roles forwarded for another caller, come only from a manager of
+/// the cluster under its own name. An executor's certificate sends no Raft message; a manager's
+/// does not claim another node's id; a manager that is not a member sends none and forwards
+/// nothing; and a node never takes a forward said to come from itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p13_3_only_a_member_manager_sends_raft_messages_or_forwards_a_role() {
+    let data = tempfile::tempdir().unwrap();
+    let tls = tempfile::tempdir().unwrap();
+    let tls_dir = tls.path().join("certs");
+    certs::init(&InitOptions {
+        dir: tls_dir.clone(),
+        managers: 2,
+        hosts: vec!["127.0.0.1".to_owned()],
+        force: false,
+    })
+    .unwrap();
+    let config = config(data.path(), Some(&tls_dir));
+    let admin = peer(&tls_dir, Role::Admin);
+    let executor = peer(&tls_dir, Role::Executor);
+    let manager_1 = peer(&tls_dir, Role::Manager { node_id: 1 });
+    let manager_2 = peer(&tls_dir, Role::Manager { node_id: 2 });
+    let (replica, router) = ready(&config, Some(&admin)).await;
+
+    let raft = |peer: &PeerRole, claimed: &str| {
+        let mut vote = request(Method::POST, "/raft/vote", Some("{"), Some(peer));
+        vote.headers_mut()
+            .insert("x-leasehold-node-id", claimed.parse().unwrap());
+        vote
+    };
+    for (caller, peer, claimed) in [
+        ("the executor", &executor, "1"),
+        ("manager 1 claiming node 2", &manager_1, "2"),
+        ("manager 2, not a member", &manager_2, "2"),
+    ] {
+        let answer = call(&router, raft(peer, claimed)).await;
+        assert_eq!(answer.0, StatusCode::FORBIDDEN, "{caller}: {}", answer.2);
+    }
+    // Manager 1 as itself passes the layer: its malformed message is refused as malformed.
+    let (status, _, body) = call(&router, raft(&manager_1, "1")).await;
+    assert!(
+        status.is_client_error() && status != StatusCode::FORBIDDEN,
+        "{status} {body}"
+    );
+
+    let forwarded = |peer: &PeerRole, by: &str| {
+        let mut backup = request(Method::GET, "/v1/backup", None, Some(peer));
+        let headers = backup.headers_mut();
+        headers.insert("x-leasehold-forwarded-by", by.parse().unwrap());
+        headers.insert(
+            "x-leasehold-forwarded-role",
+            "urn:leasehold:admin".parse().unwrap(),
+        );
+        backup
+    };
+    for (caller, peer, by, reason) in [
+        ("manager 2", &manager_2, "2", "not a member"),
+        ("manager 1", &manager_1, "1", "never forwards to itself"),
+    ] {
+        let answer = call(&router, forwarded(peer, by)).await;
+        assert_problem(&answer, StatusCode::FORBIDDEN, "forbidden");
+        let detail = answer.2["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(reason), "{caller}: {detail}");
+    }
+    replica.shut_down().await.unwrap();
+}

@@ -451,13 +451,21 @@ async fn forwarded_by_member(
     };
     match token {
         Some(token) => vouch::confirm(&node.http, by, &address, &token, &claimed).await,
-        None if forwards_without_vouchers(node.member_versions.get(by).as_ref()) => Ok(()),
-        None => Err(format!(
-            "the request carries no {} from manager {by}, which vouches for what it forwards \
-             (PROTOCOL P13.3)",
-            vouch::FORWARDED_VOUCHER_HEADER
-        )),
+        None => unvouched_forward(by, node.member_versions.get(by).as_ref()),
     }
+}
+
+/// A forward that carries no voucher, from member `by` (heard running `member`): believed only
+/// while that member runs the first release, which forwards without vouchers.
+fn unvouched_forward(by: u64, member: Option<&MemberVersion>) -> Result<(), String> {
+    if forwards_without_vouchers(member) {
+        return Ok(());
+    }
+    Err(format!(
+        "the request carries no {} from manager {by}, which vouches for what it forwards \
+         (PROTOCOL P13.3)",
+        vouch::FORWARDED_VOUCHER_HEADER
+    ))
 }
 
 /// What a forwarded request says was forwarded, and the voucher token it carries.
@@ -579,13 +587,40 @@ fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<
     }
     let metrics = node.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
-    let joining = node.settings.initial_cluster.is_empty() && membership.nodes().next().is_none();
-    let member = membership.get_node(node_id).is_some()
-        || node.settings.initial_cluster.contains_key(node_id);
-    if member || joining {
+    let sender = RaftSender {
+        node_id: *node_id,
+        in_membership: membership.get_node(node_id).is_some(),
+        in_initial_cluster: node.settings.initial_cluster.contains_key(node_id),
+        initial_cluster_known: !node.settings.initial_cluster.is_empty(),
+        membership_known: membership.nodes().next().is_some(),
+    };
+    raft_sender_allowed(&sender)
+}
+
+/// The manager a Raft message comes from, as this node's membership sees it, and what this node
+/// knows of its cluster.
+struct RaftSender {
+    node_id: u64,
+    in_membership: bool,
+    in_initial_cluster: bool,
+    /// Started with `--initial-cluster` (not `--join`).
+    initial_cluster_known: bool,
+    /// Has a membership (formed, or replicated to it).
+    membership_known: bool,
+}
+
+/// A member's (or, before formation, an `--initial-cluster` node's) Raft messages are taken; a
+/// node that knows no member yet (started with `--join`, not replicated to) takes any
+/// manager's of the cluster's CA, which is how the leader brings it up as a learner.
+fn raft_sender_allowed(sender: &RaftSender) -> Result<(), String> {
+    let knows_no_member = !sender.initial_cluster_known && !sender.membership_known;
+    if sender.in_membership || sender.in_initial_cluster || knows_no_member {
         Ok(())
     } else {
-        Err(format!("manager {node_id} is not a member of this cluster"))
+        Err(format!(
+            "manager {} is not a member of this cluster",
+            sender.node_id
+        ))
     }
 }
 
@@ -941,6 +976,60 @@ mod tests {
 
     /// P13.3: a forward without a voucher is believed only from a member heard running the first
     /// release (a rolling upgrade from it); from any later release, or a member not heard, never.
+    /// P13.3: a Raft message is taken from a member, or before formation from a node of the
+    /// initial cluster; from any manager of the CA only while this node knows no member at all.
+    #[test]
+    fn p13_3_raft_messages_come_from_members_unless_no_member_is_known_yet() {
+        let sender =
+            |in_membership, in_initial_cluster, initial_cluster_known, membership_known| {
+                RaftSender {
+                    node_id: 4,
+                    in_membership,
+                    in_initial_cluster,
+                    initial_cluster_known,
+                    membership_known,
+                }
+            };
+        // A member, or before formation a node of the initial cluster.
+        assert!(raft_sender_allowed(&sender(true, false, true, true)).is_ok());
+        assert!(raft_sender_allowed(&sender(true, false, false, true)).is_ok());
+        assert!(raft_sender_allowed(&sender(false, true, true, false)).is_ok());
+        // Anyone else, whenever this node knows a member: from its initial cluster, its
+        // membership, or both.
+        for (initial_cluster_known, membership_known) in
+            [(true, true), (true, false), (false, true)]
+        {
+            let stranger = raft_sender_allowed(&sender(
+                false,
+                false,
+                initial_cluster_known,
+                membership_known,
+            ))
+            .unwrap_err();
+            assert!(stranger.contains("manager 4 is not a member"), "{stranger}");
+        }
+        // A node started with `--join` and not replicated to yet.
+        assert!(raft_sender_allowed(&sender(false, false, false, false)).is_ok());
+    }
+
+    /// P13.3: the forward without a voucher is refused, naming the header, from a member of a
+    /// later release or one not heard; taken from one running the first release.
+    #[test]
+    fn p13_3_an_unvouched_forward_is_refused_unless_from_the_first_release() {
+        let at = |release: &str| MemberVersion {
+            release: release.to_owned(),
+            newest_schema: 2,
+        };
+        assert!(unvouched_forward(2, Some(&at(FIRST_RELEASE))).is_ok());
+        for member in [Some(at(leasehold_api::RELEASE)), None] {
+            let refused = unvouched_forward(2, member.as_ref()).unwrap_err();
+            assert!(
+                refused.contains(vouch::FORWARDED_VOUCHER_HEADER),
+                "{refused}"
+            );
+        }
+    }
+
     #[test]
     fn p13_3_only_a_first_release_member_forwards_without_a_voucher() {
         let at = |release: &str| MemberVersion {
