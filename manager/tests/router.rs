@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -279,6 +279,21 @@ async fn a_loopback_listener_refuses_a_foreign_host() {
     replica.shut_down().await.unwrap();
 }
 
+/// A cluster CA with `managers` managers' certificates, an admin's and an executor's, in a
+/// directory that lives as long as the first value.
+fn certificates(managers: u64) -> (tempfile::TempDir, PathBuf) {
+    let tls = tempfile::tempdir().unwrap();
+    let tls_dir = tls.path().join("certs");
+    certs::init(&InitOptions {
+        dir: tls_dir.clone(),
+        managers,
+        hosts: vec!["127.0.0.1".to_owned()],
+        force: false,
+    })
+    .unwrap();
+    (tls, tls_dir)
+}
+
 fn peer(dir: &Path, role: Role) -> PeerRole {
     let leaf = CertificateDer::from_pem_file(dir.join(certs::cert_file_name(role))).unwrap();
     PeerRole::of(&leaf)
@@ -287,15 +302,7 @@ fn peer(dir: &Path, role: Role) -> PeerRole {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p13_3_each_route_admits_only_its_roles() {
     let data = tempfile::tempdir().unwrap();
-    let tls = tempfile::tempdir().unwrap();
-    certs::init(&InitOptions {
-        dir: tls.path().join("certs"),
-        managers: 1,
-        hosts: vec!["127.0.0.1".to_owned()],
-        force: false,
-    })
-    .unwrap();
-    let tls_dir = tls.path().join("certs");
+    let (_tls, tls_dir) = certificates(1);
     let config = config(data.path(), Some(&tls_dir));
     let admin = peer(&tls_dir, Role::Admin);
     let executor = peer(&tls_dir, Role::Executor);
@@ -832,15 +839,7 @@ async fn raft_messages_are_held_back_only_while_rejoining() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p18_2_a_certificate_limited_to_a_namespace_changes_only_that_namespace() {
     let data = tempfile::tempdir().unwrap();
-    let tls = tempfile::tempdir().unwrap();
-    let tls_dir = tls.path().join("certs");
-    certs::init(&InitOptions {
-        dir: tls_dir.clone(),
-        managers: 1,
-        hosts: vec!["127.0.0.1".to_owned()],
-        force: false,
-    })
-    .unwrap();
+    let (_tls, tls_dir) = certificates(1);
     let issued = certs::issue(&IssueOptions {
         role: Role::Admin,
         namespaces: vec!["kv".to_owned()],
@@ -929,15 +928,7 @@ async fn revision(router: &Router, peer: &PeerRole) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p13_3_only_a_member_manager_sends_raft_messages_or_forwards_a_role() {
     let data = tempfile::tempdir().unwrap();
-    let tls = tempfile::tempdir().unwrap();
-    let tls_dir = tls.path().join("certs");
-    certs::init(&InitOptions {
-        dir: tls_dir.clone(),
-        managers: 2,
-        hosts: vec!["127.0.0.1".to_owned()],
-        force: false,
-    })
-    .unwrap();
+    let (_tls, tls_dir) = certificates(2);
     let config = config(data.path(), Some(&tls_dir));
     let admin = peer(&tls_dir, Role::Admin);
     let executor = peer(&tls_dir, Role::Executor);

@@ -918,33 +918,24 @@ impl LeaseState {
         registration: &RegistrationFields<'_>,
         config: ClusterConfig,
     ) -> Grant {
-        let RegistrationFields {
-            incarnation,
-            address,
-            name,
-            credential_sha256,
-            capacity,
-            app_version,
-            labels,
-            namespace,
-        } = *registration;
+        let namespace = registration.namespace;
         let executor_id = self.mint_executor_id(log_index);
         let lease_expiry_ms = now_ms.saturating_add(config.lease_duration_ms);
         let executor = Executor {
             id: executor_id.clone(),
-            incarnation: incarnation.to_owned(),
-            name: name.map(str::to_owned),
-            address: address.to_owned(),
+            incarnation: registration.incarnation.to_owned(),
+            name: registration.name.map(str::to_owned),
+            address: registration.address.to_owned(),
             lease_expiry_ms,
             lease_ttl_told_ms: lease_expiry_ms.saturating_sub(now_ms),
             lease_reserved_until_ms: 0,
             registered_revision: log_index,
             owned_shards: imbl::OrdSet::new(),
             draining: false,
-            credential_sha256,
-            capacity,
-            app_version: app_version.map(str::to_owned),
-            labels: labels.clone(),
+            credential_sha256: registration.credential_sha256,
+            capacity: registration.capacity,
+            app_version: registration.app_version.map(str::to_owned),
+            labels: registration.labels.clone(),
             namespace: namespace.to_owned(),
         };
         let grant = Grant {
