@@ -255,6 +255,44 @@ mod tests {
             assert_eq!(parse_duration(text), expected, "{text:?}");
         }
     }
+
+    /// A local request is bounded, and the bound lets the longest long poll be answered.
+    #[test]
+    fn p16_1_a_local_request_outlives_the_longest_long_poll_and_no_more() {
+        let longest_poll = Duration::from_millis(MAX_LOCAL_PERMITS_WAIT_MS);
+        assert!(LOCAL_REQUEST_TIMEOUT > longest_poll);
+        assert!(LOCAL_REQUEST_TIMEOUT <= longest_poll + Duration::from_secs(10));
+    }
+
+    /// P16.1: `unix:/path` replaces a socket an earlier run left, and refuses any other file
+    /// there (which it keeps); an absent path is fine, and a path that cannot be looked at is an
+    /// error.
+    #[test]
+    fn p16_1_only_a_stale_socket_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.sock");
+        remove_stale_socket(&absent).unwrap();
+
+        let stale = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        assert!(stale.exists());
+        remove_stale_socket(&stale).unwrap();
+        assert!(!stale.exists(), "the stale socket is removed");
+
+        let file = dir.path().join("data.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let refused = remove_stale_socket(&file).unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            std::io::ErrorKind::AlreadyExists,
+            "{refused}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
+        let under_a_file = file.join("child.sock");
+        let refused = remove_stale_socket(&under_a_file).unwrap_err();
+        assert_ne!(refused.kind(), std::io::ErrorKind::NotFound, "{refused}");
+    }
 }
 
 /// A token as answers carry it: 32 hex digits. `None` for anything else, which no answer
