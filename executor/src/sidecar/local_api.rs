@@ -256,6 +256,22 @@ mod tests {
         }
     }
 
+    /// A token is exactly what answers carry, 32 hex digits; nothing else parses to one.
+    #[test]
+    fn p16_2_a_token_is_32_hex_digits() {
+        let token = "0123456789abcdef0123456789ABCDEF";
+        assert_eq!(parse_token(token), Some(0x0123456789abcdef0123456789abcdef));
+        for text in [
+            &token[1..],
+            &format!("{token}0"),
+            &format!("+{}", &token[1..]),
+            "0123456789abcdef0123456789abcdeg",
+            "",
+        ] {
+            assert_eq!(parse_token(text), None, "{text:?}");
+        }
+    }
+
     /// A local request is bounded, and the bound lets the longest long poll be answered.
     #[test]
     fn p16_1_a_local_request_outlives_the_longest_long_poll_and_no_more() {
