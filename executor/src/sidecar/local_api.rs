@@ -256,6 +256,15 @@ mod tests {
         }
     }
 
+    /// The tokenless acknowledgement's warning is said on the first such poll only.
+    #[test]
+    fn p16_1_a_warning_behind_a_flag_is_said_once() {
+        let said = AtomicBool::new(false);
+        assert!(first_time(&said));
+        assert!(!first_time(&said));
+        assert!(!first_time(&said));
+    }
+
     /// A token is exactly what answers carry, 32 hex digits; nothing else parses to one.
     #[test]
     fn p16_2_a_token_is_32_hex_digits() {
@@ -353,7 +362,7 @@ async fn permits(
             }
         }
         (Some(answered), None) => {
-            if !local.warned_tokenless.swap(true, Ordering::Relaxed) {
+            if first_time(&local.warned_tokenless) {
                 warn!(
                     applied = answered.revision,
                     state = answered.state.as_str(),
@@ -404,6 +413,11 @@ async fn permits(
         chain,
         arrived,
     )))
+}
+
+/// Whether `said` is set for the first time: a warning behind it is said once a run.
+fn first_time(said: &AtomicBool) -> bool {
+    !said.swap(true, Ordering::Relaxed)
 }
 
 /// `?key=K` or `?shard=N`.
