@@ -98,9 +98,30 @@ pub fn shard_for_key(key: &[u8], shard_count: NonZeroU32) -> u32 {
     u32::try_from(shard).unwrap_or(0)
 }
 
+/// The longest key any route takes to name a shard (bytes): `GET /v1/routing?key=K`, an
+/// executor's `/work?key=K` and a sidecar's `/v1/admit?key=K`.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// A key's length checked against [`MAX_KEY_BYTES`]: the refusal to give (a 400) when it is
+/// longer.
+pub fn check_key_length(key: &str) -> Result<(), String> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(format!("key is longer than {MAX_KEY_BYTES} bytes"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_of_the_longest_length_is_taken_and_one_byte_more_refused() {
+        assert!(check_key_length(&"k".repeat(MAX_KEY_BYTES)).is_ok());
+        assert!(check_key_length("").is_ok());
+        let refused = check_key_length(&"k".repeat(MAX_KEY_BYTES + 1)).unwrap_err();
+        assert!(refused.contains("1024"), "{refused}");
+    }
 
     fn count(n: u32) -> NonZeroU32 {
         NonZeroU32::new(n).unwrap()

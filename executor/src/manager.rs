@@ -28,9 +28,6 @@ use leasehold_api::wire::{
 /// attempt that earns the grant is sent.
 pub const GRANT_CALL_PATIENCE: Duration = Duration::from_secs(1);
 
-/// Longest routing key the manager accepts in `GET /v1/routing?key=K`.
-pub const MAX_KEY_BYTES: usize = 1024;
-
 /// The manager calls the lease loop makes.
 pub(crate) trait ManagerApi: Send + Sync + 'static {
     /// `POST /v1/executors` (P4.4): idempotent per incarnation (P7.2).

@@ -21,7 +21,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::ShardEpoch;
 use leasehold_executor::owner::{misdirected, OwnerOf};
 use leasehold_executor::server::HttpError;
-use leasehold_executor::{AdmitError, ExecutorHandle, MAX_KEY_BYTES};
+use leasehold_executor::{AdmitError, ExecutorHandle};
 use serde::Deserialize;
 use tracing::warn;
 use utoipa::OpenApi;
@@ -82,11 +82,8 @@ pub(crate) async fn work(
 ) -> Result<Json<ShardEpoch>, Response> {
     let Query(WorkQuery { key }) =
         query.map_err(|rejection| HttpError::invalid(rejection.body_text()).into_response())?;
-    if key.len() > MAX_KEY_BYTES {
-        return Err(
-            HttpError::invalid(format!("key is longer than {MAX_KEY_BYTES} bytes")).into_response(),
-        );
-    }
+    leasehold_api::check_key_length(&key)
+        .map_err(|detail| HttpError::invalid(detail).into_response())?;
     match handle.admit_key(key.as_bytes()) {
         Ok(permit) => {
             // One unit per admitted request: the binary reports its request rate (P15.1). The

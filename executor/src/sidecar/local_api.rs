@@ -23,6 +23,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use leasehold_api::check_key_length;
 use leasehold_api::http::{ApiQuery, BodyLimit, HttpError};
 use leasehold_api::origin::HostPolicy;
 use leasehold_api::problem::ErrorCode;
@@ -42,7 +43,6 @@ use crate::admission::AdmitError;
 use crate::handle::ExecutorHandle;
 use crate::owner::{misdirected, OwnerOf};
 use crate::shared::Shared;
-use crate::MAX_KEY_BYTES;
 
 /// Where the local API listens: a loopback address or a unix socket (P16.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -437,9 +437,7 @@ async fn admit(
     let invalid = |detail: String| HttpError::invalid(detail).into_response();
     let shard = match (&query.key, query.shard) {
         (Some(key), None) => {
-            if key.len() > MAX_KEY_BYTES {
-                return Err(invalid(format!("key is longer than {MAX_KEY_BYTES} bytes")));
-            }
+            check_key_length(key).map_err(invalid)?;
             let Some(count) = local.shared.view_at(Instant::now()).shard_count else {
                 return Err(not_admitting());
             };

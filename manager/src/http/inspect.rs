@@ -21,9 +21,6 @@ use crate::lease::{Executor, LeaseState, Shard, Space, ToldFromMemory};
 use crate::load_reports::LoadPicture;
 use crate::routing::route;
 
-/// Longest routing key accepted in a query string.
-const MAX_KEY_BYTES: usize = 1024;
-
 /// What only the leader knows, if this node is leading: the loads (PROTOCOL §15) and the leases
 /// it told from memory (P6.8), which the log does not carry.
 #[derive(Debug, Default)]
@@ -305,14 +302,8 @@ pub async fn routing(
     State(node): State<AppState>,
     ApiQuery(query): ApiQuery<RoutingQuery>,
 ) -> Result<Json<RoutingAnswer>, HttpError> {
-    if query
-        .key
-        .as_ref()
-        .is_some_and(|key| key.len() > MAX_KEY_BYTES)
-    {
-        return Err(HttpError::invalid(format!(
-            "key is longer than {MAX_KEY_BYTES} bytes"
-        )));
+    if let Some(key) = &query.key {
+        leasehold_api::check_key_length(key).map_err(HttpError::invalid)?;
     }
     if query.key.is_some() && query.form == RoutingForm::Runs {
         return Err(HttpError::invalid(
