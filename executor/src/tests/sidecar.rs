@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::Router;
 use leasehold_api::wire::Grant;
 use serde_json::{json, Value};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::http::{app, assert_problem, call};
@@ -24,6 +25,11 @@ use crate::sidecar::{self, LocalListen};
 /// of another shard's owner fails at once.
 fn handle_of(shared: &Arc<Shared>) -> ExecutorHandle {
     let (shutdown_tx, _) = ShutdownSignal::new();
+    handle_stopped_by(shared, shutdown_tx)
+}
+
+/// [`handle_of`], its graceful stop asked for through `shutdown_tx`.
+fn handle_stopped_by(shared: &Arc<Shared>, shutdown_tx: watch::Sender<bool>) -> ExecutorHandle {
     let (server_stop_tx, _) = ShutdownSignal::new();
     let manager = ManagerLink::new(
         vec!["http://127.0.0.1:9".into()],
@@ -926,4 +932,19 @@ async fn p17_1_a_pushed_service_prepares_by_answering_the_push() {
     assert_eq!(reply, json!({"prepared": [5]}));
     let second = wait_for_push(&received, 2).await;
     assert_eq!(second["preparing"], json!([{"shard": 5, "epoch": 3}]));
+}
+
+/// P3.7: the service's `POST /v1/local/stop` is accepted (`202`) and begins the executor's graceful
+/// stop, as SIGTERM would.
+#[tokio::test]
+async fn p3_7_the_service_asks_for_the_graceful_stop() {
+    let (shared, link, _) = sidecar_with_lease(3_000);
+    let (shutdown_tx, mut shutdown) = ShutdownSignal::new();
+    let handle = handle_stopped_by(&shared, shutdown_tx);
+    let router = sidecar::router(Arc::clone(&shared), link, handle, None);
+    let (status, _, body) = call(router, "POST", "/v1/local/stop", None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    tokio::time::timeout(Duration::from_secs(10), shutdown.wait())
+        .await
+        .expect("the graceful stop began");
 }
