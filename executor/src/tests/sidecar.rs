@@ -744,7 +744,7 @@ fn push_to(
     shared: &Arc<Shared>,
     link: &Arc<ServiceLink>,
     url: &str,
-) -> tokio::sync::watch::Sender<bool> {
+) -> watch::Sender<bool> {
     let (stop_tx, stop) = ShutdownSignal::new();
     tokio::spawn(sidecar::push_to_app(
         Arc::clone(shared),
