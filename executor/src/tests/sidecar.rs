@@ -740,11 +740,7 @@ async fn app_taking_pushes(status: StatusCode) -> (String, Arc<std::sync::Mutex<
 }
 
 /// Spawns the push task of a sidecar; the sender stops it.
-fn push_to(
-    shared: &Arc<Shared>,
-    link: &Arc<ServiceLink>,
-    url: &str,
-) -> watch::Sender<bool> {
+fn push_to(shared: &Arc<Shared>, link: &Arc<ServiceLink>, url: &str) -> watch::Sender<bool> {
     let (stop_tx, stop) = ShutdownSignal::new();
     tokio::spawn(sidecar::push_to_app(
         Arc::clone(shared),
