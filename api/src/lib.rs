@@ -98,8 +98,8 @@ pub fn shard_for_key(key: &[u8], shard_count: NonZeroU32) -> u32 {
     u32::try_from(shard).unwrap_or(0)
 }
 
-/// The longest key any route takes to name a shard (bytes): `GET /v1/routing?key=K`, an
-/// executor's `/work?key=K` and a sidecar's `/v1/admit?key=K`.
+/// The longest key any route takes to name a shard (bytes): `GET /v1/routing?key=K`, the demo
+/// executor's `GET /v1/work?key=K` and a sidecar's `GET /v1/local/admit?key=K`.
 pub const MAX_KEY_BYTES: usize = 1024;
 
 /// A key's length checked against [`MAX_KEY_BYTES`]: the refusal to give (a 400) when it is
