@@ -65,7 +65,7 @@ use crate::admission_log::{
     admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog,
 };
 use crate::checker::{check_files, monotonic_now_ns, CheckReport, EventLogFile};
-use crate::proxy::{HoldOutcome, Impairment, PathMatch, ProxySet};
+use crate::proxy::{HoldOutcome, Impairment, PathMatch, ProxySet, Refusal};
 use crate::template::{Slot, Template};
 
 /// The cluster every run uses: short leases so faults resolve in seconds.
@@ -1371,6 +1371,8 @@ impl Run<'_> {
         let renew_path = format!("/v1/executors/{id}/renew");
         let label = format!("POST {renew_path}");
         let x0 = self.process(0);
+        // Earlier steps refused the same path as unavailable: only what this step tells counts.
+        let earlier_refusals = x0.call_proxy.stats().refusals.len();
         x0.call_proxy.capture_next("POST", REGISTER_PATH);
         x0.call_proxy.answer_requests(
             "POST",
@@ -1384,10 +1386,10 @@ impl Run<'_> {
                 .process(0)
                 .call_proxy
                 .stats()
-                .refused_at_ns
+                .refusals
                 .iter()
-                .find(|(refused, _)| *refused == label)
-                .map(|(_, at_ns)| *at_ns);
+                .skip(earlier_refusals)
+                .find_map(|refusal| told_at_ns(refusal, &label, ErrorCode::UnknownExecutor));
             if let Some(at_ns) = told {
                 break at_ns;
             }
@@ -1762,6 +1764,12 @@ fn show_set(set: &BTreeSet<(u32, u64)>) -> String {
         .join(", ")
 }
 
+/// When the proxy told `label` the problem `code` (`None` for any other refusal: steps refuse
+/// one path with different codes).
+fn told_at_ns(refusal: &Refusal, label: &str, code: ErrorCode) -> Option<u64> {
+    (refusal.label == label && refusal.code == code).then_some(refusal.at_ns)
+}
+
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -1805,6 +1813,33 @@ pub fn runnable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn p4_4_the_unknown_executor_step_judges_from_its_own_answer_not_an_earlier_refusal() {
+        let label = "POST /v1/executors/ex-4/renew";
+        let refusal = |label: &str, code, at_ns| Refusal {
+            label: label.to_owned(),
+            code,
+            at_ns,
+        };
+        // An earlier step's 503 to the same renewal path is not the 404 this step told.
+        let earlier = refusal(label, ErrorCode::Unavailable, 100);
+        assert_eq!(
+            told_at_ns(&earlier, label, ErrorCode::UnknownExecutor),
+            None
+        );
+        let other = refusal(
+            "POST /v1/executors/ex-5/renew",
+            ErrorCode::UnknownExecutor,
+            200,
+        );
+        assert_eq!(told_at_ns(&other, label, ErrorCode::UnknownExecutor), None);
+        let told = refusal(label, ErrorCode::UnknownExecutor, 300);
+        assert_eq!(
+            told_at_ns(&told, label, ErrorCode::UnknownExecutor),
+            Some(300)
+        );
+    }
 
     #[test]
     fn a_grant_set_is_read_from_shards_or_runs_and_an_unchanged_one_is_not_read() {

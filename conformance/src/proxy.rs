@@ -103,9 +103,20 @@ pub struct ProxyStats {
     pub last_reply_body: BTreeMap<String, Vec<u8>>,
     /// Requests the proxy refused itself ([`ProxySet::refuse_requests`]).
     pub refused: usize,
-    /// Each request the proxy answered itself, in order: its `METHOD path` and when the answer
-    /// was written to the caller (CLOCK_MONOTONIC ns).
-    pub refused_at_ns: Vec<(String, u64)>,
+    /// Each request the proxy answered itself, in order.
+    pub refusals: Vec<Refusal>,
+}
+
+/// A request the proxy answered itself ([`ProxySet::answer_requests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Its `METHOD path`.
+    pub label: String,
+    /// The problem it was answered with: one path is refused with different codes in different
+    /// steps, and a step judges only what it told.
+    pub code: ErrorCode,
+    /// When the answer was written to the caller (CLOCK_MONOTONIC ns).
+    pub at_ns: u64,
 }
 
 /// Where a held request stands ([`ProxySet::hold_next_request`]).
@@ -888,7 +899,7 @@ async fn serve(
         if matches!(written, Ok(Ok(()))) {
             let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
             let at_ns = crate::checker::monotonic_now_ns();
-            state.stats.refused_at_ns.push((label, at_ns));
+            state.stats.refusals.push(Refusal { label, code, at_ns });
         }
         return;
     }
@@ -1235,9 +1246,16 @@ mod tests {
         assert!(seen.lock().unwrap().is_empty(), "never forwarded");
         let stats = proxy.stats();
         assert_eq!(stats.refused, 1);
-        assert_eq!(stats.refused_at_ns.len(), 1);
-        assert_eq!(stats.refused_at_ns[0].0, format!("POST {path}"));
-        assert!(stats.refused_at_ns[0].1 >= before_ns);
+        assert_eq!(stats.refusals.len(), 1);
+        assert_eq!(stats.refusals[0].label, format!("POST {path}"));
+        assert_eq!(stats.refusals[0].code, ErrorCode::UnknownExecutor);
+        assert!(stats.refusals[0].at_ns >= before_ns);
+        // The same path refused as unavailable is told apart from it.
+        proxy.refuse_requests("POST", path, PathMatch::Exact, true);
+        assert_eq!(client().post(&url).send().await.unwrap().status(), 503);
+        let stats = proxy.stats();
+        assert_eq!(stats.refusals.len(), 2);
+        assert_eq!(stats.refusals[1].code, ErrorCode::Unavailable);
         // Stopped like a refusal.
         proxy.refuse_requests("POST", path, PathMatch::Exact, false);
         assert_eq!(client().post(&url).send().await.unwrap().status(), 200);

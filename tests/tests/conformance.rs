@@ -53,7 +53,10 @@ fn run_kit(template: &str, seed: u64) -> Verdict {
         .expect("run leasehold-conformance");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    let text = format!("{stdout}\n--- stderr ---\n{stderr}");
+    let mut text = format!("{stdout}\n--- stderr ---\n{stderr}");
+    if !output.status.success() {
+        text.push_str(&executor_logs(work.path()));
+    }
     let last = stdout.lines().last().unwrap_or_default().to_owned();
     let field = |name: &str| -> String {
         last.split_whitespace()
@@ -73,6 +76,33 @@ fn run_kit(template: &str, seed: u64) -> Verdict {
         exit_ok: output.status.success(),
         output: text,
     }
+}
+
+/// The tail of each executor's own log in the kit's work directory (removed with it), so that a
+/// failing run shows what the executors did.
+fn executor_logs(work: &Path) -> String {
+    const TAIL_LINES: usize = 200;
+    let Ok(entries) = std::fs::read_dir(work) else {
+        return String::new();
+    };
+    let mut logs: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .collect();
+    logs.sort();
+    let mut text = String::new();
+    for log in logs {
+        let content = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = content.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(TAIL_LINES)..];
+        text.push_str(&format!(
+            "\n--- {} (last {} lines) ---\n{}",
+            log.display(),
+            tail.len(),
+            tail.join("\n")
+        ));
+    }
+    text
 }
 
 fn assert_passes(what: &str, verdict: &Verdict) {
