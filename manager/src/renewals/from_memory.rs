@@ -57,6 +57,51 @@ struct TermRounds {
     confirmation: Option<LeadershipConfirmation>,
 }
 
+impl TermRounds {
+    /// `term`'s confirmation core: the one begun in `term` if there is one, else a fresh one whose
+    /// followers `followers` names. A core never outlives its term: its rounds and
+    /// acknowledgements say nothing of a later one.
+    fn for_term(
+        &mut self,
+        term: u64,
+        followers: impl FnOnce() -> Vec<u64>,
+    ) -> &mut LeadershipConfirmation {
+        if self.term != term {
+            *self = TermRounds {
+                term,
+                confirmation: None,
+            };
+        }
+        self.confirmation
+            .get_or_insert_with(|| LeadershipConfirmation::new(followers()))
+    }
+}
+
+/// The voters whose acknowledgements confirm `this_node`'s leadership: all but itself (it votes
+/// for itself in every round).
+fn other_voters(voters: impl Iterator<Item = u64>, this_node: u64) -> Vec<u64> {
+    voters.filter(|id| *id != this_node).collect()
+}
+
+/// Whether renewals go through reservations and memory at all: the flag is on and the cluster
+/// version keeps reservations (P6.6), so that no manager of an older schema leads after this one
+/// without knowing what it told.
+fn keeps_reservations(enabled: bool, cluster_version: u32) -> bool {
+    enabled && cluster_version >= leasehold_api::wire::LEASE_RESERVATION_SCHEMA
+}
+
+/// Whether a renewal may wait for a confirmation round to be answered from memory: reservations
+/// are kept and this node leads (P6.5).
+fn may_answer_from_memory(enabled: bool, cluster_version: u32, in_office: bool) -> bool {
+    keeps_reservations(enabled, cluster_version) && in_office
+}
+
+/// Whether this node still leads in `term`, the term whose round confirmed it: an answer read in
+/// a later term (or out of office) was not confirmed by that round.
+fn still_leads(in_office: bool, term_now: u64, term: u64) -> bool {
+    in_office && term_now == term
+}
+
 /// The handle renew handlers and the leader's step share (`--renewals-from-memory`).
 #[derive(Debug, Clone)]
 pub struct MemoryRenewals {
@@ -114,21 +159,12 @@ impl MemoryRenewals {
             .term_rounds
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if rounds.term != term {
-            *rounds = TermRounds {
-                term,
-                confirmation: None,
-            };
-        }
-        let confirmation = rounds.confirmation.get_or_insert_with(|| {
+        let confirmation = rounds.for_term(term, || {
             let metrics = leadership.metrics_snapshot();
-            let followers: Vec<u64> = metrics
-                .membership_config
-                .membership()
-                .voter_ids()
-                .filter(|id| *id != metrics.id)
-                .collect();
-            LeadershipConfirmation::new(followers)
+            other_voters(
+                metrics.membership_config.membership().voter_ids(),
+                metrics.id,
+            )
         });
         use_it(confirmation)
     }
@@ -144,9 +180,7 @@ impl MemoryRenewals {
             return None;
         }
         let cluster_version = state.read(|applied| applied.state.cluster_version());
-        if cluster_version < leasehold_api::wire::LEASE_RESERVATION_SCHEMA
-            || !leadership.in_office()
-        {
+        if !may_answer_from_memory(self.enabled, cluster_version, leadership.in_office()) {
             return None;
         }
         let term = leadership.clock.term();
@@ -172,7 +206,7 @@ impl MemoryRenewals {
                 return None;
             }
         }
-        if !leadership.in_office() || leadership.clock.term() != term {
+        if !still_leads(leadership.in_office(), leadership.clock.term(), term) {
             through_the_log("unconfirmed");
             return None;
         }
@@ -228,7 +262,7 @@ impl MemoryRenewals {
     /// (P6.6, P6.8), once the cluster version keeps reservations; the reservations task writes it
     /// with those gathered beside it.
     pub fn reserve_for_registered(&self, cluster_version: u32, term: u64, executor_id: &str) {
-        if !self.enabled || cluster_version < leasehold_api::wire::LEASE_RESERVATION_SCHEMA {
+        if !keeps_reservations(self.enabled, cluster_version) {
             return;
         }
         {
@@ -361,5 +395,94 @@ pub async fn run_reservations(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_api::wire::LEASE_RESERVATION_SCHEMA;
+
+    use super::*;
+
+    #[test]
+    fn p6_5_a_confirmation_core_lasts_its_term_only() {
+        let mut rounds = TermRounds::default();
+        let first = rounds.for_term(4, || vec![2, 3]);
+        let round = first.start_round();
+        first.quorum_acknowledged(round);
+        assert!(rounds
+            .for_term(4, || unreachable!("kept"))
+            .is_confirmed(round));
+        // The same term keeps its rounds: the next request needs the next round.
+        assert_eq!(rounds.for_term(4, Vec::new).needs(), Round(2));
+        // A new term starts from nothing, with the followers it has now.
+        let next = rounds.for_term(5, || vec![2, 3, 4, 5]);
+        assert!(!next.is_confirmed(round));
+        assert_eq!(next.needs(), Round(1));
+        assert_eq!(*next, LeadershipConfirmation::new([2, 3, 4, 5]));
+    }
+
+    #[test]
+    fn p6_5_the_followers_are_the_other_voters() {
+        assert_eq!(other_voters([1, 2, 3].into_iter(), 2), vec![1, 3]);
+        assert_eq!(other_voters([7].into_iter(), 7), Vec::<u64>::new());
+        // One voter alone confirms itself at once; any other needs the quorum.
+        let mut alone = LeadershipConfirmation::new(other_voters([7].into_iter(), 7));
+        let round = alone.start_round();
+        assert!(alone.is_confirmed(round));
+    }
+
+    #[test]
+    fn p6_6_memory_answers_only_once_every_manager_keeps_reservations() {
+        let before = LEASE_RESERVATION_SCHEMA - 1;
+        assert!(keeps_reservations(true, LEASE_RESERVATION_SCHEMA));
+        assert!(keeps_reservations(true, LEASE_RESERVATION_SCHEMA + 1));
+        assert!(!keeps_reservations(true, before));
+        assert!(!keeps_reservations(false, LEASE_RESERVATION_SCHEMA));
+        assert!(may_answer_from_memory(true, LEASE_RESERVATION_SCHEMA, true));
+        assert!(!may_answer_from_memory(
+            true,
+            LEASE_RESERVATION_SCHEMA,
+            false
+        ));
+        assert!(!may_answer_from_memory(true, before, true));
+        assert!(!may_answer_from_memory(
+            false,
+            LEASE_RESERVATION_SCHEMA,
+            true
+        ));
+    }
+
+    #[test]
+    fn p6_5_an_answer_counts_only_in_the_term_that_confirmed_it() {
+        assert!(still_leads(true, 3, 3));
+        assert!(!still_leads(false, 3, 3));
+        assert!(!still_leads(true, 4, 3));
+    }
+
+    #[test]
+    fn p6_6_a_registration_asks_for_a_reservation_once_they_are_kept() {
+        let reserved = |enabled: bool, cluster_version: u32| {
+            let (memory, _rounds) = memory_renewals(enabled);
+            memory.reserve_for_registered(cluster_version, 2, "ex-1");
+            let wanted = memory.leases().take_reservations_wanted(8);
+            wanted
+        };
+        let wanted = vec!["ex-1".to_owned()];
+        assert_eq!(reserved(true, LEASE_RESERVATION_SCHEMA), wanted);
+        assert_eq!(reserved(true, LEASE_RESERVATION_SCHEMA + 1), wanted);
+        assert!(reserved(true, LEASE_RESERVATION_SCHEMA - 1).is_empty());
+        assert!(reserved(false, LEASE_RESERVATION_SCHEMA).is_empty());
+    }
+
+    #[test]
+    fn a_round_waiter_is_gathered_under_its_executor() {
+        let (answer, _confirmed) = oneshot::channel();
+        let waiter = RoundWaiter {
+            executor_id: "ex-9".to_owned(),
+            needed: Round(1),
+            answer,
+        };
+        assert_eq!(waiting_executor(&waiter), "ex-9");
     }
 }
