@@ -55,7 +55,7 @@ fn regressions() -> Vec<u64> {
 }
 
 fn replay_command(seed: u64) -> String {
-    format!("LEASEHOLD_SIM_SEED={seed} cargo test --release -p leasehold-sim --test simulate -- --nocapture")
+    format!("LEASEHOLD_SIM_SEED={seed} cargo test --profile sim -p leasehold-sim --test simulate -- --nocapture")
 }
 
 /// Runs `seeds` on every available core and returns the failures; with
