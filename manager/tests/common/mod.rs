@@ -3,7 +3,6 @@
 //! Each test crate uses part of it.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -16,12 +15,12 @@ use serde_json::{json, Value};
 /// How long anything a test waits for may take on a loaded machine.
 pub const BOUND: Duration = Duration::from_secs(30);
 
+/// A port for a member to listen on, below the ephemeral range (`leasehold_harness::PORTS`): a
+/// member restarted on its port must find it free, and a port the OS picked for some outgoing
+/// connection meanwhile would not be (a restored leader that could not listen failed
+/// `leadership.rs` once in CI).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    leasehold_harness::free_port().unwrap()
 }
 
 /// Where the members of a plaintext loopback cluster keep their data and listen.
