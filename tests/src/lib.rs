@@ -194,13 +194,21 @@ pub async fn wait_for_cluster_version(cluster: &mut Cluster, version: u32, bound
 
 /// Prints the last lines of a process log to stderr (for a failing test's output).
 pub fn print_log_tail(label: &str, log_path: &Path) {
+    eprint!("{}", log_tail(label, log_path, 40));
+}
+
+/// The last `lines` lines of a process log under a heading naming `label` (a missing log reads
+/// as empty).
+pub fn log_tail(label: &str, log_path: &Path, lines: usize) -> String {
     let log = std::fs::read_to_string(log_path).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().collect();
-    let tail = &lines[lines.len().saturating_sub(40)..];
-    eprintln!("----- {label} log (last {} lines) -----", tail.len());
+    let all: Vec<&str> = log.lines().collect();
+    let tail = &all[all.len().saturating_sub(lines)..];
+    let mut text = format!("----- {label} log (last {} lines) -----\n", tail.len());
     for line in tail {
-        eprintln!("{line}");
+        text.push_str(line);
+        text.push('\n');
     }
+    text
 }
 
 /// Runs `leaseholdctl certs init` into a new directory (PROTOCOL P13.1) for a cluster of

@@ -21,8 +21,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use leasehold_tests::binary;
 use leasehold_tests::python::{example_script, python_or_skip};
+use leasehold_tests::{binary, log_tail};
 
 /// The verdict line's fields, and everything the kit printed (for a failure's message).
 struct Verdict {
@@ -55,6 +55,7 @@ fn run_kit(template: &str, seed: u64) -> Verdict {
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let mut text = format!("{stdout}\n--- stderr ---\n{stderr}");
     if !output.status.success() {
+        text.push('\n');
         text.push_str(&executor_logs(work.path()));
     }
     let last = stdout.lines().last().unwrap_or_default().to_owned();
@@ -90,19 +91,9 @@ fn executor_logs(work: &Path) -> String {
         .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
         .collect();
     logs.sort();
-    let mut text = String::new();
-    for log in logs {
-        let content = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = content.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(TAIL_LINES)..];
-        text.push_str(&format!(
-            "\n--- {} (last {} lines) ---\n{}",
-            log.display(),
-            tail.len(),
-            tail.join("\n")
-        ));
-    }
-    text
+    logs.iter()
+        .map(|log| log_tail(&log.display().to_string(), log, TAIL_LINES))
+        .collect()
 }
 
 fn assert_passes(what: &str, verdict: &Verdict) {
