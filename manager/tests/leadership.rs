@@ -60,20 +60,8 @@ fn member_config(data_dir: &Path, id: usize, ports: &[u16]) -> ManagerConfig {
 /// blank entry openraft takes as the read index's floor), as a crash that lost every unflushed
 /// write of it can leave it; returns the index it was set to.
 async fn lose_committed_since_the_terms_first_entry(data_dir: &Path) -> u64 {
-    // The stopped node's storage is released a moment after its server returns.
-    let deadline = Instant::now() + BOUND;
-    let db = loop {
-        match sled::open(data_dir) {
-            Ok(db) => break db,
-            Err(error) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "the data dir stayed locked: {error}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    common::wait_until_released(data_dir).await;
+    let db = sled::open(data_dir).unwrap();
     let (mut log, state_machine) =
         leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, LogStoreConfig::default())
             .unwrap();
@@ -216,6 +204,10 @@ async fn restart_in_office() -> Attempt {
     }
     let set_back_to = lose_committed_since_the_terms_first_entry(dirs[leader - 1].path()).await;
 
+    // Every storage released first, then all started together.
+    for dir in &dirs {
+        common::wait_until_released(dir.path()).await;
+    }
     let mut members: Vec<Member> = (1..=MEMBERS)
         .map(|id| {
             let mut config = member_config(dirs[id - 1].path(), id, &ports);
@@ -236,13 +228,18 @@ async fn restart_in_office() -> Attempt {
     };
     let deadline = Instant::now() + BOUND;
     let after = loop {
-        if let Some(state) = get(&http, &consistent).await {
-            break state;
+        let last = match common::answer(&http, &consistent).await {
+            Ok(state) => break state,
+            Err(last) => last,
+        };
+        common::assert_running(&mut members[leader - 1], "the restored leader").await;
+        if Instant::now() >= deadline {
+            panic!(
+                "the restored leader answered no consistent read within {BOUND:?}; the last \
+                 answer: {last}; the members:{}",
+                common::members_view(&bases, &members).await
+            );
         }
-        assert!(
-            Instant::now() < deadline,
-            "the restored leader answered no consistent read within {BOUND:?}"
-        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let term_after = term_of(&http, leader_base).await;

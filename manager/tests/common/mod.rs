@@ -93,6 +93,40 @@ pub fn start(config: ManagerConfig) -> Member {
     start_with_metrics(config, None)
 }
 
+/// Waits until no one holds the storage lock of `data_dir` (the lock sled takes on its `db`
+/// file), without holding it past the check. In one process the lock outlives a stopped server
+/// by a moment (the storage's background writers still hold the file), and a member started on
+/// the directory meanwhile fails to open it and stops at once (a restored leader that never
+/// answered failed `leadership.rs` in CI).
+pub async fn wait_until_released(data_dir: &Path) {
+    let lock_file = data_dir.join("db");
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let file = std::fs::File::open(&lock_file)
+            .unwrap_or_else(|error| panic!("{}: {error}", lock_file.display()));
+        match fs2::FileExt::try_lock_exclusive(&file) {
+            // Closing the file below releases the lock at once.
+            Ok(()) => return,
+            Err(error) => assert!(
+                Instant::now() < deadline,
+                "{} stayed locked for {BOUND:?}: {error}",
+                lock_file.display()
+            ),
+        }
+        drop(file);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Panics with how `member`'s server ended when it has (a server that cannot open its storage
+/// or listen stops at once, and a test waiting on its answers would blame something else).
+pub async fn assert_running(member: &mut Member, name: &str) {
+    if member.running.is_finished() {
+        let ended = (&mut member.running).await;
+        panic!("{name}'s server stopped on its own: {ended:?}");
+    }
+}
+
 pub fn start_with_metrics(config: ManagerConfig, metrics: Option<PrometheusHandle>) -> Member {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(server::run(config, metrics, async move {
@@ -121,11 +155,40 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
 
 /// The JSON `url` answers with a success, or `None`.
 pub async fn get(http: &reqwest::Client, url: &str) -> Option<Value> {
-    let reply = http.get(url).send().await.ok()?;
-    if !reply.status().is_success() {
-        return None;
+    answer(http, url).await.ok()
+}
+
+/// The JSON `url` answers with a success, or what came instead (the error, or the status and
+/// body), for a failure message.
+pub async fn answer(http: &reqwest::Client, url: &str) -> Result<Value, String> {
+    let reply = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|error| format!("{error:?}"))?;
+    let status = reply.status();
+    if !status.is_success() {
+        let body = reply.text().await.unwrap_or_default();
+        return Err(format!("{status}: {body}"));
     }
-    reply.json().await.ok()
+    reply.json().await.map_err(|error| format!("{error:?}"))
+}
+
+/// What each member says of the cluster (`/v1/cluster`, asked with a short timeout) and whether
+/// its server still runs: for the message of a test that waited in vain.
+pub async fn members_view(bases: &[String], members: &[Member]) -> String {
+    let http = http_client(Duration::from_secs(2));
+    let mut view = String::new();
+    for (base, member) in bases.iter().zip(members) {
+        let running = if member.running.is_finished() {
+            "its server has stopped"
+        } else {
+            "its server runs"
+        };
+        let cluster = answer(&http, &format!("{base}/v1/cluster")).await;
+        view.push_str(&format!("\n  {base} ({running}): {cluster:?}"));
+    }
+    view
 }
 
 /// The base address of the member every replica in `bases` names leader in `/v1/cluster`.
