@@ -16,6 +16,8 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use fs2::FileExt;
+
 pub use cluster::{
     is_loopback, tls_files, ClusterConfig, Manager, ManagerCluster, ManagerFlags, Placement,
 };
@@ -220,7 +222,7 @@ fn repository_root() -> Result<PathBuf, HarnessError> {
 /// The binaries an earlier release was cut as (its commit, CHANGELOG.md), for the tests that
 /// run it beside this one (PROTOCOL §14). Built once from that commit in a git worktree under
 /// `target/releases/<release>/` and cached there: the manager, the executor and `leaseholdctl`.
-/// Blocks while it builds (a few minutes the first time).
+/// Blocks while it builds (a few minutes the first time), in this process or another.
 pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessError> {
     let failed = |detail: String| HarnessError::ReleaseBuild {
         release: release.to_owned(),
@@ -228,8 +230,20 @@ pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessEr
         detail,
     };
     let root = repository_root().map_err(|e| failed(e.to_string()))?;
-    let root = root.as_path();
-    let cache = root.join("target").join("releases").join(release);
+    let releases = root.join("target").join("releases");
+    std::fs::create_dir_all(&releases)
+        .map_err(|e| failed(format!("{}: {e}", releases.display())))?;
+    // One build across the test processes that want it at once (each test binary is its own
+    // process, and two lanes of them run together): the others wait, then find it built.
+    let lock_path = releases.join(format!("{release}.lock"));
+    holding_lock(&lock_path, || {
+        build_release(&root, &releases.join(release), commit).map_err(failed)
+    })
+    .map_err(|e| failed(format!("locking {}: {e}", lock_path.display())))?
+}
+
+/// Release `commit`'s binaries in `cache`, built there unless they already are.
+fn build_release(root: &Path, cache: &Path, commit: &str) -> Result<PathBuf, String> {
     let bin = cache.join("target").join("debug");
     let names = ["leasehold-manager", "leasehold-executor", "leaseholdctl"];
     if names.iter().all(|name| bin.join(name).is_file()) {
@@ -244,8 +258,7 @@ pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessEr
                 .args(["worktree", "add", "--force", "--detach"])
                 .arg(&source)
                 .arg(commit),
-        )
-        .map_err(failed)?;
+        )?;
     }
     run_to_end(
         Command::new("cargo")
@@ -263,9 +276,19 @@ pub fn release_bin_dir(release: &str, commit: &str) -> Result<PathBuf, HarnessEr
             // Binaries to run, never to debug: without debug information their build takes a
             // tenth less (98 s against 109 s on the 2-core CI machine; docs/TESTING.md's budget).
             .env("CARGO_PROFILE_DEV_DEBUG", "0"),
-    )
-    .map_err(failed)?;
+    )?;
     Ok(bin)
+}
+
+/// Runs `work` holding the exclusive advisory lock of `lock_path` (created when missing), which
+/// every process and every open of the file contends for; waits for it first.
+fn holding_lock<T>(lock_path: &Path, work: impl FnOnce() -> T) -> std::io::Result<T> {
+    let lock = std::fs::File::create(lock_path)?;
+    lock.lock_exclusive()?;
+    let done = work();
+    // Closing the file releases the lock.
+    drop(lock);
+    Ok(done)
 }
 
 /// Runs `command` to its end; its stderr's tail when it fails.
@@ -304,6 +327,28 @@ pub fn binary_in(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_holder_of_a_lock_at_a_time() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let lock_path = dir.path().join("build.lock");
+        let (inside, most_inside) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    holding_lock(&lock_path, || {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most_inside.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(50));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .unwrap();
+                });
+            }
+        });
+        assert_eq!(most_inside.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() {
