@@ -36,6 +36,8 @@ use serde_json::{json, Value};
 const NAMESPACES_SCHEMA: u32 = 10;
 /// The leader raises the cluster version within a probe round or two of formation (2 s each).
 const VERSION_BOUND: Duration = Duration::from_secs(30);
+/// How long a routed request to a service's executor may take.
+const EXECUTOR_REQUEST_BOUND: Duration = Duration::from_secs(30);
 const ORDERS: &str = "orders";
 const ORDERS_SHARDS: u32 = 12;
 
@@ -375,6 +377,9 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
             ..ClientConfig::default()
         },
         watch_wait: Duration::from_secs(5),
+        // What is judged is where a request goes, not how fast: the first request to a
+        // debug-built kv process on a loaded CI machine took longer than the default 5 s.
+        executor_timeout: EXECUTOR_REQUEST_BOUND,
         ..RoutingConfig::default()
     };
     let kv_client = KvClient::new(
