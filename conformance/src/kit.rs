@@ -65,7 +65,7 @@ use crate::admission_log::{
     admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog,
 };
 use crate::checker::{check_files, monotonic_now_ns, CheckReport, EventLogFile};
-use crate::proxy::{HoldOutcome, Impairment, PathMatch, ProxySet, Refusal};
+use crate::proxy::{HeldReply, HoldOutcome, Impairment, PathMatch, ProxySet, Refusal};
 use crate::template::{Slot, Template};
 
 /// The cluster every run uses: short leases so faults resolve in seconds.
@@ -107,6 +107,8 @@ const REVOKE_REPLAY_MARGIN: Duration = Duration::from_millis(500);
 const STALE_GRANT_WAIT: Duration = Duration::from_secs(6);
 /// Past the end of the lease held before the stale grant, before the step reads the log.
 const STALE_GRANT_MARGIN: Duration = Duration::from_millis(300);
+/// The pushes the stale-grant step counts.
+const STALE_GRANT_PUSH: &str = "PUT /v1/assignment";
 
 /// How long a shard may be routed to an executor before its admission log must show it
 /// admitted, in the steps that judge that (P4.1 disowned sets, P4.2): a correct executor admits
@@ -281,6 +283,17 @@ enum StepAttempt {
     Judged,
     /// The kit could not set the race up this time, and why.
     Inconclusive(String),
+}
+
+/// A stale grant as x0 got it, for judging x0's admissions.
+struct StaleGrant {
+    grant: GrantSet,
+    /// When the renewal it answers arrived.
+    held_arrival_ns: u64,
+    /// When it reached x0.
+    delivered_at_ns: u64,
+    /// When the lease x0 held before it ended at the latest.
+    earlier_lease_end_ns: u64,
 }
 
 fn kit_error(error: impl std::fmt::Display) -> RunError {
@@ -809,13 +822,41 @@ impl Run<'_> {
                  run out"
             )))
         };
+        if let Some(what) = self.drain_x1_keeping_a_push(x1, deadline).await? {
+            return out_of_lease(&what);
+        }
+        let revokes_before = self.answered(0, revoke_label);
+        if let Some(what) = self.drain_x0_until_x2_admits(x0, deadline).await? {
+            return out_of_lease(&what);
+        }
+        let revoked = self.answered(0, revoke_label) > revokes_before;
+        let (copy_revision, last_grant_revision, replayed_ns) =
+            self.deliver_the_kept_push_again(&renew_label).await?;
+        let race = ReplayRace {
+            last_renewal_ns,
+            last_grant_revision,
+            copy_revision,
+            revoked,
+            replayed_ns,
+        };
+        Ok(race.unjudged().map_or(StepAttempt::Judged, Inconclusive))
+    }
+
+    /// x1 drained while every push to x0 is kept, until x0 gains shards; then later pushes to
+    /// x0 refused, so the copy kept is of the last push before the drain. What did not happen
+    /// by `deadline`, if anything.
+    async fn drain_x1_keeping_a_push(
+        &mut self,
+        x1: &str,
+        deadline: Instant,
+    ) -> Result<Option<String>, RunError> {
         self.process(0)
             .push_proxy
             .capture_each("PUT", "/v1/assignment");
         self.admin.drain(x1).await.map_err(kit_error)?;
         while !self.process(0).push_proxy.has_captured() {
             if Instant::now() >= deadline {
-                return out_of_lease("x1 drained: no push reached x0");
+                return Ok(Some("x1 drained: no push reached x0".into()));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -823,19 +864,27 @@ impl Run<'_> {
             .settle_by(&[0, 2], "x1 drained: x0 gains shards", deadline)
             .await?;
         if let Err(last) = gained {
-            return out_of_lease(&format!("x1 drained: x0 gained no shards ({last})"));
+            return Ok(Some(format!("x1 drained: x0 gained no shards ({last})")));
         }
-        // The copy kept is of the last push before the drain. Later pushes to x0 are refused
-        // until the copy is delivered again: a set applied after the drain would make the copy
-        // stale by itself, where only the revoke must (the copy's delivery bypasses refusals).
+        // Later pushes to x0 are refused until the copy is delivered again: a set applied after
+        // the drain would make the copy stale by itself, where only the revoke must (the copy's
+        // delivery bypasses refusals).
         self.process(0).push_proxy.stop_capturing();
         self.process(0)
             .push_proxy
             .refuse_requests("PUT", "/v1/assignment", PathMatch::Exact, true);
-        let revokes_before = self.answered(0, revoke_label);
+        Ok(None)
+    }
+
+    /// x0 drained, until x2 admits every shard by its log, not only once the routing table
+    /// names it (a copy applied before x2 admits x0's shards overlaps nothing). What did not
+    /// happen by `deadline`, if anything.
+    async fn drain_x0_until_x2_admits(
+        &mut self,
+        x0: &str,
+        deadline: Instant,
+    ) -> Result<Option<String>, RunError> {
         self.admin.drain(x0).await.map_err(kit_error)?;
-        // Until x2 admits every shard by its log, not only once the routing table names it: a
-        // copy applied before x2 admits x0's shards overlaps nothing.
         loop {
             let x2_admits = self.process(2).admitting_count().map_err(|detail| {
                 RunError::Executor(format!(
@@ -843,16 +892,23 @@ impl Run<'_> {
                 ))
             })?;
             if x2_admits == KIT_SHARDS as usize {
-                break;
+                return Ok(None);
             }
             if Instant::now() >= deadline {
-                return out_of_lease(&format!(
+                return Ok(Some(format!(
                     "x0 drained too: x2 admitted {x2_admits} of {KIT_SHARDS} shards"
-                ));
+                )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let revoked = self.answered(0, revoke_label) > revokes_before;
+    }
+
+    /// Delivers the kept push to x0 again: its revision, the revision of the last grant x0 was
+    /// answered (`renew_label`), and when the copy was answered (applied or refused).
+    async fn deliver_the_kept_push_again(
+        &mut self,
+        renew_label: &str,
+    ) -> Result<(u64, Option<u64>, u64), RunError> {
         let copy_revision = self
             .process(0)
             .push_proxy
@@ -865,7 +921,7 @@ impl Run<'_> {
             .call_proxy
             .stats()
             .last_reply_body
-            .get(&renew_label)
+            .get(renew_label)
             .and_then(|body| body_revision(body));
         let replayed = self
             .process(0)
@@ -873,19 +929,11 @@ impl Run<'_> {
             .replay_captured()
             .await
             .map_err(|detail| RunError::Kit(format!("delivering a push again: {detail}")))?;
-        // The copy was answered, so applied or refused, when the replay returned.
         let replayed_ns = monotonic_now_ns();
         if !replayed {
             return Err(RunError::Kit("the kept push to x0 was lost".into()));
         }
-        let race = ReplayRace {
-            last_renewal_ns,
-            last_grant_revision,
-            copy_revision,
-            revoked,
-            replayed_ns,
-        };
-        Ok(race.unjudged().map_or(StepAttempt::Judged, Inconclusive))
+        Ok((copy_revision, last_grant_revision, replayed_ns))
     }
 
     /// Stops every running process; the first that did not stop in time is the error.
@@ -944,66 +992,17 @@ impl Run<'_> {
     async fn stale_grant_attempt(&mut self, id: &str) -> Result<StepAttempt, RunError> {
         use StepAttempt::Inconclusive;
         let renew_path = format!("/v1/executors/{id}/renew");
-        let push_label = "PUT /v1/assignment";
-        self.process(0)
-            .push_proxy
-            .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, true);
-        self.admin.drain(id).await.map_err(kit_error)?;
-        // Armed after the drain committed: the renewal it holds is answered at a revision
-        // whose set for x0 lists none of the shards x0 still admits.
-        self.process(0)
-            .call_proxy
-            .hold_next_reply("POST", &renew_path, PathMatch::Exact);
-        let waited_by = Instant::now() + STALE_GRANT_WAIT;
-        let held = loop {
-            let held = self.process(0).call_proxy.held_reply();
-            if let Some(held) = held.filter(|h| h.reply_body.is_some() || h.outcome.is_some()) {
-                break held;
-            }
-            if Instant::now() >= waited_by {
-                return Err(RunError::Executor(format!(
-                    "timed out after {STALE_GRANT_WAIT:?} waiting for x0 to renew its lease \
-                     (P3.5: a renewal once a third of the lease has passed)"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let held = self.hold_renewal_after_drain(id, &renew_path).await?;
         let Some(grant) = held.reply_body.as_deref().and_then(GrantSet::parse) else {
             return Ok(Inconclusive(format!(
                 "the held reply to x0's renewal is not a grant ({:?})",
                 held.outcome
             )));
         };
-        let pushes_before = self.answered(0, push_label);
+        let pushes_before = self.answered(0, STALE_GRANT_PUSH);
         self.undrain_if_registered(id).await?;
-        let waited_by = Instant::now() + STALE_GRANT_WAIT;
-        loop {
-            let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
-            if let Some(HoldOutcome::CallerLeft { at_ns }) = held.outcome {
-                return Ok(Inconclusive(format!(
-                    "x0 closed its renewal {} ms after sending it, before the newer push \
-                     reached it: the step needs an executor that waits at least 2 s for a reply",
-                    at_ns.saturating_sub(held.request_arrival_ns) / 1_000_000
-                )));
-            }
-            let stats = self.process(0).push_proxy.stats();
-            let newer_push = stats.answered.get(push_label).copied().unwrap_or(0) > pushes_before
-                && stats
-                    .last_answered_body
-                    .get(push_label)
-                    .and_then(|body| GrantSet::parse(body))
-                    .is_some_and(|push| push.revision > grant.revision);
-            if newer_push {
-                break;
-            }
-            if Instant::now() >= waited_by {
-                return Ok(Inconclusive(format!(
-                    "no push above revision {} reached x0 within {STALE_GRANT_WAIT:?} of its \
-                     undrain",
-                    grant.revision
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if let Some(why) = self.newer_push_missing(&grant, pushes_before).await {
+            return Ok(Inconclusive(why));
         }
         // x0 keeps the lease the stale grant gives it: no renewal gets through until the lease
         // it held before has run out.
@@ -1011,21 +1010,9 @@ impl Run<'_> {
             .call_proxy
             .refuse_requests("POST", &renew_path, PathMatch::Exact, true);
         self.process(0).call_proxy.release_held_reply();
-        let waited_by = Instant::now() + Duration::from_secs(2);
-        let delivered_at_ns = loop {
-            let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
-            match held.outcome {
-                Some(HoldOutcome::Delivered { at_ns }) => break at_ns,
-                Some(other) => {
-                    return Ok(Inconclusive(format!(
-                        "the stale grant did not reach x0: {other:?}"
-                    )))
-                }
-                None if Instant::now() >= waited_by => {
-                    return Ok(Inconclusive("the held reply was not released".into()))
-                }
-                None => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
+        let delivered_at_ns = match self.held_reply_delivered().await {
+            Ok(at_ns) => at_ns,
+            Err(why) => return Ok(Inconclusive(why)),
         };
         let Some(previous_ns) = held.previous_arrival_ns else {
             return Ok(Inconclusive(
@@ -1040,43 +1027,143 @@ impl Run<'_> {
         if judge_at_ns > now_ns {
             tokio::time::sleep(Duration::from_nanos(judge_at_ns - now_ns)).await;
         }
+        let stale = StaleGrant {
+            grant,
+            held_arrival_ns: held.request_arrival_ns,
+            delivered_at_ns,
+            earlier_lease_end_ns,
+        };
+        self.judge_stale_grant(id, &stale)
+    }
+
+    /// x0's revokes refused and x0 drained, then the reply to its next renewal held: that reply,
+    /// once upstream answered it (or the caller left).
+    async fn hold_renewal_after_drain(
+        &mut self,
+        id: &str,
+        renew_path: &str,
+    ) -> Result<HeldReply, RunError> {
+        self.process(0)
+            .push_proxy
+            .refuse_requests("POST", "/v1/revoke", PathMatch::Exact, true);
+        self.admin.drain(id).await.map_err(kit_error)?;
+        // Armed after the drain committed: the renewal it holds is answered at a revision
+        // whose set for x0 lists none of the shards x0 still admits.
+        self.process(0)
+            .call_proxy
+            .hold_next_reply("POST", renew_path, PathMatch::Exact);
+        let waited_by = Instant::now() + STALE_GRANT_WAIT;
+        loop {
+            let held = self.process(0).call_proxy.held_reply();
+            if let Some(held) = held.filter(|h| h.reply_body.is_some() || h.outcome.is_some()) {
+                return Ok(held);
+            }
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "timed out after {STALE_GRANT_WAIT:?} waiting for x0 to renew its lease \
+                     (P3.5: a renewal once a third of the lease has passed)"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until x0 was pushed a set newer than `grant` (more pushes answered than
+    /// `pushes_before`); why the attempt cannot go on, if it cannot.
+    async fn newer_push_missing(
+        &mut self,
+        grant: &GrantSet,
+        pushes_before: usize,
+    ) -> Option<String> {
+        let waited_by = Instant::now() + STALE_GRANT_WAIT;
+        loop {
+            let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
+            if let Some(HoldOutcome::CallerLeft { at_ns }) = held.outcome {
+                return Some(format!(
+                    "x0 closed its renewal {} ms after sending it, before the newer push \
+                     reached it: the step needs an executor that waits at least 2 s for a reply",
+                    at_ns.saturating_sub(held.request_arrival_ns) / 1_000_000
+                ));
+            }
+            let stats = self.process(0).push_proxy.stats();
+            let newer_push = stats.answered.get(STALE_GRANT_PUSH).copied().unwrap_or(0)
+                > pushes_before
+                && stats
+                    .last_answered_body
+                    .get(STALE_GRANT_PUSH)
+                    .and_then(|body| GrantSet::parse(body))
+                    .is_some_and(|push| push.revision > grant.revision);
+            if newer_push {
+                return None;
+            }
+            if Instant::now() >= waited_by {
+                return Some(format!(
+                    "no push above revision {} reached x0 within {STALE_GRANT_WAIT:?} of its \
+                     undrain",
+                    grant.revision
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// When the released reply reached x0, or why it did not.
+    async fn held_reply_delivered(&mut self) -> Result<u64, String> {
+        let waited_by = Instant::now() + Duration::from_secs(2);
+        loop {
+            let held = self.process(0).call_proxy.held_reply().unwrap_or_default();
+            match held.outcome {
+                Some(HoldOutcome::Delivered { at_ns }) => return Ok(at_ns),
+                Some(other) => return Err(format!("the stale grant did not reach x0: {other:?}")),
+                None if Instant::now() >= waited_by => {
+                    return Err("the held reply was not released".into())
+                }
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    /// x0's admission log against the stale grant: a finding for each shard it admitted from
+    /// before the held renewal left until the grant arrived, at an epoch the grant does not
+    /// list (gained by a delivery at or below its revision), and kept past the end of the lease
+    /// it held before that grant.
+    fn judge_stale_grant(&mut self, id: &str, stale: &StaleGrant) -> Result<StepAttempt, RunError> {
         let intervals = self.process(0).intervals().map_err(|detail| {
             RunError::Executor(format!(
                 "an admission log is not in the format of §9: {detail}"
             ))
         })?;
-        // Shards x0 admitted from before the held renewal left until the stale grant arrived,
-        // at an epoch the grant does not list: gained by a delivery at or below its revision.
         let to_drop: Vec<&AdmissionInterval> = intervals
             .iter()
             .filter(|interval| {
                 interval.executor_id == id
-                    && interval.start_ns <= held.request_arrival_ns
-                    && interval.end_ns.is_none_or(|end| end > delivered_at_ns)
-                    && !grant.shards.contains(&(interval.shard, interval.epoch))
+                    && interval.start_ns <= stale.held_arrival_ns
+                    && interval
+                        .end_ns
+                        .is_none_or(|end| end > stale.delivered_at_ns)
+                    && !stale
+                        .grant
+                        .shards
+                        .contains(&(interval.shard, interval.epoch))
             })
             .collect();
         if to_drop.is_empty() {
-            return Ok(Inconclusive(
+            return Ok(StepAttempt::Inconclusive(
                 "x0 admitted no shard the stale grant left out when it arrived".into(),
             ));
         }
         let name = self.process(0).name.clone();
+        let lease_end_ns = stale.earlier_lease_end_ns;
         for interval in to_drop {
-            if interval.end_ns.is_none_or(|end| end > earlier_lease_end_ns) {
+            if interval.end_ns.is_none_or(|end| end > lease_end_ns) {
                 let end = interval.end_ns.map_or_else(
                     || {
                         format!(
                             "was still admitting it {} ms after",
-                            (monotonic_now_ns() - earlier_lease_end_ns) / 1_000_000
+                            (monotonic_now_ns() - lease_end_ns) / 1_000_000
                         )
                     },
-                    |end| {
-                        format!(
-                            "stopped it {} ms after",
-                            (end - earlier_lease_end_ns) / 1_000_000
-                        )
-                    },
+                    |end| format!("stopped it {} ms after", (end - lease_end_ns) / 1_000_000),
                 );
                 self.findings.push(format!(
                     "P4.1 stale grant: {name} ({id}) admitted shard {} (epoch {}) since before a \
@@ -1084,7 +1171,7 @@ impl Run<'_> {
                      push of a newer revision; it {end} the end of the lease it held before that \
                      grant (an executor must drop such shards before the stale grant moves its \
                      lease)",
-                    interval.shard, interval.epoch, grant.revision
+                    interval.shard, interval.epoch, stale.grant.revision
                 ));
             }
         }
@@ -1368,39 +1455,7 @@ impl Run<'_> {
     /// still know the old executor: the kit deregisters it once its lease ran out.
     async fn unknown_executor_step(&mut self) -> Result<(), RunError> {
         let id = self.executor_id(0).await?;
-        let renew_path = format!("/v1/executors/{id}/renew");
-        let label = format!("POST {renew_path}");
-        let x0 = self.process(0);
-        // Earlier steps refused the same path as unavailable: only what this step tells counts.
-        let earlier_refusals = x0.call_proxy.stats().refusals.len();
-        x0.call_proxy.capture_next("POST", REGISTER_PATH);
-        x0.call_proxy.answer_requests(
-            "POST",
-            &renew_path,
-            PathMatch::Exact,
-            ErrorCode::UnknownExecutor,
-        );
-        let waited_by = Instant::now() + KIT_LEASE * 2;
-        let told_at_ns = loop {
-            let told = self
-                .process(0)
-                .call_proxy
-                .stats()
-                .refusals
-                .iter()
-                .skip(earlier_refusals)
-                .find_map(|refusal| told_at_ns(refusal, &label, ErrorCode::UnknownExecutor));
-            if let Some(at_ns) = told {
-                break at_ns;
-            }
-            if Instant::now() >= waited_by {
-                return Err(RunError::Executor(format!(
-                    "x0 sent no renewal within {:?} (P3.5)",
-                    KIT_LEASE * 2
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let told_at_ns = self.tell_unknown_executor(&id).await?;
         let waited_by = Instant::now() + REREGISTER_BOUND;
         let registered = loop {
             if let Some(body) = self.process(0).call_proxy.captured_body() {
@@ -1417,6 +1472,67 @@ impl Run<'_> {
         if judge_at_ns > now_ns {
             tokio::time::sleep(Duration::from_nanos(judge_at_ns - now_ns)).await;
         }
+        self.judge_stops_once_forgotten(&id, told_at_ns)?;
+        if self.judge_registration_again(&id, registered.as_ref()) {
+            self.replace(0).await?;
+        }
+        // The managers still hold the old executor until its lease runs out; then it goes.
+        let waited_by = Instant::now() + SETTLE_BOUND;
+        loop {
+            match self.admin.deregister(&id, None).await {
+                Ok(()) => return Ok(()),
+                Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => return Ok(()),
+                Err(error) if Instant::now() >= waited_by => {
+                    return Err(RunError::Kit(format!(
+                        "the old executor {id} was not removed within {SETTLE_BOUND:?}: {error}"
+                    )))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    /// Arms x0's call proxy to answer its renewals `404 unknown_executor` (and to capture its
+    /// next registration): when the first such answer was written.
+    async fn tell_unknown_executor(&mut self, id: &str) -> Result<u64, RunError> {
+        let renew_path = format!("/v1/executors/{id}/renew");
+        let label = format!("POST {renew_path}");
+        let x0 = self.process(0);
+        // Earlier steps refused the same path as unavailable: only what this step tells counts.
+        let earlier_refusals = x0.call_proxy.stats().refusals.len();
+        x0.call_proxy.capture_next("POST", REGISTER_PATH);
+        x0.call_proxy.answer_requests(
+            "POST",
+            &renew_path,
+            PathMatch::Exact,
+            ErrorCode::UnknownExecutor,
+        );
+        let waited_by = Instant::now() + KIT_LEASE * 2;
+        loop {
+            let told = self
+                .process(0)
+                .call_proxy
+                .stats()
+                .refusals
+                .iter()
+                .skip(earlier_refusals)
+                .find_map(|refusal| told_at_ns(refusal, &label, ErrorCode::UnknownExecutor));
+            if let Some(at_ns) = told {
+                return Ok(at_ns);
+            }
+            if Instant::now() >= waited_by {
+                return Err(RunError::Executor(format!(
+                    "x0 sent no renewal within {:?} (P3.5)",
+                    KIT_LEASE * 2
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A finding for every shard x0 admitted as `id` when it was told `unknown_executor` (at
+    /// `told_at_ns`) and did not stop within [`FORGET_SLACK`].
+    fn judge_stops_once_forgotten(&mut self, id: &str, told_at_ns: u64) -> Result<(), RunError> {
         let intervals = self.process(0).intervals().map_err(|detail| {
             RunError::Executor(format!(
                 "an admission log is not in the format of §9: {detail}"
@@ -1441,8 +1557,8 @@ impl Run<'_> {
                 None => format!("{}@{} still admitted", interval.shard, interval.epoch),
             })
             .collect();
-        let name = self.process(0).name.clone();
         if !late.is_empty() {
+            let name = self.process(0).name.clone();
             self.findings.push(format!(
                 "P4.4 unknown_executor: {name} ({id}) was answered 404 unknown_executor to a \
                  renewal and did not stop admitting at once: {} (an executor the managers no \
@@ -1450,8 +1566,16 @@ impl Run<'_> {
                 late.join(", ")
             ));
         }
+        Ok(())
+    }
+
+    /// Findings for x0's registration after it was forgotten (`registered`, if it came): none,
+    /// under its old incarnation, or with its old credential. Whether x0 is stranded (it will
+    /// not be known again by itself, so the kit replaces it).
+    fn judge_registration_again(&mut self, id: &str, registered: Option<&Registration>) -> bool {
+        let name = self.process(0).name.clone();
         let before = self.process(0).registered_as.clone();
-        let stranded = match (&registered, &before) {
+        match (registered, &before) {
             (None, _) => {
                 self.findings.push(format!(
                     "P4.4 unknown_executor: {name} ({id}) was answered 404 unknown_executor to a \
@@ -1478,25 +1602,7 @@ impl Run<'_> {
                 false
             }
             _ => false,
-        };
-        if stranded {
-            self.replace(0).await?;
         }
-        // The managers still hold the old executor until its lease runs out; then it goes.
-        let waited_by = Instant::now() + SETTLE_BOUND;
-        loop {
-            match self.admin.deregister(&id, None).await {
-                Ok(()) => break,
-                Err(error) if error.code() == Some(ErrorCode::UnknownExecutor) => break,
-                Err(error) if Instant::now() >= waited_by => {
-                    return Err(RunError::Kit(format!(
-                        "the old executor {id} was not removed within {SETTLE_BOUND:?}: {error}"
-                    )))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-            }
-        }
-        Ok(())
     }
 
     /// P4.1, disowned sets: x1 is pushed its own set at a revision [`FORGED_AHEAD`] above the

@@ -455,7 +455,7 @@ impl ProxySet {
     }
 
     fn lock(&self) -> MutexGuard<'_, ProxyState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// The next request (through any proxy of the set) with this method and a path matching
@@ -827,112 +827,19 @@ async fn serve(
     let method = request_line.next().unwrap_or_default().to_string();
     let path = request_line.next().unwrap_or_default().to_string();
     let label = format!("{method} {path}");
-    let plan = {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.stats.requests.push(label.clone());
-        let arrival_ns = crate::checker::monotonic_now_ns();
-        let previous_arrival_ns = state
-            .stats
-            .last_arrival_ns
-            .insert(label.clone(), arrival_ns);
-        if let Some(credential) = request
-            .header("authorization")
-            .and_then(|value| value.strip_prefix("Bearer "))
-        {
-            state.stats.bearer_credentials.insert(credential.to_owned());
-        }
-        let request_lag = state
-            .request_lags
-            .iter()
-            .filter(|(m, prefix, _)| *m == method && path.starts_with(prefix.as_str()))
-            .map(|(_, _, lag)| *lag)
-            .max()
-            .unwrap_or_default();
-        let mut plan = Plan {
-            reply_delay: state.reply_lag,
-            request_delay: request_lag,
-            ..Plan::default()
-        };
-        if let Some((_, code)) = state
-            .refusals
-            .iter()
-            .find(|(r, _)| r.matches(&method, &path))
-        {
-            plan.refuse = Some(*code);
-            state.stats.refused += 1;
-        } else if let Some(released) = state.request_hold.catch(&method, &path, || HeldRequest {
-            arrival_ns,
-            body: request.body.clone(),
-            forwarded: false,
-        }) {
-            plan.hold_request = Some(released);
-        } else if let Some(released) = state.reply_hold.catch(&method, &path, || HeldReply {
-            request_arrival_ns: arrival_ns,
-            previous_arrival_ns,
-            ..HeldReply::default()
-        }) {
-            plan.hold = Some(released);
-        }
-        if let Some(at) = state
-            .drop_replies
-            .iter()
-            .position(|d| d.matches(&method, &path))
-        {
-            state.drop_replies.remove(at);
-            plan.drop_reply = true;
-        }
-        if let Some(impairment) = state.impairment {
-            let (low, high) = impairment.delay_ms;
-            plan.request_delay += Duration::from_millis(state.rng.random_range(low..=high));
-            plan.reply_delay += Duration::from_millis(state.rng.random_range(low..=high));
-            plan.duplicate = state.rng.random_range(0..100) < impairment.duplicate_percent;
-            if plan.duplicate {
-                state.stats.duplicated += 1;
-            }
-        }
-        plan
-    };
+    let plan = lock(&state).plan(&method, &path, &request);
     if let Some(code) = plan.refuse {
-        let written =
-            tokio::time::timeout(IO_TIMEOUT, client.write_all(&refused_reply(code))).await;
-        let _ = client.shutdown().await;
-        if matches!(written, Ok(Ok(()))) {
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-            let at_ns = crate::checker::monotonic_now_ns();
-            state.stats.refusals.push(Refusal { label, code, at_ns });
-        }
+        refuse(&mut client, &state, label, code).await;
         return;
     }
     if let Some(released) = plan.hold_request {
         let _ = tokio::time::timeout(HOLD_BOUND, released).await;
-        if let Some(held) = state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .request_hold
-            .status
-            .as_mut()
-        {
+        if let Some(held) = lock(&state).request_hold.status.as_mut() {
             held.forwarded = true;
         }
     }
     let forwarded = request.to_bytes(|_, _| None);
-    {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state
-            .capture
-            .as_ref()
-            .is_some_and(|(m, p)| *m == method && *p == path)
-        {
-            if !state.capture_each {
-                state.capture = None;
-            }
-            state.captured = Some(Captured {
-                upstream: upstream.clone(),
-                connector: connector.clone(),
-                request: forwarded.clone(),
-            });
-        }
-    }
+    lock(&state).capture_if_asked(&method, &path, &upstream, &connector, &forwarded);
     tokio::time::sleep(plan.request_delay).await;
     if plan.duplicate {
         let (upstream, connector) = (upstream.clone(), connector.clone());
@@ -944,7 +851,7 @@ async fn serve(
     let reply = match exchange(&upstream, connector.as_ref(), &forwarded).await {
         Ok(reply) => reply,
         Err(_) => {
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = lock(&state);
             state.stats.upstream_failures += 1;
             if plan.hold.is_some() {
                 if let Some(held) = state.reply_hold.status.as_mut() {
@@ -955,7 +862,7 @@ async fn serve(
         }
     };
     let rewrites = {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = lock(&state);
         if plan.drop_reply {
             state.stats.dropped_replies.push(label);
             // The write happened upstream; the client's connection closes unanswered.
@@ -970,23 +877,11 @@ async fn serve(
     });
     tokio::time::sleep(plan.reply_delay).await;
     if let Some(released) = plan.hold {
-        if let Some(held) = state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reply_hold
-            .status
-            .as_mut()
-        {
+        if let Some(held) = lock(&state).reply_hold.status.as_mut() {
             held.reply_body = Some(reply.body.clone());
         }
         let outcome = hold_until_released(&mut client, released).await;
-        if let Some(held) = state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reply_hold
-            .status
-            .as_mut()
-        {
+        if let Some(held) = lock(&state).reply_hold.status.as_mut() {
             held.outcome = Some(outcome);
         }
         if !matches!(outcome, HoldOutcome::Delivered { .. }) {
@@ -996,13 +891,137 @@ async fn serve(
     let written = tokio::time::timeout(IO_TIMEOUT, client.write_all(&bytes)).await;
     let _ = client.shutdown().await;
     if matches!(written, Ok(Ok(()))) {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-        *state.stats.answered.entry(label.clone()).or_default() += 1;
-        state
+        lock(&state)
             .stats
-            .last_reply_body
-            .insert(label.clone(), reply.body);
-        state.stats.last_answered_body.insert(label, request.body);
+            .note_answer(label, reply.body, request.body);
+    }
+}
+
+/// The proxy's state, whatever a panicking holder left it as (every field stays meaningful).
+fn lock(state: &Mutex<ProxyState>) -> MutexGuard<'_, ProxyState> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Answers the caller the proxy's own refusal `code`, and records it once the caller has it.
+async fn refuse(
+    client: &mut (impl AsyncWriteExt + Unpin),
+    state: &Mutex<ProxyState>,
+    label: String,
+    code: ErrorCode,
+) {
+    let written = tokio::time::timeout(IO_TIMEOUT, client.write_all(&refused_reply(code))).await;
+    let _ = client.shutdown().await;
+    if matches!(written, Ok(Ok(()))) {
+        let at_ns = crate::checker::monotonic_now_ns();
+        lock(state)
+            .stats
+            .refusals
+            .push(Refusal { label, code, at_ns });
+    }
+}
+
+impl ProxyStats {
+    /// A reply the caller got whole: counted, and its body and its request's kept per label.
+    fn note_answer(&mut self, label: String, reply_body: Vec<u8>, request_body: Vec<u8>) {
+        *self.answered.entry(label.clone()).or_default() += 1;
+        self.last_reply_body.insert(label.clone(), reply_body);
+        self.last_answered_body.insert(label, request_body);
+    }
+}
+
+impl ProxyState {
+    /// What the proxy does with the request `method path` that just arrived: refuse it, hold it
+    /// or its reply, drop the reply, delay or duplicate it; recorded in the stats as it arrives.
+    fn plan(&mut self, method: &str, path: &str, request: &Message) -> Plan {
+        let label = format!("{method} {path}");
+        self.stats.requests.push(label.clone());
+        let arrival_ns = crate::checker::monotonic_now_ns();
+        let previous_arrival_ns = self.stats.last_arrival_ns.insert(label, arrival_ns);
+        if let Some(credential) = request
+            .header("authorization")
+            .and_then(|value| value.strip_prefix("Bearer "))
+        {
+            self.stats.bearer_credentials.insert(credential.to_owned());
+        }
+        let request_lag = self
+            .request_lags
+            .iter()
+            .filter(|(m, prefix, _)| m == method && path.starts_with(prefix.as_str()))
+            .map(|(_, _, lag)| *lag)
+            .max()
+            .unwrap_or_default();
+        let mut plan = Plan {
+            reply_delay: self.reply_lag,
+            request_delay: request_lag,
+            ..Plan::default()
+        };
+        if let Some((_, code)) = self.refusals.iter().find(|(r, _)| r.matches(method, path)) {
+            plan.refuse = Some(*code);
+            self.stats.refused += 1;
+        } else if let Some(released) = self.request_hold.catch(method, path, || HeldRequest {
+            arrival_ns,
+            body: request.body.clone(),
+            forwarded: false,
+        }) {
+            plan.hold_request = Some(released);
+        } else if let Some(released) = self.reply_hold.catch(method, path, || HeldReply {
+            request_arrival_ns: arrival_ns,
+            previous_arrival_ns,
+            ..HeldReply::default()
+        }) {
+            plan.hold = Some(released);
+        }
+        if let Some(at) = self
+            .drop_replies
+            .iter()
+            .position(|d| d.matches(method, path))
+        {
+            self.drop_replies.remove(at);
+            plan.drop_reply = true;
+        }
+        self.impair(&mut plan);
+        plan
+    }
+
+    /// The random delays and duplicates of an impaired network, when one is set.
+    fn impair(&mut self, plan: &mut Plan) {
+        let Some(impairment) = self.impairment else {
+            return;
+        };
+        let (low, high) = impairment.delay_ms;
+        plan.request_delay += Duration::from_millis(self.rng.random_range(low..=high));
+        plan.reply_delay += Duration::from_millis(self.rng.random_range(low..=high));
+        plan.duplicate = self.rng.random_range(0..100) < impairment.duplicate_percent;
+        if plan.duplicate {
+            self.stats.duplicated += 1;
+        }
+    }
+
+    /// Keeps the forwarded bytes of `method path` when a capture of it was asked for (once, or
+    /// each time), with where they went, to be sent again later.
+    fn capture_if_asked(
+        &mut self,
+        method: &str,
+        path: &str,
+        upstream: &Upstream,
+        connector: &Option<TlsConnector>,
+        forwarded: &[u8],
+    ) {
+        if !self
+            .capture
+            .as_ref()
+            .is_some_and(|(m, p)| m == method && p == path)
+        {
+            return;
+        }
+        if !self.capture_each {
+            self.capture = None;
+        }
+        self.captured = Some(Captured {
+            upstream: upstream.clone(),
+            connector: connector.clone(),
+            request: forwarded.to_vec(),
+        });
     }
 }
 
