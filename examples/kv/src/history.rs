@@ -276,36 +276,26 @@ fn check_key(key: &str, entries: &[&Entry], violations: &mut Vec<Violation>) {
         key: key.to_owned(),
         detail,
     };
-    // Values of writes that may have been applied, by value: index and entry.
-    let mut values: HashMap<&str, (usize, &Entry)> = HashMap::new();
-    let mut refused: HashSet<&str> = HashSet::new();
-    for entry in entries {
-        if let Operation::Write { value, result } = &entry.operation {
-            if *result == WriteResult::Refused {
-                refused.insert(value);
-                continue;
-            }
-            let index = values.len();
-            if values.insert(value, (index, entry)).is_some() {
-                violations.push(violation(
-                    Rule::DuplicateValue,
-                    format!("value {value:?} is written twice; values must be unique per key"),
-                ));
-                return;
-            }
+    let writes = match KeyWrites::of(entries) {
+        Ok(writes) => writes,
+        Err(value) => {
+            violations.push(violation(
+                Rule::DuplicateValue,
+                format!("value {value:?} is written twice; values must be unique per key"),
+            ));
+            return;
         }
-    }
-
+    };
     let mut events = Vec::new();
     let mut consistent = true;
     for entry in entries {
-        match &entry.operation {
+        let event = match &entry.operation {
             Operation::Write { value, result } => {
-                let Some(&(index, _)) = values.get(value.as_str()) else {
+                let Some(&(index, _)) = writes.values.get(value.as_str()) else {
                     continue;
                 };
                 let unknown = *result == WriteResult::Unknown;
-                events.push(Timed {
+                Timed {
                     invoked: entry.invoked_ns,
                     completed: if unknown {
                         u64::MAX
@@ -314,42 +304,38 @@ fn check_key(key: &str, entries: &[&Entry], violations: &mut Vec<Violation>) {
                     },
                     required: !unknown,
                     event: Event::Write(index),
-                });
+                }
             }
             Operation::Read { found } => {
                 let read = match found {
                     None => None,
                     Some((value, written_epoch)) => {
-                        let Some(&(index, _)) = values.get(value.as_str()) else {
-                            let why = if refused.contains(value.as_str()) {
-                                "whose write was refused"
-                            } else {
-                                "that no write wrote"
-                            };
-                            violations.push(violation(
-                                Rule::UnknownValue,
-                                format!(
-                                    "read at {} ns returned {value:?} (epoch {written_epoch}), a value {why}",
-                                    entry.invoked_ns
-                                ),
-                            ));
-                            consistent = false;
-                            continue;
-                        };
-                        stale_overwrites(entry, value, *written_epoch, entries, &mut |detail| {
-                            violations.push(violation(Rule::StaleOverwrite, detail));
-                        });
-                        Some(index)
+                        match writes.read_of(entry, value, *written_epoch, entries) {
+                            Ok((index, stale)) => {
+                                violations.extend(
+                                    stale
+                                        .into_iter()
+                                        .map(|detail| violation(Rule::StaleOverwrite, detail)),
+                                );
+                                Some(index)
+                            }
+                            Err(detail) => {
+                                violations.push(violation(Rule::UnknownValue, detail));
+                                consistent = false;
+                                continue;
+                            }
+                        }
                     }
                 };
-                events.push(Timed {
+                Timed {
                     invoked: entry.invoked_ns,
                     completed: entry.completed_ns,
                     required: true,
                     event: Event::Read(read),
-                });
+                }
             }
-        }
+        };
+        events.push(event);
     }
     if !consistent {
         return;
@@ -371,6 +357,63 @@ fn check_key(key: &str, entries: &[&Entry], violations: &mut Vec<Violation>) {
                 events.len()
             ),
         )),
+    }
+}
+
+/// One key's writes: the values of those that may have been applied (by value: their index
+/// and entry), and the values of those refused.
+struct KeyWrites<'a> {
+    values: HashMap<&'a str, (usize, &'a Entry)>,
+    refused: HashSet<&'a str>,
+}
+
+impl<'a> KeyWrites<'a> {
+    /// The value written twice, if one is (values are unique per key).
+    fn of(entries: &[&'a Entry]) -> Result<Self, &'a str> {
+        let mut writes = KeyWrites {
+            values: HashMap::new(),
+            refused: HashSet::new(),
+        };
+        for entry in entries {
+            if let Operation::Write { value, result } = &entry.operation {
+                if *result == WriteResult::Refused {
+                    writes.refused.insert(value);
+                    continue;
+                }
+                let index = writes.values.len();
+                if writes.values.insert(value, (index, entry)).is_some() {
+                    return Err(value);
+                }
+            }
+        }
+        Ok(writes)
+    }
+
+    /// A read (`entry`) of `value` at `written_epoch`: the index of the write it saw and the
+    /// stale overwrites it shows; or why no write explains it.
+    fn read_of(
+        &self,
+        entry: &Entry,
+        value: &str,
+        written_epoch: u64,
+        entries: &[&Entry],
+    ) -> Result<(usize, Vec<String>), String> {
+        let Some(&(index, _)) = self.values.get(value) else {
+            let why = if self.refused.contains(value) {
+                "whose write was refused"
+            } else {
+                "that no write wrote"
+            };
+            return Err(format!(
+                "read at {} ns returned {value:?} (epoch {written_epoch}), a value {why}",
+                entry.invoked_ns
+            ));
+        };
+        let mut stale = Vec::new();
+        stale_overwrites(entry, value, written_epoch, entries, &mut |detail| {
+            stale.push(detail)
+        });
+        Ok((index, stale))
     }
 }
 

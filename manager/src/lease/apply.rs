@@ -222,48 +222,24 @@ impl LeaseState {
                 app_version,
                 labels,
                 namespace,
-            } => {
-                let numbered_before = self.next_executor_number;
-                let result = self.apply_register(
-                    log_index,
-                    *now_ms,
-                    RegistrationFields {
-                        incarnation,
-                        address,
-                        name: name.as_deref(),
-                        credential_sha256: *credential_sha256,
-                        capacity: *capacity,
-                        app_version: app_version.as_deref(),
-                        labels,
-                        namespace,
-                    },
-                );
-                self.forget_numbers_the_log_covers(log_index, numbered_before);
-                match result {
-                    RegisterResult::Registered {
-                        grant,
-                        already_registered,
-                    } => Outcome::Registered {
-                        grant,
-                        already_registered,
-                    },
-                    RegisterResult::Refused { reason } => refused(reason),
-                }
-            }
+            } => self.apply_register_one(
+                log_index,
+                *now_ms,
+                RegistrationFields {
+                    incarnation,
+                    address,
+                    name: name.as_deref(),
+                    credential_sha256: *credential_sha256,
+                    capacity: *capacity,
+                    app_version: app_version.as_deref(),
+                    labels,
+                    namespace,
+                },
+            ),
             Command::RegisterMany {
                 now_ms,
                 registrations,
-            } => {
-                let numbered_before = self.next_executor_number;
-                let results = registrations
-                    .iter()
-                    .map(|registration| {
-                        self.apply_register(log_index, *now_ms, registration.into())
-                    })
-                    .collect();
-                self.forget_numbers_the_log_covers(log_index, numbered_before);
-                Outcome::RegisteredMany { results }
-            }
+            } => self.apply_register_many(log_index, *now_ms, registrations),
             Command::Renew { now_ms, renewals } => self.apply_renew(log_index, *now_ms, renewals),
             Command::Deregister {
                 now_ms,
@@ -309,6 +285,46 @@ impl LeaseState {
                 action,
             } => self.apply_operator(log_index, *now_ms, actor, action),
         }
+    }
+
+    /// `Register`: the registration, then the numbers the log covers forgotten
+    /// ([`Self::forget_numbers_the_log_covers`]).
+    fn apply_register_one(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        fields: RegistrationFields<'_>,
+    ) -> Outcome {
+        let numbered_before = self.next_executor_number;
+        let result = self.apply_register(log_index, now_ms, fields);
+        self.forget_numbers_the_log_covers(log_index, numbered_before);
+        match result {
+            RegisterResult::Registered {
+                grant,
+                already_registered,
+            } => Outcome::Registered {
+                grant,
+                already_registered,
+            },
+            RegisterResult::Refused { reason } => refused(reason),
+        }
+    }
+
+    /// `RegisterMany`: each registration in order under the one entry, then the numbers the
+    /// log covers forgotten.
+    fn apply_register_many(
+        &mut self,
+        log_index: u64,
+        now_ms: u64,
+        registrations: &[Registration],
+    ) -> Outcome {
+        let numbered_before = self.next_executor_number;
+        let results = registrations
+            .iter()
+            .map(|registration| self.apply_register(log_index, now_ms, registration.into()))
+            .collect();
+        self.forget_numbers_the_log_covers(log_index, numbered_before);
+        Outcome::RegisteredMany { results }
     }
 
     /// `Operator` (P17.4): the action, then, if it changed anything, its audit record in the
