@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use leasehold_api::wire::is_default_namespace;
 use leasehold_manager::leader::placement::{LoadTracker, BALANCE_COOLDOWN_MS};
 use leasehold_manager::lease::{
-    capacity_of, Command, LeaseState, Loads, MoveReason, Outcome, Plan, Shard, ShardId, Space,
+    capacity_of, Command, LeaseState, Loads, Move, MoveReason, Outcome, Plan, Shard, ShardId, Space,
 };
 use tokio::time::Instant;
 
@@ -252,21 +252,9 @@ impl Checker {
             );
             return;
         };
-        for step in moves {
-            let elsewhere = state
-                .executor(&step.to)
-                .filter(|executor| executor.namespace != *namespace)
-                .map(|executor| executor.namespace.as_str());
-            if space.shard(step.shard).is_none() || elsewhere.is_some() {
-                let detail = format!(
-                    "a plan of {namespace} gives {} to {} (of {})",
-                    shard_name(namespace, step.shard),
-                    step.to,
-                    elsewhere.unwrap_or(namespace)
-                );
-                self.report("P18.1", detail, now_us);
-                return;
-            }
+        if let Some(detail) = given_outside_its_namespace(state, space, namespace, moves) {
+            self.report("P18.1", detail, now_us);
+            return;
         }
         let Loads::Reported(loads) = loads else {
             return;
@@ -278,66 +266,14 @@ impl Checker {
         let Some((utilisations, mean)) = utilisations(space, now_ms, load_of) else {
             return;
         };
-        let balance = plan.balance_shards();
-        // The planner's band and this one may round differently at the very edge.
-        let slack = 1e-9 * mean;
-        let outside: Vec<(&String, &f64)> = utilisations
-            .iter()
-            .filter(|(_, u)| {
-                **u > mean * (1.0 + tolerance) + slack || **u < mean * (1.0 - tolerance) - slack
-            })
-            .collect();
-        if !balance.is_empty() && outside.is_empty() {
-            let of = if is_default_namespace(namespace) {
-                String::new()
-            } else {
-                format!(" of {namespace}")
-            };
-            let detail = format!(
-                "a plan{of} moves {balance:?} for balance while every executor is inside the band \
-                 ({:.0} % around the mean {mean:.3}): {utilisations:?}",
-                tolerance * 100.0
-            );
+        if let Some(detail) =
+            balanced_inside_the_band(plan, namespace, &utilisations, mean, tolerance)
+        {
             self.report("P15.3", detail, now_us);
             return;
         }
-        let mut counts: BTreeMap<&str, usize> = space
-            .executors()
-            .map(|executor| (executor.id.as_str(), executor.owned_shards.len()))
-            .collect();
-        for step in moves {
-            if let Some(owner) = space.shard(step.shard).and_then(|s| s.owner.as_deref()) {
-                if let Some(count) = counts.get_mut(owner) {
-                    *count = count.saturating_sub(1);
-                }
-            }
-            *counts.entry(step.to.as_str()).or_insert(0) += 1;
-        }
-        let total_capacity: u64 = utilisations
-            .keys()
-            .filter_map(|id| space.executor(id))
-            .map(capacity_of)
-            .sum();
-        let shards = space.shards().len() as f64;
-        for (step, reason) in moves.iter().zip(&plan.reasons) {
-            if !matches!(reason, MoveReason::Balance | MoveReason::Join) {
-                continue;
-            }
-            let Some(receiver) = space.executor(&step.to) else {
-                continue;
-            };
-            let share = shards * capacity_of(receiver) as f64 / total_capacity.max(1) as f64;
-            let count = counts.get(step.to.as_str()).copied().unwrap_or(0);
-            if count as f64 > COUNT_CEILING_OF_SHARE * share + 1e-9 {
-                let detail = format!(
-                    "a plan gives {} {} ({reason:?}) and so {count} shards, more than \
-                     {COUNT_CEILING_OF_SHARE} times its share of {share:.2}",
-                    step.to,
-                    shard_name(namespace, step.shard)
-                );
-                self.report("count ceiling", detail, now_us);
-                return;
-            }
+        if let Some(detail) = past_the_count_ceiling(space, plan, moves, &utilisations) {
+            self.report("count ceiling", detail, now_us);
         }
     }
 
@@ -677,4 +613,103 @@ pub fn utilisations(
         })
         .collect();
     Some((utilisations, total / total_capacity))
+}
+
+/// P18.1: the first move of a plan of `namespace` that gives a shard it does not have, or gives
+/// one to another namespace's executor.
+fn given_outside_its_namespace(
+    state: &LeaseState,
+    space: Space<'_>,
+    namespace: &str,
+    moves: &[Move],
+) -> Option<String> {
+    moves.iter().find_map(|step| {
+        let elsewhere = state
+            .executor(&step.to)
+            .filter(|executor| executor.namespace != *namespace)
+            .map(|executor| executor.namespace.as_str());
+        (space.shard(step.shard).is_none() || elsewhere.is_some()).then(|| {
+            format!(
+                "a plan of {namespace} gives {} to {} (of {})",
+                shard_name(namespace, step.shard),
+                step.to,
+                elsewhere.unwrap_or(namespace)
+            )
+        })
+    })
+}
+
+/// P15.3: a plan that moves shards for balance while every executor's utilisation is inside
+/// the band around `mean`.
+fn balanced_inside_the_band(
+    plan: &Plan,
+    namespace: &str,
+    utilisations: &BTreeMap<String, f64>,
+    mean: f64,
+    tolerance: f64,
+) -> Option<String> {
+    let balance = plan.balance_shards();
+    // The planner's band and this one may round differently at the very edge.
+    let slack = 1e-9 * mean;
+    let inside = !utilisations
+        .values()
+        .any(|u| *u > mean * (1.0 + tolerance) + slack || *u < mean * (1.0 - tolerance) - slack);
+    if balance.is_empty() || !inside {
+        return None;
+    }
+    let of = if is_default_namespace(namespace) {
+        String::new()
+    } else {
+        format!(" of {namespace}")
+    };
+    Some(format!(
+        "a plan{of} moves {balance:?} for balance while every executor is inside the band \
+         ({:.0} % around the mean {mean:.3}): {utilisations:?}",
+        tolerance * 100.0
+    ))
+}
+
+/// The first executor a plan gives shards for balance or as a joiner beyond
+/// [`COUNT_CEILING_OF_SHARE`] times its share by count (by capacity, over the executors with a
+/// utilisation).
+fn past_the_count_ceiling(
+    space: Space<'_>,
+    plan: &Plan,
+    moves: &[Move],
+    utilisations: &BTreeMap<String, f64>,
+) -> Option<String> {
+    let mut counts: BTreeMap<&str, usize> = space
+        .executors()
+        .map(|executor| (executor.id.as_str(), executor.owned_shards.len()))
+        .collect();
+    for step in moves {
+        if let Some(owner) = space.shard(step.shard).and_then(|s| s.owner.as_deref()) {
+            if let Some(count) = counts.get_mut(owner) {
+                *count = count.saturating_sub(1);
+            }
+        }
+        *counts.entry(step.to.as_str()).or_insert(0) += 1;
+    }
+    let total_capacity: u64 = utilisations
+        .keys()
+        .filter_map(|id| space.executor(id))
+        .map(capacity_of)
+        .sum();
+    let shards = space.shards().len() as f64;
+    moves.iter().zip(&plan.reasons).find_map(|(step, reason)| {
+        if !matches!(reason, MoveReason::Balance | MoveReason::Join) {
+            return None;
+        }
+        let receiver = space.executor(&step.to)?;
+        let share = shards * capacity_of(receiver) as f64 / total_capacity.max(1) as f64;
+        let count = counts.get(step.to.as_str()).copied().unwrap_or(0);
+        (count as f64 > COUNT_CEILING_OF_SHARE * share + 1e-9).then(|| {
+            format!(
+                "a plan gives {} {} ({reason:?}) and so {count} shards, more than \
+                 {COUNT_CEILING_OF_SHARE} times its share of {share:.2}",
+                step.to,
+                shard_name(space.name(), step.shard)
+            )
+        })
+    })
 }

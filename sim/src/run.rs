@@ -11,7 +11,7 @@ use leasehold_manager::leader::core::{longest_lease_ms, tick_ms};
 
 use crate::checks::{shard_name, utilisations, Violation, COUNT_CEILING_OF_SHARE, MINUTE_MS};
 use crate::scenario::{Scenario, LEASE_CHOICES_MS};
-use crate::world::{Coverage, Life, Slot, World};
+use crate::world::{BalanceMove, Coverage, Life, Slot, World};
 use leasehold_api::wire::{is_default_namespace, zone_of};
 use leasehold_manager::lease::{capacity_of, Executor, LeaseState, Loads, MoveReason, Space};
 
@@ -138,30 +138,63 @@ fn settle_with(world: &mut World, when: &str, undrain: bool) -> Result<u64, Viol
 /// counts as not converged (the operator is undoing it). Every namespace's placement is its own
 /// (P18.1): each must be learned, planned through and spread.
 fn not_converged(world: &World, undrained: bool) -> Option<String> {
+    why_not_converged(world, undrained).err()
+}
+
+/// [`not_converged`]'s checks in order, the first that fails saying why.
+fn why_not_converged(world: &World, undrained: bool) -> Result<(), String> {
     if world.leader_is_stalled() {
-        return Some("the leader is stalled".into());
+        return Err("the leader is stalled".into());
     }
-    let Some(state) = world.leader_state() else {
-        return Some("no leader".into());
-    };
+    let state = world.leader_state().ok_or("no leader")?;
     if world.leader_is_busy() {
-        return Some("the leader has writes in flight".into());
+        return Err("the leader has writes in flight".into());
     }
+    let by_count = placement_settled(world, state)?;
+    if let Some(slot) = (0..world.processes.len()).find(|&slot| {
+        world.processes[slot]
+            .as_ref()
+            .is_some_and(|p| matches!(p.life, Life::Paused { .. }))
+    }) {
+        return Err(format!("slot {slot} is paused"));
+    }
+    let live = live_and_known(world, state)?;
+    let pinned = state.spaces().any(|space| space.pins().next().is_some());
+    if undrained && (state.maintenance() || pinned) {
+        return Err("maintenance mode or a pin is still on (the operator is undoing them)".into());
+    }
+    shards_owned_and_drains_done(state, undrained)?;
+    for space in by_count {
+        let owners = owners_of(space);
+        let held = |id: &str| {
+            space
+                .executor(id)
+                .map_or(0, |e| e.owned_shards.len() as u64)
+        };
+        if let Some(off) = off_the_spread(space.shards().len() as u64, &owners, held) {
+            return Err(format!("{off}{}", of_namespace(space.name())));
+        }
+    }
+    leases_fresh_and_sets_admitted(world, state, &live)
+}
+
+/// Every namespace's placement learned and planned through (no move due but for balance), and
+/// no loads used once they are off: the namespaces placed by count, to be judged by their
+/// spread.
+fn placement_settled<'a>(world: &World, state: &'a LeaseState) -> Result<Vec<Space<'a>>, String> {
     let mut by_count = Vec::new();
     for space in state.spaces() {
         let namespace = space.name();
         let of = of_namespace(namespace);
-        let Some(inputs) = world.leader_inputs_in(namespace) else {
-            return Some("no leader".into());
-        };
+        let inputs = world.leader_inputs_in(namespace).ok_or("no leader")?;
         if inputs.loads == Loads::Learning {
-            return Some(format!("the leader is still learning the loads{of}"));
+            return Err(format!("the leader is still learning the loads{of}"));
         }
         // A namespace without executors keeps what its tracker heard before they left, and
         // places nothing by it.
         let placed = space.executors().next().is_some();
         if placed && world.load.off() && matches!(inputs.loads, Loads::Reported(_)) {
-            return Some(format!(
+            return Err(format!(
                 "loads are off, and the leader still places{of} by those it was told"
             ));
         }
@@ -169,40 +202,40 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
             let mut due = plan.counts_by_reason();
             due.remove(&MoveReason::Balance);
             if !due.is_empty() {
-                return Some(format!("a rebalance{of} is due: {due:?}"));
+                return Err(format!("a rebalance{of} is due: {due:?}"));
             }
         }
         if inputs.loads == Loads::Counts {
             by_count.push(space);
         }
     }
-    if let Some(slot) = (0..world.processes.len()).find(|&slot| {
-        world.processes[slot]
-            .as_ref()
-            .is_some_and(|p| matches!(p.life, Life::Paused { .. }))
-    }) {
-        return Some(format!("slot {slot} is paused"));
-    }
+    Ok(by_count)
+}
+
+/// Each live process registered, and the state knowing exactly those: executor id → slot.
+fn live_and_known(world: &World, state: &LeaseState) -> Result<BTreeMap<String, usize>, String> {
     let mut live = BTreeMap::new();
     for (slot, process) in world.processes.iter().enumerate() {
         let Some(process) = process.as_ref().filter(|p| p.admits()) else {
             continue;
         };
         let Some(executor_id) = process.core.executor_id() else {
-            return Some(format!("slot {slot} is not registered"));
+            return Err(format!("slot {slot} is not registered"));
         };
         live.insert(executor_id.to_owned(), slot);
     }
     let known: Vec<&str> = state.executors().map(|e| e.id.as_str()).collect();
     if known.len() != live.len() || known.iter().any(|id| !live.contains_key(*id)) {
-        return Some(format!(
+        return Err(format!(
             "the state knows {known:?}, the live processes are {live:?}"
         ));
     }
-    let pinned = state.spaces().any(|space| space.pins().next().is_some());
-    if undrained && (state.maintenance() || pinned) {
-        return Some("maintenance mode or a pin is still on (the operator is undoing them)".into());
-    }
+    Ok(live)
+}
+
+/// Every shard owned and none releasing, and no drain left (with `undrained`, no executor
+/// draining at all).
+fn shards_owned_and_drains_done(state: &LeaseState, undrained: bool) -> Result<(), String> {
     for space in state.spaces() {
         // A namespace whose executors are all gone has nobody to own its shards (P18.1: no
         // other namespace's executor may take them).
@@ -212,7 +245,7 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
             .iter()
             .find(|s| (takers && s.owner.is_none()) || s.handoff.is_some())
         {
-            return Some(format!(
+            return Err(format!(
                 "{} is unowned or releasing",
                 shard_name(space.name(), shard.id)
             ));
@@ -222,20 +255,18 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
         .executors()
         .find(|e| e.draining && (undrained || !e.owned_shards.is_empty()))
     {
-        return Some(format!("{} is still draining", drained.id));
+        return Err(format!("{} is still draining", drained.id));
     }
-    for space in by_count {
-        let owners = owners_of(space);
-        let held = |id: &str| {
-            space
-                .executor(id)
-                .map_or(0, |e| e.owned_shards.len() as u64)
-        };
-        if let Some(off) = off_the_spread(space.shards().len() as u64, &owners, held) {
-            return Some(format!("{off}{}", of_namespace(space.name())));
-        }
-    }
-    for (executor_id, slot) in &live {
+    Ok(())
+}
+
+/// Every live executor's lease fresh and what it admits exactly what the state delivered it.
+fn leases_fresh_and_sets_admitted(
+    world: &World,
+    state: &LeaseState,
+    live: &BTreeMap<String, usize>,
+) -> Result<(), String> {
+    for (executor_id, slot) in live {
         let Some(now) = world.process_now(*slot) else {
             continue;
         };
@@ -248,7 +279,7 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
         let lease_ms = lease_of(state, &process.namespace);
         let remaining_ms = process.core.lease().remaining(now).as_millis() as u64;
         if remaining_ms * 10 < lease_ms * FRESH_LEASE_TENTHS {
-            return Some(format!(
+            return Err(format!(
                 "slot {slot}'s lease has {remaining_ms} ms of {lease_ms} ms left"
             ));
         }
@@ -262,12 +293,12 @@ fn not_converged(world: &World, undrained: bool) -> Option<String> {
             .map(|held| (held.shard, held.epoch))
             .collect();
         if admitted != expected {
-            return Some(format!(
+            return Err(format!(
                 "slot {slot} ({executor_id}) admits {admitted:?}, recorded {expected:?}"
             ));
         }
     }
-    None
+    Ok(())
 }
 
 /// ` of NAME` for a namespace other than `default`, for messages.
@@ -421,20 +452,62 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
     let Some(before) = world.leader_state().cloned() else {
         return Ok(());
     };
-    let lease_ms = current_lease_ms(world, &namespace);
-    let crashed = live_slots_of_zone(world, &namespace, &zone);
-    let crashed_ids: BTreeSet<String> = crashed
+    let crash = ZoneCrash {
+        lease_ms: current_lease_ms(world, &namespace),
+        crashed: live_slots_of_zone(world, &namespace, &zone),
+        zone,
+        namespace,
+    };
+    let crashed_ids: BTreeSet<String> = crash
+        .crashed
         .iter()
         .filter_map(|&slot| world.executor_id_of(slot))
         .collect();
     let killed_at_us = world.now_us;
-    for &slot in &crashed {
+    for &slot in &crash.crashed {
         world.kill(slot);
     }
-    // Re-homed: every shard has a live owner (a handoff between survivors is balance, not
-    // re-homing).
+    if !rehomed_within_i4(world, &crash, &before, &crashed_ids, killed_at_us)? {
+        return Ok(());
+    }
+    settle(world, "after a whole zone was killed")?;
+    let now_us = world.now_us;
+    let Some(after) = world.leader_state() else {
+        return Ok(());
+    };
+    if survivors_kept_theirs(after, &crash, &before, &crashed_ids, now_us)? {
+        world.coverage.zone_crashes_staggered += 1;
+    }
+    unchanged_elsewhere(world, &before, &crash.namespace, "losing a whole zone")?;
+    for slot in crash.crashed {
+        world.restart(slot);
+    }
+    settle(world, "after the zone came back")?;
+    Ok(())
+}
+
+/// A zone killed at once by [`zone_crash_probe`].
+struct ZoneCrash {
+    zone: String,
+    namespace: String,
+    lease_ms: u64,
+    /// Its live slots, killed.
+    crashed: Vec<Slot>,
+}
+
+/// I4: runs until every shard of the namespace has a live owner (a handoff between survivors
+/// is balance, not re-homing), which must come within the bound of [`zone_crash_probe`]; false
+/// when the leader is gone at the end.
+fn rehomed_within_i4(
+    world: &mut World,
+    crash: &ZoneCrash,
+    before: &LeaseState,
+    crashed_ids: &BTreeSet<String>,
+    killed_at_us: u64,
+) -> Result<bool, Violation> {
+    let (zone, namespace) = (&crash.zone, &crash.namespace);
     let rehomed = |state: &LeaseState| {
-        state.space(&namespace).is_some_and(|space| {
+        state.space(namespace).is_some_and(|space| {
             space.shards().iter().all(|shard| {
                 shard
                     .owner
@@ -449,7 +522,7 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
                 invariant: "liveness",
                 detail: format!(
                     "zone {zone}'s shards{} were not re-homed within {} s",
-                    of_namespace(&namespace),
+                    of_namespace(namespace),
                     SETTLE_LIMIT_US / 1_000_000
                 ),
                 at_us: world.now_us,
@@ -460,13 +533,15 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
     }
     let took = world.now_us - killed_at_us;
     let Some(rehomed_state) = world.leader_state() else {
-        return Ok(());
+        return Ok(false);
     };
-    let moved = epochs_minted(&before, rehomed_state, &namespace);
+    let moved = epochs_minted(before, rehomed_state, namespace);
     let scenario = &world.scenario;
     let renewal_in_flight_us =
         crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us + scenario.commit_latency_us;
-    let writes = crashed.len() as u64 + (moved as usize).div_ceil(scenario.plan_cap.max(1)) as u64;
+    let writes =
+        crash.crashed.len() as u64 + (moved as usize).div_ceil(scenario.plan_cap.max(1)) as u64;
+    let lease_ms = crash.lease_ms;
     let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
         + renewal_in_flight_us
         + writes * scenario.commit_latency_us
@@ -476,29 +551,38 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
             invariant: "I4",
             detail: format!(
                 "zone {zone}'s shards{} were re-homed after {:.1} ms, bound lease + tick + a renewal in flight + {writes} writes = {:.1} ms",
-                of_namespace(&namespace),
+                of_namespace(namespace),
                 took as f64 / 1_000.0,
                 bound as f64 / 1_000.0
             ),
             at_us: world.now_us,
         });
     }
-    settle(world, "after a whole zone was killed")?;
-    let Some(after) = world.leader_state() else {
-        return Ok(());
-    };
-    // Only a zone lost at once keeps every survivor's shard in place: when its leases lapse at
-    // different steps, the plans between see the zone still partly there, and the split of the
-    // whole lost zone may then take back a shard those plans gave a survivor (still the fewest
-    // moves at each step, P5.4). Reaped in one entry, the zone is lost at once.
+    Ok(true)
+}
+
+/// P18.3: a zone lost at once keeps every survivor's shard in place. When its leases lapse at
+/// different steps, the plans between see the zone still partly there, and the split of the
+/// whole lost zone may then take back a shard those plans gave a survivor (still the fewest
+/// moves at each step, P5.4). Reaped in one entry, the zone is lost at once. Whether the zone
+/// was reaped in steps (and nothing was judged).
+fn survivors_kept_theirs(
+    after: &LeaseState,
+    crash: &ZoneCrash,
+    before: &LeaseState,
+    crashed_ids: &BTreeSet<String>,
+    now_us: u64,
+) -> Result<bool, Violation> {
+    let (zone, namespace) = (&crash.zone, &crash.namespace);
     let reaped_by: BTreeSet<Option<u64>> = crashed_ids
         .iter()
         .map(|id| after.tombstone(id).map(|t| t.removed_revision))
         .collect();
     if reaped_by.len() > 1 {
-        world.coverage.zone_crashes_staggered += 1;
-    } else if let Some((was, now)) = shards_of(&before, &namespace)
-        .zip(shards_of(after, &namespace))
+        return Ok(true);
+    }
+    if let Some((was, now)) = shards_of(before, namespace)
+        .zip(shards_of(after, namespace))
         .find(|(was, now)| {
             was.owner
                 .as_ref()
@@ -510,21 +594,16 @@ fn zone_crash_probe(world: &mut World, slot: Slot) -> Result<(), Violation> {
             invariant: "P18.3",
             detail: format!(
                 "losing zone {zone} moved {} of a survivor: {:?} at epoch {} before, {:?} at epoch {} after",
-                shard_name(&namespace, was.id),
+                shard_name(namespace, was.id),
                 was.owner,
                 was.epoch,
                 now.owner,
                 now.epoch
             ),
-            at_us: world.now_us,
+            at_us: now_us,
         });
     }
-    unchanged_elsewhere(world, &before, &namespace, "losing a whole zone")?;
-    for slot in crashed {
-        world.restart(slot);
-    }
-    settle(world, "after the zone came back")?;
-    Ok(())
+    Ok(false)
 }
 
 /// P18.4: `slot`'s namespace prefers `slot`'s zone. Once settled, every one of its shards is with
@@ -1336,40 +1415,14 @@ fn load_phase(world: &mut World) -> Result<(), Violation> {
         world.set_lease_in(namespace, LOAD_PHASE_LEASE_MS);
     }
     world.turn_loads_off(false);
-    // Every executor renews with its loads within a third of a lease, and the leader then
-    // places by them, unless every load is zero.
-    let deadline_us = world.now_us + LOAD_PHASE_LEASE_MS * 1_000;
-    loop {
-        let next = world.now_us + POLL_US;
-        world.run_until(next)?;
-        if matches!(
-            world.leader_inputs().map(|inputs| inputs.loads),
-            Some(Loads::Reported(_))
-        ) {
-            break;
-        }
-        if world.now_us > deadline_us {
-            return Ok(());
-        }
+    if !placed_by_reported_loads(world)? {
+        return Ok(());
     }
     settle(world, "with loads on again")?;
     let Some(term) = world.leader_term() else {
         return Ok(());
     };
-    let fleet = world.leader_state().map_or_else(String::new, |state| {
-        state
-            .executors()
-            .map(|e| format!("{} (capacity {}) {:?}", e.id, e.capacity, e.owned_shards))
-            .collect::<Vec<_>>()
-            .join(", ")
-    });
-    let truth = world.load.true_loads().to_vec();
-    world.note(|| {
-        format!("load phase: the leader runs on steady loads; true loads {truth:.1?}; {fleet}")
-    });
-    world.coverage.load_phases += 1;
-    let start_us = world.now_us;
-    let end_us = start_us + LOAD_PHASE_WINDOWS * MINUTE_MS * 1_000;
+    note_load_phase(world);
     let first_move = world.balance_moves.len();
     let liar = world.liar();
     let liar_count_at_start = liar.as_ref().map_or(0, |(_, id, _)| held_count(world, id));
@@ -1383,18 +1436,91 @@ fn load_phase(world: &mut World) -> Result<(), Violation> {
             .map(|p| p.namespace.clone())
     });
     let honest = |namespace: &str| liar.is_none() || liar_namespace.as_deref() != Some(namespace);
+    let Some(settled_at_us) = run_load_windows(world, term, &namespaces, first_move, &honest)?
+    else {
+        return Ok(());
+    };
+    // Whatever the leader does outside the budget (filling an executor left with nothing) is
+    // done before the fleet is judged.
+    settle(world, "at the end of the load phase")?;
+    if world.leader_term() != Some(term) {
+        return Ok(());
+    }
+    let moves = world.balance_moves[first_move..].to_vec();
+    never_moved_back(&moves)?;
+    let noise = world.load.noise();
+    none_moved_once_settled(&moves, &settled_at_us, noise)?;
+    for namespace in &namespaces {
+        if honest(namespace) {
+            inside_band_once_quiet(world, namespace, &moves)?;
+        }
+    }
+    if let Some((_, liar_id, lie)) = liar {
+        world.coverage.liar_checks += 1;
+        liar_checks(world, &liar_id, lie, liar_count_at_start)?;
+    }
+    Ok(())
+}
+
+/// Runs until every executor renews with its loads and the leader places by them (within a
+/// lease): whether it did (it does not when every load is zero).
+fn placed_by_reported_loads(world: &mut World) -> Result<bool, Violation> {
+    let deadline_us = world.now_us + LOAD_PHASE_LEASE_MS * 1_000;
+    loop {
+        let next = world.now_us + POLL_US;
+        world.run_until(next)?;
+        if matches!(
+            world.leader_inputs().map(|inputs| inputs.loads),
+            Some(Loads::Reported(_))
+        ) {
+            return Ok(true);
+        }
+        if world.now_us > deadline_us {
+            return Ok(false);
+        }
+    }
+}
+
+/// The load phase's start in the run's notes: the true loads and who holds what.
+fn note_load_phase(world: &mut World) {
+    let fleet = world.leader_state().map_or_else(String::new, |state| {
+        state
+            .executors()
+            .map(|e| format!("{} (capacity {}) {:?}", e.id, e.capacity, e.owned_shards))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let truth = world.load.true_loads().to_vec();
+    world.note(|| {
+        format!("load phase: the leader runs on steady loads; true loads {truth:.1?}; {fleet}")
+    });
+    world.coverage.load_phases += 1;
+}
+
+/// The phase's windows on steady loads, under leader `term`: when each honest namespace
+/// settled (a minute without a balance move since `first_move`, and every executor inside the
+/// band, narrowed by the noise). Each namespace is placed by its own loads and budget, and
+/// settles on its own. `None` when the leader changed (nothing in this phase changes it; should
+/// one, the phase says nothing).
+fn run_load_windows(
+    world: &mut World,
+    term: u64,
+    namespaces: &[String],
+    first_move: usize,
+    honest: &dyn Fn(&str) -> bool,
+) -> Result<Option<BTreeMap<String, u64>>, Violation> {
+    let start_us = world.now_us;
+    let end_us = start_us + LOAD_PHASE_WINDOWS * MINUTE_MS * 1_000;
     let noise = world.load.noise();
     let tolerance = world.scenario.load.tolerance;
-    // Each namespace is placed by its own loads and budget, and settles on its own.
-    let mut settled_at_us: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut settled_at_us: BTreeMap<String, u64> = BTreeMap::new();
     while world.now_us < end_us {
         let next = (world.now_us + LOAD_POLL_US).min(end_us);
         world.run_until(next)?;
         if world.leader_term() != Some(term) {
-            // Nothing in this phase changes the leader; should one, the phase says nothing.
-            return Ok(());
+            return Ok(None);
         }
-        for namespace in &namespaces {
+        for namespace in namespaces {
             if settled_at_us.contains_key(namespace.as_str()) || !honest(namespace) {
                 continue;
             }
@@ -1406,19 +1532,17 @@ fn load_phase(world: &mut World) -> Result<(), Violation> {
             let quiet = world.now_us >= last_move_us + MINUTE_MS * 1_000;
             if quiet && inside_band(world, namespace, tolerance, noise, Margin::Narrowed) == Ok(())
             {
-                settled_at_us.insert(namespace, world.now_us);
+                settled_at_us.insert(namespace.clone(), world.now_us);
             }
         }
     }
-    // Whatever the leader does outside the budget (filling an executor left with nothing) is
-    // done before the fleet is judged.
-    settle(world, "at the end of the load phase")?;
-    if world.leader_term() != Some(term) {
-        return Ok(());
-    }
-    let moves = world.balance_moves[first_move..].to_vec();
+    Ok(Some(settled_at_us))
+}
+
+/// P15.4: no shard moved for balance back to an executor it left during the phase.
+fn never_moved_back(moves: &[BalanceMove]) -> Result<(), Violation> {
     let mut left: BTreeMap<(&str, u32), BTreeSet<&str>> = BTreeMap::new();
-    for step in &moves {
+    for step in moves {
         let earlier = left
             .entry((step.namespace.as_str(), step.shard))
             .or_default();
@@ -1435,7 +1559,16 @@ fn load_phase(world: &mut World) -> Result<(), Violation> {
         }
         earlier.insert(step.from.as_str());
     }
-    for (namespace, settled_at_us) in &settled_at_us {
+    Ok(())
+}
+
+/// P15.3: nothing moved for balance in a namespace after it settled.
+fn none_moved_once_settled(
+    moves: &[BalanceMove],
+    settled_at_us: &BTreeMap<String, u64>,
+    noise: f64,
+) -> Result<(), Violation> {
+    for (namespace, settled_at_us) in settled_at_us {
         if let Some(late) = moves
             .iter()
             .find(|m| m.namespace == *namespace && m.at_us > *settled_at_us)
@@ -1456,37 +1589,36 @@ fn load_phase(world: &mut World) -> Result<(), Violation> {
             });
         }
     }
-    for namespace in &namespaces {
-        let quiet_at_the_end = moves
-            .iter()
-            .rev()
-            .find(|m| m.namespace == *namespace)
-            .is_none_or(|m| m.at_us + MINUTE_MS * 1_000 <= world.now_us);
-        if honest(namespace)
-            && quiet_at_the_end
-            && lower_bound_allows_the_band(world, namespace, tolerance, noise)
-        {
-            world.coverage.band_checks += 1;
-            if let Err(detail) = inside_band(world, namespace, tolerance, noise, Margin::Widened) {
-                return Err(Violation {
-                    invariant: "P15.2",
-                    detail: format!(
-                        "the leader stopped moving for balance{} with an executor outside the \
-                         band ({:.0} % widened by the noise of {noise:.3}) though every shard \
-                         fits in it: {detail}",
-                        of_namespace(namespace),
-                        tolerance * 100.0
-                    ),
-                    at_us: world.now_us,
-                });
-            }
-        }
-    }
-    if let Some((_, liar_id, lie)) = liar {
-        world.coverage.liar_checks += 1;
-        liar_checks(world, &liar_id, lie, liar_count_at_start)?;
-    }
     Ok(())
+}
+
+/// P15.2: a namespace whose leader has stopped moving for balance for a minute has every
+/// executor inside the band, widened by the noise, when the lower bound allows it.
+fn inside_band_once_quiet(
+    world: &mut World,
+    namespace: &str,
+    moves: &[BalanceMove],
+) -> Result<(), Violation> {
+    let (noise, tolerance) = (world.load.noise(), world.scenario.load.tolerance);
+    let quiet_at_the_end = moves
+        .iter()
+        .rev()
+        .find(|m| m.namespace == *namespace)
+        .is_none_or(|m| m.at_us + MINUTE_MS * 1_000 <= world.now_us);
+    if !quiet_at_the_end || !lower_bound_allows_the_band(world, namespace, tolerance, noise) {
+        return Ok(());
+    }
+    world.coverage.band_checks += 1;
+    inside_band(world, namespace, tolerance, noise, Margin::Widened).map_err(|detail| Violation {
+        invariant: "P15.2",
+        detail: format!(
+            "the leader stopped moving for balance{} with an executor outside the band ({:.0} % \
+             widened by the noise of {noise:.3}) though every shard fits in it: {detail}",
+            of_namespace(namespace),
+            tolerance * 100.0
+        ),
+        at_us: world.now_us,
+    })
 }
 
 /// How [`inside_band`] allows for the noise of the reports.

@@ -322,26 +322,105 @@ pub const MAX_NAMESPACE_SHARDS: u32 = 16;
 /// Most executors of a namespace beside `default`.
 pub const MAX_NAMESPACE_EXECUTORS: usize = 3;
 
+/// Most runs take the guard as the manager ships it; the rest as an operator who turned it off
+/// or on explicitly: the guard, and the flag it was drawn from.
+fn draw_guard(rng: &mut ChaCha8Rng) -> (GuardConfig, Option<bool>) {
+    let guard_flag = match rng.random_range(0..10) {
+        0..7 => None,
+        7..9 => Some(false),
+        _ => Some(true),
+    };
+    let guard = GuardConfig {
+        enabled: shipped_guard_enabled(guard_flag),
+        // Shorter than the shipped 60 s so a run settles quickly, and long enough that an
+        // executor that was live before a stall renews within it: its retries back off to at
+        // most 5 s (P3.5, RETRY_DELAY_MAX).
+        grace_ms: rng.random_range(8_000..=20_000),
+    };
+    (guard, guard_flag)
+}
+
+/// Swarm testing: each run turns on a random subset of the fault kinds, with a random weight
+/// each, so rare combinations (a lease changed twice around a leader change, a drain during a
+/// pause) come up often across seeds instead of almost never.
+struct Swarm {
+    weights: [u32; FAULT_KINDS],
+    /// How many faults of `default`'s slots the run has.
+    fault_count: u32,
+}
+
+impl Swarm {
+    /// The kinds' weights, and no faults at all in a `calm` run or one with every kind off.
+    fn draw(rng: &mut ChaCha8Rng, calm: bool) -> Self {
+        let weights: [u32; FAULT_KINDS] = std::array::from_fn(|_| {
+            if rng.random_bool(0.5) {
+                rng.random_range(1..=10)
+            } else {
+                0
+            }
+        });
+        let fault_count = if calm || weights.iter().all(|w| *w == 0) {
+            0
+        } else {
+            rng.random_range(0..=20)
+        };
+        Self {
+            weights,
+            fault_count,
+        }
+    }
+
+    /// The run's faults, each at a time within the chaos window, in time order.
+    fn faults(
+        &self,
+        rng: &mut ChaCha8Rng,
+        chaos_ms: u64,
+        slots: usize,
+        shards: u32,
+        lease_ms: u64,
+        load: &LoadScenario,
+    ) -> Vec<(u64, Fault)> {
+        let mut faults: Vec<(u64, Fault)> = (0..self.fault_count)
+            .map(|_| {
+                let at = rng.random_range(0..chaos_ms);
+                (
+                    at,
+                    draw_fault(rng, &self.weights, slots, shards, lease_ms, load),
+                )
+            })
+            .collect();
+        faults.sort_by_key(|(at, _)| *at);
+        faults
+    }
+
+    /// Whether a kind that namespaces' slots can have is on.
+    fn has_namespace_kinds(&self) -> bool {
+        self.weights
+            .iter()
+            .enumerate()
+            .any(|(kind, weight)| *weight > 0 && NAMESPACE_FAULT_KINDS.contains(&kind))
+    }
+}
+
+/// Zones come from a stream of their own, so every other draw is the same with or without
+/// them: half the fleets of two or more executors are spread over two or three.
+fn draw_zones(seed: u64, slots: usize) -> usize {
+    let mut zone_rng = ChaCha8Rng::seed_from_u64(seed);
+    zone_rng.set_stream(4);
+    if slots >= 2 && zone_rng.random_bool(0.5) {
+        zone_rng.random_range(2..=MAX_ZONES.min(slots))
+    } else {
+        0
+    }
+}
+
 impl Scenario {
     pub fn draw(seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let slots = rng.random_range(1..=MAX_EXECUTORS);
         let shards = rng.random_range(1..=MAX_SHARDS);
         let lease_ms = LEASE_CHOICES_MS[rng.random_range(0..LEASE_CHOICES_MS.len())];
-        // Most runs take the guard as the manager ships it; the rest as an operator who turned
-        // it off or on explicitly.
-        let guard_flag = match rng.random_range(0..10) {
-            0..7 => None,
-            7..9 => Some(false),
-            _ => Some(true),
-        };
-        let guard = GuardConfig {
-            enabled: shipped_guard_enabled(guard_flag),
-            // Shorter than the shipped 60 s so a run settles quickly, and long enough that an
-            // executor that was live before a stall renews within it: its retries back off to
-            // at most 5 s (P3.5, RETRY_DELAY_MAX).
-            grace_ms: rng.random_range(8_000..=20_000),
-        };
+        let (guard, guard_flag) = draw_guard(&mut rng);
         let plan_cap = [1, 2, 3, 8_192][rng.random_range(0..4)];
         let max_deliveries_in_flight = [1, 2, 64][rng.random_range(0..3)];
         let calm = rng.random_bool(0.15);
@@ -358,40 +437,9 @@ impl Scenario {
         let mut load_rng = ChaCha8Rng::seed_from_u64(seed);
         load_rng.set_stream(2);
         let load = LoadScenario::draw(&mut load_rng, slots, shards, chaos_ms);
-        // Swarm testing: each run turns on a random subset of the fault kinds, with a random
-        // weight each, so rare combinations (a lease changed twice around a leader change, a
-        // drain during a pause) come up often across seeds instead of almost never.
-        let weights: [u32; FAULT_KINDS] = std::array::from_fn(|_| {
-            if rng.random_bool(0.5) {
-                rng.random_range(1..=10)
-            } else {
-                0
-            }
-        });
-        let fault_count = if calm || weights.iter().all(|w| *w == 0) {
-            0
-        } else {
-            rng.random_range(0..=20)
-        };
-        let mut faults: Vec<(u64, Fault)> = (0..fault_count)
-            .map(|_| {
-                let at = rng.random_range(0..chaos_ms);
-                (
-                    at,
-                    draw_fault(&mut rng, &weights, slots, shards, lease_ms, &load),
-                )
-            })
-            .collect();
-        faults.sort_by_key(|(at, _)| *at);
-        // Zones come from a stream of their own too, so every draw above is the same with or
-        // without them: half the fleets of two or more executors are spread over two or three.
-        let mut zone_rng = ChaCha8Rng::seed_from_u64(seed);
-        zone_rng.set_stream(4);
-        let zones = if slots >= 2 && zone_rng.random_bool(0.5) {
-            zone_rng.random_range(2..=MAX_ZONES.min(slots))
-        } else {
-            0
-        };
+        let swarm = Swarm::draw(&mut rng, calm);
+        let mut faults = swarm.faults(&mut rng, chaos_ms, slots, shards, lease_ms, &load);
+        let zones = draw_zones(seed, slots);
         let mut executor_rate_ppm: Vec<i64> = executor_rate_ppm;
         let mut load = load;
         let mut slot_spaces = vec![0; slots];
@@ -407,16 +455,12 @@ impl Scenario {
                 load: &mut load,
             },
         );
-        let per_slot_kinds = weights
-            .iter()
-            .enumerate()
-            .any(|(kind, weight)| *weight > 0 && NAMESPACE_FAULT_KINDS.contains(&kind));
-        if !namespaces.is_empty() && !calm && per_slot_kinds {
+        if !namespaces.is_empty() && !calm && swarm.has_namespace_kinds() {
             for _ in 0..namespace_rng.random_range(0..=8) {
                 let at = namespace_rng.random_range(0..chaos_ms);
                 let fault = draw_namespace_fault(
                     &mut namespace_rng,
-                    &weights,
+                    &swarm.weights,
                     &slot_spaces,
                     &namespaces,
                     &load,

@@ -599,30 +599,10 @@ impl World {
     fn build(scenario: Scenario, driver: Driver, trace: bool) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed);
         rng.set_stream(1);
-        // A script times its steps to the millisecond on the leaders' clocks.
-        let manager_rate_ppm = match driver {
-            Driver::Seed => (0..MANAGERS)
-                .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
-                .collect(),
-            Driver::Script { .. } => vec![0; MANAGERS],
-        };
-        // Drawn from a stream of their own, so the rest of a seed's draws are as they were.
-        let manager_offset_ms = match driver {
-            Driver::Seed => {
-                let mut clocks = ChaCha8Rng::seed_from_u64(scenario.seed);
-                clocks.set_stream(2);
-                (0..MANAGERS)
-                    .map(|_| {
-                        if clocks.random_bool(0.5) {
-                            0
-                        } else {
-                            clocks
-                                .random_range(-MAX_WALL_CLOCK_OFFSET_MS..=MAX_WALL_CLOCK_OFFSET_MS)
-                        }
-                    })
-                    .collect()
-            }
-            Driver::Script { .. } => vec![0; MANAGERS],
+        let (manager_rate_ppm, manager_offset_ms) = match driver {
+            Driver::Seed => managers_clocks(&mut rng, scenario.seed),
+            // A script times its steps to the millisecond on the leaders' clocks.
+            Driver::Script { .. } => (vec![0; MANAGERS], vec![0; MANAGERS]),
         };
         let chaos = matches!(driver, Driver::Seed);
         let slots = scenario.slots;
@@ -658,33 +638,7 @@ impl World {
             load,
             balance_moves: Vec::new(),
         };
-        // The cluster is initialised before anything else, as `leaseholdctl init` does.
-        world.take_office(0, world.manager_offset_ms[0]);
-        let init = Command::Init {
-            now_ms: world.leader_now_ms().unwrap_or(0),
-            shard_count: world.scenario.shards,
-            lease_duration_ms: world.scenario.lease_ms,
-        };
-        world.propose(init, ReplyTo::Nobody);
-        if chaos || !world.scenario.namespaces.is_empty() {
-            // Every manager runs this build, so the leader raised the cluster version to its
-            // schema (P14.3) before any executor registered: registrations may state a capacity
-            // (P15.1) and a namespace (P18.1). A script's cluster keeps the version `Init`
-            // leaves, as they were written, unless it has namespaces.
-            let raise = Command::SetClusterVersion {
-                now_ms: world.leader_now_ms().unwrap_or(0),
-                cluster_version: NEWEST_SCHEMA,
-            };
-            world.propose(raise, ReplyTo::Nobody);
-        }
-        // An operator creates the namespaces beside `default` (P18.1) before their executors
-        // start, as `leaseholdctl namespace create` does.
-        for namespace in world.scenario.namespaces.clone() {
-            world.create_namespace(&namespace.name, namespace.shards, namespace.lease_ms);
-        }
-        world.coverage.namespace_runs = u64::from(world.has_namespaces());
-        // Committed before any fault can touch it: the operator's `init` succeeded.
-        world.commit(1);
+        world.set_up_cluster();
         for slot in 0..slots {
             world.start_process(slot);
         }
@@ -699,6 +653,38 @@ impl World {
         }
         world.schedule_timer(FOLLOWER_APPLY_US, Event::FollowerApply);
         world
+    }
+
+    /// The cluster as an operator leaves it before any executor starts: initialised (as
+    /// `leaseholdctl init` does), at this build's cluster version when the run needs it, and
+    /// with its namespaces created, all committed.
+    fn set_up_cluster(&mut self) {
+        self.take_office(0, self.manager_offset_ms[0]);
+        let init = Command::Init {
+            now_ms: self.leader_now_ms().unwrap_or(0),
+            shard_count: self.scenario.shards,
+            lease_duration_ms: self.scenario.lease_ms,
+        };
+        self.propose(init, ReplyTo::Nobody);
+        if self.chaos || !self.scenario.namespaces.is_empty() {
+            // Every manager runs this build, so the leader raised the cluster version to its
+            // schema (P14.3) before any executor registered: registrations may state a capacity
+            // (P15.1) and a namespace (P18.1). A script's cluster keeps the version `Init`
+            // leaves, as they were written, unless it has namespaces.
+            let raise = Command::SetClusterVersion {
+                now_ms: self.leader_now_ms().unwrap_or(0),
+                cluster_version: NEWEST_SCHEMA,
+            };
+            self.propose(raise, ReplyTo::Nobody);
+        }
+        // An operator creates the namespaces beside `default` (P18.1) before their executors
+        // start, as `leaseholdctl namespace create` does.
+        for namespace in self.scenario.namespaces.clone() {
+            self.create_namespace(&namespace.name, namespace.shards, namespace.lease_ms);
+        }
+        self.coverage.namespace_runs = u64::from(self.has_namespaces());
+        // Committed before any fault can touch it: the operator's `init` succeeded.
+        self.commit(1);
     }
 
     pub fn trace_lines(&self) -> &[String] {
@@ -825,15 +811,7 @@ impl World {
             Event::ToExecutor { slot, message } => self.executor_receives(slot, message),
             Event::Commit { term } => self.commit(term),
             Event::LeaderStep { term } => self.leader_step(term),
-            Event::LeaderTick { term, tick } => {
-                if self
-                    .leader
-                    .as_ref()
-                    .is_some_and(|l| l.term == term && l.tick == tick)
-                {
-                    self.leader_step(term);
-                }
-            }
+            Event::LeaderTick { term, tick } => self.leader_tick(term, tick),
             Event::ConfirmationAck {
                 term,
                 follower,
@@ -848,54 +826,10 @@ impl World {
             Event::DeliveryTimeout { term, delivery } => self.delivered(term, delivery, None, None),
             Event::DeposedRound { term } => self.deposed_round(term),
             Event::FollowerApply => self.follower_apply(),
-            Event::Elected { manager, offset_ms } => {
-                if self.leader.is_none() {
-                    let offset = offset_ms.unwrap_or_else(|| {
-                        self.manager_offset_ms[manager]
-                            + self
-                                .rng
-                                .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS)
-                    });
-                    self.take_office(manager, offset);
-                }
-            }
-            Event::StallOver { term } => {
-                if let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) {
-                    leader.stalled_until_us = None;
-                    let pending = !leader.tail.is_empty() && !leader.commit_scheduled;
-                    if pending {
-                        leader.commit_scheduled = true;
-                    }
-                    let at = self.now_us + self.scenario.commit_latency_us;
-                    if pending {
-                        self.schedule(at, Event::Commit { term });
-                    }
-                    // The loop's timers fire late, all at once, as after a real stall.
-                    self.schedule(self.now_us, Event::LeaderStep { term });
-                    self.schedule(self.now_us, Event::DeliveryRound { term });
-                }
-            }
-            Event::Resume { slot, process } => {
-                if let Some(p) = self.process_mut(slot, process) {
-                    if matches!(p.life, Life::Paused { .. }) {
-                        p.life = Life::Running;
-                        self.note(|| format!("slot {slot}: resumes"));
-                    }
-                }
-            }
-            Event::StopDeadline { slot, process } => {
-                if let Some(p) = self.process_mut(slot, process) {
-                    if p.life == Life::Stopping {
-                        if p.call.is_none() {
-                            self.deregister(slot, process);
-                        }
-                        // The grace is over either way: the process exits.
-                        if let Some(p) = self.process_mut(slot, process) {
-                            p.life = Life::Dead;
-                        }
-                    }
-                }
-            }
+            Event::Elected { manager, offset_ms } => self.elected(manager, offset_ms),
+            Event::StallOver { term } => self.stall_over(term),
+            Event::Resume { slot, process } => self.resume(slot, process),
+            Event::StopDeadline { slot, process } => self.stop_deadline(slot, process),
             Event::PartitionHealed {
                 slot,
                 to_managers,
@@ -908,15 +842,88 @@ impl World {
                     self.cut_from_managers[slot] = self.cut_from_managers[slot].saturating_sub(1);
                 }
             }
-            Event::HotSetShift => {
-                if self.chaos {
-                    self.coverage.hot_set_shifts += 1;
-                    self.load.shift();
-                    self.note(|| "the hot set shifts".to_owned());
-                }
-            }
+            Event::HotSetShift => self.hot_set_shift(),
             Event::Fault(fault) => self.fault(fault),
             Event::EndChaos => self.end_chaos(),
+        }
+    }
+
+    /// The leader's tick `tick` of `term`: a step, unless a newer tick or term replaced it.
+    fn leader_tick(&mut self, term: u64, tick: u64) {
+        if self
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.term == term && l.tick == tick)
+        {
+            self.leader_step(term);
+        }
+    }
+
+    /// `manager` won an election: it takes office unless a leader already holds it, its clock
+    /// `offset_ms` off or, unless the fault named one, its own offset and a random drift.
+    fn elected(&mut self, manager: usize, offset_ms: Option<i64>) {
+        if self.leader.is_some() {
+            return;
+        }
+        let offset = offset_ms.unwrap_or_else(|| {
+            self.manager_offset_ms[manager]
+                + self
+                    .rng
+                    .random_range(-MAX_CLOCK_OFFSET_MS..=MAX_CLOCK_OFFSET_MS)
+        });
+        self.take_office(manager, offset);
+    }
+
+    /// The stall of `term`'s leader ends: its pending writes commit, and the loop's timers fire
+    /// late, all at once, as after a real stall.
+    fn stall_over(&mut self, term: u64) {
+        let Some(leader) = self.leader.as_mut().filter(|l| l.term == term) else {
+            return;
+        };
+        leader.stalled_until_us = None;
+        let pending = !leader.tail.is_empty() && !leader.commit_scheduled;
+        if pending {
+            leader.commit_scheduled = true;
+        }
+        let at = self.now_us + self.scenario.commit_latency_us;
+        if pending {
+            self.schedule(at, Event::Commit { term });
+        }
+        self.schedule(self.now_us, Event::LeaderStep { term });
+        self.schedule(self.now_us, Event::DeliveryRound { term });
+    }
+
+    /// A paused process runs again.
+    fn resume(&mut self, slot: Slot, process: u64) {
+        if let Some(p) = self.process_mut(slot, process) {
+            if matches!(p.life, Life::Paused { .. }) {
+                p.life = Life::Running;
+                self.note(|| format!("slot {slot}: resumes"));
+            }
+        }
+    }
+
+    /// A stopping process's grace is over: it deregisters unless a call is on the way, and
+    /// exits either way.
+    fn stop_deadline(&mut self, slot: Slot, process: u64) {
+        if let Some(p) = self.process_mut(slot, process) {
+            if p.life == Life::Stopping {
+                if p.call.is_none() {
+                    self.deregister(slot, process);
+                }
+                if let Some(p) = self.process_mut(slot, process) {
+                    p.life = Life::Dead;
+                }
+            }
+        }
+    }
+
+    /// The hot set of shards moves, while the chaos lasts.
+    fn hot_set_shift(&mut self) {
+        if self.chaos {
+            self.coverage.hot_set_shifts += 1;
+            self.load.shift();
+            self.note(|| "the hot set shifts".to_owned());
         }
     }
 
@@ -1031,4 +1038,24 @@ fn describe_outcome(outcome: &Outcome) -> String {
     } else {
         text
     }
+}
+
+/// A seeded run's managers' clock rates (from the world's stream) and wall-clock offsets (from
+/// a stream of their own, so the rest of a seed's draws are as they were).
+fn managers_clocks(rng: &mut ChaCha8Rng, seed: u64) -> (Vec<i64>, Vec<i64>) {
+    let rates = (0..MANAGERS)
+        .map(|_| rng.random_range(-MAX_RATE_ERROR_PPM..=MAX_RATE_ERROR_PPM))
+        .collect();
+    let mut clocks = ChaCha8Rng::seed_from_u64(seed);
+    clocks.set_stream(2);
+    let offsets = (0..MANAGERS)
+        .map(|_| {
+            if clocks.random_bool(0.5) {
+                0
+            } else {
+                clocks.random_range(-MAX_WALL_CLOCK_OFFSET_MS..=MAX_WALL_CLOCK_OFFSET_MS)
+            }
+        })
+        .collect();
+    (rates, offsets)
 }
