@@ -617,32 +617,7 @@ impl RoutingClient {
                         attempts: sends,
                     });
                 }
-                Ok(reply) => {
-                    self.count(&self.inner.shared.counters.misrouted, "misrouted");
-                    let problem: Option<Problem> = serde_json::from_slice(&reply.body).ok();
-                    let detail = problem.as_ref().map_or_else(
-                        || {
-                            String::from_utf8_lossy(&reply.body)
-                                .chars()
-                                .take(256)
-                                .collect()
-                        },
-                        |problem| problem.detail.clone(),
-                    );
-                    debug!(
-                        shard = target.shard,
-                        executor_id = %target.executor_id,
-                        revision = target.revision,
-                        %detail,
-                        "misrouted (421): the routing table was stale"
-                    );
-                    RoutingError::Misdirected {
-                        shard: target.shard,
-                        address: target.address.clone(),
-                        problem: problem.map(Box::new),
-                        detail,
-                    }
-                }
+                Ok(reply) => self.misdirected(&target, &reply),
                 Err(Attempt::NotSent(detail)) => RoutingError::Unreachable {
                     shard: target.shard,
                     address: target.address.clone(),
@@ -676,6 +651,35 @@ impl RoutingClient {
         }
         self.count(&self.inner.shared.counters.refreshes, "refreshes");
         self.inner.shared.load().await
+    }
+
+    /// A `421` from `target`'s executor (the table was stale): counted, and the error it
+    /// becomes if the retry fails too.
+    fn misdirected(&self, target: &Target, reply: &Reply) -> RoutingError {
+        self.count(&self.inner.shared.counters.misrouted, "misrouted");
+        let problem: Option<Problem> = serde_json::from_slice(&reply.body).ok();
+        let detail = problem.as_ref().map_or_else(
+            || {
+                String::from_utf8_lossy(&reply.body)
+                    .chars()
+                    .take(256)
+                    .collect()
+            },
+            |problem| problem.detail.clone(),
+        );
+        debug!(
+            shard = target.shard,
+            executor_id = %target.executor_id,
+            revision = target.revision,
+            %detail,
+            "misrouted (421): the routing table was stale"
+        );
+        RoutingError::Misdirected {
+            shard: target.shard,
+            address: target.address.clone(),
+            problem: problem.map(Box::new),
+            detail,
+        }
     }
 
     fn count(&self, counter: &AtomicU64, what: &'static str) {

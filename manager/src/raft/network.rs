@@ -105,48 +105,8 @@ impl HttpConnection {
                 }
             })?;
 
-        // Under TLS the certificate decides who answered (P13.3): it must be the manager this
-        // message was meant for. The headers below are then a second, weaker check.
-        if let Some(tls_info) = response.extensions().get::<reqwest::tls::TlsInfo>() {
-            let role = tls_info
-                .peer_certificate()
-                .map(|der| Role::of_certificate(&CertificateDer::from(der.to_vec())));
-            if !matches!(role, Some(Ok(Role::Manager { node_id })) if node_id == self.target) {
-                let error = TransportError(format!(
-                    "{} answered with a certificate that is not manager {}'s: {role:?}",
-                    self.base_url, self.target
-                ));
-                tracing::error!(target_node = self.target, %error, "refusing raft reply");
-                return Err(RPCError::Unreachable(Unreachable::new(&error)));
-            }
-        }
-        let answered_as = response
-            .headers()
-            .get(NODE_ID_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse::<NodeId>().ok());
-        if answered_as != Some(self.target) {
-            // Another node (or no manager) answers at this address: its reply is not the target's
-            // and must not be pinned or counted.
-            let error = TransportError(format!(
-                "{} answered as node {answered_as:?}, not node {}",
-                self.base_url, self.target
-            ));
-            tracing::error!(target_node = self.target, %error, "refusing raft reply");
-            return Err(RPCError::Unreachable(Unreachable::new(&error)));
-        }
-
-        let presented = response
-            .headers()
-            .get(STORAGE_ID_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        if let Err(error) = self.identity.verify_peer(self.target, &presented) {
-            // A reply from a replaced data directory must not count: not as a vote, not as an ack.
-            tracing::error!(target_node = self.target, %error, "refusing raft reply");
-            return Err(RPCError::Unreachable(Unreachable::new(&error)));
-        }
+        self.refuse_unless_the_target(&response)
+            .map_err(RPCError::Unreachable)?;
 
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| {
@@ -165,6 +125,55 @@ impl HttpConnection {
         let reply: Result<Resp, RaftError<NodeId, E>> =
             codec::decode("raft reply", &bytes).map_err(|e| network(e.to_string()))?;
         reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    /// Refuses a reply that did not come from the target manager as this start of its data
+    /// directory: another certificate (under TLS), another node id, or a replaced data directory.
+    /// Such a reply must not be pinned or counted, not as a vote, not as an acknowledgement.
+    fn refuse_unless_the_target(&self, response: &reqwest::Response) -> Result<(), Unreachable> {
+        // Under TLS the certificate decides who answered (P13.3): it must be the manager this
+        // message was meant for. The headers below are then a second, weaker check.
+        if let Some(tls_info) = response.extensions().get::<reqwest::tls::TlsInfo>() {
+            let role = tls_info
+                .peer_certificate()
+                .map(|der| Role::of_certificate(&CertificateDer::from(der.to_vec())));
+            if !matches!(role, Some(Ok(Role::Manager { node_id })) if node_id == self.target) {
+                let error = TransportError(format!(
+                    "{} answered with a certificate that is not manager {}'s: {role:?}",
+                    self.base_url, self.target
+                ));
+                tracing::error!(target_node = self.target, %error, "refusing raft reply");
+                return Err(Unreachable::new(&error));
+            }
+        }
+        let answered_as = response
+            .headers()
+            .get(NODE_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<NodeId>().ok());
+        if answered_as != Some(self.target) {
+            // Another node (or no manager) answers at this address: its reply is not the target's
+            // and must not be pinned or counted.
+            let error = TransportError(format!(
+                "{} answered as node {answered_as:?}, not node {}",
+                self.base_url, self.target
+            ));
+            tracing::error!(target_node = self.target, %error, "refusing raft reply");
+            return Err(Unreachable::new(&error));
+        }
+
+        let presented = response
+            .headers()
+            .get(STORAGE_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        if let Err(error) = self.identity.verify_peer(self.target, &presented) {
+            // A reply from a replaced data directory must not count: not as a vote, not as an ack.
+            tracing::error!(target_node = self.target, %error, "refusing raft reply");
+            return Err(Unreachable::new(&error));
+        }
+        Ok(())
     }
 }
 
