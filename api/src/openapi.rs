@@ -168,9 +168,9 @@ const RUST_LINKS: &[(&str, &str)] = &[
     ("`1..=`[`MAX_CAPACITY`]", "1 to 1 000 000"),
     ("[`MAX_CAPACITY`]", "1 000 000"),
     ("[`DEFAULT_CAPACITY`]", "1"),
-    ("[`CREDENTIALS_SCHEMA`]", "3"),
-    ("[`CAPACITY_SCHEMA`]", "4"),
-    ("[`COMPACT_SHARDS_SCHEMA`]", "4"),
+    ("[`CREDENTIALS_SCHEMA`]", "12"),
+    ("[`CAPACITY_SCHEMA`]", "12"),
+    ("[`COMPACT_SHARDS_SCHEMA`]", "12"),
     ("[`LEADER_HEADER`]", "the `X-Leasehold-Leader` header"),
     ("[`crate::RELEASE`]", "its version, e.g. `0.2.0`"),
     (
@@ -185,7 +185,7 @@ const RUST_LINKS: &[(&str, &str)] = &[
     (" ([`Grant::expand_shard_runs`])", " into `shards`"),
     (" ([`Grant::expand_unchanged`])", ""),
     ("[`Grant::unchanged`]", "the grant's `unchanged`"),
-    ("[`UNCHANGED_SET_SCHEMA`]", "7"),
+    ("[`UNCHANGED_SET_SCHEMA`]", "12"),
     ("[`RevokePush`]", "revoke"),
     ("[`ShardRun`]", "`ShardRun`"),
     ("[`RouteRun`]", "`RouteRun`"),
@@ -282,6 +282,26 @@ mod tests {
 
     /// A document utoipa cannot read back whole (a schema of any type) is still published
     /// whole and in its published form, only with its keys sorted.
+    /// The schema numbers the published documents spell out are the constants' own.
+    #[test]
+    fn the_published_schema_numbers_are_the_constants() {
+        use crate::wire::{
+            CAPACITY_SCHEMA, COMPACT_SHARDS_SCHEMA, CREDENTIALS_SCHEMA, UNCHANGED_SET_SCHEMA,
+        };
+        for (link, value) in [
+            ("[`CREDENTIALS_SCHEMA`]", CREDENTIALS_SCHEMA),
+            ("[`CAPACITY_SCHEMA`]", CAPACITY_SCHEMA),
+            ("[`COMPACT_SHARDS_SCHEMA`]", COMPACT_SHARDS_SCHEMA),
+            ("[`UNCHANGED_SET_SCHEMA`]", UNCHANGED_SET_SCHEMA),
+        ] {
+            let published = RUST_LINKS.iter().find(|(from, _)| *from == link);
+            assert_eq!(
+                published.map(|(_, to)| *to),
+                Some(value.to_string().as_str())
+            );
+        }
+    }
+
     #[test]
     fn a_document_utoipa_cannot_read_back_is_published_whole() {
         let doc = OpenApiBuilder::new()

@@ -619,7 +619,7 @@ async fn the_client_reports_the_cluster_version_the_last_reply_stated() {
         "/v1/cluster",
         get(|| async {
             (
-                [(leasehold_api::CLUSTER_VERSION_HEADER, "3")],
+                [(leasehold_api::CLUSTER_VERSION_HEADER, "12")],
                 Json(cluster_info(1)),
             )
         }),
@@ -630,7 +630,7 @@ async fn the_client_reports_the_cluster_version_the_last_reply_stated() {
     let client = client(&[&new], fast_config());
     assert_eq!(client.cluster_version(), 2, "nothing heard yet: 0.1.0's");
     client.cluster_info().await.unwrap();
-    assert_eq!(client.cluster_version(), 3);
+    assert_eq!(client.cluster_version(), 12);
     client.cluster_info_from(&old).await.unwrap();
     assert_eq!(
         client.cluster_version(),
@@ -640,7 +640,7 @@ async fn the_client_reports_the_cluster_version_the_last_reply_stated() {
 }
 
 /// "Versions": the client sends a renewal's claims as runs only to a manager that stated cluster
-/// version 4 or later (a manager before it refuses the field), and hands on the grant with its
+/// version 12 or later (a manager before it refuses the field), and hands on the grant with its
 /// set listed, whichever form it came back in.
 #[tokio::test]
 async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
@@ -659,8 +659,8 @@ async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
             if body.get("claim_runs").is_some() {
                 grant = grant.into_shard_runs();
             }
-            // The first reply states 3, every later one 4.
-            let stated = if n == 1 { "3" } else { "4" };
+            // The first reply states 2 (0.1.0's cluster version), every later one 12 (0.2.0's).
+            let stated = if n == 1 { "2" } else { "12" };
             async move {
                 (
                     [(leasehold_api::CLUSTER_VERSION_HEADER, stated)],
@@ -686,11 +686,11 @@ async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
         "revision": 7,
     });
     assert_eq!(bodies[0], full, "nothing heard yet: the form 0.1.0 reads");
-    assert_eq!(bodies[1], full, "cluster version 3 does not read runs");
+    assert_eq!(bodies[1], full, "cluster version 2 does not read runs");
     assert_eq!(
         bodies[2],
         serde_json::json!({"claims": [], "claim_runs": [[0, 3, 5]], "revision": 7}),
-        "cluster version 4: runs"
+        "cluster version 12: runs"
     );
     assert_eq!(hits.get(), 3);
 }
@@ -702,8 +702,8 @@ fn grant_with_shard_count_8() -> Grant {
     }
 }
 
-/// "Versions": the client asks for "unchanged" only of a manager that stated cluster version 7 or
-/// later (one before it refuses the field), and hands on an unchanged grant with the claims it
+/// "Versions": the client asks for "unchanged" only of a manager that stated cluster version 12
+/// or later (one before it refuses the field), and hands on an unchanged grant with the claims it
 /// sent as its set; an unchanged grant that lists a set too is refused, not guessed at.
 #[tokio::test]
 async fn an_unchanged_grant_is_handed_on_with_the_claims_as_its_set() {
@@ -727,8 +727,8 @@ async fn an_unchanged_grant_is_handed_on_with_the_claims_as_its_set() {
                 // Unchanged and a set: the two could disagree.
                 grant.shards = vec![ShardEpoch { shard: 0, epoch: 5 }];
             }
-            // The first reply states 6, every later one 7.
-            let stated = if n == 1 { "6" } else { "7" };
+            // The first reply states 2 (0.1.0's cluster version), every later one 12 (0.2.0's).
+            let stated = if n == 1 { "2" } else { "12" };
             async move {
                 (
                     [(leasehold_api::CLUSTER_VERSION_HEADER, stated)],
@@ -769,11 +769,11 @@ async fn an_unchanged_grant_is_handed_on_with_the_claims_as_its_set() {
     assert_eq!(
         bodies[1].get("accept_unchanged"),
         None,
-        "cluster version 6 does not read it"
+        "cluster version 2 does not read it"
     );
     assert_eq!(
         bodies[2]["accept_unchanged"], true,
-        "cluster version 7 does"
+        "cluster version 12 does"
     );
     assert_eq!(
         bodies[2]["claim_runs"],

@@ -44,7 +44,7 @@ pub struct ExecutorConfig {
     pub insecure: bool,
     /// This executor's capacity (PROTOCOL P15.1): a positive weight, at most
     /// `leasehold_api::wire::MAX_CAPACITY`; the planner gives executors shares in proportion to
-    /// it. Registered only with clusters at cluster version 4 or later; below, the executor
+    /// it. Registered only with clusters at cluster version 12 or later; below, the executor
     /// registers with the default and says so in a warning.
     pub capacity: u32,
     /// The application version this executor runs (PROTOCOL P17.3), checked by
@@ -54,12 +54,12 @@ pub struct ExecutorConfig {
     pub app_version: Option<String>,
     /// The executor's labels (PROTOCOL P18.3), checked by `leasehold_api::wire::check_labels`;
     /// `zone` is the failure domain placement spreads shards over. Registered only with clusters
-    /// at cluster version 7 or later; below, the executor registers without them and says so.
+    /// at cluster version 12 or later; below, the executor registers without them and says so.
     pub labels: leasehold_api::wire::Labels,
     /// The namespace this executor registers into (PROTOCOL P18.1), checked by
     /// `leasehold_api::wire::check_namespace_name`: its shards, lease and plans are that
     /// namespace's. `default` is what every cluster had before namespaces; another needs a
-    /// cluster at cluster version 10, which refuses the registration until then (`409`).
+    /// cluster at cluster version 12, which refuses the registration until then (`409`).
     pub namespace: String,
     /// Warm handoffs (PROTOCOL P17.1): run before a shard arrives (prepare) and after one leaves
     /// (release, before the revoke is answered, within 1.5 s). `None`: nothing to run.

@@ -311,15 +311,15 @@ mod tests {
     }
 
     /// docs/PROTOCOL.md "Versions", P15.1: the capacity goes only to a cluster at cluster
-    /// version 4 or later (an older manager would refuse the field, an older cluster the value),
-    /// and the credential only from 3; what is left out is said.
+    /// version 12 or later (an older manager would refuse the field, an older cluster the value),
+    /// and the credential only from 12; what is left out is said.
     #[test]
     fn p15_1_the_capacity_is_sent_only_to_clusters_that_take_it() {
         for (cluster_version, credential, capacity, left_out) in [
             (2, false, None, Some(5)),
-            (3, true, None, Some(5)),
-            (4, true, Some(5), None),
-            (5, true, Some(5), None),
+            (11, false, None, Some(5)),
+            (12, true, Some(5), None),
+            (13, true, Some(5), None),
         ] {
             let mut sent = request(Some(5));
             let dropped = fields_for_cluster_version(&mut sent, cluster_version);
@@ -336,20 +336,20 @@ mod tests {
         }
         let mut default = request(None);
         assert_eq!(
-            fields_for_cluster_version(&mut default, 3),
+            fields_for_cluster_version(&mut default, 12),
             LeftOut::default()
         );
     }
 
     /// docs/PROTOCOL.md "Versions", P17.3: the application version goes only to a cluster at
-    /// cluster version 5 or later, and what is left out is said.
+    /// cluster version 12 or later, and what is left out is said.
     #[test]
     fn p17_3_the_app_version_is_sent_only_to_clusters_that_take_it() {
         for (cluster_version, sent_version, left_out) in [
-            (3, None, Some("2.0")),
-            (4, None, Some("2.0")),
-            (5, Some("2.0"), None),
-            (6, Some("2.0"), None),
+            (2, None, Some("2.0")),
+            (11, None, Some("2.0")),
+            (12, Some("2.0"), None),
+            (13, Some("2.0"), None),
         ] {
             let mut sent = RegisterRequest {
                 app_version: Some("2.0".into()),
@@ -369,15 +369,15 @@ mod tests {
         }
     }
 
-    /// docs/PROTOCOL.md "Versions", P18.3: labels go only to a cluster at cluster version 7 or
+    /// docs/PROTOCOL.md "Versions", P18.3: labels go only to a cluster at cluster version 12 or
     /// later, and what is left out is said.
     #[test]
     fn p18_3_labels_are_sent_only_to_clusters_that_take_them() {
         let labels: Labels = [("zone".to_owned(), "a".to_owned())].into();
         for (cluster_version, sent_labels, left_out) in [
-            (5, Labels::new(), labels.clone()),
-            (6, Labels::new(), labels.clone()),
-            (7, labels.clone(), Labels::new()),
+            (2, Labels::new(), labels.clone()),
+            (11, Labels::new(), labels.clone()),
+            (12, labels.clone(), Labels::new()),
         ] {
             let mut sent = RegisterRequest {
                 labels: labels.clone(),

@@ -77,7 +77,7 @@ pub struct ExecutorStatus {
     /// CLOCK_MONOTONIC (ns) when this status was read: places it on the admission log's
     /// timeline (§9).
     pub monotonic_ns: u64,
-    /// The capacity it registers with (P15.1); a cluster below cluster version 4 records 1.
+    /// The capacity it registers with (P15.1); a cluster below cluster version 12 records 1.
     pub capacity: u32,
     /// The loads (P15.1) its last granted renewal carried; absent until one carried loads.
     #[serde(skip_serializing_if = "Option::is_none")]

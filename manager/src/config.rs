@@ -99,7 +99,7 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_MASS_EXPIRY_GRACE", default_value = "60s", value_parser = humantime::parse_duration)]
     pub mass_expiry_grace: Duration,
 
-    /// From cluster version 9 the leader answers a renewal that changes nothing but the lease from
+    /// From cluster version 12 the leader answers a renewal that changes nothing but the lease from
     /// its memory, once a quorum confirmed its leadership after the renewal arrived (PROTOCOL
     /// P6.5 to P6.7), rather than through a Raft entry; `=false` sends every renewal through the log.
     #[arg(long, env = "LEASEHOLD_RENEWALS_FROM_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]

@@ -129,7 +129,7 @@ pub const METRICS: &[MetricSpec] = &[
         name: "leasehold_registration_batch_size",
         kind: MetricKind::Histogram,
         help:
-            "Registrations carried by one RegisterMany Raft entry (leader, from cluster version 8).",
+            "Registrations carried by one RegisterMany Raft entry (leader, from cluster version 12).",
         labels: &[],
         at_start: AtStart::Zero,
     },

@@ -1,10 +1,10 @@
-//! Group commit of registrations (from cluster version 8): every registration that arrives while
+//! Group commit of registrations (from cluster version 12): every registration that arrives while
 //! the previous batch is being committed goes into the next single `RegisterMany` entry, so a
 //! fleet starting at once costs a few dozen log appends and flushes, not one per executor. No
 //! registration is answered before the entry carrying it is committed and applied, and each is
 //! answered as a `Register` of it alone would have been.
 //!
-//! Below cluster version 8 a replica of an older release could not apply the entry, so the
+//! Below cluster version 12 a replica of an older release could not apply the entry, so the
 //! register handler proposes each registration on its own, as earlier releases did.
 
 use std::sync::Arc;

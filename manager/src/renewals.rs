@@ -1,5 +1,5 @@
 //! Renewals: answered from the leader's memory after a confirmation round where the protocol
-//! allows it (from cluster version 9, [`from_memory`], PROTOCOL P6.5 to P6.7), otherwise group
+//! allows it (from cluster version 12, [`from_memory`], PROTOCOL P6.5 to P6.7), otherwise group
 //! committed: every renewal that arrives while the previous batch is being committed goes into
 //! the next single `Renew` entry, held open a few milliseconds more for a fleet ([`window`]). No
 //! renewal through the log is answered before the entry carrying it is committed and applied.

@@ -8,7 +8,10 @@
 //! - format 2: `[2][crc32 of schema and payload: u32 LE][schema: u32 LE][payload]`, a record that
 //!   names the application schema it was written at (PROTOCOL P14.1).
 //!
-//! The payload is bincode 2, standard configuration. The version byte lets a future format be
+//! A format 1 payload is bincode 2, standard configuration (positional: a field added is a new
+//! type). A format 2 payload is the application's: for Leasehold's current schema, MessagePack
+//! with each struct's fields by name ([`encode_named`]), so a field added with a default reads in
+//! both directions. The version byte lets a future format be
 //! detected and refused instead of misread; the checksum turns a torn or bit-flipped record into
 //! an error instead of a plausible wrong value (bincode would happily decode many corruptions
 //! into *some* value).
@@ -60,6 +63,30 @@ pub fn encode_payload<T: Serialize + ?Sized>(
 ) -> Result<Vec<u8>, StoreError> {
     bincode::serde::encode_to_vec(value, bincode_config())
         .map_err(|source| StoreError::Encode { what, source })
+}
+
+/// A payload with every struct field by name (MessagePack): a field the reader lacks is ignored
+/// and one the writer lacked takes the reader's `#[serde(default)]`.
+pub fn encode_named<T: Serialize + ?Sized>(
+    what: &'static str,
+    value: &T,
+) -> Result<Vec<u8>, StoreError> {
+    rmp_serde::to_vec_named(value).map_err(|source| StoreError::EncodeNamed { what, source })
+}
+
+/// Decodes a whole payload written by [`encode_named`]: bytes left over mean it is not a `T`.
+pub fn decode_named<T: DeserializeOwned>(
+    what: &'static str,
+    payload: &[u8],
+) -> Result<T, StoreError> {
+    let mut deserializer = rmp_serde::Deserializer::new(payload);
+    let value = serde::Deserialize::deserialize(&mut deserializer)
+        .map_err(|source| StoreError::DecodeNamed { what, source })?;
+    let trailing = deserializer.get_ref().len();
+    if trailing != 0 {
+        return Err(StoreError::TrailingBytes { what, trailing });
+    }
+    Ok(value)
 }
 
 /// Decodes a whole payload: bytes left over mean the payload is not a `T`.

@@ -19,6 +19,18 @@ pub enum StoreError {
         source: bincode::error::DecodeError,
     },
 
+    #[error("encoding {what}: {source}")]
+    EncodeNamed {
+        what: &'static str,
+        source: rmp_serde::encode::Error,
+    },
+
+    #[error("decoding {what}: {source}")]
+    DecodeNamed {
+        what: &'static str,
+        source: rmp_serde::decode::Error,
+    },
+
     #[error("{what} record is {len} bytes, shorter than its header")]
     Truncated { what: &'static str, len: usize },
 
@@ -48,7 +60,7 @@ pub enum StoreError {
 
     #[error(
         "{what} is of state schema {found}{written_by}, newer than this build reads: this is \
-         Leasehold {release}, which reads schemas {oldest} to {newest}. Run a release that \
+         Leasehold {release}, which reads schemas {reads}. Run a release that \
          reads schema {found} (docs/OPERATIONS.md, \"Upgrades\")",
         written_by = written_by.as_deref().map(|r| format!(" (written by Leasehold {r})")).unwrap_or_default()
     )]
@@ -57,13 +69,12 @@ pub enum StoreError {
         found: u32,
         written_by: Option<String>,
         release: &'static str,
-        oldest: u32,
-        newest: u32,
+        reads: String,
     },
 
     #[error(
         "{what} is of state schema {found}{written_by}, older than this build reads: this is \
-         Leasehold {release}, which reads schemas {oldest} to {newest}. Upgrade through an \
+         Leasehold {release}, which reads schemas {reads}. Upgrade through an \
          intermediate release first (CHANGELOG.md names the schemas of each)",
         written_by = written_by.as_deref().map(|r| format!(" (written by Leasehold {r})")).unwrap_or_default()
     )]
@@ -72,8 +83,20 @@ pub enum StoreError {
         found: u32,
         written_by: Option<String>,
         release: &'static str,
-        oldest: u32,
-        newest: u32,
+        reads: String,
+    },
+
+    #[error(
+        "{what} is of state schema {found}{written_by}, which only development builds before \
+         Leasehold {release} wrote: this build reads schemas {reads}. Open it with the build that \
+         wrote it, or start from a backup or data directory of a release"
+    , written_by = written_by.as_deref().map(|r| format!(" (written by Leasehold {r})")).unwrap_or_default())]
+    RetiredSchema {
+        what: &'static str,
+        found: u32,
+        written_by: Option<String>,
+        release: &'static str,
+        reads: String,
     },
 
     #[error("{what}: {detail}")]

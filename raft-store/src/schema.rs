@@ -7,6 +7,7 @@
 //! nothing). The first record that needs a newer schema raises the directory's marker before it is
 //! written, and a binary that cannot read the marker's schema refuses the directory at open.
 
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -26,8 +27,8 @@ const KEY_WRITTEN_BY: &[u8] = b"written_by";
 /// How an application's log entries are versioned; implemented by its Raft type configuration.
 ///
 /// A schema is a number for the shape of the commands and of the state. A build reads every
-/// schema from [`SchemaCodec::OLDEST_SCHEMA`] to [`SchemaCodec::NEWEST_SCHEMA`] with explicit
-/// per-schema types, and refuses anything else with an error naming both.
+/// schema from [`SchemaCodec::OLDEST_SCHEMA`] to [`SchemaCodec::NEWEST_SCHEMA`] but the
+/// [`SchemaCodec::RETIRED_SCHEMAS`], and refuses anything else with an error naming both.
 pub trait SchemaCodec: RaftTypeConfig<Entry = Entry<Self>> {
     /// The schema of records written without a schema number (envelope format 1): every record
     /// of release 0.1.0, and any record of this schema written since, so 0.1.0 can read it.
@@ -36,6 +37,9 @@ pub trait SchemaCodec: RaftTypeConfig<Entry = Entry<Self>> {
     const OLDEST_SCHEMA: u32;
     /// The newest schema this build reads and writes.
     const NEWEST_SCHEMA: u32;
+    /// Schemas between the two that no release wrote (development builds'), refused by name;
+    /// none by default.
+    const RETIRED_SCHEMAS: RangeInclusive<u32> = RangeInclusive::new(1, 0);
     /// This build's release, for errors and the marker.
     const RELEASE: &'static str;
 
@@ -47,20 +51,38 @@ pub trait SchemaCodec: RaftTypeConfig<Entry = Entry<Self>> {
     fn decode_entry(schema: u32, payload: &[u8]) -> Result<Entry<Self>, StoreError>;
 }
 
+/// The schemas a build reads, for errors: "2 and 12", "1 to 2", "2 to 4 and 9 to 12".
+pub fn readable_schemas<C: SchemaCodec>() -> String {
+    let span = |from: u32, to: u32| match to - from {
+        0 => from.to_string(),
+        _ => format!("{from} to {to}"),
+    };
+    let retired = C::RETIRED_SCHEMAS;
+    if retired.is_empty() {
+        return span(C::OLDEST_SCHEMA, C::NEWEST_SCHEMA);
+    }
+    format!(
+        "{} and {}",
+        span(C::OLDEST_SCHEMA, retired.start() - 1),
+        span(retired.end() + 1, C::NEWEST_SCHEMA)
+    )
+}
+
 /// Refuses a schema this build does not read, naming both.
 pub fn check_readable<C: SchemaCodec>(
     what: &'static str,
     found: u32,
     written_by: Option<String>,
 ) -> Result<(), StoreError> {
+    let release = C::RELEASE;
+    let reads = readable_schemas::<C>();
     if found > C::NEWEST_SCHEMA {
         return Err(StoreError::NewerSchema {
             what,
             found,
             written_by,
-            release: C::RELEASE,
-            oldest: C::OLDEST_SCHEMA,
-            newest: C::NEWEST_SCHEMA,
+            release,
+            reads,
         });
     }
     if found < C::OLDEST_SCHEMA {
@@ -68,9 +90,17 @@ pub fn check_readable<C: SchemaCodec>(
             what,
             found,
             written_by,
-            release: C::RELEASE,
-            oldest: C::OLDEST_SCHEMA,
-            newest: C::NEWEST_SCHEMA,
+            release,
+            reads,
+        });
+    }
+    if C::RETIRED_SCHEMAS.contains(&found) {
+        return Err(StoreError::RetiredSchema {
+            what,
+            found,
+            written_by,
+            release,
+            reads,
         });
     }
     Ok(())

@@ -124,7 +124,7 @@ async fn p13_4_only_the_holder_of_an_executors_credential_may_renew_release_or_d
             labels: Default::default(),
         })
         .await
-        .expect("a registration with a credential (cluster version 3)");
+        .expect("a registration with a credential (cluster version 12)");
     let id = grant.executor_id.clone();
     // Shards move to it (pushes to its address fail, which does not matter here), so a forged
     // release has something to hand on.

@@ -565,7 +565,7 @@ async fn leader_cut_off_from_its_followers_while_executors_reach_it() {
     };
     let (executors, ids, workload) = net.start_three_with_workload(&mut seed).await;
     let old_leader = net.cluster.wait_for_leader(LEADER_BOUND).await;
-    // P6.8: from cluster version 9 and the executors' first reservations on.
+    // P6.8: from cluster version 12 and the executors' first reservations on.
     let cluster = &net.cluster;
     poll_until(
         "the leader answers renewals from memory",

@@ -8,7 +8,7 @@
 //! - A capacity above `--max-capacity` is refused `400 invalid_request` naming the flag, and
 //!   nothing is registered, sent to the leader or to a follower (which forwards it: the leader's
 //!   value decides).
-//! - A fleet registering at once is group-committed (cluster version 8): every registration goes
+//! - A fleet registering at once is group-committed (cluster version 12): every registration goes
 //!   through a `RegisterMany` entry, each new incarnation gets an id of its own and a repeated one
 //!   the same id.
 
@@ -232,7 +232,7 @@ fn metric(metrics: &str, name: &str) -> Option<f64> {
     })
 }
 
-/// §1, P4.4, P7.2: registrations arriving together are committed together (cluster version 8),
+/// §1, P4.4, P7.2: registrations arriving together are committed together (cluster version 12),
 /// and each is answered as if it were alone: new incarnations get distinct ids, a repeat the id of
 /// the first. How many entries they took depends on timing, so only the total is asserted here;
 /// the batching itself is measured in docs/BENCHMARKS.md (B9).
@@ -248,7 +248,7 @@ async fn p4_4_registrations_arriving_together_are_committed_together() {
     let leader = cluster.wait_for_leader(LEADER_BOUND).await;
     let leader_url = cluster.url(leader);
     let http = client_from([127, 0, 0, 1]);
-    leasehold_tests::poll_until("cluster version 8", LEADER_BOUND, || async {
+    leasehold_tests::poll_until("cluster version 12", LEADER_BOUND, || async {
         let info: Value = http
             .get(format!("{leader_url}/v1/cluster"))
             .send()

@@ -1,5 +1,5 @@
 //! Renewals answered from the leader's memory (PROTOCOL P6.5 to P6.7) on a real three-manager
-//! cluster at cluster version 9, with in-process executors speaking the HTTP API: renewals stop
+//! cluster at cluster version 12, with in-process executors speaking the HTTP API: renewals stop
 //! writing Raft entries, a crashed executor is still reaped within a lease and a tick although
 //! its lease is reserved three leases ahead, and `--renewals-from-memory=false` sends every
 //! renewal through the log. Each test checks I1 and I2 over the executors' admission intervals.
@@ -40,7 +40,7 @@ async fn cluster_view(cluster: &Cluster) -> Result<serde_json::Value, String> {
 
 /// Waits for the cluster version that enables answering from memory (P14.3).
 async fn wait_for_cluster_version_9(cluster: &Cluster) {
-    poll_until("cluster version 9", LEADER_BOUND, || async {
+    poll_until("cluster version 12", LEADER_BOUND, || async {
         let view = cluster_view(cluster).await?;
         (view["cluster_version"].as_u64() >= Some(LEASE_RESERVATION_SCHEMA))
             .then_some(())
@@ -177,7 +177,7 @@ async fn p6_7_a_crashed_executor_answered_from_memory_is_reaped_within_lease_plu
     assert_exclusive(&[&victim, &survivor]);
 }
 
-/// `--renewals-from-memory=false`: every renewal is a Raft entry, as before cluster version 9.
+/// `--renewals-from-memory=false`: every renewal is a Raft entry, as before cluster version 12.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_from_memory_off_sends_every_renewal_through_the_log() {
     let _serial = one_cluster_at_a_time().await;

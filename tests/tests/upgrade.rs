@@ -10,7 +10,7 @@
 //! admission logs of every executor that ran, real or fake, keep I1 and I2.
 //!
 //! The cluster version (P14.3) stays at schema 2 while any voter runs 0.1.0 and is raised to this
-//! release's newest schema (11) by the leader once the last one runs this release. After that a
+//! release's schema (12) by the leader once the last one runs this release. After that a
 //! 0.1.0 binary must refuse the data directory rather than misread it; this release's binary then
 //! rejoins on it. Just before the raise, with this release's leader and the last 0.1.0 voter
 //! stopped, a registration with a capacity, one with an application version, and an operator
@@ -45,7 +45,7 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-const THIS_SCHEMA: u64 = 11;
+const THIS_SCHEMA: u64 = leasehold_api::wire::SECOND_RELEASE_SCHEMA as u64;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -118,9 +118,9 @@ impl Upgrade {
     }
 
     /// P14.3, P15.1, P17.3, P17.4, P18.3: with this release's leader and a 0.1.0 voter (stopped,
-    /// so the cluster version stays 2), a registration with a capacity other than 1 (schema 4),
-    /// one with an application version (schema 5), one with labels (schema 7) and an operator
-    /// control (schema 6: maintenance mode on) are refused by the proposal gate, `409` and
+    /// so the cluster version stays 2), a registration with a capacity other than 1,
+    /// one with an application version, one with labels and an operator
+    /// control (maintenance mode on) are refused by the proposal gate, `409` and
     /// nothing changed or recorded; the executor library never sends such a registration then.
     async fn newer_commands_are_refused_below_their_schemas(&self, leader: u64) {
         let zone: leasehold_api::wire::Labels = [("zone".to_owned(), "a".to_owned())].into();

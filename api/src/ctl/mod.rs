@@ -205,7 +205,7 @@ pub enum ClusterVerb {
     /// Show maintenance mode, or turn it on or off (PROTOCOL P17.4). While it is on, placement is
     /// frozen: no balancing, no shards for joiners, drains wait; shards nobody holds are still
     /// placed and expired leases still reaped. Turning it needs the admin role under TLS and
-    /// cluster version 6.
+    /// cluster version 12.
     Maintenance {
         /// `on` or `off`; without it, show whether it is on.
         #[arg(value_enum)]
@@ -300,7 +300,7 @@ pub enum ShardVerb {
     Show { shard: u32 },
     /// Hand a shard to an executor now, through the normal handoff (PROTOCOL P17.4, P5.2); the
     /// executor must be live and not draining. Prints the shard once the move is committed.
-    /// Needs the admin role under TLS and cluster version 6.
+    /// Needs the admin role under TLS and cluster version 12.
     Move {
         /// The shard number.
         shard: u32,
@@ -327,7 +327,7 @@ pub enum ShardVerb {
 pub enum NamespaceVerb {
     /// Create a namespace, its shards unowned until executors register into it. A repeat with
     /// the same settings succeeds and changes nothing; other settings for a name in use are a
-    /// conflict. Needs the admin role under TLS and cluster version 10.
+    /// conflict. Needs the admin role under TLS and cluster version 12.
     Create {
         /// Its name: 1 to 63 of lowercase letters, digits and `-`, starting and ending with a
         /// letter or digit.
@@ -356,7 +356,7 @@ pub enum NamespaceVerb {
     },
     /// Change a namespace's lease (for grants from now on), executor bound (for registrations
     /// from now on: a lower bound removes no one) or placement settings (for plans from now on,
-    /// cluster version 11); its shard count never changes. Needs the admin role under TLS.
+    /// cluster version 12); its shard count never changes. Needs the admin role under TLS.
     #[command(group(
         clap::ArgGroup::new("change")
             .required(true)

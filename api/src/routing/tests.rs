@@ -953,8 +953,8 @@ async fn routing_in_a_namespace_loads_and_follows_that_namespace_only() {
         "{error}"
     );
 
-    // A cluster before namespaces is never asked for a namespace's table.
-    let (older, url) = fake_manager(all_on(10, &executors, 0)).await;
+    // A cluster before namespaces (0.1.0's) is never asked for a namespace's table.
+    let (older, url) = fake_manager_at(all_on(10, &executors, 0), None).await;
     let error = RoutingClient::connect(vec![url], config).await.unwrap_err();
     assert!(
         matches!(&error, RoutingError::InvalidConfig(why) if why.contains("namespaces need")),

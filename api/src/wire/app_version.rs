@@ -18,7 +18,7 @@ use std::cmp::Ordering;
 
 /// The state schema that introduced application versions (PROTOCOL P17.3, P14.3):
 /// `RegisterRequest::app_version` is sent only to managers stating this cluster version or later.
-pub const APP_VERSION_SCHEMA: u32 = 5;
+pub const APP_VERSION_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// Longest application version.
 pub const MAX_APP_VERSION_BYTES: usize = 64;

@@ -83,6 +83,12 @@ pub struct ClusterInfo {
 pub const FIRST_RELEASE: &str = "0.1.0";
 /// Release 0.1.0's state schema (it had no cluster version: its clusters are at this one).
 pub const FIRST_RELEASE_SCHEMA: u32 = 2;
+/// Release 0.2.0's state schema. Schemas 3 to 11 were written only by development builds before
+/// 0.2.0 and are refused by name ([`DEVELOPMENT_SCHEMAS`]); no number is ever given twice.
+pub const SECOND_RELEASE_SCHEMA: u32 = 12;
+/// The schemas development builds wrote before release 0.2.0 folded them into one: no release
+/// reads them (PROTOCOL P14.1).
+pub const DEVELOPMENT_SCHEMAS: std::ops::RangeInclusive<u32> = 3..=11;
 
 impl ClusterInfo {
     /// The answering replica's release; [`FIRST_RELEASE`] for a replica that does not say.

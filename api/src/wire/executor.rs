@@ -50,7 +50,7 @@ pub struct RegisterRequest {
     /// The application version this executor runs (PROTOCOL P17.3): letters, digits, '.', '-',
     /// '+' and '_', ordered as semantic versions (docs/PROTOCOL.md, P17.3): while the executors
     /// run more than one version, shards move only to the newest. Sent only to managers stating
-    /// cluster version 5 or later; absent from
+    /// cluster version 12 or later; absent from
     /// executors of earlier releases and from those started without `--app-version`. A retried
     /// registration (same incarnation) keeps the version of the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,13 +61,13 @@ pub struct RegisterRequest {
     pub app_version: Option<String>,
     /// The executor's labels (PROTOCOL P18.3): at most 16 `key: value` pairs, Kubernetes
     /// label-shaped; `zone` is the failure domain the planner spreads shards over in proportion
-    /// to capacity. Sent only to managers stating cluster version 7 or later; absent when there
+    /// to capacity. Sent only to managers stating cluster version 12 or later; absent when there
     /// are none. A retried registration (same incarnation) keeps the labels of the first.
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     #[cfg_attr(feature = "utoipa", schema(value_type = std::collections::BTreeMap<String, String>))]
     pub labels: Labels,
     /// The namespace it registers into (PROTOCOL P18.1), which must exist (`404` otherwise);
-    /// absent: `default`. Sent only to managers stating cluster version 10 or later.
+    /// absent: `default`. Sent only to managers stating cluster version 12 or later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "utoipa",
@@ -81,30 +81,30 @@ pub struct RegisterRequest {
 }
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).
-pub const CREDENTIALS_SCHEMA: u32 = 3;
+pub const CREDENTIALS_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 /// The state schema that introduced executor capacities and load reports (PROTOCOL P15.1,
 /// P14.3): `RegisterRequest::capacity` and `RenewRequest::loads` are sent only to managers
 /// stating this cluster version or later.
-pub const CAPACITY_SCHEMA: u32 = 4;
+pub const CAPACITY_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 /// The cluster version from which renewals may carry their claims as runs and get their set back
 /// so (`RenewRequest::claim_runs`, `Grant::shard_runs`): a wire form only, brought by the
-/// release that brought schema 4, so every manager stating it reads the runs.
+/// release that brought capacities, so every manager stating it reads the runs.
 pub const COMPACT_SHARDS_SCHEMA: u32 = CAPACITY_SCHEMA;
 /// The cluster version from which a renewal may take "unchanged" for an answer
 /// (`RenewRequest::accept_unchanged`, `Grant::unchanged`): a wire form only, brought by the
-/// release that brought schema 7, so every manager stating it reads the field.
+/// release that brought labels, so every manager stating it reads the field.
 pub const UNCHANGED_SET_SCHEMA: u32 = super::labels::LABELS_SCHEMA;
 
 /// The state schema that introduced registrations group-committed into one entry
 /// (`RegisterMany`, PROTOCOL P14.3): a replicated command only, nothing on the wire. The leader
 /// batches registrations from this cluster version on.
-pub const GROUP_REGISTRATION_SCHEMA: u32 = 8;
+pub const GROUP_REGISTRATION_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// The state schema that introduced lease reservations and reaping by the leader's judgment
 /// (`ReserveLeases`, `ReapLapsed`, the executors' `lease_reserved_until_ms`; PROTOCOL P6.6,
 /// P6.7): a replicated change only, nothing on the wire. A leader answers renewals from its
 /// memory (P6.5) only from this cluster version on, when every member keeps those rules.
-pub const LEASE_RESERVATION_SCHEMA: u32 = 9;
+pub const LEASE_RESERVATION_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// The capacity of an executor that states none (every executor of an earlier release): all
 /// executors equal, as P5.4 spreads them.

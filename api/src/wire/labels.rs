@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 /// The state schema that introduced executor labels (PROTOCOL P18.3, P14.3):
 /// `RegisterRequest::labels` is sent only to managers stating this cluster version or later.
-pub const LABELS_SCHEMA: u32 = 7;
+pub const LABELS_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// Most labels one executor may state.
 pub const MAX_LABELS: usize = 16;

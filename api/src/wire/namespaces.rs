@@ -13,12 +13,12 @@ use serde::{Deserialize, Serialize};
 /// namespaces, each executor's namespace, and the commands that create, change and delete a
 /// namespace. A registration into a namespace other than [`DEFAULT_NAMESPACE`] is sent only to
 /// managers stating this cluster version or later.
-pub const NAMESPACES_SCHEMA: u32 = 10;
+pub const NAMESPACES_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// The state schema that gave each namespace its own placement settings (PROTOCOL P18.4, P14.3):
 /// load placement, balance tolerance, balance budget and a label preference, each overriding
 /// the managers' flag for that namespace's plans.
-pub const NAMESPACE_PLACEMENT_SCHEMA: u32 = 11;
+pub const NAMESPACE_PLACEMENT_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// The namespace of everything that names none: the shard space created by the cluster's
 /// initialisation. It always exists and cannot be deleted.

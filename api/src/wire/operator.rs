@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The state schema that introduced maintenance mode, pins and the audit log (PROTOCOL P17.4,
 /// P14.3): the routes that change them answer `409` below this cluster version.
-pub const OPERATOR_CONTROLS_SCHEMA: u32 = 6;
+pub const OPERATOR_CONTROLS_SCHEMA: u32 = super::cluster::SECOND_RELEASE_SCHEMA;
 
 /// Most records the audit log keeps. Past it the oldest record not of an operator of the whole
 /// cluster goes first ([`is_cluster_operator`]), and only when there is none the oldest of all:

@@ -60,7 +60,7 @@ pub struct B12 {
 
 /// Shards of `default`, where no executor registers: the shipped default.
 const DEFAULT_SPACE_SHARDS: u32 = 1024;
-/// How long the cluster may take to reach cluster version 10 after it formed (the leader raises
+/// How long the cluster may take to reach cluster version 12 after it formed (the leader raises
 /// it within a version probe round or two, 2 s each).
 const VERSION_BOUND: Duration = Duration::from_secs(60);
 /// How often a replan probe reads the leader's gauges.
@@ -977,7 +977,7 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
     let mut cluster =
         leasehold_cluster(env, security, "b12", default_flags(DEFAULT_SPACE_SHARDS)).await?;
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-    poll_until("B12: cluster version 10", VERSION_BOUND, || {
+    poll_until("B12: cluster version 12", VERSION_BOUND, || {
         let cluster = &cluster;
         async move {
             let info = cluster.cluster_info(leader).await?;

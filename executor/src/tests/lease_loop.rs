@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::wire::{ShardLoad, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA};
+use leasehold_api::wire::{ShardLoad, CAPACITY_SCHEMA, FIRST_RELEASE_SCHEMA};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
@@ -791,7 +791,7 @@ const REPORTING: LoadSettings = LoadSettings {
     report_loads: true,
 };
 
-/// P15.1: with reporting on, each renewal to a cluster at cluster version 4 carries a load per
+/// P15.1: with reporting on, each renewal to a cluster at cluster version 12 carries a load per
 /// held shard: the work recorded since the previous granted renewal, per second; and the status
 /// shows the capacity and the loads last reported.
 #[tokio::test(start_paused = true)]
@@ -835,13 +835,13 @@ async fn p15_1_renewals_carry_the_recorded_rate_per_held_shard() {
     harness.stop().await;
 }
 
-/// docs/PROTOCOL.md "Versions": a cluster below cluster version 4 is never sent `loads` (its
+/// docs/PROTOCOL.md "Versions": a cluster below cluster version 12 is never sent `loads` (its
 /// managers would refuse the field), and neither is any cluster when reporting is off (the
 /// manager then counts the executor as not reporting, not as idle).
 #[tokio::test(start_paused = true)]
 async fn p15_1_loads_go_only_to_clusters_that_take_them_and_only_when_reporting() {
     for (cluster_version, load) in [
-        (CREDENTIALS_SCHEMA, REPORTING),
+        (FIRST_RELEASE_SCHEMA, REPORTING),
         (CAPACITY_SCHEMA, LoadSettings::default()),
     ] {
         let harness = Harness::start_with(

@@ -341,7 +341,7 @@ fn effective_scope(peer: NamespaceScope, headers: &HeaderMap) -> Result<Namespac
 
 /// Whether a certificate limited to namespaces may ask for this request at all (P18.2): reads
 /// are anyone's, changes only of one namespace ([`acts_in_one_namespace`]), and only once every
-/// manager honours the limit. Below cluster version 10 a manager of an earlier release may lead,
+/// manager honours the limit. Below cluster version 12 a manager of an earlier release may lead,
 /// which would take the limited certificate for an unlimited one.
 fn limited_scope_allowed(
     node: &AppState,

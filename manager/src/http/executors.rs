@@ -195,7 +195,7 @@ fn registration(
     }
     check_labels(&request.labels).map_err(|error| HttpError::invalid(error.to_string()))?;
     // P18.1: into the namespace named, `default` when none; a registration into any other is
-    // schema 10, refused by the proposal gate below cluster version 10 (P14.3).
+    // schema 10, refused by the proposal gate below cluster version 12 (P14.3).
     let namespace = request
         .namespace
         .unwrap_or_else(|| leasehold_api::wire::DEFAULT_NAMESPACE.to_owned());
@@ -217,7 +217,7 @@ fn registration(
         incarnation: request.incarnation,
         address: request.address,
         name: request.name,
-        // Below cluster version 4 a capacity other than 1, below 5 an application version, and
+        // Below cluster version 12 a capacity other than 1, below 5 an application version, and
         // below 7 labels, are refused by the proposal gate (P14.3): no replica of an older schema
         // could apply them.
         capacity,

@@ -1,7 +1,7 @@
 //! Operator controls (PROTOCOL P17.4): maintenance mode, moving and pinning a shard, and the audit
 //! log. The writes are the admin's (P13.3) and the leader's: each is one `Command::Operator`
 //! naming who asked (`authorize::Actor`), recorded in the audit log in the same entry once it
-//! changed something. They need cluster version 6 (below it the proposal gate answers `409`).
+//! changed something. They need cluster version 12 (below it the proposal gate answers `409`).
 //! Drains, removals and membership changes are recorded through [`propose`] too.
 
 use axum::extract::{FromRequestParts, Path, State};

@@ -97,7 +97,7 @@ fn accepted(node: &AppState, executor_id: &str) -> Result<Response, HttpError> {
 
 /// Commits the deregistration of `executor_id` and answers it: `204`, also for one already
 /// gone (P7.2). `operator`: the operator removing it, whose action the audit log records from
-/// cluster version 6 on (P17.4); `None` for the executor's own graceful stop.
+/// cluster version 12 on (P17.4); `None` for the executor's own graceful stop.
 pub(super) async fn commit_deregistration(
     node: &AppState,
     executor_id: String,

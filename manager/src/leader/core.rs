@@ -35,7 +35,7 @@ use crate::lease::{
 /// judged expiries: the later of the expiry the log recorded and the copies this term told from
 /// memory. A reservation (P6.6) does not hold an executor here: only copies told count, and a
 /// leader judges only after its grace since taking office (P6.1), by when every copy an earlier
-/// term told has ended. Without reservations (below cluster version 9) these are exactly the
+/// term told has ended. Without reservations (below cluster version 12) these are exactly the
 /// executors `LeaseState::overdue_executors` lists.
 pub fn judged_lapsed(
     state: &LeaseState,
@@ -565,7 +565,7 @@ impl StepWrites {
 
     /// The reap this step writes: a plain `Reap` when every lease judged lapsed has lapsed in the
     /// state too, otherwise a `ReapLapsed` with the judged expiries, which a reservation does not
-    /// hold back (P6.7; only at cluster version 9, the only one with reservations).
+    /// hold back (P6.7; only at cluster version 12, the only one with reservations).
     fn reap_command(&self, state: &LeaseState, now_ms: u64) -> Command {
         let held_by_a_reservation = self.decision.reap.iter().any(|id| {
             state

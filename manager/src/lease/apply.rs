@@ -983,7 +983,7 @@ impl LeaseState {
 
     /// After an entry that minted (`next_executor_number` moved from `numbered_before`): numbers
     /// up to the next entry's index are the log's own to mint, so the state remembers only
-    /// numbers minted past it (0 otherwise, as in schema 7). An entry that minted nothing leaves
+    /// numbers minted past it (0 otherwise, as in 0.1.0). An entry that minted nothing leaves
     /// it alone, so one whose registrations were all refused changes nothing (P5.1).
     fn forget_numbers_the_log_covers(&mut self, log_index: u64, numbered_before: u64) {
         if self.next_executor_number != numbered_before

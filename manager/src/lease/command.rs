@@ -1,11 +1,11 @@
 //! Commands: what the leader proposes into the Raft log.
 //!
 //! Every command carries the `now_ms` the leader stamped when proposing it (P2.2, P2.3), and is
-//! idempotent or conditional (P2.4). These types are encoded with bincode 2 in log entries and
-//! snapshots, which is not self-describing: plain derives only (no flatten, untagged, internal
-//! tags or skipped fields). They are this build's schema ([`super::schema::NEWEST_SCHEMA`]);
-//! older schemas are read through their own frozen types ([`super::v2`] to [`super::v10`]), so a
-//! change here is a new schema (docs/PROTOCOL.md, "Versions").
+//! idempotent or conditional (P2.4). These types are this build's schema
+//! ([`super::schema::NEWEST_SCHEMA`]), encoded with their field names; release 0.1.0's are read
+//! and written through [`super::schema::release_0_1`]. A field added here takes a
+//! `#[serde(default)]` that means what a record without it meant, and a gate (docs/PROTOCOL.md,
+//! "Changing the replicated state").
 
 use serde::{Deserialize, Serialize};
 
@@ -65,7 +65,7 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// The single-registration command asking for the same (below cluster version 8, and for
+    /// The single-registration command asking for the same (below cluster version 12, and for
     /// the state machine's one code path).
     pub fn into_command(self, now_ms: u64) -> Command {
         Command::Register {
@@ -125,20 +125,20 @@ pub enum Command {
         /// Operator label.
         name: Option<String>,
         /// SHA-256 of the executor's credential (P13.4), never the credential itself; `None`
-        /// for an executor that sent none (0.1.0's, in plaintext, P13.5). Schema 3.
+        /// for an executor that sent none (0.1.0's, in plaintext, P13.5). Schema 12.
         credential_sha256: Option<[u8; 32]>,
         /// The executor's capacity (P15.1), `1..=MAX_CAPACITY` (`leasehold_api::wire`);
-        /// [`super::DEFAULT_CAPACITY`] for one that stated none. Schema 4 unless it is that.
+        /// [`super::DEFAULT_CAPACITY`] for one that stated none. Schema 12 unless it is that.
         capacity: u32,
         /// The application version it runs (P17.3), checked by
-        /// `leasehold_api::wire::check_app_version`; `None` when it stated none. Schema 5 when
+        /// `leasehold_api::wire::check_app_version`; `None` when it stated none. Schema 12 when
         /// present.
         app_version: Option<String>,
         /// Its labels (P18.3), checked by `leasehold_api::wire::check_labels`; empty when it
-        /// stated none. Schema 7 when not empty.
+        /// stated none. Schema 12 when not empty.
         labels: leasehold_api::wire::Labels,
         /// The namespace it registers into (P18.1), which must exist; its shards are the only
-        /// ones it can ever hold. Schema 10 unless it is `default`.
+        /// ones it can ever hold. Schema 12 unless it is `default`.
         namespace: String,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
@@ -171,7 +171,7 @@ pub enum Command {
         /// The state revision the plan was computed from.
         planned_at: u64,
         /// The namespace whose shards it moves (P18.1), to executors of that namespace only.
-        /// Schema 10 unless it is `default`.
+        /// Schema 12 unless it is `default`.
         namespace: String,
         /// Each shard at most once.
         moves: Vec<Move>,
@@ -215,7 +215,7 @@ pub enum Command {
         cluster_version: u32,
     },
     /// An operator's action (P17.4), recorded in the audit log with who did it and when once it
-    /// changed something (a repeat, a refusal or an unknown id records nothing). Schema 6.
+    /// changed something (a repeat, a refusal or an unknown id records nothing). Schema 12.
     Operator {
         /// Leader clock; the record's time.
         now_ms: u64,
@@ -228,7 +228,7 @@ pub enum Command {
     /// Many registrations in one entry (group commit), each as a [`Command::Register`] would
     /// apply it, in order: idempotent per incarnation (P4.4, P7.2), refused or registered each on
     /// its own. The new executors' ids are numbered from the entry's index on, one after another,
-    /// never reusing a number. Schema 8.
+    /// never reusing a number. Schema 12.
     RegisterMany {
         /// Leader clock; each new lease ends `lease_duration_ms` after it.
         now_ms: u64,
@@ -238,7 +238,7 @@ pub enum Command {
     /// Reserves lease time ahead of what the listed executors were told (P6.6), so that the
     /// leader may answer their renewals from its memory: each one's `lease_reserved_until_ms`
     /// becomes `max(itself, now_ms + LEASE_RESERVATION_LEASES × lease_duration_ms)`. Tells
-    /// nothing to anyone. Unknown ids are skipped (P2.4). Schema 9.
+    /// nothing to anyone. Unknown ids are skipped (P2.4). Schema 12.
     ReserveLeases {
         /// Leader clock.
         now_ms: u64,
@@ -248,7 +248,7 @@ pub enum Command {
     /// Reaps executors whose lease the leader judged lapsed by the copies it told, from its
     /// memory included (P6.7): each is removed as by `Reap` if its judged expiry has lapsed at
     /// `now_ms` and covers the expiry of every grant the log recorded for it (a renewal the log
-    /// carried since the judgment keeps it). Schema 9.
+    /// carried since the judgment keeps it). Schema 12.
     ReapLapsed {
         /// Leader clock.
         now_ms: u64,
@@ -316,7 +316,7 @@ pub enum OperatorAction {
     SetMaintenance { on: bool },
     /// Hand `shard` of `namespace` to `to` now: a one-move plan (P5.2), refused unless `to` is
     /// an executor of that namespace, live and not draining, does not own it already, and the
-    /// shard is not pinned elsewhere. Schema 10 unless the namespace is `default`.
+    /// shard is not pinned elsewhere. Schema 12 unless the namespace is `default`.
     MoveShard {
         namespace: String,
         shard: ShardId,
@@ -324,7 +324,7 @@ pub enum OperatorAction {
     },
     /// Pin `shard` of `namespace` to an executor of that namespace (the planner keeps it there,
     /// or moves it there, while that executor is live and not draining), or unpin it (`None`).
-    /// A pin goes with its executor. Schema 10 unless the namespace is `default`.
+    /// A pin goes with its executor. Schema 12 unless the namespace is `default`.
     Pin {
         namespace: String,
         shard: ShardId,
@@ -333,30 +333,29 @@ pub enum OperatorAction {
     /// Create a namespace (P18.1): shards `0..shard_count`, unowned, at the epoch the name's
     /// shards last reached (0 for a name never used), so no epoch repeats for a name. Refused
     /// for a name in use, past `MAX_NAMESPACES`, or past `MAX_TOTAL_SHARDS` over every
-    /// namespace. Schema 10.
+    /// namespace. Schema 12.
     CreateNamespace {
         name: String,
         shard_count: u32,
         lease_duration_ms: u64,
         /// Most executors it may hold registered at once; `None` for no bound but the cluster's.
         max_executors: Option<u32>,
-        /// Its own placement settings (P18.4); schema 11 unless empty.
+        /// Its own placement settings (P18.4).
         placement: PlacementOverrides,
     },
     /// Change a namespace's lease duration (for grants from now on, P3.4) and executor bound;
     /// its shard count never changes. `default`'s lease is the managers' `--lease-duration`
-    /// (`Command::SetLeaseDuration`), so only its bound changes here. Schema 10.
+    /// (`Command::SetLeaseDuration`), so only its bound changes here.
     SetNamespace {
         name: String,
         lease_duration_ms: u64,
         max_executors: Option<u32>,
-        /// Its placement settings from now on (P18.4), whole; schema 11 unless they are and
-        /// stay empty.
+        /// Its placement settings from now on (P18.4), whole.
         placement: PlacementOverrides,
     },
     /// Delete a namespace (P18.1), refused while any of its shards has an owner (drain its
     /// executors first) and for `default`. Executors still registered in it, holding nothing,
-    /// are removed with it. Schema 10.
+    /// are removed with it.
     DeleteNamespace { name: String },
     /// A change of the managers' membership, recorded once Raft committed it.
     Membership { change: MembershipChange },

@@ -24,22 +24,11 @@
 
 pub mod answer;
 mod apply;
-pub mod chain;
 mod command;
 mod outcome;
 mod planner;
 pub mod schema;
 mod state;
-pub mod v10;
-mod v10_current;
-pub mod v2;
-pub mod v3;
-pub mod v4;
-pub mod v5;
-pub mod v6;
-pub mod v7;
-pub mod v8;
-pub mod v9;
 
 // The builders of commands and states are shared with the other modules' tests.
 #[cfg(test)]
@@ -100,5 +89,5 @@ pub const MAX_SHARD_COUNT: u32 = leasehold_api::wire::MAX_SHARD_COUNT;
 pub const MAX_TEXT_FIELD_BYTES: usize = leasehold_api::wire::MAX_TEXT_FIELD_BYTES;
 
 /// The capacity of an executor that registered without one (P15.1): what every executor of
-/// schemas 2 and 3 has.
+/// release 0.1.0 has.
 pub const DEFAULT_CAPACITY: u32 = leasehold_api::wire::DEFAULT_CAPACITY;

@@ -33,7 +33,7 @@ pub struct Executor {
     /// The lease remaining it was told in its last grant (P2.1).
     pub lease_ttl_told_ms: u64,
     /// Lease time reserved ahead of its grants (`ReserveLeases`, P6.6), on the leader clock; 0
-    /// when none was (and for every executor of schemas 2 to 8). A leader may answer its
+    /// when none was (and for every executor of release 0.1.0). A leader may answer its
     /// renewals from memory with copies that end by then, so every rule that waits for its
     /// copies to end waits for the later of this and `lease_expiry_ms` ([`Executor::lease_bound_ms`]).
     pub lease_reserved_until_ms: u64,
@@ -51,20 +51,20 @@ pub struct Executor {
     pub credential_sha256: Option<[u8; 32]>,
     /// Its capacity (P15.1), a positive weight: the planner gives it a share of the shards, or
     /// of the load, in proportion. Set at registration, never changed (a retried registration
-    /// keeps the first); [`super::DEFAULT_CAPACITY`] for one registered without (schemas 2, 3).
+    /// keeps the first); [`super::DEFAULT_CAPACITY`] for one registered without (and every executor of 0.1.0).
     pub capacity: u32,
     /// The application version it registered with (P17.3), checked by
     /// `leasehold_api::wire::check_app_version`; `None` when it stated none (and for every
-    /// executor of schemas 2 to 4). Set at registration, never changed: an executor that restarts
+    /// executor of 0.1.0). Set at registration, never changed: an executor that restarts
     /// as a newer version registers anew (a new incarnation), so it is a newcomer.
     pub app_version: Option<String>,
     /// Its labels (P18.3), checked by `leasehold_api::wire::check_labels`; empty when it stated
-    /// none (and for every executor of schemas 2 to 6). `zone` is the failure domain the planner
+    /// none (and for every executor of 0.1.0). `zone` is the failure domain the planner
     /// spreads shards over. Set at registration, never changed.
     pub labels: leasehold_api::wire::Labels,
     /// The namespace it registered into (P18.1): its shards, epochs, lease duration and plans
     /// are that namespace's, and every shard number in its requests is one of that namespace's.
-    /// `default` for every executor of schemas 2 to 9. Set at registration, never changed.
+    /// `default` for every executor of 0.1.0. Set at registration, never changed.
     pub namespace: String,
 }
 
@@ -156,7 +156,7 @@ pub struct Shard {
     pub handoff: Option<Handoff>,
 }
 
-/// A namespace's own placement settings (P18.4, schema 11): each one set overrides the leading
+/// A namespace's own placement settings (P18.4): each one set overrides the leading
 /// manager's flag for the namespace's plans; an unset one follows the flag. Checked at the edge
 /// and again by the state machine with `leasehold_api::wire::check_namespace_placement`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,7 +174,7 @@ pub struct PlacementOverrides {
 }
 
 impl PlacementOverrides {
-    /// Whether every setting follows the leader's flags (what schema 10 expresses).
+    /// Whether every setting follows the leader's flags.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
@@ -651,8 +651,7 @@ pub struct LeaseState {
     pub(super) audit: Vector<AuditRecord>,
     /// Executor numbers below this are taken even where the log index has not reached them: a
     /// [`super::Command::RegisterMany`] numbers its second and later executors past its own
-    /// index. 0 while no entry has (every id is then its entry's index, as in schema 7 and
-    /// before). Schema 8 when not 0.
+    /// index. 0 while no entry has (every id is then its entry's index, as in release 0.1.0).
     pub(super) next_executor_number: u64,
     /// Each registered executor's id by its incarnation, derived and never stored like
     /// `releasing`: a registration looks its incarnation up here (P4.4) instead of among every

@@ -198,7 +198,7 @@ mod tests {
     use super::*;
     use crate::lease::tests::register_command;
     use crate::lease::{plan_rebalance, Command, Outcome, LEASE_RESERVATION_LEASES};
-    use leasehold_api::wire::GROUP_REGISTRATION_SCHEMA;
+    use leasehold_api::wire::FIRST_RELEASE_SCHEMA;
 
     const LEASE_MS: u64 = 30_000;
     const RESERVED_AT_MS: u64 = 1_000;
@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn p6_5_what_the_log_must_carry_is_not_answered_from_memory() {
         let now_ms = 20_000;
-        let (below, _) = state(GROUP_REGISTRATION_SCHEMA, false);
+        let (below, _) = state(FIRST_RELEASE_SCHEMA, false);
         let mut memory = MemoryLeases::default();
         assert_eq!(
             memory.answer(&below, &in_sync(&below), now_ms),

@@ -73,7 +73,7 @@ impl World {
                 });
                 let renewal = renewal_of(executor_id, &request, shard_count);
                 let renewer = Renewer { slot, call, loads };
-                // P6.8: from cluster version 9 a renewal first waits for a confirmation round.
+                // P6.8: from cluster version 12 a renewal first waits for a confirmation round.
                 if self.replicas[leader.manager].cluster_version() >= LEASE_RESERVATION_SCHEMA {
                     self.await_confirmation(renewal, renewer);
                     return;

@@ -539,7 +539,7 @@ fn p6_7_leases_are_judged_by_the_copies_told_not_the_reservation() {
     let silent = world.register("silent", 0);
     world.apply(Command::SetClusterVersion {
         now_ms: 0,
-        cluster_version: 9,
+        cluster_version: leasehold_api::wire::LEASE_RESERVATION_SCHEMA,
     });
     world.apply(Command::ReserveLeases {
         now_ms: 0,

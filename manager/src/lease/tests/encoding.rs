@@ -1,7 +1,9 @@
-//! The state, commands and outcomes travel in Raft log entries and snapshots as bincode 2, which
-//! is not self-describing: these round trips catch a serde attribute that only a
-//! self-describing format supports (P2.5).
+//! The state and commands travel in Raft log entries and snapshots with their fields by name
+//! (`codec::encode_named`, P14.1), and outcomes and 0.1.0's records as bincode 2, which is not
+//! self-describing: these round trips catch a serde attribute either format does not support
+//! (P2.5).
 
+use leasehold_raft_store::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -13,6 +15,9 @@ use super::super::{
 use super::{register_command, Harness, LEASE_MS};
 
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T) {
+    let named = codec::encode_named("test", value).expect("encodes");
+    let decoded: T = codec::decode_named("test", &named).expect("decodes");
+    assert_eq!(&decoded, value);
     let config = bincode::config::standard();
     let bytes = bincode::serde::encode_to_vec(value, config).expect("encodes");
     let (decoded, read): (T, usize) =
@@ -23,7 +28,7 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(val
 
 /// A state with every kind of entry: delivered, releasing (with and without a target), unowned
 /// shards, tombstones of both kinds, a named executor.
-pub(super) fn busy_state() -> LeaseState {
+pub(crate) fn busy_state() -> LeaseState {
     let mut harness = Harness::initialised(8, LEASE_MS);
     let a = harness.register(0, "a");
     harness.apply(Command::Register {
@@ -64,7 +69,7 @@ pub(super) fn busy_state() -> LeaseState {
     state
 }
 
-/// [`busy_state`] at cluster version 6 with every operator control in it (P17.4): maintenance
+/// [`busy_state`] at cluster version 12 with every operator control in it (P17.4): maintenance
 /// on, pins, and an audit log of the actions that changed something.
 pub(super) fn operated_state() -> LeaseState {
     let mut harness = Harness {
@@ -113,7 +118,7 @@ pub(super) fn operated_state() -> LeaseState {
     state
 }
 
-/// [`operated_state`] with executors that stated labels (P18.3, schema 7).
+/// [`operated_state`] with executors that stated labels (P18.3).
 pub(super) fn labelled_state() -> LeaseState {
     let mut harness = Harness {
         state: operated_state(),
@@ -139,8 +144,8 @@ pub(super) fn labelled_state() -> LeaseState {
     state
 }
 
-/// [`labelled_state`] at cluster version 9 with lease time reserved for two executors (P6.6,
-/// schema 9), and executors a registration batch numbered past its entry's index (schema 8).
+/// [`labelled_state`] with lease time reserved for two executors (P6.6), and executors a
+/// registration batch numbered past its entry's index.
 pub(super) fn reserved_state() -> LeaseState {
     let mut harness = Harness {
         state: labelled_state(),
@@ -184,7 +189,7 @@ pub(super) fn reserved_state() -> LeaseState {
     state
 }
 
-/// A state of schema 10 (P18.1): `kv` beside `default`, with an owned, a releasing and a pinned
+/// A state with namespaces (P18.1): `kv` beside `default`, with an owned, a releasing and a pinned
 /// shard and an executor at its bound, and a retired name.
 pub(super) fn namespaced_state() -> LeaseState {
     let mut harness = Harness::initialised(4, LEASE_MS);
@@ -269,9 +274,9 @@ pub(super) fn every_placement_setting() -> PlacementOverrides {
     }
 }
 
-/// A state of schema 11 (P18.4): [`namespaced_state`] at cluster version 11, `kv` given every
+/// A state with placement settings (P18.4): [`namespaced_state`] with `kv` given every
 /// placement setting and `placed` created with one, both audited.
-pub(super) fn placed_state() -> LeaseState {
+pub(crate) fn placed_state() -> LeaseState {
     let mut harness = Harness {
         state: namespaced_state(),
         next_index: 5_000,
@@ -327,7 +332,7 @@ pub(super) fn placed_state() -> LeaseState {
 }
 
 #[test]
-fn bincode_round_trips_the_state() {
+fn the_state_round_trips() {
     round_trip(&LeaseState::default());
     round_trip(&Harness::initialised(4, LEASE_MS).state);
     round_trip(&busy_state());
@@ -466,7 +471,6 @@ mod std_collections {
 /// are not part of the schema (P14.1).
 #[test]
 fn p14_1_persistent_collections_encode_as_std_collections_do() {
-    let config = bincode::config::standard();
     for state in [
         LeaseState::default(),
         busy_state(),
@@ -477,17 +481,16 @@ fn p14_1_persistent_collections_encode_as_std_collections_do() {
         placed_state(),
     ] {
         let mirror = std_collections::of(&state);
-        let ours = bincode::serde::encode_to_vec(&state, config).expect("encodes");
-        let theirs = bincode::serde::encode_to_vec(&mirror, config).expect("encodes");
+        let ours = codec::encode_named("state", &state).expect("encodes");
+        let theirs = codec::encode_named("state", &mirror).expect("encodes");
         assert_eq!(ours, theirs);
-        let (decoded, _): (LeaseState, usize) =
-            bincode::serde::decode_from_slice(&theirs, config).expect("decodes");
+        let decoded: LeaseState = codec::decode_named("state", &theirs).expect("decodes");
         assert_eq!(decoded, state);
     }
 }
 
 /// One of every command variant, with edge values.
-pub(super) fn every_command() -> Vec<Command> {
+pub(crate) fn every_command() -> Vec<Command> {
     vec![
         Command::Init {
             now_ms: 1,
@@ -556,7 +559,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         Command::SetClusterVersion {
             now_ms: 11,
-            cluster_version: 3,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::Register {
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
@@ -582,7 +585,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         Command::SetClusterVersion {
             now_ms: 14,
-            cluster_version: 4,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::Register {
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
@@ -597,7 +600,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         Command::SetClusterVersion {
             now_ms: 16,
-            cluster_version: 5,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
     ]
     .into_iter()
@@ -605,7 +608,7 @@ pub(super) fn every_command() -> Vec<Command> {
     .chain([
         Command::SetClusterVersion {
             now_ms: 26,
-            cluster_version: 6,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::Register {
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
@@ -629,7 +632,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         Command::SetClusterVersion {
             now_ms: 28,
-            cluster_version: 7,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::RegisterMany {
             now_ms: 29,
@@ -662,7 +665,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         Command::SetClusterVersion {
             now_ms: 31,
-            cluster_version: 8,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::ReserveLeases {
             now_ms: u64::MAX,
@@ -691,7 +694,7 @@ pub(super) fn every_command() -> Vec<Command> {
         },
         Command::SetClusterVersion {
             now_ms: 35,
-            cluster_version: 9,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
     ])
     .chain(every_namespace_command())
@@ -699,7 +702,7 @@ pub(super) fn every_command() -> Vec<Command> {
     .collect()
 }
 
-/// The commands of [`every_command`] that need schema 10 (P18.1), before
+/// The commands of [`every_command`] that concern namespaces (P18.1), before
 /// [`NAMESPACE_PLACEMENT_COMMANDS`]: a registration
 /// into a namespace alone and in a batch, a plan for one, a move and a pin in one, the three
 /// namespace changes, and a raise to 10.
@@ -765,14 +768,14 @@ fn every_namespace_command() -> Vec<Command> {
         }),
         Command::SetClusterVersion {
             now_ms: 41,
-            cluster_version: 10,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
     ];
     assert_eq!(commands.len(), NAMESPACE_COMMANDS);
     commands
 }
 
-/// The commands of [`every_command`] that need schema 11 (P18.4), its last: a namespace created
+/// The commands of [`every_command`] that set placement (P18.4), its last: a namespace created
 /// with every placement setting at its edge values, one set to a single setting, and a raise
 /// to 11.
 pub(super) const NAMESPACE_PLACEMENT_COMMANDS: usize = 3;
@@ -807,25 +810,12 @@ fn every_namespace_placement_command() -> Vec<Command> {
         }),
         Command::SetClusterVersion {
             now_ms: 43,
-            cluster_version: 11,
+            cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
     ];
     assert_eq!(commands.len(), NAMESPACE_PLACEMENT_COMMANDS);
     commands
 }
-
-/// The commands of [`every_command`] that need schema 7 (P18.3): a labelled registration and a
-/// raise to 7.
-pub(super) const LABELS_COMMANDS: usize = 2;
-
-/// The commands of [`every_command`] that need schema 8: two registrations in one entry, an empty
-/// one, and a raise to 8. Only [`LEASE_RESERVATION_COMMANDS`] come after them.
-pub(super) const GROUP_REGISTRATION_COMMANDS: usize = 3;
-
-/// The commands of [`every_command`] that need schema 9 (P6.6, P6.7): reservations for two
-/// executors and for none, reaps by the leader's judgment of two and of none, and a raise to 9.
-/// Only [`NAMESPACE_COMMANDS`] and [`NAMESPACE_PLACEMENT_COMMANDS`] come after them.
-pub(super) const LEASE_RESERVATION_COMMANDS: usize = 5;
 
 /// An operator's command (P17.4) of every action, with edge values: how many
 /// [`every_command`] holds.
@@ -888,14 +878,14 @@ fn every_operator_command() -> Vec<Command> {
 }
 
 #[test]
-fn bincode_round_trips_every_command_variant() {
+fn every_command_variant_round_trips() {
     for command in &every_command() {
         round_trip(command);
     }
 }
 
 #[test]
-fn bincode_round_trips_every_outcome_variant() {
+fn every_outcome_variant_round_trips() {
     let grant = Grant {
         executor_id: "ex-1".into(),
         lease_ttl_ms: LEASE_MS,
@@ -979,7 +969,7 @@ fn bincode_round_trips_every_outcome_variant() {
         },
         Outcome::ClusterVersionSet {
             previous: 2,
-            cluster_version: 3,
+            cluster_version: 12,
         },
         Outcome::MaintenanceSet {
             on: true,

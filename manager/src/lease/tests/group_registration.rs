@@ -2,7 +2,8 @@
 //! answered as a `Register` of it alone would be (P4.4, P7.2, P13.4), ids are never minted twice
 //! (§1), and the numbers minted past an entry's index are state only schema 8 can hold (P14.1).
 
-use super::super::{chain, Command, ExecutorId, Outcome, RefusalReason, RegisterResult};
+use super::super::schema::release_0_1;
+use super::super::{Command, ExecutorId, Outcome, RefusalReason, RegisterResult};
 use super::{Harness, LEASE_MS};
 use crate::lease::Registration;
 
@@ -181,24 +182,23 @@ fn p4_4_each_registration_of_an_entry_is_answered_on_its_own() {
     );
 }
 
-/// P14.1: a state holding numbers an entry minted past its own index is schema 8's; schema 7
-/// cannot express it and says why. Registrations one per entry leave nothing to remember, so
-/// such a state goes down to schema 7 and back unchanged.
+/// P14.1: a state holding numbers an entry minted past its own index is not one 0.1.0 can
+/// express, and the refusal says why. Registrations one per entry leave nothing to remember, so
+/// such a state goes down to 0.1.0's types and back unchanged.
 #[test]
-fn p14_1_numbers_minted_past_the_log_need_schema_8() {
+fn p14_1_numbers_minted_past_the_log_are_not_in_0_1_0() {
     let mut harness = Harness::initialised(8, LEASE_MS);
     for incarnation in ["a", "b"] {
         register_many(&mut harness, 5, vec![registration(incarnation)]);
     }
     harness.apply(super::register_command(6, "c"));
     let one_each = harness.state.clone();
-    let down = chain::state_to_v7(&one_each).expect("one per entry is schema 7's");
-    assert_eq!(chain::state_from_v7(down), one_each);
+    let down = release_0_1::LeaseState::try_from(&one_each).expect("one per entry is 0.1.0's");
+    assert_eq!(crate::lease::LeaseState::from(down), one_each);
 
     register_many(&mut harness, 7, ["d", "e"].map(registration).to_vec());
-    let refused = chain::state_to_v7(&harness.state).unwrap_err();
-    assert!(refused.0.contains("schema 7"), "{refused}");
-    assert!(chain::state_to_v2(&harness.state).is_err());
+    let refused = release_0_1::LeaseState::try_from(&harness.state).unwrap_err();
+    assert!(refused.0.contains("one entry"), "{refused}");
 }
 
 mod property {

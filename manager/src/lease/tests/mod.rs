@@ -13,7 +13,7 @@
 //! - `schemas`: the conversions between state schemas and the cluster version (P14.1, P14.3).
 
 mod drain;
-mod encoding;
+pub(crate) mod encoding;
 mod group_registration;
 mod namespaces;
 mod operator;

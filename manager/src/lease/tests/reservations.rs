@@ -199,7 +199,10 @@ fn p14_3_reservations_and_judged_reaps_need_schema_9() {
     ];
     for command in commands {
         assert_eq!(command.required_schema(), LEASE_RESERVATION_SCHEMA);
-        assert!(crate::lease::schema::check_proposable(&command, 8).is_err());
-        assert!(crate::lease::schema::check_proposable(&command, 9).is_ok());
+        let proposable = |cluster_version| {
+            crate::lease::schema::check_proposable(&command, cluster_version).is_ok()
+        };
+        assert!(!proposable(LEASE_RESERVATION_SCHEMA - 1));
+        assert!(proposable(LEASE_RESERVATION_SCHEMA));
     }
 }
