@@ -689,8 +689,13 @@ async fn renewal_claims_go_as_runs_once_the_cluster_version_allows() {
     assert_eq!(bodies[1], full, "cluster version 2 does not read runs");
     assert_eq!(
         bodies[2],
-        serde_json::json!({"claims": [], "claim_runs": [[0, 3, 5]], "revision": 7}),
-        "cluster version 12: runs"
+        serde_json::json!({
+            "claims": [],
+            "claim_runs": [[0, 3, 5]],
+            "revision": 7,
+            "accept_unchanged": true,
+        }),
+        "cluster version 12: runs (and \"unchanged\" taken for an answer, of the same release)"
     );
     assert_eq!(hits.get(), 3);
 }

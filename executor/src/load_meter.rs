@@ -409,7 +409,7 @@ mod tests {
     }
 
     /// The status shows the loads of the last renewal that carried them, not of one that did
-    /// not (reporting off, or a cluster below schema 4).
+    /// not (reporting off, or a cluster below schema 12).
     #[test]
     fn the_last_reported_loads_are_those_a_granted_renewal_carried() {
         let t0 = Instant::now();

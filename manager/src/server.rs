@@ -166,19 +166,7 @@ async fn open_node(
     // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
     crate::restore::import_if_prepared(config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();
-    let log_at_start = {
-        use openraft::storage::RaftLogStorage;
-        let log_state = log_store
-            .get_log_state()
-            .await
-            .map_err(|e| ServerError::Raft(e.to_string()))?;
-        let vote = log_store
-            .read_vote()
-            .await
-            .map_err(|e| ServerError::Raft(e.to_string()))?
-            .unwrap_or_default();
-        (log_state.last_log_id.map_or(0, |id| id.index), vote)
-    };
+    let log_at_start = log_at_start(&mut log_store).await?;
     let http_client = leasehold_api::client::http_client_builder(config.tls.as_ref())
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .build()?;
@@ -204,14 +192,7 @@ async fn open_node(
         state,
         identity,
         http: http_client,
-        settings: ClusterSettings {
-            initial_cluster: config.initial_cluster.clone(),
-            shard_count: config.shard_count,
-            lease_duration_ms: config.lease_duration_ms,
-            timings: config.timings,
-            tls: config.tls.clone(),
-            backup_key: config.backup_key.clone(),
-        },
+        settings: cluster_settings(config),
         metrics,
         renewals: renewal_queue,
         memory_renewals,
@@ -229,6 +210,36 @@ async fn open_node(
         },
         disk_space,
     ))
+}
+
+/// The last log index and the vote the log held when the replica opened, for the leader's
+/// first judgments.
+async fn log_at_start(
+    log_store: &mut leasehold_raft_store::SledLogStore<TypeConfig>,
+) -> Result<(u64, openraft::Vote<u64>), ServerError> {
+    use openraft::storage::RaftLogStorage;
+    let log_state = log_store
+        .get_log_state()
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let vote = log_store
+        .read_vote()
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?
+        .unwrap_or_default();
+    Ok((log_state.last_log_id.map_or(0, |id| id.index), vote))
+}
+
+/// What the node keeps of its configuration for forming and running the cluster.
+fn cluster_settings(config: &ManagerConfig) -> ClusterSettings {
+    ClusterSettings {
+        initial_cluster: config.initial_cluster.clone(),
+        shard_count: config.shard_count,
+        lease_duration_ms: config.lease_duration_ms,
+        timings: config.timings,
+        tls: config.tls.clone(),
+        backup_key: config.backup_key.clone(),
+    }
 }
 
 /// The node's background tasks, each stopping when `tasks_stopped` turns true.

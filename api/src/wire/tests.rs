@@ -145,7 +145,7 @@ fn renew_request_loads_are_optional_and_strict() {
     .is_err());
 }
 
-/// A reply of a server before schema 4 has no capacity: every executor counts as 1.
+/// A reply of a server of 0.1.0 (schema 2) has no capacity: every executor counts as 1.
 #[test]
 fn executor_view_capacity_defaults_to_one() {
     let view: ExecutorView = serde_json::from_value(json!({

@@ -35,7 +35,7 @@ pub struct ExecutorView {
     #[serde(default)]
     pub draining: bool,
     /// Its capacity (PROTOCOL P15.1), the weight the planner gives it. Absent from servers
-    /// before schema 4, where every executor counts as [`DEFAULT_CAPACITY`].
+    /// of 0.1.0, where every executor counts as [`DEFAULT_CAPACITY`].
     #[serde(default = "default_capacity")]
     pub capacity: u32,
     /// The application version it registered with (PROTOCOL P17.3); absent when it stated none.

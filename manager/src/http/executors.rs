@@ -11,7 +11,7 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     check_app_version, check_capacity, check_labels, check_shard_list, check_shard_loads,
     Credential, ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
-    ShardEpoch, DEFAULT_CAPACITY, GROUP_REGISTRATION_SCHEMA,
+    ShardEpoch, ShardLoad, DEFAULT_CAPACITY, GROUP_REGISTRATION_SCHEMA,
 };
 
 use super::admission::{Admitted, Caller};
@@ -195,7 +195,7 @@ fn registration(
     }
     check_labels(&request.labels).map_err(|error| HttpError::invalid(error.to_string()))?;
     // P18.1: into the namespace named, `default` when none; a registration into any other is
-    // schema 10, refused by the proposal gate below cluster version 12 (P14.3).
+    // schema 12, refused by the proposal gate below cluster version 12 (P14.3).
     let namespace = request
         .namespace
         .unwrap_or_else(|| leasehold_api::wire::DEFAULT_NAMESPACE.to_owned());
@@ -217,9 +217,8 @@ fn registration(
         incarnation: request.incarnation,
         address: request.address,
         name: request.name,
-        // Below cluster version 12 a capacity other than 1, below 5 an application version, and
-        // below 7 labels, are refused by the proposal gate (P14.3): no replica of an older schema
-        // could apply them.
+        // Below cluster version 12 a capacity other than 1, an application version and labels
+        // are refused by the proposal gate (P14.3): no replica of 0.1.0 could apply them.
         capacity,
         app_version: request.app_version,
         labels: request.labels,
@@ -255,25 +254,15 @@ pub async fn renew(
         check_shard_loads(loads, shard_count)
             .map_err(|error| HttpError::invalid(error.to_string()))?;
     }
-    let started = std::time::Instant::now();
     let renewal = Renewal::from_claims(executor_id.clone(), &claims, request.revision);
-    let result = match node
-        .memory_renewals
-        .try_answer(&node.leadership, &node.state, &renewal)
-        .await
-    {
-        Some(answered) => Ok(answered),
-        None => renewals::renew(&node.renewals, renewal).await,
-    };
-    let counted = match &result {
-        Ok(RenewResult::Renewed { .. }) => "renewed",
-        Ok(RenewResult::UnknownExecutor { .. }) => "unknown_executor",
-        Err(RenewError::Refused(_)) => "refused",
-        Err(_) => "failed",
-    };
-    metrics::counter!("leasehold_renewals_total", "result" => counted).increment(1);
-    metrics::histogram!("leasehold_renewal_duration_seconds")
-        .record(started.elapsed().as_secs_f64());
+    let result = renewals::answer(
+        &node.memory_renewals,
+        &node.leadership,
+        &node.state,
+        &node.renewals,
+        renewal,
+    )
+    .await;
     match result {
         Ok(RenewResult::Renewed {
             grant,
@@ -288,20 +277,7 @@ pub async fn renew(
             if !acknowledged.is_empty() {
                 tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
             }
-            match loads {
-                Some(loads) => {
-                    let claimed: std::collections::BTreeSet<u32> =
-                        claims.iter().map(|claim| claim.shard).collect();
-                    let measured = grant
-                        .shards
-                        .iter()
-                        .map(|&(shard, _)| shard)
-                        .filter(|shard| claimed.contains(shard))
-                        .collect();
-                    node.load_reports.record(&executor_id, measured, loads);
-                }
-                None => node.load_reports.record_not_reporting(&executor_id),
-            }
+            record_loads(&node, &executor_id, &claims, &grant, loads);
             Ok(Json(reply_form(&request, &claims, grant)))
         }
         Ok(RenewResult::UnknownExecutor { .. }) => {
@@ -311,6 +287,31 @@ pub async fn renew(
         Err(RenewError::Propose(error)) => Err(error.into()),
         Err(RenewError::Refused(reason)) => Err(refusal(reason)),
         Err(error) => Err(HttpError::internal("renewal failed", error)),
+    }
+}
+
+/// What a renewal reported of its shards' loads (P15.1), for the shards it both claimed and
+/// holds after the renewal; or that it reports none.
+fn record_loads(
+    node: &AppState,
+    executor_id: &str,
+    claims: &[ShardEpoch],
+    grant: &crate::lease::Grant,
+    loads: Option<Vec<ShardLoad>>,
+) {
+    match loads {
+        Some(loads) => {
+            let claimed: std::collections::BTreeSet<u32> =
+                claims.iter().map(|claim| claim.shard).collect();
+            let measured = grant
+                .shards
+                .iter()
+                .map(|&(shard, _)| shard)
+                .filter(|shard| claimed.contains(shard))
+                .collect();
+            node.load_reports.record(executor_id, measured, loads);
+        }
+        None => node.load_reports.record_not_reporting(executor_id),
     }
 }
 

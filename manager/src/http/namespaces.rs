@@ -14,10 +14,10 @@ use leasehold_api::wire::{
 
 use super::authorize::{Actor, CallerScope};
 use super::operator::propose_expecting;
-use super::refusals::{refusal, unknown_namespace};
+use super::refusals::{done_or_refused, refusal, unknown_namespace};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::OperatorDone;
-use crate::lease::{ExecutorAnswer, LeaseState, Namespace, OperatorAction, PlacementOverrides};
+use crate::lease::{LeaseState, Namespace, OperatorAction, PlacementOverrides};
 use leasehold_api::problem::ErrorCode;
 
 /// The `{name}` path parameter: a namespace name, checked where it is extracted.
@@ -118,7 +118,7 @@ pub async fn show(
         (status = 200, description = "It existed with these settings already: nothing changed.", body = NamespaceView),
         (status = 400, description = "`invalid_request`: a malformed name, no shards or more than 1048576, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), and an admin of the whole cluster: a certificate limited to namespaces creates none, since creating one sets its quotas (P18.2)."),
-        (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 10 (below 11 with placement settings, P14.3)."),
+        (status = 409, description = "`conflict`: the name is in use with other settings, the cluster holds its most namespaces or shards, or the cluster version is below 12 (P14.3)."),
     ),
 )]
 pub async fn create(
@@ -166,25 +166,20 @@ pub async fn create(
         other => Err(other),
     })
     .await?;
-    match answer {
-        ExecutorAnswer::Done(already_exists) => {
-            tracing::info!(
-                namespace = request.name,
-                shard_count = request.shard_count,
-                already_exists,
-                actor = actor.0,
-                "namespace created"
-            );
-            let status = if already_exists {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            Ok((status, Json(current_view(&node, &request.name)?)))
-        }
-        ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("creation")),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
+    let already_exists = done_or_refused(answer, || not_an_operator_outcome("creation"))?;
+    tracing::info!(
+        namespace = request.name,
+        shard_count = request.shard_count,
+        already_exists,
+        actor = actor.0,
+        "namespace created"
+    );
+    let status = if already_exists {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(current_view(&node, &request.name)?)))
 }
 
 /// Changes a namespace's lease, executor bound or placement settings in place.
@@ -197,7 +192,7 @@ pub async fn create(
         (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is, and then it may lower the executor bound but not raise or remove it (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace."),
-        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 10 (below 11 for placement settings, P14.3)."),
+        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 12 (P14.3)."),
     ),
 )]
 pub async fn set(
@@ -240,21 +235,16 @@ pub async fn set(
         other => Err(other),
     })
     .await?;
-    match answer {
-        ExecutorAnswer::Done(changed) => {
-            tracing::info!(
-                namespace = name,
-                lease_duration_ms,
-                ?max_executors,
-                changed,
-                actor = actor.0,
-                "namespace set"
-            );
-            current_view(&node, &name).map(Json)
-        }
-        ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("change")),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
+    let changed = done_or_refused(answer, || not_an_operator_outcome("change"))?;
+    tracing::info!(
+        namespace = name,
+        lease_duration_ms,
+        ?max_executors,
+        changed,
+        actor = actor.0,
+        "namespace set"
+    );
+    current_view(&node, &name).map(Json)
 }
 
 /// Whether `new` allows more executors than `current` (`None`: no bound).
@@ -275,7 +265,7 @@ fn raises_executor_bound(current: Option<u32>, new: Option<u32>) -> bool {
         (status = 400, description = "`invalid_request`: not a namespace name."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace, ever."),
-        (status = 409, description = "`conflict`: `default`, a namespace with an owned shard (drain its executors first), or the cluster version is below 10."),
+        (status = 409, description = "`conflict`: `default`, a namespace with an owned shard (drain its executors first), or the cluster version is below 12."),
     ),
 )]
 pub async fn delete(
@@ -294,24 +284,20 @@ pub async fn delete(
         other => Err(other),
     })
     .await?;
-    match answer {
-        ExecutorAnswer::Done((already_gone, removed_executors)) => {
-            tracing::info!(
-                namespace = name,
-                already_gone,
-                removed = removed_executors.len(),
-                actor = actor.0,
-                "namespace deleted"
-            );
-            Ok(Json(NamespaceDeleted {
-                name,
-                already_gone,
-                removed_executors,
-            }))
-        }
-        ExecutorAnswer::UnknownExecutor => Err(not_an_operator_outcome("deletion")),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
+    let (already_gone, removed_executors) =
+        done_or_refused(answer, || not_an_operator_outcome("deletion"))?;
+    tracing::info!(
+        namespace = name,
+        already_gone,
+        removed = removed_executors.len(),
+        actor = actor.0,
+        "namespace deleted"
+    );
+    Ok(Json(NamespaceDeleted {
+        name,
+        already_gone,
+        removed_executors,
+    }))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use leasehold_api::wire::{
 
 use super::authorize::{Actor, CallerScope};
 use super::inspect::shard_view;
-use super::refusals::{refusal, unknown_executor};
+use super::refusals::{done_or_refused, refusal, unknown_executor};
 use super::{ApiJson, AppState, HttpError};
 use crate::lease::answer::OperatorDone;
 use crate::lease::{
@@ -182,7 +182,7 @@ pub async fn maintenance(State(node): State<AppState>) -> Json<MaintenanceView> 
     responses(
         (status = 200, description = "The mode now, and whether this changed it (recorded in the audit log if so).", body = MaintenanceView),
         (status = 403, description = "`forbidden` (TLS): admin only, and not one limited to namespaces (P13.3, P18.2)."),
-        (status = 409, description = "`conflict`: the cluster version is below 6 (P14.3)."),
+        (status = 409, description = "`conflict`: the cluster version is below 12 (P14.3)."),
     ),
 )]
 pub async fn set_maintenance(
@@ -224,7 +224,7 @@ pub async fn set_maintenance(
         (status = 400, description = "`invalid_request`: not a shard number, or a malformed executor id."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), one whose certificate is limited to namespaces only if `default` is one (P18.2)."),
         (status = 404, description = "`not_found` / `unknown_executor`: no such shard or executor."),
-        (status = 409, description = "`conflict`: the target is not live or is draining, holds the shard already, or the shard is pinned elsewhere; or the cluster version is below 6."),
+        (status = 409, description = "`conflict`: the target is not live or is draining, holds the shard already, or the shard is pinned elsewhere; or the cluster version is below 12."),
     ),
 )]
 pub async fn move_shard(
@@ -249,14 +249,9 @@ pub async fn move_shard(
         other => Err(other),
     })
     .await?;
-    match answer {
-        ExecutorAnswer::Done(()) => {
-            tracing::info!(shard, %to, actor = actor.0, "shard moved by an operator");
-            current_shard(&node, shard)
-        }
-        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&to)),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
+    done_or_refused(answer, || unknown_executor(&to))?;
+    tracing::info!(shard, %to, actor = actor.0, "shard moved by an operator");
+    current_shard(&node, shard)
 }
 
 /// Pins a shard to an executor: the planner keeps it there, or moves it there, while that
@@ -269,7 +264,7 @@ pub async fn move_shard(
         (status = 200, description = "Pinned (now or already): the shard as it is now.", body = ShardView),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), one whose certificate is limited to namespaces only if `default` is one (P18.2)."),
         (status = 404, description = "`not_found` / `unknown_executor`: no such shard or executor."),
-        (status = 409, description = "`conflict`: the cluster version is below 6."),
+        (status = 409, description = "`conflict`: the cluster version is below 12."),
     ),
 )]
 pub async fn pin(
@@ -291,7 +286,7 @@ pub async fn pin(
         (status = 200, description = "Not pinned (now or already): the shard as it is now.", body = ShardView),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), one whose certificate is limited to namespaces only if `default` is one (P18.2)."),
         (status = 404, description = "`not_found`: no such shard."),
-        (status = 409, description = "`conflict`: the cluster version is below 6."),
+        (status = 409, description = "`conflict`: the cluster version is below 12."),
     ),
 )]
 pub async fn unpin(
@@ -347,13 +342,13 @@ pub async fn audit(State(node): State<AppState>) -> Json<Vec<AuditRecordView>> {
     Json(node.state.current().audit().map(audit_view).collect())
 }
 
-/// A record as the API shows it.
 /// A move's or pin's namespace as the audit view shows it: only when it is not `default`, so
 /// the records of a cluster without namespaces read as they always did.
 fn named_namespace(namespace: &str) -> Option<String> {
     (namespace != DEFAULT_NAMESPACE).then(|| namespace.to_owned())
 }
 
+/// A record as the API shows it.
 pub(super) fn audit_view(record: &AuditRecord) -> AuditRecordView {
     let mut view = AuditRecordView {
         revision: record.revision,

@@ -5,7 +5,7 @@
 use leasehold_api::problem::ErrorCode;
 
 use super::HttpError;
-use crate::lease::RefusalReason;
+use crate::lease::{ExecutorAnswer, RefusalReason};
 
 pub(super) fn refusal(reason: RefusalReason) -> HttpError {
     match reason {
@@ -37,4 +37,17 @@ pub(super) fn unknown_executor(executor_id: &str) -> HttpError {
             "executor {executor_id} is not registered (never was, or was reaped or deregistered)"
         ),
     )
+}
+
+/// A command's result when it was done; otherwise the caller's error: `unknown` for an executor
+/// the state does not know, the refusal's own for a refusal.
+pub(super) fn done_or_refused<T>(
+    answer: ExecutorAnswer<T>,
+    unknown: impl FnOnce() -> HttpError,
+) -> Result<T, HttpError> {
+    match answer {
+        ExecutorAnswer::Done(value) => Ok(value),
+        ExecutorAnswer::UnknownExecutor => Err(unknown()),
+        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
+    }
 }

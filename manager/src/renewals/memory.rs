@@ -32,7 +32,7 @@ pub const RESERVATION_REFRESH_LEASES: u64 = 2;
 /// Why a renewal went through the log rather than being answered from memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThroughTheLog {
-    /// The cluster version is below 9, or the state is not initialised.
+    /// The cluster version is below 12, or the state is not initialised.
     NotEnabled,
     /// Not registered (the log answers `unknown_executor`).
     Unknown,

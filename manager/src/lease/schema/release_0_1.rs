@@ -141,34 +141,34 @@ pub struct LeaseState {
 
 // ---- 0.1.0 → this build ----
 
+/// A match that converts the commands whose fields 0.1.0 and this build share one for one, field
+/// by field, listed once for both directions; `$arms` handle the rest.
+macro_rules! convert_command {
+    ($command:expr, $from:ident => $to:ident, { $($arms:tt)* }) => {
+        match $command {
+            $from::Init { now_ms, shard_count, lease_duration_ms } =>
+                $to::Init { now_ms, shard_count, lease_duration_ms },
+            $from::SetLeaseDuration { now_ms, lease_duration_ms } =>
+                $to::SetLeaseDuration { now_ms, lease_duration_ms },
+            $from::Deregister { now_ms, executor_id } => $to::Deregister { now_ms, executor_id },
+            $from::Reap { now_ms, executor_ids } => $to::Reap { now_ms, executor_ids },
+            $from::Release { now_ms, executor_id, shards, revoke_revision } =>
+                $to::Release { now_ms, executor_id, shards, revoke_revision },
+            $from::CompleteHandoffs { now_ms } => $to::CompleteHandoffs { now_ms },
+            $from::SetDraining { now_ms, executor_id, draining } =>
+                $to::SetDraining { now_ms, executor_id, draining },
+            $($arms)*
+        }
+    };
+}
+
 impl From<Command> for current::Command {
     fn from(command: Command) -> Self {
         use current::Command as New;
-        match command {
-            Command::Init {
-                now_ms,
-                shard_count,
-                lease_duration_ms,
-            } => New::Init {
-                now_ms,
-                shard_count,
-                lease_duration_ms,
-            },
-            Command::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            } => New::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            },
+        convert_command!(command, Command => New, {
             // 0.1.0's executors registered with nothing newer: no credential (P13.5), capacity
             // 1, no application version, no labels, into `default`.
-            Command::Register {
-                now_ms,
-                incarnation,
-                address,
-                name,
-            } => New::Register {
+            Command::Register { now_ms, incarnation, address, name } => New::Register {
                 now_ms,
                 incarnation,
                 address,
@@ -183,52 +183,13 @@ impl From<Command> for current::Command {
                 now_ms,
                 renewals: renewals.into_iter().map(Into::into).collect(),
             },
-            Command::Deregister {
-                now_ms,
-                executor_id,
-            } => New::Deregister {
-                now_ms,
-                executor_id,
-            },
-            Command::Reap {
-                now_ms,
-                executor_ids,
-            } => New::Reap {
-                now_ms,
-                executor_ids,
-            },
-            Command::Rebalance {
-                now_ms,
-                planned_at,
-                moves,
-            } => New::Rebalance {
+            Command::Rebalance { now_ms, planned_at, moves } => New::Rebalance {
                 now_ms,
                 planned_at,
                 namespace: DEFAULT_NAMESPACE.to_owned(),
                 moves: moves.into_iter().map(Into::into).collect(),
             },
-            Command::Release {
-                now_ms,
-                executor_id,
-                shards,
-                revoke_revision,
-            } => New::Release {
-                now_ms,
-                executor_id,
-                shards,
-                revoke_revision,
-            },
-            Command::CompleteHandoffs { now_ms } => New::CompleteHandoffs { now_ms },
-            Command::SetDraining {
-                now_ms,
-                executor_id,
-                draining,
-            } => New::SetDraining {
-                now_ms,
-                executor_id,
-                draining,
-            },
-        }
+        })
     }
 }
 
@@ -372,23 +333,7 @@ impl TryFrom<&current::Command> for Command {
 
     fn try_from(command: &current::Command) -> Result<Self, NotExpressible> {
         use current::Command as New;
-        Ok(match command.clone() {
-            New::Init {
-                now_ms,
-                shard_count,
-                lease_duration_ms,
-            } => Command::Init {
-                now_ms,
-                shard_count,
-                lease_duration_ms,
-            },
-            New::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            } => Command::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            },
+        Ok(convert_command!(command.clone(), New => Command, {
             New::Register {
                 now_ms,
                 incarnation,
@@ -406,82 +351,21 @@ impl TryFrom<&current::Command> for Command {
                     app_version.is_some(),
                     labels.is_empty(),
                 )?;
-                only_default(
-                    &namespace,
-                    "a registration into a namespace is not in 0.1.0",
-                )?;
-                Command::Register {
-                    now_ms,
-                    incarnation,
-                    address,
-                    name,
-                }
+                only_default(&namespace, "a registration into a namespace is not in 0.1.0")?;
+                Command::Register { now_ms, incarnation, address, name }
             }
             New::Renew { now_ms, renewals } => Command::Renew {
                 now_ms,
-                renewals: renewals
-                    .into_iter()
-                    .map(|r| Renewal {
-                        executor_id: r.executor_id,
-                        claims: r.claims,
-                        revision: r.revision,
-                    })
-                    .collect(),
+                renewals: renewals.into_iter().map(Into::into).collect(),
             },
-            New::Deregister {
-                now_ms,
-                executor_id,
-            } => Command::Deregister {
-                now_ms,
-                executor_id,
-            },
-            New::Reap {
-                now_ms,
-                executor_ids,
-            } => Command::Reap {
-                now_ms,
-                executor_ids,
-            },
-            New::Rebalance {
-                now_ms,
-                planned_at,
-                namespace,
-                moves,
-            } => {
+            New::Rebalance { now_ms, planned_at, namespace, moves } => {
                 only_default(&namespace, "a plan for a namespace is not in 0.1.0")?;
                 Command::Rebalance {
                     now_ms,
                     planned_at,
-                    moves: moves
-                        .into_iter()
-                        .map(|m| Move {
-                            shard: m.shard,
-                            to: m.to,
-                        })
-                        .collect(),
+                    moves: moves.into_iter().map(Into::into).collect(),
                 }
             }
-            New::Release {
-                now_ms,
-                executor_id,
-                shards,
-                revoke_revision,
-            } => Command::Release {
-                now_ms,
-                executor_id,
-                shards,
-                revoke_revision,
-            },
-            New::CompleteHandoffs { now_ms } => Command::CompleteHandoffs { now_ms },
-            New::SetDraining {
-                now_ms,
-                executor_id,
-                draining,
-            } => Command::SetDraining {
-                now_ms,
-                executor_id,
-                draining,
-            },
             New::SetClusterVersion { .. } => {
                 return Err(NotExpressible("the cluster version is not in 0.1.0"))
             }
@@ -498,7 +382,26 @@ impl TryFrom<&current::Command> for Command {
                     "lease reservations and reaping by the leader's judgment are not in 0.1.0",
                 ))
             }
-        })
+        }))
+    }
+}
+
+impl From<current::Renewal> for Renewal {
+    fn from(r: current::Renewal) -> Self {
+        Self {
+            executor_id: r.executor_id,
+            claims: r.claims,
+            revision: r.revision,
+        }
+    }
+}
+
+impl From<current::Move> for Move {
+    fn from(m: current::Move) -> Self {
+        Self {
+            shard: m.shard,
+            to: m.to,
+        }
     }
 }
 

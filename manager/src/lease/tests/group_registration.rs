@@ -1,6 +1,6 @@
-//! Registrations group-committed into one entry (`Command::RegisterMany`, schema 8): each is
+//! Registrations group-committed into one entry (`Command::RegisterMany`, schema 12): each is
 //! answered as a `Register` of it alone would be (P4.4, P7.2, P13.4), ids are never minted twice
-//! (§1), and the numbers minted past an entry's index are state only schema 8 can hold (P14.1).
+//! (§1), and the numbers minted past an entry's index are state 0.1.0 cannot hold (P14.1).
 
 use super::super::schema::release_0_1;
 use super::super::{Command, ExecutorId, Outcome, RefusalReason, RegisterResult};

@@ -1,4 +1,4 @@
-//! Lease reservations and reaping by the leader's judgment (schema 9): a reservation tells
+//! Lease reservations and reaping by the leader's judgment (schema 12): a reservation tells
 //! nothing but holds the lease for every rule that waits for its copies to end (P6.6), a leader's
 //! judgment reaps despite it unless the log recorded a later grant (P6.7), and a new leader's
 //! office floor counts only what was told (P6.4).
@@ -184,7 +184,7 @@ fn p6_4_the_office_floor_counts_told_expiries_not_reservations() {
     );
 }
 
-/// P14.3: the two commands are schema 9's, proposed only once the cluster version reaches it.
+/// P14.3: the two commands are schema 12's, proposed only once the cluster version reaches it.
 #[test]
 fn p14_3_reservations_and_judged_reaps_need_schema_9() {
     let commands = [

@@ -1,0 +1,336 @@
+//! Namespaces (P18.1): a configuration, a shard table with its handoffs, pins and placement
+//! settings (P18.4).
+
+use super::*;
+
+/// Fixed at initialisation (`Init`); only the lease duration may change later
+/// (`SetLeaseDuration`), the shard count never does (§11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// Shards are `0..shard_count`.
+    pub shard_count: u32,
+    /// Length of a lease granted or renewed from now on (P3.4).
+    pub lease_duration_ms: u64,
+}
+
+/// A shard being taken from a live owner (P5.2). The old owner is the shard's `owner` for as
+/// long as the handoff lasts (so the two can never disagree); it no longer sees the shard in its
+/// delivered set, and the target does not see it until it is granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// Who receives the shard once released; `None` when the target left before that (the shard
+    /// then becomes unowned on release, or is retargeted by the next plan).
+    pub to: Option<ExecutorId>,
+    /// Log index of the entry that marked the shard releasing, which is the revision the revoke
+    /// push carries; an acknowledgement must name it (P5.2).
+    pub revoke_revision: u64,
+    /// The old owner's lease expiry when the shard was marked releasing: every grant that
+    /// included the shard ends by then, so after it the shard may be handed on without an
+    /// acknowledgement (P5.2). Later renewals do not move it, since their sets exclude the shard.
+    pub from_grant_expiry_ms: u64,
+}
+
+/// One shard's ownership (P2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// Its number; equal to its index in [`LeaseState::shards`].
+    pub id: ShardId,
+    /// Current owner; during a handoff, the old owner.
+    pub owner: Option<ExecutorId>,
+    /// Epoch of the current (or, when unowned, the last) owner; 0 for never owned (I2).
+    pub epoch: Epoch,
+    /// Set while the shard is releasing from `owner` (P5.2).
+    pub handoff: Option<Handoff>,
+}
+
+/// A namespace's own placement settings (P18.4): each one set overrides the leading
+/// manager's flag for the namespace's plans; an unset one follows the flag. Checked at the edge
+/// and again by the state machine with `leasehold_api::wire::check_namespace_placement`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementOverrides {
+    /// Place by reported loads (P15.2) or by count alone: `--load-placement`.
+    pub load_placement: Option<bool>,
+    /// The band around the mean utilisation inside which nothing moves for balance, in percent
+    /// (1 to 100): `--balance-tolerance`.
+    pub balance_tolerance_percent: Option<u32>,
+    /// Moves for balance per minute (P15.3): `--max-balance-moves`.
+    pub max_balance_moves_per_minute: Option<u32>,
+    /// The label `(key, value)` whose executors take the namespace's shards while any of them
+    /// takes shards; the others take them only while none does.
+    pub prefer: Option<(String, String)>,
+}
+
+impl PlacementOverrides {
+    /// Whether every setting follows the leader's flags.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// As the wire shows it (`prefer` as `key=value`).
+    pub fn to_wire(&self) -> leasehold_api::wire::NamespacePlacement {
+        leasehold_api::wire::NamespacePlacement {
+            load_placement: self.load_placement,
+            balance_tolerance_percent: self.balance_tolerance_percent,
+            max_balance_moves_per_minute: self.max_balance_moves_per_minute,
+            prefer: self
+                .prefer
+                .as_ref()
+                .map(|(key, value)| format!("{key}={value}")),
+        }
+    }
+
+    /// From the wire, checked (I6).
+    pub fn from_wire(
+        placement: &leasehold_api::wire::NamespacePlacement,
+    ) -> Result<Self, leasehold_api::wire::NamespacePlacementError> {
+        leasehold_api::wire::check_namespace_placement(placement)?;
+        Ok(Self {
+            load_placement: placement.load_placement,
+            balance_tolerance_percent: placement.balance_tolerance_percent,
+            max_balance_moves_per_minute: placement.max_balance_moves_per_minute,
+            prefer: placement
+                .prefer
+                .as_deref()
+                .map(leasehold_api::wire::parse_preference)
+                .transpose()?,
+        })
+    }
+
+    /// Checks the settings as the edge does (I6): the state machine refuses what the edge
+    /// would have.
+    pub fn check(&self) -> Result<(), leasehold_api::wire::NamespacePlacementError> {
+        leasehold_api::wire::check_namespace_placement(&self.to_wire())
+    }
+}
+
+/// One namespace (P18.1): a shard space with its own configuration, shard table, pins and
+/// assignment revision. Shard numbers, epochs and handoffs are this namespace's alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Namespace {
+    /// Its shard count (fixed at creation) and the lease its executors' grants carry (P3.4).
+    pub config: ClusterConfig,
+    /// Most executors it may hold registered at once; `None` for no bound but the cluster's.
+    pub max_executors: Option<u32>,
+    /// Its own placement settings (P18.4), each overriding the leader's flag for its plans.
+    pub placement: PlacementOverrides,
+    /// Log index of the entry that created it; 0 for `default`, which exists from the
+    /// cluster's start.
+    pub created_revision: u64,
+    /// Log index of the last entry that changed owners, handoffs, pins or membership in it (or
+    /// maintenance, which concerns every namespace): a plan for it made at or after it is still
+    /// current (P2.4), whatever other namespaces did since, so one namespace's churn never makes
+    /// another's plans stale.
+    pub assignment_revision: u64,
+    /// `shard_count` entries, index = shard number.
+    pub(in crate::lease) shards: Vector<Shard>,
+    /// Shards an operator pinned, and to whom (P17.4). A pin goes when its executor does.
+    pub(in crate::lease) pins: OrdMap<ShardId, ExecutorId>,
+    /// The shards with a handoff, ascending. Derived from the shard table and never stored (a
+    /// decoded state rebuilds it). Delivery rounds, leader steps and removals read it, so their
+    /// work is proportional to the handoffs in flight, not to the shard count.
+    #[serde(skip)]
+    pub(in crate::lease) releasing: OrdSet<ShardId>,
+    /// The executors registered in it; derived from the executors and never stored, so a
+    /// registration checks `max_executors` without counting, and a read of one namespace's
+    /// executors (each leader step reads every namespace's) costs its own executors, not all.
+    #[serde(skip)]
+    pub(in crate::lease) members: OrdSet<ExecutorId>,
+}
+
+impl Namespace {
+    /// A new namespace of `config`, created by the entry at `created_revision`, its shards
+    /// unowned at `epoch` (0, or the epoch its name's shards last reached).
+    pub(in crate::lease) fn new(
+        config: ClusterConfig,
+        max_executors: Option<u32>,
+        placement: PlacementOverrides,
+        created_revision: u64,
+        epoch: Epoch,
+    ) -> Self {
+        Self {
+            config,
+            max_executors,
+            placement,
+            created_revision,
+            assignment_revision: created_revision,
+            shards: (0..config.shard_count)
+                .map(|id| Shard {
+                    id,
+                    owner: None,
+                    epoch,
+                    handoff: None,
+                })
+                .collect(),
+            pins: OrdMap::new(),
+            releasing: OrdSet::new(),
+            members: OrdSet::new(),
+        }
+    }
+
+    /// The shard table, index = shard number.
+    pub fn shards(&self) -> &Vector<Shard> {
+        &self.shards
+    }
+
+    /// One shard, if `shard < shard_count`.
+    pub fn shard(&self, shard: ShardId) -> Option<&Shard> {
+        usize::try_from(shard)
+            .ok()
+            .and_then(|index| self.shards.get(index))
+    }
+
+    /// The executor `shard` is pinned to, if any.
+    pub fn pin(&self, shard: ShardId) -> Option<&str> {
+        self.pins.get(&shard).map(String::as_str)
+    }
+
+    /// Every pin, ascending by shard.
+    pub fn pins(&self) -> impl Iterator<Item = (ShardId, &str)> {
+        self.pins
+            .iter()
+            .map(|(shard, executor)| (*shard, executor.as_str()))
+    }
+
+    /// The shards releasing from their owners (P5.2), ascending, with their handoffs.
+    pub fn releasing(&self) -> impl Iterator<Item = (&Shard, &Handoff)> {
+        self.releasing.iter().filter_map(|&id| {
+            let shard = self.shard(id)?;
+            Some((shard, shard.handoff.as_ref()?))
+        })
+    }
+
+    /// How many of its shards are releasing from their owners (P5.2).
+    pub fn releasing_count(&self) -> usize {
+        self.releasing.len()
+    }
+
+    /// How many executors are registered in it.
+    pub fn executor_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The structural violations of [`LeaseState::consistency_violations`] within this
+    /// namespace, `name`, whose executors are among `executors`.
+    pub(super) fn violations(
+        &self,
+        name: &str,
+        executors: &OrdMap<ExecutorId, Executor>,
+        violations: &mut Vec<String>,
+    ) {
+        let expected_shards = usize::try_from(self.config.shard_count).unwrap_or(usize::MAX);
+        if self.shards.len() != expected_shards {
+            violations.push(format!(
+                "namespace {name}'s shard table has {} entries, its config says {expected_shards}",
+                self.shards.len()
+            ));
+        }
+        let member = |executor_id: &str| {
+            executors
+                .get(executor_id)
+                .filter(|executor| executor.namespace == name)
+        };
+        for (index, shard) in self.shards.iter().enumerate() {
+            shard_violations(name, index, shard, &member, violations);
+        }
+        for (shard, executor) in &self.pins {
+            if self.shard(*shard).is_none() || member(executor).is_none() {
+                violations.push(format!(
+                    "shard {shard} of {name} is pinned to {executor}, who is not registered in \
+                     {name} or the shard is out of range"
+                ));
+            }
+        }
+        self.index_violations(name, executors, violations);
+    }
+
+    /// Whether the indexes derived from the shard table and the executors (never stored) agree
+    /// with them, and the assignment revision with the creation.
+    fn index_violations(
+        &self,
+        name: &str,
+        executors: &OrdMap<ExecutorId, Executor>,
+        violations: &mut Vec<String>,
+    ) {
+        let releasing = releasing_in(&self.shards);
+        if releasing != self.releasing {
+            violations.push(format!(
+                "{name}'s releasing index lists {:?}, its shard table {:?}",
+                self.releasing.iter().take(8).collect::<Vec<_>>(),
+                releasing.iter().take(8).collect::<Vec<_>>()
+            ));
+        }
+        let members: OrdSet<ExecutorId> = executors
+            .values()
+            .filter(|executor| executor.namespace == name)
+            .map(|executor| executor.id.clone())
+            .collect();
+        if members != self.members {
+            violations.push(format!(
+                "{name} lists {} executors as its own, {} are registered in it",
+                self.members.len(),
+                members.len()
+            ));
+        }
+        if self.assignment_revision < self.created_revision {
+            violations.push(format!(
+                "{name}'s assignment revision is before its creation"
+            ));
+        }
+    }
+
+    /// The highest epoch any of its shards reached: what a namespace created again under its
+    /// name starts from.
+    pub(in crate::lease) fn highest_epoch(&self) -> Epoch {
+        self.shards
+            .iter()
+            .map(|shard| shard.epoch)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// What is wrong with one entry of `name`'s shard table, at `index`: its place, its owner (one
+/// of `name`'s executors, holding it in its set, at a minted epoch) and its handoff's target.
+fn shard_violations<'a>(
+    name: &str,
+    index: usize,
+    shard: &Shard,
+    member: &dyn Fn(&str) -> Option<&'a Executor>,
+    violations: &mut Vec<String>,
+) {
+    let at = format!("shard {} of {name}", shard.id);
+    if usize::try_from(shard.id).ok() != Some(index) {
+        violations.push(format!("{at} is at index {index}"));
+    }
+    match &shard.owner {
+        Some(owner) => {
+            match member(owner) {
+                Some(executor) if executor.owned_shards.contains(&shard.id) => {}
+                Some(_) => violations.push(format!("{at} names owner {owner}, whose set lacks it")),
+                None => violations.push(format!(
+                    "{at} names owner {owner}, who is not registered in {name}"
+                )),
+            }
+            if shard.epoch == 0 {
+                violations.push(format!("{at} is owned at epoch 0"));
+            }
+        }
+        None if shard.handoff.is_some() => {
+            violations.push(format!("{at} is releasing but unowned"));
+        }
+        None => {}
+    }
+    if let Some(Handoff {
+        to: Some(target), ..
+    }) = &shard.handoff
+    {
+        if member(target).is_none() {
+            violations.push(format!(
+                "{at} is releasing to {target}, who is not registered in {name}"
+            ));
+        }
+        if shard.owner.as_ref() == Some(target) {
+            violations.push(format!("{at} is releasing to its own owner {target}"));
+        }
+    }
+}
