@@ -31,37 +31,7 @@ impl LoadSummary {
     /// Summarises `loads` (index = shard) over the namespace `space` at `now_ms`: its
     /// executors and its shards (P18.1).
     pub fn of(space: Space<'_>, now_ms: u64, loads: &[f64]) -> Self {
-        let load_of = |shard: ShardId| {
-            usize::try_from(shard)
-                .ok()
-                .and_then(|index| loads.get(index))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        // Each executor's load over its delivered set (a releasing shard counts for nobody), from
-        // its own set rather than a lookup by owner for every shard in the table. Only a shard
-        // with a load is looked up (whether it is releasing): a fleet that reports none, or a
-        // table of mostly idle shards, costs no lookup per shard.
-        let executors: BTreeMap<ExecutorId, (f64, f64)> = space
-            .executors()
-            .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
-            .map(|executor| {
-                let load = executor
-                    .owned_shards
-                    .iter()
-                    .map(|&shard| (shard, load_of(shard)))
-                    .filter(|&(shard, load)| {
-                        load != 0.0
-                            && space
-                                .shard(shard)
-                                .is_some_and(|entry| entry.handoff.is_none())
-                    })
-                    .map(|(_, load)| load)
-                    // From +0: the empty sum of `f64`s is -0.0, which the views would print.
-                    .fold(0.0, |total, load| total + load);
-                (executor.id.clone(), (load, capacity_of(executor) as f64))
-            })
-            .collect();
+        let executors = loads_by_executor(space, now_ms, loads);
         let total: f64 = loads.iter().take(space.shards().len()).sum();
         let total_capacity: f64 = executors.values().map(|(_, capacity)| capacity).sum();
         let smallest_capacity = executors
@@ -109,4 +79,42 @@ impl LoadSummary {
             hot,
         }
     }
+}
+
+/// Each live executor's load over its delivered set and its capacity: a releasing shard counts
+/// for nobody, and each executor's sum comes from its own set rather than a lookup by owner for
+/// every shard in the table. Only a shard with a load is looked up (whether it is releasing): a
+/// fleet that reports none, or a table of mostly idle shards, costs no lookup per shard.
+fn loads_by_executor(
+    space: Space<'_>,
+    now_ms: u64,
+    loads: &[f64],
+) -> BTreeMap<ExecutorId, (f64, f64)> {
+    let load_of = |shard: ShardId| {
+        usize::try_from(shard)
+            .ok()
+            .and_then(|index| loads.get(index))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    space
+        .executors()
+        .filter(|executor| !executor.lease_lapsed(now_ms) && !executor.draining)
+        .map(|executor| {
+            let load = executor
+                .owned_shards
+                .iter()
+                .map(|&shard| (shard, load_of(shard)))
+                .filter(|&(shard, load)| {
+                    load != 0.0
+                        && space
+                            .shard(shard)
+                            .is_some_and(|entry| entry.handoff.is_none())
+                })
+                .map(|(_, load)| load)
+                // From +0: the empty sum of `f64`s is -0.0, which the views would print.
+                .fold(0.0, |total, load| total + load);
+            (executor.id.clone(), (load, capacity_of(executor) as f64))
+        })
+        .collect()
 }

@@ -109,30 +109,8 @@ pub async fn bare_livez(State(node): State<AppState>) -> Response {
 /// Whether this replica is ready, with the status it answers and each check.
 async fn readiness(node: &AppState) -> (StatusCode, bool, Vec<ReadinessCheck>) {
     let committed = node.leadership.committed_index().await;
-    // Applying trails committing by a moment on a busy replica; readiness asks whether it keeps
-    // up, so it waits that moment out (bounded) instead of flapping.
-    let metrics = match node
-        .leadership
-        .raft
-        .wait(Some(APPLY_CATCH_UP_WAIT))
-        .applied_index_at_least(committed, "applied up to the commit")
-        .await
-    {
-        Ok(metrics) => metrics,
-        Err(_) => node.leadership.metrics_snapshot(),
-    };
+    let metrics = metrics_applied_up_to(node, committed).await;
     let applied = metrics.last_applied.map(|log_id| log_id.index);
-    let shard_config = node.state.read(|applied| {
-        applied
-            .state
-            .config()
-            .map(|c| (c.shard_count, c.lease_duration_ms))
-    });
-    let check = |name: &str, ok: bool, detail: String| ReadinessCheck {
-        name: name.to_string(),
-        ok,
-        detail,
-    };
     let checks = vec![
         check(
             "leader",
@@ -156,16 +134,7 @@ async fn readiness(node: &AppState) -> (StatusCode, bool, Vec<ReadinessCheck>) {
                 (Ok(()), false) => "running".to_string(),
             },
         ),
-        check(
-            "shard_config",
-            shard_config.is_some(),
-            match shard_config {
-                Some((shards, lease_ms)) => {
-                    format!("{shards} shards, lease {lease_ms} ms")
-                }
-                None => "the shard configuration is not written yet".to_string(),
-            },
-        ),
+        shard_config_check(node),
         disk_space_check(node.leadership.proposer.disk_space()),
     ];
     let ready = checks
@@ -177,6 +146,53 @@ async fn readiness(node: &AppState) -> (StatusCode, bool, Vec<ReadinessCheck>) {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, ready, checks)
+}
+
+/// One readiness check.
+fn check(name: &str, ok: bool, detail: String) -> ReadinessCheck {
+    ReadinessCheck {
+        name: name.to_string(),
+        ok,
+        detail,
+    }
+}
+
+/// Raft's metrics once this replica applied up to `committed`, or as they are if it did not
+/// within [`APPLY_CATCH_UP_WAIT`]: applying trails committing by a moment on a busy replica;
+/// readiness asks whether it keeps up, so it waits that moment out (bounded) instead of
+/// flapping.
+async fn metrics_applied_up_to(
+    node: &AppState,
+    committed: Option<u64>,
+) -> openraft::RaftMetrics<u64, openraft::BasicNode> {
+    match node
+        .leadership
+        .raft
+        .wait(Some(APPLY_CATCH_UP_WAIT))
+        .applied_index_at_least(committed, "applied up to the commit")
+        .await
+    {
+        Ok(metrics) => metrics,
+        Err(_) => node.leadership.metrics_snapshot(),
+    }
+}
+
+/// Whether the shard configuration is written (the first `Init` applied).
+fn shard_config_check(node: &AppState) -> ReadinessCheck {
+    let shard_config = node.state.read(|applied| {
+        applied
+            .state
+            .config()
+            .map(|c| (c.shard_count, c.lease_duration_ms))
+    });
+    check(
+        "shard_config",
+        shard_config.is_some(),
+        match shard_config {
+            Some((shards, lease_ms)) => format!("{shards} shards, lease {lease_ms} ms"),
+            None => "the shard configuration is not written yet".to_string(),
+        },
+    )
 }
 
 /// The name of the advisory check of the free-space alarm.

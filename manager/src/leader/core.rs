@@ -228,7 +228,28 @@ impl LeaderCore {
             return decision;
         }
         decision.complete_expired_handoffs = true;
+        self.judge_lapsed_leases(
+            now_ms,
+            state,
+            late_by_ms,
+            last_renewal_applied_ms,
+            told_from_memory,
+            &mut decision,
+        );
+        decision
+    }
 
+    /// Whose leases lapsed by the leader's judgment (P6.7), and whether they are reaped now or
+    /// wait for the mass-expiry guard's episode to end (P6.3).
+    fn judge_lapsed_leases(
+        &mut self,
+        now_ms: u64,
+        state: &LeaseState,
+        late_by_ms: Option<u64>,
+        last_renewal_applied_ms: Option<u64>,
+        told_from_memory: &ToldFromMemory,
+        decision: &mut StepDecision,
+    ) {
         let judged = judged_lapsed(state, told_from_memory, now_ms);
         let newest_overdue_ms = judged.iter().map(|lease| lease.judged_expiry_ms).max();
         let overdue: Vec<ExecutorId> = judged
@@ -243,11 +264,11 @@ impl LeaderCore {
             if self.episode.take().is_some() {
                 decision.events.push(GuardEvent::EpisodeEnded);
             }
-            return decision;
+            return;
         }
         if !self.guard.enabled {
             decision.reap = overdue;
-            return decision;
+            return;
         }
         if let Some(episode) = self.episode {
             self.go_on_with_episode(
@@ -256,9 +277,9 @@ impl LeaderCore {
                 state,
                 overdue,
                 last_renewal_applied_ms,
-                &mut decision,
+                decision,
             );
-            return decision;
+            return;
         }
 
         let reason = match late_by_ms {
@@ -272,10 +293,9 @@ impl LeaderCore {
             ),
         };
         match reason {
-            Some(reason) => self.start_episode(reason, now_ms, overdue.len(), &mut decision),
+            Some(reason) => self.start_episode(reason, now_ms, overdue.len(), decision),
             None => decision.reap = overdue,
         }
-        decision
     }
 
     /// The guard's trigger fired (P6.3): the reap waits, from this step, for the episode's end.

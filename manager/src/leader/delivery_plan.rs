@@ -85,6 +85,19 @@ impl DeliveryPlanner {
         now_ms: u64,
     ) -> Round {
         let mut round = Round::default();
+        self.plan_pushes(state, queued, now_ms, &mut round);
+        self.plan_revokes(state, now_ms, &mut round);
+        round
+    }
+
+    /// A push of its whole set to every queued executor not backing off (P5.3).
+    fn plan_pushes(
+        &mut self,
+        state: &LeaseState,
+        queued: impl IntoIterator<Item = ExecutorId>,
+        now_ms: u64,
+        round: &mut Round,
+    ) {
         for executor_id in queued {
             let Some(executor) = state.executor(&executor_id) else {
                 self.push_backoff.remove(&executor_id);
@@ -120,6 +133,11 @@ impl DeliveryPlanner {
                 },
             });
         }
+    }
+
+    /// A revoke for every handoff from a live owner, each (owner, revoke revision) resent no
+    /// sooner than [`REVOKE_RESEND_INTERVAL_MS`] after it was last sent (P5.2, P5.3).
+    fn plan_revokes(&mut self, state: &LeaseState, now_ms: u64, round: &mut Round) {
         let mut revokes: BTreeMap<(ExecutorId, u64), Vec<ShardId>> = BTreeMap::new();
         // Every namespace's handoffs (P18.1): each owner's revoke names its own namespace's shards.
         for (_, shard, handoff) in state.releasing_everywhere() {
@@ -155,7 +173,6 @@ impl DeliveryPlanner {
                 executor_id,
             });
         }
-        round
     }
 
     /// Records a push's outcome at `now_ms`.

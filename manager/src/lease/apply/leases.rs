@@ -100,27 +100,17 @@ impl LeaseState {
         let mut any_known = false;
         let mut acknowledged_in = BTreeSet::new();
         for renewal in renewals {
-            let Some(executor) = self.executors.get_mut(&renewal.executor_id) else {
-                acknowledged_per_renewal.push(Vec::new());
-                continue;
-            };
-            any_known = true;
-            // Its namespace's lease (P18.1); the namespace exists while it has executors.
-            let lease_duration_ms = self
-                .namespaces
-                .get(&executor.namespace)
-                .map_or(0, |space| space.config.lease_duration_ms);
-            let renewed_expiry_ms = now_ms.saturating_add(lease_duration_ms);
-            executor.lease_expiry_ms = executor.lease_expiry_ms.max(renewed_expiry_ms);
-            executor.lease_ttl_told_ms = executor.lease_remaining_ms(now_ms);
-            self.longest_lease_told_ms = self.longest_lease_told_ms.max(executor.lease_ttl_told_ms);
-            let namespace = executor.namespace.clone();
-            let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
-            for &shard in &acknowledged {
-                if self.complete_handoff(&namespace, shard, &mut effects) {
-                    acknowledged_in.insert(namespace.clone());
+            let renewed = self.renew_one(renewal, now_ms, prior_revision, &mut effects);
+            let acknowledged = match renewed {
+                Some((namespace, acknowledged, completed_any)) => {
+                    any_known = true;
+                    if completed_any {
+                        acknowledged_in.insert(namespace);
+                    }
+                    acknowledged
                 }
-            }
+                None => Vec::new(),
+            };
             acknowledged_per_renewal.push(acknowledged);
         }
         if any_known {
@@ -150,6 +140,36 @@ impl LeaseState {
             results,
             effects: effects.finish(self, log_index),
         }
+    }
+
+    /// One renewal of a `Renew`: the lease extended as a max (P3.4), the ttl told recorded (P2.1,
+    /// P6.1), and the handoffs its claims acknowledge completed (P5.2). `None` for an executor
+    /// the state does not know; else its namespace, the shards acknowledged and whether any
+    /// handoff completed.
+    fn renew_one(
+        &mut self,
+        renewal: &Renewal,
+        now_ms: u64,
+        prior_revision: u64,
+        effects: &mut EffectsBuilder,
+    ) -> Option<(String, Vec<ShardId>, bool)> {
+        let executor = self.executors.get_mut(&renewal.executor_id)?;
+        // Its namespace's lease (P18.1); the namespace exists while it has executors.
+        let lease_duration_ms = self
+            .namespaces
+            .get(&executor.namespace)
+            .map_or(0, |space| space.config.lease_duration_ms);
+        let renewed_expiry_ms = now_ms.saturating_add(lease_duration_ms);
+        executor.lease_expiry_ms = executor.lease_expiry_ms.max(renewed_expiry_ms);
+        executor.lease_ttl_told_ms = executor.lease_remaining_ms(now_ms);
+        self.longest_lease_told_ms = self.longest_lease_told_ms.max(executor.lease_ttl_told_ms);
+        let namespace = executor.namespace.clone();
+        let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
+        let mut completed_any = false;
+        for &shard in &acknowledged {
+            completed_any |= self.complete_handoff(&namespace, shard, effects);
+        }
+        Some((namespace, acknowledged, completed_any))
     }
 
     /// Releasing shards of the renewing executor that its claims acknowledge (P5.2), ascending.

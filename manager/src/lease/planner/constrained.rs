@@ -149,17 +149,14 @@ struct Scan {
     homeless: Vec<ShardId>,
 }
 
-/// One pass over the shard table: what each receiver holds already (shards it serves or that
-/// are on their way to it), the handoffs to cancel, and the shards without a holder.
-fn scan(
-    state: Space<'_>,
+/// The namespace's executors by id, each with whether it takes shards and its place among the
+/// receivers: each owner looked up once, not once per shard it holds.
+fn owners_of<'a>(
+    state: Space<'a>,
     now_ms: u64,
-    constraints: Constraints<'_>,
     positions: &HashMap<&str, usize>,
-    receivers: &mut [Receiver<'_>],
-) -> Scan {
-    // Each owner looked up once, not once per shard it holds.
-    let owners: HashMap<&str, Owner<'_>> = state
+) -> HashMap<&'a str, Owner<'a>> {
+    state
         .executors()
         .map(|executor| {
             let id = executor.id.as_str();
@@ -170,7 +167,19 @@ fn scan(
             };
             (id, owner)
         })
-        .collect();
+        .collect()
+}
+
+/// One pass over the shard table: what each receiver holds already (shards it serves or that
+/// are on their way to it), the handoffs to cancel, and the shards without a holder.
+fn scan(
+    state: Space<'_>,
+    now_ms: u64,
+    constraints: Constraints<'_>,
+    positions: &HashMap<&str, usize>,
+    receivers: &mut [Receiver<'_>],
+) -> Scan {
+    let owners = owners_of(state, now_ms, positions);
     let mut moves: Vec<(Move, MoveReason)> = Vec::new();
     let mut homeless: Vec<ShardId> = Vec::new();
     for shard in state.shards() {
