@@ -591,23 +591,7 @@ impl<'a> Fleet<'a> {
             targets.push((u_a - self.inner_high) * a.capacity);
             targets.push((self.inner_low - u_b) * b.capacity);
         }
-        let mut tried: BTreeSet<(Ordered, ShardId)> = BTreeSet::new();
-        for target in targets.into_iter().filter(|target| *target > 0.0) {
-            let target = target.min(limit);
-            tried.extend(
-                a.movable
-                    .range(..=(Ordered(target), ShardId::MAX))
-                    .next_back()
-                    .copied(),
-            );
-            tried.extend(
-                a.movable
-                    .range((Ordered(target), 0)..)
-                    .find(|(load, _)| load.0 < limit)
-                    .copied(),
-            );
-        }
-        tried
+        self.shards_near(giver, targets, limit)
             .into_iter()
             .filter(|(load, _)| load.0 >= self.min_balance_load && load.0 < limit)
             .filter(|(load, _)| !self.leaves_a_joiner(giver, load.0))
@@ -620,12 +604,8 @@ impl<'a> Fleet<'a> {
                 let score = match objective {
                     Objective::Imbalance => imbalance_removed,
                     Objective::OutsideBand => {
-                        let before_a = self.outside_inner_band(u_a);
-                        let after_a = self.outside_inner_band(u_a - load / a.capacity);
-                        let before_b = self.outside_inner_band(u_b);
-                        let after_b = self.outside_inner_band(u_b + load / b.capacity);
-                        let removed = a.capacity * (before_a * before_a - after_a * after_a)
-                            + b.capacity * (before_b * before_b - after_b * after_b);
+                        let removed =
+                            self.band_distance_removed((u_a, a.capacity), (u_b, b.capacity), load);
                         if removed <= 0.0 {
                             return None;
                         }
@@ -645,6 +625,46 @@ impl<'a> Fleet<'a> {
                     .cmp(&Ordered(y.gain))
                     .then(y.shard.cmp(&x.shard))
             })
+    }
+
+    /// The movable shards of `giver` whose loads lie nearest below and nearest above each
+    /// positive target load (capped at `limit`), none at or over `limit` above it.
+    fn shards_near(
+        &self,
+        giver: usize,
+        targets: Vec<f64>,
+        limit: f64,
+    ) -> BTreeSet<(Ordered, ShardId)> {
+        let movable = &self.members[giver].movable;
+        let mut tried: BTreeSet<(Ordered, ShardId)> = BTreeSet::new();
+        for target in targets.into_iter().filter(|target| *target > 0.0) {
+            let target = target.min(limit);
+            tried.extend(
+                movable
+                    .range(..=(Ordered(target), ShardId::MAX))
+                    .next_back()
+                    .copied(),
+            );
+            tried.extend(
+                movable
+                    .range((Ordered(target), 0)..)
+                    .find(|(load, _)| load.0 < limit)
+                    .copied(),
+            );
+        }
+        tried
+    }
+
+    /// How much of the squared distance outside the inner band, weighted by capacity, moving
+    /// `load` from a giver at `(utilisation, capacity)` to a receiver at theirs removes.
+    fn band_distance_removed(&self, giver: (f64, f64), receiver: (f64, f64), load: f64) -> f64 {
+        let ((u_a, capacity_a), (u_b, capacity_b)) = (giver, receiver);
+        let before_a = self.outside_inner_band(u_a);
+        let after_a = self.outside_inner_band(u_a - load / capacity_a);
+        let before_b = self.outside_inner_band(u_b);
+        let after_b = self.outside_inner_band(u_b + load / capacity_b);
+        capacity_a * (before_a * before_a - after_a * after_a)
+            + capacity_b * (before_b * before_b - after_b * after_b)
     }
 
     fn apply(&mut self, candidate: Candidate, reason: MoveReason) {
