@@ -255,25 +255,40 @@ pub async fn serve(
             },
             Accepted::Unix(_) => None,
         };
-        let router = router.clone();
-        let tls = tls.clone();
-        let stop = stop_rx.clone();
         let timeouts = Timeouts {
             handshake: limits.handshake_timeout,
             header_read: limits.header_read_timeout,
             send: limits.send_timeout,
         };
-        tokio::spawn(async move {
-            serve_connection(stream, peer_addr, router, tls, timeouts, stop).await;
-            tracing::trace!(%peer_addr, "connection closed");
-            drop((permit, budget_slot, address_slot));
-        });
+        let slots = (permit, budget_slot, address_slot);
+        spawn_connection(stream, peer_addr, &router, &tls, timeouts, &stop_rx, slots);
     }
     let _ = stop_tx.send(true);
     // Every connection holds a permit until it closes: all of them back means all closed.
     let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
     let _closed = connections.acquire_many(all).await;
     Ok(())
+}
+
+/// Serves one accepted connection on a task of its own, holding `slots` (its permit and
+/// budget slots) until it closes.
+fn spawn_connection(
+    stream: Accepted,
+    peer_addr: SocketAddr,
+    router: &Router,
+    tls: &Option<TlsAcceptor>,
+    timeouts: Timeouts,
+    stop: &watch::Receiver<bool>,
+    slots: impl Send + 'static,
+) {
+    let router = router.clone();
+    let tls = tls.clone();
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        serve_connection(stream, peer_addr, router, tls, timeouts, stop).await;
+        tracing::trace!(%peer_addr, "connection closed");
+        drop(slots);
+    });
 }
 
 /// What [`serve`] accepts connections on.
@@ -345,21 +360,16 @@ async fn serve_connection(
     timeouts: Timeouts,
     stop: watch::Receiver<bool>,
 ) {
-    let Timeouts {
-        handshake: handshake_timeout,
-        header_read: header_read_timeout,
-        send: send_timeout,
-    } = timeouts;
     let stream = match stream {
         Accepted::Tcp(stream) => stream,
         Accepted::Unix(stream) => {
-            let stream = SendTimeout::new(stream, send_timeout);
+            let stream = SendTimeout::new(stream, timeouts.send);
             serve_http(
                 TokioIo::new(stream),
                 peer_addr,
                 router,
                 None,
-                header_read_timeout,
+                timeouts.header_read,
                 stop,
             )
             .await;
@@ -371,7 +381,7 @@ async fn serve_connection(
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%error, "setting TCP_NODELAY");
     }
-    let stream = SendTimeout::new(stream, send_timeout);
+    let stream = SendTimeout::new(stream, timeouts.send);
     match tls {
         None => {
             serve_http(
@@ -379,43 +389,55 @@ async fn serve_connection(
                 peer_addr,
                 router,
                 None,
-                header_read_timeout,
+                timeouts.header_read,
                 stop,
             )
             .await
         }
-        Some(acceptor) => {
-            let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
-            let stream = match handshake.await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "TLS handshake refused");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(
-                        timeout_ms = handshake_timeout.as_millis(),
-                        "TLS handshake not finished in time; closing"
-                    );
-                    return;
-                }
-            };
-            let peer = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first().map(PeerRole::of));
-            serve_http(
-                TokioIo::new(stream),
-                peer_addr,
-                router,
-                peer,
-                header_read_timeout,
-                stop,
-            )
-            .await;
-        }
+        Some(acceptor) => serve_tls(stream, acceptor, peer_addr, router, timeouts, stop).await,
     }
+}
+
+/// Serves HTTP over TLS once the handshake finished within its timeout, as the role of the
+/// peer's leaf certificate (if it sent one).
+async fn serve_tls(
+    stream: SendTimeout<TcpStream>,
+    acceptor: TlsAcceptor,
+    peer_addr: SocketAddr,
+    router: Router,
+    timeouts: Timeouts,
+    stop: watch::Receiver<bool>,
+) {
+    let handshake_timeout = timeouts.handshake;
+    let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+    let stream = match handshake.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "TLS handshake refused");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(
+                timeout_ms = handshake_timeout.as_millis(),
+                "TLS handshake not finished in time; closing"
+            );
+            return;
+        }
+    };
+    let peer = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first().map(PeerRole::of));
+    serve_http(
+        TokioIo::new(stream),
+        peer_addr,
+        router,
+        peer,
+        timeouts.header_read,
+        stop,
+    )
+    .await;
 }
 
 async fn serve_http<I>(

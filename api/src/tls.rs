@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -423,16 +424,7 @@ impl TlsConfig {
     /// expired, or without client-authentication use), a certificate without exactly one role.
     pub fn load(files: &TlsFiles) -> Result<TlsConfig, TlsError> {
         let provider = crypto_provider();
-
-        let ca_certificates = read_certificates(&files.trusted_ca_file)?;
-        let mut roots = RootCertStore::empty();
-        for certificate in ca_certificates {
-            roots.add(certificate).map_err(|e| TlsError::Invalid {
-                path: files.trusted_ca_file.clone(),
-                problem: format!("not a usable CA certificate: {e}"),
-            })?;
-        }
-        let roots = Arc::new(roots);
+        let roots = read_roots(&files.trusted_ca_file)?;
 
         let chain = read_certificates(&files.cert_file)?;
         let key = read_private_key(&files.key_file)?;
@@ -444,24 +436,7 @@ impl TlsConfig {
             path: files.cert_file.clone(),
             problem: e.to_string(),
         })?;
-
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| TlsError::Invalid {
-                path: files.trusted_ca_file.clone(),
-                problem: format!("cannot verify client certificates with it: {e}"),
-            })?;
-        // Every process is also a client of its peers, so its own certificate must pass what a
-        // peer's server will check; refusing now names the file instead of failing every call.
-        verifier
-            .verify_client_cert(own, intermediates, UnixTime::now())
-            .map_err(|e| TlsError::Invalid {
-                path: files.cert_file.clone(),
-                problem: format!(
-                    "not accepted by the CA in {}: {e}",
-                    files.trusted_ca_file.display()
-                ),
-            })?;
+        let verifier = client_verifier(files, &roots, &provider, own, intermediates)?;
 
         let key_mismatch = |e: rustls::Error| TlsError::Invalid {
             path: files.key_file.clone(),
@@ -533,6 +508,48 @@ impl TlsConfig {
             .https_only(true)
             .tls_backend_preconfigured(self.client_config())
     }
+}
+
+/// The trusted CA file's certificates as roots, each one usable as a CA.
+fn read_roots(trusted_ca_file: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let ca_certificates = read_certificates(trusted_ca_file)?;
+    let mut roots = RootCertStore::empty();
+    for certificate in ca_certificates {
+        roots.add(certificate).map_err(|e| TlsError::Invalid {
+            path: trusted_ca_file.to_path_buf(),
+            problem: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The verifier of client certificates against `roots`, once it accepts this process's own
+/// certificate (`own`, with its `intermediates`).
+fn client_verifier(
+    files: &TlsFiles,
+    roots: &Arc<RootCertStore>,
+    provider: &Arc<CryptoProvider>,
+    own: &CertificateDer<'static>,
+    intermediates: &[CertificateDer<'static>],
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        .build()
+        .map_err(|e| TlsError::Invalid {
+            path: files.trusted_ca_file.clone(),
+            problem: format!("cannot verify client certificates with it: {e}"),
+        })?;
+    // Every process is also a client of its peers, so its own certificate must pass what a
+    // peer's server will check; refusing now names the file instead of failing every call.
+    verifier
+        .verify_client_cert(own, intermediates, UnixTime::now())
+        .map_err(|e| TlsError::Invalid {
+            path: files.cert_file.clone(),
+            problem: format!(
+                "not accepted by the CA in {}: {e}",
+                files.trusted_ca_file.display()
+            ),
+        })?;
+    Ok(verifier)
 }
 
 fn invalid(path: &Path, problem: &str) -> TlsError {

@@ -138,72 +138,98 @@ pub fn check(logs: &[ExecutorLog]) -> Result<CheckReport, String> {
                 detail,
             })
         };
+        check_epoch_has_one_holder(&intervals, &mut violation);
+        let handoffs = check_epochs_rise_between_holders(&intervals, &mut violation);
+        check_epochs_never_fall_within_one(&intervals, &mut violation);
+        check_no_overlap(&intervals, &mut violation);
+        report.handoffs += handoffs;
+    }
+    Ok(report)
+}
 
-        // I2: one epoch, one executor.
-        let mut holder_of_epoch: BTreeMap<u64, &AdmissionInterval> = BTreeMap::new();
-        for interval in &intervals {
-            let first = *holder_of_epoch.entry(interval.epoch).or_insert(interval);
-            if first.executor_id != interval.executor_id {
+/// I2: one epoch, one executor (over one shard's intervals, sorted by start).
+fn check_epoch_has_one_holder(
+    intervals: &[AdmissionInterval],
+    violation: &mut impl FnMut(Rule, String),
+) {
+    let mut holder_of_epoch: BTreeMap<u64, &AdmissionInterval> = BTreeMap::new();
+    for interval in intervals {
+        let first = *holder_of_epoch.entry(interval.epoch).or_insert(interval);
+        if first.executor_id != interval.executor_id {
+            violation(
+                Rule::I2EpochSharedByTwo,
+                format!(
+                    "epoch {} held by {} and by {}",
+                    interval.epoch,
+                    describe(first),
+                    describe(interval)
+                ),
+            );
+        }
+    }
+}
+
+/// I2: epochs rise between holders; returns how many handoffs (successive intervals held by
+/// different executors) there were.
+fn check_epochs_rise_between_holders(
+    intervals: &[AdmissionInterval],
+    violation: &mut impl FnMut(Rule, String),
+) -> usize {
+    let mut handoffs = 0;
+    for pair in intervals.windows(2) {
+        let (previous, next) = (&pair[0], &pair[1]);
+        if previous.executor_id != next.executor_id {
+            handoffs += 1;
+            if next.epoch <= previous.epoch {
                 violation(
-                    Rule::I2EpochSharedByTwo,
+                    Rule::I2EpochNotIncreasing,
+                    format!("held by {}, then by {}", describe(previous), describe(next)),
+                );
+            }
+        }
+    }
+    handoffs
+}
+
+/// I2: an executor's epochs for one shard never fall.
+fn check_epochs_never_fall_within_one(
+    intervals: &[AdmissionInterval],
+    violation: &mut impl FnMut(Rule, String),
+) {
+    let mut last_of_executor: BTreeMap<&str, &AdmissionInterval> = BTreeMap::new();
+    for interval in intervals {
+        if let Some(earlier) = last_of_executor.insert(&interval.executor_id, interval) {
+            if interval.epoch < earlier.epoch {
+                violation(
+                    Rule::I2EpochWentBack,
+                    format!("{}, then {}", describe(earlier), describe(interval)),
+                );
+            }
+        }
+    }
+}
+
+/// I1: sorted by start, an overlap always shows against the latest-ending interval so far.
+fn check_no_overlap(intervals: &[AdmissionInterval], violation: &mut impl FnMut(Rule, String)) {
+    let mut latest: Option<&AdmissionInterval> = None;
+    for interval in intervals {
+        if let Some(earlier) = latest {
+            if interval.start_ns < end_or_forever(earlier) {
+                violation(
+                    Rule::I1Overlap,
                     format!(
-                        "epoch {} held by {} and by {}",
-                        interval.epoch,
-                        describe(first),
-                        describe(interval)
+                        "{} overlaps {} by {}",
+                        describe(earlier),
+                        describe(interval),
+                        overlap_text(earlier, interval)
                     ),
                 );
             }
         }
-
-        // I2: epochs rise between holders, never fall within one.
-        let mut last_of_executor: BTreeMap<&str, &AdmissionInterval> = BTreeMap::new();
-        for pair in intervals.windows(2) {
-            let (previous, next) = (&pair[0], &pair[1]);
-            if previous.executor_id != next.executor_id {
-                report.handoffs += 1;
-                if next.epoch <= previous.epoch {
-                    violation(
-                        Rule::I2EpochNotIncreasing,
-                        format!("held by {}, then by {}", describe(previous), describe(next)),
-                    );
-                }
-            }
-        }
-        for interval in &intervals {
-            if let Some(earlier) = last_of_executor.insert(&interval.executor_id, interval) {
-                if interval.epoch < earlier.epoch {
-                    violation(
-                        Rule::I2EpochWentBack,
-                        format!("{}, then {}", describe(earlier), describe(interval)),
-                    );
-                }
-            }
-        }
-
-        // I1: sorted by start, an overlap always shows against the latest-ending interval so
-        // far.
-        let mut latest: Option<&AdmissionInterval> = None;
-        for interval in &intervals {
-            if let Some(earlier) = latest {
-                if interval.start_ns < end_or_forever(earlier) {
-                    violation(
-                        Rule::I1Overlap,
-                        format!(
-                            "{} overlaps {} by {}",
-                            describe(earlier),
-                            describe(interval),
-                            overlap_text(earlier, interval)
-                        ),
-                    );
-                }
-            }
-            if latest.is_none_or(|earlier| end_or_forever(interval) > end_or_forever(earlier)) {
-                latest = Some(interval);
-            }
+        if latest.is_none_or(|earlier| end_or_forever(interval) > end_or_forever(earlier)) {
+            latest = Some(interval);
         }
     }
-    Ok(report)
 }
 
 fn overlap_text(earlier: &AdmissionInterval, later: &AdmissionInterval) -> String {

@@ -15,8 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use leasehold_conformance::kit::{self, RunConfig, RunError};
+use leasehold_conformance::kit::{self, RunConfig, RunError, RunReport};
 use leasehold_conformance::template::Template;
+use tempfile::TempDir;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -62,24 +63,12 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let (work_dir, _temporary) = match args.work_dir {
-        Some(dir) => (dir, None),
-        None => match tempfile::Builder::new()
-            .prefix("leasehold-conformance-")
-            .tempdir()
-        {
-            Ok(dir) => (dir.path().to_path_buf(), Some(dir)),
-            Err(error) => {
-                eprintln!("leasehold-conformance: cannot make a work directory: {error}");
-                return ExitCode::from(2);
-            }
-        },
+    let Some((work_dir, temporary)) = choose_work_dir(args.work_dir) else {
+        return ExitCode::from(2);
     };
     // The report is the program's output; a closed stdout is not worth failing the verdict for.
     let mut out = std::io::stdout().lock();
-    let mut violations = 0;
-    let mut intervals = 0;
-    let mut failed = false;
+    let mut tally = Tally::default();
     for run in 1..=args.runs {
         let config = RunConfig {
             template: args.executor_cmd.clone(),
@@ -88,57 +77,93 @@ async fn main() -> ExitCode {
             seed: args.seed.wrapping_add(u64::from(run)),
         };
         match kit::run(&config).await {
-            Ok(report) => {
-                violations += report.check.violations.len() + report.findings.len();
-                intervals += report.check.intervals;
-                let mut summary = format!(
-                    "run {run}: {} intervals over {} shards, {} handoffs, {} violations",
-                    report.check.intervals,
-                    report.check.shards,
-                    report.check.handoffs,
-                    report.check.violations.len() + report.findings.len()
-                );
-                for (step, took) in &report.steps {
-                    summary.push_str(&format!("\n  {step}: {} ms", took.as_millis()));
-                }
-                let _ = writeln!(out, "{summary}");
-                for violation in &report.check.violations {
-                    let _ = writeln!(out, "  VIOLATION {violation}");
-                }
-                for finding in &report.findings {
-                    let _ = writeln!(out, "  VIOLATION {finding}");
-                }
-                if let Some(error) = &report.unfinished {
-                    let _ = writeln!(out, "  the script did not finish: {error}");
-                }
-                failed |= !report.check.violations.is_empty()
-                    || !report.findings.is_empty()
-                    || report.unfinished.is_some();
-            }
+            Ok(report) => tally.add_report(&mut out, run, &report),
             Err(error) => {
                 let _ = writeln!(out, "run {run}: {error}");
-                failed = true;
+                tally.failed = true;
                 if matches!(error, RunError::Kit(_)) {
                     break;
                 }
             }
         }
     }
-    if failed {
-        if let Some(dir) = _temporary {
-            let kept = dir.keep();
-            let _ = writeln!(out, "the runs' logs are kept in {}", kept.display());
-        }
+    tally.finish(&mut out, args.runs, temporary)
+}
+
+/// The directory the runs work in, and the temporary directory to drop or keep when none was
+/// given; `None` once the reason a temporary one could not be made is printed.
+fn choose_work_dir(given: Option<PathBuf>) -> Option<(PathBuf, Option<TempDir>)> {
+    match given {
+        Some(dir) => Some((dir, None)),
+        None => match tempfile::Builder::new()
+            .prefix("leasehold-conformance-")
+            .tempdir()
+        {
+            Ok(dir) => Some((dir.path().to_path_buf(), Some(dir))),
+            Err(error) => {
+                eprintln!("leasehold-conformance: cannot make a work directory: {error}");
+                None
+            }
+        },
     }
-    let verdict = if failed { "fail" } else { "pass" };
-    let _ = writeln!(
-        out,
-        "CONFORMANCE verdict={verdict} runs={} violations={violations} intervals={intervals}",
-        args.runs
-    );
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+}
+
+/// What the runs so far add up to.
+#[derive(Debug, Default)]
+struct Tally {
+    violations: usize,
+    intervals: usize,
+    failed: bool,
+}
+
+impl Tally {
+    /// Counts one finished run and writes its summary, violations and unfinished error.
+    fn add_report(&mut self, out: &mut impl Write, run: u32, report: &RunReport) {
+        self.violations += report.check.violations.len() + report.findings.len();
+        self.intervals += report.check.intervals;
+        let mut summary = format!(
+            "run {run}: {} intervals over {} shards, {} handoffs, {} violations",
+            report.check.intervals,
+            report.check.shards,
+            report.check.handoffs,
+            report.check.violations.len() + report.findings.len()
+        );
+        for (step, took) in &report.steps {
+            summary.push_str(&format!("\n  {step}: {} ms", took.as_millis()));
+        }
+        let _ = writeln!(out, "{summary}");
+        for violation in &report.check.violations {
+            let _ = writeln!(out, "  VIOLATION {violation}");
+        }
+        for finding in &report.findings {
+            let _ = writeln!(out, "  VIOLATION {finding}");
+        }
+        if let Some(error) = &report.unfinished {
+            let _ = writeln!(out, "  the script did not finish: {error}");
+        }
+        self.failed |= !report.check.violations.is_empty()
+            || !report.findings.is_empty()
+            || report.unfinished.is_some();
+    }
+
+    /// Keeps a failed run's temporary directory, writes the verdict line and picks the exit code.
+    fn finish(self, out: &mut impl Write, runs: u32, temporary: Option<TempDir>) -> ExitCode {
+        if self.failed {
+            if let Some(dir) = temporary {
+                let kept = dir.keep();
+                let _ = writeln!(out, "the runs' logs are kept in {}", kept.display());
+            }
+        }
+        let verdict = if self.failed { "fail" } else { "pass" };
+        let _ = writeln!(
+            out,
+            "CONFORMANCE verdict={verdict} runs={runs} violations={} intervals={}",
+            self.violations, self.intervals
+        );
+        if self.failed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        }
     }
 }

@@ -27,7 +27,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
-    AssignmentPush, ExecutorHealth, PreparePush, PrepareReply, RevokePush, RevokeReply,
+    AssignmentPush, ExecutorHealth, PreparePush, PrepareReply, RevokePush, RevokeReply, ShardEpoch,
 };
 use tracing::{debug, info, warn};
 
@@ -208,13 +208,31 @@ pub(crate) async fn post_prepare(
     }
     let shards: Vec<u32> = prepare.shards.iter().map(|s| s.shard).collect();
     let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let (by_hooks, by_service) = prepare_beside(&shared, &prepare.shards, wait).await;
+    let prepared = prepared_by_all(&shards, by_hooks.as_deref(), by_service.as_deref());
+    info!(
+        revision = prepare.revision,
+        asked = shards.len(),
+        prepared = prepared.len(),
+        by_service = by_service.is_some(),
+        "prepared for shards about to arrive (P17.1)"
+    );
+    Ok(Json(PrepareReply { prepared }))
+}
+
+/// The shards the embedder's hooks and, as a sidecar, the service finished preparing within
+/// `wait` (`None` for either that is not there).
+async fn prepare_beside(
+    shared: &Shared,
+    to_prepare: &[ShardEpoch],
+    wait: Duration,
+) -> (Option<Vec<u32>>, Option<Vec<u32>>) {
     // The embedder's hooks and, as a sidecar, the service beside it prepare at once; a shard is
     // prepared once both (those there are) finished with it.
     let by_hooks = async {
         match shared.hooks() {
             Some(hooks) => {
-                let preparing: Vec<HookCall> = prepare
-                    .shards
+                let preparing: Vec<HookCall> = to_prepare
                     .iter()
                     .map(|s| HookCall::Prepare {
                         shard: s.shard,
@@ -228,20 +246,28 @@ pub(crate) async fn post_prepare(
     };
     let by_service = async {
         match shared.service() {
-            Some(service) => service.prepared(&prepare.shards, wait).await,
+            Some(service) => service.prepared(to_prepare, wait).await,
             None => None,
         }
     };
-    let (by_hooks, by_service) = tokio::join!(by_hooks, by_service);
-    let finished = |done: &Option<Vec<u32>>| {
-        done.as_ref().map(|done| {
+    tokio::join!(by_hooks, by_service)
+}
+
+/// The `shards`, in order, that every preparer there is (hooks, service) finished with.
+fn prepared_by_all(
+    shards: &[u32],
+    by_hooks: Option<&[u32]>,
+    by_service: Option<&[u32]>,
+) -> Vec<u32> {
+    let finished = |done: Option<&[u32]>| {
+        done.map(|done| {
             done.iter()
                 .copied()
                 .collect::<std::collections::HashSet<u32>>()
         })
     };
-    let (by_hooks_set, by_service_set) = (finished(&by_hooks), finished(&by_service));
-    let prepared: Vec<u32> = shards
+    let (by_hooks_set, by_service_set) = (finished(by_hooks), finished(by_service));
+    shards
         .iter()
         .copied()
         .filter(|shard| {
@@ -254,15 +280,7 @@ pub(crate) async fn post_prepare(
                 .as_ref()
                 .is_none_or(|done| done.contains(shard))
         })
-        .collect();
-    info!(
-        revision = prepare.revision,
-        asked = shards.len(),
-        prepared = prepared.len(),
-        by_service = by_service.is_some(),
-        "prepared for shards about to arrive (P17.1)"
-    );
-    Ok(Json(PrepareReply { prepared }))
+        .collect()
 }
 
 /// This executor's identity once registered, waiting until `deadline` while its registration is

@@ -299,41 +299,52 @@ pub(super) async fn run_executor(
             remove::remove_executor(&client, executor_id, wait, out).await
         }
         ExecutorVerb::SafeToStop { executor_id } => {
-            // Its namespace: the one -n names must be it, and its executors say whether a
-            // rollout is under way there.
-            let executor = client.executor(executor_id, cli.consistent).await?;
-            if let Some(asked) = cli.namespace.as_deref() {
-                let same = asked == executor.namespace
-                    || (is_default_namespace(asked) && is_default_namespace(&executor.namespace));
-                if !same {
-                    return Err(CtlError::NotFound(format!(
-                        "executor {} is not in namespace {} (it is in namespace {})",
-                        printable(executor_id),
-                        printable(asked),
-                        printable(&executor.namespace)
-                    )));
-                }
-            }
-            let verdict = client.executor_safe_to_stop(executor_id).await?;
-            let namespace = if is_default_namespace(&executor.namespace) {
-                client.executors(cli.consistent).await?
-            } else {
-                client
-                    .executors_in(&executor.namespace, cli.consistent)
-                    .await?
-            };
-            let subject = format!("executor {executor_id}");
-            out.show(&verdict, |verdict| {
-                let mut text = render_verdict(&subject, verdict);
-                text.extend(rollout_line(&executor, &namespace));
-                text
-            })?;
-            if verdict.safe {
-                Ok(())
-            } else {
-                Err(CtlError::NotSafe(format!("{subject} is not safe to stop")))
-            }
+            executor_safe_to_stop(cli, &client, executor_id, out).await
         }
+    }
+}
+
+/// `executor safe-to-stop`: the verdict, with a line about a rollout under way in the
+/// executor's namespace; a verdict of not safe is exit code 7.
+async fn executor_safe_to_stop(
+    cli: &Cli,
+    client: &Client,
+    executor_id: &str,
+    out: &mut Out<'_>,
+) -> Result<(), CtlError> {
+    // Its namespace: the one -n names must be it, and its executors say whether a
+    // rollout is under way there.
+    let executor = client.executor(executor_id, cli.consistent).await?;
+    if let Some(asked) = cli.namespace.as_deref() {
+        let same = asked == executor.namespace
+            || (is_default_namespace(asked) && is_default_namespace(&executor.namespace));
+        if !same {
+            return Err(CtlError::NotFound(format!(
+                "executor {} is not in namespace {} (it is in namespace {})",
+                printable(executor_id),
+                printable(asked),
+                printable(&executor.namespace)
+            )));
+        }
+    }
+    let verdict = client.executor_safe_to_stop(executor_id).await?;
+    let namespace = if is_default_namespace(&executor.namespace) {
+        client.executors(cli.consistent).await?
+    } else {
+        client
+            .executors_in(&executor.namespace, cli.consistent)
+            .await?
+    };
+    let subject = format!("executor {executor_id}");
+    out.show(&verdict, |verdict| {
+        let mut text = render_verdict(&subject, verdict);
+        text.extend(rollout_line(&executor, &namespace));
+        text
+    })?;
+    if verdict.safe {
+        Ok(())
+    } else {
+        Err(CtlError::NotSafe(format!("{subject} is not safe to stop")))
     }
 }
 

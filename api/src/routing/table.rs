@@ -102,70 +102,9 @@ impl RouteTable {
         if table.shard_count > MAX_SHARD_COUNT {
             return Err(TableError::TooManyShards(table.shard_count));
         }
-        let mut owners: Vec<Option<Arc<Owner>>> = vec![None; table.owners.len()];
-        let mut runs = Vec::with_capacity(table.runs.len());
-        for run in &table.runs {
-            if run.count == 0 {
-                return Err(TableError::EmptyRun(run.first));
-            }
-            let owner = match run.owner {
-                None => None,
-                Some(index) => {
-                    let unknown = TableError::UnknownOwner {
-                        shard: run.first,
-                        owner: index,
-                    };
-                    let position = usize::try_from(index).map_err(|_| unknown.clone())?;
-                    let (slot, listed) = owners
-                        .get_mut(position)
-                        .zip(table.owners.get(position))
-                        .ok_or(unknown)?;
-                    if slot.is_none() {
-                        *slot = Some(Arc::new(Owner {
-                            executor_id: listed.executor_id.clone(),
-                            address: normalize_address(run.first, &listed.address)?,
-                        }));
-                    }
-                    slot.clone()
-                }
-            };
-            runs.push(TableRun {
-                first: run.first,
-                count: run.count,
-                epoch: run.epoch,
-                owner,
-            });
-        }
+        let mut runs = table_runs(table)?;
         runs.sort_by_key(|run| run.first);
-        let shard_count = u64::from(table.shard_count);
-        // Every shard once and inside the count. A gap is reported only when nothing worse is
-        // found after it, as a table of routes reports a missing shard last.
-        let mut covered_to = 0u64;
-        let mut first_missing = None;
-        for run in &runs {
-            let first = u64::from(run.first);
-            if first < covered_to {
-                return Err(TableError::Duplicate(run.first));
-            }
-            if first > covered_to && first_missing.is_none() {
-                first_missing = Some(covered_to);
-            }
-            if run.end() > shard_count {
-                return Err(TableError::OutOfRange {
-                    shard: u32::try_from(first.max(shard_count)).unwrap_or(u32::MAX),
-                    shard_count: table.shard_count,
-                });
-            }
-            covered_to = run.end();
-        }
-        if covered_to < shard_count && first_missing.is_none() {
-            first_missing = Some(covered_to);
-        }
-        if let Some(missing) = first_missing {
-            return Err(TableError::Missing(
-                u32::try_from(missing).unwrap_or(u32::MAX),
-            ));
-        }
+        check_coverage(&runs, table.shard_count)?;
         Ok(Self {
             revision: table.revision,
             shard_count: table.shard_count,
@@ -278,6 +217,80 @@ impl RouteTable {
             revision: self.revision,
         })
     }
+}
+
+/// `table`'s runs as sent, each non-empty and its owner one the table lists (made once per
+/// owner, its address checked then).
+fn table_runs(table: &RoutingRuns) -> Result<Vec<TableRun>, TableError> {
+    let mut owners: Vec<Option<Arc<Owner>>> = vec![None; table.owners.len()];
+    let mut runs = Vec::with_capacity(table.runs.len());
+    for run in &table.runs {
+        if run.count == 0 {
+            return Err(TableError::EmptyRun(run.first));
+        }
+        let owner = match run.owner {
+            None => None,
+            Some(index) => {
+                let unknown = TableError::UnknownOwner {
+                    shard: run.first,
+                    owner: index,
+                };
+                let position = usize::try_from(index).map_err(|_| unknown.clone())?;
+                let (slot, listed) = owners
+                    .get_mut(position)
+                    .zip(table.owners.get(position))
+                    .ok_or(unknown)?;
+                if slot.is_none() {
+                    *slot = Some(Arc::new(Owner {
+                        executor_id: listed.executor_id.clone(),
+                        address: normalize_address(run.first, &listed.address)?,
+                    }));
+                }
+                slot.clone()
+            }
+        };
+        runs.push(TableRun {
+            first: run.first,
+            count: run.count,
+            epoch: run.epoch,
+            owner,
+        });
+    }
+    Ok(runs)
+}
+
+/// Checks that `runs`, sorted by first shard, cover `0..shard_count` with every shard once. A gap is
+/// reported only when nothing worse is found after it, as a table of routes reports a missing
+/// shard last.
+fn check_coverage(runs: &[TableRun], shard_count: u32) -> Result<(), TableError> {
+    let count = u64::from(shard_count);
+    let mut covered_to = 0u64;
+    let mut first_missing = None;
+    for run in runs {
+        let first = u64::from(run.first);
+        if first < covered_to {
+            return Err(TableError::Duplicate(run.first));
+        }
+        if first > covered_to && first_missing.is_none() {
+            first_missing = Some(covered_to);
+        }
+        if run.end() > count {
+            return Err(TableError::OutOfRange {
+                shard: u32::try_from(first.max(count)).unwrap_or(u32::MAX),
+                shard_count,
+            });
+        }
+        covered_to = run.end();
+    }
+    if covered_to < count && first_missing.is_none() {
+        first_missing = Some(covered_to);
+    }
+    if let Some(missing) = first_missing {
+        return Err(TableError::Missing(
+            u32::try_from(missing).unwrap_or(u32::MAX),
+        ));
+    }
+    Ok(())
 }
 
 /// `runs` (ascending, each shard once) with neighbours of one owner and one epoch joined.

@@ -391,7 +391,16 @@ impl Run<'_> {
             self.start(slot).await?;
         }
         self.settle(&all, "the executors take every shard").await?;
+        self.impaired_deliveries_phase(&all).await?;
+        self.protocol_steps_phase(&all).await?;
+        self.sigkill_phase(&all).await?;
+        self.paused_phase(&all).await?;
+        self.leader_killed_phase(&all).await
+    }
 
+    /// Drains, undrains and a joiner's start and stop, all under delayed, duplicated and
+    /// reordered deliveries.
+    async fn impaired_deliveries_phase(&mut self, all: &[usize]) -> Result<(), RunError> {
         Self::step("deliveries delayed past the managers' bound, duplicated and reordered");
         for slot in 0..EXECUTORS {
             self.process(slot).push_proxy.impair(Some(REORDER));
@@ -402,7 +411,7 @@ impl Run<'_> {
             self.settle(&[1, 2], &format!("drain {round} moved x0's shards"))
                 .await?;
             self.admin.undrain(&id).await.map_err(kit_error)?;
-            self.settle(&all, &format!("undrain {round} gave x0 shards again"))
+            self.settle(all, &format!("undrain {round} gave x0 shards again"))
                 .await?;
         }
         self.start(EXECUTORS).await?;
@@ -417,9 +426,13 @@ impl Run<'_> {
         }
         self.process(EXECUTORS).stop().await?;
         self.slots.remove(&EXECUTORS);
-        self.settle(&all, "the joiner's graceful stop handed its shards on")
-            .await?;
+        self.settle(all, "the joiner's graceful stop handed its shards on")
+            .await
+    }
 
+    /// The single-rule steps: replays, claims, renewal sets, unknown executors, forged
+    /// revisions, stale grants and foreign pushes.
+    async fn protocol_steps_phase(&mut self, all: &[usize]) -> Result<(), RunError> {
         Self::step("a push delivered again after a revoke");
         self.revoke_replay_step().await?;
 
@@ -431,32 +444,38 @@ impl Run<'_> {
 
         Self::step("renewals answered unknown_executor");
         self.unknown_executor_step().await?;
-        self.settle(&all, "x0 registered again after unknown_executor")
+        self.settle(all, "x0 registered again after unknown_executor")
             .await?;
 
         Self::step("a push at a revision above the cluster's");
         self.forged_revision_step().await?;
-        self.settle(&all, "x2 undrained after the forged revision")
+        self.settle(all, "x2 undrained after the forged revision")
             .await?;
 
         Self::step("a grant made stale by a newer push");
         self.stale_grant_step().await?;
-        self.settle(&all, "x0 renews again after the stale grant")
+        self.settle(all, "x0 renews again after the stale grant")
             .await?;
 
         Self::step("a push naming another executor");
         self.foreign_push_step().await?;
-        self.settle(&all, "after the push naming another executor")
-            .await?;
+        self.settle(all, "after the push naming another executor")
+            .await
+    }
 
+    /// An executor SIGKILLed, its shards re-homed, then a new process in its place.
+    async fn sigkill_phase(&mut self, all: &[usize]) -> Result<(), RunError> {
         Self::step("SIGKILL");
         self.process(1).kill();
         self.settle(&[0, 2], "a killed executor's shards re-homed")
             .await?;
         self.start(1).await?;
-        self.settle(&all, "a new process in the killed one's place")
-            .await?;
+        self.settle(all, "a new process in the killed one's place")
+            .await
+    }
 
+    /// An executor paused past its lease while its replies lag, then resumed.
+    async fn paused_phase(&mut self, all: &[usize]) -> Result<(), RunError> {
         Self::step("paused past the lease while replies lag");
         self.process(2).call_proxy.lag_replies(REPLY_LAG);
         tokio::time::sleep(KIT_LEASE).await;
@@ -466,9 +485,12 @@ impl Run<'_> {
             .await?;
         self.process(2).signal(Signal::SIGCONT);
         self.process(2).call_proxy.lag_replies(Duration::ZERO);
-        self.settle(&all, "the resumed executor takes shards again")
-            .await?;
+        self.settle(all, "the resumed executor takes shards again")
+            .await
+    }
 
+    /// The Raft leader SIGKILLed and, once another leads, started again.
+    async fn leader_killed_phase(&mut self, all: &[usize]) -> Result<(), RunError> {
         Self::step("leader SIGKILLed");
         let leader = self
             .cluster
@@ -485,7 +507,7 @@ impl Run<'_> {
             .map_err(kit_error)?
             .start()
             .map_err(kit_error)?;
-        self.settle(&all, "after the leader's death").await?;
+        self.settle(all, "after the leader's death").await?;
         Ok(())
     }
 

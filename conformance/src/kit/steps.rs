@@ -69,43 +69,16 @@ impl Run<'_> {
                     "{name} exited on its own ({what})"
                 )));
             }
-            let table = self.admin.routing(false).await.map_err(kit_error)?;
-            let routed: BTreeSet<(u32, u64)> = table
-                .routes
-                .iter()
-                .filter(|route| route.address.as_deref() == Some(own.as_str()))
-                .map(|route| (route.shard, route.epoch))
-                .collect();
+            let routed = self.routed_at(&own).await?;
             for key in &routed {
                 first_seen.entry(*key).or_insert_with(Instant::now);
             }
-            let admitted: BTreeSet<(u32, u64)> = self
-                .process(slot)
-                .intervals()
-                .map_err(|detail| {
-                    RunError::Executor(format!(
-                        "an admission log is not in the format of §9: {detail}"
-                    ))
-                })?
-                .iter()
-                .filter(|interval| interval.end_ns.is_none())
-                .map(|interval| (interval.shard, interval.epoch))
-                .collect();
+            let admitted = self.open_admissions(slot)?;
             let missing: BTreeSet<(u32, u64)> = routed.difference(&admitted).copied().collect();
-            let overdue: BTreeSet<(u32, u64)> = missing
-                .iter()
-                .filter(|key| first_seen[*key].elapsed() >= ROUTED_BOUND)
-                .copied()
-                .collect();
-            if !overdue.is_empty() {
-                let name = self.process(slot).name.clone();
-                return Ok(Some(format!(
-                    "{name} was routed {} for {ROUTED_BOUND:?} and more, and its admission log \
-                     shows none of them admitted at that epoch (routed to it: {}; admitted: {})",
-                    show_set(&overdue),
-                    show_set(&routed),
-                    show_set(&admitted)
-                )));
+            if let Some(finding) =
+                self.overdue_admissions(slot, &first_seen, &missing, &routed, &admitted)
+            {
+                return Ok(Some(finding));
             }
             match self.routed_to(&addresses).await {
                 Ok(owners) if missing.is_empty() => {
@@ -125,6 +98,61 @@ impl Run<'_> {
              of {} ({last})",
             self.names(holders).join(", ")
         )))
+    }
+
+    /// The `(shard, epoch)`s the managers' routing table sends to the executor at `address`.
+    async fn routed_at(&self, address: &str) -> Result<BTreeSet<(u32, u64)>, RunError> {
+        let table = self.admin.routing(false).await.map_err(kit_error)?;
+        Ok(table
+            .routes
+            .iter()
+            .filter(|route| route.address.as_deref() == Some(address))
+            .map(|route| (route.shard, route.epoch))
+            .collect())
+    }
+
+    /// The `(shard, epoch)`s `slot`'s admission log shows admitted and not yet stopped.
+    fn open_admissions(&mut self, slot: usize) -> Result<BTreeSet<(u32, u64)>, RunError> {
+        Ok(self
+            .process(slot)
+            .intervals()
+            .map_err(|detail| {
+                RunError::Executor(format!(
+                    "an admission log is not in the format of §9: {detail}"
+                ))
+            })?
+            .iter()
+            .filter(|interval| interval.end_ns.is_none())
+            .map(|interval| (interval.shard, interval.epoch))
+            .collect())
+    }
+
+    /// The finding when some of the `missing` admissions were first seen routed
+    /// [`ROUTED_BOUND`] ago or more.
+    fn overdue_admissions(
+        &mut self,
+        slot: usize,
+        first_seen: &BTreeMap<(u32, u64), Instant>,
+        missing: &BTreeSet<(u32, u64)>,
+        routed: &BTreeSet<(u32, u64)>,
+        admitted: &BTreeSet<(u32, u64)>,
+    ) -> Option<String> {
+        let overdue: BTreeSet<(u32, u64)> = missing
+            .iter()
+            .filter(|key| first_seen[*key].elapsed() >= ROUTED_BOUND)
+            .copied()
+            .collect();
+        if overdue.is_empty() {
+            return None;
+        }
+        let name = self.process(slot).name.clone();
+        Some(format!(
+            "{name} was routed {} for {ROUTED_BOUND:?} and more, and its admission log \
+             shows none of them admitted at that epoch (routed to it: {}; admitted: {})",
+            show_set(&overdue),
+            show_set(routed),
+            show_set(admitted)
+        ))
     }
 
     /// P4.2, claims: x0's renewals must carry every `(shard, epoch)` it holds. The kit reads
@@ -403,7 +431,31 @@ impl Run<'_> {
     /// One that took the grants as stale refuses every push and grant from then on.
     pub(super) async fn forged_revision_step(&mut self) -> Result<(), RunError> {
         let id = self.executor_id(1).await?;
-        let view = self.admin.executor(&id, true).await.map_err(kit_error)?;
+        let (forged, cluster_revision) = self.push_own_set_ahead(&id).await?;
+        self.two_renewals_answered(&id).await?;
+        let x2 = self.executor_id(2).await?;
+        self.admin.drain(&x2).await.map_err(kit_error)?;
+        let missed = self
+            .admits_what_is_routed(&[0, 1], 1, "x2 drained after a forged revision at x1")
+            .await?;
+        if let Some(detail) = missed {
+            let name = self.process(1).name.clone();
+            self.findings.push(format!(
+                "P4.1 disowned sets: after a push of its own set at revision {forged}, above the \
+                 cluster's {}, and two renewals whose grants disowned it, {detail}; {name} took \
+                 the grants as stale where it adopts their set and revision",
+                cluster_revision
+            ));
+            self.replace(1).await?;
+        }
+        self.undrain_if_registered(&x2).await?;
+        Ok(())
+    }
+
+    /// Pushes x1 (`id`) its own set at [`FORGED_AHEAD`] above the cluster's revision, which it
+    /// must accept; returns the forged revision and the cluster's.
+    async fn push_own_set_ahead(&mut self, id: &str) -> Result<(u64, u64), RunError> {
+        let view = self.admin.executor(id, true).await.map_err(kit_error)?;
         let table = self.admin.routing(true).await.map_err(kit_error)?;
         let forged = table.revision + FORGED_AHEAD;
         let shards: Vec<serde_json::Value> = view
@@ -417,16 +469,6 @@ impl Run<'_> {
             "shard_count": table.shard_count,
             "shards": shards,
         });
-        let renew_label = format!("POST /v1/executors/{id}/renew");
-        let renewed = |run: &mut Self| {
-            run.process(1)
-                .call_proxy
-                .stats()
-                .answered
-                .get(&renew_label)
-                .copied()
-                .unwrap_or(0)
-        };
         let url = format!("{}/v1/assignment", self.process(1).advertise);
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -448,7 +490,22 @@ impl Run<'_> {
                  applied revision (P4.1: a set at or above it applies)"
             )));
         }
-        // The second renewal answered after the push left after it was applied.
+        Ok((forged, table.revision))
+    }
+
+    /// Waits until x1 (`id`) has two more renewals answered at its call proxy: the second was
+    /// answered after the push that left after it was applied.
+    async fn two_renewals_answered(&mut self, id: &str) -> Result<(), RunError> {
+        let renew_label = format!("POST /v1/executors/{id}/renew");
+        let renewed = |run: &mut Self| {
+            run.process(1)
+                .call_proxy
+                .stats()
+                .answered
+                .get(&renew_label)
+                .copied()
+                .unwrap_or(0)
+        };
         let renewals = renewed(self) + 2;
         let waited_by = Instant::now() + KIT_LEASE * 3;
         while renewed(self) < renewals {
@@ -460,22 +517,6 @@ impl Run<'_> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let x2 = self.executor_id(2).await?;
-        self.admin.drain(&x2).await.map_err(kit_error)?;
-        let missed = self
-            .admits_what_is_routed(&[0, 1], 1, "x2 drained after a forged revision at x1")
-            .await?;
-        if let Some(detail) = missed {
-            let name = self.process(1).name.clone();
-            self.findings.push(format!(
-                "P4.1 disowned sets: after a push of its own set at revision {forged}, above the \
-                 cluster's {}, and two renewals whose grants disowned it, {detail}; {name} took \
-                 the grants as stale where it adopts their set and revision",
-                table.revision
-            ));
-            self.replace(1).await?;
-        }
-        self.undrain_if_registered(&x2).await?;
         Ok(())
     }
 }

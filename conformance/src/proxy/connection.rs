@@ -193,19 +193,39 @@ pub(super) async fn serve(
     let method = request_line.next().unwrap_or_default().to_string();
     let path = request_line.next().unwrap_or_default().to_string();
     let label = format!("{method} {path}");
-    let plan = lock(&state).plan(&method, &path, &request);
+    let mut plan = lock(&state).plan(&method, &path, &request);
     if let Some(code) = plan.refuse {
         refuse(&mut client, &state, label, code).await;
         return;
     }
-    if let Some(released) = plan.hold_request {
+    let forwarded = forward(
+        &request, &method, &path, &upstream, &connector, &state, &mut plan,
+    );
+    let Some(reply) = forwarded.await else {
+        return;
+    };
+    answer(&mut client, &state, plan, label, reply, request.body).await;
+}
+
+/// Holds, captures, delays and duplicates the request as `plan` says, then sends it upstream;
+/// `None` when the upstream gave no reply (counted, and noted on a held reply).
+async fn forward(
+    request: &Message,
+    method: &str,
+    path: &str,
+    upstream: &Upstream,
+    connector: &Option<TlsConnector>,
+    state: &Mutex<ProxyState>,
+    plan: &mut Plan,
+) -> Option<Message> {
+    if let Some(released) = plan.hold_request.take() {
         let _ = tokio::time::timeout(HOLD_BOUND, released).await;
-        if let Some(held) = lock(&state).request_hold.status.as_mut() {
+        if let Some(held) = lock(state).request_hold.status.as_mut() {
             held.forwarded = true;
         }
     }
     let forwarded = request.to_bytes(|_, _| None);
-    lock(&state).capture_if_asked(&method, &path, &upstream, &connector, &forwarded);
+    lock(state).capture_if_asked(method, path, upstream, connector, &forwarded);
     tokio::time::sleep(plan.request_delay).await;
     if plan.duplicate {
         let (upstream, connector) = (upstream.clone(), connector.clone());
@@ -214,21 +234,33 @@ pub(super) async fn serve(
             let _ = exchange(&upstream, connector.as_ref(), &copy).await;
         });
     }
-    let reply = match exchange(&upstream, connector.as_ref(), &forwarded).await {
-        Ok(reply) => reply,
+    match exchange(upstream, connector.as_ref(), &forwarded).await {
+        Ok(reply) => Some(reply),
         Err(_) => {
-            let mut state = lock(&state);
+            let mut state = lock(state);
             state.stats.upstream_failures += 1;
             if plan.hold.is_some() {
                 if let Some(held) = state.reply_hold.status.as_mut() {
                     held.outcome = Some(HoldOutcome::NoReply);
                 }
             }
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Drops, rewrites, delays or holds the upstream's reply as `plan` says, then writes it to the
+/// caller and notes it once the caller has it whole.
+async fn answer(
+    client: &mut (impl AsyncRead + AsyncWriteExt + Unpin),
+    state: &Mutex<ProxyState>,
+    plan: Plan,
+    label: String,
+    reply: Message,
+    request_body: Vec<u8>,
+) {
     let rewrites = {
-        let mut state = lock(&state);
+        let mut state = lock(state);
         if plan.drop_reply {
             state.stats.dropped_replies.push(label);
             // The write happened upstream; the client's connection closes unanswered.
@@ -243,11 +275,11 @@ pub(super) async fn serve(
     });
     tokio::time::sleep(plan.reply_delay).await;
     if let Some(released) = plan.hold {
-        if let Some(held) = lock(&state).reply_hold.status.as_mut() {
+        if let Some(held) = lock(state).reply_hold.status.as_mut() {
             held.reply_body = Some(reply.body.clone());
         }
-        let outcome = hold_until_released(&mut client, released).await;
-        if let Some(held) = lock(&state).reply_hold.status.as_mut() {
+        let outcome = hold_until_released(client, released).await;
+        if let Some(held) = lock(state).reply_hold.status.as_mut() {
             held.outcome = Some(outcome);
         }
         if !matches!(outcome, HoldOutcome::Delivered { .. }) {
@@ -257,9 +289,9 @@ pub(super) async fn serve(
     let written = tokio::time::timeout(IO_TIMEOUT, client.write_all(&bytes)).await;
     let _ = client.shutdown().await;
     if matches!(written, Ok(Ok(()))) {
-        lock(&state)
+        lock(state)
             .stats
-            .note_answer(label, reply.body, request.body);
+            .note_answer(label, reply.body, request_body);
     }
 }
 

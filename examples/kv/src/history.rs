@@ -270,22 +270,61 @@ struct Timed {
     event: Event,
 }
 
+/// The module docs' rules over one key's entries; a value written twice stops the check.
 fn check_key(key: &str, entries: &[&Entry], violations: &mut Vec<Violation>) {
-    let violation = |rule, detail: String| Violation {
-        rule,
-        key: key.to_owned(),
-        detail,
-    };
     let writes = match KeyWrites::of(entries) {
         Ok(writes) => writes,
         Err(value) => {
-            violations.push(violation(
+            violations.push(key_violation(
+                key,
                 Rule::DuplicateValue,
                 format!("value {value:?} is written twice; values must be unique per key"),
             ));
             return;
         }
     };
+    let Some(mut events) = timed_events(key, entries, &writes, violations) else {
+        return;
+    };
+    match linearizable(&mut events) {
+        Ok(true) => {}
+        Ok(false) => violations.push(key_violation(
+            key,
+            Rule::NotLinearizable,
+            format!(
+                "no order of its {} operations explains its reads: {}",
+                events.len(),
+                describe(entries)
+            ),
+        )),
+        Err(explored) => violations.push(key_violation(
+            key,
+            Rule::SearchBound,
+            format!(
+                "gave up after {explored} states over {} operations",
+                events.len()
+            ),
+        )),
+    }
+}
+
+/// A violation of `rule` on `key`.
+fn key_violation(key: &str, rule: Rule, detail: String) -> Violation {
+    Violation {
+        rule,
+        key: key.to_owned(),
+        detail,
+    }
+}
+
+/// One key's entries as events of the search, with stale overwrites and unknown values pushed
+/// to `violations`; `None` once a read saw a value no order can explain, so the search is moot.
+fn timed_events(
+    key: &str,
+    entries: &[&Entry],
+    writes: &KeyWrites<'_>,
+    violations: &mut Vec<Violation>,
+) -> Option<Vec<Timed>> {
     let mut events = Vec::new();
     let mut consistent = true;
     for entry in entries {
@@ -312,15 +351,13 @@ fn check_key(key: &str, entries: &[&Entry], violations: &mut Vec<Violation>) {
                     Some((value, written_epoch)) => {
                         match writes.read_of(entry, value, *written_epoch, entries) {
                             Ok((index, stale)) => {
-                                violations.extend(
-                                    stale
-                                        .into_iter()
-                                        .map(|detail| violation(Rule::StaleOverwrite, detail)),
-                                );
+                                violations.extend(stale.into_iter().map(|detail| {
+                                    key_violation(key, Rule::StaleOverwrite, detail)
+                                }));
                                 Some(index)
                             }
                             Err(detail) => {
-                                violations.push(violation(Rule::UnknownValue, detail));
+                                violations.push(key_violation(key, Rule::UnknownValue, detail));
                                 consistent = false;
                                 continue;
                             }
@@ -337,27 +374,7 @@ fn check_key(key: &str, entries: &[&Entry], violations: &mut Vec<Violation>) {
         };
         events.push(event);
     }
-    if !consistent {
-        return;
-    }
-    match linearizable(&mut events) {
-        Ok(true) => {}
-        Ok(false) => violations.push(violation(
-            Rule::NotLinearizable,
-            format!(
-                "no order of its {} operations explains its reads: {}",
-                events.len(),
-                describe(entries)
-            ),
-        )),
-        Err(explored) => violations.push(violation(
-            Rule::SearchBound,
-            format!(
-                "gave up after {explored} states over {} operations",
-                events.len()
-            ),
-        )),
-    }
+    consistent.then_some(events)
 }
 
 /// One key's writes: the values of those that may have been applied (by value: their index

@@ -14,11 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::wire::{LocalPermits, LocalState};
+use tokio::sync::watch;
 use tokio::time::{sleep, sleep_until, Instant};
 use tracing::{debug, info, warn};
 
 use super::link::ServiceLink;
-use super::service_copy::{answered, Answered};
+use super::service_copy::{answered, Answered, PushedAnswer};
+use crate::admission::Assignment;
 use crate::shared::Shared;
 use crate::shutdown::ShutdownSignal;
 
@@ -79,27 +81,9 @@ pub(crate) async fn push_to_app(
     let mut views = shared.subscribe_assignment();
     let mut asked = link.changes();
     loop {
-        // Wait until the answer would change, or the copy needs refreshing.
-        let refresh_at = link.copy_end().map(|end| {
-            let now = Instant::now();
-            now + end.saturating_duration_since(now) / 2
-        });
-        loop {
-            let now = Instant::now();
-            let current = answered(&views.borrow_and_update(), now);
-            asked.borrow_and_update();
-            if acknowledged != Some(current)
-                || refresh_at.is_some_and(|at| now >= at)
-                || link.prepares_untold()
-            {
-                break;
-            }
-            tokio::select! {
-                changed = views.changed() => if changed.is_err() { return },
-                changed = asked.changed() => if changed.is_err() { return },
-                () = sleep_until(refresh_at.unwrap_or(now + Duration::from_secs(3600))) => {}
-                () = shutdown.wait() => return,
-            }
+        let due = until_push_due(&link, &mut views, &mut asked, acknowledged, &mut shutdown);
+        if !due.await {
+            return;
         }
         let (permits, given) = link.answer_push(|now| shared.view_at(now));
         let answered = Answered {
@@ -109,25 +93,15 @@ pub(crate) async fn push_to_app(
         tokio::select! {
             pushed = push(&client, &app_url, &permits) => match pushed {
                 Ok(()) => {
-                    link.acknowledge_push(given);
-                    link.service_prepared_all(&permits.preparing);
-                    if acknowledged.map(|a| a.state) != Some(answered.state) {
-                        info!(state = answered.state.as_str(), revision = answered.revision, "the service acknowledged a push (--app-url)");
-                    }
+                    note_acknowledged(&link, given, &permits, acknowledged, answered);
                     acknowledged = Some(answered);
                     retry = RETRY_FIRST;
                 }
                 Err(detail) => {
-                    debug!(%detail, "push to the service not acknowledged; sent again");
-                    if retry == RETRY_FIRST {
-                        warn!(%detail, app_url = %app_url, "the service did not acknowledge a push (--app-url); retrying");
-                    }
                     acknowledged = None;
-                    tokio::select! {
-                        () = sleep(retry) => {}
-                        () = shutdown.wait() => return,
+                    if !back_off(&detail, &app_url, &mut retry, &mut shutdown).await {
+                        return;
                     }
-                    retry = (retry * 2).min(RETRY_LAST);
                 }
             },
             () = shutdown.wait() => return,
@@ -138,6 +112,78 @@ pub(crate) async fn push_to_app(
             return;
         }
     }
+}
+
+/// Waits until the answer would change, the copy needs refreshing or shards to prepare are
+/// untold; `false` when shutdown fired or a watched channel closed.
+async fn until_push_due(
+    link: &ServiceLink,
+    views: &mut watch::Receiver<Assignment>,
+    asked: &mut watch::Receiver<u64>,
+    acknowledged: Option<Answered>,
+    shutdown: &mut ShutdownSignal,
+) -> bool {
+    let refresh_at = link.copy_end().map(|end| {
+        let now = Instant::now();
+        now + end.saturating_duration_since(now) / 2
+    });
+    loop {
+        let now = Instant::now();
+        let current = answered(&views.borrow_and_update(), now);
+        asked.borrow_and_update();
+        if acknowledged != Some(current)
+            || refresh_at.is_some_and(|at| now >= at)
+            || link.prepares_untold()
+        {
+            return true;
+        }
+        tokio::select! {
+            changed = views.changed() => if changed.is_err() { return false },
+            changed = asked.changed() => if changed.is_err() { return false },
+            () = sleep_until(refresh_at.unwrap_or(now + Duration::from_secs(3600))) => {}
+            () = shutdown.wait() => return false,
+        }
+    }
+}
+
+/// Records the service's `2xx` to push `given`: its holds end, the shards it listed are
+/// prepared, and a change of state is logged.
+fn note_acknowledged(
+    link: &ServiceLink,
+    given: PushedAnswer,
+    permits: &LocalPermits,
+    previous: Option<Answered>,
+    answered: Answered,
+) {
+    link.acknowledge_push(given);
+    link.service_prepared_all(&permits.preparing);
+    if previous.map(|a| a.state) != Some(answered.state) {
+        info!(
+            state = answered.state.as_str(),
+            revision = answered.revision,
+            "the service acknowledged a push (--app-url)"
+        );
+    }
+}
+
+/// Logs a push that was not acknowledged and sleeps `retry`, doubling it up to
+/// [`RETRY_LAST`]; `false` when shutdown fired first.
+async fn back_off(
+    detail: &str,
+    app_url: &str,
+    retry: &mut Duration,
+    shutdown: &mut ShutdownSignal,
+) -> bool {
+    debug!(%detail, "push to the service not acknowledged; sent again");
+    if *retry == RETRY_FIRST {
+        warn!(%detail, app_url = %app_url, "the service did not acknowledge a push (--app-url); retrying");
+    }
+    tokio::select! {
+        () = sleep(*retry) => {}
+        () = shutdown.wait() => return false,
+    }
+    *retry = (*retry * 2).min(RETRY_LAST);
+    true
 }
 
 /// One push: `Ok` on a `2xx` within the bound.

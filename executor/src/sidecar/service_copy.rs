@@ -221,7 +221,49 @@ impl ServiceCopy {
             revision: view.revision,
             state,
         };
-        let (holder, token) = match to {
+        let (holder, token) = self.holder_of(to, number, answered, lease_ttl_ms, now);
+        let until = now + Duration::from_millis(lease_ttl_ms);
+        let mut events = Vec::new();
+        let executor_id = view.executor_id.clone().unwrap_or_default();
+        for held in &shards {
+            self.tell(
+                holder,
+                &executor_id,
+                held.shard,
+                held.epoch,
+                until,
+                now,
+                &mut events,
+            );
+        }
+        self.mark_dropped(holder, &shards, number, state);
+        let permits = LocalPermits {
+            revision: view.revision,
+            state,
+            lease_ttl_ms,
+            // The shell converts the copy's end to CLOCK_MONOTONIC (`ServiceLink::answer`).
+            lease_expires_monotonic_ns: None,
+            shard_count: view.shard_count,
+            executor_id: view.executor_id.clone(),
+            shards,
+            // The shell adds what the service is asked to prepare (`ServiceLink::answer`).
+            preparing: Vec::new(),
+            token,
+        };
+        (permits, PushedAnswer(number), events)
+    }
+
+    /// Whose hold answer `number` makes, and the token it carries (a poller's answer is
+    /// remembered, continuing its chain or starting one).
+    fn holder_of(
+        &mut self,
+        to: Recipient,
+        number: u64,
+        answered: Answered,
+        lease_ttl_ms: u64,
+        now: Instant,
+    ) -> (Holder, Option<String>) {
+        match to {
             Recipient::Poller {
                 token,
                 chain,
@@ -240,21 +282,18 @@ impl ServiceCopy {
                 (Holder::Chain(chain), Some(format!("{token:032x}")))
             }
             Recipient::Pushed => (Holder::Pushed, None),
-        };
-        let until = now + Duration::from_millis(lease_ttl_ms);
-        let mut events = Vec::new();
-        let executor_id = view.executor_id.clone().unwrap_or_default();
-        for held in &shards {
-            self.tell(
-                holder,
-                &executor_id,
-                held.shard,
-                held.epoch,
-                until,
-                now,
-                &mut events,
-            );
         }
+    }
+
+    /// Marks `holder`'s hold of every told shard not among `shards` as dropped by answer
+    /// `number` (in `state`), unless an earlier answer already dropped it.
+    fn mark_dropped(
+        &mut self,
+        holder: Holder,
+        shards: &[ShardEpoch],
+        number: u64,
+        state: LocalState,
+    ) {
         for (shard, told) in &mut self.told {
             let given = shards
                 .binary_search_by_key(shard, |held| held.shard)
@@ -268,20 +307,6 @@ impl ServiceCopy {
                 }
             }
         }
-        let permits = LocalPermits {
-            revision: view.revision,
-            state,
-            lease_ttl_ms,
-            // The shell converts the copy's end to CLOCK_MONOTONIC (`ServiceLink::answer`).
-            lease_expires_monotonic_ns: None,
-            shard_count: view.shard_count,
-            executor_id: view.executor_id.clone(),
-            shards,
-            // The shell adds what the service is asked to prepare (`ServiceLink::answer`).
-            preparing: Vec::new(),
-            token,
-        };
-        (permits, PushedAnswer(number), events)
     }
 
     /// Keeps `given`'s token, and past the bound forgets the oldest answer (but `given`) to a
