@@ -262,6 +262,63 @@ async fn revoke_push(
     Ok(Json(outcome.reply(push.revision)))
 }
 
+/// The fleet's push endpoint on a free loopback port, over TLS with `tls`: its advertised
+/// address, the registry it answers for, and its task.
+async fn serve_pushes(
+    tls: Option<&TlsConfig>,
+) -> Result<(String, Arc<Registry>, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let address = format!("{scheme}://{}", listener.local_addr()?);
+    let registry = Arc::new(Registry {
+        tls: tls.is_some(),
+        ..Registry::default()
+    });
+    let app = Router::new()
+        .route("/v1/assignment", put(assignment_push))
+        .route("/v1/revoke", post(revoke_push))
+        // A push during a large cluster's first rebalances can name many shards.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(registry.clone());
+    // The executor library's own server builder, so plaintext and TLS pushes are served the
+    // same way (and as a real executor serves them).
+    let server_tls = tls.map(TlsConfig::server_config);
+    let server = tokio::spawn(async move {
+        let _ = leasehold_api::serve::serve(
+            listener,
+            app,
+            server_tls,
+            ListenerLimits::default(),
+            std::future::pending(),
+        )
+        .await;
+    });
+    Ok((address, registry, server))
+}
+
+/// Registers one simulated executor with `request` (which presents `credential`), takes the
+/// set its reply grants, and adds it to `registry` for the pushes.
+async fn register_executor(
+    client: Client,
+    registry: Arc<Registry>,
+    request: RegisterRequest,
+    credential: Credential,
+) -> Result<Arc<SimExecutor>> {
+    let grant = client.register(&request).await?;
+    let mut assignment = AssignmentState::default();
+    assignment
+        .apply_set(grant.revision, grant.shard_count, &grant.shards)
+        .map_err(|e| anyhow!("register reply: {e}"))?;
+    let executor = Arc::new(SimExecutor {
+        executor_id: grant.executor_id,
+        credential,
+        renewals: AtomicU64::new(0),
+        assignment: Mutex::new(assignment),
+    });
+    registry.insert(executor.clone());
+    Ok(executor)
+}
+
 /// Simulated Leasehold executors.
 #[derive(Debug)]
 pub struct LeaseholdFleet {
@@ -290,32 +347,7 @@ impl LeaseholdFleet {
         config: ClientConfig,
         tls: Option<&TlsConfig>,
     ) -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let address = format!("{scheme}://{}", listener.local_addr()?);
-        let registry = Arc::new(Registry {
-            tls: tls.is_some(),
-            ..Registry::default()
-        });
-        let app = Router::new()
-            .route("/v1/assignment", put(assignment_push))
-            .route("/v1/revoke", post(revoke_push))
-            // A push during a large cluster's first rebalances can name many shards.
-            .layer(DefaultBodyLimit::disable())
-            .with_state(registry.clone());
-        // The executor library's own server builder, so plaintext and TLS pushes are served the
-        // same way (and as a real executor serves them).
-        let server_tls = tls.map(TlsConfig::server_config);
-        let server = tokio::spawn(async move {
-            let _ = leasehold_api::serve::serve(
-                listener,
-                app,
-                server_tls,
-                ListenerLimits::default(),
-                std::future::pending(),
-            )
-            .await;
-        });
+        let (address, registry, server) = serve_pushes(tls).await?;
         let client = Client::with_tls(managers, config, tls)?;
         // Incarnations are idempotency keys (P4.4): unique per process and fleet, or a second
         // fleet would be handed the first one's executors.
@@ -326,39 +358,18 @@ impl LeaseholdFleet {
             FLEETS.fetch_add(1, Ordering::Relaxed)
         );
         let executors = setup_all(spec.count, |index| {
-            let client = client.clone();
-            let registry = registry.clone();
-            let address = address.clone();
-            let incarnation = format!("bench-{run}-{index}");
             let credential = Credential::from_random(rand::random());
-            let capacity = spec.capacities.get(index).copied();
-            let namespace = spec.namespaces.get(index).cloned();
-            async move {
-                let grant = client
-                    .register(&RegisterRequest {
-                        namespace,
-                        incarnation,
-                        address,
-                        name: None,
-                        credential: Some(credential.clone()),
-                        capacity,
-                        app_version: None,
-                        labels: Default::default(),
-                    })
-                    .await?;
-                let mut assignment = AssignmentState::default();
-                assignment
-                    .apply_set(grant.revision, grant.shard_count, &grant.shards)
-                    .map_err(|e| anyhow!("register reply: {e}"))?;
-                let executor = Arc::new(SimExecutor {
-                    executor_id: grant.executor_id,
-                    credential,
-                    renewals: AtomicU64::new(0),
-                    assignment: Mutex::new(assignment),
-                });
-                registry.insert(executor.clone());
-                Ok(executor)
-            }
+            let request = RegisterRequest {
+                namespace: spec.namespaces.get(index).cloned(),
+                incarnation: format!("bench-{run}-{index}"),
+                address: address.clone(),
+                name: None,
+                credential: Some(credential.clone()),
+                capacity: spec.capacities.get(index).copied(),
+                app_version: None,
+                labels: Default::default(),
+            };
+            register_executor(client.clone(), registry.clone(), request, credential)
         })
         .await?;
         Ok(Self {

@@ -22,7 +22,7 @@ mod scenarios;
 mod tls;
 mod transport;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -387,16 +387,7 @@ fn main() -> Result<()> {
     if cli.tls == TlsMode::Compare && !comparable {
         bail!("--tls=compare is for b1 and b2; use --tls to run the others under TLS");
     }
-    let bin_dir = match cli.bin_dir {
-        Some(dir) => dir,
-        None => leasehold_harness::bin_dir()?,
-    };
-    let etcd_bin = EtcdCluster::find_binary(cli.etcd_bin.as_deref());
-    if cli.etcd_bin.is_some() && etcd_bin.is_none() {
-        bail!("--etcd-bin does not name a file");
-    }
-    // A build without the etcd client runs the Leasehold half of every scenario (crate::etcd).
-    let etcd_bin = etcd_bin.filter(|_| !cli.skip_etcd && etcd::built());
+    let (bin_dir, etcd_bin) = binaries(&cli)?;
     let temp = tempfile::Builder::new()
         .prefix("leasehold-loadgen-")
         .tempdir()?;
@@ -413,24 +404,7 @@ fn main() -> Result<()> {
             Security::Tls(Arc::new(Certs::make(&work_dir.join("tls"))?))
         }
     };
-    eprintln!(
-        "managers from {}; etcd: {}; work dir {}; {}",
-        bin_dir.display(),
-        etcd_bin
-            .as_ref()
-            .map(|b| format!("{} ({})", b.display(), EtcdCluster::version(b)))
-            .unwrap_or_else(|| if etcd::built() {
-                "not found".to_owned()
-            } else {
-                etcd::NOT_BUILT.to_owned()
-            }),
-        work_dir.display(),
-        match cli.tls {
-            TlsMode::Off => "plaintext",
-            TlsMode::On => "mutual TLS",
-            TlsMode::Compare => "plaintext, then mutual TLS",
-        }
-    );
+    describe_run(&bin_dir, etcd_bin.as_deref(), &work_dir, cli.tls);
     let env = Env {
         bin_dir,
         etcd_bin,
@@ -451,6 +425,43 @@ fn main() -> Result<()> {
             _ = terminate.recv() => bail!("terminated"),
         }
     })
+}
+
+/// The managers' directory and the etcd binary, if etcd is to run (found, not skipped, and
+/// this build has its client).
+fn binaries(cli: &Cli) -> Result<(PathBuf, Option<PathBuf>)> {
+    let bin_dir = match &cli.bin_dir {
+        Some(dir) => dir.clone(),
+        None => leasehold_harness::bin_dir()?,
+    };
+    let etcd_bin = EtcdCluster::find_binary(cli.etcd_bin.as_deref());
+    if cli.etcd_bin.is_some() && etcd_bin.is_none() {
+        bail!("--etcd-bin does not name a file");
+    }
+    // A build without the etcd client runs the Leasehold half of every scenario (crate::etcd).
+    let etcd_bin = etcd_bin.filter(|_| !cli.skip_etcd && etcd::built());
+    Ok((bin_dir, etcd_bin))
+}
+
+/// Says on stderr what the run uses: the managers, etcd, the work directory and the transport.
+fn describe_run(bin_dir: &Path, etcd_bin: Option<&Path>, work_dir: &Path, tls: TlsMode) {
+    eprintln!(
+        "managers from {}; etcd: {}; work dir {}; {}",
+        bin_dir.display(),
+        etcd_bin
+            .map(|b| format!("{} ({})", b.display(), EtcdCluster::version(b)))
+            .unwrap_or_else(|| if etcd::built() {
+                "not found".to_owned()
+            } else {
+                etcd::NOT_BUILT.to_owned()
+            }),
+        work_dir.display(),
+        match tls {
+            TlsMode::Off => "plaintext",
+            TlsMode::On => "mutual TLS",
+            TlsMode::Compare => "plaintext, then mutual TLS",
+        }
+    );
 }
 
 impl B1Flags {
@@ -566,6 +577,7 @@ async fn run_b7(env: &Env, args: b7::B7) -> Result<()> {
     Ok(())
 }
 
+/// One scenario, its tables printed on stdout: one arm per subcommand.
 async fn run(env: &Env, scenario: Scenario) -> Result<()> {
     match scenario {
         Scenario::B1(flags) => scenarios::b1(env, &flags.args()?).await?.print()?,
@@ -577,12 +589,7 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             shards,
             heartbeat,
             election_timeout,
-        } => {
-            let mut options = default_flags(shards);
-            options.heartbeat = heartbeat;
-            options.election_timeout = election_timeout;
-            scenarios::b5(env, executors, options).await?.print()?
-        }
+        } => run_b5(env, executors, shards, heartbeat, election_timeout).await?,
         Scenario::B7(flags) => run_b7(env, flags.args()?).await?,
         Scenario::B8(flags) => scenarios::b8(env, &flags.args()?).await?.print()?,
         Scenario::B9 { executors, shards } => {
@@ -593,17 +600,7 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             shards,
             quiet,
             window,
-        } => scenarios::b10(
-            env,
-            &scenarios::B10Options {
-                executors,
-                shard_counts: shards,
-                quiet,
-                window,
-            },
-        )
-        .await?
-        .print()?,
+        } => run_b10(env, executors, shards, quiet, window).await?,
         Scenario::B11 {
             executors,
             shards,
@@ -612,55 +609,105 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
         } => scenarios::b11(env, executors, shards, runs, prepare_delay)
             .await?
             .print()?,
-        Scenario::B12(flags) => {
-            for table in scenarios::b12(env, &flags.args()?).await? {
-                table.print()?;
-            }
-        }
+        Scenario::B12(flags) => print_all(scenarios::b12(env, &flags.args()?).await?)?,
         Scenario::B6 {
             duration,
             sample_every,
             executors,
             rate,
             shards,
-        } => {
-            let (series, summary) = scenarios::b6(
-                env,
-                &B6 {
-                    duration,
-                    sample_every,
-                    executors,
-                    rate_per_s: rate,
-                    shards,
-                    manager_args: Vec::new(),
-                },
-            )
-            .await?;
-            series.print()?;
-            summary.print()?;
-        }
+        } => run_b6(env, duration, sample_every, executors, rate, shards).await?,
         Scenario::Transport {
             body_bytes,
             exchanges,
             warmup,
             rounds,
-        } => {
-            let params = transport::TransportRun {
-                body_sizes: body_bytes,
-                exchanges,
-                warmup,
-                rounds,
-            };
-            // Both ends run in this process, each on a runtime of its own, driven from a thread
-            // outside this runtime.
-            let table = tokio::task::spawn_blocking(move || transport::run(&params)).await??;
-            table.print()?;
-        }
-        Scenario::Smoke { soak } => {
-            for table in scenarios::smoke(env, soak).await? {
-                table.print()?;
-            }
-        }
+        } => run_transport(body_bytes, exchanges, warmup, rounds).await?,
+        Scenario::Smoke { soak } => print_all(scenarios::smoke(env, soak).await?)?,
     }
+    Ok(())
+}
+
+/// Prints `tables` in order.
+fn print_all(tables: Vec<report::Table>) -> Result<()> {
+    for table in tables {
+        table.print()?;
+    }
+    Ok(())
+}
+
+/// B5 with the managers' heartbeat and election timeout as given (the managers' own without).
+async fn run_b5(
+    env: &Env,
+    executors: usize,
+    shards: u32,
+    heartbeat: Option<String>,
+    election_timeout: Option<String>,
+) -> Result<()> {
+    let mut options = default_flags(shards);
+    options.heartbeat = heartbeat;
+    options.election_timeout = election_timeout;
+    scenarios::b5(env, executors, options).await?.print()?;
+    Ok(())
+}
+
+/// B10 at each of `shard_counts`.
+async fn run_b10(
+    env: &Env,
+    executors: usize,
+    shard_counts: Vec<u32>,
+    quiet: Duration,
+    window: Duration,
+) -> Result<()> {
+    let options = scenarios::B10Options {
+        executors,
+        shard_counts,
+        quiet,
+        window,
+    };
+    scenarios::b10(env, &options).await?.print()?;
+    Ok(())
+}
+
+/// B6's soak with the managers' shipped flags, and its two tables.
+async fn run_b6(
+    env: &Env,
+    duration: Duration,
+    sample_every: Duration,
+    executors: usize,
+    rate_per_s: f64,
+    shards: u32,
+) -> Result<()> {
+    let args = B6 {
+        duration,
+        sample_every,
+        executors,
+        rate_per_s,
+        shards,
+        manager_args: Vec::new(),
+    };
+    let (series, summary) = scenarios::b6(env, &args).await?;
+    series.print()?;
+    summary.print()?;
+    Ok(())
+}
+
+/// The transport scenario: one Raft RPC exchange per transport and body size.
+async fn run_transport(
+    body_sizes: Vec<usize>,
+    exchanges: usize,
+    warmup: usize,
+    rounds: usize,
+) -> Result<()> {
+    let params = transport::TransportRun {
+        body_sizes,
+        exchanges,
+        warmup,
+        rounds,
+    };
+    // Both ends run in this process, each on a runtime of its own, driven from a thread
+    // outside this runtime.
+    let table = tokio::task::spawn_blocking(move || transport::run(&params)).await??;
+    table.print()?;
     Ok(())
 }

@@ -247,23 +247,69 @@ pub fn summary_table(args: &B7, samples: &[Sample], load: &str) -> Table {
         "shifts recovered within 2 min",
         "load avg",
     ]);
-    let slices = steady_slices(args);
-    let steady_time: Duration = slices.iter().map(|(from, to)| *to - *from).sum();
-    let per_hour = |moves: usize, over: Duration| -> String {
+    let summary = Summary {
+        args,
+        samples,
+        slices: steady_slices(args),
+        load,
+    };
+    let mean_bound = summary.mean_lower_bound();
+    for (side, placement) in PLACEMENTS.iter().enumerate() {
+        table.row(summary.placement_row(side, placement, mean_bound));
+    }
+    table.row(vec![
+        "B7 summary".into(),
+        "offline optimum's lower bound".into(),
+        format!("{mean_bound:.3}"),
+        "1.00×".into(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+    ]);
+    table
+}
+
+/// What the summary's rows are made from: the run's settings and samples, and its steady
+/// slices.
+struct Summary<'a> {
+    args: &'a B7,
+    samples: &'a [Sample],
+    slices: Vec<(Duration, Duration)>,
+    load: &'a str,
+}
+
+impl Summary<'_> {
+    /// `moves` over `over` as moves per hour, and as a share of the shards.
+    fn per_hour(&self, moves: usize, over: Duration) -> String {
         let hours = over.as_secs_f64() / 3600.0;
         if hours <= 0.0 {
             return "-".to_owned();
         }
         let rate = moves as f64 / hours;
-        format!("{rate:.0} ({:.1} %)", 100.0 * rate / f64::from(args.shards))
-    };
-    let bounds: Vec<f64> = slices
-        .iter()
-        .flat_map(|&(from, to)| between(samples, from, to).map(|s| s.lower_bound))
-        .collect();
-    let mean_bound = bounds.iter().sum::<f64>() / bounds.len().max(1) as f64;
-    for (side, placement) in PLACEMENTS.iter().enumerate() {
-        let steady: Vec<f64> = slices
+        format!(
+            "{rate:.0} ({:.1} %)",
+            100.0 * rate / f64::from(self.args.shards)
+        )
+    }
+
+    /// The offline optimum's lower bound, averaged over the samples of the steady slices.
+    fn mean_lower_bound(&self) -> f64 {
+        let bounds: Vec<f64> = self
+            .slices
+            .iter()
+            .flat_map(|&(from, to)| between(self.samples, from, to).map(|s| s.lower_bound))
+            .collect();
+        bounds.iter().sum::<f64>() / bounds.len().max(1) as f64
+    }
+
+    /// The row of placement `side`, named `placement`, against the lower bound's mean.
+    fn placement_row(&self, side: usize, placement: &str, mean_bound: f64) -> Vec<String> {
+        let (args, samples) = (self.args, self.samples);
+        let steady_time: Duration = self.slices.iter().map(|(from, to)| *to - *from).sum();
+        let steady: Vec<f64> = self
+            .slices
             .iter()
             .flat_map(|&(from, to)| {
                 between(samples, from, to).map(move |s| s.clusters[side].max_over_mean)
@@ -271,7 +317,8 @@ pub fn summary_table(args: &B7, samples: &[Sample], load: &str) -> Table {
             .collect();
         let steady_mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
         let all_moves: usize = samples.iter().map(|s| s.clusters[side].moves).sum();
-        let steady_moves: usize = slices
+        let steady_moves: usize = self
+            .slices
             .iter()
             .flat_map(|&(from, to)| between(samples, from, to).map(move |s| s.clusters[side].moves))
             .sum();
@@ -289,28 +336,16 @@ pub fn summary_table(args: &B7, samples: &[Sample], load: &str) -> Table {
                     .is_some_and(|after| after <= Duration::from_secs(120))
             })
             .count();
-        table.row(vec![
+        vec![
             "B7 summary".into(),
             format!("Leasehold, {placement}"),
             fmt_mean_worst(&steady),
             format!("{:.2}×", steady_mean / mean_bound.max(f64::MIN_POSITIVE)),
-            per_hour(all_moves, args.duration),
-            per_hour(steady_moves, steady_time),
+            self.per_hour(all_moves, args.duration),
+            self.per_hour(steady_moves, steady_time),
             reasons,
             format!("{recovered} of {}", shifts.len()),
-            load.to_owned(),
-        ]);
+            self.load.to_owned(),
+        ]
     }
-    table.row(vec![
-        "B7 summary".into(),
-        "offline optimum's lower bound".into(),
-        format!("{mean_bound:.3}"),
-        "1.00×".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-    ]);
-    table
 }

@@ -76,6 +76,13 @@ where
 }
 
 pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
+    let rows = measure_all(env, args).await?;
+    Ok(b1_table(env, args, &rows))
+}
+
+/// Measurement: every ramp, Leasehold's (with and without loads reported) and then etcd's two
+/// shapes, each under every transport of the run.
+async fn measure_all(env: &Env, args: &B1) -> Result<Vec<Measured<RampResult>>> {
     let n = args.executors;
     let mut rows: Vec<Measured<RampResult>> = Vec::new();
     for security in env.securities() {
@@ -107,18 +114,35 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
             rows.push(measured(ETCD_KEEPALIVE, &security, work).await?);
         }
     }
+    Ok(rows)
+}
 
-    let within = |found: &RampResult| found.within_bound.as_ref().map(|s| s.achieved_per_s);
-    let kept = |found: &RampResult| found.kept_up.as_ref().map(|s| s.achieved_per_s);
-    let at = |step: Option<&StepResult>| match step {
+/// The renewals/s of a ramp's last step within the p99 bound, if any.
+fn within(found: &RampResult) -> Option<f64> {
+    found.within_bound.as_ref().map(|s| s.achieved_per_s)
+}
+
+/// The renewals/s of a ramp's last step that kept up, if any.
+fn kept(found: &RampResult) -> Option<f64> {
+    found.kept_up.as_ref().map(|s| s.achieved_per_s)
+}
+
+/// A ramp's step as the table shows it; without one, below the ramp's start.
+fn fmt_step(step: Option<&StepResult>, ramp: &Ramp) -> String {
+    match step {
         Some(step) => format!(
             "{} (p50 {}, p99 {})",
             fmt_rate(step.achieved_per_s),
             fmt_ms(step.p50_ms),
             fmt_ms(step.p99_ms)
         ),
-        None => format!("< {}", fmt_rate(args.ramp.start_per_s)),
-    };
+        None => format!("< {}", fmt_rate(ramp.start_per_s)),
+    }
+}
+
+/// Report: one row per ramp, against Leasehold's under the same transport, with the TLS and
+/// load-reporting columns when the run measured them.
+fn b1_table(env: &Env, args: &B1, rows: &[Measured<RampResult>]) -> Table {
     let bound = format!("renewals/s at p99 ≤ {} ms", args.ramp.p99_bound_ms);
     let mut header = vec![
         "B1",
@@ -138,46 +162,56 @@ pub async fn b1(env: &Env, args: &B1) -> Result<Table> {
     }
     header.push("load avg");
     let mut table = Table::new(&header);
-    for row in &rows {
-        // Leasehold under the same transport as this row.
-        let ours = Measured::of(&rows, LEASEHOLD_RENEW, row.security.is_tls());
-        let mut cells = vec![
-            "B1".into(),
-            row.system.to_owned(),
-            row.security.label().to_owned(),
-            n.to_string(),
-            at(row.result.within_bound.as_ref()),
-            fmt_ratio(ours.and_then(within), within(&row.result)),
-            at(row.result.kept_up.as_ref()),
-            fmt_ratio(ours.and_then(kept), kept(&row.result)),
-        ];
-        if env.compare_tls {
-            let plaintext = row.plaintext_of(&rows);
-            cells.push(format!(
-                "{} / {}",
-                fmt_change(within(&row.result), plaintext.and_then(within)),
-                fmt_change(kept(&row.result), plaintext.and_then(kept))
-            ));
-        }
-        if args.report_loads {
-            // The same transport's ramp without loads is the baseline of a ramp with them.
-            let without = (row.system == LEASEHOLD_RENEW_LOADS)
-                .then(|| Measured::of(&rows, LEASEHOLD_RENEW, row.security.is_tls()))
-                .flatten();
-            cells.push(format!(
-                "{} / {}",
-                fmt_change(
-                    without.map(|_| &row.result).and_then(within),
-                    without.and_then(within)
-                ),
-                fmt_change(
-                    without.map(|_| &row.result).and_then(kept),
-                    without.and_then(kept)
-                )
-            ));
-        }
-        cells.push(row.load.clone());
-        table.row(cells);
+    for row in rows {
+        table.row(b1_row(env, args, rows, row));
     }
-    Ok(table)
+    table
+}
+
+/// One ramp's row of [`b1_table`]; `rows` are every ramp's, its baselines among them.
+fn b1_row(
+    env: &Env,
+    args: &B1,
+    rows: &[Measured<RampResult>],
+    row: &Measured<RampResult>,
+) -> Vec<String> {
+    // Leasehold under the same transport as this row.
+    let ours = Measured::of(rows, LEASEHOLD_RENEW, row.security.is_tls());
+    let mut cells = vec![
+        "B1".into(),
+        row.system.to_owned(),
+        row.security.label().to_owned(),
+        args.executors.to_string(),
+        fmt_step(row.result.within_bound.as_ref(), &args.ramp),
+        fmt_ratio(ours.and_then(within), within(&row.result)),
+        fmt_step(row.result.kept_up.as_ref(), &args.ramp),
+        fmt_ratio(ours.and_then(kept), kept(&row.result)),
+    ];
+    if env.compare_tls {
+        let plaintext = row.plaintext_of(rows);
+        cells.push(format!(
+            "{} / {}",
+            fmt_change(within(&row.result), plaintext.and_then(within)),
+            fmt_change(kept(&row.result), plaintext.and_then(kept))
+        ));
+    }
+    if args.report_loads {
+        // The same transport's ramp without loads is the baseline of a ramp with them.
+        let without = (row.system == LEASEHOLD_RENEW_LOADS)
+            .then(|| Measured::of(rows, LEASEHOLD_RENEW, row.security.is_tls()))
+            .flatten();
+        cells.push(format!(
+            "{} / {}",
+            fmt_change(
+                without.map(|_| &row.result).and_then(within),
+                without.and_then(within)
+            ),
+            fmt_change(
+                without.map(|_| &row.result).and_then(kept),
+                without.and_then(kept)
+            )
+        ));
+    }
+    cells.push(row.load.clone());
+    cells
 }

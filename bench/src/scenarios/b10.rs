@@ -70,124 +70,208 @@ pub async fn b10(env: &Env, options: &B10Options) -> Result<Table> {
         "leader RSS",
         "load avg",
     ]);
-    let executors = options.executors;
-    let security = &env.security;
     for &shards in &options.shard_counts {
-        let load = load_average();
-        let mut cluster = leasehold_cluster(
-            env,
-            security,
-            &format!("b10-{shards}"),
-            default_flags(shards),
-        )
-        .await?;
-        let (_fleet, cadence, _) = renewing_settled_fleet(
-            "B10",
-            &mut cluster,
-            security,
-            executors,
-            shards,
-            SETTLE_BOUND,
-        )
-        .await?;
-        eprintln!("B10: quiet for {:?}", options.quiet);
-        tokio::time::sleep(options.quiet).await;
-        let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-        let (ids, pids): (Vec<u64>, Vec<u32>) = cluster
-            .managers
-            .iter()
-            .filter_map(|(&id, manager)| manager.pid().map(|pid| (id, pid)))
-            .unzip();
-        let leader_index = ids
-            .iter()
-            .position(|&id| id == leader)
-            .context("B10: the leader's process")?;
-        let routes_before = cluster_routing_table(&cluster).await?;
-        let committed_before = committed_index(&cluster, leader).await?;
-        let ok_before = cadence.counters.ok.load(Ordering::Relaxed);
-        eprintln!("B10: measuring for {:?}", options.window);
-        let (shares, elapsed) = cpu_shares(&pids, options.window).await?;
-        let ok_after = cadence.counters.ok.load(Ordering::Relaxed);
-        let committed_after = committed_index(&cluster, leader).await?;
-        let routes_after = cluster_routing_table(&cluster).await?;
-        let still_leader = cluster.wait_for_leader(FORM_BOUND).await?;
-        if still_leader != leader {
-            bail!("B10: the leader changed during the window ({leader} → {still_leader})");
-        }
-        let leader_rss = rss_bytes(pids[leader_index]).unwrap_or(0);
-        let counters = cadence.stop().await;
-        let evicted = counters.evictions.load(Ordering::Relaxed);
-        if evicted > 0 {
-            bail!("B10: {evicted} executors were evicted");
-        }
-        let per_second = |count: u64| format!("{:.0}", count as f64 / elapsed.as_secs_f64());
-        table.row(vec![
-            "B10".into(),
-            security.tagged("leasehold"),
-            executors.to_string(),
-            shards.to_string(),
-            format!("{:.0} s", elapsed.as_secs_f64()),
-            per_second(ok_after - ok_before),
-            per_second(committed_after.saturating_sub(committed_before)),
-            percent(shares[leader_index]),
-            followers(&shares[..pids.len()], leader_index),
-            percent(shares[pids.len()]),
-            if routes_after.routes().eq(routes_before.routes()) {
-                "none".into()
-            } else {
-                "owners changed".into()
-            },
-            fmt_bytes(leader_rss),
-            format!("{load} → {}", load_average()),
-        ]);
-        // The cluster is dropped with its managers; deregistering 10 000 executors one by one
-        // would only measure something else.
-        eprint!("{}", table.render());
+        idle_leasehold(env, options, shards, &mut table).await?;
     }
     if let Some(etcd) = env.etcd_or_skip("B10") {
-        let load = load_average();
-        let mut cluster = etcd_cluster(etcd, env, security, "b10-etcd", Vec::new()).await?;
-        let clients = cluster
-            .clients(ETCD_B10_CONNECTIONS, Duration::from_secs(5))
-            .await?;
-        let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, executors, 60).await?);
-        let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
-        // A third of the lease, so every lease has been kept alive once at the cadence.
-        tokio::time::sleep(DEFAULT_LEASE_DURATION / 3 + options.quiet).await;
-        let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-        let (indexes, pids): (Vec<usize>, Vec<u32>) = cluster.pids().into_iter().unzip();
-        let leader_index = indexes
-            .iter()
-            .position(|&index| index == leader)
-            .context("B10: etcd's leader process")?;
-        let ok_before = cadence.counters.ok.load(Ordering::Relaxed);
-        let (shares, elapsed) = cpu_shares(&pids, options.window).await?;
-        let ok_after = cadence.counters.ok.load(Ordering::Relaxed);
-        let leader_rss = rss_bytes(pids[leader_index]).unwrap_or(0);
-        let counters = cadence.stop().await;
-        if let Some(error) = counters.first_error() {
-            bail!("B10: an etcd keepalive failed: {error}");
-        }
-        table.row(vec![
-            "B10".into(),
-            security.tagged("etcd keepalive"),
-            executors.to_string(),
-            "–".into(),
-            format!("{:.0} s", elapsed.as_secs_f64()),
-            format!(
-                "{:.0}",
-                (ok_after - ok_before) as f64 / elapsed.as_secs_f64()
-            ),
-            "–".into(),
-            percent(shares[leader_index]),
-            followers(&shares[..pids.len()], leader_index),
-            percent(shares[pids.len()]),
-            "–".into(),
-            fmt_bytes(leader_rss),
-            format!("{load} → {}", load_average()),
-        ]);
+        idle_etcd(env, options, etcd, &mut table).await?;
     }
     Ok(table)
+}
+
+/// What one window measured of a cluster's processes.
+struct IdleWindow {
+    elapsed: Duration,
+    /// Renewals (keepalives, for etcd) the fleet had answered in the window.
+    renewals: u64,
+    /// Each server process's CPU share, then the load generator's (see [`cpu_shares`]).
+    shares: Vec<f64>,
+    /// How many of `shares` are the servers'.
+    servers: usize,
+    leader_index: usize,
+    leader_rss_bytes: u64,
+}
+
+impl IdleWindow {
+    /// `count` over the window, per second.
+    fn per_second(&self, count: u64) -> String {
+        format!("{:.0}", count as f64 / self.elapsed.as_secs_f64())
+    }
+}
+
+/// What Leasehold's log and routes did over the window.
+struct RaftActivity {
+    entries: u64,
+    owners_changed: bool,
+}
+
+/// One shard count: a Leasehold cluster settled and quiet, its idle leader measured over the
+/// window; adds its row to `table` and prints the table so far.
+async fn idle_leasehold(
+    env: &Env,
+    options: &B10Options,
+    shards: u32,
+    table: &mut Table,
+) -> Result<()> {
+    let executors = options.executors;
+    let security = &env.security;
+    let load = load_average();
+    let mut cluster = leasehold_cluster(
+        env,
+        security,
+        &format!("b10-{shards}"),
+        default_flags(shards),
+    )
+    .await?;
+    let (_fleet, cadence, _) = renewing_settled_fleet(
+        "B10",
+        &mut cluster,
+        security,
+        executors,
+        shards,
+        SETTLE_BOUND,
+    )
+    .await?;
+    eprintln!("B10: quiet for {:?}", options.quiet);
+    tokio::time::sleep(options.quiet).await;
+    let (window, raft) = leasehold_window(&mut cluster, cadence, options.window).await?;
+    table.row(vec![
+        "B10".into(),
+        security.tagged("leasehold"),
+        executors.to_string(),
+        shards.to_string(),
+        format!("{:.0} s", window.elapsed.as_secs_f64()),
+        window.per_second(window.renewals),
+        window.per_second(raft.entries),
+        percent(window.shares[window.leader_index]),
+        followers(&window.shares[..window.servers], window.leader_index),
+        percent(window.shares[window.servers]),
+        if raft.owners_changed {
+            "owners changed".into()
+        } else {
+            "none".into()
+        },
+        fmt_bytes(window.leader_rss_bytes),
+        format!("{load} → {}", load_average()),
+    ]);
+    // The cluster is dropped with its managers; deregistering 10 000 executors one by one
+    // would only measure something else.
+    eprint!("{}", table.render());
+    Ok(())
+}
+
+/// Measurement: the managers' CPU over `window`, with the renewals, Raft entries and routes
+/// around it; then stops `cadence`. Fails if the leader changed or an executor was evicted.
+async fn leasehold_window(
+    cluster: &mut ManagerCluster,
+    cadence: Cadence,
+    window: Duration,
+) -> Result<(IdleWindow, RaftActivity)> {
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let (ids, pids): (Vec<u64>, Vec<u32>) = cluster
+        .managers
+        .iter()
+        .filter_map(|(&id, manager)| manager.pid().map(|pid| (id, pid)))
+        .unzip();
+    let leader_index = ids
+        .iter()
+        .position(|&id| id == leader)
+        .context("B10: the leader's process")?;
+    let routes_before = cluster_routing_table(cluster).await?;
+    let committed_before = committed_index(cluster, leader).await?;
+    let ok_before = cadence.counters.ok.load(Ordering::Relaxed);
+    eprintln!("B10: measuring for {window:?}");
+    let (shares, elapsed) = cpu_shares(&pids, window).await?;
+    let ok_after = cadence.counters.ok.load(Ordering::Relaxed);
+    let committed_after = committed_index(cluster, leader).await?;
+    let routes_after = cluster_routing_table(cluster).await?;
+    let still_leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    if still_leader != leader {
+        bail!("B10: the leader changed during the window ({leader} → {still_leader})");
+    }
+    let leader_rss_bytes = rss_bytes(pids[leader_index]).unwrap_or(0);
+    let counters = cadence.stop().await;
+    let evicted = counters.evictions.load(Ordering::Relaxed);
+    if evicted > 0 {
+        bail!("B10: {evicted} executors were evicted");
+    }
+    let window = IdleWindow {
+        elapsed,
+        renewals: ok_after - ok_before,
+        shares,
+        servers: pids.len(),
+        leader_index,
+        leader_rss_bytes,
+    };
+    let raft = RaftActivity {
+        entries: committed_after.saturating_sub(committed_before),
+        owners_changed: !routes_after.routes().eq(routes_before.routes()),
+    };
+    Ok((window, raft))
+}
+
+/// etcd beside Leasehold: one lease per executor kept alive at the same cadence, its idle leader
+/// measured over the window; adds its row to `table`.
+async fn idle_etcd(env: &Env, options: &B10Options, etcd: &Path, table: &mut Table) -> Result<()> {
+    let executors = options.executors;
+    let security = &env.security;
+    let load = load_average();
+    let mut cluster = etcd_cluster(etcd, env, security, "b10-etcd", Vec::new()).await?;
+    let clients = cluster
+        .clients(ETCD_B10_CONNECTIONS, Duration::from_secs(5))
+        .await?;
+    let fleet = Arc::new(EtcdKeepAliveFleet::start(clients, executors, 60).await?);
+    let cadence = Cadence::start(fleet.clone(), DEFAULT_LEASE_DURATION);
+    // A third of the lease, so every lease has been kept alive once at the cadence.
+    tokio::time::sleep(DEFAULT_LEASE_DURATION / 3 + options.quiet).await;
+    let window = etcd_window(&mut cluster, cadence, options.window).await?;
+    table.row(vec![
+        "B10".into(),
+        security.tagged("etcd keepalive"),
+        executors.to_string(),
+        "–".into(),
+        format!("{:.0} s", window.elapsed.as_secs_f64()),
+        window.per_second(window.renewals),
+        "–".into(),
+        percent(window.shares[window.leader_index]),
+        followers(&window.shares[..window.servers], window.leader_index),
+        percent(window.shares[window.servers]),
+        "–".into(),
+        fmt_bytes(window.leader_rss_bytes),
+        format!("{load} → {}", load_average()),
+    ]);
+    Ok(())
+}
+
+/// Measurement: etcd's members' CPU over `window`, with the keepalives around it; then stops
+/// `cadence`. Fails if a keepalive failed.
+async fn etcd_window(
+    cluster: &mut EtcdCluster,
+    cadence: Cadence,
+    window: Duration,
+) -> Result<IdleWindow> {
+    let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+    let (indexes, pids): (Vec<usize>, Vec<u32>) = cluster.pids().into_iter().unzip();
+    let leader_index = indexes
+        .iter()
+        .position(|&index| index == leader)
+        .context("B10: etcd's leader process")?;
+    let ok_before = cadence.counters.ok.load(Ordering::Relaxed);
+    let (shares, elapsed) = cpu_shares(&pids, window).await?;
+    let ok_after = cadence.counters.ok.load(Ordering::Relaxed);
+    let leader_rss_bytes = rss_bytes(pids[leader_index]).unwrap_or(0);
+    let counters = cadence.stop().await;
+    if let Some(error) = counters.first_error() {
+        bail!("B10: an etcd keepalive failed: {error}");
+    }
+    Ok(IdleWindow {
+        elapsed,
+        renewals: ok_after - ok_before,
+        shares,
+        servers: pids.len(),
+        leader_index,
+        leader_rss_bytes,
+    })
 }
 
 /// Connections B10's etcd fleet shares among its keepalive streams (B1's default).

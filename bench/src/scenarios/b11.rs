@@ -91,6 +91,29 @@ async fn wait_spread(
     Ok(())
 }
 
+/// The addresses of `running`, as the leader should list them.
+fn addresses(running: &[DeployedExecutor]) -> BTreeSet<String> {
+    running.iter().map(|e| e.address.clone()).collect()
+}
+
+/// One run's deploy: its settings, its cluster and the executors it started.
+struct Deploy<'a> {
+    env: &'a Env,
+    executors: usize,
+    shards: u32,
+    prepare_delay: Duration,
+    leader: u64,
+    /// Where the executors' logs and admission logs are.
+    dir: PathBuf,
+    running: Vec<DeployedExecutor>,
+    /// The replaced executors, stopped, with their admission logs.
+    stopped: Vec<DeployedExecutor>,
+    /// The old executors' names in the order they were replaced.
+    replaced_in_order: Vec<String>,
+    /// Last, so that it is dropped after the executors.
+    cluster: ManagerCluster,
+}
+
 pub async fn b11(
     env: &Env,
     executors: usize,
@@ -112,12 +135,30 @@ pub async fn b11(
     for run in 1..=runs {
         let load = load_average();
         eprintln!("B11: run {run}: {executors} executors, {shards} shards");
+        let mut deploy = Deploy::start(env, run, executors, shards, prepare_delay).await?;
+        let window_ns = deploy.roll().await?;
+        table.row(deploy.row(run, window_ns, load)?);
+        deploy.stop().await;
+    }
+    Ok(table)
+}
+
+impl<'a> Deploy<'a> {
+    /// Set-up: run `run`'s cluster and its `executors` old executors, the shards spread evenly
+    /// over them.
+    async fn start(
+        env: &'a Env,
+        run: usize,
+        executors: usize,
+        shards: u32,
+        prepare_delay: Duration,
+    ) -> Result<Self> {
         let name = format!("b11-{run}");
         let mut cluster =
             leasehold_cluster(env, &env.security, &name, default_flags(shards)).await?;
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
         let dir = env.dir(&format!("{name}-executors"))?;
-        let mut running: Vec<DeployedExecutor> = (0..executors)
+        let running: Vec<DeployedExecutor> = (0..executors)
             .map(|i| {
                 start_executor(
                     env,
@@ -129,57 +170,87 @@ pub async fn b11(
                 )
             })
             .collect::<Result<_>>()?;
-        let addresses = |running: &[DeployedExecutor]| -> BTreeSet<String> {
-            running.iter().map(|e| e.address.clone()).collect()
-        };
         wait_spread(&cluster, leader, &addresses(&running), shards).await?;
+        Ok(Self {
+            env,
+            executors,
+            shards,
+            prepare_delay,
+            leader,
+            dir,
+            running,
+            stopped: Vec::new(),
+            replaced_in_order: Vec::new(),
+            cluster,
+        })
+    }
 
+    /// The load: the rolling deploy, every old executor replaced in turn. Returns when it began
+    /// and ended on the admission logs' clock.
+    async fn roll(&mut self) -> Result<(u64, u64)> {
         let started_ns = monotonic_now_ns();
-        let mut stopped: Vec<DeployedExecutor> = Vec::new();
-        let mut replaced_in_order = Vec::new();
-        for i in 0..executors {
-            let replacement = start_executor(
-                env,
-                &cluster,
-                &dir,
-                &format!("new-{i}"),
-                NEW_VERSION,
-                prepare_delay,
-            )?;
-            let address = replacement.address.clone();
-            poll_every(
-                "the replacement to register",
-                SETTLE_BOUND,
-                POLL_INTERVAL,
-                || async {
-                    let view = executors_view(&cluster, leader).await?;
-                    if view.iter().any(|e| e.address == address) {
-                        Ok(())
-                    } else {
-                        Err("not registered yet".to_owned())
-                    }
-                },
-            )
-            .await?;
-            running.push(replacement);
-            let position = running
-                .iter()
-                .position(|e| e.name == format!("old-{i}"))
-                .ok_or_else(|| anyhow!("old-{i} is not running"))?;
-            let mut old = running.remove(position);
-            old.process
-                .terminate(&old.name, TERMINATE_BOUND)
-                .await
-                .with_context(|| format!("{} did not stop gracefully", old.name))?;
-            replaced_in_order.push(old.name.clone());
-            stopped.push(old);
-            wait_spread(&cluster, leader, &addresses(&running), shards).await?;
+        for i in 0..self.executors {
+            self.replace(i).await?;
         }
         let ended_ns = monotonic_now_ns();
+        Ok((started_ns, ended_ns))
+    }
 
+    /// Replaces `old-{i}` as `maxSurge: 1` does: starts `new-{i}`, waits until it registered,
+    /// SIGTERMs the old one and waits until the shards are spread evenly again.
+    async fn replace(&mut self, i: usize) -> Result<()> {
+        let replacement = start_executor(
+            self.env,
+            &self.cluster,
+            &self.dir,
+            &format!("new-{i}"),
+            NEW_VERSION,
+            self.prepare_delay,
+        )?;
+        let address = replacement.address.clone();
+        poll_every(
+            "the replacement to register",
+            SETTLE_BOUND,
+            POLL_INTERVAL,
+            || async {
+                let view = executors_view(&self.cluster, self.leader).await?;
+                if view.iter().any(|e| e.address == address) {
+                    Ok(())
+                } else {
+                    Err("not registered yet".to_owned())
+                }
+            },
+        )
+        .await?;
+        self.running.push(replacement);
+        let position = self
+            .running
+            .iter()
+            .position(|e| e.name == format!("old-{i}"))
+            .ok_or_else(|| anyhow!("old-{i} is not running"))?;
+        let mut old = self.running.remove(position);
+        old.process
+            .terminate(&old.name, TERMINATE_BOUND)
+            .await
+            .with_context(|| format!("{} did not stop gracefully", old.name))?;
+        self.replaced_in_order.push(old.name.clone());
+        self.stopped.push(old);
+        wait_spread(
+            &self.cluster,
+            self.leader,
+            &addresses(&self.running),
+            self.shards,
+        )
+        .await
+    }
+
+    /// Measurement: every executor's admission log, checked for I1/I2 and read for the deploy's
+    /// figures over `window_ns`, as run `run`'s row; `load` is the load average at its start.
+    fn row(&self, run: usize, window_ns: (u64, u64), load: String) -> Result<Vec<String>> {
+        let (executors, shards) = (self.executors, self.shards);
         let mut logs = Vec::new();
         let mut by_process = Vec::new();
-        for executor in stopped.iter().chain(&running) {
+        for executor in self.stopped.iter().chain(&self.running) {
             let log = ExecutorLog {
                 records: read_admission_log(&executor.event_log).map_err(|e| anyhow!(e))?,
                 ended_at_ns: None,
@@ -194,19 +265,14 @@ pub async fn b11(
             Ok(report) => format!("clean ({} intervals)", report.intervals),
             Err(violations) => format!("VIOLATED: {violations}"),
         };
-        let figures = deploy_figures(
-            &by_process,
-            (started_ns, ended_ns),
-            &replaced_in_order,
-            shards,
-        );
+        let figures = deploy_figures(&by_process, window_ns, &self.replaced_in_order, shards);
         let mut windows = figures.no_owner_ms.clone();
         windows.sort_by(f64::total_cmp);
-        table.row(vec![
+        Ok(vec![
             "B11".to_owned(),
             run.to_string(),
             format!("{executors} × {shards}"),
-            humantime::format_duration(prepare_delay).to_string(),
+            humantime::format_duration(self.prepare_delay).to_string(),
             format!("{:.2} / {}", figures.moves_mean, figures.moves_max),
             format!("{} ({})", figures.handoffs, figures.onto_replaced_later),
             format!(
@@ -217,14 +283,17 @@ pub async fn b11(
             ),
             checked,
             load,
-        ]);
-        for mut executor in running {
+        ])
+    }
+
+    /// Tear-down: the executors still running stopped (best effort), then the cluster.
+    async fn stop(mut self) {
+        for mut executor in std::mem::take(&mut self.running) {
             let _ = executor
                 .process
                 .terminate(&executor.name, TERMINATE_BOUND)
                 .await;
         }
-        cluster.kill_all();
+        self.cluster.kill_all();
     }
-    Ok(table)
 }

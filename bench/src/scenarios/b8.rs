@@ -147,34 +147,81 @@ fn fmt_builds(builds: &[Build]) -> String {
     )
 }
 
+/// Where one B8 cluster's snapshots come from: forced back to back on the leader, or the
+/// shipped policy alone.
+#[derive(Debug, Clone, Copy)]
+struct Policy {
+    forced: bool,
+    cluster_name: &'static str,
+    /// As the table's "snapshots" column says it.
+    label: &'static str,
+}
+
+impl Policy {
+    fn new(forced: bool) -> Self {
+        if forced {
+            Self {
+                forced,
+                cluster_name: "b8-forced",
+                label: "leader builds back to back (no policy snapshots)",
+            }
+        } else {
+            Self {
+                forced,
+                cluster_name: "b8-shipped",
+                label: "shipped policy (every 5 000 entries, each member)",
+            }
+        }
+    }
+
+    /// The managers' flags: with forced builds, no snapshot by policy.
+    fn flags(&self, shards: u32) -> ManagerFlags {
+        let mut flags = default_flags(shards);
+        if self.forced {
+            flags.extra_args = vec![
+                "--snapshot-every".to_owned(),
+                B8_NO_POLICY_SNAPSHOTS.to_owned(),
+            ];
+        }
+        flags
+    }
+}
+
+/// What one B8 window saw: every renewal offered, and the builds forced in it (none by policy)
+/// or the snapshots the leader was seen to hold.
+struct B8Window {
+    run: drive::OpenLoopRun,
+    start: Instant,
+    builds: Vec<Build>,
+    seen: usize,
+}
+
 /// One B8 cluster: settles the fleet, then offers `args.rate_per_s` for the window while the
 /// leader builds snapshots, forced back to back (`forced`) or by the shipped policy alone.
 /// Returns the table row.
 async fn b8_run(env: &Env, args: &B8, forced: bool) -> Result<Vec<String>> {
     let load = load_average();
     let security = &env.security;
-    let mut flags = default_flags(args.shards);
-    let (name, mode) = if forced {
-        flags.extra_args = vec![
-            "--snapshot-every".to_owned(),
-            B8_NO_POLICY_SNAPSHOTS.to_owned(),
-        ];
-        (
-            "b8-forced",
-            "leader builds back to back (no policy snapshots)",
-        )
-    } else {
-        (
-            "b8-shipped",
-            "shipped policy (every 5 000 entries, each member)",
-        )
-    };
+    let policy = Policy::new(forced);
     eprintln!(
-        "B8 {mode}: {} executors, {} shards, {:.0} renewals/s",
-        args.executors, args.shards, args.rate_per_s
+        "B8 {}: {} executors, {} shards, {:.0} renewals/s",
+        policy.label, args.executors, args.shards, args.rate_per_s
     );
-    let mut cluster = leasehold_cluster(env, security, name, flags).await?;
+    let flags = policy.flags(args.shards);
+    let mut cluster = leasehold_cluster(env, security, policy.cluster_name, flags).await?;
     let fleet = settled_fleet(&mut cluster, security, args.executors, args.shards).await?;
+    let window = b8_window(&mut cluster, &fleet, args, forced).await?;
+    Ok(b8_row(security, args, policy, window, &load))
+}
+
+/// The load: the open loop's window, with the leader's builds forced or watched beside it.
+/// Fails if the leader changed meanwhile.
+async fn b8_window(
+    cluster: &mut ManagerCluster,
+    fleet: &Arc<LeaseholdFleet>,
+    args: &B8,
+    forced: bool,
+) -> Result<B8Window> {
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     // The open loop's window opens 100 ms after it starts, then the warmup.
     let window_start = Instant::now() + Duration::from_millis(100) + args.warmup;
@@ -182,13 +229,13 @@ async fn b8_run(env: &Env, args: &B8, forced: bool) -> Result<Vec<String>> {
     let renewals =
         drive::open_loop_renewals(fleet.clone(), args.rate_per_s, args.warmup, args.measure);
     let (run, builds, seen) = if forced {
-        let builds = forced_builds(&cluster, leader, window_start, window_end, args.build_gap);
+        let builds = forced_builds(cluster, leader, window_start, window_end, args.build_gap);
         let (run, builds) = tokio::join!(renewals, builds);
         let builds = builds?;
         let count = builds.len();
         (run, builds, count)
     } else {
-        let seen = snapshots_seen(&cluster, leader, window_start, window_end);
+        let seen = snapshots_seen(cluster, leader, window_start, window_end);
         let (run, seen) = tokio::join!(renewals, seen);
         (run, Vec::new(), seen?)
     };
@@ -196,6 +243,30 @@ async fn b8_run(env: &Env, args: &B8, forced: bool) -> Result<Vec<String>> {
     if still_leader != leader {
         bail!("B8: the leader changed during the window ({leader} → {still_leader})");
     }
+    Ok(B8Window {
+        run,
+        start: window_start,
+        builds,
+        seen,
+    })
+}
+
+/// Measurement: the window's renewals split by whether a build overlapped them, against the
+/// bound, as the table's row; `load` is the load average at the run's start.
+fn b8_row(
+    security: &Security,
+    args: &B8,
+    policy: Policy,
+    window: B8Window,
+    load: &str,
+) -> Vec<String> {
+    let forced = policy.forced;
+    let B8Window {
+        run,
+        start: window_start,
+        builds,
+        seen,
+    } = window;
     let step = run.step();
     report_slow_slots(&run, window_start, args.p99_bound_ms);
     let during_build = |renewal: &drive::Renewal| {
@@ -216,9 +287,9 @@ async fn b8_run(env: &Env, args: &B8, forced: bool) -> Result<Vec<String>> {
     } else {
         step.p99_ms <= args.p99_bound_ms && step.errors == 0
     };
-    Ok(vec![
+    vec![
         "B8".into(),
-        security.tagged(mode),
+        security.tagged(policy.label),
         args.executors.to_string(),
         args.shards.to_string(),
         format!(
@@ -239,7 +310,7 @@ async fn b8_run(env: &Env, args: &B8, forced: bool) -> Result<Vec<String>> {
         },
         if within { "yes" } else { "**no**" }.to_owned(),
         format!("{load} → {}", load_average()),
-    ])
+    ]
 }
 
 /// Where in the window the renewals slower than the bound were scheduled, on stderr: the 100 ms

@@ -236,76 +236,17 @@ async fn settle(
     let shards = usize::try_from(shard_count)?;
     let executors = fleet.size();
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
-    let started = Instant::now();
-    let mut last_report = Instant::now();
-    // The full view serialises every executor's set, about 25 bytes per shard (25 MB at a
-    // million), which on this machine competes with the cluster it observes. So the leader's
-    // gauges, a page of a few kilobytes, are read every `GAUGE_INTERVAL` first, and the full view
-    // only once they say every executor is there with every shard owned and none releasing, at
-    // most once per `full_interval`.
-    let full_interval =
-        Duration::from_millis(200).max(Duration::from_micros(u64::from(shard_count)));
-    let last_full = std::sync::Mutex::new(None::<Instant>);
-    poll_every(
-        "every shard delivered, evenly",
-        bound,
-        GAUGE_INTERVAL,
-        || {
-            let report = last_report.elapsed() >= Duration::from_secs(10);
-            if report {
-                last_report = Instant::now();
-            }
-            let full_due = last_full
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_none_or(|at| at.elapsed() >= full_interval);
-            let cluster = &*cluster;
-            let last_full = &last_full;
-            async move {
-                let gauges = placement_gauges(cluster, leader).await?;
-                let placed = gauges.executors == executors as u64
-                    && gauges.owned == shards as u64
-                    && gauges.releasing == 0;
-                if !(placed && full_due) {
-                    let observation = format!(
-                        "{} executors, {} of {shards} shards owned, {} releasing",
-                        gauges.executors, gauges.owned, gauges.releasing
-                    );
-                    if report {
-                        eprintln!(
-                            "  settling for {:.0} s: {observation}",
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
-                    return Err(observation);
-                }
-                *last_full.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-                let view = executors_view(cluster, leader).await?;
-                let counts: Vec<usize> = view.iter().map(|e| e.shards.len()).collect();
-                let total: usize = counts.iter().sum();
-                let fewest = counts.iter().copied().min().unwrap_or(0);
-                let most = counts.iter().copied().max().unwrap_or(0);
-                if view.len() == executors && total == shards && most - fewest <= 1 {
-                    return Ok(());
-                }
-                let observation = format!(
-                    "{} executors, {total} of {shards} shards delivered, spread {fewest}..{most}",
-                    view.len()
-                );
-                if report {
-                    eprintln!(
-                        "  settling for {:.0} s: {observation}",
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                Err(observation)
-            }
-        },
-    )
-    .await?;
+    let delivery = Delivery {
+        cluster,
+        leader,
+        executors,
+        shards,
+        started: Instant::now(),
+    };
+    delivery.wait(shard_count, bound).await?;
     eprintln!(
         "  the leader records every shard delivered, evenly, after {:.1} s of settling",
-        started.elapsed().as_secs_f64()
+        delivery.started.elapsed().as_secs_f64()
     );
     if let Some(cadence) = cadence {
         let counters = cadence.stop().await;
@@ -317,6 +258,104 @@ async fn settle(
             );
         }
     }
+    adopt_recorded_sets(fleet, shards).await
+}
+
+/// What [`settle`] waits for: the leader recording `executors` executors holding `shards`
+/// shards, evenly; `started` is when it began waiting, for the progress lines.
+struct Delivery<'a> {
+    cluster: &'a ManagerCluster,
+    leader: u64,
+    executors: usize,
+    shards: usize,
+    started: Instant,
+}
+
+impl Delivery<'_> {
+    /// Polls until every shard is delivered, evenly, at most `bound`; progress every 10 s.
+    async fn wait(&self, shard_count: u32, bound: Duration) -> Result<()> {
+        let mut last_report = Instant::now();
+        // The full view serialises every executor's set, about 25 bytes per shard (25 MB at a
+        // million), which on this machine competes with the cluster it observes. So the leader's
+        // gauges, a page of a few kilobytes, are read every `GAUGE_INTERVAL` first, and the full
+        // view only once they say every executor is there with every shard owned and none
+        // releasing, at most once per `full_interval`.
+        let full_interval =
+            Duration::from_millis(200).max(Duration::from_micros(u64::from(shard_count)));
+        let last_full = std::sync::Mutex::new(None::<Instant>);
+        poll_every(
+            "every shard delivered, evenly",
+            bound,
+            GAUGE_INTERVAL,
+            || {
+                let report = last_report.elapsed() >= Duration::from_secs(10);
+                if report {
+                    last_report = Instant::now();
+                }
+                let full_due = last_full
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_none_or(|at| at.elapsed() >= full_interval);
+                let last_full = &last_full;
+                async move { self.check(report, full_due, last_full).await }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One poll: the leader's gauges, and the full view when `full_due` and the gauges say every
+    /// shard is owned; what is still missing is the error, said on stderr if `report`.
+    async fn check(
+        &self,
+        report: bool,
+        full_due: bool,
+        last_full: &std::sync::Mutex<Option<Instant>>,
+    ) -> Result<(), String> {
+        let (executors, shards) = (self.executors, self.shards);
+        let gauges = placement_gauges(self.cluster, self.leader).await?;
+        let placed = gauges.executors == executors as u64
+            && gauges.owned == shards as u64
+            && gauges.releasing == 0;
+        if !(placed && full_due) {
+            let observation = format!(
+                "{} executors, {} of {shards} shards owned, {} releasing",
+                gauges.executors, gauges.owned, gauges.releasing
+            );
+            return self.waiting(observation, report);
+        }
+        *last_full.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        let view = executors_view(self.cluster, self.leader).await?;
+        let counts: Vec<usize> = view.iter().map(|e| e.shards.len()).collect();
+        let total: usize = counts.iter().sum();
+        let fewest = counts.iter().copied().min().unwrap_or(0);
+        let most = counts.iter().copied().max().unwrap_or(0);
+        if view.len() == executors && total == shards && most - fewest <= 1 {
+            return Ok(());
+        }
+        let observation = format!(
+            "{} executors, {total} of {shards} shards delivered, spread {fewest}..{most}",
+            view.len()
+        );
+        self.waiting(observation, report)
+    }
+
+    /// `observation` as the poll's error, said on stderr first if `report`.
+    fn waiting(&self, observation: String, report: bool) -> Result<(), String> {
+        if report {
+            eprintln!(
+                "  settling for {:.0} s: {observation}",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+        Err(observation)
+    }
+}
+
+/// Renews every executor of `fleet` once, so each adopts the set the leader recorded for it,
+/// and checks that together they hold all `shards`, evenly.
+async fn adopt_recorded_sets(fleet: &Arc<LeaseholdFleet>, shards: usize) -> Result<()> {
+    let executors = fleet.size();
     let renewing_started = Instant::now();
     let failures = fleet.renew_all().await;
     if failures > 0 {

@@ -169,15 +169,128 @@ fn probe_victims(namespaces: usize, executors: usize, probes: usize) -> (Vec<Vic
 }
 
 // ---------------------------------------------------------------------------------------------
-// The leader's gauges, per namespace
+// The run: set-up, the steady window, the probes before the storm, the storm, its renewal round
 
 pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
     args.check()?;
     let commit = commit();
     let load_before = load_average();
-    let security = &env.security;
-    let mut cluster =
-        leasehold_cluster(env, security, "b12", default_flags(DEFAULT_SPACE_SHARDS)).await?;
+    let (run, cadence) = B12Run::set_up(env, args).await?;
+
+    // 1. Steady.
+    let steady = run.steady().await?;
+
+    // 2. Replans before the storm.
+    let (baseline_victims, storm_victims) =
+        probe_victims(args.namespaces, args.executors, args.probes);
+    let never = AtomicBool::new(false);
+    let baseline = run.replan_probes(&baseline_victims, None, &never).await?;
+
+    // 3. The storm.
+    let (storm, storm_cadence) = run.storm(&storm_victims).await?;
+    let round = run.storm_round(&storm).await?;
+    let (storm_renewals, own_dropped) = run
+        .stop_renewals(cadence, storm_cadence, &storm.own)
+        .await?;
+    let dropped = steady.dropped + storm.others.dropped + round.dropped + own_dropped;
+    if dropped > 0 {
+        eprintln!("B12: {dropped} renewals past {MAX_WINDOW_SAMPLES} a window were not kept");
+    }
+
+    let renewals = renewals_table(args, [&steady, &storm.others, &round], &commit);
+    let replans = replans_table(
+        &run,
+        &storm,
+        &baseline,
+        storm_renewals,
+        commit,
+        &load_before,
+    );
+    Ok(vec![renewals, replans])
+}
+
+/// What every phase of a run shares: the cluster and its leader, the first fleet's recorder, the
+/// executors the probes have left, and the settings.
+struct B12Run<'a> {
+    args: &'a B12,
+    security: &'a Security,
+    leader: u64,
+    /// The leader's plan interval: a third of the shortest lease of any namespace.
+    tick: Duration,
+    /// The fleet of every namespace, `--executors` each, recorded per namespace.
+    recorded: Arc<Recorded>,
+    /// Each namespace's executors, less those the probes deregistered so far.
+    left: Mutex<Vec<u64>>,
+    /// Last, so that it is dropped (its managers stopped) after the fleets.
+    cluster: ManagerCluster,
+}
+
+/// One closed window as the renewals table shows it.
+struct WindowFigures {
+    length: Duration,
+    figures: Figures,
+    /// The 1-minute load average at the window's opening → at its close.
+    load: String,
+    /// Renewals past [`MAX_WINDOW_SAMPLES`], not kept.
+    dropped: u64,
+}
+
+/// The storm's own executors: their recorder (all as one namespace) and its window, open until
+/// the round's end.
+struct StormFleet {
+    recorded: Arc<Recorded>,
+    window: usize,
+    /// From the storm's start until every registration was answered.
+    registered: Duration,
+}
+
+/// What the storm left for its renewal round and for the tables.
+struct Storm {
+    started: Instant,
+    /// The 1-minute load average at the storm's start.
+    load_at_start: String,
+    own: StormFleet,
+    /// From the storm's start until its namespace settled.
+    settled: Duration,
+    probes: Vec<Probe>,
+    /// The other namespaces' renewals until the storm's namespace settled.
+    others: WindowFigures,
+    /// The round's window, opened with the storm's and still open.
+    round_window: usize,
+}
+
+impl B12 {
+    /// Renewals slower than `--p99-ms` are kept with when they were sent.
+    fn slow_renewal_bound(&self) -> Duration {
+        Duration::from_secs_f64(self.p99_bound_ms / 1000.0)
+    }
+}
+
+/// Every namespace with its `--executors` executors and `--shards` shards, as settled.
+fn expected_namespaces(args: &B12) -> BTreeMap<String, Expected> {
+    (0..args.namespaces)
+        .map(|n| {
+            (
+                namespace_name(n),
+                Expected {
+                    executors: args.executors as u64,
+                    shards: u64::from(args.shards),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Set-up: three managers at the shipped defaults, formed and at a cluster version that takes
+/// namespaces; returns the cluster and its leader.
+async fn form_cluster(env: &Env) -> Result<(ManagerCluster, u64)> {
+    let mut cluster = leasehold_cluster(
+        env,
+        &env.security,
+        "b12",
+        default_flags(DEFAULT_SPACE_SHARDS),
+    )
+    .await?;
     let leader = cluster.wait_for_leader(FORM_BOUND).await?;
     poll_until("B12: cluster version 12", VERSION_BOUND, || {
         let cluster = &cluster;
@@ -190,7 +303,16 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
         }
     })
     .await?;
-    let admin = admin_client(&cluster, security)?;
+    Ok((cluster, leader))
+}
+
+/// Set-up: creates the namespaces as the admin; returns the leader's tick.
+async fn create_namespaces(
+    cluster: &ManagerCluster,
+    security: &Security,
+    args: &B12,
+) -> Result<Duration> {
+    let admin = admin_client(cluster, security)?;
     let lease_ms = u64::try_from(args.lease.as_millis())?;
     let created = Instant::now();
     for namespace in 0..args.namespaces {
@@ -222,8 +344,16 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
         created.elapsed().as_secs_f64(),
         tick
     );
+    Ok(tick)
+}
 
-    // The fleet: executor i in namespace i / executors.
+/// Set-up: registers the fleet, executor i in namespace i / executors, and starts it renewing,
+/// recorded per namespace.
+async fn register_fleet(
+    cluster: &ManagerCluster,
+    security: &Security,
+    args: &B12,
+) -> Result<(Arc<Recorded>, Cadence)> {
     let total = args.namespaces * args.executors;
     let spec = FleetSpec {
         namespaces: (0..total)
@@ -232,32 +362,35 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
         ..FleetSpec::plain(total)
     };
     let started = Instant::now();
-    let fleet = Arc::new(leasehold_fleet_spec(&cluster, security, spec, executor_client()).await?);
+    let fleet = Arc::new(leasehold_fleet_spec(cluster, security, spec, executor_client()).await?);
     let registered = started.elapsed();
     let recorded = Arc::new(Recorded::new(
-        fleet.clone(),
+        fleet,
         args.namespaces,
         args.executors,
         args.lease,
-        Duration::from_secs_f64(args.p99_bound_ms / 1000.0),
+        args.slow_renewal_bound(),
     ));
     let cadence = Cadence::start(recorded.clone(), args.lease);
     eprintln!(
         "B12: {total} executors registered in {:.1} s; settling",
         registered.as_secs_f64()
     );
-    let mut expected: BTreeMap<String, Expected> = (0..args.namespaces)
-        .map(|n| {
-            (
-                namespace_name(n),
-                Expected {
-                    executors: args.executors as u64,
-                    shards: u64::from(args.shards),
-                },
-            )
-        })
-        .collect();
-    let settled = settle_namespaces(&cluster, leader, &expected, SETTLE_BOUND, "B12").await?;
+    Ok((recorded, cadence))
+}
+
+/// Set-up: waits until every namespace has settled, then renews every executor once and checks
+/// that each namespace's shards are all held, evenly.
+async fn settle_fleet(
+    cluster: &ManagerCluster,
+    leader: u64,
+    recorded: &Recorded,
+    args: &B12,
+) -> Result<()> {
+    let total = args.namespaces * args.executors;
+    let expected = expected_namespaces(args);
+    let settled = settle_namespaces(cluster, leader, &expected, SETTLE_BOUND, "B12").await?;
+    let fleet = &recorded.fleet;
     let failures = fleet.renew_all().await;
     if failures > 0 {
         bail!("B12: {failures} of {total} executors could not renew after settling");
@@ -277,72 +410,147 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
         settled.as_secs_f64(),
         args.duration
     );
+    Ok(())
+}
 
-    // 1. Steady.
-    let load_steady = load_average();
-    let window = recorded.open()?;
-    let steady_started = Instant::now();
-    tokio::time::sleep(args.duration).await;
-    let steady_length = steady_started.elapsed();
-    let steady = recorded.close(window).await?;
-    let steady_load = format!("{load_steady} → {}", load_average());
-    let mut dropped = steady.dropped;
-    let steady = figures(&steady, None, args.p99_bound_ms);
-    eprintln!("B12: steady: {steady:?}");
-
-    // 2. Replans before the storm.
-    let (baseline_victims, storm_victims) =
-        probe_victims(args.namespaces, args.executors, args.probes);
-    let left = Mutex::new(vec![args.executors as u64; args.namespaces]);
-    let probe_bound = tick + PROBE_PATIENCE;
-    let never = AtomicBool::new(false);
-    let baseline = probe_all(
-        &cluster,
-        leader,
-        &recorded,
-        &baseline_victims,
-        &left,
-        probe_bound,
-        None,
-        &never,
-    )
-    .await?;
-
-    // 3. The storm.
-    let load_storm = load_average();
-    let storm_name = namespace_name(STORM_NAMESPACE);
-    expected.retain(|name, _| *name == storm_name);
-    if let Some(storm) = expected.get_mut(&storm_name) {
-        storm.executors += args.storm as u64;
+impl<'a> B12Run<'a> {
+    /// Set-up: the cluster, its namespaces and their executors, settled and renewing (the
+    /// returned cadence, which the run stops at its end).
+    async fn set_up(env: &'a Env, args: &'a B12) -> Result<(Self, Cadence)> {
+        let security = &env.security;
+        let (cluster, leader) = form_cluster(env).await?;
+        let tick = create_namespaces(&cluster, security, args).await?;
+        let (recorded, cadence) = register_fleet(&cluster, security, args).await?;
+        settle_fleet(&cluster, leader, &recorded, args).await?;
+        let run = Self {
+            args,
+            security,
+            leader,
+            tick,
+            recorded,
+            left: Mutex::new(vec![args.executors as u64; args.namespaces]),
+            cluster,
+        };
+        Ok((run, cadence))
     }
-    let storm_settled = AtomicBool::new(false);
-    let window = recorded.open()?;
-    let round_window = recorded.open()?;
-    let storm_started = Instant::now();
-    eprintln!("B12: the storm: {} executors into {storm_name}", args.storm);
-    let register = async {
+
+    /// Phase 1: every namespace's renewals for `--duration`, nothing else happening.
+    async fn steady(&self) -> Result<WindowFigures> {
+        let load_steady = load_average();
+        let window = self.recorded.open()?;
+        let steady_started = Instant::now();
+        tokio::time::sleep(self.args.duration).await;
+        let length = steady_started.elapsed();
+        let closed = self.recorded.close(window).await?;
+        let load = format!("{load_steady} → {}", load_average());
+        let figures = figures(&closed, None, self.args.p99_bound_ms);
+        eprintln!("B12: steady: {figures:?}");
+        Ok(WindowFigures {
+            length,
+            figures,
+            load,
+            dropped: closed.dropped,
+        })
+    }
+
+    /// Phases 2 and 3: replan probes of `victims` (see [`probe_all`]), each waiting at most the
+    /// leader's tick and [`PROBE_PATIENCE`].
+    async fn replan_probes(
+        &self,
+        victims: &[Victim],
+        storm_start: Option<Instant>,
+        storm_settled: &AtomicBool,
+    ) -> Result<Vec<Probe>> {
+        probe_all(
+            &self.cluster,
+            self.leader,
+            &self.recorded,
+            victims,
+            &self.left,
+            self.tick + PROBE_PATIENCE,
+            storm_start,
+            storm_settled,
+        )
+        .await
+    }
+
+    /// Phase 3: the storm's registrations, its namespace settling and the probes of `victims`,
+    /// side by side, with the other namespaces' renewals until the storm's namespace settled.
+    /// Returns the storm's executors' cadence beside the rest, for the run to stop at its end.
+    async fn storm(&self, victims: &[Victim]) -> Result<(Storm, Cadence)> {
+        let args = self.args;
+        let load_storm = load_average();
+        let storm_name = namespace_name(STORM_NAMESPACE);
+        let mut expected = expected_namespaces(args);
+        expected.retain(|name, _| *name == storm_name);
+        if let Some(storm) = expected.get_mut(&storm_name) {
+            storm.executors += args.storm as u64;
+        }
+        let storm_settled = AtomicBool::new(false);
+        let window = self.recorded.open()?;
+        let round_window = self.recorded.open()?;
+        let started = Instant::now();
+        eprintln!("B12: the storm: {} executors into {storm_name}", args.storm);
+        let probes = async {
+            tokio::time::sleep(STORM_PROBE_DELAY).await;
+            self.replan_probes(victims, Some(started), &storm_settled)
+                .await
+        };
+        let (registered, settled, probes) = tokio::join!(
+            self.register_storm(started),
+            self.settle_storm(&expected, &storm_settled),
+            probes
+        );
+        let (own, own_cadence) = registered?;
+        let settled = settled?;
+        let probes = probes?;
+        let length = started.elapsed();
+        let closed = self.recorded.close(window).await?;
+        let load = format!("{load_storm} → {}", load_average());
+        let figures = figures(&closed, Some(STORM_NAMESPACE), args.p99_bound_ms);
+        eprintln!("B12: storm: {figures:?}");
+        let storm = Storm {
+            started,
+            load_at_start: load_storm,
+            own,
+            settled,
+            probes,
+            others: WindowFigures {
+                length,
+                figures,
+                load,
+                dropped: closed.dropped,
+            },
+            round_window,
+        };
+        Ok((storm, own_cadence))
+    }
+
+    /// The storm's registrations, then its executors renewing (together, or spread with
+    /// `--storm-spread`), their renewals recorded from then to the round's end.
+    async fn register_storm(&self, started: Instant) -> Result<(StormFleet, Cadence)> {
+        let args = self.args;
         let fleet = Arc::new(
             leasehold_fleet_spec(
-                &cluster,
-                security,
-                FleetSpec::in_namespace(args.storm, &storm_name),
+                &self.cluster,
+                self.security,
+                FleetSpec::in_namespace(args.storm, &namespace_name(STORM_NAMESPACE)),
                 executor_client(),
             )
             .await?,
         );
-        let registered = storm_started.elapsed();
+        let registered = started.elapsed();
         eprintln!(
             "  B12: the storm's {} executors registered after {:.2} s",
             args.storm,
             registered.as_secs_f64()
         );
-        // Its own renewals are recorded too (all as one namespace), from now to the round's end.
         let recorded = Arc::new(Recorded::new(
             fleet,
             1,
             args.storm,
             args.lease,
-            Duration::from_secs_f64(args.p99_bound_ms / 1000.0),
+            args.slow_renewal_bound(),
         ));
         let window = recorded.open()?;
         let cadence = if args.storm_spread {
@@ -350,232 +558,117 @@ pub async fn b12(env: &Env, args: &B12) -> Result<Vec<Table>> {
         } else {
             Cadence::start_together(recorded.clone(), args.lease)
         };
-        Ok::<_, anyhow::Error>((recorded, window, cadence, registered))
-    };
-    let settle = async {
-        let settled =
-            settle_namespaces(&cluster, leader, &expected, SETTLE_BOUND, "B12 storm").await;
+        let fleet = StormFleet {
+            recorded,
+            window,
+            registered,
+        };
+        Ok((fleet, cadence))
+    }
+
+    /// Waits until the storm's namespace is `expected`, then sets `storm_settled` (whether it
+    /// settled or not) for the probes to stop.
+    async fn settle_storm(
+        &self,
+        expected: &BTreeMap<String, Expected>,
+        storm_settled: &AtomicBool,
+    ) -> Result<Duration> {
+        let settled = settle_namespaces(
+            &self.cluster,
+            self.leader,
+            expected,
+            SETTLE_BOUND,
+            "B12 storm",
+        )
+        .await;
         storm_settled.store(true, AtomicOrdering::SeqCst);
         if let Ok(settled) = &settled {
             eprintln!(
-                "  B12: {storm_name} settled {:.2} s after the storm began",
+                "  B12: {} settled {:.2} s after the storm began",
+                namespace_name(STORM_NAMESPACE),
                 settled.as_secs_f64()
             );
         }
         settled
-    };
-    let probes = async {
-        tokio::time::sleep(STORM_PROBE_DELAY).await;
-        probe_all(
-            &cluster,
-            leader,
-            &recorded,
-            &storm_victims,
-            &left,
-            probe_bound,
-            Some(storm_started),
-            &storm_settled,
-        )
-        .await
-    };
-    let (registered_storm, storm_settle, storm_probes) = tokio::join!(register, settle, probes);
-    let (storm_recorded, storm_window, storm_cadence, storm_registered) = registered_storm?;
-    let storm_settle = storm_settle?;
-    let storm_probes = storm_probes?;
-    let storm_length = storm_started.elapsed();
-    let storm = recorded.close(window).await?;
-    let storm_load = format!("{load_storm} → {}", load_average());
-    dropped += storm.dropped;
-    let storm = figures(&storm, Some(STORM_NAMESPACE), args.p99_bound_ms);
-    eprintln!("B12: storm: {storm:?}");
-    let round_ends = storm_started + args.lease / 3 + ROUND_SLACK;
-    eprintln!(
-        "B12: the storm's renewal round, until {:.1} s after its start",
-        round_ends.duration_since(storm_started).as_secs_f64()
-    );
-    // The leader's own account of the renewals around the storm's renewal burst (its executors
-    // renew first a third into their lease): from a second before it to the round's end.
-    let leader_url = cluster.url(leader)?;
-    let burst_before = storm_started + (args.lease / 3).saturating_sub(Duration::from_secs(1));
-    tokio::time::sleep_until(burst_before).await;
-    let page_before = metrics_page(&cluster, &leader_url)
-        .await
-        .unwrap_or_default();
-    tokio::time::sleep_until(round_ends).await;
-    let round_length = storm_started.elapsed();
-    let page_after = metrics_page(&cluster, &leader_url)
-        .await
-        .unwrap_or_default();
-    eprintln!(
-        "B12: the leader's renewal metrics from {:.1} s into the storm to the round's end:",
-        burst_before.duration_since(storm_started).as_secs_f64()
-    );
-    for (series, delta) in metric_deltas(&page_before, &page_after, LEADER_RENEWAL_METRICS) {
-        eprintln!("  {series} +{delta}");
     }
-    let round = recorded.close(round_window).await?;
-    let round_load = format!("{load_storm} → {}", load_average());
-    dropped += round.dropped;
-    let round = figures(&round, Some(STORM_NAMESPACE), args.p99_bound_ms);
-    eprintln!("B12: storm round: {round:?}");
 
-    let main_counters = cadence.stop().await;
-    let storm_counters = storm_cadence.stop().await;
-    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(AtomicOrdering::Relaxed);
-    let failed = count(&main_counters.errors) + count(&storm_counters.errors);
-    if failed > 0 {
+    /// The storm's renewal round: the other namespaces' renewals until a third of the lease and
+    /// [`ROUND_SLACK`] after the storm's start, and the leader's account of its renewals around
+    /// the storm's renewal burst.
+    async fn storm_round(&self, storm: &Storm) -> Result<WindowFigures> {
+        let args = self.args;
+        let round_ends = storm.started + args.lease / 3 + ROUND_SLACK;
         eprintln!(
-            "B12: {failed} renewals failed over the whole run, {} of them refused as from unknown executors (first error: {})",
-            count(&main_counters.evictions) + count(&storm_counters.evictions),
-            main_counters
-                .first_error()
-                .or_else(|| storm_counters.first_error())
-                .unwrap_or_default()
+            "B12: the storm's renewal round, until {:.1} s after its start",
+            round_ends.duration_since(storm.started).as_secs_f64()
         );
-    }
-    let own = storm_recorded.close(storm_window).await?;
-    dropped += own.dropped;
-    let own = figures(&own, None, args.p99_bound_ms);
-    let storm_renewals = format!(
-        "{} ({}); p50 {}, p99 {}, max {}",
-        count(&storm_counters.ok),
-        count(&storm_counters.errors),
-        fmt_ms(own.p50_ms),
-        fmt_ms(own.p99_ms),
-        fmt_ms(own.max_ms)
-    );
-    if dropped > 0 {
-        eprintln!("B12: {dropped} renewals past {MAX_WINDOW_SAMPLES} a window were not kept");
+        // The leader's own account of the renewals around the storm's renewal burst (its executors
+        // renew first a third into their lease): from a second before it to the round's end.
+        let leader_url = self.cluster.url(self.leader)?;
+        let burst_before = storm.started + (args.lease / 3).saturating_sub(Duration::from_secs(1));
+        tokio::time::sleep_until(burst_before).await;
+        let page_before = metrics_page(&self.cluster, &leader_url)
+            .await
+            .unwrap_or_default();
+        tokio::time::sleep_until(round_ends).await;
+        let length = storm.started.elapsed();
+        let page_after = metrics_page(&self.cluster, &leader_url)
+            .await
+            .unwrap_or_default();
+        eprintln!(
+            "B12: the leader's renewal metrics from {:.1} s into the storm to the round's end:",
+            burst_before.duration_since(storm.started).as_secs_f64()
+        );
+        for (series, delta) in metric_deltas(&page_before, &page_after, LEADER_RENEWAL_METRICS) {
+            eprintln!("  {series} +{delta}");
+        }
+        let closed = self.recorded.close(storm.round_window).await?;
+        let load = format!("{} → {}", storm.load_at_start, load_average());
+        let figures = figures(&closed, Some(STORM_NAMESPACE), args.p99_bound_ms);
+        eprintln!("B12: storm round: {figures:?}");
+        Ok(WindowFigures {
+            length,
+            figures,
+            load,
+            dropped: closed.dropped,
+        })
     }
 
-    let size = format!("{} × {} × {}", args.namespaces, args.shards, args.executors);
-    let within = |figures: &Figures| {
-        let worst = figures.worst.map_or(0.0, |(_, p99, _)| p99);
-        if figures.errors == 0 && figures.p99_ms <= args.p99_bound_ms && worst <= args.p99_bound_ms
-        {
-            "yes".to_owned()
-        } else {
-            "**no**".to_owned()
+    /// Stops both fleets' renewals and says if any failed over the whole run; returns the storm's
+    /// own renewals as the replans table shows them, and how many of them were not kept.
+    async fn stop_renewals(
+        &self,
+        cadence: Cadence,
+        storm_cadence: Cadence,
+        storm_fleet: &StormFleet,
+    ) -> Result<(String, u64)> {
+        let main_counters = cadence.stop().await;
+        let storm_counters = storm_cadence.stop().await;
+        let count = |counter: &std::sync::atomic::AtomicU64| counter.load(AtomicOrdering::Relaxed);
+        let failed = count(&main_counters.errors) + count(&storm_counters.errors);
+        if failed > 0 {
+            eprintln!(
+                "B12: {failed} renewals failed over the whole run, {} of them refused as from unknown executors (first error: {})",
+                count(&main_counters.evictions) + count(&storm_counters.evictions),
+                main_counters
+                    .first_error()
+                    .or_else(|| storm_counters.first_error())
+                    .unwrap_or_default()
+            );
         }
-    };
-    let bound_header = format!("p99 and worst within {}", fmt_ms(args.p99_bound_ms));
-    let mut renewals = Table::new(&[
-        "B12",
-        "namespaces × shards × executors",
-        "window",
-        "renewals (namespaces)",
-        "errors",
-        "p50",
-        "p99",
-        "max",
-        "worst namespace: p99 (renewals)",
-        "namespaces with p99 over the bound",
-        "renewals over the bound: namespace, sent at (from the window's start), took",
-        &bound_header,
-        "commit (tree at the run's start)",
-        "load avg",
-    ]);
-    for (label, length, figures, namespaces, load) in [
-        (
-            "steady".to_owned(),
-            steady_length,
-            &steady,
-            args.namespaces,
-            &steady_load,
-        ),
-        (
-            format!(
-                "storm: {} executors into {storm_name}, until it settled",
-                args.storm
-            ),
-            storm_length,
-            &storm,
-            args.namespaces - 1,
-            &storm_load,
-        ),
-        (
-            "the storm's renewal round (a third of the lease and 5 s)".to_owned(),
-            round_length,
-            &round,
-            args.namespaces - 1,
-            &round_load,
-        ),
-    ] {
-        renewals.row(vec![
-            "B12".into(),
-            size.clone(),
-            format!("{label}, {:.1} s", length.as_secs_f64()),
-            format!("{} ({namespaces})", figures.renewals),
-            match &figures.first_error {
-                Some(error) => format!("{} ({error})", figures.errors),
-                None => figures.errors.to_string(),
-            },
-            fmt_ms(figures.p50_ms),
-            fmt_ms(figures.p99_ms),
-            fmt_ms(figures.max_ms),
-            match figures.worst {
-                Some((namespace, p99, n)) => {
-                    format!("{}: {} ({n})", namespace_name(namespace), fmt_ms(p99))
-                }
-                None => "-".to_owned(),
-            },
-            figures.namespaces_over.to_string(),
-            fmt_slow(figures),
-            within(figures),
-            commit.clone(),
-            load.clone(),
-        ]);
+        let own = storm_fleet.recorded.close(storm_fleet.window).await?;
+        let dropped = own.dropped;
+        let own = figures(&own, None, self.args.p99_bound_ms);
+        let storm_renewals = format!(
+            "{} ({}); p50 {}, p99 {}, max {}",
+            count(&storm_counters.ok),
+            count(&storm_counters.errors),
+            fmt_ms(own.p50_ms),
+            fmt_ms(own.p99_ms),
+            fmt_ms(own.max_ms)
+        );
+        Ok((storm_renewals, dropped))
     }
-    let mut replans = Table::new(&[
-        "B12",
-        "storm",
-        "registered after",
-        "storm namespace settled after",
-        "storm executors' renewals (failed); in the round",
-        "deregistration → every shard owned: before the storm",
-        "during the storm",
-        "plan interval (tick)",
-        "delayed by more than one interval",
-        "commit (tree at the run's start)",
-        "load avg",
-    ]);
-    let delayed = match (longest(&baseline, false), longest(&storm_probes, true)) {
-        (_, None) => "no probe ended before the storm settled".to_owned(),
-        (None, Some(_)) => "no baseline".to_owned(),
-        (Some(before), Some(during)) => {
-            let by = during.saturating_sub(before);
-            format!(
-                "{} (longest during − longest before: {})",
-                if by > tick { "**yes**" } else { "no" },
-                fmt_ms(by.as_secs_f64() * 1000.0)
-            )
-        }
-    };
-    replans.row(vec![
-        "B12".into(),
-        format!(
-            "{} executors into {storm_name}, renewing {}",
-            args.storm,
-            if args.storm_spread {
-                "spread over a third of the lease"
-            } else {
-                "together"
-            }
-        ),
-        format!("{:.2} s", storm_registered.as_secs_f64()),
-        format!("{:.2} s", storm_settle.as_secs_f64()),
-        storm_renewals,
-        fmt_probes(&baseline),
-        fmt_probes(&storm_probes),
-        format!(
-            "{} (a third of the shortest lease)",
-            humantime::format_duration(tick)
-        ),
-        delayed,
-        commit,
-        format!("{load_before} → {}", load_average()),
-    ]);
-    Ok(vec![renewals, replans])
 }
 
 #[cfg(test)]

@@ -158,3 +158,165 @@ pub(super) fn longest(probes: &[Probe], in_storm_only: bool) -> Option<Duration>
         .map(|p| p.took)
         .max()
 }
+
+/// Whether a window's renewals met the target: none failed, and the p99 overall and the worst
+/// namespace's within `--p99-ms`.
+fn within(figures: &Figures, p99_bound_ms: f64) -> String {
+    let worst = figures.worst.map_or(0.0, |(_, p99, _)| p99);
+    if figures.errors == 0 && figures.p99_ms <= p99_bound_ms && worst <= p99_bound_ms {
+        "yes".to_owned()
+    } else {
+        "**no**".to_owned()
+    }
+}
+
+/// The first table: the renewals of the steady window, of the storm until its namespace settled,
+/// and of the storm's renewal round.
+pub(super) fn renewals_table(
+    args: &B12,
+    [steady, storm, round]: [&WindowFigures; 3],
+    commit: &str,
+) -> Table {
+    let bound_header = format!("p99 and worst within {}", fmt_ms(args.p99_bound_ms));
+    let mut renewals = Table::new(&[
+        "B12",
+        "namespaces × shards × executors",
+        "window",
+        "renewals (namespaces)",
+        "errors",
+        "p50",
+        "p99",
+        "max",
+        "worst namespace: p99 (renewals)",
+        "namespaces with p99 over the bound",
+        "renewals over the bound: namespace, sent at (from the window's start), took",
+        &bound_header,
+        "commit (tree at the run's start)",
+        "load avg",
+    ]);
+    let storm_name = namespace_name(STORM_NAMESPACE);
+    for (label, window, namespaces) in [
+        ("steady".to_owned(), steady, args.namespaces),
+        (
+            format!(
+                "storm: {} executors into {storm_name}, until it settled",
+                args.storm
+            ),
+            storm,
+            args.namespaces - 1,
+        ),
+        (
+            "the storm's renewal round (a third of the lease and 5 s)".to_owned(),
+            round,
+            args.namespaces - 1,
+        ),
+    ] {
+        renewals.row(renewals_row(args, &label, window, namespaces, commit));
+    }
+    renewals
+}
+
+/// One window's row of [`renewals_table`]; `namespaces` is how many namespaces its figures cover.
+fn renewals_row(
+    args: &B12,
+    label: &str,
+    window: &WindowFigures,
+    namespaces: usize,
+    commit: &str,
+) -> Vec<String> {
+    let figures = &window.figures;
+    vec![
+        "B12".into(),
+        format!("{} × {} × {}", args.namespaces, args.shards, args.executors),
+        format!("{label}, {:.1} s", window.length.as_secs_f64()),
+        format!("{} ({namespaces})", figures.renewals),
+        match &figures.first_error {
+            Some(error) => format!("{} ({error})", figures.errors),
+            None => figures.errors.to_string(),
+        },
+        fmt_ms(figures.p50_ms),
+        fmt_ms(figures.p99_ms),
+        fmt_ms(figures.max_ms),
+        match figures.worst {
+            Some((namespace, p99, n)) => {
+                format!("{}: {} ({n})", namespace_name(namespace), fmt_ms(p99))
+            }
+            None => "-".to_owned(),
+        },
+        figures.namespaces_over.to_string(),
+        fmt_slow(figures),
+        within(figures, args.p99_bound_ms),
+        commit.to_owned(),
+        window.load.clone(),
+    ]
+}
+
+/// Whether the longest replan during the storm came later than the longest before it by more
+/// than one plan interval (`tick`).
+fn fmt_delayed(baseline: &[Probe], storm_probes: &[Probe], tick: Duration) -> String {
+    match (longest(baseline, false), longest(storm_probes, true)) {
+        (_, None) => "no probe ended before the storm settled".to_owned(),
+        (None, Some(_)) => "no baseline".to_owned(),
+        (Some(before), Some(during)) => {
+            let by = during.saturating_sub(before);
+            format!(
+                "{} (longest during − longest before: {})",
+                if by > tick { "**yes**" } else { "no" },
+                fmt_ms(by.as_secs_f64() * 1000.0)
+            )
+        }
+    }
+}
+
+/// The second table: the storm's registrations and settling, and the replans before and during
+/// it; `load_before` is the load average at the run's start.
+pub(super) fn replans_table(
+    run: &B12Run<'_>,
+    storm: &Storm,
+    baseline: &[Probe],
+    storm_renewals: String,
+    commit: String,
+    load_before: &str,
+) -> Table {
+    let args = run.args;
+    let mut replans = Table::new(&[
+        "B12",
+        "storm",
+        "registered after",
+        "storm namespace settled after",
+        "storm executors' renewals (failed); in the round",
+        "deregistration → every shard owned: before the storm",
+        "during the storm",
+        "plan interval (tick)",
+        "delayed by more than one interval",
+        "commit (tree at the run's start)",
+        "load avg",
+    ]);
+    let delayed = fmt_delayed(baseline, &storm.probes, run.tick);
+    replans.row(vec![
+        "B12".into(),
+        format!(
+            "{} executors into {}, renewing {}",
+            args.storm,
+            namespace_name(STORM_NAMESPACE),
+            if args.storm_spread {
+                "spread over a third of the lease"
+            } else {
+                "together"
+            }
+        ),
+        format!("{:.2} s", storm.own.registered.as_secs_f64()),
+        format!("{:.2} s", storm.settled.as_secs_f64()),
+        storm_renewals,
+        fmt_probes(baseline),
+        fmt_probes(&storm.probes),
+        format!(
+            "{} (a third of the shortest lease)",
+            humantime::format_duration(run.tick)
+        ),
+        delayed,
+        commit,
+        format!("{load_before} → {}", load_average()),
+    ]);
+    replans
+}
