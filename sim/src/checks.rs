@@ -32,7 +32,7 @@ use leasehold_manager::lease::{
 use tokio::time::Instant;
 
 use crate::scenario::Scenario;
-use leasehold_executor::admission::AdmissionCore;
+use leasehold_executor::admission::{AdmissionCore, Permit};
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,73 +356,88 @@ impl Checker {
             admitted.iter_mut().for_each(|entry| *entry = None);
         }
         for (slot, process) in processes.iter().enumerate() {
-            let Some(ProcessView {
-                core,
-                now,
-                namespace,
-            }) = *process
-            else {
+            if let Some(view) = *process {
+                self.check_admits(processes, slot, view, now_us)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// P18.1, I2 and I1 over every shard the process in `slot` admits now.
+    fn check_admits(
+        &mut self,
+        processes: &[Option<ProcessView<'_>>],
+        slot: usize,
+        view: ProcessView<'_>,
+        now_us: u64,
+    ) -> Result<(), Violation> {
+        let ProcessView {
+            core,
+            now,
+            namespace,
+        } = view;
+        let Some(executor_id) = core.executor_id() else {
+            return Ok(());
+        };
+        let space = self.namespace_index(namespace);
+        let shard_count = self.shard_counts[space];
+        for held in core.assignment().held() {
+            let Ok(permit) = core.admit(held.shard, now) else {
                 continue;
             };
-            let Some(executor_id) = core.executor_id() else {
-                continue;
-            };
-            let space = self.namespace_index(namespace);
-            let shard_count = self.shard_counts[space];
-            for held in core.assignment().held() {
-                let Ok(permit) = core.admit(held.shard, now) else {
-                    continue;
-                };
-                // P18.1: a process admits only shards of its own namespace's shard space.
-                if permit.shard >= shard_count {
+            // P18.1: a process admits only shards of its own namespace's shard space.
+            if permit.shard >= shard_count {
+                return Err(Violation {
+                    invariant: "P18.1",
+                    detail: format!(
+                        "slot {slot} ({executor_id}, of {namespace}) admits shard {}, but \
+                         {namespace} has {shard_count} shards",
+                        permit.shard
+                    ),
+                    at_us: now_us,
+                });
+            }
+            match self.minted.get(&(space, permit.shard, permit.epoch)) {
+                Some(owner) if owner == executor_id => {}
+                minted_for => {
                     return Err(Violation {
-                        invariant: "P18.1",
+                        invariant: "I2",
                         detail: format!(
-                            "slot {slot} ({executor_id}, of {namespace}) admits shard {}, but \
-                             {namespace} has {shard_count} shards",
-                            permit.shard
-                        ),
-                        at_us: now_us,
-                    });
-                }
-                match self.minted.get(&(space, permit.shard, permit.epoch)) {
-                    Some(owner) if owner == executor_id => {}
-                    minted_for => {
-                        return Err(Violation {
-                            invariant: "I2",
-                            detail: format!(
-                                "slot {slot} ({executor_id}) admits {} at epoch {}, minted for {minted_for:?}",
-                                shard_name(namespace, permit.shard),
-                                permit.epoch
-                            ),
-                            at_us: now_us,
-                        })
-                    }
-                }
-                let admitted_by = &mut self.admitted_by[space];
-                let index = permit.shard as usize;
-                if admitted_by.len() <= index {
-                    admitted_by.resize(index + 1, None);
-                }
-                if let Some((other_slot, other_epoch)) =
-                    admitted_by[index].replace((slot, permit.epoch))
-                {
-                    let other_id = processes[other_slot]
-                        .and_then(|view| view.core.executor_id())
-                        .unwrap_or_default();
-                    return Err(Violation {
-                        invariant: "I1",
-                        detail: format!(
-                            "{} admitted by slot {other_slot} ({other_id}, epoch {other_epoch}) and slot {slot} ({executor_id}, epoch {})",
+                            "slot {slot} ({executor_id}) admits {} at epoch {}, minted for {minted_for:?}",
                             shard_name(namespace, permit.shard),
                             permit.epoch
                         ),
                         at_us: now_us,
-                    });
+                    })
                 }
+            }
+            if let Some((other_slot, other_epoch)) = self.note_admitted(space, slot, permit) {
+                let other_id = processes[other_slot]
+                    .and_then(|view| view.core.executor_id())
+                    .unwrap_or_default();
+                return Err(Violation {
+                    invariant: "I1",
+                    detail: format!(
+                        "{} admitted by slot {other_slot} ({other_id}, epoch {other_epoch}) and slot {slot} ({executor_id}, epoch {})",
+                        shard_name(namespace, permit.shard),
+                        permit.epoch
+                    ),
+                    at_us: now_us,
+                });
             }
         }
         Ok(())
+    }
+
+    /// Notes that `slot` admits `permit` in `space`; the slot and epoch that admitted the shard
+    /// before it since the event, if any.
+    fn note_admitted(&mut self, space: usize, slot: usize, permit: Permit) -> Option<(usize, u64)> {
+        let admitted_by = &mut self.admitted_by[space];
+        let index = permit.shard as usize;
+        if admitted_by.len() <= index {
+            admitted_by.resize(index + 1, None);
+        }
+        admitted_by[index].replace((slot, permit.epoch))
     }
 
     #[allow(clippy::too_many_arguments)]

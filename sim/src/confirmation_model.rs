@@ -264,6 +264,73 @@ impl ConfirmationModel {
         }
     }
 
+    /// The candidate takes office in the next term with `voter`'s vote.
+    fn elect(&self, state: &mut ConfirmationState, voter: u8) {
+        let tick = state.tick;
+        state.election_held = true;
+        let term = state.managers[usize::from(CANDIDATE)].term + 1;
+        let voter = &mut state.managers[usize::from(voter)];
+        Self::adopt(voter, term);
+        voter.voted_for = Some(CANDIDATE);
+        let candidate = &mut state.managers[usize::from(CANDIDATE)];
+        candidate.term = term;
+        candidate.voted_for = Some(CANDIDATE);
+        // P6.1: every lease an earlier leader told may run until a full lease (the longest
+        // told) from taking office. It is sent no renewal, so it needs no round.
+        candidate.role = Role::Leader(Leading {
+            confirmation: LeadershipConfirmation::new(Self::others(CANDIDATE).map(u64::from)),
+            waiting: Vec::new(),
+            expiry: tick.saturating_add(self.bounds.lease_ticks),
+            rounds_left: 0,
+        });
+    }
+
+    /// The leader `node` starts a confirmation round: a heartbeat to every other manager.
+    fn start_round(state: &mut ConfirmationState, node: u8) -> Option<()> {
+        let tick = state.tick;
+        let term = state.managers[usize::from(node)].term;
+        let leading = Self::leading_mut(state, node)?;
+        leading.rounds_left -= 1;
+        let Round(round) = leading.confirmation.start_round();
+        for to in Self::others(node) {
+            state.network.insert(Message::Heartbeat {
+                from: node,
+                to,
+                term,
+                round,
+                sent: tick,
+            });
+        }
+        Some(())
+    }
+
+    /// The leader `node` answers every renewal whose round is confirmed.
+    fn answer(&self, state: &mut ConfirmationState, node: u8) -> Option<()> {
+        let tick = state.tick;
+        let deposed = Self::deposed(state, node);
+        let lease = self.bounds.lease_ticks;
+        let leading = Self::leading_mut(state, node)?;
+        let (ready, waiting): (Vec<_>, Vec<_>) = leading
+            .waiting
+            .iter()
+            .partition(|(_, needed)| leading.confirmation.is_confirmed(*needed));
+        leading.waiting = waiting;
+        // The leader's record is anchored later than the executor's copy (P3.2).
+        leading.expiry = leading.expiry.max(tick.saturating_add(lease));
+        for (renewal_sent, _) in ready {
+            if state.taken_at.is_none() {
+                let until = renewal_sent.saturating_add(lease);
+                state.lease_until = state.lease_until.max(until);
+            } else {
+                // A set without the shard (as a grant after a reap or a completed handoff
+                // has): the executor stops admitting it.
+                state.lease_until = 0;
+            }
+        }
+        state.answered_after_deposition |= deposed;
+        Some(())
+    }
+
     /// Whether `node` leads a term some manager has since voted past.
     fn deposed(state: &ConfirmationState, node: u8) -> bool {
         let term = state.managers[usize::from(node)].term;
@@ -358,64 +425,9 @@ impl Model for ConfirmationModel {
                 state.network.remove(&message);
                 self.deliver(&mut state, message);
             }
-            Action::Elect { voter } => {
-                state.election_held = true;
-                let term = state.managers[usize::from(CANDIDATE)].term + 1;
-                let voter = &mut state.managers[usize::from(voter)];
-                Self::adopt(voter, term);
-                voter.voted_for = Some(CANDIDATE);
-                let candidate = &mut state.managers[usize::from(CANDIDATE)];
-                candidate.term = term;
-                candidate.voted_for = Some(CANDIDATE);
-                // P6.1: every lease an earlier leader told may run until a full lease (the
-                // longest told) from taking office. It is sent no renewal, so it needs no round.
-                candidate.role = Role::Leader(Leading {
-                    confirmation: LeadershipConfirmation::new(
-                        Self::others(CANDIDATE).map(u64::from),
-                    ),
-                    waiting: Vec::new(),
-                    expiry: tick.saturating_add(self.bounds.lease_ticks),
-                    rounds_left: 0,
-                });
-            }
-            Action::StartRound { node } => {
-                let term = state.managers[usize::from(node)].term;
-                let leading = Self::leading_mut(&mut state, node)?;
-                leading.rounds_left -= 1;
-                let Round(round) = leading.confirmation.start_round();
-                for to in Self::others(node) {
-                    state.network.insert(Message::Heartbeat {
-                        from: node,
-                        to,
-                        term,
-                        round,
-                        sent: tick,
-                    });
-                }
-            }
-            Action::Answer { node } => {
-                let deposed = Self::deposed(&state, node);
-                let lease = self.bounds.lease_ticks;
-                let leading = Self::leading_mut(&mut state, node)?;
-                let (ready, waiting): (Vec<_>, Vec<_>) = leading
-                    .waiting
-                    .iter()
-                    .partition(|(_, needed)| leading.confirmation.is_confirmed(*needed));
-                leading.waiting = waiting;
-                // The leader's record is anchored later than the executor's copy (P3.2).
-                leading.expiry = leading.expiry.max(tick.saturating_add(lease));
-                for (renewal_sent, _) in ready {
-                    if state.taken_at.is_none() {
-                        let until = renewal_sent.saturating_add(lease);
-                        state.lease_until = state.lease_until.max(until);
-                    } else {
-                        // A set without the shard (as a grant after a reap or a completed
-                        // handoff has): the executor stops admitting it.
-                        state.lease_until = 0;
-                    }
-                }
-                state.answered_after_deposition |= deposed;
-            }
+            Action::Elect { voter } => self.elect(&mut state, voter),
+            Action::StartRound { node } => Self::start_round(&mut state, node)?,
+            Action::Answer { node } => self.answer(&mut state, node)?,
             Action::TakeShard { .. } => state.taken_at = Some(tick),
         }
         Some(state)

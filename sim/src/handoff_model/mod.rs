@@ -208,13 +208,7 @@ impl Example {
             ),
             Example::CompletedByExpiryUnderFastNewLeader => Property::sometimes(
                 "P6.1: a new leader whose clock is ahead completes a handoff on expiry",
-                |_: &HandoffModel, state: &HandoffState| {
-                    state.leader.offset_ticks > 0
-                        && state
-                            .ended
-                            .values()
-                            .any(|&(how, term)| how == Ending::Expiry && term == state.leader.term)
-                },
+                |_: &HandoffModel, state: &HandoffState| state.fast_leader_ended_by_expiry(),
             ),
             Example::LateAcknowledgement => Property::sometimes(
                 "P5.2: a late acknowledgement is ignored",
@@ -230,12 +224,7 @@ impl Example {
             ),
             Example::NewOwnerAdmits => Property::sometimes(
                 "P5.2: an executor admits a shard handed to it",
-                |_: &HandoffModel, state: &HandoffState| {
-                    let now = instant(state.tick);
-                    state.processes.iter().skip(1).any(|process| {
-                        (0..SHARD_COUNT).any(|shard| process.core.admit(shard, now).is_ok())
-                    })
-                },
+                |_: &HandoffModel, state: &HandoffState| state.new_owner_admits(),
             ),
             Example::DrainedOwnerHoldsNothing => Property::sometimes(
                 "P5.2: a drained executor hands on every shard it held",
@@ -251,21 +240,13 @@ impl Example {
             Example::SlowestRequest => Property::sometimes(
                 "P3.2: a renewal is applied after the longest request transit",
                 |model: &HandoffModel, state: &HandoffState| {
-                    let transit = model.bounds.request_transit_ticks;
-                    state.network.iter().any(|message| {
-                        matches!(message, Message::Grant { sent_tick, request_sent_tick, .. }
-                            if *sent_tick == request_sent_tick + transit)
-                    })
+                    state.granted_after_slowest_request(model.bounds.request_transit_ticks)
                 },
             ),
             Example::SlowestReply => Property::sometimes(
                 "P3.2: a grant arrives after the longest transit back",
                 |model: &HandoffModel, state: &HandoffState| {
-                    let transit = model.bounds.transit_ticks;
-                    state.network.iter().any(|message| {
-                        matches!(message, Message::Grant { sent_tick, .. }
-                            if state.tick == sent_tick + transit)
-                    })
+                    state.grant_arrives_after_slowest_reply(model.bounds.transit_ticks)
                 },
             ),
         }
@@ -692,6 +673,40 @@ impl HandoffState {
 
     fn ended_by(&self, how: Ending) -> bool {
         self.ended.values().any(|&(ending, _)| ending == how)
+    }
+
+    /// Whether the leader, its clock ahead, completed a handoff on expiry in its own term (P6.1).
+    fn fast_leader_ended_by_expiry(&self) -> bool {
+        self.leader.offset_ticks > 0
+            && self
+                .ended
+                .values()
+                .any(|&(how, term)| how == Ending::Expiry && term == self.leader.term)
+    }
+
+    /// Whether an executor other than the first holder admits a shard now.
+    fn new_owner_admits(&self) -> bool {
+        let now = instant(self.tick);
+        self.processes
+            .iter()
+            .skip(1)
+            .any(|process| (0..SHARD_COUNT).any(|shard| process.core.admit(shard, now).is_ok()))
+    }
+
+    /// Whether a grant in flight answers a renewal applied after the longest request transit.
+    fn granted_after_slowest_request(&self, transit: u64) -> bool {
+        self.network.iter().any(|message| {
+            matches!(message, Message::Grant { sent_tick, request_sent_tick, .. }
+                if *sent_tick == request_sent_tick + transit)
+        })
+    }
+
+    /// Whether a grant in flight arrives now, after the longest transit back.
+    fn grant_arrives_after_slowest_reply(&self, transit: u64) -> bool {
+        self.network.iter().any(|message| {
+            matches!(message, Message::Grant { sent_tick, .. }
+                if self.tick == sent_tick + transit)
+        })
     }
 
     fn fault(&mut self, fault: String) {

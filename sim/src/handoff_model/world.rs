@@ -606,49 +606,9 @@ pub(super) fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
         state.fault(format!("Init answered {outcome:?}"));
     }
     for index in 0..bounds.executors {
-        let incarnation = format!("executor-{index}");
-        let register = Command::Register {
-            namespace: wire::DEFAULT_NAMESPACE.into(),
-            now_ms,
-            address: format!("http://{incarnation}.test"),
-            incarnation,
-            name: None,
-            credential_sha256: None,
-            capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
-            app_version: None,
-            labels: Default::default(),
-        };
-        let mut core = AdmissionCore::default();
-        match state.apply(&register) {
-            Outcome::Registered { grant, .. } => {
-                let reply = wire::Grant::from(grant);
-                if let Err(error) = core.apply_grant(now, &reply, now) {
-                    state.fault(format!("a register reply was refused: {error}"));
-                }
-                executor_ids.push(reply.executor_id);
-            }
-            other => state.fault(format!("Register answered {other:?}")),
-        }
-        if index == 0 {
-            let Some(plan) = plan_rebalance(&state.lease, now_ms) else {
-                state.fault("nothing to plan for the first executor".to_owned());
-                continue;
-            };
-            match state.apply(&plan) {
-                Outcome::Rebalanced { .. } => {
-                    let executor_id = executor_ids.first().cloned().unwrap_or_default();
-                    let push = AssignmentPush {
-                        revision: state.lease.revision(),
-                        shard_count: SHARD_COUNT,
-                        shards: wire_set(&state.lease.delivered_set(&executor_id)),
-                        executor_id,
-                    };
-                    if let Err(error) = core.apply_push(&push, now) {
-                        state.fault(format!("the first push was refused: {error}"));
-                    }
-                }
-                other => state.fault(format!("the first plan answered {other:?}")),
-            }
+        let mut core = register_executor(&mut state, index, now_ms, now, &mut executor_ids);
+        if index == 0 && !give_every_shard(&mut state, &mut core, &executor_ids, now_ms, now) {
+            continue;
         }
         state.processes.push(Process {
             core,
@@ -656,4 +616,69 @@ pub(super) fn prelude(bounds: &Bounds) -> (HandoffState, Vec<ExecutorId>) {
         });
     }
     (state, executor_ids)
+}
+
+/// Registers executor `index` and applies its register reply to a new admission core.
+fn register_executor(
+    state: &mut HandoffState,
+    index: usize,
+    now_ms: u64,
+    now: Instant,
+    executor_ids: &mut Vec<ExecutorId>,
+) -> AdmissionCore {
+    let incarnation = format!("executor-{index}");
+    let register = Command::Register {
+        namespace: wire::DEFAULT_NAMESPACE.into(),
+        now_ms,
+        address: format!("http://{incarnation}.test"),
+        incarnation,
+        name: None,
+        credential_sha256: None,
+        capacity: leasehold_manager::lease::DEFAULT_CAPACITY,
+        app_version: None,
+        labels: Default::default(),
+    };
+    let mut core = AdmissionCore::default();
+    match state.apply(&register) {
+        Outcome::Registered { grant, .. } => {
+            let reply = wire::Grant::from(grant);
+            if let Err(error) = core.apply_grant(now, &reply, now) {
+                state.fault(format!("a register reply was refused: {error}"));
+            }
+            executor_ids.push(reply.executor_id);
+        }
+        other => state.fault(format!("Register answered {other:?}")),
+    }
+    core
+}
+
+/// Commits the first plan, which gives the first executor every shard, and applies its push to
+/// `core`; false when there was nothing to plan (the first executor then has no process).
+fn give_every_shard(
+    state: &mut HandoffState,
+    core: &mut AdmissionCore,
+    executor_ids: &[ExecutorId],
+    now_ms: u64,
+    now: Instant,
+) -> bool {
+    let Some(plan) = plan_rebalance(&state.lease, now_ms) else {
+        state.fault("nothing to plan for the first executor".to_owned());
+        return false;
+    };
+    match state.apply(&plan) {
+        Outcome::Rebalanced { .. } => {
+            let executor_id = executor_ids.first().cloned().unwrap_or_default();
+            let push = AssignmentPush {
+                revision: state.lease.revision(),
+                shard_count: SHARD_COUNT,
+                shards: wire_set(&state.lease.delivered_set(&executor_id)),
+                executor_id,
+            };
+            if let Err(error) = core.apply_push(&push, now) {
+                state.fault(format!("the first push was refused: {error}"));
+            }
+        }
+        other => state.fault(format!("the first plan answered {other:?}")),
+    }
+    true
 }

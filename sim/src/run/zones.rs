@@ -307,8 +307,26 @@ pub(super) fn namespace_loss_probe(world: &mut World) -> Result<(), Violation> {
     for &slot in &crashed {
         world.kill(slot);
     }
+    wait_until_namespace_gone(world, &namespace, killed_at_us)?;
+    check_namespace_reaped_in_time(world, &namespace, lease_ms, crashed.len(), killed_at_us)?;
+    unchanged_elsewhere(world, &before, &namespace, "losing every executor")?;
+    settle(world, "after a namespace lost every executor")?;
+    unchanged_elsewhere(world, &before, &namespace, "losing every executor")?;
+    for slot in crashed {
+        world.restart(slot);
+    }
+    settle(world, "after the lost namespace's executors came back")?;
+    Ok(())
+}
+
+/// Runs until `namespace` has no executor and its shards no owner, killed at `killed_at_us`.
+fn wait_until_namespace_gone(
+    world: &mut World,
+    namespace: &str,
+    killed_at_us: u64,
+) -> Result<(), Violation> {
     let gone = |state: &LeaseState| {
-        state.space(&namespace).is_some_and(|space| {
+        state.space(namespace).is_some_and(|space| {
             space.executors().next().is_none()
                 && space.shards().iter().all(|shard| shard.owner.is_none())
         })
@@ -327,13 +345,25 @@ pub(super) fn namespace_loss_probe(world: &mut World) -> Result<(), Violation> {
         let next = world.now_us + POLL_US;
         world.run_until(next)?;
     }
+    Ok(())
+}
+
+/// I4: `crashed` executors of `namespace`, killed at `killed_at_us`, were all reaped within their
+/// lease and a tick, a renewal in flight and one commit per reap.
+fn check_namespace_reaped_in_time(
+    world: &World,
+    namespace: &str,
+    lease_ms: u64,
+    crashed: usize,
+    killed_at_us: u64,
+) -> Result<(), Violation> {
     let took = world.now_us - killed_at_us;
     let scenario = &world.scenario;
     let renewal_in_flight_us =
         crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us + scenario.commit_latency_us;
     let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
         + renewal_in_flight_us
-        + crashed.len() as u64 * scenario.commit_latency_us
+        + crashed as u64 * scenario.commit_latency_us
         + POLL_US;
     if took > bound {
         return Err(Violation {
@@ -342,18 +372,11 @@ pub(super) fn namespace_loss_probe(world: &mut World) -> Result<(), Violation> {
                 "{namespace}'s executors, all killed, were reaped after {:.1} ms, bound lease + \
                  tick + a renewal in flight + {} reaps = {:.1} ms",
                 took as f64 / 1_000.0,
-                crashed.len(),
+                crashed,
                 bound as f64 / 1_000.0
             ),
             at_us: world.now_us,
         });
     }
-    unchanged_elsewhere(world, &before, &namespace, "losing every executor")?;
-    settle(world, "after a namespace lost every executor")?;
-    unchanged_elsewhere(world, &before, &namespace, "losing every executor")?;
-    for slot in crashed {
-        world.restart(slot);
-    }
-    settle(world, "after the lost namespace's executors came back")?;
     Ok(())
 }

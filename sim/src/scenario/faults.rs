@@ -51,24 +51,8 @@ pub(super) fn draw_fault_of_kind(
             for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
         },
         3 => Fault::GracefulStop { slot },
-        4 => {
-            let direction = rng.random_range(0..3);
-            Fault::Partition {
-                slot,
-                to_managers: direction != 1,
-                from_managers: direction != 0,
-                for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
-            }
-        }
-        5 => Fault::LeaderChange {
-            keep_tail: rng.random_bool(0.5),
-            deposed_pushes_ms: if rng.random_bool(0.5) {
-                rng.random_range(0..=lease_ms * 2)
-            } else {
-                0
-            },
-            election_ms: rng.random_range(50..=1_500),
-        },
+        4 => draw_partition(rng, slot, lease_ms),
+        5 => draw_leader_change(rng, lease_ms),
         6 => Fault::LeaderStall {
             for_ms: rng.random_range(lease_ms / 2..=lease_ms * 3),
         },
@@ -84,25 +68,56 @@ pub(super) fn draw_fault_of_kind(
             slot: load.liar.0,
             lie: load.liar.1,
         },
-        12 => Fault::Operator {
-            slot,
-            shard: rng.random_range(0..shards),
-            control: [
-                Control::MaintenanceOn,
-                Control::MaintenanceOff,
-                Control::Pin,
-                Control::Unpin,
-                Control::Move,
-            ][rng.random_range(0..5)],
+        12 => draw_operator_control(rng, slot, shards),
+        _ => draw_capacity_restart(rng, slot, load),
+    }
+}
+
+/// A partition of `slot` from the managers one way or both, for a quarter lease to three leases.
+fn draw_partition(rng: &mut ChaCha8Rng, slot: usize, lease_ms: u64) -> Fault {
+    let direction = rng.random_range(0..3);
+    Fault::Partition {
+        slot,
+        to_managers: direction != 1,
+        from_managers: direction != 0,
+        for_ms: rng.random_range(lease_ms / 4..=lease_ms * 3),
+    }
+}
+
+/// An election, the deposed leader pushing for a while in half of them.
+fn draw_leader_change(rng: &mut ChaCha8Rng, lease_ms: u64) -> Fault {
+    Fault::LeaderChange {
+        keep_tail: rng.random_bool(0.5),
+        deposed_pushes_ms: if rng.random_bool(0.5) {
+            rng.random_range(0..=lease_ms * 2)
+        } else {
+            0
         },
-        _ => {
-            // Another capacity than the one the slot started with.
-            let other = rng.random_range(1..MAX_SIM_CAPACITY);
-            let first = load.capacities[slot];
-            Fault::RestartWithCapacity {
-                slot,
-                capacity: if other >= first { other + 1 } else { other },
-            }
-        }
+        election_ms: rng.random_range(50..=1_500),
+    }
+}
+
+/// An operator's control (P17.4) of the executor in `slot` and one of `shards` shards.
+fn draw_operator_control(rng: &mut ChaCha8Rng, slot: usize, shards: u32) -> Fault {
+    Fault::Operator {
+        slot,
+        shard: rng.random_range(0..shards),
+        control: [
+            Control::MaintenanceOn,
+            Control::MaintenanceOff,
+            Control::Pin,
+            Control::Unpin,
+            Control::Move,
+        ][rng.random_range(0..5)],
+    }
+}
+
+/// A restart of `slot` with another capacity than the one it started with.
+fn draw_capacity_restart(rng: &mut ChaCha8Rng, slot: usize, load: &LoadScenario) -> Fault {
+    let other = rng.random_range(1..MAX_SIM_CAPACITY);
+    let first = load.capacities[slot];
+    Fault::RestartWithCapacity {
+        slot,
+        capacity: if other >= first { other + 1 } else { other },
     }
 }

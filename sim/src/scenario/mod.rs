@@ -280,6 +280,51 @@ fn draw_zones(seed: u64, slots: usize) -> usize {
     }
 }
 
+/// The namespaces beside `default` a seed draws, and the spaces its probes pick.
+struct Spaces {
+    namespaces: Vec<NamespaceScenario>,
+    join_space: usize,
+    lost_space: usize,
+}
+
+/// Draws the namespaces (P18.1), their slots and faults, and the spaces the probes pick.
+fn draw_spaces(
+    seed: u64,
+    calm: bool,
+    chaos_ms: u64,
+    swarm: &Swarm,
+    slots: &mut NamespaceSlots<'_>,
+    faults: &mut Vec<(u64, Fault)>,
+) -> Spaces {
+    // Namespaces come from a stream of their own as well, and add slots after `default`'s, so
+    // a seed without them runs exactly as before.
+    let mut namespace_rng = ChaCha8Rng::seed_from_u64(seed);
+    namespace_rng.set_stream(5);
+    let namespaces = draw_namespaces(&mut namespace_rng, slots);
+    if !namespaces.is_empty() && !calm && swarm.has_namespace_kinds() {
+        for _ in 0..namespace_rng.random_range(0..=8) {
+            let at = namespace_rng.random_range(0..chaos_ms);
+            let fault = draw_namespace_fault(
+                &mut namespace_rng,
+                &swarm.weights,
+                slots.slot_spaces,
+                &namespaces,
+                slots.load,
+            );
+            faults.push((at, fault));
+        }
+        faults.sort_by_key(|(at, _)| *at);
+    }
+    let spaces = namespaces.len() + 1;
+    let join_space = namespace_rng.random_range(0..spaces);
+    let lost_space = namespace_rng.random_range(0..spaces);
+    Spaces {
+        namespaces,
+        join_space,
+        lost_space,
+    }
+}
+
 impl Scenario {
     pub fn draw(seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -309,35 +354,18 @@ impl Scenario {
         let mut executor_rate_ppm: Vec<i64> = executor_rate_ppm;
         let mut load = load;
         let mut slot_spaces = vec![0; slots];
-        // Namespaces (P18.1) come from a stream of their own as well, and add slots after
-        // `default`'s, so a seed without them runs exactly as before.
-        let mut namespace_rng = ChaCha8Rng::seed_from_u64(seed);
-        namespace_rng.set_stream(5);
-        let namespaces = draw_namespaces(
-            &mut namespace_rng,
+        let spaces = draw_spaces(
+            seed,
+            calm,
+            chaos_ms,
+            &swarm,
             &mut NamespaceSlots {
                 slot_spaces: &mut slot_spaces,
                 executor_rate_ppm: &mut executor_rate_ppm,
                 load: &mut load,
             },
+            &mut faults,
         );
-        if !namespaces.is_empty() && !calm && swarm.has_namespace_kinds() {
-            for _ in 0..namespace_rng.random_range(0..=8) {
-                let at = namespace_rng.random_range(0..chaos_ms);
-                let fault = draw_namespace_fault(
-                    &mut namespace_rng,
-                    &swarm.weights,
-                    &slot_spaces,
-                    &namespaces,
-                    &load,
-                );
-                faults.push((at, fault));
-            }
-            faults.sort_by_key(|(at, _)| *at);
-        }
-        let spaces = namespaces.len() + 1;
-        let join_space = namespace_rng.random_range(0..spaces);
-        let lost_space = namespace_rng.random_range(0..spaces);
         let slots = slot_spaces.len();
         Self {
             seed,
@@ -357,10 +385,10 @@ impl Scenario {
             faults,
             load,
             zones,
-            namespaces,
+            namespaces: spaces.namespaces,
             slot_spaces,
-            join_space,
-            lost_space,
+            join_space: spaces.join_space,
+            lost_space: spaces.lost_space,
         }
     }
 

@@ -269,6 +269,33 @@ impl Coverage {
         self.expired_handoffs_deferred_by_new_leader += u64::from(state.handoffs_due(now_ms));
     }
 
+    /// Counts what a leader's step at `now_ms` on `state`, in `term`, places by: several
+    /// namespaces, loads still learning after a leader change, a hot shard reported.
+    pub(super) fn count_step_loads(
+        &mut self,
+        state: &LeaseState,
+        now_ms: u64,
+        term: u64,
+        step_loads: &BTreeMap<String, Loads>,
+    ) {
+        let hot = |namespace: &str, loads: &[f64]| {
+            state
+                .space(namespace)
+                .is_some_and(|space| !LoadSummary::of(space, now_ms, loads).hot.is_empty())
+        };
+        if step_loads.len() > 1 {
+            self.namespace_steps += 1;
+        }
+        if term > 1 && step_loads.values().any(|loads| *loads == Loads::Learning) {
+            self.learning_after_leader_change += 1;
+        }
+        if step_loads.iter().any(
+            |(namespace, loads)| matches!(loads, Loads::Reported(loads) if hot(namespace, loads)),
+        ) {
+            self.hot_shard_steps += 1;
+        }
+    }
+
     /// Counts what one committed outcome did.
     pub(super) fn record(&mut self, command: &Command, outcome: &Outcome) {
         let len = |shards: &[u32]| shards.len() as u64;
@@ -287,19 +314,7 @@ impl Coverage {
                 self.handoffs_completed_by_release += u64::from(!completed.is_empty());
                 self.acknowledgements_ignored += len(ignored);
             }
-            Outcome::Renewed { results, .. } => {
-                for result in results {
-                    if let RenewResult::Renewed {
-                        claims_mismatch,
-                        acknowledged,
-                        ..
-                    } = result
-                    {
-                        self.claims_mismatches += u64::from(*claims_mismatch);
-                        self.handoffs_completed_by_claims += u64::from(!acknowledged.is_empty());
-                    }
-                }
-            }
+            Outcome::Renewed { results, .. } => self.count_renewed(results),
             Outcome::Refused {
                 reason: RefusalReason::StalePlan { .. },
             } => self.stale_plans_refused += 1,
@@ -309,20 +324,7 @@ impl Coverage {
                 self.executors_reaped += reaped.len() as u64;
                 self.reap_candidates_skipped += skipped.len() as u64;
             }
-            Outcome::RegisteredMany { results } => {
-                self.registrations_retried += results
-                    .iter()
-                    .filter(|result| {
-                        matches!(
-                            result,
-                            RegisterResult::Registered {
-                                already_registered: true,
-                                ..
-                            }
-                        )
-                    })
-                    .count() as u64;
-            }
+            Outcome::RegisteredMany { results } => self.count_retried_registrations(results),
             Outcome::DrainingSet {
                 draining: true,
                 changed: true,
@@ -343,5 +345,36 @@ impl Coverage {
         {
             self.operator_controls += 1;
         }
+    }
+
+    /// Counts the claims mismatches and the claims-completed handoffs of a `Renew`'s results.
+    fn count_renewed(&mut self, results: &[RenewResult]) {
+        for result in results {
+            if let RenewResult::Renewed {
+                claims_mismatch,
+                acknowledged,
+                ..
+            } = result
+            {
+                self.claims_mismatches += u64::from(*claims_mismatch);
+                self.handoffs_completed_by_claims += u64::from(!acknowledged.is_empty());
+            }
+        }
+    }
+
+    /// Counts the registrations of a `RegisterMany` that found their executor already there.
+    fn count_retried_registrations(&mut self, results: &[RegisterResult]) {
+        self.registrations_retried += results
+            .iter()
+            .filter(|result| {
+                matches!(
+                    result,
+                    RegisterResult::Registered {
+                        already_registered: true,
+                        ..
+                    }
+                )
+            })
+            .count() as u64;
     }
 }

@@ -204,34 +204,64 @@ impl World {
                 }
             }
             Message::Push { delivery, push } => {
-                let ok = p.core.apply_push(&push, now).is_ok();
-                if !ok {
-                    self.coverage.pushes_refused += 1;
-                }
-                self.send_to_managers(slot, process, Request::PushReply { delivery, ok });
+                self.push_delivered(slot, process, delivery, &push, now)
             }
             Message::Revoke { delivery, revoke } => {
-                // Whether a newer set overtook it, as the executor's own delivery order decides.
-                let overtaken = matches!(
-                    p.core
-                        .assignment()
-                        .clone()
-                        .apply_revoke(revoke.revision, &revoke.shards),
-                    Ok(RevokeOutcome::Overtaken { .. })
-                );
-                let reply = p
-                    .core
-                    .apply_revoke(&revoke, now)
-                    .ok()
-                    .map(|applied| applied.reply);
-                if let Some(reply) = &reply {
-                    self.coverage.stale_revokes_ignored += u64::from(reply.ignored);
-                    self.coverage.overtaken_revokes_released +=
-                        u64::from(overtaken && !reply.released.is_empty());
-                }
-                self.send_to_managers(slot, process, Request::RevokeReply { delivery, reply });
+                self.revoke_delivered(slot, process, delivery, &revoke, now)
             }
         }
+    }
+
+    /// The executor applies a full-set push (P4.3) and answers whether it took it.
+    fn push_delivered(
+        &mut self,
+        slot: Slot,
+        process: u64,
+        delivery: u64,
+        push: &AssignmentPush,
+        now: Instant,
+    ) {
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        let ok = p.core.apply_push(push, now).is_ok();
+        if !ok {
+            self.coverage.pushes_refused += 1;
+        }
+        self.send_to_managers(slot, process, Request::PushReply { delivery, ok });
+    }
+
+    /// The executor applies a revoke (P5.2) and answers with what it released.
+    fn revoke_delivered(
+        &mut self,
+        slot: Slot,
+        process: u64,
+        delivery: u64,
+        revoke: &RevokePush,
+        now: Instant,
+    ) {
+        let Some(p) = self.process_mut(slot, process) else {
+            return;
+        };
+        // Whether a newer set overtook it, as the executor's own delivery order decides.
+        let overtaken = matches!(
+            p.core
+                .assignment()
+                .clone()
+                .apply_revoke(revoke.revision, &revoke.shards),
+            Ok(RevokeOutcome::Overtaken { .. })
+        );
+        let reply = p
+            .core
+            .apply_revoke(revoke, now)
+            .ok()
+            .map(|applied| applied.reply);
+        if let Some(reply) = &reply {
+            self.coverage.stale_revokes_ignored += u64::from(reply.ignored);
+            self.coverage.overtaken_revokes_released +=
+                u64::from(overtaken && !reply.released.is_empty());
+        }
+        self.send_to_managers(slot, process, Request::RevokeReply { delivery, reply });
     }
 
     pub(super) fn call_timeout(&mut self, slot: Slot, process: u64, call: u64) {

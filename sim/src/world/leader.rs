@@ -15,119 +15,141 @@ impl World {
         outcome: &Outcome,
         leaving: Vec<Option<String>>,
     ) {
-        let now_us = self.now_us;
-        let Some(leader) = self.leader.as_mut().filter(|l| l.manager == manager) else {
+        if self.leader.as_ref().is_none_or(|l| l.manager != manager) {
             return;
-        };
-        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
-        let state = &self.replicas[manager];
+        }
         match (&proposal.command, &proposal.reply_to, outcome) {
             (
                 Command::Renew { renewals, .. },
                 ReplyTo::Renew(renewers),
                 Outcome::Renewed { results, .. },
-            ) => {
-                let liar = self.load.liar().and_then(|(slot, _)| {
-                    self.processes[slot]
-                        .as_ref()
-                        .and_then(|p| p.core.executor_id().map(str::to_owned))
-                });
-                for ((renewal, renewer), result) in renewals.iter().zip(renewers).zip(results) {
-                    if !matches!(result, RenewResult::Renewed { .. }) {
-                        continue;
-                    }
-                    // The report names the shards of the executor's own namespace, and goes to
-                    // that namespace's tracker (P18.1).
-                    let Some(space) = state
-                        .executor(&renewal.executor_id)
-                        .and_then(|executor| state.space(&executor.namespace))
-                    else {
-                        continue;
-                    };
-                    let namespace = space.name();
-                    let shard_count = space.config().map_or(0, |c| c.shard_count);
-                    let held: Vec<ShardId> = state
-                        .delivered_set(&renewal.executor_id)
-                        .into_iter()
-                        .map(|(shard, _)| shard)
-                        .collect();
-                    let loads = renewer.loads.as_deref();
-                    leader
-                        .steps
-                        .placement_mut()
-                        .space_mut(namespace)
-                        .tracker
-                        .record(
-                            &renewal.executor_id,
-                            shard_count,
-                            &held,
-                            loads,
-                            MAX_SHARD_LOAD,
-                        );
-                    if let Some(recorded) = leader.steps.placement().space(namespace) {
-                        self.checker.after_record(
-                            namespace,
-                            &renewal.executor_id,
-                            &held,
-                            loads,
-                            &recorded.tracker,
-                            MAX_SHARD_LOAD,
-                            now_us,
-                        );
-                    }
-                    if loads.is_some() && liar.as_deref() == Some(renewal.executor_id.as_str()) {
-                        self.coverage.lying_reports += 1;
-                    }
-                }
-            }
+            ) => self.feed_load_trackers(renewals, renewers, results),
             (
                 Command::Rebalance {
                     namespace, moves, ..
                 },
                 ReplyTo::StepWrite,
                 Outcome::Rebalanced { .. },
-            ) => {
-                // The term's steps charge the budget when the step hears of the commit.
-                let Some(plan) = leader.steps.plan() else {
-                    return;
-                };
-                let other_namespace = !leasehold_api::wire::is_default_namespace(namespace);
-                self.coverage.namespace_plans += u64::from(other_namespace);
-                let balance = plan.balance_shards();
-                let by_load = matches!(
-                    leader.step_loads.get(namespace.as_str()),
-                    Some(Loads::Reported(_))
-                );
-                for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
-                    match reason {
-                        MoveReason::Balance => {
-                            self.coverage.balance_moves += 1;
-                            self.coverage.namespace_balance_moves += u64::from(other_namespace);
-                            self.balance_moves.push(BalanceMove {
-                                term: leader.term,
-                                namespace: namespace.clone(),
-                                at_us: now_us,
-                                shard: step.shard,
-                                from: from.unwrap_or_default(),
-                                to: step.to.clone(),
-                            });
-                        }
-                        MoveReason::Join if by_load => self.coverage.joins_under_load += 1,
-                        _ => {}
-                    }
-                }
-                if !balance.is_empty() {
-                    // Each namespace's budget is its own, a share of its own shard count (P18.1).
-                    let shard_count = state
-                        .space(namespace)
-                        .and_then(|space| space.config())
-                        .map_or(0, |c| c.shard_count);
-                    let budget = self.scenario.load.budget_per_minute(shard_count);
-                    self.checker
-                        .after_balance_commit(namespace, now_ms, &balance, budget, now_us);
-                }
-            }
+            ) => self.charge_committed_plan(namespace, moves, leaving),
             _ => {}
+        }
+    }
+
+    /// Feeds each renewal applied to its namespace's load tracker (P15.1), and checks the record.
+    fn feed_load_trackers(
+        &mut self,
+        renewals: &[Renewal],
+        renewers: &[Renewer],
+        results: &[RenewResult],
+    ) {
+        let now_us = self.now_us;
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        let state = &self.replicas[leader.manager];
+        let liar = self.load.liar().and_then(|(slot, _)| {
+            self.processes[slot]
+                .as_ref()
+                .and_then(|p| p.core.executor_id().map(str::to_owned))
+        });
+        for ((renewal, renewer), result) in renewals.iter().zip(renewers).zip(results) {
+            if !matches!(result, RenewResult::Renewed { .. }) {
+                continue;
+            }
+            // The report names the shards of the executor's own namespace, and goes to that
+            // namespace's tracker (P18.1).
+            let Some(space) = state
+                .executor(&renewal.executor_id)
+                .and_then(|executor| state.space(&executor.namespace))
+            else {
+                continue;
+            };
+            let namespace = space.name();
+            let shard_count = space.config().map_or(0, |c| c.shard_count);
+            let held: Vec<ShardId> = state
+                .delivered_set(&renewal.executor_id)
+                .into_iter()
+                .map(|(shard, _)| shard)
+                .collect();
+            let loads = renewer.loads.as_deref();
+            leader
+                .steps
+                .placement_mut()
+                .space_mut(namespace)
+                .tracker
+                .record(
+                    &renewal.executor_id,
+                    shard_count,
+                    &held,
+                    loads,
+                    MAX_SHARD_LOAD,
+                );
+            if let Some(recorded) = leader.steps.placement().space(namespace) {
+                self.checker.after_record(
+                    namespace,
+                    &renewal.executor_id,
+                    &held,
+                    loads,
+                    &recorded.tracker,
+                    MAX_SHARD_LOAD,
+                    now_us,
+                );
+            }
+            if loads.is_some() && liar.as_deref() == Some(renewal.executor_id.as_str()) {
+                self.coverage.lying_reports += 1;
+            }
+        }
+    }
+
+    /// Records the balance moves of a committed plan of this term's step, and checks the budget
+    /// its balance shards charge and the cooldown they start (P15.3, P15.4).
+    fn charge_committed_plan(
+        &mut self,
+        namespace: &str,
+        moves: &[Move],
+        leaving: Vec<Option<String>>,
+    ) {
+        let now_us = self.now_us;
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        let now_ms = clock_ms(now_us, leader.offset_ms, leader.rate_ppm);
+        let state = &self.replicas[leader.manager];
+        // The term's steps charge the budget when the step hears of the commit.
+        let Some(plan) = leader.steps.plan() else {
+            return;
+        };
+        let other_namespace = !leasehold_api::wire::is_default_namespace(namespace);
+        self.coverage.namespace_plans += u64::from(other_namespace);
+        let balance = plan.balance_shards();
+        let by_load = matches!(leader.step_loads.get(namespace), Some(Loads::Reported(_)));
+        for ((step, reason), from) in moves.iter().zip(&plan.reasons).zip(leaving) {
+            match reason {
+                MoveReason::Balance => {
+                    self.coverage.balance_moves += 1;
+                    self.coverage.namespace_balance_moves += u64::from(other_namespace);
+                    self.balance_moves.push(BalanceMove {
+                        term: leader.term,
+                        namespace: namespace.to_owned(),
+                        at_us: now_us,
+                        shard: step.shard,
+                        from: from.unwrap_or_default(),
+                        to: step.to.clone(),
+                    });
+                }
+                MoveReason::Join if by_load => self.coverage.joins_under_load += 1,
+                _ => {}
+            }
+        }
+        if !balance.is_empty() {
+            // Each namespace's budget is its own, a share of its own shard count (P18.1).
+            let shard_count = state
+                .space(namespace)
+                .and_then(|space| space.config())
+                .map_or(0, |c| c.shard_count);
+            let budget = self.scenario.load.budget_per_minute(shard_count);
+            self.checker
+                .after_balance_commit(namespace, now_ms, &balance, budget, now_us);
         }
     }
 
@@ -403,22 +425,8 @@ impl World {
             .iter()
             .map(|(namespace, inputs)| (namespace.clone(), inputs.loads.clone()))
             .collect();
-        let hot = |namespace: &str, loads: &[f64]| {
-            state
-                .space(namespace)
-                .is_some_and(|space| !LoadSummary::of(space, now_ms, loads).hot.is_empty())
-        };
-        if step_loads.len() > 1 {
-            self.coverage.namespace_steps += 1;
-        }
-        if leader.term > 1 && step_loads.values().any(|loads| *loads == Loads::Learning) {
-            self.coverage.learning_after_leader_change += 1;
-        }
-        if step_loads.iter().any(
-            |(namespace, loads)| matches!(loads, Loads::Reported(loads) if hot(namespace, loads)),
-        ) {
-            self.coverage.hot_shard_steps += 1;
-        }
+        self.coverage
+            .count_step_loads(state, now_ms, leader.term, &step_loads);
         leader.step_loads = step_loads;
         self.next_step_write(manager);
     }

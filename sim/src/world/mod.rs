@@ -50,7 +50,7 @@ use leasehold_manager::leader::placement::PlacementSettings;
 use leasehold_manager::leader::term::{owed_pushes, take_office, NextStep, TermSteps, Written};
 use leasehold_manager::lease::schema::{LEASE_RESERVATION_SCHEMA, NEWEST_SCHEMA};
 use leasehold_manager::lease::{
-    plan_placement, Command, LeaseState, Loads, MoveReason, Outcome, PlacementInputs, Plan,
+    plan_placement, Command, LeaseState, Loads, Move, MoveReason, Outcome, PlacementInputs, Plan,
     RefusalReason, RegisterResult, Registration, RenewResult, Renewal, ShardId,
 };
 use leasehold_manager::load_summary::LoadSummary;
