@@ -62,8 +62,8 @@ pub struct LeaseState {
     pub(super) by_incarnation: OrdMap<String, ExecutorId>,
 }
 
-/// [`LeaseState`] as encoded: every field but the derived index, in the same order (bincode
-/// encodes a struct as its fields in sequence). Decoding goes through it to rebuild the index.
+/// [`LeaseState`] as encoded: every field but the derived index, each by its name (PROTOCOL
+/// P14.1). Decoding goes through it to rebuild the index.
 #[derive(Deserialize)]
 struct StoredLeaseState {
     namespaces: OrdMap<String, Namespace>,
