@@ -26,9 +26,11 @@ use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
 use tokio::sync::watch;
 
+use crate::leadership::Leadership;
 use crate::node::ManagerNode;
 use crate::raft::identity_probe::{identify, NotIdentified, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
+use crate::service::members::Members;
 
 /// Pause between formation probes while peers come up.
 const FORMATION_PROBE_INTERVAL: Duration = Duration::from_millis(500);
@@ -111,8 +113,8 @@ pub enum Formation {
 }
 
 /// Whether this node's Raft state holds a membership (the cluster was formed).
-pub(crate) fn is_initialized(node: &ManagerNode) -> bool {
-    node.leadership
+pub(crate) fn is_initialized(leadership: &Leadership) -> bool {
+    leadership
         .metrics_snapshot()
         .membership_config
         .membership()
@@ -179,18 +181,21 @@ pub fn self_removal_check(
 }
 
 /// One formation step; also what `POST /v1/cluster/init` runs.
-pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
-    if is_initialized(node) {
+pub async fn try_form(cluster: &Members) -> Result<Formation, BootstrapError> {
+    if is_initialized(&cluster.leadership) {
         return Ok(Formation::AlreadyFormed);
     }
-    let members = &node.settings.initial_cluster;
+    let members = &cluster.settings.initial_cluster;
     if members.is_empty() {
         return Ok(Formation::Waiting("no --initial-cluster given".to_string()));
     }
     let mut silent = Vec::new();
     let mut formed_elsewhere = false;
-    for (&peer, address) in members.iter().filter(|(&id, _)| id != node.leadership.id) {
-        let report = match identify(&node.http, peer, address, PEER_PROBE_TIMEOUT).await {
+    for (&peer, address) in members
+        .iter()
+        .filter(|(&id, _)| id != cluster.leadership.id)
+    {
+        let report = match identify(&cluster.http, peer, address, PEER_PROBE_TIMEOUT).await {
             Ok(identified) => identified.report,
             Err(NotIdentified::Silent) => {
                 silent.push(peer);
@@ -208,10 +213,10 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
                 continue;
             }
         };
-        if let Some(pinned) = report.pins.get(&node.leadership.id) {
-            if pinned != node.identity.storage_id() {
+        if let Some(pinned) = report.pins.get(&cluster.leadership.id) {
+            if pinned != cluster.identity.storage_id() {
                 return Err(BootstrapError::KnownWithOtherStorage {
-                    node: node.leadership.id,
+                    node: cluster.leadership.id,
                     peer,
                     pinned: pinned.clone(),
                 });
@@ -227,8 +232,12 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
             "waiting for peers {silent:?} to answer"
         )));
     }
-    let initialiser = members.keys().next().copied().unwrap_or(node.leadership.id);
-    if initialiser != node.leadership.id {
+    let initialiser = members
+        .keys()
+        .next()
+        .copied()
+        .unwrap_or(cluster.leadership.id);
+    if initialiser != cluster.leadership.id {
         return Ok(Formation::Waiting(format!(
             "node {initialiser} initialises the cluster"
         )));
@@ -237,7 +246,7 @@ pub async fn try_form(node: &ManagerNode) -> Result<Formation, BootstrapError> {
         .iter()
         .map(|(&id, address)| (id, BasicNode::new(address)))
         .collect();
-    match node.leadership.raft.initialize(nodes).await {
+    match cluster.leadership.raft.initialize(nodes).await {
         Ok(()) => {
             tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "initialised the cluster");
             Ok(Formation::Formed)
@@ -258,7 +267,7 @@ pub async fn form_or_await(
     }
     let mut last_reason = String::new();
     loop {
-        match try_form(node).await? {
+        match try_form(&Members::of(node)).await? {
             Formation::Formed | Formation::AlreadyFormed => return Ok(()),
             Formation::Waiting(reason) => {
                 if reason != last_reason {

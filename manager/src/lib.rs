@@ -55,4 +55,5 @@ pub mod restore;
 pub mod routing;
 pub mod safe_to_stop;
 pub mod server;
+pub mod service;
 pub mod signals;

@@ -6,14 +6,12 @@ use std::sync::Arc;
 
 use leasehold_api::backup::BackupKey;
 use leasehold_api::tls::TlsConfig;
-use leasehold_api::wire::{ClusterInfo, Member, SchemaRange, SnapshotInfo};
 use metrics_exporter_prometheus::PrometheusHandle;
-use openraft::{BasicNode, Vote};
+use openraft::Vote;
 
 use crate::clock::LeaderClock;
 use crate::disk_space::DiskSpace;
-use crate::leadership::{Leader, Leadership};
-use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
+use crate::leadership::Leadership;
 use crate::load_reports::{LoadReports, PublishedLoads};
 use crate::member_versions::MemberVersions;
 use crate::proposer::Proposer;
@@ -48,7 +46,7 @@ pub struct ManagerNode {
     pub identity: Arc<Identity>,
     /// Shared client for forwarding and peer probes (one pool per process).
     pub http: reqwest::Client,
-    pub settings: ClusterSettings,
+    pub settings: Arc<ClusterSettings>,
     pub metrics: Option<PrometheusHandle>,
     /// What committed writes tell the leader loop.
     pub signals: Arc<LeaderSignals>,
@@ -65,20 +63,20 @@ pub struct ManagerNode {
     /// What the leader concluded from them at its last step (empty off the leader).
     pub published_loads: PublishedLoads,
     /// The routing table as runs, built once per change of owners or members.
-    pub routing_runs: crate::routing::RoutingRunsCache,
+    pub routing_runs: Arc<crate::routing::RoutingRunsCache>,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
     pub leader_contact: Arc<LeaderContact>,
     /// The forwards this node has in flight, each vouched for until answered (P13.3,
     /// [`crate::http::vouch`]).
-    pub vouchers: crate::http::vouch::Vouchers,
+    pub vouchers: Arc<crate::http::vouch::Vouchers>,
     /// Set while this node rejoins (`--rejoin`): until the cluster has removed its old membership
     /// it takes no Raft message but `/raft/identity` (`http::authorize`). A leader still
     /// replicating to the old member would otherwise bring the new, empty data directory up as
     /// that member (a snapshot naming it a voter), and it would then neither join nor vote
     /// rightly. Set before the listener serves, cleared once the removal is seen.
-    rejoining: std::sync::atomic::AtomicBool,
+    rejoining: Arc<RejoinHold>,
 }
 
 impl std::fmt::Debug for ManagerNode {
@@ -146,7 +144,7 @@ impl ManagerNode {
             state: parts.state,
             identity: parts.identity,
             http: parts.http,
-            settings: parts.settings,
+            settings: Arc::new(parts.settings),
             metrics: parts.metrics,
             renewals: parts.renewals,
             memory_renewals: parts.memory_renewals,
@@ -158,70 +156,40 @@ impl ManagerNode {
             leader_contact,
             vouchers: Default::default(),
             signals,
-            rejoining: std::sync::atomic::AtomicBool::new(false),
+            rejoining: Arc::default(),
         }
     }
 
     /// Refuses Raft messages until the rejoin removed the old membership (`--rejoin`).
     pub fn hold_raft_while_rejoining(&self) {
-        self.rejoining
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.rejoining.hold();
     }
 
     pub fn release_raft_after_rejoin(&self) {
-        self.rejoining
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.rejoining.release();
     }
 
-    /// Whether this node rejoins and still refuses Raft messages.
-    pub fn is_rejoining(&self) -> bool {
-        self.rejoining.load(std::sync::atomic::Ordering::Acquire)
+    /// The flag the authorization layer reads.
+    pub fn rejoin_hold(&self) -> Arc<RejoinHold> {
+        self.rejoining.clone()
+    }
+}
+
+/// Whether this node rejoins (`--rejoin`) and still refuses every Raft message but
+/// `/raft/identity`.
+#[derive(Debug, Default)]
+pub struct RejoinHold(std::sync::atomic::AtomicBool);
+
+impl RejoinHold {
+    fn hold(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
     }
 
-    pub async fn cluster_info(&self) -> ClusterInfo {
-        let metrics = self.leadership.metrics_snapshot();
-        let membership = metrics.membership_config.membership();
-        let member = |(id, node): (&NodeId, &BasicNode)| {
-            let version = self.member_versions.get(*id);
-            Member {
-                node_id: *id,
-                address: node.addr.clone(),
-                release: version.as_ref().map(|v| v.release.clone()),
-                newest_schema: version.map(|v| v.newest_schema),
-            }
-        };
-        let voter_ids: Vec<NodeId> = membership.voter_ids().collect();
-        let (voters, learners): (Vec<Member>, Vec<Member>) = membership
-            .nodes()
-            .map(member)
-            .partition(|m| voter_ids.contains(&m.node_id));
-        // From `leader()`, not the metrics' `current_leader`: a node whose Raft core stopped
-        // keeps its last metrics, naming itself, but leads nothing (P8.3).
-        let leader_id = match self.leadership.leader() {
-            Leader::Local => Some(self.leadership.id),
-            Leader::Remote { id, .. } => Some(id),
-            Leader::Unknown => None,
-        };
-        ClusterInfo {
-            node_id: self.leadership.id,
-            leader_id,
-            leader_address: self.leadership.leader_address(),
-            term: metrics.current_term,
-            voters,
-            learners,
-            last_log_index: metrics.last_log_index,
-            committed_index: self.leadership.committed_index().await,
-            applied_index: metrics.last_applied.map(|log_id| log_id.index),
-            snapshot: metrics.snapshot.map(|log_id| SnapshotInfo {
-                last_log_index: Some(log_id.index),
-                snapshot_id: log_id.to_string(),
-            }),
-            release: Some(leasehold_api::RELEASE.to_owned()),
-            cluster_version: Some(self.state.read(|applied| applied.state.cluster_version())),
-            schemas: Some(SchemaRange {
-                oldest: OLDEST_SCHEMA,
-                newest: NEWEST_SCHEMA,
-            }),
-        }
+    fn release(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
     }
 }

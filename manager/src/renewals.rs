@@ -57,32 +57,6 @@ pub fn queue() -> (RenewalQueue, mpsc::Receiver<PendingRenewal>) {
     mpsc::channel(RENEWAL_QUEUE_CAPACITY)
 }
 
-/// A renewal's one way in (P6.5): answered from the leader's memory when it may be, else queued
-/// for the log; counted and timed either way.
-pub async fn answer(
-    memory: &from_memory::MemoryRenewals,
-    leadership: &crate::leadership::Leadership,
-    state: &crate::raft::LeaseStateHandle,
-    queue: &RenewalQueue,
-    renewal: Renewal,
-) -> Result<RenewResult, RenewError> {
-    let started = std::time::Instant::now();
-    let result = match memory.try_answer(leadership, state, &renewal).await {
-        Some(answered) => Ok(answered),
-        None => renew(queue, renewal).await,
-    };
-    let counted = match &result {
-        Ok(RenewResult::Renewed { .. }) => "renewed",
-        Ok(RenewResult::UnknownExecutor { .. }) => "unknown_executor",
-        Err(RenewError::Refused(_)) => "refused",
-        Err(_) => "failed",
-    };
-    metrics::counter!("leasehold_renewals_total", "result" => counted).increment(1);
-    metrics::histogram!("leasehold_renewal_duration_seconds")
-        .record(started.elapsed().as_secs_f64());
-    result
-}
-
 /// Queues one renewal and waits for the result of the entry that carried it.
 pub async fn renew(queue: &RenewalQueue, renewal: Renewal) -> Result<RenewResult, RenewError> {
     let (reply, result) = oneshot::channel();

@@ -121,7 +121,7 @@ impl Replica {
     /// The replica's HTTP API, as [`run`] serves it on `config.listen`.
     pub fn router(&self, config: &ManagerConfig) -> axum::Router {
         http::router(
-            self.node.clone(),
+            &self.node,
             HostPolicy::for_listener(config.tls.is_some(), config.listen.ip(), &config.advertise),
             config.registration,
         )
@@ -130,7 +130,7 @@ impl Replica {
     /// The router of `--health-listen`: `/livez` and `/readyz` only, for callers without a
     /// certificate.
     pub fn health_router(&self) -> axum::Router {
-        http::health_router(self.node.clone())
+        http::health_router(&self.node)
     }
 
     /// Stops the node's background tasks (Raft runs on).

@@ -31,9 +31,19 @@ use subtle::ConstantTimeEq;
 use super::authorize::{CallerRole, CallerScope};
 use super::credentials::Bearer;
 use super::params::ExecutorIdPath;
-use super::refusals::unknown_executor;
-use super::{AppState, HttpError};
+use super::HttpError;
+use crate::leadership::Leadership;
 use crate::lease::LeaseState;
+use crate::raft::LeaseStateHandle;
+use crate::service::refusals::unknown_executor;
+
+/// What admitting an executor's write reads: the applied state and whether this node leads in
+/// office.
+#[derive(Clone)]
+pub struct AdmissionReads {
+    pub leadership: Leadership,
+    pub state: LeaseStateHandle,
+}
 
 /// Who is asking, as the layer established it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,9 +174,9 @@ fn unauthenticated(detail: &str) -> Response {
     HttpError::new(ErrorCode::Unauthenticated, detail.to_owned()).into_response()
 }
 
-/// The layer (`from_fn_with_state((node, write), admit_executor_write)`).
+/// The layer (`from_fn_with_state((admission, write), admit_executor_write)`).
 pub async fn admit_executor_write(
-    State((node, write)): State<(AppState, ExecutorWrite)>,
+    State((admission, write)): State<(AdmissionReads, ExecutorWrite)>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     bearer: Bearer,
     caller_role: Option<Extension<CallerRole>>,
@@ -176,7 +186,7 @@ pub async fn admit_executor_write(
 ) -> Response {
     let admin = caller_role.map(|Extension(CallerRole(role))| role == Role::Admin);
     let operator = bearer.0.is_none() && write.operator_without_credential(admin);
-    let (recorded, namespace, shard_count) = node.state.read(|applied| {
+    let (recorded, namespace, shard_count) = admission.state.read(|applied| {
         let namespace = applied
             .state
             .executor(&executor_id)
@@ -199,7 +209,7 @@ pub async fn admit_executor_write(
             return refused.into_response();
         }
     }
-    let in_office = node.leadership.in_office();
+    let in_office = admission.leadership.in_office();
     let caller = match decide(&executor_id, write, recorded, &bearer, operator, in_office) {
         Admission::Pass(caller) => caller,
         Admission::Answer(response) => return response,

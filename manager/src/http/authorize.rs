@@ -17,12 +17,31 @@ use leasehold_api::wire::{FIRST_RELEASE, NAMESPACES_SCHEMA};
 
 use super::vouch;
 use super::{
-    AppState, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SCOPE_HEADER,
+    HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SCOPE_HEADER,
     FORWARDED_SUBJECT_HEADER,
 };
+use crate::leadership::Leadership;
 use crate::member_versions::MemberVersion;
+use crate::member_versions::MemberVersions;
+use crate::node::{ClusterSettings, RejoinHold};
 use crate::raft::identity::NODE_ID_HEADER;
+use crate::raft::LeaseStateHandle;
+pub use crate::service::operator::Actor;
 use axum::http::HeaderMap;
+use std::sync::Arc;
+
+/// What deciding who may call what uses: the applied state and membership, the peers' versions,
+/// the client that asks a forwarding member to vouch, the settings the node was started with,
+/// and whether it still holds Raft back while rejoining.
+#[derive(Clone)]
+pub struct Gate {
+    pub leadership: Leadership,
+    pub state: LeaseStateHandle,
+    pub http: reqwest::Client,
+    pub member_versions: Arc<MemberVersions>,
+    pub settings: Arc<ClusterSettings>,
+    pub rejoin: Arc<RejoinHold>,
+}
 
 /// A role without its node id: what a route asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,16 +173,6 @@ pub fn acts_in_one_namespace(method: &Method, path: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct CallerSubject(pub String);
 
-/// Who asked, as the audit log records it (P17.4): `<role> <subject>` under TLS
-/// (`admin CN=alice`), [`Actor::ANONYMOUS`] on a plaintext listener, where nobody is proved.
-/// Every request that passes this layer carries one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor(pub String);
-
-impl Actor {
-    pub const ANONYMOUS: &'static str = leasehold_api::wire::ANONYMOUS_ACTOR;
-}
-
 fn forbidden(detail: String) -> Response {
     HttpError::new(ErrorCode::Forbidden, detail).into_response()
 }
@@ -174,20 +183,20 @@ fn unauthenticated(detail: &str) -> Response {
 
 /// The layer: on a TLS listener, refuses a caller whose certificate does not carry what the
 /// route requires (401 without a certificate, 403 with the wrong role), and hands the role on.
-pub async fn authorize(State(node): State<AppState>, mut request: Request, next: Next) -> Response {
+pub async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     // With or without TLS: a rejoining node takes no Raft message for its old membership.
-    if node.is_rejoining() && held_while_rejoining(request.uri().path()) {
+    if gate.rejoin.is_held() && held_while_rejoining(request.uri().path()) {
         return HttpError::new(
             ErrorCode::Unavailable,
             format!(
                 "node {} is rejoining (--rejoin): it takes Raft messages once its old membership \
                  is removed",
-                node.leadership.id
+                gate.leadership.id
             ),
         )
         .into_response();
     }
-    if node.settings.tls.is_none() {
+    if gate.settings.tls.is_none() {
         request
             .extensions_mut()
             .insert(Actor(Actor::ANONYMOUS.to_owned()));
@@ -208,16 +217,16 @@ pub async fn authorize(State(node): State<AppState>, mut request: Request, next:
         (peer, request.headers().contains_key(FORWARDED_ROLE_HEADER))
     {
         let claim = forwarded_claim(&request);
-        if let Err(detail) = forwarded_by_member(&node, node_id, claim).await {
+        if let Err(detail) = forwarded_by_member(&gate, node_id, claim).await {
             tracing::warn!(path = request.uri().path(), %peer, "refused: {detail}");
             return forbidden(detail);
         }
     }
-    let scope = match caller_scope(&node, &required, &request, &role) {
+    let scope = match caller_scope(&gate, &required, &request, &role) {
         Ok(scope) => scope,
         Err(refused) => return *refused,
     };
-    if let Err(detail) = role_allowed(&node, required, &role, &request) {
+    if let Err(detail) = role_allowed(&gate, required, &role, &request) {
         tracing::warn!(path = request.uri().path(), %role, "refused: {detail}");
         return forbidden(detail);
     }
@@ -258,7 +267,7 @@ fn caller_role(request: &Request) -> Result<(Role, Role), Box<Response>> {
 /// The namespaces the caller may change, checked against what the route touches when they are
 /// limited; the refusal to send otherwise.
 fn caller_scope(
-    node: &AppState,
+    gate: &Gate,
     required: &Requirement,
     request: &Request,
     role: &Role,
@@ -272,7 +281,7 @@ fn caller_scope(
     let scope = effective_scope(peer_scope, request.headers())
         .map_err(|detail| Box::new(forbidden(detail)))?;
     if scope.is_limited() {
-        if let Err(detail) = limited_scope_allowed(node, required, request) {
+        if let Err(detail) = limited_scope_allowed(gate, required, request) {
             tracing::warn!(path = request.uri().path(), %role, %scope, "refused: {detail}");
             return Err(Box::new(forbidden(detail)));
         }
@@ -282,7 +291,7 @@ fn caller_scope(
 
 /// Whether `role` may do what the route `required`.
 fn role_allowed(
-    node: &AppState,
+    gate: &Gate,
     required: Requirement,
     role: &Role,
     request: &Request,
@@ -298,7 +307,7 @@ fn role_allowed(
                 .collect::<Vec<_>>()
                 .join(" or ")
         )),
-        Requirement::RaftPeer => raft_peer_allowed(node, role, request),
+        Requirement::RaftPeer => raft_peer_allowed(gate, role, request),
         Requirement::AdminOrOwnManager(named) => own_membership_allowed(role, named),
     }
 }
@@ -344,11 +353,11 @@ fn effective_scope(peer: NamespaceScope, headers: &HeaderMap) -> Result<Namespac
 /// manager honours the limit. Below cluster version 12 a manager of an earlier release may lead,
 /// which would take the limited certificate for an unlimited one.
 fn limited_scope_allowed(
-    node: &AppState,
+    gate: &Gate,
     required: &Requirement,
     request: &Request,
 ) -> Result<(), String> {
-    let cluster_version = node.state.read(|applied| applied.state.cluster_version());
+    let cluster_version = gate.state.read(|applied| applied.state.cluster_version());
     limited_scope_honoured(cluster_version)?;
     if limited_scope_reaches(required, request.method(), request.uri().path()) {
         return Ok(());
@@ -422,18 +431,18 @@ pub fn effective_role(peer: Role, headers: &HeaderMap) -> Result<Role, String> {
 /// A member of the first release, which forwards without vouchers, is believed on its
 /// certificate alone while it runs that release ([`forwards_without_vouchers`]).
 async fn forwarded_by_member(
-    node: &AppState,
+    gate: &Gate,
     by: u64,
     claim: Result<(vouch::Voucher, Option<String>), String>,
 ) -> Result<(), String> {
     let (claimed, token) = claim?;
-    if by == node.leadership.id {
+    if by == gate.leadership.id {
         return Err(format!(
             "the request says this node ({by}) forwarded it: a manager never forwards to itself"
         ));
     }
     let address = {
-        let metrics = node.leadership.metrics_snapshot();
+        let metrics = gate.leadership.metrics_snapshot();
         let member = metrics
             .membership_config
             .membership()
@@ -450,8 +459,8 @@ async fn forwarded_by_member(
         }
     };
     match token {
-        Some(token) => vouch::confirm(&node.http, by, &address, &token, &claimed).await,
-        None => unvouched_forward(by, node.member_versions.get(by).as_ref()),
+        Some(token) => vouch::confirm(&gate.http, by, &address, &token, &claimed).await,
+        None => unvouched_forward(by, gate.member_versions.get(by).as_ref()),
     }
 }
 
@@ -566,7 +575,7 @@ pub fn manager_join(
 /// no `--initial-cluster`) knows no member until the cluster replicates one to it: until then
 /// it takes Raft messages from any manager of the cluster's CA, which is how the leader probes
 /// it and brings it up as a learner.
-fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<(), String> {
+fn raft_peer_allowed(gate: &Gate, role: &Role, request: &Request) -> Result<(), String> {
     let Role::Manager { node_id } = role else {
         return Err(format!(
             "raft messages come from managers; the certificate is {role}"
@@ -585,13 +594,13 @@ fn raft_peer_allowed(node: &AppState, role: &Role, request: &Request) -> Result<
             ));
         }
     }
-    let metrics = node.leadership.metrics_snapshot();
+    let metrics = gate.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     let sender = RaftSender {
         node_id: *node_id,
         in_membership: membership.get_node(node_id).is_some(),
-        in_initial_cluster: node.settings.initial_cluster.contains_key(node_id),
-        initial_cluster_known: !node.settings.initial_cluster.is_empty(),
+        in_initial_cluster: gate.settings.initial_cluster.contains_key(node_id),
+        initial_cluster_known: !gate.settings.initial_cluster.is_empty(),
         membership_known: membership.nodes().next().is_some(),
     };
     raft_sender_allowed(&sender)

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use leasehold_api::backup::{encode_backup, BackupSource};
 
 use super::params::ReadQuery;
-use super::{ApiQuery, AppState, HttpError};
+use super::{ApiQuery, HttpError};
 use crate::raft::versions::backup_payload;
+use crate::service::members::Members;
 
 /// The applied lease state as a checksummed backup file.
 #[utoipa::path(
@@ -24,10 +25,10 @@ use crate::raft::versions::backup_payload;
     ),
 )]
 pub async fn backup(
-    State(node): State<AppState>,
+    State(members): State<Members>,
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Result<Response, HttpError> {
-    let (payload, revision, shard_count) = node.state.read(|applied| {
+    let (payload, revision, shard_count) = members.state.read(|applied| {
         let state = &applied.state;
         (
             backup_payload(state),
@@ -46,10 +47,10 @@ pub async fn backup(
             revision,
             shard_count,
             created_at_unix_ms,
-            source_node_id: node.leadership.id,
+            source_node_id: members.leadership.id,
         },
         &payload,
-        node.settings.backup_key.as_ref(),
+        members.settings.backup_key.as_ref(),
     );
     tracing::info!(revision, bytes = file.len(), "backup served");
     let mut response = file.into_response();

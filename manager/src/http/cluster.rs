@@ -12,15 +12,16 @@ use openraft::{BasicNode, ChangeMembers};
 use serde::Deserialize;
 
 use super::authorize::{self, Actor, CallerRole, ManagerJoin};
-use super::operator;
 use super::params::{validate_node_address, ReadQuery};
-use super::{ApiJson, ApiQuery, AppState, HttpError};
+use super::{ApiJson, ApiQuery, HttpError};
 use crate::bootstrap::{self, self_removal_check, Formation, VoterAnswer};
 use crate::lease::MembershipChange;
 use crate::member_versions::MemberVersion;
 use crate::raft::identity::IdentityReport;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
+use crate::service::members::Members;
+use crate::service::operator::Operator;
 
 /// How long adding a member waits for it to answer its identity probe, and how often it asks.
 const ADD_NODE_PROBE_PATIENCE: Duration = Duration::from_secs(15);
@@ -43,10 +44,10 @@ const VOTER_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
     responses((status = 200, description = "This node, the leader, term, members, log and snapshot positions.", body = ClusterInfo)),
 )]
 pub async fn info(
-    State(node): State<AppState>,
+    State(members): State<Members>,
     ApiQuery(_): ApiQuery<ReadQuery>,
 ) -> Json<ClusterInfo> {
-    Json(node.cluster_info().await)
+    Json(members.cluster_info().await)
 }
 
 /// Forms the cluster from `--initial-cluster` now (normally automatic; safe to repeat).
@@ -58,8 +59,8 @@ pub async fn info(
         (status = 409, description = "`conflict`: not every founding member answers yet, or this node does not found the cluster."),
     ),
 )]
-pub async fn init(State(node): State<AppState>) -> Result<Json<InitReply>, HttpError> {
-    match bootstrap::try_form(&node).await {
+pub async fn init(State(members): State<Members>) -> Result<Json<InitReply>, HttpError> {
+    match bootstrap::try_form(&members).await {
         Ok(Formation::Formed) => Ok(Json(InitReply {
             initialized: true,
             formed_now: true,
@@ -89,13 +90,14 @@ fn membership_error(error: impl std::fmt::Display) -> HttpError {
     ),
 )]
 pub async fn add_node(
-    State(node): State<AppState>,
+    State(members): State<Members>,
+    State(operator): State<Operator>,
     caller: Option<Extension<CallerRole>>,
     Extension(actor): Extension<Actor>,
     ApiJson(request): ApiJson<AddNodeRequest>,
 ) -> Result<Json<ClusterInfo>, HttpError> {
     validate_node_address(&request.address)?;
-    let was_member = node
+    let was_member = members
         .leadership
         .metrics_snapshot()
         .membership_config
@@ -104,25 +106,25 @@ pub async fn add_node(
         .is_some();
     let added = match caller {
         Some(Extension(CallerRole(Role::Manager { node_id }))) => {
-            add_own_node(&node, node_id, &request).await
+            add_own_node(&members, node_id, &request).await
         }
-        _ => add_node_as_admin(&node, &request).await,
+        _ => add_node_as_admin(&members, &request).await,
     }?;
     if !was_member {
         let change = MembershipChange::Added {
             node_id: request.node_id,
             address: request.address.clone(),
         };
-        operator::record_membership(&node, &actor, change).await;
+        operator.record_membership(&actor, change).await;
     }
     Ok(added)
 }
 
 async fn add_node_as_admin(
-    node: &AppState,
+    members: &Members,
     request: &AddNodeRequest,
 ) -> Result<Json<ClusterInfo>, HttpError> {
-    let metrics = node.leadership.metrics_snapshot();
+    let metrics = members.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     if membership.voter_ids().any(|id| id == request.node_id) {
         return Err(HttpError::conflict(format!(
@@ -130,25 +132,27 @@ async fn add_node_as_admin(
             request.node_id
         )));
     }
-    check_can_apply_cluster_version(node, request, None).await?;
+    check_can_apply_cluster_version(members, request, None).await?;
     tracing::info!(node_id = request.node_id, address = %request.address, "adding learner");
-    node.leadership
+    members
+        .leadership
         .raft
         .add_learner(request.node_id, BasicNode::new(&request.address), true)
         .await
         .map_err(membership_error)?;
-    promote(node, request.node_id).await
+    promote(members, request.node_id).await
 }
 
 /// Promotes a learner that has caught up, as every joiner is promoted.
-async fn promote(node: &AppState, node_id: NodeId) -> Result<Json<ClusterInfo>, HttpError> {
+async fn promote(members: &Members, node_id: NodeId) -> Result<Json<ClusterInfo>, HttpError> {
     tracing::info!(node_id, "learner caught up; promoting to voter");
-    node.leadership
+    members
+        .leadership
         .raft
         .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node_id])), false)
         .await
         .map_err(membership_error)?;
-    Ok(Json(node.cluster_info().await))
+    Ok(Json(members.cluster_info().await))
 }
 
 /// A manager's own join (`--join` under TLS, P13.3): only as the node its certificate names,
@@ -156,11 +160,11 @@ async fn promote(node: &AppState, node_id: NodeId) -> Result<Json<ClusterInfo>, 
 /// learner and promoted once caught up like every joiner. Asking again is answered without a
 /// change; a member whose data directory was lost is told to rejoin.
 async fn add_own_node(
-    node: &AppState,
+    members: &Members,
     caller: NodeId,
     request: &AddNodeRequest,
 ) -> Result<Json<ClusterInfo>, HttpError> {
-    let metrics = node.leadership.metrics_snapshot();
+    let metrics = members.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     let member = membership.get_node(&request.node_id).map(|known| {
         let voter = membership.voter_ids().any(|id| id == request.node_id);
@@ -178,10 +182,10 @@ async fn add_own_node(
         tracing::warn!(caller, node_id = request.node_id, "join refused: {detail}");
         HttpError::new(ErrorCode::Forbidden, detail)
     })?;
-    let report = check_can_apply_cluster_version(node, request, Some(caller)).await?;
+    let report = check_can_apply_cluster_version(members, request, Some(caller)).await?;
     if step != ManagerJoin::AddLearner {
         // The member is known with the storage pinned for it; another answers: it was wiped.
-        if let Some(pinned) = node.identity.pins().get(&request.node_id) {
+        if let Some(pinned) = members.identity.pins().get(&request.node_id) {
             if *pinned != report.storage_id {
                 return Err(HttpError::conflict(format!(
                     "node {} is a member, but the manager at {} has another data directory than \
@@ -198,32 +202,34 @@ async fn add_own_node(
                 node_id = request.node_id,
                 "asked to join: already a voter at this address"
             );
-            Ok(Json(node.cluster_info().await))
+            Ok(Json(members.cluster_info().await))
         }
         ManagerJoin::AlreadyLearner => {
             tracing::info!(
                 node_id = request.node_id,
                 "asked to join: already a learner at this address; waiting for it to catch up"
             );
-            wait_caught_up(node, request.node_id).await?;
-            promote(node, request.node_id).await
+            wait_caught_up(members, request.node_id).await?;
+            promote(members, request.node_id).await
         }
         ManagerJoin::AddLearner => {
             tracing::info!(node_id = request.node_id, address = %request.address, "adding learner (asked by the manager itself)");
-            node.leadership
+            members
+                .leadership
                 .raft
                 .add_learner(request.node_id, BasicNode::new(&request.address), true)
                 .await
                 .map_err(membership_error)?;
-            promote(node, request.node_id).await
+            promote(members, request.node_id).await
         }
     }
 }
 
 /// Waits until the leader has replicated its log, as it was when asked, to learner `node_id`.
-async fn wait_caught_up(node: &AppState, node_id: NodeId) -> Result<(), HttpError> {
-    let target = node.leadership.metrics_snapshot().last_log_index;
-    node.leadership
+async fn wait_caught_up(members: &Members, node_id: NodeId) -> Result<(), HttpError> {
+    let target = members.leadership.metrics_snapshot().last_log_index;
+    members
+        .leadership
         .raft
         .wait(Some(LEARNER_CATCH_UP_WAIT))
         .metrics(
@@ -250,16 +256,18 @@ async fn wait_caught_up(node: &AppState, node_id: NodeId) -> Result<(), HttpErro
 /// For a manager's own join (`certified_as`), the address must answer with that manager's
 /// certificate (P13.3): it joins only at an address that is its own.
 async fn check_can_apply_cluster_version(
-    node: &AppState,
+    members: &Members,
     request: &AddNodeRequest,
     certified_as: Option<NodeId>,
 ) -> Result<IdentityReport, HttpError> {
-    let cluster_version = node.state.read(|applied| applied.state.cluster_version());
+    let cluster_version = members
+        .state
+        .read(|applied| applied.state.cluster_version());
     // The new manager may have been started a moment ago (etcd's flow: start it, then add it).
     let deadline = tokio::time::Instant::now() + ADD_NODE_PROBE_PATIENCE;
     let (report, role) = loop {
         match identify(
-            &node.http,
+            &members.http,
             request.node_id,
             &request.address,
             PEER_PROBE_TIMEOUT,
@@ -278,7 +286,7 @@ async fn check_can_apply_cluster_version(
     };
     if let Some(expected) = certified_as {
         let own = matches!(role, Some(Role::Manager { node_id }) if node_id == expected);
-        if node.settings.tls.is_some() && !own {
+        if members.settings.tls.is_some() && !own {
             return Err(HttpError::new(
                 ErrorCode::Forbidden,
                 format!(
@@ -313,7 +321,8 @@ async fn check_can_apply_cluster_version(
     ),
 )]
 pub async fn remove_node(
-    State(node): State<AppState>,
+    State(members): State<Members>,
+    State(operator): State<Operator>,
     caller: Option<Extension<CallerRole>>,
     Extension(actor): Extension<Actor>,
     Path(node_id): Path<String>,
@@ -321,7 +330,7 @@ pub async fn remove_node(
     let node_id: u64 = node_id.parse().map_err(|_| {
         HttpError::invalid(format!("node id {node_id:?} is not a non-negative integer"))
     })?;
-    let metrics = node.leadership.metrics_snapshot();
+    let metrics = members.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     if let Some(Extension(CallerRole(role @ Role::Manager { .. }))) = &caller {
         // The layer let through only its own id; checked again where it is acted on.
@@ -329,7 +338,7 @@ pub async fn remove_node(
             .map_err(|detail| HttpError::new(ErrorCode::Forbidden, detail))?;
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         if voters.contains(&node_id) {
-            let answers = ask_voters(&node, membership, node_id).await;
+            let answers = ask_voters(&members, membership, node_id).await;
             self_removal_check(&voters, node_id, &answers).map_err(|detail| {
                 tracing::warn!(node_id, "a manager's removal of itself refused: {detail}");
                 HttpError::conflict(detail)
@@ -351,35 +360,38 @@ pub async fn remove_node(
         )));
     };
     tracing::info!(node_id, "removing node");
-    node.leadership
+    members
+        .leadership
         .raft
         .change_membership(change, false)
         .await
         .map_err(membership_error)?;
-    operator::record_membership(&node, &actor, MembershipChange::Removed { node_id }).await;
-    Ok(Json(node.cluster_info().await))
+    operator
+        .record_membership(&actor, MembershipChange::Removed { node_id })
+        .await;
+    Ok(Json(members.cluster_info().await))
 }
 
 /// Asks every voter but this leader who it is, all at once, each within [`VOTER_PROBE_TIMEOUT`].
 async fn ask_voters(
-    node: &AppState,
+    members: &Members,
     membership: &openraft::Membership<NodeId, BasicNode>,
     removed: NodeId,
 ) -> BTreeMap<NodeId, VoterAnswer> {
-    let pins = node.identity.pins();
-    let mut answers = BTreeMap::from([(node.leadership.id, VoterAnswer::WithItsData)]);
+    let pins = members.identity.pins();
+    let mut answers = BTreeMap::from([(members.leadership.id, VoterAnswer::WithItsData)]);
     let mut probes = tokio::task::JoinSet::new();
     for voter in membership
         .voter_ids()
-        .filter(|&id| id != node.leadership.id)
+        .filter(|&id| id != members.leadership.id)
     {
         let Some(address) = membership.get_node(&voter).map(|n| n.addr.clone()) else {
             answers.insert(voter, VoterAnswer::Silent);
             continue;
         };
-        let node = node.clone();
+        let members = members.clone();
         probes.spawn(async move {
-            let report = identify(&node.http, voter, &address, VOTER_PROBE_TIMEOUT).await;
+            let report = identify(&members.http, voter, &address, VOTER_PROBE_TIMEOUT).await;
             (voter, report.ok().map(|identified| identified.report))
         });
     }
@@ -422,17 +434,18 @@ pub struct SnapshotQuery {
     ),
 )]
 pub async fn snapshot(
-    State(node): State<AppState>,
+    State(members): State<Members>,
     ApiQuery(query): ApiQuery<SnapshotQuery>,
 ) -> Result<Json<SnapshotReply>, HttpError> {
-    let applied = node.leadership.metrics_snapshot().last_applied;
-    node.leadership
+    let applied = members.leadership.metrics_snapshot().last_applied;
+    members
+        .leadership
         .raft
         .trigger()
         .snapshot()
         .await
         .map_err(|e| HttpError::internal("triggering a snapshot", e))?;
-    let metrics = node
+    let metrics = members
         .leadership
         .raft
         .wait(Some(SNAPSHOT_WAIT))
@@ -443,13 +456,14 @@ pub async fn snapshot(
     let mut purged = metrics.purged;
     if query.purge {
         if let Some(upto) = snapshot {
-            node.leadership
+            members
+                .leadership
                 .raft
                 .trigger()
                 .purge_log(upto.index)
                 .await
                 .map_err(|e| HttpError::internal("purging the log", e))?;
-            purged = node
+            purged = members
                 .leadership
                 .raft
                 .wait(Some(SNAPSHOT_WAIT))

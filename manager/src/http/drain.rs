@@ -10,14 +10,12 @@ use axum::{Extension, Json};
 use leasehold_api::wire::ExecutorView;
 
 use super::admission::{Admitted, Caller};
-use super::authorize::{Actor, CallerScope};
-use super::inspect::current_executor_view;
-use super::operator;
+use super::authorize::CallerScope;
 use super::params::ExecutorIdPath;
-use super::refusals::{refusal, unknown_executor};
-use super::{AppState, HttpError};
-use crate::lease::answer::{DrainingSet, OperatorDone};
-use crate::lease::{Command, ExecutorAnswer, OperatorAction};
+use super::HttpError;
+use crate::service::executors::Executors;
+use crate::service::operator::Actor;
+use crate::service::views::Views;
 
 /// Marks an executor draining: it gets no new shards and its shards move away (P5.2). An
 /// operator's (P5.4), or the executor's own before it stops (P17.2).
@@ -32,7 +30,7 @@ use crate::lease::{Command, ExecutorAnswer, OperatorAction};
     ),
 )]
 pub async fn drain(
-    State(node): State<AppState>,
+    State(executors): State<Executors>,
     Extension(Admitted(caller)): Extension<Admitted>,
     Extension(actor): Extension<Actor>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
@@ -42,9 +40,14 @@ pub async fn drain(
         // Proved by its credential, whatever certificate it presents (P17.2): the executor's own
         // lifecycle, as its deregistration is, and not an operator's action, so the audit log
         // is not where it goes (P17.4: callers who are not operators cannot fill it).
-        Caller::Executor => set_draining(&node, None, executor_id, true).await,
-        Caller::Operator => set_draining(&node, Some(&actor), executor_id, true).await,
+        Caller::Executor => executors.set_draining(None, &executor_id, true).await,
+        Caller::Operator => {
+            executors
+                .set_draining(Some(&actor), &executor_id, true)
+                .await
+        }
     }
+    .map(Json)
 }
 
 /// Puts a draining executor back into the spread.
@@ -58,13 +61,14 @@ pub async fn drain(
     ),
 )]
 pub async fn undrain(
-    State(node): State<AppState>,
+    State(executors): State<Executors>,
+    State(views): State<Views>,
     Extension(actor): Extension<Actor>,
     Extension(scope): Extension<CallerScope>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<ExecutorView>, HttpError> {
     // An executor the state does not hold is `set_draining`'s 404, whoever asks.
-    let namespace = node.state.read(|applied| {
+    let namespace = views.state().read(|applied| {
         applied
             .state
             .executor(&executor_id)
@@ -73,50 +77,8 @@ pub async fn undrain(
     if let Some(namespace) = namespace {
         scope.check(&namespace)?;
     }
-    set_draining(&node, Some(&actor), executor_id, false).await
-}
-
-/// Sets the flag: an operator's (`Some`) action is recorded in the audit log from cluster
-/// version 6 on (P17.4); the executor's own (`None`), and anyone's before, is a plain
-/// `SetDraining`.
-pub(super) async fn set_draining(
-    node: &AppState,
-    operator: Option<&Actor>,
-    executor_id: String,
-    draining: bool,
-) -> Result<Json<ExecutorView>, HttpError> {
-    let recorded_as = operator.filter(|_| operator::recorded(node));
-    let answer = if let Some(actor) = recorded_as {
-        let action = OperatorAction::SetDraining {
-            executor_id: executor_id.clone(),
-            draining,
-        };
-        operator::propose_expecting(node, actor, action, |done| match done {
-            OperatorDone::Draining(set) => Ok(set),
-            other => Err(other),
-        })
-        .await?
-    } else {
-        let command = Command::SetDraining {
-            now_ms: node.leadership.clock.now_ms(),
-            executor_id: executor_id.clone(),
-            draining,
-        };
-        node.leadership
-            .proposer
-            .propose_as::<DrainingSet>(command)
-            .await?
-            .1
-    };
-    match answer {
-        ExecutorAnswer::Done(DrainingSet { changed, .. }) => {
-            tracing::info!(%executor_id, draining, changed, "drain flag set");
-            current_executor_view(node, &executor_id)
-                .map(Json)
-                // Removed between the commit and this read (reaped or deregistered).
-                .ok_or_else(|| unknown_executor(&executor_id))
-        }
-        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
+    executors
+        .set_draining(Some(&actor), &executor_id, false)
+        .await
+        .map(Json)
 }

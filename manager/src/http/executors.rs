@@ -1,43 +1,31 @@
 //! Executor-facing endpoints (PROTOCOL §9): register, renew, release, deregister. All are leader
-//! writes; each is answered only after the command carrying it is committed (P4.4). Renew,
-//! release and deregister of an executor that registered with a credential must present it
-//! (P13.4, `credentials`).
+//! writes, committed by `service::executors`; these handlers check the request at the edge (I6)
+//! and shape the reply. Renew, release and deregister of an executor that registered with a
+//! credential must present it (P13.4, `credentials`, checked by the admission layer).
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     check_app_version, check_capacity, check_labels, check_shard_list, check_shard_loads,
     Credential, ExecutorView, Grant, RegisterRequest, ReleaseReply, ReleaseRequest, RenewRequest,
-    ShardEpoch, ShardLoad, DEFAULT_CAPACITY, GROUP_REGISTRATION_SCHEMA,
+    ShardEpoch, DEFAULT_CAPACITY,
 };
 
 use super::admission::{Admitted, Caller};
-use super::authorize::{Actor, CallerScope};
+use super::authorize::CallerScope;
 use super::params::{validate_node_address, ExecutorIdPath};
-use super::refusals::{refusal, unknown_executor};
 use super::registration_limit::RegistrationSettings;
-use super::removal::commit_deregistration;
-use super::{ApiJson, AppState, HttpError};
-use crate::lease::answer::{Registered, Released};
-use crate::lease::{
-    claims_are_exactly, Answer, Command, ExecutorAnswer, RefusalReason, RegisterResult,
-    Registration, RenewResult, Renewal,
-};
-use crate::registrations::{self, RegisterError};
-use crate::renewals::{self, RenewError};
+use super::{ApiJson, HttpError};
+use crate::lease::answer::Released;
+use crate::lease::{claims_are_exactly, Registration};
+use crate::service::executors::{Executors, Removal, ReportedLoads};
+use crate::service::operator::Actor;
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
-
-/// The shard count `executor_id`'s claims and releases are read against: its namespace's
-/// (P18.1).
-fn shard_count(node: &AppState, executor_id: &str) -> Result<u32, HttpError> {
-    node.state
-        .read(|applied| applied.state.shard_count_for_executor(executor_id))
-        .ok_or_else(|| refusal(RefusalReason::NotInitialised))
-}
 
 fn validate_shards<I>(shards: I, shard_count: u32) -> Result<(), HttpError>
 where
@@ -62,9 +50,10 @@ where
     ),
 )]
 pub async fn register(
-    State(node): State<AppState>,
+    State(executors): State<Executors>,
     Extension(settings): Extension<RegistrationSettings>,
     Extension(scope): Extension<CallerScope>,
+    State(tls): State<ListenerTls>,
     ApiJson(request): ApiJson<RegisterRequest>,
 ) -> Result<Json<Grant>, HttpError> {
     scope.check(
@@ -75,87 +64,11 @@ pub async fn register(
     )?;
     // This runs on the leader only (a follower forwards the request unread): the leader's
     // `--max-capacity` decides.
-    let registration = registration(request, node.settings.tls.is_some(), settings.max_capacity)?;
-    if let Some(full) = node.state.read(|applied| {
-        room_by_default(
-            &applied.state,
-            &registration,
-            settings.max_executors_per_namespace,
-        )
-    }) {
-        return Err(full);
-    }
-    let cluster_version = node.state.read(|applied| applied.state.cluster_version());
-    let result = if cluster_version >= GROUP_REGISTRATION_SCHEMA {
-        registrations::register(&node.registrations, registration)
-            .await
-            .map_err(|error| match error {
-                RegisterError::Propose(error) => error.into(),
-                RegisterError::Refused(reason) => refusal(reason),
-                error => HttpError::internal("registration failed", error),
-            })?
-    } else {
-        // A replica of an older release could not apply a batch: one entry each (P14.3).
-        let command = registration.into_command(node.leadership.clock.now_ms());
-        match node
-            .leadership
-            .proposer
-            .propose_as::<Registered>(command)
-            .await?
-            .1
-        {
-            Answer::Done(Registered {
-                grant,
-                already_registered,
-            }) => RegisterResult::Registered {
-                grant,
-                already_registered,
-            },
-            Answer::Refused(reason) => RegisterResult::Refused { reason },
-        }
-    };
-    match result {
-        RegisterResult::Registered {
-            grant,
-            already_registered,
-        } => {
-            tracing::info!(executor_id = %grant.executor_id, already_registered, "registered");
-            node.memory_renewals.reserve_for_registered(
-                cluster_version,
-                node.leadership.clock.term(),
-                &grant.executor_id,
-            );
-            Ok(Json(grant.into()))
-        }
-        RegisterResult::Refused { reason } => Err(refusal(reason)),
-    }
-}
-
-/// A namespace that sets no executor bound of its own holds at most the leader's
-/// `--max-executors-per-namespace` (P18.1): a new registration past it is refused here, before
-/// anything is proposed; a retry of a registration the namespace holds already is not. Checked
-/// where registrations arrive at the leader, so registrations in flight together may pass it by
-/// at most one group commit.
-fn room_by_default(
-    state: &crate::lease::LeaseState,
-    registration: &Registration,
-    max_executors_per_namespace: u32,
-) -> Option<HttpError> {
-    let space = state.namespace(&registration.namespace)?;
-    let count = space.executor_count();
-    let full = space.max_executors.is_none()
-        && count >= max_executors_per_namespace as usize
-        && state
-            .executor_by_incarnation(&registration.incarnation)
-            .is_none();
-    full.then(|| {
-        HttpError::conflict(format!(
-            "namespace {} holds {count} executors, the most a namespace without a bound of its \
-             own may hold (the managers' --max-executors-per-namespace): deregister one, or give \
-             the namespace a bound of its own (PROTOCOL P18.1)",
-            registration.namespace
-        ))
-    })
+    let registration = registration(request, tls.0, settings.max_capacity)?;
+    let grant = executors
+        .register(registration, settings.max_executors_per_namespace)
+        .await?;
+    Ok(Json(grant.into()))
 }
 
 /// The registration a request asks for, checked at the edge (I6): text lengths, the push
@@ -240,12 +153,12 @@ fn registration(
     ),
 )]
 pub async fn renew(
-    State(node): State<AppState>,
+    State(executors): State<Executors>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
-    let shard_count = shard_count(&node, &executor_id)?;
+    let shard_count = executors.shard_count(&executor_id)?;
     let loads = request.loads.take();
     let claims = request
         .checked_claims(shard_count)
@@ -254,65 +167,14 @@ pub async fn renew(
         check_shard_loads(loads, shard_count)
             .map_err(|error| HttpError::invalid(error.to_string()))?;
     }
-    let renewal = Renewal::from_claims(executor_id.clone(), &claims, request.revision);
-    let result = renewals::answer(
-        &node.memory_renewals,
-        &node.leadership,
-        &node.state,
-        &node.renewals,
-        renewal,
-    )
-    .await;
-    match result {
-        Ok(RenewResult::Renewed {
-            grant,
-            claims_mismatch,
-            acknowledged,
-        }) => {
-            if claims_mismatch {
-                // P4.2: the executor held another set than recorded; pushes are not landing.
-                tracing::warn!(%executor_id, revision = grant.revision, "renewal claims differ from the recorded set; corrected in the reply");
-                metrics::counter!("leasehold_renewal_claims_mismatch_total").increment(1);
-            }
-            if !acknowledged.is_empty() {
-                tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
-            }
-            record_loads(&node, &executor_id, &claims, &grant, loads);
-            Ok(Json(reply_form(&request, &claims, grant)))
-        }
-        Ok(RenewResult::UnknownExecutor { .. }) => {
-            node.load_reports.remove(&executor_id);
-            Err(unknown_executor(&executor_id))
-        }
-        Err(RenewError::Propose(error)) => Err(error.into()),
-        Err(RenewError::Refused(reason)) => Err(refusal(reason)),
-        Err(error) => Err(HttpError::internal("renewal failed", error)),
-    }
-}
-
-/// What a renewal reported of its shards' loads (P15.1), for the shards it both claimed and
-/// holds after the renewal; or that it reports none.
-fn record_loads(
-    node: &AppState,
-    executor_id: &str,
-    claims: &[ShardEpoch],
-    grant: &crate::lease::Grant,
-    loads: Option<Vec<ShardLoad>>,
-) {
-    match loads {
-        Some(loads) => {
-            let claimed: std::collections::BTreeSet<u32> =
-                claims.iter().map(|claim| claim.shard).collect();
-            let measured = grant
-                .shards
-                .iter()
-                .map(|&(shard, _)| shard)
-                .filter(|shard| claimed.contains(shard))
-                .collect();
-            node.load_reports.record(executor_id, measured, loads);
-        }
-        None => node.load_reports.record_not_reporting(executor_id),
-    }
+    let reported = ReportedLoads {
+        claims: claims.to_vec(),
+        loads,
+    };
+    let grant = executors
+        .renew(&executor_id, request.revision, reported)
+        .await?;
+    Ok(Json(reply_form(&request, &claims, grant)))
 }
 
 /// The grant in the form the renewal asked for (docs/PROTOCOL.md, "Versions"): "unchanged" when
@@ -346,34 +208,21 @@ fn reply_form(request: &RenewRequest, claims: &[ShardEpoch], grant: crate::lease
     ),
 )]
 pub async fn release(
-    State(node): State<AppState>,
+    State(executors): State<Executors>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<Json<ReleaseReply>, HttpError> {
     validate_shards(
         request.shards.iter().copied(),
-        shard_count(&node, &executor_id)?,
+        executors.shard_count(&executor_id)?,
     )?;
-    let command = Command::Release {
-        now_ms: node.leadership.clock.now_ms(),
-        executor_id: executor_id.clone(),
-        shards: request.shards,
-        revoke_revision: request.revoke_revision,
-    };
-    match node
-        .leadership
-        .proposer
-        .propose_as::<Released>(command)
-        .await?
-        .1
-    {
-        ExecutorAnswer::Done(Released {
-            completed, ignored, ..
-        }) => Ok(Json(ReleaseReply { completed, ignored })),
-        ExecutorAnswer::UnknownExecutor => Err(unknown_executor(&executor_id)),
-        ExecutorAnswer::Refused(reason) => Err(refusal(reason)),
-    }
+    let Released {
+        completed, ignored, ..
+    } = executors
+        .release(&executor_id, request.shards, request.revoke_revision)
+        .await?;
+    Ok(Json(ReleaseReply { completed, ignored }))
 }
 
 /// P7.2: deregistering an executor that existed succeeds, also when retried after it is gone;
@@ -390,7 +239,7 @@ pub async fn release(
     ),
 )]
 pub async fn deregister(
-    State(node): State<AppState>,
+    State(executors): State<Executors>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
     Extension(Admitted(caller)): Extension<Admitted>,
     Extension(actor): Extension<Actor>,
@@ -398,10 +247,21 @@ pub async fn deregister(
     // An operator (admin certificate, P13.3) deregisters without the executor's credential, and
     // then only through the handoff (P5.5): the executor may still be admitting.
     match caller {
-        Caller::Operator => super::removal::remove(&node, &actor, executor_id).await,
-        Caller::Executor => commit_deregistration(&node, executor_id, None).await,
+        Caller::Operator => match executors.remove(&actor, &executor_id).await? {
+            Removal::Removed => Ok(StatusCode::NO_CONTENT.into_response()),
+            Removal::StillMoving(view) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
+        },
+        Caller::Executor => {
+            executors.deregister(&executor_id, None).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
     }
 }
+
+/// Whether the listener serves TLS, where every registration carries a credential (P13.4,
+/// P13.5); set on the router once.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenerTls(pub bool);
 
 #[cfg(test)]
 mod tests {
@@ -421,38 +281,6 @@ mod tests {
             app_version: None,
             labels: Default::default(),
         }
-    }
-
-    /// P18.1 (issue 55, finding 9): a namespace without a bound of its own holds at most the
-    /// leader's `--max-executors-per-namespace`; a retry of a registration it holds is let
-    /// through, and a namespace's own bound replaces the default.
-    #[test]
-    fn p18_1_a_namespace_without_a_bound_holds_the_default_at_most() {
-        use crate::lease::tests::{
-            initialised_state, register_in_command, registration_in, set_namespace_command,
-        };
-        let mut state = initialised_state(4, 3_000);
-        for (index, incarnation) in [(2, "a"), (3, "b")] {
-            let _ = state.apply(index, &register_in_command(0, incarnation, "default"));
-        }
-        assert!(room_by_default(&state, &registration_in("c", "default"), 2).is_some());
-        assert!(
-            room_by_default(&state, &registration_in("a", "default"), 2).is_none(),
-            "a retry of one it holds"
-        );
-        assert!(room_by_default(&state, &registration_in("c", "default"), 3).is_none());
-        let _ = state.apply(
-            4,
-            &set_namespace_command("default", 3_000, Some(10), Default::default()),
-        );
-        assert!(
-            room_by_default(&state, &registration_in("c", "default"), 2).is_none(),
-            "its own bound replaces the default"
-        );
-        assert!(
-            room_by_default(&state, &registration_in("c", "nowhere"), 0).is_none(),
-            "an unknown namespace is the state machine's refusal"
-        );
     }
 
     /// "Versions": a renewal that takes "unchanged" gets it exactly when its claims are the set,

@@ -13,7 +13,21 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{Liveness, Readiness, ReadinessCheck};
 use serde::Deserialize;
 
-use super::{ApiQuery, AppState, HttpError};
+use super::{ApiQuery, HttpError};
+use crate::leadership::Leadership;
+use crate::raft::LeaseStateHandle;
+use crate::service::views::Views;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+/// What the health routes read: the Raft handle and storage, the applied state and what the
+/// leader knows (for `/metrics`'s gauges).
+#[derive(Clone)]
+pub struct Health {
+    pub leadership: Leadership,
+    pub state: LeaseStateHandle,
+    pub metrics: Option<PrometheusHandle>,
+    pub views: Views,
+}
 
 /// How long `/readyz` lets the applied index catch up with the committed one it just read.
 const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
@@ -27,10 +41,10 @@ const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
         (status = 503, description = "The storage failed (P8.3): the Raft core stopped or the disk is full; `status` names the cause. The process is exiting.", body = Liveness),
     ),
 )]
-pub async fn livez(State(node): State<AppState>) -> Response {
+pub async fn livez(State(health): State<Health>) -> Response {
     match crate::fatal::storage_failure(
-        &node.leadership.raft,
-        node.leadership.proposer.disk_space(),
+        &health.leadership.raft,
+        health.leadership.proposer.disk_space(),
     ) {
         None => Json(Liveness {
             status: "ok".to_string(),
@@ -63,10 +77,10 @@ pub struct ReadyQuery {
     ),
 )]
 pub async fn readyz(
-    State(node): State<AppState>,
+    State(health): State<Health>,
     ApiQuery(query): ApiQuery<ReadyQuery>,
 ) -> Response {
-    let (status, ready, checks) = readiness(&node).await;
+    let (status, ready, checks) = readiness(&health).await;
     let checks = query.verbose.is_some().then_some(checks);
     (status, Json(Readiness { ready, checks })).into_response()
 }
@@ -74,8 +88,8 @@ pub async fn readyz(
 /// `/readyz` on the plaintext health listener (`--health-listen`, P13.2): ready or not, and
 /// nothing more. Who leads, the indexes, the shard count, the lease and the free disk stay behind
 /// the API listener's TLS; `?verbose` is ignored here.
-pub async fn bare_readyz(State(node): State<AppState>) -> Response {
-    let (status, ready, _) = readiness(&node).await;
+pub async fn bare_readyz(State(health): State<Health>) -> Response {
+    let (status, ready, _) = readiness(&health).await;
     (
         status,
         Json(Readiness {
@@ -88,10 +102,12 @@ pub async fn bare_readyz(State(node): State<AppState>) -> Response {
 
 /// `/livez` on the plaintext health listener: alive or not; the cause of a storage failure
 /// stays behind TLS (and in the log).
-pub async fn bare_livez(State(node): State<AppState>) -> Response {
-    let failed =
-        crate::fatal::storage_failure(&node.leadership.raft, node.leadership.proposer.disk_space())
-            .is_some();
+pub async fn bare_livez(State(health): State<Health>) -> Response {
+    let failed = crate::fatal::storage_failure(
+        &health.leadership.raft,
+        health.leadership.proposer.disk_space(),
+    )
+    .is_some();
     let (status, word) = if failed {
         (StatusCode::SERVICE_UNAVAILABLE, "storage failed")
     } else {
@@ -107,9 +123,9 @@ pub async fn bare_livez(State(node): State<AppState>) -> Response {
 }
 
 /// Whether this replica is ready, with the status it answers and each check.
-async fn readiness(node: &AppState) -> (StatusCode, bool, Vec<ReadinessCheck>) {
-    let committed = node.leadership.committed_index().await;
-    let metrics = metrics_applied_up_to(node, committed).await;
+async fn readiness(health: &Health) -> (StatusCode, bool, Vec<ReadinessCheck>) {
+    let committed = health.leadership.committed_index().await;
+    let metrics = metrics_applied_up_to(health, committed).await;
     let applied = metrics.last_applied.map(|log_id| log_id.index);
     let checks = vec![
         check(
@@ -127,15 +143,15 @@ async fn readiness(node: &AppState) -> (StatusCode, bool, Vec<ReadinessCheck>) {
         ),
         check(
             "running",
-            metrics.running_state.is_ok() && !node.leadership.is_stepping_down(),
-            match (&metrics.running_state, node.leadership.is_stepping_down()) {
+            metrics.running_state.is_ok() && !health.leadership.is_stepping_down(),
+            match (&metrics.running_state, health.leadership.is_stepping_down()) {
                 (Err(fatal), _) => format!("raft stopped: {fatal}"),
                 (Ok(()), true) => "stepping down".to_string(),
                 (Ok(()), false) => "running".to_string(),
             },
         ),
-        shard_config_check(node),
-        disk_space_check(node.leadership.proposer.disk_space()),
+        shard_config_check(health),
+        disk_space_check(health.leadership.proposer.disk_space()),
     ];
     let ready = checks
         .iter()
@@ -162,10 +178,10 @@ fn check(name: &str, ok: bool, detail: String) -> ReadinessCheck {
 /// readiness asks whether it keeps up, so it waits that moment out (bounded) instead of
 /// flapping.
 async fn metrics_applied_up_to(
-    node: &AppState,
+    health: &Health,
     committed: Option<u64>,
 ) -> openraft::RaftMetrics<u64, openraft::BasicNode> {
-    match node
+    match health
         .leadership
         .raft
         .wait(Some(APPLY_CATCH_UP_WAIT))
@@ -173,13 +189,13 @@ async fn metrics_applied_up_to(
         .await
     {
         Ok(metrics) => metrics,
-        Err(_) => node.leadership.metrics_snapshot(),
+        Err(_) => health.leadership.metrics_snapshot(),
     }
 }
 
 /// Whether the shard configuration is written (the first `Init` applied).
-fn shard_config_check(node: &AppState) -> ReadinessCheck {
-    let shard_config = node.state.read(|applied| {
+fn shard_config_check(health: &Health) -> ReadinessCheck {
+    let shard_config = health.state.read(|applied| {
         applied
             .state
             .config()
@@ -226,13 +242,13 @@ fn disk_space_check(space: &crate::disk_space::DiskSpace) -> ReadinessCheck {
         (status = 503, description = "`unavailable`: metrics are not enabled in this process."),
     ),
 )]
-pub async fn metrics(State(node): State<AppState>) -> Response {
-    match &node.metrics {
+pub async fn metrics(State(health): State<Health>) -> Response {
+    match &health.metrics {
         Some(handle) => {
-            let told_from_memory = node.memory_renewals.told_if_leading(&node.leadership);
+            let told_from_memory = health.views.leader_knows().told_from_memory;
             crate::metrics::record_state_gauges(
-                &node.state,
-                node.leadership.clock.now_ms(),
+                &health.state,
+                health.leadership.clock.now_ms(),
                 told_from_memory.as_ref(),
             );
             leasehold_api::process::record_process_metrics();

@@ -13,6 +13,7 @@ mod credentials;
 mod drain;
 mod error;
 mod executors;
+mod forward;
 mod health;
 mod heavy_reads;
 mod inspect;
@@ -22,9 +23,7 @@ mod operator;
 mod params;
 mod plan;
 mod raft_rpc;
-mod refusals;
 pub mod registration_limit;
-mod removal;
 mod safe_to_stop;
 mod ui;
 pub mod vouch;
@@ -33,17 +32,12 @@ mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{DefaultBodyLimit, FromRef};
+use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 use leasehold_api::http::{limit_body, request_timeout, BodyLimit};
 use leasehold_api::origin::HostPolicy;
-use leasehold_api::problem::{ErrorCode, CLUSTER_VERSION_HEADER, LEADER_HEADER, REQUEST_ID_HEADER};
-use leasehold_api::wire::MAX_RENEW_BODY_BYTES;
 use watch::WatchHub;
 
 use self::admission::ExecutorWrite;
@@ -52,8 +46,12 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub use error::HttpError;
 pub use leasehold_api::http::{ApiJson, ApiQuery};
 
-use crate::leadership::{Leader, ReadBarrierError};
 use crate::node::ManagerNode;
+use crate::service::executors::Executors;
+use crate::service::members::Members;
+use crate::service::operator::Operator;
+use crate::service::views::Views;
+use crate::service::Services;
 
 /// Marks a request forwarded by a follower, so it is never forwarded twice.
 pub const FORWARDED_HEADER: &str = "x-leasehold-forwarded-by";
@@ -80,19 +78,107 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// it to be built (each itself bounded below this).
 pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(150);
 
-pub type AppState = Arc<ManagerNode>;
+/// The router's state: the narrow handles its handlers and layers are given, cut from the node
+/// once when the router is built. A handler names the handles it uses (`State<Views>`,
+/// `State<Executors>`, …), never the node; the service layer (`crate::service`) is what the
+/// handlers of executors, operators and reads call.
+#[derive(Clone)]
+pub struct Handles {
+    executors: Executors,
+    operator: Operator,
+    views: Views,
+    members: Members,
+    health: health::Health,
+    raft: raft_rpc::RaftEndpoint,
+    vouchers: Arc<vouch::Vouchers>,
+    tls: executors::ListenerTls,
+    gate: authorize::Gate,
+    forwarding: forward::Forwarding,
+    admission: admission::AdmissionReads,
+}
+
+impl Handles {
+    pub fn of(node: &ManagerNode) -> Self {
+        let Services {
+            executors,
+            operator,
+            views,
+            members,
+        } = Services::of(node);
+        Self {
+            executors,
+            operator,
+            views: views.clone(),
+            members,
+            health: health::Health {
+                leadership: node.leadership.clone(),
+                state: node.state.clone(),
+                metrics: node.metrics.clone(),
+                views,
+            },
+            raft: raft_rpc::RaftEndpoint {
+                leadership: node.leadership.clone(),
+                identity: node.identity.clone(),
+                leader_contact: node.leader_contact.clone(),
+            },
+            vouchers: node.vouchers.clone(),
+            tls: executors::ListenerTls(node.settings.tls.is_some()),
+            gate: authorize::Gate {
+                leadership: node.leadership.clone(),
+                state: node.state.clone(),
+                http: node.http.clone(),
+                member_versions: node.member_versions.clone(),
+                settings: node.settings.clone(),
+                rejoin: node.rejoin_hold(),
+            },
+            forwarding: forward::Forwarding {
+                leadership: node.leadership.clone(),
+                state: node.state.clone(),
+                http: node.http.clone(),
+                vouchers: node.vouchers.clone(),
+            },
+            admission: admission::AdmissionReads {
+                leadership: node.leadership.clone(),
+                state: node.state.clone(),
+            },
+        }
+    }
+}
+
+/// `FromRef` for each handle a handler takes by type.
+macro_rules! handles_by_type {
+    ($($field:ident: $handle:ty),* $(,)?) => {
+        $(impl FromRef<Handles> for $handle {
+            fn from_ref(handles: &Handles) -> Self {
+                handles.$field.clone()
+            }
+        })*
+    };
+}
+
+handles_by_type!(
+    executors: Executors,
+    operator: Operator,
+    views: Views,
+    members: Members,
+    health: health::Health,
+    raft: raft_rpc::RaftEndpoint,
+    vouchers: Arc<vouch::Vouchers>,
+    tls: executors::ListenerTls,
+);
 
 /// The manager's router. `host_policy` says which `Host` its listener answers (P13.6,
 /// `leasehold_api::origin`); `registration` bounds registrations (P13.6, P15.1,
 /// `registration_limit`).
 pub fn router(
-    node: AppState,
+    node: &ManagerNode,
     host_policy: HostPolicy,
     registration: registration_limit::RegistrationSettings,
 ) -> Router {
-    let public = register_route(&node, registration)
-        .merge(leader_routes(&node))
-        .merge(read_routes(&node))
+    let handles = Handles::of(node);
+    let public = register_route(&handles, registration)
+        .merge(leader_routes(&handles))
+        .merge(read_routes(&handles))
         .merge(local_routes())
         .merge(ui::router())
         .route_layer(middleware::from_fn_with_state(
@@ -101,7 +187,7 @@ pub fn router(
             },
             limit_body,
         ))
-        .merge(executor_write_routes(&node));
+        .merge(executor_write_routes(&handles));
     public
         .merge(raft_routes())
         .fallback(leasehold_api::http::not_found)
@@ -109,12 +195,12 @@ pub fn router(
         // Outside every route's own layers: who may call what is decided before a body is read
         // or a request forwarded (P13.3).
         .layer(middleware::from_fn_with_state(
-            node.clone(),
+            handles.gate.clone(),
             authorize::authorize,
         ))
         .layer(middleware::from_fn_with_state(
-            node.clone(),
-            name_the_leader,
+            handles.forwarding.clone(),
+            forward::name_the_leader,
         ))
         // Before the role: a page in the operator's browser is refused whatever it holds.
         .layer(middleware::from_fn_with_state(
@@ -123,14 +209,14 @@ pub fn router(
         ))
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
-        .with_state(node)
+        .with_state(handles)
 }
 
 /// The router of `--health-listen`: `/livez` and `/readyz` and nothing else, in plaintext, for
 /// probes that present no client certificate (Kubernetes' kubelet) when the API listener requires
 /// one (P13.2). They tell whether this replica lives and can serve, nothing more (no detail, not
 /// even with `?verbose`: that stays behind TLS); every other path is `404`.
-pub fn health_router(node: AppState) -> Router {
+pub fn health_router(node: &ManagerNode) -> Router {
     let health = Router::new()
         .route("/livez", get(health::bare_livez))
         .route("/readyz", get(health::bare_readyz));
@@ -139,19 +225,19 @@ pub fn health_router(node: AppState) -> Router {
         .method_not_allowed_fallback(leasehold_api::http::method_not_allowed)
         .layer(CatchPanicLayer::custom(leasehold_api::http::panic_response))
         .layer(middleware::from_fn(leasehold_api::http::request_id))
-        .with_state(node)
+        .with_state(Handles::of(node))
 }
 
 /// `routes`, each request bounded by `limit`.
-fn bounded(routes: Router<AppState>, limit: Duration) -> Router<AppState> {
+fn bounded(routes: Router<Handles>, limit: Duration) -> Router<Handles> {
     routes.route_layer(middleware::from_fn_with_state(limit, request_timeout))
 }
 
 /// `routes`, answered by the leader: a follower forwards them.
-fn on_the_leader(node: &AppState, routes: Router<AppState>) -> Router<AppState> {
+fn on_the_leader(handles: &Handles, routes: Router<Handles>) -> Router<Handles> {
     routes.route_layer(middleware::from_fn_with_state(
-        node.clone(),
-        route_to_leader,
+        handles.forwarding.clone(),
+        forward::route_to_leader,
     ))
 }
 
@@ -159,15 +245,15 @@ fn on_the_leader(node: &AppState, routes: Router<AppState>) -> Router<AppState> 
 /// forwarded; renewal claims and loads and releases list shards, and one executor may hold
 /// every shard, so their bound comes from the cluster's shard count, not the other bodies'.
 /// A drain is an executor's own write too (P17.2), or an operator's.
-fn executor_write_routes(node: &AppState) -> Router<AppState> {
+fn executor_write_routes(handles: &Handles) -> Router<Handles> {
     let executor_write = |path, handler, write| {
         bounded(
-            on_the_leader(node, Router::new().route(path, handler)),
+            on_the_leader(handles, Router::new().route(path, handler)),
             REQUEST_TIMEOUT,
         )
         .route_layer(DefaultBodyLimit::disable())
         .route_layer(middleware::from_fn_with_state(
-            (node.clone(), write),
+            (handles.admission.clone(), write),
             admission::admit_executor_write,
         ))
     };
@@ -196,12 +282,12 @@ fn executor_write_routes(node: &AppState) -> Router<AppState> {
 /// A registration is limited per caller where it arrives, before its body is read or it is
 /// forwarded; its capacity is checked by the handler, on the leader (P13.6, P15.1).
 fn register_route(
-    node: &AppState,
+    handles: &Handles,
     registration: registration_limit::RegistrationSettings,
-) -> Router<AppState> {
+) -> Router<Handles> {
     bounded(
         on_the_leader(
-            node,
+            handles,
             Router::new().route("/v1/executors", post(executors::register)),
         ),
         REQUEST_TIMEOUT,
@@ -214,7 +300,7 @@ fn register_route(
 }
 
 /// Writes and administration only the leader performs.
-fn leader_routes(node: &AppState) -> Router<AppState> {
+fn leader_routes(handles: &Handles) -> Router<Handles> {
     let writes = Router::new()
         .route(
             "/v1/executors/{executor_id}/drain",
@@ -254,16 +340,19 @@ fn leader_routes(node: &AppState) -> Router<AppState> {
             "/v1/cluster/nodes/{node_id}/safe-to-stop",
             get(safe_to_stop::member),
         );
-    bounded(on_the_leader(node, writes), REQUEST_TIMEOUT)
-        .merge(bounded(on_the_leader(node, admin), ADMIN_REQUEST_TIMEOUT))
+    bounded(on_the_leader(handles, writes), REQUEST_TIMEOUT)
         .merge(bounded(
-            on_the_leader(node, operator_reads),
+            on_the_leader(handles, admin),
+            ADMIN_REQUEST_TIMEOUT,
+        ))
+        .merge(bounded(
+            on_the_leader(handles, operator_reads),
             REQUEST_TIMEOUT,
         ))
 }
 
 /// Reads of the state: answered here, or by the leader for `?consistent=true`.
-fn read_routes(node: &AppState) -> Router<AppState> {
+fn read_routes(handles: &Handles) -> Router<Handles> {
     let reads = Router::new()
         .route("/v1/cluster", get(cluster::info))
         .route("/v1/state", get(inspect::state))
@@ -277,8 +366,8 @@ fn read_routes(node: &AppState) -> Router<AppState> {
         .route("/v1/audit", get(operator::audit))
         .route("/v1/backup", get(backup::backup))
         .route_layer(middleware::from_fn_with_state(
-            node.clone(),
-            consistent_reads,
+            handles.forwarding.clone(),
+            forward::consistent_reads,
         ))
         // Outside the read barrier: a heavy read waits for its permit first (P13.6).
         .route_layer(middleware::from_fn_with_state(
@@ -290,7 +379,7 @@ fn read_routes(node: &AppState) -> Router<AppState> {
 
 /// What this node answers of itself: health, metrics, the API document, the blocking watch and
 /// its own administration.
-fn local_routes() -> Router<AppState> {
+fn local_routes() -> Router<Handles> {
     let local = Router::new()
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
@@ -313,7 +402,7 @@ fn local_routes() -> Router<AppState> {
 }
 
 /// Raft's RPCs between managers.
-fn raft_routes() -> Router<AppState> {
+fn raft_routes() -> Router<Handles> {
     let raft = Router::new()
         .route("/raft/append", post(raft_rpc::append))
         .route("/raft/vote", post(raft_rpc::vote))
@@ -325,193 +414,8 @@ fn raft_routes() -> Router<AppState> {
         .layer(DefaultBodyLimit::max(MAX_RAFT_BODY_BYTES))
 }
 
-/// Adds `X-Leasehold-Leader` and `X-Leasehold-Cluster-Version` (P14.3) to every reply that does
-/// not carry them already (a forwarded reply carries the leader's own).
-async fn name_the_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    if !response.headers().contains_key(LEADER_HEADER) {
-        if let Some(value) = node
-            .leadership
-            .leader_address()
-            .and_then(|a| HeaderValue::from_str(&a).ok())
-        {
-            response.headers_mut().insert(LEADER_HEADER, value);
-        }
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles").finish_non_exhaustive()
     }
-    if !response.headers().contains_key(CLUSTER_VERSION_HEADER) {
-        let cluster_version = node.state.read(|applied| applied.state.cluster_version());
-        response
-            .headers_mut()
-            .insert(CLUSTER_VERSION_HEADER, HeaderValue::from(cluster_version));
-    }
-    response
-}
-
-/// Serves writes on the leader, forwards them from a follower (one hop), refuses without one.
-async fn route_to_leader(State(node): State<AppState>, request: Request, next: Next) -> Response {
-    match node.leadership.leader() {
-        Leader::Local => next.run(request).await,
-        elsewhere => forward_or_refuse(&node, elsewhere, request).await,
-    }
-}
-
-/// `?consistent=true` reads go through the leader's read index (linearizable); others are local.
-async fn consistent_reads(State(node): State<AppState>, request: Request, next: Next) -> Response {
-    if !params::consistent_read_requested(request.uri()) {
-        return next.run(request).await;
-    }
-    match node.leadership.leader() {
-        Leader::Local => match node.leadership.linearizable_read().await {
-            Ok(()) => next.run(request).await,
-            Err(error @ ReadBarrierError::NotLeader(_)) => {
-                tracing::info!(%error, "linearizable read refused");
-                HttpError::not_leader(node.leadership.leader_address()).into_response()
-            }
-            Err(error @ ReadBarrierError::RestartedLogNotApplied { .. }) => {
-                tracing::info!(%error, "linearizable read refused");
-                HttpError::new(ErrorCode::Unavailable, error.to_string()).into_response()
-            }
-        },
-        elsewhere => forward_or_refuse(&node, elsewhere, request).await,
-    }
-}
-
-/// For a request the leader must serve, on a node that is not the leader: forward it once, or
-/// refuse it as retryable (a request that was already forwarded is never forwarded again).
-async fn forward_or_refuse(node: &ManagerNode, leader: Leader, request: Request) -> Response {
-    match leader {
-        Leader::Remote { address, .. } if !request.headers().contains_key(FORWARDED_HEADER) => {
-            forward(node, &address, request).await
-        }
-        Leader::Remote { address, .. } => HttpError::not_leader(Some(address)).into_response(),
-        Leader::Local | Leader::Unknown => HttpError::no_leader().into_response(),
-    }
-}
-
-/// Relays `request` to the leader and its reply back unchanged.
-async fn forward(node: &ManagerNode, leader_address: &str, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    // The route's own limit has bounded the body already; this is the largest of them.
-    let body = match axum::body::to_bytes(body, MAX_RENEW_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return HttpError::new(ErrorCode::PayloadTooLarge, "request body is too large")
-                .into_response()
-        }
-    };
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let url = format!("{}{path}", leader_address.trim_end_matches('/'));
-    let mut outgoing = node
-        .http
-        .request(parts.method.clone(), url)
-        .timeout(FORWARD_TIMEOUT)
-        .header(FORWARDED_HEADER, node.leadership.id.to_string())
-        .body(body);
-    // The leader decides with the caller's role, not this node's certificate (P13.3), and
-    // believes it only once this node vouches for the request (`vouch`): the voucher is held
-    // until the leader's reply is in.
-    let mut _voucher = None;
-    if let Some(voucher) = voucher_of(&parts, path) {
-        outgoing = outgoing
-            .header(FORWARDED_ROLE_HEADER, voucher.role.as_str())
-            .header(FORWARDED_SUBJECT_HEADER, voucher.subject.as_str());
-        if let Some(scope) = &voucher.scope {
-            outgoing = outgoing.header(FORWARDED_SCOPE_HEADER, scope.as_str());
-        }
-        match node.vouchers.issue(voucher) {
-            Ok(issued) => {
-                outgoing = outgoing.header(vouch::FORWARDED_VOUCHER_HEADER, issued.token.as_str());
-                _voucher = Some(issued);
-            }
-            Err(full) => {
-                return HttpError::new(ErrorCode::Unavailable, full.to_string()).into_response()
-            }
-        }
-    }
-    // The executor's credential travels with its request: the leader checks it (P13.4).
-    for name in [
-        axum::http::header::CONTENT_TYPE,
-        axum::http::header::ACCEPT,
-        axum::http::header::AUTHORIZATION,
-        HeaderName::from_static(REQUEST_ID_HEADER),
-    ] {
-        if let Some(value) = parts.headers.get(&name) {
-            outgoing = outgoing.header(name, value);
-        }
-    }
-    match outgoing.send().await {
-        Ok(reply) => relay(reply).await,
-        // Nothing reached the leader: safe to retry.
-        Err(error) if error.is_connect() => {
-            tracing::info!(%error, leader = leader_address, "leader unreachable for forwarding");
-            HttpError::no_leader().into_response()
-        }
-        // The leader may have applied it: the outcome is unknown.
-        Err(error) => HttpError::new(
-            ErrorCode::Timeout,
-            format!("forwarding to the leader failed: {error}"),
-        )
-        .into_response(),
-    }
-}
-
-/// What this node vouches for in a forward: the caller's role, subject and scope as `authorize`
-/// found them, for this method and path; `None` when no role was established (plaintext).
-fn voucher_of(parts: &axum::http::request::Parts, path: &str) -> Option<vouch::Voucher> {
-    let authorize::CallerRole(role) = parts.extensions.get::<authorize::CallerRole>()?;
-    Some(vouch::Voucher {
-        method: parts.method.to_string(),
-        path_and_query: path.to_owned(),
-        role: role.san_uri(),
-        subject: parts
-            .extensions
-            .get::<authorize::CallerSubject>()
-            .map(|subject| subject.0.clone())
-            .unwrap_or_default(),
-        scope: parts
-            .extensions
-            .get::<authorize::CallerScope>()
-            .and_then(|scope| scope.0.header_value()),
-    })
-}
-
-/// The leader's reply, relayed: its status, its end-to-end headers and its body.
-async fn relay(reply: reqwest::Response) -> Response {
-    let status = reply.status();
-    let headers = reply.headers().clone();
-    match reply.bytes().await {
-        Ok(bytes) => {
-            let mut response = Response::new(Body::from(bytes));
-            *response.status_mut() = status;
-            for (name, value) in headers.iter() {
-                if is_end_to_end(name) {
-                    response.headers_mut().insert(name.clone(), value.clone());
-                }
-            }
-            response
-        }
-        Err(error) => HttpError::new(
-            ErrorCode::Timeout,
-            format!("the leader's reply was lost: {error}"),
-        )
-        .into_response(),
-    }
-}
-
-/// Headers that describe the reply itself and may be relayed (RFC 9110 §7.6.1: not hop-by-hop).
-fn is_end_to_end(name: &HeaderName) -> bool {
-    !matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "content-length"
-    )
 }

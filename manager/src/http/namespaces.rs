@@ -12,12 +12,13 @@ use leasehold_api::wire::{
     NamespaceView, SetNamespaceRequest,
 };
 
-use super::authorize::{Actor, CallerScope};
-use super::operator::propose_expecting;
-use super::refusals::{done_or_refused, refusal, unknown_namespace};
-use super::{ApiJson, AppState, HttpError};
+use super::authorize::CallerScope;
+use super::{ApiJson, HttpError};
 use crate::lease::answer::OperatorDone;
-use crate::lease::{LeaseState, Namespace, OperatorAction, PlacementOverrides};
+use crate::lease::{OperatorAction, PlacementOverrides};
+use crate::service::operator::{Actor, Operator};
+use crate::service::refusals::{done_or_refused, refusal};
+use crate::service::views::Views;
 use leasehold_api::problem::ErrorCode;
 
 /// The `{name}` path parameter: a namespace name, checked where it is extracted.
@@ -45,31 +46,6 @@ impl<S: Send + Sync> FromRequestParts<S> for NamespacePath {
     }
 }
 
-fn view(name: &str, namespace: &Namespace, state: &LeaseState) -> NamespaceView {
-    NamespaceView {
-        name: name.to_owned(),
-        shard_count: namespace.config.shard_count,
-        lease_duration_ms: namespace.config.lease_duration_ms,
-        max_executors: namespace.max_executors,
-        executors: namespace.executor_count() as u64,
-        owned_shards: state
-            .executors_in(name)
-            .map(|executor| executor.owned_shards.len() as u64)
-            .sum(),
-        created_revision: namespace.created_revision,
-        placement: namespace.placement.to_wire(),
-    }
-}
-
-/// The namespace as this replica applied it (the leader, after a commit).
-fn current_view(node: &AppState, name: &str) -> Result<NamespaceView, HttpError> {
-    let state = node.state.current();
-    let namespace = state
-        .namespace(name)
-        .ok_or_else(|| unknown_namespace(name))?;
-    Ok(view(name, namespace, &state))
-}
-
 fn not_an_operator_outcome(what: &str) -> HttpError {
     HttpError::internal(
         "unexpected state machine outcome",
@@ -82,14 +58,8 @@ fn not_an_operator_outcome(what: &str) -> HttpError {
     get, path = "/v1/namespaces", tag = "namespaces", operation_id = "namespaces",
     responses((status = 200, description = "Every namespace, `default` included (P18.1).", body = Vec<NamespaceView>)),
 )]
-pub async fn list(State(node): State<AppState>) -> Json<Vec<NamespaceView>> {
-    let state = node.state.current();
-    Json(
-        state
-            .namespaces()
-            .map(|(name, namespace)| view(name, namespace, &state))
-            .collect(),
-    )
+pub async fn list(State(views): State<Views>) -> Json<Vec<NamespaceView>> {
+    Json(views.namespaces())
 }
 
 /// One namespace.
@@ -103,10 +73,10 @@ pub async fn list(State(node): State<AppState>) -> Json<Vec<NamespaceView>> {
     ),
 )]
 pub async fn show(
-    State(node): State<AppState>,
+    State(views): State<Views>,
     NamespacePath { name }: NamespacePath,
 ) -> Result<Json<NamespaceView>, HttpError> {
-    current_view(&node, &name).map(Json)
+    views.namespace(&name).map(Json)
 }
 
 /// Creates a namespace: its shards unowned, its executors to come.
@@ -122,7 +92,8 @@ pub async fn show(
     ),
 )]
 pub async fn create(
-    State(node): State<AppState>,
+    State(operator): State<Operator>,
+    State(views): State<Views>,
     Extension(actor): Extension<Actor>,
     Extension(scope): Extension<CallerScope>,
     ApiJson(request): ApiJson<CreateNamespaceRequest>,
@@ -143,8 +114,8 @@ pub async fn create(
     }
     let lease_duration_ms = match request.lease_duration_ms {
         Some(lease_duration_ms) => lease_duration_ms,
-        None => node
-            .state
+        None => views
+            .state()
             .current()
             .config()
             .map(|config| config.lease_duration_ms)
@@ -161,11 +132,12 @@ pub async fn create(
         max_executors: request.max_executors,
         placement,
     };
-    let answer = propose_expecting(&node, &actor, action, |done| match done {
-        OperatorDone::NamespaceCreated { already_exists } => Ok(already_exists),
-        other => Err(other),
-    })
-    .await?;
+    let answer = operator
+        .propose_expecting(&actor, action, |done| match done {
+            OperatorDone::NamespaceCreated { already_exists } => Ok(already_exists),
+            other => Err(other),
+        })
+        .await?;
     let already_exists = done_or_refused(answer, || not_an_operator_outcome("creation"))?;
     tracing::info!(
         namespace = request.name,
@@ -179,7 +151,7 @@ pub async fn create(
     } else {
         StatusCode::CREATED
     };
-    Ok((status, Json(current_view(&node, &request.name)?)))
+    Ok((status, Json(views.namespace(&request.name)?)))
 }
 
 /// Changes a namespace's lease, executor bound or placement settings in place.
@@ -196,14 +168,15 @@ pub async fn create(
     ),
 )]
 pub async fn set(
-    State(node): State<AppState>,
+    State(operator): State<Operator>,
+    State(views): State<Views>,
     Extension(actor): Extension<Actor>,
     Extension(scope): Extension<CallerScope>,
     NamespacePath { name }: NamespacePath,
     ApiJson(request): ApiJson<SetNamespaceRequest>,
 ) -> Result<Json<NamespaceView>, HttpError> {
     scope.check(&name)?;
-    let current = current_view(&node, &name)?;
+    let current = views.namespace(&name)?;
     let lease_duration_ms = request
         .lease_duration_ms
         .unwrap_or(current.lease_duration_ms);
@@ -230,11 +203,12 @@ pub async fn set(
         max_executors,
         placement,
     };
-    let answer = propose_expecting(&node, &actor, action, |done| match done {
-        OperatorDone::NamespaceSet { changed } => Ok(changed),
-        other => Err(other),
-    })
-    .await?;
+    let answer = operator
+        .propose_expecting(&actor, action, |done| match done {
+            OperatorDone::NamespaceSet { changed } => Ok(changed),
+            other => Err(other),
+        })
+        .await?;
     let changed = done_or_refused(answer, || not_an_operator_outcome("change"))?;
     tracing::info!(
         namespace = name,
@@ -244,7 +218,7 @@ pub async fn set(
         actor = actor.0,
         "namespace set"
     );
-    current_view(&node, &name).map(Json)
+    views.namespace(&name).map(Json)
 }
 
 /// Whether `new` allows more executors than `current` (`None`: no bound).
@@ -269,21 +243,22 @@ fn raises_executor_bound(current: Option<u32>, new: Option<u32>) -> bool {
     ),
 )]
 pub async fn delete(
-    State(node): State<AppState>,
+    State(operator): State<Operator>,
     Extension(actor): Extension<Actor>,
     Extension(scope): Extension<CallerScope>,
     NamespacePath { name }: NamespacePath,
 ) -> Result<Json<NamespaceDeleted>, HttpError> {
     scope.check(&name)?;
     let action = OperatorAction::DeleteNamespace { name: name.clone() };
-    let answer = propose_expecting(&node, &actor, action, |done| match done {
-        OperatorDone::NamespaceDeleted {
-            already_gone,
-            removed,
-        } => Ok((already_gone, removed)),
-        other => Err(other),
-    })
-    .await?;
+    let answer = operator
+        .propose_expecting(&actor, action, |done| match done {
+            OperatorDone::NamespaceDeleted {
+                already_gone,
+                removed,
+            } => Ok((already_gone, removed)),
+            other => Err(other),
+        })
+        .await?;
     let (already_gone, removed_executors) =
         done_or_refused(answer, || not_an_operator_outcome("deletion"))?;
     tracing::info!(

@@ -54,19 +54,6 @@ pub(super) fn namespace_named(namespace: Option<&str>) -> Result<&str, HttpError
     Ok(name)
 }
 
-/// The namespace `name` of `state` as the views read it: `None` for `default` before `Init`
-/// (every list is then empty, as before namespaces), `404` for a namespace that does not exist.
-pub(super) fn space_named<'a>(
-    state: &'a crate::lease::LeaseState,
-    name: &str,
-) -> Result<Option<crate::lease::Space<'a>>, HttpError> {
-    match state.space(name) {
-        Some(space) => Ok(Some(space)),
-        None if name == leasehold_api::wire::DEFAULT_NAMESPACE => Ok(None),
-        None => Err(super::refusals::unknown_namespace(name)),
-    }
-}
-
 /// Whether a request's query asks for a consistent read (`consistent=true`), read by the same
 /// rule as the `consistent` field of every read's query: serde's, through axum's `Query`. A
 /// malformed value is not a request for one; the handler's own query then refuses it (`400`).

@@ -4,19 +4,17 @@
 //! shards; by count before its first step). Reaping and completing expired handoffs, which a step
 //! does before it plans, are not shown. Reads: any role.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::Json;
 use leasehold_api::wire::{PlanPreview, PlannedMove};
 
-use super::params::{namespace_named, space_named};
-use super::{ApiQuery, AppState, HttpError};
+use super::params::namespace_named;
+use super::{ApiQuery, HttpError};
 use crate::cpu_bound;
 use crate::lease::{
-    plan_placement, rollout_target, Command, LeaseState, PlacementInputs, Plan, Space,
-    MAX_MOVES_PER_PLAN,
+    plan_placement, rollout_target, Command, LeaseState, Plan, Space, MAX_MOVES_PER_PLAN,
 };
+use crate::service::views::{space_named, Views};
 
 /// The next plan, not committed.
 #[utoipa::path(
@@ -27,25 +25,16 @@ use crate::lease::{
     ),
 )]
 pub async fn preview(
-    State(node): State<AppState>,
+    State(views): State<Views>,
     ApiQuery(query): ApiQuery<PlanQuery>,
 ) -> Result<Json<PlanPreview>, HttpError> {
     let namespace = namespace_named(query.namespace.as_deref())?;
-    let now_ms = node.leadership.clock.now_ms();
-    // Each namespace is placed by what the leader knows of its loads (§15, P18.1).
-    let inputs = node
-        .published_loads
-        .latest()
-        .and_then(|picture| {
-            picture
-                .space(namespace)
-                .map(|space| Arc::clone(&space.placement_inputs))
-        })
-        .unwrap_or_else(|| Arc::new(PlacementInputs::by_count()));
+    let now_ms = views.now_ms();
+    let inputs = views.placement_inputs(namespace);
     // A plan over a million shards takes a while: off the async workers, on a clone of the
     // state rather than under the lock `apply` waits on.
     cpu_bound::run(|| {
-        let state = node.state.current();
+        let state = views.state().current();
         let space = space_named(&state, namespace)?;
         let plan =
             space.and_then(|space| plan_placement(space, now_ms, &inputs, MAX_MOVES_PER_PLAN));
@@ -141,7 +130,7 @@ mod tests {
     fn p17_4_the_preview_is_the_next_plan_move_by_move() {
         let mut state = crate::lease::tests::initialised_state(4, 3_000);
         let first = register(&mut state, 2, "a");
-        let inputs = PlacementInputs::by_count();
+        let inputs = crate::lease::PlacementInputs::by_count();
         let plan = plan_placement(
             state.space(DEFAULT_NAMESPACE).expect("initialised"),
             0,
@@ -184,7 +173,7 @@ mod tests {
     fn p17_3_the_preview_names_a_rollout_under_way() {
         let mut state = crate::lease::tests::initialised_state(4, 3_000);
         register_version(&mut state, 2, "a", Some("1.0"));
-        let inputs = PlacementInputs::by_count();
+        let inputs = crate::lease::PlacementInputs::by_count();
         let plan = plan_placement(
             state.space(DEFAULT_NAMESPACE).expect("initialised"),
             0,

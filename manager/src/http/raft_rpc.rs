@@ -12,9 +12,12 @@ use leasehold_raft_store::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{AppState, HttpError};
+use super::HttpError;
+use crate::leadership::Leadership;
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
+use crate::raft::failover::LeaderContact;
 use crate::raft::failover::LogTip;
+use crate::raft::identity::Identity;
 use crate::raft::identity::{
     IdentityReport, NODE_ID_HEADER, STORAGE_ID_HEADER, TARGET_NODE_ID_HEADER,
 };
@@ -24,29 +27,39 @@ use crate::raft::TypeConfig;
 use leasehold_api::wire::SchemaRange;
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotRequest};
 use openraft::ServerState;
+use std::sync::Arc;
 
-fn with_identity(node: &AppState, mut response: Response) -> Response {
-    if let Ok(value) = HeaderValue::from_str(node.identity.storage_id()) {
+/// What the Raft RPC routes use: the Raft handle, this node's storage identity and the record of
+/// when a leader was last heard.
+#[derive(Clone)]
+pub struct RaftEndpoint {
+    pub leadership: Leadership,
+    pub identity: Arc<Identity>,
+    pub leader_contact: Arc<LeaderContact>,
+}
+
+fn with_identity(endpoint: &RaftEndpoint, mut response: Response) -> Response {
+    if let Ok(value) = HeaderValue::from_str(endpoint.identity.storage_id()) {
         response.headers_mut().insert(STORAGE_ID_HEADER, value);
     }
     response
         .headers_mut()
-        .insert(NODE_ID_HEADER, HeaderValue::from(node.leadership.id));
+        .insert(NODE_ID_HEADER, HeaderValue::from(endpoint.leadership.id));
     response
 }
 
 /// Decodes the request after checking who sent it.
 fn accept<T: DeserializeOwned>(
-    node: &AppState,
+    endpoint: &RaftEndpoint,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<T, HttpError> {
-    check_sender(node, headers)?;
+    check_sender(endpoint, headers)?;
     codec::decode("raft request", body).map_err(|e| HttpError::invalid(e.to_string()))
 }
 
 /// Refuses a message not meant for this node or from a peer whose storage id is not the pinned one.
-fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
+fn check_sender(endpoint: &RaftEndpoint, headers: &HeaderMap) -> Result<(), HttpError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let sender: u64 = header(NODE_ID_HEADER)
         .and_then(|v| v.parse().ok())
@@ -54,7 +67,9 @@ fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
     let storage_id = header(STORAGE_ID_HEADER)
         .ok_or_else(|| HttpError::invalid(format!("missing {STORAGE_ID_HEADER}")))?;
     let target = header(TARGET_NODE_ID_HEADER).and_then(|v| v.parse::<u64>().ok());
-    if sender == node.leadership.id || target.is_some_and(|target| target != node.leadership.id) {
+    if sender == endpoint.leadership.id
+        || target.is_some_and(|target| target != endpoint.leadership.id)
+    {
         // Misrouted: sent by this node to itself, or meant for another node.
         tracing::error!(
             sender,
@@ -63,10 +78,11 @@ fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
         );
         return Err(HttpError::conflict(format!(
             "this is node {}; the message from node {sender} was meant for node {target:?}",
-            node.leadership.id
+            endpoint.leadership.id
         )));
     }
-    node.identity
+    endpoint
+        .identity
         .verify_peer(sender, storage_id)
         .map_err(|error| {
             error.log_ids();
@@ -74,78 +90,90 @@ fn check_sender(node: &AppState, headers: &HeaderMap) -> Result<(), HttpError> {
         })
 }
 
-fn reply<T: Serialize>(node: &AppState, result: &T) -> Response {
+fn reply<T: Serialize>(endpoint: &RaftEndpoint, result: &T) -> Response {
     let response = match codec::encode("raft reply", result) {
         Ok(bytes) => (StatusCode::OK, [(CONTENT_TYPE, RAFT_CONTENT_TYPE)], bytes).into_response(),
         Err(error) => HttpError::internal("encoding raft reply", error).into_response(),
     };
-    with_identity(node, response)
+    with_identity(endpoint, response)
 }
 
-pub async fn append(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let request = check_sender(&node, &headers).and_then(|()| {
+pub async fn append(
+    State(endpoint): State<RaftEndpoint>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = check_sender(&endpoint, &headers).and_then(|()| {
         // Entries of any schema this build reads; a newer one is refused with both named.
         decode_append(&body).map_err(|e| HttpError::invalid(e.to_string()))
     });
     match request {
         Ok(request) => {
-            let result = node.leadership.raft.append_entries(request).await;
+            let result = endpoint.leadership.raft.append_entries(request).await;
             if matches!(&result, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
             {
                 // Raft accepted the sender as its leader (and renewed its lease).
-                node.leader_contact.heard();
+                endpoint.leader_contact.heard();
             }
-            reply(&node, &result)
+            reply(&endpoint, &result)
         }
-        Err(error) => with_identity(&node, error.into_response()),
+        Err(error) => with_identity(&endpoint, error.into_response()),
     }
 }
 
-pub async fn vote(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    match accept(&node, &headers, &body) {
-        Ok(request) => reply(&node, &node.leadership.raft.vote(request).await),
-        Err(error) => with_identity(&node, error.into_response()),
+pub async fn vote(
+    State(endpoint): State<RaftEndpoint>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match accept(&endpoint, &headers, &body) {
+        Ok(request) => reply(&endpoint, &endpoint.leadership.raft.vote(request).await),
+        Err(error) => with_identity(&endpoint, error.into_response()),
     }
 }
 
-pub async fn snapshot(State(node): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    match accept::<InstallSnapshotRequest<TypeConfig>>(&node, &headers, &body) {
+pub async fn snapshot(
+    State(endpoint): State<RaftEndpoint>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match accept::<InstallSnapshotRequest<TypeConfig>>(&endpoint, &headers, &body) {
         Ok(request) => {
             let sender = request.vote;
-            let result = node.leadership.raft.install_snapshot(request).await;
+            let result = endpoint.leadership.raft.install_snapshot(request).await;
             if matches!(&result, Ok(response) if response.vote == sender) {
                 // A snapshot stream stands in for heartbeats; Raft renewed the sender's lease.
-                node.leader_contact.heard();
+                endpoint.leader_contact.heard();
             }
-            reply(&node, &result)
+            reply(&endpoint, &result)
         }
-        Err(error) => with_identity(&node, error.into_response()),
+        Err(error) => with_identity(&endpoint, error.into_response()),
     }
 }
 
 /// Who this node is and which peers it has pinned; asked by a node starting on a fresh data
 /// directory before it takes part in Raft.
-pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
-    let initialized = crate::bootstrap::is_initialized(&node);
+pub async fn identity(State(endpoint): State<RaftEndpoint>) -> Json<IdentityReport> {
+    let initialized = crate::bootstrap::is_initialized(&endpoint.leadership);
     let following = {
-        let metrics = node.leadership.raft.metrics();
+        let metrics = endpoint.leadership.raft.metrics();
         let metrics = metrics.borrow();
         metrics.state == ServerState::Follower
             && metrics
                 .current_leader
-                .is_some_and(|leader| leader != node.leadership.id)
+                .is_some_and(|leader| leader != endpoint.leadership.id)
     };
     Json(IdentityReport {
-        node_id: node.leadership.id,
-        storage_id: node.identity.storage_id().to_string(),
+        node_id: endpoint.leadership.id,
+        storage_id: endpoint.identity.storage_id().to_string(),
         initialized,
-        pins: node.identity.pins(),
+        pins: endpoint.identity.pins(),
         release: Some(leasehold_api::RELEASE.to_owned()),
         schemas: Some(SchemaRange {
             oldest: OLDEST_SCHEMA,
             newest: NEWEST_SCHEMA,
         }),
-        last_log: node
+        last_log: endpoint
             .leadership
             .raft
             .data_metrics()
@@ -153,7 +181,7 @@ pub async fn identity(State(node): State<AppState>) -> Json<IdentityReport> {
             .last_log
             .map(LogTip::from),
         lease_silence_ms: following.then(|| {
-            let silence = node.leader_contact.since(tokio::time::Instant::now());
+            let silence = endpoint.leader_contact.since(tokio::time::Instant::now());
             u64::try_from(silence.as_millis()).unwrap_or(u64::MAX)
         }),
     })

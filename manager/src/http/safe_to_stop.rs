@@ -11,11 +11,12 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::SafeToStop;
 
 use super::params::ExecutorIdPath;
-use super::refusals::unknown_executor;
-use super::{AppState, HttpError};
+use super::HttpError;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::safe_to_stop::{caught_up, executor_verdict, member_verdict};
+use crate::service::members::Members;
+use crate::service::refusals::unknown_executor;
 
 /// Whether stopping this executor now leaves its shards a place to go.
 #[utoipa::path(
@@ -28,11 +29,11 @@ use crate::safe_to_stop::{caught_up, executor_verdict, member_verdict};
     ),
 )]
 pub async fn executor(
-    State(node): State<AppState>,
+    State(members): State<Members>,
     ExecutorIdPath { executor_id }: ExecutorIdPath,
 ) -> Result<Json<SafeToStop>, HttpError> {
-    let now_ms = node.leadership.clock.now_ms();
-    executor_verdict(&node.state.current(), &executor_id, now_ms)
+    let now_ms = members.leadership.clock.now_ms();
+    executor_verdict(&members.state.current(), &executor_id, now_ms)
         .map(Json)
         .ok_or_else(|| unknown_executor(&executor_id))
 }
@@ -49,13 +50,13 @@ pub async fn executor(
     ),
 )]
 pub async fn member(
-    State(node): State<AppState>,
+    State(members): State<Members>,
     Path(node_id): Path<String>,
 ) -> Result<Json<SafeToStop>, HttpError> {
     let node_id: NodeId = node_id.parse().map_err(|_| {
         HttpError::invalid(format!("node id {node_id:?} is not a non-negative integer"))
     })?;
-    let metrics = node.leadership.metrics_snapshot();
+    let metrics = members.leadership.metrics_snapshot();
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
@@ -70,7 +71,7 @@ pub async fn member(
                 .collect()
         })
         .unwrap_or_default();
-    let me = node.leadership.id;
+    let me = members.leadership.id;
     // Every other voter is asked who it is at once: one that does not answer is down, however
     // far its log was replicated before it stopped.
     let probes = membership
@@ -78,7 +79,7 @@ pub async fn member(
         .filter(|(id, _)| **id != me && voters.contains(id))
         .map(|(&id, member)| {
             let address = member.addr.clone();
-            let http = node.http.clone();
+            let http = members.http.clone();
             async move {
                 let answered = identify(&http, id, &address, PEER_PROBE_TIMEOUT)
                     .await

@@ -40,7 +40,8 @@ use leasehold_api::http::request_timeout;
 use leasehold_api::wire::{ClusterInfo, Member};
 use serde::Serialize;
 
-use super::{AppState, REQUEST_TIMEOUT};
+use super::{Handles, REQUEST_TIMEOUT};
+use crate::service::members::Members;
 
 /// Where the console lives; `/` and `/ui` redirect here.
 pub const CONSOLE_PATH: &str = "/ui/";
@@ -65,7 +66,7 @@ frame-ancestors 'none'";
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The console's routes. They need no leader, take no body and read nothing consistently.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Handles> {
     assets()
         .route("/ui/members", get(members))
         .route_layer(middleware::from_fn_with_state(
@@ -130,8 +131,8 @@ struct MembersReply {
 
 /// Asks every member of this node's membership for its `/v1/cluster` at once (this node answers
 /// from memory), each within [`MEMBER_TIMEOUT`].
-async fn members(State(node): State<AppState>) -> Json<MembersReply> {
-    let own = node.cluster_info().await;
+async fn members(State(members): State<Members>) -> Json<MembersReply> {
+    let own = members.cluster_info().await;
     let listed: Vec<(Member, bool)> = own
         .voters
         .iter()
@@ -142,8 +143,8 @@ async fn members(State(node): State<AppState>) -> Json<MembersReply> {
     let probes: Vec<_> = listed
         .iter()
         .map(|(member, _)| {
-            (member.node_id != node.leadership.id).then(|| {
-                let http = node.http.clone();
+            (member.node_id != members.leadership.id).then(|| {
+                let http = members.http.clone();
                 let url = format!("{}/v1/cluster", member.address.trim_end_matches('/'));
                 tokio::spawn(async move { ask_member(&http, &url).await })
             })
@@ -172,7 +173,7 @@ async fn members(State(node): State<AppState>) -> Json<MembersReply> {
         });
     }
     Json(MembersReply {
-        node_id: node.leadership.id,
+        node_id: members.leadership.id,
         release: leasehold_api::RELEASE,
         members: MemberStatus::sorted_with_lag(statuses),
     })

@@ -22,7 +22,7 @@ use leasehold_api::tls::Role;
 use rustls_pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 
-use super::{AppState, HttpError};
+use super::HttpError;
 
 /// On a forwarded request: the token of the forwarding member's voucher for it.
 pub const FORWARDED_VOUCHER_HEADER: &str = "x-leasehold-forwarded-voucher";
@@ -96,8 +96,11 @@ impl Vouchers {
 
 /// `GET /raft/forwarded/{token}`: the voucher this member holds under `token` (members only, as
 /// every `/raft/` route), `404` when it holds none.
-pub async fn voucher(State(node): State<AppState>, Path(token): Path<String>) -> Response {
-    match node.vouchers.get(&token) {
+pub async fn voucher(
+    State(vouchers): State<std::sync::Arc<Vouchers>>,
+    Path(token): Path<String>,
+) -> Response {
+    match vouchers.get(&token) {
         Some(voucher) => Json(voucher).into_response(),
         None => HttpError::new(
             ErrorCode::NotFound,

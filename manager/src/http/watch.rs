@@ -24,10 +24,9 @@ use leasehold_api::wire::{DepartedExecutor, DepartureReason, WatchAnswer, WatchR
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::inspect::state_view;
-use super::params::space_named;
-use super::{AppState, HttpError};
+use super::HttpError;
 use crate::lease::{LeaseState, TombstoneReason};
+use crate::service::views::{space_named, state_view, Views};
 
 /// Most blocking queries one replica holds at once: each holds a connection and a task, and
 /// each wake-up answers each of them.
@@ -217,25 +216,23 @@ fn departed_since(state: &LeaseState, revision: u64) -> Vec<DepartedExecutor> {
     ),
 )]
 pub async fn watch(
-    State(node): State<AppState>,
+    State(views): State<Views>,
     Extension(hub): Extension<Arc<WatchHub>>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, HttpError> {
     let query = parse_query(raw.as_deref())?;
     // A namespace that does not exist is refused before the wait, not after it.
-    node.state
+    views
+        .state()
         .read(|applied| space_named(&applied.state, &query.namespace).map(drop))?;
     let _slot = hub.admit()?;
     let deadline = Instant::now() + query.wait;
     // Subscribe before the first check, so an apply between the check and the wait still wakes us.
-    let mut applied = node.leadership.raft.metrics();
+    let mut applied = views.applied_changes();
     loop {
         applied.borrow_and_update();
-        let current = node.state.read(|a| a.state.revision());
-        if current > query.revision
-            || Instant::now() >= deadline
-            || node.leadership.is_stepping_down()
-        {
+        let current = views.state().read(|a| a.state.revision());
+        if current > query.revision || Instant::now() >= deadline || views.is_stepping_down() {
             break;
         }
         let stop_check = (Instant::now() + STOP_CHECK_INTERVAL).min(deadline);
@@ -249,7 +246,7 @@ pub async fn watch(
             _ = tokio::time::sleep_until(stop_check) => {}
         }
     }
-    let state = node.state.current();
+    let state = views.state().current();
     let space = space_named(&state, &query.namespace)?;
     let key = AnswerKey {
         view: query.view,
@@ -260,11 +257,11 @@ pub async fn watch(
     let body = hub
         .answer(key, || {
             let answer = match query.view {
-                WatchView::Routing => WatchAnswer::Routing(node.routing_runs.of(&state, space)),
+                WatchView::Routing => WatchAnswer::Routing(views.routing_runs_of(&state, space)),
                 WatchView::State => {
-                    let known = super::inspect::leader_knows(&node);
+                    let known = views.leader_knows();
                     WatchAnswer::State(WatchReply {
-                        state: state_view(&state, space, node.leadership.clock.now_ms(), &known),
+                        state: state_view(&state, space, views.now_ms(), &known),
                         departed: departed_since(&state, query.revision),
                     })
                 }
