@@ -1,13 +1,11 @@
 //! Renewals: answered from the leader's memory after a confirmation round where the protocol
 //! allows it (from cluster version 12, [`from_memory`], PROTOCOL P6.5 to P6.7), otherwise group
 //! committed: every renewal that arrives while the previous batch is being committed goes into
-//! the next single `Renew` entry, held open a few milliseconds more for a fleet ([`window`]). No
+//! the next single `Renew` entry, held open a few milliseconds more for a fleet ([`core::window`]). No
 //! renewal through the log is answered before the entry carrying it is committed and applied.
 
-pub mod confirmation;
+pub mod core;
 pub mod from_memory;
-pub mod memory;
-mod window;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +13,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use window::{ArrivalWindow, TARGET_BATCH};
+use self::core::window::{ArrivalWindow, TARGET_BATCH};
 
-use crate::clock::LeaderClock;
 use crate::lease::answer::Renewed;
 use crate::lease::{Answer, Command, RefusalReason, RenewResult, Renewal};
-use crate::proposer::{ProposeError, Proposer};
+use crate::node::clock::LeaderClock;
+use crate::node::proposer::{ProposeError, Proposer};
 
 /// Renewals waiting for a batch; a full queue makes renew handlers wait (back-pressure).
 pub const RENEWAL_QUEUE_CAPACITY: usize = 8192;

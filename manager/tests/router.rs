@@ -22,7 +22,7 @@ use axum::Router;
 use leasehold_api::ctl::certs::{self, InitOptions, IssueOptions};
 use leasehold_api::serve::PeerRole;
 use leasehold_api::tls::Role;
-use leasehold_manager::config::ManagerConfig;
+use leasehold_manager::server::config::ManagerConfig;
 use leasehold_manager::server::Replica;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use leasehold_api::wire::is_default_namespace;
-use leasehold_manager::leader::placement::{LoadTracker, BALANCE_COOLDOWN_MS};
+use leasehold_manager::leader::core::placement::{LoadTracker, BALANCE_COOLDOWN_MS};
 use leasehold_manager::lease::{
     capacity_of, Command, LeaseState, Loads, Move, MoveReason, Outcome, Plan, Shard, ShardId, Space,
 };

@@ -36,7 +36,7 @@
 
 use std::collections::BTreeSet;
 
-use leasehold_manager::renewals::confirmation::{LeadershipConfirmation, Round};
+use leasehold_manager::renewals::core::confirmation::{LeadershipConfirmation, Round};
 use stateright::{Model, Property};
 
 /// Managers in the model; a majority is two.

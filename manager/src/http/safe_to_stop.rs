@@ -1,6 +1,6 @@
 //! `GET /v1/executors/{id}/safe-to-stop` and `GET /v1/cluster/nodes/{id}/safe-to-stop`
 //! (PROTOCOL P17.4): answered by the leader, which knows every lease on a clock in office and how
-//! far each voter's log is replicated; the verdicts are `crate::safe_to_stop`'s. Reads: any role.
+//! far each voter's log is replicated; the verdicts are `crate::service::safe_to_stop`'s. Reads: any role.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,9 +14,9 @@ use super::params::ExecutorIdPath;
 use super::HttpError;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
-use crate::safe_to_stop::{caught_up, executor_verdict, member_verdict};
 use crate::service::members::Members;
 use crate::service::refusals::unknown_executor;
+use crate::service::safe_to_stop::{caught_up, executor_verdict, member_verdict};
 
 /// Whether stopping this executor now leaves its shards a place to go.
 #[utoipa::path(

@@ -4,11 +4,11 @@
 //! new grants only; P3.4 keeps deadlines already granted). Until `Init` is applied, executor
 //! writes answer `sharding_not_ready`.
 //!
-//! Which write is due is a pure decision, [`config_write`]; [`ensure_lease_config`] is its shell,
-//! run by the Raft-metrics follower whenever this node is leader.
+//! Which write is due is a pure decision (`core::config::config_write`); [`ensure_lease_config`]
+//! is its shell, run by the Raft-metrics follower whenever this node is leader.
 
-use crate::cluster_version::{probe_and_raise, VersionProbe};
-use crate::lease::{ClusterConfig, Command};
+use crate::leader::core::config::config_write;
+use crate::node::cluster_version::{probe_and_raise, VersionProbe};
 use crate::node::ManagerNode;
 
 /// What the configuration writes need: who leads, the applied state, this leader's flags and the
@@ -27,31 +27,6 @@ impl ConfigWrites {
             shard_count: node.settings.shard_count,
             lease_duration_ms: node.settings.lease_duration_ms,
         }
-    }
-}
-
-/// The write that makes the applied configuration `current` match this leader's flags
-/// (`shard_count`, `lease_duration_ms`), stamped `now_ms`; none when it matches. The shard count
-/// is fixed at initialisation (§11): a leader started with another one does not change it.
-pub fn config_write(
-    current: Option<ClusterConfig>,
-    shard_count: u32,
-    lease_duration_ms: u64,
-    now_ms: u64,
-) -> Option<Command> {
-    match current {
-        None => Some(Command::Init {
-            now_ms,
-            shard_count,
-            lease_duration_ms,
-        }),
-        Some(config) if config.lease_duration_ms != lease_duration_ms => {
-            Some(Command::SetLeaseDuration {
-                now_ms,
-                lease_duration_ms,
-            })
-        }
-        Some(_) => None,
     }
 }
 
@@ -86,42 +61,5 @@ pub async fn ensure_lease_config(writes: &ConfigWrites) {
             tracing::info!(index, ?outcome, "wrote the cluster lease configuration")
         }
         Err(error) => tracing::warn!(%error, "writing the cluster lease configuration"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(shard_count: u32, lease_duration_ms: u64) -> Option<ClusterConfig> {
-        Some(ClusterConfig {
-            shard_count,
-            lease_duration_ms,
-        })
-    }
-
-    #[test]
-    fn a_new_cluster_is_initialised_with_this_leaders_flags() {
-        assert_eq!(
-            config_write(None, 1024, 60_000, 7),
-            Some(Command::Init {
-                now_ms: 7,
-                shard_count: 1024,
-                lease_duration_ms: 60_000
-            })
-        );
-    }
-
-    #[test]
-    fn p3_4_another_lease_duration_is_written_and_the_shard_count_never_changes() {
-        assert_eq!(
-            config_write(config(1024, 60_000), 1024, 15_000, 9),
-            Some(Command::SetLeaseDuration {
-                now_ms: 9,
-                lease_duration_ms: 15_000
-            })
-        );
-        assert_eq!(config_write(config(1024, 60_000), 64, 60_000, 9), None);
-        assert_eq!(config_write(config(1024, 60_000), 1024, 60_000, 9), None);
     }
 }

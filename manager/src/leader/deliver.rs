@@ -11,17 +11,17 @@ use leasehold_api::wire::RevokeReply;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::delivery_plan::{
+use super::core::delivery_plan::{
     still_releasing, Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
-use super::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
-use crate::clock::LeaderClock;
-use crate::cpu_bound;
+use super::core::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
 use crate::lease::answer::Released;
 use crate::lease::{ExecutorAnswer, ExecutorId, ShardId};
-use crate::proposer::Proposer;
+use crate::node::clock::LeaderClock;
+use crate::node::proposer::Proposer;
+use crate::node::signals::LeaderSignals;
 use crate::raft::LeaseStateHandle;
-use crate::signals::LeaderSignals;
+use crate::server::cpu_bound;
 
 /// Bound on one delivery, connection included.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -256,4 +256,36 @@ fn warn_if_still_current(
             "revoke answered ignored for a handoff still in progress; it completes on the executor's claims or its lease expiry"
         );
     }
+}
+
+/// Extra time a prepare request may take beyond the wait it names: the answer's own transit.
+const PREPARE_ANSWER_SLACK: Duration = Duration::from_millis(500);
+
+/// Sends `requests` at once and waits for every answer, each at most `wait` (and the answer's
+/// transit). Returns how many shards were asked and how many reported prepared.
+pub async fn ask_to_prepare(
+    http: &reqwest::Client,
+    requests: &[crate::leader::core::prepare::PrepareRequest],
+    wait: Duration,
+) -> (usize, usize) {
+    let asking = requests.iter().map(|request| {
+        let url = format!("{}/v1/prepare", request.address.trim_end_matches('/'));
+        let sent = http
+            .post(url)
+            .timeout(wait + PREPARE_ANSWER_SLACK)
+            .json(&request.push)
+            .send();
+        async move {
+            let reply = sent.await.ok()?.error_for_status().ok()?;
+            reply.json::<leasehold_api::wire::PrepareReply>().await.ok()
+        }
+    });
+    let answers = futures_util::future::join_all(asking).await;
+    let asked = requests.iter().map(|r| r.push.shards.len()).sum();
+    let prepared = answers
+        .iter()
+        .flatten()
+        .map(|answer| answer.prepared.len())
+        .sum();
+    (asked, prepared)
 }

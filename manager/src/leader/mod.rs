@@ -13,11 +13,6 @@
 pub mod config_writes;
 pub mod core;
 pub mod deliver;
-pub mod delivery_plan;
-pub mod delivery_round;
-pub mod placement;
-pub mod prepare;
-pub mod term;
 
 #[cfg(test)]
 mod tests;
@@ -30,24 +25,26 @@ use openraft::ServerState;
 use tokio::sync::watch;
 
 use self::config_writes::ConfigWrites;
+use self::core::placement::{
+    PlacementSettings, SpacePlacement, TermPlacement, SETTLE_LOOK_INTERVAL_MS,
+};
+use self::core::prepare::Prepared;
+use self::core::term::{NextStep, Office, TermSteps, Written};
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
-use self::placement::{PlacementSettings, SpacePlacement, TermPlacement, SETTLE_LOOK_INTERVAL_MS};
-use self::prepare::Prepared;
-use self::term::{NextStep, Office, TermSteps, Written};
-use crate::cpu_bound;
-use crate::leadership::Leadership;
-use crate::leadership::{Leader, ReadBarrierError};
 use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
     Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, MAX_MOVES_PER_PLAN,
 };
-use crate::load_reports::{LoadPicture, SpaceLoads};
-use crate::load_reports::{LoadReports, PublishedLoads};
-use crate::load_summary::LoadSummary;
+use crate::node::leadership::Leadership;
+use crate::node::leadership::{Leader, ReadBarrierError};
+use crate::node::load_reports::{LoadPicture, SpaceLoads};
+use crate::node::load_reports::{LoadReports, PublishedLoads};
+use crate::node::load_summary::LoadSummary;
+use crate::node::signals::LeaderSignals;
 use crate::node::ManagerNode;
 use crate::raft::LeaseStateHandle;
 use crate::renewals::from_memory::MemoryRenewals;
-use crate::signals::LeaderSignals;
+use crate::server::cpu_bound;
 
 /// How often the loop checks for leadership while not leading.
 const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
@@ -147,7 +144,9 @@ async fn lead_term(
     // Loads reach only the leader of the moment (P15.1): what this node heard in an earlier term
     // is stale, and every executor reports again within a renewal period.
     node.load_reports.clear();
-    let owed = node.state.read(|applied| term::owed_pushes(&applied.state));
+    let owed = node
+        .state
+        .read(|applied| core::term::owed_pushes(&applied.state));
     node.signals.mark_for_push(owed);
     let (stop_delivery, delivery_stopped) = watch::channel(false);
     let handle = deliver::DeliveryHandle {
@@ -218,8 +217,8 @@ async fn take_office(node: &LeaderHandle, term: u64) -> Option<Office> {
             ),
         }
     }
-    let wall_ms = crate::clock::wall_now_ms();
-    let office = term::take_office(wall_ms, &node.state.current());
+    let wall_ms = crate::node::clock::wall_now_ms();
+    let office = core::term::take_office(wall_ms, &node.state.current());
     let (took_office, raised_ms) = (office.took_office_ms, office.raised_ms);
     if !node.leadership.clock.begin_term(term, took_office) {
         tracing::warn!(
@@ -409,7 +408,7 @@ async fn prepare_receivers(node: &LeaderHandle, prepared: &mut Prepared, plan: &
         return;
     }
     let started = tokio::time::Instant::now();
-    let (asked, ready) = prepare::ask(&node.http, &requests, node.prepare_timeout).await;
+    let (asked, ready) = deliver::ask_to_prepare(&node.http, &requests, node.prepare_timeout).await;
     prepared.asked(&requests);
     tracing::info!(
         receivers = requests.len(),
@@ -468,7 +467,7 @@ fn publish_loads(
             .remove(space.name())
             .unwrap_or_else(|| placement.inputs(space, now_ms));
         let shard_count = space.config().map_or(0, |config| config.shard_count);
-        crate::metrics::PlacementGauges {
+        crate::server::metrics::PlacementGauges {
             by_load: matches!(placement_inputs.loads, Loads::Reported(_)),
             imbalance: summary.imbalance.unwrap_or(0.0),
             hot_shards: summary.hot.len(),
@@ -489,6 +488,6 @@ fn publish_loads(
             },
         );
     }
-    crate::metrics::PlacementGauges::set_for(picture.spaces.keys().map(String::as_str));
+    crate::server::metrics::PlacementGauges::set_for(picture.spaces.keys().map(String::as_str));
     node.published_loads.publish(picture);
 }

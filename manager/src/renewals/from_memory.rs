@@ -1,4 +1,4 @@
-//! The shell around [`super::memory`]: the leader answers a renewal from its memory once a
+//! The shell around [`super::core::memory`]: the leader answers a renewal from its memory once a
 //! confirmation round that started after the renewal arrived showed a quorum still follows it
 //! (PROTOCOL P6.5), and keeps reservations ahead of the leases it tells (P6.6).
 //!
@@ -17,14 +17,14 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
-use super::confirmation::{LeadershipConfirmation, Round};
-use super::memory::{MemoryLeases, ThroughTheLog};
+use super::core::confirmation::{LeadershipConfirmation, Round};
+use super::core::memory::{MemoryLeases, ThroughTheLog};
 use super::Gathering;
-use crate::clock::LeaderClock;
-use crate::leadership::Leadership;
 use crate::lease::answer::LeasesReserved;
 use crate::lease::{Answer, Command, LeaseState, RenewResult, Renewal, ToldFromMemory};
-use crate::proposer::Proposer;
+use crate::node::clock::LeaderClock;
+use crate::node::leadership::Leadership;
+use crate::node::proposer::Proposer;
 use crate::raft::LeaseStateHandle;
 
 /// Renewals waiting for the next confirmation round; a full queue sends a renewal through the

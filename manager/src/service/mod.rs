@@ -15,14 +15,16 @@ pub mod executors;
 pub mod members;
 pub mod operator;
 pub mod refusals;
+pub mod registrations;
+pub mod safe_to_stop;
 pub mod views;
 
 use std::sync::Arc;
 
-use crate::clock::LeaderClock;
 use crate::lease::{Command, CommandAnswer};
+use crate::node::clock::LeaderClock;
+use crate::node::proposer::{ProposeError, Proposer};
 use crate::node::ManagerNode;
-use crate::proposer::{ProposeError, Proposer};
 
 /// The services of one node, each cut from it with the handles it uses.
 #[derive(Clone)]

@@ -10,7 +10,7 @@ use leasehold_api::wire::{MAX_AUDIT_RECORDS, OPERATOR_CONTROLS_SCHEMA};
 use super::Writer;
 use crate::lease::answer::OperatorDone;
 use crate::lease::{Command, ExecutorAnswer, MembershipChange, OperatorAction};
-use crate::proposer::ProposeError;
+use crate::node::proposer::ProposeError;
 use crate::raft::LeaseStateHandle;
 
 /// Who asked, as the audit log records it (P17.4): `<role> <subject>` under TLS

@@ -7,7 +7,7 @@ use leasehold_api::http::HttpError;
 use leasehold_api::problem::ErrorCode;
 
 use crate::lease::{ExecutorAnswer, RefusalReason};
-use crate::proposer::ProposeError;
+use crate::node::proposer::ProposeError;
 
 impl From<ProposeError> for HttpError {
     fn from(error: ProposeError) -> Self {

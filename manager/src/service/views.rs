@@ -16,15 +16,15 @@ use leasehold_api::wire::{
 
 use super::operator::REMOVAL_MARK;
 use super::refusals::unknown_namespace;
-use crate::leadership::Leadership;
 use crate::lease::{
     AuditRecord, Executor, LeaseState, MembershipChange, Namespace, OperatorAction,
     PlacementInputs, Shard, ShardId, Space, ToldFromMemory,
 };
-use crate::load_reports::{LoadPicture, PublishedLoads};
+use crate::node::leadership::Leadership;
+use crate::node::load_reports::{LoadPicture, PublishedLoads};
+use crate::node::routing::{route, RoutingRunsCache};
 use crate::raft::{LeaseStateHandle, NodeId};
 use crate::renewals::from_memory::MemoryRenewals;
-use crate::routing::{route, RoutingRunsCache};
 use openraft::{BasicNode, RaftMetrics};
 
 /// The handles the reads use: the applied state, the leader clock and what the leader knows.

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use leasehold_manager::config::{Args, ManagerConfig};
 use leasehold_manager::server;
+use leasehold_manager::server::config::{Args, ManagerConfig};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{json, Value};
 

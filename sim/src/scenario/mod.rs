@@ -472,7 +472,7 @@ fn shipped_guard_enabled(flag: Option<bool>) -> bool {
     if let Some(enabled) = flag {
         argv.push(format!("--mass-expiry-guard={enabled}"));
     }
-    match leasehold_manager::config::Args::try_parse_from(argv) {
+    match leasehold_manager::server::config::Args::try_parse_from(argv) {
         Ok(args) => args.mass_expiry_guard,
         // The flags above are the minimal valid set; a manager that refuses them is a broken
         // build, and the guard off is the unsafe answer that makes the probes say so.

@@ -328,7 +328,7 @@ async fn create_namespaces(
             .with_context(|| format!("B12: creating {}", namespace_name(namespace)))?;
     }
     // The leader steps at least every tick, a third of the shortest lease of any namespace
-    // (manager/src/leader/core.rs `tick_ms`), and at once when the membership changed.
+    // (manager/src/leader/core/mod.rs `tick_ms`), and at once when the membership changed.
     let shortest_lease_ms = admin
         .namespaces()
         .await?

@@ -3,7 +3,7 @@
 use leasehold_api::wire::RevokeReply;
 
 use super::World;
-use crate::leader::delivery_plan::*;
+use crate::leader::core::delivery_plan::*;
 use crate::lease::{plan_rebalance, Command};
 
 /// Every shard planned onto the executors registered so far.

@@ -2,8 +2,10 @@
 
 use leasehold_api::wire::{AssignmentPush, RevokeReply};
 
-use crate::leader::delivery_plan::{Delivery, DeliveryPlanner, PushRecord, PUSH_RETRY_FIRST_MS};
-use crate::leader::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
+use crate::leader::core::delivery_plan::{
+    Delivery, DeliveryPlanner, PushRecord, PUSH_RETRY_FIRST_MS,
+};
+use crate::leader::core::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
 use crate::lease::Command;
 
 fn push(executor_id: &str) -> Delivery {

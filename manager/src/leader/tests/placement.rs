@@ -13,12 +13,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::World;
-use crate::leader::placement::{
+use crate::leader::core::placement::{
     placement_inputs, BalanceLedger, LoadTracker, PlacementSettings, BALANCE_COOLDOWN_MS,
     BUDGET_WINDOW_MS, NEW_REPORT_WEIGHT,
 };
 use crate::lease::{plan_placement, Command, ExecutorId, Loads, MoveReason, Renewal, ShardId};
-use crate::load_summary::LoadSummary;
+use crate::node::load_summary::LoadSummary;
 
 const MAX_LOAD: f64 = 1e12;
 const LEASE_MS: u64 = 60_000;
@@ -520,8 +520,8 @@ fn p15_1_a_lying_executor_cannot_make_placement_oscillate_or_starve_others() {
 /// tracker: another namespace's report never reaches `default`'s shards of the same numbers.
 #[test]
 fn p18_1_each_namespace_s_load_reports_are_its_own() {
-    use crate::leader::placement::TermPlacement;
-    use crate::load_reports::ReportedLoads;
+    use crate::leader::core::placement::TermPlacement;
+    use crate::node::load_reports::ReportedLoads;
     use leasehold_api::wire::ShardLoad;
 
     let mut world = World::new(4, LEASE_MS);
@@ -577,7 +577,7 @@ fn p18_1_each_namespace_s_load_reports_are_its_own() {
 /// shards for balance, charged to its own budget (`default`'s is untouched).
 #[test]
 fn p18_1_every_namespace_is_placed_by_its_own_loads() {
-    use crate::leader::placement::TermPlacement;
+    use crate::leader::core::placement::TermPlacement;
     // Four shards each, all of the load on a's.
     let (world, a, b) = World::kv_split_between_two(LEASE_MS);
     let report = super::uniform_report;
@@ -609,7 +609,7 @@ fn p18_1_every_namespace_is_placed_by_its_own_loads() {
 /// and balance budget are its own, while `default` goes by the flags.
 #[test]
 fn p18_4_a_namespace_s_own_settings_override_the_flags_for_it_alone() {
-    use crate::leader::placement::TermPlacement;
+    use crate::leader::core::placement::TermPlacement;
     use crate::lease::PlacementOverrides;
     let flags = PlacementSettings {
         by_load: true,

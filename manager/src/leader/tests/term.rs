@@ -1,9 +1,9 @@
 //! The term's order of events ([`TermSteps`]), which the leader loop and the simulator both step.
 
 use super::World;
+use crate::leader::core::placement::PlacementSettings;
+use crate::leader::core::term::{NextStep, TermSteps, Written};
 use crate::leader::core::{GuardConfig, StepWrite};
-use crate::leader::placement::PlacementSettings;
-use crate::leader::term::{NextStep, TermSteps, Written};
 use crate::lease::Command;
 
 const LEASE_MS: u64 = 3_000;
@@ -173,15 +173,15 @@ fn p6_2_p6_4_taking_office_and_the_pushes_owed() {
     let a = world.register("a", 0);
     let b = world.register("b", 0);
     assert_eq!(
-        crate::leader::term::owed_pushes(&world.state),
+        crate::leader::core::term::owed_pushes(&world.state),
         vec![a, b.clone()]
     );
-    let office = crate::leader::term::take_office(100_000, &world.state);
+    let office = crate::leader::core::term::take_office(100_000, &world.state);
     assert_eq!((office.took_office_ms, office.raised_ms), (100_000, 0));
     // An earlier leader's clock stamped a renewal at 50 s: a wall clock at 10 s is raised to
     // the floor that deadline sets.
     world.renew(&b, 50_000);
-    let raised = crate::leader::term::take_office(10_000, &world.state);
+    let raised = crate::leader::core::term::take_office(10_000, &world.state);
     assert_eq!((raised.took_office_ms, raised.raised_ms), (50_000, 40_000));
 }
 

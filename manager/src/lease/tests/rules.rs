@@ -1839,7 +1839,7 @@ fn state_views_before_init_are_empty() {
 
 // ---------------------------------------------------------------------------------------------
 // P2.1 structural invariants: what `consistency_violations` reports (a restored snapshot that
-// breaks one is refused, manager/src/restore.rs)
+// breaks one is refused, manager/src/server/restore.rs)
 
 /// A state no command can produce, one corruption at a time, each reported by name. The base is
 /// the handoff scenario (A owns 0 and 1, and 2 and 3 are releasing from A to B).

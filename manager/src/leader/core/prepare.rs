@@ -14,16 +14,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use leasehold_api::wire::{PreparePush, PrepareReply, ShardEpoch};
+use leasehold_api::wire::{PreparePush, ShardEpoch};
 
 use crate::lease::{Command, Epoch, ExecutorId, LeaseState, ShardId};
 
 /// Most (shard, epoch, receiver) a term remembers having asked; past it the memory starts
 /// again, which at worst asks some receivers twice.
 const MAX_REMEMBERED: usize = 1 << 20;
-
-/// Extra time a prepare request may take beyond the wait it names: the answer's own transit.
-const ANSWER_SLACK: Duration = Duration::from_millis(500);
 
 /// What this term has asked to prepare.
 #[derive(Debug, Default)]
@@ -112,35 +109,6 @@ impl Prepared {
             }
         }
     }
-}
-
-/// Sends `requests` at once and waits for every answer, each at most `wait` (and the answer's
-/// transit). Returns how many shards were asked and how many reported prepared.
-pub async fn ask(
-    http: &reqwest::Client,
-    requests: &[PrepareRequest],
-    wait: Duration,
-) -> (usize, usize) {
-    let asking = requests.iter().map(|request| {
-        let url = format!("{}/v1/prepare", request.address.trim_end_matches('/'));
-        let sent = http
-            .post(url)
-            .timeout(wait + ANSWER_SLACK)
-            .json(&request.push)
-            .send();
-        async move {
-            let reply = sent.await.ok()?.error_for_status().ok()?;
-            reply.json::<PrepareReply>().await.ok()
-        }
-    });
-    let answers = futures_util::future::join_all(asking).await;
-    let asked = requests.iter().map(|r| r.push.shards.len()).sum();
-    let prepared = answers
-        .iter()
-        .flatten()
-        .map(|answer| answer.prepared.len())
-        .sum();
-    (asked, prepared)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use crate::lease::{ExecutorId, Outcome, RegisterResult, RenewResult};
-use crate::metrics::CommitMetrics;
+use crate::server::metrics::CommitMetrics;
 
 #[derive(Debug, Default)]
 pub struct LeaderSignals {

@@ -23,6 +23,13 @@
 //!   told from memory ([`judged_lapsed`]); a reservation (P6.6) does not hold it. When a
 //!   reservation still would, the reap is a `ReapLapsed` carrying the judged expiries.
 
+pub mod config;
+pub mod delivery_plan;
+pub mod delivery_round;
+pub mod placement;
+pub mod prepare;
+pub mod term;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use crate::lease::ToldFromMemory;

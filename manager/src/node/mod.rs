@@ -1,6 +1,16 @@
 //! One manager replica: the Raft handle, the applied lease state and what handlers need around
 //! them (leader resolution, proposing, cluster inspection).
 
+pub mod clock;
+pub mod cluster_version;
+pub mod leadership;
+pub mod load_reports;
+pub mod load_summary;
+pub mod member_versions;
+pub mod proposer;
+pub mod routing;
+pub mod signals;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -9,19 +19,19 @@ use leasehold_api::tls::TlsConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::Vote;
 
-use crate::clock::LeaderClock;
-use crate::disk_space::DiskSpace;
-use crate::leadership::Leadership;
-use crate::load_reports::{LoadReports, PublishedLoads};
-use crate::member_versions::MemberVersions;
-use crate::proposer::Proposer;
+use crate::node::clock::LeaderClock;
+use crate::node::leadership::Leadership;
+use crate::node::load_reports::{LoadReports, PublishedLoads};
+use crate::node::member_versions::MemberVersions;
+use crate::node::proposer::Proposer;
+use crate::node::signals::LeaderSignals;
 use crate::raft::failover::LeaderContact;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
-use crate::registrations::RegistrationQueue;
 use crate::renewals::from_memory::MemoryRenewals;
 use crate::renewals::RenewalQueue;
-use crate::signals::LeaderSignals;
+use crate::server::disk_space::DiskSpace;
+use crate::service::registrations::RegistrationQueue;
 
 /// Cluster-wide settings this node was started with.
 #[derive(Debug, Clone)]
@@ -63,7 +73,7 @@ pub struct ManagerNode {
     /// What the leader concluded from them at its last step (empty off the leader).
     pub published_loads: PublishedLoads,
     /// The routing table as runs, built once per change of owners or members.
-    pub routing_runs: Arc<crate::routing::RoutingRunsCache>,
+    pub routing_runs: Arc<routing::RoutingRunsCache>,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).

@@ -24,10 +24,10 @@ use leasehold_raft_store::{encode_snapshot_data, Applied};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership};
 
-use crate::config::ManagerConfig;
 use crate::lease::LeaseState;
 use crate::raft::versions::{state_from_backup, BackupSchemaError};
 use crate::raft::{LogStore, NodeId, StateMachineStore, TypeConfig};
+use crate::server::config::ManagerConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {

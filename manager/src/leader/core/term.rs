@@ -11,10 +11,10 @@
 //! Placement by load (§15) keeps its soft state for the term here: a committed plan's balance
 //! moves are charged to the budget and cool (P15.3, P15.4).
 
-use super::core::{
+use super::placement::{PlacementSettings, TermPlacement};
+use super::{
     tick_ms, took_office_ms, GuardConfig, LeaderCore, StepDecision, StepWrite, StepWrites,
 };
-use super::placement::{PlacementSettings, TermPlacement};
 use crate::lease::{Command, ExecutorId, LeaseState, PlacementInputs, Plan};
 
 /// The reading a leader's clock takes office at, read from the state with every entry of
@@ -119,7 +119,7 @@ impl TermSteps {
         now_ms: u64,
         state: &LeaseState,
         last_renewal_applied_ms: Option<u64>,
-        told_from_memory: &super::core::ToldFromMemory,
+        told_from_memory: &super::ToldFromMemory,
     ) -> Option<&StepWrites> {
         if self.writes.is_some() {
             self.step_again = true;

@@ -7,6 +7,15 @@
 //! writes as retryable, forward once another leader is known), then stop accepting, drain
 //! in-flight requests, shut Raft down and flush.
 
+pub mod bootstrap;
+pub mod config;
+pub mod cpu_bound;
+pub mod disk_space;
+pub mod fatal;
+pub mod metrics;
+pub mod observe;
+pub mod restore;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,15 +29,16 @@ use openraft::{Raft, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::bootstrap::{self, BootstrapError};
-use crate::config::ManagerConfig;
-use crate::disk_space::DiskSpace;
+use self::bootstrap::BootstrapError;
+use self::config::ManagerConfig;
+use self::disk_space::DiskSpace;
 use crate::lease::LeaseState;
 use crate::node::{ClusterSettings, ManagerNode, NodeParts};
 use crate::raft::identity::{Identity, IdentityError};
 use crate::raft::network::HttpNetworkFactory;
 use crate::raft::{openraft_config, TypeConfig};
-use crate::{fatal, http, leader, observe, registrations, renewals};
+use crate::service::registrations;
+use crate::{http, leader, renewals};
 
 /// Bound on establishing a connection to a peer.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -62,7 +72,7 @@ pub enum ServerError {
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
     #[error("restoring a backup: {0}")]
-    Restore(#[from] crate::restore::RestoreError),
+    Restore(#[from] restore::RestoreError),
     /// P8.3: the storage failed (the Raft core stopped, or the disk is full); the process must
     /// end.
     #[error("{cause}")]
@@ -164,7 +174,7 @@ async fn open_node(
     let (mut log_store, mut state_machine) =
         leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, config.log_store.clone())?;
     // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
-    crate::restore::import_if_prepared(config, &mut log_store, &mut state_machine).await?;
+    restore::import_if_prepared(config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();
     let log_at_start = log_at_start(&mut log_store).await?;
     let http_client = leasehold_api::client::http_client_builder(config.tls.as_ref())
@@ -250,7 +260,7 @@ fn spawn_tasks(
     disk_space: &DiskSpace,
     tasks_stopped: &watch::Receiver<bool>,
 ) {
-    tokio::spawn(crate::disk_space::watch(
+    tokio::spawn(disk_space::watch(
         config.data_dir.clone(),
         disk_space.clone(),
         tasks_stopped.clone(),
@@ -265,12 +275,12 @@ fn spawn_tasks(
         observer,
         tasks_stopped.clone(),
     ));
-    tokio::spawn(crate::cluster_version::run(
-        crate::cluster_version::VersionProbe::of(node),
+    tokio::spawn(crate::node::cluster_version::run(
+        crate::node::cluster_version::VersionProbe::of(node),
         tasks_stopped.clone(),
     ));
-    tokio::spawn(crate::dead_leader::watch_leader(
-        crate::dead_leader::NodeSurroundings::of(node),
+    tokio::spawn(crate::raft::dead_leader::watch_leader(
+        crate::raft::dead_leader::NodeSurroundings::of(node),
         tasks_stopped.clone(),
     ));
     tokio::spawn(leader::run(

@@ -15,8 +15,8 @@ use crate::http::registration_limit::{
     RateLimits, RegistrationSettings, DEFAULT_MAX_CAPACITY, DEFAULT_MAX_EXECUTORS_PER_NAMESPACE,
     DEFAULT_REGISTRATION_BURST, DEFAULT_REGISTRATION_RATE, MAX_REGISTRATION_LIMIT,
 };
+use crate::leader::core::placement::PlacementSettings;
 use crate::leader::core::GuardConfig;
-use crate::leader::placement::PlacementSettings;
 use crate::raft::{NodeId, RaftTimings, SnapshotSettings};
 
 use crate::lease::MAX_SHARD_COUNT;

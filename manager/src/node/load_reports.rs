@@ -147,7 +147,7 @@ impl LoadPicture {
 pub struct SpaceLoads {
     /// Smoothed load per shard, index = shard number.
     pub shard_loads: Vec<f64>,
-    pub summary: crate::load_summary::LoadSummary,
+    pub summary: crate::node::load_summary::LoadSummary,
     /// What the step's plan went by (loads, budget, cooling shards), for the plan preview
     /// (`GET /v1/plan`, P17.4).
     pub placement_inputs: Arc<crate::lease::PlacementInputs>,
