@@ -39,7 +39,7 @@ use crate::node::leadership::Leadership;
 use crate::node::leadership::{Leader, ReadBarrierError};
 use crate::node::load_reports::{LoadPicture, SpaceLoads};
 use crate::node::load_reports::{LoadReports, PublishedLoads};
-use crate::node::load_summary::LoadSummary;
+use crate::leader::core::load_summary::LoadSummary;
 use crate::node::signals::LeaderSignals;
 use crate::node::ManagerNode;
 use crate::raft::LeaseStateHandle;

@@ -11,24 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use leasehold_api::wire::ShardLoad;
 
+pub use crate::leader::core::load_summary::ReportedLoads;
 use crate::lease::{ExecutorId, ShardId};
-
-/// What an executor's latest renewal said about its load.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ReportedLoads {
-    /// Its renewal carried no `loads`: it does not report (an executor of an earlier release,
-    /// or one whose embedder does not measure). Not the same as reporting zeros.
-    NotReporting,
-    /// Its renewal carried `loads`, checked by `leasehold_api::wire::check_shard_loads`.
-    PerShard {
-        /// The shards the report speaks for: those the executor claimed when it sent the
-        /// renewal and still holds after it. A shard it did not claim was not measured by it (it
-        /// was given the shard since), so the report says nothing of it.
-        measured: Vec<ShardId>,
-        /// Each listed shard's load; a measured shard not listed has load 0.
-        loads: Vec<ShardLoad>,
-    },
-}
 
 /// One executor's latest report.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,7 +131,7 @@ impl LoadPicture {
 pub struct SpaceLoads {
     /// Smoothed load per shard, index = shard number.
     pub shard_loads: Vec<f64>,
-    pub summary: crate::node::load_summary::LoadSummary,
+    pub summary: crate::leader::core::load_summary::LoadSummary,
     /// What the step's plan went by (loads, budget, cooling shards), for the plan preview
     /// (`GET /v1/plan`, P17.4).
     pub placement_inputs: Arc<crate::lease::PlacementInputs>,

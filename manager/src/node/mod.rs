@@ -1,11 +1,14 @@
-//! One manager replica: the Raft handle, the applied lease state and what handlers need around
-//! them (leader resolution, proposing, cluster inspection).
+//! One manager replica: the handles its tasks and the service layer are cut from. This folder
+//! holds the handles themselves: who leads and the read barrier (`leadership`), the one way a
+//! command is committed (`proposer`), the leader clock (`clock`), what commits tell the leader
+//! loop (`signals`), each member's release and the cluster version's probe (`member_versions`,
+//! `cluster_version`), the loads executors report (`load_reports`) and the routing table's runs
+//! (`routing`).
 
 pub mod clock;
 pub mod cluster_version;
 pub mod leadership;
 pub mod load_reports;
-pub mod load_summary;
 pub mod member_versions;
 pub mod proposer;
 pub mod routing;

@@ -1,4 +1,8 @@
-//! Starts and stops one manager replica (PROTOCOL §8, §10).
+//! Starts and stops one manager replica (PROTOCOL §8, §10). Beside it in this folder: the flags
+//! (`config`), forming, joining and rejoining (`bootstrap`), a backup imported on first start
+//! (`restore`), the tasks that follow Raft's metrics (`observe`), the metrics catalog
+//! (`metrics`), the disk-space alarm and the fatal-failure exit (`disk_space`, `fatal`), and
+//! running scans off the async workers (`cpu_bound`).
 //!
 //! Start: open the data directory, bind the listener (P8.1: before Raft starts, so peers and
 //! clients can reach this node as soon as it takes part), start Raft, serve, and form or join

@@ -18,7 +18,7 @@ use crate::leader::core::placement::{
     BUDGET_WINDOW_MS, NEW_REPORT_WEIGHT,
 };
 use crate::lease::{plan_placement, Command, ExecutorId, Loads, MoveReason, Renewal, ShardId};
-use crate::node::load_summary::LoadSummary;
+use crate::leader::core::load_summary::LoadSummary;
 
 const MAX_LOAD: f64 = 1e12;
 const LEASE_MS: u64 = 60_000;

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use leasehold_api::wire::ShardLoad;
+
 use crate::lease::{capacity_of, ExecutorId, ShardId, Space};
 
 /// One executor's load as the leader sees it.
@@ -117,4 +119,21 @@ fn loads_by_executor(
             (executor.id.clone(), (load, capacity_of(executor) as f64))
         })
         .collect()
+}
+
+/// What an executor's latest renewal said about its load.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportedLoads {
+    /// Its renewal carried no `loads`: it does not report (an executor of an earlier release,
+    /// or one whose embedder does not measure). Not the same as reporting zeros.
+    NotReporting,
+    /// Its renewal carried `loads`, checked by `leasehold_api::wire::check_shard_loads`.
+    PerShard {
+        /// The shards the report speaks for: those the executor claimed when it sent the
+        /// renewal and still holds after it. A shard it did not claim was not measured by it (it
+        /// was given the shard since), so the report says nothing of it.
+        measured: Vec<ShardId>,
+        /// Each listed shard's load; a measured shard not listed has load 0.
+        loads: Vec<ShardLoad>,
+    },
 }
