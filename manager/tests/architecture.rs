@@ -228,5 +228,8 @@ fn the_purity_rule_finds_what_it_forbids() {
     let allowed =
         "use crate::lease::LeaseState; use crate::leader::core::term::TermSteps; let n = now_ms;";
     assert_eq!(impurities(allowed, &pure), Vec::<String>::new());
-    assert!(code_of("fn f() {} // tokio shell\n#[cfg(test)]\nmod tests { tokio }").trim() == "fn f() {}");
+    assert!(
+        code_of("fn f() {} // tokio shell\n#[cfg(test)]\nmod tests { tokio }").trim()
+            == "fn f() {}"
+    );
 }

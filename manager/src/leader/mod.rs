@@ -31,6 +31,7 @@ use self::core::placement::{
 use self::core::prepare::Prepared;
 use self::core::term::{NextStep, Office, TermSteps, Written};
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
+use crate::leader::core::load_summary::LoadSummary;
 use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
 use crate::lease::{
     Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, MAX_MOVES_PER_PLAN,
@@ -39,7 +40,6 @@ use crate::node::leadership::Leadership;
 use crate::node::leadership::{Leader, ReadBarrierError};
 use crate::node::load_reports::{LoadPicture, SpaceLoads};
 use crate::node::load_reports::{LoadReports, PublishedLoads};
-use crate::leader::core::load_summary::LoadSummary;
 use crate::node::signals::LeaderSignals;
 use crate::node::ManagerNode;
 use crate::raft::LeaseStateHandle;

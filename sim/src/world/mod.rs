@@ -45,6 +45,7 @@ use leasehold_manager::leader::core::delivery_plan::{
     Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
 use leasehold_manager::leader::core::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
+use leasehold_manager::leader::core::load_summary::LoadSummary;
 use leasehold_manager::leader::core::placement::PlacementSettings;
 use leasehold_manager::leader::core::term::{
     owed_pushes, take_office, NextStep, TermSteps, Written,
@@ -55,7 +56,6 @@ use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, Move, MoveReason, Outcome, PlacementInputs, Plan,
     RefusalReason, RegisterResult, Registration, RenewResult, Renewal, ShardId,
 };
-use leasehold_manager::node::load_summary::LoadSummary;
 use leasehold_manager::node::signals::CommitSignal;
 use leasehold_manager::renewals::core::confirmation::{LeadershipConfirmation, Round};
 use leasehold_manager::renewals::core::memory::MemoryLeases;

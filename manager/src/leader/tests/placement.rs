@@ -13,12 +13,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::World;
+use crate::leader::core::load_summary::LoadSummary;
 use crate::leader::core::placement::{
     placement_inputs, BalanceLedger, LoadTracker, PlacementSettings, BALANCE_COOLDOWN_MS,
     BUDGET_WINDOW_MS, NEW_REPORT_WEIGHT,
 };
 use crate::lease::{plan_placement, Command, ExecutorId, Loads, MoveReason, Renewal, ShardId};
-use crate::leader::core::load_summary::LoadSummary;
 
 const MAX_LOAD: f64 = 1e12;
 const LEASE_MS: u64 = 60_000;
