@@ -20,6 +20,7 @@ use leasehold_tests::faults::{
 use leasehold_tests::proxy::{Impairment, PathMatch, ProxySet};
 use leasehold_tests::{free_port, one_cluster_at_a_time, poll_until, Cluster};
 use nix::sys::signal::Signal;
+use tokio::sync::MutexGuard;
 
 /// Every running manager's `/v1/cluster` (for failure reports).
 async fn cluster_infos(cluster: &Cluster) -> Vec<Result<ClusterInfo, String>> {
@@ -34,22 +35,99 @@ fn executor_urls(fleet: &Fleet, indices: &[usize]) -> Vec<String> {
     indices.iter().map(|&i| fleet.get(i).url()).collect()
 }
 
+/// What a scenario starts with, besides its fault: the cluster, the executors it names, and
+/// optionally the work load on them and the probe writer.
+struct Setup {
+    /// Executors started and waited for (an even split, registered); none for a scenario that
+    /// starts its own behind proxies.
+    executors: &'static [&'static str],
+    workload: bool,
+    /// The probe writer's pause between writes, when the scenario checks acknowledged writes.
+    probes: Option<Duration>,
+}
+
+/// The scenario's world once [`Setup`] stands. A scenario binds every field (a field left out
+/// would be dropped at once: the lock released, the managers stopped), in the order of the
+/// bindings it replaces, so they are dropped as before: the load first, the executors' processes
+/// before the managers', the seed (which prints itself on a failure) and the lock last.
+struct Scenario {
+    probes: Option<ProbeWriter>,
+    workload: Option<Workload>,
+    executors: Vec<usize>,
+    ids: Vec<String>,
+    fleet: Fleet,
+    cluster: Cluster,
+    seed: FaultSeed,
+    _serial: MutexGuard<'static, ()>,
+}
+
+/// The one setup of every scenario: one cluster at a time, the seed from the environment, a
+/// fault cluster with its leader, the executors, the work load, the probes, in that order (the
+/// seed's draws are the same as when each scenario did it itself).
+async fn set_up(scenario: &str, setup: Setup) -> Scenario {
+    let serial = one_cluster_at_a_time().await;
+    let mut seed = FaultSeed::from_env(scenario);
+    let cluster = start_fault_cluster().await;
+    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
+    let (executors, ids) = if setup.executors.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        start_executors(&cluster, &mut fleet, setup.executors).await
+    };
+    let workload = setup
+        .workload
+        .then(|| Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive()));
+    let probes = setup
+        .probes
+        .map(|pause| ProbeWriter::start(fault_client(&cluster, cluster.urls()), pause));
+    Scenario {
+        probes,
+        workload,
+        executors,
+        ids,
+        fleet,
+        cluster,
+        seed,
+        _serial: serial,
+    }
+}
+
+const ABC: &[&str] = &["a", "b", "c"];
+
+/// The scenarios that start their executors themselves, behind fault proxies.
+const BEHIND_PROXIES: Setup = Setup {
+    executors: &[],
+    workload: false,
+    probes: None,
+};
+
 /// I4, I3: SIGKILL the leader three times while executors serve work and a writer registers and
 /// deregisters probes; each time a new leader commits writes within a few election timeouts, no
 /// executor is evicted, every acknowledged write survives, and admission stays exclusive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_sigkill_repeatedly_under_executor_load() {
     const SCENARIO: &str = "leader_sigkill_repeatedly_under_executor_load";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let mut cluster = start_fault_cluster().await;
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
-    let probes = ProbeWriter::start(
-        fault_client(&cluster, cluster.urls()),
-        Duration::from_millis(200),
-    );
+    let Scenario {
+        _serial,
+        mut seed,
+        mut cluster,
+        fleet,
+        executors,
+        ids,
+        workload: Some(workload),
+        probes: Some(probes),
+    } = set_up(
+        SCENARIO,
+        Setup {
+            executors: ABC,
+            workload: true,
+            probes: Some(Duration::from_millis(200)),
+        },
+    )
+    .await
+    else {
+        unreachable!("the setup starts what it is asked for")
+    };
 
     for round in 1..=3 {
         tokio::time::sleep(seed.jitter(Duration::from_millis(300), Duration::from_millis(1500)))
@@ -98,16 +176,27 @@ async fn leader_sigkill_repeatedly_under_executor_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_of_every_manager() {
     const SCENARIO: &str = "rolling_restart_of_every_manager";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let mut cluster = start_fault_cluster().await;
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
-    let probes = ProbeWriter::start(
-        fault_client(&cluster, cluster.urls()),
-        Duration::from_millis(200),
-    );
+    let Scenario {
+        _serial,
+        mut seed,
+        mut cluster,
+        fleet,
+        executors,
+        ids,
+        workload: Some(workload),
+        probes: Some(probes),
+    } = set_up(
+        SCENARIO,
+        Setup {
+            executors: ABC,
+            workload: true,
+            probes: Some(Duration::from_millis(200)),
+        },
+    )
+    .await
+    else {
+        unreachable!("the setup starts what it is asked for")
+    };
 
     let mut order = vec![1u64, 2, 3];
     seed.shuffle(&mut order);
@@ -160,16 +249,27 @@ async fn rolling_restart_of_every_manager() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_cluster_stop_and_start() {
     const SCENARIO: &str = "full_cluster_stop_and_start";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let mut cluster = start_fault_cluster().await;
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
-    let probes = ProbeWriter::start(
-        fault_client(&cluster, cluster.urls()),
-        Duration::from_millis(100),
-    );
+    let Scenario {
+        _serial,
+        mut seed,
+        mut cluster,
+        fleet,
+        executors,
+        ids,
+        workload: Some(workload),
+        probes: Some(probes),
+    } = set_up(
+        SCENARIO,
+        Setup {
+            executors: ABC,
+            workload: true,
+            probes: Some(Duration::from_millis(100)),
+        },
+    )
+    .await
+    else {
+        unreachable!("the setup starts what it is asked for")
+    };
     probes.first_ack_after(Instant::now(), LEADER_BOUND).await;
     tokio::time::sleep(seed.jitter(Duration::from_millis(200), Duration::from_millis(1000))).await;
 
@@ -251,12 +351,27 @@ async fn full_cluster_stop_and_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_sigkill() {
     const SCENARIO: &str = "executor_sigkill";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let cluster = start_fault_cluster().await;
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let (executors, _) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
-    let workload = Workload::start(&cluster, executor_urls(&fleet, &executors), seed.derive());
+    let Scenario {
+        _serial,
+        mut seed,
+        cluster: _cluster,
+        mut fleet,
+        executors,
+        ids: _ids,
+        workload: Some(workload),
+        probes: _probes,
+    } = set_up(
+        SCENARIO,
+        Setup {
+            executors: ABC,
+            workload: true,
+            probes: None,
+        },
+    )
+    .await
+    else {
+        unreachable!("the setup starts what it is asked for")
+    };
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let victim = executors[seed.index(executors.len())];
@@ -282,11 +397,24 @@ async fn executor_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_sigstop_longer_than_its_lease() {
     const SCENARIO: &str = "executor_sigstop_longer_than_its_lease";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let cluster = start_fault_cluster().await;
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
+    let Scenario {
+        _serial,
+        mut seed,
+        cluster: _cluster,
+        fleet,
+        executors,
+        ids,
+        workload: _workload,
+        probes: _probes,
+    } = set_up(
+        SCENARIO,
+        Setup {
+            executors: ABC,
+            workload: false,
+            probes: None,
+        },
+    )
+    .await;
     tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
     let slot = seed.index(executors.len());
@@ -357,11 +485,24 @@ async fn executor_sigstop_longer_than_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_managers_sigstop_twice_the_lease() {
     const SCENARIO: &str = "all_managers_sigstop_twice_the_lease";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let mut cluster = start_fault_cluster().await;
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
-    let (executors, ids) = start_executors(&cluster, &mut fleet, &["a", "b", "c"]).await;
+    let Scenario {
+        _serial,
+        mut seed,
+        mut cluster,
+        fleet,
+        executors,
+        ids,
+        workload: _workload,
+        probes: _probes,
+    } = set_up(
+        SCENARIO,
+        Setup {
+            executors: ABC,
+            workload: false,
+            probes: None,
+        },
+    )
+    .await;
     let client = fault_client(&cluster, cluster.urls());
     let before = ownership(&consistent_state(&client).await.unwrap());
 
@@ -417,9 +558,16 @@ async fn all_managers_sigstop_twice_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_register_and_deregister_replies_are_retried() {
     const SCENARIO: &str = "lost_register_and_deregister_replies_are_retried";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let cluster = start_fault_cluster().await;
+    let Scenario {
+        _serial,
+        mut seed,
+        cluster,
+        mut fleet,
+        executors: _executors,
+        ids: _ids,
+        workload: _workload,
+        probes: _probes,
+    } = set_up(SCENARIO, BEHIND_PROXIES).await;
     let proxies = ProxySet::start(
         &cluster.urls(),
         seed.derive(),
@@ -428,7 +576,6 @@ async fn lost_register_and_deregister_replies_are_retried() {
     .await
     .expect("start the fault proxies");
     proxies.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let mut spec = ExecutorSpec::local(&cluster, "behind-proxy");
     spec.managers = proxies.urls();
     spec.extra_args = fault_executor_args();
@@ -495,9 +642,16 @@ async fn lost_register_and_deregister_replies_are_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_reordered_and_duplicated_messages() {
     const SCENARIO: &str = "delayed_reordered_and_duplicated_messages";
-    let _serial = one_cluster_at_a_time().await;
-    let mut seed = FaultSeed::from_env(SCENARIO);
-    let cluster = start_fault_cluster().await;
+    let Scenario {
+        _serial,
+        mut seed,
+        cluster,
+        mut fleet,
+        executors: _executors,
+        ids: _ids,
+        workload: _workload,
+        probes: _probes,
+    } = set_up(SCENARIO, BEHIND_PROXIES).await;
     let impairment = Some(Impairment {
         delay_ms: (0, 150),
         duplicate_percent: 25,
@@ -524,7 +678,6 @@ async fn delayed_reordered_and_duplicated_messages() {
     .await
     .expect("start the fault proxies");
     to_executors.impair(impairment);
-    let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let start = |fleet: &mut Fleet, slot: usize| {
         let mut spec = ExecutorSpec::local(&cluster, names[slot]);
         spec.port = ports[slot];

@@ -3,6 +3,8 @@
 //! Each test crate uses part of it.
 #![allow(dead_code)]
 
+pub mod router;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
