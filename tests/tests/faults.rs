@@ -4,6 +4,9 @@
 //! `leasehold_tests::checker`. Randomness comes from `LEASEHOLD_FAULT_SEED` (printed; see
 //! docs/TESTING.md). Partition scenarios, which need root, are in `partitions.rs`.
 
+// A test crate: a failed expectation is a failed test, with its message.
+#![allow(clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -46,10 +49,9 @@ struct Setup {
     probes: Option<Duration>,
 }
 
-/// The scenario's world once [`Setup`] stands. A scenario binds every field (a field left out
-/// would be dropped at once: the lock released, the managers stopped), in the order of the
-/// bindings it replaces, so they are dropped as before: the load first, the executors' processes
-/// before the managers', the seed (which prints itself on a failure) and the lock last.
+/// The scenario's world once [`Setup`] stands, held whole until the scenario ends. Fields drop
+/// in their order here: the load first, the executors' processes before the managers', the seed
+/// (which prints itself on a failure) and the lock last.
 struct Scenario {
     probes: Option<ProbeWriter>,
     workload: Option<Workload>,
@@ -59,6 +61,41 @@ struct Scenario {
     cluster: Cluster,
     seed: FaultSeed,
     _serial: MutexGuard<'static, ()>,
+}
+
+impl Scenario {
+    /// A client of every manager, with the fault suite's patience.
+    fn client(&self) -> leasehold_api::client::Client {
+        fault_client(&self.cluster, self.cluster.urls())
+    }
+
+    /// The end every scenario that keeps its executors shares: each admits again as itself,
+    /// none was evicted, and the admission logs hold I1 and I2 together.
+    async fn ends_with_none_evicted(&self, scenario: &str) {
+        wait_admitting_as(&self.fleet, &self.executors, &self.ids, SETTLE_BOUND).await;
+        assert_none_evicted(&self.fleet, &self.executors, scenario);
+        self.fleet.check(scenario);
+    }
+
+    /// The work load its setup started.
+    fn take_workload(&mut self) -> Workload {
+        self.workload
+            .take()
+            .expect("this scenario's setup starts the work load")
+    }
+
+    /// The probe writer its setup started.
+    fn probes(&self) -> &ProbeWriter {
+        self.probes
+            .as_ref()
+            .expect("this scenario's setup starts the probe writer")
+    }
+
+    fn take_probes(&mut self) -> ProbeWriter {
+        self.probes
+            .take()
+            .expect("this scenario's setup starts the probe writer")
+    }
 }
 
 /// The one setup of every scenario: one cluster at a time, the seed from the environment, a
@@ -94,6 +131,34 @@ async fn set_up(scenario: &str, setup: Setup) -> Scenario {
 
 const ABC: &[&str] = &["a", "b", "c"];
 
+/// Three executors serving the work load, and the probe writer checking acknowledged writes.
+const LOADED_AND_PROBED: Setup = Setup {
+    executors: ABC,
+    workload: true,
+    probes: Some(Duration::from_millis(200)),
+};
+
+/// As [`LOADED_AND_PROBED`], the probes written twice as often.
+const LOADED_AND_PROBED_OFTEN: Setup = Setup {
+    executors: ABC,
+    workload: true,
+    probes: Some(Duration::from_millis(100)),
+};
+
+/// Three executors serving the work load.
+const LOADED: Setup = Setup {
+    executors: ABC,
+    workload: true,
+    probes: None,
+};
+
+/// Three executors, no load.
+const IDLE: Setup = Setup {
+    executors: ABC,
+    workload: false,
+    probes: None,
+};
+
 /// The scenarios that start their executors themselves, behind fault proxies.
 const BEHIND_PROXIES: Setup = Setup {
     executors: &[],
@@ -107,37 +172,24 @@ const BEHIND_PROXIES: Setup = Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_sigkill_repeatedly_under_executor_load() {
     const SCENARIO: &str = "leader_sigkill_repeatedly_under_executor_load";
-    let Scenario {
-        _serial,
-        mut seed,
-        mut cluster,
-        fleet,
-        executors,
-        ids,
-        workload: Some(workload),
-        probes: Some(probes),
-    } = set_up(
-        SCENARIO,
-        Setup {
-            executors: ABC,
-            workload: true,
-            probes: Some(Duration::from_millis(200)),
-        },
-    )
-    .await
-    else {
-        unreachable!("the setup starts what it is asked for")
-    };
+    let mut scenario = set_up(SCENARIO, LOADED_AND_PROBED).await;
 
     for round in 1..=3 {
-        tokio::time::sleep(seed.jitter(Duration::from_millis(300), Duration::from_millis(1500)))
-            .await;
-        let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+        tokio::time::sleep(
+            scenario
+                .seed
+                .jitter(Duration::from_millis(300), Duration::from_millis(1500)),
+        )
+        .await;
+        let leader = scenario.cluster.wait_for_leader(LEADER_BOUND).await;
         let killed_at = Instant::now();
-        cluster.manager(leader).kill();
-        let new_leader = cluster.wait_for_leader(LEADER_BOUND).await;
+        scenario.cluster.manager(leader).kill();
+        let new_leader = scenario.cluster.wait_for_leader(LEADER_BOUND).await;
         let elected = killed_at.elapsed();
-        let committed = probes.first_ack_after(killed_at, LEADER_BOUND).await;
+        let committed = scenario
+            .probes()
+            .first_ack_after(killed_at, LEADER_BOUND)
+            .await;
         eprintln!(
             "[fault] {SCENARIO}: round {round}: killed leader {leader}, new leader {new_leader}"
         );
@@ -151,24 +203,22 @@ async fn leader_sigkill_repeatedly_under_executor_load() {
             "leader killed -> first write committed",
             committed,
         );
-        cluster.manager(leader).start();
+        scenario.cluster.manager(leader).start();
     }
-    cluster.wait_for_leader(LEADER_BOUND).await;
-    let probe_ledger = probes.stop().await;
-    let counts = workload.stop().await;
+    scenario.cluster.wait_for_leader(LEADER_BOUND).await;
+    let probe_ledger = scenario.take_probes().stop().await;
+    let counts = scenario.take_workload().stop().await;
     eprintln!("[fault] {SCENARIO}: workload {counts:?}, probes {} registered / {} deregistered / {} unacknowledged",
         probe_ledger.registered.len(), probe_ledger.deregistered.len(), probe_ledger.unacknowledged);
     assert!(counts.admitted > 0, "{counts:?}");
 
-    let client = fault_client(&cluster, cluster.urls());
+    let client = scenario.client();
     let checked = verify_probes(&client, &probe_ledger, SCENARIO).await;
     assert!(
         checked >= 3,
         "the writer got only {checked} registrations through"
     );
-    wait_admitting_as(&fleet, &executors, &ids, SETTLE_BOUND).await;
-    assert_none_evicted(&fleet, &executors, SCENARIO);
-    fleet.check(SCENARIO);
+    scenario.ends_with_none_evicted(SCENARIO).await;
 }
 
 /// I3, I4: every manager is stopped gracefully (SIGTERM, P8.2) and restarted in turn, in a seeded
@@ -176,64 +226,51 @@ async fn leader_sigkill_repeatedly_under_executor_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_of_every_manager() {
     const SCENARIO: &str = "rolling_restart_of_every_manager";
-    let Scenario {
-        _serial,
-        mut seed,
-        mut cluster,
-        fleet,
-        executors,
-        ids,
-        workload: Some(workload),
-        probes: Some(probes),
-    } = set_up(
-        SCENARIO,
-        Setup {
-            executors: ABC,
-            workload: true,
-            probes: Some(Duration::from_millis(200)),
-        },
-    )
-    .await
-    else {
-        unreachable!("the setup starts what it is asked for")
-    };
+    let mut scenario = set_up(SCENARIO, LOADED_AND_PROBED).await;
 
     let mut order = vec![1u64, 2, 3];
-    seed.shuffle(&mut order);
+    scenario.seed.shuffle(&mut order);
     for id in order {
         let stopped_at = Instant::now();
-        cluster.manager(id).terminate(EXIT_BOUND).await;
+        scenario.cluster.manager(id).terminate(EXIT_BOUND).await;
         report_figure(
             SCENARIO,
             "manager graceful stop (P8.2)",
             stopped_at.elapsed(),
         );
-        cluster.manager(id).start();
-        let leader = cluster.wait_for_leader(LEADER_BOUND).await;
+        scenario.cluster.manager(id).start();
+        let leader = scenario.cluster.wait_for_leader(LEADER_BOUND).await;
         // Caught up: it has applied what the leader had committed when it came back.
-        let committed = cluster
+        let committed = scenario
+            .cluster
             .cluster_info(leader)
             .await
             .unwrap()
             .committed_index
             .unwrap_or(0);
-        cluster.wait_applied(id, committed, SETTLE_BOUND).await;
+        scenario
+            .cluster
+            .wait_applied(id, committed, SETTLE_BOUND)
+            .await;
         report_figure(
             SCENARIO,
             "manager stopped -> back and caught up",
             stopped_at.elapsed(),
         );
-        tokio::time::sleep(seed.jitter(Duration::ZERO, Duration::from_millis(1000))).await;
+        tokio::time::sleep(
+            scenario
+                .seed
+                .jitter(Duration::ZERO, Duration::from_millis(1000)),
+        )
+        .await;
     }
-    let probe_ledger = probes.stop().await;
-    let counts = workload.stop().await;
+    let probe_ledger = scenario.take_probes().stop().await;
+    let counts = scenario.take_workload().stop().await;
     eprintln!("[fault] {SCENARIO}: workload {counts:?}, probes {} registered / {} deregistered / {} unacknowledged",
         probe_ledger.registered.len(), probe_ledger.deregistered.len(), probe_ledger.unacknowledged);
-    let client = fault_client(&cluster, cluster.urls());
+    let client = scenario.client();
     verify_probes(&client, &probe_ledger, SCENARIO).await;
-    wait_admitting_as(&fleet, &executors, &ids, SETTLE_BOUND).await;
-    assert_none_evicted(&fleet, &executors, SCENARIO);
-    fleet.check(SCENARIO);
+    scenario.ends_with_none_evicted(SCENARIO).await;
 }
 
 /// I3: the whole control plane is stopped (SIGKILL or SIGTERM per manager, seeded) for up to
@@ -249,49 +286,39 @@ async fn rolling_restart_of_every_manager() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_cluster_stop_and_start() {
     const SCENARIO: &str = "full_cluster_stop_and_start";
-    let Scenario {
-        _serial,
-        mut seed,
-        mut cluster,
-        fleet,
-        executors,
-        ids,
-        workload: Some(workload),
-        probes: Some(probes),
-    } = set_up(
-        SCENARIO,
-        Setup {
-            executors: ABC,
-            workload: true,
-            probes: Some(Duration::from_millis(100)),
-        },
+    let mut scenario = set_up(SCENARIO, LOADED_AND_PROBED_OFTEN).await;
+    scenario
+        .probes()
+        .first_ack_after(Instant::now(), LEADER_BOUND)
+        .await;
+    tokio::time::sleep(
+        scenario
+            .seed
+            .jitter(Duration::from_millis(200), Duration::from_millis(1000)),
     )
-    .await
-    else {
-        unreachable!("the setup starts what it is asked for")
-    };
-    probes.first_ack_after(Instant::now(), LEADER_BOUND).await;
-    tokio::time::sleep(seed.jitter(Duration::from_millis(200), Duration::from_millis(1000))).await;
+    .await;
 
-    let client = fault_client(&cluster, cluster.urls());
+    let client = scenario.client();
     let before = consistent_state(&client).await.unwrap();
-    let infos_before = cluster_infos(&cluster).await;
+    let infos_before = cluster_infos(&scenario.cluster).await;
     let stopped_at = Instant::now();
     for id in [1, 2, 3] {
-        if seed.pick(0..=1) == 0 {
-            cluster.manager(id).kill();
+        if scenario.seed.pick(0..=1) == 0 {
+            scenario.cluster.manager(id).kill();
         } else {
-            cluster.manager(id).terminate(EXIT_BOUND).await;
+            scenario.cluster.manager(id).terminate(EXIT_BOUND).await;
         }
     }
     // Outage length: a setup step, not an assertion.
-    let outage = seed.jitter(Duration::from_millis(500), FAULT_LEASE + FAULT_LEASE / 2);
+    let outage = scenario
+        .seed
+        .jitter(Duration::from_millis(500), FAULT_LEASE + FAULT_LEASE / 2);
     tokio::time::sleep(outage).await;
-    let probe_ledger = probes.stop().await;
+    let probe_ledger = scenario.take_probes().stop().await;
     for id in [1, 2, 3] {
-        cluster.manager(id).start();
+        scenario.cluster.manager(id).start();
     }
-    cluster.wait_for_leader(LEADER_BOUND).await;
+    scenario.cluster.wait_for_leader(LEADER_BOUND).await;
     eprintln!("[fault] {SCENARIO}: outage {} ms", outage.as_millis());
     report_figure(SCENARIO, "stop -> leader back", stopped_at.elapsed());
     let after = consistent_state(&client).await.unwrap();
@@ -303,19 +330,25 @@ async fn full_cluster_stop_and_start() {
          {after:?}",
         after.revision,
         before.revision,
-        cluster_infos(&cluster).await
+        cluster_infos(&scenario.cluster).await
     );
-    wait_for_even_split(&fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
+    wait_for_even_split(
+        &scenario.fleet.refs(&scenario.executors),
+        FAULT_SHARDS,
+        SETTLE_BOUND,
+    )
+    .await;
     report_figure(
         SCENARIO,
         "stop -> executors admitting all shards",
         stopped_at.elapsed(),
     );
-    let counts = workload.stop().await;
-    let evicted: Vec<&str> = executors
+    let counts = scenario.take_workload().stop().await;
+    let evicted: Vec<&str> = scenario
+        .executors
         .iter()
-        .filter(|&&i| fleet.reasons(i).contains_key("unknown_executor"))
-        .map(|&i| fleet.get(i).name.as_str())
+        .filter(|&&i| scenario.fleet.reasons(i).contains_key("unknown_executor"))
+        .map(|&i| scenario.fleet.get(i).name.as_str())
         .collect();
     eprintln!(
         "[fault] {SCENARIO}: workload {counts:?}; probes {} registered / {} deregistered / {} \
@@ -324,20 +357,20 @@ async fn full_cluster_stop_and_start() {
         probe_ledger.deregistered.len(),
         probe_ledger.unacknowledged
     );
-    fleet.check(SCENARIO);
+    scenario.fleet.check(SCENARIO);
 
-    // I3: every acknowledged write is remembered: the probes', and each executor's first
+    // I3: every acknowledged write is remembered: the scenario.probes()', and each executor's first
     // registration (still live, or reaped after the restart and answered by its tombstone;
     // a lost registration would be `404 unknown_executor`).
     verify_probes(&client, &probe_ledger, SCENARIO).await;
-    // The executors registered with credentials of their own (P13.4), so their registrations
+    // The scenario.executors registered with credentials of their own (P13.4), so their registrations
     // are looked up rather than deregistered: present, or departed with a tombstone.
     let departed = client
         .watch(0, Duration::from_millis(1))
         .await
         .unwrap_or_else(|e| panic!("{SCENARIO}: reading the tombstones: {e}"))
         .departed;
-    for id in &ids {
+    for id in &scenario.ids {
         let present = client.executor(id, true).await.is_ok();
         assert!(
             present || departed.iter().any(|d| &d.executor_id == id),
@@ -351,43 +384,28 @@ async fn full_cluster_stop_and_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_sigkill() {
     const SCENARIO: &str = "executor_sigkill";
-    let Scenario {
-        _serial,
-        mut seed,
-        cluster: _cluster,
-        mut fleet,
-        executors,
-        ids: _ids,
-        workload: Some(workload),
-        probes: _probes,
-    } = set_up(
-        SCENARIO,
-        Setup {
-            executors: ABC,
-            workload: true,
-            probes: None,
-        },
-    )
-    .await
-    else {
-        unreachable!("the setup starts what it is asked for")
-    };
-    tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
+    let mut scenario = set_up(SCENARIO, LOADED).await;
+    tokio::time::sleep(scenario.seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
-    let victim = executors[seed.index(executors.len())];
-    let survivors: Vec<usize> = executors.iter().copied().filter(|&i| i != victim).collect();
+    let victim = scenario.executors[scenario.seed.index(scenario.executors.len())];
+    let survivors: Vec<usize> = scenario
+        .executors
+        .iter()
+        .copied()
+        .filter(|&i| i != victim)
+        .collect();
     let killed_at = Instant::now();
-    fleet.kill(victim);
-    wait_for_even_split(&fleet.refs(&survivors), FAULT_SHARDS, SETTLE_BOUND).await;
+    scenario.fleet.kill(victim);
+    wait_for_even_split(&scenario.fleet.refs(&survivors), FAULT_SHARDS, SETTLE_BOUND).await;
     let rehomed = killed_at.elapsed();
     report_figure(SCENARIO, "re-homed after SIGKILL", rehomed);
     assert!(
         rehomed < FAULT_LEASE + FAULT_TICK + Duration::from_secs(20),
         "I4: re-homing took {rehomed:?}"
     );
-    let counts = workload.stop().await;
+    let counts = scenario.take_workload().stop().await;
     eprintln!("[fault] {SCENARIO}: workload {counts:?}");
-    let report = fleet.check(SCENARIO);
+    let report = scenario.fleet.check(SCENARIO);
     assert!(report.handoffs >= (FAULT_SHARDS / 3) as usize, "{report:?}");
 }
 
@@ -397,66 +415,59 @@ async fn executor_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_sigstop_longer_than_its_lease() {
     const SCENARIO: &str = "executor_sigstop_longer_than_its_lease";
-    let Scenario {
-        _serial,
-        mut seed,
-        cluster: _cluster,
-        fleet,
-        executors,
-        ids,
-        workload: _workload,
-        probes: _probes,
-    } = set_up(
-        SCENARIO,
-        Setup {
-            executors: ABC,
-            workload: false,
-            probes: None,
-        },
-    )
-    .await;
-    tokio::time::sleep(seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
+    let mut scenario = set_up(SCENARIO, IDLE).await;
+    tokio::time::sleep(scenario.seed.jitter(Duration::ZERO, FAULT_LEASE)).await;
 
-    let slot = seed.index(executors.len());
-    let paused = executors[slot];
-    let others: Vec<usize> = executors.iter().copied().filter(|&i| i != paused).collect();
-    let held = status_shards(&fleet.get(paused).status().await.unwrap());
+    let slot = scenario.seed.index(scenario.executors.len());
+    let paused = scenario.executors[slot];
+    let others: Vec<usize> = scenario
+        .executors
+        .iter()
+        .copied()
+        .filter(|&i| i != paused)
+        .collect();
+    let held = status_shards(&scenario.fleet.get(paused).status().await.unwrap());
     let stopped_at_ns = leasehold_tests::checker::monotonic_now_ns();
     let stopped_at = Instant::now();
-    fleet.signal(paused, Signal::SIGSTOP);
+    scenario.fleet.signal(paused, Signal::SIGSTOP);
     // The others take its shards once the manager reaps it (after its lease).
-    wait_for_even_split(&fleet.refs(&others), FAULT_SHARDS, SETTLE_BOUND).await;
+    wait_for_even_split(&scenario.fleet.refs(&others), FAULT_SHARDS, SETTLE_BOUND).await;
     report_figure(
         SCENARIO,
         "shards re-homed while paused",
         stopped_at.elapsed(),
     );
-    let extra = seed.jitter(Duration::ZERO, FAULT_LEASE);
+    let extra = scenario.seed.jitter(Duration::ZERO, FAULT_LEASE);
     tokio::time::sleep(extra).await;
     let resumed_at_ns = leasehold_tests::checker::monotonic_now_ns();
-    fleet.signal(paused, Signal::SIGCONT);
+    scenario.fleet.signal(paused, Signal::SIGCONT);
 
     // It registers anew (its old id was reaped) and gets a share back.
     poll_until(
         "the paused executor to register anew",
         SETTLE_BOUND,
         || async {
-            let status = fleet.get(paused).status().await?;
+            let status = scenario.fleet.get(paused).status().await?;
             match status["executor_id"].as_str() {
-                Some(id) if id != ids[slot] => Ok(()),
+                Some(id) if id != scenario.ids[slot] => Ok(()),
                 other => Err(format!("executor id {other:?}")),
             }
         },
     )
     .await;
-    wait_for_even_split(&fleet.refs(&executors), FAULT_SHARDS, SETTLE_BOUND).await;
-    fleet.check(SCENARIO);
+    wait_for_even_split(
+        &scenario.fleet.refs(&scenario.executors),
+        FAULT_SHARDS,
+        SETTLE_BOUND,
+    )
+    .await;
+    scenario.fleet.check(SCENARIO);
 
     // It was admitting when paused, so its last stop of each held shard is the lapse, stamped at
     // its expiry: after the pause began, before it woke (not when it noticed).
     let mut last_stop: BTreeMap<u32, AdmissionRecord> = BTreeMap::new();
-    for record in fleet.get(paused).admission_log().unwrap() {
-        if record.executor_id == ids[slot] && record.event == AdmissionEdge::Stop {
+    for record in scenario.fleet.get(paused).admission_log().unwrap() {
+        if record.executor_id == scenario.ids[slot] && record.event == AdmissionEdge::Stop {
             last_stop.insert(record.shard, record);
         }
     }
@@ -485,49 +496,53 @@ async fn executor_sigstop_longer_than_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_managers_sigstop_twice_the_lease() {
     const SCENARIO: &str = "all_managers_sigstop_twice_the_lease";
-    let Scenario {
-        _serial,
-        mut seed,
-        mut cluster,
-        fleet,
-        executors,
-        ids,
-        workload: _workload,
-        probes: _probes,
-    } = set_up(
-        SCENARIO,
-        Setup {
-            executors: ABC,
-            workload: false,
-            probes: None,
-        },
-    )
-    .await;
-    let client = fault_client(&cluster, cluster.urls());
+    let mut scenario = set_up(SCENARIO, IDLE).await;
+    let client = scenario.client();
     let before = ownership(&consistent_state(&client).await.unwrap());
 
-    let leader_before = cluster.wait_for_leader(LEADER_BOUND).await;
-    let term_before = cluster.cluster_info(leader_before).await.unwrap().term;
+    let leader_before = scenario.cluster.wait_for_leader(LEADER_BOUND).await;
+    let term_before = scenario
+        .cluster
+        .cluster_info(leader_before)
+        .await
+        .unwrap()
+        .term;
     let mut order = vec![1u64, 2, 3];
-    seed.shuffle(&mut order);
+    scenario.seed.shuffle(&mut order);
     for &id in &order {
-        cluster.manager(id).signal(Signal::SIGSTOP);
+        scenario.cluster.manager(id).signal(Signal::SIGSTOP);
     }
     let paused_at = Instant::now();
     // The pause: a setup step.
-    tokio::time::sleep(2 * FAULT_LEASE + seed.jitter(Duration::ZERO, Duration::from_millis(500)))
-        .await;
-    seed.shuffle(&mut order);
+    tokio::time::sleep(
+        2 * FAULT_LEASE
+            + scenario
+                .seed
+                .jitter(Duration::ZERO, Duration::from_millis(500)),
+    )
+    .await;
+    scenario.seed.shuffle(&mut order);
     for &id in &order {
-        cluster.manager(id).signal(Signal::SIGCONT);
+        scenario.cluster.manager(id).signal(Signal::SIGCONT);
     }
-    let leader_after = cluster.wait_for_leader(LEADER_BOUND).await;
-    let term_after = cluster.cluster_info(leader_after).await.unwrap().term;
+    let leader_after = scenario.cluster.wait_for_leader(LEADER_BOUND).await;
+    let term_after = scenario
+        .cluster
+        .cluster_info(leader_after)
+        .await
+        .unwrap()
+        .term;
     eprintln!(
         "[fault] {SCENARIO}: leader {leader_before} (term {term_before}) before the pause, \
          {leader_after} (term {term_after}) after"
     );
-    wait_admitting_as(&fleet, &executors, &ids, SETTLE_BOUND).await;
+    wait_admitting_as(
+        &scenario.fleet,
+        &scenario.executors,
+        &scenario.ids,
+        SETTLE_BOUND,
+    )
+    .await;
     report_figure(
         SCENARIO,
         "executors admitting again after the pause",
@@ -542,14 +557,28 @@ async fn all_managers_sigstop_twice_the_lease() {
         .map(|(shard, _)| *shard)
         .collect();
     assert!(moved.is_empty(), "{SCENARIO}: I5: shards moved: {moved:?}");
-    wait_admitting_as(&fleet, &executors, &ids, SETTLE_BOUND).await;
-    assert_none_evicted(&fleet, &executors, SCENARIO);
-    let resumed: usize = executors
+    wait_admitting_as(
+        &scenario.fleet,
+        &scenario.executors,
+        &scenario.ids,
+        SETTLE_BOUND,
+    )
+    .await;
+    assert_none_evicted(&scenario.fleet, &scenario.executors, SCENARIO);
+    let resumed: usize = scenario
+        .executors
         .iter()
-        .map(|&i| fleet.reasons(i).get("resumed").copied().unwrap_or(0))
+        .map(|&i| {
+            scenario
+                .fleet
+                .reasons(i)
+                .get("resumed")
+                .copied()
+                .unwrap_or(0)
+        })
         .sum();
     eprintln!("[fault] {SCENARIO}: {resumed} shard admissions resumed after lapses (P3.6)");
-    fleet.check(SCENARIO);
+    scenario.fleet.check(SCENARIO);
 }
 
 /// P7.2, P4.4: the reply to a register, and later to a deregister, is dropped once after the
@@ -558,30 +587,21 @@ async fn all_managers_sigstop_twice_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_register_and_deregister_replies_are_retried() {
     const SCENARIO: &str = "lost_register_and_deregister_replies_are_retried";
-    let Scenario {
-        _serial,
-        mut seed,
-        cluster,
-        mut fleet,
-        executors: _executors,
-        ids: _ids,
-        workload: _workload,
-        probes: _probes,
-    } = set_up(SCENARIO, BEHIND_PROXIES).await;
+    let mut scenario = set_up(SCENARIO, BEHIND_PROXIES).await;
     let proxies = ProxySet::start(
-        &cluster.urls(),
-        seed.derive(),
-        leasehold_tests::proxy_tls(&cluster),
+        &scenario.cluster.urls(),
+        scenario.seed.derive(),
+        leasehold_tests::proxy_tls(&scenario.cluster),
     )
     .await
     .expect("start the fault proxies");
     proxies.drop_reply_once("POST", "/v1/executors", PathMatch::Exact);
-    let mut spec = ExecutorSpec::local(&cluster, "behind-proxy");
+    let mut spec = ExecutorSpec::local(&scenario.cluster, "behind-proxy");
     spec.managers = proxies.urls();
     spec.extra_args = fault_executor_args();
-    let index = fleet.start(spec);
-    wait_for_even_split(&fleet.refs(&[index]), FAULT_SHARDS, SETTLE_BOUND).await;
-    let id = wait_registered(fleet.get(index)).await;
+    let index = scenario.fleet.start(spec);
+    wait_for_even_split(&scenario.fleet.refs(&[index]), FAULT_SHARDS, SETTLE_BOUND).await;
+    let id = wait_registered(scenario.fleet.get(index)).await;
 
     let stats = proxies.stats();
     assert_eq!(stats.dropped_replies, ["POST /v1/executors"], "{stats:?}");
@@ -594,7 +614,7 @@ async fn lost_register_and_deregister_replies_are_retried() {
         registers >= 2,
         "{SCENARIO}: the register was not retried: {stats:?}"
     );
-    let client = fault_client(&cluster, cluster.urls());
+    let client = scenario.client();
     let state = consistent_state(&client).await.unwrap();
     let registered: Vec<&str> = state
         .executors
@@ -608,10 +628,10 @@ async fn lost_register_and_deregister_replies_are_retried() {
     );
 
     proxies.drop_reply_once("DELETE", "/v1/executors/", PathMatch::Prefix);
-    fleet.get(index).signal_terminate();
-    let exit = fleet.executors[index].wait_exit(EXIT_BOUND).await;
+    scenario.fleet.get(index).signal_terminate();
+    let exit = scenario.fleet.executors[index].wait_exit(EXIT_BOUND).await;
     assert!(exit.success(), "{exit:?}");
-    let log = fleet.get(index).log();
+    let log = scenario.fleet.get(index).log();
     assert!(
         log.contains("deregistered"),
         "{SCENARIO}: no deregistration:\n{log}"
@@ -633,7 +653,7 @@ async fn lost_register_and_deregister_replies_are_retried() {
         state.executors.is_empty(),
         "{SCENARIO}: the executor is still registered: {state:?}"
     );
-    fleet.check(SCENARIO);
+    scenario.fleet.check(SCENARIO);
 }
 
 /// P2.4, P4.1, P3.2: every message between executors and managers (both ways: requests and
@@ -642,24 +662,15 @@ async fn lost_register_and_deregister_replies_are_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_reordered_and_duplicated_messages() {
     const SCENARIO: &str = "delayed_reordered_and_duplicated_messages";
-    let Scenario {
-        _serial,
-        mut seed,
-        cluster,
-        mut fleet,
-        executors: _executors,
-        ids: _ids,
-        workload: _workload,
-        probes: _probes,
-    } = set_up(SCENARIO, BEHIND_PROXIES).await;
+    let mut scenario = set_up(SCENARIO, BEHIND_PROXIES).await;
     let impairment = Some(Impairment {
         delay_ms: (0, 150),
         duplicate_percent: 25,
     });
     let to_managers = ProxySet::start(
-        &cluster.urls(),
-        seed.derive(),
-        leasehold_tests::proxy_tls(&cluster),
+        &scenario.cluster.urls(),
+        scenario.seed.derive(),
+        leasehold_tests::proxy_tls(&scenario.cluster),
     )
     .await
     .expect("start the fault proxies");
@@ -668,30 +679,30 @@ async fn delayed_reordered_and_duplicated_messages() {
     let ports: Vec<u16> = names.iter().map(|_| free_port()).collect();
     let upstreams: Vec<String> = ports
         .iter()
-        .map(|p| format!("{}://127.0.0.1:{p}", cluster.scheme()))
+        .map(|p| format!("{}://127.0.0.1:{p}", scenario.cluster.scheme()))
         .collect();
     let to_executors = ProxySet::start(
         &upstreams,
-        seed.derive(),
-        leasehold_tests::proxy_tls(&cluster),
+        scenario.seed.derive(),
+        leasehold_tests::proxy_tls(&scenario.cluster),
     )
     .await
     .expect("start the fault proxies");
     to_executors.impair(impairment);
     let start = |fleet: &mut Fleet, slot: usize| {
-        let mut spec = ExecutorSpec::local(&cluster, names[slot]);
+        let mut spec = ExecutorSpec::local(&scenario.cluster, names[slot]);
         spec.port = ports[slot];
         spec.managers = to_managers.urls();
         spec.advertise = Some(to_executors.urls()[slot].clone());
         spec.extra_args = fault_executor_args();
         fleet.start(spec)
     };
-    let a = start(&mut fleet, 0);
-    let b = start(&mut fleet, 1);
-    wait_for_even_split(&fleet.refs(&[a, b]), FAULT_SHARDS, SETTLE_BOUND).await;
-    let c = start(&mut fleet, 2);
+    let a = start(&mut scenario.fleet, 0);
+    let b = start(&mut scenario.fleet, 1);
+    wait_for_even_split(&scenario.fleet.refs(&[a, b]), FAULT_SHARDS, SETTLE_BOUND).await;
+    let c = start(&mut scenario.fleet, 2);
     let settled_at = Instant::now();
-    wait_for_even_split(&fleet.refs(&[a, b, c]), FAULT_SHARDS, SETTLE_BOUND).await;
+    wait_for_even_split(&scenario.fleet.refs(&[a, b, c]), FAULT_SHARDS, SETTLE_BOUND).await;
     report_figure(
         SCENARIO,
         "third executor joined and spread",
@@ -699,14 +710,21 @@ async fn delayed_reordered_and_duplicated_messages() {
     );
     // One of them crashes, another leaves gracefully, a fourth joins.
     let mut trio = [a, b, c];
-    seed.shuffle(&mut trio);
+    scenario.seed.shuffle(&mut trio);
     let (crashed, leaving, staying) = (trio[0], trio[1], trio[2]);
-    fleet.kill(crashed);
-    fleet.get(leaving).signal_terminate();
-    let d = start(&mut fleet, 3);
-    fleet.executors[leaving].wait_exit(EXIT_BOUND).await;
+    scenario.fleet.kill(crashed);
+    scenario.fleet.get(leaving).signal_terminate();
+    let d = start(&mut scenario.fleet, 3);
+    scenario.fleet.executors[leaving]
+        .wait_exit(EXIT_BOUND)
+        .await;
     let changed_at = Instant::now();
-    wait_for_even_split(&fleet.refs(&[staying, d]), FAULT_SHARDS, SETTLE_BOUND).await;
+    wait_for_even_split(
+        &scenario.fleet.refs(&[staying, d]),
+        FAULT_SHARDS,
+        SETTLE_BOUND,
+    )
+    .await;
     report_figure(
         SCENARIO,
         "crash + leave + join settled",
@@ -725,7 +743,7 @@ async fn delayed_reordered_and_duplicated_messages() {
         stats.0.duplicated + stats.1.duplicated > 0,
         "{SCENARIO}: the proxies duplicated nothing"
     );
-    let client = fault_client(&cluster, cluster.urls());
+    let client = scenario.client();
     let state = consistent_state(&client).await.unwrap();
     assert_eq!(
         state.executors.len(),
@@ -733,5 +751,5 @@ async fn delayed_reordered_and_duplicated_messages() {
         "{SCENARIO}: duplicated registers made extra executors: {:?}",
         state.executors
     );
-    fleet.check(SCENARIO);
+    scenario.fleet.check(SCENARIO);
 }
