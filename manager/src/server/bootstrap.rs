@@ -189,47 +189,14 @@ pub async fn try_form(cluster: &Members) -> Result<Formation, BootstrapError> {
     if members.is_empty() {
         return Ok(Formation::Waiting("no --initial-cluster given".to_string()));
     }
-    let mut silent = Vec::new();
-    let mut formed_elsewhere = false;
-    for (&peer, address) in members
-        .iter()
-        .filter(|(&id, _)| id != cluster.leadership.id)
-    {
-        let report = match identify(&cluster.http, peer, address, PEER_PROBE_TIMEOUT).await {
-            Ok(identified) => identified.report,
-            Err(NotIdentified::Silent) => {
-                silent.push(peer);
-                continue;
-            }
-            Err(NotIdentified::AnsweredAs(answered_as)) => {
-                // The address reaches another manager: node `peer` has not answered.
-                tracing::warn!(
-                    peer,
-                    address,
-                    answered_as,
-                    "the address of a peer answers as another node; check --initial-cluster"
-                );
-                silent.push(peer);
-                continue;
-            }
-        };
-        if let Some(pinned) = report.pins.get(&cluster.leadership.id) {
-            if pinned != cluster.identity.storage_id() {
-                return Err(BootstrapError::KnownWithOtherStorage {
-                    node: cluster.leadership.id,
-                    peer,
-                    pinned: pinned.clone(),
-                });
-            }
-        }
-        formed_elsewhere |= report.initialized;
-    }
-    if formed_elsewhere {
+    let peers = hear_founding_peers(cluster).await?;
+    if peers.formed_elsewhere {
         return Ok(Formation::AlreadyFormed);
     }
-    if !silent.is_empty() {
+    if !peers.silent.is_empty() {
         return Ok(Formation::Waiting(format!(
-            "waiting for peers {silent:?} to answer"
+            "waiting for peers {:?} to answer",
+            peers.silent
         )));
     }
     let initialiser = members
@@ -254,6 +221,59 @@ pub async fn try_form(cluster: &Members) -> Result<Formation, BootstrapError> {
         Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(Formation::AlreadyFormed),
         Err(error) => Err(BootstrapError::Raft(error.to_string())),
     }
+}
+
+/// What the founding peers said when asked who they are.
+struct FoundingPeers {
+    /// Peers that did not answer as themselves.
+    silent: Vec<NodeId>,
+    /// Whether one of them is in a formed cluster already.
+    formed_elsewhere: bool,
+}
+
+/// Asks every other founding member who it is. A peer that pinned another storage for this node
+/// means this node's data directory was replaced: refused (`--rejoin` is the way back).
+async fn hear_founding_peers(cluster: &Members) -> Result<FoundingPeers, BootstrapError> {
+    let mut peers = FoundingPeers {
+        silent: Vec::new(),
+        formed_elsewhere: false,
+    };
+    for (&peer, address) in cluster
+        .settings
+        .initial_cluster
+        .iter()
+        .filter(|(&id, _)| id != cluster.leadership.id)
+    {
+        let report = match identify(&cluster.http, peer, address, PEER_PROBE_TIMEOUT).await {
+            Ok(identified) => identified.report,
+            Err(NotIdentified::Silent) => {
+                peers.silent.push(peer);
+                continue;
+            }
+            Err(NotIdentified::AnsweredAs(answered_as)) => {
+                // The address reaches another manager: node `peer` has not answered.
+                tracing::warn!(
+                    peer,
+                    address,
+                    answered_as,
+                    "the address of a peer answers as another node; check --initial-cluster"
+                );
+                peers.silent.push(peer);
+                continue;
+            }
+        };
+        if let Some(pinned) = report.pins.get(&cluster.leadership.id) {
+            if pinned != cluster.identity.storage_id() {
+                return Err(BootstrapError::KnownWithOtherStorage {
+                    node: cluster.leadership.id,
+                    peer,
+                    pinned: pinned.clone(),
+                });
+            }
+        }
+        peers.formed_elsewhere |= report.initialized;
+    }
+    Ok(peers)
 }
 
 /// Runs until this node is part of a formed cluster (or will be replicated into one).
