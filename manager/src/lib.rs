@@ -3,15 +3,17 @@
 //!
 //! | module | role |
 //! |---|---|
-//! | `lease` | the pure lease state machine, its planner and its schemas (PROTOCOL §2–§6, §14): no I/O, no clock |
-//! | `leader` | the leader loop: its pure cores in `leader/core/` (time rules, the term, delivery rounds, placement soft state, warm handoffs, configuration writes), the tokio tasks that step them beside |
-//! | `renewals` | renewals: group commit into one Raft entry, and answers from the leader's memory (P6.5–P6.8); pure cores in `renewals/core/` |
-//! | `service` | what the HTTP handlers call: executors' lifecycle, operator actions, reads, members, safe-to-stop, the registration batcher |
+//! | `server` | the process: flags, start-up and graceful stop (§8), restore, the tasks that follow Raft |
 //! | `http` | the axum server: routes, layers (roles, admission, forwarding) and thin handlers |
-//! | `node` | one replica's shared handles: the node, who leads, the proposer, the leader clock, the leader signals, member versions, loads, routing runs |
-//! | `raft` | openraft types, the state machine on `leasehold-raft-store`, HTTP transport, storage identity, the dead-leader decision and its task |
-//! | `server` | the process: flags, start-up and graceful stop (§8), forming and joining (§10), restore, metrics, the disk and fatal-failure guards |
+//! | `service` | what the handlers call: executors' lifecycle, operator actions, reads, members and forming a cluster (§10), safe-to-stop |
+//! | `leader` | the leader loop: its pure cores in `leader/core/`, the tasks that step them beside |
+//! | `node` | one replica: what its tasks, services and router are cut from |
+//! | `renewals` | renewals: group commit into one Raft entry, and answers from the leader's memory (P6.5–P6.8); pure cores in `renewals/core/` |
+//! | `handles` | the narrow handles everything above shares: who leads, the proposer, the leader clock, signals, loads, metrics, the disk and fatal guards |
+//! | `raft` | openraft types, the state machine on `leasehold-raft-store`, HTTP transport, storage identity, the dead-leader decision |
+//! | `lease` | the pure lease state machine, its planner and its schemas (PROTOCOL §2–§6, §14, §15): no I/O, no clock |
 
+pub mod handles;
 pub mod http;
 pub mod leader;
 pub mod lease;

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal};
+use leasehold_manager::handles::fatal::EXIT_RAFT_STOPPED;
 use leasehold_manager::server::config::{Args, ManagerConfig};
-use leasehold_manager::server::fatal::EXIT_RAFT_STOPPED;
 use leasehold_manager::server::ServerError;
 
 const PROGRAM: &str = "leasehold-manager";
@@ -45,11 +45,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run(config: ManagerConfig) -> anyhow::Result<()> {
-    let metrics = leasehold_manager::server::metrics::prometheus_builder()
+    let metrics = leasehold_manager::handles::metrics::prometheus_builder()
         .context("configuring the metrics exporter")?
         .install_recorder()
         .context("installing the metrics recorder")?;
-    leasehold_api::metric_catalog::export_from_start(leasehold_manager::server::metrics::METRICS);
+    leasehold_api::metric_catalog::export_from_start(leasehold_manager::handles::metrics::METRICS);
     leasehold_manager::server::run(config, Some(metrics), shutdown_signal()).await?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The manager's map in docs/ARCHITECTURE.md ("The manager, folder by folder") against the tree:
 //! every folder of `manager/src` and every file in it is named there, and nothing is named that
-//! is not there. The folders the map marks pure are held to what makes them cores the simulator
+//! is not there; each top-level module uses only the layers the map puts below it. The folders
+//! the map marks pure are held to what makes them cores the simulator
 //! and production share: no tokio, sled, network, file or clock reads, no locks, and no use of a
 //! folder that is not pure itself (time comes in as a leader-stamped `now_ms`).
 
@@ -11,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const MAP_HEADING: &str = "## The manager, folder by folder";
+const LAYERS_LINE: &str = "Layers, from the top: ";
 const SOURCE_ROOT: &str = "manager/src/";
 
 /// What a pure folder's code may not name: the runtime, storage, the network, files, threads,
@@ -52,14 +54,18 @@ fn quoted(cell: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn map() -> Vec<Row> {
+/// The map's section of docs/ARCHITECTURE.md.
+fn map_section() -> String {
     let doc = std::fs::read_to_string(workspace().join("docs/ARCHITECTURE.md")).unwrap();
     let section = doc
         .split_once(MAP_HEADING)
         .unwrap_or_else(|| panic!("docs/ARCHITECTURE.md has no section {MAP_HEADING:?}"))
         .1;
-    let section = section.split("\n## ").next().unwrap();
-    section
+    section.split("\n## ").next().unwrap().to_owned()
+}
+
+fn map() -> Vec<Row> {
+    map_section()
         .lines()
         .filter(|line| line.starts_with("| `"))
         .map(|line| {
@@ -217,7 +223,7 @@ fn the_purity_rule_finds_what_it_forbids() {
         "let now = std::time::Instant::now();",
         "tokio::spawn(async {});",
         "let file = std::fs::read(path);",
-        "use crate::node::clock::LeaderClock;",
+        "use crate::handles::clock::LeaderClock;",
         "let guard = state.lock(); let m: Mutex<u8>;",
     ] {
         assert!(
@@ -231,5 +237,87 @@ fn the_purity_rule_finds_what_it_forbids() {
     assert!(
         code_of("fn f() {} // tokio shell\n#[cfg(test)]\nmod tests { tokio }").trim()
             == "fn f() {}"
+    );
+}
+
+/// The top-level modules in the map's order of layers, the top first.
+fn layers() -> Vec<String> {
+    let section = map_section();
+    let line = section
+        .lines()
+        .find_map(|line| line.strip_prefix(LAYERS_LINE))
+        .unwrap_or_else(|| panic!("the map states no line {LAYERS_LINE:?}"));
+    line.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The crate's top-level modules `code` names (`crate::x::…` and `crate::{x, y}`).
+fn modules_used(code: &str) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for item in group.split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                used.insert(name);
+            }
+        } else {
+            used.insert(
+                rest.chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect(),
+            );
+        }
+    }
+    used.retain(|name| !name.is_empty());
+    used
+}
+
+#[test]
+fn each_layer_uses_only_the_layers_below_it() {
+    let layers = layers();
+    let rank = |module: &str| layers.iter().position(|layer| layer == module);
+    let mut broken = Vec::new();
+    for (folder, files) in tree() {
+        let module = folder.trim_start_matches(SOURCE_ROOT);
+        for file in files.iter().filter(|file| file.ends_with(".rs")) {
+            // A folder's files are its top-level module's; at the root, a file is its own
+            // module (`node.rs`), and the crate root and `main` stand above every layer.
+            let top = match module.split('/').next().filter(|top| !top.is_empty()) {
+                Some(top) => top.to_owned(),
+                None if file == "lib.rs" || file == "main.rs" => continue,
+                None => file.trim_end_matches(".rs").to_owned(),
+            };
+            let own = rank(&top).unwrap_or_else(|| panic!("{top} is in no layer of the map"));
+            let source = std::fs::read_to_string(workspace().join(&folder).join(file)).unwrap();
+            for used in modules_used(&code_of(&source)) {
+                match rank(&used) {
+                    Some(other) if other >= own => {}
+                    Some(_) => broken.push(format!("{folder}{file} uses `{used}`, a layer above")),
+                    None => broken.push(format!("{folder}{file} uses `{used}`, in no layer")),
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "layers used upwards:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_rule_finds_a_use_upwards() {
+    assert_eq!(
+        modules_used("use crate::{http, leader::core}; let x = crate::lease::LeaseState::new();"),
+        ["http", "lease", "leader"].map(str::to_owned).into()
     );
 }

@@ -10,7 +10,7 @@
 //! replica restarts with its applies delayed (the storage seam `ApplyFaults`), so that the entries
 //! past the stored committed id are applied a second after the rest.
 //!
-//! The same cluster pins two more shell guards of `Leadership` (manager/src/node/leadership.rs): every
+//! The same cluster pins two more shell guards of `Leadership` (manager/src/handles/leadership.rs): every
 //! replica names the leader, and only the leader names itself (P7.1, `leader`, `leader_address`);
 //! and a leader restored but not yet in office never answers a renewal `unknown_executor` from a
 //! state it has not caught up (P4.4, `in_office`): the executor would forget itself; `/v1/cluster`

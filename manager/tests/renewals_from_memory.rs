@@ -34,7 +34,7 @@ const CUT_OFF_FOR: Duration = Duration::from_secs(3);
 async fn p6_5_p6_7_renewals_are_answered_from_memory_keep_the_lease_and_stop_with_the_quorum() {
     // One recorder for the process; only the leader answers from memory, so its counters are the
     // leader's.
-    let metrics = leasehold_manager::server::metrics::prometheus_builder()
+    let metrics = leasehold_manager::handles::metrics::prometheus_builder()
         .unwrap()
         .install_recorder()
         .unwrap();

@@ -11,8 +11,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::free_port;
+use leasehold_manager::handles::fatal::{DRAIN_AFTER_FATAL, LINGER_AFTER_FATAL};
 use leasehold_manager::server::config::ManagerConfig;
-use leasehold_manager::server::fatal::{DRAIN_AFTER_FATAL, LINGER_AFTER_FATAL};
 use leasehold_manager::server::{self, ServerError};
 use leasehold_raft_store::FlushFaults;
 use serde_json::{json, Value};

@@ -27,7 +27,7 @@ use leasehold_tests::{one_cluster_at_a_time, skip_unless_required, Cluster};
 const SCENARIO: &str = "p8_3_a_full_disk_ends_its_manager_and_the_others_elect_at_once";
 const REQUIRE_ENV: &str = "LEASEHOLD_REQUIRE_TMPFS";
 const DISK_SIZE: &str = "64m";
-/// P8.3's status for a stopped Raft core (`leasehold_manager::server::fatal::EXIT_RAFT_STOPPED`).
+/// P8.3's status for a stopped Raft core (`leasehold_manager::handles::fatal::EXIT_RAFT_STOPPED`).
 const EXIT_RAFT_STOPPED: i32 = 74;
 /// The bound from the leader's fill to another leader, at the shipped Raft timing.
 const NEW_LEADER_BOUND: Duration = Duration::from_secs(2);

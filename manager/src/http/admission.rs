@@ -32,8 +32,8 @@ use super::authorize::{CallerRole, CallerScope};
 use super::credentials::Bearer;
 use super::params::ExecutorIdPath;
 use super::HttpError;
+use crate::handles::leadership::Leadership;
 use crate::lease::LeaseState;
-use crate::node::leadership::Leadership;
 use crate::raft::LeaseStateHandle;
 use crate::service::refusals::unknown_executor;
 

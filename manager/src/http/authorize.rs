@@ -20,9 +20,9 @@ use super::{
     HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER, FORWARDED_SCOPE_HEADER,
     FORWARDED_SUBJECT_HEADER,
 };
-use crate::node::leadership::Leadership;
-use crate::node::member_versions::MemberVersion;
-use crate::node::member_versions::MemberVersions;
+use crate::handles::leadership::Leadership;
+use crate::handles::member_versions::MemberVersion;
+use crate::handles::member_versions::MemberVersions;
 use crate::node::{ClusterSettings, RejoinHold};
 use crate::raft::identity::NODE_ID_HEADER;
 use crate::raft::LeaseStateHandle;

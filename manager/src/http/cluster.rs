@@ -14,12 +14,12 @@ use serde::Deserialize;
 use super::authorize::{self, Actor, CallerRole, ManagerJoin};
 use super::params::{validate_node_address, ReadQuery};
 use super::{ApiJson, ApiQuery, HttpError};
+use crate::handles::member_versions::MemberVersion;
 use crate::lease::MembershipChange;
-use crate::node::member_versions::MemberVersion;
 use crate::raft::identity::IdentityReport;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;
-use crate::server::bootstrap::{self, self_removal_check, Formation, VoterAnswer};
+use crate::service::bootstrap::{self, self_removal_check, Formation, VoterAnswer};
 use crate::service::members::Members;
 use crate::service::operator::Operator;
 

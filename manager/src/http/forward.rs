@@ -17,7 +17,7 @@ use super::{
     authorize, params, vouch, HttpError, FORWARDED_HEADER, FORWARDED_ROLE_HEADER,
     FORWARDED_SCOPE_HEADER, FORWARDED_SUBJECT_HEADER, FORWARD_TIMEOUT,
 };
-use crate::node::leadership::{Leader, Leadership, ReadBarrierError};
+use crate::handles::leadership::{Leader, Leadership, ReadBarrierError};
 use crate::raft::LeaseStateHandle;
 
 /// What forwarding and naming the leader use.

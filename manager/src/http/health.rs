@@ -14,7 +14,7 @@ use leasehold_api::wire::{Liveness, Readiness, ReadinessCheck};
 use serde::Deserialize;
 
 use super::{ApiQuery, HttpError};
-use crate::node::leadership::Leadership;
+use crate::handles::leadership::Leadership;
 use crate::raft::LeaseStateHandle;
 use crate::service::views::Views;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -42,7 +42,7 @@ const APPLY_CATCH_UP_WAIT: Duration = Duration::from_secs(1);
     ),
 )]
 pub async fn livez(State(health): State<Health>) -> Response {
-    match crate::server::fatal::storage_failure(
+    match crate::handles::fatal::storage_failure(
         &health.leadership.raft,
         health.leadership.proposer.disk_space(),
     ) {
@@ -103,7 +103,7 @@ pub async fn bare_readyz(State(health): State<Health>) -> Response {
 /// `/livez` on the plaintext health listener: alive or not; the cause of a storage failure
 /// stays behind TLS (and in the log).
 pub async fn bare_livez(State(health): State<Health>) -> Response {
-    let failed = crate::server::fatal::storage_failure(
+    let failed = crate::handles::fatal::storage_failure(
         &health.leadership.raft,
         health.leadership.proposer.disk_space(),
     )
@@ -214,7 +214,7 @@ fn shard_config_check(health: &Health) -> ReadinessCheck {
 /// The name of the advisory check of the free-space alarm.
 const DISK_SPACE_CHECK: &str = "disk_space";
 
-fn disk_space_check(space: &crate::server::disk_space::DiskSpace) -> ReadinessCheck {
+fn disk_space_check(space: &crate::handles::disk_space::DiskSpace) -> ReadinessCheck {
     let (ok, detail) = match (space.check_growth(), space.free_bytes()) {
         (Err(low), _) => (false, low.to_string()),
         (Ok(()), Some(free)) => (
@@ -246,7 +246,7 @@ pub async fn metrics(State(health): State<Health>) -> Response {
     match &health.metrics {
         Some(handle) => {
             let told_from_memory = health.views.leader_knows().told_from_memory;
-            crate::server::metrics::record_state_gauges(
+            crate::handles::metrics::record_state_gauges(
                 &health.state,
                 health.leadership.clock.now_ms(),
                 told_from_memory.as_ref(),
@@ -270,7 +270,7 @@ pub async fn metrics(State(health): State<Health>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::disk_space::DiskSpace;
+    use crate::handles::disk_space::DiskSpace;
 
     /// P8.3: `/readyz?verbose` says what the free-space check found: nothing before the first
     /// measurement, then the bytes free and the floor, and the alarm with both once it is raised.

@@ -105,6 +105,9 @@ impl Handles {
             views,
             members,
         } = Services::of(node);
+        // The forwards this router's listener has in flight, each vouched for until answered
+        // (P13.3): issued by `forward`, confirmed to the leader by `vouch`.
+        let vouchers = Arc::new(vouch::Vouchers::default());
         Self {
             executors,
             operator,
@@ -121,7 +124,7 @@ impl Handles {
                 identity: node.identity.clone(),
                 leader_contact: node.leader_contact.clone(),
             },
-            vouchers: node.vouchers.clone(),
+            vouchers: vouchers.clone(),
             tls: executors::ListenerTls(node.settings.tls.is_some()),
             gate: authorize::Gate {
                 leadership: node.leadership.clone(),
@@ -135,7 +138,7 @@ impl Handles {
                 leadership: node.leadership.clone(),
                 state: node.state.clone(),
                 http: node.http.clone(),
-                vouchers: node.vouchers.clone(),
+                vouchers,
             },
             admission: admission::AdmissionReads {
                 leadership: node.leadership.clone(),

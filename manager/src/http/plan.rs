@@ -10,10 +10,10 @@ use leasehold_api::wire::{PlanPreview, PlannedMove};
 
 use super::params::namespace_named;
 use super::{ApiQuery, HttpError};
+use crate::handles::cpu_bound;
 use crate::lease::{
     plan_placement, rollout_target, Command, LeaseState, Plan, Space, MAX_MOVES_PER_PLAN,
 };
-use crate::server::cpu_bound;
 use crate::service::views::{space_named, Views};
 
 /// The next plan, not committed.

@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::HttpError;
+use crate::handles::leadership::Leadership;
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
-use crate::node::leadership::Leadership;
 use crate::raft::failover::LeaderContact;
 use crate::raft::failover::LogTip;
 use crate::raft::identity::Identity;
@@ -154,7 +154,7 @@ pub async fn snapshot(
 /// Who this node is and which peers it has pinned; asked by a node starting on a fresh data
 /// directory before it takes part in Raft.
 pub async fn identity(State(endpoint): State<RaftEndpoint>) -> Json<IdentityReport> {
-    let initialized = crate::server::bootstrap::is_initialized(&endpoint.leadership);
+    let initialized = crate::service::bootstrap::is_initialized(&endpoint.leadership);
     let following = {
         let metrics = endpoint.leadership.raft.metrics();
         let metrics = metrics.borrow();

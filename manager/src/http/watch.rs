@@ -96,7 +96,7 @@ impl WatchHub {
                 return Ok(shared.body.clone());
             }
         }
-        let body = crate::server::cpu_bound::run(build)?;
+        let body = crate::handles::cpu_bound::run(build)?;
         *last = Some(SharedAnswer {
             key,
             built: Instant::now(),

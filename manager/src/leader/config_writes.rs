@@ -7,8 +7,8 @@
 //! Which write is due is a pure decision (`core::config::config_write`); [`ensure_lease_config`]
 //! is its shell, run by the Raft-metrics follower whenever this node is leader.
 
+use crate::leader::cluster_version::{probe_and_raise, VersionProbe};
 use crate::leader::core::config::config_write;
-use crate::node::cluster_version::{probe_and_raise, VersionProbe};
 use crate::node::ManagerNode;
 
 /// What the configuration writes need: who leads, the applied state, this leader's flags and the

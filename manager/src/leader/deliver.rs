@@ -15,13 +15,13 @@ use super::core::delivery_plan::{
     still_releasing, Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
 use super::core::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
+use crate::handles::clock::LeaderClock;
+use crate::handles::cpu_bound;
+use crate::handles::proposer::Proposer;
+use crate::handles::signals::LeaderSignals;
 use crate::lease::answer::Released;
 use crate::lease::{ExecutorAnswer, ExecutorId, ShardId};
-use crate::node::clock::LeaderClock;
-use crate::node::proposer::Proposer;
-use crate::node::signals::LeaderSignals;
 use crate::raft::LeaseStateHandle;
-use crate::server::cpu_bound;
 
 /// Bound on one delivery, connection included.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);

@@ -10,6 +10,7 @@
 //! [`placement::TermPlacement`] per term: each step takes in the loads reported since the last
 //! one, plans with what it knows, and charges a committed plan's balance moves to the budget.
 
+pub mod cluster_version;
 pub mod config_writes;
 pub mod core;
 pub mod deliver;
@@ -31,20 +32,20 @@ use self::core::placement::{
 use self::core::prepare::Prepared;
 use self::core::term::{NextStep, Office, TermSteps, Written};
 use self::core::{Deferral, GuardConfig, GuardEvent, StepDecision, StepWrite};
-use crate::leader::core::load_summary::LoadSummary;
+use crate::handles::cpu_bound;
+use crate::handles::leadership::Leadership;
+use crate::handles::leadership::{Leader, ReadBarrierError};
+use crate::handles::load_reports::{LoadPicture, SpaceLoads};
+use crate::handles::load_reports::{LoadReports, PublishedLoads};
+use crate::handles::signals::LeaderSignals;
 use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
+use crate::lease::load_summary::LoadSummary;
 use crate::lease::{
     Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, MAX_MOVES_PER_PLAN,
 };
-use crate::node::leadership::Leadership;
-use crate::node::leadership::{Leader, ReadBarrierError};
-use crate::node::load_reports::{LoadPicture, SpaceLoads};
-use crate::node::load_reports::{LoadReports, PublishedLoads};
-use crate::node::signals::LeaderSignals;
 use crate::node::ManagerNode;
 use crate::raft::LeaseStateHandle;
 use crate::renewals::from_memory::MemoryRenewals;
-use crate::server::cpu_bound;
 
 /// How often the loop checks for leadership while not leading.
 const NOT_LEADER_POLL: Duration = Duration::from_millis(200);
@@ -217,7 +218,7 @@ async fn take_office(node: &LeaderHandle, term: u64) -> Option<Office> {
             ),
         }
     }
-    let wall_ms = crate::node::clock::wall_now_ms();
+    let wall_ms = crate::handles::clock::wall_now_ms();
     let office = core::term::take_office(wall_ms, &node.state.current());
     let (took_office, raised_ms) = (office.took_office_ms, office.raised_ms);
     if !node.leadership.clock.begin_term(term, took_office) {
@@ -467,7 +468,7 @@ fn publish_loads(
             .remove(space.name())
             .unwrap_or_else(|| placement.inputs(space, now_ms));
         let shard_count = space.config().map_or(0, |config| config.shard_count);
-        crate::server::metrics::PlacementGauges {
+        crate::handles::metrics::PlacementGauges {
             by_load: matches!(placement_inputs.loads, Loads::Reported(_)),
             imbalance: summary.imbalance.unwrap_or(0.0),
             hot_shards: summary.hot.len(),
@@ -488,6 +489,6 @@ fn publish_loads(
             },
         );
     }
-    crate::server::metrics::PlacementGauges::set_for(picture.spaces.keys().map(String::as_str));
+    crate::handles::metrics::PlacementGauges::set_for(picture.spaces.keys().map(String::as_str));
     node.published_loads.publish(picture);
 }

@@ -40,6 +40,7 @@ pub use command::{
     Command, LapsedLease, MembershipChange, Move, OperatorAction, Registration, Renewal,
 };
 pub use outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult, Revoke};
+pub use planner::load_summary;
 pub use planner::{
     capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target,
     takes_shards, Loads, MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE,

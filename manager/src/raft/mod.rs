@@ -1,7 +1,6 @@
 //! The manager's Raft node: the openraft type configuration, the lease state machine hosted on
 //! `leasehold-raft-store`, the HTTP transport between replicas and storage identity pinning.
 
-pub mod dead_leader;
 pub mod failover;
 pub mod identity;
 pub mod identity_probe;

@@ -20,11 +20,11 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use super::core::confirmation::{LeadershipConfirmation, Round};
 use super::core::memory::{MemoryLeases, ThroughTheLog};
 use super::Gathering;
+use crate::handles::clock::LeaderClock;
+use crate::handles::leadership::Leadership;
+use crate::handles::proposer::Proposer;
 use crate::lease::answer::LeasesReserved;
 use crate::lease::{Answer, Command, LeaseState, RenewResult, Renewal, ToldFromMemory};
-use crate::node::clock::LeaderClock;
-use crate::node::leadership::Leadership;
-use crate::node::proposer::Proposer;
 use crate::raft::LeaseStateHandle;
 
 /// Renewals waiting for the next confirmation round; a full queue sends a renewal through the

@@ -15,10 +15,10 @@ use tokio::time::Instant;
 
 use self::core::window::{ArrivalWindow, TARGET_BATCH};
 
+use crate::handles::clock::LeaderClock;
+use crate::handles::proposer::{ProposeError, Proposer};
 use crate::lease::answer::Renewed;
 use crate::lease::{Answer, Command, RefusalReason, RenewResult, Renewal};
-use crate::node::clock::LeaderClock;
-use crate::node::proposer::{ProposeError, Proposer};
 
 /// Renewals waiting for a batch; a full queue makes renew handlers wait (back-pressure).
 pub const RENEWAL_QUEUE_CAPACITY: usize = 8192;

@@ -11,12 +11,8 @@
 //! writes as retryable, forward once another leader is known), then stop accepting, drain
 //! in-flight requests, shut Raft down and flush.
 
-pub mod bootstrap;
 pub mod config;
-pub mod cpu_bound;
-pub mod disk_space;
-pub mod fatal;
-pub mod metrics;
+pub mod dead_leader;
 pub mod observe;
 pub mod restore;
 
@@ -33,15 +29,16 @@ use openraft::{Raft, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use self::bootstrap::BootstrapError;
 use self::config::ManagerConfig;
-use self::disk_space::DiskSpace;
+use crate::handles::disk_space::DiskSpace;
+use crate::handles::fatal;
+use crate::handles::registrations;
 use crate::lease::LeaseState;
 use crate::node::{ClusterSettings, ManagerNode, NodeParts};
 use crate::raft::identity::{Identity, IdentityError};
 use crate::raft::network::HttpNetworkFactory;
 use crate::raft::{openraft_config, TypeConfig};
-use crate::service::registrations;
+use crate::service::bootstrap::{self, BootstrapError};
 use crate::{http, leader, renewals};
 
 /// Bound on establishing a connection to a peer.
@@ -264,7 +261,7 @@ fn spawn_tasks(
     disk_space: &DiskSpace,
     tasks_stopped: &watch::Receiver<bool>,
 ) {
-    tokio::spawn(disk_space::watch(
+    tokio::spawn(crate::handles::disk_space::watch(
         config.data_dir.clone(),
         disk_space.clone(),
         tasks_stopped.clone(),
@@ -279,12 +276,12 @@ fn spawn_tasks(
         observer,
         tasks_stopped.clone(),
     ));
-    tokio::spawn(crate::node::cluster_version::run(
-        crate::node::cluster_version::VersionProbe::of(node),
+    tokio::spawn(leader::cluster_version::run(
+        leader::cluster_version::VersionProbe::of(node),
         tasks_stopped.clone(),
     ));
-    tokio::spawn(crate::raft::dead_leader::watch_leader(
-        crate::raft::dead_leader::NodeSurroundings::of(node),
+    tokio::spawn(dead_leader::watch_leader(
+        dead_leader::NodeSurroundings::of(node),
         tasks_stopped.clone(),
     ));
     tokio::spawn(leader::run(

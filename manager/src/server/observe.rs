@@ -8,8 +8,8 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
+use crate::handles::leadership::Leadership;
 use crate::leader::config_writes::{ensure_lease_config, ConfigWrites};
-use crate::node::leadership::Leadership;
 use crate::node::ManagerNode;
 use crate::raft::identity::Identity;
 use crate::raft::identity_probe::{identify, NotIdentified, PEER_PROBE_TIMEOUT};

@@ -10,17 +10,17 @@ use super::operator::{Actor, Operator, REMOVAL_MARK};
 use super::refusals::{refusal, unknown_executor};
 use super::views::Views;
 use super::Writer;
+use crate::handles::leadership::Leadership;
+use crate::handles::load_reports::LoadReports;
+use crate::handles::registrations::{self, RegisterError, RegistrationQueue};
 use crate::lease::answer::{Deregistered, DrainingSet, OperatorDone, Registered, Released};
 use crate::lease::{
     Answer, Command, Executor, ExecutorAnswer, Grant, LeaseState, OperatorAction, RefusalReason,
     RegisterResult, Registration, RenewResult, Renewal,
 };
-use crate::node::leadership::Leadership;
-use crate::node::load_reports::LoadReports;
 use crate::raft::LeaseStateHandle;
 use crate::renewals::from_memory::MemoryRenewals;
 use crate::renewals::{self, RenewError, RenewalQueue};
-use crate::service::registrations::{self, RegisterError, RegistrationQueue};
 
 /// The handles an executor's writes use.
 #[derive(Clone)]

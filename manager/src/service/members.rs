@@ -7,9 +7,9 @@ use std::sync::Arc;
 use leasehold_api::wire::{ClusterInfo, Member, SchemaRange, SnapshotInfo};
 use openraft::BasicNode;
 
+use crate::handles::leadership::{Leader, Leadership};
+use crate::handles::member_versions::MemberVersions;
 use crate::lease::schema::{NEWEST_SCHEMA, OLDEST_SCHEMA};
-use crate::node::leadership::{Leader, Leadership};
-use crate::node::member_versions::MemberVersions;
 use crate::node::{ClusterSettings, ManagerNode};
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, NodeId};

@@ -11,19 +11,19 @@
 //! Services answer a refusal as the problem the protocol names for it (`refusals`), so every
 //! handler answers the same refusal alike.
 
+pub mod bootstrap;
 pub mod executors;
 pub mod members;
 pub mod operator;
 pub mod refusals;
-pub mod registrations;
 pub mod safe_to_stop;
 pub mod views;
 
 use std::sync::Arc;
 
+use crate::handles::clock::LeaderClock;
+use crate::handles::proposer::{ProposeError, Proposer};
 use crate::lease::{Command, CommandAnswer};
-use crate::node::clock::LeaderClock;
-use crate::node::proposer::{ProposeError, Proposer};
 use crate::node::ManagerNode;
 
 /// The services of one node, each cut from it with the handles it uses.

@@ -8,9 +8,9 @@ use leasehold_api::http::HttpError;
 use leasehold_api::wire::{MAX_AUDIT_RECORDS, OPERATOR_CONTROLS_SCHEMA};
 
 use super::Writer;
+use crate::handles::proposer::ProposeError;
 use crate::lease::answer::OperatorDone;
 use crate::lease::{Command, ExecutorAnswer, MembershipChange, OperatorAction};
-use crate::node::proposer::ProposeError;
 use crate::raft::LeaseStateHandle;
 
 /// Who asked, as the audit log records it (P17.4): `<role> <subject>` under TLS

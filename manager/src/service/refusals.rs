@@ -6,8 +6,8 @@
 use leasehold_api::http::HttpError;
 use leasehold_api::problem::ErrorCode;
 
+use crate::handles::proposer::ProposeError;
 use crate::lease::{ExecutorAnswer, RefusalReason};
-use crate::node::proposer::ProposeError;
 
 impl From<ProposeError> for HttpError {
     fn from(error: ProposeError) -> Self {

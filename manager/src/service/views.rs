@@ -16,13 +16,13 @@ use leasehold_api::wire::{
 
 use super::operator::REMOVAL_MARK;
 use super::refusals::unknown_namespace;
+use crate::handles::leadership::Leadership;
+use crate::handles::load_reports::{LoadPicture, PublishedLoads};
+use crate::handles::routing::{route, RoutingRunsCache};
 use crate::lease::{
     AuditRecord, Executor, LeaseState, MembershipChange, Namespace, OperatorAction,
     PlacementInputs, Shard, ShardId, Space, ToldFromMemory,
 };
-use crate::node::leadership::Leadership;
-use crate::node::load_reports::{LoadPicture, PublishedLoads};
-use crate::node::routing::{route, RoutingRunsCache};
 use crate::raft::{LeaseStateHandle, NodeId};
 use crate::renewals::from_memory::MemoryRenewals;
 use openraft::{BasicNode, RaftMetrics};

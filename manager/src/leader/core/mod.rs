@@ -26,7 +26,6 @@
 pub mod config;
 pub mod delivery_plan;
 pub mod delivery_round;
-pub mod load_summary;
 pub mod placement;
 pub mod prepare;
 pub mod term;

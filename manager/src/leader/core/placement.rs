@@ -462,9 +462,9 @@ impl TermPlacement {
         &mut self,
         state: &LeaseState,
         executor_id: &str,
-        report: &crate::leader::core::load_summary::ReportedLoads,
+        report: &crate::lease::load_summary::ReportedLoads,
     ) {
-        use crate::leader::core::load_summary::ReportedLoads;
+        use crate::lease::load_summary::ReportedLoads;
         let Some(space) = state
             .executor(executor_id)
             .and_then(|executor| state.space(&executor.namespace))

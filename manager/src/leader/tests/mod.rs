@@ -8,8 +8,8 @@ mod term;
 
 use std::ops::Range;
 
+use crate::handles::load_reports::ReportedLoads;
 use crate::lease::{Command, LeaseState, Move, Outcome, Renewal, ShardId};
-use crate::node::load_reports::ReportedLoads;
 
 /// A renewal's report of `load` on each of `shards` (P15.1).
 pub(super) fn uniform_report(shards: Range<ShardId>, load: f64) -> ReportedLoads {

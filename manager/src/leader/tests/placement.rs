@@ -13,11 +13,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::World;
-use crate::leader::core::load_summary::LoadSummary;
 use crate::leader::core::placement::{
     placement_inputs, BalanceLedger, LoadTracker, PlacementSettings, BALANCE_COOLDOWN_MS,
     BUDGET_WINDOW_MS, NEW_REPORT_WEIGHT,
 };
+use crate::lease::load_summary::LoadSummary;
 use crate::lease::{plan_placement, Command, ExecutorId, Loads, MoveReason, Renewal, ShardId};
 
 const MAX_LOAD: f64 = 1e12;
@@ -520,8 +520,8 @@ fn p15_1_a_lying_executor_cannot_make_placement_oscillate_or_starve_others() {
 /// tracker: another namespace's report never reaches `default`'s shards of the same numbers.
 #[test]
 fn p18_1_each_namespace_s_load_reports_are_its_own() {
+    use crate::handles::load_reports::ReportedLoads;
     use crate::leader::core::placement::TermPlacement;
-    use crate::node::load_reports::ReportedLoads;
     use leasehold_api::wire::ShardLoad;
 
     let mut world = World::new(4, LEASE_MS);

@@ -34,6 +34,7 @@
 mod constrained;
 pub(super) mod count;
 mod load;
+pub mod load_summary;
 
 pub use constrained::rollout_target;
 use constrained::Constraints;

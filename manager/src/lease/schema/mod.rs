@@ -109,7 +109,7 @@ pub struct NotYetEnabled {
 /// The gate in front of every proposal (P14.3): a command is proposed only once the committed
 /// cluster version reaches the schema it needs, so no voter is sent an entry it cannot apply.
 /// `SetClusterVersion` itself is proposed by the leader once every member can apply its target
-/// (`crate::node::cluster_version`), so it is checked against this build's own schema instead.
+/// (`crate::leader::cluster_version`), so it is checked against this build's own schema instead.
 pub fn check_proposable(command: &Command, cluster_version: u32) -> Result<(), NotYetEnabled> {
     let (needed, enabled) = match command {
         Command::SetClusterVersion {

@@ -26,7 +26,7 @@ use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
 use tokio::sync::watch;
 
-use crate::node::leadership::Leadership;
+use crate::handles::leadership::Leadership;
 use crate::node::ManagerNode;
 use crate::raft::identity_probe::{identify, NotIdentified, PEER_PROBE_TIMEOUT};
 use crate::raft::NodeId;

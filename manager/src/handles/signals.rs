@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
+use crate::handles::metrics::CommitMetrics;
 use crate::lease::{ExecutorId, Outcome, RegisterResult, RenewResult};
-use crate::server::metrics::CommitMetrics;
 
 #[derive(Debug, Default)]
 pub struct LeaderSignals {

@@ -8,7 +8,7 @@
 //!
 //! Below [`EXHAUSTED_BELOW_BYTES`] the disk is full whatever the floor: the next write fails, and
 //! sled may already have failed one it reports later. The replica then ends as on a failed write
-//! (P8.3, `crate::server::fatal`) rather than wait for one: a leader that cannot write must make way at
+//! (P8.3, `crate::handles::fatal`) rather than wait for one: a leader that cannot write must make way at
 //! once, and only its exit tells the others to elect without waiting out a second timeout.
 
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //!
 //! Three sources, so each number is counted exactly once:
 //! - [`CommitMetrics`]: counted from the outcomes this node commits as leader (every committed
-//!   write passes [`crate::node::signals::LeaderSignals::after_commit`]), so a rebalance or a
+//!   write passes [`crate::handles::signals::LeaderSignals::after_commit`]), so a rebalance or a
 //!   handoff is counted once in the cluster, by the leader that committed it.
 //! - [`record_state_gauges`]: gauges read from this replica's applied state when `/metrics` is
 //!   scraped (executors, shards by state), so they are exact at scrape time on every replica.

@@ -1,5 +1,5 @@
 //! A replica whose storage failed ends its process (PROTOCOL P8.3): its Raft core stopped, or
-//! its disk is full (`crate::server::disk_space`).
+//! its disk is full (`crate::handles::disk_space`).
 //!
 //! openraft stops its core on any storage error (a failed write, flush or fsync of the log or the
 //! state machine) and on a few other faults it cannot continue from; the process would live on
@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
+use crate::handles::disk_space::DiskSpace;
 use crate::raft::ManagerRaft;
-use crate::server::disk_space::DiskSpace;
 
 /// The exit status of a manager whose storage failed: `EX_IOERR` of sysexits.h (the line on
 /// stderr names the cause).

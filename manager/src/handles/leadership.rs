@@ -7,8 +7,8 @@ use openraft::{BasicNode, RaftMetrics, ServerState, Vote};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::clock::LeaderClock;
-use crate::node::proposer::Proposer;
+use crate::handles::clock::LeaderClock;
+use crate::handles::proposer::Proposer;
 use crate::raft::failover::LeaderContact;
 use crate::raft::{ManagerRaft, NodeId};
 

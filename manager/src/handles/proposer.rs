@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
 
+use crate::handles::clock::{LeaderClock, StaleStamp};
+use crate::handles::disk_space::{DiskSpace, LowDisk};
+use crate::handles::signals::LeaderSignals;
 use crate::lease::schema::{check_proposable, NotYetEnabled};
 use crate::lease::{answer, Command, CommandAnswer, Mismatch, Outcome};
-use crate::node::clock::{LeaderClock, StaleStamp};
-use crate::node::signals::LeaderSignals;
 use crate::raft::{LeaseStateHandle, ManagerRaft};
-use crate::server::disk_space::{DiskSpace, LowDisk};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProposeError {

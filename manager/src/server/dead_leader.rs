@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::node::leadership::Leadership;
+use crate::handles::leadership::Leadership;
 use crate::node::ManagerNode;
 use crate::raft::failover::{
     run, unreachable, LeaderContact, LogTip, PeerReport, Settings, Surroundings, View,

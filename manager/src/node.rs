@@ -1,18 +1,6 @@
-//! One manager replica: the handles its tasks and the service layer are cut from. This folder
-//! holds the handles themselves: who leads and the read barrier (`leadership`), the one way a
-//! command is committed (`proposer`), the leader clock (`clock`), what commits tell the leader
-//! loop (`signals`), each member's release and the cluster version's probe (`member_versions`,
-//! `cluster_version`), the loads executors report (`load_reports`) and the routing table's runs
-//! (`routing`).
-
-pub mod clock;
-pub mod cluster_version;
-pub mod leadership;
-pub mod load_reports;
-pub mod member_versions;
-pub mod proposer;
-pub mod routing;
-pub mod signals;
+//! One manager replica: what `server` opened and started, held together, and what its tasks,
+//! its service layer and its router are cut from (each takes only the handles it uses, from
+//! `handles`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,19 +10,19 @@ use leasehold_api::tls::TlsConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::Vote;
 
-use crate::node::clock::LeaderClock;
-use crate::node::leadership::Leadership;
-use crate::node::load_reports::{LoadReports, PublishedLoads};
-use crate::node::member_versions::MemberVersions;
-use crate::node::proposer::Proposer;
-use crate::node::signals::LeaderSignals;
+use crate::handles::clock::LeaderClock;
+use crate::handles::disk_space::DiskSpace;
+use crate::handles::leadership::Leadership;
+use crate::handles::load_reports::{LoadReports, PublishedLoads};
+use crate::handles::member_versions::MemberVersions;
+use crate::handles::proposer::Proposer;
+use crate::handles::registrations::RegistrationQueue;
+use crate::handles::signals::LeaderSignals;
 use crate::raft::failover::LeaderContact;
 use crate::raft::identity::Identity;
 use crate::raft::{LeaseStateHandle, ManagerRaft, NodeId, RaftTimings};
 use crate::renewals::from_memory::MemoryRenewals;
 use crate::renewals::RenewalQueue;
-use crate::server::disk_space::DiskSpace;
-use crate::service::registrations::RegistrationQueue;
 
 /// Cluster-wide settings this node was started with.
 #[derive(Debug, Clone)]
@@ -76,14 +64,11 @@ pub struct ManagerNode {
     /// What the leader concluded from them at its last step (empty off the leader).
     pub published_loads: PublishedLoads,
     /// The routing table as runs, built once per change of owners or members.
-    pub routing_runs: Arc<routing::RoutingRunsCache>,
+    pub routing_runs: Arc<crate::handles::routing::RoutingRunsCache>,
     /// Each member's release and newest schema, as the last probe round heard them (P14.3).
     pub member_versions: Arc<MemberVersions>,
     /// When this node last accepted a message from a leader ([`crate::raft::failover`]).
     pub leader_contact: Arc<LeaderContact>,
-    /// The forwards this node has in flight, each vouched for until answered (P13.3,
-    /// [`crate::http::vouch`]).
-    pub vouchers: Arc<crate::http::vouch::Vouchers>,
     /// Set while this node rejoins (`--rejoin`): until the cluster has removed its old membership
     /// it takes no Raft message but `/raft/identity` (`http::authorize`). A leader still
     /// replicating to the old member would otherwise bring the new, empty data directory up as
@@ -167,7 +152,6 @@ impl ManagerNode {
             routing_runs: Default::default(),
             member_versions: Arc::new(MemberVersions::default()),
             leader_contact,
-            vouchers: Default::default(),
             signals,
             rejoining: Arc::default(),
         }

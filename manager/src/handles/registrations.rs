@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::handles::clock::LeaderClock;
+use crate::handles::proposer::{ProposeError, Proposer};
 use crate::lease::answer::RegisteredMany;
 use crate::lease::{Answer, Command, RefusalReason, RegisterResult, Registration};
-use crate::node::clock::LeaderClock;
-use crate::node::proposer::{ProposeError, Proposer};
 
 /// Registrations waiting for a batch; a full queue makes register handlers wait
 /// (back-pressure).

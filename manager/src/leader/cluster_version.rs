@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::handles::leadership::{Leader, Leadership};
+use crate::handles::member_versions::{cluster_version_to_propose, MemberVersion, MemberVersions};
 use crate::lease::Command;
-use crate::node::leadership::{Leader, Leadership};
-use crate::node::member_versions::{cluster_version_to_propose, MemberVersion, MemberVersions};
 use crate::node::ManagerNode;
 use crate::raft::identity_probe::{identify, PEER_PROBE_TIMEOUT};
 use crate::raft::LeaseStateHandle;

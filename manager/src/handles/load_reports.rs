@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use leasehold_api::wire::ShardLoad;
 
-pub use crate::leader::core::load_summary::ReportedLoads;
+pub use crate::lease::load_summary::ReportedLoads;
 use crate::lease::{ExecutorId, ShardId};
 
 /// One executor's latest report.
@@ -131,7 +131,7 @@ impl LoadPicture {
 pub struct SpaceLoads {
     /// Smoothed load per shard, index = shard number.
     pub shard_loads: Vec<f64>,
-    pub summary: crate::leader::core::load_summary::LoadSummary,
+    pub summary: crate::lease::load_summary::LoadSummary,
     /// What the step's plan went by (loads, budget, cooling shards), for the plan preview
     /// (`GET /v1/plan`, P17.4).
     pub placement_inputs: Arc<crate::lease::PlacementInputs>,
