@@ -22,7 +22,7 @@ use super::registration_limit::RegistrationSettings;
 use super::{ApiJson, HttpError};
 use crate::lease::answer::Released;
 use crate::lease::{claims_are_exactly, Registration};
-use crate::service::executors::{Executors, Removal, ReportedLoads};
+use crate::service::executors::{ClaimsAndLoads, Executors, Removal};
 use crate::service::operator::Actor;
 
 use leasehold_api::wire::{MAX_INCARNATION_BYTES, MAX_NAME_BYTES};
@@ -167,12 +167,12 @@ pub async fn renew(
         check_shard_loads(loads, shard_count)
             .map_err(|error| HttpError::invalid(error.to_string()))?;
     }
-    let reported = ReportedLoads {
+    let claimed = ClaimsAndLoads {
         claims: claims.to_vec(),
         loads,
     };
     let grant = executors
-        .renew(&executor_id, request.revision, reported)
+        .renew(&executor_id, request.revision, claimed)
         .await?;
     Ok(Json(reply_form(&request, &claims, grant)))
 }

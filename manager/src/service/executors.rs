@@ -38,9 +38,9 @@ pub struct Executors {
     pub(super) load_reports: LoadReports,
 }
 
-/// What a renewal reported of its shards' loads (P15.1), beside the claims it made.
+/// What a renewal claimed (P4.2) and reported of its shards' loads (P15.1).
 #[derive(Debug)]
-pub struct ReportedLoads {
+pub struct ClaimsAndLoads {
     pub claims: Vec<ShardEpoch>,
     /// `None`: the executor reports no loads.
     pub loads: Option<Vec<ShardLoad>>,
@@ -189,9 +189,9 @@ impl Executors {
         &self,
         executor_id: &str,
         revision: u64,
-        reported: ReportedLoads,
+        claimed: ClaimsAndLoads,
     ) -> Result<Grant, HttpError> {
-        let renewal = Renewal::from_claims(executor_id.to_owned(), &reported.claims, revision);
+        let renewal = Renewal::from_claims(executor_id.to_owned(), &claimed.claims, revision);
         let started = std::time::Instant::now();
         let result = match self
             .memory_renewals
@@ -216,7 +216,7 @@ impl Executors {
                 if !acknowledged.is_empty() {
                     tracing::info!(%executor_id, ?acknowledged, "renewal acknowledged revokes");
                 }
-                self.record_loads(executor_id, &grant, reported);
+                self.record_loads(executor_id, &grant, claimed);
                 Ok(grant)
             }
             Ok(RenewResult::UnknownExecutor { .. }) => {
@@ -231,11 +231,11 @@ impl Executors {
 
     /// What a renewal reported of its shards' loads (P15.1), for the shards it both claimed and
     /// holds after the renewal; or that it reports none.
-    fn record_loads(&self, executor_id: &str, grant: &Grant, reported: ReportedLoads) {
-        match reported.loads {
+    fn record_loads(&self, executor_id: &str, grant: &Grant, claimed: ClaimsAndLoads) {
+        match claimed.loads {
             Some(loads) => {
                 let claimed: std::collections::BTreeSet<u32> =
-                    reported.claims.iter().map(|claim| claim.shard).collect();
+                    claimed.claims.iter().map(|claim| claim.shard).collect();
                 let measured = grant
                     .shards
                     .iter()

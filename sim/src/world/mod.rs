@@ -41,22 +41,22 @@ use leasehold_executor::lease::{CallOutcome, LeaseClock, NextCall};
 use leasehold_executor::lease_calls::{
     CallKind as LeaseCallKind, LeaseCall, LeaseCalls, LeaseHolder,
 };
+use leasehold_manager::handles::signals::CommitSignal;
 use leasehold_manager::leader::core::delivery_plan::{
     Delivery, DeliveryPlanner, PushRecord, ROUND_INTERVAL_MS,
 };
 use leasehold_manager::leader::core::delivery_round::{AfterDelivery, Delivered, DeliveryRound};
-use leasehold_manager::leader::core::load_summary::LoadSummary;
 use leasehold_manager::leader::core::placement::PlacementSettings;
 use leasehold_manager::leader::core::term::{
     owed_pushes, take_office, NextStep, TermSteps, Written,
 };
 use leasehold_manager::leader::core::{Deferral, StepWrite};
+use leasehold_manager::lease::load_summary::LoadSummary;
 use leasehold_manager::lease::schema::{LEASE_RESERVATION_SCHEMA, NEWEST_SCHEMA};
 use leasehold_manager::lease::{
     plan_placement, Command, LeaseState, Loads, Move, MoveReason, Outcome, PlacementInputs, Plan,
     RefusalReason, RegisterResult, Registration, RenewResult, Renewal, ShardId,
 };
-use leasehold_manager::node::signals::CommitSignal;
 use leasehold_manager::renewals::core::confirmation::{LeadershipConfirmation, Round};
 use leasehold_manager::renewals::core::memory::MemoryLeases;
 use leasehold_manager::renewals::from_memory::MAX_RESERVATIONS_PER_ENTRY;
