@@ -592,16 +592,26 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         leaseholdctl(&urls, &["member", "remove", "42"]).await.code,
         Some(4)
     );
-    assert_eq!(
-        leaseholdctl(&urls, &["executor", "show", "not-an-id"])
-            .await
-            .code,
-        Some(2)
-    );
-    assert_eq!(
-        leaseholdctl(&urls, &["executor", "show", "a/b"]).await.code,
-        Some(2)
-    );
+    // Not an id is a name: one no executor has is not found, and says which there are.
+    for name in ["not-an-id", "a/b"] {
+        let run = leaseholdctl(&urls, &["executor", "show", name]).await;
+        assert_eq!(run.code, Some(4), "{run:?}");
+        assert!(
+            run.stderr.contains(&format!("no executor is named {name}"))
+                && ids.iter().all(|id| run.stderr.contains(id.as_str())),
+            "{run:?}"
+        );
+    }
+    // What can be neither: an id too long for the managers, a name too long for any executor.
+    for neither in [format!("ex-{}", "9".repeat(21)), "x".repeat(257)] {
+        assert_eq!(
+            leaseholdctl(&urls, &["executor", "show", &neither])
+                .await
+                .code,
+            Some(2),
+            "{neither}"
+        );
+    }
     assert_eq!(
         leaseholdctl(&urls, &["-o", "yaml", "shard", "list"])
             .await
