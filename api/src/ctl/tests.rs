@@ -158,7 +158,46 @@ fn shard_tables_name_the_state() {
         "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO  LOAD     HOT  PINNED\n\
          0      ex-4   2      serving    -           41.7     yes  -\n\
          1      ex-4   1      releasing  ex-9        0.00312  no   -\n\
-         2      -      0      unowned    -           -        no   ex-9\n"
+         2      -      0      unowned    -           -        no   ex-9\n\
+         total: 3 shards; per owner: ex-4 2; unowned: 1; in handoff: 1\n"
+    );
+}
+
+/// `shard list`'s summary counts per owner in id order (`ex-9` before `ex-10`), a releasing
+/// shard with its owner and as in handoff, and says when no shard has an owner.
+#[test]
+fn shard_list_ends_with_a_summary_line() {
+    let shard = |shard: u32, owner: Option<&str>, releasing: bool| ShardView {
+        shard,
+        owner: owner.map(str::to_owned),
+        epoch: 1,
+        handoff: releasing.then_some(HandoffView {
+            to: None,
+            revoke_revision: 3,
+            completes_by_expiry_in_ms: 1_000,
+        }),
+        load: None,
+        hot: false,
+        pinned_to: None,
+    };
+    let shards = [
+        shard(0, Some("ex-10"), false),
+        shard(1, Some("ex-9"), true),
+        shard(2, Some("ex-10"), false),
+        shard(3, None, false),
+        shard(4, Some("ex-9"), false),
+        shard(5, Some("ex-10"), false),
+    ];
+    assert_eq!(
+        shards_summary(&shards),
+        "total: 6 shards; per owner: ex-9 2, ex-10 3; unowned: 1; in handoff: 1\n"
+    );
+    let rendered = render_shards(&shards);
+    assert_eq!(rendered.lines().count(), 1 + shards.len() + 1, "{rendered}");
+    assert!(rendered.ends_with(&shards_summary(&shards)), "{rendered}");
+    assert_eq!(
+        shards_summary(&[shard(0, None, false), shard(1, None, false)]),
+        "total: 2 shards; per owner: none; unowned: 2; in handoff: 0\n"
     );
 }
 
