@@ -244,6 +244,68 @@ async fn readme_commands_work_from_a_fresh_clone() {
     }
 }
 
+/// `scripts/dev-cluster`'s live status line (scripts/dev-cluster-status.py) says who leads and
+/// what is applied in words and numbers: `no leader yet` and `applied nothing` while the cluster
+/// forms, where it printed Python's `None`.
+#[tokio::test]
+async fn dev_cluster_status_line_names_the_leader_in_words() {
+    let Some(python) = leasehold_tests::python::python_or_skip("the dev cluster's status line")
+    else {
+        return;
+    };
+    let status_line = |cluster: serde_json::Value| {
+        let python = python.clone();
+        async move {
+            let state = serde_json::json!({
+                "revision": 7,
+                "executors": [{"executor_id": "ex-4", "name": "executor-1",
+                               "shards": [{"shard": 0, "epoch": 1}], "lease_remaining_ms": 14_500},
+                              {"executor_id": "ex-5", "shards": [], "lease_remaining_ms": 900}],
+                "shards": [{"shard": 0, "owner": "ex-4", "epoch": 1},
+                           {"shard": 1, "epoch": 0}],
+            });
+            let router = axum::Router::new()
+                .route(
+                    "/v1/cluster",
+                    axum::routing::get(move || async move { axum::Json(cluster) }),
+                )
+                .route(
+                    "/v1/state",
+                    axum::routing::get(move || async move { axum::Json(state) }),
+                );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let server = tokio::spawn(async move { axum::serve(listener, router).await });
+            let output = tokio::process::Command::new(python)
+                .arg(repo_root().join("scripts/dev-cluster-status.py"))
+                .arg(&url)
+                .output()
+                .await
+                .unwrap();
+            server.abort();
+            assert!(output.status.success(), "{output:?}");
+            String::from_utf8(output.stdout).unwrap()
+        }
+    };
+    let forming = status_line(serde_json::json!({
+        "node_id": 1, "leader_id": null, "term": 1, "applied_index": null,
+    }))
+    .await;
+    assert_eq!(
+        forming,
+        "no leader yet, term 1, applied nothing | rev 7 | executor-1: 1 shards, lease 14s | \
+         ex-5: 0 shards, lease 0s | releasing 0, unowned 1\n"
+    );
+    let formed = status_line(serde_json::json!({
+        "node_id": 1, "leader_id": 2, "term": 3, "applied_index": 11,
+    }))
+    .await;
+    assert!(
+        formed.starts_with("leader 2, term 3, applied 11 | rev 7 | "),
+        "{formed}"
+    );
+}
+
 /// `scripts/dev-cluster --tls` (PROTOCOL §13, the README tour's next step): it makes
 /// certificates, serves only mutual TLS, and what it prints to paste (`export ...`) is enough
 /// for leaseholdctl to see every executor and shard; Ctrl-C removes the data and the keys.
