@@ -31,6 +31,21 @@ impl CtlRun {
         })
     }
 
+    /// A listing that ends with a summary line under its table (`shard list`): the run with
+    /// the table alone, and that line.
+    pub fn split_summary(&self) -> (CtlRun, String) {
+        let (table, summary) = self
+            .stdout
+            .trim_end()
+            .rsplit_once('\n')
+            .unwrap_or_else(|| panic!("a table and a summary line: {self:#?}"));
+        let table = CtlRun {
+            stdout: format!("{table}\n"),
+            ..self.clone()
+        };
+        (table, summary.to_owned())
+    }
+
     /// Table rows (header first), each split into its cells.
     pub fn rows(&self) -> Vec<Vec<String>> {
         self.stdout.lines().map(cells).collect()

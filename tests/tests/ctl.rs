@@ -438,8 +438,31 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         .json();
     assert_eq!(shown.executor_id, ids[0]);
 
-    // shard list and show
-    let run = leaseholdctl(&urls, &["shard", "list"]).await.ok();
+    // shard list and show: the table, then one summary line
+    let (run, summary) = leaseholdctl(&urls, &["shard", "list"])
+        .await
+        .ok()
+        .split_summary();
+    let mut sorted_ids = ids.clone();
+    sorted_ids.sort_by_key(|id| (id.len(), id.clone()));
+    let per_owner: Vec<String> = sorted_ids
+        .iter()
+        .map(|id| {
+            let owned = settled
+                .shards
+                .iter()
+                .filter(|s| s.owner.as_ref() == Some(id))
+                .count();
+            format!("{id} {owned}")
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        format!(
+            "total: {SHARDS} shards; per owner: {}; unowned: 0; in handoff: 0",
+            per_owner.join(", ")
+        )
+    );
     assert_aligned(&run);
     let rows = run.rows();
     assert_eq!(
@@ -592,16 +615,26 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         leaseholdctl(&urls, &["member", "remove", "42"]).await.code,
         Some(4)
     );
-    assert_eq!(
-        leaseholdctl(&urls, &["executor", "show", "not-an-id"])
-            .await
-            .code,
-        Some(2)
-    );
-    assert_eq!(
-        leaseholdctl(&urls, &["executor", "show", "a/b"]).await.code,
-        Some(2)
-    );
+    // Not an id is a name: one no executor has is not found, and says which there are.
+    for name in ["not-an-id", "a/b"] {
+        let run = leaseholdctl(&urls, &["executor", "show", name]).await;
+        assert_eq!(run.code, Some(4), "{run:?}");
+        assert!(
+            run.stderr.contains(&format!("no executor is named {name}"))
+                && ids.iter().all(|id| run.stderr.contains(id.as_str())),
+            "{run:?}"
+        );
+    }
+    // What can be neither: an id too long for the managers, a name too long for any executor.
+    for neither in [format!("ex-{}", "9".repeat(21)), "x".repeat(257)] {
+        assert_eq!(
+            leaseholdctl(&urls, &["executor", "show", &neither])
+                .await
+                .code,
+            Some(2),
+            "{neither}"
+        );
+    }
     assert_eq!(
         leaseholdctl(&urls, &["-o", "yaml", "shard", "list"])
             .await
@@ -837,9 +870,11 @@ async fn p17_4_operator_commands_maintain_pin_move_and_audit() {
         pairs.contains(&("pinned to".into(), ex_b.clone())),
         "{pairs:?}"
     );
-    let run = leaseholdctl(&urls, &["--consistent", "shard", "list"])
+    let (run, summary) = leaseholdctl(&urls, &["--consistent", "shard", "list"])
         .await
-        .ok();
+        .ok()
+        .split_summary();
+    assert!(summary.starts_with("total: "), "{summary}");
     assert_aligned(&run);
     let row = run.rows().into_iter().find(|row| row[0] == shard).unwrap();
     assert_eq!(row[7], ex_b, "the PINNED column: {row:?}");

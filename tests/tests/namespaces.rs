@@ -196,10 +196,15 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
         .ok()
         .json();
     assert_eq!(listed, namespaces);
-    let rows = leaseholdctl(&urls, &["-n", ORDERS, "shard", "list"])
+    let (table, summary) = leaseholdctl(&urls, &["-n", ORDERS, "shard", "list"])
         .await
         .ok()
-        .rows();
+        .split_summary();
+    assert!(
+        summary.starts_with(&format!("total: {ORDERS_SHARDS} shards; ")),
+        "the namespace's own shards: {summary}"
+    );
+    let rows = table.rows();
     assert_eq!(
         rows.len(),
         1 + ORDERS_SHARDS as usize,

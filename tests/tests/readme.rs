@@ -9,6 +9,9 @@
 //!    suite's time on a 2-core machine; `--list` still proves the command works on HEAD:
 //!    the build is `--locked` and every test target compiles.
 //!
+//! 3. While the dev cluster runs: every command of the README's short tour, as written
+//!    ([`run_the_tour`]), each checked for what its comment promises.
+//!
 //! Both commands run in a checkout holding exactly HEAD's files: this one when its tree is clean
 //! (nothing modified, nothing untracked; CI's checkout is a fresh clone, and scripts/fresh-machine-
 //! check has already built it from scratch), else a fresh clone at HEAD. `CARGO_TARGET_DIR` points
@@ -197,6 +200,16 @@ async fn readme_commands_work_from_a_fresh_clone() {
         status.stdout
     );
 
+    run_the_tour(&Tour {
+        readme: std::fs::read_to_string(checkout.join("README.md")).unwrap(),
+        leaseholdctl: target_dir.join("debug/leaseholdctl"),
+        dir: temp.path().join("tour"),
+        base,
+        managers: managers.clone(),
+        executors,
+    })
+    .await;
+
     dev_cluster.interrupt().await;
     assert!(
         !data_dir.exists(),
@@ -242,6 +255,417 @@ async fn readme_commands_work_from_a_fresh_clone() {
     ] {
         assert!(listed.contains(test), "the suite lists {test}");
     }
+}
+
+/// What the README's tour runs against: the dev cluster on ports from `base`, and the
+/// `leaseholdctl` its script built.
+struct Tour {
+    readme: String,
+    leaseholdctl: PathBuf,
+    /// The directory the tour's commands run in (made here).
+    dir: PathBuf,
+    base: u16,
+    managers: Vec<String>,
+    /// The dev cluster's executors as `executor list` showed them.
+    executors: Vec<ExecutorView>,
+}
+
+/// The dev cluster's default port base, which the README's commands name.
+const README_PORT_BASE: u16 = 7000;
+/// How long one tour command may take; the blocking watch waits at most its own `wait`.
+const TOUR_COMMAND_BOUND: Duration = Duration::from_secs(60);
+/// The README's blocking query waits this long at most (`wait=30s`).
+const README_WATCH_WAIT: Duration = Duration::from_secs(30);
+const TOUR_SHARDS: usize = DEV_SHARDS;
+
+/// The command lines of the code blocks of the README's section "A short tour", in order, each
+/// as written (comment included).
+fn tour_lines(readme: &str) -> Vec<String> {
+    let section = readme
+        .split("\n## A short tour")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README has a section \"A short tour\"");
+    section
+        .split("```sh")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .flat_map(str::lines)
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The line's command without its trailing comment.
+fn command_of(line: &str) -> &str {
+    line.split_once("  # ")
+        .map_or(line, |(command, _)| command)
+        .trim_end()
+}
+
+/// A line that only sets something up for the lines after it (an alias, a shell variable), as
+/// typed into the same terminal: it runs again before each later line.
+fn is_setup(command: &str) -> bool {
+    command.starts_with("alias ")
+        || command.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+}
+
+/// The line with the dev cluster's ports in place of the README's (the test's dev cluster runs
+/// on free ports; `localhost:7001` is its first manager's `base + 1`).
+fn on_test_ports(line: &str, base: u16) -> String {
+    let mut line = line.to_owned();
+    for offset in [1, 2, 3, 101, 102, 103] {
+        line = line.replace(
+            &format!("localhost:{}", README_PORT_BASE + offset),
+            &format!("localhost:{}", base + offset),
+        );
+    }
+    line
+}
+
+/// One tour line run by bash in the tour's directory, after the setup lines before it.
+fn tour_command(tour: &Tour, setup: &[String], line: &str) -> tokio::process::Command {
+    let mut script: String = setup.iter().map(|s| format!("{s}\n")).collect();
+    script.push_str(line);
+    let script = on_test_ports(&script, tour.base);
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .args(["-O", "expand_aliases", "-c", &script])
+        .current_dir(&tour.dir)
+        // leaseholdctl's default endpoints are the dev cluster's on the README's ports.
+        .env("LEASEHOLD_ENDPOINTS", tour.managers.join(","))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+async fn run_to_end(mut command: tokio::process::Command, line: String) -> (String, Duration) {
+    let started = std::time::Instant::now();
+    let output = tokio::time::timeout(TOUR_COMMAND_BOUND, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{line}: still running after {TOUR_COMMAND_BOUND:?}"))
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the README's {line:?} failed ({}): {stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (stdout, started.elapsed())
+}
+
+fn json_of(line: &str, stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("the README's {line:?} printed no JSON ({e}): {stdout}"))
+}
+
+/// The README's tour, every command as written, against the dev cluster: each must succeed and
+/// print what its comment says. A line that runs until Ctrl-C (`watch`) runs beside the later
+/// ones and gets SIGINT at the end; it must have seen the tour's drain. The blocking query is
+/// started, then the drain is cancelled (a change it must return on). A command this test has
+/// no check for fails it, so the tour and its test change together.
+async fn run_the_tour(tour: &Tour) {
+    if leasehold_tests::python::python_or_skip("the README's tour").is_none() {
+        return;
+    }
+    let curl = Command::new("curl").arg("--version").output();
+    assert!(
+        curl.is_ok_and(|output| output.status.success()),
+        "the README's tour needs curl"
+    );
+    let lines = tour_lines(&tour.readme);
+    assert!(lines.len() >= 10, "the tour's commands: {lines:?}");
+    for line in &lines {
+        // The ids are the managers' to mint (ex-4, ex-5, ex-6 in practice), so a tour naming one
+        // fails as soon as the log's indexes move.
+        let names_an_id = line
+            .match_indices("ex-")
+            .any(|(at, _)| line[at + 3..].starts_with(|c: char| c.is_ascii_digit()));
+        assert!(!names_an_id, "the tour names an executor id: {line}");
+    }
+    std::fs::create_dir_all(&tour.dir).unwrap();
+    let by_name = |name: &str| {
+        tour.executors
+            .iter()
+            .find(|e| e.name.as_deref() == Some(name) || e.executor_id == name)
+            .unwrap_or_else(|| {
+                panic!("the tour names executor {name}, which the dev cluster does not have")
+            })
+            .clone()
+    };
+
+    let mut setup: Vec<String> = Vec::new();
+    let mut until_ctrl_c: Vec<(String, ProcessGroup, PathBuf, PathBuf)> = Vec::new();
+    let mut drained: Vec<ExecutorView> = Vec::new();
+    let mut checked = 0;
+    for line in &lines {
+        let command = command_of(line);
+        if is_setup(command) {
+            if let Some(alias) = command.strip_prefix("alias leaseholdctl=") {
+                // The alias names the build's path relative to the checkout: the same path here
+                // leads to the binary the dev-cluster script built.
+                let path = tour.dir.join(alias);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::os::unix::fs::symlink(&tour.leaseholdctl, &path).unwrap();
+            }
+            setup.push(line.clone());
+            continue;
+        }
+        let words: Vec<&str> = command.split_whitespace().collect();
+        if line.contains("Ctrl-C") {
+            let (stdout, stderr) = (
+                tour.dir.join(format!("background-{checked}.out")),
+                tour.dir.join(format!("background-{checked}.err")),
+            );
+            let mut background = tour_command(tour, &setup, line).into_std();
+            background
+                .stdout(std::fs::File::create(&stdout).unwrap())
+                .stderr(std::fs::File::create(&stderr).unwrap())
+                .process_group(0);
+            let group = ProcessGroup(Some(background.spawn().unwrap()));
+            assert_eq!(
+                words,
+                ["leaseholdctl", "watch"],
+                "a long-running line: {line}"
+            );
+            // Its first state read before the next line changes anything.
+            poll_until("watch to start", TOUR_COMMAND_BOUND, || async {
+                let said = std::fs::read_to_string(&stderr).unwrap_or_default();
+                if said.contains("watching from revision") {
+                    Ok(())
+                } else {
+                    Err(said)
+                }
+            })
+            .await;
+            until_ctrl_c.push((line.clone(), group, stdout, stderr));
+            checked += 1;
+            continue;
+        }
+        if command.contains("/v1/watch?") {
+            assert!(
+                !command.contains("revision=0"),
+                "revision 0 is always behind: the query would answer at once: {line}"
+            );
+            let before = state_revision(&tour.managers).await;
+            let watch = tokio::spawn(run_to_end(tour_command(tour, &setup, line), line.clone()));
+            // The change it returns on: the tour's drain cancelled.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            for executor in drained.drain(..) {
+                leaseholdctl(
+                    &tour.managers,
+                    &["executor", "undrain", &executor.executor_id],
+                )
+                .await
+                .ok();
+            }
+            let (stdout, elapsed) = watch.await.unwrap();
+            let reply = json_of(line, &stdout);
+            let revision = reply["state"]["revision"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{line}: no state revision: {stdout}"));
+            assert!(
+                revision > before || elapsed >= README_WATCH_WAIT - Duration::from_secs(1),
+                "{line}: answered at once ({elapsed:?}) with revision {revision}, not past \
+                 {before}: it did not block"
+            );
+            checked += 1;
+            continue;
+        }
+        let (stdout, _) = run_to_end(tour_command(tour, &setup, line), line.clone()).await;
+        let rows: Vec<Vec<String>> = stdout.lines().map(leasehold_tests::ctl::cells).collect();
+        match words.as_slice() {
+            ["leaseholdctl", "cluster", "status"] => {
+                assert_eq!(rows.len(), 4, "{stdout}");
+                assert_eq!(
+                    rows.iter().filter(|row| row[3] == "leader").count(),
+                    1,
+                    "{stdout}"
+                );
+            }
+            ["leaseholdctl", "executor", "list"] => {
+                assert_eq!(rows.len(), 1 + tour.executors.len(), "{stdout}");
+                for executor in &tour.executors {
+                    assert!(stdout.contains(&executor.executor_id), "{stdout}");
+                    assert!(
+                        stdout.contains(executor.name.as_deref().unwrap()),
+                        "{stdout}"
+                    );
+                }
+            }
+            ["leaseholdctl", "shard", "list"] => {
+                assert_eq!(rows.len(), 1 + TOUR_SHARDS + 1, "a table and a summary");
+                let summary = stdout.lines().last().unwrap();
+                assert!(
+                    summary.starts_with(&format!("total: {TOUR_SHARDS} shards; per owner: ")),
+                    "{summary}"
+                );
+            }
+            ["leaseholdctl", "route", key] => {
+                assert_eq!(rows.len(), 2, "{stdout}");
+                assert_eq!(rows[1][0], *key, "{stdout}");
+            }
+            ["leaseholdctl", "executor", "drain", executor] => {
+                let executor = by_name(executor);
+                let fields = leasehold_tests::ctl::field_pairs(&stdout);
+                let field = |name: &str| {
+                    fields
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, value)| value.as_str())
+                };
+                assert_eq!(
+                    field("executor"),
+                    Some(executor.executor_id.as_str()),
+                    "{stdout}"
+                );
+                assert_eq!(field("draining"), Some("yes"), "{stdout}");
+                drained.push(executor);
+            }
+            ["leaseholdctl", "snapshot", "save", file] => {
+                assert!(stdout.contains(file), "{stdout}");
+                let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+                assert!(size > 0, "{line}: no backup written to {file}");
+                let _ = std::fs::remove_file(file);
+            }
+            ["curl", "-s", url] if url.ends_with("/v1/cluster") => {
+                let cluster = json_of(line, &stdout);
+                assert!(cluster["leader_id"].is_u64(), "a leader: {stdout}");
+            }
+            ["curl", "-s", url] if url.ends_with("/v1/state") => {
+                let state = json_of(line, &stdout);
+                assert_eq!(state["shards"].as_array().map(Vec::len), Some(TOUR_SHARDS));
+                assert_eq!(
+                    state["executors"].as_array().map(Vec::len),
+                    Some(tour.executors.len())
+                );
+            }
+            ["curl", "-s", url] if url.contains("/v1/routing?key=") => {
+                let route = json_of(line, &stdout);
+                assert!(
+                    route["shard"].is_u64() && route["executor_id"].is_string(),
+                    "{stdout}"
+                );
+            }
+            ["curl", "-s", url] if url.contains("/v1/work?key=") => {
+                // 200 here, 421 naming the owner elsewhere: either way a JSON answer.
+                json_of(line, &stdout);
+            }
+            ["curl", "-s", url] if url.ends_with("/v1/status") => {
+                let status = json_of(line, &stdout);
+                assert!(status.is_object(), "{stdout}");
+            }
+            ["curl", "-s", url] if url.contains("/readyz?verbose") => {
+                let readiness = json_of(line, &stdout);
+                assert_eq!(readiness["ready"], true, "{stdout}");
+                let checks = readiness["checks"]
+                    .as_array()
+                    .expect("checks with ?verbose");
+                assert!(!checks.is_empty(), "{stdout}");
+                for check in checks {
+                    let detail = check["detail"].as_str().unwrap();
+                    assert!(
+                        !detail.contains("Some(") && !detail.contains("None"),
+                        "plain words, not Rust's Debug: {detail}"
+                    );
+                }
+            }
+            _ => panic!("the README's tour line {line:?} has no check here: add one"),
+        }
+        checked += 1;
+    }
+    for (line, mut group, stdout, stderr) in until_ctrl_c {
+        group.signal(Signal::SIGINT);
+        group.wait_exit(TOUR_COMMAND_BOUND).await;
+        let printed = std::fs::read_to_string(&stdout).unwrap();
+        let drain_seen = tour
+            .executors
+            .iter()
+            .any(|e| printed.contains(&format!("executor {} draining", e.executor_id)));
+        assert!(
+            drain_seen,
+            "{line}: the tour's drain as it happened: {printed}{}",
+            std::fs::read_to_string(&stderr).unwrap_or_default()
+        );
+    }
+    eprintln!("the README's tour: {checked} commands checked");
+}
+
+/// The state's revision as the first manager has applied it.
+async fn state_revision(managers: &[String]) -> u64 {
+    let state: leasehold_api::wire::StateView =
+        leaseholdctl(&managers[..1], &["-o", "json", "state"])
+            .await
+            .ok()
+            .json();
+    state.revision
+}
+
+/// `scripts/dev-cluster`'s live status line (scripts/dev-cluster-status.py) says who leads and
+/// what is applied in words and numbers: `no leader yet` and `applied nothing` while the cluster
+/// forms, where it printed Python's `None`.
+#[tokio::test]
+async fn dev_cluster_status_line_names_the_leader_in_words() {
+    let Some(python) = leasehold_tests::python::python_or_skip("the dev cluster's status line")
+    else {
+        return;
+    };
+    let status_line = |cluster: serde_json::Value| {
+        let python = python.clone();
+        async move {
+            let state = serde_json::json!({
+                "revision": 7,
+                "executors": [{"executor_id": "ex-4", "name": "executor-1",
+                               "shards": [{"shard": 0, "epoch": 1}], "lease_remaining_ms": 14_500},
+                              {"executor_id": "ex-5", "shards": [], "lease_remaining_ms": 900}],
+                "shards": [{"shard": 0, "owner": "ex-4", "epoch": 1},
+                           {"shard": 1, "epoch": 0}],
+            });
+            let router = axum::Router::new()
+                .route(
+                    "/v1/cluster",
+                    axum::routing::get(move || async move { axum::Json(cluster) }),
+                )
+                .route(
+                    "/v1/state",
+                    axum::routing::get(move || async move { axum::Json(state) }),
+                );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let server = tokio::spawn(async move { axum::serve(listener, router).await });
+            let output = tokio::process::Command::new(python)
+                .arg(repo_root().join("scripts/dev-cluster-status.py"))
+                .arg(&url)
+                .output()
+                .await
+                .unwrap();
+            server.abort();
+            assert!(output.status.success(), "{output:?}");
+            String::from_utf8(output.stdout).unwrap()
+        }
+    };
+    let forming = status_line(serde_json::json!({
+        "node_id": 1, "leader_id": null, "term": 1, "applied_index": null,
+    }))
+    .await;
+    assert_eq!(
+        forming,
+        "no leader yet, term 1, applied nothing | rev 7 | executor-1: 1 shards, lease 14s | \
+         ex-5: 0 shards, lease 0s | releasing 0, unowned 1\n"
+    );
+    let formed = status_line(serde_json::json!({
+        "node_id": 1, "leader_id": 2, "term": 3, "applied_index": 11,
+    }))
+    .await;
+    assert!(
+        formed.starts_with("leader 2, term 3, applied 11 | rev 7 | "),
+        "{formed}"
+    );
 }
 
 /// `scripts/dev-cluster --tls` (PROTOCOL §13, the README tour's next step): it makes

@@ -166,29 +166,47 @@ pub enum MemberVerb {
     SafeToStop { node_id: u64 },
 }
 
+/// Each verb takes an executor's id or its unique name, as `executor list` shows them: the ids
+/// are minted by the managers (`ex-<log index>`), the names given by whoever started it.
 #[derive(Debug, Subcommand)]
 pub enum ExecutorVerb {
     /// All registered executors.
     List,
     /// One executor.
-    Show { executor_id: String },
+    Show {
+        /// Its id (`ex-N`), or its name when exactly one registered executor has that name.
+        #[arg(value_name = "EXECUTOR")]
+        executor_id: String,
+    },
     /// Move an executor's shards to the others (through the normal release handoff) and give it
     /// no new ones; `--cancel` (or `undrain`) reverses it.
     Drain {
+        /// Its id (`ex-N`), or its name when exactly one registered executor has that name.
+        #[arg(value_name = "EXECUTOR")]
         executor_id: String,
         /// Cancel a drain instead.
         #[arg(long)]
         cancel: bool,
     },
     /// Cancel a drain.
-    Undrain { executor_id: String },
+    Undrain {
+        /// Its id (`ex-N`), or its name when exactly one registered executor has that name.
+        #[arg(value_name = "EXECUTOR")]
+        executor_id: String,
+    },
     /// Whether stopping this executor now leaves its shards a place to go (PROTOCOL P17.4):
     /// prints the verdict and its reason; exits 7 when it is not safe.
-    SafeToStop { executor_id: String },
+    SafeToStop {
+        /// Its id (`ex-N`), or its name when exactly one registered executor has that name.
+        #[arg(value_name = "EXECUTOR")]
+        executor_id: String,
+    },
     /// Deregister an executor as an operator (PROTOCOL P5.5): one that still holds shards is
     /// drained first, and removed once its shards have moved by handoff; until then it is shown
     /// draining. Needs the admin role under TLS.
     Remove {
+        /// Its id (`ex-N`), or its name when exactly one registered executor has that name.
+        #[arg(value_name = "EXECUTOR")]
         executor_id: String,
         /// Ask again until it is removed (each handoff ends with its answer or its lease).
         #[arg(long)]

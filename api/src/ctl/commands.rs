@@ -272,14 +272,16 @@ pub(super) async fn run_executor(
             out.show(&executors, |e| render_executors(e))
         }
         ExecutorVerb::Show { executor_id } => {
-            let executor = client.executor(executor_id, cli.consistent).await?;
+            let executor_id = resolve_executor(cli, &client, executor_id).await?;
+            let executor = client.executor(&executor_id, cli.consistent).await?;
             out.show(&executor, render_executor)
         }
         ExecutorVerb::Drain {
             executor_id,
             cancel: false,
         } => {
-            let executor = client.drain(executor_id).await?;
+            let executor_id = resolve_executor(cli, &client, executor_id).await?;
+            let executor = client.drain(&executor_id).await?;
             out.show(&executor, render_executor)
         }
         ExecutorVerb::Drain {
@@ -287,7 +289,8 @@ pub(super) async fn run_executor(
             cancel: true,
         }
         | ExecutorVerb::Undrain { executor_id } => {
-            let executor = client.undrain(executor_id).await?;
+            let executor_id = resolve_executor(cli, &client, executor_id).await?;
+            let executor = client.undrain(&executor_id).await?;
             out.show(&executor, render_executor)
         }
         ExecutorVerb::Remove {
@@ -295,13 +298,117 @@ pub(super) async fn run_executor(
             wait,
             wait_timeout,
         } => {
+            let executor_id = resolve_executor(cli, &client, executor_id).await?;
             let wait = wait.then_some(*wait_timeout);
-            remove::remove_executor(&client, executor_id, wait, out).await
+            remove::remove_executor(&client, &executor_id, wait, out).await
         }
         ExecutorVerb::SafeToStop { executor_id } => {
-            executor_safe_to_stop(cli, &client, executor_id, out).await
+            let executor_id = resolve_executor(cli, &client, executor_id).await?;
+            executor_safe_to_stop(cli, &client, &executor_id, out).await
         }
     }
+}
+
+/// Whether `given` has the form of the ids the managers mint (`ex-<number>`). Such an argument
+/// is sent as it is, without a listing first, even if some executor's name is the same text.
+pub(super) fn is_executor_id(given: &str) -> bool {
+    given
+        .strip_prefix("ex-")
+        .is_some_and(|number| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// How many of the registered executors a name that matches none of them lists, so that a
+/// typo against thousands of executors stays a readable message.
+const CANDIDATES_SHOWN: usize = 10;
+
+/// The executor id `given` stands for: an id as it is; otherwise a name, which must be the name
+/// of exactly one of `executors` (as kubectl resolves a name). None is not found (exit 4) and
+/// lists the executors there are; more than one is bad input (exit 2) naming each.
+pub(super) fn executor_id_named(
+    given: &str,
+    executors: &[ExecutorView],
+) -> Result<String, CtlError> {
+    if is_executor_id(given) {
+        return Ok(given.to_owned());
+    }
+    check_executor_name(given)?;
+    let named: Vec<&ExecutorView> = executors
+        .iter()
+        .filter(|e| e.name.as_deref() == Some(given))
+        .collect();
+    let labelled = |e: &ExecutorView| match e.name.as_deref() {
+        Some(name) => format!("{name} ({})", e.executor_id),
+        None => format!("{} (no name)", e.executor_id),
+    };
+    match named.as_slice() {
+        [only] => Ok(only.executor_id.clone()),
+        [] if executors.is_empty() => Err(CtlError::NotFound(format!(
+            "no executor is named {given}, and it is not an executor id (ex-N): no executor is \
+             registered"
+        ))),
+        [] => {
+            let mut candidates: Vec<String> = executors
+                .iter()
+                .take(CANDIDATES_SHOWN)
+                .map(labelled)
+                .collect();
+            if executors.len() > CANDIDATES_SHOWN {
+                candidates.push(format!("and {} more", executors.len() - CANDIDATES_SHOWN));
+            }
+            Err(CtlError::NotFound(format!(
+                "no executor is named {given}, and it is not an executor id (ex-N); registered: \
+                 {}",
+                candidates.join(", ")
+            )))
+        }
+        several => {
+            let ids: Vec<&str> = several.iter().map(|e| e.executor_id.as_str()).collect();
+            Err(CtlError::BadInput(format!(
+                "{} executors are named {given} ({}): give the id of the one you mean",
+                several.len(),
+                ids.join(", ")
+            )))
+        }
+    }
+}
+
+/// Refuses what can be neither an id nor a name (the managers take names of at most
+/// [`MAX_NAME_BYTES`]), before asking the cluster for a listing that could not match it.
+fn check_executor_name(given: &str) -> Result<(), CtlError> {
+    if given.is_empty() || given.len() > MAX_NAME_BYTES {
+        return Err(CtlError::BadInput(format!(
+            "{given:?} is neither an executor id (ex-N) nor an executor name (1 to \
+             {MAX_NAME_BYTES} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// The executor id `given` stands for ([`executor_id_named`]), listing the executors only when
+/// it is not an id already: in `-n`'s namespace when it names one, else in every namespace (an
+/// executor's id is the cluster's, so its name is looked for cluster-wide).
+async fn resolve_executor(cli: &Cli, client: &Client, given: &str) -> Result<String, CtlError> {
+    if is_executor_id(given) {
+        return Ok(given.to_owned());
+    }
+    check_executor_name(given)?;
+    let executors = match cli.namespace_named() {
+        Some(namespace) => client.executors_in(namespace, cli.consistent).await?,
+        None => {
+            let mut executors = client.executors(cli.consistent).await?;
+            // Managers before namespaces have `default` only, and no `/v1/namespaces`.
+            if client.cluster_version() >= NAMESPACES_SCHEMA {
+                for namespace in client.namespaces().await? {
+                    if !is_default_namespace(&namespace.name) && namespace.executors > 0 {
+                        executors
+                            .extend(client.executors_in(&namespace.name, cli.consistent).await?);
+                    }
+                }
+            }
+            executors
+        }
+    };
+    executor_id_named(given, &executors)
 }
 
 /// `executor safe-to-stop`: the verdict, with a line about a rollout under way in the

@@ -35,7 +35,7 @@ use crate::wire::{
     AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView,
     MaintenanceView, NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, SafeToStop,
     SchemaRange, SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS,
-    MAX_LEASE_DURATION_MS, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
+    MAX_LEASE_DURATION_MS, MAX_NAME_BYTES, MAX_SHARD_COUNT, MAX_WATCH_WAIT, NAMESPACES_SCHEMA,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.

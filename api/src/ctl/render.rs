@@ -380,7 +380,34 @@ pub(super) fn render_shards(shards: &[ShardView]) -> String {
             opt(s.pinned_to.as_deref()),
         ]);
     }
-    table.render()
+    let mut text = table.render();
+    text.push_str(&shards_summary(shards));
+    text
+}
+
+/// The line under `shard list`'s table: what a thousand rows do not show at a glance. Owners
+/// come in id order (`ex-9` before `ex-10`); releasing shards count with their owner still.
+pub(super) fn shards_summary(shards: &[ShardView]) -> String {
+    let mut per_owner: std::collections::BTreeMap<(usize, &str), usize> = Default::default();
+    for owner in shards.iter().filter_map(|s| s.owner.as_deref()) {
+        *per_owner.entry((owner.len(), owner)).or_default() += 1;
+    }
+    let owners = if per_owner.is_empty() {
+        "none".to_owned()
+    } else {
+        per_owner
+            .iter()
+            .map(|((_, owner), count)| format!("{} {count}", printable(owner)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let count = |wanted: &str| shards.iter().filter(|s| shard_state(s) == wanted).count();
+    format!(
+        "total: {} shards; per owner: {owners}; unowned: {}; in handoff: {}\n",
+        shards.len(),
+        count("unowned"),
+        count("releasing")
+    )
 }
 
 /// One shard as `field: value` lines; with the executors read beside it, its route too (a

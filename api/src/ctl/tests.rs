@@ -158,8 +158,189 @@ fn shard_tables_name_the_state() {
         "SHARD  OWNER  EPOCH  STATE      HANDOFF_TO  LOAD     HOT  PINNED\n\
          0      ex-4   2      serving    -           41.7     yes  -\n\
          1      ex-4   1      releasing  ex-9        0.00312  no   -\n\
-         2      -      0      unowned    -           -        no   ex-9\n"
+         2      -      0      unowned    -           -        no   ex-9\n\
+         total: 3 shards; per owner: ex-4 2; unowned: 1; in handoff: 1\n"
     );
+}
+
+/// `shard list`'s summary counts per owner in id order (`ex-9` before `ex-10`), a releasing
+/// shard with its owner and as in handoff, and says when no shard has an owner.
+#[test]
+fn shard_list_ends_with_a_summary_line() {
+    let shard = |shard: u32, owner: Option<&str>, releasing: bool| ShardView {
+        shard,
+        owner: owner.map(str::to_owned),
+        epoch: 1,
+        handoff: releasing.then_some(HandoffView {
+            to: None,
+            revoke_revision: 3,
+            completes_by_expiry_in_ms: 1_000,
+        }),
+        load: None,
+        hot: false,
+        pinned_to: None,
+    };
+    let shards = [
+        shard(0, Some("ex-10"), false),
+        shard(1, Some("ex-9"), true),
+        shard(2, Some("ex-10"), false),
+        shard(3, None, false),
+        shard(4, Some("ex-9"), false),
+        shard(5, Some("ex-10"), false),
+    ];
+    assert_eq!(
+        shards_summary(&shards),
+        "total: 6 shards; per owner: ex-9 2, ex-10 3; unowned: 1; in handoff: 1\n"
+    );
+    let rendered = render_shards(&shards);
+    assert_eq!(rendered.lines().count(), 1 + shards.len() + 1, "{rendered}");
+    assert!(rendered.ends_with(&shards_summary(&shards)), "{rendered}");
+    assert_eq!(
+        shards_summary(&[shard(0, None, false), shard(1, None, false)]),
+        "total: 2 shards; per owner: none; unowned: 2; in handoff: 0\n"
+    );
+}
+
+fn named_executor(id: &str, name: Option<&str>) -> ExecutorView {
+    ExecutorView {
+        name: name.map(str::to_owned),
+        ..executor_of(id, None, &[])
+    }
+}
+
+/// Executor commands take a name as kubectl does: an id (`ex-N`) is used as it is; a name must
+/// be that of exactly one executor; none is not found (exit 4) and lists the executors there
+/// are, several is bad input (exit 2) naming their ids.
+#[test]
+fn an_executor_name_resolves_to_the_one_executor_so_named() {
+    let executors = [
+        named_executor("ex-4", Some("executor-1")),
+        named_executor("ex-5", Some("executor-3")),
+        named_executor("ex-6", None),
+        named_executor("ex-7", Some("twin")),
+        named_executor("ex-8", Some("twin")),
+    ];
+    assert_eq!(executor_id_named("executor-3", &executors).unwrap(), "ex-5");
+    assert_eq!(executor_id_named("executor-1", &executors).unwrap(), "ex-4");
+    // An id is taken as it is, registered or not (the managers answer for an unknown one).
+    assert_eq!(executor_id_named("ex-6", &executors).unwrap(), "ex-6");
+    assert_eq!(executor_id_named("ex-3", &executors).unwrap(), "ex-3");
+    assert!(is_executor_id("ex-12"));
+    for not_an_id in ["ex-", "ex-3a", "EX-3", "executor-3", "ex--3", ""] {
+        assert!(!is_executor_id(not_an_id), "{not_an_id:?}");
+    }
+
+    let missing = executor_id_named("executor-9", &executors).unwrap_err();
+    assert_eq!(missing.exit_code(), 4);
+    assert_eq!(
+        missing.to_string(),
+        "no executor is named executor-9, and it is not an executor id (ex-N); registered: \
+         executor-1 (ex-4), executor-3 (ex-5), ex-6 (no name), twin (ex-7), twin (ex-8)"
+    );
+    let none_registered = executor_id_named("executor-3", &[]).unwrap_err();
+    assert_eq!(none_registered.exit_code(), 4);
+    assert!(
+        none_registered
+            .to_string()
+            .ends_with("no executor is registered"),
+        "{none_registered}"
+    );
+    let ambiguous = executor_id_named("twin", &executors).unwrap_err();
+    assert_eq!(ambiguous.exit_code(), 2);
+    assert_eq!(
+        ambiguous.to_string(),
+        "2 executors are named twin (ex-7, ex-8): give the id of the one you mean"
+    );
+    // A name is matched exactly, not as a prefix or ignoring case.
+    for near in ["executor", "Executor-3", "executor-3 "] {
+        assert_eq!(
+            executor_id_named(near, &executors).unwrap_err().exit_code(),
+            4,
+            "{near:?}"
+        );
+    }
+
+    // What no executor can be named is bad input, not a name nobody has.
+    for impossible in [String::new(), "x".repeat(MAX_NAME_BYTES + 1)] {
+        let error = executor_id_named(&impossible, &executors).unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{error}");
+        assert!(
+            error.to_string().contains("neither an executor id"),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        executor_id_named(&"x".repeat(MAX_NAME_BYTES), &executors)
+            .unwrap_err()
+            .exit_code(),
+        4
+    );
+
+    // Against thousands of executors, a typo lists a few and counts the rest.
+    let many: Vec<ExecutorView> = (0..25)
+        .map(|n| named_executor(&format!("ex-{n}"), Some(&format!("e{n}"))))
+        .collect();
+    let message = executor_id_named("typo", &many).unwrap_err().to_string();
+    assert!(message.ends_with("e9 (ex-9), and 15 more"), "{message}");
+}
+
+/// The executor commands resolve a name through the API (one listing, then the call with the
+/// id) and send an id without a listing first.
+#[tokio::test]
+async fn executor_commands_take_a_name_and_send_its_id() {
+    let fake = FakeManager::start().await;
+    for (args, requests) in [
+        (
+            &["executor", "drain", "orders-1"][..],
+            &["GET /v1/executors", "POST /v1/executors/ex-1/drain"][..],
+        ),
+        (
+            &["executor", "drain", "ex-1"],
+            &["POST /v1/executors/ex-1/drain"],
+        ),
+        (
+            &["executor", "show", "orders-1"],
+            &["GET /v1/executors", "GET /v1/executors/ex-1"],
+        ),
+        (
+            &["-n", "orders", "executor", "safe-to-stop", "orders-1"],
+            &[
+                "GET /v1/executors?namespace=orders",
+                "GET /v1/executors/ex-1",
+                "GET /v1/executors/ex-1/safe-to-stop",
+                "GET /v1/executors?namespace=orders",
+            ],
+        ),
+    ] {
+        let printed = fake
+            .ctl(args)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(printed.contains("ex-1"), "{args:?}: {printed}");
+        assert_eq!(fake.requests(), requests, "{args:?}");
+    }
+    let drained = fake.ctl(&["executor", "drain", "orders-1"]).await.unwrap();
+    assert!(drained.contains("draining:         yes\n"), "{drained}");
+    fake.requests();
+
+    // A name nobody has is not found, and nothing but the listing was sent.
+    let error = fake
+        .ctl(&["executor", "drain", "executor-3"])
+        .await
+        .unwrap_err();
+    assert_eq!(error.exit_code(), 4, "{error}");
+    assert_eq!(
+        error.to_string(),
+        "no executor is named executor-3, and it is not an executor id (ex-N); registered: \
+         orders-1 (ex-1)"
+    );
+    assert_eq!(fake.requests(), ["GET /v1/executors"]);
+    let error = fake
+        .ctl(&["executor", "drain", &"x".repeat(MAX_NAME_BYTES + 1)])
+        .await
+        .unwrap_err();
+    assert_eq!(error.exit_code(), 2, "{error}");
+    assert_eq!(fake.requests(), Vec::<String>::new(), "nothing asked");
 }
 
 #[test]
@@ -1233,7 +1414,7 @@ impl FakeManager {
                         namespace: "orders".into(),
                         executor_id: "ex-1".into(),
                         incarnation: "inc".into(),
-                        name: None,
+                        name: Some("orders-1".into()),
                         address: "http://e1:9".into(),
                         lease_remaining_ms: 1_000,
                         registered_revision: 2,
@@ -1247,6 +1428,11 @@ impl FakeManager {
                     }]),
                     ("GET", "/v1/executors/ex-1") => serde_json::to_value(ExecutorView {
                         namespace: "orders".into(),
+                        ..executor_of("ex-1", None, &[0])
+                    }),
+                    ("POST", "/v1/executors/ex-1/drain") => serde_json::to_value(ExecutorView {
+                        namespace: "orders".into(),
+                        draining: true,
                         ..executor_of("ex-1", None, &[0])
                     }),
                     ("GET", "/v1/executors/ex-1/safe-to-stop") => {

@@ -139,7 +139,7 @@ async fn readiness(health: &Health) -> (StatusCode, bool, Vec<ReadinessCheck>) {
         check(
             "applied",
             applied >= committed,
-            format!("applied {applied:?}, committed {committed:?}"),
+            applied_detail(applied, committed),
         ),
         check(
             "running",
@@ -162,6 +162,13 @@ async fn readiness(health: &Health) -> (StatusCode, bool, Vec<ReadinessCheck>) {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, ready, checks)
+}
+
+/// The `applied` check's detail in plain words: the log indexes, or `nothing` before the first
+/// entry is applied (or known committed).
+fn applied_detail(applied: Option<u64>, committed: Option<u64>) -> String {
+    let index = |index: Option<u64>| index.map_or_else(|| "nothing".to_owned(), |i| i.to_string());
+    format!("applied {}, committed {}", index(applied), index(committed))
 }
 
 /// One readiness check.
@@ -271,6 +278,23 @@ pub async fn metrics(State(health): State<Health>) -> Response {
 mod tests {
     use super::*;
     use crate::handles::disk_space::DiskSpace;
+
+    /// `/readyz?verbose`'s `applied` check reads as numbers, not as Rust's `Some(11)`.
+    #[test]
+    fn the_applied_check_names_plain_indexes() {
+        assert_eq!(
+            applied_detail(Some(11), Some(12)),
+            "applied 11, committed 12"
+        );
+        assert_eq!(
+            applied_detail(None, Some(3)),
+            "applied nothing, committed 3"
+        );
+        assert_eq!(
+            applied_detail(None, None),
+            "applied nothing, committed nothing"
+        );
+    }
 
     /// P8.3: `/readyz?verbose` says what the free-space check found: nothing before the first
     /// measurement, then the bytes free and the floor, and the alarm with both once it is raised.
