@@ -279,6 +279,11 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         )),
         "{run:?}"
     );
+    // One whole line: without its newline the shell's prompt followed the verdict.
+    assert!(
+        run.stdout.ends_with('\n') && run.stdout.lines().count() == 1,
+        "{run:?}"
+    );
     assert_eq!(
         leaseholdctl(&urls, &["member", "safe-to-stop", "9"])
             .await
