@@ -278,6 +278,33 @@ fn each_commands_help_lists_its_own_flags_before_the_global_ones() {
     assert_eq!(namespace_create.1.len(), 7, "{namespace_create:?}");
 }
 
+/// `snapshot save` and `snapshot inspect` print when the backup was made as RFC 3339 in UTC;
+/// `-o json` prints the header itself, with the number.
+#[test]
+fn a_backups_creation_time_is_printed_in_utc() {
+    let header = crate::backup::BackupHeader {
+        format_version: 1,
+        state_schema_version: 12,
+        revision: 7,
+        shard_count: 64,
+        created_at_unix_ms: 1_796_527_923_019,
+        source_node_id: 2,
+        payload_length: 100,
+        payload_sha256: "ab".repeat(32),
+        seal: None,
+    };
+    let text = render_backup_header(&header, None);
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("created at")
+                && line.ends_with(" 2026-12-06T03:32:03.019Z")),
+        "{text}"
+    );
+    assert!(!text.contains("1796527923019"), "{text}");
+    let json = serde_json::to_value(&header).unwrap();
+    assert_eq!(json["created_at_unix_ms"], 1_796_527_923_019_u64);
+}
+
 /// P17.4: `safe-to-stop` parses for executors and members, and prints the verdict with its
 /// reason; a verdict of not safe is exit code 7.
 #[test]
