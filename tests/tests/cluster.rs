@@ -1,5 +1,5 @@
 //! Manager cluster over real processes (PROTOCOL §8–§10): formation, forwarding, failover,
-//! restart, membership changes and a wiped data directory.
+//! restart, membership changes, a wiped data directory, and a boot that logs no warnings.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

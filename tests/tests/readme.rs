@@ -14,6 +14,10 @@
 //! check has already built it from scratch), else a fresh clone at HEAD. `CARGO_TARGET_DIR` points
 //! at this test's own target directory so the registry dependencies are reused; a clone's sources
 //! are at other paths, so its workspace crates are rebuilt from the clone, not reused.
+//!
+//! Also read, not run: the examples' READMEs (`examples/kv/`, `examples/python/`) keep ports and
+//! data directories apart from each other's and `scripts/dev-cluster`'s, and say how to stop and
+//! clean up; the example deployment sets only settings the binaries accept.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
