@@ -11,6 +11,18 @@ use crate::client::error_chain;
 #[cfg(feature = "cli")]
 use tracing_subscriber::EnvFilter;
 
+/// The manager's log filter unless `RUST_LOG` says otherwise (the test harness sets it too).
+///
+/// openraft logs at `info` about every message it sends and receives, so only its warnings show.
+/// Of those, `openraft::core::raft_core`'s are all one notice: a message from a state the node
+/// has since left (a vote it saved, a replication session of an earlier membership or of a
+/// removed target) is dropped as stale. That is Raft working as designed, yet it appeared on
+/// every member at every boot of a cluster: each node that saves a vote also answers itself,
+/// and when it is not a candidate, or no longer one, openraft 0.9 drops that answer with a
+/// warning. That module's errors still show; openraft's other warnings (replication and
+/// storage failures) are untouched.
+pub const MANAGER_LOG_FILTER: &str = "info,openraft=warn,openraft::core::raft_core=error";
+
 /// `--log-format`.
 #[cfg(feature = "cli")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

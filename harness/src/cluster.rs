@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
+// Every manager's `RUST_LOG`: the manager's own default, set so that the test runner's
+// `RUST_LOG` does not reach it.
+use leasehold_api::process::MANAGER_LOG_FILTER;
 use leasehold_api::wire::ClusterInfo;
 use nix::sys::signal::Signal;
 
 use crate::{free_port, poll_every, ChildProcess, HarnessError, Launcher, POLL_INTERVAL};
-
-/// `RUST_LOG` of every manager.
-const MANAGER_LOG_FILTER: &str = "info,openraft=warn";
 
 /// The flags every manager of a cluster starts with, besides its own (`--id`, `--listen`,
 /// `--data-dir`) and the membership ones (`--initial-cluster`, `--join`).
@@ -695,7 +695,10 @@ mod tests {
             manager.start().unwrap();
             let status = manager.wait_exit(Duration::from_secs(10)).await.unwrap();
             assert!(status.success(), "{status:?}");
-            assert_eq!(manager.log(), "clock=+2h log=info,openraft=warn\n");
+            assert_eq!(
+                manager.log(),
+                format!("clock=+2h log={MANAGER_LOG_FILTER}\n")
+            );
         }
         assert_eq!(
             manager.log_path().file_name().unwrap(),

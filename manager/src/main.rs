@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal};
+use leasehold_api::process::{
+    config_error, init_tracing, run_error, shutdown_signal, MANAGER_LOG_FILTER,
+};
 use leasehold_manager::handles::fatal::EXIT_RAFT_STOPPED;
 use leasehold_manager::server::config::{Args, ManagerConfig};
 use leasehold_manager::server::ServerError;
@@ -24,7 +26,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    init_tracing(args.log_format, "info,openraft=warn");
+    init_tracing(args.log_format, MANAGER_LOG_FILTER);
     leasehold_api::serve::raise_open_files_limit();
     let config = match ManagerConfig::try_from(args) {
         Ok(config) => config,

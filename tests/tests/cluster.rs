@@ -1,5 +1,5 @@
 //! Manager cluster over real processes (PROTOCOL §8–§10): formation, forwarding, failover,
-//! restart, membership changes and a wiped data directory.
+//! restart, membership changes, a wiped data directory, and a boot that logs no warnings.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -99,6 +99,40 @@ async fn three_nodes_form_one_cluster_and_a_write_sent_to_a_follower_is_applied_
         let info = cluster.cluster_info(id).await.unwrap();
         assert_eq!(info.leader_id, Some(leader));
         assert_eq!(voter_ids(&info), BTreeSet::from([1, 2, 3]));
+    }
+}
+
+/// A normal boot logs nothing an operator should look into: no manager of a new one-manager or
+/// three-manager cluster writes a WARN or ERROR line while it forms, elects a leader and takes
+/// a registration. Each boot of a three-manager cluster logged openraft's notices about stale
+/// vote answers on every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_normal_boot_logs_no_warnings() {
+    let _serial = one_cluster_at_a_time().await;
+    for size in [1, 3] {
+        let mut cluster = Cluster::start(ClusterOptions {
+            size,
+            ..ClusterOptions::default()
+        });
+        cluster.wait_for_leader(LEADER_BOUND).await;
+        let revision = write(&cluster, "boot").await;
+        for id in 1..=size {
+            cluster.wait_applied(id, revision, CATCH_UP_BOUND).await;
+        }
+        // Room for a late notice of the formation (a stale answer arrives after the election).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for id in 1..=size {
+            let log = cluster.managers[&id].log();
+            let loud: Vec<&str> = log
+                .lines()
+                .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+                .collect();
+            assert!(
+                loud.is_empty(),
+                "manager {id} of {size} logged at boot:\n{}",
+                loud.join("\n")
+            );
+        }
     }
 }
 

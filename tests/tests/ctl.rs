@@ -279,6 +279,11 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
         )),
         "{run:?}"
     );
+    // One whole line: without its newline the shell's prompt followed the verdict.
+    assert!(
+        run.stdout.ends_with('\n') && run.stdout.lines().count() == 1,
+        "{run:?}"
+    );
     assert_eq!(
         leaseholdctl(&urls, &["member", "safe-to-stop", "9"])
             .await
@@ -1107,11 +1112,22 @@ async fn backup_of_a_live_cluster_restores_into_a_fresh_cluster_with_the_same_st
             "shard count",
             "state schema",
             "format",
-            "created at (unix ms)",
+            "created at",
             "source node",
             "payload bytes",
             "sha256"
         ]
+    );
+    // The time for people, in UTC; the JSON keeps the number.
+    let created_at = field_pairs(&inspect.stdout)
+        .into_iter()
+        .find_map(|(name, value)| (name == "created at").then_some(value))
+        .expect("created at");
+    let created_at_unix_ms = header["created_at_unix_ms"].as_u64().expect("a number");
+    assert_eq!(
+        humantime::parse_rfc3339(&created_at).ok(),
+        std::time::UNIX_EPOCH.checked_add(Duration::from_millis(created_at_unix_ms)),
+        "{created_at} is {created_at_unix_ms} ms after the epoch, in RFC 3339"
     );
     assert!(
         !std::fs::read_dir(old.dir.path()).unwrap().any(|e| e

@@ -17,6 +17,10 @@
 //! check has already built it from scratch), else a fresh clone at HEAD. `CARGO_TARGET_DIR` points
 //! at this test's own target directory so the registry dependencies are reused; a clone's sources
 //! are at other paths, so its workspace crates are rebuilt from the clone, not reused.
+//!
+//! Also read, not run: the examples' READMEs (`examples/kv/`, `examples/python/`) keep ports and
+//! data directories apart from each other's and `scripts/dev-cluster`'s, and say how to stop and
+//! clean up; the example deployment sets only settings the binaries accept.
 
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -989,5 +993,246 @@ fn deploy_files_use_only_settings_the_binaries_accept() {
             env.contains(&format!("LEASEHOLD_ID={id}\n")),
             "manager-{id}.env"
         );
+    }
+}
+
+/// What one set of commands binds and writes, as bash would run them.
+#[derive(Debug, Default)]
+struct Footprint {
+    /// Every `--listen` and `--local-listen` TCP port.
+    ports: Vec<u16>,
+    /// Every `--data-dir`, `--store-dir` and `--event-log`.
+    paths: Vec<String>,
+    /// What the cleanup removes (`rm -rf`).
+    removed: Vec<String>,
+    /// Whether the commands say how to stop what they started.
+    stops: bool,
+}
+
+/// The `sh` code blocks of a Markdown page, in order.
+fn sh_blocks(markdown: &str) -> Vec<&str> {
+    markdown
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .collect()
+}
+
+/// Shell lines with continuations joined, comments dropped, and `for VAR in A B C; do … done`
+/// unrolled with `$VAR` replaced, as bash runs them.
+fn shell_lines(script: &str) -> Vec<String> {
+    let joined = script.replace("\\\n", " ");
+    let mut lines = Vec::new();
+    let mut pending = joined
+        .lines()
+        .map(|line| match line.find(" #") {
+            Some(comment) if !line.trim_start().starts_with('#') => &line[..comment],
+            _ if line.trim_start().starts_with('#') => "",
+            _ => line,
+        })
+        .map(str::trim)
+        .filter(|line| !line.is_empty());
+    while let Some(line) = pending.next() {
+        let Some(header) = line
+            .strip_prefix("for ")
+            .and_then(|rest| rest.strip_suffix("; do"))
+        else {
+            lines.push(line.to_owned());
+            continue;
+        };
+        let (variable, values) = header.split_once(" in ").expect("for VAR in VALUES; do");
+        let body: Vec<&str> = pending
+            .by_ref()
+            .take_while(|line| *line != "done")
+            .collect();
+        for value in values.split_whitespace() {
+            for line in &body {
+                lines.push(
+                    line.replace(&format!("${{{variable}}}"), value)
+                        .replace(&format!("${variable}"), value),
+                );
+            }
+        }
+    }
+    lines
+}
+
+/// The values given to `flag` (`--flag VALUE` or `--flag=VALUE`), quotes removed.
+fn flag_values(line: &str, flag: &str) -> Vec<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut values = Vec::new();
+    for (at, word) in words.iter().enumerate() {
+        if *word == flag {
+            if let Some(value) = words.get(at + 1) {
+                values.push(value.trim_matches('"').to_owned());
+            }
+        } else if let Some(value) = word.strip_prefix(&format!("{flag}=")) {
+            values.push(value.trim_matches('"').to_owned());
+        }
+    }
+    values
+}
+
+fn footprint(lines: &[String]) -> Footprint {
+    let mut found = Footprint::default();
+    for line in lines {
+        for flag in ["--listen", "--local-listen"] {
+            for address in flag_values(line, flag) {
+                if address.starts_with("unix:") {
+                    continue;
+                }
+                let (_, port) = address
+                    .rsplit_once(':')
+                    .unwrap_or_else(|| panic!("{flag} {address}: no port"));
+                found.ports.push(
+                    port.parse()
+                        .unwrap_or_else(|_| panic!("{flag} {address}: the port is not a number")),
+                );
+            }
+        }
+        for flag in ["--data-dir", "--store-dir", "--event-log"] {
+            found.paths.extend(flag_values(line, flag));
+        }
+        if let Some(removed) = line.strip_prefix("rm -rf ") {
+            found
+                .removed
+                .extend(removed.split_whitespace().map(str::to_owned));
+        }
+        found.stops |= line.starts_with("kill ");
+    }
+    found
+}
+
+/// The ports and the temporary directory `scripts/dev-cluster` uses by default, read from the
+/// script: `base=${LEASEHOLD_DEV_PORT_BASE:-N}`, each `--listen "127.0.0.1:$((base + … i))"` in
+/// its `for i in …` loop, and its `mktemp -d -t PREFIX.XXXXXX`.
+fn dev_cluster_footprint(script: &str) -> (Vec<u16>, String) {
+    let base: u16 = script
+        .split_once("LEASEHOLD_DEV_PORT_BASE:-")
+        .and_then(|(_, rest)| rest.split('}').next())
+        .and_then(|number| number.parse().ok())
+        .expect("dev-cluster's default port base");
+    let mut ports = Vec::new();
+    let mut loop_values: Vec<u16> = Vec::new();
+    for line in script.lines().map(str::trim) {
+        if let Some(values) = line
+            .strip_prefix("for i in ")
+            .and_then(|rest| rest.strip_suffix("; do"))
+        {
+            loop_values = values
+                .split_whitespace()
+                .map(|value| value.parse().expect("a numeric loop"))
+                .collect();
+        }
+        // The address is quoted and has spaces: up to the closing quote.
+        let addresses = line
+            .split("--listen \"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next());
+        for address in addresses {
+            let expression = address
+                .strip_prefix("127.0.0.1:$((")
+                .and_then(|rest| rest.strip_suffix("))"))
+                .unwrap_or_else(|| panic!("dev-cluster listens on {address}: not base + offset"));
+            for &i in &loop_values {
+                let port = expression
+                    .split('+')
+                    .map(str::trim)
+                    .map(|term| match term {
+                        "base" => base,
+                        "i" => i,
+                        number => number.parse().expect("a numeric offset"),
+                    })
+                    .sum();
+                ports.push(port);
+            }
+        }
+    }
+    let template = script
+        .split_once("mktemp -d -t ")
+        .and_then(|(_, rest)| rest.split(')').next())
+        .expect("dev-cluster's mktemp");
+    (ports, template.trim_end_matches('X').to_owned())
+}
+
+/// The two examples' commands, as their READMEs give them, can run beside each other and beside
+/// `scripts/dev-cluster`: no TCP port and no data directory in common (a shared manager data
+/// directory silently resumes the other cluster). Each README also says how to stop what it
+/// started and removes everything it wrote.
+#[test]
+fn examples_use_ports_and_directories_of_their_own() {
+    let root = repo_root();
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let (dev_ports, dev_dir_prefix) = dev_cluster_footprint(&read("scripts/dev-cluster"));
+    assert_eq!(
+        dev_ports.len(),
+        6,
+        "dev-cluster: three managers, three executors"
+    );
+    let dev_dir_prefix = format!("/tmp/{dev_dir_prefix}");
+    let examples: Vec<(&str, Footprint)> = ["examples/kv/README.md", "examples/python/README.md"]
+        .into_iter()
+        .map(|readme| {
+            let lines: Vec<String> = sh_blocks(&read(readme))
+                .into_iter()
+                .flat_map(shell_lines)
+                .collect();
+            (readme, footprint(&lines))
+        })
+        .collect();
+    for (readme, example) in &examples {
+        assert!(
+            example.ports.len() >= 5 && !example.paths.is_empty(),
+            "{readme}: its commands start managers and services: {example:?}"
+        );
+        let mut ports = example.ports.clone();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(
+            ports.len(),
+            example.ports.len(),
+            "{readme}: a port bound twice"
+        );
+        for port in &example.ports {
+            assert!(
+                !dev_ports.contains(port),
+                "{readme}: port {port} is scripts/dev-cluster's ({dev_ports:?})"
+            );
+        }
+        for path in &example.paths {
+            assert!(
+                !path.starts_with(&dev_dir_prefix),
+                "{readme}: {path} is where scripts/dev-cluster keeps its data"
+            );
+            assert!(
+                example
+                    .removed
+                    .iter()
+                    .any(|removed| path == removed || path.starts_with(&format!("{removed}/"))),
+                "{readme}: the cleanup ({:?}) leaves {path} behind",
+                example.removed
+            );
+        }
+        assert!(example.stops, "{readme}: says how to stop its processes");
+    }
+    let [(kv_readme, kv), (python_readme, python)] = &examples[..] else {
+        unreachable!("two examples")
+    };
+    for port in &kv.ports {
+        assert!(
+            !python.ports.contains(port),
+            "{kv_readme} and {python_readme} both listen on {port}"
+        );
+    }
+    let nested = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
+    for a in kv.paths.iter().chain(&kv.removed) {
+        for b in python.paths.iter().chain(&python.removed) {
+            assert!(
+                !nested(a, b) && !nested(b, a),
+                "{kv_readme} and {python_readme} share the directory {a} / {b}"
+            );
+        }
     }
 }

@@ -36,6 +36,9 @@
 //!    shards ringed, and each executor's capacity and utilisation as the leader's
 //!    `/v1/executors?consistent=true`. Switched back, every cell has its owner's colour again and
 //!    the load requests stop. With no leader to ask, the panel says no load is known.
+//! 4. One manager, four executors: until the first state arrives (every watch request blocked)
+//!    the executors table says it is waiting for it; each executor's colour, in the table and on
+//!    the map, is the one its id hashes to, the same after a reload.
 //!
 //! Screenshots are written to the test's temporary directory; with `LEASEHOLD_SAVE_SCREENSHOTS=1`
 //! also to `docs/img/` (`console.png` at 1280 × 900, `console-narrow.png` at 420 px wide,
@@ -1798,4 +1801,168 @@ async fn the_console_colours_the_map_by_the_leaders_loads_on_request() {
         page.executors
     );
     assert!(browser.is_running(), "{}", browser.log());
+}
+
+/// The palette slot the console gives executor `id`: FNV-1a (32-bit) of its UTF-8 bytes, mod
+/// the palette's size, as console.js computes it.
+fn palette_slot(id: &str, palette: u32) -> u32 {
+    let hash = id.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    hash % palette
+}
+
+/// The palette slot (`oN`) of each executor's swatch in the table, and each shard cell's
+/// (owner, slot), owned cells only.
+#[derive(Debug, Deserialize, PartialEq)]
+struct Colours {
+    rows: Vec<(String, u32)>,
+    cells: Vec<(String, u32)>,
+}
+
+const READ_COLOURS: &str = r#"(() => {
+  const slot = (element) => Number((/\bo(\d+)\b/.exec(element.className) || [null, -1])[1]);
+  return {
+    rows: Array.from(document.querySelectorAll('[data-executor]'), (row) =>
+      [row.dataset.executor, slot(row.querySelector('.sw'))]),
+    cells: Array.from(document.querySelectorAll('[data-shard]'), (cell) => [cell.dataset.owner, slot(cell)])
+      .filter(([owner]) => owner !== ''),
+  };
+})()"#;
+
+async fn read_colours(browser: &mut Browser) -> Colours {
+    let value = browser.evaluate(READ_COLOURS).await.expect("colours");
+    serde_json::from_value(value).expect("colours")
+}
+
+/// Reloads the page and waits until the new one runs (the old one's marker gone).
+async fn reload(browser: &mut Browser) {
+    browser
+        .evaluate("window.__testMarker = true")
+        .await
+        .expect("set the marker");
+    browser
+        .call("Page.reload", serde_json::json!({ "ignoreCache": true }))
+        .await
+        .expect("reload");
+    let browser = tokio::sync::Mutex::new(browser);
+    poll_until("the reloaded page to run", SETTLE_BOUND, || async {
+        let ready = browser
+            .lock()
+            .await
+            .evaluate("window.__testMarker !== true && window.__console !== undefined")
+            .await?;
+        (ready == serde_json::Value::Bool(true))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+}
+
+/// Two papercuts of the console's first moments:
+/// - until the first state arrives, the executors table says it is waiting for it (it said "no
+///   executors registered", which was false for a busy cluster): with every watch request
+///   blocked, the page keeps saying so through its retries, and lists the executors once the
+///   requests go through;
+/// - an executor's colour comes from its id alone (FNV-1a of the id, mod the palette of
+///   console.js), in the table and on the map, the same after a reload (they were dealt in
+///   the order the page met executors, so they changed from one load to the next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_waits_for_its_first_answer_and_colours_each_executor_by_its_id() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let _serial = one_cluster_at_a_time().await;
+    let mut cluster = Cluster::start(ClusterOptions {
+        size: 1,
+        ..options()
+    });
+    cluster.wait_for_leader(LEADER_BOUND).await;
+    let names = ["paint-1", "paint-2", "paint-3", "paint-4"];
+    let _executors: Vec<ExecutorProcess> = names
+        .iter()
+        .map(|name| ExecutorProcess::start(&cluster, name))
+        .collect();
+    let console_js = cluster
+        .http
+        .get(format!("{}/ui/console.js", cluster.url(1)))
+        .send()
+        .await
+        .expect("console.js")
+        .text()
+        .await
+        .expect("console.js");
+    let palette: u32 = console_js
+        .split_once("const PALETTE = ")
+        .and_then(|(_, rest)| rest.split(';').next())
+        .and_then(|size| size.parse().ok())
+        .expect("console.js defines PALETTE");
+    let url = format!("{}/ui/", cluster.url(1));
+    let mut browser = Browser::launch(&chromium, &url, WINDOW, cluster.dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("chromium: {e}"));
+    wait_settled(&mut browser, &cluster, 1, &names).await;
+
+    let first = read_colours(&mut browser).await;
+    assert_eq!(first.rows.len(), names.len(), "{first:?}");
+    assert_eq!(first.cells.len(), SHARDS as usize, "{first:?}");
+    for (id, slot) in first.rows.iter().chain(&first.cells) {
+        assert_eq!(
+            *slot,
+            palette_slot(id, palette),
+            "{id}'s colour is not its id's: {first:?}"
+        );
+    }
+
+    // The first answer withheld: every watch request fails, and is retried.
+    browser
+        .call("Network.enable", serde_json::json!({}))
+        .await
+        .expect("Network.enable");
+    browser
+        .call(
+            "Network.setBlockedURLs",
+            serde_json::json!({ "urls": ["*/v1/watch*"] }),
+        )
+        .await
+        .expect("block the watch");
+    reload(&mut browser).await;
+    const EXECUTORS_TEXT: &str = "document.querySelector('#executors tbody').textContent";
+    {
+        let browser = tokio::sync::Mutex::new(&mut browser);
+        poll_until("a second blocked watch request", SETTLE_BOUND, || async {
+            let sent = browser
+                .lock()
+                .await
+                .evaluate("window.__console.watchRequests")
+                .await?;
+            (sent.as_u64() >= Some(2))
+                .then_some(())
+                .ok_or_else(|| format!("{sent} sent"))
+        })
+        .await;
+    }
+    let waiting = browser.evaluate(EXECUTORS_TEXT).await.expect("table text");
+    assert_eq!(
+        waiting, "waiting for the first answer",
+        "the executors table before any state arrived"
+    );
+
+    browser
+        .call("Network.setBlockedURLs", serde_json::json!({ "urls": [] }))
+        .await
+        .expect("unblock the watch");
+    wait_settled(&mut browser, &cluster, 1, &names).await;
+    let reloaded = read_colours(&mut browser).await;
+    let slots = |colours: &Colours| -> std::collections::BTreeMap<String, u32> {
+        colours.rows.iter().cloned().collect()
+    };
+    assert_eq!(
+        slots(&reloaded),
+        slots(&first),
+        "each executor's colour after a reload"
+    );
+    for (id, slot) in &reloaded.cells {
+        assert_eq!(*slot, palette_slot(id, palette), "{reloaded:?}");
+    }
 }

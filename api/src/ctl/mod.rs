@@ -50,12 +50,18 @@ pub enum OutputFormat {
     Json,
 }
 
+/// The `--help` heading of the options every command takes.
+pub const GLOBAL_OPTIONS_HEADING: &str = "Global options";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "leaseholdctl",
     version,
     about = "Inspect and operate a Leasehold cluster",
-    after_help = EXIT_CODES_HELP
+    after_help = EXIT_CODES_HELP,
+    // Every command takes these; under a heading of their own they follow the command's own
+    // flags in its `--help` instead of burying them.
+    next_help_heading = GLOBAL_OPTIONS_HEADING
 )]
 pub struct Cli {
     /// Manager URLs, comma-separated; any member will do (the CLI follows the leader).

@@ -486,10 +486,8 @@ pub(super) fn render_backup_header(
         ("shard count", header.shard_count.to_string()),
         ("state schema", header.state_schema_version.to_string()),
         ("format", header.format_version.to_string()),
-        (
-            "created at (unix ms)",
-            header.created_at_unix_ms.to_string(),
-        ),
+        // People read the time; `-o json` keeps the number for scripts.
+        ("created at", utc_millis(header.created_at_unix_ms)),
         ("source node", header.source_node_id.to_string()),
         ("payload bytes", header.payload_length.to_string()),
         ("sha256", header.payload_sha256.clone()),

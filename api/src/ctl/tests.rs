@@ -384,6 +384,108 @@ fn executor_details_collapse_shards_into_ranges() {
     );
 }
 
+/// Every command's `--help` lists its own flags first and the options every command takes under
+/// a heading of their own after them: `namespace create` had its 7 flags shuffled among the 9
+/// global ones.
+#[test]
+fn each_commands_help_lists_its_own_flags_before_the_global_ones() {
+    fn leaf_commands(
+        command: &clap::Command,
+        path: Vec<String>,
+        leaves: &mut Vec<(Vec<String>, Vec<String>)>,
+    ) {
+        if command.has_subcommands() {
+            for sub in command.get_subcommands() {
+                let mut sub_path = path.clone();
+                sub_path.push(sub.get_name().to_owned());
+                leaf_commands(sub, sub_path, leaves);
+            }
+        } else {
+            let own_flags = command
+                .get_arguments()
+                .filter_map(|arg| arg.get_long())
+                .map(|long| format!("--{long}"))
+                .collect();
+            leaves.push((path, own_flags));
+        }
+    }
+    let root = Cli::command();
+    let global_flags: Vec<String> = root
+        .get_arguments()
+        .filter(|arg| arg.is_global_set())
+        .filter_map(|arg| arg.get_long())
+        .map(|long| format!("--{long}"))
+        .collect();
+    assert!(global_flags.len() >= 9, "{global_flags:?}");
+    let mut leaves = Vec::new();
+    leaf_commands(&root, Vec::new(), &mut leaves);
+    let heading = format!("\n{GLOBAL_OPTIONS_HEADING}:\n");
+    let flag_at = |text: &str, flag: &str| {
+        text.lines()
+            .any(|line| line.trim_start().split([' ', ',']).any(|word| word == flag))
+    };
+    for (path, own_flags) in &leaves {
+        let mut args = vec!["leaseholdctl".to_owned()];
+        args.extend(path.iter().cloned());
+        args.push("--help".to_owned());
+        let help = Cli::try_parse_from(&args).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
+        let help = help.to_string();
+        let (own, global) = help
+            .split_once(&heading)
+            .unwrap_or_else(|| panic!("{args:?}: no {GLOBAL_OPTIONS_HEADING:?} heading:\n{help}"));
+        for flag in own_flags {
+            assert!(
+                flag_at(own, flag),
+                "{args:?}: {flag} is not before the global options:\n{help}"
+            );
+        }
+        // `certs issue` takes `-n` repeated: a flag of its own in place of the global one.
+        for flag in global_flags.iter().filter(|flag| !own_flags.contains(flag)) {
+            assert!(
+                flag_at(global, flag),
+                "{args:?}: {flag} is not under {GLOBAL_OPTIONS_HEADING:?}:\n{help}"
+            );
+            assert!(
+                !flag_at(own, flag),
+                "{args:?}: {flag} is among the command's own flags:\n{help}"
+            );
+        }
+    }
+    let namespace_create = leaves
+        .iter()
+        .find(|(path, _)| path == &["namespace", "create"])
+        .expect("namespace create");
+    assert_eq!(namespace_create.1.len(), 7, "{namespace_create:?}");
+}
+
+/// `snapshot save` and `snapshot inspect` print when the backup was made as RFC 3339 in UTC;
+/// `-o json` prints the header itself, with the number.
+#[test]
+fn a_backups_creation_time_is_printed_in_utc() {
+    let header = crate::backup::BackupHeader {
+        format_version: 1,
+        state_schema_version: 12,
+        revision: 7,
+        shard_count: 64,
+        created_at_unix_ms: 1_796_527_923_019,
+        source_node_id: 2,
+        payload_length: 100,
+        payload_sha256: "ab".repeat(32),
+        seal: None,
+    };
+    let text = render_backup_header(&header, None);
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("created at")
+                && line.ends_with(" 2026-12-06T03:32:03.019Z")),
+        "{text}"
+    );
+    assert!(!text.contains("1796527923019"), "{text}");
+    let json = serde_json::to_value(&header).unwrap();
+    assert_eq!(json["created_at_unix_ms"], 1_796_527_923_019_u64);
+}
+
 /// P17.4: `safe-to-stop` parses for executors and members, and prints the verdict with its
 /// reason; a verdict of not safe is exit code 7.
 #[test]

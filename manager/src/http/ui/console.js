@@ -257,14 +257,21 @@
 
   // ---- colours -------------------------------------------------------------------------------
 
-  /** A palette slot per executor, kept while it is registered or owns a shard. */
+  const utf8 = new TextEncoder();
+
+  /**
+   * An executor's palette slot: FNV-1a (32-bit) of its id's UTF-8 bytes, mod PALETTE. It depends
+   * on the id alone, not on the order the page met executors in, so an executor keeps its colour
+   * across reloads, browsers and comings and goings of others (two may share one: the legend
+   * and the table name them). Remembered while it is registered or owns a shard, so 65 536
+   * cells hash a handful of ids.
+   */
   function colourOf(id) {
     let slot = shown.colours.get(id);
     if (slot === undefined) {
-      const used = new Set(shown.colours.values());
-      slot = 0;
-      while (slot < PALETTE && used.has(slot)) slot++;
-      if (slot === PALETTE) slot = shown.colours.size % PALETTE;
+      let hash = 0x811c9dc5;
+      for (const byte of utf8.encode(id)) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
+      slot = hash % PALETTE;
       shown.colours.set(id, slot);
     }
     return slot;
