@@ -168,7 +168,7 @@ pub async fn renew(
             .map_err(|error| HttpError::invalid(error.to_string()))?;
     }
     let claimed = ClaimsAndLoads {
-        claims: claims.to_vec(),
+        claims: &claims,
         loads,
     };
     let grant = executors

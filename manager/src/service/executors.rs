@@ -38,10 +38,11 @@ pub struct Executors {
     pub(super) load_reports: LoadReports,
 }
 
-/// What a renewal claimed (P4.2) and reported of its shards' loads (P15.1).
+/// What a renewal claimed (P4.2) and reported of its shards' loads (P15.1). The claims are
+/// borrowed: the handler shapes its reply from them too.
 #[derive(Debug)]
-pub struct ClaimsAndLoads {
-    pub claims: Vec<ShardEpoch>,
+pub struct ClaimsAndLoads<'a> {
+    pub claims: &'a [ShardEpoch],
     /// `None`: the executor reports no loads.
     pub loads: Option<Vec<ShardLoad>>,
 }
@@ -189,9 +190,9 @@ impl Executors {
         &self,
         executor_id: &str,
         revision: u64,
-        claimed: ClaimsAndLoads,
+        claimed: ClaimsAndLoads<'_>,
     ) -> Result<Grant, HttpError> {
-        let renewal = Renewal::from_claims(executor_id.to_owned(), &claimed.claims, revision);
+        let renewal = Renewal::from_claims(executor_id.to_owned(), claimed.claims, revision);
         let started = std::time::Instant::now();
         let result = match self
             .memory_renewals
@@ -231,7 +232,7 @@ impl Executors {
 
     /// What a renewal reported of its shards' loads (P15.1), for the shards it both claimed and
     /// holds after the renewal; or that it reports none.
-    fn record_loads(&self, executor_id: &str, grant: &Grant, claimed: ClaimsAndLoads) {
+    fn record_loads(&self, executor_id: &str, grant: &Grant, claimed: ClaimsAndLoads<'_>) {
         match claimed.loads {
             Some(loads) => {
                 let claimed: std::collections::BTreeSet<u32> =
