@@ -67,6 +67,7 @@ fn grant(executor_id: &str) -> Grant {
         shard_count: 4,
         shards: vec![ShardEpoch { shard: 1, epoch: 3 }],
         unchanged: false,
+        secondaries: Vec::new(),
     }
 }
 
@@ -90,6 +91,7 @@ fn renew_request() -> RenewRequest {
         revision: 7,
         loads: None,
         accept_unchanged: false,
+        ready: Vec::new(),
     }
 }
 
@@ -832,6 +834,7 @@ fn shard_view(owner: &str, pinned_to: Option<&str>) -> ShardView {
         load: None,
         hot: false,
         pinned_to: pinned_to.map(str::to_owned),
+        secondaries: Vec::new(),
     }
 }
 

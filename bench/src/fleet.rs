@@ -102,6 +102,7 @@ pub fn claims_payload(shards: u32) -> Vec<u8> {
         revision: 1_000_000,
         loads: None,
         accept_unchanged: false,
+        ready: Vec::new(),
     };
     serde_json::to_vec(&request.with_claims_as_runs()).unwrap_or_default()
 }
@@ -476,6 +477,7 @@ impl Renewer for LeaseholdFleet {
                 claims,
                 revision: assignment.revision(),
                 accept_unchanged: false,
+                ready: Vec::new(),
             }
         };
         let grant = self

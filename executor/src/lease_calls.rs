@@ -230,6 +230,7 @@ mod tests {
                 .map(|&shard| ShardEpoch { shard, epoch: 1 })
                 .collect(),
             unchanged: false,
+            secondaries: Vec::new(),
         }
     }
 
@@ -321,6 +322,7 @@ mod tests {
             revision: 9,
             shard_count: 8,
             shards: vec![ShardEpoch { shard: 1, epoch: 1 }],
+            secondaries: Vec::new(),
         };
         holder.core.apply_push(&push, t0).expect("push applied");
         let renew = calls.next_call(&mut holder, t0);

@@ -99,6 +99,7 @@ fn main() {
                     executor_id: id.clone(),
                     claims: state.delivered_set(id),
                     revision: state.revision(),
+                    ready: Vec::new(),
                 })
                 .collect();
             let outcome = state.apply(

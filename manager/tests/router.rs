@@ -302,6 +302,7 @@ async fn renewals_in_both_wire_forms(router: &Router, executor_id: &str, settled
         revision: settled["revision"].as_u64().expect("revision"),
         loads: None,
         accept_unchanged: false,
+        ready: Vec::new(),
     };
     let as_runs = full.with_claims_as_runs();
     let grant_of = |renewal: &RenewRequest, what: &'static str| {

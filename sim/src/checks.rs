@@ -574,6 +574,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::SetDraining { .. } => "SetDraining",
         Command::SetClusterVersion { .. } => "SetClusterVersion",
         Command::Operator { .. } => "Operator",
+        Command::PlaceSecondaries { .. } => "PlaceSecondaries",
     }
 }
 

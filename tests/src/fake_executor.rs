@@ -332,6 +332,7 @@ async fn renew_loop(client: Client, view: Shared, mut stopped: watch::Receiver<b
                     revision: view.assignment.revision(),
                     loads: None,
                     accept_unchanged: false,
+                    ready: Vec::new(),
                 },
             )
         };

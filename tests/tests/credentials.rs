@@ -85,6 +85,7 @@ async fn p13_4_a_credential_travels_through_a_follower_and_appears_in_no_log() {
                 revision: 0,
                 loads: None,
                 accept_unchanged: false,
+                ready: Vec::new(),
             },
         )
         .await

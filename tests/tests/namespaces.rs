@@ -75,6 +75,7 @@ async fn p18_1_two_namespaces_share_a_cluster_and_never_each_other_s_executors()
             lease_duration_ms: Some(lease_duration_ms),
             max_executors: Some(4),
             placement: Default::default(),
+            ..CreateNamespaceRequest::default()
         })
         .await
         .expect("orders is created");
@@ -339,6 +340,7 @@ async fn p18_2_two_services_in_two_namespaces_cannot_touch_each_other() {
                 lease_duration_ms: Some(lease_duration_ms),
                 max_executors: None,
                 placement: Default::default(),
+                ..CreateNamespaceRequest::default()
             })
             .await
             .unwrap_or_else(|e| panic!("{name} is created: {e}"));
@@ -626,6 +628,7 @@ async fn p18_1_one_process_runs_an_executor_in_each_namespace() {
             lease_duration_ms: None,
             max_executors: None,
             placement: Default::default(),
+            ..CreateNamespaceRequest::default()
         })
         .await
         .expect("orders is created");

@@ -898,6 +898,7 @@ async fn check_namespaces(
             lease_duration_ms: None,
             max_executors: None,
             placement: Default::default(),
+            ..CreateNamespaceRequest::default()
         })
         .await
         .expect("orders is created");

@@ -270,6 +270,8 @@ pub enum NamespaceVerb {
         max_executors: Option<u32>,
         #[command(flatten)]
         placement: placement::PlacementArgs,
+        #[command(flatten)]
+        replicas: replicas::ReplicaArgs,
     },
     /// Every namespace, `default` included: shard count, lease, executors, owned shards, bound.
     List,
@@ -280,8 +282,8 @@ pub enum NamespaceVerb {
         name: String,
     },
     /// Change a namespace's lease (for grants from now on), executor bound (for registrations
-    /// from now on: a lower bound removes no one) or placement settings (for plans from now on,
-    /// cluster version 12); its shard count never changes. Needs the admin role under TLS.
+    /// from now on: a lower bound removes no one), placement settings (for plans from now on,
+    /// cluster version 12) or replicas (cluster version 13); its shard count never changes. Needs the admin role under TLS.
     #[command(group(
         clap::ArgGroup::new("change")
             .required(true)
@@ -294,6 +296,10 @@ pub enum NamespaceVerb {
                 "balance_tolerance",
                 "max_balance_moves",
                 "prefer",
+                "replicas",
+                "secondary_weight",
+                "replica_restore_delay",
+                "min_active",
             ])
     ))]
     Set {
@@ -312,6 +318,8 @@ pub enum NamespaceVerb {
         no_max_executors: bool,
         #[command(flatten)]
         placement: placement::PlacementArgs,
+        #[command(flatten)]
+        replicas: replicas::ReplicaArgs,
     },
     /// Delete a namespace. Refused while any of its shards has an owner: drain its executors
     /// first; those still registered then hold nothing and are removed with it. Deleting it

@@ -10,19 +10,23 @@ pub(super) fn create_request(
     lease_duration_ms: Option<u64>,
     max_executors: Option<u32>,
     placement: &placement::PlacementArgs,
+    replicas: &replicas::ReplicaArgs,
 ) -> Result<CreateNamespaceRequest, CtlError> {
     if is_default_namespace(name) {
         return Err(CtlError::BadInput(format!(
             "namespace {DEFAULT_NAMESPACE} always exists; create one by another name"
         )));
     }
+    let replica_fields = replicas.fields().map_err(CtlError::BadInput)?;
     Ok(CreateNamespaceRequest {
         name: name.to_owned(),
         shard_count,
         lease_duration_ms,
         max_executors,
         placement: placement.settings(),
-    })
+        ..CreateNamespaceRequest::default()
+    }
+    .with_replica_fields(replica_fields))
 }
 
 /// The body of `namespace set`. An empty change is refused rather than sent: it would succeed
@@ -34,6 +38,7 @@ pub(super) fn set_request(
     max_executors: Option<u32>,
     no_max_executors: bool,
     placement: &placement::PlacementArgs,
+    replicas: &replicas::ReplicaArgs,
 ) -> Result<SetNamespaceRequest, CtlError> {
     let max_executors = match (max_executors, no_max_executors) {
         (Some(_), true) => {
@@ -46,11 +51,16 @@ pub(super) fn set_request(
         (None, false) => None,
     };
     let placement = placement.change();
-    if lease_duration_ms.is_none() && max_executors.is_none() && placement.is_empty() {
+    let replicas = replicas.change();
+    if lease_duration_ms.is_none()
+        && max_executors.is_none()
+        && placement.is_empty()
+        && replicas.is_empty()
+    {
         return Err(CtlError::BadInput(format!(
             "namespace set {name}: nothing to change: give --lease, --max-executors, \
-             --no-max-executors, --load-placement, --balance-tolerance, --max-balance-moves or \
-             --prefer"
+             --no-max-executors, --load-placement, --balance-tolerance, --max-balance-moves, \
+             --prefer, --replicas, --secondary-weight, --replica-restore-delay or --min-active"
         )));
     }
     if lease_duration_ms.is_some() && is_default_namespace(name) {
@@ -63,6 +73,10 @@ pub(super) fn set_request(
         lease_duration_ms,
         max_executors,
         placement,
+        replicas: replicas.replicas,
+        secondary_weight: replicas.secondary_weight,
+        replica_restore_delay_ms: replicas.replica_restore_delay_ms,
+        min_active: replicas.min_active,
     })
 }
 
@@ -79,8 +93,16 @@ pub(super) async fn run_namespace(
             lease_ms,
             max_executors,
             placement,
+            replicas,
         } => {
-            let request = create_request(name, *shards, *lease_ms, *max_executors, placement)?;
+            let request = create_request(
+                name,
+                *shards,
+                *lease_ms,
+                *max_executors,
+                placement,
+                replicas,
+            )?;
             let client = cli.client(cli.request_timeout)?;
             client.create_namespace(&request).await?
         }
@@ -99,6 +121,7 @@ pub(super) async fn run_namespace(
             max_executors,
             no_max_executors,
             placement,
+            replicas,
         } => {
             let request = set_request(
                 name,
@@ -106,6 +129,7 @@ pub(super) async fn run_namespace(
                 *max_executors,
                 *no_max_executors,
                 placement,
+                replicas,
             )?;
             let client = cli.client(cli.request_timeout)?;
             client.set_namespace(name, &request).await?

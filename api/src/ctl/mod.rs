@@ -12,6 +12,7 @@ pub mod exit;
 mod placement;
 mod remove;
 mod render;
+mod replicas;
 pub mod snapshot;
 pub mod table;
 pub mod watch;

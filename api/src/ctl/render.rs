@@ -311,6 +311,7 @@ pub(super) fn render_namespace(n: &NamespaceView) -> String {
         ("owned shards", n.owned_shards.to_string()),
         ("created", created),
         ("placement", placement::render_placement(&n.placement)),
+        ("replicas", replicas::render_replicas(&n.replica_settings())),
     ])
 }
 

@@ -129,6 +129,7 @@ fn shard_tables_name_the_state() {
             load: Some(41.666),
             hot: true,
             pinned_to: None,
+            secondaries: Vec::new(),
         },
         ShardView {
             shard: 1,
@@ -142,6 +143,7 @@ fn shard_tables_name_the_state() {
             load: Some(0.0031249),
             hot: false,
             pinned_to: None,
+            secondaries: Vec::new(),
         },
         ShardView {
             shard: 2,
@@ -151,6 +153,7 @@ fn shard_tables_name_the_state() {
             load: None,
             hot: false,
             pinned_to: Some("ex-9".into()),
+            secondaries: Vec::new(),
         },
     ];
     assert_eq!(
@@ -179,6 +182,7 @@ fn shard_list_ends_with_a_summary_line() {
         load: None,
         hot: false,
         pinned_to: None,
+        secondaries: Vec::new(),
     };
     let shards = [
         shard(0, Some("ex-10"), false),
@@ -456,7 +460,7 @@ fn each_commands_help_lists_its_own_flags_before_the_global_ones() {
         .iter()
         .find(|(path, _)| path == &["namespace", "create"])
         .expect("namespace create");
-    assert_eq!(namespace_create.1.len(), 7, "{namespace_create:?}");
+    assert_eq!(namespace_create.1.len(), 11, "{namespace_create:?}");
 }
 
 /// `snapshot save` and `snapshot inspect` print when the backup was made as RFC 3339 in UTC;
@@ -837,6 +841,7 @@ fn p17_4_shard_details_name_the_pin() {
         load: None,
         hot: false,
         pinned_to: Some("ex-2".into()),
+        secondaries: Vec::new(),
     };
     let state = StateView {
         revision: 9,
@@ -972,6 +977,7 @@ fn namespace_view(name: &str, max_executors: Option<u32>, created_revision: u64)
         owned_shards: 12,
         created_revision,
         placement: Default::default(),
+        ..NamespaceView::default()
     }
 }
 
@@ -1006,13 +1012,27 @@ fn p18_1_namespace_list_and_show_render_the_settings() {
          executors:       3\n\
          owned shards:    12\n\
          created:         revision 41\n\
-         placement:       the managers' flags\n"
+         placement:       the managers' flags\n\
+         replicas:        1 (no secondaries)\n"
     );
     let shown = render_namespace(&namespaces[0]);
     assert!(shown.contains("max executors:   -\n"), "{shown}");
     assert!(
         shown.contains("created:         with the cluster\n"),
         "{shown}"
+    );
+    // P19.1: its replicas, with the settings it left at their defaults said as such.
+    let replicated = NamespaceView {
+        replicas: Some(2),
+        replica_restore_delay_ms: Some(30_000),
+        ..namespace_view("orders", None, 41)
+    };
+    assert!(
+        render_namespace(&replicated).ends_with(
+            "replicas:        2 (secondary weight 0.5, restore delay 30s, min active 1)\n"
+        ),
+        "{}",
+        render_namespace(&replicated)
     );
     // P18.4: its own placement settings, the rest following the managers' flags.
     let placed = NamespaceView {
@@ -1024,7 +1044,7 @@ fn p18_1_namespace_list_and_show_render_the_settings() {
         ..namespace_view("orders", None, 41)
     };
     assert!(
-        render_namespace(&placed).ends_with(
+        render_namespace(&placed).contains(
             "placement:       balance tolerance 20%, prefer zone=a (the rest: the managers' flags)\n"
         ),
         "{}",
@@ -1140,8 +1160,10 @@ fn p18_1_namespace_commands_parse() {
                     lease_ms: None,
                     max_executors: None,
                     placement,
+                    replicas,
                 },
         } => {
+            assert_eq!(replicas, Default::default());
             assert_eq!(name, "orders");
             assert!(placement.settings().is_empty());
         }
@@ -1175,6 +1197,7 @@ fn p18_1_namespace_commands_parse() {
                     lease_ms: Some(90_000),
                     max_executors: Some(7),
                     placement,
+                    ..
                 },
         } => {
             assert_eq!(name, "kv-2");
@@ -1249,7 +1272,8 @@ fn p18_1_namespace_commands_parse() {
                 name, placement, ..
             },
         } => {
-            let request = set_request(&name, None, None, false, &placement).unwrap();
+            let request =
+                set_request(&name, None, None, false, &placement, &Default::default()).unwrap();
             assert_eq!(request.placement.prefer, Some(None));
             assert_eq!(request.placement.balance_tolerance_percent, Some(Some(20)));
             assert_eq!(request.placement.load_placement, None);
@@ -1402,32 +1426,63 @@ fn p18_1_namespace_set_needs_one_change() {
     assert_eq!(error.exit_code(), 2, "{error}");
 
     // The same rules where the request is built, for a `Cli` made without the parser.
-    let nothing = set_request("orders", None, None, false, &Default::default()).unwrap_err();
+    let nothing = set_request(
+        "orders",
+        None,
+        None,
+        false,
+        &Default::default(),
+        &Default::default(),
+    )
+    .unwrap_err();
     assert_eq!(nothing.exit_code(), 2);
     assert!(
         nothing.to_string().contains("nothing to change"),
         "{nothing}"
     );
     assert_eq!(
-        set_request("orders", None, Some(2), true, &Default::default())
-            .unwrap_err()
-            .exit_code(),
+        set_request(
+            "orders",
+            None,
+            Some(2),
+            true,
+            &Default::default(),
+            &Default::default()
+        )
+        .unwrap_err()
+        .exit_code(),
         2
     );
     assert_eq!(
-        set_request("orders", None, None, true, &Default::default()).unwrap(),
+        set_request(
+            "orders",
+            None,
+            None,
+            true,
+            &Default::default(),
+            &Default::default()
+        )
+        .unwrap(),
         SetNamespaceRequest {
             lease_duration_ms: None,
             max_executors: Some(None),
-            placement: Default::default(),
+            ..SetNamespaceRequest::default()
         }
     );
     assert_eq!(
-        set_request("orders", Some(500), Some(4), false, &Default::default()).unwrap(),
+        set_request(
+            "orders",
+            Some(500),
+            Some(4),
+            false,
+            &Default::default(),
+            &Default::default()
+        )
+        .unwrap(),
         SetNamespaceRequest {
             lease_duration_ms: Some(500),
             max_executors: Some(Some(4)),
-            placement: Default::default(),
+            ..SetNamespaceRequest::default()
         }
     );
 }
@@ -1437,28 +1492,58 @@ fn p18_1_namespace_set_needs_one_change() {
 #[tokio::test]
 async fn p18_1_default_cannot_be_created_deleted_or_given_a_lease() {
     assert_eq!(
-        create_request("default", 4, None, None, &Default::default())
-            .unwrap_err()
-            .exit_code(),
+        create_request(
+            "default",
+            4,
+            None,
+            None,
+            &Default::default(),
+            &Default::default()
+        )
+        .unwrap_err()
+        .exit_code(),
         2
     );
     assert_eq!(
-        create_request("kv", 4, Some(1_000), Some(2), &Default::default()).unwrap(),
+        create_request(
+            "kv",
+            4,
+            Some(1_000),
+            Some(2),
+            &Default::default(),
+            &Default::default()
+        )
+        .unwrap(),
         CreateNamespaceRequest {
             name: "kv".into(),
             shard_count: 4,
             lease_duration_ms: Some(1_000),
             max_executors: Some(2),
-            placement: Default::default(),
+            ..CreateNamespaceRequest::default()
         }
     );
     assert_eq!(
-        set_request("default", Some(1_000), None, false, &Default::default())
-            .unwrap_err()
-            .exit_code(),
+        set_request(
+            "default",
+            Some(1_000),
+            None,
+            false,
+            &Default::default(),
+            &Default::default()
+        )
+        .unwrap_err()
+        .exit_code(),
         2
     );
-    assert!(set_request("default", None, Some(9), false, &Default::default()).is_ok());
+    assert!(set_request(
+        "default",
+        None,
+        Some(9),
+        false,
+        &Default::default(),
+        &Default::default()
+    )
+    .is_ok());
 
     let fake = FakeManager::start().await;
     for argv in [
@@ -1501,6 +1586,7 @@ impl FakeManager {
                             load: None,
                             hot: false,
                             pinned_to: None,
+                            secondaries: Vec::new(),
                         },
                         ShardView {
                             shard: 1,
@@ -1510,6 +1596,7 @@ impl FakeManager {
                             load: None,
                             hot: false,
                             pinned_to: None,
+                            secondaries: Vec::new(),
                         },
                     ]),
                     ("GET", "/v1/executors") => serde_json::to_value(vec![ExecutorView {
@@ -1551,6 +1638,7 @@ impl FakeManager {
                             executor_id: Some("ex-1".into()),
                             address: Some("http://e1:9".into()),
                             epoch: 3,
+                            secondaries: Vec::new(),
                         },
                     }),
                     ("GET", "/v1/plan") => serde_json::to_value(PlanPreview {

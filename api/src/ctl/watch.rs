@@ -298,6 +298,7 @@ mod tests {
             load: None,
             hot: false,
             pinned_to: None,
+            secondaries: Vec::new(),
         }
     }
 

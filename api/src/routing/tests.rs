@@ -62,6 +62,7 @@ fn state(revision: u64, executors: &[(&str, &str)], owners: &[Option<usize>]) ->
                 load: None,
                 hot: false,
                 pinned_to: None,
+                secondaries: Vec::new(),
             })
             .collect(),
         maintenance: false,
@@ -91,6 +92,7 @@ fn routing_of(state: &StateView) -> RoutingTable {
                     executor_id: owner,
                     address,
                     epoch: shard.epoch,
+                    secondaries: Vec::new(),
                 }
             })
             .collect(),

@@ -217,6 +217,11 @@ pub struct Grant {
     /// `shards` ([`Grant::expand_unchanged`]) before handing the grant on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unchanged: bool,
+    /// The shards this executor holds a secondary of (PROTOCOL P19.1), each at the shard's
+    /// current epoch, ascending: it keeps a warm copy and admits only secondary work for them.
+    /// Always listed whole, whatever form `shards` takes; absent in a namespace of one replica.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<ShardEpoch>,
 }
 
 impl Grant {
@@ -297,6 +302,12 @@ pub struct RenewRequest {
     /// "Versions").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_unchanged: bool,
+    /// The secondaries the executor says are ready (PROTOCOL P19.3), each at the epoch its set
+    /// showed: its whole list, so one left out is no longer ready. Each below the shard count
+    /// and listed once. Sent only to managers stating cluster version 13 or later, and only by an
+    /// executor that holds secondaries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<ShardEpoch>,
 }
 
 impl RenewRequest {
@@ -310,6 +321,7 @@ impl RenewRequest {
             revision: self.revision,
             loads: self.loads.clone(),
             accept_unchanged: self.accept_unchanged,
+            ready: self.ready.clone(),
         }
     }
 
@@ -330,6 +342,13 @@ impl RenewRequest {
                 shard_count,
             )?)),
         }
+    }
+
+    /// The secondaries it says are ready, checked against `shard_count` (I6): each below it and
+    /// listed once.
+    pub fn checked_ready(&self, shard_count: u32) -> Result<&[ShardEpoch], ShardListError> {
+        check_shard_list(self.ready.iter().map(|entry| entry.shard), shard_count)?;
+        Ok(&self.ready)
     }
 }
 
@@ -426,6 +445,10 @@ pub struct AssignmentPush {
     pub shard_count: u32,
     /// The complete set; a push never carries a lease (P3.3).
     pub shards: Vec<ShardEpoch>,
+    /// The executor's secondaries (PROTOCOL P19.1), whole, as a grant lists them; absent in a
+    /// namespace of one replica.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<ShardEpoch>,
 }
 
 /// `POST /v1/revoke` on the executor: stop admitting these shards.

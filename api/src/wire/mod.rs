@@ -18,6 +18,7 @@ mod limits;
 mod local;
 mod namespaces;
 mod operator;
+mod replicas;
 mod shards;
 mod views;
 
@@ -29,6 +30,7 @@ pub use limits::*;
 pub use local::*;
 pub use namespaces::*;
 pub use operator::*;
+pub use replicas::*;
 pub use shards::*;
 pub use views::*;
 

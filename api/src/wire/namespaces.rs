@@ -39,7 +39,7 @@ pub const MAX_TOTAL_SHARDS: u64 = super::MAX_SHARD_COUNT as u64;
 
 /// `POST /v1/namespaces` (PROTOCOL P18.1, admin role): create a namespace. A repeat with the
 /// same settings succeeds and changes nothing; other settings for a name in use are `409`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateNamespaceRequest {
@@ -66,6 +66,47 @@ pub struct CreateNamespaceRequest {
     /// Its own placement settings (P18.4); absent ones follow the managers' flags.
     #[serde(default, skip_serializing_if = "NamespacePlacement::is_empty")]
     pub placement: NamespacePlacement,
+    /// Replicas of each shard, a primary and `replicas - 1` secondaries (P19.1), `1..=5`;
+    /// absent: 1. More than 1 needs cluster version 13.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 5))]
+    pub replicas: Option<u32>,
+    /// What a secondary counts for in placement next to a primary's 1 (P19.2), `0..=1` in
+    /// thousandths; absent: 0.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<f64>))]
+    pub secondary_weight: Option<super::SecondaryWeight>,
+    /// How long a lost replica waits before it is placed again elsewhere (P19.4),
+    /// `0..=86400000` ms; absent: twice the namespace's lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_restore_delay_ms: Option<u64>,
+    /// Fewer live replicas of a shard than this and a lost one is placed again at once (P19.4),
+    /// `1..=replicas`; absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_active: Option<u32>,
+}
+
+impl CreateNamespaceRequest {
+    /// Its replica fields (P19.1).
+    pub fn replica_fields(&self) -> super::ReplicaFields {
+        super::ReplicaFields {
+            replicas: self.replicas,
+            secondary_weight: self.secondary_weight,
+            replica_restore_delay_ms: self.replica_restore_delay_ms,
+            min_active: self.min_active,
+        }
+    }
+
+    /// This request with `fields` as its replica fields.
+    pub fn with_replica_fields(self, fields: super::ReplicaFields) -> Self {
+        Self {
+            replicas: fields.replicas,
+            secondary_weight: fields.secondary_weight,
+            replica_restore_delay_ms: fields.replica_restore_delay_ms,
+            min_active: fields.min_active,
+            ..self
+        }
+    }
 }
 
 /// A namespace's own placement settings (PROTOCOL P18.4). Each one set overrides the managers'
@@ -232,6 +273,43 @@ pub struct SetNamespaceRequest {
     /// Changes to its placement settings (P18.4).
     #[serde(default, skip_serializing_if = "NamespacePlacementChange::is_empty")]
     pub placement: NamespacePlacementChange,
+    /// A new replica count (P19.1), `1..=5`: more secondaries are placed, or the surplus ones
+    /// dropped, by the next plans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 5))]
+    pub replicas: Option<u32>,
+    /// A new weight for secondaries in placement (P19.2), `0..=1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<f64>))]
+    pub secondary_weight: Option<super::SecondaryWeight>,
+    /// A new restore delay (P19.4); `null` returns it to twice the lease.
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<u64>, nullable = true))]
+    pub replica_restore_delay_ms: Option<Option<u64>>,
+    /// A new `min_active` (P19.4), `1..=replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_active: Option<u32>,
+}
+
+impl SetNamespaceRequest {
+    /// Its change of the replica settings (P19.1).
+    pub fn replica_change(&self) -> super::ReplicaChange {
+        super::ReplicaChange {
+            replicas: self.replicas,
+            secondary_weight: self.secondary_weight,
+            replica_restore_delay_ms: self.replica_restore_delay_ms,
+            min_active: self.min_active,
+        }
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// A field that is absent (`None`, through `#[serde(default)]`), `null` (`Some(None)`) or a
@@ -245,7 +323,7 @@ where
 }
 
 /// One namespace (`GET /v1/namespaces`, `GET /v1/namespaces/{name}`; PROTOCOL P18.1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct NamespaceView {
     pub name: String,
@@ -264,6 +342,43 @@ pub struct NamespaceView {
     /// Its own placement settings (P18.4); absent ones follow the managers' flags.
     #[serde(default, skip_serializing_if = "NamespacePlacement::is_empty")]
     pub placement: NamespacePlacement,
+    /// Replicas of each shard (P19.1); absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// What a secondary counts for in placement (P19.2); absent: 0.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<f64>))]
+    pub secondary_weight: Option<super::SecondaryWeight>,
+    /// The restore delay it set (P19.4); absent: twice its lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_restore_delay_ms: Option<u64>,
+    /// Its `min_active` (P19.4); absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_active: Option<u32>,
+}
+
+impl NamespaceView {
+    /// This view with `fields` as its replica fields.
+    pub fn with_replica_fields(self, fields: super::ReplicaFields) -> Self {
+        Self {
+            replicas: fields.replicas,
+            secondary_weight: fields.secondary_weight,
+            replica_restore_delay_ms: fields.replica_restore_delay_ms,
+            min_active: fields.min_active,
+            ..self
+        }
+    }
+
+    /// Its replica settings (P19.1), the absent fields at their defaults.
+    pub fn replica_settings(&self) -> super::ReplicaSettings {
+        let defaults = super::ReplicaSettings::default();
+        super::ReplicaSettings {
+            replicas: self.replicas.unwrap_or(defaults.replicas),
+            secondary_weight: self.secondary_weight.unwrap_or(defaults.secondary_weight),
+            replica_restore_delay_ms: self.replica_restore_delay_ms,
+            min_active: self.min_active.unwrap_or(defaults.min_active),
+        }
+    }
 }
 
 /// `DELETE /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): what the deletion did.
@@ -394,9 +509,8 @@ mod tests {
         assert_eq!(parse(r#"{"max_executors":3}"#).max_executors, Some(Some(3)));
         assert!(serde_json::from_str::<SetNamespaceRequest>(r#"{"shard_count":3}"#).is_err());
         let cleared = SetNamespaceRequest {
-            lease_duration_ms: None,
             max_executors: Some(None),
-            placement: NamespacePlacementChange::default(),
+            ..SetNamespaceRequest::default()
         };
         // `None` fields are skipped: the null that clears a bound has to be sent by hand.
         assert_eq!(

@@ -453,6 +453,7 @@ fn renewal_claims_and_grants_in_either_form() {
         revision: 7,
         loads: None,
         accept_unchanged: false,
+        ready: Vec::new(),
     };
     let compact = full.with_claims_as_runs();
     let value = serde_json::to_value(&compact).unwrap();
@@ -485,6 +486,7 @@ fn renewal_claims_and_grants_in_either_form() {
         shards: held.clone(),
         shard_runs: None,
         unchanged: false,
+        secondaries: Vec::new(),
     };
     let compact_grant = grant.clone().into_shard_runs();
     assert_eq!(
@@ -517,6 +519,7 @@ fn unchanged_grants_stand_for_the_claims() {
         revision: 7,
         loads: None,
         accept_unchanged: true,
+        ready: Vec::new(),
     };
     let value = serde_json::to_value(&asking).unwrap();
     assert_eq!(value["accept_unchanged"], true);
@@ -549,6 +552,7 @@ fn unchanged_grants_stand_for_the_claims() {
         shards: entries(&[(0, 2), (5, 3)]),
         shard_runs: None,
         unchanged: false,
+        secondaries: Vec::new(),
     };
     let unchanged = grant.clone().into_unchanged();
     assert_eq!(
@@ -599,6 +603,7 @@ fn grant_has_the_documented_shape() {
         shards: vec![ShardEpoch { shard: 3, epoch: 2 }],
         shard_runs: None,
         unchanged: false,
+        secondaries: Vec::new(),
     };
     let value = serde_json::to_value(&grant).unwrap();
     assert_eq!(

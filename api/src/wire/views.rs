@@ -105,6 +105,26 @@ pub struct ShardView {
     /// moves it there, while that executor is live and not draining.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_to: Option<String>,
+    /// Its secondaries (PROTOCOL P19.1), in the order they were placed; absent in a namespace
+    /// of one replica. Its `owner` is its primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<SecondaryView>,
+}
+
+/// One secondary of a shard (PROTOCOL P19.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SecondaryView {
+    /// The executor holding it; once lost, the one that held it.
+    pub executor_id: String,
+    /// Its executor said it is ready to be promoted (P19.3).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready: bool,
+    /// How long ago its executor left (P19.4): it waits out the namespace's restore delay for an
+    /// executor of the same name before it is placed elsewhere. Absent while its executor holds
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_for_ms: Option<u64>,
 }
 
 /// `GET /v1/state`: everything, read at one revision.
@@ -141,6 +161,19 @@ pub struct Route {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
     pub epoch: u64,
+    /// Its ready secondaries on live executors (PROTOCOL P19.5), ready longest first: where
+    /// secondary work (reads the service allows from a secondary) may go. Absent in a namespace
+    /// of one replica.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<SecondaryRoute>,
+}
+
+/// A ready secondary in a [`Route`] (PROTOCOL P19.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SecondaryRoute {
+    pub executor_id: String,
+    pub address: String,
 }
 
 /// `GET /v1/routing`: the whole table; `?key=K` answers with one [`Route`] plus the key.

@@ -335,6 +335,7 @@ impl AdmissionCore {
                 // The shell adds the loads (P15.1): they are measured outside this core.
                 loads: None,
                 accept_unchanged: false,
+                ready: Vec::new(),
             },
         ))
     }

@@ -29,6 +29,7 @@ fn grant(lease_ttl_ms: u64, revision: u64, shards: &[(u32, u64)]) -> Grant {
         shard_count: SHARD_COUNT,
         shards: set(shards),
         unchanged: false,
+        secondaries: Vec::new(),
     }
 }
 
@@ -38,6 +39,7 @@ fn push(revision: u64, shards: &[(u32, u64)]) -> AssignmentPush {
         revision,
         shard_count: SHARD_COUNT,
         shards: set(shards),
+        secondaries: Vec::new(),
     }
 }
 

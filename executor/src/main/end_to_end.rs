@@ -72,6 +72,7 @@ fn grant(state: &FakeState) -> Grant {
         shard_count: SHARD_COUNT,
         shards: state.shards.clone(),
         unchanged: false,
+        secondaries: Vec::new(),
     }
 }
 
@@ -111,6 +112,7 @@ async fn routing(Query(query): Query<KeyQuery>) -> Json<KeyRoute> {
             executor_id: Some("ex-9".into()),
             address: Some("http://127.0.0.1:1".into()),
             epoch: 4,
+            secondaries: Vec::new(),
         },
     })
 }

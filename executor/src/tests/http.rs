@@ -39,6 +39,7 @@ fn registered() -> Arc<Shared> {
                 shard_count: SHARD_COUNT,
                 shards: set(&[(1, 1), (2, 1)]),
                 unchanged: false,
+                secondaries: Vec::new(),
             },
         )
         .unwrap();
@@ -652,6 +653,7 @@ async fn p17_1_a_prepare_overtaking_the_registration_answer_waits_for_it() {
                 shard_count: SHARD_COUNT,
                 shards: set(&[]),
                 unchanged: false,
+                secondaries: Vec::new(),
             },
         )
         .unwrap();

@@ -917,6 +917,7 @@ async fn p4_1_the_next_renewal_heals_a_forged_push_at_u64_max() {
             revision: u64::MAX,
             shard_count: 16,
             shards: vec![],
+            secondaries: Vec::new(),
         })
         .unwrap();
     assert_eq!(harness.shared.admit(1), Err(AdmitError::NotOwner));

@@ -166,6 +166,7 @@ impl FakeManager {
             shard_count: script.shard_count,
             shards: script.shards.clone(),
             unchanged: false,
+            secondaries: Vec::new(),
         }
     }
 }

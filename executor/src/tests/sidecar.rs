@@ -94,6 +94,7 @@ fn grant_of_ex_1(lease_ttl_ms: u64) -> Grant {
         shard_count: 8,
         shards: set(&[(1, 1), (2, 1)]),
         unchanged: false,
+        secondaries: Vec::new(),
     }
 }
 

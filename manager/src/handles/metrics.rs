@@ -100,7 +100,7 @@ pub const METRICS: &[MetricSpec] = &[
         help: "Renewals that went through the Raft log although answering from memory was on, by why (leader, PROTOCOL P6.5).",
         labels: &[(
             "reason",
-            &["unconfirmed", "unknown", "claims", "releasing", "longer_lease", "unreserved", "lapsed", "not_enabled"],
+            &["unconfirmed", "unknown", "claims", "releasing", "longer_lease", "unreserved", "lapsed", "readiness", "not_enabled"],
         )],
         at_start: AtStart::Zero,
     },
@@ -169,6 +169,13 @@ pub const METRICS: &[MetricSpec] = &[
             "reason",
             &["balance", "expiry", "drain", "join", "deregister"],
         )],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_secondary_changes_total",
+        kind: MetricKind::Counter,
+        help: "Shards whose secondaries a committed plan changed, by why (leader; P19.2).",
+        labels: &[("reason", &["replica", "departure", "balance"])],
         at_start: AtStart::Zero,
     },
     MetricSpec {
@@ -571,6 +578,13 @@ impl CommitMetrics {
     /// Counts the moves of a plan this node committed and applied as leader, by reason
     /// (`leasehold_shard_moves_by_reason_total`, §15). A cancelled handoff moves nothing.
     pub fn count_plan(&self, plan: &Plan) {
+        if let Command::PlaceSecondaries { .. } = &plan.command {
+            for reason in &plan.reasons {
+                metrics::counter!("leasehold_secondary_changes_total", "reason" => reason.as_str())
+                    .increment(1);
+            }
+            return;
+        }
         let Command::Rebalance { moves, .. } = &plan.command else {
             return;
         };

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use leasehold_api::wire::{Route, RoutingRuns};
+use leasehold_api::wire::{Route, RoutingRuns, SecondaryRoute};
 
 use leasehold_api::wire::DEFAULT_NAMESPACE;
 
@@ -26,7 +26,31 @@ pub fn route(state: &LeaseState, shard: &Shard) -> Route {
             .and_then(|id| state.executor(id))
             .map(|e| e.address.clone()),
         epoch: shard.epoch,
+        secondaries: secondary_routes(state, shard),
     }
+}
+
+/// Where secondary work for `shard` may go (P19.5): its ready secondaries, ready longest first
+/// (the placement order among equals).
+fn secondary_routes(state: &LeaseState, shard: &Shard) -> Vec<SecondaryRoute> {
+    let mut ready: Vec<(u64, usize, SecondaryRoute)> = shard
+        .live_secondaries()
+        .enumerate()
+        .filter_map(|(order, secondary)| {
+            let since_ms = secondary.ready_since_ms?;
+            let executor = state.executor(&secondary.executor)?;
+            Some((
+                since_ms,
+                order,
+                SecondaryRoute {
+                    executor_id: executor.id.clone(),
+                    address: executor.address.clone(),
+                },
+            ))
+        })
+        .collect();
+    ready.sort_by_key(|(since_ms, order, _)| (*since_ms, *order));
+    ready.into_iter().map(|(_, _, route)| route).collect()
 }
 
 /// One namespace's routing table as runs ([`RoutingRuns`]), by [`routed_owner`].

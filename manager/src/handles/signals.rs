@@ -128,6 +128,7 @@ mod tests {
             revision: 9,
             shard_count: 4,
             shards: Vec::new(),
+            secondaries: Vec::new(),
         }
     }
 

@@ -167,9 +167,13 @@ pub async fn renew(
         check_shard_loads(loads, shard_count)
             .map_err(|error| HttpError::invalid(error.to_string()))?;
     }
+    let ready = request
+        .checked_ready(shard_count)
+        .map_err(|error| HttpError::invalid(format!("ready: {error}")))?;
     let claimed = ClaimsAndLoads {
         claims: &claims,
         loads,
+        ready,
     };
     let grant = executors
         .renew(&executor_id, request.revision, claimed)
@@ -294,6 +298,7 @@ mod tests {
             revision: 9,
             shard_count: 8,
             shards: set.clone(),
+            secondaries: Vec::new(),
         };
         let claims = |pairs: &[(u32, u64)]| -> Vec<ShardEpoch> {
             pairs
@@ -307,6 +312,7 @@ mod tests {
             revision: 9,
             loads: None,
             accept_unchanged,
+            ready: Vec::new(),
         };
         let listed: Grant = grant.clone().into();
         for held in [set.clone(), vec![(5, 3), (0, 2), (1, 2)]] {

@@ -125,12 +125,17 @@ pub async fn create(
         .map_err(|error| HttpError::invalid(error.to_string()))?;
     let placement = PlacementOverrides::from_wire(&request.placement)
         .map_err(|error| HttpError::invalid(error.to_string()))?;
+    let replication = request
+        .replica_fields()
+        .settings()
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
     let action = OperatorAction::CreateNamespace {
         name: request.name.clone(),
         shard_count: request.shard_count,
         lease_duration_ms,
         max_executors: request.max_executors,
         placement,
+        replication,
     };
     let answer = operator
         .propose_expecting(&actor, action, |done| match done {
@@ -161,10 +166,10 @@ pub async fn create(
     request_body = SetNamespaceRequest,
     responses(
         (status = 200, description = "The namespace as it is now (recorded in the audit log if this changed it).", body = NamespaceView),
-        (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range or a preference that is not one `key=value` label (P18.4)."),
+        (status = 400, description = "`invalid_request`: a malformed name, a lease outside 1 ms..=24 h, a bound of 0, a placement setting out of range, a preference that is not one `key=value` label (P18.4), or replica settings out of range (P19.1, P19.4)."),
         (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is, and then it may lower the executor bound but not raise or remove it (P18.2)."),
         (status = 404, description = "`not_found`: no such namespace."),
-        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 12 (P14.3)."),
+        (status = 409, description = "`conflict`: `default`'s lease (the managers' `--lease-duration`), or the cluster version is below 12 (13 for replicas, P14.3)."),
     ),
 )]
 pub async fn set(
@@ -197,11 +202,16 @@ pub async fn set(
     let placement =
         PlacementOverrides::from_wire(&request.placement.applied_to(&current.placement))
             .map_err(|error| HttpError::invalid(error.to_string()))?;
+    let replication = request
+        .replica_change()
+        .applied_to(&current.replica_settings())
+        .map_err(|error| HttpError::invalid(error.to_string()))?;
     let action = OperatorAction::SetNamespace {
         name: name.clone(),
         lease_duration_ms,
         max_executors,
         placement,
+        replication,
     };
     let answer = operator
         .propose_expecting(&actor, action, |done| match done {

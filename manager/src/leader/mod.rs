@@ -38,7 +38,9 @@ use crate::handles::leadership::{Leader, ReadBarrierError};
 use crate::handles::load_reports::{LoadPicture, SpaceLoads};
 use crate::handles::load_reports::{LoadReports, PublishedLoads};
 use crate::handles::signals::LeaderSignals;
-use crate::lease::answer::{CommandAnswer, HandoffsCompleted, Reaped, Rebalanced};
+use crate::lease::answer::{
+    CommandAnswer, HandoffsCompleted, Reaped, Rebalanced, SecondariesPlaced,
+};
 use crate::lease::load_summary::LoadSummary;
 use crate::lease::{
     Answer, Command, LeaseState, Loads, PlacementInputs, RefusalReason, MAX_MOVES_PER_PLAN,
@@ -301,6 +303,7 @@ async fn step(
                 prepare_receivers(node, prepared, &command).await;
                 rebalance(node, command).await
             }
+            StepWrite::PlaceSecondaries => place_secondaries(node, command).await,
         };
         if let Some(plan) = term_steps.written(written, node.leadership.clock.now_ms()) {
             node.signals.metrics.count_plan(plan);
@@ -428,6 +431,13 @@ async fn rebalance(node: &LeaderHandle, plan: Command) -> Written {
             cancelled = done.cancelled.len(),
             "rebalanced"
         );
+    })
+    .await
+}
+
+async fn place_secondaries(node: &LeaderHandle, plan: Command) -> Written {
+    commit_write(node, plan, "secondaries plan", |done: SecondariesPlaced| {
+        tracing::info!(shards = done.changed.len(), "secondaries placed (P19.2)");
     })
     .await
 }

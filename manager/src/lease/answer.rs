@@ -122,6 +122,13 @@ pub struct Rebalanced {
     pub effects: Effects,
 }
 
+/// `PlaceSecondaries`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecondariesPlaced {
+    pub changed: Vec<ShardId>,
+    pub effects: Effects,
+}
+
 /// `CompleteHandoffs`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoffsCompleted {
@@ -385,6 +392,20 @@ impl CommandAnswer for Rebalanced {
                 cancelled,
                 effects,
             })),
+            Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
+            other => Err(other),
+        }
+    }
+}
+
+impl CommandAnswer for SecondariesPlaced {
+    type Answer = Answer<Self>;
+    const COMMAND: &'static str = "PlaceSecondaries";
+    fn answer(outcome: Outcome) -> Result<Answer<Self>, Outcome> {
+        match outcome {
+            Outcome::SecondariesPlaced { changed, effects } => {
+                Ok(Answer::Done(Self { changed, effects }))
+            }
             Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
             other => Err(other),
         }

@@ -7,6 +7,7 @@
 //! `#[serde(default)]` that means what a record without it meant, and a gate (docs/PROTOCOL.md,
 //! "Changing the replicated state").
 
+use leasehold_api::wire::ReplicaSettings;
 use serde::{Deserialize, Serialize};
 
 use super::{Epoch, ExecutorId, PlacementOverrides, ShardId};
@@ -21,6 +22,11 @@ pub struct Renewal {
     pub claims: Vec<(ShardId, Epoch)>,
     /// The revision of the last delivery the executor applied (P4.1).
     pub revision: u64,
+    /// The secondaries the executor says are ready (P19.3), with the epoch its set showed each
+    /// at: its whole list, so one it leaves out is no longer ready. Empty for an executor that
+    /// holds no secondary (and left out of every record then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<(ShardId, Epoch)>,
 }
 
 impl Renewal {
@@ -38,6 +44,18 @@ impl Renewal {
                 .map(|claim| (claim.shard, claim.epoch))
                 .collect(),
             revision,
+            ready: Vec::new(),
+        }
+    }
+
+    /// This renewal stating `ready` as the secondaries its executor says are ready (P19.3).
+    pub fn with_ready(self, ready: &[leasehold_api::wire::ShardEpoch]) -> Self {
+        Self {
+            ready: ready
+                .iter()
+                .map(|entry| (entry.shard, entry.epoch))
+                .collect(),
+            ..self
         }
     }
 }
@@ -92,6 +110,17 @@ pub struct Move {
 }
 
 /// A command of the lease state machine.
+/// One change of a shard's secondaries in a [`Command::PlaceSecondaries`] (P19.2): a secondary
+/// placed on `add`, dropped from `drop`, or both (moved).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecondaryChange {
+    pub shard: ShardId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add: Option<ExecutorId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop: Option<ExecutorId>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Sets the configuration once: shards `0..shard_count`, unowned at epoch 0. Repeating it
@@ -255,6 +284,19 @@ pub enum Command {
         /// Candidates, each at most once, as the leader judged them.
         leases: Vec<LapsedLease>,
     },
+    /// The leader's plan for one namespace's secondaries (P19.2, P19.4), conditional like a
+    /// `Rebalance`: refused whole if the namespace's assignment changed since `planned_at`, or
+    /// if any change is malformed. Secondaries admit no primary work, so they move at once, with
+    /// no handoff. Schema 13.
+    PlaceSecondaries {
+        /// Leader clock.
+        now_ms: u64,
+        /// The revision the plan was made on.
+        planned_at: u64,
+        namespace: String,
+        /// At most one per shard, ascending by shard.
+        changes: Vec<SecondaryChange>,
+    },
 }
 
 /// One executor's lease as the leader judged it when proposing [`Command::ReapLapsed`] (P6.7).
@@ -288,6 +330,7 @@ impl Command {
             | Command::RegisterMany { now_ms, .. }
             | Command::ReserveLeases { now_ms, .. }
             | Command::ReapLapsed { now_ms, .. }
+            | Command::PlaceSecondaries { now_ms, .. }
             | Command::Renew { now_ms, .. }
             | Command::Deregister { now_ms, .. }
             | Command::Reap { now_ms, .. }
@@ -342,6 +385,9 @@ pub enum OperatorAction {
         max_executors: Option<u32>,
         /// Its own placement settings (P18.4).
         placement: PlacementOverrides,
+        /// Its replicas per shard (P19.1); one, and left out of the record, unless set.
+        #[serde(default, skip_serializing_if = "ReplicaSettings::is_default")]
+        replication: ReplicaSettings,
     },
     /// Change a namespace's lease duration (for grants from now on, P3.4) and executor bound;
     /// its shard count never changes. `default`'s lease is the managers' `--lease-duration`
@@ -352,6 +398,10 @@ pub enum OperatorAction {
         max_executors: Option<u32>,
         /// Its placement settings from now on (P18.4), whole.
         placement: PlacementOverrides,
+        /// Its replica settings from now on (P19.1), whole; one replica, and left out of the
+        /// record, unless set.
+        #[serde(default, skip_serializing_if = "ReplicaSettings::is_default")]
+        replication: ReplicaSettings,
     },
     /// Delete a namespace (P18.1), refused while any of its shards has an owner (drain its
     /// executors first) and for `default`. Executors still registered in it, holding nothing,

@@ -38,17 +38,19 @@ pub use answer::{answer, Answer, CommandAnswer, ExecutorAnswer, Mismatch};
 pub use apply::claims_are_exactly;
 pub use command::{
     Command, LapsedLease, MembershipChange, Move, OperatorAction, Registration, Renewal,
+    SecondaryChange,
 };
 pub use outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult, Revoke};
 pub use planner::load_summary;
 pub use planner::{
-    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, rollout_target,
-    takes_shards, Loads, MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE,
-    MAX_MOVES_PER_PLAN,
+    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, plan_secondaries,
+    rollout_target, takes_shards, Loads, MoveReason, PlacementInputs, Plan,
+    DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
 };
 pub use state::{
-    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, Namespace,
-    PlacementOverrides, Shard, Space, ToldFromMemory, Tombstone, TombstoneReason,
+    lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, LostReplica,
+    Namespace, PlacementOverrides, Secondary, Shard, Space, ToldFromMemory, Tombstone,
+    TombstoneReason,
 };
 
 /// Manager-minted executor identity, `ex-{n}`: `n` is the log index of the entry that registered

@@ -228,6 +228,13 @@ pub enum Outcome {
         /// Revokes to old owners, assignments to new owners and to owners of cancelled handoffs.
         effects: Effects,
     },
+    /// `PlaceSecondaries` applied (P19.2).
+    SecondariesPlaced {
+        /// The shards whose secondaries changed, ascending.
+        changed: Vec<ShardId>,
+        /// Assignments to the executors that gained or lost a secondary.
+        effects: Effects,
+    },
     /// `Release` applied.
     Released {
         /// Shards handed on (to the target, or unowned if it left), ascending.
@@ -312,6 +319,7 @@ impl Outcome {
             | Outcome::Deregistered { effects, .. }
             | Outcome::Reaped { effects, .. }
             | Outcome::Rebalanced { effects, .. }
+            | Outcome::SecondariesPlaced { effects, .. }
             | Outcome::Released { effects, .. }
             | Outcome::HandoffsCompleted { effects, .. } => Some(effects),
             Outcome::Nothing

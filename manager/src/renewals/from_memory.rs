@@ -232,6 +232,7 @@ impl MemoryRenewals {
                     ThroughTheLog::Unknown => "unknown",
                     ThroughTheLog::Claims => "claims",
                     ThroughTheLog::Releasing => "releasing",
+                    ThroughTheLog::Readiness => "readiness",
                     ThroughTheLog::LongerLease => "longer_lease",
                     ThroughTheLog::Unreserved => "unreserved",
                     ThroughTheLog::Lapsed => "lapsed",

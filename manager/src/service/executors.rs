@@ -45,6 +45,8 @@ pub struct ClaimsAndLoads<'a> {
     pub claims: &'a [ShardEpoch],
     /// `None`: the executor reports no loads.
     pub loads: Option<Vec<ShardLoad>>,
+    /// The secondaries it says are ready (P19.3).
+    pub ready: &'a [ShardEpoch],
 }
 
 /// Where an operator's removal stands after a request (P5.5).
@@ -192,7 +194,8 @@ impl Executors {
         revision: u64,
         claimed: ClaimsAndLoads<'_>,
     ) -> Result<Grant, HttpError> {
-        let renewal = Renewal::from_claims(executor_id.to_owned(), claimed.claims, revision);
+        let renewal = Renewal::from_claims(executor_id.to_owned(), claimed.claims, revision)
+            .with_ready(claimed.ready);
         let started = std::time::Instant::now();
         let result = match self
             .memory_renewals

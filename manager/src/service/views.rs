@@ -11,7 +11,7 @@ use leasehold_api::http::HttpError;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::{
     AuditRecordView, ExecutorView, HandoffView, KeyRoute, NamespaceView, RoutingRuns, RoutingTable,
-    ShardEpoch, ShardView, StateView, DEFAULT_NAMESPACE,
+    SecondaryView, ShardEpoch, ShardView, StateView, DEFAULT_NAMESPACE,
 };
 
 use super::operator::REMOVAL_MARK;
@@ -318,6 +318,18 @@ pub fn shard_view(
             .and_then(|(picture, index)| picture.shard_loads.get(index).copied()),
         hot: loads.is_some_and(|picture| picture.summary.hot.contains(&shard.id)),
         pinned_to: space.pin(shard.id).map(str::to_owned),
+        secondaries: shard
+            .secondaries
+            .iter()
+            .map(|secondary| SecondaryView {
+                executor_id: secondary.executor.clone(),
+                ready: secondary.ready_since_ms.is_some(),
+                lost_for_ms: secondary
+                    .lost
+                    .as_ref()
+                    .map(|lost| now_ms.saturating_sub(lost.since_ms)),
+            })
+            .collect(),
     }
 }
 
@@ -382,7 +394,9 @@ fn namespace_view(name: &str, namespace: &Namespace, state: &LeaseState) -> Name
             .sum(),
         created_revision: namespace.created_revision,
         placement: namespace.placement.to_wire(),
+        ..NamespaceView::default()
     }
+    .with_replica_fields(namespace.replication.as_request())
 }
 
 /// A move's or pin's namespace as the audit view shows it: only when it is not `default`, so

@@ -182,6 +182,7 @@ impl HandoffModel {
             shard_count: SHARD_COUNT,
             shards: shards.clone(),
             unchanged: false,
+            secondaries: Vec::new(),
         };
         let now = instant(state.tick);
         let Some(process) = state.processes.get_mut(*to) else {
@@ -209,6 +210,7 @@ impl HandoffModel {
             revision,
             shard_count: SHARD_COUNT,
             shards: shards.to_vec(),
+            secondaries: Vec::new(),
         };
         let now = instant(state.tick);
         let Some(process) = state.processes.get_mut(to) else {
@@ -265,6 +267,7 @@ impl HandoffModel {
                     revision: *revision,
                     loads: None,
                     accept_unchanged: false,
+                    ready: Vec::new(),
                 };
                 self.manager_renew(state, *from, *sent_tick, &request);
             }
@@ -673,6 +676,7 @@ fn give_every_shard(
                 shard_count: SHARD_COUNT,
                 shards: wire_set(&state.lease.delivered_set(&executor_id)),
                 executor_id,
+                secondaries: Vec::new(),
             };
             if let Err(error) = core.apply_push(&push, now) {
                 state.fault(format!("the first push was refused: {error}"));

@@ -382,6 +382,7 @@ impl World {
                 lease_duration_ms: ns.config.lease_duration_ms,
                 max_executors: ns.max_executors,
                 placement: ns.placement.clone(),
+                replication: ns.replication,
             })
         else {
             return;
@@ -396,6 +397,7 @@ impl World {
                     lease_duration_ms: settings.lease_duration_ms,
                     max_executors: settings.max_executors,
                     placement: settings.placement,
+                    replication: settings.replication,
                 },
             },
             ReplyTo::Nobody,
@@ -420,6 +422,7 @@ impl World {
                     lease_duration_ms: lease_ms,
                     max_executors: None,
                     placement: Default::default(),
+                    replication: Default::default(),
                 },
             },
             ReplyTo::Nobody,
@@ -605,4 +608,5 @@ struct NamespaceSettings {
     lease_duration_ms: u64,
     max_executors: Option<u32>,
     placement: leasehold_manager::lease::PlacementOverrides,
+    replication: leasehold_api::wire::ReplicaSettings,
 }

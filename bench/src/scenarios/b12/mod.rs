@@ -323,6 +323,7 @@ async fn create_namespaces(
                 lease_duration_ms: Some(lease_ms),
                 max_executors: None,
                 placement: Default::default(),
+                ..CreateNamespaceRequest::default()
             })
             .await
             .with_context(|| format!("B12: creating {}", namespace_name(namespace)))?;

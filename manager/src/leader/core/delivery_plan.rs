@@ -122,6 +122,11 @@ impl DeliveryPlanner {
                 .into_iter()
                 .map(|(shard, epoch)| ShardEpoch { shard, epoch })
                 .collect();
+            let secondaries = state
+                .secondaries_of(&executor_id)
+                .into_iter()
+                .map(|(shard, epoch)| ShardEpoch { shard, epoch })
+                .collect();
             round.deliveries.push(Delivery::Push {
                 address: executor.address.clone(),
                 executor_id: executor_id.clone(),
@@ -130,6 +135,7 @@ impl DeliveryPlanner {
                     revision: state.revision(),
                     shard_count,
                     shards,
+                    secondaries,
                 },
             });
         }

@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use crate::lease::ToldFromMemory;
 use crate::lease::{
-    lapsed, plan_placement, Command, ExecutorId, LapsedLease, LeaseState, PlacementInputs, Plan,
-    MAX_MOVES_PER_PLAN,
+    lapsed, plan_placement, plan_secondaries, Command, ExecutorId, LapsedLease, LeaseState,
+    PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
 };
 
 /// The executors whose lease this leader judges lapsed at `now_ms` (P6.7), ascending, with their
@@ -430,6 +430,8 @@ pub enum StepWrite {
     Reap,
     CompleteHandoffs,
     Rebalance,
+    /// Each namespace's secondaries placed on the state its rebalance left (P19.2).
+    PlaceSecondaries,
 }
 
 /// A step's writes as a pure sequence: the shell (and the simulator) asks for the next command
@@ -454,6 +456,12 @@ pub struct StepWrites {
     plan: Option<Plan>,
     /// The namespaces this step's rebalance has still to plan, in order; `None` until it begins.
     to_plan: Option<VecDeque<String>>,
+    /// The namespaces whose secondaries this step has still to place, in order; `None` until
+    /// the placement begins.
+    secondaries_to_plan: Option<VecDeque<String>>,
+    /// Moves for balance this step's rebalance made, by namespace: what is left of each
+    /// namespace's budget goes to its secondaries (P15.3, P19.2).
+    balance_moves_made: BTreeMap<String, usize>,
     /// How many more moves this step's plans may make, over every namespace.
     moves_left: usize,
     /// The cap the last plan was made under (its namespace's share).
@@ -486,6 +494,8 @@ impl StepWrites {
             by_count: PlacementInputs::by_count(),
             plan: None,
             to_plan: None,
+            secondaries_to_plan: None,
+            balance_moves_made: BTreeMap::new(),
             moves_left: max_moves,
             last_plan_cap: max_moves,
         }
@@ -494,7 +504,11 @@ impl StepWrites {
     /// Whether `plan` was cut at the cap it was made under (its namespace's share of the step's
     /// moves), so the rest is planned at once rather than a tick later.
     pub fn plan_was_capped(&self, plan: &Command) -> bool {
-        matches!(plan, Command::Rebalance { moves, .. } if moves.len() >= self.last_plan_cap)
+        match plan {
+            Command::Rebalance { moves, .. } => moves.len() >= self.last_plan_cap,
+            Command::PlaceSecondaries { changes, .. } => changes.len() >= self.last_plan_cap,
+            _ => false,
+        }
     }
 
     /// The plan behind the last [`StepWrite::Rebalance`] this step returned: why each move is
@@ -530,7 +544,8 @@ impl StepWrites {
             self.next = match write {
                 StepWrite::Reap => Some(StepWrite::CompleteHandoffs),
                 StepWrite::CompleteHandoffs => Some(StepWrite::Rebalance),
-                StepWrite::Rebalance => None,
+                StepWrite::Rebalance => Some(StepWrite::PlaceSecondaries),
+                StepWrite::PlaceSecondaries => None,
             };
             let command = match write {
                 StepWrite::Reap if !self.decision.reap.is_empty() => {
@@ -542,6 +557,7 @@ impl StepWrites {
                     Some(Command::CompleteHandoffs { now_ms })
                 }
                 StepWrite::Rebalance => self.next_plan(state, now_ms),
+                StepWrite::PlaceSecondaries => self.next_secondaries_plan(state, now_ms),
                 _ => None,
             };
             if let Some(command) = command {
@@ -582,6 +598,52 @@ impl StepWrites {
             self.last_plan_cap = share;
             if !to_plan.is_empty() {
                 self.next = Some(StepWrite::Rebalance);
+            }
+            *self.balance_moves_made.entry(name).or_default() += plan.balance_shards().len();
+            let command = plan.command.clone();
+            self.plan = Some(plan);
+            return Some(command);
+        }
+        None
+    }
+
+    /// The next namespace's secondaries plan (P19.2), on the state the rebalance left, skipping
+    /// namespaces with nothing to change; `None` once every namespace was planned or the step's
+    /// moves are spent. Each takes what its rebalance left of its balance budget, and a share
+    /// of the step's moves as a rebalance does.
+    fn next_secondaries_plan(&mut self, state: &LeaseState, now_ms: u64) -> Option<Command> {
+        let to_plan = self.secondaries_to_plan.get_or_insert_with(|| {
+            state
+                .namespaces()
+                .filter(|(_, namespace)| {
+                    namespace.replication.replicas > 1
+                        || namespace
+                            .shards()
+                            .iter()
+                            .any(|shard| !shard.secondaries.is_empty())
+                })
+                .map(|(name, _)| name.to_owned())
+                .collect()
+        });
+        while self.moves_left > 0 {
+            let name = to_plan.pop_front()?;
+            let Some(space) = state.space(&name) else {
+                continue;
+            };
+            let share = self.moves_left.div_ceil(to_plan.len() + 1);
+            let inputs = self.placement.get(&name).unwrap_or(&self.by_count);
+            let made = self.balance_moves_made.get(&name).copied().unwrap_or(0);
+            let budget = inputs.balance_moves_allowed.saturating_sub(made);
+            let Some(plan) = plan_secondaries(space.placing_at(now_ms), now_ms, budget, share)
+            else {
+                continue;
+            };
+            if let Command::PlaceSecondaries { changes, .. } = &plan.command {
+                self.moves_left = self.moves_left.saturating_sub(changes.len());
+            }
+            self.last_plan_cap = share;
+            if !to_plan.is_empty() {
+                self.next = Some(StepWrite::PlaceSecondaries);
             }
             let command = plan.command.clone();
             self.plan = Some(plan);

@@ -552,7 +552,9 @@ impl TermPlacement {
     /// A plan was committed at `now_ms`: its balance moves are charged to its namespace's
     /// budget and cool there.
     pub fn committed(&mut self, now_ms: u64, plan: &Plan) {
-        let Command::Rebalance { namespace, .. } = &plan.command else {
+        let (Command::Rebalance { namespace, .. } | Command::PlaceSecondaries { namespace, .. }) =
+            &plan.command
+        else {
             return;
         };
         let balance = plan.balance_shards();

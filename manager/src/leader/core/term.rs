@@ -170,7 +170,7 @@ impl TermSteps {
                 writes.abandon();
                 None
             }
-            (StepWrite::Rebalance, Written::Applied) => {
+            (StepWrite::Rebalance | StepWrite::PlaceSecondaries, Written::Applied) => {
                 let plan = writes.plan()?;
                 if writes.plan_was_capped(&plan.command) {
                     // The rest is planned on the state this plan left, at once.
@@ -181,7 +181,7 @@ impl TermSteps {
                 Some(plan)
             }
             (
-                StepWrite::Rebalance,
+                StepWrite::Rebalance | StepWrite::PlaceSecondaries,
                 Written::Refused {
                     stale_plan: true, ..
                 },

@@ -17,6 +17,7 @@ fn push(executor_id: &str) -> Delivery {
             revision: 1,
             shard_count: 4,
             shards: Vec::new(),
+            secondaries: Vec::new(),
         },
     }
 }

@@ -149,6 +149,7 @@ impl World {
                 executor_id: executor_id.to_string(),
                 claims: Vec::new(),
                 revision,
+                ready: Vec::new(),
             }],
         });
     }

@@ -315,6 +315,7 @@ impl LongRun {
                     executor_id: id,
                     claims,
                     revision,
+                    ready: Vec::new(),
                 }],
             });
         }

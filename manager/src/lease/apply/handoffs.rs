@@ -265,7 +265,7 @@ impl LeaseState {
                             .as_ref()
                             .is_some_and(|handoff| handoff.revoke_revision == revoke_revision)
                 });
-            if current && self.complete_handoff(&namespace, shard, &mut effects) {
+            if current && self.complete_handoff(log_index, &namespace, shard, &mut effects) {
                 completed.push(shard);
             } else {
                 ignored.push(shard);
@@ -294,7 +294,7 @@ impl LeaseState {
         let mut completed = Vec::new();
         let mut completed_in = BTreeSet::new();
         for (namespace, shard) in due {
-            if self.complete_handoff(&namespace, shard, &mut effects) {
+            if self.complete_handoff(log_index, &namespace, shard, &mut effects) {
                 if namespace == DEFAULT_NAMESPACE {
                     completed.push(shard);
                 }
@@ -314,6 +314,7 @@ impl LeaseState {
     /// left unowned if the target has gone. Returns false if the shard was not releasing.
     pub(super) fn complete_handoff(
         &mut self,
+        log_index: u64,
         namespace: &str,
         shard: ShardId,
         effects: &mut EffectsBuilder,
@@ -328,14 +329,31 @@ impl LeaseState {
             return false;
         };
         let old_owner = entry.owner.take();
+        let promoted = handoff
+            .to
+            .as_deref()
+            .is_some_and(|target| entry.secondary_on(target).is_some());
         space.releasing.remove(&shard);
-        if let Some(old_owner) = old_owner {
-            if let Some(executor) = self.executors.get_mut(&old_owner) {
+        if let Some(old_owner) = &old_owner {
+            if let Some(executor) = self.executors.get_mut(old_owner) {
                 executor.owned_shards.remove(&shard);
             }
         }
         if let Some(target) = handoff.to {
             self.give_to(namespace, shard, &target, effects);
+        }
+        // A primary handed to a secondary leaves its old holder a secondary in its place, so
+        // the shard keeps its replicas and nothing is copied (P19.3); the plans move it on if
+        // it should not stay.
+        if let (true, Some(old_owner)) = (promoted, old_owner) {
+            let registered = self
+                .executors
+                .get(&old_owner)
+                .is_some_and(|executor| executor.namespace == namespace);
+            if let Some(space) = self.namespaces.get_mut(namespace).filter(|_| registered) {
+                space.add_secondary(shard, &old_owner, log_index);
+                effects.assignments.insert(old_owner);
+            }
         }
         true
     }
@@ -368,6 +386,8 @@ impl LeaseState {
         entry.epoch = entry.epoch.saturating_add(1);
         entry.handoff = None;
         space.releasing.remove(&shard);
+        // A secondary granted the primary is promoted (P19.3, P19.4): it is no longer one.
+        space.drop_secondary(shard, new_owner);
         effects.assignments.insert(new_owner.clone());
     }
 }

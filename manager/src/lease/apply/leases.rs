@@ -36,7 +36,14 @@ impl LeaseState {
         };
         self.namespaces.insert(
             DEFAULT_NAMESPACE.to_owned(),
-            Namespace::new(config, None, PlacementOverrides::default(), 0, 0),
+            Namespace::new(
+                config,
+                None,
+                PlacementOverrides::default(),
+                ReplicaSettings::default(),
+                0,
+                0,
+            ),
         );
         self.touch_assignment(log_index, DEFAULT_NAMESPACE);
         Outcome::Initialised {
@@ -99,8 +106,10 @@ impl LeaseState {
         let mut acknowledged_per_renewal: Vec<Vec<ShardId>> = Vec::with_capacity(renewals.len());
         let mut any_known = false;
         let mut acknowledged_in = BTreeSet::new();
+        let mut readiness_changed = false;
         for renewal in renewals {
-            let renewed = self.renew_one(renewal, now_ms, prior_revision, &mut effects);
+            let renewed = self.renew_one(log_index, renewal, now_ms, prior_revision, &mut effects);
+            readiness_changed |= self.record_readiness(renewal, now_ms);
             let acknowledged = match renewed {
                 Some((namespace, acknowledged, completed_any)) => {
                     any_known = true;
@@ -113,7 +122,7 @@ impl LeaseState {
             };
             acknowledged_per_renewal.push(acknowledged);
         }
-        if any_known {
+        if any_known || readiness_changed {
             self.touch(log_index);
         }
         for namespace in &acknowledged_in {
@@ -148,6 +157,7 @@ impl LeaseState {
     /// handoff completed.
     fn renew_one(
         &mut self,
+        log_index: u64,
         renewal: &Renewal,
         now_ms: u64,
         prior_revision: u64,
@@ -167,7 +177,7 @@ impl LeaseState {
         let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
         let mut completed_any = false;
         for &shard in &acknowledged {
-            completed_any |= self.complete_handoff(&namespace, shard, effects);
+            completed_any |= self.complete_handoff(log_index, &namespace, shard, effects);
         }
         Some((namespace, acknowledged, completed_any))
     }
@@ -375,9 +385,10 @@ impl LeaseState {
         })
     }
 
-    /// Removes an executor (deregistered or reaped): shards it owned become unowned, handoffs from
-    /// it complete (it no longer admits anything), handoffs to it lose their target, and a
-    /// tombstone remembers it (P2.1, P7.2).
+    /// Removes an executor (deregistered or reaped): shards it owned become unowned, or go to
+    /// their secondary ready longest (P19.4), handoffs from it complete (it no longer admits
+    /// anything), handoffs to it lose their target, its secondaries are lost (P19.4), and a
+    /// tombstone remembers it (P2.1, P7.2). Returns the shards left unowned.
     pub(super) fn remove_executor(
         &mut self,
         executor_id: &str,
@@ -397,9 +408,21 @@ impl LeaseState {
         };
         space.members.remove(executor_id);
         space.unpin_from(executor_id);
+        space.lose_secondaries_of(&executor, now_ms);
         let (freed, retarget) = space.free_shards_of(&executor);
         space.untarget_handoffs_to(executor_id);
-        for (shard, target) in retarget {
+        // A shard left without its primary goes to its secondary ready longest (P19.4): the
+        // executor left, or its lease lapsed, so it admits nothing of the shard any more (I1).
+        let promoted: Vec<(ShardId, ExecutorId)> = freed
+            .iter()
+            .filter_map(|&shard| Some((shard, space.ready_longest(shard)?)))
+            .collect();
+        let promoted_shards: BTreeSet<ShardId> = promoted.iter().map(|(shard, _)| *shard).collect();
+        let freed: Vec<ShardId> = freed
+            .into_iter()
+            .filter(|shard| !promoted_shards.contains(shard))
+            .collect();
+        for (shard, target) in retarget.into_iter().chain(promoted) {
             self.give_to(namespace, shard, &target, effects);
         }
         self.tombstones.insert(

@@ -9,20 +9,21 @@ mod leases;
 mod namespaces;
 mod operator;
 mod registration;
+mod replicas;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_api::wire::{
     check_app_version, check_capacity, check_labels, check_namespace_name,
-    check_namespace_settings, is_cluster_operator, Labels, DEFAULT_NAMESPACE, MAX_ACTOR_BYTES,
-    MAX_AUDIT_RECORDS, MAX_NAMESPACES, MAX_TOTAL_SHARDS,
+    check_namespace_settings, check_replica_settings, is_cluster_operator, Labels, ReplicaSettings,
+    DEFAULT_NAMESPACE, MAX_ACTOR_BYTES, MAX_AUDIT_RECORDS, MAX_NAMESPACES, MAX_TOTAL_SHARDS,
 };
 
 use super::{
     AuditRecord, ClusterConfig, Command, Effects, Epoch, Executor, ExecutorId, Grant, Handoff,
     LapsedLease, LeaseState, Move, Namespace, OperatorAction, Outcome, PlacementOverrides,
-    RefusalReason, RegisterResult, Registration, RenewResult, Renewal, Revoke, ShardId, Tombstone,
-    TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
+    RefusalReason, RegisterResult, Registration, RenewResult, Renewal, Revoke, SecondaryChange,
+    ShardId, Tombstone, TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
 /// Pushes collected while one command applies, turned into [`Effects`] at the end.
@@ -265,6 +266,12 @@ impl LeaseState {
                 actor,
                 action,
             } => self.apply_operator(log_index, *now_ms, actor, action),
+            Command::PlaceSecondaries {
+                planned_at,
+                namespace,
+                changes,
+                ..
+            } => self.apply_place_secondaries(log_index, *planned_at, namespace, changes),
         }
     }
 

@@ -12,7 +12,7 @@ impl LeaseState {
         name: &str,
         config: ClusterConfig,
         max_executors: Option<u32>,
-        placement: &PlacementOverrides,
+        (placement, replication): (&PlacementOverrides, &ReplicaSettings),
     ) -> Outcome {
         if let Err(error) = check_namespace_name(name) {
             return invalid(error.to_string());
@@ -23,10 +23,14 @@ impl LeaseState {
         if let Err(error) = placement.check() {
             return invalid(error.to_string());
         }
+        if let Err(error) = check_replica_settings(replication) {
+            return invalid(error.to_string());
+        }
         if let Some(existing) = self.namespaces.get(name) {
             if existing.config == config
                 && existing.max_executors == max_executors
                 && existing.placement == *placement
+                && existing.replication == *replication
             {
                 return Outcome::NamespaceCreated {
                     name: name.to_owned(),
@@ -67,7 +71,14 @@ impl LeaseState {
         let epoch = self.retired_epochs.remove(name).unwrap_or(0);
         self.namespaces.insert(
             name.to_owned(),
-            Namespace::new(config, max_executors, placement.clone(), log_index, epoch),
+            Namespace::new(
+                config,
+                max_executors,
+                placement.clone(),
+                *replication,
+                log_index,
+                epoch,
+            ),
         );
         self.touch_assignment(log_index, name);
         Outcome::NamespaceCreated {
@@ -77,9 +88,9 @@ impl LeaseState {
     }
 
     /// Changes a namespace's lease duration (grants from now on; expiries already told stand,
-    /// P3.4), executor bound (a lower bound refuses registrations and removes no one) and
-    /// placement settings (P18.4: a plan made under the old ones is stale, so the next is made
-    /// under the new). `default`'s lease is the managers' `--lease-duration`, so it cannot
+    /// P3.4), executor bound (a lower bound refuses registrations and removes no one), placement
+    /// settings (P18.4: a plan made under the old ones is stale, so the next is made under the
+    /// new) and replica settings (P19.1: the next plans place or drop secondaries to match). `default`'s lease is the managers' `--lease-duration`, so it cannot
     /// change here.
     pub(super) fn apply_set_namespace(
         &mut self,
@@ -87,12 +98,15 @@ impl LeaseState {
         name: &str,
         lease_duration_ms: u64,
         max_executors: Option<u32>,
-        placement: &PlacementOverrides,
+        (placement, replication): (&PlacementOverrides, &ReplicaSettings),
     ) -> Outcome {
         if let Err(error) = check_namespace_settings(lease_duration_ms, max_executors) {
             return invalid(error.to_string());
         }
         if let Err(error) = placement.check() {
+            return invalid(error.to_string());
+        }
+        if let Err(error) = check_replica_settings(replication) {
             return invalid(error.to_string());
         }
         let Some(space) = self.namespaces.get(name) else {
@@ -107,7 +121,8 @@ impl LeaseState {
                 ),
             });
         }
-        let placement_changed = space.placement != *placement;
+        // Replica settings change what the plans place, as placement settings do.
+        let placement_changed = space.placement != *placement || space.replication != *replication;
         let changed = space.config.lease_duration_ms != lease_duration_ms
             || space.max_executors != max_executors
             || placement_changed;
@@ -116,6 +131,7 @@ impl LeaseState {
                 space.config.lease_duration_ms = lease_duration_ms;
                 space.max_executors = max_executors;
                 space.placement = placement.clone();
+                space.replication = *replication;
             }
             if placement_changed {
                 self.touch_assignment(log_index, name);

@@ -75,6 +75,7 @@ impl LeaseState {
                 lease_duration_ms,
                 max_executors,
                 placement,
+                replication,
             } => self.apply_create_namespace(
                 log_index,
                 name,
@@ -83,19 +84,20 @@ impl LeaseState {
                     lease_duration_ms: *lease_duration_ms,
                 },
                 *max_executors,
-                placement,
+                (placement, replication),
             ),
             OperatorAction::SetNamespace {
                 name,
                 lease_duration_ms,
                 max_executors,
                 placement,
+                replication,
             } => self.apply_set_namespace(
                 log_index,
                 name,
                 *lease_duration_ms,
                 *max_executors,
-                placement,
+                (placement, replication),
             ),
             OperatorAction::DeleteNamespace { name } => {
                 self.apply_delete_namespace(log_index, now_ms, name)

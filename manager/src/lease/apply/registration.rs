@@ -167,21 +167,27 @@ impl LeaseState {
             labels: registration.labels.clone(),
             namespace: namespace.to_owned(),
         };
-        let grant = Grant {
+        let mut grant = Grant {
             executor_id: executor_id.clone(),
             lease_ttl_ms: executor.lease_ttl_told_ms,
             revision: log_index,
             shard_count: config.shard_count,
             shards: Vec::new(),
+            secondaries: Vec::new(),
         };
         self.longest_lease_told_ms = self.longest_lease_told_ms.max(grant.lease_ttl_ms);
         self.by_incarnation
             .insert(executor.incarnation.clone(), executor_id.clone());
         if let Some(space) = self.namespaces.get_mut(namespace) {
             space.members.insert(executor_id.clone());
+            if let Some(name) = registration.name {
+                space.restore_secondaries(name, &executor_id, now_ms, log_index);
+            }
         }
-        self.executors.insert(executor_id, executor);
+        self.executors.insert(executor_id.clone(), executor);
         self.touch_assignment(log_index, namespace);
+        // The secondaries it took back under its name (P19.4).
+        grant.secondaries = self.secondaries_of(&executor_id);
         grant
     }
 

@@ -37,7 +37,7 @@ use rustc_hash::FxHasher;
 
 use leasehold_api::wire::zone_of;
 
-use super::super::{Move, ShardId, Space};
+use super::super::{Move, Shard, ShardId, Space};
 use super::{capacity_of, MoveCost};
 
 /// A move the planner weighs, its receiver borrowed from the state: at a fleet's first start a
@@ -74,6 +74,10 @@ struct Holdings<'a> {
     releasing: Vec<(ShardId, Option<usize>)>,
     /// Releasing to it from another owner: it gets them when their handoffs complete.
     incoming: usize,
+    /// Shards that must find a holder of which it holds a ready secondary (P19.3): among
+    /// executors otherwise equal, the ceilings of the split go to those holding most of them
+    /// warm, so those shards find room there.
+    warm: usize,
 }
 
 impl Holdings<'_> {
@@ -128,6 +132,7 @@ impl<'a> LiveExecutors<'a> {
                 delivered: Vec::new(),
                 releasing: Vec::new(),
                 incoming: 0,
+                warm: 0,
             })
             .collect();
         let by_id = holdings
@@ -145,6 +150,9 @@ impl<'a> LiveExecutors<'a> {
     }
 }
 
+/// Most secondaries a shard has (P19.1).
+const MOST_SECONDARIES: usize = leasehold_api::wire::MAX_REPLICAS as usize - 1;
+
 /// A distributable shard that must find a holder (or stay with the target its handoff names).
 #[derive(Debug, Clone, Copy)]
 struct Homeless {
@@ -153,6 +161,28 @@ struct Homeless {
     cost: MoveCost,
     /// The live executor its handoff names, if any.
     target: Option<usize>,
+}
+
+/// The live executors holding a ready secondary of `shard`, by position, ready longest first
+/// (P19.3): a primary that moves goes to the first of them with room, so it lands warm.
+fn warm_secondaries(shard: &Shard, positions: &Positions<'_>) -> [Option<usize>; MOST_SECONDARIES] {
+    let mut warm = [None; MOST_SECONDARIES];
+    if shard.secondaries.is_empty() {
+        return warm;
+    }
+    let mut ready: Vec<(u64, usize)> = shard
+        .live_secondaries()
+        .filter_map(|secondary| {
+            let since_ms = secondary.ready_since_ms?;
+            let position = positions.by_id.get(secondary.executor.as_str()).copied()?;
+            Some((since_ms, position))
+        })
+        .collect();
+    ready.sort_unstable();
+    for (slot, (_, position)) in warm.iter_mut().zip(ready) {
+        *slot = Some(position);
+    }
+    warm
 }
 
 /// One move of a plan by count: the receiver by position, and what the move costs.
@@ -249,6 +279,21 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
         mut pool,
         distributable,
     } = scan(state, now_ms, &positions, &mut holdings);
+    // Only a namespace with replicas has secondaries to look up.
+    let replicated = state.namespace().replication.replicas > 1;
+    let warm = |shard: ShardId| match state.shard(shard).filter(|_| replicated) {
+        Some(entry) => warm_secondaries(entry, &positions),
+        None => [None; MOST_SECONDARIES],
+    };
+    if replicated {
+        for homeless in &pool {
+            for position in warm(homeless.shard).into_iter().flatten() {
+                if let Some(holder) = holdings.get_mut(position) {
+                    holder.warm += 1;
+                }
+            }
+        }
+    }
     let quotas = quotas_by_capacity(&holdings, distributable);
     let Kept {
         mut moves,
@@ -257,7 +302,7 @@ fn plan(state: Space<'_>, now_ms: u64) -> Option<CountPlan<'_>> {
     // Stable: the pool is ascending runs (the scan's, then each owner's excess), which a
     // stable sort merges instead of sorting a million entries afresh.
     pool.sort_by_key(|homeless| homeless.shard);
-    place_homeless(pool, &mut deficits, &mut moves);
+    place_homeless(pool, &mut deficits, &mut moves, &warm);
     moves.sort_by_key(|planned| planned.shard);
     Some(CountPlan {
         live: holdings,
@@ -391,8 +436,14 @@ fn keep_up_to_quota(
 /// the plan needs no entry for it. The rest go in id order, each executor taking the next
 /// ascending run, so these moves come out ascending and sorting them among the cancelled
 /// handoffs is a merge of sorted runs.
-fn place_homeless(pool: Vec<Homeless>, deficits: &mut [usize], moves: &mut Vec<Planned>) {
+fn place_homeless(
+    pool: Vec<Homeless>,
+    deficits: &mut [usize],
+    moves: &mut Vec<Planned>,
+    warm: &dyn Fn(ShardId) -> [Option<usize>; MOST_SECONDARIES],
+) {
     let mut unplaced = Vec::with_capacity(pool.len());
+    let mut cold = Vec::with_capacity(pool.len());
     for homeless in pool {
         let target_with_room = homeless
             .target
@@ -400,6 +451,25 @@ fn place_homeless(pool: Vec<Homeless>, deficits: &mut [usize], moves: &mut Vec<P
             .filter(|deficit| **deficit > 0);
         match target_with_room {
             Some(deficit) => *deficit -= 1,
+            None => cold.push(homeless),
+        }
+    }
+    // Then each to its ready secondary ready longest that has room (P19.3); only a namespace
+    // with replicas has any.
+    for homeless in cold {
+        let secondary_with_room = warm(homeless.shard)
+            .into_iter()
+            .flatten()
+            .find(|&position| deficits.get(position).is_some_and(|deficit| *deficit > 0));
+        match secondary_with_room {
+            Some(position) => {
+                deficits[position] -= 1;
+                moves.push(Planned {
+                    shard: homeless.shard,
+                    to: position,
+                    cost: homeless.cost,
+                });
+            }
             None => unplaced.push(homeless),
         }
     }
@@ -431,6 +501,7 @@ fn quotas_by_capacity(live: &[Holdings<'_>], distributable: usize) -> Vec<usize>
             capacity: u128::from(holdings.capacity),
             owned: holdings.owned(),
             prospective: holdings.prospective(),
+            warm: holdings.warm,
         })
         .collect();
     let zones = zones_of(live);
@@ -522,6 +593,8 @@ struct Weighed {
     owned: usize,
     /// What it will hold once the handoffs under way complete.
     prospective: usize,
+    /// Shards that must move of which it holds a ready secondary (P19.3).
+    warm: usize,
 }
 
 impl Weighed {
@@ -531,6 +604,7 @@ impl Weighed {
             capacity: sum.capacity.saturating_add(part.capacity),
             owned: sum.owned.saturating_add(part.owned),
             prospective: sum.prospective.saturating_add(part.prospective),
+            warm: sum.warm.saturating_add(part.warm),
         })
     }
 }
@@ -553,7 +627,8 @@ fn split_by_capacity(weights: &[Weighed], total: usize) -> Vec<usize> {
 
 /// [`split_by_capacity`] with the ceilings going first by `preference` (given the index and its
 /// floor): those a ceiling keeps most shards in place for, then those it marks, then those
-/// holding most prospectively (ties by order).
+/// holding most of the shards to move warm (P19.3), then those holding most prospectively (ties
+/// by order).
 fn split_preferring(
     weights: &[Weighed],
     total: usize,
@@ -562,20 +637,26 @@ fn split_preferring(
     let total_capacity: u128 = weights.iter().map(|w| w.capacity).sum();
     let shares = u128::try_from(total).unwrap_or(u128::MAX);
     let mut quotas: Vec<usize> = Vec::with_capacity(weights.len());
-    // (index, preference, prospective holdings)
-    let mut fractional: Vec<(usize, (i64, bool), usize)> = Vec::new();
+    // (index, preference, warm shards, prospective holdings)
+    let mut fractional: Vec<(usize, (i64, bool), usize, usize)> = Vec::new();
     for (index, weight) in weights.iter().enumerate() {
         let weighted = shares.saturating_mul(weight.capacity);
         let floor = usize::try_from(weighted / total_capacity.max(1)).unwrap_or(usize::MAX);
         quotas.push(floor);
         if weighted % total_capacity.max(1) != 0 {
-            fractional.push((index, preference(index, floor), weight.prospective));
+            fractional.push((
+                index,
+                preference(index, floor),
+                weight.warm,
+                weight.prospective,
+            ));
         }
     }
     let ceilings = total.saturating_sub(quotas.iter().sum());
     fractional.sort_by(|a, b| {
         b.1.cmp(&a.1)
             .then_with(|| b.2.cmp(&a.2))
+            .then_with(|| b.3.cmp(&a.3))
             .then_with(|| a.0.cmp(&b.0))
     });
     for &(index, ..) in fractional.iter().take(ceilings) {

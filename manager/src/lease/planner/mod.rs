@@ -35,9 +35,11 @@ mod constrained;
 pub(super) mod count;
 mod load;
 pub mod load_summary;
+mod replicas;
 
 pub use constrained::rollout_target;
 use constrained::Constraints;
+pub use replicas::plan_secondaries;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -119,6 +121,8 @@ pub enum MoveReason {
     Cancel,
     /// An operator pinned it to its new holder (P17.4).
     Pin,
+    /// A secondary placed or dropped to keep its shard's replica count (P19.1, P19.2).
+    Replica,
 }
 
 impl MoveReason {
@@ -132,6 +136,7 @@ impl MoveReason {
             MoveReason::Departure => "departure",
             MoveReason::Cancel => "cancel",
             MoveReason::Pin => "pin",
+            MoveReason::Replica => "replica",
         }
     }
 }
@@ -148,15 +153,19 @@ pub struct Plan {
 impl Plan {
     /// The shards this plan moves for balance, which the churn budget is charged for.
     pub fn balance_shards(&self) -> Vec<ShardId> {
-        match &self.command {
-            Command::Rebalance { moves, .. } => moves
-                .iter()
-                .zip(&self.reasons)
-                .filter(|(_, reason)| **reason == MoveReason::Balance)
-                .map(|(step, _)| step.shard)
-                .collect(),
+        let shards: Vec<ShardId> = match &self.command {
+            Command::Rebalance { moves, .. } => moves.iter().map(|step| step.shard).collect(),
+            Command::PlaceSecondaries { changes, .. } => {
+                changes.iter().map(|change| change.shard).collect()
+            }
             _ => Vec::new(),
-        }
+        };
+        shards
+            .into_iter()
+            .zip(&self.reasons)
+            .filter(|(_, reason)| **reason == MoveReason::Balance)
+            .map(|(shard, _)| shard)
+            .collect()
     }
 
     /// How many moves were made for each reason.

@@ -18,18 +18,19 @@
 
 pub mod release_0_1;
 
-use super::{Command, LeaseState, DEFAULT_CAPACITY};
+use super::{Command, LeaseState, OperatorAction, DEFAULT_CAPACITY};
 
 pub use leasehold_api::wire::{
     APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, DEVELOPMENT_SCHEMAS,
     FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
-    NAMESPACES_SCHEMA, NAMESPACE_PLACEMENT_SCHEMA, OPERATOR_CONTROLS_SCHEMA, SECOND_RELEASE_SCHEMA,
+    NAMESPACES_SCHEMA, NAMESPACE_PLACEMENT_SCHEMA, OPERATOR_CONTROLS_SCHEMA, REPLICAS_SCHEMA,
+    SECOND_RELEASE_SCHEMA,
 };
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = SECOND_RELEASE_SCHEMA;
+pub const NEWEST_SCHEMA: u32 = REPLICAS_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -48,8 +49,28 @@ impl Command {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => (*cluster_version).max(SECOND_RELEASE_SCHEMA),
+            command if command.needs_replicas() => REPLICAS_SCHEMA,
             command if command.needs_the_second_release() => SECOND_RELEASE_SCHEMA,
             _ => FIRST_RELEASE_SCHEMA,
+        }
+    }
+
+    /// Whether it uses replicas (P19.1): sets a namespace's replica settings other than their
+    /// defaults, places secondaries, or states secondaries ready. A replica of schema 12 would
+    /// read such a record with the field ignored and so lose the secondaries, hence the gate.
+    fn needs_replicas(&self) -> bool {
+        match self {
+            Command::PlaceSecondaries { .. } => true,
+            Command::Renew { renewals, .. } => {
+                renewals.iter().any(|renewal| !renewal.ready.is_empty())
+            }
+            Command::Operator {
+                action:
+                    OperatorAction::CreateNamespace { replication, .. }
+                    | OperatorAction::SetNamespace { replication, .. },
+                ..
+            } => !replication.is_default(),
+            _ => false,
         }
     }
 
@@ -78,6 +99,7 @@ impl Command {
             | Command::RegisterMany { .. }
             | Command::ReserveLeases { .. }
             | Command::ReapLapsed { .. }
+            | Command::PlaceSecondaries { .. }
             | Command::SetClusterVersion { .. } => true,
             Command::Init { .. }
             | Command::SetLeaseDuration { .. }

@@ -199,6 +199,7 @@ impl From<Renewal> for current::Renewal {
             executor_id: r.executor_id,
             claims: r.claims,
             revision: r.revision,
+            ready: Vec::new(),
         }
     }
 }
@@ -232,6 +233,7 @@ impl From<Shard> for current::Shard {
                 revoke_revision: h.revoke_revision,
                 from_grant_expiry_ms: h.from_grant_expiry_ms,
             }),
+            secondaries: Vec::new(),
         }
     }
 }
@@ -284,12 +286,15 @@ impl From<LeaseState> for current::LeaseState {
                     config: config.into(),
                     max_executors: None,
                     placement: Default::default(),
+                    replication: Default::default(),
                     created_revision: 0,
                     assignment_revision: state.assignment_revision,
                     shards: state.shards.into_iter().map(Into::into).collect(),
                     pins: OrdMap::new(),
                     releasing: Default::default(),
                     members: Default::default(),
+                    secondaries_of: Default::default(),
+                    with_lost: Default::default(),
                 };
                 (DEFAULT_NAMESPACE.to_owned(), default)
             })
@@ -354,10 +359,15 @@ impl TryFrom<&current::Command> for Command {
                 only_default(&namespace, "a registration into a namespace is not in 0.1.0")?;
                 Command::Register { now_ms, incarnation, address, name }
             }
-            New::Renew { now_ms, renewals } => Command::Renew {
-                now_ms,
-                renewals: renewals.into_iter().map(Into::into).collect(),
-            },
+            New::Renew { now_ms, renewals } => {
+                if renewals.iter().any(|renewal| !renewal.ready.is_empty()) {
+                    return Err(NotExpressible("ready secondaries (replicas) are not in 0.1.0"));
+                }
+                Command::Renew {
+                    now_ms,
+                    renewals: renewals.into_iter().map(Into::into).collect(),
+                }
+            }
             New::Rebalance { now_ms, planned_at, namespace, moves } => {
                 only_default(&namespace, "a plan for a namespace is not in 0.1.0")?;
                 Command::Rebalance {
@@ -368,6 +378,9 @@ impl TryFrom<&current::Command> for Command {
             }
             New::SetClusterVersion { .. } => {
                 return Err(NotExpressible("the cluster version is not in 0.1.0"))
+            }
+            New::PlaceSecondaries { .. } => {
+                return Err(NotExpressible("secondaries (replicas) are not in 0.1.0"))
             }
             New::Operator { .. } => {
                 return Err(NotExpressible("operator controls are not in 0.1.0"))
@@ -515,6 +528,14 @@ impl TryFrom<&current::LeaseState> for LeaseState {
         }
         let (config, shards) = match state.namespaces.get(DEFAULT_NAMESPACE) {
             Some(default) => {
+                if !default.replication.is_default()
+                    || default
+                        .shards
+                        .iter()
+                        .any(|shard| !shard.secondaries.is_empty())
+                {
+                    return Err(NotExpressible("replicas are not in 0.1.0"));
+                }
                 if default.max_executors.is_some() || !default.placement.is_empty() {
                     return Err(NotExpressible(
                         "a namespace's executor bound and placement settings are not in 0.1.0",

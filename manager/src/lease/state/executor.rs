@@ -152,6 +152,9 @@ pub struct Grant {
     pub shard_count: u32,
     /// The executor's delivered set: shards it owns that are not releasing from it, ascending.
     pub shards: Vec<(ShardId, Epoch)>,
+    /// Its secondaries (P19.1), each at the shard's epoch, ascending.
+    #[serde(default)]
+    pub secondaries: Vec<(ShardId, Epoch)>,
 }
 
 impl From<Grant> for leasehold_api::wire::Grant {
@@ -168,6 +171,11 @@ impl From<Grant> for leasehold_api::wire::Grant {
                 .collect(),
             shard_runs: None,
             unchanged: false,
+            secondaries: grant
+                .secondaries
+                .into_iter()
+                .map(|(shard, epoch)| leasehold_api::wire::ShardEpoch { shard, epoch })
+                .collect(),
         }
     }
 }

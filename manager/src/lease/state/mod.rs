@@ -11,7 +11,7 @@ pub use space::*;
 use imbl::{OrdMap, OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
-use leasehold_api::wire::DEFAULT_NAMESPACE;
+use leasehold_api::wire::{ReplicaSettings, DEFAULT_NAMESPACE};
 
 use super::{Epoch, ExecutorId, OperatorAction, ShardId, MAX_TOMBSTONES};
 
@@ -105,6 +105,30 @@ pub(super) fn releasing_in(table: &Vector<Shard>) -> OrdSet<ShardId> {
     table
         .iter()
         .filter(|shard| shard.handoff.is_some())
+        .map(|shard| shard.id)
+        .collect()
+}
+
+/// Each executor's live secondaries in `table`: what [`Namespace::secondaries_of`] indexes.
+pub(super) fn secondaries_in(table: &Vector<Shard>) -> OrdMap<ExecutorId, OrdSet<ShardId>> {
+    let mut index: OrdMap<ExecutorId, OrdSet<ShardId>> = OrdMap::new();
+    for shard in table {
+        for secondary in shard.live_secondaries() {
+            index
+                .entry(secondary.executor.clone())
+                .or_default()
+                .insert(shard.id);
+        }
+    }
+    index
+}
+
+/// The shards of `table` with a lost secondary: what [`Namespace::with_lost_secondaries`]
+/// indexes.
+pub(super) fn with_lost_in(table: &Vector<Shard>) -> OrdSet<ShardId> {
+    table
+        .iter()
+        .filter(|shard| shard.secondaries.iter().any(|s| s.lost.is_some()))
         .map(|shard| shard.id)
         .collect()
 }
@@ -371,7 +395,24 @@ impl LeaseState {
                 .namespace_of(executor)
                 .map_or(0, |namespace| namespace.config.shard_count),
             shards: self.delivered_set(&executor.id),
+            secondaries: self.secondaries_of(&executor.id),
         }
+    }
+
+    /// The shards `executor_id` holds a live secondary of (P19.1), each at the shard's current
+    /// epoch, ascending; empty for an unknown executor.
+    pub fn secondaries_of(&self, executor_id: &str) -> Vec<(ShardId, Epoch)> {
+        let Some(namespace) = self
+            .executors
+            .get(executor_id)
+            .and_then(|executor| self.namespace_of(executor))
+        else {
+            return Vec::new();
+        };
+        namespace
+            .secondaries_of(executor_id)
+            .filter_map(|shard| Some((shard, namespace.shard(shard)?.epoch)))
+            .collect()
     }
 
     /// Executors whose lease has lapsed on the manager clock at `now_ms`, ascending: the
@@ -390,6 +431,8 @@ impl LeaseState {
         for name in names {
             if let Some(namespace) = self.namespaces.get_mut(&name) {
                 namespace.releasing = releasing_in(&namespace.shards);
+                namespace.secondaries_of = secondaries_in(&namespace.shards);
+                namespace.with_lost = with_lost_in(&namespace.shards);
                 namespace.members = OrdSet::new();
             }
         }

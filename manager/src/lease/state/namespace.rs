@@ -41,6 +41,58 @@ pub struct Shard {
     pub epoch: Epoch,
     /// Set while the shard is releasing from `owner` (P5.2).
     pub handoff: Option<Handoff>,
+    /// Its secondaries (P19.1), in the order they were placed, each on an executor other than
+    /// the owner's; empty in a namespace of one replica (and left out of every record then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<Secondary>,
+}
+
+impl Shard {
+    /// Its secondary on `executor_id`, lost or not.
+    pub fn secondary_on(&self, executor_id: &str) -> Option<&Secondary> {
+        self.secondaries
+            .iter()
+            .find(|secondary| secondary.executor == executor_id)
+    }
+
+    /// Its secondaries whose executor is registered (not lost, P19.4).
+    pub fn live_secondaries(&self) -> impl Iterator<Item = &Secondary> {
+        self.secondaries
+            .iter()
+            .filter(|secondary| secondary.lost.is_none())
+    }
+}
+
+/// One secondary of a shard (P19.1): a warm copy on an executor other than the primary's, which
+/// admits only secondary work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Secondary {
+    /// The executor holding it; once lost, the one that held it.
+    pub executor: ExecutorId,
+    /// When its executor said it is ready (P19.3), on the leader clock; `None` until then. A
+    /// primary goes to the secondary that has been ready longest (P19.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_since_ms: Option<u64>,
+    /// Log index of the entry that placed it on `executor`: readiness counts only from a renewal
+    /// whose executor had applied a set at or after it (P19.3).
+    #[serde(default)]
+    pub placed_revision: u64,
+    /// Set once its executor left (lapsed, deregistered, removed): the replica waits out the
+    /// namespace's restore delay for an executor of the same name (P19.4) before it is placed
+    /// elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<LostReplica>,
+}
+
+/// A secondary whose executor left (P19.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostReplica {
+    /// When its executor left, on the leader clock.
+    pub since_ms: u64,
+    /// The executor's `--name`: an executor registering under it within the delay takes the
+    /// replica back. `None` for an executor without a name, whose replica only waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A namespace's own placement settings (P18.4): each one set overrides the leading
@@ -113,6 +165,10 @@ pub struct Namespace {
     pub max_executors: Option<u32>,
     /// Its own placement settings (P18.4), each overriding the leader's flag for its plans.
     pub placement: PlacementOverrides,
+    /// Its replicas per shard and how they are placed and restored (P19.1, P19.2, P19.4); one
+    /// replica, and left out of every record, unless set.
+    #[serde(default, skip_serializing_if = "ReplicaSettings::is_default")]
+    pub replication: ReplicaSettings,
     /// Log index of the entry that created it; 0 for `default`, which exists from the
     /// cluster's start.
     pub created_revision: u64,
@@ -135,6 +191,14 @@ pub struct Namespace {
     /// executors (each leader step reads every namespace's) costs its own executors, not all.
     #[serde(skip)]
     pub(in crate::lease) members: OrdSet<ExecutorId>,
+    /// Each executor's live secondaries (P19.1), derived from the shard table and never stored,
+    /// so an executor's set is read without scanning every shard.
+    #[serde(skip)]
+    pub(in crate::lease) secondaries_of: OrdMap<ExecutorId, OrdSet<ShardId>>,
+    /// The shards with a lost secondary (P19.4), derived and never stored: what a returning
+    /// executor and the plans look through, instead of every shard.
+    #[serde(skip)]
+    pub(in crate::lease) with_lost: OrdSet<ShardId>,
 }
 
 impl Namespace {
@@ -144,6 +208,7 @@ impl Namespace {
         config: ClusterConfig,
         max_executors: Option<u32>,
         placement: PlacementOverrides,
+        replication: ReplicaSettings,
         created_revision: u64,
         epoch: Epoch,
     ) -> Self {
@@ -151,6 +216,7 @@ impl Namespace {
             config,
             max_executors,
             placement,
+            replication,
             created_revision,
             assignment_revision: created_revision,
             shards: (0..config.shard_count)
@@ -159,11 +225,14 @@ impl Namespace {
                     owner: None,
                     epoch,
                     handoff: None,
+                    secondaries: Vec::new(),
                 })
                 .collect(),
             pins: OrdMap::new(),
             releasing: OrdSet::new(),
             members: OrdSet::new(),
+            secondaries_of: OrdMap::new(),
+            with_lost: OrdSet::new(),
         }
     }
 
@@ -202,6 +271,19 @@ impl Namespace {
     /// How many of its shards are releasing from their owners (P5.2).
     pub fn releasing_count(&self) -> usize {
         self.releasing.len()
+    }
+
+    /// The shards `executor_id` holds a live secondary of (P19.1), ascending.
+    pub fn secondaries_of(&self, executor_id: &str) -> impl Iterator<Item = ShardId> + '_ {
+        self.secondaries_of
+            .get(executor_id)
+            .into_iter()
+            .flat_map(|shards| shards.iter().copied())
+    }
+
+    /// Its shards with a lost secondary (P19.4), ascending.
+    pub fn with_lost_secondaries(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.with_lost.iter().copied()
     }
 
     /// How many executors are registered in it.
@@ -251,6 +333,22 @@ impl Namespace {
         executors: &OrdMap<ExecutorId, Executor>,
         violations: &mut Vec<String>,
     ) {
+        let secondaries = secondaries_in(&self.shards);
+        if secondaries != self.secondaries_of {
+            violations.push(format!(
+                "{name}'s secondaries index holds {} executors, its shard table {}",
+                self.secondaries_of.len(),
+                secondaries.len()
+            ));
+        }
+        let with_lost = with_lost_in(&self.shards);
+        if with_lost != self.with_lost {
+            violations.push(format!(
+                "{name}'s index of shards with a lost secondary lists {}, its shard table {}",
+                self.with_lost.len(),
+                with_lost.len()
+            ));
+        }
         let releasing = releasing_in(&self.shards);
         if releasing != self.releasing {
             violations.push(format!(
@@ -320,6 +418,7 @@ fn shard_violations<'a>(
         }
         None => {}
     }
+    secondary_violations(&at, name, shard, member, violations);
     if let Some(Handoff {
         to: Some(target), ..
     }) = &shard.handoff
@@ -331,6 +430,36 @@ fn shard_violations<'a>(
         }
         if shard.owner.as_ref() == Some(target) {
             violations.push(format!("{at} is releasing to its own owner {target}"));
+        }
+    }
+}
+
+/// What is wrong with a shard's secondaries (P19.1): each on an executor of the namespace (or
+/// lost), none on the owner, none twice, at most [`MAX_REPLICAS`] − 1 of them.
+fn secondary_violations<'a>(
+    at: &str,
+    name: &str,
+    shard: &Shard,
+    member: &dyn Fn(&str) -> Option<&'a Executor>,
+    violations: &mut Vec<String>,
+) {
+    let most = usize::try_from(leasehold_api::wire::MAX_REPLICAS - 1).unwrap_or(usize::MAX);
+    if shard.secondaries.len() > most {
+        violations.push(format!("{at} has {} secondaries", shard.secondaries.len()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for secondary in &shard.secondaries {
+        let executor = secondary.executor.as_str();
+        if !seen.insert(executor) {
+            violations.push(format!("{at} has two secondaries on {executor}"));
+        }
+        if secondary.lost.is_none() && member(executor).is_none() {
+            violations.push(format!(
+                "{at} has a secondary on {executor}, who is not registered in {name}"
+            ));
+        }
+        if shard.owner.as_deref() == Some(executor) {
+            violations.push(format!("{at} has a secondary on its owner {executor}"));
         }
     }
 }

@@ -19,6 +19,7 @@ mod namespaces;
 mod operator;
 mod placement;
 mod planner;
+mod replicas;
 mod reservations;
 mod rollout;
 mod rules;
@@ -136,6 +137,7 @@ impl Harness {
                 executor_id: executor_id.to_owned(),
                 claims,
                 revision,
+                ready: Vec::new(),
             }],
         });
         match outcome {
@@ -212,6 +214,7 @@ pub(crate) fn create_namespace_command(
             lease_duration_ms,
             max_executors,
             placement: super::PlacementOverrides::default(),
+            replication: Default::default(),
         },
     }
 }
@@ -231,6 +234,7 @@ pub(crate) fn set_namespace_command(
             lease_duration_ms,
             max_executors,
             placement,
+            replication: Default::default(),
         },
     }
 }

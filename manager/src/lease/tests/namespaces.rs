@@ -233,6 +233,7 @@ fn p18_1_an_executor_registers_into_one_namespace_and_gets_its_lease() {
                 executor_id: executor_id.clone(),
                 claims: Vec::new(),
                 revision: 0,
+                ready: Vec::new(),
             })
             .collect(),
     });
@@ -552,6 +553,7 @@ fn p18_4_a_namespace_s_placement_settings_are_kept_changed_and_checked() {
                 lease_duration_ms: LEASE_MS,
                 max_executors: None,
                 placement,
+                replication: Default::default(),
             },
         )
     };

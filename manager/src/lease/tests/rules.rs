@@ -182,6 +182,7 @@ fn commands_before_init_are_refused_as_not_initialised_and_change_nothing() {
                 executor_id: "ex-1".into(),
                 claims: vec![],
                 revision: 0,
+                ready: Vec::new(),
             }],
         },
         Command::Deregister {
@@ -914,6 +915,7 @@ fn p3_8_reaped_owner_frees_its_shards_and_completes_handoffs_from_it() {
             executor_id: a.clone(),
             claims: vec![],
             revision: 0,
+            ready: Vec::new(),
         }],
     });
     assert_eq!(
@@ -1557,6 +1559,7 @@ fn p4_2_group_commit_answers_each_renewal_in_order() {
                 executor_id: executor_id.into(),
                 claims: vec![],
                 revision: 0,
+                ready: Vec::new(),
             })
             .collect(),
     });
@@ -1703,6 +1706,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
                     executor_id: "nobody".into(),
                     claims: vec![(u32::MAX, u64::MAX)],
                     revision: u64::MAX,
+                    ready: Vec::new(),
                 }],
             },
         ),

@@ -216,6 +216,7 @@ fn command_for(state: &LeaseState, step: &Step, now_ms: &mut u64) -> Option<rele
                         executor_id: e.id.clone(),
                         claims: state.delivered_set(&e.id),
                         revision: state.revision(),
+                        ready: Vec::new(),
                     })
                     .collect(),
             }

@@ -47,6 +47,9 @@ pub enum ThroughTheLog {
     Unreserved,
     /// Its judged expiry has lapsed (P6.7): the log orders the renewal against the reap.
     Lapsed,
+    /// It says a secondary is ready that the state does not record as ready, or no longer says
+    /// so of one it does (P19.3): the log records readiness, which promotion orders by.
+    Readiness,
 }
 
 /// One term's memory of the leases it told without a log entry.
@@ -120,6 +123,9 @@ impl MemoryLeases {
         }
         if executor.owned_shards.len() != grant.shards.len() {
             return Err(ThroughTheLog::Releasing);
+        }
+        if !state.readiness_after(renewal, now_ms).is_empty() {
+            return Err(ThroughTheLog::Readiness);
         }
         let reserved_ms = executor.lease_reserved_until_ms.saturating_sub(now_ms);
         if reserved_ms < lease_ms.saturating_mul(RESERVATION_REFRESH_LEASES) {
@@ -251,6 +257,7 @@ mod tests {
             executor_id: "ex-3".to_owned(),
             claims: state.delivered_set("ex-3"),
             revision: state.revision(),
+            ready: Vec::new(),
         }
     }
 
@@ -338,6 +345,7 @@ mod tests {
             executor_id: k.clone(),
             claims: state.delivered_set(&k),
             revision: state.revision(),
+            ready: Vec::new(),
         };
         let answer = memory.answer(&state, &renewal, now_ms);
         let Ok(RenewResult::Renewed { grant, .. }) = answer else {
