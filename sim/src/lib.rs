@@ -5,7 +5,8 @@
 //! driving the production cores; [`checks`] holds the invariants checked after every event;
 //! [`run`] is one seed's run with its liveness probes and its run on steady loads; [`script`]
 //! drives the same world by a hand-written schedule instead of a seed. `handoff_model` is an
-//! exhaustive model check of the handoff, `confirmation_model` of leadership confirmation.
+//! exhaustive model check of the handoff, `confirmation_model` of leadership confirmation,
+//! `promotion_model` of the promotion order among replicas.
 //!
 //! | module | role |
 //! |---|---|
@@ -17,12 +18,14 @@
 //! | `script` | a hand-written schedule of steps on the same world, checks and convergence |
 //! | `handoff_model` | exhaustive model check of P5.2 and P3.2 with stateright on a tiny fleet |
 //! | `confirmation_model` | exhaustive model check of P6.5 (leadership confirmed by a quorum before answering from memory) on its core |
+//! | `promotion_model` | exhaustive model check of the promotion order (P19.3, P19.4) on the state machine and planners |
 
 pub mod checks;
 pub mod confirmation_model;
 pub mod handoff_model;
 pub mod loads;
 pub mod model_check;
+pub mod promotion_model;
 pub mod run;
 pub mod scenario;
 pub mod script;

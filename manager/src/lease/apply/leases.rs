@@ -413,9 +413,11 @@ impl LeaseState {
         space.untarget_handoffs_to(executor_id);
         // A shard left without its primary goes to its secondary ready longest (P19.4): the
         // executor left, or its lease lapsed, so it admits nothing of the shard any more (I1).
+        let executors = &self.executors;
+        let draining = |id: &str| executors.get(id).is_some_and(|executor| executor.draining);
         let promoted: Vec<(ShardId, ExecutorId)> = freed
             .iter()
-            .filter_map(|&shard| Some((shard, space.ready_longest(shard)?)))
+            .filter_map(|&shard| Some((shard, space.ready_longest(shard, draining)?)))
             .collect();
         let promoted_shards: BTreeSet<ShardId> = promoted.iter().map(|(shard, _)| *shard).collect();
         let freed: Vec<ShardId> = freed

@@ -313,15 +313,26 @@ impl Namespace {
     }
 
     /// The secondary of `shard` a primary goes to when its holder leaves (P19.4): the live one
-    /// ready longest, the earliest placed among equals; `None` when none is ready.
-    pub(super) fn ready_longest(&self, shard: ShardId) -> Option<ExecutorId> {
+    /// ready longest, one whose executor is not `draining` first (a draining one would hand the
+    /// primary on again), the earliest placed among equals; `None` when none is ready.
+    pub(super) fn ready_longest(
+        &self,
+        shard: ShardId,
+        draining: impl Fn(&str) -> bool,
+    ) -> Option<ExecutorId> {
         self.shard(shard)?
             .live_secondaries()
             .enumerate()
             .filter_map(|(order, secondary)| {
-                Some((secondary.ready_since_ms?, order, &secondary.executor))
+                let since_ms = secondary.ready_since_ms?;
+                Some((
+                    draining(&secondary.executor),
+                    since_ms,
+                    order,
+                    &secondary.executor,
+                ))
             })
             .min()
-            .map(|(_, _, executor)| executor.clone())
+            .map(|(_, _, _, executor)| executor.clone())
     }
 }
