@@ -138,6 +138,7 @@
     epochs: [],
     handoffs: [], // per shard: handoff target id, '' when none
     pins: [], // per shard: the executor it is pinned to (P17.4), '' when none
+    secondaries: [], // per shard: its secondaries as the detail line says them (§19), '' when none
     maintenance: null, // maintenance mode (P17.4) as last shown; null before the first state
     executors: new Map(), // id → ExecutorView
     names: new Map(), // id → label, kept after it left, for the feed
@@ -319,12 +320,14 @@
     const epochs = new Array(count).fill(0);
     const handoffs = new Array(count).fill('');
     const pins = new Array(count).fill('');
+    const secondaries = new Array(count).fill('');
     for (const s of shards) {
       if (s.shard >= count) continue;
       owners[s.shard] = s.owner || '';
       epochs[s.shard] = s.epoch;
       handoffs[s.shard] = s.handoff ? s.handoff.to || '?' : '';
       pins[s.shard] = s.pinned_to || '';
+      secondaries[s.shard] = secondariesOf(s);
     }
     // A new shard count: no load is known for the new map until the next answer.
     shown.loads = new Array(count).fill(null);
@@ -344,10 +347,23 @@
     shown.epochs = epochs;
     shown.handoffs = handoffs;
     shown.pins = pins;
+    shown.secondaries = secondaries;
     shown.count = count;
     shown.focus = 0;
     shown.pointed = -1;
     if (count > 0) shown.cells[0].tabIndex = 0;
+  }
+
+  /**
+   * A shard's secondaries (PROTOCOL §19) as the detail line says them: each executor, and
+   * whether it is ready or lost; '' for a shard without any.
+   */
+  function secondariesOf(s) {
+    if (!s.secondaries || s.secondaries.length === 0) return '';
+    return s.secondaries.map((secondary) => {
+      const state = secondary.lost_for_ms !== undefined ? ' lost' : secondary.ready ? ' ready' : ' warming';
+      return labelWithId(secondary.executor_id) + state;
+    }).join(', ');
   }
 
   /**
@@ -371,6 +387,11 @@
       const wasHandoff = shown.handoffs[i];
       const pin = s.pinned_to || '';
       const wasPin = shown.pins[i];
+      const secondaries = secondariesOf(s);
+      if (secondaries !== shown.secondaries[i]) {
+        shown.secondaries[i] = secondaries;
+        if (i === shown.pointed) describe(i);
+      }
       if (pin !== wasPin) {
         if (wasPin !== '') note('unpin', wasPin, '', i);
         if (pin !== '') note('pin', '', pin, i);
@@ -411,6 +432,7 @@
     text += owner ? 'owner ' + labelWithId(owner) : 'unowned: no executor may serve it';
     if (handoff) text += ' · handing off to ' + (handoff === '?' ? 'the pool' : labelWithId(handoff));
     if (shown.pins[i]) text += ' · pinned to ' + labelWithId(shown.pins[i]);
+    if (shown.secondaries[i]) text += ' · secondaries ' + shown.secondaries[i];
     if (shown.mode === 'load') {
       const load = shown.loads[i];
       text += load === null || load === undefined ? ' · load unknown' : ' · load ' + formatLoad(load);

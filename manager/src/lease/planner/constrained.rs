@@ -11,8 +11,9 @@
 //! - a shard whose owner serves it and takes shards stays where it is: no balance moves and no
 //!   spreading to joiners (they wait until the versions agree, when the usual planner runs);
 //! - a shard that must move (never owned, its owner left or drains, its handoff's target is gone)
-//!   goes to an executor of the newest version, the one holding fewest shards for its capacity
-//!   (ties by id), or stays with the target its handoff names when that is one;
+//!   goes to an executor of the newest version: its ready secondary ready longest when it has one
+//!   there (P19.3), else the one holding fewest shards for its capacity (ties by id), or stays
+//!   with the target its handoff names when that is one;
 //! - a handoff under way to an executor that is not of the newest version is cancelled when its
 //!   owner still takes shards (nothing changes hands), and retargeted otherwise;
 //! - a lapsed owner keeps its shards until it is reaped (P3.8), as always.
@@ -136,7 +137,7 @@ pub(in crate::lease) fn plan_moves(
         mut moves,
         homeless,
     } = scan(state, now_ms, constraints, &positions, &mut receivers);
-    place_least_full(state, now_ms, &receivers, homeless, &mut moves);
+    place_least_full(state, now_ms, &receivers, &positions, homeless, &mut moves);
     cheapest_moves(state, moves, max_moves, |(step, _)| {
         (step.shard, step.to.as_str())
     })
@@ -235,32 +236,62 @@ fn scan(
     Scan { moves, homeless }
 }
 
-/// Each homeless shard, in id order, to the receiver holding the fewest for its capacity (ties to
-/// the lowest id), counting the shards given before it.
+/// Each homeless shard, in id order, to its ready secondary ready longest among the receivers
+/// (P19.3: it lands warm), else to the receiver holding the fewest for its capacity (ties to the
+/// lowest id), counting the shards given before it.
 fn place_least_full(
     state: Space<'_>,
     now_ms: u64,
     receivers: &[Receiver<'_>],
+    positions: &HashMap<&str, usize>,
     homeless: Vec<ShardId>,
     moves: &mut Vec<(Move, MoveReason)>,
 ) {
-    let mut queue: BinaryHeap<Reverse<Fill>> = receivers
-        .iter()
-        .enumerate()
-        .map(|(position, receiver)| {
-            Reverse(Fill {
-                holding: receiver.holding,
-                capacity: receiver.capacity,
-                position,
-            })
-        })
+    let mut holding: Vec<u64> = receivers.iter().map(|receiver| receiver.holding).collect();
+    let fill_of = |holding: &[u64], position: usize| Fill {
+        holding: holding.get(position).copied().unwrap_or(0),
+        capacity: receivers
+            .get(position)
+            .map_or(1, |receiver| receiver.capacity),
+        position,
+    };
+    // Entries go stale when a shard goes to a warm receiver; a stale one is pushed again with
+    // what its receiver holds now before it is used.
+    let mut queue: BinaryHeap<Reverse<Fill>> = (0..receivers.len())
+        .map(|position| Reverse(fill_of(&holding, position)))
         .collect();
+    let replicated = state.namespace().replication.replicas > 1;
     for shard in homeless {
-        let Some(Reverse(mut fill)) = queue.pop() else {
-            break;
+        let warm = state
+            .shard(shard)
+            .filter(|_| replicated)
+            .and_then(|entry| {
+                entry
+                    .live_secondaries()
+                    .enumerate()
+                    .filter_map(|(order, secondary)| {
+                        let since_ms = secondary.ready_since_ms?;
+                        let position = positions.get(secondary.executor.as_str()).copied()?;
+                        Some((since_ms, order, position))
+                    })
+                    .min()
+            })
+            .map(|(_, _, position)| position);
+        let position = match warm {
+            Some(position) => position,
+            None => loop {
+                let Some(Reverse(fill)) = queue.pop() else {
+                    return;
+                };
+                let current = fill_of(&holding, fill.position);
+                if current == fill {
+                    break fill.position;
+                }
+                queue.push(Reverse(current));
+            },
         };
-        let Some(receiver) = receivers.get(fill.position) else {
-            break;
+        let Some(receiver) = receivers.get(position) else {
+            return;
         };
         moves.push((
             Move {
@@ -269,7 +300,9 @@ fn place_least_full(
             },
             why_it_moves(state, now_ms, shard),
         ));
-        fill.holding += 1;
-        queue.push(Reverse(fill));
+        if let Some(held) = holding.get_mut(position) {
+            *held += 1;
+        }
+        queue.push(Reverse(fill_of(&holding, position)));
     }
 }

@@ -40,15 +40,28 @@ fn replicas(replicas: u32) -> ReplicaSettings {
 
 /// Registers `incarnation` named `name` in `zone` at `now_ms`.
 fn register_named(harness: &mut Harness, now_ms: u64, name: &str, zone: &str) -> ExecutorId {
+    register_versioned(harness, now_ms, name, zone, None)
+}
+
+/// [`register_named`] stating application version `version` (P17.3).
+fn register_versioned(
+    harness: &mut Harness,
+    now_ms: u64,
+    name: &str,
+    zone: &str,
+    version: Option<&str>,
+) -> ExecutorId {
     let mut command = register_command_with_labels(now_ms, name, 1, &[("zone", zone)]);
     if let Command::Register {
         name: named,
         incarnation,
+        app_version,
         ..
     } = &mut command
     {
         *named = Some(name.to_owned());
         *incarnation = format!("{name}@{now_ms}");
+        *app_version = version.map(str::to_owned);
     }
     match harness.apply(command) {
         Outcome::Registered { grant, .. } => grant.executor_id,
@@ -626,4 +639,63 @@ fn p19_3_a_drained_primary_moves_to_its_ready_secondary() {
             );
         }
     }
+}
+
+/// P19.3 with P17.3: during a rolling deploy a drained primary goes to the newest version only,
+/// and there to its ready secondary when it has one: an executor restarted as the new version
+/// under its name took its secondaries back and is warm for them.
+#[test]
+fn p19_3_p17_3_in_a_rollout_a_moving_primary_goes_to_its_ready_secondary_of_the_new_version() {
+    let mut harness = Harness::initialised(24, LEASE_MS);
+    harness.apply(set_replicas(replicas(2)));
+    let old: Vec<ExecutorId> = ["e1", "e2", "e3"]
+        .iter()
+        .map(|name| register_versioned(&mut harness, 0, name, "a", Some("1.0.0")))
+        .collect();
+    settle(&mut harness, 0);
+    for executor in &old {
+        renew_ready(&mut harness, 10, executor);
+    }
+    // e1 is replaced by the new version under its name; a new executor of it joins too.
+    harness.apply(Command::SetDraining {
+        now_ms: 20,
+        executor_id: old[0].clone(),
+        draining: true,
+    });
+    plan_and_release(&mut harness, 20);
+    harness.apply(Command::Deregister {
+        now_ms: 30,
+        executor_id: old[0].clone(),
+    });
+    let e1 = register_versioned(&mut harness, 40, "e1", "a", Some("2.0.0"));
+    let e4 = register_versioned(&mut harness, 40, "e4", "a", Some("2.0.0"));
+    renew_ready(&mut harness, 50, &e1);
+    let warm_on_e1: Vec<ShardId> = harness
+        .delivered_shards(&old[1])
+        .into_iter()
+        .filter(|&shard| {
+            harness
+                .state
+                .shard(shard)
+                .and_then(|entry| entry.secondary_on(&e1))
+                .is_some_and(|secondary| secondary.ready_since_ms.is_some())
+        })
+        .collect();
+    assert!(
+        !warm_on_e1.is_empty(),
+        "e1 took back secondaries of e2's primaries"
+    );
+    harness.apply(Command::SetDraining {
+        now_ms: 60,
+        executor_id: old[1].clone(),
+        draining: true,
+    });
+    plan_and_release(&mut harness, 60);
+    for shard in warm_on_e1 {
+        assert_eq!(harness.owner(shard), Some(e1.as_str()), "shard {shard}");
+    }
+    assert!(
+        !harness.delivered_shards(&e4).is_empty(),
+        "the cold ones spread over the new version"
+    );
 }
