@@ -3,9 +3,10 @@
 //!
 //! A plan has three parts, in this order, each on what the previous one left:
 //! 1. **Placement** of every shard without a live holder (unowned, its owner draining or lapsed,
-//!    its handoff's target gone), heaviest first: to the executor with the fewest shards per
-//!    unit of capacity among those it fits (its utilisation stays inside the band), else where
-//!    it fits best (the lowest utilisation after). A releasing shard whose target left goes back
+//!    its handoff's target gone), heaviest first: to its ready secondary ready longest when it
+//!    fits there (P19.3), else to the executor with the fewest shards per unit of capacity among
+//!    those it fits (its utilisation stays inside the band), else where it fits best (the lowest
+//!    utilisation after). A releasing shard whose target left goes back
 //!    to its owner when it fits there (the handoff is cancelled: no new epoch). Not limited.
 //! 2. **Joiners**: an executor below the band that also holds less than `1 − tolerance` of its
 //!    share by count has just joined (or was emptied): it takes the moves that remove the most
@@ -108,6 +109,9 @@ struct Homeless {
     /// Its live owner, when it is releasing to a target that is gone: placing it back there
     /// cancels the handoff.
     owner: Option<usize>,
+    /// The member holding its ready secondary ready longest (P19.3): it goes there when it fits,
+    /// so it lands warm.
+    warm: Option<usize>,
     reason: MoveReason,
 }
 
@@ -282,10 +286,23 @@ fn scan_loads(
             Some(_) => MoveReason::Departure,
             None => why_it_moves(state, now_ms, shard.id),
         };
+        let warm = shard
+            .live_secondaries()
+            .enumerate()
+            .filter_map(|(order, secondary)| {
+                Some((
+                    secondary.ready_since_ms?,
+                    order,
+                    index_of(&secondary.executor)?,
+                ))
+            })
+            .min()
+            .map(|(_, _, member)| member);
         homeless.push(Homeless {
             shard: shard.id,
             load,
             owner: owner_member,
+            warm,
             reason,
         });
         distributable += 1;
@@ -378,7 +395,10 @@ impl<'a> Fleet<'a> {
                     self.receive(owner, shard.load);
                     continue;
                 }
-                None => self.best_fit(shard.load),
+                None => match shard.warm.filter(|&warm| self.fits(warm, shard.load)) {
+                    Some(warm) => warm,
+                    None => self.best_fit(shard.load),
+                },
             };
             self.moves.push((
                 Move {

@@ -9,8 +9,9 @@ use leasehold_api::wire::{ReplicaSettings, DEFAULT_NAMESPACE, MAX_REPLICAS, REPL
 
 use super::super::schema::SECOND_RELEASE_SCHEMA;
 use super::super::{
-    plan_secondaries, Command, Epoch, ExecutorId, MoveReason, OperatorAction, Outcome,
-    PlacementOverrides, RefusalReason, Renewal, SecondaryChange, ShardId,
+    plan_placement, plan_secondaries, Command, Epoch, ExecutorId, Loads, MoveReason,
+    OperatorAction, Outcome, PlacementInputs, PlacementOverrides, RefusalReason, Renewal,
+    SecondaryChange, ShardId, MAX_MOVES_PER_PLAN,
 };
 use super::{
     plan_and_release, register_command_with_labels, space_of, Harness, LEASE_MS, TEST_ADMIN,
@@ -698,4 +699,72 @@ fn p19_3_p17_3_in_a_rollout_a_moving_primary_goes_to_its_ready_secondary_of_the_
         !harness.delivered_shards(&e4).is_empty(),
         "the cold ones spread over the new version"
     );
+}
+
+/// P19.3 with P15.2: placed by load, a drained primary goes to its ready secondary when it fits
+/// there inside the band, even where the fewest-shards rule would spread it elsewhere.
+#[test]
+fn p19_3_p15_2_by_load_a_drained_primary_goes_to_its_ready_secondary() {
+    let mut harness = Harness::initialised(48, LEASE_MS);
+    harness.apply(set_replicas(replicas(2)));
+    let executors: Vec<ExecutorId> = ["e1", "e2", "e3", "e4"]
+        .iter()
+        .map(|name| register_named(&mut harness, 0, name, "a"))
+        .collect();
+    settle(&mut harness, 0);
+    // Every secondary of e1's primaries on e2, so the fewest-shards rule alone would spread them.
+    let drained = executors[0].clone();
+    let changes: Vec<SecondaryChange> = harness
+        .delivered_shards(&drained)
+        .into_iter()
+        .filter_map(|shard| {
+            let current = secondaries(&harness, shard)[0].clone();
+            (current != executors[1]).then(|| SecondaryChange {
+                shard,
+                add: Some(executors[1].clone()),
+                drop: Some(current),
+            })
+        })
+        .collect();
+    harness.apply(Command::PlaceSecondaries {
+        now_ms: 5,
+        planned_at: harness.state.revision(),
+        namespace: DEFAULT_NAMESPACE.into(),
+        changes,
+    });
+    for executor in &executors {
+        renew_ready(&mut harness, 10, executor);
+    }
+    let warm_before: Vec<(ShardId, ExecutorId)> = harness
+        .delivered_shards(&drained)
+        .into_iter()
+        .map(|shard| (shard, secondaries(&harness, shard)[0].clone()))
+        .collect();
+    assert!(warm_before.iter().all(|(_, warm)| *warm == executors[1]));
+    harness.apply(Command::SetDraining {
+        now_ms: 20,
+        executor_id: drained,
+        draining: true,
+    });
+    // A band wide enough for e2 to take every one of them.
+    let inputs = PlacementInputs {
+        loads: Loads::Reported(vec![1.0; 48]),
+        tolerance: 1.0,
+        ..PlacementInputs::by_count()
+    };
+    let plan =
+        plan_placement(space_of(&harness.state), 20, &inputs, MAX_MOVES_PER_PLAN).expect("a plan");
+    let Command::Rebalance { moves, .. } = &plan.command else {
+        panic!("{plan:?}");
+    };
+    for (shard, warm) in warm_before {
+        let step = moves
+            .iter()
+            .find(|step| step.shard == shard)
+            .expect("moved");
+        assert_eq!(
+            step.to, warm,
+            "shard {shard} did not go to its ready secondary"
+        );
+    }
 }
