@@ -442,7 +442,27 @@ pub(super) fn render_shard(view: &ShardView, executors: Option<&[ExecutorView]>)
             human_ms(handoff.completes_by_expiry_in_ms),
         ));
     }
+    if !view.secondaries.is_empty() {
+        pairs.push(("secondaries", render_secondaries(&view.secondaries)));
+    }
     fields(&pairs)
+}
+
+/// A shard's secondaries (PROTOCOL §19) on one line: each executor, ready, warming (placed, not
+/// yet ready) or lost (its executor left, waiting for one of its name).
+fn render_secondaries(secondaries: &[crate::wire::SecondaryView]) -> String {
+    secondaries
+        .iter()
+        .map(|secondary| {
+            let state = match secondary.lost_for_ms {
+                Some(lost_ms) => format!("lost {} ago", human_ms(lost_ms)),
+                None if secondary.ready => "ready".to_owned(),
+                None => "warming".to_owned(),
+            };
+            format!("{} ({state})", printable(&secondary.executor_id))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(super) fn render_state_summary(state: &StateView) -> String {

@@ -879,6 +879,41 @@ fn p17_4_shard_details_name_the_pin() {
     );
 }
 
+/// P19.1: a shard's secondaries show on one line, each ready, warming or lost; a shard without
+/// any shows no such line.
+#[test]
+fn p19_1_shard_details_name_the_secondaries() {
+    let secondary = |executor_id: &str, ready, lost_for_ms| crate::wire::SecondaryView {
+        executor_id: executor_id.into(),
+        ready,
+        lost_for_ms,
+    };
+    let view = ShardView {
+        shard: 3,
+        owner: Some("ex-1".into()),
+        epoch: 4,
+        handoff: None,
+        load: None,
+        hot: false,
+        pinned_to: None,
+        secondaries: vec![
+            secondary("ex-2", true, None),
+            secondary("ex-3", false, None),
+            secondary("ex-4", false, Some(30_000)),
+        ],
+    };
+    let shown = render_shard(&view, None);
+    assert!(
+        shown.ends_with("secondaries:  ex-2 (ready), ex-3 (warming), ex-4 (lost 30.0s ago)\n"),
+        "{shown}"
+    );
+    let single = ShardView {
+        secondaries: Vec::new(),
+        ..view
+    };
+    assert!(!render_shard(&single, None).contains("secondaries"));
+}
+
 fn record(revision: u64, at_ms: u64, action: &str) -> AuditRecordView {
     AuditRecordView {
         revision,
