@@ -252,7 +252,13 @@ impl PromotionState {
         let Some(space) = self.lease.space(DEFAULT_NAMESPACE) else {
             return;
         };
-        if let Some(plan) = plan_secondaries(space, self.now_ms, 0, MAX_MOVES_PER_PLAN) {
+        if let Some(plan) = plan_secondaries(
+            space,
+            self.now_ms,
+            &PlacementInputs::by_count(),
+            0,
+            MAX_MOVES_PER_PLAN,
+        ) {
             self.apply(plan.command);
         }
     }
@@ -303,7 +309,14 @@ impl Model for PromotionModel {
             actions.push(Action::PlanPrimaries);
         }
         if space.is_some_and(|space| {
-            plan_secondaries(space, state.now_ms, 0, MAX_MOVES_PER_PLAN).is_some()
+            plan_secondaries(
+                space,
+                state.now_ms,
+                &PlacementInputs::by_count(),
+                0,
+                MAX_MOVES_PER_PLAN,
+            )
+            .is_some()
         }) {
             actions.push(Action::PlanSecondaries);
         }

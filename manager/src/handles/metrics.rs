@@ -175,7 +175,7 @@ pub const METRICS: &[MetricSpec] = &[
         name: "leasehold_secondary_changes_total",
         kind: MetricKind::Counter,
         help: "Shards whose secondaries a committed plan changed, by why (leader; P19.2).",
-        labels: &[("reason", &["replica", "departure", "balance"])],
+        labels: &[("reason", &["replica", "join", "departure", "balance"])],
         at_start: AtStart::Zero,
     },
     MetricSpec {

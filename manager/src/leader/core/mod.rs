@@ -634,7 +634,8 @@ impl StepWrites {
             let inputs = self.placement.get(&name).unwrap_or(&self.by_count);
             let made = self.balance_moves_made.get(&name).copied().unwrap_or(0);
             let budget = inputs.balance_moves_allowed.saturating_sub(made);
-            let Some(plan) = plan_secondaries(space.placing_at(now_ms), now_ms, budget, share)
+            let Some(plan) =
+                plan_secondaries(space.placing_at(now_ms), now_ms, inputs, budget, share)
             else {
                 continue;
             };

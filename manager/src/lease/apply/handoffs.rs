@@ -239,7 +239,7 @@ impl LeaseState {
     /// the shard to its target at epoch + 1, or leaves it unowned if the target has left.
     pub(super) fn apply_release(
         &mut self,
-        log_index: u64,
+        at: Entry,
         executor_id: &str,
         shards: &[ShardId],
         revoke_revision: u64,
@@ -265,19 +265,19 @@ impl LeaseState {
                             .as_ref()
                             .is_some_and(|handoff| handoff.revoke_revision == revoke_revision)
                 });
-            if current && self.complete_handoff(log_index, &namespace, shard, &mut effects) {
+            if current && self.complete_handoff(at, &namespace, shard, &mut effects) {
                 completed.push(shard);
             } else {
                 ignored.push(shard);
             }
         }
         if !completed.is_empty() {
-            self.touch_assignment(log_index, &namespace);
+            self.touch_assignment(at.index, &namespace);
         }
         Outcome::Released {
             completed,
             ignored,
-            effects: effects.finish(self, log_index),
+            effects: effects.finish(self, at.index),
         }
     }
 
@@ -294,7 +294,11 @@ impl LeaseState {
         let mut completed = Vec::new();
         let mut completed_in = BTreeSet::new();
         for (namespace, shard) in due {
-            if self.complete_handoff(log_index, &namespace, shard, &mut effects) {
+            let at = Entry {
+                index: log_index,
+                now_ms,
+            };
+            if self.complete_handoff(at, &namespace, shard, &mut effects) {
                 if namespace == DEFAULT_NAMESPACE {
                     completed.push(shard);
                 }
@@ -314,7 +318,7 @@ impl LeaseState {
     /// left unowned if the target has gone. Returns false if the shard was not releasing.
     pub(super) fn complete_handoff(
         &mut self,
-        log_index: u64,
+        at: Entry,
         namespace: &str,
         shard: ShardId,
         effects: &mut EffectsBuilder,
@@ -351,7 +355,7 @@ impl LeaseState {
                 .get(&old_owner)
                 .is_some_and(|executor| executor.namespace == namespace);
             if let Some(space) = self.namespaces.get_mut(namespace).filter(|_| registered) {
-                space.add_secondary(shard, &old_owner, log_index);
+                space.add_secondary(shard, &old_owner, at);
                 effects.assignments.insert(old_owner);
             }
         }

@@ -177,7 +177,11 @@ impl LeaseState {
         let acknowledged = self.acknowledged_by_claims(renewal, prior_revision);
         let mut completed_any = false;
         for &shard in &acknowledged {
-            completed_any |= self.complete_handoff(log_index, &namespace, shard, effects);
+            let at = Entry {
+                index: log_index,
+                now_ms,
+            };
+            completed_any |= self.complete_handoff(at, &namespace, shard, effects);
         }
         Some((namespace, acknowledged, completed_any))
     }

@@ -26,6 +26,13 @@ use super::{
     ShardId, Tombstone, TombstoneReason, MAX_SHARD_COUNT, MAX_TEXT_FIELD_BYTES, MAX_TOMBSTONES,
 };
 
+/// The entry a command applies in: its log index and the leader's stamp.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry {
+    pub(super) index: u64,
+    pub(super) now_ms: u64,
+}
+
 /// Pushes collected while one command applies, turned into [`Effects`] at the end.
 #[derive(Debug, Default)]
 struct EffectsBuilder {
@@ -245,11 +252,19 @@ impl LeaseState {
                 moves,
             } => self.apply_rebalance(log_index, *now_ms, *planned_at, namespace, moves),
             Command::Release {
+                now_ms,
                 executor_id,
                 shards,
                 revoke_revision,
-                ..
-            } => self.apply_release(log_index, executor_id, shards, *revoke_revision),
+            } => self.apply_release(
+                Entry {
+                    index: log_index,
+                    now_ms: *now_ms,
+                },
+                executor_id,
+                shards,
+                *revoke_revision,
+            ),
             Command::CompleteHandoffs { now_ms } => {
                 self.apply_complete_handoffs(log_index, *now_ms)
             }
@@ -267,11 +282,19 @@ impl LeaseState {
                 action,
             } => self.apply_operator(log_index, *now_ms, actor, action),
             Command::PlaceSecondaries {
+                now_ms,
                 planned_at,
                 namespace,
                 changes,
-                ..
-            } => self.apply_place_secondaries(log_index, *planned_at, namespace, changes),
+            } => self.apply_place_secondaries(
+                Entry {
+                    index: log_index,
+                    now_ms: *now_ms,
+                },
+                *planned_at,
+                namespace,
+                changes,
+            ),
         }
     }
 

@@ -16,7 +16,7 @@ impl LeaseState {
     /// with its set; each dropped one to its executor, if still registered.
     pub(super) fn apply_place_secondaries(
         &mut self,
-        log_index: u64,
+        at: Entry,
         planned_at: u64,
         namespace: &str,
         changes: &[SecondaryChange],
@@ -50,18 +50,18 @@ impl LeaseState {
                     effects.assignments.insert(dropped.clone());
                 }
                 if let Some(added) = &change.add {
-                    space.add_secondary(change.shard, added, log_index);
+                    space.add_secondary(change.shard, added, at);
                     effects.assignments.insert(added.clone());
                 }
                 changed.push(change.shard);
             }
         }
         if !changes.is_empty() {
-            self.touch_assignment(log_index, namespace);
+            self.touch_assignment(at.index, namespace);
         }
         Outcome::SecondariesPlaced {
             changed,
-            effects: effects.finish(self, log_index),
+            effects: effects.finish(self, at.index),
         }
     }
 
@@ -191,15 +191,16 @@ impl LeaseState {
 }
 
 impl Namespace {
-    /// Places a secondary of `shard` on `executor_id` by the entry at `log_index`, not ready.
-    pub(super) fn add_secondary(&mut self, shard: ShardId, executor_id: &str, log_index: u64) {
+    /// Places a secondary of `shard` on `executor_id` by the entry `at`, not ready.
+    pub(super) fn add_secondary(&mut self, shard: ShardId, executor_id: &str, at: Entry) {
         let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {
             return;
         };
         entry.secondaries.push(Secondary {
             executor: executor_id.to_owned(),
             ready_since_ms: None,
-            placed_revision: log_index,
+            placed_revision: at.index,
+            placed_at_ms: at.now_ms,
             lost: None,
         });
         self.secondaries_of
@@ -295,6 +296,7 @@ impl Namespace {
                     secondary.lost = None;
                     secondary.ready_since_ms = None;
                     secondary.placed_revision = log_index;
+                    secondary.placed_at_ms = now_ms;
                     took = true;
                 }
             }

@@ -221,6 +221,76 @@ pub fn plan_placement(
 ) -> Option<Plan> {
     state.config()?;
     let state = state.placing_at(now_ms);
+    let (moves, _) = warm_first(
+        state,
+        now_ms,
+        placement_moves(state, now_ms, inputs, max_moves),
+    );
+    plan_of(state, now_ms, moves)
+}
+
+/// The moves of `state`'s plan that wait for their target to be warm (P19.3): in a namespace
+/// with replicas, a move for a joiner or for balance of a shard its owner serves waits until
+/// the target holds a ready secondary of the shard, and the plan of secondaries places one
+/// there first. `state` as [`Space::placing_at`] gives it.
+pub(in crate::lease) fn moves_waiting_for_warmth(
+    state: Space<'_>,
+    now_ms: u64,
+    inputs: &PlacementInputs,
+) -> Vec<Move> {
+    if state.config().is_none() {
+        return Vec::new();
+    }
+    let moves = placement_moves(state, now_ms, inputs, MAX_MOVES_PER_PLAN);
+    warm_first(state, now_ms, moves).1
+}
+
+/// `moves` split into those made now and those that wait until their target holds a ready
+/// secondary of the shard (P19.3): in a namespace with replicas, a move for a joiner or for
+/// balance of a shard a live owner serves, to an executor holding no ready secondary of it,
+/// unless a secondary placed there for it has not said it is ready within the restore delay
+/// (a service that never says so still gets its share, cold).
+fn warm_first(
+    state: Space<'_>,
+    now_ms: u64,
+    moves: Vec<(Move, MoveReason)>,
+) -> (Vec<(Move, MoveReason)>, Vec<Move>) {
+    let namespace = state.namespace();
+    if namespace.replication.replicas <= 1 {
+        return (moves, Vec::new());
+    }
+    let delay_ms = state.config().map_or(0, |config| {
+        namespace
+            .replication
+            .restore_delay_ms(config.lease_duration_ms)
+    });
+    let mut now = Vec::with_capacity(moves.len());
+    let mut waiting = Vec::new();
+    for (step, reason) in moves {
+        let cold = state.shard(step.shard).is_some_and(|entry| {
+            let served = entry.owner.is_some() && entry.handoff.is_none();
+            let warmth = entry.secondary_on(&step.to).filter(|s| s.lost.is_none());
+            let ready = warmth.is_some_and(|s| s.ready_since_ms.is_some());
+            let given_up =
+                warmth.is_some_and(|s| now_ms >= s.placed_at_ms.saturating_add(delay_ms));
+            served && !ready && !given_up
+        });
+        if cold && matches!(reason, MoveReason::Join | MoveReason::Balance) {
+            waiting.push(step);
+        } else {
+            now.push((step, reason));
+        }
+    }
+    (now, waiting)
+}
+
+/// Every move of `state`'s plan, warm or not, pins honoured, at most `max_moves`.
+fn placement_moves(
+    state: Space<'_>,
+    now_ms: u64,
+    inputs: &PlacementInputs,
+    max_moves: usize,
+) -> Vec<(Move, MoveReason)> {
     // A rollout and maintenance mode decide alone whatever the leader knows of the loads: only
     // shards that must move do, onto the newest version during a rollout (P17.3), and drains
     // wait in maintenance (P17.4).
@@ -231,7 +301,7 @@ pub fn plan_placement(
             maintenance: state.maintenance(),
         };
         let moves = constrained::plan_moves(state, now_ms, constraints, max_moves);
-        return plan_of(state, now_ms, honour_pins(state, now_ms, moves, max_moves));
+        return honour_pins(state, now_ms, moves, max_moves);
     }
     // By count, every shard of the table may need a move (a million at a fleet's first start):
     // the plan's `max_moves` are chosen first and only they are classified, so a plan costs a
@@ -273,7 +343,7 @@ pub fn plan_placement(
             |(step, _)| (step.shard, step.to.as_str()),
         ),
     };
-    plan_of(state, now_ms, honour_pins(state, now_ms, moves, max_moves))
+    honour_pins(state, now_ms, moves, max_moves)
 }
 
 /// `moves` with the operators' pins honoured (P17.4): a shard pinned to an executor that takes

@@ -25,8 +25,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_api::wire::zone_of;
 
-use super::{capacity_of, MoveReason, Plan};
+use super::{capacity_of, moves_waiting_for_warmth, MoveReason, PlacementInputs, Plan};
 use crate::lease::{Command, Executor, SecondaryChange, Shard, ShardId, Space};
+
+/// Most secondaries a shard has (P19.1).
+const MOST_SECONDARIES: usize = leasehold_api::wire::MAX_REPLICAS as usize - 1;
 
 /// How many secondaries each executor holds of each other executor's primaries, by
 /// (primary's holder, secondary's holder): spread evenly, an executor's primaries find room on
@@ -58,6 +61,7 @@ impl Taker<'_> {
 pub fn plan_secondaries(
     space: Space<'_>,
     now_ms: u64,
+    inputs: &PlacementInputs,
     balance_moves_allowed: usize,
     max_changes: usize,
 ) -> Option<Plan> {
@@ -72,6 +76,11 @@ pub fn plan_secondaries(
     {
         return None;
     }
+    // The primaries' moves waiting for a secondary on their target (P19.3), by shard.
+    let warm_ups: BTreeMap<ShardId, String> = moves_waiting_for_warmth(space, now_ms, inputs)
+        .into_iter()
+        .map(|step| (step.shard, step.to))
+        .collect();
     let weight_permille = u64::from(settings.secondary_weight.permille());
     let mut takers = takers(space, now_ms, weight_permille);
     let mut pairs = pairs(space);
@@ -85,7 +94,24 @@ pub fn plan_secondaries(
         if shard.handoff.is_some() || shard.owner.is_none() {
             continue;
         }
-        let need = Need::of(space, shard, now_ms, wanted, restore_delay_ms, min_active);
+        let warm_up = warm_ups.get(&shard.id);
+        // A secondary placed ahead of a primary's move is one more than the shard keeps until
+        // the move is made (and its old primary, a secondary then, dropped as the surplus).
+        let warming = warm_up.is_some_and(|target| shard.secondary_on(target).is_some());
+        let need = match Need::of(
+            space,
+            shard,
+            now_ms,
+            wanted + usize::from(warming),
+            restore_delay_ms,
+            min_active,
+        ) {
+            Need::Nothing => match warm_up.filter(|_| !warming) {
+                Some(target) => Need::Warm(target.clone()),
+                None => Need::Nothing,
+            },
+            need => need,
+        };
         let reason = need.reason();
         let change = match need {
             Need::Nothing => None,
@@ -109,6 +135,21 @@ pub fn plan_secondaries(
                     shard: shard.id,
                     add: None,
                     drop: Some(dropped),
+                })
+            }
+            Need::Warm(target) => {
+                // One more secondary while there is room for it, else in place of the least
+                // useful one.
+                let full = shard.secondaries.len() >= MOST_SECONDARIES;
+                let drop = full.then(|| surplus(shard).to_owned());
+                if let Some(dropped) = &drop {
+                    unload(&mut takers, dropped, weight_permille);
+                }
+                count_on(&mut takers, &mut pairs, shard, &target, weight_permille);
+                Some(SecondaryChange {
+                    shard: shard.id,
+                    add: Some(target),
+                    drop,
                 })
             }
         };
@@ -145,6 +186,8 @@ enum Need {
     Add,
     /// This one dropped.
     Drop(String),
+    /// One placed on this executor, where a move of the primary waits for it (P19.3).
+    Warm(String),
 }
 
 impl Need {
@@ -186,6 +229,7 @@ impl Need {
     fn reason(&self) -> MoveReason {
         match self {
             Need::Replace(_) => MoveReason::Departure,
+            Need::Warm(_) => MoveReason::Join,
             Need::Nothing | Need::Add | Need::Drop(_) => MoveReason::Replica,
         }
     }
@@ -309,6 +353,25 @@ fn place<'a>(
         *pairs.entry((owner, chosen)).or_default() += 1;
     }
     Some(chosen.to_owned())
+}
+
+/// Counts a secondary of `shard` placed on `executor_id` where the plan chose it.
+fn count_on<'a>(
+    takers: &mut BTreeMap<&'a str, Taker<'a>>,
+    pairs: &mut Pairs<'a>,
+    shard: &'a Shard,
+    executor_id: &str,
+    weight_permille: u64,
+) {
+    let Some(id) = takers.get_key_value(executor_id).map(|(&id, _)| id) else {
+        return;
+    };
+    if let Some(taker) = takers.get_mut(id) {
+        taker.load_permille += weight_permille;
+    }
+    if let Some(owner) = shard.owner.as_deref() {
+        *pairs.entry((owner, id)).or_default() += 1;
+    }
 }
 
 /// Takes a dropped secondary off its executor's count.

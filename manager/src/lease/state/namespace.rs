@@ -77,6 +77,11 @@ pub struct Secondary {
     /// whose executor had applied a set at or after it (P19.3).
     #[serde(default)]
     pub placed_revision: u64,
+    /// When it was placed on `executor`, on the leader clock: a secondary placed ahead of a
+    /// primary's move that has not said it is ready within the restore delay no longer holds
+    /// the move back (P19.3).
+    #[serde(default)]
+    pub placed_at_ms: u64,
     /// Set once its executor left (lapsed, deregistered, removed): the replica waits out the
     /// namespace's restore delay for an executor of the same name (P19.4) before it is placed
     /// elsewhere.

@@ -87,7 +87,13 @@ fn settle(harness: &mut Harness, now_ms: u64) {
 /// Plans `default`'s secondaries at `now_ms` with `budget` balance moves and applies the plan;
 /// whether there was one.
 fn place_secondaries(harness: &mut Harness, now_ms: u64, budget: usize) -> bool {
-    let Some(plan) = plan_secondaries(space_of(&harness.state), now_ms, budget, usize::MAX) else {
+    let Some(plan) = plan_secondaries(
+        space_of(&harness.state),
+        now_ms,
+        &PlacementInputs::by_count(),
+        budget,
+        usize::MAX,
+    ) else {
         return false;
     };
     let outcome = harness.apply(plan.command.clone());
@@ -529,7 +535,14 @@ fn p19_4_an_executor_back_under_its_name_within_the_delay_gets_its_secondaries_b
         if back_after_ms <= 2 * LEASE_MS {
             assert_eq!(back, held, "the secondaries it held, back");
             assert!(
-                plan_secondaries(space_of(&harness.state), back_ms, 0, usize::MAX).is_none(),
+                plan_secondaries(
+                    space_of(&harness.state),
+                    back_ms,
+                    &PlacementInputs::by_count(),
+                    0,
+                    usize::MAX
+                )
+                .is_none(),
                 "nothing left to place"
             );
         } else {
@@ -583,7 +596,14 @@ fn p19_1_fewer_replicas_drop_the_secondaries_not_ready_first() {
     let [first, second] = <[ExecutorId; 2]>::try_from(secondaries(&harness, 0)).unwrap();
     renew_ready(&mut harness, 10, &first);
     harness.apply(set_replicas(replicas(2)));
-    let plan = plan_secondaries(space_of(&harness.state), 10, 0, usize::MAX).expect("a plan");
+    let plan = plan_secondaries(
+        space_of(&harness.state),
+        10,
+        &PlacementInputs::by_count(),
+        0,
+        usize::MAX,
+    )
+    .expect("a plan");
     assert!(plan
         .reasons
         .iter()
@@ -766,5 +786,53 @@ fn p19_3_p15_2_by_load_a_drained_primary_goes_to_its_ready_secondary() {
             step.to, warm,
             "shard {shard} did not go to its ready secondary"
         );
+    }
+}
+
+/// P19.3: a joiner's share goes to it warm: it first gets secondaries of the shards the plan
+/// would give it, and their primaries once it says they are ready; the shards keep their
+/// replica count. One that never says so gets its share cold after the restore delay.
+#[test]
+fn p19_3_a_joiner_is_given_secondaries_first_and_primaries_once_ready() {
+    for says_ready in [true, false] {
+        let mut harness = Harness::initialised(12, LEASE_MS);
+        harness.apply(set_replicas(ReplicaSettings {
+            replicas: 2,
+            replica_restore_delay_ms: Some(5_000),
+            ..ReplicaSettings::default()
+        }));
+        let executors: Vec<ExecutorId> = ["e1", "e2", "e3"]
+            .iter()
+            .map(|name| register_named(&mut harness, 0, name, "a"))
+            .collect();
+        settle(&mut harness, 0);
+        for executor in &executors {
+            renew_ready(&mut harness, 10, executor);
+        }
+        let joiner = register_named(&mut harness, 20, "e4", "a");
+        assert!(plan_and_release(&mut harness, 20).is_empty(), "nothing moves cold");
+        assert!(place_secondaries(&mut harness, 20, 0));
+        let warming: Vec<ShardId> = harness
+            .state
+            .secondaries_of(&joiner)
+            .into_iter()
+            .map(|(shard, _)| shard)
+            .collect();
+        assert_eq!(warming.len(), 3, "its share by count, as secondaries first");
+        assert!(harness.delivered_shards(&joiner).is_empty());
+        let now_ms = if says_ready {
+            renew_ready(&mut harness, 30, &joiner);
+            30
+        } else {
+            assert!(plan_and_release(&mut harness, 5_019).is_empty(), "not before the delay");
+            5_020 + 20
+        };
+        let moved = plan_and_release(&mut harness, now_ms);
+        assert_eq!(moved.len(), 3, "{moved:?}");
+        assert_eq!(harness.delivered_shards(&joiner), warming);
+        settle(&mut harness, now_ms);
+        for shard in 0..12 {
+            assert_eq!(secondaries(&harness, shard).len(), 1, "shard {shard}");
+        }
     }
 }
