@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use leasehold_api::wire::{LocalPermits, LocalState, ShardEpoch};
+use leasehold_api::wire::{LocalPermits, LocalState, Role, ShardEpoch};
 use tokio::time::Instant;
 
 use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, Assignment};
@@ -571,6 +571,8 @@ fn event(
         executor_id: told.executor_id.clone(),
         shard,
         epoch: told.epoch,
+        // What the service is told is its primary's; its secondaries come with the sidecar's.
+        role: Role::Primary,
         change,
         at,
         reason,

@@ -19,6 +19,7 @@ fn view(revision: u64, shards: &[(u32, u64)], lease_expiry: Instant) -> Assignme
             .iter()
             .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
             .collect(),
+        secondaries: Vec::new(),
         admission: AdmissionState::Admitting,
         lease_expiry: Some(lease_expiry),
         stopping: false,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::Router;
-use leasehold_api::wire::Grant;
+use leasehold_api::wire::{Grant, FIRST_RELEASE_SCHEMA};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -366,12 +366,12 @@ async fn p16_2_renewals_claim_what_the_service_may_still_admit() {
     assert_eq!(answer.2["shards"], json!([{"shard": 1, "epoch": 1}]));
     // The sidecar no longer holds shard 2, but a renewal omitting it would acknowledge the
     // revoke (P5.2) while the service may still admit it.
-    let renewal = shared.renewal(false).unwrap();
+    let renewal = shared.renewal(FIRST_RELEASE_SCHEMA).unwrap();
     let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
     assert_eq!(claimed, [1, 2]);
     get(&router, &format!("/v1/local/permits?{}", ack(&answer))).await;
     assert_eq!(revoking.await.unwrap().2["released"], json!([2]));
-    let renewal = shared.renewal(false).unwrap();
+    let renewal = shared.renewal(FIRST_RELEASE_SCHEMA).unwrap();
     let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
     assert_eq!(claimed, [1]);
 }
