@@ -239,7 +239,12 @@ async fn assignment_push(
         .ok_or(StatusCode::CONFLICT)?;
     executor
         .assignment()
-        .apply_set(push.revision, push.shard_count, &push.shards)
+        .apply_set(
+            push.revision,
+            push.shard_count,
+            &push.shards,
+            &push.secondaries,
+        )
         .map_err(|_| StatusCode::BAD_REQUEST)?;
     registry.pushes.fetch_add(1, Ordering::Relaxed);
     Ok(Json(serde_json::json!({})))
@@ -308,7 +313,12 @@ async fn register_executor(
     let grant = client.register(&request).await?;
     let mut assignment = AssignmentState::default();
     assignment
-        .apply_set(grant.revision, grant.shard_count, &grant.shards)
+        .apply_set(
+            grant.revision,
+            grant.shard_count,
+            &grant.shards,
+            &grant.secondaries,
+        )
         .map_err(|e| anyhow!("register reply: {e}"))?;
     let executor = Arc::new(SimExecutor {
         executor_id: grant.executor_id,
@@ -489,7 +499,12 @@ impl Renewer for LeaseholdFleet {
                 _ => RenewFailure::Other(short_error(&error)),
             })?;
         let mut assignment = executor.assignment();
-        match assignment.apply_set(grant.revision, grant.shard_count, &grant.shards) {
+        match assignment.apply_set(
+            grant.revision,
+            grant.shard_count,
+            &grant.shards,
+            &grant.secondaries,
+        ) {
             Ok(SetOutcome::Stale { .. }) => {
                 // P3.3: the stale grant's lease still counts, minus what it no longer covers.
                 assignment.drop_taken_by(grant.revision, &grant.shards);

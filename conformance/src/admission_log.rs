@@ -3,10 +3,15 @@
 //!
 //! Every executor writes `--event-log` on this machine, each line stamped on CLOCK_MONOTONIC,
 //! which every process here shares, so the logs of all executors compare directly.
+//!
+//! A line may carry a `role` (PROTOCOL P19.5): `secondary` for a secondary's admission, absent
+//! (or `primary`) for the primary's. Starts and stops pair within one role, so a secondary
+//! promoted on the same executor closes its secondary interval and opens the primary's.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use leasehold_api::wire::Role;
 use serde_json::Value;
 
 /// Start or stop of admission.
@@ -26,6 +31,8 @@ pub struct AdmissionRecord {
     pub epoch: u64,
     pub event: AdmissionEdge,
     pub reason: String,
+    /// The role admitted in (P19.5): the primary when the line carries none.
+    pub role: Role,
 }
 
 /// Parses admission log text (JSON lines). A torn last line (a process killed mid-write) is an
@@ -58,6 +65,15 @@ pub fn parse_admission_log(text: &str) -> Result<Vec<AdmissionRecord>, String> {
                 "stop" => AdmissionEdge::Stop,
                 other => return Err(format!("line {}: unknown event {other:?}", number + 1)),
             };
+            let role = match value.get("role") {
+                None => Role::Primary,
+                Some(role) => serde_json::from_value(role.clone()).map_err(|_| {
+                    format!(
+                        "line {}: role {role} is neither primary nor secondary",
+                        number + 1
+                    )
+                })?,
+            };
             Ok(AdmissionRecord {
                 t_ns: number_field("t_ns")?,
                 executor_id: text_field("executor_id")?,
@@ -66,6 +82,7 @@ pub fn parse_admission_log(text: &str) -> Result<Vec<AdmissionRecord>, String> {
                 epoch: number_field("epoch")?,
                 event,
                 reason: text_field("reason")?,
+                role,
             })
         })
         .collect()
@@ -96,24 +113,30 @@ pub struct AdmissionInterval {
     pub executor_id: String,
     pub shard: u32,
     pub epoch: u64,
+    /// The role admitted in (P19.5): I1 and I2 are the primary's.
+    pub role: Role,
     pub start_ns: u64,
     /// `None`: still admitting.
     pub end_ns: Option<u64>,
 }
 
-/// Pairs starts and stops into intervals. A stop without a start, a second start without a
-/// stop, or a stop at another epoch than its start is malformed.
+/// Pairs starts and stops into intervals, per executor, shard and role. A stop without a start,
+/// a second start without a stop, or a stop at another epoch than its start is malformed.
 pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval>, String> {
     let mut intervals = Vec::new();
     for log in logs {
-        let mut open: BTreeMap<(String, u32), AdmissionInterval> = BTreeMap::new();
+        let mut open: BTreeMap<(String, u32, Role), AdmissionInterval> = BTreeMap::new();
         for record in &log.records {
-            let key = (record.executor_id.clone(), record.shard);
+            let key = (record.executor_id.clone(), record.shard, record.role);
+            let what = match record.role {
+                Role::Primary => "",
+                Role::Secondary => " (as a secondary)",
+            };
             match record.event {
                 AdmissionEdge::Start => {
                     if let Some(previous) = open.get(&key) {
                         return Err(format!(
-                            "{} started shard {} again at {} without stopping the start at {}",
+                            "{} started shard {}{what} again at {} without stopping the start at {}",
                             record.executor_id, record.shard, record.t_ns, previous.start_ns
                         ));
                     }
@@ -123,6 +146,7 @@ pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval
                             executor_id: record.executor_id.clone(),
                             shard: record.shard,
                             epoch: record.epoch,
+                            role: record.role,
                             start_ns: record.t_ns,
                             end_ns: None,
                         },
@@ -131,7 +155,7 @@ pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval
                 AdmissionEdge::Stop => {
                     let Some(mut interval) = open.remove(&key) else {
                         return Err(format!(
-                            "{} stopped shard {} at {} without a start",
+                            "{} stopped shard {}{what} at {} without a start",
                             record.executor_id, record.shard, record.t_ns
                         ));
                     };
@@ -163,7 +187,7 @@ pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval
 /// Builders for synthetic admission logs, shared by this module's and the checker's unit tests.
 #[cfg(test)]
 pub(crate) mod synthetic {
-    use super::{AdmissionEdge, AdmissionRecord, ExecutorLog};
+    use super::{AdmissionEdge, AdmissionRecord, ExecutorLog, Role};
 
     pub(crate) fn record(
         executor: &str,
@@ -179,6 +203,7 @@ pub(crate) mod synthetic {
             epoch,
             event,
             reason: "test".to_string(),
+            role: Role::Primary,
         }
     }
 
@@ -219,5 +244,63 @@ mod tests {
         )
         .is_err());
         assert!(parse_admission_log(r#"{"t_ns":1,"executor_id":"e","shard":1"#).is_err());
+    }
+
+    /// P19.5: a line's `role` is read (absent: the primary), and starts and stops pair within
+    /// one role: a promotion on one executor closes the secondary's interval and opens the
+    /// primary's, in either order of the two lines. A role that is neither is an error.
+    #[test]
+    fn p19_5_roles_are_read_and_paired_apart() {
+        let text = [
+            r#"{"t_ns":10,"executor_id":"ex-1","shard":7,"epoch":3,"event":"start","reason":"assigned","role":"secondary"}"#,
+            r#"{"t_ns":20,"executor_id":"ex-1","shard":7,"epoch":4,"event":"start","reason":"assigned"}"#,
+            r#"{"t_ns":20,"executor_id":"ex-1","shard":7,"epoch":3,"event":"stop","reason":"unassigned","role":"secondary"}"#,
+            r#"{"t_ns":30,"executor_id":"ex-1","shard":7,"epoch":4,"event":"stop","reason":"revoked","role":"primary"}"#,
+        ]
+        .join("\n");
+        let records = parse_admission_log(&text).unwrap();
+        let roles: Vec<Role> = records.iter().map(|record| record.role).collect();
+        assert_eq!(
+            roles,
+            [
+                Role::Secondary,
+                Role::Primary,
+                Role::Secondary,
+                Role::Primary
+            ]
+        );
+        let intervals = admission_intervals(&[ExecutorLog {
+            records,
+            ended_at_ns: None,
+        }])
+        .unwrap();
+        let spans: Vec<(Role, u64, u64, Option<u64>)> = intervals
+            .iter()
+            .map(|i| (i.role, i.epoch, i.start_ns, i.end_ns))
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                (Role::Secondary, 3, 10, Some(20)),
+                (Role::Primary, 4, 20, Some(30))
+            ]
+        );
+        assert!(parse_admission_log(
+            r#"{"t_ns":1,"executor_id":"e","shard":1,"epoch":1,"event":"start","reason":"x","role":"leader"}"#
+        )
+        .is_err());
+        // A secondary's stop does not close the primary's interval.
+        let unpaired = parse_admission_log(concat!(
+            r#"{"t_ns":1,"executor_id":"e","shard":1,"epoch":1,"event":"start","reason":"x"}"#,
+            "\n",
+            r#"{"t_ns":2,"executor_id":"e","shard":1,"epoch":1,"event":"stop","reason":"x","role":"secondary"}"#,
+        ))
+        .unwrap();
+        let refused = admission_intervals(&[ExecutorLog {
+            records: unpaired,
+            ended_at_ns: None,
+        }])
+        .unwrap_err();
+        assert!(refused.contains("as a secondary"), "{refused}");
     }
 }

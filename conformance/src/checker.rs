@@ -12,6 +12,11 @@
 //! - **I2** (fencing): successive holders of a shard have strictly increasing epochs, one
 //!   executor's epochs never go back, and no epoch is held by two executors.
 //!
+//! Both are the primary's (PROTOCOL P19.1, P19.5): a secondary's intervals (lines with
+//! `"role":"secondary"`) are read, paired and counted, but judged by neither, since secondaries
+//! of one shard admit side by side with its primary by design. That a secondary admits only while
+//! its lease is live (P19.1) is not checked here: no log shows the lease.
+//!
 //! A process killed with SIGKILL cannot log its stops; its open intervals end at an upper bound
 //! on its death the test supplies ([`ExecutorLog::ended_at_ns`]). An executor still running has
 //! open intervals that last forever: anything after them overlaps.
@@ -74,7 +79,10 @@ impl fmt::Display for Violation {
 /// What the checker saw and what it found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
+    /// The primary's intervals, which I1 and I2 judge.
     pub intervals: usize,
+    /// Secondaries' intervals (P19.5): read and paired, judged by neither I1 nor I2.
+    pub secondary_intervals: usize,
     pub shards: usize,
     /// Successive intervals of one shard held by different executors.
     pub handoffs: usize,
@@ -116,16 +124,22 @@ fn end_or_forever(interval: &AdmissionInterval) -> u64 {
     interval.end_ns.unwrap_or(u64::MAX)
 }
 
-/// I1 and I2 over the merged admission logs of every executor that ran. A malformed log (a
-/// stop without a start, a second start, a stop at another epoch) is an error, not a violation:
-/// the executor wrote something the format does not allow.
+/// I1 and I2 over the merged admission logs of every executor that ran, the primary's intervals
+/// only (P19.5). A malformed log (a stop without a start, a second start, a stop at another
+/// epoch) is an error, not a violation: the executor wrote something the format does not allow.
 pub fn check(logs: &[ExecutorLog]) -> Result<CheckReport, String> {
     let mut by_shard: BTreeMap<u32, Vec<AdmissionInterval>> = BTreeMap::new();
+    let mut secondary_intervals = 0;
     for interval in admission_intervals(logs)? {
+        if !interval.role.is_primary() {
+            secondary_intervals += 1;
+            continue;
+        }
         by_shard.entry(interval.shard).or_default().push(interval);
     }
     let mut report = CheckReport {
         shards: by_shard.len(),
+        secondary_intervals,
         ..CheckReport::default()
     };
     for (shard, mut intervals) in by_shard {
@@ -529,6 +543,7 @@ mod exclusivity_tests {
     use super::*;
     use crate::admission_log::synthetic::{log, record};
     use crate::admission_log::AdmissionEdge::{Start, Stop};
+    use crate::admission_log::AdmissionRecord;
 
     #[test]
     fn i1_handoff_without_overlap_passes() {
@@ -654,5 +669,78 @@ mod exclusivity_tests {
             None,
         );
         assert!(check_admission_exclusivity(&[epoch_mismatch]).is_err());
+    }
+
+    /// P19.5: I1 and I2 are the primary's. A secondary admitting a shard beside its primary, at
+    /// the primary's epoch, and one promoted at a new epoch on the same executor, break neither;
+    /// the same intervals as the primary's would break both. An overlap of primaries is still
+    /// found among secondaries.
+    #[test]
+    fn p19_5_i1_and_i2_judge_the_primarys_intervals_only() {
+        use leasehold_api::wire::Role;
+
+        let secondary = |executor, shard, epoch, event, t_ns| AdmissionRecord {
+            role: Role::Secondary,
+            ..record(executor, shard, epoch, event, t_ns)
+        };
+        let logs = vec![
+            log(
+                vec![
+                    record("ex-1", 0, 1, Start, 100),
+                    // Handed to ex-2's secondary, promoted at epoch 2.
+                    record("ex-1", 0, 1, Stop, 300),
+                ],
+                None,
+            ),
+            log(
+                vec![
+                    secondary("ex-2", 0, 1, Start, 150),
+                    secondary("ex-2", 0, 1, Stop, 310),
+                    record("ex-2", 0, 2, Start, 310),
+                ],
+                None,
+            ),
+            log(
+                vec![
+                    // A second secondary, all along, at the epochs its sets showed.
+                    secondary("ex-3", 0, 1, Start, 120),
+                    secondary("ex-3", 0, 1, Stop, 310),
+                    secondary("ex-3", 0, 2, Start, 310),
+                ],
+                None,
+            ),
+        ];
+        let report = check(&logs).unwrap();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!((report.intervals, report.secondary_intervals), (2, 3));
+        assert_eq!(report.handoffs, 1);
+        // The same history with every role the primary's: overlaps, and epoch 1 held by three.
+        let as_primaries: Vec<ExecutorLog> = logs
+            .iter()
+            .map(|executor| ExecutorLog {
+                records: executor
+                    .records
+                    .iter()
+                    .map(|r| AdmissionRecord {
+                        role: Role::Primary,
+                        ..r.clone()
+                    })
+                    .collect(),
+                ended_at_ns: executor.ended_at_ns,
+            })
+            .collect();
+        let report = check(&as_primaries).unwrap();
+        assert!(report.of(Rule::I1Overlap) > 0, "{:?}", report.violations);
+        assert!(
+            report.of(Rule::I2EpochSharedByTwo) > 0,
+            "{:?}",
+            report.violations
+        );
+        // A primary of ex-3 overlapping ex-2's is found whatever the secondaries around it.
+        let mut overlapping = logs.clone();
+        overlapping[2]
+            .records
+            .push(record("ex-3", 0, 3, Start, 400));
+        assert_eq!(check(&overlapping).unwrap().of(Rule::I1Overlap), 1);
     }
 }

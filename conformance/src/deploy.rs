@@ -107,6 +107,7 @@ mod tests {
             executor_id: executor.to_owned(),
             shard,
             epoch: 1,
+            role: leasehold_api::wire::Role::Primary,
             start_ns,
             end_ns,
         }

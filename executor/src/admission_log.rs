@@ -7,6 +7,10 @@
 //! {"t_ns":123456789,"executor_id":"ex-4","shard":7,"epoch":3,"event":"start","reason":"assigned"}
 //! ```
 //!
+//! A secondary's lines (PROTOCOL §19) carry `"role":"secondary"`; a primary's carry no role, so
+//! the log of a namespace of one replica reads exactly as before. The checker applies I1 and I2
+//! to the primary's intervals only.
+//!
 //! Stamps err on the safe side for the checker: a `start` is stamped no later than admission
 //! began, a `stop` no earlier than it ended (for a lapse: the lease expiry itself).
 
@@ -14,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use leasehold_api::wire::Role;
 use nix::time::{clock_gettime, ClockId};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -94,6 +99,9 @@ struct LogLine<'a> {
     epoch: u64,
     event: AdmissionChange,
     reason: AdmissionReason,
+    /// Absent for the primary (P19.5).
+    #[serde(skip_serializing_if = "Role::is_primary")]
+    role: Role,
 }
 
 /// An open admission log.
@@ -135,6 +143,7 @@ impl AdmissionLog {
                 epoch: event.epoch,
                 event: event.change,
                 reason: event.reason,
+                role: event.role,
             };
             let mut bytes = serde_json::to_vec(&line).map_err(io::Error::other)?;
             bytes.push(b'\n');
@@ -156,6 +165,7 @@ mod tests {
             executor_id: "ex-3".into(),
             shard: 7,
             epoch: 2,
+            role: Role::Primary,
             change,
             at,
             reason: AdmissionReason::Assigned,
@@ -232,5 +242,41 @@ mod tests {
             start <= stop,
             "same instant: start rounds down, stop rounds up"
         );
+    }
+
+    /// P19.5: a secondary's lines say so; the primary's carry no role, as before replicas.
+    #[test]
+    fn p19_5_a_secondarys_lines_carry_its_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let at = Instant::now();
+        let mut log = AdmissionLog::open(&path).unwrap();
+        log.record(&[
+            event(AdmissionChange::Start, at),
+            AdmissionEvent {
+                role: Role::Secondary,
+                shard: 4,
+                ..event(AdmissionChange::Start, at)
+            },
+            AdmissionEvent {
+                role: Role::Secondary,
+                shard: 4,
+                reason: AdmissionReason::Unassigned,
+                ..event(AdmissionChange::Stop, at)
+            },
+        ])
+        .unwrap();
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].get("role").is_none(), "{}", lines[0]);
+        for line in &lines[1..] {
+            assert_eq!(line["role"], "secondary", "{line}");
+            assert_eq!(line["shard"], 4);
+        }
+        assert_eq!(lines[2]["event"], "stop");
     }
 }

@@ -103,6 +103,12 @@ pub struct ExecutorArgs {
     #[arg(long, env = "LEASEHOLD_LOCAL_PREPARE")]
     pub local_prepare: bool,
 
+    /// Report every secondary (PROTOCOL §19) ready to be promoted as soon as it is held, for a
+    /// service whose secondary needs no warm-up. Off: a secondary is ready once the service says
+    /// so (`POST /v1/local/ready` as a sidecar).
+    #[arg(long, env = "LEASEHOLD_SECONDARIES_READY_WHEN_HELD")]
+    pub secondaries_ready_when_held: bool,
+
     /// Log output format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -152,6 +158,7 @@ impl ExecutorArgs {
             };
         config.app_url = self.app_url.clone();
         config.local_prepare = self.local_prepare;
+        config.secondaries_ready_when_held = self.secondaries_ready_when_held;
         Ok(config)
     }
 }

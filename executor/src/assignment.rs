@@ -17,8 +17,16 @@
 //! `u64::MAX`, would otherwise make every later set stale). [`AssignmentState::adopt`] replaces
 //! the set with the grant's whatever the revision; when to call it is decided in
 //! [`crate::admission::AdmissionCore::disowns`].
+//!
+//! Secondaries (PROTOCOL §19): a set also lists the shards this executor holds a secondary of,
+//! whole, whatever form its primaries take. They are replaced with every set applied, in the
+//! same revision order (a stale set changes neither list), and checked as the primaries are (in
+//! range, once, and never a primary of the same set: the replicas of a shard are on distinct
+//! executors, P19.1). Revokes are the primaries' handoffs (P5.2) and leave secondaries alone.
+//! Readiness (P19.3), what the embedding service says of each secondary, is kept here too,
+//! since it lives exactly as long as the secondary it is about.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
 
 use leasehold_api::wire::{check_shard_list, RevokeReply, ShardEpoch, ShardListError};
@@ -52,6 +60,44 @@ pub enum DeliveryError {
         /// The shard listed twice.
         shard: u32,
     },
+    /// A set listing a shard both among its primaries and among its secondaries (P19.1: a
+    /// shard's replicas are on distinct executors), which no manager sends: which role would
+    /// its work be admitted in?
+    #[error("shard {shard} is listed both as a primary and as a secondary")]
+    PrimaryAndSecondary {
+        /// The shard listed in both roles.
+        shard: u32,
+    },
+}
+
+/// A secondary's readiness was refused (P19.3): it changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "shard {shard} is not held as a secondary at epoch {epoch}{}",
+    match held_at {
+        Some(held) => format!(" (it is, at epoch {held})"),
+        None => String::new(),
+    }
+)]
+pub struct NotSecondary {
+    /// The shard said ready.
+    pub shard: u32,
+    /// The epoch it was said ready at.
+    pub epoch: u64,
+    /// The epoch the set holds it at as a secondary, if it holds it as one.
+    pub held_at: Option<u64>,
+}
+
+/// A secondary this executor holds (PROTOCOL P19.1), with its readiness (P19.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
+pub struct Secondary {
+    /// The shard.
+    pub shard: u32,
+    /// The shard's current epoch, as the set shows it (the primary's: a secondary fences
+    /// nothing with it).
+    pub epoch: u64,
+    /// Renewals say it is ready to be promoted.
+    pub ready: bool,
 }
 
 /// What a set delivery did.
@@ -59,11 +105,17 @@ pub enum DeliveryError {
 pub enum SetOutcome {
     /// Applied (P4.3): `dropped` shards left the set, then `gained` ones joined it. A shard whose
     /// epoch changed is in both: it left under its old epoch and came back under the new one.
+    /// The same for the secondaries (P19.1); a shard promoted from a secondary to the primary is
+    /// in `secondaries_dropped` and `gained`.
     Applied {
         /// Shards (with the epochs they were held at) that left the set, ascending.
         dropped: Vec<ShardEpoch>,
         /// Shards (with their new epochs) that joined the set, ascending.
         gained: Vec<ShardEpoch>,
+        /// Secondaries (with the epochs they were held at) that left the set, ascending.
+        secondaries_dropped: Vec<ShardEpoch>,
+        /// Secondaries (with their new epochs) that joined the set, ascending.
+        secondaries_gained: Vec<ShardEpoch>,
     },
     /// Older than the last delivery applied (P4.1): nothing changed.
     Stale {
@@ -123,6 +175,32 @@ fn sorted(mut shards: Vec<u32>) -> Vec<u32> {
     shards
 }
 
+/// What left and what joined when `before` became `after` (P4.3), each ascending: a shard whose
+/// epoch changed is in both.
+fn changes(
+    before: &BTreeMap<u32, u64>,
+    after: &BTreeMap<u32, u64>,
+) -> (Vec<ShardEpoch>, Vec<ShardEpoch>) {
+    let left = |from: &BTreeMap<u32, u64>, to: &BTreeMap<u32, u64>| {
+        from.iter()
+            .filter(|&(shard, epoch)| to.get(shard) != Some(epoch))
+            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
+            .collect()
+    };
+    (left(before, after), left(after, before))
+}
+
+/// Whether `held` is exactly `listed` (as sets list shards, ascending): one pass, no allocation.
+fn same_as(held: &BTreeMap<u32, u64>, listed: &[ShardEpoch]) -> bool {
+    held.len() == listed.len()
+        && held
+            .iter()
+            .zip(listed)
+            .all(|((&shard, &epoch), delivered)| {
+                delivered.shard == shard && delivered.epoch == epoch
+            })
+}
+
 /// The held set and the revision order of deliveries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AssignmentState {
@@ -133,6 +211,12 @@ pub struct AssignmentState {
     /// Shard → revision of the delivery that gave it at its current epoch: tells a shard the
     /// manager had already taken away at an older grant's revision from one gained after it.
     gained_at: BTreeMap<u32, u64>,
+    /// Shard → epoch of every secondary the last applied set gave this executor (P19.1).
+    secondaries: BTreeMap<u32, u64>,
+    /// The secondaries the embedding service said are ready (P19.3), by shard. Kept while the
+    /// shard stays a secondary, across a change of its epoch (its primary moved elsewhere: the
+    /// warm copy is the same one, and the managers keep it ready too); dropped with it.
+    ready: BTreeSet<u32>,
     /// Revision of the last delivery applied, raised by applied revokes too (P4.1). Kept
     /// across re-registration: log indices only grow, so every delivery meant for the new
     /// executor is newer than anything meant for the old one.
@@ -172,6 +256,68 @@ impl AssignmentState {
         self.held.get(&shard) == Some(&epoch)
     }
 
+    /// The epoch `shard` is held at as a secondary, if it is one (P19.1).
+    pub fn secondary_epoch_of(&self, shard: u32) -> Option<u64> {
+        self.secondaries.get(&shard).copied()
+    }
+
+    /// The secondaries, ascending (P19.1).
+    pub fn secondaries(&self) -> Vec<ShardEpoch> {
+        self.secondaries
+            .iter()
+            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
+            .collect()
+    }
+
+    /// The secondaries with their readiness, ascending: every one ready when `all_ready` (an
+    /// executor whose secondaries need no warm-up, P19.3).
+    pub fn secondaries_with_readiness(&self, all_ready: bool) -> Vec<Secondary> {
+        self.secondaries
+            .iter()
+            .map(|(&shard, &epoch)| Secondary {
+                shard,
+                epoch,
+                ready: all_ready || self.ready.contains(&shard),
+            })
+            .collect()
+    }
+
+    /// What a renewal says is ready (P19.3): the whole list, each at the epoch the set shows,
+    /// ascending; every secondary when `all_ready`.
+    pub fn ready_secondaries(&self, all_ready: bool) -> Vec<ShardEpoch> {
+        self.secondaries
+            .iter()
+            .filter(|(shard, _)| all_ready || self.ready.contains(shard))
+            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
+            .collect()
+    }
+
+    /// Checks that `ready` may be said of `shard` at `epoch`: saying a secondary ready needs it
+    /// held as one at that very epoch (the service vouches for the copy it saw); saying it not
+    /// ready is always taken, whatever the epoch, since it only makes a promotion less likely.
+    pub fn check_readiness(&self, shard: u32, epoch: u64, ready: bool) -> Result<(), NotSecondary> {
+        let held_at = self.secondary_epoch_of(shard);
+        if ready && held_at != Some(epoch) {
+            return Err(NotSecondary {
+                shard,
+                epoch,
+                held_at,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records that the service says `shard` is (or is no longer) ready at `epoch` (P19.3), as
+    /// [`Self::check_readiness`] allows. Answers whether anything changed.
+    pub fn set_ready(&mut self, shard: u32, epoch: u64, ready: bool) -> Result<bool, NotSecondary> {
+        self.check_readiness(shard, epoch, ready)?;
+        Ok(if ready {
+            self.ready.insert(shard)
+        } else {
+            self.ready.remove(&shard)
+        })
+    }
+
     /// Checks a shard count against the one already known.
     fn check_shard_count(&self, shard_count: u32) -> Result<NonZeroU32, DeliveryError> {
         let count = NonZeroU32::new(shard_count).ok_or(DeliveryError::ZeroShardCount)?;
@@ -198,13 +344,16 @@ impl AssignmentState {
         })
     }
 
-    /// Validates a set delivery without applying it.
+    /// Validates a set delivery (its primaries `shards` and its `secondaries`) without applying
+    /// it.
     pub fn validate_set(
         &self,
         shard_count: u32,
         shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
     ) -> Result<(), DeliveryError> {
-        self.checked_shard_count(shard_count, shards).map(drop)
+        self.checked_shard_count(shard_count, shards, secondaries)
+            .map(drop)
     }
 
     /// [`Self::validate_set`], answering with the checked shard count that applying the set records.
@@ -212,28 +361,38 @@ impl AssignmentState {
         &self,
         shard_count: u32,
         shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
     ) -> Result<NonZeroU32, DeliveryError> {
         let count = self.check_shard_count(shard_count)?;
         Self::check_shards(count, shards.iter().map(|s| s.shard))?;
+        if !secondaries.is_empty() {
+            Self::check_shards(count, secondaries.iter().map(|s| s.shard))?;
+            let primaries: BTreeSet<u32> = shards.iter().map(|s| s.shard).collect();
+            if let Some(both) = secondaries.iter().find(|s| primaries.contains(&s.shard)) {
+                return Err(DeliveryError::PrimaryAndSecondary { shard: both.shard });
+            }
+        }
         Ok(count)
     }
 
-    /// Applies a full set (register reply, renew reply or assign push) if its revision is at
-    /// least the last applied (P4.1). Malformed input is refused whole, stale or not.
+    /// Applies a full set (register reply, renew reply or assign push), its primaries `shards`
+    /// and its `secondaries`, if its revision is at least the last applied (P4.1). Malformed
+    /// input is refused whole, stale or not; a stale set changes neither list.
     pub fn apply_set(
         &mut self,
         revision: u64,
         shard_count: u32,
         shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
     ) -> Result<SetOutcome, DeliveryError> {
-        let count = self.checked_shard_count(shard_count, shards)?;
+        let count = self.checked_shard_count(shard_count, shards, secondaries)?;
         if revision < self.revision {
             return Ok(SetOutcome::Stale {
                 revision,
                 applied_revision: self.revision,
             });
         }
-        Ok(self.replace(revision, count, shards))
+        Ok(self.replace(revision, count, shards, secondaries))
     }
 
     /// Adopts a grant's set whatever the revision applied (P4.1, self-healing): the set and the
@@ -250,56 +409,67 @@ impl AssignmentState {
         revision: u64,
         shard_count: u32,
         shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
     ) -> Result<SetOutcome, DeliveryError> {
-        let count = self.checked_shard_count(shard_count, shards)?;
+        let count = self.checked_shard_count(shard_count, shards, secondaries)?;
         for gained_at in self.gained_at.values_mut() {
             *gained_at = (*gained_at).min(revision);
         }
-        Ok(self.replace(revision, count, shards))
+        Ok(self.replace(revision, count, shards, secondaries))
     }
 
-    /// Replaces the held set with `shards` (already validated) read at `revision`.
-    fn replace(&mut self, revision: u64, count: NonZeroU32, shards: &[ShardEpoch]) -> SetOutcome {
+    /// Replaces the held set with `shards` and the secondaries with `secondaries` (both already
+    /// validated) read at `revision`.
+    fn replace(
+        &mut self,
+        revision: u64,
+        count: NonZeroU32,
+        shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
+    ) -> SetOutcome {
+        self.shard_count = Some(count);
+        self.revision = revision;
+        self.set_revision = revision;
+        let (secondaries_dropped, secondaries_gained) = self.replace_secondaries(secondaries);
         // Most deliveries (every renewal's grant) repeat the held set: only the revision moves.
         // Held shards are iterated ascending, as sets are listed, so one pass tells.
-        let unchanged = self.held.len() == shards.len()
-            && self
-                .held
-                .iter()
-                .zip(shards)
-                .all(|((&shard, &epoch), delivered)| {
-                    delivered.shard == shard && delivered.epoch == epoch
-                });
-        if unchanged {
-            self.shard_count = Some(count);
-            self.revision = revision;
-            self.set_revision = revision;
+        if same_as(&self.held, shards) {
             return SetOutcome::Applied {
                 dropped: Vec::new(),
                 gained: Vec::new(),
+                secondaries_dropped,
+                secondaries_gained,
             };
         }
         let next: BTreeMap<u32, u64> = shards.iter().map(|s| (s.shard, s.epoch)).collect();
-        let dropped = self
-            .held
-            .iter()
-            .filter(|&(shard, epoch)| next.get(shard) != Some(epoch))
-            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
-            .collect();
-        let gained: Vec<ShardEpoch> = next
-            .iter()
-            .filter(|&(shard, epoch)| self.held.get(shard) != Some(epoch))
-            .map(|(&shard, &epoch)| ShardEpoch { shard, epoch })
-            .collect();
-        self.shard_count = Some(count);
+        let (dropped, gained) = changes(&self.held, &next);
         self.gained_at.retain(|shard, _| next.contains_key(shard));
         for gained in &gained {
             self.gained_at.insert(gained.shard, revision);
         }
         self.held = next;
-        self.revision = revision;
-        self.set_revision = revision;
-        SetOutcome::Applied { dropped, gained }
+        SetOutcome::Applied {
+            dropped,
+            gained,
+            secondaries_dropped,
+            secondaries_gained,
+        }
+    }
+
+    /// Replaces the secondaries (P19.1); readiness stays only for shards still secondaries
+    /// (P19.3). Answers those that left and those that joined.
+    fn replace_secondaries(
+        &mut self,
+        secondaries: &[ShardEpoch],
+    ) -> (Vec<ShardEpoch>, Vec<ShardEpoch>) {
+        if same_as(&self.secondaries, secondaries) {
+            return (Vec::new(), Vec::new());
+        }
+        let next: BTreeMap<u32, u64> = secondaries.iter().map(|s| (s.shard, s.epoch)).collect();
+        let changed = changes(&self.secondaries, &next);
+        self.ready.retain(|shard| next.contains_key(shard));
+        self.secondaries = next;
+        changed
     }
 
     /// Checks a revoke's shard list as [`Self::apply_revoke`] does, changing nothing: every shard
@@ -354,12 +524,15 @@ impl AssignmentState {
         Ok(RevokeOutcome::Applied { dropped, released })
     }
 
-    /// Drops the whole set: the manager no longer knows this executor (`unknown_executor`), so
-    /// it holds nothing. The revision is kept (see the field).
+    /// Drops the whole set, secondaries and their readiness included: the manager no longer
+    /// knows this executor (`unknown_executor`), so it holds nothing. The revision is kept (see
+    /// the field).
     pub fn clear(&mut self) -> Vec<ShardEpoch> {
         let dropped = self.held();
         self.held.clear();
         self.gained_at.clear();
+        self.secondaries.clear();
+        self.ready.clear();
         dropped
     }
 
@@ -411,6 +584,8 @@ mod tests {
         SetOutcome::Applied {
             dropped: set(dropped),
             gained: set(gained),
+            secondaries_dropped: Vec::new(),
+            secondaries_gained: Vec::new(),
         }
     }
 
@@ -418,11 +593,11 @@ mod tests {
     fn p4_1_set_applies_at_equal_or_newer_revision_only() {
         let mut state = AssignmentState::default();
         assert_eq!(
-            state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])),
+            state.apply_set(10, 8, &set(&[(1, 1), (2, 1)]), &[]),
             Ok(applied(&[], &[(1, 1), (2, 1)]))
         );
         assert_eq!(
-            state.apply_set(9, 8, &set(&[])),
+            state.apply_set(9, 8, &set(&[]), &[]),
             Ok(SetOutcome::Stale {
                 revision: 9,
                 applied_revision: 10
@@ -430,7 +605,7 @@ mod tests {
         );
         assert_eq!(state.held(), set(&[(1, 1), (2, 1)]));
         assert_eq!(
-            state.apply_set(10, 8, &set(&[(2, 1), (3, 4)])),
+            state.apply_set(10, 8, &set(&[(2, 1), (3, 4)]), &[]),
             Ok(applied(&[(1, 1)], &[(3, 4)]))
         );
         assert_eq!(state.revision(), 10);
@@ -442,9 +617,13 @@ mod tests {
     #[test]
     fn i1_a_stale_grant_drops_shards_already_taken_at_its_revision_and_keeps_newer_ones() {
         let mut state = AssignmentState::default();
-        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap(); // X = 1, Y = 2
+        state
+            .apply_set(10, 8, &set(&[(1, 1), (2, 1)]), &[])
+            .unwrap(); // X = 1, Y = 2
         state.apply_revoke(14, &[2]).unwrap();
-        state.apply_set(15, 8, &set(&[(1, 1), (3, 4)])).unwrap(); // a push adds Z = 3
+        state
+            .apply_set(15, 8, &set(&[(1, 1), (3, 4)]), &[])
+            .unwrap(); // a push adds Z = 3
         let dropped = state.drop_taken_by(13, &set(&[(2, 1)]));
         assert_eq!(dropped, set(&[(1, 1)]));
         assert_eq!(state.held(), set(&[(3, 4)]));
@@ -456,30 +635,32 @@ mod tests {
     #[test]
     fn p4_1_a_repeated_set_moves_only_the_revision_and_keeps_when_shards_were_gained() {
         let mut state = AssignmentState::default();
-        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap();
         state
-            .apply_set(15, 8, &set(&[(1, 1), (2, 1), (3, 4)]))
+            .apply_set(10, 8, &set(&[(1, 1), (2, 1)]), &[])
+            .unwrap();
+        state
+            .apply_set(15, 8, &set(&[(1, 1), (2, 1), (3, 4)]), &[])
             .unwrap();
         for (revision, repeated) in [
             (16, set(&[(1, 1), (2, 1), (3, 4)])),
             (17, set(&[(3, 4), (1, 1), (2, 1)])),
         ] {
             assert_eq!(
-                state.apply_set(revision, 8, &repeated),
+                state.apply_set(revision, 8, &repeated, &[]),
                 Ok(applied(&[], &[]))
             );
             assert_eq!(state.revision(), revision);
             assert_eq!(state.held(), set(&[(1, 1), (2, 1), (3, 4)]));
         }
         assert_eq!(
-            state.apply_set(16, 8, &set(&[(1, 1), (2, 1), (3, 4)])),
+            state.apply_set(16, 8, &set(&[(1, 1), (2, 1), (3, 4)]), &[]),
             Ok(SetOutcome::Stale {
                 revision: 16,
                 applied_revision: 17
             })
         );
         assert_eq!(
-            state.apply_set(18, 16, &set(&[(1, 1), (2, 1), (3, 4)])),
+            state.apply_set(18, 16, &set(&[(1, 1), (2, 1), (3, 4)]), &[]),
             Err(DeliveryError::ShardCountMismatch {
                 expected: 8,
                 got: 16
@@ -497,29 +678,29 @@ mod tests {
     #[test]
     fn i1_an_adopted_set_keeps_no_gain_stamp_from_the_disowned_future() {
         let mut state = AssignmentState::default();
-        state.apply_set(10, 8, &set(&[(1, 1)])).unwrap();
+        state.apply_set(10, 8, &set(&[(1, 1)]), &[]).unwrap();
         state
-            .apply_set(u64::MAX, 8, &set(&[(1, 1), (2, 1)]))
+            .apply_set(u64::MAX, 8, &set(&[(1, 1), (2, 1)]), &[])
             .unwrap();
         assert_eq!(
-            state.apply_set(12, 8, &set(&[(1, 1), (2, 1)])),
+            state.apply_set(12, 8, &set(&[(1, 1), (2, 1)]), &[]),
             Ok(SetOutcome::Stale {
                 revision: 12,
                 applied_revision: u64::MAX
             })
         );
         assert_eq!(
-            state.adopt(12, 8, &set(&[(1, 1), (2, 1)])),
+            state.adopt(12, 8, &set(&[(1, 1), (2, 1)]), &[]),
             Ok(applied(&[], &[]))
         );
         assert_eq!(state.revision(), 12);
         assert_eq!(state.drop_taken_by(12, &set(&[(1, 1)])), set(&[(2, 1)]));
         assert_eq!(
-            state.adopt(11, 8, &set(&[(3, 1)])),
+            state.adopt(11, 8, &set(&[(3, 1)]), &[]),
             Ok(applied(&[(1, 1)], &[(3, 1)]))
         );
         assert_eq!(
-            state.adopt(13, 16, &set(&[])),
+            state.adopt(13, 16, &set(&[]), &[]),
             Err(DeliveryError::ShardCountMismatch {
                 expected: 8,
                 got: 16
@@ -532,9 +713,9 @@ mod tests {
     #[test]
     fn p4_3_epoch_change_is_a_drop_then_a_gain() {
         let mut state = AssignmentState::default();
-        state.apply_set(1, 8, &set(&[(5, 1)])).unwrap();
+        state.apply_set(1, 8, &set(&[(5, 1)]), &[]).unwrap();
         assert_eq!(
-            state.apply_set(2, 8, &set(&[(5, 3)])),
+            state.apply_set(2, 8, &set(&[(5, 3)]), &[]),
             Ok(applied(&[(5, 1)], &[(5, 3)]))
         );
     }
@@ -542,7 +723,7 @@ mod tests {
     #[test]
     fn p4_1_stale_revoke_of_a_shard_that_came_back_keeps_it_and_is_answered_ignored() {
         let mut state = AssignmentState::default();
-        state.apply_set(20, 8, &set(&[(1, 2)])).unwrap();
+        state.apply_set(20, 8, &set(&[(1, 2)]), &[]).unwrap();
         let before = state.clone();
         let outcome = state.apply_revoke(19, &[1]).unwrap();
         assert_eq!(
@@ -574,7 +755,9 @@ mod tests {
     #[test]
     fn p4_1_a_revoke_at_the_revision_of_the_last_set_applies() {
         let mut state = AssignmentState::default();
-        state.apply_set(12, 8, &set(&[(1, 1), (2, 1)])).unwrap();
+        state
+            .apply_set(12, 8, &set(&[(1, 1), (2, 1)]), &[])
+            .unwrap();
         let outcome = state.apply_revoke(12, &[2]).unwrap();
         assert_eq!(
             outcome,
@@ -592,8 +775,10 @@ mod tests {
     #[test]
     fn p5_2_a_revoke_overtaken_by_a_set_without_the_shard_is_answered_released() {
         let mut state = AssignmentState::default();
-        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap();
-        state.apply_set(14, 8, &set(&[(1, 1)])).unwrap();
+        state
+            .apply_set(10, 8, &set(&[(1, 1), (2, 1)]), &[])
+            .unwrap();
+        state.apply_set(14, 8, &set(&[(1, 1)]), &[]).unwrap();
         let before = state.clone();
         let outcome = state.apply_revoke(12, &[2]).unwrap();
         assert_eq!(
@@ -613,10 +798,12 @@ mod tests {
     fn p5_2_an_overtaken_revoke_releases_only_the_shards_not_held() {
         let mut state = AssignmentState::default();
         state
-            .apply_set(10, 8, &set(&[(1, 1), (2, 1), (3, 1)]))
+            .apply_set(10, 8, &set(&[(1, 1), (2, 1), (3, 1)]), &[])
             .unwrap();
         // At 14 shard 2 has gone and shard 3 is back at a new epoch.
-        state.apply_set(14, 8, &set(&[(1, 1), (3, 2)])).unwrap();
+        state
+            .apply_set(14, 8, &set(&[(1, 1), (3, 2)]), &[])
+            .unwrap();
         let outcome = state.apply_revoke(12, &[3, 2]).unwrap();
         assert_eq!(
             outcome,
@@ -639,7 +826,7 @@ mod tests {
     fn p5_2_an_older_revoke_landing_after_a_newer_one_still_applies_to_its_shards() {
         let mut state = AssignmentState::default();
         state
-            .apply_set(3, 8, &set(&[(1, 1), (2, 1), (3, 1)]))
+            .apply_set(3, 8, &set(&[(1, 1), (2, 1), (3, 1)]), &[])
             .unwrap();
         state.apply_revoke(8, &[2]).unwrap();
         assert_eq!(
@@ -653,7 +840,7 @@ mod tests {
         assert_eq!(state.revision(), 8, "never lowered");
         // A push read at 7, before the revoke at 8, stays stale.
         assert!(matches!(
-            state.apply_set(7, 8, &set(&[(1, 1), (2, 1), (3, 1)])),
+            state.apply_set(7, 8, &set(&[(1, 1), (2, 1), (3, 1)]), &[]),
             Ok(SetOutcome::Stale { .. })
         ));
     }
@@ -661,7 +848,9 @@ mod tests {
     #[test]
     fn p4_1_revoke_raises_the_applied_revision_so_an_older_push_is_stale() {
         let mut state = AssignmentState::default();
-        state.apply_set(10, 8, &set(&[(1, 1), (2, 1)])).unwrap();
+        state
+            .apply_set(10, 8, &set(&[(1, 1), (2, 1)]), &[])
+            .unwrap();
         assert_eq!(
             state.apply_revoke(15, &[2, 7]),
             Ok(RevokeOutcome::Applied {
@@ -672,7 +861,7 @@ mod tests {
         assert_eq!(state.revision(), 15);
         // An assign push read at 12 (before the revoke) that still carries shard 2.
         assert_eq!(
-            state.apply_set(12, 8, &set(&[(1, 1), (2, 1)])),
+            state.apply_set(12, 8, &set(&[(1, 1), (2, 1)]), &[]),
             Ok(SetOutcome::Stale {
                 revision: 12,
                 applied_revision: 15
@@ -685,23 +874,23 @@ mod tests {
     fn i6_malformed_deliveries_are_refused_whole() {
         let mut state = AssignmentState::default();
         assert_eq!(
-            state.apply_set(1, 0, &[]),
+            state.apply_set(1, 0, &[], &[]),
             Err(DeliveryError::ZeroShardCount)
         );
         assert_eq!(
-            state.apply_set(1, 8, &set(&[(8, 1)])),
+            state.apply_set(1, 8, &set(&[(8, 1)]), &[]),
             Err(DeliveryError::ShardOutOfRange {
                 shard: 8,
                 shard_count: 8
             })
         );
         assert_eq!(
-            state.apply_set(1, 8, &set(&[(3, 1), (3, 2)])),
+            state.apply_set(1, 8, &set(&[(3, 1), (3, 2)]), &[]),
             Err(DeliveryError::DuplicateShard { shard: 3 })
         );
-        state.apply_set(1, 8, &set(&[(3, 1)])).unwrap();
+        state.apply_set(1, 8, &set(&[(3, 1)]), &[]).unwrap();
         assert_eq!(
-            state.apply_set(2, 16, &set(&[])),
+            state.apply_set(2, 16, &set(&[]), &[]),
             Err(DeliveryError::ShardCountMismatch {
                 expected: 8,
                 got: 16
@@ -725,9 +914,203 @@ mod tests {
     #[test]
     fn clear_keeps_the_revision() {
         let mut state = AssignmentState::default();
-        state.apply_set(7, 8, &set(&[(0, 1)])).unwrap();
+        state.apply_set(7, 8, &set(&[(0, 1)]), &[]).unwrap();
         assert_eq!(state.clear(), set(&[(0, 1)]));
         assert_eq!(state.revision(), 7);
         assert!(state.held().is_empty());
+    }
+
+    /// P19.1, P4.1: the secondaries are replaced with every set applied, in the primaries'
+    /// revision order: a stale set changes neither list.
+    #[test]
+    fn p19_1_a_stale_set_changes_neither_the_primaries_nor_the_secondaries() {
+        let mut state = AssignmentState::default();
+        assert_eq!(
+            state.apply_set(10, 8, &set(&[(1, 1)]), &set(&[(2, 3), (5, 1)])),
+            Ok(SetOutcome::Applied {
+                dropped: set(&[]),
+                gained: set(&[(1, 1)]),
+                secondaries_dropped: set(&[]),
+                secondaries_gained: set(&[(2, 3), (5, 1)]),
+            })
+        );
+        let before = state.clone();
+        assert_eq!(
+            state.apply_set(9, 8, &set(&[(1, 1)]), &set(&[(6, 1)])),
+            Ok(SetOutcome::Stale {
+                revision: 9,
+                applied_revision: 10
+            })
+        );
+        assert_eq!(state, before, "a stale set changes nothing");
+        assert_eq!(state.secondaries(), set(&[(2, 3), (5, 1)]));
+        assert_eq!(
+            state.apply_set(11, 8, &set(&[(1, 1)]), &set(&[(5, 1), (6, 1)])),
+            Ok(SetOutcome::Applied {
+                dropped: set(&[]),
+                gained: set(&[]),
+                secondaries_dropped: set(&[(2, 3)]),
+                secondaries_gained: set(&[(6, 1)]),
+            })
+        );
+        assert_eq!(state.secondary_epoch_of(6), Some(1));
+        assert_eq!(state.secondary_epoch_of(2), None);
+        assert_eq!(
+            state.epoch_of(5),
+            None,
+            "a secondary is not held as a primary"
+        );
+    }
+
+    /// P19.3 (a planned move onto a ready secondary): the set that promotes it lists the shard
+    /// among the primaries at a new epoch and no longer among the secondaries.
+    #[test]
+    fn p19_3_a_promotion_is_a_secondary_dropped_and_a_primary_gained() {
+        let mut state = AssignmentState::default();
+        state
+            .apply_set(10, 8, &set(&[(1, 1)]), &set(&[(4, 2)]))
+            .unwrap();
+        assert_eq!(
+            state.apply_set(12, 8, &set(&[(1, 1), (4, 3)]), &[]),
+            Ok(SetOutcome::Applied {
+                dropped: set(&[]),
+                gained: set(&[(4, 3)]),
+                secondaries_dropped: set(&[(4, 2)]),
+                secondaries_gained: set(&[]),
+            })
+        );
+        assert!(state.holds(4, 3));
+        assert!(state.secondaries().is_empty());
+    }
+
+    /// I6, P19.1: a secondary out of range, listed twice, or listed among the primaries too is
+    /// refused whole, as the primaries are.
+    #[test]
+    fn p19_1_malformed_secondaries_are_refused_whole() {
+        let mut state = AssignmentState::default();
+        state
+            .apply_set(1, 8, &set(&[(3, 1)]), &set(&[(4, 1)]))
+            .unwrap();
+        let before = state.clone();
+        for (secondaries, error) in [
+            (
+                set(&[(8, 1)]),
+                DeliveryError::ShardOutOfRange {
+                    shard: 8,
+                    shard_count: 8,
+                },
+            ),
+            (
+                set(&[(5, 1), (5, 2)]),
+                DeliveryError::DuplicateShard { shard: 5 },
+            ),
+            (
+                set(&[(2, 1), (3, 1)]),
+                DeliveryError::PrimaryAndSecondary { shard: 3 },
+            ),
+        ] {
+            assert_eq!(
+                state.apply_set(2, 8, &set(&[(3, 1)]), &secondaries),
+                Err(error.clone())
+            );
+            assert_eq!(
+                state.adopt(2, 8, &set(&[(3, 1)]), &secondaries),
+                Err(error.clone())
+            );
+            // Refused whether the set would apply or not.
+            assert_eq!(
+                state.apply_set(0, 8, &set(&[(3, 1)]), &secondaries),
+                Err(error)
+            );
+        }
+        assert_eq!(state, before, "refusals change nothing");
+    }
+
+    /// P5.2, P19.1: a revoke is a primary's handoff; it leaves the secondaries alone, a
+    /// secondary of a shard it names included.
+    #[test]
+    fn p19_1_revokes_leave_the_secondaries_alone() {
+        let mut state = AssignmentState::default();
+        state
+            .apply_set(10, 8, &set(&[(1, 1)]), &set(&[(2, 1)]))
+            .unwrap();
+        assert_eq!(
+            state.apply_revoke(11, &[1, 2]),
+            Ok(RevokeOutcome::Applied {
+                dropped: set(&[(1, 1)]),
+                released: vec![1, 2],
+            })
+        );
+        assert_eq!(state.secondaries(), set(&[(2, 1)]));
+        assert!(state.held().is_empty());
+    }
+
+    /// P19.3: readiness is said of a secondary held at that epoch, kept while the shard stays a
+    /// secondary (across a change of its epoch: its primary moved), and dropped with it; a
+    /// secondary placed again starts not ready. Saying not ready is always taken.
+    #[test]
+    fn p19_3_readiness_lives_as_long_as_the_secondary() {
+        let mut state = AssignmentState::default();
+        state
+            .apply_set(10, 8, &[], &set(&[(2, 3), (5, 1)]))
+            .unwrap();
+        assert_eq!(
+            state.set_ready(2, 4, true),
+            Err(NotSecondary {
+                shard: 2,
+                epoch: 4,
+                held_at: Some(3)
+            })
+        );
+        assert_eq!(
+            state.set_ready(6, 1, true),
+            Err(NotSecondary {
+                shard: 6,
+                epoch: 1,
+                held_at: None
+            })
+        );
+        assert_eq!(state.set_ready(2, 3, true), Ok(true));
+        assert_eq!(state.set_ready(2, 3, true), Ok(false), "said already");
+        assert_eq!(state.ready_secondaries(false), set(&[(2, 3)]));
+        assert_eq!(state.ready_secondaries(true), set(&[(2, 3), (5, 1)]));
+        // Shard 2's primary moved: its epoch rose, and it is still ready, at the new epoch.
+        state
+            .apply_set(11, 8, &[], &set(&[(2, 4), (5, 1)]))
+            .unwrap();
+        assert_eq!(state.ready_secondaries(false), set(&[(2, 4)]));
+        assert_eq!(
+            state.secondaries_with_readiness(false),
+            [
+                Secondary {
+                    shard: 2,
+                    epoch: 4,
+                    ready: true
+                },
+                Secondary {
+                    shard: 5,
+                    epoch: 1,
+                    ready: false
+                }
+            ]
+        );
+        // Dropped, then placed again: a new copy, not ready until said so.
+        state.apply_set(12, 8, &[], &set(&[(5, 1)])).unwrap();
+        state
+            .apply_set(13, 8, &[], &set(&[(2, 4), (5, 1)]))
+            .unwrap();
+        assert!(state.ready_secondaries(false).is_empty());
+        state.set_ready(5, 1, true).unwrap();
+        // Not ready any more, said at an epoch the service saw earlier: taken.
+        assert_eq!(state.set_ready(5, 0, false), Ok(true));
+        assert!(state.ready_secondaries(false).is_empty());
+        state.set_ready(2, 4, true).unwrap();
+        state.clear();
+        assert!(state.secondaries().is_empty());
+        state.apply_set(14, 8, &[], &set(&[(2, 4)])).unwrap();
+        assert!(
+            state.ready_secondaries(false).is_empty(),
+            "a forgotten executor's readiness goes with its set"
+        );
     }
 }

@@ -64,6 +64,11 @@ pub struct ExecutorConfig {
     /// Warm handoffs (PROTOCOL P17.1): run before a shard arrives (prepare) and after one leaves
     /// (release, before the revoke is answered, within 1.5 s). `None`: nothing to run.
     pub handoff_hooks: Option<Hooks>,
+    /// Report every secondary (PROTOCOL P19.1) ready to be promoted as soon as it is held
+    /// (P19.3), for a service whose secondary needs no warm-up (and for tests). Off: a secondary
+    /// is ready once the embedder says so ([`crate::ExecutorHandle::set_secondary_ready`], or the
+    /// service through the sidecar's `POST /v1/local/ready`).
+    pub secondaries_ready_when_held: bool,
     /// Renewals carry the loads of the held shards, as measured by the
     /// [`crate::ExecutorHandle::load_meter`] (P15.1). Off: the executor does not report (not
     /// the same as reporting zeros), so turn it on only when the embedder records its work.
@@ -99,6 +104,7 @@ impl ExecutorConfig {
             labels: leasehold_api::wire::Labels::new(),
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
             handoff_hooks: None,
+            secondaries_ready_when_held: false,
             report_loads: false,
             local_listen: None,
             app_url: None,

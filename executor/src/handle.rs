@@ -12,7 +12,8 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
-use crate::admission::{AdmitError, Assignment, Permit};
+use crate::admission::{AdmitError, Assignment, Permit, RoleWanted};
+use crate::assignment::NotSecondary;
 use crate::load_meter::LoadMeter;
 use crate::manager::ManagerLink;
 use crate::shared::Shared;
@@ -101,16 +102,17 @@ impl ExecutorHandle {
         }
     }
 
-    /// The executor's view, republished on every change: held shards with epochs, revision,
-    /// admitting or fenced. A lapse shows here at the expiry (the lapse watcher); for the
+    /// The executor's view, republished on every change: held shards with epochs, secondaries
+    /// and their readiness, revision, admitting or fenced. A lapse shows here at the expiry (the lapse watcher); for the
     /// decision itself use [`ExecutorHandle::admit`], which is exact.
     pub fn assignment(&self) -> watch::Receiver<Assignment> {
         self.shared.subscribe_assignment()
     }
 
-    /// May work for `shard` start now? `Permit { shard, epoch }`, or `NotReady` when fenced
-    /// (P3.6: answer `503 sharding_not_ready`), or `NotOwner`. A permit is never withdrawn:
-    /// running work is not interrupted.
+    /// May primary work for `shard` start now? A [`Permit`] with its epoch, or `NotReady` when
+    /// fenced (P3.6: answer `503 sharding_not_ready`), or `NotOwner`, also when the shard is held
+    /// only as a secondary (P19.1). A permit is never withdrawn: running work is not
+    /// interrupted.
     pub fn admit(&self, shard: u32) -> Result<Permit, AdmitError> {
         self.shared.admit(shard)
     }
@@ -118,6 +120,42 @@ impl ExecutorHandle {
     /// [`ExecutorHandle::admit`] for the shard of `key` (`leasehold_api::shard_for_key`).
     pub fn admit_key(&self, key: &[u8]) -> Result<Permit, AdmitError> {
         self.shared.admit_key(key)
+    }
+
+    /// May work for `shard` wanting `role` start now (PROTOCOL P19.5)? `RoleWanted::Secondary`
+    /// (or `Role::Secondary`) admits only where the shard is held as a secondary,
+    /// `RoleWanted::Any` in whichever role it is held; the permit's `role` says which. Every
+    /// role is admitted only while the lease is live (P19.1), and a secondary never gets a primary
+    /// permit.
+    pub fn admit_as(&self, shard: u32, role: impl Into<RoleWanted>) -> Result<Permit, AdmitError> {
+        self.shared.admit_as(shard, role.into())
+    }
+
+    /// [`ExecutorHandle::admit_as`] for the shard of `key`.
+    pub fn admit_key_as(
+        &self,
+        key: &[u8],
+        role: impl Into<RoleWanted>,
+    ) -> Result<Permit, AdmitError> {
+        self.shared.admit_key_as(key, role.into())
+    }
+
+    /// Says that this executor's secondary of `shard`, at the `epoch` its set shows, is (or is
+    /// no longer) ready to be promoted (PROTOCOL P19.3): every renewal then lists it among the
+    /// ready ones, until the service says otherwise or the secondary is dropped. Ready is
+    /// refused ([`NotSecondary`]) unless the shard is held as a secondary at that epoch (see
+    /// [`Assignment::secondaries`]); not ready is always taken. Readiness survives a change of
+    /// the shard's epoch while it stays a secondary (its primary moved elsewhere), and goes with
+    /// the secondary: one placed here again is not ready until said so.
+    pub fn set_secondary_ready(
+        &self,
+        shard: u32,
+        epoch: u64,
+        ready: bool,
+    ) -> Result<(), NotSecondary> {
+        self.shared
+            .set_secondary_ready(shard, epoch, ready)
+            .map(drop)
     }
 
     /// Admission changes as they happen (bounded: see [`crate::EVENT_CHANNEL_CAPACITY`]).

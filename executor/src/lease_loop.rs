@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use leasehold_api::client::ClientError;
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{Grant, RegisterRequest, CAPACITY_SCHEMA};
+use leasehold_api::wire::{Grant, RegisterRequest};
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, error, info, warn};
 
@@ -70,7 +70,7 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
         sleep_until(next_call_at).await;
         let mut holder = SharedHolder {
             shared,
-            cluster_takes_loads: manager.cluster_version() >= CAPACITY_SCHEMA,
+            cluster_version: manager.cluster_version(),
         };
         let call = calls.next_call(&mut holder, Instant::now());
         let (result, name) = match &call.kind {
@@ -131,15 +131,16 @@ async fn lease_loop<M: ManagerApi>(shared: &Shared, manager: &M) -> RunState {
 /// The shared state as the lease loop's [`LeaseHolder`].
 struct SharedHolder<'a> {
     shared: &'a Shared,
-    /// Whether renewals carry the load report (the cluster takes loads, P15.1).
-    cluster_takes_loads: bool,
+    /// The cluster version the managers stated: which fields renewals carry (the loads of
+    /// P15.1, the ready secondaries of P19.3).
+    cluster_version: u32,
 }
 
 impl LeaseHolder for SharedHolder<'_> {
     type Renewal = DueRenewal;
 
     fn renewal(&mut self) -> Option<DueRenewal> {
-        self.shared.renewal(self.cluster_takes_loads)
+        self.shared.renewal(self.cluster_version)
     }
 
     fn register_request(&mut self) -> RegisterRequest {
@@ -228,14 +229,23 @@ fn log_grant(grant: &Grant, taken: &GrantTaken, what: &str) {
         );
     }
     match &applied.set {
-        Ok(SetOutcome::Applied { dropped, gained })
-            if !dropped.is_empty() || !gained.is_empty() =>
+        Ok(SetOutcome::Applied {
+            dropped,
+            gained,
+            secondaries_dropped,
+            secondaries_gained,
+        }) if !dropped.is_empty()
+            || !gained.is_empty()
+            || !secondaries_dropped.is_empty()
+            || !secondaries_gained.is_empty() =>
         {
             info!(
                 executor_id = %grant.executor_id,
                 revision = grant.revision,
                 dropped = dropped.len(),
                 gained = gained.len(),
+                secondaries_dropped = secondaries_dropped.len(),
+                secondaries_gained = secondaries_gained.len(),
                 "{what}: set changed (P4.2)"
             );
         }

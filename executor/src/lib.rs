@@ -16,6 +16,11 @@
 //!     Ok(permit) => { /* run the work, fenced by permit.epoch */ }
 //!     Err(not_admitted) => { /* 503 (fenced) or route elsewhere (not the owner) */ }
 //! }
+//! // A namespace with replicas (PROTOCOL §19): a read a warm secondary may serve too.
+//! use leasehold_executor::RoleWanted;
+//! if let Ok(permit) = executor.admit_key_as(b"order-17", RoleWanted::Any) {
+//!     /* permit.role says which; secondary work never writes under permit.epoch */
+//! }
 //! executor.shutdown().await;
 //! # Ok(()) }
 //! ```
@@ -91,12 +96,16 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use admission::{AdmissionReason, AdmissionState, AdmitError, Assignment, Permit};
+pub use admission::{
+    AdmissionReason, AdmissionState, AdmitError, Assignment, Permit, RoleWanted, UnknownRole,
+};
 #[cfg(feature = "bin")]
 pub use args::ExecutorArgs;
+pub use assignment::{NotSecondary, Secondary};
 pub use config::ExecutorConfig;
 pub use handle::ExecutorHandle;
 pub use hooks::{DelayHooks, HandoffHooks, HookFuture, Hooks};
+pub use leasehold_api::wire::Role;
 pub use leasehold_api::MAX_KEY_BYTES;
 pub use load_meter::{LoadMeter, LoadMeterError};
 pub use manager::GRANT_CALL_PATIENCE;

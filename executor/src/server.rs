@@ -74,10 +74,17 @@ pub(crate) async fn put_assignment(
     match applied {
         Ok(applied) => {
             match applied.set {
-                SetOutcome::Applied { dropped, gained } => info!(
+                SetOutcome::Applied {
+                    dropped,
+                    gained,
+                    secondaries_dropped,
+                    secondaries_gained,
+                } => info!(
                     revision = push.revision,
                     dropped = dropped.len(),
                     gained = gained.len(),
+                    secondaries_dropped = secondaries_dropped.len(),
+                    secondaries_gained = secondaries_gained.len(),
                     "assignment push applied"
                 ),
                 SetOutcome::Stale {

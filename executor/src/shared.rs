@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use leasehold_api::wire::{
     AssignmentPush, Credential, ExecutorHealth, Grant, RegisterRequest, RenewRequest, RevokePush,
-    DEFAULT_CAPACITY,
+    CAPACITY_SCHEMA, DEFAULT_CAPACITY, REPLICAS_SCHEMA,
 };
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -16,8 +16,10 @@ use tracing::{debug, error, info, warn};
 use crate::admission::{
     AdmissionChange, AdmissionCore, AdmissionEvent, AdmissionReason, AdmitError, AppliedMark,
     Assignment, ForeignGrant, GrantApplied, Permit, PushApplied, PushError, RevokeApplied,
+    RoleWanted,
 };
 use crate::admission_log::{AdmissionLog, MonotonicReading};
+use crate::assignment::NotSecondary;
 use crate::hooks::{HookRunner, Hooks};
 use crate::lease::LeaseClock;
 use crate::load_meter::{LoadMeter, PendingReport};
@@ -183,6 +185,14 @@ impl Shared {
         self
     }
 
+    /// Reports every secondary ready as soon as it is held (P19.3) when `ready_when_held`.
+    pub(crate) fn with_secondaries_ready_when_held(mut self, ready_when_held: bool) -> Self {
+        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        inner.core =
+            std::mem::take(&mut inner.core).with_secondaries_ready_when_held(ready_when_held);
+        self
+    }
+
     /// Runs `hooks` at warm handoffs (P17.1).
     pub(crate) fn with_hooks(mut self, hooks: Option<Hooks>) -> Self {
         self.hooks = hooks.map(HookRunner::new);
@@ -253,6 +263,27 @@ impl Shared {
     pub(crate) fn admit_key(&self, key: &[u8]) -> Result<Permit, AdmitError> {
         let inner = self.lock();
         inner.core.admit_key(key, Instant::now())
+    }
+
+    pub(crate) fn admit_as(&self, shard: u32, role: RoleWanted) -> Result<Permit, AdmitError> {
+        let inner = self.lock();
+        inner.core.admit_as(shard, role, Instant::now())
+    }
+
+    pub(crate) fn admit_key_as(&self, key: &[u8], role: RoleWanted) -> Result<Permit, AdmitError> {
+        let inner = self.lock();
+        inner.core.admit_key_as(key, role, Instant::now())
+    }
+
+    /// The service says its secondary of `shard` at `epoch` is (or is no longer) ready (P19.3);
+    /// the view is republished with it. Answers whether anything changed.
+    pub(crate) fn set_secondary_ready(
+        &self,
+        shard: u32,
+        epoch: u64,
+        ready: bool,
+    ) -> Result<bool, NotSecondary> {
+        self.apply(|core, _| (core.set_secondary_ready(shard, epoch, ready), Vec::new()))
     }
 
     /// A grant applied without the mark of its request (tests that set up a registration).
@@ -334,12 +365,13 @@ impl Shared {
         *self.lock().core.lease()
     }
 
-    /// The renewal due, with the credential of the incarnation it renews (P13.4). It carries the
-    /// meter's loads for the held shards when reporting is on and `cluster_takes_loads` (the
-    /// managers stated cluster version `CAPACITY_SCHEMA` or later, docs/PROTOCOL.md
-    /// "Versions"); the report is made either way, so the interval of the next one starts at this
-    /// renewal.
-    pub(crate) fn renewal(&self, cluster_takes_loads: bool) -> Option<DueRenewal> {
+    /// The renewal due, with the credential of the incarnation it renews (P13.4), for managers
+    /// stating `cluster_version` (docs/PROTOCOL.md "Versions"). It carries the meter's loads for
+    /// the held shards when reporting is on and the cluster takes them (`CAPACITY_SCHEMA` or
+    /// later); the report is made either way, so the interval of the next one starts at this
+    /// renewal. It carries the ready secondaries (P19.3) only to a cluster at `REPLICAS_SCHEMA`
+    /// or later: an older manager refuses the field, and only such a cluster places secondaries.
+    pub(crate) fn renewal(&self, cluster_version: u32) -> Option<DueRenewal> {
         let (executor_id, mut request, credential) = {
             let inner = self.lock();
             let (executor_id, request) = inner.core.renewal()?;
@@ -354,8 +386,11 @@ impl Shared {
             request.claims.iter().map(|claim| claim.shard),
             Instant::now(),
         );
-        if self.load.report_loads && cluster_takes_loads {
+        if self.load.report_loads && cluster_version >= CAPACITY_SCHEMA {
             request.loads = Some(report.loads.clone());
+        }
+        if cluster_version < REPLICAS_SCHEMA {
+            request.ready.clear();
         }
         Some(DueRenewal {
             executor_id,
@@ -440,6 +475,7 @@ impl Shared {
             revision: view.revision,
             shard_count: view.shard_count,
             shards: view.shards,
+            secondaries: view.secondaries,
             stopping: view.stopping,
             monotonic_ns,
             capacity: self.load.capacity,

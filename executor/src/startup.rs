@@ -328,7 +328,8 @@ fn shared_state(
         .with_app_version(config.app_version.clone())
         .with_labels(config.labels.clone())
         .with_namespace(&config.namespace)
-        .with_hooks(config.handoff_hooks.clone());
+        .with_hooks(config.handoff_hooks.clone())
+        .with_secondaries_ready_when_held(config.secondaries_ready_when_held);
     match service {
         Some(link) => shared.serving(Arc::clone(link)),
         None => shared,

@@ -3,13 +3,18 @@
 //! work ended ([`RunState`]). Plain values: built by the shared state, the lease loop and the
 //! handle, read by embedders, the status endpoint and the metrics.
 
-use leasehold_api::wire::{ShardEpoch, ShardLoad};
+use leasehold_api::wire::{Role, ShardEpoch, ShardLoad};
 use serde::Serialize;
 
 use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, AdmissionState};
+use crate::assignment::Secondary;
 
 /// Admission started or stopped for a shard: what [`crate::ExecutorHandle::events`] delivers,
 /// one per admission log line.
+///
+/// A secondary's (PROTOCOL §19) are variants of their own, so an embedder that knows nothing of
+/// roles, and matches `Gained` to start serving a shard, never takes a secondary for the
+/// primary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShardEvent {
     /// Work for `shard` is admitted from now on, fenced by `epoch`.
@@ -30,20 +35,65 @@ pub enum ShardEvent {
         /// Unassigned, revoked, lease lapsed, unknown executor or shutdown.
         reason: AdmissionReason,
     },
+    /// `shard` is held as a secondary (P19.1) from now on, admitting secondary work
+    /// ([`crate::ExecutorHandle::admit_as`]): keep a warm copy, and say when it is ready
+    /// ([`crate::ExecutorHandle::set_secondary_ready`]). A secondary whose epoch changed (its
+    /// primary moved elsewhere) is dropped and gained again, and keeps its readiness.
+    SecondaryGained {
+        /// The shard.
+        shard: u32,
+        /// The shard's epoch, as this executor's set shows it.
+        epoch: u64,
+        /// Assigned, or resumed after a lapse (P3.6).
+        reason: AdmissionReason,
+    },
+    /// No new secondary work for `shard` is admitted from now on.
+    SecondaryDropped {
+        /// The shard.
+        shard: u32,
+        /// The epoch it was held at.
+        epoch: u64,
+        /// Unassigned (dropped, promoted to the primary, or at a new epoch), lease lapsed,
+        /// unknown executor or shutdown.
+        reason: AdmissionReason,
+    },
+}
+
+impl ShardEvent {
+    /// The role the event is about.
+    pub fn role(&self) -> Role {
+        match self {
+            ShardEvent::Gained { .. } | ShardEvent::Dropped { .. } => Role::Primary,
+            ShardEvent::SecondaryGained { .. } | ShardEvent::SecondaryDropped { .. } => {
+                Role::Secondary
+            }
+        }
+    }
 }
 
 impl From<&AdmissionEvent> for ShardEvent {
     fn from(event: &AdmissionEvent) -> Self {
-        match event.change {
-            AdmissionChange::Start => ShardEvent::Gained {
-                shard: event.shard,
-                epoch: event.epoch,
-                reason: event.reason,
+        let (shard, epoch, reason) = (event.shard, event.epoch, event.reason);
+        match (event.role, event.change) {
+            (Role::Primary, AdmissionChange::Start) => ShardEvent::Gained {
+                shard,
+                epoch,
+                reason,
             },
-            AdmissionChange::Stop => ShardEvent::Dropped {
-                shard: event.shard,
-                epoch: event.epoch,
-                reason: event.reason,
+            (Role::Primary, AdmissionChange::Stop) => ShardEvent::Dropped {
+                shard,
+                epoch,
+                reason,
+            },
+            (Role::Secondary, AdmissionChange::Start) => ShardEvent::SecondaryGained {
+                shard,
+                epoch,
+                reason,
+            },
+            (Role::Secondary, AdmissionChange::Stop) => ShardEvent::SecondaryDropped {
+                shard,
+                epoch,
+                reason,
             },
         }
     }
@@ -70,8 +120,12 @@ pub struct ExecutorStatus {
     pub revision: u64,
     /// The cluster's shard count, once known.
     pub shard_count: Option<u32>,
-    /// Held shards with epochs.
+    /// Held shards with epochs: the primaries.
     pub shards: Vec<ShardEpoch>,
+    /// The secondaries it holds (PROTOCOL P19.1), each at the shard's epoch and whether its
+    /// renewals say it is ready to be promoted (P19.3); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<Secondary>,
     /// A graceful stop has begun (P3.7).
     pub stopping: bool,
     /// CLOCK_MONOTONIC (ns) when this status was read: places it on the admission log's

@@ -74,8 +74,12 @@ impl View {
     /// The one receipt path for a delivered set (P4.3): a push, or a grant's set.
     fn adopt(&mut self, revision: u64, shard_count: u32, shards: &[ShardEpoch], now: Instant) {
         // A malformed set changes nothing (I6); the manager never sends one.
-        if let Ok(SetOutcome::Applied { dropped, gained }) =
-            self.assignment.apply_set(revision, shard_count, shards)
+        // It holds no secondaries (PROTOCOL §19): its namespaces keep one replica.
+        if let Ok(SetOutcome::Applied {
+            dropped, gained, ..
+        }) = self
+            .assignment
+            .apply_set(revision, shard_count, shards, &[])
         {
             for shard in dropped {
                 self.close(shard.shard, now);

@@ -245,6 +245,7 @@ impl Upgrade {
             epoch: interval.epoch,
             event,
             reason: "fake executor".to_string(),
+            role: leasehold_api::wire::Role::Primary,
         };
         let log = |fake: &FakeExecutor| {
             let mut records = Vec::new();

@@ -1,10 +1,10 @@
 //! The sidecar's local API (PROTOCOL §16): what `leasehold-executor --local-listen` tells the
-//! service beside it. Replies only: a service sends no body (`POST /v1/local/stop` and
-//! `POST /v1/local/prepared` are empty), and the queries are parsed where they are served.
+//! service beside it. Replies only: the queries, and the one small body a service sends
+//! (`POST /v1/local/ready`, P19.3), are parsed where they are served.
 
 use serde::{Deserialize, Serialize};
 
-use super::ShardEpoch;
+use super::{Role, ShardEpoch};
 
 /// Longest long poll `GET /v1/local/permits` holds (P16.1): a larger `wait` is refused.
 pub const MAX_LOCAL_PERMITS_WAIT_MS: u64 = 60_000;
@@ -69,6 +69,14 @@ pub struct LocalPermits {
     /// empty. Nothing may be admitted because of it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preparing: Vec<ShardEpoch>,
+    /// The shards the sidecar holds a secondary of (PROTOCOL P19.1), each at the epoch its set
+    /// shows and whether its renewals say it is ready to be promoted (P19.3): the warm copies the
+    /// service keeps, and says ready with `POST /v1/local/ready`. Listed in every state but
+    /// `stopping`; absent when empty, so a namespace of one replica sees the body it always did.
+    /// Nothing may be admitted because of it: secondary work is admitted one piece at a time
+    /// (`GET /v1/local/admit?role=secondary`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<LocalSecondary>,
     /// This answer's acknowledgement token (P16.1): 128 random bits in hex, given to the poller
     /// that received this answer only. Its next poll echoes it as `token=` beside `applied=` and
     /// `state=`; an acknowledgement without it counts for nothing. Absent from pushes
@@ -84,8 +92,26 @@ pub struct LocalPermits {
 pub struct LocalPermit {
     /// The shard the work belongs to.
     pub shard: u32,
-    /// The epoch fencing the work (I2).
+    /// The epoch fencing the work (I2). For a secondary's permit, the epoch its set shows: the
+    /// primary's, which secondary work never writes under (P19.1).
     pub epoch: u64,
     /// The window to start the work in, from the request's send instant.
     pub lease_ttl_ms: u64,
+    /// The role the work is admitted in (PROTOCOL P19.5): `secondary` for a permit asked with
+    /// `role=secondary` (or `any`) that the sidecar gave as a secondary; absent for the primary.
+    #[serde(default, skip_serializing_if = "Role::is_primary")]
+    pub role: Role,
+}
+
+/// A secondary the sidecar holds, as `GET /v1/local/permits` lists it (PROTOCOL P19.1, P19.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct LocalSecondary {
+    /// The shard.
+    pub shard: u32,
+    /// The shard's current epoch, as the sidecar's set shows it: the one to say ready at.
+    pub epoch: u64,
+    /// The sidecar's renewals say it is ready to be promoted; absent when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready: bool,
 }

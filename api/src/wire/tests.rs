@@ -717,3 +717,56 @@ fn local_permits_carry_preparing_only_when_there_is_some() {
         preparing
     );
 }
+
+/// P19.5: a permit for the primary and an answer without secondaries are the previous release's
+/// bodies exactly; a secondary's permit says so, and the secondaries list their readiness.
+#[test]
+fn local_bodies_name_a_role_only_for_a_secondary() {
+    let primary = LocalPermit {
+        shard: 3,
+        epoch: 7,
+        lease_ttl_ms: 1_000,
+        role: Role::Primary,
+    };
+    let previous_release = json!({"shard": 3, "epoch": 7, "lease_ttl_ms": 1_000});
+    assert_eq!(serde_json::to_value(primary).unwrap(), previous_release);
+    assert_eq!(
+        serde_json::from_value::<LocalPermit>(previous_release).unwrap(),
+        primary
+    );
+    let secondary = LocalPermit {
+        role: Role::Secondary,
+        ..primary
+    };
+    assert_eq!(
+        serde_json::to_value(secondary).unwrap()["role"],
+        json!("secondary")
+    );
+    let permits: LocalPermits = serde_json::from_value(json!({
+        "revision": 118, "state": "admitting", "lease_ttl_ms": 2870,
+        "lease_expires_monotonic_ns": null, "shard_count": 48, "executor_id": "ex-4",
+        "shards": [],
+        "secondaries": [{"shard": 5, "epoch": 2, "ready": true}, {"shard": 9, "epoch": 4}],
+    }))
+    .unwrap();
+    assert_eq!(
+        permits.secondaries,
+        [
+            LocalSecondary {
+                shard: 5,
+                epoch: 2,
+                ready: true
+            },
+            LocalSecondary {
+                shard: 9,
+                epoch: 4,
+                ready: false
+            }
+        ]
+    );
+    let value = serde_json::to_value(&permits).unwrap();
+    assert_eq!(
+        value["secondaries"],
+        json!([{"shard": 5, "epoch": 2, "ready": true}, {"shard": 9, "epoch": 4}])
+    );
+}

@@ -75,12 +75,12 @@ impl ExecutorProcess {
         }])
     }
 
-    /// How many shards its admission log shows it admitting now.
+    /// How many shards its admission log shows it admitting now, as the primary.
     pub(super) fn admitting_count(&self) -> Result<usize, String> {
         Ok(self
             .intervals()?
             .iter()
-            .filter(|interval| interval.end_ns.is_none())
+            .filter(|interval| interval.end_ns.is_none() && interval.role.is_primary())
             .count())
     }
 }

@@ -275,10 +275,7 @@ impl<O: Ownership> KvService<O> {
         // not hold up the others for the busy timeout.
         let mut opening = JoinSet::new();
         for held in &view.shards {
-            let permit = Permit {
-                shard: held.shard,
-                epoch: held.epoch,
-            };
+            let permit = Permit::primary(held.shard, held.epoch);
             if self.opened().get(&permit.shard) != Some(&permit.epoch) {
                 let service = self.clone();
                 opening.spawn(async move {
@@ -320,7 +317,7 @@ impl<O: Ownership> KvService<O> {
         if self.opened().get(&permit.shard) == Some(&permit.epoch) {
             return Ok(());
         }
-        let Permit { shard, epoch } = permit;
+        let Permit { shard, epoch, .. } = permit;
         match self
             .blocking(move |store| store.raise_epoch(shard, epoch))
             .await
@@ -356,7 +353,7 @@ impl<O: Ownership> KvService<O> {
 
     /// `421 fenced`, counted: the store holds a newer epoch than `permit`'s.
     fn fenced(&self, permit: Permit, store_epoch: u64) -> Refused {
-        let Permit { shard, epoch } = permit;
+        let Permit { shard, epoch, .. } = permit;
         self.inner
             .counters
             .fenced_by_store
@@ -473,7 +470,7 @@ impl<O: Ownership> KvService<O> {
                 info!(shard = permit.shard, epoch = permit.epoch, %key, delay_ms = delay.as_millis() as u64, "test delay: holding an admitted write before the store");
                 tokio::time::sleep(delay).await;
             }
-            let Permit { shard, epoch } = permit;
+            let Permit { shard, epoch, .. } = permit;
             let logged_key = key.clone();
             let outcome = service
                 .blocking(move |store| store.put(shard, epoch, &key, &value))
@@ -561,7 +558,7 @@ async fn get_value<O: Ownership>(
     let key = key_of(path)?;
     let permit = service.admit(&key)?;
     service.open_for_request(permit).await?;
-    let Permit { shard, epoch } = permit;
+    let Permit { shard, epoch, .. } = permit;
     let lookup = key.clone();
     let outcome = service
         .blocking(move |store| store.get(shard, epoch, &lookup))
@@ -642,6 +639,7 @@ mod tests {
                 .iter()
                 .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
                 .collect(),
+            secondaries: Vec::new(),
             admission,
             lease_expiry: None,
             stopping: false,
@@ -661,10 +659,7 @@ mod tests {
             view.shards
                 .iter()
                 .find(|held| held.shard == shard)
-                .map(|held| Permit {
-                    shard,
-                    epoch: held.epoch,
-                })
+                .map(|held| Permit::primary(shard, held.epoch))
                 .ok_or(AdmitError::NotOwner)
         }
 

@@ -14,6 +14,12 @@
 //! stamped with the instant the operation was applied at, which the shell reads while holding
 //! the lock that [`AdmissionCore::admit`] also takes: a `start` is stamped no later than the
 //! first permit it allows, a `stop` no earlier than the last permit before it.
+//!
+//! Roles (PROTOCOL §19): a set also lists the executor's secondaries. A secondary's admission
+//! starts and stops as a primary's does, on the same lease (P3.6 for every role, P19.1), and its
+//! events say `role: secondary`; [`AdmissionCore::admit`] admits primaries only, and
+//! [`AdmissionCore::admit_as`] says which role the work wants (P19.1: a secondary never admits
+//! primary work). Readiness (P19.3) is what renewals say of the secondaries.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -21,12 +27,14 @@ use std::num::NonZeroU32;
 
 use leasehold_api::shard_for_key;
 use leasehold_api::wire::{
-    AssignmentPush, Grant, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
+    AssignmentPush, Grant, RenewRequest, RevokePush, RevokeReply, Role, ShardEpoch,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::assignment::{AssignmentState, DeliveryError, RevokeOutcome, SetOutcome};
+use crate::assignment::{
+    AssignmentState, DeliveryError, NotSecondary, RevokeOutcome, Secondary, SetOutcome,
+};
 use crate::lease::LeaseClock;
 
 /// Whether admission of a shard starts or stops.
@@ -89,8 +97,12 @@ pub struct AdmissionEvent {
     pub executor_id: String,
     /// The shard.
     pub shard: u32,
-    /// The epoch the shard is (or was) held at: the fencing token of that interval.
+    /// The epoch the shard is (or was) held at: the fencing token of that interval (a
+    /// secondary's: the shard's epoch its set showed, which fences nothing of its own).
     pub epoch: u64,
+    /// The role the shard is (or was) held in (P19.5): primary admission is exclusive (I1, I2),
+    /// a secondary's is not.
+    pub role: Role,
     /// Start or stop.
     pub change: AdmissionChange,
     /// When admission really started or ended: the instant the operation was applied at, or
@@ -107,8 +119,79 @@ pub struct AdmissionEvent {
 pub struct Permit {
     /// The shard the work belongs to.
     pub shard: u32,
-    /// The shard's ownership generation at the time of admission.
+    /// The shard's ownership generation at the time of admission. For a secondary's permit it
+    /// is the primary's epoch, as this executor's set shows it: secondary work must not write
+    /// under it (I2 is the primary's, P19.1).
     pub epoch: u64,
+    /// The role the work is admitted in (P19.5): only [`AdmissionCore::admit_as`] (and the
+    /// handle's `admit_as`, `admit_key_as`) give anything but the primary.
+    #[serde(skip_serializing_if = "Role::is_primary")]
+    pub role: Role,
+}
+
+impl Permit {
+    /// A permit for the shard's primary work at `epoch`.
+    pub fn primary(shard: u32, epoch: u64) -> Self {
+        Self {
+            shard,
+            epoch,
+            role: Role::Primary,
+        }
+    }
+}
+
+/// Which role work asks to be admitted in (PROTOCOL P19.5), as [`AdmissionCore::admit_as`]
+/// takes it: the primary only (what [`AdmissionCore::admit`] does), a secondary only, or
+/// whichever this executor holds the shard in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleWanted {
+    /// Primary work: exclusive, fenced by the epoch (I1, I2). The default.
+    #[default]
+    Primary,
+    /// Secondary work (reads the service allows from a warm copy): only where the shard is held
+    /// as a secondary.
+    Secondary,
+    /// Either: the primary where the shard is held as one, else a secondary.
+    Any,
+}
+
+impl RoleWanted {
+    /// Its name in queries (`role=`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleWanted::Primary => "primary",
+            RoleWanted::Secondary => "secondary",
+            RoleWanted::Any => "any",
+        }
+    }
+}
+
+impl From<Role> for RoleWanted {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Primary => RoleWanted::Primary,
+            Role::Secondary => RoleWanted::Secondary,
+        }
+    }
+}
+
+/// A `role=` that names no [`RoleWanted`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("role={0:?} is not one of primary, secondary and any")]
+pub struct UnknownRole(pub String);
+
+impl std::str::FromStr for RoleWanted {
+    type Err = UnknownRole;
+
+    fn from_str(text: &str) -> Result<Self, UnknownRole> {
+        match text {
+            "primary" => Ok(RoleWanted::Primary),
+            "secondary" => Ok(RoleWanted::Secondary),
+            "any" => Ok(RoleWanted::Any),
+            other => Err(UnknownRole(other.to_owned())),
+        }
+    }
 }
 
 /// Why work was not admitted.
@@ -118,8 +201,9 @@ pub enum AdmitError {
     /// `503 sharding_not_ready`; the caller refreshes its routing and retries.
     #[error("not admitting work: the lease has lapsed, or the executor is not registered or is stopping")]
     NotReady,
-    /// The lease is live but this executor does not hold the shard.
-    #[error("this executor does not hold the shard")]
+    /// The lease is live but this executor does not hold the shard in the role the work asked
+    /// for (a secondary is not the owner of primary work, P19.1).
+    #[error("this executor does not hold the shard in the role asked for")]
     NotOwner,
 }
 
@@ -143,8 +227,11 @@ pub struct Assignment {
     pub shard_count: Option<u32>,
     /// Revision of the last delivery applied (P4.1).
     pub revision: u64,
-    /// Held shards with epochs, ascending.
+    /// Held shards with epochs, ascending: the primaries.
     pub shards: Vec<ShardEpoch>,
+    /// The secondaries (PROTOCOL P19.1) with their readiness (P19.3), ascending; empty in a
+    /// namespace of one replica.
+    pub secondaries: Vec<Secondary>,
     /// Whether held shards admit work at the instant this view was taken.
     pub admission: AdmissionState,
     /// When the executor's own copy of the lease ends (P3.2).
@@ -275,9 +362,19 @@ pub struct AdmissionCore {
     /// Pushes and revokes that changed the set or the revision, or answered a shard released:
     /// tells an [`AppliedMark`] whether anything was delivered while its request was in flight.
     deliveries: u64,
+    /// Every secondary is reported ready as soon as it is held (P19.3): for services whose
+    /// secondary needs no warm-up.
+    secondaries_ready_when_held: bool,
 }
 
 impl AdmissionCore {
+    /// A core that reports every secondary ready as soon as it holds it (P19.3) when
+    /// `ready_when_held`, instead of waiting for [`AdmissionCore::set_secondary_ready`].
+    pub fn with_secondaries_ready_when_held(mut self, ready_when_held: bool) -> Self {
+        self.secondaries_ready_when_held = ready_when_held;
+        self
+    }
+
     /// The registered executor id.
     pub fn executor_id(&self) -> Option<&str> {
         self.executor_id.as_deref()
@@ -310,6 +407,9 @@ impl AdmissionCore {
             shard_count: self.assignment.shard_count().map(NonZeroU32::get),
             revision: self.assignment.revision(),
             shards: self.assignment.held(),
+            secondaries: self
+                .assignment
+                .secondaries_with_readiness(self.secondaries_ready_when_held),
             admission: if self.admits_at(now) {
                 AdmissionState::Admitting
             } else {
@@ -320,9 +420,10 @@ impl AdmissionCore {
         }
     }
 
-    /// The renewal to send: the held set as claims (P4.2) and the last applied revision (P4.1,
-    /// which lets the manager count an omitted claim as a revoke acknowledgement, P5.2).
-    /// `None` when not registered.
+    /// The renewal to send: the held set as claims (P4.2), the last applied revision (P4.1,
+    /// which lets the manager count an omitted claim as a revoke acknowledgement, P5.2) and the
+    /// whole list of ready secondaries (P19.3; the shell leaves it out for a cluster below
+    /// cluster version 13). `None` when not registered.
     pub fn renewal(&self) -> Option<(String, RenewRequest)> {
         let executor_id = self.executor_id.clone()?;
         Some((
@@ -335,7 +436,9 @@ impl AdmissionCore {
                 // The shell adds the loads (P15.1): they are measured outside this core.
                 loads: None,
                 accept_unchanged: false,
-                ready: Vec::new(),
+                ready: self
+                    .assignment
+                    .ready_secondaries(self.secondaries_ready_when_held),
             },
         ))
     }
@@ -368,23 +471,76 @@ impl AdmissionCore {
         grant_revision < sent.revision && sent.deliveries == self.deliveries
     }
 
-    /// Decides whether work for `shard` may start at `now` (P3.6). Read-only: a lapse the core
-    /// has not been recorded yet is still refused, from the expiry instant on.
+    /// Decides whether primary work for `shard` may start at `now` (P3.6): only a shard held as
+    /// the primary is admitted, never a secondary (P19.1). Read-only: a lapse the core has not
+    /// been recorded yet is still refused, from the expiry instant on.
     pub fn admit(&self, shard: u32, now: Instant) -> Result<Permit, AdmitError> {
+        self.admit_as(shard, RoleWanted::Primary, now)
+    }
+
+    /// Decides whether work for `shard` wanting `role` may start at `now` (P19.1, P19.5): a
+    /// primary permit only where the shard is held as the primary, a secondary permit only where
+    /// it is held as a secondary, and either only while the lease is live (P3.6, for every role:
+    /// P19.1). [`RoleWanted::Any`] admits the role the shard is held in.
+    pub fn admit_as(
+        &self,
+        shard: u32,
+        role: impl Into<RoleWanted>,
+        now: Instant,
+    ) -> Result<Permit, AdmitError> {
         if !self.admits_at(now) {
             return Err(AdmitError::NotReady);
         }
-        self.assignment
-            .epoch_of(shard)
-            .map(|epoch| Permit { shard, epoch })
-            .ok_or(AdmitError::NotOwner)
+        let as_primary = || {
+            self.assignment
+                .epoch_of(shard)
+                .map(|epoch| Permit::primary(shard, epoch))
+        };
+        let as_secondary = || {
+            self.assignment
+                .secondary_epoch_of(shard)
+                .map(|epoch| Permit {
+                    shard,
+                    epoch,
+                    role: Role::Secondary,
+                })
+        };
+        match role.into() {
+            RoleWanted::Primary => as_primary(),
+            RoleWanted::Secondary => as_secondary(),
+            RoleWanted::Any => as_primary().or_else(as_secondary),
+        }
+        .ok_or(AdmitError::NotOwner)
     }
 
     /// [`AdmissionCore::admit`] for the shard `key` maps to (`leasehold_api::shard_for_key`);
     /// `NotReady` until a delivery has told the shard count.
     pub fn admit_key(&self, key: &[u8], now: Instant) -> Result<Permit, AdmitError> {
+        self.admit_key_as(key, RoleWanted::Primary, now)
+    }
+
+    /// [`AdmissionCore::admit_as`] for the shard `key` maps to; `NotReady` until a delivery has
+    /// told the shard count.
+    pub fn admit_key_as(
+        &self,
+        key: &[u8],
+        role: impl Into<RoleWanted>,
+        now: Instant,
+    ) -> Result<Permit, AdmitError> {
         let shard_count = self.assignment.shard_count().ok_or(AdmitError::NotReady)?;
-        self.admit(shard_for_key(key, shard_count), now)
+        self.admit_as(shard_for_key(key, shard_count), role, now)
+    }
+
+    /// The embedding service says its secondary of `shard` at `epoch` is (or is no longer)
+    /// ready to be promoted (P19.3): the next renewals say so. Ready needs the shard held as a
+    /// secondary at that epoch; not ready is always taken. Answers whether anything changed.
+    pub fn set_secondary_ready(
+        &mut self,
+        shard: u32,
+        epoch: u64,
+        ready: bool,
+    ) -> Result<bool, NotSecondary> {
+        self.assignment.set_ready(shard, epoch, ready)
     }
 
     /// Records a lapse noticed at `now`: every held shard stops, stamped with the expiry
@@ -406,6 +562,7 @@ impl AdmissionCore {
     fn event(
         &self,
         shard: ShardEpoch,
+        role: Role,
         change: AdmissionChange,
         at: Instant,
         reason: AdmissionReason,
@@ -414,18 +571,28 @@ impl AdmissionCore {
             executor_id: self.executor_id.clone()?,
             shard: shard.shard,
             epoch: shard.epoch,
+            role,
             change,
             at,
             reason,
         })
     }
 
+    /// Every shard held, in each role: the primaries, then the secondaries.
+    fn held_in_every_role(&self) -> impl Iterator<Item = (Role, ShardEpoch)> {
+        let primaries = self.assignment.held().into_iter();
+        let secondaries = self.assignment.secondaries().into_iter();
+        primaries
+            .map(|shard| (Role::Primary, shard))
+            .chain(secondaries.map(|shard| (Role::Secondary, shard)))
+    }
+
     fn stop_all(&mut self, at: Instant, reason: AdmissionReason, events: &mut Vec<AdmissionEvent>) {
         if !self.admitting {
             return;
         }
-        for shard in self.assignment.held() {
-            events.extend(self.event(shard, AdmissionChange::Stop, at, reason));
+        for (role, shard) in self.held_in_every_role() {
+            events.extend(self.event(shard, role, AdmissionChange::Stop, at, reason));
         }
         self.admitting = false;
     }
@@ -435,56 +602,81 @@ impl AdmissionCore {
     fn resume_if_live(
         &mut self,
         now: Instant,
-        held_before: &BTreeSet<ShardEpoch>,
+        held_before: &BTreeSet<(Role, ShardEpoch)>,
         events: &mut Vec<AdmissionEvent>,
     ) {
         if self.admitting || self.stopping || self.executor_id.is_none() || !self.lease.is_live(now)
         {
             return;
         }
-        for shard in self.assignment.held() {
-            let reason = if held_before.contains(&shard) {
+        for (role, shard) in self.held_in_every_role() {
+            let reason = if held_before.contains(&(role, shard)) {
                 AdmissionReason::Resumed
             } else {
                 AdmissionReason::Assigned
             };
-            events.extend(self.event(shard, AdmissionChange::Start, now, reason));
+            events.extend(self.event(shard, role, AdmissionChange::Start, now, reason));
         }
         self.admitting = true;
     }
 
     /// The one receipt path for a delivered set (P4.3): stop dropped shards, start gained ones.
+    /// The stops come first in each role (primaries, then secondaries), then the starts
+    /// (secondaries, then primaries): a shard promoted from a secondary stops as one before it
+    /// starts as the primary.
     fn apply_set_into(
         &mut self,
         revision: u64,
         shard_count: u32,
-        shards: &[ShardEpoch],
+        (shards, secondaries): (&[ShardEpoch], &[ShardEpoch]),
         now: Instant,
         adopt: bool,
         events: &mut Vec<AdmissionEvent>,
     ) -> Result<SetOutcome, DeliveryError> {
         let outcome = if adopt {
-            self.assignment.adopt(revision, shard_count, shards)?
+            self.assignment
+                .adopt(revision, shard_count, shards, secondaries)?
         } else {
-            self.assignment.apply_set(revision, shard_count, shards)?
+            self.assignment
+                .apply_set(revision, shard_count, shards, secondaries)?
         };
-        if let SetOutcome::Applied { dropped, gained } = &outcome {
+        if let SetOutcome::Applied {
+            dropped,
+            gained,
+            secondaries_dropped,
+            secondaries_gained,
+        } = &outcome
+        {
             if self.admitting {
-                for &shard in dropped {
-                    events.extend(self.event(
-                        shard,
-                        AdmissionChange::Stop,
-                        now,
-                        AdmissionReason::Unassigned,
-                    ));
+                let stops = [
+                    (Role::Primary, dropped),
+                    (Role::Secondary, secondaries_dropped),
+                ];
+                for (role, shards) in stops {
+                    for &shard in shards {
+                        events.extend(self.event(
+                            shard,
+                            role,
+                            AdmissionChange::Stop,
+                            now,
+                            AdmissionReason::Unassigned,
+                        ));
+                    }
                 }
-                for &shard in gained {
-                    events.extend(self.event(
-                        shard,
-                        AdmissionChange::Start,
-                        now,
-                        AdmissionReason::Assigned,
-                    ));
+                let starts = [
+                    (Role::Secondary, secondaries_gained),
+                    (Role::Primary, gained),
+                ];
+                for (role, shards) in starts {
+                    for &shard in shards {
+                        events.extend(self.event(
+                            shard,
+                            role,
+                            AdmissionChange::Start,
+                            now,
+                            AdmissionReason::Assigned,
+                        ));
+                    }
                 }
             }
         }
@@ -558,6 +750,7 @@ impl AdmissionCore {
                 if self.admitting {
                     events.extend(self.event(
                         shard,
+                        Role::Primary,
                         AdmissionChange::Stop,
                         now,
                         AdmissionReason::Unassigned,
@@ -565,7 +758,7 @@ impl AdmissionCore {
                 }
             }
         }
-        let held_before: BTreeSet<ShardEpoch> = self.assignment.held().into_iter().collect();
+        let held_before: BTreeSet<(Role, ShardEpoch)> = self.held_in_every_role().collect();
         self.executor_id = Some(grant.executor_id.clone());
         let lease_expiry = self.lease.apply_grant(sent_at, grant.lease_ttl_ms);
         // The new anchor can already be behind `now` (a reply slower than its lease, or an older
@@ -577,7 +770,7 @@ impl AdmissionCore {
         let set = self.apply_set_into(
             grant.revision,
             grant.shard_count,
-            &grant.shards,
+            (&grant.shards, &grant.secondaries),
             now,
             disowned.is_some(),
             &mut events,
@@ -615,14 +808,14 @@ impl AdmissionCore {
     ) -> Result<PushApplied, PushError> {
         // Checked before anything changes, so a refused push leaves no trace.
         self.assignment
-            .validate_set(push.shard_count, &push.shards)?;
+            .validate_set(push.shard_count, &push.shards, &push.secondaries)?;
         self.check_addressee(&push.executor_id)?;
         let mut events = Vec::new();
         self.record_lapse_into(now, &mut events);
         let set = self.apply_set_into(
             push.revision,
             push.shard_count,
-            &push.shards,
+            (&push.shards, &push.secondaries),
             now,
             false,
             &mut events,
@@ -662,6 +855,7 @@ impl AdmissionCore {
                 for shard in dropped {
                     events.extend(self.event(
                         shard,
+                        Role::Primary,
                         AdmissionChange::Stop,
                         now,
                         AdmissionReason::Revoked,

@@ -86,7 +86,7 @@ fn p3_2_delayed_grant_never_extends_past_send_plus_ttl() {
     assert!(applied.events.is_empty(), "{:?}", applied.events);
     assert_eq!(
         core.admit(3, t0 + secs(60) - Duration::from_millis(1)),
-        Ok(Permit { shard: 3, epoch: 1 })
+        Ok(Permit::primary(3, 1))
     );
     assert_eq!(core.admit(3, t0 + secs(60)), Err(AdmitError::NotReady));
     assert_eq!(
@@ -113,18 +113,12 @@ fn i1_deliveries_addressed_to_another_executor_are_refused_and_change_nothing() 
         core.apply_revoke(&foreign_revoke, t0 + secs(1)),
         Err(PushError::WrongExecutor { .. })
     ));
-    assert_eq!(
-        core.admit(1, t0 + secs(2)),
-        Ok(Permit { shard: 1, epoch: 1 })
-    );
+    assert_eq!(core.admit(1, t0 + secs(2)), Ok(Permit::primary(1, 1)));
     assert_eq!(core.admit(2, t0 + secs(2)), Err(AdmitError::NotOwner));
     // The same push addressed to this executor applies.
     core.apply_push(&push(9, &[(1, 1), (2, 4)]), t0 + secs(3))
         .unwrap();
-    assert_eq!(
-        core.admit(2, t0 + secs(4)),
-        Ok(Permit { shard: 2, epoch: 4 })
-    );
+    assert_eq!(core.admit(2, t0 + secs(4)), Ok(Permit::primary(2, 4)));
 }
 
 #[test]
@@ -136,10 +130,7 @@ fn p3_3_push_and_revoke_do_not_move_the_lease_clock() {
         .unwrap();
     core.apply_revoke(&revoke(7, &[2]), t0 + secs(11)).unwrap();
     assert_eq!(core.lease().expiry(), expiry);
-    assert_eq!(
-        core.admit(4, t0 + secs(29)),
-        Ok(Permit { shard: 4, epoch: 2 })
-    );
+    assert_eq!(core.admit(4, t0 + secs(29)), Ok(Permit::primary(4, 2)));
     assert_eq!(core.admit(4, t0 + secs(30)), Err(AdmitError::NotReady));
 }
 
@@ -162,10 +153,7 @@ fn p3_3_stale_grant_moves_the_clock_but_keeps_the_newer_pushed_set() {
     );
     assert_eq!(applied.lease_expiry, t0 + secs(40), "the clock moved");
     assert_eq!(core.assignment().held(), set(&[(1, 1), (9, 3)]));
-    assert_eq!(
-        core.admit(9, t0 + secs(39)),
-        Ok(Permit { shard: 9, epoch: 3 })
-    );
+    assert_eq!(core.admit(9, t0 + secs(39)), Ok(Permit::primary(9, 3)));
 }
 
 /// A stale grant's lease covers only what the manager recorded at its revision (I1): a held
@@ -275,10 +263,7 @@ fn p4_1_a_grant_below_the_revision_applied_at_its_send_disowns_a_forged_push() {
         );
         assert_eq!(core.assignment().revision(), 7, "{forged}");
         assert_eq!(core.renewal().unwrap().1.revision, 7, "{forged}");
-        assert_eq!(
-            core.admit(3, t0 + secs(11)),
-            Ok(Permit { shard: 3, epoch: 1 })
-        );
+        assert_eq!(core.admit(3, t0 + secs(11)), Ok(Permit::primary(3, 1)));
         // The cluster's next push applies again.
         let pushed = core
             .apply_push(&push(8, &[(1, 1), (3, 1)]), t0 + secs(12))
@@ -389,10 +374,7 @@ fn p4_1_stale_push_is_ignored() {
     let applied = core.apply_push(&push(9, &[(2, 1)]), t0 + secs(1)).unwrap();
     assert!(matches!(applied.set, SetOutcome::Stale { .. }));
     assert!(applied.events.is_empty());
-    assert_eq!(
-        core.admit(1, t0 + secs(2)),
-        Ok(Permit { shard: 1, epoch: 1 })
-    );
+    assert_eq!(core.admit(1, t0 + secs(2)), Ok(Permit::primary(1, 1)));
     assert_eq!(core.admit(2, t0 + secs(2)), Err(AdmitError::NotOwner));
 }
 
@@ -411,10 +393,7 @@ fn p5_2_stale_revoke_is_ignored_and_answered_ignored() {
         }
     );
     assert!(applied.events.is_empty());
-    assert_eq!(
-        core.admit(1, t0 + secs(2)),
-        Ok(Permit { shard: 1, epoch: 1 })
-    );
+    assert_eq!(core.admit(1, t0 + secs(2)), Ok(Permit::primary(1, 1)));
 }
 
 #[test]
@@ -539,7 +518,7 @@ fn p3_6_lapse_fences_and_a_later_grant_resumes_without_reacquire() {
             (4, 1, Start, at, Assigned),
         ]
     );
-    assert_eq!(core.admit(1, at), Ok(Permit { shard: 1, epoch: 1 }));
+    assert_eq!(core.admit(1, at), Ok(Permit::primary(1, 1)));
     assert_eq!(core.view(at).admission, AdmissionState::Admitting);
 }
 
@@ -600,7 +579,7 @@ fn admit_key_maps_keys_with_the_api_hash() {
     let core = registered(t0, 10_000, 1, &[(shard, 4)]);
     assert_eq!(
         core.admit_key(b"order-17", t0),
-        Ok(Permit { shard, epoch: 4 })
+        Ok(Permit::primary(shard, 4))
     );
 }
 
@@ -628,10 +607,7 @@ fn unknown_executor_stops_everything_and_forgets_the_registration() {
     };
     core.apply_grant(t0 + secs(3), &other, t0 + secs(3))
         .unwrap();
-    assert_eq!(
-        core.admit(2, t0 + secs(3)),
-        Ok(Permit { shard: 2, epoch: 3 })
-    );
+    assert_eq!(core.admit(2, t0 + secs(3)), Ok(Permit::primary(2, 3)));
 }
 
 #[test]
@@ -682,4 +658,280 @@ fn malformed_grant_set_still_moves_the_lease() {
     assert!(applied.set.is_err());
     assert_eq!(applied.lease_expiry, t0 + secs(15));
     assert!(core.assignment().holds(1, 1));
+}
+
+/// A grant of `shards` and `secondaries` (PROTOCOL §19).
+fn grant_with_secondaries(
+    lease_ttl_ms: u64,
+    revision: u64,
+    shards: &[(u32, u64)],
+    secondaries: &[(u32, u64)],
+) -> Grant {
+    Grant {
+        secondaries: set(secondaries),
+        ..grant(lease_ttl_ms, revision, shards)
+    }
+}
+
+/// (shard, epoch, role, change, reason): [`summary`] with the role.
+fn with_roles(
+    events: &[AdmissionEvent],
+) -> Vec<(u32, u64, Role, AdmissionChange, AdmissionReason)> {
+    events
+        .iter()
+        .map(|e| (e.shard, e.epoch, e.role, e.change, e.reason))
+        .collect()
+}
+
+const PRIMARY: Role = Role::Primary;
+const SECONDARY: Role = Role::Secondary;
+
+fn secondary_permit(shard: u32, epoch: u64) -> Permit {
+    Permit {
+        shard,
+        epoch,
+        role: Role::Secondary,
+    }
+}
+
+/// P19.1, P19.5: a shard held as a secondary is never admitted as the primary, by `admit`,
+/// `admit_key` or `admit_as(.., Primary)`; it is admitted as a secondary when asked for one (or
+/// for either), and a primary is never admitted as a secondary.
+#[test]
+fn p19_1_a_secondary_is_never_admitted_as_the_primary() {
+    let t0 = Instant::now();
+    let count = NonZeroU32::new(SHARD_COUNT).unwrap();
+    let key_of_secondary = (0..)
+        .map(|n: u32| format!("key-{n}"))
+        .find(|key| shard_for_key(key.as_bytes(), count) == 5)
+        .unwrap();
+    let mut core = AdmissionCore::default();
+    core.apply_grant(
+        t0,
+        &grant_with_secondaries(10_000, 1, &[(1, 1)], &[(5, 3)]),
+        t0,
+    )
+    .unwrap();
+    let at = t0 + secs(1);
+    assert_eq!(core.admit(5, at), Err(AdmitError::NotOwner));
+    assert_eq!(
+        core.admit_key(key_of_secondary.as_bytes(), at),
+        Err(AdmitError::NotOwner)
+    );
+    assert_eq!(
+        core.admit_as(5, RoleWanted::Primary, at),
+        Err(AdmitError::NotOwner)
+    );
+    assert_eq!(
+        core.admit_as(5, Role::Secondary, at),
+        Ok(secondary_permit(5, 3))
+    );
+    assert_eq!(
+        core.admit_as(5, RoleWanted::Any, at),
+        Ok(secondary_permit(5, 3))
+    );
+    assert_eq!(
+        core.admit_key_as(key_of_secondary.as_bytes(), RoleWanted::Secondary, at),
+        Ok(secondary_permit(5, 3))
+    );
+    // The primary: admitted as before, and as the primary when either will do.
+    assert_eq!(core.admit(1, at), Ok(Permit::primary(1, 1)));
+    assert_eq!(
+        core.admit_as(1, RoleWanted::Any, at),
+        Ok(Permit::primary(1, 1))
+    );
+    assert_eq!(
+        core.admit_as(1, RoleWanted::Secondary, at),
+        Err(AdmitError::NotOwner)
+    );
+    assert_eq!(
+        core.admit_as(2, RoleWanted::Any, at),
+        Err(AdmitError::NotOwner)
+    );
+}
+
+/// P19.1 (P3.6 for every role): a secondary is admitted only while the lease is live; its
+/// admission stops at the expiry with the primary's, and resumes with the next grant.
+#[test]
+fn p19_1_a_secondary_is_admitted_only_while_the_lease_is_live() {
+    let t0 = Instant::now();
+    let mut core = AdmissionCore::default();
+    let applied = core
+        .apply_grant(
+            t0,
+            &grant_with_secondaries(10_000, 1, &[(1, 1)], &[(5, 3)]),
+            t0,
+        )
+        .unwrap();
+    assert_eq!(
+        with_roles(&applied.events),
+        [
+            (1, 1, PRIMARY, Start, Assigned),
+            (5, 3, SECONDARY, Start, Assigned)
+        ]
+    );
+    let expiry = t0 + secs(10);
+    assert_eq!(
+        core.admit_as(5, RoleWanted::Secondary, expiry - Duration::from_millis(1)),
+        Ok(secondary_permit(5, 3))
+    );
+    assert_eq!(
+        core.admit_as(5, RoleWanted::Secondary, expiry),
+        Err(AdmitError::NotReady)
+    );
+    assert_eq!(
+        with_roles(&core.record_lapse(t0 + secs(11))),
+        [
+            (1, 1, PRIMARY, Stop, LeaseLapsed),
+            (5, 3, SECONDARY, Stop, LeaseLapsed)
+        ]
+    );
+    let resumed = core
+        .apply_grant(
+            t0 + secs(12),
+            &grant_with_secondaries(10_000, 2, &[(1, 1)], &[(5, 3)]),
+            t0 + secs(12),
+        )
+        .unwrap();
+    assert_eq!(
+        with_roles(&resumed.events),
+        [
+            (1, 1, PRIMARY, Start, Resumed),
+            (5, 3, SECONDARY, Start, Resumed)
+        ]
+    );
+    // A graceful stop ends every role's admission, for good.
+    assert_eq!(
+        with_roles(&core.stop_admission(t0 + secs(13))),
+        [
+            (1, 1, PRIMARY, Stop, Shutdown),
+            (5, 3, SECONDARY, Stop, Shutdown)
+        ]
+    );
+    assert_eq!(
+        core.admit_as(5, RoleWanted::Secondary, t0 + secs(13)),
+        Err(AdmitError::NotReady)
+    );
+}
+
+/// P19.3, P4.3: a push that promotes a secondary stops it as a secondary before it starts as
+/// the primary at its new epoch; a revoke leaves the secondaries alone; a stale push (P4.1)
+/// changes no secondary.
+#[test]
+fn p19_3_a_promotion_stops_the_secondary_then_starts_the_primary() {
+    let t0 = Instant::now();
+    let mut core = AdmissionCore::default();
+    core.apply_grant(
+        t0,
+        &grant_with_secondaries(60_000, 5, &[(1, 1)], &[(5, 3), (6, 2)]),
+        t0,
+    )
+    .unwrap();
+    let at = t0 + secs(1);
+    let promoted = AssignmentPush {
+        secondaries: set(&[(6, 2)]),
+        ..push(7, &[(1, 1), (5, 4)])
+    };
+    let applied = core.apply_push(&promoted, at).unwrap();
+    assert_eq!(
+        with_roles(&applied.events),
+        [
+            (5, 3, SECONDARY, Stop, Unassigned),
+            (5, 4, PRIMARY, Start, Assigned)
+        ]
+    );
+    assert_eq!(core.admit(5, at), Ok(Permit::primary(5, 4)));
+    let revoked = core.apply_revoke(&revoke(8, &[1]), at).unwrap();
+    assert_eq!(
+        with_roles(&revoked.events),
+        [(1, 1, PRIMARY, Stop, Revoked)]
+    );
+    assert_eq!(
+        core.admit_as(6, Role::Secondary, at),
+        Ok(secondary_permit(6, 2))
+    );
+    // Read before the revoke: stale, whatever secondaries it lists.
+    let stale = AssignmentPush {
+        secondaries: set(&[(6, 2), (7, 1)]),
+        ..push(6, &[(1, 1), (5, 4)])
+    };
+    let applied = core.apply_push(&stale, at).unwrap();
+    assert!(
+        matches!(applied.set, SetOutcome::Stale { .. }),
+        "{applied:?}"
+    );
+    assert!(applied.events.is_empty());
+    assert_eq!(
+        core.admit_as(7, Role::Secondary, at),
+        Err(AdmitError::NotOwner)
+    );
+    assert_eq!(core.view(at).secondaries.len(), 1);
+}
+
+/// I6, P19.1: a push naming a shard as both the primary and a secondary is refused whole; a
+/// grant's such set is refused while its lease still moves.
+#[test]
+fn p19_1_a_set_naming_a_shard_in_both_roles_is_refused_whole() {
+    let t0 = Instant::now();
+    let mut core = registered(t0, 10_000, 1, &[(1, 1)]);
+    let both = AssignmentPush {
+        secondaries: set(&[(1, 1)]),
+        ..push(2, &[(1, 1), (2, 1)])
+    };
+    assert_eq!(
+        core.apply_push(&both, t0).unwrap_err(),
+        PushError::Invalid(DeliveryError::PrimaryAndSecondary { shard: 1 })
+    );
+    let applied = core
+        .apply_grant(
+            t0 + secs(5),
+            &grant_with_secondaries(10_000, 3, &[(1, 1)], &[(1, 1)]),
+            t0 + secs(5),
+        )
+        .unwrap();
+    assert!(applied.set.is_err());
+    assert_eq!(applied.lease_expiry, t0 + secs(15));
+    assert_eq!(core.assignment().revision(), 1);
+    assert!(core.assignment().secondaries().is_empty());
+    assert_eq!(core.admit(2, t0 + secs(5)), Err(AdmitError::NotOwner));
+}
+
+/// P19.3: every renewal lists the whole list of ready secondaries, at the epochs the set shows;
+/// one said not ready is left out. A core that reports secondaries ready when held lists them
+/// all.
+#[test]
+fn p19_3_renewals_list_the_whole_ready_list() {
+    let t0 = Instant::now();
+    let mut core = AdmissionCore::default();
+    core.apply_grant(
+        t0,
+        &grant_with_secondaries(10_000, 1, &[(1, 1)], &[(4, 2), (6, 3)]),
+        t0,
+    )
+    .unwrap();
+    let ready = |core: &AdmissionCore| core.renewal().unwrap().1.ready;
+    assert!(ready(&core).is_empty(), "none said ready yet");
+    assert_eq!(core.set_secondary_ready(6, 3, true), Ok(true));
+    assert_eq!(ready(&core), set(&[(6, 3)]));
+    assert_eq!(core.set_secondary_ready(4, 2, true), Ok(true));
+    assert_eq!(ready(&core), set(&[(4, 2), (6, 3)]));
+    assert_eq!(core.set_secondary_ready(6, 3, false), Ok(true));
+    assert_eq!(ready(&core), set(&[(4, 2)]));
+    assert!(core.set_secondary_ready(1, 1, true).is_err(), "a primary");
+    assert_eq!(
+        core.view(t0)
+            .secondaries
+            .iter()
+            .map(|s| s.ready)
+            .collect::<Vec<_>>(),
+        [true, false]
+    );
+    let mut warm = AdmissionCore::default().with_secondaries_ready_when_held(true);
+    warm.apply_grant(
+        t0,
+        &grant_with_secondaries(10_000, 1, &[(1, 1)], &[(4, 2), (6, 3)]),
+        t0,
+    )
+    .unwrap();
+    assert_eq!(ready(&warm), set(&[(4, 2), (6, 3)]));
 }

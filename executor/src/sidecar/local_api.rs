@@ -2,9 +2,12 @@
 //! the same machine:
 //! - `GET /v1/local/permits?applied=R&state=S&wait=D&prepare=true`: the long poll, and the
 //!   service's acknowledgement of the answer it applied;
-//! - `GET /v1/local/admit?key=K` or `?shard=N`: one permit for one piece of work;
+//! - `GET /v1/local/admit?key=K` or `?shard=N`, with `&role=primary|secondary|any` (P19.5): one
+//!   permit for one piece of work;
 //! - `POST /v1/local/prepared?shard=N&epoch=E`: the service prepared for a shard about to arrive
 //!   (P17.1);
+//! - `POST /v1/local/ready` with `{"shard": S, "epoch": E, "ready": true}`: the service's
+//!   secondary of a shard is (or is no longer) ready to be promoted (P19.3);
 //! - `POST /v1/local/stop`: the graceful stop (P3.7), as SIGTERM.
 //!
 //! Loopback or a unix socket only ([`LocalListen`]): the API has no TLS and no credential. Pages
@@ -24,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_api::check_key_length;
-use leasehold_api::http::{ApiQuery, BodyLimit, HttpError};
+use leasehold_api::http::{ApiJson, ApiQuery, BodyLimit, HttpError};
 use leasehold_api::origin::HostPolicy;
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::AnyListener;
@@ -39,7 +42,7 @@ use tracing::{info, warn};
 use super::link::ServiceLink;
 use super::local_guard::{refuse_pages, LocalGuard};
 use super::service_copy::{answered, Ack, Answered, NotAcknowledged};
-use crate::admission::AdmitError;
+use crate::admission::{AdmitError, RoleWanted};
 use crate::handle::ExecutorHandle;
 use crate::owner::{misdirected, OwnerOf};
 use crate::shared::Shared;
@@ -156,13 +159,14 @@ pub(crate) fn router(
         .route("/v1/local/permits", get(permits))
         .route("/v1/local/admit", get(admit))
         .route("/v1/local/prepared", post(prepared))
+        .route("/v1/local/ready", post(ready))
         .route("/v1/local/stop", post(stop))
         .with_state(local)
         .route_layer(middleware::from_fn_with_state(
             LOCAL_REQUEST_TIMEOUT,
             leasehold_api::http::request_timeout,
         ))
-        // No local route takes a body.
+        // Only `POST /v1/local/ready` takes a body: one small object.
         .route_layer(middleware::from_fn_with_state(
             BodyLimit { max_bytes: 1024 },
             leasehold_api::http::limit_body,
@@ -420,21 +424,31 @@ fn first_time(said: &AtomicBool) -> bool {
     !said.swap(true, Ordering::Relaxed)
 }
 
-/// `?key=K` or `?shard=N`.
+/// `?key=K` or `?shard=N`, and `&role=primary|secondary|any` (P19.5).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AdmitQuery {
     key: Option<String>,
     shard: Option<u32>,
+    /// Parsed here, not by serde, so a bad value is refused in the words of the others.
+    role: Option<String>,
 }
 
 /// One permit (P16.1): the shard's epoch and a window of at most [`LOCAL_ADMIT_WINDOW_MS`] to
-/// start the work in; `421` naming the owner; `503` when not admitting.
+/// start the work in; `421` naming the owner; `503` when not admitting. `role=` (P19.5) asks
+/// for the primary (the default, as before replicas), a secondary, or either; a secondary's
+/// permit says `role: secondary`, and the primary's says no role.
 async fn admit(
     State(local): State<Local>,
     ApiQuery(query): ApiQuery<AdmitQuery>,
 ) -> Result<Json<LocalPermit>, Response> {
     let invalid = |detail: String| HttpError::invalid(detail).into_response();
+    let role = match query.role.as_deref() {
+        None => RoleWanted::Primary,
+        Some(text) => text
+            .parse::<RoleWanted>()
+            .map_err(|error| invalid(error.to_string()))?,
+    };
     let shard = match (&query.key, query.shard) {
         (Some(key), None) => {
             check_key_length(key).map_err(invalid)?;
@@ -463,19 +477,28 @@ async fn admit(
     // a revoke applied after it finds the shard told and waits for the window (P16.2).
     let granted = local.link.update(|copy, now| {
         let view = shared.view_at(now);
-        match shared.admit(shard) {
+        match shared.admit_as(shard, role) {
             Ok(permit) => {
+                // Never past the lease: a secondary is admitted only while it is live (P19.1), as
+                // the primary is.
                 let window = view
                     .lease_remaining(now)
                     .min(Duration::from_millis(LOCAL_ADMIT_WINDOW_MS));
                 let lease_ttl_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
                 let executor_id = view.executor_id.unwrap_or_default();
-                let events =
-                    copy.permit(&executor_id, permit.shard, permit.epoch, now + window, now);
+                let events = copy.permit(
+                    &executor_id,
+                    permit.shard,
+                    permit.epoch,
+                    permit.role,
+                    now + window,
+                    now,
+                );
                 let permit = LocalPermit {
                     shard: permit.shard,
                     epoch: permit.epoch,
                     lease_ttl_ms,
+                    role: permit.role,
                 };
                 (Ok(permit), events)
             }
@@ -485,6 +508,20 @@ async fn admit(
     match granted {
         Ok(permit) => Ok(Json(permit)),
         Err(AdmitError::NotReady) => Err(not_admitting()),
+        // The sidecar is the shard's primary: the owner the routing table names is itself.
+        Err(AdmitError::NotOwner)
+            if role == RoleWanted::Secondary
+                && shared.admit_as(shard, RoleWanted::Primary).is_ok() =>
+        {
+            Err(HttpError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "this sidecar holds shard {shard} as its primary, not as a secondary: ask \
+                     with role=primary or role=any"
+                ),
+            )
+            .into_response())
+        }
         Err(AdmitError::NotOwner) => {
             let of = match &query.key {
                 Some(key) => OwnerOf::Key(key),
@@ -529,6 +566,54 @@ async fn prepared(
                 ),
             )
         })?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `{"shard": S, "epoch": E, "ready": true}`: the whole body of `POST /v1/local/ready`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadyBody {
+    shard: u32,
+    /// The epoch the service saw the secondary at (`secondaries` in the permits answers).
+    epoch: u64,
+    ready: bool,
+}
+
+/// The service's secondary of a shard is (or is no longer) ready to be promoted (P19.3): `204`,
+/// and the sidecar's renewals say so from the next one on; `409` when `ready` is true and the
+/// sidecar does not hold the shard as a secondary at that epoch (it was dropped, promoted, or
+/// its epoch moved on: say it again at the epoch the permits answers now show), which changes
+/// nothing. Not ready is always taken.
+async fn ready(
+    State(local): State<Local>,
+    ApiJson(body): ApiJson<ReadyBody>,
+) -> Result<StatusCode, HttpError> {
+    if let Some(count) = local.shared.view_at(Instant::now()).shard_count {
+        if body.shard >= count {
+            return Err(HttpError::invalid(format!(
+                "shard {} is out of range: the cluster has {count} shards",
+                body.shard
+            )));
+        }
+    }
+    let changed = local
+        .shared
+        .set_secondary_ready(body.shard, body.epoch, body.ready)
+        .map_err(|refused| {
+            HttpError::new(
+                ErrorCode::Conflict,
+                format!("{refused}: nothing changed (PROTOCOL P19.3)"),
+            )
+        })?;
+    // Said once per change: a service may repeat itself.
+    if changed {
+        info!(
+            shard = body.shard,
+            epoch = body.epoch,
+            "the service says its secondary is {} (P19.3)",
+            if body.ready { "ready" } else { "not ready" }
+        );
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -26,11 +26,17 @@
 //! service: a start when a shard is first told at an epoch, stamped at the answer (no later than
 //! the service began), a stop when its last hold ended, stamped at that end (the
 //! acknowledgement, or the copy's `until`: no earlier than admission ended).
+//!
+//! Secondaries (PROTOCOL §19): answers list the sidecar's secondaries, which admit nothing, and
+//! an admit permit asked for as a secondary (`role=secondary`) is held apart from the primary's
+//! shards, by time only, and logged with its role. Nothing of the primary's handoff waits for it
+//! (a revoke, a renewal's claims, the graceful stop: the managers hand a primary on, never a
+//! secondary's reads), and a permit is never longer than the lease (P19.1).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use leasehold_api::wire::{LocalPermits, LocalState, ShardEpoch};
+use leasehold_api::wire::{LocalPermits, LocalSecondary, LocalState, Role, ShardEpoch};
 use tokio::time::Instant;
 
 use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, Assignment};
@@ -104,6 +110,8 @@ struct Hold {
 struct Told {
     executor_id: String,
     epoch: u64,
+    /// The role it was told in: a primary's shards and a secondary's permits are told apart.
+    role: Role,
     holds: BTreeMap<Holder, Hold>,
     /// The latest end of a hold already ended: the stop is stamped no earlier.
     ended: Option<Instant>,
@@ -129,7 +137,10 @@ struct Given {
 /// What the service beside the sidecar was told, and what it acknowledged.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceCopy {
+    /// The primary's shards: what revokes, renewal claims and the graceful stop wait for.
     told: BTreeMap<u32, Told>,
+    /// Secondary permits (P19.5), ended by time only.
+    told_secondary: BTreeMap<u32, Told>,
     /// The last [`RECENT_ANSWERS`] answers to polls, oldest first.
     recent: VecDeque<Given>,
     /// Answers given so far (pushes included): each answer's number is the count before it.
@@ -228,6 +239,7 @@ impl ServiceCopy {
         for held in &shards {
             self.tell(
                 holder,
+                Role::Primary,
                 &executor_id,
                 held.shard,
                 held.epoch,
@@ -248,6 +260,18 @@ impl ServiceCopy {
             shards,
             // The shell adds what the service is asked to prepare (`ServiceLink::answer`).
             preparing: Vec::new(),
+            secondaries: if state == LocalState::Stopping {
+                Vec::new()
+            } else {
+                view.secondaries
+                    .iter()
+                    .map(|secondary| LocalSecondary {
+                        shard: secondary.shard,
+                        epoch: secondary.epoch,
+                        ready: secondary.ready,
+                    })
+                    .collect()
+            },
             token,
         };
         (permits, PushedAnswer(number), events)
@@ -341,19 +365,21 @@ impl ServiceCopy {
         }
     }
 
-    /// An admit permit for `shard` at `epoch`, valid until `until`: whoever asked may start work
-    /// for it until then. A permit is never acknowledged; only its end ends it.
+    /// An admit permit for `shard` at `epoch` in `role`, valid until `until`: whoever asked may
+    /// start work for it until then. A permit is never acknowledged; only its end ends it.
     pub fn permit(
         &mut self,
         executor_id: &str,
         shard: u32,
         epoch: u64,
+        role: Role,
         until: Instant,
         now: Instant,
     ) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
         self.tell(
             Holder::Anyone,
+            role,
             executor_id,
             shard,
             epoch,
@@ -364,11 +390,12 @@ impl ServiceCopy {
         events
     }
 
-    /// The shard is `holder`'s at `epoch` until at least `until`.
+    /// The shard is `holder`'s at `epoch`, in `role`, until at least `until`.
     #[allow(clippy::too_many_arguments)]
     fn tell(
         &mut self,
         holder: Holder,
+        role: Role,
         executor_id: &str,
         shard: u32,
         epoch: u64,
@@ -380,7 +407,11 @@ impl ServiceCopy {
             until,
             dropped_by: None,
         };
-        if let Some(told) = self.told.get_mut(&shard) {
+        let all_told = match role {
+            Role::Primary => &mut self.told,
+            Role::Secondary => &mut self.told_secondary,
+        };
+        if let Some(told) = all_told.get_mut(&shard) {
             if told.epoch == epoch {
                 let hold = told.holds.entry(holder).or_insert(fresh);
                 hold.until = hold.until.max(until);
@@ -389,7 +420,7 @@ impl ServiceCopy {
             }
             // Told again at another epoch: the sidecar was given the shard anew (the same
             // executor at a new epoch, or a new registration), so the old interval ends here.
-            let old = self.told.remove(&shard);
+            let old = all_told.remove(&shard);
             if let Some(old) = old {
                 events.push(event(
                     shard,
@@ -403,6 +434,7 @@ impl ServiceCopy {
         let told = Told {
             executor_id: executor_id.to_owned(),
             epoch,
+            role,
             holds: BTreeMap::from([(holder, fresh)]),
             ended: None,
         };
@@ -413,7 +445,7 @@ impl ServiceCopy {
             now,
             AdmissionReason::Assigned,
         ));
-        self.told.insert(shard, told);
+        all_told.insert(shard, told);
     }
 
     /// A poll's acknowledgement at `now`: when its token is that of a kept answer with the same
@@ -481,32 +513,36 @@ impl ServiceCopy {
         })
     }
 
-    /// Runs `ends` on each shard's holds (it removes those that ended, and answers when and why
-    /// the last it removed ended); a shard left without holds stops, stamped at the latest end.
+    /// Runs `ends` on each shard's holds, in each role (it removes those that ended, and answers
+    /// when and why the last it removed ended); a shard left without holds stops, stamped at the
+    /// latest end.
     fn close(
         &mut self,
         ends: impl Fn(&mut BTreeMap<Holder, Hold>) -> Option<(Instant, AdmissionReason)>,
     ) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.told.retain(|shard, told| {
-            let Some((at, reason)) = ends(&mut told.holds) else {
-                return true;
-            };
-            let at = told.ended.map_or(at, |ended| ended.max(at));
-            told.ended = Some(at);
-            if !told.holds.is_empty() {
-                return true;
-            }
-            events.push(event(*shard, told, AdmissionChange::Stop, at, reason));
-            false
-        });
+        for all_told in [&mut self.told, &mut self.told_secondary] {
+            all_told.retain(|shard, told| {
+                let Some((at, reason)) = ends(&mut told.holds) else {
+                    return true;
+                };
+                let at = told.ended.map_or(at, |ended| ended.max(at));
+                told.ended = Some(at);
+                if !told.holds.is_empty() {
+                    return true;
+                }
+                events.push(event(*shard, told, AdmissionChange::Stop, at, reason));
+                false
+            });
+        }
         events
     }
 
-    /// When the next hold runs out, if anything is told.
+    /// When the next hold runs out, if anything is told, in either role.
     pub fn next_end(&self) -> Option<Instant> {
         self.told
             .values()
+            .chain(self.told_secondary.values())
             .flat_map(|told| told.holds.values())
             .map(|hold| hold.until)
             .min()
@@ -538,7 +574,8 @@ impl ServiceCopy {
             .and_then(|given| given.copy_end)
     }
 
-    /// The shards the service may still be admitting, with their epochs, ascending.
+    /// The shards the service may still be admitting as the primary, with their epochs,
+    /// ascending (a secondary's permits are not among them: no handoff waits for those).
     pub fn told(&self) -> Vec<ShardEpoch> {
         self.told
             .iter()
@@ -549,14 +586,26 @@ impl ServiceCopy {
             .collect()
     }
 
-    /// Whether the service may still be admitting `shard`.
+    /// Whether the service may still be admitting `shard` as the primary.
     pub fn is_told(&self, shard: u32) -> bool {
         self.told.contains_key(&shard)
     }
 
-    /// Whether the service may be admitting anything.
+    /// Whether the service may be admitting anything as the primary.
     pub fn is_empty(&self) -> bool {
         self.told.is_empty()
+    }
+
+    /// The shards the service may still be admitting as a secondary (its permits' windows have
+    /// not all ended), with their epochs, ascending.
+    pub fn told_secondary(&self) -> Vec<ShardEpoch> {
+        self.told_secondary
+            .iter()
+            .map(|(&shard, told)| ShardEpoch {
+                shard,
+                epoch: told.epoch,
+            })
+            .collect()
     }
 }
 
@@ -571,6 +620,7 @@ fn event(
         executor_id: told.executor_id.clone(),
         shard,
         epoch: told.epoch,
+        role: told.role,
         change,
         at,
         reason,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_api::wire::{LocalPermits, LocalState, ShardEpoch};
+use leasehold_api::wire::{LocalPermits, LocalState, Role, ShardEpoch};
 use tokio::time::Instant;
 
 use super::*;
@@ -19,6 +19,7 @@ fn view(revision: u64, shards: &[(u32, u64)], lease_expiry: Instant) -> Assignme
             .iter()
             .map(|&(shard, epoch)| ShardEpoch { shard, epoch })
             .collect(),
+        secondaries: Vec::new(),
         admission: AdmissionState::Admitting,
         lease_expiry: Some(lease_expiry),
         stopping: false,
@@ -268,12 +269,62 @@ fn p16_1_an_admit_permit_tells_the_shard_for_its_window() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
     let window = Duration::from_secs(1);
-    let events = copy.permit("ex-1", 2, 7, t0 + window, t0);
+    let events = copy.permit("ex-1", 2, 7, Role::Primary, t0 + window, t0);
     assert_eq!(changes(&events), [(START, 2, 7)]);
-    assert!(copy.permit("ex-1", 2, 7, t0 + window, t0).is_empty());
+    assert!(copy
+        .permit("ex-1", 2, 7, Role::Primary, t0 + window, t0)
+        .is_empty());
     assert_eq!(copy.next_end(), Some(t0 + window));
     let events = copy.expire(t0 + window);
     assert_eq!(changes(&events), [(STOP, 2, 7)]);
+}
+
+/// P19.5, P16.2: a secondary's permit is told apart from the primary's shards: logged with its
+/// role, and ended by its window only. Nothing of the primary's handoff waits for it (it is not
+/// told as the primary, so neither a revoke nor a renewal claim nor the graceful stop sees it),
+/// and an answer that drops the primary's shard does not end it.
+#[test]
+fn p19_5_a_secondarys_permit_is_held_apart_and_ended_by_its_window() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    let window = Duration::from_secs(1);
+    // Shard 1 at epoch 3 as the primary; shard 4 as a secondary.
+    let events = copy.permit("ex-1", 4, 3, Role::Secondary, t0 + window, t0);
+    let roles: Vec<(AdmissionChange, u32, Role)> = events
+        .iter()
+        .map(|event| (event.change, event.shard, event.role))
+        .collect();
+    assert_eq!(roles, [(START, 4, Role::Secondary)]);
+    assert_eq!(copy.told(), [ShardEpoch { shard: 1, epoch: 3 }]);
+    assert!(!copy.is_told(4));
+    assert_eq!(copy.told_secondary(), [ShardEpoch { shard: 4, epoch: 3 }]);
+    // After a demotion (shard 1 revoked, then placed here as a secondary) the service may still
+    // hold the primary's copy while it is given a secondary's permit: each role has its own
+    // interval.
+    assert_eq!(
+        copy.permit("ex-1", 1, 3, Role::Secondary, t0 + window, t0)
+            .iter()
+            .map(|event| event.role)
+            .collect::<Vec<_>>(),
+        [Role::Secondary],
+        "a role of its own, not a second start of the primary"
+    );
+    // The service acknowledges an answer without shard 1: its primary ends, its secondary
+    // permit runs on.
+    let t1 = t0 + Duration::from_millis(100);
+    service.acknowledge(&mut copy, t0);
+    service.answer(&mut copy, &view(6, &[], t1 + LEASE), t1);
+    let events = service.acknowledge(&mut copy, t1);
+    assert_eq!(changes(&events), [(STOP, 1, 3)]);
+    assert!(events.iter().all(|event| event.role == Role::Primary));
+    assert!(copy.is_empty(), "nothing told as the primary");
+    assert_eq!(copy.next_end(), Some(t0 + window));
+    let events = copy.expire(t0 + window);
+    assert_eq!(changes(&events), [(STOP, 1, 3), (STOP, 4, 3)]);
+    assert!(events.iter().all(|event| event.role == Role::Secondary));
+    assert!(copy.told_secondary().is_empty());
 }
 
 /// P16.1, I1 (issue 55): another poller, a page's requests or any process that can reach the local
@@ -293,7 +344,7 @@ fn p16_1_an_acknowledgement_counts_only_for_the_poller_that_received_the_answer(
     assert!(other.acknowledge(&mut copy, t1).is_empty());
     assert!(copy.is_told(4), "the service still admits shard 4");
     // An admit permit for a shard still held is no acknowledgement either.
-    copy.permit("ex-1", 1, 3, t1 + Duration::from_secs(1), t1);
+    copy.permit("ex-1", 1, 3, Role::Primary, t1 + Duration::from_secs(1), t1);
     assert!(copy.is_told(4));
     let t2 = t1 + Duration::from_millis(100);
     service.answer(&mut copy, &view(9, &[(1, 3)], t2 + LEASE), t2);
@@ -425,7 +476,7 @@ fn p16_2_at_exit_each_shard_told_stops_at_the_end_of_its_last_copy() {
     service.acknowledge(&mut copy, t1);
     service.answer(&mut copy, &view(6, &[(1, 3)], t1 + LEASE), t1);
     let permit_window = Duration::from_millis(800);
-    copy.permit("ex-1", 5, 2, t1 + permit_window, t1);
+    copy.permit("ex-1", 5, 2, Role::Primary, t1 + permit_window, t1);
     let stops: Vec<(u32, u64, AdmissionChange, Instant, AdmissionReason)> = copy
         .end_at_exit()
         .into_iter()

@@ -12,11 +12,12 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::set;
-use crate::admission::{AdmitError, Permit};
+use crate::admission::{AdmitError, Permit, RoleWanted};
 use crate::members::{MemberSource, Members, MembersFuture};
 use crate::routes::PushCheck;
 use crate::shared::{LoadSettings, Shared};
 use crate::{openapi, routes, server};
+use leasehold_api::wire::Role;
 
 const SHARD_COUNT: u32 = 8;
 
@@ -105,7 +106,7 @@ async fn p4_3_assignment_push_replaces_the_set() {
     .await;
     assert_eq!(reply.0, StatusCode::NO_CONTENT, "{reply:?}");
     assert_eq!(shared.admit(1), Err(AdmitError::NotOwner));
-    assert_eq!(shared.admit(5), Ok(Permit { shard: 5, epoch: 3 }));
+    assert_eq!(shared.admit(5), Ok(Permit::primary(5, 3)));
 }
 
 #[tokio::test]
@@ -121,7 +122,7 @@ async fn p4_1_stale_push_is_accepted_and_ignored() {
     )
     .await;
     assert_eq!(reply.0, StatusCode::NO_CONTENT);
-    assert_eq!(shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    assert_eq!(shared.admit(1), Ok(Permit::primary(1, 1)));
 }
 
 #[tokio::test]
@@ -157,7 +158,7 @@ async fn p5_2_stale_revoke_is_answered_ignored_never_as_done() {
         reply.2,
         json!({"revision": 9, "released": [], "ignored": true})
     );
-    assert_eq!(shared.admit(2), Ok(Permit { shard: 2, epoch: 1 }));
+    assert_eq!(shared.admit(2), Ok(Permit::primary(2, 1)));
 }
 
 #[tokio::test]
@@ -324,6 +325,55 @@ async fn health_and_status_describe_the_executor() {
     let remaining = view["lease_remaining_ms"].as_u64().unwrap();
     assert!(remaining > 59_000 && remaining <= 60_000, "{remaining}");
     assert!(view["monotonic_ns"].as_u64().unwrap() > 0);
+    assert!(view.get("secondaries").is_none(), "absent without any");
+}
+
+/// P19.1, P19.5 over the push route: a push's secondaries are held (admitted only as
+/// secondaries, shown by `/v1/status` with their readiness); a push naming a shard as both
+/// the primary and a secondary is a `400` that changes nothing (I6).
+#[tokio::test]
+async fn p19_1_a_pushs_secondaries_are_held_and_shown_by_the_status() {
+    let shared = registered();
+    let push = |revision: u64, shards: Value, secondaries: Value| {
+        call(
+            app(&shared),
+            "PUT",
+            "/v1/assignment",
+            Some(
+                json!({"executor_id": "ex-1", "revision": revision, "shard_count": SHARD_COUNT,
+                "shards": shards, "secondaries": secondaries}),
+            ),
+        )
+    };
+    let reply = push(
+        11,
+        json!([{"shard": 1, "epoch": 1}]),
+        json!([{"shard": 2, "epoch": 2}, {"shard": 6, "epoch": 4}]),
+    )
+    .await;
+    assert_eq!(reply.0, StatusCode::NO_CONTENT, "{reply:?}");
+    assert_eq!(shared.admit(2), Err(AdmitError::NotOwner));
+    assert_eq!(
+        shared
+            .admit_as(2, RoleWanted::Secondary)
+            .map(|permit| permit.role),
+        Ok(Role::Secondary)
+    );
+    shared.set_secondary_ready(6, 4, true).unwrap();
+    let (_, _, view) = call(app(&shared), "GET", "/v1/status", None).await;
+    assert_eq!(view["shards"], json!([{"shard": 1, "epoch": 1}]));
+    assert_eq!(
+        view["secondaries"],
+        json!([{"shard": 2, "epoch": 2, "ready": false}, {"shard": 6, "epoch": 4, "ready": true}])
+    );
+    let reply = push(
+        12,
+        json!([{"shard": 1, "epoch": 1}]),
+        json!([{"shard": 1, "epoch": 1}]),
+    )
+    .await;
+    assert_problem(&reply, 400, "invalid_request");
+    assert_eq!(shared.status().revision, 11, "nothing changed");
 }
 
 /// The library's app serves every route its document lists, and nothing of the binary's: an
@@ -494,7 +544,7 @@ async fn p13_3_a_push_from_a_node_that_is_not_a_member_is_refused() {
     let status = shared.status();
     assert_eq!(status.revision, 10, "nothing changed");
     assert_eq!(status.shards, set(&[(1, 1), (2, 1)]));
-    assert_eq!(shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    assert_eq!(shared.admit(1), Ok(Permit::primary(1, 1)));
 
     let member = manager(1);
     let reply = member
@@ -505,7 +555,7 @@ async fn p13_3_a_push_from_a_node_that_is_not_a_member_is_refused() {
         .unwrap();
     assert_eq!(reply.status().as_u16(), 204);
     assert_eq!(shared.status().revision, 11);
-    assert_eq!(shared.admit(5), Ok(Permit { shard: 5, epoch: 3 }));
+    assert_eq!(shared.admit(5), Ok(Permit::primary(5, 3)));
     assert_eq!(shared.admit(1), Err(AdmitError::NotOwner));
 
     stop.send(()).unwrap();

@@ -5,14 +5,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::wire::{ShardLoad, CAPACITY_SCHEMA, FIRST_RELEASE_SCHEMA};
+use leasehold_api::wire::{
+    ShardEpoch, ShardLoad, CAPACITY_SCHEMA, FIRST_RELEASE_SCHEMA, REPLICAS_SCHEMA,
+};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 
 use super::{set, Call, FakeManager, Script};
-use crate::admission::{AdmissionReason, AdmissionState, AdmitError, Permit};
+use crate::admission::{AdmissionReason, AdmissionState, AdmitError, Permit, RoleWanted};
 use crate::admission_log::AdmissionLog;
+use crate::assignment::Secondary;
 use crate::lease_loop::{run_lease_loop, watch_lapses};
 use crate::shared::{LoadSettings, Shared};
 use crate::shutdown::ShutdownSignal;
@@ -59,19 +62,29 @@ impl Harness {
         load: LoadSettings,
         service: Option<Arc<ServiceLink>>,
     ) -> Self {
+        Self::start_shaped(script, load, |shared| match service {
+            Some(service) => shared.serving(service),
+            None => shared,
+        })
+    }
+
+    /// With the shared state `shape` makes of the one reporting `load` (logging to the
+    /// harness's log).
+    fn start_shaped(
+        script: Script,
+        load: LoadSettings,
+        shape: impl FnOnce(Shared) -> Shared,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log_path = dir.path().join("events.jsonl");
         let log = AdmissionLog::open(&log_path).unwrap();
-        let mut shared = Shared::new(
+        let shared = Shared::new(
             "http://127.0.0.1:9".into(),
             Some("test".into()),
             Some(log),
             load,
         );
-        if let Some(service) = service {
-            shared = shared.serving(service);
-        }
-        let shared = Arc::new(shared);
+        let shared = Arc::new(shape(shared));
         let events = shared.subscribe_events();
         let fake = FakeManager::new(script);
         fake.observe(&shared);
@@ -187,7 +200,7 @@ async fn p3_2_delayed_grant_reply_anchors_at_send_not_receipt() {
     );
     harness.fake.script(|script| script.fail_renewals = true);
     sleep_until(harness.t0 + secs(30) - ms(1)).await;
-    assert_eq!(harness.shared.admit(3), Ok(Permit { shard: 3, epoch: 2 }));
+    assert_eq!(harness.shared.admit(3), Ok(Permit::primary(3, 2)));
     sleep_until(harness.t0 + secs(30)).await;
     assert_eq!(harness.shared.admit(3), Err(AdmitError::NotReady));
     harness.stop().await;
@@ -300,7 +313,7 @@ async fn p3_6_lapse_fences_and_a_later_renewal_resumes_without_reacquire() {
     // The manager still knows the executor; renewals get through again.
     harness.fake.script(|script| script.fail_renewals = false);
     sleep(secs(6)).await;
-    assert_eq!(harness.shared.admit(2), Ok(Permit { shard: 2, epoch: 5 }));
+    assert_eq!(harness.shared.admit(2), Ok(Permit::primary(2, 5)));
     assert_eq!(
         harness.drain_events(),
         [
@@ -495,8 +508,8 @@ async fn p17_2_a_stop_drains_first_and_admits_each_shard_until_its_handoff() {
         matches!(calls.last(), Some(Call::Drain { executor_id, .. }) if executor_id == "ex-1"),
         "{calls:?}"
     );
-    assert_eq!(harness.shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
-    assert_eq!(harness.shared.admit(2), Ok(Permit { shard: 2, epoch: 1 }));
+    assert_eq!(harness.shared.admit(1), Ok(Permit::primary(1, 1)));
+    assert_eq!(harness.shared.admit(2), Ok(Permit::primary(2, 1)));
     let revoke = |shard: u32, revision: u64| {
         harness
             .shared
@@ -512,7 +525,7 @@ async fn p17_2_a_stop_drains_first_and_admits_each_shard_until_its_handoff() {
     assert!(harness.shared.admit(1).is_err(), "shard 1 was handed over");
     assert_eq!(
         harness.shared.admit(2),
-        Ok(Permit { shard: 2, epoch: 1 }),
+        Ok(Permit::primary(2, 1)),
         "shard 2 is admitted until its own handoff"
     );
     assert!(
@@ -652,7 +665,7 @@ async fn p17_2_an_unfinished_drain_stops_the_rest_within_the_grace() {
     }
     let drain_ends = GRACE - crate::self_drain::DEREGISTRATION_RESERVE;
     sleep_until(asked + drain_ends - ms(1)).await;
-    assert_eq!(harness.shared.admit(4), Ok(Permit { shard: 4, epoch: 1 }));
+    assert_eq!(harness.shared.admit(4), Ok(Permit::primary(4, 1)));
     let (state, fake, log) = harness.stop().await;
     assert_eq!(state, RunState::Stopped);
     let deregistered_at = fake.calls().iter().find_map(|call| match call {
@@ -690,7 +703,7 @@ async fn p17_2_a_drain_that_moves_nothing_gives_up_after_the_stall_bound() {
     let asked = Instant::now();
     harness.shutdown_tx.send_replace(true);
     sleep_until(asked + crate::self_drain::DRAIN_STALL - ms(1)).await;
-    assert_eq!(harness.shared.admit(1), Ok(Permit { shard: 1, epoch: 1 }));
+    assert_eq!(harness.shared.admit(1), Ok(Permit::primary(1, 1)));
     let (_, fake, log) = harness.stop().await;
     let deregistered_at = fake.calls().iter().find_map(|call| match call {
         Call::Deregister { at, .. } => Some(*at),
@@ -926,7 +939,7 @@ async fn p4_1_the_next_renewal_heals_a_forged_push_at_u64_max() {
     let status = harness.shared.status();
     assert_eq!(status.revision, 1);
     assert_eq!(status.shards, set(&[(1, 1), (2, 1)]));
-    assert_eq!(harness.shared.admit(2), Ok(Permit { shard: 2, epoch: 1 }));
+    assert_eq!(harness.shared.admit(2), Ok(Permit::primary(2, 1)));
     sleep_until(harness.t0 + secs(20) + ms(1)).await;
     let revisions: Vec<u64> = harness
         .fake
@@ -939,4 +952,167 @@ async fn p4_1_the_next_renewal_heals_a_forged_push_at_u64_max() {
         .collect();
     assert_eq!(revisions, [u64::MAX, 1]);
     harness.stop().await;
+}
+
+/// The ready lists each renewal carried, in order (P19.3).
+fn renewal_ready(fake: &FakeManager) -> Vec<Vec<ShardEpoch>> {
+    fake.calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::Renew { request, .. } => Some(request.ready),
+            _ => None,
+        })
+        .collect()
+}
+
+/// P19.3, docs/PROTOCOL.md "Versions": each renewal to a cluster at cluster version 13 lists
+/// the whole list of ready secondaries, at the epochs the set shows (one said not ready is left
+/// out, one said ready earlier is listed again); a cluster below 13 is never sent the field,
+/// whatever is ready (its managers would refuse it).
+#[tokio::test(start_paused = true)]
+async fn p19_3_ready_is_sent_whole_and_only_from_cluster_version_13() {
+    for cluster_version in [CAPACITY_SCHEMA, REPLICAS_SCHEMA] {
+        let harness = Harness::start(Script {
+            lease_ttl_ms: 30_000,
+            shards: set(&[(1, 1)]),
+            secondaries: set(&[(4, 2), (6, 3)]),
+            cluster_version,
+            ..Script::default()
+        });
+        harness.let_tasks_run().await;
+        harness.shared.set_secondary_ready(4, 2, true).unwrap();
+        // Renewals at t0 + 10 s, 20 s and 30 s (a third of the lease left each time, P3.5).
+        sleep_until(harness.t0 + secs(10) + ms(1)).await;
+        harness.shared.set_secondary_ready(6, 3, true).unwrap();
+        sleep_until(harness.t0 + secs(20) + ms(1)).await;
+        harness.shared.set_secondary_ready(4, 2, false).unwrap();
+        sleep_until(harness.t0 + secs(30) + ms(1)).await;
+        let expected = if cluster_version >= REPLICAS_SCHEMA {
+            vec![set(&[(4, 2)]), set(&[(4, 2), (6, 3)]), set(&[(6, 3)])]
+        } else {
+            vec![Vec::new(); 3]
+        };
+        assert_eq!(
+            renewal_ready(&harness.fake),
+            expected,
+            "cluster version {cluster_version}"
+        );
+        harness.stop().await;
+    }
+    // Reporting secondaries ready when held: every one, from the first renewal on.
+    let harness = Harness::start_shaped(
+        Script {
+            lease_ttl_ms: 30_000,
+            secondaries: set(&[(4, 2), (6, 3)]),
+            cluster_version: REPLICAS_SCHEMA,
+            ..Script::default()
+        },
+        LoadSettings::default(),
+        |shared| shared.with_secondaries_ready_when_held(true),
+    );
+    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    assert_eq!(renewal_ready(&harness.fake), [set(&[(4, 2), (6, 3)])]);
+    assert!(harness
+        .shared
+        .status()
+        .secondaries
+        .iter()
+        .all(|secondary| secondary.ready));
+    harness.stop().await;
+}
+
+/// P19.1, P19.3 through the shell: a grant's secondaries are held (announced as secondaries,
+/// logged with their role, listed by the status), admitted only as secondaries; when the
+/// shard's primary moves elsewhere its epoch rises, and the secondary is dropped and gained at
+/// the new epoch, still ready.
+#[tokio::test(start_paused = true)]
+async fn p19_1_a_grants_secondaries_are_held_announced_and_logged_with_their_role() {
+    let mut harness = Harness::start(Script {
+        lease_ttl_ms: 30_000,
+        shards: set(&[(1, 1)]),
+        secondaries: set(&[(4, 2)]),
+        cluster_version: REPLICAS_SCHEMA,
+        ..Script::default()
+    });
+    harness.let_tasks_run().await;
+    assert_eq!(
+        harness.drain_events(),
+        [
+            ShardEvent::Gained {
+                shard: 1,
+                epoch: 1,
+                reason: AdmissionReason::Assigned
+            },
+            ShardEvent::SecondaryGained {
+                shard: 4,
+                epoch: 2,
+                reason: AdmissionReason::Assigned
+            },
+        ]
+    );
+    assert_eq!(harness.shared.admit(4), Err(AdmitError::NotOwner));
+    assert_eq!(
+        harness.shared.admit_as(4, RoleWanted::Any).map(|p| p.role),
+        Ok(leasehold_api::wire::Role::Secondary)
+    );
+    harness.shared.set_secondary_ready(4, 2, true).unwrap();
+    // The primary of shard 4 moves to another executor: its epoch rises to 3.
+    harness.fake.script(|script| {
+        script.revision = 2;
+        script.secondaries = set(&[(4, 3)]);
+    });
+    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    assert_eq!(
+        harness.drain_events(),
+        [
+            ShardEvent::SecondaryDropped {
+                shard: 4,
+                epoch: 2,
+                reason: AdmissionReason::Unassigned
+            },
+            ShardEvent::SecondaryGained {
+                shard: 4,
+                epoch: 3,
+                reason: AdmissionReason::Assigned
+            },
+        ]
+    );
+    assert_eq!(
+        harness.shared.status().secondaries,
+        [Secondary {
+            shard: 4,
+            epoch: 3,
+            ready: true
+        }]
+    );
+    sleep_until(harness.t0 + secs(20) + ms(1)).await;
+    assert_eq!(
+        renewal_ready(&harness.fake),
+        [set(&[(4, 2)]), set(&[(4, 3)])]
+    );
+    let (_, _, log) = harness.stop().await;
+    let roles: Vec<(u64, u64, String, Option<String>)> = log
+        .iter()
+        .map(|line| {
+            (
+                line["shard"].as_u64().unwrap(),
+                line["epoch"].as_u64().unwrap(),
+                line["event"].as_str().unwrap().to_owned(),
+                line.get("role")
+                    .map(|role| role.as_str().unwrap().to_owned()),
+            )
+        })
+        .collect();
+    let secondary = Some("secondary".to_owned());
+    assert_eq!(
+        roles,
+        [
+            (1, 1, "start".into(), None),
+            (4, 2, "start".into(), secondary.clone()),
+            (4, 2, "stop".into(), secondary.clone()),
+            (4, 3, "start".into(), secondary.clone()),
+            (1, 1, "stop".into(), None),
+            (4, 3, "stop".into(), secondary),
+        ]
+    );
 }

@@ -57,6 +57,8 @@ pub(crate) struct Script {
     pub shard_count: u32,
     /// The set the fake records for the executor, and the revision it was read at.
     pub shards: Vec<ShardEpoch>,
+    /// The executor's secondaries (PROTOCOL P19.1), in every grant.
+    pub secondaries: Vec<ShardEpoch>,
     pub revision: u64,
     /// Renewals fail with a transport error while set.
     pub fail_renewals: bool,
@@ -83,6 +85,7 @@ impl Default for Script {
             lease_ttl_ms: 30_000,
             shard_count: 16,
             shards: Vec::new(),
+            secondaries: Vec::new(),
             revision: 1,
             fail_renewals: false,
             reply_delay: Duration::ZERO,
@@ -166,7 +169,7 @@ impl FakeManager {
             shard_count: script.shard_count,
             shards: script.shards.clone(),
             unchanged: false,
-            secondaries: Vec::new(),
+            secondaries: script.secondaries.clone(),
         }
     }
 }

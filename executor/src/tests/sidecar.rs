@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::Router;
-use leasehold_api::wire::Grant;
+use leasehold_api::wire::{Grant, FIRST_RELEASE_SCHEMA, REPLICAS_SCHEMA};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -59,6 +59,14 @@ fn sidecar_logging(
     lease_ttl_ms: u64,
     log: Option<AdmissionLog>,
 ) -> (Arc<Shared>, Arc<ServiceLink>, Router) {
+    sidecar_granted(&grant_of_ex_1(lease_ttl_ms), log)
+}
+
+/// A sidecar registered by `grant`, logging what the service was told to `log`.
+fn sidecar_granted(
+    grant: &Grant,
+    log: Option<AdmissionLog>,
+) -> (Arc<Shared>, Arc<ServiceLink>, Router) {
     let link = Arc::new(ServiceLink::new(log));
     let shared = Arc::new(
         Shared::new(
@@ -69,9 +77,7 @@ fn sidecar_logging(
         )
         .serving(Arc::clone(&link)),
     );
-    shared
-        .apply_grant(Instant::now(), &grant_of_ex_1(lease_ttl_ms))
-        .unwrap();
+    shared.apply_grant(Instant::now(), grant).unwrap();
     let handle = handle_of(&shared);
     let ending = Arc::clone(&link);
     let (keep_running, shutdown) = ShutdownSignal::new();
@@ -366,12 +372,12 @@ async fn p16_2_renewals_claim_what_the_service_may_still_admit() {
     assert_eq!(answer.2["shards"], json!([{"shard": 1, "epoch": 1}]));
     // The sidecar no longer holds shard 2, but a renewal omitting it would acknowledge the
     // revoke (P5.2) while the service may still admit it.
-    let renewal = shared.renewal(false).unwrap();
+    let renewal = shared.renewal(FIRST_RELEASE_SCHEMA).unwrap();
     let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
     assert_eq!(claimed, [1, 2]);
     get(&router, &format!("/v1/local/permits?{}", ack(&answer))).await;
     assert_eq!(revoking.await.unwrap().2["released"], json!([2]));
-    let renewal = shared.renewal(false).unwrap();
+    let renewal = shared.renewal(FIRST_RELEASE_SCHEMA).unwrap();
     let claimed: Vec<u32> = renewal.request.claims.iter().map(|c| c.shard).collect();
     assert_eq!(claimed, [1]);
 }
@@ -944,4 +950,174 @@ async fn p3_7_the_service_asks_for_the_graceful_stop() {
     tokio::time::timeout(Duration::from_secs(10), shutdown.wait())
         .await
         .expect("the graceful stop began");
+}
+
+/// ex-1's grant with a secondary of shard 5 at epoch 3 (PROTOCOL P19.1), beside its primaries 1
+/// and 2 at epoch 1.
+fn grant_with_a_secondary() -> Grant {
+    Grant {
+        secondaries: set(&[(5, 3)]),
+        ..grant_of_ex_1(60_000)
+    }
+}
+
+/// P19.5: `role=` asks for the primary (the default, the body unchanged), a secondary, or
+/// either; a secondary's permit says so. A secondary is never given a primary permit, a primary
+/// never a secondary's, and a role that is none of the three is a `400`.
+#[tokio::test(start_paused = true)]
+async fn p19_5_admit_takes_a_role_defaulting_to_the_primary() {
+    let (_, _, router) = sidecar_granted(&grant_with_a_secondary(), None);
+    let primary = json!({"shard": 1, "epoch": 1, "lease_ttl_ms": 1000});
+    for uri in [
+        "/v1/local/admit?shard=1",
+        "/v1/local/admit?shard=1&role=primary",
+        "/v1/local/admit?shard=1&role=any",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_eq!((reply.0, &reply.2), (StatusCode::OK, &primary), "{uri}");
+    }
+    let secondary = json!({"shard": 5, "epoch": 3, "lease_ttl_ms": 1000, "role": "secondary"});
+    for uri in [
+        "/v1/local/admit?shard=5&role=secondary",
+        "/v1/local/admit?shard=5&role=any",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_eq!((reply.0, &reply.2), (StatusCode::OK, &secondary), "{uri}");
+    }
+    // Shard 5 as the primary: not held so; the owner cannot be looked up here.
+    for uri in [
+        "/v1/local/admit?shard=5",
+        "/v1/local/admit?shard=5&role=primary",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_problem(&reply, 503, "unavailable");
+    }
+    let reply = get(&router, "/v1/local/admit?shard=1&role=secondary").await;
+    assert_problem(&reply, 409, "conflict");
+    for uri in [
+        "/v1/local/admit?shard=1&role=leader",
+        "/v1/local/admit?shard=1&role=",
+        "/v1/local/admit?shard=1&role=Secondary",
+        "/v1/local/admit?key=a&role=both",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_problem(&reply, 400, "invalid_request");
+    }
+}
+
+/// P19.5, P16.2: a secondary's permit is logged with its role, and ends with its window; it is
+/// no claim of the renewals and holds no revoke (a revoke is the primary's handoff).
+#[tokio::test(start_paused = true)]
+async fn p19_5_a_secondarys_permit_is_logged_with_its_role_and_holds_no_handoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("events.jsonl");
+    let log = AdmissionLog::open(&log_path).unwrap();
+    let (shared, link, router) = sidecar_granted(&grant_with_a_secondary(), Some(log));
+    let reply = get(&router, "/v1/local/admit?shard=5&role=secondary").await;
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert!(link.told().is_empty(), "not told as the primary");
+    let renewal = shared.renewal(REPLICAS_SCHEMA).unwrap();
+    assert_eq!(
+        renewal.request.claims,
+        set(&[(1, 1), (2, 1)]),
+        "no claim of 5"
+    );
+    let sent = Instant::now();
+    let reply = revoke(&shared, &[5]).await;
+    assert_eq!(reply.2["released"], json!([5]));
+    assert_eq!(
+        sent.elapsed(),
+        Duration::ZERO,
+        "not held by the secondary's permit"
+    );
+    tokio::time::sleep(Duration::from_millis(1_001)).await;
+    let lines: Vec<Value> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let events: Vec<(u64, u64, &str, &str, &str)> = lines
+        .iter()
+        .map(|line| {
+            (
+                line["shard"].as_u64().unwrap(),
+                line["epoch"].as_u64().unwrap(),
+                line["event"].as_str().unwrap(),
+                line["reason"].as_str().unwrap(),
+                line["role"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (5, 3, "start", "assigned", "secondary"),
+            (5, 3, "stop", "lease_lapsed", "secondary"),
+        ]
+    );
+    // The primary's permit, at the same time as a secondary's of another shard: logged as
+    // before, without a role.
+    get(&router, "/v1/local/admit?shard=5&role=secondary").await;
+    get(&router, "/v1/local/admit?shard=2").await;
+    let last = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .last()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .unwrap();
+    assert_eq!(last["shard"], 2);
+    assert!(last.get("role").is_none(), "{last}");
+}
+
+/// P19.3 through the sidecar: the permits answers list the secondaries with their readiness;
+/// the service says one ready at the epoch they show (`POST /v1/local/ready`), and the
+/// renewals say so from then on; ready at another epoch, or of a shard that is no secondary, is
+/// a `409` and changes nothing; not ready is always taken.
+#[tokio::test(start_paused = true)]
+async fn p19_3_the_service_says_a_secondary_ready_through_the_local_api() {
+    let (shared, _, router) = sidecar_granted(&grant_with_a_secondary(), None);
+    let answer = get(&router, "/v1/local/permits").await;
+    assert_eq!(answer.2["secondaries"], json!([{"shard": 5, "epoch": 3}]));
+    assert_eq!(
+        answer.2["shards"],
+        json!([{"shard": 1, "epoch": 1}, {"shard": 2, "epoch": 1}]),
+        "a secondary is no shard to admit"
+    );
+    let ready = |body: Value| {
+        let router = router.clone();
+        async move { call(router, "POST", "/v1/local/ready", Some(body)).await }
+    };
+    for refused in [
+        json!({"shard": 5, "epoch": 2, "ready": true}),
+        json!({"shard": 1, "epoch": 1, "ready": true}),
+        json!({"shard": 6, "epoch": 3, "ready": true}),
+    ] {
+        let reply = ready(refused.clone()).await;
+        assert_problem(&reply, 409, "conflict");
+    }
+    let renewed_ready = || shared.renewal(REPLICAS_SCHEMA).unwrap().request.ready;
+    assert!(renewed_ready().is_empty(), "refusals change nothing");
+    let reply = ready(json!({"shard": 5, "epoch": 3, "ready": true})).await;
+    assert_eq!(reply.0, StatusCode::NO_CONTENT, "{reply:?}");
+    assert_eq!(renewed_ready(), set(&[(5, 3)]));
+    let answer = get(&router, "/v1/local/permits").await;
+    assert_eq!(
+        answer.2["secondaries"],
+        json!([{"shard": 5, "epoch": 3, "ready": true}])
+    );
+    let reply = ready(json!({"shard": 5, "epoch": 2, "ready": false})).await;
+    assert_eq!(reply.0, StatusCode::NO_CONTENT, "{reply:?}");
+    assert!(renewed_ready().is_empty());
+    for malformed in [
+        json!({"shard": 8, "epoch": 3, "ready": true}),
+        json!({"shard": 5, "epoch": 3}),
+        json!({"shard": 5, "epoch": 3, "ready": "yes"}),
+        json!({"shard": 5, "epoch": 3, "ready": true, "role": "secondary"}),
+        json!([{"shard": 5, "epoch": 3, "ready": true}]),
+    ] {
+        let reply = ready(malformed.clone()).await;
+        assert_problem(&reply, 400, "invalid_request");
+    }
+    let reply = post(&router, "/v1/local/ready").await;
+    assert_eq!(reply.0, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{reply:?}");
 }
