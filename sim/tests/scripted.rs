@@ -386,6 +386,7 @@ fn kv(shards: u32, zones: usize) -> NamespaceScenario {
         lease_ms: 1_000,
         zones,
         true_loads: vec![0.0; shards as usize],
+        replicas: 1,
     }
 }
 

@@ -53,6 +53,9 @@ pub struct ExecutorSpec {
     /// Which certificate of `tls_dir` the executor presents: `executor`, or one that
     /// `leaseholdctl certs issue` made (`executor-orders`, limited to a namespace, P18.2).
     pub tls_identity: String,
+    /// The `--name` it registers under when not `name`: a process restarted under the name of
+    /// one that ran before (P19.4), with files of its own.
+    pub registered_name: Option<String>,
 }
 
 impl ExecutorSpec {
@@ -69,6 +72,7 @@ impl ExecutorSpec {
             binary: None,
             tls_dir: cluster.options.tls_dir.clone(),
             tls_identity: "executor".to_string(),
+            registered_name: None,
         }
     }
 }
@@ -111,6 +115,7 @@ impl ExecutorProcess {
             binary: executor_binary,
             tls_dir,
             tls_identity,
+            registered_name,
         } = spec;
         let mut tls_args = Vec::new();
         match &tls_dir {
@@ -142,7 +147,7 @@ impl ExecutorProcess {
                 "--listen",
                 &format!("{host}:{port}"),
                 "--name",
-                &name,
+                registered_name.as_deref().unwrap_or(&name),
                 "--event-log",
                 &event_log.display().to_string(),
                 "--shutdown-grace",

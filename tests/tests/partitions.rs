@@ -100,6 +100,7 @@ impl NetScenario {
             binary: None,
             tls_dir: self.cluster.options.tls_dir.clone(),
             tls_identity: "executor".to_string(),
+            registered_name: None,
         });
         self.executor_nodes.insert(index, node);
         index

@@ -179,6 +179,9 @@ pub struct NamespaceScenario {
     pub zones: usize,
     /// What each of its shards really carries at the start (index = shard).
     pub true_loads: Vec<f64>,
+    /// Its replicas per shard (P19.1): 1, or 2 to 3 for half the namespaces of two executors
+    /// or more, whose secondaries their executors report ready as soon as they hold them.
+    pub replicas: u32,
 }
 
 /// The names the namespaces beside `default` take, in order.
@@ -300,7 +303,21 @@ fn draw_spaces(
     // a seed without them runs exactly as before.
     let mut namespace_rng = ChaCha8Rng::seed_from_u64(seed);
     namespace_rng.set_stream(5);
-    let namespaces = draw_namespaces(&mut namespace_rng, slots);
+    let mut namespaces = draw_namespaces(&mut namespace_rng, slots);
+    // Replicas come from a stream of their own, so the draws above are as they were.
+    let mut replica_rng = ChaCha8Rng::seed_from_u64(seed);
+    replica_rng.set_stream(6);
+    for (index, namespace) in namespaces.iter_mut().enumerate() {
+        let executors = slots
+            .slot_spaces
+            .iter()
+            .filter(|&&space| space == index + 1)
+            .count();
+        if executors >= 2 && replica_rng.random_bool(0.5) {
+            let most = u32::try_from(executors.min(3)).unwrap_or(3);
+            namespace.replicas = replica_rng.random_range(2..=most);
+        }
+    }
     if !namespaces.is_empty() && !calm && swarm.has_namespace_kinds() {
         for _ in 0..namespace_rng.random_range(0..=8) {
             let at = namespace_rng.random_range(0..chaos_ms);

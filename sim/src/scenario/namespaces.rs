@@ -68,6 +68,7 @@ pub(super) fn draw_namespaces(
                 lease_ms,
                 zones,
                 true_loads,
+                replicas: 1,
             }
         })
         .collect()

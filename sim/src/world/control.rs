@@ -404,13 +404,17 @@ impl World {
         );
     }
 
-    /// An operator creates a namespace (P18.1), as `leaseholdctl namespace create` does.
-    pub fn create_namespace(&mut self, name: &str, shard_count: u32, lease_ms: u64) {
+    /// An operator creates a namespace (P18.1) of `replicas` per shard (P19.1), as
+    /// `leaseholdctl namespace create` does.
+    pub fn create_namespace(&mut self, name: &str, shard_count: u32, lease_ms: u64, replicas: u32) {
         let Some(now_ms) = self.leader_now_ms() else {
             return;
         };
         self.note(|| {
-            format!("namespace {name} created: {shard_count} shards, lease {lease_ms} ms")
+            format!(
+                "namespace {name} created: {shard_count} shards, lease {lease_ms} ms, {replicas} \
+                 replicas"
+            )
         });
         self.propose(
             Command::Operator {
@@ -422,7 +426,10 @@ impl World {
                     lease_duration_ms: lease_ms,
                     max_executors: None,
                     placement: Default::default(),
-                    replication: Default::default(),
+                    replication: leasehold_api::wire::ReplicaSettings {
+                        replicas,
+                        ..Default::default()
+                    },
                 },
             },
             ReplyTo::Nobody,

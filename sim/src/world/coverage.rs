@@ -98,10 +98,16 @@ pub struct Coverage {
     /// Probes that checked, with several namespaces, that what they did in one namespace moved
     /// nothing of another (P18.1).
     pub isolation_checks: u64,
+    /// Runs with a namespace of more than one replica per shard (P19.1).
+    pub replicated_runs: u64,
+    /// Shards whose secondaries a committed plan changed (P19.2).
+    pub secondaries_placed: u64,
+    /// Primaries that went to one of the shard's secondaries (P19.3, P19.4).
+    pub promotions: u64,
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 48] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 51] {
         [
             ("commits", self.commits),
             ("renewals answered from memory", self.renewals_from_memory),
@@ -178,6 +184,9 @@ impl Coverage {
             ("namespace_zone_crashes", self.namespace_zone_crashes),
             ("namespace_losses", self.namespace_losses),
             ("isolation_checks", self.isolation_checks),
+            ("replicated_runs", self.replicated_runs),
+            ("secondaries_placed", self.secondaries_placed),
+            ("promotions", self.promotions),
         ]
     }
 
@@ -231,6 +240,32 @@ impl Coverage {
         self.namespace_zone_crashes += other.namespace_zone_crashes;
         self.namespace_losses += other.namespace_losses;
         self.isolation_checks += other.isolation_checks;
+        self.replicated_runs += other.replicated_runs;
+        self.secondaries_placed += other.secondaries_placed;
+        self.promotions += other.promotions;
+    }
+
+    /// Counts the primaries a commit gave to one of their shard's secondaries (P19.3, P19.4),
+    /// in the namespaces with replicas.
+    pub(super) fn count_promotions(&mut self, before: &LeaseState, after: &LeaseState) {
+        for space in after.spaces() {
+            if space.namespace().replication.replicas <= 1 {
+                continue;
+            }
+            let Some(earlier) = before.space(space.name()) else {
+                continue;
+            };
+            for shard in space.shards() {
+                let Some(owner) = shard.owner.as_deref() else {
+                    continue;
+                };
+                let was = earlier.shard(shard.id);
+                let promoted = was.is_some_and(|was| {
+                    was.owner.as_deref() != Some(owner) && was.secondary_on(owner).is_some()
+                });
+                self.promotions += u64::from(promoted);
+            }
+        }
     }
 
     pub fn unreached(&self) -> Vec<&'static str> {
@@ -325,6 +360,7 @@ impl Coverage {
                 self.reap_candidates_skipped += skipped.len() as u64;
             }
             Outcome::RegisteredMany { results } => self.count_retried_registrations(results),
+            Outcome::SecondariesPlaced { changed, .. } => self.secondaries_placed += len(changed),
             Outcome::DrainingSet {
                 draining: true,
                 changed: true,

@@ -18,7 +18,8 @@ impl World {
         let namespace = self.scenario.space_name(space).to_owned();
         self.processes[slot] = Some(Process {
             id,
-            core: AdmissionCore::default(),
+            // Secondaries ready as soon as held (P19.3): the simulated services copy nothing.
+            core: AdmissionCore::default().with_secondaries_ready_when_held(true),
             calls: LeaseCalls::default(),
             lease_call: None,
             life: Life::Running,

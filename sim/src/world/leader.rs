@@ -171,6 +171,7 @@ impl World {
     ) {
         let after = &self.replicas[manager];
         self.coverage.record(command, outcome);
+        self.coverage.count_promotions(before, after);
         let views = process_views(&self.processes, self.base, self.now_us);
         self.checker
             .after_commit(before, after, command, outcome, &views, self.now_us);

@@ -268,9 +268,20 @@ impl World {
         // An operator creates the namespaces beside `default` (P18.1) before their executors
         // start, as `leaseholdctl namespace create` does.
         for namespace in self.scenario.namespaces.clone() {
-            self.create_namespace(&namespace.name, namespace.shards, namespace.lease_ms);
+            self.create_namespace(
+                &namespace.name,
+                namespace.shards,
+                namespace.lease_ms,
+                namespace.replicas,
+            );
         }
         self.coverage.namespace_runs = u64::from(self.has_namespaces());
+        self.coverage.replicated_runs = u64::from(
+            self.scenario
+                .namespaces
+                .iter()
+                .any(|namespace| namespace.replicas > 1),
+        );
         // Committed before any fault can touch it: the operator's `init` succeeded.
         self.commit(1);
     }
