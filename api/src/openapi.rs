@@ -191,6 +191,7 @@ const RUST_LINKS: &[(&str, &str)] = &[
     ("[`RouteRun`]", "`RouteRun`"),
     ("[`RoutingTable`]", "`RoutingTable`"),
     ("[`RoutingRuns`]", "`RoutingRuns`"),
+    ("[`RoutingRuns::owners`]", "the table's `owners`"),
     ("[`Route`]", "`Route`"),
 ];
 

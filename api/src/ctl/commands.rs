@@ -546,18 +546,45 @@ pub(super) async fn run_route(cli: &Cli, key: &str, out: &mut Out<'_>) -> Result
         None => client.route_key(key, cli.consistent).await?,
         Some(namespace) => client.route_key_in(namespace, key, cli.consistent).await?,
     };
-    out.show(&route, |r| {
-        let mut table = Table::new(&["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION"]);
-        table.push(vec![
+    out.show(&route, render_key_route)
+}
+
+/// `route KEY`: the key's primary, and when the shard has ready secondaries (PROTOCOL P19.5) a
+/// row for each, ready longest first, under a `ROLE` column added last, so the columns of a
+/// namespace of one replica are what they always were, in their places.
+pub(super) fn render_key_route(r: &KeyRoute) -> String {
+    let route = &r.route;
+    let row = |executor_id: Option<&str>, address: Option<&str>| {
+        vec![
             r.key.clone(),
-            r.route.shard.to_string(),
-            opt(r.route.executor_id.as_deref()),
-            opt(r.route.address.as_deref()),
-            r.route.epoch.to_string(),
+            route.shard.to_string(),
+            opt(executor_id),
+            opt(address),
+            route.epoch.to_string(),
             r.revision.to_string(),
-        ]);
-        table.render()
-    })
+        ]
+    };
+    let primary = row(route.executor_id.as_deref(), route.address.as_deref());
+    if route.secondaries.is_empty() {
+        let mut table = Table::new(&["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION"]);
+        table.push(primary);
+        return table.render();
+    }
+    let mut table = Table::new(&[
+        "KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION", "ROLE",
+    ]);
+    let with_role = |mut cells: Vec<String>, role: Role| {
+        cells.push(role.as_str().to_owned());
+        cells
+    };
+    table.push(with_role(primary, Role::Primary));
+    for secondary in &route.secondaries {
+        table.push(with_role(
+            row(Some(&secondary.executor_id), Some(&secondary.address)),
+            Role::Secondary,
+        ));
+    }
+    table.render()
 }
 
 pub(super) async fn run_lease_list(cli: &Cli, out: &mut Out<'_>) -> Result<(), CtlError> {

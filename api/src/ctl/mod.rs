@@ -33,10 +33,11 @@ use crate::client::{Client, ClientConfig};
 use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
     check_namespace_name, check_namespace_settings, is_default_namespace, rollout_among,
-    AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView,
-    MaintenanceView, NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, SafeToStop,
-    SchemaRange, SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS,
-    MAX_LEASE_DURATION_MS, MAX_NAME_BYTES, MAX_SHARD_COUNT, MAX_WATCH_WAIT, NAMESPACES_SCHEMA,
+    AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView, KeyRoute,
+    MaintenanceView, NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, Role,
+    SafeToStop, SchemaRange, SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE,
+    MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_NAME_BYTES, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
+    NAMESPACES_SCHEMA,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.

@@ -1665,17 +1665,9 @@ impl FakeManager {
                             reason: "it holds no shards".into(),
                         })
                     }
-                    ("GET", "/v1/routing") => serde_json::to_value(crate::wire::KeyRoute {
-                        key: "user-42".into(),
-                        revision: 5,
-                        route: crate::wire::Route {
-                            shard: 0,
-                            executor_id: Some("ex-1".into()),
-                            address: Some("http://e1:9".into()),
-                            epoch: 3,
-                            secondaries: Vec::new(),
-                        },
-                    }),
+                    ("GET", "/v1/routing") => serde_json::to_value(fake_key_route(
+                        uri.query().unwrap_or("").contains("key=replicated"),
+                    )),
                     ("GET", "/v1/plan") => serde_json::to_value(PlanPreview {
                         revision: 5,
                         moves: Vec::new(),
@@ -1726,6 +1718,91 @@ impl FakeManager {
     fn requests(&self) -> Vec<String> {
         std::mem::take(&mut *self.seen.lock().unwrap())
     }
+}
+
+/// The fake manager's route of a key: `user-42` on `ex-1`, or with `replicated` (P19.5) the key
+/// `replicated` with two ready secondaries.
+fn fake_key_route(replicated: bool) -> KeyRoute {
+    let secondary = |id: &str, address: &str| crate::wire::SecondaryRoute {
+        executor_id: id.into(),
+        address: address.into(),
+    };
+    KeyRoute {
+        key: if replicated { "replicated" } else { "user-42" }.into(),
+        revision: 5,
+        route: crate::wire::Route {
+            shard: 0,
+            executor_id: Some("ex-1".into()),
+            address: Some("http://e1:9".into()),
+            epoch: 3,
+            secondaries: if replicated {
+                vec![
+                    secondary("ex-3", "http://e3:9"),
+                    secondary("ex-2", "http://e2:9"),
+                ]
+            } else {
+                Vec::new()
+            },
+        },
+    }
+}
+
+/// P19.5: `route KEY` prints the key's ready secondaries, ready longest first, a row each
+/// under a `ROLE` column added last; a key without them prints the table it always did; `-o
+/// json` prints the wire's route, secondaries and all.
+#[tokio::test]
+async fn p19_5_route_prints_a_keys_secondaries_when_it_has_any() {
+    let fake = FakeManager::start().await;
+    let plain = fake.ctl(&["route", "user-42"]).await.unwrap();
+    assert_eq!(
+        plain,
+        "KEY      SHARD  EXECUTOR  ADDRESS      EPOCH  REVISION\n\
+         user-42  0      ex-1      http://e1:9  3      5\n"
+    );
+    let replicated = fake.ctl(&["route", "replicated"]).await.unwrap();
+    let rows: Vec<Vec<&str>> = replicated
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["KEY", "SHARD", "EXECUTOR", "ADDRESS", "EPOCH", "REVISION", "ROLE"],
+            [
+                "replicated",
+                "0",
+                "ex-1",
+                "http://e1:9",
+                "3",
+                "5",
+                "primary"
+            ],
+            [
+                "replicated",
+                "0",
+                "ex-3",
+                "http://e3:9",
+                "3",
+                "5",
+                "secondary"
+            ],
+            [
+                "replicated",
+                "0",
+                "ex-2",
+                "http://e2:9",
+                "3",
+                "5",
+                "secondary"
+            ],
+        ]
+    );
+    let json = fake
+        .ctl(&["-o", "json", "route", "replicated"])
+        .await
+        .unwrap();
+    let parsed: KeyRoute = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed, fake_key_route(true));
 }
 
 /// P18.1: `-n NAME` sends the listing, shard and route reads to that namespace; no `-n` and

@@ -22,6 +22,20 @@
 //!   refresh and retry covers a shard the table shows without an owner and an owner that refused
 //!   the connection (nothing was sent). A request whose outcome is unknown (a timeout or reset
 //!   after it was sent) is never retried: only the caller knows whether repeating it is safe.
+//! - **Secondaries** (PROTOCOL P19.5): in a namespace of several replicas the table keeps each
+//!   shard's ready secondaries on live executors, ready longest first, as `/v1/routing` shows
+//!   them. [`RoutingClient::targets`] answers a key's replicas in the order a [`ReadFrom`] tries
+//!   them, and [`RoutingClient::send_to`] sends to the first: [`ReadFrom::Primary`] (what
+//!   [`RoutingClient::send`] does), [`ReadFrom::PrimaryPreferred`], [`ReadFrom::Secondary`] or
+//!   [`ReadFrom::SecondaryPreferred`], MongoDB's read preferences (Lettuce's `ReadFrom`). Send
+//!   a secondary only work the service admits from one (reads, as its executor admits them
+//!   with the sidecar's `role=secondary` or `any`): the executor decides, and answers `421` to
+//!   what it does not admit in the role it holds. A secondary that answers `421`, or refuses
+//!   the connection, is handled as the primary is: one refresh, one retry, and the retry goes
+//!   to a replica other than the one that failed when the refreshed table offers one, so a
+//!   preferred read falls back to the other role (a secondary-preferred read to the primary).
+//!   A key without the replicas asked for is refreshed once too, then
+//!   [`RoutingError::NoSecondary`] (or [`RoutingError::NoOwner`]).
 //! - **Counters**: misrouted requests, refreshes, retries, watch round trips and failures, and the
 //!   table's age (since the managers last confirmed it), in [`RoutingStats`]; the same as
 //!   `leasehold_routing_*` metrics through the `metrics` facade ([`RoutingClient::record_metrics`]
@@ -46,11 +60,12 @@ use crate::client::{error_chain, http_client_builder, Client, ClientConfig, Clie
 use crate::problem::Problem;
 use crate::tls::TlsConfig;
 use crate::wire::{
-    check_namespace_name, COMPACT_SHARDS_SCHEMA, DEFAULT_NAMESPACE, MAX_SHARD_COUNT,
+    check_namespace_name, Role, COMPACT_SHARDS_SCHEMA, DEFAULT_NAMESPACE, MAX_SHARD_COUNT,
     MAX_WATCH_WAIT, NAMESPACES_SCHEMA,
 };
 
-/// At most this many sends per [`RoutingClient::send`]: the first, and one after a refresh.
+/// At most this many sends per [`RoutingClient::send`] or [`RoutingClient::send_to`]: the
+/// first, and one after a refresh.
 pub const MAX_ATTEMPTS: u32 = 2;
 
 /// Largest executor reply read into memory; bounds what a confused peer can make us allocate.
@@ -144,7 +159,7 @@ pub enum RoutingError {
     #[error("the cluster has no shards yet")]
     NotReady,
     /// The key's shard has no owner to send to (unowned, or being handed off, P5.2), even after
-    /// a refresh.
+    /// a refresh; for a preferred read ([`ReadFrom`]), no ready secondary either.
     #[error("shard {shard} has no owner right now (table revision {revision})")]
     NoOwner {
         /// The key's shard.
@@ -152,7 +167,17 @@ pub enum RoutingError {
         /// The table's revision.
         revision: u64,
     },
-    /// The owner refused the request (`421`), again after the refresh and retry.
+    /// The key's shard has no ready secondary to send a [`ReadFrom::Secondary`] read to
+    /// (PROTOCOL P19.5), even after a refresh.
+    #[error("shard {shard} has no ready secondary right now (table revision {revision})")]
+    NoSecondary {
+        /// The key's shard.
+        shard: u32,
+        /// The table's revision.
+        revision: u64,
+    },
+    /// The executor sent to (the owner, or a secondary, P19.5) refused the request (`421`),
+    /// again after the refresh and retry.
     #[error("shard {shard}: {address} answered 421 after a refresh: {detail}")]
     Misdirected {
         /// The key's shard.
@@ -164,7 +189,8 @@ pub enum RoutingError {
         /// The refusal, for humans.
         detail: String,
     },
-    /// The owner could not be reached, again after the refresh and retry; nothing was sent.
+    /// The executor sent to could not be reached, again after the refresh and retry; nothing
+    /// was sent.
     #[error("shard {shard}: {address} unreachable: {detail}")]
     Unreachable {
         /// The key's shard.
@@ -203,6 +229,7 @@ impl RoutingError {
             RoutingError::Table(_) => "table",
             RoutingError::NotReady => "not_ready",
             RoutingError::NoOwner { .. } => "no_owner",
+            RoutingError::NoSecondary { .. } => "no_secondary",
             RoutingError::Misdirected { .. } => "misdirected",
             RoutingError::Unreachable { .. } => "unreachable",
             RoutingError::OutcomeUnknown { .. } => "outcome_unknown",
@@ -241,6 +268,11 @@ pub enum TableError {
         /// The index it named.
         owner: u32,
     },
+    /// The secondaries of a table of runs (PROTOCOL P19.5) are malformed: a list empty, too
+    /// long, naming an owner the table does not list or one twice; a stretch empty, past the
+    /// shard count, overlapping another or naming a list the table lacks.
+    #[error("secondaries: {0}")]
+    BadSecondaries(String),
     /// An owner's address is not an `http(s)://host[:port]` URL.
     #[error("shard {shard}: owner address {address:?} is not usable: {reason}")]
     BadAddress {
@@ -258,19 +290,41 @@ mod table;
 
 pub use table::{Owner, RouteTable, ShardRoute};
 
-/// Where one request goes: the answer of [`RoutingClient::route`].
+/// Where one request goes: the answer of [`RoutingClient::route`] and
+/// [`RoutingClient::targets`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The key's shard.
     pub shard: u32,
-    /// The shard's epoch in the table.
+    /// The shard's epoch in the table (its primary's, which a secondary's set shows too).
     pub epoch: u64,
-    /// The owner.
+    /// The executor: the owner, or a ready secondary.
     pub executor_id: String,
-    /// The owner's base URL.
+    /// The executor's base URL.
     pub address: String,
     /// The revision of the table that answered.
     pub revision: u64,
+    /// The replica it holds (PROTOCOL P19.5): the primary (the owner) or a ready secondary.
+    pub role: Role,
+}
+
+/// Which replicas of a key's shard a request may go to, and in which order (PROTOCOL P19.5):
+/// MongoDB's read preferences, Lettuce's `ReadFrom`. Secondaries are tried ready longest
+/// first. Only work a secondary may admit (reads the service allows) should go to one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ReadFrom {
+    /// The primary only: the owner, which admits every kind of work (the default, and what
+    /// [`RoutingClient::send`] does).
+    #[default]
+    Primary,
+    /// The primary, else a ready secondary: while the shard is between owners (P5.2) or its
+    /// owner turned the request away.
+    PrimaryPreferred,
+    /// A ready secondary only, keeping the primary's capacity for its own work.
+    Secondary,
+    /// A ready secondary, else the primary: a shard without a ready secondary (a namespace of
+    /// one replica, a secondary not yet warm) still answers.
+    SecondaryPreferred,
 }
 
 /// One request to send to a key's owner.
@@ -517,9 +571,17 @@ impl RoutingClient {
         })
     }
 
-    /// Where work for `key` goes, by the table as it is now (no I/O).
+    /// Where work for `key` goes, by the table as it is now (no I/O): its primary.
     pub fn route(&self, key: &[u8]) -> Result<Target, RoutingError> {
         self.inner.shared.table().target(key)
+    }
+
+    /// Where work for `key` read from `read_from` may go, by the table as it is now (no I/O),
+    /// in the order [`RoutingClient::send_to`] tries them (PROTOCOL P19.5):
+    /// `targets(key, ReadFrom::Secondary)` are the key's ready secondaries, ready longest first.
+    /// Never empty ([`RouteTable::targets`]).
+    pub fn targets(&self, key: &[u8], read_from: ReadFrom) -> Result<Vec<Target>, RoutingError> {
+        self.inner.shared.table().targets(key, read_from)
     }
 
     /// The table as it is now.
@@ -583,6 +645,21 @@ impl RoutingClient {
         key: &[u8],
         request: RoutedRequest<'_>,
     ) -> Result<RoutedReply, RoutingError> {
+        self.send_to(key, ReadFrom::Primary, request).await
+    }
+
+    /// Sends `request` to the first of `key`'s replicas that `read_from` names (PROTOCOL
+    /// P19.5, [`RoutingClient::targets`]); on a `421`, a key without such a replica or one that
+    /// refused the connection, refreshes the table once and tries once more, at another replica
+    /// of the refreshed table than the one that failed when it names one (module docs). Returns
+    /// the executor's reply, whatever its status, unless it is a second `421`; its `target`
+    /// says which replica answered.
+    pub async fn send_to(
+        &self,
+        key: &[u8],
+        read_from: ReadFrom,
+        request: RoutedRequest<'_>,
+    ) -> Result<RoutedReply, RoutingError> {
         if !request.path.starts_with('/') || request.path.starts_with("//") {
             return Err(RoutingError::InvalidRequest(format!(
                 "{:?} must start with a single '/'",
@@ -591,12 +668,18 @@ impl RoutingClient {
         }
         let mut refreshed = false;
         let mut sends = 0;
+        // The executor the first send failed at: the retry goes elsewhere when it can.
+        let mut failed: Option<String> = None;
         let mut last_error = RoutingError::NotReady;
         for attempt in 1..=MAX_ATTEMPTS {
             let seen = self.revision();
-            let target = match self.route(key) {
-                Ok(target) => target,
-                Err(error @ (RoutingError::NoOwner { .. } | RoutingError::NotReady)) => {
+            let target = match self.targets(key, read_from) {
+                Ok(targets) => table::choose(targets, failed.as_deref())?,
+                Err(
+                    error @ (RoutingError::NoOwner { .. }
+                    | RoutingError::NoSecondary { .. }
+                    | RoutingError::NotReady),
+                ) => {
                     if refreshed {
                         return Err(error);
                     }
@@ -634,6 +717,7 @@ impl RoutingClient {
             if refreshed || attempt == MAX_ATTEMPTS {
                 return Err(error);
             }
+            failed = Some(target.executor_id.clone());
             refreshed = true;
             self.refresh_after(target.revision).await?;
             self.count(&self.inner.shared.counters.retries, "retries");

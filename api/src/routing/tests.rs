@@ -16,7 +16,8 @@ use crate::problem::{ErrorCode, CLUSTER_VERSION_HEADER};
 use crate::shard_for_key;
 use crate::wire::{
     ExecutorView, HandoffView, Route, RouteOwner, RouteRun, RoutingAnswer, RoutingRuns,
-    RoutingTable, ShardView, StateView, WatchReply,
+    RoutingRunsBuilder, RoutingTable, RunSecondaries, SecondaryRoute, SecondaryStretch,
+    SecondaryView, ShardView, StateView, WatchReply,
 };
 
 const SHARDS: u32 = 8;
@@ -70,7 +71,29 @@ fn state(revision: u64, executors: &[(&str, &str)], owners: &[Option<usize>]) ->
     }
 }
 
-/// What `/v1/routing` answers for `state` (written out, not through `from_state`).
+/// `state` with every shard's ready secondaries on `executors` (indexes into the state's
+/// executors), ready longest first in the order given (P19.5).
+fn with_secondaries(mut state: StateView, executors: &[usize]) -> StateView {
+    let ids: Vec<String> = state
+        .executors
+        .iter()
+        .map(|e| e.executor_id.clone())
+        .collect();
+    for shard in &mut state.shards {
+        shard.secondaries = executors
+            .iter()
+            .map(|&index| SecondaryView {
+                executor_id: ids[index].clone(),
+                ready: true,
+                lost_for_ms: None,
+            })
+            .collect();
+    }
+    state
+}
+
+/// What `/v1/routing` answers for `state` (written out, not through `from_state`): its ready
+/// secondaries on live executors in the order the state lists them.
 fn routing_of(state: &StateView) -> RoutingTable {
     RoutingTable {
         revision: state.revision,
@@ -87,12 +110,27 @@ fn routing_of(state: &StateView) -> RoutingTable {
                         .find(|e| &e.executor_id == id)
                         .map(|e| e.address.clone())
                 });
+                let secondaries = shard
+                    .secondaries
+                    .iter()
+                    .filter(|s| s.ready && s.lost_for_ms.is_none())
+                    .filter_map(|s| {
+                        let executor = state
+                            .executors
+                            .iter()
+                            .find(|e| e.executor_id == s.executor_id)?;
+                        Some(SecondaryRoute {
+                            executor_id: executor.executor_id.clone(),
+                            address: executor.address.clone(),
+                        })
+                    })
+                    .collect();
                 Route {
                     shard: shard.shard,
                     executor_id: owner,
                     address,
                     epoch: shard.epoch,
-                    secondaries: Vec::new(),
+                    secondaries,
                 }
             })
             .collect(),
@@ -184,6 +222,7 @@ fn a_table_is_kept_as_maximal_runs_whatever_pieces_and_order_it_arrives_in() {
         shard_count: 10,
         owners: owners.clone(),
         runs: runs.iter().copied().map(RouteRun::from).collect(),
+        secondaries: None,
     };
     let whole = RouteTable::from_runs(&table(&[
         (0, 4, Some(0), 2),
@@ -301,6 +340,7 @@ fn routing_runs_stand_for_the_same_table_and_malformed_runs_are_refused() {
         shard_count,
         owners: owner(),
         runs: runs.iter().copied().map(RouteRun::from).collect(),
+        secondaries: None,
     };
     let cases = [
         (table(4, &[(0, 2, Some(0), 1), (2, 2, None, 0)]), None),
@@ -380,6 +420,254 @@ fn routing_targets_follow_shard_for_key() {
     assert!(matches!(
         RouteTable::default().target(b"k"),
         Err(RoutingError::NotReady)
+    ));
+}
+
+/// The executors of `owners`, by id, for comparing lists of them.
+fn ids(owners: &[Owner]) -> Vec<&str> {
+    owners.iter().map(|o| o.executor_id.as_str()).collect()
+}
+
+/// P19.5: a table keeps each shard's ready secondaries as the runs send them (lists once,
+/// an index per shard), the same table as the routes and the state imply, whatever order the
+/// stretches arrive in; a key's targets are ordered by [`ReadFrom`], each with its role.
+#[test]
+fn p19_5_a_table_keeps_each_shards_secondaries_and_orders_targets_by_read_from() {
+    let executors = [
+        ("ex-1", "http://a:1"),
+        ("ex-2", "http://b:2"),
+        ("ex-3", "http://c:3"),
+    ];
+    // Shards 0..4 on ex-1 with ex-2 then ex-3 as secondaries, 4..6 on ex-2 with ex-3, 6 on
+    // ex-2 with none, 7 being handed off, with ex-3.
+    let mut view = state(
+        9,
+        &executors,
+        &[
+            Some(0),
+            Some(0),
+            Some(0),
+            Some(0),
+            Some(1),
+            Some(1),
+            Some(1),
+            Some(1),
+        ],
+    );
+    let both = with_secondaries(view.clone(), &[1, 2]).shards[0]
+        .secondaries
+        .clone();
+    let third = with_secondaries(view.clone(), &[2]).shards[0]
+        .secondaries
+        .clone();
+    for shard in &mut view.shards {
+        shard.secondaries = match shard.shard {
+            0..=3 => both.clone(),
+            6 => Vec::new(),
+            _ => third.clone(),
+        };
+    }
+    view.shards[7].handoff = Some(HandoffView {
+        to: Some("ex-1".into()),
+        revoke_revision: 8,
+        completes_by_expiry_in_ms: 100,
+    });
+    let runs = runs_of(&view);
+    let sent = runs.secondaries.clone().expect("secondaries");
+    assert_eq!(sent.lists, vec![vec![1, 2], vec![2]], "each list once");
+    assert_eq!(
+        serde_json::to_value(&sent.stretches).unwrap(),
+        serde_json::json!([[0, [0, 0, 0, 0, 1, 1]], [7, [1]]])
+    );
+    let table = RouteTable::from_runs(&runs).unwrap();
+    assert_eq!(
+        RouteTable::from_routing(&routing_of(&view)),
+        Ok(table.clone())
+    );
+    assert_eq!(RouteTable::from_state(&view), Ok(table.clone()));
+    // The stretches in pieces and out of order, a list sent twice: one table.
+    let mut pieces = runs.clone();
+    pieces.secondaries = Some(RunSecondaries {
+        lists: vec![vec![2], vec![1, 2], vec![1, 2]],
+        stretches: vec![
+            SecondaryStretch::from((7, vec![0])),
+            SecondaryStretch::from((2, vec![2, 1, 0, 0])),
+            SecondaryStretch::from((0, vec![1, 2])),
+        ],
+    });
+    assert_eq!(RouteTable::from_runs(&pieces), Ok(table.clone()));
+
+    let rows: Vec<ShardRoute> = table.routes().collect();
+    for (shard, row) in (0u32..).zip(&rows) {
+        let expected: &[&str] = match shard {
+            0..=3 => &["ex-2", "ex-3"],
+            6 => &[],
+            _ => &["ex-3"],
+        };
+        assert_eq!(ids(&row.secondaries), expected, "shard {shard}");
+        assert_eq!(ids(table.secondaries(shard)), expected, "shard {shard}");
+        assert_eq!(table.route(shard).as_ref(), Some(row));
+    }
+    assert!(table.secondaries(8).is_empty(), "outside the table");
+
+    let key_of = |wanted: u32| {
+        (0..)
+            .map(|i| format!("key-{i}"))
+            .find(|key| table.shard_of(key.as_bytes()) == Some(wanted))
+            .unwrap()
+    };
+    let order = |key: &str, read_from| {
+        table.targets(key.as_bytes(), read_from).map(|targets| {
+            targets
+                .into_iter()
+                .map(|t| (t.executor_id, t.role))
+                .collect::<Vec<_>>()
+        })
+    };
+    let (p, s) = (Role::Primary, Role::Secondary);
+    let key = key_of(0);
+    let owned = |list: &[(&str, Role)]| {
+        Some(
+            list.iter()
+                .map(|(id, role)| ((*id).to_owned(), *role))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(order(&key, ReadFrom::Primary).ok(), owned(&[("ex-1", p)]));
+    assert_eq!(
+        order(&key, ReadFrom::PrimaryPreferred).ok(),
+        owned(&[("ex-1", p), ("ex-2", s), ("ex-3", s)])
+    );
+    assert_eq!(
+        order(&key, ReadFrom::Secondary).ok(),
+        owned(&[("ex-2", s), ("ex-3", s)])
+    );
+    assert_eq!(
+        order(&key, ReadFrom::SecondaryPreferred).ok(),
+        owned(&[("ex-2", s), ("ex-3", s), ("ex-1", p)])
+    );
+    assert_eq!(table.target(key.as_bytes()).unwrap().role, p);
+    // A shard without a ready secondary, and one between owners.
+    let lone = key_of(6);
+    assert!(matches!(
+        order(&lone, ReadFrom::Secondary),
+        Err(RoutingError::NoSecondary {
+            shard: 6,
+            revision: 9
+        })
+    ));
+    assert_eq!(
+        order(&lone, ReadFrom::SecondaryPreferred).ok(),
+        owned(&[("ex-2", p)])
+    );
+    let moving = key_of(7);
+    assert!(matches!(
+        order(&moving, ReadFrom::Primary),
+        Err(RoutingError::NoOwner { shard: 7, .. })
+    ));
+    assert_eq!(
+        order(&moving, ReadFrom::PrimaryPreferred).ok(),
+        owned(&[("ex-3", s)])
+    );
+}
+
+/// P19.5: a table of one replica is the body it always was, and a retry goes to a replica
+/// other than the one that failed when there is one.
+#[test]
+fn p19_5_runs_without_secondaries_are_unchanged_and_a_retry_goes_elsewhere() {
+    let runs = runs_of(&all_on(3, &[("ex-1", "http://a:1")], 0));
+    assert_eq!(runs.secondaries, None);
+    assert_eq!(
+        serde_json::to_string(&runs).unwrap(),
+        format!(
+            r#"{{"revision":3,"shard_count":{SHARDS},"owners":[{{"executor_id":"ex-1","address":"http://a:1"}}],"runs":[[0,{SHARDS},0,2]]}}"#
+        )
+    );
+    let parsed: RoutingRuns = serde_json::from_str(&serde_json::to_string(&runs).unwrap()).unwrap();
+    assert_eq!(parsed, runs);
+
+    let target = |id: &str, role| Target {
+        shard: 0,
+        epoch: 1,
+        executor_id: id.into(),
+        address: format!("http://{id}:1"),
+        revision: 1,
+        role,
+    };
+    let targets = vec![target("s", Role::Secondary), target("p", Role::Primary)];
+    let chosen = |failed| table::choose(targets.clone(), failed).unwrap().executor_id;
+    assert_eq!(chosen(None), "s");
+    assert_eq!(chosen(Some("s")), "p");
+    assert_eq!(chosen(Some("p")), "s");
+    assert_eq!(
+        table::choose(vec![target("s", Role::Secondary)], Some("s"))
+            .unwrap()
+            .executor_id,
+        "s",
+        "the one replica there is, again"
+    );
+}
+
+/// I6, P19.5: secondaries that are malformed are refused whole, as malformed runs are.
+#[test]
+fn p19_5_malformed_secondaries_are_refused() {
+    let owners = vec![
+        RouteOwner {
+            executor_id: "ex-1".into(),
+            address: "http://a:1".into(),
+        },
+        RouteOwner {
+            executor_id: "ex-2".into(),
+            address: "http://b:2".into(),
+        },
+    ];
+    let table = |lists: Vec<Vec<u32>>, stretches: &[(u32, &[u32])]| RoutingRuns {
+        revision: 3,
+        shard_count: 4,
+        owners: owners.clone(),
+        runs: vec![RouteRun::from((0, 4, Some(0), 1))],
+        secondaries: Some(RunSecondaries {
+            lists,
+            stretches: stretches
+                .iter()
+                .map(|(first, lists_of)| SecondaryStretch::from((*first, lists_of.to_vec())))
+                .collect(),
+        }),
+    };
+    assert!(RouteTable::from_runs(&table(vec![vec![1]], &[(0, &[0, 0]), (3, &[0])])).is_ok());
+    let cases = [
+        (table(vec![vec![1]], &[(0, &[])]), "an empty stretch"),
+        (
+            table(vec![vec![1]], &[(0, &[0, 0]), (1, &[0])]),
+            "in two stretches",
+        ),
+        (
+            table(vec![vec![1]], &[(3, &[0, 0])]),
+            "past the shard count",
+        ),
+        (
+            table(vec![vec![1]], &[(u32::MAX, &[0])]),
+            "past the shard count",
+        ),
+        (table(vec![vec![1]], &[(0, &[1])]), "which the table lacks"),
+        (table(vec![vec![]], &[(0, &[0])]), "not 1 to 4"),
+        (table(vec![vec![1; 5]], &[(0, &[0])]), "not 1 to 4"),
+        (table(vec![vec![2]], &[(0, &[0])]), "does not list"),
+        (table(vec![vec![1, 1]], &[(0, &[0])]), "twice"),
+    ];
+    for (runs, why) in cases {
+        match RouteTable::from_runs(&runs) {
+            Err(TableError::BadSecondaries(detail)) => {
+                assert!(detail.contains(why), "{detail:?} for {why:?}")
+            }
+            other => panic!("{:?}: {other:?}", runs.secondaries),
+        }
+    }
+    let mut bad_address = table(vec![vec![1]], &[(0, &[0])]);
+    bad_address.owners[1].address = "ftp://b:2".into();
+    assert!(matches!(
+        RouteTable::from_runs(&bad_address),
+        Err(TableError::BadAddress { shard: 0, .. })
     ));
 }
 
@@ -539,17 +827,19 @@ impl FakeManager {
 
 fn runs_of(state: &StateView) -> RoutingRuns {
     let table = routing_of(state);
-    RoutingRuns::collect(
-        table.revision,
-        table.shard_count,
-        table.routes.iter().map(|route| {
-            let owner = match (&route.executor_id, &route.address) {
-                (Some(id), Some(address)) => Some((id.as_str(), address.as_str())),
-                _ => None,
-            };
-            (route.shard, route.epoch, owner)
-        }),
-    )
+    let mut builder = RoutingRunsBuilder::default();
+    for route in &table.routes {
+        let owner = match (&route.executor_id, &route.address) {
+            (Some(id), Some(address)) => Some((id.as_str(), address.as_str())),
+            _ => None,
+        };
+        let secondaries = route
+            .secondaries
+            .iter()
+            .map(|s| (s.executor_id.as_str(), s.address.as_str()));
+        builder.push(route.shard, route.epoch, owner, secondaries);
+    }
+    builder.finish(table.revision, table.shard_count)
 }
 
 async fn fake_routing(
@@ -963,4 +1253,185 @@ async fn routing_in_a_namespace_loads_and_follows_that_namespace_only() {
         "{error}"
     );
     assert_eq!(older.routing_calls(), 0);
+}
+
+/// A port nobody listens on: connections are refused, nothing is sent.
+fn dead_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", listener.local_addr().unwrap())
+}
+
+/// P19.5: a read sent to a secondary reaches the one ready longest; a secondary that answers
+/// `421` (it holds the shard no more) is handled as the primary is: one refresh, one retry,
+/// at the secondary the refreshed table names.
+#[tokio::test]
+async fn p19_5_send_to_a_secondary_and_a_421_there_refreshes_once() {
+    let (primary_hits, primary) = fake_executor(StatusCode::OK).await;
+    let (gone_hits, gone) = fake_executor(StatusCode::MISDIRECTED_REQUEST).await;
+    let (warm_hits, warm) = fake_executor(StatusCode::OK).await;
+    let executors = [
+        ("ex-1", primary.as_str()),
+        ("ex-2", gone.as_str()),
+        ("ex-3", warm.as_str()),
+    ];
+    let (manager, url) = fake_manager(with_secondaries(all_on(10, &executors, 0), &[1, 2])).await;
+    let client = RoutingClient::connect(vec![url], test_config(false))
+        .await
+        .unwrap();
+    let secondaries: Vec<String> = client
+        .targets(b"k", ReadFrom::Secondary)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.executor_id)
+        .collect();
+    assert_eq!(secondaries, ["ex-2", "ex-3"], "ready longest first");
+    // ex-2's secondary moved on; the client does not follow, so its table is stale.
+    manager.set(with_secondaries(all_on(12, &executors, 0), &[2]));
+
+    let reply = client
+        .send_to(b"k", ReadFrom::Secondary, WORK)
+        .await
+        .unwrap();
+    assert_eq!((reply.status, reply.attempts), (200, 2));
+    assert_eq!(
+        (reply.target.executor_id.as_str(), reply.target.role),
+        ("ex-3", Role::Secondary)
+    );
+    assert_eq!(reply.target.revision, 12);
+    let hits = |counter: &Arc<AtomicU64>| counter.load(Ordering::Relaxed);
+    assert_eq!(
+        (hits(&primary_hits), hits(&gone_hits), hits(&warm_hits)),
+        (0, 1, 1)
+    );
+    assert_eq!(manager.routing_calls(), 2, "exactly one refresh");
+    let stats = client.stats();
+    assert_eq!((stats.misrouted, stats.refreshes, stats.retries), (1, 1, 1));
+
+    // The primary path is unchanged beside it.
+    let reply = client.send(b"k", WORK).await.unwrap();
+    assert_eq!(
+        (
+            reply.target.executor_id.as_str(),
+            reply.target.role,
+            reply.attempts
+        ),
+        ("ex-1", Role::Primary, 1)
+    );
+}
+
+/// P19.5: a secondary that refuses the connection is refreshed once; a secondary-preferred
+/// read then falls back to the primary, while a secondary-only read tries the one secondary
+/// there is again and goes back to the caller.
+#[tokio::test]
+async fn p19_5_a_dead_secondary_falls_back_to_the_primary_only_when_preferred() {
+    let (primary_hits, primary) = fake_executor(StatusCode::OK).await;
+    let dead = dead_address();
+    let executors = [("ex-1", primary.as_str()), ("ex-2", dead.as_str())];
+    // Its lease has not lapsed yet: the managers still route reads to it.
+    let (manager, url) = fake_manager(with_secondaries(all_on(10, &executors, 0), &[1])).await;
+    let client = RoutingClient::connect(vec![url], test_config(false))
+        .await
+        .unwrap();
+
+    let reply = client
+        .send_to(b"k", ReadFrom::SecondaryPreferred, WORK)
+        .await
+        .unwrap();
+    assert_eq!((reply.status, reply.attempts), (200, 2));
+    assert_eq!(
+        (reply.target.executor_id.as_str(), reply.target.role),
+        ("ex-1", Role::Primary)
+    );
+    assert_eq!(primary_hits.load(Ordering::Relaxed), 1);
+    assert_eq!(manager.routing_calls(), 2, "one refresh");
+
+    let error = client
+        .send_to(b"k", ReadFrom::Secondary, WORK)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, RoutingError::Unreachable { address, .. } if *address == dead),
+        "{error}"
+    );
+    assert!(error.definitely_not_applied());
+    assert_eq!(manager.routing_calls(), 3, "one refresh more");
+    assert_eq!(primary_hits.load(Ordering::Relaxed), 1, "never the primary");
+    assert_eq!(
+        client.stats().misrouted,
+        0,
+        "refused connections are no misroutes"
+    );
+}
+
+/// P19.5: a key without a ready secondary is refreshed once, then is `NoSecondary` for a
+/// secondary-only read (nothing sent) and goes to the primary for a secondary-preferred one; a
+/// secondary ready since is found by that refresh, and the watch brings the next.
+#[tokio::test]
+async fn p19_5_a_key_without_ready_secondaries_is_refreshed_once() {
+    let (primary_hits, primary) = fake_executor(StatusCode::OK).await;
+    let (secondary_hits, secondary) = fake_executor(StatusCode::OK).await;
+    let (_, other) = fake_executor(StatusCode::OK).await;
+    let executors = [
+        ("ex-1", primary.as_str()),
+        ("ex-2", secondary.as_str()),
+        ("ex-3", other.as_str()),
+    ];
+    let (manager, url) = fake_manager(all_on(10, &executors, 0)).await;
+    let client = RoutingClient::connect(vec![url.clone()], test_config(false))
+        .await
+        .unwrap();
+    let error = client
+        .send_to(b"k", ReadFrom::Secondary, WORK)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, RoutingError::NoSecondary { revision: 10, .. }),
+        "{error}"
+    );
+    assert_eq!(manager.routing_calls(), 2, "one load, one refresh");
+    let reply = client
+        .send_to(b"k", ReadFrom::SecondaryPreferred, WORK)
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.target.executor_id.as_str(), reply.attempts),
+        ("ex-1", 1)
+    );
+    assert_eq!(
+        manager.routing_calls(),
+        2,
+        "a primary was there: no refresh"
+    );
+
+    manager.set(with_secondaries(all_on(11, &executors, 0), &[1]));
+    let reply = client
+        .send_to(b"k", ReadFrom::Secondary, WORK)
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.target.executor_id.as_str(), reply.attempts),
+        ("ex-2", 1)
+    );
+    assert_eq!(manager.routing_calls(), 3);
+    assert_eq!(primary_hits.load(Ordering::Relaxed), 1);
+    assert_eq!(secondary_hits.load(Ordering::Relaxed), 1);
+
+    // A following client: the watch's runs bring the secondaries as they change.
+    let following = RoutingClient::connect(vec![url], test_config(true))
+        .await
+        .unwrap();
+    manager.set(with_secondaries(all_on(12, &executors, 0), &[2, 1]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while following.revision() < 12 {
+        assert!(Instant::now() < deadline, "the watch did not bring 12");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ids: Vec<String> = following
+        .targets(b"k", ReadFrom::Secondary)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.executor_id)
+        .collect();
+    assert_eq!(ids, ["ex-3", "ex-2"]);
+    assert_eq!(following.stats().watch_failures, 0);
 }

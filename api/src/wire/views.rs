@@ -221,7 +221,7 @@ impl From<RouteRun> for (u32, u32, Option<u32>, u64) {
     }
 }
 
-/// An executor some [`RouteRun`] sends work to.
+/// An executor some [`RouteRun`] sends work to, or a secondary of some shard (P19.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RouteOwner {
@@ -240,64 +240,207 @@ pub struct RouteOwner {
 pub struct RoutingRuns {
     pub revision: u64,
     pub shard_count: u32,
-    /// Every executor a run routes to, once.
+    /// Every executor a run or a list of secondaries routes to, once.
     pub owners: Vec<RouteOwner>,
     /// Ascending, disjoint, together covering `0..shard_count`.
     #[cfg_attr(feature = "utoipa", schema(value_type = Vec<Vec<u64>>))]
     pub runs: Vec<RouteRun>,
+    /// The shards' ready secondaries on live executors (PROTOCOL P19.5), where secondary work
+    /// may go, each an executor of `owners`. Absent when no shard has one, so the table of a
+    /// namespace of one replica is the body it always was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secondaries: Option<RunSecondaries>,
+}
+
+/// The ready secondaries of a [`RoutingRuns`] (PROTOCOL P19.5): each distinct list of them
+/// once, and for each stretch of consecutive shards with ready secondaries the list of each
+/// shard. A namespace spreads each executor's primaries' secondaries over the others (P19.2),
+/// so consecutive shards seldom share a list and runs of one list would cost a run per shard;
+/// an index per shard costs a few bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RunSecondaries {
+    /// Each distinct list of secondaries, as indexes into [`RoutingRuns::owners`], ready longest
+    /// first; one to four executors each (`MAX_REPLICAS - 1`), none twice.
+    pub lists: Vec<Vec<u32>>,
+    /// Ascending and disjoint, inside `0..shard_count`; a shard no stretch covers has no ready
+    /// secondary.
+    #[cfg_attr(feature = "utoipa", schema(schema_with = stretches_schema))]
+    pub stretches: Vec<SecondaryStretch>,
+}
+
+/// [`RunSecondaries::stretches`] in the OpenAPI document: each stretch an array of two items, a
+/// shard and a non-empty array of list indexes.
+#[cfg(feature = "utoipa")]
+fn stretches_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ArrayItems, ObjectBuilder, Schema, Type};
+    let index = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .maximum(Some(u32::MAX))
+    };
+    let lists_of = ArrayBuilder::new().items(index()).min_items(Some(1));
+    let stretch = ArrayBuilder::new()
+        .prefix_items([
+            Schema::Object(index().build()),
+            Schema::Array(lists_of.build()),
+        ])
+        .items(ArrayItems::False)
+        .min_items(Some(2))
+        .max_items(Some(2));
+    ArrayBuilder::new()
+        .items(stretch)
+        .description(Some(
+            "Stretches `[first, [l0, l1, ...]]`: shard `first + i` has the secondaries \
+             `lists[li]`; ascending and disjoint, inside `0..shard_count`. A shard no stretch \
+             covers has no ready secondary.",
+        ))
+        .build()
+}
+
+/// Consecutive shards with ready secondaries: shard `first + i` has the secondaries
+/// `lists[lists_of[i]]` of its [`RunSecondaries`]. Encoded as a JSON array
+/// `[first, [list, ...]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u32, Vec<u32>)", into = "(u32, Vec<u32>)")]
+pub struct SecondaryStretch {
+    /// The stretch's lowest shard.
+    pub first: u32,
+    /// For each shard from `first` on, the index of its list in [`RunSecondaries::lists`]; at
+    /// least one.
+    pub lists_of: Vec<u32>,
+}
+
+impl From<(u32, Vec<u32>)> for SecondaryStretch {
+    fn from((first, lists_of): (u32, Vec<u32>)) -> Self {
+        Self { first, lists_of }
+    }
+}
+
+impl From<SecondaryStretch> for (u32, Vec<u32>) {
+    fn from(stretch: SecondaryStretch) -> Self {
+        (stretch.first, stretch.lists_of)
+    }
 }
 
 impl RoutingRuns {
     /// The runs of `routes`, given in shard order as `(shard, epoch, owner)` with the owner as
     /// `(executor_id, address)`: each maximal stretch of consecutive shards with one owner and
-    /// one epoch becomes one run.
+    /// one epoch becomes one run. No secondaries ([`RoutingRunsBuilder`] takes them).
     pub fn collect<'a>(
         revision: u64,
         shard_count: u32,
         routes: impl IntoIterator<Item = (u32, u64, Option<(&'a str, &'a str)>)>,
     ) -> Self {
-        let mut owner_index: HashMap<&'a str, u32> = HashMap::new();
-        let mut owners: Vec<RouteOwner> = Vec::new();
-        let mut runs: Vec<RouteRun> = Vec::new();
-        // Consecutive shards mostly have one owner: its index is looked up once per stretch.
-        let mut last_owner: Option<(&'a str, u32)> = None;
+        let mut builder = RoutingRunsBuilder::default();
         for (shard, epoch, owner) in routes {
-            let owner = owner.map(|(executor_id, address)| match last_owner {
-                Some((last_id, index)) if last_id == executor_id => index,
-                _ => {
-                    let index = *owner_index.entry(executor_id).or_insert_with(|| {
-                        owners.push(RouteOwner {
-                            executor_id: executor_id.to_owned(),
-                            address: address.to_owned(),
-                        });
-                        // At most one owner per shard, and shards are u32.
-                        u32::try_from(owners.len() - 1).unwrap_or(u32::MAX)
-                    });
-                    last_owner = Some((executor_id, index));
-                    index
-                }
-            });
-            match runs.last_mut() {
-                Some(run)
-                    if run.owner == owner
-                        && run.epoch == epoch
-                        && u64::from(run.first) + u64::from(run.count) == u64::from(shard) =>
-                {
-                    run.count += 1;
-                }
-                _ => runs.push(RouteRun {
-                    first: shard,
-                    count: 1,
-                    owner,
-                    epoch,
-                }),
-            }
+            builder.push(shard, epoch, owner, []);
         }
-        Self {
+        builder.finish(revision, shard_count)
+    }
+}
+
+/// Builds a [`RoutingRuns`] from routes given in ascending shard order, each executor named
+/// once, in the order first met (a shard's primary before its secondaries): each maximal
+/// stretch of consecutive shards with one owner and one epoch becomes one run, each distinct
+/// list of secondaries one list, and each maximal stretch of consecutive shards with
+/// secondaries one [`SecondaryStretch`]. Two tables routing alike so come out equal.
+#[derive(Debug, Default)]
+pub struct RoutingRunsBuilder<'a> {
+    owner_index: HashMap<&'a str, u32>,
+    owners: Vec<RouteOwner>,
+    runs: Vec<RouteRun>,
+    /// Consecutive shards mostly have one owner: its index is looked up once per stretch.
+    last_owner: Option<(&'a str, u32)>,
+    list_index: HashMap<Vec<u32>, u32>,
+    secondaries: RunSecondaries,
+}
+
+impl<'a> RoutingRunsBuilder<'a> {
+    /// The route of `shard`, the one after the last pushed: its `epoch`, its `owner` as
+    /// `(executor_id, address)` (`None` for no route) and its ready `secondaries`, ready longest
+    /// first, each as `(executor_id, address)`.
+    pub fn push(
+        &mut self,
+        shard: u32,
+        epoch: u64,
+        owner: Option<(&'a str, &'a str)>,
+        secondaries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) {
+        let owner = owner.map(|(executor_id, address)| match self.last_owner {
+            Some((last_id, index)) if last_id == executor_id => index,
+            _ => {
+                let index = self.owner(executor_id, address);
+                self.last_owner = Some((executor_id, index));
+                index
+            }
+        });
+        match self.runs.last_mut() {
+            Some(run)
+                if run.owner == owner
+                    && run.epoch == epoch
+                    && u64::from(run.first) + u64::from(run.count) == u64::from(shard) =>
+            {
+                run.count += 1;
+            }
+            _ => self.runs.push(RouteRun {
+                first: shard,
+                count: 1,
+                owner,
+                epoch,
+            }),
+        }
+        let list: Vec<u32> = secondaries
+            .into_iter()
+            .map(|(executor_id, address)| self.owner(executor_id, address))
+            .collect();
+        if list.is_empty() {
+            return;
+        }
+        let next = u32::try_from(self.secondaries.lists.len()).unwrap_or(u32::MAX);
+        let index = match self.list_index.get(&list) {
+            Some(index) => *index,
+            None => {
+                self.secondaries.lists.push(list.clone());
+                self.list_index.insert(list, next);
+                next
+            }
+        };
+        match self.secondaries.stretches.last_mut() {
+            Some(stretch)
+                if u64::from(stretch.first) + stretch.lists_of.len() as u64 == u64::from(shard) =>
+            {
+                stretch.lists_of.push(index);
+            }
+            _ => self.secondaries.stretches.push(SecondaryStretch {
+                first: shard,
+                lists_of: vec![index],
+            }),
+        }
+    }
+
+    /// The index of `executor_id` in the owners, listed now if it is not yet.
+    fn owner(&mut self, executor_id: &'a str, address: &'a str) -> u32 {
+        *self.owner_index.entry(executor_id).or_insert_with(|| {
+            self.owners.push(RouteOwner {
+                executor_id: executor_id.to_owned(),
+                address: address.to_owned(),
+            });
+            // At most five replicas per shard, and shards are u32.
+            u32::try_from(self.owners.len() - 1).unwrap_or(u32::MAX)
+        })
+    }
+
+    /// The table at `revision` of `shard_count` shards; its `secondaries` absent when no shard
+    /// pushed had one.
+    pub fn finish(self, revision: u64, shard_count: u32) -> RoutingRuns {
+        RoutingRuns {
             revision,
             shard_count,
-            owners,
-            runs,
+            owners: self.owners,
+            runs: self.runs,
+            secondaries: (!self.secondaries.stretches.is_empty()).then_some(self.secondaries),
         }
     }
 }

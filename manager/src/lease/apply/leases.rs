@@ -109,7 +109,7 @@ impl LeaseState {
         let mut readiness_changed = false;
         for renewal in renewals {
             let renewed = self.renew_one(log_index, renewal, now_ms, prior_revision, &mut effects);
-            readiness_changed |= self.record_readiness(renewal, now_ms);
+            readiness_changed |= self.record_readiness(log_index, renewal, now_ms);
             let acknowledged = match renewed {
                 Some((namespace, acknowledged, completed_any)) => {
                     any_known = true;

@@ -124,8 +124,15 @@ impl LeaseState {
     }
 
     /// The readiness a renewal states (P19.3) recorded for its executor's live secondaries
-    /// ([`LeaseState::readiness_after`]). Whether anything changed.
-    pub(super) fn record_readiness(&mut self, renewal: &Renewal, now_ms: u64) -> bool {
+    /// ([`LeaseState::readiness_after`]) by the entry at `log_index`, which becomes the
+    /// namespace's `readiness_revision` when anything changed (the routing table's, P19.5).
+    /// Whether anything changed.
+    pub(super) fn record_readiness(
+        &mut self,
+        log_index: u64,
+        renewal: &Renewal,
+        now_ms: u64,
+    ) -> bool {
         let changes = self.readiness_after(renewal, now_ms);
         if changes.is_empty() {
             return false;
@@ -151,6 +158,7 @@ impl LeaseState {
                 secondary.ready_since_ms = ready_since_ms;
             }
         }
+        space.readiness_revision = log_index;
         true
     }
 }

@@ -289,6 +289,7 @@ impl From<LeaseState> for current::LeaseState {
                     replication: Default::default(),
                     created_revision: 0,
                     assignment_revision: state.assignment_revision,
+                    readiness_revision: 0,
                     shards: state.shards.into_iter().map(Into::into).collect(),
                     pins: OrdMap::new(),
                     releasing: Default::default(),

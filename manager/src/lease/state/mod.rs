@@ -520,7 +520,8 @@ impl LeaseState {
     /// - every shard's owner, handoff target and pin is an executor of the shard's namespace, and
     ///   every executor's namespace exists (P18.1);
     /// - an owned shard's epoch is at least 1 (I2: the first owner gets epoch 1);
-    /// - revisions are ordered and tombstones bounded and disjoint from live executors.
+    /// - revisions are ordered (a namespace's assignment and readiness revisions at most the
+    ///   state's) and tombstones bounded and disjoint from live executors.
     pub fn consistency_violations(&self) -> Vec<String> {
         let mut violations = Vec::new();
         for (name, namespace) in &self.namespaces {
@@ -532,6 +533,12 @@ impl LeaseState {
                 violations.push(format!(
                     "namespace {name}'s assignment revision {} is ahead of the state's {}",
                     namespace.assignment_revision, self.assignment_revision
+                ));
+            }
+            if namespace.readiness_revision > self.revision {
+                violations.push(format!(
+                    "namespace {name}'s readiness revision {} is ahead of the state's revision {}",
+                    namespace.readiness_revision, self.revision
                 ));
             }
         }

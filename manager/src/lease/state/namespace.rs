@@ -182,6 +182,14 @@ pub struct Namespace {
     /// current (P2.4), whatever other namespaces did since, so one namespace's churn never makes
     /// another's plans stale.
     pub assignment_revision: u64,
+    /// Log index of the last entry that changed which of its secondaries are ready, or since
+    /// when (a renewal's readiness, P19.3), without moving `assignment_revision` (plans do not
+    /// go stale by it). With `assignment_revision`, what its routing table (P19.5) is a
+    /// function of: the routing runs are kept for the pair. 0 until a renewal changes
+    /// readiness, and left out of every record then, so a namespace of one replica records
+    /// what it always did.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub readiness_revision: u64,
     /// `shard_count` entries, index = shard number.
     pub(in crate::lease) shards: Vector<Shard>,
     /// Shards an operator pinned, and to whom (P17.4). A pin goes when its executor does.
@@ -224,6 +232,7 @@ impl Namespace {
             replication,
             created_revision,
             assignment_revision: created_revision,
+            readiness_revision: 0,
             shards: (0..config.shard_count)
                 .map(|id| Shard {
                     id,
@@ -467,4 +476,9 @@ fn secondary_violations<'a>(
             violations.push(format!("{at} has a secondary on its owner {executor}"));
         }
     }
+}
+
+/// Serde's test for a revision that was never set.
+fn is_zero(revision: &u64) -> bool {
+    *revision == 0
 }

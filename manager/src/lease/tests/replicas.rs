@@ -209,10 +209,44 @@ fn p19_1_a_namespace_of_one_replica_records_no_replica_field() {
         "secondaries",
         "ready_since_ms",
         "placed_revision",
+        "readiness_revision",
     ] {
         assert!(!text.contains(key), "{key} recorded for R = 1");
     }
     assert_eq!(harness.state.delivered_set(&executor).len(), 8);
+}
+
+/// P19.5: a renewal that changes readiness moves its namespace's `readiness_revision` (what
+/// the routing table is kept for beside the assignment revision) and not the assignment
+/// revision, so plans stay current; one that changes nothing moves neither; the field is
+/// recorded and read back.
+#[test]
+fn p19_5_readiness_moves_the_readiness_revision_only() {
+    let (mut harness, executors) = replicated(8, 2);
+    let namespace = |harness: &Harness| {
+        let space = harness.state.namespace(DEFAULT_NAMESPACE).expect("default");
+        (space.assignment_revision, space.readiness_revision)
+    };
+    let (assignment_revision, readiness_revision) = namespace(&harness);
+    assert_eq!(readiness_revision, 0, "nothing ready yet");
+    let index = harness.next_index();
+    renew_ready(&mut harness, 1, &executors[0]);
+    assert_eq!(namespace(&harness), (assignment_revision, index));
+    renew_ready(&mut harness, 2, &executors[0]);
+    assert_eq!(
+        namespace(&harness),
+        (assignment_revision, index),
+        "no change"
+    );
+    let index = harness.next_index();
+    renew_saying(&mut harness, 3, &executors[0], Vec::new());
+    assert_eq!(namespace(&harness), (assignment_revision, index));
+
+    let bytes = leasehold_raft_store::codec::encode_named("state", &harness.state).unwrap();
+    assert!(String::from_utf8_lossy(&bytes).contains("readiness_revision"));
+    let decoded: super::super::LeaseState =
+        leasehold_raft_store::codec::decode_named("state", &bytes).unwrap();
+    assert_eq!(decoded, harness.state);
 }
 
 /// P19.1: settings out of range are refused whole by the state machine too.
