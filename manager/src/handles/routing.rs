@@ -272,7 +272,13 @@ mod tests {
         apply(&mut state, placed);
         for _ in 0..shard_count * replicas {
             let space = state.space(DEFAULT_NAMESPACE).expect("initialised");
-            let Some(plan) = plan_secondaries(space, 0, 0, usize::MAX) else {
+            let Some(plan) = plan_secondaries(
+                space,
+                0,
+                &crate::lease::PlacementInputs::by_count(),
+                0,
+                usize::MAX,
+            ) else {
                 break;
             };
             apply(&mut state, plan.command);

@@ -395,7 +395,8 @@ impl BalanceLedger {
 }
 
 /// The inputs of one plan of `space` at `now_ms`: what its tracker knows, its budget left, its
-/// cooling shards. With load placement off, placement goes by count alone.
+/// cooling shards. With load placement off, primaries go by count alone, which no budget
+/// limits; the budget is still there for the secondaries' moves for balance (P19.2, P19.3).
 pub fn placement_inputs(
     settings: &PlacementSettings,
     tracker: &LoadTracker,
@@ -403,10 +404,15 @@ pub fn placement_inputs(
     space: Space<'_>,
     now_ms: u64,
 ) -> PlacementInputs {
-    if !settings.by_load {
-        return PlacementInputs::by_count();
-    }
     let shard_count = space.config().map_or(0, |config| config.shard_count);
+    if !settings.by_load {
+        return PlacementInputs {
+            balance_moves_allowed: ledger
+                .allowed(now_ms, settings.balance_moves_per_minute(shard_count)),
+            cooling: ledger.cooling(now_ms),
+            ..PlacementInputs::by_count()
+        };
+    }
     PlacementInputs {
         loads: tracker.loads(space, now_ms),
         tolerance: settings.tolerance,

@@ -158,8 +158,27 @@ pub fn plan_secondaries(
         }
     }
     let budget = balance_moves_allowed.min(max_changes.saturating_sub(changes.len()));
-    let changed: BTreeSet<ShardId> = changes.iter().map(|(change, _)| change.shard).collect();
-    for change in balance(space, &mut takers, &changed, weight_permille, budget) {
+    let mut changed: BTreeSet<ShardId> = changes.iter().map(|(change, _)| change.shard).collect();
+    let warming = Warming {
+        now_ms,
+        restore_delay_ms,
+    };
+    let declustered = decluster(
+        space,
+        &mut takers,
+        &mut pairs,
+        &mut changed,
+        (weight_permille, warming),
+        budget,
+    );
+    let budget = budget.saturating_sub(declustered.len());
+    for change in declustered.into_iter().chain(balance(
+        space,
+        &mut takers,
+        &changed,
+        (weight_permille, warming),
+        budget,
+    )) {
         changes.push((change, MoveReason::Balance));
     }
     if changes.is_empty() {
@@ -176,6 +195,22 @@ pub fn plan_secondaries(
         },
         reasons,
     })
+}
+
+/// Which secondaries are still warming up: placed (or taken back, P19.4) within the restore
+/// delay and not ready yet. Balance leaves them where they are: moving one would throw away the
+/// copy under way, or the one a restarted executor kept on its disk.
+#[derive(Debug, Clone, Copy)]
+struct Warming {
+    now_ms: u64,
+    restore_delay_ms: u64,
+}
+
+impl Warming {
+    fn holds(self, secondary: &crate::lease::Secondary) -> bool {
+        secondary.ready_since_ms.is_none()
+            && self.now_ms < secondary.placed_at_ms.saturating_add(self.restore_delay_ms)
+    }
 }
 
 /// What one shard's secondaries need now.
@@ -390,7 +425,7 @@ fn balance(
     space: Space<'_>,
     takers: &mut BTreeMap<&str, Taker<'_>>,
     changed: &BTreeSet<ShardId>,
-    weight_permille: u64,
+    (weight_permille, warming): (u64, Warming),
     budget: usize,
 ) -> Vec<SecondaryChange> {
     let mut moves = Vec::new();
@@ -402,7 +437,7 @@ fn balance(
         if heaviest == lightest || !narrows(takers, heaviest, lightest, weight_permille) {
             break;
         }
-        let Some(shard) = movable(space, takers, heaviest, lightest, &moved) else {
+        let Some(shard) = movable(space, takers, heaviest, lightest, &moved, warming) else {
             break;
         };
         moved.insert(shard);
@@ -418,6 +453,86 @@ fn balance(
         });
     }
     moves
+}
+
+/// Up to `budget` moves that spread each executor's primaries' secondaries evenly over the
+/// others (P19.3): while one executor holds at least two more secondaries of some executor's
+/// primaries than another that takes replicas, one of them moves from the first to the second
+/// (a shard not changed yet in this plan, whose replicas the second holds none of, whose zones
+/// it leaves no fewer). Then a drain or a failure of any executor finds its primaries' ready
+/// secondaries where the even split has room for them.
+fn decluster<'a>(
+    space: Space<'a>,
+    takers: &mut BTreeMap<&'a str, Taker<'a>>,
+    pairs: &mut Pairs<'a>,
+    changed: &mut BTreeSet<ShardId>,
+    (weight_permille, warming): (u64, Warming),
+    budget: usize,
+) -> Vec<SecondaryChange> {
+    let mut moves = Vec::new();
+    'moves: while moves.len() < budget {
+        let holders: Vec<&'a str> = takers.keys().copied().collect();
+        for &owner in &holders {
+            let count = |to: &str| pairs.get(&(owner, to)).copied().unwrap_or(0);
+            let others = holders.iter().copied().filter(|&to| to != owner);
+            let Some(most) = others
+                .clone()
+                .max_by_key(|&to| (count(to), std::cmp::Reverse(to)))
+            else {
+                continue;
+            };
+            let Some(fewest) = others.min_by_key(|&to| (count(to), to)) else {
+                continue;
+            };
+            if count(most) < count(fewest) + 2 {
+                continue;
+            }
+            let Some(shard) =
+                owned_secondary_on(space, takers, (owner, most, fewest), changed, warming)
+            else {
+                continue;
+            };
+            changed.insert(shard);
+            if let Some(count) = pairs.get_mut(&(owner, most)) {
+                *count = count.saturating_sub(1);
+            }
+            *pairs.entry((owner, fewest)).or_default() += 1;
+            unload(takers, most, weight_permille);
+            if let Some(taker) = takers.get_mut(fewest) {
+                taker.load_permille += weight_permille;
+            }
+            moves.push(SecondaryChange {
+                shard,
+                add: Some(fewest.to_owned()),
+                drop: Some(most.to_owned()),
+            });
+            continue 'moves;
+        }
+        break;
+    }
+    moves
+}
+
+/// A shard primary on `owner` whose secondary on `from` may move to `to` (as [`movable`] judges
+/// it), the lowest.
+fn owned_secondary_on(
+    space: Space<'_>,
+    takers: &BTreeMap<&str, Taker<'_>>,
+    (owner, from, to): (&str, &str, &str),
+    moved: &BTreeSet<ShardId>,
+    warming: Warming,
+) -> Option<ShardId> {
+    let mut excluded = moved.clone();
+    // Shards of other owners are not what this move is for.
+    for shard in space.namespace().secondaries_of(from) {
+        let of_owner = space
+            .shard(shard)
+            .is_some_and(|entry| entry.owner.as_deref() == Some(owner));
+        if !of_owner {
+            excluded.insert(shard);
+        }
+    }
+    movable(space, takers, from, to, &excluded, warming)
 }
 
 fn heaviest<'a>(takers: &BTreeMap<&'a str, Taker<'_>>) -> Option<&'a str> {
@@ -462,6 +577,7 @@ fn movable(
     from: &str,
     to: &str,
     moved: &BTreeSet<ShardId>,
+    warming: Warming,
 ) -> Option<ShardId> {
     let zone_of_holder = |id: &str| takers.get(id).map(|taker| taker.zone);
     let to_zone = zone_of_holder(to)?;
@@ -472,6 +588,11 @@ fn movable(
         .filter(|shard| !moved.contains(shard))
         .filter_map(|id| space.shard(id))
         .filter(|shard| shard.handoff.is_none())
+        .filter(|shard| {
+            shard
+                .secondary_on(from)
+                .is_some_and(|secondary| !warming.holds(secondary))
+        })
         .filter(|shard| {
             let holders: Vec<&str> = shard
                 .owner

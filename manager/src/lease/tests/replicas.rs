@@ -844,7 +844,10 @@ fn p19_3_a_joiner_is_given_secondaries_first_and_primaries_once_ready() {
             renew_ready(&mut harness, 10, executor);
         }
         let joiner = register_named(&mut harness, 20, "e4", "a");
-        assert!(plan_and_release(&mut harness, 20).is_empty(), "nothing moves cold");
+        assert!(
+            plan_and_release(&mut harness, 20).is_empty(),
+            "nothing moves cold"
+        );
         assert!(place_secondaries(&mut harness, 20, 0));
         let warming: Vec<ShardId> = harness
             .state
@@ -858,7 +861,10 @@ fn p19_3_a_joiner_is_given_secondaries_first_and_primaries_once_ready() {
             renew_ready(&mut harness, 30, &joiner);
             30
         } else {
-            assert!(plan_and_release(&mut harness, 5_019).is_empty(), "not before the delay");
+            assert!(
+                plan_and_release(&mut harness, 5_019).is_empty(),
+                "not before the delay"
+            );
             5_020 + 20
         };
         let moved = plan_and_release(&mut harness, now_ms);
@@ -869,4 +875,78 @@ fn p19_3_a_joiner_is_given_secondaries_first_and_primaries_once_ready() {
             assert_eq!(secondaries(&harness, shard).len(), 1, "shard {shard}");
         }
     }
+}
+
+/// P19.3: within the balance budget, each executor's primaries' secondaries are spread evenly
+/// over the other executors, so whichever drains finds room where its primaries are warm.
+#[test]
+fn p19_3_each_executors_secondaries_are_spread_evenly_within_the_budget() {
+    let mut harness = Harness::initialised(24, LEASE_MS);
+    harness.apply(set_replicas(replicas(2)));
+    let executors: Vec<ExecutorId> = ["e1", "e2", "e3", "e4"]
+        .iter()
+        .map(|name| register_named(&mut harness, 0, name, "a"))
+        .collect();
+    settle(&mut harness, 0);
+    // Executors in pairs, each holding every secondary of its partner's primaries: the weighted
+    // loads are even, the spread of each one's secondaries is not.
+    let partner = |index: usize| executors[index ^ 1].clone();
+    let changes: Vec<SecondaryChange> = (0..24)
+        .filter_map(|shard| {
+            let owner = harness.owner(shard)?.to_owned();
+            let index = executors.iter().position(|e| *e == owner)?;
+            let current = secondaries(&harness, shard)[0].clone();
+            (current != partner(index)).then(|| SecondaryChange {
+                shard,
+                add: Some(partner(index)),
+                drop: Some(current),
+            })
+        })
+        .collect();
+    harness.apply(Command::PlaceSecondaries {
+        now_ms: 5,
+        planned_at: harness.state.revision(),
+        namespace: DEFAULT_NAMESPACE.into(),
+        changes,
+    });
+    let spread = |harness: &Harness| -> Vec<usize> {
+        executors[1..]
+            .iter()
+            .map(|other| {
+                harness
+                    .delivered_shards(&executors[0])
+                    .into_iter()
+                    .filter(|&shard| secondaries(harness, shard).contains(other))
+                    .count()
+            })
+            .collect()
+    };
+    // Ready: a secondary still warming up is left where it is.
+    for executor in &executors {
+        renew_ready(&mut harness, 8, executor);
+    }
+    assert_eq!(spread(&harness), vec![6, 0, 0]);
+    assert!(
+        plan_secondaries(
+            space_of(&harness.state),
+            10,
+            &PlacementInputs::by_count(),
+            0,
+            usize::MAX
+        )
+        .is_none(),
+        "even by weighted load"
+    );
+    // Budget 0: nothing moves for it.
+    assert!(!place_secondaries(&mut harness, 10, 0));
+    for _ in 0..20 {
+        if !place_secondaries(&mut harness, 10, 2) {
+            break;
+        }
+    }
+    let after = spread(&harness);
+    assert!(
+        after.iter().max().unwrap() - after.iter().min().unwrap() <= 1,
+        "{after:?}"
+    );
 }
