@@ -157,6 +157,18 @@ fn replicated(shard_count: u32, r: u32) -> (Harness, Vec<ExecutorId>) {
     (harness, executors)
 }
 
+/// `shard_count` shards of `default` at two replicas over four executors in one zone, settled.
+fn four_in_one_zone(shard_count: u32) -> (Harness, Vec<ExecutorId>) {
+    let mut harness = Harness::initialised(shard_count, LEASE_MS);
+    harness.apply(set_replicas(replicas(2)));
+    let executors: Vec<ExecutorId> = ["e1", "e2", "e3", "e4"]
+        .iter()
+        .map(|name| register_named(&mut harness, 0, name, "a"))
+        .collect();
+    settle(&mut harness, 0);
+    (harness, executors)
+}
+
 /// P19.1, P14.3: only what uses replicas needs their schema; a namespace of one replica, its
 /// plans and its renewals stay at the schema they had.
 #[test]
@@ -660,13 +672,7 @@ fn p19_1_fewer_replicas_drop_the_secondaries_not_ready_first() {
 /// lands on an executor already holding it warm, at a new epoch.
 #[test]
 fn p19_3_a_drained_primary_moves_to_its_ready_secondary() {
-    let mut harness = Harness::initialised(64, LEASE_MS);
-    harness.apply(set_replicas(replicas(2)));
-    let executors: Vec<ExecutorId> = ["e1", "e2", "e3", "e4"]
-        .iter()
-        .map(|name| register_named(&mut harness, 0, name, "a"))
-        .collect();
-    settle(&mut harness, 0);
+    let (mut harness, executors) = four_in_one_zone(64);
     for executor in &executors {
         renew_ready(&mut harness, 10, executor);
     }
@@ -759,13 +765,7 @@ fn p19_3_p17_3_in_a_rollout_a_moving_primary_goes_to_its_ready_secondary_of_the_
 /// there inside the band, even where the fewest-shards rule would spread it elsewhere.
 #[test]
 fn p19_3_p15_2_by_load_a_drained_primary_goes_to_its_ready_secondary() {
-    let mut harness = Harness::initialised(48, LEASE_MS);
-    harness.apply(set_replicas(replicas(2)));
-    let executors: Vec<ExecutorId> = ["e1", "e2", "e3", "e4"]
-        .iter()
-        .map(|name| register_named(&mut harness, 0, name, "a"))
-        .collect();
-    settle(&mut harness, 0);
+    let (mut harness, executors) = four_in_one_zone(48);
     // Every secondary of e1's primaries on e2, so the fewest-shards rule alone would spread them.
     let drained = executors[0].clone();
     let changes: Vec<SecondaryChange> = harness
@@ -881,13 +881,7 @@ fn p19_3_a_joiner_is_given_secondaries_first_and_primaries_once_ready() {
 /// over the other executors, so whichever drains finds room where its primaries are warm.
 #[test]
 fn p19_3_each_executors_secondaries_are_spread_evenly_within_the_budget() {
-    let mut harness = Harness::initialised(24, LEASE_MS);
-    harness.apply(set_replicas(replicas(2)));
-    let executors: Vec<ExecutorId> = ["e1", "e2", "e3", "e4"]
-        .iter()
-        .map(|name| register_named(&mut harness, 0, name, "a"))
-        .collect();
-    settle(&mut harness, 0);
+    let (mut harness, executors) = four_in_one_zone(24);
     // Executors in pairs, each holding every secondary of its partner's primaries: the weighted
     // loads are even, the spread of each one's secondaries is not.
     let partner = |index: usize| executors[index ^ 1].clone();
