@@ -332,11 +332,11 @@ fn lease_of(state: &LeaseState, namespace: &str) -> u64 {
 }
 
 /// The slack on top of lease + tick for the writes and the pushes to land on a healed network:
-/// the previous step's write, the reap, one plan per `plan_cap` shards moved; the pushes to
+/// the previous step's write, the reap, the plans that move them (`Scenario::plans_to_move`); the pushes to
 /// every receiver, `max_deliveries_in_flight` at a time, behind a round already under way, each
 /// a round trip at the longest transit; and one poll of [`settle`].
 fn delivery_slack_us(scenario: &Scenario, shards_moved: usize, receivers: usize) -> u64 {
-    let plans = shards_moved.div_ceil(scenario.plan_cap.max(1)) as u64;
+    let plans = scenario.plans_to_move(shards_moved);
     let push_rounds = receivers.div_ceil(scenario.max_deliveries_in_flight.max(1)) as u64 + 1;
     let round_trip_us = 2 * (crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us);
     (2 + plans) * scenario.commit_latency_us + push_rounds * round_trip_us + POLL_US

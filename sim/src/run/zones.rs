@@ -134,8 +134,7 @@ pub(super) fn rehomed_within_i4(
     let scenario = &world.scenario;
     let renewal_in_flight_us =
         crate::scenario::MIN_TRANSIT_US + scenario.typical_delay_us + scenario.commit_latency_us;
-    let writes =
-        crash.crashed.len() as u64 + (moved as usize).div_ceil(scenario.plan_cap.max(1)) as u64;
+    let writes = crash.crashed.len() as u64 + scenario.plans_to_move(moved as usize);
     let lease_ms = crash.lease_ms;
     let bound = (lease_ms + tick_ms(lease_ms)) * 1_000
         + renewal_in_flight_us

@@ -445,6 +445,14 @@ impl Scenario {
         self.namespaces.len() + 1
     }
 
+    /// How many plans may move `shards_moved` shards of one namespace: a step shares its cap
+    /// among every namespace (P18.1), and the namespace planned first takes only its share,
+    /// `plan_cap` divided by the namespaces (rounded up), before the step plans again.
+    pub fn plans_to_move(&self, shards_moved: usize) -> u64 {
+        let share = self.plan_cap.max(1).div_ceil(self.space_count());
+        shards_moved.div_ceil(share) as u64
+    }
+
     /// How many zones space `space`'s executors are spread over.
     pub fn zones_of_space(&self, space: usize) -> usize {
         match space.checked_sub(1) {
