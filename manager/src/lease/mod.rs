@@ -43,9 +43,10 @@ pub use command::{
 pub use outcome::{Effects, Outcome, RefusalReason, RegisterResult, RenewResult, Revoke};
 pub use planner::load_summary;
 pub use planner::{
-    capacity_of, plan_placement, plan_rebalance, plan_rebalance_at_most, plan_secondaries,
-    rollout_target, takes_shards, Loads, MoveReason, PlacementInputs, Plan,
-    DEFAULT_BALANCE_TOLERANCE, MAX_MOVES_PER_PLAN,
+    capacity_of, plan_placement, plan_placement_and_warm_ups, plan_rebalance,
+    plan_rebalance_at_most, plan_secondaries, plan_secondaries_warming, rollout_target,
+    takes_shards, Loads, MoveReason, PlacementInputs, Plan, DEFAULT_BALANCE_TOLERANCE,
+    MAX_MOVES_PER_PLAN,
 };
 pub use state::{
     lapsed, AuditRecord, ClusterConfig, Executor, Grant, Handoff, LeaseState, LostReplica,

@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use crate::lease::ToldFromMemory;
 use crate::lease::{
-    lapsed, plan_placement, plan_secondaries, Command, ExecutorId, LapsedLease, LeaseState,
-    PlacementInputs, Plan, MAX_MOVES_PER_PLAN,
+    lapsed, plan_placement_and_warm_ups, plan_secondaries_warming, Command, ExecutorId,
+    LapsedLease, LeaseState, Move, PlacementInputs, Plan, Space, MAX_MOVES_PER_PLAN,
 };
 
 /// The executors whose lease this leader judges lapsed at `now_ms` (P6.7), ascending, with their
@@ -462,8 +462,15 @@ pub struct StepWrites {
     /// Moves for balance this step's rebalance made, by namespace: what is left of each
     /// namespace's budget goes to its secondaries (P15.3, P19.2).
     balance_moves_made: BTreeMap<String, usize>,
+    /// The moves each namespace's rebalance left waiting for a ready secondary on their target
+    /// (P19.3), by namespace: its plan of secondaries places those first.
+    warm_ups: BTreeMap<String, Vec<Move>>,
     /// How many more moves this step's plans may make, over every namespace.
     moves_left: usize,
+    /// Whether a rebalance of this step was cut at its share: primaries still to move are
+    /// placed first, in the step that follows at once, and this step places no secondaries
+    /// (P19.2: a shard without a live owner waits on no warm copy, I4).
+    primaries_capped: bool,
     /// The cap the last plan was made under (its namespace's share).
     last_plan_cap: usize,
 }
@@ -496,7 +503,9 @@ impl StepWrites {
             to_plan: None,
             secondaries_to_plan: None,
             balance_moves_made: BTreeMap::new(),
+            warm_ups: BTreeMap::new(),
             moves_left: max_moves,
+            primaries_capped: false,
             last_plan_cap: max_moves,
         }
     }
@@ -557,7 +566,9 @@ impl StepWrites {
                     Some(Command::CompleteHandoffs { now_ms })
                 }
                 StepWrite::Rebalance => self.next_plan(state, now_ms),
-                StepWrite::PlaceSecondaries => self.next_secondaries_plan(state, now_ms),
+                StepWrite::PlaceSecondaries if !self.primaries_capped => {
+                    self.next_secondaries_plan(state, now_ms)
+                }
                 _ => None,
             };
             if let Some(command) = command {
@@ -571,7 +582,7 @@ impl StepWrites {
     /// move; `None` once every namespace was planned or the step's moves are spent. Each
     /// namespace is placed by what the leader knows of its own loads (§15, P18.1).
     fn next_plan(&mut self, state: &LeaseState, now_ms: u64) -> Option<Command> {
-        let to_plan = self.to_plan.get_or_insert_with(|| {
+        let to_plan = self.to_plan.take().unwrap_or_else(|| {
             let mut names: VecDeque<String> = state
                 .namespaces()
                 .map(|(name, _)| name.to_owned())
@@ -582,29 +593,27 @@ impl StepWrites {
             }
             names
         });
-        while self.moves_left > 0 {
-            let name = to_plan.pop_front()?;
-            let Some(space) = state.space(&name) else {
-                continue;
-            };
-            let share = self.moves_left.div_ceil(to_plan.len() + 1);
-            let inputs = self.placement.get(&name).unwrap_or(&self.by_count);
-            let Some(plan) = plan_placement(space, now_ms, inputs, share) else {
-                continue;
-            };
-            if let Command::Rebalance { moves, .. } = &plan.command {
-                self.moves_left = self.moves_left.saturating_sub(moves.len());
-            }
-            self.last_plan_cap = share;
-            if !to_plan.is_empty() {
-                self.next = Some(StepWrite::Rebalance);
-            }
-            *self.balance_moves_made.entry(name).or_default() += plan.balance_shards().len();
-            let command = plan.command.clone();
-            self.plan = Some(plan);
-            return Some(command);
-        }
-        None
+        let (to_plan, command) = self.next_in_turn(
+            StepWrite::Rebalance,
+            to_plan,
+            state,
+            |writes, name, space, share| {
+                let inputs = writes.placement.get(name).unwrap_or(&writes.by_count);
+                let (plan, warm_ups) = plan_placement_and_warm_ups(space, now_ms, inputs, share);
+                if !warm_ups.is_empty() {
+                    writes.warm_ups.insert(name.to_owned(), warm_ups);
+                }
+                let plan = plan?;
+                writes.primaries_capped |= plan.reasons.len() >= share;
+                *writes
+                    .balance_moves_made
+                    .entry(name.to_owned())
+                    .or_default() += plan.balance_shards().len();
+                Some(plan)
+            },
+        );
+        self.to_plan = Some(to_plan);
+        command
     }
 
     /// The next namespace's secondaries plan (P19.2), on the state the rebalance left, skipping
@@ -612,7 +621,7 @@ impl StepWrites {
     /// moves are spent. Each takes what its rebalance left of its balance budget, and a share
     /// of the step's moves as a rebalance does.
     fn next_secondaries_plan(&mut self, state: &LeaseState, now_ms: u64) -> Option<Command> {
-        let to_plan = self.secondaries_to_plan.get_or_insert_with(|| {
+        let to_plan = self.secondaries_to_plan.take().unwrap_or_else(|| {
             state
                 .namespaces()
                 .filter(|(_, namespace)| {
@@ -625,32 +634,55 @@ impl StepWrites {
                 .map(|(name, _)| name.to_owned())
                 .collect()
         });
+        let (to_plan, command) = self.next_in_turn(
+            StepWrite::PlaceSecondaries,
+            to_plan,
+            state,
+            |writes, name, space, share| {
+                let inputs = writes.placement.get(name).unwrap_or(&writes.by_count);
+                let made = writes.balance_moves_made.get(name).copied().unwrap_or(0);
+                let budget = inputs.balance_moves_allowed.saturating_sub(made);
+                let warm_ups = writes.warm_ups.get(name).map_or(&[][..], Vec::as_slice);
+                plan_secondaries_warming(space.placing_at(now_ms), now_ms, warm_ups, budget, share)
+            },
+        );
+        self.secondaries_to_plan = Some(to_plan);
+        command
+    }
+
+    /// The next plan `plan_one` makes for the namespaces of `to_plan` in turn, each given a fair
+    /// share of the step's moves left (those left divided by the namespaces left, rounded up),
+    /// skipping those with nothing to plan; `None` once every one was planned or the moves are
+    /// spent. Returns what is left of `to_plan`; `write` comes next while any is.
+    fn next_in_turn(
+        &mut self,
+        write: StepWrite,
+        mut to_plan: VecDeque<String>,
+        state: &LeaseState,
+        mut plan_one: impl FnMut(&mut Self, &str, Space<'_>, usize) -> Option<Plan>,
+    ) -> (VecDeque<String>, Option<Command>) {
         while self.moves_left > 0 {
-            let name = to_plan.pop_front()?;
+            let Some(name) = to_plan.pop_front() else {
+                break;
+            };
             let Some(space) = state.space(&name) else {
                 continue;
             };
             let share = self.moves_left.div_ceil(to_plan.len() + 1);
-            let inputs = self.placement.get(&name).unwrap_or(&self.by_count);
-            let made = self.balance_moves_made.get(&name).copied().unwrap_or(0);
-            let budget = inputs.balance_moves_allowed.saturating_sub(made);
-            let Some(plan) =
-                plan_secondaries(space.placing_at(now_ms), now_ms, inputs, budget, share)
-            else {
+            let Some(plan) = plan_one(self, &name, space, share) else {
                 continue;
             };
-            if let Command::PlaceSecondaries { changes, .. } = &plan.command {
-                self.moves_left = self.moves_left.saturating_sub(changes.len());
-            }
+            // One reason per move or change of the plan.
+            self.moves_left = self.moves_left.saturating_sub(plan.reasons.len());
             self.last_plan_cap = share;
             if !to_plan.is_empty() {
-                self.next = Some(StepWrite::PlaceSecondaries);
+                self.next = Some(write);
             }
             let command = plan.command.clone();
             self.plan = Some(plan);
-            return Some(command);
+            return (to_plan, Some(command));
         }
-        None
+        (to_plan, None)
     }
 
     /// The reap this step writes: a plain `Reap` when every lease judged lapsed has lapsed in the

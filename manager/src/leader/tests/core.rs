@@ -737,3 +737,78 @@ fn p6_3_an_episode_ends_once_renewals_flow_again_for_two_ticks() {
         "reaped within the grace"
     );
 }
+
+/// P19.2 and I4: a step whose primary moves were cut at its cap places no secondaries: the
+/// primaries still homeless are placed in the steps that follow at once, each behind no write of
+/// warm copies, and the secondaries once every primary has its owner.
+#[test]
+fn p19_2_secondaries_wait_until_every_primary_move_is_made() {
+    let mut world = World::new(8, LEASE_MS);
+    let outcome = world.apply(Command::Operator {
+        now_ms: 0,
+        actor: crate::lease::tests::TEST_ADMIN.to_owned(),
+        action: crate::lease::OperatorAction::SetNamespace {
+            name: leasehold_api::wire::DEFAULT_NAMESPACE.to_owned(),
+            lease_duration_ms: LEASE_MS,
+            max_executors: None,
+            placement: Default::default(),
+            replication: leasehold_api::wire::ReplicaSettings {
+                replicas: 2,
+                ..Default::default()
+            },
+        },
+    });
+    assert!(
+        matches!(
+            outcome,
+            crate::lease::Outcome::NamespaceSet { changed: true, .. }
+        ),
+        "{outcome:?}"
+    );
+    // A second namespace shares each step's cap (P18.1): when `default` is planned first its
+    // share is cut below the moves the step has left.
+    world.create_namespace("kv", 1);
+    world.register_in("k", "kv", 0);
+    world.register("a", 0);
+    world.register("b", 0);
+    let mut steps = Vec::new();
+    for _ in 0..10 {
+        let mut writes = StepWrites::with_plan_cap(StepDecision::default(), 3);
+        let mut step = Vec::new();
+        while let Some((write, command)) = writes.next_command(&world.state, 1) {
+            if write == StepWrite::PlaceSecondaries {
+                let homeless: Vec<u32> = world
+                    .state
+                    .shards()
+                    .iter()
+                    .filter(|shard| shard.owner.is_none())
+                    .map(|shard| shard.id)
+                    .collect();
+                assert!(
+                    homeless.is_empty(),
+                    "secondaries placed while {homeless:?} wait for a primary, after {steps:?}"
+                );
+            }
+            step.push(write);
+            world.apply(command);
+        }
+        if step.is_empty() {
+            break;
+        }
+        steps.push(step);
+    }
+    assert!(
+        steps
+            .iter()
+            .any(|step| step.contains(&StepWrite::PlaceSecondaries)),
+        "the secondaries are placed once the primaries are: {steps:?}"
+    );
+    assert!(
+        world
+            .state
+            .shards()
+            .iter()
+            .all(|shard| shard.owner.is_some() && shard.secondaries.len() == 1),
+        "{steps:?}"
+    );
+}

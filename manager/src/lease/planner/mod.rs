@@ -39,7 +39,7 @@ mod replicas;
 
 pub use constrained::rollout_target;
 use constrained::Constraints;
-pub use replicas::plan_secondaries;
+pub use replicas::{plan_secondaries, plan_secondaries_warming};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -219,14 +219,34 @@ pub fn plan_placement(
     inputs: &PlacementInputs,
     max_moves: usize,
 ) -> Option<Plan> {
-    state.config()?;
+    plan_placement_and_warm_ups(state, now_ms, inputs, max_moves).0
+}
+
+/// [`plan_placement`] and the moves it left waiting for a ready secondary on their target
+/// (P19.3), which the plan of secondaries places first ([`plan_secondaries_warming`]).
+pub fn plan_placement_and_warm_ups(
+    state: Space<'_>,
+    now_ms: u64,
+    inputs: &PlacementInputs,
+    max_moves: usize,
+) -> (Option<Plan>, Vec<Move>) {
+    if state.config().is_none() {
+        return (None, Vec::new());
+    }
     let state = state.placing_at(now_ms);
-    let (moves, _) = warm_first(
+    if state.namespace().replication.replicas <= 1 {
+        let moves = placement_moves(state, now_ms, inputs, max_moves);
+        return (plan_of(state, now_ms, moves), Vec::new());
+    }
+    // Every move the namespace needs, so each waiting one gets its warm copy at once rather than
+    // `max_moves` a step; the plan makes the first `max_moves` of those that need not wait.
+    let (mut moves, waiting) = warm_first(
         state,
         now_ms,
-        placement_moves(state, now_ms, inputs, max_moves),
+        placement_moves(state, now_ms, inputs, MAX_MOVES_PER_PLAN),
     );
-    plan_of(state, now_ms, moves)
+    moves.truncate(max_moves);
+    (plan_of(state, now_ms, moves), waiting)
 }
 
 /// The moves of `state`'s plan that wait for their target to be warm (P19.3): in a namespace

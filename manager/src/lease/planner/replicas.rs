@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use leasehold_api::wire::zone_of;
 
 use super::{capacity_of, moves_waiting_for_warmth, MoveReason, PlacementInputs, Plan};
-use crate::lease::{Command, Executor, SecondaryChange, Shard, ShardId, Space};
+use crate::lease::{Command, Executor, Move, SecondaryChange, Shard, ShardId, Space};
 
 /// Most secondaries a shard has (P19.1).
 const MOST_SECONDARIES: usize = leasehold_api::wire::MAX_REPLICAS as usize - 1;
@@ -65,6 +65,22 @@ pub fn plan_secondaries(
     balance_moves_allowed: usize,
     max_changes: usize,
 ) -> Option<Plan> {
+    let warm_ups = moves_waiting_for_warmth(space, now_ms, inputs);
+    plan_secondaries_warming(space, now_ms, &warm_ups, balance_moves_allowed, max_changes)
+}
+
+/// [`plan_secondaries`] given the primaries' moves waiting for a secondary on their target
+/// (`warm_ups`, P19.3), as the step's rebalance left them
+/// ([`plan_placement_and_warm_ups`](super::plan_placement_and_warm_ups)), so
+/// a step places each namespace's primaries once.
+#[must_use = "a plan does nothing until it is proposed"]
+pub fn plan_secondaries_warming(
+    space: Space<'_>,
+    now_ms: u64,
+    warm_ups: &[Move],
+    balance_moves_allowed: usize,
+    max_changes: usize,
+) -> Option<Plan> {
     let config = space.config()?;
     let settings = space.namespace().replication;
     let wanted = settings.secondaries();
@@ -77,9 +93,9 @@ pub fn plan_secondaries(
         return None;
     }
     // The primaries' moves waiting for a secondary on their target (P19.3), by shard.
-    let warm_ups: BTreeMap<ShardId, String> = moves_waiting_for_warmth(space, now_ms, inputs)
-        .into_iter()
-        .map(|step| (step.shard, step.to))
+    let warm_ups: BTreeMap<ShardId, &str> = warm_ups
+        .iter()
+        .map(|step| (step.shard, step.to.as_str()))
         .collect();
     let weight_permille = u64::from(settings.secondary_weight.permille());
     let mut takers = takers(space, now_ms, weight_permille);
@@ -107,7 +123,7 @@ pub fn plan_secondaries(
             min_active,
         ) {
             Need::Nothing => match warm_up.filter(|_| !warming) {
-                Some(target) => Need::Warm(target.clone()),
+                Some(target) => Need::Warm((*target).to_owned()),
                 None => Need::Nothing,
             },
             need => need,
