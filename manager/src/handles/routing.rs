@@ -49,19 +49,11 @@ fn ready_secondaries<'a>(
     shard: &Shard,
     executor: impl Fn(&str) -> Option<&'a Executor>,
 ) -> Vec<&'a Executor> {
-    if shard.secondaries.is_empty() {
-        return Vec::new();
-    }
-    let mut ready: Vec<(u64, usize, &Executor)> = shard
-        .live_secondaries()
-        .enumerate()
-        .filter_map(|(order, secondary)| {
-            let since_ms = secondary.ready_since_ms?;
-            Some((since_ms, order, executor(&secondary.executor)?))
-        })
-        .collect();
-    ready.sort_by_key(|(since_ms, order, _)| (*since_ms, *order));
-    ready.into_iter().map(|(_, _, executor)| executor).collect()
+    shard
+        .ready_longest_first()
+        .into_iter()
+        .filter_map(|secondary| executor(&secondary.executor))
+        .collect()
 }
 
 /// One namespace's routing table as runs ([`RoutingRuns`]), by [`routed_owner`] and

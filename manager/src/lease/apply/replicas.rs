@@ -330,19 +330,11 @@ impl Namespace {
         shard: ShardId,
         draining: impl Fn(&str) -> bool,
     ) -> Option<ExecutorId> {
-        self.shard(shard)?
-            .live_secondaries()
-            .enumerate()
-            .filter_map(|(order, secondary)| {
-                let since_ms = secondary.ready_since_ms?;
-                Some((
-                    draining(&secondary.executor),
-                    since_ms,
-                    order,
-                    &secondary.executor,
-                ))
-            })
-            .min()
-            .map(|(_, _, _, executor)| executor.clone())
+        let ready = self.shard(shard)?.ready_longest_first();
+        ready
+            .iter()
+            .find(|secondary| !draining(&secondary.executor))
+            .or(ready.first())
+            .map(|secondary| secondary.executor.clone())
     }
 }

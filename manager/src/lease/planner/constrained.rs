@@ -262,21 +262,12 @@ fn place_least_full(
         .collect();
     let replicated = state.namespace().replication.replicas > 1;
     for shard in homeless {
-        let warm = state
-            .shard(shard)
-            .filter(|_| replicated)
-            .and_then(|entry| {
-                entry
-                    .live_secondaries()
-                    .enumerate()
-                    .filter_map(|(order, secondary)| {
-                        let since_ms = secondary.ready_since_ms?;
-                        let position = positions.get(secondary.executor.as_str()).copied()?;
-                        Some((since_ms, order, position))
-                    })
-                    .min()
-            })
-            .map(|(_, _, position)| position);
+        let warm = state.shard(shard).filter(|_| replicated).and_then(|entry| {
+            entry
+                .ready_longest_first()
+                .into_iter()
+                .find_map(|secondary| positions.get(secondary.executor.as_str()).copied())
+        });
         let position = match warm {
             Some(position) => position,
             None => loop {

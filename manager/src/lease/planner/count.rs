@@ -170,16 +170,11 @@ fn warm_secondaries(shard: &Shard, positions: &Positions<'_>) -> [Option<usize>;
     if shard.secondaries.is_empty() {
         return warm;
     }
-    let mut ready: Vec<(u64, usize)> = shard
-        .live_secondaries()
-        .filter_map(|secondary| {
-            let since_ms = secondary.ready_since_ms?;
-            let position = positions.by_id.get(secondary.executor.as_str()).copied()?;
-            Some((since_ms, position))
-        })
-        .collect();
-    ready.sort_unstable();
-    for (slot, (_, position)) in warm.iter_mut().zip(ready) {
+    let ready = shard
+        .ready_longest_first()
+        .into_iter()
+        .filter_map(|secondary| positions.by_id.get(secondary.executor.as_str()).copied());
+    for (slot, position) in warm.iter_mut().zip(ready) {
         *slot = Some(position);
     }
     warm

@@ -287,17 +287,9 @@ fn scan_loads(
             None => why_it_moves(state, now_ms, shard.id),
         };
         let warm = shard
-            .live_secondaries()
-            .enumerate()
-            .filter_map(|(order, secondary)| {
-                Some((
-                    secondary.ready_since_ms?,
-                    order,
-                    index_of(&secondary.executor)?,
-                ))
-            })
-            .min()
-            .map(|(_, _, member)| member);
+            .ready_longest_first()
+            .into_iter()
+            .find_map(|secondary| index_of(&secondary.executor));
         homeless.push(Homeless {
             shard: shard.id,
             load,

@@ -61,6 +61,19 @@ impl Shard {
             .iter()
             .filter(|secondary| secondary.lost.is_none())
     }
+
+    /// Its live secondaries that are ready, ready longest first and in placement order among
+    /// equals (P19.3, P19.4, P19.5): the order a moving or promoted primary and a read from a
+    /// secondary try them in. Nothing is allocated for a shard without secondaries.
+    pub fn ready_longest_first(&self) -> Vec<&Secondary> {
+        let mut ready: Vec<&Secondary> = self
+            .live_secondaries()
+            .filter(|secondary| secondary.ready_since_ms.is_some())
+            .collect();
+        // Stable: placement order stays among equals.
+        ready.sort_by_key(|secondary| secondary.ready_since_ms);
+        ready
+    }
 }
 
 /// One secondary of a shard (P19.1): a warm copy on an executor other than the primary's, which
