@@ -431,6 +431,15 @@ impl LeaseState {
         for (shard, target) in retarget.into_iter().chain(promoted) {
             self.give_to(namespace, shard, &target, effects);
         }
+        if let Some(space) = self.namespaces.get_mut(namespace) {
+            let at = Entry {
+                index: log_index,
+                now_ms,
+            };
+            for &shard in &promoted_shards {
+                space.lose_primary(shard, &executor, at);
+            }
+        }
         self.tombstones.insert(
             executor.id.clone(),
             Tombstone {

@@ -217,6 +217,28 @@ impl Namespace {
             .insert(shard);
     }
 
+    /// `executor` left by the entry `at` while primary of `shard`, whose primary went to a
+    /// secondary (P19.4): its replica waits, lost, in the promoted secondary's place, as its
+    /// secondaries do, so the shard keeps its count of replicas, nothing is placed elsewhere
+    /// before the restore delay, and an executor of its name back within the delay takes the
+    /// replica back as a secondary.
+    pub(super) fn lose_primary(&mut self, shard: ShardId, executor: &Executor, at: Entry) {
+        let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {
+            return;
+        };
+        entry.secondaries.push(Secondary {
+            executor: executor.id.clone(),
+            ready_since_ms: None,
+            placed_revision: at.index,
+            placed_at_ms: at.now_ms,
+            lost: Some(LostReplica {
+                since_ms: at.now_ms,
+                name: executor.name.clone(),
+            }),
+        });
+        self.with_lost.insert(shard);
+    }
+
     /// Drops `shard`'s secondary on `executor_id`, lost or not; whether there was one.
     pub(super) fn drop_secondary(&mut self, shard: ShardId, executor_id: &str) -> bool {
         let Some(entry) = shard_index(shard).and_then(|index| self.shards.get_mut(index)) else {

@@ -269,8 +269,12 @@ pub(in crate::lease) fn moves_waiting_for_warmth(
 /// secondary of the shard (P19.3): in a namespace with replicas, a move for a joiner or for
 /// balance of a shard a live owner serves, to an executor holding no ready secondary of it,
 /// unless a secondary placed there for it has not said it is ready within the restore delay
-/// (a service that never says so still gets its share, cold).
-fn warm_first(
+/// (a service that never says so still gets its share, cold). A move for a joiner or for
+/// balance to an executor that a waiting move takes a shard from waits too: the planner gave it
+/// that shard counting on the other leaving, so made alone it would leave the executor more
+/// than the plan meant, past its count ceiling (P15.2). What must move (shards without a live
+/// holder, drains, cancels) moves now.
+pub(in crate::lease) fn warm_first(
     state: Space<'_>,
     now_ms: u64,
     moves: Vec<(Move, MoveReason)>,
@@ -300,6 +304,16 @@ fn warm_first(
         } else {
             now.push((step, reason));
         }
+    }
+    if !waiting.is_empty() {
+        let giving: BTreeSet<&str> = waiting
+            .iter()
+            .filter_map(|step| state.shard(step.shard)?.owner.as_deref())
+            .collect();
+        now.retain(|(step, reason)| {
+            !(matches!(reason, MoveReason::Join | MoveReason::Balance)
+                && giving.contains(step.to.as_str()))
+        });
     }
     (now, waiting)
 }

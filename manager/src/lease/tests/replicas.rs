@@ -7,9 +7,10 @@ use std::collections::BTreeSet;
 
 use leasehold_api::wire::{ReplicaSettings, DEFAULT_NAMESPACE, MAX_REPLICAS, REPLICAS_SCHEMA};
 
+use super::super::planner::warm_first;
 use super::super::schema::SECOND_RELEASE_SCHEMA;
 use super::super::{
-    plan_placement, plan_secondaries, Command, Epoch, ExecutorId, Loads, MoveReason,
+    plan_placement, plan_secondaries, Command, Epoch, ExecutorId, Loads, Move, MoveReason,
     OperatorAction, Outcome, PlacementInputs, PlacementOverrides, RefusalReason, Renewal,
     SecondaryChange, ShardId, MAX_MOVES_PER_PLAN,
 };
@@ -491,7 +492,25 @@ fn p19_4_a_reaped_primary_goes_to_the_secondary_ready_longest() {
             harness.owner(shard).is_some(),
             "shard {shard} was not promoted"
         );
+        // The old primary's replica waits, lost, in the promoted one's place: the shard keeps
+        // its three replicas and nothing of it is placed elsewhere before the delay.
+        let entry = harness.state.shard(shard).unwrap();
+        assert!(
+            entry
+                .secondary_on(&victim)
+                .is_some_and(|secondary| secondary.lost.is_some()),
+            "shard {shard}: {entry:?}"
+        );
+        assert_eq!(entry.secondaries.len(), 2, "shard {shard}: {entry:?}");
     }
+    settle(&mut harness, lapse_ms + 2 * LEASE_MS - 1);
+    let entry = harness.state.shard(0).unwrap();
+    assert!(
+        entry
+            .secondary_on(&victim)
+            .is_some_and(|secondary| secondary.lost.is_some()),
+        "placed elsewhere before the delay: {entry:?}"
+    );
 }
 
 /// P19.4: a lost secondary is not placed again before the restore delay, is placed again after
@@ -943,4 +962,55 @@ fn p19_3_each_executors_secondaries_are_spread_evenly_within_the_budget() {
         after.iter().max().unwrap() - after.iter().min().unwrap() <= 1,
         "{after:?}"
     );
+}
+
+/// P19.3, P15.2: while a move waits for a warm copy on its target, a move for balance to the
+/// executor it takes a shard from waits too, even onto a ready secondary: the planner gave it
+/// that shard counting on its own leaving, so made alone it would hold more than the plan meant.
+/// A move to anyone else, and a shard without a live holder, go now.
+#[test]
+fn p19_3_a_move_to_an_executor_a_waiting_move_takes_from_waits_too() {
+    let (mut harness, executors) = replicated(8, 2);
+    for executor in &executors {
+        renew_ready(&mut harness, 10, executor);
+    }
+    let cold_shard: ShardId = 0;
+    let giver = harness.owner(cold_shard).unwrap().to_owned();
+    let cold_target = executors
+        .iter()
+        .find(|e| **e != giver && !secondaries(&harness, cold_shard).contains(e))
+        .unwrap()
+        .clone();
+    // A shard with a ready secondary on the giver, and one with a ready secondary elsewhere.
+    let onto_giver: ShardId = (1..8)
+        .find(|&shard| secondaries(&harness, shard).contains(&giver))
+        .unwrap();
+    let elsewhere: ShardId = (1..8)
+        .find(|&shard| {
+            shard != onto_giver
+                && !secondaries(&harness, shard).contains(&giver)
+                && harness.owner(shard) != Some(giver.as_str())
+        })
+        .unwrap();
+    let elsewhere_target = secondaries(&harness, elsewhere)[0].clone();
+    let step = |shard: ShardId, to: &str| Move {
+        shard,
+        to: to.to_owned(),
+    };
+    let space = space_of(&harness.state);
+    let cold = (step(cold_shard, &cold_target), MoveReason::Join);
+    let to_giver = (step(onto_giver, &giver), MoveReason::Balance);
+    let to_other = (step(elsewhere, &elsewhere_target), MoveReason::Balance);
+    let moves = vec![cold.clone(), to_giver.clone(), to_other.clone()];
+    let (now, waiting) = warm_first(space, 10, moves);
+    assert_eq!(waiting, vec![cold.0.clone()]);
+    assert_eq!(
+        now,
+        vec![to_other.clone()],
+        "the move onto the giver waits with the cold join"
+    );
+    // Once nothing waits, the move onto the giver is made.
+    let (now, waiting) = warm_first(space, 10, vec![to_giver.clone(), to_other.clone()]);
+    assert!(waiting.is_empty());
+    assert_eq!(now, vec![to_giver, to_other]);
 }
