@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use leasehold_api::wire::Role;
+
 use crate::admission_log::AdmissionInterval;
 
 /// What one deploy did to the shards, from the admission logs.
@@ -23,7 +25,7 @@ pub struct DeployFigures {
 }
 
 /// The figures of a deploy from each process's admission intervals (`by_process`: its name and
-/// intervals), the deploy's window on CLOCK_MONOTONIC, and the names of the executors it
+/// intervals; those of secondaries are left out), the deploy's window on CLOCK_MONOTONIC, and the names of the executors it
 /// replaced, in the order it replaced them.
 pub fn deploy_figures(
     by_process: &[(String, Vec<AdmissionInterval>)],
@@ -33,7 +35,9 @@ pub fn deploy_figures(
 ) -> DeployFigures {
     let mut per_shard: BTreeMap<u32, Vec<(&str, &AdmissionInterval)>> = BTreeMap::new();
     for (name, intervals) in by_process {
-        for interval in intervals {
+        // A secondary's intervals are warm copies, not ownership (P19.1): a shard changes hands
+        // when its primary does.
+        for interval in intervals.iter().filter(|i| i.role == Role::Primary) {
             per_shard
                 .entry(interval.shard)
                 .or_default()
@@ -138,5 +142,38 @@ mod tests {
         assert_eq!(figures.no_owner_ms, vec![2.0, 2.0]);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.99), 4.0);
+    }
+
+    /// P19.1: a secondary's interval is a warm copy, not a move: a shard whose primary stayed
+    /// put while a secondary came and went moved never, and a primary handed to the executor
+    /// that held its secondary moved once, its window from the old primary's stop.
+    #[test]
+    fn deploy_figures_count_primaries_only() {
+        let secondary = |executor: &str, shard, start_ns, end_ns| AdmissionInterval {
+            role: leasehold_api::wire::Role::Secondary,
+            ..held(executor, shard, start_ns, end_ns)
+        };
+        let by_process = vec![
+            (
+                "r-0".to_owned(),
+                vec![
+                    held("a", 0, 10, None),
+                    held("a", 1, 10, Some(4_000_000)),
+                    secondary("a", 1, 4_000_000, None),
+                ],
+            ),
+            (
+                "r-1".to_owned(),
+                vec![
+                    secondary("b", 0, 20, Some(2_000_000)),
+                    secondary("b", 1, 20, Some(5_000_000)),
+                    held("b", 1, 5_000_000, None),
+                ],
+            ),
+        ];
+        let figures = deploy_figures(&by_process, (100, 10_000_000), &[], 2);
+        assert_eq!(figures.handoffs, 1, "{figures:?}");
+        assert_eq!(figures.moves_max, 1);
+        assert_eq!(figures.no_owner_ms, vec![1.0]);
     }
 }
