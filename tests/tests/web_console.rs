@@ -50,7 +50,7 @@
 // A test crate: a failed expectation is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -59,7 +59,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use leasehold_api::ctl::table::human_load;
-use leasehold_api::wire::{CreateNamespaceRequest, ExecutorView, ShardView};
+use leasehold_api::wire::{CreateNamespaceRequest, ExecutorView, ShardView, REPLICAS_SCHEMA};
 use leasehold_tests::browser::{self, Browser};
 use leasehold_tests::executor::{ExecutorProcess, ExecutorSpec};
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
@@ -802,7 +802,117 @@ async fn the_console_follows_executors_shards_and_managers_live() {
         .await
         .expect("viewport");
     let _orders_executor = check_namespaces(&mut browser, &mut cluster, page_node).await;
+    let _replicated_executors = check_secondaries(&mut browser, &cluster, page_node).await;
     assert!(browser.is_running(), "{}", browser.log());
+}
+
+/// The namespace of two replicas per shard the console shows secondaries of (PROTOCOL §19).
+const REPLICATED: &str = "replicated";
+const REPLICATED_SHARDS: u32 = 4;
+
+/// P19.1, P19.5: a shard's detail line names its secondaries, each with its executor and whether
+/// it is ready, as the API has them. `replicated` is created with two replicas per shard and two
+/// executors that say each secondary ready as soon as they hold it; the page is switched to it
+/// and a cell focused. Returns the executors, to keep them running to the end of the test.
+async fn check_secondaries(
+    browser: &mut Browser,
+    cluster: &Cluster,
+    page_node: u64,
+) -> Vec<ExecutorProcess> {
+    poll_until("the cluster version to reach 13", SETTLE_BOUND, || async {
+        match cluster.cluster_info(page_node).await?.cluster_version {
+            Some(version) if version >= REPLICAS_SCHEMA => Ok(()),
+            other => Err(format!("cluster version {other:?}")),
+        }
+    })
+    .await;
+    cluster
+        .client()
+        .create_namespace(&CreateNamespaceRequest {
+            name: REPLICATED.to_owned(),
+            shard_count: REPLICATED_SHARDS,
+            replicas: Some(2),
+            ..CreateNamespaceRequest::default()
+        })
+        .await
+        .expect("replicated is created with two replicas");
+    let executors: Vec<ExecutorProcess> = ["rep-1", "rep-2"]
+        .iter()
+        .map(|name| {
+            let mut spec = ExecutorSpec::local(cluster, name);
+            spec.extra_args.extend(
+                ["--namespace", REPLICATED, "--secondaries-ready-when-held"]
+                    .iter()
+                    .map(|arg| (*arg).to_owned()),
+            );
+            ExecutorProcess::start_spec(cluster.dir.path(), spec)
+        })
+        .collect();
+    let path = format!("/v1/shards?namespace={REPLICATED}");
+    let names: BTreeMap<String, String> = poll_until(
+        "both of replicated's executors registered",
+        SETTLE_BOUND,
+        || async {
+            let names: BTreeMap<String, String> = get::<Vec<ExecutorView>>(
+                cluster,
+                page_node,
+                &format!("/v1/executors?namespace={REPLICATED}"),
+            )
+            .await?
+            .into_iter()
+            .filter_map(|executor| Some((executor.executor_id, executor.name?)))
+            .collect();
+            (names.len() == 2)
+                .then_some(names)
+                .ok_or_else(|| "not both registered".to_owned())
+        },
+    )
+    .await;
+    let with_name = |id: &str| format!("{} ({id})", names.get(id).map_or("?", String::as_str));
+    browser
+        .evaluate(&format!("location.hash = '#namespace={REPLICATED}'; true"))
+        .await
+        .expect("show replicated");
+    // Shard 1 as the API has it now, settled (a primary, no handoff, one ready secondary), and
+    // as the page's detail line says it once the pointer is over its cell.
+    let browser = tokio::sync::Mutex::new(browser);
+    poll_until(
+        "the detail line to name shard 1's ready secondary as the API does",
+        SETTLE_BOUND,
+        || async {
+            let shards: Vec<ShardView> = get(cluster, page_node, &path).await?;
+            let shard = shards.get(1).ok_or("no shard 1")?;
+            let (Some(owner), None, [secondary]) =
+                (&shard.owner, &shard.handoff, &shard.secondaries[..])
+            else {
+                return Err(format!("shard 1 not settled: {shard:?}"));
+            };
+            if !secondary.ready {
+                return Err(format!("shard 1's secondary not ready: {shard:?}"));
+            }
+            let want = format!(
+                "shard 1 · epoch {} · owner {} · secondaries {} ready",
+                shard.epoch,
+                with_name(owner),
+                with_name(&secondary.executor_id)
+            );
+            let shown = browser
+                .lock()
+                .await
+                .evaluate(
+                    "(() => { const cell = document.querySelector('[data-shard=\"1\"]'); \
+                     if (!cell || window.__console.namespace !== 'replicated') return null; \
+                     cell.dispatchEvent(new MouseEvent('mouseover', { bubbles: true })); \
+                     return document.getElementById('shard-detail').textContent; })()",
+                )
+                .await?;
+            (shown.as_str() == Some(want.as_str()))
+                .then_some(())
+                .ok_or_else(|| format!("shown {shown}, want {want}"))
+        },
+    )
+    .await;
+    executors
 }
 
 /// The namespace created for the console's selector, with its shard count (PROTOCOL P18.1).
@@ -1955,9 +2065,8 @@ async fn the_console_waits_for_its_first_answer_and_colours_each_executor_by_its
         .expect("unblock the watch");
     wait_settled(&mut browser, &cluster, 1, &names).await;
     let reloaded = read_colours(&mut browser).await;
-    let slots = |colours: &Colours| -> std::collections::BTreeMap<String, u32> {
-        colours.rows.iter().cloned().collect()
-    };
+    let slots =
+        |colours: &Colours| -> BTreeMap<String, u32> { colours.rows.iter().cloned().collect() };
     assert_eq!(
         slots(&reloaded),
         slots(&first),
