@@ -4,7 +4,7 @@
 
 use leasehold_api::problem::Problem;
 use leasehold_api::routing::{
-    RoutedReply, RoutedRequest, RoutingClient, RoutingConfig, RoutingError,
+    ReadFrom, RoutedReply, RoutedRequest, RoutingClient, RoutingConfig, RoutingError,
 };
 use reqwest::Method;
 
@@ -93,9 +93,30 @@ impl KvClient {
         }
     }
 
-    /// `GET /kv/{key}`: the value and the epoch it was written at, or `None` if never written.
+    /// `GET /kv/{key}` from the owner: the value and the epoch it was written at, or `None` if
+    /// never written.
     pub async fn get(&self, key: &str) -> Result<Option<GetReply>, KvError> {
-        let reply = self.send_to_owner(&Method::GET, key, None).await?;
+        self.get_from(key, ReadFrom::Primary).await
+    }
+
+    /// `GET /kv/{key}` from the replica `read_from` picks (PROTOCOL P19.5): a secondary's answer
+    /// says so (`role`) and how fresh its copy was (`copy`); `None` if the replica that answered
+    /// holds no value for the key (from a secondary: none as of its copy).
+    pub async fn get_from(
+        &self,
+        key: &str,
+        read_from: ReadFrom,
+    ) -> Result<Option<GetReply>, KvError> {
+        let path = format!("/kv/{}{}", path_segment(key)?, read_query(read_from));
+        let request = RoutedRequest {
+            method: &Method::GET,
+            path: &path,
+            body: None,
+        };
+        let reply = self
+            .routing
+            .send_to(key.as_bytes(), read_from, request)
+            .await?;
         match reply.status {
             200 => decode(&reply.body).map(Some),
             404 => Ok(None),
@@ -117,6 +138,18 @@ impl KvClient {
             body,
         };
         Ok(self.routing.send(key.as_bytes(), request).await?)
+    }
+}
+
+/// The service's `read=` for a read preference. A preference that may end at either role asks
+/// for `any`: the routing client falls back to the other role with the same request (after a
+/// `421`, or when the key has no replica of the preferred one), and whichever answers serves in
+/// the role it holds. A primary read sends no query, as before replicas.
+fn read_query(read_from: ReadFrom) -> &'static str {
+    match read_from {
+        ReadFrom::Primary => "",
+        ReadFrom::Secondary => "?read=secondary",
+        ReadFrom::PrimaryPreferred | ReadFrom::SecondaryPreferred => "?read=any",
     }
 }
 
@@ -163,6 +196,16 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// Only the preferences that may end at either role ask for either; a primary read is the
+    /// request it always was.
+    #[test]
+    fn each_read_preference_asks_for_the_roles_it_may_reach() {
+        assert_eq!(read_query(ReadFrom::Primary), "");
+        assert_eq!(read_query(ReadFrom::Secondary), "?read=secondary");
+        assert_eq!(read_query(ReadFrom::PrimaryPreferred), "?read=any");
+        assert_eq!(read_query(ReadFrom::SecondaryPreferred), "?read=any");
     }
 
     #[test]

@@ -12,10 +12,14 @@
 //! - [`store`]: the shard files and the epoch rule (raise, conditional write, fenced read).
 //!   Synchronous, no tokio.
 //! - [`service`]: the HTTP routes and the three gates a request passes (admission, the raise on
-//!   arrival, the epoch rule), the raise-on-arrival task, the counters.
+//!   arrival, the epoch rule), the raise-on-arrival task, the counters, the reads a secondary
+//!   serves.
+//! - [`copies`]: the warm copy of each shard held as a secondary (PROTOCOL §19), kept current by
+//!   the store's change positions, and the readiness it says once complete.
 //! - [`wire`]: the JSON bodies both sides share, and the refusal reasons.
 //! - [`client`]: [`client::KvClient`], `put`/`get` through the routing client
-//!   ([`leasehold_api::routing`]), which sends each key straight to its owner.
+//!   ([`leasehold_api::routing`]), which sends each key straight to its owner, or a read to a
+//!   secondary ([`client::KvClient::get_from`]).
 //! - [`history`]: a checker over what clients were told (per-key linearizability, and no
 //!   acknowledged write overwritten by a stale owner), used by the tests.
 //!
@@ -23,11 +27,13 @@
 //! and has `put` and `get` subcommands that use the client.
 
 pub mod client;
+pub mod copies;
 pub mod history;
 pub mod service;
 pub mod store;
 pub mod wire;
 
 pub use client::{KvClient, KvError};
+pub use copies::CopyConfig;
 pub use service::{KvService, Ownership, WriteDelay};
 pub use store::{ShardStore, StoreError};

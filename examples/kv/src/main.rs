@@ -4,7 +4,11 @@
 //!   serves: an executor (the library, embedded) with `PUT`/`GET /kv/{key}`, `GET /stats` and
 //!   `GET /metrics` on its listener. `DIR` is shared by every process of the service.
 //! - `leasehold-kv put --managers URL,... KEY VALUE` and `leasehold-kv get --managers URL,... KEY`
-//!   send one request to the key's owner through the routing client and print the reply as JSON.
+//!   send one request to the key's owner through the routing client and print the reply as JSON;
+//!   `get --read-from secondary|secondary-preferred|primary-preferred` reads from a warm
+//!   secondary instead (PROTOCOL P19.5) where the namespace has replicas.
+//! - `--secondary-refresh DURATION` (default 200ms): how often each shard held as a secondary
+//!   fetches what changed in the store (examples/kv/README.md, "Replicas").
 //! - `--namespace NAME` (PROTOCOL P18.1), on the service and the client alike, runs the service
 //!   in a namespace of its own: its executors register into it and its keys route by its shards.
 //!
@@ -20,8 +24,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use leasehold_api::process::{config_error, init_tracing, run_error, shutdown_signal, LogFormat};
-use leasehold_api::routing::RoutingConfig;
-use leasehold_example_kv::{KvClient, KvService, ShardStore, WriteDelay};
+use leasehold_api::routing::{ReadFrom, RoutingConfig};
+use leasehold_example_kv::{CopyConfig, KvClient, KvService, ShardStore, WriteDelay};
 use leasehold_executor::{metrics, Executor, ExecutorArgs, RunState};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
@@ -55,6 +59,16 @@ struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_KV_STORE_DIR", required = true)]
     store_dir: Option<PathBuf>,
 
+    /// How often each shard this process holds as a secondary fetches what changed in the store
+    /// since its copy's position (e.g. `200ms`): about how stale a secondary read can be.
+    #[arg(
+        long,
+        env = "LEASEHOLD_KV_SECONDARY_REFRESH",
+        default_value = "200ms",
+        value_parser = parse_refresh
+    )]
+    secondary_refresh: Duration,
+
     /// Tests only: hold each admitted write this long between the ownership check and the
     /// store transaction, so a test can pause the process with a write in flight.
     #[arg(long, hide = true, value_parser = humantime::parse_duration)]
@@ -76,13 +90,60 @@ enum Command {
         /// The value.
         value: String,
     },
-    /// Read KEY from the key's owner; prints the value and the epoch it was written at.
+    /// Read KEY from the key's owner (or a secondary: `--read-from`); prints the value and the
+    /// epoch it was written at, and from a secondary its role and how fresh its copy was.
     Get {
         #[command(flatten)]
         client: ClientArgs,
+        /// Which replica to read from (PROTOCOL P19.5): a secondary serves from a warm copy, as
+        /// fresh as the reply's `copy` says.
+        #[arg(long, value_enum, default_value_t = ReadFromArg::Primary)]
+        read_from: ReadFromArg,
         /// The key.
         key: String,
     },
+}
+
+/// `--read-from`: the routing client's [`ReadFrom`], by its kebab-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReadFromArg {
+    /// The owner only.
+    Primary,
+    /// The owner, else a ready secondary.
+    PrimaryPreferred,
+    /// A ready secondary only.
+    Secondary,
+    /// A ready secondary, else the owner.
+    SecondaryPreferred,
+}
+
+impl From<ReadFromArg> for ReadFrom {
+    fn from(arg: ReadFromArg) -> Self {
+        match arg {
+            ReadFromArg::Primary => ReadFrom::Primary,
+            ReadFromArg::PrimaryPreferred => ReadFrom::PrimaryPreferred,
+            ReadFromArg::Secondary => ReadFrom::Secondary,
+            ReadFromArg::SecondaryPreferred => ReadFrom::SecondaryPreferred,
+        }
+    }
+}
+
+/// Shortest refresh accepted: below it the refreshes would be the store's main load.
+const MIN_SECONDARY_REFRESH: Duration = Duration::from_millis(10);
+/// Longest refresh accepted: a copy older than this serves reads too stale to be of use.
+const MAX_SECONDARY_REFRESH: Duration = Duration::from_secs(3600);
+
+fn parse_refresh(text: &str) -> Result<Duration, String> {
+    let refresh = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if (MIN_SECONDARY_REFRESH..=MAX_SECONDARY_REFRESH).contains(&refresh) {
+        Ok(refresh)
+    } else {
+        Err(format!(
+            "{text} is outside {}..={}",
+            humantime::format_duration(MIN_SECONDARY_REFRESH),
+            humantime::format_duration(MAX_SECONDARY_REFRESH)
+        ))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -161,11 +222,24 @@ async fn serve(args: ServeArgs) -> ExitCode {
         Err(error) if error.is_config_error() => return config_error(PROGRAM, &error),
         Err(error) => return run_error(PROGRAM, &error),
     };
-    // The routes were built, so the service exists; the raise-on-arrival task runs until exit.
-    let raising = service.map(|kv| tokio::spawn(kv.raise_on_arrival()));
+    // The routes were built, so the service exists; its two tasks (the raise on arrival, the
+    // secondaries' copies) run until exit.
+    let copies = CopyConfig {
+        refresh: args.secondary_refresh,
+        ..CopyConfig::default()
+    };
+    let tasks: Vec<_> = service
+        .into_iter()
+        .flat_map(|kv| {
+            [
+                tokio::spawn(kv.clone().raise_on_arrival()),
+                tokio::spawn(kv.keep_secondaries(copies)),
+            ]
+        })
+        .collect();
     tracing::info!(store_dir = %store_dir.display(), address = executor.advertised_address(), "serving the key-value service");
     let outcome = executor.run_until(shutdown_signal()).await;
-    if let Some(task) = raising {
+    for task in tasks {
         task.abort();
     }
     match outcome {
@@ -179,7 +253,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
 
 async fn run_client(command: Command) -> anyhow::Result<ExitCode> {
     let (client_args, key) = match &command {
-        Command::Put { client, key, .. } | Command::Get { client, key } => (client, key),
+        Command::Put { client, key, .. } | Command::Get { client, key, .. } => (client, key),
     };
     let config = RoutingConfig {
         namespace: client_args.namespace.clone(),
@@ -196,7 +270,11 @@ async fn run_client(command: Command) -> anyhow::Result<ExitCode> {
             let reply = client.put(key, value).await.context("put")?;
             serde_json::to_string(&reply)?
         }
-        Command::Get { .. } => match client.get(key).await.context("get")? {
+        Command::Get { read_from, .. } => match client
+            .get_from(key, (*read_from).into())
+            .await
+            .context("get")?
+        {
             Some(reply) => serde_json::to_string(&reply)?,
             None => {
                 eprintln!("{PROGRAM}: no value for key {key:?}");
@@ -236,7 +314,27 @@ mod tests {
         assert_eq!(cli.serve.executor.managers.len(), 2);
         assert_eq!(cli.serve.test_write_delay, Some(Duration::from_secs(2)));
         assert_eq!(cli.serve.test_write_delay_prefix, "");
+        assert_eq!(cli.serve.secondary_refresh, Duration::from_millis(200));
         assert!(Cli::try_parse_from(["leasehold-kv", "--listen", "127.0.0.1:0"]).is_err());
+        let serve = |refresh: &str| {
+            Cli::try_parse_from([
+                "leasehold-kv",
+                "--managers",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--store-dir",
+                "/tmp/kv",
+                "--secondary-refresh",
+                refresh,
+            ])
+        };
+        assert_eq!(
+            serve("50ms").unwrap().serve.secondary_refresh,
+            Duration::from_millis(50)
+        );
+        assert!(serve("0s").is_err(), "a refresh of 0 would spin");
+        assert!(serve("2h").is_err());
     }
 
     #[test]
@@ -271,5 +369,36 @@ mod tests {
         assert!(
             matches!(cli.command, Some(Command::Get { ref client, .. }) if client.namespace == "orders")
         );
+        for (flag, wanted) in [
+            ("primary", ReadFrom::Primary),
+            ("primary-preferred", ReadFrom::PrimaryPreferred),
+            ("secondary", ReadFrom::Secondary),
+            ("secondary-preferred", ReadFrom::SecondaryPreferred),
+        ] {
+            let cli = Cli::try_parse_from([
+                "leasehold-kv",
+                "get",
+                "--managers",
+                "http://h:1",
+                "--read-from",
+                flag,
+                "k",
+            ])
+            .unwrap();
+            assert!(
+                matches!(cli.command, Some(Command::Get { read_from, .. }) if ReadFrom::from(read_from) == wanted),
+                "{flag}"
+            );
+        }
+        assert!(Cli::try_parse_from([
+            "leasehold-kv",
+            "get",
+            "--managers",
+            "http://h:1",
+            "--read-from",
+            "nearest",
+            "k"
+        ])
+        .is_err());
     }
 }

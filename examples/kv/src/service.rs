@@ -16,6 +16,13 @@
 //!    stale_epoch`, counted. This is the gate that stops a write admitted before its owner was
 //!    deposed (a pause past the lease) from overwriting the next owner's writes.
 //!
+//! **Reads from a secondary** (PROTOCOL §19, [`crate::copies`]): `GET /kv/{key}?read=secondary`
+//! is admitted only where this process holds the key's shard as a secondary
+//! ([`Ownership::admit_key_as`]) and is served from its warm copy, never from the store, with the
+//! copy's freshness; `?read=any` is served in whichever role the shard is held. Gates 2 and 3 are
+//! the primary's: a secondary holds no epoch of its own to fence with, raises nothing and writes
+//! nothing. A primary read (the default) is served exactly as before, through all three gates.
+//!
 //! A write that passed gates 1 and 2 is carried to the store by a task of its own, so its
 //! outcome does not depend on whether the client or the request timeout gives up first: that
 //! late write is exactly the one gate 3 exists for. A test-only [`WriteDelay`] holds writes
@@ -26,8 +33,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -35,15 +42,20 @@ use axum::routing::get;
 use axum::{Json, Router};
 use leasehold_api::http::{ApiJson, HttpError};
 use leasehold_api::problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
+use leasehold_api::wire::Role;
 use leasehold_executor::{
-    AdmissionState, AdmitError, Assignment, ExecutorHandle, Permit, MAX_KEY_BYTES,
+    AdmissionState, AdmitError, Assignment, ExecutorHandle, NotSecondary, Permit, RoleWanted,
+    MAX_KEY_BYTES,
 };
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use crate::copies::{Copies, CopyRead};
 use crate::store::{Raise, ReadOutcome, ShardStore, StoreError, WriteOutcome};
-use crate::wire::{GetReply, KvProblem, KvStats, PutReply, PutRequest, Refusal, MAX_VALUE_BYTES};
+use crate::wire::{
+    GetReply, KvProblem, KvStats, PutReply, PutRequest, ReadQuery, Refusal, MAX_VALUE_BYTES,
+};
 
 /// Store transactions running at once, per process. They run on tokio's blocking pool (512
 /// threads by default); a burst beyond this waits here instead of parking hundreds of threads on
@@ -57,6 +69,12 @@ pub trait Ownership: Clone + Send + Sync + 'static {
     fn admit(&self, shard: u32) -> Result<Permit, AdmitError>;
     /// A permit for the shard of `key`, or why not (P3.6).
     fn admit_key(&self, key: &[u8]) -> Result<Permit, AdmitError>;
+    /// A permit for the shard of `key` in `role` (P19.5): a secondary's only where the shard is
+    /// held as a secondary.
+    fn admit_key_as(&self, key: &[u8], role: RoleWanted) -> Result<Permit, AdmitError>;
+    /// Says this process's secondary of `shard` at `epoch` is (or is not) ready to be promoted
+    /// (P19.3).
+    fn set_secondary_ready(&self, shard: u32, epoch: u64, ready: bool) -> Result<(), NotSecondary>;
     /// The held set and admission state, republished on every change.
     fn assignment(&self) -> watch::Receiver<Assignment>;
 }
@@ -68,6 +86,14 @@ impl Ownership for ExecutorHandle {
 
     fn admit_key(&self, key: &[u8]) -> Result<Permit, AdmitError> {
         ExecutorHandle::admit_key(self, key)
+    }
+
+    fn admit_key_as(&self, key: &[u8], role: RoleWanted) -> Result<Permit, AdmitError> {
+        ExecutorHandle::admit_key_as(self, key, role)
+    }
+
+    fn set_secondary_ready(&self, shard: u32, epoch: u64, ready: bool) -> Result<(), NotSecondary> {
+        ExecutorHandle::set_secondary_ready(self, shard, epoch, ready)
     }
 
     fn assignment(&self) -> watch::Receiver<Assignment> {
@@ -109,11 +135,13 @@ struct Inner<O> {
     opened: Mutex<BTreeMap<u32, u64>>,
     store_slots: Semaphore,
     write_delay: Option<WriteDelay>,
+    /// The warm copies of the shards held as secondaries ([`crate::copies`]).
+    copies: Copies,
     counters: Counters,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     writes_accepted: AtomicU64,
     stale_writes_refused: AtomicU64,
     reads: AtomicU64,
@@ -121,6 +149,11 @@ struct Counters {
     fenced_by_store: AtomicU64,
     epoch_raises: AtomicU64,
     writes_in_flight: AtomicU64,
+    secondary_reads: AtomicU64,
+    pub(crate) secondaries_said_ready: AtomicU64,
+    pub(crate) copy_changes_applied: AtomicU64,
+    pub(crate) copy_changes_refused: AtomicU64,
+    pub(crate) copy_refresh_failures: AtomicU64,
 }
 
 /// Why a request could not be served.
@@ -205,6 +238,7 @@ impl<O: Ownership> KvService<O> {
                 opened: Mutex::new(BTreeMap::new()),
                 store_slots: Semaphore::new(MAX_STORE_OPERATIONS),
                 write_delay,
+                copies: Copies::default(),
                 counters: Counters::default(),
             }),
         }
@@ -230,7 +264,29 @@ impl<O: Ownership> KvService<O> {
             fenced_by_store: load(&counters.fenced_by_store),
             epoch_raises: load(&counters.epoch_raises),
             writes_in_flight: load(&counters.writes_in_flight),
+            secondary_reads: load(&counters.secondary_reads),
+            secondary_copies: self.inner.copies.len() as u64,
+            secondaries_said_ready: load(&counters.secondaries_said_ready),
+            copy_changes_applied: load(&counters.copy_changes_applied),
+            copy_changes_refused: load(&counters.copy_changes_refused),
+            copy_refresh_failures: load(&counters.copy_refresh_failures),
         }
+    }
+
+    pub(crate) fn ownership(&self) -> &O {
+        &self.inner.ownership
+    }
+
+    pub(crate) fn store(&self) -> &ShardStore {
+        &self.inner.store
+    }
+
+    pub(crate) fn copies(&self) -> &Copies {
+        &self.inner.copies
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.inner.counters
     }
 
     /// Gate 2 as shards arrive: on every change of the held set, raises the store's epoch of
@@ -373,32 +429,48 @@ impl<O: Ownership> KvService<O> {
         )
     }
 
-    /// Gate 1: the permit for `key`, or `421`.
+    /// Gate 1: the primary's permit for `key`, or `421`.
     fn admit(&self, key: &str) -> Result<Permit, Refused> {
+        self.admit_as(key, RoleWanted::Primary)
+    }
+
+    /// Gate 1 for work wanting `role`: the permit for `key`, or `421`. Only the primary is ever
+    /// admitted through [`Ownership::admit_key`], so a primary's path is exactly what it was.
+    fn admit_as(&self, key: &str, role: RoleWanted) -> Result<Permit, Refused> {
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
             return Err(
                 HttpError::invalid(format!("a key is 1 to {MAX_KEY_BYTES} bytes long")).into(),
             );
         }
-        self.inner
-            .ownership
-            .admit_key(key.as_bytes())
-            .map_err(|error| match error {
-                AdmitError::NotOwner => self.misdirected(
-                    Refusal::NotOwner,
-                    None,
-                    None,
-                    "this executor does not hold the key's shard; refresh the routing table".into(),
+        let ownership = &self.inner.ownership;
+        let admitted = match role {
+            RoleWanted::Primary => ownership.admit_key(key.as_bytes()),
+            RoleWanted::Secondary | RoleWanted::Any => ownership.admit_key_as(key.as_bytes(), role),
+        };
+        admitted.map_err(|error| match error {
+            AdmitError::NotOwner => self.misdirected(
+                Refusal::NotOwner,
+                None,
+                None,
+                format!(
+                    "this executor does not hold the key's shard as {}; refresh the routing \
+                         table",
+                    match role {
+                        RoleWanted::Primary => "its primary",
+                        RoleWanted::Secondary => "a secondary",
+                        RoleWanted::Any => "a replica",
+                    }
                 ),
-                AdmitError::NotReady => self.misdirected(
-                    Refusal::NotAdmitting,
-                    None,
-                    None,
-                    "this executor is not admitting work (lease lapsed, not registered, or \
+            ),
+            AdmitError::NotReady => self.misdirected(
+                Refusal::NotAdmitting,
+                None,
+                None,
+                "this executor is not admitting work (lease lapsed, not registered, or \
                      stopping); refresh the routing table"
-                        .into(),
-                ),
-            })
+                    .into(),
+            ),
+        })
     }
 
     fn misdirected(
@@ -422,7 +494,7 @@ impl<O: Ownership> KvService<O> {
     }
 
     /// Runs `operation` on the blocking pool, at most [`MAX_STORE_OPERATIONS`] at once.
-    async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         operation: impl FnOnce(&ShardStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, HttpError> {
@@ -550,13 +622,30 @@ async fn put_value<O: Ownership>(
     }
 }
 
-/// `GET /kv/{key}`: a read fenced the same way (a deposed owner serves nothing).
+/// `GET /kv/{key}[?read=primary|secondary|any]`: by default (and for `any` where this process
+/// is the primary) a read fenced the same way as a write (a deposed owner serves nothing);
+/// `secondary` (and `any` where this process holds a secondary) from the warm copy.
 async fn get_value<O: Ownership>(
     State(service): State<KvService<O>>,
     path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<GetReply>, Refused> {
     let key = key_of(path)?;
-    let permit = service.admit(&key)?;
+    let Query(ReadQuery { read }) =
+        query.map_err(|rejection| HttpError::invalid(rejection.body_text()))?;
+    let permit = service.admit_as(&key, read)?;
+    match permit.role {
+        Role::Primary => read_primary(&service, key, permit).await,
+        Role::Secondary => read_secondary(&service, key, permit),
+    }
+}
+
+/// A primary's read: gates 2 and 3, from the store.
+async fn read_primary<O: Ownership>(
+    service: &KvService<O>,
+    key: String,
+    permit: Permit,
+) -> Result<Json<GetReply>, Refused> {
     service.open_for_request(permit).await?;
     let Permit { shard, epoch, .. } = permit;
     let lookup = key.clone();
@@ -572,6 +661,8 @@ async fn get_value<O: Ownership>(
                 shard,
                 epoch,
                 written_epoch: stored.written_epoch,
+                role: Role::Primary,
+                copy: None,
             }))
         }
         ReadOutcome::Missing => {
@@ -583,6 +674,54 @@ async fn get_value<O: Ownership>(
             service.opened().remove(&shard);
             Err(service.fenced(permit, store_epoch))
         }
+    }
+}
+
+/// A secondary's read: from the copy, saying how fresh it is; `421 warming` while the copy is
+/// not complete. Nothing here touches the store or its fence.
+fn read_secondary<O: Ownership>(
+    service: &KvService<O>,
+    key: String,
+    permit: Permit,
+) -> Result<Json<GetReply>, Refused> {
+    let Permit { shard, epoch, .. } = permit;
+    let counters = &service.inner.counters;
+    let found = match service
+        .inner
+        .copies
+        .read(shard, &key, std::time::Instant::now())
+    {
+        CopyRead::Warming => {
+            return Err(service.misdirected(
+                Refusal::Warming,
+                Some(permit),
+                None,
+                format!(
+                    "shard {shard}: this executor's copy as a secondary is not complete yet; \
+                     refresh the routing table"
+                ),
+            ))
+        }
+        CopyRead::Found(stored, freshness) => Some((stored, freshness)),
+        CopyRead::Missing(_) => None,
+    };
+    counters.reads.fetch_add(1, Ordering::Relaxed);
+    counters.secondary_reads.fetch_add(1, Ordering::Relaxed);
+    metrics::counter!("leasehold_kv_secondary_reads_total").increment(1);
+    match found {
+        Some((stored, freshness)) => Ok(Json(GetReply {
+            key,
+            value: stored.value,
+            shard,
+            epoch,
+            written_epoch: stored.written_epoch,
+            role: Role::Secondary,
+            copy: Some(freshness),
+        })),
+        None => Err(HttpError::not_found(format!(
+            "no value for key {key:?} in this secondary's copy"
+        ))
+        .into()),
     }
 }
 
@@ -599,16 +738,20 @@ mod tests {
     use axum::http::{Method, Request};
     use leasehold_api::shard_for_key;
     use leasehold_api::wire::ShardEpoch;
+    use leasehold_executor::Secondary;
     use tower::ServiceExt;
 
     use super::*;
+    use crate::copies::CopyConfig;
 
     const SHARDS: u32 = 4;
 
-    /// Ownership the test sets: shard → epoch held, and whether admitting.
+    /// Ownership the test sets: shard → epoch held as the primary and as a secondary, and
+    /// whether admitting; what the service said ready is recorded.
     #[derive(Clone)]
     struct FakeOwnership {
         view: Arc<watch::Sender<Assignment>>,
+        said_ready: Arc<Mutex<Vec<(u32, u64, bool)>>>,
     }
 
     impl FakeOwnership {
@@ -616,6 +759,7 @@ mod tests {
             let (view, _) = watch::channel(assignment(&[], AdmissionState::Fenced));
             Self {
                 view: Arc::new(view),
+                said_ready: Arc::default(),
             }
         }
 
@@ -624,9 +768,27 @@ mod tests {
                 .send_replace(assignment(held, AdmissionState::Admitting));
         }
 
+        /// Holds `primaries`, and `secondaries` as secondaries not ready.
+        fn hold_both(&self, primaries: &[(u32, u64)], secondaries: &[(u32, u64)]) {
+            let mut view = assignment(primaries, AdmissionState::Admitting);
+            view.secondaries = secondaries
+                .iter()
+                .map(|&(shard, epoch)| Secondary {
+                    shard,
+                    epoch,
+                    ready: false,
+                })
+                .collect();
+            self.view.send_replace(view);
+        }
+
         fn fence(&self) {
             self.view
                 .send_modify(|view| view.admission = AdmissionState::Fenced);
+        }
+
+        fn said_ready(&self) -> Vec<(u32, u64, bool)> {
+            self.said_ready.lock().unwrap().clone()
         }
     }
 
@@ -661,6 +823,62 @@ mod tests {
                 .find(|held| held.shard == shard)
                 .map(|held| Permit::primary(shard, held.epoch))
                 .ok_or(AdmitError::NotOwner)
+        }
+
+        /// As the executor's admission core: a secondary's permit only where held as one.
+        fn admit_key_as(&self, key: &[u8], role: RoleWanted) -> Result<Permit, AdmitError> {
+            let shard = shard_of(key);
+            let as_secondary = || {
+                let view = self.view.borrow();
+                if view.admission != AdmissionState::Admitting {
+                    return Err(AdmitError::NotReady);
+                }
+                view.secondaries
+                    .iter()
+                    .find(|held| held.shard == shard)
+                    .map(|held| Permit {
+                        shard,
+                        epoch: held.epoch,
+                        role: Role::Secondary,
+                    })
+                    .ok_or(AdmitError::NotOwner)
+            };
+            match role {
+                RoleWanted::Primary => self.admit(shard),
+                RoleWanted::Secondary => as_secondary(),
+                RoleWanted::Any => match self.admit(shard) {
+                    Err(AdmitError::NotOwner) => as_secondary(),
+                    other => other,
+                },
+            }
+        }
+
+        fn set_secondary_ready(
+            &self,
+            shard: u32,
+            epoch: u64,
+            ready: bool,
+        ) -> Result<(), NotSecondary> {
+            let mut refused = None;
+            self.view.send_modify(|view| {
+                match view.secondaries.iter_mut().find(|s| s.shard == shard) {
+                    Some(held) if held.epoch == epoch || !ready => held.ready = ready,
+                    held => {
+                        refused = Some(NotSecondary {
+                            shard,
+                            epoch,
+                            held_at: held.map(|held| held.epoch),
+                        })
+                    }
+                }
+            });
+            match refused {
+                Some(error) => Err(error),
+                None => {
+                    self.said_ready.lock().unwrap().push((shard, epoch, ready));
+                    Ok(())
+                }
+            }
         }
 
         fn assignment(&self) -> watch::Receiver<Assignment> {
@@ -706,6 +924,15 @@ mod tests {
         key: &str,
         value: Option<&str>,
     ) -> (StatusCode, serde_json::Value) {
+        call_at(service, method, &format!("/kv/{key}"), value).await
+    }
+
+    async fn call_at(
+        service: &KvService<FakeOwnership>,
+        method: Method,
+        uri: &str,
+        value: Option<&str>,
+    ) -> (StatusCode, serde_json::Value) {
         let body = value.map_or_else(Body::empty, |value| {
             Body::from(
                 serde_json::to_vec(&PutRequest {
@@ -716,7 +943,7 @@ mod tests {
         });
         let request = Request::builder()
             .method(method)
-            .uri(format!("/kv/{key}"))
+            .uri(uri)
             .header(CONTENT_TYPE, "application/json")
             .body(body)
             .unwrap();
@@ -899,6 +1126,230 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("condition not met within 10 s");
+    }
+
+    /// One page of one change per refresh, so a copy of a few keys takes several refreshes.
+    const SMALL_PAGES: CopyConfig = CopyConfig {
+        refresh: Duration::from_millis(10),
+        page_rows: 1,
+        pages_per_refresh: 1,
+    };
+
+    /// P19.3: a secondary is said ready, at the epoch its set shows, only once its copy has
+    /// caught up with the store, not while it is still copying; and only once. Fails if
+    /// `refresh_secondaries` says a secondary ready before its copy is complete.
+    #[tokio::test]
+    async fn p19_3_a_secondary_is_said_ready_only_once_its_copy_is_complete() {
+        let s = setup(None);
+        // The primary (another process) wrote three keys at epoch 4.
+        let primary = ShardStore::open(s.store.dir()).unwrap();
+        let keys: Vec<String> = (0..3).map(|i| key_in(2, &format!("k{i}-"))).collect();
+        for key in &keys {
+            assert_eq!(primary.put(2, 4, key, "v").unwrap(), WriteOutcome::Written);
+        }
+        s.ownership.hold_both(&[], &[(2, 4)]);
+        for round in 1..=2 {
+            let view = s.ownership.view.borrow().clone();
+            s.service.refresh_secondaries(&view, &SMALL_PAGES).await;
+            assert!(
+                s.ownership.said_ready().is_empty(),
+                "said ready after {round} of 3 changes"
+            );
+            let (status, body) = call_at(
+                &s.service,
+                Method::GET,
+                &format!("/kv/{}?read=secondary", keys[0]),
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+            assert_eq!(body["reason"], "warming", "a warming copy serves nothing");
+        }
+        let view = s.ownership.view.borrow().clone();
+        s.service.refresh_secondaries(&view, &SMALL_PAGES).await;
+        assert_eq!(s.ownership.said_ready(), vec![(2, 4, true)]);
+        // Ready already: not said again, however many refreshes follow.
+        for _ in 0..3 {
+            let view = s.ownership.view.borrow().clone();
+            s.service.refresh_secondaries(&view, &SMALL_PAGES).await;
+        }
+        assert_eq!(s.ownership.said_ready().len(), 1);
+        let stats = s.service.stats();
+        assert_eq!(
+            (
+                stats.secondaries_said_ready,
+                stats.copy_changes_applied,
+                stats.secondary_copies
+            ),
+            (1, 3, 1)
+        );
+    }
+
+    /// P19.5: `?read=secondary` is admitted only where the key's shard is held as a secondary
+    /// and is served from the copy, saying so and how fresh the copy is; the primary's reads
+    /// (no query) and every write are refused `421` there; a shard held as the primary is not
+    /// read as a secondary. The copy follows the store's later writes and is dropped with the
+    /// secondary. Fails if the secondary read is admitted in another role (`admit_key_as(..,
+    /// Secondary)`), or served from the store rather than the copy.
+    #[tokio::test]
+    async fn p19_5_a_secondary_read_is_admitted_only_as_a_secondary_and_served_from_the_copy() {
+        let s = setup(None);
+        let primary = ShardStore::open(s.store.dir()).unwrap();
+        let key = key_in(1, "k");
+        assert_eq!(
+            primary.put(1, 3, &key, "v1").unwrap(),
+            WriteOutcome::Written
+        );
+        // Shard 1 held as a secondary at the primary's epoch 3; shard 0 as the primary.
+        s.ownership.hold_both(&[(0, 5)], &[(1, 3)]);
+        let view = s.ownership.view.borrow().clone();
+        s.service
+            .refresh_secondaries(&view, &CopyConfig::default())
+            .await;
+
+        let secondary_read = format!("/kv/{key}?read=secondary");
+        let (status, body) = call_at(&s.service, Method::GET, &secondary_read, None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            (
+                &body["value"],
+                &body["role"],
+                &body["epoch"],
+                &body["written_epoch"]
+            ),
+            (&"v1".into(), &"secondary".into(), &3.into(), &3.into())
+        );
+        assert_eq!(body["copy"]["applied_epoch"], 3);
+        assert_eq!(body["copy"]["position"], 1);
+        assert!(body["copy"]["age_ms"].as_u64().is_some(), "{body}");
+        let (status, body) = call_at(
+            &s.service,
+            Method::GET,
+            &format!("/kv/{key}?read=any"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (status, &body["role"]),
+            (StatusCode::OK, &"secondary".into())
+        );
+
+        // Not the primary: a primary read and a write of the key are refused.
+        let (status, body) = call(&s.service, Method::GET, &key, None).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert_eq!(body["reason"], "not_owner");
+        let (status, body) = call(&s.service, Method::PUT, &key, Some("v2")).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert_eq!(body["reason"], "not_owner");
+
+        // A shard held as the primary is not a secondary here; `any` reads it as the primary.
+        let own = key_in(0, "own");
+        let (status, body) = call(&s.service, Method::PUT, &own, Some("mine")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (status, body) = call_at(
+            &s.service,
+            Method::GET,
+            &format!("/kv/{own}?read=secondary"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert_eq!(body["reason"], "not_owner");
+        let (status, body) = call_at(
+            &s.service,
+            Method::GET,
+            &format!("/kv/{own}?read=any"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            (body.get("role"), body.get("copy")),
+            (None, None),
+            "a primary read's body is unchanged: {body}"
+        );
+
+        // Served from the copy: a write the copy has not fetched yet is not seen, then is.
+        assert_eq!(
+            primary.put(1, 3, &key, "v2").unwrap(),
+            WriteOutcome::Written
+        );
+        let (_, body) = call_at(&s.service, Method::GET, &secondary_read, None).await;
+        assert_eq!(body["value"], "v1", "read from the copy, not the store");
+        let view = s.ownership.view.borrow().clone();
+        s.service
+            .refresh_secondaries(&view, &CopyConfig::default())
+            .await;
+        let (_, body) = call_at(&s.service, Method::GET, &secondary_read, None).await;
+        assert_eq!(
+            (&body["value"], &body["copy"]["position"]),
+            (&"v2".into(), &2.into())
+        );
+        let (status, _) = call_at(
+            &s.service,
+            Method::GET,
+            &format!("/kv/{}?read=secondary", key_in(1, "never")),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, body) = call_at(
+            &s.service,
+            Method::GET,
+            &format!("/kv/{key}?read=nearest"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+        // Fenced: a secondary serves nothing either (P19.1).
+        s.ownership.fence();
+        let (status, body) = call_at(&s.service, Method::GET, &secondary_read, None).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert_eq!(body["reason"], "not_admitting");
+
+        // The secondary dropped: its copy goes, and its reads are refused.
+        s.ownership.hold_both(&[(0, 5)], &[]);
+        let view = s.ownership.view.borrow().clone();
+        s.service
+            .refresh_secondaries(&view, &CopyConfig::default())
+            .await;
+        assert_eq!(s.service.stats().secondary_copies, 0);
+        let (status, body) = call_at(&s.service, Method::GET, &secondary_read, None).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert_eq!(body["reason"], "not_owner");
+        assert_eq!(s.service.stats().secondary_reads, 5);
+    }
+
+    /// The copy task on its own: a shard placed here as a secondary is copied and said ready
+    /// without a request, and the copy follows the store on the refresh interval.
+    #[tokio::test]
+    async fn secondaries_are_copied_and_said_ready_as_they_arrive() {
+        let s = setup(None);
+        let primary = ShardStore::open(s.store.dir()).unwrap();
+        let key = key_in(3, "k");
+        assert_eq!(
+            primary.put(3, 2, &key, "v1").unwrap(),
+            WriteOutcome::Written
+        );
+        let task = tokio::spawn(s.service.clone().keep_secondaries(CopyConfig {
+            refresh: Duration::from_millis(20),
+            ..CopyConfig::default()
+        }));
+        s.ownership.hold_both(&[], &[(3, 2)]);
+        wait_for(|| s.ownership.said_ready() == vec![(3, 2, true)]).await;
+        assert_eq!(
+            primary.put(3, 2, &key, "v2").unwrap(),
+            WriteOutcome::Written
+        );
+        wait_for(|| {
+            matches!(
+                s.service.copies().read(3, &key, std::time::Instant::now()),
+                CopyRead::Found(stored, _) if stored.value == "v2"
+            )
+        })
+        .await;
+        task.abort();
     }
 
     #[tokio::test]

@@ -16,6 +16,14 @@
 //! served the shard ([`ShardStore::raise_epoch`]). Reads compare too, so a deposed owner does not
 //! serve data it no longer owns.
 //!
+//! **The change position.** Every accepted write also takes the shard's next position (`seq`),
+//! in the same transaction, and the fence row keeps the highest one given (the high-water mark).
+//! A secondary's warm copy ([`crate::copies`]) fetches only what changed since the position it
+//! has applied ([`ShardStore::changes_since`]). Writes are serialised by the file's write lock,
+//! so positions are given in commit order: a reader that sees position N sees every change up to
+//! N, with no gap a later commit could fill. Keys are only ever upserted (the service has no
+//! delete), so the newest row of each key changed since N is the whole delta.
+//!
 //! Everything here is synchronous (rusqlite); the service calls it on tokio's blocking pool.
 
 use std::collections::BTreeMap;
@@ -31,10 +39,12 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 /// process's locks), and the request is answered `503` instead of waiting without bound.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The schema of every shard file. `fence` has exactly one row, naming the shard the file belongs
-/// to (checked on open, so a file copied or renamed to another shard's name is refused) and the
-/// highest epoch accepted. `kv.epoch` is the epoch each value was written at, which readers get
-/// back, so a history check can tell which owner wrote what.
+/// The schema of every shard file as the first release of this example wrote it. `fence` has
+/// exactly one row, naming the shard the file belongs to (checked on open, so a file copied or
+/// renamed to another shard's name is refused) and the highest epoch accepted. `kv.epoch` is the
+/// epoch each value was written at, which readers get back, so a history check can tell which
+/// owner wrote what. The change positions are added by [`migrate`], to new files and to files
+/// written before they existed alike, so both take one path.
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS fence (
         shard INTEGER PRIMARY KEY NOT NULL,
@@ -46,6 +56,16 @@ const SCHEMA: &str = "
         epoch INTEGER NOT NULL CHECK (epoch >= 0)
     );
 ";
+
+/// The position columns [`migrate`] adds: each row's position (`kv.seq`), and the highest one
+/// given (`fence.seq`, the high-water mark).
+const POSITION_COLUMNS: &str = "
+    ALTER TABLE kv ADD COLUMN seq INTEGER NOT NULL DEFAULT 0 CHECK (seq >= 0);
+    ALTER TABLE fence ADD COLUMN seq INTEGER NOT NULL DEFAULT 0 CHECK (seq >= 0);
+";
+
+/// The delta of a copy is read by position.
+const POSITION_INDEX: &str = "CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (seq);";
 
 /// Why a store operation failed (not a refusal by the epoch rule: those are outcomes).
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +102,14 @@ pub enum StoreError {
     /// The stored epoch is negative or otherwise not one this code wrote.
     #[error("shard {shard}: stored epoch {stored} is not valid")]
     CorruptEpoch {
+        /// The shard.
+        shard: u32,
+        /// What the file holds.
+        stored: i64,
+    },
+    /// A stored position is negative: not one this code wrote.
+    #[error("shard {shard}: stored position {stored} is not valid")]
+    CorruptPosition {
         /// The shard.
         shard: u32,
         /// What the file holds.
@@ -149,6 +177,33 @@ pub struct Stored {
     pub value: String,
     /// The epoch of the owner that wrote it.
     pub written_epoch: u64,
+}
+
+/// One key as it changed: its newest value, the epoch it was written at and its position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+    /// The epoch of the owner that wrote it.
+    pub epoch: u64,
+    /// The position the write took.
+    pub seq: u64,
+}
+
+/// What changed in a shard after a position, read in one transaction
+/// ([`ShardStore::changes_since`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangePage {
+    /// The highest epoch the store had accepted for the shard.
+    pub store_epoch: u64,
+    /// The highest position the store had given: a copy that applied every change up to it
+    /// held exactly what the store held.
+    pub high_water: u64,
+    /// The changes after the position asked for, ascending by position, at most the limit
+    /// asked for: fewer than `high_water` reaches when the limit cut them.
+    pub changes: Vec<Change>,
 }
 
 /// What a fenced read found ([`ShardStore::get`]).
@@ -250,16 +305,19 @@ impl ShardStore {
                     store_epoch: stored,
                 });
             }
-            if epoch > stored {
-                tx.execute(
-                    "UPDATE fence SET epoch = ?1 WHERE shard = ?2",
-                    params![write_epoch, i64::from(shard)],
-                )?;
-            }
+            // The fence's epoch rises with a higher write, and its high-water mark by one: the
+            // position this write takes, given under the write lock, so in commit order.
+            let seq: i64 = tx.query_row(
+                "UPDATE fence SET epoch = max(epoch, ?1), seq = seq + 1 WHERE shard = ?2
+                 RETURNING seq",
+                params![write_epoch, i64::from(shard)],
+                |row| row.get(0),
+            )?;
             tx.execute(
-                "INSERT INTO kv (key, value, epoch) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value, epoch = excluded.epoch",
-                params![key, value, write_epoch],
+                "INSERT INTO kv (key, value, epoch, seq) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (key) DO UPDATE
+                 SET value = excluded.value, epoch = excluded.epoch, seq = excluded.seq",
+                params![key, value, write_epoch, seq],
             )?;
             tx.commit()?;
             Ok(WriteOutcome::Written)
@@ -294,6 +352,60 @@ impl ShardStore {
                 })),
             }
         })
+    }
+
+    /// Every change of `shard` after position `after`, at most `limit` of them, ascending, with
+    /// the stored epoch and the high-water mark, all read in one transaction so they agree: the
+    /// delta a secondary's copy applies ([`crate::copies::ShardCopy::apply`]). Not fenced: a
+    /// secondary holds no epoch of its own to compare (its permits carry the primary's, P19.1),
+    /// and it only reads.
+    pub fn changes_since(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+    ) -> Result<ChangePage, StoreError> {
+        let after_sql = to_sql_position(after);
+        let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_connection(shard, |connection| {
+            let tx = connection.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let store_epoch = read_fence(&tx, shard)?;
+            let high_water = read_high_water(&tx, shard)?;
+            let rows: Vec<(String, String, i64, i64)> = {
+                let mut statement = tx.prepare_cached(
+                    "SELECT key, value, epoch, seq FROM kv WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                )?;
+                let rows = statement
+                    .query_map(params![after_sql, limit_sql], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                rows
+            };
+            tx.commit()?;
+            let changes = rows
+                .into_iter()
+                .map(|(key, value, epoch, seq)| {
+                    Ok(Change {
+                        key,
+                        value,
+                        epoch: from_sql(shard, epoch)?,
+                        seq: position_from_sql(shard, seq)?,
+                    })
+                })
+                .collect::<Result<_, StoreError>>()?;
+            Ok(ChangePage {
+                store_epoch,
+                high_water,
+                changes,
+            })
+        })
+    }
+
+    /// The highest position `shard` has given (0 for a shard never written): for inspection
+    /// and tests.
+    pub fn high_water(&self, shard: u32) -> Result<u64, StoreError> {
+        self.with_connection(shard, |connection| read_high_water(connection, shard))
     }
 
     /// The stored epoch of `shard` (0 for a shard never served): for inspection and tests.
@@ -344,7 +456,7 @@ impl ShardStore {
             path: path.clone(),
             source,
         };
-        let connection = Connection::open(&path).map_err(opened)?;
+        let mut connection = Connection::open(&path).map_err(opened)?;
         connection.busy_timeout(BUSY_TIMEOUT).map_err(opened)?;
         // The default rollback journal, not WAL: WAL needs shared memory between the processes,
         // which shared storage does not give. FULL sync: a write is acknowledged only once it is
@@ -374,10 +486,49 @@ impl ShardStore {
                 found,
             });
         }
+        migrate(&mut connection).map_err(opened)?;
         Ok(connection)
     }
 }
 
+/// Gives a file without change positions (written before they existed, or just created) its
+/// position columns, numbering the rows it already holds, and the index the deltas are read by.
+/// In one `IMMEDIATE` transaction that checks again under the write lock, so two processes
+/// opening the same old file at once migrate it once.
+///
+/// The rows are numbered in the order of the epochs they were written at (then of insertion),
+/// the order a copy applies them in: a copy refuses a change at an epoch below one it applied
+/// ([`crate::copies::ShardCopy::apply`]), so numbering by insertion alone would have it refuse an
+/// old key written before a newer key was last updated at a higher epoch.
+fn migrate(connection: &mut Connection) -> Result<(), rusqlite::Error> {
+    let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let has_positions: bool = tx.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('kv') WHERE name = 'seq'",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_positions {
+        tx.execute_batch(POSITION_COLUMNS)?;
+        let rowids: Vec<i64> = {
+            let mut statement = tx.prepare("SELECT rowid FROM kv ORDER BY epoch, rowid")?;
+            let rowids = statement
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            rowids
+        };
+        let mut numbered: i64 = 0;
+        {
+            let mut update = tx.prepare("UPDATE kv SET seq = ?1 WHERE rowid = ?2")?;
+            for rowid in rowids {
+                numbered += 1;
+                update.execute(params![numbered, rowid])?;
+            }
+        }
+        tx.execute("UPDATE fence SET seq = ?1", params![numbered])?;
+    }
+    tx.execute_batch(POSITION_INDEX)?;
+    tx.commit()
+}
 /// An error inside a transaction: SQLite's, or one of ours (a bad stored value).
 #[derive(Debug)]
 enum StoreOpError {
@@ -404,6 +555,25 @@ fn read_fence(connection: &Connection, shard: u32) -> Result<u64, StoreOpError> 
         |row| row.get(0),
     )?;
     Ok(from_sql(shard, stored)?)
+}
+
+fn read_high_water(connection: &Connection, shard: u32) -> Result<u64, StoreOpError> {
+    let stored: i64 = connection.query_row(
+        "SELECT seq FROM fence WHERE shard = ?1",
+        params![i64::from(shard)],
+        |row| row.get(0),
+    )?;
+    Ok(position_from_sql(shard, stored)?)
+}
+
+/// A position to compare with: every stored one is at most `i64::MAX`, so a larger one asks for
+/// nothing and is clamped rather than refused.
+fn to_sql_position(position: u64) -> i64 {
+    i64::try_from(position).unwrap_or(i64::MAX)
+}
+
+fn position_from_sql(shard: u32, stored: i64) -> Result<u64, StoreError> {
+    u64::try_from(stored).map_err(|_| StoreError::CorruptPosition { shard, stored })
 }
 
 fn to_sql(epoch: u64) -> Result<i64, StoreError> {
@@ -535,6 +705,116 @@ mod tests {
                 }
             ),
             "{error}"
+        );
+    }
+
+    fn change(key: &str, value: &str, epoch: u64, seq: u64) -> Change {
+        Change {
+            key: key.into(),
+            value: value.into(),
+            epoch,
+            seq,
+        }
+    }
+
+    /// The change position: each accepted write takes the next one in its own transaction (an
+    /// update of a key moves the key to its new position), a refused write takes none, and the
+    /// delta after a position is the newest row of each key changed since, in order, cut at the
+    /// limit, beside the high-water mark and the stored epoch. Fails if `put` stops advancing
+    /// the position or writing it with the row.
+    #[test]
+    fn each_write_takes_the_next_position_and_a_delta_reads_what_changed_since() {
+        let (_dir, store) = store();
+        assert_eq!(store.high_water(4).unwrap(), 0);
+        assert_eq!(store.put(4, 1, "a", "a1").unwrap(), WriteOutcome::Written);
+        assert_eq!(store.put(4, 1, "b", "b1").unwrap(), WriteOutcome::Written);
+        assert_eq!(store.put(4, 2, "a", "a2").unwrap(), WriteOutcome::Written);
+        assert_eq!(
+            store.put(4, 1, "c", "stale").unwrap(),
+            WriteOutcome::StaleEpoch { store_epoch: 2 }
+        );
+        assert_eq!(
+            store.high_water(4).unwrap(),
+            3,
+            "the refused write took none"
+        );
+        let all = store.changes_since(4, 0, 100).unwrap();
+        assert_eq!(
+            all,
+            ChangePage {
+                store_epoch: 2,
+                high_water: 3,
+                changes: vec![change("b", "b1", 1, 2), change("a", "a2", 2, 3)],
+            }
+        );
+        let after = store.changes_since(4, 2, 100).unwrap();
+        assert_eq!(after.changes, vec![change("a", "a2", 2, 3)]);
+        let cut = store.changes_since(4, 0, 1).unwrap();
+        assert_eq!(
+            (cut.changes, cut.high_water),
+            (vec![change("b", "b1", 1, 2)], 3),
+            "cut at the limit, the high-water mark says more is there"
+        );
+        assert!(store.changes_since(4, 3, 100).unwrap().changes.is_empty());
+        assert!(store
+            .changes_since(4, u64::MAX, 100)
+            .unwrap()
+            .changes
+            .is_empty());
+        // A raise moves the epoch, not the position: nothing was written.
+        assert_eq!(store.raise_epoch(4, 5).unwrap(), Raise::Raised { from: 2 });
+        let raised = store.changes_since(4, 3, 100).unwrap();
+        assert_eq!((raised.store_epoch, raised.high_water), (5, 3));
+    }
+
+    /// A shard file written before change positions existed opens: its rows are numbered in
+    /// the order of their epochs (then of insertion), its high-water mark is their count, and
+    /// the next write takes the one after. Opening it again (another process) changes nothing.
+    /// Fails without the migration (no `seq` column) or with rows numbered by insertion only.
+    #[test]
+    fn a_file_without_positions_is_migrated_on_open_in_epoch_order() {
+        let (_dir, store) = store();
+        let path = store.path_of(6);
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(SCHEMA).unwrap();
+            old.execute_batch(
+                "INSERT INTO fence (shard, epoch) VALUES (6, 3);
+                 INSERT INTO kv (key, value, epoch) VALUES ('first', 'f', 3);
+                 INSERT INTO kv (key, value, epoch) VALUES ('second', 's', 1);
+                 INSERT INTO kv (key, value, epoch) VALUES ('third', 't', 2);",
+            )
+            .unwrap();
+        }
+        let page = store.changes_since(6, 0, 100).unwrap();
+        assert_eq!(
+            page,
+            ChangePage {
+                store_epoch: 3,
+                high_water: 3,
+                changes: vec![
+                    change("second", "s", 1, 1),
+                    change("third", "t", 2, 2),
+                    change("first", "f", 3, 3),
+                ],
+            }
+        );
+        assert_eq!(
+            store.put(6, 3, "fourth", "4").unwrap(),
+            WriteOutcome::Written
+        );
+        store.forget(6);
+        let again = ShardStore::open(store.dir()).unwrap();
+        let page = again.changes_since(6, 2, 100).unwrap();
+        assert_eq!(
+            page.changes,
+            vec![change("first", "f", 3, 3), change("fourth", "4", 3, 4)],
+            "a second open numbers nothing again"
+        );
+        assert_eq!(
+            again.get(6, 3, "second").unwrap(),
+            found("s", 1),
+            "the data survives the migration"
         );
     }
 

@@ -2,6 +2,7 @@
 //! ([`crate::client`]), so a field renamed here is a compile error on both sides.
 
 use leasehold_api::problem::Problem;
+use leasehold_api::wire::Role;
 use serde::{Deserialize, Serialize};
 
 /// Largest value accepted, in bytes: an example's bound, far above what the tests write.
@@ -26,6 +27,17 @@ pub struct PutReply {
     pub epoch: u64,
 }
 
+/// `GET /kv/{key}?read=...`: which replica may serve the read (PROTOCOL P19.5). A write is the
+/// primary's only, whatever it asks. Other parameters are ignored, as they were before replicas,
+/// so a primary read that carried one is served as it always was.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadQuery {
+    /// `primary` (the default: the owner, fenced by the store), `secondary` (a warm copy only)
+    /// or `any` (whichever role this process holds the key's shard in).
+    #[serde(default)]
+    pub read: leasehold_executor::RoleWanted,
+}
+
 /// `200` to `GET /kv/{key}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GetReply {
@@ -35,10 +47,30 @@ pub struct GetReply {
     pub value: String,
     /// Its shard.
     pub shard: u32,
-    /// The epoch of the owner that served the read.
+    /// The shard's epoch where the read was served: the epoch this process owns it at, or, from
+    /// a secondary, the primary's epoch as its set shows it.
     pub epoch: u64,
     /// The epoch of the owner that wrote the value.
     pub written_epoch: u64,
+    /// Which replica served the read: absent for the primary, so a primary read's body is what
+    /// it was before replicas.
+    #[serde(default, skip_serializing_if = "Role::is_primary")]
+    pub role: Role,
+    /// From a secondary: how fresh its copy was when it served the read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyFreshness>,
+}
+
+/// How fresh a secondary's copy is: what a secondary read may have missed is the writes after
+/// `position`, and at most those of the last `age_ms` (plus the read's own time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyFreshness {
+    /// The highest epoch of a change the copy has applied.
+    pub applied_epoch: u64,
+    /// The store's change position the copy has applied up to.
+    pub position: u64,
+    /// Milliseconds since the copy last held everything the store had.
+    pub age_ms: u64,
 }
 
 /// Why the service refused a request, beside the problem's `code` (RFC 9457 extension member
@@ -54,6 +86,9 @@ pub enum Refusal {
     /// `421`: the store has accepted a newer owner's epoch for the shard than the one this
     /// process holds it at: another process owns it now.
     Fenced,
+    /// `421`: this process holds the shard as a secondary but its copy is not complete yet (it
+    /// says the secondary ready only once it is, so a current routing table does not send here).
+    Warming,
     /// `409`: the store refused the write by the epoch rule (a newer owner raised the stored
     /// epoch while this write was in flight). Nothing was written.
     StaleEpoch,
@@ -66,6 +101,7 @@ impl Refusal {
             Refusal::NotOwner => "not_owner",
             Refusal::NotAdmitting => "not_admitting",
             Refusal::Fenced => "fenced",
+            Refusal::Warming => "warming",
             Refusal::StaleEpoch => "stale_epoch",
         }
     }
@@ -109,4 +145,16 @@ pub struct KvStats {
     pub epoch_raises: u64,
     /// Writes past the ownership check whose store transaction has not finished.
     pub writes_in_flight: u64,
+    /// Reads served from a secondary's copy (found or not; also counted in `reads`).
+    pub secondary_reads: u64,
+    /// Copies held now, one per shard held as a secondary (complete or warming).
+    pub secondary_copies: u64,
+    /// Secondaries said ready to be promoted once their copy was complete (P19.3).
+    pub secondaries_said_ready: u64,
+    /// Changes applied to copies.
+    pub copy_changes_applied: u64,
+    /// Changes not applied to a copy: their epoch was below one it had applied.
+    pub copy_changes_refused: u64,
+    /// Copy refreshes that failed to read the store (retried at the next refresh).
+    pub copy_refresh_failures: u64,
 }
