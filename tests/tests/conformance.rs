@@ -7,8 +7,11 @@
 //! order, revokes that leave the applied revision, stale grants that drop nothing, pushes for
 //! another executor taken and grants that disown a set never adopted (P4.1), renewals that claim
 //! nothing and renewals' sets not adopted (P4.2), `unknown_executor` retried like any failure
-//! (P4.4), revokes answered before their shards stop (P5.2), and registering before the push
-//! listener answers (P8.1).
+//! (P4.4), revokes answered before their shards stop (P5.2), registering before the push
+//! listener answers (P8.1), and secondaries admitted as the primary (P19.5, the kit's replicated
+//! namespace). The Rust executor and the Python one must also show their secondaries in their
+//! admission logs as secondary lines, and say them ready in their renewals (P19.3), so that the
+//! kit's replicated step has something to judge.
 //!
 //! Each case runs `leasehold-conformance` as a user would and reads its last line. The kit starts
 //! its own managers, so these tests do not take the one-cluster lock. Needs the binaries (`cargo
@@ -29,6 +32,8 @@ struct Verdict {
     pass: bool,
     violations: u64,
     intervals: u64,
+    /// Secondaries' intervals, from the run's summary line (`N secondary intervals`).
+    secondary_intervals: u64,
     exit_ok: bool,
     output: String,
 }
@@ -70,10 +75,20 @@ fn run_kit(template: &str, seed: u64) -> Verdict {
         "last line {last:?}:\n{text}"
     );
     assert_eq!(field("runs"), "1");
+    let secondary_intervals = stdout
+        .lines()
+        .find_map(|line| {
+            let (before, _) = line
+                .strip_prefix("run 1: ")?
+                .split_once(" secondary intervals")?;
+            before.rsplit(' ').next()?.parse().ok()
+        })
+        .unwrap_or(0);
     Verdict {
         pass: field("verdict") == "pass",
         violations: field("violations").parse().unwrap(),
         intervals: field("intervals").parse().unwrap(),
+        secondary_intervals,
         exit_ok: output.status.success(),
         output: text,
     }
@@ -103,7 +118,39 @@ fn assert_passes(what: &str, verdict: &Verdict) {
         verdict.output
     );
     assert!(verdict.intervals > 0, "{what}: nothing was admitted");
-    eprintln!("{what}: pass, {} intervals", verdict.intervals);
+    eprintln!(
+        "{what}: pass, {} intervals, {} secondary intervals",
+        verdict.intervals, verdict.secondary_intervals
+    );
+}
+
+/// [`assert_passes`], and the kit's replicated step saw the executor's secondaries: logged as
+/// secondary lines, and said ready in its renewals (the kit prints `said N secondaries ready`
+/// for each executor whose renewal it judged), so that step judged something.
+fn assert_passes_with_secondaries(what: &str, verdict: &Verdict) {
+    assert_passes(what, verdict);
+    assert!(
+        verdict.secondary_intervals > 0,
+        "{what}: no secondary's interval in the admission logs:\n{}",
+        verdict.output
+    );
+    let said_ready = verdict
+        .output
+        .lines()
+        .filter_map(|line| {
+            let (_, after) = line.split_once(" said ")?;
+            after
+                .strip_suffix(" secondaries ready")?
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|&count| count > 0)
+        .count();
+    assert!(
+        said_ready > 0,
+        "{what}: no renewal the kit judged said a secondary ready:\n{}",
+        verdict.output
+    );
 }
 
 /// The kit failed `what` on violations (I1, I2, or a rule a step judged), not on anything else,
@@ -166,10 +213,11 @@ mod conformance_kit {
     fn p16_3_the_rust_executor_passes() {
         let template = format!(
             "exec {} --managers {{managers}} --listen {{listen}} --advertise {{advertise}} \
-             --name {{name}} --event-log {{event_log}} --request-timeout 2s",
+             --name {{name}} --event-log {{event_log}} --request-timeout 2s \
+             --secondaries-ready-when-held",
             binary("leasehold-executor").display()
         );
-        assert_passes("the Rust executor", &run_kit(&template, 1));
+        assert_passes_with_secondaries("the Rust executor", &run_kit(&template, 1));
     }
 
     #[test]
@@ -199,7 +247,7 @@ mod conformance_kit {
     fn p16_3_an_executor_written_from_the_protocol_alone_passes() {
         let test = "p16_3_an_executor_written_from_the_protocol_alone_passes";
         if let Some(verdict) = run_python_executor(test, "", 3) {
-            assert_passes("the Python executor", &verdict);
+            assert_passes_with_secondaries("the Python executor", &verdict);
         }
     }
 
@@ -282,6 +330,17 @@ mod conformance_kit {
             "register-before-bind",
             "P8.1 bind before registering",
             12,
+        );
+    }
+
+    #[test]
+    fn p19_5_an_executor_admitting_its_secondaries_as_the_primary_fails() {
+        let test = "p19_5_an_executor_admitting_its_secondaries_as_the_primary_fails";
+        assert_broken_variant_fails(
+            test,
+            "secondary-as-primary",
+            "P19.5 a secondary admitted as the primary",
+            17,
         );
     }
 

@@ -38,7 +38,15 @@
 //! 11. an executor paused (SIGSTOP) for twice the lease while the replies to its calls lag
 //!     1.5 s, then resumed: its lease must be anchored where its requests left (P3.2), and it
 //!     must fence itself when its copy lapses (P3.6);
-//! 12. the leader SIGKILLed, then restarted.
+//! 12. the leader SIGKILLed, then restarted;
+//! 13. the replicated namespace (§19): once the cluster version is 13, the namespace is given two
+//!     replicas per shard, and the kit waits until every shard has a primary and a secondary on
+//!     the running executors; x0 is drained (its primaries move, P19.3; I1 and I2 judge the
+//!     primaries' intervals only); each executor's renewals must say ready (if they say it)
+//!     only for secondaries it holds, at the epochs its set shows (P19.3); and no admission log
+//!     may show a primary's interval at a shard and epoch the managers gave its executor as a
+//!     secondary while another executor was the primary (P19.1, P19.5). An executor that does
+//!     not support §19 (an earlier release refuses a push carrying `secondaries`) fails here.
 //!
 //! Every executor is stopped with SIGTERM at the end, the replies to its calls lagging as in
 //! step 2; one that does not stop within 15 s fails the run. A step that judged a rule broken
@@ -50,6 +58,7 @@
 
 mod observe;
 mod process;
+mod replicas;
 mod revoke_replay;
 mod stale_grant;
 mod steps;
@@ -395,7 +404,9 @@ impl Run<'_> {
         self.protocol_steps_phase(&all).await?;
         self.sigkill_phase(&all).await?;
         self.paused_phase(&all).await?;
-        self.leader_killed_phase(&all).await
+        self.leader_killed_phase(&all).await?;
+        // Last: every step before it keeps the namespace of one replica it was written for.
+        self.replicated_phase(&all).await
     }
 
     /// Drains, undrains and a joiner's start and stop, all under delayed, duplicated and
