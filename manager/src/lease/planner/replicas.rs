@@ -111,8 +111,11 @@ pub fn plan_secondaries_warming(
             continue;
         }
         let warm_up = warm_ups.get(&shard.id);
-        // A secondary placed ahead of a primary's move is one more than the shard keeps until
-        // the move is made (and its old primary, a secondary then, dropped as the surplus).
+        // A secondary placed ahead of a primary's move may be one more than the shard keeps
+        // until the move is made (and its old primary, a secondary then, dropped as the
+        // surplus): it is not dropped. Nor is another added beside it: a target that already
+        // held one of the shard's own secondaries (an executor back under its name, P19.4)
+        // swaps roles with the primary and the shard keeps its count.
         let warming = warm_up.is_some_and(|target| shard.secondary_on(target).is_some());
         let need = match Need::of(
             space,
@@ -126,6 +129,7 @@ pub fn plan_secondaries_warming(
                 Some(target) => Need::Warm((*target).to_owned()),
                 None => Need::Nothing,
             },
+            Need::Add if warming && shard.secondaries.len() >= wanted => Need::Nothing,
             need => need,
         };
         let reason = need.reason();

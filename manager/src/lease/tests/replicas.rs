@@ -1014,3 +1014,50 @@ fn p19_3_a_move_to_an_executor_a_waiting_move_takes_from_waits_too() {
     assert!(waiting.is_empty());
     assert_eq!(now, vec![to_giver, to_other]);
 }
+
+/// P19.4: an executor back under its name within the delay takes back its replicas, and the
+/// joins that give it primaries again wait for those to be ready without a secondary added
+/// anywhere else: the shard's own secondary on it swaps roles with the primary.
+#[test]
+fn p19_4_an_executor_back_under_its_name_gets_no_secondary_placed_beside_its_own() {
+    let (mut harness, executors) = replicated(32, 2);
+    for executor in &executors {
+        renew_ready(&mut harness, 10, executor);
+    }
+    let victim = harness.owner(0).unwrap().to_owned();
+    let name = harness
+        .state
+        .executor(&victim)
+        .and_then(|e| e.name.clone())
+        .unwrap();
+    let zone = harness.state.executor(&victim).unwrap().labels["zone"].clone();
+    let lapse_ms = 10 + LEASE_MS + 1;
+    for executor in executors.iter().filter(|e| **e != victim) {
+        renew_ready(&mut harness, lapse_ms - 1, executor);
+    }
+    harness.apply(Command::Reap {
+        now_ms: lapse_ms,
+        executor_ids: vec![victim.clone()],
+    });
+    let back_ms = lapse_ms + 1_000;
+    let returned = register_named(&mut harness, back_ms, &name, &zone);
+    if let Some(plan) = plan_secondaries(
+        space_of(&harness.state),
+        back_ms,
+        &PlacementInputs::by_count(),
+        0,
+        usize::MAX,
+    ) {
+        let Command::PlaceSecondaries { changes, .. } = &plan.command else {
+            panic!("{plan:?}");
+        };
+        let elsewhere: Vec<&SecondaryChange> = changes
+            .iter()
+            .filter(|change| change.add.as_ref().is_some_and(|add| *add != returned))
+            .collect();
+        assert!(
+            elsewhere.is_empty(),
+            "secondaries placed beside the returned executor's own: {elsewhere:?}"
+        );
+    }
+}
