@@ -31,7 +31,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
 use crate::procs::{default_flags, load_average, EtcdCluster};
-use crate::scenarios::{Env, B1, B12, B3, B6, B8};
+use crate::scenarios::{Env, B1, B12, B13, B3, B6, B8};
 use crate::tls::{Certs, Security};
 
 #[derive(Debug, Parser)]
@@ -159,6 +159,10 @@ enum Scenario {
     /// steady and while one namespace registers a storm of executors at once, and how soon a
     /// deregistration's shards are owned again, before and during the storm.
     B12(B12Flags),
+    /// Replicas with roles (PROTOCOL §19) over real executors: a drain's primary moves onto
+    /// ready secondaries and their no-owner windows, a SIGKILL's promotions, a restart under the
+    /// same name within the restore delay, and a rolling deploy with the replicas.
+    B13(B13Flags),
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
     /// re-permuted every shift).
@@ -255,6 +259,22 @@ struct B3Flags {
     /// flags; the holders on the 60 s default lease.
     #[arg(long)]
     defaults: bool,
+}
+
+/// The flags of `leasehold-loadgen b13`.
+#[derive(Debug, clap::Args)]
+struct B13Flags {
+    #[arg(long, default_value_t = 4)]
+    executors: usize,
+    #[arg(long, default_value_t = 64)]
+    shards: u32,
+    /// Replicas per shard (P19.1): a primary and `replicas - 1` secondaries.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=5))]
+    replicas: u32,
+    /// The namespace's restore delay (P19.4); the SIGKILLed executor starts again well within
+    /// it.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    restore_delay: Duration,
 }
 
 /// The flags of `leasehold-loadgen b7`.
@@ -610,6 +630,17 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
             .await?
             .print()?,
         Scenario::B12(flags) => print_all(scenarios::b12(env, &flags.args()?).await?)?,
+        Scenario::B13(flags) => scenarios::b13(
+            env,
+            &B13 {
+                executors: flags.executors,
+                shards: flags.shards,
+                replicas: flags.replicas,
+                restore_delay: flags.restore_delay,
+            },
+        )
+        .await?
+        .print()?,
         Scenario::B6 {
             duration,
             sample_every,

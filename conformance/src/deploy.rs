@@ -111,7 +111,7 @@ mod tests {
             executor_id: executor.to_owned(),
             shard,
             epoch: 1,
-            role: leasehold_api::wire::Role::Primary,
+            role: Role::Primary,
             start_ns,
             end_ns,
         }
@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn deploy_figures_count_primaries_only() {
         let secondary = |executor: &str, shard, start_ns, end_ns| AdmissionInterval {
-            role: leasehold_api::wire::Role::Secondary,
+            role: Role::Secondary,
             ..held(executor, shard, start_ns, end_ns)
         };
         let by_process = vec![

@@ -12,8 +12,9 @@ use std::collections::BTreeSet;
 
 use leasehold_conformance::admission_log::{admission_intervals, read_admission_log, ExecutorLog};
 use leasehold_conformance::checker::{check_admission_exclusivity, monotonic_now_ns};
-use leasehold_conformance::deploy::{deploy_figures, percentile};
+use leasehold_conformance::deploy::{deploy_figures, percentile, DeployFigures};
 
+use super::replicas::{replicate, wait_warm, Warmth};
 use super::*;
 
 /// The application versions the deploy replaces and rolls out (`--app-version`, P17.3).
@@ -21,20 +22,79 @@ const OLD_VERSION: &str = "1.0.0";
 const NEW_VERSION: &str = "1.1.0";
 
 /// One executor process of the deploy, with its admission log.
-struct DeployedExecutor {
-    name: String,
-    address: String,
-    event_log: PathBuf,
-    process: ChildProcess,
+pub(super) struct DeployedExecutor {
+    pub(super) name: String,
+    pub(super) address: String,
+    pub(super) event_log: PathBuf,
+    pub(super) process: ChildProcess,
 }
 
-fn start_executor(
+impl DeployedExecutor {
+    /// Its admission log; `killed_at_ns` when it was SIGKILLed (its open intervals end there).
+    pub(super) fn log_file(&self, killed_at_ns: Option<u64>) -> AdmissionLogFile {
+        AdmissionLogFile {
+            name: self.name.clone(),
+            path: self.event_log.clone(),
+            killed_at_ns,
+        }
+    }
+}
+
+/// One executor process's admission log on disk.
+#[derive(Debug, Clone)]
+pub(super) struct AdmissionLogFile {
+    pub(super) name: String,
+    pub(super) path: PathBuf,
+    /// When it was SIGKILLed, on CLOCK_MONOTONIC; `None` while it runs or after it stopped
+    /// gracefully (it logged its stops).
+    pub(super) killed_at_ns: Option<u64>,
+}
+
+/// Every log of `files` checked for I1/I2 (over the primaries: `clean (N intervals)` or
+/// `VIOLATED: …`) and read for the moves made over `window_ns` by executors replaced in the
+/// order `replaced_in_order` ([`deploy_figures`]).
+pub(super) fn admission_figures(
+    files: &[AdmissionLogFile],
+    window_ns: (u64, u64),
+    replaced_in_order: &[String],
+    shards: u32,
+) -> Result<(DeployFigures, String)> {
+    let mut logs = Vec::new();
+    let mut by_process = Vec::new();
+    for file in files {
+        let log = ExecutorLog {
+            records: read_admission_log(&file.path).map_err(|e| anyhow!(e))?,
+            ended_at_ns: file.killed_at_ns,
+        };
+        let mut intervals =
+            admission_intervals(std::slice::from_ref(&log)).map_err(|e| anyhow!(e))?;
+        if let Some(killed_at_ns) = file.killed_at_ns {
+            for interval in &mut intervals {
+                interval.end_ns.get_or_insert(killed_at_ns);
+            }
+        }
+        by_process.push((file.name.clone(), intervals));
+        logs.push(log);
+    }
+    let checked = match check_admission_exclusivity(&logs) {
+        Ok(report) => format!("clean ({} intervals)", report.intervals),
+        Err(violations) => format!("VIOLATED: {violations}"),
+    };
+    let figures = deploy_figures(&by_process, window_ns, replaced_in_order, shards);
+    Ok((figures, checked))
+}
+
+/// A real executor registered as `name` (its admission log and process log in `dir`), of
+/// `app_version`, taking `prepare_delay` to prepare each shard; with `replicas` above one it says
+/// each secondary is ready as soon as it holds it (`--secondaries-ready-when-held`, P19.3).
+pub(super) fn start_executor(
     env: &Env,
     cluster: &ManagerCluster,
     dir: &Path,
     name: &str,
     app_version: &str,
     prepare_delay: Duration,
+    replicas: u32,
 ) -> Result<DeployedExecutor> {
     let executor_bin =
         binary_in(&env.bin_dir, "leasehold-executor").context(procs::BIN_DIR_HINT)?;
@@ -50,6 +110,9 @@ fn start_executor(
         .arg(app_version)
         .arg("--prepare-delay")
         .arg(humantime::format_duration(prepare_delay).to_string());
+    if replicas > 1 {
+        command.arg("--secondaries-ready-when-held");
+    }
     let process = ChildProcess::spawn(&mut command, &dir.join(format!("{name}.log")))?;
     Ok(DeployedExecutor {
         name: name.to_owned(),
@@ -61,7 +124,7 @@ fn start_executor(
 
 /// Waits until exactly the executors at `addresses` are registered and hold every shard, spread
 /// within one of each other (P5.4).
-async fn wait_spread(
+pub(super) async fn wait_spread(
     cluster: &ManagerCluster,
     leader: u64,
     addresses: &BTreeSet<String>,
@@ -97,11 +160,15 @@ fn addresses(running: &[DeployedExecutor]) -> BTreeSet<String> {
 }
 
 /// One run's deploy: its settings, its cluster and the executors it started.
-struct Deploy<'a> {
+pub(super) struct Deploy<'a> {
     env: &'a Env,
     executors: usize,
     shards: u32,
     prepare_delay: Duration,
+    /// Replicas per shard (P19.1): above one, every step also waits until each shard has its
+    /// ready secondaries again.
+    replicas: u32,
+    admin: Client,
     leader: u64,
     /// Where the executors' logs and admission logs are.
     dir: PathBuf,
@@ -135,7 +202,7 @@ pub async fn b11(
     for run in 1..=runs {
         let load = load_average();
         eprintln!("B11: run {run}: {executors} executors, {shards} shards");
-        let mut deploy = Deploy::start(env, run, executors, shards, prepare_delay).await?;
+        let mut deploy = Deploy::start(env, run, executors, shards, prepare_delay, 1).await?;
         let window_ns = deploy.roll().await?;
         table.row(deploy.row(run, window_ns, load)?);
         deploy.stop().await;
@@ -145,18 +212,27 @@ pub async fn b11(
 
 impl<'a> Deploy<'a> {
     /// Set-up: run `run`'s cluster and its `executors` old executors, the shards spread evenly
-    /// over them.
-    async fn start(
+    /// over them, each with `replicas` replicas.
+    pub(super) async fn start(
         env: &'a Env,
         run: usize,
         executors: usize,
         shards: u32,
         prepare_delay: Duration,
+        replicas: u32,
     ) -> Result<Self> {
-        let name = format!("b11-{run}");
+        let name = if replicas > 1 {
+            format!("b11-r{replicas}-{run}")
+        } else {
+            format!("b11-{run}")
+        };
         let mut cluster =
             leasehold_cluster(env, &env.security, &name, default_flags(shards)).await?;
         let leader = cluster.wait_for_leader(FORM_BOUND).await?;
+        let admin = admin_client(&cluster, &env.security)?;
+        if replicas > 1 {
+            replicate(&admin, replicas, None).await?;
+        }
         let dir = env.dir(&format!("{name}-executors"))?;
         let running: Vec<DeployedExecutor> = (0..executors)
             .map(|i| {
@@ -167,15 +243,29 @@ impl<'a> Deploy<'a> {
                     &format!("old-{i}"),
                     OLD_VERSION,
                     prepare_delay,
+                    replicas,
                 )
             })
             .collect::<Result<_>>()?;
         wait_spread(&cluster, leader, &addresses(&running), shards).await?;
+        if replicas > 1 {
+            wait_warm(
+                &cluster,
+                leader,
+                &admin,
+                &addresses(&running),
+                replicas,
+                Warmth::Complete,
+            )
+            .await?;
+        }
         Ok(Self {
             env,
             executors,
             shards,
             prepare_delay,
+            replicas,
+            admin,
             leader,
             dir,
             running,
@@ -187,7 +277,7 @@ impl<'a> Deploy<'a> {
 
     /// The load: the rolling deploy, every old executor replaced in turn. Returns when it began
     /// and ended on the admission logs' clock.
-    async fn roll(&mut self) -> Result<(u64, u64)> {
+    pub(super) async fn roll(&mut self) -> Result<(u64, u64)> {
         let started_ns = monotonic_now_ns();
         for i in 0..self.executors {
             self.replace(i).await?;
@@ -206,6 +296,7 @@ impl<'a> Deploy<'a> {
             &format!("new-{i}"),
             NEW_VERSION,
             self.prepare_delay,
+            self.replicas,
         )?;
         let address = replacement.address.clone();
         poll_every(
@@ -241,31 +332,39 @@ impl<'a> Deploy<'a> {
             &addresses(&self.running),
             self.shards,
         )
-        .await
+        .await?;
+        if self.replicas > 1 {
+            wait_warm(
+                &self.cluster,
+                self.leader,
+                &self.admin,
+                &addresses(&self.running),
+                self.replicas,
+                // The replaced executor's secondaries wait out the restore delay for a name no
+                // executor of the deploy takes again (P19.4).
+                Warmth::NoneWarming,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
-    /// Measurement: every executor's admission log, checked for I1/I2 and read for the deploy's
-    /// figures over `window_ns`, as run `run`'s row; `load` is the load average at its start.
+    /// Measurement: every executor's admission log, checked for I1/I2 (over the primaries) and
+    /// read for the deploy's figures over `window_ns`.
+    pub(super) fn figures(&self, window_ns: (u64, u64)) -> Result<(DeployFigures, String)> {
+        let logs: Vec<AdmissionLogFile> = self
+            .stopped
+            .iter()
+            .chain(&self.running)
+            .map(|executor| executor.log_file(None))
+            .collect();
+        admission_figures(&logs, window_ns, &self.replaced_in_order, self.shards)
+    }
+
+    /// Run `run`'s row from its [`Self::figures`]; `load` is the load average at its start.
     fn row(&self, run: usize, window_ns: (u64, u64), load: String) -> Result<Vec<String>> {
         let (executors, shards) = (self.executors, self.shards);
-        let mut logs = Vec::new();
-        let mut by_process = Vec::new();
-        for executor in self.stopped.iter().chain(&self.running) {
-            let log = ExecutorLog {
-                records: read_admission_log(&executor.event_log).map_err(|e| anyhow!(e))?,
-                ended_at_ns: None,
-            };
-            by_process.push((
-                executor.name.clone(),
-                admission_intervals(std::slice::from_ref(&log)).map_err(|e| anyhow!(e))?,
-            ));
-            logs.push(log);
-        }
-        let checked = match check_admission_exclusivity(&logs) {
-            Ok(report) => format!("clean ({} intervals)", report.intervals),
-            Err(violations) => format!("VIOLATED: {violations}"),
-        };
-        let figures = deploy_figures(&by_process, window_ns, &self.replaced_in_order, shards);
+        let (figures, checked) = self.figures(window_ns)?;
         let mut windows = figures.no_owner_ms.clone();
         windows.sort_by(f64::total_cmp);
         Ok(vec![
@@ -287,7 +386,7 @@ impl<'a> Deploy<'a> {
     }
 
     /// Tear-down: the executors still running stopped (best effort), then the cluster.
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         for mut executor in std::mem::take(&mut self.running) {
             let _ = executor
                 .process

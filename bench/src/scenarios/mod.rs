@@ -9,8 +9,9 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use leasehold_api::client::ClientConfig;
+use leasehold_api::client::{Client, ClientConfig};
 use leasehold_api::routing::{RouteTable, RoutingClient, RoutingConfig};
+use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::ExecutorView;
 use leasehold_api::wire::RoutingTable;
 use leasehold_harness::{
@@ -33,6 +34,7 @@ mod b1;
 mod b10;
 mod b11;
 mod b12;
+mod b13;
 mod b2;
 mod b3;
 mod b4;
@@ -40,12 +42,14 @@ mod b5;
 mod b6;
 mod b8;
 mod b9;
+mod replicas;
 mod smoke;
 
 pub use b1::{b1, B1};
 pub use b10::{b10, B10Options};
 pub use b11::b11;
 pub use b12::{b12, B12};
+pub use b13::{b13, B13};
 pub use b2::b2;
 pub use b3::{b3, B3};
 pub use b4::b4;
@@ -145,6 +149,20 @@ pub(crate) fn executor_command(
             .arg(&files.trusted_ca_file);
     }
     (command, address)
+}
+
+/// The admin's client: under TLS, with the admin certificate (namespaces and drains are an
+/// operator's, P18.1, P17.2).
+pub(crate) fn admin_client(cluster: &ManagerCluster, security: &Security) -> Result<Client> {
+    let tls = match security.certs() {
+        Some(certs) => Some(TlsConfig::load(&certs.files("admin"))?),
+        None => None,
+    };
+    Ok(Client::with_tls(
+        cluster.urls(),
+        ClientConfig::default(),
+        tls.as_ref(),
+    )?)
 }
 
 /// A client configuration for simulated executors: the protocol's patience (P7.1).

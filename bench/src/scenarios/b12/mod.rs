@@ -33,8 +33,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Mutex;
 
-use leasehold_api::client::Client;
-use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{CreateNamespaceRequest, NAMESPACES_SCHEMA};
 
 use self::probes::*;

@@ -43,20 +43,6 @@ pub(super) fn commit_label(head: &str, porcelain: &str) -> String {
     }
 }
 
-/// The admin's client: under TLS, with the admin certificate (namespaces are created by an
-/// operator, P18.1).
-pub(super) fn admin_client(cluster: &ManagerCluster, security: &Security) -> Result<Client> {
-    let tls = match security.certs() {
-        Some(certs) => Some(TlsConfig::load(&certs.files("admin"))?),
-        None => None,
-    };
-    Ok(Client::with_tls(
-        cluster.urls(),
-        ClientConfig::default(),
-        tls.as_ref(),
-    )?)
-}
-
 pub(super) fn fmt_probes(probes: &[Probe]) -> String {
     if probes.is_empty() {
         return "none".to_owned();
