@@ -41,11 +41,28 @@ async fn serve(router: Router) -> String {
 }
 
 /// A base URL where nothing listens: bind, note the port, close.
-async fn dead_endpoint() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
+/// An endpoint that refuses every connection: a port bound but never listened on, held for as
+/// long as the value lives. A port freed instead could be taken by any other test's server on
+/// the machine (one answered `404` here once), which would make it not dead at all.
+struct DeadEndpoint {
+    url: String,
+    _held: tokio::net::TcpSocket,
+}
+
+impl DeadEndpoint {
+    fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+async fn dead_endpoint() -> DeadEndpoint {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    DeadEndpoint {
+        url: format!("http://{addr}"),
+        _held: socket,
+    }
 }
 
 fn problem(code: ErrorCode, leader: Option<&str>) -> Response {
@@ -267,7 +284,7 @@ async fn unreachable_endpoint_is_skipped_for_a_live_one() {
     let dead = dead_endpoint().await;
     let (live, hits) = register_server(|_| Json(grant("ex-1")).into_response()).await;
 
-    let client = client(&[&dead, &live], fast_config());
+    let client = client(&[dead.url(), &live], fast_config());
     assert_eq!(
         client.register(&register_request()).await.unwrap(),
         grant("ex-1")
@@ -297,7 +314,7 @@ async fn unreachable_endpoint_is_skipped_even_for_non_idempotent_calls() {
     ))
     .await;
 
-    let client = client(&[&dead, &live], fast_config());
+    let client = client(&[dead.url(), &live], fast_config());
     let request = AddNodeRequest {
         node_id: 4,
         address: "http://127.0.0.1:7004".into(),
@@ -317,7 +334,8 @@ async fn all_endpoints_unreachable_exhausts_patience() {
         patience: Duration::from_millis(300),
         ..fast_config()
     };
-    let client = client(&[&dead_endpoint().await, &dead_endpoint().await], config);
+    let (first, second) = (dead_endpoint().await, dead_endpoint().await);
+    let client = client(&[first.url(), second.url()], config);
     let error = client.cluster_info().await.unwrap_err();
     let ClientError::PatienceExhausted { last } = error else {
         panic!("expected PatienceExhausted, got {error:?}");
@@ -583,7 +601,7 @@ async fn cluster_info_from_asks_exactly_one_node() {
     );
     let client = client(&[&up], fast_config());
     assert_eq!(client.cluster_info_from(&up).await.unwrap().node_id, 3);
-    let error = client.cluster_info_from(&down).await.unwrap_err();
+    let error = client.cluster_info_from(down.url()).await.unwrap_err();
     assert!(matches!(error, ClientError::Transport(_)), "{error:?}");
     assert!(matches!(
         client.cluster_info_from("not a url").await,
