@@ -873,6 +873,24 @@ async fn check_secondaries(
         .evaluate(&format!("location.hash = '#namespace={REPLICATED}'; true"))
         .await
         .expect("show replicated");
+    // The selector says the namespace's replicas (P19.1), and only where there are more than one.
+    let replicated_option =
+        format!("{REPLICATED} · {REPLICATED_SHARDS} shards · 2 executors · 2 replicas");
+    wait_for_namespace_page(
+        browser,
+        "the selector to say replicated's replicas",
+        |page| {
+            let texts: Vec<&str> = page.options.iter().map(|(_, text)| text.as_str()).collect();
+            let plain = texts
+                .iter()
+                .filter(|text| !text.starts_with(REPLICATED))
+                .all(|text| !text.contains("replica"));
+            (texts.contains(&replicated_option.as_str()) && plain)
+                .then_some(())
+                .ok_or_else(|| format!("want {replicated_option} and no other replicas"))
+        },
+    )
+    .await;
     // Shard 1 as the API has it now, settled (a primary, no handoff, one ready secondary), and
     // as the page's detail line says it once the pointer is over its cell.
     let browser = tokio::sync::Mutex::new(browser);

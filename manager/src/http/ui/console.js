@@ -1237,10 +1237,15 @@
 
   const namespaces = { views: [], listed: '', inFlight: false, wanted: false, lastAt: -Infinity, timer: 0 };
 
-  /** An option's text: the name, its shard count and executors, as listed last. */
+  /**
+   * An option's text: the name, its shard count and executors, as listed last, and its replicas
+   * per shard when more than one (PROTOCOL §19; absent from the view at one).
+   */
   function namespaceText(view) {
     if (typeof view.shard_count !== 'number') return view.name;
-    return view.name + ' · ' + plural(view.shard_count, 'shard') + ' · ' + plural(Number(view.executors) || 0, 'executor');
+    let text = view.name + ' · ' + plural(view.shard_count, 'shard') + ' · ' + plural(Number(view.executors) || 0, 'executor');
+    if (Number(view.replicas) > 1) text += ' · ' + view.replicas + ' replicas';
+    return text;
   }
 
   /**
