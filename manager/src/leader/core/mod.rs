@@ -598,7 +598,7 @@ impl StepWrites {
             to_plan,
             state,
             |writes, name, space, share| {
-                let inputs = writes.placement.get(name).unwrap_or(&writes.by_count);
+                let inputs = writes.placement_inputs(name);
                 let (plan, warm_ups) = plan_placement_and_warm_ups(space, now_ms, inputs, share);
                 if !warm_ups.is_empty() {
                     writes.warm_ups.insert(name.to_owned(), warm_ups);
@@ -639,7 +639,7 @@ impl StepWrites {
             to_plan,
             state,
             |writes, name, space, share| {
-                let inputs = writes.placement.get(name).unwrap_or(&writes.by_count);
+                let inputs = writes.placement_inputs(name);
                 let made = writes.balance_moves_made.get(name).copied().unwrap_or(0);
                 let budget = inputs.balance_moves_allowed.saturating_sub(made);
                 let warm_ups = writes.warm_ups.get(name).map_or(&[][..], Vec::as_slice);
