@@ -77,6 +77,7 @@ fn problem(code: ErrorCode, leader: Option<&str>) -> Response {
 
 fn grant(executor_id: &str) -> Grant {
     Grant {
+        generation: 0,
         shard_runs: None,
         executor_id: executor_id.to_owned(),
         lease_ttl_ms: 60_000,
@@ -90,6 +91,7 @@ fn grant(executor_id: &str) -> Grant {
 
 fn register_request() -> RegisterRequest {
     RegisterRequest {
+        follows_generations: false,
         namespace: None,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
@@ -890,6 +892,7 @@ async fn operator_leader(seen: Seen) -> String {
                         Json(shard_view("ex-1", None)).into_response()
                     }
                     ("GET", "/v1/audit") => Json(vec![AuditRecordView {
+                        shard_count: None,
                         namespace: None,
                         revision: 9,
                         at_ms: 1_700_000_000_123,

@@ -35,6 +35,7 @@ fn fleet(executors: usize, shards: u32) -> (LeaseState, u64) {
     // An executor's id is `ex-{the log index of its registration}`: entries 2, 3, ...
     let ids: Vec<String> = (0..executors).map(|n| format!("ex-{}", n + 2)).collect();
     commands.extend((0..executors).map(|n| Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         incarnation: format!("inc-{n}"),

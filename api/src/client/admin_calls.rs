@@ -97,6 +97,20 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/namespaces/{name}/reshard` (PROTOCOL P20.1, admin of the namespace): double
+    /// or halve its shard count online. A repeat of the reshard under way, or of one done,
+    /// changes nothing, so a retry after an unknown outcome is harmless.
+    pub async fn reshard_namespace(
+        &self,
+        name: &str,
+        shard_count: u32,
+    ) -> Result<ReshardReply, ClientError> {
+        let body = encode(&ReshardRequest { shard_count })?;
+        let path = format!("/v1/namespaces/{}/reshard", path_segment(name)?);
+        self.send_decoded(Method::POST, &path, Some(body), Idempotency::Safe)
+            .await
+    }
+
     /// `DELETE /v1/namespaces/{name}` (PROTOCOL P18.1, admin role): delete a drained namespace
     /// (`409` while any of its shards has an owner). A repeat succeeds with `already_gone`.
     pub async fn delete_namespace(&self, name: &str) -> Result<NamespaceDeleted, ClientError> {

@@ -39,9 +39,9 @@ use crate::wire::{
     AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, Credential, ExecutorView,
     Grant, InitReply, KeyRoute, MaintenanceRequest, MaintenanceView, MoveShardRequest,
     NamespaceDeleted, NamespaceView, PinShardRequest, PlanPreview, RegisterRequest, ReleaseRequest,
-    RenewRequest, RoutingAnswer, RoutingRuns, RoutingTable, SafeToStop, SetNamespaceRequest,
-    ShardView, SnapshotReply, StateView, WatchReply, COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA,
-    UNCHANGED_SET_SCHEMA,
+    RenewRequest, ReshardReply, ReshardRequest, RoutingAnswer, RoutingRuns, RoutingTable,
+    SafeToStop, SetNamespaceRequest, ShardView, SnapshotReply, StateView, WatchReply,
+    COMPACT_SHARDS_SCHEMA, FIRST_RELEASE_SCHEMA, UNCHANGED_SET_SCHEMA,
 };
 
 mod admin_calls;

@@ -258,7 +258,7 @@ pub enum NamespaceVerb {
         /// letter or digit.
         #[arg(value_parser = namespace_name)]
         name: String,
-        /// Its shard count, which never changes: its shards are 0..N.
+        /// Its shard count: its shards are 0..N. `namespace reshard` doubles or halves it later.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
         shards: u32,
         /// The lease its executors' grants carry (e.g. `60s`; 1ms to 24h); absent: the managers'
@@ -283,7 +283,8 @@ pub enum NamespaceVerb {
     },
     /// Change a namespace's lease (for grants from now on), executor bound (for registrations
     /// from now on: a lower bound removes no one), placement settings (for plans from now on,
-    /// cluster version 12) or replicas (cluster version 13); its shard count never changes. Needs the admin role under TLS.
+    /// cluster version 12) or replicas (cluster version 13); `namespace reshard` changes its
+    /// shard count. Needs the admin role under TLS.
     #[command(group(
         clap::ArgGroup::new("change")
             .required(true)
@@ -320,6 +321,26 @@ pub enum NamespaceVerb {
         placement: placement::PlacementArgs,
         #[command(flatten)]
         replicas: replicas::ReplicaArgs,
+    },
+    /// Change a namespace's shard count online: twice the count splits each shard in two, half
+    /// of it merges pairs (shard s of N takes the keys of s and s + N/2). Every key keeps at most
+    /// one executor throughout. A split is carried out once the namespace's handoffs in flight
+    /// are done; a merge first brings each pair to one executor. Refused while another reshard
+    /// is under way or an executor in it does not follow a change of layout. Needs the admin
+    /// role of the namespace under TLS, and cluster version 14.
+    Reshard {
+        /// The namespace's name.
+        #[arg(value_parser = namespace_name)]
+        name: String,
+        /// The shard count wanted: twice or half the current one.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
+        shards: u32,
+        /// Wait until the reshard is done, printing what it waits on as that changes.
+        #[arg(long)]
+        wait: bool,
+        /// With `--wait`: give up after this long (exit code 6; the reshard goes on).
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        wait_timeout: Duration,
     },
     /// Delete a namespace. Refused while any of its shards has an owner: drain its executors
     /// first; those still registered then hold nothing and are removed with it. Deleting it

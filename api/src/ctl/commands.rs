@@ -134,6 +134,21 @@ pub(super) async fn run_namespace(
             let client = cli.client(cli.request_timeout)?;
             client.set_namespace(name, &request).await?
         }
+        NamespaceVerb::Reshard {
+            name,
+            shards,
+            wait,
+            wait_timeout,
+        } => {
+            let client = cli.client(cli.request_timeout)?;
+            let reply = client.reshard_namespace(name, *shards).await?;
+            out.show(&reply, render_reshard)?;
+            if !wait {
+                return Ok(());
+            }
+            let view = wait_for_reshard(&client, name, *wait_timeout, out).await?;
+            return out.show(&view, render_namespace);
+        }
         NamespaceVerb::Delete { name } => {
             if is_default_namespace(name) {
                 return Err(CtlError::BadInput(format!(
@@ -146,6 +161,41 @@ pub(super) async fn run_namespace(
         }
     };
     out.show(&view, render_namespace)
+}
+
+/// How often `namespace reshard --wait` reads the namespace.
+const RESHARD_POLL: Duration = Duration::from_millis(500);
+
+/// Reads namespace `name` until no reshard is under way in it, printing what it waits on each
+/// time that changes, for at most `patience`.
+async fn wait_for_reshard(
+    client: &Client,
+    name: &str,
+    patience: Duration,
+    out: &mut Out<'_>,
+) -> Result<NamespaceView, CtlError> {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut last_waiting_on = None;
+    loop {
+        let view = client.namespace(name).await?;
+        let Some(progress) = view.reshard else {
+            return Ok(view);
+        };
+        if last_waiting_on != Some(progress.waiting_on) {
+            last_waiting_on = Some(progress.waiting_on);
+            out.progress(&render_reshard_progress(&progress))?;
+        }
+        if tokio::time::Instant::now() + RESHARD_POLL > deadline {
+            return Err(CtlError::InProgress(format!(
+                "namespace {name}'s reshard is not done after {}: it still waits on {} {} \
+                 (`leaseholdctl namespace show {name}` follows it)",
+                humantime::format_duration(patience),
+                progress.waiting_on,
+                reshard_waiting_text(progress.kind),
+            )));
+        }
+        tokio::time::sleep(RESHARD_POLL).await;
+    }
 }
 
 pub(super) async fn run_snapshot(

@@ -34,10 +34,10 @@ use crate::tls::{TlsConfig, TlsFiles};
 use crate::wire::{
     check_namespace_name, check_namespace_settings, is_default_namespace, rollout_among,
     AddNodeRequest, AuditRecordView, ClusterInfo, CreateNamespaceRequest, ExecutorView, KeyRoute,
-    MaintenanceView, NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, Role,
-    SafeToStop, SchemaRange, SetNamespaceRequest, ShardView, StateView, DEFAULT_NAMESPACE,
-    MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_NAME_BYTES, MAX_SHARD_COUNT, MAX_WATCH_WAIT,
-    NAMESPACES_SCHEMA,
+    MaintenanceView, NamespaceDeleted, NamespaceNameError, NamespaceView, PlanPreview, ReshardKind,
+    ReshardProgress, ReshardReply, Role, SafeToStop, SchemaRange, SetNamespaceRequest, ShardView,
+    StateView, DEFAULT_NAMESPACE, MAX_AUDIT_RECORDS, MAX_LEASE_DURATION_MS, MAX_NAME_BYTES,
+    MAX_SHARD_COUNT, MAX_WATCH_WAIT, NAMESPACES_SCHEMA,
 };
 
 /// The dev cluster's managers (`scripts/dev-cluster`), so the CLI works there with no flags.
@@ -173,6 +173,14 @@ impl Out<'_> {
         self.text(&text)
     }
 
+    /// A line of progress, shown in table form only: JSON output is the final value alone.
+    pub(crate) fn progress(&mut self, line: &str) -> Result<(), CtlError> {
+        match self.format {
+            OutputFormat::Json => Ok(()),
+            OutputFormat::Table => self.text(line),
+        }
+    }
+
     /// JSON of `value`, or the table `render` makes of it.
     pub(crate) fn show<T: Serialize>(
         &mut self,
@@ -289,6 +297,7 @@ fn without_namespaces(command: &Noun) -> Option<&'static str> {
             NamespaceVerb::List => "namespace list",
             NamespaceVerb::Show { .. } => "namespace show",
             NamespaceVerb::Set { .. } => "namespace set",
+            NamespaceVerb::Reshard { .. } => "namespace reshard",
             NamespaceVerb::Delete { .. } => "namespace delete",
         }),
         Noun::Cluster { verb } => Some(match verb {

@@ -312,7 +312,52 @@ pub(super) fn render_namespace(n: &NamespaceView) -> String {
         ("created", created),
         ("placement", placement::render_placement(&n.placement)),
         ("replicas", replicas::render_replicas(&n.replica_settings())),
+        ("generation", n.generation.to_string()),
+        (
+            "reshard",
+            n.reshard.as_ref().map_or_else(
+                || "-".to_owned(),
+                |progress| render_reshard_progress(progress).trim_end().to_owned(),
+            ),
+        ),
     ])
+}
+
+/// What a reshard under way waits on, in words (P20.2).
+pub(super) fn reshard_waiting_text(kind: ReshardKind) -> &'static str {
+    match kind {
+        ReshardKind::Split => "handoff(s) in flight",
+        ReshardKind::Merge => "pair(s) of shards not yet on one executor",
+    }
+}
+
+/// One line on a reshard under way.
+pub(super) fn render_reshard_progress(progress: &ReshardProgress) -> String {
+    format!(
+        "{} to {} shards (asked at revision {}): waiting on {} {}\n",
+        progress.kind.as_str(),
+        progress.shard_count,
+        progress.requested_revision,
+        progress.waiting_on,
+        reshard_waiting_text(progress.kind),
+    )
+}
+
+/// `namespace reshard`'s answer (P20.1).
+pub(super) fn render_reshard(reply: &ReshardReply) -> String {
+    let name = printable(&reply.name);
+    match &reply.reshard {
+        Some(progress) => format!(
+            "namespace {name}: {} shards at generation {}; {}",
+            reply.shard_count,
+            reply.generation,
+            render_reshard_progress(progress)
+        ),
+        None => format!(
+            "namespace {name}: {} shards at generation {}; no reshard under way\n",
+            reply.shard_count, reply.generation
+        ),
+    }
 }
 
 pub(super) fn render_namespace_deleted(deleted: &NamespaceDeleted) -> String {

@@ -634,6 +634,7 @@ fn p17_3_executor_list_and_safe_to_stop_say_that_a_joiner_of_a_newer_version_wai
 #[test]
 fn p6_6_lease_list_says_a_follower_s_figure_is_the_reservation() {
     let mut state = StateView {
+        generation: 0,
         revision: 9,
         shard_count: 4,
         lease_duration_ms: 4_000,
@@ -844,6 +845,7 @@ fn p17_4_shard_details_name_the_pin() {
         secondaries: Vec::new(),
     };
     let state = StateView {
+        generation: 0,
         revision: 9,
         shard_count: 4,
         lease_duration_ms: 4_000,
@@ -916,6 +918,7 @@ fn p19_1_shard_details_name_the_secondaries() {
 
 fn record(revision: u64, at_ms: u64, action: &str) -> AuditRecordView {
     AuditRecordView {
+        shard_count: None,
         revision,
         at_ms,
         actor: "admin CN=alice".into(),
@@ -1678,6 +1681,7 @@ impl FakeManager {
                         serde_json::to_value(vec![namespace_view("orders", None, 7)])
                     }
                     ("GET", "/v1/state") => serde_json::to_value(StateView {
+                        generation: 0,
                         revision: 5,
                         shard_count: 2,
                         lease_duration_ms: 1_000,
@@ -1728,6 +1732,8 @@ fn fake_key_route(replicated: bool) -> KeyRoute {
         address: address.into(),
     };
     KeyRoute {
+        generation: 0,
+        shard_count: None,
         key: if replicated { "replicated" } else { "user-42" }.into(),
         revision: 5,
         route: crate::wire::Route {

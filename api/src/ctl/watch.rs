@@ -304,6 +304,7 @@ mod tests {
 
     fn state(revision: u64, executors: Vec<ExecutorView>, shards: Vec<ShardView>) -> StateView {
         StateView {
+            generation: 0,
             revision,
             shard_count: shards.len() as u32,
             lease_duration_ms: 4_000,

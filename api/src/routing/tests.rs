@@ -45,6 +45,7 @@ fn executor(id: &str, address: &str) -> ExecutorView {
 /// `executors`, or none), with no handoffs.
 fn state(revision: u64, executors: &[(&str, &str)], owners: &[Option<usize>]) -> StateView {
     StateView {
+        generation: 0,
         revision,
         shard_count: u32::try_from(owners.len()).unwrap(),
         lease_duration_ms: 3000,
@@ -96,6 +97,7 @@ fn with_secondaries(mut state: StateView, executors: &[usize]) -> StateView {
 /// secondaries on live executors in the order the state lists them.
 fn routing_of(state: &StateView) -> RoutingTable {
     RoutingTable {
+        generation: 0,
         revision: state.revision,
         shard_count: state.shard_count,
         routes: state
@@ -218,6 +220,7 @@ fn a_table_is_kept_as_maximal_runs_whatever_pieces_and_order_it_arrives_in() {
         },
     ];
     let table = |runs: &[(u32, u32, Option<u32>, u64)]| RoutingRuns {
+        generation: 0,
         revision: 5,
         shard_count: 10,
         owners: owners.clone(),
@@ -336,6 +339,7 @@ fn routing_runs_stand_for_the_same_table_and_malformed_runs_are_refused() {
         }]
     };
     let table = |shard_count: u32, runs: &[(u32, u32, Option<u32>, u64)]| RoutingRuns {
+        generation: 0,
         revision: 3,
         shard_count,
         owners: owner(),
@@ -622,6 +626,7 @@ fn p19_5_malformed_secondaries_are_refused() {
         },
     ];
     let table = |lists: Vec<Vec<u32>>, stretches: &[(u32, &[u32])]| RoutingRuns {
+        generation: 0,
         revision: 3,
         shard_count: 4,
         owners: owners.clone(),
@@ -839,7 +844,7 @@ fn runs_of(state: &StateView) -> RoutingRuns {
             .map(|s| (s.executor_id.as_str(), s.address.as_str()));
         builder.push(route.shard, route.epoch, owner, secondaries);
     }
-    builder.finish(table.revision, table.shard_count)
+    builder.finish(table.revision, table.shard_count, table.generation)
 }
 
 async fn fake_routing(

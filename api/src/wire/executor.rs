@@ -78,6 +78,13 @@ pub struct RegisterRequest {
         )
     )]
     pub namespace: Option<String>,
+    /// The executor follows a change of layout (PROTOCOL P20.3): it maps keys by the shard count
+    /// of the newest set it applied, switching admission from a parent shard to its children
+    /// (or back) in one step. A namespace reshards only while every executor in it says so, and
+    /// one that has resharded takes only such executors. Sent only to managers stating cluster
+    /// version 14 or later; absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follows_generations: bool,
 }
 
 /// The state schema that introduced executor credentials (PROTOCOL P13.4, P14.3).
@@ -200,8 +207,14 @@ pub struct Grant {
     pub lease_ttl_ms: u64,
     /// Raft log index the set was read from; orders this set against pushes (P4.1).
     pub revision: u64,
-    /// Needed to map keys to shards (`crate::shard_for_key`).
+    /// Needed to map keys to shards (`crate::shard_for_key`). It changes only with
+    /// `generation` (PROTOCOL P20.3).
     pub shard_count: u32,
+    /// The namespace's generation (PROTOCOL P20.1): raised by each split or merge, with
+    /// `shard_count`. An executor that stated `follows_generations` maps keys by the shard count
+    /// of the newest set it applied; absent (0) until the namespace first reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
     /// The full set the manager records for this executor (P4.2). Empty in the compact form,
     /// where `shard_runs` carries the set.
     pub shards: Vec<ShardEpoch>,
@@ -443,6 +456,10 @@ pub struct AssignmentPush {
     pub revision: u64,
     /// Repeated so a push alone is enough to route keys.
     pub shard_count: u32,
+    /// The namespace's generation, as a grant carries it (PROTOCOL P20.3); absent (0) until the
+    /// namespace first reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
     /// The complete set; a push never carries a lease (P3.3).
     pub shards: Vec<ShardEpoch>,
     /// The executor's secondaries (PROTOCOL P19.1), whole, as a grant lists them; absent in a

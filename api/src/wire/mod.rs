@@ -19,6 +19,7 @@ mod local;
 mod namespaces;
 mod operator;
 mod replicas;
+mod reshard;
 mod shards;
 mod views;
 
@@ -31,6 +32,7 @@ pub use local::*;
 pub use namespaces::*;
 pub use operator::*;
 pub use replicas::*;
+pub use reshard::*;
 pub use shards::*;
 pub use views::*;
 

@@ -54,7 +54,8 @@ pub struct CreateNamespaceRequest {
         )
     )]
     pub name: String,
-    /// Its shards are `0..shard_count`, `1..=1048576`; never changes.
+    /// Its shards are `0..shard_count`, `1..=1048576`; a reshard doubles or halves it later
+    /// (P20.1).
     pub shard_count: u32,
     /// The lease its executors' grants carry, `1..=86400000` ms; absent: the managers'
     /// `--lease-duration` (`default`'s lease) at creation.
@@ -355,6 +356,12 @@ pub struct NamespaceView {
     /// Its `min_active` (P19.4); absent: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_active: Option<u32>,
+    /// Its generation (P20.1), raised by each split or merge; absent (0) until it reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
+    /// The reshard under way in it (P20.2); absent when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reshard: Option<super::ReshardProgress>,
 }
 
 impl NamespaceView {

@@ -70,7 +70,8 @@ pub struct AuditRecordView {
     pub actor: String,
     /// What: `drain`, `undrain`, `remove_drain` (an operator's removal that drains a live
     /// executor first), `remove`, `maintenance_on`, `maintenance_off`, `move`, `pin`, `unpin`,
-    /// `member_add`, `member_remove`, `namespace_create`, `namespace_set`, `namespace_delete`.
+    /// `member_add`, `member_remove`, `namespace_create`, `namespace_set`, `namespace_delete`,
+    /// `namespace_reshard`.
     pub action: String,
     /// The namespace acted on (PROTOCOL P18.1): a namespace change's, or a move's or pin's
     /// when it is not `default`.
@@ -85,6 +86,9 @@ pub struct AuditRecordView {
     /// The member's address, for a member change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// The shard count asked for, for a reshard (PROTOCOL P20.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_count: Option<u32>,
 }
 
 /// The actor of a caller in plaintext, where nobody is proved (P13.5): an operator of the whole

@@ -159,6 +159,7 @@ fn executor_view_capacity_defaults_to_one() {
 #[test]
 fn register_request_omits_absent_name() {
     let req = RegisterRequest {
+        follows_generations: false,
         namespace: None,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
@@ -180,6 +181,7 @@ fn register_request_omits_absent_name() {
 #[test]
 fn register_request_with_name_round_trips() {
     let req = RegisterRequest {
+        follows_generations: false,
         namespace: None,
         incarnation: "inc-1".into(),
         address: "http://127.0.0.1:9000".into(),
@@ -200,6 +202,7 @@ fn a_credential_is_redacted_checked_and_hashed() {
     let credential = Credential::from_random([0xab; 32]);
     assert_eq!(credential.expose().len(), 64);
     let request = RegisterRequest {
+        follows_generations: false,
         namespace: None,
         incarnation: "i".into(),
         address: "http://a:1".into(),
@@ -479,6 +482,7 @@ fn renewal_claims_and_grants_in_either_form() {
     assert_eq!(both.checked_claims(8), Err(ShardRunError::BothForms));
 
     let grant = Grant {
+        generation: 0,
         executor_id: "ex-1".into(),
         lease_ttl_ms: 60_000,
         revision: 42,
@@ -545,6 +549,7 @@ fn unchanged_grants_stand_for_the_claims() {
     );
 
     let grant = Grant {
+        generation: 0,
         executor_id: "ex-1".into(),
         lease_ttl_ms: 60_000,
         revision: 42,
@@ -596,6 +601,7 @@ fn unchanged_grants_stand_for_the_claims() {
 #[test]
 fn grant_has_the_documented_shape() {
     let grant = Grant {
+        generation: 0,
         executor_id: "ex-1".into(),
         lease_ttl_ms: 60_000,
         revision: 42,

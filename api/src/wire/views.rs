@@ -134,6 +134,9 @@ pub struct StateView {
     pub revision: u64,
     /// Zero before the cluster's configuration is written.
     pub shard_count: u32,
+    /// The namespace's generation (PROTOCOL P20.1); absent (0) until it first reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
     pub lease_duration_ms: u64,
     pub executors: Vec<ExecutorView>,
     pub shards: Vec<ShardView>,
@@ -182,6 +185,9 @@ pub struct SecondaryRoute {
 pub struct RoutingTable {
     pub revision: u64,
     pub shard_count: u32,
+    /// The namespace's generation (PROTOCOL P20.3); absent (0) until it first reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
     pub routes: Vec<Route>,
 }
 
@@ -240,6 +246,9 @@ pub struct RouteOwner {
 pub struct RoutingRuns {
     pub revision: u64,
     pub shard_count: u32,
+    /// The namespace's generation (PROTOCOL P20.3); absent (0) until it first reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
     /// Every executor a run or a list of secondaries routes to, once.
     pub owners: Vec<RouteOwner>,
     /// Ascending, disjoint, together covering `0..shard_count`.
@@ -331,13 +340,14 @@ impl RoutingRuns {
     pub fn collect<'a>(
         revision: u64,
         shard_count: u32,
+        generation: u64,
         routes: impl IntoIterator<Item = (u32, u64, Option<(&'a str, &'a str)>)>,
     ) -> Self {
         let mut builder = RoutingRunsBuilder::default();
         for (shard, epoch, owner) in routes {
             builder.push(shard, epoch, owner, []);
         }
-        builder.finish(revision, shard_count)
+        builder.finish(revision, shard_count, generation)
     }
 }
 
@@ -432,12 +442,13 @@ impl<'a> RoutingRunsBuilder<'a> {
         })
     }
 
-    /// The table at `revision` of `shard_count` shards; its `secondaries` absent when no shard
-    /// pushed had one.
-    pub fn finish(self, revision: u64, shard_count: u32) -> RoutingRuns {
+    /// The table at `revision` of `shard_count` shards in the layout of `generation`; its
+    /// `secondaries` absent when no shard pushed had one.
+    pub fn finish(self, revision: u64, shard_count: u32, generation: u64) -> RoutingRuns {
         RoutingRuns {
             revision,
             shard_count,
+            generation,
             owners: self.owners,
             runs: self.runs,
             secondaries: (!self.secondaries.stretches.is_empty()).then_some(self.secondaries),
@@ -450,6 +461,12 @@ impl<'a> RoutingRunsBuilder<'a> {
 pub struct KeyRoute {
     pub key: String,
     pub revision: u64,
+    /// The namespace's generation (PROTOCOL P20.3), and the shard count the key was mapped
+    /// with; both absent until the namespace first reshards.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_count: Option<u32>,
     #[serde(flatten)]
     pub route: Route,
 }

@@ -50,6 +50,35 @@ pub const METRICS: &[MetricSpec] = &[
         at_start: AtStart::Zero,
     },
     MetricSpec {
+        name: "leasehold_resharding",
+        kind: MetricKind::Gauge,
+        help: "1 while a reshard is under way in the namespace, 0 otherwise (P20.2).",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_reshard_waiting_on",
+        kind: MetricKind::Gauge,
+        help: "What the namespace's reshard under way waits on: handoffs in flight for a split, \
+               pairs of shards not yet on one executor for a merge; 0 when none is (P20.2).",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_namespace_generation",
+        kind: MetricKind::Gauge,
+        help: "Each namespace's generation: raised by each split or merge (P20.1).",
+        labels: &[("namespace", &[DEFAULT_NAMESPACE])],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
+        name: "leasehold_reshards_total",
+        kind: MetricKind::Counter,
+        help: "Reshards this leader carried out, by kind (leader; P20.2).",
+        labels: &[("kind", &["split", "merge"])],
+        at_start: AtStart::Zero,
+    },
+    MetricSpec {
         name: "leasehold_state_revision",
         kind: MetricKind::Gauge,
         help: "Revision of the applied state.",
@@ -428,6 +457,9 @@ pub fn record_state_gauges(
                 let gauges = NamespaceGauges {
                     shards: namespace.shards().len(),
                     releasing: namespace.releasing_count(),
+                    generation: namespace.generation,
+                    resharding: namespace.reshard.is_some(),
+                    reshard_waiting_on: namespace.reshard_waiting_on(),
                     ..NamespaceGauges::default()
                 };
                 (name, gauges)
@@ -465,6 +497,10 @@ struct NamespaceGauges {
     shards: usize,
     with_owner: usize,
     releasing: usize,
+    generation: u64,
+    /// Whether a reshard is under way, and what it waits on (P20.2).
+    resharding: bool,
+    reshard_waiting_on: u64,
 }
 
 impl NamespaceGauges {
@@ -484,6 +520,12 @@ impl NamespaceGauges {
             metrics::gauge!("leasehold_shards", "namespace" => namespace.clone(), "state" => state)
                 .set(count as f64);
         }
+        metrics::gauge!("leasehold_namespace_generation", "namespace" => namespace.clone())
+            .set(self.generation as f64);
+        metrics::gauge!("leasehold_resharding", "namespace" => namespace.clone())
+            .set(u8::from(self.resharding));
+        metrics::gauge!("leasehold_reshard_waiting_on", "namespace" => namespace.clone())
+            .set(self.reshard_waiting_on as f64);
     }
 }
 

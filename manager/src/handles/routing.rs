@@ -80,7 +80,7 @@ fn routing_runs(state: Space<'_>) -> RoutingRuns {
             .map(|executor| (executor.id.as_str(), executor.address.as_str()));
         runs.push(shard.id, shard.epoch, owner, secondaries);
     }
-    runs.finish(state.revision(), shard_count)
+    runs.finish(state.revision(), shard_count, state.namespace().generation)
 }
 
 /// `default`'s routing table as runs, kept from one answer to the next while it cannot have
@@ -109,7 +109,7 @@ impl RoutingRunsCache {
     pub fn of(&self, state: &LeaseState, space: Option<Space<'_>>) -> RoutingRuns {
         match space {
             Some(space) => self.of_space(space),
-            None => RoutingRuns::collect(state.revision(), 0, std::iter::empty()),
+            None => RoutingRuns::collect(state.revision(), 0, 0, std::iter::empty()),
         }
     }
 
@@ -164,6 +164,7 @@ mod tests {
         apply(
             state,
             Command::Register {
+                follows_generations: false,
                 namespace: DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: incarnation.into(),
@@ -299,6 +300,7 @@ mod tests {
     fn routing_table(state: &LeaseState) -> RoutingTable {
         let space = state.space(DEFAULT_NAMESPACE).expect("initialised");
         RoutingTable {
+            generation: 0,
             revision: state.revision(),
             shard_count: space.config().map_or(0, |c| c.shard_count),
             routes: space.shards().iter().map(|s| route(state, s)).collect(),

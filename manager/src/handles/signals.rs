@@ -123,6 +123,7 @@ mod tests {
 
     fn grant() -> Grant {
         Grant {
+            generation: 0,
             executor_id: "ex-9".into(),
             lease_ttl_ms: 1_000,
             revision: 9,

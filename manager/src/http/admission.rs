@@ -194,7 +194,7 @@ pub async fn admit_executor_write(
         // The body lists shards of the executor's namespace (P18.1).
         let shard_count = applied
             .state
-            .shard_count_for_executor(&executor_id)
+            .shard_bound_for_executor(&executor_id)
             .unwrap_or(0);
         (
             Recorded::of(&applied.state, &executor_id),

@@ -136,6 +136,9 @@ fn registration(
         app_version: request.app_version,
         labels: request.labels,
         namespace,
+        // Below cluster version 14 the proposal gate refuses it (P14.3): a replica of schema 13
+        // would drop the promise and could let a namespace reshard under the executor.
+        follows_generations: request.follows_generations,
     })
 }
 
@@ -158,7 +161,9 @@ pub async fn renew(
     Extension(Admitted(_)): Extension<Admitted>,
     ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<Grant>, HttpError> {
-    let shard_count = executors.shard_count(&executor_id)?;
+    // Shard numbers of an older layout are still read (P20.3): a renewal a set behind claims
+    // them, and its claims only ever compare against the set.
+    let shard_count = executors.shard_bound(&executor_id)?;
     let loads = request.loads.take();
     let claims = request
         .checked_claims(shard_count)
@@ -219,7 +224,7 @@ pub async fn release(
 ) -> Result<Json<ReleaseReply>, HttpError> {
     validate_shards(
         request.shards.iter().copied(),
-        executors.shard_count(&executor_id)?,
+        executors.shard_bound(&executor_id)?,
     )?;
     let Released {
         completed, ignored, ..
@@ -276,6 +281,7 @@ mod tests {
 
     fn request(capacity: Option<u32>) -> RegisterRequest {
         RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: "inc".into(),
             address: "http://127.0.0.1:9".into(),
@@ -293,6 +299,7 @@ mod tests {
     fn a_renewal_is_answered_unchanged_only_when_it_asked_and_claimed_the_set() {
         let set: Vec<(ShardId, Epoch)> = vec![(0, 2), (1, 2), (5, 3)];
         let grant = crate::lease::Grant {
+            generation: 0,
             executor_id: "ex-1".into(),
             lease_ttl_ms: 3_000,
             revision: 9,

@@ -324,7 +324,9 @@ fn leader_routes(handles: &Handles) -> Router<Handles> {
         .route(
             "/v1/namespaces/{name}",
             axum::routing::patch(namespaces::set).delete(namespaces::delete),
-        );
+        )
+        // P20.1: a reshard is an operator action too.
+        .route("/v1/namespaces/{name}/reshard", post(namespaces::reshard));
     let admin = Router::new()
         .route("/v1/cluster/nodes", post(cluster::add_node))
         .route(

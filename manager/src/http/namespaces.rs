@@ -8,8 +8,8 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use leasehold_api::wire::{
-    check_namespace_name, check_namespace_settings, CreateNamespaceRequest, NamespaceDeleted,
-    NamespaceView, SetNamespaceRequest,
+    check_namespace_name, check_namespace_settings, check_reshard, CreateNamespaceRequest,
+    NamespaceDeleted, NamespaceView, ReshardReply, ReshardRequest, SetNamespaceRequest,
 };
 
 use super::authorize::CallerScope;
@@ -229,6 +229,72 @@ pub async fn set(
         "namespace set"
     );
     views.namespace(&name).map(Json)
+}
+
+/// Asks for a namespace's shard count to double (a split) or halve (a merge) online (P20.1);
+/// the leader carries it out once the namespace is ready (P20.2).
+#[utoipa::path(
+    post, path = "/v1/namespaces/{name}/reshard", tag = "namespaces",
+    operation_id = "reshard_namespace", params(NamespacePath),
+    request_body = ReshardRequest,
+    responses(
+        (status = 202, description = "Under way (recorded in the audit log): `reshard` says what it waits on; `GET /v1/namespaces/{name}` follows it.", body = ReshardReply),
+        (status = 200, description = "A repeat of the reshard under way, or the count is already the one asked: nothing changed.", body = ReshardReply),
+        (status = 400, description = "`invalid_request`: not a namespace name, or a count other than twice or half the current one (an odd count does not merge)."),
+        (status = 403, description = "`forbidden` (TLS): admin only (P13.3), limited to the namespace if its certificate is (P18.2)."),
+        (status = 404, description = "`not_found`: no such namespace."),
+        (status = 409, description = "`conflict`: another reshard of it is under way, an executor in it does not follow a change of layout (P20.3), the split would pass the cluster's shard quota, a merge would join shards pinned to different executors, or the cluster version is below 14 (P14.3)."),
+    ),
+)]
+pub async fn reshard(
+    State(operator): State<Operator>,
+    State(views): State<Views>,
+    Extension(actor): Extension<Actor>,
+    Extension(scope): Extension<CallerScope>,
+    NamespacePath { name }: NamespacePath,
+    ApiJson(request): ApiJson<ReshardRequest>,
+) -> Result<(StatusCode, Json<ReshardReply>), HttpError> {
+    scope.check(&name)?;
+    let current = views.namespace(&name)?;
+    let repeat = current.reshard.map(|pending| pending.shard_count) == Some(request.shard_count)
+        || (current.reshard.is_none() && current.shard_count == request.shard_count);
+    if !repeat {
+        check_reshard(current.shard_count, request.shard_count)
+            .map_err(|error| HttpError::invalid(error.to_string()))?;
+    }
+    let action = OperatorAction::Reshard {
+        name: name.clone(),
+        shard_count: request.shard_count,
+    };
+    let answer = operator
+        .propose_expecting(&actor, action, |done| match done {
+            OperatorDone::ReshardRequested { changed } => Ok(changed),
+            other => Err(other),
+        })
+        .await?;
+    let changed = done_or_refused(answer, || not_an_operator_outcome("reshard"))?;
+    tracing::info!(
+        namespace = name,
+        shard_count = request.shard_count,
+        changed,
+        actor = actor.0,
+        "namespace reshard asked for (P20.1)"
+    );
+    let now = views.namespace(&name)?;
+    let status = if changed {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(ReshardReply {
+            name,
+            shard_count: now.shard_count,
+            generation: now.generation,
+            reshard: now.reshard,
+        }),
+    ))
 }
 
 /// Whether `new` allows more executors than `current` (`None`: no bound).

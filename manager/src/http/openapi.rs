@@ -47,6 +47,7 @@ forwards them in one hop. Every reply names the leader in `X-Leasehold-Leader`; 
         namespaces::create,
         namespaces::set,
         namespaces::delete,
+        namespaces::reshard,
         safe_to_stop::member,
         inspect::state,
         inspect::executors,

@@ -108,6 +108,7 @@ mod tests {
         let Outcome::Registered { grant, .. } = state.apply(
             index,
             &Command::Register {
+                follows_generations: false,
                 namespace: DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: incarnation.into(),

@@ -39,7 +39,7 @@ use crate::handles::load_reports::{LoadPicture, SpaceLoads};
 use crate::handles::load_reports::{LoadReports, PublishedLoads};
 use crate::handles::signals::LeaderSignals;
 use crate::lease::answer::{
-    CommandAnswer, HandoffsCompleted, Reaped, Rebalanced, SecondariesPlaced,
+    CommandAnswer, HandoffsCompleted, Reaped, Rebalanced, Resharded, SecondariesPlaced,
 };
 use crate::lease::load_summary::LoadSummary;
 use crate::lease::{
@@ -304,6 +304,7 @@ async fn step(
                 rebalance(node, command).await
             }
             StepWrite::PlaceSecondaries => place_secondaries(node, command).await,
+            StepWrite::Reshard => reshard(node, command).await,
         };
         if let Some(plan) = term_steps.written(written, node.leadership.clock.now_ms()) {
             node.signals.metrics.count_plan(plan);
@@ -430,6 +431,20 @@ async fn rebalance(node: &LeaderHandle, plan: Command) -> Written {
             releasing = done.releasing.len(),
             cancelled = done.cancelled.len(),
             "rebalanced"
+        );
+    })
+    .await
+}
+
+async fn reshard(node: &LeaderHandle, command: Command) -> Written {
+    commit_write(node, command, "reshard", |done: Resharded| {
+        metrics::counter!("leasehold_reshards_total", "kind" => done.kind.as_str()).increment(1);
+        tracing::info!(
+            namespace = done.name,
+            kind = done.kind.as_str(),
+            shard_count = done.shard_count,
+            generation = done.generation,
+            "namespace resharded (P20.2)"
         );
     })
     .await

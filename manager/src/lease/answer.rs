@@ -129,6 +129,16 @@ pub struct SecondariesPlaced {
     pub effects: Effects,
 }
 
+/// `Reshard` (P20.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resharded {
+    pub name: String,
+    pub kind: leasehold_api::wire::ReshardKind,
+    pub shard_count: u32,
+    pub generation: u64,
+    pub effects: Effects,
+}
+
 /// `CompleteHandoffs`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoffsCompleted {
@@ -290,6 +300,10 @@ pub enum OperatorDone {
         already_gone: bool,
         removed: Vec<ExecutorId>,
     },
+    /// A reshard asked for (P20.1); `changed` false for a repeat.
+    ReshardRequested {
+        changed: bool,
+    },
 }
 
 impl CommandAnswer for OperatorDone {
@@ -348,6 +362,7 @@ impl CommandAnswer for OperatorDone {
                 already_gone,
                 removed,
             },
+            Outcome::ReshardRequested { changed, .. } => Self::ReshardRequested { changed },
             Outcome::NotFound => return Ok(ExecutorAnswer::UnknownExecutor),
             Outcome::Refused { reason } => return Ok(ExecutorAnswer::Refused(reason)),
             other => return Err(other),
@@ -406,6 +421,30 @@ impl CommandAnswer for SecondariesPlaced {
             Outcome::SecondariesPlaced { changed, effects } => {
                 Ok(Answer::Done(Self { changed, effects }))
             }
+            Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
+            other => Err(other),
+        }
+    }
+}
+
+impl CommandAnswer for Resharded {
+    type Answer = Answer<Self>;
+    const COMMAND: &'static str = "Reshard";
+    fn answer(outcome: Outcome) -> Result<Answer<Self>, Outcome> {
+        match outcome {
+            Outcome::Resharded {
+                name,
+                kind,
+                shard_count,
+                generation,
+                effects,
+            } => Ok(Answer::Done(Self {
+                name,
+                kind,
+                shard_count,
+                generation,
+                effects,
+            })),
             Outcome::Refused { reason } => Ok(Answer::Refused(reason)),
             other => Err(other),
         }

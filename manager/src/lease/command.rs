@@ -80,6 +80,9 @@ pub struct Registration {
     pub labels: leasehold_api::wire::Labels,
     /// The namespace it registers into (P18.1).
     pub namespace: String,
+    /// It follows a change of layout (P20.3). Schema 14 when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follows_generations: bool,
 }
 
 impl Registration {
@@ -96,6 +99,7 @@ impl Registration {
             app_version: self.app_version,
             labels: self.labels,
             namespace: self.namespace,
+            follows_generations: self.follows_generations,
         }
     }
 }
@@ -169,6 +173,10 @@ pub enum Command {
         /// The namespace it registers into (P18.1), which must exist; its shards are the only
         /// ones it can ever hold. Schema 12 unless it is `default`.
         namespace: String,
+        /// It follows a change of layout (P20.3): a namespace reshards only while all its
+        /// executors do. Schema 14 when true.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        follows_generations: bool,
     },
     /// Many renewals in one entry (group commit). Each extends its lease with a `max` (P3.4) and
     /// may acknowledge revokes through its claims (P5.2).
@@ -297,6 +305,15 @@ pub enum Command {
         /// At most one per shard, ascending by shard.
         changes: Vec<SecondaryChange>,
     },
+    /// The leader's entry that carries out a namespace's reshard under way (P20.2), once the
+    /// namespace is ready for it, re-checked at apply time (P2.4): a split once no handoff is in
+    /// flight in it, a merge once each pair of shards is on one executor (or on none) with no
+    /// handoff. Refused, changing nothing, otherwise. Schema 14.
+    Reshard {
+        /// Leader clock.
+        now_ms: u64,
+        namespace: String,
+    },
 }
 
 /// One executor's lease as the leader judged it when proposing [`Command::ReapLapsed`] (P6.7).
@@ -317,7 +334,14 @@ impl Command {
     pub fn grows_state(&self) -> bool {
         matches!(
             self,
-            Command::Register { .. } | Command::RegisterMany { .. } | Command::Rebalance { .. }
+            Command::Register { .. }
+                | Command::RegisterMany { .. }
+                | Command::Rebalance { .. }
+                | Command::Reshard { .. }
+                | Command::Operator {
+                    action: OperatorAction::Reshard { .. },
+                    ..
+                }
         )
     }
 
@@ -331,6 +355,7 @@ impl Command {
             | Command::ReserveLeases { now_ms, .. }
             | Command::ReapLapsed { now_ms, .. }
             | Command::PlaceSecondaries { now_ms, .. }
+            | Command::Reshard { now_ms, .. }
             | Command::Renew { now_ms, .. }
             | Command::Deregister { now_ms, .. }
             | Command::Reap { now_ms, .. }
@@ -403,6 +428,13 @@ pub enum OperatorAction {
         #[serde(default, skip_serializing_if = "ReplicaSettings::is_default")]
         replication: ReplicaSettings,
     },
+    /// Change a namespace's shard count (P20.1) to `shard_count`, twice (a split) or half (a
+    /// merge) the current one: records the reshard as under way, which the leader carries out
+    /// with [`Command::Reshard`]. Refused for any other count, while another reshard of it is
+    /// under way, while an executor in it does not follow a change of layout, above the
+    /// cluster's shard quota, and for a merge of two shards pinned to different executors. A
+    /// repeat of the one under way, or of one done, changes nothing. Schema 14.
+    Reshard { name: String, shard_count: u32 },
     /// Delete a namespace (P18.1), refused while any of its shards has an owner (drain its
     /// executors first) and for `default`. Executors still registered in it, holding nothing,
     /// are removed with it.

@@ -302,6 +302,26 @@ pub enum Outcome {
         /// The cluster version now in force.
         cluster_version: u32,
     },
+    /// A reshard asked for (P20.1): `changed` false for a repeat of the one under way, or of
+    /// one done (the count is already the one asked).
+    ReshardRequested {
+        /// The namespace.
+        name: String,
+        /// False for a repeat that changed nothing.
+        changed: bool,
+    },
+    /// `Reshard` applied (P20.2): the namespace's layout changed.
+    Resharded {
+        /// The namespace.
+        name: String,
+        kind: leasehold_api::wire::ReshardKind,
+        /// Its shard count now.
+        shard_count: u32,
+        /// Its generation now.
+        generation: u64,
+        /// Assignments to every executor of the namespace: each one's set is in the new layout.
+        effects: Effects,
+    },
     /// `CompleteHandoffs` applied.
     HandoffsCompleted {
         /// Shards handed on, ascending.
@@ -320,6 +340,7 @@ impl Outcome {
             | Outcome::Reaped { effects, .. }
             | Outcome::Rebalanced { effects, .. }
             | Outcome::SecondariesPlaced { effects, .. }
+            | Outcome::Resharded { effects, .. }
             | Outcome::Released { effects, .. }
             | Outcome::HandoffsCompleted { effects, .. } => Some(effects),
             Outcome::Nothing
@@ -335,6 +356,7 @@ impl Outcome {
             | Outcome::NamespaceCreated { .. }
             | Outcome::NamespaceSet { .. }
             | Outcome::NamespaceDeleted { .. }
+            | Outcome::ReshardRequested { .. }
             | Outcome::Recorded
             | Outcome::ClusterVersionSet { .. }
             | Outcome::NotFound => None,

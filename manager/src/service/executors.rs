@@ -123,11 +123,11 @@ pub(super) fn room_by_default(
 }
 
 impl Executors {
-    /// The shard count `executor_id`'s claims and releases are read against: its namespace's
-    /// (P18.1).
-    pub fn shard_count(&self, executor_id: &str) -> Result<u32, HttpError> {
+    /// The bound `executor_id`'s claims and releases are read against: its namespace's shard
+    /// count, or the most shards any of its layouts had (P18.1, P20.3).
+    pub fn shard_bound(&self, executor_id: &str) -> Result<u32, HttpError> {
         self.state
-            .read(|applied| applied.state.shard_count_for_executor(executor_id))
+            .read(|applied| applied.state.shard_bound_for_executor(executor_id))
             .ok_or_else(|| refusal(RefusalReason::NotInitialised))
     }
 
@@ -455,6 +455,7 @@ mod tests {
         let Outcome::Registered { grant, .. } = state.apply(
             2,
             &Command::Register {
+                follows_generations: false,
                 namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                 now_ms: 0,
                 incarnation: "a".into(),

@@ -146,6 +146,7 @@ mod tests {
             let outcome = state.apply(
                 index,
                 &Command::Register {
+                    follows_generations: false,
                     namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     now_ms: 0,
                     address: format!("http://{name}.test"),

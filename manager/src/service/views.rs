@@ -134,6 +134,7 @@ impl Views {
         Ok(RoutingTable {
             revision: state.revision(),
             shard_count: shard_count_of(space),
+            generation: generation_of(space),
             routes: space
                 .into_iter()
                 .flat_map(|space| space.shards().iter())
@@ -168,9 +169,13 @@ impl Views {
         let found = space
             .and_then(|space| space.shard(shard))
             .ok_or_else(|| HttpError::internal("routing", format!("shard {shard} missing")))?;
+        let generation = generation_of(space);
         Ok(KeyRoute {
             key: key.to_owned(),
             revision: state.revision(),
+            generation,
+            // The count the key was mapped with, once a reshard made it one of several (P20.3).
+            shard_count: (generation > 0).then_some(count.get()),
             route: route(&state, found),
         })
     }
@@ -226,6 +231,11 @@ impl Views {
             .ok_or_else(|| unknown_namespace(name))?;
         Ok(namespace_view(name, namespace, &state))
     }
+}
+
+/// The namespace's generation (P20.1); 0 for none (`default` before `Init`).
+fn generation_of(space: Option<Space<'_>>) -> u64 {
+    space.map_or(0, |space| space.namespace().generation)
 }
 
 fn shard_count_of(space: Option<Space<'_>>) -> u32 {
@@ -348,6 +358,7 @@ pub fn state_view(
         shard_count: space
             .and_then(|space| space.config())
             .map_or(0, |c| c.shard_count),
+        generation: generation_of(space),
         lease_duration_ms: space
             .and_then(|space| space.config())
             .map_or(0, |c| c.lease_duration_ms),
@@ -394,6 +405,15 @@ fn namespace_view(name: &str, namespace: &Namespace, state: &LeaseState) -> Name
             .sum(),
         created_revision: namespace.created_revision,
         placement: namespace.placement.to_wire(),
+        generation: namespace.generation,
+        reshard: namespace
+            .reshard
+            .map(|pending| leasehold_api::wire::ReshardProgress {
+                kind: pending.kind,
+                shard_count: pending.shard_count,
+                requested_revision: pending.requested_revision,
+                waiting_on: namespace.reshard_waiting_on(),
+            }),
         ..NamespaceView::default()
     }
     .with_replica_fields(namespace.replication.as_request())
@@ -417,6 +437,7 @@ pub fn audit_view(record: &AuditRecord) -> AuditRecordView {
         shard: None,
         node_id: None,
         address: None,
+        shard_count: None,
     };
     let action = match &record.action {
         OperatorAction::SetDraining {
@@ -478,6 +499,11 @@ pub fn audit_view(record: &AuditRecord) -> AuditRecordView {
         OperatorAction::DeleteNamespace { name } => {
             view.namespace = Some(name.clone());
             "namespace_delete"
+        }
+        OperatorAction::Reshard { name, shard_count } => {
+            view.namespace = Some(name.clone());
+            view.shard_count = Some(*shard_count);
+            "namespace_reshard"
         }
         OperatorAction::Membership { change } => match change {
             MembershipChange::Added { node_id, address } => {

@@ -105,10 +105,11 @@ impl DeliveryPlanner {
             };
             // The executor's shard space is its namespace's (P18.1): it refuses a set of any
             // other size.
-            let shard_count = state
-                .space(&executor.namespace)
-                .and_then(|space| space.config())
-                .map_or(0, |config| config.shard_count);
+            let (shard_count, generation) = state
+                .namespace(&executor.namespace)
+                .map_or((0, 0), |namespace| {
+                    (namespace.config.shard_count, namespace.generation)
+                });
             if self
                 .push_backoff
                 .get(&executor_id)
@@ -134,6 +135,7 @@ impl DeliveryPlanner {
                     executor_id,
                     revision: state.revision(),
                     shard_count,
+                    generation,
                     shards,
                     secondaries,
                 },

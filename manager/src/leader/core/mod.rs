@@ -429,6 +429,9 @@ fn renewing_tick_ms(state: &LeaseState, overdue: &[ExecutorId]) -> Option<u64> {
 pub enum StepWrite {
     Reap,
     CompleteHandoffs,
+    /// Each namespace's reshard under way carried out, once it is ready (P20.2): before the
+    /// rebalance, so the plans are made in the new layout.
+    Reshard,
     Rebalance,
     /// Each namespace's secondaries placed on the state its rebalance left (P19.2).
     PlaceSecondaries,
@@ -473,6 +476,9 @@ pub struct StepWrites {
     primaries_capped: bool,
     /// The cap the last plan was made under (its namespace's share).
     last_plan_cap: usize,
+    /// The namespaces whose reshard this step proposed: each at most once a step, so one
+    /// refused does not come back within it.
+    reshards_proposed: BTreeSet<String>,
 }
 
 impl StepWrites {
@@ -507,6 +513,7 @@ impl StepWrites {
             moves_left: max_moves,
             primaries_capped: false,
             last_plan_cap: max_moves,
+            reshards_proposed: BTreeSet::new(),
         }
     }
 
@@ -552,7 +559,8 @@ impl StepWrites {
         while let Some(write) = self.next {
             self.next = match write {
                 StepWrite::Reap => Some(StepWrite::CompleteHandoffs),
-                StepWrite::CompleteHandoffs => Some(StepWrite::Rebalance),
+                StepWrite::CompleteHandoffs => Some(StepWrite::Reshard),
+                StepWrite::Reshard => Some(StepWrite::Rebalance),
                 StepWrite::Rebalance => Some(StepWrite::PlaceSecondaries),
                 StepWrite::PlaceSecondaries => None,
             };
@@ -565,6 +573,7 @@ impl StepWrites {
                 {
                     Some(Command::CompleteHandoffs { now_ms })
                 }
+                StepWrite::Reshard => self.next_reshard(state, now_ms),
                 StepWrite::Rebalance => self.next_plan(state, now_ms),
                 StepWrite::PlaceSecondaries if !self.primaries_capped => {
                     self.next_secondaries_plan(state, now_ms)
@@ -576,6 +585,23 @@ impl StepWrites {
             }
         }
         None
+    }
+
+    /// The next namespace's reshard to carry out (P20.2): one under way whose namespace waits
+    /// on nothing more, not yet proposed this step; `None` once there is none. The reshard
+    /// write comes again after it, for the next namespace.
+    fn next_reshard(&mut self, state: &LeaseState, now_ms: u64) -> Option<Command> {
+        let (name, _) = state.namespaces().find(|(name, namespace)| {
+            namespace.reshard.is_some()
+                && namespace.reshard_waiting_on() == 0
+                && !self.reshards_proposed.contains(*name)
+        })?;
+        self.reshards_proposed.insert(name.to_owned());
+        self.next = Some(StepWrite::Reshard);
+        Some(Command::Reshard {
+            now_ms,
+            namespace: name.to_owned(),
+        })
     }
 
     /// The next namespace's plan in this step's rebalance, skipping namespaces with nothing to

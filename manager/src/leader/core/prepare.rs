@@ -136,6 +136,7 @@ mod tests {
             let Outcome::Registered { grant, .. } = apply(
                 &mut state,
                 &Command::Register {
+                    follows_generations: false,
                     namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     now_ms: 0,
                     incarnation: name.into(),

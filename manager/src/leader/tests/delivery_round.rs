@@ -13,6 +13,7 @@ fn push(executor_id: &str) -> Delivery {
         executor_id: executor_id.to_owned(),
         address: format!("http://{executor_id}:1"),
         body: AssignmentPush {
+            generation: 0,
             executor_id: executor_id.to_owned(),
             revision: 1,
             shard_count: 4,

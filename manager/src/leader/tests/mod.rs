@@ -103,6 +103,7 @@ impl World {
     /// Registers an executor into `namespace` (P18.1).
     pub(super) fn register_in(&mut self, name: &str, namespace: &str, now_ms: u64) -> String {
         match self.apply(Command::Register {
+            follows_generations: false,
             namespace: namespace.into(),
             now_ms,
             incarnation: name.to_string(),
@@ -126,6 +127,7 @@ impl World {
         capacity: u32,
     ) -> String {
         match self.apply(Command::Register {
+            follows_generations: false,
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms,
             incarnation: name.to_string(),

@@ -10,6 +10,7 @@ mod namespaces;
 mod operator;
 mod registration;
 mod replicas;
+mod reshard;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -129,6 +130,7 @@ struct RegistrationFields<'a> {
     app_version: Option<&'a str>,
     labels: &'a Labels,
     namespace: &'a str,
+    follows_generations: bool,
 }
 
 /// The registration's fields checked one by one, the first failure refused (a 4xx to the
@@ -157,6 +159,7 @@ impl<'a> From<&'a Registration> for RegistrationFields<'a> {
             app_version: registration.app_version.as_deref(),
             labels: &registration.labels,
             namespace: &registration.namespace,
+            follows_generations: registration.follows_generations,
         }
     }
 }
@@ -211,6 +214,7 @@ impl LeaseState {
                 app_version,
                 labels,
                 namespace,
+                follows_generations,
             } => self.apply_register_one(
                 log_index,
                 *now_ms,
@@ -223,6 +227,7 @@ impl LeaseState {
                     app_version: app_version.as_deref(),
                     labels,
                     namespace,
+                    follows_generations: *follows_generations,
                 },
             ),
             Command::RegisterMany {
@@ -294,6 +299,13 @@ impl LeaseState {
                 *planned_at,
                 namespace,
                 changes,
+            ),
+            Command::Reshard { now_ms, namespace } => self.apply_reshard(
+                Entry {
+                    index: log_index,
+                    now_ms: *now_ms,
+                },
+                namespace,
             ),
         }
     }

@@ -57,7 +57,7 @@ impl LeaseState {
         let total_shards: u64 = self
             .namespaces
             .values()
-            .map(|space| u64::from(space.config.shard_count))
+            .map(Namespace::reserved_shard_count)
             .sum();
         if total_shards.saturating_add(u64::from(config.shard_count)) > MAX_TOTAL_SHARDS {
             return refused(RefusalReason::Conflict {

@@ -9,7 +9,8 @@ pub(super) fn changed_anything(outcome: &Outcome) -> bool {
         Outcome::DrainingSet { changed, .. }
         | Outcome::MaintenanceSet { changed, .. }
         | Outcome::PinSet { changed, .. }
-        | Outcome::NamespaceSet { changed, .. } => *changed,
+        | Outcome::NamespaceSet { changed, .. }
+        | Outcome::ReshardRequested { changed, .. } => *changed,
         Outcome::NamespaceCreated { already_exists, .. } => !already_exists,
         Outcome::NamespaceDeleted { already_gone, .. } => !already_gone,
         Outcome::Deregistered { already_gone, .. } => !already_gone,
@@ -99,6 +100,9 @@ impl LeaseState {
                 *max_executors,
                 (placement, replication),
             ),
+            OperatorAction::Reshard { name, shard_count } => {
+                self.apply_request_reshard(log_index, name, *shard_count)
+            }
             OperatorAction::DeleteNamespace { name } => {
                 self.apply_delete_namespace(log_index, now_ms, name)
             }
@@ -225,6 +229,19 @@ impl LeaseState {
                     })
                 }
                 Some(_) => {}
+            }
+            if let Some(partner) = space.merge_partner(shard) {
+                if space
+                    .pin(partner)
+                    .is_some_and(|pinned| pinned != executor_id.as_str())
+                {
+                    return refused(RefusalReason::Conflict {
+                        detail: format!(
+                            "shard {shard} of {namespace} merges with shard {partner}, pinned to \
+                             another executor, in the merge under way (P20.2)"
+                        ),
+                    });
+                }
             }
         }
         let changed = space.pins.get(&shard) != executor_id;

@@ -72,6 +72,7 @@ impl LeaseState {
             };
         };
         let config = space.config;
+        let generation = space.generation;
         let executor_count = space.executor_count();
         let room = space
             .max_executors
@@ -88,6 +89,17 @@ impl LeaseState {
                 already_registered: true,
             };
         }
+        if (generation > 0 || space.reshard.is_some()) && !registration.follows_generations {
+            return RegisterResult::Refused {
+                reason: RefusalReason::Conflict {
+                    detail: format!(
+                        "namespace {namespace} has resharded (generation {generation}) or is \
+                         resharding: it takes only executors that follow a change of layout \
+                         (follows_generations, P20.3); upgrade this executor"
+                    ),
+                },
+            };
+        }
         if !room {
             return RegisterResult::Refused {
                 reason: RefusalReason::Conflict {
@@ -98,7 +110,7 @@ impl LeaseState {
                 },
             };
         }
-        let grant = self.register_new(log_index, now_ms, &registration, config);
+        let grant = self.register_new(log_index, now_ms, &registration, (config, generation));
         RegisterResult::Registered {
             grant,
             already_registered: false,
@@ -138,14 +150,14 @@ impl LeaseState {
         Ok(self.grant_of(existing, now_ms))
     }
 
-    /// A new executor in the registration's namespace, whose `config` it takes, with a lease
+    /// A new executor in the registration's namespace, whose `config` and generation it takes, with a lease
     /// from `now_ms` and no shards yet.
     pub(super) fn register_new(
         &mut self,
         log_index: u64,
         now_ms: u64,
         registration: &RegistrationFields<'_>,
-        config: ClusterConfig,
+        (config, generation): (ClusterConfig, u64),
     ) -> Grant {
         let namespace = registration.namespace;
         let executor_id = self.mint_executor_id(log_index);
@@ -166,12 +178,14 @@ impl LeaseState {
             app_version: registration.app_version.map(str::to_owned),
             labels: registration.labels.clone(),
             namespace: namespace.to_owned(),
+            follows_generations: registration.follows_generations,
         };
         let mut grant = Grant {
             executor_id: executor_id.clone(),
             lease_ttl_ms: executor.lease_ttl_told_ms,
             revision: log_index,
             shard_count: config.shard_count,
+            generation,
             shards: Vec::new(),
             secondaries: Vec::new(),
         };

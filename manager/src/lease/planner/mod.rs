@@ -36,6 +36,7 @@ pub(super) mod count;
 mod load;
 pub mod load_summary;
 mod replicas;
+mod reshard;
 
 pub use constrained::rollout_target;
 use constrained::Constraints;
@@ -43,7 +44,7 @@ pub use replicas::{plan_secondaries, plan_secondaries_warming};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use leasehold_api::wire::DEFAULT_NAMESPACE;
+use leasehold_api::wire::{ReshardKind, DEFAULT_NAMESPACE};
 
 use super::{Command, Executor, LeaseState, Move, Shard, ShardId, Space};
 
@@ -123,6 +124,8 @@ pub enum MoveReason {
     Pin,
     /// A secondary placed or dropped to keep its shard's replica count (P19.1, P19.2).
     Replica,
+    /// Brought beside the shard it merges with, in a merge under way (P20.2).
+    Reshard,
 }
 
 impl MoveReason {
@@ -137,6 +140,7 @@ impl MoveReason {
             MoveReason::Cancel => "cancel",
             MoveReason::Pin => "pin",
             MoveReason::Replica => "replica",
+            MoveReason::Reshard => "reshard",
         }
     }
 }
@@ -327,12 +331,19 @@ fn placement_moves(
 ) -> Vec<(Move, MoveReason)> {
     // A rollout and maintenance mode decide alone whatever the leader knows of the loads: only
     // shards that must move do, onto the newest version during a rollout (P17.3), and drains
-    // wait in maintenance (P17.4).
+    // wait in maintenance (P17.4). A reshard under way decides alone too (P20.2): a merge's
+    // moves bring pairs together and nothing else moves, and a split waits for the handoffs in
+    // flight as maintenance does, starting none.
+    let reshard = state.namespace().reshard.map(|pending| pending.kind);
+    if reshard == Some(ReshardKind::Merge) {
+        return reshard::merge_moves(state, now_ms, max_moves);
+    }
+    let splitting = reshard == Some(ReshardKind::Split);
     let rollout_to = rollout_target(state, now_ms);
-    if rollout_to.is_some() || state.maintenance() {
+    if rollout_to.is_some() || state.maintenance() || splitting {
         let constraints = Constraints {
             rollout_to,
-            maintenance: state.maintenance(),
+            maintenance: state.maintenance() || splitting,
         };
         let moves = constrained::plan_moves(state, now_ms, constraints, max_moves);
         return honour_pins(state, now_ms, moves, max_moves);

@@ -24,13 +24,13 @@ pub use leasehold_api::wire::{
     APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, DEVELOPMENT_SCHEMAS,
     FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
     NAMESPACES_SCHEMA, NAMESPACE_PLACEMENT_SCHEMA, OPERATOR_CONTROLS_SCHEMA, REPLICAS_SCHEMA,
-    SECOND_RELEASE_SCHEMA,
+    RESHARD_SCHEMA, SECOND_RELEASE_SCHEMA,
 };
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
 /// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = REPLICAS_SCHEMA;
+pub const NEWEST_SCHEMA: u32 = RESHARD_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -49,9 +49,32 @@ impl Command {
             Command::SetClusterVersion {
                 cluster_version, ..
             } => (*cluster_version).max(SECOND_RELEASE_SCHEMA),
+            command if command.needs_resharding() => RESHARD_SCHEMA,
             command if command.needs_replicas() => REPLICAS_SCHEMA,
             command if command.needs_the_second_release() => SECOND_RELEASE_SCHEMA,
             _ => FIRST_RELEASE_SCHEMA,
+        }
+    }
+
+    /// Whether it uses resharding (P20.1): asks for or carries out a reshard, or registers an
+    /// executor that follows a change of layout. A replica of schema 13 would read such a
+    /// registration with the promise ignored, and could then let a namespace reshard under an
+    /// executor that maps keys by the old count.
+    fn needs_resharding(&self) -> bool {
+        match self {
+            Command::Reshard { .. }
+            | Command::Operator {
+                action: OperatorAction::Reshard { .. },
+                ..
+            } => true,
+            Command::Register {
+                follows_generations,
+                ..
+            } => *follows_generations,
+            Command::RegisterMany { registrations, .. } => registrations
+                .iter()
+                .any(|registration| registration.follows_generations),
+            _ => false,
         }
     }
 
@@ -100,6 +123,7 @@ impl Command {
             | Command::ReserveLeases { .. }
             | Command::ReapLapsed { .. }
             | Command::PlaceSecondaries { .. }
+            | Command::Reshard { .. }
             | Command::SetClusterVersion { .. } => true,
             Command::Init { .. }
             | Command::SetLeaseDuration { .. }

@@ -178,6 +178,7 @@ impl From<Command> for current::Command {
                 app_version: None,
                 labels: Default::default(),
                 namespace: DEFAULT_NAMESPACE.to_owned(),
+                follows_generations: false,
             },
             Command::Renew { now_ms, renewals } => New::Renew {
                 now_ms,
@@ -271,6 +272,7 @@ impl From<Executor> for current::Executor {
             app_version: None,
             labels: Default::default(),
             namespace: DEFAULT_NAMESPACE.to_owned(),
+            follows_generations: false,
         }
     }
 }
@@ -290,6 +292,9 @@ impl From<LeaseState> for current::LeaseState {
                     created_revision: 0,
                     assignment_revision: state.assignment_revision,
                     readiness_revision: 0,
+                    generation: 0,
+                    widest_shard_count: 0,
+                    reshard: None,
                     shards: state.shards.into_iter().map(Into::into).collect(),
                     pins: OrdMap::new(),
                     releasing: Default::default(),
@@ -350,7 +355,13 @@ impl TryFrom<&current::Command> for Command {
                 app_version,
                 labels,
                 namespace,
+                follows_generations,
             } => {
+                if follows_generations {
+                    return Err(NotExpressible(
+                        "an executor that follows a change of layout is not in 0.1.0",
+                    ));
+                }
                 registered_as_0_1_0_could(
                     credential_sha256.is_some(),
                     capacity,
@@ -383,6 +394,7 @@ impl TryFrom<&current::Command> for Command {
             New::PlaceSecondaries { .. } => {
                 return Err(NotExpressible("secondaries (replicas) are not in 0.1.0"))
             }
+            New::Reshard { .. } => return Err(NotExpressible("resharding is not in 0.1.0")),
             New::Operator { .. } => {
                 return Err(NotExpressible("operator controls are not in 0.1.0"))
             }
@@ -456,6 +468,11 @@ impl TryFrom<&current::Executor> for Executor {
         only_default(&e.namespace, "an executor of a namespace is not in 0.1.0")?;
         if e.lease_reserved_until_ms != 0 {
             return Err(NotExpressible("a lease reservation is not in 0.1.0"));
+        }
+        if e.follows_generations {
+            return Err(NotExpressible(
+                "an executor that follows a change of layout is not in 0.1.0",
+            ));
         }
         Ok(Executor {
             id: e.id.clone(),
@@ -536,6 +553,12 @@ impl TryFrom<&current::LeaseState> for LeaseState {
                         .any(|shard| !shard.secondaries.is_empty())
                 {
                     return Err(NotExpressible("replicas are not in 0.1.0"));
+                }
+                if default.generation != 0
+                    || default.widest_shard_count != 0
+                    || default.reshard.is_some()
+                {
+                    return Err(NotExpressible("resharding is not in 0.1.0"));
                 }
                 if default.max_executors.is_some() || !default.placement.is_empty() {
                     return Err(NotExpressible(

@@ -52,6 +52,11 @@ pub struct Executor {
     /// are that namespace's, and every shard number in its requests is one of that namespace's.
     /// `default` for every executor of 0.1.0. Set at registration, never changed.
     pub namespace: String,
+    /// It follows a change of layout (P20.3): it maps keys by the shard count of the newest set
+    /// it applied. A namespace reshards only while all its executors do. Set at registration,
+    /// never changed; false, and left out of every record, for one that did not say so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follows_generations: bool,
 }
 
 impl Executor {
@@ -150,6 +155,9 @@ pub struct Grant {
     pub revision: u64,
     /// Needed to map keys to shards.
     pub shard_count: u32,
+    /// Its namespace's generation (P20.1), which `shard_count` belongs to.
+    #[serde(default)]
+    pub generation: u64,
     /// The executor's delivered set: shards it owns that are not releasing from it, ascending.
     pub shards: Vec<(ShardId, Epoch)>,
     /// Its secondaries (P19.1), each at the shard's epoch, ascending.
@@ -164,6 +172,7 @@ impl From<Grant> for leasehold_api::wire::Grant {
             lease_ttl_ms: grant.lease_ttl_ms,
             revision: grant.revision,
             shard_count: grant.shard_count,
+            generation: grant.generation,
             shards: grant
                 .shards
                 .into_iter()

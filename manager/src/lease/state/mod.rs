@@ -11,7 +11,7 @@ pub use space::*;
 use imbl::{OrdMap, OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
-use leasehold_api::wire::{ReplicaSettings, DEFAULT_NAMESPACE};
+use leasehold_api::wire::{ReplicaSettings, ReshardKind, DEFAULT_NAMESPACE};
 
 use super::{Epoch, ExecutorId, OperatorAction, ShardId, MAX_TOMBSTONES};
 
@@ -326,21 +326,21 @@ impl LeaseState {
             .min()
     }
 
-    /// The shard count an executor's requests are read against (P18.1): its namespace's. For an
-    /// executor this state does not hold (a follower that has not applied its registration
-    /// yet), the largest of any namespace, so nothing a real executor may send is refused for
-    /// its size; the leader, which knows every executor, reads it again. `None` before `Init`.
-    pub fn shard_count_for_executor(&self, executor_id: &str) -> Option<u32> {
+    /// The bound an executor's shard numbers are read against (P18.1, P20.3): its namespace's
+    /// shard count, or, once the namespace resharded, the most shards any of its layouts had
+    /// (an executor a set behind renews with claims of the layout before). For an executor this
+    /// state does not hold (a follower that has not applied its registration yet), the largest
+    /// of any namespace, so nothing a real executor may send is refused for its size; the
+    /// leader, which knows every executor, reads it again. `None` before `Init`.
+    pub fn shard_bound_for_executor(&self, executor_id: &str) -> Option<u32> {
         self.config()?;
         match self.executor(executor_id) {
             Some(executor) => self
-                .space(&executor.namespace)
-                .and_then(|space| space.config())
-                .map(|config| config.shard_count),
+                .namespace(&executor.namespace)
+                .map(Namespace::shard_number_bound),
             None => self
-                .spaces()
-                .filter_map(|space| space.config())
-                .map(|config| config.shard_count)
+                .namespaces()
+                .map(|(_, namespace)| namespace.shard_number_bound())
                 .max(),
         }
     }
@@ -394,6 +394,9 @@ impl LeaseState {
             shard_count: self
                 .namespace_of(executor)
                 .map_or(0, |namespace| namespace.config.shard_count),
+            generation: self
+                .namespace_of(executor)
+                .map_or(0, |namespace| namespace.generation),
             shards: self.delivered_set(&executor.id),
             secondaries: self.secondaries_of(&executor.id),
         }
@@ -430,9 +433,7 @@ impl LeaseState {
         let names: Vec<String> = self.namespaces.keys().cloned().collect();
         for name in names {
             if let Some(namespace) = self.namespaces.get_mut(&name) {
-                namespace.releasing = releasing_in(&namespace.shards);
-                namespace.secondaries_of = secondaries_in(&namespace.shards);
-                namespace.with_lost = with_lost_in(&namespace.shards);
+                namespace.rebuild_shard_indexes();
                 namespace.members = OrdSet::new();
             }
         }

@@ -113,6 +113,19 @@ pub struct LostReplica {
     pub name: Option<String>,
 }
 
+/// A reshard under way in a namespace (P20.2): asked for by an operator's entry, applied by the
+/// leader's `Reshard` entry once the namespace is ready for it. A split waits only for the
+/// namespace's handoffs in flight to finish (the plans start none meanwhile); a merge first
+/// brings each pair of shards to one executor with ordinary handoffs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingReshard {
+    pub kind: ReshardKind,
+    /// The shard count it goes to: twice or half the count when it was asked for.
+    pub shard_count: u32,
+    /// Log index of the entry that asked for it.
+    pub requested_revision: u64,
+}
+
 /// A namespace's own placement settings (P18.4): each one set overrides the leading
 /// manager's flag for the namespace's plans; an unset one follows the flag. Checked at the edge
 /// and again by the state machine with `leasehold_api::wire::check_namespace_placement`.
@@ -203,6 +216,20 @@ pub struct Namespace {
     /// what it always did.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub readiness_revision: u64,
+    /// Raised by each split or merge (P20.1); 0 for a namespace never resharded, and left out
+    /// of every record then.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+    /// The most shards any of its layouts had (P20.3): an executor a set behind still renews
+    /// with claims of an older layout, so its shard numbers are read against this, not the
+    /// count. 0 until it reshards (the count is then the bound), and left out of every record
+    /// then.
+    #[serde(default, skip_serializing_if = "is_zero_count")]
+    pub widest_shard_count: u32,
+    /// A reshard an operator asked for that is not done yet (P20.2); `None` when none is under
+    /// way, and left out of every record then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reshard: Option<PendingReshard>,
     /// `shard_count` entries, index = shard number.
     pub(in crate::lease) shards: Vector<Shard>,
     /// Shards an operator pinned, and to whom (P17.4). A pin goes when its executor does.
@@ -246,6 +273,9 @@ impl Namespace {
             created_revision,
             assignment_revision: created_revision,
             readiness_revision: 0,
+            generation: 0,
+            widest_shard_count: 0,
+            reshard: None,
             shards: (0..config.shard_count)
                 .map(|id| Shard {
                     id,
@@ -261,6 +291,14 @@ impl Namespace {
             secondaries_of: OrdMap::new(),
             with_lost: OrdSet::new(),
         }
+    }
+
+    /// Rebuilds the indexes derived from the shard table alone (after decoding, or after a
+    /// reshard replaced the table).
+    pub(in crate::lease) fn rebuild_shard_indexes(&mut self) {
+        self.releasing = releasing_in(&self.shards);
+        self.secondaries_of = secondaries_in(&self.shards);
+        self.with_lost = with_lost_in(&self.shards);
     }
 
     /// The shard table, index = shard number.
@@ -403,6 +441,90 @@ impl Namespace {
         }
     }
 
+    /// The bound the shard numbers its executors send are read against (P20.3): its count, or
+    /// the most shards any of its layouts had, whichever is more.
+    pub fn shard_number_bound(&self) -> u32 {
+        self.config.shard_count.max(self.widest_shard_count)
+    }
+
+    /// The shards it holds against the cluster's quota: its count, or the count a split under
+    /// way goes to (P20.1).
+    pub fn reserved_shard_count(&self) -> u64 {
+        let count = self.config.shard_count;
+        u64::from(match self.reshard {
+            Some(pending) => count.max(pending.shard_count),
+            None => count,
+        })
+    }
+
+    /// A pair of shards a merge to `shard_count` would join that are pinned to different
+    /// executors (P20.2), if any, as `(shard, partner)`.
+    pub fn pairs_pinned_apart(&self, shard_count: u32) -> Option<(ShardId, ShardId)> {
+        self.pins.iter().find_map(|(&shard, executor)| {
+            let partner = shard.checked_add(shard_count)?;
+            let pinned = self.pins.get(&partner)?;
+            (shard < shard_count && pinned != executor).then_some((shard, partner))
+        })
+    }
+
+    /// The pairs a merge under way joins, as `(shard, partner)`: shard `s` and `s + N / 2` of
+    /// `N` (P20.1). Empty unless a merge is under way.
+    pub fn merge_pairs(&self) -> impl Iterator<Item = (&Shard, &Shard)> {
+        let half = match self.reshard {
+            Some(PendingReshard {
+                kind: ReshardKind::Merge,
+                ..
+            }) => self.shards.len() / 2,
+            _ => 0,
+        };
+        self.shards
+            .iter()
+            .take(half)
+            .zip(self.shards.iter().skip(half))
+    }
+
+    /// The shard `shard` merges with in the merge under way (P20.2), if one is.
+    pub fn merge_partner(&self, shard: ShardId) -> Option<ShardId> {
+        let Some(PendingReshard {
+            kind: ReshardKind::Merge,
+            shard_count,
+            ..
+        }) = self.reshard
+        else {
+            return None;
+        };
+        if shard >= shard_count.checked_mul(2)? {
+            return None;
+        }
+        Some(if shard < shard_count {
+            shard + shard_count
+        } else {
+            shard - shard_count
+        })
+    }
+
+    /// What the reshard under way waits for before the leader's entry carries it out (P20.2):
+    /// for a split, the handoffs in flight in the namespace (the plans start none meanwhile);
+    /// for a merge, the pairs not yet on one executor, or on none, with no handoff. 0 when it is
+    /// ready, or when none is under way.
+    pub fn reshard_waiting_on(&self) -> u64 {
+        let waiting = match self.reshard {
+            None => 0,
+            Some(PendingReshard {
+                kind: ReshardKind::Split,
+                ..
+            }) => self.releasing.len(),
+            Some(PendingReshard {
+                kind: ReshardKind::Merge,
+                ..
+            }) => self
+                .merge_pairs()
+                .filter(|(low, high)| !together(low, high))
+                .count(),
+        };
+        u64::try_from(waiting).unwrap_or(u64::MAX)
+    }
+
     /// The highest epoch any of its shards reached: what a namespace created again under its
     /// name starts from.
     pub(in crate::lease) fn highest_epoch(&self) -> Epoch {
@@ -489,6 +611,16 @@ fn secondary_violations<'a>(
             violations.push(format!("{at} has a secondary on its owner {executor}"));
         }
     }
+}
+
+/// Whether a merge may join `low` and `high` (P20.2): one owner, or none, and no handoff.
+pub fn together(low: &Shard, high: &Shard) -> bool {
+    low.owner == high.owner && low.handoff.is_none() && high.handoff.is_none()
+}
+
+/// Serde's test for a shard count that was never set.
+fn is_zero_count(count: &u32) -> bool {
+    *count == 0
 }
 
 /// Serde's test for a revision that was never set.

@@ -39,6 +39,7 @@ pub(crate) fn busy_state() -> LeaseState {
     let mut harness = Harness::initialised(8, LEASE_MS);
     let a = harness.register(0, "a");
     harness.apply(Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         incarnation: "named".into(),
@@ -513,6 +514,7 @@ pub(crate) fn every_command() -> Vec<Command> {
         },
         register_command(3, "inc"),
         Command::Register {
+            follows_generations: false,
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 3,
             incarnation: "inc".into(),
@@ -574,6 +576,7 @@ pub(crate) fn every_command() -> Vec<Command> {
             cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::Register {
+            follows_generations: false,
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 12,
             incarnation: "credentialed".into(),
@@ -585,6 +588,7 @@ pub(crate) fn every_command() -> Vec<Command> {
             labels: Default::default(),
         },
         Command::Register {
+            follows_generations: false,
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 13,
             incarnation: "weighty".into(),
@@ -600,6 +604,7 @@ pub(crate) fn every_command() -> Vec<Command> {
             cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::Register {
+            follows_generations: false,
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 15,
             incarnation: "versioned".into(),
@@ -623,6 +628,7 @@ pub(crate) fn every_command() -> Vec<Command> {
             cluster_version: crate::lease::schema::SECOND_RELEASE_SCHEMA,
         },
         Command::Register {
+            follows_generations: false,
             namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
             now_ms: 27,
             incarnation: "labelled".into(),
@@ -650,6 +656,7 @@ pub(crate) fn every_command() -> Vec<Command> {
             now_ms: 29,
             registrations: vec![
                 Registration {
+                    follows_generations: false,
                     namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     incarnation: "batched-1".into(),
                     address: "http://b1".into(),
@@ -660,6 +667,7 @@ pub(crate) fn every_command() -> Vec<Command> {
                     labels: Default::default(),
                 },
                 Registration {
+                    follows_generations: false,
                     namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
                     incarnation: "batched-2".into(),
                     address: "http://b2".into(),
@@ -735,6 +743,7 @@ fn every_namespace_command() -> Vec<Command> {
         Command::RegisterMany {
             now_ms: 37,
             registrations: vec![Registration {
+                follows_generations: false,
                 namespace: "kv".into(),
                 incarnation: "batched-kv".into(),
                 address: "http://bkv".into(),
@@ -903,6 +912,7 @@ fn every_command_variant_round_trips() {
 #[test]
 fn every_outcome_variant_round_trips() {
     let grant = Grant {
+        generation: 0,
         executor_id: "ex-1".into(),
         lease_ttl_ms: LEASE_MS,
         revision: 3,

@@ -21,6 +21,7 @@ mod placement;
 mod planner;
 mod replicas;
 mod reservations;
+mod reshard;
 mod rollout;
 mod rules;
 mod schemas;
@@ -243,6 +244,7 @@ pub(crate) fn set_namespace_command(
 /// default capacity.
 pub(crate) fn registration_in(incarnation: &str, namespace: &str) -> super::Registration {
     super::Registration {
+        follows_generations: false,
         namespace: namespace.to_owned(),
         incarnation: incarnation.to_owned(),
         address: format!("http://{incarnation}.test"),
@@ -298,6 +300,7 @@ pub(super) fn register_command_with_labels(
         unreachable!("a registration")
     };
     Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         incarnation,

@@ -807,14 +807,14 @@ fn p18_1_the_consistency_check_keeps_namespaces_apart() {
 #[test]
 fn p18_1_an_executor_s_shard_count_is_its_namespace_s() {
     let (harness, d, k) = two_spaces();
-    assert_eq!(harness.state.shard_count_for_executor(&d), Some(4));
-    assert_eq!(harness.state.shard_count_for_executor(&k), Some(2));
+    assert_eq!(harness.state.shard_bound_for_executor(&d), Some(4));
+    assert_eq!(harness.state.shard_bound_for_executor(&k), Some(2));
     assert_eq!(
-        harness.state.shard_count_for_executor("ex-unknown"),
+        harness.state.shard_bound_for_executor("ex-unknown"),
         Some(4)
     );
     assert_eq!(
-        crate::lease::LeaseState::default().shard_count_for_executor(&d),
+        crate::lease::LeaseState::default().shard_bound_for_executor(&d),
         None
     );
 }

@@ -14,6 +14,7 @@ fn register_version(
     version: &str,
 ) -> String {
     let outcome = harness.apply(Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         incarnation: incarnation.to_owned(),

@@ -370,6 +370,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let index = harness.next_index();
     let outcome = harness.apply(Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 5_000,
         incarnation: "inc-1".into(),
@@ -409,6 +410,7 @@ fn p4_4_register_mints_an_executor_with_a_lease_from_now_and_no_shards() {
 fn p13_4_a_retried_registration_needs_the_same_credential() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let with = |credential_sha256| Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 1_000,
         incarnation: "inc-1".into(),
@@ -1636,6 +1638,7 @@ fn i6_bad_input_is_refused_or_ignored_without_panic_and_without_change() {
         ..
     } = handoff_scenario();
     let register = |incarnation: &str, address: &str, name: Option<&str>| Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 3_000,
         incarnation: incarnation.into(),
@@ -1739,6 +1742,7 @@ fn i6_text_fields_of_exactly_the_largest_size_are_accepted() {
     let mut harness = Harness::initialised(4, LEASE_MS);
     let longest = "x".repeat(MAX_TEXT_FIELD_BYTES);
     let outcome = harness.apply(Command::Register {
+        follows_generations: false,
         namespace: leasehold_api::wire::DEFAULT_NAMESPACE.into(),
         now_ms: 0,
         incarnation: longest.clone(),
