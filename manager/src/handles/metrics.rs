@@ -196,7 +196,15 @@ pub const METRICS: &[MetricSpec] = &[
         help: "Shards a committed plan moved, by why (leader).",
         labels: &[(
             "reason",
-            &["balance", "expiry", "drain", "join", "deregister"],
+            &[
+                "balance",
+                "expiry",
+                "drain",
+                "join",
+                "deregister",
+                "pin",
+                "reshard",
+            ],
         )],
         at_start: AtStart::Zero,
     },

@@ -812,3 +812,76 @@ fn p19_2_secondaries_wait_until_every_primary_move_is_made() {
         "{steps:?}"
     );
 }
+
+/// Registers an executor into `namespace` that follows a change of layout (P20.3).
+fn register_following(world: &mut World, name: &str, namespace: &str) -> String {
+    let command = crate::lease::Registration {
+        follows_generations: true,
+        ..crate::lease::tests::registration_in(name, namespace)
+    }
+    .into_command(0);
+    match world.apply(command) {
+        crate::lease::Outcome::Registered { grant, .. } => grant.executor_id,
+        other => panic!("register {name}: {other:?}"),
+    }
+}
+
+/// Runs one step at `now_ms`, committing every write and answering every revoke it asks for at
+/// once; returns the writes it made.
+fn one_step(world: &mut World, now_ms: u64) -> Vec<StepWrite> {
+    let mut writes = StepWrites::new(StepDecision::default());
+    let mut made = Vec::new();
+    while let Some((write, command)) = writes.next_command(&world.state, now_ms) {
+        made.push(write);
+        let outcome = world.apply(command);
+        assert!(outcome.refusal().is_none(), "{write:?}: {outcome:?}");
+        if let Some(effects) = outcome.effects() {
+            for revoke in effects.revokes.clone() {
+                world.apply(Command::Release {
+                    now_ms,
+                    executor_id: revoke.executor_id,
+                    shards: revoke.shards,
+                    revoke_revision: revoke.revision,
+                });
+            }
+        }
+    }
+    made
+}
+
+/// P20.2: a step carries out a reshard under way once its namespace is ready, before it plans,
+/// so the plans are made in the new layout: a split at once when no handoff is in flight; a
+/// merge only in the step after the one whose plan brought its pairs together.
+#[test]
+fn p20_2_a_step_carries_out_a_reshard_once_ready_and_before_it_plans() {
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 4);
+    register_following(&mut world, "a", "kv");
+    register_following(&mut world, "b", "kv");
+    assert_eq!(one_step(&mut world, 1), [StepWrite::Rebalance]);
+    let reshard = |shard_count| Command::Operator {
+        now_ms: 1,
+        actor: crate::lease::tests::TEST_ADMIN.to_owned(),
+        action: crate::lease::OperatorAction::Reshard {
+            name: "kv".to_owned(),
+            shard_count,
+        },
+    };
+    // Shards 0 and 1 on one executor, 2 and 3 on the other: the pairs (0, 2), (1, 3) apart.
+    world.apply(reshard(2));
+    let first = one_step(&mut world, 2);
+    assert_eq!(
+        first,
+        [StepWrite::Rebalance],
+        "the pairs are brought together first"
+    );
+    assert_eq!(world.state.namespace("kv").unwrap().reshard_waiting_on(), 0);
+    assert_eq!(one_step(&mut world, 3)[0], StepWrite::Reshard);
+    let kv = world.state.namespace("kv").unwrap();
+    assert_eq!((kv.config.shard_count, kv.generation), (2, 1));
+    assert!(kv.reshard.is_none());
+    world.apply(reshard(4));
+    assert_eq!(one_step(&mut world, 4)[0], StepWrite::Reshard);
+    let kv = world.state.namespace("kv").unwrap();
+    assert_eq!((kv.config.shard_count, kv.generation), (4, 2));
+}

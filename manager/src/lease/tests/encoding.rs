@@ -719,7 +719,55 @@ pub(crate) fn every_command() -> Vec<Command> {
     ])
     .chain(every_namespace_command())
     .chain(every_namespace_placement_command())
+    .chain(every_reshard_command())
     .collect()
+}
+
+/// The commands of [`every_command`] that reshard (P20.1, P20.2), its last: a registration that
+/// follows a change of layout alone and in a batch, a reshard asked for at the largest count,
+/// and the leader's entry carrying one out.
+pub(super) const RESHARD_COMMANDS: usize = 4;
+
+fn every_reshard_command() -> Vec<Command> {
+    let mut register = register_command(44, "following");
+    if let Command::Register {
+        follows_generations,
+        ..
+    } = &mut register
+    {
+        *follows_generations = true;
+    }
+    let commands = vec![
+        register,
+        Command::RegisterMany {
+            now_ms: 45,
+            registrations: vec![Registration {
+                follows_generations: true,
+                namespace: "kv".into(),
+                incarnation: "batched-following".into(),
+                address: "http://bf".into(),
+                name: None,
+                credential_sha256: None,
+                capacity: 1,
+                app_version: None,
+                labels: Default::default(),
+            }],
+        },
+        Command::Operator {
+            now_ms: 46,
+            actor: "admin of namespaces kv CN=kv-ops".into(),
+            action: OperatorAction::Reshard {
+                name: "kv".into(),
+                shard_count: leasehold_api::wire::MAX_SHARD_COUNT,
+            },
+        },
+        Command::Reshard {
+            now_ms: 47,
+            namespace: "kv".into(),
+        },
+    ];
+    assert_eq!(commands.len(), RESHARD_COMMANDS);
+    commands
 }
 
 /// The commands of [`every_command`] that concern namespaces (P18.1), before
