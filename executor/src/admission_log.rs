@@ -11,6 +11,10 @@
 //! the log of a namespace of one replica reads exactly as before. The checker applies I1 and I2
 //! to the primary's intervals only.
 //!
+//! Once a namespace has resharded (PROTOCOL §20), each line also carries the `generation` and
+//! `shard_count` of the layout its shard belongs to, so a checker maps each interval to the
+//! keys it covers; at generation 0 both are absent.
+//!
 //! Stamps err on the safe side for the checker: a `start` is stamped no later than admission
 //! began, a `stop` no earlier than it ended (for a lapse: the lease expiry itself).
 
@@ -102,6 +106,12 @@ struct LogLine<'a> {
     /// Absent for the primary (P19.5).
     #[serde(skip_serializing_if = "Role::is_primary")]
     role: Role,
+    /// The namespace's generation and shard count the shard belongs to (§20); both absent at
+    /// generation 0, so the log of a namespace that never resharded is unchanged.
+    #[serde(skip_serializing_if = "leasehold_api::wire::is_first_generation")]
+    generation: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard_count: Option<u32>,
 }
 
 /// An open admission log.
@@ -144,6 +154,8 @@ impl AdmissionLog {
                 event: event.change,
                 reason: event.reason,
                 role: event.role,
+                generation: event.layout.generation,
+                shard_count: (event.layout.generation > 0).then_some(event.layout.shard_count),
             };
             let mut bytes = serde_json::to_vec(&line).map_err(io::Error::other)?;
             bytes.push(b'\n');
@@ -169,6 +181,10 @@ mod tests {
             change,
             at,
             reason: AdmissionReason::Assigned,
+            layout: crate::assignment::Layout {
+                shard_count: 8,
+                generation: 0,
+            },
         }
     }
 

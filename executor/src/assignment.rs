@@ -25,6 +25,14 @@
 //! executors, P19.1). Revokes are the primaries' handoffs (P5.2) and leave secondaries alone.
 //! Readiness (P19.3), what the embedding service says of each secondary, is kept here too,
 //! since it lives exactly as long as the secondary it is about.
+//!
+//! Layouts (PROTOCOL §20): a set also says the namespace's `shard_count` and `generation`. Within
+//! a generation the count never changes, and a set of the same generation with another count is
+//! refused as meant for another cluster. A set of a newer generation brings its count, and its
+//! shards are those of the new layout: every shard held in the old one changed epoch at the
+//! reshard, so the one receipt of that set stops each at its old epoch and starts the new ones
+//! (P4.3), and keys map by the new count from that instant. A set of an older generation is
+//! stale by its revision, or refused: generations rise with revisions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
@@ -37,8 +45,8 @@ pub enum DeliveryError {
     /// A shard count of zero cannot map any key.
     #[error("shard_count must be positive")]
     ZeroShardCount,
-    /// The shard count is fixed for the life of a cluster (§11); another value means the
-    /// delivery is meant for another cluster.
+    /// Within a generation the shard count is fixed (§20); another value means the delivery is
+    /// meant for another cluster.
     #[error("shard_count {got} does not match this executor's {expected}")]
     ShardCountMismatch {
         /// What this executor learned first.
@@ -59,6 +67,15 @@ pub enum DeliveryError {
     DuplicateShard {
         /// The shard listed twice.
         shard: u32,
+    },
+    /// A set of an older generation than the one applied, not stale by its revision: a real
+    /// cluster raises generations with revisions, so it is meant for another (§20).
+    #[error("generation {got} is older than this executor's {applied}, at a revision not older")]
+    GenerationWentBack {
+        /// The generation applied.
+        applied: u64,
+        /// What the delivery says.
+        got: u64,
     },
     /// A set listing a shard both among its primaries and among its secondaries (P19.1: a
     /// shard's replicas are on distinct executors), which no manager sends: which role would
@@ -201,11 +218,22 @@ fn same_as(held: &BTreeMap<u32, u64>, listed: &[ShardEpoch]) -> bool {
             })
 }
 
+/// A namespace's layout as a set states it (PROTOCOL §20): its shard count and the generation
+/// that count belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Layout {
+    pub shard_count: u32,
+    /// 0 until the namespace first reshards.
+    pub generation: u64,
+}
+
 /// The held set and the revision order of deliveries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AssignmentState {
-    /// Learned from the first delivery; fixed for the life of the cluster (§11).
+    /// Learned from the first delivery; fixed within a generation (§20).
     shard_count: Option<NonZeroU32>,
+    /// The generation of the last set applied (§20): 0 until a reshard.
+    generation: u64,
     /// Shard → epoch of every shard the last applied delivery gave this executor.
     held: BTreeMap<u32, u64>,
     /// Shard → revision of the delivery that gave it at its current epoch: tells a shard the
@@ -231,6 +259,14 @@ impl AssignmentState {
     /// The cluster's shard count, once a delivery has told it.
     pub fn shard_count(&self) -> Option<NonZeroU32> {
         self.shard_count
+    }
+
+    /// The layout of the last set applied (§20): its shard count (0 before any) and generation.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            shard_count: self.shard_count.map_or(0, NonZeroU32::get),
+            generation: self.generation,
+        }
     }
 
     /// Revision of the last delivery applied (what renewals report, P4.1/P5.2).
@@ -318,16 +354,27 @@ impl AssignmentState {
         })
     }
 
-    /// Checks a shard count against the one already known.
-    fn check_shard_count(&self, shard_count: u32) -> Result<NonZeroU32, DeliveryError> {
-        let count = NonZeroU32::new(shard_count).ok_or(DeliveryError::ZeroShardCount)?;
-        match self.shard_count {
-            Some(known) if known != count => Err(DeliveryError::ShardCountMismatch {
+    /// Checks a set's layout against the one applied (§20), for a set read at `revision`: the
+    /// same generation keeps the count, a newer one brings its own, and an older one must be
+    /// stale by its revision.
+    fn check_layout(&self, revision: u64, layout: Layout) -> Result<NonZeroU32, DeliveryError> {
+        let count = NonZeroU32::new(layout.shard_count).ok_or(DeliveryError::ZeroShardCount)?;
+        let Some(known) = self.shard_count else {
+            return Ok(count);
+        };
+        if layout.generation == self.generation && known != count {
+            return Err(DeliveryError::ShardCountMismatch {
                 expected: known.get(),
-                got: shard_count,
-            }),
-            _ => Ok(count),
+                got: layout.shard_count,
+            });
         }
+        if layout.generation < self.generation && revision >= self.revision {
+            return Err(DeliveryError::GenerationWentBack {
+                applied: self.generation,
+                got: layout.generation,
+            });
+        }
+        Ok(count)
     }
 
     /// Checks that every shard is in range and listed once.
@@ -344,26 +391,40 @@ impl AssignmentState {
         })
     }
 
-    /// Validates a set delivery (its primaries `shards` and its `secondaries`) without applying
-    /// it.
+    /// Validates a set delivery read at `revision` in `layout` (its primaries `shards` and its
+    /// `secondaries`) without applying it.
     pub fn validate_set(
         &self,
-        shard_count: u32,
+        revision: u64,
+        layout: Layout,
         shards: &[ShardEpoch],
         secondaries: &[ShardEpoch],
     ) -> Result<(), DeliveryError> {
-        self.checked_shard_count(shard_count, shards, secondaries)
+        self.checked_layout(revision, layout, shards, secondaries)
             .map(drop)
     }
 
-    /// [`Self::validate_set`], answering with the checked shard count that applying the set records.
-    fn checked_shard_count(
+    /// [`Self::validate_set`], answering with the checked shard count that applying the set
+    /// records.
+    fn checked_layout(
         &self,
-        shard_count: u32,
+        revision: u64,
+        layout: Layout,
         shards: &[ShardEpoch],
         secondaries: &[ShardEpoch],
     ) -> Result<NonZeroU32, DeliveryError> {
-        let count = self.check_shard_count(shard_count)?;
+        let count = self.check_layout(revision, layout)?;
+        Self::check_set_shards(count, shards, secondaries)?;
+        Ok(count)
+    }
+
+    /// Checks a set's primaries and secondaries against its shard count: each in range and
+    /// listed once, and no shard in both roles (P19.1).
+    fn check_set_shards(
+        count: NonZeroU32,
+        shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
+    ) -> Result<(), DeliveryError> {
         Self::check_shards(count, shards.iter().map(|s| s.shard))?;
         if !secondaries.is_empty() {
             Self::check_shards(count, secondaries.iter().map(|s| s.shard))?;
@@ -372,12 +433,12 @@ impl AssignmentState {
                 return Err(DeliveryError::PrimaryAndSecondary { shard: both.shard });
             }
         }
-        Ok(count)
+        Ok(())
     }
 
-    /// Applies a full set (register reply, renew reply or assign push), its primaries `shards`
-    /// and its `secondaries`, if its revision is at least the last applied (P4.1). Malformed
-    /// input is refused whole, stale or not; a stale set changes neither list.
+    /// Applies a full set (register reply, renew reply or assign push) of the generation
+    /// applied, its primaries `shards` and its `secondaries`: [`Self::apply_set_in`] at that
+    /// generation, with `shard_count`.
     pub fn apply_set(
         &mut self,
         revision: u64,
@@ -385,14 +446,32 @@ impl AssignmentState {
         shards: &[ShardEpoch],
         secondaries: &[ShardEpoch],
     ) -> Result<SetOutcome, DeliveryError> {
-        let count = self.checked_shard_count(shard_count, shards, secondaries)?;
+        let layout = Layout {
+            shard_count,
+            generation: self.generation,
+        };
+        self.apply_set_in(revision, layout, shards, secondaries)
+    }
+
+    /// Applies a full set read at `revision` in `layout`, its primaries `shards` and its
+    /// `secondaries`, if its revision is at least the last applied (P4.1). Malformed input is
+    /// refused whole, stale or not; a stale set changes neither list. A set of a newer
+    /// generation switches the layout (§20).
+    pub fn apply_set_in(
+        &mut self,
+        revision: u64,
+        layout: Layout,
+        shards: &[ShardEpoch],
+        secondaries: &[ShardEpoch],
+    ) -> Result<SetOutcome, DeliveryError> {
+        let count = self.checked_layout(revision, layout, shards, secondaries)?;
         if revision < self.revision {
             return Ok(SetOutcome::Stale {
                 revision,
                 applied_revision: self.revision,
             });
         }
-        Ok(self.replace(revision, count, shards, secondaries))
+        Ok(self.replace(revision, (count, layout.generation), shards, secondaries))
     }
 
     /// Adopts a grant's set whatever the revision applied (P4.1, self-healing): the set and the
@@ -407,15 +486,21 @@ impl AssignmentState {
     pub fn adopt(
         &mut self,
         revision: u64,
-        shard_count: u32,
+        layout: Layout,
         shards: &[ShardEpoch],
         secondaries: &[ShardEpoch],
     ) -> Result<SetOutcome, DeliveryError> {
-        let count = self.checked_shard_count(shard_count, shards, secondaries)?;
+        // The set it replaces may have been a forgery's, of any generation: a grant of another
+        // generation is taken with its own count; within one, the count still must match.
+        let count = NonZeroU32::new(layout.shard_count).ok_or(DeliveryError::ZeroShardCount)?;
+        if layout.generation == self.generation {
+            self.check_layout(revision, layout)?;
+        }
+        Self::check_set_shards(count, shards, secondaries)?;
         for gained_at in self.gained_at.values_mut() {
             *gained_at = (*gained_at).min(revision);
         }
-        Ok(self.replace(revision, count, shards, secondaries))
+        Ok(self.replace(revision, (count, layout.generation), shards, secondaries))
     }
 
     /// Replaces the held set with `shards` and the secondaries with `secondaries` (both already
@@ -423,11 +508,12 @@ impl AssignmentState {
     fn replace(
         &mut self,
         revision: u64,
-        count: NonZeroU32,
+        (count, generation): (NonZeroU32, u64),
         shards: &[ShardEpoch],
         secondaries: &[ShardEpoch],
     ) -> SetOutcome {
         self.shard_count = Some(count);
+        self.generation = generation;
         self.revision = revision;
         self.set_revision = revision;
         let (secondaries_dropped, secondaries_gained) = self.replace_secondaries(secondaries);
@@ -472,13 +558,16 @@ impl AssignmentState {
         changed
     }
 
-    /// Checks a revoke's shard list as [`Self::apply_revoke`] does, changing nothing: every shard
-    /// in range (once the shard count is known) and none twice (I6).
-    pub fn validate_revoke(&self, shards: &[u32]) -> Result<(), DeliveryError> {
+    /// Checks a revoke read at `revision` as [`Self::apply_revoke`] does, changing nothing:
+    /// every shard in range and none twice (I6). The range is known once a set was applied, and
+    /// only for a revoke at or after that set: an older revoke is overtaken and may name shards
+    /// of an older layout (§20), so only duplicates are refused then.
+    pub fn validate_revoke(&self, revision: u64, shards: &[u32]) -> Result<(), DeliveryError> {
         match self.shard_count {
-            Some(count) => Self::check_shards(count, shards.iter().copied()),
-            // Before any delivery the range is unknown; duplicates are still refused.
-            None => Self::check_shards(NonZeroU32::MAX, shards.iter().copied()),
+            Some(count) if revision >= self.set_revision => {
+                Self::check_shards(count, shards.iter().copied())
+            }
+            _ => Self::check_shards(NonZeroU32::MAX, shards.iter().copied()),
         }
     }
 
@@ -495,7 +584,7 @@ impl AssignmentState {
         revision: u64,
         shards: &[u32],
     ) -> Result<RevokeOutcome, DeliveryError> {
-        self.validate_revoke(shards)?;
+        self.validate_revoke(revision, shards)?;
         if revision < self.set_revision {
             // A shard the set does not hold is one this executor does not admit, whatever
             // delivery took it away: acknowledging it cannot let two owners admit at once. The
@@ -572,6 +661,14 @@ impl AssignmentState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layout of generation 0 with `shard_count` shards.
+    fn layout(shard_count: u32) -> Layout {
+        Layout {
+            shard_count,
+            generation: 0,
+        }
+    }
 
     fn set(pairs: &[(u32, u64)]) -> Vec<ShardEpoch> {
         pairs
@@ -690,17 +787,17 @@ mod tests {
             })
         );
         assert_eq!(
-            state.adopt(12, 8, &set(&[(1, 1), (2, 1)]), &[]),
+            state.adopt(12, layout(8), &set(&[(1, 1), (2, 1)]), &[]),
             Ok(applied(&[], &[]))
         );
         assert_eq!(state.revision(), 12);
         assert_eq!(state.drop_taken_by(12, &set(&[(1, 1)])), set(&[(2, 1)]));
         assert_eq!(
-            state.adopt(11, 8, &set(&[(3, 1)]), &[]),
+            state.adopt(11, layout(8), &set(&[(3, 1)]), &[]),
             Ok(applied(&[(1, 1)], &[(3, 1)]))
         );
         assert_eq!(
-            state.adopt(13, 16, &set(&[]), &[]),
+            state.adopt(13, layout(16), &set(&[]), &[]),
             Err(DeliveryError::ShardCountMismatch {
                 expected: 8,
                 got: 16
@@ -1014,7 +1111,7 @@ mod tests {
                 Err(error.clone())
             );
             assert_eq!(
-                state.adopt(2, 8, &set(&[(3, 1)]), &secondaries),
+                state.adopt(2, layout(8), &set(&[(3, 1)]), &secondaries),
                 Err(error.clone())
             );
             // Refused whether the set would apply or not.

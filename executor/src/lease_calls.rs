@@ -180,6 +180,7 @@ mod tests {
 
         fn register_request(&mut self) -> RegisterRequest {
             RegisterRequest {
+                follows_generations: false,
                 namespace: None,
                 incarnation: format!("i{}", self.incarnation),
                 address: "http://127.0.0.1:1".into(),
@@ -220,6 +221,7 @@ mod tests {
 
     fn grant(executor_id: &str, revision: u64, shards: &[u32]) -> Grant {
         Grant {
+            generation: 0,
             shard_runs: None,
             executor_id: executor_id.into(),
             lease_ttl_ms: 9_000,
@@ -318,6 +320,7 @@ mod tests {
         let register = calls.next_call(&mut holder, t0);
         calls.granted(&mut holder, &register, &grant(EXECUTOR, 3, &[0]), t0);
         let push = AssignmentPush {
+            generation: 0,
             executor_id: EXECUTOR.into(),
             revision: 9,
             shard_count: 8,

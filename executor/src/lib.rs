@@ -101,7 +101,7 @@ pub use admission::{
 };
 #[cfg(feature = "bin")]
 pub use args::ExecutorArgs;
-pub use assignment::{NotSecondary, Secondary};
+pub use assignment::{Layout, NotSecondary, Secondary};
 pub use config::ExecutorConfig;
 pub use handle::ExecutorHandle;
 pub use hooks::{DelayHooks, HandoffHooks, HookFuture, Hooks};

@@ -21,7 +21,7 @@ use crate::members::{MemberSource, MembersFuture};
 use leasehold_api::tls::TlsConfig;
 use leasehold_api::wire::{
     Credential, ExecutorView, Grant, KeyRoute, Labels, RegisterRequest, RenewRequest,
-    APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, LABELS_SCHEMA,
+    APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, LABELS_SCHEMA, RESHARD_SCHEMA,
 };
 
 /// Patience of one register or renew call: how stale the lease anchor can get before the
@@ -139,6 +139,11 @@ fn fields_for_cluster_version(request: &mut RegisterRequest, cluster_version: u3
     if cluster_version < CREDENTIALS_SCHEMA {
         request.credential = None;
     }
+    // Said again at the next registration: an executor registered without it holds a
+    // namespace back from resharding until it re-registers (P20.3).
+    if cluster_version < RESHARD_SCHEMA {
+        request.follows_generations = false;
+    }
     LeftOut {
         capacity: if cluster_version < CAPACITY_SCHEMA {
             request.capacity.take()
@@ -179,7 +184,9 @@ impl ManagerApi for ManagerLink {
     ) -> impl Future<Output = Result<Grant, ClientError>> + Send {
         let mut request = request.clone();
         async move {
-            let newest_field_schema = if !request.labels.is_empty() {
+            let newest_field_schema = if request.follows_generations {
+                RESHARD_SCHEMA
+            } else if !request.labels.is_empty() {
                 LABELS_SCHEMA
             } else if request.app_version.is_some() {
                 APP_VERSION_SCHEMA
@@ -299,6 +306,7 @@ mod tests {
 
     fn request(capacity: Option<u32>) -> RegisterRequest {
         RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: "inc".into(),
             address: "http://127.0.0.1:9".into(),

@@ -432,6 +432,11 @@ impl Shared {
             capacity: (self.load.capacity != DEFAULT_CAPACITY).then_some(self.load.capacity),
             app_version: self.app_version.clone(),
             labels: self.labels.clone(),
+            // This library maps keys by the newest set's layout (PROTOCOL P20.3). A sidecar does
+            // not promise it: the service beside it may still admit a parent's keys from an
+            // answer it has not replaced, and its holds are counted per shard number, not per
+            // key (P16.2), so a namespace with a sidecar in it does not reshard.
+            follows_generations: self.service.is_none(),
         }
     }
 

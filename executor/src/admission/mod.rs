@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::assignment::{
-    AssignmentState, DeliveryError, NotSecondary, RevokeOutcome, Secondary, SetOutcome,
+    AssignmentState, DeliveryError, Layout, NotSecondary, RevokeOutcome, Secondary, SetOutcome,
 };
 use crate::lease::LeaseClock;
 
@@ -110,6 +110,10 @@ pub struct AdmissionEvent {
     pub at: Instant,
     /// Why.
     pub reason: AdmissionReason,
+    /// The layout the shard is (or was) held in (PROTOCOL §20): its number is one of that
+    /// layout's shards, and the keys it covers are those whose hash modulo its `shard_count` is
+    /// `shard`.
+    pub layout: Layout,
 }
 
 /// Permission to run one piece of work for a shard (P3.6). It is a value, not a guard: once
@@ -575,6 +579,7 @@ impl AdmissionCore {
             change,
             at,
             reason,
+            layout: self.assignment.layout(),
         })
     }
 
@@ -627,18 +632,21 @@ impl AdmissionCore {
     fn apply_set_into(
         &mut self,
         revision: u64,
-        shard_count: u32,
+        layout: Layout,
         (shards, secondaries): (&[ShardEpoch], &[ShardEpoch]),
         now: Instant,
         adopt: bool,
         events: &mut Vec<AdmissionEvent>,
     ) -> Result<SetOutcome, DeliveryError> {
+        // What is dropped was held in the layout before this set; a new layout (§20) switches
+        // every shard in this one receipt, stopped in the old and started in the new.
+        let layout_before = self.assignment.layout();
         let outcome = if adopt {
             self.assignment
-                .adopt(revision, shard_count, shards, secondaries)?
+                .adopt(revision, layout, shards, secondaries)?
         } else {
             self.assignment
-                .apply_set(revision, shard_count, shards, secondaries)?
+                .apply_set_in(revision, layout, shards, secondaries)?
         };
         if let SetOutcome::Applied {
             dropped,
@@ -654,13 +662,19 @@ impl AdmissionCore {
                 ];
                 for (role, shards) in stops {
                     for &shard in shards {
-                        events.extend(self.event(
-                            shard,
-                            role,
-                            AdmissionChange::Stop,
-                            now,
-                            AdmissionReason::Unassigned,
-                        ));
+                        events.extend(
+                            self.event(
+                                shard,
+                                role,
+                                AdmissionChange::Stop,
+                                now,
+                                AdmissionReason::Unassigned,
+                            )
+                            .map(|event| AdmissionEvent {
+                                layout: layout_before,
+                                ..event
+                            }),
+                        );
                     }
                 }
                 let starts = [
@@ -769,7 +783,10 @@ impl AdmissionCore {
         }
         let set = self.apply_set_into(
             grant.revision,
-            grant.shard_count,
+            Layout {
+                shard_count: grant.shard_count,
+                generation: grant.generation,
+            },
             (&grant.shards, &grant.secondaries),
             now,
             disowned.is_some(),
@@ -807,14 +824,18 @@ impl AdmissionCore {
         now: Instant,
     ) -> Result<PushApplied, PushError> {
         // Checked before anything changes, so a refused push leaves no trace.
+        let layout = Layout {
+            shard_count: push.shard_count,
+            generation: push.generation,
+        };
         self.assignment
-            .validate_set(push.shard_count, &push.shards, &push.secondaries)?;
+            .validate_set(push.revision, layout, &push.shards, &push.secondaries)?;
         self.check_addressee(&push.executor_id)?;
         let mut events = Vec::new();
         self.record_lapse_into(now, &mut events);
         let set = self.apply_set_into(
             push.revision,
-            push.shard_count,
+            layout,
             (&push.shards, &push.secondaries),
             now,
             false,
@@ -839,7 +860,8 @@ impl AdmissionCore {
         // Checked before the lapse is recorded: a refused revoke must not take the lapse's stop
         // lines with it while admission has already ended (the log would then show a second
         // start without a stop).
-        self.assignment.validate_revoke(&revoke.shards)?;
+        self.assignment
+            .validate_revoke(revoke.revision, &revoke.shards)?;
         let mut events = Vec::new();
         self.record_lapse_into(now, &mut events);
         let admitting = self.admitting;

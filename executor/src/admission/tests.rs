@@ -22,6 +22,7 @@ fn set(pairs: &[(u32, u64)]) -> Vec<ShardEpoch> {
 
 fn grant(lease_ttl_ms: u64, revision: u64, shards: &[(u32, u64)]) -> Grant {
     Grant {
+        generation: 0,
         shard_runs: None,
         executor_id: EXECUTOR.into(),
         lease_ttl_ms,
@@ -35,6 +36,7 @@ fn grant(lease_ttl_ms: u64, revision: u64, shards: &[(u32, u64)]) -> Grant {
 
 fn push(revision: u64, shards: &[(u32, u64)]) -> AssignmentPush {
     AssignmentPush {
+        generation: 0,
         executor_id: EXECUTOR.into(),
         revision,
         shard_count: SHARD_COUNT,
@@ -934,4 +936,86 @@ fn p19_3_renewals_list_the_whole_ready_list() {
     )
     .unwrap();
     assert_eq!(ready(&warm), set(&[(4, 2), (6, 3)]));
+}
+
+/// A push of `revision` in the layout of `generation` with `shard_count` shards (P20.3).
+fn push_in(revision: u64, shard_count: u32, generation: u64, shards: &[(u32, u64)]) -> AssignmentPush {
+    AssignmentPush {
+        generation,
+        shard_count,
+        ..push(revision, shards)
+    }
+}
+
+/// P20.3, I1 per key: a set of a newer generation switches the layout in its one receipt: every
+/// shard of the old layout stops in it (its lines say the old layout) at the instant every
+/// shard of the new one starts (their lines say the new), and keys map by the new count from
+/// then on. An older generation's set is stale or refused.
+#[test]
+fn p20_3_a_set_of_a_newer_generation_switches_admission_in_one_receipt() {
+    let t0 = Instant::now();
+    let mut core = registered(t0, 60_000, 10, &[(3, 1)]);
+    let key = (0..)
+        .map(|n: u32| format!("key-{n}"))
+        .find(|key| {
+            leasehold_api::shard_for_key(key.as_bytes(), NonZeroU32::new(SHARD_COUNT).unwrap())
+                == 3
+                && leasehold_api::shard_for_key(
+                    key.as_bytes(),
+                    NonZeroU32::new(SHARD_COUNT * 2).unwrap(),
+                ) == 3 + SHARD_COUNT
+        })
+        .unwrap();
+    assert_eq!(core.admit_key(key.as_bytes(), t0).unwrap().shard, 3);
+    let at = t0 + secs(1);
+    let split = push_in(12, SHARD_COUNT * 2, 1, &[(3, 2), (3 + SHARD_COUNT, 2)]);
+    let applied = core.apply_push(&split, at).unwrap();
+    assert_eq!(
+        summary(&applied.events),
+        [
+            (3, 1, Stop, at, Unassigned),
+            (3, 2, Start, at, Assigned),
+            (3 + SHARD_COUNT, 2, Start, at, Assigned),
+        ]
+    );
+    let layouts: Vec<(u32, u64)> = applied
+        .events
+        .iter()
+        .map(|event| (event.layout.shard_count, event.layout.generation))
+        .collect();
+    assert_eq!(
+        layouts,
+        [(SHARD_COUNT, 0), (SHARD_COUNT * 2, 1), (SHARD_COUNT * 2, 1)]
+    );
+    let permit = core.admit_key(key.as_bytes(), at).unwrap();
+    assert_eq!((permit.shard, permit.epoch), (3 + SHARD_COUNT, 2));
+    // Older generations: stale by revision, refused otherwise.
+    assert!(matches!(
+        core.apply_push(&push_in(11, SHARD_COUNT, 0, &[(3, 1)]), at),
+        Ok(PushApplied {
+            set: SetOutcome::Stale { .. },
+            ..
+        })
+    ));
+    assert!(core
+        .apply_push(&push_in(13, SHARD_COUNT, 0, &[(3, 1)]), at)
+        .is_err());
+    // Within a generation the count is fixed.
+    assert!(core
+        .apply_push(&push_in(13, SHARD_COUNT, 1, &[(3, 2)]), at)
+        .is_err());
+    assert_eq!(core.admit_key(key.as_bytes(), at).unwrap().shard, 3 + SHARD_COUNT);
+}
+
+/// P20.3: a revoke overtaken by a set of a newer layout may name shards of the older one; it is
+/// answered as overtaken, not refused for their range.
+#[test]
+fn p20_3_an_overtaken_revoke_of_an_older_layout_is_answered() {
+    let t0 = Instant::now();
+    let mut core = registered(t0, 60_000, 10, &[(3, 1), (9, 1)]);
+    let merge = push_in(12, SHARD_COUNT / 2, 1, &[(1, 2)]);
+    core.apply_push(&merge, t0).unwrap();
+    let reply = core.apply_revoke(&revoke(11, &[9]), t0).unwrap().reply;
+    assert_eq!(reply.released, [9]);
+    assert!(core.apply_revoke(&revoke(13, &[9]), t0).is_err());
 }

@@ -65,6 +65,7 @@ async fn answers_http(address: &str) -> bool {
 
 fn grant(state: &FakeState) -> Grant {
     Grant {
+        generation: 0,
         shard_runs: None,
         executor_id: "ex-1".into(),
         lease_ttl_ms: LEASE_TTL_MS,
@@ -105,6 +106,8 @@ struct KeyQuery {
 async fn routing(Query(query): Query<KeyQuery>) -> Json<KeyRoute> {
     let count = NonZeroU32::new(SHARD_COUNT).unwrap();
     Json(KeyRoute {
+        generation: 0,
+        shard_count: None,
         key: query.key.clone(),
         revision: 7,
         route: Route {

@@ -624,6 +624,9 @@ fn event(
         change,
         at,
         reason,
+        // The service's shards are numbered in the layout it was told; a sidecar registers
+        // without following a change of layout (P20.3), so that is generation 0.
+        layout: crate::assignment::Layout::default(),
     }
 }
 

@@ -33,6 +33,7 @@ fn registered() -> Arc<Shared> {
         .apply_grant(
             Instant::now(),
             &Grant {
+                generation: 0,
                 shard_runs: None,
                 executor_id: "ex-1".into(),
                 lease_ttl_ms: 60_000,
@@ -696,6 +697,7 @@ async fn p17_1_a_prepare_overtaking_the_registration_answer_waits_for_it() {
         .apply_grant(
             Instant::now(),
             &Grant {
+                generation: 0,
                 shard_runs: None,
                 executor_id: "ex-1".into(),
                 lease_ttl_ms: 60_000,

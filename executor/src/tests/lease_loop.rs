@@ -926,6 +926,7 @@ async fn p4_1_the_next_renewal_heals_a_forged_push_at_u64_max() {
     harness
         .shared
         .apply_push(&leasehold_api::wire::AssignmentPush {
+            generation: 0,
             executor_id: "ex-1".into(),
             revision: u64::MAX,
             shard_count: 16,

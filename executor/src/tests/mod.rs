@@ -162,6 +162,7 @@ impl FakeManager {
 
     fn grant(script: &Script, executor_id: &str) -> Grant {
         Grant {
+            generation: 0,
             shard_runs: None,
             executor_id: executor_id.to_owned(),
             lease_ttl_ms: script.lease_ttl_ms,

@@ -93,6 +93,7 @@ fn sidecar_granted(
 /// holding shards 1 and 2 at epoch 1 for `lease_ttl_ms`.
 fn grant_of_ex_1(lease_ttl_ms: u64) -> Grant {
     Grant {
+        generation: 0,
         shard_runs: None,
         executor_id: "ex-1".into(),
         lease_ttl_ms,
