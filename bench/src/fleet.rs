@@ -371,6 +371,7 @@ impl LeaseholdFleet {
         let executors = setup_all(spec.count, |index| {
             let credential = Credential::from_random(rand::random());
             let request = RegisterRequest {
+                follows_generations: false,
                 namespace: spec.namespaces.get(index).cloned(),
                 incarnation: format!("bench-{run}-{index}"),
                 address: address.clone(),

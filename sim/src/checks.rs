@@ -575,6 +575,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::SetClusterVersion { .. } => "SetClusterVersion",
         Command::Operator { .. } => "Operator",
         Command::PlaceSecondaries { .. } => "PlaceSecondaries",
+        Command::Reshard { .. } => "Reshard",
     }
 }
 

@@ -209,6 +209,7 @@ impl PromotionState {
 
     fn register(&mut self, name: usize) {
         let outcome = self.apply(Command::Register {
+            follows_generations: false,
             now_ms: self.now_ms,
             incarnation: format!("{}@{}", NAMES[name], self.now_ms),
             address: format!("http://{}", NAMES[name]),

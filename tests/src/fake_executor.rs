@@ -205,6 +205,7 @@ impl FakeExecutor {
         let sent_at = Instant::now();
         let grant = client
             .register(&RegisterRequest {
+                follows_generations: false,
                 namespace: None,
                 incarnation: format!("{name}-{}", rand_suffix()),
                 address: address.clone(),

@@ -675,6 +675,7 @@ pub async fn register_probe(client: &Client) -> Result<(String, String), ClientE
     let incarnation = format!("probe-{}-{number}", std::process::id());
     let grant = client
         .register(&RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: incarnation.clone(),
             address: PROBE_ADDRESS.to_string(),

@@ -21,6 +21,7 @@ const STOP_BOUND: Duration = Duration::from_secs(20);
 
 fn register_request(name: &str) -> RegisterRequest {
     RegisterRequest {
+        follows_generations: false,
         namespace: None,
         incarnation: format!("incarnation-{name}"),
         address: "http://127.0.0.1:1".to_string(),

@@ -62,6 +62,7 @@ async fn p13_4_a_credential_travels_through_a_follower_and_appears_in_no_log() {
     let secret = Credential::from_random(rand::random());
     let grant = client
         .register(&RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: "credential-test".into(),
             address: "http://127.0.0.1:9".into(),
@@ -196,6 +197,7 @@ async fn p13_4_a_follower_refuses_a_wrong_credential_from_its_headers() {
     let secret = Credential::from_random(rand::random());
     let grant = client
         .register(&RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: "bounds-test".into(),
             address: "http://127.0.0.1:9".into(),

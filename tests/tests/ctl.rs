@@ -1421,6 +1421,7 @@ async fn watch_blocks_until_the_state_moves_past_the_revision() {
     };
     let grant = client
         .register(&leasehold_api::RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: "watch-test".into(),
             address: "http://127.0.0.1:9".into(),

@@ -30,6 +30,7 @@ async fn write(cluster: &Cluster, name: &str) -> u64 {
     cluster
         .client()
         .register(&RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: format!("incarnation-{name}"),
             address: "https://127.0.0.1:1".to_string(),

@@ -477,6 +477,7 @@ async fn p13_6_a_manager_with_a_backup_key_restores_only_backups_it_sealed() {
     source
         .client()
         .register(&leasehold_api::RegisterRequest {
+            follows_generations: false,
             namespace: None,
             incarnation: "sealed".into(),
             address: "http://127.0.0.1:9".into(),

@@ -150,6 +150,7 @@ impl Upgrade {
         ];
         for (incarnation, capacity, app_version, labels, expectation) in cases {
             let request = RegisterRequest {
+                follows_generations: false,
                 namespace: None,
                 incarnation: incarnation.into(),
                 address: "http://127.0.0.1:9".into(),

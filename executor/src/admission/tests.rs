@@ -958,9 +958,9 @@ fn p20_3_a_set_of_a_newer_generation_switches_admission_in_one_receipt() {
     let key = (0..)
         .map(|n: u32| format!("key-{n}"))
         .find(|key| {
-            leasehold_api::shard_for_key(key.as_bytes(), NonZeroU32::new(SHARD_COUNT).unwrap())
+            shard_for_key(key.as_bytes(), NonZeroU32::new(SHARD_COUNT).unwrap())
                 == 3
-                && leasehold_api::shard_for_key(
+                && shard_for_key(
                     key.as_bytes(),
                     NonZeroU32::new(SHARD_COUNT * 2).unwrap(),
                 ) == 3 + SHARD_COUNT

@@ -175,6 +175,7 @@ impl HandoffModel {
             return;
         };
         let grant = wire::Grant {
+            generation: 0,
             shard_runs: None,
             executor_id: self.executor_id(*to),
             lease_ttl_ms: *lease_ttl_ms,
@@ -206,6 +207,7 @@ impl HandoffModel {
         shards: &[ShardEpoch],
     ) {
         let push = AssignmentPush {
+            generation: 0,
             executor_id: self.executor_id(to),
             revision,
             shard_count: SHARD_COUNT,
@@ -631,6 +633,7 @@ fn register_executor(
 ) -> AdmissionCore {
     let incarnation = format!("executor-{index}");
     let register = Command::Register {
+        follows_generations: false,
         namespace: wire::DEFAULT_NAMESPACE.into(),
         now_ms,
         address: format!("http://{incarnation}.test"),
@@ -672,6 +675,7 @@ fn give_every_shard(
         Outcome::Rebalanced { .. } => {
             let executor_id = executor_ids.first().cloned().unwrap_or_default();
             let push = AssignmentPush {
+                generation: 0,
                 revision: state.lease.revision(),
                 shard_count: SHARD_COUNT,
                 shards: wire_set(&state.lease.delivered_set(&executor_id)),

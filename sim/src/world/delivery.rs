@@ -235,7 +235,7 @@ impl World {
             } if from_memory => {
                 let shard_count = deposed
                     .state
-                    .shard_count_for_executor(&executor_id)
+                    .shard_bound_for_executor(&executor_id)
                     .unwrap_or(self.scenario.shards);
                 let renewal = renewal_of(executor_id, &request, shard_count);
                 let needed = deposed.confirmation.needs();

@@ -366,6 +366,7 @@ impl LeaseHolder for ProcessHolder<'_> {
         // Sent only when it is not `default`, as the executor library does (P18.1).
         let namespace = &self.process.namespace;
         RegisterRequest {
+            follows_generations: false,
             namespace: (!leasehold_api::wire::is_default_namespace(namespace))
                 .then(|| namespace.clone()),
             incarnation: self.process.incarnation.clone(),

@@ -58,6 +58,7 @@ impl World {
         let command = Command::RegisterMany {
             now_ms,
             registrations: vec![Registration {
+                follows_generations: false,
                 // P18.1: into the namespace named, `default` when none.
                 namespace: request
                     .namespace
@@ -88,7 +89,7 @@ impl World {
         // count (P18.1) and refuses loads it cannot take (I6) before anything is proposed; what
         // the simulated executors report always passes.
         let shard_count = self.replicas[manager]
-            .shard_count_for_executor(&executor_id)
+            .shard_bound_for_executor(&executor_id)
             .unwrap_or(self.scenario.shards);
         if let Some(reported) = &request.loads {
             if let Err(error) = check_shard_loads(reported, shard_count) {
