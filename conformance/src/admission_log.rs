@@ -7,6 +7,11 @@
 //! A line may carry a `role` (PROTOCOL P19.5): `secondary` for a secondary's admission, absent
 //! (or `primary`) for the primary's. Starts and stops pair within one role, so a secondary
 //! promoted on the same executor closes its secondary interval and opens the primary's.
+//!
+//! A line may carry a `generation` and the `shard_count` of its layout (PROTOCOL §20), both
+//! absent at generation 0. Starts and stops pair within one generation: a reshard stops each
+//! shard of the old layout and starts those of the new at one instant, and shard numbers repeat
+//! across layouts.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,6 +38,10 @@ pub struct AdmissionRecord {
     pub reason: String,
     /// The role admitted in (P19.5): the primary when the line carries none.
     pub role: Role,
+    /// The namespace's generation the shard belongs to (§20): 0 when the line carries none.
+    pub generation: u64,
+    /// Its layout's shard count, when the line says it (at every generation above 0).
+    pub shard_count: Option<u32>,
 }
 
 /// Parses admission log text (JSON lines). A torn last line (a process killed mid-write) is an
@@ -74,7 +83,28 @@ pub fn parse_admission_log(text: &str) -> Result<Vec<AdmissionRecord>, String> {
                     )
                 })?,
             };
+            let generation = match value.get("generation") {
+                None => 0,
+                Some(_) => number_field("generation")?,
+            };
+            let shard_count = match value.get("shard_count") {
+                None if generation > 0 => {
+                    return Err(format!(
+                        "line {}: generation {generation} without its shard_count: {line}",
+                        number + 1
+                    ))
+                }
+                None => None,
+                Some(_) => Some(
+                    u32::try_from(number_field("shard_count")?)
+                        .ok()
+                        .filter(|count| *count > 0)
+                        .ok_or_else(|| format!("line {}: shard_count out of range", number + 1))?,
+                ),
+            };
             Ok(AdmissionRecord {
+                generation,
+                shard_count,
                 t_ns: number_field("t_ns")?,
                 executor_id: text_field("executor_id")?,
                 shard: u32::try_from(number_field("shard")?)
@@ -115,19 +145,28 @@ pub struct AdmissionInterval {
     pub epoch: u64,
     /// The role admitted in (P19.5): I1 and I2 are the primary's.
     pub role: Role,
+    /// The layout the shard is of (§20): its generation, and its shard count when the log said.
+    pub generation: u64,
+    pub shard_count: Option<u32>,
     pub start_ns: u64,
     /// `None`: still admitting.
     pub end_ns: Option<u64>,
 }
 
-/// Pairs starts and stops into intervals, per executor, shard and role. A stop without a start,
-/// a second start without a stop, or a stop at another epoch than its start is malformed.
+/// Pairs starts and stops into intervals, per executor, generation, shard and role. A stop
+/// without a start, a second start without a stop, or a stop at another epoch than its start is
+/// malformed.
 pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval>, String> {
     let mut intervals = Vec::new();
     for log in logs {
-        let mut open: BTreeMap<(String, u32, Role), AdmissionInterval> = BTreeMap::new();
+        let mut open: BTreeMap<(String, u64, u32, Role), AdmissionInterval> = BTreeMap::new();
         for record in &log.records {
-            let key = (record.executor_id.clone(), record.shard, record.role);
+            let key = (
+                record.executor_id.clone(),
+                record.generation,
+                record.shard,
+                record.role,
+            );
             let what = match record.role {
                 Role::Primary => "",
                 Role::Secondary => " (as a secondary)",
@@ -147,6 +186,8 @@ pub fn admission_intervals(logs: &[ExecutorLog]) -> Result<Vec<AdmissionInterval
                             shard: record.shard,
                             epoch: record.epoch,
                             role: record.role,
+                            generation: record.generation,
+                            shard_count: record.shard_count,
                             start_ns: record.t_ns,
                             end_ns: None,
                         },
@@ -204,6 +245,24 @@ pub(crate) mod synthetic {
             event,
             reason: "test".to_string(),
             role: Role::Primary,
+            generation: 0,
+            shard_count: None,
+        }
+    }
+
+    /// [`record`] of a shard of the layout of `generation` with `shard_count` shards (§20).
+    pub(crate) fn record_in(
+        (shard_count, generation): (u32, u64),
+        executor: &str,
+        shard: u32,
+        epoch: u64,
+        event: AdmissionEdge,
+        t_ns: u64,
+    ) -> AdmissionRecord {
+        AdmissionRecord {
+            generation,
+            shard_count: (generation > 0).then_some(shard_count),
+            ..record(executor, shard, epoch, event, t_ns)
         }
     }
 

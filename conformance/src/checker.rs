@@ -17,6 +17,13 @@
 //! of one shard admit side by side with its primary by design. That a secondary admits only while
 //! its lease is live (P19.1) is not checked here: no log shows the lease.
 //!
+//! Once a namespace reshards (PROTOCOL §20) a shard number names other keys in each layout, so
+//! both are judged per key instead: every interval covers the keys whose hash modulo its
+//! layout's shard count is its shard, and the layouts nest (each count is the largest one
+//! divided by a power of two), so the keys fall into the classes of the largest count, and each
+//! class is judged over every interval that covers it, whatever its layout. Lines of generation 0
+//! carry no shard count; the caller gives it ([`check_in`]).
+//!
 //! A process killed with SIGKILL cannot log its stops; its open intervals end at an upper bound
 //! on its death the test supplies ([`ExecutorLog::ended_at_ns`]). An executor still running has
 //! open intervals that last forever: anything after them overlaps.
@@ -24,7 +31,7 @@
 //! The checker reports every violation it finds, not only the first, so one broken run shows
 //! the whole picture.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -59,18 +66,24 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
     pub rule: Rule,
+    /// The shard, or, judged per key (§20), the class of keys whose hash modulo `of` is it.
     pub shard: u32,
+    /// The largest shard count of the layouts judged per key; `None` when judged per shard.
+    pub of: Option<u32>,
     pub detail: String,
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.of {
+            None => format!("shard {}", self.shard),
+            Some(of) => format!("keys whose hash mod {of} is {}", self.shard),
+        };
         write!(
             f,
-            "{} ({:?}): shard {}: {}",
+            "{} ({:?}): {what}: {}",
             self.rule.invariant(),
             self.rule,
-            self.shard,
             self.detail
         )
     }
@@ -83,9 +96,12 @@ pub struct CheckReport {
     pub intervals: usize,
     /// Secondaries' intervals (P19.5): read and paired, judged by neither I1 nor I2.
     pub secondary_intervals: usize,
+    /// Shards judged, or, once a layout changed, classes of keys (§20).
     pub shards: usize,
-    /// Successive intervals of one shard held by different executors.
+    /// Successive intervals of one shard (or key class) held by different executors.
     pub handoffs: usize,
+    /// The generations the primary's intervals were of: 1 for a namespace that never resharded.
+    pub generations: usize,
     pub violations: Vec<Violation>,
 }
 
@@ -114,8 +130,18 @@ fn describe(interval: &AdmissionInterval) -> String {
     let end = interval
         .end_ns
         .map_or_else(|| "still admitting".to_string(), |end| end.to_string());
+    let layout = if interval.generation > 0 {
+        format!(
+            " shard {} of {} (generation {})",
+            interval.shard,
+            interval.shard_count.unwrap_or(0),
+            interval.generation
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{} (epoch {}) from {} to {end}",
+        "{}{layout} (epoch {}) from {} to {end}",
         interval.executor_id, interval.epoch, interval.start_ns
     )
 }
@@ -125,30 +151,52 @@ fn end_or_forever(interval: &AdmissionInterval) -> u64 {
 }
 
 /// I1 and I2 over the merged admission logs of every executor that ran, the primary's intervals
-/// only (P19.5). A malformed log (a stop without a start, a second start, a stop at another
-/// epoch) is an error, not a violation: the executor wrote something the format does not allow.
+/// only (P19.5), of a namespace that never resharded: [`check_in`] without a first shard count.
 pub fn check(logs: &[ExecutorLog]) -> Result<CheckReport, String> {
-    let mut by_shard: BTreeMap<u32, Vec<AdmissionInterval>> = BTreeMap::new();
+    check_in(logs, None)
+}
+
+/// I1 and I2 over the merged admission logs of every executor that ran, the primary's intervals
+/// only (P19.5): per shard while every interval is of generation 0, per key once a layout
+/// changed (§20), the generation-0 intervals then being of `first_shard_count` shards. A
+/// malformed log (a stop without a start, a second start, a stop at another epoch) is an error,
+/// not a violation: the executor wrote something the format does not allow; so are layouts that
+/// do not nest, and intervals of generation 0 beside later ones without `first_shard_count`.
+pub fn check_in(
+    logs: &[ExecutorLog],
+    first_shard_count: Option<u32>,
+) -> Result<CheckReport, String> {
+    let mut primaries = Vec::new();
     let mut secondary_intervals = 0;
     for interval in admission_intervals(logs)? {
-        if !interval.role.is_primary() {
+        if interval.role.is_primary() {
+            primaries.push(interval);
+        } else {
             secondary_intervals += 1;
-            continue;
         }
-        by_shard.entry(interval.shard).or_default().push(interval);
     }
+    let generations: BTreeSet<u64> = primaries.iter().map(|interval| interval.generation).collect();
+    let intervals = primaries.len();
+    let (groups, of) = if generations.iter().all(|&generation| generation == 0) {
+        (by_shard(primaries), None)
+    } else {
+        let (classes, finest) = by_key_class(primaries, first_shard_count)?;
+        (classes, Some(finest))
+    };
     let mut report = CheckReport {
-        shards: by_shard.len(),
+        intervals,
+        shards: groups.len(),
         secondary_intervals,
+        generations: generations.len(),
         ..CheckReport::default()
     };
-    for (shard, mut intervals) in by_shard {
+    for (shard, mut intervals) in groups {
         intervals.sort_by_key(|interval| (interval.start_ns, end_or_forever(interval)));
-        report.intervals += intervals.len();
         let mut violation = |rule: Rule, detail: String| {
             report.violations.push(Violation {
                 rule,
                 shard,
+                of,
                 detail,
             })
         };
@@ -159,6 +207,76 @@ pub fn check(logs: &[ExecutorLog]) -> Result<CheckReport, String> {
         report.handoffs += handoffs;
     }
     Ok(report)
+}
+
+/// The intervals by shard.
+fn by_shard(intervals: Vec<AdmissionInterval>) -> BTreeMap<u32, Vec<AdmissionInterval>> {
+    let mut groups: BTreeMap<u32, Vec<AdmissionInterval>> = BTreeMap::new();
+    for interval in intervals {
+        groups.entry(interval.shard).or_default().push(interval);
+    }
+    groups
+}
+
+/// The intervals by class of keys (§20): each class is the keys whose hash modulo the largest
+/// shard count of any layout is one number, and an interval of shard `s` of `c` shards covers
+/// every class `r` with `r mod c = s`. Returns the classes that some interval covers, and that
+/// largest count.
+fn by_key_class(
+    intervals: Vec<AdmissionInterval>,
+    first_shard_count: Option<u32>,
+) -> Result<(BTreeMap<u32, Vec<AdmissionInterval>>, u32), String> {
+    let count_of = |interval: &AdmissionInterval| {
+        interval
+            .shard_count
+            .or(first_shard_count)
+            .filter(|count| *count > 0)
+            .ok_or_else(|| {
+                format!(
+                    "{} held shard {} at generation {} without a shard count, beside intervals \
+                     of later generations: give the namespace's first shard count",
+                    interval.executor_id, interval.shard, interval.generation
+                )
+            })
+    };
+    let mut finest = 1;
+    for interval in &intervals {
+        finest = finest.max(count_of(interval)?);
+    }
+    let mut by_layout: BTreeMap<(u32, u32), Vec<AdmissionInterval>> = BTreeMap::new();
+    for interval in intervals {
+        let count = count_of(&interval)?;
+        if finest % count != 0 || !(finest / count).is_power_of_two() {
+            return Err(format!(
+                "layouts of {count} and {finest} shards do not nest: a reshard doubles or halves \
+                 a count (PROTOCOL P20.1)"
+            ));
+        }
+        if interval.shard >= count {
+            return Err(format!(
+                "{} held shard {} of a layout of {count} shards",
+                interval.executor_id, interval.shard
+            ));
+        }
+        by_layout
+            .entry((count, interval.shard))
+            .or_default()
+            .push(interval);
+    }
+    let counts: BTreeSet<u32> = by_layout.keys().map(|(count, _)| *count).collect();
+    let mut classes: BTreeMap<u32, Vec<AdmissionInterval>> = BTreeMap::new();
+    for class in 0..finest {
+        let covering: Vec<AdmissionInterval> = counts
+            .iter()
+            .filter_map(|&count| by_layout.get(&(count, class % count)))
+            .flatten()
+            .cloned()
+            .collect();
+        if !covering.is_empty() {
+            classes.insert(class, covering);
+        }
+    }
+    Ok((classes, finest))
 }
 
 /// I2: one epoch, one executor (over one shard's intervals, sorted by start).
@@ -266,6 +384,15 @@ pub struct EventLogFile {
 
 /// Reads and merges the admission logs of every executor process a test ran, then checks them.
 pub fn check_files(files: &[EventLogFile]) -> Result<CheckReport, String> {
+    check_files_in(files, None)
+}
+
+/// [`check_files`] of a namespace that may have resharded, of `first_shard_count` shards at
+/// generation 0 ([`check_in`]).
+pub fn check_files_in(
+    files: &[EventLogFile],
+    first_shard_count: Option<u32>,
+) -> Result<CheckReport, String> {
     let logs = files
         .iter()
         .map(|file| {
@@ -275,7 +402,7 @@ pub fn check_files(files: &[EventLogFile]) -> Result<CheckReport, String> {
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    check(&logs)
+    check_in(&logs, first_shard_count)
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds: the admission logs' clock, for bounds the test itself
@@ -302,7 +429,16 @@ pub struct ExclusivityReport {
 /// I1 and I2 over the admission logs of every executor that ran (the rules are in
 /// this module): `Err` lists every violation.
 pub fn check_admission_exclusivity(logs: &[ExecutorLog]) -> Result<ExclusivityReport, String> {
-    let report = check(logs)?.into_result()?;
+    check_admission_exclusivity_in(logs, None)
+}
+
+/// [`check_admission_exclusivity`] per key, for a namespace of `first_shard_count` shards at
+/// generation 0 that may have resharded since (§20, [`check_in`]).
+pub fn check_admission_exclusivity_in(
+    logs: &[ExecutorLog],
+    first_shard_count: Option<u32>,
+) -> Result<ExclusivityReport, String> {
+    let report = check_in(logs, first_shard_count)?.into_result()?;
     Ok(ExclusivityReport {
         intervals: report.intervals,
         shards: report.shards,
@@ -742,5 +878,94 @@ mod exclusivity_tests {
             .records
             .push(record("ex-3", 0, 3, Start, 400));
         assert_eq!(check(&overlapping).unwrap().of(Rule::I1Overlap), 1);
+    }
+}
+
+/// The checks per key over layouts (PROTOCOL §20).
+#[cfg(test)]
+mod per_key {
+    use super::*;
+    use crate::admission_log::synthetic::{log, record, record_in};
+    use crate::admission_log::AdmissionEdge::{Start, Stop};
+
+    const SPLIT: (u32, u64) = (8, 1);
+
+    /// A split and a spread (P20.2): ex-1 holds shard 1 of 4, then, at the split's instant, 1
+    /// and 5 of 8, and hands 5 to ex-2. Every key has one holder at a time, at rising epochs.
+    fn split_then_spread() -> Vec<ExecutorLog> {
+        let one = log(
+            vec![
+                record("ex-1", 1, 3, Start, 100),
+                record("ex-1", 1, 3, Stop, 200),
+                record_in(SPLIT, "ex-1", 1, 4, Start, 200),
+                record_in(SPLIT, "ex-1", 5, 4, Start, 200),
+                record_in(SPLIT, "ex-1", 5, 4, Stop, 300),
+            ],
+            None,
+        );
+        let two = log(vec![record_in(SPLIT, "ex-2", 5, 5, Start, 310)], None);
+        vec![one, two]
+    }
+
+    #[test]
+    fn p20_2_a_split_and_a_spread_keep_one_holder_per_key() {
+        let report = check_in(&split_then_spread(), Some(4)).unwrap();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.generations, 2);
+        assert_eq!(report.intervals, 4);
+        // Keys mod 8 of 1 and 5 are held; one handoff, in the class of 5.
+        assert_eq!(report.shards, 2);
+        assert_eq!(report.handoffs, 1);
+    }
+
+    /// I1 per key: a holder of the parent still admitting its keys while another admits a child
+    /// is an overlap, though the shard numbers differ.
+    #[test]
+    fn i1_a_parent_still_admitted_beside_a_child_elsewhere_is_an_overlap() {
+        let mut logs = split_then_spread();
+        logs[0] = log(
+            vec![
+                record("ex-1", 1, 3, Start, 100),
+                // Never switched: still admitting shard 1 of 4, which covers 5 of 8.
+            ],
+            None,
+        );
+        let report = check_in(&logs, Some(4)).unwrap();
+        assert_eq!(report.of(Rule::I1Overlap), 1, "{:?}", report.violations);
+        let violation = &report.violations[0];
+        assert_eq!((violation.shard, violation.of), (5, Some(8)));
+        assert!(violation.to_string().contains("keys whose hash mod 8 is 5"));
+    }
+
+    /// I2 per key: a merged shard must be above both parents' epochs.
+    #[test]
+    fn i2_a_merge_below_a_parents_epoch_is_caught() {
+        let merge = (2, 1);
+        let logs = vec![log(
+            vec![
+                record("ex-1", 0, 3, Start, 100),
+                record("ex-1", 2, 7, Start, 100),
+                record("ex-1", 0, 3, Stop, 200),
+                record("ex-1", 2, 7, Stop, 200),
+                // Merged at 5: below the epoch 7 the keys of shard 2 were held at.
+                record_in(merge, "ex-1", 0, 5, Start, 200),
+            ],
+            None,
+        )];
+        let report = check_in(&logs, Some(4)).unwrap();
+        assert_eq!(report.of(Rule::I2EpochWentBack), 1, "{:?}", report.violations);
+        assert_eq!(report.violations[0].shard, 2);
+    }
+
+    #[test]
+    fn layouts_that_do_not_nest_or_lack_a_count_are_malformed() {
+        let logs = split_then_spread();
+        let error = check_in(&logs, None).unwrap_err();
+        assert!(error.contains("first shard count"), "{error}");
+        let error = check_in(&logs, Some(3)).unwrap_err();
+        assert!(error.contains("do not nest"), "{error}");
+        let text = r#"{"t_ns":1,"executor_id":"ex-1","shard":1,"epoch":1,"event":"start","reason":"assigned","generation":2}"#;
+        let error = crate::admission_log::parse_admission_log(text).unwrap_err();
+        assert!(error.contains("without its shard_count"), "{error}");
     }
 }

@@ -108,6 +108,8 @@ mod tests {
 
     fn held(executor: &str, shard: u32, start_ns: u64, end_ns: Option<u64>) -> AdmissionInterval {
         AdmissionInterval {
+            generation: 0,
+            shard_count: None,
             executor_id: executor.to_owned(),
             shard,
             epoch: 1,

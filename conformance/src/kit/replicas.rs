@@ -516,6 +516,8 @@ mod tests {
         );
         assert_eq!(secondaries_of(&views, "ex-1"), BTreeSet::from([(1, 6)]));
         let interval = |executor: &str, shard, epoch, role| AdmissionInterval {
+            generation: 0,
+            shard_count: None,
             executor_id: executor.to_owned(),
             shard,
             epoch,
