@@ -175,7 +175,10 @@ pub fn check_in(
             secondary_intervals += 1;
         }
     }
-    let generations: BTreeSet<u64> = primaries.iter().map(|interval| interval.generation).collect();
+    let generations: BTreeSet<u64> = primaries
+        .iter()
+        .map(|interval| interval.generation)
+        .collect();
     let intervals = primaries.len();
     let (groups, of) = if generations.iter().all(|&generation| generation == 0) {
         (by_shard(primaries), None)
@@ -341,11 +344,19 @@ fn check_epochs_never_fall_within_one(
     }
 }
 
-/// I1: sorted by start, an overlap always shows against the latest-ending interval so far.
+/// I1: no two executors' intervals overlap. Sorted by start, an overlap always shows against
+/// the latest-ending interval so far of another executor. One executor's own intervals may
+/// touch across a change of layout (§20): the stops of the old layout and the starts of the new
+/// are one instant, a stop stamped rounded up and a start rounded down, and it is one admitter.
 fn check_no_overlap(intervals: &[AdmissionInterval], violation: &mut impl FnMut(Rule, String)) {
-    let mut latest: Option<&AdmissionInterval> = None;
+    let mut latest_of: BTreeMap<&str, &AdmissionInterval> = BTreeMap::new();
     for interval in intervals {
-        if let Some(earlier) = latest {
+        let earlier = latest_of
+            .iter()
+            .filter(|(executor, _)| **executor != interval.executor_id)
+            .map(|(_, earlier)| *earlier)
+            .max_by_key(|earlier| end_or_forever(earlier));
+        if let Some(earlier) = earlier {
             if interval.start_ns < end_or_forever(earlier) {
                 violation(
                     Rule::I1Overlap,
@@ -358,8 +369,9 @@ fn check_no_overlap(intervals: &[AdmissionInterval], violation: &mut impl FnMut(
                 );
             }
         }
-        if latest.is_none_or(|earlier| end_or_forever(interval) > end_or_forever(earlier)) {
-            latest = Some(interval);
+        let latest = latest_of.entry(&interval.executor_id).or_insert(interval);
+        if end_or_forever(interval) > end_or_forever(latest) {
+            *latest = interval;
         }
     }
 }
@@ -953,7 +965,12 @@ mod per_key {
             None,
         )];
         let report = check_in(&logs, Some(4)).unwrap();
-        assert_eq!(report.of(Rule::I2EpochWentBack), 1, "{:?}", report.violations);
+        assert_eq!(
+            report.of(Rule::I2EpochWentBack),
+            1,
+            "{:?}",
+            report.violations
+        );
         assert_eq!(report.violations[0].shard, 2);
     }
 
@@ -967,5 +984,30 @@ mod per_key {
         let text = r#"{"t_ns":1,"executor_id":"ex-1","shard":1,"epoch":1,"event":"start","reason":"assigned","generation":2}"#;
         let error = crate::admission_log::parse_admission_log(text).unwrap_err();
         assert!(error.contains("without its shard_count"), "{error}");
+    }
+}
+
+/// One executor's own intervals touching across a change of layout (§20) are not an overlap;
+/// another executor's still are.
+#[cfg(test)]
+mod one_admitter {
+    use super::*;
+    use crate::admission_log::synthetic::{log, record, record_in};
+    use crate::admission_log::AdmissionEdge::{Start, Stop};
+
+    #[test]
+    fn i1_one_executors_switch_of_layout_is_no_overlap_and_anothers_start_is() {
+        let switch = vec![
+            record("ex-1", 1, 3, Start, 100),
+            // Stop rounded up, start rounded down: the same instant, a nanosecond apart.
+            record("ex-1", 1, 3, Stop, 201),
+            record_in((8, 1), "ex-1", 1, 4, Start, 200),
+        ];
+        let report = check_in(&[log(switch.clone(), None)], Some(4)).unwrap();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        let other = log(vec![record_in((8, 1), "ex-2", 5, 4, Start, 200)], None);
+        let report = check_in(&[log(switch, None), other], Some(4)).unwrap();
+        assert_eq!(report.of(Rule::I1Overlap), 1, "{:?}", report.violations);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     }
 }

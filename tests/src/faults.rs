@@ -27,7 +27,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
-use crate::checker::{check_files, monotonic_now_ns, CheckReport, EventLogFile};
+use crate::checker::{check_files_in, monotonic_now_ns, CheckReport, EventLogFile};
 use crate::executor::{wait_for_even_split, ExecutorProcess, ExecutorSpec};
 use crate::{poll_until, Cluster, ClusterOptions};
 
@@ -328,6 +328,12 @@ impl Fleet {
 
     /// The checker over every admission log the fleet wrote; panics listing every violation.
     pub fn check(&self, scenario: &str) -> CheckReport {
+        self.check_in(scenario, None)
+    }
+
+    /// [`Fleet::check`] per key for a namespace of `first_shard_count` shards at generation 0
+    /// that may have resharded since (PROTOCOL §20).
+    pub fn check_in(&self, scenario: &str, first_shard_count: Option<u32>) -> CheckReport {
         let files: Vec<EventLogFile> = self
             .executors
             .iter()
@@ -336,7 +342,7 @@ impl Fleet {
                 ended_at_ns: self.ended_at_ns.get(&executor.name).copied(),
             })
             .collect();
-        let report = check_files(&files)
+        let report = check_files_in(&files, first_shard_count)
             .unwrap_or_else(|e| panic!("{scenario}: malformed admission log: {e}"));
         eprintln!(
             "[fault] {scenario}: checker: {} intervals over {} shards, {} handoffs, {} violations",

@@ -939,7 +939,12 @@ fn p19_3_renewals_list_the_whole_ready_list() {
 }
 
 /// A push of `revision` in the layout of `generation` with `shard_count` shards (P20.3).
-fn push_in(revision: u64, shard_count: u32, generation: u64, shards: &[(u32, u64)]) -> AssignmentPush {
+fn push_in(
+    revision: u64,
+    shard_count: u32,
+    generation: u64,
+    shards: &[(u32, u64)],
+) -> AssignmentPush {
     AssignmentPush {
         generation,
         shard_count,
@@ -958,12 +963,9 @@ fn p20_3_a_set_of_a_newer_generation_switches_admission_in_one_receipt() {
     let key = (0..)
         .map(|n: u32| format!("key-{n}"))
         .find(|key| {
-            shard_for_key(key.as_bytes(), NonZeroU32::new(SHARD_COUNT).unwrap())
-                == 3
-                && shard_for_key(
-                    key.as_bytes(),
-                    NonZeroU32::new(SHARD_COUNT * 2).unwrap(),
-                ) == 3 + SHARD_COUNT
+            shard_for_key(key.as_bytes(), NonZeroU32::new(SHARD_COUNT).unwrap()) == 3
+                && shard_for_key(key.as_bytes(), NonZeroU32::new(SHARD_COUNT * 2).unwrap())
+                    == 3 + SHARD_COUNT
         })
         .unwrap();
     assert_eq!(core.admit_key(key.as_bytes(), t0).unwrap().shard, 3);
@@ -1004,7 +1006,10 @@ fn p20_3_a_set_of_a_newer_generation_switches_admission_in_one_receipt() {
     assert!(core
         .apply_push(&push_in(13, SHARD_COUNT, 1, &[(3, 2)]), at)
         .is_err());
-    assert_eq!(core.admit_key(key.as_bytes(), at).unwrap().shard, 3 + SHARD_COUNT);
+    assert_eq!(
+        core.admit_key(key.as_bytes(), at).unwrap().shard,
+        3 + SHARD_COUNT
+    );
 }
 
 /// P20.3: a revoke overtaken by a set of a newer layout may name shards of the older one; it is
