@@ -302,7 +302,7 @@ pub(super) fn render_namespace(n: &NamespaceView) -> String {
     } else {
         format!("revision {}", n.created_revision)
     };
-    fields(&[
+    let mut rows = vec![
         ("namespace", n.name.clone()),
         ("shard count", n.shard_count.to_string()),
         ("lease duration", human_ms(n.lease_duration_ms)),
@@ -312,15 +312,16 @@ pub(super) fn render_namespace(n: &NamespaceView) -> String {
         ("created", created),
         ("placement", placement::render_placement(&n.placement)),
         ("replicas", replicas::render_replicas(&n.replica_settings())),
-        ("generation", n.generation.to_string()),
-        (
-            "reshard",
-            n.reshard.as_ref().map_or_else(
-                || "-".to_owned(),
-                |progress| render_reshard_progress(progress).trim_end().to_owned(),
-            ),
-        ),
-    ])
+    ];
+    // A namespace that never resharded reads as it always did (P20.1).
+    if n.generation > 0 || n.reshard.is_some() {
+        rows.push(("generation", n.generation.to_string()));
+    }
+    if let Some(progress) = &n.reshard {
+        let line = render_reshard_progress(progress);
+        rows.push(("reshard", line.trim_end().to_owned()));
+    }
+    fields(&rows)
 }
 
 /// What a reshard under way waits on, in words (P20.2).

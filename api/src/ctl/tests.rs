@@ -2060,3 +2060,50 @@ async fn p18_1_namespace_commands_send_the_wire_requests() {
     assert_eq!(fake.requests(), ["DELETE /v1/namespaces/orders"]);
     assert_eq!(deleted, "namespace orders deleted\n");
 }
+
+/// P20.1: `namespace show` names the generation once the namespace resharded, and the reshard
+/// under way with what it waits on; `namespace reshard` says both.
+#[test]
+fn p20_1_namespace_show_and_reshard_say_the_generation_and_the_reshard_under_way() {
+    let view = NamespaceView {
+        name: "kv".into(),
+        shard_count: 8,
+        lease_duration_ms: 60_000,
+        generation: 1,
+        reshard: Some(ReshardProgress {
+            kind: ReshardKind::Merge,
+            shard_count: 4,
+            requested_revision: 77,
+            waiting_on: 3,
+        }),
+        ..NamespaceView::default()
+    };
+    let shown = render_namespace(&view);
+    assert!(shown.contains("generation:      1\n"), "{shown}");
+    assert!(
+        shown.contains(
+            "reshard:         merge to 4 shards (asked at revision 77): waiting on 3 pair(s) of \
+             shards not yet on one executor\n"
+        ),
+        "{shown}"
+    );
+    let reply = ReshardReply {
+        name: "kv".into(),
+        shard_count: 8,
+        generation: 1,
+        reshard: view.reshard,
+    };
+    assert_eq!(
+        render_reshard(&reply),
+        "namespace kv: 8 shards at generation 1; merge to 4 shards (asked at revision 77): \
+         waiting on 3 pair(s) of shards not yet on one executor\n"
+    );
+    let done = ReshardReply {
+        reshard: None,
+        ..reply
+    };
+    assert_eq!(
+        render_reshard(&done),
+        "namespace kv: 8 shards at generation 1; no reshard under way\n"
+    );
+}
