@@ -106,10 +106,11 @@ async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_pe
         .iter()
         .map(|name| fleet.start(spec(&cluster, name)))
         .collect();
-    let mut live = BTreeSet::new();
+    let mut ids = Vec::new();
     for &index in &indices {
-        live.insert(wait_registered(fleet.get(index)).await);
+        ids.push(wait_registered(fleet.get(index)).await);
     }
+    let live: BTreeSet<String> = ids.iter().cloned().collect();
     poll_until(
         "kv spread over its three executors",
         SETTLE_BOUND,
@@ -140,6 +141,54 @@ async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_pe
         steady(&kv_shards(&client).await?, KV_SHARDS * 2, &live)
     })
     .await;
+    // P20.3: work routed under generation 0 is answered 421 naming the key's shard and owner in
+    // the new layout, whichever executor it reaches, the owner included.
+    let http = leasehold_api::client::http_client_builder(cluster.tls_as("admin").as_ref())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("an http client");
+    let route = client
+        .route_key_in(KV, "reshard-key", true)
+        .await
+        .expect("the key's route");
+    assert_eq!(
+        (route.generation, route.shard_count),
+        (1, Some(KV_SHARDS * 2))
+    );
+    let owner_url = fleet
+        .get(
+            indices[ids
+                .iter()
+                .position(|id| Some(id) == route.route.executor_id.as_ref())
+                .expect("the owner is one of ours")],
+        )
+        .url();
+    for (generation, status) in [(0, 421), (1, 200)] {
+        let reply = http
+            .get(format!(
+                "{owner_url}/v1/work?key=reshard-key&generation={generation}"
+            ))
+            .send()
+            .await
+            .expect("the owner answers");
+        assert_eq!(
+            reply.status().as_u16(),
+            status,
+            "routed under generation {generation}"
+        );
+        let body: serde_json::Value = reply.json().await.expect("a JSON body");
+        assert_eq!(body["shard"], route.route.shard, "{body}");
+        if status == 421 {
+            assert_eq!(body["generation"], 1, "{body}");
+            assert_eq!(body["shard_count"], KV_SHARDS * 2, "{body}");
+            assert_eq!(
+                body["owner_executor_id"],
+                route.route.executor_id.clone().unwrap(),
+                "{body}"
+            );
+        }
+    }
+
     // A repeat of a reshard done changes nothing.
     let again = client
         .reshard_namespace(KV, KV_SHARDS * 2)

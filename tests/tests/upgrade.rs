@@ -241,6 +241,8 @@ impl Upgrade {
             base - ago + ahead
         };
         let record = |interval: &Interval, event, t_ns| AdmissionRecord {
+            generation: 0,
+            shard_count: None,
             t_ns,
             executor_id: interval.executor.clone(),
             shard: interval.shard,

@@ -304,6 +304,10 @@ pub struct Target {
     pub address: String,
     /// The revision of the table that answered.
     pub revision: u64,
+    /// The namespace's generation the table is of (PROTOCOL P20.3): what a route to the
+    /// executor names as the generation it routed the key under (`?generation=` on the
+    /// demo executor's work).
+    pub generation: u64,
     /// The replica it holds (PROTOCOL P19.5): the primary (the owner) or a ready secondary.
     pub role: Role,
 }

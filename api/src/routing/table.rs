@@ -42,6 +42,8 @@ pub struct ShardRoute {
 pub struct RouteTable {
     revision: u64,
     shard_count: u32,
+    /// The namespace's generation the shard count is of (PROTOCOL §20).
+    generation: u64,
     /// Maximal stretches of consecutive shards with one owner and one epoch, ascending, covering
     /// `0..shard_count` once (maximal, so two tables routing alike are equal).
     pub(super) runs: Vec<TableRun>,
@@ -152,7 +154,7 @@ impl RouteTable {
                 .collect();
             (route.shard, route.epoch, owner, secondaries)
         });
-        Self::build(table.revision, table.shard_count, rows)
+        Self::build(table.revision, (table.shard_count, table.generation), rows)
     }
 
     /// The table a `GET /v1/watch` state implies, by the rule `/v1/routing` uses: a shard's owner
@@ -187,7 +189,7 @@ impl RouteTable {
                 .collect();
             (shard.shard, shard.epoch, owner, secondaries)
         });
-        Self::build(state.revision, state.shard_count, rows)
+        Self::build(state.revision, (state.shard_count, state.generation), rows)
     }
 
     /// The table `GET /v1/routing?form=runs` (or a routing watch) answered, checked as
@@ -210,6 +212,7 @@ impl RouteTable {
         Ok(Self {
             revision: table.revision,
             shard_count: table.shard_count,
+            generation: table.generation,
             runs: merged(runs),
             secondaries,
         })
@@ -217,7 +220,7 @@ impl RouteTable {
 
     fn build(
         revision: u64,
-        shard_count: u32,
+        (shard_count, generation): (u32, u64),
         rows: impl Iterator<Item = (u32, u64, Option<(String, String)>, Vec<(String, String)>)>,
     ) -> Result<Self, TableError> {
         if shard_count > MAX_SHARD_COUNT {
@@ -272,6 +275,7 @@ impl RouteTable {
         Ok(Self {
             revision,
             shard_count,
+            generation,
             runs,
             secondaries: secondaries.built,
         })
@@ -285,6 +289,13 @@ impl RouteTable {
     /// The cluster's shard count (0 before it is configured).
     pub fn shard_count(&self) -> u32 {
         self.shard_count
+    }
+
+    /// The namespace's generation the shard count is of (PROTOCOL §20): 0 until it reshards.
+    /// Keys map by this table's count; an executor of a newer layout answers work routed under
+    /// an older generation with `421` (P20.3), and the client reads the table again.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Every shard's row, ascending (made as it is read: the table keeps runs).
@@ -350,6 +361,7 @@ impl RouteTable {
             executor_id: owner.executor_id.clone(),
             address: owner.address.clone(),
             revision: self.revision,
+            generation: self.generation,
             role,
         };
         let primary = run

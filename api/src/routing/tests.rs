@@ -591,6 +591,7 @@ fn p19_5_runs_without_secondaries_are_unchanged_and_a_retry_goes_elsewhere() {
     assert_eq!(parsed, runs);
 
     let target = |id: &str, role| Target {
+        generation: 0,
         shard: 0,
         epoch: 1,
         executor_id: id.into(),

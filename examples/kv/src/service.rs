@@ -794,6 +794,7 @@ mod tests {
 
     fn assignment(held: &[(u32, u64)], admission: AdmissionState) -> Assignment {
         Assignment {
+            generation: 0,
             executor_id: Some("ex-1".into()),
             shard_count: Some(SHARDS),
             revision: 1,

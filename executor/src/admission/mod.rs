@@ -229,6 +229,9 @@ pub struct Assignment {
     pub executor_id: Option<String>,
     /// The cluster's shard count, once a delivery told it.
     pub shard_count: Option<u32>,
+    /// The namespace's generation the shard count belongs to (PROTOCOL §20); 0 until it
+    /// reshards.
+    pub generation: u64,
     /// Revision of the last delivery applied (P4.1).
     pub revision: u64,
     /// Held shards with epochs, ascending: the primaries.
@@ -409,6 +412,7 @@ impl AdmissionCore {
         Assignment {
             executor_id: self.executor_id.clone(),
             shard_count: self.assignment.shard_count().map(NonZeroU32::get),
+            generation: self.assignment.layout().generation,
             revision: self.assignment.revision(),
             shards: self.assignment.held(),
             secondaries: self

@@ -7,7 +7,9 @@
 //!   the work would hand to downstream storage. Each is one unit of the shard's load, which the
 //!   binary's renewals report as a rate (P15.1).
 //! - `421` (problem+json, code `conflict`, plus `shard`, `owner_executor_id`, `owner_address`,
-//!   `epoch`): another executor owns the shard, per the manager's `GET /v1/routing?key=K`.
+//!   `epoch`): another executor owns the shard, per the manager's `GET /v1/routing?key=K`; or the
+//!   caller routed the key under an older `generation=` (PROTOCOL P20.3), and the body names
+//!   the key's shard and owner now, with the `generation` and `shard_count` they are of.
 //! - `503 sharding_not_ready`: self-fenced (P3.6), or the shard is between owners; retry.
 //! - `503 unavailable`: the owner could not be looked up.
 
@@ -19,14 +21,16 @@ use axum::{Json, Router};
 use leasehold_api::openapi::{document_problems, ProblemCodes};
 use leasehold_api::problem::ErrorCode;
 use leasehold_api::wire::ShardEpoch;
-use leasehold_executor::owner::{misdirected, OwnerOf};
+use leasehold_executor::owner::{
+    misdirected, routed_under_an_older_generation, routed_under_an_older_layout, OwnerOf,
+};
 use leasehold_executor::server::HttpError;
 use leasehold_executor::{AdmitError, ExecutorHandle};
 use serde::Deserialize;
 use tracing::warn;
 use utoipa::OpenApi;
 
-/// `?key=K`.
+/// `?key=K[&generation=G]`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +38,10 @@ pub(crate) struct WorkQuery {
     /// The work's routing key (its UTF-8 bytes are hashed, `shard_for_key`).
     #[param(max_length = 1024)]
     key: String,
+    /// The namespace generation the caller routed the key under (PROTOCOL P20.3): work routed
+    /// under an older one is answered `421` naming the key's shard and owner now.
+    #[serde(default)]
+    generation: Option<u64>,
 }
 
 /// The demo route, to merge into the executor's listener
@@ -72,7 +80,7 @@ pub(crate) fn document() -> utoipa::openapi::OpenApi {
     get, path = "/v1/work", tag = "workload", operation_id = "work", params(WorkQuery),
     responses(
         (status = 200, description = "Admitted: the shard and the epoch that fences the work.", body = ShardEpoch),
-        (status = 421, description = "`conflict`: another executor owns the key's shard; the body names it (`shard`, `owner_executor_id`, `owner_address`, `epoch`)."),
+        (status = 421, description = "`conflict`: another executor owns the key's shard, or the key was routed under an older `generation` (P20.3); the body names the shard and its owner now (`shard`, `owner_executor_id`, `owner_address`, `epoch`, and after a reshard `generation`, `shard_count`)."),
         (status = 503, description = "`sharding_not_ready`: fenced or between owners, retry; `unavailable`: the owner could not be looked up."),
     ),
 )]
@@ -80,10 +88,13 @@ pub(crate) async fn work(
     State(handle): State<ExecutorHandle>,
     query: Result<Query<WorkQuery>, QueryRejection>,
 ) -> Result<Json<ShardEpoch>, Response> {
-    let Query(WorkQuery { key }) =
+    let Query(WorkQuery { key, generation }) =
         query.map_err(|rejection| HttpError::invalid(rejection.body_text()).into_response())?;
     leasehold_api::check_key_length(&key)
         .map_err(|detail| HttpError::invalid(detail).into_response())?;
+    if routed_under_an_older_generation(&handle, generation) {
+        return Err(routed_under_an_older_layout(&handle, OwnerOf::Key(&key)).await);
+    }
     match handle.admit_key(key.as_bytes()) {
         Ok(permit) => {
             // One unit per admitted request: the binary reports its request rate (P15.1). The

@@ -12,6 +12,7 @@ const LEASE: Duration = Duration::from_secs(3);
 
 fn view(revision: u64, shards: &[(u32, u64)], lease_expiry: Instant) -> Assignment {
     Assignment {
+        generation: 0,
         executor_id: Some("ex-1".into()),
         shard_count: Some(8),
         revision,
