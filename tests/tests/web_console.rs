@@ -59,7 +59,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use leasehold_api::ctl::table::human_load;
-use leasehold_api::wire::{CreateNamespaceRequest, ExecutorView, ShardView, REPLICAS_SCHEMA};
+use leasehold_api::wire::{
+    CreateNamespaceRequest, ExecutorView, ShardView, REPLICAS_SCHEMA, RESHARD_SCHEMA,
+};
 use leasehold_tests::browser::{self, Browser};
 use leasehold_tests::executor::{ExecutorProcess, ExecutorSpec};
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster, ClusterOptions};
@@ -803,7 +805,57 @@ async fn the_console_follows_executors_shards_and_managers_live() {
         .expect("viewport");
     let _orders_executor = check_namespaces(&mut browser, &mut cluster, page_node).await;
     let _replicated_executors = check_secondaries(&mut browser, &cluster, page_node).await;
+    check_generation(&mut browser, &cluster, page_node).await;
     assert!(browser.is_running(), "{}", browser.log());
+}
+
+/// A namespace resharded before any executor joined it (PROTOCOL §20).
+const RESHARDED: &str = "resharded";
+
+/// P20.1: the selector says a namespace's generation once it resharded, and the page maps the
+/// new count of shards. `resharded` is created with 2 shards and split to 4 before any executor
+/// registers into it (nothing to wait on, so the leader carries it out at its next step).
+async fn check_generation(browser: &mut Browser, cluster: &Cluster, page_node: u64) {
+    let client = cluster.client();
+    client
+        .create_namespace(&CreateNamespaceRequest {
+            name: RESHARDED.to_owned(),
+            shard_count: 2,
+            ..CreateNamespaceRequest::default()
+        })
+        .await
+        .expect("resharded is created");
+    poll_until("the cluster version to reach 14", SETTLE_BOUND, || async {
+        match cluster.cluster_info(page_node).await?.cluster_version {
+            Some(version) if version >= RESHARD_SCHEMA => Ok(()),
+            other => Err(format!("cluster version {other:?}")),
+        }
+    })
+    .await;
+    client
+        .reshard_namespace(RESHARDED, 4)
+        .await
+        .expect("the split is accepted");
+    browser
+        .evaluate(&format!("location.hash = '#namespace={RESHARDED}'; true"))
+        .await
+        .expect("show resharded");
+    let option = format!("{RESHARDED} · 4 shards · 0 executors · generation 1");
+    wait_for_namespace_page(
+        browser,
+        "the selector to say resharded's generation",
+        |page| {
+            let texts: Vec<&str> = page.options.iter().map(|(_, text)| text.as_str()).collect();
+            let others = texts
+                .iter()
+                .filter(|text| !text.starts_with(RESHARDED))
+                .all(|text| !text.contains("generation"));
+            (texts.contains(&option.as_str()) && others && page.owners.len() == 4)
+                .then_some(())
+                .ok_or_else(|| format!("want {option}, 4 cells and no other generation"))
+        },
+    )
+    .await;
 }
 
 /// The namespace of two replicas per shard the console shows secondaries of (PROTOCOL §19).
