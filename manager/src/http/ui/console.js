@@ -1238,13 +1238,19 @@
   const namespaces = { views: [], listed: '', inFlight: false, wanted: false, lastAt: -Infinity, timer: 0 };
 
   /**
-   * An option's text: the name, its shard count and executors, as listed last, and its replicas
-   * per shard when more than one (PROTOCOL §19; absent from the view at one).
+   * An option's text: the name, its shard count and executors, as listed last, its replicas per
+   * shard when more than one (PROTOCOL §19; absent from the view at one), its generation once it
+   * resharded and the reshard under way (§20; both absent before).
    */
   function namespaceText(view) {
     if (typeof view.shard_count !== 'number') return view.name;
     let text = view.name + ' · ' + plural(view.shard_count, 'shard') + ' · ' + plural(Number(view.executors) || 0, 'executor');
     if (Number(view.replicas) > 1) text += ' · ' + view.replicas + ' replicas';
+    if (Number(view.generation) > 0) text += ' · generation ' + view.generation;
+    const reshard = view.reshard;
+    if (reshard && typeof reshard.shard_count === 'number') {
+      text += ' · ' + (reshard.kind === 'merge' ? 'merging' : 'splitting') + ' to ' + reshard.shard_count;
+    }
     return text;
   }
 
