@@ -64,7 +64,7 @@ pub enum ReshardError {
 
 fn not_double_or_half(current: u32, wanted: u32) -> String {
     let double = u64::from(current) * 2;
-    if current % 2 == 0 {
+    if current.is_multiple_of(2) {
         format!(
             "a namespace of {current} shards reshards to {double} (a split) or {} (a merge), not \
              {wanted} (PROTOCOL P20.1)",
@@ -95,7 +95,7 @@ pub fn check_reshard(current: u32, wanted: u32) -> Result<ReshardKind, ReshardEr
     if wanted.checked_mul(2) == Some(current) {
         return Ok(ReshardKind::Merge);
     }
-    if current % 2 == 1 && wanted < current {
+    if !current.is_multiple_of(2) && wanted < current {
         return Err(ReshardError::OddCount { current });
     }
     Err(ReshardError::NotDoubleOrHalf { current, wanted })
