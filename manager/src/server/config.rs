@@ -64,7 +64,8 @@ pub struct Args {
     #[arg(long, env = "LEASEHOLD_REJOIN")]
     pub rejoin: bool,
 
-    /// Number of shards, fixed when the cluster is initialised.
+    /// Number of shards of `default` when the cluster is initialised; later only a reshard
+    /// changes it (`leaseholdctl namespace reshard default --shards N`).
     #[arg(long, env = "LEASEHOLD_SHARD_COUNT", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SHARD_COUNT)))]
     pub shard_count: u32,

@@ -5,7 +5,8 @@ use crate::lease::{ClusterConfig, Command};
 
 /// The write that makes the applied configuration `current` match this leader's flags
 /// (`shard_count`, `lease_duration_ms`), stamped `now_ms`; none when it matches. The shard count
-/// is fixed at initialisation (§11): a leader started with another one does not change it.
+/// is set at initialisation (§11): a leader started with another one does not change it; only a
+/// reshard does (§20).
 pub fn config_write(
     current: Option<ClusterConfig>,
     shard_count: u32,
