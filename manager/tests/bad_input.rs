@@ -421,6 +421,36 @@ fn manager_cases(executor_id: &str) -> Vec<Case> {
             RawRequest::new(Method::DELETE, "/v1/namespaces/nowhere"),
             NotFound,
         ),
+        // P20.1: a reshard doubles or halves the count, of a namespace that exists, whose
+        // executors all follow a change of layout (this one's does not, P20.3).
+        case(
+            "a namespace resharded to a count neither twice nor half its own",
+            post("/v1/namespaces/default/reshard", json!({"shard_count": 3})),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace resharded to no shards",
+            post("/v1/namespaces/default/reshard", json!({"shard_count": 0})),
+            InvalidRequest,
+        ),
+        case(
+            "a reshard with an unknown field",
+            post(
+                "/v1/namespaces/default/reshard",
+                json!({"shard_count": 32, "online": true}),
+            ),
+            InvalidRequest,
+        ),
+        case(
+            "a namespace that does not exist resharded",
+            post("/v1/namespaces/nowhere/reshard", json!({"shard_count": 2})),
+            NotFound,
+        ),
+        case(
+            "a namespace resharded under an executor that does not follow a change of layout",
+            post("/v1/namespaces/default/reshard", json!({"shard_count": 32})),
+            Conflict,
+        ),
         case(
             "a namespace read with a malformed name",
             RawRequest::new(Method::GET, "/v1/shards?namespace=Not_A_Name"),
