@@ -66,10 +66,10 @@ struct Owner<'a> {
 /// A receiver's place in the queue of who gets the next shard: fewest shards for its capacity,
 /// then lowest id (its position in id order).
 #[derive(Debug, PartialEq, Eq)]
-struct Fill {
-    holding: u64,
-    capacity: u64,
-    position: usize,
+pub(super) struct Fill {
+    pub(super) holding: u64,
+    pub(super) capacity: u64,
+    pub(super) position: usize,
 }
 
 impl Ord for Fill {

@@ -10,9 +10,12 @@
 //! passed over for a preferred label) moves whole to another; a lapsed owner's shards wait until
 //! it is reaped (P3.8), as in every plan.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
 
+use super::super::state::together;
 use super::super::{Executor, Move, Shard, Space};
+use super::constrained::Fill;
 use super::{capacity_of, MoveReason};
 
 /// Where a shard is going: its handoff's target while it is releasing, else its owner.
@@ -24,7 +27,8 @@ fn destination(shard: &Shard) -> Option<&str> {
 }
 
 /// The moves that bring each pair of the merge under way together, at most `max_moves`, in
-/// shard order; empty when no merge is under way or no executor takes shards.
+/// shard order; empty when no merge is under way or no executor takes shards. A plan costs a
+/// pass over the pairs, and a pair needing a new executor a step of a queue of them by fill.
 pub(super) fn merge_moves(
     state: Space<'_>,
     now_ms: u64,
@@ -37,11 +41,18 @@ pub(super) fn merge_moves(
     if takers.is_empty() {
         return Vec::new();
     }
-    let takes = |id: &str| takers.iter().any(|executor| executor.id == id);
-    // Shards each taker will hold, for the fewest-shards choice; a pair placed there adds two.
-    let mut holding: BTreeMap<&str, u64> = takers
+    let takes: HashSet<&str> = takers.iter().map(|executor| executor.id.as_str()).collect();
+    // Who gets a pair that has nowhere to go: fewest shards for its capacity, a pair adding two.
+    let mut least_full: BinaryHeap<Reverse<Fill>> = takers
         .iter()
-        .map(|executor| (executor.id.as_str(), executor.owned_shards.len() as u64))
+        .enumerate()
+        .map(|(position, executor)| {
+            Reverse(Fill {
+                holding: executor.owned_shards.len() as u64,
+                capacity: capacity_of(executor),
+                position,
+            })
+        })
         .collect();
     let mut moves = Vec::new();
     for (low, high) in state.namespace().merge_pairs() {
@@ -58,8 +69,11 @@ pub(super) fn merge_moves(
         if lapsed_owner {
             continue;
         }
-        let settled =
-            super::super::state::together(low, high) && low.owner.as_deref().is_none_or(takes);
+        let settled = together(low, high)
+            && low
+                .owner
+                .as_deref()
+                .is_none_or(|owner| takes.contains(owner));
         let unowned = low.owner.is_none() && high.owner.is_none();
         if settled && !unowned {
             continue;
@@ -67,23 +81,18 @@ pub(super) fn merge_moves(
         let pinned = [low.id, high.id]
             .into_iter()
             .filter_map(|shard| state.pin(shard))
-            .find(|pin| takes(pin));
+            .find(|pin| takes.contains(pin));
         let target = pinned
-            .or_else(|| destination(low).filter(|to| takes(to)))
-            .or_else(|| destination(high).filter(|to| takes(to)))
+            .or_else(|| destination(low).filter(|to| takes.contains(to)))
+            .or_else(|| destination(high).filter(|to| takes.contains(to)))
             .or_else(|| {
-                takers
-                    .iter()
-                    .min_by(|a, b| {
-                        let fill = |executor: &Executor| {
-                            u128::from(holding.get(executor.id.as_str()).copied().unwrap_or(0))
-                        };
-                        // holding ÷ capacity compared exactly, by cross-multiplying.
-                        (fill(a) * u128::from(capacity_of(b)))
-                            .cmp(&(fill(b) * u128::from(capacity_of(a))))
-                            .then_with(|| a.id.cmp(&b.id))
-                    })
-                    .map(|executor| executor.id.as_str())
+                let Reverse(fill) = least_full.pop()?;
+                let executor = takers.get(fill.position)?;
+                least_full.push(Reverse(Fill {
+                    holding: fill.holding + 2,
+                    ..fill
+                }));
+                Some(executor.id.as_str())
             });
         let Some(target) = target else {
             continue;
@@ -96,9 +105,6 @@ pub(super) fn merge_moves(
                 .is_some_and(|handoff| handoff.to.as_deref() == Some(target));
             if in_place || on_its_way || moves.len() >= max_moves {
                 continue;
-            }
-            if shard.owner.as_deref() != Some(target) {
-                *holding.entry(target).or_default() += 1;
             }
             moves.push((
                 Move {

@@ -494,3 +494,30 @@ fn p14_3_resharding_needs_its_schema() {
     }
     assert_eq!(register.required_schema(), RESHARD_SCHEMA);
 }
+
+/// P20.2: a pair whose executors take no shards (draining) moves whole to the executor holding
+/// fewest shards for its capacity, and the merge completes there.
+#[test]
+fn p20_2_a_pair_on_draining_executors_moves_whole_to_the_least_full() {
+    let (mut harness, ids) = spread(4, 2);
+    let joiner = register_following(&mut harness, 0, "joiner");
+    harness.apply(reshard(2));
+    for id in &ids {
+        harness.apply(Command::SetDraining {
+            now_ms: 0,
+            executor_id: id.clone(),
+            draining: true,
+        });
+    }
+    settle(&mut harness, 0);
+    assert_eq!(
+        harness
+            .state
+            .namespace(DEFAULT_NAMESPACE)
+            .unwrap()
+            .reshard_waiting_on(),
+        0
+    );
+    assert!(matches!(harness.apply(carry_out(0)), Outcome::Resharded { .. }));
+    assert_eq!(harness.delivered_shards(&joiner), [0, 1]);
+}
