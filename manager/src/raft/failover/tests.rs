@@ -373,9 +373,13 @@ async fn an_address_is_unreachable_when_it_refuses_or_does_not_answer() {
     let open = listener.local_addr().unwrap();
     assert!(!unreachable(&format!("http://{open}"), bound).await);
     assert!(!unreachable(&format!("https://{open}/some/path"), bound).await);
-    drop(listener);
-    assert!(unreachable(&format!("http://{open}"), bound).await);
-    assert!(unreachable(&format!("https://{open}"), bound).await);
+    // A port held bound but never listened on refuses every connection, and stays ours for the
+    // test's life: a port freed instead could be taken by another test's listener meanwhile.
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = refusing.local_addr().unwrap();
+    assert!(unreachable(&format!("http://{closed}"), bound).await);
+    assert!(unreachable(&format!("https://{closed}"), bound).await);
     assert!(!unreachable("not a url", bound).await);
     // A listener that never accepts and whose queue is full: its kernel drops every further
     // SYN, as a partition does, so no connection completes.
