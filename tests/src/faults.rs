@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use leasehold_api::client::{Client, ClientConfig, ClientError};
 use leasehold_api::problem::ErrorCode;
-use leasehold_api::wire::{Credential, RegisterRequest, StateView};
+use leasehold_api::wire::{
+    CreateNamespaceRequest, Credential, NamespaceView, RegisterRequest, StateView,
+};
 use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -200,6 +202,28 @@ pub async fn start_fault_cluster() -> Cluster {
     cluster.start_all();
     cluster.wait_for_leader(LEADER_BOUND).await;
     cluster
+}
+
+/// How long a new cluster takes to raise its cluster version: the leader probes its members
+/// every 2 s, and raises it within a round or two of formation.
+pub const CLUSTER_VERSION_BOUND: Duration = Duration::from_secs(30);
+
+/// A cluster on the fault suite's timing, started and at cluster version `version` or later,
+/// with the namespace `namespace` created in it; returns the cluster and the namespace as
+/// created.
+pub async fn start_fault_cluster_with_namespace(
+    version: u32,
+    namespace: &CreateNamespaceRequest,
+) -> (Cluster, NamespaceView) {
+    let mut cluster = fault_cluster();
+    cluster.start_all();
+    crate::wait_for_cluster_version(&mut cluster, version, CLUSTER_VERSION_BOUND).await;
+    let created = cluster
+        .client()
+        .create_namespace(namespace)
+        .await
+        .unwrap_or_else(|error| panic!("namespace {} is created: {error}", namespace.name));
+    (cluster, created)
 }
 
 /// One leader change made by [`kill_leaders_until`].

@@ -26,18 +26,14 @@ use leasehold_example_kv::wire::KvStats;
 use leasehold_example_kv::KvClient;
 use leasehold_tests::executor::{ExecutorProcess, ExecutorSpec};
 use leasehold_tests::faults::{
-    fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
-    Fleet, FAULT_LEASE, SETTLE_BOUND,
+    fault_executor_args, report_figure, start_fault_cluster_with_namespace, wait_registered, Fleet,
+    FAULT_LEASE, SETTLE_BOUND,
 };
-use leasehold_tests::{
-    binary, one_cluster_at_a_time, poll_until, wait_for_cluster_version, Cluster,
-};
+use leasehold_tests::{binary, one_cluster_at_a_time, poll_until, Cluster};
 use tokio::task::JoinHandle;
 
 const KV: &str = "kv";
 const KV_SHARDS: u32 = 12;
-/// The leader raises the cluster version within a probe round or two of formation (2 s each).
-const VERSION_BOUND: Duration = Duration::from_secs(30);
 /// Each copy fetches what changed this often: a secondary read is about this stale.
 const SECONDARY_REFRESH: &str = "100ms";
 
@@ -280,21 +276,18 @@ async fn read_from_secondaries(
 async fn p19_3_p19_5_kv_reads_from_warm_secondaries_and_a_drain_promotes_them() {
     const SCENARIO: &str = "p19_kv_replicas";
     let _serial = one_cluster_at_a_time().await;
-    let mut cluster = Cluster::new(fault_cluster_options());
-    use_fault_timing(&mut cluster);
-    cluster.start_all();
-    wait_for_cluster_version(&mut cluster, REPLICAS_SCHEMA, VERSION_BOUND).await;
-    let client = cluster.client();
-    let created = client
-        .create_namespace(&CreateNamespaceRequest {
+    let (cluster, created) = start_fault_cluster_with_namespace(
+        REPLICAS_SCHEMA,
+        &CreateNamespaceRequest {
             name: KV.to_owned(),
             shard_count: KV_SHARDS,
             lease_duration_ms: Some(FAULT_LEASE.as_millis() as u64),
             replicas: Some(2),
             ..CreateNamespaceRequest::default()
-        })
-        .await
-        .expect("kv is created with two replicas");
+        },
+    )
+    .await;
+    let client = cluster.client();
     assert_eq!(created.replicas, Some(2));
 
     let store_dir = cluster.dir.path().join("store");

@@ -20,17 +20,15 @@ use leasehold_api::wire::{
 };
 use leasehold_tests::executor::ExecutorSpec;
 use leasehold_tests::faults::{
-    fault_cluster_options, fault_executor_args, report_figure, use_fault_timing, wait_registered,
-    Fleet, FAULT_LEASE, SETTLE_BOUND,
+    fault_executor_args, report_figure, start_fault_cluster_with_namespace, wait_registered, Fleet,
+    FAULT_LEASE, SETTLE_BOUND,
 };
-use leasehold_tests::{one_cluster_at_a_time, poll_until, wait_for_cluster_version, Cluster};
+use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
 
 const KV: &str = "kv";
 const KV_SHARDS: u32 = 12;
 /// Long enough for an executor to be started again under its name well within it.
 const RESTORE_DELAY: Duration = Duration::from_secs(60);
-/// The leader raises the cluster version within a probe round or two of formation (2 s each).
-const VERSION_BOUND: Duration = Duration::from_secs(30);
 
 /// An executor of `kv` reporting its secondaries ready as soon as it holds them, registered
 /// under `registered_name` (its process label `label`).
@@ -135,13 +133,9 @@ fn promoted(shards: &[ShardView], moved: &BTreeMap<u32, (String, u64)>) -> Resul
 async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts() {
     const SCENARIO: &str = "p19_replicas";
     let _serial = one_cluster_at_a_time().await;
-    let mut cluster = Cluster::new(fault_cluster_options());
-    use_fault_timing(&mut cluster);
-    cluster.start_all();
-    wait_for_cluster_version(&mut cluster, REPLICAS_SCHEMA, VERSION_BOUND).await;
-    let client = cluster.client();
-    let created = client
-        .create_namespace(&CreateNamespaceRequest {
+    let (cluster, created) = start_fault_cluster_with_namespace(
+        REPLICAS_SCHEMA,
+        &CreateNamespaceRequest {
             name: KV.to_owned(),
             shard_count: KV_SHARDS,
             lease_duration_ms: Some(FAULT_LEASE.as_millis() as u64),
@@ -153,9 +147,10 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
                 ..NamespacePlacement::default()
             },
             ..CreateNamespaceRequest::default()
-        })
-        .await
-        .expect("kv is created with two replicas");
+        },
+    )
+    .await;
+    let client = cluster.client();
     assert_eq!(created.replicas, Some(2));
 
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());

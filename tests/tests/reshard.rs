@@ -19,15 +19,13 @@ use leasehold_api::wire::{
 use leasehold_conformance::admission_log::AdmissionEdge;
 use leasehold_tests::executor::ExecutorSpec;
 use leasehold_tests::faults::{
-    fault_cluster_options, fault_executor_args, use_fault_timing, wait_registered, Fleet, Workload,
+    fault_executor_args, start_fault_cluster_with_namespace, wait_registered, Fleet, Workload,
     FAULT_LEASE, SETTLE_BOUND,
 };
-use leasehold_tests::{one_cluster_at_a_time, poll_until, wait_for_cluster_version, Cluster};
+use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
 
 const KV: &str = "kv";
 const KV_SHARDS: u32 = 8;
-/// The leader raises the cluster version within a probe round or two of formation (2 s each).
-const VERSION_BOUND: Duration = Duration::from_secs(30);
 
 fn spec(cluster: &Cluster, label: &str) -> ExecutorSpec {
     let mut spec = ExecutorSpec::local(cluster, label);
@@ -81,13 +79,9 @@ async fn resharded(client: &Client, count: u32, generation: u64) -> Result<Names
 async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_per_key() {
     const SCENARIO: &str = "p20_reshard";
     let _serial = one_cluster_at_a_time().await;
-    let mut cluster = Cluster::new(fault_cluster_options());
-    use_fault_timing(&mut cluster);
-    cluster.start_all();
-    wait_for_cluster_version(&mut cluster, RESHARD_SCHEMA, VERSION_BOUND).await;
-    let client = cluster.client();
-    client
-        .create_namespace(&CreateNamespaceRequest {
+    let (cluster, _) = start_fault_cluster_with_namespace(
+        RESHARD_SCHEMA,
+        &CreateNamespaceRequest {
             name: KV.to_owned(),
             shard_count: KV_SHARDS,
             lease_duration_ms: Some(FAULT_LEASE.as_millis() as u64),
@@ -97,9 +91,10 @@ async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_pe
                 ..NamespacePlacement::default()
             },
             ..CreateNamespaceRequest::default()
-        })
-        .await
-        .expect("kv is created");
+        },
+    )
+    .await;
+    let client = cluster.client();
 
     let mut fleet = Fleet::new(cluster.dir.path().to_path_buf());
     let indices: Vec<usize> = ["s-0", "s-1", "s-2"]

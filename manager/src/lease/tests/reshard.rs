@@ -96,6 +96,38 @@ fn holders(harness: &Harness, finest: u32) -> Vec<(Option<ExecutorId>, Epoch)> {
         .collect()
 }
 
+/// Carries out the reshard under way, checking that no key changed owner and every owned key's
+/// epoch rose (P20.2, I1 and I2 per key, over the classes of `finest`); what it did.
+fn carry_out_keeping_every_key(
+    harness: &mut Harness,
+    finest: u32,
+) -> (ReshardKind, u32, u64, super::super::Effects) {
+    let before = holders(harness, finest);
+    let Outcome::Resharded {
+        kind,
+        shard_count,
+        generation,
+        effects,
+        ..
+    } = harness.apply(carry_out(0))
+    else {
+        panic!("the reshard was refused");
+    };
+    let after = holders(harness, finest);
+    for (class, ((owner_before, epoch_before), (owner_after, epoch_after))) in
+        before.iter().zip(&after).enumerate()
+    {
+        assert_eq!(owner_before, owner_after, "key class {class} changed owner");
+        if owner_after.is_some() {
+            assert!(
+                epoch_after > epoch_before,
+                "key class {class}: {epoch_before} -> {epoch_after}"
+            );
+        }
+    }
+    (kind, shard_count, generation, effects)
+}
+
 fn refusal(outcome: Outcome) -> RefusalReason {
     match outcome {
         Outcome::Refused { reason } => reason,
@@ -186,32 +218,9 @@ fn p20_2_a_split_gives_both_children_to_the_parents_owner_at_a_higher_epoch() {
     let (mut harness, ids) = spread(4, 2);
     harness.apply(pin(1, Some(&ids[0])));
     settle(&mut harness, 0);
-    let before = holders(&harness, 8);
     harness.apply(reshard(8));
-    let Outcome::Resharded {
-        kind,
-        shard_count,
-        generation,
-        effects,
-        ..
-    } = harness.apply(carry_out(0))
-    else {
-        panic!("the split was refused");
-    };
+    let (kind, shard_count, generation, effects) = carry_out_keeping_every_key(&mut harness, 8);
     assert_eq!((kind, shard_count, generation), (ReshardKind::Split, 8, 1));
-    let after = holders(&harness, 8);
-    for (residue, ((owner_before, epoch_before), (owner_after, epoch_after))) in
-        before.iter().zip(&after).enumerate()
-    {
-        assert_eq!(
-            owner_before, owner_after,
-            "key class {residue} changed owner"
-        );
-        assert!(
-            epoch_after > epoch_before,
-            "key class {residue}: {epoch_before} -> {epoch_after}"
-        );
-    }
     let namespace = harness.state.namespace(DEFAULT_NAMESPACE).unwrap();
     assert_eq!(
         (namespace.pin(1), namespace.pin(5)),
@@ -285,15 +294,7 @@ fn p20_2_a_split_waits_for_the_handoffs_in_flight_and_starts_none() {
             revoke_revision: revoke.revision,
         });
     }
-    let before = holders(&harness, 8);
-    assert!(matches!(
-        harness.apply(carry_out(0)),
-        Outcome::Resharded { .. }
-    ));
-    let after = holders(&harness, 8);
-    for ((owner_before, _), (owner_after, _)) in before.iter().zip(&after) {
-        assert_eq!(owner_before, owner_after);
-    }
+    carry_out_keeping_every_key(&mut harness, 8);
     // Each shard the joiner was given, it holds as both children.
     let children: Vec<ShardId> = coming.iter().map(|shard| shard + 4).collect();
     coming.extend(children);
@@ -339,27 +340,8 @@ fn p20_2_a_merge_brings_each_pair_together_then_joins_it_at_a_higher_epoch() {
         assert!(epoch >= finest_epochs[residue].1);
         finest_epochs[residue].1 = epoch;
     }
-    let before = holders(&harness, 8);
-    let Outcome::Resharded {
-        kind,
-        shard_count,
-        generation,
-        ..
-    } = harness.apply(carry_out(0))
-    else {
-        panic!("the merge was refused");
-    };
+    let (kind, shard_count, generation, _) = carry_out_keeping_every_key(&mut harness, 8);
     assert_eq!((kind, shard_count, generation), (ReshardKind::Merge, 4, 1));
-    let after = holders(&harness, 8);
-    for (residue, ((owner_before, epoch_before), (owner_after, epoch_after))) in
-        before.iter().zip(&after).enumerate()
-    {
-        assert_eq!(
-            owner_before, owner_after,
-            "key class {residue} changed owner"
-        );
-        assert!(epoch_after > epoch_before, "key class {residue}");
-    }
     let namespace = harness.state.namespace(DEFAULT_NAMESPACE).unwrap();
     assert_eq!(namespace.widest_shard_count, 8);
     assert_eq!(namespace.shard_number_bound(), 8);
@@ -518,6 +500,9 @@ fn p20_2_a_pair_on_draining_executors_moves_whole_to_the_least_full() {
             .reshard_waiting_on(),
         0
     );
-    assert!(matches!(harness.apply(carry_out(0)), Outcome::Resharded { .. }));
+    assert!(matches!(
+        harness.apply(carry_out(0)),
+        Outcome::Resharded { .. }
+    ));
     assert_eq!(harness.delivered_shards(&joiner), [0, 1]);
 }
