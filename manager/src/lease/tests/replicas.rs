@@ -105,6 +105,36 @@ fn place_secondaries(harness: &mut Harness, now_ms: u64, budget: usize) -> bool 
     true
 }
 
+/// Moves each shard's (one) secondary to the executor `wanted` names for it, where it is not
+/// there already, in one `PlaceSecondaries` at `now_ms`.
+fn move_each_secondary(
+    harness: &mut Harness,
+    now_ms: u64,
+    wanted: impl IntoIterator<Item = (ShardId, ExecutorId)>,
+) {
+    let changes: Vec<SecondaryChange> = wanted
+        .into_iter()
+        .filter_map(|(shard, target)| {
+            let current = secondaries(harness, shard).first()?.clone();
+            (current != target).then_some(SecondaryChange {
+                shard,
+                add: Some(target),
+                drop: Some(current),
+            })
+        })
+        .collect();
+    let outcome = harness.apply(Command::PlaceSecondaries {
+        now_ms,
+        planned_at: harness.state.revision(),
+        namespace: DEFAULT_NAMESPACE.into(),
+        changes,
+    });
+    assert!(
+        matches!(outcome, Outcome::SecondariesPlaced { .. }),
+        "{outcome:?}"
+    );
+}
+
 /// The executors holding each shard's secondaries, live ones only.
 fn secondaries(harness: &Harness, shard: ShardId) -> Vec<ExecutorId> {
     harness
@@ -787,24 +817,12 @@ fn p19_3_p15_2_by_load_a_drained_primary_goes_to_its_ready_secondary() {
     let (mut harness, executors) = four_in_one_zone(48);
     // Every secondary of e1's primaries on e2, so the fewest-shards rule alone would spread them.
     let drained = executors[0].clone();
-    let changes: Vec<SecondaryChange> = harness
+    let wanted: Vec<(ShardId, ExecutorId)> = harness
         .delivered_shards(&drained)
         .into_iter()
-        .filter_map(|shard| {
-            let current = secondaries(&harness, shard)[0].clone();
-            (current != executors[1]).then(|| SecondaryChange {
-                shard,
-                add: Some(executors[1].clone()),
-                drop: Some(current),
-            })
-        })
+        .map(|shard| (shard, executors[1].clone()))
         .collect();
-    harness.apply(Command::PlaceSecondaries {
-        now_ms: 5,
-        planned_at: harness.state.revision(),
-        namespace: DEFAULT_NAMESPACE.into(),
-        changes,
-    });
+    move_each_secondary(&mut harness, 5, wanted);
     for executor in &executors {
         renew_ready(&mut harness, 10, executor);
     }
@@ -904,24 +922,14 @@ fn p19_3_each_executors_secondaries_are_spread_evenly_within_the_budget() {
     // Executors in pairs, each holding every secondary of its partner's primaries: the weighted
     // loads are even, the spread of each one's secondaries is not.
     let partner = |index: usize| executors[index ^ 1].clone();
-    let changes: Vec<SecondaryChange> = (0..24)
+    let wanted: Vec<(ShardId, ExecutorId)> = (0..24)
         .filter_map(|shard| {
-            let owner = harness.owner(shard)?.to_owned();
-            let index = executors.iter().position(|e| *e == owner)?;
-            let current = secondaries(&harness, shard)[0].clone();
-            (current != partner(index)).then(|| SecondaryChange {
-                shard,
-                add: Some(partner(index)),
-                drop: Some(current),
-            })
+            let owner = harness.owner(shard)?;
+            let index = executors.iter().position(|e| e == owner)?;
+            Some((shard, partner(index)))
         })
         .collect();
-    harness.apply(Command::PlaceSecondaries {
-        now_ms: 5,
-        planned_at: harness.state.revision(),
-        namespace: DEFAULT_NAMESPACE.into(),
-        changes,
-    });
+    move_each_secondary(&mut harness, 5, wanted);
     let spread = |harness: &Harness| -> Vec<usize> {
         executors[1..]
             .iter()
