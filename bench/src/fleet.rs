@@ -28,10 +28,10 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::{ListenerLimits, PeerRole};
 use leasehold_api::tls::{Role, TlsConfig};
 use leasehold_api::wire::{
-    AssignmentPush, Credential, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
+    AssignmentPush, Credential, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
     ShardLoad,
 };
-use leasehold_executor::assignment::{AssignmentState, SetOutcome};
+use leasehold_executor::assignment::{AssignmentState, Layout, SetOutcome};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -239,9 +239,12 @@ async fn assignment_push(
         .ok_or(StatusCode::CONFLICT)?;
     executor
         .assignment()
-        .apply_set(
+        .apply_set_in(
             push.revision,
-            push.shard_count,
+            Layout {
+                shard_count: push.shard_count,
+                generation: push.generation,
+            },
             &push.shards,
             &push.secondaries,
         )
@@ -313,9 +316,9 @@ async fn register_executor(
     let grant = client.register(&request).await?;
     let mut assignment = AssignmentState::default();
     assignment
-        .apply_set(
+        .apply_set_in(
             grant.revision,
-            grant.shard_count,
+            layout_of(&grant),
             &grant.shards,
             &grant.secondaries,
         )
@@ -371,7 +374,10 @@ impl LeaseholdFleet {
         let executors = setup_all(spec.count, |index| {
             let credential = Credential::from_random(rand::random());
             let request = RegisterRequest {
-                follows_generations: false,
+                // The fleet's executors keep their sets in the library's `AssignmentState`,
+                // which follows a change of layout (P20.3); the clusters are at the newest
+                // cluster version.
+                follows_generations: true,
                 namespace: spec.namespaces.get(index).cloned(),
                 incarnation: format!("bench-{run}-{index}"),
                 address: address.clone(),
@@ -500,9 +506,9 @@ impl Renewer for LeaseholdFleet {
                 _ => RenewFailure::Other(short_error(&error)),
             })?;
         let mut assignment = executor.assignment();
-        match assignment.apply_set(
+        match assignment.apply_set_in(
             grant.revision,
-            grant.shard_count,
+            layout_of(&grant),
             &grant.shards,
             &grant.secondaries,
         ) {
@@ -514,6 +520,15 @@ impl Renewer for LeaseholdFleet {
             Err(error) => return Err(RenewFailure::Other(format!("grant: {error}"))),
         }
         Ok(grant.lease_ttl_ms)
+    }
+}
+
+/// The layout a grant is of (PROTOCOL §20): the fleet follows a change of layout as the
+/// executor library does, switching every held shard in the one receipt of the set.
+fn layout_of(grant: &Grant) -> Layout {
+    Layout {
+        shard_count: grant.shard_count,
+        generation: grant.generation,
     }
 }
 
