@@ -412,7 +412,12 @@ impl Run<'_> {
         let all: Vec<usize> = (0..EXECUTORS).collect();
         // Step 14 needs every registration to state `follows_generations`, which executors send
         // only to managers stating the cluster version that takes it (P20.3).
+        let started = Instant::now();
         self.wait_for_cluster_version(RESHARD_SCHEMA).await?;
+        self.steps.push((
+            format!("the cluster version reached {RESHARD_SCHEMA}"),
+            started.elapsed(),
+        ));
         for slot in 0..EXECUTORS {
             self.start(slot).await?;
         }
