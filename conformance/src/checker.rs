@@ -130,15 +130,14 @@ fn describe(interval: &AdmissionInterval) -> String {
     let end = interval
         .end_ns
         .map_or_else(|| "still admitting".to_string(), |end| end.to_string());
-    let layout = if interval.generation > 0 {
-        format!(
-            " shard {} of {} (generation {})",
-            interval.shard,
-            interval.shard_count.unwrap_or(0),
-            interval.generation
-        )
-    } else {
-        String::new()
+    // Judged per key, an interval names its layout (generation 0's count filled in from the
+    // namespace's first); judged per shard, the violation already names its shard.
+    let layout = match interval.shard_count {
+        Some(count) => format!(
+            " shard {} of {count} (generation {})",
+            interval.shard, interval.generation
+        ),
+        None => String::new(),
     };
     format!(
         "{}{layout} (epoch {}) from {} to {end}",
@@ -247,8 +246,9 @@ fn by_key_class(
         finest = finest.max(count_of(interval)?);
     }
     let mut by_layout: BTreeMap<(u32, u32), Vec<AdmissionInterval>> = BTreeMap::new();
-    for interval in intervals {
+    for mut interval in intervals {
         let count = count_of(&interval)?;
+        interval.shard_count = Some(count);
         if finest % count != 0 || !(finest / count).is_power_of_two() {
             return Err(format!(
                 "layouts of {count} and {finest} shards do not nest: a reshard doubles or halves \
@@ -946,7 +946,17 @@ mod per_key {
         assert_eq!(report.of(Rule::I1Overlap), 1, "{:?}", report.violations);
         let violation = &report.violations[0];
         assert_eq!((violation.shard, violation.of), (5, Some(8)));
-        assert!(violation.to_string().contains("keys whose hash mod 8 is 5"));
+        let shown = violation.to_string();
+        assert!(shown.contains("keys whose hash mod 8 is 5"), "{shown}");
+        // Both intervals name their layout, the first one's count given to the check.
+        assert!(
+            shown.contains("ex-1 shard 1 of 4 (generation 0)"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("ex-2 shard 5 of 8 (generation 1)"),
+            "{shown}"
+        );
     }
 
     /// I2 per key: a merged shard must be above both parents' epochs.

@@ -122,10 +122,11 @@ impl Tally {
         self.violations += report.check.violations.len() + report.findings.len();
         self.intervals += report.check.intervals;
         let mut summary = format!(
-            "run {run}: {} intervals over {} shards, {} secondary intervals, {} handoffs, {} \
-             violations",
+            "run {run}: {} intervals over {} shards, {} generations, {} secondary intervals, {} \
+             handoffs, {} violations",
             report.check.intervals,
             report.check.shards,
+            report.check.generations,
             report.check.secondary_intervals,
             report.check.handoffs,
             report.check.violations.len() + report.findings.len()

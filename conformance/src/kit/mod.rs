@@ -46,7 +46,15 @@
 //!     only for secondaries it holds, at the epochs its set shows (P19.3); and no admission log
 //!     may show a primary's interval at a shard and epoch the managers gave its executor as a
 //!     secondary while another executor was the primary (P19.1, P19.5). An executor that does
-//!     not support §19 (an earlier release refuses a push carrying `secondaries`) fails here.
+//!     not support §19 (an earlier release refuses a push carrying `secondaries`) fails here;
+//! 14. resharding (§20): once the cluster version is 14, the namespace is split to twice its
+//!     shards while x0 is still drained, x0 undrained so the plans hand children to it, and
+//!     merged back; each time the kit waits until the namespace shows the new generation with no
+//!     reshard under way, then for the shards to settle. An executor that did not state
+//!     `follows_generations` at registration gets the split refused, naming P20.3 (a finding);
+//!     one that admits a parent while its child is admitted elsewhere overlaps it per key (I1).
+//!     The executors start only once the cluster version is 14, so that their registrations may
+//!     state it.
 //!
 //! Every executor is stopped with SIGTERM at the end, the replies to its calls lagging as in
 //! step 2; one that does not stop within 15 s fails the run. A step that judged a rule broken
@@ -59,6 +67,7 @@
 mod observe;
 mod process;
 mod replicas;
+mod reshard;
 mod revoke_replay;
 mod stale_grant;
 mod steps;
@@ -72,6 +81,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_api::client::{Client, ClientConfig};
 use leasehold_api::problem::ErrorCode;
+use leasehold_api::wire::RESHARD_SCHEMA;
 use leasehold_harness::{free_port, ClusterConfig, ManagerCluster, ManagerFlags};
 use nix::sys::signal::{killpg, Signal};
 
@@ -81,7 +91,7 @@ use nix::unistd::Pid;
 use crate::admission_log::{
     admission_intervals, read_admission_log, AdmissionInterval, ExecutorLog,
 };
-use crate::checker::{check_files, monotonic_now_ns, CheckReport, EventLogFile};
+use crate::checker::{check_files_in, monotonic_now_ns, CheckReport, EventLogFile};
 use crate::proxy::{HeldReply, HoldOutcome, Impairment, PathMatch, ProxySet, Refusal};
 use crate::template::{Slot, Template};
 
@@ -198,6 +208,9 @@ struct Run<'a> {
     /// Slot → index in `processes` of its current process.
     slots: BTreeMap<usize, usize>,
     generation: u32,
+    /// The kit's namespace's shard count now: [`KIT_SHARDS`], twice that between step 14's split
+    /// and merge.
+    shard_count: u32,
     seed: u64,
     steps: Vec<(String, Duration)>,
     findings: Vec<String>,
@@ -245,6 +258,7 @@ pub async fn run(config: &RunConfig) -> Result<RunReport, RunError> {
         processes: Vec::new(),
         slots: BTreeMap::new(),
         generation: 0,
+        shard_count: KIT_SHARDS,
         seed: config.seed,
         steps: Vec::new(),
         findings: Vec::new(),
@@ -396,6 +410,14 @@ impl Run<'_> {
 
     async fn script(&mut self) -> Result<(), RunError> {
         let all: Vec<usize> = (0..EXECUTORS).collect();
+        // Step 14 needs every registration to state `follows_generations`, which executors send
+        // only to managers stating the cluster version that takes it (P20.3).
+        let started = Instant::now();
+        self.wait_for_cluster_version(RESHARD_SCHEMA).await?;
+        self.steps.push((
+            format!("the cluster version reached {RESHARD_SCHEMA}"),
+            started.elapsed(),
+        ));
         for slot in 0..EXECUTORS {
             self.start(slot).await?;
         }
@@ -405,8 +427,10 @@ impl Run<'_> {
         self.sigkill_phase(&all).await?;
         self.paused_phase(&all).await?;
         self.leader_killed_phase(&all).await?;
-        // Last: every step before it keeps the namespace of one replica it was written for.
-        self.replicated_phase(&all).await
+        // Late: every step before it keeps the namespace of one replica it was written for.
+        self.replicated_phase(&all).await?;
+        // Last: every step before it keeps the namespace's first layout.
+        self.reshard_phase(&all).await
     }
 
     /// Drains, undrains and a joiner's start and stop, all under delayed, duplicated and
@@ -545,7 +569,8 @@ impl Run<'_> {
         self.start(slot).await
     }
 
-    /// I1 and I2 over every log; an executor that held shards and wrote no log fails.
+    /// I1 and I2 over every log, per key once step 14 changed the layout; an executor that held
+    /// shards and wrote no log fails.
     fn check(&self) -> Result<CheckReport, RunError> {
         let mut files = Vec::new();
         for process in &self.processes {
@@ -564,7 +589,7 @@ impl Run<'_> {
                 ended_at_ns: process.ended_at_ns,
             });
         }
-        check_files(&files).map_err(|detail| {
+        check_files_in(&files, Some(KIT_SHARDS)).map_err(|detail| {
             RunError::Executor(format!(
                 "an admission log is not in the format of §9: {detail}"
             ))

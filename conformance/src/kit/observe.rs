@@ -137,7 +137,7 @@ impl Run<'_> {
             ))?;
             owners.insert(*index);
         }
-        if table.routes.len() != KIT_SHARDS as usize {
+        if table.routes.len() != self.shard_count as usize {
             return Err(format!("{} routes", table.routes.len()));
         }
         Ok(owners)

@@ -53,7 +53,7 @@ impl Run<'_> {
 
     /// Waits until the committed cluster version is `version` or later (P14.3: the leader raises
     /// it within a probe round or two of the managers' start, long past by now).
-    async fn wait_for_cluster_version(&self, version: u32) -> Result<(), RunError> {
+    pub(super) async fn wait_for_cluster_version(&self, version: u32) -> Result<(), RunError> {
         let waited_by = Instant::now() + SETTLE_BOUND;
         loop {
             let stated = self
