@@ -170,7 +170,7 @@ impl World {
         outcome: &Outcome,
     ) {
         let after = &self.replicas[manager];
-        self.coverage.record(command, outcome);
+        self.coverage.record(command, outcome, self.chaos);
         self.coverage.count_promotions(before, after);
         let views = process_views(&self.processes, self.base, self.now_us);
         self.checker
