@@ -539,7 +539,7 @@ impl StepWrites {
     }
 
     /// What this step places `namespace` by: the loads, budget and cooling shards known when it
-    /// began.
+    /// began, or, once it carried out a reshard of the namespace, none of them (P20.2).
     pub fn placement_inputs(&self, namespace: &str) -> &PlacementInputs {
         self.placement.get(namespace).unwrap_or(&self.by_count)
     }
