@@ -6,9 +6,9 @@ use leasehold_sim::model_check::check_exhaustively;
 use leasehold_sim::reshard_model::ReshardModel;
 
 /// States the model may explore: about 1.5 times what it explored when the cap was set
-/// (measured 241 556). Letters arrive in any order and the leader sends revokes and sets again;
-/// none is lost (one loss more than doubles the states, past a minute on two cores).
-const RESHARD_STATE_CAP: usize = 363_000;
+/// (measured 530 380). Letters arrive in any order, one may be lost, and the leader sends revokes
+/// and sets again.
+const RESHARD_STATE_CAP: usize = 800_000;
 
 #[test]
 fn p20_3_i1_i2_per_key_a_split_and_a_merge_racing_a_handoff() {
@@ -16,7 +16,7 @@ fn p20_3_i1_i2_per_key_a_split_and_a_merge_racing_a_handoff() {
         steps: 10,
         asks: 2,
         moves: 1,
-        losses: 0,
+        losses: 1,
     };
     check_exhaustively("reshard", model, model, RESHARD_STATE_CAP);
 }
