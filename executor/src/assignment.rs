@@ -77,6 +77,19 @@ pub enum DeliveryError {
         /// What the delivery says.
         got: u64,
     },
+    /// A revoke not older than the last set applied, numbered in another generation's layout
+    /// (§20): the set of that generation has not arrived yet, and the revoke's shard numbers
+    /// would name other shards here. The manager sends it again; once the set is applied it
+    /// applies in the right layout.
+    #[error(
+        "a revoke in generation {got}'s layout, and this executor's set is of generation {applied}"
+    )]
+    RevokeInAnotherLayout {
+        /// The generation of the last set applied.
+        applied: u64,
+        /// What the revoke says.
+        got: u64,
+    },
     /// A set listing a shard both among its primaries and among its secondaries (P19.1: a
     /// shard's replicas are on distinct executors), which no manager sends: which role would
     /// its work be admitted in?
@@ -563,6 +576,24 @@ impl AssignmentState {
     /// only for a revoke at or after that set: an older revoke is overtaken and may name shards
     /// of an older layout (§20), so only duplicates are refused then.
     pub fn validate_revoke(&self, revision: u64, shards: &[u32]) -> Result<(), DeliveryError> {
+        self.validate_revoke_in(revision, self.generation, shards)
+    }
+
+    /// [`Self::validate_revoke`] of a revoke numbered in generation `generation`'s layout: a
+    /// revoke not older than the last set applied must be in that set's layout (§20); an older
+    /// one is overtaken by that set, whatever its layout.
+    pub fn validate_revoke_in(
+        &self,
+        revision: u64,
+        generation: u64,
+        shards: &[u32],
+    ) -> Result<(), DeliveryError> {
+        if revision >= self.set_revision && generation != self.generation {
+            return Err(DeliveryError::RevokeInAnotherLayout {
+                applied: self.generation,
+                got: generation,
+            });
+        }
         match self.shard_count {
             Some(count) if revision >= self.set_revision => {
                 Self::check_shards(count, shards.iter().copied())

@@ -21,6 +21,13 @@
 //!   (shard 3 of `kv` and shard 3 of `default` are two shards, with epochs of their own); a plan
 //!   gives a namespace's shards to that namespace's executors only, and a process admits only
 //!   shards of its own namespace's shard space.
+//! - Resharding (§20): I1 and I2 are judged per key across layouts. Shard `s` of a layout of `c`
+//!   shards covers the keys whose hash modulo `c` is `s`, so it overlaps shard `t` of `d` shards
+//!   exactly when `s` and `t` agree modulo gcd(`c`, `d`). Each process admits in the layout of
+//!   the newest set it applied: two processes may not admit overlapping shards whatever their
+//!   layouts; a commit that takes any key from an owner requires that owner's process admit no
+//!   key of the shard it lost in any layout; and a key's epoch never goes back, and rises when
+//!   its holder changes, across the commit that changes the layout too.
 
 use std::collections::BTreeMap;
 
@@ -32,7 +39,7 @@ use leasehold_manager::lease::{
 use tokio::time::Instant;
 
 use crate::scenario::Scenario;
-use leasehold_executor::admission::{AdmissionCore, Permit};
+use leasehold_executor::admission::AdmissionCore;
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,17 +93,18 @@ pub struct Checker {
     /// The namespaces seen so far, in the order first seen: a namespace's index here is its
     /// number in the keys below.
     namespaces: Vec<String>,
-    /// Each seen namespace's shard count, as the last commit left it.
-    shard_counts: Vec<u32>,
-    /// Who each (namespace, shard, epoch) was minted for (I2).
-    minted: BTreeMap<(usize, ShardId, u64), String>,
+    /// Each seen namespace's widest layout so far (§20): the most shards any commit left it
+    /// with. Every layout's count divides it (each is the first count doubled or halved).
+    widest_counts: Vec<u32>,
+    /// Who each (namespace, layout's shard count, shard, epoch) was minted for (I2).
+    minted: BTreeMap<(usize, u32, ShardId, u64), String>,
     /// The first violation found inside a commit or a fault, reported after the event.
     pending: Option<Violation>,
     /// The current leader term's placement history.
     placement: TermHistory,
-    /// Scratch for [`Checker::after_event`]: per namespace, the slot and epoch admitting each
-    /// shard.
-    admitted_by: Vec<Vec<Option<(usize, u64)>>>,
+    /// Scratch for [`Checker::after_event`]: per namespace, by key class (hash modulo its
+    /// widest count), the slot admitting it and what it admits it as.
+    admitted_by: Vec<Vec<Option<Admitted>>>,
 }
 
 /// What one leader term did for placement, for the checks that span its plans.
@@ -107,6 +115,15 @@ struct TermHistory {
     /// Per (namespace, shard): the executor that last reported it and the range of what that
     /// executor said of it since it began reporting it.
     heard: BTreeMap<(usize, ShardId), Heard>,
+}
+
+/// What a slot admits a key class as: its shard and epoch in the process's layout.
+#[derive(Debug, Clone, Copy)]
+struct Admitted {
+    slot: usize,
+    shard: ShardId,
+    shard_count: u32,
+    epoch: u64,
 }
 
 #[derive(Debug)]
@@ -127,7 +144,7 @@ impl Checker {
             Some(index) => index,
             None => {
                 self.namespaces.push(namespace.to_owned());
-                self.shard_counts.push(0);
+                self.widest_counts.push(0);
                 self.admitted_by.push(Vec::new());
                 self.namespaces.len() - 1
             }
@@ -380,24 +397,30 @@ impl Checker {
             return Ok(());
         };
         let space = self.namespace_index(namespace);
-        let shard_count = self.shard_counts[space];
+        let widest = self.widest_counts[space];
+        // The layout the process admits in: its newest set's (§20).
+        let shard_count = core.assignment().layout().shard_count;
         for held in core.assignment().held() {
             let Ok(permit) = core.admit(held.shard, now) else {
                 continue;
             };
-            // P18.1: a process admits only shards of its own namespace's shard space.
-            if permit.shard >= shard_count {
+            // P18.1: a process admits only shards of its own namespace's shard space, in one of
+            // its layouts (each count divides the widest).
+            if permit.shard >= shard_count || !widest.is_multiple_of(shard_count) {
                 return Err(Violation {
                     invariant: "P18.1",
                     detail: format!(
-                        "slot {slot} ({executor_id}, of {namespace}) admits shard {}, but \
-                         {namespace} has {shard_count} shards",
+                        "slot {slot} ({executor_id}, of {namespace}) admits shard {} of a layout \
+                         of {shard_count}, but {namespace}'s widest layout has {widest} shards",
                         permit.shard
                     ),
                     at_us: now_us,
                 });
             }
-            match self.minted.get(&(space, permit.shard, permit.epoch)) {
+            match self
+                .minted
+                .get(&(space, shard_count, permit.shard, permit.epoch))
+            {
                 Some(owner) if owner == executor_id => {}
                 minted_for => {
                     return Err(Violation {
@@ -411,15 +434,28 @@ impl Checker {
                     })
                 }
             }
-            if let Some((other_slot, other_epoch)) = self.note_admitted(space, slot, permit) {
-                let other_id = processes[other_slot]
+            let admitted = Admitted {
+                slot,
+                shard: permit.shard,
+                shard_count,
+                epoch: permit.epoch,
+            };
+            if let Some(other) = self.note_admitted(space, widest, admitted) {
+                let other_id = processes[other.slot]
                     .and_then(|view| view.core.executor_id())
                     .unwrap_or_default();
                 return Err(Violation {
                     invariant: "I1",
                     detail: format!(
-                        "{} admitted by slot {other_slot} ({other_id}, epoch {other_epoch}) and slot {slot} ({executor_id}, epoch {})",
+                        "keys of {} admitted by slot {} ({other_id}, as shard {} of {} at epoch \
+                         {}) and slot {slot} ({executor_id}, as shard {} of {shard_count} at \
+                         epoch {})",
                         shard_name(namespace, permit.shard),
+                        other.slot,
+                        other.shard,
+                        other.shard_count,
+                        other.epoch,
+                        permit.shard,
                         permit.epoch
                     ),
                     at_us: now_us,
@@ -429,15 +465,23 @@ impl Checker {
         Ok(())
     }
 
-    /// Notes that `slot` admits `permit` in `space`; the slot and epoch that admitted the shard
-    /// before it since the event, if any.
-    fn note_admitted(&mut self, space: usize, slot: usize, permit: Permit) -> Option<(usize, u64)> {
+    /// Notes that `admitted.slot` admits every key class (hash modulo `widest`) of its shard in
+    /// `space`; another slot that admitted one of them before it since the event, if any.
+    fn note_admitted(&mut self, space: usize, widest: u32, admitted: Admitted) -> Option<Admitted> {
         let admitted_by = &mut self.admitted_by[space];
-        let index = permit.shard as usize;
-        if admitted_by.len() <= index {
-            admitted_by.resize(index + 1, None);
+        if admitted_by.len() < widest as usize {
+            admitted_by.resize(widest as usize, None);
         }
-        admitted_by[index].replace((slot, permit.epoch))
+        let step = admitted.shard_count.max(1) as usize;
+        let mut other = None;
+        for class in (admitted.shard as usize..widest as usize).step_by(step) {
+            if let Some(before) = admitted_by[class].replace(admitted) {
+                if before.slot != admitted.slot {
+                    other = other.or(Some(before));
+                }
+            }
+        }
+        other
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -460,33 +504,72 @@ impl Checker {
         }
         // Shards, epochs and handoffs are per (namespace, shard) (P18.1): each namespace's
         // table against its own before the commit.
+        // A commit that changes a namespace's layout (§20) is judged per key: each shard
+        // against every shard of the layout before it that covers some of its keys.
         for (namespace, table) in after.namespaces() {
             let space = self.namespace_index(namespace);
-            self.shard_counts[space] = table.config.shard_count;
+            let shard_count = table.config.shard_count;
+            self.widest_counts[space] = self.widest_counts[space].max(shard_count);
             let old_table = before.namespace(namespace);
+            let old_count = old_table.map_or(shard_count, |old| old.config.shard_count);
             for shard in table.shards() {
-                let old = old_table.and_then(|old| old.shard(shard.id));
-                self.after_commit_of_shard(
-                    namespace, space, shard, old, command, processes, now_us,
-                );
+                let covering: Vec<&Shard> = old_table
+                    .map(|old| {
+                        overlapping(shard.id, shard_count, old_count)
+                            .filter_map(|id| old.shard(id))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let layout = (shard_count, old_count);
+                if covering.is_empty() {
+                    self.after_commit_of_shard(
+                        namespace, space, layout, shard, None, command, processes, now_us,
+                    );
+                }
+                for old in covering {
+                    self.after_commit_of_shard(
+                        namespace,
+                        space,
+                        layout,
+                        shard,
+                        Some(old),
+                        command,
+                        processes,
+                        now_us,
+                    );
+                }
             }
         }
     }
 
-    /// I2 and I1 at its source for one shard of `namespace` (numbered `space` here), `old` as
-    /// it was before the commit of `command`.
+    /// I2 and I1 at its source for one shard of `namespace` (numbered `space` here) in a layout
+    /// of `shard_count` shards, against `old`, a shard of the layout of `old_count` shards
+    /// before the commit of `command` that covers some of its keys (the same shard when the
+    /// layout did not change).
     #[allow(clippy::too_many_arguments)]
     fn after_commit_of_shard(
         &mut self,
         namespace: &str,
         space: usize,
+        (shard_count, old_count): (u32, u32),
         shard: &Shard,
         old: Option<&Shard>,
         command: &Command,
         processes: &[Option<ProcessView<'_>>],
         now_us: u64,
     ) {
-        let name = || shard_name(namespace, shard.id);
+        let name = || {
+            if shard_count == old_count {
+                shard_name(namespace, shard.id)
+            } else {
+                let old_id = old.map_or(shard.id, |s| s.id);
+                format!(
+                    "keys of {} ({} of {old_count} before)",
+                    shard_name(namespace, shard.id),
+                    old_id
+                )
+            }
+        };
         let old_owner = old.and_then(|s| s.owner.as_ref());
         let old_epoch = old.map_or(0, |s| s.epoch);
         if shard.epoch < old_epoch {
@@ -514,7 +597,7 @@ impl Checker {
             }
             let minted = self
                 .minted
-                .entry((space, shard.id, shard.epoch))
+                .entry((space, shard_count, shard.id, shard.epoch))
                 .or_insert_with(|| owner.clone());
             if minted != owner {
                 let first = minted.clone();
@@ -529,9 +612,9 @@ impl Checker {
                 );
             }
         }
-        // I1 at its source: the old owner no longer admits a shard taken from it.
+        // I1 at its source: the old owner admits no key of a shard taken from it, in any layout.
         if let Some(old_owner) = old_owner.filter(|o| shard.owner.as_ref() != Some(*o)) {
-            if let Some(slot) = admitting_slot(processes, old_owner, shard.id) {
+            if let Some(slot) = admitting_slot(processes, old_owner, shard.id, shard_count) {
                 self.report(
                     "I1",
                     format!(
@@ -546,15 +629,51 @@ impl Checker {
     }
 }
 
+/// The slot of `executor_id`'s process if it admits any key of `shard` of a layout of
+/// `shard_count` shards, in whatever layout it admits in (§20).
 fn admitting_slot(
     processes: &[Option<ProcessView<'_>>],
     executor_id: &str,
     shard: ShardId,
+    shard_count: u32,
 ) -> Option<usize> {
     processes.iter().enumerate().find_map(|(slot, process)| {
         let ProcessView { core, now, .. } = (*process)?;
-        (core.executor_id() == Some(executor_id) && core.admit(shard, now).is_ok()).then_some(slot)
+        if core.executor_id() != Some(executor_id) {
+            return None;
+        }
+        let its_count = core.assignment().layout().shard_count;
+        core.assignment()
+            .held()
+            .iter()
+            .any(|held| {
+                shards_overlap((held.shard, its_count), (shard, shard_count))
+                    && core.admit(held.shard, now).is_ok()
+            })
+            .then_some(slot)
     })
+}
+
+/// Whether shard `s` of `c` shards and shard `t` of `d` shards cover a key in common: some hash
+/// `h` has `h mod c = s` and `h mod d = t`, which is when `s` and `t` agree modulo gcd(c, d).
+pub fn shards_overlap((s, c): (ShardId, u32), (t, d): (ShardId, u32)) -> bool {
+    let g = gcd(c, d).max(1);
+    s % g == t % g
+}
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The shards of a layout of `old_count` shards that cover some key of shard `shard` of a layout
+/// of `shard_count`: itself when the count is the same, its parent after a split, the pair after
+/// a merge.
+fn overlapping(shard: ShardId, shard_count: u32, old_count: u32) -> impl Iterator<Item = ShardId> {
+    let g = gcd(shard_count, old_count).max(1);
+    (shard % g..old_count).step_by(g as usize)
 }
 
 fn command_kind(command: &Command) -> &'static str {

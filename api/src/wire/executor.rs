@@ -480,6 +480,11 @@ pub struct RevokePush {
     pub revision: u64,
     /// Shards to stop admitting.
     pub shards: Vec<u32>,
+    /// The generation whose layout `shards` are numbered in (PROTOCOL P20.3); absent (0) until
+    /// the namespace first reshards. An executor refuses a revoke newer than its set in another
+    /// layout: a shard of a new layout may be another shard, or part of one, in the old.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
 }
 
 /// Executor's answer to a [`RevokePush`], sent only after admission really stopped (§9).

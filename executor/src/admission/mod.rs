@@ -865,7 +865,7 @@ impl AdmissionCore {
         // lines with it while admission has already ended (the log would then show a second
         // start without a stop).
         self.assignment
-            .validate_revoke(revoke.revision, &revoke.shards)?;
+            .validate_revoke_in(revoke.revision, revoke.generation, &revoke.shards)?;
         let mut events = Vec::new();
         self.record_lapse_into(now, &mut events);
         let admitting = self.admitting;

@@ -50,6 +50,7 @@ fn revoke(revision: u64, shards: &[u32]) -> RevokePush {
         executor_id: EXECUTOR.into(),
         revision,
         shards: shards.to_vec(),
+        generation: 0,
     }
 }
 
@@ -1023,4 +1024,27 @@ fn p20_3_an_overtaken_revoke_of_an_older_layout_is_answered() {
     let reply = core.apply_revoke(&revoke(11, &[9]), t0).unwrap().reply;
     assert_eq!(reply.released, [9]);
     assert!(core.apply_revoke(&revoke(13, &[9]), t0).is_err());
+}
+
+/// P20.3, I1 per key: a revoke made after a reshard, in the new layout, that reaches an executor
+/// whose newest set is still of the old layout is refused and changes nothing: after a merge of
+/// 16 shards to 8 a revoke of new shard 0 would otherwise stop old shard 0 and leave old shard 8,
+/// the other half of new shard 0, admitted while the managers hand new shard 0 on. Once the new
+/// layout's set is applied, the revoke sent again applies in it.
+#[test]
+fn p20_3_a_revoke_in_a_layout_not_yet_applied_is_refused() {
+    let t0 = Instant::now();
+    let mut core = registered(t0, 60_000, 10, &[(0, 1), (SHARD_COUNT / 2, 1)]);
+    let in_new_layout = RevokePush {
+        generation: 1,
+        ..revoke(13, &[0])
+    };
+    assert!(core.apply_revoke(&in_new_layout, t0).is_err());
+    assert_eq!(core.admit(SHARD_COUNT / 2, t0).unwrap().epoch, 1);
+    assert_eq!(core.admit(0, t0).unwrap().epoch, 1);
+    let merge = push_in(12, SHARD_COUNT / 2, 1, &[(0, 2)]);
+    core.apply_push(&merge, t0).unwrap();
+    let reply = core.apply_revoke(&in_new_layout, t0).unwrap().reply;
+    assert_eq!(reply.released, [0]);
+    assert!(core.admit(0, t0).is_err());
 }

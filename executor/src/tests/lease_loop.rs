@@ -517,6 +517,7 @@ async fn p17_2_a_stop_drains_first_and_admits_each_shard_until_its_handoff() {
                 executor_id: "ex-1".into(),
                 revision,
                 shards: vec![shard],
+                generation: 0,
             })
             .unwrap();
     };
@@ -581,6 +582,7 @@ async fn p17_2_a_sidecars_drain_waits_for_the_service_to_let_go() {
             executor_id: "ex-1".into(),
             revision: 2,
             shards: vec![1],
+            generation: 0,
         })
         .unwrap();
     sleep(crate::self_drain::DRAIN_STALL - ms(200)).await;
@@ -660,6 +662,7 @@ async fn p17_2_an_unfinished_drain_stops_the_rest_within_the_grace() {
                 executor_id: "ex-1".into(),
                 revision,
                 shards: vec![shard],
+                generation: 0,
             })
             .unwrap();
     }

@@ -234,6 +234,7 @@ impl HandoffModel {
             executor_id: self.executor_id(to),
             revision,
             shards: shards.to_vec(),
+            generation: 0,
         };
         let now = instant(state.tick);
         let Some(process) = state.processes.get_mut(to) else {

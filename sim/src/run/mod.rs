@@ -3,12 +3,14 @@
 //! fewest moves on a join, I5 no eviction after a stall). With namespaces beside `default`
 //! (P18.1) every convergence and placement check is per namespace, each probe acts in one
 //! namespace and checks that it moved nothing of another, and one probe loses a namespace's
-//! executors all at once.
+//! executors all at once. A namespace resharded during the chaos (§20) first finishes its
+//! reshard and is brought back to its first count.
 
 mod drains;
 mod leader_changes;
 mod load_phase;
 mod rehoming;
+mod reshards;
 mod spread;
 mod zones;
 
@@ -20,6 +22,7 @@ use self::drains::*;
 use self::leader_changes::*;
 use self::load_phase::*;
 use self::rehoming::*;
+use self::reshards::*;
 use self::spread::*;
 use self::zones::*;
 use crate::checks::{shard_name, utilisations, Violation, COUNT_CEILING_OF_SHARE, MINUTE_MS};
@@ -72,6 +75,7 @@ pub fn simulate(seed: u64, trace: bool) -> RunReport {
 fn drive(world: &mut World) -> Result<(), Violation> {
     let chaos_end_us = world.scenario.chaos_ms * 1_000;
     world.run_until(chaos_end_us)?;
+    reshards_complete(world)?;
     settle(world, "after the chaos")?;
     // The probes below count moves against P5.4, which is about counts: placement by load
     // moves what balance needs, so they run with loads off (P15.2: placement by count).

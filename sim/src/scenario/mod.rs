@@ -88,6 +88,10 @@ pub enum Fault {
         shard: u32,
         control: Control,
     },
+    /// An operator asks for a reshard of space `space` (P20.1): twice its shard count at the
+    /// time (`split`), or half of it. Refused (and counted) when the state machine refuses it,
+    /// and as the HTTP edge answers `400` a merge of an odd count.
+    Reshard { space: usize, split: bool },
 }
 
 /// What an operator does in an [`Fault::Operator`] (P17.4).
@@ -283,6 +287,38 @@ fn draw_zones(seed: u64, slots: usize) -> usize {
     }
 }
 
+/// Seeds in ten that ask for reshards.
+const RESHARD_SEEDS_PER_TEN: u32 = 3;
+/// Most reshard requests in one run.
+pub const MAX_RESHARD_REQUESTS: u32 = 3;
+
+/// Reshards come from a stream of their own, so every other draw is the same with or without
+/// them: three seeds in ten ask for one to [`MAX_RESHARD_REQUESTS`] reshards (P20.1) at random
+/// moments of the chaos window, each of a random space, the first a split four times in five
+/// (a merge needs an even count), the next ones a split or a merge alike.
+fn draw_reshards(seed: u64, chaos_ms: u64, spaces: usize) -> Vec<(u64, Fault)> {
+    let mut reshard_rng = ChaCha8Rng::seed_from_u64(seed);
+    reshard_rng.set_stream(7);
+    if reshard_rng.random_range(0..10) >= RESHARD_SEEDS_PER_TEN || chaos_ms == 0 {
+        return Vec::new();
+    }
+    let requests = reshard_rng.random_range(1..=MAX_RESHARD_REQUESTS);
+    let mut reshards: Vec<(u64, Fault)> = (0..requests)
+        .map(|index| {
+            let at = reshard_rng.random_range(0..chaos_ms);
+            let space = reshard_rng.random_range(0..spaces);
+            let split = if index == 0 {
+                reshard_rng.random_bool(0.8)
+            } else {
+                reshard_rng.random_bool(0.5)
+            };
+            (at, Fault::Reshard { space, split })
+        })
+        .collect();
+    reshards.sort_by_key(|(at, _)| *at);
+    reshards
+}
+
 /// The namespaces beside `default` a seed draws, and the spaces its probes pick.
 struct Spaces {
     namespaces: Vec<NamespaceScenario>,
@@ -384,6 +420,9 @@ impl Scenario {
             &mut faults,
         );
         let slots = slot_spaces.len();
+        // Added after every other fault, the sort stable: the others keep their order.
+        faults.extend(draw_reshards(seed, chaos_ms, spaces.namespaces.len() + 1));
+        faults.sort_by_key(|(at, _)| *at);
         Self {
             seed,
             slots,

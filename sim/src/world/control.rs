@@ -490,6 +490,44 @@ impl World {
         );
     }
 
+    /// An operator asks for a reshard of space `space` (P20.1) to twice its shard count as the
+    /// leader holds it (`split`) or half of it; a merge of an odd count is refused at the edge
+    /// (`400`), and counted with the refusals.
+    pub fn request_reshard(&mut self, space: usize, split: bool) {
+        let namespace = self.scenario.space_name(space).to_owned();
+        let Some(shard_count) = self
+            .leader_state()
+            .and_then(|state| state.namespace(&namespace))
+            .map(|ns| ns.config.shard_count)
+        else {
+            return;
+        };
+        match reshard_target(shard_count, split) {
+            Some(target) => self.reshard_to(&namespace, target),
+            None => self.coverage.reshards_refused += 1,
+        }
+    }
+
+    /// An operator asks for `namespace` to be resharded to `shard_count` (P20.1), as the HTTP
+    /// edge proposes `POST /v1/namespaces/{name}/reshard`.
+    pub fn reshard_to(&mut self, namespace: &str, shard_count: u32) {
+        let Some(now_ms) = self.leader_now_ms() else {
+            return;
+        };
+        self.note(|| format!("reshard of {namespace} to {shard_count} shards asked for"));
+        self.propose(
+            Command::Operator {
+                now_ms,
+                actor: OPERATOR.to_owned(),
+                action: OperatorAction::Reshard {
+                    name: namespace.to_owned(),
+                    shard_count,
+                },
+            },
+            ReplyTo::Nobody,
+        );
+    }
+
     pub fn executor_id_of(&self, slot: Slot) -> Option<String> {
         self.processes[slot]
             .as_ref()
@@ -616,4 +654,14 @@ struct NamespaceSettings {
     max_executors: Option<u32>,
     placement: leasehold_manager::lease::PlacementOverrides,
     replication: leasehold_api::wire::ReplicaSettings,
+}
+
+/// The count a split (`split`) or a merge of `shard_count` shards asks for; none for a merge of
+/// an odd count, which the HTTP edge refuses (P20.1).
+fn reshard_target(shard_count: u32, split: bool) -> Option<u32> {
+    if split {
+        shard_count.checked_mul(2)
+    } else {
+        shard_count.is_multiple_of(2).then_some(shard_count / 2)
+    }
 }

@@ -1,6 +1,8 @@
 //! What a run reached: counts of the protocol paths the checks want exercised.
 
 use super::*;
+use leasehold_api::wire::ReshardKind;
+use leasehold_manager::lease::OperatorAction;
 
 /// Counts of what a run reached, summed over seeds by the caller: a simulator that silently
 /// stopped reaching a situation shows up as a zero.
@@ -104,10 +106,18 @@ pub struct Coverage {
     pub secondaries_placed: u64,
     /// Primaries that went to one of the shard's secondaries (P19.3, P19.4).
     pub promotions: u64,
+    /// Splits carried out (`Reshard` applied, P20.2), during the chaos or after it.
+    pub splits: u64,
+    /// Merges carried out (P20.2).
+    pub merges: u64,
+    /// Reshard requests refused (P20.1): by the state machine, or a merge of an odd count.
+    pub reshards_refused: u64,
+    /// Splits and merges carried out while faults were still injected.
+    pub reshards_under_faults: u64,
 }
 
 impl Coverage {
-    pub(super) fn counts(&self) -> [(&'static str, u64); 51] {
+    pub(super) fn counts(&self) -> [(&'static str, u64); 55] {
         [
             ("commits", self.commits),
             ("renewals answered from memory", self.renewals_from_memory),
@@ -187,6 +197,10 @@ impl Coverage {
             ("replicated_runs", self.replicated_runs),
             ("secondaries_placed", self.secondaries_placed),
             ("promotions", self.promotions),
+            ("splits", self.splits),
+            ("merges", self.merges),
+            ("reshards_refused", self.reshards_refused),
+            ("reshards_under_faults", self.reshards_under_faults),
         ]
     }
 
@@ -243,6 +257,10 @@ impl Coverage {
         self.replicated_runs += other.replicated_runs;
         self.secondaries_placed += other.secondaries_placed;
         self.promotions += other.promotions;
+        self.splits += other.splits;
+        self.merges += other.merges;
+        self.reshards_refused += other.reshards_refused;
+        self.reshards_under_faults += other.reshards_under_faults;
     }
 
     /// Counts the primaries a commit gave to one of their shard's secondaries (P19.3, P19.4),
@@ -331,10 +349,28 @@ impl Coverage {
         }
     }
 
-    /// Counts what one committed outcome did.
-    pub(super) fn record(&mut self, command: &Command, outcome: &Outcome) {
+    /// Counts what one committed outcome did; `chaos`: faults are still being injected.
+    pub(super) fn record(&mut self, command: &Command, outcome: &Outcome, chaos: bool) {
         let len = |shards: &[u32]| shards.len() as u64;
         match outcome {
+            Outcome::Resharded { kind, .. } => {
+                match kind {
+                    ReshardKind::Split => self.splits += 1,
+                    ReshardKind::Merge => self.merges += 1,
+                }
+                self.reshards_under_faults += u64::from(chaos);
+            }
+            Outcome::Refused { .. }
+                if matches!(
+                    command,
+                    Command::Operator {
+                        action: OperatorAction::Reshard { .. },
+                        ..
+                    }
+                ) =>
+            {
+                self.reshards_refused += 1
+            }
             Outcome::Rebalanced {
                 releasing,
                 cancelled,

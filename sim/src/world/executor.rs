@@ -366,7 +366,9 @@ impl LeaseHolder for ProcessHolder<'_> {
         // Sent only when it is not `default`, as the executor library does (P18.1).
         let namespace = &self.process.namespace;
         RegisterRequest {
-            follows_generations: false,
+            // The simulated processes run the library's admission core, which maps keys by the
+            // newest set's layout and switches layouts in one receipt (P20.3).
+            follows_generations: true,
             namespace: (!leasehold_api::wire::is_default_namespace(namespace))
                 .then(|| namespace.clone()),
             incarnation: self.process.incarnation.clone(),

@@ -63,6 +63,7 @@ impl World {
                 shard,
                 control,
             } => self.operator_control(slot, shard, control),
+            Fault::Reshard { space, split } => self.request_reshard(space, split),
             Fault::RestartWithCapacity { slot, capacity } => {
                 self.coverage.capacity_restarts += 1;
                 self.load.set_capacity(slot, capacity);

@@ -58,7 +58,7 @@ impl World {
         let command = Command::RegisterMany {
             now_ms,
             registrations: vec![Registration {
-                follows_generations: false,
+                follows_generations: request.follows_generations,
                 // P18.1: into the namespace named, `default` when none.
                 namespace: request
                     .namespace

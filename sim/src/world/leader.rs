@@ -170,7 +170,7 @@ impl World {
         outcome: &Outcome,
     ) {
         let after = &self.replicas[manager];
-        self.coverage.record(command, outcome);
+        self.coverage.record(command, outcome, self.chaos);
         self.coverage.count_promotions(before, after);
         let views = process_views(&self.processes, self.base, self.now_us);
         self.checker
@@ -451,7 +451,12 @@ impl World {
                         Command::Rebalance { namespace, .. } => namespace.as_str(),
                         _ => leasehold_api::wire::DEFAULT_NAMESPACE,
                     };
-                    let loads = leader.step_loads.get(namespace).unwrap_or(&Loads::Counts);
+                    // What the plan was made by: the step's inputs, as a reshard carried out in
+                    // this step left them (P20.2: placed as while learning until the next step).
+                    let loads = leader
+                        .steps
+                        .placement_inputs(namespace)
+                        .map_or(&Loads::Counts, |inputs| &inputs.loads);
                     if let Some(trace) = &mut self.trace {
                         let by = match loads {
                             Loads::Counts => "count".to_owned(),

@@ -171,12 +171,18 @@ impl DeliveryPlanner {
                 continue;
             };
             self.revoke_sent_ms.insert(key, now_ms);
+            // Numbered in the namespace's layout now (P20.3): a reshard waits for every handoff
+            // of its namespace, so a revoke under way was made in the current one.
+            let generation = state
+                .namespace(&executor.namespace)
+                .map_or(0, |namespace| namespace.generation);
             round.deliveries.push(Delivery::Revoke {
                 address: executor.address.clone(),
                 body: RevokePush {
                     executor_id: executor_id.clone(),
                     revision,
                     shards,
+                    generation,
                 },
                 executor_id,
             });

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub use crate::lease::ToldFromMemory;
 use crate::lease::{
     lapsed, plan_placement_and_warm_ups, plan_secondaries_warming, Command, ExecutorId,
-    LapsedLease, LeaseState, Move, PlacementInputs, Plan, Space, MAX_MOVES_PER_PLAN,
+    LapsedLease, LeaseState, Loads, Move, PlacementInputs, Plan, Space, MAX_MOVES_PER_PLAN,
 };
 
 /// The executors whose lease this leader judges lapsed at `now_ms` (P6.7), ascending, with their
@@ -539,7 +539,7 @@ impl StepWrites {
     }
 
     /// What this step places `namespace` by: the loads, budget and cooling shards known when it
-    /// began.
+    /// began, or, once it carried out a reshard of the namespace, none of them (P20.2).
     pub fn placement_inputs(&self, namespace: &str) -> &PlacementInputs {
         self.placement.get(namespace).unwrap_or(&self.by_count)
     }
@@ -598,6 +598,17 @@ impl StepWrites {
         })?;
         self.reshards_proposed.insert(name.to_owned());
         self.next = Some(StepWrite::Reshard);
+        // This step's inputs of the namespace were read in the layout before the reshard: its
+        // loads and cooling shards are numbered in it and its budget is its count's (P15.3). Until
+        // the next step reads them in the new layout it is placed as while learning (only what
+        // must move moves), with no move for balance; by count, its primaries as before.
+        if let Some(inputs) = self.placement.get_mut(name) {
+            if inputs.loads != Loads::Counts {
+                inputs.loads = Loads::Learning;
+            }
+            inputs.balance_moves_allowed = 0;
+            inputs.cooling.clear();
+        }
         Some(Command::Reshard {
             now_ms,
             namespace: name.to_owned(),

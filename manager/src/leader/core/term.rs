@@ -202,7 +202,7 @@ impl TermSteps {
     }
 
     /// What the step under way places `namespace` by (loads, budget, cooling shards), fixed
-    /// when it began.
+    /// when it began, or since a reshard of it this step carried out (P20.2).
     pub fn placement_inputs(&self, namespace: &str) -> Option<&PlacementInputs> {
         self.writes
             .as_ref()

@@ -885,3 +885,43 @@ fn p20_2_a_step_carries_out_a_reshard_once_ready_and_before_it_plans() {
     let kv = world.state.namespace("kv").unwrap();
     assert_eq!((kv.config.shard_count, kv.generation), (4, 2));
 }
+
+/// P20.2, P15.3: the loads, budget and cooling shards a step read of a namespace are of the
+/// layout before a reshard it carries out; its plans of that namespace after the reshard move
+/// nothing for balance and place as while learning, so a merge that halves the budget is not
+/// planned on the budget of the count before it (the simulator found four balance moves in a
+/// minute against a budget of two).
+#[test]
+fn p20_2_p15_3_a_step_that_reshards_plans_the_namespace_without_its_old_layouts_inputs() {
+    let mut world = World::new(4, LEASE_MS);
+    world.create_namespace("kv", 4);
+    register_following(&mut world, "a", "kv");
+    register_following(&mut world, "b", "kv");
+    assert_eq!(one_step(&mut world, 1), [StepWrite::Rebalance]);
+    world.apply(Command::Operator {
+        now_ms: 1,
+        actor: crate::lease::tests::TEST_ADMIN.to_owned(),
+        action: crate::lease::OperatorAction::Reshard {
+            name: "kv".to_owned(),
+            shard_count: 8,
+        },
+    });
+    let by_load = crate::lease::PlacementInputs {
+        loads: crate::lease::Loads::Reported(vec![1.0; 4]),
+        tolerance: 0.1,
+        balance_moves_allowed: 3,
+        cooling: [2].into(),
+    };
+    let mut writes = StepWrites::with_placement(
+        StepDecision::default(),
+        crate::lease::MAX_MOVES_PER_PLAN,
+        [("kv".to_owned(), by_load)].into(),
+    );
+    let (write, command) = writes.next_command(&world.state, 2).unwrap();
+    assert_eq!(write, StepWrite::Reshard);
+    world.apply(command);
+    let inputs = writes.placement_inputs("kv");
+    assert_eq!(inputs.loads, crate::lease::Loads::Learning);
+    assert_eq!(inputs.balance_moves_allowed, 0);
+    assert!(inputs.cooling.is_empty());
+}
