@@ -28,8 +28,8 @@ use leasehold_api::problem::ErrorCode;
 use leasehold_api::serve::{ListenerLimits, PeerRole};
 use leasehold_api::tls::{Role, TlsConfig};
 use leasehold_api::wire::{
-    AssignmentPush, Credential, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply, ShardEpoch,
-    ShardLoad,
+    AssignmentPush, Credential, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply,
+    ShardEpoch, ShardLoad,
 };
 use leasehold_executor::assignment::{AssignmentState, Layout, SetOutcome};
 use tokio::sync::Semaphore;
