@@ -36,9 +36,8 @@ const RELEASES: [&str; 1] = ["0.1.0"];
 const PREVIOUS: (&str, &str) = ("0.1.0", "80161b3");
 /// The previous release's first build takes minutes on a loaded 2-core machine.
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
-/// This release's newest state schema, the cluster version a cluster of its managers reaches:
-/// replicas' (the managers' `NEWEST_SCHEMA`).
-const THIS_SCHEMA: u64 = leasehold_api::wire::REPLICAS_SCHEMA as u64;
+/// This release's newest state schema, the cluster version a cluster of its managers reaches.
+const THIS_SCHEMA: u64 = leasehold_api::wire::NEWEST_SCHEMA as u64;
 /// Three leases of `leasehold_tests::TEST_LEASE` (4 s): an executor whose renewals were refused
 /// would have been reaped by then.
 const THREE_TEST_LEASES: Duration = Duration::from_secs(12);

@@ -213,9 +213,9 @@ async fn ctl_commands_print_pinned_tables_and_the_wire_types_as_json() {
             ]
         );
         assert!(row[5..10].iter().all(|cell| is_number(cell)), "{row:?}");
-        // P14.3: every member runs this release, reads schemas 2 to its newest (replicas'), and
-        // the cluster is at that one.
-        let newest = leasehold_api::wire::REPLICAS_SCHEMA.to_string();
+        // P14.3: every member runs this release, reads schemas 2 to its newest, and the cluster
+        // is at that one.
+        let newest = leasehold_api::wire::NEWEST_SCHEMA.to_string();
         assert_eq!(
             row[10..],
             [

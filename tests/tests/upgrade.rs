@@ -45,8 +45,8 @@ const SHARDS: u32 = 32;
 const MANAGERS: [u64; 3] = [1, 2, 3];
 /// State schema of 0.1.0 and of this release (CHANGELOG.md).
 const PREVIOUS_SCHEMA: u64 = 2;
-/// This build's newest schema: replicas' (the managers' `NEWEST_SCHEMA`).
-const THIS_SCHEMA: u64 = leasehold_api::wire::REPLICAS_SCHEMA as u64;
+/// This build's newest schema.
+const THIS_SCHEMA: u64 = leasehold_api::wire::NEWEST_SCHEMA as u64;
 /// Generous: a loaded 2-core machine; nothing here asserts how long anything took.
 const LEADER_BOUND: Duration = Duration::from_secs(60);
 const SETTLE_BOUND: Duration = Duration::from_secs(90);

@@ -86,6 +86,10 @@ pub const FIRST_RELEASE_SCHEMA: u32 = 2;
 /// Release 0.2.0's state schema. Schemas 3 to 11 were written only by development builds before
 /// 0.2.0 and are refused by name ([`DEVELOPMENT_SCHEMAS`]); no number is ever given twice.
 pub const SECOND_RELEASE_SCHEMA: u32 = 12;
+/// This build's newest state schema, the cluster version a cluster of its managers reaches:
+/// resharding's (PROTOCOL §20). The managers apply it and the tests expect it; a new schema
+/// raises it here once.
+pub const NEWEST_SCHEMA: u32 = super::reshard::RESHARD_SCHEMA;
 /// The schemas development builds wrote before release 0.2.0 folded them into one: no release
 /// reads them (PROTOCOL P14.1).
 pub const DEVELOPMENT_SCHEMAS: std::ops::RangeInclusive<u32> = 3..=11;

@@ -23,14 +23,12 @@ use super::{Command, LeaseState, OperatorAction, DEFAULT_CAPACITY};
 pub use leasehold_api::wire::{
     APP_VERSION_SCHEMA, CAPACITY_SCHEMA, CREDENTIALS_SCHEMA, DEVELOPMENT_SCHEMAS,
     FIRST_RELEASE_SCHEMA, GROUP_REGISTRATION_SCHEMA, LABELS_SCHEMA, LEASE_RESERVATION_SCHEMA,
-    NAMESPACES_SCHEMA, NAMESPACE_PLACEMENT_SCHEMA, OPERATOR_CONTROLS_SCHEMA, REPLICAS_SCHEMA,
-    RESHARD_SCHEMA, SECOND_RELEASE_SCHEMA,
+    NAMESPACES_SCHEMA, NAMESPACE_PLACEMENT_SCHEMA, NEWEST_SCHEMA, OPERATOR_CONTROLS_SCHEMA,
+    REPLICAS_SCHEMA, RESHARD_SCHEMA, SECOND_RELEASE_SCHEMA,
 };
 
 /// The oldest schema this build reads (data directories, snapshots, backups, log entries).
 pub const OLDEST_SCHEMA: u32 = FIRST_RELEASE_SCHEMA;
-/// The newest schema this build reads and writes: what it reports it can apply.
-pub const NEWEST_SCHEMA: u32 = RESHARD_SCHEMA;
 
 /// Why a value cannot be written at an older schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
