@@ -387,16 +387,16 @@ impl LeaseState {
     /// The grant for a present executor (see [`LeaseState::grant_for`]): its namespace's shard
     /// count (P18.1).
     pub(super) fn grant_of(&self, executor: &Executor, now_ms: u64) -> Grant {
+        // Every grant reads its namespace's layout: one lookup for both halves of it.
+        let (shard_count, generation) = self.namespace_of(executor).map_or((0, 0), |namespace| {
+            (namespace.config.shard_count, namespace.generation)
+        });
         Grant {
             executor_id: executor.id.clone(),
             lease_ttl_ms: executor.lease_remaining_ms(now_ms),
             revision: self.revision,
-            shard_count: self
-                .namespace_of(executor)
-                .map_or(0, |namespace| namespace.config.shard_count),
-            generation: self
-                .namespace_of(executor)
-                .map_or(0, |namespace| namespace.generation),
+            shard_count,
+            generation,
             shards: self.delivered_set(&executor.id),
             secondaries: self.secondaries_of(&executor.id),
         }
