@@ -226,6 +226,17 @@ pub async fn start_fault_cluster_with_namespace(
     (cluster, created)
 }
 
+/// Namespace `namespace`'s shards as the leader has them (`?consistent=true`), for a poll.
+pub async fn consistent_shards_in(
+    client: &Client,
+    namespace: &str,
+) -> Result<Vec<leasehold_api::wire::ShardView>, String> {
+    client
+        .shards_in(namespace, true)
+        .await
+        .map_err(|error| format!("{namespace}'s shards: {error}"))
+}
+
 /// One leader change made by [`kill_leaders_until`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Takeover {

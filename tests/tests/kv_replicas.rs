@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_api::client::{Client, ClientConfig};
+use leasehold_api::client::ClientConfig;
 use leasehold_api::routing::{ReadFrom, RoutingConfig};
 use leasehold_api::shard_for_key;
 use leasehold_api::wire::{CreateNamespaceRequest, Role, ShardView, REPLICAS_SCHEMA};
@@ -26,8 +26,8 @@ use leasehold_example_kv::wire::KvStats;
 use leasehold_example_kv::KvClient;
 use leasehold_tests::executor::{ExecutorProcess, ExecutorSpec};
 use leasehold_tests::faults::{
-    fault_executor_args, report_figure, start_fault_cluster_with_namespace, wait_registered, Fleet,
-    FAULT_LEASE, SETTLE_BOUND,
+    consistent_shards_in, fault_executor_args, report_figure, start_fault_cluster_with_namespace,
+    wait_registered, Fleet, FAULT_LEASE, SETTLE_BOUND,
 };
 use leasehold_tests::{binary, one_cluster_at_a_time, poll_until, Cluster};
 use tokio::task::JoinHandle;
@@ -91,13 +91,6 @@ async fn kv_stats(executor: &ExecutorProcess) -> Result<KvStats, String> {
         .json()
         .await
         .map_err(|e| format!("{}: {e}", executor.name))
-}
-
-async fn kv_shards(client: &Client) -> Result<Vec<ShardView>, String> {
-    client
-        .shards_in(KV, true)
-        .await
-        .map_err(|error| format!("kv's shards: {error}"))
 }
 
 fn shard_of(key: &str) -> u32 {
@@ -302,7 +295,7 @@ async fn p19_3_p19_5_kv_reads_from_warm_secondaries_and_a_drain_promotes_them() 
     poll_until(
         "every shard with a primary and a ready secondary on the other process",
         SETTLE_BOUND,
-        || async { settled(&kv_shards(&client).await?, &ids) },
+        || async { settled(&consistent_shards_in(&client, KV).await?, &ids) },
     )
     .await;
     report_figure(
@@ -327,7 +320,7 @@ async fn p19_3_p19_5_kv_reads_from_warm_secondaries_and_a_drain_promotes_them() 
         "writes -> every key read from a secondary",
         written_at.elapsed(),
     );
-    let shards = kv_shards(&client).await.unwrap();
+    let shards = consistent_shards_in(&client, KV).await.unwrap();
     for (key, reply) in &replies {
         let view = &shards[shard_of(key) as usize];
         assert_eq!(
@@ -383,7 +376,7 @@ async fn p19_3_p19_5_kv_reads_from_warm_secondaries_and_a_drain_promotes_them() 
         "every primary of A on B, its ready secondary, at a higher epoch",
         SETTLE_BOUND,
         || async {
-            let shards = kv_shards(&client).await?;
+            let shards = consistent_shards_in(&client, KV).await?;
             for (shard, epoch) in &a_primaries {
                 let view = &shards[*shard as usize];
                 if view.owner.as_deref() != Some(ids[1].as_str()) || view.epoch <= *epoch {
@@ -440,7 +433,7 @@ async fn p19_3_p19_5_kv_reads_from_warm_secondaries_and_a_drain_promotes_them() 
         "A a ready secondary of every shard",
         SETTLE_BOUND,
         || async {
-            let shards = kv_shards(&client).await?;
+            let shards = consistent_shards_in(&client, KV).await?;
             for shard in &shards {
                 if shard.owner.as_deref() != Some(ids[1].as_str())
                     || !shard

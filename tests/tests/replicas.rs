@@ -13,15 +13,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use leasehold_api::client::Client;
 use leasehold_api::wire::{
     CreateNamespaceRequest, NamespacePlacement, NamespacePlacementChange, SetNamespaceRequest,
     ShardView, REPLICAS_SCHEMA,
 };
 use leasehold_tests::executor::ExecutorSpec;
 use leasehold_tests::faults::{
-    fault_executor_args, report_figure, start_fault_cluster_with_namespace, wait_registered, Fleet,
-    FAULT_LEASE, SETTLE_BOUND,
+    consistent_shards_in, fault_executor_args, report_figure, start_fault_cluster_with_namespace,
+    wait_registered, Fleet, FAULT_LEASE, SETTLE_BOUND,
 };
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
 
@@ -42,13 +41,6 @@ fn spec(cluster: &Cluster, label: &str, registered_name: &str) -> ExecutorSpec {
     ]);
     spec.registered_name = Some(registered_name.to_owned());
     spec
-}
-
-async fn kv_shards(client: &Client) -> Result<Vec<ShardView>, String> {
-    client
-        .shards_in(KV, true)
-        .await
-        .map_err(|error| format!("kv's shards: {error}"))
 }
 
 /// Every shard with a primary on one of `live`, not in a handoff, and one ready secondary on
@@ -168,7 +160,7 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
         "every shard with a primary and a ready secondary, spread evenly",
         SETTLE_BOUND,
         || async {
-            let shards = kv_shards(&client).await?;
+            let shards = consistent_shards_in(&client, KV).await?;
             declustered(&shards, &live).map(|()| shards)
         },
     )
@@ -197,7 +189,7 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
     poll_until(
         "r-1's primaries on their secondaries",
         SETTLE_BOUND,
-        || async { promoted(&kv_shards(&client).await?, &drained) },
+        || async { promoted(&consistent_shards_in(&client, KV).await?, &drained) },
     )
     .await;
     client
@@ -205,7 +197,7 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
         .await
         .expect("r-1 takes shards again");
     let shards = poll_until("settled again after the drain", SETTLE_BOUND, || async {
-        let shards = kv_shards(&client).await?;
+        let shards = consistent_shards_in(&client, KV).await?;
         settled(&shards, &live).map(|()| shards)
     })
     .await;
@@ -228,7 +220,7 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
     poll_until(
         "r-0's primaries promoted to their secondaries",
         SETTLE_BOUND,
-        || async { promoted(&kv_shards(&client).await?, &crashed) },
+        || async { promoted(&consistent_shards_in(&client, KV).await?, &crashed) },
     )
     .await;
     report_figure(
@@ -236,7 +228,9 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
         "SIGKILL to every primary promoted",
         killed_at.elapsed(),
     );
-    let shards = kv_shards(&client).await.expect("kv's shards");
+    let shards = consistent_shards_in(&client, KV)
+        .await
+        .expect("kv's shards");
     for shard in &held_as_secondary {
         let view = &shards[*shard as usize];
         assert!(
@@ -252,7 +246,9 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
     let returned = wait_registered(fleet.get(again)).await;
     live.insert(returned.clone());
     // Taken back in the entry that registered it: nothing to copy, nothing placed elsewhere.
-    let shards = kv_shards(&client).await.expect("kv's shards");
+    let shards = consistent_shards_in(&client, KV)
+        .await
+        .expect("kv's shards");
     let taken_back: BTreeSet<u32> = shards
         .iter()
         .filter(|shard| {
@@ -277,7 +273,7 @@ async fn p19_replicas_keep_a_warm_secondary_through_drains_crashes_and_restarts(
     // Back as secondaries, or as primaries: the returning executor's share by count goes first
     // to the shards it is warm for (P19.3), each primary promoted from its secondary there.
     poll_until("r-0 back with its secondaries", SETTLE_BOUND, || async {
-        let shards = kv_shards(&client).await?;
+        let shards = consistent_shards_in(&client, KV).await?;
         let back: BTreeSet<u32> = shards
             .iter()
             .filter(|shard| {

@@ -19,8 +19,8 @@ use leasehold_api::wire::{
 use leasehold_conformance::admission_log::AdmissionEdge;
 use leasehold_tests::executor::ExecutorSpec;
 use leasehold_tests::faults::{
-    fault_executor_args, start_fault_cluster_with_namespace, wait_registered, Fleet, Workload,
-    FAULT_LEASE, SETTLE_BOUND,
+    consistent_shards_in, fault_executor_args, start_fault_cluster_with_namespace, wait_registered,
+    Fleet, Workload, FAULT_LEASE, SETTLE_BOUND,
 };
 use leasehold_tests::{one_cluster_at_a_time, poll_until, Cluster};
 
@@ -33,13 +33,6 @@ fn spec(cluster: &Cluster, label: &str) -> ExecutorSpec {
     spec.extra_args
         .extend(["--namespace".to_owned(), KV.to_owned()]);
     spec
-}
-
-async fn kv_shards(client: &Client) -> Result<Vec<ShardView>, String> {
-    client
-        .shards_in(KV, true)
-        .await
-        .map_err(|error| format!("kv's shards: {error}"))
 }
 
 /// Every shard of `count` owned by one of `live`, none in a handoff, each of `live` holding
@@ -109,7 +102,7 @@ async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_pe
     poll_until(
         "kv spread over its three executors",
         SETTLE_BOUND,
-        || async { steady(&kv_shards(&client).await?, KV_SHARDS, &live) },
+        || async { steady(&consistent_shards_in(&client, KV).await?, KV_SHARDS, &live) },
     )
     .await;
     let urls = indices
@@ -133,7 +126,11 @@ async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_pe
     })
     .await;
     poll_until("the children spread", SETTLE_BOUND, || async {
-        steady(&kv_shards(&client).await?, KV_SHARDS * 2, &live)
+        steady(
+            &consistent_shards_in(&client, KV).await?,
+            KV_SHARDS * 2,
+            &live,
+        )
     })
     .await;
     // P20.3: work routed under generation 0 is answered 421 naming the key's shard and owner in
@@ -201,7 +198,7 @@ async fn p20_reshard_a_namespace_splits_and_merges_under_load_with_one_holder_pe
     })
     .await;
     poll_until("spread again after the merge", SETTLE_BOUND, || async {
-        steady(&kv_shards(&client).await?, KV_SHARDS, &live)
+        steady(&consistent_shards_in(&client, KV).await?, KV_SHARDS, &live)
     })
     .await;
     let counts = workload.stop().await;
