@@ -240,6 +240,31 @@ pub struct Layout {
     pub generation: u64,
 }
 
+impl Layout {
+    /// The shards of this layout that hold some key of shard `shard` of layout `of`, ascending.
+    /// A key's shard is its hash modulo the count (§1), so shard `r` of `a` shards and shard `t`
+    /// of `b` share a key exactly when `r` and `t` agree modulo the greatest common divisor of
+    /// `a` and `b`: under a split, a parent's children; under a merge, the pair's shard. None
+    /// while this layout's count is unknown (0); `of` with no count is taken as this layout.
+    pub fn shards_sharing_keys_with(self, shard: u32, of: Layout) -> impl Iterator<Item = u32> {
+        let count = self.shard_count;
+        let of_count = if of.shard_count == 0 {
+            count
+        } else {
+            of.shard_count
+        };
+        let step = greatest_common_divisor(count, of_count).max(1);
+        (shard % step..count).step_by(step as usize)
+    }
+}
+
+fn greatest_common_divisor(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// The held set and the revision order of deliveries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AssignmentState {
@@ -714,6 +739,28 @@ mod tests {
             gained: set(gained),
             secondaries_dropped: Vec::new(),
             secondaries_gained: Vec::new(),
+        }
+    }
+
+    /// §20: a key's shard is its hash modulo the count, so a parent shares keys with its two
+    /// children, a merged shard with its pair, and a layout with itself shard for shard.
+    #[test]
+    fn p20_3_shards_share_keys_across_layouts_by_their_residue() {
+        let sharing = |of_shard, of_count, count| {
+            layout(count)
+                .shards_sharing_keys_with(of_shard, layout(of_count))
+                .collect::<Vec<u32>>()
+        };
+        assert_eq!(sharing(3, 8, 16), [3, 11], "a parent's children");
+        assert_eq!(sharing(3, 8, 32), [3, 11, 19, 27], "two splits on");
+        assert_eq!(sharing(11, 16, 8), [3], "a child's merged shard");
+        assert_eq!(sharing(5, 8, 8), [5], "the same layout");
+        assert_eq!(sharing(5, 8, 0), Vec::<u32>::new(), "no layout known yet");
+        // Every key of the shard lands in one of them, and only there.
+        for hash in 0..256u32 {
+            let shard_of = |count: u32| hash % count;
+            let children = sharing(shard_of(8), 8, 32);
+            assert!(children.contains(&shard_of(32)));
         }
     }
 

@@ -411,7 +411,7 @@ fn report_drain_end(ended: DrainEnd, executor_id: &str, left: &StillHeld) {
 fn told_by_service(shared: &Shared) -> Vec<leasehold_api::wire::ShardEpoch> {
     shared
         .service()
-        .map(|service| service.told())
+        .map(|service| service.told(shared.view_at(Instant::now()).layout()))
         .unwrap_or_default()
 }
 
@@ -457,7 +457,7 @@ async fn stop_gracefully<M: ManagerApi>(
         if !service.stopped_by(deadline).await {
             warn!(
                 grace_ms = millis(grace),
-                shards = service.told().len(),
+                shards = service.told(shared.view_at(Instant::now()).layout()).len(),
                 "the service did not acknowledge `stopping` within the grace, and its copy has \
                  not run out: it may still be admitting these shards, so not deregistering: they \
                  move when the lease lapses (P16.2)"

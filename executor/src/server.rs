@@ -32,7 +32,7 @@ use leasehold_api::wire::{
 use tracing::{debug, info, warn};
 
 use crate::admission::PushError;
-use crate::assignment::SetOutcome;
+use crate::assignment::{Layout, SetOutcome};
 use crate::hooks::HookCall;
 use crate::metrics::count_delivery;
 use crate::shared::Shared;
@@ -145,7 +145,7 @@ pub(crate) async fn post_revoke(
         Ok(applied) => {
             let reply = match shared.service() {
                 Some(service) if !applied.reply.ignored => {
-                    through_service(service, applied.reply).await?
+                    through_service(service, applied.reply, applied.layout).await?
                 }
                 _ => applied.reply,
             };
@@ -317,8 +317,9 @@ async fn registered_by(shared: &Shared, deadline: tokio::time::Instant) -> Optio
 async fn through_service(
     service: &ServiceLink,
     reply: RevokeReply,
+    layout: Layout,
 ) -> Result<RevokeReply, HttpError> {
-    let released = service.released(&reply.released, REVOKE_HOLD).await;
+    let released = service.released(&reply.released, layout, REVOKE_HOLD).await;
     if released.is_empty() && !reply.released.is_empty() {
         info!(
             revision = reply.revision,

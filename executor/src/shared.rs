@@ -209,6 +209,13 @@ impl Shared {
         self.service.as_ref()
     }
 
+    /// Reads the core at the current instant under its lock: for answers that must see one
+    /// state (a sidecar's permit and the layout its shard is numbered in).
+    pub(crate) fn read_core<T>(&self, read: impl FnOnce(&AdmissionCore, Instant) -> T) -> T {
+        let inner = self.lock();
+        read(&inner.core, Instant::now())
+    }
+
     /// The view at `now`, fresh from the core (the published one may lag a lapse).
     pub(crate) fn view_at(&self, now: Instant) -> Assignment {
         self.lock().core.view(now)
@@ -372,15 +379,16 @@ impl Shared {
     /// renewal. It carries the ready secondaries (P19.3) only to a cluster at `REPLICAS_SCHEMA`
     /// or later: an older manager refuses the field, and only such a cluster places secondaries.
     pub(crate) fn renewal(&self, cluster_version: u32) -> Option<DueRenewal> {
-        let (executor_id, mut request, credential) = {
+        let (executor_id, mut request, credential, layout) = {
             let inner = self.lock();
             let (executor_id, request) = inner.core.renewal()?;
-            (executor_id, request, inner.credential.clone())
+            let layout = inner.core.layout();
+            (executor_id, request, inner.credential.clone(), layout)
         };
         // Outside the lock above: the service link is taken before this state's lock, never
-        // after it.
+        // after it. The claims are numbered in the layout read with them (§20).
         if let Some(service) = &self.service {
-            service.claim_told(&mut request.claims);
+            service.claim_told(&mut request.claims, layout);
         }
         let report = self.meter.report(
             request.claims.iter().map(|claim| claim.shard),
@@ -432,11 +440,12 @@ impl Shared {
             capacity: (self.load.capacity != DEFAULT_CAPACITY).then_some(self.load.capacity),
             app_version: self.app_version.clone(),
             labels: self.labels.clone(),
-            // This library maps keys by the newest set's layout (PROTOCOL P20.3). A sidecar does
-            // not promise it: the service beside it may still admit a parent's keys from an
-            // answer it has not replaced, and its holds are counted per shard number, not per
-            // key (P16.2), so a namespace with a sidecar in it does not reshard.
-            follows_generations: self.service.is_none(),
+            // PROTOCOL P20.3. This library maps keys by the newest set's layout and switches
+            // admission in the set's one receipt. A sidecar keeps the promise for the service
+            // beside it: the service maps keys by the answer it applied, so the sidecar holds
+            // each shard in the layout it was told in, and claims, and releases to a revoke,
+            // by the keys the service may still admit in any layout (P16.2).
+            follows_generations: true,
         }
     }
 

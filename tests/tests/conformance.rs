@@ -13,8 +13,9 @@
 //! the kit's resharding step). The Rust executor and the Python one must also show their
 //! secondaries in their admission logs as secondary lines, and say them ready in their renewals
 //! (P19.3), so that the kit's replicated step has something to judge, and every layout of the
-//! resharding step in their logs. The sidecar does not state `follows_generations` yet: the kit
-//! must fail it on that alone.
+//! resharding step in their logs; so must the sidecar's log of what it told the service beside it
+//! (the service maps keys by the answer it applied, and the sidecar holds each shard in the
+//! layout it told it in).
 //!
 //! Each case runs `leasehold-conformance` as a user would and reads its last line. The kit starts
 //! its own managers, so these tests do not take the one-cluster lock. Needs the binaries (`cargo
@@ -275,9 +276,8 @@ mod conformance_kit {
     }
 
     #[test]
-    fn p16_3_the_sidecar_with_the_python_example_passes_all_but_resharding() {
-        let Some(python) =
-            python_or_skip("p16_3_the_sidecar_with_the_python_example_passes_all_but_resharding")
+    fn p16_3_the_sidecar_with_the_python_example_passes() {
+        let Some(python) = python_or_skip("p16_3_the_sidecar_with_the_python_example_passes")
         else {
             return;
         };
@@ -292,11 +292,14 @@ mod conformance_kit {
             example_script().display(),
             store.path().display()
         );
-        // It passes every step but resharding, which it does not follow yet (P20.3).
         let what = "the sidecar with the Python example";
         let verdict = run_kit(&template, 2);
-        assert_fails_on_violations(what, &verdict, "P20.3 follows_generations");
-        assert_eq!(verdict.violations, 1, "{what}: {}", verdict.output);
+        assert_passes(what, &verdict);
+        assert_eq!(
+            verdict.generations, 3,
+            "{what}: the admission log does not show the three layouts:\n{}",
+            verdict.output
+        );
     }
 
     #[test]

@@ -58,6 +58,11 @@ pub struct LocalPermits {
     pub lease_expires_monotonic_ns: Option<u64>,
     /// The cluster's shard count, for the service's key-to-shard mapping; null until known.
     pub shard_count: Option<u32>,
+    /// The generation of the namespace's layout `shard_count` and `shards` belong to (PROTOCOL
+    /// §20); absent while 0. Once the namespace reshards, a service maps keys by the count of the
+    /// answer it applied last, and a permit asked for by shard number names this generation.
+    #[serde(default, skip_serializing_if = "super::is_first_generation")]
+    pub generation: u64,
     /// The sidecar's executor id; null until registered.
     pub executor_id: Option<String>,
     /// The shards the service may admit, with the epochs that fence their work. Empty unless

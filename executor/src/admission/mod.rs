@@ -248,6 +248,15 @@ pub struct Assignment {
 }
 
 impl Assignment {
+    /// The layout this view's shards are numbered in (§20); a count of 0 until a delivery told
+    /// it.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            shard_count: self.shard_count.unwrap_or(0),
+            generation: self.generation,
+        }
+    }
+
     /// The lease time left at `now`.
     pub fn lease_remaining(&self, now: Instant) -> std::time::Duration {
         self.lease_expiry
@@ -348,6 +357,9 @@ pub struct RevokeApplied {
     pub reply: RevokeReply,
     /// Admission changes, in order.
     pub events: Vec<AdmissionEvent>,
+    /// The layout the executor's set was in once the revoke was applied (§20): the one the
+    /// reply's shards are numbered in, for a revoke that was not overtaken.
+    pub layout: Layout,
 }
 
 /// The pure admission state machine.
@@ -426,6 +438,11 @@ impl AdmissionCore {
             lease_expiry: self.lease.expiry(),
             stopping: self.stopping,
         }
+    }
+
+    /// The layout the held shards are numbered in (§20).
+    pub fn layout(&self) -> Layout {
+        self.assignment.layout()
     }
 
     /// The renewal to send: the held set as claims (P4.2), the last applied revision (P4.1,
@@ -889,7 +906,11 @@ impl AdmissionCore {
                 }
             }
         }
-        Ok(RevokeApplied { reply, events })
+        Ok(RevokeApplied {
+            reply,
+            events,
+            layout: self.assignment.layout(),
+        })
     }
 
     /// The manager answered `unknown_executor`: stop admitting everything and forget the

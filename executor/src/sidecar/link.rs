@@ -18,6 +18,7 @@ use super::service_copy::{Ack, Chain, NotAcknowledged, PushedAnswer, Recipient, 
 use super::service_prepare::{NotAsked, ServicePrepares};
 use crate::admission::{AdmissionEvent, Assignment};
 use crate::admission_log::{AdmissionLog, MonotonicReading};
+use crate::assignment::Layout;
 use crate::shutdown::ShutdownSignal;
 
 /// How long a revoke waits for the service to stop admitting its shards before it is answered
@@ -234,11 +235,12 @@ impl ServiceLink {
         self.lock().copy.poller_copy_end(chain)
     }
 
-    /// Adds to a renewal's `claims` every shard the service may still be admitting (P16.2): a
-    /// renewal that omits a revoked shard acknowledges the revoke (P5.2), which must wait for the
-    /// service as the revoke's reply does. A claim already there keeps its epoch.
-    pub(crate) fn claim_told(&self, claims: &mut Vec<ShardEpoch>) {
-        let told = self.lock().copy.told();
+    /// Adds to a renewal's `claims`, numbered in `layout` (the sidecar's, read with them), every
+    /// shard the service may still be admitting a key of (P16.2, §20): a renewal that omits a
+    /// revoked shard acknowledges the revoke (P5.2), which must wait for the service as the
+    /// revoke's reply does. A claim already there keeps its epoch.
+    pub(crate) fn claim_told(&self, claims: &mut Vec<ShardEpoch>, layout: Layout) {
+        let told = self.lock().copy.told(layout);
         let missing: Vec<ShardEpoch> = told
             .into_iter()
             .filter(|told| {
@@ -253,14 +255,19 @@ impl ServiceLink {
         }
     }
 
-    /// Waits (at most `hold`) until the service no longer admits any of `shards`; answers those
-    /// it no longer admits (P16.2).
-    pub(crate) async fn released(&self, shards: &[u32], hold: Duration) -> Vec<u32> {
+    /// Waits (at most `hold`) until the service no longer admits any key of `shards` (numbered in
+    /// `layout`, the revoke's); answers those it no longer admits (P16.2, §20).
+    pub(crate) async fn released(
+        &self,
+        shards: &[u32],
+        layout: Layout,
+        hold: Duration,
+    ) -> Vec<u32> {
         self.wait_until(Instant::now() + hold, |inner| {
             let released: Vec<u32> = shards
                 .iter()
                 .copied()
-                .filter(|&shard| !inner.copy.is_told(shard))
+                .filter(|&shard| !inner.copy.is_told(shard, layout))
                 .collect();
             let all = released.len() == shards.len();
             (released, all)
@@ -289,9 +296,10 @@ impl ServiceLink {
         })
     }
 
-    /// The shards the service may still be admitting, with their epochs, ascending.
-    pub(crate) fn told(&self) -> Vec<ShardEpoch> {
-        self.lock().copy.told()
+    /// The shards of `layout` the service may still be admitting a key of, with their epochs,
+    /// ascending.
+    pub(crate) fn told(&self, layout: Layout) -> Vec<ShardEpoch> {
+        self.lock().copy.told(layout)
     }
 
     /// Ends each copy at its end, so the log shows the stop and the waits above wake, until

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -29,7 +30,7 @@ use axum::{Json, Router};
 use leasehold_api::check_key_length;
 use leasehold_api::http::{ApiJson, ApiQuery, BodyLimit, HttpError};
 use leasehold_api::origin::HostPolicy;
-use leasehold_api::problem::ErrorCode;
+use leasehold_api::problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
 use leasehold_api::serve::AnyListener;
 use leasehold_api::wire::{
     LocalPermit, LocalPermits, LocalState, LOCAL_ADMIT_WINDOW_MS, MAX_LOCAL_PERMITS_WAIT_MS,
@@ -43,6 +44,7 @@ use super::link::ServiceLink;
 use super::local_guard::{refuse_pages, LocalGuard};
 use super::service_copy::{answered, Ack, Answered, NotAcknowledged};
 use crate::admission::{AdmitError, RoleWanted};
+use crate::assignment::Layout;
 use crate::handle::ExecutorHandle;
 use crate::owner::{misdirected, OwnerOf};
 use crate::shared::Shared;
@@ -430,14 +432,27 @@ fn first_time(said: &AtomicBool) -> bool {
 struct AdmitQuery {
     key: Option<String>,
     shard: Option<u32>,
+    /// The generation of the layout `shard` is numbered in (PROTOCOL §20).
+    generation: Option<u64>,
     /// Parsed here, not by serde, so a bad value is refused in the words of the others.
     role: Option<String>,
+}
+
+/// What a permit is asked for.
+#[derive(Debug, Clone, Copy)]
+enum Asked<'a> {
+    /// A key, mapped by the sidecar's own layout.
+    Key(&'a str),
+    /// A shard number, in the layout of `generation` (none named: generation 0).
+    Shard { shard: u32, generation: Option<u64> },
 }
 
 /// One permit (P16.1): the shard's epoch and a window of at most [`LOCAL_ADMIT_WINDOW_MS`] to
 /// start the work in; `421` naming the owner; `503` when not admitting. `role=` (P19.5) asks
 /// for the primary (the default, as before replicas), a secondary, or either; a secondary's
-/// permit says `role: secondary`, and the primary's says no role.
+/// permit says `role: secondary`, and the primary's says no role. Once the namespace resharded
+/// (§20), a permit by shard number names the generation its number belongs to: a number of
+/// another layout covers other keys, so it is answered `421` with the layout now.
 async fn admit(
     State(local): State<Local>,
     ApiQuery(query): ApiQuery<AdmitQuery>,
@@ -449,36 +464,40 @@ async fn admit(
             .parse::<RoleWanted>()
             .map_err(|error| invalid(error.to_string()))?,
     };
-    let shard = match (&query.key, query.shard) {
-        (Some(key), None) => {
+    let asked = match (&query.key, query.shard, query.generation) {
+        (Some(key), None, None) => {
             check_key_length(key).map_err(invalid)?;
-            let Some(count) = local.shared.view_at(Instant::now()).shard_count else {
-                return Err(not_admitting());
-            };
-            let Some(count) = std::num::NonZeroU32::new(count) else {
-                return Err(not_admitting());
-            };
-            leasehold_api::shard_for_key(key.as_bytes(), count)
+            Asked::Key(key)
         }
-        (None, Some(shard)) => {
-            if let Some(count) = local.shared.view_at(Instant::now()).shard_count {
-                if shard >= count {
-                    return Err(invalid(format!(
-                        "shard {shard} is out of range: the cluster has {count} shards"
-                    )));
-                }
-            }
-            shard
+        (Some(_), None, Some(_)) => {
+            return Err(invalid(
+                "generation= goes with shard=: a key is mapped by the sidecar's own layout".into(),
+            ))
         }
+        (None, Some(shard), generation) => Asked::Shard { shard, generation },
         _ => return Err(invalid("give exactly one of key= and shard=".into())),
     };
     let shared = &local.shared;
     // The permit is told under the link's lock, in the same section as the admission decision:
-    // a revoke applied after it finds the shard told and waits for the window (P16.2).
+    // a revoke applied after it finds the shard told and waits for the window (P16.2). The
+    // layout is read in the one section of the sidecar's state that admits.
     let granted = local.link.update(|copy, now| {
         let view = shared.view_at(now);
-        match shared.admit_as(shard, role) {
-            Ok(permit) => {
+        let admitted = shared.read_core(|core, now| {
+            let layout = core.layout();
+            let permit = match asked {
+                Asked::Key(key) => core.admit_key_as(key.as_bytes(), role, now),
+                Asked::Shard { shard, generation } => {
+                    in_layout(shard, generation, layout)?;
+                    core.admit_as(shard, role, now)
+                }
+            };
+            permit
+                .map(|permit| (permit, layout))
+                .map_err(LocalAdmitError::Admit)
+        });
+        match admitted {
+            Ok((permit, layout)) => {
                 // Never past the lease: a secondary is admitted only while it is live (P19.1), as
                 // the primary is.
                 let window = view
@@ -488,6 +507,7 @@ async fn admit(
                 let executor_id = view.executor_id.unwrap_or_default();
                 let events = copy.permit(
                     &executor_id,
+                    layout,
                     permit.shard,
                     permit.epoch,
                     permit.role,
@@ -505,31 +525,123 @@ async fn admit(
             Err(error) => (Err(error), Vec::new()),
         }
     });
-    match granted {
-        Ok(permit) => Ok(Json(permit)),
-        Err(AdmitError::NotReady) => Err(not_admitting()),
-        // The sidecar is the shard's primary: the owner the routing table names is itself.
-        Err(AdmitError::NotOwner)
-            if role == RoleWanted::Secondary
-                && shared.admit_as(shard, RoleWanted::Primary).is_ok() =>
-        {
-            Err(HttpError::new(
-                ErrorCode::Conflict,
-                format!(
-                    "this sidecar holds shard {shard} as its primary, not as a secondary: ask \
-                     with role=primary or role=any"
+    let shard = match (granted, asked) {
+        (Ok(permit), _) => return Ok(Json(permit)),
+        (Err(LocalAdmitError::Admit(AdmitError::NotReady)), _) => return Err(not_admitting()),
+        (Err(LocalAdmitError::Layout(refused)), _) => return Err(refused.into_response()),
+        (Err(LocalAdmitError::Admit(AdmitError::NotOwner)), Asked::Key(key)) => {
+            match shared.view_at(Instant::now()).layout().shard_count {
+                0 => return Err(not_admitting()),
+                count => leasehold_api::shard_for_key(
+                    key.as_bytes(),
+                    std::num::NonZeroU32::new(count).unwrap_or(std::num::NonZeroU32::MIN),
                 ),
-            )
-            .into_response())
+            }
         }
-        Err(AdmitError::NotOwner) => {
-            let of = match &query.key {
-                Some(key) => OwnerOf::Key(key),
-                None => OwnerOf::Shard(shard),
-            };
-            Err(misdirected(&local.handle, of).await)
+        (Err(LocalAdmitError::Admit(AdmitError::NotOwner)), Asked::Shard { shard, .. }) => shard,
+    };
+    if role == RoleWanted::Secondary && shared.admit_as(shard, RoleWanted::Primary).is_ok() {
+        // The sidecar is the shard's primary: the owner the routing table names is itself.
+        return Err(HttpError::new(
+            ErrorCode::Conflict,
+            format!(
+                "this sidecar holds shard {shard} as its primary, not as a secondary: ask with \
+                 role=primary or role=any"
+            ),
+        )
+        .into_response());
+    }
+    let of = match &query.key {
+        Some(key) => OwnerOf::Key(key),
+        None => OwnerOf::Shard(shard),
+    };
+    Err(misdirected(&local.handle, of).await)
+}
+
+/// Why the sidecar gave no permit.
+#[derive(Debug)]
+enum LocalAdmitError {
+    Admit(AdmitError),
+    Layout(LayoutRefusal),
+}
+
+/// A shard number asked for outside the sidecar's layout (§20).
+#[derive(Debug)]
+enum LayoutRefusal {
+    /// The namespace resharded and the ask named no generation: the number's keys are unknown.
+    GenerationNotNamed { layout: Layout },
+    /// Numbered in another layout: it covers other keys than the same number now.
+    OtherGeneration { asked: u64, layout: Layout },
+    /// Beyond the layout's count.
+    OutOfRange { shard: u32, shard_count: u32 },
+}
+
+impl From<LayoutRefusal> for LocalAdmitError {
+    fn from(refusal: LayoutRefusal) -> Self {
+        Self::Layout(refusal)
+    }
+}
+
+impl IntoResponse for LayoutRefusal {
+    fn into_response(self) -> Response {
+        let now = |layout: Layout| {
+            format!(
+                "generation {} of {} shards",
+                layout.generation, layout.shard_count
+            )
+        };
+        match self {
+            Self::GenerationNotNamed { layout } => HttpError::invalid(format!(
+                "the namespace has resharded (now {}): a permit by shard number names the \
+                 generation of the permits answer it was mapped with, generation=G, or asks by \
+                 key=",
+                now(layout)
+            ))
+            .into_response(),
+            Self::OtherGeneration { asked, layout } => {
+                let mut problem = Problem::new(
+                    ErrorCode::Conflict,
+                    format!(
+                        "shard numbers of generation {asked} are not this sidecar's layout (now \
+                         {}): apply the newest permits answer and map keys by its shard_count",
+                        now(layout)
+                    ),
+                );
+                problem.status = StatusCode::MISDIRECTED_REQUEST.as_u16();
+                let body = serde_json::to_vec(&problem).unwrap_or_default();
+                (
+                    StatusCode::MISDIRECTED_REQUEST,
+                    [(CONTENT_TYPE, PROBLEM_CONTENT_TYPE)],
+                    body,
+                )
+                    .into_response()
+            }
+            Self::OutOfRange { shard, shard_count } => HttpError::invalid(format!(
+                "shard {shard} is out of range: the cluster has {shard_count} shards"
+            ))
+            .into_response(),
         }
     }
+}
+
+/// Checks that `shard`, asked for in the layout of `generation`, is one of `layout`'s.
+fn in_layout(shard: u32, generation: Option<u64>, layout: Layout) -> Result<(), LayoutRefusal> {
+    match generation {
+        None if layout.generation > 0 => {
+            return Err(LayoutRefusal::GenerationNotNamed { layout });
+        }
+        Some(asked) if asked != layout.generation => {
+            return Err(LayoutRefusal::OtherGeneration { asked, layout });
+        }
+        _ => {}
+    }
+    if layout.shard_count > 0 && shard >= layout.shard_count {
+        return Err(LayoutRefusal::OutOfRange {
+            shard,
+            shard_count: layout.shard_count,
+        });
+    }
+    Ok(())
 }
 
 fn not_admitting() -> Response {

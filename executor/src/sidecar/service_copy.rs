@@ -27,6 +27,15 @@
 //! the service began), a stop when its last hold ended, stamped at that end (the
 //! acknowledgement, or the copy's `until`: no earlier than admission ended).
 //!
+//! Layouts (PROTOCOL §20): the service maps keys by the shard count of the answer it applied,
+//! so what it may admit is numbered in that answer's layout. Each told shard keeps the layout it
+//! was told in, and an answer in a newer layout drops every shard of an older one for its
+//! recipient (the answer does not list it), which the recipient's acknowledgement ends as any
+//! drop. Until then a parent told before a split holds the keys of both its children, and the
+//! questions asked of the copy (what a renewal claims, whether a revoke's shard is released) are
+//! asked in the sidecar's own layout: a shard of it is told while a told shard of any layout
+//! shares a key with it.
+//!
 //! Secondaries (PROTOCOL §19): answers list the sidecar's secondaries, which admit nothing, and
 //! an admit permit asked for as a secondary (`role=secondary`) is held apart from the primary's
 //! shards, by time only, and logged with its role. Nothing of the primary's handoff waits for it
@@ -40,6 +49,7 @@ use leasehold_api::wire::{LocalPermits, LocalSecondary, LocalState, Role, ShardE
 use tokio::time::Instant;
 
 use crate::admission::{AdmissionChange, AdmissionEvent, AdmissionReason, Assignment};
+use crate::assignment::Layout;
 
 /// How many answers' tokens are kept for their acknowledgements (P16.1). A service polls one
 /// request at a time and echoes the token of the answer it applied on its very next poll, so
@@ -105,11 +115,21 @@ struct Hold {
     dropped_by: Option<(u64, LocalState)>,
 }
 
+/// Where a told shard is numbered: the generation of the layout it was told in, and its number
+/// there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct ToldAt {
+    generation: u64,
+    shard: u32,
+}
+
 /// One shard the service may be admitting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Told {
     executor_id: String,
     epoch: u64,
+    /// The layout the shard was told in: the keys it covers (§20).
+    layout: Layout,
     /// The role it was told in: a primary's shards and a secondary's permits are told apart.
     role: Role,
     holds: BTreeMap<Holder, Hold>,
@@ -138,9 +158,9 @@ struct Given {
 #[derive(Debug, Clone, Default)]
 pub struct ServiceCopy {
     /// The primary's shards: what revokes, renewal claims and the graceful stop wait for.
-    told: BTreeMap<u32, Told>,
+    told: BTreeMap<ToldAt, Told>,
     /// Secondary permits (P19.5), ended by time only.
-    told_secondary: BTreeMap<u32, Told>,
+    told_secondary: BTreeMap<ToldAt, Told>,
     /// The last [`RECENT_ANSWERS`] answers to polls, oldest first.
     recent: VecDeque<Given>,
     /// Answers given so far (pushes included): each answer's number is the count before it.
@@ -236,19 +256,17 @@ impl ServiceCopy {
         let until = now + Duration::from_millis(lease_ttl_ms);
         let mut events = Vec::new();
         let executor_id = view.executor_id.clone().unwrap_or_default();
+        let layout = view.layout();
         for held in &shards {
-            self.tell(
+            let told_as = Telling {
                 holder,
-                Role::Primary,
-                &executor_id,
-                held.shard,
-                held.epoch,
-                until,
-                now,
-                &mut events,
-            );
+                role: Role::Primary,
+                executor_id: &executor_id,
+                layout,
+            };
+            self.tell(told_as, held.shard, held.epoch, until, now, &mut events);
         }
-        self.mark_dropped(holder, &shards, number, state);
+        self.mark_dropped(holder, layout.generation, &shards, number, state);
         let permits = LocalPermits {
             revision: view.revision,
             state,
@@ -256,6 +274,7 @@ impl ServiceCopy {
             // The shell converts the copy's end to CLOCK_MONOTONIC (`ServiceLink::answer`).
             lease_expires_monotonic_ns: None,
             shard_count: view.shard_count,
+            generation: view.generation,
             executor_id: view.executor_id.clone(),
             shards,
             // The shell adds what the service is asked to prepare (`ServiceLink::answer`).
@@ -309,19 +328,22 @@ impl ServiceCopy {
         }
     }
 
-    /// Marks `holder`'s hold of every told shard not among `shards` as dropped by answer
-    /// `number` (in `state`), unless an earlier answer already dropped it.
+    /// Marks `holder`'s hold of every told shard not among `shards` (of the layout of
+    /// `generation`) as dropped by answer `number` (in `state`), unless an earlier answer already
+    /// dropped it. A shard of another layout is never among them.
     fn mark_dropped(
         &mut self,
         holder: Holder,
+        generation: u64,
         shards: &[ShardEpoch],
         number: u64,
         state: LocalState,
     ) {
-        for (shard, told) in &mut self.told {
-            let given = shards
-                .binary_search_by_key(shard, |held| held.shard)
-                .is_ok();
+        for (at, told) in &mut self.told {
+            let given = at.generation == generation
+                && shards
+                    .binary_search_by_key(&at.shard, |held| held.shard)
+                    .is_ok();
             if given {
                 continue;
             }
@@ -365,11 +387,14 @@ impl ServiceCopy {
         }
     }
 
-    /// An admit permit for `shard` at `epoch` in `role`, valid until `until`: whoever asked may
-    /// start work for it until then. A permit is never acknowledged; only its end ends it.
+    /// An admit permit for `shard` of `layout` at `epoch` in `role`, valid until `until`:
+    /// whoever asked may start work for it until then. A permit is never acknowledged; only its
+    /// end ends it.
+    #[allow(clippy::too_many_arguments)]
     pub fn permit(
         &mut self,
         executor_id: &str,
+        layout: Layout,
         shard: u32,
         epoch: u64,
         role: Role,
@@ -377,32 +402,33 @@ impl ServiceCopy {
         now: Instant,
     ) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
-        self.tell(
-            Holder::Anyone,
+        let told_as = Telling {
+            holder: Holder::Anyone,
             role,
             executor_id,
-            shard,
-            epoch,
-            until,
-            now,
-            &mut events,
-        );
+            layout,
+        };
+        self.tell(told_as, shard, epoch, until, now, &mut events);
         events
     }
 
-    /// The shard is `holder`'s at `epoch`, in `role`, until at least `until`.
-    #[allow(clippy::too_many_arguments)]
+    /// The shard is `told_as.holder`'s at `epoch`, in its role and layout, until at least
+    /// `until`.
     fn tell(
         &mut self,
-        holder: Holder,
-        role: Role,
-        executor_id: &str,
+        told_as: Telling<'_>,
         shard: u32,
         epoch: u64,
         until: Instant,
         now: Instant,
         events: &mut Vec<AdmissionEvent>,
     ) {
+        let Telling {
+            holder,
+            role,
+            executor_id,
+            layout,
+        } = told_as;
         let fresh = Hold {
             until,
             dropped_by: None,
@@ -411,7 +437,12 @@ impl ServiceCopy {
             Role::Primary => &mut self.told,
             Role::Secondary => &mut self.told_secondary,
         };
-        if let Some(told) = all_told.get_mut(&shard) {
+        let at = ToldAt {
+            generation: layout.generation,
+            shard,
+        };
+        let mut holds = BTreeMap::new();
+        if let Some(told) = all_told.get_mut(&at) {
             if told.epoch == epoch {
                 let hold = told.holds.entry(holder).or_insert(fresh);
                 hold.until = hold.until.max(until);
@@ -419,9 +450,10 @@ impl ServiceCopy {
                 return;
             }
             // Told again at another epoch: the sidecar was given the shard anew (the same
-            // executor at a new epoch, or a new registration), so the old interval ends here.
-            let old = all_told.remove(&shard);
-            if let Some(old) = old {
+            // executor at a new epoch, or a new registration), so the interval of the old epoch
+            // ends here and the new one starts. The same keys stay this executor's: whoever else
+            // was told the old epoch still holds them, now under the new interval.
+            if let Some(old) = all_told.remove(&at) {
                 events.push(event(
                     shard,
                     &old,
@@ -429,13 +461,20 @@ impl ServiceCopy {
                     now,
                     AdmissionReason::Unassigned,
                 ));
+                holds = old.holds;
             }
         }
+        let hold = holds.entry(holder).or_insert(fresh);
+        *hold = Hold {
+            until: hold.until.max(until),
+            dropped_by: None,
+        };
         let told = Told {
             executor_id: executor_id.to_owned(),
             epoch,
+            layout,
             role,
-            holds: BTreeMap::from([(holder, fresh)]),
+            holds,
             ended: None,
         };
         events.push(event(
@@ -445,7 +484,7 @@ impl ServiceCopy {
             now,
             AdmissionReason::Assigned,
         ));
-        all_told.insert(shard, told);
+        all_told.insert(at, told);
     }
 
     /// A poll's acknowledgement at `now`: when its token is that of a kept answer with the same
@@ -522,16 +561,16 @@ impl ServiceCopy {
     ) -> Vec<AdmissionEvent> {
         let mut events = Vec::new();
         for all_told in [&mut self.told, &mut self.told_secondary] {
-            all_told.retain(|shard, told| {
-                let Some((at, reason)) = ends(&mut told.holds) else {
+            all_told.retain(|at, told| {
+                let Some((end, reason)) = ends(&mut told.holds) else {
                     return true;
                 };
-                let at = told.ended.map_or(at, |ended| ended.max(at));
-                told.ended = Some(at);
+                let end = told.ended.map_or(end, |ended| ended.max(end));
+                told.ended = Some(end);
                 if !told.holds.is_empty() {
                     return true;
                 }
-                events.push(event(*shard, told, AdmissionChange::Stop, at, reason));
+                events.push(event(at.shard, told, AdmissionChange::Stop, end, reason));
                 false
             });
         }
@@ -574,21 +613,20 @@ impl ServiceCopy {
             .and_then(|given| given.copy_end)
     }
 
-    /// The shards the service may still be admitting as the primary, with their epochs,
-    /// ascending (a secondary's permits are not among them: no handoff waits for those).
-    pub fn told(&self) -> Vec<ShardEpoch> {
-        self.told
-            .iter()
-            .map(|(&shard, told)| ShardEpoch {
-                shard,
-                epoch: told.epoch,
-            })
-            .collect()
+    /// The shards of `layout` the service may still be admitting as the primary, with their
+    /// epochs, ascending (a secondary's permits are not among them: no handoff waits for those).
+    /// A shard told in another layout counts as every shard of `layout` it shares a key with,
+    /// at its own epoch (the higher, where two meet).
+    pub fn told(&self, layout: Layout) -> Vec<ShardEpoch> {
+        in_layout(&self.told, layout)
     }
 
-    /// Whether the service may still be admitting `shard` as the primary.
-    pub fn is_told(&self, shard: u32) -> bool {
-        self.told.contains_key(&shard)
+    /// Whether the service may still be admitting any key of `shard` of `layout` as the
+    /// primary.
+    pub fn is_told(&self, shard: u32, layout: Layout) -> bool {
+        self.told(layout)
+            .binary_search_by_key(&shard, |told| told.shard)
+            .is_ok()
     }
 
     /// Whether the service may be admitting anything as the primary.
@@ -596,17 +634,41 @@ impl ServiceCopy {
         self.told.is_empty()
     }
 
-    /// The shards the service may still be admitting as a secondary (its permits' windows have
-    /// not all ended), with their epochs, ascending.
-    pub fn told_secondary(&self) -> Vec<ShardEpoch> {
-        self.told_secondary
-            .iter()
-            .map(|(&shard, told)| ShardEpoch {
-                shard,
-                epoch: told.epoch,
-            })
-            .collect()
+    /// The shards of `layout` the service may still be admitting as a secondary (its permits'
+    /// windows have not all ended), with their epochs, ascending.
+    pub fn told_secondary(&self, layout: Layout) -> Vec<ShardEpoch> {
+        in_layout(&self.told_secondary, layout)
     }
+}
+
+/// The shards of `layout` that share a key with some shard of `all_told`, each at the highest
+/// epoch it was told at. A layout not known yet (no count) takes each shard's own.
+fn in_layout(all_told: &BTreeMap<ToldAt, Told>, layout: Layout) -> Vec<ShardEpoch> {
+    let mut shards: BTreeMap<u32, u64> = BTreeMap::new();
+    for (at, told) in all_told {
+        let layout = if layout.shard_count == 0 {
+            told.layout
+        } else {
+            layout
+        };
+        for shard in layout.shards_sharing_keys_with(at.shard, told.layout) {
+            let epoch = shards.entry(shard).or_insert(told.epoch);
+            *epoch = (*epoch).max(told.epoch);
+        }
+    }
+    shards
+        .into_iter()
+        .map(|(shard, epoch)| ShardEpoch { shard, epoch })
+        .collect()
+}
+
+/// Who is told, in which role and layout.
+#[derive(Debug, Clone, Copy)]
+struct Telling<'a> {
+    holder: Holder,
+    role: Role,
+    executor_id: &'a str,
+    layout: Layout,
 }
 
 fn event(
@@ -624,9 +686,7 @@ fn event(
         change,
         at,
         reason,
-        // The service's shards are numbered in the layout it was told; a sidecar registers
-        // without following a change of layout (P20.3), so that is generation 0.
-        layout: crate::assignment::Layout::default(),
+        layout: told.layout,
     }
 }
 

@@ -7,8 +7,15 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::admission::{AdmissionChange, AdmissionReason, AdmissionState, Assignment};
+use crate::assignment::Layout;
 
 const LEASE: Duration = Duration::from_secs(3);
+
+/// The layout of the views below: 8 shards, never resharded.
+const L8: Layout = Layout {
+    shard_count: 8,
+    generation: 0,
+};
 
 fn view(revision: u64, shards: &[(u32, u64)], lease_expiry: Instant) -> Assignment {
     Assignment {
@@ -155,7 +162,7 @@ fn p16_2_a_dropped_shard_stays_told_until_the_service_acknowledges_a_later_answe
     let (permits, events) = service.answer(&mut copy, &view(9, &[(1, 3)], t1 + LEASE), t1);
     assert_eq!(permits.shards, [ShardEpoch { shard: 1, epoch: 3 }]);
     assert!(events.is_empty(), "the service may still admit shard 4");
-    assert!(copy.is_told(4));
+    assert!(copy.is_told(4, L8));
     // Acknowledging the earlier answer says nothing about the later one.
     let (_, events) = copy
         .acknowledge(
@@ -182,13 +189,13 @@ fn p16_2_a_dropped_shard_stays_told_until_the_service_acknowledges_a_later_answe
     for (answered, token, refusal) in refusals {
         assert_eq!(copy.acknowledge(Ack { answered, token }, t1), Err(refusal));
     }
-    assert!(copy.is_told(4));
+    assert!(copy.is_told(4, L8));
     let t2 = t1 + Duration::from_millis(50);
     let events = service.acknowledge(&mut copy, t2);
     assert_eq!(changes(&events), [(STOP, 4, 1)]);
     assert_eq!(events[0].at, t2);
     assert_eq!(events[0].reason, AdmissionReason::Unassigned);
-    assert!(!copy.is_told(4) && copy.is_told(1));
+    assert!(!copy.is_told(4, L8) && copy.is_told(1, L8));
 }
 
 #[test]
@@ -252,7 +259,7 @@ fn p16_1_told_again_after_a_drop_the_shard_is_the_services_again() {
     let (_, events) = service.answer(&mut copy, &view(11, &[(1, 3)], t0 + LEASE), t0);
     assert!(events.is_empty());
     assert!(service.acknowledge(&mut copy, t0).is_empty());
-    assert!(copy.is_told(1));
+    assert!(copy.is_told(1, L8));
 }
 
 #[test]
@@ -270,10 +277,10 @@ fn p16_1_an_admit_permit_tells_the_shard_for_its_window() {
     let t0 = Instant::now();
     let mut copy = ServiceCopy::default();
     let window = Duration::from_secs(1);
-    let events = copy.permit("ex-1", 2, 7, Role::Primary, t0 + window, t0);
+    let events = copy.permit("ex-1", L8, 2, 7, Role::Primary, t0 + window, t0);
     assert_eq!(changes(&events), [(START, 2, 7)]);
     assert!(copy
-        .permit("ex-1", 2, 7, Role::Primary, t0 + window, t0)
+        .permit("ex-1", L8, 2, 7, Role::Primary, t0 + window, t0)
         .is_empty());
     assert_eq!(copy.next_end(), Some(t0 + window));
     let events = copy.expire(t0 + window);
@@ -292,20 +299,20 @@ fn p19_5_a_secondarys_permit_is_held_apart_and_ended_by_its_window() {
     service.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
     let window = Duration::from_secs(1);
     // Shard 1 at epoch 3 as the primary; shard 4 as a secondary.
-    let events = copy.permit("ex-1", 4, 3, Role::Secondary, t0 + window, t0);
+    let events = copy.permit("ex-1", L8, 4, 3, Role::Secondary, t0 + window, t0);
     let roles: Vec<(AdmissionChange, u32, Role)> = events
         .iter()
         .map(|event| (event.change, event.shard, event.role))
         .collect();
     assert_eq!(roles, [(START, 4, Role::Secondary)]);
-    assert_eq!(copy.told(), [ShardEpoch { shard: 1, epoch: 3 }]);
-    assert!(!copy.is_told(4));
-    assert_eq!(copy.told_secondary(), [ShardEpoch { shard: 4, epoch: 3 }]);
+    assert_eq!(copy.told(L8), [ShardEpoch { shard: 1, epoch: 3 }]);
+    assert!(!copy.is_told(4, L8));
+    assert_eq!(copy.told_secondary(L8), [ShardEpoch { shard: 4, epoch: 3 }]);
     // After a demotion (shard 1 revoked, then placed here as a secondary) the service may still
     // hold the primary's copy while it is given a secondary's permit: each role has its own
     // interval.
     assert_eq!(
-        copy.permit("ex-1", 1, 3, Role::Secondary, t0 + window, t0)
+        copy.permit("ex-1", L8, 1, 3, Role::Secondary, t0 + window, t0)
             .iter()
             .map(|event| event.role)
             .collect::<Vec<_>>(),
@@ -325,7 +332,7 @@ fn p19_5_a_secondarys_permit_is_held_apart_and_ended_by_its_window() {
     let events = copy.expire(t0 + window);
     assert_eq!(changes(&events), [(STOP, 1, 3), (STOP, 4, 3)]);
     assert!(events.iter().all(|event| event.role == Role::Secondary));
-    assert!(copy.told_secondary().is_empty());
+    assert!(copy.told_secondary(L8).is_empty());
 }
 
 /// P16.1, I1 (issue 55): another poller, a page's requests or any process that can reach the local
@@ -343,10 +350,18 @@ fn p16_1_an_acknowledgement_counts_only_for_the_poller_that_received_the_answer(
     let t1 = t0 + Duration::from_millis(100);
     other.answer(&mut copy, &view(9, &[(1, 3)], t1 + LEASE), t1);
     assert!(other.acknowledge(&mut copy, t1).is_empty());
-    assert!(copy.is_told(4), "the service still admits shard 4");
+    assert!(copy.is_told(4, L8), "the service still admits shard 4");
     // An admit permit for a shard still held is no acknowledgement either.
-    copy.permit("ex-1", 1, 3, Role::Primary, t1 + Duration::from_secs(1), t1);
-    assert!(copy.is_told(4));
+    copy.permit(
+        "ex-1",
+        L8,
+        1,
+        3,
+        Role::Primary,
+        t1 + Duration::from_secs(1),
+        t1,
+    );
+    assert!(copy.is_told(4, L8));
     let t2 = t1 + Duration::from_millis(100);
     service.answer(&mut copy, &view(9, &[(1, 3)], t2 + LEASE), t2);
     let events = service.acknowledge(&mut copy, t2);
@@ -385,7 +400,7 @@ fn p16_1_a_token_pushed_out_by_other_answers_acknowledges_nothing_and_the_copy_r
             copy.acknowledge(Ack { answered, token }, t0),
             Err(NotAcknowledged::UnknownToken)
         );
-        assert!(copy.is_told(4));
+        assert!(copy.is_told(4, L8));
         assert!(copy
             .expire(t0 + LEASE - Duration::from_millis(1))
             .is_empty());
@@ -411,7 +426,7 @@ fn p16_1_a_push_is_acknowledged_by_its_2xx() {
         copy.acknowledge_push(dropped, t0).is_empty(),
         "the poller's hold remains"
     );
-    assert!(copy.is_told(1));
+    assert!(copy.is_told(1, L8));
     poller.answer(&mut copy, &view(9, &[], t0 + LEASE), t0);
     assert_eq!(changes(&poller.acknowledge(&mut copy, t0)), [(STOP, 1, 3)]);
 }
@@ -477,7 +492,7 @@ fn p16_2_at_exit_each_shard_told_stops_at_the_end_of_its_last_copy() {
     service.acknowledge(&mut copy, t1);
     service.answer(&mut copy, &view(6, &[(1, 3)], t1 + LEASE), t1);
     let permit_window = Duration::from_millis(800);
-    copy.permit("ex-1", 5, 2, Role::Primary, t1 + permit_window, t1);
+    copy.permit("ex-1", L8, 5, 2, Role::Primary, t1 + permit_window, t1);
     let stops: Vec<(u32, u64, AdmissionChange, Instant, AdmissionReason)> = copy
         .end_at_exit()
         .into_iter()
@@ -502,4 +517,143 @@ fn p16_2_at_exit_each_shard_told_stops_at_the_end_of_its_last_copy() {
     );
     assert!(copy.is_empty());
     assert!(copy.end_at_exit().is_empty(), "each stop is logged once");
+}
+
+/// I2 as the service sees it: a shard told anew at another epoch ends the old interval and
+/// starts the new one, and a second poller told the old epoch still holds the shard's keys
+/// until it too applies an answer without them.
+#[test]
+fn p16_2_a_new_epoch_keeps_the_other_pollers_holds() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let (mut first, mut second) = (Poller::default(), Poller::default());
+    first.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    second.answer(&mut copy, &view(5, &[(1, 3)], t0 + LEASE), t0);
+    first.acknowledge(&mut copy, t0);
+    let (_, events) = first.answer(&mut copy, &view(12, &[(1, 4)], t0 + LEASE), t0);
+    assert_eq!(changes(&events), [(STOP, 1, 3), (START, 1, 4)]);
+    // The first poller drops the shard and acknowledges: the second still holds it.
+    first.acknowledge(&mut copy, t0);
+    first.answer(&mut copy, &view(13, &[], t0 + LEASE), t0);
+    first.acknowledge(&mut copy, t0);
+    assert!(copy.is_told(1, L8), "the second poller may still admit it");
+    second.acknowledge(&mut copy, t0);
+    second.answer(&mut copy, &view(13, &[], t0 + LEASE), t0);
+    assert_eq!(changes(&second.acknowledge(&mut copy, t0)), [(STOP, 1, 4)]);
+    assert!(!copy.is_told(1, L8));
+}
+
+/// A view of `generation`'s layout of `shard_count` shards.
+fn view_in(
+    generation: u64,
+    shard_count: u32,
+    revision: u64,
+    shards: &[(u32, u64)],
+    lease_expiry: Instant,
+) -> Assignment {
+    Assignment {
+        generation,
+        shard_count: Some(shard_count),
+        ..view(revision, shards, lease_expiry)
+    }
+}
+
+fn layouts(events: &[AdmissionEvent]) -> Vec<(AdmissionChange, u32, u64, u64, u32)> {
+    events
+        .iter()
+        .map(|event| {
+            let layout = event.layout;
+            let (change, shard, epoch) = (event.change, event.shard, event.epoch);
+            (change, shard, epoch, layout.generation, layout.shard_count)
+        })
+        .collect()
+}
+
+const L16: Layout = Layout {
+    shard_count: 16,
+    generation: 1,
+};
+
+/// P20.3 through a sidecar: the service maps keys by the answer it applied, so a parent told
+/// before a split holds the keys of both children, a revoke of either and the renewals' claims
+/// see it, until the service acknowledges an answer of the new layout; the log numbers each
+/// interval in its own layout.
+#[test]
+fn p20_3_a_parent_told_before_a_split_holds_both_children_until_acknowledged() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
+    service.answer(&mut copy, &view(5, &[(1, 1), (2, 1)], t0 + LEASE), t0);
+    service.acknowledge(&mut copy, t0);
+    // The sidecar applied the split's set (shards 1, 2, 9, 10 of 16 at epoch 2); the service
+    // has not polled since: it admits shards 1 and 2 of 8, the keys of all four children.
+    assert_eq!(
+        copy.told(L16),
+        [(1, 1), (2, 1), (9, 1), (10, 1)].map(|(shard, epoch)| ShardEpoch { shard, epoch })
+    );
+    assert!(copy.is_told(9, L16) && copy.is_told(10, L16));
+    assert!(!copy.is_told(3, L16) && !copy.is_told(11, L16));
+    let split = view_in(1, 16, 20, &[(1, 2), (2, 2), (9, 2), (10, 2)], t0 + LEASE);
+    let (permits, events) = service.answer(&mut copy, &split, t0);
+    assert_eq!((permits.shard_count, permits.generation), (Some(16), 1));
+    assert_eq!(
+        layouts(&events),
+        [
+            (START, 1, 2, 1, 16),
+            (START, 2, 2, 1, 16),
+            (START, 9, 2, 1, 16),
+            (START, 10, 2, 1, 16)
+        ],
+        "the children start; the parents are still the service's"
+    );
+    // Child 9 is handed on: the next set drops it. Until the service acknowledges an answer
+    // of the new layout without it, the parent (or the child) holds its keys.
+    let handed_on = view_in(1, 16, 21, &[(1, 2), (2, 2), (10, 2)], t0 + LEASE);
+    assert!(copy.is_told(9, L16), "parent 1 of 8 still told");
+    let t1 = t0 + Duration::from_millis(10);
+    assert_eq!(
+        layouts(&service.acknowledge(&mut copy, t1)),
+        [(STOP, 1, 1, 0, 8), (STOP, 2, 1, 0, 8)],
+        "the parents stop when the answer of the new layout is acknowledged"
+    );
+    assert!(copy.is_told(9, L16), "child 9 itself still told");
+    service.answer(&mut copy, &handed_on, t1);
+    assert_eq!(
+        layouts(&service.acknowledge(&mut copy, t1)),
+        [(STOP, 9, 2, 1, 16)]
+    );
+    assert!(!copy.is_told(9, L16));
+    assert!(copy.is_told(1, L16) && copy.is_told(10, L16));
+}
+
+/// P20.3 through a sidecar, a merge: both shards of a pair told in the finer layout hold the
+/// merged shard until the service acknowledges an answer of the merged layout.
+#[test]
+fn p20_3_a_pair_told_before_a_merge_holds_the_merged_shard_until_acknowledged() {
+    let t0 = Instant::now();
+    let mut copy = ServiceCopy::default();
+    let mut service = Poller::default();
+    let fine = view_in(1, 16, 30, &[(1, 2), (9, 3)], t0 + LEASE);
+    service.answer(&mut copy, &fine, t0);
+    service.acknowledge(&mut copy, t0);
+    let merged_layout = Layout {
+        shard_count: 8,
+        generation: 2,
+    };
+    assert_eq!(
+        copy.told(merged_layout),
+        [ShardEpoch { shard: 1, epoch: 3 }],
+        "one claim of the merged shard, at the higher epoch"
+    );
+    let merged = view_in(2, 8, 40, &[(1, 4)], t0 + LEASE);
+    let (_, events) = service.answer(&mut copy, &merged, t0);
+    assert_eq!(layouts(&events), [(START, 1, 4, 2, 8)]);
+    // Handed on before the service applied the merged answer: still told through the pair.
+    service.answer(&mut copy, &view_in(2, 8, 41, &[], t0 + LEASE), t0);
+    assert!(copy.is_told(1, merged_layout));
+    assert_eq!(
+        layouts(&service.acknowledge(&mut copy, t0)),
+        [(STOP, 1, 2, 1, 16), (STOP, 9, 3, 1, 16), (STOP, 1, 4, 2, 8)]
+    );
+    assert!(copy.is_empty());
 }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::http::{app, assert_problem, call};
 use super::set;
 use crate::admission_log::AdmissionLog;
+use crate::assignment::Layout;
 use crate::handle::{ExecutorHandle, Tasks};
 use crate::manager::ManagerLink;
 use crate::shared::{LoadSettings, Shared};
@@ -1016,7 +1017,10 @@ async fn p19_5_a_secondarys_permit_is_logged_with_its_role_and_holds_no_handoff(
     let (shared, link, router) = sidecar_granted(&grant_with_a_secondary(), Some(log));
     let reply = get(&router, "/v1/local/admit?shard=5&role=secondary").await;
     assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
-    assert!(link.told().is_empty(), "not told as the primary");
+    assert!(
+        link.told(Layout::default()).is_empty(),
+        "not told as the primary"
+    );
     let renewal = shared.renewal(REPLICAS_SCHEMA).unwrap();
     assert_eq!(
         renewal.request.claims,
@@ -1121,4 +1125,106 @@ async fn p19_3_the_service_says_a_secondary_ready_through_the_local_api() {
     }
     let reply = post(&router, "/v1/local/ready").await;
     assert_eq!(reply.0, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{reply:?}");
+}
+
+/// The split of `grant_of_ex_1`'s namespace from 8 shards to 16 (generation 1): shards 1 and 2
+/// and their children 9 and 10, all at epoch 2.
+fn split_of_ex_1(lease_ttl_ms: u64) -> Grant {
+    Grant {
+        generation: 1,
+        revision: 20,
+        shard_count: 16,
+        shards: set(&[(1, 2), (2, 2), (9, 2), (10, 2)]),
+        ..grant_of_ex_1(lease_ttl_ms)
+    }
+}
+
+async fn revoke_in(
+    shared: &Arc<Shared>,
+    revision: u64,
+    generation: u64,
+    shards: &[u32],
+) -> (StatusCode, Option<String>, Value) {
+    let body = json!({
+        "executor_id": "ex-1", "revision": revision, "generation": generation, "shards": shards
+    });
+    call(app(shared), "POST", "/v1/revoke", Some(body)).await
+}
+
+fn claimed(shared: &Shared) -> Vec<u32> {
+    let renewal = shared.renewal(REPLICAS_SCHEMA).unwrap();
+    renewal.request.claims.iter().map(|c| c.shard).collect()
+}
+
+/// P20.3 through the sidecar: after a split, the service still maps keys by the answer it
+/// applied, so a child's revoke is held, and the renewals claim the child, until the service
+/// acknowledges an answer of the new layout without it; the answer says the layout.
+#[tokio::test(start_paused = true)]
+async fn p20_3_a_childs_revoke_waits_for_the_service_to_leave_the_parents_layout() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    let first = get(&router, "/v1/local/permits").await;
+    assert_eq!(first.2["shard_count"], 8);
+    assert!(first.2.get("generation").is_none(), "{first:?}");
+    shared
+        .apply_grant(Instant::now(), &split_of_ex_1(60_000))
+        .unwrap();
+    // Child 9 is handed on at once: the service, which has not polled since, admits parent 1 of
+    // 8, whose keys are 9's too.
+    let reply = revoke_in(&shared, 21, 1, &[9]).await;
+    assert_problem(&reply, 503, "unavailable");
+    assert_eq!(
+        claimed(&shared),
+        [1, 2, 9, 10],
+        "9 claimed through its parent"
+    );
+    let split = get(&router, &format!("/v1/local/permits?{}", ack(&first))).await;
+    assert_eq!(
+        (&split.2["shard_count"], &split.2["generation"]),
+        (&json!(16), &json!(1))
+    );
+    assert_eq!(
+        split.2["shards"],
+        json!([{"shard": 1, "epoch": 2}, {"shard": 2, "epoch": 2}, {"shard": 10, "epoch": 2}])
+    );
+    // The answer of the new layout is not acknowledged yet: parent 1 of 8 is still the service's.
+    let reply = revoke_in(&shared, 21, 1, &[9]).await;
+    assert_problem(&reply, 503, "unavailable");
+    get(&router, &format!("/v1/local/permits?{}", ack(&split))).await;
+    let reply = revoke_in(&shared, 21, 1, &[9]).await;
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.2["released"], json!([9]));
+    assert_eq!(claimed(&shared), [1, 2, 10]);
+}
+
+/// P20.3 through the sidecar: once the namespace resharded, a permit by shard number names the
+/// generation its number belongs to; a number of another layout covers other keys.
+#[tokio::test(start_paused = true)]
+async fn p20_3_a_permit_by_shard_number_names_its_layout_once_resharded() {
+    let (shared, _, router) = sidecar_with_lease(60_000);
+    for uri in [
+        "/v1/local/admit?shard=1",
+        "/v1/local/admit?shard=1&generation=0",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_eq!(reply.0, StatusCode::OK, "{uri}: {reply:?}");
+    }
+    shared
+        .apply_grant(Instant::now(), &split_of_ex_1(60_000))
+        .unwrap();
+    let reply = get(&router, "/v1/local/admit?shard=9&generation=1").await;
+    assert_eq!(reply.0, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.2["epoch"], 2);
+    let reply = get(&router, "/v1/local/admit?shard=1").await;
+    assert_problem(&reply, 400, "invalid_request");
+    let reply = get(&router, "/v1/local/admit?shard=1&generation=0").await;
+    assert_problem(&reply, 421, "conflict");
+    let detail = reply.2["detail"].as_str().unwrap();
+    assert!(detail.contains("generation 1 of 16 shards"), "{detail}");
+    for uri in [
+        "/v1/local/admit?shard=16&generation=1",
+        "/v1/local/admit?key=a&generation=1",
+    ] {
+        let reply = get(&router, uri).await;
+        assert_problem(&reply, 400, "invalid_request");
+    }
 }
