@@ -13,7 +13,7 @@
 //!
 //! The same load against etcd lives in [`crate::etcd`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -31,6 +31,8 @@ use leasehold_api::wire::{
     AssignmentPush, Credential, Grant, RegisterRequest, RenewRequest, RevokePush, RevokeReply,
     ShardEpoch, ShardLoad,
 };
+use leasehold_conformance::admission_log::{AdmissionEdge, AdmissionRecord, ExecutorLog};
+use leasehold_conformance::checker::monotonic_now_ns;
 use leasehold_executor::assignment::{AssignmentState, Layout, SetOutcome};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -146,6 +148,10 @@ pub struct FleetSpec {
     /// and every executor when it is empty, name none and register into `default`, as executors
     /// of earlier releases do.
     pub namespaces: Vec<String>,
+    /// Keep each executor's admission log (§9) in memory: a start when a set gives it a shard at
+    /// an epoch, a stop when a set or revoke takes it, at the instant it was applied, in the
+    /// layout of that set ([`LeaseholdFleet::admission_logs`]).
+    pub record_admission: bool,
 }
 
 impl FleetSpec {
@@ -156,6 +162,7 @@ impl FleetSpec {
             capacities: Vec::new(),
             loads: None,
             namespaces: Vec::new(),
+            record_admission: false,
         }
     }
 
@@ -176,6 +183,8 @@ struct SimExecutor {
     /// Renewals sent so far: the report number [`LoadReports`] is given.
     renewals: AtomicU64,
     assignment: Mutex<AssignmentState>,
+    /// Its admission log, when the fleet keeps them ([`FleetSpec::record_admission`]).
+    admission: Option<Mutex<Vec<AdmissionRecord>>>,
 }
 
 impl SimExecutor {
@@ -184,6 +193,56 @@ impl SimExecutor {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Runs `change` on the executor's set and, when it keeps an admission log, logs what the
+    /// change stopped and started, at one instant under the set's lock (as the executor library
+    /// writes its lines before it answers).
+    fn change<T>(&self, change: impl FnOnce(&mut AssignmentState) -> T) -> T {
+        let mut assignment = self.assignment();
+        let Some(log) = &self.admission else {
+            return change(&mut assignment);
+        };
+        let before = admitted(&assignment);
+        let result = change(&mut assignment);
+        let after = admitted(&assignment);
+        if before != after {
+            let t_ns = monotonic_now_ns();
+            let line = |(generation, shard, epoch): (u64, u32, u64),
+                        shard_count: u32,
+                        event: AdmissionEdge| AdmissionRecord {
+                t_ns,
+                executor_id: self.executor_id.clone(),
+                shard,
+                epoch,
+                reason: match event {
+                    AdmissionEdge::Start => "assigned".to_owned(),
+                    AdmissionEdge::Stop => "unassigned".to_owned(),
+                },
+                event,
+                role: leasehold_api::wire::Role::Primary,
+                generation,
+                shard_count: Some(shard_count),
+            };
+            let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+            let stops = before.1.difference(&after.1).copied();
+            log.extend(stops.map(|held| line(held, before.0, AdmissionEdge::Stop)));
+            let starts = after.1.difference(&before.1).copied();
+            log.extend(starts.map(|held| line(held, after.0, AdmissionEdge::Start)));
+        }
+        result
+    }
+}
+
+/// What an executor admits: its layout's shard count, and each held shard as (generation,
+/// shard, epoch).
+fn admitted(assignment: &AssignmentState) -> (u32, BTreeSet<(u64, u32, u64)>) {
+    let layout = assignment.layout();
+    let held = assignment
+        .held()
+        .into_iter()
+        .map(|held| (layout.generation, held.shard, held.epoch))
+        .collect();
+    (layout.shard_count, held)
 }
 
 /// Executors by id, for the push server.
@@ -237,17 +296,14 @@ async fn assignment_push(
     let executor = registry
         .get(&push.executor_id)
         .ok_or(StatusCode::CONFLICT)?;
+    let layout = Layout {
+        shard_count: push.shard_count,
+        generation: push.generation,
+    };
     executor
-        .assignment()
-        .apply_set_in(
-            push.revision,
-            Layout {
-                shard_count: push.shard_count,
-                generation: push.generation,
-            },
-            &push.shards,
-            &push.secondaries,
-        )
+        .change(|assignment| {
+            assignment.apply_set_in(push.revision, layout, &push.shards, &push.secondaries)
+        })
         .map_err(|_| StatusCode::BAD_REQUEST)?;
     registry.pushes.fetch_add(1, Ordering::Relaxed);
     Ok(Json(serde_json::json!({})))
@@ -263,9 +319,13 @@ async fn revoke_push(
     let executor = registry
         .get(&push.executor_id)
         .ok_or(StatusCode::SERVICE_UNAVAILABLE)?;
+    // A revoke numbered in a layout this executor's set is not in yet is refused, as the
+    // library refuses it (P20.3): the managers send it again once the set has arrived.
     let outcome = executor
-        .assignment()
-        .apply_revoke(push.revision, &push.shards)
+        .change(|assignment| {
+            assignment.validate_revoke_in(push.revision, push.generation, &push.shards)?;
+            assignment.apply_revoke(push.revision, &push.shards)
+        })
         .map_err(|_| StatusCode::BAD_REQUEST)?;
     registry.pushes.fetch_add(1, Ordering::Relaxed);
     Ok(Json(outcome.reply(push.revision)))
@@ -306,29 +366,33 @@ async fn serve_pushes(
 }
 
 /// Registers one simulated executor with `request` (which presents `credential`), takes the
-/// set its reply grants, and adds it to `registry` for the pushes.
+/// set its reply grants, and adds it to `registry` for the pushes. With `record_admission` it
+/// keeps its admission log from that set on.
 async fn register_executor(
     client: Client,
     registry: Arc<Registry>,
     request: RegisterRequest,
     credential: Credential,
+    record_admission: bool,
 ) -> Result<Arc<SimExecutor>> {
     let grant = client.register(&request).await?;
-    let mut assignment = AssignmentState::default();
-    assignment
-        .apply_set_in(
-            grant.revision,
-            layout_of(&grant),
-            &grant.shards,
-            &grant.secondaries,
-        )
-        .map_err(|e| anyhow!("register reply: {e}"))?;
     let executor = Arc::new(SimExecutor {
-        executor_id: grant.executor_id,
+        executor_id: grant.executor_id.clone(),
         credential,
         renewals: AtomicU64::new(0),
-        assignment: Mutex::new(assignment),
+        assignment: Mutex::new(AssignmentState::default()),
+        admission: record_admission.then(|| Mutex::new(Vec::new())),
     });
+    executor
+        .change(|assignment| {
+            assignment.apply_set_in(
+                grant.revision,
+                layout_of(&grant),
+                &grant.shards,
+                &grant.secondaries,
+            )
+        })
+        .map_err(|e| anyhow!("register reply: {e}"))?;
     registry.insert(executor.clone());
     Ok(executor)
 }
@@ -387,7 +451,13 @@ impl LeaseholdFleet {
                 app_version: None,
                 labels: Default::default(),
             };
-            register_executor(client.clone(), registry.clone(), request, credential)
+            register_executor(
+                client.clone(),
+                registry.clone(),
+                request,
+                credential,
+                spec.record_admission,
+            )
         })
         .await?;
         Ok(Self {
@@ -405,6 +475,21 @@ impl LeaseholdFleet {
         self.executors
             .iter()
             .map(|e| e.assignment().held().iter().map(|c| c.shard).collect())
+            .collect()
+    }
+
+    /// Each executor's admission log ([`FleetSpec::record_admission`]; empty without it), its open
+    /// intervals ending now. The fleet does not fence on a lapse: the logs say what executors
+    /// of the library would admit only while no lease lapsed (every renewal within its TTL).
+    pub fn admission_logs(&self) -> Vec<ExecutorLog> {
+        let now_ns = monotonic_now_ns();
+        self.executors
+            .iter()
+            .filter_map(|executor| executor.admission.as_ref())
+            .map(|log| ExecutorLog {
+                records: log.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+                ended_at_ns: Some(now_ns),
+            })
             .collect()
     }
 
@@ -505,20 +590,22 @@ impl Renewer for LeaseholdFleet {
                 Some(ErrorCode::UnknownExecutor) => RenewFailure::Evicted,
                 _ => RenewFailure::Other(short_error(&error)),
             })?;
-        let mut assignment = executor.assignment();
-        match assignment.apply_set_in(
-            grant.revision,
-            layout_of(&grant),
-            &grant.shards,
-            &grant.secondaries,
-        ) {
-            Ok(SetOutcome::Stale { .. }) => {
-                // P3.3: the stale grant's lease still counts, minus what it no longer covers.
-                assignment.drop_taken_by(grant.revision, &grant.shards);
+        executor.change(|assignment| {
+            match assignment.apply_set_in(
+                grant.revision,
+                layout_of(&grant),
+                &grant.shards,
+                &grant.secondaries,
+            ) {
+                Ok(SetOutcome::Stale { .. }) => {
+                    // P3.3: the stale grant's lease still counts, minus what it no longer covers.
+                    assignment.drop_taken_by(grant.revision, &grant.shards);
+                    Ok(())
+                }
+                Ok(SetOutcome::Applied { .. }) => Ok(()),
+                Err(error) => Err(RenewFailure::Other(format!("grant: {error}"))),
             }
-            Ok(SetOutcome::Applied { .. }) => {}
-            Err(error) => return Err(RenewFailure::Other(format!("grant: {error}"))),
-        }
+        })?;
         Ok(grant.lease_ttl_ms)
     }
 }

@@ -31,7 +31,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::drive::Ramp;
 use crate::procs::{default_flags, load_average, EtcdCluster};
-use crate::scenarios::{Env, B1, B12, B13, B3, B6, B8};
+use crate::scenarios::{Env, B1, B12, B13, B14, B3, B6, B8};
 use crate::tls::{Certs, Security};
 
 #[derive(Debug, Parser)]
@@ -163,6 +163,9 @@ enum Scenario {
     /// ready secondaries and their no-owner windows, a SIGKILL's promotions, a restart under the
     /// same name within the restore delay, and a rolling deploy with the replicas.
     B13(B13Flags),
+    /// Resharding under renewal load: a namespace split to twice its shards and merged back, its
+    /// executors renewing throughout (every key owned, renewal latency, the spread, I1/I2 per key).
+    B14(B14Flags),
     /// Placement by load against placement by count and the offline optimum's lower bound: two
     /// clusters side by side under the same skewed, shifting load (Zipf rates, hot set
     /// re-permuted every shift).
@@ -275,6 +278,16 @@ struct B13Flags {
     /// it.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     restore_delay: Duration,
+}
+
+/// The flags of `leasehold-loadgen b14`.
+#[derive(Debug, clap::Args)]
+struct B14Flags {
+    #[arg(long, default_value_t = 100)]
+    executors: usize,
+    /// The namespace's shards before the split (it splits to twice this, then merges back).
+    #[arg(long, default_value_t = 1024)]
+    shards: u32,
 }
 
 /// The flags of `leasehold-loadgen b7`.
@@ -637,6 +650,15 @@ async fn run(env: &Env, scenario: Scenario) -> Result<()> {
                 shards: flags.shards,
                 replicas: flags.replicas,
                 restore_delay: flags.restore_delay,
+            },
+        )
+        .await?
+        .print()?,
+        Scenario::B14(flags) => scenarios::b14(
+            env,
+            &B14 {
+                executors: flags.executors,
+                shards: flags.shards,
             },
         )
         .await?

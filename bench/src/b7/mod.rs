@@ -340,6 +340,7 @@ impl Side {
             capacities: args.capacities(),
             loads: Some(loads),
             namespaces: Vec::new(),
+            record_admission: false,
         };
         let fleet = Arc::new(
             LeaseholdFleet::start(
