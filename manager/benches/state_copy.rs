@@ -4,7 +4,9 @@
 //! executors and 1 000 000 shards by default, the size of B8 in docs/BENCHMARKS.md.
 //!
 //! Run: `cargo bench -p leasehold-manager --bench state_copy` (LEASEHOLD_BENCH_EXECUTORS and
-//! LEASEHOLD_BENCH_SHARDS set the size). Figures are recorded in docs/BENCHMARKS.md (B8).
+//! LEASEHOLD_BENCH_SHARDS set the size). It prints its figures as a markdown table and no doc
+//! records them: docs/BENCHMARKS.md's B8 measures what a snapshot costs renewals end to end, over
+//! the release binaries, and this isolates the state machine's share of it.
 
 // A benchmark: a failed expectation is a failed run, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
