@@ -2,8 +2,9 @@
 //! namespace of `shards` shards and `executors` simulated executors renewing at the protocol's
 //! cadence (a third of the lease), each keeping its admission log; it is split to twice the
 //! shards, then merged back, at the default churn budget. Measured:
-//! - every key owned throughout: the leader's shards read every [`OWNERSHIP_POLL`] from before the
-//!   split until after the merge, the most unowned shards any reading showed (the target is none);
+//! - every key owned throughout: the leader's shards read every [`OWNERSHIP_POLL`] from the
+//!   settled namespace before the split until the merge settled, the most unowned shards any
+//!   reading showed (the target is none);
 //! - each reshard's time from the request to its entry, and to a settled namespace (no handoff, every
 //!   executor within the balance tolerance of the mean), with the handoffs it took;
 //! - the renewals' p50 and p99 as the executors see them, over the whole run and around each
@@ -58,18 +59,19 @@ pub async fn b14(env: &Env, args: &B14) -> Result<Table> {
         Arc::new(leasehold_fleet_spec(&cluster, &env.security, spec, executor_client()).await?);
     let (stop, stopped) = watch::channel(false);
     let renewing = tokio::spawn(renew_at_cadence(fleet.clone(), stopped.clone()));
-    let owners = tokio::spawn(watch_owners(admin.clone(), stopped));
     let result = async {
         settle(&admin, args.executors, args.shards).await?;
+        // From a settled namespace on: every shard owned, until the merge settled.
+        let owners = tokio::spawn(watch_owners(admin.clone(), stopped));
         let split = reshard(&admin, args.executors, args.shards * 2, 1).await?;
         let merge = reshard(&admin, args.executors, args.shards, 2).await?;
-        Ok::<_, anyhow::Error>((split, merge))
+        Ok::<_, anyhow::Error>((split, merge, owners))
     }
     .await;
     let _ = stop.send(true);
     let renewals = renewing.await.map_err(|e| anyhow!(e))?;
+    let (split, merge, owners) = result?;
     let ownership = owners.await.map_err(|e| anyhow!(e))?;
-    let (split, merge) = result?;
     let load = load_average();
     let mut row = |part: &str, measured: String, target: &str| {
         table.row(vec![

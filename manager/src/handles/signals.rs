@@ -96,7 +96,10 @@ impl CommitSignal {
             | Outcome::Reaped { .. }
             | Outcome::DrainingSet { changed: true, .. }
             | Outcome::MaintenanceSet { changed: true, .. }
-            | Outcome::PinSet { changed: true, .. } => signal.replan = true,
+            | Outcome::PinSet { changed: true, .. }
+            // A split waits on nothing but the handoffs in flight, a merge starts with the moves
+            // that bring its pairs together: both begin at the next step (P20.2).
+            | Outcome::ReshardRequested { changed: true, .. } => signal.replan = true,
             // A batch whose registrations were all retries or refusals changed no membership.
             Outcome::RegisteredMany { results } => {
                 signal.replan = results.iter().any(RegisterResult::is_new);
@@ -160,5 +163,17 @@ mod tests {
             already_registered: false,
         };
         assert!(CommitSignal::of(&alone).replan);
+    }
+
+    /// P20.2: a reshard asked for is begun at the next step, not at the next tick; a repeat
+    /// that changed nothing asks for none.
+    #[test]
+    fn p20_2_a_reshard_asked_for_asks_for_a_step_at_once() {
+        let asked = |changed| Outcome::ReshardRequested {
+            name: "default".into(),
+            changed,
+        };
+        assert!(CommitSignal::of(&asked(true)).replan);
+        assert_eq!(CommitSignal::of(&asked(false)), CommitSignal::default());
     }
 }

@@ -76,7 +76,15 @@ pub struct TermSteps {
     /// The write proposed and not yet answered.
     proposed: Option<StepWrite>,
     step_again: bool,
+    /// A reshard was under way when the last step began (P20.2): the step after waits at most
+    /// [`RESHARD_LOOK_MS`], since what it waits on (handoffs completing) wakes no step.
+    reshard_under_way: bool,
 }
+
+/// While a reshard is under way, the longest wait between steps: a merge's entry is due as soon
+/// as the handoffs bringing its pairs together complete, which a tick of a third of the lease
+/// (20 s at the default) would delay by up to that much (P20.2).
+pub const RESHARD_LOOK_MS: u64 = 500;
 
 impl TermSteps {
     /// A term whose clock took office at `took_office_ms` (P6.1, P6.4); each plan moves at most
@@ -94,6 +102,7 @@ impl TermSteps {
             writes: None,
             proposed: None,
             step_again: false,
+            reshard_under_way: false,
         }
     }
 
@@ -125,6 +134,9 @@ impl TermSteps {
             self.step_again = true;
             return None;
         }
+        self.reshard_under_way = state
+            .namespaces()
+            .any(|(_, namespace)| namespace.reshard.is_some());
         let decision =
             self.core
                 .step_judging(now_ms, state, last_renewal_applied_ms, told_from_memory);
@@ -180,6 +192,13 @@ impl TermSteps {
                 self.placement.committed(now_ms, plan);
                 Some(plan)
             }
+            (StepWrite::Reshard, Written::Applied) => {
+                // The step goes on in the new layout as while learning (P20.2); the next, at
+                // once, places it by its own inputs, so a split's children spread without
+                // waiting for a tick.
+                self.step_again = true;
+                None
+            }
             (
                 StepWrite::Rebalance | StepWrite::PlaceSecondaries,
                 Written::Refused {
@@ -227,8 +246,13 @@ impl TermSteps {
         if std::mem::take(&mut self.step_again) {
             NextStep::Now
         } else {
+            let tick_ms = lease_duration_ms.map_or(1_000, tick_ms);
             NextStep::After {
-                tick_ms: lease_duration_ms.map_or(1_000, tick_ms),
+                tick_ms: if self.reshard_under_way {
+                    tick_ms.min(RESHARD_LOOK_MS)
+                } else {
+                    tick_ms
+                },
             }
         }
     }

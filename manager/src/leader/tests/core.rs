@@ -814,7 +814,7 @@ fn p19_2_secondaries_wait_until_every_primary_move_is_made() {
 }
 
 /// Registers an executor into `namespace` that follows a change of layout (P20.3).
-fn register_following(world: &mut World, name: &str, namespace: &str) -> String {
+pub(super) fn register_following(world: &mut World, name: &str, namespace: &str) -> String {
     let command = crate::lease::Registration {
         follows_generations: true,
         ..crate::lease::tests::registration_in(name, namespace)

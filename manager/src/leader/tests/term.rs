@@ -291,3 +291,58 @@ fn p15_3_a_balance_move_is_charged_until_a_minute_after_its_handoff_completed() 
     assert_eq!(allowed_at(&mut steps, &mut world, 129_999), Some(0));
     assert_eq!(allowed_at(&mut steps, &mut world, 130_001), Some(budget));
 }
+
+fn reshard(now_ms: u64, shard_count: u32) -> Command {
+    Command::Operator {
+        now_ms,
+        actor: crate::lease::tests::TEST_ADMIN.to_owned(),
+        action: crate::lease::OperatorAction::Reshard {
+            name: "kv".to_owned(),
+            shard_count,
+        },
+    }
+}
+
+/// P20.2: a reshard carried out is followed by a step at once, which places the new layout by
+/// its own inputs; while one waits (a merge's pairs not yet together), the next step is due
+/// within `RESHARD_LOOK_MS`, since the handoffs it waits on wake no step.
+#[test]
+fn p20_2_a_reshard_is_placed_at_once_and_one_waiting_is_looked_at_often() {
+    use crate::leader::core::term::RESHARD_LOOK_MS;
+    use crate::leader::tests::core::register_following;
+
+    let mut world = World::new(3, LEASE_MS);
+    world.create_namespace("kv", 4);
+    register_following(&mut world, "a", "kv");
+    register_following(&mut world, "b", "kv");
+    let mut steps = term(64);
+    run_step(&mut steps, &mut world, 1, Written::Applied);
+    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+    world.apply(reshard(2, 8));
+    assert_eq!(
+        run_step(&mut steps, &mut world, 3, Written::Applied)[0],
+        StepWrite::Reshard
+    );
+    assert_eq!(steps.next_step(Some(LEASE_MS)), NextStep::Now);
+    // A merge whose pairs are apart (shards 0 and 1 on one executor, 2 and 3 on the other):
+    // the step moves them, and waits for the handoffs.
+    let mut world = World::new(3, LEASE_MS);
+    world.create_namespace("kv", 4);
+    register_following(&mut world, "a", "kv");
+    register_following(&mut world, "b", "kv");
+    let mut steps = term(64);
+    run_step(&mut steps, &mut world, 1, Written::Applied);
+    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+    world.apply(reshard(5, 2));
+    assert_eq!(
+        run_step(&mut steps, &mut world, 6, Written::Applied),
+        [StepWrite::Rebalance],
+        "the pairs are brought together first"
+    );
+    assert_eq!(
+        steps.next_step(Some(LEASE_MS)),
+        NextStep::After {
+            tick_ms: RESHARD_LOOK_MS
+        }
+    );
+}
