@@ -303,36 +303,36 @@ fn reshard(now_ms: u64, shard_count: u32) -> Command {
     }
 }
 
+/// Namespace `kv` of 4 shards over two executors that follow a change of layout, placed by a
+/// first step (shards 0 and 1 on one, 2 and 3 on the other), and its term.
+fn placed_namespace_of_four() -> (World, TermSteps) {
+    let mut world = World::new(3, LEASE_MS);
+    world.create_namespace("kv", 4);
+    super::core::register_following(&mut world, "a", "kv");
+    super::core::register_following(&mut world, "b", "kv");
+    let mut steps = term(64);
+    run_step(&mut steps, &mut world, 1, Written::Applied);
+    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+    (world, steps)
+}
+
 /// P20.2: a reshard carried out is followed by a step at once, which places the new layout by
 /// its own inputs; while one waits (a merge's pairs not yet together), the next step is due
 /// within `RESHARD_LOOK_MS`, since the handoffs it waits on wake no step.
 #[test]
 fn p20_2_a_reshard_is_placed_at_once_and_one_waiting_is_looked_at_often() {
     use crate::leader::core::term::RESHARD_LOOK_MS;
-    use crate::leader::tests::core::register_following;
 
-    let mut world = World::new(3, LEASE_MS);
-    world.create_namespace("kv", 4);
-    register_following(&mut world, "a", "kv");
-    register_following(&mut world, "b", "kv");
-    let mut steps = term(64);
-    run_step(&mut steps, &mut world, 1, Written::Applied);
-    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+    let (mut world, mut steps) = placed_namespace_of_four();
     world.apply(reshard(2, 8));
     assert_eq!(
         run_step(&mut steps, &mut world, 3, Written::Applied)[0],
         StepWrite::Reshard
     );
     assert_eq!(steps.next_step(Some(LEASE_MS)), NextStep::Now);
-    // A merge whose pairs are apart (shards 0 and 1 on one executor, 2 and 3 on the other):
-    // the step moves them, and waits for the handoffs.
-    let mut world = World::new(3, LEASE_MS);
-    world.create_namespace("kv", 4);
-    register_following(&mut world, "a", "kv");
-    register_following(&mut world, "b", "kv");
-    let mut steps = term(64);
-    run_step(&mut steps, &mut world, 1, Written::Applied);
-    assert_eq!(steps.next_step(Some(LEASE_MS)), TICK);
+    // A merge whose pairs are apart, (0, 2) and (1, 3): the step moves them, and waits for the
+    // handoffs.
+    let (mut world, mut steps) = placed_namespace_of_four();
     world.apply(reshard(5, 2));
     assert_eq!(
         run_step(&mut steps, &mut world, 6, Written::Applied),
