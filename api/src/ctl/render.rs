@@ -155,10 +155,17 @@ pub(super) fn render_audit(records: &[AuditRecordView]) -> String {
     text
 }
 
-/// What an audit record names: its shard, executor and manager (with its address), whichever
-/// it has; [`NONE`] for an action on the whole cluster (maintenance).
+/// What an audit record names: its namespace (with the shard count a reshard asked for), shard,
+/// executor and manager (with its address), whichever it has; [`NONE`] for an action on the
+/// whole cluster (maintenance).
 pub(super) fn audit_subject(record: &AuditRecordView) -> String {
     let mut parts = Vec::new();
+    if let Some(namespace) = &record.namespace {
+        parts.push(match record.shard_count {
+            Some(shard_count) => format!("namespace {namespace} to {shard_count} shards"),
+            None => format!("namespace {namespace}"),
+        });
+    }
     if let Some(shard) = record.shard {
         parts.push(format!("shard {shard}"));
     }

@@ -27,6 +27,8 @@ pub struct B14 {
     pub shards: u32,
 }
 
+/// How long a settled namespace must keep its owners (no plan moved anything meanwhile).
+const SETTLED_FOR: Duration = Duration::from_secs(2);
 /// How often the leader's shards are read for owners.
 const OWNERSHIP_POLL: Duration = Duration::from_millis(50);
 /// The planner's balance tolerance (P15.3), which the namespace keeps by default: an executor is
@@ -211,7 +213,7 @@ async fn reshard(
     )
     .await?;
     let committed = requested.elapsed();
-    let at_entry = owners_of(&admin.shards(false).await?);
+    let at_entry = owners_of(&admin.shards(true).await?);
     let spread = settle(admin, executors, shard_count).await?;
     let settled_at = Instant::now();
     let handoffs = at_entry
@@ -243,8 +245,21 @@ fn owners_of(shards: &[ShardView]) -> Vec<Option<String>> {
 }
 
 /// Waits until the leader shows `shard_count` shards, each owned with no handoff, over
-/// `executors` executors each within the balance tolerance of the mean.
+/// `executors` executors each within the balance tolerance of the mean, and the same owners a
+/// [`SETTLED_FOR`] later: a plan the leader commits just after a reshard's entry shows by then.
 async fn settle(admin: &Client, executors: usize, shard_count: u32) -> Result<Spread> {
+    loop {
+        let first = spread_once(admin, executors, shard_count).await?;
+        tokio::time::sleep(SETTLED_FOR).await;
+        let again = spread_once(admin, executors, shard_count).await?;
+        if again.owners == first.owners {
+            return Ok(again);
+        }
+    }
+}
+
+/// [`settle`]'s one reading: waits until the spread holds once.
+async fn spread_once(admin: &Client, executors: usize, shard_count: u32) -> Result<Spread> {
     let mean = f64::from(shard_count) / executors as f64;
     let (low, high) = (
         (mean * (1.0 - BALANCE_TOLERANCE)).floor() as usize,
@@ -255,7 +270,7 @@ async fn settle(admin: &Client, executors: usize, shard_count: u32) -> Result<Sp
         SETTLE_BOUND,
         POLL_INTERVAL,
         || async {
-            let shards = admin.shards(false).await.map_err(|e| e.to_string())?;
+            let shards = admin.shards(true).await.map_err(|e| e.to_string())?;
             if shards.len() != shard_count as usize {
                 return Err(format!("{} shards", shards.len()));
             }
@@ -309,7 +324,8 @@ async fn watch_owners(admin: Client, mut stopped: watch::Receiver<bool>) -> Owne
             _ = tick.tick() => {}
             _ = stopped.changed() => return ownership,
         }
-        match admin.shards(false).await {
+        // Read at the leader: a follower a few entries behind would show the layout before.
+        match admin.shards(true).await {
             Ok(shards) => {
                 ownership.readings += 1;
                 let unowned = shards.iter().filter(|shard| shard.owner.is_none()).count();
