@@ -18,7 +18,8 @@
 //! at this test's own target directory so the registry dependencies are reused; a clone's sources
 //! are at other paths, so its workspace crates are rebuilt from the clone, not reused.
 //!
-//! Also read, not run: the examples' READMEs (`examples/kv/`, `examples/python/`) keep ports and
+//! Also read, not run: the examples' READMEs (`examples/kv/`, `examples/python/`) and
+//! docs/QUICKSTART.md (which tests/quickstart.rs runs) keep ports and
 //! data directories apart from each other's and `scripts/dev-cluster`'s, and say how to stop and
 //! clean up; the example deployment sets only settings the binaries accept.
 
@@ -1155,10 +1156,10 @@ fn dev_cluster_footprint(script: &str) -> (Vec<u16>, String) {
     (ports, template.trim_end_matches('X').to_owned())
 }
 
-/// The two examples' commands, as their READMEs give them, can run beside each other and beside
-/// `scripts/dev-cluster`: no TCP port and no data directory in common (a shared manager data
-/// directory silently resumes the other cluster). Each README also says how to stop what it
-/// started and removes everything it wrote.
+/// The two examples' commands, as their READMEs give them, and the quickstart's
+/// (docs/QUICKSTART.md) can run beside each other and beside `scripts/dev-cluster`: no TCP port
+/// and no data directory in common (a shared manager data directory silently resumes the other
+/// cluster). Each page also says how to stop what it started and removes everything it wrote.
 #[test]
 fn examples_use_ports_and_directories_of_their_own() {
     let root = repo_root();
@@ -1172,16 +1173,20 @@ fn examples_use_ports_and_directories_of_their_own() {
         "dev-cluster: three managers, three executors"
     );
     let dev_dir_prefix = format!("/tmp/{dev_dir_prefix}");
-    let examples: Vec<(&str, Footprint)> = ["examples/kv/README.md", "examples/python/README.md"]
-        .into_iter()
-        .map(|readme| {
-            let lines: Vec<String> = sh_blocks(&read(readme))
-                .into_iter()
-                .flat_map(shell_lines)
-                .collect();
-            (readme, footprint(&lines))
-        })
-        .collect();
+    let examples: Vec<(&str, Footprint)> = [
+        "examples/kv/README.md",
+        "examples/python/README.md",
+        "docs/QUICKSTART.md",
+    ]
+    .into_iter()
+    .map(|readme| {
+        let lines: Vec<String> = sh_blocks(&read(readme))
+            .into_iter()
+            .flat_map(shell_lines)
+            .collect();
+        (readme, footprint(&lines))
+    })
+    .collect();
     for (readme, example) in &examples {
         assert!(
             example.ports.len() >= 5 && !example.paths.is_empty(),
@@ -1217,22 +1222,23 @@ fn examples_use_ports_and_directories_of_their_own() {
         }
         assert!(example.stops, "{readme}: says how to stop its processes");
     }
-    let [(kv_readme, kv), (python_readme, python)] = &examples[..] else {
-        unreachable!("two examples")
-    };
-    for port in &kv.ports {
-        assert!(
-            !python.ports.contains(port),
-            "{kv_readme} and {python_readme} both listen on {port}"
-        );
-    }
     let nested = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
-    for a in kv.paths.iter().chain(&kv.removed) {
-        for b in python.paths.iter().chain(&python.removed) {
-            assert!(
-                !nested(a, b) && !nested(b, a),
-                "{kv_readme} and {python_readme} share the directory {a} / {b}"
-            );
+    for (at, (page_a, a)) in examples.iter().enumerate() {
+        for (page_b, b) in &examples[at + 1..] {
+            for port in &a.ports {
+                assert!(
+                    !b.ports.contains(port),
+                    "{page_a} and {page_b} both listen on {port}"
+                );
+            }
+            for path_a in a.paths.iter().chain(&a.removed) {
+                for path_b in b.paths.iter().chain(&b.removed) {
+                    assert!(
+                        !nested(path_a, path_b) && !nested(path_b, path_a),
+                        "{page_a} and {page_b} share the directory {path_a} / {path_b}"
+                    );
+                }
+            }
         }
     }
 }
