@@ -968,13 +968,13 @@ fn p17_4_audit_table_names_time_actor_action_and_subject() {
     ];
     assert_eq!(
         render_audit(&records),
-        "REVISION  TIME                      ACTOR                  ACTION          SUBJECT\n\
-         5         1970-01-01T00:00:00.000Z  admin CN=alice         maintenance_on  -\n\
-         7         2023-11-14T22:13:20.123Z  admin CN=alice         move            shard 3, executor ex-2\n\
-         8         2023-11-14T22:13:21.005Z  ex-1                   drain           executor ex-1\n\
-         12        2000-02-29T00:00:00.000Z  anonymous (plaintext)  member_add      manager 4 (http://m4:7004)\n\
+        "REVISION  TIME                      ACTOR                  ACTION             SUBJECT\n\
+         5         1970-01-01T00:00:00.000Z  admin CN=alice         maintenance_on     -\n\
+         7         2023-11-14T22:13:20.123Z  admin CN=alice         move               shard 3, executor ex-2\n\
+         8         2023-11-14T22:13:21.005Z  ex-1                   drain              executor ex-1\n\
+         12        2000-02-29T00:00:00.000Z  anonymous (plaintext)  member_add         manager 4 (http://m4:7004)\n\
          13        2000-02-29T00:00:00.001Z  admin CN=alice         namespace_reshard  namespace kv to 128 shards\n\
-         14        2000-02-29T00:00:00.002Z  admin CN=alice         pin             namespace kv, shard 5, executor ex-3\n"
+         14        2000-02-29T00:00:00.002Z  admin CN=alice         pin                namespace kv, shard 5, executor ex-3\n"
     );
     // A full log says older records are gone.
     let full: Vec<AuditRecordView> = (0..MAX_AUDIT_RECORDS as u64)
