@@ -50,7 +50,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// The commit the binaries should name: the checkout's, as `scripts/test` recorded it.
 fn checkout_commit() -> String {
-    let output = run(Command::new(repo_root().join("scripts/commit-id")));
+    let output = run(&mut Command::new(repo_root().join("scripts/commit-id")));
     assert!(
         output.status.success(),
         "scripts/commit-id: {}",
