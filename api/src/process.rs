@@ -47,6 +47,49 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
     }
 }
 
+/// The variable a build sets to the commit it builds, as `scripts/commit-id` prints it (HEAD's
+/// hash, `-modified` for a changed tree); `scripts/release`, `scripts/test` and
+/// `scripts/dev-cluster` set it.
+pub const COMMIT_ENV: &str = "LEASEHOLD_COMMIT";
+
+/// The commit this binary was built from, or `None` when the build did not say
+/// ([`COMMIT_ENV`]). A macro so that `option_env!` is read where the binary itself is compiled:
+/// a new commit then rebuilds only the three binaries, where a value compiled into this library
+/// would rebuild every crate that depends on it.
+#[macro_export]
+macro_rules! build_commit {
+    () => {
+        option_env!("LEASEHOLD_COMMIT")
+    };
+}
+
+/// What every binary's `--version` prints after its name: the release and the commit it was
+/// built from, e.g. `0.2.0 (commit a3335f1c0ffe)`.
+pub fn version_line(commit: Option<&str>) -> String {
+    match commit.filter(|commit| !commit.is_empty()) {
+        Some(commit) => format!("{} (commit {commit})", crate::RELEASE),
+        None => format!(
+            "{} (commit not recorded: built without {COMMIT_ENV})",
+            crate::RELEASE
+        ),
+    }
+}
+
+/// Parses the process's arguments as `P::parse()` does, with `--version` printing
+/// [`version_line`] of `commit` (the caller's [`build_commit!`]).
+#[cfg(feature = "cli")]
+pub fn parse_args<P: clap::Parser>(commit: Option<&str>) -> P {
+    let mut command = versioned_command::<P>(commit);
+    let mut matches = command.get_matches_mut();
+    P::from_arg_matches_mut(&mut matches).unwrap_or_else(|error| error.format(&mut command).exit())
+}
+
+/// `P`'s command with [`version_line`] of `commit` as its version.
+#[cfg(feature = "cli")]
+fn versioned_command<P: clap::CommandFactory>(commit: Option<&str>) -> clap::Command {
+    P::command().version(version_line(commit))
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -183,5 +226,37 @@ mod tests {
             .contains("--insecure"));
         assert!(check_plaintext_listener(any, false, false).is_err());
         assert_eq!(check_plaintext_listener(public, false, true), Ok(true));
+    }
+
+    #[test]
+    fn the_version_names_the_commit_or_says_none_was_recorded() {
+        assert_eq!(
+            version_line(Some("a3335f1a1ab7")),
+            format!("{RELEASE} (commit a3335f1a1ab7)", RELEASE = crate::RELEASE)
+        );
+        // An empty LEASEHOLD_COMMIT (a build outside a checkout) records nothing either.
+        for unrecorded in [None, Some("")] {
+            assert_eq!(
+                version_line(unrecorded),
+                format!(
+                    "{} (commit not recorded: built without LEASEHOLD_COMMIT)",
+                    crate::RELEASE
+                )
+            );
+        }
+    }
+
+    /// `--version` prints the line, not the crate's bare version that clap's derive would.
+    #[cfg(feature = "cli")]
+    #[test]
+    fn version_prints_the_version_line() {
+        let error = versioned_command::<crate::ctl::Cli>(Some("c0ffee"))
+            .try_get_matches_from(["leaseholdctl", "--version"])
+            .unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(
+            error.to_string().trim_end(),
+            format!("leaseholdctl {} (commit c0ffee)", crate::RELEASE)
+        );
     }
 }

@@ -74,7 +74,7 @@ fn binary_config(args: &ExecutorArgs) -> Result<ExecutorConfig, StartError> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse().executor;
+    let args = leasehold_api::process::parse_args::<Args>(leasehold_api::build_commit!()).executor;
     init_tracing(args.log_format, "info");
     leasehold_api::serve::raise_open_files_limit();
     let config = match binary_config(&args) {

@@ -7,7 +7,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
 use leasehold_api::process::{
     config_error, init_tracing, run_error, shutdown_signal, MANAGER_LOG_FILTER,
 };
@@ -25,7 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = leasehold_api::process::parse_args(leasehold_api::build_commit!());
     init_tracing(args.log_format, MANAGER_LOG_FILTER);
     leasehold_api::serve::raise_open_files_limit();
     let config = match ManagerConfig::try_from(args) {

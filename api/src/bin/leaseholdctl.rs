@@ -3,13 +3,12 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
 use leasehold_api::ctl::{self, Cli, Noun};
 use leasehold_api::process::{init_tracing, LogFormat};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = leasehold_api::process::parse_args(leasehold_api::build_commit!());
     // Quiet unless asked (RUST_LOG=debug shows the client's retries).
     init_tracing(LogFormat::Text, "warn");
     let watching = matches!(cli.command, Noun::Watch { .. });
