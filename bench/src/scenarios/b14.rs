@@ -1,7 +1,9 @@
 //! B14: resharding a namespace under renewal load (docs/BENCHMARKS.md, PROTOCOL §20). The default
 //! namespace of `shards` shards and `executors` simulated executors renewing at the protocol's
-//! cadence (a third of the lease), each keeping its admission log; it is split to twice the
-//! shards, then merged back, at the default churn budget. Measured:
+//! cadence (a third of the lease, [`LEASE`] here so that every few seconds carry a renewal of
+//! each), each keeping its admission log; it is split to twice the shards, then merged back, at
+//! the default churn budget, with [`AROUND`] of renewals before the split and after the merge.
+//! Measured:
 //! - every key owned throughout: the leader's shards read every [`OWNERSHIP_POLL`] from the
 //!   settled namespace before the split until the merge settled, the most unowned shards any
 //!   reading showed (the target is none);
@@ -34,8 +36,11 @@ const OWNERSHIP_POLL: Duration = Duration::from_millis(50);
 /// The planner's balance tolerance (P15.3), which the namespace keeps by default: an executor is
 /// spread evenly when it holds within this share of the mean.
 const BALANCE_TOLERANCE: f64 = 0.10;
-/// Renewals around a reshard: from this long before its request to this long after it settled.
-const AROUND: Duration = Duration::from_secs(5);
+/// Renewals around a reshard: from this long before its request to this long after it settled;
+/// the run renews this long before the split and after the merge too.
+const AROUND: Duration = Duration::from_secs(10);
+/// The managers' lease: the executors renew every third of it.
+const LEASE: &str = "10s";
 
 pub async fn b14(env: &Env, args: &B14) -> Result<Table> {
     let mut table = Table::new(&["B14", "part", "measured", "target", "load avg"]);
@@ -49,7 +54,10 @@ pub async fn b14(env: &Env, args: &B14) -> Result<Table> {
         env,
         &env.security,
         "b14",
-        ManagerFlags::shipped(args.shards),
+        ManagerFlags {
+            lease: Some(LEASE.to_owned()),
+            ..ManagerFlags::shipped(args.shards)
+        },
     )
     .await?;
     let admin = admin_client(&cluster, &env.security)?;
@@ -65,8 +73,10 @@ pub async fn b14(env: &Env, args: &B14) -> Result<Table> {
         settle(&admin, args.executors, args.shards).await?;
         // From a settled namespace on: every shard owned, until the merge settled.
         let owners = tokio::spawn(watch_owners(admin.clone(), stopped));
+        tokio::time::sleep(AROUND).await;
         let split = reshard(&admin, args.executors, args.shards * 2, 1).await?;
         let merge = reshard(&admin, args.executors, args.shards, 2).await?;
+        tokio::time::sleep(AROUND).await;
         Ok::<_, anyhow::Error>((split, merge, owners))
     }
     .await;
@@ -173,7 +183,8 @@ struct Resharded {
     /// Request → settled.
     settled: Duration,
     settled_at: Instant,
-    /// Owner changes between the entry and the settled namespace.
+    /// Shards of the finer layout whose keys changed executor between the request and the
+    /// settled namespace.
     handoffs: usize,
     fewest: usize,
     most: usize,
@@ -187,6 +198,7 @@ async fn reshard(
     shard_count: u32,
     generation: u64,
 ) -> Result<Resharded> {
+    let before = owners_of(&admin.shards(true).await?);
     let requested = Instant::now();
     admin
         .reshard_namespace(DEFAULT_NAMESPACE, shard_count)
@@ -213,13 +225,13 @@ async fn reshard(
     )
     .await?;
     let committed = requested.elapsed();
-    let at_entry = owners_of(&admin.shards(true).await?);
     let spread = settle(admin, executors, shard_count).await?;
     let settled_at = Instant::now();
-    let handoffs = at_entry
-        .iter()
-        .zip(&spread.owners)
-        .filter(|(entry, settled)| entry != settled)
+    // Each shard of the finer layout whose keys are now with another executor than before the
+    // request moved once: a split's children spread, or one shard of a merge's pair.
+    let (old, new) = (before.len(), spread.owners.len());
+    let handoffs = (0..old.max(new))
+        .filter(|&class| before[class % old.max(1)] != spread.owners[class % new.max(1)])
         .count();
     Ok(Resharded {
         shard_count,
@@ -348,7 +360,7 @@ async fn renew_at_cadence(
     stopped: watch::Receiver<bool>,
 ) -> Vec<Renewal> {
     let holders = fleet.size();
-    let first_period = DEFAULT_LEASE_DURATION / 3;
+    let first_period = humantime::parse_duration(LEASE).unwrap_or(DEFAULT_LEASE_DURATION) / 3;
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..holders {
