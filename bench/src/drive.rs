@@ -28,6 +28,15 @@ pub struct Samples {
 }
 
 impl Samples {
+    /// The latencies and failures of the renewals `keep` selects.
+    pub fn of(renewals: &[Renewal], keep: impl Fn(&Renewal) -> bool) -> Self {
+        let mut samples = Samples::default();
+        for renewal in renewals.iter().filter(|renewal| keep(renewal)) {
+            samples.record(renewal.result.clone());
+        }
+        samples
+    }
+
     pub(crate) fn record(&mut self, result: Result<Duration, String>) {
         match result {
             Ok(latency) => self
@@ -114,11 +123,7 @@ pub struct OpenLoopRun {
 impl OpenLoopRun {
     /// The latencies and failures of the renewals `keep` selects.
     pub fn samples(&self, keep: impl Fn(&Renewal) -> bool) -> Samples {
-        let mut samples = Samples::default();
-        for renewal in self.renewals.iter().filter(|renewal| keep(renewal)) {
-            samples.record(renewal.result.clone());
-        }
-        samples
+        Samples::of(&self.renewals, keep)
     }
 
     /// The whole run as one step.

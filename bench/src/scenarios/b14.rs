@@ -123,7 +123,7 @@ pub async fn b14(env: &Env, args: &B14) -> Result<Table> {
             "children spread within the balance tolerance in 2 min",
         );
     }
-    let mut all = samples(&renewals, |_| true);
+    let mut all = Samples::of(&renewals, |_| true);
     row(
         "renewals, whole run",
         format!(
@@ -138,7 +138,7 @@ pub async fn b14(env: &Env, args: &B14) -> Result<Table> {
     );
     for (what, reshard) in [("split", &split), ("merge", &merge)] {
         let (from, to) = (reshard.requested - AROUND, reshard.settled_at + AROUND);
-        let mut around = samples(&renewals, |renewal| renewal.overlaps(from, to));
+        let mut around = Samples::of(&renewals, |renewal| renewal.overlaps(from, to));
         row(
             &format!("renewals around the {what}"),
             format!(
@@ -395,12 +395,4 @@ async fn renew_at_cadence(
         }
     }
     all
-}
-
-fn samples(renewals: &[Renewal], keep: impl Fn(&Renewal) -> bool) -> Samples {
-    let mut samples = Samples::default();
-    for renewal in renewals.iter().filter(|renewal| keep(renewal)) {
-        samples.record(renewal.result.clone());
-    }
-    samples
 }
