@@ -480,31 +480,29 @@ async fn admit(
     let shared = &local.shared;
     // The permit is told under the link's lock, in the same section as the admission decision:
     // a revoke applied after it finds the shard told and waits for the window (P16.2). The
-    // layout is read in the one section of the sidecar's state that admits.
+    // layout, the lease and the id are read in the one section of the sidecar's state that
+    // admits.
     let granted = local.link.update(|copy, now| {
-        let view = shared.view_at(now);
-        let admitted = shared.read_core(|core, now| {
+        let admitted = shared.read_core(|core, admitted_at| {
             let layout = core.layout();
             let permit = match asked {
-                Asked::Key(key) => core.admit_key_as(key.as_bytes(), role, now),
+                Asked::Key(key) => core.admit_key_as(key.as_bytes(), role, admitted_at),
                 Asked::Shard { shard, generation } => {
                     in_layout(shard, generation, layout)?;
-                    core.admit_as(shard, role, now)
+                    core.admit_as(shard, role, admitted_at)
                 }
             };
+            let executor_id = core.executor_id().unwrap_or_default().to_owned();
             permit
-                .map(|permit| (permit, layout))
+                .map(|permit| (permit, layout, core.lease().remaining(now), executor_id))
                 .map_err(LocalAdmitError::Admit)
         });
         match admitted {
-            Ok((permit, layout)) => {
+            Ok((permit, layout, lease_remaining, executor_id)) => {
                 // Never past the lease: a secondary is admitted only while it is live (P19.1), as
                 // the primary is.
-                let window = view
-                    .lease_remaining(now)
-                    .min(Duration::from_millis(LOCAL_ADMIT_WINDOW_MS));
+                let window = lease_remaining.min(Duration::from_millis(LOCAL_ADMIT_WINDOW_MS));
                 let lease_ttl_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-                let executor_id = view.executor_id.unwrap_or_default();
                 let events = copy.permit(
                     &executor_id,
                     layout,
