@@ -250,6 +250,15 @@ mod tests {
             identity.verify_peer(8, "peer").unwrap();
             identity.storage_id().to_string()
         };
+        // sled's background writer holds the directory's lock a moment past the close.
+        let released_by = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !leasehold_harness::storage_unlocked(dir.path()).unwrap() {
+            assert!(
+                std::time::Instant::now() < released_by,
+                "the lock stayed held"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let db = sled::open(dir.path()).unwrap();
         let identity = Identity::open(&db, 7).unwrap();
         assert!(!identity.is_fresh());

@@ -95,27 +95,21 @@ pub fn start(config: ManagerConfig) -> Member {
     start_with_metrics(config, None)
 }
 
-/// Waits until no one holds the storage lock of `data_dir` (the lock sled takes on its `db`
-/// file), without holding it past the check. In one process the lock outlives a stopped server
-/// by a moment (the storage's background writers still hold the file), and a member started on
-/// the directory meanwhile fails to open it and stops at once (a restored leader that never
-/// answered failed `leadership.rs` in CI).
+/// Waits until no one holds the storage lock of `data_dir`. In one process the lock outlives a
+/// stopped server by a moment, and a member started on the directory meanwhile fails to open it
+/// and stops at once (a restored leader that never answered failed `leadership.rs` in CI).
 pub async fn wait_until_released(data_dir: &Path) {
-    let lock_file = data_dir.join("db");
     let deadline = Instant::now() + BOUND;
     loop {
-        let file = std::fs::File::open(&lock_file)
-            .unwrap_or_else(|error| panic!("{}: {error}", lock_file.display()));
-        match fs2::FileExt::try_lock_exclusive(&file) {
-            // Closing the file below releases the lock at once.
-            Ok(()) => return,
-            Err(error) => assert!(
+        match leasehold_harness::storage_unlocked(data_dir) {
+            Ok(true) => return,
+            Ok(false) => assert!(
                 Instant::now() < deadline,
-                "{} stayed locked for {BOUND:?}: {error}",
-                lock_file.display()
+                "{} stayed locked for {BOUND:?}",
+                data_dir.display()
             ),
+            Err(error) => panic!("{}: {error}", data_dir.display()),
         }
-        drop(file);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
