@@ -62,9 +62,12 @@ fn member_config(data_dir: &Path, id: usize, ports: &[u16]) -> ManagerConfig {
 async fn lose_committed_since_the_terms_first_entry(data_dir: &Path) -> u64 {
     common::wait_until_released(data_dir).await;
     let db = sled::open(data_dir).unwrap();
-    let (mut log, state_machine) =
-        leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, LogStoreConfig::default())
-            .unwrap();
+    let (mut log, state_machine) = leasehold_raft_store::open::<TypeConfig, LeaseState>(
+        &db,
+        data_dir,
+        LogStoreConfig::default(),
+    )
+    .unwrap();
     let state = log.get_log_state().await.unwrap();
     let last = state.last_log_id.unwrap();
     let first = state

@@ -115,26 +115,34 @@ pub fn decode_prefix<T: DeserializeOwned>(
 
 /// Wraps an encoded payload: format 1 without a schema, format 2 naming `schema`.
 pub fn seal(schema: Option<u32>, payload: &[u8]) -> Vec<u8> {
+    seal_parts(schema, &[payload])
+}
+
+/// Wraps a payload given in parts, copying each once: a large payload assembled from a header
+/// and a body is never joined first and then copied again into its envelope.
+pub fn seal_parts(schema: Option<u32>, parts: &[&[u8]]) -> Vec<u8> {
+    let payload_len: usize = parts.iter().map(|part| part.len()).sum();
+    let mut hasher = crc32fast::Hasher::new();
+    let mut record = Vec::with_capacity(HEADER_LEN + SCHEMA_LEN + payload_len);
     match schema {
-        None => {
-            let mut record = Vec::with_capacity(HEADER_LEN + payload.len());
-            record.push(FORMAT_VERSION);
-            record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-            record.extend_from_slice(payload);
-            record
-        }
+        None => record.push(FORMAT_VERSION),
         Some(schema) => {
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&schema.to_le_bytes());
-            hasher.update(payload);
-            let mut record = Vec::with_capacity(HEADER_LEN + SCHEMA_LEN + payload.len());
             record.push(TAGGED_FORMAT_VERSION);
-            record.extend_from_slice(&hasher.finalize().to_le_bytes());
-            record.extend_from_slice(&schema.to_le_bytes());
-            record.extend_from_slice(payload);
-            record
+            hasher.update(&schema.to_le_bytes());
         }
     }
+    let checksum_at = record.len();
+    record.extend_from_slice(&[0; CHECKSUM_LEN]);
+    if let Some(schema) = schema {
+        record.extend_from_slice(&schema.to_le_bytes());
+    }
+    for part in parts {
+        hasher.update(part);
+        record.extend_from_slice(part);
+    }
+    record[checksum_at..checksum_at + CHECKSUM_LEN]
+        .copy_from_slice(&hasher.finalize().to_le_bytes());
+    record
 }
 
 /// A checked record: the schema it names (`None` for format 1) and its payload.
@@ -201,6 +209,27 @@ mod tests {
         assert_eq!(record[0], FORMAT_VERSION);
         let back: (u64, String) = decode("test", &record).unwrap();
         assert_eq!(back, (7, "seven".to_string()));
+    }
+
+    /// The envelopes' bytes, spelled out: 0.1.0 reads format 1 and 0.2.0 format 2 exactly so.
+    #[test]
+    fn a_payload_sealed_in_parts_is_the_envelope_of_the_joined_payload() {
+        let joined = b"header-and-body";
+        for schema in [None, Some(12)] {
+            let whole = seal(schema, joined);
+            let parts = seal_parts(schema, &[b"header", b"-and-", b"body"]);
+            assert_eq!(parts, whole, "schema {schema:?}");
+        }
+        let mut format_1 = vec![FORMAT_VERSION];
+        format_1.extend_from_slice(&crc32fast::hash(joined).to_le_bytes());
+        format_1.extend_from_slice(joined);
+        assert_eq!(seal(None, joined), format_1);
+        let mut covered = 12u32.to_le_bytes().to_vec();
+        covered.extend_from_slice(joined);
+        let mut format_2 = vec![TAGGED_FORMAT_VERSION];
+        format_2.extend_from_slice(&crc32fast::hash(&covered).to_le_bytes());
+        format_2.extend_from_slice(&covered);
+        assert_eq!(seal(Some(12), joined), format_2);
     }
 
     #[test]

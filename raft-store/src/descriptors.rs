@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+use crate::error::StoreError;
+
 /// Descriptors a snapshot write needs free before it starts: the blob file, and room for sled's
 /// own and the process's others meanwhile.
 pub(crate) const WRITE_HEADROOM: u64 = 64;
@@ -36,14 +38,15 @@ pub(crate) fn headroom() -> Option<u64> {
 }
 
 /// Whether `error` is the process (`EMFILE`) or the system (`ENFILE`) out of descriptors.
-pub(crate) fn is_shortage(error: &sled::Error) -> bool {
-    match error {
-        sled::Error::Io(io) => matches!(
-            io.raw_os_error(),
-            Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
-        ),
-        _ => false,
-    }
+pub(crate) fn is_shortage(error: &StoreError) -> bool {
+    let io = match error {
+        StoreError::Sled(sled::Error::Io(io)) | StoreError::SnapshotFile { source: io, .. } => io,
+        _ => return false,
+    };
+    matches!(
+        io.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+    )
 }
 
 /// Waits until `headroom` reports at least [`WRITE_HEADROOM`] (or cannot tell), at most
@@ -95,15 +98,22 @@ mod tests {
 
     #[test]
     fn p8_3_out_of_descriptors_is_a_shortage_and_nothing_else_is() {
-        let emfile = sled::Error::Io(std::io::Error::from_raw_os_error(nix::libc::EMFILE));
-        let enfile = sled::Error::Io(std::io::Error::from_raw_os_error(nix::libc::ENFILE));
-        let eio = sled::Error::Io(std::io::Error::from_raw_os_error(nix::libc::EIO));
-        let enospc = sled::Error::Io(std::io::Error::from_raw_os_error(nix::libc::ENOSPC));
-        assert!(is_shortage(&emfile));
-        assert!(is_shortage(&enfile));
-        assert!(!is_shortage(&eio));
-        assert!(!is_shortage(&enospc));
-        assert!(!is_shortage(&sled::Error::Unsupported("x".into())));
+        let sled_io =
+            |code| StoreError::Sled(sled::Error::Io(std::io::Error::from_raw_os_error(code)));
+        let file_io = |code| StoreError::SnapshotFile {
+            path: "raft-snapshot".into(),
+            source: std::io::Error::from_raw_os_error(code),
+        };
+        let kinds: [fn(i32) -> StoreError; 2] = [sled_io, file_io];
+        for io in kinds {
+            assert!(is_shortage(&io(nix::libc::EMFILE)));
+            assert!(is_shortage(&io(nix::libc::ENFILE)));
+            assert!(!is_shortage(&io(nix::libc::EIO)));
+            assert!(!is_shortage(&io(nix::libc::ENOSPC)));
+        }
+        assert!(!is_shortage(&StoreError::Sled(sled::Error::Unsupported(
+            "x".into()
+        ))));
     }
 
     #[test]

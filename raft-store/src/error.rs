@@ -105,6 +105,13 @@ pub enum StoreError {
     #[error("snapshot covers {payload:?} but was offered as {offered:?}")]
     SnapshotMismatch { payload: String, offered: String },
 
+    #[error("snapshot file {path}: {source}")]
+    SnapshotFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("the group-commit flusher has stopped")]
     FlusherStopped,
 

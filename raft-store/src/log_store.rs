@@ -440,22 +440,32 @@ impl<C: SchemaCodec> RaftLogStorage<C> for SledLogStore<C> {
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
         let result = async {
-            // The purge point is durable before any entry goes, so the log never has a hole
-            // that the log state does not account for.
+            // Entries before the purge point are unreadable from now on, and none is deleted
+            // before the purge point is durable, so the log never has a hole that the log state
+            // does not account for. Both waits happen off the Raft core: a restart before them
+            // finds the purge point and the entries as they were, a log state as good.
             self.write_meta(KEY_LAST_PURGED, &log_id)?;
-            self.durability.flush().await?;
             self.readable_from
                 .fetch_max(log_id.index.saturating_add(1), Ordering::AcqRel);
             let mut deletion = self.deletion.lock().await;
-            if let Some(previous) = deletion.take() {
-                // Normally long finished: purges are a snapshot interval apart.
-                let _ = previous.await;
-            }
+            // Normally long finished: purges are a snapshot interval apart.
+            let previous = deletion.take();
+            let durability = self.durability.clone();
             let log = self.log.clone();
             let upto = log_id.index;
-            *deletion = Some(tokio::task::spawn_blocking(move || {
+            *deletion = Some(tokio::spawn(async move {
+                if let Some(previous) = previous {
+                    let _ = previous.await;
+                }
+                // A failed flush is kept (`durability`): the next append fails with it and the
+                // Raft core stops, so nothing is deleted here.
+                if let Err(error) = durability.flush().await {
+                    tracing::error!(%error, upto, "making the purge point durable");
+                    return;
+                }
+                let deleted = tokio::task::spawn_blocking(move || delete_purged(&log, upto)).await;
                 // Left behind on failure: the next purge's range or the next start covers it.
-                if let Err(error) = delete_purged(&log, upto) {
+                if let Ok(Err(error)) = deleted {
                     tracing::warn!(%error, upto, "deleting purged log entries");
                 }
             }));

@@ -42,6 +42,12 @@ pub trait SchemaCodec: RaftTypeConfig<Entry = Entry<Self>> {
     const RETIRED_SCHEMAS: RangeInclusive<u32> = RangeInclusive::new(1, 0);
     /// This build's release, for errors and the marker.
     const RELEASE: &'static str;
+    /// The oldest schema whose snapshots are stored in a file of their own
+    /// (`crate::snapshot_file`). A snapshot of an older schema is stored in sled, where the
+    /// releases that wrote that schema look for it, so a directory holding nothing newer can still
+    /// be opened by them (P14.1); a newer one raises the directory's marker first, so they refuse
+    /// it rather than find no snapshot.
+    const SNAPSHOT_FILE_SCHEMA: u32;
 
     /// Encodes `entry` at the oldest schema that can express it: `(schema, bincode payload)`.
     fn encode_entry(entry: &Entry<Self>) -> Result<(u32, Vec<u8>), StoreError>;

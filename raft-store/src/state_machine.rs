@@ -1,5 +1,6 @@
 //! Hosts a deterministic [`StateMachine`] for openraft ([`RaftStateMachine`]) and keeps its
-//! snapshot in sled.
+//! snapshot in a file of its own beside sled (`crate::snapshot_file`), or in sled for a schema
+//! whose releases look for it there ([`SchemaCodec::SNAPSHOT_FILE_SCHEMA`]).
 //!
 //! The state lives in memory; only snapshots are persisted (PROTOCOL P2.5: snapshots replace
 //! compaction). On start-up the state is restored from the latest snapshot and openraft re-applies
@@ -7,6 +8,7 @@
 
 use std::fmt::Debug;
 use std::io::Cursor;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,8 +25,10 @@ use crate::descriptors;
 use crate::durability::Durability;
 use crate::error::StoreError;
 use crate::schema::{check_readable, SchemaCodec, SchemaMarker};
+use crate::snapshot_file;
 
-/// Tree holding the current snapshot: its metadata and its data, written together.
+/// Tree holding the current snapshot of a schema below [`SchemaCodec::SNAPSHOT_FILE_SCHEMA`]: its
+/// metadata and its data, written together.
 pub const SNAPSHOT_TREE: &str = "raft_snapshot";
 const KEY_SNAPSHOT_META: &[u8] = b"meta";
 const KEY_SNAPSHOT_DATA: &[u8] = b"data";
@@ -145,7 +149,7 @@ where
     S: StateMachine<C>,
 {
     let (schema, state) = applied.state.encode_state()?;
-    let mut payload = codec::encode_payload(
+    let header = codec::encode_payload(
         "snapshot",
         &SnapshotHeader::<C> {
             schema_version: schema,
@@ -153,8 +157,7 @@ where
             last_membership: applied.last_membership.clone(),
         },
     )?;
-    payload.extend_from_slice(&state);
-    Ok((schema, codec::seal(None, &payload)))
+    Ok((schema, codec::seal_parts(None, &[&header, &state])))
 }
 
 /// Decodes and checks snapshot data of any schema this build reads; returns the schema too.
@@ -194,27 +197,102 @@ struct StoredSnapshot<C: RaftTypeConfig> {
     data: Vec<u8>,
 }
 
+/// Where a snapshot is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A file of its own beside sled's (`crate::snapshot_file`).
+    File,
+    /// sled's [`SNAPSHOT_TREE`], where releases before the file look.
+    Tree,
+}
+
+impl Place {
+    fn for_schema<C: SchemaCodec>(schema: u32) -> Self {
+        if schema >= C::SNAPSHOT_FILE_SCHEMA {
+            Place::File
+        } else {
+            Place::Tree
+        }
+    }
+}
+
 /// Writes snapshots only forwards: a slow build of an older state must never replace a newer
 /// snapshot that was installed meanwhile.
+///
+/// Both places may hold a snapshot for a moment (a crash between storing one and removing the
+/// other leaves both); the newer of the two is the current one. A store writes the new place
+/// durably before it removes the old one, so a reader that finds neither looks again.
 struct SnapshotStore {
     durability: Durability,
     /// Encodes snapshots at a low CPU priority (crate::background).
     encoder: Background,
     tree: sled::Tree,
+    /// The data directory, which holds the snapshot file beside sled's own.
+    dir: PathBuf,
     write_lock: Mutex<()>,
     marker: Arc<SchemaMarker>,
 }
 
+/// How often a read looks again when it found the snapshot in neither place while a store
+/// moved it.
+const READ_ATTEMPTS: usize = 3;
+
 impl SnapshotStore {
-    fn read_meta<C: RaftTypeConfig>(&self) -> Result<Option<MetaOf<C>>, StoreError> {
+    fn tree_meta<C: RaftTypeConfig>(&self) -> Result<Option<MetaOf<C>>, StoreError> {
         self.tree
             .get(KEY_SNAPSHOT_META)?
             .map(|bytes| decode("snapshot meta", &bytes))
             .transpose()
     }
 
+    fn file_meta<C: RaftTypeConfig>(&self) -> Result<Option<MetaOf<C>>, StoreError> {
+        snapshot_file::read_meta_record(&self.dir)?
+            .map(|record| decode("snapshot meta", &record))
+            .transpose()
+    }
+
+    /// The current snapshot's metadata: the newer of the two places'.
+    fn current_meta<C: RaftTypeConfig>(&self) -> Result<Option<MetaOf<C>>, StoreError> {
+        Ok(match (self.file_meta::<C>()?, self.tree_meta::<C>()?) {
+            (Some(file), Some(tree)) if tree.last_log_id > file.last_log_id => Some(tree),
+            (Some(file), _) => Some(file),
+            (None, tree) => tree,
+        })
+    }
+
+    /// The current snapshot. Blocking: the file is read whole.
     fn read<C: RaftTypeConfig>(&self) -> Result<Option<StoredSnapshot<C>>, StoreError> {
-        let Some(meta) = self.read_meta::<C>()? else {
+        for _ in 0..READ_ATTEMPTS {
+            let file = match snapshot_file::read(&self.dir)? {
+                Some(stored) => Some(StoredSnapshot {
+                    meta: decode("snapshot meta", &stored.meta_record)?,
+                    data: stored.data,
+                }),
+                None => None,
+            };
+            let tree = self.read_tree::<C>()?;
+            // The file's on a tie: it is written before the tree's copy goes.
+            let current = match (file, tree) {
+                (Some(file), Some(tree)) if tree.meta.last_log_id > file.meta.last_log_id => {
+                    Some(tree)
+                }
+                (Some(file), _) => Some(file),
+                (None, tree) => tree,
+            };
+            if current.is_some() || !self.moved_meanwhile::<C>()? {
+                return Ok(current);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether a snapshot appeared in either place: a store moved it while a read looked.
+    fn moved_meanwhile<C: RaftTypeConfig>(&self) -> Result<bool, StoreError> {
+        Ok(self.current_meta::<C>()?.is_some())
+    }
+
+    fn read_tree<C: RaftTypeConfig>(&self) -> Result<Option<StoredSnapshot<C>>, StoreError> {
+        let Some(meta) = self.tree_meta::<C>()? else {
             return Ok(None);
         };
         let data = self
@@ -231,27 +309,31 @@ impl SnapshotStore {
     }
 
     /// Stores the snapshot unless a newer one is already stored; returns whether it stored it,
-    /// and `data` back. Writing megabytes into sled is blocking work, so it runs off the async
-    /// workers, as the flush does.
-    async fn store_if_newer<C: RaftTypeConfig>(
+    /// and `data` back. Writing megabytes is blocking work, so it runs off the async workers, as
+    /// the flush does; in its own file it never passes through the log's flushes.
+    async fn store_if_newer<C: SchemaCodec>(
         self: &Arc<Self>,
         meta: &SnapshotMeta<C::NodeId, C::Node>,
         schema: u32,
         data: Vec<u8>,
     ) -> Result<(bool, Vec<u8>), StoreError> {
+        // Raised before the first snapshot of a newer schema, in either place: a release that
+        // reads neither the schema nor the file refuses the directory instead.
         self.marker.cover(schema).await?;
+        let place = Place::for_schema::<C>(schema);
         let encoded_meta = encode("snapshot meta", meta)?;
         let started = tokio::time::Instant::now();
         let mut data = data;
         let written = loop {
-            // The snapshot's value goes into a file of its own: a write started without a
-            // descriptor to open it fails with EMFILE, which is no disk fault (`descriptors`).
-            // One bound for the waits and the retries together.
+            // A write started without a descriptor to open its file fails with EMFILE, which is
+            // no disk fault (`descriptors`). One bound for the waits and the retries together.
             let left = descriptors::MAX_WAIT.saturating_sub(started.elapsed());
             descriptors::wait_for_headroom("snapshot", left, descriptors::headroom).await;
-            let (attempt, returned) = self.write_if_newer::<C>(meta, &encoded_meta, data).await;
+            let (attempt, returned) = self
+                .write_if_newer::<C>(meta, &encoded_meta, data, place)
+                .await;
             match attempt {
-                Err(StoreError::Sled(error))
+                Err(error)
                     if descriptors::is_shortage(&error)
                         && started.elapsed() < descriptors::MAX_WAIT =>
                 {
@@ -266,9 +348,12 @@ impl SnapshotStore {
                 attempt => break (attempt?, returned),
             }
         };
-        if written.0 {
-            // Durable before openraft is told, because it purges the log behind the snapshot next.
+        if written.0 && place == Place::Tree {
+            // Durable before openraft is told, because it purges the log behind the snapshot
+            // next; and before an older file goes.
             self.durability.flush().await?;
+            let store = Arc::clone(self);
+            blocking(move || snapshot_file::remove(&store.dir)).await?;
         }
         Ok(written)
     }
@@ -280,6 +365,7 @@ impl SnapshotStore {
         meta: &SnapshotMeta<C::NodeId, C::Node>,
         encoded_meta: &[u8],
         data: Vec<u8>,
+        place: Place,
     ) -> (Result<bool, StoreError>, Vec<u8>) {
         let store = Arc::clone(self);
         let encoded_meta = encoded_meta.to_vec();
@@ -287,16 +373,33 @@ impl SnapshotStore {
         let joined = tokio::task::spawn_blocking(move || {
             let attempt = (|| {
                 let _serialised = store.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(current) = store.read_meta::<C>()? {
+                if let Some(current) = store.current_meta::<C>()? {
                     if current.last_log_id > last_log_id {
                         return Ok(false);
                     }
                 }
-                // One batch: metadata and data can never disagree after a crash.
-                let mut batch = sled::Batch::default();
-                batch.insert(KEY_SNAPSHOT_META, encoded_meta);
-                batch.insert(KEY_SNAPSHOT_DATA, data.as_slice());
-                store.tree.apply_batch(batch)?;
+                match place {
+                    Place::File => {
+                        // Synced and renamed into place before it returns (durable before
+                        // openraft is told and purges the log behind it).
+                        snapshot_file::write(&store.dir, &encoded_meta, &data)?;
+                        // The tree's copy is older now; at open the newer of the two is
+                        // restored, so its removal needs no flush of its own.
+                        if store.tree_meta::<C>()?.is_some() {
+                            let mut batch = sled::Batch::default();
+                            batch.remove(KEY_SNAPSHOT_META);
+                            batch.remove(KEY_SNAPSHOT_DATA);
+                            store.tree.apply_batch(batch)?;
+                        }
+                    }
+                    Place::Tree => {
+                        // One batch: metadata and data can never disagree after a crash.
+                        let mut batch = sled::Batch::default();
+                        batch.insert(KEY_SNAPSHOT_META, encoded_meta);
+                        batch.insert(KEY_SNAPSHOT_DATA, data.as_slice());
+                        store.tree.apply_batch(batch)?;
+                    }
+                }
                 Ok::<_, StoreError>(true)
             })();
             (attempt, data)
@@ -310,6 +413,15 @@ impl SnapshotStore {
             ),
         }
     }
+}
+
+/// Runs blocking file work off the async workers.
+async fn blocking<R: Send + 'static>(
+    work: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
+) -> Result<R, StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|join| sled::Error::Io(std::io::Error::other(join.to_string())))?
 }
 
 /// The state machine side of a replica's storage.
@@ -341,6 +453,7 @@ where
     /// Opens the state machine on `db`, restoring the latest snapshot if there is one.
     pub(crate) fn open(
         db: &sled::Db,
+        dir: &Path,
         durability: Durability,
         marker: Arc<SchemaMarker>,
         faults: ApplyFaults,
@@ -349,9 +462,11 @@ where
             durability,
             encoder: Background::start().map_err(sled::Error::Io)?,
             tree: db.open_tree(SNAPSHOT_TREE)?,
+            dir: dir.to_path_buf(),
             write_lock: Mutex::new(()),
             marker,
         };
+        snapshot_file::remove_partial(dir)?;
         let applied = match snapshots.read::<C>()? {
             Some(StoredSnapshot { meta, data }) => {
                 let (_, applied) = decode_snapshot_data::<C, S>(&data)?;
@@ -487,9 +602,9 @@ where
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<C>>, StorageError<C::NodeId>> {
-        let current = self
-            .snapshots
-            .read::<C>()
+        let snapshots = Arc::clone(&self.snapshots);
+        let current = blocking(move || snapshots.read::<C>())
+            .await
             .map_err(|e| snapshot_error::<C>(e, None, ErrorVerb::Read))?;
         Ok(current.map(|StoredSnapshot { meta, data }| Snapshot {
             meta,
@@ -564,4 +679,17 @@ fn snapshot_id<C: RaftTypeConfig>(last_applied: Option<&LogId<C::NodeId>>) -> St
         Some(log_id) => format!("{}-{}-{built_at_ns}", log_id.leader_id, log_id.index),
         None => format!("empty-{built_at_ns}"),
     }
+}
+
+/// The size of the snapshot data kept in `dir` (opened as `db`): the file's, or, for a directory
+/// whose snapshot is still in sled, the tree's. For benchmarks and inspection of a stopped
+/// replica.
+pub fn stored_snapshot_len(db: &sled::Db, dir: &Path) -> Result<Option<u64>, StoreError> {
+    if let Some(len) = snapshot_file::data_len(dir)? {
+        return Ok(Some(len));
+    }
+    Ok(db
+        .open_tree(SNAPSHOT_TREE)?
+        .get(KEY_SNAPSHOT_DATA)?
+        .map(|data| data.len() as u64))
 }

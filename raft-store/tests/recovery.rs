@@ -12,13 +12,15 @@ mod common;
 use std::future::Future;
 
 use common::*;
-use leasehold_raft_store::{LogStoreConfig, StoreError, LOG_TREE, SNAPSHOT_TREE};
+use leasehold_raft_store::{
+    FlushFaults, LogStoreConfig, StoreError, LOG_TREE, SNAPSHOT_FILE, SNAPSHOT_TREE,
+};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{Entry, EntryPayload, RaftLogReader, RaftSnapshotBuilder, Vote};
 use tempfile::TempDir;
 
 /// Runs `phase` as one process lifetime: its own runtime and its own sled handle.
-fn lifetime<T>(dir: &TempDir, phase: impl AsyncFnOnce(sled::Db) -> T) -> T {
+fn lifetime<T>(dir: &TempDir, phase: impl AsyncFnOnce(DataDir) -> T) -> T {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -272,6 +274,54 @@ fn a_slow_build_of_older_state_never_replaces_a_newer_installed_snapshot() {
     });
 }
 
+/// The flushes a fresh directory sees before the purge below: the append's own (no group commit,
+/// so one per append; the format marker is stamped with the first write's flush).
+const FLUSHES_BEFORE_THE_PURGE: u64 = 1;
+
+/// The purge is off the Raft core's path: it returns before the flush that makes its purge point
+/// durable, the purged entries are unreadable at once, and a failure of that flush is not lost:
+/// it is kept, and the next append fails with it (P8.3).
+#[test]
+fn a_purge_returns_before_its_flush_and_a_failure_of_it_fails_the_next_append() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let config = LogStoreConfig {
+            group_commit: false,
+            flush_faults: FlushFaults {
+                fail_nth_flush: Some(FLUSHES_BEFORE_THE_PURGE + 1),
+            },
+            ..LogStoreConfig::default()
+        };
+        let (mut log, _) = open_stores(&db, config);
+        append_durably(&mut log, fill(20)).await;
+        log.purge(log_id(1, 10))
+            .await
+            .expect("the purge returns before its flush");
+        assert!(log.try_get_log_entries(1..=10).await.unwrap().is_empty());
+        assert_eq!(log.try_get_log_entries(11..).await.unwrap().len(), 10);
+        let (durable_tx, durable_rx) = tokio::sync::oneshot::channel();
+        let appended = log
+            .append_with(
+                vec![set_entry(1, 21)],
+                Box::new(move |result| {
+                    let _ = durable_tx.send(result);
+                }),
+            )
+            .await;
+        let failed = match appended {
+            Err(error) => error.to_string(),
+            Ok(()) => match durable_rx.await.expect("callback") {
+                Err(error) => error.to_string(),
+                Ok(()) => panic!("an append after a failed flush was acknowledged"),
+            },
+        };
+        assert!(
+            failed.contains(&format!("flush {}", FLUSHES_BEFORE_THE_PURGE + 1)),
+            "{failed}"
+        );
+    });
+}
+
 /// Rewrites one stored record in place, as a bit rot or a future version would leave it.
 fn tamper(dir: &TempDir, tree: &str, key: &[u8], change: impl FnOnce(&mut Vec<u8>)) {
     let db = open_db(dir.path());
@@ -336,13 +386,14 @@ fn a_corrupt_stored_snapshot_is_reported_at_open() {
             .await
             .unwrap();
     });
-    tamper(&dir, SNAPSHOT_TREE, b"data", |record| {
-        let middle = record.len() / 2;
-        record[middle] ^= 0x10;
-    });
+    let file = dir.path().join(SNAPSHOT_FILE);
+    let mut stored = std::fs::read(&file).expect("the snapshot is in its own file");
+    let middle = stored.len() / 2;
+    stored[middle] ^= 0x10;
+    std::fs::write(&file, stored).unwrap();
     let db = open_db(dir.path());
     let opened = block_on(async {
-        leasehold_raft_store::open::<KvConfig, KvState>(&db, LogStoreConfig::default())
+        leasehold_raft_store::open::<KvConfig, KvState>(&db, db.path(), LogStoreConfig::default())
     });
     let err = opened.expect_err("a corrupt snapshot must not be restored");
     assert!(
@@ -357,6 +408,129 @@ fn a_corrupt_stored_snapshot_is_reported_at_open() {
     );
 }
 
+/// `entries` as the next build's entries (the same commands).
+fn as_next(entries: Vec<Entry<KvConfig>>) -> Vec<Entry<KvNextConfig>> {
+    entries
+        .into_iter()
+        .map(|entry| Entry {
+            log_id: entry.log_id,
+            payload: match entry.payload {
+                EntryPayload::Blank => EntryPayload::Blank,
+                EntryPayload::Normal(command) => EntryPayload::Normal(command),
+                EntryPayload::Membership(membership) => EntryPayload::Membership(membership),
+            },
+        })
+        .collect()
+}
+
+/// The snapshot's two places in a directory: sled's tree record, and whether the file exists.
+fn snapshot_places(dir: &TempDir) -> (Option<Vec<u8>>, bool) {
+    let db = open_db(dir.path());
+    let tree = db.open_tree(SNAPSHOT_TREE).unwrap();
+    let in_tree = tree.get(b"data").unwrap().map(|data| data.to_vec());
+    (in_tree, dir.path().join(SNAPSHOT_FILE).exists())
+}
+
+/// P2.5, P14.1: a snapshot of a schema the previous release reads stays in sled, where that
+/// release looks for it; the first snapshot of a newer schema goes to its own file, raises the
+/// directory's marker and removes sled's copy; when a crash left both, the newer is restored.
+#[test]
+fn p14_1_a_snapshot_moves_from_sled_to_its_own_file_with_the_first_newer_schema() {
+    let dir = TempDir::new().unwrap();
+    lifetime(&dir, async |db| {
+        let (_, mut machine) = leasehold_raft_store::open::<KvNextConfig, KvState>(
+            &db,
+            db.path(),
+            LogStoreConfig::default(),
+        )
+        .unwrap();
+        machine.apply(as_next(fill(20))).await.unwrap();
+        machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+    });
+    let (in_tree, in_file) = snapshot_places(&dir);
+    let old_snapshot = in_tree.expect("a schema 1 snapshot is kept in sled");
+    assert!(!in_file, "no snapshot file for schema 1");
+    let old_meta = open_db(dir.path())
+        .open_tree(SNAPSHOT_TREE)
+        .unwrap()
+        .get(b"meta")
+        .unwrap()
+        .unwrap()
+        .to_vec();
+
+    // The previous build still opens the directory and restores the snapshot.
+    lifetime(&dir, async |db| {
+        let (_, machine) = open_stores(&db, LogStoreConfig::default());
+        assert_eq!(
+            machine.handle().read(|a| a.state.clone()),
+            expected_state(20)
+        );
+    });
+
+    let deleted = Entry::<KvNextConfig> {
+        log_id: log_id(1, 21),
+        payload: EntryPayload::Normal(KvCommand::Delete {
+            key: "key-2".into(),
+        }),
+    };
+    let (newer_meta, newer_state) = lifetime(&dir, async |db| {
+        let (_, mut machine) = leasehold_raft_store::open::<KvNextConfig, KvState>(
+            &db,
+            db.path(),
+            LogStoreConfig::default(),
+        )
+        .unwrap();
+        machine.apply(vec![deleted.clone()]).await.unwrap();
+        let built = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        (built.meta, machine.handle().read(|a| a.state.clone()))
+    });
+    assert_eq!(newer_state.deletes, 1);
+    let (in_tree, in_file) = snapshot_places(&dir);
+    assert!(in_file, "a schema 2 snapshot is in its own file");
+    assert!(in_tree.is_none(), "sled's older copy is removed");
+
+    // A crash between writing the file and removing sled's copy leaves both: the newer wins.
+    {
+        let db = open_db(dir.path());
+        let tree = db.open_tree(SNAPSHOT_TREE).unwrap();
+        tree.insert(b"meta", old_meta).unwrap();
+        tree.insert(b"data", old_snapshot).unwrap();
+        db.flush().unwrap();
+    }
+    lifetime(&dir, async |db| {
+        let (_, mut machine) = leasehold_raft_store::open::<KvNextConfig, KvState>(
+            &db,
+            db.path(),
+            LogStoreConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(machine.handle().read(|a| a.state.clone()), newer_state);
+        let current = machine.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, newer_meta);
+    });
+
+    // The previous build refuses the directory now instead of restoring the older copy.
+    let db = open_db(dir.path());
+    let opened = block_on(async {
+        leasehold_raft_store::open::<KvConfig, KvState>(&db, db.path(), LogStoreConfig::default())
+    });
+    assert!(
+        matches!(opened, Err(StoreError::NewerSchema { found: 2, .. })),
+        "{:?}",
+        opened.err()
+    );
+}
+
 /// P14.1: a directory is written at the oldest schema that can express each record, so the
 /// previous build keeps reading it until the first record of a newer schema; from then on the
 /// previous build refuses it, naming both releases, instead of misreading it.
@@ -368,9 +542,12 @@ fn a_directory_stays_readable_by_the_previous_build_until_a_newer_record_is_writ
         payload,
     };
     lifetime(&dir, async |db| {
-        let (mut log, _) =
-            leasehold_raft_store::open::<KvNextConfig, KvState>(&db, LogStoreConfig::default())
-                .unwrap();
+        let (mut log, _) = leasehold_raft_store::open::<KvNextConfig, KvState>(
+            &db,
+            db.path(),
+            LogStoreConfig::default(),
+        )
+        .unwrap();
         let set = KvCommand::Set {
             key: "k".into(),
             value: "v".into(),
@@ -383,9 +560,12 @@ fn a_directory_stays_readable_by_the_previous_build_until_a_newer_record_is_writ
         assert_eq!(log.read_entries(..).unwrap().len(), 1);
     });
     lifetime(&dir, async |db| {
-        let (mut log, _) =
-            leasehold_raft_store::open::<KvNextConfig, KvState>(&db, LogStoreConfig::default())
-                .unwrap();
+        let (mut log, _) = leasehold_raft_store::open::<KvNextConfig, KvState>(
+            &db,
+            db.path(),
+            LogStoreConfig::default(),
+        )
+        .unwrap();
         let delete = KvCommand::Delete { key: "k".into() };
         append_durably(&mut log, vec![next_entry(2, EntryPayload::Normal(delete))]).await;
         let entries = log.read_entries(..).unwrap();
@@ -396,7 +576,7 @@ fn a_directory_stays_readable_by_the_previous_build_until_a_newer_record_is_writ
     });
     let db = open_db(dir.path());
     let opened = block_on(async {
-        leasehold_raft_store::open::<KvConfig, KvState>(&db, LogStoreConfig::default())
+        leasehold_raft_store::open::<KvConfig, KvState>(&db, db.path(), LogStoreConfig::default())
     });
     let err = opened.expect_err("the previous build must refuse a schema 2 directory");
     assert!(

@@ -25,7 +25,8 @@ impl StoreBuilder<KvConfig, LogStore, Machine, TempDir> for SledBuilder {
             ..LogStoreConfig::default()
         };
         let (log_store, state_machine) =
-            leasehold_raft_store::open::<KvConfig, KvState>(&db, config).map_err(fail)?;
+            leasehold_raft_store::open::<KvConfig, KvState>(&db, dir.path(), config)
+                .map_err(fail)?;
         Ok((dir, log_store, state_machine))
     }
 }

@@ -590,15 +590,12 @@ async fn measured<T>(
 // ---------------------------------------------------------------------------------------------
 // B5 and B6 helpers
 
-/// Size of the snapshot a stopped manager holds on disk (the `raft_snapshot` tree's `data`
-/// record: envelope + bincode state), read from its sled directory.
+/// Size of the snapshot data a stopped manager holds on disk (envelope and encoded state), read
+/// from its data directory.
 fn snapshot_bytes(data_dir: &Path) -> Result<u64> {
     let db = sled::open(data_dir).with_context(|| format!("open {}", data_dir.display()))?;
-    let tree = db.open_tree("raft_snapshot")?;
-    let data = tree
-        .get(b"data")?
-        .ok_or_else(|| anyhow!("{} holds no snapshot", data_dir.display()))?;
-    Ok(data.len() as u64)
+    leasehold_raft_store::stored_snapshot_len(&db, data_dir)?
+        .ok_or_else(|| anyhow!("{} holds no snapshot", data_dir.display()))
 }
 
 async fn post_snapshot(cluster: &ManagerCluster, id: u64, purge: bool) -> Result<Duration> {

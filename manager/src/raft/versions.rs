@@ -21,7 +21,7 @@ use openraft::{BasicNode, Entry, EntryPayload};
 use super::TypeConfig;
 use crate::lease::schema::{
     release_0_1, DEVELOPMENT_SCHEMAS, FIRST_RELEASE_SCHEMA, NEWEST_SCHEMA, OLDEST_SCHEMA,
-    SECOND_RELEASE_SCHEMA,
+    REPLICAS_SCHEMA, SECOND_RELEASE_SCHEMA,
 };
 use crate::lease::{Command, LeaseState, Outcome};
 
@@ -99,6 +99,9 @@ impl SchemaCodec for TypeConfig {
     const NEWEST_SCHEMA: u32 = NEWEST_SCHEMA;
     const RETIRED_SCHEMAS: std::ops::RangeInclusive<u32> = DEVELOPMENT_SCHEMAS;
     const RELEASE: &'static str = leasehold_api::RELEASE;
+    /// The first schema release 0.2.0 does not read: it refuses a directory holding one anyway,
+    /// so nothing it could open loses its snapshot to the file.
+    const SNAPSHOT_FILE_SCHEMA: u32 = REPLICAS_SCHEMA;
 
     fn encode_entry(entry: &Entry<TypeConfig>) -> Result<(u32, Vec<u8>), StoreError> {
         write_at(

@@ -172,8 +172,11 @@ async fn open_node(
     })?;
     let db = sled::open(&config.data_dir)?;
     let identity = Arc::new(Identity::open(&db, config.id)?);
-    let (mut log_store, mut state_machine) =
-        leasehold_raft_store::open::<TypeConfig, LeaseState>(&db, config.log_store.clone())?;
+    let (mut log_store, mut state_machine) = leasehold_raft_store::open::<TypeConfig, LeaseState>(
+        &db,
+        &config.data_dir,
+        config.log_store.clone(),
+    )?;
     // A backup prepared by `leaseholdctl snapshot restore` becomes the first snapshot.
     restore::import_if_prepared(config, &mut log_store, &mut state_machine).await?;
     let state = state_machine.handle();

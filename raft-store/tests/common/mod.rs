@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use leasehold_raft_store::codec::{decode_payload, encode_payload};
 use leasehold_raft_store::{
@@ -38,6 +38,8 @@ pub struct KvState {
     pub entries: BTreeMap<String, String>,
     /// The index of the last command applied, to check that re-application is exact.
     pub last_command_index: u64,
+    /// Deletes applied: a state with one requires schema 2 of [`KvNextConfig`].
+    pub deletes: u64,
 }
 
 /// One schema: every record untagged, as release 0.1.0 wrote them.
@@ -46,6 +48,7 @@ impl SchemaCodec for KvConfig {
     const OLDEST_SCHEMA: u32 = 1;
     const NEWEST_SCHEMA: u32 = 1;
     const RELEASE: &'static str = "kv-1";
+    const SNAPSHOT_FILE_SCHEMA: u32 = 1;
 
     fn encode_entry(entry: &Entry<Self>) -> Result<(u32, Vec<u8>), StoreError> {
         Ok((1, encode_payload("log entry", entry)?))
@@ -61,7 +64,10 @@ impl KvState {
         self.last_command_index = log_index;
         let previous = match command {
             KvCommand::Set { key, value } => self.entries.insert(key.clone(), value.clone()),
-            KvCommand::Delete { key } => self.entries.remove(key),
+            KvCommand::Delete { key } => {
+                self.deletes += 1;
+                self.entries.remove(key)
+            }
         };
         KvResponse { previous }
     }
@@ -94,6 +100,8 @@ impl SchemaCodec for KvNextConfig {
     const OLDEST_SCHEMA: u32 = 1;
     const NEWEST_SCHEMA: u32 = 2;
     const RELEASE: &'static str = "kv-2";
+    /// Schema 1's snapshots stay in sled, where a release before the file would look for them.
+    const SNAPSHOT_FILE_SCHEMA: u32 = 2;
 
     fn encode_entry(entry: &Entry<Self>) -> Result<(u32, Vec<u8>), StoreError> {
         let schema = match &entry.payload {
@@ -113,8 +121,10 @@ impl StateMachine<KvNextConfig> for KvState {
         self.apply_command(log_index, command)
     }
 
+    /// A state that applied a delete requires schema 2, as the command did.
     fn encode_state(&self) -> Result<(u32, Vec<u8>), StoreError> {
-        Ok((1, encode_payload("state", self)?))
+        let schema = if self.deletes > 0 { 2 } else { 1 };
+        Ok((schema, encode_payload("state", self)?))
     }
 
     fn decode_state(_schema: u32, payload: &[u8]) -> Result<Self, StoreError> {
@@ -156,13 +166,18 @@ pub fn membership_entry(term: u64, index: u64, voters: &[u64]) -> Entry<KvConfig
 /// can still hold the directory lock for a moment after the previous lifetime dropped its last
 /// handle (a real restart is a new process, so this wait exists only in tests); other errors
 /// fail at once.
-pub fn open_db(dir: &Path) -> sled::Db {
+pub fn open_db(dir: &Path) -> DataDir {
     const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
     const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
         match sled::open(dir) {
-            Ok(db) => return db,
+            Ok(db) => {
+                return DataDir {
+                    db,
+                    path: dir.to_path_buf(),
+                }
+            }
             Err(sled::Error::Io(error))
                 if error.to_string().contains("could not acquire lock")
                     && std::time::Instant::now() < deadline =>
@@ -174,8 +189,29 @@ pub fn open_db(dir: &Path) -> sled::Db {
     }
 }
 
-pub fn open_stores(db: &sled::Db, config: LogStoreConfig) -> (LogStore, Machine) {
-    leasehold_raft_store::open::<KvConfig, KvState>(db, config).expect("open stores")
+/// A data directory opened for one "process lifetime": sled's handle on it, and its path, where
+/// the snapshot file is kept.
+pub struct DataDir {
+    pub db: sled::Db,
+    pub path: PathBuf,
+}
+
+impl std::ops::Deref for DataDir {
+    type Target = sled::Db;
+
+    fn deref(&self) -> &sled::Db {
+        &self.db
+    }
+}
+
+impl DataDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+pub fn open_stores(dir: &DataDir, config: LogStoreConfig) -> (LogStore, Machine) {
+    leasehold_raft_store::open::<KvConfig, KvState>(dir, dir.path(), config).expect("open stores")
 }
 
 /// Appends and waits until the store reports the entries durable.
