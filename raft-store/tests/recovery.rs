@@ -438,12 +438,7 @@ fn snapshot_places(dir: &TempDir) -> (Option<Vec<u8>>, bool) {
 fn p14_1_a_snapshot_moves_from_sled_to_its_own_file_with_the_first_newer_schema() {
     let dir = TempDir::new().unwrap();
     lifetime(&dir, async |db| {
-        let (_, mut machine) = leasehold_raft_store::open::<KvNextConfig, KvState>(
-            &db,
-            db.path(),
-            LogStoreConfig::default(),
-        )
-        .unwrap();
+        let (_, mut machine) = open_next_stores(&db);
         machine.apply(as_next(fill(20))).await.unwrap();
         machine
             .get_snapshot_builder()
@@ -479,12 +474,7 @@ fn p14_1_a_snapshot_moves_from_sled_to_its_own_file_with_the_first_newer_schema(
         }),
     };
     let (newer_meta, newer_state) = lifetime(&dir, async |db| {
-        let (_, mut machine) = leasehold_raft_store::open::<KvNextConfig, KvState>(
-            &db,
-            db.path(),
-            LogStoreConfig::default(),
-        )
-        .unwrap();
+        let (_, mut machine) = open_next_stores(&db);
         machine.apply(vec![deleted.clone()]).await.unwrap();
         let built = machine
             .get_snapshot_builder()
@@ -508,12 +498,7 @@ fn p14_1_a_snapshot_moves_from_sled_to_its_own_file_with_the_first_newer_schema(
         db.flush().unwrap();
     }
     lifetime(&dir, async |db| {
-        let (_, mut machine) = leasehold_raft_store::open::<KvNextConfig, KvState>(
-            &db,
-            db.path(),
-            LogStoreConfig::default(),
-        )
-        .unwrap();
+        let (_, mut machine) = open_next_stores(&db);
         assert_eq!(machine.handle().read(|a| a.state.clone()), newer_state);
         let current = machine.get_current_snapshot().await.unwrap().unwrap();
         assert_eq!(current.meta, newer_meta);
@@ -542,12 +527,7 @@ fn a_directory_stays_readable_by_the_previous_build_until_a_newer_record_is_writ
         payload,
     };
     lifetime(&dir, async |db| {
-        let (mut log, _) = leasehold_raft_store::open::<KvNextConfig, KvState>(
-            &db,
-            db.path(),
-            LogStoreConfig::default(),
-        )
-        .unwrap();
+        let (mut log, _) = open_next_stores(&db);
         let set = KvCommand::Set {
             key: "k".into(),
             value: "v".into(),
@@ -560,12 +540,7 @@ fn a_directory_stays_readable_by_the_previous_build_until_a_newer_record_is_writ
         assert_eq!(log.read_entries(..).unwrap().len(), 1);
     });
     lifetime(&dir, async |db| {
-        let (mut log, _) = leasehold_raft_store::open::<KvNextConfig, KvState>(
-            &db,
-            db.path(),
-            LogStoreConfig::default(),
-        )
-        .unwrap();
+        let (mut log, _) = open_next_stores(&db);
         let delete = KvCommand::Delete { key: "k".into() };
         append_durably(&mut log, vec![next_entry(2, EntryPayload::Normal(delete))]).await;
         let entries = log.read_entries(..).unwrap();

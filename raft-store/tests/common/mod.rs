@@ -210,6 +210,17 @@ impl DataDir {
     }
 }
 
+/// The next "release"'s stores on `dir`, at the default configuration.
+pub fn open_next_stores(
+    dir: &DataDir,
+) -> (
+    SledLogStore<KvNextConfig>,
+    SledStateMachine<KvNextConfig, KvState>,
+) {
+    leasehold_raft_store::open::<KvNextConfig, KvState>(dir, dir.path(), LogStoreConfig::default())
+        .expect("open stores")
+}
+
 pub fn open_stores(dir: &DataDir, config: LogStoreConfig) -> (LogStore, Machine) {
     leasehold_raft_store::open::<KvConfig, KvState>(dir, dir.path(), config).expect("open stores")
 }
