@@ -32,9 +32,13 @@ pub enum ReadBarrierError {
 /// Longest a linearizable read waits for the entries a restarted leader had before it started.
 const RESTARTED_LOG_APPLY_WAIT: Duration = Duration::from_secs(5);
 
-/// This node's view of leadership.
-#[derive(Clone)]
-pub struct Leadership {
+/// This node's view of leadership. Nearly every request handle holds one and a request clones
+/// several, so a clone is one reference count.
+#[derive(Clone, Debug)]
+pub struct Leadership(Arc<LeadershipParts>);
+
+/// What [`Leadership`] shares.
+pub struct LeadershipParts {
     pub id: NodeId,
     /// The URL others use to reach this node (P8.1 `--advertise`).
     pub advertise: String,
@@ -95,7 +99,15 @@ pub(crate) fn leader_heard(me: NodeId, hearing: Hearing, raft_lease: Duration) -
     }
 }
 
-impl std::fmt::Debug for Leadership {
+impl std::ops::Deref for Leadership {
+    type Target = LeadershipParts;
+
+    fn deref(&self) -> &LeadershipParts {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for LeadershipParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
             .field("id", &self.id)
@@ -114,7 +126,7 @@ impl Leadership {
         (last_log_index_at_start, vote_at_start): (u64, Vote<NodeId>),
         (contact, raft_lease): (Arc<LeaderContact>, Duration),
     ) -> Self {
-        Self {
+        Self(Arc::new(LeadershipParts {
             id,
             advertise,
             raft,
@@ -124,7 +136,7 @@ impl Leadership {
             vote_at_start,
             contact,
             raft_lease,
-        }
+        }))
     }
 
     /// The barrier in front of a linearizable read on the leader: openraft's read index (the
