@@ -15,7 +15,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use leasehold_executor::lease::{CallOutcome, LeaseClock, LeaseSchedule, NextCall};
+use leasehold_executor::lease::{
+    first_renewal_after, CallOutcome, LeaseClock, LeaseSchedule, NextCall,
+};
 
 use crate::fleet::{RenewFailure, Renewer};
 
@@ -315,9 +317,9 @@ impl Cadence {
     }
 
     /// [`Cadence::start`] for holders that have just registered together (B12's storm): each
-    /// renews first a third into the lease (`fallback_ttl`) its registration was told, all at
-    /// once, and they stay in step, each renewing a third into the lease it was told, as the
-    /// executor library does (no jitter).
+    /// renews first when the executor library would after a registration told `fallback_ttl`
+    /// (P3.5: between a sixth and a third into it, by its executor id; a third for a holder
+    /// without one), then a third into each lease it is told, as the library does.
     pub fn start_together<R: Renewer>(fleet: Arc<R>, fallback_ttl: Duration) -> Self {
         Self::start_spread(fleet, fallback_ttl, false)
     }
@@ -338,7 +340,9 @@ impl Cadence {
             let offset = if spread {
                 third.mul_f64(index as f64 / holders.max(1) as f64)
             } else {
-                third
+                fleet
+                    .executor_id(index)
+                    .map_or(third, |id| first_renewal_after(fallback_ttl, id))
             };
             let mut next_at = Instant::now() + offset;
             tasks.spawn(async move {

@@ -64,6 +64,11 @@ pub trait Renewer: Send + Sync + 'static {
     fn size(&self) -> usize;
     /// Renews holder `index`; on success, the lease time left in milliseconds.
     fn renew(&self, index: usize) -> impl Future<Output = Result<u64, RenewFailure>> + Send;
+    /// The executor id holder `index` registered as, for a system that has them: its first
+    /// renewal after registering comes when the executor library's would (P3.5).
+    fn executor_id(&self, _index: usize) -> Option<&str> {
+        None
+    }
 }
 
 /// Runs `make(i)` for `0..count` with at most [`SETUP_CONCURRENCY`] in flight; results in order.
@@ -559,6 +564,12 @@ impl LeaseholdFleet {
 impl Renewer for LeaseholdFleet {
     fn size(&self) -> usize {
         self.executors.len()
+    }
+
+    fn executor_id(&self, index: usize) -> Option<&str> {
+        self.executors
+            .get(index)
+            .map(|executor| executor.executor_id.as_str())
     }
 
     async fn renew(&self, index: usize) -> Result<u64, RenewFailure> {

@@ -118,6 +118,42 @@ impl LeaseClock {
     pub fn next_renewal_at(&self, now: Instant) -> Instant {
         now + self.remaining(now) / 3
     }
+
+    /// When to send the first renewal after the grant that answered the registration of
+    /// `executor_id`, applied at `now` (P3.5): [`first_renewal_after`] what is left.
+    pub fn first_renewal_at(&self, now: Instant, executor_id: &str) -> Instant {
+        now + first_renewal_after(self.remaining(now), executor_id)
+    }
+}
+
+/// How long after a registration's grant, with `remaining` of its lease left, the executor
+/// `executor_id` renews first (P3.5): between a sixth and a third of `remaining`, at a point its
+/// id fixes. A fleet registered together (a deploy, a restarted rack, B12's storm) would
+/// otherwise renew together a third into the lease, and again every third after it: one burst
+/// of a thousand renewals instead of a steady stream. Each renewal after the first comes a third
+/// into its own lease, so the spread holds. No random source: the same executor id always
+/// waits as long, which the simulator and the tests can predict.
+pub fn first_renewal_after(remaining: Duration, executor_id: &str) -> Duration {
+    let third = remaining / 3;
+    let half_third = third / 2;
+    half_third + half_third.mul_f64(spread_fraction(executor_id))
+}
+
+/// A fraction in [0, 1) fixed by `id`: the top 53 bits of its 64-bit FNV-1a hash, mixed by
+/// MurmurHash3's finalizer. The manager's ids are a counter in a fixed format (`ex-1041`), which
+/// FNV alone leaves bunched in its top bits; the finalizer spreads them as evenly as random ones.
+fn spread_fraction(id: &str) -> f64 {
+    const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = id.bytes().fold(FNV_OFFSET_BASIS, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME)
+    });
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^= hash >> 33;
+    (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Exponential backoff for failed register and renew attempts (P3.5).
@@ -168,6 +204,9 @@ impl RetryBackoff {
 pub enum CallOutcome {
     /// A grant for this executor, applied: the lease moved.
     Granted,
+    /// The grant that answered a registration, applied: the lease moved, and the executor it
+    /// registered renews first at the point its id fixes ([`first_renewal_after`]).
+    Registered { executor_id: String },
     /// A grant for another executor, ignored: nothing moved.
     ForeignGrant,
     /// A renewal answered `unknown_executor`: the manager no longer knows this executor (reaped
@@ -228,7 +267,8 @@ pub enum NextCall {
     GiveUp(String),
 }
 
-/// The lease loop's decisions (P3.5): renew after a third of the remaining lease, back off
+/// The lease loop's decisions (P3.5): renew after a third of the remaining lease (the first
+/// renewal after a registration between a sixth and a third, by the executor's id), back off
 /// exponentially on failure with each retry landing before the expiry, keep trying after a
 /// lapse. Pure: the caller passes the lease and the instant.
 #[derive(Debug, Clone, Default)]
@@ -245,6 +285,10 @@ impl LeaseSchedule {
             CallOutcome::Granted => {
                 self.backoff.reset();
                 NextCall::CallAt(lease.next_renewal_at(now))
+            }
+            CallOutcome::Registered { executor_id } => {
+                self.backoff.reset();
+                NextCall::CallAt(lease.first_renewal_at(now, &executor_id))
             }
             CallOutcome::ForeignGrant | CallOutcome::Failed => {
                 NextCall::CallAt(self.backoff.next_retry_at(now, lease))
@@ -285,6 +329,47 @@ mod tests {
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    /// P3.5: the first renewal after a registration comes between a sixth and a third of what
+    /// is left, always at the same point for one id, and a thousand ids registered together
+    /// (ids as the manager mints them) spread over that whole window, not a burst at its end.
+    #[test]
+    fn p3_5_a_fleet_registered_together_spreads_its_first_renewals() {
+        let lease = secs(60);
+        let delays: Vec<Duration> = (0..1_000)
+            .map(|n| first_renewal_after(lease, &format!("ex-{n}")))
+            .collect();
+        for delay in &delays {
+            assert!(*delay >= secs(10) && *delay < secs(20), "{delay:?}");
+        }
+        assert_eq!(
+            first_renewal_after(lease, "ex-7"),
+            first_renewal_after(lease, "ex-7")
+        );
+        // Each second of the ten-second window gets a tenth of the fleet, give or take.
+        for second in 10..20 {
+            let in_it = delays
+                .iter()
+                .filter(|delay| delay.as_secs() == second)
+                .count();
+            assert!((60..=140).contains(&in_it), "{in_it} in second {second}");
+        }
+        let t0 = Instant::now();
+        let mut clock = LeaseClock::default();
+        clock.apply_grant(t0, 60_000);
+        let mut schedule = LeaseSchedule::default();
+        let registered = CallOutcome::Registered {
+            executor_id: "ex-7".into(),
+        };
+        assert_eq!(
+            schedule.after(registered, &clock, t0),
+            NextCall::CallAt(t0 + first_renewal_after(lease, "ex-7"))
+        );
+        assert_eq!(
+            schedule.after(CallOutcome::Granted, &clock, t0),
+            NextCall::CallAt(t0 + secs(20))
+        );
     }
 
     /// The manager's expiry is t=60; the request that earns the

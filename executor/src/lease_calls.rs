@@ -106,10 +106,16 @@ impl LeaseCalls {
     ) -> (GrantTaken, NextCall) {
         let (taken, outcome) = match holder.apply_grant_after(call.sent_at, call.mark, grant) {
             Ok(applied) => {
-                if let CallKind::Renew(renewal) = &call.kind {
-                    holder.renewal_granted(renewal);
-                }
-                (GrantTaken::Applied(applied), CallOutcome::Granted)
+                let outcome = match &call.kind {
+                    CallKind::Renew(renewal) => {
+                        holder.renewal_granted(renewal);
+                        CallOutcome::Granted
+                    }
+                    CallKind::Register(_) => CallOutcome::Registered {
+                        executor_id: grant.executor_id.clone(),
+                    },
+                };
+                (GrantTaken::Applied(applied), outcome)
             }
             Err(foreign) => (GrantTaken::Foreign(foreign), CallOutcome::ForeignGrant),
         };
@@ -236,8 +242,9 @@ mod tests {
         }
     }
 
-    /// P4.4: unregistered, the loop registers; granted, it renews a third into the lease
-    /// (P3.5), and the lease runs from when the request left, not when the answer came (P3.2).
+    /// P4.4: unregistered, the loop registers; granted, it renews first at the point of the
+    /// lease its id fixes (P3.5), and the lease runs from when the request left, not when the
+    /// answer came (P3.2).
     #[test]
     fn p3_2_p4_4_register_then_renew_from_the_send_instant() {
         let t0 = Instant::now();
@@ -259,7 +266,9 @@ mod tests {
         assert_eq!(applied.lease_expiry, t0 + Duration::from_secs(9));
         assert_eq!(
             next,
-            NextCall::CallAt(t0 + Duration::from_secs(1) + Duration::from_secs(8) / 3)
+            NextCall::CallAt(
+                answered_at + crate::lease::first_renewal_after(Duration::from_secs(8), EXECUTOR)
+            )
         );
         assert_eq!(
             holder.reports_taken, 0,

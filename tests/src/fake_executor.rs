@@ -312,13 +312,20 @@ fn rand_suffix() -> u64 {
         .unwrap_or_default()
 }
 
-/// Renews on the executor's own schedule (P3.5, `LeaseSchedule`: a third into what is left of the
-/// lease, backing off while failing so a retry lands before the expiry) until stopped or
-/// forgotten, from the lease the registration's grant set.
+/// Renews on the executor's own schedule (P3.5, `LeaseSchedule`: first between a sixth and a
+/// third into the lease its registration was told, then a third into what is left of each, backing
+/// off while failing so a retry lands before the expiry) until stopped or forgotten.
 async fn renew_loop(client: Client, view: Shared, mut stopped: watch::Receiver<bool>) {
     let mut schedule = LeaseSchedule::default();
-    let lease = lock(&view).lease;
-    let mut next = schedule.after(CallOutcome::Granted, &lease, Instant::now());
+    let (lease, executor_id) = {
+        let view = lock(&view);
+        (view.lease, view.executor_id.clone())
+    };
+    let mut next = schedule.after(
+        CallOutcome::Registered { executor_id },
+        &lease,
+        Instant::now(),
+    );
     loop {
         let NextCall::CallAt(at) = next else {
             return;

@@ -33,6 +33,19 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
+/// When the fake manager's executor (`ex-1`) renews first after registering under a lease of
+/// `lease_ttl` (P3.5: between a sixth and a third into it, by its id), rounded up to the paused
+/// timer's millisecond.
+fn first_renewal(lease_ttl: Duration) -> Duration {
+    let after = crate::lease::first_renewal_after(lease_ttl, "ex-1");
+    let whole_ms = after.as_millis() as u64;
+    if Duration::from_millis(whole_ms) == after {
+        after
+    } else {
+        ms(whole_ms + 1)
+    }
+}
+
 /// One executor shell (lease loop + lapse watcher) against a fake manager.
 struct Harness {
     shared: Arc<Shared>,
@@ -149,7 +162,7 @@ fn log_summary(log: &[serde_json::Value]) -> Vec<(u64, String, String)> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn p3_5_renews_after_a_third_of_the_remaining_lease() {
+async fn p3_5_renews_first_by_its_id_then_after_a_third_of_the_remaining_lease() {
     let harness = Harness::start(Script {
         lease_ttl_ms: 30_000,
         shards: set(&[(1, 1)]),
@@ -162,7 +175,9 @@ async fn p3_5_renews_after_a_third_of_the_remaining_lease() {
         .into_iter()
         .map(|at| at - harness.t0)
         .collect();
-    assert_eq!(offsets, [10, 20, 30, 40, 50, 60].map(secs));
+    let first = first_renewal(secs(30));
+    assert!(first >= secs(5) && first <= secs(10), "{first:?}");
+    assert_eq!(offsets, [0, 10, 20, 30, 40, 50].map(|k| first + secs(k)));
     // Every renewal claims the held set at the last applied revision (P4.1, P4.2), each attempt
     // bounded by a sixth of the lease (P7.3).
     for call in harness.fake.calls() {
@@ -214,12 +229,13 @@ async fn p3_2_delayed_renewal_reply_anchors_at_its_own_send() {
         ..Script::default()
     });
     harness.let_tasks_run().await;
-    // The first renewal leaves at t0 + 10 s and its reply lands 4 s later.
+    // The first renewal leaves at t0 + `first` and its reply lands 4 s later.
+    let first = first_renewal(secs(30));
     harness.fake.script(|script| script.reply_delay = secs(4));
-    sleep_until(harness.t0 + secs(14) + ms(1)).await;
+    sleep_until(harness.t0 + first + secs(4) + ms(1)).await;
     harness.fake.script(|script| script.fail_renewals = true);
     let expiry = harness.shared.subscribe_assignment().borrow().lease_expiry;
-    assert_eq!(expiry, Some(harness.t0 + secs(40)));
+    assert_eq!(expiry, Some(harness.t0 + first + secs(30)));
     harness.stop().await;
 }
 
@@ -234,8 +250,7 @@ async fn p3_5_failed_renewals_back_off_and_each_lands_before_expiry() {
     sleep(secs(20)).await;
     let expiry = harness.t0 + secs(4);
     let attempts = harness.fake.renew_instants();
-    // A third of the 4 s lease, rounded up to the timer's millisecond.
-    assert_eq!(attempts[0], harness.t0 + ms(1_334));
+    assert_eq!(attempts[0], harness.t0 + first_renewal(secs(4)));
     let before: Vec<Duration> = attempts
         .iter()
         .take_while(|&&at| at < expiry)
@@ -825,14 +840,15 @@ async fn p15_1_renewals_carry_the_recorded_rate_per_held_shard() {
     for _ in 0..50 {
         meter.record(4, 1.0).unwrap();
     }
-    // The first renewal, 10 s after the registration the meter's interval started with.
-    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    // The first renewal, `first` after the registration the meter's interval started with.
+    let first = first_renewal(secs(30));
+    sleep_until(harness.t0 + first + ms(1)).await;
     meter.record(1, 30.0).unwrap();
-    sleep_until(harness.t0 + secs(20) + ms(1)).await;
+    sleep_until(harness.t0 + first + secs(10) + ms(1)).await;
     assert_eq!(
         renewal_loads(&harness.fake),
         [
-            Some(loads(&[(1, 0.0), (4, 5.0)])),
+            Some(loads(&[(1, 0.0), (4, 50.0 / first.as_secs_f64())])),
             Some(loads(&[(1, 3.0), (4, 0.0)])),
         ]
     );
@@ -896,12 +912,14 @@ async fn p15_1_a_failed_renewal_loses_no_measured_work() {
     harness.let_tasks_run().await;
     harness.shared.load_meter().record(0, 40.0).unwrap();
     harness.fake.script(|script| script.fail_renewals = true);
-    sleep_until(harness.t0 + secs(10) + ms(1)).await;
+    let first = first_renewal(secs(30));
+    sleep_until(harness.t0 + first + ms(1)).await;
     harness.fake.script(|script| script.fail_renewals = false);
     let failed = harness.fake.renew_instants().len();
     assert_eq!(failed, 1);
-    // The retry lands within the lease; its report covers t0 .. retry.
-    sleep_until(harness.t0 + secs(19)).await;
+    // The retry lands within the lease (250 ms on); its report covers t0 .. retry. The renewal
+    // after it is a third of the lease later.
+    sleep_until(harness.t0 + first + secs(1)).await;
     let instants = harness.fake.renew_instants();
     assert!(instants.len() >= 2, "{instants:?}");
     let retried_at = (instants[1] - harness.t0).as_secs_f64();

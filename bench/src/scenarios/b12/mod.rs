@@ -59,8 +59,8 @@ pub struct B12 {
     /// The namespaces' lease (their executors renew a third into it).
     pub lease: Duration,
     /// The storm's executors renew at times spread over a third of the lease, as executors
-    /// started at different times would, instead of all together a third into the lease their
-    /// registration was told, as executors registered at once do.
+    /// started at different times would, instead of when executors registered at once do:
+    /// first between a sixth and a third into the lease their registration was told (P3.5).
     pub storm_spread: bool,
     pub p99_bound_ms: f64,
 }

@@ -240,6 +240,10 @@ impl Renewer for Recorded {
         self.fleet.size()
     }
 
+    fn executor_id(&self, index: usize) -> Option<&str> {
+        self.fleet.executor_id(index)
+    }
+
     async fn renew(&self, index: usize) -> Result<u64, RenewFailure> {
         let slot = self
             .slots
