@@ -16,7 +16,8 @@
 //!    renewing. Renewal latency of the other namespaces from the storm's start until `ns-000`
 //!    has settled (every shard owned and spread evenly over its executors), and over the storm's
 //!    renewal round: a third of the lease (and 5 s), in which every executor renews once, the
-//!    storm's own all at its end, as executors registered at once do. And the same replan
+//!    storm's own in its second half, as executors registered at once do (P3.5: first between a
+//!    sixth and a third of the lease, by executor id). And the same replan
 //!    probes as in 2 in yet other namespaces, back to back from just after the storm's start,
 //!    until `ns-000` has settled or `--probes` were taken.
 //!

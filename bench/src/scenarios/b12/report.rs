@@ -288,7 +288,7 @@ pub(super) fn replans_table(
             if args.storm_spread {
                 "spread over a third of the lease"
             } else {
-                "together"
+                "as registered together (first between a sixth and a third, by id)"
             }
         ),
         format!("{:.2} s", storm.own.registered.as_secs_f64()),
