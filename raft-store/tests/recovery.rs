@@ -68,12 +68,7 @@ fn close_and_reopen_recovers_vote_log_committed_purge_snapshot_and_state() {
         let entries = log.try_get_log_entries(1..=80).await.unwrap();
         machine.apply(entries).await.unwrap();
         log.save_committed(Some(log_id(1, 80))).await.unwrap();
-        let snapshot = machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let snapshot = build_snapshot(&mut machine).await;
         log.purge(log_id(1, 50)).await.unwrap();
         (
             snapshot.meta,
@@ -129,12 +124,7 @@ fn snapshot_purge_reopen_then_reapplying_the_committed_log_gives_identical_state
             .apply(log.try_get_log_entries(1..=200).await.unwrap())
             .await
             .unwrap();
-        machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build_snapshot(&mut machine).await;
         log.purge(log_id(1, 150)).await.unwrap();
         machine
             .apply(log.try_get_log_entries(201..=260).await.unwrap())
@@ -172,12 +162,7 @@ fn an_installed_snapshot_replaces_state_and_survives_reopen() {
         let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
         append_durably(&mut log, fill(40)).await;
         machine.apply(fill(40)).await.unwrap();
-        let snapshot = machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let snapshot = build_snapshot(&mut machine).await;
         (snapshot.meta, snapshot.snapshot.into_inner())
     });
 
@@ -214,12 +199,7 @@ fn a_corrupt_snapshot_offered_for_install_is_refused_and_changes_nothing() {
         let (mut log, mut machine) = open_stores(&db, LogStoreConfig::default());
         append_durably(&mut log, fill(30)).await;
         machine.apply(fill(30)).await.unwrap();
-        let good = machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let good = build_snapshot(&mut machine).await;
         let mut damaged = good.snapshot.into_inner();
         let middle = damaged.len() / 2;
         damaged[middle] ^= 0x40;
@@ -246,12 +226,7 @@ fn a_slow_build_of_older_state_never_replaces_a_newer_installed_snapshot() {
     let (newer_meta, newer_data) = lifetime(&source_dir, async |db| {
         let (_log, mut machine) = open_stores(&db, LogStoreConfig::default());
         machine.apply(fill(60)).await.unwrap();
-        let snapshot = machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let snapshot = build_snapshot(&mut machine).await;
         (snapshot.meta, snapshot.snapshot.into_inner())
     });
     let dir = TempDir::new().unwrap();
@@ -379,12 +354,7 @@ fn a_corrupt_stored_snapshot_is_reported_at_open() {
     lifetime(&dir, async |db| {
         let (_, mut machine) = open_stores(&db, LogStoreConfig::default());
         machine.apply(fill(10)).await.unwrap();
-        machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build_snapshot(&mut machine).await;
     });
     let file = dir.path().join(SNAPSHOT_FILE);
     let mut stored = std::fs::read(&file).expect("the snapshot is in its own file");
@@ -440,12 +410,7 @@ fn p14_1_a_snapshot_moves_from_sled_to_its_own_file_with_the_first_newer_schema(
     lifetime(&dir, async |db| {
         let (_, mut machine) = open_next_stores(&db);
         machine.apply(as_next(fill(20))).await.unwrap();
-        machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build_snapshot(&mut machine).await;
     });
     let (in_tree, in_file) = snapshot_places(&dir);
     let old_snapshot = in_tree.expect("a schema 1 snapshot is kept in sled");
@@ -476,12 +441,7 @@ fn p14_1_a_snapshot_moves_from_sled_to_its_own_file_with_the_first_newer_schema(
     let (newer_meta, newer_state) = lifetime(&dir, async |db| {
         let (_, mut machine) = open_next_stores(&db);
         machine.apply(vec![deleted.clone()]).await.unwrap();
-        let built = machine
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let built = build_snapshot(&mut machine).await;
         (built.meta, machine.handle().read(|a| a.state.clone()))
     });
     assert_eq!(newer_state.deletes, 1);

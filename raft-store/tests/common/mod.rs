@@ -225,6 +225,21 @@ pub fn open_stores(dir: &DataDir, config: LogStoreConfig) -> (LogStore, Machine)
     leasehold_raft_store::open::<KvConfig, KvState>(dir, dir.path(), config).expect("open stores")
 }
 
+/// Builds a snapshot of what `machine` has applied, as openraft asks for one.
+pub async fn build_snapshot<C, M>(machine: &mut M) -> openraft::storage::Snapshot<C>
+where
+    C: openraft::RaftTypeConfig,
+    M: openraft::storage::RaftStateMachine<C>,
+{
+    use openraft::RaftSnapshotBuilder;
+    machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build a snapshot")
+}
+
 /// Appends and waits until the store reports the entries durable.
 pub async fn append_durably<C: SchemaCodec>(store: &mut SledLogStore<C>, entries: Vec<Entry<C>>) {
     let (durable_tx, durable_rx) = oneshot::channel();
