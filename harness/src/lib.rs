@@ -327,6 +327,16 @@ pub fn binary_in(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
     }
 }
 
+/// Whether no one holds the storage lock of the data directory `data_dir` (the advisory lock
+/// sled takes on its `db` file), without holding it past the check. In one process the lock
+/// outlives a closed database by a moment (sled's background writer still holds the file), so a
+/// test that reopens a directory waits for this first; a new process never needs to.
+pub fn storage_unlocked(data_dir: &Path) -> std::io::Result<bool> {
+    let file = std::fs::File::open(data_dir.join("db"))?;
+    // Dropping the file releases the lock at once.
+    Ok(file.try_lock_exclusive().is_ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,14 +439,4 @@ mod tests {
         );
         assert!(message.contains(BIN_DIR_ENV), "{message}");
     }
-}
-
-/// Whether no one holds the storage lock of the data directory `data_dir` (the advisory lock
-/// sled takes on its `db` file), without holding it past the check. In one process the lock
-/// outlives a closed database by a moment (sled's background writer still holds the file), so a
-/// test that reopens a directory waits for this first; a new process never needs to.
-pub fn storage_unlocked(data_dir: &Path) -> std::io::Result<bool> {
-    let file = std::fs::File::open(data_dir.join("db"))?;
-    // Dropping the file releases the lock at once.
-    Ok(file.try_lock_exclusive().is_ok())
 }
